@@ -1,0 +1,1 @@
+"""segscope wire formats, Python side. Each module mirrors one C header in schemas/c/."""
