@@ -1,0 +1,27 @@
+# segscope — top-level entry points. README.md: `make demo` and `make test`.
+# Each part has its own Makefile; this one only orders them.
+VENV   := .local/venv
+PY     := $(VENV)/bin/python
+PARTS  := datapath collectors netlab schemas
+
+.PHONY: setup build demo test bench clean $(PARTS)
+
+setup:                       ## install everything from the package registries (idempotent)
+	bash scripts/setup.sh
+
+build: $(PARTS)              ## build eBPF objects, loaders, sender, streamer, delay relay, C tests
+
+$(PARTS):
+	$(MAKE) -C $@
+
+demo: setup build            ## the whole pipeline on an emulated SRv6 network, ~1 min
+	$(PY) scripts/demo.py
+
+test: setup build            ## every test, as root (CI runs exactly this)
+	bash scripts/test.sh
+
+bench: setup build           ## benchmarks; figures go to docs/benchmarks.md
+	bash bench/run_all.sh
+
+clean:
+	for p in $(PARTS); do $(MAKE) -C $$p clean; done
