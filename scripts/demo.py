@@ -1,0 +1,136 @@
+#!/usr/bin/env python3
+"""segscope demo: one STAMP session over an emulated SRv6 network, from XDP to InfluxDB.
+
+    make demo                       # what README.md tells a newcomer to run
+    .local/venv/bin/python scripts/demo.py --duration 30 --keep-services
+
+Steps: start Kafka, InfluxDB and Telegraf on 127.0.0.1; create H1-A-R-B-H2 in network
+namespaces with 2 ms injected on A->B and 1 ms on B->A; load the XDP reflector on B and
+the XDP collector on A; start the streamer and the Faust delay processor; send STAMP test
+packets from A for --duration seconds; read the per-second delays back from InfluxDB and
+print them next to the injected values. Everything is stopped again at the end, also on
+Ctrl-C (with --keep-services, Kafka/InfluxDB/Telegraf stay up so you can query them).
+"""
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(REPO), str(REPO / "schemas" / "python")]
+
+from netlab import Lab                                   # noqa: E402
+from services.stack import Stack                         # noqa: E402
+from segscope.local import LocalPipeline, StampSessionSpec  # noqa: E402
+from segscope.results import read_delay_summary, wait_for_points  # noqa: E402
+
+TOPOLOGY = REPO / "netlab" / "topologies" / "line5.yaml"
+
+
+def step(msg: str) -> float:
+    print(f"==> {msg}", flush=True)
+    return time.monotonic()
+
+
+def done(t0: float, extra: str = "") -> None:
+    print(f"    ok ({time.monotonic() - t0:.1f} s){' ' + extra if extra else ''}", flush=True)
+
+
+def progress(elapsed: float, total: float) -> None:
+    width = 30
+    n = int(width * elapsed / total) if total else width
+    print(f"\r    [{'#' * n}{'.' * (width - n)}] {elapsed:4.0f}/{total:.0f} s", end="", flush=True)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--duration", type=float, default=30, help="seconds of STAMP traffic (default 30)")
+    ap.add_argument("--rate", type=int, default=100, help="test packets per second (default 100)")
+    ap.add_argument("--fwd-delay-us", type=int, default=2000, help="delay injected A->B (default 2000)")
+    ap.add_argument("--rev-delay-us", type=int, default=1000, help="delay injected B->A (default 1000)")
+    ap.add_argument("--keep-services", action="store_true",
+                    help="leave Kafka, InfluxDB and Telegraf running afterwards for your own queries")
+    args = ap.parse_args()
+
+    # Ctrl-C and SIGTERM unwind through the finally blocks below.
+    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+
+    stack = Stack()
+    lab = pipe = None
+    try:
+        t = step("starting Kafka, InfluxDB and Telegraf on 127.0.0.1")
+        stack.up()
+        done(t, f"kafka {stack.kafka_bootstrap}, influxdb {stack.influx_url}")
+
+        t = step(f"creating the emulated SRv6 network H1-A-R-B-H2 "
+                 f"({args.fwd_delay_us} us injected A->B, {args.rev_delay_us} us B->A)")
+        Lab.down_prefix("demo")     # a previous run killed with SIGKILL may have left it
+        lab = Lab.up(TOPOLOGY, prefix="demo",
+                     delays={"A-R": (args.fwd_delay_us, args.rev_delay_us)})
+        done(t)
+
+        spec = StampSessionSpec(rate_pps=args.rate)
+        pipe = LocalPipeline(lab, stack, spec, REPO / ".run" / "demo")
+        t = step("loading the XDP STAMP reflector on B and the XDP collector on A")
+        pipe.load_datapath()
+        done(t)
+
+        t = step("starting the ring-buffer streamer (C) and the Faust delay processor")
+        pipe.start_streamer()
+        pipe.start_processor()
+        done(t)
+
+        t = step(f"STAMP session {spec.ssid}: {args.rate} packets/s for {args.duration:.0f} s "
+                 f"over SID list {','.join(spec.segs)} (return {','.join(spec.return_segs)})")
+        t_start_ns = time.clock_gettime_ns(time.CLOCK_TAI)
+        summary = pipe.run_sender(args.duration, progress)
+        print()
+        done(t, f"sent {summary['sent']}, send errors {summary['send_errors']}")
+
+        t = step("waiting for the last seconds to reach InfluxDB")
+        collected = pipe.datapath_stats()["stamp_collector"].get("collected", 0)
+        got = wait_for_points(stack, spec, t_start_ns, expect_records=collected, timeout_s=60)
+        done(t, f"{got} records aggregated (collector saw {collected})")
+
+        rows = read_delay_summary(stack, spec, t_start_ns)
+        injected = {"forward": args.fwd_delay_us, "reverse": args.rev_delay_us,
+                    "round_trip": args.fwd_delay_us + args.rev_delay_us}
+        print()
+        print(f"Measured delay per direction, session ssid={spec.ssid} (from InfluxDB, database "
+              f"{stack.influx_db!r}, measurement stamp_delay)")
+        hdr = f"{'direction':<11} {'injected':>9} {'mean':>9} {'error':>8} {'min':>9} {'p50':>9} {'p99':>9} {'max':>9} {'samples':>8}"
+        print(hdr)
+        print("-" * len(hdr))
+        for d in ("forward", "reverse", "round_trip"):
+            r = rows.get(d)
+            if not r:
+                print(f"{d:<11} {injected[d]:>7} us   (no data)")
+                continue
+            print(f"{d:<11} {injected[d]:>6} us {r['mean_us']:>6.0f} us {r['mean_us'] - injected[d]:>+5.0f} us "
+                  f"{r['min_us']:>6.0f} us {r['p50_us']:>6.0f} us {r['p99_us']:>6.0f} us {r['max_us']:>6.0f} us "
+                  f"{r['count']:>8}")
+        print("(error = mean - injected: the path's own latency - veth, SRv6 End on R, the relay - is in it)")
+        print()
+        q = ('SELECT mean("mean_us"), max("p99_us"), sum("count") FROM "stamp_delay" '
+             'WHERE time > now() - 5m GROUP BY "direction", time(10s)')
+        print("Query it yourself (run the demo with --keep-services to keep InfluxDB up):")
+        print(f"  curl -sG {stack.influx_url}/query --data-urlencode db={stack.influx_db} \\\n"
+              f"       --data-urlencode 'q={q}'")
+        return 0
+    except KeyboardInterrupt:
+        print("\ninterrupted: cleaning up", flush=True)
+        return 130
+    finally:
+        if pipe:
+            pipe.stop()
+        if lab:
+            lab.down()
+        if not args.keep_services:
+            stack.down()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

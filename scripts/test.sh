@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# The test command (README, .ci/run via `make test`). Runs every test as root:
+# codec tests in C and Python, datapath tests with real XDP programs in network
+# namespaces, and the end-to-end pipeline through real Kafka, InfluxDB and
+# Telegraf. Services and namespaces the tests start are stopped by the tests;
+# the trap below only sweeps up after a crash.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+PY=.local/venv/bin/python
+
+if [ "$(id -u)" != 0 ]; then
+  echo "segscope tests need root (network namespaces, eBPF): run as root" >&2
+  exit 2
+fi
+
+sweep() {
+  $PY -m services.stack down >/dev/null 2>&1 || true
+  for p in t-e2e t-dp t-nl; do $PY -m netlab down --prefix "$p" >/dev/null 2>&1 || true; done
+}
+trap sweep EXIT INT TERM
+
+$PY -m pytest "$@"

@@ -1,0 +1,57 @@
+"""Read what the pipeline wrote to InfluxDB back, for the demo table and the e2e assertions.
+
+Points of `stamp_delay` are per session, direction and second (schemas/metrics.md); this
+module folds them into one summary per direction. The overall mean is the count-weighted
+mean of the per-second means (exact); min/max are exact; p50/p99 over the whole run are
+not derivable from per-second percentiles, so the summary reports the median of the
+per-second p50s and the largest per-second p99 and says so.
+"""
+from __future__ import annotations
+
+import time
+
+DIRECTIONS = ("forward", "reverse", "round_trip")
+
+
+def delay_points(stack, spec, since_ns: int) -> list[dict]:
+    q = (f"SELECT * FROM \"stamp_delay\" WHERE \"ssid\" = '{spec.ssid}' AND \"node\" = '{spec.sender_node}' "
+         f"AND time >= {since_ns - 2_000_000_000}")
+    return stack.influx_query(q)
+
+
+def records_in_influx(stack, spec, since_ns: int, direction: str = "forward") -> int:
+    return sum(int(p["count"]) for p in delay_points(stack, spec, since_ns) if p["direction"] == direction)
+
+
+def wait_for_points(stack, spec, since_ns: int, expect_records: int, timeout_s: float = 60) -> int:
+    """Wait until the forward points in InfluxDB account for expect_records records (or time out)."""
+    deadline = time.monotonic() + timeout_s
+    got = -1
+    while time.monotonic() < deadline:
+        got = records_in_influx(stack, spec, since_ns)
+        if got >= expect_records:
+            break
+        time.sleep(1)
+    return got
+
+
+def read_delay_summary(stack, spec, since_ns: int) -> dict[str, dict]:
+    out: dict[str, dict] = {}
+    pts = delay_points(stack, spec, since_ns)
+    for d in DIRECTIONS:
+        ps = [p for p in pts if p["direction"] == d]
+        if not ps:
+            continue
+        n = sum(int(p["count"]) for p in ps)
+        p50s = sorted(float(p["p50_us"]) for p in ps)
+        out[d] = {
+            "count": n,
+            "seconds": len(ps),
+            "mean_us": sum(float(p["mean_us"]) * int(p["count"]) for p in ps) / n,
+            "min_us": min(float(p["min_us"]) for p in ps),
+            "max_us": max(float(p["max_us"]) for p in ps),
+            "p50_us": p50s[len(p50s) // 2],
+            "p99_us": max(float(p["p99_us"]) for p in ps),
+            "ipdv_mean_us": sum(float(p.get("ipdv_mean_us") or 0) * int(p["count"]) for p in ps) / n,
+        }
+    return out
