@@ -1,0 +1,334 @@
+"""Per-second STAMP delay aggregation: the pure, Kafka-free core of the delay processor.
+
+Input: the records of one decoded stamp_batch (numpy array of STAMP_RECORD_DTYPE,
+from segscope_schemas.stamp_record.decode_batch) plus the node name of the batch.
+Output: InfluxDB line-protocol lines `stamp_delay,node=..,ssid=..,direction=..`
+(see schemas/metrics.md), one per closed (node, ssid, second) and direction.
+
+Design (why it looks like this):
+- ingest() is the per-Kafka-message path. It does a handful of vectorised numpy
+  operations on the whole batch (delays, second index, grouping) and only appends
+  array slices to per-second accumulators; no per-record Python work. Statistics
+  are computed once, when a second is closed (flush()).
+- A second s (TAI seconds, s = floor(T1 / 1e9)) closes when the session's
+  watermark passes (s + 1) * 1e9 + grace. The watermark is the largest T1 seen for
+  the session, or the CLOCK_TAI wall clock once the session has been idle (no
+  records) for `grace`, so the last second of a session that stops is flushed.
+- Closed seconds stay in memory for `retention` (data time) after their end. A late
+  record for such a second re-opens it, and the next flush re-emits the full,
+  updated aggregate with the same measurement, tags and timestamp, so InfluxDB
+  overwrites the earlier point (idempotent sink). Records older than the retention
+  horizon are dropped and counted (late_records_dropped).
+- Duplicates (same session and sender_seq already seen in that second, e.g. after
+  a streamer replay) are removed when a second is merged, keeping the first copy,
+  and counted (duplicate_records).
+- Negative delays (clock trouble, e.g. T2 < T1) and absurd ones (|delay| above
+  `absurd_threshold`) are kept in the statistics and counted, never dropped silently.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field, fields
+
+import numpy as np
+
+NS_PER_S = 1_000_000_000
+NS_PER_US = 1_000.0
+
+DIRECTIONS = ("forward", "reverse", "round_trip")
+MEASUREMENT = "stamp_delay"
+
+
+def clock_tai_ns() -> int:
+    """CLOCK_TAI now, the clock the datapath stamps T1..T4 with."""
+    return time.clock_gettime_ns(time.CLOCK_TAI)
+
+
+# ---------------------------------------------------------------------------
+# line protocol helpers
+# ---------------------------------------------------------------------------
+
+_TAG_ESCAPES = str.maketrans({",": r"\,", "=": r"\=", " ": r"\ ", "\n": r"\ ", "\r": r"\ ", "\t": r"\ "})
+
+
+def escape_tag(value: str) -> str:
+    """Escape a tag key or value for line protocol (comma, equals sign, space).
+
+    Line protocol cannot carry newlines or tabs in a tag at all; they become escaped
+    spaces so one odd node name cannot split a line or drop the point. An empty tag
+    value is not allowed by InfluxDB, so it becomes "unknown". A trailing backslash
+    would escape the following separator, so it is doubled.
+    """
+    if value == "":
+        return "unknown"
+    escaped = value.translate(_TAG_ESCAPES)
+    if escaped.endswith("\\") and not escaped.endswith("\\\\"):
+        escaped += "\\"
+    return escaped
+
+
+def format_float(x: float) -> str:
+    """Shortest exact decimal form of a float field (repr round-trips)."""
+    return repr(float(x))
+
+
+# ---------------------------------------------------------------------------
+# counters
+# ---------------------------------------------------------------------------
+
+@dataclass
+class Counters:
+    """Monotonic counters of the processor, published as measurement segscope_processor."""
+    records_in: int = 0            # records in well-formed batches (incl. duplicates and late ones)
+    batches_in: int = 0            # well-formed stamp_batch messages
+    malformed_batches: int = 0     # messages sent to the dead-letter topic
+    duplicate_records: int = 0     # records removed as duplicates (same session, second, sender_seq)
+    late_records_dropped: int = 0  # records older than the retention horizon of their session
+    points_out: int = 0            # stamp_delay lines emitted (3 per closed second, re-emits included)
+    negative_delays: int = 0       # delay values < 0 (one record can add up to 3, one per direction)
+    absurd_delays: int = 0         # delay values with |delay| > absurd_threshold (kept, like negatives)
+    seconds_reemitted: int = 0     # closed seconds emitted again because late records arrived
+
+    def as_dict(self) -> dict[str, int]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+# ---------------------------------------------------------------------------
+# per-second accumulator
+# ---------------------------------------------------------------------------
+
+@dataclass
+class DirectionStats:
+    count: int
+    min_us: float
+    mean_us: float
+    max_us: float
+    p50_us: float
+    p99_us: float
+    ipdv_mean_us: float | None  # None when fewer than 2 packets: IPDV is undefined
+
+
+def direction_stats(delays_ns: np.ndarray) -> DirectionStats:
+    """Statistics of one direction; delays_ns must already be ordered by sender_seq.
+
+    IPDV (RFC 3393 / RFC 5481): difference of one-way delay between consecutive
+    packets; here "consecutive" means adjacent by sender_seq among the packets that
+    arrived in this second. ipdv_mean_us is the mean of |D(i) - D(i-1)|.
+    """
+    p50, p99 = np.percentile(delays_ns, [50.0, 99.0])
+    ipdv = None
+    if len(delays_ns) >= 2:
+        ipdv = float(np.abs(np.diff(delays_ns)).mean()) / NS_PER_US
+    return DirectionStats(
+        count=int(len(delays_ns)),
+        min_us=int(delays_ns.min()) / NS_PER_US,
+        mean_us=float(delays_ns.mean()) / NS_PER_US,
+        max_us=int(delays_ns.max()) / NS_PER_US,
+        p50_us=float(p50) / NS_PER_US,
+        p99_us=float(p99) / NS_PER_US,
+        ipdv_mean_us=ipdv,
+    )
+
+
+class SecondAccumulator:
+    """Records of one (node, ssid, second): merged (deduped, sorted by sender_seq) + pending chunks."""
+
+    __slots__ = ("second", "seq", "delays", "pending", "emitted", "dirty")
+
+    def __init__(self, second: int):
+        self.second = second
+        self.seq = np.empty(0, dtype=np.int64)
+        self.delays = np.empty((3, 0), dtype=np.int64)     # rows: forward, reverse, round_trip
+        self.pending: list[tuple[np.ndarray, np.ndarray]] = []
+        self.emitted = False
+        self.dirty = False
+
+    def add(self, seq: np.ndarray, delays: np.ndarray) -> None:
+        self.pending.append((seq, delays))
+        self.dirty = True
+
+    def merge(self, counters: Counters, absurd_threshold_ns: int) -> None:
+        """Fold pending chunks into the merged arrays; drop and count duplicate sender_seq."""
+        if not self.pending:
+            return
+        n_old = len(self.seq)
+        seq = np.concatenate([self.seq] + [s for s, _ in self.pending])
+        delays = np.concatenate([self.delays] + [d for _, d in self.pending], axis=1)
+        self.pending.clear()
+        # np.unique returns the first occurrence, and old (already merged) records come
+        # first, so a replayed copy never replaces what was counted before.
+        self.seq, keep = np.unique(seq, return_index=True)
+        self.delays = delays[:, keep]
+        counters.duplicate_records += len(seq) - len(keep)
+        new = delays[:, keep[keep >= n_old]]
+        counters.negative_delays += int(np.count_nonzero(new < 0))
+        counters.absurd_delays += int(np.count_nonzero(np.abs(new) > absurd_threshold_ns))
+
+    def stats(self) -> list[DirectionStats]:
+        return [direction_stats(self.delays[i]) for i in range(3)]
+
+
+@dataclass
+class SessionState:
+    node: str
+    ssid: int
+    watermark_ns: int = -1           # max T1 seen
+    last_ingest_tai_ns: int = 0      # wall clock (CLOCK_TAI) of the last batch with records
+    horizon_s: int = -(2**62)        # seconds below this were evicted: their records are dropped
+    seconds: dict[int, SecondAccumulator] = field(default_factory=dict)
+    tag_prefix: str = ""             # "stamp_delay,node=..,ssid=..,direction="
+
+
+# ---------------------------------------------------------------------------
+# the aggregator
+# ---------------------------------------------------------------------------
+
+class DelayAggregator:
+    def __init__(self, grace_s: float = 2.0, retention_s: float = 60.0,
+                 absurd_threshold_s: float = 10.0):
+        if grace_s < 0 or retention_s < grace_s:
+            raise ValueError("need 0 <= grace_s <= retention_s")
+        self.grace_ns = int(grace_s * NS_PER_S)
+        self.retention_ns = int(retention_s * NS_PER_S)
+        self.absurd_threshold_ns = int(absurd_threshold_s * NS_PER_S)
+        self.sessions: dict[tuple[str, int], SessionState] = {}
+        self.counters = Counters()
+
+    # -- per message ------------------------------------------------------
+
+    def ingest(self, node: str, records: np.ndarray, now_tai_ns: int | None = None) -> None:
+        """Fold the records of one stamp_batch into the per-second accumulators."""
+        n = len(records)
+        self.counters.batches_in += 1
+        self.counters.records_in += n
+        if n == 0:
+            return
+        if now_tai_ns is None:
+            now_tai_ns = clock_tai_ns()
+        t1 = records["t1_ns"].astype(np.int64)
+        t2 = records["t2_ns"].astype(np.int64)
+        t3 = records["t3_ns"].astype(np.int64)
+        t4 = records["t4_ns"].astype(np.int64)
+        delays = np.empty((3, n), dtype=np.int64)
+        np.subtract(t2, t1, out=delays[0])                      # forward  T2 - T1
+        np.subtract(t4, t3, out=delays[1])                      # reverse  T4 - T3
+        np.subtract(t4 - t1, t3 - t2, out=delays[2])            # round trip (T4-T1)-(T3-T2)
+        second = t1 // NS_PER_S
+        seq = records["sender_seq"]
+        ssid = records["ssid"]
+
+        if ssid[0] == ssid[-1] and second[0] == second[-1] and \
+                (n <= 2 or (ssid.min() == ssid.max() and second.min() == second.max())):
+            # common case: one session, one second
+            self._add_group(node, int(ssid[0]), int(second[0]), seq, delays, int(t1.max()), now_tai_ns)
+            return
+        order = np.lexsort((second, ssid))
+        ssid_o, second_o = ssid[order], second[order]
+        cut = np.flatnonzero((np.diff(ssid_o) != 0) | (np.diff(second_o) != 0)) + 1
+        bounds = np.concatenate(([0], cut, [n]))
+        seq_o, delays_o, t1_o = seq[order], delays[:, order], t1[order]
+        for a, b in zip(bounds[:-1], bounds[1:]):
+            self._add_group(node, int(ssid_o[a]), int(second_o[a]), seq_o[a:b], delays_o[:, a:b],
+                            int(t1_o[a:b].max()), now_tai_ns)
+
+    def _session(self, node: str, ssid: int) -> SessionState:
+        key = (node, ssid)
+        st = self.sessions.get(key)
+        if st is None:
+            st = SessionState(node=node, ssid=ssid)
+            st.tag_prefix = f"{MEASUREMENT},node={escape_tag(node)},ssid={ssid},direction="
+            self.sessions[key] = st
+        return st
+
+    def _add_group(self, node: str, ssid: int, second: int, seq: np.ndarray, delays: np.ndarray,
+                   max_t1: int, now_tai_ns: int) -> None:
+        st = self._session(node, ssid)
+        st.last_ingest_tai_ns = now_tai_ns
+        if second < st.horizon_s:
+            self.counters.late_records_dropped += len(seq)
+            return
+        if max_t1 > st.watermark_ns:
+            st.watermark_ns = max_t1
+        acc = st.seconds.get(second)
+        if acc is None:
+            acc = st.seconds[second] = SecondAccumulator(second)
+        acc.add(seq.astype(np.int64), delays)
+
+    # -- periodic ---------------------------------------------------------
+
+    def flush(self, now_tai_ns: int | None = None) -> list[str]:
+        """Close every second whose end + grace is behind the watermark; return their lines.
+
+        Also evicts seconds older than the retention window. Call it periodically (1 s).
+        """
+        if now_tai_ns is None:
+            now_tai_ns = clock_tai_ns()
+        lines: list[str] = []
+        for st in self.sessions.values():
+            idle_ns = now_tai_ns - st.last_ingest_tai_ns
+            wm = st.watermark_ns
+            if idle_ns >= self.grace_ns:
+                wm = max(wm, now_tai_ns)
+            close_before = (wm - self.grace_ns) // NS_PER_S     # seconds s with (s+1)*1e9+grace <= wm
+            for s in sorted(st.seconds):
+                if s >= close_before:
+                    break
+                acc = st.seconds[s]
+                if acc.dirty:
+                    self._emit(st, acc, lines)
+            # Eviction runs on data time (the watermark), so replayed old data is kept as
+            # long as live data would be; only an idle session falls back to the wall clock.
+            evict_wm = st.watermark_ns
+            if idle_ns >= self.retention_ns:
+                evict_wm = max(evict_wm, now_tai_ns)
+            horizon = (evict_wm - self.retention_ns) // NS_PER_S
+            if horizon > st.horizon_s:
+                for s in [s for s in st.seconds if s < horizon]:
+                    acc = st.seconds.pop(s)
+                    if acc.dirty:      # never closed (cannot happen while retention >= grace), emit anyway
+                        self._emit(st, acc, lines)
+                st.horizon_s = horizon
+        return lines
+
+    def flush_all(self) -> list[str]:
+        """Emit every dirty second now (shutdown path)."""
+        lines: list[str] = []
+        for st in self.sessions.values():
+            for s in sorted(st.seconds):
+                acc = st.seconds[s]
+                if acc.dirty:
+                    self._emit(st, acc, lines)
+        return lines
+
+    def _emit(self, st: SessionState, acc: SecondAccumulator, lines: list[str]) -> None:
+        acc.merge(self.counters, self.absurd_threshold_ns)
+        if acc.emitted:
+            self.counters.seconds_reemitted += 1
+        acc.emitted = True
+        acc.dirty = False
+        if len(acc.seq) == 0:
+            return
+        ts = acc.second * NS_PER_S
+        for direction, d in zip(DIRECTIONS, acc.stats()):
+            lines.append(format_line(st.tag_prefix + direction, d, ts))
+        self.counters.points_out += 3
+
+    def open_seconds(self) -> int:
+        return sum(len(st.seconds) for st in self.sessions.values())
+
+
+def format_line(series: str, d: DirectionStats, ts_ns: int) -> str:
+    fields_ = (f"count={d.count}i,min_us={format_float(d.min_us)},mean_us={format_float(d.mean_us)},"
+               f"max_us={format_float(d.max_us)},p50_us={format_float(d.p50_us)},"
+               f"p99_us={format_float(d.p99_us)}")
+    if d.ipdv_mean_us is not None:
+        fields_ += f",ipdv_mean_us={format_float(d.ipdv_mean_us)}"
+    return f"{series} {fields_} {ts_ns}"
+
+
+def counters_line(counters: Counters, processor: str, ts_ns: int, extra: dict[str, int] | None = None) -> str:
+    values = counters.as_dict()
+    if extra:
+        values.update(extra)
+    body = ",".join(f"{k}={v}i" for k, v in values.items())
+    return f"segscope_processor,processor={escape_tag(processor)} {body} {ts_ns}"

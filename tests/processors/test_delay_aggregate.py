@@ -1,0 +1,246 @@
+"""Unit tests of the delay aggregator on constructed record arrays with known answers."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from processors.delay.aggregate import (
+    DelayAggregator, escape_tag, format_float, counters_line, Counters, NS_PER_S,
+)
+from segscope_schemas.stamp_record import STAMP_RECORD_DTYPE, decode_batch, encode_batch
+
+BASE_S = 1_900_000_000          # a TAI second well in the "future" of any test clock
+
+
+def make_records(seq, t1, fwd, rev, hold=1_000, ssid=1) -> np.ndarray:
+    """Records with given sender_seq, T1 (ns), forward and reverse delay (ns); T3 = T2 + hold."""
+    n = len(seq)
+    r = np.zeros(n, dtype=STAMP_RECORD_DTYPE)
+    t1 = np.asarray(t1, dtype=np.int64)
+    r["sender_seq"] = seq
+    r["ssid"] = ssid
+    r["t1_ns"] = t1
+    r["t2_ns"] = t1 + np.asarray(fwd, dtype=np.int64)
+    r["t3_ns"] = r["t2_ns"].astype(np.int64) + hold
+    r["t4_ns"] = r["t3_ns"].astype(np.int64) + np.asarray(rev, dtype=np.int64)
+    return r
+
+
+def parse_line(line: str) -> tuple[str, dict[str, str], dict[str, float | int], int]:
+    head, fields_s, ts = line.rsplit(" ", 2)
+    parts = head.split(",")
+    tags = dict(p.split("=", 1) for p in parts[1:])
+    fields = {}
+    for kv in fields_s.split(","):
+        k, v = kv.split("=", 1)
+        fields[k] = int(v[:-1]) if v.endswith("i") else float(v)
+    return parts[0], tags, fields, int(ts)
+
+
+def by_direction(lines: list[str]) -> dict[tuple[str, str, int], dict]:
+    out = {}
+    for line in lines:
+        meas, tags, fields, ts = parse_line(line)
+        assert meas == "stamp_delay"
+        out[(tags["ssid"], tags["direction"], ts)] = fields
+    return out
+
+
+def far_future(agg: DelayAggregator) -> int:
+    """A wall clock after every test timestamp: closes all seconds of idle sessions."""
+    return (BASE_S + 10_000) * NS_PER_S
+
+
+def test_exact_stats_of_one_second():
+    rng = np.random.default_rng(7)
+    n = 500
+    seq = np.arange(100, 100 + n)
+    t1 = BASE_S * NS_PER_S + np.sort(rng.integers(0, NS_PER_S, n))
+    fwd = rng.integers(1_000_000, 5_000_000, n)          # 1..5 ms
+    rev = rng.integers(500_000, 900_000, n)
+    hold = 7_000
+    agg = DelayAggregator()
+    agg.ingest("A", make_records(seq, t1, fwd, rev, hold=hold))
+    lines = agg.flush(far_future(agg))
+    assert len(lines) == 3
+    got = by_direction(lines)
+    ts = BASE_S * NS_PER_S
+    rt = fwd + rev                                      # (T4-T1)-(T3-T2) = fwd + rev
+    for direction, vals in (("forward", fwd), ("reverse", rev), ("round_trip", rt)):
+        f = got[("1", direction, ts)]
+        assert f["count"] == n
+        assert f["min_us"] == min(vals.tolist()) / 1000
+        assert f["max_us"] == max(vals.tolist()) / 1000
+        assert f["mean_us"] == pytest.approx(sum(vals.tolist()) / n / 1000, rel=1e-12)
+        p50, p99 = np.percentile(vals, [50, 99])
+        assert f["p50_us"] == pytest.approx(p50 / 1000, rel=1e-12)
+        assert f["p99_us"] == pytest.approx(p99 / 1000, rel=1e-12)
+        ipdv = sum(abs(a - b) for a, b in zip(vals.tolist()[1:], vals.tolist()[:-1])) / (n - 1)
+        assert f["ipdv_mean_us"] == pytest.approx(ipdv / 1000, rel=1e-12)
+    assert agg.counters.points_out == 3
+    assert agg.counters.records_in == n and agg.counters.batches_in == 1
+
+
+def test_ipdv_by_hand_uses_sender_seq_order():
+    # forward delays by seq 1..4: 10, 14, 11, 11 us -> |4|,|3|,|0| -> mean 7/3 us.
+    # Records arrive out of order; IPDV must follow sender_seq, not arrival order.
+    t0 = BASE_S * NS_PER_S
+    seq = [3, 1, 4, 2]
+    fwd = [11_000, 10_000, 11_000, 14_000]
+    rev = [5_000, 5_000, 6_000, 5_000]      # by seq: 5,5,5,6 -> |0|,|0|,|1| -> 1/3 us
+    recs = make_records(seq, [t0 + s * 1000 for s in seq], fwd, rev)
+    agg = DelayAggregator()
+    agg.ingest("A", recs)
+    got = by_direction(agg.flush(far_future(agg)))
+    assert got[("1", "forward", t0)]["ipdv_mean_us"] == pytest.approx(7 / 3)
+    assert got[("1", "reverse", t0)]["ipdv_mean_us"] == pytest.approx(1 / 3)
+    assert got[("1", "forward", t0)]["p50_us"] == 11.0       # median of 10,11,11,14
+
+
+def test_single_packet_has_no_ipdv_field():
+    t0 = BASE_S * NS_PER_S
+    agg = DelayAggregator()
+    agg.ingest("A", make_records([1], [t0], [2_500], [1_500]))
+    lines = agg.flush(far_future(agg))
+    f = by_direction(lines)[("1", "forward", t0)]
+    assert f == {"count": 1, "min_us": 2.5, "mean_us": 2.5, "max_us": 2.5, "p50_us": 2.5, "p99_us": 2.5}
+
+
+def test_second_boundaries_and_watermark_grace():
+    t0 = BASE_S * NS_PER_S
+    # last ns of second 0, first ns of second 1, and one in second 1 end
+    t1 = [t0 + NS_PER_S - 1, t0 + NS_PER_S, t0 + 2 * NS_PER_S - 1]
+    agg = DelayAggregator(grace_s=2.0)
+    now = t0  # wall clock that never forces anything: the session is not idle
+    agg.ingest("A", make_records([1, 2, 3], t1, [1000, 2000, 3000], [1000] * 3), now_tai_ns=now)
+    assert agg.flush(now) == []                 # watermark t0+2s-1 < end of second 0 + 2 s
+    # a record at exactly end(second 0) + grace closes second 0 only
+    agg.ingest("A", make_records([4], [t0 + 3 * NS_PER_S], [4000], [1000]), now_tai_ns=now)
+    got = by_direction(agg.flush(now))
+    assert set(got) == {("1", d, t0) for d in ("forward", "reverse", "round_trip")}
+    assert got[("1", "forward", t0)]["count"] == 1 and got[("1", "forward", t0)]["max_us"] == 1.0
+    # watermark end(second 1) + grace - 1 ns: second 1 stays open
+    agg.ingest("A", make_records([5], [t0 + 4 * NS_PER_S - 1], [5000], [1000]), now_tai_ns=now)
+    assert agg.flush(now) == []
+    agg.ingest("A", make_records([6], [t0 + 4 * NS_PER_S], [6000], [1000]), now_tai_ns=now)
+    got = by_direction(agg.flush(now))
+    f = got[("1", "forward", t0 + NS_PER_S)]
+    assert f["count"] == 2 and f["min_us"] == 2.0 and f["max_us"] == 3.0
+
+
+def test_idle_session_flushed_by_wall_clock():
+    t0 = BASE_S * NS_PER_S
+    agg = DelayAggregator(grace_s=2.0)
+    agg.ingest("A", make_records([1], [t0], [1000], [1000]), now_tai_ns=t0 + 10_000)
+    assert agg.flush(t0 + NS_PER_S) == []            # not idle for 2 s yet
+    assert len(agg.flush(t0 + 3 * NS_PER_S)) == 3    # idle and wall clock past end + grace
+
+
+def test_batch_spanning_sessions_and_seconds():
+    t0 = BASE_S * NS_PER_S
+    a = make_records([1, 2], [t0 + 1, t0 + NS_PER_S + 1], [1000, 2000], [100, 100], ssid=7)
+    b = make_records([1, 2], [t0 + 2, t0 + NS_PER_S + 2], [3000, 4000], [100, 100], ssid=8)
+    mixed = np.concatenate([a[:1], b, a[1:]])
+    agg = DelayAggregator()
+    agg.ingest("A", mixed)
+    got = by_direction(agg.flush(far_future(agg)))
+    assert len(got) == 12
+    assert got[("7", "forward", t0)]["max_us"] == 1.0
+    assert got[("7", "forward", t0 + NS_PER_S)]["max_us"] == 2.0
+    assert got[("8", "forward", t0)]["max_us"] == 3.0
+    assert got[("8", "forward", t0 + NS_PER_S)]["max_us"] == 4.0
+
+
+def test_duplicates_deduped_and_counted():
+    t0 = BASE_S * NS_PER_S
+    recs = make_records([1, 2, 3], [t0, t0 + 10, t0 + 20], [1000, 2000, 3000], [500] * 3)
+    agg = DelayAggregator()
+    now = t0
+    agg.ingest("A", recs, now_tai_ns=now)
+    agg.ingest("A", recs[1:], now_tai_ns=now)           # replay of seq 2, 3
+    # the replayed copy carries other timestamps: the first one must win
+    replay = make_records([2], [t0 + 10], [9_999_000], [500])
+    agg.ingest("A", replay, now_tai_ns=now)
+    got = by_direction(agg.flush(far_future(agg)))
+    f = got[("1", "forward", t0)]
+    assert f["count"] == 3 and f["max_us"] == 3.0 and f["mean_us"] == 2.0
+    assert agg.counters.duplicate_records == 3
+    assert agg.counters.records_in == 6
+
+
+def test_late_record_reemits_full_aggregate_and_old_ones_are_dropped():
+    t0 = BASE_S * NS_PER_S
+    agg = DelayAggregator(grace_s=2.0, retention_s=10.0)
+    now = t0  # never idle
+    agg.ingest("A", make_records([1, 2], [t0, t0 + 1], [1000, 3000], [100, 100]), now_tai_ns=now)
+    agg.ingest("A", make_records([10], [t0 + 5 * NS_PER_S], [1000], [100]), now_tai_ns=now)
+    first = by_direction(agg.flush(now))
+    assert first[("1", "forward", t0)]["count"] == 2
+    # late record for second 0 (within retention): re-emitted with the same tags + timestamp
+    agg.ingest("A", make_records([3], [t0 + 2], [8000], [100]), now_tai_ns=now)
+    again = agg.flush(now)
+    got = by_direction(again)
+    assert set(got) == {("1", d, t0) for d in ("forward", "reverse", "round_trip")}
+    f = got[("1", "forward", t0)]
+    assert f["count"] == 3 and f["mean_us"] == 4.0 and f["max_us"] == 8.0
+    assert agg.counters.seconds_reemitted == 1
+    # a duplicate of an already emitted record does not trigger a different aggregate
+    agg.ingest("A", make_records([3], [t0 + 2], [8000], [100]), now_tai_ns=now)
+    assert by_direction(agg.flush(now))[("1", "forward", t0)]["count"] == 3
+    assert agg.counters.duplicate_records == 1
+    # move the watermark beyond retention of second 0: its records are now dropped
+    agg.ingest("A", make_records([20], [t0 + 12 * NS_PER_S], [1000], [100]), now_tai_ns=now)
+    agg.flush(now)
+    agg.ingest("A", make_records([4, 5], [t0 + 3, t0 + 4], [1000, 1000], [100, 100]), now_tai_ns=now)
+    assert agg.flush(now) == []
+    assert agg.counters.late_records_dropped == 2
+
+
+def test_negative_and_absurd_delays_are_kept_and_counted():
+    t0 = BASE_S * NS_PER_S
+    # forward -2 us (T2 < T1), reverse 20 s (absurd)
+    recs = make_records([1, 2], [t0, t0 + 5], [-2000, 1000], [20 * NS_PER_S, 1000])
+    agg = DelayAggregator(absurd_threshold_s=10.0)
+    agg.ingest("A", recs)
+    got = by_direction(agg.flush(far_future(agg)))
+    assert got[("1", "forward", t0)]["min_us"] == -2.0
+    assert got[("1", "forward", t0)]["count"] == 2
+    assert got[("1", "reverse", t0)]["max_us"] == 20e6
+    assert agg.counters.negative_delays == 1      # forward of seq 1; its round trip is 20 s - 2 us > 0
+    assert agg.counters.absurd_delays == 2        # reverse and round trip of seq 1
+
+
+def test_roundtrip_through_encode_decode_batch():
+    t0 = BASE_S * NS_PER_S
+    recs = make_records(np.arange(4000), t0 + np.arange(4000) * 1000, np.full(4000, 1500), np.full(4000, 700))
+    hdr, decoded = decode_batch(encode_batch(recs, node="A", batch_seq=1))
+    agg = DelayAggregator()
+    agg.ingest(hdr.node, decoded)
+    got = by_direction(agg.flush(far_future(agg)))
+    assert got[("1", "round_trip", t0)] == {
+        "count": 4000, "min_us": 2.2, "mean_us": 2.2, "max_us": 2.2, "p50_us": 2.2, "p99_us": 2.2,
+        "ipdv_mean_us": 0.0}
+
+
+def test_line_protocol_escaping():
+    assert escape_tag("A") == "A"
+    assert escape_tag("node a,b=c") == r"node\ a\,b\=c"
+    assert escape_tag("") == "unknown"
+    assert escape_tag("x\ny") == r"x\ y"
+    assert escape_tag("ends\\") == "ends\\\\"
+    t0 = BASE_S * NS_PER_S
+    agg = DelayAggregator()
+    agg.ingest("edge router,1", make_records([1], [t0], [1000], [1000]))
+    line = agg.flush(far_future(agg))[0]
+    assert line.startswith(r"stamp_delay,node=edge\ router\,1,ssid=1,direction=forward count=1i,min_us=1.0,")
+    assert line.endswith(f" {t0}")
+    assert format_float(3.0) == "3.0" and format_float(0.1) == "0.1"
+
+
+def test_counters_line():
+    c = Counters(records_in=5, batches_in=2, malformed_batches=1)
+    line = counters_line(c, "delay", 123, extra={"open_seconds": 4})
+    assert line.startswith("segscope_processor,processor=delay records_in=5i,batches_in=2i,malformed_batches=1i,")
+    assert ",open_seconds=4i 123" in line
+    for name in ("duplicate_records", "late_records_dropped", "points_out", "negative_delays"):
+        assert f"{name}=0i" in line
