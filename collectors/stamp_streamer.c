@@ -1,0 +1,629 @@
+// SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
+/*
+ * stamp_streamer: pinned `stamp_records` ring buffer -> Kafka.
+ *
+ * Each ring_buffer__poll() hands us the records that were ready; they are
+ * grouped by SSID and every (poll, SSID) group becomes one Kafka message
+ * (value = stamp_batch, key = "<node>/<ssid>"), cut early at --max-batch
+ * records. The key keeps a session in one partition, so per-session order
+ * survives. Nothing is dropped silently: a full librdkafka queue blocks the
+ * loop (the BPF side then counts ring-buffer-full drops), delivery failures
+ * are counted per record, and the exit code says whether anything was lost.
+ *
+ * Every --stats-interval seconds the counters go to the metrics topic as
+ * InfluxDB line protocol, together with the collector's per-CPU counters
+ * when --datapath-stats names its pinned stats array.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <getopt.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <bpf/bpf.h>
+#include <bpf/libbpf.h>
+#include <librdkafka/rdkafka.h>
+
+#include "stamp_record.h"
+#include "stamp_batch.h"
+#include "stamp_collector.h"   /* datapath/: collector_counter_names */
+
+#define MAX_GROUPS        64      /* distinct SSIDs buffered within one poll before flushing */
+#define MAX_COUNTER_NAMES 64
+
+struct streamer_opts {
+	const char *ringbuf_path;
+	const char *brokers;
+	const char *topic;
+	const char *metrics_topic;
+	const char *node;
+	const char *datapath_stats_path;
+	const char *stats_json_path;
+	const char *counter_names[MAX_COUNTER_NAMES];
+	int ncounter_names;
+	double stats_interval_s;
+	uint32_t max_batch;
+	int flush_timeout_ms;
+	int poll_timeout_ms;
+};
+
+/* Counters. Records are counted when they enter and when Kafka acknowledges them. */
+struct streamer_counters {
+	uint64_t records_in;
+	uint64_t records_delivered;
+	uint64_t records_failed;       /* delivery report with an error */
+	uint64_t batches_produced;
+	uint64_t batches_delivered;
+	uint64_t batches_failed;
+	uint64_t queue_full_retries;
+	uint64_t malformed_records;    /* ring-buffer sample of the wrong size */
+	uint64_t produce_errors;       /* rd_kafka_producev errors other than QUEUE_FULL (records counted failed) */
+	uint64_t metrics_produced;
+	uint64_t metrics_failed;
+};
+
+/* One SSID's records of the current poll, behind room for the batch header. */
+struct ssid_group {
+	uint16_t ssid;
+	uint32_t count;
+	uint8_t *buf;                  /* header + max_batch records */
+};
+
+struct streamer {
+	struct streamer_opts opts;
+	struct streamer_counters c;
+	rd_kafka_t *rk;
+	rd_kafka_topic_t *records_topic;
+	rd_kafka_topic_t *metrics_topic;
+	struct ring_buffer *rb;
+	int datapath_fd;
+	uint32_t datapath_entries;
+	int ncpus;
+	uint64_t batch_seq;
+	struct ssid_group groups[MAX_GROUPS];
+	int ngroups;
+	int last_group;                /* cache: consecutive records are usually the same SSID */
+};
+
+static volatile sig_atomic_t stop_requested;
+
+static void on_signal(int sig)
+{
+	(void)sig;
+	stop_requested = 1;
+}
+
+/* ---------------------------------------------------------------- options */
+
+static void usage(FILE *f)
+{
+	fprintf(f,
+		"usage: stamp_streamer --ringbuf PATH --node NAME [--brokers HOST:PORT]\n"
+		"        [--topic segscope.stamp.records] [--metrics-topic segscope.metrics]\n"
+		"        [--max-batch 4096] [--stats-interval 1] [--stats-json PATH]\n"
+		"        [--datapath-stats PATH [--datapath-counter-names a,b,c]]\n"
+		"        [--flush-timeout-ms 10000]\n"
+		"SIGINT/SIGTERM: drain, flush, print counters as JSON; exit 1 if records were lost.\n");
+}
+
+static void die_arg(const char *flag, const char *why, const char *value)
+{
+	fprintf(stderr, "stamp_streamer: %s: %s%s%s\n", flag, why, value ? ": " : "", value ? value : "");
+	usage(stderr);
+	exit(2);
+}
+
+static long long parse_int(const char *flag, const char *s, long long lo, long long hi)
+{
+	char *end;
+	long long v;
+
+	errno = 0;
+	v = strtoll(s, &end, 10);
+	if (errno || end == s || *end || v < lo || v > hi) {
+		char why[96];
+
+		snprintf(why, sizeof(why), "expected an integer in %lld..%lld", lo, hi);
+		die_arg(flag, why, s);
+	}
+	return v;
+}
+
+static void parse_counter_names(struct streamer_opts *o, const char *s)
+{
+	char *copy = strdup(s), *save = NULL, *tok;
+
+	o->ncounter_names = 0;
+	for (tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+		if (o->ncounter_names == MAX_COUNTER_NAMES)
+			die_arg("--datapath-counter-names", "too many names", s);
+		for (const char *p = tok; *p; p++)   /* line-protocol field keys: keep them plain */
+			if (!((*p >= 'a' && *p <= 'z') || (*p >= '0' && *p <= '9') || *p == '_'))
+				die_arg("--datapath-counter-names", "names may hold only [a-z0-9_]", tok);
+		o->counter_names[o->ncounter_names++] = tok;   /* copy is kept for the process lifetime */
+	}
+}
+
+static void parse_args(int argc, char **argv, struct streamer_opts *o)
+{
+	enum { O_RINGBUF = 1, O_NODE, O_BROKERS, O_TOPIC, O_MTOPIC, O_MAXBATCH, O_INTERVAL,
+	       O_STATSJSON, O_DPSTATS, O_DPNAMES, O_FLUSH, O_HELP };
+	static const struct option longopts[] = {
+		{ "ringbuf", required_argument, NULL, O_RINGBUF },
+		{ "node", required_argument, NULL, O_NODE },
+		{ "brokers", required_argument, NULL, O_BROKERS },
+		{ "topic", required_argument, NULL, O_TOPIC },
+		{ "metrics-topic", required_argument, NULL, O_MTOPIC },
+		{ "max-batch", required_argument, NULL, O_MAXBATCH },
+		{ "stats-interval", required_argument, NULL, O_INTERVAL },
+		{ "stats-json", required_argument, NULL, O_STATSJSON },
+		{ "datapath-stats", required_argument, NULL, O_DPSTATS },
+		{ "datapath-counter-names", required_argument, NULL, O_DPNAMES },
+		{ "flush-timeout-ms", required_argument, NULL, O_FLUSH },
+		{ "help", no_argument, NULL, O_HELP },
+		{ 0 },
+	};
+	char *end;
+	int c;
+
+	memset(o, 0, sizeof(*o));
+	o->brokers = "127.0.0.1:19092";
+	o->topic = "segscope.stamp.records";
+	o->metrics_topic = "segscope.metrics";
+	o->max_batch = 4096;
+	o->stats_interval_s = 1.0;
+	o->flush_timeout_ms = 10000;
+	o->poll_timeout_ms = 100;
+	/* default counter names: the collector's own table (datapath/stamp_collector.h) */
+	for (int i = 0; i < COLL_NR_COUNTERS; i++)
+		o->counter_names[o->ncounter_names++] = collector_counter_names[i];
+
+	opterr = 0;
+	while ((c = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
+		switch (c) {
+		case O_RINGBUF: o->ringbuf_path = optarg; break;
+		case O_NODE: o->node = optarg; break;
+		case O_BROKERS: o->brokers = optarg; break;
+		case O_TOPIC: o->topic = optarg; break;
+		case O_MTOPIC: o->metrics_topic = optarg; break;
+		case O_MAXBATCH: o->max_batch = parse_int("--max-batch", optarg, 1, 1 << 20); break;
+		case O_INTERVAL:
+			errno = 0;
+			o->stats_interval_s = strtod(optarg, &end);
+			if (errno || end == optarg || *end || !(o->stats_interval_s >= 0.01))
+				die_arg("--stats-interval", "expected seconds >= 0.01", optarg);
+			break;
+		case O_STATSJSON: o->stats_json_path = optarg; break;
+		case O_DPSTATS: o->datapath_stats_path = optarg; break;
+		case O_DPNAMES: parse_counter_names(o, optarg); break;
+		case O_FLUSH: o->flush_timeout_ms = parse_int("--flush-timeout-ms", optarg, 0, 600000); break;
+		case O_HELP: usage(stdout); exit(0);
+		default:
+			die_arg(argv[optind - 1], "unknown flag or missing value", NULL);
+		}
+	}
+	if (optind < argc)
+		die_arg(argv[optind], "unexpected argument", NULL);
+	if (!o->ringbuf_path)
+		die_arg("--ringbuf", "required (pinned stamp_records ring buffer)", NULL);
+	if (!o->node || !*o->node)
+		die_arg("--node", "required", NULL);
+	if (strlen(o->node) > STAMP_BATCH_NODE_LEN)
+		die_arg("--node", "longer than 32 bytes", o->node);
+	for (const char *p = o->node; *p; p++)   /* goes into a line-protocol tag and a Kafka key */
+		if (*p == ',' || *p == ' ' || *p == '=' || *p == '/' || *p == '\\')
+			die_arg("--node", "must not contain , space = / or \\", o->node);
+}
+
+/* ------------------------------------------------------------------ kafka */
+
+/* msg_opaque: record count << 1, low bit set for metrics messages */
+static void on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaque)
+{
+	struct streamer *s = opaque;
+	uintptr_t tag = (uintptr_t)m->_private;
+	uint64_t records = tag >> 1;
+
+	(void)rk;
+	if (tag & 1) {
+		if (m->err) {
+			s->c.metrics_failed++;
+			fprintf(stderr, "stamp_streamer: metrics delivery failed: %s\n", rd_kafka_err2str(m->err));
+		}
+		return;
+	}
+	if (m->err) {
+		if (s->c.batches_failed++ == 0 || (s->c.batches_failed & 1023) == 0)
+			fprintf(stderr, "stamp_streamer: delivery failed (%llu batches so far): %s\n",
+				(unsigned long long)s->c.batches_failed, rd_kafka_err2str(m->err));
+		s->c.records_failed += records;
+	} else {
+		s->c.records_delivered += records;
+		s->c.batches_delivered++;
+	}
+}
+
+static int kafka_set(rd_kafka_conf_t *conf, const char *k, const char *v)
+{
+	char err[256];
+
+	if (rd_kafka_conf_set(conf, k, v, err, sizeof(err)) != RD_KAFKA_CONF_OK) {
+		fprintf(stderr, "stamp_streamer: kafka config %s=%s: %s\n", k, v, err);
+		return -1;
+	}
+	return 0;
+}
+
+static int kafka_open(struct streamer *s)
+{
+	static const char *const settings[][2] = {
+		{ "enable.idempotence", "true" },   /* retries cannot duplicate or reorder a session */
+		{ "acks", "all" },
+		{ "linger.ms", "5" },
+		{ "compression.codec", "lz4" },
+		{ "batch.size", "1000000" },
+		{ "queue.buffering.max.messages", "1000000" },
+		{ "queue.buffering.max.kbytes", "1048576" },
+		{ "message.max.bytes", "8000000" },
+	};
+	rd_kafka_conf_t *conf = rd_kafka_conf_new();
+	char err[512];
+
+	if (kafka_set(conf, "bootstrap.servers", s->opts.brokers) < 0)
+		goto fail;
+	for (size_t i = 0; i < sizeof(settings) / sizeof(settings[0]); i++)
+		if (kafka_set(conf, settings[i][0], settings[i][1]) < 0)
+			goto fail;
+	rd_kafka_conf_set_dr_msg_cb(conf, on_delivery);
+	rd_kafka_conf_set_opaque(conf, s);
+	s->rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, err, sizeof(err));
+	if (!s->rk) {
+		fprintf(stderr, "stamp_streamer: rd_kafka_new: %s\n", err);
+		return -1;   /* conf is freed by rd_kafka_new only on success */
+	}
+	s->records_topic = rd_kafka_topic_new(s->rk, s->opts.topic, NULL);
+	s->metrics_topic = rd_kafka_topic_new(s->rk, s->opts.metrics_topic, NULL);
+	return 0;
+fail:
+	rd_kafka_conf_destroy(conf);
+	return -1;
+}
+
+/* Produce one message; on a full local queue serve delivery reports and retry. */
+static int kafka_produce(struct streamer *s, rd_kafka_topic_t *t, const void *val, size_t len,
+			 const char *key, size_t keylen, uintptr_t tag)
+{
+	for (;;) {
+		if (rd_kafka_produce(t, RD_KAFKA_PARTITION_UA, RD_KAFKA_MSG_F_COPY, (void *)val, len,
+				     key, keylen, (void *)tag) == 0)
+			return 0;
+		rd_kafka_resp_err_t e = rd_kafka_last_error();
+
+		if (e != RD_KAFKA_RESP_ERR__QUEUE_FULL) {
+			fprintf(stderr, "stamp_streamer: produce to %s: %s\n", rd_kafka_topic_name(t),
+				rd_kafka_err2str(e));
+			return -1;
+		}
+		s->c.queue_full_retries++;
+		rd_kafka_poll(s->rk, 10);
+	}
+}
+
+/* ------------------------------------------------------- batching records */
+
+static void produce_group(struct streamer *s, struct ssid_group *g)
+{
+	char key[STAMP_BATCH_NODE_LEN + 8];
+	int keylen;
+	size_t len;
+
+	if (g->count == 0)
+		return;
+	keylen = snprintf(key, sizeof(key), "%s/%u", s->opts.node, g->ssid);
+	stamp_batch_encode_header(g->buf, s->opts.node, g->count, s->batch_seq++);
+	len = STAMP_BATCH_HEADER_SIZE + (size_t)g->count * STAMP_RECORD_SIZE;
+	if (kafka_produce(s, s->records_topic, g->buf, len, key, keylen, (uintptr_t)g->count << 1) == 0) {
+		s->c.batches_produced++;
+	} else {
+		s->c.produce_errors++;
+		s->c.records_failed += g->count;
+	}
+	g->count = 0;
+}
+
+static void flush_groups(struct streamer *s)
+{
+	for (int i = 0; i < s->ngroups; i++)
+		produce_group(s, &s->groups[i]);
+	s->ngroups = 0;
+	s->last_group = -1;
+}
+
+static struct ssid_group *group_for(struct streamer *s, uint16_t ssid)
+{
+	struct ssid_group *g;
+
+	if (s->last_group >= 0 && s->groups[s->last_group].ssid == ssid)
+		return &s->groups[s->last_group];
+	for (int i = 0; i < s->ngroups; i++) {
+		if (s->groups[i].ssid == ssid) {
+			s->last_group = i;
+			return &s->groups[i];
+		}
+	}
+	if (s->ngroups == MAX_GROUPS)    /* too many sessions in one poll: ship what we have */
+		flush_groups(s);
+	g = &s->groups[s->ngroups];
+	if (!g->buf) {
+		g->buf = malloc(STAMP_BATCH_HEADER_SIZE + (size_t)s->opts.max_batch * STAMP_RECORD_SIZE);
+		if (!g->buf) {
+			fprintf(stderr, "stamp_streamer: out of memory\n");
+			exit(1);
+		}
+	}
+	g->ssid = ssid;
+	g->count = 0;
+	s->last_group = s->ngroups++;
+	return g;
+}
+
+static int on_record(void *ctx, void *data, size_t size)
+{
+	struct streamer *s = ctx;
+	const struct stamp_record *r = data;
+	struct ssid_group *g;
+
+	if (size != STAMP_RECORD_SIZE) {
+		if (s->c.malformed_records++ == 0)
+			fprintf(stderr, "stamp_streamer: ring-buffer sample of %zu bytes, expected %d\n",
+				size, STAMP_RECORD_SIZE);
+		return 0;
+	}
+	s->c.records_in++;
+	g = group_for(s, r->ssid);
+	memcpy(g->buf + STAMP_BATCH_HEADER_SIZE + (size_t)g->count * STAMP_RECORD_SIZE, r, STAMP_RECORD_SIZE);
+	if (++g->count == s->opts.max_batch)
+		produce_group(s, g);
+	return 0;
+}
+
+/* ---------------------------------------------------------------- metrics */
+
+static uint64_t realtime_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ULL + ts.tv_nsec;
+}
+
+static double monotonic_s(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+#define COUNTER_FIELDS(X) \
+	X(records_in) X(records_delivered) X(records_failed) X(batches_produced) \
+	X(batches_delivered) X(batches_failed) X(queue_full_retries) X(malformed_records) \
+	X(produce_errors) X(metrics_produced) X(metrics_failed)
+
+static int format_counters_lp(const struct streamer *s, char *buf, size_t n, uint64_t ts)
+{
+	int len = snprintf(buf, n, "segscope_streamer,node=%s ", s->opts.node);
+	const char *sep = "";
+
+#define X(f) len += snprintf(buf + len, n - len, "%s" #f "=%llui", sep, (unsigned long long)s->c.f); sep = ",";
+	COUNTER_FIELDS(X)
+#undef X
+	len += snprintf(buf + len, n - len, ",kafka_queue_len=%di %llu",
+			rd_kafka_outq_len(s->rk), (unsigned long long)ts);
+	return len;
+}
+
+static int format_counters_json(const struct streamer *s, char *buf, size_t n, bool final)
+{
+	int len = snprintf(buf, n, "{\"node\":\"%s\"", s->opts.node);
+
+#define X(f) len += snprintf(buf + len, n - len, ",\"" #f "\":%llu", (unsigned long long)s->c.f);
+	COUNTER_FIELDS(X)
+#undef X
+	len += snprintf(buf + len, n - len, ",\"batch_seq\":%llu,\"kafka_queue_len\":%d,\"final\":%s}",
+			(unsigned long long)s->batch_seq, rd_kafka_outq_len(s->rk), final ? "true" : "false");
+	return len;
+}
+
+static int datapath_open(struct streamer *s)
+{
+	struct bpf_map_info info = { 0 };
+	__u32 info_len = sizeof(info);
+
+	s->datapath_fd = -1;
+	if (!s->opts.datapath_stats_path)
+		return 0;
+	s->datapath_fd = bpf_obj_get(s->opts.datapath_stats_path);
+	if (s->datapath_fd < 0) {
+		fprintf(stderr, "stamp_streamer: --datapath-stats: bpf_obj_get %s: %s\n",
+			s->opts.datapath_stats_path, strerror(errno));
+		return -1;
+	}
+	if (bpf_obj_get_info_by_fd(s->datapath_fd, &info, &info_len) < 0 ||
+	    info.type != BPF_MAP_TYPE_PERCPU_ARRAY || info.value_size != sizeof(__u64)) {
+		fprintf(stderr, "stamp_streamer: --datapath-stats: %s is not a per-CPU array of u64\n",
+			s->opts.datapath_stats_path);
+		return -1;
+	}
+	s->datapath_entries = info.max_entries;
+	s->ncpus = libbpf_num_possible_cpus();
+	return 0;
+}
+
+/* segscope_datapath,node=..,program=stamp_collector name=sum_over_cpus i,... */
+static int format_datapath_lp(const struct streamer *s, char *buf, size_t n, uint64_t ts)
+{
+	uint64_t values[s->ncpus > 0 ? s->ncpus : 1];
+	int len = snprintf(buf, n, "segscope_datapath,node=%s,program=stamp_collector ", s->opts.node);
+	const char *sep = "";
+
+	for (uint32_t key = 0; key < s->datapath_entries; key++) {
+		uint64_t sum = 0;
+		char fallback[32];
+		const char *name = fallback;
+
+		if (bpf_map_lookup_elem(s->datapath_fd, &key, values) < 0)
+			return -1;
+		for (int cpu = 0; cpu < s->ncpus; cpu++)
+			sum += values[cpu];
+		if (key < (uint32_t)s->opts.ncounter_names)
+			name = s->opts.counter_names[key];
+		else
+			snprintf(fallback, sizeof(fallback), "counter_%u", key);
+		len += snprintf(buf + len, n - len, "%s%s=%llui", sep, name, (unsigned long long)sum);
+		sep = ",";
+	}
+	len += snprintf(buf + len, n - len, " %llu", (unsigned long long)ts);
+	return len;
+}
+
+static void write_stats_json(const struct streamer *s, bool final)
+{
+	char buf[1024], tmp[4096];
+	FILE *f;
+
+	if (!s->opts.stats_json_path)
+		return;
+	format_counters_json(s, buf, sizeof(buf), final);
+	snprintf(tmp, sizeof(tmp), "%s.tmp", s->opts.stats_json_path);
+	f = fopen(tmp, "w");
+	if (!f) {
+		fprintf(stderr, "stamp_streamer: --stats-json %s: %s\n", tmp, strerror(errno));
+		return;
+	}
+	fprintf(f, "%s\n", buf);
+	fclose(f);
+	rename(tmp, s->opts.stats_json_path);   /* readers never see a half-written file */
+}
+
+static void publish_stats(struct streamer *s)
+{
+	char buf[8192];
+	uint64_t ts = realtime_ns();
+	int len = format_counters_lp(s, buf, sizeof(buf), ts);
+
+	if (s->datapath_fd >= 0) {
+		buf[len++] = '\n';
+		int dl = format_datapath_lp(s, buf + len, sizeof(buf) - len, ts);
+
+		if (dl < 0) {
+			fprintf(stderr, "stamp_streamer: reading %s: %s\n", s->opts.datapath_stats_path,
+				strerror(errno));
+			len--;
+		} else {
+			len += dl;
+		}
+	}
+	if (kafka_produce(s, s->metrics_topic, buf, len, s->opts.node, strlen(s->opts.node), 1) == 0)
+		s->c.metrics_produced++;
+	else
+		s->c.metrics_failed++;
+	write_stats_json(s, false);
+}
+
+/* ------------------------------------------------------------------- main */
+
+static int ringbuf_open(struct streamer *s)
+{
+	int fd = bpf_obj_get(s->opts.ringbuf_path);
+
+	if (fd < 0) {
+		fprintf(stderr, "stamp_streamer: --ringbuf: bpf_obj_get %s: %s\n", s->opts.ringbuf_path,
+			strerror(errno));
+		return -1;
+	}
+	s->rb = ring_buffer__new(fd, on_record, s, NULL);
+	if (!s->rb) {
+		fprintf(stderr, "stamp_streamer: ring_buffer__new on %s: %s\n", s->opts.ringbuf_path,
+			strerror(errno));
+		return -1;
+	}
+	return 0;
+}
+
+static void run(struct streamer *s)
+{
+	double next_stats = monotonic_s() + s->opts.stats_interval_s;
+
+	while (!stop_requested) {
+		int n = ring_buffer__poll(s->rb, s->opts.poll_timeout_ms);
+
+		if (n < 0 && n != -EINTR) {
+			fprintf(stderr, "stamp_streamer: ring_buffer__poll: %s\n", strerror(-n));
+			break;
+		}
+		flush_groups(s);
+		rd_kafka_poll(s->rk, 0);    /* serve delivery reports */
+		if (monotonic_s() >= next_stats) {
+			publish_stats(s);
+			next_stats += s->opts.stats_interval_s;
+			if (next_stats < monotonic_s())
+				next_stats = monotonic_s() + s->opts.stats_interval_s;
+		}
+	}
+}
+
+/* Drain what is left in the ring, then wait (bounded) for Kafka to acknowledge. */
+static void shutdown_streamer(struct streamer *s)
+{
+	int n;
+
+	while ((n = ring_buffer__consume(s->rb)) > 0)
+		flush_groups(s);
+	flush_groups(s);
+	publish_stats(s);
+	rd_kafka_flush(s->rk, s->opts.flush_timeout_ms);
+	write_stats_json(s, true);
+}
+
+int main(int argc, char **argv)
+{
+	struct streamer s = { .last_group = -1, .datapath_fd = -1 };
+	struct sigaction sa = { .sa_handler = on_signal };
+	char json[1024];
+	uint64_t lost;
+
+	parse_args(argc, argv, &s.opts);
+	sigaction(SIGINT, &sa, NULL);
+	sigaction(SIGTERM, &sa, NULL);
+	if (ringbuf_open(&s) < 0 || datapath_open(&s) < 0 || kafka_open(&s) < 0)
+		return 1;
+	fprintf(stderr, "stamp_streamer: %s -> %s topic %s (node %s)\n", s.opts.ringbuf_path,
+		s.opts.brokers, s.opts.topic, s.opts.node);
+
+	run(&s);
+	shutdown_streamer(&s);
+
+	format_counters_json(&s, json, sizeof(json), true);
+	printf("%s\n", json);
+	fflush(stdout);
+
+	/* anything that came in and was not acknowledged by Kafka is lost */
+	lost = s.c.records_in - s.c.records_delivered + s.c.malformed_records;
+	if (lost)
+		fprintf(stderr, "stamp_streamer: %llu records lost (failed %llu, unacknowledged %llu, malformed %llu)\n",
+			(unsigned long long)lost, (unsigned long long)s.c.records_failed,
+			(unsigned long long)(s.c.records_in - s.c.records_delivered - s.c.records_failed),
+			(unsigned long long)s.c.malformed_records);
+	ring_buffer__free(s.rb);
+	rd_kafka_topic_destroy(s.records_topic);
+	rd_kafka_topic_destroy(s.metrics_topic);
+	rd_kafka_destroy(s.rk);
+	return lost ? 1 : 0;
+}
