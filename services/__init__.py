@@ -1,0 +1,1 @@
+"""segscope local services (Kafka, InfluxDB, Telegraf): see services/stack.py."""
