@@ -88,6 +88,7 @@ class Counters:
     negative_delays: int = 0       # delay values < 0 (one record can add up to 3, one per direction)
     absurd_delays: int = 0         # delay values with |delay| > absurd_threshold (kept, like negatives)
     seconds_reemitted: int = 0     # closed seconds emitted again because late records arrived
+    processing_errors: int = 0     # well-formed batches the processor failed on (sent to dead letters)
 
     def as_dict(self) -> dict[str, int]:
         return {f.name: getattr(self, f.name) for f in fields(self)}

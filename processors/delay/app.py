@@ -1,0 +1,145 @@
+"""Faust app of the delay processor: stamp_batch messages in, stamp_delay line protocol out.
+
+Run from the repository root:
+    faust -A processors.delay.app worker --without-web -l info
+    python -m processors.delay [--bootstrap HOST:PORT ...]      (same worker, flags -> env)
+
+Settings come from the environment (processors/delay/config.py): SEGSCOPE_KAFKA_BOOTSTRAP,
+SEGSCOPE_TOPIC_STAMP_RECORDS, SEGSCOPE_TOPIC_METRICS, SEGSCOPE_TOPIC_DEADLETTER,
+SEGSCOPE_DELAY_APP_ID (consumer group), SEGSCOPE_DELAY_GRACE_S, SEGSCOPE_DELAY_RETENTION_S, ...
+
+Per Kafka message the agent does one decode (np.frombuffer) and one vectorised fold into
+the aggregator, nothing else; statistics and all output happen in the 1 s timer, which
+batches many lines into one Kafka message. Faust itself handles a few thousand messages
+per second here, so the record rate comes from the records per message.
+"""
+from __future__ import annotations
+
+import base64
+import json
+import logging
+import time
+
+import faust
+
+from processors.delay.aggregate import DelayAggregator, counters_line
+from processors.delay.config import DelayConfig
+from processors.delay.topics import ensure_topics
+from segscope_schemas.stamp_record import MalformedBatch, decode_batch
+
+log = logging.getLogger("segscope.delay")
+
+cfg = DelayConfig.from_env()
+aggregator = DelayAggregator(grace_s=cfg.grace_s, retention_s=cfg.retention_s)
+
+
+class DelayApp(faust.App):
+    async def on_first_start(self) -> None:
+        await super().on_first_start()
+        # Faust ignores a missing source topic (and then never consumes it), so make sure
+        # all three exist before the consumer subscribes.
+        ensure_topics(cfg.bootstrap, [cfg.records_topic, cfg.metrics_topic, cfg.deadletter_topic])
+        log.info("delay processor: %s -> %s (dead letters: %s), broker %s, group %s, grace %.1f s, "
+                 "retention %.0f s", cfg.records_topic, cfg.metrics_topic, cfg.deadletter_topic,
+                 cfg.bootstrap, cfg.app_id, cfg.grace_s, cfg.retention_s)
+
+    async def on_stop(self) -> None:
+        # Emit what is still open so a clean stop loses nothing that was consumed.
+        try:
+            await publish_lines(aggregator.flush_all())
+            await publish_counters()
+        except Exception as e:  # the producer may already be gone; say so, don't hide it
+            log.warning("final flush on stop failed: %r", e)
+        await super().on_stop()
+
+
+app = DelayApp(
+    cfg.app_id,
+    broker=";".join(f"kafka://{h.strip()}" for h in cfg.bootstrap.split(",")),
+    store="memory://",
+    key_serializer="raw",
+    value_serializer="raw",
+    topic_replication_factor=1,
+    topic_partitions=1,
+    datadir=cfg.datadir,
+    web_enabled=False,
+    consumer_auto_offset_reset="earliest",
+    consumer_max_fetch_size=16 * 1024 * 1024,   # default 1 MiB = only a few 4000-record batches
+    broker_max_poll_records=2000,
+    producer_linger_ms=5,
+    producer_max_request_size=4 * 1024 * 1024,
+)
+
+records_topic = app.topic(cfg.records_topic, key_type=bytes, value_type=bytes,
+                          key_serializer="raw", value_serializer="raw")
+metrics_topic = app.topic(cfg.metrics_topic, key_serializer="raw", value_serializer="raw")
+deadletter_topic = app.topic(cfg.deadletter_topic, key_serializer="raw", value_serializer="raw")
+
+
+def dead_letter(reason: str, detail: str, message) -> bytes:
+    """JSON dead letter that keeps the original key and value (base64) so nothing is lost."""
+    key = message.key
+    value = message.value
+    doc = {
+        "reason": reason,
+        "detail": detail,
+        "source_topic": message.topic,
+        "partition": message.partition,
+        "offset": message.offset,
+        "key_b64": None if key is None else base64.b64encode(key).decode(),
+        "value_b64": None if value is None else base64.b64encode(value).decode(),
+    }
+    return json.dumps(doc).encode()
+
+
+def handle_message(message) -> bytes | None:
+    """Decode one message and fold it into the aggregator; return a dead letter or None."""
+    value = message.value
+    try:
+        if value is None:
+            raise MalformedBatch("null_value", "message has no value (tombstone)")
+        header, records = decode_batch(value)
+    except MalformedBatch as e:
+        aggregator.counters.malformed_batches += 1
+        return dead_letter(e.reason, e.detail, message)
+    try:
+        aggregator.ingest(header.node, records)
+    except Exception as e:  # a bug or an input we did not foresee: keep the message, count it
+        aggregator.counters.processing_errors += 1
+        log.exception("ingest failed at %s[%d]@%d", message.topic, message.partition, message.offset)
+        return dead_letter("processing_error", repr(e), message)
+    return None
+
+
+@app.agent(records_topic)
+async def process_batches(stream) -> None:
+    async for event in stream.events():
+        letter = handle_message(event.message)
+        if letter is not None:
+            await deadletter_topic.send(key=event.message.key, value=letter)
+
+
+async def publish_lines(lines: list[str]) -> None:
+    step = cfg.max_lines_per_message
+    for i in range(0, len(lines), step):
+        await metrics_topic.send(key=b"delay", value="\n".join(lines[i:i + step]).encode())
+
+
+async def publish_counters() -> None:
+    extra = {"open_seconds": aggregator.open_seconds(), "sessions": len(aggregator.sessions)}
+    line = counters_line(aggregator.counters, "delay", time.time_ns(), extra=extra)
+    await metrics_topic.send(key=b"delay", value=line.encode())
+
+
+_last_log = 0.0
+
+
+@app.timer(interval=cfg.flush_interval_s)
+async def flush_closed_seconds() -> None:
+    global _last_log
+    await publish_lines(aggregator.flush())
+    await publish_counters()
+    now = time.monotonic()
+    if now - _last_log >= 10.0:
+        _last_log = now
+        log.info("delay counters %s", json.dumps(aggregator.counters.as_dict()))
