@@ -1,0 +1,374 @@
+// SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
+/* Helpers shared by the datapath loaders. */
+#define _GNU_SOURCE
+#include <arpa/inet.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <linux/if_link.h>
+#include <net/if.h>
+#include <sched.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <sys/vfs.h>
+#include <unistd.h>
+#include <bpf/bpf.h>
+#include <bpf/libbpf.h>
+#include "loader_util.h"
+
+#define BPF_FS_ROOT  "/sys/fs/bpf"
+#define BPF_FS_MAGIC_NR 0xcafe4a11
+
+extern const char *loader_name;   /* set by each loader's main() */
+
+void die_msg(const char *fmt, ...)
+{
+	va_list ap;
+
+	fprintf(stderr, "%s: ", loader_name);
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fputc('\n', stderr);
+}
+
+bool parse_u64_arg(const char *what, const char *text, uint64_t min, uint64_t max, uint64_t *out)
+{
+	char *end;
+	unsigned long long v;
+
+	if (!text || !*text || *text == '-') {
+		die_msg("%s: expected a number in [%llu, %llu], got '%s'", what,
+			(unsigned long long)min, (unsigned long long)max, text ? text : "");
+		return false;
+	}
+	errno = 0;
+	v = strtoull(text, &end, 0);
+	if (errno || *end || v < min || v > max) {
+		die_msg("%s: expected a number in [%llu, %llu], got '%s'", what,
+			(unsigned long long)min, (unsigned long long)max, text);
+		return false;
+	}
+	*out = v;
+	return true;
+}
+
+bool parse_ipv6_arg(const char *what, const char *text, uint8_t out[16])
+{
+	if (!text || inet_pton(AF_INET6, text, out) != 1) {
+		die_msg("%s: '%s' is not an IPv6 address", what, text ? text : "");
+		return false;
+	}
+	return true;
+}
+
+int ensure_bpffs(void)
+{
+	struct statfs st;
+
+	if (statfs(BPF_FS_ROOT, &st) == 0 && st.f_type == BPF_FS_MAGIC_NR)
+		return 0;
+	if (mount("bpf", BPF_FS_ROOT, "bpf", 0, NULL)) {
+		die_msg("cannot mount bpffs on %s: %s", BPF_FS_ROOT, strerror(errno));
+		return -errno;
+	}
+	return 0;
+}
+
+int mkdir_p(const char *path)
+{
+	char buf[PATH_MAX];
+	size_t len = strlen(path);
+
+	if (len >= sizeof(buf))
+		return -ENAMETOOLONG;
+	memcpy(buf, path, len + 1);
+	for (char *p = buf + 1; *p; p++) {
+		if (*p != '/')
+			continue;
+		*p = '\0';
+		if (mkdir(buf, 0700) && errno != EEXIST)
+			return -errno;
+		*p = '/';
+	}
+	if (mkdir(buf, 0700) && errno != EEXIST)
+		return -errno;
+	return 0;
+}
+
+int enter_netns(const char *netns)
+{
+	char path[PATH_MAX];
+	int fd;
+
+	if (!netns)
+		return 0;
+	snprintf(path, sizeof(path), "/run/netns/%s", netns);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0) {
+		die_msg("--netns: network namespace '%s' not found (%s: %s)", netns, path, strerror(errno));
+		return -ENOENT;
+	}
+	if (setns(fd, CLONE_NEWNET)) {
+		int err = -errno;
+
+		die_msg("--netns: setns(%s) failed: %s", path, strerror(errno));
+		close(fd);
+		return err;
+	}
+	close(fd);
+	return 0;
+}
+
+int resolve_ifindex(const char *dev)
+{
+	unsigned int ifindex = if_nametoindex(dev);
+
+	if (!ifindex) {
+		die_msg("--dev: no interface '%s' in this network namespace", dev);
+		return -ENODEV;
+	}
+	return ifindex;
+}
+
+static bool is_internal_map(const struct bpf_map *map)
+{
+	return strchr(bpf_map__name(map), '.') != NULL;   /* .rodata, .bss, ... */
+}
+
+int pin_object(struct bpf_object *obj, struct bpf_program *prog, const char *dir)
+{
+	char path[PATH_MAX];
+	struct bpf_map *map;
+	int err;
+
+	bpf_object__for_each_map(map, obj) {
+		if (is_internal_map(map))
+			continue;
+		snprintf(path, sizeof(path), "%s/%s", dir, bpf_map__name(map));
+		err = bpf_map__pin(map, path);
+		if (err) {
+			die_msg("cannot pin map %s: %s", path, strerror(-err));
+			return err;
+		}
+	}
+	snprintf(path, sizeof(path), "%s/%s", dir, PROG_PIN_NAME);
+	err = bpf_program__pin(prog, path);
+	if (err)
+		die_msg("cannot pin program %s: %s", path, strerror(-err));
+	return err;
+}
+
+int unpin_dir(const char *dir)
+{
+	char path[PATH_MAX];
+	struct dirent *de;
+	DIR *d = opendir(dir);
+
+	if (!d)
+		return -errno;
+	while ((de = readdir(d))) {
+		if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
+			continue;
+		snprintf(path, sizeof(path), "%s/%s", dir, de->d_name);
+		if (unlink(path))
+			die_msg("cannot remove pin %s: %s", path, strerror(errno));
+	}
+	closedir(d);
+	if (rmdir(dir)) {
+		die_msg("cannot remove %s: %s", dir, strerror(errno));
+		return -errno;
+	}
+	return 0;
+}
+
+int open_pinned(const char *dir, const char *name)
+{
+	char path[PATH_MAX];
+	int fd;
+
+	snprintf(path, sizeof(path), "%s/%s", dir, name);
+	fd = bpf_obj_get(path);
+	if (fd < 0)
+		die_msg("--pin-dir: cannot open %s (%s); is the program attached with this --pin-dir?",
+			path, strerror(errno));
+	return fd;
+}
+
+int attach_pinned_xdp(const char *netns, const char *dev, int prog_fd)
+{
+	int ifindex, err;
+
+	if (enter_netns(netns))
+		return -ENOENT;
+	ifindex = resolve_ifindex(dev);
+	if (ifindex < 0)
+		return ifindex;
+	err = bpf_xdp_attach(ifindex, prog_fd, XDP_FLAGS_DRV_MODE | XDP_FLAGS_UPDATE_IF_NOEXIST, NULL);
+	if (err == -EBUSY || err == -EEXIST)
+		die_msg("--dev: %s already has an XDP program; detach it first", dev);
+	else if (err)
+		die_msg("--dev: native XDP attach to %s failed: %s", dev, strerror(-err));
+	return err;
+}
+
+static uint32_t prog_id_of(int fd)
+{
+	struct bpf_prog_info info = {};
+	uint32_t len = sizeof(info);
+
+	if (bpf_obj_get_info_by_fd(fd, &info, &len))
+		return 0;
+	return info.id;
+}
+
+int detach_and_unpin(const char *netns, const char *dev, const char *dir)
+{
+	LIBBPF_OPTS(bpf_xdp_attach_opts, opts);
+	uint32_t attached_id = 0, our_id;
+	int prog_fd, ifindex, err, rc = 0;
+
+	prog_fd = open_pinned(dir, PROG_PIN_NAME);
+	if (prog_fd < 0)
+		return prog_fd;
+	our_id = prog_id_of(prog_fd);
+	if (enter_netns(netns) || (ifindex = resolve_ifindex(dev)) < 0) {
+		close(prog_fd);
+		return -ENOENT;
+	}
+	bpf_xdp_query_id(ifindex, XDP_FLAGS_DRV_MODE, &attached_id);
+	if (attached_id && attached_id == our_id) {
+		/* REPLACE + old_prog_fd: the kernel detaches only if it is still ours */
+		opts.old_prog_fd = prog_fd;
+		err = bpf_xdp_detach(ifindex, XDP_FLAGS_DRV_MODE | XDP_FLAGS_REPLACE, &opts);
+		if (err) {
+			die_msg("--dev: detach from %s failed: %s", dev, strerror(-err));
+			rc = err;
+		}
+	} else {
+		die_msg("warning: program %u pinned in %s is not attached to %s (attached: %u); removing pins only",
+			our_id, dir, dev, attached_id);
+	}
+	close(prog_fd);
+	if (unpin_dir(dir))
+		rc = rc ? rc : -EIO;
+	return rc;
+}
+
+int print_counters(const char *dir, const char *map_name, const char *const *names,
+		   unsigned int n, bool json)
+{
+	int ncpu = libbpf_num_possible_cpus();
+	int fd = open_pinned(dir, map_name);
+	uint64_t *values;
+
+	if (fd < 0)
+		return fd;
+	if (ncpu <= 0) {
+		close(fd);
+		return -EINVAL;
+	}
+	values = calloc(ncpu, sizeof(*values));
+	if (!values) {
+		close(fd);
+		return -ENOMEM;
+	}
+	if (json)
+		putchar('{');
+	for (uint32_t key = 0; key < n; key++) {
+		uint64_t total = 0;
+
+		if (bpf_map_lookup_elem(fd, &key, values)) {
+			die_msg("lookup of counter %u in %s/%s failed: %s", key, dir, map_name, strerror(errno));
+			free(values);
+			close(fd);
+			return -errno;
+		}
+		for (int cpu = 0; cpu < ncpu; cpu++)
+			total += values[cpu];
+		if (json)
+			printf("%s\"%s\": %llu", key ? ", " : "", names[key], (unsigned long long)total);
+		else
+			printf("%-24s %llu\n", names[key], (unsigned long long)total);
+	}
+	if (json)
+		printf("}\n");
+	free(values);
+	close(fd);
+	return 0;
+}
+
+static int hex_value(char c)
+{
+	if (c >= '0' && c <= '9')
+		return c - '0';
+	if (c >= 'a' && c <= 'f')
+		return c - 'a' + 10;
+	if (c >= 'A' && c <= 'F')
+		return c - 'A' + 10;
+	return -1;
+}
+
+static const char *xdp_action_name(uint32_t action)
+{
+	static const char *const names[] = { "XDP_ABORTED", "XDP_DROP", "XDP_PASS", "XDP_TX", "XDP_REDIRECT" };
+
+	return action < 5 ? names[action] : "unknown";
+}
+
+int test_run_pinned(const char *dir, const char *hex, int repeat)
+{
+	size_t hex_len = strlen(hex), len = hex_len / 2;
+	unsigned char *in, *out;
+	size_t out_cap = len + 512;   /* room for headers the program may add */
+	int prog_fd, err;
+
+	if (hex_len % 2 || len == 0) {
+		die_msg("--hex: expected an even, non-zero number of hex digits, got %zu", hex_len);
+		return -EINVAL;
+	}
+	in = malloc(len);
+	out = malloc(out_cap);
+	if (!in || !out)
+		return -ENOMEM;
+	for (size_t i = 0; i < len; i++) {
+		int hi = hex_value(hex[2 * i]), lo = hex_value(hex[2 * i + 1]);
+
+		if (hi < 0 || lo < 0) {
+			die_msg("--hex: not a hex digit at position %zu", 2 * i);
+			free(in);
+			free(out);
+			return -EINVAL;
+		}
+		in[i] = hi << 4 | lo;
+	}
+	prog_fd = open_pinned(dir, PROG_PIN_NAME);
+	if (prog_fd < 0) {
+		free(in);
+		free(out);
+		return prog_fd;
+	}
+	LIBBPF_OPTS(bpf_test_run_opts, opts,
+		    .data_in = in, .data_size_in = len,
+		    .data_out = out, .data_size_out = out_cap,
+		    .repeat = repeat);
+	err = bpf_prog_test_run_opts(prog_fd, &opts);
+	if (err) {
+		die_msg("BPF_PROG_TEST_RUN failed: %s", strerror(errno));
+	} else {
+		printf("{\"retval\": %u, \"action\": \"%s\", \"data_out\": \"", opts.retval,
+		       xdp_action_name(opts.retval));
+		for (uint32_t i = 0; i < opts.data_size_out && i < out_cap; i++)
+			printf("%02x", out[i]);
+		printf("\"}\n");
+	}
+	close(prog_fd);
+	free(in);
+	free(out);
+	return err;
+}

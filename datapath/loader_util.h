@@ -1,0 +1,47 @@
+/* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
+/* Helpers shared by the datapath loaders (stamp_reflector, stamp_collector). */
+#ifndef SEGSCOPE_LOADER_UTIL_H
+#define SEGSCOPE_LOADER_UTIL_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <bpf/libbpf.h>
+
+/* exit codes of every loader command */
+#define EXIT_OK     0
+#define EXIT_FAIL   1   /* the command was valid but failed (kernel, missing pins, ...) */
+#define EXIT_USAGE  2   /* bad command line: the message names the argument */
+
+#define PROG_PIN_NAME "prog"
+
+/* Print "<prog>: <message>\n" to stderr. */
+void die_msg(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* Parse an unsigned number in [min, max]; on error print "--<what> ..." and return false. */
+bool parse_u64_arg(const char *what, const char *text, uint64_t min, uint64_t max, uint64_t *out);
+bool parse_ipv6_arg(const char *what, const char *text, uint8_t out[16]);
+
+int ensure_bpffs(void);
+int mkdir_p(const char *path);
+int enter_netns(const char *netns);              /* NULL: stay */
+int resolve_ifindex(const char *dev);            /* in the current netns; <0 on error */
+
+/* Pin all user maps of obj as <dir>/<map name> and prog as <dir>/prog. */
+int pin_object(struct bpf_object *obj, struct bpf_program *prog, const char *dir);
+/* Remove every pin in dir and dir itself. */
+int unpin_dir(const char *dir);
+int open_pinned(const char *dir, const char *name);
+
+/* Attach <dir>/prog (already pinned) in native mode; refuses to replace another program. */
+int attach_pinned_xdp(const char *netns, const char *dev, int prog_fd);
+/* Detach the pinned program from dev (only if it is the one attached), then remove the pins. */
+int detach_and_unpin(const char *netns, const char *dev, const char *dir);
+
+/* Print a per-CPU counter array summed over CPUs, as text or one JSON object. */
+int print_counters(const char *dir, const char *map_name, const char *const *names,
+		   unsigned int n, bool json);
+
+/* BPF_PROG_TEST_RUN of <dir>/prog on a hex-encoded frame; prints one JSON line. */
+int test_run_pinned(const char *dir, const char *hex, int repeat);
+
+#endif

@@ -1,0 +1,130 @@
+// SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
+/*
+ * XDP STAMP Session-Sender receive side ("collector"). A reflector packet
+ * (UDP from the STAMP port) of an active session is stamped with T4, turned
+ * into a struct stamp_record in the `stamp_records` ring buffer and consumed
+ * (XDP_DROP). Everything else goes on to the stack. Each packet bumps exactly
+ * one counter; a record that does not fit into the ring is counted, never
+ * lost silently.
+ */
+#include "vmlinux.h"
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_endian.h>
+#include "stamp_test_packet.h"
+#include "stamp_record.h"
+#include "stamp_collector.h"
+#include "stamp_parse.bpf.h"
+
+/* STAMP UDP port the replies come from, set by the loader before load. */
+const volatile __u16 stamp_port = STAMP_PORT;
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, COLL_NR_COUNTERS);
+	__type(key, __u32);
+	__type(value, __u64);
+} stamp_collector_stats SEC(".maps");
+
+/* key: SSID (host order) */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, COLLECTOR_MAX_SESSIONS);
+	__type(key, __u16);
+	__type(value, struct collector_session);
+} stamp_sessions SEC(".maps");
+
+/* size: loader sets it before load (--ringbuf-size), default 8 MiB */
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, COLLECTOR_DEFAULT_RINGBUF_SIZE);
+} stamp_records SEC(".maps");
+
+static __always_inline int count(enum collector_counter counter, int action)
+{
+	__u32 key = counter;
+	__u64 *value = bpf_map_lookup_elem(&stamp_collector_stats, &key);
+
+	if (value)
+		*value += 1;   /* per-CPU slot: no atomic needed */
+	return action;
+}
+
+static __always_inline __u64 ptp_ns(const struct stamp_timestamp *ts, __u64 ref_ns)
+{
+	return stamp_ptp_to_ns(bpf_ntohl(ts->sec), bpf_ntohl(ts->frac), ref_ns);
+}
+
+static __always_inline void fill_record(struct stamp_record *rec,
+					const struct stamp_reflector_packet *rp,
+					const struct pkt_view *v, struct xdp_md *ctx, __u64 t4)
+{
+	rec->t1_ns = ptp_ns(&rp->sender_ts, t4);
+	rec->t2_ns = ptp_ns(&rp->rx_ts, t4);
+	rec->t3_ns = ptp_ns(&rp->ts, t4);
+	rec->t4_ns = t4;
+	rec->sender_seq = bpf_ntohl(rp->sender_seq);
+	rec->reflector_seq = bpf_ntohl(rp->seq);
+	rec->ssid = bpf_ntohs(rp->ssid);
+	rec->sender_err_est = bpf_ntohs(rp->sender_err_est);
+	rec->reflector_err_est = bpf_ntohs(rp->err_est);
+	rec->sender_ttl = rp->sender_ttl;
+	rec->reply_hop_limit = v->ip6->hop_limit;
+	rec->ifindex = ctx->ingress_ifindex;
+	rec->flags = v->srh ? STAMP_RECORD_F_SRH : 0;
+	rec->reserved = 0;
+}
+
+SEC("xdp")
+int stamp_collector(struct xdp_md *ctx)
+{
+	__u64 t4 = bpf_ktime_get_tai_ns();   /* receive time, as early as possible */
+	struct stamp_reflector_packet *rp;
+	struct collector_session *sess;
+	struct stamp_record *rec;
+	struct pkt_view v;
+	int payload_len;
+	__u16 ssid;
+
+	if (!parse_ipv6(ctx, &v))
+		return count(COLL_PASS_NOT_IPV6, XDP_PASS);
+
+	switch (parse_srh_udp(ctx, &v)) {
+	case PARSE_OK:
+		break;
+	case PARSE_OTHER_EXT_HEADER:
+		return count(COLL_PASS_OTHER_EXT_HEADER, XDP_PASS);
+	case PARSE_BAD_SRH:
+		return count(COLL_DROP_MALFORMED_SRH, XDP_DROP);
+	case PARSE_SRH_NOT_FINAL:
+		return count(COLL_PASS_SRH_NOT_FINAL, XDP_PASS);
+	case PARSE_NOT_UDP:
+		return count(COLL_PASS_NOT_UDP, XDP_PASS);
+	default:   /* PARSE_SHORT_UDP: the UDP header itself is cut off; the stack would drop it too */
+		return count(COLL_DROP_MALFORMED_SHORT, XDP_DROP);
+	}
+	if (v.udp->source != bpf_htons(stamp_port))
+		return count(COLL_PASS_NOT_STAMP_REPLY, XDP_PASS);
+
+	payload_len = udp_payload_len(ctx, &v);
+	rp = (void *)(v.udp + 1);
+	if (payload_len < STAMP_BASE_LEN || (void *)(rp + 1) > (void *)(long)ctx->data_end)
+		return count(COLL_DROP_MALFORMED_SHORT, XDP_DROP);
+
+	ssid = bpf_ntohs(rp->ssid);
+	sess = bpf_map_lookup_elem(&stamp_sessions, &ssid);
+	if (!sess)
+		return count(COLL_PASS_UNKNOWN_SESSION, XDP_PASS);
+	if (!sess->active)
+		return count(COLL_PASS_INACTIVE_SESSION, XDP_PASS);
+	if (v.udp->dest != bpf_htons(sess->sender_port))
+		return count(COLL_PASS_PORT_MISMATCH, XDP_PASS);
+
+	rec = bpf_ringbuf_reserve(&stamp_records, sizeof(*rec), 0);
+	if (!rec)
+		return count(COLL_DROP_RINGBUF_FULL, XDP_DROP);
+	fill_record(rec, rp, &v, ctx, t4);
+	bpf_ringbuf_submit(rec, 0);
+	return count(COLL_COLLECTED, XDP_DROP);
+}
+
+char LICENSE[] SEC("license") = "Dual BSD/GPL";

@@ -1,0 +1,265 @@
+// SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
+/*
+ * XDP STAMP Session-Reflector, stateless, unauthenticated (RFC 8762 §4.3 with
+ * the RFC 8972 SSID). A test packet to one of our addresses, on the STAMP
+ * port, of a configured session, is turned into the reflector packet in place
+ * and sent back with XDP_TX, optionally along a return SID list (new SRH).
+ * Everything else goes to the stack (XDP_PASS) or, when it is malformed STAMP
+ * for us, is dropped. Each packet bumps exactly one counter.
+ */
+#include "vmlinux.h"
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_endian.h>
+#include "stamp_test_packet.h"
+#include "stamp_reflector.h"
+#include "stamp_parse.bpf.h"
+
+/* STAMP UDP port, set by the loader before load (--port). */
+const volatile __u16 stamp_port = STAMP_PORT;
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, REFL_NR_COUNTERS);
+	__type(key, __u32);
+	__type(value, __u64);
+} stamp_reflector_stats SEC(".maps");
+
+/* IPv6 addresses this reflector answers for (value unused). */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, REFLECTOR_MAX_ADDRESSES);
+	__type(key, struct in6_addr);
+	__type(value, __u8);
+} reflector_addresses SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, REFLECTOR_MAX_SESSIONS);
+	__type(key, struct reflector_session_key);
+	__type(value, struct reflector_session);
+} reflector_sessions SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct reflector_config);
+} reflector_config SEC(".maps");
+
+static __always_inline int count(enum reflector_counter counter, int action)
+{
+	__u32 key = counter;
+	__u64 *value = bpf_map_lookup_elem(&stamp_reflector_stats, &key);
+
+	if (value)
+		*value += 1;   /* per-CPU slot: no atomic needed */
+	return action;
+}
+
+static __always_inline void put_ptp(struct stamp_timestamp *ts, __u64 ns)
+{
+	__u32 sec, nsec;
+
+	stamp_ptp_from_ns(ns, &sec, &nsec);
+	ts->sec = bpf_htonl(sec);
+	ts->frac = bpf_htonl(nsec);
+}
+
+static __always_inline __u16 reply_err_est(void)
+{
+	__u32 zero = 0;
+	struct reflector_config *cfg = bpf_map_lookup_elem(&reflector_config, &zero);
+	__u16 ee = cfg ? cfg->err_est : 0;
+
+	return ee | STAMP_EE_Z;   /* our timestamps are always PTPv2 truncated */
+}
+
+static __always_inline struct reflector_session *
+lookup_session(const struct in6_addr *sender, __u16 ssid)
+{
+	struct reflector_session_key key = {};
+	struct reflector_session *sess;
+
+	__builtin_memcpy(key.sender, sender, sizeof(key.sender));
+	key.ssid = ssid;
+	sess = bpf_map_lookup_elem(&reflector_sessions, &key);
+	if (sess)
+		return sess;
+	__builtin_memset(key.sender, 0, sizeof(key.sender));   /* {::, ssid}: any sender */
+	return bpf_map_lookup_elem(&reflector_sessions, &key);
+}
+
+/*
+ * Write the new SRH right after the IPv6 header: segments[0] = the sender
+ * (final destination), segments[1..n] = return SIDs in reverse visiting
+ * order, so segments[n] (= return_sids[0]) is visited first.
+ */
+static __always_inline int write_srh(struct xdp_md *ctx, __u32 n,
+				     const struct reflector_session *sess,
+				     const struct in6_addr *sender)
+{
+	void *data = (void *)(long)ctx->data;
+	void *data_end = (void *)(long)ctx->data_end;
+	struct ipv6_sr_hdr *srh = data + L4_OFF_NO_SRH;
+	__u8 *segs = (void *)(srh + 1);
+
+	if ((void *)(srh + 1) + sizeof(struct in6_addr) > data_end)
+		return -1;
+	srh->nexthdr = NEXTHDR_UDP;
+	srh->hdrlen = 2 * (n + 1);
+	srh->type = SRH_ROUTING_TYPE;
+	srh->segments_left = n;
+	srh->first_segment = n;
+	srh->flags = 0;
+	srh->tag = 0;
+	__builtin_memcpy(segs, sender, sizeof(struct in6_addr));
+
+	for (__u32 j = 1; j <= REFLECTOR_MAX_RETURN_SIDS; j++) {
+		__u32 idx = n - j;
+		__u8 *seg = segs + j * sizeof(struct in6_addr);
+
+		if (j > n || idx >= REFLECTOR_MAX_RETURN_SIDS)
+			break;
+		if ((void *)(seg + sizeof(struct in6_addr)) > data_end)
+			return -1;
+		__builtin_memcpy(seg, sess->return_sids[idx], sizeof(struct in6_addr));
+	}
+	return 0;
+}
+
+static __always_inline int reflect(struct xdp_md *ctx, struct pkt_view *v,
+				   const struct reflector_session *sess, __u64 t2)
+{
+	struct stamp_sender_packet sent;
+	struct stamp_reflector_packet reply = {};
+	struct ethhdr eth;
+	struct ipv6hdr ip6;
+	__u32 n = sess->n_return_sids;
+	__u32 old_srh_len = v->srh_len;
+	__u32 new_srh_len;
+	__be16 old_check, sport, dport;
+	void *data, *data_end;
+	struct udphdr *udp;
+	__u8 *payload;
+	__u64 t3;
+	int delta;
+
+	if (n > REFLECTOR_MAX_RETURN_SIDS)   /* the loader refuses this; never trust a map blindly */
+		return count(REFL_DROP_ADJUST_FAILED, XDP_DROP);
+	new_srh_len = n ? sizeof(struct ipv6_sr_hdr) + (n + 1) * sizeof(struct in6_addr) : 0;
+
+	/* Save what we need: bpf_xdp_adjust_head() invalidates packet pointers. */
+	__builtin_memcpy(&eth, v->eth, sizeof(eth));
+	__builtin_memcpy(&ip6, v->ip6, sizeof(ip6));
+	__builtin_memcpy(&sent, v->udp + 1, sizeof(sent));
+	old_check = v->udp->check;
+	sport = v->udp->source;
+	dport = v->udp->dest;
+
+	delta = (int)old_srh_len - (int)new_srh_len;
+	if (delta && bpf_xdp_adjust_head(ctx, delta))
+		return count(REFL_DROP_ADJUST_FAILED, XDP_DROP);
+
+	data = (void *)(long)ctx->data;
+	data_end = (void *)(long)ctx->data_end;
+	if (data + L4_OFF_NO_SRH > data_end)
+		return count(REFL_DROP_ADJUST_FAILED, XDP_DROP);
+
+	/* Ethernet: back to where it came from. */
+	{
+		struct ethhdr *e = data;
+
+		__builtin_memcpy(e->h_dest, eth.h_source, ETH_ALEN);
+		__builtin_memcpy(e->h_source, eth.h_dest, ETH_ALEN);
+		e->h_proto = eth.h_proto;
+	}
+	/* IPv6: keep version/class/flow label; swap; new next header and length. */
+	{
+		struct ipv6hdr *h = data + L3_OFF;
+
+		__builtin_memcpy(h, &ip6, 4);
+		h->payload_len = bpf_htons(bpf_ntohs(ip6.payload_len) - old_srh_len + new_srh_len);
+		h->nexthdr = n ? NEXTHDR_ROUTING : NEXTHDR_UDP;
+		h->hop_limit = 255;   /* RFC 8762 §4.3: the reflector sets TTL/hop limit to 255 */
+		h->saddr = ip6.daddr;
+		if (n)
+			__builtin_memcpy(&h->daddr, sess->return_sids[0], sizeof(h->daddr));
+		else
+			h->daddr = ip6.saddr;
+	}
+	if (n && write_srh(ctx, n, sess, &ip6.saddr))
+		return count(REFL_DROP_ADJUST_FAILED, XDP_DROP);
+
+	udp = data + L4_OFF_NO_SRH + new_srh_len;
+	payload = (void *)(udp + 1);
+	if ((void *)(payload + STAMP_BASE_LEN) > data_end)
+		return count(REFL_DROP_ADJUST_FAILED, XDP_DROP);
+	udp->source = dport;
+	udp->dest = sport;
+
+	/* Stateless reflector: reflector seq = sender seq (RFC 8762 §4.3.1). */
+	reply.seq = sent.seq;
+	reply.err_est = bpf_htons(reply_err_est());
+	reply.ssid = sent.ssid;
+	put_ptp(&reply.rx_ts, t2);
+	reply.sender_seq = sent.seq;
+	reply.sender_ts = sent.ts;
+	reply.sender_err_est = sent.err_est;
+	reply.sender_ttl = ip6.hop_limit;
+	t3 = bpf_ktime_get_tai_ns();
+	put_ptp(&reply.ts, t3);
+
+	/*
+	 * The pseudo-header {src, final dst} is only swapped and the ports are
+	 * only swapped, so the checksum changes by the payload bytes alone.
+	 */
+	udp->check = csum_fold_invert(bpf_csum_diff((__be32 *)&sent, STAMP_BASE_LEN,
+						    (__be32 *)&reply, STAMP_BASE_LEN,
+						    (__u16)~old_check));
+	__builtin_memcpy(payload, &reply, STAMP_BASE_LEN);
+	return count(REFL_REFLECTED, XDP_TX);
+}
+
+SEC("xdp")
+int stamp_reflector(struct xdp_md *ctx)
+{
+	__u64 t2 = bpf_ktime_get_tai_ns();   /* receive time, as early as possible */
+	struct reflector_session *sess;
+	struct stamp_sender_packet *sp;
+	struct pkt_view v;
+	int payload_len;
+
+	if (!parse_ipv6(ctx, &v))
+		return count(REFL_PASS_NOT_IPV6, XDP_PASS);
+	if (!bpf_map_lookup_elem(&reflector_addresses, &v.ip6->daddr))
+		return count(REFL_PASS_NOT_LOCAL_ADDR, XDP_PASS);
+
+	switch (parse_srh_udp(ctx, &v)) {
+	case PARSE_OK:
+		break;
+	case PARSE_OTHER_EXT_HEADER:
+		return count(REFL_PASS_OTHER_EXT_HEADER, XDP_PASS);
+	case PARSE_BAD_SRH:
+		return count(REFL_DROP_MALFORMED_SRH, XDP_DROP);
+	case PARSE_SRH_NOT_FINAL:
+		return count(REFL_PASS_SRH_NOT_FINAL, XDP_PASS);
+	case PARSE_NOT_UDP:
+		return count(REFL_PASS_NOT_UDP, XDP_PASS);
+	default:   /* PARSE_SHORT_UDP: UDP header cut off, to our address */
+		return count(REFL_DROP_MALFORMED_SHORT, XDP_DROP);
+	}
+	if (v.udp->dest != bpf_htons(stamp_port))
+		return count(REFL_PASS_OTHER_PORT, XDP_PASS);
+
+	payload_len = udp_payload_len(ctx, &v);
+	sp = (void *)(v.udp + 1);
+	if (payload_len < STAMP_BASE_LEN || (void *)(sp + 1) > (void *)(long)ctx->data_end)
+		return count(REFL_DROP_MALFORMED_SHORT, XDP_DROP);
+
+	sess = lookup_session(&v.ip6->saddr, bpf_ntohs(sp->ssid));
+	if (!sess)
+		return count(REFL_PASS_UNKNOWN_SESSION, XDP_PASS);
+	return reflect(ctx, &v, sess, t2);
+}
+
+char LICENSE[] SEC("license") = "Dual BSD/GPL";

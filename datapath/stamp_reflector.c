@@ -1,0 +1,355 @@
+// SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
+/*
+ * stamp_reflector: loader and control tool of the XDP STAMP Session-Reflector.
+ *
+ *   stamp_reflector attach --netns NS --dev IF --pin-dir DIR [--port 862]
+ *   stamp_reflector add-address --pin-dir DIR ADDR
+ *   stamp_reflector del-address --pin-dir DIR ADDR
+ *   stamp_reflector add-session --pin-dir DIR --ssid N [--sender ADDR] [--return-sids A,B,...]
+ *   stamp_reflector del-session --pin-dir DIR --ssid N [--sender ADDR]
+ *   stamp_reflector set-err-est --pin-dir DIR --err-est N
+ *   stamp_reflector stats --pin-dir DIR [--json]
+ *   stamp_reflector test-run --pin-dir DIR --hex FRAME [--repeat N]
+ *   stamp_reflector detach --netns NS --dev IF --pin-dir DIR
+ *
+ * DIR holds this program's pins, by convention
+ * /sys/fs/bpf/segscope/<instance>/stamp_reflector. The program stays attached
+ * after the loader exits; maps are pinned so later commands find them.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <bpf/bpf.h>
+#include <bpf/libbpf.h>
+#include "stamp_reflector.h"
+#include "stamp_test_packet.h"
+#include "stamp_reflector.skel.h"
+#include "loader_util.h"
+
+const char *loader_name = "stamp_reflector";
+
+struct args {
+	const char *netns, *dev, *pin_dir, *sender, *return_sids, *hex;
+	uint64_t port, ssid, err_est, repeat;
+	bool have_ssid, have_err_est, json;
+	const char *positional;
+};
+
+enum { OPT_NETNS = 256, OPT_DEV, OPT_PIN_DIR, OPT_PORT, OPT_SSID, OPT_SENDER, OPT_RETURN_SIDS,
+       OPT_ERR_EST, OPT_JSON, OPT_HEX, OPT_REPEAT };
+
+static const struct option long_opts[] = {
+	{ "netns", required_argument, NULL, OPT_NETNS },
+	{ "dev", required_argument, NULL, OPT_DEV },
+	{ "pin-dir", required_argument, NULL, OPT_PIN_DIR },
+	{ "port", required_argument, NULL, OPT_PORT },
+	{ "ssid", required_argument, NULL, OPT_SSID },
+	{ "sender", required_argument, NULL, OPT_SENDER },
+	{ "return-sids", required_argument, NULL, OPT_RETURN_SIDS },
+	{ "err-est", required_argument, NULL, OPT_ERR_EST },
+	{ "json", no_argument, NULL, OPT_JSON },
+	{ "hex", required_argument, NULL, OPT_HEX },
+	{ "repeat", required_argument, NULL, OPT_REPEAT },
+	{ "help", no_argument, NULL, 'h' },
+	{},
+};
+
+static void usage(FILE *f)
+{
+	fprintf(f,
+		"usage:\n"
+		"  stamp_reflector attach --netns NS --dev IF --pin-dir DIR [--port 862]\n"
+		"  stamp_reflector add-address --pin-dir DIR ADDR\n"
+		"  stamp_reflector del-address --pin-dir DIR ADDR\n"
+		"  stamp_reflector add-session --pin-dir DIR --ssid N [--sender ADDR] [--return-sids A,B,...]\n"
+		"  stamp_reflector del-session --pin-dir DIR --ssid N [--sender ADDR]\n"
+		"  stamp_reflector set-err-est --pin-dir DIR --err-est N   (S|Z|scale|mult; Z forced to 1)\n"
+		"  stamp_reflector stats --pin-dir DIR [--json]\n"
+		"  stamp_reflector test-run --pin-dir DIR --hex FRAME [--repeat N]\n"
+		"  stamp_reflector detach --netns NS --dev IF --pin-dir DIR\n"
+		"exit codes: 0 ok, 1 failed, 2 bad arguments\n");
+}
+
+static int parse_args(int argc, char **argv, struct args *a)
+{
+	int opt;
+
+	memset(a, 0, sizeof(*a));
+	a->port = STAMP_PORT;
+	a->repeat = 1;
+	optind = 1;
+	while ((opt = getopt_long(argc, argv, "h", long_opts, NULL)) != -1) {
+		switch (opt) {
+		case OPT_NETNS: a->netns = optarg; break;
+		case OPT_DEV: a->dev = optarg; break;
+		case OPT_PIN_DIR: a->pin_dir = optarg; break;
+		case OPT_PORT:
+			if (!parse_u64_arg("--port", optarg, 1, 65535, &a->port))
+				return -1;
+			break;
+		case OPT_SSID:
+			if (!parse_u64_arg("--ssid", optarg, 0, 65535, &a->ssid))
+				return -1;
+			a->have_ssid = true;
+			break;
+		case OPT_SENDER: a->sender = optarg; break;
+		case OPT_RETURN_SIDS: a->return_sids = optarg; break;
+		case OPT_ERR_EST:
+			if (!parse_u64_arg("--err-est", optarg, 0, 65535, &a->err_est))
+				return -1;
+			a->have_err_est = true;
+			break;
+		case OPT_JSON: a->json = true; break;
+		case OPT_HEX: a->hex = optarg; break;
+		case OPT_REPEAT:
+			if (!parse_u64_arg("--repeat", optarg, 1, 1000000, &a->repeat))
+				return -1;
+			break;
+		case 'h': usage(stdout); exit(EXIT_OK);
+		default: usage(stderr); return -1;
+		}
+	}
+	if (optind < argc)
+		a->positional = argv[optind++];
+	if (optind < argc) {
+		die_msg("unexpected argument '%s'", argv[optind]);
+		return -1;
+	}
+	return 0;
+}
+
+static bool require(const char *value, const char *name)
+{
+	if (!value)
+		die_msg("missing required %s", name);
+	return value != NULL;
+}
+
+static int cmd_attach(struct args *a)
+{
+	struct stamp_reflector_bpf *skel;
+	char prog_path[4096];
+	int err;
+
+	if (!require(a->dev, "--dev") || !require(a->pin_dir, "--pin-dir"))
+		return EXIT_USAGE;
+	if (ensure_bpffs())
+		return EXIT_FAIL;
+	snprintf(prog_path, sizeof(prog_path), "%s/%s", a->pin_dir, PROG_PIN_NAME);
+	if (access(prog_path, F_OK) == 0) {
+		die_msg("--pin-dir: %s already holds an attached reflector; run detach first", a->pin_dir);
+		return EXIT_FAIL;
+	}
+	err = mkdir_p(a->pin_dir);
+	if (err) {
+		die_msg("--pin-dir: cannot create %s: %s", a->pin_dir, strerror(-err));
+		return EXIT_FAIL;
+	}
+	skel = stamp_reflector_bpf__open();
+	if (!skel) {
+		die_msg("cannot open BPF object: %s", strerror(errno));
+		return EXIT_FAIL;
+	}
+	skel->rodata->stamp_port = a->port;
+	err = stamp_reflector_bpf__load(skel);
+	if (err) {
+		die_msg("cannot load BPF program (verifier log above): %s", strerror(-err));
+		goto out;
+	}
+	err = pin_object(skel->obj, skel->progs.stamp_reflector, a->pin_dir);
+	if (!err)
+		err = attach_pinned_xdp(a->netns, a->dev, bpf_program__fd(skel->progs.stamp_reflector));
+	if (err)
+		unpin_dir(a->pin_dir);
+	else
+		printf("stamp_reflector attached to %s%s%s (port %llu), pins in %s\n", a->dev,
+		       a->netns ? " in netns " : "", a->netns ? a->netns : "",
+		       (unsigned long long)a->port, a->pin_dir);
+out:
+	stamp_reflector_bpf__destroy(skel);
+	return err ? EXIT_FAIL : EXIT_OK;
+}
+
+static int cmd_detach(struct args *a)
+{
+	if (!require(a->dev, "--dev") || !require(a->pin_dir, "--pin-dir"))
+		return EXIT_USAGE;
+	return detach_and_unpin(a->netns, a->dev, a->pin_dir) ? EXIT_FAIL : EXIT_OK;
+}
+
+static int cmd_address(struct args *a, bool add)
+{
+	uint8_t addr[16];
+	uint8_t one = 1;
+	int fd, err;
+
+	if (!require(a->pin_dir, "--pin-dir") || !require(a->positional, "ADDR"))
+		return EXIT_USAGE;
+	if (!parse_ipv6_arg("ADDR", a->positional, addr))
+		return EXIT_USAGE;
+	fd = open_pinned(a->pin_dir, "reflector_addresses");
+	if (fd < 0)
+		return EXIT_FAIL;
+	err = add ? bpf_map_update_elem(fd, addr, &one, BPF_ANY) : bpf_map_delete_elem(fd, addr);
+	if (err)
+		die_msg("%s of address %s failed: %s", add ? "insert" : "delete", a->positional,
+			strerror(errno));
+	close(fd);
+	return err ? EXIT_FAIL : EXIT_OK;
+}
+
+/* "A,B,C" -> sids in visiting order; refuses more than REFLECTOR_MAX_RETURN_SIDS. */
+static int parse_return_sids(const char *text, struct reflector_session *sess)
+{
+	char *copy = strdup(text), *save = NULL, *tok;
+	int n = 0, rc = 0;
+
+	if (!copy)
+		return -ENOMEM;
+	for (tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+		if (n == REFLECTOR_MAX_RETURN_SIDS) {
+			die_msg("--return-sids: more than %d SIDs (the reflector appends the sender as the final segment)",
+				REFLECTOR_MAX_RETURN_SIDS);
+			rc = -E2BIG;
+			break;
+		}
+		if (!parse_ipv6_arg("--return-sids", tok, sess->return_sids[n])) {
+			rc = -EINVAL;
+			break;
+		}
+		n++;
+	}
+	if (!rc && n == 0) {
+		die_msg("--return-sids: empty list");
+		rc = -EINVAL;
+	}
+	sess->n_return_sids = n;
+	free(copy);
+	return rc;
+}
+
+static int session_key(struct args *a, struct reflector_session_key *key)
+{
+	memset(key, 0, sizeof(*key));
+	if (!require(a->pin_dir, "--pin-dir"))
+		return -1;
+	if (!a->have_ssid) {
+		die_msg("missing required --ssid");
+		return -1;
+	}
+	key->ssid = a->ssid;
+	if (a->sender && !parse_ipv6_arg("--sender", a->sender, key->sender))
+		return -1;
+	return 0;
+}
+
+static int cmd_add_session(struct args *a)
+{
+	struct reflector_session_key key;
+	struct reflector_session sess = {};
+	int fd, err;
+
+	if (session_key(a, &key))
+		return EXIT_USAGE;
+	if (a->return_sids && parse_return_sids(a->return_sids, &sess))
+		return EXIT_USAGE;
+	fd = open_pinned(a->pin_dir, "reflector_sessions");
+	if (fd < 0)
+		return EXIT_FAIL;
+	err = bpf_map_update_elem(fd, &key, &sess, BPF_ANY);
+	if (err)
+		die_msg("insert of session ssid %u failed: %s", key.ssid, strerror(errno));
+	close(fd);
+	return err ? EXIT_FAIL : EXIT_OK;
+}
+
+static int cmd_del_session(struct args *a)
+{
+	struct reflector_session_key key;
+	int fd, err;
+
+	if (session_key(a, &key))
+		return EXIT_USAGE;
+	fd = open_pinned(a->pin_dir, "reflector_sessions");
+	if (fd < 0)
+		return EXIT_FAIL;
+	err = bpf_map_delete_elem(fd, &key);
+	if (err)
+		die_msg("delete of session ssid %u (sender %s) failed: %s", key.ssid,
+			a->sender ? a->sender : "::", strerror(errno));
+	close(fd);
+	return err ? EXIT_FAIL : EXIT_OK;
+}
+
+static int cmd_set_err_est(struct args *a)
+{
+	struct reflector_config cfg = {};
+	uint32_t zero = 0;
+	int fd, err;
+
+	if (!require(a->pin_dir, "--pin-dir"))
+		return EXIT_USAGE;
+	if (!a->have_err_est) {
+		die_msg("missing required --err-est");
+		return EXIT_USAGE;
+	}
+	cfg.err_est = a->err_est;
+	fd = open_pinned(a->pin_dir, "reflector_config");
+	if (fd < 0)
+		return EXIT_FAIL;
+	err = bpf_map_update_elem(fd, &zero, &cfg, BPF_ANY);
+	if (err)
+		die_msg("update of reflector_config failed: %s", strerror(errno));
+	close(fd);
+	return err ? EXIT_FAIL : EXIT_OK;
+}
+
+int main(int argc, char **argv)
+{
+	const char *cmd;
+	struct args a;
+
+	if (argc < 2) {
+		usage(stderr);
+		return EXIT_USAGE;
+	}
+	cmd = argv[1];
+	if (!strcmp(cmd, "-h") || !strcmp(cmd, "--help") || !strcmp(cmd, "help")) {
+		usage(stdout);
+		return EXIT_OK;
+	}
+	if (parse_args(argc - 1, argv + 1, &a))
+		return EXIT_USAGE;
+
+	if (!strcmp(cmd, "attach"))
+		return cmd_attach(&a);
+	if (!strcmp(cmd, "detach"))
+		return cmd_detach(&a);
+	if (!strcmp(cmd, "add-address"))
+		return cmd_address(&a, true);
+	if (!strcmp(cmd, "del-address"))
+		return cmd_address(&a, false);
+	if (!strcmp(cmd, "add-session"))
+		return cmd_add_session(&a);
+	if (!strcmp(cmd, "del-session"))
+		return cmd_del_session(&a);
+	if (!strcmp(cmd, "set-err-est"))
+		return cmd_set_err_est(&a);
+	if (!strcmp(cmd, "stats")) {
+		if (!require(a.pin_dir, "--pin-dir"))
+			return EXIT_USAGE;
+		return print_counters(a.pin_dir, "stamp_reflector_stats", reflector_counter_names,
+				      REFL_NR_COUNTERS, a.json) ? EXIT_FAIL : EXIT_OK;
+	}
+	if (!strcmp(cmd, "test-run")) {
+		if (!require(a.pin_dir, "--pin-dir") || !require(a.hex, "--hex"))
+			return EXIT_USAGE;
+		return test_run_pinned(a.pin_dir, a.hex, a.repeat) ? EXIT_FAIL : EXIT_OK;
+	}
+	die_msg("unknown command '%s'", cmd);
+	usage(stderr);
+	return EXIT_USAGE;
+}
