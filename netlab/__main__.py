@@ -1,0 +1,95 @@
+"""CLI: python -m netlab up|down|status|exec|delay|stats|check ..."""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+from .lab import Lab, LabError, status, teardown
+from .topology import TopologyError, load
+
+
+def _parse_delay(text: str) -> tuple[str, tuple[float, float]]:
+    try:
+        link, values = text.split("=", 1)
+        a_to_b, b_to_a = (float(v) for v in values.split(","))
+        return link, (a_to_b, b_to_a)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: write LINK=A_TO_B_US,B_TO_A_US, e.g. ar=2000,1000")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m netlab", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("up", help="create the lab described by TOPOLOGY")
+    p.add_argument("topology")
+    p.add_argument("--prefix", required=True)
+    p.add_argument("--delay", action="append", type=_parse_delay, default=[],
+                   help="LINK=A_TO_B_US,B_TO_A_US (puts a delay relay on that link)")
+    p = sub.add_parser("down", help="remove every namespace, relay and pin of PREFIX (state file optional)")
+    p.add_argument("--prefix", required=True)
+    p = sub.add_parser("status", help="namespaces and relays of PREFIX, as JSON")
+    p.add_argument("--prefix", required=True)
+    p = sub.add_parser("exec", help="run a command in NODE: exec --prefix P NODE -- cmd ...")
+    p.add_argument("--prefix", required=True)
+    p.add_argument("node")
+    p.add_argument("cmd", nargs=argparse.REMAINDER)
+    p = sub.add_parser("delay", help="change a running relay: delay --prefix P LINK A_TO_B_US B_TO_A_US")
+    p.add_argument("--prefix", required=True)
+    p.add_argument("link")
+    p.add_argument("a_to_b_us", type=float)
+    p.add_argument("b_to_a_us", type=float)
+    p = sub.add_parser("stats", help="a relay's counters as JSON: stats --prefix P LINK")
+    p.add_argument("--prefix", required=True)
+    p.add_argument("link")
+    p = sub.add_parser("check", help="validate a topology file only")
+    p.add_argument("topology")
+    args = parser.parse_args(argv)
+
+    try:
+        if args.command == "up":
+            lab = Lab.up(args.topology, args.prefix, delay_us=dict(args.delay))
+            print(json.dumps(status(args.prefix), indent=2))
+            del lab  # relays keep running; `down` stops them by PID file
+        elif args.command == "down":
+            final = teardown(args.prefix)
+            print(json.dumps({"down": args.prefix, "relay_final_stats": final}, indent=2))
+        elif args.command == "status":
+            print(json.dumps(status(args.prefix), indent=2))
+        elif args.command == "exec":
+            cmd = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
+            if not cmd:
+                parser.error("exec needs a command after --")
+            ns = f"{args.prefix}-{args.node}"
+            os.execvp("ip", ["ip", "netns", "exec", ns] + cmd)
+        elif args.command in ("delay", "stats"):
+            lab = _attach(args.prefix)
+            reply = (lab.set_delay(args.link, args.a_to_b_us, args.b_to_a_us) if args.command == "delay"
+                     else lab.relay_stats(args.link))
+            print(json.dumps(reply, indent=2))
+        elif args.command == "check":
+            topo = load(args.topology)
+            print(f"{args.topology}: ok ({len(topo.nodes)} nodes, {len(topo.links)} links)")
+    except TopologyError as exc:
+        print(exc, file=sys.stderr)
+        return 2
+    except LabError as exc:
+        print(f"netlab: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _attach(prefix: str) -> Lab:
+    """A Lab object for a lab brought up by another process (from its state file)."""
+    st = status(prefix)
+    if not st["topology"]:
+        raise LabError(f"no state for lab {prefix!r} (is it up?)")
+    lab = Lab(load(st["topology"]), prefix)
+    from .lab import RUN_ROOT
+    lab.relays = json.loads((RUN_ROOT / prefix / "state.json").read_text())["relays"]
+    return lab
+
+
+if __name__ == "__main__":
+    sys.exit(main())

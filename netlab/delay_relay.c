@@ -1,0 +1,457 @@
+// SPDX-License-Identifier: MIT
+/*
+ * delay_relay — transparent L2 relay between two interfaces that delays every
+ * frame by a fixed, per-direction amount.
+ *
+ * netlab splices it into a link:  A(a0) <-> [ra  relay  rb] <-> R(r0).
+ * Frames are forwarded byte for byte (the MACs stay those of a0 and r0), so
+ * the endpoints keep their static neighbour entries for each other.
+ *
+ * Design (why it is built this way):
+ *  - AF_PACKET raw sockets bound to each side, PACKET_IGNORE_OUTGOING so the
+ *    relay never sees its own transmissions, promiscuous so frames for the far
+ *    MAC are accepted, PACKET_QDISC_BYPASS so transmit skips the qdisc layer.
+ *  - Arrival time = kernel receive timestamp (SO_TIMESTAMPNS, CLOCK_REALTIME)
+ *    converted to CLOCK_MONOTONIC; a frame is released at arrival + delay.
+ *  - One thread, one ppoll() whose timeout is the earliest release time; the
+ *    timer slack is set to 1 ns so the kernel does not batch our wake-ups.
+ *    A short optional spin (--spin-ns) trades CPU for wake-up jitter.
+ *  - A bounded FIFO per direction; a full queue drops and counts the frame.
+ *  - Counters per direction, plus the measured release lateness (actual send
+ *    time - due time), printed as JSON on SIGUSR1 and on exit and written to
+ *    the stats file. A unix SOCK_SEQPACKET control socket takes
+ *    "delay <a_to_b_us> <b_to_a_us>" and "stats".
+ */
+#define _GNU_SOURCE
+#include <arpa/inet.h>
+#include <errno.h>
+#include <getopt.h>
+#include <linux/if_ether.h>
+#include <linux/if_packet.h>
+#include <math.h>
+#include <net/if.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+#define SLOT_BYTES 2048          /* veth MTU 1500 + L2 header; larger frames are counted */
+#define DEFAULT_QUEUE_FRAMES 4096
+#define RX_BURST 64              /* frames read per direction per wake-up (fairness) */
+#define NSEC_PER_SEC 1000000000LL
+
+struct frame {
+	int64_t due_ns;          /* CLOCK_MONOTONIC release time */
+	uint32_t len;
+	uint8_t data[SLOT_BYTES];
+};
+
+struct fifo {
+	struct frame *slots;
+	uint32_t capacity, head, count;
+};
+
+struct direction_stats {
+	uint64_t received, forwarded, dropped_queue_full, dropped_oversize, send_errors;
+	uint64_t max_queue_depth;
+	/* lateness = actual send time - due time, ns; tells how exact the relay is */
+	uint64_t late_count;
+	double late_sum_ns, late_sumsq_ns;
+	int64_t late_max_ns;
+	uint64_t late_hist[8];   /* <1us <5us <10us <20us <50us <100us <1ms >=1ms */
+};
+
+struct direction {
+	const char *name;        /* "a_to_b" or "b_to_a" */
+	int rx_fd, tx_fd;
+	int64_t delay_ns;
+	struct fifo queue;
+	struct direction_stats stats;
+};
+
+static volatile sig_atomic_t stop_requested, dump_requested;
+static struct direction dirs[2];
+static const char *stats_path;
+static int64_t spin_ns;
+
+static int64_t now_ns(clockid_t clock)
+{
+	struct timespec ts;
+	clock_gettime(clock, &ts);
+	return (int64_t)ts.tv_sec * NSEC_PER_SEC + ts.tv_nsec;
+}
+
+static void on_signal(int sig)
+{
+	if (sig == SIGUSR1)
+		dump_requested = 1;
+	else
+		stop_requested = 1;
+}
+
+static int open_packet_socket(const char *ifname)
+{
+	int ifindex = if_nametoindex(ifname);
+	if (!ifindex) {
+		fprintf(stderr, "delay_relay: no interface %s: %s\n", ifname, strerror(errno));
+		return -1;
+	}
+	int fd = socket(AF_PACKET, SOCK_RAW | SOCK_NONBLOCK | SOCK_CLOEXEC, htons(ETH_P_ALL));
+	if (fd < 0) {
+		perror("delay_relay: socket(AF_PACKET)");
+		return -1;
+	}
+	int one = 1;
+	struct sockaddr_ll addr = {
+		.sll_family = AF_PACKET,
+		.sll_protocol = htons(ETH_P_ALL),
+		.sll_ifindex = ifindex,
+	};
+	struct packet_mreq promisc = { .mr_ifindex = ifindex, .mr_type = PACKET_MR_PROMISC };
+	int rcvbuf = 4 << 20;
+	if (bind(fd, (struct sockaddr *)&addr, sizeof(addr)) < 0 ||
+	    setsockopt(fd, SOL_PACKET, PACKET_IGNORE_OUTGOING, &one, sizeof(one)) < 0 ||
+	    setsockopt(fd, SOL_PACKET, PACKET_ADD_MEMBERSHIP, &promisc, sizeof(promisc)) < 0 ||
+	    setsockopt(fd, SOL_PACKET, PACKET_QDISC_BYPASS, &one, sizeof(one)) < 0 ||
+	    setsockopt(fd, SOL_SOCKET, SO_TIMESTAMPNS, &one, sizeof(one)) < 0 ||
+	    setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof(rcvbuf)) < 0) {
+		fprintf(stderr, "delay_relay: setting up %s: %s\n", ifname, strerror(errno));
+		close(fd);
+		return -1;
+	}
+	return fd;
+}
+
+/* Kernel rx timestamp (CLOCK_REALTIME) of the message, converted to CLOCK_MONOTONIC. */
+static int64_t arrival_monotonic_ns(struct msghdr *msg)
+{
+	int64_t mono = now_ns(CLOCK_MONOTONIC);
+	int64_t real = now_ns(CLOCK_REALTIME);
+	for (struct cmsghdr *c = CMSG_FIRSTHDR(msg); c; c = CMSG_NXTHDR(msg, c)) {
+		if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_TIMESTAMPNS) {
+			struct timespec ts;
+			memcpy(&ts, CMSG_DATA(c), sizeof(ts));
+			int64_t rx_real = (int64_t)ts.tv_sec * NSEC_PER_SEC + ts.tv_nsec;
+			int64_t age = real - rx_real;
+			if (age >= 0 && age < NSEC_PER_SEC)   /* ignore a clock step */
+				return mono - age;
+		}
+	}
+	return mono;
+}
+
+static void receive_burst(struct direction *d)
+{
+	static uint8_t discard[65536];
+	char control[CMSG_SPACE(sizeof(struct timespec)) * 2];
+
+	for (int i = 0; i < RX_BURST; i++) {
+		struct fifo *q = &d->queue;
+		bool full = q->count == q->capacity;
+		struct frame *slot = full ? NULL : &q->slots[(q->head + q->count) % q->capacity];
+		struct iovec iov = {
+			.iov_base = full ? discard : slot->data,
+			.iov_len = full ? sizeof(discard) : SLOT_BYTES,
+		};
+		struct msghdr msg = {
+			.msg_iov = &iov, .msg_iovlen = 1,
+			.msg_control = control, .msg_controllen = sizeof(control),
+		};
+		ssize_t n = recvmsg(d->rx_fd, &msg, MSG_TRUNC);
+		if (n < 0)
+			return;          /* EAGAIN: nothing more for now */
+		d->stats.received++;
+		if (full) {
+			d->stats.dropped_queue_full++;
+			continue;
+		}
+		if (n > SLOT_BYTES) {
+			d->stats.dropped_oversize++;
+			continue;
+		}
+		slot->len = (uint32_t)n;
+		slot->due_ns = arrival_monotonic_ns(&msg) + d->delay_ns;
+		q->count++;
+		if (q->count > d->stats.max_queue_depth)
+			d->stats.max_queue_depth = q->count;
+	}
+}
+
+static void record_lateness(struct direction_stats *s, int64_t late)
+{
+	static const int64_t bounds[] = { 1000, 5000, 10000, 20000, 50000, 100000, 1000000 };
+	int bucket = 7;
+	for (int i = 0; i < 7; i++) {
+		if (late < bounds[i]) {
+			bucket = i;
+			break;
+		}
+	}
+	s->late_hist[bucket]++;
+	s->late_count++;
+	s->late_sum_ns += (double)late;
+	s->late_sumsq_ns += (double)late * (double)late;
+	if (late > s->late_max_ns)
+		s->late_max_ns = late;
+}
+
+/* Send every frame whose release time has come. */
+static void release_due(struct direction *d)
+{
+	struct fifo *q = &d->queue;
+	while (q->count) {
+		struct frame *f = &q->slots[q->head];
+		int64_t now = now_ns(CLOCK_MONOTONIC);
+		if (f->due_ns > now) {
+			if (f->due_ns - now > spin_ns)
+				return;
+			while (now_ns(CLOCK_MONOTONIC) < f->due_ns)
+				;        /* short spin: the ppoll wake-up came early on purpose */
+			now = now_ns(CLOCK_MONOTONIC);
+		}
+		if (send(d->tx_fd, f->data, f->len, 0) == (ssize_t)f->len)
+			d->stats.forwarded++;
+		else
+			d->stats.send_errors++;
+		record_lateness(&d->stats, now - f->due_ns);
+		q->head = (q->head + 1) % q->capacity;
+		q->count--;
+	}
+}
+
+static int64_t next_due_ns(void)
+{
+	int64_t next = INT64_MAX;
+	for (int i = 0; i < 2; i++) {
+		struct fifo *q = &dirs[i].queue;
+		if (q->count && q->slots[q->head].due_ns < next)
+			next = q->slots[q->head].due_ns;
+	}
+	return next;
+}
+
+static int format_stats(char *buf, size_t size)
+{
+	int n = snprintf(buf, size, "{\"pid\": %d", (int)getpid());
+	for (int i = 0; i < 2 && n < (int)size; i++) {
+		struct direction *d = &dirs[i];
+		struct direction_stats *s = &d->stats;
+		double mean = s->late_count ? s->late_sum_ns / s->late_count : 0;
+		double var = s->late_count ? s->late_sumsq_ns / s->late_count - mean * mean : 0;
+		n += snprintf(buf + n, size - n,
+			", \"%s\": {\"delay_us\": %.3f, \"received\": %llu, \"forwarded\": %llu, "
+			"\"dropped_queue_full\": %llu, \"dropped_oversize\": %llu, \"send_errors\": %llu, "
+			"\"queued\": %u, \"max_queue_depth\": %llu, \"queue_capacity\": %u, "
+			"\"lateness_ns\": {\"count\": %llu, \"mean\": %.0f, \"stddev\": %.0f, \"max\": %lld, "
+			"\"hist_lt\": {\"1us\": %llu, \"5us\": %llu, \"10us\": %llu, \"20us\": %llu, "
+			"\"50us\": %llu, \"100us\": %llu, \"1ms\": %llu, \"inf\": %llu}}}",
+			d->name, d->delay_ns / 1000.0,
+			(unsigned long long)s->received, (unsigned long long)s->forwarded,
+			(unsigned long long)s->dropped_queue_full, (unsigned long long)s->dropped_oversize,
+			(unsigned long long)s->send_errors, d->queue.count,
+			(unsigned long long)s->max_queue_depth, d->queue.capacity,
+			(unsigned long long)s->late_count, mean, var > 0 ? sqrt(var) : 0,
+			(long long)s->late_max_ns,
+			(unsigned long long)s->late_hist[0], (unsigned long long)s->late_hist[1],
+			(unsigned long long)s->late_hist[2], (unsigned long long)s->late_hist[3],
+			(unsigned long long)s->late_hist[4], (unsigned long long)s->late_hist[5],
+			(unsigned long long)s->late_hist[6], (unsigned long long)s->late_hist[7]);
+	}
+	if (n < (int)size)
+		n += snprintf(buf + n, size - n, "}\n");
+	return n;
+}
+
+/* Write the stats file atomically (tmp + rename) so readers never see half a file. */
+static void dump_stats(bool to_stdout)
+{
+	char buf[4096];
+	format_stats(buf, sizeof(buf));
+	if (to_stdout) {
+		fputs(buf, stdout);
+		fflush(stdout);
+	}
+	if (!stats_path)
+		return;
+	char tmp[4200];
+	snprintf(tmp, sizeof(tmp), "%s.tmp", stats_path);
+	FILE *f = fopen(tmp, "w");
+	if (!f)
+		return;
+	fputs(buf, f);
+	fclose(f);
+	rename(tmp, stats_path);
+}
+
+static int open_control_socket(const char *path)
+{
+	struct sockaddr_un addr = { .sun_family = AF_UNIX };
+	if (strlen(path) >= sizeof(addr.sun_path)) {
+		fprintf(stderr, "delay_relay: control socket path too long: %s\n", path);
+		return -1;
+	}
+	strcpy(addr.sun_path, path);
+	unlink(path);
+	int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	if (fd < 0 || bind(fd, (struct sockaddr *)&addr, sizeof(addr)) < 0 || listen(fd, 4) < 0) {
+		fprintf(stderr, "delay_relay: control socket %s: %s\n", path, strerror(errno));
+		return -1;
+	}
+	return fd;
+}
+
+/* One request per connection: "delay <a_to_b_us> <b_to_a_us>" or "stats". */
+static void serve_control(int listen_fd)
+{
+	int fd = accept4(listen_fd, NULL, NULL, SOCK_CLOEXEC);
+	if (fd < 0)
+		return;
+	struct timeval tv = { .tv_sec = 1 };
+	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+	char req[256] = { 0 }, reply[4096];
+	ssize_t n = recv(fd, req, sizeof(req) - 1, 0);
+	double a_to_b_us, b_to_a_us;
+	if (n > 0 && sscanf(req, "delay %lf %lf", &a_to_b_us, &b_to_a_us) == 2 &&
+	    a_to_b_us >= 0 && b_to_a_us >= 0 && a_to_b_us < 1e7 && b_to_a_us < 1e7) {
+		dirs[0].delay_ns = (int64_t)llround(a_to_b_us * 1000.0);
+		dirs[1].delay_ns = (int64_t)llround(b_to_a_us * 1000.0);
+		format_stats(reply, sizeof(reply));
+	} else if (n > 0 && strncmp(req, "stats", 5) == 0) {
+		format_stats(reply, sizeof(reply));
+	} else {
+		snprintf(reply, sizeof(reply),
+			 "{\"error\": \"expected 'delay <a_to_b_us> <b_to_a_us>' (0..1e7) or 'stats'\"}\n");
+	}
+	send(fd, reply, strlen(reply), MSG_NOSIGNAL);
+	close(fd);
+}
+
+static void usage(void)
+{
+	fprintf(stderr,
+		"usage: delay_relay --if-a IF --if-b IF [--a-to-b-us N] [--b-to-a-us N]\n"
+		"                   [--queue FRAMES] [--control PATH] [--stats PATH] [--spin-ns N]\n");
+}
+
+int main(int argc, char **argv)
+{
+	const char *if_a = NULL, *if_b = NULL, *control_path = NULL;
+	double a_to_b_us = 0, b_to_a_us = 0;
+	long queue_frames = DEFAULT_QUEUE_FRAMES;
+	static const struct option opts[] = {
+		{ "if-a", required_argument, NULL, 'a' },
+		{ "if-b", required_argument, NULL, 'b' },
+		{ "a-to-b-us", required_argument, NULL, 'x' },
+		{ "b-to-a-us", required_argument, NULL, 'y' },
+		{ "queue", required_argument, NULL, 'q' },
+		{ "control", required_argument, NULL, 'c' },
+		{ "stats", required_argument, NULL, 's' },
+		{ "spin-ns", required_argument, NULL, 'p' },
+		{ 0 },
+	};
+	for (int opt; (opt = getopt_long(argc, argv, "", opts, NULL)) != -1;) {
+		switch (opt) {
+		case 'a': if_a = optarg; break;
+		case 'b': if_b = optarg; break;
+		case 'x': a_to_b_us = atof(optarg); break;
+		case 'y': b_to_a_us = atof(optarg); break;
+		case 'q': queue_frames = atol(optarg); break;
+		case 'c': control_path = optarg; break;
+		case 's': stats_path = optarg; break;
+		case 'p': spin_ns = atoll(optarg); break;
+		default: usage(); return 2;
+		}
+	}
+	if (!if_a || !if_b || queue_frames < 1 || queue_frames > 1 << 20 ||
+	    a_to_b_us < 0 || b_to_a_us < 0 || spin_ns < 0) {
+		usage();
+		return 2;
+	}
+
+	prctl(PR_SET_TIMERSLACK, 1UL);  /* hrtimer wake-ups exactly when asked */
+
+	dirs[0] = (struct direction){ .name = "a_to_b", .delay_ns = llround(a_to_b_us * 1000) };
+	dirs[1] = (struct direction){ .name = "b_to_a", .delay_ns = llround(b_to_a_us * 1000) };
+	int fd_a = open_packet_socket(if_a), fd_b = open_packet_socket(if_b);
+	if (fd_a < 0 || fd_b < 0)
+		return 1;
+	dirs[0].rx_fd = fd_a, dirs[0].tx_fd = fd_b;
+	dirs[1].rx_fd = fd_b, dirs[1].tx_fd = fd_a;
+	for (int i = 0; i < 2; i++) {
+		dirs[i].queue.capacity = (uint32_t)queue_frames;
+		dirs[i].queue.slots = calloc(queue_frames, sizeof(struct frame));
+		if (!dirs[i].queue.slots) {
+			perror("delay_relay: queue");
+			return 1;
+		}
+	}
+	int control_fd = -1;
+	if (control_path && (control_fd = open_control_socket(control_path)) < 0)
+		return 1;
+
+	/* Signals are blocked except inside ppoll, so a flag can never be missed. */
+	sigset_t blocked, during_poll;
+	sigemptyset(&blocked);
+	sigaddset(&blocked, SIGUSR1);
+	sigaddset(&blocked, SIGTERM);
+	sigaddset(&blocked, SIGINT);
+	sigprocmask(SIG_BLOCK, &blocked, &during_poll);
+	struct sigaction sa = { .sa_handler = on_signal };
+	sigaction(SIGUSR1, &sa, NULL);
+	sigaction(SIGTERM, &sa, NULL);
+	sigaction(SIGINT, &sa, NULL);
+
+	dump_stats(false);
+	fprintf(stderr, "delay_relay: ready %s<->%s a_to_b=%.1fus b_to_a=%.1fus queue=%ld\n",
+		if_a, if_b, a_to_b_us, b_to_a_us, queue_frames);
+
+	struct pollfd pfds[3] = {
+		{ .fd = fd_a, .events = POLLIN },
+		{ .fd = fd_b, .events = POLLIN },
+		{ .fd = control_fd, .events = POLLIN },
+	};
+	while (!stop_requested) {
+		int64_t next = next_due_ns();
+		struct timespec timeout, *timeout_p = NULL;
+		if (next != INT64_MAX) {
+			int64_t wait = next - now_ns(CLOCK_MONOTONIC) - spin_ns;
+			if (wait < 0)
+				wait = 0;
+			timeout.tv_sec = wait / NSEC_PER_SEC;
+			timeout.tv_nsec = wait % NSEC_PER_SEC;
+			timeout_p = &timeout;
+		}
+		int ready = ppoll(pfds, control_fd >= 0 ? 3 : 2, timeout_p, &during_poll);
+		if (ready < 0 && errno != EINTR) {
+			perror("delay_relay: ppoll");
+			break;
+		}
+		if (ready > 0) {
+			if (pfds[0].revents & POLLIN)
+				receive_burst(&dirs[0]);
+			if (pfds[1].revents & POLLIN)
+				receive_burst(&dirs[1]);
+			if (control_fd >= 0 && (pfds[2].revents & POLLIN))
+				serve_control(control_fd);
+		}
+		release_due(&dirs[0]);
+		release_due(&dirs[1]);
+		if (dump_requested) {
+			dump_requested = 0;
+			dump_stats(true);
+		}
+	}
+	dump_stats(true);
+	if (control_path)
+		unlink(control_path);
+	return 0;
+}

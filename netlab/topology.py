@@ -1,0 +1,517 @@
+"""Topology files: load, validate, and report errors as FILE:LINE: what: how to fix.
+
+A topology is data (YAML). The loader composes the YAML node tree itself so every
+value keeps its position (yaml node marks); validation errors point at the line
+that needs changing. See netlab/README.md for the format.
+"""
+from __future__ import annotations
+
+import ipaddress
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+NAME_RE = re.compile(r"^[A-Za-z0-9_]{1,12}$")
+IFNAME_RE = re.compile(r"^[A-Za-z0-9_]{1,15}$")
+LINK_NAME_RE = re.compile(r"^[a-z0-9_]{1,8}$")
+SYSCTL_KEY_RE = re.compile(r"^[a-z0-9_]+(\.[a-z0-9_]+)+$")
+DEVICE_SYSCTL_KEY_RE = re.compile(r"^[a-z0-9_]+$")
+SEG6_MODES = ("encap", "inline", "l2encap", "encap.red", "l2encap.red")
+SEG6LOCAL_ACTIONS = {  # action -> required parameter (or None)
+    "End": None, "End.X": "nh6", "End.T": "table", "End.DX2": "oif", "End.DX6": "nh6",
+    "End.DX4": "nh4", "End.DT6": "table", "End.DT4": "table", "End.DT46": "table",
+    "End.B6": "srh", "End.B6.Encaps": "srh", "End.BM": "srh", "End.S": "srh", "End.AS": "srh",
+    "End.AM": "srh", "End.BPF": "endpoint",
+}
+SUPPORTED_SEG6LOCAL = ("End", "End.X", "End.T", "End.DX6", "End.DT6")
+
+
+class TopologyError(ValueError):
+    """Raised with every problem found, one per line: FILE:LINE: where: what. Fix: how."""
+
+    def __init__(self, problems: list[str]):
+        self.problems = problems
+        super().__init__("\n".join(problems))
+
+
+@dataclass
+class Endpoint:
+    node: str
+    ifname: str
+    addrs: list[str] = field(default_factory=list)
+    xdp_pass: bool = False
+    mac: str | None = None
+
+
+@dataclass
+class Link:
+    name: str
+    a: Endpoint
+    b: Endpoint
+    delay_a_to_b_us: float = 0.0
+    delay_b_to_a_us: float = 0.0
+    has_delay_key: bool = False
+    relay: str = "auto"            # auto: relay iff a delay is non-zero; always; never
+    queue_frames: int = 4096
+
+    @property
+    def wants_relay(self) -> bool:
+        if self.relay == "always":
+            return True
+        if self.relay == "never":
+            return False
+        return self.delay_a_to_b_us > 0 or self.delay_b_to_a_us > 0
+
+
+@dataclass
+class Route:
+    dst: str
+    via: str | None = None
+    dev: str | None = None
+    seg6: dict[str, Any] | None = None
+    seg6local: dict[str, Any] | None = None
+    count: bool = False
+    metric: int | None = None
+
+    def ip_args(self) -> list[str]:
+        """Arguments after `ip -6 route replace`."""
+        args = [self.dst]
+        if self.seg6:
+            args += ["encap", "seg6", "mode", self.seg6["mode"], "segs", ",".join(self.seg6["segs"])]
+        if self.seg6local:
+            args += ["encap", "seg6local", "action", self.seg6local["action"]]
+            for key in ("table", "nh6"):
+                if key in self.seg6local:
+                    args += [key, str(self.seg6local[key])]
+            if self.count:
+                args.append("count")
+        if self.via:
+            args += ["via", self.via]
+        if self.dev:
+            args += ["dev", self.dev]
+        if self.metric is not None:
+            args += ["metric", str(self.metric)]
+        return args
+
+
+@dataclass
+class Node:
+    name: str
+    loopback: list[str] = field(default_factory=list)
+    routes: list[Route] = field(default_factory=list)
+    sysctl: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class Topology:
+    path: str
+    name: str
+    nodes: dict[str, Node]
+    links: list[Link]
+    sysctl: dict[str, str]
+    device_sysctl: dict[str, str]
+
+    def link(self, name: str) -> Link:
+        for link in self.links:
+            if link.name == name:
+                return link
+        raise KeyError(f"no link {name!r} in {self.path} (links: {', '.join(l.name for l in self.links)})")
+
+    def endpoints_of(self, node: str) -> list[tuple[Link, Endpoint, Endpoint]]:
+        """(link, this end, far end) for every link end on `node`."""
+        ends = []
+        for link in self.links:
+            if link.a.node == node:
+                ends.append((link, link.a, link.b))
+            if link.b.node == node:
+                ends.append((link, link.b, link.a))
+        return ends
+
+
+# ---------------------------------------------------------------- YAML with marks
+
+class _Doc:
+    """Plain Python values plus the line of every value and key (by path)."""
+
+    def __init__(self, path: str):
+        self.path = path
+        self.value_line: dict[tuple, int] = {}
+        self.key_line: dict[tuple, int] = {}
+        self.problems: list[str] = []
+
+    def line(self, where: tuple) -> int:
+        while where:
+            if where in self.value_line:
+                return self.value_line[where]
+            where = where[:-1]
+        return self.value_line.get((), 1)
+
+    def error(self, where: tuple, what: str, fix: str, at_key: bool = False) -> None:
+        line = self.key_line.get(where) if at_key else None
+        line = line or self.line(where)
+        self.problems.append(f"{self.path}:{line}: {_fmt_path(where)}: {what}. Fix: {fix}")
+
+    def convert(self, node: yaml.Node, where: tuple = ()) -> Any:
+        self.value_line[where] = node.start_mark.line + 1
+        if isinstance(node, yaml.MappingNode):
+            out: dict[Any, Any] = {}
+            for key_node, value_node in node.value:
+                key = yaml.constructor.SafeConstructor().construct_object(key_node)
+                sub = where + (key,)
+                if key in out:
+                    self.key_line[sub] = key_node.start_mark.line + 1
+                    self.error(sub, f"key {key!r} appears twice", "keep only one of them", at_key=True)
+                    continue
+                self.key_line[sub] = key_node.start_mark.line + 1
+                out[key] = self.convert(value_node, sub)
+            return out
+        if isinstance(node, yaml.SequenceNode):
+            return [self.convert(item, where + (i,)) for i, item in enumerate(node.value)]
+        return yaml.constructor.SafeConstructor().construct_object(node)
+
+
+def _fmt_path(where: tuple) -> str:
+    text = ""
+    for part in where:
+        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
+    return text or "(top level)"
+
+
+# ---------------------------------------------------------------- validation helpers
+
+def _check_keys(doc: _Doc, where: tuple, value: Any, allowed: dict[str, str], required: tuple = ()) -> bool:
+    if not isinstance(value, dict):
+        doc.error(where, f"expected a mapping, got {type(value).__name__} {value!r}",
+                  f"write a mapping with keys: {', '.join(allowed)}")
+        return False
+    for key in value:
+        if key not in allowed:
+            doc.error(where + (key,), f"unknown key {key!r}",
+                      f"use one of: {', '.join(allowed)} (check the spelling)", at_key=True)
+    for key in required:
+        if key not in value:
+            doc.error(where, f"missing key {key!r}", f"add `{key}: ...` ({allowed[key]})")
+    return True
+
+
+def _check_cidr(doc: _Doc, where: tuple, value: Any, host_bits_ok: bool = True) -> str | None:
+    if not isinstance(value, str):
+        doc.error(where, f"expected an IPv6 prefix string like \"fc00:12::1/64\", got {value!r}",
+                  "write the address with its prefix length, in quotes")
+        return None
+    try:
+        iface = ipaddress.IPv6Interface(value)
+    except ValueError:
+        doc.error(where, f"{value!r} is not an IPv6 address/prefix",
+                  "write it like \"fc00:12::1/64\" (IPv6 only)")
+        return None
+    if "/" not in value:
+        doc.error(where, f"{value!r} has no prefix length", f"write \"{value}/64\" or \"{value}/128\"")
+        return None
+    if not host_bits_ok and iface.ip != iface.network.network_address:
+        doc.error(where, f"{value!r} has host bits set", f"write \"{iface.network}\"")
+        return None
+    return value
+
+
+def _check_ip(doc: _Doc, where: tuple, value: Any) -> str | None:
+    if isinstance(value, str):
+        try:
+            ipaddress.IPv6Address(value)
+            return value
+        except ValueError:
+            pass
+    doc.error(where, f"{value!r} is not an IPv6 address", "write a plain address in quotes, like \"fc00:12::2\"")
+    return None
+
+
+def _check_str_list(doc: _Doc, where: tuple, value: Any, what: str) -> list:
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        doc.error(where, f"expected a list of {what}, got {value!r}", f"write [\"...\", ...]")
+        return []
+    return value
+
+
+def _check_sysctl_map(doc: _Doc, where: tuple, value: Any, key_re: re.Pattern, example: str) -> dict[str, str]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        doc.error(where, f"expected a mapping of sysctl keys to values, got {value!r}",
+                  f"write e.g. `{example}: 1`")
+        return {}
+    out = {}
+    for key, val in value.items():
+        if not isinstance(key, str) or not key_re.match(key):
+            doc.error(where + (key,), f"{key!r} is not a valid key here", f"write it like `{example}`",
+                      at_key=True)
+        elif isinstance(val, (dict, list)) or val is None:
+            doc.error(where + (key,), f"value {val!r} is not a scalar", "write a number or a string")
+        else:
+            out[key] = str(int(val)) if isinstance(val, bool) else str(val)
+    return out
+
+
+def _number(doc: _Doc, where: tuple, value: Any, what: str, lo: float, hi: float) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not lo <= value <= hi:
+        doc.error(where, f"{what} must be a number in [{lo:g}, {hi:g}], got {value!r}",
+                  f"write a number between {lo:g} and {hi:g}")
+        return 0.0
+    return float(value)
+
+
+def _bool(doc: _Doc, where: tuple, value: Any) -> bool:
+    if not isinstance(value, bool):
+        doc.error(where, f"expected true or false, got {value!r}", "write true or false")
+        return False
+    return value
+
+
+# ---------------------------------------------------------------- sections
+
+TOP_KEYS = {"name": "topology name", "sysctl": "sysctls for every node namespace",
+            "device_sysctl": "net.ipv6.conf.<dev>.<key> for every device",
+            "nodes": "mapping of node name -> node", "links": "list of links"}
+NODE_KEYS = {"loopback": "addresses on lo", "routes": "list of IPv6 routes",
+             "sysctl": "extra sysctls for this node"}
+ROUTE_KEYS = {"dst": "prefix or default", "via": "next-hop address", "dev": "device",
+              "seg6": "{mode, segs}", "seg6local": "{action, table|nh6}",
+              "count": "per-route seg6local counters", "metric": "route metric"}
+LINK_KEYS = {"name": "short link name [a-z0-9_]{1,8}", "a": "first endpoint", "b": "second endpoint",
+             "delay_us": "{a_to_b, b_to_a} in microseconds", "relay": "auto|always|never",
+             "queue_frames": "relay queue length per direction"}
+END_KEYS = {"node": "node name", "ifname": "interface name in the node", "addrs": "IPv6 address/prefix list",
+            "xdp_pass": "attach xdp_pass natively (peer runs XDP_TX)", "mac": "fixed MAC address"}
+
+
+def _parse_route(doc: _Doc, where: tuple, raw: Any) -> Route | None:
+    if not _check_keys(doc, where, raw, ROUTE_KEYS, required=("dst",)):
+        return None
+    dst = raw.get("dst")
+    if dst is not None and dst != "default":
+        _check_cidr(doc, where + ("dst",), dst, host_bits_ok=False)
+    route = Route(dst=str(dst))
+    if "via" in raw:
+        route.via = _check_ip(doc, where + ("via",), raw["via"])
+    if "dev" in raw:
+        if not isinstance(raw["dev"], str) or not IFNAME_RE.match(raw["dev"]):
+            doc.error(where + ("dev",), f"{raw['dev']!r} is not an interface name", "write e.g. `dev: a0`")
+        else:
+            route.dev = raw["dev"]
+    if "seg6" in raw and "seg6local" in raw:
+        doc.error(where, "a route cannot have both seg6 and seg6local", "split it into two routes")
+    if "seg6" in raw:
+        seg6 = raw["seg6"]
+        if _check_keys(doc, where + ("seg6",), seg6, {"mode": "|".join(SEG6_MODES), "segs": "SID list"},
+                       required=("mode", "segs")):
+            if seg6.get("mode") not in SEG6_MODES:
+                doc.error(where + ("seg6", "mode"), f"unknown seg6 mode {seg6.get('mode')!r}",
+                          f"use one of {', '.join(SEG6_MODES)}")
+            segs = seg6.get("segs")
+            if not isinstance(segs, list) or not segs:
+                doc.error(where + ("seg6", "segs"), f"segs must be a non-empty list, got {segs!r}",
+                          "write segs: [\"fc00:2::e\", \"fc00:3::d6\"]")
+            else:
+                for i, sid in enumerate(segs):
+                    _check_ip(doc, where + ("seg6", "segs", i), sid)
+            route.seg6 = dict(seg6)
+        if not route.dev:
+            doc.error(where, "a seg6 encap route needs a device", "add `dev: <ifname>`")
+    if "seg6local" in raw:
+        local = raw["seg6local"]
+        if _check_keys(doc, where + ("seg6local",), local,
+                       {"action": "|".join(SUPPORTED_SEG6LOCAL), "table": "table id", "nh6": "next hop"},
+                       required=("action",)):
+            action = local.get("action")
+            if action not in SUPPORTED_SEG6LOCAL:
+                doc.error(where + ("seg6local", "action"), f"seg6local action {action!r} is not supported",
+                          f"use one of {', '.join(SUPPORTED_SEG6LOCAL)}")
+            else:
+                need = SEG6LOCAL_ACTIONS[action]
+                if need and need not in local:
+                    doc.error(where + ("seg6local",), f"action {action} needs `{need}`",
+                              f"add `{need}: ...`")
+            if "table" in local and (isinstance(local["table"], bool) or not isinstance(local["table"], int)):
+                doc.error(where + ("seg6local", "table"), f"table must be an integer, got {local['table']!r}",
+                          "write e.g. table: 254 (the main table)")
+            if "nh6" in local:
+                _check_ip(doc, where + ("seg6local", "nh6"), local["nh6"])
+            route.seg6local = dict(local)
+        if not route.dev:
+            doc.error(where, "a seg6local route needs a device", "add `dev: <ifname>` (the ingress side)")
+    if "count" in raw:
+        route.count = _bool(doc, where + ("count",), raw["count"])
+        if route.count and "seg6local" not in raw:
+            doc.error(where + ("count",), "count only applies to seg6local routes", "remove `count`")
+    if "metric" in raw:
+        route.metric = int(_number(doc, where + ("metric",), raw["metric"], "metric", 0, 2**32 - 1))
+    if not (route.via or route.dev):
+        doc.error(where, f"route to {dst} has neither via nor dev", "add `via: <address>` or `dev: <ifname>`")
+    return route
+
+
+def _parse_endpoint(doc: _Doc, where: tuple, raw: Any, node_names: set[str]) -> Endpoint | None:
+    if not _check_keys(doc, where, raw, END_KEYS, required=("node", "ifname")):
+        return None
+    node, ifname = raw.get("node"), raw.get("ifname")
+    if "node" in raw and node not in node_names:
+        doc.error(where + ("node",), f"unknown node {node!r}",
+                  f"use one of the nodes defined under `nodes:` ({', '.join(sorted(node_names))})")
+    if "ifname" in raw and (not isinstance(ifname, str) or not IFNAME_RE.match(ifname) or ifname == "lo"):
+        doc.error(where + ("ifname",), f"{ifname!r} is not a usable interface name",
+                  "use 1-15 characters [A-Za-z0-9_], not `lo`")
+    addrs = []
+    for i, addr in enumerate(_check_str_list(doc, where + ("addrs",), raw.get("addrs"), "addresses")):
+        if _check_cidr(doc, where + ("addrs", i), addr):
+            addrs.append(addr)
+    end = Endpoint(node=str(node), ifname=str(ifname), addrs=addrs)
+    if "xdp_pass" in raw:
+        end.xdp_pass = _bool(doc, where + ("xdp_pass",), raw["xdp_pass"])
+    if "mac" in raw:
+        mac = raw["mac"]
+        if not isinstance(mac, str) or not re.match(r"^([0-9a-f]{2}:){5}[0-9a-f]{2}$", mac) \
+                or int(mac[:2], 16) & 1:
+            doc.error(where + ("mac",), f"{mac!r} is not a unicast MAC", "write e.g. \"02:00:00:00:00:01\"")
+        else:
+            end.mac = mac
+    return end
+
+
+def _parse_link(doc: _Doc, where: tuple, raw: Any, node_names: set[str]) -> Link | None:
+    if not _check_keys(doc, where, raw, LINK_KEYS, required=("name", "a", "b")):
+        return None
+    name = raw.get("name")
+    if "name" in raw and (not isinstance(name, str) or not LINK_NAME_RE.match(name)):
+        doc.error(where + ("name",), f"link name {name!r} is not valid", "use 1-8 characters [a-z0-9_]")
+    a = _parse_endpoint(doc, where + ("a",), raw.get("a"), node_names) if "a" in raw else None
+    b = _parse_endpoint(doc, where + ("b",), raw.get("b"), node_names) if "b" in raw else None
+    if a is None or b is None:
+        return None
+    if a.node == b.node:
+        doc.error(where + ("b", "node"), f"both ends of link {name!r} are on node {a.node}",
+                  "connect two different nodes")
+    link = Link(name=str(name), a=a, b=b)
+    if "delay_us" in raw:
+        delay = raw["delay_us"]
+        link.has_delay_key = True
+        if _check_keys(doc, where + ("delay_us",), delay,
+                       {"a_to_b": "microseconds from a to b", "b_to_a": "microseconds from b to a"}):
+            link.delay_a_to_b_us = _number(doc, where + ("delay_us", "a_to_b"), delay.get("a_to_b", 0),
+                                           "delay_us.a_to_b", 0, 1e7)
+            link.delay_b_to_a_us = _number(doc, where + ("delay_us", "b_to_a"), delay.get("b_to_a", 0),
+                                           "delay_us.b_to_a", 0, 1e7)
+    if "relay" in raw:
+        if raw["relay"] not in ("auto", "always", "never"):
+            doc.error(where + ("relay",), f"relay must be auto, always or never, got {raw['relay']!r}",
+                      "write relay: auto (a relay only when a delay is set)")
+        else:
+            link.relay = raw["relay"]
+    if "queue_frames" in raw:
+        link.queue_frames = int(_number(doc, where + ("queue_frames",), raw["queue_frames"],
+                                        "queue_frames", 1, 1 << 20))
+    return link
+
+
+def load(path: str | Path) -> Topology:
+    """Load and validate a topology file; raises TopologyError listing every problem."""
+    path_str = str(path)
+    try:
+        text = Path(path).read_text()
+    except OSError as exc:
+        raise TopologyError([f"{path_str}:0: cannot read the topology file: {exc.strerror}. "
+                             "Fix: pass the path of an existing YAML file"]) from None
+    try:
+        root = yaml.compose(text, Loader=yaml.SafeLoader)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        line = mark.line + 1 if mark else 0
+        raise TopologyError([f"{path_str}:{line}: YAML syntax error: {getattr(exc, 'problem', exc)}. "
+                             "Fix: correct the YAML syntax (indentation, quotes, brackets)"]) from None
+    doc = _Doc(path_str)
+    if root is None:
+        raise TopologyError([f"{path_str}:1: the file is empty. Fix: write `nodes:` and `links:`"])
+    raw = doc.convert(root)
+    topo = _validate(doc, raw)
+    if doc.problems:
+        raise TopologyError(doc.problems)
+    return topo
+
+
+def _validate(doc: _Doc, raw: Any) -> Topology | None:
+    if not _check_keys(doc, (), raw, TOP_KEYS, required=("nodes", "links")):
+        return None
+    name = raw.get("name", Path(doc.path).stem)
+    nodes_raw = raw.get("nodes") or {}
+    nodes: dict[str, Node] = {}
+    if not isinstance(nodes_raw, dict) or not nodes_raw:
+        doc.error(("nodes",), "nodes must be a non-empty mapping", "write `nodes:` with `NAME: {...}` entries")
+        nodes_raw = {}
+    for node_name, node_raw in nodes_raw.items():
+        where = ("nodes", node_name)
+        if not isinstance(node_name, str) or not NAME_RE.match(node_name):
+            doc.error(where, f"node name {node_name!r} is not valid", "use 1-12 characters [A-Za-z0-9_]",
+                      at_key=True)
+            continue
+        node = Node(name=node_name)
+        node_raw = {} if node_raw is None else node_raw
+        if not _check_keys(doc, where, node_raw, NODE_KEYS):
+            continue
+        for i, addr in enumerate(_check_str_list(doc, where + ("loopback",), node_raw.get("loopback"),
+                                                 "addresses")):
+            if _check_cidr(doc, where + ("loopback", i), addr):
+                node.loopback.append(addr)
+        node.sysctl = _check_sysctl_map(doc, where + ("sysctl",), node_raw.get("sysctl"), SYSCTL_KEY_RE,
+                                        "net.ipv6.conf.all.forwarding")
+        for i, route_raw in enumerate(_check_str_list(doc, where + ("routes",), node_raw.get("routes"),
+                                                      "routes")):
+            route = _parse_route(doc, where + ("routes", i), route_raw)
+            if route:
+                node.routes.append(route)
+        nodes[node_name] = node
+
+    links: list[Link] = []
+    links_raw = raw.get("links")
+    if not isinstance(links_raw, list):
+        doc.error(("links",), f"links must be a list, got {links_raw!r}", "write `links:` with `- name: ...` items")
+        links_raw = []
+    for i, link_raw in enumerate(links_raw):
+        link = _parse_link(doc, ("links", i), link_raw, set(nodes))
+        if link:
+            links.append(link)
+
+    _cross_check(doc, nodes, links)
+    topo = Topology(path=doc.path, name=str(name), nodes=nodes, links=links,
+                    sysctl=_check_sysctl_map(doc, ("sysctl",), raw.get("sysctl"), SYSCTL_KEY_RE,
+                                             "net.ipv6.conf.all.forwarding"),
+                    device_sysctl=_check_sysctl_map(doc, ("device_sysctl",), raw.get("device_sysctl"),
+                                                    DEVICE_SYSCTL_KEY_RE, "seg6_enabled"))
+    return topo
+
+
+def _cross_check(doc: _Doc, nodes: dict[str, Node], links: list[Link]) -> None:
+    """Things that span several entries: unique names, route devices that exist."""
+    seen_links: dict[str, int] = {}
+    seen_ifnames: dict[tuple[str, str], int] = {}
+    for i, link in enumerate(links):
+        if link.name in seen_links:
+            doc.error(("links", i, "name"), f"link name {link.name!r} is also used by links[{seen_links[link.name]}]",
+                      "give every link its own name")
+        seen_links[link.name] = i
+        for side, end in (("a", link.a), ("b", link.b)):
+            key = (end.node, end.ifname)
+            if key in seen_ifnames:
+                doc.error(("links", i, side, "ifname"),
+                          f"interface {end.ifname!r} on node {end.node} is also defined by links[{seen_ifnames[key]}]",
+                          "use a different ifname for this link end")
+            seen_ifnames[key] = i
+    for node in nodes.values():
+        devices = {"lo"} | {ifname for (n, ifname) in seen_ifnames if n == node.name}
+        for i, route in enumerate(node.routes):
+            if route.dev and route.dev not in devices:
+                doc.error(("nodes", node.name, "routes", i, "dev"),
+                          f"node {node.name} has no interface {route.dev!r}",
+                          f"use one of {', '.join(sorted(devices))} or add a link end with that ifname")
