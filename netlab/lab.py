@@ -32,6 +32,9 @@ BPFFS_SEGSCOPE = Path("/sys/fs/bpf/segscope")
 PREFIX_RE = re.compile(r"^[A-Za-z0-9_]{1,16}$")
 RELAY_IF_A, RELAY_IF_B = "ra", "rb"   # relay veths: ra faces link end a, rb faces end b
 RELAY_OFFLOADS_OFF = ["tx", "off", "tso", "off", "gso", "off", "gro", "off"]
+# Relay timing options; NETLAB_RELAY_ARGS overrides them (for measuring alternatives).
+# Measured (README): SCHED_FIFO + waking 30 us early and spinning cuts p99 lateness from ms to ~0.1 ms.
+RELAY_TIMING_ARGS = os.environ.get("NETLAB_RELAY_ARGS", "--rt-prio 10 --spin-ns 30000").split()
 
 
 class LabError(RuntimeError):
@@ -291,7 +294,8 @@ class Lab:
         cmd = ["ip", "netns", "exec", self.relay_ns(link.name), str(RELAY_BIN),
                "--if-a", RELAY_IF_A, "--if-b", RELAY_IF_B,
                "--a-to-b-us", f"{link.delay_a_to_b_us}", "--b-to-a-us", f"{link.delay_b_to_a_us}",
-               "--queue", str(link.queue_frames), "--control", paths["control"], "--stats", paths["stats"]]
+               "--queue", str(link.queue_frames), "--control", paths["control"], "--stats", paths["stats"],
+               *RELAY_TIMING_ARGS]
         log = open(paths["log"], "ab")
         # `ip netns exec` execs the relay, so the PID is the relay's own.
         proc = subprocess.Popen(cmd, stdout=log, stderr=log, stdin=subprocess.DEVNULL, start_new_session=True)

@@ -1,0 +1,145 @@
+"""One-way delay probe: timestamped UDP between two namespaces of one machine.
+
+All network namespaces share the machine's clocks, so a sender's CLOCK_REALTIME
+stamp in the payload and the receiver's kernel receive timestamp (SO_TIMESTAMPNS,
+also CLOCK_REALTIME) give a true one-way delay. Used to measure the delay relay.
+
+    python -m netlab.owd recv --port 9001 --count 200 --timeout 10
+    python -m netlab.owd send --dst fc00:12::2 --port 9001 --count 200 --interval-us 10000
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import statistics
+import struct
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .lab import Lab
+
+PAYLOAD = struct.Struct("!IQ")    # seq, sender CLOCK_REALTIME ns
+SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)
+
+
+def receive(port: int, count: int, timeout: float) -> dict:
+    sock = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
+    sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 20)
+    sock.bind(("::", port))
+    print("ready", flush=True)
+    delays: list[int] = []
+    seqs: set[int] = set()
+    bad = 0
+    deadline = time.monotonic() + timeout
+    while len(delays) < count and time.monotonic() < deadline:
+        sock.settimeout(max(0.01, deadline - time.monotonic()))
+        try:
+            data, ancdata, _flags, _addr = sock.recvmsg(256, 256)
+        except socket.timeout:
+            break
+        rx_ns = None
+        for level, kind, value in ancdata:
+            if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS:
+                sec, nsec = struct.unpack("qq", value[:16])
+                rx_ns = sec * 1_000_000_000 + nsec
+        if len(data) < PAYLOAD.size or rx_ns is None:
+            bad += 1
+            continue
+        seq, tx_ns = PAYLOAD.unpack_from(data)
+        seqs.add(seq)
+        delays.append(rx_ns - tx_ns)
+    return {"received": len(delays), "distinct_seqs": len(seqs), "bad": bad, "delays_ns": delays}
+
+
+def send(dst: str, port: int, count: int, interval_us: float) -> dict:
+    sock = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
+    start = time.monotonic()
+    errors = 0
+    for seq in range(count):
+        # paced on an absolute schedule so one late wake-up does not shift the rest
+        wait = start + seq * interval_us / 1e6 - time.monotonic()
+        if wait > 0:
+            time.sleep(wait)
+        try:
+            sock.sendto(PAYLOAD.pack(seq, time.clock_gettime_ns(time.CLOCK_REALTIME)) + bytes(20),
+                        (dst, port))
+        except OSError:
+            errors += 1
+    return {"sent": count - errors, "errors": errors}
+
+
+def summarize(delays_ns: list[int]) -> dict:
+    """mean/stddev/min/p50/p99/max in microseconds."""
+    if not delays_ns:
+        return {"count": 0}
+    us = sorted(d / 1000 for d in delays_ns)
+    pick = lambda q: us[min(len(us) - 1, int(q * (len(us) - 1) + 0.5))]
+    return {"count": len(us), "mean": statistics.fmean(us), "stddev": statistics.pstdev(us),
+            "min": us[0], "p50": pick(0.5), "p99": pick(0.99), "max": us[-1]}
+
+
+@dataclass
+class Flow:
+    name: str
+    src: str        # node
+    dst: str        # node
+    dst_addr: str
+    port: int
+
+
+def measure(lab: "Lab", flows: list[Flow], count: int = 200, interval_us: float = 10000) -> dict[str, dict]:
+    """Run every flow at once; returns {flow name: {"sent", "received", "delays_ns", "summary_us"}}."""
+    from .lab import REPO_ROOT
+    py = sys.executable
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+    receivers = {}
+    for flow in flows:
+        receivers[flow.name] = lab.popen(
+            flow.dst, [py, "-m", "netlab.owd", "recv", "--port", str(flow.port), "--count", str(count),
+                       "--timeout", str(count * interval_us / 1e6 + 5)],
+            stdout=subprocess.PIPE, text=True, env=env)
+    for proc in receivers.values():
+        if proc.stdout.readline().strip() != "ready":
+            raise RuntimeError("owd receiver did not start")
+    senders = {flow.name: lab.popen(flow.src, [py, "-m", "netlab.owd", "send", "--dst", flow.dst_addr,
+                                               "--port", str(flow.port), "--count", str(count),
+                                               "--interval-us", str(interval_us)],
+                                    stdout=subprocess.PIPE, text=True, env=env) for flow in flows}
+    results = {}
+    for flow in flows:
+        sent = json.loads(senders[flow.name].communicate(timeout=count * interval_us / 1e6 + 20)[0])
+        got = json.loads(receivers[flow.name].communicate(timeout=30)[0])
+        results[flow.name] = {"sent": sent["sent"], "received": got["received"], "delays_ns": got["delays_ns"],
+                              "summary_us": summarize(got["delays_ns"])}
+    return results
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(prog="python -m netlab.owd")
+    sub = parser.add_subparsers(dest="command", required=True)
+    r = sub.add_parser("recv")
+    r.add_argument("--port", type=int, required=True)
+    r.add_argument("--count", type=int, default=200)
+    r.add_argument("--timeout", type=float, default=10)
+    s = sub.add_parser("send")
+    s.add_argument("--dst", required=True)
+    s.add_argument("--port", type=int, required=True)
+    s.add_argument("--count", type=int, default=200)
+    s.add_argument("--interval-us", type=float, default=10000)
+    args = parser.parse_args()
+    if args.command == "recv":
+        print(json.dumps(receive(args.port, args.count, args.timeout)))
+    else:
+        print(json.dumps(send(args.dst, args.port, args.count, args.interval_us)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
