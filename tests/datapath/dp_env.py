@@ -1,0 +1,194 @@
+"""Helpers for the datapath tests: a 2-namespace veth pair, the loaders, STAMP senders.
+
+Real kernel, real XDP programs; needs root. Every resource carries the `dp` prefix.
+"""
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import json
+import os
+import socket
+import struct
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+BUILD = REPO / "build" / "datapath"
+REFLECTOR = BUILD / "stamp_reflector"
+COLLECTOR = BUILD / "stamp_collector"
+XDP_COUNT_OBJ = BUILD / "xdp_count_pass.bpf.o"
+PIN_ROOT = Path("/sys/fs/bpf/segscope")
+
+CLONE_NEWNET = 0x40000000
+IPV6_RTHDR = 57
+IPV6_RECVRTHDR = 56
+IPV6_RECVHOPLIMIT = 51
+IPV6_HOPLIMIT = 52
+
+_libc = ctypes.CDLL("libc.so.6", use_errno=True)
+
+
+def sh(*cmd: str, check: bool = True, ns: str | None = None) -> subprocess.CompletedProcess:
+    if ns:
+        cmd = ("ip", "netns", "exec", ns) + cmd
+    return subprocess.run(cmd, check=check, capture_output=True, text=True)
+
+
+def ensure_bpffs() -> None:
+    if "/sys/fs/bpf type bpf" not in Path("/proc/mounts").read_text().replace(" bpf rw", " type bpf rw") \
+            and not any(line.split()[1] == "/sys/fs/bpf" and line.split()[2] == "bpf"
+                        for line in Path("/proc/mounts").read_text().splitlines()):
+        subprocess.run(["mount", "-t", "bpf", "bpf", "/sys/fs/bpf"], check=True)
+
+
+@contextlib.contextmanager
+def in_netns(name: str):
+    """Run the calling thread in netns `name`; sockets created inside stay there."""
+    orig = os.open("/proc/thread-self/ns/net", os.O_RDONLY)
+    target = os.open(f"/run/netns/{name}", os.O_RDONLY)
+    try:
+        if _libc.setns(target, CLONE_NEWNET) != 0:
+            raise OSError(ctypes.get_errno(), f"setns({name})")
+        yield
+    finally:
+        _libc.setns(orig, CLONE_NEWNET)
+        os.close(orig)
+        os.close(target)
+
+
+def udp_socket(ns: str, addr: str, port: int = 0) -> socket.socket:
+    with in_netns(ns):
+        s = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
+    s.bind((addr, port))
+    s.setsockopt(socket.IPPROTO_IPV6, IPV6_RECVHOPLIMIT, 1)
+    s.setsockopt(socket.IPPROTO_IPV6, IPV6_RECVRTHDR, 1)
+    s.settimeout(2.0)
+    return s
+
+
+def srh_bytes(segments: list[str], segments_left: int = 0) -> bytes:
+    """An SRH for IPV6_RTHDR: segments[0] = final destination (the kernel fills it)."""
+    n = len(segments)
+    hdr = struct.pack("!BBBBBBH", 0, 2 * n, 4, segments_left, n - 1, 0, 0)
+    return hdr + b"".join(socket.inet_pton(socket.AF_INET6, s) for s in segments)
+
+
+def parse_srh(buf: bytes) -> dict:
+    nh, hdrlen, rtype, segleft, last, flags, tag = struct.unpack_from("!BBBBBBH", buf)
+    segs = [socket.inet_ntop(socket.AF_INET6, buf[8 + 16 * i: 24 + 16 * i]) for i in range(last + 1)]
+    return dict(nexthdr=nh, hdrlen=hdrlen, type=rtype, segments_left=segleft, last_entry=last,
+                flags=flags, tag=tag, segments=segs)
+
+
+def tai_ns() -> int:
+    return time.clock_gettime_ns(time.CLOCK_TAI)
+
+
+def stamp_sender_payload(seq: int, ssid: int, t1_ns: int, err_est: int = 0x4001, extra: bytes = b"") -> bytes:
+    sec, nsec = (t1_ns // 10**9) & 0xFFFFFFFF, t1_ns % 10**9
+    return struct.pack("!IIIHH28s", seq, sec, nsec, err_est, ssid, bytes(28)) + extra
+
+
+def recv_reply(sock: socket.socket) -> tuple[bytes, tuple, int | None, bytes | None]:
+    data, anc, _flags, peer = sock.recvmsg(2048, socket.CMSG_SPACE(4) + socket.CMSG_SPACE(512))
+    hop, rthdr = None, None
+    for level, ctype, cdata in anc:
+        if level == socket.IPPROTO_IPV6 and ctype == IPV6_HOPLIMIT:
+            hop = struct.unpack("i", cdata[:4])[0]
+        elif level == socket.IPPROTO_IPV6 and ctype == IPV6_RTHDR:
+            rthdr = bytes(cdata)
+    return data, peer, hop, rthdr
+
+
+def udp6_counter(ns: str, name: str) -> int:
+    for line in sh("cat", "/proc/net/snmp6", ns=ns).stdout.splitlines():
+        k, v = line.split()
+        if k == name:
+            return int(v)
+    raise KeyError(name)
+
+
+def run_tool(tool: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+    p = subprocess.run([str(tool), *args], capture_output=True, text=True)
+    if check and p.returncode != 0:
+        raise AssertionError(f"{tool.name} {' '.join(args)} -> {p.returncode}\n{p.stdout}\n{p.stderr}")
+    return p
+
+
+def stats(tool: Path, pin_dir: Path) -> dict[str, int]:
+    return json.loads(run_tool(tool, "stats", "--pin-dir", str(pin_dir), "--json").stdout)
+
+
+def delta(before: dict[str, int], after: dict[str, int]) -> dict[str, int]:
+    return {k: after[k] - before[k] for k in after if after[k] != before[k]}
+
+
+def test_run(tool: Path, pin_dir: Path, frame: bytes) -> dict:
+    p = run_tool(tool, "test-run", "--pin-dir", str(pin_dir), "--hex", frame.hex())
+    out = json.loads(p.stdout)
+    out["data_out"] = bytes.fromhex(out["data_out"])
+    return out
+
+
+@dataclass
+class VethPair:
+    """dp-s (sender, dev dp-s0) <-> dp-x (reflector, dev dp-x0)."""
+    s_ns: str = "dp-s"
+    x_ns: str = "dp-x"
+    s_dev: str = "dp-s0"
+    x_dev: str = "dp-x0"
+    s_addr: str = "fd00:d5::1"
+    x_addr: str = "fd00:d5::2"
+    x_other: str = "fd00:d5::3"        # on dp-x0 but not a reflector address
+    # local addresses of dp-s used as return SIDs: the kernel's own SRH processing
+    # (seg6_enabled) loops through them and delivers. (A seg6local End route would
+    # not: End refuses a next hop that is local.)
+    s_sids: tuple = ("fc00:d5::e1", "fc00:d5::e2")
+    s_mac: str = "02:d5:00:00:00:01"
+    x_mac: str = "02:d5:00:00:00:02"
+
+    def setup(self) -> None:
+        self.teardown()
+        for ns in (self.s_ns, self.x_ns):
+            sh("ip", "netns", "add", ns)
+            for k, v in (("net.ipv6.conf.default.accept_dad", "0"),
+                         ("net.ipv6.conf.default.router_solicitations", "0"),
+                         ("net.ipv6.conf.default.accept_ra", "0"),
+                         ("net.ipv6.conf.all.seg6_enabled", "1"),
+                         ("net.ipv6.conf.default.seg6_enabled", "1")):
+                sh("sysctl", "-qw", f"{k}={v}", ns=ns)
+            sh("ip", "link", "set", "lo", "up", ns=ns)
+        sh("ip", "link", "add", self.s_dev, "netns", self.s_ns, "address", self.s_mac, "type", "veth",
+           "peer", "name", self.x_dev, "netns", self.x_ns, "address", self.x_mac)
+        for ns, dev, addrs, peer_addrs, peer_mac in (
+                (self.s_ns, self.s_dev, [self.s_addr], [self.x_addr, self.x_other], self.x_mac),
+                (self.x_ns, self.x_dev, [self.x_addr, self.x_other], [self.s_addr], self.s_mac)):
+            # no link-local address, no multicast: nothing but our own packets on the link
+            sh("ip", "link", "set", dev, "addrgenmode", "none", "multicast", "off", ns=ns)
+            sh("ethtool", "-K", dev, "tx", "off", ns=ns)
+            for a in addrs:
+                sh("ip", "-6", "addr", "add", f"{a}/64", "dev", dev, "nodad", ns=ns)
+            sh("ip", "link", "set", dev, "up", ns=ns)
+            for a in peer_addrs:
+                sh("ip", "-6", "neigh", "replace", a, "lladdr", peer_mac, "dev", dev, "nud", "permanent", ns=ns)
+        for sid in self.s_sids:
+            sh("ip", "-6", "addr", "add", f"{sid}/128", "dev", "lo", "nodad", ns=self.s_ns)
+        # the reflector side routes the SIDs to the sender (for ICMP errors; replies use XDP_TX)
+        sh("ip", "-6", "route", "add", "fc00:d5::/64", "via", self.s_addr, "dev", self.x_dev, ns=self.x_ns)
+
+    def teardown(self) -> None:
+        for ns in (self.s_ns, self.x_ns):
+            sh("ip", "netns", "del", ns, check=False)
+
+    def ifindex(self, ns: str, dev: str) -> int:
+        return int(sh("cat", f"/sys/class/net/{dev}/ifindex", ns=ns).stdout)
+
+    def attach_count_pass(self, ns: str, dev: str) -> None:
+        """veth delivers XDP_TX frames only if the peer has an XDP program too."""
+        sh("ip", "link", "set", "dev", dev, "xdpdrv", "obj", str(XDP_COUNT_OBJ), "sec", "xdp", ns=ns)
+
+    def detach_xdp(self, ns: str, dev: str) -> None:
+        sh("ip", "link", "set", "dev", dev, "xdpdrv", "off", ns=ns, check=False)
