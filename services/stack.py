@@ -200,19 +200,19 @@ class Stack:
             if name == "telegraf" and restarted & {"kafka", "influxdb"}:
                 # Telegraf's group offsets and output target lived in the old data dirs.
                 self._stop("telegraf")
-            if self._reuse(name):
-                continue
-            t0 = time.monotonic()
-            {"kafka": self._start_kafka, "influxdb": self._start_influxdb,
-             "telegraf": self._start_telegraf}[name]()
-            restarted.add(name)
-            self.started.add(name)
-            self._say(f"{name}: ready in {time.monotonic() - t0:.1f} s "
-                      f"(pid {self.read_pid(name)}, log {self.log_path(name)})")
-        if "kafka" in selected:
-            self._ensure_topics()
-        if "influxdb" in selected:
-            self._ensure_database()
+            if not self._reuse(name):
+                t0 = time.monotonic()
+                {"kafka": self._start_kafka, "influxdb": self._start_influxdb,
+                 "telegraf": self._start_telegraf}[name]()
+                restarted.add(name)
+                self.started.add(name)
+                self._say(f"{name}: ready in {time.monotonic() - t0:.1f} s "
+                          f"(pid {self.read_pid(name)}, log {self.log_path(name)})")
+            # Topics and database exist before Telegraf joins, so it never sees them missing.
+            if name == "kafka":
+                self._ensure_topics()
+            elif name == "influxdb":
+                self._ensure_database()
         self._say(f"up: {','.join(n for n in SERVICE_NAMES if n in selected)} "
                   f"in {time.monotonic() - t_total:.1f} s")
         return self
@@ -502,8 +502,8 @@ class Stack:
     # ------------------------------------------------------------------ internals: Telegraf
     def _telegraf_consuming(self, timeout: float) -> bool:
         """True when the consumer group has a member that is assigned segscope.metrics."""
-        future = self._admin().describe_consumer_groups([TELEGRAF_GROUP],
-                                                        request_timeout=timeout)[TELEGRAF_GROUP]
+        admin = self._admin()           # keep a reference: a collected client never completes futures
+        future = admin.describe_consumer_groups([TELEGRAF_GROUP], request_timeout=timeout)[TELEGRAF_GROUP]
         group = future.result(timeout=timeout + 1)
         for member in group.members:
             assignment = member.assignment.topic_partitions if member.assignment else []
@@ -527,7 +527,7 @@ class Stack:
                    SEGSCOPE_KAFKA_BOOTSTRAP=self.kafka_bootstrap,
                    SEGSCOPE_INFLUX_URL=self.influx_url,
                    SEGSCOPE_INFLUX_DB=self.influx_db)
-        pid = self._spawn("telegraf", [str(TELEGRAF_BIN), "--config", str(conf)], env=env)
+        pid = self._spawn("telegraf", [str(TELEGRAF_BIN), "--strict-env-handling", "--config", str(conf)], env=env)
         self._wait_ready("telegraf", READY_TIMEOUT["telegraf"], pid)
 
 
