@@ -161,6 +161,10 @@ class VethPair:
                          ("net.ipv6.conf.default.seg6_enabled", "1")):
                 sh("sysctl", "-qw", f"{k}={v}", ns=ns)
             sh("ip", "link", "set", "lo", "up", ns=ns)
+            # Only the tests' own packets on the link: the stack's multicast (MLD reports)
+            # would land in the programs' counters at random times.
+            sh("nft", "add table ip6 dp_quiet { chain out { type filter hook output priority 0; "
+               "ip6 daddr ff00::/8 counter drop; }; }", ns=ns)
         sh("ip", "link", "add", self.s_dev, "netns", self.s_ns, "address", self.s_mac, "type", "veth",
            "peer", "name", self.x_dev, "netns", self.x_ns, "address", self.x_mac)
         for ns, dev, addrs, peer_addrs, peer_mac in (
@@ -192,3 +196,74 @@ class VethPair:
 
     def detach_xdp(self, ns: str, dev: str) -> None:
         sh("ip", "link", "set", "dev", dev, "xdpdrv", "off", ns=ns, check=False)
+
+
+# ---- crafted frames for BPF_PROG_TEST_RUN ----------------------------------------------
+
+def _csum16(data: bytes) -> int:
+    if len(data) % 2:
+        data += b"\0"
+    s = sum(struct.unpack(f"!{len(data) // 2}H", data))
+    while s >> 16:
+        s = (s & 0xFFFF) + (s >> 16)
+    return s
+
+
+def udp6_checksum(src: str, dst: str, udp: bytes) -> int:
+    """Checksum over pseudo-header + UDP (with its checksum field as given); 0 = valid if filled."""
+    pseudo = (socket.inet_pton(socket.AF_INET6, src) + socket.inet_pton(socket.AF_INET6, dst)
+              + struct.pack("!I3xB", len(udp), 17))
+    return (~_csum16(pseudo + udp)) & 0xFFFF
+
+
+def udp_datagram(src: str, final_dst: str, sport: int, dport: int, payload: bytes,
+                 length: int | None = None) -> bytes:
+    ulen = 8 + len(payload) if length is None else length
+    hdr = struct.pack("!HHHH", sport, dport, ulen, 0)
+    csum = udp6_checksum(src, final_dst, hdr + payload) or 0xFFFF
+    return struct.pack("!HHHH", sport, dport, ulen, csum) + payload
+
+
+def srh_wire(segments: list[str], segments_left: int, nexthdr: int = 17,
+             hdrlen: int | None = None, last_entry: int | None = None) -> bytes:
+    n = len(segments)
+    hdr = struct.pack("!BBBBBBH", nexthdr, 2 * n if hdrlen is None else hdrlen, 4, segments_left,
+                      n - 1 if last_entry is None else last_entry, 0, 0)
+    return hdr + b"".join(socket.inet_pton(socket.AF_INET6, s) for s in segments)
+
+
+def eth_ipv6(src: str, dst: str, nexthdr: int, body: bytes, hlim: int = 64,
+             smac: str = "02:d5:00:00:00:01", dmac: str = "02:d5:00:00:00:02",
+             payload_len: int | None = None) -> bytes:
+    eth = bytes.fromhex(dmac.replace(":", "")) + bytes.fromhex(smac.replace(":", "")) + b"\x86\xdd"
+    ip6 = struct.pack("!IHBB", 6 << 28, len(body) if payload_len is None else payload_len, nexthdr, hlim)
+    return eth + ip6 + socket.inet_pton(socket.AF_INET6, src) + socket.inet_pton(socket.AF_INET6, dst) + body
+
+
+@dataclass
+class ParsedFrame:
+    dmac: bytes
+    smac: bytes
+    hlim: int
+    src: str
+    dst: str
+    nexthdr: int
+    payload_len: int
+    srh: dict | None
+    udp: bytes           # UDP header + payload
+    sport: int
+    dport: int
+
+
+def parse_frame(buf: bytes) -> ParsedFrame:
+    assert struct.unpack_from("!H", buf, 12)[0] == 0x86DD
+    _vtf, plen, nh, hlim = struct.unpack_from("!IHBB", buf, 14)
+    src = socket.inet_ntop(socket.AF_INET6, buf[22:38])
+    dst = socket.inet_ntop(socket.AF_INET6, buf[38:54])
+    off, srh = 54, None
+    if nh == 43:
+        srh = parse_srh(buf[off:])
+        off += (srh["hdrlen"] + 1) * 8
+    udp = buf[off:]
+    sport, dport = struct.unpack_from("!HH", udp)
+    return ParsedFrame(buf[0:6], buf[6:12], hlim, src, dst, nh, plen, srh, udp, sport, dport)
