@@ -126,7 +126,7 @@ def delta(before: dict[str, int], after: dict[str, int]) -> dict[str, int]:
     return {k: after[k] - before[k] for k in after if after[k] != before[k]}
 
 
-def test_run(tool: Path, pin_dir: Path, frame: bytes) -> dict:
+def prog_test_run(tool: Path, pin_dir: Path, frame: bytes) -> dict:
     p = run_tool(tool, "test-run", "--pin-dir", str(pin_dir), "--hex", frame.hex())
     out = json.loads(p.stdout)
     out["data_out"] = bytes.fromhex(out["data_out"])
