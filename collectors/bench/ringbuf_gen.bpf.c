@@ -21,11 +21,13 @@ const volatile __u32 n_ssids = 1;
 const volatile __u16 first_ssid = 1;
 const volatile __u32 start_seq = 0;
 const volatile __u64 high_water = RINGBUF_GEN_DEFAULT_SIZE / 2;
+const volatile __u32 malformed_every = 0;   /* >0: every Nth run writes a 48-byte sample instead */
 
 __u64 generated;   /* records submitted */
 __u64 limit;       /* stop after this many (set by the loader) */
 __u64 throttled;   /* runs skipped because the ring was above high_water */
 __u64 rb_full;     /* reservations that failed */
+__u64 malformed;   /* wrong-size samples written on purpose (malformed_every) */
 
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
@@ -42,6 +44,17 @@ int ringbuf_gen(struct xdp_md *ctx)
 		return XDP_PASS;
 	if (bpf_ringbuf_query(&stamp_records, BPF_RB_AVAIL_DATA) > high_water) {
 		throttled++;
+		return XDP_PASS;
+	}
+	if (malformed_every && k % malformed_every == malformed_every - 1) {
+		/* a sample of the wrong size: the streamer must count it, not ship it */
+		__u64 junk[6] = { k, 0, 0, 0, 0, 0 };
+
+		if (bpf_ringbuf_output(&stamp_records, junk, sizeof(junk), 0))
+			rb_full++;
+		else
+			malformed++;
+		generated = k + 1;
 		return XDP_PASS;
 	}
 	r = bpf_ringbuf_reserve(&stamp_records, sizeof(*r), 0);

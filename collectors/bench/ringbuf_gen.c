@@ -26,7 +26,7 @@
 struct gen_opts {
 	const char *pin;
 	unsigned long long count;
-	unsigned n_ssids, first_ssid, start_seq, chunk;
+	unsigned n_ssids, first_ssid, start_seq, chunk, malformed_every;
 	unsigned long long ring_size;
 	double timeout_s;
 };
@@ -35,7 +35,8 @@ static void die_arg(const char *flag, const char *why, const char *value)
 {
 	fprintf(stderr, "ringbuf_gen: %s: %s%s%s\n", flag, why, value ? ": " : "", value ? value : "");
 	fprintf(stderr, "usage: ringbuf_gen --pin PATH [--count N] [--ssids K] [--first-ssid S]\n"
-			"                   [--start-seq Q] [--chunk C] [--ring-size BYTES] [--timeout SEC]\n");
+			"                   [--start-seq Q] [--chunk C] [--ring-size BYTES] [--timeout SEC]\n"
+			"                   [--malformed-every N]\n");
 	exit(2);
 }
 
@@ -63,6 +64,7 @@ static void parse_args(int argc, char **argv, struct gen_opts *o)
 		{ "chunk", required_argument, NULL, 'c' },
 		{ "ring-size", required_argument, NULL, 'r' },
 		{ "timeout", required_argument, NULL, 't' },
+		{ "malformed-every", required_argument, NULL, 'm' },
 		{ 0 },
 	};
 	int c;
@@ -79,6 +81,7 @@ static void parse_args(int argc, char **argv, struct gen_opts *o)
 		case 'q': o->start_seq = parse_u("--start-seq", optarg, 0, 0xffffffffULL); break;
 		case 'c': o->chunk = parse_u("--chunk", optarg, 1, 1 << 24); break;
 		case 'r': o->ring_size = parse_u("--ring-size", optarg, 4096, 1ULL << 30); break;
+		case 'm': o->malformed_every = parse_u("--malformed-every", optarg, 0, 1 << 30); break;
 		case 't': o->timeout_s = parse_u("--timeout", optarg, 1, 3600); break;
 		default: die_arg(argv[optind - 1], "unknown flag or missing value", NULL);
 		}
@@ -148,6 +151,7 @@ int main(int argc, char **argv)
 	skel->rodata->first_ssid = o.first_ssid;
 	skel->rodata->start_seq = o.start_seq;
 	skel->rodata->high_water = o.ring_size / 2;
+	skel->rodata->malformed_every = o.malformed_every;
 	bpf_map__set_max_entries(skel->maps.stamp_records, o.ring_size);
 	bpf_map__set_pin_path(skel->maps.stamp_records, o.pin);
 	err = ringbuf_gen__load(skel);
@@ -174,10 +178,10 @@ int main(int argc, char **argv)
 			usleep(200);   /* ring above high water: let the consumer catch up */
 	}
 	printf("{\"pin\":\"%s\",\"generated\":%llu,\"requested\":%llu,\"throttled\":%llu,\"rb_full\":%llu,"
-	       "\"ring_size\":%llu,\"elapsed_s\":%.6f}\n",
+	       "\"malformed\":%llu,\"ring_size\":%llu,\"elapsed_s\":%.6f}\n",
 	       o.pin, (unsigned long long)skel->bss->generated, o.count,
 	       (unsigned long long)skel->bss->throttled, (unsigned long long)skel->bss->rb_full,
-	       o.ring_size, now_s() - t0);
+	       (unsigned long long)skel->bss->malformed, o.ring_size, now_s() - t0);
 	err = skel->bss->generated == o.count && skel->bss->rb_full == 0 ? 0 : 1;
 	ringbuf_gen__destroy(skel);   /* the pinned ring stays */
 	return err;
