@@ -8,6 +8,7 @@ import contextlib
 import ctypes
 import json
 import os
+import shutil
 import socket
 import struct
 import subprocess
@@ -267,3 +268,47 @@ def parse_frame(buf: bytes) -> ParsedFrame:
     udp = buf[off:]
     sport, dport = struct.unpack_from("!HH", udp)
     return ParsedFrame(buf[0:6], buf[6:12], hlim, src, dst, nh, plen, srh, udp, sport, dport)
+
+
+def _remove_pins(pin_dir) -> None:
+    if pin_dir.exists():
+        shutil.rmtree(pin_dir, ignore_errors=True)
+
+
+class Attached:
+    """The reflector on dp-x0, and on dp-s0 either the collector or a count-and-pass program."""
+
+    def __init__(self, veth: VethPair, with_collector: bool, ringbuf_size: int | None = None):
+        self.veth = veth
+        self.refl_dir = PIN_ROOT / "dp-x" / "stamp_reflector"
+        self.coll_dir = PIN_ROOT / "dp-s" / "stamp_collector"
+        self.with_collector = with_collector
+        self.ringbuf_size = ringbuf_size
+
+    def __enter__(self) -> "Attached":
+        v = self.veth
+        _remove_pins(self.refl_dir)
+        _remove_pins(self.coll_dir)
+        v.detach_xdp(v.x_ns, v.x_dev)
+        v.detach_xdp(v.s_ns, v.s_dev)
+        run_tool(REFLECTOR, "attach", "--netns", v.x_ns, "--dev", v.x_dev, "--pin-dir", str(self.refl_dir))
+        run_tool(REFLECTOR, "add-address", "--pin-dir", str(self.refl_dir), v.x_addr)
+        if self.with_collector:
+            extra = ["--ringbuf-size", str(self.ringbuf_size)] if self.ringbuf_size else []
+            run_tool(COLLECTOR, "attach", "--netns", v.s_ns, "--dev", v.s_dev,
+                     "--pin-dir", str(self.coll_dir), *extra)
+        else:
+            v.attach_count_pass(v.s_ns, v.s_dev)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        v = self.veth
+        run_tool(REFLECTOR, "detach", "--netns", v.x_ns, "--dev", v.x_dev, "--pin-dir", str(self.refl_dir),
+                 check=False)
+        if self.with_collector:
+            run_tool(COLLECTOR, "detach", "--netns", v.s_ns, "--dev", v.s_dev, "--pin-dir",
+                     str(self.coll_dir), check=False)
+        v.detach_xdp(v.s_ns, v.s_dev)
+        v.detach_xdp(v.x_ns, v.x_dev)
+        _remove_pins(self.refl_dir)
+        _remove_pins(self.coll_dir)
