@@ -184,6 +184,27 @@ int unpin_dir(const char *dir)
 		die_msg("cannot remove %s: %s", dir, strerror(errno));
 		return -errno;
 	}
+	/* the instance dir (e.g. /sys/fs/bpf/segscope/<instance>) goes once its last program is gone */
+	snprintf(path, sizeof(path), "%s", dir);
+	char *slash = strrchr(path, '/');
+	if (slash && slash != path) {
+		*slash = '\0';
+		rmdir(path);   /* fails with ENOTEMPTY while other pins live there: fine */
+	}
+	return 0;
+}
+
+int check_netns_exists(const char *netns)
+{
+	char path[PATH_MAX];
+
+	if (!netns)
+		return 0;
+	snprintf(path, sizeof(path), "/run/netns/%s", netns);
+	if (access(path, F_OK)) {
+		die_msg("--netns: network namespace '%s' not found (%s)", netns, path);
+		return -ENOENT;
+	}
 	return 0;
 }
 

@@ -24,6 +24,7 @@ bool parse_ipv6_arg(const char *what, const char *text, uint8_t out[16]);
 int ensure_bpffs(void);
 int mkdir_p(const char *path);
 int enter_netns(const char *netns);              /* NULL: stay */
+int check_netns_exists(const char *netns);       /* error message names --netns */
 int resolve_ifindex(const char *dev);            /* in the current netns; <0 on error */
 
 /* Pin all user maps of obj as <dir>/<map name> and prog as <dir>/prog. */

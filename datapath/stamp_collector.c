@@ -148,7 +148,7 @@ static int cmd_attach(struct args *a)
 
 	if (!require(a->dev, "--dev") || !require(a->pin_dir, "--pin-dir"))
 		return EXIT_USAGE;
-	if (ensure_bpffs())
+	if (check_netns_exists(a->netns) || ensure_bpffs())
 		return EXIT_FAIL;
 	snprintf(prog_path, sizeof(prog_path), "%s/%s", a->pin_dir, PROG_PIN_NAME);
 	if (access(prog_path, F_OK) == 0) {
