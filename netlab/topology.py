@@ -429,7 +429,9 @@ def load(path: str | Path) -> Topology:
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         line = mark.line + 1 if mark else 0
-        raise TopologyError([f"{path_str}:{line}: YAML syntax error: {getattr(exc, 'problem', exc)}. "
+        context = getattr(exc, "context_mark", None)
+        started = f" ({exc.context} at line {context.line + 1})" if context and exc.context else ""
+        raise TopologyError([f"{path_str}:{line}: YAML syntax error: {getattr(exc, 'problem', exc)}{started}. "
                              "Fix: correct the YAML syntax (indentation, quotes, brackets)"]) from None
     doc = _Doc(path_str)
     if root is None:
