@@ -63,6 +63,7 @@ struct fifo {
 
 struct direction_stats {
 	uint64_t received, forwarded, dropped_queue_full, dropped_oversize, send_errors;
+	uint64_t dropped_socket;  /* kernel drops before we read (rcvbuf full): PACKET_STATISTICS */
 	uint64_t max_queue_depth;
 	/* lateness = actual send time - due time, ns; tells how exact the relay is */
 	uint64_t late_count;
@@ -240,8 +241,20 @@ static int64_t next_due_ns(void)
 	return next;
 }
 
+/* PACKET_STATISTICS resets on every read, so accumulate. */
+static void collect_socket_drops(void)
+{
+	for (int i = 0; i < 2; i++) {
+		struct tpacket_stats st;
+		socklen_t len = sizeof(st);
+		if (getsockopt(dirs[i].rx_fd, SOL_PACKET, PACKET_STATISTICS, &st, &len) == 0)
+			dirs[i].stats.dropped_socket += st.tp_drops;
+	}
+}
+
 static int format_stats(char *buf, size_t size)
 {
+	collect_socket_drops();
 	int n = snprintf(buf, size, "{\"pid\": %d", (int)getpid());
 	for (int i = 0; i < 2 && n < (int)size; i++) {
 		struct direction *d = &dirs[i];
@@ -250,7 +263,8 @@ static int format_stats(char *buf, size_t size)
 		double var = s->late_count ? s->late_sumsq_ns / s->late_count - mean * mean : 0;
 		n += snprintf(buf + n, size - n,
 			", \"%s\": {\"delay_us\": %.3f, \"received\": %llu, \"forwarded\": %llu, "
-			"\"dropped_queue_full\": %llu, \"dropped_oversize\": %llu, \"send_errors\": %llu, "
+			"\"dropped_queue_full\": %llu, \"dropped_oversize\": %llu, \"dropped_socket\": %llu, "
+			"\"send_errors\": %llu, "
 			"\"queued\": %u, \"max_queue_depth\": %llu, \"queue_capacity\": %u, "
 			"\"lateness_ns\": {\"count\": %llu, \"mean\": %.0f, \"stddev\": %.0f, \"max\": %lld, "
 			"\"hist_lt\": {\"1us\": %llu, \"5us\": %llu, \"10us\": %llu, \"20us\": %llu, "
@@ -258,6 +272,7 @@ static int format_stats(char *buf, size_t size)
 			d->name, d->delay_ns / 1000.0,
 			(unsigned long long)s->received, (unsigned long long)s->forwarded,
 			(unsigned long long)s->dropped_queue_full, (unsigned long long)s->dropped_oversize,
+			(unsigned long long)s->dropped_socket,
 			(unsigned long long)s->send_errors, d->queue.count,
 			(unsigned long long)s->max_queue_depth, d->queue.capacity,
 			(unsigned long long)s->late_count, mean, var > 0 ? sqrt(var) : 0,
