@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import base64
+import fcntl
 import json
 import os
 import shutil
@@ -39,9 +40,10 @@ import subprocess
 import sys
 import time
 import uuid
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable
+from typing import Iterable, Iterator
 
 import requests
 
@@ -137,7 +139,10 @@ class Stack:
         self.influx_url = f"http://127.0.0.1:{self.ports.influx_http}"
         self.influx_db = INFLUX_DB
         self.started: set[str] = set()              # services this object started (not reused)
+        self.last_up_seconds: float | None = None   # wall time of the last up() / down()
+        self.last_down_seconds: float | None = None
         self._children: dict[str, subprocess.Popen] = {}
+        self._lock_depth = 0
 
     # ------------------------------------------------------------------ paths and PIDs
     def service_dir(self, name: str) -> Path:
@@ -166,8 +171,10 @@ class Stack:
         The config path is unique per run dir, so a recycled PID or another stack's process
         is never mistaken for ours."""
         child = self._children.get(name)
-        if child is not None and child.pid == pid and child.poll() is not None:
-            return False
+        if child is not None and child.pid == pid:
+            # Our own child: ask the kernel via waitpid. Its /proc cmdline can still be empty
+            # right after Popen returns (execve has not yet set up the new argument pages).
+            return child.poll() is None
         state = _proc_state(pid)
         if state is None or state in ("Z", "X"):
             return False
@@ -188,8 +195,47 @@ class Stack:
 
     # ------------------------------------------------------------------ public API
     def up(self, only: Iterable[str] | None = None) -> "Stack":
-        """Start (or reuse) the selected services in dependency order and wait until ready."""
+        """Start (or reuse) the selected services in dependency order and wait until ready.
+
+        Holds the run dir's lock, so concurrent `up`/`down` calls on one run dir (two test
+        sessions, a CLI call) take turns instead of racing for the same ports and PID files."""
+        with self._locked():
+            return self._up(self._select(only))
+
+    def down(self, only: Iterable[str] | None = None) -> None:
+        """Stop the selected services by PID (SIGTERM, then SIGKILL after a timeout)."""
+        with self._locked():
+            self._down(self._select(only))
+
+    @contextmanager
+    def shared(self, only: Iterable[str] | None = None) -> Iterator["Stack"]:
+        """up() for one of several concurrent users (e.g. pytest sessions) of the same run dir.
+
+        Each user holds a lease file (its PID) while inside the block. The last user to leave
+        stops the services that any user started; services that were already running before the
+        first user came (a manual `up`) keep running. If up() fails, what it started is stopped."""
         selected = self._select(only)
+        lease = self._leases_dir() / str(os.getpid())
+        with self._locked():
+            try:
+                self._up(selected)
+            except BaseException:
+                if not self._other_leases(lease):
+                    self._down(set(self.started))
+                raise
+            lease.parent.mkdir(parents=True, exist_ok=True)
+            lease.write_text(f"{os.getpid()}\n")
+            self._remember_started(self.started)
+        try:
+            yield self
+        finally:
+            with self._locked():
+                lease.unlink(missing_ok=True)
+                if not self._other_leases(lease):
+                    self._down(self._remember_started(set()) | self.started)
+                    (self._leases_dir() / "started.json").unlink(missing_ok=True)
+
+    def _up(self, selected: set[str]) -> "Stack":
         t_total = time.monotonic()
         for name in selected:
             self.service_dir(name).mkdir(parents=True, exist_ok=True)
@@ -202,8 +248,12 @@ class Stack:
                 self._stop("telegraf")
             if not self._reuse(name):
                 t0 = time.monotonic()
-                {"kafka": self._start_kafka, "influxdb": self._start_influxdb,
-                 "telegraf": self._start_telegraf}[name]()
+                try:
+                    {"kafka": self._start_kafka, "influxdb": self._start_influxdb,
+                     "telegraf": self._start_telegraf}[name]()
+                except BaseException:
+                    self._stop(name)       # never leave a half-started process behind
+                    raise
                 restarted.add(name)
                 self.started.add(name)
                 self._say(f"{name}: ready in {time.monotonic() - t0:.1f} s "
@@ -213,18 +263,61 @@ class Stack:
                 self._ensure_topics()
             elif name == "influxdb":
                 self._ensure_database()
+        self.last_up_seconds = time.monotonic() - t_total
         self._say(f"up: {','.join(n for n in SERVICE_NAMES if n in selected)} "
-                  f"in {time.monotonic() - t_total:.1f} s")
+                  f"in {self.last_up_seconds:.1f} s")
         return self
 
-    def down(self, only: Iterable[str] | None = None) -> None:
-        """Stop the selected services by PID (SIGTERM, then SIGKILL after a timeout)."""
-        selected = self._select(only)
+    def _down(self, selected: set[str]) -> None:
         t_total = time.monotonic()
         for name in reversed(SERVICE_NAMES):
             if name in selected:
                 self._stop(name)
-        self._say(f"down: {time.monotonic() - t_total:.1f} s")
+        self.last_down_seconds = time.monotonic() - t_total
+        self._say(f"down: {self.last_down_seconds:.1f} s")
+
+    @contextmanager
+    def _locked(self) -> Iterator[None]:
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        with open(self.run_dir / ".lock", "w") as lock_file:
+            if self._lock_depth == 0:
+                try:
+                    fcntl.flock(lock_file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    self._say(f"waiting for another up/down on {self.run_dir}")
+                    fcntl.flock(lock_file, fcntl.LOCK_EX)
+            self._lock_depth += 1
+            try:
+                yield
+            finally:
+                self._lock_depth -= 1
+
+    def _leases_dir(self) -> Path:
+        return self.run_dir / "leases"
+
+    def _other_leases(self, mine: Path) -> list[int]:
+        """PIDs of other live lease holders; leases of dead processes are removed."""
+        others = []
+        for lease in self._leases_dir().glob("[0-9]*"):
+            if lease == mine:
+                continue
+            if _proc_state(int(lease.name)) in (None, "Z", "X"):
+                lease.unlink(missing_ok=True)
+            else:
+                others.append(int(lease.name))
+        return others
+
+    def _remember_started(self, names: set[str]) -> set[str]:
+        """Add names to the run dir's record of services that lease holders started; return it."""
+        record = self._leases_dir() / "started.json"
+        try:
+            known = set(json.loads(record.read_text()))
+        except (OSError, ValueError):
+            known = set()
+        known |= names
+        record.parent.mkdir(parents=True, exist_ok=True)
+        record.write_text(json.dumps(sorted(known)))
+        return known
 
     def status(self) -> dict[str, dict]:
         """Per service: pid (or None), alive, ready (answers its readiness check), log path."""
@@ -251,7 +344,7 @@ class Stack:
         try:
             return self.up()
         except BaseException:
-            self.down()
+            self.down(only=self.started)
             raise
 
     def __exit__(self, *exc_info) -> None:

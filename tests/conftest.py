@@ -1,0 +1,67 @@
+"""Suite-wide fixtures: the local service stack (Kafka, InfluxDB, Telegraf) and bpffs.
+
+The whole suite runs as root (netns, XDP, bpffs); it stops at once with a clear message otherwise.
+
+`stack` is one session-wide services.stack.Stack, by default on the real ports (Kafka 19092,
+InfluxDB 18086) and run dir .run/services. Set SEGSCOPE_STACK_PORT_BASE and SEGSCOPE_STACK_RUN_DIR
+to run the suite against an isolated stack (e.g. while another run uses the default ports).
+If the stack cannot start, every test that uses it errors with the reason (and the log to read).
+Several pytest sessions may share the stack (Stack.shared: a lock around up/down and one lease
+per session): the last session to finish stops the services that sessions started; services that
+were already running before (a manual `python -m services.stack up`) are left running.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from services.stack import Stack, StackError
+
+REPO = Path(__file__).resolve().parents[1]
+BPFFS = Path("/sys/fs/bpf")
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    if os.geteuid() != 0:
+        pytest.exit("segscope tests must run as root (network namespaces, eBPF, bpffs): "
+                    "run `sudo .local/venv/bin/pytest ...` or `make test` as root", returncode=2)
+
+
+def _stack_from_env() -> Stack:
+    port_base = os.environ.get("SEGSCOPE_STACK_PORT_BASE")
+    run_dir = os.environ.get("SEGSCOPE_STACK_RUN_DIR")
+    return Stack(run_dir=run_dir or None, port_base=int(port_base) if port_base else None)
+
+
+@pytest.fixture(scope="session")
+def stack():
+    """Kafka + InfluxDB + Telegraf, ready (Telegraf's consumer group has a member), for the session."""
+    stack = _stack_from_env()
+    session = stack.shared()
+    try:
+        session.__enter__()
+    except StackError as exc:
+        pytest.fail(f"service stack did not start: {exc}", pytrace=False)
+    print(f"\n[stack] up in {stack.last_up_seconds:.1f} s "
+          f"(started: {','.join(sorted(stack.started)) or 'none, all reused'})", file=sys.stderr)
+    try:
+        yield stack
+    finally:
+        session.__exit__(None, None, None)
+
+
+def _bpffs_mounted() -> bool:
+    with open("/proc/mounts") as mounts:
+        return any(line.split()[1:3] == [str(BPFFS), "bpf"] for line in mounts)
+
+
+@pytest.fixture(scope="session")
+def bpffs() -> Path:
+    """/sys/fs/bpf with a bpf filesystem on it (it is not mounted at boot on these machines)."""
+    if not _bpffs_mounted():
+        subprocess.run(["mount", "-t", "bpf", "bpf", str(BPFFS)], check=True)
+    return BPFFS
