@@ -1,9 +1,9 @@
 // SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
 /*
  * ringbuf_gen: writes synthetic struct stamp_record into its own ring buffer
- * `stamp_records` (same name and record layout as the XDP collector's), one
- * record per program run. Driven by BPF_PROG_TEST_RUN with repeat=N, so tests
- * and benchmarks can feed the streamer without a network.
+ * `stamp_records` (same name and record layout as the XDP collector's),
+ * per_run records per program run. Driven by BPF_PROG_TEST_RUN with
+ * repeat=N, so tests and benchmarks can feed the streamer without a network.
  *
  * Record k (k = 0, 1, ...) belongs to SSID first_ssid + k % n_ssids and has
  * sender_seq = start_seq + k / n_ssids, so each session's sequence numbers
@@ -21,9 +21,10 @@ const volatile __u32 n_ssids = 1;
 const volatile __u16 first_ssid = 1;
 const volatile __u32 start_seq = 0;
 const volatile __u64 high_water = RINGBUF_GEN_DEFAULT_SIZE / 2;
-const volatile __u32 malformed_every = 0;   /* >0: every Nth run writes a 48-byte sample instead */
+const volatile __u32 malformed_every = 0;   /* >0: every Nth record is a 48-byte sample instead */
+const volatile __u32 per_run = 1;           /* records per run, 1..RINGBUF_GEN_MAX_PER_RUN */
 
-__u64 generated;   /* records submitted */
+__u64 generated;   /* records (and malformed samples) written */
 __u64 limit;       /* stop after this many (set by the loader) */
 __u64 throttled;   /* runs skipped because the ring was above high_water */
 __u64 rb_full;     /* reservations that failed */
@@ -34,33 +35,27 @@ struct {
 	__uint(max_entries, RINGBUF_GEN_DEFAULT_SIZE);
 } stamp_records SEC(".maps");
 
-SEC("xdp")
-int ringbuf_gen(struct xdp_md *ctx)
+/* Write record number k; returns 0 when written, -1 when it could not be (counted). */
+static __always_inline int emit_one(struct xdp_md *ctx, __u64 k)
 {
 	struct stamp_record *r;
-	__u64 k = generated, now;
+	__u64 now;
 
-	if (k >= limit)
-		return XDP_PASS;
-	if (bpf_ringbuf_query(&stamp_records, BPF_RB_AVAIL_DATA) > high_water) {
-		throttled++;
-		return XDP_PASS;
-	}
 	if (malformed_every && k % malformed_every == malformed_every - 1) {
 		/* a sample of the wrong size: the streamer must count it, not ship it */
 		__u64 junk[6] = { k, 0, 0, 0, 0, 0 };
 
-		if (bpf_ringbuf_output(&stamp_records, junk, sizeof(junk), 0))
+		if (bpf_ringbuf_output(&stamp_records, junk, sizeof(junk), 0)) {
 			rb_full++;
-		else
-			malformed++;
-		generated = k + 1;
-		return XDP_PASS;
+			return -1;
+		}
+		malformed++;
+		return 0;
 	}
 	r = bpf_ringbuf_reserve(&stamp_records, sizeof(*r), 0);
 	if (!r) {
 		rb_full++;
-		return XDP_PASS;
+		return -1;
 	}
 	now = bpf_ktime_get_tai_ns();
 	r->t1_ns = now - 30000;
@@ -78,7 +73,27 @@ int ringbuf_gen(struct xdp_md *ctx)
 	r->flags = STAMP_RECORD_F_SRH;
 	r->reserved = 0;
 	bpf_ringbuf_submit(r, 0);
-	generated = k + 1;
+	return 0;
+}
+
+SEC("xdp")
+int ringbuf_gen(struct xdp_md *ctx)
+{
+	__u64 k = generated;
+
+	if (k >= limit)
+		return XDP_PASS;
+	if (bpf_ringbuf_query(&stamp_records, BPF_RB_AVAIL_DATA) > high_water) {
+		throttled++;
+		return XDP_PASS;
+	}
+	/* several records per run: one test-run iteration costs more than one record */
+	for (__u32 i = 0; i < RINGBUF_GEN_MAX_PER_RUN && i < per_run; i++) {
+		if (k >= limit || emit_one(ctx, k) < 0)
+			break;
+		k++;
+	}
+	generated = k;
 	return XDP_PASS;
 }
 

@@ -26,7 +26,7 @@
 struct gen_opts {
 	const char *pin;
 	unsigned long long count;
-	unsigned n_ssids, first_ssid, start_seq, chunk, malformed_every;
+	unsigned n_ssids, first_ssid, start_seq, chunk, malformed_every, per_run;
 	unsigned long long ring_size;
 	double timeout_s;
 };
@@ -36,7 +36,7 @@ static void die_arg(const char *flag, const char *why, const char *value)
 	fprintf(stderr, "ringbuf_gen: %s: %s%s%s\n", flag, why, value ? ": " : "", value ? value : "");
 	fprintf(stderr, "usage: ringbuf_gen --pin PATH [--count N] [--ssids K] [--first-ssid S]\n"
 			"                   [--start-seq Q] [--chunk C] [--ring-size BYTES] [--timeout SEC]\n"
-			"                   [--malformed-every N]\n");
+			"                   [--malformed-every N] [--per-run 1..64]\n");
 	exit(2);
 }
 
@@ -65,11 +65,12 @@ static void parse_args(int argc, char **argv, struct gen_opts *o)
 		{ "ring-size", required_argument, NULL, 'r' },
 		{ "timeout", required_argument, NULL, 't' },
 		{ "malformed-every", required_argument, NULL, 'm' },
+		{ "per-run", required_argument, NULL, 'b' },
 		{ 0 },
 	};
 	int c;
 
-	*o = (struct gen_opts){ .n_ssids = 1, .first_ssid = 1, .chunk = 65536,
+	*o = (struct gen_opts){ .n_ssids = 1, .first_ssid = 1, .per_run = 1, .chunk = 65536,
 				.ring_size = RINGBUF_GEN_DEFAULT_SIZE, .timeout_s = 60 };
 	opterr = 0;
 	while ((c = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
@@ -82,6 +83,7 @@ static void parse_args(int argc, char **argv, struct gen_opts *o)
 		case 'c': o->chunk = parse_u("--chunk", optarg, 1, 1 << 24); break;
 		case 'r': o->ring_size = parse_u("--ring-size", optarg, 4096, 1ULL << 30); break;
 		case 'm': o->malformed_every = parse_u("--malformed-every", optarg, 0, 1 << 30); break;
+		case 'b': o->per_run = parse_u("--per-run", optarg, 1, RINGBUF_GEN_MAX_PER_RUN); break;
 		case 't': o->timeout_s = parse_u("--timeout", optarg, 1, 3600); break;
 		default: die_arg(argv[optind - 1], "unknown flag or missing value", NULL);
 		}
@@ -152,6 +154,7 @@ int main(int argc, char **argv)
 	skel->rodata->start_seq = o.start_seq;
 	skel->rodata->high_water = o.ring_size / 2;
 	skel->rodata->malformed_every = o.malformed_every;
+	skel->rodata->per_run = o.per_run;
 	bpf_map__set_max_entries(skel->maps.stamp_records, o.ring_size);
 	bpf_map__set_pin_path(skel->maps.stamp_records, o.pin);
 	err = ringbuf_gen__load(skel);

@@ -8,5 +8,6 @@
 
 /* Per-run state in .bss; the loader reads it back after BPF_PROG_TEST_RUN. */
 #define RINGBUF_GEN_DEFAULT_SIZE (64u << 20)
+#define RINGBUF_GEN_MAX_PER_RUN  64   /* records written by one program run, at most */
 
 #endif /* SEGSCOPE_RINGBUF_GEN_H */

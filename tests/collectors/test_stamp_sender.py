@@ -52,7 +52,10 @@ def udp_packets(pcap: Path, sport: int):
 
 
 def tai_minus_realtime_ns() -> int:
-    return time.clock_gettime_ns(time.CLOCK_TAI) - time.time_ns()
+    """CLOCK_TAI - CLOCK_REALTIME: the kernel's TAI offset, a whole number of seconds. Rounded,
+    because the two reads are not simultaneous (a preemption between them would skew it)."""
+    diff = time.clock_gettime_ns(time.CLOCK_TAI) - time.time_ns()
+    return round(diff / 1e9) * 1_000_000_000
 
 
 def test_srh_layout_and_packet_contents(collectors_build, veth_pair, work_dir):
