@@ -22,6 +22,8 @@ REFLECTOR = BUILD / "stamp_reflector"
 COLLECTOR = BUILD / "stamp_collector"
 XDP_COUNT_OBJ = BUILD / "xdp_count_pass.bpf.o"
 PIN_ROOT = Path("/sys/fs/bpf/segscope")
+# netns, veth and pin names start with this (override to run two suites side by side)
+PREFIX = os.environ.get("SEGSCOPE_DP_TEST_PREFIX", "dp")
 
 CLONE_NEWNET = 0x40000000
 IPV6_RTHDR = 57
@@ -137,10 +139,10 @@ def prog_test_run(tool: Path, pin_dir: Path, frame: bytes) -> dict:
 @dataclass
 class VethPair:
     """dp-s (sender, dev dp-s0) <-> dp-x (reflector, dev dp-x0)."""
-    s_ns: str = "dp-s"
-    x_ns: str = "dp-x"
-    s_dev: str = "dp-s0"
-    x_dev: str = "dp-x0"
+    s_ns: str = f"{PREFIX}-s"
+    x_ns: str = f"{PREFIX}-x"
+    s_dev: str = f"{PREFIX}-s0"
+    x_dev: str = f"{PREFIX}-x0"
     s_addr: str = "fd00:d5::1"
     x_addr: str = "fd00:d5::2"
     x_other: str = "fd00:d5::3"        # on dp-x0 but not a reflector address
@@ -280,8 +282,8 @@ class Attached:
 
     def __init__(self, veth: VethPair, with_collector: bool, ringbuf_size: int | None = None):
         self.veth = veth
-        self.refl_dir = PIN_ROOT / "dp-x" / "stamp_reflector"
-        self.coll_dir = PIN_ROOT / "dp-s" / "stamp_collector"
+        self.refl_dir = PIN_ROOT / veth.x_ns / "stamp_reflector"
+        self.coll_dir = PIN_ROOT / veth.s_ns / "stamp_collector"
         self.with_collector = with_collector
         self.ringbuf_size = ringbuf_size
 

@@ -8,7 +8,7 @@ import time
 import pytest
 
 from segscope_schemas.stamp_test_packet import ReflectorPacket, ptp_to_ns
-from tests.datapath.dp_env import (IPV6_RTHDR, REFLECTOR, delta, in_netns, parse_frame, parse_srh,
+from tests.datapath.dp_env import (IPV6_RTHDR, PIN_ROOT, PREFIX, REFLECTOR, delta, in_netns, parse_frame, parse_srh,
                                    recv_reply, run_tool, srh_bytes, stamp_sender_payload, stats, tai_ns,
                                    udp6_counter, udp_socket)
 
@@ -225,10 +225,11 @@ def test_cli_refuses_bad_arguments(veth, reflector):
     assert p.returncode == 2 and "--sender" in p.stderr
     p = run_tool(REFLECTOR, "add-address", "--pin-dir", d, "not-an-address", check=False)
     assert p.returncode == 2 and "ADDR" in p.stderr
-    p = run_tool(REFLECTOR, "attach", "--netns", "dp-nonexistent", "--dev", "x", "--pin-dir",
-                 "/sys/fs/bpf/segscope/dp-nonexistent/stamp_reflector", check=False)
+    p = run_tool(REFLECTOR, "attach", "--netns", f"{PREFIX}-nonexistent", "--dev", "x", "--pin-dir",
+                 str(PIN_ROOT / f"{PREFIX}-nonexistent" / "stamp_reflector"), check=False)
+    assert not (PIN_ROOT / f"{PREFIX}-nonexistent").exists()
     assert p.returncode == 1 and "--netns" in p.stderr
     p = run_tool(REFLECTOR, "attach", "--netns", veth.x_ns, "--dev", veth.x_dev, "--pin-dir", d, check=False)
     assert p.returncode == 1 and "already" in p.stderr
-    p = run_tool(REFLECTOR, "stats", "--pin-dir", "/sys/fs/bpf/segscope/dp-missing", check=False)
+    p = run_tool(REFLECTOR, "stats", "--pin-dir", str(PIN_ROOT / f"{PREFIX}-missing"), check=False)
     assert p.returncode == 1 and "--pin-dir" in p.stderr
