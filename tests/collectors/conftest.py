@@ -89,9 +89,8 @@ def veth_pair():
 
 
 @pytest.fixture(scope="session")
-def bpffs() -> Path:
-    if not os.path.ismount("/sys/fs/bpf"):
-        sh("mount", "-t", "bpf", "bpf", "/sys/fs/bpf")
+def co_pins(bpffs) -> Path:
+    """/sys/fs/bpf/co-test: pins of these tests only (bpffs: tests/conftest.py mounts it)."""
     PIN_ROOT.mkdir(exist_ok=True)
     yield PIN_ROOT
     sh("rm", "-rf", str(PIN_ROOT), check=False)
@@ -99,12 +98,10 @@ def bpffs() -> Path:
 
 @pytest.fixture(scope="session")
 def kafka_bootstrap() -> str:
-    """Our own Kafka (services/stack.py, port base 29000, run dir .run/co-stack)."""
+    """Our own Kafka (services/stack.py, port base 29000, run dir .run/co-stack): the streamer
+    tests create their own topics and must not depend on the suite-wide stack's state."""
     from services.stack import Stack
 
     stack = Stack(run_dir=REPO / ".run" / "co-stack", port_base=KAFKA_PORT_BASE)
-    stack.up(only=["kafka"])
-    try:
+    with stack.shared(only=["kafka"]):
         yield stack.kafka_bootstrap
-    finally:
-        stack.down()

@@ -17,6 +17,8 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from segscope_schemas import stamp_record as sr
 
+pytestmark = pytest.mark.datapath   # loads a BPF program (ringbuf_gen) into the kernel
+
 REPO = Path(__file__).resolve().parents[2]
 NODE = "co-node"
 
@@ -92,9 +94,9 @@ class Streamer:
 
 
 @pytest.fixture
-def ring(collectors_build, bpffs, request) -> Path:
+def ring(collectors_build, co_pins, request) -> Path:
     """A fresh pinned `stamp_records` ring buffer, owned by this test."""
-    pin = bpffs / request.node.name / "stamp_records"
+    pin = co_pins / request.node.name / "stamp_records"
     subprocess.run(["rm", "-rf", str(pin.parent)], check=True)
     gen(collectors_build, pin, 0, "--ring-size", str(16 << 20))
     yield pin
@@ -193,7 +195,7 @@ def test_malformed_samples_are_counted_and_fail_the_exit_code(collectors_build, 
     assert got == [k for k in range(n) if k % 10 != 9]   # the good ones, in order
 
 
-def test_datapath_counters_published(collectors_build, ring, kafka_bootstrap, work_dir, bpffs):
+def test_datapath_counters_published(collectors_build, ring, kafka_bootstrap, work_dir):
     """--datapath-stats: per-CPU array summed over CPUs, names from datapath/stamp_collector.h."""
     header = (REPO / "datapath" / "stamp_collector.h").read_text()
     names = re.findall(r'\[COLL_\w+\]\s*=\s*"(\w+)"', header)
