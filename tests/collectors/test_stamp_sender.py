@@ -7,7 +7,6 @@ import signal
 import socket
 import subprocess
 import time
-from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -15,27 +14,12 @@ from scapy.all import UDP, IPv6, IPv6ExtHdrSegmentRouting, rdpcap  # type: ignor
 
 from segscope_schemas import stamp_test_packet as tp
 
+from collectors_pcap import capture
+
 pytestmark = pytest.mark.datapath
 
 SIDS = ["fc00:2::e", "fc00:7::e"]      # visiting order
 FINAL_DST = "fc00:3::1"
-
-
-@contextmanager
-def capture(pair, path: Path):
-    """tcpdump on the receiver's veth (nanosecond timestamps), stopped cleanly afterwards."""
-    proc = subprocess.Popen(
-        ["ip", "netns", "exec", pair.rcv_ns, "tcpdump", "-i", pair.rcv_if, "-n", "-U", "--immediate-mode", "-B", "16384",
-         "--time-stamp-precision", "nano", "-w", str(path), "ip6"],
-        stderr=subprocess.PIPE, text=True)
-    line = proc.stderr.readline()          # "listening on ..." once the socket is up
-    assert "listening" in line, line
-    try:
-        yield
-    finally:
-        time.sleep(0.3)
-        proc.send_signal(signal.SIGINT)
-        proc.wait(timeout=10)
 
 
 def run_sender(build: Path, pair, *args: str, timeout: float = 30) -> dict:
@@ -60,7 +44,7 @@ def tai_minus_realtime_ns() -> int:
 
 def test_srh_layout_and_packet_contents(collectors_build, veth_pair, work_dir):
     pcap = work_dir / "srh.pcap"
-    with capture(veth_pair, pcap):
+    with capture(veth_pair.rcv_ns, veth_pair.rcv_if, pcap):
         summary = run_sender(collectors_build, veth_pair, "--dst", FINAL_DST, "--segs", ",".join(SIDS),
                              "--ssid", "7", "--rate", "200", "--count", "50")
     assert summary == {**summary, "ssid": 7, "sent": 50, "send_errors": 0, "first_seq": 0, "last_seq": 49}
@@ -97,7 +81,7 @@ def test_srh_layout_and_packet_contents(collectors_build, veth_pair, work_dir):
 
 def test_single_sid(collectors_build, veth_pair, work_dir):
     pcap = work_dir / "one.pcap"
-    with capture(veth_pair, pcap):
+    with capture(veth_pair.rcv_ns, veth_pair.rcv_if, pcap):
         run_sender(collectors_build, veth_pair, "--dst", FINAL_DST, "--segs", SIDS[0], "--ssid", "3",
                    "--rate", "100", "--count", "5", "--sport", "40003")
     pkts = udp_packets(pcap, 40003)
@@ -109,7 +93,7 @@ def test_single_sid(collectors_build, veth_pair, work_dir):
 
 def test_rate_is_exact_at_1000pps(collectors_build, veth_pair, work_dir):
     pcap = work_dir / "rate.pcap"
-    with capture(veth_pair, pcap):
+    with capture(veth_pair.rcv_ns, veth_pair.rcv_if, pcap):
         summary = run_sender(collectors_build, veth_pair, "--dst", FINAL_DST, "--segs", SIDS[0],
                              "--ssid", "9", "--rate", "1000", "--duration", "2")
     assert summary["send_errors"] == 0
@@ -164,7 +148,7 @@ def test_error_estimate_matches_adjtimex(collectors_build, veth_pair, work_dir):
     tx = _Timex()
     assert ctypes.CDLL(None, use_errno=True).adjtimex(ctypes.byref(tx)) >= 0
     pcap = work_dir / "ee.pcap"
-    with capture(veth_pair, pcap):
+    with capture(veth_pair.rcv_ns, veth_pair.rcv_if, pcap):
         run_sender(collectors_build, veth_pair, "--dst", FINAL_DST, "--segs", SIDS[0], "--ssid", "11",
                    "--rate", "100", "--count", "2")
     ee = tp.SenderPacket.decode(bytes(udp_packets(pcap, 50011)[0][UDP].payload)).err_est
