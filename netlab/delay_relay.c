@@ -11,8 +11,9 @@
  *  - AF_PACKET raw sockets bound to each side, PACKET_IGNORE_OUTGOING so the
  *    relay never sees its own transmissions, promiscuous so frames for the far
  *    MAC are accepted, PACKET_QDISC_BYPASS so transmit skips the qdisc layer.
- *  - Arrival time = kernel receive timestamp (SO_TIMESTAMPNS, CLOCK_REALTIME)
- *    converted to CLOCK_MONOTONIC; a frame is released at arrival + delay.
+ *  - Arrival time = kernel receive timestamp (SO_TIMESTAMPNS, CLOCK_REALTIME);
+ *    a frame is released at arrival + delay, scheduled on CLOCK_REALTIME too.
+ *    (A clock step would shift queued frames; nothing here steps the clock.)
  *  - One thread, one ppoll() whose timeout is the earliest release time; the
  *    timer slack is set to 1 ns so the kernel does not batch our wake-ups.
  *    A short optional spin (--spin-ns) trades CPU for wake-up jitter.
@@ -49,9 +50,10 @@
 #define DEFAULT_QUEUE_FRAMES 4096
 #define RX_BURST 64              /* frames read per direction per wake-up (fairness) */
 #define NSEC_PER_SEC 1000000000LL
+#define RELAY_CLOCK CLOCK_REALTIME   /* same clock as SO_TIMESTAMPNS, see arrival_ns() */
 
 struct frame {
-	int64_t due_ns;          /* CLOCK_MONOTONIC release time */
+	int64_t due_ns;          /* release time, RELAY_CLOCK */
 	uint32_t len;
 	uint8_t data[SLOT_BYTES];
 };
@@ -133,22 +135,24 @@ static int open_packet_socket(const char *ifname)
 	return fd;
 }
 
-/* Kernel rx timestamp (CLOCK_REALTIME) of the message, converted to CLOCK_MONOTONIC. */
-static int64_t arrival_monotonic_ns(struct msghdr *msg)
+/*
+ * Kernel rx timestamp of the message. The whole relay schedules on CLOCK_REALTIME,
+ * the clock SO_TIMESTAMPNS uses: converting to RELAY_CLOCK would need two clock
+ * reads whose gap (a vCPU preempted between them) made frames leave a few us early.
+ */
+static int64_t arrival_ns(struct msghdr *msg)
 {
-	int64_t mono = now_ns(CLOCK_MONOTONIC);
-	int64_t real = now_ns(CLOCK_REALTIME);
+	int64_t now = now_ns(RELAY_CLOCK);
 	for (struct cmsghdr *c = CMSG_FIRSTHDR(msg); c; c = CMSG_NXTHDR(msg, c)) {
 		if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_TIMESTAMPNS) {
 			struct timespec ts;
 			memcpy(&ts, CMSG_DATA(c), sizeof(ts));
-			int64_t rx_real = (int64_t)ts.tv_sec * NSEC_PER_SEC + ts.tv_nsec;
-			int64_t age = real - rx_real;
-			if (age >= 0 && age < NSEC_PER_SEC)   /* ignore a clock step */
-				return mono - age;
+			int64_t rx = (int64_t)ts.tv_sec * NSEC_PER_SEC + ts.tv_nsec;
+			if (rx <= now && now - rx < NSEC_PER_SEC)   /* ignore a clock step */
+				return rx;
 		}
 	}
-	return mono;
+	return now;
 }
 
 static void receive_burst(struct direction *d)
@@ -181,7 +185,7 @@ static void receive_burst(struct direction *d)
 			continue;
 		}
 		slot->len = (uint32_t)n;
-		slot->due_ns = arrival_monotonic_ns(&msg) + d->delay_ns;
+		slot->due_ns = arrival_ns(&msg) + d->delay_ns;
 		q->count++;
 		if (q->count > d->stats.max_queue_depth)
 			d->stats.max_queue_depth = q->count;
@@ -212,13 +216,13 @@ static void release_due(struct direction *d)
 	struct fifo *q = &d->queue;
 	while (q->count) {
 		struct frame *f = &q->slots[q->head];
-		int64_t now = now_ns(CLOCK_MONOTONIC);
+		int64_t now = now_ns(RELAY_CLOCK);
 		if (f->due_ns > now) {
 			if (f->due_ns - now > spin_ns)
 				return;
-			while (now_ns(CLOCK_MONOTONIC) < f->due_ns)
+			while (now_ns(RELAY_CLOCK) < f->due_ns)
 				;        /* short spin: the ppoll wake-up came early on purpose */
-			now = now_ns(CLOCK_MONOTONIC);
+			now = now_ns(RELAY_CLOCK);
 		}
 		if (send(d->tx_fd, f->data, f->len, 0) == (ssize_t)f->len)
 			d->stats.forwarded++;
@@ -449,7 +453,7 @@ int main(int argc, char **argv)
 		int64_t next = next_due_ns();
 		struct timespec timeout, *timeout_p = NULL;
 		if (next != INT64_MAX) {
-			int64_t wait = next - now_ns(CLOCK_MONOTONIC) - spin_ns;
+			int64_t wait = next - now_ns(RELAY_CLOCK) - spin_ns;
 			if (wait < 0)
 				wait = 0;
 			timeout.tv_sec = wait / NSEC_PER_SEC;

@@ -260,18 +260,28 @@ class Lab:
             lines.append(f"ethtool -K {end.ifname} {' '.join(offloads)} >/dev/null")
         sh(["ip", "netns", "exec", self.ns(node.name), "sh", "-c", "\n".join(lines)])
 
-    def _configure_addresses(self, node) -> None:
+    def reapply(self, node_name: str) -> None:
+        """Put addresses, static neighbours and routes of a node back (idempotent).
+
+        Needed after `ip link set X down/up`: the kernel flushes the routes and
+        neighbour entries of a device that goes down (addresses stay, because the
+        topology sets keep_addr_on_down=1)."""
+        node = self.topo.nodes[node_name]
+        self._configure_addresses(node, reapply=True)
+        self._configure_routes(node)
+
+    def _configure_addresses(self, node, reapply: bool = False) -> None:
         batch = ["link set dev lo up"]
         for addr in node.loopback:
-            batch.append(f"addr add {addr} dev lo nodad")
+            batch.append(f"addr replace {addr} dev lo nodad")
         for link, end, far in self.topo.endpoints_of(node.name):
             batch.append(f"link set dev {end.ifname} up")
             for addr in end.addrs:
-                batch.append(f"addr add {addr} dev {end.ifname} nodad")
+                batch.append(f"addr replace {addr} dev {end.ifname} nodad")
             far_mac = self._end_mac(link, far)
             for far_addr in [a.split("/")[0] for a in far.addrs] + [_link_local(far_mac)]:
                 batch.append(f"neigh replace {far_addr} lladdr {far_mac} dev {end.ifname} nud permanent")
-            if end.xdp_pass:
+            if end.xdp_pass and not reapply:
                 batch.append(f"link set dev {end.ifname} xdpdrv obj {XDP_PASS_OBJ} sec xdp")
         sh(["ip", "-6", "-n", self.ns(node.name), "-batch", "-"], input="\n".join(batch) + "\n")
 

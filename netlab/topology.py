@@ -418,9 +418,15 @@ def _parse_link(doc: _Doc, where: tuple, raw: Any, node_names: set[str]) -> Link
 
 def load(path: str | Path) -> Topology:
     """Load and validate a topology file; raises TopologyError listing every problem."""
+    path = Path(path)
+    if not path.is_absolute() and not path.exists():
+        # "netlab/topologies/line5.yaml" works from any working directory
+        repo_relative = Path(__file__).resolve().parent.parent / path
+        if repo_relative.exists():
+            path = repo_relative
     path_str = str(path)
     try:
-        text = Path(path).read_text()
+        text = path.read_text()
     except OSError as exc:
         raise TopologyError([f"{path_str}:0: cannot read the topology file: {exc.strerror}. "
                              "Fix: pass the path of an existing YAML file"]) from None
