@@ -308,3 +308,29 @@ def test_down_without_state_then_up_again(tmp_path):
         assert len(_own_netns(prefix, _netns_names())) == 5
         lab2.run("H1", ["ping", "-6", "-c", "2", "-i", "0.1", "fd00:b::1"], check=True)
     assert _own_netns(prefix, _netns_names()) == []
+
+
+def test_relay_queue_full_drops_are_counted(tmp_path):
+    """A tiny relay queue (a topology option) overflows; every frame is accounted for."""
+    text = GOOD_TEXT.replace("    delay_us: {a_to_b: 0, b_to_a: 0}",
+                             "    delay_us: {a_to_b: 20000, b_to_a: 0}\n    queue_frames: 8")
+    path = tmp_path / "line5_small_queue.yaml"
+    path.write_text(text)
+    prefix = PREFIX + "3"
+    teardown(prefix)
+    with Lab.up(path, prefix) as lab3:
+        res = owd.measure(lab3, [owd.Flow("burst", "A", "R", "fc00:12::2", 9200)], count=100, interval_us=100)
+        stats = lab3.relay_stats("ar")["a_to_b"]
+        assert stats["queue_capacity"] == 8 and stats["max_queue_depth"] == 8
+        assert stats["dropped_queue_full"] > 50       # 100 frames in 10 ms, 8 fit in a 20 ms queue
+        assert stats["received"] == stats["forwarded"] + stats["dropped_queue_full"] + stats["queued"]
+        assert res["burst"]["received"] == 100 - stats["dropped_queue_full"]
+
+
+def test_pair_topology(tmp_path):
+    prefix = PREFIX + "4"
+    teardown(prefix)
+    with Lab.up(REPO / "netlab" / "topologies" / "pair.yaml", prefix) as pair:
+        pair.run("S", ["ping", "-6", "-n", "-c", "2", "-i", "0.1", "-W", "2", "fc00:6::1"], check=True)
+        s0 = json.loads(pair.run("S", ["ip", "-j", "link", "show", "dev", "s0"], check=True).stdout)[0]
+        assert s0["xdp"]["prog"]["name"] == "xdp_pass"
