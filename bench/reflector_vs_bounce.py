@@ -57,7 +57,8 @@ def attach(mode: str, pair: VethPair) -> None:
         shutil.rmtree(PIN_DIR, ignore_errors=True)
         run_tool(REFLECTOR, "attach", "--netns", pair.x_ns, "--dev", pair.x_dev, "--pin-dir", str(PIN_DIR))
         run_tool(REFLECTOR, "add-address", "--pin-dir", str(PIN_DIR), pair.x_addr)
-        run_tool(REFLECTOR, "add-session", "--pin-dir", str(PIN_DIR), "--ssid", str(SSID))
+        # sender-specific session, as in the demo (one session lookup; a wildcard {::, ssid} costs a second)
+        run_tool(REFLECTOR, "add-session", "--pin-dir", str(PIN_DIR), "--ssid", str(SSID), "--sender", pair.s_addr)
     else:
         sh("ip", "link", "set", "dev", pair.x_dev, "xdpdrv", "obj", str(BOUNCE_OBJ), "sec", "xdp", ns=pair.x_ns)
 

@@ -56,15 +56,6 @@ static __always_inline int count(enum reflector_counter counter, int action)
 	return action;
 }
 
-static __always_inline void put_ptp(struct stamp_timestamp *ts, __u64 ns)
-{
-	__u32 sec, nsec;
-
-	stamp_ptp_from_ns(ns, &sec, &nsec);
-	ts->sec = bpf_htonl(sec);
-	ts->frac = bpf_htonl(nsec);
-}
-
 static __always_inline __u16 reply_err_est(void)
 {
 	__u32 zero = 0;
@@ -74,13 +65,29 @@ static __always_inline __u16 reply_err_est(void)
 	return ee | STAMP_EE_Z;   /* our timestamps are always PTPv2 truncated */
 }
 
+/*
+ * 16-byte copy as four 32-bit moves. The u8[16] and packed layouts would make
+ * clang copy byte by byte; x86 and the verifier (no strict alignment) take
+ * unaligned 32-bit packet accesses.
+ */
+static __always_inline void copy16(void *dst, const void *src)
+{
+	__u32 *d = dst;
+	const __u32 *s = src;
+
+	d[0] = s[0];
+	d[1] = s[1];
+	d[2] = s[2];
+	d[3] = s[3];
+}
+
 static __always_inline struct reflector_session *
 lookup_session(const struct in6_addr *sender, __u16 ssid)
 {
 	struct reflector_session_key key = {};
 	struct reflector_session *sess;
 
-	__builtin_memcpy(key.sender, sender, sizeof(key.sender));
+	copy16(key.sender, sender);
 	key.ssid = ssid;
 	sess = bpf_map_lookup_elem(&reflector_sessions, &key);
 	if (sess)
@@ -112,7 +119,7 @@ static __always_inline int write_srh(struct xdp_md *ctx, __u32 n,
 	srh->first_segment = n;
 	srh->flags = 0;
 	srh->tag = 0;
-	__builtin_memcpy(segs, sender, sizeof(struct in6_addr));
+	copy16(segs, sender);
 
 	for (__u32 j = 1; j <= REFLECTOR_MAX_RETURN_SIDS; j++) {
 		__u32 idx = n - j;
@@ -122,16 +129,48 @@ static __always_inline int write_srh(struct xdp_md *ctx, __u32 n,
 			break;
 		if ((void *)(seg + sizeof(struct in6_addr)) > data_end)
 			return -1;
-		__builtin_memcpy(seg, sess->return_sids[idx], sizeof(struct in6_addr));
+		copy16(seg, sess->return_sids[idx]);
 	}
 	return 0;
+}
+
+/* STAMP base packets as eleven 32-bit words in wire order (see stamp_test_packet.h). */
+#define STAMP_WORDS (STAMP_BASE_LEN / 4)
+
+/* PTPv2 truncated timestamp as two big-endian words; same result as stamp_ptp_from_ns(). */
+static __always_inline void ptp_words(__u32 *w, __u64 ns)
+{
+	__u64 sec = ns / STAMP_NS_PER_SEC;
+
+	w[0] = bpf_htonl((__u32)sec);
+	w[1] = bpf_htonl((__u32)(ns - sec * STAMP_NS_PER_SEC));
+}
+
+/*
+ * RFC 8762 §4.3.1 reflector packet from the sender packet `in`. Words:
+ *  0 seq | 1-2 T3 | 3 err_est,ssid | 4-5 T2 | 6 sender seq | 7-8 sender ts |
+ *  9 sender err_est,MBZ | 10 Ses-Sender TTL,MBZ(3)
+ * Stateless reflector: reflector seq = sender seq.
+ */
+static __always_inline void build_reply(__u32 *out, const __u32 *in, __u64 t2, __u8 ttl)
+{
+	__u32 in_w3 = bpf_ntohl(in[3]);          /* sender err_est << 16 | ssid */
+
+	out[0] = in[0];
+	out[3] = bpf_htonl((__u32)reply_err_est() << 16 | (in_w3 & 0xffff));
+	ptp_words(&out[4], t2);
+	out[6] = in[0];
+	out[7] = in[1];
+	out[8] = in[2];
+	out[9] = bpf_htonl(in_w3 & 0xffff0000);
+	out[10] = bpf_htonl((__u32)ttl << 24);
+	ptp_words(&out[1], bpf_ktime_get_tai_ns());   /* T3: last, right before it is written */
 }
 
 static __always_inline int reflect(struct xdp_md *ctx, struct pkt_view *v,
 				   const struct reflector_session *sess, __u64 t2)
 {
-	struct stamp_sender_packet sent;
-	struct stamp_reflector_packet reply = {};
+	__u32 sent[STAMP_WORDS], reply[STAMP_WORDS];
 	struct ethhdr eth;
 	struct ipv6hdr ip6;
 	__u32 n = sess->n_return_sids;
@@ -140,8 +179,7 @@ static __always_inline int reflect(struct xdp_md *ctx, struct pkt_view *v,
 	__be16 old_check, sport, dport;
 	void *data, *data_end;
 	struct udphdr *udp;
-	__u8 *payload;
-	__u64 t3;
+	__u32 *payload;
 	int delta;
 
 	if (n > REFLECTOR_MAX_RETURN_SIDS)   /* the loader refuses this; never trust a map blindly */
@@ -151,7 +189,9 @@ static __always_inline int reflect(struct xdp_md *ctx, struct pkt_view *v,
 	/* Save what we need: bpf_xdp_adjust_head() invalidates packet pointers. */
 	__builtin_memcpy(&eth, v->eth, sizeof(eth));
 	__builtin_memcpy(&ip6, v->ip6, sizeof(ip6));
-	__builtin_memcpy(&sent, v->udp + 1, sizeof(sent));
+	payload = (void *)(v->udp + 1);
+	for (int i = 0; i < STAMP_WORDS; i++)
+		sent[i] = payload[i];
 	old_check = v->udp->check;
 	sport = v->udp->source;
 	dport = v->udp->dest;
@@ -177,62 +217,51 @@ static __always_inline int reflect(struct xdp_md *ctx, struct pkt_view *v,
 	{
 		struct ipv6hdr *h = data + L3_OFF;
 
-		__builtin_memcpy(h, &ip6, 4);
+		*(__u32 *)h = *(__u32 *)&ip6;   /* version, traffic class, flow label (moved if delta != 0) */
 		h->payload_len = bpf_htons(bpf_ntohs(ip6.payload_len) - old_srh_len + new_srh_len);
 		h->nexthdr = n ? NEXTHDR_ROUTING : NEXTHDR_UDP;
 		h->hop_limit = 255;   /* RFC 8762 §4.3: the reflector sets TTL/hop limit to 255 */
-		h->saddr = ip6.daddr;
-		if (n)
-			__builtin_memcpy(&h->daddr, sess->return_sids[0], sizeof(h->daddr));
-		else
-			h->daddr = ip6.saddr;
+		copy16(&h->saddr, &ip6.daddr);
+		copy16(&h->daddr, n ? (const void *)sess->return_sids[0] : (const void *)&ip6.saddr);
 	}
 	if (n && write_srh(ctx, n, sess, &ip6.saddr))
 		return count(REFL_DROP_ADJUST_FAILED, XDP_DROP);
 
 	udp = data + L4_OFF_NO_SRH + new_srh_len;
 	payload = (void *)(udp + 1);
-	if ((void *)(payload + STAMP_BASE_LEN) > data_end)
+	if ((void *)(payload + STAMP_WORDS) > data_end)
 		return count(REFL_DROP_ADJUST_FAILED, XDP_DROP);
 	udp->source = dport;
 	udp->dest = sport;
 
-	/* Stateless reflector: reflector seq = sender seq (RFC 8762 §4.3.1). */
-	reply.seq = sent.seq;
-	reply.err_est = bpf_htons(reply_err_est());
-	reply.ssid = sent.ssid;
-	put_ptp(&reply.rx_ts, t2);
-	reply.sender_seq = sent.seq;
-	reply.sender_ts = sent.ts;
-	reply.sender_err_est = sent.err_est;
-	reply.sender_ttl = ip6.hop_limit;
-	t3 = bpf_ktime_get_tai_ns();
-	put_ptp(&reply.ts, t3);
-
+	build_reply(reply, sent, t2, ip6.hop_limit);
 	/*
 	 * The pseudo-header {src, final dst} is only swapped and the ports are
 	 * only swapped, so the checksum changes by the payload bytes alone.
 	 */
-	udp->check = csum_fold_invert(bpf_csum_diff((__be32 *)&sent, STAMP_BASE_LEN,
-						    (__be32 *)&reply, STAMP_BASE_LEN,
+	udp->check = csum_fold_invert(bpf_csum_diff(sent, STAMP_BASE_LEN, reply, STAMP_BASE_LEN,
 						    (__u16)~old_check));
-	__builtin_memcpy(payload, &reply, STAMP_BASE_LEN);
+	for (int i = 0; i < STAMP_WORDS; i++)
+		payload[i] = reply[i];
 	return count(REFL_REFLECTED, XDP_TX);
 }
 
 SEC("xdp")
 int stamp_reflector(struct xdp_md *ctx)
 {
-	__u64 t2 = bpf_ktime_get_tai_ns();   /* receive time, as early as possible */
 	struct reflector_session *sess;
 	struct stamp_sender_packet *sp;
 	struct pkt_view v;
 	int payload_len;
+	__u64 t2;
 
 	if (!parse_ipv6(ctx, &v))
 		return count(REFL_PASS_NOT_IPV6, XDP_PASS);
 	if (!bpf_map_lookup_elem(&reflector_addresses, &v.ip6->daddr))
 		return count(REFL_PASS_NOT_LOCAL_ADDR, XDP_PASS);
+	/* T2: as early as possible for traffic to us; other traffic does not pay
+	 * for the clock read (~45 ns here) */
+	t2 = bpf_ktime_get_tai_ns();
 
 	switch (parse_srh_udp(ctx, &v)) {
 	case PARSE_OK:
