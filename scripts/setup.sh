@@ -114,7 +114,9 @@ setup_kafka_jars() {
     tmp=$LOCAL/kafka/lib.tmp
     rm -rf "$tmp"; mkdir -p "$tmp"
     # Into a temp dir first: an interrupted download never looks like a complete one.
-    mvn -q -B -f "$pom" dependency:copy-dependencies -DoutputDirectory="$tmp" -DincludeScope=runtime
+    # Maven's output (ANSI codes even in batch mode) goes to a log, shown only on failure.
+    mvn -q -B -f "$pom" dependency:copy-dependencies -DoutputDirectory="$tmp" -DincludeScope=runtime \
+        > "$LOCAL/kafka/mvn.log" 2>&1 || { tail -30 "$LOCAL/kafka/mvn.log" >&2; die "mvn failed (log: $LOCAL/kafka/mvn.log)"; }
     rm -rf "$lib"; mv "$tmp" "$lib"
     say "kafka jars: Kafka $version, $(ls "$lib" | wc -l) jars in $(elapsed "$t0")"
 }

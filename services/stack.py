@@ -132,6 +132,7 @@ class Stack:
     def __init__(self, run_dir: str | os.PathLike | None = None, port_base: int | None = None,
                  *, keep_influx_data: bool = False, quiet: bool = False) -> None:
         self.run_dir = Path(run_dir).resolve() if run_dir else DEFAULT_RUN_DIR
+        self.port_base = port_base
         self.ports = Ports.for_base(port_base)
         self.keep_influx_data = keep_influx_data
         self.quiet = quiet

@@ -62,7 +62,7 @@ def test_stack_is_ready(stack: Stack, capsys) -> None:
         print(f"\n[timing] session stack up: {stack.last_up_seconds:.1f} s")
     cli = subprocess.run([str(REPO / ".local/venv/bin/python"), "-m", "services.stack", "status",
                           "--run-dir", str(stack.run_dir)]
-                         + (["--port-base", str(stack.ports.kafka)] if stack.ports.kafka != 19092 else []),
+                         + (["--port-base", str(stack.port_base)] if stack.port_base is not None else []),
                          cwd=REPO, capture_output=True, text=True, timeout=60)
     assert cli.returncode == 0, cli.stderr
     cli_status = json.loads(cli.stdout)
@@ -72,8 +72,7 @@ def test_stack_is_ready(stack: Stack, capsys) -> None:
 
 def test_up_again_reuses_running_services(stack: Stack) -> None:
     pids = {n: stack.read_pid(n) for n in SERVICE_NAMES}
-    again = Stack(run_dir=stack.run_dir, port_base=None if stack.ports.kafka == 19092 else stack.ports.kafka,
-                  quiet=True)
+    again = Stack(run_dir=stack.run_dir, port_base=stack.port_base, quiet=True)
     again.up()
     assert again.started == set()
     assert {n: again.read_pid(n) for n in SERVICE_NAMES} == pids
@@ -152,7 +151,7 @@ def _pids_gone(pids: dict[str, int]) -> dict[str, str]:
     return alive
 
 
-def test_isolated_second_stack_up_down(stack: Stack, tmp_path_factory, capsys) -> None:
+def test_isolated_second_stack_up_down(stack: Stack, capsys) -> None:
     base = ISOLATED_PORT_BASE
     ports = [base, base + 1, base + 2, base + 3]
     busy = [p for p in ports if _port_open(p)]
@@ -162,8 +161,7 @@ def test_isolated_second_stack_up_down(stack: Stack, tmp_path_factory, capsys) -
     other = Stack(run_dir=run_dir, port_base=base)
     assert other.kafka_bootstrap == f"127.0.0.1:{base}"
     assert other.influx_url == f"http://127.0.0.1:{base + 2}"
-    try:
-        other.up()
+    with other:                                   # up() ... down()
         up_s = other.last_up_seconds
         pids = {n: other.read_pid(n) for n in SERVICE_NAMES}
         assert all(pids.values()) and not set(pids.values()) & set(default_pids.values())
@@ -175,8 +173,6 @@ def test_isolated_second_stack_up_down(stack: Stack, tmp_path_factory, capsys) -
         rows, _ = wait_rows(other, f"SELECT * FROM sv_stack_iso WHERE run = '{run}'", 1)
         assert rows == [{"time": 1000, "v": 1, "run": run}]
         assert stack.influx_query(f"SELECT * FROM sv_stack_iso WHERE run = '{run}'") == []
-    finally:
-        other.down()
     down_s = other.last_down_seconds
 
     assert _pids_gone(pids) == {}, "processes left after down"
