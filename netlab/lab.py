@@ -90,13 +90,12 @@ def _own_netns(prefix: str, names: list[str]) -> list[str]:
 
 
 def _pid_alive(pid: int) -> bool:
+    """True if running; a zombie (exited, parent has not reaped it yet) counts as gone."""
     try:
-        os.kill(pid, 0)
-        return True
-    except ProcessLookupError:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
         return False
-    except PermissionError:
-        return True
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
 
 
 def _is_relay(pid: int) -> bool:

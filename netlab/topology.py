@@ -445,7 +445,8 @@ def load(path: str | Path) -> Topology:
     raw = doc.convert(root)
     topo = _validate(doc, raw)
     if doc.problems:
-        raise TopologyError(doc.problems)
+        line_of = lambda problem: int(problem[len(path_str) + 1:].split(":", 1)[0])
+        raise TopologyError(sorted(doc.problems, key=line_of))
     return topo
 
 
