@@ -22,7 +22,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(REPO), str(REPO / "schemas" / "python")]
 
-from netlab import Lab                                   # noqa: E402
+from netlab import Lab, teardown                                 # noqa: E402
 from services.stack import Stack                         # noqa: E402
 from segscope.local import LocalPipeline, StampSessionSpec  # noqa: E402
 from segscope.results import read_delay_summary, wait_for_points  # noqa: E402
@@ -67,9 +67,9 @@ def main() -> int:
 
         t = step(f"creating the emulated SRv6 network H1-A-R-B-H2 "
                  f"({args.fwd_delay_us} us injected A->B, {args.rev_delay_us} us B->A)")
-        Lab.down_prefix("demo")     # a previous run killed with SIGKILL may have left it
+        teardown("demo")     # a previous run killed with SIGKILL may have left it
         lab = Lab.up(TOPOLOGY, prefix="demo",
-                     delays={"A-R": (args.fwd_delay_us, args.rev_delay_us)})
+                     delay_us={"ar": (args.fwd_delay_us, args.rev_delay_us)})
         done(t)
 
         spec = StampSessionSpec(rate_pps=args.rate)

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from netlab import Lab
+from netlab import Lab, teardown
 from segscope.local import LocalPipeline, StampSessionSpec
 from segscope.results import read_delay_summary, records_in_influx, wait_for_points
 
@@ -35,8 +35,8 @@ pytestmark = [pytest.mark.e2e, pytest.mark.datapath]
 @pytest.fixture(scope="module")
 def e2e_run(stack, bpffs, tmp_path_factory):
     """Run the session once for the whole module; tests below assert on what it produced."""
-    Lab.down_prefix("t-e2e")
-    lab = Lab.up(TOPOLOGY, prefix="t-e2e", delays={"A-R": (FWD_US, REV_US)})
+    teardown("te2e")
+    lab = Lab.up(TOPOLOGY, prefix="te2e", delay_us={"ar": (FWD_US, REV_US)})
     pipe = LocalPipeline(lab, stack, StampSessionSpec(ssid=41, rate_pps=RATE),
                          tmp_path_factory.mktemp("e2e"))
     try:
