@@ -167,6 +167,22 @@ static __always_inline void build_reply(__u32 *out, const __u32 *in, __u64 t2, _
 	ptp_words(&out[1], bpf_ktime_get_tai_ns());   /* T3: last, right before it is written */
 }
 
+/*
+ * What bpf_csum_diff(old, 44, new, 44, seed) returns, computed inline: the
+ * ones'-complement sum of seed + ~old words + new words (carries folded by
+ * csum_fold_invert). Eleven words do not overflow 64 bits.
+ */
+static __always_inline __u64 csum_words_diff(const __u32 *old, const __u32 *new, __u32 seed)
+{
+	__u64 sum = seed;
+
+	for (int i = 0; i < STAMP_WORDS; i++)
+		sum += (__u32)~old[i] + (__u64)new[i];
+	sum = (sum & 0xffffffff) + (sum >> 32);
+	sum = (sum & 0xffffffff) + (sum >> 32);
+	return sum;
+}
+
 static __always_inline int reflect(struct xdp_md *ctx, struct pkt_view *v,
 				   const struct reflector_session *sess, __u64 t2)
 {
@@ -239,8 +255,7 @@ static __always_inline int reflect(struct xdp_md *ctx, struct pkt_view *v,
 	 * The pseudo-header {src, final dst} is only swapped and the ports are
 	 * only swapped, so the checksum changes by the payload bytes alone.
 	 */
-	udp->check = csum_fold_invert(bpf_csum_diff(sent, STAMP_BASE_LEN, reply, STAMP_BASE_LEN,
-						    (__u16)~old_check));
+	udp->check = csum_fold_invert(csum_words_diff(sent, reply, (__u16)~old_check));
 	for (int i = 0; i < STAMP_WORDS; i++)
 		payload[i] = reply[i];
 	return count(REFL_REFLECTED, XDP_TX);
