@@ -44,6 +44,7 @@ install_debian_packages() {
     # for them when they are really absent.
     command -v java >/dev/null || wanted+=(default-jre-headless)
     command -v mvn >/dev/null || wanted+=(maven)
+    command -v python3 >/dev/null || wanted+=(python3)
     python3 -c 'import venv, ensurepip' 2>/dev/null || wanted+=(python3-venv)
     local missing
     mapfile -t missing < <(missing_packages "${wanted[@]}")

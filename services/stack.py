@@ -296,7 +296,11 @@ class Stack:
     def _leases_dir(self) -> Path:
         return self.run_dir / "leases"
 
-    def _other_leases(self, mine: Path) -> list[int]:
+    def lease_holders(self) -> list[int]:
+        """PIDs of live processes inside Stack.shared() on this run dir."""
+        return self._other_leases(None)
+
+    def _other_leases(self, mine: Path | None) -> list[int]:
         """PIDs of other live lease holders; leases of dead processes are removed."""
         others = []
         for lease in self._leases_dir().glob("[0-9]*"):
@@ -634,6 +638,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="Kafka N, controller N+1, InfluxDB N+2, rpc N+3 (default: 19092/19093/18086/18088)")
     parser.add_argument("--keep-influx-data", action="store_true",
                         help="keep InfluxDB's data dir when starting it from stopped")
+    parser.add_argument("--if-unused", action="store_true",
+                        help="down: do nothing while a test session holds a lease on the run dir")
     args = parser.parse_args(argv)
     only = args.only.split(",") if args.only else None
     stack = Stack(run_dir=args.run_dir, port_base=args.port_base, keep_influx_data=args.keep_influx_data)
@@ -643,6 +649,12 @@ def main(argv: list[str] | None = None) -> int:
             print(json.dumps(stack.endpoints(), indent=2))
             return 0
         if args.command == "down":
+            users = stack.lease_holders()
+            if users and args.if_unused:
+                print(f"[stack] down skipped: sessions {users} still use {stack.run_dir}", file=sys.stderr)
+                return 0
+            if users:
+                print(f"[stack] warning: stopping services that sessions {users} still use", file=sys.stderr)
             stack.down(only)
             return 0
         status = stack.status()
