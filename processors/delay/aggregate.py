@@ -22,6 +22,9 @@ Design (why it looks like this):
 - Duplicates (same session and sender_seq already seen in that second, e.g. after
   a streamer replay) are removed when a second is merged, keeping the first copy,
   and counted (duplicate_records).
+- The watermark never runs more than `max_future` ahead of CLOCK_TAI now, so one record
+  with a wild T1 cannot close and evict a session's seconds; such records are kept in
+  their (far-future) second and counted (future_records).
 - Negative delays (clock trouble, e.g. T2 < T1) and absurd ones (|delay| above
   `absurd_threshold`) are kept in the statistics and counted, never dropped silently.
 """
@@ -89,6 +92,7 @@ class Counters:
     absurd_delays: int = 0         # delay values with |delay| > absurd_threshold (kept, like negatives)
     seconds_reemitted: int = 0     # closed seconds emitted again because late records arrived
     processing_errors: int = 0     # well-formed batches the processor failed on (sent to dead letters)
+    future_records: int = 0        # records with T1 beyond CLOCK_TAI now + max_future (kept; do not move the watermark)
 
     def as_dict(self) -> dict[str, int]:
         return {f.name: getattr(self, f.name) for f in fields(self)}
@@ -186,12 +190,13 @@ class SessionState:
 
 class DelayAggregator:
     def __init__(self, grace_s: float = 2.0, retention_s: float = 60.0,
-                 absurd_threshold_s: float = 10.0):
+                 absurd_threshold_s: float = 10.0, max_future_s: float = 10.0):
         if grace_s < 0 or retention_s < grace_s:
             raise ValueError("need 0 <= grace_s <= retention_s")
         self.grace_ns = int(grace_s * NS_PER_S)
         self.retention_ns = int(retention_s * NS_PER_S)
         self.absurd_threshold_ns = int(absurd_threshold_s * NS_PER_S)
+        self.max_future_ns = int(max_future_s * NS_PER_S)
         self.sessions: dict[tuple[str, int], SessionState] = {}
         self.counters = Counters()
 
@@ -221,7 +226,7 @@ class DelayAggregator:
         if ssid[0] == ssid[-1] and second[0] == second[-1] and \
                 (n <= 2 or (ssid.min() == ssid.max() and second.min() == second.max())):
             # common case: one session, one second
-            self._add_group(node, int(ssid[0]), int(second[0]), seq, delays, int(t1.max()), now_tai_ns)
+            self._add_group(node, int(ssid[0]), int(second[0]), seq, delays, t1, now_tai_ns)
             return
         order = np.lexsort((second, ssid))
         ssid_o, second_o = ssid[order], second[order]
@@ -230,7 +235,7 @@ class DelayAggregator:
         seq_o, delays_o, t1_o = seq[order], delays[:, order], t1[order]
         for a, b in zip(bounds[:-1], bounds[1:]):
             self._add_group(node, int(ssid_o[a]), int(second_o[a]), seq_o[a:b], delays_o[:, a:b],
-                            int(t1_o[a:b].max()), now_tai_ns)
+                            t1_o[a:b], now_tai_ns)
 
     def _session(self, node: str, ssid: int) -> SessionState:
         key = (node, ssid)
@@ -242,12 +247,19 @@ class DelayAggregator:
         return st
 
     def _add_group(self, node: str, ssid: int, second: int, seq: np.ndarray, delays: np.ndarray,
-                   max_t1: int, now_tai_ns: int) -> None:
+                   seq_t1: np.ndarray, now_tai_ns: int) -> None:
         st = self._session(node, ssid)
         st.last_ingest_tai_ns = now_tai_ns
         if second < st.horizon_s:
             self.counters.late_records_dropped += len(seq)
             return
+        max_t1 = int(seq_t1.max())
+        # One record with a wild T1 (clock trouble, corruption) must not close and evict
+        # everything else: the watermark never runs ahead of the wall clock + max_future.
+        limit = now_tai_ns + self.max_future_ns
+        if max_t1 > limit:
+            self.counters.future_records += int(np.count_nonzero(seq_t1 > limit))
+            max_t1 = limit
         if max_t1 > st.watermark_ns:
             st.watermark_ns = max_t1
         acc = st.seconds.get(second)

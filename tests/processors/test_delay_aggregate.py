@@ -5,11 +5,11 @@ import numpy as np
 import pytest
 
 from processors.delay.aggregate import (
-    DelayAggregator, escape_tag, format_float, counters_line, Counters, NS_PER_S,
+    DelayAggregator, escape_tag, format_float, counters_line, Counters, NS_PER_S, clock_tai_ns,
 )
 from segscope_schemas.stamp_record import STAMP_RECORD_DTYPE, decode_batch, encode_batch
 
-BASE_S = 1_900_000_000          # a TAI second well in the "future" of any test clock
+BASE_S = 1_700_000_000          # a TAI second in the past (Nov 2023) of any machine running this
 
 
 def make_records(seq, t1, fwd, rev, hold=1_000, ssid=1) -> np.ndarray:
@@ -47,8 +47,8 @@ def by_direction(lines: list[str]) -> dict[tuple[str, str, int], dict]:
 
 
 def far_future(agg: DelayAggregator) -> int:
-    """A wall clock after every test timestamp: closes all seconds of idle sessions."""
-    return (BASE_S + 10_000) * NS_PER_S
+    """A wall clock a day from now: every session is idle and all its seconds close."""
+    return clock_tai_ns() + 86_400 * NS_PER_S
 
 
 def test_exact_stats_of_one_second():
@@ -171,7 +171,7 @@ def test_duplicates_deduped_and_counted():
 def test_late_record_reemits_full_aggregate_and_old_ones_are_dropped():
     t0 = BASE_S * NS_PER_S
     agg = DelayAggregator(grace_s=2.0, retention_s=10.0)
-    now = t0  # never idle
+    now = t0 + 60 * NS_PER_S  # wall clock ahead of the data, but never idle: ingest and flush share it
     agg.ingest("A", make_records([1, 2], [t0, t0 + 1], [1000, 3000], [100, 100]), now_tai_ns=now)
     agg.ingest("A", make_records([10], [t0 + 5 * NS_PER_S], [1000], [100]), now_tai_ns=now)
     first = by_direction(agg.flush(now))
@@ -244,3 +244,20 @@ def test_counters_line():
     assert ",open_seconds=4i 123" in line
     for name in ("duplicate_records", "late_records_dropped", "points_out", "negative_delays"):
         assert f"{name}=0i" in line
+
+
+def test_far_future_t1_does_not_close_or_evict_the_session():
+    # Without the cap the watermark would jump a day ahead: every second would be evicted
+    # and all further records of the session dropped as late.
+    t0 = BASE_S * NS_PER_S
+    now = t0 + NS_PER_S // 2
+    agg = DelayAggregator(grace_s=2.0, retention_s=30.0, max_future_s=10.0)
+    agg.ingest("A", make_records([1, 2], [t0, t0 + 86_400 * NS_PER_S], [1000, 1000], [100, 100]), now_tai_ns=now)
+    assert agg.counters.future_records == 1
+    first = by_direction(agg.flush(now))       # watermark capped at now + 10 s: second 0 closes
+    assert set(first) == {("1", d, t0) for d in ("forward", "reverse", "round_trip")}
+    agg.ingest("A", make_records([3], [t0 + 100], [3000], [100]), now_tai_ns=now)
+    again = by_direction(agg.flush(now))
+    assert agg.counters.late_records_dropped == 0
+    assert again[("1", "forward", t0)]["count"] == 2 and again[("1", "forward", t0)]["max_us"] == 3.0
+    assert all(ts == t0 for _, _, ts in again)   # the far-future second stays open
