@@ -21,6 +21,7 @@ import logging
 import time
 
 import faust
+from aiokafka import codec as aiokafka_codec
 
 from processors.delay.aggregate import DelayAggregator, counters_line
 from processors.delay.config import DelayConfig
@@ -36,6 +37,10 @@ aggregator = DelayAggregator(grace_s=cfg.grace_s, retention_s=cfg.retention_s)
 class DelayApp(faust.App):
     async def on_first_start(self) -> None:
         await super().on_first_start()
+        # The streamer compresses with lz4; without cramjam aiokafka crashes on the first
+        # fetch. Say so at start rather than after the first batch.
+        if not aiokafka_codec.has_lz4():
+            raise RuntimeError("aiokafka has no lz4 codec: install cramjam (requirements.txt)")
         # Faust ignores a missing source topic (and then never consumes it), so make sure
         # all three exist before the consumer subscribes.
         ensure_topics(cfg.bootstrap, [cfg.records_topic, cfg.metrics_topic, cfg.deadletter_topic])
