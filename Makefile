@@ -2,7 +2,7 @@
 # Each part has its own Makefile; this one only orders them.
 VENV   := .local/venv
 PY     := $(VENV)/bin/python
-PARTS  := datapath collectors netlab schemas
+PARTS  := datapath collectors netlab schemas bench
 
 .PHONY: setup build demo test bench clean $(PARTS)
 

@@ -14,7 +14,7 @@ if [ "$(id -u)" != 0 ]; then
 fi
 
 sweep() {
-  $PY -m services.stack down >/dev/null 2>&1 || true
+  $PY -m services.stack down --if-unused >/dev/null 2>&1 || true
   for p in te2e; do $PY -m netlab down --prefix "$p" >/dev/null 2>&1 || true; done
 }
 trap sweep EXIT INT TERM

@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# Every benchmark of segscope, one after the other (`make bench`). Each prints its table and
+# rewrites its own section of docs/benchmarks.md (between <!-- name:begin/end --> markers),
+# with the machine it ran on. Run on an otherwise idle machine: these are 2-core VMs, and
+# every benchmark compares ratios measured within one run rather than absolute numbers.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=.local/venv/bin/python
+[ "$(id -u)" = 0 ] || { echo "benchmarks need root (namespaces, eBPF)" >&2; exit 2; }
+for b in reflector_vs_bounce streamer_records processor_records; do
+  echo "=== bench/$b.py"
+  $PY "bench/$b.py" "$@"
+done
