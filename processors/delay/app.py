@@ -36,6 +36,7 @@ aggregator = DelayAggregator(grace_s=cfg.grace_s, retention_s=cfg.retention_s)
 
 class DelayApp(faust.App):
     async def on_first_start(self) -> None:
+        self.conf.datadir.parent.mkdir(parents=True, exist_ok=True)   # Faust makes only the last level
         await super().on_first_start()
         # The streamer compresses with lz4; without cramjam aiokafka crashes on the first
         # fetch. Say so at start rather than after the first batch.
