@@ -4,15 +4,13 @@ VENV   := .local/venv
 PY     := $(VENV)/bin/python
 PARTS  := datapath collectors netlab schemas bench
 
-.PHONY: setup build demo test bench clean $(PARTS)
+.PHONY: setup build demo test bench clean
 
 setup:                       ## install everything from the package registries (idempotent)
 	bash scripts/setup.sh
 
-build: $(PARTS)              ## build eBPF objects, loaders, sender, streamer, delay relay, C tests
-
-$(PARTS):
-	$(MAKE) -C $@
+build:                      ## build eBPF objects, loaders, sender, streamer, delay relay, C tests
+	for p in $(PARTS); do $(MAKE) -C $$p || exit 1; done
 
 demo: setup build            ## the whole pipeline on an emulated SRv6 network, ~1 min
 	$(PY) scripts/demo.py
