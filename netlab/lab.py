@@ -34,7 +34,7 @@ RELAY_IF_A, RELAY_IF_B = "ra", "rb"   # relay veths: ra faces link end a, rb fac
 RELAY_OFFLOADS_OFF = ["tx", "off", "tso", "off", "gso", "off", "gro", "off"]
 # Relay timing options; NETLAB_RELAY_ARGS overrides them (for measuring alternatives).
 # Measured (README): SCHED_FIFO + waking 30 us early and spinning cuts p99 lateness from ms to ~0.1 ms.
-RELAY_TIMING_ARGS = os.environ.get("NETLAB_RELAY_ARGS", "--rt-prio 10 --spin-ns 30000").split()
+RELAY_TIMING_ARGS = os.environ.get("NETLAB_RELAY_ARGS", "--rt-prio 10 --spin-ns 30000 --keep-awake").split()
 
 
 class LabError(RuntimeError):
@@ -163,8 +163,11 @@ class Lab:
     # ------------------------------------------------------------ bring up
     @classmethod
     def up(cls, topology_path: str | Path, prefix: str,
-           delay_us: dict[str, tuple[float, float]] | None = None) -> "Lab":
-        """Create the lab. delay_us overrides link delays: {"ar": (a_to_b_us, b_to_a_us)}."""
+           delay_us: dict[str, tuple[float, float]] | None = None,
+           relay_links: Sequence[str] = ()) -> "Lab":
+        """Create the lab. delay_us overrides link delays: {"ar": (a_to_b_us, b_to_a_us)};
+        relay_links splices a relay into these links even at zero delay, so set_delay() can
+        change them later (e.g. measure a baseline first, then inject)."""
         if not PREFIX_RE.match(prefix):
             raise LabError(f"prefix {prefix!r} is not valid: use 1-16 characters [A-Za-z0-9_] (no '-')")
         topo = topo_mod.load(topology_path)
@@ -173,6 +176,8 @@ class Lab:
             if a_to_b < 0 or b_to_a < 0:
                 raise LabError(f"delay for link {link_name} must be >= 0 µs")
             link.delay_a_to_b_us, link.delay_b_to_a_us = float(a_to_b), float(b_to_a)
+        for link_name in relay_links:
+            topo.link(link_name).relay = "always"
         existing = _own_netns(prefix, _netns_names())
         if existing:
             raise LabError(f"lab {prefix!r} is already up ({', '.join(existing)}); "

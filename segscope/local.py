@@ -78,23 +78,31 @@ class LocalPipeline:
 
     # -- datapath -------------------------------------------------------------------------
     def load_datapath(self) -> None:
+        """Attach the reflector and the collector, then configure the pipeline's session."""
         s, lab = self.spec, self.lab
-        refl = str(BUILD / "datapath" / "stamp_reflector")
-        coll = str(BUILD / "datapath" / "stamp_collector")
+        refl, coll = self._tool("stamp_reflector"), self._tool("stamp_collector")
         run([refl, "attach", "--netns", lab.ns(s.reflector_node), "--dev", s.reflector_dev,
              "--pin-dir", str(self.refl_pin)])
         self.attached.append((refl, lab.ns(s.reflector_node), s.reflector_dev, self.refl_pin))
         run([refl, "add-address", "--pin-dir", str(self.refl_pin), s.reflector_addr])
-        cmd = [refl, "add-session", "--pin-dir", str(self.refl_pin), "--ssid", str(s.ssid),
-               "--sender", s.sender_addr]
-        if s.return_segs:
-            cmd += ["--return-sids", ",".join(s.return_segs)]
-        run(cmd)
         run([coll, "attach", "--netns", lab.ns(s.sender_node), "--dev", s.sender_dev,
              "--pin-dir", str(self.coll_pin)])
         self.attached.append((coll, lab.ns(s.sender_node), s.sender_dev, self.coll_pin))
-        run([coll, "activate", "--pin-dir", str(self.coll_pin), "--ssid", str(s.ssid),
-             "--port", str(s.sender_port)])
+        self.add_session(s)
+
+    def add_session(self, s: StampSessionSpec) -> None:
+        """Configure one more session between the same nodes (reflector session + active SSID)."""
+        cmd = [self._tool("stamp_reflector"), "add-session", "--pin-dir", str(self.refl_pin),
+               "--ssid", str(s.ssid), "--sender", s.sender_addr]
+        if s.return_segs:
+            cmd += ["--return-sids", ",".join(s.return_segs)]
+        run(cmd)
+        run([self._tool("stamp_collector"), "activate", "--pin-dir", str(self.coll_pin),
+             "--ssid", str(s.ssid), "--port", str(s.sender_port)])
+
+    @staticmethod
+    def _tool(name: str) -> str:
+        return str(BUILD / "datapath" / name)
 
     def datapath_stats(self) -> dict[str, dict[str, int]]:
         out = {}
@@ -124,9 +132,9 @@ class LocalPipeline:
         self._spawn("processor", [PY, "-m", "processors.delay"],
                     env={"SEGSCOPE_KAFKA": self.stack.kafka_bootstrap})
 
-    def run_sender(self, duration_s: float, progress=None) -> dict:
-        """Send for duration_s seconds; returns the sender's JSON summary."""
-        s = self.spec
+    def run_sender(self, duration_s: float, progress=None, spec: StampSessionSpec | None = None) -> dict:
+        """Send one session's test packets for duration_s seconds; returns the sender's JSON summary."""
+        s = spec or self.spec
         cmd = [str(BUILD / "collectors" / "stamp_sender"), "--netns", self.lab.ns(s.sender_node),
                "--src", s.sender_addr, "--dst", s.reflector_addr, "--segs", ",".join(s.segs),
                "--ssid", str(s.ssid), "--sport", str(s.sender_port), "--rate", str(s.rate_pps),

@@ -199,7 +199,9 @@ def test_relay_delay_seen_by_ping(lab):
     print(f"ping A->R: median {statistics.median(relayed):.3f} mean {statistics.fmean(relayed):.3f} ms; "
           f"baseline median {statistics.median(baseline):.3f} ms; excess {excess * 1000:.0f} us")
     assert min(relayed) >= configured_ms          # never released early
-    assert 0 <= excess < 0.25
+    # two medians from separate noisy samples: the relay adds ~5 us, so allow the baseline
+    # to come out slightly larger than the relay's share (never-early is asserted above)
+    assert -0.1 < excess < 0.25
     times = ping_times_ms(lab, "H1", "fd00:b::1", count=50)   # the SRv6 path crosses the relay too
     assert statistics.median(times) >= configured_ms
 
