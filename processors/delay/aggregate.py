@@ -42,6 +42,11 @@ DIRECTIONS = ("forward", "reverse", "round_trip")
 MEASUREMENT = "stamp_delay"
 
 
+def host_tai_utc_offset_s() -> int:
+    """TAI - UTC as this host's kernel knows it (set by a PTP/NTP daemon; 0 if nobody set it)."""
+    return round((time.clock_gettime_ns(time.CLOCK_TAI) - time.time_ns()) / NS_PER_S)
+
+
 def clock_tai_ns() -> int:
     """CLOCK_TAI now, the clock the datapath stamps T1..T4 with."""
     return time.clock_gettime_ns(time.CLOCK_TAI)
@@ -190,13 +195,17 @@ class SessionState:
 
 class DelayAggregator:
     def __init__(self, grace_s: float = 2.0, retention_s: float = 60.0,
-                 absurd_threshold_s: float = 10.0, max_future_s: float = 10.0):
+                 absurd_threshold_s: float = 10.0, max_future_s: float = 10.0,
+                 tai_utc_offset_s: int = 0):
         if grace_s < 0 or retention_s < grace_s:
             raise ValueError("need 0 <= grace_s <= retention_s")
         self.grace_ns = int(grace_s * NS_PER_S)
         self.retention_ns = int(retention_s * NS_PER_S)
         self.absurd_threshold_ns = int(absurd_threshold_s * NS_PER_S)
         self.max_future_ns = int(max_future_s * NS_PER_S)
+        # Seconds are binned in TAI (the datapath's clock); points are written in UTC (what
+        # InfluxDB's now() and Grafana's time picker use): TAI - UTC = 37 s since 2017.
+        self.tai_utc_offset_s = int(tai_utc_offset_s)
         self.sessions: dict[tuple[str, int], SessionState] = {}
         self.counters = Counters()
 
@@ -321,7 +330,7 @@ class DelayAggregator:
         acc.dirty = False
         if len(acc.seq) == 0:
             return
-        ts = acc.second * NS_PER_S
+        ts = (acc.second - self.tai_utc_offset_s) * NS_PER_S
         for direction, d in zip(DIRECTIONS, acc.stats()):
             lines.append(format_line(st.tag_prefix + direction, d, ts))
         self.counters.points_out += 3

@@ -31,7 +31,8 @@ from segscope_schemas.stamp_record import MalformedBatch, decode_batch
 log = logging.getLogger("segscope.delay")
 
 cfg = DelayConfig.from_env()
-aggregator = DelayAggregator(grace_s=cfg.grace_s, retention_s=cfg.retention_s)
+aggregator = DelayAggregator(grace_s=cfg.grace_s, retention_s=cfg.retention_s,
+                             tai_utc_offset_s=cfg.tai_utc_offset_s)
 
 
 class DelayApp(faust.App):

@@ -9,6 +9,8 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
+from processors.delay.aggregate import host_tai_utc_offset_s
+
 ENV = {
     "bootstrap": ("SEGSCOPE_KAFKA_BOOTSTRAP", "127.0.0.1:19092"),
     "records_topic": ("SEGSCOPE_TOPIC_STAMP_RECORDS", "segscope.stamp.records"),
@@ -20,7 +22,23 @@ ENV = {
     "flush_interval_s": ("SEGSCOPE_DELAY_FLUSH_INTERVAL_S", "1.0"),
     "max_lines_per_message": ("SEGSCOPE_DELAY_MAX_LINES_PER_MESSAGE", "2000"),
     "datadir": ("SEGSCOPE_DELAY_DATADIR", ".run/processors/{app_id}"),
+    # TAI - UTC in seconds for point timestamps; "host" = what this host's kernel says
+    # (right where a PTP/NTP daemon maintains it; set 37 explicitly where none does)
+    "tai_utc_offset_s": ("SEGSCOPE_TAI_UTC_OFFSET_S", "host"),
 }
+
+
+class ConfigError(ValueError):
+    pass
+
+
+def _number(raw: dict[str, str], name: str, kind):
+    var = ENV[name][0]
+    try:
+        return kind(raw[name])
+    except ValueError:
+        raise ConfigError(f"environment variable {var}={raw[name]!r} is not a valid "
+                          f"{kind.__name__}; fix: set it to a number like {ENV[name][1]!r} or unset it") from None
 
 
 @dataclass(frozen=True)
@@ -35,6 +53,7 @@ class DelayConfig:
     flush_interval_s: float
     max_lines_per_message: int
     datadir: str
+    tai_utc_offset_s: int
 
     @classmethod
     def from_env(cls, environ: dict[str, str] | None = None) -> "DelayConfig":
@@ -48,9 +67,11 @@ class DelayConfig:
             metrics_topic=raw["metrics_topic"],
             deadletter_topic=raw["deadletter_topic"],
             app_id=raw["app_id"],
-            grace_s=float(raw["grace_s"]),
-            retention_s=float(raw["retention_s"]),
-            flush_interval_s=float(raw["flush_interval_s"]),
-            max_lines_per_message=int(raw["max_lines_per_message"]),
+            grace_s=_number(raw, "grace_s", float),
+            retention_s=_number(raw, "retention_s", float),
+            flush_interval_s=_number(raw, "flush_interval_s", float),
+            max_lines_per_message=_number(raw, "max_lines_per_message", int),
             datadir=raw["datadir"].format(app_id=raw["app_id"]),
+            tai_utc_offset_s=(host_tai_utc_offset_s() if raw["tai_utc_offset_s"] == "host"
+                              else _number(raw, "tai_utc_offset_s", int)),
         )

@@ -261,3 +261,16 @@ def test_far_future_t1_does_not_close_or_evict_the_session():
     assert agg.counters.late_records_dropped == 0
     assert again[("1", "forward", t0)]["count"] == 2 and again[("1", "forward", t0)]["max_us"] == 3.0
     assert all(ts == t0 for _, _, ts in again)   # the far-future second stays open
+
+
+def test_points_are_stamped_in_utc_while_seconds_are_binned_in_tai():
+    """TAI - UTC = 37 s: a record sent at TAI second S lands in the point of UTC second S - 37."""
+    seq = np.arange(4)
+    t1 = (BASE_S * NS_PER_S) + np.array([0, 1, 2, NS_PER_S - 1])   # all in TAI second BASE_S
+    recs = make_records(seq, t1, fwd=[1000] * 4, rev=[2000] * 4)
+    agg = DelayAggregator(tai_utc_offset_s=37)
+    agg.ingest("A", recs, now_tai_ns=BASE_S * NS_PER_S)
+    lines = agg.flush(far_future(agg))
+    got = by_direction(lines)
+    assert {ts for (_, _, ts) in got} == {(BASE_S - 37) * NS_PER_S}
+    assert got[("1", "forward", (BASE_S - 37) * NS_PER_S)]["count"] == 4

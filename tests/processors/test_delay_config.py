@@ -17,3 +17,17 @@ def test_environment_overrides_and_alias():
                               "SEGSCOPE_DELAY_APP_ID": "x"})
     assert c.bootstrap == "127.0.0.1:2" and c.metrics_topic == "m" and c.grace_s == 0.5
     assert c.datadir == ".run/processors/x"
+
+
+def test_bad_number_names_the_variable_and_the_fix():
+    import pytest
+    from processors.delay.config import ConfigError
+    with pytest.raises(ConfigError, match=r"SEGSCOPE_DELAY_GRACE_S='two'.*fix: set it to a number"):
+        DelayConfig.from_env({"SEGSCOPE_DELAY_GRACE_S": "two"})
+
+
+def test_tai_utc_offset_from_env_or_host():
+    import time
+    assert DelayConfig.from_env({"SEGSCOPE_TAI_UTC_OFFSET_S": "37"}).tai_utc_offset_s == 37
+    host = round((time.clock_gettime_ns(time.CLOCK_TAI) - time.time_ns()) / 1e9)
+    assert DelayConfig.from_env({}).tai_utc_offset_s == host
