@@ -4,7 +4,7 @@
     with Lab.up("netlab/topologies/line5.yaml", prefix="e2e", delay_us={"ar": (2000, 1000)}) as lab:
         lab.run("H1", ["ping", "-6", "-c", "3", "fd00:b::1"], check=True)
 """
-from .lab import Lab, LabError, LossHandle, status, teardown
+from .lab import Lab, LabError, LossHandle, relay_lateness_us, status, teardown
 from .topology import Topology, TopologyError, load
 
-__all__ = ["Lab", "LabError", "LossHandle", "Topology", "TopologyError", "load", "status", "teardown"]
+__all__ = ["Lab", "LabError", "LossHandle", "Topology", "TopologyError", "load", "relay_lateness_us", "status", "teardown"]

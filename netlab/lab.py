@@ -444,6 +444,17 @@ class Lab:
         self.down()
 
 
+def relay_lateness_us(before: dict[str, Any], after: dict[str, Any]) -> dict[str, float]:
+    """Mean time (us) the relay released frames after their due time, per direction, between
+    two relay_stats() snapshots: the delay emulator's own error, measured for every frame."""
+    out = {}
+    for d in ("a_to_b", "b_to_a"):
+        b, a = before[d]["lateness_ns"], after[d]["lateness_ns"]
+        n = a["count"] - b["count"]
+        out[d] = (a["mean"] * a["count"] - b["mean"] * b["count"]) / n / 1000 if n else 0.0
+    return out
+
+
 def teardown(prefix: str) -> dict[str, Any]:
     """Remove a lab by prefix; works without the state file. Returns final relay stats."""
     if not PREFIX_RE.match(prefix):

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 
-from netlab import Lab, teardown
+from netlab import Lab, relay_lateness_us, teardown
 from segscope.local import LocalPipeline, StampSessionSpec
 from segscope.results import read_delay_summary, records_in_influx
 
@@ -75,17 +75,6 @@ def e2e_run(stack, bpffs, tmp_path_factory):
     finally:
         pipe.stop()
         lab.down()
-
-
-def relay_lateness_us(before: dict, after: dict) -> dict[str, float]:
-    """Mean time the relay released frames after their due time, between two stats snapshots,
-    per direction: the delay emulator's own error, which it measures for every frame."""
-    out = {}
-    for d in ("a_to_b", "b_to_a"):
-        b, a = before[d]["lateness_ns"], after[d]["lateness_ns"]
-        n = a["count"] - b["count"]
-        out[d] = (a["mean"] * a["count"] - b["mean"] * b["count"]) / n / 1000 if n else 0.0
-    return out
 
 
 def test_every_packet_is_accounted_for(e2e_run, stack):
