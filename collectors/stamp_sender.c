@@ -29,6 +29,7 @@
 #include <unistd.h>
 
 #include "stamp_test_packet.h"
+#include "cli.h"
 
 #define MAX_SEGS 16
 #define SRH_TYPE_SEGMENT_ROUTING 4
@@ -76,29 +77,6 @@ static void usage(FILE *f)
 		"At least one of --count/--duration. Prints one JSON summary line on exit.\n");
 }
 
-static void die_arg(const char *flag, const char *why, const char *value)
-{
-	fprintf(stderr, "stamp_sender: %s: %s%s%s\n", flag, why, value ? ": " : "", value ? value : "");
-	usage(stderr);
-	exit(2);
-}
-
-static long long parse_int(const char *flag, const char *s, long long lo, long long hi)
-{
-	char *end;
-	long long v;
-
-	errno = 0;
-	v = strtoll(s, &end, 10);
-	if (errno || end == s || *end || v < lo || v > hi) {
-		char why[96];
-
-		snprintf(why, sizeof(why), "expected an integer in %lld..%lld", lo, hi);
-		die_arg(flag, why, s);
-	}
-	return v;
-}
-
 static double parse_positive(const char *flag, const char *s)
 {
 	char *end;
@@ -133,6 +111,8 @@ static void parse_segs(const char *s, struct sender_opts *o)
 
 static void parse_args(int argc, char **argv, struct sender_opts *o)
 {
+	cli_prog = "stamp_sender";
+	cli_usage = usage;
 	enum { O_NETNS = 1, O_SRC, O_DST, O_SEGS, O_SPORT, O_DPORT, O_SSID, O_RATE,
 	       O_COUNT, O_DURATION, O_PADDING, O_HELP };
 	static const struct option longopts[] = {

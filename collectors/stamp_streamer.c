@@ -32,6 +32,7 @@
 
 #include "stamp_record.h"
 #include "stamp_batch.h"
+#include "cli.h"
 #include "stamp_collector.h"   /* datapath/: collector_counter_names */
 
 #define MAX_GROUPS        64      /* distinct SSIDs buffered within one poll before flushing */
@@ -112,29 +113,6 @@ static void usage(FILE *f)
 		"SIGINT/SIGTERM: drain, flush, print counters as JSON; exit 1 if records were lost.\n");
 }
 
-static void die_arg(const char *flag, const char *why, const char *value)
-{
-	fprintf(stderr, "stamp_streamer: %s: %s%s%s\n", flag, why, value ? ": " : "", value ? value : "");
-	usage(stderr);
-	exit(2);
-}
-
-static long long parse_int(const char *flag, const char *s, long long lo, long long hi)
-{
-	char *end;
-	long long v;
-
-	errno = 0;
-	v = strtoll(s, &end, 10);
-	if (errno || end == s || *end || v < lo || v > hi) {
-		char why[96];
-
-		snprintf(why, sizeof(why), "expected an integer in %lld..%lld", lo, hi);
-		die_arg(flag, why, s);
-	}
-	return v;
-}
-
 static void parse_counter_names(struct streamer_opts *o, const char *s)
 {
 	char *copy = strdup(s), *save = NULL, *tok;
@@ -152,6 +130,8 @@ static void parse_counter_names(struct streamer_opts *o, const char *s)
 
 static void parse_args(int argc, char **argv, struct streamer_opts *o)
 {
+	cli_prog = "stamp_streamer";
+	cli_usage = usage;
 	enum { O_RINGBUF = 1, O_NODE, O_BROKERS, O_TOPIC, O_MTOPIC, O_MAXBATCH, O_INTERVAL,
 	       O_STATSJSON, O_DPSTATS, O_DPNAMES, O_FLUSH, O_HELP };
 	static const struct option longopts[] = {
