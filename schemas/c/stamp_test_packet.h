@@ -66,21 +66,26 @@ static inline void stamp_ptp_from_ns(__u64 ns, __u32 *sec, __u32 *nsec)
 }
 
 /*
- * PTPv2 truncated (host order) -> 64-bit TAI ns, widening the 32-bit seconds
- * with the upper bits of a reference time taken close to it (T4): the wire
- * carries only the low 32 bits of the seconds, which wrap every 136 years.
+ * Widen a 32-bit seconds field (PTPv2 truncated, or NTP era seconds) to 64
+ * bits with the upper bits of a reference time in the same epoch taken close
+ * to it (e.g. T4): the wire carries only the low 32 bits, which wrap every
+ * 136 years. Picks the candidate within half a wrap of the reference.
  */
-static inline __u64 stamp_ptp_to_ns(__u32 sec, __u32 nsec, __u64 ref_ns)
+static inline __u64 stamp_sec32_widen(__u32 sec, __u64 ref_sec)
 {
-	__u64 ref_sec = ref_ns / STAMP_NS_PER_SEC;
 	__u64 full = (ref_sec & ~0xffffffffULL) | sec;
 
-	/* pick the candidate within half a wrap of the reference */
 	if (full > ref_sec + 0x80000000ULL && full >= 0x100000000ULL)
 		full -= 0x100000000ULL;
 	else if (full + 0x80000000ULL < ref_sec)
 		full += 0x100000000ULL;
-	return full * STAMP_NS_PER_SEC + nsec;
+	return full;
+}
+
+/* PTPv2 truncated (host order) -> 64-bit TAI ns, widened with ref_ns (TAI). */
+static inline __u64 stamp_ptp_to_ns(__u32 sec, __u32 nsec, __u64 ref_ns)
+{
+	return stamp_sec32_widen(sec, ref_ns / STAMP_NS_PER_SEC) * STAMP_NS_PER_SEC + nsec;
 }
 
 #endif /* SEGSCOPE_STAMP_TEST_PACKET_H */

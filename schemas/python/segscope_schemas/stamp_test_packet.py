@@ -28,15 +28,19 @@ def ptp_from_ns(ns: int) -> tuple[int, int]:
     return (ns // NS_PER_SEC) & 0xFFFFFFFF, ns % NS_PER_SEC
 
 
-def ptp_to_ns(sec: int, nsec: int, ref_ns: int) -> int:
-    """Widen a 32-bit-seconds PTP timestamp with the upper bits of a nearby reference time."""
-    ref_sec = ref_ns // NS_PER_SEC
+def sec32_widen(sec: int, ref_sec: int) -> int:
+    """Widen a 32-bit seconds field with the upper bits of a nearby reference (same epoch)."""
     full = (ref_sec & ~0xFFFFFFFF) | sec
     if full > ref_sec + 0x80000000 and full >= 0x100000000:
         full -= 0x100000000
     elif full + 0x80000000 < ref_sec:
         full += 0x100000000
-    return full * NS_PER_SEC + nsec
+    return full
+
+
+def ptp_to_ns(sec: int, nsec: int, ref_ns: int) -> int:
+    """Widen a 32-bit-seconds PTP timestamp with the upper bits of a nearby reference time."""
+    return sec32_widen(sec, ref_ns // NS_PER_SEC) * NS_PER_SEC + nsec
 
 
 def error_estimate(synced: bool, ptp: bool, scale: int, multiplier: int) -> int:
