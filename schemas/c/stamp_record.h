@@ -26,6 +26,8 @@
 /* flags */
 #define STAMP_RECORD_F_NTP        0x1  /* the session used NTP timestamps on the wire (converted to TAI here) */
 #define STAMP_RECORD_F_SRH        0x2  /* the reply arrived with an SRH (reflector used a return SID list) */
+#define STAMP_RECORD_F_ONE_WAY    0x4  /* one-way mode: only T1 and T2 are measured (t3_ns = t4_ns = 0) */
+#define STAMP_RECORD_F_LOOPBACK   0x8  /* loopback mode: the sender reflected to itself, T1 and T4 only (t2_ns = t3_ns = 0) */
 
 struct stamp_record {
 	__u64 t1_ns;              /*  0 Session-Sender transmit (from the reflected packet) */
