@@ -15,6 +15,7 @@
 #include <string.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
+#include <sys/timex.h>
 #include <sys/vfs.h>
 #include <unistd.h>
 #include <bpf/bpf.h>
@@ -56,6 +57,46 @@ bool parse_u64_arg(const char *what, const char *text, uint64_t min, uint64_t ma
 	}
 	*out = v;
 	return true;
+}
+
+bool parse_s64_arg(const char *what, const char *text, int64_t min, int64_t max, int64_t *out)
+{
+	char *end;
+	long long v;
+
+	errno = 0;
+	v = text && *text ? strtoll(text, &end, 0) : 0;
+	if (!text || !*text || errno || *end || v < min || v > max) {
+		die_msg("%s: expected a number in [%lld, %lld], got '%s'", what,
+			(long long)min, (long long)max, text ? text : "");
+		return false;
+	}
+	*out = v;
+	return true;
+}
+
+int parse_choice_arg(const char *what, const char *text, const char *const *choices, int n)
+{
+	for (int i = 0; i < n; i++)
+		if (text && !strcmp(text, choices[i]))
+			return i;
+	if (n == 2)
+		die_msg("%s: expected %s or %s, got '%s'", what, choices[0], choices[1], text ? text : "");
+	else
+		die_msg("%s: invalid value '%s'", what, text ? text : "");
+	return -1;
+}
+
+int host_tai_utc_offset(int32_t *offset_s)
+{
+	struct timex tx = {};
+
+	if (adjtimex(&tx) < 0) {
+		die_msg("adjtimex: %s (pass --tai-offset)", strerror(errno));
+		return -1;
+	}
+	*offset_s = tx.tai;   /* 0 when nothing (NTP/PTP daemon) set it: then CLOCK_TAI == CLOCK_REALTIME */
+	return 0;
 }
 
 bool parse_ipv6_arg(const char *what, const char *text, uint8_t out[16])

@@ -19,7 +19,15 @@ void die_msg(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 /* Parse an unsigned number in [min, max]; on error print "--<what> ..." and return false. */
 bool parse_u64_arg(const char *what, const char *text, uint64_t min, uint64_t max, uint64_t *out);
+bool parse_s64_arg(const char *what, const char *text, int64_t min, int64_t max, int64_t *out);
 bool parse_ipv6_arg(const char *what, const char *text, uint8_t out[16]);
+/* Index of text in choices, or -1 after "<what>: expected A or B, got 'x'". */
+int parse_choice_arg(const char *what, const char *text, const char *const *choices, int n);
+
+/* TAI - UTC in seconds as the kernel knows it (struct timex.tai from adjtimex). */
+#define TAI_OFFSET_MIN (-1000)
+#define TAI_OFFSET_MAX 1000
+int host_tai_utc_offset(int32_t *offset_s);
 
 int ensure_bpffs(void);
 int mkdir_p(const char *path);

@@ -3,7 +3,8 @@
  * XDP STAMP Session-Sender receive side ("collector"). A reflector packet
  * (UDP from the STAMP port) of an active session is stamped with T4, turned
  * into a struct stamp_record in the `stamp_records` ring buffer and consumed
- * (XDP_DROP). Everything else goes on to the stack. Each packet bumps exactly
+ * (XDP_DROP). T1..T3 of NTP sessions are converted to TAI ns (record flag
+ * STAMP_RECORD_F_NTP). Everything else goes on to the stack. Each packet bumps exactly
  * one counter; a record that does not fit into the ring is counted, never
  * lost silently.
  */
@@ -13,6 +14,7 @@
 #include "stamp_test_packet.h"
 #include "stamp_record.h"
 #include "stamp_collector.h"
+#include "stamp_time.h"
 #include "stamp_parse.bpf.h"
 
 /* STAMP UDP port the replies come from, set by the loader before load. */
@@ -33,6 +35,13 @@ struct {
 	__type(value, struct collector_session);
 } stamp_sessions SEC(".maps");
 
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct collector_config);
+} collector_config SEC(".maps");
+
 /* size: loader sets it before load (--ringbuf-size), default 8 MiB */
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
@@ -49,18 +58,33 @@ static __always_inline int count(enum collector_counter counter, int action)
 	return action;
 }
 
-static __always_inline __u64 ptp_ns(const struct stamp_timestamp *ts, __u64 ref_ns)
+/* Wire timestamp in the session's format -> TAI ns. */
+static __always_inline __u64 ts_tai_ns(const struct stamp_timestamp *ts, __u64 ref_ns, bool ntp,
+				       __s32 tai_utc_offset_s)
 {
+	if (ntp)
+		return stamp_ntp_to_tai_ns(bpf_ntohl(ts->sec), bpf_ntohl(ts->frac), tai_utc_offset_s, ref_ns);
 	return stamp_ptp_to_ns(bpf_ntohl(ts->sec), bpf_ntohl(ts->frac), ref_ns);
+}
+
+static __always_inline __s32 tai_utc_offset(void)
+{
+	__u32 zero = 0;
+	struct collector_config *cfg = bpf_map_lookup_elem(&collector_config, &zero);
+
+	return cfg ? cfg->tai_utc_offset_s : 0;
 }
 
 static __always_inline void fill_record(struct stamp_record *rec,
 					const struct stamp_reflector_packet *rp,
-					const struct pkt_view *v, struct xdp_md *ctx, __u64 t4)
+					const struct pkt_view *v, struct xdp_md *ctx, __u64 t4,
+					bool ntp)
 {
-	rec->t1_ns = ptp_ns(&rp->sender_ts, t4);
-	rec->t2_ns = ptp_ns(&rp->rx_ts, t4);
-	rec->t3_ns = ptp_ns(&rp->ts, t4);
+	__s32 off = ntp ? tai_utc_offset() : 0;
+
+	rec->t1_ns = ts_tai_ns(&rp->sender_ts, t4, ntp, off);
+	rec->t2_ns = ts_tai_ns(&rp->rx_ts, t4, ntp, off);
+	rec->t3_ns = ts_tai_ns(&rp->ts, t4, ntp, off);
 	rec->t4_ns = t4;
 	rec->sender_seq = bpf_ntohl(rp->sender_seq);
 	rec->reflector_seq = bpf_ntohl(rp->seq);
@@ -70,7 +94,7 @@ static __always_inline void fill_record(struct stamp_record *rec,
 	rec->sender_ttl = rp->sender_ttl;
 	rec->reply_hop_limit = v->ip6->hop_limit;
 	rec->ifindex = ctx->ingress_ifindex;
-	rec->flags = v->srh ? STAMP_RECORD_F_SRH : 0;
+	rec->flags = (v->srh ? STAMP_RECORD_F_SRH : 0) | (ntp ? STAMP_RECORD_F_NTP : 0);
 	rec->reserved = 0;
 }
 
@@ -122,7 +146,7 @@ int stamp_collector(struct xdp_md *ctx)
 	rec = bpf_ringbuf_reserve(&stamp_records, sizeof(*rec), 0);
 	if (!rec)
 		return count(COLL_DROP_RINGBUF_FULL, XDP_DROP);
-	fill_record(rec, rp, &v, ctx, t4);
+	fill_record(rec, rp, &v, ctx, t4, sess->flags & COLL_SESS_F_NTP);
 	bpf_ringbuf_submit(rec, 0);
 	return count(COLL_COLLECTED, XDP_DROP);
 }

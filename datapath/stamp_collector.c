@@ -4,7 +4,9 @@
  * (Session-Sender receive side).
  *
  *   stamp_collector attach --netns NS --dev IF --pin-dir DIR [--port 862] [--ringbuf-size BYTES]
- *   stamp_collector activate --pin-dir DIR --ssid N --port P
+ *                   [--tai-offset S]
+ *   stamp_collector activate --pin-dir DIR --ssid N --port P [--format ptp|ntp]
+ *   stamp_collector set-tai-offset --pin-dir DIR [--tai-offset S]   (default: adjtimex)
  *   stamp_collector deactivate --pin-dir DIR --ssid N
  *   stamp_collector stats --pin-dir DIR [--json]
  *   stamp_collector dump --pin-dir DIR [--count N] [--timeout-ms T]
@@ -37,11 +39,14 @@ const char *loader_name = "stamp_collector";
 struct args {
 	const char *netns, *dev, *pin_dir, *hex;
 	uint64_t port, ssid, ringbuf_size, count, timeout_ms, repeat;
-	bool have_port, have_ssid, json;
+	int64_t tai_offset;
+	bool have_port, have_ssid, have_tai_offset, ntp, json;
 };
 
 enum { OPT_NETNS = 256, OPT_DEV, OPT_PIN_DIR, OPT_PORT, OPT_SSID, OPT_RINGBUF_SIZE, OPT_JSON,
-       OPT_COUNT, OPT_TIMEOUT, OPT_HEX, OPT_REPEAT };
+       OPT_COUNT, OPT_TIMEOUT, OPT_HEX, OPT_REPEAT, OPT_FORMAT, OPT_TAI_OFFSET };
+
+static const char *const format_names[] = { "ptp", "ntp" };
 
 static const struct option long_opts[] = {
 	{ "netns", required_argument, NULL, OPT_NETNS },
@@ -55,6 +60,8 @@ static const struct option long_opts[] = {
 	{ "timeout-ms", required_argument, NULL, OPT_TIMEOUT },
 	{ "hex", required_argument, NULL, OPT_HEX },
 	{ "repeat", required_argument, NULL, OPT_REPEAT },
+	{ "format", required_argument, NULL, OPT_FORMAT },
+	{ "tai-offset", required_argument, NULL, OPT_TAI_OFFSET },
 	{ "help", no_argument, NULL, 'h' },
 	{},
 };
@@ -64,7 +71,9 @@ static void usage(FILE *f)
 	fprintf(f,
 		"usage:\n"
 		"  stamp_collector attach --netns NS --dev IF --pin-dir DIR [--port 862] [--ringbuf-size BYTES]\n"
-		"  stamp_collector activate --pin-dir DIR --ssid N --port SENDER_PORT\n"
+		"                  [--tai-offset S]\n"
+		"  stamp_collector activate --pin-dir DIR --ssid N --port SENDER_PORT [--format ptp|ntp]\n"
+		"  stamp_collector set-tai-offset --pin-dir DIR [--tai-offset S]   (TAI-UTC; default from adjtimex)\n"
 		"  stamp_collector deactivate --pin-dir DIR --ssid N\n"
 		"  stamp_collector stats --pin-dir DIR [--json]\n"
 		"  stamp_collector dump --pin-dir DIR [--count N] [--timeout-ms T]   (JSON lines)\n"
@@ -108,6 +117,19 @@ static int parse_args(int argc, char **argv, struct args *a)
 				return -1;
 			}
 			break;
+		case OPT_FORMAT: {
+			int i = parse_choice_arg("--format", optarg, format_names, 2);
+
+			if (i < 0)
+				return -1;
+			a->ntp = i == 1;
+			break;
+		}
+		case OPT_TAI_OFFSET:
+			if (!parse_s64_arg("--tai-offset", optarg, TAI_OFFSET_MIN, TAI_OFFSET_MAX, &a->tai_offset))
+				return -1;
+			a->have_tai_offset = true;
+			break;
 		case OPT_JSON: a->json = true; break;
 		case OPT_COUNT:
 			if (!parse_u64_arg("--count", optarg, 0, UINT32_MAX, &a->count))
@@ -140,14 +162,60 @@ static bool require(const char *value, const char *name)
 	return value != NULL;
 }
 
+/* --tai-offset if given, else what the kernel says (adjtimex). */
+static int config_from_args(const struct args *a, struct collector_config *cfg)
+{
+	int32_t offset_s;
+
+	memset(cfg, 0, sizeof(*cfg));
+	if (a->have_tai_offset) {
+		cfg->tai_utc_offset_s = (int32_t)a->tai_offset;
+		return 0;
+	}
+	if (host_tai_utc_offset(&offset_s))
+		return -1;
+	cfg->tai_utc_offset_s = offset_s;
+	return 0;
+}
+
+static int write_config(int fd, const struct collector_config *cfg)
+{
+	uint32_t zero = 0;
+	int err = bpf_map_update_elem(fd, &zero, cfg, BPF_ANY);
+
+	if (err)
+		die_msg("update of collector_config failed: %s", strerror(errno));
+	return err;
+}
+
+static int cmd_set_tai_offset(struct args *a)
+{
+	struct collector_config cfg;
+	int fd, err;
+
+	if (!require(a->pin_dir, "--pin-dir"))
+		return EXIT_USAGE;
+	if (config_from_args(a, &cfg))
+		return EXIT_FAIL;
+	fd = open_pinned(a->pin_dir, "collector_config");
+	if (fd < 0)
+		return EXIT_FAIL;
+	err = write_config(fd, &cfg);
+	close(fd);
+	return err ? EXIT_FAIL : EXIT_OK;
+}
+
 static int cmd_attach(struct args *a)
 {
 	struct stamp_collector_bpf *skel;
+	struct collector_config cfg;
 	char prog_path[4096];
 	int err;
 
 	if (!require(a->dev, "--dev") || !require(a->pin_dir, "--pin-dir"))
 		return EXIT_USAGE;
+	if (config_from_args(a, &cfg))
+		return EXIT_FAIL;
 	if (check_netns_exists(a->netns) || ensure_bpffs())
 		return EXIT_FAIL;
 	snprintf(prog_path, sizeof(prog_path), "%s/%s", a->pin_dir, PROG_PIN_NAME);
@@ -173,15 +241,19 @@ static int cmd_attach(struct args *a)
 		die_msg("cannot load BPF program (verifier log above): %s", strerror(-err));
 		goto out;
 	}
-	err = pin_object(skel->obj, skel->progs.stamp_collector, a->pin_dir);
+	/* the config is in place before the program sees a packet */
+	err = write_config(bpf_map__fd(skel->maps.collector_config), &cfg);
+	if (!err)
+		err = pin_object(skel->obj, skel->progs.stamp_collector, a->pin_dir);
 	if (!err)
 		err = attach_pinned_xdp(a->netns, a->dev, bpf_program__fd(skel->progs.stamp_collector));
 	if (err)
 		unpin_dir(a->pin_dir);
 	else
-		printf("stamp_collector attached to %s%s%s (STAMP port %llu, ring %llu bytes), pins in %s\n",
+		printf("stamp_collector attached to %s%s%s (STAMP port %llu, ring %llu bytes, TAI-UTC %d s), pins in %s\n",
 		       a->dev, a->netns ? " in netns " : "", a->netns ? a->netns : "",
-		       (unsigned long long)a->port, (unsigned long long)a->ringbuf_size, a->pin_dir);
+		       (unsigned long long)a->port, (unsigned long long)a->ringbuf_size,
+		       cfg.tai_utc_offset_s, a->pin_dir);
 out:
 	stamp_collector_bpf__destroy(skel);
 	return err ? EXIT_FAIL : EXIT_OK;
@@ -212,8 +284,10 @@ static int cmd_set_session(struct args *a, bool active)
 		close(fd);
 		return EXIT_FAIL;
 	}
-	if (active)
+	if (active) {
 		sess.sender_port = a->port;
+		sess.flags = a->ntp ? COLL_SESS_F_NTP : 0;
+	}
 	sess.active = active;
 	err = bpf_map_update_elem(fd, &ssid, &sess, BPF_ANY);
 	if (err)
@@ -330,6 +404,8 @@ int main(int argc, char **argv)
 		return cmd_set_session(&a, false);
 	if (!strcmp(cmd, "dump"))
 		return cmd_dump(&a);
+	if (!strcmp(cmd, "set-tai-offset"))
+		return cmd_set_tai_offset(&a);
 	if (!strcmp(cmd, "stats")) {
 		if (!require(a.pin_dir, "--pin-dir"))
 			return EXIT_USAGE;

@@ -13,11 +13,21 @@
 #define COLLECTOR_MAX_SESSIONS        1024
 #define COLLECTOR_DEFAULT_RINGBUF_SIZE (8u << 20)
 
+#define COLL_SESS_F_NTP 0x1   /* the session's timestamps are NTP (else PTPv2 truncated) */
+
 /* Value of `stamp_sessions` (hash, key = __u16 ssid in host order). */
 struct collector_session {
 	__u16 sender_port;  /* local UDP port of the Session-Sender (host order) */
 	__u8  active;       /* 1 = collect replies, 0 = let them pass to the stack */
-	__u8  pad;
+	__u8  flags;        /* COLL_SESS_F_* */
+};
+
+/* Single entry of `collector_config` (array, key 0). */
+struct collector_config {
+	/* TAI - UTC in seconds (struct timex.tai at attach, or set-tai-offset):
+	 * NTP timestamps (UTC) are converted to TAI ns in the record. */
+	__s32 tai_utc_offset_s;
+	__u32 pad;
 };
 
 /* Every packet the program sees lands in exactly one of these. */

@@ -1,17 +1,21 @@
 // SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
 /*
- * XDP STAMP Session-Reflector, stateless, unauthenticated (RFC 8762 §4.3 with
- * the RFC 8972 SSID). A test packet to one of our addresses, on the STAMP
- * port, of a configured session, is turned into the reflector packet in place
- * and sent back with XDP_TX, optionally along a return SID list (new SRH).
- * Everything else goes to the stack (XDP_PASS) or, when it is malformed STAMP
- * for us, is dropped. Each packet bumps exactly one counter.
+ * XDP STAMP Session-Reflector, unauthenticated (RFC 8762 §4.3 with the RFC
+ * 8972 SSID), stateless or stateful and with PTPv2 or NTP timestamps per
+ * session. A test packet to one of our addresses, on the STAMP port, of a
+ * configured session, is turned into the reflector packet in place and sent
+ * back with XDP_TX, optionally along a return SID list (new SRH). What XDP
+ * does not do is left to the user-space reflector (XDP_PASS): unknown
+ * sessions, authenticated sessions, and test packets with TLVs unless the
+ * session echoes them. Malformed STAMP for us is dropped. Each packet bumps
+ * exactly one counter.
  */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_endian.h>
 #include "stamp_test_packet.h"
 #include "stamp_reflector.h"
+#include "stamp_time.h"
 #include "stamp_parse.bpf.h"
 
 /* STAMP UDP port, set by the loader before load (--port). */
@@ -56,13 +60,29 @@ static __always_inline int count(enum reflector_counter counter, int action)
 	return action;
 }
 
-static __always_inline __u16 reply_err_est(void)
+/* What a reply needs from the session and the run-time config. */
+struct reply_params {
+	__u32 seq;                /* reflector Sequence Number, host order */
+	__u16 err_est;            /* host order, Z already matching the format */
+	bool ntp;
+	__s32 tai_utc_offset_s;
+};
+
+static __always_inline void get_reply_params(struct reply_params *p, struct reflector_session *sess,
+					     __u32 sender_seq)
 {
 	__u32 zero = 0;
 	struct reflector_config *cfg = bpf_map_lookup_elem(&reflector_config, &zero);
 	__u16 ee = cfg ? cfg->err_est : 0;
+	__u32 flags = sess->flags;
 
-	return ee | STAMP_EE_Z;   /* our timestamps are always PTPv2 truncated */
+	p->ntp = flags & REFL_SESS_F_NTP;
+	p->tai_utc_offset_s = cfg ? cfg->tai_utc_offset_s : 0;
+	/* Z says which format our timestamps are in: 1 PTPv2, 0 NTP */
+	p->err_est = p->ntp ? (ee & ~STAMP_EE_Z) : (ee | STAMP_EE_Z);
+	/* RFC 8762 §4.3: stateful = own counter from 0 (atomic: other CPUs reflect
+	 * the same session); stateless = the sender's number */
+	p->seq = (flags & REFL_SESS_F_STATEFUL) ? __sync_fetch_and_add(&sess->next_seq, 1) : sender_seq;
 }
 
 /*
@@ -146,25 +166,40 @@ static __always_inline void ptp_words(__u32 *w, __u64 ns)
 	w[1] = bpf_htonl((__u32)(ns - sec * STAMP_NS_PER_SEC));
 }
 
+/* Timestamp words of a TAI time in the session's format. */
+static __always_inline void ts_words(__u32 *w, __u64 tai_ns, const struct reply_params *p)
+{
+	__u32 sec, frac;
+
+	if (!p->ntp) {
+		ptp_words(w, tai_ns);
+		return;
+	}
+	stamp_ntp_from_tai_ns(tai_ns, p->tai_utc_offset_s, &sec, &frac);
+	w[0] = bpf_htonl(sec);
+	w[1] = bpf_htonl(frac);
+}
+
 /*
  * RFC 8762 §4.3.1 reflector packet from the sender packet `in`. Words:
  *  0 seq | 1-2 T3 | 3 err_est,ssid | 4-5 T2 | 6 sender seq | 7-8 sender ts |
  *  9 sender err_est,MBZ | 10 Ses-Sender TTL,MBZ(3)
- * Stateless reflector: reflector seq = sender seq.
+ * Reflector seq from p (sender seq when stateless).
  */
-static __always_inline void build_reply(__u32 *out, const __u32 *in, __u64 t2, __u8 ttl)
+static __always_inline void build_reply(__u32 *out, const __u32 *in, __u64 t2, __u8 ttl,
+					const struct reply_params *p)
 {
 	__u32 in_w3 = bpf_ntohl(in[3]);          /* sender err_est << 16 | ssid */
 
-	out[0] = in[0];
-	out[3] = bpf_htonl((__u32)reply_err_est() << 16 | (in_w3 & 0xffff));
-	ptp_words(&out[4], t2);
+	out[0] = bpf_htonl(p->seq);
+	out[3] = bpf_htonl((__u32)p->err_est << 16 | (in_w3 & 0xffff));
+	ts_words(&out[4], t2, p);
 	out[6] = in[0];
 	out[7] = in[1];
 	out[8] = in[2];
 	out[9] = bpf_htonl(in_w3 & 0xffff0000);
 	out[10] = bpf_htonl((__u32)ttl << 24);
-	ptp_words(&out[1], bpf_ktime_get_tai_ns());   /* T3: last, right before it is written */
+	ts_words(&out[1], bpf_ktime_get_tai_ns(), p);   /* T3: last, right before it is written */
 }
 
 /*
@@ -184,9 +219,10 @@ static __always_inline __u64 csum_words_diff(const __u32 *old, const __u32 *new,
 }
 
 static __always_inline int reflect(struct xdp_md *ctx, struct pkt_view *v,
-				   const struct reflector_session *sess, __u64 t2)
+				   struct reflector_session *sess, __u64 t2)
 {
 	__u32 sent[STAMP_WORDS], reply[STAMP_WORDS];
+	struct reply_params params;
 	struct ethhdr eth;
 	struct ipv6hdr ip6;
 	__u32 n = sess->n_return_sids;
@@ -250,7 +286,8 @@ static __always_inline int reflect(struct xdp_md *ctx, struct pkt_view *v,
 	udp->source = dport;
 	udp->dest = sport;
 
-	build_reply(reply, sent, t2, ip6.hop_limit);
+	get_reply_params(&params, sess, bpf_ntohl(sent[0]));
+	build_reply(reply, sent, t2, ip6.hop_limit, &params);
 	/*
 	 * The pseudo-header {src, final dst} is only swapped and the ports are
 	 * only swapped, so the checksum changes by the payload bytes alone.
@@ -259,6 +296,29 @@ static __always_inline int reflect(struct xdp_md *ctx, struct pkt_view *v,
 	for (int i = 0; i < STAMP_WORDS; i++)
 		payload[i] = reply[i];
 	return count(REFL_REFLECTED, XDP_TX);
+}
+
+/*
+ * No unauthenticated-layout session matched. An authenticated test packet
+ * (RFC 8762 §4.2.2, >= 112 bytes) has its SSID at offset 26, not 14: if that
+ * names an authenticated session, count it as such. Either way user space
+ * gets it; only the counter differs.
+ */
+static __always_inline int unknown_or_authenticated(struct xdp_md *ctx, struct pkt_view *v, int payload_len)
+{
+	__u8 *payload = (void *)(v->udp + 1);
+	struct reflector_session *sess;
+	__be16 *ssid;
+
+	if (payload_len < STAMP_AUTH_BASE_LEN)
+		return count(REFL_PASS_UNKNOWN_SESSION, XDP_PASS);
+	ssid = (void *)(payload + STAMP_AUTH_SSID_OFF);
+	if ((void *)(ssid + 1) > (void *)(long)ctx->data_end)   /* covered by payload_len; for the verifier */
+		return count(REFL_PASS_UNKNOWN_SESSION, XDP_PASS);
+	sess = lookup_session(&v->ip6->saddr, bpf_ntohs(*ssid));
+	if (sess && (sess->flags & REFL_SESS_F_AUTHENTICATED))
+		return count(REFL_PASS_AUTHENTICATED, XDP_PASS);
+	return count(REFL_PASS_UNKNOWN_SESSION, XDP_PASS);
 }
 
 SEC("xdp")
@@ -302,7 +362,14 @@ int stamp_reflector(struct xdp_md *ctx)
 
 	sess = lookup_session(&v.ip6->saddr, bpf_ntohs(sp->ssid));
 	if (!sess)
-		return count(REFL_PASS_UNKNOWN_SESSION, XDP_PASS);
+		return unknown_or_authenticated(ctx, &v, payload_len);
+	if (sess->flags & REFL_SESS_F_AUTHENTICATED)
+		return count(REFL_PASS_AUTHENTICATED, XDP_PASS);
+	/* RFC 8972: anything after the base packet is TLVs; user space handles
+	 * them fully (U/M/I flags, HMAC, Return Path ...) unless the session
+	 * only wants them echoed */
+	if (payload_len > STAMP_BASE_LEN && !(sess->flags & REFL_SESS_F_TLV_ECHO))
+		return count(REFL_PASS_TLVS_TO_USERSPACE, XDP_PASS);
 	return reflect(ctx, &v, sess, t2);
 }
 

@@ -2,12 +2,15 @@
 /*
  * stamp_reflector: loader and control tool of the XDP STAMP Session-Reflector.
  *
- *   stamp_reflector attach --netns NS --dev IF --pin-dir DIR [--port 862]
+ *   stamp_reflector attach --netns NS --dev IF --pin-dir DIR [--port 862] [--tai-offset S]
  *   stamp_reflector add-address --pin-dir DIR ADDR
  *   stamp_reflector del-address --pin-dir DIR ADDR
  *   stamp_reflector add-session --pin-dir DIR --ssid N [--sender ADDR] [--return-sids A,B,...]
+ *                   [--format ptp|ntp] [--stateful] [--tlv echo|userspace]
+ *                   [--mode unauthenticated|authenticated]
  *   stamp_reflector del-session --pin-dir DIR --ssid N [--sender ADDR]
  *   stamp_reflector set-err-est --pin-dir DIR --err-est N
+ *   stamp_reflector set-tai-offset --pin-dir DIR [--tai-offset S]   (default: adjtimex)
  *   stamp_reflector stats --pin-dir DIR [--json]
  *   stamp_reflector test-run --pin-dir DIR --hex FRAME [--repeat N]
  *   stamp_reflector detach --netns NS --dev IF --pin-dir DIR
@@ -34,12 +37,19 @@ const char *loader_name = "stamp_reflector";
 struct args {
 	const char *netns, *dev, *pin_dir, *sender, *return_sids, *hex;
 	uint64_t port, ssid, err_est, repeat;
-	bool have_ssid, have_err_est, json;
+	int64_t tai_offset;
+	uint32_t session_flags;   /* REFL_SESS_F_* from --format/--stateful/--tlv/--mode */
+	bool have_ssid, have_err_est, have_tai_offset, json;
 	const char *positional;
 };
 
 enum { OPT_NETNS = 256, OPT_DEV, OPT_PIN_DIR, OPT_PORT, OPT_SSID, OPT_SENDER, OPT_RETURN_SIDS,
-       OPT_ERR_EST, OPT_JSON, OPT_HEX, OPT_REPEAT };
+       OPT_ERR_EST, OPT_JSON, OPT_HEX, OPT_REPEAT, OPT_FORMAT, OPT_STATEFUL, OPT_TLV, OPT_MODE,
+       OPT_TAI_OFFSET };
+
+static const char *const format_names[] = { "ptp", "ntp" };
+static const char *const tlv_names[] = { "userspace", "echo" };
+static const char *const mode_names[] = { "unauthenticated", "authenticated" };
 
 static const struct option long_opts[] = {
 	{ "netns", required_argument, NULL, OPT_NETNS },
@@ -53,6 +63,11 @@ static const struct option long_opts[] = {
 	{ "json", no_argument, NULL, OPT_JSON },
 	{ "hex", required_argument, NULL, OPT_HEX },
 	{ "repeat", required_argument, NULL, OPT_REPEAT },
+	{ "format", required_argument, NULL, OPT_FORMAT },
+	{ "stateful", no_argument, NULL, OPT_STATEFUL },
+	{ "tlv", required_argument, NULL, OPT_TLV },
+	{ "mode", required_argument, NULL, OPT_MODE },
+	{ "tai-offset", required_argument, NULL, OPT_TAI_OFFSET },
 	{ "help", no_argument, NULL, 'h' },
 	{},
 };
@@ -61,12 +76,15 @@ static void usage(FILE *f)
 {
 	fprintf(f,
 		"usage:\n"
-		"  stamp_reflector attach --netns NS --dev IF --pin-dir DIR [--port 862]\n"
+		"  stamp_reflector attach --netns NS --dev IF --pin-dir DIR [--port 862] [--tai-offset S]\n"
 		"  stamp_reflector add-address --pin-dir DIR ADDR\n"
 		"  stamp_reflector del-address --pin-dir DIR ADDR\n"
 		"  stamp_reflector add-session --pin-dir DIR --ssid N [--sender ADDR] [--return-sids A,B,...]\n"
+		"                  [--format ptp|ntp] [--stateful] [--tlv echo|userspace]\n"
+		"                  [--mode unauthenticated|authenticated]\n"
 		"  stamp_reflector del-session --pin-dir DIR --ssid N [--sender ADDR]\n"
-		"  stamp_reflector set-err-est --pin-dir DIR --err-est N   (S|Z|scale|mult; Z forced to 1)\n"
+		"  stamp_reflector set-err-est --pin-dir DIR --err-est N   (S|scale|mult; Z follows each session's format)\n"
+		"  stamp_reflector set-tai-offset --pin-dir DIR [--tai-offset S]   (TAI-UTC; default from adjtimex)\n"
 		"  stamp_reflector stats --pin-dir DIR [--json]\n"
 		"  stamp_reflector test-run --pin-dir DIR --hex FRAME [--repeat N]\n"
 		"  stamp_reflector detach --netns NS --dev IF --pin-dir DIR\n"
@@ -102,6 +120,33 @@ static int parse_args(int argc, char **argv, struct args *a)
 				return -1;
 			a->have_err_est = true;
 			break;
+		case OPT_FORMAT:
+			switch (parse_choice_arg("--format", optarg, format_names, 2)) {
+			case 0: a->session_flags &= ~REFL_SESS_F_NTP; break;
+			case 1: a->session_flags |= REFL_SESS_F_NTP; break;
+			default: return -1;
+			}
+			break;
+		case OPT_STATEFUL: a->session_flags |= REFL_SESS_F_STATEFUL; break;
+		case OPT_TLV:
+			switch (parse_choice_arg("--tlv", optarg, tlv_names, 2)) {
+			case 0: a->session_flags &= ~REFL_SESS_F_TLV_ECHO; break;
+			case 1: a->session_flags |= REFL_SESS_F_TLV_ECHO; break;
+			default: return -1;
+			}
+			break;
+		case OPT_MODE:
+			switch (parse_choice_arg("--mode", optarg, mode_names, 2)) {
+			case 0: a->session_flags &= ~REFL_SESS_F_AUTHENTICATED; break;
+			case 1: a->session_flags |= REFL_SESS_F_AUTHENTICATED; break;
+			default: return -1;
+			}
+			break;
+		case OPT_TAI_OFFSET:
+			if (!parse_s64_arg("--tai-offset", optarg, TAI_OFFSET_MIN, TAI_OFFSET_MAX, &a->tai_offset))
+				return -1;
+			a->have_tai_offset = true;
+			break;
 		case OPT_JSON: a->json = true; break;
 		case OPT_HEX: a->hex = optarg; break;
 		case OPT_REPEAT:
@@ -128,14 +173,37 @@ static bool require(const char *value, const char *name)
 	return value != NULL;
 }
 
+/* --tai-offset if given, else what the kernel says (adjtimex). */
+static int tai_offset_arg_or_host(const struct args *a, int32_t *offset_s)
+{
+	if (a->have_tai_offset) {
+		*offset_s = (int32_t)a->tai_offset;
+		return 0;
+	}
+	return host_tai_utc_offset(offset_s);
+}
+
+static int write_config(int fd, const struct reflector_config *cfg)
+{
+	uint32_t zero = 0;
+	int err = bpf_map_update_elem(fd, &zero, cfg, BPF_ANY);
+
+	if (err)
+		die_msg("update of reflector_config failed: %s", strerror(errno));
+	return err;
+}
+
 static int cmd_attach(struct args *a)
 {
+	struct reflector_config cfg = {};
 	struct stamp_reflector_bpf *skel;
 	char prog_path[4096];
 	int err;
 
 	if (!require(a->dev, "--dev") || !require(a->pin_dir, "--pin-dir"))
 		return EXIT_USAGE;
+	if (tai_offset_arg_or_host(a, &cfg.tai_utc_offset_s))
+		return EXIT_FAIL;
 	if (check_netns_exists(a->netns) || ensure_bpffs())
 		return EXIT_FAIL;
 	snprintf(prog_path, sizeof(prog_path), "%s/%s", a->pin_dir, PROG_PIN_NAME);
@@ -159,15 +227,18 @@ static int cmd_attach(struct args *a)
 		die_msg("cannot load BPF program (verifier log above): %s", strerror(-err));
 		goto out;
 	}
-	err = pin_object(skel->obj, skel->progs.stamp_reflector, a->pin_dir);
+	/* the config is in place before the program sees a packet */
+	err = write_config(bpf_map__fd(skel->maps.reflector_config), &cfg);
+	if (!err)
+		err = pin_object(skel->obj, skel->progs.stamp_reflector, a->pin_dir);
 	if (!err)
 		err = attach_pinned_xdp(a->netns, a->dev, bpf_program__fd(skel->progs.stamp_reflector));
 	if (err)
 		unpin_dir(a->pin_dir);
 	else
-		printf("stamp_reflector attached to %s%s%s (port %llu), pins in %s\n", a->dev,
+		printf("stamp_reflector attached to %s%s%s (port %llu, TAI-UTC %d s), pins in %s\n", a->dev,
 		       a->netns ? " in netns " : "", a->netns ? a->netns : "",
-		       (unsigned long long)a->port, a->pin_dir);
+		       (unsigned long long)a->port, cfg.tai_utc_offset_s, a->pin_dir);
 out:
 	stamp_reflector_bpf__destroy(skel);
 	return err ? EXIT_FAIL : EXIT_OK;
@@ -256,6 +327,8 @@ static int cmd_add_session(struct args *a)
 		return EXIT_USAGE;
 	if (a->return_sids && parse_return_sids(a->return_sids, &sess))
 		return EXIT_USAGE;
+	sess.flags = a->session_flags;
+	sess.next_seq = 0;   /* stateful: the first reply carries 0 (a re-added session starts over) */
 	fd = open_pinned(a->pin_dir, "reflector_sessions");
 	if (fd < 0)
 		return EXIT_FAIL;
@@ -284,25 +357,35 @@ static int cmd_del_session(struct args *a)
 	return err ? EXIT_FAIL : EXIT_OK;
 }
 
-static int cmd_set_err_est(struct args *a)
+/* Read-modify-write of one config field (err_est or the TAI offset). */
+static int update_config(struct args *a, bool err_est)
 {
 	struct reflector_config cfg = {};
 	uint32_t zero = 0;
+	int32_t offset_s = 0;
 	int fd, err;
 
 	if (!require(a->pin_dir, "--pin-dir"))
 		return EXIT_USAGE;
-	if (!a->have_err_est) {
+	if (err_est && !a->have_err_est) {
 		die_msg("missing required --err-est");
 		return EXIT_USAGE;
 	}
-	cfg.err_est = a->err_est;
+	if (!err_est && tai_offset_arg_or_host(a, &offset_s))
+		return EXIT_FAIL;
 	fd = open_pinned(a->pin_dir, "reflector_config");
 	if (fd < 0)
 		return EXIT_FAIL;
-	err = bpf_map_update_elem(fd, &zero, &cfg, BPF_ANY);
+	err = bpf_map_lookup_elem(fd, &zero, &cfg);
 	if (err)
-		die_msg("update of reflector_config failed: %s", strerror(errno));
+		die_msg("read of reflector_config failed: %s", strerror(errno));
+	if (!err) {
+		if (err_est)
+			cfg.err_est = a->err_est;
+		else
+			cfg.tai_utc_offset_s = offset_s;
+		err = write_config(fd, &cfg);
+	}
 	close(fd);
 	return err ? EXIT_FAIL : EXIT_OK;
 }
@@ -337,7 +420,9 @@ int main(int argc, char **argv)
 	if (!strcmp(cmd, "del-session"))
 		return cmd_del_session(&a);
 	if (!strcmp(cmd, "set-err-est"))
-		return cmd_set_err_est(&a);
+		return update_config(&a, true);
+	if (!strcmp(cmd, "set-tai-offset"))
+		return update_config(&a, false);
 	if (!strcmp(cmd, "stats")) {
 		if (!require(a.pin_dir, "--pin-dir"))
 			return EXIT_USAGE;

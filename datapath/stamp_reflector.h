@@ -14,6 +14,12 @@
 #define REFLECTOR_MAX_ADDRESSES   64
 #define REFLECTOR_MAX_SESSIONS    1024
 
+/* Authenticated base packets (RFC 8762 §4.2.2 + RFC 8972 §3): the SSID sits at
+ * offset 26, the sender packet is 112 bytes. The XDP reflector does not do
+ * HMAC; it recognises such sessions and leaves them to user space. */
+#define STAMP_AUTH_BASE_LEN       112
+#define STAMP_AUTH_SSID_OFF       26
+
 /* Key of `reflector_sessions`: sender address (all zero = any sender) + SSID. */
 struct reflector_session_key {
 	__u8  sender[16];
@@ -21,24 +27,40 @@ struct reflector_session_key {
 	__u16 pad;      /* zero */
 };
 
+/* reflector_session.flags: per-session modes (all zero = issue-3 behaviour
+ * except TLVs, which by default go to user space). */
+#define REFL_SESS_F_NTP           0x1  /* NTP timestamps on the wire (Z = 0); else PTPv2 truncated (Z = 1) */
+#define REFL_SESS_F_STATEFUL      0x2  /* RFC 8762 §4.3: own sequence counter (next_seq); else copy the sender's */
+#define REFL_SESS_F_TLV_ECHO      0x4  /* test packets with TLVs: reflect, TLV area unchanged; else XDP_PASS to user space */
+#define REFL_SESS_F_AUTHENTICATED 0x8  /* authenticated mode (HMAC): always XDP_PASS to user space */
+#define REFL_SESS_F_ALL           0xf
+
 /*
  * Value of `reflector_sessions`. return_sids[0..n_return_sids) are the SIDs the
  * reply visits, in visiting order; the sender's address is appended by the
  * reflector as the final segment. n_return_sids = 0: plain address swap.
+ * next_seq: stateful sessions only, the Sequence Number of the next reply
+ * (starts at 0, atomically incremented per reflected packet; shared by all
+ * senders of a {::, ssid} session; add-session on an existing key resets it).
  */
 struct reflector_session {
 	__u32 n_return_sids;
+	__u32 flags;        /* REFL_SESS_F_* */
+	__u32 next_seq;
 	__u32 pad;
 	__u8  return_sids[REFLECTOR_MAX_RETURN_SIDS][16];
 };
 
 /* Single entry of `reflector_config` (array, key 0), writable at run time. */
 struct reflector_config {
-	/* Error Estimate for the reply, host order; Z (PTP) is forced to 1 by the
-	 * program. User space sets S (synchronised) + scale/multiplier. */
+	/* Error Estimate for the reply, host order; Z is set by the program from
+	 * the session's timestamp format. User space sets S (synchronised) +
+	 * scale/multiplier. */
 	__u16 err_est;
 	__u16 pad;
-	__u32 pad2;
+	/* TAI - UTC in seconds (struct timex.tai at attach, or set-tai-offset):
+	 * NTP timestamps are UTC, the program's clock is CLOCK_TAI. */
+	__s32 tai_utc_offset_s;
 };
 
 /* Every packet the program sees lands in exactly one of these. */
@@ -54,6 +76,8 @@ enum reflector_counter {
 	REFL_DROP_MALFORMED_SRH,      /* SRH for us that is truncated or inconsistent */
 	REFL_DROP_ADJUST_FAILED,      /* bpf_xdp_adjust_head failed or packet too short after it */
 	REFL_REFLECTED,               /* XDP_TX of a STAMP reply */
+	REFL_PASS_TLVS_TO_USERSPACE,  /* session without --tlv echo, test packet longer than the base packet (TLVs) */
+	REFL_PASS_AUTHENTICATED,      /* session in authenticated mode (HMAC is done in user space) */
 	REFL_NR_COUNTERS,
 };
 
@@ -69,6 +93,8 @@ static const char *const reflector_counter_names[REFL_NR_COUNTERS] = {
 	[REFL_DROP_MALFORMED_SRH]    = "drop_malformed_srh",
 	[REFL_DROP_ADJUST_FAILED]    = "drop_adjust_failed",
 	[REFL_REFLECTED]             = "reflected",
+	[REFL_PASS_TLVS_TO_USERSPACE] = "pass_tlvs_to_userspace",
+	[REFL_PASS_AUTHENTICATED]    = "pass_authenticated_to_userspace",
 };
 
 #endif /* SEGSCOPE_STAMP_REFLECTOR_H */

@@ -23,6 +23,7 @@ def refl(veth, reflector):
     run_tool(REFLECTOR, "add-session", "--pin-dir", d, "--ssid", "7")
     run_tool(REFLECTOR, "add-session", "--pin-dir", d, "--ssid", "8", "--sender", S,
              "--return-sids", ",".join(SIDS8))
+    run_tool(REFLECTOR, "add-session", "--pin-dir", d, "--ssid", "9", "--tlv", "echo")
     return reflector.refl_dir
 
 
@@ -72,9 +73,11 @@ def test_eight_return_sids_from_srh_packet(refl):
 
 
 def test_tlvs_after_base_packet_keep_checksum_valid(refl):
-    frame = stamp_frame(payload=stamp_sender_payload(5, 7, tai_ns(), extra=b"\x01\x02\x03\x04tlv!"))
+    """A session configured --tlv echo returns the TLV area unchanged (test_reflector_modes: the default)."""
+    frame = stamp_frame(ssid=9, payload=stamp_sender_payload(5, 9, tai_ns(), extra=b"\x01\x02\x03\x04tlv!"))
     out, d = run_and_count(refl, frame)
-    assert_valid_reply(out, frame, 7)
+    f = assert_valid_reply(out, frame, 9)
+    assert f.udp[8 + 44:] == b"\x01\x02\x03\x04tlv!"
     assert d == {"reflected": 1}
 
 
