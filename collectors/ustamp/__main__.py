@@ -1,0 +1,171 @@
+"""CLI: python -m collectors.ustamp reflector|sender ... (exit 0 ok, 1 runtime failure, 2 bad arguments)."""
+from __future__ import annotations
+
+import argparse
+import ipaddress
+import json
+import sys
+
+from . import codec
+from .clock import TimestampFormat
+from .netutil import enter_netns, parse_sids
+from .sessions import SessionConfigError, SessionTable, session_from_cli, sessions_from_file
+
+
+def die(msg: str, code: int = 2) -> None:
+    print(f"ustamp: {msg}", file=sys.stderr)
+    sys.exit(code)
+
+
+def _ipv6(flag: str, text: str) -> str:
+    try:
+        return str(ipaddress.IPv6Address(text))
+    except ValueError:
+        die(f"{flag}: not an IPv6 address: {text!r}")
+
+
+def _tlv(text: str) -> bytes:
+    """--tlv TYPE:HEXVALUE[:FLAGS] -> one raw TLV (RFC 8972 §4 header + value)."""
+    parts = text.split(":")
+    try:
+        tlv_type = int(parts[0], 0)
+        value = bytes.fromhex(parts[1]) if len(parts) > 1 else b""
+        flags = int(parts[2], 0) if len(parts) > 2 else 0
+        if not (0 <= tlv_type <= 255 and 0 <= flags <= 255 and len(value) <= 0xFFFF):
+            raise ValueError("out of range")
+    except (ValueError, IndexError) as exc:
+        die(f"--tlv: expected TYPE:HEXVALUE[:FLAGS], got {text!r} ({exc})")
+    return codec.Tlv(flags, tlv_type, value).encode()
+
+
+def reflector_main(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(prog="ustamp reflector", description="user-space STAMP Session-Reflector")
+    p.add_argument("--netns", help="run inside /run/netns/NETNS")
+    p.add_argument("--address", default="::", help="bind address (default ::)")
+    p.add_argument("--port", type=int, default=862)
+    p.add_argument("--sessions", help="JSON or YAML session file")
+    p.add_argument("--add-session", action="append", default=[], metavar="SPEC",
+                   help='"--ssid N [--sender ADDR] [--return-sids A,B] [--format ptp|ntp] [--stateful]"')
+    p.add_argument("--node", default="", help="node tag of the counter line")
+    p.add_argument("--kafka", metavar="BROKERS", help="send counter lines to Kafka")
+    p.add_argument("--metrics-topic", default="segscope.metrics")
+    p.add_argument("--stats-interval", type=float, default=1.0)
+    a = p.parse_args(argv)
+    if not 1 <= a.port <= 65535:
+        die(f"--port: expected 1..65535, got {a.port}")
+    try:
+        sessions = sessions_from_file(a.sessions) if a.sessions else []
+        sessions += [session_from_cli(spec) for spec in a.add_session]
+        table = SessionTable(sessions)
+    except (SessionConfigError, OSError, ValueError) as exc:
+        die(str(exc))
+    if not len(table):
+        die("no sessions: give --sessions FILE or --add-session SPEC")
+    if a.kafka and not a.node:
+        die("--node: required with --kafka")
+    loaded = codec.load_schema_plugins()
+    if loaded:
+        print(f"ustamp reflector: TLV handlers from {', '.join(loaded)}", file=sys.stderr)
+    from .kafka_out import KafkaOut
+    from .reflector import Reflector
+    try:
+        if a.netns:
+            enter_netns(a.netns)
+        kafka = KafkaOut(a.kafka, a.node, metrics_topic=a.metrics_topic) if a.kafka else None
+        refl = Reflector(table, _ipv6("--address", a.address), a.port, a.node, kafka)
+    except OSError as exc:
+        die(f"setup: {exc}", 1)
+    refl.run(a.stats_interval)
+    return 0
+
+
+def sender_main(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(prog="ustamp sender", description="user-space STAMP Session-Sender + collector")
+    p.add_argument("--netns")
+    p.add_argument("--src", required=True)
+    p.add_argument("--dst", help="reflector address (loopback mode: default --src)")
+    p.add_argument("--segs", default="", help="SIDs in visiting order, comma-separated")
+    p.add_argument("--sport", type=int, help="default 50000+ssid")
+    p.add_argument("--dport", type=int, help="default 862 (loopback: --sport)")
+    p.add_argument("--ssid", type=int, required=True)
+    p.add_argument("--rate", type=float, required=True, help="packets per second")
+    p.add_argument("--count", type=int)
+    p.add_argument("--duration", type=float)
+    p.add_argument("--format", default="ptp", choices=[f.value for f in TimestampFormat])
+    p.add_argument("--mode", default="two-way", choices=["two-way", "one-way", "loopback"])
+    p.add_argument("--padding", type=int, default=0)
+    p.add_argument("--tlv", action="append", default=[], help="TYPE:HEXVALUE[:FLAGS], appended after the base packet")
+    p.add_argument("--wait", type=float, default=1.0, help="seconds to wait for replies after the last packet")
+    p.add_argument("--output", default="jsonl", choices=["jsonl", "kafka", "none"])
+    p.add_argument("--records-file", default="-", help="jsonl output file ('-' = stdout)")
+    p.add_argument("--kafka", default="127.0.0.1:19092", metavar="BROKERS")
+    p.add_argument("--topic", default="segscope.stamp.records")
+    p.add_argument("--node", default="", help="node name (batch header, key <node>/<ssid>)")
+    p.add_argument("--batch-interval", type=float, default=0.2)
+    a = p.parse_args(argv)
+    if not 1 <= a.ssid <= 65535:
+        die(f"--ssid: expected 1..65535, got {a.ssid}")
+    if a.rate <= 0:
+        die(f"--rate: expected a positive number, got {a.rate}")
+    if a.count is None and a.duration is None:
+        die("--count/--duration: give at least one")
+    if a.count is not None and a.count < 1:
+        die(f"--count: expected >= 1, got {a.count}")
+    if not 0 <= a.padding <= 9000:
+        die(f"--padding: expected 0..9000, got {a.padding}")
+    src = _ipv6("--src", a.src)
+    if a.dst is None and a.mode != "loopback":
+        die("--dst: required (except in loopback mode)")
+    dst = _ipv6("--dst", a.dst) if a.dst else src
+    sport = a.sport if a.sport is not None else 50000 + a.ssid
+    if not 1 <= sport <= 65535:
+        die(f"--sport: {sport} out of range (default 50000+ssid); give --sport")
+    dport = a.dport if a.dport is not None else (sport if a.mode == "loopback" else 862)
+    try:
+        segs = parse_sids(a.segs, "--segs") if a.segs else []
+    except ValueError as exc:
+        die(str(exc))
+    if a.mode == "loopback" and not segs:
+        die("--segs: loopback mode needs a SID list that leads back to --src")
+    if a.output == "kafka" and not a.node:
+        die("--node: required with --output kafka")
+    tlvs = b"".join(_tlv(t) for t in a.tlv)
+
+    from .kafka_out import KafkaOut
+    from .sender import Sender, run
+    try:
+        if a.netns:
+            enter_netns(a.netns)
+        sender = Sender(src, dst, a.ssid, segs, sport, dport, TimestampFormat(a.format), a.mode,
+                        a.padding, tlvs)
+        kafka = KafkaOut(a.kafka, a.node, topic=a.topic) if a.output == "kafka" else None
+    except OSError as exc:
+        die(f"setup: {exc}", 1)
+    out = None
+    if a.output == "jsonl":
+        out = sys.stdout if a.records_file == "-" else open(a.records_file, "w")
+    result = run(sender, a.rate, a.count, a.duration, a.wait, out, kafka, a.batch_interval)
+    if out is not None and out is not sys.stdout:
+        out.close()
+    print(json.dumps({"summary": result}), flush=True)
+    failed = result["send_errors"] > 0 or (kafka is not None and
+                                           (result["kafka"]["undelivered"] or result["kafka"]["batches_failed"]))
+    return 1 if failed else 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if not argv or argv[0] in ("-h", "--help"):
+        print("usage: python -m collectors.ustamp reflector|sender [--help]")
+        return 0 if argv else 2
+    cmd, rest = argv[0], argv[1:]
+    if cmd == "reflector":
+        return reflector_main(rest)
+    if cmd == "sender":
+        return sender_main(rest)
+    die(f"unknown command {cmd!r} (expected reflector or sender)")
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,184 @@
+"""User-space STAMP Session-Reflector (RFC 8762 §4.3, RFC 8972 SSID + TLVs) on a UDP socket.
+
+One socket on [address]:port (default [::]:862). Per received datagram:
+  T2 = kernel receive time (SO_TIMESTAMPNS, CLOCK_REALTIME + adjtimex TAI offset),
+  Ses-Sender TTL = IPV6_HOPLIMIT, our address = IPV6_PKTINFO (used as the reply's source),
+  session = (sender, ssid) or (::, ssid); none -> counted `unknown_session`, no reply.
+Reply: 44-byte reflector packet + the reflected TLV area, hop limit 255, an IPV6_RTHDR type-4 SRH
+when the session has return SIDs (sticky
+option, see _install_srh; else plain address swap), T3 written right before sendmsg().
+
+Every received datagram lands in exactly one outcome counter:
+  reflected | unknown_session | malformed_short | send_error
+so received == reflected + unknown_session + malformed_short + send_error.
+TLV counters (tlv_unrecognized, tlv_malformed, tlv_handled) count TLVs, not packets.
+"""
+from __future__ import annotations
+
+import json
+import select
+import signal
+import socket
+import sys
+import time
+
+from . import codec
+from .clock import TimestampFormat, clock_state, encode_ts, error_estimate, tai_ns
+from .kafka_out import KafkaOut, counters_line, escape_tag
+from .netutil import (ANC_BUFSIZE, enable_rx_ancillary, hoplimit_cmsg, parse_ancillary,
+                      pktinfo_cmsg, srh_option)
+from .sessions import Session, SessionTable
+
+OUTCOMES = ("reflected", "unknown_session", "malformed_short", "send_error")
+REPLY_HOP_LIMIT = 255
+MAX_DATAGRAM = 65535
+
+
+class Reflector:
+    def __init__(self, sessions: SessionTable, address: str = "::", port: int = 862,
+                 node: str = "", kafka: KafkaOut | None = None):
+        self.sessions = sessions
+        self.node = node
+        self.kafka = kafka
+        self.counters = {"received": 0, **{k: 0 for k in OUTCOMES}, "no_kernel_timestamp": 0,
+                         "tlv_unrecognized": 0, "tlv_malformed": 0, "tlv_handled": 0}
+        self.sock = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        enable_rx_ancillary(self.sock)
+        self.sock.bind((address, port))
+        self.port = self.sock.getsockname()[1]
+        self._installed_sids: tuple[str, ...] = ()
+        self.refresh_clock()
+
+    def refresh_clock(self) -> None:
+        """The error estimates and TAI offset change slowly: read adjtimex once per interval."""
+        st = clock_state()
+        self.tai_offset_s = st.tai_offset_s
+        self.err_est = {fmt: error_estimate(st, fmt) for fmt in TimestampFormat}
+
+    # -- one datagram -------------------------------------------------------
+
+    def handle(self, payload: bytes, ancdata, peer) -> str:
+        meta = parse_ancillary(ancdata)
+        if meta.rx_realtime_ns is not None:
+            t2 = meta.rx_realtime_ns + self.tai_offset_s * 1_000_000_000
+        else:                          # no kernel stamp (should not happen): read the clock, count it
+            self.counters["no_kernel_timestamp"] += 1
+            t2 = tai_ns()
+        try:
+            test = codec.decode_sender(payload)
+        except codec.Malformed as exc:
+            return exc.reason
+        sender_addr, sender_port = peer[0], peer[1]
+        session = self.sessions.lookup(sender_addr, test.packet.ssid)
+        if session is None:
+            return "unknown_session"
+        return self._reply(session, test, t2, meta, sender_addr, sender_port)
+
+    def _reply(self, session: Session, test: codec.SenderTest, t2: int, meta, sender_addr: str,
+               sender_port: int) -> str:
+        fmt = session.format
+        if session.stateful:
+            seq = session.next_seq
+            session.next_seq = (session.next_seq + 1) & 0xFFFFFFFF
+        else:
+            seq = test.packet.seq
+        rx_sec, rx_frac = encode_ts(t2, fmt, self.tai_offset_s)
+        sender_ttl = meta.hop_limit if meta.hop_limit is not None else 0
+        reply = codec.encode_reply_base(seq, self.err_est[fmt], test.packet.ssid, rx_sec, rx_frac,
+                                        test.packet, sender_ttl)
+        if test.tlv_area:
+            ctx = codec.ReflectContext(session, sender_addr, meta.local_addr or "", t2)
+            out = codec.reflect_tlvs(test.tlv_area, ctx)
+            self.counters["tlv_unrecognized"] += out.unrecognized
+            self.counters["tlv_malformed"] += out.malformed
+            self.counters["tlv_handled"] += out.handled
+            reply += out.reply_area
+        cmsgs = [hoplimit_cmsg(REPLY_HOP_LIMIT)]
+        if meta.local_addr:
+            cmsgs.append(pktinfo_cmsg(meta.local_addr))
+        try:
+            self._install_srh(session.return_sids)
+        except OSError as exc:
+            print(f"ustamp reflector: setsockopt(IPV6_RTHDR, {session.return_sids}): {exc}",
+                  file=sys.stderr)
+            return "send_error"
+        codec.stamp_t3(reply, *encode_ts(tai_ns(), fmt, self.tai_offset_s))
+        try:
+            self.sock.sendmsg([reply], cmsgs, 0, (sender_addr, sender_port, 0, 0))
+        except OSError as exc:
+            print(f"ustamp reflector: sendmsg to [{sender_addr}]:{sender_port}: {exc}", file=sys.stderr)
+            return "send_error"
+        return "reflected"
+
+    def _install_srh(self, sids: list[str]) -> None:
+        """Make the socket's sticky IPV6_RTHDR the session's return path (or none).
+
+        Linux accepts a type-4 SRH only as a sticky option (setsockopt), not as sendmsg()
+        ancillary data (ip6_datagram_send_ctl knows type 2 only: EINVAL). The kernel writes the
+        sendmsg() destination into segments[0], so one option serves every sender of a SID
+        list; it is switched only when consecutive replies need different lists."""
+        key = tuple(sids)
+        if key == self._installed_sids:
+            return
+        if sids:
+            self.sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_RTHDR, srh_option("::", sids))
+        else:
+            self.sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_RTHDR, b"")
+        self._installed_sids = key
+
+    # -- loop -----------------------------------------------------------------
+
+    def snapshot(self) -> dict[str, int]:
+        return dict(self.counters)
+
+    def metrics_line(self) -> str:
+        tags = f"segscope_datapath,node={escape_tag(self.node or 'unknown')},program=ustamp_reflector"
+        return counters_line(tags, self.snapshot())
+
+    def run(self, stats_interval_s: float = 1.0) -> None:
+        stop = False
+        dump = False
+
+        def on_stop(_sig, _frm):
+            nonlocal stop
+            stop = True
+
+        def on_usr1(_sig, _frm):
+            nonlocal dump
+            dump = True
+
+        signal.signal(signal.SIGINT, on_stop)
+        signal.signal(signal.SIGTERM, on_stop)
+        signal.signal(signal.SIGUSR1, on_usr1)
+        print(json.dumps({"event": "ready", "port": self.port, "sessions": self.sessions.describe()}),
+              flush=True)
+        next_stats = time.monotonic() + stats_interval_s
+        while not stop:
+            timeout = max(0.0, min(0.2, next_stats - time.monotonic()))
+            readable, _, _ = select.select([self.sock], [], [], timeout)
+            if readable:
+                self._drain()
+            if dump:
+                dump = False
+                print(json.dumps({"counters": self.snapshot()}), flush=True)
+            if time.monotonic() >= next_stats:
+                next_stats += stats_interval_s
+                self.refresh_clock()
+                if self.kafka:
+                    self.kafka.produce_metrics(self.metrics_line())
+        if self.kafka:
+            self.kafka.produce_metrics(self.metrics_line())
+            self.kafka.flush()
+        print(json.dumps({"counters": self.snapshot(), "final": True}), flush=True)
+
+    def _drain(self) -> None:
+        """Everything queued on the socket, without blocking."""
+        while True:
+            try:
+                payload, ancdata, _flags, peer = self.sock.recvmsg(MAX_DATAGRAM, ANC_BUFSIZE,
+                                                                   socket.MSG_DONTWAIT)
+            except BlockingIOError:
+                return
+            self.counters["received"] += 1
+            self.counters[self.handle(payload, ancdata, peer)] += 1

@@ -1,0 +1,139 @@
+"""Reflector sessions: the same model as the XDP reflector's `add-session`.
+
+A session is keyed by (sender address, SSID); sender `::` matches any sender (looked up
+after the exact key, like datapath/stamp_reflector). Sources: a JSON or YAML file
+(a list of objects, or {"sessions": [...]}) with keys ssid, sender, return_sids, format,
+stateful; or `--add-session "--ssid N [--sender ADDR] [--return-sids A,B] [--format ptp|ntp]
+[--stateful]"` on the command line. Errors name the field.
+"""
+from __future__ import annotations
+
+import argparse
+import ipaddress
+import json
+import shlex
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .clock import TimestampFormat
+from .netutil import parse_sids
+
+ANY_SENDER = "::"
+FIELDS = {"ssid", "sender", "return_sids", "format", "stateful"}
+
+
+class SessionConfigError(ValueError):
+    pass
+
+
+@dataclass
+class Session:
+    ssid: int
+    sender: str = ANY_SENDER
+    return_sids: list[str] = field(default_factory=list)
+    format: TimestampFormat = TimestampFormat.PTP
+    stateful: bool = False
+    next_seq: int = 0          # stateful only: Sequence Number of the next reply
+
+    @property
+    def key(self) -> tuple[str, int]:
+        return self.sender, self.ssid
+
+    def describe(self) -> dict:
+        return {"ssid": self.ssid, "sender": self.sender, "return_sids": self.return_sids,
+                "format": self.format.value, "stateful": self.stateful}
+
+
+def make_session(where: str, ssid, sender=ANY_SENDER, return_sids=None, format="ptp",
+                 stateful=False) -> Session:
+    if isinstance(ssid, bool) or not isinstance(ssid, int) or not 1 <= ssid <= 65535:
+        raise SessionConfigError(f"{where}: ssid: expected an integer 1..65535, got {ssid!r}")
+    try:
+        sender = str(ipaddress.IPv6Address(sender))
+    except ValueError:
+        raise SessionConfigError(f"{where}: sender: not an IPv6 address: {sender!r}") from None
+    sids: list[str] = []
+    if return_sids:
+        text = return_sids if isinstance(return_sids, str) else ",".join(map(str, return_sids))
+        try:
+            sids = parse_sids(text, "return_sids")
+        except ValueError as exc:
+            raise SessionConfigError(f"{where}: {exc}") from None
+    try:
+        fmt = TimestampFormat(str(format).lower())
+    except ValueError:
+        raise SessionConfigError(f"{where}: format: expected ptp or ntp, got {format!r}") from None
+    if not isinstance(stateful, bool):
+        raise SessionConfigError(f"{where}: stateful: expected true or false, got {stateful!r}")
+    return Session(ssid, sender, sids, fmt, stateful)
+
+
+def _cli_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="--add-session", add_help=False, exit_on_error=False)
+    p.add_argument("--ssid", type=int, required=True)
+    p.add_argument("--sender", default=ANY_SENDER)
+    p.add_argument("--return-sids", default="")
+    p.add_argument("--format", default="ptp")
+    p.add_argument("--stateful", action="store_true")
+    return p
+
+
+def session_from_cli(spec: str) -> Session:
+    where = f"--add-session {spec!r}"
+    try:
+        ns, extra = _cli_parser().parse_known_args(shlex.split(spec))
+    except (argparse.ArgumentError, ValueError) as exc:
+        raise SessionConfigError(f"{where}: {exc}") from None
+    except SystemExit:
+        raise SessionConfigError(f"{where}: --ssid is required") from None
+    if extra:
+        raise SessionConfigError(f"{where}: unknown argument {extra[0]!r}")
+    return make_session(where, ns.ssid, ns.sender, ns.return_sids, ns.format, ns.stateful)
+
+
+def sessions_from_file(path: str | Path) -> list[Session]:
+    path = Path(path)
+    text = path.read_text()
+    if path.suffix in (".yaml", ".yml"):
+        import yaml
+        doc = yaml.safe_load(text)
+    else:
+        doc = json.loads(text)
+    if isinstance(doc, dict):
+        doc = doc.get("sessions")
+    if not isinstance(doc, list):
+        raise SessionConfigError(f"{path}: expected a list of sessions or {{\"sessions\": [...]}}")
+    out = []
+    for i, item in enumerate(doc):
+        where = f"{path}: sessions[{i}]"
+        if not isinstance(item, dict):
+            raise SessionConfigError(f"{where}: expected an object")
+        unknown = set(item) - FIELDS
+        if unknown:
+            raise SessionConfigError(f"{where}: {sorted(unknown)[0]}: unknown field "
+                                     f"(known: {', '.join(sorted(FIELDS))})")
+        if "ssid" not in item:
+            raise SessionConfigError(f"{where}: ssid: required")
+        out.append(make_session(where, **item))
+    return out
+
+
+class SessionTable:
+    def __init__(self, sessions: list[Session] = ()):
+        self._by_key: dict[tuple[str, int], Session] = {}
+        for s in sessions:
+            self.add(s)
+
+    def add(self, s: Session) -> None:
+        if s.key in self._by_key:
+            raise SessionConfigError(f"session ssid={s.ssid} sender={s.sender}: defined twice")
+        self._by_key[s.key] = s
+
+    def lookup(self, sender: str, ssid: int) -> Session | None:
+        return self._by_key.get((sender, ssid)) or self._by_key.get((ANY_SENDER, ssid))
+
+    def __len__(self) -> int:
+        return len(self._by_key)
+
+    def describe(self) -> list[dict]:
+        return [s.describe() for s in self._by_key.values()]
