@@ -69,9 +69,12 @@ def reflector_main(argv: list[str]) -> int:
     from .kafka_out import KafkaOut
     from .reflector import Reflector
     try:
+        # Kafka first: librdkafka's threads start now and stay in our netns (setns() moves only
+        # the calling thread), so the brokers are reached from here while the STAMP socket,
+        # opened after setns(), lives in --netns.
+        kafka = KafkaOut(a.kafka, a.node, metrics_topic=a.metrics_topic) if a.kafka else None
         if a.netns:
             enter_netns(a.netns)
-        kafka = KafkaOut(a.kafka, a.node, metrics_topic=a.metrics_topic) if a.kafka else None
         refl = Reflector(table, _ipv6("--address", a.address), a.port, a.node, kafka)
     except OSError as exc:
         die(f"setup: {exc}", 1)
@@ -134,11 +137,11 @@ def sender_main(argv: list[str]) -> int:
     from .kafka_out import KafkaOut
     from .sender import Sender, run
     try:
+        kafka = KafkaOut(a.kafka, a.node, topic=a.topic) if a.output == "kafka" else None  # before setns, see reflector_main
         if a.netns:
             enter_netns(a.netns)
         sender = Sender(src, dst, a.ssid, segs, sport, dport, TimestampFormat(a.format), a.mode,
                         a.padding, tlvs)
-        kafka = KafkaOut(a.kafka, a.node, topic=a.topic) if a.output == "kafka" else None
     except OSError as exc:
         die(f"setup: {exc}", 1)
     out = None

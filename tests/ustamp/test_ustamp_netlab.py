@@ -1,0 +1,297 @@
+"""ustamp in the emulated SRv6 network (netlab line5, prefix `ust`).
+
+Forward path: A -> R (End fc00:2::e) -> B. Return path: B -> R (End fc00:2::e2, a second SID the
+fixture adds on R) -> A, so forward and return use DIFFERENT SID lists; R's per-SID packet
+counters prove which list each packet followed. All namespaces share one clock, so
+T1 <= T2 <= T3 <= T4 holds exactly (NTP only loses sub-ns resolution).
+"""
+from __future__ import annotations
+
+import subprocess
+import time
+
+import pytest
+
+from segscope_schemas.stamp_record import (STAMP_RECORD_F_LOOPBACK, STAMP_RECORD_F_NTP,
+                                           STAMP_RECORD_F_ONE_WAY, STAMP_RECORD_F_SRH)
+from ustamp_env import (PY, REFLECTOR_ADDR, REPO, SENDER_ADDR, SID_FWD, SID_RET, ReflectorProc,
+                        run_sender, sid_packets)
+
+pytestmark = pytest.mark.datapath
+
+PREFIX = "ust"
+N = 20
+EE_Z = 0x4000
+XDP_REFLECTOR = REPO / "build" / "datapath" / "stamp_reflector"
+C_SENDER = REPO / "build" / "collectors" / "stamp_sender"
+
+
+@pytest.fixture(scope="module")
+def lab():
+    from netlab.lab import Lab, teardown
+
+    for part in ("datapath", "collectors"):
+        subprocess.run(["make", "-s", "-C", str(REPO / part)], check=True)
+    teardown(PREFIX)
+    lab = Lab.up("netlab/topologies/line5.yaml", PREFIX)
+    try:
+        lab.run("R", ["ip", "-6", "route", "add", f"{SID_RET}/128", "encap", "seg6local", "action", "End",
+                      "count", "dev", "r1"], check=True)
+        yield lab
+    finally:
+        lab.down()
+
+
+@pytest.fixture
+def reflector(lab):
+    """User-space reflector on B: PTP/NTP x stateless/stateful sessions returning via SID_RET."""
+    ret = f"--return-sids {SID_RET}"
+    r = ReflectorProc(lab.ns("B"),
+                      "--add-session", f"--ssid 1 {ret}",
+                      "--add-session", f"--ssid 2 {ret} --format ntp",
+                      "--add-session", f"--ssid 3 {ret} --stateful",
+                      "--add-session", f"--ssid 4 {ret} --format ntp --stateful",
+                      "--add-session", f"--ssid 5 --sender {SENDER_ADDR}")      # no return SIDs: swap
+    try:
+        yield r
+    finally:
+        r.kill()
+
+
+def sender_args(ssid: int, *extra: str, count: int = N, wait_s: float = 5) -> list[str]:
+    """The sender stops early once every reply is in; wait_s only bounds a lossy run."""
+    return ["--src", SENDER_ADDR, "--dst", REFLECTOR_ADDR, "--segs", SID_FWD, "--ssid", str(ssid),
+            "--rate", "200", "--count", str(count), "--wait", str(wait_s), *extra]
+
+
+def wait_for(predicate, timeout: float = 5.0, what: str = "condition"):
+    """Poll until predicate() returns a truthy value (packets may still be in flight)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value or time.monotonic() > deadline:
+            return value
+        time.sleep(0.05)
+
+
+def check_records(records: list[dict], summary: dict, ssid: int, ntp: bool, srh: bool,
+                  first_reflector_seq: int | None, lab) -> None:
+    """Every field of every record. first_reflector_seq None = stateless (reflector seq = sender seq)."""
+    assert summary["sent"] == N and summary["records"] == N and summary["lost"] == 0, summary
+    assert summary["received"] == N and summary["send_errors"] == 0
+    assert [r["sender_seq"] for r in records] == list(range(N))       # one reply each, in order
+    a0 = lab.ifindex("A", "a0")
+    for i, r in enumerate(records):
+        assert r["t1_ns"] <= r["t2_ns"] <= r["t3_ns"] <= r["t4_ns"], r
+        assert r["t4_ns"] - r["t1_ns"] < 1_000_000_000, r               # sane: < 1 s round trip
+        assert r["ssid"] == ssid
+        expect_rseq = i if first_reflector_seq is None else first_reflector_seq + i
+        assert r["reflector_seq"] == expect_rseq, r
+        assert r["sender_err_est"] == summary["error_estimate"]
+        assert bool(r["sender_err_est"] & EE_Z) == (not ntp)
+        assert bool(r["reflector_err_est"] & EE_Z) == (not ntp)          # reflector uses the session format
+        assert r["sender_ttl"] == 63           # 64 from A, -1 at R (End)
+        assert r["reply_hop_limit"] == 254     # 255 from the reflector, -1 at R
+        assert r["ifindex"] == a0
+        assert r["flags"] == (STAMP_RECORD_F_NTP if ntp else 0) | (STAMP_RECORD_F_SRH if srh else 0)
+        assert r["reserved"] == 0
+    t1s = [r["t1_ns"] for r in records]
+    assert t1s == sorted(t1s)
+
+
+@pytest.mark.parametrize("ssid,ntp,stateful", [(1, False, False), (2, True, False),
+                                               (3, False, True), (4, True, True)])
+def test_ustamp_sender_to_ustamp_reflector(lab, reflector, ssid, ntp, stateful):
+    before = sid_packets(lab)
+    records, summary, res = run_sender(lab.ns("A"), *sender_args(ssid, *(["--format", "ntp"] if ntp else [])))
+    assert res.returncode == 0, res.stderr
+    check_records(records, summary, ssid, ntp, srh=True, first_reflector_seq=0 if stateful else None, lab=lab)
+    after = sid_packets(lab)
+    assert after[SID_FWD] - before[SID_FWD] == N          # forward list [fc00:2::e]
+    assert after[SID_RET] - before[SID_RET] == N          # return list [fc00:2::e2]
+    if stateful:   # the reflector's own counter goes on: N..2N-1 in a second run (another port)
+        records, summary, _ = run_sender(lab.ns("A"), *sender_args(ssid, "--sport", "40000",
+                                                                   *(["--format", "ntp"] if ntp else [])))
+        check_records(records, summary, ssid, ntp, srh=True, first_reflector_seq=N, lab=lab)
+    c = reflector.counters()
+    runs = 2 if stateful else 1
+    assert c["received"] == c["reflected"] == runs * N
+    assert c["unknown_session"] == c["malformed_short"] == c["send_error"] == 0
+
+
+def test_address_swap_unknown_ssid_malformed_and_tlvs(lab, reflector):
+    before = sid_packets(lab)
+    records, summary, _ = run_sender(lab.ns("A"), *sender_args(5))            # session without return SIDs
+    check_records(records, summary, 5, ntp=False, srh=False, first_reflector_seq=None, lab=lab)
+    assert sid_packets(lab)[SID_RET] == before[SID_RET]                       # reply routed plainly
+
+    records, summary, _ = run_sender(lab.ns("A"), *sender_args(99, count=7, wait_s=0.5))
+    assert summary["sent"] == 7 and summary["records"] == 0 and summary["lost"] == 7
+
+    short = ("import socket; s = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM); "
+             f"[s.sendto(bytes(n), ('{REFLECTOR_ADDR}', 862)) for n in (0, 1, 20, 43)]")
+    lab.run("A", [PY, "-c", short], check=True)
+    wait_for(lambda: reflector.counters()["malformed_short"] >= 4)
+
+    # an unknown TLV (type 200) is echoed with the U flag (RFC 8972 §4)
+    records, summary, _ = run_sender(lab.ns("A"), *sender_args(1, "--tlv", "200:0badcafe", "--sport", "40001"))
+    assert summary["records"] == N and summary["tlv_u_flag_replies"] == N
+
+    c = reflector.counters()
+    assert c["unknown_session"] == 7
+    assert c["malformed_short"] == 4
+    assert c["reflected"] == 2 * N
+    assert c["tlv_unrecognized"] == N and c["tlv_malformed"] == 0
+    assert c["received"] == c["reflected"] + c["unknown_session"] + c["malformed_short"] + c["send_error"]
+    final = reflector.stop()
+    assert final == c
+
+
+def test_c_sender_to_ustamp_reflector(lab, reflector):
+    before = sid_packets(lab)
+    res = subprocess.run([str(C_SENDER), "--netns", lab.ns("A"), "--src", SENDER_ADDR, "--dst", REFLECTOR_ADDR,
+                          "--segs", SID_FWD, "--ssid", "3", "--sport", "40003", "--rate", "200",
+                          "--count", str(N)], capture_output=True, text=True, timeout=30)
+    assert res.returncode == 0, res.stderr
+    # the C sender does not wait for replies: give the last ones time to arrive, then be exact
+    wait_for(lambda: reflector.counters()["received"] >= N)
+    wait_for(lambda: sid_packets(lab)[SID_RET] - before[SID_RET] >= N)
+    c = reflector.counters()
+    assert c["received"] == c["reflected"] == N
+    after = sid_packets(lab)
+    assert after[SID_FWD] - before[SID_FWD] == N and after[SID_RET] - before[SID_RET] == N
+
+
+def test_one_way_and_loopback_modes(lab, reflector):
+    records, summary, _ = run_sender(lab.ns("A"), *sender_args(1, "--mode", "one-way"))
+    assert summary["records"] == N and [r["sender_seq"] for r in records] == list(range(N))
+    for r in records:
+        assert r["t1_ns"] <= r["t2_ns"] and r["t3_ns"] == 0 and r["t4_ns"] == 0
+        assert r["flags"] == STAMP_RECORD_F_ONE_WAY | STAMP_RECORD_F_SRH and r["sender_ttl"] == 63
+
+    before = sid_packets(lab)
+    records, summary, _ = run_sender(lab.ns("A"), "--src", SENDER_ADDR, "--segs", SID_FWD, "--ssid", "77",
+                                     "--mode", "loopback", "--rate", "200", "--count", str(N), "--format", "ntp")
+    assert summary["records"] == N and summary["lost"] == 0
+    assert sid_packets(lab)[SID_FWD] - before[SID_FWD] == N              # A -> R (End) -> A
+    for i, r in enumerate(records):
+        assert r["sender_seq"] == i and r["ssid"] == 77
+        assert r["t1_ns"] < r["t4_ns"] and r["t2_ns"] == 0 and r["t3_ns"] == 0
+        assert r["flags"] == STAMP_RECORD_F_LOOPBACK | STAMP_RECORD_F_SRH | STAMP_RECORD_F_NTP
+        assert r["reply_hop_limit"] == 63
+    assert reflector.counters()["received"] == N                         # loopback never reached B
+
+
+def xdp(*args: str) -> subprocess.CompletedProcess:
+    res = subprocess.run([str(XDP_REFLECTOR), *args], capture_output=True, text=True, timeout=30)
+    assert res.returncode == 0, (args, res.stderr)
+    return res
+
+
+def test_ustamp_sender_to_xdp_reflector(lab, bpffs):
+    """XDP reflector on B's b0 for SSIDs 30/31; SSID 32 is unknown to it, passed up to the
+    user-space reflector on the same node (pass_unknown_session), which answers it."""
+    import json
+    pin = f"/sys/fs/bpf/segscope/{lab.ns('B')}/stamp_reflector"
+    xdp("attach", "--netns", lab.ns("B"), "--dev", "b0", "--pin-dir", pin)
+    user = None
+    try:
+        xdp("add-address", "--pin-dir", pin, REFLECTOR_ADDR)
+        xdp("add-session", "--pin-dir", pin, "--ssid", "30", "--return-sids", SID_RET)
+        xdp("add-session", "--pin-dir", pin, "--ssid", "31", "--return-sids", SID_RET, "--format", "ntp",
+            "--stateful")
+        user = ReflectorProc(lab.ns("B"), "--add-session", f"--ssid 32 --return-sids {SID_RET}")
+        before = sid_packets(lab)
+        for ssid, ntp, stateful in ((30, False, False), (31, True, True), (32, False, False)):
+            records, summary, _ = run_sender(lab.ns("A"), *sender_args(ssid, *(["--format", "ntp"] if ntp else [])))
+            check_records(records, summary, ssid, ntp, srh=True, first_reflector_seq=0 if stateful else None,
+                          lab=lab)
+        after = sid_packets(lab)
+        assert after[SID_FWD] - before[SID_FWD] == 3 * N and after[SID_RET] - before[SID_RET] == 3 * N
+        stats = json.loads(xdp("stats", "--pin-dir", pin, "--json").stdout)
+        assert stats["reflected"] == 2 * N
+        assert stats["pass_unknown_session"] == N
+        c = user.stop()
+        assert c["received"] == c["reflected"] == N
+    finally:
+        if user:
+            user.kill()
+        subprocess.run([str(XDP_REFLECTOR), "detach", "--netns", lab.ns("B"), "--dev", "b0", "--pin-dir", pin],
+                       capture_output=True)
+
+
+@pytest.fixture(scope="module")
+def kafka_bootstrap():
+    """The collectors tests' own Kafka (port base 29000, run dir .run/co-stack), shared by lease:
+    one broker for every test session that needs an isolated one."""
+    from services.stack import Stack
+
+    stack = Stack(run_dir=REPO / ".run" / "co-stack", port_base=29000)
+    with stack.shared(only=["kafka"]):
+        yield stack.kafka_bootstrap
+
+
+def consume(bootstrap: str, topic: str, until, timeout: float = 30.0) -> list:
+    import uuid
+
+    from confluent_kafka import Consumer
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"us-test-{uuid.uuid4().hex[:8]}",
+                  "auto.offset.reset": "earliest", "enable.auto.commit": False})
+    c.subscribe([topic])
+    msgs, deadline = [], time.monotonic() + timeout
+    try:
+        while time.monotonic() < deadline and not until(msgs):
+            for m in c.consume(num_messages=1000, timeout=0.5):
+                if m.error() is None:
+                    msgs.append(m)
+    finally:
+        c.close()
+    return msgs
+
+
+def test_kafka_outputs(lab, kafka_bootstrap):
+    """Sender records as stamp_batch (key <node>/<ssid>) and reflector counter lines, on fresh topics."""
+    import uuid
+
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    from segscope_schemas.stamp_record import decode_batch
+    tag = uuid.uuid4().hex[:8]
+    records_topic, metrics_topic = f"us-records-{tag}", f"us-metrics-{tag}"
+    admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
+    for f in admin.create_topics([NewTopic(records_topic, 1, 1), NewTopic(metrics_topic, 1, 1)]).values():
+        f.result(15)
+    refl = ReflectorProc(lab.ns("B"), "--add-session", f"--ssid 6 --return-sids {SID_RET}",
+                         "--kafka", kafka_bootstrap, "--node", "usB", "--metrics-topic", metrics_topic,
+                         "--stats-interval", "0.5")
+    try:
+        records, summary, res = run_sender(lab.ns("A"), *sender_args(6, "--output", "kafka", "--kafka",
+                                                                     kafka_bootstrap, "--topic", records_topic,
+                                                                     "--node", "usA"))
+        assert res.returncode == 0, res.stderr
+        assert records == []                                  # records went to Kafka, not stdout
+        k = summary["kafka"]
+        assert summary["records"] == N and k["records_delivered"] == N and k["undelivered"] == 0
+        counters = refl.stop()
+    finally:
+        refl.kill()
+    msgs = consume(kafka_bootstrap, records_topic,
+                   lambda ms: sum(decode_batch(m.value())[0].record_count for m in ms) >= N)
+    assert len(msgs) == k["batches_delivered"]
+    seqs, batch_seqs = [], []
+    for m in msgs:
+        assert m.key() == b"usA/6"
+        hdr, recs = decode_batch(m.value())
+        assert hdr.node == "usA"
+        batch_seqs.append(hdr.batch_seq)
+        seqs += [int(s) for s in recs["sender_seq"]]
+        assert all(recs["ssid"] == 6) and all(recs["flags"] == STAMP_RECORD_F_SRH)
+        assert all(recs["t1_ns"] <= recs["t2_ns"]) and all(recs["t3_ns"] <= recs["t4_ns"])
+    assert seqs == list(range(N)) and batch_seqs == list(range(len(msgs)))
+
+    lines = [m.value().decode() for m in consume(kafka_bootstrap, metrics_topic,
+                                                 lambda ms: any(b"reflected=20i" in m.value() for m in ms))]
+    last = lines[-1]
+    assert last.startswith("segscope_datapath,node=usB,program=ustamp_reflector ")
+    fields = dict(kv.split("=") for kv in last.split(" ")[1].split(","))
+    assert fields["received"] == fields["reflected"] == f"{counters['reflected']}i" == f"{N}i"
