@@ -1,0 +1,15 @@
+# schemas/mk/auth.mk: issue 4 STAMP base wire formats (timestamps, Error
+# Estimate, authenticated packets, HMAC). Included by schemas/Makefile.
+#   make -C schemas test-stamp-base     build and run build/schemas/test_stamp_base
+STAMP_BASE_HEADERS := c/stamp_timestamp.h c/stamp_error_estimate.h c/stamp_auth_packet.h \
+                      c/stamp_hmac.h c/stamp_test_packet.h tests/mini_json.h
+
+.PHONY: test-stamp-base
+all: $(OUT)/test_stamp_base
+test: test-stamp-base
+
+$(OUT)/test_stamp_base: tests/test_stamp_base.c $(STAMP_BASE_HEADERS) | $(OUT)
+	$(CC) $(CFLAGS) -o $@ $<
+
+test-stamp-base: $(OUT)/test_stamp_base
+	$(OUT)/test_stamp_base vectors
