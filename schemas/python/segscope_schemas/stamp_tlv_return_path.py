@@ -1,0 +1,120 @@
+"""Return Path TLV, Type 10 (RFC 9503 §4). Mirror of schemas/c/stamp_tlv_return_path.h.
+
+Value: Return Path sub-TLVs (same header as a TLV), types from the RFC 9503 §4.1 figures:
+  1 Return Path Control Code (Length 4): Control Code Flags (32);
+      0x1 No Reply Requested, 0x2 Reply Requested on the Same Link.
+  2 Return Address: Address Family (16) | Reserved (16) | Address (4 or 16).
+  3 SR-MPLS Label Stack: n x 32-bit label stack entries.
+  4 SRv6 Segment List: n x 128-bit SIDs, Segment(1) first, Segment(n) last (bottom of stack).
+The TLV carries one Return Path sub-TLV (Control Code, Return Address, or a segment list).
+Note: these sub-TLV numbers overlap RFC 8972's Location sub-TLV numbers in IANA's "STAMP Sub-TLV
+Types" registry (1-9 = Location); they are scoped by the parent TLV, and we follow RFC 9503's figures.
+"""
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass, field
+from typing import Optional
+
+from .stamp_tlv import (E_LENGTH, E_VALUE, TLV, MalformedTLV, TYPE_RETURN_PATH as TYPE, encode_tlv, iter_sub_tlvs, iter_tlvs,
+                        split_tlv)
+
+SUB_CONTROL_CODE = 1
+SUB_RETURN_ADDRESS = 2
+SUB_SR_MPLS_LABELS = 3
+SUB_SRV6_SEGMENTS = 4
+CC_NO_REPLY = 0x1
+CC_REPLY_SAME_LINK = 0x2
+AF_IPV4 = 1
+AF_IPV6 = 2
+_ADDR_LEN = {AF_IPV4: 4, AF_IPV6: 16}
+
+
+@dataclass
+class ReturnPath:
+    sub_tlvs: list[TLV] = field(default_factory=list)
+    flags: int = 0
+
+    # typed views of the sub-TLVs
+    @property
+    def control_code(self) -> Optional[int]:
+        for s in self.sub_tlvs:
+            if s.type == SUB_CONTROL_CODE:
+                return struct.unpack("!I", s.value)[0]
+        return None
+
+    @property
+    def return_address(self) -> Optional[tuple[int, bytes]]:
+        for s in self.sub_tlvs:
+            if s.type == SUB_RETURN_ADDRESS:
+                return struct.unpack_from("!H", s.value)[0], s.value[4:]
+        return None
+
+    @property
+    def segments(self) -> list[bytes]:
+        for s in self.sub_tlvs:
+            if s.type == SUB_SRV6_SEGMENTS:
+                return [s.value[i:i + 16] for i in range(0, len(s.value), 16)]
+        return []
+
+    @property
+    def labels(self) -> list[int]:
+        for s in self.sub_tlvs:
+            if s.type == SUB_SR_MPLS_LABELS:
+                return list(struct.unpack(f"!{len(s.value) // 4}I", s.value))
+        return []
+
+    def encode(self) -> bytes:
+        return encode_tlv(TYPE, b"".join(s.encode() for s in self.sub_tlvs), self.flags)
+
+    @classmethod
+    def decode(cls, buf: bytes) -> "ReturnPath":
+        flags, value = split_tlv(buf, TYPE)
+        check_value(value)
+        return cls(list(iter_tlvs(value, 0)), flags)
+
+
+def control_code(cc_flags: int, flags: int = 0) -> TLV:
+    return TLV(flags, SUB_CONTROL_CODE, struct.pack("!I", cc_flags))
+
+
+def return_address(family: int, address: bytes, flags: int = 0) -> TLV:
+    return TLV(flags, SUB_RETURN_ADDRESS, struct.pack("!HH", family, 0) + address)
+
+
+def srv6_segments(sids: list[bytes], flags: int = 0) -> TLV:
+    if not sids or any(len(s) != 16 for s in sids):
+        raise ValueError("an SRv6 Segment List holds one or more 16-byte SIDs")
+    return TLV(flags, SUB_SRV6_SEGMENTS, b"".join(sids))
+
+
+def check_value(value: bytes) -> None:
+    n = 0
+    for s in iter_sub_tlvs(value, 0):
+        n += 1
+        if s.type == SUB_CONTROL_CODE and s.length != 4:
+            raise MalformedTLV(E_LENGTH, f"Control Code Length {s.length}, expected 4")
+        if s.type == SUB_RETURN_ADDRESS:
+            if s.length < 4:
+                raise MalformedTLV(E_LENGTH, f"Return Address Length {s.length} < 4")
+            fam = struct.unpack_from("!H", s.value)[0]
+            if fam not in _ADDR_LEN:
+                raise MalformedTLV(E_VALUE, f"Return Address family {fam} is neither 1 nor 2")
+            if s.length != 4 + _ADDR_LEN[fam]:
+                raise MalformedTLV(E_LENGTH, f"Return Address Length {s.length} for family {fam}")
+        if s.type == SUB_SR_MPLS_LABELS and (s.length == 0 or s.length % 4):
+            raise MalformedTLV(E_LENGTH, f"SR-MPLS Label Stack Length {s.length} is not a multiple of 4")
+        if s.type == SUB_SRV6_SEGMENTS and (s.length == 0 or s.length % 16):
+            raise MalformedTLV(E_LENGTH, f"SRv6 Segment List Length {s.length} is not a multiple of 16")
+        if s.type not in (SUB_CONTROL_CODE, SUB_RETURN_ADDRESS, SUB_SR_MPLS_LABELS, SUB_SRV6_SEGMENTS):
+            raise MalformedTLV(E_VALUE, f"unknown Return Path sub-TLV type {s.type}")
+    if n == 0:
+        raise MalformedTLV(E_LENGTH, "Return Path TLV without a sub-TLV")
+
+
+def value_ok(value: bytes) -> bool:
+    try:
+        check_value(value)
+        return True
+    except MalformedTLV:
+        return False

@@ -1,0 +1,414 @@
+// SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
+/*
+ * Decodes every STAMP TLV vector (schemas/vectors/stamp_tlv*.json) with the
+ * C headers, checks every expected field, re-encodes valid ones and compares
+ * with the vector bytes, runs the reflector-rule vectors through
+ * stamp_tlv_reflect. Prints "N passed, M failed"; exit 1 on any failure.
+ * Usage: test_tlv_codecs <vectors dir>
+ */
+#include <ctype.h>
+#include <dirent.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "stamp_tlvs.h"
+
+/* ---- a small JSON reader (objects, arrays, strings, integers, true/false/null) ---- */
+enum jt { J_NULL, J_BOOL, J_INT, J_STR, J_ARR, J_OBJ };
+struct jv {
+	enum jt t;
+	long long i;
+	char *s;
+	struct jv *items;   /* array elements or object values */
+	char **keys;        /* object keys */
+	int n;
+};
+
+static const char *jp;
+static int jerr;
+
+static void jws(void) { while (*jp && isspace((unsigned char)*jp)) jp++; }
+
+static int jparse(struct jv *v);
+
+static char *jstring(void)
+{
+	const char *start = ++jp;
+	char *s;
+
+	while (*jp && *jp != '"') {
+		if (*jp == '\\')   /* vectors use no escapes beyond \" and \\ */
+			jp++;
+		jp++;
+	}
+	if (!*jp) { jerr = 1; return NULL; }
+	s = strndup(start, jp - start);
+	jp++;
+	return s;
+}
+
+static int jparse(struct jv *v)
+{
+	memset(v, 0, sizeof(*v));
+	jws();
+	if (*jp == '{' || *jp == '[') {
+		int obj = *jp == '{';
+		jp++;
+		v->t = obj ? J_OBJ : J_ARR;
+		jws();
+		if (*jp == (obj ? '}' : ']')) { jp++; return 0; }
+		for (;;) {
+			v->items = realloc(v->items, sizeof(*v->items) * (v->n + 1));
+			if (obj) {
+				v->keys = realloc(v->keys, sizeof(*v->keys) * (v->n + 1));
+				jws();
+				if (*jp != '"') return jerr = 1;
+				v->keys[v->n] = jstring();
+				jws();
+				if (*jp++ != ':') return jerr = 1;
+			}
+			if (jparse(&v->items[v->n++])) return 1;
+			jws();
+			if (*jp == ',') { jp++; continue; }
+			if (*jp == (obj ? '}' : ']')) { jp++; return 0; }
+			return jerr = 1;
+		}
+	}
+	if (*jp == '"') { v->t = J_STR; v->s = jstring(); return jerr; }
+	if (!strncmp(jp, "true", 4)) { v->t = J_BOOL; v->i = 1; jp += 4; return 0; }
+	if (!strncmp(jp, "false", 5)) { v->t = J_BOOL; jp += 5; return 0; }
+	if (!strncmp(jp, "null", 4)) { v->t = J_NULL; jp += 4; return 0; }
+	if (*jp == '-' || isdigit((unsigned char)*jp)) {
+		char *end;
+		v->t = J_INT;
+		v->i = strtoll(jp, &end, 10);
+		jp = end;
+		return 0;
+	}
+	return jerr = 1;
+}
+
+static const struct jv *jget(const struct jv *o, const char *key)
+{
+	for (int k = 0; o && o->t == J_OBJ && k < o->n; k++)
+		if (!strcmp(o->keys[k], key))
+			return &o->items[k];
+	return NULL;
+}
+
+static long long jint(const struct jv *o, const char *key, long long dflt)
+{
+	const struct jv *v = jget(o, key);
+	return v && (v->t == J_INT || v->t == J_BOOL) ? v->i : dflt;
+}
+
+static const char *jstr(const struct jv *o, const char *key)
+{
+	const struct jv *v = jget(o, key);
+	return v && v->t == J_STR ? v->s : NULL;
+}
+
+/* hex with optional spaces -> bytes; returns length or -1 */
+static int unhex(const char *s, __u8 *out, int cap)
+{
+	int n = 0, hi = -1;
+
+	for (; s && *s; s++) {
+		int d;
+		if (isspace((unsigned char)*s)) continue;
+		if (!isxdigit((unsigned char)*s)) return -1;
+		d = isdigit((unsigned char)*s) ? *s - '0' : (tolower((unsigned char)*s) - 'a' + 10);
+		if (hi < 0) { hi = d; continue; }
+		if (n >= cap) return -1;
+		out[n++] = (__u8)(hi << 4 | d);
+		hi = -1;
+	}
+	return hi < 0 ? n : -1;
+}
+
+/* ---- checks ---- */
+static int passed, failed;
+static char why[512];
+static int bad;
+
+static void miss(const char *fmt, ...)
+{
+	va_list ap;
+	if (bad) return;   /* keep the first reason */
+	bad = 1;
+	va_start(ap, fmt);
+	vsnprintf(why, sizeof(why), fmt, ap);
+	va_end(ap);
+}
+
+static void want_int(const struct jv *f, const char *key, long long got)
+{
+	const struct jv *v = jget(f, key);
+	if (!v) { miss("vector lacks field %s", key); return; }
+	if (v->i != got) miss("%s = %lld, expected %lld", key, got, v->i);
+}
+
+static void want_bytes(const struct jv *f, const char *key, const __u8 *got, int len)
+{
+	__u8 exp[4096];
+	int n = unhex(jstr(f, key), exp, sizeof(exp));
+	if (n < 0) { miss("vector field %s is not hex", key); return; }
+	if (n != len || memcmp(exp, got, len)) miss("%s differs (%d vs %d bytes)", key, len, n);
+}
+
+/* sub_tlvs: [{flags,type,value}] against a raw sub-TLV area */
+static void want_subs(const struct jv *f, const __u8 *area, size_t len)
+{
+	const struct jv *arr = jget(f, "sub_tlvs");
+	struct stamp_tlv_view s;
+	size_t off = 0;
+	int k = 0;
+
+	if (!arr || arr->t != J_ARR) { miss("vector lacks sub_tlvs"); return; }
+	while (stamp_tlv_next(area, len, &off, &s) == 1) {
+		if (k >= arr->n) { miss("more sub-TLVs than expected"); return; }
+		want_int(&arr->items[k], "flags", s.flags);
+		want_int(&arr->items[k], "type", s.type);
+		want_bytes(&arr->items[k], "value", s.value, s.length);
+		k++;
+	}
+	if (k != arr->n) miss("%d sub-TLVs, expected %d", k, arr->n);
+}
+
+static void want_list_bytes(const struct jv *f, const char *key, const __u8 *p, unsigned n, int item)
+{
+	const struct jv *arr = jget(f, key);
+	__u8 exp[64];
+	if (!arr || arr->t != J_ARR) { miss("vector lacks %s", key); return; }
+	if ((unsigned)arr->n != n) { miss("%s: %u items, expected %d", key, n, arr->n); return; }
+	for (unsigned k = 0; k < n; k++)
+		if (unhex(arr->items[k].s, exp, sizeof(exp)) != item || memcmp(exp, p + k * item, item))
+			miss("%s[%u] differs", key, k);
+}
+
+/* Decode buf with the element's decoder; fill out with the re-encoded bytes. */
+static int codec(const char *el, const __u8 *buf, int len, const struct jv *f, __u8 *out, int cap)
+{
+	int rc;
+#define DECODE(name, T) T v; rc = stamp_tlv_##name##_decode(buf, len, &v); if (rc) return rc; \
+	if (f) { want_int(f, "flags", v.flags);
+#define ENCODE(name) } return stamp_tlv_##name##_encode(out, cap, &v);
+
+	if (!strcmp(el, "stamp_tlv_extra_padding")) {
+		DECODE(extra_padding, struct stamp_tlv_extra_padding)
+		want_int(f, "length", v.length); want_bytes(f, "padding", v.padding, v.length);
+		ENCODE(extra_padding)
+	} else if (!strcmp(el, "stamp_tlv_location")) {
+		DECODE(location, struct stamp_tlv_location)
+		want_int(f, "dst_port", v.dst_port); want_int(f, "src_port", v.src_port);
+		want_subs(f, v.sub_tlvs, v.sub_len);
+		ENCODE(location)
+	} else if (!strcmp(el, "stamp_tlv_timestamp_info")) {
+		DECODE(timestamp_info, struct stamp_tlv_timestamp_info)
+		want_int(f, "sync_src_in", v.sync_src_in); want_int(f, "ts_in", v.ts_in);
+		want_int(f, "sync_src_out", v.sync_src_out); want_int(f, "ts_out", v.ts_out);
+		want_subs(f, v.sub_tlvs, v.sub_len);
+		ENCODE(timestamp_info)
+	} else if (!strcmp(el, "stamp_tlv_class_of_service")) {
+		DECODE(class_of_service, struct stamp_tlv_class_of_service)
+		want_int(f, "dscp1", v.dscp1); want_int(f, "dscp2", v.dscp2);
+		want_int(f, "ecn", v.ecn); want_int(f, "rp", v.rp);
+		ENCODE(class_of_service)
+	} else if (!strcmp(el, "stamp_tlv_direct_measurement")) {
+		DECODE(direct_measurement, struct stamp_tlv_direct_measurement)
+		want_int(f, "s_tx", v.s_tx); want_int(f, "r_rx", v.r_rx); want_int(f, "r_tx", v.r_tx);
+		ENCODE(direct_measurement)
+	} else if (!strcmp(el, "stamp_tlv_access_report")) {
+		DECODE(access_report, struct stamp_tlv_access_report)
+		want_int(f, "id", v.id); want_int(f, "return_code", v.return_code);
+		ENCODE(access_report)
+	} else if (!strcmp(el, "stamp_tlv_follow_up_telemetry")) {
+		DECODE(follow_up_telemetry, struct stamp_tlv_follow_up_telemetry)
+		want_int(f, "seq", v.seq); want_int(f, "ts_sec", v.ts_sec);
+		want_int(f, "ts_frac", v.ts_frac); want_int(f, "ts_method", v.ts_method);
+		ENCODE(follow_up_telemetry)
+	} else if (!strcmp(el, "stamp_tlv_hmac")) {
+		DECODE(hmac, struct stamp_tlv_hmac)
+		want_bytes(f, "hmac", v.hmac, STAMP_TLV_HMAC_LEN);
+		ENCODE(hmac)
+	} else if (!strcmp(el, "stamp_tlv_dest_node_addr")) {
+		DECODE(dest_node_addr, struct stamp_tlv_dest_node_addr)
+		want_int(f, "family", v.family);
+		want_bytes(f, "address", v.address, stamp_af_addr_len(v.family));
+		ENCODE(dest_node_addr)
+	} else if (!strcmp(el, "stamp_tlv_return_path")) {
+		DECODE(return_path, struct stamp_tlv_return_path)
+		want_int(f, "control_code", v.has_control_code ? (long long)v.control_code : -1);
+		want_int(f, "return_family", v.ret_family);
+		want_bytes(f, "return_address", v.ret_address, v.ret_family ? stamp_af_addr_len(v.ret_family) : 0);
+		want_list_bytes(f, "segments", v.segments, v.n_segments, 16);
+		{
+			const struct jv *labels = jget(f, "labels");
+			if (!labels || labels->t != J_ARR || (unsigned)labels->n != v.n_labels)
+				miss("labels count %u differs", v.n_labels);
+			else
+				for (unsigned k = 0; k < v.n_labels; k++)
+					if ((long long)stamp_get_be32(v.labels + 4 * k) != labels->items[k].i)
+						miss("labels[%u] differs", k);
+		}
+		want_int(f, "sub_count", stamp_tlv_count(v.sub_tlvs, v.sub_len, 0));
+		ENCODE(return_path)
+	}
+	return -100;
+#undef DECODE
+#undef ENCODE
+}
+
+static void one_codec_vector(const char *el, const struct jv *vec)
+{
+	__u8 buf[4096], out[4096];
+	int len = unhex(jstr(vec, "hex"), buf, sizeof(buf));
+	int valid = (int)jint(vec, "valid", -1);
+	const struct jv *f = jget(vec, "fields");
+	int rc;
+
+	if (len < 0) { miss("hex does not parse"); return; }
+	rc = codec(el, buf, len, valid ? f : NULL, out, sizeof(out));
+	if (rc == -100) { miss("no decoder for %s", el); return; }
+	if (valid) {
+		if (rc < 0) { miss("decode failed: %s", stamp_tlv_strerror(rc)); return; }
+		if (rc != len || memcmp(out, buf, len)) miss("re-encoded bytes differ (%d vs %d)", rc, len);
+	} else {
+		const char *exp = jstr(vec, "error");
+		if (rc >= 0) { miss("decoded, expected error %s", exp); return; }
+		if (!exp || strcmp(exp, stamp_tlv_strerror(rc))) miss("error %s, expected %s", stamp_tlv_strerror(rc), exp);
+	}
+}
+
+static void one_area_vector(const struct jv *vec)
+{
+	__u8 buf[4096];
+	int len = unhex(jstr(vec, "hex"), buf, sizeof(buf));
+	const struct jv *tl = jget(vec, "tlvs");
+	const char *err = jstr(vec, "error");
+	struct stamp_tlv_view t;
+	size_t off = 0;
+	int k = 0, rc;
+
+	while ((rc = stamp_tlv_next(buf, len, &off, &t)) == 1) {
+		if (tl && k < tl->n && tl->items[k].n == 3) {
+			const struct jv *e = tl->items[k].items;
+			if (e[0].i != t.flags || e[1].i != t.type || e[2].i != t.length)
+				miss("TLV %d is (%u,%u,%u)", k, t.flags, t.type, t.length);
+		}
+		k++;
+	}
+	if (err) {
+		if (rc == 0 || strcmp(err, stamp_tlv_strerror(rc)))
+			miss("area ended with %s, expected %s", stamp_tlv_strerror(rc), err);
+	} else {
+		if (rc != 0) miss("area error %s", stamp_tlv_strerror(rc));
+		if (!tl || k != tl->n) miss("%d TLVs, expected %d", k, tl ? tl->n : -1);
+	}
+}
+
+struct verify_ctx { const struct jv *vec; int called; };
+
+static int verify_cb(void *p, const __u8 *seq4, const __u8 *tlvs, size_t tlvs_len, const __u8 hmac[16])
+{
+	struct verify_ctx *c = p;
+	__u8 exp[4096], got[4096];
+	int n = unhex(jstr(c->vec, "hmac_text"), exp, sizeof(exp));
+
+	(void)hmac;
+	c->called++;
+	memcpy(got, seq4, 4);
+	memcpy(got + 4, tlvs, tlvs_len);
+	if (n != (int)tlvs_len + 4 || memcmp(exp, got, n))
+		miss("HMAC text given to verify differs from hmac_text");
+	return (int)jint(c->vec, "hmac_ok", 0);
+}
+
+static void one_reflect_vector(const struct jv *vec)
+{
+	__u8 pkt[4096], exp[4096];
+	int base = (int)jint(vec, "base_len", 44);
+	int n = unhex(jstr(vec, "hex"), pkt + base, sizeof(pkt) - base);
+	int m = unhex(jstr(vec, "out"), exp, sizeof(exp));
+	struct verify_ctx ctx = { vec, 0 };
+	struct stamp_tlv_reflect_result r;
+	const char *err = jstr(vec, "error");
+
+	memset(pkt, 0, base);
+	pkt[3] = 1;   /* Sequence Number 1 */
+	stamp_tlv_reflect(pkt, base + n, base, stamp_tlvs_value_check,
+			  jget(vec, "hmac_ok") ? verify_cb : NULL, &ctx, &r);
+	if (m != n || memcmp(pkt + base, exp, n)) miss("reflected TLV area differs");
+	if (r.tlvs != jint(vec, "tlvs", -1)) miss("tlvs %d", r.tlvs);
+	if (r.unknown != jint(vec, "unknown", -1)) miss("unknown %d", r.unknown);
+	if (r.malformed_at != jint(vec, "malformed_at", -2)) miss("malformed_at %ld", r.malformed_at);
+	if (r.integrity_failed != jint(vec, "integrity_failed", -1)) miss("integrity_failed %d", r.integrity_failed);
+	if (!err || strcmp(err, stamp_tlv_strerror(r.error))) miss("error %s", stamp_tlv_strerror(r.error));
+	if (jstr(vec, "hmac_text") && ctx.called != 1) miss("verify called %d times", ctx.called);
+}
+
+static void run_file(const char *path)
+{
+	FILE *fp = fopen(path, "r");
+	static char text[1 << 20];
+	size_t n;
+	struct jv doc;
+	const char *el;
+	const struct jv *vecs;
+
+	if (!fp) { printf("FAIL %s: cannot open\n", path); failed++; return; }
+	n = fread(text, 1, sizeof(text) - 1, fp);
+	fclose(fp);
+	text[n] = 0;
+	jp = text;
+	jerr = 0;
+	if (jparse(&doc) || jerr || !(el = jstr(&doc, "element")) || !(vecs = jget(&doc, "vectors"))) {
+		printf("FAIL %s: not a vector file\n", path);
+		failed++;
+		return;
+	}
+	for (int k = 0; k < vecs->n; k++) {
+		const struct jv *vec = &vecs->items[k];
+		const char *kind = jstr(vec, "kind");
+
+		bad = 0;
+		if (kind && !strcmp(kind, "area"))
+			one_area_vector(vec);
+		else if (kind && !strcmp(kind, "reflect"))
+			one_reflect_vector(vec);
+		else
+			one_codec_vector(el, vec);
+		if (bad) {
+			failed++;
+			printf("FAIL %s %s: %s\n", el, jstr(vec, "name"), why);
+		} else {
+			passed++;
+			printf("ok   %s %s\n", el, jstr(vec, "name"));
+		}
+	}
+}
+
+int main(int argc, char **argv)
+{
+	const char *dir = argc > 1 ? argv[1] : "vectors";
+	struct dirent **names;
+	int n = scandir(dir, &names, NULL, alphasort);
+	char path[4096];
+
+	if (n < 0) { perror(dir); return 2; }
+	for (int k = 0; k < n; k++) {
+		const char *nm = names[k]->d_name;
+		size_t l = strlen(nm);
+		if (!strncmp(nm, "stamp_tlv", 9) && l > 5 && !strcmp(nm + l - 5, ".json")) {
+			snprintf(path, sizeof(path), "%s/%s", dir, nm);
+			run_file(path);
+		}
+		free(names[k]);
+	}
+	free(names);
+	printf("%d passed, %d failed\n", passed, failed);
+	return failed || !passed;
+}
