@@ -91,6 +91,18 @@ static int jparse(struct jv *v)
 	return jerr = 1;
 }
 
+static void jfree(struct jv *v)
+{
+	for (int k = 0; k < v->n; k++) {
+		jfree(&v->items[k]);
+		if (v->keys)
+			free(v->keys[k]);
+	}
+	free(v->items);
+	free(v->keys);
+	free(v->s);
+}
+
 static const struct jv *jget(const struct jv *o, const char *key)
 {
 	for (int k = 0; o && o->t == J_OBJ && k < o->n; k++)
@@ -368,6 +380,7 @@ static void run_file(const char *path)
 	if (jparse(&doc) || jerr || !(el = jstr(&doc, "element")) || !(vecs = jget(&doc, "vectors"))) {
 		printf("FAIL %s: not a vector file\n", path);
 		failed++;
+		jfree(&doc);
 		return;
 	}
 	for (int k = 0; k < vecs->n; k++) {
@@ -389,6 +402,7 @@ static void run_file(const char *path)
 			printf("ok   %s %s\n", el, jstr(vec, "name"));
 		}
 	}
+	jfree(&doc);
 }
 
 int main(int argc, char **argv)
