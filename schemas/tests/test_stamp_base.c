@@ -9,6 +9,8 @@
  *
  * usage: test_stamp_base [VECTOR_DIR]     (default schemas/vectors)
  * Last line: "N passed, M failed"; exit 1 if anything failed.
+ *        test_stamp_base --hmac         reads "KEYHEX DATAHEX" lines on stdin and prints
+ *                                       the full HMAC-SHA-256 of each (cross-check with hashlib)
  */
 #include <arpa/inet.h>
 #include <inttypes.h>
@@ -437,9 +439,35 @@ static void test_sha256_edges(void)
 	CHECK(!memcmp(got, want, 32), "SHA-256 of the FIPS 180-2 two-block message");
 }
 
+/* --hmac: one "KEYHEX DATAHEX" per line ('-' for empty) -> HMAC-SHA-256 hex per line */
+static int hmac_filter(void)
+{
+	static char line[8192], khex[4096], dhex[4096];
+	static uint8_t key[2048], data[2048];
+
+	while (fgets(line, sizeof(line), stdin)) {
+		uint8_t out[32];
+		size_t kl, dl;
+		int i;
+
+		if (sscanf(line, "%4095s %4095s", khex, dhex) != 2)
+			return 2;
+		kl = strcmp(khex, "-") ? mj_hex(khex, key, sizeof(key)) : 0;
+		dl = strcmp(dhex, "-") ? mj_hex(dhex, data, sizeof(data)) : 0;
+		stamp_hmac_sha256(key, kl, data, dl, out);
+		for (i = 0; i < 32; i++)
+			printf("%02x", out[i]);
+		printf("\n");
+	}
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	const char *dir = argc > 1 ? argv[1] : "schemas/vectors";
+
+	if (argc > 1 && !strcmp(argv[1], "--hmac"))
+		return hmac_filter();
 
 	test_timestamp_vectors(dir);
 	test_timestamp_bounds();
