@@ -28,12 +28,12 @@ struct {
 	__type(value, __u64);
 } stamp_reflector_stats SEC(".maps");
 
-/* IPv6 addresses this reflector answers for (value unused). */
+/* IPv6 addresses this reflector answers for (one entry, see reflector_address_set). */
 struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, REFLECTOR_MAX_ADDRESSES);
-	__type(key, struct in6_addr);
-	__type(value, __u8);
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct reflector_address_set);
 } reflector_addresses SEC(".maps");
 
 struct {
@@ -99,6 +99,30 @@ static __always_inline void copy16(void *dst, const void *src)
 	d[1] = s[1];
 	d[2] = s[2];
 	d[3] = s[3];
+}
+
+/* Is dst (in the packet) one of reflector_addresses? */
+static __always_inline bool is_local_address(const struct in6_addr *dst)
+{
+	const __u32 *d = (const void *)dst;
+	__u32 d0 = d[0], d1 = d[1], d2 = d[2], d3 = d[3];
+	struct reflector_address_set *set;
+	__u32 zero = 0, n;
+
+	set = bpf_map_lookup_elem(&reflector_addresses, &zero);
+	if (!set)
+		return false;
+	n = set->n;
+#pragma clang loop unroll(disable)
+	for (__u32 i = 0; i < REFLECTOR_MAX_ADDRESSES; i++) {
+		const __u32 *a = (const void *)set->addrs[i];
+
+		if (i >= n)
+			break;
+		if (!((a[0] ^ d0) | (a[1] ^ d1) | (a[2] ^ d2) | (a[3] ^ d3)))
+			return true;
+	}
+	return false;
 }
 
 static __always_inline struct reflector_session *
@@ -332,7 +356,7 @@ int stamp_reflector(struct xdp_md *ctx)
 
 	if (!parse_ipv6(ctx, &v))
 		return count(REFL_PASS_NOT_IPV6, XDP_PASS);
-	if (!bpf_map_lookup_elem(&reflector_addresses, &v.ip6->daddr))
+	if (!is_local_address(&v.ip6->daddr))
 		return count(REFL_PASS_NOT_LOCAL_ADDR, XDP_PASS);
 	/* T2: as early as possible for traffic to us; other traffic does not pay
 	 * for the clock read (~45 ns here) */

@@ -251,11 +251,26 @@ static int cmd_detach(struct args *a)
 	return detach_and_unpin(a->netns, a->dev, a->pin_dir) ? EXIT_FAIL : EXIT_OK;
 }
 
+/* Index of addr in set->addrs[0..n), or -1. */
+static int find_address(const struct reflector_address_set *set, const uint8_t addr[16])
+{
+	for (uint32_t i = 0; i < set->n && i < REFLECTOR_MAX_ADDRESSES; i++)
+		if (!memcmp(set->addrs[i], addr, 16))
+			return i;
+	return -1;
+}
+
+/*
+ * Add (idempotent) or delete one address. The set is rewritten as a whole;
+ * a delete moves the last address into the freed slot so addrs[0..n) stays
+ * compact for the program's scan.
+ */
 static int cmd_address(struct args *a, bool add)
 {
+	struct reflector_address_set set;
 	uint8_t addr[16];
-	uint8_t one = 1;
-	int fd, err;
+	uint32_t zero = 0;
+	int fd, err, idx;
 
 	if (!require(a->pin_dir, "--pin-dir") || !require(a->positional, "ADDR"))
 		return EXIT_USAGE;
@@ -264,10 +279,38 @@ static int cmd_address(struct args *a, bool add)
 	fd = open_pinned(a->pin_dir, "reflector_addresses");
 	if (fd < 0)
 		return EXIT_FAIL;
-	err = add ? bpf_map_update_elem(fd, addr, &one, BPF_ANY) : bpf_map_delete_elem(fd, addr);
+	err = bpf_map_lookup_elem(fd, &zero, &set);
+	if (err) {
+		die_msg("read of reflector_addresses failed: %s", strerror(errno));
+		goto out;
+	}
+	if (set.n > REFLECTOR_MAX_ADDRESSES)
+		set.n = REFLECTOR_MAX_ADDRESSES;
+	idx = find_address(&set, addr);
+	if (add && idx >= 0)
+		goto out;   /* already there */
+	if (add && set.n == REFLECTOR_MAX_ADDRESSES) {
+		die_msg("ADDR: cannot add %s, the reflector already has %d addresses", a->positional,
+			REFLECTOR_MAX_ADDRESSES);
+		err = -1;
+		goto out;
+	}
+	if (!add && idx < 0) {
+		die_msg("ADDR: %s is not a reflector address", a->positional);
+		err = -1;
+		goto out;
+	}
+	if (add) {
+		memcpy(set.addrs[set.n++], addr, 16);
+	} else {
+		memcpy(set.addrs[idx], set.addrs[set.n - 1], 16);
+		memset(set.addrs[--set.n], 0, 16);
+	}
+	err = bpf_map_update_elem(fd, &zero, &set, BPF_ANY);
 	if (err)
-		die_msg("%s of address %s failed: %s", add ? "insert" : "delete", a->positional,
-			strerror(errno));
+		die_msg("update of reflector_addresses (%s %s) failed: %s", add ? "add" : "delete",
+			a->positional, strerror(errno));
+out:
 	close(fd);
 	return err ? EXIT_FAIL : EXIT_OK;
 }

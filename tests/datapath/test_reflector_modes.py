@@ -411,3 +411,30 @@ def test_bad_values_refused(reflector_and_collector, tool, args, flag):
     pin = att.refl_dir if tool == REFLECTOR else att.coll_dir
     p = run_tool(tool, args[0], "--pin-dir", str(pin), *args[1:], check=False)
     assert p.returncode == 2 and flag in p.stderr, (p.returncode, p.stderr)
+
+
+# ---- address set (array scanned by the program) -----------------------------------------
+
+def test_address_set_add_delete_and_limit(refl):
+    d = str(refl)
+    extra = ["fd00:d5::a1", "fd00:d5::a2", "fd00:d5::a3"]
+
+    def outcome(dst: str) -> dict:
+        frame = eth_ipv6(S, dst, 17, udp_datagram(S, dst, SENDER_PORT, 862, stamp_sender_payload(1, 30, tai_ns())))
+        return reflect(refl, frame)[1]
+
+    for a in extra + [extra[0]]:                                   # adding twice is a no-op
+        run_tool(REFLECTOR, "add-address", "--pin-dir", d, a)
+    assert all(outcome(a) == {"reflected": 1} for a in [R] + extra)
+    run_tool(REFLECTOR, "del-address", "--pin-dir", d, R)           # the first slot: the last moves in
+    assert outcome(R) == {"pass_not_local_addr": 1}
+    assert all(outcome(a) == {"reflected": 1} for a in extra)
+    p = run_tool(REFLECTOR, "del-address", "--pin-dir", d, R, check=False)
+    assert p.returncode == 1 and "ADDR" in p.stderr
+    for i in range(64 - len(extra)):
+        run_tool(REFLECTOR, "add-address", "--pin-dir", d, f"fd00:d5:1::{i + 1:x}")
+    assert outcome("fd00:d5:1::3d") == {"reflected": 1}              # the 64th address
+    p = run_tool(REFLECTOR, "add-address", "--pin-dir", d, "fd00:d5:2::1", check=False)
+    assert p.returncode == 1 and "ADDR" in p.stderr and "64" in p.stderr
+    p = run_tool(REFLECTOR, "add-address", "--pin-dir", d, "not-an-address", check=False)
+    assert p.returncode == 2 and "ADDR" in p.stderr
