@@ -23,6 +23,7 @@
 #define STAMP_TLV_FLAG_M        0x40  /* Malformed TLV (set by the reflector) */
 #define STAMP_TLV_FLAG_I        0x20  /* Integrity (HMAC) check failed (set by the reflector) */
 #define STAMP_TLV_FLAG_RESERVED 0x1f
+#define STAMP_TLV_SENDER_FLAGS  STAMP_TLV_FLAG_U  /* RFC 8972 §4: sender sends U = 1 */
 #define STAMP_TLV_HDR_LEN       4
 #define STAMP_TLV_BASE_UNAUTH   44    /* RFC 8762 §4.2.1 / §4.3.1 */
 #define STAMP_TLV_BASE_AUTH     112   /* RFC 8762 §4.2.2 / §4.3.2 */

@@ -1,9 +1,9 @@
 /* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
 /*
- * Destination Node Address TLV, Type 9 (RFC 9503 §3). Value: Address
- * Family (16: 1 IPv4, 2 IPv6) | Reserved (16) | Address (4 or 16);
- * Length 8 or 20. Reflector: when the address is not one of its own, it
- * sets U in the reflected TLV (our reading of RFC 9503 §3).
+ * Destination Node Address TLV, Type 9 (RFC 9503 §3). Value: the address of
+ * the intended Session-Reflector and nothing else; Length 4 = IPv4,
+ * 16 = IPv6. Reflector: U = 1 in the reflected TLV when it is not the node
+ * named here, U = 0 when it is.
  * Python: segscope_schemas/stamp_tlv_dest_node_addr.py.
  */
 #ifndef SEGSCOPE_STAMP_TLV_DEST_NODE_ADDR_H
@@ -11,8 +11,14 @@
 #include <string.h>
 #include "stamp_tlv.h"
 
-#define STAMP_AF_IPV4 1
+#define STAMP_AF_IPV4 1   /* IANA Address Family Numbers: names what the Length selects */
 #define STAMP_AF_IPV6 2
+
+/* Family selected by an address length, -1 if neither 4 nor 16. */
+static inline int stamp_af_of_len(__u16 len)
+{
+	return len == 4 ? STAMP_AF_IPV4 : len == 16 ? STAMP_AF_IPV6 : -1;
+}
 
 static inline int stamp_af_addr_len(__u16 family)
 {
@@ -21,25 +27,14 @@ static inline int stamp_af_addr_len(__u16 family)
 
 struct stamp_tlv_dest_node_addr {
 	__u8 flags;
-	__u16 family;
+	__u16 family;       /* STAMP_AF_IPV4 / STAMP_AF_IPV6 */
 	__u8 address[16];   /* first 4 bytes for IPv4 */
 };
 
-static inline int stamp_tlv_dest_node_addr_check(const __u8 *value, __u16 len)
-{
-	int alen;
-
-	if (len < 4)
-		return STAMP_TLV_ELENGTH;
-	alen = stamp_af_addr_len(stamp_get_be16(value));
-	if (alen < 0)
-		return STAMP_TLV_EVALUE;
-	return len == 4 + alen ? 0 : STAMP_TLV_ELENGTH;
-}
-
 static inline int stamp_tlv_dest_node_addr_value_ok(const __u8 *value, __u16 len)
 {
-	return stamp_tlv_dest_node_addr_check(value, len) == 0;
+	(void)value;
+	return stamp_af_of_len(len) > 0;
 }
 
 static inline int stamp_tlv_dest_node_addr_decode(const __u8 *buf, size_t len,
@@ -48,12 +43,14 @@ static inline int stamp_tlv_dest_node_addr_decode(const __u8 *buf, size_t len,
 	struct stamp_tlv_view t;
 	int rc = stamp_tlv_split(buf, len, STAMP_TLV_DEST_NODE_ADDR, &t);
 
-	if (rc || (rc = stamp_tlv_dest_node_addr_check(t.value, t.length)))
+	if (rc)
 		return rc;
+	if (stamp_af_of_len(t.length) < 0)
+		return STAMP_TLV_ELENGTH;
 	v->flags = t.flags;
-	v->family = stamp_get_be16(t.value);
+	v->family = (__u16)stamp_af_of_len(t.length);
 	memset(v->address, 0, sizeof(v->address));
-	memcpy(v->address, t.value + 4, t.length - 4);
+	memcpy(v->address, t.value, t.length);
 	return 0;
 }
 
@@ -64,13 +61,11 @@ static inline int stamp_tlv_dest_node_addr_encode(__u8 *out, size_t cap,
 
 	if (alen < 0)
 		return STAMP_TLV_EVALUE;
-	rc = stamp_tlv_put_header(out, cap, v->flags, STAMP_TLV_DEST_NODE_ADDR, 4 + (size_t)alen);
+	rc = stamp_tlv_put_header(out, cap, v->flags, STAMP_TLV_DEST_NODE_ADDR, (size_t)alen);
 	if (rc < 0)
 		return rc;
-	stamp_put_be16(out + 4, v->family);
-	stamp_put_be16(out + 6, 0);
-	memcpy(out + 8, v->address, alen);
-	return 8 + alen;
+	memcpy(out + 4, v->address, alen);
+	return 4 + alen;
 }
 
 /* Reflector: U set when the address is not ours, cleared when it is. */

@@ -5,9 +5,10 @@
  * the Location sub-TLV numbers in IANA "STAMP Sub-TLV Types"):
  *   1 Control Code (Length 4): flags 0x1 No Reply Requested,
  *     0x2 Reply Requested on the Same Link;
- *   2 Return Address: Address Family (16) | Reserved (16) | Address;
+ *   2 Return Address: the reply's destination (Length 4 IPv4, 16 IPv6);
  *   3 SR-MPLS Label Stack: n x 32-bit label stack entries;
  *   4 SRv6 Segment List: n x 128-bit SIDs, Segment(1) first.
+ * A sub-TLV type appears at most once (a second one: malformed).
  * Python: segscope_schemas/stamp_tlv_return_path.py.
  */
 #ifndef SEGSCOPE_STAMP_TLV_RETURN_PATH_H
@@ -30,7 +31,7 @@ struct stamp_tlv_return_path {
 	/* typed views, filled by decode */
 	int has_control_code;
 	__u32 control_code;
-	__u16 ret_family;            /* 0 when there is no Return Address */
+	__u16 ret_family;            /* STAMP_AF_*, 0 when there is no Return Address */
 	__u8 ret_address[16];
 	const __u8 *segments;        /* n_segments x 16 bytes, NULL if none */
 	unsigned int n_segments;
@@ -42,22 +43,22 @@ static inline int stamp_tlv_return_path_check(const __u8 *value, __u16 len)
 {
 	struct stamp_tlv_view s;
 	size_t off = 0;
-	int rc, n = 0, alen;
+	unsigned int seen = 0;
+	int rc;
 
 	while ((rc = stamp_tlv_next(value, len, &off, &s)) == 1) {
-		n++;
+		if (s.type >= STAMP_RP_SUB_CONTROL_CODE && s.type <= STAMP_RP_SUB_SRV6_SEGMENTS) {
+			if (seen & (1u << s.type))
+				return STAMP_TLV_EVALUE;
+			seen |= 1u << s.type;
+		}
 		switch (s.type) {
 		case STAMP_RP_SUB_CONTROL_CODE:
 			if (s.length != 4)
 				return STAMP_TLV_ELENGTH;
 			break;
 		case STAMP_RP_SUB_RETURN_ADDRESS:
-			if (s.length < 4)
-				return STAMP_TLV_ELENGTH;
-			alen = stamp_af_addr_len(stamp_get_be16(s.value));
-			if (alen < 0)
-				return STAMP_TLV_EVALUE;
-			if (s.length != 4 + alen)
+			if (stamp_af_of_len(s.length) < 0)
 				return STAMP_TLV_ELENGTH;
 			break;
 		case STAMP_RP_SUB_SR_MPLS_LABELS:
@@ -74,7 +75,7 @@ static inline int stamp_tlv_return_path_check(const __u8 *value, __u16 len)
 	}
 	if (rc < 0)
 		return STAMP_TLV_EVALUE;
-	return n ? 0 : STAMP_TLV_ELENGTH;
+	return seen ? 0 : STAMP_TLV_ELENGTH;
 }
 
 static inline int stamp_tlv_return_path_value_ok(const __u8 *value, __u16 len)
@@ -100,8 +101,8 @@ static inline int stamp_tlv_return_path_decode(const __u8 *buf, size_t len,
 			v->has_control_code = 1;
 			v->control_code = stamp_get_be32(s.value);
 		} else if (s.type == STAMP_RP_SUB_RETURN_ADDRESS && !v->ret_family) {
-			v->ret_family = stamp_get_be16(s.value);
-			memcpy(v->ret_address, s.value + 4, s.length - 4);
+			v->ret_family = (__u16)stamp_af_of_len(s.length);
+			memcpy(v->ret_address, s.value, s.length);
 		} else if (s.type == STAMP_RP_SUB_SRV6_SEGMENTS && !v->segments) {
 			v->segments = s.value;
 			v->n_segments = s.length / 16;
@@ -142,13 +143,11 @@ static inline int stamp_tlv_return_path_put_return_address(__u8 *out, size_t cap
 
 	if (alen < 0)
 		return STAMP_TLV_EVALUE;
-	rc = stamp_tlv_put_header(out, cap, 0, STAMP_RP_SUB_RETURN_ADDRESS, 4 + (size_t)alen);
+	rc = stamp_tlv_put_header(out, cap, 0, STAMP_RP_SUB_RETURN_ADDRESS, (size_t)alen);
 	if (rc < 0)
 		return rc;
-	stamp_put_be16(out + 4, family);
-	stamp_put_be16(out + 6, 0);
-	memcpy(out + 8, addr, alen);
-	return 8 + alen;
+	memcpy(out + 4, addr, alen);
+	return 4 + alen;
 }
 
 static inline int stamp_tlv_return_path_put_segments(__u8 *out, size_t cap, const __u8 *sids, unsigned int n)

@@ -83,7 +83,7 @@ def py_fields(element: str, obj) -> dict:
         ra = obj.return_address
         cc = obj.control_code
         return {"flags": obj.flags, "control_code": -1 if cc is None else cc,
-                "return_family": ra[0] if ra else 0, "return_address": ra[1].hex() if ra else "",
+                "return_family": dna.family_of(ra) if ra else 0, "return_address": ra.hex() if ra else "",
                 "segments": [s.hex() for s in obj.segments], "labels": obj.labels, "sub_count": len(obj.sub_tlvs)}
     return dict(vars(obj))
 
@@ -253,7 +253,7 @@ def _random_tlv(rng: random.Random):
     elif el == "stamp_tlv_location":
         subs = []
         for _ in range(r(0, 4)):
-            t = r(1, 10)
+            t = r(1, 10)  # every Location sub-TLV type
             subs.append(st.TLV(rng.choice([0, st.FLAG_U]), t, rb(loc.SUB_LENGTH[t])))
         obj = loc.Location(r(65536), r(65536), subs, f)
     elif el == "stamp_tlv_timestamp_info":
@@ -270,19 +270,19 @@ def _random_tlv(rng: random.Random):
     elif el == "stamp_tlv_hmac":
         obj = hm.Hmac(rb(16), f)
     elif el == "stamp_tlv_dest_node_addr":
-        fam = rng.choice([dna.AF_IPV4, dna.AF_IPV6])
-        obj = dna.DestNodeAddr(fam, rb(dna.ADDR_LEN[fam]), f)
+        obj = dna.DestNodeAddr(rb(rng.choice([4, 16])), f)
     else:
         choice = r(4)
         if choice == 0:
             subs = [rp.control_code(r(2**32))]
         elif choice == 1:
-            fam = rng.choice([1, 2])
-            subs = [rp.return_address(fam, rb(4 if fam == 1 else 16))]
+            subs = [rp.return_address(rb(rng.choice([4, 16])))]
         elif choice == 2:
             subs = [rp.srv6_segments([rb(16) for _ in range(r(1, 8))])]
         else:
             subs = [st.TLV(0, rp.SUB_SR_MPLS_LABELS, rb(4 * r(1, 6)))]
+        if choice != 0 and rng.random() < 0.3:
+            subs.insert(0, rp.control_code(rng.choice([rp.CC_NO_REPLY, rp.CC_REPLY_SAME_LINK])))
         obj = rp.ReturnPath(subs, f)
     return el, obj
 

@@ -19,6 +19,7 @@ FLAG_U = 0x80   # Unrecognized: the reflector did not understand the Type
 FLAG_M = 0x40   # Malformed: Length not valid for the Type, or the TLV runs past the packet
 FLAG_I = 0x20   # Integrity: the STAMP extensions failed HMAC verification
 FLAG_RESERVED = 0x1F
+SENDER_FLAGS = FLAG_U   # RFC 8972 §4: the Session-Sender sends every TLV with U = 1
 
 HDR = struct.Struct("!BBH")
 HDR_LEN = HDR.size            # 4

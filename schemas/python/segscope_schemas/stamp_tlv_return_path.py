@@ -3,10 +3,10 @@
 Value: Return Path sub-TLVs (same header as a TLV), types from the RFC 9503 §4.1 figures:
   1 Return Path Control Code (Length 4): Control Code Flags (32);
       0x1 No Reply Requested, 0x2 Reply Requested on the Same Link.
-  2 Return Address: Address Family (16) | Reserved (16) | Address (4 or 16).
+  2 Return Address: the address the reply goes to (Length 4 = IPv4, 16 = IPv6).
   3 SR-MPLS Label Stack: n x 32-bit label stack entries.
   4 SRv6 Segment List: n x 128-bit SIDs, Segment(1) first, Segment(n) last (bottom of stack).
-The TLV carries one Return Path sub-TLV (Control Code, Return Address, or a segment list).
+A sub-TLV type appears at most once (a second one makes the TLV malformed).
 Note: these sub-TLV numbers overlap RFC 8972's Location sub-TLV numbers in IANA's "STAMP Sub-TLV
 Types" registry (1-9 = Location); they are scoped by the parent TLV, and we follow RFC 9503's figures.
 """
@@ -25,9 +25,6 @@ SUB_SR_MPLS_LABELS = 3
 SUB_SRV6_SEGMENTS = 4
 CC_NO_REPLY = 0x1
 CC_REPLY_SAME_LINK = 0x2
-AF_IPV4 = 1
-AF_IPV6 = 2
-_ADDR_LEN = {AF_IPV4: 4, AF_IPV6: 16}
 
 
 @dataclass
@@ -44,10 +41,10 @@ class ReturnPath:
         return None
 
     @property
-    def return_address(self) -> Optional[tuple[int, bytes]]:
+    def return_address(self) -> Optional[bytes]:
         for s in self.sub_tlvs:
             if s.type == SUB_RETURN_ADDRESS:
-                return struct.unpack_from("!H", s.value)[0], s.value[4:]
+                return s.value
         return None
 
     @property
@@ -78,8 +75,10 @@ def control_code(cc_flags: int, flags: int = 0) -> TLV:
     return TLV(flags, SUB_CONTROL_CODE, struct.pack("!I", cc_flags))
 
 
-def return_address(family: int, address: bytes, flags: int = 0) -> TLV:
-    return TLV(flags, SUB_RETURN_ADDRESS, struct.pack("!HH", family, 0) + address)
+def return_address(address: bytes, flags: int = 0) -> TLV:
+    if len(address) not in (4, 16):
+        raise ValueError("a Return Address is 4 (IPv4) or 16 (IPv6) bytes")
+    return TLV(flags, SUB_RETURN_ADDRESS, bytes(address))
 
 
 def srv6_segments(sids: list[bytes], flags: int = 0) -> TLV:
@@ -89,26 +88,22 @@ def srv6_segments(sids: list[bytes], flags: int = 0) -> TLV:
 
 
 def check_value(value: bytes) -> None:
-    n = 0
+    seen: set[int] = set()
     for s in iter_sub_tlvs(value, 0):
-        n += 1
+        if s.type in seen:
+            raise MalformedTLV(E_VALUE, f"Return Path sub-TLV type {s.type} appears twice")
+        seen.add(s.type)
         if s.type == SUB_CONTROL_CODE and s.length != 4:
             raise MalformedTLV(E_LENGTH, f"Control Code Length {s.length}, expected 4")
-        if s.type == SUB_RETURN_ADDRESS:
-            if s.length < 4:
-                raise MalformedTLV(E_LENGTH, f"Return Address Length {s.length} < 4")
-            fam = struct.unpack_from("!H", s.value)[0]
-            if fam not in _ADDR_LEN:
-                raise MalformedTLV(E_VALUE, f"Return Address family {fam} is neither 1 nor 2")
-            if s.length != 4 + _ADDR_LEN[fam]:
-                raise MalformedTLV(E_LENGTH, f"Return Address Length {s.length} for family {fam}")
-        if s.type == SUB_SR_MPLS_LABELS and (s.length == 0 or s.length % 4):
+        elif s.type == SUB_RETURN_ADDRESS and s.length not in (4, 16):
+            raise MalformedTLV(E_LENGTH, f"Return Address Length {s.length}, expected 4 or 16")
+        elif s.type == SUB_SR_MPLS_LABELS and (s.length == 0 or s.length % 4):
             raise MalformedTLV(E_LENGTH, f"SR-MPLS Label Stack Length {s.length} is not a multiple of 4")
-        if s.type == SUB_SRV6_SEGMENTS and (s.length == 0 or s.length % 16):
+        elif s.type == SUB_SRV6_SEGMENTS and (s.length == 0 or s.length % 16):
             raise MalformedTLV(E_LENGTH, f"SRv6 Segment List Length {s.length} is not a multiple of 16")
-        if s.type not in (SUB_CONTROL_CODE, SUB_RETURN_ADDRESS, SUB_SR_MPLS_LABELS, SUB_SRV6_SEGMENTS):
+        elif s.type not in (SUB_CONTROL_CODE, SUB_RETURN_ADDRESS, SUB_SR_MPLS_LABELS, SUB_SRV6_SEGMENTS):
             raise MalformedTLV(E_VALUE, f"unknown Return Path sub-TLV type {s.type}")
-    if n == 0:
+    if not seen:
         raise MalformedTLV(E_LENGTH, "Return Path TLV without a sub-TLV")
 
 
