@@ -9,7 +9,7 @@ reflector/bounce (goal >= 0.9) and updates the section of docs/benchmarks.md.
     sudo .local/venv/bin/python bench/reflector_vs_bounce.py [--trials 3] [--seconds 3]
 
 Needs `make -C datapath` and `make -C bench`. Own resources: netns dp-bs/dp-bx,
-pins under /sys/fs/bpf/segscope/dp-bench. Total runtime about 2 * trials * (seconds + 0.3) s (~26 s by default).
+pins under /sys/fs/bpf/segscope/dp-bench ("dp" = SEGSCOPE_DP_TEST_PREFIX, default dp). Total runtime about 2 * trials * (seconds + 0.3) s (~26 s by default).
 """
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
-from tests.datapath.dp_env import (VethPair, eth_ipv6, ensure_bpffs, run_tool, sh,  # noqa: E402  (shared setup)
+from tests.datapath.dp_env import (PREFIX, VethPair, eth_ipv6, ensure_bpffs, run_tool, sh,  # noqa: E402
                                    stamp_sender_payload, udp_datagram)
 
 BUILD = REPO / "build"
@@ -36,7 +36,7 @@ REFLECTOR = BUILD / "datapath" / "stamp_reflector"
 BOUNCE_OBJ = BUILD / "datapath" / "xdp_bounce.bpf.o"
 COUNT_DROP_OBJ = BUILD / "datapath" / "xdp_count_drop.bpf.o"
 FLOOD = BUILD / "bench" / "udp_flood"
-PIN_DIR = Path("/sys/fs/bpf/segscope/dp-bench/stamp_reflector")
+PIN_DIR = Path(f"/sys/fs/bpf/segscope/{PREFIX}-bench/stamp_reflector")
 DOC = REPO / "docs" / "benchmarks.md"
 BEGIN, END = "<!-- reflector_vs_bounce:begin -->", "<!-- reflector_vs_bounce:end -->"
 SSID = 1
@@ -169,7 +169,7 @@ def main() -> int:
         if not f.exists():
             sys.exit(f"missing {f.relative_to(REPO)}: run `make -C datapath` and `make -C bench`")
     ensure_bpffs()
-    pair = VethPair(s_ns="dp-bs", x_ns="dp-bx", s_dev="dp-bs0", x_dev="dp-bx0")
+    pair = VethPair(s_ns=f"{PREFIX}-bs", x_ns=f"{PREFIX}-bx", s_dev=f"{PREFIX}-bs0", x_dev=f"{PREFIX}-bx0")
     results = []
     try:
         pair.setup()
@@ -212,7 +212,7 @@ def main() -> int:
     text = f"""## XDP STAMP reflector vs. XDP bounce (bench/reflector_vs_bounce.py)
 
 {dt.datetime.now(dt.timezone.utc).strftime('%Y-%m-%d %H:%M UTC')}; {mach['nproc']} CPUs, {mach['cpu']}, kernel {mach['kernel']}.
-One veth pair (dp-bs0 <-> dp-bx0, native XDP), one `udp_flood` thread (sendmmsg, batch 64, 44-byte STAMP
+One veth pair ({pair.s_dev} <-> {pair.x_dev}, native XDP), one `udp_flood` thread (sendmmsg, batch 64, 44-byte STAMP
 packets), {args.trials} rounds of one {args.seconds} s trial per program, order alternating per round. Replies counted by `xdp_count_drop`
 on the sender veth (counted, then dropped). On veth the whole path (sender, both XDP programs) runs on the
 sending CPU, so these are rates of the full path on one core, not of XDP alone; expect ±10–20 % noise.
@@ -231,11 +231,11 @@ ratio of medians {ratio:.3f}; median of the per-round ratios {pair_ratio:.3f}
 Each program alone (BPF_PROG_TEST_RUN, 1,000,000 repetitions, median of 3; every repetition a full
 reflection): reflector **{cost['reflector_ns']} ns**, bounce **{cost['bounce_ns']} ns** per packet. Most of the
 difference is the two clock reads the reflector must make (T2, T3: `bpf_ktime_get_tai_ns` costs about 45 ns
-per call on this VM) and its address and session hash lookups.
+per call on this VM) and its session hash lookup (the address check is a scan of a small array).
 
 "Sent but not answered" 0 means nothing was lost: the sending thread, which also carries both XDP programs,
-sets the rate, so the per-CPU-second ratio measures what the reflector's extra work (address and session
-lookups, two timestamps, building the reply, checksum update) costs on the whole path against a bare swap.
+sets the rate, so the per-CPU-second ratio measures what the reflector's extra work (address check, session
+lookup, two timestamps, building the reply, checksum update) costs on the whole path against a bare swap.
 """
     print()
     print(text)
