@@ -374,3 +374,31 @@ def test_random_bytes_never_crash_the_python_decoders():
             except st.MalformedTLV:
                 outcomes["malformed"] += 1
     assert outcomes["ok"] > 100 and outcomes["malformed"] > 1000
+
+
+def test_reflect_with_the_real_hmac_sets_i_only_on_tampering():
+    """stamp_hmac (RFC 8762 §4.4) plugged in as the verify callback: good HMAC clean, a flipped bit -> I."""
+    from segscope_schemas import stamp_hmac
+
+    key = bytes(range(32))
+    base = _base(st.BASE_LEN_AUTH)
+    tlvs = cos.ClassOfService(34, flags=st.SENDER_FLAGS).encode() + dm.DirectMeasurement(7, flags=st.SENDER_FLAGS).encode()
+    mac = stamp_hmac.hmac_sha256_128(key, base[:4] + tlvs)
+    packet = base + tlvs + hm.Hmac(mac, flags=st.SENDER_FLAGS).encode()
+
+    def verify(text: bytes, got: bytes) -> bool:
+        return stamp_hmac.hmac.compare_digest(stamp_hmac.hmac_sha256_128(key, text), got)
+
+    out, res = stamp_tlvs.reflect(packet, st.BASE_LEN_AUTH, verify)
+    assert not res.integrity_failed and res.tlvs == 3
+    assert [t.flags for t in st.parse_tlvs(bytes(out), st.BASE_LEN_AUTH)] == [0, 0, 0]
+
+    tampered = bytearray(packet)
+    tampered[st.BASE_LEN_AUTH + 5] ^= 0x04          # a DSCP bit of the Class of Service TLV
+    out, res = stamp_tlvs.reflect(bytes(tampered), st.BASE_LEN_AUTH, verify)
+    assert res.integrity_failed
+    assert [t.flags for t in st.parse_tlvs(bytes(out), st.BASE_LEN_AUTH)] == [st.FLAG_I] * 3
+
+    tampered = bytearray(packet)
+    tampered[3] ^= 1                                 # the Sequence Number is covered too (RFC 8972 §4.8)
+    assert stamp_tlvs.reflect(bytes(tampered), st.BASE_LEN_AUTH, verify)[1].integrity_failed
