@@ -13,3 +13,10 @@ $(OUT)/test_stamp_base: tests/test_stamp_base.c $(STAMP_BASE_HEADERS) | $(OUT)
 
 test-stamp-base: $(OUT)/test_stamp_base
 	$(OUT)/test_stamp_base vectors
+
+# BPF object proving the codecs load and agree in the kernel (tests/schemas/test_stamp_base_bpf.py)
+BPF_CLANG ?= clang
+BPF_ARCH_INC ?= /usr/include/$(shell uname -m)-linux-gnu
+all: $(OUT)/stamp_base_check.bpf.o
+$(OUT)/stamp_base_check.bpf.o: tests/stamp_base_check.bpf.c $(STAMP_BASE_HEADERS) | $(OUT)
+	$(BPF_CLANG) -target bpf -O2 -g -Wall -Ic -I$(BPF_ARCH_INC) -c $< -o $@
