@@ -5,6 +5,12 @@
  * with the vector bytes, runs the reflector-rule vectors through
  * stamp_tlv_reflect. Prints "N passed, M failed"; exit 1 on any failure.
  * Usage: test_tlv_codecs <vectors dir>
+ *        test_tlv_codecs --fuzz <iterations> <seed>
+ * The fuzz mode feeds random and mutated TLV areas, each in a heap buffer of
+ * exactly its size (so ASan sees any read past it), to every decoder and to
+ * stamp_tlv_reflect, and checks: a reflected packet differs from the input
+ * only in TLV flag bytes, decoders succeed only on buffers whose re-encoding
+ * is identical, and every packet lands in exactly one outcome counter.
  */
 #include <ctype.h>
 #include <dirent.h>
@@ -405,9 +411,166 @@ static void run_file(const char *path)
 	jfree(&doc);
 }
 
+/* ---- fuzz mode ---- */
+static __u64 rng_state;
+
+static __u32 rnd(void)
+{
+	rng_state ^= rng_state << 13;
+	rng_state ^= rng_state >> 7;
+	rng_state ^= rng_state << 17;
+	return (__u32)rng_state;
+}
+
+static const char *const ELEMENTS[] = {
+	"stamp_tlv_extra_padding", "stamp_tlv_location", "stamp_tlv_timestamp_info",
+	"stamp_tlv_class_of_service", "stamp_tlv_direct_measurement", "stamp_tlv_access_report",
+	"stamp_tlv_follow_up_telemetry", "stamp_tlv_hmac", "stamp_tlv_dest_node_addr",
+	"stamp_tlv_return_path",
+};
+
+static int fuzz_verify(void *ctx, const __u8 *seq4, const __u8 *tlvs, size_t n, const __u8 hmac[16])
+{
+	(void)ctx; (void)seq4; (void)tlvs; (void)n;
+	return hmac[0] & 1;   /* pseudo-random verdict from the data */
+}
+
+/* A TLV area: a few plausible TLVs (known types, right-ish lengths), then mutations. */
+static int make_area(__u8 *a, int cap)
+{
+	static const int lens[] = { 0, 4, 4, 4, 12, 4, 16, 16, 16, 20 };
+	int n = 0, k, count = rnd() % 5;
+
+	for (k = 0; k < count && n + 4 + 40 < cap; k++) {
+		int type = rnd() % 12, len;
+		if (rnd() % 8 == 0)
+			type = 11 + rnd() % 245;
+		len = type >= 1 && type <= 10 ? lens[type - 1] : (int)(rnd() % 24);
+		if (rnd() % 4 == 0)
+			len = rnd() % 40;
+		a[n] = rnd() % 4 ? 0x80 : (__u8)rnd();
+		a[n + 1] = (__u8)type;
+		stamp_put_be16(a + n + 2, (__u16)len);
+		for (int b = 0; b < len; b++)
+			a[n + 4 + b] = rnd() % 3 ? 0 : (__u8)rnd();
+		if (type == STAMP_TLV_LOCATION && len >= 12) {     /* a plausible sub-TLV */
+			a[n + 8] = 0; a[n + 9] = 1 + rnd() % 9; stamp_put_be16(a + n + 10, (__u16)(len - 8));
+		}
+		if (type == STAMP_TLV_RETURN_PATH && len >= 4) {
+			a[n + 4] = 0; a[n + 5] = 1 + rnd() % 4; stamp_put_be16(a + n + 6, (__u16)(len - 4));
+		}
+		n += 4 + len;
+	}
+	for (k = rnd() % 4; k > 0; k--) {
+		switch (rnd() % 3) {
+		case 0: if (n) a[rnd() % n] = (__u8)rnd(); break;
+		case 1: if (n) n = rnd() % n; break;
+		default: for (int b = rnd() % 5; b > 0 && n < cap; b--) a[n++] = (__u8)rnd();
+		}
+	}
+	return n;
+}
+
+/*
+ * Bytes a decoder ignores on receipt (reserved fields, RFC 8972 §4.4/4.6/4.7)
+ * and its encoder writes as zero: the only place a round trip may differ.
+ */
+static int reserved_byte(const char *el, int b, __u8 *mask)
+{
+	*mask = 0xff;
+	if (!strcmp(el, "stamp_tlv_class_of_service"))
+		return b == 6 || b == 7;
+	if (!strcmp(el, "stamp_tlv_access_report")) {
+		if (b == 4) { *mask = 0x0f; return 1; }   /* Resv nibble */
+		return b == 6 || b == 7;
+	}
+	if (!strcmp(el, "stamp_tlv_follow_up_telemetry"))
+		return b >= 17 && b <= 19;
+	return 0;
+}
+
+static int fuzz(long iters, __u64 seed)
+{
+	long outcome[4] = { 0 }, decoded = 0, rejected = 0, bad_diff = 0, bad_rt = 0;
+	__u8 area[512], out[1024];
+
+	rng_state = seed ? seed : 1;
+	for (long i = 0; i < iters; i++) {
+		int base = rnd() % 2 ? STAMP_TLV_BASE_UNAUTH : STAMP_TLV_BASE_AUTH;
+		int n = make_area(area, sizeof(area));
+		__u8 *pkt = malloc(base + n), *orig = malloc(base + n + 1);
+		struct stamp_tlv_reflect_result r;
+
+		memset(pkt, 0, base);
+		memcpy(pkt + base, area, n);
+		memcpy(orig, pkt, base + n);
+		stamp_tlv_reflect(pkt, base + n, base, stamp_tlvs_value_check, fuzz_verify, NULL, &r);
+		/* exactly one outcome: clean, stopped at a malformed TLV, broken tail, integrity failure */
+		if (r.integrity_failed)
+			outcome[3]++;
+		else if (r.error)
+			outcome[2]++;
+		else if (r.malformed_at >= 0)
+			outcome[1]++;
+		else
+			outcome[0]++;
+		/* only header flag bytes may change */
+		{
+			size_t off = base;
+			struct stamp_tlv_view t;
+			__u8 *hdr = calloc(base + n + 1, 1);
+			while (stamp_tlv_next(orig, base + n, &off, &t) == 1)
+				hdr[t.offset] = 1;
+			if (off + 4 <= (size_t)(base + n))
+				hdr[off] = 1;   /* the overrunning TLV's header */
+			for (int b = 0; b < base + n; b++)
+				if (pkt[b] != orig[b] && !hdr[b])
+					bad_diff++;
+			free(hdr);
+		}
+		/* every decoder on the whole area as one TLV, in an exact-size buffer */
+		for (unsigned e = 0; e < sizeof(ELEMENTS) / sizeof(ELEMENTS[0]); e++) {
+			__u8 *one = malloc(n ? n : 1);
+			int rc;
+			memcpy(one, area, n);
+			rc = codec(ELEMENTS[e], one, n, NULL, out, sizeof(out));
+			if (rc >= 0) {
+				decoded++;
+				if (rc != n) {
+					bad_rt++;
+				} else {
+					for (int b = 0; b < n; b++) {
+						__u8 m, diff = out[b] ^ one[b];
+						if (diff && !(reserved_byte(ELEMENTS[e], b, &m) && !(diff & ~m) && !(out[b] & m)))
+							bad_rt++;
+					}
+				}
+			} else {
+				rejected++;
+			}
+			free(one);
+		}
+		free(pkt);
+		free(orig);
+	}
+	printf("fuzz: %ld packets: clean %ld, malformed %ld, broken tail %ld, integrity %ld; "
+	       "decoders: %ld decoded, %ld rejected, %ld bytes re-encoded differently outside reserved fields; "
+	       "%ld non-flag bytes changed by the reflector\n",
+	       iters, outcome[0], outcome[1], outcome[2], outcome[3], decoded, rejected, bad_rt, bad_diff);
+	if (outcome[0] + outcome[1] + outcome[2] + outcome[3] != iters || bad_diff || bad_rt || !decoded)
+		failed++;
+	else
+		passed++;
+	printf("%d passed, %d failed\n", passed, failed);
+	return failed != 0;
+}
+
 int main(int argc, char **argv)
 {
 	const char *dir = argc > 1 ? argv[1] : "vectors";
+
+	if (argc > 3 && !strcmp(argv[1], "--fuzz"))
+		return fuzz(atol(argv[2]), strtoull(argv[3], NULL, 0));
 	struct dirent **names;
 	int n = scandir(dir, &names, NULL, alphasort);
 	char path[4096];

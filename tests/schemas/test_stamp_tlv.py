@@ -32,6 +32,7 @@ from segscope_schemas import stamp_tlv_timestamp_info as tsi
 REPO = Path(__file__).resolve().parents[2]
 VECTORS = REPO / "schemas" / "vectors"
 C_TEST = REPO / "build" / "schemas" / "test_tlv_codecs"
+C_TEST_ASAN = REPO / "build" / "schemas" / "test_tlv_codecs_asan"
 
 CLASSES = {
     "stamp_tlv_extra_padding": pad.ExtraPadding,
@@ -236,6 +237,28 @@ def test_c_decodes_every_vector(c_test):
     passed, failed, out = _run_c(c_test, VECTORS)
     assert failed == 0, out
     assert passed == N_VECTORS
+
+
+@pytest.fixture(scope="module")
+def c_test_asan() -> Path:
+    subprocess.run(["make", "-C", str(REPO / "schemas"), "../build/schemas/test_tlv_codecs_asan"],
+                   check=True, capture_output=True, text=True)
+    return C_TEST_ASAN
+
+
+def test_c_sanitized_vectors_and_100k_fuzz(c_test_asan):
+    """ASan/UBSan build: the vectors, then 100k random/mutated TLV areas in exact-size buffers."""
+    passed, failed, out = _run_c(c_test_asan, VECTORS)
+    assert (passed, failed) == (N_VECTORS, 0), out
+    proc = subprocess.run([str(c_test_asan), "--fuzz", "100000", "7"], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    m = re.search(r"fuzz: (\d+) packets: clean (\d+), malformed (\d+), broken tail (\d+), integrity (\d+); "
+                  r"decoders: (\d+) decoded, (\d+) rejected, (\d+) bytes", proc.stdout)
+    assert m, proc.stdout
+    total, clean, malformed, tail, integrity, decoded, rejected, differ = map(int, m.groups())
+    assert total == 100000 == clean + malformed + tail + integrity
+    assert min(clean, malformed, tail, integrity) > 1000      # every outcome exercised
+    assert decoded > 1000 and decoded + rejected == 10 * total and differ == 0
 
 
 # ---- randomized, fixed seed ----------------------------------------------------------------
