@@ -6,7 +6,8 @@ import ipaddress
 import json
 import sys
 
-from . import codec
+from segscope_schemas.stamp_tlv import SENDER_FLAGS, encode_tlv
+
 from .clock import TimestampFormat
 from .netutil import enter_netns, parse_sids
 from .sessions import SessionConfigError, SessionTable, session_from_cli, sessions_from_file
@@ -25,17 +26,18 @@ def _ipv6(flag: str, text: str) -> str:
 
 
 def _tlv(text: str) -> bytes:
-    """--tlv TYPE:HEXVALUE[:FLAGS] -> one raw TLV (RFC 8972 §4 header + value)."""
+    """--tlv TYPE:HEXVALUE[:FLAGS] -> one raw TLV (RFC 8972 §4 header + value); FLAGS default U=1,
+    as RFC 8972 §4 has the Session-Sender send them (the reflector clears U for Types it knows)."""
     parts = text.split(":")
     try:
         tlv_type = int(parts[0], 0)
         value = bytes.fromhex(parts[1]) if len(parts) > 1 else b""
-        flags = int(parts[2], 0) if len(parts) > 2 else 0
+        flags = int(parts[2], 0) if len(parts) > 2 else SENDER_FLAGS
         if not (0 <= tlv_type <= 255 and 0 <= flags <= 255 and len(value) <= 0xFFFF):
             raise ValueError("out of range")
     except (ValueError, IndexError) as exc:
         die(f"--tlv: expected TYPE:HEXVALUE[:FLAGS], got {text!r} ({exc})")
-    return codec.Tlv(flags, tlv_type, value).encode()
+    return encode_tlv(tlv_type, value, flags)
 
 
 def reflector_main(argv: list[str]) -> int:
@@ -63,9 +65,6 @@ def reflector_main(argv: list[str]) -> int:
         die("no sessions: give --sessions FILE or --add-session SPEC")
     if a.kafka and not a.node:
         die("--node: required with --kafka")
-    loaded = codec.load_schema_plugins()
-    if loaded:
-        print(f"ustamp reflector: TLV handlers from {', '.join(loaded)}", file=sys.stderr)
     from .kafka_out import KafkaOut
     from .reflector import Reflector
     try:

@@ -61,6 +61,7 @@ def enable_rx_ancillary(sock: socket.socket, rthdr: bool = False) -> None:
     sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
     sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_RECVHOPLIMIT, 1)
     sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_RECVPKTINFO, 1)
+    sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_RECVTCLASS, 1)
     if rthdr:
         sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_RECVRTHDR, 1)
 
@@ -73,9 +74,10 @@ class RxMeta:
     local_addr: str | None = None        # IPV6_PKTINFO: the address it was sent to
     ifindex: int = 0                     # IPV6_PKTINFO: the interface it arrived on
     rthdr: bytes | None = None           # IPV6_RTHDR (SRH), if any
+    tclass: int = 0                      # IPV6_TCLASS: Traffic Class (DSCP << 2 | ECN)
 
 
-ANC_BUFSIZE = socket.CMSG_SPACE(16) + socket.CMSG_SPACE(4) + socket.CMSG_SPACE(20) + \
+ANC_BUFSIZE = socket.CMSG_SPACE(16) + 2 * socket.CMSG_SPACE(4) + socket.CMSG_SPACE(20) + \
     socket.CMSG_SPACE(8 + 17 * 16)
 
 
@@ -90,19 +92,23 @@ def parse_ancillary(ancdata) -> RxMeta:
         elif level == socket.IPPROTO_IPV6 and ctype == socket.IPV6_PKTINFO and len(data) >= 20:
             meta.local_addr = socket.inet_ntop(socket.AF_INET6, data[:16])
             meta.ifindex = struct.unpack_from("=I", data, 16)[0]
+        elif level == socket.IPPROTO_IPV6 and ctype == socket.IPV6_TCLASS and len(data) >= 4:
+            meta.tclass = struct.unpack_from("=i", data)[0]
         elif level == socket.IPPROTO_IPV6 and ctype == socket.IPV6_RTHDR:
             meta.rthdr = bytes(data)
     return meta
 
 
-def pktinfo_cmsg(src: str) -> tuple[int, int, bytes]:
+def pktinfo_cmsg(src: str, ifindex: int = 0) -> tuple[int, int, bytes]:
+    """Source address (and, if ifindex != 0, the outgoing interface) of one datagram."""
     return (socket.IPPROTO_IPV6, socket.IPV6_PKTINFO,
-            socket.inet_pton(socket.AF_INET6, src) + struct.pack("=I", 0))
+            socket.inet_pton(socket.AF_INET6, src) + struct.pack("=I", ifindex))
+
+
+def tclass_cmsg(tclass: int) -> tuple[int, int, bytes]:
+    return socket.IPPROTO_IPV6, socket.IPV6_TCLASS, struct.pack("=i", tclass)
 
 
 def hoplimit_cmsg(hop_limit: int) -> tuple[int, int, bytes]:
     return socket.IPPROTO_IPV6, socket.IPV6_HOPLIMIT, struct.pack("=i", hop_limit)
 
-
-def rthdr_cmsg(srh: bytes) -> tuple[int, int, bytes]:
-    return socket.IPPROTO_IPV6, socket.IPV6_RTHDR, srh

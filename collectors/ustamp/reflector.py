@@ -9,9 +9,10 @@ when the session has return SIDs (sticky
 option, see _install_srh; else plain address swap), T3 written right before sendmsg().
 
 Every received datagram lands in exactly one outcome counter:
-  reflected | unknown_session | malformed_short | send_error
-so received == reflected + unknown_session + malformed_short + send_error.
-TLV counters (tlv_unrecognized, tlv_malformed, tlv_handled) count TLVs, not packets.
+  reflected | unknown_session | malformed_short | no_reply_requested | send_error
+(no_reply_requested: an RFC 9503 Return Path TLV with Control Code "No Reply Requested").
+TLV counters (tlv_unrecognized, tlv_malformed, tlv_handled, tlv_unsupported) count TLVs, not
+packets; return_path_from_tlv counts replies sent where a Return Path TLV said (ustamp/tlvs.py).
 """
 from __future__ import annotations
 
@@ -22,14 +23,14 @@ import socket
 import sys
 import time
 
-from . import codec
+from . import codec, tlvs
 from .clock import TimestampFormat, clock_state, encode_ts, error_estimate, tai_ns
 from .kafka_out import KafkaOut, counters_line, escape_tag
 from .netutil import (ANC_BUFSIZE, enable_rx_ancillary, hoplimit_cmsg, parse_ancillary,
-                      pktinfo_cmsg, srh_option)
+                      pktinfo_cmsg, srh_option, tclass_cmsg)
 from .sessions import Session, SessionTable
 
-OUTCOMES = ("reflected", "unknown_session", "malformed_short", "send_error")
+OUTCOMES = ("reflected", "unknown_session", "malformed_short", "no_reply_requested", "send_error")
 REPLY_HOP_LIMIT = 255
 MAX_DATAGRAM = 65535
 
@@ -41,7 +42,8 @@ class Reflector:
         self.node = node
         self.kafka = kafka
         self.counters = {"received": 0, **{k: 0 for k in OUTCOMES}, "no_kernel_timestamp": 0,
-                         "tlv_unrecognized": 0, "tlv_malformed": 0, "tlv_handled": 0}
+                         "tlv_unrecognized": 0, "tlv_malformed": 0, "tlv_handled": 0,
+                         "tlv_unsupported": 0, "return_path_from_tlv": 0}
         self.sock = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         enable_rx_ancillary(self.sock)
@@ -54,6 +56,7 @@ class Reflector:
         """The error estimates and TAI offset change slowly: read adjtimex once per interval."""
         st = clock_state()
         self.tai_offset_s = st.tai_offset_s
+        self.clock_synced = st.synced
         self.err_est = {fmt: error_estimate(st, fmt) for fmt in TimestampFormat}
 
     # -- one datagram -------------------------------------------------------
@@ -73,42 +76,60 @@ class Reflector:
         session = self.sessions.lookup(sender_addr, test.packet.ssid)
         if session is None:
             return "unknown_session"
-        return self._reply(session, test, t2, meta, sender_addr, sender_port)
+        return self._reply(session, test, payload, t2, meta, sender_addr, sender_port)
 
-    def _reply(self, session: Session, test: codec.SenderTest, t2: int, meta, sender_addr: str,
-               sender_port: int) -> str:
+    def _reply(self, session: Session, test: codec.SenderTest, payload: bytes, t2: int, meta,
+               sender_addr: str, sender_port: int) -> str:
         fmt = session.format
+        session.rx_count += 1
         if session.stateful:
             seq = session.next_seq
-            session.next_seq = (session.next_seq + 1) & 0xFFFFFFFF
         else:
             seq = test.packet.seq
         rx_sec, rx_frac = encode_ts(t2, fmt, self.tai_offset_s)
         sender_ttl = meta.hop_limit if meta.hop_limit is not None else 0
         reply = codec.encode_reply_base(seq, self.err_est[fmt], test.packet.ssid, rx_sec, rx_frac,
                                         test.packet, sender_ttl)
+        dst, sids, ifindex, tclass = sender_addr, session.return_sids, 0, None
         if test.tlv_area:
-            ctx = codec.ReflectContext(session, sender_addr, meta.local_addr or "", t2)
-            out = codec.reflect_tlvs(test.tlv_area, ctx)
-            self.counters["tlv_unrecognized"] += out.unrecognized
-            self.counters["tlv_malformed"] += out.malformed
-            self.counters["tlv_handled"] += out.handled
-            reply += out.reply_area
+            ctx = tlvs.TlvContext(sender_addr, sender_port, meta.local_addr or "", self.port, meta.tclass,
+                                  self.clock_synced, session.rx_count, session.tx_count + 1,
+                                  session.prev_seq, session.prev_t3)
+            res = tlvs.reflect(payload, codec.BASE_LEN, ctx)
+            self.counters["tlv_unrecognized"] += res.unrecognized
+            self.counters["tlv_malformed"] += res.malformed
+            self.counters["tlv_handled"] += res.handled
+            self.counters["tlv_unsupported"] += len(res.unsupported)
+            if res.no_reply:                     # RFC 9503 Return Path Control Code
+                return "no_reply_requested"
+            if res.return_address or res.return_sids is not None:
+                self.counters["return_path_from_tlv"] += 1
+            dst = res.return_address or dst
+            sids = res.return_sids if res.return_sids is not None else sids
+            ifindex = meta.ifindex if res.same_link else 0
+            tclass = res.reply_tclass
+            reply += res.reply_area
         cmsgs = [hoplimit_cmsg(REPLY_HOP_LIMIT)]
-        if meta.local_addr:
-            cmsgs.append(pktinfo_cmsg(meta.local_addr))
+        if meta.local_addr or ifindex:
+            cmsgs.append(pktinfo_cmsg(meta.local_addr or "::", ifindex))
+        if tclass is not None:
+            cmsgs.append(tclass_cmsg(tclass))
         try:
-            self._install_srh(session.return_sids)
-        except OSError as exc:
-            print(f"ustamp reflector: setsockopt(IPV6_RTHDR, {session.return_sids}): {exc}",
-                  file=sys.stderr)
+            self._install_srh(sids)
+        except (OSError, ValueError) as exc:
+            print(f"ustamp reflector: setsockopt(IPV6_RTHDR, {sids}): {exc}", file=sys.stderr)
             return "send_error"
-        codec.stamp_t3(reply, *encode_ts(tai_ns(), fmt, self.tai_offset_s))
+        t3_words = encode_ts(tai_ns(), fmt, self.tai_offset_s)
+        codec.stamp_t3(reply, *t3_words)
         try:
-            self.sock.sendmsg([reply], cmsgs, 0, (sender_addr, sender_port, 0, 0))
+            self.sock.sendmsg([reply], cmsgs, 0, (dst, sender_port, 0, 0))
         except OSError as exc:
-            print(f"ustamp reflector: sendmsg to [{sender_addr}]:{sender_port}: {exc}", file=sys.stderr)
+            print(f"ustamp reflector: sendmsg to [{dst}]:{sender_port}: {exc}", file=sys.stderr)
             return "send_error"
+        session.tx_count += 1
+        if session.stateful:
+            session.next_seq = (session.next_seq + 1) & 0xFFFFFFFF
+        session.prev_seq, session.prev_t3 = seq, t3_words
         return "reflected"
 
     def _install_srh(self, sids: list[str]) -> None:

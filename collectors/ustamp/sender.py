@@ -71,7 +71,8 @@ class Sender:
         self.records: list[tuple] = []
         self.counters = {"sent": 0, "send_errors": 0, "received": 0, "records": 0,
                          "malformed_reply": 0, "foreign_ssid": 0, "unknown_seq": 0, "duplicate": 0,
-                         "tlv_u_flag_replies": 0, "no_kernel_timestamp": 0}
+                         "tlv_u_flag_replies": 0, "tlv_m_flag_replies": 0, "tlv_i_flag_replies": 0,
+                         "no_kernel_timestamp": 0}
 
     # -- send -----------------------------------------------------------------
 
@@ -143,8 +144,10 @@ class Sender:
                    refl.sender_ttl, hop, meta.ifindex, flags, 0)
             if len(data) > tp.STAMP_BASE_LEN:
                 tlvs, _tail = codec.split_tlvs(data[tp.STAMP_BASE_LEN:])
-                if any(t.flags & codec.TLV_F_U for t in tlvs):
-                    self.counters["tlv_u_flag_replies"] += 1
+                for flag, name in ((codec.TLV_F_U, "tlv_u_flag_replies"), (codec.TLV_F_M, "tlv_m_flag_replies"),
+                                   (codec.TLV_F_I, "tlv_i_flag_replies")):
+                    if any(t.flags & flag for t in tlvs) or (flag == codec.TLV_F_M and _tail):
+                        self.counters[name] += 1
         self.records.append(rec)
         return "records"
 

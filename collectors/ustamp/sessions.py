@@ -34,6 +34,10 @@ class Session:
     format: TimestampFormat = TimestampFormat.PTP
     stateful: bool = False
     next_seq: int = 0          # stateful only: Sequence Number of the next reply
+    rx_count: int = 0          # test packets received in the session (Direct Measurement R_RxC)
+    tx_count: int = 0          # replies sent (R_TxC)
+    prev_seq: int = 0          # the previous reply's seq and T3 words (Follow-Up Telemetry)
+    prev_t3: tuple[int, int] = (0, 0)
 
     @property
     def key(self) -> tuple[str, int]:

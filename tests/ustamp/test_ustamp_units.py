@@ -6,7 +6,7 @@ import subprocess
 
 import pytest
 
-from collectors.ustamp import codec
+from collectors.ustamp import tlvs
 from collectors.ustamp.clock import ClockState, TimestampFormat, decode_ts, encode_ts, error_estimate
 from collectors.ustamp.sessions import SessionConfigError, SessionTable, session_from_cli, sessions_from_file
 from ustamp_env import ENV, PY, REPO
@@ -32,32 +32,86 @@ def test_timestamps_round_trip_and_widen(fmt):
             assert abs(back - tai) <= (1 if fmt == TimestampFormat.NTP else 0), (fmt, tai, ref, back)
 
 
-def test_error_estimate_rule():
-    # 1 s = 128 * 2^-32 * 2^25 s (RFC 4656 §4.1.2): Scale 25, Multiplier 128
-    assert error_estimate(ClockState(True, 1_000_000, 0), TimestampFormat.PTP) == 0x8000 | 0x4000 | 25 << 8 | 128
-    assert error_estimate(ClockState(False, 1_000_000, 0), TimestampFormat.NTP) == 25 << 8 | 128
-    # zero error: smallest expressible estimate, Multiplier never 0
-    assert error_estimate(ClockState(True, 0, 0), TimestampFormat.NTP) == 0x8000 | 1
+def test_error_estimate_from_clock_state():
+    # 1 s = 128 * 2^-32 * 2^25 s (RFC 4656 §4.1.2): Scale 25, Multiplier 128. Synchronised clocks
+    # report esterror, unsynchronised ones maxerror (a bound), S follows the sync state, Z the format.
+    synced = ClockState(state=0, status=0, maxerror_us=16_000, esterror_us=1_000_000, tai_offset_s=37, synced=True)
+    assert error_estimate(synced, TimestampFormat.PTP) == 0x8000 | 0x4000 | 25 << 8 | 128
+    unsynced = ClockState(state=5, status=0x40, maxerror_us=1_000_000, esterror_us=1, tai_offset_s=0, synced=False)
+    assert error_estimate(unsynced, TimestampFormat.NTP) == 25 << 8 | 128
 
 
-def ctx():
-    return codec.ReflectContext(None, "fc00:1::1", "fc00:3::1", 0)
+BASE = bytes(44)      # the TLV area starts after the 44-byte base packet (RFC 8972 §4)
 
 
+def ctx(**kw):
+    args = dict(sender_addr="fc00:1::1", sender_port=50001, local_addr="fc00:3::1", local_port=862,
+                received_tclass=0, clock_synced=False, rx_count=3, tx_count=3)
+    args.update(kw)
+    return tlvs.TlvContext(**args)
+
+
+def reflect(area_hex: str, **kw) -> tlvs.TlvResult:
+    res = tlvs.reflect(BASE + bytes.fromhex(area_hex), 44, ctx(**kw))
+    assert len(res.reply_area) == len(bytes.fromhex(area_hex))      # the reply keeps the length
+    return res
+
+
+# Each area below is written from the RFC figure: Flags(8) Type(8) Length(16) Value.
 def test_unknown_tlv_echoed_with_u_flag():
-    # RFC 8972 §4: Flags(8) Type(8) Length(16) Value; type 200 is unassigned
-    area = bytes.fromhex("00c80004deadbeef" "00c90000")
-    out = codec.reflect_tlvs(area, ctx())
-    assert out.reply_area == bytes.fromhex("80c80004deadbeef" "80c90000")
-    assert (out.unrecognized, out.malformed) == (2, 0)
+    res = reflect("00c80004deadbeef" "80c90000")                      # type 200, 201: unassigned
+    assert res.reply_area == bytes.fromhex("80c80004deadbeef" "80c90000")
+    assert (res.unrecognized, res.malformed, res.handled) == (2, 0, 0)
 
 
 def test_overrunning_tlv_gets_m_flag_and_rest_is_copied():
-    area = bytes.fromhex("00c80002abcd" "00c90010" "0102")      # second TLV claims 16 bytes, has 2
-    out = codec.reflect_tlvs(area, ctx())
-    assert out.reply_area == bytes.fromhex("80c80002abcd" "40c90010" "0102")
-    assert (out.unrecognized, out.malformed) == (1, 1)
-    assert len(out.reply_area) == len(area)
+    res = reflect("00c80002abcd" "80010010" "0102")                   # Extra Padding claims 16 bytes, has 2
+    assert res.reply_area == bytes.fromhex("80c80002abcd" "40010010" "0102")
+    assert (res.unrecognized, res.malformed) == (1, 1)
+
+
+def test_direct_measurement_counters():
+    # RFC 8972 §4.5: S_TxC | R_RxC | R_TxC, Length 12
+    res = reflect("8005000c" "00000007" + "00000000" * 2, rx_count=9, tx_count=8)
+    assert res.reply_area == bytes.fromhex("0005000c" "00000007" "00000009" "00000008")
+
+
+def test_location_ports_and_addresses():
+    # RFC 8972 §4.2: Dst Port | Src Port | sub-TLVs; request sub-TLVs 7 (Source IP) and 4 (Dest IP), 16 bytes
+    area = "8002002c" "00000000" "80070010" + "00" * 16 + "80040010" + "00" * 16
+    res = reflect(area)
+    import ipaddress
+    src, dst = ipaddress.IPv6Address("fc00:1::1").packed.hex(), ipaddress.IPv6Address("fc00:3::1").packed.hex()
+    assert res.reply_area.hex() == "0002002c" "035ec351" "00090010" + src + "00060010" + dst
+
+
+def test_timestamp_info_class_of_service_follow_up():
+    # §4.3 Sync In | Method In | Sync Out | Method Out; §4.4 DSCP1(6) DSCP2(6) EC(2) RP(2) Resv(16);
+    # §4.7 Sequence Number | Follow-up Timestamp (8) | Timestamp M | Reserved(3)
+    dscp1_ef = 46 << 10
+    area = "80030004" "00000000" + f"80040004{dscp1_ef:04x}0000" + "80070010" + "00" * 16
+    res = reflect(area, received_tclass=(10 << 2) | 1, prev_seq=5, prev_t3=(100, 200))
+    got = res.reply_area
+    assert got[:8] == bytes.fromhex("00030004" "00020002")           # unsynchronised: sync 0, SW local (2)
+    word = int.from_bytes(got[12:14], "big")
+    assert (word >> 10, (word >> 4) & 0x3F, (word >> 2) & 3, word & 3) == (46, 10, 1, 0)
+    assert res.reply_tclass == 46 << 2
+    assert got[16:] == bytes.fromhex("00070010" "00000005" "00000064" "000000c8" "02000000")
+
+
+def test_destination_node_address_and_return_path():
+    import ipaddress
+    ours, other = ipaddress.IPv6Address("fc00:3::1").packed.hex(), ipaddress.IPv6Address("fc00:9::1").packed.hex()
+    assert reflect("80090010" + ours).reply_area[0] == 0x00          # RFC 9503 §3: U = 0, it is us
+    assert reflect("80090010" + other).reply_area[0] == 0x80         # U = 1: not the named node
+    # RFC 9503 §4: Return Path TLV with an SRv6 Segment List sub-TLV (type 4) and a Return Address (2)
+    sids = [ipaddress.IPv6Address(a).packed.hex() for a in ("fc00:2::e2", "fc00:2::e")]
+    ret = ipaddress.IPv6Address("fc00:1::1").packed.hex()
+    res = reflect("800a0038" "00040020" + "".join(sids) + "00020010" + ret)
+    assert res.return_sids == ["fc00:2::e2", "fc00:2::e"] and res.return_address == "fc00:1::1"
+    assert not res.no_reply
+    assert reflect("800a0008" "00010004" "00000001").no_reply         # Control Code: No Reply Requested
+    assert reflect("800a0008" "00010004" "00000002").same_link
 
 
 def test_session_specs_and_errors(tmp_path):
