@@ -295,3 +295,22 @@ def test_kafka_outputs(lab, kafka_bootstrap):
     assert last.startswith("segscope_datapath,node=usB,program=ustamp_reflector ")
     fields = dict(kv.split("=") for kv in last.split(" ")[1].split(","))
     assert fields["received"] == fields["reflected"] == f"{counters['reflected']}i" == f"{N}i"
+
+
+def test_return_path_tlv_steers_the_reply(lab, reflector):
+    """RFC 9503 §4: session 5 has no return SIDs, the Return Path TLV's SRv6 Segment List sub-TLV
+    [fc00:2::e2] makes the reflector return over it; Control Code 'No Reply Requested' suppresses it."""
+    import ipaddress
+    seglist = "00040010" + ipaddress.IPv6Address(SID_RET).packed.hex()          # sub-TLV 4, one SID
+    before = sid_packets(lab)
+    records, summary, _ = run_sender(lab.ns("A"), *sender_args(5, "--tlv", f"10:{seglist}"))
+    assert summary["records"] == N and summary["tlv_u_flag_replies"] == 0 and summary["tlv_m_flag_replies"] == 0
+    assert all(r["flags"] == STAMP_RECORD_F_SRH for r in records)               # the reply came with an SRH
+    assert sid_packets(lab)[SID_RET] - before[SID_RET] == N                     # ... through fc00:2::e2
+
+    records, summary, _ = run_sender(lab.ns("A"), *sender_args(5, "--tlv", "10:0001000400000001", count=5,
+                                                               wait_s=0.5))
+    assert summary["sent"] == 5 and summary["records"] == 0
+    c = reflector.counters()
+    assert c["reflected"] == N and c["return_path_from_tlv"] == N
+    assert c["no_reply_requested"] == 5 and c["received"] == N + 5
