@@ -146,6 +146,9 @@ static inline int stamp_ts_from_tai_ns(enum stamp_ts_format fmt, __u64 tai_ns,
 /*
  * Wire timestamp (big-endian) -> TAI ns. Returns 0 and sets *tai_ns, or
  * -EINVAL for a PTPv2 nanoseconds field >= 10^9 or an unknown format.
+ * *tai_ns is a __u64 (unsigned long long): in user space pass a __u64, not a
+ * uint64_t (unsigned long on LP64) through a cast, or strict aliasing at -O2
+ * may read the old value.
  */
 static inline int stamp_ts_to_tai_ns(enum stamp_ts_format fmt, const struct stamp_timestamp *ts,
 				     __s32 tai_utc_offset_s, __u64 ref_tai_ns, __u64 *tai_ns)

@@ -20,3 +20,8 @@ BPF_ARCH_INC ?= /usr/include/$(shell uname -m)-linux-gnu
 all: $(OUT)/stamp_base_check.bpf.o
 $(OUT)/stamp_base_check.bpf.o: tests/stamp_base_check.bpf.c $(STAMP_BASE_HEADERS) | $(OUT)
 	$(BPF_CLANG) -target bpf -O2 -g -Wall -Ic -I$(BPF_ARCH_INC) -c $< -o $@
+
+.PHONY: clean-stamp-base
+clean: clean-stamp-base
+clean-stamp-base:
+	rm -f $(OUT)/test_stamp_base $(OUT)/stamp_base_check.bpf.o
