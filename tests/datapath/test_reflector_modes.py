@@ -10,6 +10,7 @@ import json
 import random
 import socket
 import struct
+import subprocess
 import time
 from fractions import Fraction
 
@@ -189,6 +190,17 @@ def test_stateful_counts_from_zero_per_session(refl):
     # re-adding the session starts over
     run_tool(REFLECTOR, "add-session", "--pin-dir", str(refl), "--ssid", "32", "--stateful")
     assert reply_of(reflect(refl, make_frame(32))[0])[0].seq == 0
+
+
+def test_stateful_counter_is_atomic_across_cpus(refl):
+    """Two BPF_PROG_TEST_RUN loops at once (one per CPU of this 2-core machine) on one stateful
+    session: no number is lost or reused, so the next reply carries exactly their sum."""
+    frame = make_frame(33, src=R).hex()
+    runs = 200000   # ~50 ms per loop: the two overlap
+    procs = [subprocess.Popen([str(REFLECTOR), "test-run", "--pin-dir", str(refl), "--hex", frame,
+                               "--repeat", str(runs)], stdout=subprocess.DEVNULL) for _ in range(2)]
+    assert [p.wait(timeout=60) for p in procs] == [0, 0]
+    assert reply_of(reflect(refl, make_frame(33))[0])[0].seq == 2 * runs
 
 
 def test_stateful_over_veth(veth, refl):
