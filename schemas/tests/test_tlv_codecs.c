@@ -328,6 +328,41 @@ static void one_area_vector(const struct jv *vec)
 	}
 }
 
+/* A reflector duty: "in" through the generic flag rule and the element's helper -> "hex". */
+static void one_reflector_vector(const char *el, const struct jv *vec)
+{
+	__u8 tlv[1024], exp[1024], mac[8], sip[16], dip[16], *val = tlv + STAMP_TLV_HDR_LEN;
+	int n = unhex(jstr(vec, "in"), tlv, sizeof(tlv)), m = unhex(jstr(vec, "hex"), exp, sizeof(exp));
+	const struct jv *a = jget(vec, "args");
+	struct stamp_tlv_view t;
+
+	if (n < STAMP_TLV_HDR_LEN || m < 0 || stamp_tlv_split(tlv, n, tlv[1], &t)) { miss("in is not one TLV"); return; }
+	if (stamp_tlvs_value_check(t.type, t.value, t.length) != 1) { miss("in is not a valid TLV"); return; }
+	tlv[0] = stamp_tlv_reflected_flags(1, 0, 0);
+	if (!strcmp(el, "stamp_tlv_class_of_service")) {
+		stamp_tlv_class_of_service_reflect(val, (__u8)jint(a, "received_tos", 0), (int)jint(a, "dscp1_applied", 0));
+	} else if (!strcmp(el, "stamp_tlv_location")) {
+		int has_mac = unhex(jstr(a, "mac"), mac, sizeof(mac)) == 6 && jstr(a, "mac");
+		int slen = jstr(a, "src_ip") ? unhex(jstr(a, "src_ip"), sip, sizeof(sip)) : 0;
+		int dlen = jstr(a, "dst_ip") ? unhex(jstr(a, "dst_ip"), dip, sizeof(dip)) : 0;
+		if (stamp_tlv_location_reflect(val, t.length, (__u16)jint(a, "dst_port", 0), (__u16)jint(a, "src_port", 0),
+					       has_mac ? mac : NULL, slen ? sip : NULL, dlen ? dip : NULL,
+					       slen ? slen : dlen))
+			miss("location reflect refused a valid TLV");
+	} else if (!strcmp(el, "stamp_tlv_direct_measurement")) {
+		stamp_tlv_direct_measurement_reflect(val, (__u32)jint(a, "r_rx", 0), (__u32)jint(a, "r_tx", 0));
+	} else if (!strcmp(el, "stamp_tlv_timestamp_info")) {
+		stamp_tlv_timestamp_info_reflect(val, (__u8)jint(a, "sync_src_in", 0), (__u8)jint(a, "ts_in", 0),
+						 (__u8)jint(a, "sync_src_out", 0), (__u8)jint(a, "ts_out", 0));
+	} else if (!strcmp(el, "stamp_tlv_dest_node_addr")) {
+		tlv[0] = stamp_tlv_dest_node_addr_reflected_flags(tlv[0], (int)jint(a, "address_is_ours", 0));
+	} else {
+		miss("no reflector helper for %s", el);
+		return;
+	}
+	if (m != n || memcmp(tlv, exp, n)) miss("reflected TLV differs");
+}
+
 struct verify_ctx { const struct jv *vec; int called; };
 
 static int verify_cb(void *p, const __u8 *seq4, const __u8 *tlvs, size_t tlvs_len, const __u8 hmac[16])
@@ -398,6 +433,8 @@ static void run_file(const char *path)
 			one_area_vector(vec);
 		else if (kind && !strcmp(kind, "reflect"))
 			one_reflect_vector(vec);
+		else if (kind && !strcmp(kind, "reflector"))
+			one_reflector_vector(el, vec);
 		else
 			one_codec_vector(el, vec);
 		if (bad) {

@@ -94,7 +94,8 @@ def _files() -> dict[str, dict]:
 
 
 FILES = _files()
-CODEC_CASES = [(el, v) for el, doc in FILES.items() if el in CLASSES for v in doc["vectors"]]
+CODEC_CASES = [(el, v) for el, doc in FILES.items() if el in CLASSES for v in doc["vectors"] if "kind" not in v]
+REFLECTOR_CASES = [(el, v) for el, doc in FILES.items() for v in doc["vectors"] if v.get("kind") == "reflector"]
 AREA_CASES = [v for v in FILES["stamp_tlv"]["vectors"] if v["kind"] == "area"]
 REFLECT_CASES = [v for v in FILES["stamp_tlv"]["vectors"] if v["kind"] == "reflect"]
 N_VECTORS = sum(len(doc["vectors"]) for doc in FILES.values())
@@ -105,10 +106,9 @@ def test_every_tlv_has_a_vector_file_with_valid_and_malformed_cases():
     for el in CLASSES:
         doc = FILES[el]
         assert doc["type"] == getattr(__import__(f"segscope_schemas.{el}", fromlist=["TYPE"]), "TYPE")
-        kinds = {v["valid"] for v in doc["vectors"]}
+        kinds = {v["valid"] for v in doc["vectors"] if "kind" not in v}
         assert kinds == {True, False}, f"{el} needs valid and malformed vectors"
-        assert all(v["cite"].startswith("RFC") or "Type" in v["cite"] or "decoder" in v["cite"] or "IANA" in v["cite"]
-                   for v in doc["vectors"])
+        assert all(v["cite"].startswith(("RFC", "IANA", "decoder")) for v in doc["vectors"]), el
 
 
 @pytest.mark.parametrize("element,vec", CODEC_CASES, ids=[f"{e}:{v['name']}" for e, v in CODEC_CASES])
@@ -173,33 +173,39 @@ def _vec(element: str, name: str, key: str):
     return next(v for v in FILES[element]["vectors"] if v["name"] == name)[key]
 
 
-def test_reflector_fills_class_of_service_from_received_tos():
-    sender = _hex(_vec("stamp_tlv_class_of_service", "reflector_dscp1_not_used", "hex"))  # DSCP1 = EF
-    # received with DSCP EF and ECT(0): TOS 0xba; DSCP1 applied -> RP 0
-    value = cos.reflect(sender[4:], received_tos=0xBA, dscp1_applied=True)
-    assert st.encode_tlv(4, value) == _hex(_vec("stamp_tlv_class_of_service", "reflector_ef_ect0", "hex"))
-    value = cos.reflect(sender[4:], received_tos=0x00, dscp1_applied=False)
-    assert st.encode_tlv(4, value) == sender
+def _reflect_one(element: str, raw: bytes, args: dict) -> bytes:
+    """The generic RFC 8972 §4 rule, then the element's reflector helper."""
+    flags, value = st.split_tlv(raw, raw[1])
+    assert stamp_tlvs.value_check(raw[1], value) is True
+    flags = st.reflected_flags(True, False, False)
+    if element == "stamp_tlv_class_of_service":
+        value = cos.reflect(value, args["received_tos"], bool(args["dscp1_applied"]))
+    elif element == "stamp_tlv_location":
+        h = {k: bytes.fromhex(args[k]) for k in ("mac", "src_ip", "dst_ip") if k in args}
+        value = loc.reflect(value, args["dst_port"], args["src_port"], src_mac=h.get("mac"),
+                            src_ip=h.get("src_ip"), dst_ip=h.get("dst_ip"))
+    elif element == "stamp_tlv_direct_measurement":
+        value = dm.reflect(value, args["r_rx"], args["r_tx"])
+    elif element == "stamp_tlv_timestamp_info":
+        value = tsi.reflect(value, args["sync_src_in"], args["ts_in"], args["sync_src_out"], args["ts_out"])
+    elif element == "stamp_tlv_dest_node_addr":
+        flags = dna.reflected_flags(flags, bool(args["address_is_ours"]))
+    else:
+        raise AssertionError(f"no reflector helper for {element}")
+    return st.encode_tlv(raw[1], value, flags)
 
 
-def test_reflector_fills_location_answers():
-    req = _hex(_vec("stamp_tlv_location", "sender_request", "hex"))
-    value = loc.reflect(req[4:], 862, 50001, src_mac=bytes.fromhex("020000000001"),
-                        dst_ip=bytes.fromhex("fc000003" + "00" * 11 + "01"),
-                        src_ip=bytes.fromhex("fc000001" + "00" * 11 + "01"))
-    assert st.encode_tlv(2, value) == _hex(_vec("stamp_tlv_location", "reflector_reply_ipv6", "hex"))
-    assert len(value) == len(req) - 4   # the reflected packet keeps its size
+@pytest.mark.parametrize("element,vec", REFLECTOR_CASES, ids=[f"{e}:{v['name']}" for e, v in REFLECTOR_CASES])
+def test_reflector_duty_vector_python(element, vec):
+    out = _reflect_one(element, _hex(vec["in"]), vec["args"])
+    assert out == _hex(vec["hex"])
+    assert len(out) == len(_hex(vec["in"]))   # the reflected packet keeps its size
 
 
-def test_reflector_fills_counters_timestamps_and_flags():
-    sender = _hex(_vec("stamp_tlv_direct_measurement", "sender", "hex"))
-    got = dm.DirectMeasurement.decode(st.encode_tlv(5, dm.reflect(sender[4:], r_rx=998, r_tx=997)))
-    assert (got.s_tx, got.r_rx, got.r_tx) == (1, 998, 997)
-    zero = _hex(_vec("stamp_tlv_timestamp_info", "sender_zero", "hex"))
-    filled = tsi.reflect(zero[4:], tsi.SYNC_PTP, tsi.METHOD_HW_ASSIST, tsi.SYNC_PTP, tsi.METHOD_SW_LOCAL)
-    assert st.encode_tlv(3, filled) == _hex(_vec("stamp_tlv_timestamp_info", "reflector_ptp_hw_in_sw_out", "hex"))
-    assert dna.reflected_flags(0, address_is_ours=False) == st.FLAG_U
-    assert dna.reflected_flags(st.FLAG_U, address_is_ours=True) == 0
+def test_reflector_duties_cover_every_tlv_with_reflector_fields():
+    covered = {el for el, _ in REFLECTOR_CASES}
+    assert covered == {"stamp_tlv_class_of_service", "stamp_tlv_location", "stamp_tlv_direct_measurement",
+                       "stamp_tlv_timestamp_info", "stamp_tlv_dest_node_addr"}
 
 
 def test_decoders_reject_other_types_and_trailing_bytes():

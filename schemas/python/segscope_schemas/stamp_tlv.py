@@ -123,13 +123,13 @@ def split_tlv(buf: bytes, expected_type: int) -> tuple[int, bytes]:
 
 # ---- Session-Reflector rules (RFC 8972 §4) ------------------------------------------------
 
-def reflected_flags(received: int, understood: bool, malformed: bool, integrity_failed: bool) -> int:
+def reflected_flags(understood: bool, malformed: bool, integrity_failed: bool) -> int:
     """Flags the reflector writes: U/M/I from its own verdict, reserved bits zero (§4)."""
     return (0 if understood else FLAG_U) | (FLAG_M if malformed else 0) | (FLAG_I if integrity_failed else 0)
 
 
 def mark_unknown(area: bytearray, off: int) -> None:
-    area[off] = reflected_flags(area[off], understood=False, malformed=False, integrity_failed=False)
+    area[off] = reflected_flags(understood=False, malformed=False, integrity_failed=False)
 
 
 def mark_malformed(area: bytearray, off: int) -> None:
@@ -189,19 +189,19 @@ def reflect_tlvs(packet: bytes, offset: int, value_check: ValueCheck,
         if length > end - off - HDR_LEN:
             res.error = E_OVERRUN
             res.malformed_at = off
-            out[off] = reflected_flags(packet[off], True, True, False)
+            out[off] = reflected_flags(True, True, False)
             break
         value = bytes(packet[off + HDR_LEN:off + HDR_LEN + length])
         verdict = value_check(tlv_type, value)
         if verdict is None:
             res.unknown += 1
-            out[off] = reflected_flags(packet[off], False, False, False)
+            out[off] = reflected_flags(False, False, False)
         elif verdict is False:
-            out[off] = reflected_flags(packet[off], True, True, False)
+            out[off] = reflected_flags(True, True, False)
             res.malformed_at = off
             break
         else:
-            out[off] = reflected_flags(packet[off], True, False, False)
+            out[off] = reflected_flags(True, False, False)
             res.understood_offsets.append(off)
             if tlv_type == TYPE_HMAC and res.hmac_offset is None:
                 res.hmac_offset = off
