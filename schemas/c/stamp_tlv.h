@@ -83,10 +83,10 @@ static inline __u32 stamp_get_be32(const __u8 *p)
 {
 	return ((__u32)p[0] << 24) | ((__u32)p[1] << 16) | ((__u32)p[2] << 8) | p[3];
 }
-static inline void stamp_put_be16(__u8 *p, __u16 v) { p[0] = v >> 8; p[1] = v & 0xff; }
+static inline void stamp_put_be16(__u8 *p, __u16 v) { p[0] = (__u8)(v >> 8); p[1] = (__u8)v; }
 static inline void stamp_put_be32(__u8 *p, __u32 v)
 {
-	p[0] = v >> 24; p[1] = (v >> 16) & 0xff; p[2] = (v >> 8) & 0xff; p[3] = v & 0xff;
+	p[0] = (__u8)(v >> 24); p[1] = (__u8)(v >> 16); p[2] = (__u8)(v >> 8); p[3] = (__u8)v;
 }
 
 /*

@@ -37,10 +37,10 @@ static inline int stamp_tlv_class_of_service_decode(const __u8 *buf, size_t len,
 		return STAMP_TLV_ELENGTH;
 	w = stamp_get_be16(t.value);
 	v->flags = t.flags;
-	v->dscp1 = w >> 10;
-	v->dscp2 = (w >> 4) & 0x3f;
-	v->ecn = (w >> 2) & 3;
-	v->rp = w & 3;
+	v->dscp1 = (__u8)(w >> 10);
+	v->dscp2 = (__u8)((w >> 4) & 0x3f);
+	v->ecn = (__u8)((w >> 2) & 3);
+	v->rp = (__u8)(w & 3);
 	return 0;
 }
 

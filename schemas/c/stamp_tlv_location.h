@@ -132,7 +132,7 @@ static inline int stamp_tlv_location_reflect(__u8 *value, __u16 len, __u16 dst_p
 			ip = src_ip, is_src = 1;
 		if (!ip)
 			continue;
-		h[1] = (is_src ? STAMP_LOC_SRC_IPV4 : STAMP_LOC_DST_IPV4) + (ip_len == 16);
+		h[1] = (__u8)((is_src ? STAMP_LOC_SRC_IPV4 : STAMP_LOC_DST_IPV4) + (ip_len == 16));
 		memset(val, 0, 16);
 		memcpy(val, ip, ip_len == 16 ? 16 : 4);
 	}

@@ -170,11 +170,12 @@ def reflect_tlvs(packet: bytes, offset: int, value_check: ValueCheck,
     - HMAC TLV present and hmac_verify given: verified on the bytes as received; on failure
       I=1 on every TLV header the reflector processed.
     Never reads past len(packet); the reflected copy has the same length as the packet.
+    TLVs after the HMAC TLV are not covered by it (RFC 8972 §4.8 puts the HMAC TLV last).
     """
     out = bytearray(packet)
     res = ReflectResult()
     end = len(packet)
-    if offset > end:
+    if offset > end or offset < 4:   # the base packet holds at least the Sequence Number
         res.error = E_SHORT
         return out, res
     headers: list[int] = []
