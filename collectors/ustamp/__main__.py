@@ -47,7 +47,8 @@ def reflector_main(argv: list[str]) -> int:
     p.add_argument("--port", type=int, default=862)
     p.add_argument("--sessions", help="JSON or YAML session file")
     p.add_argument("--add-session", action="append", default=[], metavar="SPEC",
-                   help='"--ssid N [--sender ADDR] [--return-sids A,B] [--format ptp|ntp] [--stateful]"')
+                   help='"--ssid N [--sender ADDR] [--return-sids A,B] [--format ptp|ntp] [--stateful] '
+                        '[--mode authenticated --key-file FILE]"')
     p.add_argument("--node", default="", help="node tag of the counter line")
     p.add_argument("--kafka", metavar="BROKERS", help="send counter lines to Kafka")
     p.add_argument("--metrics-topic", default="segscope.metrics")
@@ -96,6 +97,7 @@ def sender_main(argv: list[str]) -> int:
     p.add_argument("--format", default="ptp", choices=[f.value for f in TimestampFormat])
     p.add_argument("--mode", default="two-way", choices=["two-way", "one-way", "loopback"])
     p.add_argument("--padding", type=int, default=0)
+    p.add_argument("--auth-key-file", help="authenticated mode: HMAC key file (see collectors/ustamp/auth.py)")
     p.add_argument("--tlv", action="append", default=[], help="TYPE:HEXVALUE[:FLAGS], appended after the base packet")
     p.add_argument("--wait", type=float, default=1.0, help="seconds to wait for replies after the last packet")
     p.add_argument("--output", default="jsonl", choices=["jsonl", "kafka", "none"])
@@ -132,6 +134,13 @@ def sender_main(argv: list[str]) -> int:
     if a.output == "kafka" and not a.node:
         die("--node: required with --output kafka")
     tlvs = b"".join(_tlv(t) for t in a.tlv)
+    keys = None
+    if a.auth_key_file:
+        from .auth import KeyFileError, load_key_ring
+        try:
+            keys = load_key_ring(a.auth_key_file)
+        except KeyFileError as exc:
+            die(f"--auth-key-file: {exc}")
 
     from .kafka_out import KafkaOut
     from .sender import Sender, run
@@ -140,7 +149,7 @@ def sender_main(argv: list[str]) -> int:
         if a.netns:
             enter_netns(a.netns)
         sender = Sender(src, dst, a.ssid, segs, sport, dport, TimestampFormat(a.format), a.mode,
-                        a.padding, tlvs)
+                        a.padding, tlvs, keys)
     except OSError as exc:
         die(f"setup: {exc}", 1)
     out = None

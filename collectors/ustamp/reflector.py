@@ -9,8 +9,13 @@ when the session has return SIDs (sticky
 option, see _install_srh; else plain address swap), T3 written right before sendmsg().
 
 Every received datagram lands in exactly one outcome counter:
-  reflected | unknown_session | malformed_short | no_reply_requested | send_error
-(no_reply_requested: an RFC 9503 Return Path TLV with Control Code "No Reply Requested").
+  reflected | unknown_session | malformed_short | no_reply_requested | auth_failed | auth_no_key |
+  send_error
+(no_reply_requested: an RFC 9503 Return Path TLV with Control Code "No Reply Requested";
+auth_failed: an authenticated session's packet whose HMAC no valid key reproduces, or an
+unauthenticated packet for it; auth_no_key: no key valid for signing the reply).
+Authenticated sessions (RFC 8762 §4.2.2/§4.3.2): 112-byte packets, SSID at octet 26, HMAC over
+octets 0-95 verified on receipt and computed over the reply after T3; HMAC TLV re-signed.
 TLV counters (tlv_unrecognized, tlv_malformed, tlv_handled, tlv_unsupported) count TLVs, not
 packets; return_path_from_tlv counts replies sent where a Return Path TLV said (ustamp/tlvs.py).
 """
@@ -20,17 +25,24 @@ import json
 import select
 import signal
 import socket
+import struct
 import sys
 import time
 
+from segscope_schemas import stamp_tlv_hmac
+from segscope_schemas.stamp_auth_packet import AUTH_LEN
+from segscope_schemas.stamp_hmac import HmacError
+
 from . import codec, tlvs
+from .auth import AUTH_SSID_OFF
 from .clock import TimestampFormat, clock_state, encode_ts, error_estimate, tai_ns
 from .kafka_out import KafkaOut, counters_line, escape_tag
 from .netutil import (ANC_BUFSIZE, enable_rx_ancillary, hoplimit_cmsg, parse_ancillary,
                       pktinfo_cmsg, srh_option, tclass_cmsg)
 from .sessions import Session, SessionTable
 
-OUTCOMES = ("reflected", "unknown_session", "malformed_short", "no_reply_requested", "send_error")
+OUTCOMES = ("reflected", "unknown_session", "malformed_short", "no_reply_requested", "auth_failed",
+            "auth_no_key", "send_error")
 REPLY_HOP_LIMIT = 255
 MAX_DATAGRAM = 65535
 
@@ -43,12 +55,13 @@ class Reflector:
         self.kafka = kafka
         self.counters = {"received": 0, **{k: 0 for k in OUTCOMES}, "no_kernel_timestamp": 0,
                          "tlv_unrecognized": 0, "tlv_malformed": 0, "tlv_handled": 0,
-                         "tlv_unsupported": 0, "return_path_from_tlv": 0}
+                         "tlv_unsupported": 0, "tlv_integrity_failed": 0, "return_path_from_tlv": 0}
         self.sock = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         enable_rx_ancillary(self.sock)
         self.sock.bind((address, port))
         self.port = self.sock.getsockname()[1]
+        self.has_auth = sessions.any_authenticated
         self._installed_sids: tuple[str, ...] = ()
         self.refresh_clock()
 
@@ -68,14 +81,24 @@ class Reflector:
         else:                          # no kernel stamp (should not happen): read the clock, count it
             self.counters["no_kernel_timestamp"] += 1
             t2 = tai_ns()
+        sender_addr, sender_port = peer[0], peer[1]
+        if self.has_auth and len(payload) >= AUTH_LEN:
+            # authenticated base packet (RFC 8762 §4.2.2): SSID at octet 26, HMAC over octets 0-95
+            session = self.sessions.lookup(sender_addr, struct.unpack_from("!H", payload, AUTH_SSID_OFF)[0])
+            if session is not None and session.authenticated:
+                if not session.keys.verify_packet(payload, tai_ns()):
+                    return "auth_failed"             # RFC 8762 §4.4: discard, no reply
+                test = codec.decode_auth_sender(payload)
+                return self._reply(session, test, payload, t2, meta, sender_addr, sender_port)
         try:
             test = codec.decode_sender(payload)
         except codec.Malformed as exc:
             return exc.reason
-        sender_addr, sender_port = peer[0], peer[1]
         session = self.sessions.lookup(sender_addr, test.packet.ssid)
         if session is None:
             return "unknown_session"
+        if session.authenticated:                    # an unauthenticated packet for an authenticated session
+            return "auth_failed"
         return self._reply(session, test, payload, t2, meta, sender_addr, sender_port)
 
     def _reply(self, session: Session, test: codec.SenderTest, payload: bytes, t2: int, meta,
@@ -88,14 +111,18 @@ class Reflector:
             seq = test.packet.seq
         rx_sec, rx_frac = encode_ts(t2, fmt, self.tai_offset_s)
         sender_ttl = meta.hop_limit if meta.hop_limit is not None else 0
+        auth = session.keys
+        base_len = AUTH_LEN if auth else codec.BASE_LEN
         reply = codec.encode_reply_base(seq, self.err_est[fmt], test.packet.ssid, rx_sec, rx_frac,
-                                        test.packet, sender_ttl)
+                                        test.packet, sender_ttl, authenticated=auth is not None)
         dst, sids, ifindex, tclass = sender_addr, session.return_sids, 0, None
         if test.tlv_area:
             ctx = tlvs.TlvContext(sender_addr, sender_port, meta.local_addr or "", self.port, meta.tclass,
                                   self.clock_synced, session.rx_count, session.tx_count + 1,
-                                  session.prev_seq, session.prev_t3)
-            res = tlvs.reflect(payload, codec.BASE_LEN, ctx)
+                                  session.prev_seq, session.prev_t3,
+                                  (lambda text, mac: auth.verify(text, mac, tai_ns())) if auth else None)
+            res = tlvs.reflect(payload, base_len, ctx)
+            self.counters["tlv_integrity_failed"] += int(res.integrity_failed)
             self.counters["tlv_unrecognized"] += res.unrecognized
             self.counters["tlv_malformed"] += res.malformed
             self.counters["tlv_handled"] += res.handled
@@ -120,7 +147,17 @@ class Reflector:
             print(f"ustamp reflector: setsockopt(IPV6_RTHDR, {sids}): {exc}", file=sys.stderr)
             return "send_error"
         t3_words = encode_ts(tai_ns(), fmt, self.tai_offset_s)
-        codec.stamp_t3(reply, *t3_words)
+        codec.stamp_t3(reply, *t3_words, authenticated=auth is not None)
+        if auth is not None:                 # sign after T3: the HMAC covers it (RFC 8762 §4.4)
+            try:
+                now = tai_ns()
+                auth.sign_packet(reply, now)
+                if test.tlv_area and res.hmac_offset is not None and not res.integrity_failed:
+                    text = stamp_tlv_hmac.covered_text(reply, base_len, res.hmac_offset)
+                    reply[res.hmac_offset + 4:res.hmac_offset + 20] = auth.sign(text, now)
+            except HmacError as exc:
+                print(f"ustamp reflector: ssid {session.ssid}: cannot sign: {exc}", file=sys.stderr)
+                return "auth_no_key"
         try:
             self.sock.sendmsg([reply], cmsgs, 0, (dst, sender_port, 0, 0))
         except OSError as exc:
@@ -172,6 +209,13 @@ class Reflector:
         signal.signal(signal.SIGINT, on_stop)
         signal.signal(signal.SIGTERM, on_stop)
         signal.signal(signal.SIGUSR1, on_usr1)
+        reload = False
+
+        def on_hup(_sig, _frm):
+            nonlocal reload
+            reload = True
+
+        signal.signal(signal.SIGHUP, on_hup)
         print(json.dumps({"event": "ready", "port": self.port, "sessions": self.sessions.describe()}),
               flush=True)
         next_stats = time.monotonic() + stats_interval_s
@@ -180,6 +224,13 @@ class Reflector:
             readable, _, _ = select.select([self.sock], [], [], timeout)
             if readable:
                 self._drain()
+            if reload:
+                reload = False
+                try:
+                    self.sessions.reload_keys()
+                    print(json.dumps({"event": "keys_reloaded"}), flush=True)
+                except ValueError as exc:        # keep the old keys, say why
+                    print(f"ustamp reflector: SIGHUP: {exc} (old keys kept)", file=sys.stderr)
             if dump:
                 dump = False
                 print(json.dumps({"counters": self.snapshot()}), flush=True)

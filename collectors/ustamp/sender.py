@@ -14,8 +14,10 @@ Modes (seed 000's "delay measurement mode", RFC 8762 §4):
             (e.g. A -> R(End) -> A), the socket receives its own test packet; records carry
             T1 and T4 only (t2_ns = t3_ns = 0), flag STAMP_RECORD_F_LOOPBACK; no clock sync needed.
 
-Every received datagram lands in exactly one counter: records | malformed_reply | foreign_ssid |
-unknown_seq (a sequence number this run never sent) | duplicate (a second reply to one seq).
+Every received datagram lands in exactly one counter: records | malformed_reply | auth_failed_reply |
+foreign_ssid | unknown_seq (a sequence number this run never sent) | duplicate (a second reply to one seq).
+Authenticated mode (--auth-key-file): 112-byte packets (RFC 8762 §4.2.2/§4.3.2), HMAC signed after T1,
+replies verified (failures counted, no record).
 """
 from __future__ import annotations
 
@@ -34,7 +36,13 @@ from segscope_schemas import stamp_test_packet as tp
 from segscope_schemas.stamp_record import (STAMP_RECORD_DTYPE, STAMP_RECORD_F_NTP,
                                            STAMP_RECORD_F_SRH)
 
+from segscope_schemas import stamp_tlv as T
+from segscope_schemas import stamp_tlv_hmac
+from segscope_schemas.stamp_auth_packet import AUTH_LEN, AuthReflectorPacket, AuthSenderPacket
+from segscope_schemas.stamp_hmac import HmacError
+
 from . import codec
+from .auth import KeyRing
 from .clock import TimestampFormat, clock_state, decode_ts, encode_ts, error_estimate, format_of, tai_ns
 from .kafka_out import KafkaOut
 from .netutil import ANC_BUFSIZE, enable_rx_ancillary, parse_ancillary, srh_option
@@ -51,7 +59,8 @@ NS = 1_000_000_000
 
 class Sender:
     def __init__(self, src: str, dst: str, ssid: int, segs: list[str], sport: int, dport: int,
-                 fmt: TimestampFormat, mode: str, padding: int = 0, tlvs: bytes = b""):
+                 fmt: TimestampFormat, mode: str, padding: int = 0, tlvs: bytes = b"",
+                 keys: KeyRing | None = None):
         if mode not in MODES:
             raise ValueError(f"--mode: expected one of {', '.join(MODES)}, got {mode!r}")
         self.src, self.dst, self.ssid, self.mode, self.fmt = src, dst, ssid, mode, fmt
@@ -62,7 +71,17 @@ class Sender:
         if segs:
             self.sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_RTHDR, srh_option(dst, segs))
         self.sock.setblocking(False)
-        self.payload = bytearray(tp.STAMP_BASE_LEN + padding) + tlvs
+        self.keys = keys                  # authenticated mode (RFC 8762 §4.2.2) when set
+        self.base_len = AUTH_LEN if keys else tp.STAMP_BASE_LEN
+        self.payload = bytearray(self.base_len + padding) + tlvs
+        # RFC 8972 §4.8: in authenticated mode an HMAC TLV covers the seq and the TLVs before it
+        self.hmac_tlv_off = None
+        if keys and tlvs:
+            for t in T.iter_tlvs(bytes(self.payload), self.base_len + padding):
+                if t.type == T.TYPE_HMAC and t.length == 16:
+                    self.hmac_tlv_off = t.offset
+                    break
+        self.tlv_off = self.base_len + padding
         st = clock_state()
         self.tai_offset_s = st.tai_offset_s
         self.err_est = error_estimate(st, fmt)
@@ -70,8 +89,8 @@ class Sender:
         self.seen = bytearray()           # 1 per seq already turned into a record
         self.records: list[tuple] = []
         self.counters = {"sent": 0, "send_errors": 0, "received": 0, "records": 0,
-                         "malformed_reply": 0, "foreign_ssid": 0, "unknown_seq": 0, "duplicate": 0,
-                         "tlv_u_flag_replies": 0, "tlv_m_flag_replies": 0, "tlv_i_flag_replies": 0,
+                         "malformed_reply": 0, "auth_failed_reply": 0, "foreign_ssid": 0, "unknown_seq": 0, "duplicate": 0,
+                         "tlv_u_flag_replies": 0, "tlv_m_flag_replies": 0, "tlv_i_flag_replies": 0, "tlv_hmac_bad_replies": 0,
                          "no_kernel_timestamp": 0}
 
     # -- send -----------------------------------------------------------------
@@ -81,9 +100,22 @@ class Sender:
         self.sent_seqs += 1
         self.seen.append(0)
         struct.pack_into("!I", self.payload, 0, seq)
-        struct.pack_into("!HH", self.payload, 12, self.err_est, self.ssid)
-        sec, frac = encode_ts(tai_ns(), self.fmt, self.tai_offset_s)
-        struct.pack_into("!II", self.payload, 4, sec, frac)
+        ts_off = 16 if self.keys else 4              # Timestamp, then Error Estimate and SSID
+        struct.pack_into("!HH", self.payload, ts_off + 8, self.err_est, self.ssid)
+        t1 = tai_ns()
+        sec, frac = encode_ts(t1, self.fmt, self.tai_offset_s)
+        struct.pack_into("!II", self.payload, ts_off, sec, frac)
+        if self.keys:
+            try:
+                self.keys.sign_packet(self.payload, t1)
+                if self.hmac_tlv_off is not None:
+                    text = stamp_tlv_hmac.covered_text(self.payload, self.tlv_off, self.hmac_tlv_off)
+                    self.payload[self.hmac_tlv_off + 4:self.hmac_tlv_off + 20] = self.keys.sign(text, t1)
+            except HmacError as exc:
+                if self.counters["send_errors"] == 0:
+                    print(f"ustamp sender: seq {seq}: cannot sign: {exc}", file=sys.stderr)
+                self.counters["send_errors"] += 1
+                return
         try:
             self.sock.sendto(self.payload, (self.dst, self.dport, 0, 0))
             self.counters["sent"] += 1
@@ -110,13 +142,15 @@ class Sender:
             t4 = tai_ns()
         else:
             t4 = meta.rx_realtime_ns + self.tai_offset_s * NS
-        if len(data) < tp.STAMP_BASE_LEN:
+        if len(data) < self.base_len:
             return "malformed_reply"
+        if self.keys and not self.keys.verify_packet(data, tai_ns()):
+            return "auth_failed_reply"                   # RFC 8762 §4.4: discard
         if self.mode == "loopback":
-            pkt = tp.SenderPacket.decode(data)
+            pkt = (AuthSenderPacket if self.keys else tp.SenderPacket).decode(data)
             seq, ssid = pkt.seq, pkt.ssid
         else:
-            refl = tp.ReflectorPacket.decode(data)
+            refl = (AuthReflectorPacket if self.keys else tp.ReflectorPacket).decode(data)
             seq, ssid = refl.sender_seq, refl.ssid
         if ssid != self.ssid:
             return "foreign_ssid"
@@ -142,8 +176,12 @@ class Sender:
                 flags |= STAMP_RECORD_F_ONE_WAY
             rec = (t1, t2, t3, t4, seq, refl.seq, ssid, refl.sender_err_est, refl.err_est,
                    refl.sender_ttl, hop, meta.ifindex, flags, 0)
-            if len(data) > tp.STAMP_BASE_LEN:
-                tlvs, _tail = codec.split_tlvs(data[tp.STAMP_BASE_LEN:])
+            if len(data) > self.base_len:
+                tlvs, _tail = codec.split_tlvs(data[self.base_len:])
+                if self.hmac_tlv_off is not None and len(data) >= self.hmac_tlv_off + 20 and not self.keys.verify(
+                        stamp_tlv_hmac.covered_text(data, self.tlv_off, self.hmac_tlv_off),
+                        data[self.hmac_tlv_off + 4:self.hmac_tlv_off + 20], tai_ns()):
+                    self.counters["tlv_hmac_bad_replies"] += 1
                 for flag, name in ((codec.TLV_F_U, "tlv_u_flag_replies"), (codec.TLV_F_M, "tlv_m_flag_replies"),
                                    (codec.TLV_F_I, "tlv_i_flag_replies")):
                     if any(t.flags & flag for t in tlvs) or (flag == codec.TLV_F_M and _tail):

@@ -3,8 +3,9 @@
 A session is keyed by (sender address, SSID); sender `::` matches any sender (looked up
 after the exact key, like datapath/stamp_reflector). Sources: a JSON or YAML file
 (a list of objects, or {"sessions": [...]}) with keys ssid, sender, return_sids, format,
-stateful; or `--add-session "--ssid N [--sender ADDR] [--return-sids A,B] [--format ptp|ntp]
-[--stateful]"` on the command line. Errors name the field.
+stateful, mode, key_file; or `--add-session "--ssid N [--sender ADDR] [--return-sids A,B]
+[--format ptp|ntp] [--stateful] [--mode authenticated --key-file FILE]"` on the command line.
+Errors name the field.
 """
 from __future__ import annotations
 
@@ -15,11 +16,15 @@ import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from typing import Optional
+
+from .auth import KeyFileError, KeyRing, load_key_ring
 from .clock import TimestampFormat
 from .netutil import parse_sids
 
 ANY_SENDER = "::"
-FIELDS = {"ssid", "sender", "return_sids", "format", "stateful"}
+FIELDS = {"ssid", "sender", "return_sids", "format", "stateful", "mode", "key_file"}
+MODES = ("unauthenticated", "authenticated")
 
 
 class SessionConfigError(ValueError):
@@ -33,6 +38,8 @@ class Session:
     return_sids: list[str] = field(default_factory=list)
     format: TimestampFormat = TimestampFormat.PTP
     stateful: bool = False
+    keys: Optional["KeyRing"] = None   # authenticated mode (RFC 8762 §4.2.2): the session's key ring
+    key_file: str = ""
     next_seq: int = 0          # stateful only: Sequence Number of the next reply
     rx_count: int = 0          # test packets received in the session (Direct Measurement R_RxC)
     tx_count: int = 0          # replies sent (R_TxC)
@@ -43,13 +50,18 @@ class Session:
     def key(self) -> tuple[str, int]:
         return self.sender, self.ssid
 
+    @property
+    def authenticated(self) -> bool:
+        return self.keys is not None
+
     def describe(self) -> dict:
         return {"ssid": self.ssid, "sender": self.sender, "return_sids": self.return_sids,
-                "format": self.format.value, "stateful": self.stateful}
+                "format": self.format.value, "stateful": self.stateful,
+                "mode": MODES[self.authenticated], "key_file": self.key_file}
 
 
 def make_session(where: str, ssid, sender=ANY_SENDER, return_sids=None, format="ptp",
-                 stateful=False) -> Session:
+                 stateful=False, mode="unauthenticated", key_file=None) -> Session:
     if isinstance(ssid, bool) or not isinstance(ssid, int) or not 1 <= ssid <= 65535:
         raise SessionConfigError(f"{where}: ssid: expected an integer 1..65535, got {ssid!r}")
     try:
@@ -69,7 +81,19 @@ def make_session(where: str, ssid, sender=ANY_SENDER, return_sids=None, format="
         raise SessionConfigError(f"{where}: format: expected ptp or ntp, got {format!r}") from None
     if not isinstance(stateful, bool):
         raise SessionConfigError(f"{where}: stateful: expected true or false, got {stateful!r}")
-    return Session(ssid, sender, sids, fmt, stateful)
+    if mode not in MODES:
+        raise SessionConfigError(f"{where}: mode: expected unauthenticated or authenticated, got {mode!r}")
+    keys = None
+    if mode == "authenticated":
+        if not key_file:
+            raise SessionConfigError(f"{where}: key_file: required for an authenticated session")
+        try:
+            keys = load_key_ring(key_file)
+        except KeyFileError as exc:
+            raise SessionConfigError(f"{where}: key_file: {exc}") from None
+    elif key_file:
+        raise SessionConfigError(f"{where}: key_file: only for mode authenticated")
+    return Session(ssid, sender, sids, fmt, stateful, keys, key_file or "")
 
 
 def _cli_parser() -> argparse.ArgumentParser:
@@ -79,6 +103,8 @@ def _cli_parser() -> argparse.ArgumentParser:
     p.add_argument("--return-sids", default="")
     p.add_argument("--format", default="ptp")
     p.add_argument("--stateful", action="store_true")
+    p.add_argument("--mode", default="unauthenticated")
+    p.add_argument("--key-file")
     return p
 
 
@@ -92,7 +118,8 @@ def session_from_cli(spec: str) -> Session:
         raise SessionConfigError(f"{where}: --ssid is required") from None
     if extra:
         raise SessionConfigError(f"{where}: unknown argument {extra[0]!r}")
-    return make_session(where, ns.ssid, ns.sender, ns.return_sids, ns.format, ns.stateful)
+    return make_session(where, ns.ssid, ns.sender, ns.return_sids, ns.format, ns.stateful, ns.mode,
+                        ns.key_file)
 
 
 def sessions_from_file(path: str | Path) -> list[Session]:
@@ -132,6 +159,16 @@ class SessionTable:
         if s.key in self._by_key:
             raise SessionConfigError(f"session ssid={s.ssid} sender={s.sender}: defined twice")
         self._by_key[s.key] = s
+
+    @property
+    def any_authenticated(self) -> bool:
+        return any(s.authenticated for s in self._by_key.values())
+
+    def reload_keys(self) -> None:
+        """Re-read every authenticated session's key file (SIGHUP): a rotation without restart."""
+        for s in self._by_key.values():
+            if s.authenticated:
+                s.keys = load_key_ring(s.key_file)
 
     def lookup(self, sender: str, ssid: int) -> Session | None:
         return self._by_key.get((sender, ssid)) or self._by_key.get((ANY_SENDER, ssid))

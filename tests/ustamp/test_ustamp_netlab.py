@@ -188,10 +188,12 @@ def xdp(*args: str) -> subprocess.CompletedProcess:
     return res
 
 
-def test_ustamp_sender_to_xdp_reflector(lab, bpffs):
+def test_ustamp_sender_to_xdp_reflector(lab, bpffs, tmp_path):
     """XDP reflector on B's b0 for SSIDs 30/31; SSID 32 is unknown to it, passed up to the
-    user-space reflector on the same node (pass_unknown_session), which answers it."""
+    user-space reflector on the same node (pass_unknown_session), which answers it; SSID 33 is
+    authenticated: XDP hands it to user space (pass_authenticated_to_userspace), which does HMAC."""
     import json
+    keys = write_keys(tmp_path / "keys.json", [KEY_A])
     pin = f"/sys/fs/bpf/segscope/{lab.ns('B')}/stamp_reflector"
     xdp("attach", "--netns", lab.ns("B"), "--dev", "b0", "--pin-dir", pin)
     user = None
@@ -200,19 +202,24 @@ def test_ustamp_sender_to_xdp_reflector(lab, bpffs):
         xdp("add-session", "--pin-dir", pin, "--ssid", "30", "--return-sids", SID_RET)
         xdp("add-session", "--pin-dir", pin, "--ssid", "31", "--return-sids", SID_RET, "--format", "ntp",
             "--stateful")
-        user = ReflectorProc(lab.ns("B"), "--add-session", f"--ssid 32 --return-sids {SID_RET}")
+        xdp("add-session", "--pin-dir", pin, "--ssid", "33", "--mode", "authenticated")
+        user = ReflectorProc(lab.ns("B"), "--add-session", f"--ssid 32 --return-sids {SID_RET}",
+                             "--add-session", f"--ssid 33 --return-sids {SID_RET} --mode authenticated --key-file {keys}")
         before = sid_packets(lab)
-        for ssid, ntp, stateful in ((30, False, False), (31, True, True), (32, False, False)):
-            records, summary, _ = run_sender(lab.ns("A"), *sender_args(ssid, *(["--format", "ntp"] if ntp else [])))
+        for ssid, ntp, stateful, auth in ((30, False, False, []), (31, True, True, []), (32, False, False, []),
+                                          (33, False, False, ["--auth-key-file", keys])):
+            records, summary, _ = run_sender(lab.ns("A"), *sender_args(ssid, *(["--format", "ntp"] if ntp else []),
+                                                                       *auth))
             check_records(records, summary, ssid, ntp, srh=True, first_reflector_seq=0 if stateful else None,
                           lab=lab)
         after = sid_packets(lab)
-        assert after[SID_FWD] - before[SID_FWD] == 3 * N and after[SID_RET] - before[SID_RET] == 3 * N
+        assert after[SID_FWD] - before[SID_FWD] == 4 * N and after[SID_RET] - before[SID_RET] == 4 * N
         stats = json.loads(xdp("stats", "--pin-dir", pin, "--json").stdout)
         assert stats["reflected"] == 2 * N
         assert stats["pass_unknown_session"] == N
+        assert stats["pass_authenticated_to_userspace"] == N
         c = user.stop()
-        assert c["received"] == c["reflected"] == N
+        assert c["received"] == c["reflected"] == 2 * N
     finally:
         if user:
             user.kill()
@@ -314,3 +321,59 @@ def test_return_path_tlv_steers_the_reply(lab, reflector):
     c = reflector.counters()
     assert c["reflected"] == N and c["return_path_from_tlv"] == N
     assert c["no_reply_requested"] == 5 and c["received"] == N + 5
+
+
+KEY_A = {"id": 1, "key_hex": "000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f"}
+KEY_B = {"id": 2, "key_hex": "b0b1b2b3b4b5b6b7b8b9babbbcbdbebf"}
+
+
+def write_keys(path, keys, current=None):
+    import json
+    doc = {"keys": keys}
+    if current is not None:
+        doc["current"] = current
+    path.write_text(json.dumps(doc))
+    return str(path)
+
+
+def test_authenticated_mode_and_key_rotation(lab, tmp_path):
+    """RFC 8762 §4.2.2/§4.3.2/§4.4: 112-byte packets with HMAC; a wrong key is counted and not
+    answered; the HMAC TLV (RFC 8972 §4.8) is verified and re-signed; SIGHUP rotates the keys."""
+    import signal
+    refl_keys = write_keys(tmp_path / "reflector.json", [KEY_A, KEY_B])
+    r = ReflectorProc(lab.ns("B"), "--add-session",
+                      f"--ssid 40 --mode authenticated --key-file {refl_keys} --return-sids {SID_RET} --stateful")
+    try:
+        dm = "5:" + "00000007" + "00" * 8                       # Direct Measurement (RFC 8972 §4.5)
+        hmac_tlv = "8:" + "00" * 16                              # HMAC TLV, filled by the sender
+        for i, current in enumerate((1, 2)):                      # either valid key is accepted
+            keys = write_keys(tmp_path / f"sender{current}.json", [KEY_A, KEY_B], current)
+            records, summary, res = run_sender(lab.ns("A"), *sender_args(40, "--auth-key-file", keys, "--tlv", dm,
+                                                                         "--tlv", hmac_tlv))
+            assert res.returncode == 0, res.stderr
+            check_records(records, summary, 40, ntp=False, srh=True, first_reflector_seq=i * N, lab=lab)
+            assert summary["auth_failed_reply"] == 0 and summary["tlv_hmac_bad_replies"] == 0
+            assert summary["tlv_i_flag_replies"] == summary["tlv_u_flag_replies"] == 0
+        wrong = write_keys(tmp_path / "wrong.json", [{"id": 9, "key_hex": "ff" * 16}])
+        _, summary, _ = run_sender(lab.ns("A"), *sender_args(40, "--auth-key-file", wrong, count=5, wait_s=0.5))
+        assert summary["records"] == 0
+        _, summary, _ = run_sender(lab.ns("A"), *sender_args(40, count=3, wait_s=0.5))   # unauthenticated
+        assert summary["records"] == 0
+        c = r.counters()
+        assert c["reflected"] == 2 * N and c["auth_failed"] == 5 + 3 and c["tlv_handled"] == 2 * 2 * N
+        assert c["tlv_integrity_failed"] == 0
+
+        write_keys(tmp_path / "reflector.json", [KEY_B])          # rotation: key 1 retired
+        r.proc.send_signal(signal.SIGHUP)
+        assert r.next_line() == {"event": "keys_reloaded"}
+        keys1 = str(tmp_path / "sender1.json")
+        _, summary, _ = run_sender(lab.ns("A"), *sender_args(40, "--auth-key-file", keys1, count=4, wait_s=0.5))
+        assert summary["records"] == 0
+        _, summary, _ = run_sender(lab.ns("A"), *sender_args(40, "--auth-key-file", str(tmp_path / "sender2.json"),
+                                                             count=4))
+        assert summary["records"] == 4
+        c = r.stop()
+        assert c["auth_failed"] == 8 + 4 and c["reflected"] == 2 * N + 4
+        assert c["received"] == c["reflected"] + c["auth_failed"]
+    finally:
+        r.kill()

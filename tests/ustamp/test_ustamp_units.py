@@ -152,3 +152,27 @@ def test_cli_refuses_bad_arguments(argv, needle):
     res = subprocess.run([PY, "-m", "collectors.ustamp", *argv], cwd=REPO, env=ENV, capture_output=True,
                          text=True, timeout=30)
     assert res.returncode == 2 and needle in res.stderr, (res.returncode, res.stderr)
+
+
+def test_key_ring_rotation_by_validity_window(tmp_path):
+    from collectors.ustamp.auth import KeyFileError, load_key_ring
+    f = tmp_path / "k.json"
+    f.write_text(json.dumps({"keys": [{"id": 1, "key_hex": "11" * 16, "not_after_ns": 2000},
+                                      {"id": 2, "key_hex": "22" * 16, "not_before_ns": 1000}]}))
+    ring = load_key_ring(f)
+    msg = b"x" * 96
+    assert ring.sign(msg, 500) == ring.sign(msg, 999) != ring.sign(msg, 1000)      # key 2 signs from 1000
+    assert ring.verify(msg, ring.sign(msg, 500), 1500)       # key 1 still accepted in the overlap
+    assert not ring.verify(msg, ring.sign(msg, 500), 2000)   # ... and not after it
+    for doc, needle in (({"keys": []}, "keys: required"),
+                        ({"keys": [{"id": 1}]}, r"keys\[0\]: key_hex: required"),
+                        ({"keys": [{"id": 1, "key_hex": "zz"}]}, "key_hex: not a hex string"),
+                        ({"keys": [{"id": 1, "key_hex": "11"}], "current": 3}, "current: key id 3 is missing"),
+                        ({"keys": [{"id": 1, "key_hex": "11", "colour": 1}]}, "colour: unknown field")):
+        f.write_text(json.dumps(doc))
+        with pytest.raises(KeyFileError, match=needle):
+            load_key_ring(f)
+    with pytest.raises(SessionConfigError, match="key_file: required for an authenticated session"):
+        session_from_cli("--ssid 1 --mode authenticated")
+    with pytest.raises(SessionConfigError, match="key_file: only for mode authenticated"):
+        session_from_cli(f"--ssid 1 --key-file {f}")
