@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.fuzz.report import SUMMARY
+
 REPO = Path(__file__).resolve().parents[2]
 BUILD = REPO / "build" / "datapath"
 REFLECTOR = BUILD / "stamp_reflector"
@@ -73,3 +75,12 @@ def fuzz_target(bpffs) -> FuzzTarget:
             subprocess.run([str(binary), "detach", "--netns", NETNS, "--dev", dev, "--pin-dir", str(d)],
                            capture_output=True)
         _cleanup()
+
+
+
+
+def pytest_terminal_summary(terminalreporter) -> None:
+    if SUMMARY:
+        terminalreporter.section("segscope fuzz")
+        for line in SUMMARY:
+            terminalreporter.write_line(line)

@@ -27,6 +27,7 @@ from segscope_schemas.stamp_record import STAMP_RECORD_DTYPE
 from tests.fuzz import frames as fr
 from tests.fuzz.bpf_testrun import PinnedProgram, RingReader
 from tests.fuzz.conftest import COLLECTOR, REFLECTOR, stats, tool
+from tests.fuzz.report import SUMMARY
 from tests.fuzz.stamp_oracle import (REFUSED, TX, ZERO16, CollectorConfig, ReflectorConfig,
                                      ReflectorSession, collector_verdict, record_problems, reflector_verdict,
                                      reply_problems)
@@ -131,7 +132,7 @@ def campaign(prog: PinnedProgram, names: list[str], verdict_fn, frame_iter, chec
 
 
 def assert_campaign(c: Campaign, names: list[str], cli_stats: dict[str, int], name: str) -> None:
-    print("\n" + c.summary(name))
+    SUMMARY.extend(c.summary(name).splitlines())
     assert c.frames >= FRAMES, f"only {c.frames} of {FRAMES} frames within {SECONDS} s"
     failures = [f for f in c.failures if f]
     assert not c.failures, (f"{len(c.failures)} frames disagree with the oracle; first ones:\n"
