@@ -10,7 +10,7 @@ option, see _install_srh; else plain address swap), T3 written right before send
 
 Every received datagram lands in exactly one outcome counter:
   reflected | unknown_session | malformed_short | no_reply_requested | auth_failed | auth_no_key |
-  send_error
+  send_error | internal_error (an exception in ustamp itself: first traceback on stderr; 0 in the fuzz)
 (no_reply_requested: an RFC 9503 Return Path TLV with Control Code "No Reply Requested";
 auth_failed: an authenticated session's packet whose HMAC no valid key reproduces, or an
 unauthenticated packet for it; auth_no_key: no key valid for signing the reply).
@@ -28,6 +28,7 @@ import socket
 import struct
 import sys
 import time
+import traceback
 
 from segscope_schemas import stamp_tlv_hmac
 from segscope_schemas.stamp_auth_packet import AUTH_LEN
@@ -42,7 +43,7 @@ from .netutil import (ANC_BUFSIZE, enable_rx_ancillary, hoplimit_cmsg, parse_anc
 from .sessions import Session, SessionTable
 
 OUTCOMES = ("reflected", "unknown_session", "malformed_short", "no_reply_requested", "auth_failed",
-            "auth_no_key", "send_error")
+            "auth_no_key", "send_error", "internal_error")
 REPLY_HOP_LIMIT = 255
 MAX_DATAGRAM = 65535
 
@@ -253,4 +254,10 @@ class Reflector:
             except BlockingIOError:
                 return
             self.counters["received"] += 1
-            self.counters[self.handle(payload, ancdata, peer)] += 1
+            try:
+                outcome = self.handle(payload, ancdata, peer)
+            except Exception:              # noqa: BLE001 - a bug must not stop the reflector; counted, logged
+                if self.counters["internal_error"] == 0:
+                    traceback.print_exc()
+                outcome = "internal_error"
+            self.counters[outcome] += 1
