@@ -296,6 +296,23 @@ def test_kafka_outputs(lab, kafka_bootstrap):
         assert all(recs["t1_ns"] <= recs["t2_ns"]) and all(recs["t3_ns"] <= recs["t4_ns"])
     assert seqs == list(range(N)) and batch_seqs == list(range(len(msgs)))
 
+    # the issue-3 delay processor's aggregator takes these batches unchanged
+    from processors.delay.aggregate import DelayAggregator
+    agg = DelayAggregator()
+    all_recs = []
+    for m in msgs:
+        hdr, recs = decode_batch(m.value())
+        agg.ingest(hdr.node, recs)
+        all_recs.append(recs.copy())
+    counts: dict[str, int] = {}
+    for line in agg.flush_all():
+        if line.startswith("stamp_delay,"):
+            tags, fields, _ts = line.split(" ")
+            assert "node=usA" in tags and "ssid=6" in tags
+            direction = tags.split("direction=")[1]
+            counts[direction] = counts.get(direction, 0) + int(dict(f.split("=") for f in fields.split(","))["count"][:-1])
+    assert counts == {"forward": N, "reverse": N, "round_trip": N}
+
     lines = [m.value().decode() for m in consume(kafka_bootstrap, metrics_topic,
                                                  lambda ms: any(b"reflected=20i" in m.value() for m in ms))]
     last = lines[-1]
