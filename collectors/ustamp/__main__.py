@@ -104,6 +104,8 @@ def sender_main(argv: list[str]) -> int:
     p.add_argument("--records-file", default="-", help="jsonl output file ('-' = stdout)")
     p.add_argument("--kafka", default="127.0.0.1:19092", metavar="BROKERS")
     p.add_argument("--topic", default="segscope.stamp.records")
+    p.add_argument("--metrics-topic", default="segscope.metrics",
+                   help="counter lines (program=ustamp_sender) every second and at the end, with --output kafka")
     p.add_argument("--node", default="", help="node name (batch header, key <node>/<ssid>)")
     p.add_argument("--batch-interval", type=float, default=0.2)
     a = p.parse_args(argv)
@@ -145,7 +147,8 @@ def sender_main(argv: list[str]) -> int:
     from .kafka_out import KafkaOut
     from .sender import Sender, run
     try:
-        kafka = KafkaOut(a.kafka, a.node, topic=a.topic) if a.output == "kafka" else None  # before setns, see reflector_main
+        kafka = (KafkaOut(a.kafka, a.node, topic=a.topic, metrics_topic=a.metrics_topic)
+                 if a.output == "kafka" else None)  # before setns, see reflector_main
         if a.netns:
             enter_netns(a.netns)
         sender = Sender(src, dst, a.ssid, segs, sport, dport, TimestampFormat(a.format), a.mode,

@@ -44,7 +44,7 @@ from segscope_schemas.stamp_hmac import HmacError
 from . import codec
 from .auth import KeyRing
 from .clock import TimestampFormat, clock_state, decode_ts, encode_ts, error_estimate, format_of, tai_ns
-from .kafka_out import KafkaOut
+from .kafka_out import KafkaOut, counters_line, escape_tag
 from .netutil import ANC_BUFSIZE, enable_rx_ancillary, parse_ancillary, srh_option
 
 # Additive record flags (schemas/c/stamp_record.h has the same values).
@@ -194,6 +194,12 @@ class Sender:
         self.records.clear()
         return recs
 
+    def metrics_line(self, node: str) -> str:
+        """`segscope_datapath,node=..,program=ustamp_sender,ssid=..` with the counters (metrics topic)."""
+        c = {k: v for k, v in self.summary().items() if isinstance(v, int)}
+        c.pop("ssid", None)
+        return counters_line(f"segscope_datapath,node={escape_tag(node)},program=ustamp_sender,ssid={self.ssid}", c)
+
     def summary(self) -> dict:
         c = dict(self.counters)
         c["lost"] = self.sent_seqs - sum(self.seen)
@@ -219,6 +225,7 @@ def run(sender: Sender, rate_pps: float, count: int | None, duration_s: float | 
     start = time.monotonic()
     end = start + duration_s if duration_s is not None else float("inf")
     next_flush = start + batch_interval_s
+    next_stats = start + 1.0
     i = 0
     sending = True
     drain_until = None
@@ -255,8 +262,13 @@ def run(sender: Sender, rate_pps: float, count: int | None, duration_s: float | 
         if time.monotonic() >= next_flush:
             next_flush += batch_interval_s
             flush_records()
+            if kafka is not None and time.monotonic() >= next_stats:
+                next_stats += 1.0
+                kafka.produce_metrics(sender.metrics_line(kafka.node))
     sender.drain()
     flush_records()
+    if kafka is not None:
+        kafka.produce_metrics(sender.metrics_line(kafka.node))
     result = sender.summary()
     result["duration_s"] = round(time.monotonic() - start, 6)
     result["rate_pps"] = rate_pps

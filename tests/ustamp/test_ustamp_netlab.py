@@ -274,7 +274,7 @@ def test_kafka_outputs(lab, kafka_bootstrap):
     try:
         records, summary, res = run_sender(lab.ns("A"), *sender_args(6, "--output", "kafka", "--kafka",
                                                                      kafka_bootstrap, "--topic", records_topic,
-                                                                     "--node", "usA"))
+                                                                     "--node", "usA", "--metrics-topic", metrics_topic))
         assert res.returncode == 0, res.stderr
         assert records == []                                  # records went to Kafka, not stdout
         k = summary["kafka"]
@@ -314,8 +314,13 @@ def test_kafka_outputs(lab, kafka_bootstrap):
     assert counts == {"forward": N, "reverse": N, "round_trip": N}
 
     lines = [m.value().decode() for m in consume(kafka_bootstrap, metrics_topic,
-                                                 lambda ms: any(b"reflected=20i" in m.value() for m in ms))]
-    last = lines[-1]
+                                                 lambda ms: any(b"reflected=20i" in m.value() for m in ms)
+                                                 and any(b"program=ustamp_sender" in m.value() for m in ms))]
+    sender_lines = [l for l in lines if "program=ustamp_sender" in l]
+    assert sender_lines[-1].startswith("segscope_datapath,node=usA,program=ustamp_sender,ssid=6 ")
+    sender_fields = dict(kv.split("=") for kv in sender_lines[-1].split(" ")[1].split(","))
+    assert sender_fields["sent"] == sender_fields["records"] == f"{N}i" and sender_fields["lost"] == "0i"
+    last = [l for l in lines if "program=ustamp_reflector" in l][-1]
     assert last.startswith("segscope_datapath,node=usB,program=ustamp_reflector ")
     fields = dict(kv.split("=") for kv in last.split(" ")[1].split(","))
     assert fields["received"] == fields["reflected"] == f"{counters['reflected']}i" == f"{N}i"
