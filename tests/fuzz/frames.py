@@ -7,7 +7,6 @@ from __future__ import annotations
 import random
 import socket
 import struct
-import time
 
 from tests.fuzz.stamp_oracle import L4_NO_SRH, parse_transport, udp6_checksum
 
@@ -26,8 +25,13 @@ COLLECTOR_PORTS = [50007, 50008, 50009, 50010, 40000]
 NEXT_HEADERS = [0, 4, 6, 17, 41, 43, 44, 50, 51, 58, 59, 60, 135, 139, 140, 253, 255]
 
 
+# Timestamps in the seeds: a fixed instant (Nov 2026), not the clock, so a seed gives the same bytes
+# on every run. The programs' own T2/T3/T4 are checked against the real clock.
+BASE_TAI_NS = 1_795_000_000 * 10**9
+
+
 def tai_ns() -> int:
-    return time.clock_gettime_ns(time.CLOCK_TAI)
+    return BASE_TAI_NS
 
 
 def eth(ethertype: bytes = b"\x86\xdd") -> bytes:
@@ -277,12 +281,16 @@ MUTATORS = [m_bitflip, m_bitflip, m_truncate, m_ip_payload_len, m_srh_fields, m_
             m_insert_delete, m_tail]
 
 
-def mutate(rng: random.Random, f: bytes) -> bytes:
+def mutate(rng: random.Random, f: bytes) -> tuple[bytes, list[str]]:
+    """1-3 mutators in a row; returns the frame and their names (m_ prefix dropped)."""
+    names = []
     for _ in range(rng.choice([1, 1, 1, 2, 3])):
-        f = rng.choice(MUTATORS)(rng, f)
+        m = rng.choice(MUTATORS)
+        names.append(m.__name__[2:])
+        f = m(rng, f)
     if rng.random() < 0.5:   # a consistent checksum lets the frame reach the deeper checks
         f = fix_udp_checksum(f)
-    return f[:2048]
+    return f[:2048], names
 
 
 def frames(rng: random.Random, seed_fn, count: int):
@@ -300,5 +308,6 @@ def frames(rng: random.Random, seed_fn, count: int):
         if rng.random() < 0.15:
             yield "seed", s
         else:
-            yield "mutant", mutate(rng, s)
+            f, names = mutate(rng, s)
+            yield "+".join(names), f
         produced += 1

@@ -11,7 +11,7 @@ Two engines, the same properties:
   3000, split over the tests below). Hypothesis costs ~2-4 ms per example on this shared 2-core VM,
   so 100 k of them would take minutes;
 - a seeded random/mutation loop (test_decoders_bulk): SEGSCOPE_FUZZ_DECODER_INPUTS inputs (default
-  120000, seed SEGSCOPE_FUZZ_SEED) spread over every decoder, ~10 us each.
+  100000, seed SEGSCOPE_FUZZ_SEED) spread over every decoder, ~10 us each.
 """
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ from segscope_schemas import stamp_test_packet as pkt_mod
 from tests.fuzz.report import SUMMARY
 
 TOTAL = int(os.environ.get("SEGSCOPE_FUZZ_EXAMPLES", "3000"))
-BULK = int(os.environ.get("SEGSCOPE_FUZZ_DECODER_INPUTS", "120000"))
+BULK = int(os.environ.get("SEGSCOPE_FUZZ_DECODER_INPUTS", "100000"))
 SEED = int(os.environ.get("SEGSCOPE_FUZZ_SEED", "862"))
 # share of the total per test (sums to 1.0)
 SHARE = {"batch_random": 0.10, "batch_mutated": 0.15, "batch_roundtrip": 0.05, "batch_slice": 0.05,

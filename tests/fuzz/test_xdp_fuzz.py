@@ -67,7 +67,8 @@ class Campaign:
     def summary(self, name: str) -> str:
         lines = [f"[fuzz] {name}: {self.frames} frames in {self.seconds:.1f} s "
                  f"({self.frames / max(self.seconds, 1e-9):.0f}/s), seed {SEED}, {self.refused} refused by the kernel (< 14 B)",
-                 f"[fuzz] {name} kinds: {dict(self.kinds)}"]
+                 f"[fuzz] {name} frames by origin/mutator: "
+                 + ", ".join(f"{k} {v}" for k, v in sorted(self.kinds.items()))]
         lines += [f"[fuzz] {name}   {k:34s} {v:7d}" for k, v in sorted(self.outcomes.items())]
         if self.defects:
             lines.append(f"[fuzz] {name} RFC defects in frames the program accepted: {dict(self.defects)}")
@@ -97,7 +98,8 @@ def campaign(prog: PinnedProgram, names: list[str], verdict_fn, frame_iter, chec
         if time.monotonic() - t0 > SECONDS:
             break
         c.frames += 1
-        c.kinds[kind] += 1
+        for part in kind.split("+"):   # seed, truncate_sweep, or the mutators applied
+            c.kinds[part] += 1
         v = verdict_fn(frame)
         tai0, utc0 = time.clock_gettime_ns(time.CLOCK_TAI), time.time_ns()
         res = prog.run(frame)
