@@ -399,3 +399,40 @@ def test_authenticated_mode_and_key_rotation(lab, tmp_path):
         assert c["received"] == c["reflected"] + c["auth_failed"]
     finally:
         r.kill()
+
+
+XDP_COLLECTOR = REPO / "build" / "datapath" / "stamp_collector"
+
+
+def test_xdp_collector_with_ustamp_reflector(lab, bpffs, reflector):
+    """Sender side in XDP (stamp_collector on A's a0 takes T4 and writes the records), reflector in
+    user space: the mixed deployment for a far end without XDP. PTP stateless and NTP stateful."""
+    import json
+    pin = f"/sys/fs/bpf/segscope/{lab.ns('A')}/stamp_collector"
+    subprocess.run([str(XDP_COLLECTOR), "attach", "--netns", lab.ns("A"), "--dev", "a0", "--pin-dir", pin],
+                   check=True, capture_output=True)
+    try:
+        for ssid, fmt in ((1, "ptp"), (4, "ntp")):
+            subprocess.run([str(XDP_COLLECTOR), "activate", "--pin-dir", pin, "--ssid", str(ssid),
+                            "--port", str(50000 + ssid), "--format", fmt], check=True, capture_output=True)
+        for ssid, fmt, stateful in ((1, "ptp", False), (4, "ntp", True)):
+            _, summary, _ = run_sender(lab.ns("A"), *sender_args(ssid, "--format", fmt, wait_s=0.5))
+            assert summary["sent"] == N and summary["records"] == 0     # the replies were XDP_DROPped
+            dump = subprocess.run([str(XDP_COLLECTOR), "dump", "--pin-dir", pin, "--count", str(N),
+                                   "--timeout-ms", "3000"], check=True, capture_output=True, text=True)
+            recs = [json.loads(l) for l in dump.stdout.splitlines() if l.startswith("{")]
+            assert [r["sender_seq"] for r in recs] == list(range(N))
+            ntp = fmt == "ntp"
+            for i, r in enumerate(recs):
+                assert r["t1_ns"] <= r["t2_ns"] <= r["t3_ns"] <= r["t4_ns"] < r["t1_ns"] + 1_000_000_000, r
+                assert r["ssid"] == ssid and r["reflector_seq"] == i
+                assert r["sender_ttl"] == 63 and r["reply_hop_limit"] == 254
+                assert r["flags"] == STAMP_RECORD_F_SRH | (STAMP_RECORD_F_NTP if ntp else 0)
+                assert bool(r["reflector_err_est"] & EE_Z) == (not ntp)
+        stats = json.loads(subprocess.run([str(XDP_COLLECTOR), "stats", "--pin-dir", pin, "--json"],
+                                          check=True, capture_output=True, text=True).stdout)
+        assert stats["collected"] == 2 * N
+        assert reflector.counters()["reflected"] == 2 * N
+    finally:
+        subprocess.run([str(XDP_COLLECTOR), "detach", "--netns", lab.ns("A"), "--dev", "a0", "--pin-dir", pin],
+                       capture_output=True)
