@@ -10,3 +10,12 @@ and the same `struct stamp_record` (schemas/c/stamp_record.h) as the XDP collect
 
 See collectors/ustamp/README.md.
 """
+import os
+import sys
+
+# The wire-format package lives in schemas/python (pytest adds it via pytest.ini). Make ustamp
+# runnable from the repository root without installing it: add it when missing.
+try:
+    import segscope_schemas  # noqa: F401
+except ImportError:
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "schemas", "python"))

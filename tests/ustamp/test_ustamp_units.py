@@ -176,3 +176,12 @@ def test_key_ring_rotation_by_validity_window(tmp_path):
         session_from_cli("--ssid 1 --mode authenticated")
     with pytest.raises(SessionConfigError, match="key_file: only for mode authenticated"):
         session_from_cli(f"--ssid 1 --key-file {f}")
+
+
+def test_cli_session_file_errors_name_the_field(tmp_path):
+    f = tmp_path / "sessions.yaml"
+    f.write_text("- {ssid: 1, return_sids: ['fc00:2::e']}\n- {ssid: 2, mode: authenticated}\n")
+    res = subprocess.run([PY, "-m", "collectors.ustamp", "reflector", "--sessions", str(f)], cwd=REPO, env=ENV,
+                         capture_output=True, text=True, timeout=30)
+    assert res.returncode == 2
+    assert "sessions[1]: key_file: required for an authenticated session" in res.stderr, res.stderr
