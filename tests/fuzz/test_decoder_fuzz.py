@@ -318,6 +318,15 @@ def _bulk_mutate(rng, b: bytes) -> bytes:
     return b
 
 
+def _same(a, b) -> bool:
+    """Equal decode results (numpy record arrays by bytes), or the same error with the same text."""
+    if isinstance(a, Exception) or isinstance(b, Exception):
+        return type(a) is type(b) and str(a) == str(b)
+    if isinstance(a, tuple) and len(a) == 2 and isinstance(a[1], np.ndarray):
+        return a[0] == b[0] and a[1].tobytes() == b[1].tobytes()
+    return a == b
+
+
 def test_decoders_bulk():
     import random
     rng = random.Random(SEED)
@@ -337,7 +346,7 @@ def test_decoders_bulk():
                 b = decode(bytes(buf))
             except errors as e:
                 b = e
-            assert type(a) is type(b), f"{name}: slice -> {a!r}, copy -> {b!r} for {bytes(buf).hex()}"
+            assert _same(a, b), f"{name}: slice -> {a!r}, copy -> {b!r} for {bytes(buf).hex()}"
         res = outcome(f"bulk {name}", decode, buf, errors=errors)
         if res is not None:
             check(buf, res)
