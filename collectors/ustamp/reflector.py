@@ -90,7 +90,7 @@ class Reflector:
                 if not session.keys.verify_packet(payload, tai_ns()):
                     return "auth_failed"             # RFC 8762 §4.4: discard, no reply
                 test = codec.decode_auth_sender(payload)
-                return self._reply(session, test, payload, t2, meta, sender_addr, sender_port)
+                return self._reply(session, test, payload, t2, meta, sender_addr, sender_port, peer[3])
         try:
             test = codec.decode_sender(payload)
         except codec.Malformed as exc:
@@ -100,10 +100,10 @@ class Reflector:
             return "unknown_session"
         if session.authenticated:                    # an unauthenticated packet for an authenticated session
             return "auth_failed"
-        return self._reply(session, test, payload, t2, meta, sender_addr, sender_port)
+        return self._reply(session, test, payload, t2, meta, sender_addr, sender_port, peer[3])
 
     def _reply(self, session: Session, test: codec.SenderTest, payload: bytes, t2: int, meta,
-               sender_addr: str, sender_port: int) -> str:
+               sender_addr: str, sender_port: int, scope_id: int = 0) -> str:
         fmt = session.format
         session.rx_count += 1
         if session.stateful:
@@ -160,7 +160,7 @@ class Reflector:
                 print(f"ustamp reflector: ssid {session.ssid}: cannot sign: {exc}", file=sys.stderr)
                 return "auth_no_key"
         try:
-            self.sock.sendmsg([reply], cmsgs, 0, (dst, sender_port, 0, 0))
+            self.sock.sendmsg([reply], cmsgs, 0, (dst, sender_port, 0, scope_id if dst == sender_addr else 0))
         except OSError as exc:
             print(f"ustamp reflector: sendmsg to [{dst}]:{sender_port}: {exc}", file=sys.stderr)
             return "send_error"

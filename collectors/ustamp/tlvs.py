@@ -15,7 +15,8 @@ fills the reflector's part of every understood TLV, in place (the reply keeps th
   8 HMAC                 verified by the caller's hmac_verify (authenticated sessions); re-signed there
   9 Dest. Node Address   U = 0 if the address is the packet's destination (ours), U = 1 otherwise
  10 Return Path          Control Code (no reply / same link), Return Address, SRv6 Segment List:
-                         the reply goes to that address over that segment list
+                         the reply goes to that address over that segment list (<= 16 SIDs;
+                         longer lists and SR-MPLS stacks are counted unsupported and not used)
 """
 from __future__ import annotations
 
@@ -27,7 +28,7 @@ from typing import Callable, Optional
 from segscope_schemas import stamp_tlv as T
 from segscope_schemas import (stamp_tlv_class_of_service, stamp_tlv_dest_node_addr, stamp_tlv_direct_measurement,
                               stamp_tlv_location, stamp_tlv_return_path, stamp_tlv_timestamp_info, stamp_tlvs)
-from segscope_schemas.stamp_tlv_follow_up_telemetry import LENGTH as FUT_LENGTH
+from .netutil import MAX_SIDS
 
 METHOD_SW_LOCAL = stamp_tlv_timestamp_info.METHOD_SW_LOCAL
 SYNC_NTP = stamp_tlv_timestamp_info.SYNC_NTP
@@ -112,6 +113,9 @@ def _return_path(value: bytes, res: TlvResult) -> None:
             else:
                 res.unsupported.append("return_address_ipv4")
         elif sub.type == stamp_tlv_return_path.SUB_SRV6_SEGMENTS:
+            if len(sub.value) // 16 > MAX_SIDS:          # more than an SRH from a socket can carry here
+                res.unsupported.append("srv6_segments_too_long")
+                continue
             res.return_sids = [str(ipaddress.IPv6Address(sub.value[i:i + 16]))
                                for i in range(0, len(sub.value), 16)]
         elif sub.type == stamp_tlv_return_path.SUB_SR_MPLS_LABELS:

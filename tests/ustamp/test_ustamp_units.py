@@ -112,6 +112,8 @@ def test_destination_node_address_and_return_path():
     assert not res.no_reply
     assert reflect("800a0008" "00010004" "00000001").no_reply         # Control Code: No Reply Requested
     assert reflect("800a0008" "00010004" "00000002").same_link
+    too_long = reflect("800a0114" "00040110" + "".join(sids) * 9)     # 18 SIDs: more than an SRH here takes
+    assert too_long.return_sids is None and too_long.unsupported == ["srv6_segments_too_long"]
 
 
 def test_session_specs_and_errors(tmp_path):
