@@ -56,10 +56,19 @@ def reflector_main(argv: list[str]) -> int:
     a = p.parse_args(argv)
     if not 1 <= a.port <= 65535:
         die(f"--port: expected 1..65535, got {a.port}")
-    try:
+    def load_sessions() -> SessionTable:
         sessions = sessions_from_file(a.sessions) if a.sessions else []
         sessions += [session_from_cli(spec) for spec in a.add_session]
-        table = SessionTable(sessions)
+        return SessionTable(sessions)
+
+    def reload_sessions() -> SessionTable:        # SIGHUP: errors keep the old configuration
+        try:
+            return load_sessions()
+        except OSError as exc:
+            raise ValueError(f"--sessions: {exc}") from None
+
+    try:
+        table = load_sessions()
     except (SessionConfigError, OSError, ValueError) as exc:
         die(str(exc))
     if not len(table):
@@ -75,7 +84,7 @@ def reflector_main(argv: list[str]) -> int:
         kafka = KafkaOut(a.kafka, a.node, metrics_topic=a.metrics_topic) if a.kafka else None
         if a.netns:
             enter_netns(a.netns)
-        refl = Reflector(table, _ipv6("--address", a.address), a.port, a.node, kafka)
+        refl = Reflector(table, _ipv6("--address", a.address), a.port, a.node, kafka, reload_sessions)
     except OSError as exc:
         die(f"setup: {exc}", 1)
     refl.run(a.stats_interval)

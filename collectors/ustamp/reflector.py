@@ -50,8 +50,9 @@ MAX_DATAGRAM = 65535
 
 class Reflector:
     def __init__(self, sessions: SessionTable, address: str = "::", port: int = 862,
-                 node: str = "", kafka: KafkaOut | None = None):
+                 node: str = "", kafka: KafkaOut | None = None, load_sessions=None):
         self.sessions = sessions
+        self.load_sessions = load_sessions     # () -> SessionTable, for SIGHUP (None: keys only)
         self.node = node
         self.kafka = kafka
         self.counters = {"received": 0, **{k: 0 for k in OUTCOMES}, "no_kernel_timestamp": 0,
@@ -227,11 +228,7 @@ class Reflector:
                 self._drain()
             if reload:
                 reload = False
-                try:
-                    self.sessions.reload_keys()
-                    print(json.dumps({"event": "keys_reloaded"}), flush=True)
-                except ValueError as exc:        # keep the old keys, say why
-                    print(f"ustamp reflector: SIGHUP: {exc} (old keys kept)", file=sys.stderr)
+                self.reload()
             if dump:
                 dump = False
                 print(json.dumps({"counters": self.snapshot()}), flush=True)
@@ -244,6 +241,24 @@ class Reflector:
             self.kafka.produce_metrics(self.metrics_line())
             self.kafka.flush()
         print(json.dumps({"counters": self.snapshot(), "final": True}), flush=True)
+
+    def reload(self) -> None:
+        """SIGHUP: re-read the session file and the key files. A session whose (sender, ssid) and
+        settings are unchanged keeps its state (stateful seq, Direct Measurement counters); on any
+        error the old configuration stays and stderr says why."""
+        try:
+            if self.load_sessions is None:
+                self.sessions.reload_keys()
+                print(json.dumps({"event": "keys_reloaded"}), flush=True)
+                return
+            new = self.load_sessions()
+        except ValueError as exc:
+            print(f"ustamp reflector: SIGHUP: {exc} (configuration unchanged)", file=sys.stderr)
+            return
+        new.adopt_state(self.sessions)
+        self.sessions = new
+        self.has_auth = new.any_authenticated
+        print(json.dumps({"event": "reloaded", "sessions": new.describe()}), flush=True)
 
     def _drain(self) -> None:
         """Everything queued on the socket, without blocking."""

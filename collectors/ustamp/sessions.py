@@ -170,6 +170,14 @@ class SessionTable:
             if s.authenticated:
                 s.keys = load_key_ring(s.key_file)
 
+    def adopt_state(self, old: "SessionTable") -> None:
+        """Carry the run-time state of sessions that did not change over from `old`."""
+        for key, s in self._by_key.items():
+            prev = old._by_key.get(key)
+            if prev is not None and prev.describe() == s.describe():
+                s.next_seq, s.rx_count, s.tx_count = prev.next_seq, prev.rx_count, prev.tx_count
+                s.prev_seq, s.prev_t3 = prev.prev_seq, prev.prev_t3
+
     def lookup(self, sender: str, ssid: int) -> Session | None:
         return self._by_key.get((sender, ssid)) or self._by_key.get((ANY_SENDER, ssid))
 
