@@ -35,6 +35,8 @@ from dataclasses import dataclass, field, fields
 
 import numpy as np
 
+from segscope_schemas.stamp_record import STAMP_RECORD_F_LOOPBACK, STAMP_RECORD_F_ONE_WAY
+
 NS_PER_S = 1_000_000_000
 NS_PER_US = 1_000.0
 
@@ -118,6 +120,21 @@ class DirectionStats:
     ipdv_mean_us: float | None  # None when fewer than 2 packets: IPDV is undefined
 
 
+# A direction a record cannot measure (see mark_partial_records); never a real delay.
+NOT_MEASURED = np.iinfo(np.int64).min
+
+
+def mark_partial_records(flags: np.ndarray, t1: np.ndarray, t4: np.ndarray, delays: np.ndarray) -> None:
+    """Records of one-way and loopback sessions carry fewer timestamps (stamp_record.h):
+    one-way has T1, T2 only (forward only); loopback has T1, T4 only (round trip = T4 - T1).
+    The directions they cannot measure are set to NOT_MEASURED and left out of the stats."""
+    one_way = (flags & STAMP_RECORD_F_ONE_WAY) != 0
+    loopback = (flags & STAMP_RECORD_F_LOOPBACK) != 0
+    delays[1:, one_way] = NOT_MEASURED
+    delays[:2, loopback] = NOT_MEASURED
+    delays[2, loopback] = (t4 - t1)[loopback]
+
+
 def direction_stats(delays_ns: np.ndarray) -> DirectionStats:
     """Statistics of one direction; delays_ns must already be ordered by sender_seq.
 
@@ -171,11 +188,18 @@ class SecondAccumulator:
         self.delays = delays[:, keep]
         counters.duplicate_records += len(seq) - len(keep)
         new = delays[:, keep[keep >= n_old]]
-        counters.negative_delays += int(np.count_nonzero(new < 0))
-        counters.absurd_delays += int(np.count_nonzero(np.abs(new) > absurd_threshold_ns))
+        measured = new != NOT_MEASURED
+        counters.negative_delays += int(np.count_nonzero((new < 0) & measured))
+        counters.absurd_delays += int(np.count_nonzero((np.abs(new) > absurd_threshold_ns) & measured))
 
-    def stats(self) -> list[DirectionStats]:
-        return [direction_stats(self.delays[i]) for i in range(3)]
+    def stats(self) -> list[DirectionStats | None]:
+        """Per direction; None where no record of the second measures that direction."""
+        out = []
+        for i in range(3):
+            d = self.delays[i]
+            d = d[d != NOT_MEASURED]
+            out.append(direction_stats(d) if len(d) else None)
+        return out
 
 
 @dataclass
@@ -228,6 +252,9 @@ class DelayAggregator:
         np.subtract(t2, t1, out=delays[0])                      # forward  T2 - T1
         np.subtract(t4, t3, out=delays[1])                      # reverse  T4 - T3
         np.subtract(t4 - t1, t3 - t2, out=delays[2])            # round trip (T4-T1)-(T3-T2)
+        flags = records["flags"]
+        if flags.any():
+            mark_partial_records(flags, t1, t4, delays)
         second = t1 // NS_PER_S
         seq = records["sender_seq"]
         ssid = records["ssid"]
@@ -332,8 +359,9 @@ class DelayAggregator:
             return
         ts = (acc.second - self.tai_utc_offset_s) * NS_PER_S
         for direction, d in zip(DIRECTIONS, acc.stats()):
-            lines.append(format_line(st.tag_prefix + direction, d, ts))
-        self.counters.points_out += 3
+            if d is not None:
+                lines.append(format_line(st.tag_prefix + direction, d, ts))
+                self.counters.points_out += 1
 
     def open_seconds(self) -> int:
         return sum(len(st.seconds) for st in self.sessions.values())

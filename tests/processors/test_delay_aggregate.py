@@ -274,3 +274,39 @@ def test_points_are_stamped_in_utc_while_seconds_are_binned_in_tai():
     got = by_direction(lines)
     assert {ts for (_, _, ts) in got} == {(BASE_S - 37) * NS_PER_S}
     assert got[("1", "forward", (BASE_S - 37) * NS_PER_S)]["count"] == 4
+
+
+def test_one_way_and_loopback_records_measure_only_their_directions():
+    """One-way records (T1, T2) feed only `forward`; loopback records (T1, T4) only
+    `round_trip` = T4 - T1; two-way records of the same second feed all three."""
+    from segscope_schemas.stamp_record import STAMP_RECORD_F_LOOPBACK, STAMP_RECORD_F_ONE_WAY
+    t1 = BASE_S * NS_PER_S + np.array([10, 20, 30])
+    recs = make_records([0, 1, 2], t1, fwd=[1000, 3000, 5000], rev=[700, 700, 700], hold=100)
+    recs["flags"][0] = STAMP_RECORD_F_ONE_WAY
+    recs["t3_ns"][0] = recs["t4_ns"][0] = 0
+    recs["flags"][1] = STAMP_RECORD_F_LOOPBACK
+    recs["t2_ns"][1] = recs["t3_ns"][1] = 0
+    recs["t4_ns"][1] = t1[1] + 9000
+    agg = DelayAggregator()
+    agg.ingest("A", recs, now_tai_ns=BASE_S * NS_PER_S)
+    got = by_direction(agg.flush(far_future(agg)))
+    ts = BASE_S * NS_PER_S
+    assert got[("1", "forward", ts)]["count"] == 2            # one-way + two-way
+    assert got[("1", "forward", ts)]["min_us"] == 1.0 and got[("1", "forward", ts)]["max_us"] == 5.0
+    assert got[("1", "reverse", ts)]["count"] == 1            # two-way only
+    assert got[("1", "round_trip", ts)]["count"] == 2         # loopback + two-way
+    assert got[("1", "round_trip", ts)]["max_us"] == 9.0      # loopback: T4 - T1
+    assert got[("1", "round_trip", ts)]["min_us"] == 5.7      # two-way: 5000 + 700 ns
+    assert agg.counters.negative_delays == 0
+
+
+def test_a_second_of_one_way_records_has_no_reverse_point():
+    from segscope_schemas.stamp_record import STAMP_RECORD_F_ONE_WAY
+    t1 = BASE_S * NS_PER_S + np.array([1, 2])
+    recs = make_records([0, 1], t1, fwd=[1000, 2000], rev=[0, 0])
+    recs["flags"] = STAMP_RECORD_F_ONE_WAY
+    agg = DelayAggregator()
+    agg.ingest("A", recs, now_tai_ns=BASE_S * NS_PER_S)
+    lines = agg.flush(far_future(agg))
+    assert [parse_line(l)[1]["direction"] for l in lines] == ["forward"]
+    assert agg.counters.points_out == 1
