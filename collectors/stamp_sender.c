@@ -29,9 +29,14 @@
 #include <unistd.h>
 
 #include "stamp_test_packet.h"
+#include "stamp_timestamp.h"
+#include "stamp_error_estimate.h"
+#include "stamp_tlv.h"
 #include "cli.h"
 
 #define MAX_SEGS 16
+#define MAX_PACKET 9000      /* UDP payload bytes: base packet + padding or TLVs */
+#define TAI_OFFSET_MAX 1000  /* |TAI-UTC| seconds accepted, as the XDP loaders */
 #define SRH_TYPE_SEGMENT_ROUTING 4
 
 /* Type-4 SRH as the kernel expects it in IPV6_RTHDR (RFC 8754 §2). */
@@ -58,6 +63,12 @@ struct sender_opts {
 	long long count;                  /* -1: unlimited */
 	double duration_s;                /* <0: unlimited */
 	long padding;
+	enum stamp_ts_format format;
+	bool tai_offset_given;
+	int tai_offset_s;                 /* TAI-UTC for NTP timestamps */
+	uint8_t tlvs[MAX_PACKET];         /* raw TLVs, wire order */
+	size_t tlv_len;
+	int ntlvs;
 };
 
 static volatile sig_atomic_t stop_requested;
@@ -74,6 +85,7 @@ static void usage(FILE *f)
 		"usage: stamp_sender [--netns NS] --src ADDR --dst ADDR [--segs SID1,SID2,...]\n"
 		"                    [--sport P] [--dport 862] --ssid N --rate PPS\n"
 		"                    [--count N] [--duration SEC] [--padding BYTES]\n"
+		"                    [--format ptp|ntp] [--tai-offset S] [--tlv TYPE:HEX[:FLAGS]]...\n"
 		"At least one of --count/--duration. Prints one JSON summary line on exit.\n");
 }
 
@@ -109,12 +121,74 @@ static void parse_segs(const char *s, struct sender_opts *o)
 	free(copy);
 }
 
+static int hex_nibble(char c)
+{
+	if (c >= '0' && c <= '9')
+		return c - '0';
+	if (c >= 'a' && c <= 'f')
+		return c - 'a' + 10;
+	if (c >= 'A' && c <= 'F')
+		return c - 'A' + 10;
+	return -1;
+}
+
+/*
+ * --tlv TYPE:HEX[:FLAGS]: one raw TLV (RFC 8972 §4: Flags, Type, Length,
+ * Value) appended to o->tlvs. FLAGS defaults to U=1, which RFC 8972 §4 has
+ * the Session-Sender send (the reflector clears it for Types it knows).
+ * Same syntax as the ustamp sender's --tlv.
+ */
+static void parse_tlv(const char *s, struct sender_opts *o)
+{
+	char *copy = strdup(s), *type_s = copy, *hex, *flags_s, *end;
+	size_t hex_len, value_len;
+	long type, flags = STAMP_TLV_SENDER_FLAGS;
+	uint8_t *out;
+	int rc;
+
+	hex = strchr(copy, ':');
+	if (!hex)
+		die_arg("--tlv", "expected TYPE:HEX[:FLAGS]", s);
+	*hex++ = '\0';
+	flags_s = strchr(hex, ':');
+	if (flags_s)
+		*flags_s++ = '\0';
+	errno = 0;
+	type = strtol(type_s, &end, 0);
+	if (errno || end == type_s || *end || type < 0 || type > 255)
+		die_arg("--tlv", "TYPE must be an integer in 0..255", s);
+	if (flags_s) {
+		flags = strtol(flags_s, &end, 0);
+		if (errno || end == flags_s || *end || flags < 0 || flags > 255)
+			die_arg("--tlv", "FLAGS must be an integer in 0..255", s);
+	}
+	hex_len = strlen(hex);
+	if (hex_len % 2)
+		die_arg("--tlv", "HEX value has an odd number of digits", s);
+	value_len = hex_len / 2;
+	out = o->tlvs + o->tlv_len;
+	rc = stamp_tlv_put_header(out, sizeof(o->tlvs) - STAMP_BASE_LEN - o->tlv_len,
+				  (uint8_t)flags, (uint8_t)type, value_len);
+	if (rc < 0)
+		die_arg("--tlv", "the TLVs make the packet longer than 9000 bytes", s);
+	for (size_t i = 0; i < value_len; i++) {
+		int hi = hex_nibble(hex[2 * i]), lo = hex_nibble(hex[2 * i + 1]);
+
+		if (hi < 0 || lo < 0)
+			die_arg("--tlv", "HEX value is not hexadecimal", s);
+		out[rc + i] = (uint8_t)(hi << 4 | lo);
+	}
+	o->tlv_len += rc + value_len;
+	o->ntlvs++;
+	free(copy);
+}
+
 static void parse_args(int argc, char **argv, struct sender_opts *o)
 {
 	cli_prog = "stamp_sender";
 	cli_usage = usage;
 	enum { O_NETNS = 1, O_SRC, O_DST, O_SEGS, O_SPORT, O_DPORT, O_SSID, O_RATE,
-	       O_COUNT, O_DURATION, O_PADDING, O_HELP };
+	       O_COUNT, O_DURATION, O_PADDING, O_FORMAT, O_TAI_OFFSET, O_TLV, O_HELP };
 	static const struct option longopts[] = {
 		{ "netns", required_argument, NULL, O_NETNS },
 		{ "src", required_argument, NULL, O_SRC },
@@ -127,6 +201,9 @@ static void parse_args(int argc, char **argv, struct sender_opts *o)
 		{ "count", required_argument, NULL, O_COUNT },
 		{ "duration", required_argument, NULL, O_DURATION },
 		{ "padding", required_argument, NULL, O_PADDING },
+		{ "format", required_argument, NULL, O_FORMAT },
+		{ "tai-offset", required_argument, NULL, O_TAI_OFFSET },
+		{ "tlv", required_argument, NULL, O_TLV },
 		{ "help", no_argument, NULL, O_HELP },
 		{ 0 },
 	};
@@ -139,6 +216,7 @@ static void parse_args(int argc, char **argv, struct sender_opts *o)
 	o->ssid = -1;
 	o->count = -1;
 	o->duration_s = -1;
+	o->format = STAMP_TS_PTP;
 
 	opterr = 0;
 	while ((c = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
@@ -153,7 +231,20 @@ static void parse_args(int argc, char **argv, struct sender_opts *o)
 		case O_RATE: o->rate_pps = parse_positive("--rate", optarg); break;
 		case O_COUNT: o->count = parse_int("--count", optarg, 1, INT64_MAX); break;
 		case O_DURATION: o->duration_s = parse_positive("--duration", optarg); break;
-		case O_PADDING: o->padding = parse_int("--padding", optarg, 0, 9000); break;
+		case O_PADDING: o->padding = parse_int("--padding", optarg, 0, MAX_PACKET - STAMP_BASE_LEN); break;
+		case O_FORMAT:
+			if (!strcmp(optarg, "ptp"))
+				o->format = STAMP_TS_PTP;
+			else if (!strcmp(optarg, "ntp"))
+				o->format = STAMP_TS_NTP;
+			else
+				die_arg("--format", "expected ptp or ntp", optarg);
+			break;
+		case O_TAI_OFFSET:
+			o->tai_offset_s = parse_int("--tai-offset", optarg, -TAI_OFFSET_MAX, TAI_OFFSET_MAX);
+			o->tai_offset_given = true;
+			break;
+		case O_TLV: parse_tlv(optarg, o); break;
 		case O_HELP: usage(stdout); exit(0);
 		default:
 			die_arg(argv[optind - 1], "unknown flag or missing value", NULL);
@@ -171,6 +262,8 @@ static void parse_args(int argc, char **argv, struct sender_opts *o)
 		die_arg("--rate", "required (packets per second)", NULL);
 	if (o->count < 0 && o->duration_s < 0)
 		die_arg("--count/--duration", "give at least one", NULL);
+	if (o->padding && o->ntlvs)
+		die_arg("--padding", "zero padding would be read as TLVs; with --tlv use an Extra Padding TLV (--tlv 1:00...)", NULL);
 	if (o->sport < 0) {
 		if (50000 + o->ssid > 65535)
 			die_arg("--sport", "default 50000+ssid exceeds 65535; give --sport", NULL);
@@ -253,38 +346,34 @@ static int open_socket(const struct sender_opts *o)
 }
 
 /*
- * RFC 4656 §4.1.2: error = Multiplier * 2^(-32) * 2^Scale seconds, Multiplier
- * non-zero. Pick the smallest Scale whose Multiplier (rounded up, so the
- * estimate never understates the error) fits in 8 bits.
+ * Error Estimate (RFC 8762 §4.2.1) from the kernel clock: S iff adjtimex
+ * says the clock is disciplined, Z from the format, Scale/Multiplier the
+ * smallest value >= the estimated error (synchronised) or the maximum
+ * error (free-running) — stamp_ee_from_clock(), the rule ustamp and the XDP
+ * loaders share. If adjtimex fails, the largest error expressible, unsynced.
  */
-uint16_t error_estimate_from_us(long esterror_us, bool synced)
+static uint16_t current_error_estimate(enum stamp_ts_format fmt)
 {
-	/* error in units of 2^-32 s, rounded up */
-	unsigned __int128 units = ((unsigned __int128)(esterror_us > 0 ? esterror_us : 0) << 32);
-	uint64_t u = (uint64_t)((units + 999999) / 1000000);
-	unsigned scale = 0;
+	struct stamp_clock_state cs;
 
-	while (scale < 63 && ((u + (1ULL << scale) - 1) >> scale) > 255)
-		scale++;
-	uint64_t mult = (u + (1ULL << scale) - 1) >> scale;
-
-	if (mult == 0)
-		mult = 1;          /* zero is not allowed; 1 = the smallest error expressible */
-	if (mult > 255)
-		mult = 255;        /* beyond 2^63 * 255 * 2^-32 s: saturate */
-	return (synced ? STAMP_EE_S : 0) | STAMP_EE_Z | (scale << 8) | (uint16_t)mult;
+	if (stamp_clock_read(&cs) < 0) {
+		fprintf(stderr, "stamp_sender: adjtimex: %s (error estimate = max)\n", strerror(errno));
+		return stamp_ee_pack(0, fmt, STAMP_EE_SCALE_MAX, STAMP_EE_MULT_MAX);
+	}
+	return stamp_ee_from_clock(&cs, fmt);
 }
 
-static uint16_t current_error_estimate(void)
+/* TAI-UTC the kernel knows (struct timex.tai; 0 if nobody set it). */
+static int kernel_tai_offset(void)
 {
-	struct timex tx = { 0 };
-	int state = adjtimex(&tx);
+	struct stamp_clock_state cs;
 
-	if (state < 0) {
-		fprintf(stderr, "stamp_sender: adjtimex: %s (error estimate = max)\n", strerror(errno));
-		return STAMP_EE_Z | (63 << 8) | 255;
+	if (stamp_clock_read(&cs) < 0) {
+		fprintf(stderr, "stamp_sender: adjtimex: %s (TAI-UTC taken as 0; give --tai-offset)\n",
+			strerror(errno));
+		return 0;
 	}
-	return error_estimate_from_us(tx.esterror, !(tx.status & STA_UNSYNC));
+	return cs.tai_offset_s;
 }
 
 static inline uint64_t ts_ns(const struct timespec *ts)
@@ -311,20 +400,26 @@ struct send_stats {
 	int last_errno;
 };
 
+/* The session's wire settings, fixed for the run. */
+struct wire_fmt {
+	enum stamp_ts_format format;
+	int tai_offset_s;
+	uint16_t ssid;
+};
+
 static void send_one(int fd, const struct sockaddr_in6 *dst, uint8_t *buf, size_t len,
-		     uint32_t seq, uint16_t err_est, uint16_t ssid, struct send_stats *st)
+		     uint32_t seq, uint16_t err_est, const struct wire_fmt *wf, struct send_stats *st)
 {
 	struct stamp_sender_packet *p = (struct stamp_sender_packet *)buf;
 	struct timespec t1;
-	uint32_t sec, nsec;
 
 	p->seq = htonl(seq);
 	p->err_est = htons(err_est);
-	p->ssid = htons(ssid);
+	p->ssid = htons(wf->ssid);
 	clock_gettime(CLOCK_TAI, &t1);
-	stamp_ptp_from_ns(ts_ns(&t1), &sec, &nsec);
-	p->ts.sec = htonl(sec);
-	p->ts.frac = htonl(nsec);
+	/* only fails for an NTP time before 1970 UTC (a TAI clock < the offset) */
+	if (stamp_ts_from_tai_ns(wf->format, ts_ns(&t1), wf->tai_offset_s, &p->ts) < 0)
+		memset(&p->ts, 0, sizeof(p->ts));
 	st->attempts++;
 	if (sendto(fd, buf, len, 0, (const struct sockaddr *)dst, sizeof(*dst)) == (ssize_t)len) {
 		st->sent++;
@@ -345,6 +440,7 @@ int main(int argc, char **argv)
 	struct sigaction sa = { .sa_handler = on_signal };   /* no SA_RESTART: sleeps return EINTR */
 	uint64_t interval_ns, start, end_deadline = UINT64_MAX, t_end;
 	uint16_t err_est;
+	struct wire_fmt wf;
 	size_t len;
 	uint8_t *buf;
 	int fd;
@@ -360,12 +456,16 @@ int main(int argc, char **argv)
 
 	dst.sin6_addr = o.dst;
 	dst.sin6_port = htons(o.dport);
-	len = STAMP_BASE_LEN + o.padding;
+	len = STAMP_BASE_LEN + o.padding + o.tlv_len;
 	buf = calloc(1, len);
+	memcpy(buf + STAMP_BASE_LEN, o.tlvs, o.tlv_len);
+	wf.format = o.format;
+	wf.ssid = (uint16_t)o.ssid;
+	wf.tai_offset_s = o.tai_offset_given ? o.tai_offset_s : kernel_tai_offset();
 	interval_ns = (uint64_t)(1e9 / o.rate_pps);
 	if (interval_ns == 0)
 		interval_ns = 1;
-	err_est = current_error_estimate();
+	err_est = current_error_estimate(o.format);
 
 	start = now_ns(CLOCK_MONOTONIC);
 	if (o.duration_s > 0)
@@ -385,8 +485,8 @@ int main(int argc, char **argv)
 		if (stop_requested)
 			break;
 		if ((i & 1023) == 1023)   /* the clock's error estimate drifts slowly */
-			err_est = current_error_estimate();
-		send_one(fd, &dst, buf, len, (uint32_t)i, err_est, (uint16_t)o.ssid, &st);
+			err_est = current_error_estimate(o.format);
+		send_one(fd, &dst, buf, len, (uint32_t)i, err_est, &wf, &st);
 	}
 	t_end = now_ns(CLOCK_MONOTONIC);
 
@@ -396,8 +496,10 @@ int main(int argc, char **argv)
 		printf("\"last_seq\":%llu,", (unsigned long long)(st.attempts - 1));
 	else
 		printf("\"last_seq\":null,");
-	printf("\"duration_s\":%.6f,\"rate_pps\":%.3f,\"error_estimate\":%u}\n",
+	printf("\"duration_s\":%.6f,\"rate_pps\":%.3f,\"error_estimate\":%u,",
 	       (t_end - start) / 1e9, o.rate_pps, err_est);
+	printf("\"format\":\"%s\",\"tai_offset_s\":%d,\"length\":%zu,\"tlvs\":%d}\n",
+	       o.format == STAMP_TS_NTP ? "ntp" : "ptp", wf.tai_offset_s, len, o.ntlvs);
 	fflush(stdout);
 	close(fd);
 	free(buf);

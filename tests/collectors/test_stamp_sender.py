@@ -1,7 +1,6 @@
 """stamp_sender on a real veth pair between two netns, checked by capturing what it emits."""
 from __future__ import annotations
 
-import ctypes
 import json
 import signal
 import socket
@@ -12,7 +11,10 @@ from pathlib import Path
 import pytest
 from scapy.all import UDP, IPv6, IPv6ExtHdrSegmentRouting, rdpcap  # type: ignore
 
+from segscope_schemas import stamp_error_estimate as ee
 from segscope_schemas import stamp_test_packet as tp
+from segscope_schemas import stamp_timestamp as ts
+from segscope_schemas import stamp_tlv as stlv
 
 from collectors_pcap import capture
 
@@ -136,33 +138,50 @@ def test_no_srh_plain_udp_with_padding(collectors_build, veth_pair):
         assert (pkt.seq, pkt.ssid) == (i, 65)
 
 
-class _Timex(ctypes.Structure):
-    # struct timex (x86_64): only the leading fields are read; the rest is room for the kernel
-    _fields_ = [("modes", ctypes.c_uint), ("offset", ctypes.c_long), ("freq", ctypes.c_long),
-                ("maxerror", ctypes.c_long), ("esterror", ctypes.c_long), ("status", ctypes.c_int),
-                ("_rest", ctypes.c_char * 200)]
-
-
 def test_error_estimate_matches_adjtimex(collectors_build, veth_pair, work_dir):
-    """S from STA_UNSYNC, Scale/Multiplier an upper bound of esterror within a factor of ~2."""
-    tx = _Timex()
-    assert ctypes.CDLL(None, use_errno=True).adjtimex(ctypes.byref(tx)) >= 0
+    """S, Scale and Multiplier from the kernel clock by the shared rule (schemas: esterror when
+    synchronised, maxerror when free-running, never understated), Z from the format."""
     pcap = work_dir / "ee.pcap"
     with capture(veth_pair.rcv_ns, veth_pair.rcv_if, pcap):
-        run_sender(collectors_build, veth_pair, "--dst", FINAL_DST, "--segs", SIDS[0], "--ssid", "11",
-                   "--rate", "100", "--count", "2")
-    ee = tp.SenderPacket.decode(bytes(udp_packets(pcap, 50011)[0][UDP].payload)).err_est
-    synced = not (tx.status & 0x0040)   # STA_UNSYNC
-    assert bool(ee & tp.EE_S) == synced
-    assert ee & tp.EE_Z
-    scale, mult = (ee >> 8) & 0x3F, ee & 0xFF
-    assert mult >= 1
-    err_s = mult * 2.0 ** (scale - 32)
-    want_s = tx.esterror / 1e6
-    if want_s == 0:
-        assert (scale, mult) == (0, 1)
-    else:
-        assert want_s <= err_s * (1 + 1e-6) and err_s <= 2.02 * want_s + 2.0 ** (scale - 32), (ee, want_s)
+        ptp = run_sender(collectors_build, veth_pair, "--dst", FINAL_DST, "--segs", SIDS[0], "--ssid", "11",
+                         "--rate", "100", "--count", "2")
+        ntp = run_sender(collectors_build, veth_pair, "--dst", FINAL_DST, "--segs", SIDS[0], "--ssid", "13",
+                         "--rate", "100", "--count", "2", "--format", "ntp")
+    cs = ee.clock_read()
+    for sport, summary, fmt in ((50011, ptp, ts.TsFormat.PTP), (50013, ntp, ts.TsFormat.NTP)):
+        wire = tp.SenderPacket.decode(bytes(udp_packets(pcap, sport)[0][UDP].payload)).err_est
+        assert wire == summary["error_estimate"] == ee.ee_from_clock(cs, fmt)
+        f = ee.ee_unpack(wire)
+        assert f.s == cs.synced and f.z == (fmt == ts.TsFormat.PTP) and f.multiplier >= 1
+        assert ee.ee_to_error_ns(f.scale, f.multiplier) >= ee.clock_error_ns(cs)   # never understated
+
+
+def test_ntp_format_and_tlvs(collectors_build, veth_pair, work_dir):
+    """--format ntp: T1 is UTC since 1900 (CLOCK_TAI - --tai-offset), Z = 0; --tlv appends the TLVs
+    byte for byte after the 44-byte base packet, flags default U = 1 (RFC 8972 §4)."""
+    pcap = work_dir / "ntp.pcap"
+    offset_s = 37
+    with capture(veth_pair.rcv_ns, veth_pair.rcv_if, pcap):
+        summary = run_sender(collectors_build, veth_pair, "--dst", FINAL_DST, "--segs", SIDS[0], "--ssid", "14",
+                             "--rate", "200", "--count", "10", "--format", "ntp", "--tai-offset", str(offset_s),
+                             "--tlv", "200:0badcafe", "--tlv", "1:0000:0", "--tlv", "0x05:" + "00" * 12)
+    assert summary == {**summary, "sent": 10, "format": "ntp", "tai_offset_s": offset_s, "tlvs": 3,
+                       "length": 44 + 8 + 6 + 16}
+    pkts = udp_packets(pcap, 50014)
+    assert len(pkts) == 10
+    want_tlvs = bytes.fromhex("80c800040badcafe" "000100020000" "8005000c" + "00" * 12)
+    kernel_offset = tai_minus_realtime_ns()
+    for i, p in enumerate(pkts):
+        payload = bytes(p[UDP].payload)
+        assert payload[tp.STAMP_BASE_LEN:] == want_tlvs
+        assert [(t.flags, t.type) for t in stlv.parse_tlvs(payload)] == [(0x80, 200), (0, 1), (0x80, 5)]
+        pkt = tp.SenderPacket.decode(payload)
+        assert pkt.seq == i and pkt.ssid == 14 and not pkt.err_est & tp.EE_Z
+        captured_tai = int(p.time * 1_000_000_000) + kernel_offset
+        t1 = ts.ntp_to_tai_ns(pkt.ts_sec, pkt.ts_frac, offset_s, captured_tai)
+        assert 0 <= captured_tai - t1 < 5_000_000, (i, captured_tai - t1)
+        # the same instant read as UTC: NTP seconds = TAI seconds - offset + 2208988800
+        assert abs(pkt.ts_sec - ((captured_tai // 10**9) - offset_s + ts.NTP_UNIX_OFFSET)) <= 1
 
 
 def test_sigterm_prints_summary(collectors_build, veth_pair):
@@ -178,6 +197,9 @@ def test_sigterm_prints_summary(collectors_build, veth_pair):
     assert 50 <= s["sent"] <= 150 and s["last_seq"] == s["sent"] - 1 and s["duration_s"] < 5
 
 
+_BASE = ["--src", "fd00::1", "--dst", "fc00::1", "--ssid", "1", "--rate", "10", "--count", "1"]
+
+
 @pytest.mark.parametrize("args,flag", [
     (["--dst", "fc00::1", "--ssid", "1", "--rate", "10"], "--src"),            # missing --src (added below)
     (["--src", "fd00::1", "--dst", "nope", "--ssid", "1", "--rate", "10", "--count", "1"], "--dst"),
@@ -190,6 +212,15 @@ def test_sigterm_prints_summary(collectors_build, veth_pair):
     (["--src", "fd00::1", "--dst", "fc00::1", "--ssid", "20000", "--rate", "10", "--count", "1"], "--sport"),
     (["--src", "fd00::1", "--dst", "fc00::1", "--ssid", "1", "--rate", "10", "--count", "1",
       "--bogus"], "--bogus"),
+    (_BASE + ["--format", "tai"], "--format"),
+    (_BASE + ["--tai-offset", "5000"], "--tai-offset"),
+    (_BASE + ["--tlv", "300:00"], "--tlv"),
+    (_BASE + ["--tlv", "1:abc"], "--tlv"),
+    (_BASE + ["--tlv", "1:zz"], "--tlv"),
+    (_BASE + ["--tlv", "1"], "--tlv"),
+    (_BASE + ["--tlv", "1:00:0x100"], "--tlv"),
+    (_BASE + ["--tlv", "1:" + "00" * 9000], "--tlv"),
+    (_BASE + ["--tlv", "1:00", "--padding", "4"], "--padding"),
 ])
 def test_bad_arguments_exit_2_naming_the_flag(collectors_build, args, flag):
     res = subprocess.run([str(collectors_build / "stamp_sender"), *args], capture_output=True, text=True)
