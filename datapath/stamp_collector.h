@@ -40,10 +40,14 @@ enum collector_counter {
 	COLL_PASS_UNKNOWN_SESSION,     /* STAMP reply for an SSID not in stamp_sessions */
 	COLL_PASS_INACTIVE_SESSION,    /* SSID known but inactive */
 	COLL_PASS_PORT_MISMATCH,       /* SSID active, but UDP dst port is not its sender port */
-	COLL_DROP_MALFORMED_SHORT,     /* STAMP reply with truncated UDP or payload < 44 bytes */
+	COLL_DROP_MALFORMED_SHORT,     /* STAMP reply with truncated UDP (frame or IPv6 payload) or payload < 44 bytes */
 	COLL_DROP_MALFORMED_SRH,       /* truncated or inconsistent SRH */
 	COLL_DROP_RINGBUF_FULL,        /* record could not be reserved: reply consumed, record lost, counted */
 	COLL_COLLECTED,                /* record submitted, reply consumed (XDP_DROP) */
+	COLL_DROP_MALFORMED_IPV6,      /* STAMP reply: IPv6 version != 6 or Payload Length beyond the frame */
+	COLL_DROP_MALFORMED_SRC_ADDR,  /* STAMP reply: source ::, ::1 or multicast */
+	COLL_DROP_MALFORMED_UDP_CSUM,  /* STAMP reply: UDP checksum zero, or (to be collected) wrong */
+	COLL_PASS_TOO_LONG_TO_VERIFY,  /* to be collected, UDP datagram > UDP_CSUM_MAX_LEN: left to the stack */
 	COLL_NR_COUNTERS,
 };
 
@@ -60,6 +64,10 @@ static const char *const collector_counter_names[COLL_NR_COUNTERS] = {
 	[COLL_DROP_MALFORMED_SRH]    = "drop_malformed_srh",
 	[COLL_DROP_RINGBUF_FULL]     = "drop_ringbuf_full",
 	[COLL_COLLECTED]             = "collected",
+	[COLL_DROP_MALFORMED_IPV6]   = "drop_malformed_ipv6",
+	[COLL_DROP_MALFORMED_SRC_ADDR] = "drop_malformed_src_addr",
+	[COLL_DROP_MALFORMED_UDP_CSUM] = "drop_malformed_udp_csum",
+	[COLL_PASS_TOO_LONG_TO_VERIFY] = "pass_too_long_to_verify",
 };
 
 #endif /* SEGSCOPE_STAMP_COLLECTOR_H */

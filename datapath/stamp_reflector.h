@@ -84,12 +84,16 @@ enum reflector_counter {
 	REFL_PASS_NOT_UDP,            /* transport is not UDP */
 	REFL_PASS_OTHER_PORT,         /* UDP, but dst port is not the STAMP port */
 	REFL_PASS_UNKNOWN_SESSION,    /* STAMP to us, no session {sender, ssid} nor {::, ssid}: left to user space */
-	REFL_DROP_MALFORMED_SHORT,    /* STAMP port + our address, but truncated UDP or payload < 44 bytes */
+	REFL_DROP_MALFORMED_SHORT,    /* STAMP port + our address, but truncated UDP (frame or IPv6 payload) or payload < 44 bytes */
 	REFL_DROP_MALFORMED_SRH,      /* SRH for us that is truncated or inconsistent */
 	REFL_DROP_ADJUST_FAILED,      /* bpf_xdp_adjust_head failed or packet too short after it */
 	REFL_REFLECTED,               /* XDP_TX of a STAMP reply */
 	REFL_PASS_TLVS_TO_USERSPACE,  /* session without --tlv echo, test packet longer than the base packet (TLVs) */
 	REFL_PASS_AUTHENTICATED,      /* session in authenticated mode (HMAC is done in user space) */
+	REFL_DROP_MALFORMED_IPV6,     /* STAMP port + our address: IPv6 version != 6 or Payload Length beyond the frame */
+	REFL_DROP_MALFORMED_SRC_ADDR, /* ... source ::, ::1 or multicast */
+	REFL_DROP_MALFORMED_UDP_CSUM, /* ... UDP checksum zero, or (reflection path) wrong */
+	REFL_PASS_TOO_LONG_TO_VERIFY, /* reflection path, UDP datagram > UDP_CSUM_MAX_LEN: left to the stack */
 	REFL_NR_COUNTERS,
 };
 
@@ -107,6 +111,10 @@ static const char *const reflector_counter_names[REFL_NR_COUNTERS] = {
 	[REFL_REFLECTED]             = "reflected",
 	[REFL_PASS_TLVS_TO_USERSPACE] = "pass_tlvs_to_userspace",
 	[REFL_PASS_AUTHENTICATED]    = "pass_authenticated_to_userspace",
+	[REFL_DROP_MALFORMED_IPV6]   = "drop_malformed_ipv6",
+	[REFL_DROP_MALFORMED_SRC_ADDR] = "drop_malformed_src_addr",
+	[REFL_DROP_MALFORMED_UDP_CSUM] = "drop_malformed_udp_csum",
+	[REFL_PASS_TOO_LONG_TO_VERIFY] = "pass_too_long_to_verify",
 };
 
 #endif /* SEGSCOPE_STAMP_REFLECTOR_H */
