@@ -119,10 +119,48 @@ def parse_transport(f: bytes) -> Transport:
     return Transport("ok", srh_len, l4)
 
 
+UDP_CSUM_MAX_LEN = 1500   # longest UDP datagram whose checksum the programs verify (README)
+
+
+def ipv6_header_ok(f: bytes) -> bool:
+    """RFC 8200 §3: version 6, Payload Length within the frame (more bytes after it = padding, allowed)."""
+    plen = struct.unpack_from("!H", f, 18)[0]
+    return f[14] >> 4 == 6 and L4_NO_SRH + plen <= len(f)
+
+
 def stamp_payload_ok(f: bytes, t: Transport) -> bool:
-    """UDP length >= 8, within the frame, and at least a 44-byte STAMP base packet."""
+    """UDP length within the IPv6 payload (after the SRH) and at least 8 + a 44-byte STAMP base packet."""
     udp_len = struct.unpack_from("!H", f, t.udp_off + 4)[0]
-    return udp_len >= 8 + STAMP_BASE_LEN and t.udp_off + udp_len <= len(f)
+    plen = struct.unpack_from("!H", f, 18)[0]
+    return udp_len >= 8 + STAMP_BASE_LEN and t.srh_len + udp_len <= plen
+
+
+def src_ok(src: bytes) -> bool:
+    """RFC 4291: not multicast (ff00::/8), loopback (::1) or unspecified (::)."""
+    return src[0] != 0xFF and src not in (ZERO16, LOOPBACK16)
+
+
+def cheap_checks(f: bytes, t: Transport) -> str | None:
+    """The README's checks of a STAMP packet/reply after the port, in order: the drop counter, or None."""
+    if not ipv6_header_ok(f):
+        return "drop_malformed_ipv6"
+    if not stamp_payload_ok(f, t):
+        return "drop_malformed_short"
+    if not src_ok(f[22:38]):
+        return "drop_malformed_src_addr"
+    if f[t.udp_off + 6:t.udp_off + 8] == b"\0\0":
+        return "drop_malformed_udp_csum"
+    return None
+
+
+def full_checksum_check(f: bytes, t: Transport) -> str | None:
+    """Before reflecting / collecting: too long to verify (left to the stack), wrong checksum, or None."""
+    udp_len = struct.unpack_from("!H", f, t.udp_off + 4)[0]
+    if udp_len > UDP_CSUM_MAX_LEN:
+        return "pass_too_long_to_verify"
+    if not udp6_checksum_ok(f[22:38], f[38:54], f[t.udp_off:t.udp_off + udp_len]):
+        return "drop_malformed_udp_csum"
+    return None
 
 
 def rfc_defects(f: bytes, t: Transport) -> list[str]:
@@ -166,8 +204,9 @@ def reflector_verdict(f: bytes, cfg: ReflectorConfig) -> Verdict:
         return Verdict(*early[t.outcome], transport=t)
     if struct.unpack_from("!H", f, t.udp_off + 2)[0] != cfg.port:
         return Verdict("pass_other_port", PASS, transport=t)
-    if not stamp_payload_ok(f, t):
-        return Verdict("drop_malformed_short", DROP, transport=t)
+    bad = cheap_checks(f, t)
+    if bad:
+        return Verdict(bad, DROP, transport=t)
     payload = t.udp_off + 8
     payload_len = struct.unpack_from("!H", f, t.udp_off + 4)[0] - 8
     sess = _session(cfg, f[22:38], struct.unpack_from("!H", f, payload + 14)[0])
@@ -182,6 +221,9 @@ def reflector_verdict(f: bytes, cfg: ReflectorConfig) -> Verdict:
         return Verdict("pass_authenticated_to_userspace", PASS, transport=t)
     if cfg.per_session_modes and payload_len > STAMP_BASE_LEN and not sess.tlv_echo:
         return Verdict("pass_tlvs_to_userspace", PASS, transport=t)
+    bad = full_checksum_check(f, t)
+    if bad:
+        return Verdict(bad, PASS if bad.startswith("pass_") else DROP, transport=t)
     return Verdict("reflected", TX, rfc_defects(f, t), sess, t)
 
 
@@ -205,8 +247,9 @@ def collector_verdict(f: bytes, cfg: CollectorConfig) -> Verdict:
     sport, dport = struct.unpack_from("!HH", f, t.udp_off)
     if sport != cfg.port:
         return Verdict("pass_not_stamp_reply", PASS, transport=t)
-    if not stamp_payload_ok(f, t):
-        return Verdict("drop_malformed_short", DROP, transport=t)
+    bad = cheap_checks(f, t)
+    if bad:
+        return Verdict(bad, DROP, transport=t)
     ssid = struct.unpack_from("!H", f, t.udp_off + 8 + 14)[0]
     sess = cfg.sessions.get(ssid)
     if sess is None:
@@ -215,6 +258,9 @@ def collector_verdict(f: bytes, cfg: CollectorConfig) -> Verdict:
         return Verdict("pass_inactive_session", PASS, transport=t)
     if dport != sess[0]:
         return Verdict("pass_port_mismatch", PASS, transport=t)
+    bad = full_checksum_check(f, t)
+    if bad:
+        return Verdict(bad, PASS if bad.startswith("pass_") else DROP, transport=t)
     return Verdict("collected", DROP, rfc_defects(f, t), transport=t)
 
 
