@@ -6,7 +6,8 @@ transit SRH, return-SID sessions, TLVs, authenticated layout); mutants flip bits
 IPv6 payload_len / SRH fields / UDP length, change next headers, add VLAN tags, turn to IPv4, ...
 
 Per frame, an oracle written from the README and the RFCs (stamp_oracle.py) names the one counter
-that must move and the XDP action; the test checks both, that the counters moved by exactly one in
+that must move and the XDP action (including the drops of what the IPv6/UDP stack would drop:
+version, Payload Length, source class, UDP checksum); the test checks both, that the counters moved by exactly one in
 total, that XDP_TX output is a well-formed reply (re-parsed, checksum recomputed) and that every
 collected reply yields exactly one correct record in the ring buffer.
 """
