@@ -238,7 +238,8 @@ the `collectors/ustamp` sender (one Python process) first sends its K test packe
 so every reply matches a sent sequence number, then takes the flood on its socket (recvmsg with SO_TIMESTAMPNS,
 decode, 64-bit timestamps, one JSON record line); what it cannot take is dropped at its socket (Udp6RcvbufErrors).
 records/s = records / (flood start → last record out). "unaccounted" = sent − records − drops (0: every reply is a
-record or a counted drop).
+record or a counted drop); "records read" = records the consumer (`dump`, the sender's JSON lines) delivered.
+Datapath: commit {git_head()}.
 
 | round | collector | replies sent | flood/s | records | records/s | records read | drops | unaccounted |
 |---|---|---|---|---|---|---|---|---|
