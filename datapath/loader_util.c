@@ -435,3 +435,52 @@ int test_run_pinned(const char *dir, const char *hex, int repeat)
 	free(out);
 	return err;
 }
+
+bool require_arg(const char *value, const char *name)
+{
+	if (!value)
+		die_msg("missing required %s", name);
+	return value != NULL;
+}
+
+int prepare_pin_dir(const char *netns, const char *dir, const char *what)
+{
+	char prog_path[4096];
+	int err;
+
+	if (check_netns_exists(netns) || ensure_bpffs())
+		return -1;
+	snprintf(prog_path, sizeof(prog_path), "%s/%s", dir, PROG_PIN_NAME);
+	if (access(prog_path, F_OK) == 0) {
+		die_msg("--pin-dir: %s already holds an attached %s; run detach first", dir, what);
+		return -1;
+	}
+	err = mkdir_p(dir);
+	if (err) {
+		die_msg("--pin-dir: cannot create %s: %s", dir, strerror(-err));
+		return -1;
+	}
+	return 0;
+}
+
+int pin_and_attach(struct bpf_object *obj, struct bpf_program *prog, const char *netns,
+		   const char *dev, const char *dir)
+{
+	int err = pin_object(obj, prog, dir);
+
+	if (!err)
+		err = attach_pinned_xdp(netns, dev, bpf_program__fd(prog));
+	if (err)
+		unpin_dir(dir);
+	return err;
+}
+
+int write_config_map(int fd, const void *cfg, const char *map_name)
+{
+	uint32_t zero = 0;
+	int err = bpf_map_update_elem(fd, &zero, cfg, BPF_ANY);
+
+	if (err)
+		die_msg("update of %s failed: %s", map_name, strerror(errno));
+	return err;
+}

@@ -16,6 +16,8 @@
 
 /* Print "<prog>: <message>\n" to stderr. */
 void die_msg(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* false (after "missing required <name>") when value is NULL. */
+bool require_arg(const char *value, const char *name);
 
 /* Parse an unsigned number in [min, max]; on error print "--<what> ..." and return false. */
 bool parse_u64_arg(const char *what, const char *text, uint64_t min, uint64_t max, uint64_t *out);
@@ -34,6 +36,17 @@ int mkdir_p(const char *path);
 int enter_netns(const char *netns);              /* NULL: stay */
 int check_netns_exists(const char *netns);       /* error message names --netns */
 int resolve_ifindex(const char *dev);            /* in the current netns; <0 on error */
+
+/*
+ * Before loading `what` (e.g. "reflector"): the netns exists, bpffs is mounted,
+ * dir holds no attached program yet, and dir exists. Errors name the flag.
+ */
+int prepare_pin_dir(const char *netns, const char *dir, const char *what);
+/* Pin obj's maps and prog under dir, attach prog to dev; on failure remove the pins. */
+int pin_and_attach(struct bpf_object *obj, struct bpf_program *prog, const char *netns,
+		   const char *dev, const char *dir);
+/* Write slot 0 of an array map holding one config struct; error names the map. */
+int write_config_map(int fd, const void *cfg, const char *map_name);
 
 /* Pin all user maps of obj as <dir>/<map name> and prog as <dir>/prog. */
 int pin_object(struct bpf_object *obj, struct bpf_program *prog, const char *dir);

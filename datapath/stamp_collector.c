@@ -155,13 +155,6 @@ static int parse_args(int argc, char **argv, struct args *a)
 	return 0;
 }
 
-static bool require(const char *value, const char *name)
-{
-	if (!value)
-		die_msg("missing required %s", name);
-	return value != NULL;
-}
-
 /* --tai-offset if given, else what the kernel says (adjtimex). */
 static int config_from_args(const struct args *a, struct collector_config *cfg)
 {
@@ -178,29 +171,19 @@ static int config_from_args(const struct args *a, struct collector_config *cfg)
 	return 0;
 }
 
-static int write_config(int fd, const struct collector_config *cfg)
-{
-	uint32_t zero = 0;
-	int err = bpf_map_update_elem(fd, &zero, cfg, BPF_ANY);
-
-	if (err)
-		die_msg("update of collector_config failed: %s", strerror(errno));
-	return err;
-}
-
 static int cmd_set_tai_offset(struct args *a)
 {
 	struct collector_config cfg;
 	int fd, err;
 
-	if (!require(a->pin_dir, "--pin-dir"))
+	if (!require_arg(a->pin_dir, "--pin-dir"))
 		return EXIT_USAGE;
 	if (config_from_args(a, &cfg))
 		return EXIT_FAIL;
 	fd = open_pinned(a->pin_dir, "collector_config");
 	if (fd < 0)
 		return EXIT_FAIL;
-	err = write_config(fd, &cfg);
+	err = write_config_map(fd, &cfg, "collector_config");
 	close(fd);
 	return err ? EXIT_FAIL : EXIT_OK;
 }
@@ -209,25 +192,14 @@ static int cmd_attach(struct args *a)
 {
 	struct stamp_collector_bpf *skel;
 	struct collector_config cfg;
-	char prog_path[4096];
 	int err;
 
-	if (!require(a->dev, "--dev") || !require(a->pin_dir, "--pin-dir"))
+	if (!require_arg(a->dev, "--dev") || !require_arg(a->pin_dir, "--pin-dir"))
 		return EXIT_USAGE;
 	if (config_from_args(a, &cfg))
 		return EXIT_FAIL;
-	if (check_netns_exists(a->netns) || ensure_bpffs())
+	if (prepare_pin_dir(a->netns, a->pin_dir, "collector"))
 		return EXIT_FAIL;
-	snprintf(prog_path, sizeof(prog_path), "%s/%s", a->pin_dir, PROG_PIN_NAME);
-	if (access(prog_path, F_OK) == 0) {
-		die_msg("--pin-dir: %s already holds an attached collector; run detach first", a->pin_dir);
-		return EXIT_FAIL;
-	}
-	err = mkdir_p(a->pin_dir);
-	if (err) {
-		die_msg("--pin-dir: cannot create %s: %s", a->pin_dir, strerror(-err));
-		return EXIT_FAIL;
-	}
 	skel = stamp_collector_bpf__open();
 	if (!skel) {
 		die_msg("cannot open BPF object: %s", strerror(errno));
@@ -242,14 +214,10 @@ static int cmd_attach(struct args *a)
 		goto out;
 	}
 	/* the config is in place before the program sees a packet */
-	err = write_config(bpf_map__fd(skel->maps.collector_config), &cfg);
+	err = write_config_map(bpf_map__fd(skel->maps.collector_config), &cfg, "collector_config");
 	if (!err)
-		err = pin_object(skel->obj, skel->progs.stamp_collector, a->pin_dir);
+		err = pin_and_attach(skel->obj, skel->progs.stamp_collector, a->netns, a->dev, a->pin_dir);
 	if (!err)
-		err = attach_pinned_xdp(a->netns, a->dev, bpf_program__fd(skel->progs.stamp_collector));
-	if (err)
-		unpin_dir(a->pin_dir);
-	else
 		printf("stamp_collector attached to %s%s%s (STAMP port %llu, ring %llu bytes, TAI-UTC %d s), pins in %s\n",
 		       a->dev, a->netns ? " in netns " : "", a->netns ? a->netns : "",
 		       (unsigned long long)a->port, (unsigned long long)a->ringbuf_size,
@@ -265,7 +233,7 @@ static int cmd_set_session(struct args *a, bool active)
 	uint16_t ssid;
 	int fd, err;
 
-	if (!require(a->pin_dir, "--pin-dir"))
+	if (!require_arg(a->pin_dir, "--pin-dir"))
 		return EXIT_USAGE;
 	if (!a->have_ssid) {
 		die_msg("missing required --ssid");
@@ -335,7 +303,7 @@ static int cmd_dump(struct args *a)
 	uint64_t deadline;
 	int fd, err = 0;
 
-	if (!require(a->pin_dir, "--pin-dir"))
+	if (!require_arg(a->pin_dir, "--pin-dir"))
 		return EXIT_USAGE;
 	fd = open_pinned(a->pin_dir, "stamp_records");
 	if (fd < 0)
@@ -394,7 +362,7 @@ int main(int argc, char **argv)
 	if (!strcmp(cmd, "attach"))
 		return cmd_attach(&a);
 	if (!strcmp(cmd, "detach")) {
-		if (!require(a.dev, "--dev") || !require(a.pin_dir, "--pin-dir"))
+		if (!require_arg(a.dev, "--dev") || !require_arg(a.pin_dir, "--pin-dir"))
 			return EXIT_USAGE;
 		return detach_and_unpin(a.netns, a.dev, a.pin_dir) ? EXIT_FAIL : EXIT_OK;
 	}
@@ -407,13 +375,13 @@ int main(int argc, char **argv)
 	if (!strcmp(cmd, "set-tai-offset"))
 		return cmd_set_tai_offset(&a);
 	if (!strcmp(cmd, "stats")) {
-		if (!require(a.pin_dir, "--pin-dir"))
+		if (!require_arg(a.pin_dir, "--pin-dir"))
 			return EXIT_USAGE;
 		return print_counters(a.pin_dir, "stamp_collector_stats", collector_counter_names,
 				      COLL_NR_COUNTERS, a.json) ? EXIT_FAIL : EXIT_OK;
 	}
 	if (!strcmp(cmd, "test-run")) {
-		if (!require(a.pin_dir, "--pin-dir") || !require(a.hex, "--hex"))
+		if (!require_arg(a.pin_dir, "--pin-dir") || !require_arg(a.hex, "--hex"))
 			return EXIT_USAGE;
 		return test_run_pinned(a.pin_dir, a.hex, a.repeat) ? EXIT_FAIL : EXIT_OK;
 	}

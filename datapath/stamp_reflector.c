@@ -166,13 +166,6 @@ static int parse_args(int argc, char **argv, struct args *a)
 	return 0;
 }
 
-static bool require(const char *value, const char *name)
-{
-	if (!value)
-		die_msg("missing required %s", name);
-	return value != NULL;
-}
-
 /* --tai-offset if given, else what the kernel says (adjtimex). */
 static int tai_offset_arg_or_host(const struct args *a, int32_t *offset_s)
 {
@@ -183,39 +176,18 @@ static int tai_offset_arg_or_host(const struct args *a, int32_t *offset_s)
 	return host_tai_utc_offset(offset_s);
 }
 
-static int write_config(int fd, const struct reflector_config *cfg)
-{
-	uint32_t zero = 0;
-	int err = bpf_map_update_elem(fd, &zero, cfg, BPF_ANY);
-
-	if (err)
-		die_msg("update of reflector_config failed: %s", strerror(errno));
-	return err;
-}
-
 static int cmd_attach(struct args *a)
 {
 	struct reflector_config cfg = {};
 	struct stamp_reflector_bpf *skel;
-	char prog_path[4096];
 	int err;
 
-	if (!require(a->dev, "--dev") || !require(a->pin_dir, "--pin-dir"))
+	if (!require_arg(a->dev, "--dev") || !require_arg(a->pin_dir, "--pin-dir"))
 		return EXIT_USAGE;
 	if (tai_offset_arg_or_host(a, &cfg.tai_utc_offset_s))
 		return EXIT_FAIL;
-	if (check_netns_exists(a->netns) || ensure_bpffs())
+	if (prepare_pin_dir(a->netns, a->pin_dir, "reflector"))
 		return EXIT_FAIL;
-	snprintf(prog_path, sizeof(prog_path), "%s/%s", a->pin_dir, PROG_PIN_NAME);
-	if (access(prog_path, F_OK) == 0) {
-		die_msg("--pin-dir: %s already holds an attached reflector; run detach first", a->pin_dir);
-		return EXIT_FAIL;
-	}
-	err = mkdir_p(a->pin_dir);
-	if (err) {
-		die_msg("--pin-dir: cannot create %s: %s", a->pin_dir, strerror(-err));
-		return EXIT_FAIL;
-	}
 	skel = stamp_reflector_bpf__open();
 	if (!skel) {
 		die_msg("cannot open BPF object: %s", strerror(errno));
@@ -228,14 +200,10 @@ static int cmd_attach(struct args *a)
 		goto out;
 	}
 	/* the config is in place before the program sees a packet */
-	err = write_config(bpf_map__fd(skel->maps.reflector_config), &cfg);
+	err = write_config_map(bpf_map__fd(skel->maps.reflector_config), &cfg, "reflector_config");
 	if (!err)
-		err = pin_object(skel->obj, skel->progs.stamp_reflector, a->pin_dir);
+		err = pin_and_attach(skel->obj, skel->progs.stamp_reflector, a->netns, a->dev, a->pin_dir);
 	if (!err)
-		err = attach_pinned_xdp(a->netns, a->dev, bpf_program__fd(skel->progs.stamp_reflector));
-	if (err)
-		unpin_dir(a->pin_dir);
-	else
 		printf("stamp_reflector attached to %s%s%s (port %llu, TAI-UTC %d s), pins in %s\n", a->dev,
 		       a->netns ? " in netns " : "", a->netns ? a->netns : "",
 		       (unsigned long long)a->port, cfg.tai_utc_offset_s, a->pin_dir);
@@ -246,7 +214,7 @@ out:
 
 static int cmd_detach(struct args *a)
 {
-	if (!require(a->dev, "--dev") || !require(a->pin_dir, "--pin-dir"))
+	if (!require_arg(a->dev, "--dev") || !require_arg(a->pin_dir, "--pin-dir"))
 		return EXIT_USAGE;
 	return detach_and_unpin(a->netns, a->dev, a->pin_dir) ? EXIT_FAIL : EXIT_OK;
 }
@@ -272,7 +240,7 @@ static int cmd_address(struct args *a, bool add)
 	uint32_t zero = 0;
 	int fd, err, idx;
 
-	if (!require(a->pin_dir, "--pin-dir") || !require(a->positional, "ADDR"))
+	if (!require_arg(a->pin_dir, "--pin-dir") || !require_arg(a->positional, "ADDR"))
 		return EXIT_USAGE;
 	if (!parse_ipv6_arg("ADDR", a->positional, addr))
 		return EXIT_USAGE;
@@ -348,7 +316,7 @@ static int parse_return_sids(const char *text, struct reflector_session *sess)
 static int session_key(struct args *a, struct reflector_session_key *key)
 {
 	memset(key, 0, sizeof(*key));
-	if (!require(a->pin_dir, "--pin-dir"))
+	if (!require_arg(a->pin_dir, "--pin-dir"))
 		return -1;
 	if (!a->have_ssid) {
 		die_msg("missing required --ssid");
@@ -408,7 +376,7 @@ static int update_config(struct args *a, bool err_est)
 	int32_t offset_s = 0;
 	int fd, err;
 
-	if (!require(a->pin_dir, "--pin-dir"))
+	if (!require_arg(a->pin_dir, "--pin-dir"))
 		return EXIT_USAGE;
 	if (err_est && !a->have_err_est) {
 		die_msg("missing required --err-est");
@@ -427,7 +395,7 @@ static int update_config(struct args *a, bool err_est)
 			cfg.err_est = a->err_est;
 		else
 			cfg.tai_utc_offset_s = offset_s;
-		err = write_config(fd, &cfg);
+		err = write_config_map(fd, &cfg, "reflector_config");
 	}
 	close(fd);
 	return err ? EXIT_FAIL : EXIT_OK;
@@ -467,13 +435,13 @@ int main(int argc, char **argv)
 	if (!strcmp(cmd, "set-tai-offset"))
 		return update_config(&a, false);
 	if (!strcmp(cmd, "stats")) {
-		if (!require(a.pin_dir, "--pin-dir"))
+		if (!require_arg(a.pin_dir, "--pin-dir"))
 			return EXIT_USAGE;
 		return print_counters(a.pin_dir, "stamp_reflector_stats", reflector_counter_names,
 				      REFL_NR_COUNTERS, a.json) ? EXIT_FAIL : EXIT_OK;
 	}
 	if (!strcmp(cmd, "test-run")) {
-		if (!require(a.pin_dir, "--pin-dir") || !require(a.hex, "--hex"))
+		if (!require_arg(a.pin_dir, "--pin-dir") || !require_arg(a.hex, "--hex"))
 			return EXIT_USAGE;
 		return test_run_pinned(a.pin_dir, a.hex, a.repeat) ? EXIT_FAIL : EXIT_OK;
 	}
