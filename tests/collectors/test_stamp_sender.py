@@ -148,6 +148,7 @@ def test_error_estimate_matches_adjtimex(collectors_build, veth_pair, work_dir):
         ntp = run_sender(collectors_build, veth_pair, "--dst", FINAL_DST, "--segs", SIDS[0], "--ssid", "13",
                          "--rate", "100", "--count", "2", "--format", "ntp")
     cs = ee.clock_read()
+    assert ntp["tai_offset_s"] == cs.tai_offset_s          # without --tai-offset: adjtimex's struct timex.tai
     for sport, summary, fmt in ((50011, ptp, ts.TsFormat.PTP), (50013, ntp, ts.TsFormat.NTP)):
         wire = tp.SenderPacket.decode(bytes(udp_packets(pcap, sport)[0][UDP].payload)).err_est
         assert wire == summary["error_estimate"] == ee.ee_from_clock(cs, fmt)
