@@ -14,7 +14,7 @@ Baseline "no STAMP": the same lab without any program on `ah` (no reflector), 0 
 Configurations are interleaved within each repetition (rep 1: all configs, rep 2: all configs in a
 rotated order, ...) so that slow changes of the shared machine's load hit every configuration alike.
 
-    sudo .local/venv/bin/python bench/stamp_forwarding_capacity.py [--reps 3] [--seconds 1] [--steps 6]
+    sudo .local/venv/bin/python bench/stamp_forwarding_capacity.py [--reps 3] [--seconds 1] [--steps 8]
          [--shares 0,0.001,0.01,0.1] [--userspace] [--no-doc]
 
 Default run: ~3 min. Needs `make -C datapath` and `make -C bench`. Own resources: netns pdbench-*,
@@ -57,9 +57,9 @@ def main() -> int:
     ap.add_argument("--prefix", default="pdbench")
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--seconds", type=float, default=1.0)
-    ap.add_argument("--steps", type=int, default=6, help="trials per binary search")
-    ap.add_argument("--lo", type=float, default=20_000)
-    ap.add_argument("--hi", type=float, default=400_000)
+    ap.add_argument("--steps", type=int, default=8, help="trials per binary search")
+    ap.add_argument("--lo", type=float, default=50_000)
+    ap.add_argument("--hi", type=float, default=350_000)
     ap.add_argument("--shares", default="0,0.001,0.01,0.1")
     ap.add_argument("--userspace", action="store_true", help="also the user-space reflector (collectors.ustamp)")
     ap.add_argument("--no-baseline", action="store_true", help="skip the no-reflector baseline")
