@@ -103,7 +103,7 @@ static int parse_args(int argc, char **argv, struct args *a)
 			a->have_port = true;
 			break;
 		case OPT_SSID:
-			if (!parse_u64_arg("--ssid", optarg, 0, 65535, &a->ssid))
+			if (!parse_u64_arg("--ssid", optarg, 1, 65535, &a->ssid))
 				return -1;
 			a->have_ssid = true;
 			break;

@@ -29,6 +29,7 @@
 #include <bpf/libbpf.h>
 #include "stamp_reflector.h"
 #include "stamp_test_packet.h"
+#include "stamp_error_estimate.h"
 #include "stamp_reflector.skel.h"
 #include "loader_util.h"
 
@@ -109,7 +110,7 @@ static int parse_args(int argc, char **argv, struct args *a)
 				return -1;
 			break;
 		case OPT_SSID:
-			if (!parse_u64_arg("--ssid", optarg, 0, 65535, &a->ssid))
+			if (!parse_u64_arg("--ssid", optarg, 1, 65535, &a->ssid))
 				return -1;
 			a->have_ssid = true;
 			break;
@@ -186,6 +187,18 @@ static int cmd_attach(struct args *a)
 		return EXIT_USAGE;
 	if (tai_offset_arg_or_host(a, &cfg.tai_utc_offset_s))
 		return EXIT_FAIL;
+	/* An honest Error Estimate from the first packet on (RFC 8762 §4.2.1: S from the
+	 * clock's sync state, scale/multiplier from its error; a Multiplier of 0 would be
+	 * invalid). The program sets Z per session format; set-err-est can refresh it. */
+	{
+		struct stamp_clock_state cs;
+
+		if (stamp_clock_read(&cs)) {
+			die_msg("adjtimex: %s (needed for the Error Estimate)", strerror(errno));
+			return EXIT_FAIL;
+		}
+		cfg.err_est = stamp_ee_from_clock(&cs, STAMP_TS_PTP);
+	}
 	if (prepare_pin_dir(a->netns, a->pin_dir, "reflector"))
 		return EXIT_FAIL;
 	skel = stamp_reflector_bpf__open();
@@ -361,7 +374,10 @@ static int cmd_del_session(struct args *a)
 	if (fd < 0)
 		return EXIT_FAIL;
 	err = bpf_map_delete_elem(fd, &key);
-	if (err)
+	if (err && errno == ENOENT)
+		die_msg("--ssid: no session %u from sender %s is configured (add-session creates one)",
+			key.ssid, a->sender ? a->sender : "::");
+	else if (err)
 		die_msg("delete of session ssid %u (sender %s) failed: %s", key.ssid,
 			a->sender ? a->sender : "::", strerror(errno));
 	close(fd);
