@@ -8,6 +8,9 @@ import time
 
 import pytest
 
+from segscope_schemas.stamp_error_estimate import clock_read, ee_from_clock
+from segscope_schemas.stamp_timestamp import TsFormat
+
 from tests.datapath.dp_env import (COLLECTOR, Attached, REFLECTOR, delta, eth_ipv6, prog_test_run, recv_reply,
                                    run_tool, srh_wire, stamp_sender_payload, stats, tai_ns,
                                    udp_datagram, udp_socket)
@@ -55,6 +58,8 @@ def test_records_for_active_session(veth, reflector_and_collector):
     before_c = stats(COLLECTOR, att.coll_dir)
     sock = setup_session(att, 21, 50021)
     t1s = send_burst(veth, sock, 21, 30)
+    # attach fills the reflector's Error Estimate from the clock (S, scale, multiplier; Z=PTP)
+    clock_ee = ee_from_clock(clock_read(), TsFormat.PTP)
     t_end = tai_ns()
     recs = dump(att.coll_dir, 30)
     assert len(recs) == 30
@@ -65,7 +70,11 @@ def test_records_for_active_session(veth, reflector_and_collector):
         assert t1 <= rec["t2_ns"] <= rec["t3_ns"] <= rec["t4_ns"] <= t_end + 10**9
         assert rec["t4_ns"] <= tai_ns()
         assert rec["sender_ttl"] == HOPS and rec["reply_hop_limit"] == 255
-        assert rec["sender_err_est"] == 0x4001 and rec["reflector_err_est"] == 0x4000
+        assert rec["sender_err_est"] == 0x4001
+        if clock_ee & 0x8000:      # synchronised: the error can move between attach and now
+            assert rec["reflector_err_est"] & 0xC000 == clock_ee & 0xC000 and rec["reflector_err_est"] & 0xFF
+        else:                      # free-running: maxerror is pinned at 16 s, the value is exact
+            assert rec["reflector_err_est"] == clock_ee
         assert rec["ifindex"] == ifindex and rec["flags"] == 0
     # consumed by XDP: the sender socket sees nothing
     sock.settimeout(0.3)

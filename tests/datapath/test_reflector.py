@@ -7,6 +7,9 @@ import time
 
 import pytest
 
+from segscope_schemas.stamp_error_estimate import clock_read, ee_from_clock
+from segscope_schemas.stamp_timestamp import TsFormat
+
 from segscope_schemas.stamp_test_packet import ReflectorPacket, ptp_to_ns
 from tests.datapath.dp_env import (IPV6_RTHDR, PIN_ROOT, PREFIX, REFLECTOR, delta, in_netns, parse_frame, parse_srh,
                                    recv_reply, run_tool, srh_bytes, stamp_sender_payload, stats, tai_ns,
@@ -24,7 +27,13 @@ def sender(veth, port: int) -> socket.socket:
     return s
 
 
-def check_reply(data: bytes, seq: int, ssid: int, t1: int, t_recv: int, err_est: int = 0x4000,
+def clock_err_est() -> int:
+    """What `attach` writes: the Error Estimate of this clock in PTP format (S from the sync
+    state, scale/multiplier from the clock's error; never Multiplier 0)."""
+    return ee_from_clock(clock_read(), TsFormat.PTP)
+
+
+def check_reply(data: bytes, seq: int, ssid: int, t1: int, t_recv: int, err_est: int | None = None,
                 sender_err_est: int = 0x4001) -> ReflectorPacket:
     assert len(data) == 44
     r = ReflectorPacket.decode(data)
@@ -32,7 +41,15 @@ def check_reply(data: bytes, seq: int, ssid: int, t1: int, t_recv: int, err_est:
     assert r.ssid == ssid
     assert (r.sender_ts_sec, r.sender_ts_frac) == ((t1 // 10**9) & 0xFFFFFFFF, t1 % 10**9)
     assert r.sender_err_est == sender_err_est
-    assert r.err_est == err_est
+    if err_est is None:
+        # attach's value from the clock; a synchronised clock's error can move between attach
+        # and now, so compare S and Z exactly and require a valid (non-zero) multiplier
+        want = clock_err_est()
+        assert r.err_est & 0xC000 == want & 0xC000 and r.err_est & 0xFF != 0, (hex(r.err_est), hex(want))
+        if not want & 0x8000:                   # free-running clock: maxerror is pinned at 16 s
+            assert r.err_est == want
+    else:
+        assert r.err_est == err_est
     assert r.sender_ttl == SENDER_HOPS
     assert data[38:40] == b"\0\0" and data[41:44] == b"\0\0\0"   # MBZ
     t2 = ptp_to_ns(r.rx_sec, r.rx_frac, t_recv)
