@@ -23,12 +23,17 @@ Device under test (DUT): node A of `netlab/topologies/line5.yaml`, on a CPU of i
 forwarding core in seed 000: the generator is pinned to CPU 0 and RPS on A's ingress veth (`ah`) queues
 every packet to CPU 1's backlog (net.core.netdev_max_backlog, 1000 here), where A's whole receive path
 runs: XDP (the reflector is attached in *generic* mode so that it runs there, after RPS), IPv6 forwarding,
-seg6 encap, and then R, B and H2, whose veths deliver on the CPU that transmits. When the DUT CPU
-falls behind, the backlog overflows: `ah` rx_dropped (reported as ingress_drops).
+seg6 encap, and then R, B and H2, whose veths deliver on the CPU that transmits. When CPU 1 falls
+behind, its backlog overflows: at A's ingress (counted as `ingress_drops`, the sender veth's tx drops)
+or at R's/B's ingress; every such loss is in sent - received.
+Generator: by default complete frames on an AF_PACKET socket (`--dev`, no UDP/IPv6 stack cost, so it
+outruns the DUT like a hardware generator) with a 64 MiB send buffer: veth does not orphan the skbs it
+forwards, and with the default send buffer the generator *blocked* once a few hundred packets were
+in flight, so an overloaded DUT showed up as a slow generator with 0 % loss instead of as loss.
 Measured alternatives (not used): native XDP on `ah` runs in the veth NAPI of the *sender's* CPU
-(inline in its syscalls: no loss, the generator is the limit); threaded NAPI pinned to CPU 1 decouples
-it but its queue is the veth's 256-entry ring, and on this VM (vCPU steal ~40 %, ms-long stalls) it lost
-7-40 % already at 5-20 kpps: no PDR can be measured that way.
+(inline in its syscalls); threaded NAPI pinned to CPU 1 decouples it, but its queue is the veth's
+256-entry ring, and on this VM (vCPU steal up to ~40 %, ms-long stalls) it lost 7-40 % already at
+5-20 kpps.
 
 Library use:
     with Line5Bench(prefix="pdbench", dut="xdp") as bench:
@@ -242,8 +247,18 @@ def pastrami_check(points: Sequence[tuple[float, float]], plr_threshold: float =
                            f"{plr_threshold * 100:g} % on: PDR marks the onset of saturation", k, tirs, max_below)
 
 
-def sweep(trial: TrialFn, center_pps: float, factors: Sequence[float] = SWEEP_FACTORS) -> list[Trial]:
-    return [trial(center_pps * f) for f in factors]
+def sweep(trial: TrialFn, center_pps: float, factors: Sequence[float] = SWEEP_FACTORS, reps: int = 1) -> list[Trial]:
+    """Trials at center * each factor, `reps` passes over the whole sweep (low to high load each time)."""
+    return [trial(center_pps * f) for _ in range(reps) for f in factors]
+
+
+def sweep_points(trials: Sequence[Trial]) -> list[tuple[float, float]]:
+    """(mean offered, mean throughput) per target rate: PASTRAMI's per-load averages over repetitions."""
+    by_target: dict[float, list[Trial]] = {}
+    for t in trials:
+        by_target.setdefault(t.target_pps, []).append(t)
+    return sorted((statistics.fmean(t.offered_pps for t in ts), statistics.fmean(t.throughput_pps for t in ts))
+                  for ts in by_target.values())
 
 
 # ---------------------------------------------------------------- the line5 environment
@@ -462,7 +477,7 @@ class PdrMeasurement:
 
 
 def measure(bench: Line5Bench, share: float, reps: int = 3, seconds: float = 1.0, lo: float = 50_000,
-            hi: float = 350_000, steps: int = 8, check: bool = True,
+            hi: float = 350_000, steps: int = 8, check: bool = True, sweep_reps: int = 1,
             log: Callable[[str], None] | None = None) -> PdrMeasurement:
     def run(rate: float) -> Trial:
         return bench.trial(rate, share=share, seconds=seconds)
@@ -476,8 +491,8 @@ def measure(bench: Line5Bench, share: float, reps: int = 3, seconds: float = 1.0
     ci = ci95(pdrs)
     swept, verdict = [], None
     if check and ci.mean > 0:
-        swept = sweep(run, ci.mean)
-        verdict = pastrami_check([(t.offered_pps, t.throughput_pps) for t in swept])
+        swept = sweep(run, ci.mean, reps=sweep_reps)
+        verdict = pastrami_check(sweep_points(swept))
         if log:
             log(f"  PASTRAMI: {verdict.verdict} ({verdict.reason})")
     return PdrMeasurement(bench.dut_mode, share, pdrs, ci, searches, swept, verdict)
@@ -495,6 +510,7 @@ def main() -> int:
     ap.add_argument("--hi", type=float, default=350_000)
     ap.add_argument("--steps", type=int, default=8, help="trials per binary search")
     ap.add_argument("--no-check", action="store_true", help="skip the PASTRAMI sweep")
+    ap.add_argument("--sweep-reps", type=int, default=1, help="passes over the PASTRAMI sweep (averaged per load)")
     ap.add_argument("--json", action="store_true", help="print the full result as JSON")
     args = ap.parse_args()
     if os.geteuid() != 0:
@@ -503,7 +519,7 @@ def main() -> int:
         sys.exit("--share must be within 0..1")
     with Line5Bench(args.prefix, args.dut, PathSpec(topology=args.topology)) as bench:
         m = measure(bench, args.share, args.reps, args.seconds, args.lo, args.hi, args.steps,
-                    check=not args.no_check, log=lambda s: print(s, file=sys.stderr, flush=True))
+                    check=not args.no_check, sweep_reps=args.sweep_reps, log=lambda s: print(s, file=sys.stderr, flush=True))
     if args.json:
         print(json.dumps(m.summary(), indent=2))
     else:

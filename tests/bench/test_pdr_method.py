@@ -12,7 +12,8 @@ import subprocess
 
 import pytest
 
-from bench.pdr import (PKTGEN, Line5Bench, PathSpec, Trial, ci95, find_pdr, pastrami_check, t975)
+from bench.pdr import (PKTGEN, Line5Bench, PathSpec, Trial, ci95, find_pdr, pastrami_check, sweep_points,
+                       t975)
 
 # ---------------------------------------------------------------- statistics
 
@@ -180,3 +181,10 @@ def test_search_finds_the_limiter_rate(bench):
     assert res.loss_failures > 0 and not res.generator_bound
     v = pastrami_check([(t.offered_pps, t.throughput_pps) for t in res.trials])
     assert v.potential_index is not None           # the search's own points do cross 0.5 % loss
+
+
+def test_sweep_points_average_repetitions_per_load():
+    def trial(rate: float, thr: float) -> Trial:
+        return Trial(target_pps=rate, offered_pps=rate, seconds=1.0, sent=int(rate), received=int(thr))
+    pts = sweep_points([trial(2e4, 2e4), trial(1e4, 1e4), trial(2e4, 1.8e4), trial(1e4, 0.9e4)])
+    assert pts == [(1e4, 0.95e4), (2e4, 1.9e4)]
