@@ -161,9 +161,13 @@ def limiter_drops(b: Line5Bench) -> int:
 
 
 def test_every_packet_is_delivered_or_counted_by_the_limiter(bench):
-    before = limiter_drops(bench)
+    before, refl_before = limiter_drops(bench), bench.reflector_stats()
     t = bench.trial(2 * LIMIT_PPS, share=0.01, seconds=0.5)
     dropped = limiter_drops(bench) - before
+    refl = bench.reflector_stats()
+    # the generator's STAMP frames (SRH, checksum computed by pktgen_udp) are valid test packets for the XDP reflector
+    assert refl["reflected"] - refl_before["reflected"] == t.stamp_sent
+    assert refl["drop_malformed_udp_csum"] == refl_before["drop_malformed_udp_csum"]
     assert t.sent == round(2 * LIMIT_PPS * 0.5) and t.stamp_sent == t.sent // 100
     # STAMP is reflected by A, before R's limiter (a stray frame the namespaces emit may be counted too)
     assert t.stamp_sent <= t.stamp_received <= t.stamp_sent + 3
@@ -188,3 +192,16 @@ def test_sweep_points_average_repetitions_per_load():
         return Trial(target_pps=rate, offered_pps=rate, seconds=1.0, sent=int(rate), received=int(thr))
     pts = sweep_points([trial(2e4, 2e4), trial(1e4, 1e4), trial(2e4, 1.8e4), trial(1e4, 0.9e4)])
     assert pts == [(1e4, 0.95e4), (2e4, 1.9e4)]
+
+
+def test_socket_generator_sends_stamp_with_srh_that_the_reflector_answers(bench):
+    bench.spec.generator = "socket"              # UDP sockets; the kernel builds the SRH (IPV6_RTHDR)
+    try:
+        refl_before = bench.reflector_stats()
+        t = bench.trial(2_000, share=0.1, seconds=0.5)
+    finally:
+        bench.spec.generator = "packet"
+    assert (t.sent, t.stamp_sent) == (1000, 100)
+    assert bench.reflector_stats()["reflected"] - refl_before["reflected"] == 100
+    assert t.stamp_sent <= t.stamp_received <= t.stamp_sent + 3
+    assert t.data_sent <= t.data_received <= t.data_sent + 3   # under the limiter: all delivered
