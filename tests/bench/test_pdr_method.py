@@ -122,6 +122,11 @@ def test_pastrami_no_saturation_and_input_order():
 # ---------------------------------------------------------------- real lab, known capacity
 
 LIMIT_PPS = 8_000
+# The limiter's bucket: large enough that the generator's pacing jitter on a loaded 2-core VM
+# (batches sent late, then back to back) is not mistaken for overload — burst 40 made the search
+# fail at 7.2 kpps in a loaded CI-like run — and small against a trial's packets.
+LIMIT_BURST = 400
+TRIAL_S = 0.5
 
 
 @pytest.fixture(scope="module")
@@ -143,7 +148,7 @@ def _nft(b: Line5Bench) -> None:
     rules = f"""table inet pdtest {{
   chain fwd_limit {{
     type filter hook forward priority 0; policy accept;
-    ip6 daddr fc00:3::d6 limit rate over {LIMIT_PPS}/second burst 40 packets counter drop
+    ip6 daddr fc00:3::d6 limit rate over {LIMIT_PPS}/second burst {LIMIT_BURST} packets counter drop
   }}
 }}
 """
@@ -177,11 +182,13 @@ def test_every_packet_is_delivered_or_counted_by_the_limiter(bench):
 
 
 def test_search_finds_the_limiter_rate(bench):
-    res = find_pdr(lambda r: bench.trial(r, share=0.01, seconds=0.5), lo=2_000, hi=16_000, steps=6)
+    res = find_pdr(lambda r: bench.trial(r, share=0.01, seconds=TRIAL_S), lo=2_000, hi=16_000, steps=6)
     resolution = (16_000 - 2_000) / 2 ** 4
-    # The limiter passes LIMIT_PPS (+ its burst); with 1 % STAMP reflected before it and 0.5 % loss
-    # allowed, the true PDR is a little above LIMIT_PPS.
-    assert LIMIT_PPS - resolution - 200 <= res.pdr_pps <= LIMIT_PPS * 1.03
+    # The limiter passes LIMIT_PPS plus its burst per trial; 1 % STAMP is reflected before it and
+    # 0.5 % loss is allowed, so the highest passing rate r satisfies
+    # 0.99 r T - (LIMIT T + BURST) <= 0.005 r T  ->  r <= (LIMIT T + BURST) / (0.985 T).
+    true_pdr = (LIMIT_PPS * TRIAL_S + LIMIT_BURST) / (0.985 * TRIAL_S)
+    assert LIMIT_PPS - resolution - 200 <= res.pdr_pps <= true_pdr + resolution
     assert res.loss_failures > 0 and not res.generator_bound
     v = pastrami_check([(t.offered_pps, t.throughput_pps) for t in res.trials])
     assert v.potential_index is not None           # the search's own points do cross 0.5 % loss
