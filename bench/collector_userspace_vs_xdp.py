@@ -42,7 +42,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "schemas" / "python"))
-from bench.reflector_vs_bounce import machine, reply_count, xdp_prog_id  # noqa: E402
+from bench.reflector_vs_bounce import attach_reply_counter, machine, remove_bench_env, reply_count  # noqa: E402
 from bench.reflector_userspace_vs_xdp import rcvbuf_errors, update_doc_section  # noqa: E402
 from tests.datapath.dp_env import VethPair, ensure_bpffs, in_netns, run_tool, sh  # noqa: E402
 
@@ -193,9 +193,7 @@ def main() -> int:
     try:
         pair.setup()
         # the peer counts and drops what the collector side sends (the ustamp sender's test packets)
-        sh("ip", "link", "set", "dev", pair.s_dev, "xdpdrv", "obj", str(COUNT_DROP_OBJ), "sec", "xdp", ns=pair.s_ns)
-        count_map = json.loads(subprocess.run(["bpftool", "prog", "show", "id", str(xdp_prog_id(pair.s_ns, pair.s_dev)),
-                                               "-j"], check=True, capture_output=True, text=True).stdout)["map_ids"][0]
+        count_map = attach_reply_counter(pair)
         t0 = time.monotonic()
         frames = build_frames(pair, args.packets)
         print(f"  built {len(frames):,} reply frames in {time.monotonic() - t0:.1f} s", flush=True)
@@ -209,12 +207,7 @@ def main() -> int:
                       f"({r['sent'] / r['flood_s']:,.0f}/s)  records {r['records']:,} ({r['per_s']:,.0f}/s)  "
                       f"drops {r['drops']:,}  other {r['other']:,}", flush=True)
     finally:
-        shutil.rmtree(PIN_DIR, ignore_errors=True)
-        pair.teardown()
-        try:
-            PIN_DIR.parent.rmdir()
-        except OSError:
-            pass
+        remove_bench_env(pair, PIN_DIR)
     med = {m: statistics.median(r["per_s"] for r in results if r["mode"] == m) for m in ("xdp", "userspace")}
     flood_rate = statistics.median(r["sent"] / r["flood_s"] for r in results)
     xdp_all = all(r["records"] == r["sent"] for r in results if r["mode"] == "xdp")

@@ -29,7 +29,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
-from bench.reflector_vs_bounce import machine, reply_count, xdp_prog_id  # noqa: E402
+from bench.reflector_vs_bounce import attach_reply_counter, machine, remove_bench_env, reply_count  # noqa: E402
 from tests.datapath.dp_env import VethPair, ensure_bpffs, run_tool, sh  # noqa: E402
 
 BUILD = REPO / "build"
@@ -117,10 +117,7 @@ def main() -> int:
     results = []
     try:
         pair.setup()
-        sh("ip", "link", "set", "dev", pair.s_dev, "xdpdrv", "obj", str(COUNT_DROP_OBJ), "sec", "xdp", ns=pair.s_ns)
-        prog_id = xdp_prog_id(pair.s_ns, pair.s_dev)
-        map_id = json.loads(subprocess.run(["bpftool", "prog", "show", "id", str(prog_id), "-j"], check=True,
-                                           capture_output=True, text=True).stdout)["map_ids"][0]
+        map_id = attach_reply_counter(pair)
         for i in range(args.trials):
             for mode in ("xdp", "userspace") if i % 2 == 0 else ("userspace", "xdp"):
                 r = trial(mode, pair, map_id, args.seconds)
@@ -128,12 +125,7 @@ def main() -> int:
                 print(f"  trial {i + 1} {mode:9s} sent {r['sent']:>10,d}  replies {r['replies']:>10,d}  "
                       f"{r['replies_per_s']:>10,.0f}/s  socket drops {r['socket_drops']:,}", flush=True)
     finally:
-        shutil.rmtree(PIN_DIR, ignore_errors=True)
-        pair.teardown()
-        try:
-            PIN_DIR.parent.rmdir()
-        except OSError:
-            pass
+        remove_bench_env(pair, PIN_DIR)
     med = {m: statistics.median(r["replies_per_s"] for r in results if r["mode"] == m) for m in ("xdp", "userspace")}
     user_cpu = [r["replies"] / r["reflector_cpu_s"] for r in results if r["mode"] == "userspace" and r["reflector_cpu_s"]]
     mach = machine()

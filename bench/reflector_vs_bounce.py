@@ -53,6 +53,24 @@ def reply_count(map_id: int) -> int:
     return sum(v["value"] for v in out[0]["formatted"]["values"])
 
 
+def attach_reply_counter(pair: VethPair) -> int:
+    """Count-and-drop XDP program on the sender side of the pair; returns its counter map id."""
+    sh("ip", "link", "set", "dev", pair.s_dev, "xdpdrv", "obj", str(COUNT_DROP_OBJ), "sec", "xdp", ns=pair.s_ns)
+    prog = json.loads(subprocess.run(["bpftool", "prog", "show", "id", str(xdp_prog_id(pair.s_ns, pair.s_dev)), "-j"],
+                                     check=True, capture_output=True, text=True).stdout)
+    return prog["map_ids"][0]
+
+
+def remove_bench_env(pair: VethPair, pin_dir: Path) -> None:
+    """Pins (and their parent, when empty) and the veth pair of one benchmark run."""
+    shutil.rmtree(pin_dir, ignore_errors=True)
+    pair.teardown()
+    try:
+        pin_dir.parent.rmdir()
+    except OSError:
+        pass
+
+
 def attach(mode: str, pair: VethPair) -> None:
     if mode == "reflector":
         shutil.rmtree(PIN_DIR, ignore_errors=True)
@@ -173,10 +191,7 @@ def main() -> int:
     results = []
     try:
         pair.setup()
-        sh("ip", "link", "set", "dev", pair.s_dev, "xdpdrv", "obj", str(COUNT_DROP_OBJ), "sec", "xdp", ns=pair.s_ns)
-        prog_id = xdp_prog_id(pair.s_ns, pair.s_dev)
-        map_id = json.loads(subprocess.run(["bpftool", "prog", "show", "id", str(prog_id), "-j"], check=True,
-                                           capture_output=True, text=True).stdout)["map_ids"][0]
+        map_id = attach_reply_counter(pair)
         for i in range(args.trials):
             for mode in ("reflector", "bounce") if i % 2 == 0 else ("bounce", "reflector"):
                 r = trial(mode, pair, map_id, args.seconds)
@@ -186,12 +201,7 @@ def main() -> int:
         cost = program_cost(pair)
         print(f"  program alone: reflector {cost['reflector_ns']} ns/packet, bounce {cost['bounce_ns']} ns/packet")
     finally:
-        shutil.rmtree(PIN_DIR, ignore_errors=True)
-        pair.teardown()
-        try:
-            PIN_DIR.parent.rmdir()
-        except OSError:
-            pass
+        remove_bench_env(pair, PIN_DIR)
 
     med = {m: statistics.median(r["replies_per_s"] for r in results if r["mode"] == m)
            for m in ("reflector", "bounce")}
