@@ -205,7 +205,7 @@ Sweeps (mean offered kpps → PLR):
 **PASTRAMI verdict for this run: {'stable (every configuration GOOD)' if stable else 'NOT stable (' + ', '.join(f'{label(*c)} {results[c]["check"].verdict}' for c in configs if results[c]["check"].verdict != 'GOOD') + ')'}.**
 {'' if stable else 'With an unstable environment the PDR values and their ratio are not a reliable comparison of the configurations (PASTRAMI §V-B): they are reported, not claimed. '}Seed 000 measured on
 bare-metal CloudLab servers with an isolated forwarding core (TRex, 10 × SRPerf runs): eBPF reflector ≈1016 kpps at
-0 % and "almost stable" up to 10 % STAMP. Here everything (generator, DUT, R, B, H2 and four other engineers' work)
+0 % and "almost stable" up to 10 % STAMP. Here everything (generator, DUT, R, B, H2 and anything else the machine runs)
 shares 2 vCPUs of a VM, so only ratios within one run are meaningful, and only when the check says GOOD.
 Loss at low load in the sweeps (e.g. a few % at 0.6 × PDR while 1.0 × PDR passes) is the mark of an unstable
 environment. A likely cause (not isolated here): when CPU 1's softirq runs long, the kernel hands the rest to
