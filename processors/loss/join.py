@@ -102,9 +102,13 @@ FlowKey = tuple[int, int, int]         # flow_id, method, period_ms
 
 
 class LossJoiner:
-    def __init__(self, timeout_s: float = 10.0, retention_s: float = 300.0):
+    def __init__(self, timeout_s: float = 10.0, retention_s: float = 300.0, tai_utc_offset_s: int = 0):
+        """timeout_s: how long a block waits for its other side (from its first record) before it is
+        published incomplete; retention_s: how long a block is kept for late records; tai_utc_offset_s:
+        TAI - UTC (37 since 2017), subtracted from block_start_ns so points are in UTC like stamp_delay."""
         if timeout_s <= 0 or retention_s < timeout_s:
             raise ValueError(f"need 0 < timeout_s <= retention_s (got {timeout_s}, {retention_s})")
+        self.tai_utc_offset_ns = int(tai_utc_offset_s) * NS_PER_S
         self.timeout_ns = int(timeout_s * NS_PER_S)
         self.retention_ns = int(retention_s * NS_PER_S)
         self.counters = Counters()
@@ -235,7 +239,7 @@ class LossJoiner:
             fields_out.append(f"rx_bytes={rx.bytes}i")
         fields_out.append("complete=true" if reason is None else "complete=false")
         fields_out.append(f'reason="{reason or "ok"}"')
-        ts = index * period_ms * 1_000_000
+        ts = index * period_ms * 1_000_000 - self.tai_utc_offset_ns   # block start, TAI -> UTC
         return f"{tags} {','.join(fields_out)} {ts}"
 
     # -- introspection -----------------------------------------------------

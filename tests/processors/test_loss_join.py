@@ -216,6 +216,12 @@ def test_invalid_records_dropped_with_reasons():
     assert j.counters.invalid_records == 3 and j.counters.records_in == 4 and j.open_blocks() == 1
 
 
+def test_timestamp_is_block_start_in_utc():
+    j = LossJoiner(tai_utc_offset_s=37)
+    joined_ab(j)
+    assert j.flush(T0)[0].endswith(f' {TS - 37 * NS_PER_S}')
+
+
 def test_tags_are_escaped():
     j = LossJoiner()
     j.ingest("edge A,1", rec(TX, 2, 2), T0)
