@@ -253,3 +253,30 @@ def test_counters_line():
 def test_bad_timeouts_rejected(timeout_s, retention_s):
     with pytest.raises(ValueError, match="timeout_s"):
         LossJoiner(timeout_s=timeout_s, retention_s=retention_s)
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_any_arrival_order_with_replays_ends_in_the_same_exact_line(seed):
+    # blocks B..B+9: tx, rx and replays of both arrive shuffled, with flushes in between;
+    # every block's last line must be its exact complete line, and no complete line is ever wrong
+    rng = np.random.default_rng(seed)
+    tx = rng.integers(0, 10_000, 10)
+    rx = tx - rng.integers(0, 50, 10).clip(max=tx)
+    events = [(d, i) for i in range(10) for d in (TX, RX, TX, RX)]
+    order = rng.permutation(len(events))
+    j = LossJoiner(timeout_s=1000, retention_s=1000)
+    last: dict[int, str] = {}
+    for step, e in enumerate(order):
+        d, i = events[e]
+        n = int(tx[i] if d == TX else rx[i])
+        j.ingest("A" if d == TX else "B", rec(d, n, n * 100, block=B + i), T0 + step)
+        for line in j.flush(T0 + step):
+            last[int(line.rsplit(" ", 1)[1])] = line
+    assert len(last) == 10
+    for i in range(10):
+        lost = int(tx[i] - rx[i])
+        ratio = f",loss_ratio={lost / int(tx[i])!r}" if tx[i] else ""
+        assert last[TS + i * NS_PER_S] == (
+            f"{head()} tx_packets={tx[i]}i,rx_packets={rx[i]}i,lost={lost}i{ratio},tx_bytes={tx[i] * 100}i,"
+            f'rx_bytes={rx[i] * 100}i,complete=true,reason="ok" {TS + i * NS_PER_S}')
+    assert j.counters.duplicate_records == 20 and j.counters.points_out == 10
