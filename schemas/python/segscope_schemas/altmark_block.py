@@ -8,10 +8,12 @@ with the same names and order as altmark_block_check() in C.
 """
 from __future__ import annotations
 
-import struct
-from dataclasses import dataclass
-
 import numpy as np
+
+from segscope_schemas import batch_envelope
+from segscope_schemas.batch_envelope import BatchHeader, MalformedBatch  # noqa: F401  (re-exported)
+
+_HEADER = batch_envelope._HEADER   # the shared header layout (the layout tests compare it with C)
 
 ALTMARK_BLOCK_SIZE = 64
 ALTMARK_BATCH_MAGIC = b"AMB1"
@@ -48,30 +50,9 @@ ALTMARK_BLOCK_DTYPE = np.dtype([
 ])
 assert ALTMARK_BLOCK_DTYPE.itemsize == ALTMARK_BLOCK_SIZE
 
-_HEADER = struct.Struct("<4sHHIIQ32s")
-assert _HEADER.size == ALTMARK_BATCH_HEADER_SIZE
-
 # Problem names in the order altmark_block_check() tests them.
 PROBLEMS = ("bad_direction", "bad_method", "bad_colour", "zero_period", "bad_block_start",
             "colour_mismatch", "flow_id_too_big", "unknown_flags")
-
-
-class MalformedBatch(ValueError):
-    """A message that is not a valid altmark_batch; `reason` is a short machine-readable code."""
-
-    def __init__(self, reason: str, detail: str):
-        super().__init__(f"{reason}: {detail}")
-        self.reason = reason
-        self.detail = detail
-
-
-@dataclass(frozen=True)
-class BatchHeader:
-    record_count: int
-    flags: int
-    batch_seq: int
-    node: str
-    header_size: int = ALTMARK_BATCH_HEADER_SIZE
 
 
 def block_index(tai_ns: int, period_ms: int) -> int:
@@ -116,37 +97,13 @@ def check_records(recs: np.ndarray) -> np.ndarray:
 
 def encode_batch(records: np.ndarray, node: str, batch_seq: int, flags: int = 0) -> bytes:
     """Encode records (ALTMARK_BLOCK_DTYPE array) as one Kafka message value."""
-    records = np.ascontiguousarray(records, dtype=ALTMARK_BLOCK_DTYPE)
-    node_b = node.encode()
-    if len(node_b) > ALTMARK_BATCH_NODE_LEN:
-        raise ValueError(f"node name longer than {ALTMARK_BATCH_NODE_LEN} bytes: {node!r}")
-    hdr = _HEADER.pack(ALTMARK_BATCH_MAGIC, ALTMARK_BATCH_HEADER_SIZE, ALTMARK_BLOCK_SIZE,
-                       len(records), flags, batch_seq, node_b)
-    return hdr + records.tobytes()
+    return batch_envelope.encode(records, ALTMARK_BLOCK_DTYPE, ALTMARK_BATCH_MAGIC, node, batch_seq, flags)
 
 
 def decode_header(buf: bytes | memoryview) -> BatchHeader:
-    if len(buf) < ALTMARK_BATCH_HEADER_SIZE:
-        raise MalformedBatch("short_header", f"{len(buf)} bytes, header needs {ALTMARK_BATCH_HEADER_SIZE}")
-    magic, hsize, rsize, count, flags, seq, node = _HEADER.unpack_from(buf, 0)
-    if magic != ALTMARK_BATCH_MAGIC:
-        raise MalformedBatch("bad_magic", f"magic {magic!r}, expected {ALTMARK_BATCH_MAGIC!r}")
-    if hsize < ALTMARK_BATCH_HEADER_SIZE:
-        raise MalformedBatch("bad_header_size", f"header_size {hsize} < {ALTMARK_BATCH_HEADER_SIZE}")
-    if rsize != ALTMARK_BLOCK_SIZE:
-        raise MalformedBatch("bad_record_size", f"record_size {rsize}, expected {ALTMARK_BLOCK_SIZE}")
-    if hsize + count * rsize != len(buf):
-        raise MalformedBatch("length_mismatch",
-                             f"{len(buf)} bytes for {count} records (expected {hsize + count * rsize})")
-    try:
-        node_s = node.rstrip(b"\0").decode()
-    except UnicodeDecodeError as e:
-        raise MalformedBatch("bad_node", f"node name is not UTF-8: {e}") from None
-    return BatchHeader(count, flags, seq, node_s, hsize)
+    return batch_envelope.decode_header(buf, ALTMARK_BATCH_MAGIC, ALTMARK_BLOCK_SIZE)
 
 
 def decode_batch(buf: bytes | memoryview) -> tuple[BatchHeader, np.ndarray]:
     """Validate and decode one message: (header, records array view, zero copy)."""
-    hdr = decode_header(buf)
-    recs = np.frombuffer(buf, dtype=ALTMARK_BLOCK_DTYPE, count=hdr.record_count, offset=hdr.header_size)
-    return hdr, recs
+    return batch_envelope.decode(buf, ALTMARK_BLOCK_DTYPE, ALTMARK_BATCH_MAGIC)

@@ -6,10 +6,12 @@ array in one step (np.frombuffer, no per-record Python work).
 """
 from __future__ import annotations
 
-import struct
-from dataclasses import dataclass
-
 import numpy as np
+
+from segscope_schemas import batch_envelope
+from segscope_schemas.batch_envelope import BatchHeader, MalformedBatch  # noqa: F401  (re-exported)
+
+_HEADER = batch_envelope._HEADER   # the shared header layout (the layout tests compare it with C)
 
 STAMP_RECORD_SIZE = 64
 STAMP_BATCH_MAGIC = b"SSB1"
@@ -40,61 +42,16 @@ STAMP_RECORD_DTYPE = np.dtype([
 ])
 assert STAMP_RECORD_DTYPE.itemsize == STAMP_RECORD_SIZE
 
-_HEADER = struct.Struct("<4sHHIIQ32s")
-assert _HEADER.size == STAMP_BATCH_HEADER_SIZE
-
-
-class MalformedBatch(ValueError):
-    """A message that is not a valid stamp_batch; `reason` is a short machine-readable code."""
-
-    def __init__(self, reason: str, detail: str):
-        super().__init__(f"{reason}: {detail}")
-        self.reason = reason
-        self.detail = detail
-
-
-@dataclass(frozen=True)
-class BatchHeader:
-    record_count: int
-    flags: int
-    batch_seq: int
-    node: str
-    header_size: int = STAMP_BATCH_HEADER_SIZE
-
 
 def encode_batch(records: np.ndarray, node: str, batch_seq: int, flags: int = 0) -> bytes:
     """Encode records (STAMP_RECORD_DTYPE array) as one Kafka message value."""
-    records = np.ascontiguousarray(records, dtype=STAMP_RECORD_DTYPE)
-    node_b = node.encode()
-    if len(node_b) > STAMP_BATCH_NODE_LEN:
-        raise ValueError(f"node name longer than {STAMP_BATCH_NODE_LEN} bytes: {node!r}")
-    hdr = _HEADER.pack(STAMP_BATCH_MAGIC, STAMP_BATCH_HEADER_SIZE, STAMP_RECORD_SIZE,
-                       len(records), flags, batch_seq, node_b)
-    return hdr + records.tobytes()
+    return batch_envelope.encode(records, STAMP_RECORD_DTYPE, STAMP_BATCH_MAGIC, node, batch_seq, flags)
 
 
 def decode_header(buf: bytes | memoryview) -> BatchHeader:
-    if len(buf) < STAMP_BATCH_HEADER_SIZE:
-        raise MalformedBatch("short_header", f"{len(buf)} bytes, header needs {STAMP_BATCH_HEADER_SIZE}")
-    magic, hsize, rsize, count, flags, seq, node = _HEADER.unpack_from(buf, 0)
-    if magic != STAMP_BATCH_MAGIC:
-        raise MalformedBatch("bad_magic", f"magic {magic!r}, expected {STAMP_BATCH_MAGIC!r}")
-    if hsize < STAMP_BATCH_HEADER_SIZE:
-        raise MalformedBatch("bad_header_size", f"header_size {hsize} < {STAMP_BATCH_HEADER_SIZE}")
-    if rsize != STAMP_RECORD_SIZE:
-        raise MalformedBatch("bad_record_size", f"record_size {rsize}, expected {STAMP_RECORD_SIZE}")
-    if hsize + count * rsize != len(buf):
-        raise MalformedBatch("length_mismatch",
-                             f"{len(buf)} bytes for {count} records (expected {hsize + count * rsize})")
-    try:
-        node_s = node.rstrip(b"\0").decode()
-    except UnicodeDecodeError as e:
-        raise MalformedBatch("bad_node", f"node name is not UTF-8: {e}") from None
-    return BatchHeader(count, flags, seq, node_s, hsize)
+    return batch_envelope.decode_header(buf, STAMP_BATCH_MAGIC, STAMP_RECORD_SIZE)
 
 
 def decode_batch(buf: bytes | memoryview) -> tuple[BatchHeader, np.ndarray]:
     """Validate and decode one message: (header, records array view, zero copy)."""
-    hdr = decode_header(buf)
-    recs = np.frombuffer(buf, dtype=STAMP_RECORD_DTYPE, count=hdr.record_count, offset=hdr.header_size)
-    return hdr, recs
+    return batch_envelope.decode(buf, STAMP_RECORD_DTYPE, STAMP_BATCH_MAGIC)
