@@ -88,6 +88,7 @@ static inline __u64 altmark_counter_delta(__u64 prev, __u64 cur, unsigned int wi
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
+#include "batch_envelope.h"
 
 /* Why a record is not usable (altmark_block_check); names match the Python mirror. */
 enum altmark_block_problem {
@@ -154,35 +155,17 @@ static inline enum altmark_block_problem altmark_block_check(const struct altmar
  * A message whose length is not header_size + N*record_size is malformed.
  */
 #define ALTMARK_BATCH_MAGIC "AMB1"
-#define ALTMARK_BATCH_HEADER_SIZE 56
-#define ALTMARK_BATCH_NODE_LEN 32
+#define ALTMARK_BATCH_HEADER_SIZE BATCH_HEADER_SIZE
+#define ALTMARK_BATCH_NODE_LEN BATCH_NODE_LEN
 
-struct altmark_batch_header {
-	char     magic[4];
-	uint16_t header_size;
-	uint16_t record_size;
-	uint32_t record_count;
-	uint32_t flags;
-	uint64_t batch_seq;
-	char     node[ALTMARK_BATCH_NODE_LEN];
-} __attribute__((packed));
-
-_Static_assert(sizeof(struct altmark_batch_header) == ALTMARK_BATCH_HEADER_SIZE, "altmark_batch_header size");
+/* The header is the shared envelope's (batch_envelope.h). */
+#define altmark_batch_header batch_header
 
 /* Write a header for `count` records; returns header size. */
 static inline size_t altmark_batch_encode_header(void *buf, const char *node,
 						 uint32_t count, uint64_t batch_seq)
 {
-	struct altmark_batch_header *h = buf;
-
-	memset(h, 0, sizeof(*h));
-	memcpy(h->magic, ALTMARK_BATCH_MAGIC, 4);
-	h->header_size = ALTMARK_BATCH_HEADER_SIZE;
-	h->record_size = ALTMARK_BLOCK_SIZE;
-	h->record_count = count;
-	h->batch_seq = batch_seq;
-	strncpy(h->node, node, ALTMARK_BATCH_NODE_LEN); /* NUL-padded, not necessarily terminated */
-	return sizeof(*h);
+	return batch_encode_header(buf, ALTMARK_BATCH_MAGIC, ALTMARK_BLOCK_SIZE, node, count, batch_seq);
 }
 
 /*
@@ -194,20 +177,8 @@ static inline int64_t altmark_batch_decode(const void *buf, size_t len,
 					   const struct altmark_block **records,
 					   struct altmark_batch_header *hdr_out)
 {
-	struct altmark_batch_header h;
-
-	if (len < ALTMARK_BATCH_HEADER_SIZE)
-		return -EMSGSIZE;
-	memcpy(&h, buf, sizeof(h));
-	if (memcmp(h.magic, ALTMARK_BATCH_MAGIC, 4) != 0 ||
-	    h.header_size < ALTMARK_BATCH_HEADER_SIZE || h.record_size != ALTMARK_BLOCK_SIZE)
-		return -EBADMSG;
-	if ((uint64_t)h.header_size + (uint64_t)h.record_count * h.record_size != len)
-		return -EMSGSIZE;
-	if (hdr_out)
-		*hdr_out = h;
-	*records = (const struct altmark_block *)((const char *)buf + h.header_size);
-	return h.record_count;
+	return batch_decode(buf, len, ALTMARK_BATCH_MAGIC, ALTMARK_BLOCK_SIZE,
+			    (const void **)records, hdr_out);
 }
 
 /* Kafka key "<node>/<flow_id>"; returns snprintf's result (>= cap means truncated). */

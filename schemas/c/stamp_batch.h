@@ -21,41 +21,21 @@
 #ifndef SEGSCOPE_STAMP_BATCH_H
 #define SEGSCOPE_STAMP_BATCH_H
 
-#include <stdint.h>
-#include <string.h>
-#include <errno.h>
+#include "batch_envelope.h"
 #include "stamp_record.h"
 
 #define STAMP_BATCH_MAGIC "SSB1"
-#define STAMP_BATCH_HEADER_SIZE 56
-#define STAMP_BATCH_NODE_LEN 32
+#define STAMP_BATCH_HEADER_SIZE BATCH_HEADER_SIZE
+#define STAMP_BATCH_NODE_LEN BATCH_NODE_LEN
 
-struct stamp_batch_header {
-	char     magic[4];
-	uint16_t header_size;
-	uint16_t record_size;
-	uint32_t record_count;
-	uint32_t flags;
-	uint64_t batch_seq;
-	char     node[STAMP_BATCH_NODE_LEN];
-} __attribute__((packed));
-
-_Static_assert(sizeof(struct stamp_batch_header) == STAMP_BATCH_HEADER_SIZE, "stamp_batch_header size");
+/* The header is the shared envelope's (batch_envelope.h). */
+#define stamp_batch_header batch_header
 
 /* Write a header for `count` records; returns header size. */
 static inline size_t stamp_batch_encode_header(void *buf, const char *node,
 					       uint32_t count, uint64_t batch_seq)
 {
-	struct stamp_batch_header *h = buf;
-
-	memset(h, 0, sizeof(*h));
-	memcpy(h->magic, STAMP_BATCH_MAGIC, 4);
-	h->header_size = STAMP_BATCH_HEADER_SIZE;
-	h->record_size = STAMP_RECORD_SIZE;
-	h->record_count = count;
-	h->batch_seq = batch_seq;
-	strncpy(h->node, node, STAMP_BATCH_NODE_LEN); /* NUL-padded, not necessarily terminated */
-	return sizeof(*h);
+	return batch_encode_header(buf, STAMP_BATCH_MAGIC, STAMP_RECORD_SIZE, node, count, batch_seq);
 }
 
 /*
@@ -67,20 +47,8 @@ static inline int64_t stamp_batch_decode(const void *buf, size_t len,
 					 const struct stamp_record **records,
 					 struct stamp_batch_header *hdr_out)
 {
-	struct stamp_batch_header h;
-
-	if (len < STAMP_BATCH_HEADER_SIZE)
-		return -EMSGSIZE;
-	memcpy(&h, buf, sizeof(h));
-	if (memcmp(h.magic, STAMP_BATCH_MAGIC, 4) != 0 ||
-	    h.header_size < STAMP_BATCH_HEADER_SIZE || h.record_size != STAMP_RECORD_SIZE)
-		return -EBADMSG;
-	if ((uint64_t)h.header_size + (uint64_t)h.record_count * h.record_size != len)
-		return -EMSGSIZE;
-	if (hdr_out)
-		*hdr_out = h;
-	*records = (const struct stamp_record *)((const char *)buf + h.header_size);
-	return h.record_count;
+	return batch_decode(buf, len, STAMP_BATCH_MAGIC, STAMP_RECORD_SIZE,
+			    (const void **)records, hdr_out);
 }
 
 #endif /* SEGSCOPE_STAMP_BATCH_H */

@@ -2,7 +2,7 @@
 # schemas/vectors/altmark_block.json; `test_altmark --layouts` prints the struct layouts.
 # Included from schemas/Makefile; OUT, CC, CFLAGS come from there.
 #   make -C schemas test-altmark
-ALTMARK_HEADERS := c/altmark_block.h tests/mini_json.h
+ALTMARK_HEADERS := c/altmark_block.h c/batch_envelope.h tests/mini_json.h
 
 all: $(OUT)/test_altmark
 
