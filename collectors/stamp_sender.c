@@ -29,6 +29,7 @@
 #include <unistd.h>
 
 #include "stamp_test_packet.h"
+#include "srh_sockopt.h"
 #include "stamp_timestamp.h"
 #include "stamp_error_estimate.h"
 #include "stamp_tlv.h"
@@ -37,19 +38,6 @@
 #define MAX_SEGS 16
 #define MAX_PACKET 9000      /* UDP payload bytes: base packet + padding or TLVs */
 #define TAI_OFFSET_MAX 1000  /* |TAI-UTC| seconds accepted, as the XDP loaders */
-#define SRH_TYPE_SEGMENT_ROUTING 4
-
-/* Type-4 SRH as the kernel expects it in IPV6_RTHDR (RFC 8754 §2). */
-struct srh {
-	uint8_t  nexthdr;        /* filled by the kernel */
-	uint8_t  hdrlen;         /* 8-octet units, not counting the first 8 */
-	uint8_t  type;           /* 4 */
-	uint8_t  segments_left;
-	uint8_t  last_entry;     /* "first_segment" in linux/seg6.h */
-	uint8_t  flags;
-	uint16_t tag;
-	struct in6_addr segments[MAX_SEGS + 1];
-};
 
 struct sender_opts {
 	const char *netns;
@@ -291,32 +279,14 @@ static int enter_netns(const char *name)
 	return 0;
 }
 
-/*
- * Linux's ipv6_push_rthdr4() copies segments[1..last_entry] from this option,
- * writes the socket's destination into segments[0] and sends the packet to
- * segments[segments_left]. So the SIDs go in reverse visiting order into
- * segments[n..1] and segments_left = last_entry = n: the first SID visited
- * is segments[n], the final destination is segments[0].
- */
+/* The SID list as an SRH on the socket (collectors/srh_sockopt.h says how Linux lays it out). */
 static int set_srh(int fd, const struct sender_opts *o)
 {
-	struct srh srh;
-	int n = o->nsegs;
-	socklen_t len = 8 + (n + 1) * sizeof(struct in6_addr);
+	int err = srh_sockopt_set(fd, &o->dst, o->segs, o->nsegs);
 
-	memset(&srh, 0, sizeof(srh));
-	srh.type = SRH_TYPE_SEGMENT_ROUTING;
-	srh.hdrlen = (n + 1) * 2;
-	srh.segments_left = n;
-	srh.last_entry = n;
-	srh.segments[0] = o->dst;
-	for (int i = 0; i < n; i++)
-		srh.segments[n - i] = o->segs[i];
-	if (setsockopt(fd, IPPROTO_IPV6, IPV6_RTHDR, &srh, len) < 0) {
-		fprintf(stderr, "stamp_sender: setsockopt(IPV6_RTHDR, %d SIDs): %s\n", n, strerror(errno));
-		return -1;
-	}
-	return 0;
+	if (err)
+		fprintf(stderr, "stamp_sender: setsockopt(IPV6_RTHDR, %d SIDs): %s\n", o->nsegs, strerror(-err));
+	return err ? -1 : 0;
 }
 
 static int open_socket(const struct sender_opts *o)

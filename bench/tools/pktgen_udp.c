@@ -56,23 +56,11 @@
 #include <time.h>
 #include <unistd.h>
 #include "stamp_test_packet.h"
+#include "srh_sockopt.h"
 
 #define MAX_BATCH   256
 #define MAX_SEGS    8
 #define MAX_PAYLOAD 1400
-#define SRH_TYPE_SEGMENT_ROUTING 4
-
-/* Type-4 SRH as the kernel expects it in IPV6_RTHDR (RFC 8754 §2). */
-struct srh {
-	uint8_t  nexthdr;
-	uint8_t  hdrlen;
-	uint8_t  type;
-	uint8_t  segments_left;
-	uint8_t  last_entry;
-	uint8_t  flags;
-	uint16_t tag;
-	struct in6_addr segments[MAX_SEGS + 1];
-};
 
 struct gen_opts {
 	const char *netns;
@@ -285,30 +273,14 @@ static int open_socket(const struct in6_addr *src, int sport, const struct in6_a
 	return fd;
 }
 
-/*
- * Linux's ipv6_push_rthdr4() writes the socket's destination into segments[0]
- * and sends to the option's segments[segments_left]; SIDs go in reverse
- * visiting order into segments[n..1] (as collectors/stamp_sender.c does).
- */
+/* The SID list as an SRH on the socket (collectors/srh_sockopt.h says how Linux lays it out). */
 static int set_srh(int fd, const struct gen_opts *o)
 {
-	struct srh srh;
-	int n = o->nsegs;
-	socklen_t len = 8 + (n + 1) * sizeof(struct in6_addr);
+	int err = srh_sockopt_set(fd, &o->stamp_dst, o->segs, o->nsegs);
 
-	memset(&srh, 0, sizeof(srh));
-	srh.type = SRH_TYPE_SEGMENT_ROUTING;
-	srh.hdrlen = (n + 1) * 2;
-	srh.segments_left = n;
-	srh.last_entry = n;
-	srh.segments[0] = o->stamp_dst;
-	for (int i = 0; i < n; i++)
-		srh.segments[n - i] = o->segs[i];
-	if (setsockopt(fd, IPPROTO_IPV6, IPV6_RTHDR, &srh, len) < 0) {
-		fprintf(stderr, "pktgen_udp: setsockopt(IPV6_RTHDR, %d SIDs): %s\n", n, strerror(errno));
-		return -1;
-	}
-	return 0;
+	if (err)
+		fprintf(stderr, "pktgen_udp: setsockopt(IPV6_RTHDR, %d SIDs): %s\n", o->nsegs, strerror(-err));
+	return err ? -1 : 0;
 }
 
 /* ---- packet mode: complete Ethernet frames on an AF_PACKET socket (no UDP/IPv6 stack cost in the
