@@ -58,6 +58,8 @@ TOPIC_PARTITIONS = {
     "segscope.stamp.records": 2,
     "segscope.metrics": 1,
     "segscope.deadletter": 1,
+    "segscope.altmark.blocks": 2,   # altmark_batch (schemas/ALTMARK.md), key "<node>/<flow_id>"
+    "segscope.topology": 1,         # node views from the agents (issue 6), key "<node>"
 }
 METRICS_TOPIC = "segscope.metrics"
 TELEGRAF_GROUP = "segscope-telegraf"
