@@ -25,8 +25,15 @@
  *   49     1    colour         0 or 1 = block_index & 1 (the colour that was active in the block)
  *   50     1    method         ALTMARK_METHOD_DSCP / ALTMARK_METHOD_RFC9343
  *   51     1    reserved0      0
- *   52     4    flags          ALTMARK_BLOCK_F_*
- *   56     8    reserved       0
+ *   52     2    flags          ALTMARK_BLOCK_F_*
+ *   54     2    dmark_packets  double marking (RFC 9341): D-marked packets this edge saw in the
+ *                              block (a per-block delta like packets, mod 2^16)
+ *   56     8    dmark_ts_sum_ns per-block delta (mod 2^64) of the sum of the CLOCK_TAI ns
+ *                              timestamps of those D-marked packets. Mean one-way delay of the
+ *                              block = (int64_t)(rx.dmark_ts_sum_ns - tx.dmark_ts_sum_ns) / n,
+ *                              valid only when tx.dmark_packets == rx.dmark_packets == n > 0
+ *                              (altmark_dmark_delay_ns). Records written before double marking
+ *                              have 0 in both fields (bytes 52..63 were flags u32 + reserved).
  */
 #ifndef SEGSCOPE_ALTMARK_BLOCK_H
 #define SEGSCOPE_ALTMARK_BLOCK_H
@@ -62,8 +69,9 @@ struct altmark_block {
 	__u8  colour;
 	__u8  method;
 	__u8  reserved0;
-	__u32 flags;
-	__u64 reserved;
+	__u16 flags;
+	__u16 dmark_packets;
+	__u64 dmark_ts_sum_ns;
 };
 
 _Static_assert(sizeof(struct altmark_block) == ALTMARK_BLOCK_SIZE, "altmark_block size");
@@ -81,6 +89,18 @@ static inline __u64 altmark_counter_delta(__u64 prev, __u64 cur, unsigned int wi
 	__u64 mask = width_bits >= 64 ? ~0ULL : ((1ULL << width_bits) - 1);
 
 	return (cur - prev) & mask;
+}
+
+/*
+ * Mean one-way delay (ns) of a block from the TX and RX records' double-marking
+ * fields: 0 with *ok = 0 when it is not defined (no D-marked packet, or the two
+ * edges saw a different number of them: a D-marked packet was lost, so the sums
+ * do not cover the same packets).
+ */
+static inline __s64 altmark_dmark_delay_ns(__u16 tx_n, __u64 tx_sum, __u16 rx_n, __u64 rx_sum, int *ok)
+{
+	*ok = tx_n && tx_n == rx_n;
+	return *ok ? (__s64)(rx_sum - tx_sum) / (__s64)tx_n : 0;
 }
 
 #if !defined(__bpf__) && !defined(__VMLINUX_H__)

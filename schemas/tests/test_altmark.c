@@ -45,7 +45,8 @@ static int print_layouts(void)
 	FIELD(struct altmark_block, method);
 	FIELD(struct altmark_block, reserved0);
 	FIELD(struct altmark_block, flags);
-	FIELD(struct altmark_block, reserved);
+	FIELD(struct altmark_block, dmark_packets);
+	FIELD(struct altmark_block, dmark_ts_sum_ns);
 	sep = "";
 	printf("}},\"altmark_batch_header\":{\"size\":%zu,\"fields\":{", sizeof(struct altmark_batch_header));
 	FIELD(struct altmark_batch_header, magic);
@@ -74,8 +75,9 @@ static struct altmark_block expected_record(const struct mj *fields)
 		.colour = (__u8)mj_u64(fields, "colour"),
 		.method = (__u8)mj_u64(fields, "method"),
 		.reserved0 = (__u8)mj_u64(fields, "reserved0"),
-		.flags = (__u32)mj_u64(fields, "flags"),
-		.reserved = mj_u64(fields, "reserved"),
+		.flags = (__u16)mj_u64(fields, "flags"),
+		.dmark_packets = (__u16)mj_u64(fields, "dmark_packets"),
+		.dmark_ts_sum_ns = mj_u64(fields, "dmark_ts_sum_ns"),
 	};
 	return b;
 }
@@ -157,6 +159,16 @@ static void test_delta(const struct mj *v)
 	result("delta", name, got == mj_u64(v, "delta"), "wrong delta");
 }
 
+static void test_dmark_delay(const struct mj *v)
+{
+	int ok;
+	int64_t got = altmark_dmark_delay_ns((__u16)mj_u64(v, "tx_n"), mj_u64(v, "tx_sum"),
+					     (__u16)mj_u64(v, "rx_n"), mj_u64(v, "rx_sum"), &ok);
+
+	result("dmark delay", mj_str(v, "name"),
+	       ok == (int)mj_u64(v, "ok") && got == mj_i64(v, "delay_ns"), "wrong delay");
+}
+
 static void test_kafka_key(void)
 {
 	char key[64];
@@ -171,7 +183,6 @@ int main(int argc, char **argv)
 	struct mj *root;
 	const struct mj *v, *records;
 
-	(void)mj_i64; /* mini_json helper this test does not need */
 	if (argc == 2 && !strcmp(argv[1], "--layouts"))
 		return print_layouts();
 	if (argc != 2) {
@@ -187,6 +198,8 @@ int main(int argc, char **argv)
 		test_batch(v, records);
 	for (v = mj_get(root, "deltas")->child; v; v = v->next)
 		test_delta(v);
+	for (v = mj_get(root, "dmark_delays")->child; v; v = v->next)
+		test_dmark_delay(v);
 	test_kafka_key();
 	printf("%d passed, %d failed\n", passed, failed);
 	return failed || !passed;

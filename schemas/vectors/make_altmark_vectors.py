@@ -13,17 +13,18 @@ import struct
 from pathlib import Path
 
 OUT = Path(__file__).resolve().parent / "altmark_block.json"
-REC = struct.Struct("<QQQQQIIBBBBIQ")
+REC = struct.Struct("<QQQQQIIBBBBHHQ")
 HDR = struct.Struct("<4sHHIIQ32s")
 FIELDS = ("block_index", "block_start_ns", "packets", "bytes", "boot_id", "flow_id", "period_ms",
-          "direction", "colour", "method", "reserved0", "flags", "reserved")
+          "direction", "colour", "method", "reserved0", "flags", "dmark_packets", "dmark_ts_sum_ns")
 MS = 1_000_000
 U64 = (1 << 64) - 1
 
 
 def rec(name, check="ok", **kw):
     r = dict(block_index=0, block_start_ns=0, packets=0, bytes=0, boot_id=0, flow_id=0, period_ms=1000,
-             direction=1, colour=0, method=1, reserved0=0, flags=0, reserved=0)
+             direction=1, colour=0, method=1, reserved0=0, flags=0, dmark_packets=0,
+             dmark_ts_sum_ns=0)
     r.update(kw)
     raw = REC.pack(*(r[f] for f in FIELDS))
     return {"name": name, "hex": raw.hex(), "check": check, "fields": r}
@@ -51,7 +52,12 @@ records = [
     rec("start_other_block", "bad_block_start", **dict(block(4, 100), block_index=5, colour=1)),
     rec("colour_mismatch", "colour_mismatch", **dict(block(4, 100), colour=1)),
     rec("flowmonid_21_bits", "flow_id_too_big", **block(4, 100, method=2, flow_id=0x100000)),
-    rec("unknown_flags", "unknown_flags", **block(4, 100, flags=0x80000000)),
+    rec("unknown_flags", "unknown_flags", **block(4, 100, flags=0x8000)),
+    # double marking (RFC 9341): 10 D-marked packets and the delta of their TAI timestamp sum
+    rec("tx_dmark", **block(T, 1000, packets=1000, bytes=1_200_000, boot_id=5, flow_id=7,
+                            dmark_packets=10, dmark_ts_sum_ns=10 * T * 1_000_000_000 + 4_500_000_000)),
+    rec("rx_dmark_max", **block(T, 1000, packets=65535, bytes=65535 * 100, boot_id=6, flow_id=0xFFFFF,
+                                direction=2, method=2, dmark_packets=0xFFFF, dmark_ts_sum_ns=U64)),
 ]
 
 
@@ -94,5 +100,18 @@ deltas = [
     {"prev": 5, "cur": 5 + (1 << 32), "bits": 32, "delta": 0},
 ]
 
-OUT.write_text(json.dumps({"records": records, "batches": batches, "deltas": deltas}, indent=1) + "\n")
-print(f"wrote {OUT} ({len(records)} records, {len(batches)} batches, {len(deltas)} deltas)")
+# mean one-way delay from the tx/rx double-marking fields: (rx_sum - tx_sum) mod 2^64 as a signed
+# int64 divided (truncating toward 0) by n, defined only when tx_n == rx_n == n > 0
+dmark_delays = [
+    {"name": "ordinary", "tx_n": 10, "tx_sum": 10 * T * 10**9, "rx_n": 10, "rx_sum": 10 * T * 10**9 + 15_000,
+     "ok": 1, "delay_ns": 1500},
+    {"name": "sum_wrapped", "tx_n": 2, "tx_sum": U64 - 99, "rx_n": 2, "rx_sum": 100, "ok": 1, "delay_ns": 100},
+    {"name": "negative_truncates", "tx_n": 3, "tx_sum": 1000, "rx_n": 3, "rx_sum": 990, "ok": 1, "delay_ns": -3},
+    {"name": "none_marked", "tx_n": 0, "tx_sum": 0, "rx_n": 0, "rx_sum": 0, "ok": 0, "delay_ns": 0},
+    {"name": "marked_packet_lost", "tx_n": 5, "tx_sum": 500, "rx_n": 4, "rx_sum": 900, "ok": 0, "delay_ns": 0},
+]
+
+OUT.write_text(json.dumps({"records": records, "batches": batches, "deltas": deltas,
+                           "dmark_delays": dmark_delays}, indent=1) + "\n")
+print(f"wrote {OUT} ({len(records)} records, {len(batches)} batches, {len(deltas)} deltas, "
+      f"{len(dmark_delays)} dmark delays)")

@@ -81,6 +81,12 @@ def test_counter_delta(vec):
     assert ab.counter_delta(vec["prev"], vec["cur"], vec["bits"]) == vec["delta"]
 
 
+@pytest.mark.parametrize("vec", VECTORS["dmark_delays"], ids=lambda v: v["name"])
+def test_dmark_delay(vec):
+    got = ab.dmark_delay_ns(vec["tx_n"], vec["tx_sum"], vec["rx_n"], vec["rx_sum"])
+    assert got == (vec["delay_ns"] if vec["ok"] else None)
+
+
 def test_block_index_and_key():
     assert ab.block_index(1_795_305_600_999_999_999, 1000) == 1_795_305_600
     assert ab.block_index(1_795_305_601_000_000_000, 1000) == 1_795_305_601
@@ -93,7 +99,8 @@ def test_c_vectors_pass(c_test):
     m = re.search(r"(\d+) passed, (\d+) failed", out.stdout)
     assert m and out.returncode == 0, out.stdout + out.stderr
     n_rec, n_batch = len(VECTORS["records"]), len(VECTORS["batches"])
-    assert int(m[1]) >= 4 * n_rec + n_batch + len(VECTORS["deltas"]) and m[2] == "0"
+    assert int(m[1]) >= 4 * n_rec + n_batch + len(VECTORS["deltas"]) + len(VECTORS["dmark_delays"]) \
+        and m[2] == "0"
 
 
 def test_c_layout_equals_numpy_dtype_and_header_struct(c_test):

@@ -45,8 +45,9 @@ ALTMARK_BLOCK_DTYPE = np.dtype([
     ("colour", "u1"),
     ("method", "u1"),
     ("reserved0", "u1"),
-    ("flags", "<u4"),
-    ("reserved", "<u8"),
+    ("flags", "<u2"),
+    ("dmark_packets", "<u2"),        # double marking: D-marked packets in the block (delta, mod 2^16)
+    ("dmark_ts_sum_ns", "<u8"),      # delta (mod 2^64) of the sum of their CLOCK_TAI ns timestamps
 ])
 assert ALTMARK_BLOCK_DTYPE.itemsize == ALTMARK_BLOCK_SIZE
 
@@ -66,6 +67,19 @@ def counter_delta(prev: int, cur: int, width_bits: int = 64) -> int:
     Mirror of altmark_counter_delta(); a reset counter is not detectable from values alone
     (the collector sets F_PARTIAL when it knows the program/map was recreated)."""
     return (cur - prev) & ((1 << width_bits) - 1)
+
+
+def dmark_delay_ns(tx_n: int, tx_sum: int, rx_n: int, rx_sum: int) -> int | None:
+    """Mean one-way delay (ns) of a block from double marking, None when undefined.
+
+    Mirror of altmark_dmark_delay_ns(): defined only when both edges saw the same number
+    n > 0 of D-marked packets; the difference of the sums is taken mod 2^64 as signed."""
+    if not tx_n or tx_n != rx_n:
+        return None
+    diff = (rx_sum - tx_sum) & ((1 << 64) - 1)
+    if diff >= 1 << 63:
+        diff -= 1 << 64
+    return -((-diff) // tx_n) if diff < 0 else diff // tx_n   # C: truncation toward 0
 
 
 def kafka_key(node: str, flow_id: int) -> bytes:
@@ -88,7 +102,7 @@ def check_records(recs: np.ndarray) -> np.ndarray:
         (start % safe_period != 0) | (start // safe_period != recs["block_index"]),
         recs["colour"] != (recs["block_index"] & np.uint64(1)),
         (recs["method"] == METHOD_RFC9343) & (recs["flow_id"] > FLOWMONID_MAX),
-        (recs["flags"] & np.uint32(~F_KNOWN & 0xFFFFFFFF)) != 0,
+        (recs["flags"] & np.uint16(~F_KNOWN & 0xFFFF)) != 0,
     )
     for name, mask in zip(reversed(PROBLEMS), reversed(masks)):   # first problem wins
         out[mask] = name
