@@ -1,0 +1,30 @@
+# schemas/mk/proto.mk: issue 6 southbound API. Generates the Python protobuf + gRPC modules
+# from proto/segscope/agent/v1/*.proto into python/segscope_proto/ (gitignored), importable as
+# segscope_proto.segscope.agent.v1.<name>_pb2 / <name>_pb2_grpc (see proto/README.md).
+# Included by schemas/Makefile (its `all` builds `proto`, so `make build` runs it).
+#   make -C schemas proto
+PROTO_PY   ?= ../.local/venv/bin/python
+PROTO_SRCS := $(wildcard proto/segscope/agent/v1/*.proto)
+PROTO_OUT  := python/segscope_proto
+PROTO_STAMP := $(PROTO_OUT)/.generated
+
+.PHONY: proto clean-proto
+all: proto
+proto: $(PROTO_STAMP)
+
+# grpc_tools writes `from segscope.agent.v1 import x_pb2` into the *_grpc modules; the repo
+# has its own top-level `segscope` package, so those imports are rewritten to segscope_proto.*
+$(PROTO_STAMP): $(PROTO_SRCS)
+	rm -rf $(PROTO_OUT)
+	mkdir -p $(PROTO_OUT)
+	$(PROTO_PY) -m grpc_tools.protoc -Iproto --python_out=$(PROTO_OUT) --pyi_out=$(PROTO_OUT) \
+		--grpc_python_out=$(PROTO_OUT) $(PROTO_SRCS)
+	sed -i 's/^from segscope\.agent\.v1 import/from segscope_proto.segscope.agent.v1 import/' \
+		$(PROTO_OUT)/segscope/agent/v1/*.py
+	for d in $(PROTO_OUT) $(PROTO_OUT)/segscope $(PROTO_OUT)/segscope/agent \
+		$(PROTO_OUT)/segscope/agent/v1; do touch $$d/__init__.py; done
+	touch $@
+
+clean: clean-proto
+clean-proto:
+	rm -rf $(PROTO_OUT)
