@@ -84,12 +84,14 @@ struct altmark_counter {
 /* altmark_tx stats: every packet the TC program sees lands in exactly one. */
 enum altmark_tx_counter {
 	AMTX_PASS_NOT_IPV6 = 0,        /* not IPv6 (or shorter than Ethernet + IPv6 header) */
-	AMTX_PASS_NO_SRH,              /* IPv6 whose next header is not a routing header */
+	AMTX_PASS_NO_SRH,              /* IPv6 whose next header is not a routing header (a DOH
+					* without AltMark option included: SRH is looked for only
+					* right after the IPv6 header) */
 	AMTX_PASS_NOT_SRH,             /* routing header of another type than 4 (SRH) */
 	AMTX_PASS_TOO_MANY_SIDS,       /* SRH with more than ALTMARK_MAX_SIDS segments */
 	AMTX_PASS_MALFORMED_SRH,       /* truncated SRH, or hdr_ext_len / last_entry inconsistent */
 	AMTX_PASS_UNMONITORED,         /* SRH whose SID list is not in altmark_flows */
-	AMTX_PASS_ALREADY_MARKED,      /* rfc9343 flow, but the packet already has a DOH after IPv6 */
+	AMTX_PASS_ALREADY_MARKED,      /* the packet already carries an AltMark DOH after IPv6: not marked twice */
 	AMTX_PASS_MARK_FAILED,         /* marking failed (adjust_room/store): passed unmarked */
 	AMTX_PASS_BAD_SLOT,            /* flow entry with slot >= ALTMARK_MAX_FLOWS or bad method */
 	AMTX_COLOURED_DSCP,            /* marked with the dscp method and counted */

@@ -1,0 +1,145 @@
+// SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
+/*
+ * Loader of the alternate-marking colourer altmark_tx.bpf.c (TC egress,
+ * clsact, attached with libbpf's bpf_tc_hook_create/bpf_tc_attach: libbpf
+ * 1.1 has no tcx). Flows, stats and the command line: altmark_loader.c.
+ *
+ *   altmark_tx attach --dev IF --instance NAME [--netns NS] [--pin-dir DIR]
+ *   altmark_tx add-flow --instance NAME --sids A,B --flow-id N --method dscp|rfc9343 --period-ms P ...
+ *   altmark_tx detach --dev IF --instance NAME [--netns NS]
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+#include <bpf/bpf.h>
+#include <bpf/libbpf.h>
+#include "altmark.h"
+#include "altmark_loader.h"
+#include "altmark_tx.skel.h"
+#include "loader_util.h"
+
+const char *loader_name = "altmark_tx";
+
+/* Our filter's place in the clsact egress chain: fixed, so detach finds it again. */
+#define ALTMARK_TC_HANDLE   0xa17
+#define ALTMARK_TC_PRIORITY 0xa17
+
+static int tc_hook_for(const char *netns, const char *dev, struct bpf_tc_hook *hook)
+{
+	int ifindex;
+
+	if (enter_netns(netns))
+		return -ENOENT;
+	ifindex = resolve_ifindex(dev);
+	if (ifindex < 0)
+		return ifindex;
+	memset(hook, 0, sizeof(*hook));
+	hook->sz = sizeof(*hook);
+	hook->ifindex = ifindex;
+	hook->attach_point = BPF_TC_EGRESS;
+	return 0;
+}
+
+static int attach_tc(const char *netns, const char *dev, int prog_fd)
+{
+	LIBBPF_OPTS(bpf_tc_opts, opts, .handle = ALTMARK_TC_HANDLE, .priority = ALTMARK_TC_PRIORITY,
+		    .prog_fd = prog_fd);
+	struct bpf_tc_hook hook;
+	int err = tc_hook_for(netns, dev, &hook);
+
+	if (err)
+		return err;
+	err = bpf_tc_hook_create(&hook);   /* the clsact qdisc; it may exist already (other filters) */
+	if (err && err != -EEXIST) {
+		die_msg("--dev: cannot create the clsact qdisc on %s: %s", dev, strerror(-err));
+		return err;
+	}
+	err = bpf_tc_attach(&hook, &opts);   /* no BPF_TC_F_REPLACE: refuse to replace another filter */
+	if (err == -EEXIST)
+		die_msg("--dev: %s already has a TC egress filter at handle 0x%x prio 0x%x; detach it first",
+			dev, ALTMARK_TC_HANDLE, ALTMARK_TC_PRIORITY);
+	else if (err)
+		die_msg("--dev: TC egress attach to %s failed: %s", dev, strerror(-err));
+	return err;
+}
+
+static int cmd_attach(struct altmark_args *a)
+{
+	struct altmark_tx_bpf *skel;
+	int err;
+
+	if (prepare_pin_dir(a->netns, a->pin_dir, "altmark_tx"))
+		return EXIT_FAIL;
+	skel = altmark_tx_bpf__open_and_load();
+	if (!skel) {
+		die_msg("cannot load BPF program (verifier log above): %s", strerror(errno));
+		unpin_dir(a->pin_dir);
+		return EXIT_FAIL;
+	}
+	err = pin_object(skel->obj, skel->progs.altmark_tx, a->pin_dir);
+	if (!err)
+		err = attach_tc(a->netns, a->dev, bpf_program__fd(skel->progs.altmark_tx));
+	if (err)
+		unpin_dir(a->pin_dir);
+	else
+		printf("altmark_tx attached to %s egress%s%s, pins in %s\n", a->dev,
+		       a->netns ? " in netns " : "", a->netns ? a->netns : "", a->pin_dir);
+	altmark_tx_bpf__destroy(skel);
+	return err ? EXIT_FAIL : EXIT_OK;
+}
+
+static uint32_t prog_id_of(int fd)
+{
+	struct bpf_prog_info info = {};
+	uint32_t len = sizeof(info);
+
+	return bpf_obj_get_info_by_fd(fd, &info, &len) ? 0 : info.id;
+}
+
+static int cmd_detach(struct altmark_args *a)
+{
+	LIBBPF_OPTS(bpf_tc_opts, opts, .handle = ALTMARK_TC_HANDLE, .priority = ALTMARK_TC_PRIORITY);
+	struct bpf_tc_hook hook;
+	uint32_t our_id;
+	int prog_fd, err, rc = 0;
+
+	prog_fd = open_pinned(a->pin_dir, PROG_PIN_NAME);
+	if (prog_fd < 0)
+		return EXIT_FAIL;
+	our_id = prog_id_of(prog_fd);
+	close(prog_fd);
+	if (tc_hook_for(a->netns, a->dev, &hook))
+		return EXIT_FAIL;
+	err = bpf_tc_query(&hook, &opts);
+	if (!err && opts.prog_id == our_id) {
+		LIBBPF_OPTS(bpf_tc_opts, del, .handle = ALTMARK_TC_HANDLE, .priority = ALTMARK_TC_PRIORITY);
+
+		err = bpf_tc_detach(&hook, &del);
+		if (err) {
+			die_msg("--dev: detach from %s failed: %s", a->dev, strerror(-err));
+			rc = err;
+		}
+	} else {
+		die_msg("warning: program %u pinned in %s is not attached to %s egress; removing pins only",
+			our_id, a->pin_dir, a->dev);
+	}
+	/* the clsact qdisc stays: other filters (or tc users) may share it */
+	if (unpin_dir(a->pin_dir))
+		rc = rc ? rc : -EIO;
+	return rc ? EXIT_FAIL : EXIT_OK;
+}
+
+int main(int argc, char **argv)
+{
+	static const struct altmark_prog prog = {
+		.name = "altmark_tx",
+		.is_rx = false,
+		.attach = cmd_attach,
+		.detach = cmd_detach,
+		.counter_names = altmark_tx_counter_names,
+		.n_counters = AMTX_NR_COUNTERS,
+	};
+
+	return altmark_main(&prog, argc, argv);
+}
