@@ -1,0 +1,263 @@
+"""Alternate-marking test harness (issue 5): traffic, nftables ground truth, block snapshots.
+
+Independent of segscope's own datapath, so it can judge it:
+
+- `Traffic`: tests/e2e/tools/flows_udp on H1, every flow of segscope.altmark_flows at a fixed
+  rate, plus the unmonitored flow; prints exactly how many packets entered H1's stack per flow.
+- `GroundTruth`: nftables on R (prerouting, before End rewrites the destination) identifies a
+  flow by its outer destination = the flow's first SID (distinct per flow) and the colour by the
+  mark itself — method dscp: the L bit of the outer Traffic Class (DSCP bit 0 = TC 0x04,
+  `@nh,9,1`); method rfc9343: the L flag of the AltMark option in the 8-byte Destination Options
+  header right after the IPv6 header (`@nh,372,1`, FlowMonID `@nh,352,20`, offsets per
+  datapath/altmark.h). Per (flow, colour) it counts the packets seen and drops packets at random
+  (`numgen random mod 10000 < rate`) with a counter of exactly the dropped ones. On H2 (input) it
+  counts what arrives per flow, and counts packets whose Traffic Class differs from what the
+  sender set or that carry any extension header (marking leaked past the egress edge).
+- `BlockSnapshots`: reads R's counters at TAI block_end + margin (the collector's moment), so
+  each colour's cumulative counters turn into exact per-block seen/dropped numbers.
+"""
+from __future__ import annotations
+
+import json
+import subprocess
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from segscope.altmark_flows import (FLOWS, UNMONITORED_DST, UNMONITORED_SIDS, UNMONITORED_TCLASS,
+                                    FlowSpec)
+
+REPO = Path(__file__).resolve().parent.parent
+FLOWS_UDP = REPO / "build" / "tests" / "flows_udp"
+GT_TABLE = "amgt"          # table inet on R
+H2_TABLE = "amh2"          # table inet on H2
+UNMON = "unmonitored"
+# AltMark option (datapath/altmark.h): 8-byte DOH right after the 40-byte IPv6 header:
+# next header, hdr ext len, option type 0x12, opt data len 4, FlowMonID(20) | L | D | reserved(10)
+DOH_NH_BITS = 48           # IPv6 next header field, bit offset from the network header
+DOH_OPT_TYPE_BITS = 40 * 8 + 16
+DOH_FLOWMON_BITS = 40 * 8 + 32
+DOH_L_BITS = DOH_FLOWMON_BITS + 20
+DSCP_L_BITS = 4 + 5        # Traffic Class starts at bit 4; TC bit 0x04 (DSCP bit 0) is its 6th bit
+
+
+def ensure_tools() -> None:
+    subprocess.run(["make", "-s", "-C", str(REPO / "tests" / "e2e" / "tools")], check=True)
+
+
+def tai_ns() -> int:
+    return time.clock_gettime_ns(time.CLOCK_TAI)
+
+
+# ------------------------------------------------------------------------------- nftables
+def _colour_match(flow: FlowSpec, colour: int) -> str:
+    if flow.method == "dscp":
+        return f"@nh,{DSCP_L_BITS},1 {colour}"
+    return f"@nh,{DOH_L_BITS},1 {colour}"
+
+
+def _threshold(loss_pct: float) -> int:
+    return round(loss_pct * 100)   # numgen over 0..9999: 0.01 % resolution
+
+
+def r_ruleset(flows: list[FlowSpec], flowmon_ids: dict[str, int]) -> str:
+    """nft script for R: one chain per flow, dispatched by a verdict map on the outer destination."""
+    chains = []
+    for f in flows:
+        rules = []
+        if f.method == "rfc9343":
+            # a packet of an rfc9343 flow without the option, or with another FlowMonID, is a
+            # datapath bug: count it apart (and let it pass untouched, never dropped)
+            rules.append(f'@nh,{DOH_NH_BITS},8 != 60 counter accept comment "{f.name} nodoh"')
+            rules.append(f'@nh,{DOH_OPT_TYPE_BITS},8 != 0x12 counter accept comment "{f.name} badopt"')
+            rules.append(f'@nh,{DOH_FLOWMON_BITS},20 != {flowmon_ids[f.name]} counter accept '
+                         f'comment "{f.name} badfm"')
+        for c in (0, 1):
+            rules.append(f'{_colour_match(f, c)} counter comment "{f.name} seen {c}"')
+        for c in (0, 1):
+            rules.append(f'{_colour_match(f, c)} numgen random mod 10000 < {_threshold(f.loss_pct)} '
+                         f'counter drop comment "{f.name} drop {c}"')
+        chains.append(f"  chain {f.name} {{\n" + "".join(f"    {r}\n" for r in rules) + "  }\n")
+    unmon = [f'counter comment "{UNMON} seen"',
+             f'@nh,4,8 != {UNMONITORED_TCLASS} counter comment "{UNMON} tc_changed"',
+             f'@nh,{DOH_NH_BITS},8 == 60 counter comment "{UNMON} doh"']
+    chains.append(f"  chain {UNMON} {{\n" + "".join(f"    {r}\n" for r in unmon) + "  }\n")
+    vmap = ", ".join(f"{f.first_sid} : jump {f.name}" for f in flows)
+    vmap += f", {UNMONITORED_SIDS[0]} : jump {UNMON}"
+    return (f"table inet {GT_TABLE} {{\n" + "".join(chains)
+            + "  chain pre {\n    type filter hook prerouting priority -150; policy accept;\n"
+            + f"    ip6 daddr vmap {{ {vmap} }}\n  }}\n}}\n")
+
+
+def h2_ruleset(flows: list[FlowSpec]) -> str:
+    """nft script for H2: per destination, count arrivals, changed Traffic Class, non-UDP; drop
+    (nothing listens: dropping avoids ICMP port-unreachable replies)."""
+    dsts = [(f.name, f.dst, f.tclass) for f in flows] + [(UNMON, UNMONITORED_DST, UNMONITORED_TCLASS)]
+    chains = []
+    for name, _dst, tclass in dsts:
+        rules = [f'counter comment "{name} rx"',
+                 f'@nh,4,8 != {tclass} counter comment "{name} tc_changed"',
+                 f'@nh,{DOH_NH_BITS},8 != 17 counter comment "{name} not_udp"',
+                 "udp dport 9 drop"]
+        chains.append(f"  chain h_{name} {{\n" + "".join(f"    {r}\n" for r in rules) + "  }\n")
+    vmap = ", ".join(f"{dst} : jump h_{name}" for name, dst, _ in dsts)
+    return (f"table inet {H2_TABLE} {{\n" + "".join(chains)
+            + "  chain in {\n    type filter hook input priority 0; policy accept;\n"
+            + f"    ip6 daddr vmap {{ {vmap} }}\n  }}\n}}\n")
+
+
+def read_counters(lab, node: str, table: str) -> dict[str, int]:
+    """{rule comment: packets} of every counted rule of our table on node."""
+    out = lab.run(node, ["nft", "-j", "list", "table", "inet", table], check=True).stdout
+    counters: dict[str, int] = {}
+    for item in json.loads(out)["nftables"]:
+        rule = item.get("rule")
+        if not rule or "comment" not in rule:
+            continue
+        for expr in rule["expr"]:
+            if "counter" in expr:
+                counters[rule["comment"]] = int(expr["counter"]["packets"])
+    return counters
+
+
+@dataclass
+class GroundTruth:
+    lab: object
+    flows: list[FlowSpec]
+    flowmon_ids: dict[str, int]
+
+    def install(self) -> None:
+        for node, script in (("R", r_ruleset(self.flows, self.flowmon_ids)), ("H2", h2_ruleset(self.flows))):
+            self.lab.run(node, ["nft", "-f", "-"], input=script, check=True)
+
+    def r_counters(self) -> dict[str, int]:
+        return read_counters(self.lab, "R", GT_TABLE)
+
+    def h2_counters(self) -> dict[str, int]:
+        return read_counters(self.lab, "H2", H2_TABLE)
+
+
+# ------------------------------------------------------------------------------- snapshots
+@dataclass
+class BlockSnapshots:
+    """Reads R's counters at TAI (k + 1) * T + margin for every block k, in a thread.
+
+    At that moment block k's colour (k & 1) has been inactive for `margin`, so the cumulative
+    counters of that colour minus their value at the previous same-colour snapshot are exactly
+    block k (what the collector does with the datapath's counters)."""
+    truth: GroundTruth
+    period_ns: int
+    margin_ns: int
+    snaps: dict[int, dict[str, int]] = field(default_factory=dict)   # block k -> counters
+    read_lateness_ms: list[float] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="altmark-snapshots", daemon=True)
+        self.error: BaseException | None = None
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
+
+    def _run(self) -> None:
+        try:
+            k = (tai_ns() - self.margin_ns) // self.period_ns   # next block whose read time is ahead
+            while not self._stop.is_set():
+                due = (k + 1) * self.period_ns + self.margin_ns
+                wait = (due - tai_ns()) / 1e9
+                if wait > 0 and self._stop.wait(wait):
+                    return
+                started = tai_ns()
+                counters = self.truth.r_counters()
+                self.read_lateness_ms.append((started - due) / 1e6)
+                if started - due < self.period_ns // 2 and tai_ns() - due < self.period_ns // 2:
+                    self.snaps[k] = counters      # read while the colour was still inactive
+                k += 1
+        except BaseException as exc:   # surfaced by the test
+            self.error = exc
+
+    def per_block(self, flow: str) -> dict[int, dict[str, int]]:
+        """{block k: {"seen": n, "dropped": n}} for every block with a same-colour snapshot before."""
+        out = {}
+        for k, snap in self.snaps.items():
+            prev = self.snaps.get(k - 2)
+            if prev is None:
+                continue
+            c = k & 1
+            out[k] = {key: snap[f"{flow} {key2} {c}"] - prev[f"{flow} {key2} {c}"]
+                      for key, key2 in (("seen", "seen"), ("dropped", "drop"))}
+        return out
+
+
+# ------------------------------------------------------------------------------- traffic
+@dataclass
+class Traffic:
+    lab: object
+    flows: list[FlowSpec]
+    rate_pps: float
+    seconds: float
+    proc: subprocess.Popen | None = None
+    result: dict | None = None
+
+    def command(self) -> list[str]:
+        cmd = [str(FLOWS_UDP), "--rate", str(self.rate_pps), "--seconds", str(self.seconds)]
+        for f in self.flows:
+            cmd += ["--flow", f"{f.dst},{f.tclass}"]
+        cmd += ["--flow", f"{UNMONITORED_DST},{UNMONITORED_TCLASS}"]
+        return cmd
+
+    def start(self) -> None:
+        self.proc = self.lab.popen("H1", self.command(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                   text=True)
+
+    def wait(self) -> dict:
+        out, err = self.proc.communicate(timeout=self.seconds + 30)
+        if self.proc.returncode != 0:
+            raise RuntimeError(f"flows_udp exited {self.proc.returncode}: {err.strip()}")
+        res = json.loads(out.strip().splitlines()[-1])
+        names = [f.name for f in self.flows] + [UNMON]
+        res["per_flow"] = dict(zip(names, res["sent_per_flow"]))
+        self.result = res
+        return res
+
+    def kill(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+
+# ------------------------------------------------------------------------------- other losses
+# Where a packet of H1 -> H2 can be lost besides our nft rule: a veth whose peer's backlog (or
+# XDP ring) is full drops it and counts it as tx_dropped of the sending device; the delay relay
+# counts its own drops. (node, device) in path order; "dly-ar" is the relay namespace.
+PATH_DEVICES = (("H1", "h1"), ("A", "a0"), ("dly-ar", "rb"), ("R", "r1"), ("B", "bh"))
+
+
+def _tx_dropped(lab, ns: str, dev: str) -> int:
+    out = subprocess.run(["ip", "-n", ns, "-j", "-s", "link", "show", "dev", dev],
+                         capture_output=True, text=True, check=True).stdout
+    return int(json.loads(out)[0]["stats64"]["tx"]["dropped"])
+
+
+def path_drops(lab) -> dict[str, int]:
+    """Cumulative drops outside our nft rule on the H1 -> H2 path, per place."""
+    out = {}
+    for node, dev in PATH_DEVICES:
+        ns = f"{lab.prefix}-{node}"
+        if node.startswith("dly-") and node[4:] not in lab.relays:
+            continue
+        out[f"{node}:{dev}"] = _tx_dropped(lab, ns, dev)
+    for link in lab.relays:
+        st = lab.relay_stats(link)["a_to_b"]
+        out[f"relay:{link}"] = (st["dropped_queue_full"] + st["dropped_oversize"] + st["dropped_socket"]
+                                + st["send_errors"])
+    return out
+
+
+def drops_between(before: dict[str, int], after: dict[str, int]) -> dict[str, int]:
+    return {k: after[k] - before.get(k, 0) for k in after}
