@@ -1,0 +1,384 @@
+"""STAND-IN for an ArangoDB server: NOT ArangoDB. Only for tests on machines where ArangoDB
+cannot be installed (no Debian package, no Docker; see /work/shared notes).
+
+It implements, in memory, exactly the ArangoDB 3.x HTTP endpoints that python-arango sends for
+what segscope's topology writer does (processors/topology/writer.py), with ArangoDB's status
+codes, error numbers and response bodies, so the real python-arango client code runs unchanged:
+
+  auth     HTTP Basic on every request (401 + errorNum 11 otherwise)
+  GET    /_db/_system/_api/database              list databases          (has_database)
+  POST   /_db/_system/_api/database              create database         (create_database)
+  GET    /_db/{db}/_api/collection               list collections        (has_collection, verify)
+  POST   /_db/{db}/_api/collection               create collection (type 2 document, 3 edge)
+  GET    /_db/{db}/_api/gharial/{graph}          get graph / 404         (has_graph)
+  POST   /_db/{db}/_api/gharial                  create graph (+ its missing collections)
+  POST   /_db/{db}/_api/document/{coll}          insert one/many; overwriteMode=update|replace|
+                                                 ignore|conflict, mergeObjects, keepNull
+  GET    /_db/{db}/_api/document/{coll}/{key}    read one                (collection.get)
+  DELETE /_db/{db}/_api/document/{coll}          delete many by key      (delete_many)
+  POST   /_db/{db}/_api/cursor                   AQL: ONLY the query texts in QUERIES below
+                                                 (whitespace-insensitive), with bind variables;
+                                                 any other query gets 400 / errorNum 1501
+
+Anything else answers 501 with a message naming the method and path, so a writer change that
+needs a new endpoint fails loudly instead of being silently accepted.
+
+Run standalone:  python tests/topology/arango_standin.py --port 18529 [--user root --password pw]
+In tests: `with ArangoStandin() as s: s.url` (port 0 = a free port chosen by the OS).
+"""
+from __future__ import annotations
+
+import argparse
+import base64
+import json
+import re
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import parse_qs, unquote, urlsplit
+
+KEY_RE = re.compile(r"^[A-Za-z0-9_\-:.@()+,=;$!*'%]{1,254}$")
+NAME_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_\-]{0,255}$")
+
+
+def _norm(q: str) -> str:
+    return " ".join(q.split())
+
+
+# The only AQL implemented: the texts the topology writer sends (imported, so they can't drift).
+from processors.topology.writer import QUERY_ALL, QUERY_ANNOTATE_EDGE, QUERY_NODE_BY_NAME  # noqa: E402
+
+QUERIES = {_norm(QUERY_ALL), _norm(QUERY_ANNOTATE_EDGE), _norm(QUERY_NODE_BY_NAME)}
+
+
+class ArangoError(Exception):
+    def __init__(self, status: int, num: int, message: str):
+        super().__init__(message)
+        self.status, self.num, self.message = status, num, message
+
+
+class Store:
+    """Databases -> collections -> documents, in memory."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.dbs: dict[str, dict] = {"_system": self._new_db()}
+        self.rev = 0
+        self.requests: list[tuple[str, str]] = []    # (method, path) of every request, for tests
+
+    @staticmethod
+    def _new_db() -> dict:
+        return {"collections": {}, "graphs": {}}
+
+    def next_rev(self) -> str:
+        self.rev += 1
+        return f"_r{self.rev:010d}"
+
+    def db(self, name: str) -> dict:
+        if name not in self.dbs:
+            raise ArangoError(404, 1228, f"database not found: {name}")
+        return self.dbs[name]
+
+    def coll(self, db: str, name: str) -> dict:
+        colls = self.db(db)["collections"]
+        if name not in colls:
+            raise ArangoError(404, 1203, f"collection or view not found: {name}")
+        return colls[name]
+
+    def create_coll(self, db: str, name: str, ctype: int) -> dict:
+        colls = self.db(db)["collections"]
+        if not NAME_RE.match(name or ""):
+            raise ArangoError(400, 1208, f"illegal name: {name!r}")
+        if name in colls:
+            raise ArangoError(409, 1207, "duplicate name")
+        colls[name] = {"id": str(len(colls) + 1000), "name": name, "type": ctype, "docs": {}}
+        return colls[name]
+
+
+def _merge(old: dict, patch: dict, merge_objects: bool, keep_null: bool) -> dict:
+    out = dict(old)
+    for k, v in patch.items():
+        if v is None and not keep_null:
+            out.pop(k, None)
+        elif merge_objects and isinstance(v, dict) and isinstance(out.get(k), dict):
+            out[k] = _merge(out[k], v, True, keep_null)
+        else:
+            out[k] = v
+    return out
+
+
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server_version = "segscope-arango-standin/1"
+    store: Store
+    user: str
+    password: str
+
+    def log_message(self, fmt, *args):   # quiet: tests read Store.requests instead
+        pass
+
+    # -- plumbing -----------------------------------------------------------------------
+    def _send(self, status: int, body) -> None:
+        data = json.dumps(body).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json; charset=utf-8")
+        self.send_header("Content-Length", str(len(data)))
+        self.send_header("Server", "ArangoDB-standin")
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _error(self, e: ArangoError) -> None:
+        self._send(e.status, {"error": True, "errorNum": e.num, "errorMessage": e.message, "code": e.status})
+
+    def _body(self):
+        n = int(self.headers.get("Content-Length") or 0)
+        raw = self.rfile.read(n) if n else b""
+        if not raw:
+            return None
+        try:
+            return json.loads(raw)
+        except ValueError:
+            raise ArangoError(400, 600, "invalid JSON in request body") from None
+
+    def _authorized(self) -> bool:
+        h = self.headers.get("Authorization", "")
+        if not h.startswith("Basic "):
+            return False
+        try:
+            user, _, pw = base64.b64decode(h[6:]).decode().partition(":")
+        except ValueError:
+            return False
+        return user == self.user and pw == self.password
+
+    def _dispatch(self, method: str) -> None:
+        url = urlsplit(self.path)
+        params = {k: v[-1] for k, v in parse_qs(url.query).items()}
+        parts = [unquote(p) for p in url.path.split("/") if p]
+        try:
+            body = self._body()
+            self.store.requests.append((method, url.path))
+            if not self._authorized():
+                raise ArangoError(401, 11, "not authorized to execute this request")
+            db = "_system"
+            if len(parts) >= 2 and parts[0] == "_db":
+                db, parts = parts[1], parts[2:]
+            if parts[:1] != ["_api"] or len(parts) < 2:
+                raise ArangoError(501, 9, f"stand-in does not implement {method} {url.path}")
+            with self.store.lock:
+                status, out = self._route(method, db, parts[1], parts[2:], params, body)
+            self._send(status, out)
+        except ArangoError as e:
+            self._error(e)
+
+    def do_GET(self):
+        self._dispatch("GET")
+
+    def do_POST(self):
+        self._dispatch("POST")
+
+    def do_DELETE(self):
+        self._dispatch("DELETE")
+
+    def do_PUT(self):
+        self._dispatch("PUT")
+
+    def do_PATCH(self):
+        self._dispatch("PATCH")
+
+    # -- routes -------------------------------------------------------------------------
+    def _route(self, method, db, api, rest, params, body):
+        s = self.store
+        if api == "database" and not rest:
+            if db != "_system":
+                raise ArangoError(403, 1230, "use database _system")
+            if method == "GET":
+                return 200, {"error": False, "code": 200, "result": sorted(s.dbs)}
+            if method == "POST":
+                name = (body or {}).get("name")
+                if not NAME_RE.match(name or ""):
+                    raise ArangoError(400, 1229, f"database name invalid: {name!r}")
+                if name in s.dbs:
+                    raise ArangoError(409, 1207, "duplicate database name")
+                s.dbs[name] = s._new_db()
+                return 201, {"error": False, "code": 201, "result": True}
+        if api == "collection" and not rest:
+            if method == "GET":
+                colls = s.db(db)["collections"].values()
+                return 200, {"error": False, "code": 200, "result": [
+                    {"id": c["id"], "name": c["name"], "isSystem": False, "type": c["type"], "status": 3,
+                     "globallyUniqueId": c["id"]} for c in colls]}
+            if method == "POST":
+                c = s.create_coll(db, (body or {}).get("name"), int((body or {}).get("type", 2)))
+                return 200, {"error": False, "code": 200, "id": c["id"], "name": c["name"], "type": c["type"],
+                             "status": 3, "isSystem": False, "waitForSync": False,
+                             "keyOptions": {"type": "traditional", "allowUserKeys": True}}
+        if api == "gharial":
+            return self._gharial(method, db, rest, body)
+        if api == "document" and rest:
+            return self._document(method, db, rest, params, body)
+        if api == "cursor" and not rest and method == "POST":
+            return self._cursor(db, body or {})
+        raise ArangoError(501, 9, f"stand-in does not implement {method} /_api/{api}/{'/'.join(rest)}")
+
+    def _graph_body(self, name: str, g: dict) -> dict:
+        return {"_key": name, "_id": f"_graphs/{name}", "_rev": g["rev"], "name": name,
+                "edgeDefinitions": g["edgeDefinitions"], "orphanCollections": g["orphanCollections"]}
+
+    def _gharial(self, method, db, rest, body):
+        graphs = self.store.db(db)["graphs"]
+        if method == "GET" and len(rest) == 1:
+            if rest[0] not in graphs:
+                raise ArangoError(404, 1924, "graph 'name' not found")
+            return 200, {"error": False, "code": 200, "graph": self._graph_body(rest[0], graphs[rest[0]])}
+        if method == "POST" and not rest:
+            name = (body or {}).get("name")
+            if not NAME_RE.match(name or ""):
+                raise ArangoError(400, 1921, f"invalid graph name {name!r}")
+            if name in graphs:
+                raise ArangoError(409, 1925, "graph already exists")
+            edefs = body.get("edgeDefinitions") or []
+            colls = self.store.db(db)["collections"]
+            for d in edefs:
+                for v in d["from"] + d["to"]:
+                    if v not in colls:
+                        self.store.create_coll(db, v, 2)
+                if d["collection"] not in colls:
+                    self.store.create_coll(db, d["collection"], 3)
+                elif colls[d["collection"]]["type"] != 3:
+                    raise ArangoError(400, 1237, f"{d['collection']} is not an edge collection")
+            for v in body.get("orphanCollections") or []:
+                if v not in colls:
+                    self.store.create_coll(db, v, 2)
+            graphs[name] = {"rev": self.store.next_rev(), "edgeDefinitions": edefs,
+                            "orphanCollections": body.get("orphanCollections") or []}
+            return 202, {"error": False, "code": 202, "graph": self._graph_body(name, graphs[name])}
+        raise ArangoError(501, 9, f"stand-in does not implement {method} /_api/gharial/{'/'.join(rest)}")
+
+    def _document(self, method, db, rest, params, body):
+        coll = self.store.coll(db, rest[0])
+        if method == "GET" and len(rest) == 2:
+            doc = coll["docs"].get(rest[1])
+            if doc is None:
+                raise ArangoError(404, 1202, "document not found")
+            return 200, doc
+        if method == "POST" and len(rest) == 1:
+            many = isinstance(body, list)
+            docs = body if many else [body]
+            results = [self._insert_one(coll, d, params) for d in docs]
+            if not many:
+                if "error" in results[0]:
+                    raise ArangoError(409 if results[0]["errorNum"] == 1210 else 400,
+                                      results[0]["errorNum"], results[0]["errorMessage"])
+                return 201, results[0]
+            return 202 if any("error" in r for r in results) else 201, results
+        if method == "DELETE" and len(rest) == 1:
+            results = []
+            for item in body or []:
+                key = item if isinstance(item, str) else (item or {}).get("_key")
+                doc = coll["docs"].pop(key, None)
+                results.append({"_id": f"{coll['name']}/{key}", "_key": key, "_rev": doc["_rev"]} if doc
+                               else {"error": True, "errorNum": 1202, "errorMessage": "document not found"})
+            return 200, results
+        raise ArangoError(501, 9, f"stand-in does not implement {method} /_api/document/{'/'.join(rest)}")
+
+    def _insert_one(self, coll: dict, doc, params) -> dict:
+        if not isinstance(doc, dict):
+            return {"error": True, "errorNum": 1227, "errorMessage": "invalid document type"}
+        mode = params.get("overwriteMode") or ("replace" if params.get("overwrite") == "true" else "conflict")
+        merge = params.get("mergeObjects", "true") != "false"
+        keep_null = params.get("keepNull", "true") != "false"
+        key = doc.get("_key") or str(self.store.rev + 1_000_000)
+        if not KEY_RE.match(str(key)):
+            return {"error": True, "errorNum": 1221, "errorMessage": "illegal document key"}
+        old = coll["docs"].get(key)
+        if old is not None and mode == "conflict":
+            return {"error": True, "errorNum": 1210, "errorMessage": "unique constraint violated - in index "
+                                                                     "primary of type primary over '_key'"}
+        if old is not None and mode == "ignore":
+            return {"_id": old["_id"], "_key": key, "_rev": old["_rev"]}
+        body = {k: v for k, v in doc.items() if k not in ("_id", "_rev", "_key")}
+        new = _merge(old, body, merge, keep_null) if (old is not None and mode == "update") else body
+        if coll["type"] == 3 and not (isinstance(new.get("_from"), str) and "/" in new["_from"]
+                                      and isinstance(new.get("_to"), str) and "/" in new["_to"]):
+            return {"error": True, "errorNum": 1233, "errorMessage": "edge attribute missing or invalid"}
+        rev = self.store.next_rev()
+        new.update({"_key": key, "_id": f"{coll['name']}/{key}", "_rev": rev})
+        coll["docs"][key] = new
+        out = {"_id": new["_id"], "_key": key, "_rev": rev}
+        if old is not None:
+            out["_oldRev"] = old["_rev"]
+        return out
+
+    def _cursor(self, db, body):
+        query, bind = _norm(body.get("query", "")), body.get("bindVars") or {}
+        if query not in QUERIES:
+            raise ArangoError(400, 1501, "stand-in implements only the topology writer's AQL; got: " + query)
+        stats = {"writesExecuted": 0, "writesIgnored": 0, "scannedFull": 0, "filtered": 0}
+        if query == _norm(QUERY_ALL):
+            result = list(self.store.coll(db, bind["@collection"])["docs"].values())
+        elif query == _norm(QUERY_NODE_BY_NAME):
+            docs = self.store.coll(db, bind["@nodes"])["docs"].values()
+            result = [d["_id"] for d in docs if d.get("name") == bind["name"]][:1]
+        else:
+            coll = self.store.coll(db, bind["@edges"])
+            result = []
+            for d in list(coll["docs"].values()):
+                if d.get("local_link_ip") == bind["local_ip"] and d.get("remote_link_ip") == bind["remote_ip"]:
+                    new = _merge(d, {k: v for k, v in bind["patch"].items() if not k.startswith("_")},
+                                 True, True)
+                    new["_rev"] = self.store.next_rev()
+                    coll["docs"][d["_key"]] = new
+                    result.append(new["_key"])
+            stats["writesExecuted"] = len(result)
+        stats["scannedFull"] = len(result)
+        return 201, {"error": False, "code": 201, "result": result, "hasMore": False, "count": len(result),
+                     "cached": False, "extra": {"stats": stats, "warnings": []}}
+
+
+class ArangoStandin:
+    """The stand-in on 127.0.0.1:<port> in a thread. Not ArangoDB (see the module docstring)."""
+
+    def __init__(self, port: int = 0, user: str = "root", password: str = "segscope-standin"):
+        self.store = Store()
+        handler = type("BoundHandler", (Handler,), {"store": self.store, "user": user, "password": password})
+        self.server = ThreadingHTTPServer(("127.0.0.1", port), handler)
+        self.server.daemon_threads = True
+        self.user, self.password = user, password
+        self.thread = threading.Thread(target=self.server.serve_forever, name="arango-standin", daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server.server_address[1]}"
+
+    def start(self) -> "ArangoStandin":
+        self.thread.start()
+        return self
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+    def __enter__(self) -> "ArangoStandin":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description="ArangoDB STAND-IN for segscope tests (not ArangoDB)")
+    ap.add_argument("--port", type=int, default=18529)
+    ap.add_argument("--user", default="root")
+    ap.add_argument("--password", default="segscope-standin")
+    args = ap.parse_args()
+    s = ArangoStandin(args.port, args.user, args.password).start()
+    print(f"arango stand-in on {s.url} (user {args.user})", flush=True)
+    try:
+        while True:
+            time.sleep(3600)
+    except KeyboardInterrupt:
+        s.stop()
+
+
+if __name__ == "__main__":
+    main()

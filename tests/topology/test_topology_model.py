@@ -1,0 +1,281 @@
+"""Document model: keys, link matching, path resolution, edge/path annotations, replays.
+
+Input: node views derived from netlab/topologies/line5.yaml (topo_views.expected_views), so the
+network is the one the end-to-end tests run: H1 - A - R - B - H2 with agents on A, R and B.
+"""
+from __future__ import annotations
+
+import copy
+import itertools
+import json
+import random
+from pathlib import Path
+
+import pytest
+
+from processors.topology.lineproto import LineError, parse_line, parse_lines
+from processors.topology.model import (Identity, MalformedView, TopologyModel, diff_documents, safe_key,
+                                       validate_view)
+from topo_views import expected_views
+
+REPO = Path(__file__).resolve().parents[2]
+LINE5 = REPO / "netlab" / "topologies" / "line5.yaml"
+AR_KEY = "200_0_2_0_A_fc00:12::1_R_fc00:12::2"
+RA_KEY = "200_0_2_0_R_fc00:12::2_A_fc00:12::1"
+ONE_HOP = {"ssid": 7, "role": "sender", "src": "fc00:1::1", "dst": "fc00:12::2", "segments": [],
+           "return_segments": []}
+VIA_R_TO_B = {"ssid": 8, "role": "sender", "src": "fc00:1::1", "dst": "fc00:3::1",
+              "segments": ["fc00:2::e"], "return_segments": ["fc00:2::e"]}
+
+
+def views(sessions=(), flows=(), nodes="ARB", t=1_000_000_000):
+    out = expected_views(LINE5, generated_at_ns=t)
+    out["A"]["stamp_sessions"] = [dict(s) for s in sessions]
+    out["A"]["flows"] = [dict(f) for f in flows]
+    return [out[n] for n in nodes]
+
+
+def model_with(*vs, **kw) -> TopologyModel:
+    m = TopologyModel(**kw)
+    for v in vs:
+        m.apply_view(copy.deepcopy(v))
+    return m
+
+
+def stamp(direction, mean, ts=1795306905000000000, ssid=7, node="A", ipdv=6.3):
+    extra = f",ipdv_mean_us={ipdv}" if ipdv is not None else ""
+    return parse_line(f"stamp_delay,node={node},ssid={ssid},direction={direction} count=100i,min_us={mean - 10},"
+                      f"mean_us={mean},max_us={mean + 50},p50_us={mean},p99_us={mean + 40}{extra} {ts}")
+
+
+# -- keys ------------------------------------------------------------------------------
+def test_node_sid_and_link_keys_follow_jalapeno_conventions():
+    docs = model_with(*views()).documents()
+    assert sorted(docs["segscope_node"]) == ["200_0_0_A", "200_0_0_B", "200_0_0_R"]
+    assert sorted(docs["segscope_srv6_sid"]) == ["0_A_fc00:1::d6", "0_B_fc00:3::d6", "0_R_fc00:2::e"]
+    assert sorted(docs["segscope_link"]) == sorted([
+        AR_KEY, RA_KEY, "200_0_2_0_R_fc00:23::1_B_fc00:23::2", "200_0_2_0_B_fc00:23::2_R_fc00:23::1"])
+    a = docs["segscope_node"]["200_0_0_A"]
+    assert (a["router_id"], a["router_ip"], a["protocol_id"], a["locators"]) == ("A", "fc00:1::1", 200,
+                                                                              ["fc00:1::/64"])
+    assert a["srv6_policies"] == [{"prefix": "fd00:b::/64", "mode": "encap", "segments": ["fc00:2::e", "fc00:3::d6"]}]
+    sid = docs["segscope_srv6_sid"]["0_R_fc00:2::e"]
+    assert sid["srv6_endpoint_behavior"] == {"endpoint_behavior": 1, "name": "End"}
+    assert docs["segscope_srv6_sid"]["0_B_fc00:3::d6"]["srv6_endpoint_behavior"]["endpoint_behavior"] == 18
+
+
+def test_identity_is_configurable_and_keys_stay_valid():
+    m = model_with(*views(), identity=Identity(protocol_id=201, domain_id=7))
+    docs = m.documents()
+    assert "201_7_0_A" in docs["segscope_node"]
+    assert "201_7_2_0_A_fc00:12::1_R_fc00:12::2" in docs["segscope_link"]
+    assert "7_R_fc00:2::e" in docs["segscope_srv6_sid"]
+    assert safe_key("a/b c") != "a/b c" and "/" not in safe_key("a/b c")
+    assert safe_key("x" * 300) != safe_key("x" * 301) and len(safe_key("x" * 300)) <= 254
+
+
+# -- links -----------------------------------------------------------------------------
+def test_links_join_interfaces_on_the_same_subnet_one_per_direction():
+    docs = model_with(*views()).documents()
+    ar = docs["segscope_link"][AR_KEY]
+    assert (ar["local_interface"], ar["remote_interface"], ar["prefix"]) == ("a0", "r0", "fc00:12::/64")
+    assert ar["neighbour_confirmed"] is True
+    edge = docs["segscope_graph_edge"][AR_KEY]
+    assert (edge["_from"], edge["_to"]) == ("segscope_node/200_0_0_A", "segscope_node/200_0_0_R")
+    assert docs["segscope_graph_edge"][RA_KEY]["_from"] == "segscope_node/200_0_0_R"
+    # A's ah (fd00:a::/64) leads to H1, which runs no agent: no link, and loopbacks (/128) never pair
+    assert not any("fd00:a" in k or "fc00:1::1" in k for k in docs["segscope_link"])
+
+
+def test_only_a_node_pair_with_views_on_both_ends_forms_a_link():
+    docs = model_with(*views(nodes="AR")).documents()
+    assert sorted(docs["segscope_link"]) == sorted([AR_KEY, RA_KEY])
+    assert model_with(*views(nodes="AB")).documents()["segscope_link"] == {}
+
+
+def test_neighbour_confirmation_needs_the_far_mac():
+    a, r = views(nodes="AR")
+    a["neighbours"] = [n for n in a["neighbours"] if n["address"] != "fc00:12::2"]
+    docs = model_with(a, r).documents()
+    assert docs["segscope_link"][AR_KEY]["neighbour_confirmed"] is False
+    assert docs["segscope_link"][RA_KEY]["neighbour_confirmed"] is True
+
+
+def test_endx_sid_is_attached_to_the_link_of_its_next_hop():
+    a, r = views(nodes="AR")
+    a["local_sids"].append({"sid": "fc00:1::e1", "prefixlen": 128, "action": "End.X",
+                            "params": {"nh6": "fc00:12::2"}, "interface": "a0", "table": 254})
+    docs = model_with(a, r).documents()
+    assert docs["segscope_link"][AR_KEY]["srv6_endx_sid"] == ["fc00:1::e1"]
+    assert docs["segscope_link"][RA_KEY]["srv6_endx_sid"] == []
+
+
+# -- measurements onto edges and paths ------------------------------------------------
+def test_one_hop_stamp_session_annotates_both_edges_and_the_path_docs():
+    m = model_with(*views(sessions=[ONE_HOP]))
+    for p in (stamp("forward", 2044.9), stamp("reverse", 1033.0), stamp("round_trip", 3077.9)):
+        assert m.apply_point(p)
+    docs = m.documents()
+    ar, ra = docs["segscope_graph_edge"][AR_KEY], docs["segscope_graph_edge"][RA_KEY]
+    assert (ar["latency"], ar["unidir_link_delay"], ar["unidir_delay_variation"]) == (2044.9, 2044.9, 6.3)
+    assert ar["unidir_link_delay_min_max"] == [2034.9, 2094.9]
+    assert ar["delay_source"] == {"kind": "stamp", "node": "A", "ssid": 7, "direction": "forward", "count": 100}
+    assert ra["unidir_link_delay"] == 1033.0
+    # links (not edges) carry no measurement; R-B edges carry none either
+    assert "latency" not in docs["segscope_link"][AR_KEY]
+    assert "latency" not in docs["segscope_graph_edge"]["200_0_2_0_R_fc00:23::1_B_fc00:23::2"]
+    fwd = docs["segscope_path"]["200_0_0_A_200_0_0_R_fc00:12::2"]
+    assert (fwd["sid_list"], fwd["hops"], fwd["links"]) == (["fc00:12::2"], ["A", "R"], [AR_KEY])
+    assert (fwd["delay_us"], fwd["jitter_us"], fwd["round_trip_delay_us"]) == (2044.9, 6.3, 3077.9)
+    rev = docs["segscope_path"]["200_0_0_R_200_0_0_A_fc00:1::1"]
+    assert (rev["src_node"], rev["dst_node"], rev["delay_us"]) == ("R", "A", 1033.0)
+
+
+def test_multi_hop_session_annotates_its_path_doc_only():
+    m = model_with(*views(sessions=[VIA_R_TO_B]))
+    m.apply_point(stamp("forward", 3000.0, ssid=8))
+    docs = m.documents()
+    path = docs["segscope_path"]["200_0_0_A_200_0_0_B_fc00:2::e,fc00:3::1"]
+    assert path["hops"] == ["A", "R", "B"]
+    assert path["links"] == [AR_KEY, "200_0_2_0_R_fc00:23::1_B_fc00:23::2"]
+    assert path["delay_us"] == 3000.0
+    assert not any("latency" in e for e in docs["segscope_graph_edge"].values())
+
+
+def test_unknown_sid_leaves_the_path_unresolved_and_unannotated():
+    s = dict(ONE_HOP, ssid=9, dst="fc00:99::1")
+    m = model_with(*views(sessions=[s]))
+    m.apply_point(stamp("forward", 100.0, ssid=9))
+    docs = m.documents()
+    assert docs["segscope_path"] == {}          # no reflector node: no path doc
+    assert not any("latency" in e for e in docs["segscope_graph_edge"].values())
+    res = m.resolve_path("A", ["fc00:2::e", "fc00:99::1"])
+    assert res["links"] is None and res["unresolved_sids"] == ["fc00:99::1"]
+
+
+def test_measurement_without_declared_session_is_counted_not_guessed():
+    m = model_with(*views())
+    m.apply_point(stamp("forward", 100.0, ssid=42))
+    docs = m.documents()
+    assert m.counters.measurements_unmapped == 1
+    assert not any("latency" in e for e in docs["segscope_graph_edge"].values())
+
+
+def test_newest_point_wins_and_older_ones_are_counted_stale():
+    m = model_with(*views(sessions=[ONE_HOP]))
+    m.apply_point(stamp("forward", 2000.0, ts=2_000))
+    assert not m.apply_point(stamp("forward", 9999.0, ts=1_000))
+    assert m.apply_point(stamp("forward", 2100.0, ts=2_000))     # re-emission of the same second
+    assert m.counters.points_stale == 1
+    assert m.documents()["segscope_graph_edge"][AR_KEY]["unidir_link_delay"] == 2100.0
+
+
+def test_altmark_loss_on_a_one_hop_flow_sets_packet_loss_percent():
+    flow = {"flow_id": 5, "method": "dscp", "segments": ["fc00:2::e"]}
+    m = model_with(*views(flows=[flow]))
+    ok = parse_line('altmark_loss,flow=5,method=dscp,period_ms=1000,tx_node=A,rx_node=R tx_packets=1000i,'
+                    'rx_packets=990i,lost=10i,loss_ratio=0.01,complete=true,reason="ok" 2000')
+    partial = parse_line('altmark_loss,flow=5,method=dscp,period_ms=1000,tx_node=A,rx_node=unknown '
+                         'tx_packets=500i,complete=false,reason="missing_rx" 3000')
+    assert m.apply_point(ok) and not m.apply_point(partial)
+    docs = m.documents()
+    assert docs["segscope_graph_edge"][AR_KEY]["unidir_packet_loss"] == 1.0
+    path = docs["segscope_path"]["200_0_0_A_200_0_0_R_fc00:2::e"]
+    assert (path["loss_percent"], path["loss_lost"], path["flows"]) == (1.0, 10, [5])
+
+
+# -- validation, replays, diffs --------------------------------------------------------
+@pytest.mark.parametrize("mutate,reason", [
+    (lambda v: v.update(schema="other"), "bad_schema"),
+    (lambda v: v.update(version=99), "unsupported_version"),
+    (lambda v: v.update(node=""), "bad_node"),
+    (lambda v: v.update(node="a/b"), "bad_node"),
+    (lambda v: v.update(interfaces="eth0"), "bad_field"),
+    (lambda v: v["interfaces"][1]["addresses"].append({"address": "not-an-ip", "prefixlen": 64}), "bad_field"),
+    (lambda v: v.update(stamp_sessions=[{"ssid": "x"}]), "bad_field"),
+    (lambda v: v.pop("generated_at_ns"), "bad_field"),
+])
+def test_malformed_views_are_rejected_with_a_reason(mutate, reason):
+    v = views(nodes="A")[0]
+    mutate(v)
+    m = TopologyModel()
+    with pytest.raises(MalformedView) as e:
+        m.apply_view(v)
+    assert e.value.reason == reason
+    assert m.counters.malformed_views == 1 and m.views == {}
+    with pytest.raises(MalformedView):
+        validate_view([1, 2])
+
+
+def test_an_older_view_never_replaces_a_newer_one():
+    new_a = views(nodes="A", t=2_000)[0]
+    old_a = views(nodes="A", t=1_000)[0]
+    old_a["loopbacks"] = []
+    m = model_with(new_a)
+    assert m.apply_view(old_a) is False
+    assert m.counters.views_stale == 1 and m.views["A"]["loopbacks"]
+
+
+def test_replays_in_any_order_give_identical_documents():
+    inputs = [("view", v) for v in views(sessions=[ONE_HOP])] + [
+        ("point", stamp("forward", 2000.0 + i, ts=1_000 + i)) for i in range(5)] + [
+        ("point", stamp("reverse", 1000.0 + i, ts=1_000 + i)) for i in range(5)]
+
+    def run(seq):
+        m = TopologyModel()
+        for kind, item in seq:
+            m.apply_view(copy.deepcopy(item)) if kind == "view" else m.apply_point(item)
+        return m.documents()
+
+    reference = run(inputs)
+    rng = random.Random(6)
+    for _ in range(5):
+        seq = inputs + inputs          # everything twice (a replay) ...
+        rng.shuffle(seq)               # ... in any order
+        assert json.dumps(run(seq), sort_keys=True) == json.dumps(reference, sort_keys=True)
+    assert reference["segscope_graph_edge"][AR_KEY]["unidir_link_delay"] == 2004.0
+
+
+def test_diff_sends_only_changes_and_deletes_what_disappeared():
+    m = model_with(*views(sessions=[ONE_HOP]))
+    first = m.documents()
+    up, dl = diff_documents({}, first)
+    assert sum(len(v) for v in up.values()) == sum(len(v) for v in first.values()) and dl == {}
+    assert diff_documents(first, m.documents()) == ({}, {})
+    m.apply_point(stamp("forward", 2000.0))
+    up, dl = diff_documents(first, m.documents())
+    assert {c: [d["_key"] for d in docs] for c, docs in up.items()} == {
+        "segscope_graph_edge": [AR_KEY], "segscope_path": ["200_0_0_A_200_0_0_R_fc00:12::2"]}
+    r_gone = views(sessions=[ONE_HOP], nodes="AB", t=2)    # R's interface r0 lost its address
+    r = views(nodes="R", t=2)[0]
+    r["interfaces"] = [i for i in r["interfaces"] if i["name"] != "r0"]
+    m2 = model_with(*r_gone, r)
+    _, dl = diff_documents(first, m2.documents())
+    assert sorted(dl["segscope_link"]) == sorted([AR_KEY, RA_KEY])
+    assert sorted(dl["segscope_graph_edge"]) == sorted([AR_KEY, RA_KEY])
+
+
+def test_jalapeno_annotations_carry_link_ips_and_measurement_fields_only():
+    m = model_with(*views(sessions=[ONE_HOP]))
+    m.apply_point(stamp("forward", 2000.0))
+    ann = m.jalapeno_annotations()
+    assert [(a["local_ip"], a["remote_ip"]) for a in ann] == [("fc00:12::1", "fc00:12::2")]
+    assert set(ann[0]["fields"]) <= {"latency", "unidir_link_delay", "unidir_link_delay_min_max",
+                                     "unidir_delay_variation", "delay_measured_at_ns", "delay_source"}
+    assert not any(k.startswith("_") for k in ann[0]["fields"])
+
+
+# -- line protocol ---------------------------------------------------------------------
+def test_line_protocol_parser_reads_segscope_lines_with_escapes_and_types():
+    p = parse_line('altmark_loss,flow=7,tx_node=edge\\ router\\,1,rx_node=B tx_packets=1000i,'
+                   'loss_ratio=0.01,complete=true,reason="say \\"ok\\", here" 1795305563000000000')
+    assert p.measurement == "altmark_loss"
+    assert p.tags == {"flow": "7", "tx_node": "edge router,1", "rx_node": "B"}
+    assert p.fields == {"tx_packets": 1000, "loss_ratio": 0.01, "complete": True, "reason": 'say "ok", here'}
+    assert p.timestamp_ns == 1795305563000000000
+    assert parse_line("m v=1").timestamp_ns is None
+    points, bad = parse_lines("m v=1 1\n\nm,t=x v=2i 2\nbroken\nm v=notanumber 3\n")
+    assert [pt.fields["v"] for pt in points] == [1.0, 2] and len(bad) == 2
+    for line in ("m", "m,t v=1", "m v=1 x", 'm v="open 1', "m v= 1"):
+        with pytest.raises(LineError):
+            parse_line(line)
