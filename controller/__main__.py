@@ -1,0 +1,122 @@
+"""segscope controller: python -m controller validate|diff|apply|status FILE [--json]
+
+Exit codes:
+  0  ok (validate: the file is valid; diff: nothing to do; apply: every call succeeded;
+     status: every agent answered)
+  1  an agent could not be reached or refused a call (the message names node, call, gRPC code)
+  2  the intent file is invalid (every problem printed as FILE:LINE:COLUMN: path: what. Fix: how)
+  3  diff only: there are changes to apply
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from controller.agents import AgentError
+from controller.core import Controller
+from controller.intent import IntentError, load_intent
+
+EXIT_OK, EXIT_AGENT, EXIT_INVALID, EXIT_CHANGES = 0, 1, 2, 3
+
+
+def _print_json(obj) -> None:
+    print(json.dumps(obj, indent=2, sort_keys=False))
+
+
+def cmd_validate(args, intent) -> int:
+    if args.json:
+        _print_json({"valid": True, "file": args.file, "nodes": sorted(intent.nodes),
+                     "local_sids": len(intent.local_sids), "policies": len(intent.policies),
+                     "stamp_sessions": len(intent.stamp_sessions), "flows": len(intent.flows)})
+    else:
+        print(f"{args.file}: valid ({len(intent.nodes)} nodes, {len(intent.local_sids)} local SIDs, "
+              f"{len(intent.policies)} policies, {len(intent.stamp_sessions)} STAMP sessions, "
+              f"{len(intent.flows)} flows)")
+    return EXIT_OK
+
+
+def cmd_diff(args, intent) -> int:
+    with Controller(intent, connect_timeout_s=args.timeout) as ctl:
+        ops = ctl.plan()
+    if args.json:
+        _print_json({"changes": len(ops), "ops": [op.to_json() for op in ops]})
+    elif ops:
+        print(f"{len(ops)} change(s):")
+        for op in ops:
+            print("  " + op.describe())
+    else:
+        print("no changes: the agents already match the intent")
+    return EXIT_CHANGES if ops else EXIT_OK
+
+
+def cmd_apply(args, intent) -> int:
+    with Controller(intent, connect_timeout_s=args.timeout) as ctl:
+        result = ctl.apply()
+    if args.json:
+        _print_json(result.to_json())
+    else:
+        if not result.ops:
+            print("no changes: the agents already match the intent")
+        for op, rpcs in result.done:
+            print(f"  done    {op.describe()}  [{', '.join(rpcs)}]")
+        if result.failed:
+            op, exc = result.failed
+            print(f"  FAILED  {op.describe()}\n          {exc}", file=sys.stderr)
+            left = len(result.ops) - len(result.done) - 1
+            if left:
+                print(f"  {left} later operation(s) not attempted", file=sys.stderr)
+        mutating = sum(n for calls in result.mutating_calls.values() for n in calls.values())
+        reads = sum(n for calls in result.calls.values() for n in calls.values()) - mutating
+        print(f"{len(result.done)}/{len(result.ops)} operation(s) applied with {mutating} changing RPC(s) "
+              f"and {reads} read RPC(s) over {len(result.calls)} channel(s) in {result.seconds:.2f} s")
+    return EXIT_OK if result.ok else EXIT_AGENT
+
+
+def cmd_status(args, intent) -> int:
+    from controller.status import collect, render
+    with Controller(intent, connect_timeout_s=args.timeout) as ctl:
+        status = collect(ctl, args.influx_url, args.influx_db)
+    if args.json:
+        _print_json(status)
+    else:
+        print(render(status))
+    return EXIT_OK if all(n["reachable"] for n in status["nodes"].values()) else EXIT_AGENT
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m controller", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("command", choices=("validate", "diff", "apply", "status"))
+    ap.add_argument("file", help="intent YAML (controller/README.md)")
+    ap.add_argument("--json", action="store_true", help="machine-readable output")
+    ap.add_argument("--timeout", type=float, default=10.0, help="seconds to wait for each agent's TLS channel")
+    ap.add_argument("--influx-url", default="http://127.0.0.1:18086", help="status: InfluxDB v1 HTTP API")
+    ap.add_argument("--influx-db", default="segscope", help="status: database")
+    args = ap.parse_args(argv)
+    try:
+        intent = load_intent(args.file)
+    except IntentError as exc:
+        if args.json:
+            _print_json({"valid": False, "file": args.file, "errors": exc.lines})
+        else:
+            for line in exc.lines:
+                print(line, file=sys.stderr)
+            print(f"{len(exc.lines)} problem(s) in {args.file}", file=sys.stderr)
+        return EXIT_INVALID
+    handler = {"validate": cmd_validate, "diff": cmd_diff, "apply": cmd_apply, "status": cmd_status}[args.command]
+    try:
+        return handler(args, intent)
+    except AgentError as exc:
+        if args.json:
+            _print_json({"error": str(exc), "node": exc.node, "call": exc.call, "code": exc.code})
+        else:
+            print(f"error: {exc}", file=sys.stderr)
+        return EXIT_AGENT
+    except OSError as exc:   # TLS material unreadable
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_AGENT
+
+
+if __name__ == "__main__":
+    sys.exit(main())

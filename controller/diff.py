@@ -1,0 +1,115 @@
+"""The difference between what the intent wants and what the agents report: a minimal, ordered plan.
+
+`plan(desired, actual)` is pure (no I/O) and deterministic:
+- create: in the intent, not on the node;
+- update: same key, different content, and the agent can change it in place (local SIDs and
+  policies: one hitless netlink replace);
+- replace: same key, different content, no in-place update (STAMP sessions, flow monitors):
+  destroy/stop then create (and start);
+- start / stop: a STAMP session whose configuration is right but whose run state is not;
+- init: a STAMP role must be initialised on a node before its first session is created;
+- remove: on a node the intent names, of a kind the controller manages, not in the intent.
+
+Order: every create/update/replace/start/stop first, in dependency order (local SIDs, then
+policies, then reflector sessions, sender sessions, RX flow monitors, TX flow monitors; inside a
+kind by node, then key), then every removal in the reverse dependency order. Making new things
+before removing old ones keeps traffic flowing when a policy moves to a new SID.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from controller.model import KIND_RANK, STAMP_ROLE_OF, UPDATABLE, DesiredState, Resource, StampInit
+
+ACTIONS = ("init", "create", "update", "replace", "start", "stop", "remove")
+
+
+@dataclass(frozen=True)
+class Op:
+    action: str                      # one of ACTIONS
+    kind: str                        # model.KINDS, or "stamp_init"
+    node: str
+    key: tuple
+    desired: Resource | None = None  # create/update/replace/start/stop
+    actual: Resource | None = None   # update/replace/stop/remove
+    init: StampInit | None = None    # init
+
+    def describe(self) -> str:
+        what = {"local_sid": "local SID", "policy": "policy", "stamp_reflector": "STAMP reflector session",
+                "stamp_sender": "STAMP sender session", "flow_rx": "flow monitor RX", "flow_tx": "flow monitor TX",
+                "stamp_init": "STAMP init"}[self.kind]
+        key = " ".join(str(k) for k in self.key)
+        text = f"{self.action:<7} {self.node:<6} {what} {key}"
+        if self.action in ("update", "replace") and self.desired and self.actual:
+            old, new = self.actual.fields, self.desired.fields
+            changed = [f"{k}: {_short(old.get(k))} -> {_short(new.get(k))}" for k in new if old.get(k) != new.get(k)]
+            text += " (" + "; ".join(changed) + ")"
+        if self.action == "init" and self.init:
+            i = self.init
+            text += f" dev {i.device}" + (f" source {i.source_address}" if i.role == "sender"
+                                           else f" addresses {','.join(i.addresses)}")
+        return text
+
+    def to_json(self) -> dict:
+        out = {"action": self.action, "kind": self.kind, "node": self.node, "key": list(self.key)}
+        if self.desired is not None:
+            out["spec"] = _jsonable(self.desired.fields)
+        if self.actual is not None and self.action in ("update", "replace"):
+            out["previous"] = _jsonable(self.actual.fields)
+        return out
+
+
+def _short(value) -> str:
+    return ",".join(value) if isinstance(value, tuple) and all(isinstance(v, str) for v in value) else str(value)
+
+
+def _jsonable(fields: dict) -> dict:
+    return {k: list(v) if isinstance(v, tuple) else v for k, v in fields.items()}
+
+
+def _needs_start(want: Resource, have: Resource) -> bool:
+    if not want.running or have.running:
+        return False
+    # a finite run that has run its course is done: the intent is satisfied, do not repeat it
+    return not (want.finite and have.finished)
+
+
+def plan(desired: DesiredState, actual: dict[tuple, Resource]) -> list[Op]:
+    """Operations that turn `actual` (what the agents of desired.nodes report) into `desired`."""
+    forward: list[tuple[tuple, Op]] = []
+    for ident, want in desired.resources.items():
+        have = actual.get(ident)
+        if have is None:
+            forward.append((_rank(want, 1), Op("create", want.kind, want.node, want.key, desired=want)))
+            if want.running:
+                forward.append((_rank(want, 3), Op("start", want.kind, want.node, want.key, desired=want)))
+        elif have.spec != want.spec:
+            action = "update" if want.kind in UPDATABLE else "replace"
+            forward.append((_rank(want, 1), Op(action, want.kind, want.node, want.key, desired=want, actual=have)))
+            if action == "replace" and want.running:
+                forward.append((_rank(want, 3), Op("start", want.kind, want.node, want.key, desired=want)))
+        elif want.running is not None:
+            if _needs_start(want, have):
+                forward.append((_rank(want, 3), Op("start", want.kind, want.node, want.key, desired=want, actual=have)))
+            elif not want.running and have.running:
+                forward.append((_rank(want, 3), Op("stop", want.kind, want.node, want.key, desired=want, actual=have)))
+    # Init where a role gets a new session (Init is idempotent on the agent, but a plan with
+    # nothing to create must make no call at all)
+    roles_needed = {(op.node, STAMP_ROLE_OF[op.kind]) for _, op in forward
+                    if op.kind in STAMP_ROLE_OF and op.action in ("create", "replace")}
+    for node, role in sorted(roles_needed):
+        init = desired.inits[(node, role)]
+        kind = "stamp_reflector" if role == "reflector" else "stamp_sender"
+        forward.append(((0, KIND_RANK[kind], node, 0, (), 0),
+                        Op("init", "stamp_init", node, (role,), init=init)))
+    managed = set(desired.nodes)
+    backward: list[tuple[tuple, Op]] = []
+    for ident, have in actual.items():
+        if ident not in desired.resources and have.node in managed:
+            backward.append(((1, -KIND_RANK[have.kind], have.node, 1, have.key, 0),
+                             Op("remove", have.kind, have.node, have.key, actual=have)))
+    return [op for _, op in sorted(forward + backward, key=lambda item: item[0])]
+
+
+def _rank(r: Resource, step: int) -> tuple:
+    return (0, KIND_RANK[r.kind], r.node, 1, r.key, step)

@@ -1,0 +1,596 @@
+"""The intent file: what the operator wants measured and configured, validated with positions.
+
+    from controller.intent import load_intent, IntentError
+    intent = load_intent("controller/examples/demo_line5.yaml")   # raises IntentError
+
+Every problem is reported at once, one per line, as
+    FILE:LINE:COLUMN: path: what. Fix: how
+e.g.  intent.yaml:14:7: stamp_sessions[0].rate_pps: -5 must be > 0. Fix: ...
+Format: controller/README.md.
+"""
+from __future__ import annotations
+
+import difflib
+import ipaddress
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from controller.yamlmarks import MarkedDoc, Problem, load_marked
+
+NODE_NAME_RE = re.compile(r"^[A-Za-z0-9_]{1,32}$")
+IFNAME_RE = re.compile(r"^[A-Za-z0-9_.-]{1,15}$")
+ENV_RE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
+
+POLICY_MODES = ("encap", "inline", "encap.red")
+# action -> parameters it needs; every other action parameter is refused
+LOCAL_SID_ACTIONS: dict[str, tuple[str, ...]] = {
+    "End": (), "End.X": ("nh6",), "End.T": ("lookup_table",), "End.DX4": ("nh4",), "End.DX6": ("nh6",),
+    "End.DT4": ("lookup_table",), "End.DT6": ("lookup_table",), "End.DT46": ("lookup_table",),
+    "End.B6": ("segs",), "End.B6.Encaps": ("segs",),
+}
+ACTION_PARAMS = ("lookup_table", "nh6", "nh4", "segs")
+STAMP_MODES = ("unauthenticated", "authenticated")   # RFC 8762 mode
+STAMP_FORMATS = ("ptp", "ntp")                       # timestamp format
+FLOW_METHODS = ("dscp", "rfc9343")
+MAX_SIDS = 6           # STAMP sessions and monitored flows: the datapaths cap SID lists here
+MAX_POLICY_SIDS = 16   # policies and End.B6 SIDs: the agent's limit
+MAX_RATE_PPS = 1_000_000
+
+
+class IntentError(ValueError):
+    """Every problem of a file, formatted FILE:LINE:COLUMN: path: what. Fix: how (one per line)."""
+
+    def __init__(self, file: str, problems: list[Problem]):
+        self.file = file
+        self.problems = sorted(problems, key=lambda p: (p.line, p.column))
+        super().__init__("\n".join(p.format(file) for p in self.problems))
+
+    @property
+    def lines(self) -> list[str]:
+        return [p.format(self.file) for p in self.problems]
+
+
+# ---------------------------------------------------------------------------- model
+
+@dataclass(frozen=True)
+class TlsFiles:
+    ca: str                      # CA that signed the agent's server certificate
+    cert: str                    # the controller's client certificate (mTLS)
+    key: str                     # its private key
+    server_name: str | None = None   # name to check in the agent's certificate (default: host)
+
+
+@dataclass(frozen=True)
+class NodeSpec:
+    name: str
+    agent: str                   # host:port of the node's agent
+    tls: TlsFiles
+
+
+MAIN_TABLE = 254
+
+
+@dataclass(frozen=True)
+class LocalSid:
+    node: str
+    sid: str                     # "fc00:3::d6" (the route is sid/128)
+    action: str                  # End, End.X, End.DT6, ...
+    dev: str = ""
+    table: int = MAIN_TABLE      # routing table holding the SID route
+    lookup_table: int = 0        # End.T / End.DT4 / End.DT6 / End.DT46: table to look the inner packet up in
+    nh6: str = ""
+    nh4: str = ""
+    segs: tuple[str, ...] = ()   # End.B6 / End.B6.Encaps
+    count: bool = False          # per-SID counters
+
+    @property
+    def key(self) -> tuple:
+        return (self.node, self.sid, self.table)
+
+
+@dataclass(frozen=True)
+class Policy:
+    node: str
+    destination: str             # prefix steered into the policy, "fd00:b::/64"
+    mode: str                    # encap | inline | encap.red
+    segs: tuple[str, ...]        # SID list in travel order
+    dev: str = ""
+    table: int = MAIN_TABLE
+    metric: int = 0              # 0: kernel default
+
+    @property
+    def key(self) -> tuple:
+        return (self.node, self.destination, self.table)
+
+
+@dataclass(frozen=True)
+class StampEnd:
+    node: str
+    address: str                 # sender: source of test packets; reflector: address it answers on
+    dev: str = ""                # sender: where replies arrive (XDP collector); reflector: where tests arrive
+
+
+@dataclass(frozen=True)
+class StampSession:
+    ssid: int
+    sender: StampEnd
+    reflector: StampEnd
+    segs: tuple[str, ...]        # forward SID list (travel order)
+    return_segs: tuple[str, ...]  # return SID list the reflector puts on the reply
+    rate_pps: int = 10
+    mode: str = "unauthenticated"
+    format: str = "ptp"
+    padding_bytes: int = 0
+    start: bool = True           # running (true) or configured but not sending (false)
+    duration_s: float = 0.0      # > 0: a finite run; once it has run its course it is not restarted
+
+    @property
+    def key(self) -> tuple:
+        return (self.sender.node, self.ssid)
+
+    @property
+    def sender_port(self) -> int:
+        return 50000 + self.ssid
+
+
+@dataclass(frozen=True)
+class Flow:
+    flow_id: int
+    ingress: StampEnd            # TX (node, dev = the policy's egress device): colours the flow
+    egress: StampEnd             # RX (node, dev = ingress device at the egress edge): counts it
+    segs: tuple[str, ...]        # the policy's SID list (travel order) that defines the flow
+    method: str = "dscp"
+    period_ms: int = 1000
+    dmark_every: int = 0
+    dscp_l_bit: int = 0
+    dscp_d_bit: int = 1
+
+    @property
+    def key(self) -> tuple:
+        return (self.flow_id,)
+
+
+@dataclass
+class Intent:
+    file: str
+    nodes: dict[str, NodeSpec] = field(default_factory=dict)
+    local_sids: list[LocalSid] = field(default_factory=list)
+    policies: list[Policy] = field(default_factory=list)
+    stamp_sessions: list[StampSession] = field(default_factory=list)
+    flows: list[Flow] = field(default_factory=list)
+
+
+# ---------------------------------------------------------------------------- key sets
+
+TOP_KEYS = ("version", "nodes", "local_sids", "policies", "stamp_sessions", "flows")
+NODE_KEYS = ("agent", "tls")
+TLS_KEYS = ("ca", "cert", "key", "server_name")
+LOCAL_SID_KEYS = ("node", "sid", "action", "dev", "table", "lookup_table", "nh6", "nh4", "segs", "count")
+POLICY_KEYS = ("node", "destination", "mode", "segs", "dev", "table", "metric")
+SESSION_KEYS = ("ssid", "sender", "reflector", "segs", "return_segs", "rate_pps", "mode", "format",
+                "padding_bytes", "start", "duration_s")
+STAMP_END_KEYS = ("node", "address", "dev")
+FLOW_KEYS = ("flow_id", "ingress", "egress", "segs", "method", "period_ms", "dmark_every",
+             "dscp_l_bit", "dscp_d_bit")
+FLOW_END_KEYS = ("node", "dev")
+
+
+class _Checker:
+    """Validation helpers that record problems on the doc instead of raising."""
+
+    def __init__(self, doc: MarkedDoc, base_dir: Path):
+        self.doc = doc
+        self.base_dir = base_dir
+
+    def err(self, where: tuple, what: str, fix: str = "", at_key: bool = False) -> None:
+        self.doc.error(where, what, fix, at_key)
+
+    def mapping(self, where: tuple, value: Any, allowed: tuple[str, ...], required: tuple[str, ...] = ()) -> bool:
+        if not isinstance(value, dict):
+            self.err(where, f"expected a mapping, got {_show(value)}",
+                     f"write a mapping with keys {', '.join(allowed)}")
+            return False
+        for key in value:
+            if key not in allowed:
+                close = difflib.get_close_matches(str(key), allowed, n=1, cutoff=0.6)
+                fix = f"did you mean `{close[0]}`?" if close else f"use one of: {', '.join(allowed)}"
+                self.err(where + (key,), f"unknown key {key!r}", fix, at_key=True)
+        for key in required:
+            if key not in value:
+                self.err(where, f"missing key `{key}`", f"add `{key}: ...`")
+        return True
+
+    def listing(self, where: tuple, value: Any, what: str) -> list:
+        if value is None:
+            return []
+        if not isinstance(value, list):
+            self.err(where, f"expected a list of {what}, got {_show(value)}", f"write `- ...` items, one per {what}")
+            return []
+        return value
+
+    def string(self, where: tuple, value: Any, what: str) -> str:
+        if not isinstance(value, str) or not value:
+            self.err(where, f"{what} must be a non-empty string, got {_show(value)}", f"write the {what} in quotes")
+            return ""
+        return value
+
+    def integer(self, where: tuple, value: Any, what: str, lo: int, hi: int, fix: str = "") -> int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            self.err(where, f"{what} must be an integer, got {_show(value)}", fix or f"write an integer in [{lo}, {hi}]")
+            return lo
+        if value < lo:
+            self.err(where, f"{value} must be >= {lo}" if lo != 1 else f"{value} must be > 0",
+                     fix or f"write an integer in [{lo}, {hi}]")
+        elif value > hi:
+            self.err(where, f"{value} must be <= {hi}", fix or f"write an integer in [{lo}, {hi}]")
+        return value
+
+    def number_pos(self, where: tuple, value: Any, what: str, hi: float) -> float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            self.err(where, f"{what} must be a number, got {_show(value)}", f"write a number in (0, {hi:g}]")
+            return 0.0
+        if value <= 0:
+            self.err(where, f"{value:g} must be > 0", f"write a positive number of packets per second, at most {hi:g}")
+        elif value > hi:
+            self.err(where, f"{value:g} must be <= {hi:g}", f"write at most {hi:g}")
+        return float(value)
+
+    def boolean(self, where: tuple, value: Any) -> bool:
+        if not isinstance(value, bool):
+            self.err(where, f"expected true or false, got {_show(value)}", "write true or false")
+            return False
+        return value
+
+    def choice(self, where: tuple, value: Any, choices: tuple[str, ...], what: str) -> str:
+        if value not in choices:
+            close = difflib.get_close_matches(str(value), choices, n=1, cutoff=0.5)
+            hint = f"did you mean `{close[0]}`? " if close else ""
+            self.err(where, f"{what} {_show(value)} is not known", f"{hint}use one of: {', '.join(choices)}")
+            return choices[0]
+        return value
+
+    def ipv6(self, where: tuple, value: Any, what: str = "address") -> str:
+        if isinstance(value, str):
+            try:
+                return str(ipaddress.IPv6Address(value))
+            except ValueError:
+                pass
+        self.err(where, f"{_show(value)} is not an IPv6 {what}", 'write a plain IPv6 address in quotes, like "fc00:2::e"')
+        return ""
+
+    def ipv4(self, where: tuple, value: Any) -> str:
+        if isinstance(value, str):
+            try:
+                return str(ipaddress.IPv4Address(value))
+            except ValueError:
+                pass
+        self.err(where, f"{_show(value)} is not an IPv4 address", 'write it in quotes, like "10.0.0.1"')
+        return ""
+
+    def prefix(self, where: tuple, value: Any) -> str:
+        if not isinstance(value, str):
+            self.err(where, f"{_show(value)} is not an IPv6 prefix", 'write it like "fd00:b::/64", in quotes')
+            return ""
+        text = value if "/" in value else value + "/128"
+        try:
+            net = ipaddress.IPv6Network(text, strict=False)
+        except ValueError:
+            self.err(where, f"{value!r} is not an IPv6 prefix", 'write it like "fd00:b::/64", in quotes')
+            return ""
+        if net.network_address != ipaddress.IPv6Interface(text).ip:
+            self.err(where, f"{value!r} has host bits set", f'write "{net}"')
+        return str(net)
+
+    def sid_list(self, where: tuple, value: Any, allow_empty: bool, limit: int = MAX_SIDS) -> tuple[str, ...]:
+        if value is None and allow_empty:
+            return ()
+        if not isinstance(value, list) or (not value and not allow_empty):
+            self.err(where, f"expected a {'' if allow_empty else 'non-empty '}list of SIDs, got {_show(value)}",
+                     'write ["fc00:2::e", "fc00:3::d6"] (visiting order)')
+            return ()
+        if len(value) > limit:
+            self.err(where, f"{len(value)} SIDs, at most {limit} are supported here", f"use at most {limit} SIDs")
+        return tuple(self.ipv6(where + (i,), sid, "SID") for i, sid in enumerate(value))
+
+    def ifname(self, where: tuple, value: Any) -> str:
+        if not isinstance(value, str) or not IFNAME_RE.match(value):
+            self.err(where, f"{_show(value)} is not an interface name", "write e.g. `dev: a0` (1-15 characters)")
+            return ""
+        return value
+
+    def node_ref(self, where: tuple, value: Any, nodes: dict) -> str:
+        if not isinstance(value, str) or value not in nodes:
+            close = difflib.get_close_matches(str(value), list(nodes), n=1, cutoff=0.5)
+            hint = f"did you mean `{close[0]}`? " if close else ""
+            self.err(where, f"unknown node {_show(value)}",
+                     f"{hint}use a node defined under `nodes:` ({', '.join(sorted(nodes)) or 'none defined'})")
+            return ""
+        return value
+
+    def expand(self, where: tuple, value: str) -> str:
+        """${VAR} / ${VAR:-default} from the environment (agent addresses and TLS paths only)."""
+        def sub(m: re.Match) -> str:
+            if m.group(1) in os.environ:
+                return os.environ[m.group(1)]
+            if m.group(2) is not None:
+                return m.group(2)
+            self.err(where, f"environment variable {m.group(1)} is not set",
+                     f"export {m.group(1)}=... or write ${{{m.group(1)}:-default}}")
+            return ""
+        return ENV_RE.sub(sub, value)
+
+    def path(self, where: tuple, value: Any, what: str) -> str:
+        text = self.expand(where, self.string(where, value, what))
+        if not text:
+            return ""
+        path = Path(text)
+        if not path.is_absolute():
+            path = self.base_dir / path
+        return str(path)
+
+
+def _show(value: Any) -> str:
+    if isinstance(value, dict):
+        return "a mapping"
+    if isinstance(value, list):
+        return "a list"
+    if value is None:
+        return "nothing"
+    return repr(value) if isinstance(value, str) else str(value)
+
+
+# ---------------------------------------------------------------------------- sections
+
+def _parse_node(c: _Checker, where: tuple, name: Any, raw: Any) -> NodeSpec | None:
+    if not isinstance(name, str) or not NODE_NAME_RE.match(name):
+        c.err(where, f"node name {name!r} is not valid", "use 1-32 characters [A-Za-z0-9_]", at_key=True)
+    if not c.mapping(where, raw, NODE_KEYS, required=("agent", "tls")):
+        return None
+    agent = ""
+    if "agent" in raw:
+        agent = c.expand(where + ("agent",), c.string(where + ("agent",), raw["agent"], "agent address"))
+        if agent and not re.match(r"^(\[[0-9a-fA-F:.]+\]|[A-Za-z0-9_.-]+):\d{1,5}$", agent):
+            c.err(where + ("agent",), f"agent address {agent!r} is not HOST:PORT",
+                  'write e.g. "127.0.0.1:50051" or "[fc00:1::1]:50051"')
+        elif agent and not 0 < int(agent.rsplit(":", 1)[1]) < 65536:
+            c.err(where + ("agent",), f"port of {agent!r} is out of range", "use a port in 1..65535")
+    tls = None
+    if "tls" in raw and c.mapping(where + ("tls",), raw["tls"], TLS_KEYS, required=("ca", "cert", "key")):
+        t = raw["tls"]
+        tls = TlsFiles(ca=c.path(where + ("tls", "ca"), t.get("ca"), "CA file") if "ca" in t else "",
+                       cert=c.path(where + ("tls", "cert"), t.get("cert"), "certificate file") if "cert" in t else "",
+                       key=c.path(where + ("tls", "key"), t.get("key"), "key file") if "key" in t else "",
+                       server_name=c.expand(where + ("tls", "server_name"),
+                                            c.string(where + ("tls", "server_name"), t["server_name"], "server name"))
+                       if "server_name" in t else None)
+    if tls is None:
+        return None
+    return NodeSpec(name=str(name), agent=agent, tls=tls)
+
+
+def _parse_local_sid(c: _Checker, where: tuple, raw: Any, nodes: dict) -> LocalSid | None:
+    if not c.mapping(where, raw, LOCAL_SID_KEYS, required=("node", "sid", "action", "dev")):
+        return None
+    node = c.node_ref(where + ("node",), raw.get("node"), nodes) if "node" in raw else ""
+    sid = ""
+    if "sid" in raw:
+        text = raw["sid"][:-4] if isinstance(raw["sid"], str) and raw["sid"].endswith("/128") else raw["sid"]
+        sid = c.ipv6(where + ("sid",), text, "SID")
+    action = c.choice(where + ("action",), raw.get("action"), tuple(LOCAL_SID_ACTIONS), "action") \
+        if "action" in raw else "End"
+    needs = LOCAL_SID_ACTIONS.get(action, ())
+    for param in ACTION_PARAMS:
+        if param in raw and param not in needs:
+            c.err(where + (param,), f"action {action} takes no `{param}`",
+                  f"remove it ({action} takes {', '.join(needs) or 'no parameter'})", at_key=True)
+    for param in needs:
+        if param not in raw:
+            c.err(where, f"action {action} needs `{param}`",
+                  {"lookup_table": "add `lookup_table: 254` (the main table)",
+                   "nh6": 'add `nh6: "<next-hop IPv6>"`', "nh4": 'add `nh4: "<next-hop IPv4>"`',
+                   "segs": 'add `segs: ["<SID>", ...]`'}[param])
+    table = c.integer(where + ("table",), raw["table"], "table", 1, 2**32 - 2) if "table" in raw else MAIN_TABLE
+    lookup = c.integer(where + ("lookup_table",), raw["lookup_table"], "lookup_table", 1, 2**32 - 2) \
+        if "lookup_table" in raw else 0
+    nh6 = c.ipv6(where + ("nh6",), raw["nh6"], "next hop") if "nh6" in raw else ""
+    nh4 = c.ipv4(where + ("nh4",), raw["nh4"]) if "nh4" in raw else ""
+    segs = c.sid_list(where + ("segs",), raw["segs"], allow_empty=False, limit=MAX_POLICY_SIDS) \
+        if "segs" in raw else ()
+    dev = c.ifname(where + ("dev",), raw["dev"]) if "dev" in raw else ""
+    count = c.boolean(where + ("count",), raw["count"]) if "count" in raw else False
+    return LocalSid(node=node, sid=sid, action=action, dev=dev, table=table, lookup_table=lookup,
+                    nh6=nh6, nh4=nh4, segs=segs, count=count)
+
+
+def _parse_policy(c: _Checker, where: tuple, raw: Any, nodes: dict) -> Policy | None:
+    if not c.mapping(where, raw, POLICY_KEYS, required=("node", "destination", "segs", "dev")):
+        return None
+    node = c.node_ref(where + ("node",), raw.get("node"), nodes) if "node" in raw else ""
+    destination = c.prefix(where + ("destination",), raw.get("destination")) if "destination" in raw else ""
+    mode = c.choice(where + ("mode",), raw.get("mode", "encap"), POLICY_MODES, "mode")
+    segs = c.sid_list(where + ("segs",), raw.get("segs"), allow_empty=False, limit=MAX_POLICY_SIDS) \
+        if "segs" in raw else ()
+    dev = c.ifname(where + ("dev",), raw["dev"]) if "dev" in raw else ""
+    table = c.integer(where + ("table",), raw["table"], "table", 1, 2**32 - 2) if "table" in raw else MAIN_TABLE
+    metric = c.integer(where + ("metric",), raw["metric"], "metric", 0, 2**32 - 1) if "metric" in raw else 0
+    return Policy(node=node, destination=destination, mode=mode, segs=segs, dev=dev, table=table, metric=metric)
+
+
+def _parse_stamp_end(c: _Checker, where: tuple, raw: Any, nodes: dict) -> StampEnd | None:
+    if not c.mapping(where, raw, STAMP_END_KEYS, required=("node", "address", "dev")):
+        return None
+    node = c.node_ref(where + ("node",), raw.get("node"), nodes) if "node" in raw else ""
+    address = c.ipv6(where + ("address",), raw.get("address")) if "address" in raw else ""
+    dev = c.ifname(where + ("dev",), raw["dev"]) if "dev" in raw else ""
+    return StampEnd(node=node, address=address, dev=dev)
+
+
+def _parse_session(c: _Checker, where: tuple, raw: Any, nodes: dict) -> StampSession | None:
+    if not c.mapping(where, raw, SESSION_KEYS, required=("ssid", "sender", "reflector")):
+        return None
+    ssid = c.integer(where + ("ssid",), raw.get("ssid"), "ssid", 1, 65535,
+                     "write a STAMP Session Identifier in 1..65535 (RFC 8972)") if "ssid" in raw else 0
+    sender = _parse_stamp_end(c, where + ("sender",), raw["sender"], nodes) if "sender" in raw else None
+    reflector = _parse_stamp_end(c, where + ("reflector",), raw["reflector"], nodes) if "reflector" in raw else None
+    segs = c.sid_list(where + ("segs",), raw.get("segs"), allow_empty=True)
+    return_segs = c.sid_list(where + ("return_segs",), raw.get("return_segs"), allow_empty=True)
+    rate = c.integer(where + ("rate_pps",), raw["rate_pps"], "rate_pps", 1, MAX_RATE_PPS,
+                     f"write a whole number of test packets per second in 1..{MAX_RATE_PPS}") \
+        if "rate_pps" in raw else 10
+    mode = c.choice(where + ("mode",), raw.get("mode", "unauthenticated"), STAMP_MODES, "mode")
+    fmt = c.choice(where + ("format",), raw.get("format", "ptp"), STAMP_FORMATS, "format")
+    padding = c.integer(where + ("padding_bytes",), raw["padding_bytes"], "padding_bytes", 0, 1400) \
+        if "padding_bytes" in raw else 0
+    start = c.boolean(where + ("start",), raw["start"]) if "start" in raw else True
+    duration = 0.0
+    if "duration_s" in raw:
+        d = raw["duration_s"]
+        if isinstance(d, bool) or not isinstance(d, (int, float)) or d < 0:
+            c.err(where + ("duration_s",), f"{_show(d)} must be a number >= 0",
+                  "write the seconds of one finite run, or 0 to send until stopped")
+        else:
+            duration = float(d)
+    if sender and reflector and sender.node and sender.node == reflector.node:
+        c.err(where + ("reflector", "node"), f"sender and reflector are both node {sender.node}",
+              "put the reflector on another node")
+    if sender is None or reflector is None:
+        return None
+    return StampSession(ssid=ssid, sender=sender, reflector=reflector, segs=segs, return_segs=return_segs,
+                        rate_pps=rate, mode=mode, format=fmt, padding_bytes=padding, start=start,
+                        duration_s=duration)
+
+
+def _parse_flow(c: _Checker, where: tuple, raw: Any, nodes: dict) -> Flow | None:
+    if not c.mapping(where, raw, FLOW_KEYS, required=("flow_id", "ingress", "egress", "segs")):
+        return None
+    method = c.choice(where + ("method",), raw.get("method", "dscp"), FLOW_METHODS, "method")
+    hi = 0xFFFFF if method == "rfc9343" else 2**32 - 1
+    flow_id = c.integer(where + ("flow_id",), raw.get("flow_id"), "flow_id", 1, hi,
+                        "an rfc9343 flow id is its FlowMonID: 1..1048575" if method == "rfc9343" else "") \
+        if "flow_id" in raw else 0
+    ends = []
+    for side in ("ingress", "egress"):
+        end = None
+        if side in raw and c.mapping(where + (side,), raw[side], FLOW_END_KEYS, required=("node", "dev")):
+            r = raw[side]
+            end = StampEnd(node=c.node_ref(where + (side, "node"), r.get("node"), nodes) if "node" in r else "",
+                           address="", dev=c.ifname(where + (side, "dev"), r["dev"]) if "dev" in r else "")
+        ends.append(end)
+    segs = c.sid_list(where + ("segs",), raw.get("segs"), allow_empty=False) if "segs" in raw else ()
+    period = c.integer(where + ("period_ms",), raw.get("period_ms", 1000), "period_ms", 1, 3_600_000)
+    dmark = c.integer(where + ("dmark_every",), raw.get("dmark_every", 0), "dmark_every", 0, 1 << 20)
+    bits = []
+    for name, default in (("dscp_l_bit", 0), ("dscp_d_bit", 1)):
+        if name in raw and method != "dscp":
+            c.err(where + (name,), f"{name} only applies to method dscp", "remove it", at_key=True)
+        bits.append(c.integer(where + (name,), raw.get(name, default), name, 0, 5))
+    if bits[0] == bits[1] and method == "dscp":
+        c.err(where + ("dscp_d_bit",), f"the colour bit and the delay bit are both DSCP bit {bits[0]}",
+              "use two different DSCP bits (defaults: L=0, D=1)")
+    if ends[0] and ends[1] and ends[0].node and ends[0].node == ends[1].node:
+        c.err(where + ("egress", "node"), f"ingress and egress are both node {ends[0].node}",
+              "the egress is the node at the other end of the SID list")
+    if ends[0] is None or ends[1] is None:
+        return None
+    return Flow(flow_id=flow_id, ingress=ends[0], egress=ends[1], segs=segs, method=method, period_ms=period,
+                dmark_every=dmark, dscp_l_bit=bits[0], dscp_d_bit=bits[1])
+
+
+def _check_unique(c: _Checker, section: str, items: list[tuple[int, Any]], label) -> None:
+    seen: dict[Any, int] = {}
+    for index, item in items:
+        key = item.key
+        if key in seen:
+            c.err((section, index), f"duplicate {label(item)} (also {section}[{seen[key]}])",
+                  "keep one entry per key, or change one of them")
+        else:
+            seen[key] = index
+
+
+def _cross_checks(c: _Checker, intent: Intent, indexed: dict[str, list[tuple[int, Any]]]) -> None:
+    _check_unique(c, "local_sids", indexed["local_sids"], lambda s: f"local SID {s.sid} on node {s.node}"
+                  + (f" table {s.table}" if s.table != MAIN_TABLE else ""))
+    _check_unique(c, "policies", indexed["policies"],
+                  lambda p: f"policy for {p.destination} on node {p.node}"
+                  + (f" table {p.table}" if p.table != MAIN_TABLE else ""))
+    _check_unique(c, "stamp_sessions", indexed["stamp_sessions"],
+                  lambda s: f"STAMP session ssid {s.ssid} from node {s.sender.node}")
+    _check_unique(c, "flows", indexed["flows"], lambda f: f"flow_id {f.flow_id}")
+    # an agent keys STAMP sessions by (role, ssid): one ssid per reflector node too
+    refl_seen: dict[tuple, int] = {}
+    for index, s in indexed["stamp_sessions"]:
+        k = (s.reflector.node, s.ssid)
+        if k in refl_seen:
+            c.err(("stamp_sessions", index, "ssid"), f"reflector node {s.reflector.node} already reflects "
+                  f"ssid {s.ssid} (stamp_sessions[{refl_seen[k]}])", "use another ssid")
+        refl_seen.setdefault(k, index)
+    # a node's STAMP datapath is Init'ed once: one collector device / source per sender node,
+    # one reflector device per reflector node
+    for role in ("sender", "reflector"):
+        devs: dict[str, tuple[str, int]] = {}
+        for index, s in indexed["stamp_sessions"]:
+            end = getattr(s, role)
+            if end.node in devs and devs[end.node][0] != end.dev:
+                c.err(("stamp_sessions", index, role, "dev"),
+                      f"node {end.node} is already a STAMP {role} on dev {devs[end.node][0]} "
+                      f"(stamp_sessions[{devs[end.node][1]}])", f"use dev {devs[end.node][0]}: one {role} device per node")
+            devs.setdefault(end.node, (end.dev, index))
+
+
+def parse_intent(text: str, file: str = "intent.yaml", base_dir: Path | None = None) -> Intent:
+    """Validate text; returns the Intent or raises IntentError with every problem."""
+    raw, doc = load_marked(text, file)
+    c = _Checker(doc, base_dir or Path(file).resolve().parent)
+    intent = Intent(file=file)
+    indexed: dict[str, list[tuple[int, Any]]] = {k: [] for k in ("local_sids", "policies", "stamp_sessions", "flows")}
+    if doc.problems and raw is None:      # YAML syntax: nothing to validate
+        raise IntentError(file, doc.problems)
+    if raw is None:
+        raise IntentError(file, [Problem(1, 1, "", "the file is empty", "start from controller/examples/demo_line5.yaml")])
+    if c.mapping((), raw, TOP_KEYS, required=("version", "nodes")):
+        if "version" in raw and raw["version"] != 1:
+            c.err(("version",), f"version {_show(raw['version'])} is not supported", "write `version: 1`")
+        nodes_raw = raw.get("nodes")
+        if "nodes" in raw:
+            if not isinstance(nodes_raw, dict) or not nodes_raw:
+                c.err(("nodes",), f"expected a mapping of node name -> agent, got {_show(nodes_raw)}",
+                      "write `nodes:` with `A: {agent: \"127.0.0.1:50051\", tls: {...}}` entries")
+            else:
+                for name, node_raw in nodes_raw.items():
+                    node = _parse_node(c, ("nodes", name), name, node_raw)
+                    if node:
+                        intent.nodes[node.name] = node
+                agents: dict[str, str] = {}
+                for node in intent.nodes.values():
+                    if node.agent in agents:
+                        c.err(("nodes", node.name, "agent"), f"agent {node.agent} is also node {agents[node.agent]}'s",
+                              "give every node its own agent address")
+                    agents.setdefault(node.agent, node.name)
+        known = nodes_raw if isinstance(nodes_raw, dict) else {}
+        parsers = {"local_sids": _parse_local_sid, "policies": _parse_policy,
+                   "stamp_sessions": _parse_session, "flows": _parse_flow}
+        for section, parse in parsers.items():
+            what = section.rstrip("s").replace("_", " ")
+            for index, item_raw in enumerate(c.listing((section,), raw.get(section), what)):
+                item = parse(c, (section, index), item_raw, known)
+                if item is not None:
+                    getattr(intent, section).append(item)
+                    indexed[section].append((index, item))
+        _cross_checks(c, intent, indexed)
+    if doc.problems:
+        raise IntentError(file, doc.problems)
+    return intent
+
+
+def load_intent(path: str | Path) -> Intent:
+    """Read and validate an intent file (paths in it are relative to the file's directory)."""
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise IntentError(str(path), [Problem(1, 1, "", f"cannot read the file: {exc.strerror}",
+                                              "check the path")]) from None
+    return parse_intent(text, str(path), path.resolve().parent)

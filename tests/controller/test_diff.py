@@ -1,0 +1,170 @@
+"""The plan (controller/diff.py) as a pure function: minimal, deterministic, dependency-ordered."""
+from __future__ import annotations
+
+import dataclasses
+import random
+from pathlib import Path
+
+from controller.agents import (flow_msg, flow_resource, local_sid_msg, local_sid_resource, policy_msg,
+                               policy_resource, stamp_resource, stamp_session_msg)
+from controller.diff import plan
+from controller.intent import load_intent, parse_intent
+from controller.model import Resource, desired_state, policy_spec
+from segscope_proto.segscope.agent.v1 import flowmon_pb2, srv6_pb2, stamp_pb2
+
+REPO = Path(__file__).resolve().parents[2]
+DEMO = REPO / "controller" / "examples" / "demo_line5.yaml"
+LOSS = REPO / "controller" / "examples" / "line5_loss.yaml"
+
+
+def reported(desired, finished: set = frozenset(), stopped: set = frozenset()) -> dict:
+    """What agents report once `desired` is in place (running sessions), built by hand."""
+    out = {}
+    for ident, r in desired.resources.items():
+        running = r.running
+        if ident in finished or ident in stopped:
+            running = False
+        out[ident] = dataclasses.replace(r, running=running, finished=ident in finished, finite=False,
+                                         duration_s=0.0)
+    return out
+
+
+def summary(ops) -> list[tuple]:
+    return [(op.action, op.kind, op.node, op.key) for op in ops]
+
+
+def test_from_nothing_creates_everything_in_dependency_order():
+    d = desired_state(load_intent(DEMO))
+    ops = plan(d, {})
+    assert summary(ops) == [
+        ("create", "local_sid", "A", ("fc00:1::d6", 254)),
+        ("create", "local_sid", "B", ("fc00:3::d6", 254)),
+        ("create", "local_sid", "R", ("fc00:2::e", 254)),
+        ("create", "policy", "A", ("fd00:b::/64", 254)),
+        ("create", "policy", "B", ("fd00:a::/64", 254)),
+        ("init", "stamp_init", "B", ("reflector",)),
+        ("create", "stamp_reflector", "B", ("reflector", 1)),
+        ("start", "stamp_reflector", "B", ("reflector", 1)),
+        ("init", "stamp_init", "A", ("sender",)),
+        ("create", "stamp_sender", "A", ("sender", 1)),
+        ("start", "stamp_sender", "A", ("sender", 1)),
+    ]
+    init_b = ops[5].init
+    assert (init_b.device, init_b.addresses) == ("b0", ("fc00:3::1",))
+    assert (ops[8].init.device, ops[8].init.source_address) == ("a0", "fc00:1::1")
+
+
+def test_in_place_state_needs_nothing():
+    d = desired_state(load_intent(LOSS))
+    assert plan(d, reported(d)) == []
+
+
+def test_policy_change_is_one_hitless_update():
+    d = desired_state(load_intent(DEMO))
+    actual = reported(d)
+    ident = ("policy", "A", ("fd00:b::/64", 254))
+    actual[ident] = dataclasses.replace(actual[ident], spec=policy_spec("encap", ["fc00:2::e"], "a0", 0))
+    ops = plan(d, actual)
+    assert summary(ops) == [("update", "policy", "A", ("fd00:b::/64", 254))]
+    assert "segs: fc00:2::e -> fc00:2::e,fc00:3::d6" in ops[0].describe()
+
+
+def test_extra_objects_on_managed_nodes_are_removed_last_in_reverse_order():
+    d = desired_state(load_intent(DEMO))
+    actual = reported(d)
+    extra = [Resource("local_sid", "R", ("fc00:2::99", 254), ()), Resource("policy", "R", ("fd00:c::/64", 254), ()),
+             Resource("stamp_sender", "A", ("sender", 9), (), running=True),
+             Resource("policy", "H1", ("fd00:b::/64", 254), ())]          # H1 is not in the intent
+    for r in extra:
+        actual[r.ident] = r
+    # and one thing missing: a create comes first
+    del actual[("local_sid", "B", ("fc00:3::d6", 254))]
+    assert summary(plan(d, actual)) == [
+        ("create", "local_sid", "B", ("fc00:3::d6", 254)),
+        ("remove", "stamp_sender", "A", ("sender", 9)),
+        ("remove", "policy", "R", ("fd00:c::/64", 254)),
+        ("remove", "local_sid", "R", ("fc00:2::99", 254)),
+    ]
+
+
+def test_session_change_is_replace_then_start_with_init():
+    text = DEMO.read_text().replace("rate_pps: 100", "rate_pps: 50")
+    d_new = desired_state(parse_intent(text, str(DEMO)))
+    actual = reported(desired_state(load_intent(DEMO)))
+    ops = plan(d_new, actual)
+    assert summary(ops) == [("init", "stamp_init", "A", ("sender",)),
+                            ("replace", "stamp_sender", "A", ("sender", 1)),
+                            ("start", "stamp_sender", "A", ("sender", 1))]
+    assert "rate_pps: 100 -> 50" in ops[1].describe()
+
+
+def test_run_state():
+    d = desired_state(load_intent(DEMO))
+    sender = ("stamp_sender", "A", ("sender", 1))
+    # stopped, wanted running -> start only
+    assert summary(plan(d, reported(d, stopped={sender}))) == [("start", "stamp_sender", "A", ("sender", 1))]
+    # wanted stopped, running -> stop only
+    text = DEMO.read_text().replace("format: ptp", "format: ptp\n    start: false")
+    d_stopped = desired_state(parse_intent(text, str(DEMO)))
+    assert summary(plan(d_stopped, reported(d))) == [("stop", "stamp_sender", "A", ("sender", 1))]
+    # a finite run that has run its course is not repeated
+    text = DEMO.read_text().replace("format: ptp", "format: ptp\n    duration_s: 10")
+    d_finite = desired_state(parse_intent(text, str(DEMO)))
+    assert plan(d_finite, reported(d_finite, finished={sender})) == []
+    # ... but one that never ran is started with its duration
+    ops = plan(d_finite, reported(d_finite, stopped={sender}))
+    assert summary(ops) == [("start", "stamp_sender", "A", ("sender", 1))] and ops[0].desired.duration_s == 10
+
+
+def test_flows_rx_before_tx_and_removed_tx_first():
+    d = desired_state(load_intent(LOSS))
+    actual = {k: v for k, v in reported(d).items() if not k[0].startswith("flow")}
+    assert summary(plan(d, actual)) == [("create", "flow_rx", "B", ("rx", 7)), ("create", "flow_tx", "A", ("tx", 7))]
+    d_demo = desired_state(load_intent(DEMO))
+    # demo_line5 also turns the SID counters on (count: true): three in-place updates first
+    assert summary(plan(d_demo, reported(d))) == [("update", "local_sid", "A", ("fc00:1::d6", 254)),
+                                                  ("update", "local_sid", "B", ("fc00:3::d6", 254)),
+                                                  ("update", "local_sid", "R", ("fc00:2::e", 254)),
+                                                  ("remove", "flow_tx", "A", ("tx", 7)),
+                                                  ("remove", "flow_rx", "B", ("rx", 7))]
+
+
+def test_plan_is_deterministic_whatever_the_order_of_reports():
+    d = desired_state(load_intent(LOSS))
+    actual = reported(d)
+    for ident in list(actual)[::3]:
+        del actual[ident]
+    actual[("policy", "R", ("fd00:c::/64", 254))] = Resource("policy", "R", ("fd00:c::/64", 254), ())
+    expected = summary(plan(d, actual))
+    items = list(actual.items())
+    for seed in range(5):
+        random.Random(seed).shuffle(items)
+        assert summary(plan(d, dict(items))) == expected
+
+
+def test_agent_messages_read_back_equal():
+    """What the controller sends, answered the way the agent canonicalises it, compares equal."""
+    d = desired_state(load_intent(LOSS))
+    for r in d.resources.values():
+        if r.kind == "local_sid":
+            back = local_sid_resource(r.node, srv6_pb2.LocalSidState(local_sid=local_sid_msg(r)))
+        elif r.kind == "policy":
+            msg = policy_msg(r)
+            msg.metric = msg.metric or 1024          # the kernel's default metric, as the agent reports it
+            back = policy_resource(r.node, msg)
+        elif r.kind.startswith("stamp"):
+            state = stamp_pb2.STAMP_SESSION_STATE_RUNNING
+            back = stamp_resource(r.node, stamp_pb2.StampSessionStatus(session=stamp_session_msg(r), state=state))
+        else:
+            back = flow_resource(r.node, flowmon_pb2.FlowMonitorStatus(monitor=flow_msg(r)))
+        assert back.ident == r.ident and back.spec == r.spec, (r, back)
+
+
+def test_non_canonical_reports_compare_equal():
+    d = desired_state(load_intent(DEMO))
+    actual = reported(d)
+    ident = ("policy", "A", ("fd00:b::/64", 254))
+    p = srv6_pb2.Policy(destination="fd00:000b:0::/64", table=254, mode=srv6_pb2.ENCAP_MODE_ENCAP,
+                        segments=["FC00:2:0::E", "fc00:3::d6"], device="a0", metric=1024)
+    actual[ident] = policy_resource("A", p)
+    assert plan(d, actual) == []

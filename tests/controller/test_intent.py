@@ -1,0 +1,123 @@
+"""validate: good files pass; every bad file names the right LINE:COLUMN, the field and the fix."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from controller.intent import IntentError, load_intent, parse_intent
+
+REPO = Path(__file__).resolve().parents[2]
+EXAMPLES = sorted((REPO / "controller" / "examples").glob("*.yaml"))
+BAD = sorted((Path(__file__).parent / "bad").glob("*.yaml"))
+
+
+def expectation(path: Path) -> tuple[str, str]:
+    """First line of a bad file: `# expect: LINE:COL text that the message must contain`."""
+    first = path.read_text().splitlines()[0]
+    assert first.startswith("# expect: "), path
+    pos, text = first[len("# expect: "):].split(" ", 1)
+    return pos, text
+
+
+def test_there_are_enough_bad_files():
+    assert len(BAD) >= 10
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.name)
+def test_examples_are_valid(path):
+    intent = load_intent(path)
+    assert set(intent.nodes) == {"A", "R", "B"}
+    assert intent.stamp_sessions and intent.policies and intent.local_sids
+
+
+def test_demo_intent_content():
+    intent = load_intent(REPO / "controller" / "examples" / "demo_line5.yaml")
+    pol = {p.node: p for p in intent.policies}
+    assert pol["A"].destination == "fd00:b::/64" and pol["A"].segs == ("fc00:2::e", "fc00:3::d6")
+    assert pol["B"].segs == ("fc00:2::e", "fc00:1::d6")
+    sids = {(s.node, s.sid): s for s in intent.local_sids}
+    assert sids[("R", "fc00:2::e")].action == "End"
+    assert sids[("B", "fc00:3::d6")].lookup_table == 254
+    s = intent.stamp_sessions[0]
+    assert (s.sender.node, s.reflector.node, s.rate_pps, s.segs) == ("A", "B", 100, ("fc00:2::e",))
+    # TLS paths are resolved relative to the file, through the ${VAR:-default} default
+    assert intent.nodes["A"].tls.ca == str(REPO / "controller" / "examples" / "../../.run/demo/certs/ca.pem")
+
+
+def test_env_expansion(monkeypatch):
+    monkeypatch.setenv("SEGSCOPE_AGENT_A", "127.0.0.1:1234")
+    monkeypatch.setenv("SEGSCOPE_CERTS", "/tmp/ctl-certs")
+    intent = load_intent(REPO / "controller" / "examples" / "demo_line5.yaml")
+    assert intent.nodes["A"].agent == "127.0.0.1:1234"
+    assert intent.nodes["R"].agent == "127.0.0.1:50062"
+    assert intent.nodes["B"].tls.key == "/tmp/ctl-certs/controller.key"
+
+
+@pytest.mark.parametrize("path", BAD, ids=lambda p: p.name)
+def test_bad_file_names_its_line(path):
+    pos, text = expectation(path)
+    with pytest.raises(IntentError) as info:
+        load_intent(path)
+    lines = info.value.lines
+    want = f"{path}:{pos}: "
+    assert any(line.startswith(want) and text in line for line in lines), (want, text, lines)
+    assert all(". Fix: " in line for line in lines), lines   # every error says how to fix it
+
+
+def test_every_problem_is_reported_in_file_order():
+    text = (Path(__file__).parent / "bad" / "negative_rate.yaml").read_text()
+    text = text.replace("segs: [\"fc00:2::e\"]", "segs: [\"nope\"]").replace("ssid: 1", "ssid: 0")
+    with pytest.raises(IntentError) as info:
+        parse_intent(text, "x.yaml")
+    lines = info.value.lines
+    assert [l.split(":")[1] for l in lines] == ["11", "14", "15", "16"], lines   # segs and return_segs
+    assert "ssid: 0 must be > 0" in lines[0] and "segs[0]: 'nope' is not an IPv6 SID" in lines[1]
+    assert "return_segs[0]: 'nope'" in lines[2] and "rate_pps: -5 must be > 0" in lines[3]
+
+
+def test_duplicate_key_and_reflector_ssid_clash():
+    text = """version: 1
+nodes:
+  A: {agent: "127.0.0.1:1", tls: {ca: a, cert: b, key: c}}
+  B: {agent: "127.0.0.1:2", tls: {ca: a, cert: b, key: c}}
+  C: {agent: "127.0.0.1:3", tls: {ca: a, cert: b, key: c}}
+stamp_sessions:
+  - {ssid: 5, sender: {node: A, address: "fc00:1::1", dev: a0}, reflector: {node: B, address: "fc00:3::1", dev: b0}}
+  - {ssid: 5, sender: {node: C, address: "fc00:4::1", dev: c0}, reflector: {node: B, address: "fc00:3::1", dev: b0}}
+  - {ssid: 6, ssid: 7, sender: {node: C, address: "fc00:4::1", dev: c0}, reflector: {node: A, address: "fc00:1::1", dev: a1}}
+"""
+    with pytest.raises(IntentError) as info:
+        parse_intent(text, "x.yaml")
+    lines = info.value.lines
+    assert any(l.startswith("x.yaml:8:") and "reflector node B already reflects ssid 5" in l for l in lines), lines
+    assert any(l.startswith("x.yaml:9:") and "key 'ssid' appears twice" in l for l in lines), lines
+    # C sends from dev c0 in both sessions: no clash there; A reflects on a1 and sends on a0: fine too
+    assert not any("already a STAMP" in l for l in lines), lines
+
+
+def test_empty_file():
+    with pytest.raises(IntentError) as info:
+        parse_intent("", "e.yaml")
+    assert info.value.lines[0].startswith("e.yaml:1:1: the file is empty")
+
+
+def _cli(*args) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "controller", *args], cwd=REPO, capture_output=True, text=True)
+
+
+def test_cli_validate_exit_codes():
+    ok = _cli("validate", "controller/examples/demo_line5.yaml")
+    assert ok.returncode == 0 and "valid" in ok.stdout
+    bad = _cli("validate", "tests/controller/bad/negative_rate.yaml")
+    assert bad.returncode == 2
+    assert "tests/controller/bad/negative_rate.yaml:16:15: stamp_sessions[0].rate_pps: -5 must be > 0" in bad.stderr
+    js = _cli("validate", "--json", "tests/controller/bad/unknown_node.yaml")
+    assert js.returncode == 2
+    body = json.loads(js.stdout)
+    assert body["valid"] is False and body["errors"][0].startswith("tests/controller/bad/unknown_node.yaml:13:23:")
+    missing = _cli("validate", "no/such/file.yaml")
+    assert missing.returncode == 2 and "cannot read the file" in missing.stderr
