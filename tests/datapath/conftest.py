@@ -39,3 +39,7 @@ def reflector(veth):
 def reflector_and_collector(veth):
     with Attached(veth, with_collector=True) as a:
         yield a
+
+
+# alternate-marking datapath fixtures (am_build, am_lab, am_testrun), shared by test_altmark_*.py
+from tests.datapath.altmark_fixtures import am_build, am_lab, am_testrun  # noqa: E402,F401

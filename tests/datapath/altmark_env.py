@@ -1,0 +1,328 @@
+"""Helpers for the alternate-marking datapath tests (altmark_tx / altmark_rx).
+
+Real programs in the real kernel: the loaders in build/datapath, the netlab line5 network
+(H1–A–R–B–H2), per-CPU maps read through ctypes on the system libbpf.so.1, frames for
+BPF_PROG_TEST_RUN built with struct. Every resource carries PREFIX (default "amdp").
+"""
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import json
+import os
+import socket
+import struct
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from tests.datapath.dp_env import in_netns
+from tests.fuzz.bpf_testrun import _lib, _TestRunOpts, obj_get
+
+REPO = Path(__file__).resolve().parents[2]
+BUILD = REPO / "build" / "datapath"
+TX = BUILD / "altmark_tx"
+RX = BUILD / "altmark_rx"
+PIN_ROOT = Path("/sys/fs/bpf/segscope")
+PREFIX = os.environ.get("SEGSCOPE_ALTMARK_TEST_PREFIX", "amdp")
+
+MAX_SIDS = 6
+MAX_FLOWS = 65536
+METHOD_DSCP, METHOD_RFC9343 = 1, 2
+OPT_TYPE = 0x12
+L_FLAG, D_FLAG = 0x800, 0x400
+
+# the line5 policy A -> B: travel order; the SRH holds it reversed (segments[0] = fc00:3::d6)
+POLICY = ["fc00:2::e", "fc00:3::d6"]
+H2_ADDR = "fd00:b::1"
+UDP_PORT = 9000
+
+TX_COUNTERS = ["pass_not_ipv6", "pass_no_srh", "pass_not_srh", "pass_too_many_sids", "pass_malformed_srh",
+               "pass_unmonitored", "pass_already_marked", "pass_mark_failed", "pass_bad_slot",
+               "coloured_dscp", "coloured_rfc9343"]
+RX_COUNTERS = ["pass_not_ipv6", "pass_no_srh", "pass_not_srh", "pass_too_many_sids", "pass_malformed_srh",
+               "pass_malformed_doh", "pass_unmonitored", "pass_unknown_flowmon", "pass_bad_slot",
+               "counted_dscp", "counted_rfc9343"]
+
+_lib.bpf_map_lookup_elem.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p]
+_lib.bpf_map_update_elem.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_uint64]
+_lib.bpf_map_delete_elem.argtypes = [ctypes.c_int, ctypes.c_void_p]
+NCPU = _lib.libbpf_num_possible_cpus()
+
+
+def tai_ns() -> int:
+    return time.clock_gettime_ns(time.CLOCK_TAI)
+
+
+def run(tool: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+    p = subprocess.run([str(tool), *args], capture_output=True, text=True)
+    if check and p.returncode != 0:
+        raise AssertionError(f"{tool.name} {' '.join(args)} -> {p.returncode}: {p.stderr}")
+    return p
+
+
+def stats(tool: Path, instance: str) -> dict[str, int]:
+    return json.loads(run(tool, "stats", "--instance", instance, "--json").stdout)
+
+
+def list_flows(tool: Path, instance: str) -> list[dict]:
+    return json.loads(run(tool, "list-flows", "--instance", instance, "--json").stdout)["flows"]
+
+
+def delta(before: dict[str, int], after: dict[str, int]) -> dict[str, int]:
+    return {k: after[k] - before[k] for k in after if after[k] != before[k]}
+
+
+# ---------------------------------------------------------------- maps through ctypes
+
+def sidlist_key(travel: list[str]) -> bytes:
+    wire = [socket.inet_pton(socket.AF_INET6, s) for s in reversed(travel)]
+    return struct.pack("<II", len(wire), 0) + b"".join(wire) + bytes(16 * (MAX_SIDS - len(wire)))
+
+
+def flow_value(flow_id: int, slot: int, period_ns: int, method: int, l_bit: int = 0, d_bit: int = 1,
+               dmark_every: int = 0, installed: int = 0) -> bytes:
+    return struct.pack("<IIQQBBBBI", flow_id, slot, period_ns, installed, method, l_bit, d_bit, 0, dmark_every)
+
+
+class Maps:
+    """The pinned maps of one program instance."""
+
+    def __init__(self, pin_dir: Path):
+        self.dir = pin_dir
+        self.counters_fd = obj_get(pin_dir / "altmark_counters")
+        self.flows_fd = obj_get(pin_dir / "altmark_flows")
+        self._val = (ctypes.c_uint64 * (4 * NCPU))()
+
+    def per_cpu(self, slot: int, colour: int) -> list[tuple[int, int, int, int]]:
+        """[(packets, bytes, dmark_packets, dmark_ts_sum_ns)] per CPU of counter slot*2+colour."""
+        key = ctypes.c_uint32(slot * 2 + colour)
+        if _lib.bpf_map_lookup_elem(self.counters_fd, ctypes.byref(key), self._val) != 0:
+            raise OSError(ctypes.get_errno(), "lookup altmark_counters")
+        v = list(self._val)
+        return [tuple(v[c * 4:(c + 1) * 4]) for c in range(NCPU)]
+
+    def summed(self, slot: int, colour: int) -> tuple[int, int, int, int]:
+        rows = self.per_cpu(slot, colour)
+        return tuple(sum(r[i] for r in rows) & (2**64 - 1) for i in range(4))
+
+    def put_flow(self, key: bytes, value: bytes) -> None:
+        k, v = ctypes.create_string_buffer(key, len(key)), ctypes.create_string_buffer(value, len(value))
+        if _lib.bpf_map_update_elem(self.flows_fd, k, v, 0) != 0:
+            raise OSError(ctypes.get_errno(), "update altmark_flows")
+
+    def del_flow(self, key: bytes) -> None:
+        k = ctypes.create_string_buffer(key, len(key))
+        _lib.bpf_map_delete_elem(self.flows_fd, k)
+
+
+class TestRun:
+    """BPF_PROG_TEST_RUN of a pinned program (TC or XDP): output frame, retval, kernel duration."""
+
+    def __init__(self, prog_pin: Path):
+        self.fd = obj_get(prog_pin)
+        self._in = ctypes.create_string_buffer(4096)
+        self._out = ctypes.create_string_buffer(4096 + 256)
+        self.opts = _TestRunOpts(sz=ctypes.sizeof(_TestRunOpts))
+
+    def run(self, frame: bytes, repeat: int = 1) -> tuple[int, bytes, int]:
+        ctypes.memmove(self._in, frame, len(frame))
+        o = self.opts
+        o.data_in, o.data_size_in = ctypes.addressof(self._in), len(frame)
+        o.data_out, o.data_size_out = ctypes.addressof(self._out), len(self._out)
+        o.repeat = repeat
+        if _lib.bpf_prog_test_run_opts(self.fd, ctypes.byref(o)) != 0:
+            raise OSError(ctypes.get_errno(), "bpf_prog_test_run_opts")
+        return o.retval, self._out.raw[:o.data_size_out], o.duration
+
+
+# ---------------------------------------------------------------- frames
+
+def a6(s: str) -> bytes:
+    return socket.inet_pton(socket.AF_INET6, s)
+
+
+def srh(travel: list[str], nexthdr: int = 41, segleft: int | None = None, hdrlen: int | None = None,
+        last_entry: int | None = None) -> bytes:
+    wire = [a6(s) for s in reversed(travel)]
+    n = len(wire)
+    return struct.pack("!BBBBBBH", nexthdr, 2 * n if hdrlen is None else hdrlen, 4,
+                       n - 1 if segleft is None else segleft, n - 1 if last_entry is None else last_entry,
+                       0, 0) + b"".join(wire)
+
+
+def doh(flowmon: int, colour: int, dmark: bool, nexthdr: int = 43) -> bytes:
+    data = flowmon << 12 | (L_FLAG if colour else 0) | (D_FLAG if dmark else 0)
+    return struct.pack("!BBBBI", nexthdr, 0, OPT_TYPE, 4, data)
+
+
+def inner_udp(payload: bytes, tclass: int = 0) -> bytes:
+    udp = struct.pack("!HHHH", 40000, UDP_PORT, 8 + len(payload), 0) + payload
+    return ipv6_hdr("fd00:a::1", H2_ADDR, 17, len(udp), tclass=tclass) + udp
+
+
+def ipv6_hdr(src: str, dst: str, nexthdr: int, plen: int, tclass: int = 0, flow: int = 0, hlim: int = 64) -> bytes:
+    return struct.pack("!IHBB", 6 << 28 | tclass << 20 | flow, plen, nexthdr, hlim) + a6(src) + a6(dst)
+
+
+def eth(ethertype: int = 0x86DD) -> bytes:
+    return bytes.fromhex("020000000002020000000001") + struct.pack("!H", ethertype)
+
+
+def encapped(travel: list[str] = POLICY, tclass: int = 0, payload: bytes = b"x" * 32, ext: bytes | None = None,
+             outer_next: int = 43) -> bytes:
+    """An outer IPv6 + SRH (+ext) + inner IPv6/UDP frame as A's seg6 encap writes it."""
+    inner = inner_udp(payload)
+    body = (srh(travel) if ext is None else ext) + inner
+    return eth() + ipv6_hdr("fc00:12::1", travel[-1], outer_next, len(body), tclass=tclass) + body
+
+
+def tclass_of(frame: bytes, l3: int = 14) -> int:
+    return (struct.unpack_from("!I", frame, l3)[0] >> 20) & 0xFF
+
+
+def colour_at(t_ns: int, period_ns: int) -> int:
+    return (t_ns // period_ns) & 1
+
+
+# ---------------------------------------------------------------- traffic in the lab
+
+@dataclass
+class Sent:
+    seq: int
+    t_before: int    # CLOCK_TAI ns just before sendto
+    t_after: int     # just after (the TC program ran in between: same CPU, same syscall)
+    cpu: int
+
+
+def send_udp(ns: str, dst: str, n: int, cpus: list[int], gap_s: float = 0.0, payload_len: int = 64,
+             tclass: int | None = None, seq0: int = 0) -> list[Sent]:
+    """n UDP datagrams from ns (kernel socket), the sending thread pinned to cpus in turn (round robin).
+
+    On veth the whole path H1 -> A (forward, seg6 encap, TC egress on a0) runs in the sender's
+    syscall / softirq on the sender's CPU, so the CPU a packet was sent from is the CPU whose
+    per-CPU counter it lands in."""
+    with in_netns(ns):
+        s = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
+    if tclass is not None:
+        s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_TCLASS, tclass)
+    old = os.sched_getaffinity(0)
+    out: list[Sent] = []
+    try:
+        for i in range(n):
+            cpu = cpus[i % len(cpus)]
+            os.sched_setaffinity(0, {cpu})
+            seq = seq0 + i
+            payload = struct.pack("!Q", seq) + bytes((seq + k) & 0xFF for k in range(payload_len - 8))
+            t0 = tai_ns()
+            s.sendto(payload, (dst, UDP_PORT))
+            out.append(Sent(seq, t0, tai_ns(), cpu))
+            if gap_s:
+                time.sleep(gap_s)
+    finally:
+        os.sched_setaffinity(0, old)
+        s.close()
+    return out
+
+
+class Receiver:
+    """UDP receiver in a namespace; collects the datagrams' payloads."""
+
+    def __init__(self, ns: str, addr: str = "::", port: int = UDP_PORT):
+        with in_netns(ns):
+            self.sock = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
+        self.sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_RECVTCLASS, 1)
+        self.sock.bind((addr, port))
+        self.sock.settimeout(0.5)
+
+    def drain(self, want: int, timeout_s: float = 3.0) -> list[tuple[bytes, int]]:
+        got: list[tuple[bytes, int]] = []
+        end = time.monotonic() + timeout_s
+        while len(got) < want and time.monotonic() < end:
+            try:
+                data, anc, _flags, _addr = self.sock.recvmsg(4096, 256)
+            except socket.timeout:
+                continue
+            tc = next((struct.unpack("i", d[:4])[0] for lvl, typ, d in anc
+                       if lvl == socket.IPPROTO_IPV6 and typ == socket.IPV6_TCLASS), -1)
+            got.append((data, tc))
+        return got
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+class Capture:
+    """AF_PACKET capture of incoming frames on one device of a namespace (IPv6 only)."""
+
+    def __init__(self, ns: str, dev: str, outgoing: bool = False):
+        with in_netns(ns):
+            self.sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(0x86DD))
+            self.sock.bind((dev, 0))
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
+        self.sock.settimeout(0.3)
+        self.outgoing = outgoing
+
+    def frames(self, want: int, timeout_s: float = 3.0, match=None) -> list[bytes]:
+        out: list[bytes] = []
+        end = time.monotonic() + timeout_s
+        while len(out) < want and time.monotonic() < end:
+            try:
+                data, addr = self.sock.recvfrom(65536)
+            except socket.timeout:
+                continue
+            is_out = addr[2] == socket.PACKET_OUTGOING
+            if is_out != self.outgoing:
+                continue
+            if match is None or match(data):
+                out.append(data)
+        return out
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def find_udp(frame: bytes) -> tuple[int, int] | None:
+    """(offset of the inner IPv6 header, seq) of our test datagram inside a frame, if it is one."""
+    off, nh = 14 + 40, frame[14 + 6] if len(frame) > 54 else None
+    for _ in range(4):
+        if nh in (43, 60, 0):
+            if len(frame) < off + 2:
+                return None
+            nh, off = frame[off], off + (frame[off + 1] + 1) * 8
+        elif nh == 41:
+            inner = off
+            if len(frame) < inner + 48 + 8 or frame[inner + 6] != 17:
+                return None
+            if struct.unpack_from("!H", frame, inner + 42)[0] != UDP_PORT:
+                return None
+            return inner, struct.unpack_from("!Q", frame, inner + 48)[0]
+        elif nh == 17 and off == 54:   # plain (decapsulated) packet
+            if len(frame) < 62 + 8 or struct.unpack_from("!H", frame, 56)[0] != UDP_PORT:
+                return None
+            return 14, struct.unpack_from("!Q", frame, 62)[0]
+        else:
+            return None
+    return None
+
+
+def iface_counter(ns: str, dev: str, name: str) -> int:
+    p = subprocess.run(["ip", "netns", "exec", ns, "cat", f"/sys/class/net/{dev}/statistics/{name}"],
+                       capture_output=True, text=True, check=True)
+    return int(p.stdout)
+
+
+@contextlib.contextmanager
+def flows(installs: list[tuple[Path, str, list[str]]]):
+    """add-flow each (tool, instance, args) and del-flow them at the end."""
+    done = []
+    try:
+        for tool, inst, args in installs:
+            run(tool, "add-flow", "--instance", inst, *args)
+            done.append((tool, inst, args))
+        yield
+    finally:
+        for tool, inst, args in done:
+            fid = args[args.index("--flow-id") + 1] if "--flow-id" in args else args[args.index("--flowmon-id") + 1]
+            run(tool, "del-flow", "--instance", inst, "--flow-id", fid, check=False)
