@@ -88,7 +88,7 @@ struct collector_opts {
 	X(records_partial) X(blocks_read_late) X(dmark_overflows) X(records_delivered) \
 	X(records_failed) X(batches_produced) X(batches_delivered) X(batches_failed) \
 	X(produce_errors) X(queue_full_retries) X(metrics_produced) X(metrics_failed) \
-	X(map_reopens) X(margin_clamped) X(wake_late_us_sum) X(wake_late_us_max) X(read_us_sum)
+	X(map_reopens) X(margin_clamped) X(wake_late_us_sum) X(wake_late_us_max) X(read_us_sum) X(scan_us_sum)
 
 struct collector_counters {
 #define X(f) uint64_t f;
@@ -100,8 +100,6 @@ enum key_kind { KEY_SIDLIST = 1, KEY_FLOWMON = 2 };
 
 /* What the collector knows about the flow in one slot of one instance. */
 struct flow_state {
-	bool active;
-	bool seen;                           /* in the current scan */
 	uint8_t key_kind;
 	union {
 		struct altmark_sidlist_key sidlist;
@@ -122,6 +120,8 @@ struct instance {
 	uint32_t flows_id, flowmon_id, counters_id;
 	uint64_t boot_id;
 	struct flow_state *slots;            /* ALTMARK_MAX_FLOWS */
+	uint8_t *active;                     /* per slot: a flow is installed there (small: scanned every tick) */
+	uint8_t *seen;                       /* per slot: found by the current scan */
 	uint32_t nactive;
 };
 
@@ -433,7 +433,7 @@ static int open_instance(struct instance *in)
 					  sizeof(struct altmark_flow), true, &in->flowmon_id);
 	if (in->flows_fd < 0 || in->counters_fd < 0)
 		return -1;
-	memset(in->slots, 0, sizeof(*in->slots) * ALTMARK_MAX_FLOWS);
+	memset(in->active, 0, ALTMARK_MAX_FLOWS);
 	in->nactive = 0;
 	in->boot_id = random_boot_id();
 	return 0;
@@ -636,7 +636,7 @@ static void emit_due_blocks(struct collector *s, struct instance *in, struct flo
 		}
 		if (!flow_still_installed(in, st)) {   /* removed/reinstalled since the scan */
 			s->c.reads_discarded++;
-			st->active = false;
+			in->active[st->flow.slot] = 0;
 			in->nactive--;
 			break;
 		}
@@ -680,16 +680,17 @@ static void scan_entry(struct collector *s, struct instance *in, uint8_t kind, c
 		return;
 	}
 	st = &in->slots[f->slot];
-	if (st->active && st->key_kind == kind && !memcmp(&st->key, key, key_size) && same_flow(&st->flow, f)) {
-		if (st->seen) {
+	if (in->active[f->slot] && st->key_kind == kind && !memcmp(&st->key, key, key_size) &&
+	    same_flow(&st->flow, f)) {
+		if (in->seen[f->slot]) {
 			s->c.slot_conflicts++;
 			return;
 		}
-		st->seen = true;
+		in->seen[f->slot] = 1;
 		return;
 	}
-	if (st->active) {
-		if (st->seen) {   /* two entries claim one slot in one scan: keep the first */
+	if (in->active[f->slot]) {
+		if (in->seen[f->slot]) {   /* two entries claim one slot in one scan: keep the first */
 			s->c.slot_conflicts++;
 			return;
 		}
@@ -699,11 +700,35 @@ static void scan_entry(struct collector *s, struct instance *in, uint8_t kind, c
 		in->nactive++;
 	}
 	memset(st, 0, sizeof(*st));
-	st->active = st->seen = true;
+	in->active[f->slot] = in->seen[f->slot] = 1;
 	st->key_kind = kind;
 	memcpy(&st->key, key, key_size);
 	st->flow = *f;
 	start_flow(s, in, st, now);
+}
+
+/* Whole flows map in a few syscalls (BPF_MAP_LOOKUP_BATCH); -1 if the kernel refuses batching. */
+static int scan_map_batch(struct collector *s, struct instance *in, int fd, uint8_t kind, uint64_t now)
+{
+	enum { CHUNK = 1024 };
+	static union { struct altmark_sidlist_key sidlist; __u32 flowmon; } keys[CHUNK];
+	static struct altmark_flow values[CHUNK];
+	size_t key_size = kind == KEY_SIDLIST ? sizeof(struct altmark_sidlist_key) : sizeof(__u32);
+	__u64 token = 0;   /* the hash map's batch position (a bucket index) */
+	bool first = true;
+
+	for (;;) {
+		__u32 n = CHUNK;
+		int err = bpf_map_lookup_batch(fd, first ? NULL : &token, &token, keys, values, &n, NULL);
+
+		if (err < 0 && errno != ENOENT)
+			return first ? -1 : -2;
+		for (__u32 i = 0; i < n; i++)   /* keys are packed key_size apart */
+			scan_entry(s, in, kind, (const uint8_t *)keys + i * key_size, &values[i], now);
+		if (err < 0)   /* ENOENT: no more entries */
+			return 0;
+		first = false;
+	}
 }
 
 static void scan_map(struct collector *s, struct instance *in, int fd, uint8_t kind, uint64_t now)
@@ -734,21 +759,19 @@ static void scan_instance(struct collector *s, struct instance *in, uint64_t now
 		}
 		if (open_instance(in) < 0) {   /* program detached: retry at every scan */
 			close_instance_maps(in);
-			memset(in->slots, 0, sizeof(*in->slots) * ALTMARK_MAX_FLOWS);
+			memset(in->active, 0, ALTMARK_MAX_FLOWS);
 			in->nactive = 0;
 			return;
 		}
 	}
-	for (uint32_t i = 0; i < ALTMARK_MAX_FLOWS; i++)
-		in->slots[i].seen = false;
-	scan_map(s, in, in->flows_fd, KEY_SIDLIST, now);
-	if (in->flowmon_fd >= 0)
+	memset(in->seen, 0, ALTMARK_MAX_FLOWS);
+	if (scan_map_batch(s, in, in->flows_fd, KEY_SIDLIST, now) == -1)
+		scan_map(s, in, in->flows_fd, KEY_SIDLIST, now);
+	if (in->flowmon_fd >= 0 && scan_map_batch(s, in, in->flowmon_fd, KEY_FLOWMON, now) == -1)
 		scan_map(s, in, in->flowmon_fd, KEY_FLOWMON, now);
 	for (uint32_t i = 0; i < ALTMARK_MAX_FLOWS; i++) {
-		struct flow_state *st = &in->slots[i];
-
-		if (st->active && !st->seen) {
-			st->active = false;
+		if (in->active[i] && !in->seen[i]) {
+			in->active[i] = 0;
 			in->nactive--;
 			s->c.flows_removed++;
 		}
@@ -835,10 +858,12 @@ static void run(struct collector *s)
 				s->c.wake_late_us_max = late_us;
 		}
 		s->c.ticks++;
+		uint64_t t0 = clock_ns(CLOCK_MONOTONIC);
 		/* rescan before reading: a flow removed or reinstalled must not be read as the old one */
 		for (int i = 0; i < s->opts.ninst; i++)
 			scan_instance(s, &s->inst[i], now);
 		s->c.scans++;
+		s->c.scan_us_sum += (clock_ns(CLOCK_MONOTONIC) - t0) / 1000;
 		next_scan = now + s->opts.scan_interval_ns;
 		for (int i = 0; i < s->opts.ninst; i++) {
 			struct instance *in = &s->inst[i];
@@ -846,10 +871,10 @@ static void run(struct collector *s)
 			for (uint32_t slot = 0; slot < ALTMARK_MAX_FLOWS && in->flows_fd >= 0; slot++) {
 				struct flow_state *st = &in->slots[slot];
 
-				if (!st->active)
+				if (!in->active[slot])
 					continue;
 				emit_due_blocks(s, in, st);
-				if (st->active && st->next_read_ns < next)
+				if (in->active[slot] && st->next_read_ns < next)
 					next = st->next_read_ns;
 			}
 		}
@@ -898,7 +923,9 @@ int main(int argc, char **argv)
 		snprintf(in->flowmon_path, sizeof(in->flowmon_path), "%s/altmark_flowmon", in->o.pin_dir);
 		snprintf(in->counters_path, sizeof(in->counters_path), "%s/altmark_counters", in->o.pin_dir);
 		in->slots = calloc(ALTMARK_MAX_FLOWS, sizeof(*in->slots));
-		if (!s.percpu || !in->slots) {
+		in->active = calloc(ALTMARK_MAX_FLOWS, 1);
+		in->seen = calloc(ALTMARK_MAX_FLOWS, 1);
+		if (!s.percpu || !in->slots || !in->active || !in->seen) {
 			fprintf(stderr, "altmark_collector: out of memory\n");
 			return 1;
 		}
