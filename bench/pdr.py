@@ -289,6 +289,7 @@ class PathSpec:
     dut_cpu: int = 1
     generator: str = "packet"               # packet (AF_PACKET frames, cheap) | socket (UDP sockets)
     generator_batch: int = 32               # packets per sendmmsg (one pacing deadline per batch)
+    data_dsts: int = 1                      # packet mode: data round-robin over data_dst + 0..K-1
 
 
 DUT_MODES = ("none", "xdp", "userspace")
@@ -438,6 +439,8 @@ class Line5Bench:
         if s.generator == "packet":
             cmd += ["--dev", s.sender_dev, "--src-mac", self.lab.mac(s.sender, s.sender_dev),
                     "--dst-mac", self.lab.mac(s.dut, s.dut_ingress)]
+            if s.data_dsts > 1:
+                cmd += ["--data-dsts", str(s.data_dsts)]
         if share > 0:
             cmd += ["--stamp-dst", s.reflector_addr, "--stamp-share", f"{share}", "--ssid", str(s.ssid)]
             if s.stamp_segs:

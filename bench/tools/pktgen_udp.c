@@ -5,7 +5,9 @@
  * deadlines (one deadline per batch; batches of at most --batch packets and
  * at most 100 us worth of the rate, so low rates are not sent as bursts), as a
  * deterministic mix of
- *   - plain UDP data packets (payload --payload bytes, sequence number inside) to --data-dst, and
+ *   - plain UDP data packets (payload --payload bytes, sequence number inside) to --data-dst
+ *     (packet mode: or round-robin over --data-dsts K consecutive addresses from --data-dst on,
+ *     so that K routes / SRv6 policies share the load), and
  *   - STAMP Session-Sender test packets (RFC 8762 base packet, 44 bytes, SSID
  *     RFC 8972) to --stamp-dst, carrying a type-4 SRH (RFC 8754) built by the
  *     kernel from a sticky IPV6_RTHDR option: SID list --stamp-segs (visiting
@@ -18,7 +20,7 @@
  *              [--stamp-dst ADDR --stamp-share F [--stamp-segs A,B] [--ssid 1]]
  *              [--data-port 9] [--sport 40000] [--stamp-sport 40001]
  *              [--payload 44] [--batch 16] [--netns NS] [--cpu N]
- *              [--dev IF --src-mac MAC --dst-mac MAC]
+ *              [--dev IF --src-mac MAC --dst-mac MAC [--data-dsts K]]
  *
  * Socket mode (default): UDP sockets, the sender's kernel builds IPv6/SRH/UDP.
  * Packet mode (--dev): the same packets as complete Ethernet frames on an
@@ -29,7 +31,7 @@
  *
  * Prints one JSON line:
  *   {"sent": N, "data_sent": D, "stamp_sent": S, "target_pps": R, "seconds": T,
- *    "offered_pps": N/T, "late_batches": L, "send_errors": E, "xmit_drops": X}
+ *    "offered_pps": N/T, "late_batches": L, "send_errors": E, "xmit_drops": X, "data_dsts": K}
  * xmit_drops: frames the first veth reported dropped (packet mode, ENOBUFS).
  * "seconds" is the time from the first send to the end of the last one; if the
  * sender could not keep the rate, offered_pps < target_pps (the caller checks).
@@ -61,6 +63,7 @@
 #define MAX_BATCH   256
 #define MAX_SEGS    8
 #define MAX_PAYLOAD 1400
+#define MAX_DATA_DSTS 64
 
 struct gen_opts {
 	const char *netns;
@@ -69,7 +72,7 @@ struct gen_opts {
 	int nsegs, have_stamp_dst, cpu;
 	const char *dev;                  /* packet mode: AF_PACKET on this device */
 	uint8_t src_mac[6], dst_mac[6];
-	unsigned long long data_port, sport, stamp_sport, ssid, payload, batch;
+	unsigned long long data_port, sport, stamp_sport, ssid, payload, batch, data_dsts;
 	double rate, seconds, share;
 };
 
@@ -77,7 +80,7 @@ struct gen_opts {
 
 struct batch_bufs {
 	uint8_t data[MAX_BATCH][MAX_PAYLOAD];
-	uint8_t data_frame[FRAME_MAX], stamp_frame[MAX_BATCH][FRAME_MAX];
+	uint8_t data_frame[MAX_DATA_DSTS][FRAME_MAX], stamp_frame[MAX_BATCH][FRAME_MAX];
 	size_t data_frame_len, stamp_frame_len, stamp_payload_off, stamp_csum_off;
 	uint32_t stamp_csum_base;          /* pseudo-header + UDP header sum, payload excluded */
 	struct sockaddr_ll ll;
@@ -172,7 +175,8 @@ static int parse_args(int argc, char **argv, struct gen_opts *o)
 		{ "rate", required_argument, NULL, 'r' }, { "seconds", required_argument, NULL, 't' },
 		{ "batch", required_argument, NULL, 'b' }, { "netns", required_argument, NULL, 'N' },
 		{ "cpu", required_argument, NULL, 'c' }, { "dev", required_argument, NULL, 'I' },
-		{ "src-mac", required_argument, NULL, 'm' }, { "dst-mac", required_argument, NULL, 'M' }, {},
+		{ "src-mac", required_argument, NULL, 'm' }, { "dst-mac", required_argument, NULL, 'M' },
+		{ "data-dsts", required_argument, NULL, 'K' }, {},
 	};
 	const char *src = NULL, *data_dst = NULL, *stamp_dst = NULL;
 	unsigned long long cpu;
@@ -200,6 +204,7 @@ static int parse_args(int argc, char **argv, struct gen_opts *o)
 		case 'I': o->dev = optarg; break;
 		case 'm': rc = parse_mac("--src-mac", optarg, o->src_mac); have_src_mac = 1; break;
 		case 'M': rc = parse_mac("--dst-mac", optarg, o->dst_mac); have_dst_mac = 1; break;
+		case 'K': rc = parse_num("--data-dsts", optarg, 1, MAX_DATA_DSTS, &o->data_dsts); break;
 		default: return 2;
 		}
 		if (rc)
@@ -222,6 +227,10 @@ static int parse_args(int argc, char **argv, struct gen_opts *o)
 		return fail_usage("--rate", "(missing)");
 	if (o->dev && (!have_src_mac || !have_dst_mac))
 		return fail_usage("--dev needs --src-mac and --dst-mac", o->dev);
+	if (o->data_dsts > 1 && !o->dev)
+		return fail_usage("--data-dsts > 1 needs packet mode (--dev)", "");
+	if (o->data_dsts > 1 && (uint16_t)(o->data_dst.s6_addr[14] << 8 | o->data_dst.s6_addr[15]) + o->data_dsts > 0x10000)
+		return fail_usage("--data-dsts: the last 16 bits of --data-dst would wrap", data_dst);
 	return 0;
 }
 
@@ -376,10 +385,18 @@ static int open_packet_socket(struct gen_opts *o, struct batch_bufs *b)
 	b->ll = (struct sockaddr_ll){ .sll_family = AF_PACKET, .sll_protocol = htons(ETH_P_IPV6),
 				      .sll_ifindex = ifindex, .sll_halen = 6 };
 	memcpy(b->ll.sll_addr, o->dst_mac, 6);
-	off = build_headers(b->data_frame, o, &o->data_dst, NULL, -1, o->sport, o->data_port, o->payload, &base);
-	memset(b->data_frame + off + 8, 0, o->payload);
-	set_udp_csum(b->data_frame, off, base, o->payload);
-	b->data_frame_len = off + 8 + o->payload;
+	for (unsigned int k = 0; k < o->data_dsts; k++) {
+		/* destination k = --data-dst + k (in the last 16 bits; parse_args ruled out a wrap) */
+		struct in6_addr dst = o->data_dst;
+		uint16_t last = (dst.s6_addr[14] << 8 | dst.s6_addr[15]) + k;
+
+		dst.s6_addr[14] = last >> 8;
+		dst.s6_addr[15] = last & 0xff;
+		off = build_headers(b->data_frame[k], o, &dst, NULL, -1, o->sport, o->data_port, o->payload, &base);
+		memset(b->data_frame[k] + off + 8, 0, o->payload);
+		set_udp_csum(b->data_frame[k], off, base, o->payload);
+		b->data_frame_len = off + 8 + o->payload;
+	}
 	if (o->have_stamp_dst) {
 		off = build_headers(b->stamp_frame[0], o, &o->stamp_dst, o->segs, o->nsegs, o->stamp_sport,
 				    STAMP_PORT, sizeof(stamp), &b->stamp_csum_base);
@@ -392,7 +409,7 @@ static int open_packet_socket(struct gen_opts *o, struct batch_bufs *b)
 	}
 	for (unsigned int i = 0; i < MAX_BATCH; i++) {
 		/* data frames are identical (a static payload keeps the checksum valid without per-packet work) */
-		b->data_iov[i] = (struct iovec){ .iov_base = b->data_frame, .iov_len = b->data_frame_len };
+		b->data_iov[i] = (struct iovec){ .iov_base = b->data_frame[0], .iov_len = b->data_frame_len };
 		b->stamp_iov[i] = (struct iovec){ .iov_base = b->stamp_frame[i], .iov_len = b->stamp_frame_len };
 		b->data_msg[i].msg_hdr.msg_name = &b->ll;
 		b->data_msg[i].msg_hdr.msg_namelen = sizeof(b->ll);
@@ -468,7 +485,7 @@ static unsigned int send_all(int fd, struct mmsghdr *msgs, unsigned int n, uint6
 int main(int argc, char **argv)
 {
 	struct gen_opts o = { .data_port = 9, .sport = 40000, .stamp_sport = 40001, .ssid = 1,
-			      .payload = 44, .batch = 16, .seconds = 1.0, .cpu = -1 };
+			      .payload = 44, .batch = 16, .seconds = 1.0, .cpu = -1, .data_dsts = 1 };
 	static struct batch_bufs b;
 	uint64_t total, sent = 0, data_sent = 0, stamp_sent = 0, errors = 0, late = 0, xmit_drops = 0;
 	uint64_t start, end, ns_per_pkt_num;
@@ -527,6 +544,9 @@ int main(int argc, char **argv)
 		stamp_ptp_from_ns(clock_ns(CLOCK_TAI), &sec, &nsec);
 		if (o.dev) {
 			fill_stamp_frames(&b, n_stamp, stamp_sent, sec, nsec);
+			if (o.data_dsts > 1)        /* round robin: data packet j goes to destination j % K */
+				for (unsigned int i = 0; i < n_data; i++)
+					b.data_iov[i].iov_base = b.data_frame[(data_sent + i) % o.data_dsts];
 		} else {
 			for (unsigned int i = 0; i < n_data; i++)
 				memcpy(b.data[i], &(uint64_t){ data_sent + i }, sizeof(uint64_t));
@@ -551,10 +571,10 @@ int main(int argc, char **argv)
 		end = start + (uint64_t)(total * 1e9 / o.rate);
 	printf("{\"sent\": %llu, \"data_sent\": %llu, \"stamp_sent\": %llu, \"target_pps\": %.0f, "
 	       "\"seconds\": %.6f, \"offered_pps\": %.0f, \"late_batches\": %llu, \"send_errors\": %llu, "
-	       "\"xmit_drops\": %llu}\n",
+	       "\"xmit_drops\": %llu, \"data_dsts\": %llu}\n",
 	       (unsigned long long)sent, (unsigned long long)data_sent, (unsigned long long)stamp_sent, o.rate,
 	       (end - start) / 1e9, sent / ((end - start) / 1e9), (unsigned long long)late,
-	       (unsigned long long)errors, (unsigned long long)xmit_drops);
+	       (unsigned long long)errors, (unsigned long long)xmit_drops, o.data_dsts);
 	close(data_fd);
 	if (stamp_fd >= 0 && stamp_fd != data_fd)
 		close(stamp_fd);
