@@ -246,7 +246,7 @@ def test_counters_line():
         "segscope_processor,processor=loss records_in=3i,batches_in=3i,malformed_batches=0i,invalid_records=0i,"
         "duplicate_records=1i,conflicting_records=0i,partial_records=0i,agent_restarts=0i,"
         "late_records_dropped=0i,points_out=1i,points_reemitted=0i,blocks_complete=1i,blocks_incomplete=0i,"
-        "rx_exceeds_tx=0i,processing_errors=0i,open_blocks=1i 123")
+        "rx_exceeds_tx=0i,dmark_delays=0i,dmark_mismatch=0i,processing_errors=0i,open_blocks=1i 123")
 
 
 @pytest.mark.parametrize("timeout_s, retention_s", [(0, 10), (10, 5), (-1, 10)])
