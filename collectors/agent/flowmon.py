@@ -1,0 +1,270 @@
+"""FlowMonitorService: alternate-marking flow monitors of this node (issue 5), driving
+build/datapath/altmark_tx (TC egress, TX side) and altmark_rx (XDP, RX side) of the agent's
+bpffs instance (/sys/fs/bpf/segscope/<instance>/altmark_{tx,rx}).
+
+A side's program is attached to its device with the side's first flow and detached with its
+last; one device per side and node (the loaders pin one program per instance). With --kafka the
+agent runs build/collectors/altmark_collector for the attached sides, so per-block records reach
+`segscope.altmark.blocks` (-> processors/loss). GetFlowMonitorResults returns the cumulative
+per-colour counters the datapath holds now (`list-flows --json`).
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import subprocess
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+import grpc
+
+from collectors.agent import fields as F
+from collectors.agent.fields import ApiError
+from segscope_proto.segscope.agent.v1 import flowmon_pb2 as pb
+from segscope_proto.segscope.agent.v1 import flowmon_pb2_grpc as pb_grpc
+
+log = logging.getLogger("segscope.agent.flowmon")
+
+TX, RX = pb.FLOW_MONITOR_SIDE_TX, pb.FLOW_MONITOR_SIDE_RX
+PROG = {TX: "altmark_tx", RX: "altmark_rx"}
+METHOD_ARG = {pb.MARKING_METHOD_DSCP: "dscp", pb.MARKING_METHOD_RFC9343: "rfc9343"}
+MAX_SIDS = 6
+MAX_FLOWMON_ID = 0xFFFFF
+
+
+@dataclass
+class Side:
+    device: str
+    flows: dict[int, pb.FlowMonitor]
+
+
+def validate_monitor(m: pb.FlowMonitor) -> pb.FlowMonitor:
+    side = F.enum_value("monitor.side", m.side, pb.FlowMonitorSide)
+    if m.flow_id == 0:
+        raise F.invalid("monitor.flow_id", "required (1..4294967295)")
+    method = F.enum_value("monitor.method", m.method, pb.MarkingMethod)
+    if method == pb.MARKING_METHOD_RFC9343 and m.flow_id > MAX_FLOWMON_ID:
+        raise F.invalid("monitor.flow_id", f"{m.flow_id} is not a FlowMonID (<= {MAX_FLOWMON_ID}) as "
+                        "MARKING_METHOD_RFC9343 needs")
+    out = pb.FlowMonitor()
+    out.CopyFrom(m)
+    out.device = F.ifname("monitor.device", m.device)
+    if side == RX and method == pb.MARKING_METHOD_RFC9343:
+        F.refuse("monitor.segments", len(m.segments) > 0,
+                 "with FLOW_MONITOR_SIDE_RX and MARKING_METHOD_RFC9343 (the flow is found by FlowMonID)")
+    else:
+        del out.segments[:]
+        out.segments.extend(F.segments("monitor.segments", m.segments, max_len=MAX_SIDS))
+    if m.period_ms == 0:
+        raise F.invalid("monitor.period_ms", "required (1..3600000)")
+    F.in_range("monitor.period_ms", m.period_ms, 1, 3_600_000)
+    F.refuse("monitor.dmark_every", side == RX and m.dmark_every != 0, "with FLOW_MONITOR_SIDE_RX (TX decides)")
+    if method == pb.MARKING_METHOD_DSCP:
+        if m.dscp_l_bit == 0 and m.dscp_d_bit == 0:
+            out.dscp_l_bit, out.dscp_d_bit = 0, 1
+        F.in_range("monitor.dscp_l_bit", out.dscp_l_bit, 0, 5)
+        F.in_range("monitor.dscp_d_bit", out.dscp_d_bit, 0, 5)
+        if out.dscp_l_bit == out.dscp_d_bit:
+            raise F.invalid("monitor.dscp_d_bit", f"must differ from dscp_l_bit ({out.dscp_l_bit})")
+    else:
+        F.refuse("monitor.dscp_l_bit", m.dscp_l_bit != 0, "with MARKING_METHOD_RFC9343")
+        F.refuse("monitor.dscp_d_bit", m.dscp_d_bit != 0, "with MARKING_METHOD_RFC9343")
+    return out
+
+
+class FlowMonAgent:
+    def __init__(self, node: str, repo: Path, netns: str | None, instance: str, kafka: str | None = None):
+        self.node, self.netns, self.instance, self.kafka = node, netns, instance, kafka
+        self.build = repo / "build"
+        self.lock = threading.RLock()
+        self.sides: dict[int, Side] = {}
+        self.collector: subprocess.Popen | None = None
+        self.on_change = None
+
+    def tool(self, side: int) -> Path:
+        return self.build / "datapath" / PROG[side]
+
+    def pin_dir(self, side: int) -> Path:
+        return Path("/sys/fs/bpf/segscope") / self.instance / PROG[side]
+
+    def run(self, side: int, args: list, what: str) -> str:
+        exe = self.tool(side)
+        if not exe.exists():
+            raise ApiError(grpc.StatusCode.FAILED_PRECONDITION, f"{what}: {exe} is not built (make build)")
+        cmd = [str(exe), *[str(a) for a in args]]
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=30)
+        log.debug("ran %s -> %d", " ".join(cmd), r.returncode)
+        if r.returncode != 0:
+            raise ApiError(grpc.StatusCode.FAILED_PRECONDITION,
+                           f"{what}: {exe.name} {args[0]} failed: {(r.stderr or r.stdout).strip()}")
+        return r.stdout
+
+    def ns_args(self) -> list[str]:
+        return ["--netns", self.netns] if self.netns else []
+
+    def attach(self, side: int, device: str) -> None:
+        self.run(side, ["attach", "--dev", device, "--instance", self.instance, *self.ns_args()], "monitor.device")
+        self.sides[side] = Side(device, {})
+        log.info("%s attached to %s (instance %s)", PROG[side], device, self.instance)
+        self._restart_collector()
+
+    def detach(self, side: int) -> None:
+        s = self.sides.pop(side)
+        self.run(side, ["detach", "--dev", s.device, "--instance", self.instance, *self.ns_args()], "side")
+        log.info("%s detached from %s", PROG[side], s.device)
+        self._restart_collector()
+
+    def _restart_collector(self) -> None:
+        """With --kafka: one altmark_collector over the attached sides' pinned maps."""
+        if not self.kafka:
+            return
+        self._stop_collector()
+        if not self.sides:
+            return
+        exe = self.build / "collectors" / "altmark_collector"
+        cmd = [str(exe), "--node", self.node, "--brokers", self.kafka]
+        for side in sorted(self.sides):
+            cmd += ["--tx-pin-dir" if side == TX else "--rx-pin-dir", str(self.pin_dir(side))]
+        self.collector = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                          start_new_session=True)
+        log.info("altmark_collector started (pid %d): %s", self.collector.pid, " ".join(cmd))
+
+    def _stop_collector(self) -> None:
+        p, self.collector = self.collector, None
+        if p is not None and p.poll() is None:
+            os.killpg(p.pid, signal.SIGTERM)
+            try:
+                p.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                os.killpg(p.pid, signal.SIGKILL)
+                p.wait()
+
+    def datapath_flows(self, side: int) -> dict[int, dict]:
+        out = json.loads(self.run(side, ["list-flows", "--instance", self.instance, "--json"], "side"))
+        return {f["flow_id"]: f for f in out.get("flows", [])}
+
+    def shutdown(self) -> None:
+        with self.lock:
+            for side in list(self.sides):
+                try:
+                    self.detach(side)
+                except ApiError as e:
+                    log.warning("shutdown: %s", e.message)
+            self._stop_collector()
+
+
+def _status(m: pb.FlowMonitor, dp: dict | None) -> pb.FlowMonitorStatus:
+    st = pb.FlowMonitorStatus(monitor=m)
+    if dp:
+        st.slot = dp.get("slot", 0)
+        st.installed_tai_ns = dp.get("installed_tai_ns", 0)
+    return st
+
+
+class FlowMonitorServicer(pb_grpc.FlowMonitorServiceServicer):
+    def __init__(self, agent: FlowMonAgent):
+        self.a = agent
+
+    def _changed(self) -> None:
+        if self.a.on_change:
+            try:
+                self.a.on_change()
+            except Exception:  # noqa: BLE001
+                log.exception("on_change hook failed")
+
+    def StartFlowMonitor(self, req, ctx):
+        m = validate_monitor(req.monitor)
+        a = self.a
+        with a.lock:
+            s = a.sides.get(m.side)
+            if s is not None and m.flow_id in s.flows:
+                if s.flows[m.flow_id] == m:
+                    log.info("StartFlowMonitor %s flow %d: unchanged", PROG[m.side], m.flow_id)
+                    return pb.StartFlowMonitorResponse(status=_status(m, a.datapath_flows(m.side).get(m.flow_id)),
+                                                       changed=False)
+                raise ApiError(grpc.StatusCode.ALREADY_EXISTS,
+                               f"monitor.flow_id: {PROG[m.side]} flow {m.flow_id} exists with different "
+                               "parameters; StopFlowMonitor first")
+            if s is not None and s.device != m.device:
+                raise ApiError(grpc.StatusCode.FAILED_PRECONDITION,
+                               f"monitor.device: the {PROG[m.side]} side of this node is attached to "
+                               f"{s.device}; one device per side")
+            fresh = s is None
+            if fresh:
+                a.attach(m.side, m.device)
+                s = a.sides[m.side]
+            args = ["add-flow", "--instance", a.instance, "--flow-id", m.flow_id,
+                    "--method", METHOD_ARG[m.method], "--period-ms", m.period_ms]
+            if m.side == RX and m.method == pb.MARKING_METHOD_RFC9343:
+                args += ["--flowmon-id", m.flow_id]
+            else:
+                args += ["--sids", ",".join(m.segments)]
+            if m.dmark_every:
+                args += ["--dmark-every", m.dmark_every]
+            if m.method == pb.MARKING_METHOD_DSCP:
+                args += ["--dscp-l-bit", m.dscp_l_bit, "--dscp-d-bit", m.dscp_d_bit]
+            try:
+                a.run(m.side, args, "monitor")
+            except ApiError:
+                if fresh:
+                    a.detach(m.side)
+                raise
+            s.flows[m.flow_id] = m
+            log.info("StartFlowMonitor %s flow %d on %s: %s sids %s period %d ms: started", PROG[m.side],
+                     m.flow_id, m.device, METHOD_ARG[m.method], ",".join(m.segments) or "-", m.period_ms)
+            status = _status(m, a.datapath_flows(m.side).get(m.flow_id))
+        self._changed()
+        return pb.StartFlowMonitorResponse(status=status, changed=True)
+
+    def StopFlowMonitor(self, req, ctx):
+        side = F.enum_value("side", req.side, pb.FlowMonitorSide)
+        if req.flow_id == 0:
+            raise F.invalid("flow_id", "required (1..4294967295)")
+        a = self.a
+        with a.lock:
+            s = a.sides.get(side)
+            if s is None or req.flow_id not in s.flows:
+                if req.allow_missing:
+                    log.info("StopFlowMonitor %s flow %d: absent, allow_missing", PROG[side], req.flow_id)
+                    return pb.StopFlowMonitorResponse(changed=False)
+                raise ApiError(grpc.StatusCode.NOT_FOUND, f"flow_id: no {PROG[side]} flow {req.flow_id}")
+            a.run(side, ["del-flow", "--instance", a.instance, "--flow-id", req.flow_id], "flow_id")
+            del s.flows[req.flow_id]
+            log.info("StopFlowMonitor %s flow %d: stopped", PROG[side], req.flow_id)
+            if not s.flows:
+                a.detach(side)
+        self._changed()
+        return pb.StopFlowMonitorResponse(changed=True)
+
+    def ListFlowMonitors(self, req, ctx):
+        want = F.enum_value("side", req.side, pb.FlowMonitorSide, required=False)
+        out = []
+        with self.a.lock:
+            for side in sorted(self.a.sides):
+                if want and side != want:
+                    continue
+                dp = self.a.datapath_flows(side)
+                out += [_status(m, dp.get(fid)) for fid, m in sorted(self.a.sides[side].flows.items())]
+        return pb.ListFlowMonitorsResponse(monitors=out)
+
+    def GetFlowMonitorResults(self, req, ctx):
+        side = F.enum_value("side", req.side, pb.FlowMonitorSide)
+        if req.flow_id == 0:
+            raise F.invalid("flow_id", "required (1..4294967295)")
+        with self.a.lock:
+            s = self.a.sides.get(side)
+            if s is None or req.flow_id not in s.flows:
+                raise ApiError(grpc.StatusCode.NOT_FOUND, f"flow_id: no {PROG[side]} flow {req.flow_id}")
+            m = s.flows[req.flow_id]
+            dp = self.a.datapath_flows(side).get(req.flow_id)
+        if dp is None:
+            raise ApiError(grpc.StatusCode.FAILED_PRECONDITION,
+                           f"flow_id: {PROG[side]} flow {req.flow_id} is no longer in the datapath")
+        colours = [pb.ColourCounters(packets=c["packets"], bytes=c["bytes"], dmark_packets=c["dmark_packets"])
+                   for c in sorted(dp["counters"], key=lambda c: c["colour"])]
+        return pb.GetFlowMonitorResultsResponse(status=_status(m, dp), colours=colours,
+                                                total_packets=sum(c.packets for c in colours),
+                                                total_bytes=sum(c.bytes for c in colours))

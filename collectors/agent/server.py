@@ -1,0 +1,176 @@
+"""The agent's gRPC server: Srv6Service, StampService, FlowMonitorService, grpc.health.v1 and
+server reflection, over TLS (optionally mutual TLS) or, only when asked, plaintext."""
+from __future__ import annotations
+
+import logging
+import time
+from concurrent import futures
+from dataclasses import dataclass
+from pathlib import Path
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+from collectors.agent.fields import ApiError
+from collectors.agent.flowmon import FlowMonAgent, FlowMonitorServicer
+from collectors.agent.rtnl import Rtnl
+from collectors.agent.srv6 import Srv6Servicer, Srv6State
+from collectors.agent.stamp import StampAgent, StampServicer, Tools
+from segscope_proto.segscope.agent.v1 import flowmon_pb2, flowmon_pb2_grpc, srv6_pb2, srv6_pb2_grpc
+from segscope_proto.segscope.agent.v1 import stamp_pb2, stamp_pb2_grpc
+
+log = logging.getLogger("segscope.agent")
+REPO = Path(__file__).resolve().parents[2]
+SERVICES = {
+    "Srv6Service": (srv6_pb2, srv6_pb2_grpc.add_Srv6ServiceServicer_to_server),
+    "StampService": (stamp_pb2, stamp_pb2_grpc.add_StampServiceServicer_to_server),
+    "FlowMonitorService": (flowmon_pb2, flowmon_pb2_grpc.add_FlowMonitorServiceServicer_to_server),
+}
+
+
+@dataclass
+class AgentConfig:
+    node: str
+    listen: str
+    netns: str | None = None
+    instance: str | None = None          # bpffs instance; default: netns or node
+    tls_cert: str | None = None
+    tls_key: str | None = None
+    tls_client_ca: str | None = None     # set = mutual TLS (client certificate required)
+    insecure: bool = False               # plaintext (development only; refused without the flag)
+    kafka: str | None = None             # Kafka bootstrap: stamp records, topology views, altmark blocks
+    workers: int = 16
+    topology_interval_s: float = 30.0
+
+
+def _wrap(name: str, fn, streaming: bool):
+    """ApiError -> status with its message; anything else -> INTERNAL (logged with traceback)."""
+    if streaming:
+        def stream(req, ctx):
+            try:
+                yield from fn(req, ctx)
+            except ApiError as e:
+                log.info("%s -> %s: %s", name, e.code.name, e.message)
+                ctx.abort(e.code, e.message)
+        return stream
+
+    def unary(req, ctx):
+        try:
+            return fn(req, ctx)
+        except ApiError as e:
+            log.info("%s -> %s: %s", name, e.code.name, e.message)
+            ctx.abort(e.code, e.message)
+        except Exception as e:  # noqa: BLE001 - reported to the client, logged here
+            if isinstance(e, grpc.RpcError) or type(e).__name__ == "_AbortedError":
+                raise
+            log.exception("%s failed", name)
+            ctx.abort(grpc.StatusCode.INTERNAL, f"{name}: internal error: {type(e).__name__}: {e}")
+    return unary
+
+
+def _wrap_servicer(servicer, pb2, service: str) -> None:
+    for m in pb2.DESCRIPTOR.services_by_name[service].methods:
+        setattr(servicer, m.name, _wrap(f"{service}.{m.name}", getattr(servicer, m.name), m.server_streaming))
+
+
+class Agent:
+    """One node's agent: state objects + the gRPC server."""
+
+    def __init__(self, cfg: AgentConfig):
+        self.cfg = cfg
+        instance = cfg.instance or cfg.netns or cfg.node
+        self.rtnl = Rtnl(cfg.netns)
+        self.srv6 = Srv6State(self.rtnl, cfg.node)
+        self.stamp = StampAgent(cfg.node, Tools(REPO, cfg.netns, Path("/sys/fs/bpf/segscope") / instance), cfg.kafka)
+        self.flowmon = FlowMonAgent(cfg.node, REPO, cfg.netns, instance, cfg.kafka)
+        self.publisher = None
+        self.server: grpc.Server | None = None
+        self.port = 0
+        self.health = health.HealthServicer()
+
+    # -- topology publisher (collectors/topology, only with --kafka) ------------------------------
+    def _start_publisher(self) -> None:
+        from collectors.topology.publisher import NodeViewPublisher   # lazy: only with --kafka
+        self.publisher = NodeViewPublisher(self.cfg.node, self.cfg.netns, self.cfg.kafka,
+                                           interval_s=self.cfg.topology_interval_s)
+        self._publish_sections()
+        self.publisher.start()
+        # SRv6 routes: the publisher's own netlink poll sees them (no per-operation cost here);
+        # sessions and flows are not in netlink, so they are handed over as sections on change.
+        self.stamp.on_change = self._publish_sections
+        self.flowmon.on_change = self._publish_sections
+
+    def _publish_sections(self) -> None:
+        if self.publisher is None:
+            return
+        with self.stamp.lock:
+            sessions = [{"role": stamp_pb2.StampRole.Name(s.spec.role), "ssid": s.spec.ssid,
+                         "sender_address": s.spec.sender_address, "reflector_address": s.spec.reflector_address,
+                         "segments": list(s.spec.segments), "return_segments": list(s.spec.return_segments),
+                         "state": stamp_pb2.StampSessionState.Name(s.state)}
+                        for _, s in sorted(self.stamp.sessions.items())]
+        with self.flowmon.lock:
+            flows = [{"side": flowmon_pb2.FlowMonitorSide.Name(m.side), "flow_id": m.flow_id,
+                      "device": m.device, "method": flowmon_pb2.MarkingMethod.Name(m.method),
+                      "segments": list(m.segments), "period_ms": m.period_ms}
+                     for side in sorted(self.flowmon.sides) for m in self.flowmon.sides[side].flows.values()]
+        self.publisher.set_section("stamp_sessions", sessions)
+        self.publisher.set_section("flows", flows)
+
+    # -- server -----------------------------------------------------------------------------------
+    def credentials(self) -> grpc.ServerCredentials | None:
+        c = self.cfg
+        if c.insecure:
+            return None
+        if not (c.tls_cert and c.tls_key):
+            raise SystemExit("agent: --tls-cert and --tls-key are required (or --insecure for plaintext)")
+        cert, key = Path(c.tls_cert).read_bytes(), Path(c.tls_key).read_bytes()
+        ca = Path(c.tls_client_ca).read_bytes() if c.tls_client_ca else None
+        return grpc.ssl_server_credentials([(key, cert)], root_certificates=ca, require_client_auth=ca is not None)
+
+    def start(self) -> int:
+        c = self.cfg
+        self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=c.workers, thread_name_prefix="rpc"),
+                                  options=[("grpc.so_reuseport", 0)])
+        servicers = {"Srv6Service": Srv6Servicer(self.srv6), "StampService": StampServicer(self.stamp),
+                     "FlowMonitorService": FlowMonitorServicer(self.flowmon)}
+        names = [reflection.SERVICE_NAME, health.SERVICE_NAME]
+        for svc, servicer in servicers.items():
+            pb2, add = SERVICES[svc]
+            _wrap_servicer(servicer, pb2, svc)
+            add(servicer, self.server)
+            full = pb2.DESCRIPTOR.services_by_name[svc].full_name
+            names.append(full)
+            self.health.set(full, health_pb2.HealthCheckResponse.SERVING)
+        self.health.set("", health_pb2.HealthCheckResponse.SERVING)
+        health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
+        reflection.enable_server_reflection(names, self.server)
+        creds = self.credentials()
+        self.port = (self.server.add_insecure_port(c.listen) if creds is None
+                     else self.server.add_secure_port(c.listen, creds))
+        if self.port == 0:
+            raise SystemExit(f"agent: cannot listen on {c.listen}")
+        self.server.start()
+        if c.kafka:
+            self._start_publisher()
+        mode = "plaintext" if creds is None else ("mutual TLS" if c.tls_client_ca else "TLS")
+        log.info("agent for node %s (netns %s, bpffs instance %s) listening on %s (port %d, %s); "
+                 "%d policies and %d local SIDs in the kernel", c.node, c.netns or "-",
+                 self.stamp.tools.pin_root.name, c.listen, self.port, mode,
+                 len(self.srv6.policies), len(self.srv6.sids))
+        return self.port
+
+    def stop(self, grace: float = 2.0) -> None:
+        log.info("agent for node %s stopping", self.cfg.node)
+        for svc in ("", *[SERVICES[s][0].DESCRIPTOR.services_by_name[s].full_name for s in SERVICES]):
+            self.health.set(svc, health_pb2.HealthCheckResponse.NOT_SERVING)
+        if self.server is not None:
+            self.server.stop(grace).wait()
+        t0 = time.monotonic()
+        self.stamp.shutdown()
+        self.flowmon.shutdown()
+        if self.publisher is not None:
+            self.publisher.stop()
+        self.rtnl.close()
+        log.info("agent stopped (cleanup %.1f s)", time.monotonic() - t0)

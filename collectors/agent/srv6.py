@@ -1,0 +1,517 @@
+"""Srv6Service: SRv6 policies (seg6 encap routes) and local SIDs (seg6local routes) of the node.
+
+The kernel is the source of truth. The agent keeps an index of the node's SRv6 routes (loaded by
+a dump at start, refreshed by every Get/List, updated by its own changes) so that a configuration
+operation costs ONE netlink round trip: Create sends RTM_NEWROUTE(CREATE|EXCL), Update sends
+RTM_NEWROUTE(REPLACE) (hitless: the route is replaced in place, never absent), Remove sends
+RTM_DELROUTE. When the kernel disagrees with the index (EEXIST / ENOENT / ESRCH: someone changed
+routes behind the agent's back) the table is re-read and the operation decided again.
+"""
+from __future__ import annotations
+
+import errno
+import logging
+import socket
+import threading
+from dataclasses import dataclass, field
+from typing import Callable
+
+import grpc
+
+from collectors.agent import fields as F
+from collectors.agent import rtnl as R
+from collectors.agent.fields import ApiError
+from segscope_proto.segscope.agent.v1 import srv6_pb2 as pb
+from segscope_proto.segscope.agent.v1 import srv6_pb2_grpc as pb_grpc
+
+log = logging.getLogger("segscope.agent.srv6")
+
+MODE_TO_KERNEL = {pb.ENCAP_MODE_ENCAP: R.SEG6_IPTUN_MODE_ENCAP,
+                  pb.ENCAP_MODE_INLINE: R.SEG6_IPTUN_MODE_INLINE,
+                  pb.ENCAP_MODE_ENCAP_RED: R.SEG6_IPTUN_MODE_ENCAP_RED}
+MODE_FROM_KERNEL = {v: k for k, v in MODE_TO_KERNEL.items()}
+MODE_NAMES = {R.SEG6_IPTUN_MODE_ENCAP: "encap", R.SEG6_IPTUN_MODE_INLINE: "inline",
+              R.SEG6_IPTUN_MODE_ENCAP_RED: "encap.red"}
+
+ACTION_TO_KERNEL = {
+    pb.LOCAL_SID_ACTION_END: R.ACT_END, pb.LOCAL_SID_ACTION_END_X: R.ACT_END_X,
+    pb.LOCAL_SID_ACTION_END_T: R.ACT_END_T, pb.LOCAL_SID_ACTION_END_DX6: R.ACT_END_DX6,
+    pb.LOCAL_SID_ACTION_END_DX4: R.ACT_END_DX4, pb.LOCAL_SID_ACTION_END_DT6: R.ACT_END_DT6,
+    pb.LOCAL_SID_ACTION_END_DT4: R.ACT_END_DT4, pb.LOCAL_SID_ACTION_END_DT46: R.ACT_END_DT46,
+    pb.LOCAL_SID_ACTION_END_B6: R.ACT_END_B6, pb.LOCAL_SID_ACTION_END_B6_ENCAPS: R.ACT_END_B6_ENCAP}
+ACTION_FROM_KERNEL = {v: k for k, v in ACTION_TO_KERNEL.items()}
+# which optional parameter each action requires (every other one is refused)
+ACTION_PARAMS = {R.ACT_END: "", R.ACT_END_X: "nh6", R.ACT_END_T: "lookup_table",
+                 R.ACT_END_DX6: "nh6", R.ACT_END_DX4: "nh4", R.ACT_END_DT6: "lookup_table",
+                 R.ACT_END_DT4: "lookup_table", R.ACT_END_DT46: "lookup_table",
+                 R.ACT_END_B6: "segments", R.ACT_END_B6_ENCAP: "segments"}
+
+OK = grpc.StatusCode.OK
+
+
+def describe_policy(p: R.PolicyRoute) -> str:
+    return f"policy {p.destination} table {p.table}"
+
+
+def describe_sid(s: R.LocalSidRoute) -> str:
+    return f"local SID {s.sid} table {s.table}"
+
+
+@dataclass
+class Plan:
+    """What one operation does: netlink messages to send, then on success `commit` (index
+    update) and the response. Empty msgs = nothing to change (idempotent repeat)."""
+    msgs: list[tuple[int, int, bytes]]
+    commit: Callable[[], None]
+    response: Callable[[], object]
+    changed: bool
+    log_line: str
+    what: str                       # object path for kernel errors ("policy", "local_sid")
+    key: tuple[str, int] = ("", 0)
+    retry: Callable[[], "Plan"] | None = None  # re-plan after a table re-read
+    extra: dict = field(default_factory=dict)
+
+
+class Srv6State:
+    """The index of the node's SRv6 routes + the netlink socket + device names."""
+
+    def __init__(self, rtnl: R.Rtnl, node: str):
+        self.rtnl, self.node = rtnl, node
+        self.lock = threading.RLock()
+        self.policies: dict[tuple[str, int], R.PolicyRoute] = {}
+        self.sids: dict[tuple[str, int], R.LocalSidRoute] = {}
+        self.ifindex: dict[str, int] = {}
+        self.ifname: dict[int, str] = {}
+        self.on_change: Callable[[], None] | None = None   # e.g. topology publisher
+        self.refresh_links()
+        self.resync(None)
+
+    # -- kernel reads --------------------------------------------------------------------------
+    def refresh_links(self) -> None:
+        self.ifindex = self.rtnl.links()
+        self.ifname = {v: k for k, v in self.ifindex.items()}
+
+    def resync(self, table: int | None) -> None:
+        """Re-read SRv6 routes (one table or all) from the kernel into the index."""
+        routes = self.rtnl.srv6_routes(table)
+        with self.lock:
+            if table is None:
+                self.policies.clear()
+                self.sids.clear()
+            else:
+                for d in (self.policies, self.sids):
+                    for k in [k for k in d if k[1] == table]:
+                        del d[k]
+            for r in routes:
+                d = self.policies if isinstance(r, R.PolicyRoute) else self.sids
+                old = d.get(r.key)
+                if old is None or r.metric < old.metric:   # lowest metric wins, as in the FIB
+                    d[r.key] = r
+
+    def oif(self, path: str, name: str) -> int:
+        idx = self.ifindex.get(name)
+        if idx is None:
+            self.refresh_links()
+            idx = self.ifindex.get(name)
+        if idx is None:
+            raise ApiError(grpc.StatusCode.FAILED_PRECONDITION,
+                           f"{path}: no device {name!r} on node {self.node}")
+        return idx
+
+    def devname(self, idx: int) -> str:
+        name = self.ifname.get(idx)
+        if name is None:
+            self.refresh_links()
+            name = self.ifname.get(idx, f"if{idx}")
+        return name
+
+    def changed(self) -> None:
+        if self.on_change:
+            try:
+                self.on_change()
+            except Exception:  # noqa: BLE001 - a publisher problem must not fail the RPC
+                log.exception("on_change hook failed")
+
+
+# --- proto <-> routes -------------------------------------------------------------------------
+def policy_from_msg(st: Srv6State, m: pb.Policy, path: str) -> R.PolicyRoute:
+    dest, fam = F.prefix(f"{path}.destination", m.destination)
+    table = F.table(f"{path}.table", m.table)
+    mode = F.enum_value(f"{path}.mode", m.mode, pb.EncapMode)
+    if mode == pb.ENCAP_MODE_INLINE and fam != socket.AF_INET6:
+        raise F.invalid(f"{path}.mode", f"ENCAP_MODE_INLINE needs an IPv6 destination, not {dest}")
+    segs = F.segments(f"{path}.segments", m.segments)
+    dev = F.ifname(f"{path}.device", m.device)
+    metric = m.metric or (R.V6_DEFAULT_METRIC if fam == socket.AF_INET6 else 0)
+    return R.PolicyRoute(dest, table, MODE_TO_KERNEL[mode], segs, st.oif(f"{path}.device", dev), metric)
+
+
+def policy_to_msg(st: Srv6State, p: R.PolicyRoute) -> pb.Policy:
+    return pb.Policy(destination=p.destination, table=p.table,
+                     mode=MODE_FROM_KERNEL.get(p.mode, pb.ENCAP_MODE_UNSPECIFIED),
+                     segments=p.segments, device=st.devname(p.oif), metric=p.metric)
+
+
+def sid_from_msg(st: Srv6State, m: pb.LocalSid, path: str) -> R.LocalSidRoute:
+    sid = F.ipv6(f"{path}.sid", m.sid)
+    table = F.table(f"{path}.table", m.table)
+    action_pb = F.enum_value(f"{path}.action", m.action, pb.LocalSidAction)
+    action = ACTION_TO_KERNEL[action_pb]
+    dev = F.ifname(f"{path}.device", m.device)
+    need = ACTION_PARAMS[action]
+    aname = pb.LocalSidAction.Name(action_pb)
+    present = {"nh6": bool(m.nh6), "nh4": bool(m.nh4), "lookup_table": m.lookup_table != 0,
+               "segments": len(m.segments) > 0}
+    for name, is_set in present.items():
+        if name == need and not is_set:
+            raise F.invalid(f"{path}.{name}", f"required with {aname}")
+        if name != need and is_set:
+            raise F.invalid(f"{path}.{name}", f"not allowed with {aname}")
+    nh6 = F.ipv6(f"{path}.nh6", m.nh6, required=False) if need == "nh6" else ""
+    nh4 = F.ipv4(f"{path}.nh4", m.nh4, required=False) if need == "nh4" else ""
+    lookup = F.required_table(f"{path}.lookup_table", m.lookup_table) if need == "lookup_table" else 0
+    segs = F.segments(f"{path}.segments", m.segments) if need == "segments" else ()
+    return R.LocalSidRoute(sid, table, action, st.oif(f"{path}.device", dev), nh6=nh6, nh4=nh4,
+                           lookup_table=lookup, segments=segs, count=m.count)
+
+
+def sid_to_msg(st: Srv6State, s: R.LocalSidRoute) -> pb.LocalSid:
+    return pb.LocalSid(sid=s.sid, table=s.table,
+                       action=ACTION_FROM_KERNEL.get(s.action, pb.LOCAL_SID_ACTION_UNSPECIFIED),
+                       device=st.devname(s.oif), nh6=s.nh6, nh4=s.nh4,
+                       lookup_table=s.lookup_table, segments=s.segments, count=s.count)
+
+
+def sid_state(st: Srv6State, s: R.LocalSidRoute) -> pb.LocalSidState:
+    out = pb.LocalSidState(local_sid=sid_to_msg(st, s))
+    if s.counters is not None:
+        out.counters.CopyFrom(pb.LocalSidCounters(packets=s.counters[0], bytes=s.counters[1],
+                                                  errors=s.counters[2]))
+    return out
+
+
+def key_from(path: str, destination: str, table: int) -> tuple[str, int]:
+    return F.prefix(f"{path}destination", destination)[0], F.table(f"{path}table", table)
+
+
+def sid_key_from(path: str, sid: str, table: int) -> tuple[str, int]:
+    return F.ipv6(f"{path}sid", sid), F.table(f"{path}table", table)
+
+
+def _fmt_policy(p: R.PolicyRoute, st: Srv6State) -> str:
+    return (f"{p.destination} table {p.table} encap seg6 mode {MODE_NAMES.get(p.mode, p.mode)} "
+            f"segs {','.join(p.segments)} dev {st.devname(p.oif)} metric {p.metric}")
+
+
+def _fmt_sid(s: R.LocalSidRoute, st: Srv6State) -> str:
+    extra = "".join(f" {k} {v}" for k, v in (("nh6", s.nh6), ("nh4", s.nh4),
+                    ("table", s.lookup_table), ("segs", ",".join(s.segments))) if v)
+    return (f"{s.sid} table {s.table} seg6local action {R.ACTION_NAMES.get(s.action, s.action)}"
+            f"{extra}{' count' if s.count else ''} dev {st.devname(s.oif)}")
+
+
+# --- planning: validated request -> Plan ------------------------------------------------------
+ADD = R.NLM_F_CREATE | R.NLM_F_EXCL
+
+
+def plan_create_policy(st: Srv6State, req: pb.CreatePolicyRequest, path: str = "") -> Plan:
+    p = policy_from_msg(st, req.policy, f"{path}policy")
+
+    def decide() -> Plan:
+        old = st.policies.get(p.key)
+        if old == p:
+            return Plan([], lambda: None, lambda: pb.CreatePolicyResponse(policy=policy_to_msg(st, p), changed=False),
+                        False, f"CreatePolicy {_fmt_policy(p, st)}: unchanged (identical policy exists)", "policy", p.key)
+        if old is not None:
+            raise ApiError(grpc.StatusCode.ALREADY_EXISTS,
+                           f"{path}policy: {describe_policy(p)} exists with different content "
+                           f"({_fmt_policy(old, st)}); use UpdatePolicy")
+        return Plan([(R.RTM_NEWROUTE, ADD, R.encode_policy(p))], lambda: st.policies.__setitem__(p.key, p),
+                    lambda: pb.CreatePolicyResponse(policy=policy_to_msg(st, p), changed=True),
+                    True, f"CreatePolicy {_fmt_policy(p, st)}: created", f"{path}policy", p.key, retry=decide)
+    return decide()
+
+
+def plan_update_policy(st: Srv6State, req: pb.UpdatePolicyRequest, path: str = "") -> Plan:
+    p = policy_from_msg(st, req.policy, f"{path}policy")
+
+    def decide() -> Plan:
+        old = st.policies.get(p.key)
+        if old is None:
+            raise ApiError(grpc.StatusCode.NOT_FOUND, f"{path}policy: {describe_policy(p)}: no such policy")
+        resp = lambda ch: (lambda: pb.UpdatePolicyResponse(policy=policy_to_msg(st, p),  # noqa: E731
+                                                           previous=policy_to_msg(st, old), changed=ch))
+        if old == p:
+            return Plan([], lambda: None, resp(False), False,
+                        f"UpdatePolicy {_fmt_policy(p, st)}: unchanged", "policy", p.key)
+        if old.metric == p.metric:
+            # hitless: one RTM_NEWROUTE with NLM_F_REPLACE, the FIB entry is swapped in place
+            msgs = [(R.RTM_NEWROUTE, R.NLM_F_REPLACE, R.encode_policy(p))]
+        else:
+            # a new metric is a new FIB entry: add it first, then delete the old one (never absent)
+            msgs = [(R.RTM_NEWROUTE, ADD, R.encode_policy(p)),
+                    (R.RTM_DELROUTE, 0, R.encode_delete(old.destination, old.table, old.metric))]
+        return Plan(msgs, lambda: st.policies.__setitem__(p.key, p), resp(True), True,
+                    f"UpdatePolicy {_fmt_policy(p, st)}: replaced (was segs {','.join(old.segments)} "
+                    f"mode {MODE_NAMES.get(old.mode)} dev {st.devname(old.oif)} metric {old.metric})",
+                    f"{path}policy", p.key, retry=decide)
+    return decide()
+
+
+def plan_remove_policy(st: Srv6State, req: pb.RemovePolicyRequest, path: str = "") -> Plan:
+    key = key_from(path, req.destination, req.table)
+
+    def decide() -> Plan:
+        old = st.policies.get(key)
+        if old is None:
+            if req.allow_missing:
+                return Plan([], lambda: None, lambda: pb.RemovePolicyResponse(changed=False), False,
+                            f"RemovePolicy {key[0]} table {key[1]}: absent, allow_missing", "policy", key)
+            raise ApiError(grpc.StatusCode.NOT_FOUND, f"{path}destination: policy {key[0]} table {key[1]}: no such policy")
+        return Plan([(R.RTM_DELROUTE, 0, R.encode_delete(old.destination, old.table, old.metric))],
+                    lambda: st.policies.pop(key, None), lambda: pb.RemovePolicyResponse(changed=True), True,
+                    f"RemovePolicy {_fmt_policy(old, st)}: removed", f"{path}destination", key, retry=decide)
+    return decide()
+
+
+def plan_create_sid(st: Srv6State, req: pb.CreateLocalSidRequest, path: str = "") -> Plan:
+    s = sid_from_msg(st, req.local_sid, f"{path}local_sid")
+
+    def decide() -> Plan:
+        old = st.sids.get(s.key)
+        if old == s:
+            return Plan([], lambda: None, lambda: pb.CreateLocalSidResponse(local_sid=sid_to_msg(st, s), changed=False),
+                        False, f"CreateLocalSid {_fmt_sid(s, st)}: unchanged (identical SID exists)", "local_sid", s.key)
+        if old is not None:
+            raise ApiError(grpc.StatusCode.ALREADY_EXISTS,
+                           f"{path}local_sid: {describe_sid(s)} exists with different content "
+                           f"({_fmt_sid(old, st)}); use UpdateLocalSid")
+        return Plan([(R.RTM_NEWROUTE, ADD, R.encode_local_sid(s))], lambda: st.sids.__setitem__(s.key, s),
+                    lambda: pb.CreateLocalSidResponse(local_sid=sid_to_msg(st, s), changed=True), True,
+                    f"CreateLocalSid {_fmt_sid(s, st)}: created", f"{path}local_sid", s.key, retry=decide)
+    return decide()
+
+
+def plan_update_sid(st: Srv6State, req: pb.UpdateLocalSidRequest, path: str = "") -> Plan:
+    s = sid_from_msg(st, req.local_sid, f"{path}local_sid")
+
+    def decide() -> Plan:
+        old = st.sids.get(s.key)
+        if old is None:
+            raise ApiError(grpc.StatusCode.NOT_FOUND, f"{path}local_sid: {describe_sid(s)}: no such local SID")
+        resp = lambda ch: (lambda: pb.UpdateLocalSidResponse(local_sid=sid_to_msg(st, s),  # noqa: E731
+                                                             previous=sid_to_msg(st, old), changed=ch))
+        if old == s:
+            return Plan([], lambda: None, resp(False), False, f"UpdateLocalSid {_fmt_sid(s, st)}: unchanged",
+                        "local_sid", s.key)
+        return Plan([(R.RTM_NEWROUTE, R.NLM_F_REPLACE, R.encode_local_sid(s))],
+                    lambda: st.sids.__setitem__(s.key, s), resp(True), True,
+                    f"UpdateLocalSid {_fmt_sid(s, st)}: replaced (was {_fmt_sid(old, st)})",
+                    f"{path}local_sid", s.key, retry=decide)
+    return decide()
+
+
+def plan_remove_sid(st: Srv6State, req: pb.RemoveLocalSidRequest, path: str = "") -> Plan:
+    key = sid_key_from(path, req.sid, req.table)
+
+    def decide() -> Plan:
+        old = st.sids.get(key)
+        if old is None:
+            if req.allow_missing:
+                return Plan([], lambda: None, lambda: pb.RemoveLocalSidResponse(changed=False), False,
+                            f"RemoveLocalSid {key[0]} table {key[1]}: absent, allow_missing", "local_sid", key)
+            raise ApiError(grpc.StatusCode.NOT_FOUND, f"{path}sid: local SID {key[0]} table {key[1]}: no such local SID")
+        return Plan([(R.RTM_DELROUTE, 0, R.encode_delete(f"{old.sid}/128", old.table, old.metric))],
+                    lambda: st.sids.pop(key, None), lambda: pb.RemoveLocalSidResponse(changed=True), True,
+                    f"RemoveLocalSid {_fmt_sid(old, st)}: removed", f"{path}sid", key, retry=decide)
+    return decide()
+
+
+PLANNERS = {"create_policy": plan_create_policy, "update_policy": plan_update_policy,
+            "remove_policy": plan_remove_policy, "create_local_sid": plan_create_sid,
+            "update_local_sid": plan_update_sid, "remove_local_sid": plan_remove_sid}
+STALE = (errno.EEXIST, errno.ENOENT, errno.ESRCH)
+
+
+def kernel_error(plan: Plan, e: R.NetlinkError) -> ApiError:
+    hint = ""
+    if e.errno == errno.EINVAL and plan.what.endswith("local_sid"):
+        hint = (" (End.DT4/End.DT46 need a VRF device in strict mode, net.vrf.strict_mode=1, "
+                "bound to lookup_table; End.X/End.DX* need a reachable next hop)")
+    code = grpc.StatusCode.INTERNAL if e.errno in (errno.ENOBUFS, errno.ENOMEM) else grpc.StatusCode.FAILED_PRECONDITION
+    return ApiError(code, f"{plan.what}: the kernel refused it: {e.text}{hint}")
+
+
+def execute(st: Srv6State, plan: Plan) -> Plan:
+    """Send a plan; on a stale index (EEXIST/ENOENT/ESRCH) re-read the table and decide again once."""
+    for attempt in (0, 1):
+        if not plan.msgs:
+            return plan
+        errs = st.rtnl.batch(plan.msgs)
+        err = next((e for e in errs if e is not None), None)
+        if err is None:
+            plan.commit()
+            return plan
+        if err.errno in STALE and attempt == 0 and plan.retry is not None:
+            log.info("%s: kernel said %s, re-reading table %d", plan.log_line.split(':')[0], err.text, plan.key[1])
+            st.resync(plan.key[1])
+            plan = plan.retry()
+            continue
+        raise kernel_error(plan, err)
+    return plan
+
+
+class Srv6Servicer(pb_grpc.Srv6ServiceServicer):
+    def __init__(self, state: Srv6State):
+        self.st = state
+
+    def _run(self, planner, req):
+        with self.st.lock:
+            plan = execute(self.st, planner(self.st, req))
+        log.info("%s", plan.log_line)
+        if plan.changed:
+            self.st.changed()
+        return plan.response()
+
+    # policies
+    def CreatePolicy(self, req, ctx):
+        return self._run(plan_create_policy, req)
+
+    def UpdatePolicy(self, req, ctx):
+        return self._run(plan_update_policy, req)
+
+    def RemovePolicy(self, req, ctx):
+        return self._run(plan_remove_policy, req)
+
+    def GetPolicy(self, req, ctx):
+        key = key_from("", req.destination, req.table)
+        self.st.resync(key[1])
+        p = self.st.policies.get(key)
+        if p is None:
+            raise ApiError(grpc.StatusCode.NOT_FOUND, f"destination: policy {key[0]} table {key[1]}: no such policy")
+        return pb.GetPolicyResponse(policy=policy_to_msg(self.st, p))
+
+    def ListPolicies(self, req, ctx):
+        table = F.table("table", req.table) if req.HasField("table") else None
+        self.st.resync(table)
+        with self.st.lock:
+            ps = sorted(self.st.policies.values(), key=lambda p: (p.table, p.destination))
+        return pb.ListPoliciesResponse(policies=[policy_to_msg(self.st, p) for p in ps
+                                                 if table is None or p.table == table])
+
+    # local SIDs
+    def CreateLocalSid(self, req, ctx):
+        return self._run(plan_create_sid, req)
+
+    def UpdateLocalSid(self, req, ctx):
+        return self._run(plan_update_sid, req)
+
+    def RemoveLocalSid(self, req, ctx):
+        return self._run(plan_remove_sid, req)
+
+    def GetLocalSid(self, req, ctx):
+        key = sid_key_from("", req.sid, req.table)
+        self.st.resync(key[1])
+        s = self.st.sids.get(key)
+        if s is None:
+            raise ApiError(grpc.StatusCode.NOT_FOUND, f"sid: local SID {key[0]} table {key[1]}: no such local SID")
+        return pb.GetLocalSidResponse(state=sid_state(self.st, s))
+
+    def ListLocalSids(self, req, ctx):
+        table = F.table("table", req.table) if req.HasField("table") else None
+        self.st.resync(table)
+        with self.st.lock:
+            ss = sorted(self.st.sids.values(), key=lambda s: (s.table, s.sid))
+        return pb.ListLocalSidsResponse(local_sids=[sid_state(self.st, s) for s in ss
+                                                    if table is None or s.table == table])
+
+    # batch
+    def ApplyBatch(self, req, ctx):
+        n = len(req.operations)
+        if n == 0 or n > 10000:
+            raise F.invalid("operations", f"{n} operations, expected 1..10000")
+        ops = []
+        for i, op in enumerate(req.operations):  # validate everything before changing anything
+            kind = op.WhichOneof("op")
+            if kind is None:
+                raise F.invalid(f"operations[{i}]", "empty (set one of create_policy, update_policy, "
+                                "remove_policy, create_local_sid, update_local_sid, remove_local_sid)")
+            F_check_only(self.st, kind, getattr(op, kind), f"operations[{i}].{kind}.")
+            ops.append((kind, getattr(op, kind), f"operations[{i}].{kind}."))
+        results = [pb.Srv6OperationResult() for _ in ops]
+        with self.st.lock:
+            if req.stop_on_error:
+                self._batch_sequential(ops, results)
+            else:
+                self._batch_pipelined(ops, results)
+        applied = sum(1 for r in results if r.code == 0)
+        log.info("ApplyBatch: %d operations, %d ok, %d failed, %d changed", n, applied, n - applied,
+                 sum(1 for r in results if r.changed))
+        if any(r.changed for r in results):
+            self.st.changed()
+        return pb.ApplyBatchResponse(results=results, applied=applied, failed=n - applied)
+
+    def _batch_sequential(self, ops, results) -> None:
+        for i, (kind, sub, path) in enumerate(ops):
+            try:
+                plan = execute(self.st, PLANNERS[kind](self.st, sub, path))
+                results[i].changed = plan.changed
+                log.debug("%s", plan.log_line)
+            except ApiError as e:
+                results[i].code, results[i].message = e.code.value[0], e.message
+                for j in range(i + 1, len(ops)):
+                    results[j].code = grpc.StatusCode.ABORTED.value[0]
+                    results[j].message = f"operations[{j}]: not run, operations[{i}] failed (stop_on_error)"
+                return
+
+    def _batch_pipelined(self, ops, results) -> None:
+        """Plan every operation against the index (as if the previous ones succeeded), send all
+        their netlink messages at once (Rtnl.batch: 256 per sendmsg), then read one ack each.
+        Operations the kernel found stale are re-read and re-run one by one afterwards."""
+        planned: list[tuple[int, Plan, int, int]] = []   # (op index, plan, first msg, msg count)
+        msgs: list[tuple[int, int, bytes]] = []
+        for i, (kind, sub, path) in enumerate(ops):
+            try:
+                plan = PLANNERS[kind](self.st, sub, path)
+            except ApiError as e:
+                results[i].code, results[i].message = e.code.value[0], e.message
+                continue
+            planned.append((i, plan, len(msgs), len(plan.msgs)))
+            msgs.extend(plan.msgs)
+            plan.commit()  # optimistic: later operations see this one's effect; undone below on failure
+        errs = self.st.rtnl.batch(msgs) if msgs else []
+        redo = []
+        for i, plan, first, count in planned:
+            err = next((e for e in errs[first:first + count] if e is not None), None)
+            if err is None:
+                results[i].changed = plan.changed
+                log.debug("%s", plan.log_line)
+            elif err.errno in STALE:
+                redo.append(i)
+            else:
+                e = kernel_error(plan, err)
+                results[i].code, results[i].message = e.code.value[0], e.message
+        if any(r.code != 0 for r in results) or redo:
+            self.st.resync(None)   # the optimistic index may be wrong where something failed
+        for i in redo:
+            kind, sub, path = ops[i]
+            try:
+                plan = execute(self.st, PLANNERS[kind](self.st, sub, path))
+                results[i].changed = plan.changed
+            except ApiError as e:
+                results[i].code, results[i].message = e.code.value[0], e.message
+
+
+def F_check_only(st: Srv6State, kind: str, sub, path: str) -> None:
+    """Field validation of one batch operation without deciding anything (no index access)."""
+    if kind in ("create_policy", "update_policy"):
+        policy_from_msg(st, sub.policy, f"{path}policy")
+    elif kind == "remove_policy":
+        key_from(path, sub.destination, sub.table)
+    elif kind in ("create_local_sid", "update_local_sid"):
+        sid_from_msg(st, sub.local_sid, f"{path}local_sid")
+    else:
+        sid_key_from(path, sub.sid, sub.table)
+
+
+

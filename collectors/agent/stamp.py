@@ -1,0 +1,557 @@
+"""StampService: STAMP Session-Sender and Session-Reflector of this node, driving the existing
+datapath (build/datapath/stamp_collector, stamp_reflector) and build/collectors/stamp_sender,
+as segscope/local.py does.
+
+Results: the agent itself consumes the collector's ring buffer (`stamp_collector dump`, JSON
+lines) - it is the ring's only reader. Each record becomes a StampResult kept per session (the
+newest 100 000), served by GetStampSessionResults, pushed to SubscribeStampResults streams and,
+with --kafka, encoded as stamp_batch (schemas/c/stamp_batch.h) to `segscope.stamp.records`
+(key "<node>/<ssid>") so the delay processor downstream works as with stamp_streamer.
+"""
+from __future__ import annotations
+
+import collections
+import json
+import logging
+import os
+import signal
+import subprocess
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import grpc
+
+from collectors.agent import fields as F
+from collectors.agent.fields import ApiError
+from segscope_proto.segscope.agent.v1 import stamp_pb2 as pb
+from segscope_proto.segscope.agent.v1 import stamp_pb2_grpc as pb_grpc
+
+log = logging.getLogger("segscope.agent.stamp")
+
+KEEP_RESULTS = 100_000
+SENDER, REFLECTOR = pb.STAMP_ROLE_SENDER, pb.STAMP_ROLE_REFLECTOR
+ROLE_NAME = {SENDER: "sender", REFLECTOR: "reflector"}
+FORMAT_ARG = {pb.TIMESTAMP_FORMAT_UNSPECIFIED: "ptp", pb.TIMESTAMP_FORMAT_PTP: "ptp",
+              pb.TIMESTAMP_FORMAT_NTP: "ntp"}
+MODE_ARG = {pb.STAMP_MODE_UNSPECIFIED: "unauthenticated", pb.STAMP_MODE_UNAUTHENTICATED: "unauthenticated",
+            pb.STAMP_MODE_AUTHENTICATED: "authenticated"}
+FOREVER_S = 10 * 365 * 86400   # stamp_sender needs --count or --duration: "until stopped"
+
+
+class Tools:
+    """Paths of the datapath tools and how to run them for this node."""
+
+    def __init__(self, repo: Path, netns: str | None, pin_root: Path):
+        self.build = repo / "build"
+        self.netns = netns
+        self.pin_root = pin_root
+        self.collector = self.build / "datapath" / "stamp_collector"
+        self.reflector = self.build / "datapath" / "stamp_reflector"
+        self.sender = self.build / "collectors" / "stamp_sender"
+
+    @property
+    def collector_pin(self) -> Path:
+        return self.pin_root / "stamp_collector"
+
+    @property
+    def reflector_pin(self) -> Path:
+        return self.pin_root / "stamp_reflector"
+
+    def ns_args(self) -> list[str]:
+        return ["--netns", self.netns] if self.netns else []
+
+    def run(self, cmd: list, what: str) -> str:
+        cmd = [str(c) for c in cmd]
+        if not Path(cmd[0]).exists():
+            raise ApiError(grpc.StatusCode.FAILED_PRECONDITION,
+                           f"{what}: {cmd[0]} is not built (make build)")
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=30)
+        log.debug("ran %s -> %d", " ".join(cmd), r.returncode)
+        if r.returncode != 0:
+            raise ApiError(grpc.StatusCode.FAILED_PRECONDITION,
+                           f"{what}: {Path(cmd[0]).name} {cmd[1]} failed: {(r.stderr or r.stdout).strip()}")
+        return r.stdout
+
+
+@dataclass
+class Session:
+    spec: pb.StampSession
+    state: int = pb.STAMP_SESSION_STATE_CREATED
+    proc: subprocess.Popen | None = None
+    packets_sent: int = 0
+    results: collections.deque = field(default_factory=lambda: collections.deque(maxlen=KEEP_RESULTS))
+    next_index: int = 0
+    dropped: int = 0
+
+    def status(self) -> pb.StampSessionStatus:
+        return pb.StampSessionStatus(session=self.spec, state=self.state, packets_sent=self.packets_sent,
+                                     results_collected=self.next_index)
+
+
+def _summary(values: list[int]) -> pb.StampDelaySummary:
+    if not values:
+        return pb.StampDelaySummary()
+    return pb.StampDelaySummary(count=len(values), min_us=min(values) / 1e3,
+                                mean_us=sum(values) / len(values) / 1e3, max_us=max(values) / 1e3)
+
+
+class StampAgent:
+    """State of the node's STAMP roles and sessions (one lock)."""
+
+    def __init__(self, node: str, tools: Tools, kafka: str | None = None):
+        self.node, self.tools, self.kafka = node, tools, kafka
+        self.lock = threading.RLock()
+        self.cond = threading.Condition(self.lock)
+        self.sender_cfg: pb.StampSenderConfig | None = None
+        self.reflector_cfg: pb.StampReflectorConfig | None = None
+        self.sessions: dict[tuple[int, int], Session] = {}
+        self.reader: subprocess.Popen | None = None
+        self.reader_thread: threading.Thread | None = None
+        self.stopping = threading.Event()
+        self.unmatched_records = 0
+        self.records_read = 0
+        self._producer = None
+        self._batch_seq = 0
+        self.on_change = None  # topology publisher hook
+
+    # -- ring buffer reader -------------------------------------------------------------------
+    def _start_reader(self) -> None:
+        self.stopping.clear()
+        self.reader_thread = threading.Thread(target=self._reader_loop, name="stamp-results", daemon=True)
+        self.reader_thread.start()
+
+    def _reader_loop(self) -> None:
+        cmd = [str(self.tools.collector), "dump", "--pin-dir", str(self.tools.collector_pin),
+               "--count", "0", "--timeout-ms", "3600000"]
+        while not self.stopping.is_set():
+            p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                 start_new_session=True)
+            self.reader = p
+            pending: list[dict] = []
+            last_flush = time.monotonic()
+            assert p.stdout is not None
+            for line in p.stdout:
+                try:
+                    rec = json.loads(line)
+                except ValueError:
+                    log.warning("stamp_collector dump: unparsable line %r", line[:200])
+                    continue
+                pending.append(rec)
+                # dump flushes stdout after every poll round, so lines come in bursts
+                now = time.monotonic()
+                if len(pending) >= 512 or now - last_flush > 0.05:
+                    self._ingest(pending)
+                    pending, last_flush = [], now
+            if pending:
+                self._ingest(pending)
+            p.wait()
+            if self.stopping.is_set():
+                break
+            if p.returncode not in (0, -signal.SIGTERM):
+                log.warning("stamp_collector dump exited %s: %s", p.returncode, (p.stderr.read() if p.stderr else "")[:500])
+                time.sleep(0.5)
+
+    def _ingest(self, recs: list[dict]) -> None:
+        by_ssid: dict[int, list[dict]] = collections.defaultdict(list)
+        with self.cond:
+            self.records_read += len(recs)
+            for rec in recs:
+                s = self.sessions.get((SENDER, rec["ssid"]))
+                if s is None:
+                    self.unmatched_records += 1
+                    continue
+                t1, t2, t3, t4 = rec["t1_ns"], rec["t2_ns"], rec["t3_ns"], rec["t4_ns"]
+                if len(s.results) == s.results.maxlen:
+                    s.dropped += 1
+                s.results.append(pb.StampResult(
+                    ssid=rec["ssid"], index=s.next_index, sequence=rec["sender_seq"], t1_ns=t1, t2_ns=t2,
+                    t3_ns=t3, t4_ns=t4, forward_delay_ns=t2 - t1, reverse_delay_ns=t4 - t3,
+                    round_trip_delay_ns=(t4 - t1) - (t3 - t2)))
+                s.next_index += 1
+                by_ssid[rec["ssid"]].append(rec)
+            self.cond.notify_all()
+        if self.kafka and by_ssid:
+            self._publish(by_ssid)
+
+    def _publish(self, by_ssid: dict[int, list[dict]]) -> None:
+        import numpy as np
+        from segscope_schemas.stamp_record import STAMP_RECORD_DTYPE, encode_batch
+        if self._producer is None:
+            from confluent_kafka import Producer
+            self._producer = Producer({"bootstrap.servers": self.kafka, "linger.ms": 20})
+        for ssid, recs in by_ssid.items():
+            arr = np.zeros(len(recs), dtype=STAMP_RECORD_DTYPE)
+            for name in STAMP_RECORD_DTYPE.names:
+                if name != "reserved":
+                    arr[name] = [r.get(name, 0) for r in recs]
+            self._batch_seq += 1
+            self._producer.produce("segscope.stamp.records", encode_batch(arr, self.node, self._batch_seq),
+                                   key=f"{self.node}/{ssid}".encode())
+        self._producer.poll(0)
+
+    # -- sender processes -----------------------------------------------------------------------
+    def _spawn_sender(self, s: Session, duration_s: float) -> None:
+        sp = s.spec
+        cmd = [str(self.tools.sender), *self.tools.ns_args(),
+               "--src", sp.sender_address or self.sender_cfg.source_address,
+               "--dst", sp.reflector_address, "--ssid", str(sp.ssid),
+               "--sport", str(sp.sender_port or 50000 + sp.ssid), "--dport", str(sp.reflector_port or 862),
+               "--rate", str(sp.rate_pps), "--duration", str(duration_s or FOREVER_S),
+               "--format", FORMAT_ARG[sp.timestamp_format]]
+        if sp.segments:
+            cmd += ["--segs", ",".join(sp.segments)]
+        if sp.padding_bytes:
+            cmd += ["--padding", str(sp.padding_bytes)]
+        if not self.tools.sender.exists():
+            raise ApiError(grpc.StatusCode.FAILED_PRECONDITION, f"ssid: {self.tools.sender} is not built (make build)")
+        s.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                  start_new_session=True)
+        log.info("stamp_sender ssid %d started (pid %d): %s", sp.ssid, s.proc.pid, " ".join(cmd))
+        threading.Thread(target=self._reap_sender, args=(s, s.proc), daemon=True).start()
+
+    def _reap_sender(self, s: Session, p: subprocess.Popen) -> None:
+        out, err = p.communicate()
+        summary = {}
+        for line in reversed((out or "").strip().splitlines()):
+            try:
+                summary = json.loads(line)
+                break
+            except ValueError:
+                continue
+        with self.lock:
+            s.packets_sent += int(summary.get("sent", summary.get("packets_sent", 0)) or 0)
+            if s.proc is p:
+                s.proc = None
+                if s.state == pb.STAMP_SESSION_STATE_RUNNING:
+                    s.state = pb.STAMP_SESSION_STATE_STOPPED
+        log.info("stamp_sender ssid %d exited %s: %s%s", s.spec.ssid, p.returncode, json.dumps(summary),
+                 f" stderr: {err.strip()[:300]}" if p.returncode not in (0, -signal.SIGTERM) else "")
+
+    @staticmethod
+    def _stop_proc(p: subprocess.Popen | None) -> None:
+        if p is None or p.poll() is not None:
+            return
+        try:
+            os.killpg(p.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            return
+        try:
+            p.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            os.killpg(p.pid, signal.SIGKILL)
+            p.wait()
+
+    def reset(self) -> tuple[int, bool]:
+        """Stop and destroy every session, stop the results reader, detach the datapath."""
+        t = self.tools
+        with self.lock:
+            n = len(self.sessions)
+            changed = bool(n or self.sender_cfg or self.reflector_cfg)
+            for (role, ssid), s in list(self.sessions.items()):
+                if s.proc is not None:
+                    s.state = pb.STAMP_SESSION_STATE_STOPPED
+                    self._stop_proc(s.proc)
+            self.sessions.clear()
+            self.stopping.set()
+            if self.reader is not None:
+                self._stop_proc(self.reader)
+                self.reader = None
+            if self.sender_cfg is not None:
+                subprocess.run([str(t.collector), "detach", *t.ns_args(), "--dev", self.sender_cfg.device,
+                                "--pin-dir", str(t.collector_pin)], capture_output=True)
+                self.sender_cfg = None
+            if self.reflector_cfg is not None:
+                subprocess.run([str(t.reflector), "detach", *t.ns_args(), "--dev", self.reflector_cfg.device,
+                                "--pin-dir", str(t.reflector_pin)], capture_output=True)
+                self.reflector_cfg = None
+        log.info("Reset: %d sessions destroyed, datapath detached" if changed else "Reset: nothing to do", n)
+        return n, changed
+
+    def shutdown(self) -> None:
+        try:
+            self.reset()
+        finally:
+            if self._producer is not None:
+                self._producer.flush(10)
+
+
+def _role(path: str, v: int) -> int:
+    return F.enum_value(path, v, pb.StampRole)
+
+
+def _ssid(path: str, v: int) -> int:
+    if v == 0:
+        raise F.invalid(path, "required (1..65535)")
+    F.in_range(path, v, 1, 65535)
+    return v
+
+
+def validate_session(sp: pb.StampSession) -> pb.StampSession:
+    """Validate every field; returns a normalised copy (canonical addresses)."""
+    role = _role("session.role", sp.role)
+    _ssid("session.ssid", sp.ssid)
+    out = pb.StampSession()
+    out.CopyFrom(sp)
+    F.enum_value("session.timestamp_format", sp.timestamp_format, pb.TimestampFormat, required=False)
+    F.enum_value("session.mode", sp.mode, pb.StampMode, required=False)
+    F.in_range("session.sender_port", sp.sender_port, 0, 65535)
+    F.in_range("session.reflector_port", sp.reflector_port, 0, 65535)
+    if role == SENDER:
+        out.sender_address = F.ipv6("session.sender_address", sp.sender_address, required=False)
+        out.reflector_address = F.ipv6("session.reflector_address", sp.reflector_address)
+        del out.segments[:]
+        out.segments.extend(F.segments("session.segments", sp.segments, min_len=0))
+        F.refuse("session.return_segments", len(sp.return_segments) > 0,
+                 "with STAMP_ROLE_SENDER (the reflector's return path is set on the reflector)")
+        if sp.rate_pps == 0:
+            raise F.invalid("session.rate_pps", "required with STAMP_ROLE_SENDER (1..1000000)")
+        F.in_range("session.rate_pps", sp.rate_pps, 1, 1_000_000)
+        F.in_range("session.padding_bytes", sp.padding_bytes, 0, 1400)
+        F.refuse("session.mode", sp.mode == pb.STAMP_MODE_AUTHENTICATED,
+                 "with STAMP_ROLE_SENDER (the sender sends unauthenticated test packets)")
+    else:
+        out.sender_address = F.ipv6("session.sender_address", sp.sender_address)
+        F.refuse("session.segments", len(sp.segments) > 0,
+                 "with STAMP_ROLE_REFLECTOR (use return_segments for the return path)")
+        del out.return_segments[:]
+        out.return_segments.extend(F.segments("session.return_segments", sp.return_segments, min_len=0))
+        F.refuse("session.rate_pps", sp.rate_pps != 0, "with STAMP_ROLE_REFLECTOR")
+        F.refuse("session.padding_bytes", sp.padding_bytes != 0, "with STAMP_ROLE_REFLECTOR")
+        F.refuse("session.reflector_port", sp.reflector_port != 0,
+                 "with STAMP_ROLE_REFLECTOR (the port comes from Init's reflector.udp_port)")
+        out.reflector_address = ""
+    return out
+
+
+class StampServicer(pb_grpc.StampServiceServicer):
+    def __init__(self, agent: StampAgent):
+        self.a = agent
+
+    def _changed(self) -> None:
+        if self.a.on_change:
+            try:
+                self.a.on_change()
+            except Exception:  # noqa: BLE001
+                log.exception("on_change hook failed")
+
+    # -- Init / Reset ------------------------------------------------------------------------
+    def Init(self, req, ctx):
+        a, t = self.a, self.a.tools
+        if not req.HasField("sender") and not req.HasField("reflector"):
+            raise F.invalid("sender", "set sender and/or reflector")
+        snd = rfl = None
+        if req.HasField("sender"):
+            snd = pb.StampSenderConfig(device=F.ifname("sender.device", req.sender.device),
+                                       source_address=F.ipv6("sender.source_address", req.sender.source_address))
+        if req.HasField("reflector"):
+            r = req.reflector
+            if not r.addresses:
+                raise F.invalid("reflector.addresses", "required (1..64 IPv6 addresses)")
+            F.in_range("reflector.addresses", len(r.addresses), 1, 64, "addresses")
+            F.in_range("reflector.udp_port", r.udp_port, 0, 65535)
+            rfl = pb.StampReflectorConfig(
+                device=F.ifname("reflector.device", r.device),
+                addresses=[F.ipv6(f"reflector.addresses[{i}]", x) for i, x in enumerate(r.addresses)],
+                udp_port=r.udp_port or 862)
+        changed = False
+        with a.lock:
+            if snd is not None:
+                if a.sender_cfg is not None and a.sender_cfg != snd:
+                    raise ApiError(grpc.StatusCode.FAILED_PRECONDITION,
+                                   f"sender: already initialised with device {a.sender_cfg.device} source "
+                                   f"{a.sender_cfg.source_address}; Reset first")
+            if rfl is not None and a.reflector_cfg is not None and a.reflector_cfg != rfl:
+                raise ApiError(grpc.StatusCode.FAILED_PRECONDITION,
+                               f"reflector: already initialised with device {a.reflector_cfg.device} addresses "
+                               f"{list(a.reflector_cfg.addresses)} port {a.reflector_cfg.udp_port}; Reset first")
+            if snd is not None and a.sender_cfg is None:
+                t.run([t.collector, "attach", *t.ns_args(), "--dev", snd.device, "--pin-dir", t.collector_pin],
+                      "sender.device")
+                a.sender_cfg = snd
+                a._start_reader()
+                changed = True
+                log.info("Init sender: stamp_collector attached to %s, results reader started", snd.device)
+            if rfl is not None and a.reflector_cfg is None:
+                t.run([t.reflector, "attach", *t.ns_args(), "--dev", rfl.device, "--pin-dir", t.reflector_pin,
+                       "--port", rfl.udp_port], "reflector.device")
+                try:
+                    for i, addr in enumerate(rfl.addresses):
+                        t.run([t.reflector, "add-address", "--pin-dir", t.reflector_pin, addr],
+                              f"reflector.addresses[{i}]")
+                except ApiError:
+                    t.run([t.reflector, "detach", *t.ns_args(), "--dev", rfl.device, "--pin-dir", t.reflector_pin],
+                          "reflector.device")
+                    raise
+                a.reflector_cfg = rfl
+                changed = True
+                log.info("Init reflector: stamp_reflector attached to %s for %s port %d", rfl.device,
+                         ",".join(rfl.addresses), rfl.udp_port)
+        if not changed:
+            log.info("Init: unchanged (same configuration)")
+        else:
+            self._changed()
+        return pb.InitResponse(changed=changed)
+
+    def Reset(self, req, ctx):
+        n, changed = self.a.reset()
+        if changed:
+            self._changed()
+        return pb.ResetResponse(sessions_destroyed=n, changed=changed)
+
+    # -- sessions ----------------------------------------------------------------------------
+    def _get(self, role: int, ssid: int) -> Session:
+        s = self.a.sessions.get((role, ssid))
+        if s is None:
+            raise ApiError(grpc.StatusCode.NOT_FOUND, f"ssid: no {ROLE_NAME[role]} session {ssid}")
+        return s
+
+    def CreateStampSession(self, req, ctx):
+        sp = validate_session(req.session)
+        a, t = self.a, self.a.tools
+        key = (sp.role, sp.ssid)
+        with a.lock:
+            cfg = a.sender_cfg if sp.role == SENDER else a.reflector_cfg
+            if cfg is None:
+                raise ApiError(grpc.StatusCode.FAILED_PRECONDITION,
+                               f"session.role: the {ROLE_NAME[sp.role]} role is not initialised (call Init first)")
+            old = a.sessions.get(key)
+            if old is not None:
+                if old.spec == sp:
+                    log.info("CreateStampSession %s ssid %d: unchanged", ROLE_NAME[sp.role], sp.ssid)
+                    return pb.CreateStampSessionResponse(status=old.status(), changed=False)
+                raise ApiError(grpc.StatusCode.ALREADY_EXISTS,
+                               f"session.ssid: {ROLE_NAME[sp.role]} session {sp.ssid} exists with different "
+                               f"parameters; DestroyStampSession first")
+            if sp.role == SENDER:
+                t.run([t.collector, "activate", "--pin-dir", t.collector_pin, "--ssid", sp.ssid,
+                       "--port", sp.sender_port or 50000 + sp.ssid, "--format", FORMAT_ARG[sp.timestamp_format]],
+                      "session")
+            s = a.sessions[key] = Session(sp)
+            log.info("CreateStampSession %s ssid %d: created (%s -> %s, segs %s, return %s, rate %d)",
+                     ROLE_NAME[sp.role], sp.ssid, sp.sender_address or (cfg.source_address if sp.role == SENDER else ""),
+                     sp.reflector_address, ",".join(sp.segments), ",".join(sp.return_segments), sp.rate_pps)
+        self._changed()
+        return pb.CreateStampSessionResponse(status=s.status(), changed=True)
+
+    def _reflector_add(self, sp: pb.StampSession) -> None:
+        t = self.a.tools
+        cmd = [t.reflector, "add-session", "--pin-dir", t.reflector_pin, "--ssid", sp.ssid,
+               "--sender", sp.sender_address, "--format", FORMAT_ARG[sp.timestamp_format],
+               "--mode", MODE_ARG[sp.mode]]
+        if sp.return_segments:
+            cmd += ["--return-sids", ",".join(sp.return_segments)]
+        t.run(cmd, "session")
+
+    def _reflector_del(self, sp: pb.StampSession) -> None:
+        t = self.a.tools
+        t.run([t.reflector, "del-session", "--pin-dir", t.reflector_pin, "--ssid", sp.ssid,
+               "--sender", sp.sender_address], "ssid")
+
+    def StartStampSession(self, req, ctx):
+        role, ssid = _role("role", req.role), _ssid("ssid", req.ssid)
+        if req.duration_s < 0 or req.duration_s > 86400 * 365 or req.duration_s != req.duration_s:
+            raise F.invalid("duration_s", f"{req.duration_s} out of range 0..31536000 seconds")
+        F.refuse("duration_s", role == REFLECTOR and req.duration_s != 0, "with STAMP_ROLE_REFLECTOR")
+        with self.a.lock:
+            s = self._get(role, ssid)
+            if s.state == pb.STAMP_SESSION_STATE_RUNNING:
+                log.info("StartStampSession %s ssid %d: already running", ROLE_NAME[role], ssid)
+                return pb.StartStampSessionResponse(status=s.status(), changed=False)
+            if role == SENDER:
+                self.a._spawn_sender(s, req.duration_s)
+            else:
+                self._reflector_add(s.spec)
+            s.state = pb.STAMP_SESSION_STATE_RUNNING
+            log.info("StartStampSession %s ssid %d: running%s", ROLE_NAME[role], ssid,
+                     f" for {req.duration_s} s" if req.duration_s else "")
+            return pb.StartStampSessionResponse(status=s.status(), changed=True)
+
+    def _stop(self, s: Session) -> bool:
+        if s.state != pb.STAMP_SESSION_STATE_RUNNING:
+            return False
+        if s.spec.role == SENDER:
+            p = s.proc
+            s.state = pb.STAMP_SESSION_STATE_STOPPED
+            self.a._stop_proc(p)
+        else:
+            self._reflector_del(s.spec)
+            s.state = pb.STAMP_SESSION_STATE_STOPPED
+        return True
+
+    def StopStampSession(self, req, ctx):
+        role, ssid = _role("role", req.role), _ssid("ssid", req.ssid)
+        with self.a.lock:
+            s = self._get(role, ssid)
+            changed = self._stop(s)
+            log.info("StopStampSession %s ssid %d: %s", ROLE_NAME[role], ssid, "stopped" if changed else "not running")
+            return pb.StopStampSessionResponse(status=s.status(), changed=changed)
+
+    def DestroyStampSession(self, req, ctx):
+        role, ssid = _role("role", req.role), _ssid("ssid", req.ssid)
+        t = self.a.tools
+        with self.a.lock:
+            s = self.a.sessions.get((role, ssid))
+            if s is None:
+                if req.allow_missing:
+                    log.info("DestroyStampSession %s ssid %d: absent, allow_missing", ROLE_NAME[role], ssid)
+                    return pb.DestroyStampSessionResponse(changed=False)
+                self._get(role, ssid)
+            self._stop(s)
+            if role == SENDER:
+                t.run([t.collector, "deactivate", "--pin-dir", t.collector_pin, "--ssid", ssid], "ssid")
+            del self.a.sessions[(role, ssid)]
+            log.info("DestroyStampSession %s ssid %d: destroyed", ROLE_NAME[role], ssid)
+        self._changed()
+        return pb.DestroyStampSessionResponse(changed=True)
+
+    def ListStampSessions(self, req, ctx):
+        with self.a.lock:
+            return pb.ListStampSessionsResponse(
+                sessions=[s.status() for _, s in sorted(self.a.sessions.items())])
+
+    # -- results -----------------------------------------------------------------------------
+    def GetStampSessionResults(self, req, ctx):
+        ssid = _ssid("ssid", req.ssid)
+        F.in_range("max_results", req.max_results, 0, 100_000)
+        limit = req.max_results or 1000
+        with self.a.lock:
+            s = self._get(SENDER, ssid)
+            held = list(s.results)
+            dropped = s.dropped
+        first_held = held[0].index if held else 0
+        start = max(0, req.from_index - first_held)
+        out = held[start:start + limit]
+        nxt = out[-1].index + 1 if out else max(req.from_index, first_held + len(held))
+        return pb.GetStampSessionResultsResponse(
+            results=out, next_index=nxt, dropped_results=dropped,
+            forward=_summary([r.forward_delay_ns for r in held]),
+            reverse=_summary([r.reverse_delay_ns for r in held]),
+            round_trip=_summary([r.round_trip_delay_ns for r in held]))
+
+    def SubscribeStampResults(self, req, ctx):
+        for i, ssid in enumerate(req.ssids):
+            _ssid(f"ssids[{i}]", ssid)
+        F.in_range("max_delay_ms", req.max_delay_ms, 0, 60_000)
+        delay = (req.max_delay_ms or 200) / 1000
+        wanted = set(req.ssids)
+        a = self.a
+        with a.lock:  # start after what is there now: a subscription pushes NEW results
+            cursor = {ssid: s.next_index for (role, ssid), s in a.sessions.items() if role == SENDER}
+        log.info("SubscribeStampResults from %s: ssids %s", ctx.peer(), sorted(wanted) or "all")
+        while ctx.is_active():
+            batch: list[pb.StampResult] = []
+            with a.cond:
+                a.cond.wait(timeout=delay)
+                for (role, ssid), s in a.sessions.items():
+                    if role != SENDER or (wanted and ssid not in wanted):
+                        continue
+                    start = cursor.get(ssid, 0)
+                    if s.next_index > start:
+                        held_first = s.next_index - len(s.results)
+                        batch.extend(list(s.results)[max(0, start - held_first):])
+                        cursor[ssid] = s.next_index
+            if batch:
+                yield pb.StampResultBatch(results=batch)
+        log.info("SubscribeStampResults from %s: ended", ctx.peer())
