@@ -261,3 +261,120 @@ def path_drops(lab) -> dict[str, int]:
 
 def drops_between(before: dict[str, int], after: dict[str, int]) -> dict[str, int]:
     return {k: after[k] - before.get(k, 0) for k in after}
+
+
+# ------------------------------------------------------------------------------- segscope parts
+BUILD = REPO / "build"
+PIN_ROOT = Path("/sys/fs/bpf/segscope")
+
+
+def _run(cmd: list[str], **kw) -> subprocess.CompletedProcess:
+    proc = subprocess.run(cmd, capture_output=True, text=True, **kw)
+    if proc.returncode != 0:
+        raise RuntimeError(f"command failed ({proc.returncode}): {' '.join(cmd)}\n{proc.stderr}{proc.stdout}")
+    return proc
+
+
+@dataclass
+class AltmarkEdges:
+    """segscope's datapath on the lab: altmark_tx on A's a0 (TC egress), altmark_rx on B's b0
+    (XDP), flows installed with the loaders (datapath/altmark_loader.c CLI)."""
+    lab: object
+    period_ms: int
+    dmark_every: int
+    flow_ids: dict[str, int]           # flow name -> flow id (FlowMonID for rfc9343)
+    attached: list[tuple[str, str, str, str]] = field(default_factory=list)
+
+    @property
+    def tx_instance(self) -> str:
+        return f"{self.lab.prefix}-A"  # netlab's teardown removes /sys/fs/bpf/segscope/<prefix>-*
+
+    @property
+    def rx_instance(self) -> str:
+        return f"{self.lab.prefix}-B"
+
+    def pin_dir(self, prog: str) -> Path:
+        return PIN_ROOT / (self.tx_instance if prog == "altmark_tx" else self.rx_instance) / prog
+
+    def attach(self) -> None:
+        for prog, node, dev, inst in (("altmark_tx", "A", "a0", self.tx_instance),
+                                      ("altmark_rx", "B", "b0", self.rx_instance)):
+            _run([str(BUILD / "datapath" / prog), "attach", "--dev", dev, "--instance", inst,
+                  "--netns", self.lab.ns(node)])
+            self.attached.append((prog, node, dev, inst))
+
+    def add_flow(self, flow: FlowSpec, rx: bool | None = None) -> None:
+        common = ["--flow-id", str(self.flow_ids[flow.name]), "--method", flow.method,
+                  "--period-ms", str(self.period_ms), "--dmark-every", str(self.dmark_every)]
+        _run([str(BUILD / "datapath" / "altmark_tx"), "add-flow", "--instance", self.tx_instance,
+              "--sids", ",".join(flow.sids)] + common)
+        if flow.has_rx if rx is None else rx:
+            key = (["--sids", ",".join(flow.sids)] if flow.method == "dscp"
+                   else ["--flowmon-id", str(self.flow_ids[flow.name])])
+            _run([str(BUILD / "datapath" / "altmark_rx"), "add-flow", "--instance", self.rx_instance]
+                 + key + common)
+
+    def stats(self) -> dict[str, dict[str, int]]:
+        return {prog: json.loads(_run([str(BUILD / "datapath" / prog), "stats", "--instance", inst,
+                                       "--json"]).stdout)
+                for prog, _n, _d, inst in self.attached}
+
+    def list_flows(self, prog: str) -> dict:
+        inst = self.tx_instance if prog == "altmark_tx" else self.rx_instance
+        return json.loads(_run([str(BUILD / "datapath" / prog), "list-flows", "--instance", inst,
+                                "--json"]).stdout)
+
+    def detach(self) -> None:
+        for prog, node, dev, inst in reversed(self.attached):
+            subprocess.run([str(BUILD / "datapath" / prog), "detach", "--dev", dev, "--instance", inst,
+                            "--netns", self.lab.ns(node)], capture_output=True)
+        self.attached.clear()
+
+
+class Processes:
+    """User-space stages started for a test: one block collector per edge node, the loss processor.
+    Logs go to run_dir/<name>.log; stop() sends SIGTERM (collectors flush) and waits."""
+
+    def __init__(self, run_dir: Path):
+        self.run_dir = Path(run_dir)
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.procs: dict[str, subprocess.Popen] = {}
+
+    def spawn(self, name: str, cmd: list[str], env: dict[str, str] | None = None) -> subprocess.Popen:
+        import os
+        log = open(self.run_dir / f"{name}.log", "w")
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=REPO,
+                                env={**os.environ, **(env or {})}, start_new_session=True)
+        log.close()
+        self.procs[name] = proc
+        return proc
+
+    def collector(self, name: str, node: str, direction: str, pin_dir: Path, brokers: str) -> None:
+        self.spawn(name, [str(BUILD / "collectors" / "altmark_collector"), "--node", node,
+                          f"--{direction}-pin-dir", str(pin_dir), "--brokers", brokers])
+
+    def alive(self) -> dict[str, int | None]:
+        return {n: p.poll() for n, p in self.procs.items()}
+
+    def log(self, name: str) -> str:
+        path = self.run_dir / f"{name}.log"
+        return path.read_text(errors="replace") if path.exists() else ""
+
+    def stop(self) -> dict[str, int]:
+        import os
+        import signal
+        codes = {}
+        for name, proc in list(self.procs.items()):
+            if proc.poll() is None:
+                try:
+                    os.killpg(proc.pid, signal.SIGTERM)
+                except ProcessLookupError:
+                    pass
+        for name, proc in list(self.procs.items()):
+            try:
+                codes[name] = proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                codes[name] = proc.wait()
+        self.procs.clear()
+        return codes
