@@ -451,6 +451,25 @@ class Srv6Servicer(pb_grpc.Srv6ServiceServicer):
             self.st.changed()
         return pb.ApplyBatchResponse(results=results, applied=applied, failed=n - applied)
 
+    def StreamOperations(self, request_iterator, ctx):
+        for op in request_iterator:
+            kind = op.WhichOneof("op")
+            res = pb.Srv6OperationResult()
+            try:
+                if kind is None:
+                    raise F.invalid("op", "empty (set one of create_policy, update_policy, remove_policy, "
+                                    "create_local_sid, update_local_sid, remove_local_sid)")
+                with self.st.lock:
+                    plan = execute(self.st, PLANNERS[kind](self.st, getattr(op, kind), f"{kind}."))
+                res.changed = plan.changed
+                log.info("StreamOperations: %s", plan.log_line)
+                if plan.changed:
+                    self.st.changed()
+            except ApiError as e:
+                log.info("StreamOperations %s -> %s: %s", kind, e.code.name, e.message)
+                res.code, res.message = e.code.value[0], e.message
+            yield res
+
     def _batch_sequential(self, ops, results) -> None:
         for i, (kind, sub, path) in enumerate(ops):
             try:
