@@ -378,3 +378,60 @@ class Processes:
                 codes[name] = proc.wait()
         self.procs.clear()
         return codes
+
+
+class BlockRecordTap:
+    """Reads the collectors' block records back from Kafka (own consumer group, from a start
+    time on), keeping our flows' records: {(flow_id, "tx"|"rx", block_index): record dict}.
+    Lets a test tell a datapath/collector fault from a processor fault."""
+
+    def __init__(self, bootstrap: str, flow_ids: set[int], since_ns: int,
+                 topic: str = "segscope.altmark.blocks"):
+        self.bootstrap, self.flow_ids, self.since_ns, self.topic = bootstrap, flow_ids, since_ns, topic
+        self.records: dict[tuple[int, str, int], dict] = {}
+        self.duplicates = 0
+        self.batches = 0
+        self.error: BaseException | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="altmark-tap", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
+
+    def _run(self) -> None:
+        try:
+            from confluent_kafka import Consumer, TopicPartition
+            from segscope_schemas.altmark_block import decode_batch
+
+            consumer = Consumer({"bootstrap.servers": self.bootstrap, "group.id": f"altmark-tap-{id(self)}",
+                                 "enable.auto.commit": False, "auto.offset.reset": "earliest"})
+            meta = consumer.list_topics(self.topic, timeout=10).topics[self.topic]
+            wanted = [TopicPartition(self.topic, p, self.since_ns // 1_000_000) for p in meta.partitions]
+            consumer.assign(consumer.offsets_for_times(wanted, timeout=10))
+            try:
+                while not self._stop.is_set():
+                    msg = consumer.poll(0.2)
+                    if msg is None or msg.error():
+                        continue
+                    self._take(decode_batch(msg.value()))
+            finally:
+                consumer.close()
+        except BaseException as exc:
+            self.error = exc
+
+    def _take(self, decoded) -> None:
+        header, recs = decoded
+        self.batches += 1
+        for r in recs:
+            if int(r["flow_id"]) not in self.flow_ids:
+                continue
+            key = (int(r["flow_id"]), "tx" if int(r["direction"]) == 1 else "rx", int(r["block_index"]))
+            rec = {name: int(r[name]) for name in r.dtype.names}
+            rec["node"] = header.node
+            if key in self.records:
+                self.duplicates += 1
+            self.records[key] = rec
