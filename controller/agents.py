@@ -115,7 +115,8 @@ def stamp_resource(node: str, st: stamp_pb2.StampSessionStatus) -> Resource:
                                     s.padding_bytes),
                         running=running, finished=finished)
     return Resource("stamp_reflector", node, ("reflector", s.ssid),
-                    reflector_spec(s.sender_address, s.return_segments, mode), running=running, finished=finished)
+                    reflector_spec(s.sender_address, s.return_segments, mode,
+                                   FORMAT_FROM_PB.get(s.timestamp_format, "ptp")), running=running, finished=finished)
 
 
 def stamp_session_msg(r: Resource) -> stamp_pb2.StampSession:
@@ -129,7 +130,8 @@ def stamp_session_msg(r: Resource) -> stamp_pb2.StampSession:
             timestamp_format=FORMAT_TO_PB[f["format"]], mode=STAMP_MODE_TO_PB[f["mode"]],
             padding_bytes=f["padding_bytes"])
     return stamp_pb2.StampSession(role=ROLE_TO_PB[role], ssid=ssid, sender_address=f["sender_address"],
-                                  return_segments=list(f["return_segs"]), mode=STAMP_MODE_TO_PB[f["mode"]])
+                                  return_segments=list(f["return_segs"]), mode=STAMP_MODE_TO_PB[f["mode"]],
+                                  timestamp_format=FORMAT_TO_PB[f["format"]])
 
 
 def flow_resource(node: str, st: flowmon_pb2.FlowMonitorStatus) -> Resource:

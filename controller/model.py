@@ -109,9 +109,9 @@ def sender_spec(ssid: int, sender_address: str, reflector_address: str, sender_p
                 padding_bytes=int(padding))
 
 
-def reflector_spec(sender_address: str, return_sids, mode: str) -> tuple:
+def reflector_spec(sender_address: str, return_sids, mode: str, fmt: str) -> tuple:
     return spec(sender_address=canon_ip(sender_address), return_segs=segs(return_sids),
-                mode=mode or "unauthenticated")
+                mode=mode or "unauthenticated", format=fmt or "ptp")
 
 
 def flow_spec(side: str, dev: str, method: str, sids, period_ms: int, dmark_every: int,
@@ -143,10 +143,10 @@ def desired_state(intent: Intent) -> DesiredState:
     for s in intent.stamp_sessions:
         finite = s.duration_s > 0
         d.add(Resource("stamp_reflector", s.reflector.node, ("reflector", s.ssid),
-                       reflector_spec(s.sender.address, s.return_segs, s.mode), running=True))
+                       reflector_spec(s.sender.address, s.return_segs, s.mode, s.format), running=True))
         d.add(Resource("stamp_sender", s.sender.node, ("sender", s.ssid),
                        sender_spec(s.ssid, s.sender.address, s.reflector.address, 0, 0, s.segs, s.rate_pps,
-                                   s.format, s.mode, s.padding_bytes),
+                                   s.format, "unauthenticated", s.padding_bytes),   # the sender sends unauthenticated packets (stamp.proto)
                        running=s.start, finite=finite, duration_s=s.duration_s))
         d.inits.setdefault((s.sender.node, "sender"),
                            StampInit(s.sender.node, "sender", s.sender.dev, source_address=canon_ip(s.sender.address)))

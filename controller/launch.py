@@ -1,0 +1,122 @@
+"""Start one agent per node of a netlab lab, with a fresh lab PKI, for the demo and the benchmark.
+
+    agents = AgentSet.start(lab, ["A", "R", "B"], run_dir, base_port=50061, kafka="127.0.0.1:19092")
+    os.environ.update(agents.env)      # SEGSCOPE_AGENT_<node>, SEGSCOPE_CERTS for the intent file
+    ...
+    agents.stop()
+
+Each agent runs in the root namespace as `python -m collectors.agent --node N --netns <lab ns>
+--listen 127.0.0.1:PORT --tls-cert/--tls-key/--tls-client-ca ...` and manages its node's
+namespace (issue 6 contract); `start` returns once every agent's health service says SERVING
+over mutual TLS.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import grpc
+
+from controller.pki import make_pki
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+class LaunchError(RuntimeError):
+    pass
+
+
+@dataclass
+class AgentSet:
+    certs: Path
+    addresses: dict[str, str]
+    procs: dict[str, subprocess.Popen] = field(default_factory=dict)
+    logs: dict[str, Path] = field(default_factory=dict)
+
+    @property
+    def env(self) -> dict[str, str]:
+        out = {f"SEGSCOPE_AGENT_{node}": addr for node, addr in self.addresses.items()}
+        out["SEGSCOPE_CERTS"] = str(self.certs)
+        return out
+
+    @classmethod
+    def start(cls, lab, nodes: list[str], run_dir: str | Path, base_port: int,
+              kafka: str | None = None, extra_args: list[str] | None = None,
+              ready_timeout_s: float = 30.0) -> "AgentSet":
+        run_dir = Path(run_dir)
+        run_dir.mkdir(parents=True, exist_ok=True)
+        certs = run_dir / "certs"
+        make_pki(certs, nodes)
+        agents = cls(certs=certs, addresses={n: f"127.0.0.1:{base_port + i}" for i, n in enumerate(nodes)})
+        try:
+            for node in nodes:
+                agents._spawn(lab, node, run_dir, kafka, extra_args or [])
+            for node in nodes:
+                agents._wait_serving(node, ready_timeout_s)
+        except BaseException:
+            agents.stop()
+            raise
+        return agents
+
+    def _spawn(self, lab, node: str, run_dir: Path, kafka: str | None, extra: list[str]) -> None:
+        cmd = [sys.executable, "-m", "collectors.agent", "--node", node, "--netns", lab.ns(node),
+               "--listen", self.addresses[node],
+               "--tls-cert", str(self.certs / f"agent-{node}.pem"), "--tls-key", str(self.certs / f"agent-{node}.key"),
+               "--tls-client-ca", str(self.certs / "ca.pem"), "--instance", lab.ns(node)]
+        if kafka:
+            cmd += ["--kafka", kafka]
+        cmd += extra
+        log_path = run_dir / f"agent-{node}.log"
+        log = open(log_path, "w")
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "schemas" / "python")])}
+        self.procs[node] = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=REPO, env=env,
+                                            start_new_session=True)
+        self.logs[node] = log_path
+        log.close()
+
+    def _wait_serving(self, node: str, timeout_s: float) -> None:
+        from grpc_health.v1 import health_pb2, health_pb2_grpc
+        creds = grpc.ssl_channel_credentials((self.certs / "ca.pem").read_bytes(),
+                                             (self.certs / "controller.key").read_bytes(),
+                                             (self.certs / "controller.pem").read_bytes())
+        deadline = time.monotonic() + timeout_s
+        last = ""
+        with grpc.secure_channel(self.addresses[node], creds) as channel:
+            stub = health_pb2_grpc.HealthStub(channel)
+            while time.monotonic() < deadline:
+                proc = self.procs[node]
+                if proc.poll() is not None:
+                    raise LaunchError(f"agent {node} exited ({proc.returncode}): "
+                                      f"{self.logs[node].read_text()[-2000:]}")
+                try:
+                    reply = stub.Check(health_pb2.HealthCheckRequest(service=""), timeout=1.0)
+                    if reply.status == health_pb2.HealthCheckResponse.SERVING:
+                        return
+                    last = f"status {reply.status}"
+                except grpc.RpcError as exc:
+                    last = f"{exc.code().name}: {exc.details()}"
+                time.sleep(0.1)
+        raise LaunchError(f"agent {node} at {self.addresses[node]} not SERVING after {timeout_s:g} s ({last}); "
+                          f"log {self.logs[node]}")
+
+    def stop(self, timeout_s: float = 15.0) -> dict[str, int]:
+        codes = {}
+        for node, proc in self.procs.items():
+            if proc.poll() is None:
+                try:
+                    os.killpg(proc.pid, signal.SIGTERM)
+                except ProcessLookupError:
+                    pass
+        for node, proc in self.procs.items():
+            try:
+                codes[node] = proc.wait(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                codes[node] = proc.wait()
+        self.procs.clear()
+        return codes

@@ -1,0 +1,181 @@
+"""apply against real agents on netlab line5 (no SRv6 routes: the intent owns them).
+
+The intent is controller/examples/demo_line5.yaml itself; agents (python -m collectors.agent, one per
+node, mutual TLS with a fresh lab PKI) listen on 127.0.0.1. Every RPC the controller makes is counted
+by its channel interceptor, so "applying twice makes no calls" is asserted on real counts.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from controller.core import Controller
+from controller.intent import load_intent, parse_intent
+from controller.launch import AgentSet
+from netlab import Lab, teardown
+from segscope_proto.segscope.agent.v1 import stamp_pb2
+
+REPO = Path(__file__).resolve().parents[2]
+DEMO = REPO / "controller" / "examples" / "demo_line5.yaml"
+TOPOLOGY = REPO / "netlab" / "topologies" / "line5_bare.yaml"
+PREFIX = "ctla"
+READS = {"ListLocalSids": 1, "ListPolicies": 1, "ListStampSessions": 1, "ListFlowMonitors": 1}
+
+pytestmark = pytest.mark.datapath
+
+
+@pytest.fixture(scope="module")
+def env(bpffs, tmp_path_factory):
+    teardown(PREFIX)
+    lab = Lab.up(TOPOLOGY, prefix=PREFIX)
+    agents = None
+    try:
+        agents = AgentSet.start(lab, ["A", "R", "B"], tmp_path_factory.mktemp("ctl-agents"), base_port=50161)
+        old = {k: os.environ.get(k) for k in agents.env}
+        os.environ.update(agents.env)
+        try:
+            yield lab, agents
+        finally:
+            for k, v in old.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
+    finally:
+        if agents:
+            agents.stop()
+        lab.down()
+
+
+@pytest.fixture(scope="module")
+def first_apply(env):
+    """The demo intent applied once on a fresh lab (the result, and the open controller)."""
+    ctl = Controller(load_intent(DEMO))
+    result = ctl.apply()
+    yield ctl, result
+    ctl.close()
+
+
+def ping(lab, count: int = 3) -> subprocess.CompletedProcess:
+    return lab.run("H1", ["ping", "-6", "-c", str(count), "-i", "0.2", "-W", "1", "fd00:b::1"])
+
+
+def test_fresh_lab_has_no_srv6_and_no_path(env):
+    lab, _ = env
+    assert "seg6" not in lab.run("A", ["ip", "-6", "route"]).stdout
+    assert ping(lab, 1).returncode != 0
+
+
+def test_apply_sets_up_the_demo(env, first_apply):
+    lab, _ = env
+    ctl, result = first_apply
+    assert result.ok, result.failed
+    assert [(op.action, op.kind, op.node) for op in result.ops] == [
+        ("create", "local_sid", "A"), ("create", "local_sid", "B"), ("create", "local_sid", "R"),
+        ("create", "policy", "A"), ("create", "policy", "B"),
+        ("init", "stamp_init", "B"), ("create", "stamp_reflector", "B"), ("start", "stamp_reflector", "B"),
+        ("init", "stamp_init", "A"), ("create", "stamp_sender", "A"), ("start", "stamp_sender", "A")]
+    assert result.mutating_calls == {
+        "A": {"CreateLocalSid": 1, "CreatePolicy": 1, "CreateStampSession": 1, "Init": 1, "StartStampSession": 1},
+        "B": {"CreateLocalSid": 1, "CreatePolicy": 1, "CreateStampSession": 1, "Init": 1, "StartStampSession": 1},
+        "R": {"CreateLocalSid": 1}}
+    # the kernel has what the intent says
+    a_routes = lab.run("A", ["ip", "-6", "route"]).stdout
+    assert "fd00:b::/64" in a_routes and "segs 2 [ fc00:2::e fc00:3::d6 ]" in a_routes
+    assert "fc00:2::e" in lab.run("R", ["ip", "-6", "route", "show", "fc00:2::e"]).stdout
+    assert "seg6local action End" in lab.run("R", ["ip", "-6", "route", "show", "fc00:2::e"]).stdout
+    # H1 reaches H2 through the policies and SIDs the controller installed
+    assert ping(lab).returncode == 0
+    # STAMP runs: the sender's agent collects reflected replies
+    client = ctl.client("A")
+    deadline = time.monotonic() + 10
+    n = 0
+    while time.monotonic() < deadline and n < 50:
+        n = client.stamp.GetStampSessionResults(stamp_pb2.GetStampSessionResultsRequest(ssid=1)).forward.count
+        time.sleep(0.5)
+    assert n >= 50
+
+
+def test_applying_twice_makes_no_calls(first_apply):
+    ctl, _ = first_apply
+    again = ctl.apply()
+    assert again.ok and again.ops == []
+    assert again.mutating_calls == {}
+    # only the four List* reads per node, over the channels opened by the first apply
+    assert again.calls == {"A": READS, "B": READS, "R": READS}
+
+
+def test_changed_intent_makes_exactly_the_expected_calls(first_apply):
+    ctl, _ = first_apply
+    text = DEMO.read_text()
+    # rate 100 -> 50 (a STAMP session cannot change in place: replace), a metric on A's policy
+    # (hitless update), one more SID on R (create)
+    changed = text.replace("rate_pps: 100", "rate_pps: 50").replace(
+        '  - {node: R, sid: "fc00:2::e", action: End, dev: r0, count: true}\n',
+        '  - {node: R, sid: "fc00:2::e", action: End, dev: r0, count: true}\n'
+        '  - {node: R, sid: "fc00:2::99", action: End, dev: r1}\n').replace(
+        'segs: ["fc00:2::e", "fc00:3::d6"], dev: a0}', 'segs: ["fc00:2::e", "fc00:3::d6"], dev: a0, metric: 100}')
+    ctl.set_intent(parse_intent(changed, str(DEMO)))
+    result = ctl.apply()
+    assert result.ok, result.failed
+    assert [(op.action, op.kind, op.node) for op in result.ops] == [
+        ("create", "local_sid", "R"), ("update", "policy", "A"),
+        ("init", "stamp_init", "A"), ("replace", "stamp_sender", "A"), ("start", "stamp_sender", "A")]
+    assert result.mutating_calls == {
+        "A": {"UpdatePolicy": 1, "Init": 1, "DestroyStampSession": 1, "CreateStampSession": 1,
+              "StartStampSession": 1},
+        "R": {"CreateLocalSid": 1}}
+    assert ctl.apply().mutating_calls == {}
+    # and back: the extra SID is removed (last), the rest changes back
+    ctl.set_intent(load_intent(DEMO))
+    back = ctl.apply()
+    assert [(op.action, op.kind, op.node) for op in back.ops] == [
+        ("update", "policy", "A"), ("init", "stamp_init", "A"), ("replace", "stamp_sender", "A"),
+        ("start", "stamp_sender", "A"), ("remove", "local_sid", "R")]
+    assert back.mutating_calls["R"] == {"RemoveLocalSid": 1}
+    assert ctl.apply().mutating_calls == {}
+
+
+def _cli(*args) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "controller", *args], cwd=REPO, capture_output=True, text=True,
+                          timeout=120)
+
+
+def test_cli_diff_apply_status(env, first_apply):
+    lab, _ = env
+    ctl, _ = first_apply
+    ctl.set_intent(load_intent(DEMO))
+    ctl.apply()
+    diff = _cli("diff", str(DEMO))
+    assert diff.returncode == 0 and "no changes" in diff.stdout
+    # someone removes B's policy by hand: diff says so (exit 3), apply puts it back
+    lab.run("B", ["ip", "-6", "route", "del", "fd00:a::/64"], check=True)
+    diff = _cli("diff", "--json", str(DEMO))
+    assert diff.returncode == 3
+    assert [(o["action"], o["kind"], o["node"]) for o in json.loads(diff.stdout)["ops"]] == [("create", "policy", "B")]
+    applied = _cli("apply", "--json", str(DEMO))
+    assert applied.returncode == 0, applied.stderr
+    body = json.loads(applied.stdout)
+    assert body["mutating_calls"] == {"B": {"CreatePolicy": 1}}
+    again = _cli("apply", str(DEMO))
+    assert again.returncode == 0 and "no changes" in again.stdout and "0 changing RPC(s)" in again.stdout
+    status = _cli("status", "--json", str(DEMO))
+    assert status.returncode == 0, status.stderr
+    st = json.loads(status.stdout)
+    assert st["sessions"][0]["sender_state"] == "running" and st["sessions"][0]["reflector_state"] == "running"
+    table = _cli("status", str(DEMO))
+    assert table.returncode == 0 and "STAMP sessions" in table.stdout and "running/running" in table.stdout
+
+
+def test_unreachable_agent_is_exit_1(env, tmp_path):
+    text = DEMO.read_text().replace("${SEGSCOPE_AGENT_R:-127.0.0.1:50062}", "127.0.0.1:1")
+    bad = tmp_path / "unreachable.yaml"
+    bad.write_text(text.replace("../../.run/demo/certs", os.environ["SEGSCOPE_CERTS"]))
+    r = _cli("diff", "--timeout", "1", str(bad))
+    assert r.returncode == 1 and "node R" in r.stderr and "not reachable" in r.stderr
