@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import ipaddress
 import json
+import os
 import socket
 import time
 from typing import Any
@@ -48,8 +49,11 @@ class NodeViewError(RuntimeError):
 
 def _open(netns: str | None):
     from pyroute2 import IPRoute, NetNS
+    if netns and "/" not in netns and not os.path.exists(f"/run/netns/{netns}"):
+        # pyroute2's NetNS would create a missing namespace (O_CREAT): a typo must not do that
+        raise NodeViewError(f"network namespace {netns!r} does not exist (/run/netns/{netns})")
     try:
-        return NetNS(netns) if netns else IPRoute()
+        return NetNS(netns, flags=0) if netns else IPRoute()
     except Exception as e:  # pyroute2 raises several kinds; say which netns failed
         raise NodeViewError(f"cannot open netlink in netns {netns or '(own)'}: {e!r}") from e
 
@@ -191,8 +195,8 @@ def build_node_view(node: str, netns: str | None, extra: dict[str, Any] | None =
 
 def view_fingerprint(view: dict) -> str:
     """Hash of what makes a view different for consumers: everything but the generation time,
-    the publish sequence number and the neighbours' reachability state (which flips between
+    the publish sequence number and reason, and the neighbours' reachability state (which flips between
     reachable/stale/delay all the time without the topology changing)."""
-    stable = {k: v for k, v in view.items() if k not in ("generated_at_ns", "seq")}
+    stable = {k: v for k, v in view.items() if k not in ("generated_at_ns", "seq", "reason")}
     stable["neighbours"] = [{k: v for k, v in n.items() if k != "state"} for n in view.get("neighbours", [])]
     return hashlib.sha256(json.dumps(stable, sort_keys=True).encode()).hexdigest()

@@ -49,8 +49,12 @@ class ArangoWriter:
         if mode not in ("own", "jalapeno"):
             raise ValueError(f"mode {mode!r}: use 'own' or 'jalapeno'")
         from arango import ArangoClient
+        from arango.http import DefaultHTTPClient
         self.mode, self.db_name, self.names = mode, db_name, names or Names()
-        self.client = ArangoClient(hosts=url, request_timeout=timeout_s)
+        # One quick retry: the sink retries a failed flush itself every interval, so urllib3's
+        # default 3 retries with backoff would only stall the processor while ArangoDB is away.
+        http = DefaultHTTPClient(request_timeout=timeout_s, retry_attempts=1, backoff_factor=0.1)
+        self.client = ArangoClient(hosts=url, http_client=http, request_timeout=timeout_s)
         self._auth = (username, password)
         self.db = self.client.db(db_name, username=username, password=password)
         self.counters = WriterCounters()

@@ -32,6 +32,7 @@ import argparse
 import base64
 import json
 import re
+import socket
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -118,14 +119,19 @@ class Handler(BaseHTTPRequestHandler):
         pass
 
     # -- plumbing -----------------------------------------------------------------------
+    def setup(self):
+        super().setup()
+        self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
     def _send(self, status: int, body) -> None:
         data = json.dumps(body).encode()
         self.send_response(status)
         self.send_header("Content-Type", "application/json; charset=utf-8")
         self.send_header("Content-Length", str(len(data)))
-        self.send_header("Server", "ArangoDB-standin")
-        self.end_headers()
-        self.wfile.write(data)
+        # headers and body in one write: two small writes on a keep-alive connection meet the
+        # client's delayed ACK and cost ~40 ms per request
+        self._headers_buffer.append(b"\r\n" + data)
+        self.flush_headers()
 
     def _error(self, e: ArangoError) -> None:
         self._send(e.status, {"error": True, "errorNum": e.num, "errorMessage": e.message, "code": e.status})
