@@ -215,7 +215,7 @@ def run(args) -> dict:
     agents = None
     client = None
     try:
-        agents = AgentSet.start(lab, [NODE], REPO / ".run" / prefix, base_port=args.port)
+        agents = AgentSet.start(lab, [NODE], REPO / ".run" / prefix, base_port=args.port or None)
         tls = TlsFiles(ca=str(agents.certs / "ca.pem"), cert=str(agents.certs / "controller.pem"),
                        key=str(agents.certs / "controller.key"))
         client = AgentClient(NodeSpec(NODE, agents.addresses[NODE], tls))
@@ -294,7 +294,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--window", type=int, default=32, help="RPCs in flight in the pipelined way")
     ap.add_argument("--ways", default="unary,pipelined,batch,local")
     ap.add_argument("--prefix", default="ctlb", help="netlab prefix")
-    ap.add_argument("--port", type=int, default=50191, help="agent port on 127.0.0.1")
+    ap.add_argument("--port", type=int, default=0, help="agent port on 127.0.0.1 (0: any free port)")
     ap.add_argument("--json", metavar="FILE", help="also write the results as JSON")
     ap.add_argument("--no-doc", action="store_true", help="do not rewrite docs/benchmarks.md")
     args = ap.parse_args(argv)

@@ -1,6 +1,6 @@
 """Start one agent per node of a netlab lab, with a fresh lab PKI, for the demo and the benchmark.
 
-    agents = AgentSet.start(lab, ["A", "R", "B"], run_dir, base_port=50061, kafka="127.0.0.1:19092")
+    agents = AgentSet.start(lab, ["A", "R", "B"], run_dir, kafka="127.0.0.1:19092")
     os.environ.update(agents.env)      # SEGSCOPE_AGENT_<node>, SEGSCOPE_CERTS for the intent file
     ...
     agents.stop()
@@ -13,6 +13,7 @@ over mutual TLS.
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -45,18 +46,22 @@ class AgentSet:
         return out
 
     @classmethod
-    def start(cls, lab, nodes: list[str], run_dir: str | Path, base_port: int,
+    def start(cls, lab, nodes: list[str], run_dir: str | Path, base_port: int | None = None,
               kafka: str | None = None, extra_args: list[str] | None = None,
               ready_timeout_s: float = 30.0) -> "AgentSet":
         run_dir = Path(run_dir)
         run_dir.mkdir(parents=True, exist_ok=True)
         certs = run_dir / "certs"
         make_pki(certs, nodes)
-        agents = cls(certs=certs, addresses={n: f"127.0.0.1:{base_port + i}" for i, n in enumerate(nodes)})
+        # port 0: the kernel picks a free port and the agent logs it ("listening on port N"), so
+        # two runs never collide; a base_port gives fixed, predictable addresses instead
+        agents = cls(certs=certs, addresses={n: f"127.0.0.1:{base_port + i if base_port else 0}"
+                                             for i, n in enumerate(nodes)})
         try:
             for node in nodes:
                 agents._spawn(lab, node, run_dir, kafka, extra_args or [])
             for node in nodes:
+                agents._wait_listening(node, ready_timeout_s)
                 agents._wait_serving(node, ready_timeout_s)
         except BaseException:
             agents.stop()
@@ -78,6 +83,21 @@ class AgentSet:
                                             start_new_session=True)
         self.logs[node] = log_path
         log.close()
+
+    def _wait_listening(self, node: str, timeout_s: float) -> None:
+        if not self.addresses[node].endswith(":0"):
+            return
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            found = re.search(r"listening on port (\d+)", self.logs[node].read_text(errors="replace"))
+            if found:
+                self.addresses[node] = f"127.0.0.1:{found.group(1)}"
+                return
+            if self.procs[node].poll() is not None:
+                raise LaunchError(f"agent {node} exited ({self.procs[node].returncode}): "
+                                  f"{self.logs[node].read_text()[-2000:]}")
+            time.sleep(0.05)
+        raise LaunchError(f"agent {node} did not report its port within {timeout_s:g} s; log {self.logs[node]}")
 
     def _wait_serving(self, node: str, timeout_s: float) -> None:
         from grpc_health.v1 import health_pb2, health_pb2_grpc

@@ -13,7 +13,7 @@ pytestmark = pytest.mark.datapath
 def test_config_ops_harness_runs(tmp_path):
     out = tmp_path / "res.json"
     assert config_ops.main(["--ops", "30", "--batch", "16", "--window", "4", "--no-doc", "--prefix", "ctlbt",
-                            "--port", "50291", "--json", str(out)]) == 0
+                            "--json", str(out)]) == 0
     res = json.loads(out.read_text())
     rows = {(r["kind"], r["way"]): r for r in res["results"]}
     assert set(rows) == {(k, w) for k in ("local_sid", "policy") for w in ("unary", "pipelined", "batch", "local")}

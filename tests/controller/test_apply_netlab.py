@@ -1,7 +1,8 @@
 """apply against real agents on netlab line5 (no SRv6 routes: the intent owns them).
 
 The intent is controller/examples/demo_line5.yaml itself; agents (python -m collectors.agent, one per
-node, mutual TLS with a fresh lab PKI) listen on 127.0.0.1. Every RPC the controller makes is counted
+node, started by the agent tests' helper tests/agent/agent_env.py with one shared test PKI, mutual
+TLS) listen on 127.0.0.1 ports the kernel picks; the intent reads them from the environment. Every RPC the controller makes is counted
 by its channel interceptor, so "applying twice makes no calls" is asserted on real counts.
 """
 from __future__ import annotations
@@ -17,9 +18,9 @@ import pytest
 
 from controller.core import Controller
 from controller.intent import load_intent, parse_intent
-from controller.launch import AgentSet
 from netlab import Lab, teardown
 from segscope_proto.segscope.agent.v1 import stamp_pb2
+from tests.agent.agent_env import make_test_pki, start_agent
 
 REPO = Path(__file__).resolve().parents[2]
 DEMO = REPO / "controller" / "examples" / "demo_line5.yaml"
@@ -33,23 +34,25 @@ pytestmark = pytest.mark.datapath
 @pytest.fixture(scope="module")
 def env(bpffs, tmp_path_factory):
     teardown(PREFIX)
+    run_dir = tmp_path_factory.mktemp("ctl-agents")
+    pki = make_test_pki(run_dir / "certs")
+    # the intent names the controller's client files controller.pem/.key
+    (pki.dir / "controller.pem").write_bytes(pki.client_pem.read_bytes())
+    (pki.dir / "controller.key").write_bytes(pki.client_key.read_bytes())
     lab = Lab.up(TOPOLOGY, prefix=PREFIX)
-    agents = None
+    agents = {}
+    old = dict(os.environ)
     try:
-        agents = AgentSet.start(lab, ["A", "R", "B"], tmp_path_factory.mktemp("ctl-agents"), base_port=50161)
-        old = {k: os.environ.get(k) for k in agents.env}
-        os.environ.update(agents.env)
-        try:
-            yield lab, agents
-        finally:
-            for k, v in old.items():
-                if v is None:
-                    os.environ.pop(k, None)
-                else:
-                    os.environ[k] = v
+        for node in ("A", "R", "B"):
+            agents[node] = start_agent(lab.ns(node), node, run_dir, pki=pki)
+            os.environ[f"SEGSCOPE_AGENT_{node}"] = agents[node].address
+        os.environ["SEGSCOPE_CERTS"] = str(pki.dir)
+        yield lab, agents
     finally:
-        if agents:
-            agents.stop()
+        os.environ.clear()
+        os.environ.update(old)
+        for agent in agents.values():
+            agent.stop()
         lab.down()
 
 
