@@ -1,0 +1,87 @@
+"""Fixtures of the agent tests: one netlab line5_two_paths lab (prefix `agt`) for the session and
+one agent per node (A, R, B) under mutual TLS, started with tests/agent/agent_env.py."""
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import grpc
+import pytest
+
+from netlab import Lab
+from netlab.lab import teardown
+from tests.agent.agent_env import AgentHandle, make_test_pki, start_agent
+from segscope_proto.segscope.agent.v1 import flowmon_pb2_grpc, srv6_pb2_grpc, stamp_pb2_grpc
+
+PREFIX = "agt"
+TOPOLOGY = "netlab/topologies/line5_two_paths.yaml"
+
+
+@pytest.fixture(scope="session")
+def lab(bpffs):
+    teardown(PREFIX)   # leftovers of an interrupted run of these tests (only the agt-* lab)
+    lab = Lab.up(TOPOLOGY, prefix=PREFIX)
+    try:
+        yield lab
+    finally:
+        lab.down()
+
+
+@pytest.fixture(scope="session")
+def pki(tmp_path_factory):
+    return make_test_pki(tmp_path_factory.mktemp("agt-pki"))
+
+
+@pytest.fixture(scope="session")
+def agents(lab, pki, tmp_path_factory) -> dict[str, AgentHandle]:
+    run_dir = tmp_path_factory.mktemp("agt-agents")
+    out: dict[str, AgentHandle] = {}
+    try:
+        for node in ("A", "R", "B"):
+            out[node] = start_agent(lab.ns(node), node, run_dir, pki=pki, instance=f"agt-{node}")
+        yield out
+    finally:
+        codes = {n: a.stop() for n, a in out.items()}
+        for n, a in out.items():
+            sys.stderr.write(f"\n--- agent {n} log (exit {codes[n]}), last lines ---\n")
+            sys.stderr.write("\n".join(a.log().splitlines()[-15:]) + "\n")
+
+
+class Stubs:
+    def __init__(self, channel: grpc.Channel):
+        self.channel = channel
+        self.srv6 = srv6_pb2_grpc.Srv6ServiceStub(channel)
+        self.stamp = stamp_pb2_grpc.StampServiceStub(channel)
+        self.flowmon = flowmon_pb2_grpc.FlowMonitorServiceStub(channel)
+
+
+@pytest.fixture(scope="session")
+def stubs(agents) -> dict[str, Stubs]:
+    chans = {n: a.channel() for n, a in agents.items()}
+    yield {n: Stubs(c) for n, c in chans.items()}
+    for c in chans.values():
+        c.close()
+
+
+def ip(lab: Lab, node: str, *args: str) -> str:
+    return lab.run(node, ["ip", *args], check=True).stdout
+
+
+def rpc_error(fn, req) -> grpc.RpcError:
+    """Call, expect a failure, return the RpcError."""
+    try:
+        fn(req, timeout=10)
+    except grpc.RpcError as e:
+        return e
+    raise AssertionError(f"{fn} succeeded, an error was expected for {req}")
+
+
+def expect_error(fn, req, code: grpc.StatusCode, field: str) -> str:
+    e = rpc_error(fn, req)
+    assert e.code() == code, f"{e.code()} {e.details()}"
+    assert e.details().startswith(field), f"message {e.details()!r} does not start with {field!r}"
+    return e.details()
+
+
+__all__ = ["Stubs", "ip", "expect_error", "rpc_error", "PREFIX", "subprocess", "Path"]
