@@ -92,7 +92,8 @@ enum altmark_tx_counter {
 	AMTX_PASS_MALFORMED_SRH,       /* truncated SRH, or hdr_ext_len / last_entry inconsistent */
 	AMTX_PASS_UNMONITORED,         /* SRH whose SID list is not in altmark_flows */
 	AMTX_PASS_ALREADY_MARKED,      /* the packet already carries an AltMark DOH after IPv6: not marked twice */
-	AMTX_PASS_MARK_FAILED,         /* marking failed (adjust_room/store): passed unmarked */
+	AMTX_PASS_MARK_FAILED,         /* rfc9343: +8 bytes would exceed the device MTU, or
+					* bpf_skb_adjust_room failed: passed unmarked */
 	AMTX_PASS_BAD_SLOT,            /* flow entry with slot >= ALTMARK_MAX_FLOWS or bad method */
 	AMTX_COLOURED_DSCP,            /* marked with the dscp method and counted */
 	AMTX_COLOURED_RFC9343,         /* DOH inserted and counted */

@@ -90,6 +90,11 @@ static __always_inline void mark_dscp(struct ipv6hdr *ip6, const struct altmark_
  * header (BPF_ADJ_ROOM_NET) and write the Destination Options header there.
  * Returns the new IPv6 length, or 0 if the room could not be made (packet
  * unchanged, goes out unmarked).
+ *
+ * bpf_skb_adjust_room does not check the MTU (not since 5.12): a packet within
+ * 8 bytes of the device MTU would grow past it, veth would still send it and
+ * the next router would drop it (Packet Too Big). So the MTU is checked here
+ * first and such a packet is sent unmarked (counted), never lost.
  */
 static __always_inline __u32 mark_rfc9343(struct __sk_buff *skb, const struct altmark_flow *flow,
 					  __u32 colour, bool dmark)
@@ -98,8 +103,11 @@ static __always_inline __u32 mark_rfc9343(struct __sk_buff *skb, const struct al
 	struct ipv6hdr *ip6;
 	__u8 *doh;
 	__u32 opt;
+	__u32 mtu_len = 0;
 	__u8 next;
 
+	if (bpf_check_mtu(skb, 0, &mtu_len, ALTMARK_DOH_LEN, 0) != BPF_MTU_CHK_RET_SUCCESS)
+		return 0;
 	if (bpf_skb_adjust_room(skb, ALTMARK_DOH_LEN, BPF_ADJ_ROOM_NET, 0))
 		return 0;
 	data = (void *)(long)skb->data;
@@ -134,10 +142,15 @@ int altmark_tx(struct __sk_buff *skb)
 	__u32 idx, colour, bytes;
 	bool dmark;
 
-	/* make the headers we read linear (and writable); short packets stay as they are */
-	bpf_skb_pull_data(skb, skb->len < AM_PULL_LEN ? skb->len : AM_PULL_LEN);
+	/* the headers we read must be in the linear part: pull only when they are not (a helper
+	 * call per packet costs); the verifier's TC prologue already makes direct writes safe */
 	data = (void *)(long)skb->data;
 	data_end = (void *)(long)skb->data_end;
+	if (data + AM_PULL_LEN > data_end && skb->len > (__u32)(data_end - data)) {
+		bpf_skb_pull_data(skb, skb->len < AM_PULL_LEN ? skb->len : AM_PULL_LEN);
+		data = (void *)(long)skb->data;
+		data_end = (void *)(long)skb->data_end;
+	}
 	ip6 = data + AM_L3_OFF;
 	if ((void *)(ip6 + 1) > data_end || skb->protocol != AM_ETH_P_IPV6_BE ||
 	    ((struct ethhdr *)data)->h_proto != AM_ETH_P_IPV6_BE)

@@ -37,6 +37,7 @@ L_FLAG, D_FLAG = 0x800, 0x400
 POLICY = ["fc00:2::e", "fc00:3::d6"]
 H2_ADDR = "fd00:b::1"
 UDP_PORT = 9000
+SO_RCVBUFFORCE = 33   # root: above net.core.rmem_max, so nothing is dropped before we read
 
 TX_COUNTERS = ["pass_not_ipv6", "pass_no_srh", "pass_not_srh", "pass_too_many_sids", "pass_malformed_srh",
                "pass_unmonitored", "pass_already_marked", "pass_mark_failed", "pass_bad_slot",
@@ -196,17 +197,23 @@ class Sent:
     cpu: int
 
 
+def udp_sender(ns: str, tclass: int | None = None) -> socket.socket:
+    """A UDP socket in ns; reuse it to send identical packets twice (same port, same flow label)."""
+    with in_netns(ns):
+        s = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
+    if tclass is not None:
+        s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_TCLASS, tclass)
+    return s
+
+
 def send_udp(ns: str, dst: str, n: int, cpus: list[int], gap_s: float = 0.0, payload_len: int = 64,
-             tclass: int | None = None, seq0: int = 0) -> list[Sent]:
+             tclass: int | None = None, seq0: int = 0, sock: socket.socket | None = None) -> list[Sent]:
     """n UDP datagrams from ns (kernel socket), the sending thread pinned to cpus in turn (round robin).
 
     On veth the whole path H1 -> A (forward, seg6 encap, TC egress on a0) runs in the sender's
     syscall / softirq on the sender's CPU, so the CPU a packet was sent from is the CPU whose
     per-CPU counter it lands in."""
-    with in_netns(ns):
-        s = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
-    if tclass is not None:
-        s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_TCLASS, tclass)
+    s = sock or udp_sender(ns, tclass)
     old = os.sched_getaffinity(0)
     out: list[Sent] = []
     try:
@@ -222,7 +229,8 @@ def send_udp(ns: str, dst: str, n: int, cpus: list[int], gap_s: float = 0.0, pay
                 time.sleep(gap_s)
     finally:
         os.sched_setaffinity(0, old)
-        s.close()
+        if sock is None:
+            s.close()
     return out
 
 
@@ -233,6 +241,7 @@ class Receiver:
         with in_netns(ns):
             self.sock = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
         self.sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_RECVTCLASS, 1)
+        self.sock.setsockopt(socket.SOL_SOCKET, SO_RCVBUFFORCE, 16 << 20)   # we read after sending
         self.sock.bind((addr, port))
         self.sock.settimeout(0.5)
 
@@ -258,9 +267,10 @@ class Capture:
 
     def __init__(self, ns: str, dev: str, outgoing: bool = False):
         with in_netns(ns):
-            self.sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(0x86DD))
+            # ETH_P_ALL: only "all" taps see outgoing frames (dev_queue_xmit_nit)
+            self.sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(0x0003))
             self.sock.bind((dev, 0))
-        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
+        self.sock.setsockopt(socket.SOL_SOCKET, SO_RCVBUFFORCE, 16 << 20)
         self.sock.settimeout(0.3)
         self.outgoing = outgoing
 
@@ -273,7 +283,7 @@ class Capture:
             except socket.timeout:
                 continue
             is_out = addr[2] == socket.PACKET_OUTGOING
-            if is_out != self.outgoing:
+            if is_out != self.outgoing or data[12:14] != b"\x86\xdd":
                 continue
             if match is None or match(data):
                 out.append(data)

@@ -70,7 +70,7 @@ class AmTestRun:
 
 @pytest.fixture(scope="session")
 def am_testrun(am_build):
-    ns, inst = f"{PREFIX}-tr", f"{PREFIX}-tr"
+    ns, inst = f"{PREFIX}tr", f"{PREFIX}tr"   # not "<prefix>-...": that would belong to the lab
     subprocess.run(["ip", "netns", "del", ns], capture_output=True)
     subprocess.run(["ip", "netns", "add", ns], check=True)
     try:
