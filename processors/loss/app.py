@@ -1,0 +1,155 @@
+"""Faust app of the loss processor: altmark_batch messages in, altmark_loss line protocol out.
+
+Run from the repository root:
+    python -m processors.loss [--bootstrap HOST:PORT --timeout-s 10 ...]   (flags -> env)
+    faust -A processors.loss.app worker --without-web -l info               (same worker)
+
+Settings: processors/loss/config.py (SEGSCOPE_KAFKA_BOOTSTRAP, SEGSCOPE_TOPIC_ALTMARK_BLOCKS,
+SEGSCOPE_TOPIC_METRICS, SEGSCOPE_TOPIC_DEADLETTER, SEGSCOPE_LOSS_APP_ID, SEGSCOPE_LOSS_TIMEOUT_S, ...).
+
+Per Kafka message the agent decodes the batch (np.frombuffer) and hands its records to the
+LossJoiner (processors/loss/join.py); a message that is not an altmark_batch goes to the
+dead-letter topic with the reason, and so does a batch with unusable records (its good
+records are still used). Everything that is published happens in the flush timer: it sweeps
+blocks whose other side did not come within the timeout (complete=false), publishes joined
+and changed blocks, and the segscope_processor,processor=loss counters.
+"""
+from __future__ import annotations
+
+import base64
+import json
+import logging
+import time
+
+import faust
+from aiokafka import codec as aiokafka_codec
+
+from processors.delay.topics import ensure_topics
+from processors.loss.config import LossConfig
+from processors.loss.join import LossJoiner
+from segscope_schemas.altmark_block import MalformedBatch, decode_batch
+
+log = logging.getLogger("segscope.loss")
+
+cfg = LossConfig.from_env()
+joiner = LossJoiner(timeout_s=cfg.timeout_s, retention_s=cfg.retention_s,
+                    tai_utc_offset_s=cfg.tai_utc_offset_s)
+
+
+def clock_ns() -> int:
+    """The joiner's clock: only differences matter (timeouts, retention), so monotonic."""
+    return time.monotonic_ns()
+
+
+class LossApp(faust.App):
+    async def on_first_start(self) -> None:
+        self.conf.datadir.parent.mkdir(parents=True, exist_ok=True)   # Faust makes only the last level
+        await super().on_first_start()
+        # The collector compresses with lz4; without cramjam aiokafka fails on the first fetch.
+        if not aiokafka_codec.has_lz4():
+            raise RuntimeError("aiokafka has no lz4 codec: install cramjam (requirements.txt)")
+        # Faust ignores a missing source topic (and then never consumes it).
+        ensure_topics(cfg.bootstrap, [cfg.blocks_topic, cfg.metrics_topic, cfg.deadletter_topic])
+        log.info("loss processor: %s -> %s (dead letters: %s), broker %s, group %s, timeout %.1f s, "
+                 "retention %.0f s", cfg.blocks_topic, cfg.metrics_topic, cfg.deadletter_topic,
+                 cfg.bootstrap, cfg.app_id, cfg.timeout_s, cfg.retention_s)
+
+    async def on_stop(self) -> None:
+        # A clean stop publishes what is still waiting as incomplete (never as a number): the
+        # records are consumed and would not come back after a restart.
+        try:
+            await publish_lines(joiner.flush(clock_ns() + joiner.timeout_ns))
+            await publish_counters()
+        except Exception as e:  # the producer may already be gone; say so, don't hide it
+            log.warning("final flush on stop failed: %r", e)
+        await super().on_stop()
+
+
+app = LossApp(
+    cfg.app_id,
+    broker=";".join(f"kafka://{h.strip()}" for h in cfg.bootstrap.split(",")),
+    store="memory://",
+    key_serializer="raw",
+    value_serializer="raw",
+    topic_replication_factor=1,
+    topic_partitions=1,
+    datadir=cfg.datadir,
+    web_enabled=False,
+    consumer_auto_offset_reset="earliest",
+    broker_max_poll_records=2000,
+    producer_linger_ms=5,
+    producer_max_request_size=4 * 1024 * 1024,
+)
+
+blocks_topic = app.topic(cfg.blocks_topic, key_type=bytes, value_type=bytes,
+                         key_serializer="raw", value_serializer="raw")
+metrics_topic = app.topic(cfg.metrics_topic, key_serializer="raw", value_serializer="raw")
+deadletter_topic = app.topic(cfg.deadletter_topic, key_serializer="raw", value_serializer="raw")
+
+
+def dead_letter(reason: str, detail: str, message) -> bytes:
+    """JSON dead letter that keeps the original key and value (base64) so nothing is lost."""
+    key, value = message.key, message.value
+    return json.dumps({
+        "reason": reason,
+        "detail": detail,
+        "source_topic": message.topic,
+        "partition": message.partition,
+        "offset": message.offset,
+        "key_b64": None if key is None else base64.b64encode(key).decode(),
+        "value_b64": None if value is None else base64.b64encode(value).decode(),
+    }).encode()
+
+
+def handle_message(message, now_ns: int) -> bytes | None:
+    """Decode one message and feed the joiner; return a dead letter or None."""
+    value = message.value
+    try:
+        if value is None:
+            raise MalformedBatch("null_value", "message has no value (tombstone)")
+        header, records = decode_batch(value)
+    except MalformedBatch as e:
+        joiner.counters.malformed_batches += 1
+        return dead_letter(e.reason, e.detail, message)
+    try:
+        invalid = joiner.ingest(header.node, records, now_ns)
+    except Exception as e:  # a bug or an input we did not foresee: keep the message, count it
+        joiner.counters.processing_errors += 1
+        log.exception("ingest failed at %s[%d]@%d", message.topic, message.partition, message.offset)
+        return dead_letter("processing_error", repr(e), message)
+    if invalid:   # the good records of the batch were used; the bad ones are kept here
+        return dead_letter("invalid_records", json.dumps(invalid, sort_keys=True), message)
+    return None
+
+
+@app.agent(blocks_topic)
+async def process_batches(stream) -> None:
+    async for event in stream.events():
+        letter = handle_message(event.message, clock_ns())
+        if letter is not None:
+            await deadletter_topic.send(key=event.message.key, value=letter)
+
+
+async def publish_lines(lines: list[str]) -> None:
+    step = cfg.max_lines_per_message
+    for i in range(0, len(lines), step):
+        await metrics_topic.send(key=b"loss", value="\n".join(lines[i:i + step]).encode())
+
+
+async def publish_counters() -> None:
+    await metrics_topic.send(key=b"loss", value=joiner.counters_line(time.time_ns()).encode())
+
+
+_last_log = 0.0
+
+
+@app.timer(interval=cfg.flush_interval_s)
+async def flush_blocks() -> None:
+    """Timeout sweep + publication: joined blocks, timed-out blocks, re-emissions, counters."""
+    global _last_log
+    await publish_lines(joiner.flush(clock_ns()))
+    await publish_counters()
+    now = time.monotonic()
+    if now - _last_log >= 10.0:
+        _last_log = now
+        log.info("loss counters %s", json.dumps(joiner.counters.as_dict()))
