@@ -1,19 +1,24 @@
 #!/usr/bin/env python3
-"""segscope demo: one STAMP session over an emulated SRv6 network, from XDP to InfluxDB.
+"""segscope demo: one STAMP session over an emulated SRv6 network, from XDP to InfluxDB,
+set up by the controller from an intent file.
 
     make demo                       # what README.md tells a newcomer to run
     .local/venv/bin/python scripts/demo.py --duration 30 --keep-services
 
 Steps: start Kafka, InfluxDB and Telegraf on 127.0.0.1; create H1-A-R-B-H2 in network
-namespaces with 2 ms injected on A->B and 1 ms on B->A; load the XDP reflector on B and
-the XDP collector on A; start the streamer and the Faust delay processor; send STAMP test
-packets from A for --duration seconds; read the per-second delays back from InfluxDB and
-print them next to the injected values. Everything is stopped again at the end, also on
-Ctrl-C (with --keep-services, Kafka/InfluxDB/Telegraf stay up so you can query them).
+namespaces (netlab/topologies/line5_bare.yaml: addresses and plain routes, no SRv6) with 2 ms
+injected on A->B and 1 ms on B->A; start one gRPC agent per SRv6 node (A, R, B; mutual TLS)
+and the Faust delay processor; `controller apply` controller/examples/demo_line5.yaml: local
+SIDs on A, R, B, the SRv6 policies of A and B, the XDP reflector on B and the XDP collector on
+A with a STAMP session sending for --duration seconds (the sender's agent streams the
+collected records to Kafka); read the per-second delays back from InfluxDB and print them
+next to the injected values, then `controller status`. Everything is stopped again at the end,
+also on Ctrl-C (with --keep-services, Kafka/InfluxDB/Telegraf stay up so you can query them).
 """
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import signal
 import sys
 import time
@@ -22,12 +27,16 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(REPO), str(REPO / "schemas" / "python")]
 
-from netlab import Lab, relay_lateness_us, teardown                                 # noqa: E402
+from controller.intent import load_intent                  # noqa: E402
+from controller.pipeline import ControlledPipeline        # noqa: E402
+from controller.status import collect, render             # noqa: E402
+from netlab import Lab, relay_lateness_us, teardown      # noqa: E402
 from services.stack import Stack                         # noqa: E402
-from segscope.local import LocalPipeline, StampSessionSpec  # noqa: E402
+from segscope.local import StampSessionSpec              # noqa: E402
 from segscope.results import read_delay_summary, wait_for_points  # noqa: E402
 
-TOPOLOGY = REPO / "netlab" / "topologies" / "line5.yaml"
+TOPOLOGY = REPO / "netlab" / "topologies" / "line5_bare.yaml"
+INTENT = REPO / "controller" / "examples" / "demo_line5.yaml"
 
 
 def step(msg: str) -> float:
@@ -61,6 +70,7 @@ def main() -> int:
     ap.add_argument("--rev-delay-us", type=int, default=1000, help="delay injected B->A (default 1000)")
     ap.add_argument("--keep-services", action="store_true",
                     help="leave Kafka, InfluxDB and Telegraf running afterwards for your own queries")
+    ap.add_argument("--prefix", default="demo", help="netlab prefix (namespaces <prefix>-A ...; default demo)")
     args = ap.parse_args()
 
     # Ctrl-C and SIGTERM unwind through the finally blocks below.
@@ -73,36 +83,51 @@ def main() -> int:
         stack.up()
         done(t, f"kafka {stack.kafka_bootstrap}, influxdb {stack.influx_url}")
 
-        t = step(f"creating the emulated SRv6 network H1-A-R-B-H2 "
+        t = step(f"creating the emulated network H1-A-R-B-H2, no SRv6 configured yet "
                  f"({args.fwd_delay_us} us injected A->B, {args.rev_delay_us} us B->A)")
-        teardown("demo")     # a previous run killed with SIGKILL may have left it
-        lab = Lab.up(TOPOLOGY, prefix="demo",
+        teardown(args.prefix)     # a previous run killed with SIGKILL may have left it
+        lab = Lab.up(TOPOLOGY, prefix=args.prefix,
                      delay_us={"ar": (args.fwd_delay_us, args.rev_delay_us)})
         done(t)
 
-        spec = StampSessionSpec(rate_pps=args.rate)
-        pipe = LocalPipeline(lab, stack, spec, REPO / ".run" / "demo")
-        t = step("loading the XDP STAMP reflector on B and the XDP collector on A")
-        pipe.load_datapath()
-        done(t)
-
-        t = step("starting the ring-buffer streamer (C) and the Faust delay processor")
-        pipe.start_streamer()
+        pipe = ControlledPipeline(lab, stack, REPO / ".run" / args.prefix)
+        t = step("starting a gRPC agent on A, R and B (mutual TLS) and the Faust delay processor")
+        agents = pipe.start_agents()
         pipe.start_processor()
-        done(t)
+        done(t, ", ".join(f"{n} {a}" for n, a in agents.addresses.items()))
+
+        # the intent file as written, with this run's rate and a finite run of --duration seconds
+        intent = load_intent(INTENT)
+        session = dataclasses.replace(intent.stamp_sessions[0], rate_pps=args.rate, duration_s=args.duration)
+        intent.stamp_sessions[0] = session
+        spec = StampSessionSpec(ssid=session.ssid, sender_node=session.sender.node, rate_pps=args.rate,
+                                segs=list(session.segs), return_segs=list(session.return_segs))
+        t = step(f"controller apply {INTENT.relative_to(REPO)} (rate {args.rate}/s, {args.duration:.0f} s)")
+        t_start_ns = time.time_ns()   # points are stamped in UTC
+        relay_before = lab.relay_stats("ar")
+        result = pipe.apply(intent)
+        for op, rpcs in result.done:
+            print(f"      {op.describe()}  [{', '.join(rpcs)}]")
+        mutating = sum(n for calls in result.mutating_calls.values() for n in calls.values())
+        done(t, f"{len(result.done)} operations, {mutating} changing RPCs")
 
         t = step(f"STAMP session {spec.ssid}: {args.rate} packets/s for {args.duration:.0f} s "
                  f"over SID list {','.join(spec.segs)} (return {','.join(spec.return_segs)})")
-        t_start_ns = time.time_ns()   # points are stamped in UTC
-        relay_before = lab.relay_stats("ar")
-        summary = pipe.run_sender(args.duration, progress)
+        pipe.wait_stopped(session.sender.node, session.ssid, timeout_s=args.duration + 30,
+                          progress=progress, total_s=args.duration)
         relay_after = lab.relay_stats("ar")
         if sys.stdout.isatty():
             print()
+        summary = pipe.sender_summary(session.sender.node, session.ssid)
         done(t, f"sent {summary['sent']}, send errors {summary['send_errors']}")
 
+        t = step("applying the same intent again: the controller finds nothing to do")
+        again = pipe.apply(intent)
+        done(t, f"{len(again.ops)} operations, changing RPCs: {again.mutating_calls or 'none'}")
+
         t = step("waiting for the last seconds to reach InfluxDB")
-        collected = pipe.datapath_stats()["stamp_collector"].get("collected", 0)
+        stats = pipe.datapath_stats(session.sender.node, session.reflector.node)
+        collected = stats["stamp_collector"].get("collected", 0)
         got = wait_for_points(stack, spec, t_start_ns, expect_records=collected, timeout_s=60)
         done(t, f"{got} records aggregated (collector saw {collected})")
 
@@ -133,6 +158,9 @@ def main() -> int:
         print()
         q = ('SELECT mean("mean_us"), max("p99_us"), sum("count") FROM "stamp_delay" '
              'WHERE time > now() - 5m GROUP BY "direction", time(10s)')
+        print(f"python -m controller status {INTENT.relative_to(REPO)}:")
+        print(render(collect(pipe.ctl, stack.influx_url, stack.influx_db)))
+        print()
         print("Query it yourself (run the demo with --keep-services to keep InfluxDB up):")
         print(f"  curl -sG {stack.influx_url}/query --data-urlencode db={stack.influx_db} \\\n"
               f"       --data-urlencode 'q={q}'")
