@@ -45,8 +45,10 @@ import os
 import re
 import shutil
 import struct
+import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -275,8 +277,50 @@ class ProgramSet:
             raise RuntimeError(f"{self.instance}: {len(flows)} flows installed, expected {self.nflows}")
         return [sum(c["packets"] for c in flows[flow_id(i)]["counters"]) for i in range(min(self.nflows, SPREAD))]
 
+    def test_run_ns(self, frame: bytes, repeat: int, workdir: Path) -> tuple[float, bytes]:
+        """BPF_PROG_TEST_RUN of the pinned program on `frame` (`repeat` runs on the same packet):
+        mean ns per run as the kernel times it, and the packet as the program left it."""
+        src, out = workdir / "in.bin", workdir / f"out-{self.kind}.bin"
+        src.write_bytes(frame)
+        res = json.loads(sh(["bpftool", "-j", "prog", "run", "pinned", str(self.pin_dir / "prog"), "data_in", str(src),
+                             "data_out", str(out), "repeat", str(repeat)]).stdout)
+        return float(res["duration"]), out.read_bytes()
+
     def list_flows(self) -> list[dict]:
         return json.loads(self._loader("list-flows", "--instance", self.instance, "--json").stdout)["flows"]
+
+
+def encapsulated_frame(i: int = 0) -> bytes:
+    """The frame A's a0 egress sees for traffic destination i: Ethernet | IPv6 (to the first SID) | SRH
+    (segments left 1) | IPv6 | UDP | 44-byte payload, as `encap seg6 mode encap` builds it."""
+    def a(x: str) -> bytes:
+        return ipaddress.IPv6Address(x).packed
+    udp = struct.pack("!HHHH", 40000, 9, 8 + 44, 0) + bytes(44)
+    inner = struct.pack("!IHBB", 6 << 28, len(udp), 17, 64) + a("fd00:a::1") + a(dst(i)) + udp
+    segs = [a(s) for s in reversed(flow_sids(i))]
+    srh = struct.pack("!BBBBBBH", 41, 2 * len(segs), 4, len(segs) - 1, len(segs) - 1, 0, 0) + b"".join(segs)
+    outer = struct.pack("!IHBB", 6 << 28, len(srh) + len(inner), 43, 64) + a("fc00:12::1") + a(flow_sids(i)[0])
+    return bytes.fromhex("020000000002020000000001") + b"\x86\xdd" + outer + srh + inner
+
+
+def program_costs(programs: list[ProgramSet], prefix: str, rounds: int = 5, repeat: int = 200_000) -> dict[str, float]:
+    """Median ns per packet of each program instance on a packet of monitored flow 0 (BPF_PROG_TEST_RUN,
+    rounds interleaved over the instances). The colourer's output packet feeds the counter, so the
+    counter sees a coloured packet. rfc9343: the colourer's repeated runs on one packet would find
+    it already marked after the first, so only the counter's cost is measured."""
+    samples: dict[str, list[float]] = {}
+    with tempfile.TemporaryDirectory(prefix=f"{prefix}-cost-") as tmp:
+        work = Path(tmp)
+        for _ in range(rounds):
+            for n in sorted({p.nflows for p in programs}):
+                tx = next(p for p in programs if p.kind == "tx" and p.nflows == n)
+                rx = next((p for p in programs if p.kind == "rx" and p.nflows == n), None)
+                ns, marked = tx.test_run_ns(encapsulated_frame(0), 1 if tx.method == "rfc9343" else repeat, work)
+                if tx.method != "rfc9343":
+                    samples.setdefault(tx.instance + "/tx", []).append(ns)
+                if rx is not None:
+                    samples.setdefault(rx.instance + "/rx", []).append(rx.test_run_ns(marked, repeat, work)[0])
+    return {k: statistics.median(v) for k, v in samples.items()}
 
 
 # ---------------------------------------------------------------- configurations
@@ -311,13 +355,21 @@ def build_configs(bench: Line5Bench, flows: list[int], method: str, baseline_onl
     return configs
 
 
-def switch_to(cfg: Config, all_programs: list[ProgramSet], bench: Line5Bench) -> None:
+WARMUP_S = 0.3
+
+
+def switch_to(cfg: Config, all_programs: list[ProgramSet], bench: Line5Bench, warmup_pps: float = 0) -> None:
+    """Attach cfg's programs (and only those), then, if warmup_pps, one discarded short trial: the first
+    packets after an attach pay for it (qdisc creation, veth switching to NAPI for XDP, cold caches),
+    which would otherwise land in the first trial of the configuration's search."""
     for p in all_programs:
         if p.attached and p not in cfg.programs:
             p.detach()
     for p in cfg.programs:
         p.attach()
     bench.spec.data_dsts = cfg.dsts
+    if warmup_pps:
+        bench.trial(warmup_pps, share=0.0, seconds=WARMUP_S)
 
 
 def run_block(cfg: Config, bench: Line5Bench, fn) -> None:
@@ -387,7 +439,7 @@ def main() -> int:
 
     log = lambda s: print(s, flush=True)  # noqa: E731
     started = time.monotonic()
-    ticks0, procs0 = cpu_ticks(), process_cpu_ticks()
+    ticks0, args.load_monitor = cpu_ticks(), LoadMonitor()
     with Line5Bench(args.prefix, "none", PathSpec(data_dst=FIRST_DST)) as bench:
         add_policies(bench)
         configs = build_configs(bench, flows, args.method, args.baseline_only)
@@ -399,14 +451,14 @@ def main() -> int:
                 p.unload()
     steal = steal_share(ticks0, cpu_ticks())
     elapsed = time.monotonic() - started
-    args.others = busiest_others(procs0, process_cpu_ticks(), elapsed)
+    args.others = args.load_monitor.busiest()
     text = report(args, flows, configs, problems, steal, elapsed)
     print()
     print(text)
     if args.json_out:
-        Path(args.json_out).write_text(json.dumps(summary(configs, problems, steal, elapsed), indent=1))
+        Path(args.json_out).write_text(json.dumps(summary(configs, problems, steal, elapsed, getattr(args, "costs", {})), indent=1))
     if not args.no_doc:
-        update_doc(text)
+        update_doc(text, SECTION if args.method == "dscp" else f"{SECTION}_{args.method}")
         print("updated docs/benchmarks.md")
     if problems:
         print("FAILED: monitored traffic was not marked/counted:\n  " + "\n  ".join(problems), file=sys.stderr)
@@ -441,11 +493,13 @@ def run(args, configs: list[Config], programs: list[ProgramSet], bench: Line5Ben
     for rep in range(args.reps):
         order = configs[rep % len(configs):] + configs[:rep % len(configs)]
         for cfg in order:
-            switch_to(cfg, programs, bench)
+            switch_to(cfg, programs, bench, warmup_pps=args.lo)
+            args.load_monitor.sample()
             log(f"rep {rep + 1}/{args.reps} {cfg.name}")
             run_block(cfg, bench, lambda c=cfg: _search(c, trial, args, log))
     for cfg in configs:
-        switch_to(cfg, programs, bench)
+        switch_to(cfg, programs, bench, warmup_pps=args.lo)
+        args.load_monitor.sample()
         mean = ci95([s.pdr_pps for s in cfg.searches]).mean
         log(f"PASTRAMI sweep {cfg.name} around {mean:,.0f} pps")
         run_block(cfg, bench, lambda c=cfg, m=mean: _sweep(c, trial, max(m, args.lo), args.sweep_reps))
@@ -456,6 +510,8 @@ def run(args, configs: list[Config], programs: list[ProgramSet], bench: Line5Ben
     for p in programs:
         if p.attached:
             p.detach()
+    # after the per-flow counters were read: test runs count too
+    args.costs = program_costs(programs, args.prefix) if programs else {}
     return [msg for c in configs for msg in check_monitored(c)]
 
 
@@ -488,18 +544,29 @@ def process_cpu_ticks() -> dict[int, tuple[str, int]]:
     return out
 
 
-def busiest_others(before: dict[int, tuple[str, int]], after: dict[int, tuple[str, int]], seconds: float,
-                   own: set[str] = frozenset({"pktgen_udp", "python3", "python", "bpftool", "ip", "tc"})) -> str:
-    """The processes that used the most CPU during the run, ours excluded (generator, this script,
-    its helpers; kernel softirq threads are listed: they carry the DUT's work too)."""
-    hz = os.sysconf("SC_CLK_TCK")
-    used: dict[str, float] = {}
-    for pid, (name, ticks) in after.items():
-        if name in own:
-            continue
-        used[name] = used.get(name, 0.0) + (ticks - before.get(pid, (name, 0))[1]) / hz
-    top = sorted(((v, k) for k, v in used.items() if v / seconds >= 0.05), reverse=True)[:4]
-    return ", ".join(f"{k} {v / seconds * 100:.0f} % of a CPU" for v, k in top) or "none above 5 % of a CPU"
+class LoadMonitor:
+    """CPU time other processes used during the run, sampled at every configuration switch (a process
+    that exits between two samples loses only its time since the last one). Ours are left out: the
+    generator, this script and its helpers; kernel softirq threads stay in (they carry the DUT's work too)."""
+    OWN = frozenset({"pktgen_udp", "python3", "python", "bpftool", "ip", "tc", "nsenter", "altmark_tx", "altmark_rx"})
+
+    def __init__(self) -> None:
+        self.last = process_cpu_ticks()
+        self.used: dict[str, float] = {}
+        self.started = time.monotonic()
+
+    def sample(self) -> None:
+        now, hz = process_cpu_ticks(), os.sysconf("SC_CLK_TCK")
+        for pid, (name, ticks) in now.items():
+            if name not in self.OWN and pid in self.last and self.last[pid][0] == name:
+                self.used[name] = self.used.get(name, 0.0) + (ticks - self.last[pid][1]) / hz
+        self.last = now
+
+    def busiest(self) -> str:
+        self.sample()
+        seconds = time.monotonic() - self.started
+        top = sorted(((v, k) for k, v in self.used.items() if v / seconds >= 0.05), reverse=True)[:4]
+        return ", ".join(f"{k} {v / seconds * 100:.0f} % of a CPU" for v, k in top) or "none above 5 % of a CPU"
 
 
 # ---------------------------------------------------------------- report
@@ -556,6 +623,26 @@ def report(args, flows, configs: list[Config], problems: list[str], steal: float
                         f"{lo:.3f}–{hi:.3f} | {', '.join(f'{x:.3f}' for x in paired)} | "
                         + (f"{pci.mean:.3f} ± {pci.half_width:.3f}" if pci else "–")
                         + f" | ≥ {goal} | {verdict}{'' if conclusive else ' (not conclusive)'} |")
+    costs = getattr(args, "costs", {}) or {}
+    base_pdr = ci95([s.pdr_pps for s in configs[0].searches]).mean
+    cost_rows = []
+    for key, ns in costs.items():
+        instance, kind = key.rsplit("/", 1)
+        n = instance.rsplit("-n", 1)[1]
+        cost_rows.append(f"| {'altmark_tx (TC)' if kind == 'tx' else 'altmark_rx (XDP)'} | {n} | {ns:.0f} | "
+                         f"{ns * base_pdr / 1e9 * 100:.1f} % |")
+    cost_text = ("" if not cost_rows else f"""Per-packet cost of the programs alone, for comparison (`bpftool prog run`, BPF_PROG_TEST_RUN: the kernel's mean
+time per run, median of 5 rounds × 200 000 runs on one packet of monitored flow 0; the counter runs on the
+colourer's output; {'the colourer is not measured with rfc9343: repeated runs on one packet find it already marked; ' if args.method == 'rfc9343' else ''}these
+timings do not include the cost of the hooks themselves — the clsact qdisc, the switch of veth to NAPI for XDP).
+"share" = ns × the base PDR ({base_pdr / 1e3:.1f} kpps on one CPU), the share of the per-packet time budget at the base
+PDR: what the PDR would lose if the program's time were the only difference.
+
+| program | flows installed | ns per packet | share of the budget at the base PDR |
+|---|---|---|---|
+{chr(10).join(cost_rows)}
+
+""")
     verdicts = {c.name: pastrami_check(sweep_points(c.sweep)).verdict for c in configs}
     stable = set(verdicts.values()) == {"GOOD"}
     cmd = (f"sudo .local/venv/bin/python bench/altmark_overhead.py{' --quick' if args.quick else ''}"
@@ -568,7 +655,7 @@ def report(args, flows, configs: list[Config], problems: list[str], steal: float
     monitored = ("every configuration's programs coloured/counted between the delivered and the sent data packets "
                  "of its trials, and every traffic flow's per-flow counter grew" if not problems else
                  "**FAILED**: " + "; ".join(problems))
-    return f"""## Alternate-marking overhead on the SRv6 path, PDR@0.5 % (bench/altmark_overhead.py)
+    return f"""## Alternate-marking overhead on the SRv6 path ({args.method} method), PDR@0.5 % (bench/altmark_overhead.py)
 
 {dt.datetime.now(dt.timezone.utc).strftime('%Y-%m-%d %H:%M UTC')}; {m['nproc']} vCPUs, {m['cpu']}, kernel {m['kernel']};
 load average at the end {' '.join(load)}; CPU steal during the run {steal * 100:.1f} %; {elapsed:.0f} s;
@@ -585,7 +672,8 @@ installed in each program's maps; the traffic is spread over K = min(N, {SPREAD}
 fill the maps. Encap cost = tx / base (same K); decap cost = tx+rx / tx (the counter sees coloured traffic).
 PDR@0.5 %: {args.steps}-trial binary search in [{args.lo / 1e3:g}, {args.hi / 1e3:g}] kpps, {args.seconds:g} s trials, pass = PLR ≤
 {PLR_LIMIT * 100:g} % and the generator offered ≥ 99 %; {args.reps} repetitions, all configurations interleaved in every
-repetition (rotated order); CI95 Student's t. PASTRAMI: sweep at {', '.join(f'{f:g}' for f in SWEEP_FACTORS)} × mean PDR
+repetition (rotated order), each switch followed by a discarded {WARMUP_S:g} s warm-up trial at the low end of the range;
+CI95 Student's t. PASTRAMI: sweep at {', '.join(f'{f:g}' for f in SWEEP_FACTORS)} × mean PDR
 ({args.sweep_reps} pass(es)); GOOD iff every TIR from the first load with PLR > {PLR_LIMIT * 100:g} % on is ≤ {TIR_THRESHOLD}.
 Monitoring check: {monitored}.
 
@@ -597,6 +685,7 @@ Monitoring check: {monitored}.
 |---|---|---|---|---|---|---|---|---|
 {chr(10).join(cmp_rows) or '| (baseline only) | | | | | | | | |'}
 
+{cost_text}
 Sweeps (mean offered kpps → PLR):
 
 | configuration | points |
@@ -612,10 +701,11 @@ VM a 2-5 % difference is within the run-to-run noise of one PDR search, so only 
 """
 
 
-def update_doc(text: str) -> None:
-    """Replace this benchmark's section of docs/benchmarks.md (between its begin/end markers)."""
+def update_doc(text: str, section: str) -> None:
+    """Replace this benchmark's section of docs/benchmarks.md (between its begin/end markers; one
+    section per colouring method)."""
     doc = REPO / "docs" / "benchmarks.md"
-    begin, end = f"<!-- {SECTION}:begin -->", f"<!-- {SECTION}:end -->"
+    begin, end = f"<!-- {section}:begin -->", f"<!-- {section}:end -->"
     old = doc.read_text() if doc.exists() else "# Benchmarks\n"
     section = f"{begin}\n{text.rstrip()}\n{end}"
     if begin in old and end in old:
@@ -625,8 +715,8 @@ def update_doc(text: str) -> None:
     doc.write_text(new)
 
 
-def summary(configs: list[Config], problems: list[str], steal: float, elapsed: float) -> dict:
-    return {"elapsed_s": elapsed, "steal": steal, "problems": problems, "configs": {
+def summary(configs: list[Config], problems: list[str], steal: float, elapsed: float, costs: dict) -> dict:
+    return {"elapsed_s": elapsed, "steal": steal, "problems": problems, "program_cost_ns": costs, "configs": {
         c.name: {"pdrs": [s.pdr_pps for s in c.searches], "ci95": vars(ci95([s.pdr_pps for s in c.searches])),
                  "pastrami": vars(pastrami_check(sweep_points(c.sweep))), "marked": c.marked,
                  "flow_packets": c.flow_packets, "data_sent": c.data_sent, "data_received": c.data_received,

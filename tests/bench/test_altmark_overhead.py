@@ -97,6 +97,9 @@ def test_smallest_run_produces_sane_numbers(tmp_path):
     assert tx["flow_packets"]["tx"][0] >= tx["marked"]["tx"] + txrx["marked"]["tx"]  # one instance, both configs
     assert txrx["flow_packets"]["rx"][0] >= txrx["marked"]["rx"]
     assert configs["base K=1"]["marked"] == {}
+    # the programs' own per-packet time (BPF_PROG_TEST_RUN) is reported for both instances
+    costs = result["program_cost_ns"]
+    assert set(costs) == {"ambtest-A-n1/tx", "ambtest-B-n1/rx"} and all(0 < v < 100_000 for v in costs.values())
     report = proc.stdout
     assert "| tx N=1 / base K=1 |" in report and "| tx+rx N=1 / tx N=1 |" in report
     assert "PASTRAMI verdict for this run" in report
