@@ -266,7 +266,10 @@ class StampAgent:
                 subprocess.run([str(t.reflector), "detach", *t.ns_args(), "--dev", self.reflector_cfg.device,
                                 "--pin-dir", str(t.reflector_pin)], capture_output=True)
                 self.reflector_cfg = None
-        log.info("Reset: %d sessions destroyed, datapath detached" if changed else "Reset: nothing to do", n)
+        if changed:
+            log.info("Reset: %d sessions destroyed, datapath detached", n)
+        else:
+            log.info("Reset: nothing to do")
         return n, changed
 
     def shutdown(self) -> None:

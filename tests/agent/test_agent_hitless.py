@@ -1,0 +1,117 @@
+"""Hitless policy update: UDP traffic H1 -> H2 (through A's SRv6 policy fd00:b::/64) while
+UpdatePolicy switches the policy's SID list between R's two End SIDs (fc00:2::e and fc00:2::e2)
+ten times. Zero loss: the sender's count, nftables counters on H1 (output) and H2 (input) agree
+exactly; R's per-SID `count` counters (read through R's agent) sum to the same number and show
+that each interval's traffic took the path the policy had then."""
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import time
+
+from segscope_proto.segscope.agent.v1 import srv6_pb2 as pb
+
+PORT = 40000
+RATE_PPS = 3000
+DURATION_S = 4.5
+PATH_E = ["fc00:2::e", "fc00:3::d6"]
+PATH_E2 = ["fc00:2::e2", "fc00:3::d6"]
+
+SENDER = r"""
+import json, socket, sys, time
+rate, duration, port = int(sys.argv[1]), float(sys.argv[2]), int(sys.argv[3])
+s = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
+sent, errors, burst = 0, 0, max(1, rate // 200)          # bursts every 5 ms
+t0 = time.monotonic()
+while True:
+    now = time.monotonic() - t0
+    if now >= duration:
+        break
+    due = int(now * rate) + burst
+    while sent + errors < due:
+        try:
+            s.sendto(b"x" * 64, ("fd00:b::1", port)); sent += 1
+        except OSError:
+            errors += 1
+    time.sleep(0.005)
+print(json.dumps({"sent": sent, "errors": errors}))
+"""
+
+
+def nft_counter(lab, node: str, chain: str) -> int:
+    out = lab.run(node, ["nft", "list", "chain", "inet", "agt_count", chain], check=True).stdout
+    return int(re.search(r"counter packets (\d+)", out).group(1))
+
+
+def sid_packets(r_srv6) -> dict[str, int]:
+    out = {}
+    for sid in ("fc00:2::e", "fc00:2::e2"):
+        st = r_srv6.GetLocalSid(pb.GetLocalSidRequest(sid=sid), timeout=5).state
+        out[sid] = st.counters.packets
+    return out
+
+
+def set_path(a_srv6, segs) -> pb.UpdatePolicyResponse:
+    return a_srv6.UpdatePolicy(pb.UpdatePolicyRequest(policy=pb.Policy(
+        destination="fd00:b::/64", mode=pb.ENCAP_MODE_ENCAP, segments=segs, device="a0")), timeout=5)
+
+
+def test_update_policy_is_hitless(lab, stubs):
+    a, r = stubs["A"].srv6, stubs["R"].srv6
+    # H1 out: our UDP packets; H2 in: the same arriving; H2 out: anything H2 sends back to H1's
+    # subnet (B's return policy also goes through R's fc00:2::e, so it counts there too)
+    rules = {"H1": [("out", "output", f"ip6 daddr fd00:b::1 udp dport {PORT}")],
+             "H2": [("in", "input", f"udp dport {PORT}"), ("back", "output", "ip6 daddr fd00:a::/64")]}
+    for node, chains in rules.items():
+        lab.run(node, ["nft", "-f", "-"], check=True, input="table inet agt_count {\n" + "".join(
+            f" chain {chain} {{\n  type filter hook {hook} priority 0;\n  {match} counter\n }}\n"
+            for chain, hook, match in chains) + "}\n")
+    sink = lab.popen("H2", [sys.executable, "-c",
+                            f"import socket,time\ns=socket.socket(socket.AF_INET6,socket.SOCK_DGRAM)\n"
+                            f"s.bind(('::',{PORT}))\nprint('ready', flush=True)\nwhile True: s.recv(2048)"],
+                     stdout=subprocess.PIPE, text=True)
+    try:
+        assert sink.stdout.readline().strip() == "ready"
+        assert set_path(a, PATH_E).policy.segments == PATH_E
+        before = sid_packets(r)
+        sender = lab.popen("H1", [sys.executable, "-c", SENDER, str(RATE_PPS), str(DURATION_S), str(PORT)],
+                           stdout=subprocess.PIPE, text=True)
+        time.sleep(0.4)
+        intervals = []           # (path in force during the interval, SID packet counters at its end)
+        snap, path = sid_packets(r), PATH_E
+        for i in range(10):
+            path = PATH_E2 if path == PATH_E else PATH_E
+            resp = set_path(a, path)
+            assert resp.changed and list(resp.policy.segments) == path
+            time.sleep(0.3)
+            now = sid_packets(r)
+            intervals.append((path[0], {k: now[k] - snap[k] for k in now}))
+            snap = now
+        out, _ = sender.communicate(timeout=30)
+        result = json.loads(out.strip().splitlines()[-1])
+        time.sleep(0.5)   # last packets drain
+        after = sid_packets(r)
+        sent, h1_out, h2_in = result["sent"], nft_counter(lab, "H1", "out"), nft_counter(lab, "H2", "in")
+        h2_back = nft_counter(lab, "H2", "back")
+        via = {k: after[k] - before[k] for k in after}
+        print(f"\nhitless: sender sent {sent} ({result['errors']} send errors), H1 out {h1_out}, "
+              f"H2 in {h2_in}, lost {h1_out - h2_in}; via fc00:2::e {via['fc00:2::e']}, "
+              f"via fc00:2::e2 {via['fc00:2::e2']}; H2 -> H1 packets {h2_back}; 10 updates")
+        assert result["errors"] == 0
+        assert sent >= RATE_PPS * DURATION_S * 0.8, f"sender too slow to make the test meaningful: {sent}"
+        assert h1_out == sent, (h1_out, sent)
+        assert h2_in == sent, f"lost {sent - h2_in} of {sent} packets during 10 policy updates"
+        assert via["fc00:2::e"] + via["fc00:2::e2"] == sent + h2_back
+        # each interval's packets went (almost all) over the SID the policy had in that interval
+        for active, delta in intervals:
+            total = sum(delta.values())
+            assert total > 0.1 * RATE_PPS * 0.3, (active, delta)
+            assert delta[active] >= 0.9 * total, f"interval with {active} active: {delta}"
+    finally:
+        sink.kill()
+        sink.wait()
+        for node in rules:
+            lab.run(node, ["nft", "delete", "table", "inet", "agt_count"])
+        set_path(a, PATH_E)
