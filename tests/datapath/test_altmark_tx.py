@@ -16,7 +16,8 @@ import struct
 
 import pytest
 
-from tests.datapath.altmark_env import (H2_ADDR, METHOD_DSCP, POLICY, RX, TX, Capture,
+from tests.datapath.altmark_env import (H2_ADDR, METHOD_DSCP, POLICY, RX, TX, Capture, expect_all,
+                                        retry_on_path_loss,
                                         Receiver, colour_at, delta, doh, encapped, eth, find_udp, flows,
                                         iface_counter, inner_udp, list_flows, run, send_udp,
                                         sidlist_key, srh, stats, tai_ns, tclass_of, udp_sender)
@@ -72,7 +73,8 @@ def _baseline_and_marked(am_lab, sock, n, gap_s, method, dmark_every):
             marked = _by_seq(cap.frames(n))
     finally:
         cap.close()
-    assert len(base) == n and len(marked) == n
+    expect_all("baseline frames on r0", len(base), n)
+    expect_all("marked frames on r0", len(marked), n)
     return base, marked, sent
 
 
@@ -101,7 +103,7 @@ def test_dscp_sets_exactly_the_two_bits_per_colour(am_lab):
     n, every = 60, 3
     sock = udp_sender(am_lab.lab.ns("H1"), tclass=0xB9)   # DSCP 46 (0x08 set, 0x04 clear) + ECN 01
     try:
-        base, marked, sent = _baseline_and_marked(am_lab, sock, n, 0.02, "dscp", every)
+        base, marked, sent = retry_on_path_loss(lambda: _baseline_and_marked(am_lab, sock, n, 0.02, "dscp", every))
     finally:
         sock.close()
     colours, dmarks = {}, {}
@@ -123,17 +125,25 @@ def test_dscp_sets_exactly_the_two_bits_per_colour(am_lab):
 def test_rfc9343_doh_inserted_and_inner_packet_delivered_unchanged(am_lab):
     lab, n, every, fid = am_lab.lab, 40, 4, 7
     sock = udp_sender(lab.ns("H1"), tclass=0x2D)
-    h1 = Capture(lab.ns("H1"), "h1", outgoing=True)
-    h2 = Capture(lab.ns("H2"), "h2")
-    rx = Receiver(lab.ns("H2"), H2_ADDR)
+
+    def attempt():
+        h1 = Capture(lab.ns("H1"), "h1", outgoing=True)
+        h2 = Capture(lab.ns("H2"), "h2")
+        rx = Receiver(lab.ns("H2"), H2_ADDR)
+        try:
+            base, marked, sent = _baseline_and_marked(am_lab, sock, n, 0.02, "rfc9343", every)
+            sent_frames, got_frames = _by_seq(h1.frames(2 * n)), _by_seq(h2.frames(2 * n))
+            got = rx.drain(2 * n)
+        finally:
+            for c in (h1, h2, rx):
+                c.close()
+        expect_all("datagrams at H2", len(got), 2 * n)
+        return base, marked, sent, sent_frames, got_frames, got
+
     try:
-        base, marked, sent = _baseline_and_marked(am_lab, sock, n, 0.02, "rfc9343", every)
-        sent_frames = _by_seq(h1.frames(2 * n))
-        got_frames = _by_seq(h2.frames(2 * n))
-        got = rx.drain(2 * n)
+        base, marked, sent, sent_frames, got_frames, got = retry_on_path_loss(attempt)
     finally:
-        for c in (sock, h1, h2, rx):
-            c.close()
+        sock.close()
     colours, dmarks = {}, {}
     for seq, f in marked.items():
         assert f[14 + 6] == 60, "outer next header must be the DOH"
@@ -235,20 +245,27 @@ def test_counts_exact_per_colour_and_cpu_tx_equals_rx_equals_sent(am_lab, method
 
 def test_unmonitored_traffic_untouched_and_counted(am_lab):
     lab, n = am_lab.lab, 30
-    rx = Receiver(lab.ns("H2"), UNMONITORED_DST)
-    cap = Capture(lab.ns("R"), "r0")
-    try:
-        with flows([(TX, am_lab.tx_inst, _tx_flow("rfc9343")), (RX, am_lab.rx_inst, _rx_flow("rfc9343"))]):
-            st_tx, st_rx = stats(TX, am_lab.tx_inst), stats(RX, am_lab.rx_inst)
-            send_udp(lab.ns("H1"), UNMONITORED_DST, n, CPUS, tclass=0xB9)      # SID list [fc00:3::d6]
-            send_udp(lab.ns("A"), "fc00:12::2", n, CPUS, tclass=0xB9)          # no SRv6 at all
-            got = rx.drain(n)
-            frames = cap.frames(2 * n, match=lambda f: f[14 + 6] in (43, 17, 60))
-            d_tx, d_rx = delta(st_tx, stats(TX, am_lab.tx_inst)), delta(st_rx, stats(RX, am_lab.rx_inst))
-            counters = list_flows(TX, am_lab.tx_inst)[0]["counters"]
-    finally:
-        rx.close()
-        cap.close()
+
+    def attempt():
+        rx = Receiver(lab.ns("H2"), UNMONITORED_DST)
+        cap = Capture(lab.ns("R"), "r0")
+        try:
+            with flows([(TX, am_lab.tx_inst, _tx_flow("rfc9343")), (RX, am_lab.rx_inst, _rx_flow("rfc9343"))]):
+                st_tx, st_rx = stats(TX, am_lab.tx_inst), stats(RX, am_lab.rx_inst)
+                send_udp(lab.ns("H1"), UNMONITORED_DST, n, CPUS, tclass=0xB9)      # SID list [fc00:3::d6]
+                send_udp(lab.ns("A"), "fc00:12::2", n, CPUS, tclass=0xB9)          # no SRv6 at all
+                got = rx.drain(n)
+                frames = cap.frames(2 * n, match=lambda f: f[14 + 6] in (43, 17, 60))
+                d_tx, d_rx = delta(st_tx, stats(TX, am_lab.tx_inst)), delta(st_rx, stats(RX, am_lab.rx_inst))
+                counters = list_flows(TX, am_lab.tx_inst)[0]["counters"]
+        finally:
+            rx.close()
+            cap.close()
+        expect_all("datagrams at H2", len(got), n)
+        expect_all("frames on r0", len(frames), 2 * n)
+        return got, frames, d_tx, d_rx, counters
+
+    got, frames, d_tx, d_rx, counters = retry_on_path_loss(attempt)
     assert d_tx == {"pass_unmonitored": n, "pass_no_srh": n}
     assert d_rx == {"pass_unmonitored": n}
     assert all(c["packets"] == 0 for c in counters)
@@ -261,17 +278,23 @@ def test_rfc9343_packet_too_big_for_the_room_passes_unmarked_and_counted(am_lab)
     """DOH insertion needs 8 bytes below the device MTU (bpf_skb_adjust_room checks it): a full-size
     packet goes out unmarked, counted as pass_mark_failed, and still reaches H2."""
     lab = am_lab.lab
-    rx = Receiver(lab.ns("H2"), H2_ADDR)
-    try:
-        with flows([(TX, am_lab.tx_inst, _tx_flow("rfc9343")), (RX, am_lab.rx_inst, _rx_flow("rfc9343"))]):
-            st_tx, st_rx = stats(TX, am_lab.tx_inst), stats(RX, am_lab.rx_inst)
-            # outer IPv6 = 40 + SRH 40 + inner 40 + UDP 8 + payload: 1492 B fits +8, 1493 B does not
-            send_udp(lab.ns("H1"), H2_ADDR, 3, CPUS, payload_len=1364)
-            send_udp(lab.ns("H1"), H2_ADDR, 4, CPUS, payload_len=1365)
-            got = rx.drain(7)
-            d_tx, d_rx = delta(st_tx, stats(TX, am_lab.tx_inst)), delta(st_rx, stats(RX, am_lab.rx_inst))
-    finally:
-        rx.close()
+
+    def attempt():
+        rx = Receiver(lab.ns("H2"), H2_ADDR)
+        try:
+            with flows([(TX, am_lab.tx_inst, _tx_flow("rfc9343")), (RX, am_lab.rx_inst, _rx_flow("rfc9343"))]):
+                st_tx, st_rx = stats(TX, am_lab.tx_inst), stats(RX, am_lab.rx_inst)
+                # outer IPv6 = 40 + SRH 40 + inner 40 + UDP 8 + payload: 1492 B fits +8, 1493 B does not
+                send_udp(lab.ns("H1"), H2_ADDR, 3, CPUS, payload_len=1364)
+                send_udp(lab.ns("H1"), H2_ADDR, 4, CPUS, payload_len=1365)
+                got = rx.drain(7)
+                d_tx, d_rx = delta(st_tx, stats(TX, am_lab.tx_inst)), delta(st_rx, stats(RX, am_lab.rx_inst))
+        finally:
+            rx.close()
+        expect_all("datagrams at H2", len(got), 7)
+        return got, d_tx, d_rx
+
+    got, d_tx, d_rx = retry_on_path_loss(attempt)
     assert d_tx == {"coloured_rfc9343": 3, "pass_mark_failed": 4}
     assert d_rx == {"counted_rfc9343": 3, "pass_unmonitored": 4}   # rx knows the flow by FlowMonID only
     assert sorted(len(p) for p, _ in got) == [1364] * 3 + [1365] * 4
@@ -385,19 +408,20 @@ def test_cost_independent_of_flow_count(tx_flows):
     dscp = encapped(tclass=0)
     r9343 = encapped(DOH_SIDS)
 
-    def cost(frame: bytes, calls: int = 4000) -> float:
+    def cost(frame: bytes, calls: int = 800, batches: int = 5) -> float:
         # repeat=1 per call: an skb test run re-runs on the same skb, so with repeat>1 the DOH would
-        # already be there from the second run on; the kernel's duration is per call
-        return sum(tr.tx.run(frame)[2] for _ in range(calls)) / calls
+        # already be there from the second run on; the kernel's duration is per call. Best batch
+        # mean: the other load on the 2 shared cores only ever adds time
+        return min(sum(tr.tx.run(frame)[2] for _ in range(calls)) / calls for _ in range(batches))
 
-    one = {"dscp": cost(dscp), "rfc9343": cost(r9343), "dscp_repeat": tr.tx.run(dscp, repeat=200_000)[2]}
+    one = {"dscp": cost(dscp), "rfc9343": cost(r9343), "dscp_repeat": min(tr.tx.run(dscp, repeat=100_000)[2] for _ in range(3))}
     keys = []
     try:
         for i in range(10_000):
             key = sidlist_key(["fc00:2::e", f"fc00:66::{i:x}"])
             tr.tx_maps.put_flow(key, struct.pack("<IIQQBBBBI", 200_000 + i, 100 + i, 10**9, 0, METHOD_DSCP, 0, 1, 0, 0))
             keys.append(key)
-        many = {"dscp": cost(dscp), "rfc9343": cost(r9343), "dscp_repeat": tr.tx.run(dscp, repeat=200_000)[2]}
+        many = {"dscp": cost(dscp), "rfc9343": cost(r9343), "dscp_repeat": min(tr.tx.run(dscp, repeat=100_000)[2] for _ in range(3))}
     finally:
         for key in keys:
             tr.tx_maps.del_flow(key)
