@@ -254,13 +254,20 @@ def path_drops(lab) -> dict[str, int]:
         out[f"{node}:{dev}"] = _tx_dropped(lab, ns, dev)
     for link in lab.relays:
         st = lab.relay_stats(link)["a_to_b"]
-        out[f"relay:{link}"] = (st["dropped_queue_full"] + st["dropped_oversize"] + st["dropped_socket"]
-                                + st["send_errors"])
+        out[f"relay:{link}"] = st["dropped_queue_full"] + st["dropped_oversize"] + st["dropped_socket"]
+        out[f"relay:{link}:send_errors"] = st["send_errors"]
     return out
 
 
 def drops_between(before: dict[str, int], after: dict[str, int]) -> dict[str, int]:
-    return {k: after[k] - before.get(k, 0) for k in after}
+    """Drops per place between two path_drops() readings, each lost packet counted once: a frame
+    the relay fails to send is one the veth it sends on (rb) dropped and counted, so relay send
+    errors count only beyond rb's tx_dropped."""
+    delta = {k: after[k] - before.get(k, 0) for k in after}
+    for key in [k for k in delta if k.endswith(":send_errors")]:
+        rb = delta.get(f"dly-{key.split(':')[1]}:rb", 0)
+        delta[key] = max(0, delta[key] - rb)
+    return delta
 
 
 # ------------------------------------------------------------------------------- segscope parts
