@@ -79,6 +79,8 @@ struct collector_opts {
 	uint64_t scan_interval_ns;
 	int flush_timeout_ms;
 	bool to_stdout;
+	bool group_flows;            /* one message per instance and tick, key "<node>" */
+	uint32_t max_batch;          /* records per message with group_flows */
 };
 
 /* Collector counters; published as segscope_altmark_collector fields (schemas/metrics.md). */
@@ -134,7 +136,8 @@ struct collector {
 	int ncpus;
 	struct altmark_counter *percpu;      /* ncpus values of one counters entry */
 	uint64_t batch_seq;
-	uint8_t batch[ALTMARK_BATCH_HEADER_SIZE + MAX_BATCH_RECS * ALTMARK_BLOCK_SIZE];
+	uint8_t *batch;                      /* header + room for max(MAX_BATCH_RECS, --max-batch) records */
+	uint32_t nbatched;                   /* records in batch, not shipped yet */
 };
 
 static volatile sig_atomic_t stop_requested;
@@ -162,9 +165,12 @@ static void usage(FILE *f)
 		"        [--brokers 127.0.0.1:19092] [--topic segscope.altmark.blocks]\n"
 		"        [--metrics-topic segscope.metrics] [--stats-interval 1] [--margin-ms T/2]\n"
 		"        [--scan-interval-ms 500] [--flush-timeout-ms 10000] [--stdout]\n"
+		"        [--group-flows [--max-batch 4096]]\n"
 		"DIR: pinned maps of one program instance, e.g. /sys/fs/bpf/segscope/<instance>/altmark_tx\n"
 		"(altmark_flows, altmark_counters; rx also altmark_flowmon). @NODE overrides --node for\n"
 		"that instance's records. --stdout: JSON lines on stdout instead of Kafka.\n"
+		"Default: one message per flow and tick, key \"<node>/<flow_id>\". --group-flows: one\n"
+		"message per instance and tick with every flow's records (cut at --max-batch), key \"<node>\".\n"
 		"SIGINT/SIGTERM: flush, print counters as JSON; exit 1 if records were lost.\n");
 }
 
@@ -204,7 +210,7 @@ static void parse_args(int argc, char **argv, struct collector_opts *o)
 	cli_prog = "altmark_collector";
 	cli_usage = usage;
 	enum { O_TX = 1, O_RX, O_NODE, O_BROKERS, O_TOPIC, O_MTOPIC, O_INTERVAL, O_MARGIN,
-	       O_SCAN, O_FLUSH, O_STDOUT, O_HELP };
+	       O_SCAN, O_FLUSH, O_STDOUT, O_GROUP, O_MAXBATCH, O_HELP };
 	static const struct option longopts[] = {
 		{ "tx-pin-dir", required_argument, NULL, O_TX },
 		{ "rx-pin-dir", required_argument, NULL, O_RX },
@@ -217,6 +223,8 @@ static void parse_args(int argc, char **argv, struct collector_opts *o)
 		{ "scan-interval-ms", required_argument, NULL, O_SCAN },
 		{ "flush-timeout-ms", required_argument, NULL, O_FLUSH },
 		{ "stdout", no_argument, NULL, O_STDOUT },
+		{ "group-flows", no_argument, NULL, O_GROUP },
+		{ "max-batch", required_argument, NULL, O_MAXBATCH },
 		{ "help", no_argument, NULL, O_HELP },
 		{ 0 },
 	};
@@ -231,6 +239,7 @@ static void parse_args(int argc, char **argv, struct collector_opts *o)
 	o->margin_ns = -1;
 	o->scan_interval_ns = 500 * NS_PER_MS;
 	o->flush_timeout_ms = 10000;
+	o->max_batch = 4096;
 
 	opterr = 0;
 	while ((c = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
@@ -255,6 +264,8 @@ static void parse_args(int argc, char **argv, struct collector_opts *o)
 			break;
 		case O_FLUSH: o->flush_timeout_ms = parse_int("--flush-timeout-ms", optarg, 0, 600000); break;
 		case O_STDOUT: o->to_stdout = true; break;
+		case O_GROUP: o->group_flows = true; break;
+		case O_MAXBATCH: o->max_batch = parse_int("--max-batch", optarg, MAX_BATCH_RECS, 1 << 17); break;
 		case O_HELP: usage(stdout); exit(0);
 		default:
 			die_arg(argv[optind - 1], "unknown flag or missing value", NULL);
@@ -586,11 +597,17 @@ static void print_record_json(const struct instance *in, const struct altmark_bl
 	       b->flags, (b->flags & ALTMARK_BLOCK_F_PARTIAL) ? "true" : "false", (uint64_t)b->boot_id);
 }
 
-static void ship_batch(struct collector *s, const struct instance *in, uint32_t flow_id, uint32_t n)
+/* Send the batched records of one instance: key "<node>/<flow_id>", or "<node>" for grouped flows. */
+static void ship_batch(struct collector *s, const struct instance *in, uint32_t flow_id)
 {
 	char key[ALTMARK_BATCH_NODE_LEN + 16];
 	int keylen;
+	uint32_t n = s->nbatched;
 	size_t len = ALTMARK_BATCH_HEADER_SIZE + (size_t)n * ALTMARK_BLOCK_SIZE;
+
+	if (!n)
+		return;
+	s->nbatched = 0;
 
 	s->c.records_out += n;
 	if (s->opts.to_stdout) {
@@ -603,7 +620,10 @@ static void ship_batch(struct collector *s, const struct instance *in, uint32_t 
 		s->c.batches_delivered++;
 		return;
 	}
-	keylen = altmark_kafka_key(key, sizeof(key), in->o.node, flow_id);
+	if (s->opts.group_flows)
+		keylen = snprintf(key, sizeof(key), "%s", in->o.node);
+	else
+		keylen = altmark_kafka_key(key, sizeof(key), in->o.node, flow_id);
 	altmark_batch_encode_header(s->batch, in->o.node, n, s->batch_seq++);
 	if (kafka_produce(s, s->blocks_topic, s->batch, len, key, keylen, (uintptr_t)n << 1) == 0) {
 		s->c.batches_produced++;
@@ -619,6 +639,11 @@ static void emit_due_blocks(struct collector *s, struct instance *in, struct flo
 	struct altmark_block *recs = (void *)(s->batch + ALTMARK_BATCH_HEADER_SIZE);
 	uint32_t n = 0;
 	uint64_t t0 = clock_ns(CLOCK_MONOTONIC);
+
+	/* grouped: make room for this flow's catch-up records; per flow: the batch is empty here */
+	if (s->nbatched + MAX_BATCH_RECS > (s->opts.group_flows ? s->opts.max_batch : MAX_BATCH_RECS))
+		ship_batch(s, in, 0);
+	recs += s->nbatched;
 
 	for (;;) {
 		uint64_t now = clock_ns(CLOCK_TAI);
@@ -662,8 +687,9 @@ static void emit_due_blocks(struct collector *s, struct instance *in, struct flo
 		st->next_block = k + 1;
 		schedule(st);
 	}
-	if (n)
-		ship_batch(s, in, st->flow.flow_id, n);
+	s->nbatched += n;
+	if (!s->opts.group_flows)
+		ship_batch(s, in, st->flow.flow_id);
 	s->c.read_us_sum += (clock_ns(CLOCK_MONOTONIC) - t0) / 1000;
 }
 
@@ -877,6 +903,7 @@ static void run(struct collector *s)
 				if (in->active[slot] && st->next_read_ns < next)
 					next = st->next_read_ns;
 			}
+			ship_batch(s, in, 0);   /* grouped flows: the rest of this instance's tick */
 		}
 		if (s->rk)
 			rd_kafka_poll(s->rk, 0);   /* serve delivery reports */
@@ -914,6 +941,9 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	s.percpu = calloc(s.ncpus, sizeof(*s.percpu));
+	s.batch = malloc(ALTMARK_BATCH_HEADER_SIZE +
+			 (size_t)(s.opts.max_batch > MAX_BATCH_RECS ? s.opts.max_batch : MAX_BATCH_RECS) *
+			 ALTMARK_BLOCK_SIZE);
 	for (int i = 0; i < s.opts.ninst; i++) {
 		struct instance *in = &s.inst[i];
 
@@ -925,7 +955,7 @@ int main(int argc, char **argv)
 		in->slots = calloc(ALTMARK_MAX_FLOWS, sizeof(*in->slots));
 		in->active = calloc(ALTMARK_MAX_FLOWS, 1);
 		in->seen = calloc(ALTMARK_MAX_FLOWS, 1);
-		if (!s.percpu || !in->slots || !in->active || !in->seen) {
+		if (!s.percpu || !s.batch || !in->slots || !in->active || !in->seen) {
 			fprintf(stderr, "altmark_collector: out of memory\n");
 			return 1;
 		}

@@ -291,22 +291,28 @@ def consume(bootstrap: str, topic: str, until, timeout: float = 30.0) -> list:
     return msgs
 
 
-def test_kafka_batches_decode_with_keys_nodes_and_metrics(collector_bin, pins, work_dir, kafka_bootstrap):
+@pytest.mark.parametrize("grouped", [False, True], ids=["per_flow", "group_flows"])
+def test_kafka_batches_decode_with_keys_nodes_and_metrics(collector_bin, pins, work_dir, kafka_bootstrap, grouped):
+    """Per flow (contract default): one message per flow and tick, key "<node>/<flow_id>".
+    --group-flows: one message per instance and tick holding every due flow, key "<node>"."""
     tx = AltmarkMaps.create(pins / "altmark_tx", "tx")
     rx = AltmarkMaps.create(pins / "altmark_rx", "rx")
     blocks_topic, metrics_topic = make_topics(kafka_bootstrap)
     blocks = Blocks()
+    tx_flows = {55: 3, 56: 4, 57: 5}                       # flow -> slot
     args = ["--node", "amcol-col", "--tx-pin-dir", f"{pins / 'altmark_tx'}@amcol-A",
             "--rx-pin-dir", f"{pins / 'altmark_rx'}@amcol-B", "--brokers", kafka_bootstrap,
             "--topic", blocks_topic, "--metrics-topic", metrics_topic, "--stats-interval", "0.5",
-            "--scan-interval-ms", "50"]
+            "--scan-interval-ms", "50", *(["--group-flows"] if grouped else [])]
     with Collector(collector_bin, work_dir, *args) as col:
         blocks.next()
-        tx.install_flow(3, 55, PERIOD_MS, sids=SIDS_A)
-        rx.install_flow(9, 55, PERIOD_MS, sids=SIDS_A)
+        for flow, slot in tx_flows.items():
+            tx.install_flow(slot, flow, PERIOD_MS, sids=[f"fc00:2::{flow:x}"])
+        rx.install_flow(9, 55, PERIOD_MS, sids=[f"fc00:2::{55:x}"])
         for i in range(3):
             blocks.next()
-            blocks.add(tx, ("tx", 55), 3, 10 + i, 1000)
+            for flow, slot in tx_flows.items():
+                blocks.add(tx, ("tx", flow), slot, 10 + i + flow, 1000)
             blocks.add(rx, ("rx", 55), 9, 9 + i, 900)
         blocks.next()
         time.sleep(T / 1e9)
@@ -317,30 +323,38 @@ def test_kafka_batches_decode_with_keys_nodes_and_metrics(collector_bin, pins, w
 
     msgs = consume(kafka_bootstrap, blocks_topic, lambda m: len(m) >= final["batches_produced"])
     assert len(msgs) == final["batches_produced"]
-    seqs, got = [], defaultdict(list)
+    seqs, got, multi_flow = [], defaultdict(list), 0
     for m in msgs:
         header, recs = ab.decode_batch(m.value())
         assert ab.check_records(recs).tolist() == [""] * len(recs)
         node = {ab.DIR_TX: "amcol-A", ab.DIR_RX: "amcol-B"}[int(recs["direction"][0])]
-        assert header.node == node and m.key() == ab.kafka_key(node, 55)
+        flows = {int(f) for f in recs["flow_id"]}
+        assert header.node == node and set(recs["direction"].tolist()) == {int(recs["direction"][0])}
+        if grouped:
+            assert m.key() == node.encode()
+            multi_flow += len(flows) > 1
+        else:
+            assert len(flows) == 1 and m.key() == ab.kafka_key(node, flows.pop())
         seqs.append(header.batch_seq)
         for r in recs:
             side = "tx" if r["direction"] == ab.DIR_TX else "rx"
-            got[side].append(r)
+            got[(side, int(r["flow_id"]))].append(r)
     assert sorted(seqs) == list(range(len(seqs)))
-    for side in ("tx", "rx"):
-        recs = sorted(got[side], key=lambda r: int(r["block_index"]))
+    assert (multi_flow >= 3) if grouped else (len(msgs) == final["records_out"])
+    assert set(got) == {("tx", 55), ("tx", 56), ("tx", 57), ("rx", 55)}
+    for key, recs in got.items():
+        recs = sorted(recs, key=lambda r: int(r["block_index"]))
         assert recs[0]["flags"] == ab.F_PARTIAL and len({int(r["boot_id"]) for r in recs}) == 1
         full = [r for r in recs if not r["flags"]]
         assert len(full) >= 3
         for r in full:
-            want = blocks.expected.get(((side, 55), int(r["block_index"])), [0, 0, 0, 0])
+            want = blocks.expected.get((key, int(r["block_index"])), [0, 0, 0, 0])
             assert [int(r["packets"]), int(r["bytes"])] == want[:2]
     metrics = consume(kafka_bootstrap, metrics_topic, lambda m: any(
         f"records_delivered={final['records_delivered']}i" in x.value().decode() for x in m))
     last = metrics[-1].value().decode()
     assert last.startswith("segscope_altmark_collector,node=amcol-col ")
-    assert f"records_out={final['records_out']}i" in last and ",flows=2i," in last
+    assert f"records_out={final['records_out']}i" in last and ",flows=4i," in last
 
 
 def test_cli_errors(collector_bin, pins):

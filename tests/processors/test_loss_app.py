@@ -233,9 +233,10 @@ def test_loss_worker_to_influxdb(stack, run_names, tmp_path):
     stop_worker(proc)
 
 
-def test_loss_worker_throughput(stack, tmp_path):
-    """Records/s of one worker: 20 000 blocks (10 000 flows x tx/rx) as 1-record batches, the
-    collector's layout (one message per flow and tick)."""
+@pytest.mark.parametrize("per_message", [1, 1000])
+def test_loss_worker_throughput(stack, tmp_path, per_message):
+    """Records/s of one worker: 20 000 blocks (10 000 flows x tx/rx) as 1-record batches (the
+    collector's default: one message per flow and tick) or 1000-record batches (--group-flows)."""
     bootstrap = stack.kafka_bootstrap
     run = uuid.uuid4().hex[:6]
     blocks, metrics, dl = f"amcol.test.{run}.blocks", f"amcol.test.{run}.metrics", f"amcol.test.{run}.dl"
@@ -244,12 +245,13 @@ def test_loss_worker_throughput(stack, tmp_path):
     n_flows = 10_000
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "compression.type": "lz4",
                          "queue.buffering.max.messages": 100_000})
-    for flow in range(n_flows):
-        producer.produce(blocks, key=ab.kafka_key("amcolA", flow),
-                         value=ab.encode_batch(rec(ab.DIR_TX, b0, 100, 10_000, flow), "amcolA", flow))
-        producer.produce(blocks, key=ab.kafka_key("amcolB", flow),
-                         value=ab.encode_batch(rec(ab.DIR_RX, b0, 99, 9_900, flow), "amcolB", flow))
-        if flow % 2000 == 0:
+    for first in range(0, n_flows, per_message):
+        for node, direction, packets in (("amcolA", ab.DIR_TX, 100), ("amcolB", ab.DIR_RX, 99)):
+            recs = np.concatenate([rec(direction, b0, packets, packets * 100, flow)
+                                   for flow in range(first, first + per_message)])
+            key = ab.kafka_key(node, first) if per_message == 1 else node.encode()
+            producer.produce(blocks, key=key, value=ab.encode_batch(recs, node, first))
+        if first % 2000 == 0:
             producer.poll(0)
     assert producer.flush(60) == 0
     metrics_c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"amcol-{run}",
@@ -278,6 +280,6 @@ def test_loss_worker_throughput(stack, tmp_path):
         stop_worker(proc)
     assert t_done is not None, log_path.read_text()[-2000:]
     rate = (2 * n_flows - first_in) / max(t_done - t_first, 0.5)
-    print(f"\n[loss worker] {2 * n_flows} records in 1-record batches: ~{rate:,.0f} records/s "
+    print(f"\n[loss worker] {2 * n_flows} records in {per_message}-record batches: ~{rate:,.0f} records/s "
           f"(counter ticks every 0.5 s)")
     assert complete_lines == n_flows
