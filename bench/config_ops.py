@@ -10,6 +10,8 @@ creates N local SIDs (End, fc00:99::<i>, dev x0) and removes them again, then N 
 
   unary        one RPC per operation, each waiting for the previous answer (what `apply` does)
   pipelined    one RPC per operation, up to --window in flight on the same channel
+  stream       Srv6Service.StreamOperations: one operation per message on ONE bidirectional
+               stream per phase, one result per operation (per-operation semantics, no call set-up)
   batch        Srv6Service.ApplyBatch, --batch operations per call
   local        no gRPC: pyroute2 in X's namespace, one netlink request per operation (the
                "applying locally" baseline of seed 002)
@@ -133,6 +135,17 @@ def run_pipelined(client: AgentClient, action: str, kind: str, n: int, window: i
             raise BenchError(f"{METHOD[(action, kind)]}: changed=false")
 
 
+def run_stream(client: AgentClient, action: str, kind: str, n: int) -> None:
+    results = client.srv6.StreamOperations((batch_op(action, kind, i) for i in range(n)), timeout=300)
+    got = 0
+    for r in results:
+        if r.code != 0 or not r.changed:
+            raise BenchError(f"StreamOperations {action} {kind} #{got}: code {r.code} {r.message!r} changed={r.changed}")
+        got += 1
+    if got != n:
+        raise BenchError(f"StreamOperations {action} {kind}: {got} results for {n} operations")
+
+
 def run_batch(client: AgentClient, action: str, kind: str, n: int, batch: int) -> None:
     for start in range(0, n, batch):
         ops = [batch_op(action, kind, i) for i in range(start, min(n, start + batch))]
@@ -188,6 +201,8 @@ def measure(client: AgentClient, netns: str, way: str, kind: str, n: int, args) 
             lat += run_unary(client, action, kind, n)
         elif way == "pipelined":
             run_pipelined(client, action, kind, n, args.window)
+        elif way == "stream":
+            run_stream(client, action, kind, n)
         elif way == "batch":
             run_batch(client, action, kind, n, args.batch)
         elapsed = time.perf_counter() - t0
@@ -263,7 +278,9 @@ local SID (End, fc00:99::i, dev x0) or of an SRv6 policy (fd00:99:i::/64 encap s
 {res['ops']:,} creates then {res['ops']:,} removes per row, each phase checked by listing the node
 (exactly {res['ops']:,} present after the creates, none after the removes).
 Ways: **unary** one RPC per operation, waiting for each answer (what `controller apply` does);
-**pipelined** one RPC per operation, up to {res['window']} in flight on the channel; **batch**
+**pipelined** one RPC per operation, up to {res['window']} in flight on the channel; **stream**
+`StreamOperations`, one operation per message on one bidirectional stream (one result message per
+operation, so per-operation errors as with unary calls); **batch**
 `ApplyBatch` with {res['batch']} operations per RPC; **local** no gRPC, pyroute2 in the namespace,
 one netlink request per operation (seed 002's "applying locally").
 
@@ -292,7 +309,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--ops", type=int, default=2000, help="objects created then removed per row (default 2000)")
     ap.add_argument("--batch", type=int, default=500, help="operations per ApplyBatch call")
     ap.add_argument("--window", type=int, default=32, help="RPCs in flight in the pipelined way")
-    ap.add_argument("--ways", default="unary,pipelined,batch,local")
+    ap.add_argument("--ways", default="unary,pipelined,stream,batch,local")
     ap.add_argument("--prefix", default="ctlb", help="netlab prefix")
     ap.add_argument("--port", type=int, default=0, help="agent port on 127.0.0.1 (0: any free port)")
     ap.add_argument("--json", metavar="FILE", help="also write the results as JSON")

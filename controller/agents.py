@@ -55,8 +55,10 @@ class AgentError(RuntimeError):
         super().__init__(f"node {node}: {call}: {code}: {detail}")
 
 
-class _Counter(grpc.UnaryUnaryClientInterceptor, grpc.UnaryStreamClientInterceptor):
-    """Counts every RPC started on the channel, by method name (e.g. "CreatePolicy")."""
+class _Counter(grpc.UnaryUnaryClientInterceptor, grpc.UnaryStreamClientInterceptor,
+               grpc.StreamStreamClientInterceptor):
+    """Counts every RPC started on the channel, by method name (e.g. "CreatePolicy"; a stream
+    counts once however many messages it carries)."""
 
     def __init__(self):
         self.calls: collections.Counter[str] = collections.Counter()
@@ -73,6 +75,10 @@ class _Counter(grpc.UnaryUnaryClientInterceptor, grpc.UnaryStreamClientIntercept
     def intercept_unary_stream(self, continuation, client_call_details, request):
         self._count(client_call_details)
         return continuation(client_call_details, request)
+
+    def intercept_stream_stream(self, continuation, client_call_details, request_iterator):
+        self._count(client_call_details)
+        return continuation(client_call_details, request_iterator)
 
 
 # ---------------------------------------------------------------------- agent message <-> Resource

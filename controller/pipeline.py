@@ -143,8 +143,21 @@ class ControlledPipeline:
                 raise PipelineError(f"no stamp_sender exit line for ssid {ssid} in {self.agents.logs[node]}")
             time.sleep(0.2)
 
-    def datapath_stats(self, sender: str, reflector: str) -> dict[str, dict[str, int]]:
-        """Reflector and collector counters from the agents' pinned maps (same tools as the agents)."""
+    def datapath_stats(self, sender: str, reflector: str, settle_s: float = 0.5,
+                       timeout_s: float = 5.0) -> dict[str, dict[str, int]]:
+        """Reflector and collector counters, once they have stopped changing for settle_s: a
+        sender that has just exited still has replies in flight (the injected delay, the relay)."""
+        deadline = time.monotonic() + timeout_s
+        last = self._read_datapath_stats(sender, reflector)
+        while time.monotonic() < deadline:
+            time.sleep(settle_s)
+            now = self._read_datapath_stats(sender, reflector)
+            if now == last:
+                break
+            last = now
+        return last
+
+    def _read_datapath_stats(self, sender: str, reflector: str) -> dict[str, dict[str, int]]:
         out = {}
         for prog, node in (("stamp_reflector", reflector), ("stamp_collector", sender)):
             pin = BPFFS_ROOT / self.lab.ns(node) / prog
