@@ -13,6 +13,7 @@ import errno
 import logging
 import socket
 import threading
+import time
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -65,7 +66,7 @@ class Plan:
     commit: Callable[[], None]
     response: Callable[[], object]
     changed: bool
-    log_line: str
+    log_line: Callable[[], str]   # built only when logged
     what: str                       # object path for kernel errors ("policy", "local_sid")
     key: tuple[str, int] = ("", 0)
     retry: Callable[[], "Plan"] | None = None  # re-plan after a table re-read
@@ -214,26 +215,26 @@ def _fmt_sid(s: R.LocalSidRoute, st: Srv6State) -> str:
 ADD = R.NLM_F_CREATE | R.NLM_F_EXCL
 
 
-def plan_create_policy(st: Srv6State, req: pb.CreatePolicyRequest, path: str = "") -> Plan:
-    p = policy_from_msg(st, req.policy, f"{path}policy")
+def plan_create_policy(st: Srv6State, req: pb.CreatePolicyRequest, path: str = "", pre=None) -> Plan:
+    p = pre or policy_from_msg(st, req.policy, f"{path}policy")
 
     def decide() -> Plan:
         old = st.policies.get(p.key)
         if old == p:
             return Plan([], lambda: None, lambda: pb.CreatePolicyResponse(policy=policy_to_msg(st, p), changed=False),
-                        False, f"CreatePolicy {_fmt_policy(p, st)}: unchanged (identical policy exists)", "policy", p.key)
+                        False, lambda: f"CreatePolicy {_fmt_policy(p, st)}: unchanged (identical policy exists)", "policy", p.key)
         if old is not None:
             raise ApiError(grpc.StatusCode.ALREADY_EXISTS,
                            f"{path}policy: {describe_policy(p)} exists with different content "
                            f"({_fmt_policy(old, st)}); use UpdatePolicy")
         return Plan([(R.RTM_NEWROUTE, ADD, R.encode_policy(p))], lambda: st.policies.__setitem__(p.key, p),
                     lambda: pb.CreatePolicyResponse(policy=policy_to_msg(st, p), changed=True),
-                    True, f"CreatePolicy {_fmt_policy(p, st)}: created", f"{path}policy", p.key, retry=decide)
+                    True, lambda: f"CreatePolicy {_fmt_policy(p, st)}: created", f"{path}policy", p.key, retry=decide)
     return decide()
 
 
-def plan_update_policy(st: Srv6State, req: pb.UpdatePolicyRequest, path: str = "") -> Plan:
-    p = policy_from_msg(st, req.policy, f"{path}policy")
+def plan_update_policy(st: Srv6State, req: pb.UpdatePolicyRequest, path: str = "", pre=None) -> Plan:
+    p = pre or policy_from_msg(st, req.policy, f"{path}policy")
 
     def decide() -> Plan:
         old = st.policies.get(p.key)
@@ -243,7 +244,7 @@ def plan_update_policy(st: Srv6State, req: pb.UpdatePolicyRequest, path: str = "
                                                            previous=policy_to_msg(st, old), changed=ch))
         if old == p:
             return Plan([], lambda: None, resp(False), False,
-                        f"UpdatePolicy {_fmt_policy(p, st)}: unchanged", "policy", p.key)
+                        lambda: f"UpdatePolicy {_fmt_policy(p, st)}: unchanged", "policy", p.key)
         if old.metric == p.metric:
             # hitless: one RTM_NEWROUTE with NLM_F_REPLACE, the FIB entry is swapped in place
             msgs = [(R.RTM_NEWROUTE, R.NLM_F_REPLACE, R.encode_policy(p))]
@@ -252,48 +253,48 @@ def plan_update_policy(st: Srv6State, req: pb.UpdatePolicyRequest, path: str = "
             msgs = [(R.RTM_NEWROUTE, ADD, R.encode_policy(p)),
                     (R.RTM_DELROUTE, 0, R.encode_delete(old.destination, old.table, old.metric))]
         return Plan(msgs, lambda: st.policies.__setitem__(p.key, p), resp(True), True,
-                    f"UpdatePolicy {_fmt_policy(p, st)}: replaced (was segs {','.join(old.segments)} "
+                    lambda: f"UpdatePolicy {_fmt_policy(p, st)}: replaced (was segs {','.join(old.segments)} "
                     f"mode {MODE_NAMES.get(old.mode)} dev {st.devname(old.oif)} metric {old.metric})",
                     f"{path}policy", p.key, retry=decide)
     return decide()
 
 
-def plan_remove_policy(st: Srv6State, req: pb.RemovePolicyRequest, path: str = "") -> Plan:
-    key = key_from(path, req.destination, req.table)
+def plan_remove_policy(st: Srv6State, req: pb.RemovePolicyRequest, path: str = "", pre=None) -> Plan:
+    key = pre or key_from(path, req.destination, req.table)
 
     def decide() -> Plan:
         old = st.policies.get(key)
         if old is None:
             if req.allow_missing:
                 return Plan([], lambda: None, lambda: pb.RemovePolicyResponse(changed=False), False,
-                            f"RemovePolicy {key[0]} table {key[1]}: absent, allow_missing", "policy", key)
+                            lambda: f"RemovePolicy {key[0]} table {key[1]}: absent, allow_missing", "policy", key)
             raise ApiError(grpc.StatusCode.NOT_FOUND, f"{path}destination: policy {key[0]} table {key[1]}: no such policy")
         return Plan([(R.RTM_DELROUTE, 0, R.encode_delete(old.destination, old.table, old.metric))],
                     lambda: st.policies.pop(key, None), lambda: pb.RemovePolicyResponse(changed=True), True,
-                    f"RemovePolicy {_fmt_policy(old, st)}: removed", f"{path}destination", key, retry=decide)
+                    lambda: f"RemovePolicy {_fmt_policy(old, st)}: removed", f"{path}destination", key, retry=decide)
     return decide()
 
 
-def plan_create_sid(st: Srv6State, req: pb.CreateLocalSidRequest, path: str = "") -> Plan:
-    s = sid_from_msg(st, req.local_sid, f"{path}local_sid")
+def plan_create_sid(st: Srv6State, req: pb.CreateLocalSidRequest, path: str = "", pre=None) -> Plan:
+    s = pre or sid_from_msg(st, req.local_sid, f"{path}local_sid")
 
     def decide() -> Plan:
         old = st.sids.get(s.key)
         if old == s:
             return Plan([], lambda: None, lambda: pb.CreateLocalSidResponse(local_sid=sid_to_msg(st, s), changed=False),
-                        False, f"CreateLocalSid {_fmt_sid(s, st)}: unchanged (identical SID exists)", "local_sid", s.key)
+                        False, lambda: f"CreateLocalSid {_fmt_sid(s, st)}: unchanged (identical SID exists)", "local_sid", s.key)
         if old is not None:
             raise ApiError(grpc.StatusCode.ALREADY_EXISTS,
                            f"{path}local_sid: {describe_sid(s)} exists with different content "
                            f"({_fmt_sid(old, st)}); use UpdateLocalSid")
         return Plan([(R.RTM_NEWROUTE, ADD, R.encode_local_sid(s))], lambda: st.sids.__setitem__(s.key, s),
                     lambda: pb.CreateLocalSidResponse(local_sid=sid_to_msg(st, s), changed=True), True,
-                    f"CreateLocalSid {_fmt_sid(s, st)}: created", f"{path}local_sid", s.key, retry=decide)
+                    lambda: f"CreateLocalSid {_fmt_sid(s, st)}: created", f"{path}local_sid", s.key, retry=decide)
     return decide()
 
 
-def plan_update_sid(st: Srv6State, req: pb.UpdateLocalSidRequest, path: str = "") -> Plan:
-    s = sid_from_msg(st, req.local_sid, f"{path}local_sid")
+def plan_update_sid(st: Srv6State, req: pb.UpdateLocalSidRequest, path: str = "", pre=None) -> Plan:
+    s = pre or sid_from_msg(st, req.local_sid, f"{path}local_sid")
 
     def decide() -> Plan:
         old = st.sids.get(s.key)
@@ -302,28 +303,28 @@ def plan_update_sid(st: Srv6State, req: pb.UpdateLocalSidRequest, path: str = ""
         resp = lambda ch: (lambda: pb.UpdateLocalSidResponse(local_sid=sid_to_msg(st, s),  # noqa: E731
                                                              previous=sid_to_msg(st, old), changed=ch))
         if old == s:
-            return Plan([], lambda: None, resp(False), False, f"UpdateLocalSid {_fmt_sid(s, st)}: unchanged",
+            return Plan([], lambda: None, resp(False), False, lambda: f"UpdateLocalSid {_fmt_sid(s, st)}: unchanged",
                         "local_sid", s.key)
         return Plan([(R.RTM_NEWROUTE, R.NLM_F_REPLACE, R.encode_local_sid(s))],
                     lambda: st.sids.__setitem__(s.key, s), resp(True), True,
-                    f"UpdateLocalSid {_fmt_sid(s, st)}: replaced (was {_fmt_sid(old, st)})",
+                    lambda: f"UpdateLocalSid {_fmt_sid(s, st)}: replaced (was {_fmt_sid(old, st)})",
                     f"{path}local_sid", s.key, retry=decide)
     return decide()
 
 
-def plan_remove_sid(st: Srv6State, req: pb.RemoveLocalSidRequest, path: str = "") -> Plan:
-    key = sid_key_from(path, req.sid, req.table)
+def plan_remove_sid(st: Srv6State, req: pb.RemoveLocalSidRequest, path: str = "", pre=None) -> Plan:
+    key = pre or sid_key_from(path, req.sid, req.table)
 
     def decide() -> Plan:
         old = st.sids.get(key)
         if old is None:
             if req.allow_missing:
                 return Plan([], lambda: None, lambda: pb.RemoveLocalSidResponse(changed=False), False,
-                            f"RemoveLocalSid {key[0]} table {key[1]}: absent, allow_missing", "local_sid", key)
+                            lambda: f"RemoveLocalSid {key[0]} table {key[1]}: absent, allow_missing", "local_sid", key)
             raise ApiError(grpc.StatusCode.NOT_FOUND, f"{path}sid: local SID {key[0]} table {key[1]}: no such local SID")
         return Plan([(R.RTM_DELROUTE, 0, R.encode_delete(f"{old.sid}/128", old.table, old.metric))],
                     lambda: st.sids.pop(key, None), lambda: pb.RemoveLocalSidResponse(changed=True), True,
-                    f"RemoveLocalSid {_fmt_sid(old, st)}: removed", f"{path}sid", key, retry=decide)
+                    lambda: f"RemoveLocalSid {_fmt_sid(old, st)}: removed", f"{path}sid", key, retry=decide)
     return decide()
 
 
@@ -331,6 +332,12 @@ PLANNERS = {"create_policy": plan_create_policy, "update_policy": plan_update_po
             "remove_policy": plan_remove_policy, "create_local_sid": plan_create_sid,
             "update_local_sid": plan_update_sid, "remove_local_sid": plan_remove_sid}
 STALE = (errno.EEXIST, errno.ENOENT, errno.ESRCH)
+# seg6 routes allocate a per-CPU dst cache with GFP_ATOMIC: a burst of route changes can drain the
+# kernel's atomic per-CPU pool, which is refilled by a work item; measured here as sporadic
+# ENOMEM during bulk creates/replaces. Such an operation is retried after a short sleep.
+TRANSIENT = (errno.ENOMEM, errno.ENOBUFS)
+TRANSIENT_RETRIES_S = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5)
+transient_retries = 0   # total, for logs/benchmarks
 
 
 def kernel_error(plan: Plan, e: R.NetlinkError) -> ApiError:
@@ -342,18 +349,35 @@ def kernel_error(plan: Plan, e: R.NetlinkError) -> ApiError:
     return ApiError(code, f"{plan.what}: the kernel refused it: {e.text}{hint}")
 
 
+def _send(st: Srv6State, plan: Plan) -> R.NetlinkError | None:
+    """Send a plan's messages one after the other (an update that changes the metric adds the new
+    route before deleting the old one: the delete must not run if the add failed); retry
+    transient kernel allocation failures (TRANSIENT) a few times."""
+    global transient_retries
+    while plan.msgs:
+        for pause in (*TRANSIENT_RETRIES_S, None):
+            err = st.rtnl.batch(plan.msgs[:1])[0]
+            if err is None:
+                break
+            if err.errno not in TRANSIENT or pause is None:
+                return err
+            transient_retries += 1
+            time.sleep(pause)
+        plan.msgs = plan.msgs[1:]
+    return None
+
+
 def execute(st: Srv6State, plan: Plan) -> Plan:
     """Send a plan; on a stale index (EEXIST/ENOENT/ESRCH) re-read the table and decide again once."""
     for attempt in (0, 1):
         if not plan.msgs:
             return plan
-        errs = st.rtnl.batch(plan.msgs)
-        err = next((e for e in errs if e is not None), None)
+        err = _send(st, plan)   # consumes plan.msgs
         if err is None:
             plan.commit()
             return plan
         if err.errno in STALE and attempt == 0 and plan.retry is not None:
-            log.info("%s: kernel said %s, re-reading table %d", plan.log_line.split(':')[0], err.text, plan.key[1])
+            log.info("%s: kernel said %s, re-reading table %d", plan.log_line().split(':')[0], err.text, plan.key[1])
             st.resync(plan.key[1])
             plan = plan.retry()
             continue
@@ -368,7 +392,7 @@ class Srv6Servicer(pb_grpc.Srv6ServiceServicer):
     def _run(self, planner, req):
         with self.st.lock:
             plan = execute(self.st, planner(self.st, req))
-        log.info("%s", plan.log_line)
+        log.info("%s", plan.log_line())
         if plan.changed:
             self.st.changed()
         return plan.response()
@@ -436,8 +460,8 @@ class Srv6Servicer(pb_grpc.Srv6ServiceServicer):
             if kind is None:
                 raise F.invalid(f"operations[{i}]", "empty (set one of create_policy, update_policy, "
                                 "remove_policy, create_local_sid, update_local_sid, remove_local_sid)")
-            F_check_only(self.st, kind, getattr(op, kind), f"operations[{i}].{kind}.")
-            ops.append((kind, getattr(op, kind), f"operations[{i}].{kind}."))
+            sub, path = getattr(op, kind), f"operations[{i}].{kind}."
+            ops.append((kind, sub, path, F_check_only(self.st, kind, sub, path)))
         results = [pb.Srv6OperationResult() for _ in ops]
         with self.st.lock:
             if req.stop_on_error:
@@ -462,7 +486,7 @@ class Srv6Servicer(pb_grpc.Srv6ServiceServicer):
                 with self.st.lock:
                     plan = execute(self.st, PLANNERS[kind](self.st, getattr(op, kind), f"{kind}."))
                 res.changed = plan.changed
-                log.info("StreamOperations: %s", plan.log_line)
+                log.info("StreamOperations: %s", plan.log_line())
                 if plan.changed:
                     self.st.changed()
             except ApiError as e:
@@ -471,11 +495,10 @@ class Srv6Servicer(pb_grpc.Srv6ServiceServicer):
             yield res
 
     def _batch_sequential(self, ops, results) -> None:
-        for i, (kind, sub, path) in enumerate(ops):
+        for i, (kind, sub, path, pre) in enumerate(ops):
             try:
-                plan = execute(self.st, PLANNERS[kind](self.st, sub, path))
+                plan = execute(self.st, PLANNERS[kind](self.st, sub, path, pre))
                 results[i].changed = plan.changed
-                log.debug("%s", plan.log_line)
             except ApiError as e:
                 results[i].code, results[i].message = e.code.value[0], e.message
                 for j in range(i + 1, len(ops)):
@@ -484,38 +507,55 @@ class Srv6Servicer(pb_grpc.Srv6ServiceServicer):
                 return
 
     def _batch_pipelined(self, ops, results) -> None:
-        """Plan every operation against the index (as if the previous ones succeeded), send all
-        their netlink messages at once (Rtnl.batch: 256 per sendmsg), then read one ack each.
-        Operations the kernel found stale are re-read and re-run one by one afterwards."""
-        planned: list[tuple[int, Plan, int, int]] = []   # (op index, plan, first msg, msg count)
-        msgs: list[tuple[int, int, bytes]] = []
-        for i, (kind, sub, path) in enumerate(ops):
+        """Plan every operation against the index (as if the previous ones succeeded), send the
+        netlink messages of consecutive single-message operations at once (Rtnl.batch: 256 per
+        sendmsg), then read one ack each. An operation with two messages (an update that changes
+        the metric) runs on its own, in order. Operations the kernel found stale or that hit a
+        transient allocation failure are re-read and re-run one by one at the end."""
+        pending: list[tuple[int, Plan]] = []
+        redo: list[int] = []
+
+        def flush() -> None:
+            if not pending:
+                return
+            errs = self.st.rtnl.batch([p.msgs[0] for _, p in pending])
+            for (i, plan), err in zip(pending, errs):
+                if err is None:
+                    results[i].changed = plan.changed
+                    if log.isEnabledFor(logging.DEBUG):
+                        log.debug("ApplyBatch: %s", plan.log_line())
+                elif err.errno in STALE or err.errno in TRANSIENT:
+                    redo.append(i)
+                else:
+                    e = kernel_error(plan, err)
+                    results[i].code, results[i].message = e.code.value[0], e.message
+            pending.clear()
+
+        for i, (kind, sub, path, pre) in enumerate(ops):
             try:
-                plan = PLANNERS[kind](self.st, sub, path)
+                plan = PLANNERS[kind](self.st, sub, path, pre)
+                if len(plan.msgs) > 1:
+                    flush()
+                    plan = execute(self.st, plan)
+                    results[i].changed = plan.changed
+                    continue
             except ApiError as e:
                 results[i].code, results[i].message = e.code.value[0], e.message
                 continue
-            planned.append((i, plan, len(msgs), len(plan.msgs)))
-            msgs.extend(plan.msgs)
-            plan.commit()  # optimistic: later operations see this one's effect; undone below on failure
-        errs = self.st.rtnl.batch(msgs) if msgs else []
-        redo = []
-        for i, plan, first, count in planned:
-            err = next((e for e in errs[first:first + count] if e is not None), None)
-            if err is None:
-                results[i].changed = plan.changed
-                log.debug("%s", plan.log_line)
-            elif err.errno in STALE:
-                redo.append(i)
+            if plan.msgs:
+                pending.append((i, plan))
             else:
-                e = kernel_error(plan, err)
-                results[i].code, results[i].message = e.code.value[0], e.message
+                results[i].changed = False
+            plan.commit()  # optimistic: later operations see this one's effect; re-read below on failure
+            if len(pending) >= 4096:
+                flush()
+        flush()
         if any(r.code != 0 for r in results) or redo:
             self.st.resync(None)   # the optimistic index may be wrong where something failed
-        for i in redo:
-            kind, sub, path = ops[i]
+        for i in sorted(redo):
+            kind, sub, path, pre = ops[i]
             try:
-                plan = execute(self.st, PLANNERS[kind](self.st, sub, path))
+                plan = execute(self.st, PLANNERS[kind](self.st, sub, path, pre))
                 results[i].changed = plan.changed
             except ApiError as e:
                 results[i].code, results[i].message = e.code.value[0], e.message
@@ -524,13 +564,12 @@ class Srv6Servicer(pb_grpc.Srv6ServiceServicer):
 def F_check_only(st: Srv6State, kind: str, sub, path: str) -> None:
     """Field validation of one batch operation without deciding anything (no index access)."""
     if kind in ("create_policy", "update_policy"):
-        policy_from_msg(st, sub.policy, f"{path}policy")
-    elif kind == "remove_policy":
-        key_from(path, sub.destination, sub.table)
-    elif kind in ("create_local_sid", "update_local_sid"):
-        sid_from_msg(st, sub.local_sid, f"{path}local_sid")
-    else:
-        sid_key_from(path, sub.sid, sub.table)
+        return policy_from_msg(st, sub.policy, f"{path}policy")
+    if kind == "remove_policy":
+        return key_from(path, sub.destination, sub.table)
+    if kind in ("create_local_sid", "update_local_sid"):
+        return sid_from_msg(st, sub.local_sid, f"{path}local_sid")
+    return sid_key_from(path, sub.sid, sub.table)
 
 
 
