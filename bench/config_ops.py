@@ -256,6 +256,16 @@ def run(args) -> dict:
         lab.down()
 
 
+PLURAL = {"local_sid": "local SIDs", "policy": "policies"}
+
+
+def with_section(text: str, section: str) -> str:
+    """text with the config_ops section replaced (or appended)."""
+    if BEGIN in text and END in text:
+        return text[:text.index(BEGIN)] + section + text[text.index(END) + len(END):]
+    return text.rstrip("\n") + "\n\n" + section + "\n"
+
+
 def write_doc(res: dict, m: dict) -> None:
     rows = []
     for r in res["results"]:
@@ -265,7 +275,8 @@ def write_doc(res: dict, m: dict) -> None:
     best = max((r for r in res["results"] if r["way"] != "local"), key=lambda r: r["ops_per_s"])
     unary = [r for r in res["results"] if r["way"] == "unary"]
     local = [r for r in res["results"] if r["way"] == "local"]
-    verdict = "meets" if best["ops_per_s"] >= GOAL else "does NOT meet"
+    verdict = "met" if best["ops_per_s"] >= GOAL else "NOT met"
+    unary_met = all(r["ops_per_s"] >= GOAL for r in unary)
     section = f"""{BEGIN}
 ## Configuration operations per second, controller -> agent (`bench/config_ops.py`)
 
@@ -288,20 +299,19 @@ one netlink request per operation (seed 002's "applying locally").
 |---|---|---|---|---|---|---|
 {chr(10).join(rows)}
 
-Goal ≥ {GOAL:,} op/s (10 × seed 002's {SEED_REMOTE} op/s over gRPC/TLS): {verdict} — best remote
-{best['ops_per_s']:,.0f} op/s ({best['way']}, {best['kind'].replace('_', ' ')}s), i.e.
-{best['ops_per_s'] / SEED_REMOTE:.0f} × the seed's remote figure. One RPC per operation, waiting for each
-answer, gives {', '.join(f"{r['ops_per_s']:,.0f}" for r in unary)} op/s ({' / '.join(r['kind'].replace('_', ' ') + 's' for r in unary)}):
-a round trip through the Python gRPC stack per operation is the limit there.
-Local pyroute2: {', '.join(f"{r['ops_per_s']:,.0f}" for r in local)} op/s (seed 002: {SEED_LOCAL:,}).
+Goal ≥ {GOAL:,} op/s (10 × seed 002's {SEED_REMOTE} op/s over gRPC/TLS): {verdict} batched — best
+{best['ops_per_s']:,.0f} op/s ({best['way']}, {PLURAL[best['kind']]}), {best['ops_per_s'] / SEED_REMOTE:.1f} × the seed's
+remote figure. One operation per call is {'also above' if unary_met else 'far below'} the goal: waiting for each answer gives
+{' / '.join(f"{r['ops_per_s']:,.0f}" for r in unary)} op/s ({' / '.join(PLURAL[r['kind']] for r in unary)}; a round trip
+through Python gRPC on both ends plus one netlink request per operation), keeping {res['window']} in flight or
+streaming only doubles or triples that: the per-call cost is Python on 2 shared cores, so the
+controller's bulk path is `ApplyBatch` (one netlink batch in the agent).
+Local pyroute2, one request per operation: {' / '.join(f"{r['ops_per_s']:,.0f}" for r in local)} op/s (seed 002: {SEED_LOCAL:,},
+another machine).
 Every process on the machine shares the same 2 cores, so expect ±20 % between runs.
 {END}"""
-    text = DOC.read_text()
-    if BEGIN in text and END in text:
-        text = text[:text.index(BEGIN)] + section + text[text.index(END) + len(END):]
-    else:
-        text = text.rstrip("\n") + "\n\n" + section + "\n"
-    DOC.write_text(text)
+    DOC.write_text(with_section(DOC.read_text(), section))
+    return section
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -314,8 +324,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--port", type=int, default=0, help="agent port on 127.0.0.1 (0: any free port)")
     ap.add_argument("--json", metavar="FILE", help="also write the results as JSON")
     ap.add_argument("--no-doc", action="store_true", help="do not rewrite docs/benchmarks.md")
+    ap.add_argument("--from-json", metavar="FILE", help="do not run: rewrite the doc section from a --json file")
     args = ap.parse_args(argv)
     args.ways = args.ways.split(",")
+    if args.from_json:
+        res = json.loads(Path(args.from_json).read_text())
+        write_doc(res, res["machine"])
+        return 0
     m = machine()
     res = run(args)
     res["machine"] = m
