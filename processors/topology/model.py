@@ -361,8 +361,9 @@ class TopologyModel:
         }
 
     def edge_measurements(self) -> dict[str, dict]:
-        """{link key: fields} from single-link STAMP directions and single-link altmark flows."""
-        by_key: dict[str, dict] = {}
+        """{link key: fields} from single-link STAMP directions and single-link altmark flows.
+        When several sessions (flows) cross the same link, the newest point wins."""
+        delay: dict[str, tuple] = {}
         for sp in self.stamp_paths():
             m = self.stamp.get((sp["node"], sp["ssid"], sp["direction"]))
             if m is None or sp["dst"] is None:
@@ -370,28 +371,39 @@ class TopologyModel:
             res = self.resolve_path(sp["src"], sp["sids"])
             if res["links"] is None or len(res["links"]) != 1:
                 continue
+            key = self.link_key(res["links"][0])
+            rank = (m.timestamp_ns, sp["node"], sp["ssid"])
+            if key in delay and delay[key][0] >= rank:
+                continue
             f = m.fields
             fields = {"latency": _round(f.get("mean_us")), "unidir_link_delay": _round(f.get("mean_us")),
                       "unidir_link_delay_min_max": [_round(f.get("min_us")), _round(f.get("max_us"))],
+                      "unidir_delay_variation": _round(f.get("ipdv_mean_us")),
                       "delay_measured_at_ns": m.timestamp_ns,
                       "delay_source": {"kind": "stamp", "node": sp["node"], "ssid": sp["ssid"],
                                        "direction": sp["direction"], "count": f.get("count")}}
-            if "ipdv_mean_us" in f:
-                fields["unidir_delay_variation"] = _round(f["ipdv_mean_us"])
-            by_key.setdefault(self.link_key(res["links"][0]), {}).update(
-                {k: v for k, v in fields.items() if v is not None})
+            delay[key] = (rank, {k: v for k, v in fields.items() if v is not None})
+        loss: dict[str, tuple] = {}
         for fp in self.flow_paths():
             m = self.loss.get((fp["flow"], fp["node"]))
-            if m is None or fp["dst"] is None:
+            if m is None or fp["dst"] is None or "loss_ratio" not in m.fields:
                 continue
             res = self.resolve_path(fp["src"], fp["sids"])
-            if res["links"] is None or len(res["links"]) != 1 or "loss_ratio" not in m.fields:
+            if res["links"] is None or len(res["links"]) != 1:
                 continue
-            by_key.setdefault(self.link_key(res["links"][0]), {}).update({
+            key = self.link_key(res["links"][0])
+            rank = (m.timestamp_ns, fp["node"], fp["flow"])
+            if key in loss and loss[key][0] >= rank:
+                continue
+            loss[key] = (rank, {
                 "unidir_packet_loss": _round(100.0 * m.fields["loss_ratio"], 6),
                 "loss_measured_at_ns": m.timestamp_ns,
                 "loss_source": {"kind": "altmark", "flow": fp["flow"], "tx_node": fp["node"],
                                 "tx_packets": m.fields.get("tx_packets"), "lost": m.fields.get("lost")}})
+        by_key: dict[str, dict] = {}
+        for source in (delay, loss):
+            for key, (_, fields) in source.items():
+                by_key.setdefault(key, {}).update(fields)
         return by_key
 
     def _path_base(self, src: str, dst: str, sids: list[str]) -> dict:
@@ -402,24 +414,31 @@ class TopologyModel:
                 "unresolved_sids": res["unresolved_sids"]}
 
     def path_docs(self) -> dict[str, dict]:
+        """One document per (src, dst, SID list); several sessions/flows on the same path share
+        it and the newest point gives its delay (loss) fields."""
         docs: dict[str, dict] = {}
+        ranks: dict[tuple[str, str], tuple] = {}
         for sp in self.stamp_paths():
-            m = self.stamp.get((sp["node"], sp["ssid"], sp["direction"]))
             if sp["dst"] is None:
                 continue
             base = self._path_base(sp["src"], sp["dst"], sp["sids"])
             doc = docs.setdefault(base["_key"], base)
             doc.setdefault("stamp_sessions", []).append(
                 {"node": sp["node"], "ssid": sp["ssid"], "direction": sp["direction"]})
+            m = self.stamp.get((sp["node"], sp["ssid"], sp["direction"]))
+            rank = None if m is None else (m.timestamp_ns, sp["node"], sp["ssid"])
+            if rank is None or ranks.get((doc["_key"], "delay"), rank) > rank:
+                continue
+            ranks[(doc["_key"], "delay")] = rank
+            f = m.fields
+            doc.update({"delay_us": _round(f.get("mean_us")), "delay_min_us": _round(f.get("min_us")),
+                        "delay_max_us": _round(f.get("max_us")), "delay_p99_us": _round(f.get("p99_us")),
+                        "jitter_us": _round(f.get("ipdv_mean_us")), "delay_count": f.get("count"),
+                        "delay_measured_at_ns": m.timestamp_ns,
+                        "delay_source": {"node": sp["node"], "ssid": sp["ssid"], "direction": sp["direction"]}})
             rtt = self.stamp.get((sp["node"], sp["ssid"], "round_trip"))
-            if m is not None:
-                f = m.fields
-                doc.update({"delay_us": _round(f.get("mean_us")), "delay_min_us": _round(f.get("min_us")),
-                            "delay_max_us": _round(f.get("max_us")), "delay_p99_us": _round(f.get("p99_us")),
-                            "jitter_us": _round(f.get("ipdv_mean_us")), "delay_count": f.get("count"),
-                            "delay_measured_at_ns": m.timestamp_ns})
-            if rtt is not None and sp["direction"] == "forward":
-                doc["round_trip_delay_us"] = _round(rtt.fields.get("mean_us"))
+            doc["round_trip_delay_us"] = (_round(rtt.fields.get("mean_us"))
+                                          if rtt is not None and sp["direction"] == "forward" else None)
         for fp in self.flow_paths():
             if fp["dst"] is None:
                 continue
@@ -427,10 +446,15 @@ class TopologyModel:
             doc = docs.setdefault(base["_key"], base)
             doc.setdefault("flows", []).append(fp["flow"])
             m = self.loss.get((fp["flow"], fp["node"]))
-            if m is not None and "loss_ratio" in m.fields:
-                doc.update({"loss_percent": _round(100.0 * m.fields["loss_ratio"], 6),
-                            "loss_tx_packets": m.fields.get("tx_packets"), "loss_lost": m.fields.get("lost"),
-                            "loss_measured_at_ns": m.timestamp_ns})
+            if m is None or "loss_ratio" not in m.fields:
+                continue
+            rank = (m.timestamp_ns, fp["node"], fp["flow"])
+            if ranks.get((doc["_key"], "loss"), rank) > rank:
+                continue
+            ranks[(doc["_key"], "loss")] = rank
+            doc.update({"loss_percent": _round(100.0 * m.fields["loss_ratio"], 6),
+                        "loss_tx_packets": m.fields.get("tx_packets"), "loss_lost": m.fields.get("lost"),
+                        "loss_measured_at_ns": m.timestamp_ns, "loss_flow": fp["flow"]})
         # absent rather than null when a value is unknown (an `update` upsert then keeps the last one)
         return {k: {kk: vv for kk, vv in d.items() if vv is not None or kk == "links"} for k, d in docs.items()}
 

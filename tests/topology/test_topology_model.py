@@ -279,3 +279,20 @@ def test_line_protocol_parser_reads_segscope_lines_with_escapes_and_types():
     for line in ("m", "m,t v=1", "m v=1 x", 'm v="open 1', "m v= 1"):
         with pytest.raises(LineError):
             parse_line(line)
+
+
+def test_the_newest_of_several_sessions_on_one_link_wins_on_edge_and_path():
+    other = dict(ONE_HOP, ssid=11)
+    m = model_with(*views(sessions=[other, ONE_HOP]))       # ssid 11 listed first, 7 second
+    m.apply_point(stamp("forward", 2500.0, ssid=11, ts=5_000))
+    m.apply_point(stamp("forward", 2000.0, ssid=7, ts=4_000))
+    docs = m.documents()
+    edge = docs["segscope_graph_edge"][AR_KEY]
+    assert (edge["unidir_link_delay"], edge["delay_source"]["ssid"]) == (2500.0, 11)
+    path = docs["segscope_path"]["200_0_0_A_200_0_0_R_fc00:12::2"]
+    assert (path["delay_us"], path["delay_source"]["ssid"]) == (2500.0, 11)
+    assert sorted(s["ssid"] for s in path["stamp_sessions"]) == [7, 11]
+    m.apply_point(stamp("forward", 2100.0, ssid=7, ts=6_000))
+    docs = m.documents()
+    assert docs["segscope_graph_edge"][AR_KEY]["unidir_link_delay"] == 2100.0
+    assert docs["segscope_path"]["200_0_0_A_200_0_0_R_fc00:12::2"]["delay_us"] == 2100.0
