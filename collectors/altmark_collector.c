@@ -141,6 +141,7 @@ struct collector {
 };
 
 static volatile sig_atomic_t stop_requested;
+static bool quiet_open;   /* retrying maps that are gone: say it once, not at every scan */
 
 static void on_signal(int sig)
 {
@@ -394,7 +395,7 @@ static int open_map(const char *path, enum bpf_map_type type, uint32_t key_size,
 	int fd = bpf_obj_get(path);
 
 	if (fd < 0) {
-		if (!(optional && errno == ENOENT))
+		if (!(optional && errno == ENOENT) && !quiet_open)
 			fprintf(stderr, "altmark_collector: bpf_obj_get %s: %s\n", path, strerror(errno));
 		return -1;
 	}
@@ -783,12 +784,18 @@ static void scan_instance(struct collector *s, struct instance *in, uint64_t now
 			fprintf(stderr, "altmark_collector: %s: maps replaced, reopening (new boot_id)\n",
 				in->o.pin_dir);
 		}
+		quiet_open = !was_open;
 		if (open_instance(in) < 0) {   /* program detached: retry at every scan */
+			if (was_open)
+				fprintf(stderr, "altmark_collector: %s: maps gone, retrying at every scan\n",
+					in->o.pin_dir);
+			quiet_open = false;
 			close_instance_maps(in);
 			memset(in->active, 0, ALTMARK_MAX_FLOWS);
 			in->nactive = 0;
 			return;
 		}
+		quiet_open = false;
 	}
 	memset(in->seen, 0, ALTMARK_MAX_FLOWS);
 	if (scan_map_batch(s, in, in->flows_fd, KEY_SIDLIST, now) == -1)
