@@ -25,6 +25,9 @@ from processors.topology.lineproto import Point
 VIEW_SCHEMA = "segscope.topology.node_view"
 SUPPORTED_VIEW_VERSIONS = (1,)
 PROTOCOL_NAME = "segscope"
+# the agent writes proto enum names (collectors/agent/server.py); short forms are accepted too
+SENDER_ROLES = {"STAMP_ROLE_SENDER", "sender"}
+TX_SIDES = {"FLOW_MONITOR_SIDE_TX", "tx"}
 
 # RFC 8986 / IANA "SRv6 Endpoint Behaviors" codes (as Jalapeno's ls_srv6_sid endpoint_behavior)
 ENDPOINT_BEHAVIOR_CODES = {"End": 1, "End.X": 5, "End.T": 9, "End.DX6": 16, "End.DX4": 17,
@@ -69,6 +72,7 @@ class Counters:
     points_ignored: int = 0
     malformed_lines: int = 0
     measurements_unmapped: int = 0
+    invalid_entries: int = 0
 
     def as_dict(self) -> dict[str, int]:
         return dict(self.__dict__)
@@ -114,14 +118,29 @@ def validate_view(view: Any) -> dict:
             _ip(lo["address"])
         for pol in view["policies"]:
             [_ip(s) for s in pol["segments"]]
-        for s in view.get("stamp_sessions") or []:
-            int(s["ssid"]), _ip(s["src"]), _ip(s["dst"]), [_ip(x) for x in s.get("segments", [])]
-            [_ip(x) for x in s.get("return_segments", [])]
-        for f in view.get("flows") or []:
-            int(f["flow_id"]), [_ip(x) for x in f["segments"]]
     except (KeyError, TypeError, ValueError) as e:
         raise MalformedView("bad_field", f"{type(e).__name__}: {e}") from None
+    for section in ("stamp_sessions", "flows"):
+        if not isinstance(view.get(section, []), list):
+            raise MalformedView("bad_field", f"{section} must be a list")
     return view
+
+
+def _valid_session(s) -> bool:
+    try:
+        int(s["ssid"]), _ip(s["sender_address"]), _ip(s["reflector_address"])
+        [_ip(x) for x in s.get("segments") or []] + [_ip(x) for x in s.get("return_segments") or []]
+        return True
+    except (KeyError, TypeError, ValueError):
+        return False
+
+
+def _valid_flow(f) -> bool:
+    try:
+        int(f["flow_id"]), [_ip(x) for x in f["segments"]]
+        return True
+    except (KeyError, TypeError, ValueError):
+        return False
 
 
 @dataclass
@@ -160,6 +179,12 @@ class TopologyModel:
             self.counters.malformed_views += 1
             raise
         self.counters.views_in += 1
+        # a bad session/flow entry must not cost the node its topology: drop the entry, count it
+        view = dict(view)
+        for section, ok in (("stamp_sessions", _valid_session), ("flows", _valid_flow)):
+            entries = view.get(section) or []
+            view[section] = [e for e in entries if isinstance(e, dict) and ok(e)]
+            self.counters.invalid_entries += len(entries) - len(view[section])
         held = self.views.get(view["node"])
         if held is not None and held["generated_at_ns"] > view["generated_at_ns"]:
             self.counters.views_stale += 1
@@ -291,13 +316,16 @@ class TopologyModel:
 
     # -- sessions and flows from the views ----------------------------------------------
     def stamp_paths(self) -> list[dict]:
-        """One entry per direction of every STAMP session some node's view declares."""
+        """One entry per direction of every STAMP session a node's view declares as its sender
+        (measurements are tagged with the sender node; the reflector's entry adds nothing)."""
         out = []
         for node, view in sorted(self.views.items()):
             for s in view.get("stamp_sessions") or []:
-                reflector = self.owner_of(s["dst"])
-                fwd = list(s.get("segments") or []) + [s["dst"]]
-                rev = list(s.get("return_segments") or []) + [s["src"]]
+                if s.get("role", "sender") not in SENDER_ROLES:
+                    continue
+                reflector = self.owner_of(s["reflector_address"])
+                fwd = list(s.get("segments") or []) + [s["reflector_address"]]
+                rev = list(s.get("return_segments") or []) + [s["sender_address"]]
                 out.append({"node": node, "ssid": int(s["ssid"]), "direction": "forward",
                             "src": node, "dst": reflector, "sids": fwd})
                 if reflector is not None:
@@ -309,6 +337,8 @@ class TopologyModel:
         out = []
         for node, view in sorted(self.views.items()):
             for f in view.get("flows") or []:
+                if f.get("side", "tx") not in TX_SIDES:
+                    continue
                 sids = list(f["segments"])
                 out.append({"node": node, "flow": int(f["flow_id"]), "src": node,
                             "dst": self.owner_of(sids[-1]) if sids else None, "sids": sids})

@@ -174,8 +174,10 @@ def e2e(stack, bpffs, tmp_path_factory):
                 "SEGSCOPE_TOPOLOGY_DATADIR": str(run_dir / "topology"), "SEGSCOPE_ARANGO_URL": arango.url,
                 "SEGSCOPE_ARANGO_USER": arango.user, "SEGSCOPE_ARANGO_PASSWORD": arango.password,
                 "SEGSCOPE_ARANGO_DB": arango.db_name}, procs)
-            sessions = [{"ssid": s, "role": "sender", "src": SENDER, "dst": REFLECTOR, "segments": [],
-                         "return_segments": []} for s in (BASE, MAIN)]
+            # the agent's section format (collectors/agent/server.py), as the agent would hand it over
+            sessions = [{"ssid": s, "role": "STAMP_ROLE_SENDER", "sender_address": SENDER,
+                         "reflector_address": REFLECTOR, "segments": [], "return_segments": [],
+                         "state": "STAMP_SESSION_STATE_RUNNING"} for s in (BASE, MAIN)]
             for node in ("A", "R", "B"):
                 pub = NodeViewPublisher(node, lab.ns(node), kafka, interval_s=5.0, topic=topics["topology"],
                                         poll_s=0.5, metrics_topic=topics["metrics"])
@@ -268,6 +270,8 @@ def test_edges_carry_the_injected_delay(e2e):
                              "relay_late_us": round(lateness, 1), "path_latency_us": round(path, 1),
                              "error_us": round(edge["unidir_link_delay"] - injected - lateness - path, 1)}
         assert abs(report[direction]["error_us"]) <= TOLERANCE_US, report
+        # the injected delay is a floor: no packet of that second arrived earlier
+        assert edge["unidir_link_delay_min_max"][0] >= injected - 5
         assert 0 < path < 500
     print("\nedge delays vs injected:", json.dumps(report))
     # B's side was not measured: no measurement fields there
@@ -297,3 +301,14 @@ def test_malformed_view_is_dead_lettered_and_counted(e2e):
     assert last["malformed_views"] == 1 and last["dead_letters"] == 1 and last["views_in"] >= 3
     assert last["flush_errors"] == 0 and last["document_errors"] == 0 and last["nodes"] == 3
     assert "X" not in {d["name"] for d in e2e["docs"]["segscope_node"].values()}
+
+
+def test_publishers_report_their_counters(e2e):
+    lines = [p for v in read_topic(e2e["kafka"], e2e["topics"]["metrics"])
+             for p in parse_lines(v.decode())[0] if p.measurement == "segscope_topology_publisher"]
+    by_node = {}
+    for p in sorted(lines, key=lambda p: p.timestamp_ns):
+        by_node[p.tags["node"]] = p.fields
+    assert sorted(by_node) == ["A", "B", "R"]
+    for fields in by_node.values():
+        assert fields["views_published"] >= 1 and fields["delivery_errors"] == 0 and fields["build_errors"] == 0

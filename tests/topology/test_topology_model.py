@@ -22,10 +22,12 @@ REPO = Path(__file__).resolve().parents[2]
 LINE5 = REPO / "netlab" / "topologies" / "line5.yaml"
 AR_KEY = "200_0_2_0_A_fc00:12::1_R_fc00:12::2"
 RA_KEY = "200_0_2_0_R_fc00:12::2_A_fc00:12::1"
-ONE_HOP = {"ssid": 7, "role": "sender", "src": "fc00:1::1", "dst": "fc00:12::2", "segments": [],
-           "return_segments": []}
-VIA_R_TO_B = {"ssid": 8, "role": "sender", "src": "fc00:1::1", "dst": "fc00:3::1",
-              "segments": ["fc00:2::e"], "return_segments": ["fc00:2::e"]}
+# as the agent writes them (collectors/agent/server.py _publish_sections)
+ONE_HOP = {"ssid": 7, "role": "STAMP_ROLE_SENDER", "sender_address": "fc00:1::1",
+           "reflector_address": "fc00:12::2", "segments": [], "return_segments": [],
+           "state": "STAMP_SESSION_STATE_RUNNING"}
+VIA_R_TO_B = {"ssid": 8, "role": "STAMP_ROLE_SENDER", "sender_address": "fc00:1::1",
+              "reflector_address": "fc00:3::1", "segments": ["fc00:2::e"], "return_segments": ["fc00:2::e"]}
 
 
 def views(sessions=(), flows=(), nodes="ARB", t=1_000_000_000):
@@ -143,7 +145,7 @@ def test_multi_hop_session_annotates_its_path_doc_only():
 
 
 def test_unknown_sid_leaves_the_path_unresolved_and_unannotated():
-    s = dict(ONE_HOP, ssid=9, dst="fc00:99::1")
+    s = dict(ONE_HOP, ssid=9, reflector_address="fc00:99::1")
     m = model_with(*views(sessions=[s]))
     m.apply_point(stamp("forward", 100.0, ssid=9))
     docs = m.documents()
@@ -171,7 +173,8 @@ def test_newest_point_wins_and_older_ones_are_counted_stale():
 
 
 def test_altmark_loss_on_a_one_hop_flow_sets_packet_loss_percent():
-    flow = {"flow_id": 5, "method": "dscp", "segments": ["fc00:2::e"]}
+    flow = {"side": "FLOW_MONITOR_SIDE_TX", "flow_id": 5, "method": "MARKING_METHOD_DSCP",
+            "segments": ["fc00:2::e"], "device": "a0", "period_ms": 1000}
     m = model_with(*views(flows=[flow]))
     ok = parse_line('altmark_loss,flow=5,method=dscp,period_ms=1000,tx_node=A,rx_node=R tx_packets=1000i,'
                     'rx_packets=990i,lost=10i,loss_ratio=0.01,complete=true,reason="ok" 2000')
@@ -192,7 +195,7 @@ def test_altmark_loss_on_a_one_hop_flow_sets_packet_loss_percent():
     (lambda v: v.update(node="a/b"), "bad_node"),
     (lambda v: v.update(interfaces="eth0"), "bad_field"),
     (lambda v: v["interfaces"][1]["addresses"].append({"address": "not-an-ip", "prefixlen": 64}), "bad_field"),
-    (lambda v: v.update(stamp_sessions=[{"ssid": "x"}]), "bad_field"),
+    (lambda v: v.update(stamp_sessions={"ssid": 1}), "bad_field"),
     (lambda v: v.pop("generated_at_ns"), "bad_field"),
 ])
 def test_malformed_views_are_rejected_with_a_reason(mutate, reason):
@@ -296,3 +299,15 @@ def test_the_newest_of_several_sessions_on_one_link_wins_on_edge_and_path():
     docs = m.documents()
     assert docs["segscope_graph_edge"][AR_KEY]["unidir_link_delay"] == 2100.0
     assert docs["segscope_path"]["200_0_0_A_200_0_0_R_fc00:12::2"]["delay_us"] == 2100.0
+
+
+def test_bad_session_entries_are_dropped_and_counted_not_the_whole_view():
+    reflector_side = dict(ONE_HOP, role="STAMP_ROLE_REFLECTOR", ssid=12)
+    rx_flow = {"side": "FLOW_MONITOR_SIDE_RX", "flow_id": 5, "segments": ["fc00:2::e"]}
+    a = views(sessions=[ONE_HOP, {"ssid": "x"}, dict(ONE_HOP, sender_address="nope"), reflector_side],
+              flows=[{"flow_id": 1}, rx_flow], nodes="A")[0]
+    m = model_with(a, *views(nodes="RB"))
+    assert m.counters.invalid_entries == 3 and m.counters.malformed_views == 0
+    assert [(p["ssid"], p["direction"]) for p in m.stamp_paths()] == [(7, "forward"), (7, "reverse")]
+    assert m.flow_paths() == []          # only the tx side of a flow names its path
+    assert len(m.documents()["segscope_node"]) == 3
