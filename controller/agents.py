@@ -237,6 +237,10 @@ class AgentClient:
         self.call(self.stamp, "Init", req)
         return ["Init"]
 
+    def _op_stamp_reset(self, op: Op) -> list[str]:
+        self.call(self.stamp, "Reset", stamp_pb2.ResetRequest())
+        return ["Reset"]
+
     def _op_local_sid(self, op: Op) -> list[str]:
         if op.action == "remove":
             sid, table = op.key

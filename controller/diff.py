@@ -8,12 +8,18 @@
   destroy/stop then create (and start);
 - start / stop: a STAMP session whose configuration is right but whose run state is not;
 - init: a STAMP role must be initialised on a node before its first session is created;
-- remove: on a node the intent names, of a kind the controller manages, not in the intent.
+- remove: on a node the intent names, of a kind the controller manages, not in the intent;
+- reset: a node that keeps no STAMP session at all is Reset instead of destroying its sessions one
+  by one (Reset also detaches the STAMP XDP programs, which frees the device's XDP hook).
 
-Order: every create/update/replace/start/stop first, in dependency order (local SIDs, then
-policies, then reflector sessions, sender sessions, RX flow monitors, TX flow monitors; inside a
-kind by node, then key), then every removal in the reverse dependency order. Making new things
-before removing old ones keeps traffic flowing when a policy moves to a new SID.
+Order, in three phases:
+1. measurement teardown: flow monitors and STAMP sessions that go away (TX before RX, sender
+   before reflector) and resets: they may hold an XDP hook that something new needs;
+2. every create/update/replace/start/stop/init in dependency order: local SIDs, policies,
+   reflector sessions, sender sessions, RX flow monitors, TX flow monitors (inside a kind by
+   node, then key);
+3. SRv6 removals, policies before local SIDs. Routing is made before it is broken, so a policy
+   moving to a new SID keeps forwarding.
 """
 from __future__ import annotations
 
@@ -21,7 +27,8 @@ from dataclasses import dataclass
 
 from controller.model import KIND_RANK, STAMP_ROLE_OF, UPDATABLE, DesiredState, Resource, StampInit
 
-ACTIONS = ("init", "create", "update", "replace", "start", "stop", "remove")
+ACTIONS = ("init", "create", "update", "replace", "start", "stop", "remove", "reset")
+MEASUREMENT = ("stamp_reflector", "stamp_sender", "flow_rx", "flow_tx")
 
 
 @dataclass(frozen=True)
@@ -37,7 +44,7 @@ class Op:
     def describe(self) -> str:
         what = {"local_sid": "local SID", "policy": "policy", "stamp_reflector": "STAMP reflector session",
                 "stamp_sender": "STAMP sender session", "flow_rx": "flow monitor RX", "flow_tx": "flow monitor TX",
-                "stamp_init": "STAMP init"}[self.kind]
+                "stamp_init": "STAMP init", "stamp_reset": "STAMP reset (every session, datapath detached)"}[self.kind]
         key = " ".join(str(k) for k in self.key)
         text = f"{self.action:<7} {self.node:<6} {what} {key}"
         if self.action in ("update", "replace") and self.desired and self.actual:
@@ -103,11 +110,18 @@ def plan(desired: DesiredState, actual: dict[tuple, Resource]) -> list[Op]:
         forward.append(((0, KIND_RANK[kind], node, 0, (), 0),
                         Op("init", "stamp_init", node, (role,), init=init)))
     managed = set(desired.nodes)
+    stamp_nodes_wanted = {r.node for r in desired.resources.values() if r.kind in STAMP_ROLE_OF}
+    removals = [have for ident, have in actual.items() if ident not in desired.resources and have.node in managed]
+    reset_nodes = sorted({r.node for r in removals if r.kind in STAMP_ROLE_OF} - stamp_nodes_wanted)
     backward: list[tuple[tuple, Op]] = []
-    for ident, have in actual.items():
-        if ident not in desired.resources and have.node in managed:
-            backward.append(((1, -KIND_RANK[have.kind], have.node, 1, have.key, 0),
-                             Op("remove", have.kind, have.node, have.key, actual=have)))
+    for node in reset_nodes:
+        backward.append(((-1, -KIND_RANK["stamp_sender"], node, 0, (), 0), Op("reset", "stamp_reset", node, ())))
+    for have in removals:
+        if have.kind in STAMP_ROLE_OF and have.node in reset_nodes:
+            continue                      # the node's Reset destroys it
+        phase = -1 if have.kind in MEASUREMENT else 1
+        backward.append(((phase, -KIND_RANK[have.kind], have.node, 1, have.key, 0),
+                         Op("remove", have.kind, have.node, have.key, actual=have)))
     return [op for _, op in sorted(forward + backward, key=lambda item: item[0])]
 
 

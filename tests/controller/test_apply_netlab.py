@@ -19,7 +19,7 @@ import pytest
 from controller.core import Controller
 from controller.intent import load_intent, parse_intent
 from netlab import Lab, teardown
-from segscope_proto.segscope.agent.v1 import stamp_pb2
+from segscope_proto.segscope.agent.v1 import flowmon_pb2, stamp_pb2
 from tests.agent.agent_env import make_test_pki, start_agent
 
 REPO = Path(__file__).resolve().parents[2]
@@ -182,3 +182,36 @@ def test_unreachable_agent_is_exit_1(env, tmp_path):
     bad.write_text(text.replace("../../.run/demo/certs", os.environ["SEGSCOPE_CERTS"]))
     r = _cli("diff", "--timeout", "1", str(bad))
     assert r.returncode == 1 and "node R" in r.stderr and "not reachable" in r.stderr
+
+
+def test_switch_to_loss_monitoring_and_back(env, first_apply):
+    """line5_loss.yaml: the demo's SRv6 with an alternate-marking flow instead of STAMP. B's b0 has
+    one XDP hook, so the controller Resets STAMP on A and B first (detaching the reflector), then
+    starts the RX monitor on B before the TX colourer on A; H1 -> H2 traffic is counted on both
+    sides; a second apply makes no call; back to the demo, the flows go before STAMP returns."""
+    lab, _ = env
+    ctl, _ = first_apply
+    ctl.set_intent(load_intent(REPO / "controller" / "examples" / "line5_loss.yaml"))
+    result = ctl.apply()
+    assert result.ok, result.failed
+    assert [(op.action, op.kind, op.node) for op in result.ops] == [
+        ("reset", "stamp_reset", "A"), ("reset", "stamp_reset", "B"),
+        ("update", "local_sid", "A"), ("update", "local_sid", "B"), ("update", "local_sid", "R"),
+        ("create", "flow_rx", "B"), ("create", "flow_tx", "A")]
+    assert result.mutating_calls == {"A": {"Reset": 1, "UpdateLocalSid": 1, "StartFlowMonitor": 1},
+                                     "B": {"Reset": 1, "UpdateLocalSid": 1, "StartFlowMonitor": 1},
+                                     "R": {"UpdateLocalSid": 1}}
+    assert ctl.apply().mutating_calls == {}
+    assert ping(lab, 20).returncode == 0
+    tx = ctl.client("A").flowmon.GetFlowMonitorResults(flowmon_pb2.GetFlowMonitorResultsRequest(
+        side=flowmon_pb2.FLOW_MONITOR_SIDE_TX, flow_id=7))
+    rx = ctl.client("B").flowmon.GetFlowMonitorResults(flowmon_pb2.GetFlowMonitorResultsRequest(
+        side=flowmon_pb2.FLOW_MONITOR_SIDE_RX, flow_id=7))
+    assert tx.total_packets >= 20 and rx.total_packets == tx.total_packets   # no loss injected
+    ctl.set_intent(load_intent(DEMO))
+    back = ctl.apply()
+    assert back.ok, back.failed
+    assert [(op.action, op.kind, op.node) for op in back.ops][:2] == [("remove", "flow_tx", "A"),
+                                                                     ("remove", "flow_rx", "B")]
+    assert back.mutating_calls["B"]["Init"] == 1 and back.mutating_calls["A"]["Init"] == 1
+    assert ctl.apply().mutating_calls == {}

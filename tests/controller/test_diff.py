@@ -69,7 +69,7 @@ def test_policy_change_is_one_hitless_update():
     assert "segs: fc00:2::e -> fc00:2::e,fc00:3::d6" in ops[0].describe()
 
 
-def test_extra_objects_on_managed_nodes_are_removed_last_in_reverse_order():
+def test_extra_measurement_goes_first_extra_routing_last():
     d = desired_state(load_intent(DEMO))
     actual = reported(d)
     extra = [Resource("local_sid", "R", ("fc00:2::99", 254), ()), Resource("policy", "R", ("fd00:c::/64", 254), ()),
@@ -80,9 +80,9 @@ def test_extra_objects_on_managed_nodes_are_removed_last_in_reverse_order():
     # and one thing missing: a create comes first
     del actual[("local_sid", "B", ("fc00:3::d6", 254))]
     assert summary(plan(d, actual)) == [
+        ("remove", "stamp_sender", "A", ("sender", 9)),      # measurement teardown first
         ("create", "local_sid", "B", ("fc00:3::d6", 254)),
-        ("remove", "stamp_sender", "A", ("sender", 9)),
-        ("remove", "policy", "R", ("fd00:c::/64", 254)),
+        ("remove", "policy", "R", ("fd00:c::/64", 254)),     # routing: made before broken
         ("remove", "local_sid", "R", ("fc00:2::99", 254)),
     ]
 
@@ -120,13 +120,36 @@ def test_flows_rx_before_tx_and_removed_tx_first():
     d = desired_state(load_intent(LOSS))
     actual = {k: v for k, v in reported(d).items() if not k[0].startswith("flow")}
     assert summary(plan(d, actual)) == [("create", "flow_rx", "B", ("rx", 7)), ("create", "flow_tx", "A", ("tx", 7))]
+    # back to the demo: the flows go first (B's XDP hook is needed by the STAMP reflector), then
+    # the SIDs get their counters (count: true in demo_line5), then STAMP is set up
     d_demo = desired_state(load_intent(DEMO))
-    # demo_line5 also turns the SID counters on (count: true): three in-place updates first
-    assert summary(plan(d_demo, reported(d))) == [("update", "local_sid", "A", ("fc00:1::d6", 254)),
+    assert summary(plan(d_demo, reported(d))) == [("remove", "flow_tx", "A", ("tx", 7)),
+                                                  ("remove", "flow_rx", "B", ("rx", 7)),
+                                                  ("update", "local_sid", "A", ("fc00:1::d6", 254)),
                                                   ("update", "local_sid", "B", ("fc00:3::d6", 254)),
                                                   ("update", "local_sid", "R", ("fc00:2::e", 254)),
-                                                  ("remove", "flow_tx", "A", ("tx", 7)),
-                                                  ("remove", "flow_rx", "B", ("rx", 7))]
+                                                  ("init", "stamp_init", "B", ("reflector",)),
+                                                  ("create", "stamp_reflector", "B", ("reflector", 1)),
+                                                  ("start", "stamp_reflector", "B", ("reflector", 1)),
+                                                  ("init", "stamp_init", "A", ("sender",)),
+                                                  ("create", "stamp_sender", "A", ("sender", 1)),
+                                                  ("start", "stamp_sender", "A", ("sender", 1))]
+
+
+def test_a_node_left_without_stamp_sessions_is_reset_first():
+    d_loss = desired_state(load_intent(LOSS))
+    ops = plan(d_loss, reported(desired_state(load_intent(DEMO))))
+    assert summary(ops) == [("reset", "stamp_reset", "A", ()), ("reset", "stamp_reset", "B", ()),
+                            ("update", "local_sid", "A", ("fc00:1::d6", 254)),
+                            ("update", "local_sid", "B", ("fc00:3::d6", 254)),
+                            ("update", "local_sid", "R", ("fc00:2::e", 254)),
+                            ("create", "flow_rx", "B", ("rx", 7)), ("create", "flow_tx", "A", ("tx", 7))]
+    # a node that keeps one of its sessions is not reset: only the other one is destroyed
+    text = DEMO.read_text().replace("stamp_sessions:\n", "stamp_sessions:\n  - {ssid: 2, sender: {node: A, address: "
+                                    "\"fc00:1::1\", dev: a0}, reflector: {node: B, address: \"fc00:3::1\", dev: b0}}\n")
+    two = desired_state(parse_intent(text, str(DEMO)))
+    assert summary(plan(desired_state(load_intent(DEMO)), reported(two))) == [
+        ("remove", "stamp_sender", "A", ("sender", 2)), ("remove", "stamp_reflector", "B", ("reflector", 2))]
 
 
 def test_plan_is_deterministic_whatever_the_order_of_reports():
@@ -144,8 +167,9 @@ def test_plan_is_deterministic_whatever_the_order_of_reports():
 
 def test_agent_messages_read_back_equal():
     """What the controller sends, answered the way the agent canonicalises it, compares equal."""
-    d = desired_state(load_intent(LOSS))
-    for r in d.resources.values():
+    resources = list(desired_state(load_intent(LOSS)).resources.values())
+    resources += list(desired_state(load_intent(DEMO)).resources.values())
+    for r in resources:
         if r.kind == "local_sid":
             back = local_sid_resource(r.node, srv6_pb2.LocalSidState(local_sid=local_sid_msg(r)))
         elif r.kind == "policy":

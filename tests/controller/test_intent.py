@@ -31,7 +31,7 @@ def test_there_are_enough_bad_files():
 def test_examples_are_valid(path):
     intent = load_intent(path)
     assert set(intent.nodes) == {"A", "R", "B"}
-    assert intent.stamp_sessions and intent.policies and intent.local_sids
+    assert (intent.stamp_sessions or intent.flows) and intent.policies and intent.local_sids
 
 
 def test_demo_intent_content():
