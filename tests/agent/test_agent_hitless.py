@@ -53,6 +53,28 @@ def sid_packets(r_srv6) -> dict[str, int]:
     return out
 
 
+def drop_counters(lab) -> dict[str, int]:
+    """Every non-zero drop/discard/error counter of the path's nodes (nstat + link stats), to say
+    WHERE packets went if the exact count ever differs."""
+    out = {}
+    # per-CPU backlog drops (global, not per netns): column 2 of /proc/net/softnet_stat
+    with open("/proc/net/softnet_stat") as f:
+        out["softnet:dropped"] = sum(int(line.split()[1], 16) for line in f)
+    for node in ("H1", "A", "R", "B", "H2"):
+        for line in lab.run(node, ["nstat", "-asz"], check=True).stdout.splitlines():
+            parts = line.split()
+            if len(parts) >= 2 and parts[1].isdigit() and any(
+                    k in parts[0] for k in ("Discard", "NoRoute", "Drop", "Err", "Trunc", "Fail")):
+                out[f"{node}:{parts[0]}"] = int(parts[1])
+        links = json.loads(lab.run(node, ["ip", "-s", "-j", "link"], check=True).stdout)
+        for l in links:
+            for d in ("rx", "tx"):
+                st = l.get("stats64", {}).get(d, {})
+                for k in ("dropped", "errors"):
+                    out[f"{node}:{l['ifname']}:{d}_{k}"] = st.get(k, 0)
+    return out
+
+
 def set_path(a_srv6, segs) -> pb.UpdatePolicyResponse:
     return a_srv6.UpdatePolicy(pb.UpdatePolicyRequest(policy=pb.Policy(
         destination="fd00:b::/64", mode=pb.ENCAP_MODE_ENCAP, segments=segs, device="a0")), timeout=5)
@@ -76,6 +98,7 @@ def test_update_policy_is_hitless(lab, stubs):
         assert sink.stdout.readline().strip() == "ready"
         assert set_path(a, PATH_E).policy.segments == PATH_E
         before = sid_packets(r)
+        drops_before = drop_counters(lab)
         sender = lab.popen("H1", [sys.executable, "-c", SENDER, str(RATE_PPS), str(DURATION_S), str(PORT)],
                            stdout=subprocess.PIPE, text=True)
         time.sleep(0.4)
@@ -95,14 +118,17 @@ def test_update_policy_is_hitless(lab, stubs):
         after = sid_packets(r)
         sent, h1_out, h2_in = result["sent"], nft_counter(lab, "H1", "out"), nft_counter(lab, "H2", "in")
         h2_back = nft_counter(lab, "H2", "back")
+        drops = {k: v - drops_before.get(k, 0) for k, v in drop_counters(lab).items()
+                 if v != drops_before.get(k, 0)}
         via = {k: after[k] - before[k] for k in after}
         print(f"\nhitless: sender sent {sent} ({result['errors']} send errors), H1 out {h1_out}, "
               f"H2 in {h2_in}, lost {h1_out - h2_in}; via fc00:2::e {via['fc00:2::e']}, "
-              f"via fc00:2::e2 {via['fc00:2::e2']}; H2 -> H1 packets {h2_back}; 10 updates")
+              f"via fc00:2::e2 {via['fc00:2::e2']}; H2 -> H1 packets {h2_back}; 10 updates; drop counters that moved: {drops}")
         assert result["errors"] == 0
         assert sent >= RATE_PPS * DURATION_S * 0.8, f"sender too slow to make the test meaningful: {sent}"
         assert h1_out == sent, (h1_out, sent)
-        assert h2_in == sent, f"lost {sent - h2_in} of {sent} packets during 10 policy updates"
+        assert h2_in == sent, (f"lost {sent - h2_in} of {sent} packets during 10 policy updates; "
+                               f"drop counters that moved: {drops}")
         assert via["fc00:2::e"] + via["fc00:2::e2"] == sent + h2_back
         # each interval's packets went (almost all) over the SID the policy had in that interval
         for active, delta in intervals:
