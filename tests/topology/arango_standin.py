@@ -46,6 +46,11 @@ def _norm(q: str) -> str:
     return " ".join(q.split())
 
 
+if __name__ == "__main__":   # run as a script: make the repository importable
+    import sys
+    from pathlib import Path
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
 # The only AQL implemented: the texts the topology writer sends (imported, so they can't drift).
 from processors.topology.writer import QUERY_ALL, QUERY_ANNOTATE_EDGE, QUERY_NODE_BY_NAME  # noqa: E402
 
