@@ -356,9 +356,18 @@ class Processes:
         self.procs[name] = proc
         return proc
 
-    def collector(self, name: str, node: str, direction: str, pin_dir: Path, brokers: str) -> None:
+    def collector(self, name: str, node: str, direction: str, pin_dir: Path, brokers: str,
+                  topic: str = "segscope.altmark.blocks") -> None:
         self.spawn(name, [str(BUILD / "collectors" / "altmark_collector"), "--node", node,
-                          f"--{direction}-pin-dir", str(pin_dir), "--brokers", brokers])
+                          f"--{direction}-pin-dir", str(pin_dir), "--brokers", brokers, "--topic", topic])
+
+    def crash(self, name: str) -> int:
+        """SIGKILL one of our processes (an agent crash: no flush, no goodbye); its exit code."""
+        import os
+        import signal
+        proc = self.procs.pop(name)
+        os.killpg(proc.pid, signal.SIGKILL)
+        return proc.wait(timeout=10)
 
     def alive(self) -> dict[str, int | None]:
         return {n: p.poll() for n, p in self.procs.items()}
@@ -442,3 +451,16 @@ class BlockRecordTap:
             if key in self.records:
                 self.duplicates += 1
             self.records[key] = rec
+
+
+def create_topic(bootstrap: str, topic: str, partitions: int = 2) -> None:
+    """A block topic of the test's own (same partition count as segscope.altmark.blocks)."""
+    from confluent_kafka.admin import AdminClient, NewTopic
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(topic, partitions, 1)])[topic].result(timeout=20)
+
+
+def delete_topic(bootstrap: str, topic: str) -> None:
+    from confluent_kafka.admin import AdminClient
+    admin = AdminClient({"bootstrap.servers": bootstrap})   # keep it alive until the result
+    admin.delete_topics([topic])[topic].result(timeout=20)

@@ -29,6 +29,7 @@ from __future__ import annotations
 import math
 import os
 import random
+import shutil
 import subprocess
 import time
 from collections import defaultdict
@@ -47,7 +48,10 @@ PERIOD_MS = 1000                 # the issue's minimum colour period
 PERIOD_NS = PERIOD_MS * 1_000_000
 MARGIN_NS = PERIOD_NS // 2       # the collector's default margin T/2
 RATE_PPS = 300                   # per flow; 27 flows = 8.1 kpps on the 2 shared vCPUs
-DURATION_S = 20
+STRICT_BLOCKS = 16              # traffic blocks with both agents up: every one must be exact
+OUTAGE_BLOCKS = 3               # then the egress agent crashes (SIGKILL) for these blocks ...
+RECOVERY_BLOCKS = 7             # ... and restarts; traffic goes on for these blocks
+DURATION_S = STRICT_BLOCKS + OUTAGE_BLOCKS + RECOVERY_BLOCKS
 DMARK_EVERY = 50                 # ~6 D-marked packets per flow and block
 DELAY_US = (2000, 1000)          # relay on link A-R: A->R, R->A
 DMARK_TOLERANCE_US = 300         # see test_double_marking_delay
@@ -71,12 +75,14 @@ def _tai_utc_offset_s() -> int:
     return round((time.clock_gettime_ns(time.CLOCK_TAI) - time.time_ns()) / 1e9)
 
 
-def _start_processor(procs: al.Processes, stack, run_id: str, offset_s: int, datadir: Path) -> None:
+def _start_processor(procs: al.Processes, stack, offset_s: int, datadir: Path, topic: str) -> None:
     procs.spawn("loss_processor", [str(REPO / ".local" / "venv" / "bin" / "python"), "-m", "processors.loss"],
                 env={"SEGSCOPE_KAFKA": stack.kafka_bootstrap,
                      "SEGSCOPE_KAFKA_BOOTSTRAP": stack.kafka_bootstrap,
-                     # own consumer group and state: a run never shares partitions with another one
-                     "SEGSCOPE_LOSS_APP_ID": f"segscope-loss-{run_id}",
+                     # own consumer group (one per test, not per run: Faust makes a topic per
+                     # app id) on the run's own topic, state in the run directory
+                     "SEGSCOPE_LOSS_APP_ID": "segscope-loss-e2e-altmark",
+                     "SEGSCOPE_TOPIC_ALTMARK_BLOCKS": topic,
                      "SEGSCOPE_LOSS_DATADIR": str(datadir),
                      "SEGSCOPE_TAI_UTC_OFFSET_S": str(offset_s)})
 
@@ -94,15 +100,18 @@ def _influx_points(stack, ids: dict[str, int], since_ns: int, offset_s: int) -> 
     return out
 
 
-def _all_points_in(points, ids, blocks) -> bool:
+def _all_points_in(points, ids, blocks, outage, recovered) -> bool:
+    """True once every block we judge has its final point: complete where both agents ran,
+    missing_rx where no egress agent reported (tx-only flows, the crashed agent's blocks)."""
     for f in FLOWS:
-        for k in blocks:
+        for k in blocks + outage + recovered:
             p = points.get((ids[f.name], k))
             if p is None:
                 return False
-            if f.has_rx and p.get("complete") is not True:
+            must_be_complete = f.has_rx and k not in outage
+            if must_be_complete and p.get("complete") is not True:
                 return False
-            if not f.has_rx and p.get("reason") != "missing_rx":
+            if not must_be_complete and p.get("reason") != "missing_rx":
                 return False
     return True
 
@@ -136,10 +145,16 @@ def run(stack, bpffs, tmp_path_factory):
     al.ensure_tools()
     teardown(PREFIX)
     t_start = time.monotonic()
-    tmp = tmp_path_factory.mktemp("altmark")
+    tmp = REPO / ".run" / "e2e_altmark"     # logs, capture and processor state, kept for post-mortems
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
     lab = Lab.up(TOPOLOGY, prefix=PREFIX, delay_us={"ar": DELAY_US})
     procs = al.Processes(tmp)
     run_id = f"{random.getrandbits(32):08x}"
+    # Block records go to a topic of this run's own: another loss processor on the shared stack
+    # (a concurrent test session) must not join them. One that did would, when it stops, publish
+    # what it still holds as complete=false and overwrite our complete points (same series).
+    topic = f"segscope.altmark.blocks.e2e-{run_id}"
     base = random.randrange(0x10000, 0xF0000 - len(FLOWS))      # fresh flow ids: no earlier run's points
     ids = {f.name: base + i for i, f in enumerate(FLOWS)}
     offset_s = _tai_utc_offset_s()
@@ -150,17 +165,20 @@ def run(stack, bpffs, tmp_path_factory):
     traffic = al.Traffic(lab, FLOWS, RATE_PPS, DURATION_S)
     try:
         since_ns = time.time_ns()
-        _start_processor(procs, stack, run_id, offset_s, tmp / "loss-datadir")
+        al.create_topic(stack.kafka_bootstrap, topic)
+        _start_processor(procs, stack, offset_s, tmp / "loss-datadir", topic)
         edges.attach()
         for f in FLOWS:
             edges.add_flow(f)
         installed_block = _block_now()
         truth.install()
         snaps.start()
-        tap = al.BlockRecordTap(stack.kafka_bootstrap, set(ids.values()), since_ns)
+        tap = al.BlockRecordTap(stack.kafka_bootstrap, set(ids.values()), since_ns, topic)
         tap.start()
-        procs.collector("collector_A", "A", "tx", edges.pin_dir("altmark_tx"), stack.kafka_bootstrap)
-        procs.collector("collector_B", "B", "rx", edges.pin_dir("altmark_rx"), stack.kafka_bootstrap)
+        procs.collector("collector_A", "A", "tx", edges.pin_dir("altmark_tx"), stack.kafka_bootstrap,
+                        topic)
+        procs.collector("collector_B", "B", "rx", edges.pin_dir("altmark_rx"), stack.kafka_bootstrap,
+                        topic)
         # the install block and each collector's first block are partial: wait until both
         # collectors have published a full block of every flow, then start in the next block
         ready = _wait_collectors_ready(tap, ids, procs)
@@ -168,26 +186,38 @@ def run(stack, bpffs, tmp_path_factory):
         _wait_until_tai(first_block * PERIOD_NS + PERIOD_NS // 3)
         drops0, relay0 = al.path_drops(lab), lab.relay_stats("ar")
         traffic.start()
-        time.sleep(DURATION_S / 2)
+        time.sleep(STRICT_BLOCKS / 2)
         cap = _capture_bh(lab, tmp / "bh.pcap", 2)
-        sent = traffic.wait()
         cap.wait(timeout=10)
+        # the egress agent crashes after publishing block crash_block - 1 (read at +T/2)
+        crash_block = first_block + STRICT_BLOCKS
+        _wait_until_tai(crash_block * PERIOD_NS + PERIOD_NS * 3 // 4)
+        crash_code = procs.crash("collector_B")
+        _wait_until_tai((crash_block + OUTAGE_BLOCKS) * PERIOD_NS + PERIOD_NS * 3 // 4)
+        procs.collector("collector_B_restarted", "B", "rx", edges.pin_dir("altmark_rx"),
+                        stack.kafka_bootstrap, topic)
+        sent = traffic.wait()
         last_block = _block_now() + 1          # one block without traffic after it
         _wait_until_tai((last_block + 1) * PERIOD_NS + MARGIN_NS + 200_000_000)
         snaps.stop()
         drops1, relay1 = al.path_drops(lab), lab.relay_stats("ar")
-        blocks = list(range(first_block - 1, last_block + 1))   # a block before traffic, too
+        blocks = list(range(first_block - 1, crash_block))      # a block before traffic, too
+        outage = list(range(crash_block, crash_block + OUTAGE_BLOCKS))
+        restart_blocks = list(range(crash_block + OUTAGE_BLOCKS, last_block + 1))
+        recovered = restart_blocks[2:]      # the restart block and the next may be partial
         r_counters, h2_counters = truth.r_counters(), truth.h2_counters()
         dp_stats = edges.stats()
         points = {}
         deadline = time.monotonic() + INFLUX_WAIT_S
         while time.monotonic() < deadline:
             points = _influx_points(stack, ids, since_ns, offset_s)
-            if _all_points_in(points, ids, blocks):
+            if _all_points_in(points, ids, blocks, outage, recovered):
                 break
             time.sleep(1)
         tap.stop()
-        yield {"tap": tap, "ids": ids, "blocks": blocks, "points": points, "snaps": snaps, "sent": sent,
+        yield {"tap": tap, "ids": ids, "blocks": blocks, "outage": outage, "restart_blocks": restart_blocks,
+               "recovered": recovered, "all_blocks": blocks + outage + restart_blocks, "crash_code": crash_code,
+               "points": points, "snaps": snaps, "sent": sent,
                "other_drops": al.drops_between(drops0, drops1), "r": r_counters, "h2": h2_counters,
                "dp_stats": dp_stats, "relay_late_us": relay_lateness_us(relay0, relay1),
                "pcap": tmp / "bh.pcap", "procs_alive": procs.alive(), "procs": procs,
@@ -200,6 +230,10 @@ def run(stack, bpffs, tmp_path_factory):
         procs.stop()
         edges.detach()
         lab.down()
+        try:
+            al.delete_topic(stack.kafka_bootstrap, topic)
+        except Exception as exc:   # the run's result stands; say what is left behind
+            print(f"could not delete topic {topic}: {exc}")
 
 
 def _lost_before_r(other: dict[str, int]) -> int:
@@ -298,6 +332,9 @@ def test_every_block_loss_equals_nft_drops(run):
     def counts(f, k):
         p = points.get((ids[f.name], k))
         if p is None or p.get("complete") is not True:
+            rec = {d: run["tap"].records.get((ids[f.name], d, k)) for d in ("tx", "rx")}
+            print("no complete point:", f.name, k, p and p.get("reason"),
+                  {d: r and (r["packets"], r["flags"], r["node"]) for d, r in rec.items()})
             return None
         assert p["lost"] == p["tx_packets"] - p["rx_packets"]
         return p["tx_packets"], p["rx_packets"]
@@ -319,7 +356,7 @@ def test_tx_counts_equal_packets_seen_at_transit(run):
     # and all the traffic is in those blocks: every packet H1 sent was coloured in one of them
     lost_before_a = run["other_drops"].get("H1:h1", 0)
     for f in MONITORED:
-        total = sum(points[(ids[f.name], k)]["tx_packets"] for k in run["blocks"])
+        total = sum(points[(ids[f.name], k)]["tx_packets"] for k in run["all_blocks"])
         assert RATE_PPS * DURATION_S - lost_before_a <= total <= RATE_PPS * DURATION_S, f.name
 
 
@@ -357,21 +394,49 @@ def test_rfc9343_option_is_the_flows_own(run):
 def test_missing_egress_agent_gives_incomplete_blocks(run):
     ids, points = run["ids"], run["points"]
     for f in TX_ONLY:
-        for k in run["blocks"]:
+        for k in run["all_blocks"]:
             p = points.get((ids[f.name], k))
             assert p is not None, (f.name, k)
             assert p.get("complete") is False and p.get("reason") == "missing_rx", (f.name, k, p)
             assert p.get("lost") is None and p.get("loss_ratio") is None and p.get("rx_packets") is None
             assert p["tx_packets"] >= 0
-        total = sum(points[(ids[f.name], k)]["tx_packets"] for k in run["blocks"])
+        total = sum(points[(ids[f.name], k)]["tx_packets"] for k in run["all_blocks"])
         assert RATE_PPS * DURATION_S - run["other_drops"].get("H1:h1", 0) <= total <= RATE_PPS * DURATION_S
+
+
+def test_egress_agent_crash_gives_incomplete_blocks_never_wrong_numbers(run):
+    """The egress collector is SIGKILLed for OUTAGE_BLOCKS blocks and restarted: those blocks are
+    complete=false / missing_rx (no loss number); around the restart a block is either complete
+    and exact or incomplete with a reason; from the second block after the restart on, every
+    block is complete and exact again."""
+    ids, points, snaps, other = run["ids"], run["points"], run["snaps"], run["other_drops"]
+    assert run["crash_code"] == -9
+    reasons: dict[str, int] = defaultdict(int)
+    for f in MONITORED:
+        truth = snaps.per_block(f.name)
+        for k in run["outage"]:
+            p = points.get((ids[f.name], k))
+            assert p is not None and p.get("complete") is False and p.get("reason") == "missing_rx", (f.name, k, p)
+            assert p.get("rx_packets") is None and p.get("lost") is None and p["tx_packets"] > 0
+        for k in run["restart_blocks"]:
+            p = points.get((ids[f.name], k))
+            assert p is not None, (f.name, k)
+            reasons[p["reason"]] += 1
+            if k in run["recovered"]:
+                assert p["complete"] is True, (f.name, k, p)
+            if p["complete"] is not True:
+                assert p["reason"] in ("partial_block", "agent_restart", "missing_rx"), (f.name, k, p)
+                continue
+            excess = p["lost"] - truth[k]["dropped"]
+            assert excess == 0 or (0 < excess <= _lost_on_path(other)), (f.name, k, p, truth[k])
+    print("\nrestart blocks by reason:", dict(reasons))
 
 
 def test_unmonitored_traffic_passes_untouched(run):
     r, h2, sent, other = run["r"], run["h2"], run["sent"], run["other_drops"]
     assert r[f"{al.UNMON} tc_changed"] == 0 and r[f"{al.UNMON} doh"] == 0
     assert h2[f"{al.UNMON} tc_changed"] == 0 and h2[f"{al.UNMON} not_udp"] == 0
-    assert run["dp_stats"]["altmark_tx"]["pass_unmonitored"] >= sent["per_flow"][al.UNMON]
+    assert run["dp_stats"]["altmark_tx"]["pass_unmonitored"] >= sent["per_flow"][al.UNMON] - other["H1:h1"]
     lost = sent["per_flow"][al.UNMON] - h2[f"{al.UNMON} rx"]
     assert 0 <= lost <= sum(other.values())
     if sum(other.values()) == 0:
@@ -403,10 +468,11 @@ def test_double_marking_delay(run):
 
     What the emulator really added = configured delay + its own lateness (relay counters, per
     frame). The rest of the path (veth backlogs, End on R, softirq on 2 vCPUs shared with the
-    Kafka/Faust/Telegraf stack and other work) adds ~10 µs on a quiet VM and up to ~120 µs on
-    the mean under load (measured: +117 µs with the relay itself 310 µs late on average);
-    DMARK_TOLERANCE_US bounds it and still catches a unit error, a wrong direction or a
-    missing/doubled delay (>= 1000 µs off)."""
+    Kafka/Faust/Telegraf stack and other work) adds ~10 µs on the mean on a quiet VM; under load
+    the scheduling delays that make the relay late hit those hops as well (measured: error
+    +117 µs with the relay 310 µs late on average, +438 µs with it 895 µs late at load 11).
+    Tolerance: DMARK_TOLERANCE_US plus the relay's own mean lateness. That still catches a
+    unit error, a wrong direction, a missing or doubled delay (>= 1000 µs off on a quiet VM)."""
     ids, points = run["ids"], run["points"]
     injected = DELAY_US[0] + run["relay_late_us"]["a_to_b"]
     per_block, with_delay = [], 0
@@ -423,7 +489,10 @@ def test_double_marking_delay(run):
           f"min {min(per_block):.1f}, max {max(per_block):.1f}")
     assert with_delay >= traffic_blocks // 2, (with_delay, traffic_blocks)
     assert min(per_block) >= DELAY_US[0] - 5          # nothing arrives before the relay releases it
-    assert abs(mean - injected) <= DMARK_TOLERANCE_US
+    assert abs(mean - injected) <= DMARK_TOLERANCE_US + run["relay_late_us"]["a_to_b"]
+    # most blocks see the delay with little excess (the mean above is hurt by millisecond tails)
+    median = sorted(per_block)[len(per_block) // 2]
+    assert DELAY_US[0] <= median <= injected + DMARK_TOLERANCE_US, median
 
 
 def test_loss_ratios_follow_the_injected_rates(run):
