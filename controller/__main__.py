@@ -52,7 +52,7 @@ def cmd_diff(args, intent) -> int:
 
 def cmd_apply(args, intent) -> int:
     with Controller(intent, connect_timeout_s=args.timeout) as ctl:
-        result = ctl.apply()
+        result = ctl.apply(batch=args.batch)
     if args.json:
         _print_json(result.to_json())
     else:
@@ -90,6 +90,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("command", choices=("validate", "diff", "apply", "status"))
     ap.add_argument("file", help="intent YAML (controller/README.md)")
     ap.add_argument("--json", action="store_true", help="machine-readable output")
+    ap.add_argument("--batch", action="store_true",
+                    help="apply: send each run of SRv6 operations of one kind on one node as one ApplyBatch call")
     ap.add_argument("--timeout", type=float, default=10.0, help="seconds to wait for each agent's TLS channel")
     ap.add_argument("--influx-url", default="http://127.0.0.1:18086", help="status: InfluxDB v1 HTTP API")
     ap.add_argument("--influx-db", default="segscope", help="status: database")

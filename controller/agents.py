@@ -158,6 +158,9 @@ def flow_msg(r: Resource) -> flowmon_pb2.FlowMonitor:
                                    dscp_l_bit=l_bit, dscp_d_bit=d_bit)
 
 
+CODE_NAMES = {code.value[0]: code.name for code in grpc.StatusCode}
+
+
 def credentials(node: NodeSpec) -> grpc.ChannelCredentials:
     tls = node.tls
     return grpc.ssl_channel_credentials(root_certificates=Path(tls.ca).read_bytes(),
@@ -236,6 +239,34 @@ class AgentClient:
                 device=i.device, addresses=list(i.addresses), udp_port=i.udp_port))
         self.call(self.stamp, "Init", req)
         return ["Init"]
+
+    def execute_batch(self, ops: list[Op]) -> tuple[int, AgentError | None]:
+        """SRv6 ops of this node in ONE ApplyBatch call (stop_on_error): returns how many succeeded
+        (in order) and the error of the first that failed, if any."""
+        operations = []
+        for op in ops:
+            if op.kind == "local_sid":
+                if op.action == "remove":
+                    sub = srv6_pb2.RemoveLocalSidRequest(sid=op.key[0], table=op.key[1])
+                elif op.action == "create":
+                    sub = srv6_pb2.CreateLocalSidRequest(local_sid=local_sid_msg(op.desired))
+                else:
+                    sub = srv6_pb2.UpdateLocalSidRequest(local_sid=local_sid_msg(op.desired))
+            else:
+                if op.action == "remove":
+                    sub = srv6_pb2.RemovePolicyRequest(destination=op.key[0], table=op.key[1])
+                elif op.action == "create":
+                    sub = srv6_pb2.CreatePolicyRequest(policy=policy_msg(op.desired))
+                else:
+                    sub = srv6_pb2.UpdatePolicyRequest(policy=policy_msg(op.desired))
+            operations.append(srv6_pb2.Srv6Operation(**{f"{op.action}_{op.kind}": sub}))
+        reply = self.call(self.srv6, "ApplyBatch",
+                          srv6_pb2.ApplyBatchRequest(operations=operations, stop_on_error=True))
+        for i, r in enumerate(reply.results):
+            if r.code != 0:
+                return i, AgentError(self.name, f"ApplyBatch operations[{i}]", CODE_NAMES.get(r.code, str(r.code)),
+                                     r.message)
+        return len(ops), None
 
     def _op_stamp_reset(self, op: Op) -> list[str]:
         self.call(self.stamp, "Reset", stamp_pb2.ResetRequest())

@@ -51,6 +51,18 @@ class ApplyResult:
                 "calls": self.calls, "mutating_calls": self.mutating_calls}
 
 
+def _groups(ops: list[Op], batch: bool) -> list[list[Op]]:
+    """Consecutive SRv6 ops with the same node and kind form one group when batching."""
+    groups: list[list[Op]] = []
+    for op in ops:
+        if (batch and groups and op.kind in ("local_sid", "policy") and groups[-1][0].kind == op.kind
+                and groups[-1][0].node == op.node):
+            groups[-1].append(op)
+        else:
+            groups.append([op])
+    return groups
+
+
 class Controller:
     """Owns one AgentClient (one persistent mTLS channel) per node of the intent."""
 
@@ -110,15 +122,26 @@ class Controller:
     def plan(self) -> list[Op]:
         return plan(self.desired(), self.read())
 
-    def apply(self) -> ApplyResult:
+    def apply(self, batch: bool = False) -> ApplyResult:
+        """Carry out the plan, one RPC per call; batch=True sends each run of SRv6 operations of
+        one kind on one node (e.g. 50 local SIDs on R) as ONE ApplyBatch call, in the same order."""
         t0 = time.monotonic()
         before = self.calls_snapshot()
         result = ApplyResult()
         try:
             result.ops = self.plan()
-            for op in result.ops:
+            for group in _groups(result.ops, batch):
+                client = self.clients[group[0].node]
+                if len(group) > 1:
+                    ok, exc = client.execute_batch(group)
+                    result.done += [(op, ["ApplyBatch"]) for op in group[:ok]]
+                    if exc is not None:
+                        result.failed = (group[ok], exc)
+                        break
+                    continue
+                op = group[0]
                 try:
-                    rpcs = self.clients[op.node].execute(op)
+                    rpcs = client.execute(op)
                 except AgentError as exc:
                     result.failed = (op, exc)
                     break

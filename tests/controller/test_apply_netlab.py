@@ -215,3 +215,28 @@ def test_switch_to_loss_monitoring_and_back(env, first_apply):
                                                                      ("remove", "flow_rx", "B")]
     assert back.mutating_calls["B"]["Init"] == 1 and back.mutating_calls["A"]["Init"] == 1
     assert ctl.apply().mutating_calls == {}
+
+
+def test_batched_apply_is_one_call_per_node_and_kind(first_apply):
+    """apply(batch=True): 40 more SIDs on R and 40 more policies on A go as one ApplyBatch each."""
+    ctl, _ = first_apply
+    ctl.set_intent(load_intent(DEMO))
+    ctl.apply()
+    extra_sids = "".join(f'  - {{node: R, sid: "fc00:2::1:{i:x}", action: End, dev: r1}}\n' for i in range(40))
+    extra_pols = "".join(f'  - {{node: A, destination: "fd00:77:{i:x}::/64", segs: ["fc00:2::e"], dev: a0}}\n'
+                         for i in range(40))
+    text = DEMO.read_text().replace("\n# H1 -> H2 traffic", extra_sids + "\n# H1 -> H2 traffic").replace(
+        "\n# One STAMP session", extra_pols + "\n# One STAMP session")
+    ctl.set_intent(parse_intent(text, str(DEMO)))
+    result = ctl.apply(batch=True)
+    assert result.ok, result.failed
+    assert len(result.ops) == 80
+    assert result.mutating_calls == {"A": {"ApplyBatch": 1}, "R": {"ApplyBatch": 1}}
+    assert ctl.apply(batch=True).mutating_calls == {}
+    routes = ctl.client("R").read_state()
+    assert sum(1 for ident in routes if ident[0] == "local_sid") == 41
+    ctl.set_intent(load_intent(DEMO))
+    back = ctl.apply(batch=True)
+    assert [op.action for op in back.ops] == ["remove"] * 80
+    assert back.mutating_calls == {"A": {"ApplyBatch": 1}, "R": {"ApplyBatch": 1}}
+    assert ctl.apply().mutating_calls == {}
