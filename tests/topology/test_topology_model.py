@@ -302,7 +302,7 @@ def test_the_newest_of_several_sessions_on_one_link_wins_on_edge_and_path():
 
 
 def test_bad_session_entries_are_dropped_and_counted_not_the_whole_view():
-    reflector_side = dict(ONE_HOP, role="STAMP_ROLE_REFLECTOR", ssid=12)
+    reflector_side = dict(ONE_HOP, role="STAMP_ROLE_REFLECTOR", ssid=12, reflector_address="")
     rx_flow = {"side": "FLOW_MONITOR_SIDE_RX", "flow_id": 5, "segments": ["fc00:2::e"]}
     a = views(sessions=[ONE_HOP, {"ssid": "x"}, dict(ONE_HOP, sender_address="nope"), reflector_side],
               flows=[{"flow_id": 1}, rx_flow], nodes="A")[0]
