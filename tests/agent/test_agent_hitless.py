@@ -2,7 +2,12 @@
 UpdatePolicy switches the policy's SID list between R's two End SIDs (fc00:2::e and fc00:2::e2)
 ten times. Zero loss: the sender's count, nftables counters on H1 (output) and H2 (input) agree
 exactly; R's per-SID `count` counters (read through R's agent) sum to the same number and show
-that each interval's traffic took the path the policy had then."""
+that each interval's traffic took the path the policy had then.
+
+Every drop counter of the path (nstat, link stats, softnet backlog) is read around each trial and
+printed. This VM's per-CPU receive backlog is shared with everything else running on it; a trial
+whose loss is EXACTLY the number of receive drops the lab's veths counted (backlog overflow, not the
+policy change) is repeated, up to 3 trials; any other loss fails at once."""
 from __future__ import annotations
 
 import json
@@ -80,6 +85,42 @@ def set_path(a_srv6, segs) -> pb.UpdatePolicyResponse:
         destination="fd00:b::/64", mode=pb.ENCAP_MODE_ENCAP, segments=segs, device="a0")), timeout=5)
 
 
+def trial(lab, a, r) -> dict:
+    """One run: traffic + 10 updates; returns every count (nft counters reset per trial)."""
+    assert set_path(a, PATH_E).policy.segments == PATH_E
+    nft_before = {c: nft_counter(lab, n, c) for n, c in (("H1", "out"), ("H2", "in"), ("H2", "back"))}
+    before, drops_before = sid_packets(r), drop_counters(lab)
+    sender = lab.popen("H1", [sys.executable, "-c", SENDER, str(RATE_PPS), str(DURATION_S), str(PORT)],
+                       stdout=subprocess.PIPE, text=True)
+    time.sleep(0.4)
+    intervals = []           # (path in force during the interval, SID packet counters over it)
+    snap, path = sid_packets(r), PATH_E
+    for _ in range(10):
+        path = PATH_E2 if path == PATH_E else PATH_E
+        resp = set_path(a, path)
+        assert resp.changed and list(resp.policy.segments) == path
+        time.sleep(0.3)
+        now = sid_packets(r)
+        intervals.append((path[0], {k: now[k] - snap[k] for k in now}))
+        snap = now
+    out, _ = sender.communicate(timeout=30)
+    result = json.loads(out.strip().splitlines()[-1])
+    time.sleep(0.5)   # last packets drain
+    after = sid_packets(r)
+    nft = {c: nft_counter(lab, n, c) - nft_before[c] for n, c in (("H1", "out"), ("H2", "in"), ("H2", "back"))}
+    t = dict(sent=result["sent"], send_errors=result["errors"], h1_out=nft["out"],
+             h2_in=nft["in"], h2_back=nft["back"],
+             via={k: after[k] - before[k] for k in after}, intervals=intervals,
+             drops={k: v - drops_before.get(k, 0) for k, v in drop_counters(lab).items()
+                    if v != drops_before.get(k, 0)})
+    t["lost"] = t["h1_out"] - t["h2_in"]
+    # packets the lab's veths dropped on receive (backlog overflow: the per-CPU backlog is shared
+    # by the whole machine, so other load on this 2-vCPU VM can fill it; each such drop shows as
+    # tx_dropped on the sender veth and rx_dropped on its peer) - not caused by the update
+    t["link_drops"] = sum(v for k, v in t["drops"].items() if k.endswith(":rx_dropped"))
+    return t
+
+
 def test_update_policy_is_hitless(lab, stubs):
     a, r = stubs["A"].srv6, stubs["R"].srv6
     # H1 out: our UDP packets; H2 in: the same arriving; H2 out: anything H2 sends back to H1's
@@ -96,42 +137,25 @@ def test_update_policy_is_hitless(lab, stubs):
                      stdout=subprocess.PIPE, text=True)
     try:
         assert sink.stdout.readline().strip() == "ready"
-        assert set_path(a, PATH_E).policy.segments == PATH_E
-        before = sid_packets(r)
-        drops_before = drop_counters(lab)
-        sender = lab.popen("H1", [sys.executable, "-c", SENDER, str(RATE_PPS), str(DURATION_S), str(PORT)],
-                           stdout=subprocess.PIPE, text=True)
-        time.sleep(0.4)
-        intervals = []           # (path in force during the interval, SID packet counters at its end)
-        snap, path = sid_packets(r), PATH_E
-        for i in range(10):
-            path = PATH_E2 if path == PATH_E else PATH_E
-            resp = set_path(a, path)
-            assert resp.changed and list(resp.policy.segments) == path
-            time.sleep(0.3)
-            now = sid_packets(r)
-            intervals.append((path[0], {k: now[k] - snap[k] for k in now}))
-            snap = now
-        out, _ = sender.communicate(timeout=30)
-        result = json.loads(out.strip().splitlines()[-1])
-        time.sleep(0.5)   # last packets drain
-        after = sid_packets(r)
-        sent, h1_out, h2_in = result["sent"], nft_counter(lab, "H1", "out"), nft_counter(lab, "H2", "in")
-        h2_back = nft_counter(lab, "H2", "back")
-        drops = {k: v - drops_before.get(k, 0) for k, v in drop_counters(lab).items()
-                 if v != drops_before.get(k, 0)}
-        via = {k: after[k] - before[k] for k in after}
-        print(f"\nhitless: sender sent {sent} ({result['errors']} send errors), H1 out {h1_out}, "
-              f"H2 in {h2_in}, lost {h1_out - h2_in}; via fc00:2::e {via['fc00:2::e']}, "
-              f"via fc00:2::e2 {via['fc00:2::e2']}; H2 -> H1 packets {h2_back}; 10 updates; drop counters that moved: {drops}")
-        assert result["errors"] == 0
-        assert sent >= RATE_PPS * DURATION_S * 0.8, f"sender too slow to make the test meaningful: {sent}"
-        assert h1_out == sent, (h1_out, sent)
-        assert h2_in == sent, (f"lost {sent - h2_in} of {sent} packets during 10 policy updates; "
-                               f"drop counters that moved: {drops}")
-        assert via["fc00:2::e"] + via["fc00:2::e2"] == sent + h2_back
+        for attempt in range(1, 4):
+            t = trial(lab, a, r)
+            print(f"\nhitless trial {attempt}: sender sent {t['sent']} ({t['send_errors']} send errors), "
+                  f"H1 out {t['h1_out']}, H2 in {t['h2_in']}, lost {t['lost']}; via fc00:2::e "
+                  f"{t['via']['fc00:2::e']}, via fc00:2::e2 {t['via']['fc00:2::e2']}; H2 -> H1 packets "
+                  f"{t['h2_back']}; 10 updates; drop counters that moved: {t['drops']}")
+            # a trial whose loss is exactly the backlog drops counted on the lab's links was
+            # disturbed by machine load: run another; any other loss fails the test at once
+            if t["lost"] > 0 and t["lost"] == t["link_drops"] and attempt < 3:
+                continue
+            break
+        assert t["send_errors"] == 0
+        assert t["sent"] >= RATE_PPS * DURATION_S * 0.8, f"sender too slow to make the test meaningful: {t['sent']}"
+        assert t["h1_out"] == t["sent"], t
+        assert t["lost"] == 0, (f"lost {t['lost']} of {t['sent']} packets during 10 policy updates; "
+                                f"drop counters that moved: {t['drops']}")
+        assert t["via"]["fc00:2::e"] + t["via"]["fc00:2::e2"] == t["sent"] + t["h2_back"]
         # each interval's packets went (almost all) over the SID the policy had in that interval
-        for active, delta in intervals:
+        for active, delta in t["intervals"]:
             total = sum(delta.values())
             assert total > 0.1 * RATE_PPS * 0.3, (active, delta)
             assert delta[active] >= 0.9 * total, f"interval with {active} active: {delta}"
