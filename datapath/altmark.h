@@ -97,6 +97,9 @@ enum altmark_tx_counter {
 	AMTX_PASS_BAD_SLOT,            /* flow entry with slot >= ALTMARK_MAX_FLOWS or bad method */
 	AMTX_COLOURED_DSCP,            /* marked with the dscp method and counted */
 	AMTX_COLOURED_RFC9343,         /* DOH inserted and counted */
+	AMTX_PASS_GSO_NOT_MARKED,      /* rfc9343 flow, GSO packet (several on the wire): not marked,
+					* not counted; altmark_rx sees its segments without AltMark
+					* option, so both edges leave them out */
 	AMTX_NR_COUNTERS,
 };
 
@@ -112,6 +115,7 @@ static const char *const altmark_tx_counter_names[AMTX_NR_COUNTERS] = {
 	[AMTX_PASS_BAD_SLOT]       = "pass_bad_slot",
 	[AMTX_COLOURED_DSCP]       = "coloured_dscp",
 	[AMTX_COLOURED_RFC9343]    = "coloured_rfc9343",
+	[AMTX_PASS_GSO_NOT_MARKED] = "pass_gso_not_marked",
 };
 
 /* altmark_rx stats: every packet the XDP program sees lands in exactly one (always XDP_PASS). */

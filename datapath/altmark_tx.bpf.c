@@ -24,6 +24,9 @@
 #define TC_ACT_OK 0
 /* headers the program reads: Ethernet + IPv6 + DOH + SRH with ALTMARK_MAX_SIDS */
 #define AM_PULL_LEN (14 + 40 + 8 + 8 + 16 * ALTMARK_MAX_SIDS)
+/* GSO: also the inner IPv6 header and the start of its TCP header (data offset byte) */
+#define AM_PULL_LEN_GSO (AM_PULL_LEN + 40 + 20)
+#define AM_MAX_SRH_LEN 256             /* SRHs with TLVs beyond this: GSO header size estimated */
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
@@ -62,14 +65,51 @@ static __always_inline bool dmark_due(const struct altmark_flow *flow, const str
 	return flow->dmark_every && c->packets % flow->dmark_every == 0;
 }
 
-static __always_inline void account(struct altmark_counter *c, __u64 bytes, bool dmark, __u64 tai_ns)
+static __always_inline void account(struct altmark_counter *c, __u32 packets, __u64 bytes, bool dmark,
+				    __u64 tai_ns)
 {
-	c->packets += 1;
+	c->packets += packets;
 	c->bytes += bytes;
 	if (dmark) {
 		c->dmark_packets += 1;
 		c->dmark_ts_sum_ns += tai_ns;
 	}
+}
+
+/*
+ * A GSO packet leaves as several packets, each with a copy of all headers
+ * (outer IPv6, SRH, inner IPv6, TCP/UDP): the egress edge counts every one of
+ * them, so the colourer must too. Header bytes per segment are read from the
+ * packet (inner IPv6 assumed without extension headers; TCP data offset or
+ * UDP 8). Segments: gso_segs, or (when the stack left it 0 = unknown) the
+ * payload divided by gso_size, rounded up. Bytes = what the segments' IPv6
+ * lengths add up to.
+ */
+static __always_inline __u32 gso_hdr_len(struct ipv6hdr *ip6, void *data_end, __u32 srh_len)
+{
+	__u8 *inner = (__u8 *)(ip6 + 1) + srh_len;
+
+	if (srh_len <= AM_MAX_SRH_LEN && (void *)(inner + 40 + 13) <= data_end) {
+		if (inner[6] == 17)
+			return 40 + srh_len + 40 + 8;
+		if (inner[6] == 6)
+			return 40 + srh_len + 40 + ((__u32)(inner[40 + 12] >> 4) * 4);
+	}
+	return 40 + srh_len + 40 + 20;         /* fallback: TCP without options */
+}
+
+static __always_inline __u64 gso_account(struct __sk_buff *skb, struct ipv6hdr *ip6, void *data_end,
+					 __u32 srh_len, __u32 *segs)
+{
+	__u32 ip_len = 40 + bpf_ntohs(ip6->payload_len), hdr = gso_hdr_len(ip6, data_end, srh_len);
+	__u32 gso_size = skb->gso_size, payload = ip_len > hdr ? ip_len - hdr : 0;
+
+	*segs = skb->gso_segs;
+	if (!*segs && gso_size)
+		*segs = (payload + gso_size - 1) / gso_size;
+	if (!*segs)
+		*segs = 1;
+	return (__u64)ip_len + (__u64)(*segs - 1) * hdr;
 }
 
 /* Method dscp: L bit = colour, D bit = dmark; nothing else in the header changes. */
@@ -138,16 +178,18 @@ int altmark_tx(struct __sk_buff *skb)
 	struct ipv6_sr_hdr *srh;
 	void *data, *data_end;
 	struct ipv6hdr *ip6;
-	__u64 tai_ns;
-	__u32 idx, colour, bytes;
-	bool dmark;
+	__u64 tai_ns, bytes;
+	__u32 idx, colour, segs = 1, want;
+	bool dmark, is_gso;
 
 	/* the headers we read must be in the linear part: pull only when they are not (a helper
 	 * call per packet costs); the verifier's TC prologue already makes direct writes safe */
 	data = (void *)(long)skb->data;
 	data_end = (void *)(long)skb->data_end;
-	if (data + AM_PULL_LEN > data_end && skb->len > (__u32)(data_end - data)) {
-		bpf_skb_pull_data(skb, skb->len < AM_PULL_LEN ? skb->len : AM_PULL_LEN);
+	is_gso = skb->gso_size != 0;
+	want = is_gso ? AM_PULL_LEN_GSO : AM_PULL_LEN;
+	if (data + want > data_end && skb->len > (__u32)(data_end - data)) {
+		bpf_skb_pull_data(skb, skb->len < want ? skb->len : want);
 		data = (void *)(long)skb->data;
 		data_end = (void *)(long)skb->data_end;
 	}
@@ -189,19 +231,28 @@ int altmark_tx(struct __sk_buff *skb)
 	ctr = flow->slot < ALTMARK_MAX_FLOWS ? bpf_map_lookup_elem(&altmark_counters, &idx) : NULL;
 	if (!ctr)
 		return count(AMTX_PASS_BAD_SLOT);
-	dmark = dmark_due(flow, ctr);
+	/* a GSO packet is never D-marked: every segment would carry the mark (and one timestamp) */
+	dmark = !is_gso && dmark_due(flow, ctr);
 	if (flow->method == ALTMARK_METHOD_DSCP) {
 		mark_dscp(ip6, flow, colour, dmark);
-		account(ctr, 40 + bpf_ntohs(ip6->payload_len), dmark, tai_ns);
+		if (is_gso)
+			bytes = gso_account(skb, ip6, data_end, ((__u32)srh->hdrlen + 1) * 8, &segs);
+		else
+			bytes = 40 + bpf_ntohs(ip6->payload_len);
+		account(ctr, segs, bytes, dmark, tai_ns);
 		return count(AMTX_COLOURED_DSCP);
 	}
 	if (flow->method != ALTMARK_METHOD_RFC9343)
 		return count(AMTX_PASS_BAD_SLOT);
+	/* growing a GSO packet changes its segmentation (gso_size, segs recomputed later):
+	 * its count would not be known here. Left unmarked, so neither edge counts it. */
+	if (is_gso)
+		return count(AMTX_PASS_GSO_NOT_MARKED);
 	/* flow and ctr are map values: they stay valid across adjust_room */
 	bytes = mark_rfc9343(skb, flow, colour, dmark);
 	if (!bytes)
 		return count(AMTX_PASS_MARK_FAILED);
-	account(ctr, bytes, dmark, tai_ns);
+	account(ctr, 1, bytes, dmark, tai_ns);
 	return count(AMTX_COLOURED_RFC9343);
 }
 

@@ -41,7 +41,7 @@ SO_RCVBUFFORCE = 33   # root: above net.core.rmem_max, so nothing is dropped bef
 
 TX_COUNTERS = ["pass_not_ipv6", "pass_no_srh", "pass_not_srh", "pass_too_many_sids", "pass_malformed_srh",
                "pass_unmonitored", "pass_already_marked", "pass_mark_failed", "pass_bad_slot",
-               "coloured_dscp", "coloured_rfc9343"]
+               "coloured_dscp", "coloured_rfc9343", "pass_gso_not_marked"]
 RX_COUNTERS = ["pass_not_ipv6", "pass_no_srh", "pass_not_srh", "pass_too_many_sids", "pass_malformed_srh",
                "pass_malformed_doh", "pass_unmonitored", "pass_unknown_flowmon", "pass_bad_slot",
                "counted_dscp", "counted_rfc9343"]
@@ -127,15 +127,30 @@ class TestRun:
         self._out = ctypes.create_string_buffer(4096 + 256)
         self.opts = _TestRunOpts(sz=ctypes.sizeof(_TestRunOpts))
 
-    def run(self, frame: bytes, repeat: int = 1) -> tuple[int, bytes, int]:
+    def run(self, frame: bytes, repeat: int = 1, ctx: bytes | None = None) -> tuple[int, bytes, int]:
+        """ctx: a struct __sk_buff to start from (TC only; e.g. gso_segs/gso_size, see skb_ctx)."""
         ctypes.memmove(self._in, frame, len(frame))
         o = self.opts
         o.data_in, o.data_size_in = ctypes.addressof(self._in), len(frame)
         o.data_out, o.data_size_out = ctypes.addressof(self._out), len(self._out)
         o.repeat = repeat
+        self._ctx = ctypes.create_string_buffer(ctx, len(ctx)) if ctx else None
+        o.ctx_in = ctypes.addressof(self._ctx) if ctx else None
+        o.ctx_size_in = len(ctx) if ctx else 0
         if _lib.bpf_prog_test_run_opts(self.fd, ctypes.byref(o)) != 0:
             raise OSError(ctypes.get_errno(), "bpf_prog_test_run_opts")
         return o.retval, self._out.raw[:o.data_size_out], o.duration
+
+
+SKB_CTX_SIZE, SKB_GSO_SEGS_OFF, SKB_GSO_SIZE_OFF = 192, 164, 176   # struct __sk_buff (uapi bpf.h)
+
+
+def skb_ctx(gso_segs: int, gso_size: int) -> bytes:
+    """A struct __sk_buff for BPF_PROG_TEST_RUN making the test skb a GSO packet."""
+    ctx = bytearray(SKB_CTX_SIZE)
+    struct.pack_into("<I", ctx, SKB_GSO_SEGS_OFF, gso_segs)
+    struct.pack_into("<I", ctx, SKB_GSO_SIZE_OFF, gso_size)
+    return bytes(ctx)
 
 
 # ---------------------------------------------------------------- frames

@@ -20,7 +20,7 @@ from tests.datapath.altmark_env import (H2_ADDR, METHOD_DSCP, POLICY, RX, TX, Ca
                                         retry_on_path_loss,
                                         Receiver, colour_at, delta, doh, encapped, eth, find_udp, flows,
                                         iface_counter, inner_udp, list_flows, run, send_udp,
-                                        sidlist_key, srh, stats, tai_ns, tclass_of, udp_sender)
+                                        sidlist_key, skb_ctx, srh, stats, tai_ns, tclass_of, udp_sender)
 from tests.datapath.altmark_fixtures import UNMONITORED_DST
 
 TC_ACT_OK = 0
@@ -399,6 +399,31 @@ def test_testrun_rfc9343_inserts_the_doh(tx_flows):
     got = [tr.tx_maps.summed(slot, c) for c in (0, 1)]
     assert sum(g[0] for g in got) == 6 and sum(g[1] for g in got) == 6 * (len(frame) - 14 + 8)
     assert sum(g[2] for g in got) == sum(math.ceil(g[0] / 2) for g in got)
+
+
+def test_testrun_gso_packets_counted_per_segment(tx_flows):
+    """A GSO packet (e.g. TCP from a host with TSO) leaves as several packets; the egress edge
+    counts each, so the colourer counts gso_segs packets and their bytes, and never D-marks it.
+    rfc9343 does not mark GSO packets (pass_gso_not_marked): then neither edge counts them."""
+    tr, slots = tx_flows
+    run(TX, "add-flow", "--instance", tr.inst, *_tx_flow("dscp", flow_id=7, dmark_every=4))   # counters to 0
+    slot = slots[7]
+    hdr = 40 + 40 + 40 + 8                                     # outer + SRH(2) + inner IPv6 + UDP, per segment
+    for segs_in_ctx, gso_size, payload, segs in ((2, 1000, 2000, 2), (0, 1000, 2500, 3)):
+        frame = encapped(payload=b"g" * payload)
+        ip_len = len(frame) - 14
+        before = [tr.tx_maps.summed(slot, c) for c in (0, 1)]
+        retval, out, _ = tr.tx.run(frame, ctx=skb_ctx(segs_in_ctx, gso_size))
+        after = [tr.tx_maps.summed(slot, c) for c in (0, 1)]
+        d = [tuple(a - b for a, b in zip(x, y)) for x, y in zip(after, before)]
+        assert retval == TC_ACT_OK and len(out) == len(frame)
+        assert tclass_of(out) & D_WORD == 0                        # never D-marked
+        assert sorted(d) == sorted([(segs, ip_len + (segs - 1) * hdr, 0, 0), (0, 0, 0, 0)]), d
+    before = stats(TX, tr.inst)
+    frame = encapped(DOH_SIDS, payload=b"g" * 2000)
+    retval, out, _ = tr.tx.run(frame, ctx=skb_ctx(2, 1000))
+    assert retval == TC_ACT_OK and out == frame
+    assert delta(before, stats(TX, tr.inst)) == {"pass_gso_not_marked": 1}
 
 
 def test_cost_independent_of_flow_count(tx_flows):
