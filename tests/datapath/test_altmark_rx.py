@@ -183,3 +183,22 @@ def test_cost_independent_of_flow_count(rx_flows):
             tr.rx_maps.del_flow(key)
     print(f"\naltmark_rx dscp counted: {one} ns/packet with 3 flows, {many} ns/packet with 10 003 flows")
     assert many <= one * 1.5 + 30, (one, many)
+
+
+def test_inconsistent_flow_entry_counted_not_crashed(rx_flows):
+    """A flow entry written by something else than the loader, with a slot beyond the counters or a
+    DSCP bit beyond the 6 DSCP bits: pass_bad_slot, the packet passes, no counter is touched."""
+    tr, _ = rx_flows
+    for sids, value in ((["fc00:5::1", "fc00:5::2"], struct.pack("<IIQQBBBBI", 501, 70_000, 10**9, 0, METHOD_DSCP,
+                                                                   0, 1, 0, 0)),
+                        (["fc00:5::3"], struct.pack("<IIQQBBBBI", 502, 5, 10**9, 0, METHOD_DSCP, 6, 1, 0, 0))):
+        key = sidlist_key(sids)
+        tr.rx_maps.put_flow(key, value)
+        try:
+            before = stats(RX, tr.inst)
+            frame = encapped(sids, tclass=0x04)
+            retval, out, _ = tr.rx.run(frame)
+            assert retval == XDP_PASS and out == frame
+            assert delta(before, stats(RX, tr.inst)) == {"pass_bad_slot": 1}
+        finally:
+            tr.rx_maps.del_flow(key)

@@ -453,3 +453,22 @@ def test_cost_independent_of_flow_count(tx_flows):
     print(f"\naltmark_tx ns/packet, 3 flows: {one}; 10 003 flows: {many}")
     for k in one:
         assert many[k] <= one[k] * 1.5 + 40, (k, one, many)
+
+
+def test_testrun_inconsistent_flow_entry_counted(tx_flows):
+    """Flow entries the loader would refuse (slot beyond the counters, period 0, DSCP bit > 5,
+    unknown method), written straight into the map: pass_bad_slot, packet unchanged."""
+    tr, _ = tx_flows
+    bad = [(70_000, 10**9, METHOD_DSCP, 0), (5, 0, METHOD_DSCP, 0), (5, 10**9, METHOD_DSCP, 6), (5, 10**9, 9, 0)]
+    for i, (slot, period, method, l_bit) in enumerate(bad):
+        sids = [f"fc00:5::{i + 1}"]
+        key = sidlist_key(sids)
+        tr.tx_maps.put_flow(key, struct.pack("<IIQQBBBBI", 600 + i, slot, period, 0, method, l_bit, 1, 0, 0))
+        try:
+            before = stats(TX, tr.inst)
+            frame = encapped(sids, tclass=0x04)
+            retval, out, _ = tr.tx.run(frame)
+            assert retval == TC_ACT_OK and out == frame
+            assert delta(before, stats(TX, tr.inst)) == {"pass_bad_slot": 1}, (slot, period, method, l_bit)
+        finally:
+            tr.tx_maps.del_flow(key)
