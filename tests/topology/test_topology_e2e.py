@@ -70,8 +70,10 @@ def spawn(name, cmd, run_dir, env, procs):
                                    env={**os.environ, **env}, start_new_session=True)
 
 
-def stop(procs):
+def stop(procs, only=None):
     for name, p in reversed(list(procs.items())):
+        if only is not None and name != only:
+            continue
         if p.poll() is None:
             os.killpg(p.pid, signal.SIGTERM)
         try:
@@ -168,12 +170,13 @@ def e2e(stack, bpffs, tmp_path_factory):
                 "SEGSCOPE_KAFKA_BOOTSTRAP": kafka, "SEGSCOPE_TOPIC_STAMP_RECORDS": topics["records"],
                 "SEGSCOPE_TOPIC_METRICS": topics["metrics"], "SEGSCOPE_DELAY_APP_ID": f"topoe-delay-{run}",
                 "SEGSCOPE_DELAY_DATADIR": str(run_dir / "delay")}, procs)
-            spawn("topology", [sys.executable, "-m", "processors.topology"], run_dir, {
+            topo_env = {
                 "SEGSCOPE_KAFKA_BOOTSTRAP": kafka, "SEGSCOPE_TOPIC_TOPOLOGY": topics["topology"],
                 "SEGSCOPE_TOPIC_METRICS": topics["metrics"], "SEGSCOPE_TOPOLOGY_APP_ID": f"topoe-topology-{run}",
                 "SEGSCOPE_TOPOLOGY_DATADIR": str(run_dir / "topology"), "SEGSCOPE_ARANGO_URL": arango.url,
                 "SEGSCOPE_ARANGO_USER": arango.user, "SEGSCOPE_ARANGO_PASSWORD": arango.password,
-                "SEGSCOPE_ARANGO_DB": arango.db_name}, procs)
+                "SEGSCOPE_ARANGO_DB": arango.db_name}
+            spawn("topology", [sys.executable, "-m", "processors.topology"], run_dir, topo_env, procs)
             # the agent's section format (collectors/agent/server.py), as the agent would hand it over
             sessions = [{"ssid": s, "role": "STAMP_ROLE_SENDER", "sender_address": SENDER,
                          "reflector_address": REFLECTOR, "segments": [], "return_segments": [],
@@ -211,10 +214,26 @@ def e2e(stack, bpffs, tmp_path_factory):
                 else:
                     last, stable_since = cur, time.monotonic()
                 time.sleep(0.5)
-            docs = {c: {d["_key"]: d for d in writer.all_documents(c)}
-                    for c in ("segscope_node", "segscope_link", "segscope_srv6_sid", "segscope_graph_edge",
-                              "segscope_path")}
-            yield {"docs": docs, "sent": sent, "kafka": kafka, "topics": topics, "lab": lab,
+            collections = ("segscope_node", "segscope_link", "segscope_srv6_sid", "segscope_graph_edge",
+                           "segscope_path")
+            docs = {c: {d["_key"]: d for d in writer.all_documents(c)} for c in collections}
+            # a restarted processor (new consumer group: replays both topics from the start)
+            # rewrites every document once; afterwards the database must hold the same documents
+            stop(procs, only="topology")
+            restart_ns = time.time_ns()
+            spawn("topology2", [sys.executable, "-m", "processors.topology"], run_dir,
+                  {**topo_env, "SEGSCOPE_TOPOLOGY_APP_ID": f"topoe-topology2-{run}",
+                   "SEGSCOPE_TOPOLOGY_DATADIR": str(run_dir / "topology2")}, procs)
+            replayed, deadline = None, time.monotonic() + 60
+            while replayed is None and time.monotonic() < deadline:
+                time.sleep(2)
+                for v in read_topic(kafka, topics["metrics"]):
+                    for p in parse_lines(v.decode())[0]:
+                        if (p.measurement == "segscope_processor" and p.tags.get("processor") == "topology"
+                                and p.timestamp_ns > restart_ns and p.fields["documents_upserted"] >= 16):
+                            replayed = p.fields
+            docs_after = {c: {d["_key"]: d for d in writer.all_documents(c)} for c in collections}
+            yield {"docs": docs, "docs_after": docs_after, "replayed": replayed, "sent": sent, "kafka": kafka, "topics": topics, "lab": lab,
                    "late": {"base": relay_lateness_us(relay[0], relay[1]),
                             "main": relay_lateness_us(relay[1], relay[2])},
                    "collector": json.loads(sh([coll, "stats", "--pin-dir", coll_pin, "--json"])),
@@ -293,7 +312,9 @@ def test_path_documents_keyed_by_sid_list_carry_the_same_numbers(e2e):
 def test_malformed_view_is_dead_lettered_and_counted(e2e):
     letters = [json.loads(v) for v in read_topic(e2e["kafka"], "segscope.deadletter")]
     ours = [d for d in letters if d.get("source_topic") == e2e["topics"]["topology"]]
-    assert len(ours) == 1 and ours[0]["reason"] == "bad_json"
+    # once per processor: the first one and the restarted one (which replays the topic)
+    assert len(ours) == 2 and {d["reason"] for d in ours} == {"bad_json"}
+    assert len({(d["partition"], d["offset"]) for d in ours}) == 1
     lines = [p for v in read_topic(e2e["kafka"], e2e["topics"]["metrics"])
              for p in parse_lines(v.decode())[0] if p.measurement == "segscope_processor"
              and p.tags.get("processor") == "topology"]
@@ -312,3 +333,16 @@ def test_publishers_report_their_counters(e2e):
     assert sorted(by_node) == ["A", "B", "R"]
     for fields in by_node.values():
         assert fields["views_published"] >= 1 and fields["delivery_errors"] == 0 and fields["build_errors"] == 0
+
+
+def test_a_restarted_processor_replays_into_the_same_documents(e2e):
+    assert e2e["replayed"] is not None, "the restarted processor did not rewrite the documents within 60 s"
+    assert e2e["replayed"]["document_errors"] == 0 and e2e["replayed"]["points_in"] > 0
+    before, after = e2e["docs"], e2e["docs_after"]
+    assert {c: sorted(d) for c, d in after.items()} == {c: sorted(d) for c, d in before.items()}
+
+    def content(doc):     # everything but ArangoDB's revision, which every rewrite changes
+        return {k: v for k, v in doc.items() if k != "_rev"}
+    for coll in before:
+        for key, doc in before[coll].items():
+            assert content(after[coll][key]) == content(doc), (coll, key)
