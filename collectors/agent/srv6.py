@@ -516,20 +516,30 @@ class Srv6Servicer(pb_grpc.Srv6ServiceServicer):
         redo: list[int] = []
 
         def flush() -> None:
-            if not pending:
-                return
-            errs = self.st.rtnl.batch([p.msgs[0] for _, p in pending])
-            for (i, plan), err in zip(pending, errs):
-                if err is None:
-                    results[i].changed = plan.changed
-                    if log.isEnabledFor(logging.DEBUG):
-                        log.debug("ApplyBatch: %s", plan.log_line())
-                elif err.errno in STALE or err.errno in TRANSIENT:
-                    redo.append(i)
-                else:
-                    e = kernel_error(plan, err)
-                    results[i].code, results[i].message = e.code.value[0], e.message
+            global transient_retries
+            todo = list(pending)
             pending.clear()
+            for pause in (*TRANSIENT_RETRIES_S, None):
+                if not todo:
+                    return
+                errs = self.st.rtnl.batch([p.msgs[0] for _, p in todo])
+                again = []
+                for (i, plan), err in zip(todo, errs):
+                    if err is None:
+                        results[i].changed = plan.changed
+                        if log.isEnabledFor(logging.DEBUG):
+                            log.debug("ApplyBatch: %s", plan.log_line())
+                    elif err.errno in TRANSIENT and pause is not None:
+                        again.append((i, plan))      # nothing was applied: send it again
+                    elif err.errno in STALE or err.errno in TRANSIENT:
+                        redo.append(i)
+                    else:
+                        e = kernel_error(plan, err)
+                        results[i].code, results[i].message = e.code.value[0], e.message
+                if again:
+                    transient_retries += len(again)
+                    time.sleep(pause)
+                todo = again
 
         for i, (kind, sub, path, pre) in enumerate(ops):
             try:
