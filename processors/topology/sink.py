@@ -49,10 +49,15 @@ class TopologySink:
                 self.writer.ensure_schema()
                 self.schema_ready = True
                 self.counters.schema_ready += 1
+                # (re)connected: write everything once, the database may have lost documents
+                self.written, self.written_annotations = {}, {}
             stats = self._write_own(snap["docs"]) if "docs" in snap else self._write_jalapeno(snap)
             self.last_error = None
             return stats
         except Exception as e:
+            # check (and if need be recreate) the database and collections again next time:
+            # the failure may be a database that was dropped under us
+            self.schema_ready = False
             self.counters.flush_errors += 1
             self.writer.counters.write_errors += 1
             self.last_error = repr(e)

@@ -123,6 +123,23 @@ def test_sink_retries_after_a_failed_write(arango):
     assert sink.flush()["upserted"] == 14 and sink.last_error is None
 
 
+def test_sink_rewrites_everything_after_the_database_was_lost(arango):
+    m = model_with(*views(sessions=[ONE_HOP]))
+    sink = TopologySink(m, writer(arango))
+    assert sink.flush()["upserted"] == 16
+    if arango.standin is not None:
+        arango.standin.store.dbs.pop(arango.db_name)          # the stand-in "loses" the database
+    else:
+        ArangoClient(hosts=arango.url).db("_system", username=arango.user,
+                                          password=arango.password).delete_database(arango.db_name)
+    m.apply_view(views(nodes="R", t=2_000_000_000)[0])        # no content change: nothing to send...
+    assert sink.flush() == {"upserted": 0, "deleted": 0}      # ... so nothing notices yet
+    m.apply_point(stamp("forward", 1.0))                      # a change: the write fails (no database)
+    assert sink.flush() == {"error": 1} and not sink.schema_ready
+    assert sink.flush()["upserted"] == 16                     # database recreated, everything rewritten
+    assert counts(sink.writer)["segscope_graph_edge"] == 4
+
+
 def _jalapeno_db(t) -> None:
     """A small Jalapeno-like database: igp_node + igpv6_graph_edge as igp-graph writes them."""
     sys_db = ArangoClient(hosts=t.url).db("_system", username=t.user, password=t.password)
