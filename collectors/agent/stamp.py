@@ -118,39 +118,41 @@ class StampAgent:
 
     # -- ring buffer reader -------------------------------------------------------------------
     def _start_reader(self) -> None:
-        self.stopping.clear()
-        self.reader_thread = threading.Thread(target=self._reader_loop, name="stamp-results", daemon=True)
+        # a fresh Event per reader: a reader stopped by Reset never restarts after a new Init
+        self.stopping = threading.Event()
+        self.reader_thread = threading.Thread(target=self._reader_loop, args=(self.stopping,),
+                                              name="stamp-results", daemon=True)
         self.reader_thread.start()
 
-    def _reader_loop(self) -> None:
+    def _reader_loop(self, stopping: threading.Event) -> None:
         cmd = [str(self.tools.collector), "dump", "--pin-dir", str(self.tools.collector_pin),
                "--count", "0", "--timeout-ms", "3600000"]
-        while not self.stopping.is_set():
-            p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                 start_new_session=True)
+        while not stopping.is_set():
+            p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
             self.reader = p
-            pending: list[dict] = []
-            last_flush = time.monotonic()
             assert p.stdout is not None
-            for line in p.stdout:
-                try:
-                    rec = json.loads(line)
-                except ValueError:
-                    log.warning("stamp_collector dump: unparsable line %r", line[:200])
-                    continue
-                pending.append(rec)
-                # dump flushes stdout after every poll round, so lines come in bursts
-                now = time.monotonic()
-                if len(pending) >= 512 or now - last_flush > 0.05:
-                    self._ingest(pending)
-                    pending, last_flush = [], now
-            if pending:
-                self._ingest(pending)
+            fd, rest = p.stdout.fileno(), b""
+            while True:
+                # dump flushes after every ring poll: each read returns one burst of whole lines,
+                # ingested at once (no record waits for the next one)
+                chunk = os.read(fd, 1 << 16)
+                if not chunk:
+                    break
+                *lines, rest = (rest + chunk).split(b"\n")
+                recs = []
+                for line in lines:
+                    try:
+                        recs.append(json.loads(line))
+                    except ValueError:
+                        log.warning("stamp_collector dump: unparsable line %r", line[:200])
+                if recs:
+                    self._ingest(recs)
             p.wait()
-            if self.stopping.is_set():
+            if stopping.is_set():
                 break
             if p.returncode not in (0, -signal.SIGTERM):
-                log.warning("stamp_collector dump exited %s: %s", p.returncode, (p.stderr.read() if p.stderr else "")[:500])
+                err = p.stderr.read().decode(errors="replace") if p.stderr else ""
+                log.warning("stamp_collector dump exited %s: %s", p.returncode, err[:500])
                 time.sleep(0.5)
 
     def _ingest(self, recs: list[dict]) -> None:
