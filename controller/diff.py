@@ -7,8 +7,7 @@
 - replace: same key, different content, no in-place update (STAMP sessions, flow monitors):
   destroy/stop then create (and start);
 - start / stop: a STAMP session whose configuration is right but whose run state is not;
-- init: a STAMP role must be initialised on a node before its first session is created (skipped
-  when the node already lists a session of that role);
+- init: a STAMP role must be initialised on a node before its first session is created;
 - remove: on a node the intent names, of a kind the controller manages, not in the intent;
 - reset: a node that keeps no STAMP session at all is Reset instead of destroying its sessions one
   by one (Reset also detaches the STAMP XDP programs, which frees the device's XDP hook).
@@ -101,12 +100,13 @@ def plan(desired: DesiredState, actual: dict[tuple, Resource]) -> list[Op]:
                 forward.append((_rank(want, 3), Op("start", want.kind, want.node, want.key, desired=want, actual=have)))
             elif not want.running and have.running:
                 forward.append((_rank(want, 3), Op("stop", want.kind, want.node, want.key, desired=want, actual=have)))
-    # Init where a role gets a new session and the node shows no session of that role yet (a
-    # listed session proves the role is initialised; Init is idempotent on the agent, but a plan
-    # should make no call it does not need)
-    initialised = {(r.node, STAMP_ROLE_OF[r.kind]) for r in actual.values() if r.kind in STAMP_ROLE_OF}
+    # Init where a role gets a new or replaced session. Init is idempotent on the agent and is the
+    # only way to learn whether the node's role was initialised with the same device and addresses
+    # (a different configuration is refused: FAILED_PRECONDITION "Reset first"), so it is called
+    # even when the node already has sessions of that role; a plan with nothing to create makes
+    # no call at all.
     roles_needed = {(op.node, STAMP_ROLE_OF[op.kind]) for _, op in forward
-                    if op.kind in STAMP_ROLE_OF and op.action in ("create", "replace")} - initialised
+                    if op.kind in STAMP_ROLE_OF and op.action in ("create", "replace")}
     for node, role in sorted(roles_needed):
         init = desired.inits[(node, role)]
         kind = "stamp_reflector" if role == "reflector" else "stamp_sender"

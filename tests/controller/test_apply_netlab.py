@@ -129,16 +129,17 @@ def test_changed_intent_makes_exactly_the_expected_calls(first_apply):
     assert result.ok, result.failed
     assert [(op.action, op.kind, op.node) for op in result.ops] == [
         ("create", "local_sid", "R"), ("update", "policy", "A"),
-        ("replace", "stamp_sender", "A"), ("start", "stamp_sender", "A")]
+        ("init", "stamp_init", "A"), ("replace", "stamp_sender", "A"), ("start", "stamp_sender", "A")]
     assert result.mutating_calls == {
-        "A": {"UpdatePolicy": 1, "DestroyStampSession": 1, "CreateStampSession": 1, "StartStampSession": 1},
+        "A": {"UpdatePolicy": 1, "Init": 1, "DestroyStampSession": 1, "CreateStampSession": 1,
+              "StartStampSession": 1},
         "R": {"CreateLocalSid": 1}}
     assert ctl.apply().mutating_calls == {}
     # and back: the extra SID is removed (last), the rest changes back
     ctl.set_intent(load_intent(DEMO))
     back = ctl.apply()
     assert [(op.action, op.kind, op.node) for op in back.ops] == [
-        ("update", "policy", "A"), ("replace", "stamp_sender", "A"),
+        ("update", "policy", "A"), ("init", "stamp_init", "A"), ("replace", "stamp_sender", "A"),
         ("start", "stamp_sender", "A"), ("remove", "local_sid", "R")]
     assert back.mutating_calls["R"] == {"RemoveLocalSid": 1}
     assert ctl.apply().mutating_calls == {}

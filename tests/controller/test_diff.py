@@ -87,15 +87,15 @@ def test_extra_measurement_goes_first_extra_routing_last():
     ]
 
 
-def test_session_change_is_replace_then_start():
+def test_session_change_is_replace_then_start_with_init():
     text = DEMO.read_text().replace("rate_pps: 100", "rate_pps: 50")
     d_new = desired_state(parse_intent(text, str(DEMO)))
     actual = reported(desired_state(load_intent(DEMO)))
     ops = plan(d_new, actual)
-    # A already lists a sender session: its STAMP sender role is initialised, no Init call
-    assert summary(ops) == [("replace", "stamp_sender", "A", ("sender", 1)),
+    assert summary(ops) == [("init", "stamp_init", "A", ("sender",)),
+                            ("replace", "stamp_sender", "A", ("sender", 1)),
                             ("start", "stamp_sender", "A", ("sender", 1))]
-    assert "rate_pps: 100 -> 50" in ops[0].describe()
+    assert "rate_pps: 100 -> 50" in ops[1].describe()
 
 
 def test_run_state():
