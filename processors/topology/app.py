@@ -148,7 +148,8 @@ async def flush() -> None:
     loop = asyncio.get_running_loop()
     if sink is None:
         writer = await loop.run_in_executor(None, lambda: ArangoWriter(
-            cfg.arango_url, cfg.arango_db, cfg.arango_user, cfg.arango_password, mode=cfg.mode))
+            cfg.arango_url, cfg.arango_db, cfg.arango_user, cfg.arango_password, mode=cfg.mode,
+            auth_method=cfg.arango_auth))
         sink = TopologySink(model, writer)
     snap = sink.snapshot()                                 # in the event loop: the model is ours here
     await loop.run_in_executor(None, sink.write, snap)     # blocking HTTP off the event loop

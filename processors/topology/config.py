@@ -17,6 +17,7 @@ ENV = {
     "arango_user": ("SEGSCOPE_ARANGO_USER", "root"),
     "arango_password": ("SEGSCOPE_ARANGO_PASSWORD", ""),
     "arango_db": ("SEGSCOPE_ARANGO_DB", "segscope"),
+    "arango_auth": ("SEGSCOPE_ARANGO_AUTH", "basic"),                # basic | jwt
     "mode": ("SEGSCOPE_TOPOLOGY_MODE", "own"),                      # own | jalapeno
     "protocol_id": ("SEGSCOPE_TOPOLOGY_PROTOCOL_ID", "200"),
     "domain_id": ("SEGSCOPE_TOPOLOGY_DOMAIN_ID", "0"),
@@ -40,6 +41,7 @@ class TopologyConfig:
     arango_user: str
     arango_password: str
     arango_db: str
+    arango_auth: str
     mode: str
     protocol_id: int
     domain_id: int
@@ -57,6 +59,8 @@ class TopologyConfig:
             except ValueError:
                 raise ConfigError(f"environment variable {ENV[name][0]}={raw[name]!r} is not a valid "
                                   f"{kind.__name__}; fix: set it like {ENV[name][1]!r} or unset it") from None
+        if raw["arango_auth"] not in ("basic", "jwt"):
+            raise ConfigError(f"{ENV['arango_auth'][0]}={raw['arango_auth']!r}: use 'basic' or 'jwt'")
         if raw["mode"] not in ("own", "jalapeno"):
             raise ConfigError(f"{ENV['mode'][0]}={raw['mode']!r}: use 'own' or 'jalapeno'")
         if raw["mode"] == "jalapeno" and ENV["arango_db"][0] not in env:
@@ -66,5 +70,5 @@ class TopologyConfig:
                    app_id=raw["app_id"], flush_interval_s=number("flush_interval_s", float),
                    datadir=raw["datadir"].format(app_id=raw["app_id"]), arango_url=raw["arango_url"],
                    arango_user=raw["arango_user"], arango_password=raw["arango_password"],
-                   arango_db=raw["arango_db"], mode=raw["mode"], protocol_id=number("protocol_id", int),
+                   arango_db=raw["arango_db"], arango_auth=raw["arango_auth"], mode=raw["mode"], protocol_id=number("protocol_id", int),
                    domain_id=number("domain_id", int))

@@ -2,8 +2,9 @@
 
 flush() computes the model's documents, diffs them against what was last written successfully
 and sends the difference (upserts by _key, deletes of documents the model no longer produces).
-A failed write leaves `written` untouched, so the next flush retries it; everything is
-idempotent, so a retry or a replay of the input topics can never duplicate a document.
+After a failed write the next flush checks (and if need be recreates) the database, collections
+and graph and rewrites every document once (the database may have been dropped or restored);
+everything is idempotent, so a retry or a replay of the input topics never duplicates a document.
 Used by the Faust app (processors/topology/app.py) and directly by the tests.
 """
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Thin ArangoDB writer over python-arango: create what is missing, upsert by _key, annotate edges.
 
 Endpoints it uses (and all the stand-in in tests/topology/arango_standin.py implements):
-database list/create, collection list/create, gharial get/create, document insert with
+HTTP Basic auth (default) or JWT (`auth_method="jwt"`: POST /_open/auth), database list/create, collection list/create, gharial get/create, document insert with
 overwriteMode=update (an upsert by _key: a replay rewrites the same documents, never adds one),
 document delete by key, and /_api/cursor for the three AQL texts below.
 
@@ -45,7 +45,8 @@ class WriterCounters:
 
 class ArangoWriter:
     def __init__(self, url: str, db_name: str = "segscope", username: str = "root", password: str = "",
-                 mode: str = "own", names: Names | None = None, timeout_s: float = 10.0):
+                 mode: str = "own", names: Names | None = None, timeout_s: float = 10.0,
+                 auth_method: str = "basic"):
         if mode not in ("own", "jalapeno"):
             raise ValueError(f"mode {mode!r}: use 'own' or 'jalapeno'")
         from arango import ArangoClient
@@ -55,8 +56,8 @@ class ArangoWriter:
         # default 3 retries with backoff would only stall the processor while ArangoDB is away.
         http = DefaultHTTPClient(request_timeout=timeout_s, retry_attempts=1, backoff_factor=0.1)
         self.client = ArangoClient(hosts=url, http_client=http, request_timeout=timeout_s)
-        self._auth = (username, password)
-        self.db = self.client.db(db_name, username=username, password=password)
+        self._auth = dict(username=username, password=password, auth_method=auth_method)
+        self.db = self.client.db(db_name, **self._auth)   # jwt: fetches a token (POST /_open/auth) now
         self.counters = WriterCounters()
 
     # -- schema -------------------------------------------------------------------------
@@ -64,7 +65,7 @@ class ArangoWriter:
         """Create the database (own mode), collections and graph that are missing."""
         n = self.names
         if self.mode == "own":
-            sys_db = self.client.db("_system", username=self._auth[0], password=self._auth[1])
+            sys_db = self.client.db("_system", **self._auth)
             if not sys_db.has_database(self.db_name):
                 sys_db.create_database(self.db_name)
             for coll in (n.nodes, n.links, n.sids, n.paths):

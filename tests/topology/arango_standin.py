@@ -5,7 +5,9 @@ It implements, in memory, exactly the ArangoDB 3.x HTTP endpoints that python-ar
 what segscope's topology writer does (processors/topology/writer.py), with ArangoDB's status
 codes, error numbers and response bodies, so the real python-arango client code runs unchanged:
 
-  auth     HTTP Basic on every request (401 + errorNum 11 otherwise)
+  auth     HTTP Basic (python-arango's default) or a JWT (auth_method="jwt"): every request
+           needs one (401 + errorNum 11 otherwise)
+  POST   /_open/auth                             user+password -> {"jwt": HS256 token, 1 h}
   GET    /_db/_system/_api/database              list databases          (has_database)
   POST   /_db/_system/_api/database              create database         (create_database)
   GET    /_db/{db}/_api/collection               list collections        (has_collection, verify)
@@ -31,6 +33,7 @@ from __future__ import annotations
 import argparse
 import base64
 import json
+import os
 import re
 import socket
 import threading
@@ -119,6 +122,7 @@ class Handler(BaseHTTPRequestHandler):
     store: Store
     user: str
     password: str
+    jwt_secret: str
 
     def log_message(self, fmt, *args):   # quiet: tests read Store.requests instead
         pass
@@ -153,6 +157,13 @@ class Handler(BaseHTTPRequestHandler):
 
     def _authorized(self) -> bool:
         h = self.headers.get("Authorization", "")
+        if h.lower().startswith("bearer "):
+            import jwt
+            try:
+                claims = jwt.decode(h[7:], self.jwt_secret, algorithms=["HS256"], issuer="arangodb")
+            except jwt.PyJWTError:
+                return False
+            return claims.get("preferred_username") == self.user
         if not h.startswith("Basic "):
             return False
         try:
@@ -168,6 +179,8 @@ class Handler(BaseHTTPRequestHandler):
         try:
             body = self._body()
             self.store.requests.append((method, url.path))
+            if method == "POST" and url.path == "/_open/auth":
+                return self._send(*self._open_auth(body or {}))
             if not self._authorized():
                 raise ArangoError(401, 11, "not authorized to execute this request")
             db = "_system"
@@ -195,6 +208,15 @@ class Handler(BaseHTTPRequestHandler):
 
     def do_PATCH(self):
         self._dispatch("PATCH")
+
+    def _open_auth(self, body):
+        import jwt
+        if body.get("username") != self.user or body.get("password") != self.password:
+            raise ArangoError(401, 401, "Wrong credentials")
+        now = int(time.time())
+        token = jwt.encode({"iss": "arangodb", "iat": now, "exp": now + 3600, "preferred_username": self.user},
+                           self.jwt_secret, algorithm="HS256")
+        return 200, {"jwt": token}
 
     # -- routes -------------------------------------------------------------------------
     def _route(self, method, db, api, rest, params, body):
@@ -351,7 +373,8 @@ class ArangoStandin:
 
     def __init__(self, port: int = 0, user: str = "root", password: str = "segscope-standin"):
         self.store = Store()
-        handler = type("BoundHandler", (Handler,), {"store": self.store, "user": user, "password": password})
+        handler = type("BoundHandler", (Handler,), {"store": self.store, "user": user, "password": password,
+                                                     "jwt_secret": os.urandom(32).hex()})
         self.server = ThreadingHTTPServer(("127.0.0.1", port), handler)
         self.server.daemon_threads = True
         self.user, self.password = user, password

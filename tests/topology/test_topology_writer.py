@@ -79,6 +79,16 @@ def test_wrong_password_is_refused(arango):
     assert e.value.http_code == 401
 
 
+def test_jwt_authentication_works_and_a_wrong_password_gets_no_token(arango):
+    w = writer(arango, auth_method="jwt")
+    w.ensure_schema()
+    assert w.upsert("segscope_node", [{"_key": "200_0_0_A", "name": "A"}]) == 1
+    assert [d["name"] for d in w.all_documents("segscope_node")] == ["A"]
+    with pytest.raises(ArangoServerError) as e:
+        ArangoWriter(arango.url, arango.db_name, arango.user, arango.password + "-wrong", auth_method="jwt")
+    assert e.value.http_code == 401
+
+
 def test_sink_writes_the_model_then_only_changes_and_replays_add_nothing(arango):
     m = model_with(*views(sessions=[ONE_HOP]))
     sink = TopologySink(m, writer(arango))
