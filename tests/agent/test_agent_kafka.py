@@ -84,3 +84,43 @@ def test_stamp_records_and_node_view_reach_kafka(lab, stack, stubs, tmp_path):
     finally:
         b.Reset(pb.ResetRequest())
         assert agent.stop() == 0
+
+
+def test_altmark_blocks_reach_kafka(lab, stack, tmp_path):
+    """A TX flow monitor started through an agent with --kafka: altmark_collector (run by the agent)
+    emits one block record per closed block; the blocks' packets add up to what was sent."""
+    from segscope_proto.segscope.agent.v1 import flowmon_pb2 as fm, flowmon_pb2_grpc
+    from segscope_schemas.altmark_block import decode_batch as decode_blocks
+    import sys
+    fid = 4712
+    t0_tai = time.clock_gettime_ns(time.CLOCK_TAI)
+    agent = start_agent(lab.ns("A"), "A", tmp_path, kafka=stack.kafka_bootstrap, instance="agt-A-kafka2")
+    try:
+        with agent.channel() as ch:
+            f = flowmon_pb2_grpc.FlowMonitorServiceStub(ch)
+            f.StartFlowMonitor(fm.StartFlowMonitorRequest(monitor=fm.FlowMonitor(
+                side=fm.FLOW_MONITOR_SIDE_TX, flow_id=fid, device="a0", method=fm.MARKING_METHOD_DSCP,
+                segments=["fc00:2::e", "fc00:3::d6"], period_ms=200)))
+            time.sleep(0.5)
+            sent = int(lab.run("H1", [sys.executable, "-c",
+                                      "import socket,time\ns=socket.socket(socket.AF_INET6,socket.SOCK_DGRAM)\n"
+                                      "for i in range(300):\n s.sendto(b'z'*80,('fd00:b::1',40002)); time.sleep(0.002)\n"
+                                      "print(300)"], check=True).stdout)
+            time.sleep(1.0)   # the blocks of the traffic close (T = 200 ms) and are collected (+T/2)
+            total = f.GetFlowMonitorResults(fm.GetFlowMonitorResultsRequest(
+                side=fm.FLOW_MONITOR_SIDE_TX, flow_id=fid)).total_packets
+            assert total == sent
+
+            def keep(msg):
+                if msg.key() != f"A/{fid}".encode():
+                    return None
+                _, recs = decode_blocks(msg.value())
+                return [(int(r["block_index"]), int(r["packets"])) for r in recs
+                        if int(r["direction"]) == 1 and int(r["block_start_ns"]) >= t0_tai - 200_000_000]
+            got = consume(stack.kafka_bootstrap, "segscope.altmark.blocks", keep,
+                          lambda g: sum(p for batch in g for _, p in batch) >= sent, timeout_s=20)
+            blocks = dict(b for batch in got for b in batch)
+            assert sum(blocks.values()) == sent, blocks
+            f.StopFlowMonitor(fm.StopFlowMonitorRequest(side=fm.FLOW_MONITOR_SIDE_TX, flow_id=fid))
+    finally:
+        assert agent.stop() == 0
