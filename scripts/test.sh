@@ -15,7 +15,7 @@ fi
 
 sweep() {
   $PY -m services.stack down --if-unused >/dev/null 2>&1 || true
-  for p in te2e ctla ctlbt amlab_gt amlab_e2e; do $PY -m netlab down --prefix "$p" >/dev/null 2>&1 || true; done
+  for p in te2e ctla ctlbt amlab_gt amlab_e2e agt; do $PY -m netlab down --prefix "$p" >/dev/null 2>&1 || true; done
 }
 trap sweep EXIT INT TERM
 
