@@ -80,6 +80,18 @@ def test_views_of_the_real_network_give_the_expected_links(lab):
     assert (ar["local_mac"], ar["remote_mac"]) == (lab.mac("A", "a0"), lab.mac("R", "r0"))
 
 
+def test_cli_prints_the_view_and_fails_clearly_on_a_missing_namespace(lab):
+    import subprocess
+    import sys
+    ok = subprocess.run([sys.executable, "-m", "collectors.topology", "--node", "B", "--netns", lab.ns("B"),
+                         "--print"], capture_output=True, text=True, cwd=REPO)
+    assert ok.returncode == 0, ok.stderr
+    assert [s["sid"] for s in json.loads(ok.stdout)["local_sids"]] == ["fc00:3::d6"]
+    bad = subprocess.run([sys.executable, "-m", "collectors.topology", "--node", "B", "--netns", "topo-nosuchnode",
+                          "--print"], capture_output=True, text=True, cwd=REPO)
+    assert bad.returncode == 1 and "topo-nosuchnode" in bad.stderr and "does not exist" in bad.stderr
+
+
 def test_view_of_a_missing_namespace_is_a_clear_error():
     with pytest.raises(NodeViewError, match="topo-nosuchnode"):
         build_node_view("X", "topo-nosuchnode")
