@@ -87,16 +87,26 @@ def _start_processor(procs: al.Processes, stack, offset_s: int, datadir: Path, t
                      "SEGSCOPE_TAI_UTC_OFFSET_S": str(offset_s)})
 
 
-def _influx_points(stack, ids: dict[str, int], since_ns: int, offset_s: int) -> dict[tuple[int, int], dict]:
-    """{(flow_id, block_index): point} of our flows' altmark_loss points."""
-    wanted = {str(i) for i in ids.values()}
+def _influx_points(stack, ids: dict[str, int], since_ns: int, offset_s: int,
+                   stray: list | None = None) -> dict[tuple[int, int], dict]:
+    """{(flow_id, block_index): point} of our flows' altmark_loss points, in the series of our
+    nodes (tx_node=A; rx_node=B, or `unknown` for the flows no egress agent ever reported).
+    Points of our flows in any other series go to `stray` (the processor names a side it has
+    not seen yet `unknown`; if that side arrives later, the block is re-published under the
+    real node, and the first point stays behind in its own series)."""
+    series = {str(ids[f.name]): ("A", "B" if f.has_rx else "unknown") for f in FLOWS}
     rows = stack.influx_query(f'SELECT * FROM "altmark_loss" WHERE time >= {since_ns - 10 * 10**9} '
                               f"AND \"period_ms\" = '{PERIOD_MS}'")
     out = {}
     for row in rows:
-        if row.get("flow") in wanted:
-            block = (int(row["time"]) + offset_s * 10**9) // PERIOD_NS
+        if row.get("flow") not in series:
+            continue
+        block = (int(row["time"]) + offset_s * 10**9) // PERIOD_NS
+        if (row.get("tx_node"), row.get("rx_node")) == series[row["flow"]]:
             out[(int(row["flow"]), block)] = row
+        elif stray is not None:
+            stray.append((int(row["flow"]), block, row.get("tx_node"), row.get("rx_node"),
+                          row.get("complete"), row.get("reason"), row.get("lost")))
     return out
 
 
@@ -131,6 +141,25 @@ def _wait_collectors_ready(tap: al.BlockRecordTap, ids: dict[str, int], procs: a
         time.sleep(0.2)
     raise AssertionError(f"collectors published no full block within {timeout_s} s "
                          f"(tap error {tap.error}); logs: {[procs.log(n)[-500:] for n in procs.procs]}")
+
+
+def _ipv6_headers(pcap: Path) -> list[tuple[int, int, str]]:
+    """(traffic class, next header, destination) of every IPv6 frame of a tcpdump capture
+    (classic pcap, Ethernet link type; parsed here: scapy takes ~10 s to import on this VM)."""
+    import ipaddress
+    import struct
+    data = pcap.read_bytes()
+    assert struct.unpack_from("<I", data)[0] == 0xA1B2C3D4 and struct.unpack_from("<I", data, 20)[0] == 1
+    out, off = [], 24
+    while off + 16 <= len(data):
+        caplen = struct.unpack_from("<I", data, off + 8)[0]
+        frame = data[off + 16: off + 16 + caplen]
+        off += 16 + caplen
+        if len(frame) >= 54 and frame[12:14] == b"\x86\xdd":
+            ip = frame[14:]
+            tc = ((ip[0] & 0x0F) << 4) | (ip[1] >> 4)
+            out.append((tc, ip[6], str(ipaddress.IPv6Address(ip[24:40]))))
+    return out
 
 
 def _capture_bh(lab, pcap: Path, seconds: float) -> subprocess.Popen:
@@ -215,7 +244,9 @@ def run(stack, bpffs, tmp_path_factory):
                 break
             time.sleep(1)
         tap.stop()
-        yield {"tap": tap, "ids": ids, "blocks": blocks, "outage": outage, "restart_blocks": restart_blocks,
+        stray: list = []
+        _influx_points(stack, ids, since_ns, offset_s, stray)
+        yield {"stray": stray, "tap": tap, "ids": ids, "blocks": blocks, "outage": outage, "restart_blocks": restart_blocks,
                "recovered": recovered, "all_blocks": blocks + outage + restart_blocks, "crash_code": crash_code,
                "points": points, "snaps": snaps, "sent": sent,
                "other_drops": al.drops_between(drops0, drops1), "r": r_counters, "h2": h2_counters,
@@ -341,6 +372,15 @@ def test_every_block_loss_equals_nft_drops(run):
     _assert_exact(run, *_compare(run, counts))
 
 
+def test_points_in_other_series_are_never_numbers(run):
+    """A point of our flows outside the A/B series (a side the processor had not seen yet when
+    it timed the block out, tagged `unknown`) must at least never carry a loss number."""
+    print("\npoints of our flows in other series:", run["stray"][:10], f"({len(run['stray'])})")
+    for flow, block, tx_node, rx_node, complete, reason, lost in run["stray"]:
+        assert complete is False and lost is None and reason in ("missing_tx", "missing_rx"), \
+            (flow, block, tx_node, rx_node, complete, reason, lost)
+
+
 def test_tx_counts_equal_packets_seen_at_transit(run):
     ids, points, snaps = run["ids"], run["points"], run["snaps"]
     diffs = []
@@ -450,16 +490,14 @@ def test_marking_never_leaks_past_the_egress_edge(run):
     for f in FLOWS:
         assert h2[f"{f.name} rx"] > 0
         assert h2[f"{f.name} tc_changed"] == 0 and h2[f"{f.name} not_udp"] == 0, f.name
-    from scapy.all import IPv6, UDP, rdpcap   # noqa: E402 - scapy is slow to import
     expect_tc = {f.dst: f.tclass for f in FLOWS} | {UNMONITORED_DST: UNMONITORED_TCLASS}
-    pkts = [p for p in rdpcap(str(run["pcap"])) if IPv6 in p]
+    pkts = _ipv6_headers(run["pcap"])
     assert len(pkts) >= 1000, len(pkts)
     seen_dsts = set()
-    for p in pkts:
-        ip = p[IPv6]
-        assert ip.nh == 17 and UDP in p, p.summary()
-        assert ip.tc == expect_tc[ip.dst], (ip.dst, ip.tc)
-        seen_dsts.add(ip.dst)
+    for tc, nh, dst in pkts:
+        assert nh == 17, (dst, nh)                   # UDP right after IPv6: no DOH, no SRH
+        assert tc == expect_tc[dst], (dst, hex(tc))
+        seen_dsts.add(dst)
     assert len(seen_dsts) == len(expect_tc)
 
 
