@@ -240,3 +240,30 @@ def test_batched_apply_is_one_call_per_node_and_kind(first_apply):
     assert [op.action for op in back.ops] == ["remove"] * 80
     assert back.mutating_calls == {"A": {"ApplyBatch": 1}, "R": {"ApplyBatch": 1}}
     assert ctl.apply().mutating_calls == {}
+
+
+def test_a_refused_call_stops_apply_with_exit_1(env, first_apply, tmp_path):
+    """The agent refuses a policy on a device the node does not have: apply stops there, says which
+    node, RPC and gRPC code, exits 1; what was applied before stays; fixing the file and applying
+    again continues from what the agents then report."""
+    ctl, _ = first_apply
+    ctl.set_intent(load_intent(DEMO))
+    ctl.apply()
+    certs = os.environ["SEGSCOPE_CERTS"]
+    text = DEMO.read_text().replace("../../.run/demo/certs", certs).replace(
+        '  - {node: R, sid: "fc00:2::e", action: End, dev: r0, count: true}\n',
+        '  - {node: R, sid: "fc00:2::e", action: End, dev: r0, count: true}\n'
+        '  - {node: R, sid: "fc00:2::77", action: End, dev: r1}\n').replace(
+        "policies:\n", 'policies:\n  - {node: R, destination: "fd00:66::/64", segs: ["fc00:3::d6"], dev: nope0}\n')
+    bad = tmp_path / "bad_dev.yaml"
+    bad.write_text(text)
+    r = _cli("apply", str(bad))
+    assert r.returncode == 1
+    assert "FAILED" in r.stderr and "node R" in r.stderr and "CreatePolicy" in r.stderr, r.stderr
+    assert "1/2 operation(s) applied" in r.stdout, r.stdout          # the SID went in before
+    ok = bad.read_text().replace("dev: nope0", "dev: r1")
+    bad.write_text(ok)
+    r = _cli("apply", "--json", str(bad))
+    assert r.returncode == 0 and json.loads(r.stdout)["mutating_calls"] == {"R": {"CreatePolicy": 1}}
+    back = ctl.apply()
+    assert back.mutating_calls == {"R": {"RemovePolicy": 1, "RemoveLocalSid": 1}}
