@@ -42,6 +42,10 @@ def pins(bpffs, request):
     d.mkdir(parents=True)
     yield d
     subprocess.run(["rm", "-rf", str(d)], check=False)
+    try:
+        PIN_ROOT.rmdir()   # the last test's pins gone: leave no empty dir of ours behind
+    except OSError:
+        pass
 
 
 @pytest.fixture(scope="module")

@@ -98,6 +98,15 @@ def parse_fields(fields_s: str) -> dict:
 
 
 @pytest.fixture
+def workers():
+    """Worker processes a test starts; stopped (SIGTERM, then kill) even when the test fails."""
+    procs = []
+    yield procs
+    for proc in procs:
+        stop_worker(proc)
+
+
+@pytest.fixture
 def run_names(stack):
     run = uuid.uuid4().hex[:6]
     names = {"run": run, "blocks": f"amcol.test.{run}.blocks", "deadletter": f"amcol.test.{run}.deadletter",
@@ -107,7 +116,7 @@ def run_names(stack):
     return names
 
 
-def test_loss_worker_to_influxdb(stack, run_names, tmp_path):
+def test_loss_worker_to_influxdb(stack, run_names, tmp_path, workers):
     n = run_names
     bootstrap = stack.kafka_bootstrap
     rnd = random.Random(n["run"])
@@ -117,6 +126,7 @@ def test_loss_worker_to_influxdb(stack, run_names, tmp_path):
     dl = tail_consumer(bootstrap, n["deadletter"])
     proc, log_path = start_worker(bootstrap, tmp_path, n["blocks"], "segscope.metrics", n["deadletter"],
                                   n["app_id"])
+    workers.append(proc)
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "compression.type": "lz4"})
     seq = iter(range(1_000_000))
 
@@ -230,11 +240,10 @@ def test_loss_worker_to_influxdb(stack, run_names, tmp_path):
     assert (counters["batches_in"], counters["malformed_batches"], counters["invalid_records"],
             counters["duplicate_records"], counters["dmark_delays"], counters["dmark_mismatch"]) == \
         (14, 2, 1, 1, 1, 1)
-    stop_worker(proc)
 
 
 @pytest.mark.parametrize("per_message, n_flows", [(1, 4000), (1000, 10_000)])
-def test_loss_worker_throughput(stack, tmp_path, per_message, n_flows):
+def test_loss_worker_throughput(stack, tmp_path, per_message, n_flows, workers):
     """Records/s of one worker: n_flows blocks x tx/rx as 1-record batches (the collector's
     default: one message per flow and tick) or 1000-record batches (--group-flows)."""
     bootstrap = stack.kafka_bootstrap
@@ -253,6 +262,7 @@ def test_loss_worker_throughput(stack, tmp_path, per_message, n_flows):
                           "auto.offset.reset": "earliest", "enable.auto.commit": False})
     metrics_c.subscribe([metrics])
     proc, log_path = start_worker(bootstrap, tmp_path, blocks, metrics, dl, f"amcol-loss-bench-{run}")
+    workers.append(proc)
     t0 = t_done = None
     complete_lines = 0
     deadline = time.monotonic() + 120
