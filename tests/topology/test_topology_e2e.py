@@ -13,7 +13,7 @@ path's own latency (sender syscall, veths, relay wake-up, reflector), then MAIN 
 - the edge A->R (R->A) carries `latency` == `unidir_link_delay` == the mean_us of the newest
   forward (reverse) stamp_delay point of MAIN, exactly (what the pipeline measured, unchanged);
 - that value == injected + relay lateness + the path latency BASE measured, within TOLERANCE_US
-  (one second's mean of 100 packets, so wider than the e2e test's 20 s mean: 250 us still
+  (one second's mean of 100 packets, so wider than the e2e test's 20 s mean: 300 us still
   catches a lost, doubled or swapped delay, each >= 1000 us off);
 - the path documents keyed by SID list exist for both directions with the same numbers;
 - one document per key: the graph has exactly 3 nodes, 4 links, 4 edges, 3 SIDs, 2 paths;
@@ -48,7 +48,7 @@ PREFIX = "topoe"
 BASE, MAIN = 61, 62
 BASE_US, FWD_US, REV_US = 200, 2000, 1000
 BASE_S, MAIN_S, RATE = 6, 10, 100
-TOLERANCE_US = 250
+TOLERANCE_US = 300
 SENDER, REFLECTOR = "fc00:1::1", "fc00:12::2"
 AR_KEY = "200_0_2_0_A_fc00:12::1_R_fc00:12::2"
 RA_KEY = "200_0_2_0_R_fc00:12::2_A_fc00:12::1"
