@@ -36,7 +36,8 @@ log = logging.getLogger("segscope.topology")
 
 cfg = TopologyConfig.from_env()
 model = TopologyModel(identity=Identity(protocol_id=cfg.protocol_id, domain_id=cfg.domain_id))
-extra_counters = {"messages_in": 0, "metrics_messages_in": 0, "dead_letters": 0, "processing_errors": 0}
+extra_counters = {"messages_in": 0, "metrics_messages_in": 0, "dead_letters": 0, "processing_errors": 0,
+                  "connect_errors": 0}
 sink: TopologySink | None = None
 
 
@@ -147,9 +148,15 @@ async def flush() -> None:
     global sink, _last_log
     loop = asyncio.get_running_loop()
     if sink is None:
-        writer = await loop.run_in_executor(None, lambda: ArangoWriter(
-            cfg.arango_url, cfg.arango_db, cfg.arango_user, cfg.arango_password, mode=cfg.mode,
-            auth_method=cfg.arango_auth))
+        try:   # jwt fetches a token here: ArangoDB may not be up yet; try again next flush
+            writer = await loop.run_in_executor(None, lambda: ArangoWriter(
+                cfg.arango_url, cfg.arango_db, cfg.arango_user, cfg.arango_password, mode=cfg.mode,
+                auth_method=cfg.arango_auth))
+        except Exception as e:
+            extra_counters["connect_errors"] += 1
+            log.warning("cannot connect to ArangoDB %s: %r (retrying every flush)", cfg.arango_url, e)
+            await metrics_out.send(key=b"topology", value=counters_line().encode())
+            return
         sink = TopologySink(model, writer)
     snap = sink.snapshot()                                 # in the event loop: the model is ours here
     await loop.run_in_executor(None, sink.write, snap)     # blocking HTTP off the event loop
