@@ -106,6 +106,10 @@ class FlowMonAgent:
         return ["--netns", self.netns] if self.netns else []
 
     def attach(self, side: int, device: str) -> None:
+        if self.pin_dir(side).exists():   # left by a previous agent of this node that was killed
+            log.warning("%s exists from a previous agent; detaching it first", self.pin_dir(side))
+            subprocess.run([str(self.tool(side)), "detach", "--dev", device, "--instance", self.instance,
+                            *self.ns_args()], capture_output=True, timeout=30)
         self.run(side, ["attach", "--dev", device, "--instance", self.instance, *self.ns_args()], "monitor.device")
         self.sides[side] = Side(device, {})
         log.info("%s attached to %s (instance %s)", PROG[side], device, self.instance)

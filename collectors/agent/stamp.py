@@ -193,6 +193,14 @@ class StampAgent:
                                    key=f"{self.node}/{ssid}".encode())
         self._producer.poll(0)
 
+    def clear_leftovers(self, tool: Path, pin: Path, device: str) -> None:
+        """Pins of this instance that this agent did not make: a previous agent of the node was
+        killed without cleaning up. Detach them so Init starts from a clean datapath."""
+        if pin.exists():
+            log.warning("Init: %s exists from a previous agent; detaching it first", pin)
+            subprocess.run([str(tool), "detach", *self.tools.ns_args(), "--dev", device, "--pin-dir", str(pin)],
+                           capture_output=True, timeout=30)
+
     # -- sender processes -----------------------------------------------------------------------
     def _spawn_sender(self, s: Session, duration_s: float) -> None:
         sp = s.spec
@@ -372,6 +380,7 @@ class StampServicer(pb_grpc.StampServiceServicer):
                                f"reflector: already initialised with device {a.reflector_cfg.device} addresses "
                                f"{list(a.reflector_cfg.addresses)} port {a.reflector_cfg.udp_port}; Reset first")
             if snd is not None and a.sender_cfg is None:
+                a.clear_leftovers(t.collector, t.collector_pin, snd.device)
                 t.run([t.collector, "attach", *t.ns_args(), "--dev", snd.device, "--pin-dir", t.collector_pin],
                       "sender.device")
                 a.sender_cfg = snd
@@ -379,6 +388,7 @@ class StampServicer(pb_grpc.StampServiceServicer):
                 changed = True
                 log.info("Init sender: stamp_collector attached to %s, results reader started", snd.device)
             if rfl is not None and a.reflector_cfg is None:
+                a.clear_leftovers(t.reflector, t.reflector_pin, rfl.device)
                 t.run([t.reflector, "attach", *t.ns_args(), "--dev", rfl.device, "--pin-dir", t.reflector_pin,
                        "--port", rfl.udp_port], "reflector.device")
                 try:

@@ -180,3 +180,28 @@ def test_bad_requests_name_the_field(roles):
     with pytest.raises(grpc.RpcError) as e:
         next(iter(a.SubscribeStampResults(pb.SubscribeStampResultsRequest(ssids=[0]))))
     assert e.value.code() == IA and e.value.details().startswith("ssids[0]: required")
+
+
+def test_a_killed_agent_is_replaced_cleanly(lab, pki, tmp_path):
+    """SIGKILL leaves the XDP collector attached and pinned; the next agent's Init clears it."""
+    import os
+    import signal as sig
+    from segscope_proto.segscope.agent.v1 import stamp_pb2_grpc
+    from tests.agent.agent_env import start_agent
+    init = pb.InitRequest(sender=pb.StampSenderConfig(device="ah", source_address="fd00:a::2"))
+    first = start_agent(lab.ns("A"), "A", tmp_path / "first", pki=pki, instance="agt-A-kill")
+    with first.channel() as ch:
+        assert stamp_pb2_grpc.StampServiceStub(ch).Init(init).changed
+    os.killpg(first.proc.pid, sig.SIGKILL)
+    first.proc.wait()
+    assert "xdp" in lab.run("A", ["ip", "link", "show", "ah"], check=True).stdout   # left behind
+    second = start_agent(lab.ns("A"), "A", tmp_path / "second", pki=pki, instance="agt-A-kill")
+    try:
+        with second.channel() as ch:
+            s = stamp_pb2_grpc.StampServiceStub(ch)
+            assert s.Init(init).changed
+            assert s.Reset(pb.ResetRequest()).changed
+        assert "xdp" not in lab.run("A", ["ip", "link", "show", "ah"], check=True).stdout
+        assert "from a previous agent; detaching it first" in second.log()
+    finally:
+        assert second.stop() == 0
