@@ -14,6 +14,7 @@ and a "rogue" client certificate from another CA (must be refused under mutual T
 """
 from __future__ import annotations
 
+import atexit
 import datetime as dt
 import os
 import re
@@ -132,6 +133,8 @@ class AgentHandle:
         return self.log_path.read_text(errors="replace")
 
     def stop(self, timeout_s: float = 20.0) -> int:
+        if self.proc.returncode is not None:
+            return self.proc.returncode
         if self.proc.poll() is None:
             try:
                 os.killpg(self.proc.pid, signal.SIGTERM)
@@ -185,6 +188,9 @@ def start_agent(netns: str | None, node: str, run_dir: str | Path, *, tls: bool 
             if m:
                 handle = AgentHandle(node, netns, f"127.0.0.1:{m.group(1)}", pki if tls else None,
                                      tls and mtls, proc, log_path)
+                # the agent runs in its own session: make sure it does not outlive a caller that
+                # forgets stop() or dies on an exception (stop() of a stopped agent is a no-op)
+                atexit.register(handle.stop)
                 break
             if time.monotonic() > deadline:
                 raise RuntimeError(f"agent {node} did not start within {timeout_s} s: {log_path.read_text()[-3000:]}")
