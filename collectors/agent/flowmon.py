@@ -252,6 +252,7 @@ class FlowMonitorServicer(pb_grpc.FlowMonitorServiceServicer):
                     continue
                 dp = self.a.datapath_flows(side)
                 out += [_status(m, dp.get(fid)) for fid, m in sorted(self.a.sides[side].flows.items())]
+        log.info("ListFlowMonitors: %d monitors", len(out))
         return pb.ListFlowMonitorsResponse(monitors=out)
 
     def GetFlowMonitorResults(self, req, ctx):
@@ -267,6 +268,7 @@ class FlowMonitorServicer(pb_grpc.FlowMonitorServiceServicer):
         if dp is None:
             raise ApiError(grpc.StatusCode.FAILED_PRECONDITION,
                            f"flow_id: {PROG[side]} flow {req.flow_id} is no longer in the datapath")
+        log.info("GetFlowMonitorResults %s flow %d", PROG[side], req.flow_id)
         colours = [pb.ColourCounters(packets=c["packets"], bytes=c["bytes"], dmark_packets=c["dmark_packets"])
                    for c in sorted(dp["counters"], key=lambda c: c["colour"])]
         return pb.GetFlowMonitorResultsResponse(status=_status(m, dp), colours=colours,

@@ -413,6 +413,7 @@ class Srv6Servicer(pb_grpc.Srv6ServiceServicer):
         p = self.st.policies.get(key)
         if p is None:
             raise ApiError(grpc.StatusCode.NOT_FOUND, f"destination: policy {key[0]} table {key[1]}: no such policy")
+        log.info("GetPolicy %s table %d: found", key[0], key[1])
         return pb.GetPolicyResponse(policy=policy_to_msg(self.st, p))
 
     def ListPolicies(self, req, ctx):
@@ -420,8 +421,9 @@ class Srv6Servicer(pb_grpc.Srv6ServiceServicer):
         self.st.resync(table)
         with self.st.lock:
             ps = sorted(self.st.policies.values(), key=lambda p: (p.table, p.destination))
-        return pb.ListPoliciesResponse(policies=[policy_to_msg(self.st, p) for p in ps
-                                                 if table is None or p.table == table])
+        out = [policy_to_msg(self.st, p) for p in ps if table is None or p.table == table]
+        log.info("ListPolicies table %s: %d policies", "all" if table is None else table, len(out))
+        return pb.ListPoliciesResponse(policies=out)
 
     # local SIDs
     def CreateLocalSid(self, req, ctx):
@@ -439,6 +441,7 @@ class Srv6Servicer(pb_grpc.Srv6ServiceServicer):
         s = self.st.sids.get(key)
         if s is None:
             raise ApiError(grpc.StatusCode.NOT_FOUND, f"sid: local SID {key[0]} table {key[1]}: no such local SID")
+        log.info("GetLocalSid %s table %d: found", key[0], key[1])
         return pb.GetLocalSidResponse(state=sid_state(self.st, s))
 
     def ListLocalSids(self, req, ctx):
@@ -446,8 +449,9 @@ class Srv6Servicer(pb_grpc.Srv6ServiceServicer):
         self.st.resync(table)
         with self.st.lock:
             ss = sorted(self.st.sids.values(), key=lambda s: (s.table, s.sid))
-        return pb.ListLocalSidsResponse(local_sids=[sid_state(self.st, s) for s in ss
-                                                    if table is None or s.table == table])
+        out = [sid_state(self.st, s) for s in ss if table is None or s.table == table]
+        log.info("ListLocalSids table %s: %d local SIDs", "all" if table is None else table, len(out))
+        return pb.ListLocalSidsResponse(local_sids=out)
 
     # batch
     def ApplyBatch(self, req, ctx):

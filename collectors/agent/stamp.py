@@ -523,8 +523,9 @@ class StampServicer(pb_grpc.StampServiceServicer):
 
     def ListStampSessions(self, req, ctx):
         with self.a.lock:
-            return pb.ListStampSessionsResponse(
-                sessions=[s.status() for _, s in sorted(self.a.sessions.items())])
+            out = [s.status() for _, s in sorted(self.a.sessions.items())]
+        log.info("ListStampSessions: %d sessions", len(out))
+        return pb.ListStampSessionsResponse(sessions=out)
 
     # -- results -----------------------------------------------------------------------------
     def GetStampSessionResults(self, req, ctx):
@@ -539,6 +540,7 @@ class StampServicer(pb_grpc.StampServiceServicer):
         start = max(0, req.from_index - first_held)
         out = held[start:start + limit]
         nxt = out[-1].index + 1 if out else max(req.from_index, first_held + len(held))
+        log.info("GetStampSessionResults ssid %d from %d: %d results", ssid, req.from_index, len(out))
         return pb.GetStampSessionResultsResponse(
             results=out, next_index=nxt, dropped_results=dropped,
             forward=_summary([r.forward_delay_ns for r in held]),
