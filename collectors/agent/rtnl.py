@@ -11,7 +11,6 @@ Wire references: linux/rtnetlink.h, lwtunnel.h, seg6.h, seg6_iptunnel.h, seg6_lo
 from __future__ import annotations
 
 import ctypes
-import errno
 import os
 import socket
 import struct
@@ -27,7 +26,7 @@ NLM_F_REPLACE, NLM_F_EXCL, NLM_F_CREATE = 0x100, 0x200, 0x400
 NLM_F_ACK_TLVS = 0x200
 SOL_NETLINK, NETLINK_CAP_ACK, NETLINK_EXT_ACK, NETLINK_GET_STRICT_CHK = 270, 10, 11, 12
 NLMSGERR_ATTR_MSG = 1
-RTA_DST, RTA_OIF, RTA_PRIORITY, RTA_TABLE, RTA_ENCAP_TYPE, RTA_ENCAP = 1, 4, 6, 15, 21, 22
+RTA_DST, RTA_OIF, RTA_PRIORITY, RTA_MULTIPATH, RTA_TABLE, RTA_ENCAP_TYPE, RTA_ENCAP = 1, 4, 6, 9, 15, 21, 22
 NLA_F_NESTED = 0x8000
 IFLA_IFNAME = 3
 RTPROT_STATIC, RT_SCOPE_UNIVERSE, RTN_UNICAST, RT_TABLE_MAIN, RT_TABLE_COMPAT = 4, 0, 1, 254, 252
@@ -191,7 +190,7 @@ def decode_route(buf: bytes, off: int, end: int) -> PolicyRoute | LocalSidRoute 
     fam, plen, _, _, table8, _, _, rtype, _ = _RTMSG.unpack_from(buf, off)
     a = _attrs(buf, off + _RTMSG.size, end)
     enc_type = a.get(RTA_ENCAP_TYPE)
-    if enc_type is None or RTA_ENCAP not in a or RTA_MULTIPATH_PRESENT(a):
+    if enc_type is None or RTA_ENCAP not in a or RTA_MULTIPATH in a:   # multipath: not ours
         return None
     enc_type = struct.unpack("=H", enc_type[:2])[0]
     table = struct.unpack("=I", a[RTA_TABLE])[0] if RTA_TABLE in a else table8
@@ -221,10 +220,6 @@ def decode_route(buf: bytes, off: int, end: int) -> PolicyRoute | LocalSidRoute 
             segments=_decode_srh(e[SEG6_LOCAL_SRH], drop_first=action == ACT_END_B6) if SEG6_LOCAL_SRH in e else (),
             count=counters is not None, metric=metric, counters=counters)
     return None
-
-
-def RTA_MULTIPATH_PRESENT(a: dict[int, bytes]) -> bool:
-    return 9 in a  # RTA_MULTIPATH: not something the agent manages
 
 
 # --- the socket -----------------------------------------------------------------------------

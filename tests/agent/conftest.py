@@ -2,9 +2,7 @@
 one agent per node (A, R, B) under mutual TLS, started with tests/agent/agent_env.py."""
 from __future__ import annotations
 
-import subprocess
 import sys
-from pathlib import Path
 
 import grpc
 import pytest
@@ -80,6 +78,3 @@ def expect_error(fn, req, code: grpc.StatusCode, field: str) -> str:
     assert e.code() == code, f"{e.code()} {e.details()}"
     assert e.details().startswith(field), f"message {e.details()!r} does not start with {field!r}"
     return e.details()
-
-
-__all__ = ["Stubs", "ip", "expect_error", "rpc_error", "PREFIX", "subprocess", "Path"]
