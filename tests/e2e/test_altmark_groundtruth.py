@@ -10,6 +10,7 @@ the per-block snapshots add up, and the committed topology is the generated one.
 from __future__ import annotations
 
 import math
+import re
 import time
 from pathlib import Path
 
@@ -41,6 +42,25 @@ def test_flow_table_is_what_the_issue_asks():
         mine = [f for f in monitored if f.method == method]
         assert len(mine) >= 12
         assert sorted({f.loss_pct for f in mine}) == [0.0, 0.1, 1.0, 10.0]
+
+
+def test_nft_offsets_follow_the_datapath_contract():
+    """The raw offsets nft reads are the ones datapath/altmark.h writes (a changed layout there
+    must fail here, not silently turn the ground truth into nonsense)."""
+    header = (REPO / "datapath" / "altmark.h").read_text()
+
+    def define(name: str) -> int:
+        m = re.search(rf"#define\s+{name}\s+(0x[0-9a-fA-F]+|\d+)", header)
+        assert m, name
+        return int(m.group(1), 0)
+    data_bits = 40 * 8 + 32                        # option data after IPv6 (40) + DOH head (4)
+    assert define("ALTMARK_DOH_LEN") == 8 and define("ALTMARK_OPT_TYPE") == 0x12
+    assert al.DOH_OPT_TYPE_BITS == 40 * 8 + 16
+    assert al.DOH_FLOWMON_BITS == data_bits and define("ALTMARK_OPT_FLOWMON_SHIFT") == 12   # 20 bits on top
+    assert al.DOH_L_BITS == data_bits + 31 - define("ALTMARK_OPT_L_FLAG").bit_length() + 1
+    # dscp: DSCP bit b is Traffic Class bit b + 2; TC starts 4 bits into the header
+    l_bit = define("ALTMARK_DSCP_L_BIT_DEFAULT")
+    assert al.DSCP_L_BITS == 4 + (7 - (l_bit + 2))
 
 
 @pytest.fixture(scope="module")
