@@ -2,6 +2,7 @@
 one agent per node (A, R, B) under mutual TLS, started with tests/agent/agent_env.py."""
 from __future__ import annotations
 
+import json
 import sys
 
 import grpc
@@ -78,3 +79,36 @@ def expect_error(fn, req, code: grpc.StatusCode, field: str) -> str:
     assert e.code() == code, f"{e.code()} {e.details()}"
     assert e.details().startswith(field), f"message {e.details()!r} does not start with {field!r}"
     return e.details()
+
+
+def drop_counters(lab) -> dict[str, int]:
+    """Every non-zero drop/discard/error counter of the path's nodes (nstat + link stats), to say
+    WHERE packets went if the exact count ever differs."""
+    out = {}
+    # per-CPU backlog drops (global, not per netns): column 2 of /proc/net/softnet_stat
+    with open("/proc/net/softnet_stat") as f:
+        out["softnet:dropped"] = sum(int(line.split()[1], 16) for line in f)
+    for node in ("H1", "A", "R", "B", "H2"):
+        for line in lab.run(node, ["nstat", "-asz"], check=True).stdout.splitlines():
+            parts = line.split()
+            if len(parts) >= 2 and parts[1].isdigit() and any(
+                    k in parts[0] for k in ("Discard", "NoRoute", "Drop", "Err", "Trunc", "Fail")):
+                out[f"{node}:{parts[0]}"] = int(parts[1])
+        links = json.loads(lab.run(node, ["ip", "-s", "-j", "link"], check=True).stdout)
+        for l in links:
+            for d in ("rx", "tx"):
+                st = l.get("stats64", {}).get(d, {})
+                for k in ("dropped", "errors"):
+                    out[f"{node}:{l['ifname']}:{d}_{k}"] = st.get(k, 0)
+    return out
+
+
+def link_rx_drops(moved: dict[str, int]) -> int:
+    """Packets the lab's veths dropped on receive (per-CPU backlog overflow: the backlog is shared
+    by the whole machine, so other load on this VM can fill it; each such drop shows as
+    tx_dropped on the sending veth and rx_dropped on its peer)."""
+    return sum(v for k, v in moved.items() if k.endswith(":rx_dropped"))
+
+
+def moved(before: dict[str, int], after: dict[str, int]) -> dict[str, int]:
+    return {k: v - before.get(k, 0) for k, v in after.items() if v != before.get(k, 0)}

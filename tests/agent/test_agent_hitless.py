@@ -17,6 +17,7 @@ import sys
 import time
 
 from segscope_proto.segscope.agent.v1 import srv6_pb2 as pb
+from tests.agent.conftest import drop_counters, link_rx_drops
 
 PORT = 40000
 RATE_PPS = 3000
@@ -58,28 +59,6 @@ def sid_packets(r_srv6) -> dict[str, int]:
     return out
 
 
-def drop_counters(lab) -> dict[str, int]:
-    """Every non-zero drop/discard/error counter of the path's nodes (nstat + link stats), to say
-    WHERE packets went if the exact count ever differs."""
-    out = {}
-    # per-CPU backlog drops (global, not per netns): column 2 of /proc/net/softnet_stat
-    with open("/proc/net/softnet_stat") as f:
-        out["softnet:dropped"] = sum(int(line.split()[1], 16) for line in f)
-    for node in ("H1", "A", "R", "B", "H2"):
-        for line in lab.run(node, ["nstat", "-asz"], check=True).stdout.splitlines():
-            parts = line.split()
-            if len(parts) >= 2 and parts[1].isdigit() and any(
-                    k in parts[0] for k in ("Discard", "NoRoute", "Drop", "Err", "Trunc", "Fail")):
-                out[f"{node}:{parts[0]}"] = int(parts[1])
-        links = json.loads(lab.run(node, ["ip", "-s", "-j", "link"], check=True).stdout)
-        for l in links:
-            for d in ("rx", "tx"):
-                st = l.get("stats64", {}).get(d, {})
-                for k in ("dropped", "errors"):
-                    out[f"{node}:{l['ifname']}:{d}_{k}"] = st.get(k, 0)
-    return out
-
-
 def set_path(a_srv6, segs) -> pb.UpdatePolicyResponse:
     return a_srv6.UpdatePolicy(pb.UpdatePolicyRequest(policy=pb.Policy(
         destination="fd00:b::/64", mode=pb.ENCAP_MODE_ENCAP, segments=segs, device="a0")), timeout=5)
@@ -93,16 +72,16 @@ def trial(lab, a, r) -> dict:
     sender = lab.popen("H1", [sys.executable, "-c", SENDER, str(RATE_PPS), str(DURATION_S), str(PORT)],
                        stdout=subprocess.PIPE, text=True)
     time.sleep(0.4)
-    intervals = []           # (path in force during the interval, SID packet counters over it)
-    snap, path = sid_packets(r), PATH_E
+    intervals = []           # (path in force, SID packet counters from its update's answer on)
+    path = PATH_E
     for _ in range(10):
         path = PATH_E2 if path == PATH_E else PATH_E
-        resp = set_path(a, path)
+        resp = set_path(a, path)  # the kernel has replaced the route when the answer comes
         assert resp.changed and list(resp.policy.segments) == path
+        start = sid_packets(r)
         time.sleep(0.3)
         now = sid_packets(r)
-        intervals.append((path[0], {k: now[k] - snap[k] for k in now}))
-        snap = now
+        intervals.append((path[0], {k: now[k] - start[k] for k in now}))
     out, _ = sender.communicate(timeout=30)
     result = json.loads(out.strip().splitlines()[-1])
     time.sleep(0.5)   # last packets drain
@@ -117,7 +96,7 @@ def trial(lab, a, r) -> dict:
     # packets the lab's veths dropped on receive (backlog overflow: the per-CPU backlog is shared
     # by the whole machine, so other load on this 2-vCPU VM can fill it; each such drop shows as
     # tx_dropped on the sender veth and rx_dropped on its peer) - not caused by the update
-    t["link_drops"] = sum(v for k, v in t["drops"].items() if k.endswith(":rx_dropped"))
+    t["link_drops"] = link_rx_drops(t["drops"])
     return t
 
 
@@ -151,14 +130,22 @@ def test_update_policy_is_hitless(lab, stubs):
         assert t["send_errors"] == 0
         assert t["sent"] >= RATE_PPS * DURATION_S * 0.8, f"sender too slow to make the test meaningful: {t['sent']}"
         assert t["h1_out"] == t["sent"], t
-        assert t["lost"] == 0, (f"lost {t['lost']} of {t['sent']} packets during 10 policy updates; "
-                                f"drop counters that moved: {t['drops']}")
+        # zero loss; or, when every trial was disturbed by a machine-wide backlog flood, every lost
+        # packet is one the lab's veths counted as a receive-backlog drop (none vanished silently,
+        # as a packet dropped by the route swap would)
+        assert t["lost"] == 0 or t["lost"] == t["link_drops"], (
+            f"lost {t['lost']} of {t['sent']} packets during 10 policy updates, {t['link_drops']} of them "
+            f"counted as veth backlog drops; drop counters that moved: {t['drops']}")
+        if t["lost"]:
+            print(f"hitless: no clean trial in 3 (machine load); the {t['lost']} lost packets are exactly "
+                  f"the {t['link_drops']} counted veth backlog drops")
         assert t["via"]["fc00:2::e"] + t["via"]["fc00:2::e2"] == t["sent"] + t["h2_back"]
-        # each interval's packets went (almost all) over the SID the policy had in that interval
+        # once UpdatePolicy has answered, the traffic goes over the new path: between the answer
+        # and 0.3 s later the old SID counts at most the few packets that were already past A
         for active, delta in t["intervals"]:
             total = sum(delta.values())
             assert total > 0.1 * RATE_PPS * 0.3, (active, delta)
-            assert delta[active] >= 0.9 * total, f"interval with {active} active: {delta}"
+            assert total - delta[active] <= 5, f"interval with {active} active: {delta}"
     finally:
         sink.kill()
         sink.wait()
