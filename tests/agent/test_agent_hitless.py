@@ -7,7 +7,9 @@ that each interval's traffic took the path the policy had then.
 Every drop counter of the path (nstat, link stats, softnet backlog) is read around each trial and
 printed. This VM's per-CPU receive backlog is shared with everything else running on it; a trial
 whose loss is EXACTLY the number of receive drops the lab's veths counted (backlog overflow, not the
-policy change) is repeated, up to 3 trials; any other loss fails at once."""
+policy change) is repeated, up to 3 trials; any other loss fails at once. If all 3 trials are
+disturbed that way, the last passes only if its loss is exactly those counted drops (a packet
+dropped by the route swap itself would vanish uncounted)."""
 from __future__ import annotations
 
 import json
