@@ -101,8 +101,10 @@ def test_every_packet_is_delivered_or_counted(gt_run):
     unexplained = {n: sent["per_flow"][n] - h2[f"{n} rx"] - (_dropped(r, n) if n != al.UNMON else 0)
                    for n in names}
     print("\nnft dropped:", {f.name: _dropped(r, f.name) for f in FLOWS}, "\nlost elsewhere:", other)
-    # exact per flow when nothing else lost a packet; otherwise the total still adds up exactly
-    assert sum(unexplained.values()) == sum(other.values()), (unexplained, other)
+    # exact per flow when nothing else lost a packet; otherwise what is missing is at most what
+    # the kernel counted as dropped on the path (which also counts packets that are not ours)
+    assert all(v >= 0 for v in unexplained.values()), unexplained
+    assert sum(unexplained.values()) <= sum(other.values()), (unexplained, other)
     if sum(other.values()) == 0:
         assert all(v == 0 for v in unexplained.values()), unexplained
 
@@ -155,15 +157,12 @@ def test_block_snapshots_add_up(gt_run):
         if f.method != "dscp":
             continue
         per_block = snaps.per_block(f.name)
-        first, last = snaps.snaps[blocks[0]], snaps.snaps[blocks[-1]]
-        prev_last = snaps.snaps[blocks[-2]]
-        # colour of blocks[-1] and of blocks[-2] together cover every block after the first two
         for key, k2 in (("seen", "seen"), ("dropped", "drop")):
-            total = sum(v[key] for v in per_block.values())
-            c_last, c_prev = blocks[-1] & 1, blocks[-2] & 1
-            grown = (last[f"{f.name} {k2} {c_last}"] - first[f"{f.name} {k2} {c_last}"]
-                     + prev_last[f"{f.name} {k2} {c_prev}"] - snaps.snaps[blocks[1]][f"{f.name} {k2} {c_prev}"])
-            assert total == grown, (f.name, key)
+            for c in (0, 1):
+                mine = [k for k in blocks if k & 1 == c]       # snapshots of colour c's blocks
+                total = sum(v[key] for k, v in per_block.items() if k & 1 == c)
+                grown = snaps.snaps[mine[-1]][f"{f.name} {k2} {c}"] - snaps.snaps[mine[0]][f"{f.name} {k2} {c}"]
+                assert total == grown, (f.name, key, c)
         # traffic sits only in blocks of the flow's colour (no marking)
         c = (f.tclass >> 2) & 1
         assert all(v["seen"] == 0 for k, v in per_block.items() if k & 1 != c), f.name

@@ -19,8 +19,9 @@ Asserted, for every block of every monitored flow while traffic ran (and the blo
 the InfluxDB point is complete and `lost` == packets nftables dropped in that block; `tx_packets`
 == packets of that colour R saw. A packet the emulated network lost outside the nft rule (a veth
 backlog overflow on a busy VM, counted by the kernel as tx_dropped) is not "injected loss":
-such differences must add up exactly to those kernel counters, and with none, every block must
-match exactly. Also: flows without an egress agent give complete=false / missing_rx, never a
+each such difference must be a packet coloured at A but not seen at R (R's per-block counters)
+or one lost between R and B, and they can be no more than those kernel counters; with none,
+every block must match exactly. Also: flows without an egress agent give complete=false / missing_rx, never a
 number; unmonitored traffic and the inner packets reach H2 unchanged (no option, same Traffic
 Class); the double-marking delay per block matches the injected one-way delay.
 """
@@ -251,6 +252,7 @@ def run(stack, bpffs, tmp_path_factory):
                "points": points, "snaps": snaps, "sent": sent,
                "other_drops": al.drops_between(drops0, drops1), "r": r_counters, "h2": h2_counters,
                "dp_stats": dp_stats, "relay_late_us": relay_lateness_us(relay0, relay1),
+               "relay_max_late_ms": relay1["a_to_b"]["lateness_ns"]["max"] / 1e6,
                "pcap": tmp / "bh.pcap", "procs_alive": procs.alive(), "procs": procs,
                "elapsed_s": time.monotonic() - t_start}
     finally:
@@ -331,6 +333,12 @@ def _assert_exact(run, compared, dropped, mismatches, missing, excess) -> None:
     if _lost_on_path(other) == 0:
         assert mismatches == [] and excess == 0
         return
+    # by design a block is exact only if its packets are no longer in flight at block end +
+    # margin; a starved delay relay can hold frames longer than that (then late packets count
+    # in a later block of the same colour): say so instead of blaming the pipeline
+    assert DELAY_US[0] / 1000 + run["relay_max_late_ms"] < MARGIN_NS / 1e6, \
+        (f"the delay relay released a frame {run['relay_max_late_ms']:.0f} ms late: packets were in "
+         f"flight longer than the {MARGIN_NS / 1e6:.0f} ms margin, the machine is too busy for exact blocks")
     before_r = after_r = 0
     for name, k, tx, seen, rx, lost, nft_dropped in mismatches:
         assert tx >= seen and lost > nft_dropped, (name, k)
@@ -409,15 +417,16 @@ def _seen_at_r(r: dict[str, int], name: str) -> int:
 def test_every_packet_is_delivered_or_counted(run):
     """Over the run, all flows: sent == delivered at H2 + dropped by nft, exactly per flow when
     the kernel counted no other drop on the path; otherwise the packets missing before R and
-    after R add up exactly to the kernel's drop counters of those parts of the path."""
+    after R are at most the kernel's drop counters of those parts of the path."""
     sent, r, h2, other = run["sent"]["per_flow"], run["r"], run["h2"], run["other_drops"]
     names = [f.name for f in FLOWS] + [al.UNMON]
     dropped = {n: r.get(f"{n} drop 0", 0) + r.get(f"{n} drop 1", 0) for n in names}
     before_r = {n: sent[n] - _seen_at_r(r, n) for n in names}
     after_r = {n: _seen_at_r(r, n) - dropped[n] - h2[f"{n} rx"] for n in names}
     assert all(v >= 0 for v in before_r.values()) and all(v >= 0 for v in after_r.values())
-    assert sum(before_r.values()) == other["H1:h1"] + _lost_before_r(other), (before_r, other)
-    assert sum(after_r.values()) == other["R:r1"] + other["B:bh"], (after_r, other)
+    # the kernel's counters count every packet dropped there, ours or not (never fewer than ours)
+    assert sum(before_r.values()) <= other["H1:h1"] + _lost_before_r(other), (before_r, other)
+    assert sum(after_r.values()) <= other["R:r1"] + other["B:bh"], (after_r, other)
     if sum(other.values()) == 0:
         assert all(sent[n] == h2[f"{n} rx"] + dropped[n] for n in names)
 
@@ -513,6 +522,9 @@ def test_double_marking_delay(run):
     unit error, a wrong direction, a missing or doubled delay (>= 1000 µs off on a quiet VM)."""
     ids, points = run["ids"], run["points"]
     injected = DELAY_US[0] + run["relay_late_us"]["a_to_b"]
+    assert run["relay_late_us"]["a_to_b"] < 1000, \
+        (f"the delay relay was {run['relay_late_us']['a_to_b']:.0f} us late on average: the machine "
+         f"is too busy to judge a {DELAY_US[0]} us delay")
     per_block, with_delay = [], 0
     for f in MONITORED:
         for k in run["blocks"]:
