@@ -219,10 +219,15 @@ def run(stack, bpffs, tmp_path_factory):
         time.sleep(STRICT_BLOCKS / 2)
         cap = _capture_bh(lab, tmp / "bh.pcap", 2)
         cap.wait(timeout=10)
-        # the egress agent crashes after publishing block crash_block - 1 (read at +T/2)
+        # the egress agent crashes once block crash_block - 1 (read at +T/2) is on Kafka for
+        # every flow (a crash loses what librdkafka still buffers), before it reads crash_block
         crash_block = first_block + STRICT_BLOCKS
-        _wait_until_tai(crash_block * PERIOD_NS + PERIOD_NS * 3 // 4)
+        _wait_until_tai(crash_block * PERIOD_NS + MARGIN_NS)
+        wanted = [(ids[f.name], "rx", crash_block - 1) for f in MONITORED]
+        while not all(w in tap.records for w in wanted) and al.tai_ns() < (crash_block + 1) * PERIOD_NS + MARGIN_NS * 2 // 3:
+            time.sleep(0.02)
         crash_code = procs.crash("collector_B")
+        crash_late_ms = (al.tai_ns() - crash_block * PERIOD_NS) / 1e6
         _wait_until_tai((crash_block + OUTAGE_BLOCKS) * PERIOD_NS + PERIOD_NS * 3 // 4)
         procs.collector("collector_B_restarted", "B", "rx", edges.pin_dir("altmark_rx"),
                         stack.kafka_bootstrap, topic)
@@ -248,7 +253,7 @@ def run(stack, bpffs, tmp_path_factory):
         stray: list = []
         _influx_points(stack, ids, since_ns, offset_s, stray)
         yield {"stray": stray, "tap": tap, "ids": ids, "blocks": blocks, "outage": outage, "restart_blocks": restart_blocks,
-               "recovered": recovered, "all_blocks": blocks + outage + restart_blocks, "crash_code": crash_code,
+               "recovered": recovered, "all_blocks": blocks + outage + restart_blocks, "crash_code": crash_code, "crash_late_ms": crash_late_ms,
                "points": points, "snaps": snaps, "sent": sent,
                "other_drops": al.drops_between(drops0, drops1), "r": r_counters, "h2": h2_counters,
                "dp_stats": dp_stats, "relay_late_us": relay_lateness_us(relay0, relay1),
@@ -460,6 +465,7 @@ def test_egress_agent_crash_gives_incomplete_blocks_never_wrong_numbers(run):
     block is complete and exact again."""
     ids, points, snaps, other = run["ids"], run["points"], run["snaps"], run["other_drops"]
     assert run["crash_code"] == -9
+    print(f"\negress agent killed {run['crash_late_ms']:.0f} ms into block {run['outage'][0]}")
     reasons: dict[str, int] = defaultdict(int)
     for f in MONITORED:
         truth = snaps.per_block(f.name)
