@@ -59,9 +59,13 @@ static void usage(const struct altmark_prog *p, FILE *f)
 		"  %1$s list-flows --instance NAME [--json]\n"
 		"  %1$s stats --instance NAME [--json]\n"
 		"--sids: the policy's SIDs in travel order (as in `ip route ... encap seg6 segs A,B`), <= %4$d;\n"
-		"pins in " ALTMARK_PIN_ROOT "/NAME/%1$s unless --pin-dir.\n",
+		"pins in " ALTMARK_PIN_ROOT "/NAME/%1$s unless --pin-dir.\n"
+		"%5$s",
 		p->name, p->is_rx ? "(--sids A,B,.. [dscp] | --flowmon-id N [rfc9343])" : "--sids A,B,..",
-		p->is_rx ? " | --flowmon-id N" : "", ALTMARK_MAX_SIDS);
+		p->is_rx ? " | --flowmon-id N" : "", ALTMARK_MAX_SIDS,
+		p->is_rx ? "chaining: a stamp_reflector/stamp_collector of NAME already on IF runs behind altmark_rx\n"
+			   "after attach (altmark_rx_next); detach gives IF back to it. Or attach it later with\n"
+			   "`stamp_reflector|stamp_collector attach ... --behind altmark_rx`.\n" : "");
 }
 
 static int parse_args(const struct altmark_prog *p, int argc, char **argv, struct altmark_args *a)

@@ -11,6 +11,12 @@
  * the SRH. A D-marked packet of a known flow adds its CLOCK_TAI arrival time to
  * the (slot, colour) sum, for the double-marking delay. Every packet lands in
  * exactly one stats counter.
+ *
+ * Chaining: a device has one native XDP program, so a STAMP reflector or
+ * collector on the same device runs behind this one: after counting, the
+ * program tail-calls slot 0 of altmark_rx_next (filled by
+ * `stamp_reflector|stamp_collector attach --behind altmark_rx`). An empty slot
+ * makes bpf_tail_call return, and the packet is passed as without a chain.
  */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
@@ -48,14 +54,25 @@ struct {
 	__type(value, __u64);
 } altmark_stats SEC(".maps");
 
-static __always_inline int count(enum altmark_rx_counter counter)
+/*
+ * The program that sees the packet after this one (slot 0; empty: none).
+ * Pinned as altmark_rx_next beside the other maps; the STAMP loaders insert
+ * their program's fd. A prog array is emptied when its last pin or fd goes.
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_PROG_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u32);
+} altmark_rx_next SEC(".maps");
+
+static __always_inline void count(enum altmark_rx_counter counter)
 {
 	__u32 key = counter;
 	__u64 *value = bpf_map_lookup_elem(&altmark_stats, &key);
 
 	if (value)
 		*value += 1;   /* per-CPU slot: no atomic needed */
-	return XDP_PASS;
 }
 
 /* What the extension-header walk found. */
@@ -148,8 +165,8 @@ static __always_inline void account(const struct altmark_flow *flow, __u32 colou
 	}
 }
 
-SEC("xdp")
-int altmark_rx(struct xdp_md *ctx)
+/* Count the packet in its flow (if any); returns the one stats counter it lands in. */
+static __always_inline enum altmark_rx_counter classify(struct xdp_md *ctx)
 {
 	void *data = (void *)(long)ctx->data, *data_end = (void *)(long)ctx->data_end;
 	struct altmark_sidlist_key key;
@@ -161,35 +178,35 @@ int altmark_rx(struct xdp_md *ctx)
 	bool dmark;
 
 	if ((void *)(ip6 + 1) > data_end || ((struct ethhdr *)data)->h_proto != AM_ETH_P_IPV6_BE)
-		return count(AMRX_PASS_NOT_IPV6);
+		return AMRX_PASS_NOT_IPV6;
 	bytes = 40 + bpf_ntohs(ip6->payload_len);
 	stop = walk_ext_headers(data, data_end, ip6, &v, &key);
 	if (stop != AMRX_NR_COUNTERS)
-		return count(stop);
+		return stop;
 
 	if (v.has_altmark) {
 		__u32 flowmon = v.opt_data >> ALTMARK_OPT_FLOWMON_SHIFT;
 
 		flow = bpf_map_lookup_elem(&altmark_flowmon, &flowmon);
 		if (!flow)
-			return count(AMRX_PASS_UNKNOWN_FLOWMON);
+			return AMRX_PASS_UNKNOWN_FLOWMON;
 		if (flow->slot >= ALTMARK_MAX_FLOWS)
-			return count(AMRX_PASS_BAD_SLOT);
+			return AMRX_PASS_BAD_SLOT;
 		account(flow, !!(v.opt_data & ALTMARK_OPT_L_FLAG), !!(v.opt_data & ALTMARK_OPT_D_FLAG), bytes);
-		return count(AMRX_COUNTED_RFC9343);
+		return AMRX_COUNTED_RFC9343;
 	}
 	if (!v.has_srh)
-		return count(AMRX_PASS_NO_SRH);
+		return AMRX_PASS_NO_SRH;
 	if (v.srh == AM_SRH_NOT_SRH)
-		return count(AMRX_PASS_NOT_SRH);
+		return AMRX_PASS_NOT_SRH;
 	if (v.srh == AM_SRH_TOO_MANY_SIDS)
-		return count(AMRX_PASS_TOO_MANY_SIDS);
+		return AMRX_PASS_TOO_MANY_SIDS;
 	flow = bpf_map_lookup_elem(&altmark_flows, &key);
 	if (!flow || flow->method != ALTMARK_METHOD_DSCP)
-		return count(AMRX_PASS_UNMONITORED);
+		return AMRX_PASS_UNMONITORED;
 	if (flow->slot >= ALTMARK_MAX_FLOWS || flow->dscp_l_bit >= ALTMARK_DSCP_BITS ||
 	    flow->dscp_d_bit >= ALTMARK_DSCP_BITS)
-		return count(AMRX_PASS_BAD_SLOT);
+		return AMRX_PASS_BAD_SLOT;
 	{
 		__u16 word = bpf_ntohs(*(__be16 *)ip6);
 
@@ -197,7 +214,21 @@ int altmark_rx(struct xdp_md *ctx)
 		dmark = !!(word & am_dscp_word_bit(flow->dscp_d_bit));
 	}
 	account(flow, colour, dmark, bytes);
-	return count(AMRX_COUNTED_DSCP);
+	return AMRX_COUNTED_DSCP;
+}
+
+SEC("xdp")
+int altmark_rx(struct xdp_md *ctx)
+{
+	count(classify(ctx));
+	/*
+	 * Hand the packet to the chained program, which decides its fate. With an
+	 * empty slot the call returns: that is the normal unchained case, so it is
+	 * not counted (a second per-packet map write that would only repeat what
+	 * the slot says) and the packet goes on to the stack as before.
+	 */
+	bpf_tail_call(ctx, &altmark_rx_next, 0);
+	return XDP_PASS;
 }
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";

@@ -289,6 +289,203 @@ static uint32_t prog_id_of(int fd)
 	return info.id;
 }
 
+/* ---- XDP chaining behind altmark_rx (see loader_util.h) ---- */
+
+int chain_head_dir(const char *dir, const char *behind, char *out, size_t len)
+{
+	const char *slash;
+
+	if (strchr(behind, '/')) {
+		snprintf(out, len, "%s", behind);
+		return 0;
+	}
+	if (strcmp(behind, CHAIN_HEAD_PROG)) {
+		die_msg("--behind: expected %s or the pin directory of an %s, got '%s'", CHAIN_HEAD_PROG,
+			CHAIN_HEAD_PROG, behind);
+		return -EINVAL;
+	}
+	slash = strrchr(dir, '/');
+	if (!slash || slash == dir) {
+		die_msg("--pin-dir: '%s' has no parent directory to find %s in", dir, CHAIN_HEAD_PROG);
+		return -EINVAL;
+	}
+	snprintf(out, len, "%.*s/%s", (int)(slash - dir), dir, CHAIN_HEAD_PROG);
+	return 0;
+}
+
+uint32_t pinned_prog_id(const char *dir)
+{
+	char path[PATH_MAX];
+	uint32_t id;
+	int fd;
+
+	snprintf(path, sizeof(path), "%s/%s", dir, PROG_PIN_NAME);
+	fd = bpf_obj_get(path);
+	if (fd < 0)
+		return 0;
+	id = prog_id_of(fd);
+	close(fd);
+	return id;
+}
+
+static int open_chain_map(const char *head_dir)
+{
+	char path[PATH_MAX];
+
+	if (snprintf(path, sizeof(path), "%s/%s", head_dir, CHAIN_MAP_NAME) >= (int)sizeof(path)) {
+		errno = ENAMETOOLONG;
+		return -1;
+	}
+	return bpf_obj_get(path);
+}
+
+int64_t chain_next_id(const char *head_dir)
+{
+	uint32_t zero = 0, id = 0;
+	int fd = open_chain_map(head_dir);
+
+	if (fd < 0)
+		return -errno;
+	/* a prog array answers a lookup from user space with the program's id */
+	if (bpf_map_lookup_elem(fd, &zero, &id))
+		id = 0;   /* ENOENT: empty slot */
+	close(fd);
+	return id;
+}
+
+/* Empty the slot of the altmark_rx beside dir if it holds prog id. 1 done, 0 not there, <0 error. */
+static int chain_remove_if(const char *dir, uint32_t id)
+{
+	char head[PATH_MAX];
+	uint32_t zero = 0;
+	int fd, rc = 0;
+
+	if (chain_head_dir(dir, CHAIN_HEAD_PROG, head, sizeof(head)) || chain_next_id(head) != id || !id)
+		return 0;
+	fd = open_chain_map(head);
+	if (fd < 0)
+		return -errno;
+	if (bpf_map_delete_elem(fd, &zero)) {
+		die_msg("cannot empty %s/%s: %s", head, CHAIN_MAP_NAME, strerror(errno));
+		rc = -errno;
+	} else {
+		rc = 1;
+	}
+	close(fd);
+	return rc;
+}
+
+int xdp_attached_id(const char *netns, const char *dev, uint32_t *id)
+{
+	int ifindex, err;
+
+	*id = 0;
+	if (enter_netns(netns) || (ifindex = resolve_ifindex(dev)) < 0)
+		return -ENOENT;
+	err = bpf_xdp_query_id(ifindex, XDP_FLAGS_DRV_MODE, id);   /* 0 and id 0: no program */
+	if (err)
+		die_msg("--dev: cannot query the XDP program of %s: %s", dev, strerror(-err));
+	return err;
+}
+
+int xdp_replace(const char *netns, const char *dev, int new_fd, int old_fd)
+{
+	LIBBPF_OPTS(bpf_xdp_attach_opts, opts, .old_prog_fd = old_fd);
+	int ifindex, err;
+
+	if (enter_netns(netns) || (ifindex = resolve_ifindex(dev)) < 0)
+		return -ENOENT;
+	/* REPLACE + old_prog_fd: the kernel swaps only if old is still the attached one */
+	err = bpf_xdp_attach(ifindex, new_fd, XDP_FLAGS_DRV_MODE | XDP_FLAGS_REPLACE, &opts);
+	if (err)
+		die_msg("--dev: replacing the XDP program of %s failed: %s", dev, strerror(-err));
+	return err;
+}
+
+/* "stamp_reflector" if <dirname(head)>/stamp_reflector/prog has this id, etc.; else "another program". */
+static const char *chained_name(const char *head, uint32_t id)
+{
+	static const char *const names[] = { "stamp_reflector", "stamp_collector" };
+	const char *slash = strrchr(head, '/');
+	char dir[PATH_MAX];
+
+	for (unsigned int i = 0; slash && i < sizeof(names) / sizeof(names[0]); i++) {
+		snprintf(dir, sizeof(dir), "%.*s/%s", (int)(slash - head), head, names[i]);
+		if (pinned_prog_id(dir) == id)
+			return names[i];
+	}
+	return "a program of another instance";
+}
+
+/* The head is pinned, chainable, has an empty slot and runs on dev. Errors say what to run. */
+static int check_chain_head(const char *head, const char *netns, const char *dev)
+{
+	uint32_t head_id = pinned_prog_id(head), attached_id = 0;
+	int64_t next_id;
+
+	if (!head_id) {
+		/* head = .../<instance>/altmark_rx: name the instance in the command to run */
+		char inst[PATH_MAX], *slash;
+
+		snprintf(inst, sizeof(inst), "%s", head);
+		slash = strrchr(inst, '/');
+		if (slash)
+			*slash = '\0';
+		slash = strrchr(inst, '/');
+		die_msg("--behind: no %s pinned in %s; run `%s attach --dev %s --instance %s%s%s` first "
+			"(or attach without --behind)", CHAIN_HEAD_PROG, head, CHAIN_HEAD_PROG, dev,
+			slash ? slash + 1 : inst, netns ? " --netns " : "", netns ? netns : "");
+		return -ENOENT;
+	}
+	next_id = chain_next_id(head);
+	if (next_id < 0) {
+		die_msg("--behind: %s in %s has no %s (loaded by an older build); detach it and attach it again",
+			CHAIN_HEAD_PROG, head, CHAIN_MAP_NAME);
+		return -ENOENT;
+	}
+	if (next_id) {
+		die_msg("--behind: %s/%s already holds program %lld (%s); one program runs behind %s: "
+			"detach that one first", head, CHAIN_MAP_NAME, (long long)next_id,
+			chained_name(head, (uint32_t)next_id), CHAIN_HEAD_PROG);
+		return -EBUSY;
+	}
+	if (xdp_attached_id(netns, dev, &attached_id))
+		return -ENOENT;
+	if (attached_id != head_id) {
+		die_msg("--dev: %s of %s (program %u) is not the XDP program of %s (attached: %u)",
+			CHAIN_HEAD_PROG, head, head_id, dev, attached_id);
+		return -EINVAL;
+	}
+	return 0;
+}
+
+int pin_and_chain(struct bpf_object *obj, struct bpf_program *prog, const char *netns,
+		  const char *dev, const char *dir, const char *behind)
+{
+	char head[PATH_MAX];
+	uint32_t zero = 0;
+	int map_fd = -1, prog_fd = bpf_program__fd(prog), err;
+
+	err = chain_head_dir(dir, behind, head, sizeof(head));
+	if (!err)
+		err = check_chain_head(head, netns, dev);
+	if (!err)
+		err = pin_object(obj, prog, dir);
+	if (!err) {
+		map_fd = open_chain_map(head);
+		/* prog arrays take BPF_ANY only: the slot was checked empty above */
+		if (map_fd < 0 || bpf_map_update_elem(map_fd, &zero, &prog_fd, BPF_ANY)) {
+			err = -errno;
+			die_msg("cannot insert the program into %s/%s: %s", head, CHAIN_MAP_NAME, strerror(errno));
+		}
+	}
+	if (map_fd >= 0)
+		close(map_fd);
+	if (err)
+		unpin_dir(dir);
+	return err;
+}
+
 int detach_and_unpin(const char *netns, const char *dev, const char *dir)
 {
 	LIBBPF_OPTS(bpf_xdp_attach_opts, opts);
@@ -312,6 +509,9 @@ int detach_and_unpin(const char *netns, const char *dev, const char *dir)
 			die_msg("--dev: detach from %s failed: %s", dev, strerror(-err));
 			rc = err;
 		}
+	} else if (chain_remove_if(dir, our_id) == 1) {
+		printf("%s removed from the chain behind %s (slot emptied); %s keeps counting\n", loader_name,
+		       CHAIN_HEAD_PROG, CHAIN_HEAD_PROG);
 	} else {
 		die_msg("warning: program %u pinned in %s is not attached to %s (attached: %u); removing pins only",
 			our_id, dir, dev, attached_id);

@@ -56,8 +56,32 @@ int open_pinned(const char *dir, const char *name);
 
 /* Attach <dir>/prog (already pinned) in native mode; refuses to replace another program. */
 int attach_pinned_xdp(const char *netns, const char *dev, int prog_fd);
-/* Detach the pinned program from dev (only if it is the one attached), then remove the pins. */
+/* Detach the pinned program from dev (only if it is the one attached) or, if it runs behind
+ * altmark_rx of the same instance, empty that slot; then remove the pins. */
 int detach_and_unpin(const char *netns, const char *dev, const char *dir);
+
+/*
+ * XDP chaining (one native XDP program per device): altmark_rx tail-calls
+ * slot 0 of its pinned prog array CHAIN_MAP_NAME after counting. A STAMP
+ * program attached "--behind altmark_rx" is loaded and pinned, not attached:
+ * its fd goes into that slot. The head's pin dir is the sibling
+ * <dirname(pin dir)>/altmark_rx (same instance) or a given directory.
+ */
+#define CHAIN_HEAD_PROG "altmark_rx"
+#define CHAIN_MAP_NAME  "altmark_rx_next"
+/* behind = "altmark_rx" (sibling of dir) or a directory holding altmark_rx's pins. */
+int chain_head_dir(const char *dir, const char *behind, char *out, size_t len);
+/* Id of the program pinned as <dir>/prog, 0 if none. */
+uint32_t pinned_prog_id(const char *dir);
+/* Id of the program in the head's slot: 0 empty; <0 if the head has no CHAIN_MAP_NAME. */
+int64_t chain_next_id(const char *head_dir);
+/* Pin obj under dir and put prog into the head's (empty) slot; altmark_rx must be on dev. */
+int pin_and_chain(struct bpf_object *obj, struct bpf_program *prog, const char *netns,
+		  const char *dev, const char *dir, const char *behind);
+/* Id of the native XDP program on dev in netns (0: none); <0 on error. */
+int xdp_attached_id(const char *netns, const char *dev, uint32_t *id);
+/* Atomically replace old_fd (must be the one attached) with new_fd on dev. */
+int xdp_replace(const char *netns, const char *dev, int new_fd, int old_fd);
 
 /* Print a per-CPU counter array summed over CPUs, as text or one JSON object. */
 int print_counters(const char *dir, const char *map_name, const char *const *names,

@@ -4,7 +4,7 @@
  * (Session-Sender receive side).
  *
  *   stamp_collector attach --netns NS --dev IF --pin-dir DIR [--port 862] [--ringbuf-size BYTES]
- *                   [--tai-offset S]
+ *                   [--tai-offset S] [--behind altmark_rx|ALTMARK_RX_PIN_DIR]
  *   stamp_collector activate --pin-dir DIR --ssid N --port P [--format ptp|ntp]
  *   stamp_collector set-tai-offset --pin-dir DIR [--tai-offset S]   (default: adjtimex)
  *   stamp_collector deactivate --pin-dir DIR --ssid N
@@ -37,18 +37,20 @@
 const char *loader_name = "stamp_collector";
 
 struct args {
+	const char *behind;   /* attach --behind: chain behind altmark_rx instead of attaching */
 	const char *netns, *dev, *pin_dir, *hex;
 	uint64_t port, ssid, ringbuf_size, count, timeout_ms, repeat;
 	int64_t tai_offset;
 	bool have_port, have_ssid, have_tai_offset, ntp, json;
 };
 
-enum { OPT_NETNS = 256, OPT_DEV, OPT_PIN_DIR, OPT_PORT, OPT_SSID, OPT_RINGBUF_SIZE, OPT_JSON,
+enum { OPT_BEHIND = 200, OPT_NETNS = 256, OPT_DEV, OPT_PIN_DIR, OPT_PORT, OPT_SSID, OPT_RINGBUF_SIZE, OPT_JSON,
        OPT_COUNT, OPT_TIMEOUT, OPT_HEX, OPT_REPEAT, OPT_FORMAT, OPT_TAI_OFFSET };
 
 static const char *const format_names[] = { "ptp", "ntp" };
 
 static const struct option long_opts[] = {
+	{ "behind", required_argument, NULL, OPT_BEHIND },
 	{ "netns", required_argument, NULL, OPT_NETNS },
 	{ "dev", required_argument, NULL, OPT_DEV },
 	{ "pin-dir", required_argument, NULL, OPT_PIN_DIR },
@@ -71,7 +73,9 @@ static void usage(FILE *f)
 	fprintf(f,
 		"usage:\n"
 		"  stamp_collector attach --netns NS --dev IF --pin-dir DIR [--port 862] [--ringbuf-size BYTES]\n"
-		"                  [--tai-offset S]\n"
+		"                  [--tai-offset S] [--behind altmark_rx|ALTMARK_RX_PIN_DIR]\n"
+		"      --behind: run behind the altmark_rx already on IF (its tail call), not attached to IF;\n"
+		"      altmark_rx is looked for in <dirname DIR>/altmark_rx; detach empties its slot\n"
 		"  stamp_collector activate --pin-dir DIR --ssid N --port SENDER_PORT [--format ptp|ntp]\n"
 		"  stamp_collector set-tai-offset --pin-dir DIR [--tai-offset S]   (TAI-UTC; default from adjtimex)\n"
 		"  stamp_collector deactivate --pin-dir DIR --ssid N\n"
@@ -94,6 +98,7 @@ static int parse_args(int argc, char **argv, struct args *a)
 	optind = 1;
 	while ((opt = getopt_long(argc, argv, "h", long_opts, NULL)) != -1) {
 		switch (opt) {
+		case OPT_BEHIND: a->behind = optarg; break;
 		case OPT_NETNS: a->netns = optarg; break;
 		case OPT_DEV: a->dev = optarg; break;
 		case OPT_PIN_DIR: a->pin_dir = optarg; break;
@@ -196,6 +201,12 @@ static int cmd_attach(struct args *a)
 
 	if (!require_arg(a->dev, "--dev") || !require_arg(a->pin_dir, "--pin-dir"))
 		return EXIT_USAGE;
+	{
+		char head[4096];   /* --behind names something usable before anything is loaded */
+
+		if (a->behind && chain_head_dir(a->pin_dir, a->behind, head, sizeof(head)))
+			return EXIT_USAGE;
+	}
 	if (config_from_args(a, &cfg))
 		return EXIT_FAIL;
 	if (prepare_pin_dir(a->netns, a->pin_dir, "collector"))
@@ -216,10 +227,13 @@ static int cmd_attach(struct args *a)
 	/* the config is in place before the program sees a packet */
 	err = write_config_map(bpf_map__fd(skel->maps.collector_config), &cfg, "collector_config");
 	if (!err)
-		err = pin_and_attach(skel->obj, skel->progs.stamp_collector, a->netns, a->dev, a->pin_dir);
+		err = a->behind ? pin_and_chain(skel->obj, skel->progs.stamp_collector, a->netns, a->dev, a->pin_dir,
+						 a->behind)
+			       : pin_and_attach(skel->obj, skel->progs.stamp_collector, a->netns, a->dev, a->pin_dir);
 	if (!err)
-		printf("stamp_collector attached to %s%s%s (STAMP port %llu, ring %llu bytes, TAI-UTC %d s), pins in %s\n",
-		       a->dev, a->netns ? " in netns " : "", a->netns ? a->netns : "",
+		printf("stamp_collector %s %s%s%s (STAMP port %llu, ring %llu bytes, TAI-UTC %d s), pins in %s\n",
+		       a->behind ? "chained behind altmark_rx on" : "attached to", a->dev,
+		       a->netns ? " in netns " : "", a->netns ? a->netns : "",
 		       (unsigned long long)a->port, (unsigned long long)a->ringbuf_size,
 		       cfg.tai_utc_offset_s, a->pin_dir);
 out:

@@ -3,6 +3,7 @@
  * stamp_reflector: loader and control tool of the XDP STAMP Session-Reflector.
  *
  *   stamp_reflector attach --netns NS --dev IF --pin-dir DIR [--port 862] [--tai-offset S]
+ *                   [--behind altmark_rx|ALTMARK_RX_PIN_DIR]
  *   stamp_reflector add-address --pin-dir DIR ADDR
  *   stamp_reflector del-address --pin-dir DIR ADDR
  *   stamp_reflector add-session --pin-dir DIR --ssid N [--sender ADDR] [--return-sids A,B,...]
@@ -36,6 +37,7 @@
 const char *loader_name = "stamp_reflector";
 
 struct args {
+	const char *behind;   /* attach --behind: chain behind altmark_rx instead of attaching */
 	const char *netns, *dev, *pin_dir, *sender, *return_sids, *hex;
 	uint64_t port, ssid, err_est, repeat;
 	int64_t tai_offset;
@@ -44,7 +46,7 @@ struct args {
 	const char *positional;
 };
 
-enum { OPT_NETNS = 256, OPT_DEV, OPT_PIN_DIR, OPT_PORT, OPT_SSID, OPT_SENDER, OPT_RETURN_SIDS,
+enum { OPT_BEHIND = 200, OPT_NETNS = 256, OPT_DEV, OPT_PIN_DIR, OPT_PORT, OPT_SSID, OPT_SENDER, OPT_RETURN_SIDS,
        OPT_ERR_EST, OPT_JSON, OPT_HEX, OPT_REPEAT, OPT_FORMAT, OPT_STATEFUL, OPT_TLV, OPT_MODE,
        OPT_TAI_OFFSET };
 
@@ -53,6 +55,7 @@ static const char *const tlv_names[] = { "userspace", "echo" };
 static const char *const mode_names[] = { "unauthenticated", "authenticated" };
 
 static const struct option long_opts[] = {
+	{ "behind", required_argument, NULL, OPT_BEHIND },
 	{ "netns", required_argument, NULL, OPT_NETNS },
 	{ "dev", required_argument, NULL, OPT_DEV },
 	{ "pin-dir", required_argument, NULL, OPT_PIN_DIR },
@@ -78,6 +81,9 @@ static void usage(FILE *f)
 	fprintf(f,
 		"usage:\n"
 		"  stamp_reflector attach --netns NS --dev IF --pin-dir DIR [--port 862] [--tai-offset S]\n"
+		"                  [--behind altmark_rx|ALTMARK_RX_PIN_DIR]\n"
+		"      --behind: run behind the altmark_rx already on IF (its tail call), not attached to IF;\n"
+		"      altmark_rx is looked for in <dirname DIR>/altmark_rx; detach empties its slot\n"
 		"  stamp_reflector add-address --pin-dir DIR ADDR\n"
 		"  stamp_reflector del-address --pin-dir DIR ADDR\n"
 		"  stamp_reflector add-session --pin-dir DIR --ssid N [--sender ADDR] [--return-sids A,B,...]\n"
@@ -102,6 +108,7 @@ static int parse_args(int argc, char **argv, struct args *a)
 	optind = 1;
 	while ((opt = getopt_long(argc, argv, "h", long_opts, NULL)) != -1) {
 		switch (opt) {
+		case OPT_BEHIND: a->behind = optarg; break;
 		case OPT_NETNS: a->netns = optarg; break;
 		case OPT_DEV: a->dev = optarg; break;
 		case OPT_PIN_DIR: a->pin_dir = optarg; break;
@@ -185,6 +192,12 @@ static int cmd_attach(struct args *a)
 
 	if (!require_arg(a->dev, "--dev") || !require_arg(a->pin_dir, "--pin-dir"))
 		return EXIT_USAGE;
+	{
+		char head[4096];   /* --behind names something usable before anything is loaded */
+
+		if (a->behind && chain_head_dir(a->pin_dir, a->behind, head, sizeof(head)))
+			return EXIT_USAGE;
+	}
 	if (tai_offset_arg_or_host(a, &cfg.tai_utc_offset_s))
 		return EXIT_FAIL;
 	/* An honest Error Estimate from the first packet on (RFC 8762 §4.2.1: S from the
@@ -215,9 +228,12 @@ static int cmd_attach(struct args *a)
 	/* the config is in place before the program sees a packet */
 	err = write_config_map(bpf_map__fd(skel->maps.reflector_config), &cfg, "reflector_config");
 	if (!err)
-		err = pin_and_attach(skel->obj, skel->progs.stamp_reflector, a->netns, a->dev, a->pin_dir);
+		err = a->behind ? pin_and_chain(skel->obj, skel->progs.stamp_reflector, a->netns, a->dev, a->pin_dir,
+						 a->behind)
+			       : pin_and_attach(skel->obj, skel->progs.stamp_reflector, a->netns, a->dev, a->pin_dir);
 	if (!err)
-		printf("stamp_reflector attached to %s%s%s (port %llu, TAI-UTC %d s), pins in %s\n", a->dev,
+		printf("stamp_reflector %s %s%s%s (port %llu, TAI-UTC %d s), pins in %s\n",
+		       a->behind ? "chained behind altmark_rx on" : "attached to", a->dev,
 		       a->netns ? " in netns " : "", a->netns ? a->netns : "",
 		       (unsigned long long)a->port, cfg.tai_utc_offset_s, a->pin_dir);
 out:

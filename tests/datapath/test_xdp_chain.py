@@ -1,0 +1,334 @@
+"""XDP chaining: altmark_rx and a STAMP program on the same device (one native XDP program each).
+
+altmark_rx counts, then tail-calls slot 0 of its pinned prog array altmark_rx_next; a STAMP program
+attached with `--behind altmark_rx` sits in that slot. Real programs on netlab line5
+(H1–A–R–B–H2, prefix `chain`, override with SEGSCOPE_CHAIN_TEST_PREFIX):
+
+- altmark_tx colours the monitored flow on A's a0 (A->B) and B's b0 (B->A); altmark_rx counts it on
+  B's b0 and A's a0;
+- the STAMP Session-Sender is a UDP socket on A (fc00:1::1, SRH via R), the reflector on B's b0 replies
+  via R (return SIDs [fc00:2::e]), and the collector on A's a0 consumes the replies.
+
+Checked: with the chain, the flow is counted exactly (tx == rx == sent, per colour) AND the STAMP
+program does its work (replies field by field, its counters); detaching the chained program gives
+altmark-only behaviour back (STAMP packets reach the stack); both orders of attaching work; the loaders'
+errors name the command to run.
+"""
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from collectors.ustamp.netutil import srh_option
+from segscope_schemas.stamp_test_packet import ReflectorPacket, ptp_to_ns
+from tests.datapath.altmark_env import (RX, TX, Receiver, expect_all, list_flows, retry_on_path_loss, send_udp,
+                                        stats as am_stats)
+from tests.datapath.dp_env import (COLLECTOR, PIN_ROOT, REFLECTOR, recv_reply, run_tool, stamp_sender_payload,
+                                   tai_ns, udp6_counter, udp_socket)
+
+pytestmark = pytest.mark.datapath
+
+PREFIX = os.environ.get("SEGSCOPE_CHAIN_TEST_PREFIX", "chain")
+FWD_SIDS = "fc00:2::e,fc00:3::d6"     # A's policy to H2 (fd00:b::/64)
+REV_SIDS = "fc00:2::e,fc00:1::d6"     # B's policy to H1 (fd00:a::/64)
+FWD_FLOW, REV_FLOW = 11, 12
+PERIOD_MS = 200
+SENDER_ADDR, REFLECTOR_ADDR, RETURN_SID = "fc00:1::1", "fc00:3::1", "fc00:2::e"
+HOPS = 57
+
+
+class ChainLab:
+    def __init__(self, lab):
+        self.lab = lab
+        self.inst = {"A": f"{PREFIX}-A", "B": f"{PREFIX}-B"}
+        self.dev = {"A": "a0", "B": "b0"}
+
+    def ns(self, node: str) -> str:
+        return self.lab.ns(node)
+
+    def pin_dir(self, node: str, prog: str) -> Path:
+        return PIN_ROOT / self.inst[node] / prog
+
+    def where(self, node: str) -> list[str]:
+        return ["--netns", self.ns(node), "--dev", self.dev[node]]
+
+    def attach_rx(self, node: str) -> None:
+        """altmark_rx on the node's SRv6 device, with the flow arriving there."""
+        run_tool(RX, "attach", *self.where(node), "--instance", self.inst[node])
+        sids, flow = (FWD_SIDS, FWD_FLOW) if node == "B" else (REV_SIDS, REV_FLOW)
+        run_tool(RX, "add-flow", "--instance", self.inst[node], "--sids", sids, "--flow-id", str(flow),
+                 "--method", "dscp", "--period-ms", str(PERIOD_MS))
+
+    def detach_rx(self, node: str, check: bool = True):
+        return run_tool(RX, "detach", *self.where(node), "--instance", self.inst[node], check=check)
+
+    def stamp(self, node: str, *extra: str, check: bool = True):
+        """attach the node's STAMP program (reflector on B, collector on A), extra e.g. --behind altmark_rx."""
+        tool, prog = (REFLECTOR, "stamp_reflector") if node == "B" else (COLLECTOR, "stamp_collector")
+        p = run_tool(tool, "attach", *self.where(node), "--pin-dir", str(self.pin_dir(node, prog)), *extra,
+                     check=check)
+        if p.returncode == 0 and node == "B":
+            d = str(self.pin_dir("B", "stamp_reflector"))
+            run_tool(REFLECTOR, "add-address", "--pin-dir", d, REFLECTOR_ADDR)
+            for ssid in (21, 22):
+                run_tool(REFLECTOR, "add-session", "--pin-dir", d, "--ssid", str(ssid), "--sender", SENDER_ADDR,
+                         "--return-sids", RETURN_SID)
+        return p
+
+    def unstamp(self, node: str, check: bool = True):
+        tool, prog = (REFLECTOR, "stamp_reflector") if node == "B" else (COLLECTOR, "stamp_collector")
+        return run_tool(tool, "detach", *self.where(node), "--pin-dir", str(self.pin_dir(node, prog)), check=check)
+
+    def xdp_prog_name(self, node: str) -> str:
+        out = self.lab.run(node, ["ip", "-j", "link", "show", "dev", self.dev[node]], check=True).stdout
+        link = json.loads(out)[0]
+        return link.get("xdp", {}).get("prog", {}).get("name", "")
+
+    def chained_id(self, node: str) -> int | None:
+        """The program id in altmark_rx_next of the node (None: empty)."""
+        rows = bpftool("map", "dump", "pinned", str(self.pin_dir(node, "altmark_rx") / "altmark_rx_next"))
+        if not rows:
+            return None
+        value = rows[0]["value"]     # hex bytes (the prog array has no BTF), little endian
+        return int.from_bytes(bytes(int(b, 16) for b in value), "little") if isinstance(value, list) else value
+
+
+def bpftool(*args: str):
+    return json.loads(subprocess.run(["bpftool", "-j", *args], capture_output=True, text=True, check=True).stdout)
+
+
+@pytest.fixture(scope="module")
+def chain(am_build):
+    from netlab import Lab
+
+    with Lab.up("netlab/topologies/line5.yaml", prefix=PREFIX) as lab:
+        c = ChainLab(lab)
+        for node, sids, flow in (("A", FWD_SIDS, FWD_FLOW), ("B", REV_SIDS, REV_FLOW)):
+            run_tool(TX, "attach", *c.where(node), "--instance", c.inst[node])
+            run_tool(TX, "add-flow", "--instance", c.inst[node], "--sids", sids, "--flow-id", str(flow),
+                     "--method", "dscp", "--period-ms", str(PERIOD_MS))
+        for node in ("A", "B"):
+            c.attach_rx(node)
+        lab.run("H1", ["ping", "-6", "-c", "1", "-W", "2", "fd00:b::1"])   # neighbours warm
+        lab.run("H2", ["ping", "-6", "-c", "1", "-W", "2", "fd00:a::1"])
+        try:
+            yield c
+        finally:
+            for node in ("A", "B"):
+                c.unstamp(node, check=False)
+                c.detach_rx(node, check=False)
+                run_tool(TX, "detach", *c.where(node), "--instance", c.inst[node], check=False)
+
+
+# ---------------------------------------------------------------- altmark: exact counts
+
+def flow_packets(tool: Path, inst: str) -> list[int]:
+    """Packets per colour of the instance's only flow."""
+    (flow,) = list_flows(tool, inst)
+    return [flow["counters"][0]["packets"], flow["counters"][1]["packets"]]
+
+
+def check_altmark_exact(c: ChainLab, direction: str = "fwd", n: int = 120) -> None:
+    """n datagrams over a monitored policy, across >= 2 colour periods: per colour, tx == rx, and the
+    sums == n (every one delivered, else the whole measurement is repeated)."""
+    src, dst, sink, tx_node, rx_node = (("H1", "fd00:b::1", "H2", "A", "B") if direction == "fwd"
+                                        else ("H2", "fd00:a::1", "H1", "B", "A"))
+
+    def once() -> None:
+        tx0, rx0 = flow_packets(TX, c.inst[tx_node]), flow_packets(RX, c.inst[rx_node])
+        rx_stats0 = am_stats(RX, c.inst[rx_node])
+        recv = Receiver(c.ns(sink))
+        try:
+            # gap: the n packets span > 2 colour periods (both colours counted)
+            send_udp(c.ns(src), dst, n, cpus=[0, 1], gap_s=0.0035)
+            got = recv.drain(n)
+        finally:
+            recv.close()
+        expect_all(f"{direction} datagrams delivered", len(got), n)
+        tx = [a - b for a, b in zip(flow_packets(TX, c.inst[tx_node]), tx0)]
+        rx = [a - b for a, b in zip(flow_packets(RX, c.inst[rx_node]), rx0)]
+        assert tx == rx, (tx, rx)
+        assert sum(tx) == n and min(tx) > 0, tx          # both colours seen
+        assert am_stats(RX, c.inst[rx_node])["counted_dscp"] - rx_stats0["counted_dscp"] == n
+
+    retry_on_path_loss(once)
+
+
+# ---------------------------------------------------------------- STAMP
+
+def stamp_sender(c: ChainLab, ssid: int) -> socket.socket:
+    """Session-Sender on A: fc00:1::1 port 50000+ssid, to fc00:3::1 through R (SRH [fc00:2::e])."""
+    s = udp_socket(c.ns("A"), SENDER_ADDR, 50000 + ssid)
+    s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_UNICAST_HOPS, HOPS)
+    s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_RTHDR, srh_option(REFLECTOR_ADDR, [RETURN_SID]))
+    return s
+
+
+def send_stamp(sock: socket.socket, ssid: int, n: int) -> list[int]:
+    t1s = []
+    for seq in range(n):
+        t1 = tai_ns()
+        sock.sendto(stamp_sender_payload(seq, ssid, t1), (REFLECTOR_ADDR, 862))
+        t1s.append(t1)
+        time.sleep(0.001)
+    return t1s
+
+
+def check_replies(sock: socket.socket, ssid: int, t1s: list[int]) -> None:
+    """Every test packet comes back through R to A's socket, as the reflector wrote it."""
+    for seq, t1 in enumerate(t1s):
+        data, peer, hop, rthdr = recv_reply(sock)
+        t_recv = tai_ns()
+        r = ReflectorPacket.decode(data[:44])
+        assert (r.seq, r.sender_seq, r.ssid) == (seq, seq, ssid)
+        assert peer[:2] == (REFLECTOR_ADDR, 862)
+        # hop limits: the sender's 57 minus R (End) on the way in; the reply's 255 minus R on the way back
+        assert r.sender_ttl == HOPS - 1 and hop == 254
+        assert rthdr is not None      # the return SRH the reflector wrote ([sender, fc00:2::e])
+        t2, t3 = ptp_to_ns(r.rx_sec, r.rx_frac, t_recv), ptp_to_ns(r.ts_sec, r.ts_frac, t_recv)
+        assert t1 <= t2 <= t3 <= t_recv
+
+
+def refl_stats(c: ChainLab) -> dict[str, int]:
+    return json.loads(run_tool(REFLECTOR, "stats", "--pin-dir", str(c.pin_dir("B", "stamp_reflector")),
+                               "--json").stdout)
+
+
+def no_reply(sock: socket.socket, wait_s: float = 0.3) -> bool:
+    sock.settimeout(wait_s)
+    try:
+        recv_reply(sock)
+    except socket.timeout:
+        return True
+    finally:
+        sock.settimeout(2.0)
+    return False
+
+
+# ---------------------------------------------------------------- tests
+
+def test_reflector_behind_altmark_rx(chain):
+    c = chain
+    check_altmark_exact(c)                                   # altmark only, as before
+    p = c.stamp("B", "--behind", "altmark_rx")
+    assert "chained behind altmark_rx on b0" in p.stdout
+    assert c.xdp_prog_name("B") == "altmark_rx"              # the device still runs altmark_rx ...
+    refl_id = bpftool("prog", "show", "pinned", str(c.pin_dir("B", "stamp_reflector") / "prog"))["id"]
+    assert c.chained_id("B") == refl_id                      # ... and the reflector in its slot
+    try:
+        before_refl, before_rx = refl_stats(c), am_stats(RX, c.inst["B"])
+        sock = stamp_sender(c, 21)
+        t1s = send_stamp(sock, 21, 20)
+        check_replies(sock, 21, t1s)
+        after_refl, after_rx = refl_stats(c), am_stats(RX, c.inst["B"])
+        assert after_refl["reflected"] - before_refl["reflected"] == 20
+        # altmark_rx saw them first: SRH [fc00:3::1, fc00:2::e] is not a monitored SID list
+        assert after_rx["pass_unmonitored"] - before_rx["pass_unmonitored"] >= 20
+        check_altmark_exact(c)                               # and the flow is still counted exactly
+        # all the flow's packets went through the reflector too: foreign traffic, passed by it
+        assert refl_stats(c)["pass_not_local_addr"] - after_refl["pass_not_local_addr"] >= 120
+    finally:
+        p = c.unstamp("B")
+    assert "removed from the chain" in p.stdout
+    assert c.chained_id("B") is None and not c.pin_dir("B", "stamp_reflector").exists()
+    # altmark-only again: STAMP packets reach B's stack (nobody listens on 862), no reply
+    no_ports0 = udp6_counter(c.ns("B"), "Udp6NoPorts")
+    send_stamp(sock, 21, 5)
+    assert no_reply(sock)
+    assert udp6_counter(c.ns("B"), "Udp6NoPorts") - no_ports0 == 5
+    sock.close()
+    check_altmark_exact(c)
+
+
+def test_collector_behind_altmark_rx(chain):
+    c = chain
+    c.stamp("B", "--behind", "altmark_rx")                   # reflector chained on B, collector on A
+    coll = str(c.pin_dir("A", "stamp_collector"))
+    try:
+        p = c.stamp("A", "--behind", "altmark_rx")
+        assert "chained behind altmark_rx on a0" in p.stdout
+        assert c.xdp_prog_name("A") == "altmark_rx"
+        run_tool(COLLECTOR, "activate", "--pin-dir", coll, "--ssid", "22", "--port", "50022")
+        before = json.loads(run_tool(COLLECTOR, "stats", "--pin-dir", coll, "--json").stdout)
+        sock = stamp_sender(c, 22)
+        t1s = send_stamp(sock, 22, 15)
+        out = run_tool(COLLECTOR, "dump", "--pin-dir", coll, "--count", "15", "--timeout-ms", "3000").stdout
+        recs = [json.loads(line) for line in out.splitlines()]
+        assert [r["sender_seq"] for r in recs] == list(range(15))
+        for r, t1 in zip(recs, t1s):
+            assert r["ssid"] == 22 and r["t1_ns"] == t1 and t1 <= r["t2_ns"] <= r["t3_ns"] <= r["t4_ns"]
+        after = json.loads(run_tool(COLLECTOR, "stats", "--pin-dir", coll, "--json").stdout)
+        assert after["collected"] - before["collected"] == 15
+        assert no_reply(sock)                                # consumed in XDP behind altmark_rx
+        check_altmark_exact(c, "rev")                        # B->A flow counted exactly on A's a0
+        check_altmark_exact(c, "fwd")
+    finally:
+        c.unstamp("A")
+    assert c.chained_id("A") is None
+    send_stamp(sock, 22, 3)                                  # collector gone: replies reach the socket
+    for _ in range(3):
+        recv_reply(sock)
+    sock.close()
+    c.unstamp("B")
+    check_altmark_exact(c, "rev")
+
+
+def test_stamp_first_then_altmark_rx(chain):
+    """The other order: the reflector is on b0 alone; altmark_rx attach slots it behind itself
+    (atomic swap), detach hands the device back to it."""
+    c = chain
+    c.detach_rx("B")
+    try:
+        c.stamp("B")                                         # attached to b0 directly, as today
+        assert c.xdp_prog_name("B") == "stamp_reflector"
+        p = run_tool(RX, "attach", *c.where("B"), "--instance", c.inst["B"])
+        assert "stamp_reflector (already on b0) now runs behind altmark_rx" in p.stdout
+        run_tool(RX, "add-flow", "--instance", c.inst["B"], "--sids", FWD_SIDS, "--flow-id", str(FWD_FLOW),
+                 "--method", "dscp", "--period-ms", str(PERIOD_MS))
+        assert c.xdp_prog_name("B") == "altmark_rx" and c.chained_id("B")
+        sock = stamp_sender(c, 21)
+        before = refl_stats(c)
+        check_replies(sock, 21, send_stamp(sock, 21, 10))
+        assert refl_stats(c)["reflected"] - before["reflected"] == 10
+        check_altmark_exact(c)
+        # altmark_rx leaves: the reflector gets b0 back and keeps reflecting
+        p = c.detach_rx("B")
+        assert "now attached to b0 directly" in p.stdout
+        assert c.xdp_prog_name("B") == "stamp_reflector"
+        check_replies(sock, 21, send_stamp(sock, 21, 5))
+        sock.close()
+    finally:
+        c.unstamp("B", check=False)
+        if c.xdp_prog_name("B") != "altmark_rx":
+            c.attach_rx("B")
+
+
+def test_errors_name_the_command(chain):
+    c = chain
+    # no altmark_rx on A's ah: says which attach to run
+    c.detach_rx("A")
+    try:
+        p = c.stamp("A", "--behind", "altmark_rx", check=False)
+        assert p.returncode == 1
+        assert f"run `altmark_rx attach --dev a0 --instance {c.inst['A']} --netns {c.ns('A')}` first" in p.stderr
+        assert not c.pin_dir("A", "stamp_collector").exists()    # nothing left behind
+    finally:
+        c.attach_rx("A")
+    # a bad --behind is a usage error
+    p = c.stamp("A", "--behind", "altmark_tx", check=False)
+    assert p.returncode == 2 and "--behind: expected altmark_rx" in p.stderr
+    # one program per slot: the second is refused, naming the first
+    c.stamp("B", "--behind", "altmark_rx")
+    try:
+        p = run_tool(COLLECTOR, "attach", *c.where("B"), "--pin-dir", str(c.pin_dir("B", "stamp_collector")),
+                     "--behind", "altmark_rx", check=False)
+        assert p.returncode == 1 and "already holds program" in p.stderr and "(stamp_reflector)" in p.stderr
+        assert not c.pin_dir("B", "stamp_collector").exists()
+    finally:
+        c.unstamp("B")
