@@ -25,7 +25,7 @@
 #include "loader_util.h"
 
 enum { OPT_NETNS = 256, OPT_DEV, OPT_INSTANCE, OPT_PIN_DIR, OPT_SIDS, OPT_FLOW_ID, OPT_FLOWMON_ID,
-       OPT_METHOD, OPT_PERIOD_MS, OPT_DMARK_EVERY, OPT_L_BIT, OPT_D_BIT, OPT_JSON };
+       OPT_METHOD, OPT_PERIOD_MS, OPT_DMARK_EVERY, OPT_L_BIT, OPT_D_BIT, OPT_JSON, OPT_CHAIN };
 
 static const struct option long_opts[] = {
 	{ "netns", required_argument, NULL, OPT_NETNS },
@@ -41,6 +41,7 @@ static const struct option long_opts[] = {
 	{ "dscp-l-bit", required_argument, NULL, OPT_L_BIT },
 	{ "dscp-d-bit", required_argument, NULL, OPT_D_BIT },
 	{ "json", no_argument, NULL, OPT_JSON },
+	{ "chain", no_argument, NULL, OPT_CHAIN },
 	{ "help", no_argument, NULL, 'h' },
 	{},
 };
@@ -51,7 +52,7 @@ static void usage(const struct altmark_prog *p, FILE *f)
 {
 	fprintf(f,
 		"usage:\n"
-		"  %1$s attach --dev IF --instance NAME [--netns NS] [--pin-dir DIR]\n"
+		"  %1$s attach --dev IF --instance NAME [--netns NS] [--pin-dir DIR]%6$s\n"
 		"  %1$s detach --dev IF --instance NAME [--netns NS] [--pin-dir DIR]\n"
 		"  %1$s add-flow --instance NAME %2$s --flow-id N --method dscp|rfc9343\n"
 		"      --period-ms P [--dmark-every N] [--dscp-l-bit B --dscp-d-bit B]\n"
@@ -63,9 +64,10 @@ static void usage(const struct altmark_prog *p, FILE *f)
 		"%5$s",
 		p->name, p->is_rx ? "(--sids A,B,.. [dscp] | --flowmon-id N [rfc9343])" : "--sids A,B,..",
 		p->is_rx ? " | --flowmon-id N" : "", ALTMARK_MAX_SIDS,
-		p->is_rx ? "chaining: a stamp_reflector/stamp_collector of NAME already on IF runs behind altmark_rx\n"
-			   "after attach (altmark_rx_next); detach gives IF back to it. Or attach it later with\n"
-			   "`stamp_reflector|stamp_collector attach ... --behind altmark_rx`.\n" : "");
+		p->is_rx ? "--chain: the stamp_reflector/stamp_collector of NAME already on IF runs behind altmark_rx\n"
+			   "(altmark_rx_next, atomic swap); detach gives IF back to it. Or attach that one later with\n"
+			   "`stamp_reflector|stamp_collector attach ... --behind altmark_rx`.\n" : "",
+		p->is_rx ? " [--chain]" : "");
 }
 
 static int parse_args(const struct altmark_prog *p, int argc, char **argv, struct altmark_args *a)
@@ -85,6 +87,13 @@ static int parse_args(const struct altmark_prog *p, int argc, char **argv, struc
 		case OPT_SIDS: a->sids = optarg; break;
 		case OPT_METHOD: a->method = optarg; break;
 		case OPT_JSON: a->json = true; break;
+		case OPT_CHAIN:
+			if (!p->is_rx) {
+				die_msg("--chain: only altmark_rx (XDP) chains programs");
+				return -1;
+			}
+			a->chain = true;
+			break;
 		case OPT_FLOW_ID:
 			if (!parse_u64_arg("--flow-id", optarg, 0, UINT32_MAX, &a->flow_id))
 				return -1;

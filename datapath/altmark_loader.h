@@ -19,6 +19,7 @@ struct altmark_args {
 	char pin_dir_buf[512];
 	uint64_t flow_id, flowmon_id, period_ms, dmark_every, l_bit, d_bit;
 	bool have_flow_id, have_flowmon_id, have_period, have_l_bit, have_d_bit, json;
+	bool chain;   /* rx attach --chain: put the instance's STAMP program already on --dev behind us */
 };
 
 struct altmark_prog {

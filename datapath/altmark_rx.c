@@ -3,7 +3,7 @@
  * Loader of the alternate-marking counter altmark_rx.bpf.c (XDP, native,
  * always XDP_PASS). Flows, stats and the command line: altmark_loader.c.
  *
- *   altmark_rx attach --dev IF --instance NAME [--netns NS] [--pin-dir DIR]
+ *   altmark_rx attach --dev IF --instance NAME [--netns NS] [--pin-dir DIR] [--chain]
  *   altmark_rx add-flow --instance NAME --sids A,B --flow-id N --method dscp --period-ms P
  *   altmark_rx add-flow --instance NAME --flowmon-id N --method rfc9343 --period-ms P
  *   altmark_rx detach --dev IF --instance NAME [--netns NS]
@@ -11,8 +11,9 @@
  * Chaining (one native XDP program per device): a STAMP reflector/collector
  * of the same instance runs behind altmark_rx through the prog array
  * altmark_rx_next (`stamp_reflector attach ... --behind altmark_rx`). Either
- * order works: attach finds the instance's STAMP program already on the
- * device, puts it into the slot and swaps itself in atomically; detach with a
+ * order works: attach --chain finds the instance's STAMP program already on
+ * the device, puts it into the slot and swaps itself in atomically (without
+ * --chain it refuses, as it always did); detach with a
  * program in the slot hands the device back to it atomically. No packet
  * misses the STAMP program in either swap.
  */
@@ -85,6 +86,13 @@ static int cmd_attach(struct altmark_args *a)
 	if (prepare_pin_dir(a->netns, a->pin_dir, "altmark_rx"))
 		return EXIT_FAIL;
 	found = stamp_on_dev(a, &stamp_name, &stamp_fd);
+	if (found > 0 && !a->chain) {
+		/* as before: the device's program is not replaced unless asked */
+		die_msg("--dev: %s already runs %s of instance %s; add --chain to put it behind altmark_rx "
+			"(atomic swap), or detach it first", a->dev, stamp_name, a->instance ? a->instance : a->pin_dir);
+		close(stamp_fd);
+		found = -1;
+	}
 	if (found < 0) {
 		unpin_dir(a->pin_dir);
 		return EXIT_FAIL;

@@ -670,6 +670,16 @@ int pin_and_attach(struct bpf_object *obj, struct bpf_program *prog, const char 
 
 	if (!err)
 		err = attach_pinned_xdp(netns, dev, bpf_program__fd(prog));
+	if ((err == -EBUSY || err == -EEXIST) && strcmp(loader_name, CHAIN_HEAD_PROG)) {
+		char head[PATH_MAX];
+		uint32_t attached = 0;
+
+		/* the device's program is the altmark_rx of this instance: say how to run beside it */
+		if (!chain_head_dir(dir, CHAIN_HEAD_PROG, head, sizeof(head)) &&
+		    !xdp_attached_id(netns, dev, &attached) && attached && attached == pinned_prog_id(head))
+			die_msg("--dev: %s runs %s of this instance (%s): add --behind %s to run behind it",
+				dev, CHAIN_HEAD_PROG, head, CHAIN_HEAD_PROG);
+	}
 	if (err)
 		unpin_dir(dir);
 	return err;

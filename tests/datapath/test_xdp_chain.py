@@ -12,7 +12,8 @@ attached with `--behind altmark_rx` sits in that slot. Real programs on netlab l
 Checked: with the chain, the flow is counted exactly (tx == rx == sent, per colour) AND the STAMP
 program does its work (replies field by field, its counters); detaching the chained program gives
 altmark-only behaviour back (STAMP packets reach the stack); both orders of attaching work; the loaders'
-errors name the command to run.
+errors name the command to run; without --behind/--chain
+the loaders refuse a busy device as they always did.
 """
 from __future__ import annotations
 
@@ -280,14 +281,17 @@ def test_collector_behind_altmark_rx(chain):
 
 
 def test_stamp_first_then_altmark_rx(chain):
-    """The other order: the reflector is on b0 alone; altmark_rx attach slots it behind itself
-    (atomic swap), detach hands the device back to it."""
+    """The other order: the reflector is on b0 alone; altmark_rx attach --chain slots it behind
+    itself (atomic swap), detach hands the device back to it. Without --chain: refused as before."""
     c = chain
     c.detach_rx("B")
     try:
         c.stamp("B")                                         # attached to b0 directly, as today
         assert c.xdp_prog_name("B") == "stamp_reflector"
-        p = run_tool(RX, "attach", *c.where("B"), "--instance", c.inst["B"])
+        p = run_tool(RX, "attach", *c.where("B"), "--instance", c.inst["B"], check=False)
+        assert p.returncode == 1 and "already runs stamp_reflector" in p.stderr and "add --chain" in p.stderr
+        assert c.xdp_prog_name("B") == "stamp_reflector" and not c.pin_dir("B", "altmark_rx").exists()
+        p = run_tool(RX, "attach", *c.where("B"), "--instance", c.inst["B"], "--chain")
         assert "stamp_reflector (already on b0) now runs behind altmark_rx" in p.stdout
         run_tool(RX, "add-flow", "--instance", c.inst["B"], "--sids", FWD_SIDS, "--flow-id", str(FWD_FLOW),
                  "--method", "dscp", "--period-ms", str(PERIOD_MS))
@@ -320,9 +324,15 @@ def test_errors_name_the_command(chain):
         assert not c.pin_dir("A", "stamp_collector").exists()    # nothing left behind
     finally:
         c.attach_rx("A")
-    # a bad --behind is a usage error
+    # a bad --behind is a usage error; --chain is altmark_rx's only
     p = c.stamp("A", "--behind", "altmark_tx", check=False)
     assert p.returncode == 2 and "--behind: expected altmark_rx" in p.stderr
+    p = run_tool(TX, "attach", *c.where("A"), "--instance", c.inst["A"], "--chain", check=False)
+    assert p.returncode == 2 and "--chain: only altmark_rx" in p.stderr
+    # the STAMP program without --behind on altmark_rx's device: refused as before, with the flag to add
+    p = c.stamp("A", check=False)
+    assert p.returncode == 1 and "add --behind altmark_rx" in p.stderr
+    assert not c.pin_dir("A", "stamp_collector").exists() and c.xdp_prog_name("A") == "altmark_rx"
     # one program per slot: the second is refused, naming the first
     c.stamp("B", "--behind", "altmark_rx")
     try:
