@@ -39,7 +39,7 @@ PREFIX = os.environ.get("SEGSCOPE_CHAIN_TEST_PREFIX", "chain")
 FWD_SIDS = "fc00:2::e,fc00:3::d6"     # A's policy to H2 (fd00:b::/64)
 REV_SIDS = "fc00:2::e,fc00:1::d6"     # B's policy to H1 (fd00:a::/64)
 FWD_FLOW, REV_FLOW = 11, 12
-PERIOD_MS = 200
+PERIOD_MS = 50      # short blocks: a round of 60 packets 3.5 ms apart sees both colours
 SENDER_ADDR, REFLECTOR_ADDR, RETURN_SID = "fc00:1::1", "fc00:3::1", "fc00:2::e"
 HOPS = 57
 
@@ -135,7 +135,13 @@ def flow_packets(tool: Path, inst: str) -> list[int]:
     return [flow["counters"][0]["packets"], flow["counters"][1]["packets"]]
 
 
-def check_altmark_exact(c: ChainLab, direction: str = "fwd", n: int = 120) -> None:
+def softnet_drops() -> int:
+    """Packets the kernel dropped because a CPU's backlog was full (all namespaces: other users' load)."""
+    rows = Path("/proc/net/softnet_stat").read_text().splitlines()
+    return sum(int(r.split()[1], 16) for r in rows)
+
+
+def check_altmark_exact(c: ChainLab, direction: str = "fwd", n: int = 60) -> None:
     """n datagrams over a monitored policy, across >= 2 colour periods: per colour, tx == rx, and the
     sums == n (every one delivered, else the whole measurement is repeated)."""
     src, dst, sink, tx_node, rx_node = (("H1", "fd00:b::1", "H2", "A", "B") if direction == "fwd"
@@ -143,22 +149,24 @@ def check_altmark_exact(c: ChainLab, direction: str = "fwd", n: int = 120) -> No
 
     def once() -> None:
         tx0, rx0 = flow_packets(TX, c.inst[tx_node]), flow_packets(RX, c.inst[rx_node])
+        drops0 = softnet_drops()
         rx_stats0 = am_stats(RX, c.inst[rx_node])
         recv = Receiver(c.ns(sink))
         try:
-            # gap: the n packets span > 2 colour periods (both colours counted)
+            # gap: the n packets span > 4 colour periods (both colours counted)
             send_udp(c.ns(src), dst, n, cpus=[0, 1], gap_s=0.0035)
             got = recv.drain(n)
         finally:
             recv.close()
-        expect_all(f"{direction} datagrams delivered", len(got), n)
         tx = [a - b for a, b in zip(flow_packets(TX, c.inst[tx_node]), tx0)]
         rx = [a - b for a, b in zip(flow_packets(RX, c.inst[rx_node]), rx0)]
+        expect_all(f"{direction} datagrams delivered (tx {tx}, rx {rx}, backlog drops {softnet_drops() - drops0})",
+                   len(got), n)
         assert tx == rx, (tx, rx)
         assert sum(tx) == n and min(tx) > 0, tx          # both colours seen
         assert am_stats(RX, c.inst[rx_node])["counted_dscp"] - rx_stats0["counted_dscp"] == n
 
-    retry_on_path_loss(once)
+    retry_on_path_loss(once, attempts=6)
 
 
 # ---------------------------------------------------------------- STAMP
@@ -171,9 +179,9 @@ def stamp_sender(c: ChainLab, ssid: int) -> socket.socket:
     return s
 
 
-def send_stamp(sock: socket.socket, ssid: int, n: int) -> list[int]:
+def send_stamp(sock: socket.socket, ssid: int, n: int, seq0: int = 0) -> list[int]:
     t1s = []
-    for seq in range(n):
+    for seq in range(seq0, seq0 + n):
         t1 = tai_ns()
         sock.sendto(stamp_sender_payload(seq, ssid, t1), (REFLECTOR_ADDR, 862))
         t1s.append(t1)
@@ -181,19 +189,56 @@ def send_stamp(sock: socket.socket, ssid: int, n: int) -> list[int]:
     return t1s
 
 
-def check_replies(sock: socket.socket, ssid: int, t1s: list[int]) -> None:
-    """Every test packet comes back through R to A's socket, as the reflector wrote it."""
-    for seq, t1 in enumerate(t1s):
-        data, peer, hop, rthdr = recv_reply(sock)
-        t_recv = tai_ns()
-        r = ReflectorPacket.decode(data[:44])
-        assert (r.seq, r.sender_seq, r.ssid) == (seq, seq, ssid)
-        assert peer[:2] == (REFLECTOR_ADDR, 862)
-        # hop limits: the sender's 57 minus R (End) on the way in; the reply's 255 minus R on the way back
-        assert r.sender_ttl == HOPS - 1 and hop == 254
-        assert rthdr is not None      # the return SRH the reflector wrote ([sender, fc00:2::e])
-        t2, t3 = ptp_to_ns(r.rx_sec, r.rx_frac, t_recv), ptp_to_ns(r.ts_sec, r.ts_frac, t_recv)
-        assert t1 <= t2 <= t3 <= t_recv
+def drain(sock: socket.socket) -> None:
+    """Drop late replies of an earlier attempt."""
+    while not no_reply(sock, 0.05):
+        pass
+
+
+_seq_base = [0]
+
+
+def next_seq0() -> int:
+    """A fresh sequence range per round, so a late reply of a repeated round is never taken for one of this."""
+    _seq_base[0] += 1000
+    return _seq_base[0]
+
+
+def reflect_round(c: ChainLab, sock: socket.socket, ssid: int, n: int) -> None:
+    """n test packets from A; n replies come back through R to A's socket as the reflector wrote them,
+    and its `reflected` counter moves by n. A packet lost outside the programs (a veth backlog
+    overflow while the shared cores are busy) repeats the round; the checks are never loosened."""
+    def once() -> None:
+        drain(sock)
+        before = refl_stats(c)["reflected"]
+        seq0 = next_seq0()
+        t1s = send_stamp(sock, ssid, n, seq0)
+        got: set[int] = set()
+        sock.settimeout(1.0)
+        try:
+            while len(got) < n:
+                try:
+                    data, peer, hop, rthdr = recv_reply(sock)
+                except socket.timeout:
+                    break
+                t_recv = tai_ns()
+                r = ReflectorPacket.decode(data[:44])
+                assert r.ssid == ssid and r.seq == r.sender_seq and seq0 <= r.seq < seq0 + n, (r.seq, seq0)
+                assert peer[:2] == (REFLECTOR_ADDR, 862)
+                # hop limits: the sender's 57 minus R (End) on the way in; 255 minus R on the way back
+                assert r.sender_ttl == HOPS - 1 and hop == 254
+                assert rthdr is not None      # the return SRH the reflector wrote ([sender, fc00:2::e])
+                t1 = t1s[r.seq - seq0]
+                t2, t3 = ptp_to_ns(r.rx_sec, r.rx_frac, t_recv), ptp_to_ns(r.ts_sec, r.ts_frac, t_recv)
+                assert t1 <= t2 <= t3 <= t_recv
+                got.add(r.seq)
+        finally:
+            sock.settimeout(2.0)
+        reflected = refl_stats(c)["reflected"] - before
+        expect_all(f"STAMP replies (reflected {reflected})", len(got), n)
+        assert reflected == n
+
+    retry_on_path_loss(once)
 
 
 def refl_stats(c: ChainLab) -> dict[str, int]:
@@ -223,26 +268,27 @@ def test_reflector_behind_altmark_rx(chain):
     refl_id = bpftool("prog", "show", "pinned", str(c.pin_dir("B", "stamp_reflector") / "prog"))["id"]
     assert c.chained_id("B") == refl_id                      # ... and the reflector in its slot
     try:
-        before_refl, before_rx = refl_stats(c), am_stats(RX, c.inst["B"])
+        before_rx = am_stats(RX, c.inst["B"])
         sock = stamp_sender(c, 21)
-        t1s = send_stamp(sock, 21, 20)
-        check_replies(sock, 21, t1s)
+        reflect_round(c, sock, 21, 20)
         after_refl, after_rx = refl_stats(c), am_stats(RX, c.inst["B"])
-        assert after_refl["reflected"] - before_refl["reflected"] == 20
         # altmark_rx saw them first: SRH [fc00:3::1, fc00:2::e] is not a monitored SID list
         assert after_rx["pass_unmonitored"] - before_rx["pass_unmonitored"] >= 20
         check_altmark_exact(c)                               # and the flow is still counted exactly
         # all the flow's packets went through the reflector too: foreign traffic, passed by it
-        assert refl_stats(c)["pass_not_local_addr"] - after_refl["pass_not_local_addr"] >= 120
+        assert refl_stats(c)["pass_not_local_addr"] - after_refl["pass_not_local_addr"] >= 60
     finally:
         p = c.unstamp("B")
     assert "removed from the chain" in p.stdout
     assert c.chained_id("B") is None and not c.pin_dir("B", "stamp_reflector").exists()
     # altmark-only again: STAMP packets reach B's stack (nobody listens on 862), no reply
-    no_ports0 = udp6_counter(c.ns("B"), "Udp6NoPorts")
-    send_stamp(sock, 21, 5)
-    assert no_reply(sock)
-    assert udp6_counter(c.ns("B"), "Udp6NoPorts") - no_ports0 == 5
+    def to_stack() -> None:
+        no_ports0 = udp6_counter(c.ns("B"), "Udp6NoPorts")
+        send_stamp(sock, 21, 5, next_seq0())
+        assert no_reply(sock)
+        expect_all("STAMP packets at B's stack", udp6_counter(c.ns("B"), "Udp6NoPorts") - no_ports0, 5)
+
+    retry_on_path_loss(to_stack)
     sock.close()
     check_altmark_exact(c)
 
@@ -256,25 +302,33 @@ def test_collector_behind_altmark_rx(chain):
         assert "chained behind altmark_rx on a0" in p.stdout
         assert c.xdp_prog_name("A") == "altmark_rx"
         run_tool(COLLECTOR, "activate", "--pin-dir", coll, "--ssid", "22", "--port", "50022")
-        before = json.loads(run_tool(COLLECTOR, "stats", "--pin-dir", coll, "--json").stdout)
         sock = stamp_sender(c, 22)
-        t1s = send_stamp(sock, 22, 15)
-        out = run_tool(COLLECTOR, "dump", "--pin-dir", coll, "--count", "15", "--timeout-ms", "3000").stdout
-        recs = [json.loads(line) for line in out.splitlines()]
-        assert [r["sender_seq"] for r in recs] == list(range(15))
-        for r, t1 in zip(recs, t1s):
-            assert r["ssid"] == 22 and r["t1_ns"] == t1 and t1 <= r["t2_ns"] <= r["t3_ns"] <= r["t4_ns"]
-        after = json.loads(run_tool(COLLECTOR, "stats", "--pin-dir", coll, "--json").stdout)
-        assert after["collected"] - before["collected"] == 15
+
+        def collect() -> None:
+            run_tool(COLLECTOR, "dump", "--pin-dir", coll, "--timeout-ms", "50", check=False)   # stale ones
+            before = json.loads(run_tool(COLLECTOR, "stats", "--pin-dir", coll, "--json").stdout)
+            seq0 = next_seq0()
+            t1s = send_stamp(sock, 22, 15, seq0)
+            out = run_tool(COLLECTOR, "dump", "--pin-dir", coll, "--count", "15", "--timeout-ms", "2000",
+                           check=False).stdout
+            recs = [json.loads(line) for line in out.splitlines()]
+            for r in recs:
+                assert seq0 <= r["sender_seq"] < seq0 + 15 and r["ssid"] == 22
+                t1 = t1s[r["sender_seq"] - seq0]
+                assert r["t1_ns"] == t1 and t1 <= r["t2_ns"] <= r["t3_ns"] <= r["t4_ns"]
+            assert len({r["sender_seq"] for r in recs}) == len(recs)          # one record each
+            after = json.loads(run_tool(COLLECTOR, "stats", "--pin-dir", coll, "--json").stdout)
+            assert after["collected"] - before["collected"] == len(recs)
+            expect_all("STAMP records", len(recs), 15)
+
+        retry_on_path_loss(collect)
         assert no_reply(sock)                                # consumed in XDP behind altmark_rx
         check_altmark_exact(c, "rev")                        # B->A flow counted exactly on A's a0
         check_altmark_exact(c, "fwd")
     finally:
         c.unstamp("A")
     assert c.chained_id("A") is None
-    send_stamp(sock, 22, 3)                                  # collector gone: replies reach the socket
-    for _ in range(3):
-        recv_reply(sock)
+    reflect_round(c, sock, 22, 3)                            # collector gone: replies reach the socket
     sock.close()
     c.unstamp("B")
     check_altmark_exact(c, "rev")
@@ -297,15 +351,13 @@ def test_stamp_first_then_altmark_rx(chain):
                  "--method", "dscp", "--period-ms", str(PERIOD_MS))
         assert c.xdp_prog_name("B") == "altmark_rx" and c.chained_id("B")
         sock = stamp_sender(c, 21)
-        before = refl_stats(c)
-        check_replies(sock, 21, send_stamp(sock, 21, 10))
-        assert refl_stats(c)["reflected"] - before["reflected"] == 10
+        reflect_round(c, sock, 21, 10)
         check_altmark_exact(c)
         # altmark_rx leaves: the reflector gets b0 back and keeps reflecting
         p = c.detach_rx("B")
         assert "now attached to b0 directly" in p.stdout
         assert c.xdp_prog_name("B") == "stamp_reflector"
-        check_replies(sock, 21, send_stamp(sock, 21, 5))
+        reflect_round(c, sock, 21, 5)
         sock.close()
     finally:
         c.unstamp("B", check=False)
