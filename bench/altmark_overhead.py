@@ -26,12 +26,12 @@ unmonitored is worthless).
 Method (bench/pdr.py): trials of constant rate, loss = sent − delivered (XDP counters at H2), PDR =
 highest passing rate of a bounded binary search; configurations interleaved (every repetition visits
 all of them, in a rotated order) so slow changes of the shared machine's load hit every configuration
-alike; CI95 with Student's t; PASTRAMI sweep per configuration around its mean PDR.
+alike; CI95 with Student's t; PASTRAMI sweep per configuration around its median PDR.
 
-    sudo .local/venv/bin/python bench/altmark_overhead.py [--quick] [--reps 3] [--seconds 1] [--steps 7]
+    sudo .local/venv/bin/python bench/altmark_overhead.py [--quick] [--reps 3] [--seconds 1] [--steps 9]
          [--flows 1,100,10000] [--method dscp|rfc9343] [--no-doc] [--json-out FILE] [--baseline-only]
 
-Full run ~8 min, --quick ~2 min. Needs `make -C datapath` and `make -C bench`. Own resources: netns
+Full run ~6 min, --quick ~2 min (this 2-vCPU VM). Needs `make -C datapath` and `make -C bench`. Own resources: netns
 ambench-*, pins /sys/fs/bpf/segscope/ambench-*.
 """
 from __future__ import annotations
@@ -73,6 +73,7 @@ GOAL_TX_RATIO = 0.95                      # issue 5: the colourer costs <= 5 % o
 GOAL_RX_RATIO = 0.98                      # issue 5: the counter costs <= 2 %
 SEED001 = {"tx": 0.139, "rx": 0.054}      # seed 001's measured throughput losses
 PERIOD_MS = 1000                          # colour period: every trial spans colour changes
+DEFAULT_RANGE = (15_000.0, 400_000.0)     # pps: from a loaded machine's PDR to past the generator's limit
 CAL_LO, CAL_HI = 0.25, 2.5                # calibrated search range, x the baseline's first PDR (wide: the
                                           # PDR of one configuration varies by tens of % within minutes here)
 
@@ -416,12 +417,13 @@ def main() -> int:
                     help="smoke run: 2 repetitions, 0.5 s trials, 5-step searches, 1 and 100 flows")
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--seconds", type=float, default=1.0)
-    ap.add_argument("--steps", type=int, default=8, help="trials per binary search")
-    ap.add_argument("--lo", type=float, help="search range (default: calibrated, see --calibrate)")
+    ap.add_argument("--steps", type=int, default=9, help="trials per binary search")
+    ap.add_argument("--lo", type=float, help=f"search range, default {DEFAULT_RANGE[0]:g}-{DEFAULT_RANGE[1]:g} pps")
     ap.add_argument("--hi", type=float)
-    ap.add_argument("--calibrate", default="20000,400000",
-                    help="without --lo/--hi: a 7-trial search of the baseline in this range sets the "
-                         f"searches' range to {CAL_LO:g}-{CAL_HI:g} x its PDR (finer steps where it matters)")
+    ap.add_argument("--calibrate", metavar="LO,HI",
+                    help="instead of a fixed range: a 7-trial search of the baseline in LO-HI sets the searches' "
+                         f"range to {CAL_LO:g}-{CAL_HI:g} x its PDR (finer steps, but a calibration in a loss burst "
+                         "or a quiet spell misplaces the whole run: the machine's PDR moves by 2x within minutes)")
     ap.add_argument("--flows", help="monitored flows installed, comma-separated (default 1,100,10000; --quick: 1,100)")
     ap.add_argument("--method", choices=tuple(METHOD_CODE), default="dscp")
     ap.add_argument("--sweep-reps", type=int, default=1, help="passes over each PASTRAMI sweep (averaged per load)")
@@ -431,8 +433,10 @@ def main() -> int:
     args = ap.parse_args()
     if (args.lo is None) != (args.hi is None):
         sys.exit("--lo and --hi go together")
+    if args.lo is None and not args.calibrate:
+        args.lo, args.hi = DEFAULT_RANGE
     if args.quick:
-        args.reps, args.seconds, args.steps = 2, 0.5, 6
+        args.reps, args.seconds, args.steps = 2, 0.5, 7
         args.flows = args.flows or "1,100"
     args.flows = args.flows or "1,100,10000"
     flows = [int(x) for x in args.flows.split(",")]
