@@ -394,3 +394,61 @@ def test_errors_name_the_command(chain):
         assert not c.pin_dir("B", "stamp_collector").exists()
     finally:
         c.unstamp("B")
+
+
+def test_tail_call_in_test_run(am_build):
+    """BPF_PROG_TEST_RUN of altmark_rx on a scratch veth (no lab traffic in the counters): an empty slot
+    passes, a chained reflector's verdict and rewritten frame come out of altmark_rx's run, and
+    altmark_rx counts either way. Prints ns/packet (-s) of altmark_rx alone vs chained."""
+    from tests.datapath.altmark_env import POLICY, TestRun, encapped
+    from tests.datapath.dp_env import eth_ipv6, parse_frame, udp_datagram
+
+    ns, inst = f"{PREFIX}tr", f"{PREFIX}tr"
+    rx_dir, refl_dir = PIN_ROOT / inst / "altmark_rx", PIN_ROOT / inst / "stamp_reflector"
+    where = ["--netns", ns, "--dev", f"{PREFIX}tr0"]
+    subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+    subprocess.run(["ip", "netns", "add", ns], check=True)
+    try:
+        subprocess.run(["ip", "-n", ns, "link", "add", f"{PREFIX}tr0", "type", "veth", "peer", "name",
+                        f"{PREFIX}tr1"], check=True)
+        run_tool(RX, "attach", *where, "--instance", inst)
+        run_tool(RX, "add-flow", "--instance", inst, "--sids", ",".join(POLICY), "--flow-id", "1",
+                 "--method", "dscp", "--period-ms", "1000")
+        monitored = encapped(POLICY, tclass=0x04)                # colour 1
+        stamp = eth_ipv6(SENDER_ADDR, REFLECTOR_ADDR, 17,
+                         udp_datagram(SENDER_ADDR, REFLECTOR_ADDR, 50021, 862, stamp_sender_payload(1, 21, 10**18)))
+        rx = TestRun(rx_dir / "prog")
+        XDP_PASS, XDP_TX = 2, 3
+
+        s0 = am_stats(RX, inst)
+        assert rx.run(monitored)[0] == XDP_PASS and rx.run(stamp)[0] == XDP_PASS   # empty slot: as before
+        assert {k: v - s0[k] for k, v in am_stats(RX, inst).items() if v != s0[k]} == \
+            {"counted_dscp": 1, "pass_no_srh": 1}
+        alone = min(rx.run(monitored, repeat=20_000)[2] for _ in range(3))
+
+        run_tool(REFLECTOR, "attach", *where, "--pin-dir", str(refl_dir), "--behind", "altmark_rx")
+        run_tool(REFLECTOR, "add-address", "--pin-dir", str(refl_dir), REFLECTOR_ADDR)
+        run_tool(REFLECTOR, "add-session", "--pin-dir", str(refl_dir), "--ssid", "21")
+        s1, r1 = am_stats(RX, inst), refl_stats_at(refl_dir)
+        verdict, out, _ = rx.run(stamp)
+        assert verdict == XDP_TX                                  # the reflector's verdict ...
+        reply = parse_frame(out)                                  # ... and its reply frame
+        assert (reply.src, reply.dst, reply.sport, reply.dport) == (REFLECTOR_ADDR, SENDER_ADDR, 862, 50021)
+        assert rx.run(monitored)[0] == XDP_PASS                   # foreign to the reflector: passed
+        assert {k: v - s1[k] for k, v in am_stats(RX, inst).items() if v != s1[k]} == \
+            {"counted_dscp": 1, "pass_no_srh": 1}                 # altmark_rx counted both first
+        r2 = refl_stats_at(refl_dir)
+        assert {k: v - r1[k] for k, v in r2.items() if v != r1[k]} == {"reflected": 1, "pass_not_local_addr": 1}
+        chained = min(rx.run(monitored, repeat=20_000)[2] for _ in range(3))
+        print(f"\naltmark_rx on a monitored dscp packet: {alone} ns alone (empty slot), {chained} ns chained "
+              f"into the reflector (which passes it)")
+        run_tool(REFLECTOR, "detach", *where, "--pin-dir", str(refl_dir))
+        assert rx.run(stamp)[0] == XDP_PASS                       # slot emptied: altmark-only again
+    finally:
+        run_tool(REFLECTOR, "detach", *where, "--pin-dir", str(refl_dir), check=False)
+        run_tool(RX, "detach", *where, "--instance", inst, check=False)
+        subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+
+
+def refl_stats_at(pin_dir: Path) -> dict[str, int]:
+    return json.loads(run_tool(REFLECTOR, "stats", "--pin-dir", str(pin_dir), "--json").stdout)
