@@ -15,7 +15,7 @@
  * the device, puts it into the slot and swaps itself in atomically (without
  * --chain it refuses, as it always did); detach with a
  * program in the slot hands the device back to it atomically. No packet
- * misses the STAMP program in either swap.
+ * misses the STAMP program in either swap (by construction).
  */
 #include <errno.h>
 #include <limits.h>
