@@ -36,9 +36,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    "node views to segscope.topology, altmark blocks to segscope.altmark.blocks")
     p.add_argument("--topology-interval", type=float, default=30.0,
                    help="seconds between periodic topology publications (default 30)")
+    p.add_argument("--stats-interval", type=float, default=1.0,
+                   help="seconds between segscope_datapath / segscope_agent counter lines on "
+                   "segscope.metrics (with --kafka; default 1)")
     p.add_argument("--workers", type=int, default=16, help="gRPC worker threads (default 16)")
     p.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     a = p.parse_args(argv)
+    if not 0.05 <= a.stats_interval <= 3600:
+        p.error(f"--stats-interval: {a.stats_interval} out of range 0.05..3600 seconds")
     if not a.insecure and not (a.tls_cert and a.tls_key):
         p.error("--tls-cert and --tls-key are required (or --insecure for plaintext)")
     if a.insecure and (a.tls_cert or a.tls_key or a.tls_client_ca):
@@ -60,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
     agent = Agent(AgentConfig(node=a.node, listen=a.listen, netns=a.netns, instance=a.instance,
                               tls_cert=a.tls_cert, tls_key=a.tls_key, tls_client_ca=a.tls_client_ca,
                               insecure=a.insecure, kafka=a.kafka, workers=a.workers,
-                              topology_interval_s=a.topology_interval))
+                              topology_interval_s=a.topology_interval, stats_interval_s=a.stats_interval))
     done = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: done.set())
     signal.signal(signal.SIGINT, lambda *_: done.set())

@@ -146,6 +146,11 @@ class FlowMonAgent:
                 os.killpg(p.pid, signal.SIGKILL)
                 p.wait()
 
+    def attached_programs(self) -> list[tuple[str, Path, Path]]:
+        """(program, loader, pin dir) of the altmark sides attached now."""
+        with self.lock:
+            return [(PROG[side], self.tool(side), self.pin_dir(side)) for side in sorted(self.sides)]
+
     def datapath_flows(self, side: int) -> dict[int, dict]:
         out = json.loads(self.run(side, ["list-flows", "--instance", self.instance, "--json"], "side"))
         return {f["flow_id"]: f for f in out.get("flows", [])}

@@ -14,6 +14,7 @@ from grpc_reflection.v1alpha import reflection
 
 from collectors.agent.fields import ApiError
 from collectors.agent.flowmon import FlowMonAgent, FlowMonitorServicer
+from collectors.agent.metrics import AgentCounters, StatsPublisher
 from collectors.agent.rtnl import Rtnl
 from collectors.agent.srv6 import Srv6Servicer, Srv6State
 from collectors.agent.stamp import StampAgent, StampServicer, Tools
@@ -42,36 +43,44 @@ class AgentConfig:
     kafka: str | None = None             # Kafka bootstrap: stamp records, topology views, altmark blocks
     workers: int = 16
     topology_interval_s: float = 30.0
+    stats_interval_s: float = 1.0        # segscope_datapath / segscope_agent lines (with kafka)
 
 
-def _wrap(name: str, fn, streaming: bool):
-    """ApiError -> status with its message; anything else -> INTERNAL (logged with traceback)."""
+def _wrap(name: str, fn, streaming: bool, counters: AgentCounters):
+    """ApiError -> status with its message; anything else -> INTERNAL (logged with traceback).
+    Every call counts in `rpcs`, every error answer in `rpc_errors` (segscope_agent)."""
     if streaming:
         def stream(req, ctx):
+            counters.add("rpcs")
             try:
                 yield from fn(req, ctx)
             except ApiError as e:
+                counters.add("rpc_errors")
                 log.info("%s -> %s: %s", name, e.code.name, e.message)
                 ctx.abort(e.code, e.message)
         return stream
 
     def unary(req, ctx):
+        counters.add("rpcs")
         try:
             return fn(req, ctx)
         except ApiError as e:
+            counters.add("rpc_errors")
             log.info("%s -> %s: %s", name, e.code.name, e.message)
             ctx.abort(e.code, e.message)
         except Exception as e:  # noqa: BLE001 - reported to the client, logged here
             if isinstance(e, grpc.RpcError) or type(e).__name__ == "_AbortedError":
                 raise
+            counters.add("rpc_errors")
             log.exception("%s failed", name)
             ctx.abort(grpc.StatusCode.INTERNAL, f"{name}: internal error: {type(e).__name__}: {e}")
     return unary
 
 
-def _wrap_servicer(servicer, pb2, service: str) -> None:
+def _wrap_servicer(servicer, pb2, service: str, counters: AgentCounters) -> None:
     for m in pb2.DESCRIPTOR.services_by_name[service].methods:
-        setattr(servicer, m.name, _wrap(f"{service}.{m.name}", getattr(servicer, m.name), m.server_streaming))
+        setattr(servicer, m.name, _wrap(f"{service}.{m.name}", getattr(servicer, m.name), m.server_streaming,
+                                        counters))
 
 
 class Agent:
@@ -85,6 +94,8 @@ class Agent:
         self.stamp = StampAgent(cfg.node, Tools(REPO, cfg.netns, Path("/sys/fs/bpf/segscope") / instance), cfg.kafka)
         self.flowmon = FlowMonAgent(cfg.node, REPO, cfg.netns, instance, cfg.kafka)
         self.publisher = None
+        self.counters = AgentCounters()
+        self.stats: StatsPublisher | None = None
         self.server: grpc.Server | None = None
         self.port = 0
         self.health = health.HealthServicer()
@@ -118,6 +129,15 @@ class Agent:
         self.publisher.set_section("stamp_sessions", sessions)
         self.publisher.set_section("flows", flows)
 
+    # -- counters on segscope.metrics (only with --kafka) -----------------------------------------
+    def _start_stats(self) -> None:
+        self.stats = StatsPublisher(
+            self.cfg.node, self.cfg.kafka,
+            programs=lambda: self.stamp.attached_programs() + self.flowmon.attached_programs(),
+            counters=self.counters, gauges=self.stamp.counters, interval_s=self.cfg.stats_interval_s,
+            on_tick=self.stamp.poll_producer)
+        self.stats.start()
+
     # -- server -----------------------------------------------------------------------------------
     def credentials(self) -> grpc.ServerCredentials | None:
         c = self.cfg
@@ -138,7 +158,7 @@ class Agent:
         names = [reflection.SERVICE_NAME, health.SERVICE_NAME]
         for svc, servicer in servicers.items():
             pb2, add = SERVICES[svc]
-            _wrap_servicer(servicer, pb2, svc)
+            _wrap_servicer(servicer, pb2, svc, self.counters)
             add(servicer, self.server)
             full = pb2.DESCRIPTOR.services_by_name[svc].full_name
             names.append(full)
@@ -154,6 +174,7 @@ class Agent:
         self.server.start()
         if c.kafka:
             self._start_publisher()
+            self._start_stats()
         mode = "plaintext" if creds is None else ("mutual TLS" if c.tls_client_ca else "TLS")
         log.info("agent for node %s (netns %s, bpffs instance %s) listening on %s (port %d, %s); "
                  "%d policies and %d local SIDs in the kernel", c.node, c.netns or "-",
@@ -168,6 +189,8 @@ class Agent:
         if self.server is not None:
             self.server.stop(grace).wait()
         t0 = time.monotonic()
+        if self.stats is not None:
+            self.stats.stop()       # last counters while the programs are still attached
         self.stamp.shutdown()
         self.flowmon.shutdown()
         if self.publisher is not None:

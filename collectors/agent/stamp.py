@@ -112,6 +112,9 @@ class StampAgent:
         self.stopping = threading.Event()
         self.unmatched_records = 0
         self.records_read = 0
+        self.records_streamed = 0    # records in stamp_batch messages Kafka acknowledged
+        self.records_dropped = 0     # records whose message Kafka refused or failed to deliver
+        self.results_evicted = 0     # results pushed out of a session's KEEP_RESULTS window
         self._producer = None
         self._batch_seq = 0
         self.on_change = None  # topology publisher hook
@@ -167,6 +170,7 @@ class StampAgent:
                 t1, t2, t3, t4 = rec["t1_ns"], rec["t2_ns"], rec["t3_ns"], rec["t4_ns"]
                 if len(s.results) == s.results.maxlen:
                     s.dropped += 1
+                    self.results_evicted += 1
                 s.results.append(pb.StampResult(
                     ssid=rec["ssid"], index=s.next_index, sequence=rec["sender_seq"], t1_ns=t1, t2_ns=t2,
                     t3_ns=t3, t4_ns=t4, forward_delay_ns=t2 - t1, reverse_delay_ns=t4 - t3,
@@ -189,9 +193,54 @@ class StampAgent:
                 if name != "reserved":
                     arr[name] = [r.get(name, 0) for r in recs]
             self._batch_seq += 1
-            self._producer.produce("segscope.stamp.records", encode_batch(arr, self.node, self._batch_seq),
-                                   key=f"{self.node}/{ssid}".encode())
+            n = len(recs)
+            payload = encode_batch(arr, self.node, self._batch_seq)
+            for attempt in range(2):
+                try:
+                    self._producer.produce("segscope.stamp.records", payload, key=f"{self.node}/{ssid}".encode(),
+                                           on_delivery=lambda err, msg, n=n: self._delivered(err, n))
+                    break
+                except BufferError:     # librdkafka's queue is full: let it drain once, then count
+                    if attempt:
+                        self._count_dropped(n, "local queue full")
+                    else:
+                        self._producer.poll(0.5)
         self._producer.poll(0)
+
+    def _delivered(self, err, n: int) -> None:
+        if err is None:
+            with self.lock:
+                self.records_streamed += n
+        else:
+            self._count_dropped(n, str(err))
+
+    def _count_dropped(self, n: int, why: str) -> None:
+        with self.lock:
+            self.records_dropped += n
+        log.warning("stamp_batch of %d records not delivered to Kafka: %s", n, why)
+
+    def poll_producer(self) -> None:
+        """Serve Kafka delivery reports (called by the stats thread every tick)."""
+        if self._producer is not None:
+            self._producer.poll(0)
+
+    def counters(self) -> dict[str, int]:
+        with self.lock:
+            return {"records_read": self.records_read, "records_unmatched": self.unmatched_records,
+                    "records_streamed": self.records_streamed, "records_dropped": self.records_dropped,
+                    "results_evicted": self.results_evicted,
+                    "kafka_queue_len": len(self._producer) if self._producer is not None else 0,
+                    "stamp_sessions": len(self.sessions)}
+
+    def attached_programs(self) -> list[tuple[str, Path, Path]]:
+        """(program, loader, pin dir) of the STAMP programs attached now."""
+        with self.lock:
+            out = []
+            if self.sender_cfg is not None:
+                out.append(("stamp_collector", self.tools.collector, self.tools.collector_pin))
+            if self.reflector_cfg is not None:
+                out.append(("stamp_reflector", self.tools.reflector, self.tools.reflector_pin))
+            return out
 
     def clear_leftovers(self, tool: Path, pin: Path, device: str) -> None:
         """Pins of this instance that this agent did not make: a previous agent of the node was

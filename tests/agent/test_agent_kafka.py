@@ -8,6 +8,7 @@ import json
 import time
 import uuid
 
+import grpc
 import pytest
 
 from segscope_proto.segscope.agent.v1 import stamp_pb2 as pb
@@ -124,3 +125,120 @@ def test_altmark_blocks_reach_kafka(lab, stack, tmp_path):
             f.StopFlowMonitor(fm.StopFlowMonitorRequest(side=fm.FLOW_MONITOR_SIDE_TX, flow_id=fid))
     finally:
         assert agent.stop() == 0
+
+
+def _stats_json(program: str, pin_dir: str) -> dict[str, int]:
+    import subprocess
+    from tests.agent.agent_env import REPO
+    r = subprocess.run([str(REPO / "build" / "datapath" / program), "stats", "--pin-dir", pin_dir, "--json"],
+                       capture_output=True, text=True, check=True)
+    return json.loads(r.stdout)
+
+
+def _influx_rows(stack, measurement: str, node: str, since_ns: int, program: str | None = None) -> list[dict]:
+    where = f"\"node\" = '{node}' AND time > {since_ns}"
+    if program:
+        where += f" AND \"program\" = '{program}'"
+    return sorted(stack.influx_query(f'SELECT * FROM "{measurement}" WHERE {where}'), key=lambda r: r["time"])
+
+
+def test_datapath_and_agent_counters_reach_influx(lab, stack, tmp_path):
+    """With --kafka every attached datapath program's counters arrive as segscope_datapath lines
+    (field names = the loader's `stats --json`), and the agent's own counters as segscope_agent:
+    - a line stamped between two `stats --json` reads is bounded by them counter by counter, and
+      equal to them when the program was quiet in between (exact, not approximate);
+    - each counter is monotonic over the run; the STAMP counters add up to what was sent;
+    - segscope_agent counts the calls, the one failed call and the records streamed."""
+    from segscope_proto.segscope.agent.v1 import flowmon_pb2 as fm, flowmon_pb2_grpc
+    tag = uuid.uuid4().hex[:6]
+    node_a, node_b = f"agmA{tag}", f"agmB{tag}"     # unique tags: other runs write node=A too
+    ssid, fid, rate, duration = 4713, 4714, 100, 1.5
+    since = time.time_ns()
+    a_agent = start_agent(lab.ns("A"), node_a, tmp_path, kafka=stack.kafka_bootstrap, instance="agm-A",
+                          extra_args=["--stats-interval", "0.5"])
+    b_agent = start_agent(lab.ns("B"), node_b, tmp_path, kafka=stack.kafka_bootstrap, instance="agm-B",
+                          extra_args=["--stats-interval", "0.5"])
+    pins = {"stamp_collector": "/sys/fs/bpf/segscope/agm-A/stamp_collector",
+            "altmark_tx": "/sys/fs/bpf/segscope/agm-A/altmark_tx",
+            "stamp_reflector": "/sys/fs/bpf/segscope/agm-B/stamp_reflector",
+            "altmark_rx": "/sys/fs/bpf/segscope/agm-B/altmark_rx"}
+    node_of = {"stamp_collector": node_a, "altmark_tx": node_a, "stamp_reflector": node_b, "altmark_rx": node_b}
+    try:
+        with a_agent.channel() as cha, b_agent.channel() as chb:
+            a, b = stamp_pb2_grpc.StampServiceStub(cha), stamp_pb2_grpc.StampServiceStub(chb)
+            fa, fb = flowmon_pb2_grpc.FlowMonitorServiceStub(cha), flowmon_pb2_grpc.FlowMonitorServiceStub(chb)
+            b.Init(pb.InitRequest(reflector=pb.StampReflectorConfig(device="b0", addresses=["fc00:3::1"])))
+            b.CreateStampSession(pb.CreateStampSessionRequest(session=pb.StampSession(
+                role=pb.STAMP_ROLE_REFLECTOR, ssid=ssid, sender_address="fc00:1::1", return_segments=["fc00:2::e"])))
+            b.StartStampSession(pb.StartStampSessionRequest(role=pb.STAMP_ROLE_REFLECTOR, ssid=ssid))
+            fb.StartFlowMonitor(fm.StartFlowMonitorRequest(monitor=fm.FlowMonitor(
+                side=fm.FLOW_MONITOR_SIDE_RX, flow_id=fid, device="bh", method=fm.MARKING_METHOD_DSCP,
+                segments=["fc00:2::e", "fc00:3::d6"], period_ms=200)))
+            a.Init(pb.InitRequest(sender=pb.StampSenderConfig(device="a0", source_address="fc00:1::1")))
+            fa.StartFlowMonitor(fm.StartFlowMonitorRequest(monitor=fm.FlowMonitor(
+                side=fm.FLOW_MONITOR_SIDE_TX, flow_id=fid, device="a0", method=fm.MARKING_METHOD_DSCP,
+                segments=["fc00:2::e", "fc00:3::d6"], period_ms=200)))
+            a.CreateStampSession(pb.CreateStampSessionRequest(session=pb.StampSession(
+                role=pb.STAMP_ROLE_SENDER, ssid=ssid, reflector_address="fc00:3::1", segments=["fc00:2::e"],
+                rate_pps=rate)))
+            a.StartStampSession(pb.StartStampSessionRequest(role=pb.STAMP_ROLE_SENDER, ssid=ssid, duration_s=duration))
+            try:   # one failing call: counted in rpc_errors
+                a.StopStampSession(pb.StopStampSessionRequest(role=pb.STAMP_ROLE_SENDER, ssid=ssid + 1))
+                raise AssertionError("StopStampSession of an unknown session succeeded")
+            except grpc.RpcError as e:
+                assert e.code() == grpc.StatusCode.NOT_FOUND
+            rpcs_a = 6   # Init, StartFlowMonitor, Create, Start, the failed Stop, ListStampSessions below
+            time.sleep(duration + 1.0)
+            sent = [s for s in a.ListStampSessions(pb.ListStampSessionsRequest()).sessions
+                    if s.session.ssid == ssid][0].packets_sent
+            assert sent == rate * duration
+
+            # two reads of every program 2 s apart (>= 4 ticks of 0.5 s in between)
+            before = {p: _stats_json(p, d) for p, d in pins.items()}
+            t1 = time.time_ns()
+            time.sleep(2.0)
+            t2 = time.time_ns()
+            after = {p: _stats_json(p, d) for p, d in pins.items()}
+            assert before["stamp_reflector"]["reflected"] == sent
+            assert before["stamp_collector"]["collected"] == sent
+            assert before["stamp_collector"] == after["stamp_collector"], "the collector was not quiet"
+            assert before["stamp_reflector"] == after["stamp_reflector"], "the reflector was not quiet"
+
+            deadline = time.monotonic() + 30
+            rows: dict[str, list[dict]] = {}
+            while time.monotonic() < deadline:
+                rows = {p: _influx_rows(stack, "segscope_datapath", node_of[p], since, p) for p in pins}
+                agent_rows = _influx_rows(stack, "segscope_agent", node_a, since)
+                if all(any(r["time"] > t2 for r in rs) for rs in rows.values()) and \
+                        any(r["time"] > t2 for r in agent_rows):
+                    break
+                time.sleep(1)
+            for prog, rs in rows.items():
+                window = [r for r in rs if t1 < r["time"] < t2]
+                assert len(window) >= 2, f"{prog}: {len(window)} lines between the two reads ({len(rs)} in all)"
+                names = list(before[prog])
+                for r in rs:   # exactly the loader's field names, all integers
+                    assert sorted(k for k, v in r.items() if v is not None and k not in ("time", "node", "program")) \
+                        == sorted(names), (prog, r)
+                for r in window:
+                    for k in names:
+                        assert before[prog][k] <= r[k] <= after[prog][k], (prog, k, before[prog][k], r[k], after[prog][k])
+                    if before[prog] == after[prog]:
+                        assert {k: r[k] for k in names} == before[prog], prog
+                for k in names:   # monotonic since the program was loaded
+                    values = [r[k] for r in rs]
+                    assert values == sorted(values), (prog, k, values)
+            # every packet altmark_tx saw lands in exactly one counter; the STAMP packets left by a0
+            assert sum(after["altmark_tx"].values()) >= sent, after["altmark_tx"]
+
+            last_a = agent_rows[-1]
+            assert last_a["rpcs"] == rpcs_a and last_a["rpc_errors"] == 1, last_a
+            assert last_a["records_read"] == sent and last_a["records_streamed"] == sent, last_a
+            assert last_a["records_dropped"] == 0 and last_a["records_unmatched"] == 0, last_a
+            assert last_a["stats_read_errors"] == 0 and last_a["metrics_failed"] == 0, last_a
+            a.Reset(pb.ResetRequest())
+            b.Reset(pb.ResetRequest())
+            fa.StopFlowMonitor(fm.StopFlowMonitorRequest(side=fm.FLOW_MONITOR_SIDE_TX, flow_id=fid))
+            fb.StopFlowMonitor(fm.StopFlowMonitorRequest(side=fm.FLOW_MONITOR_SIDE_RX, flow_id=fid))
+    finally:
+        assert a_agent.stop() == 0 and b_agent.stop() == 0
