@@ -2,7 +2,11 @@
 `segscope.metrics` (only with --kafka), every --stats-interval seconds:
 
     segscope_datapath,node=A,program=stamp_collector pass_not_ipv6=0i,...,collected=2000i <ns>
+    segscope_streamer,node=A records_in=2000i,records_delivered=2000i,records_failed=0i,... <ns>
     segscope_agent,node=A rpcs=12i,rpc_errors=0i,records_read=2000i,... <ns>
+
+segscope_streamer: the agent does stamp_streamer's job (collector ring buffer -> Kafka), so it
+reports those counters under stamp_streamer's names once it has a sender role.
 
 Programs: every segscope datapath program the agent has attached (stamp_collector,
 stamp_reflector, altmark_tx, altmark_rx). Field names are the loader's own (`<tool> stats
@@ -160,12 +164,13 @@ class StatsPublisher:
     segscope_agent line, in one Kafka message (key = node) on `segscope.metrics`."""
 
     def __init__(self, node: str, bootstrap: str, programs, counters: AgentCounters, gauges=None,
-                 interval_s: float = 1.0, topic: str = "segscope.metrics", on_tick=None):
+                 interval_s: float = 1.0, topic: str = "segscope.metrics", on_tick=None, streamer=None):
         self.node, self.bootstrap, self.topic = node, bootstrap, topic
         self.programs = programs        # callable -> [(program, tool, pin_dir)] attached now
         self.counters = counters
         self.gauges = gauges or (lambda: {})
         self.on_tick = on_tick          # e.g. poll the STAMP producer so its delivery reports run
+        self.streamer = streamer        # callable -> segscope_streamer fields, or None (nothing streamed)
         self.interval_s = interval_s
         self._known: dict[Path, DatapathProgram] = {}
         self._stop = threading.Event()
@@ -221,6 +226,10 @@ class StatsPublisher:
         live = {p for _, _, p in attached}
         for gone in [p for p in self._known if p not in live]:
             del self._known[gone]
+        streamed = self.streamer() if self.streamer else None
+        if streamed is not None:
+            out.append(f"segscope_streamer,node={node} " + ",".join(f"{k}={v}i" for k, v in streamed.items())
+                       + f" {ts}")
         mine = {**self.counters.snapshot(), **self.gauges()}
         out.append(f"segscope_agent,node={node} " + ",".join(f"{k}={v}i" for k, v in mine.items()) + f" {ts}")
         return out

@@ -135,7 +135,7 @@ class Agent:
             self.cfg.node, self.cfg.kafka,
             programs=lambda: self.stamp.attached_programs() + self.flowmon.attached_programs(),
             counters=self.counters, gauges=self.stamp.counters, interval_s=self.cfg.stats_interval_s,
-            on_tick=self.stamp.poll_producer)
+            on_tick=self.stamp.poll_producer, streamer=self.stamp.streamer_counters)
         self.stats.start()
 
     # -- server -----------------------------------------------------------------------------------

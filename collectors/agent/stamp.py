@@ -115,6 +115,9 @@ class StampAgent:
         self.records_streamed = 0    # records in stamp_batch messages Kafka acknowledged
         self.records_dropped = 0     # records whose message Kafka refused or failed to deliver
         self.results_evicted = 0     # results pushed out of a session's KEEP_RESULTS window
+        self.malformed_records = 0   # dump lines that are not a JSON record (logged)
+        self.batches_produced = self.batches_delivered = self.batches_failed = 0
+        self.queue_full_retries = self.produce_errors = 0
         self._producer = None
         self._batch_seq = 0
         self.on_change = None  # topology publisher hook
@@ -147,6 +150,7 @@ class StampAgent:
                     try:
                         recs.append(json.loads(line))
                     except ValueError:
+                        self.malformed_records += 1
                         log.warning("stamp_collector dump: unparsable line %r", line[:200])
                 if recs:
                     self._ingest(recs)
@@ -195,28 +199,38 @@ class StampAgent:
             self._batch_seq += 1
             n = len(recs)
             payload = encode_batch(arr, self.node, self._batch_seq)
-            for attempt in range(2):
+            while True:
                 try:
                     self._producer.produce("segscope.stamp.records", payload, key=f"{self.node}/{ssid}".encode(),
                                            on_delivery=lambda err, msg, n=n: self._delivered(err, n))
+                    with self.lock:
+                        self.batches_produced += 1
                     break
-                except BufferError:     # librdkafka's queue is full: let it drain once, then count
-                    if attempt:
-                        self._count_dropped(n, "local queue full")
-                    else:
-                        self._producer.poll(0.5)
+                except BufferError:
+                    # librdkafka's queue is full: wait for it to drain, as stamp_streamer does (never
+                    # drop here; a reader that falls behind shows as drop_ringbuf_full in the kernel)
+                    with self.lock:
+                        self.queue_full_retries += 1
+                    self._producer.poll(0.1)
+                except Exception as e:  # noqa: BLE001 - KafkaException: refused outright, counted
+                    with self.lock:
+                        self.produce_errors += 1
+                    self._count_dropped(n, f"produce: {e}", batch=True)
+                    break
         self._producer.poll(0)
 
     def _delivered(self, err, n: int) -> None:
         if err is None:
             with self.lock:
                 self.records_streamed += n
+                self.batches_delivered += 1
         else:
-            self._count_dropped(n, str(err))
+            self._count_dropped(n, str(err), batch=True)
 
-    def _count_dropped(self, n: int, why: str) -> None:
+    def _count_dropped(self, n: int, why: str, batch: bool) -> None:
         with self.lock:
             self.records_dropped += n
+            self.batches_failed += int(batch)
         log.warning("stamp_batch of %d records not delivered to Kafka: %s", n, why)
 
     def poll_producer(self) -> None:
@@ -231,6 +245,21 @@ class StampAgent:
                     "results_evicted": self.results_evicted,
                     "kafka_queue_len": len(self._producer) if self._producer is not None else 0,
                     "stamp_sessions": len(self.sessions)}
+
+    def streamer_counters(self) -> dict[str, int] | None:
+        """The ring buffer -> Kafka counters under stamp_streamer's names (segscope_streamer), so
+        what was written for stamp_streamer (dashboards, queries) reads the agent the same way;
+        None while the agent streams nothing (no sender role initialised yet, nothing read)."""
+        with self.lock:
+            if self.sender_cfg is None and self.records_read == 0:
+                return None
+            return {"records_in": self.records_read - self.unmatched_records,
+                    "records_delivered": self.records_streamed, "records_failed": self.records_dropped,
+                    "batches_produced": self.batches_produced, "batches_delivered": self.batches_delivered,
+                    "batches_failed": self.batches_failed, "queue_full_retries": self.queue_full_retries,
+                    "malformed_records": self.malformed_records, "produce_errors": self.produce_errors,
+                    "records_unmatched": self.unmatched_records,
+                    "kafka_queue_len": len(self._producer) if self._producer is not None else 0}
 
     def attached_programs(self) -> list[tuple[str, Path, Path]]:
         """(program, loader, pin dir) of the STAMP programs attached now."""

@@ -148,7 +148,8 @@ def test_datapath_and_agent_counters_reach_influx(lab, stack, tmp_path):
     - a line stamped between two `stats --json` reads is bounded by them counter by counter, and
       equal to them when the program was quiet in between (exact, not approximate);
     - each counter is monotonic over the run; the STAMP counters add up to what was sent;
-    - segscope_agent counts the calls, the one failed call and the records streamed."""
+    - segscope_agent counts the calls, the one failed call and the records streamed;
+    - the sender's agent reports its streaming as segscope_streamer (stamp_streamer's names)."""
     from segscope_proto.segscope.agent.v1 import flowmon_pb2 as fm, flowmon_pb2_grpc
     tag = uuid.uuid4().hex[:6]
     node_a, node_b = f"agmA{tag}", f"agmB{tag}"     # unique tags: other runs write node=A too
@@ -231,6 +232,11 @@ def test_datapath_and_agent_counters_reach_influx(lab, stack, tmp_path):
             # every packet altmark_tx saw lands in exactly one counter; the STAMP packets left by a0
             assert sum(after["altmark_tx"].values()) >= sent, after["altmark_tx"]
 
+            # the ring buffer -> Kafka counters under stamp_streamer's names (segscope_streamer)
+            streamer = _influx_rows(stack, "segscope_streamer", node_a, since)
+            assert streamer and streamer[-1]["records_in"] == sent and streamer[-1]["records_delivered"] == sent
+            assert streamer[-1]["records_failed"] == 0 and streamer[-1]["batches_failed"] == 0, streamer[-1]
+            assert not _influx_rows(stack, "segscope_streamer", node_b, since), "B streams nothing"
             last_a = agent_rows[-1]
             assert last_a["rpcs"] == rpcs_a and last_a["rpc_errors"] == 1, last_a
             assert last_a["records_read"] == sent and last_a["records_streamed"] == sent, last_a

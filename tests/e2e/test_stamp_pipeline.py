@@ -1,4 +1,7 @@
-"""End to end: STAMP sessions from the XDP datapath to InfluxDB, with injected delay.
+"""End to end: STAMP sessions from the XDP datapath to InfluxDB, with injected delay, set up by
+the controller (controller/examples/demo_line5.yaml's nodes, SIDs and policies on
+netlab/topologies/line5_bare.yaml, one gRPC agent per SRv6 node; the sender's agent streams
+the collector's records to Kafka).
 
 netlab's delay relay on link A-R injects 0.2 ms each way while session BASE runs, then 2 ms
 on A->B and 1 ms on B->A while session MAIN runs, in the same run. A measured one-way delay
@@ -20,24 +23,38 @@ or doubled delay (each >= 800 us off) and a relay releasing frames late.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from pathlib import Path
 
 import pytest
 
+from controller.intent import load_intent
+from controller.pipeline import ControlledPipeline
 from netlab import Lab, relay_lateness_us, teardown
-from segscope.local import LocalPipeline, StampSessionSpec
+from segscope.local import StampSessionSpec
 from segscope.results import read_delay_summary, records_in_influx
 
 REPO = Path(__file__).resolve().parents[2]
-TOPOLOGY = REPO / "netlab" / "topologies" / "line5.yaml"
+TOPOLOGY = REPO / "netlab" / "topologies" / "line5_bare.yaml"
+INTENT = REPO / "controller" / "examples" / "demo_line5.yaml"
 FWD_US, REV_US = 2000, 1000
 BASE_INJECTED_US = (200, 200)
 TOLERANCE_US = 100
 BASE_DURATION_S, DURATION_S, RATE = 10, 20, 100
 
 pytestmark = [pytest.mark.e2e, pytest.mark.datapath]
+
+
+def intent_with(base_start: bool, main_start: bool):
+    """demo_line5.yaml with two finite sessions: BASE (ssid 40) and MAIN (ssid 41)."""
+    intent = load_intent(INTENT)
+    demo = intent.stamp_sessions[0]
+    intent.stamp_sessions = [
+        dataclasses.replace(demo, ssid=40, rate_pps=RATE, duration_s=BASE_DURATION_S, start=base_start),
+        dataclasses.replace(demo, ssid=41, rate_pps=RATE, duration_s=DURATION_S, start=main_start)]
+    return intent
 
 
 @pytest.fixture(scope="module")
@@ -47,20 +64,23 @@ def e2e_run(stack, bpffs, tmp_path_factory):
     lab = Lab.up(TOPOLOGY, prefix="te2e", delay_us={"ar": BASE_INJECTED_US})
     base = StampSessionSpec(ssid=40, rate_pps=RATE)
     main = StampSessionSpec(ssid=41, rate_pps=RATE)
-    pipe = LocalPipeline(lab, stack, main, tmp_path_factory.mktemp("e2e"))
+    pipe = ControlledPipeline(lab, stack, tmp_path_factory.mktemp("e2e"))
     try:
-        pipe.load_datapath()
-        pipe.add_session(base)
-        pipe.start_streamer()
-        pipe.start_processor()
+        pipe.start()
         since = time.time_ns()   # points are stamped in UTC (schemas/metrics.md)
         relay = [lab.relay_stats("ar")]
-        sent = {"base": pipe.run_sender(BASE_DURATION_S, spec=base)}
+        # everything of the demo, BASE sending for BASE_DURATION_S; MAIN configured, not started
+        applied = {"setup": pipe.apply(intent_with(base_start=True, main_start=False))}
+        pipe.wait_stopped("A", base.ssid, timeout_s=BASE_DURATION_S + 30)
+        sent = {"base": pipe.sender_summary("A", base.ssid)}
         relay.append(lab.relay_stats("ar"))
         lab.set_delay("ar", FWD_US, REV_US)
-        sent["main"] = pipe.run_sender(DURATION_S, spec=main)
+        # the same intent with MAIN started: the controller only starts it
+        applied["main"] = pipe.apply(intent_with(base_start=True, main_start=True))
+        pipe.wait_stopped("A", main.ssid, timeout_s=DURATION_S + 30)
+        sent["main"] = pipe.sender_summary("A", main.ssid)
         relay.append(lab.relay_stats("ar"))
-        stats = pipe.datapath_stats()
+        stats = pipe.datapath_stats("A", "B")
         expect = stats["stamp_collector"]["collected"]
         got = {}
         deadline = time.monotonic() + 60
@@ -70,11 +90,22 @@ def e2e_run(stack, bpffs, tmp_path_factory):
                 break
             time.sleep(1)
         yield {"specs": {"base": base, "main": main}, "since": since, "sent": sent, "stats": stats,
-               "got": got, "relay_late_us": {"base": relay_lateness_us(relay[0], relay[1]),
-                                             "main": relay_lateness_us(relay[1], relay[2])}}
+               "got": got, "applied": applied,
+               "relay_late_us": {"base": relay_lateness_us(relay[0], relay[1]),
+                                 "main": relay_lateness_us(relay[1], relay[2])}}
     finally:
         pipe.stop()
         lab.down()
+
+
+def test_the_controller_set_it_up(e2e_run):
+    applied = e2e_run["applied"]
+    assert applied["setup"].mutating_calls == {
+        "A": {"CreateLocalSid": 1, "CreatePolicy": 1, "Init": 1, "CreateStampSession": 2, "StartStampSession": 1},
+        "B": {"CreateLocalSid": 1, "CreatePolicy": 1, "Init": 1, "CreateStampSession": 2, "StartStampSession": 2},
+        "R": {"CreateLocalSid": 1}}
+    # BASE ran its course (not restarted); only MAIN is started
+    assert applied["main"].mutating_calls == {"A": {"StartStampSession": 1}}
 
 
 def test_every_packet_is_accounted_for(e2e_run, stack):
