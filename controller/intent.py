@@ -538,20 +538,21 @@ def _cross_checks(c: _Checker, intent: Intent, indexed: dict[str, list[tuple[int
                       f"node {end.node} is already a STAMP {role} on dev {devs[end.node][0]} "
                       f"(stamp_sessions[{devs[end.node][1]}])", f"use dev {devs[end.node][0]}: one {role} device per node")
             devs.setdefault(end.node, (end.dev, index))
-    # one XDP program per device (no dispatcher here): the STAMP collector (sender dev), the STAMP
-    # reflector (reflector dev) and the alternate-marking counter (flow egress dev) cannot share one
+    # a device's XDP hook: altmark_rx (flow egress dev) chains one STAMP program behind it
+    # (datapath/README.md, "Chaining"; the agent does it in either order), so a STAMP collector or
+    # reflector may share its device with a flow's RX side. The STAMP collector (sender dev) and
+    # the STAMP reflector (reflector dev) cannot share one: one hook, and one slot behind altmark_rx.
     xdp: dict[tuple[str, str], tuple[str, tuple]] = {}
     users = [(("stamp_sessions", i, "sender", "dev"), s.sender, "the STAMP collector")
              for i, s in indexed["stamp_sessions"]]
     users += [(("stamp_sessions", i, "reflector", "dev"), s.reflector, "the STAMP reflector")
               for i, s in indexed["stamp_sessions"]]
-    users += [(("flows", i, "egress", "dev"), f.egress, "the alternate-marking counter (altmark_rx)")
-              for i, f in indexed["flows"]]
     for where, end, program in sorted(users, key=lambda u: doc_pos(c, u[0])):
         k = (end.node, end.dev)
         if k in xdp and xdp[k][0] != program:
             c.err(where, f"{end.node}:{end.dev} already runs {xdp[k][0]} ({_fmt(xdp[k][1])}), and a device "
-                  f"has one XDP hook", f"use another device for {program}, or drop one of the two")
+                  f"has one XDP hook (one STAMP program per device, also behind altmark_rx)",
+                  f"use another device for {program}, or drop one of the two")
         xdp.setdefault(k, (program, where))
 
 

@@ -83,6 +83,16 @@ class FlowMonAgent:
         self.sides: dict[int, Side] = {}
         self.collector: subprocess.Popen | None = None
         self.on_change = None
+        # XDP chaining with the STAMP agent (datapath/README.md, "Chaining"): the server wires
+        # these to the StampAgent (its xdp_lock, shared, serialises the node's XDP attach/detach;
+        # stamp_program_on(dev) names the STAMP program this agent runs on dev, or None)
+        self.xdp_lock = threading.Lock()
+        self.stamp_program_on = lambda device: None
+
+    def rx_device(self) -> str | None:
+        """Where altmark_rx runs (None: not attached); read under xdp_lock."""
+        s = self.sides.get(RX)
+        return s.device if s is not None else None
 
     def tool(self, side: int) -> Path:
         return self.build / "datapath" / PROG[side]
@@ -110,14 +120,26 @@ class FlowMonAgent:
             log.warning("%s exists from a previous agent; detaching it first", self.pin_dir(side))
             subprocess.run([str(self.tool(side)), "detach", "--dev", device, "--instance", self.instance,
                             *self.ns_args()], capture_output=True, timeout=30)
-        self.run(side, ["attach", "--dev", device, "--instance", self.instance, *self.ns_args()], "monitor.device")
-        self.sides[side] = Side(device, {})
-        log.info("%s attached to %s (instance %s)", PROG[side], device, self.instance)
+        with self.xdp_lock:
+            chain = []
+            if side == RX:
+                stamp = self.stamp_program_on(device)
+                if stamp is not None:
+                    # the STAMP program moves into altmark_rx's chain slot (one atomic swap)
+                    log.info("%s runs on %s: attaching altmark_rx with --chain", stamp, device)
+                    chain = ["--chain"]
+            self.run(side, ["attach", "--dev", device, "--instance", self.instance, *self.ns_args(), *chain],
+                     "monitor.device")
+            self.sides[side] = Side(device, {})
+        log.info("%s attached to %s (instance %s)%s", PROG[side], device, self.instance,
+                 ", STAMP chained behind it" if chain else "")
         self._restart_collector()
 
     def detach(self, side: int) -> None:
-        s = self.sides.pop(side)
-        self.run(side, ["detach", "--dev", s.device, "--instance", self.instance, *self.ns_args()], "side")
+        # altmark_rx with a STAMP program in its slot hands the device back to that program first
+        with self.xdp_lock:
+            s = self.sides.pop(side)
+            self.run(side, ["detach", "--dev", s.device, "--instance", self.instance, *self.ns_args()], "side")
         log.info("%s detached from %s", PROG[side], s.device)
         self._restart_collector()
 

@@ -93,6 +93,11 @@ class Agent:
         self.srv6 = Srv6State(self.rtnl, cfg.node)
         self.stamp = StampAgent(cfg.node, Tools(REPO, cfg.netns, Path("/sys/fs/bpf/segscope") / instance), cfg.kafka)
         self.flowmon = FlowMonAgent(cfg.node, REPO, cfg.netns, instance, cfg.kafka)
+        # altmark_rx and a STAMP program on one device run chained (datapath/README.md,
+        # "Chaining"): one lock for the node's XDP attach/detach, each side asks the other
+        self.flowmon.xdp_lock = self.stamp.xdp_lock
+        self.flowmon.stamp_program_on = self.stamp.xdp_program_on
+        self.stamp.altmark_rx_device = self.flowmon.rx_device
         self.publisher = None
         self.counters = AgentCounters()
         self.stats: StatsPublisher | None = None

@@ -121,6 +121,29 @@ class StampAgent:
         self._producer = None
         self._batch_seq = 0
         self.on_change = None  # topology publisher hook
+        # XDP chaining with the flow monitor's altmark_rx (datapath/README.md, "Chaining"): the
+        # server wires these to the FlowMonAgent. xdp_lock serialises every XDP attach/detach of
+        # the node (the loaders' slot check and insert are two steps); altmark_rx_device() says
+        # where the node's altmark_rx runs (None: nowhere), read under xdp_lock only.
+        self.xdp_lock = threading.Lock()
+        self.altmark_rx_device = lambda: None
+
+    def xdp_program_on(self, device: str) -> str | None:
+        """The STAMP program this agent runs on device (attached or chained), None if none; the
+        flow monitor asks it under xdp_lock before attaching altmark_rx there."""
+        if self.sender_cfg is not None and self.sender_cfg.device == device:
+            return "stamp_collector"
+        if self.reflector_cfg is not None and self.reflector_cfg.device == device:
+            return "stamp_reflector"
+        return None
+
+    def _behind(self, device: str) -> list[str]:
+        """`--behind altmark_rx` when the node's altmark_rx runs on device: the STAMP program goes
+        into its chain slot instead of the device's one XDP hook."""
+        if self.altmark_rx_device() == device:
+            log.info("altmark_rx runs on %s: chaining the STAMP program behind it", device)
+            return ["--behind", "altmark_rx"]
+        return []
 
     # -- ring buffer reader -------------------------------------------------------------------
     def _start_reader(self) -> None:
@@ -346,14 +369,17 @@ class StampAgent:
             if self.reader is not None:
                 self._stop_proc(self.reader)
                 self.reader = None
-            if self.sender_cfg is not None:
-                subprocess.run([str(t.collector), "detach", *t.ns_args(), "--dev", self.sender_cfg.device,
-                                "--pin-dir", str(t.collector_pin)], capture_output=True)
-                self.sender_cfg = None
-            if self.reflector_cfg is not None:
-                subprocess.run([str(t.reflector), "detach", *t.ns_args(), "--dev", self.reflector_cfg.device,
-                                "--pin-dir", str(t.reflector_pin)], capture_output=True)
-                self.reflector_cfg = None
+            # detach finds where the program runs: on the device, or in the chain slot of the
+            # node's altmark_rx (then only the slot is emptied; altmark_rx keeps counting)
+            with self.xdp_lock:
+                if self.sender_cfg is not None:
+                    subprocess.run([str(t.collector), "detach", *t.ns_args(), "--dev", self.sender_cfg.device,
+                                    "--pin-dir", str(t.collector_pin)], capture_output=True)
+                    self.sender_cfg = None
+                if self.reflector_cfg is not None:
+                    subprocess.run([str(t.reflector), "detach", *t.ns_args(), "--dev", self.reflector_cfg.device,
+                                    "--pin-dir", str(t.reflector_pin)], capture_output=True)
+                    self.reflector_cfg = None
         if changed:
             log.info("Reset: %d sessions destroyed, datapath detached", n)
         else:
@@ -459,25 +485,27 @@ class StampServicer(pb_grpc.StampServiceServicer):
                                f"{list(a.reflector_cfg.addresses)} port {a.reflector_cfg.udp_port}; Reset first")
             if snd is not None and a.sender_cfg is None:
                 a.clear_leftovers(t.collector, t.collector_pin, snd.device)
-                t.run([t.collector, "attach", *t.ns_args(), "--dev", snd.device, "--pin-dir", t.collector_pin],
-                      "sender.device")
-                a.sender_cfg = snd
+                with a.xdp_lock:
+                    t.run([t.collector, "attach", *t.ns_args(), "--dev", snd.device, "--pin-dir", t.collector_pin,
+                           *a._behind(snd.device)], "sender.device")
+                    a.sender_cfg = snd
                 a._start_reader()
                 changed = True
                 log.info("Init sender: stamp_collector attached to %s, results reader started", snd.device)
             if rfl is not None and a.reflector_cfg is None:
                 a.clear_leftovers(t.reflector, t.reflector_pin, rfl.device)
-                t.run([t.reflector, "attach", *t.ns_args(), "--dev", rfl.device, "--pin-dir", t.reflector_pin,
-                       "--port", rfl.udp_port], "reflector.device")
-                try:
-                    for i, addr in enumerate(rfl.addresses):
-                        t.run([t.reflector, "add-address", "--pin-dir", t.reflector_pin, addr],
-                              f"reflector.addresses[{i}]")
-                except ApiError:
-                    t.run([t.reflector, "detach", *t.ns_args(), "--dev", rfl.device, "--pin-dir", t.reflector_pin],
-                          "reflector.device")
-                    raise
-                a.reflector_cfg = rfl
+                with a.xdp_lock:
+                    t.run([t.reflector, "attach", *t.ns_args(), "--dev", rfl.device, "--pin-dir", t.reflector_pin,
+                           "--port", rfl.udp_port, *a._behind(rfl.device)], "reflector.device")
+                    try:
+                        for i, addr in enumerate(rfl.addresses):
+                            t.run([t.reflector, "add-address", "--pin-dir", t.reflector_pin, addr],
+                                  f"reflector.addresses[{i}]")
+                    except ApiError:
+                        t.run([t.reflector, "detach", *t.ns_args(), "--dev", rfl.device, "--pin-dir",
+                               t.reflector_pin], "reflector.device")
+                        raise
+                    a.reflector_cfg = rfl
                 changed = True
                 log.info("Init reflector: stamp_reflector attached to %s for %s port %d", rfl.device,
                          ",".join(rfl.addresses), rfl.udp_port)

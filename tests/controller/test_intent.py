@@ -121,3 +121,49 @@ def test_cli_validate_exit_codes():
     assert body["valid"] is False and body["errors"][0].startswith("tests/controller/bad/unknown_node.yaml:13:23:")
     missing = _cli("validate", "no/such/file.yaml")
     assert missing.returncode == 2 and "cannot read the file" in missing.stderr
+
+
+STAMP_AND_RX_ON_B0 = """\
+version: 1
+nodes:
+  A: {agent: "127.0.0.1:50061", tls: {ca: ca.pem, cert: c.pem, key: c.key}}
+  B: {agent: "127.0.0.1:50063", tls: {ca: ca.pem, cert: c.pem, key: c.key}}
+stamp_sessions:
+  - ssid: 1
+    sender: {node: A, address: "fc00:1::1", dev: a0}
+    reflector: {node: B, address: "fc00:3::1", dev: b0}
+flows:
+  - flow_id: 7
+    ingress: {node: A, dev: a0}
+    egress: {node: B, dev: b0}
+    segs: ["fc00:2::e", "fc00:3::d6"]
+"""
+
+
+def test_stamp_program_and_altmark_rx_may_share_a_device():
+    """The agent chains the STAMP reflector (or collector) behind altmark_rx on one device: a flow
+    whose RX side is the reflector's device (and the collector's device as a flow's egress) is valid."""
+    intent = parse_intent(STAMP_AND_RX_ON_B0, "chain.yaml", REPO)
+    assert (intent.flows[0].egress.node, intent.flows[0].egress.dev) == ("B", "b0")
+    assert (intent.stamp_sessions[0].reflector.node, intent.stamp_sessions[0].reflector.dev) == ("B", "b0")
+    reverse = STAMP_AND_RX_ON_B0.replace("ingress: {node: A, dev: a0}", "ingress: {node: B, dev: b0}").replace(
+        "egress: {node: B, dev: b0}", "egress: {node: A, dev: a0}")
+    assert parse_intent(reverse, "chain_collector.yaml", REPO).flows[0].egress.dev == "a0"
+    # a collector and a reflector on one device stay refused, with the flow there or not
+    both = STAMP_AND_RX_ON_B0 + """\
+  - flow_id: 8
+    ingress: {node: B, dev: b0}
+    egress: {node: A, dev: a0}
+    segs: ["fc00:2::e", "fc00:1::d6"]
+"""
+    both = both.replace("flows:\n", """\
+  - ssid: 2
+    sender: {node: B, address: "fc00:3::1", dev: b0}
+    reflector: {node: A, address: "fc00:1::1", dev: a0}
+flows:
+""")
+    with pytest.raises(IntentError) as info:
+        parse_intent(both, "both.yaml", REPO)
+    assert any("stamp_sessions[1].sender.dev: B:b0 already runs the STAMP reflector" in line
+               for line in info.value.lines), info.value.lines
+    assert not any(line.split(": ", 2)[1].startswith("flows") for line in info.value.lines), info.value.lines
