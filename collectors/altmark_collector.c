@@ -54,6 +54,7 @@
 #include "altmark.h"          /* datapath/: maps and structs */
 #include "altmark_block.h"    /* schemas/c: record + AMB1 batch */
 #include "cli.h"
+#include "kafka_producer.h"
 
 #define MAX_INSTANCES   16
 #define NS_PER_MS       1000000ULL
@@ -311,69 +312,21 @@ static void on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaqu
 	}
 }
 
-static int kafka_set(rd_kafka_conf_t *conf, const char *k, const char *v)
-{
-	char err[256];
-
-	if (rd_kafka_conf_set(conf, k, v, err, sizeof(err)) != RD_KAFKA_CONF_OK) {
-		fprintf(stderr, "altmark_collector: kafka config %s=%s: %s\n", k, v, err);
-		return -1;
-	}
-	return 0;
-}
-
 static int kafka_open(struct collector *s)
 {
-	static const char *const settings[][2] = {
-		{ "enable.idempotence", "true" },   /* retries cannot duplicate or reorder a flow */
-		{ "acks", "all" },
-		{ "linger.ms", "5" },
-		{ "compression.codec", "lz4" },
-		{ "batch.size", "1000000" },
-		{ "queue.buffering.max.messages", "1000000" },
-		{ "queue.buffering.max.kbytes", "1048576" },
-	};
-	rd_kafka_conf_t *conf = rd_kafka_conf_new();
-	char err[512];
-
-	if (kafka_set(conf, "bootstrap.servers", s->opts.brokers) < 0)
-		goto fail;
-	for (size_t i = 0; i < sizeof(settings) / sizeof(settings[0]); i++)
-		if (kafka_set(conf, settings[i][0], settings[i][1]) < 0)
-			goto fail;
-	rd_kafka_conf_set_dr_msg_cb(conf, on_delivery);
-	rd_kafka_conf_set_opaque(conf, s);
-	s->rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, err, sizeof(err));
-	if (!s->rk) {
-		fprintf(stderr, "altmark_collector: rd_kafka_new: %s\n", err);
-		return -1;   /* conf is freed by rd_kafka_new only on success */
-	}
+	s->rk = kafka_producer_new("altmark_collector", s->opts.brokers, NULL, on_delivery, s);
+	if (!s->rk)
+		return -1;
 	s->blocks_topic = rd_kafka_topic_new(s->rk, s->opts.topic, NULL);
 	s->metrics_topic = rd_kafka_topic_new(s->rk, s->opts.metrics_topic, NULL);
 	return 0;
-fail:
-	rd_kafka_conf_destroy(conf);
-	return -1;
 }
 
-/* Produce one message; on a full local queue serve delivery reports and retry. */
 static int kafka_produce(struct collector *s, rd_kafka_topic_t *t, const void *val, size_t len,
 			 const char *key, size_t keylen, uintptr_t tag)
 {
-	for (;;) {
-		if (rd_kafka_produce(t, RD_KAFKA_PARTITION_UA, RD_KAFKA_MSG_F_COPY, (void *)val, len,
-				     key, keylen, (void *)tag) == 0)
-			return 0;
-		rd_kafka_resp_err_t e = rd_kafka_last_error();
-
-		if (e != RD_KAFKA_RESP_ERR__QUEUE_FULL) {
-			fprintf(stderr, "altmark_collector: produce to %s: %s\n", rd_kafka_topic_name(t),
-				rd_kafka_err2str(e));
-			return -1;
-		}
-		s->c.queue_full_retries++;
-		rd_kafka_poll(s->rk, 10);
-	}
+	return kafka_produce_retry(s->rk, t, "altmark_collector", val, len, key, keylen, (void *)tag,
+				   &s->c.queue_full_retries);
 }
 
 /* ------------------------------------------------------------ pinned maps */

@@ -1,0 +1,89 @@
+/* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
+/*
+ * The librdkafka producer of the node-side streamers (stamp_streamer.c, altmark_collector.c):
+ * one configuration and one produce loop, so both deliver the same way.
+ *
+ * Why these settings: enable.idempotence + acks=all mean a retry can neither duplicate nor
+ * reorder the records of one key (a session or a flow); lz4 and 1 MB batches keep the broker
+ * cost per record low; the large local queue absorbs a broker hiccup without dropping, and a
+ * full queue makes kafka_produce_retry() serve delivery reports and try again (counted), never drop.
+ */
+#ifndef SEGSCOPE_KAFKA_PRODUCER_H
+#define SEGSCOPE_KAFKA_PRODUCER_H
+
+#include <stdint.h>
+#include <stdio.h>
+#include <librdkafka/rdkafka.h>
+
+static inline int kafka_conf_set(rd_kafka_conf_t *conf, const char *prog, const char *k, const char *v)
+{
+	char err[256];
+
+	if (rd_kafka_conf_set(conf, k, v, err, sizeof(err)) != RD_KAFKA_CONF_OK) {
+		fprintf(stderr, "%s: kafka config %s=%s: %s\n", prog, k, v, err);
+		return -1;
+	}
+	return 0;
+}
+
+/* A producer to `brokers` whose delivery reports go to on_delivery(.., opaque).
+ * message_max_bytes: 0 keeps librdkafka's default. NULL (message printed) on error. */
+static inline rd_kafka_t *kafka_producer_new(const char *prog, const char *brokers,
+					     const char *message_max_bytes,
+					     void (*on_delivery)(rd_kafka_t *, const rd_kafka_message_t *, void *),
+					     void *opaque)
+{
+	static const char *const settings[][2] = {
+		{ "enable.idempotence", "true" },
+		{ "acks", "all" },
+		{ "linger.ms", "5" },
+		{ "compression.codec", "lz4" },
+		{ "batch.size", "1000000" },
+		{ "queue.buffering.max.messages", "1000000" },
+		{ "queue.buffering.max.kbytes", "1048576" },
+	};
+	rd_kafka_conf_t *conf = rd_kafka_conf_new();
+	rd_kafka_t *rk;
+	char err[512];
+
+	if (kafka_conf_set(conf, prog, "bootstrap.servers", brokers) < 0)
+		goto fail;
+	for (size_t i = 0; i < sizeof(settings) / sizeof(settings[0]); i++)
+		if (kafka_conf_set(conf, prog, settings[i][0], settings[i][1]) < 0)
+			goto fail;
+	if (message_max_bytes && kafka_conf_set(conf, prog, "message.max.bytes", message_max_bytes) < 0)
+		goto fail;
+	rd_kafka_conf_set_dr_msg_cb(conf, on_delivery);
+	rd_kafka_conf_set_opaque(conf, opaque);
+	rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, err, sizeof(err));
+	if (!rk)
+		fprintf(stderr, "%s: rd_kafka_new: %s\n", prog, err);
+	return rk;   /* conf is freed by rd_kafka_new only on success */
+fail:
+	rd_kafka_conf_destroy(conf);
+	return NULL;
+}
+
+/* Produce one message (copied); on a full local queue serve delivery reports and retry,
+ * counting each retry in *queue_full_retries. -1 (message printed) on any other error. */
+static inline int kafka_produce_retry(rd_kafka_t *rk, rd_kafka_topic_t *t, const char *prog,
+				      const void *val, size_t len, const char *key, size_t keylen,
+				      void *msg_opaque, uint64_t *queue_full_retries)
+{
+	for (;;) {
+		if (rd_kafka_produce(t, RD_KAFKA_PARTITION_UA, RD_KAFKA_MSG_F_COPY, (void *)val, len,
+				     key, keylen, msg_opaque) == 0)
+			return 0;
+		rd_kafka_resp_err_t e = rd_kafka_last_error();
+
+		if (e != RD_KAFKA_RESP_ERR__QUEUE_FULL) {
+			fprintf(stderr, "%s: produce to %s: %s\n", prog, rd_kafka_topic_name(t),
+				rd_kafka_err2str(e));
+			return -1;
+		}
+		(*queue_full_retries)++;
+		rd_kafka_poll(rk, 10);
+	}
+}
+
+#endif /* SEGSCOPE_KAFKA_PRODUCER_H */
