@@ -5,32 +5,12 @@ runs without Faust's web server (it would bind 0.0.0.0:6066).
 """
 from __future__ import annotations
 
-import argparse
-import os
-import sys
-
-from processors.loss.config import ENV, ConfigError, LossConfig
+from processors.loss.config import ENV, LossConfig
+from processors.worker import run_worker
 
 
 def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(prog="python -m processors.loss", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    for name, (var, default) in ENV.items():
-        ap.add_argument("--" + name.replace("_", "-"), dest=name, default=None,
-                        help=f"(env {var}, default {os.environ.get(var, default)})")
-    ap.add_argument("-l", "--loglevel", default="info", choices=["crit", "error", "warn", "info", "debug"])
-    args = ap.parse_args(argv)
-    for name, (var, _) in ENV.items():
-        value = getattr(args, name)
-        if value is not None:
-            os.environ[var] = value
-    try:
-        LossConfig.from_env()          # refuse bad settings before Faust starts
-    except ConfigError as e:
-        ap.error(str(e))
-    from processors.loss.app import app  # after the environment is final
-    sys.argv = [sys.argv[0], "worker", "--without-web", "-l", args.loglevel]
-    app.main()
+    run_worker("processors.loss", __doc__, ENV, LossConfig.from_env, argv)
 
 
 if __name__ == "__main__":

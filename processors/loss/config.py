@@ -8,6 +8,8 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
+from processors.worker import ConfigError, env_number  # noqa: F401 (ConfigError: part of this module's API)
+
 from processors.delay.aggregate import host_tai_utc_offset_s
 
 ENV = {
@@ -27,17 +29,8 @@ ENV = {
 }
 
 
-class ConfigError(ValueError):
-    pass
-
-
 def _number(raw: dict[str, str], name: str, kind):
-    var = ENV[name][0]
-    try:
-        return kind(raw[name])
-    except ValueError:
-        raise ConfigError(f"environment variable {var}={raw[name]!r} is not a valid "
-                          f"{kind.__name__}; fix: set it to a number like {ENV[name][1]!r} or unset it") from None
+    return env_number(ENV, raw, name, kind)
 
 
 @dataclass(frozen=True)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
+from processors.worker import ConfigError, env_number  # noqa: F401 (ConfigError: part of this module's API)
+
 ENV = {
     "bootstrap": ("SEGSCOPE_KAFKA_BOOTSTRAP", "127.0.0.1:19092"),
     "topology_topic": ("SEGSCOPE_TOPIC_TOPOLOGY", "segscope.topology"),
@@ -22,10 +24,6 @@ ENV = {
     "protocol_id": ("SEGSCOPE_TOPOLOGY_PROTOCOL_ID", "200"),
     "domain_id": ("SEGSCOPE_TOPOLOGY_DOMAIN_ID", "0"),
 }
-
-
-class ConfigError(ValueError):
-    pass
 
 
 @dataclass(frozen=True)
@@ -54,11 +52,7 @@ class TopologyConfig:
             raw["bootstrap"] = env["SEGSCOPE_KAFKA"]
 
         def number(name, kind):
-            try:
-                return kind(raw[name])
-            except ValueError:
-                raise ConfigError(f"environment variable {ENV[name][0]}={raw[name]!r} is not a valid "
-                                  f"{kind.__name__}; fix: set it like {ENV[name][1]!r} or unset it") from None
+            return env_number(ENV, raw, name, kind)
         if raw["arango_auth"] not in ("basic", "jwt"):
             raise ConfigError(f"{ENV['arango_auth'][0]}={raw['arango_auth']!r}: use 'basic' or 'jwt'")
         if raw["mode"] not in ("own", "jalapeno"):

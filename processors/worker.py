@@ -1,0 +1,57 @@
+"""What the Faust processors (delay, loss, topology) share: settings from the environment and
+the `python -m processors.<name>` command line.
+
+Environment variables are the one channel that works both for `faust -A processors.<name>.app
+worker` (Faust imports the app module itself) and for `python -m processors.<name>`, which maps
+its flags onto the same variables before importing the app. Each processor's config.py holds its
+table ENV = {setting: (VARIABLE, default)}.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import sys
+from typing import Callable
+
+
+class ConfigError(ValueError):
+    """A setting that cannot be used; the message names the variable and the fix."""
+
+
+def env_number(env_table: dict[str, tuple[str, str]], raw: dict[str, str], name: str, kind):
+    """raw[name] as `kind` (int, float), or ConfigError naming the variable and a valid value."""
+    var = env_table[name][0]
+    try:
+        return kind(raw[name])
+    except ValueError:
+        raise ConfigError(f"environment variable {var}={raw[name]!r} is not a valid "
+                          f"{kind.__name__}; fix: set it to a number like {env_table[name][1]!r} "
+                          f"or unset it") from None
+
+
+def run_worker(package: str, doc: str, env_table: dict[str, tuple[str, str]],
+               check: Callable[[], object] | None = None, argv: list[str] | None = None) -> None:
+    """Parse one flag per setting (--blocks-topic for blocks_topic, ...), export the flags given
+    as the settings' environment variables, refuse bad settings before Faust starts (`check`,
+    e.g. Config.from_env), then run `<package>.app`'s worker without Faust's web server (it
+    would bind 0.0.0.0:6066)."""
+    ap = argparse.ArgumentParser(prog=f"python -m {package}", description=doc,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    for name, (var, default) in env_table.items():
+        ap.add_argument("--" + name.replace("_", "-"), dest=name, default=None,
+                        help=f"(env {var}, default {os.environ.get(var, default)})")
+    ap.add_argument("-l", "--loglevel", default="info", choices=["crit", "error", "warn", "info", "debug"])
+    args = ap.parse_args(argv)
+    for name, (var, _) in env_table.items():
+        value = getattr(args, name)
+        if value is not None:
+            os.environ[var] = value
+    if check is not None:
+        try:
+            check()
+        except ConfigError as e:
+            ap.error(str(e))
+    app = importlib.import_module(f"{package}.app").app    # after the environment is final
+    sys.argv = [sys.argv[0], "worker", "--without-web", "-l", args.loglevel]
+    app.main()
