@@ -570,12 +570,33 @@ class Stack:
                        if n not in topics or len(topics[n].partitions) < parts
                        or any(p.leader < 0 for p in topics[n].partitions.values())]
             if not missing:
+                # The metadata can name a leader before that broker serves the partition
+                # (NOT_LEADER_FOR_PARTITION right after a fresh start): ask it for offsets.
+                missing = self._partitions_not_served()
+            if not missing:
                 break
             if time.monotonic() > deadline:
-                raise self._fail("kafka", f"topics {missing} have no leader after 30 s")
+                raise self._fail("kafka", f"topics {missing} have no serving leader after 30 s")
             time.sleep(0.2)
         self._say(f"kafka: topics {', '.join(TOPIC_PARTITIONS)} ready "
                   f"({len(wanted)} created) in {time.monotonic() - t0:.1f} s")
+
+    def _partitions_not_served(self) -> list[str]:
+        """Topic partitions whose leader does not answer an offsets request yet."""
+        from confluent_kafka import Consumer, KafkaException, TopicPartition
+        consumer = Consumer({"bootstrap.servers": self.kafka_bootstrap, "group.id": "segscope-stack-ready",
+                             "enable.auto.commit": False})
+        try:
+            not_served = []
+            for name, parts in TOPIC_PARTITIONS.items():
+                for p in range(parts):
+                    try:
+                        consumer.get_watermark_offsets(TopicPartition(name, p), timeout=5)
+                    except KafkaException:
+                        not_served.append(f"{name}[{p}]")
+            return not_served
+        finally:
+            consumer.close()
 
     # ------------------------------------------------------------------ internals: InfluxDB
     def _influx_ready(self, timeout: float) -> bool:

@@ -182,7 +182,14 @@ def test_every_packet_is_delivered_or_counted_by_the_limiter(bench):
 
 
 def test_search_finds_the_limiter_rate(bench):
-    res = find_pdr(lambda r: bench.trial(r, share=0.01, seconds=TRIAL_S), lo=2_000, hi=16_000, steps=6)
+    for _attempt in range(2):
+        before = limiter_drops(bench)
+        res = find_pdr(lambda r: bench.trial(r, share=0.01, seconds=TRIAL_S), lo=2_000, hi=16_000, steps=6)
+        # A search that fails already at 2 000 pps (a quarter of the limit) while the limiter
+        # dropped nothing lost its packets to the shared VM (a veth backlog burst), not to the
+        # device under test: search once more. Anything else is judged as measured.
+        if not (res.below_lower_bound and limiter_drops(bench) == before):
+            break
     resolution = (16_000 - 2_000) / 2 ** 4
     # The limiter passes LIMIT_PPS plus its burst per trial; 1 % STAMP is reflected before it and
     # 0.5 % loss is allowed, so the highest passing rate r satisfies
