@@ -1,5 +1,5 @@
 """STAND-IN for an ArangoDB server: NOT ArangoDB. Only for tests on machines where ArangoDB
-cannot be installed (no Debian package, no Docker; see /work/shared notes).
+cannot be installed (no Debian package, no Docker; see the project notes on this kind of machine).
 
 It implements, in memory, exactly the ArangoDB 3.x HTTP endpoints that python-arango sends for
 what segscope's topology writer does (processors/topology/writer.py), with ArangoDB's status
