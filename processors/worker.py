@@ -9,7 +9,9 @@ table ENV = {setting: (VARIABLE, default)}.
 from __future__ import annotations
 
 import argparse
+import base64
 import importlib
+import json
 import os
 import sys
 from typing import Callable
@@ -55,3 +57,37 @@ def run_worker(package: str, doc: str, env_table: dict[str, tuple[str, str]],
     app = importlib.import_module(f"{package}.app").app    # after the environment is final
     sys.argv = [sys.argv[0], "worker", "--without-web", "-l", args.loglevel]
     app.main()
+
+
+def faust_app_settings(bootstrap: str, datadir: str) -> dict:
+    """Faust settings every segscope processor uses: raw bytes in and out (the wire formats are
+    our own, schemas/), in-memory tables (state is rebuilt from the topics), one local broker
+    replica, no web server (it would bind 0.0.0.0:6066), new consumer groups read from the start
+    (a new processor sees what was published before it), small producer linger."""
+    return dict(
+        broker=";".join(f"kafka://{h.strip()}" for h in bootstrap.split(",")),
+        store="memory://",
+        key_serializer="raw",
+        value_serializer="raw",
+        topic_replication_factor=1,
+        topic_partitions=1,
+        datadir=datadir,
+        web_enabled=False,
+        consumer_auto_offset_reset="earliest",
+        producer_linger_ms=5,
+    )
+
+
+def dead_letter(reason: str, detail: str, message) -> bytes:
+    """JSON dead letter (segscope.deadletter) that keeps the original key and value (base64),
+    with where the message came from, so nothing is lost."""
+    key, value = message.key, message.value
+    return json.dumps({
+        "reason": reason,
+        "detail": detail,
+        "source_topic": message.topic,
+        "partition": message.partition,
+        "offset": message.offset,
+        "key_b64": None if key is None else base64.b64encode(key).decode(),
+        "value_b64": None if value is None else base64.b64encode(value).decode(),
+    }).encode()

@@ -15,7 +15,6 @@ per second here, so the record rate comes from the records per message.
 """
 from __future__ import annotations
 
-import base64
 import json
 import logging
 import time
@@ -26,6 +25,7 @@ from aiokafka import codec as aiokafka_codec
 from processors.delay.aggregate import DelayAggregator, counters_line
 from processors.delay.config import DelayConfig
 from processors.delay.topics import ensure_topics
+from processors.worker import dead_letter, faust_app_settings
 from segscope_schemas.stamp_record import MalformedBatch, decode_batch
 
 log = logging.getLogger("segscope.delay")
@@ -62,18 +62,9 @@ class DelayApp(faust.App):
 
 app = DelayApp(
     cfg.app_id,
-    broker=";".join(f"kafka://{h.strip()}" for h in cfg.bootstrap.split(",")),
-    store="memory://",
-    key_serializer="raw",
-    value_serializer="raw",
-    topic_replication_factor=1,
-    topic_partitions=1,
-    datadir=cfg.datadir,
-    web_enabled=False,
-    consumer_auto_offset_reset="earliest",
+    **faust_app_settings(cfg.bootstrap, cfg.datadir),
     consumer_max_fetch_size=16 * 1024 * 1024,   # default 1 MiB = only a few 4000-record batches
     broker_max_poll_records=2000,
-    producer_linger_ms=5,
     producer_max_request_size=4 * 1024 * 1024,
 )
 
@@ -81,22 +72,6 @@ records_topic = app.topic(cfg.records_topic, key_type=bytes, value_type=bytes,
                           key_serializer="raw", value_serializer="raw")
 metrics_topic = app.topic(cfg.metrics_topic, key_serializer="raw", value_serializer="raw")
 deadletter_topic = app.topic(cfg.deadletter_topic, key_serializer="raw", value_serializer="raw")
-
-
-def dead_letter(reason: str, detail: str, message) -> bytes:
-    """JSON dead letter that keeps the original key and value (base64) so nothing is lost."""
-    key = message.key
-    value = message.value
-    doc = {
-        "reason": reason,
-        "detail": detail,
-        "source_topic": message.topic,
-        "partition": message.partition,
-        "offset": message.offset,
-        "key_b64": None if key is None else base64.b64encode(key).decode(),
-        "value_b64": None if value is None else base64.b64encode(value).decode(),
-    }
-    return json.dumps(doc).encode()
 
 
 def handle_message(message) -> bytes | None:

@@ -16,7 +16,6 @@ and changed blocks, and the segscope_processor,processor=loss counters.
 """
 from __future__ import annotations
 
-import base64
 import json
 import logging
 import time
@@ -27,6 +26,7 @@ from aiokafka import codec as aiokafka_codec
 from processors.delay.topics import ensure_topics
 from processors.loss.config import LossConfig
 from processors.loss.join import LossJoiner
+from processors.worker import dead_letter, faust_app_settings
 from segscope_schemas.altmark_block import MalformedBatch, decode_batch
 
 log = logging.getLogger("segscope.loss")
@@ -67,17 +67,8 @@ class LossApp(faust.App):
 
 app = LossApp(
     cfg.app_id,
-    broker=";".join(f"kafka://{h.strip()}" for h in cfg.bootstrap.split(",")),
-    store="memory://",
-    key_serializer="raw",
-    value_serializer="raw",
-    topic_replication_factor=1,
-    topic_partitions=1,
-    datadir=cfg.datadir,
-    web_enabled=False,
-    consumer_auto_offset_reset="earliest",
+    **faust_app_settings(cfg.bootstrap, cfg.datadir),
     broker_max_poll_records=2000,
-    producer_linger_ms=5,
     producer_max_request_size=4 * 1024 * 1024,
 )
 
@@ -85,20 +76,6 @@ blocks_topic = app.topic(cfg.blocks_topic, key_type=bytes, value_type=bytes,
                          key_serializer="raw", value_serializer="raw")
 metrics_topic = app.topic(cfg.metrics_topic, key_serializer="raw", value_serializer="raw")
 deadletter_topic = app.topic(cfg.deadletter_topic, key_serializer="raw", value_serializer="raw")
-
-
-def dead_letter(reason: str, detail: str, message) -> bytes:
-    """JSON dead letter that keeps the original key and value (base64) so nothing is lost."""
-    key, value = message.key, message.value
-    return json.dumps({
-        "reason": reason,
-        "detail": detail,
-        "source_topic": message.topic,
-        "partition": message.partition,
-        "offset": message.offset,
-        "key_b64": None if key is None else base64.b64encode(key).decode(),
-        "value_b64": None if value is None else base64.b64encode(value).decode(),
-    }).encode()
 
 
 def handle_message(message, now_ns: int) -> bytes | None:

@@ -18,7 +18,6 @@ changed; counters as `segscope_processor,processor=topology ...` lines on segsco
 from __future__ import annotations
 
 import asyncio
-import base64
 import json
 import logging
 import time
@@ -31,6 +30,7 @@ from processors.topology.lineproto import parse_lines
 from processors.topology.model import Identity, MalformedView, TopologyModel
 from processors.topology.sink import TopologySink
 from processors.topology.writer import ArangoWriter
+from processors.worker import dead_letter, faust_app_settings
 
 log = logging.getLogger("segscope.topology")
 
@@ -59,23 +59,12 @@ class TopologyApp(faust.App):
 
 app = TopologyApp(
     cfg.app_id,
-    broker=";".join(f"kafka://{h.strip()}" for h in cfg.bootstrap.split(",")),
-    store="memory://", key_serializer="raw", value_serializer="raw",
-    topic_replication_factor=1, topic_partitions=1, datadir=cfg.datadir, web_enabled=False,
-    consumer_auto_offset_reset="earliest", producer_linger_ms=5,
+    **faust_app_settings(cfg.bootstrap, cfg.datadir),
 )
 topology_topic = app.topic(cfg.topology_topic, key_serializer="raw", value_serializer="raw")
 metrics_in = app.topic(cfg.metrics_topic, key_serializer="raw", value_serializer="raw")
 metrics_out = app.topic(cfg.metrics_topic, key_serializer="raw", value_serializer="raw")
 deadletter_topic = app.topic(cfg.deadletter_topic, key_serializer="raw", value_serializer="raw")
-
-
-def dead_letter(reason: str, detail: str, message) -> bytes:
-    key, value = message.key, message.value
-    return json.dumps({
-        "reason": reason, "detail": detail, "source_topic": message.topic, "partition": message.partition,
-        "offset": message.offset, "key_b64": None if key is None else base64.b64encode(key).decode(),
-        "value_b64": None if value is None else base64.b64encode(value).decode()}).encode()
 
 
 def handle_view(message) -> bytes | None:
