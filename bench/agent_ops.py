@@ -1,4 +1,4 @@
-"""Raw configuration throughput of ONE agent (collectors/agent) over one persistent mutual-TLS
+"""Raw configuration throughput of ONE agent (agent) over one persistent mutual-TLS
 connection, by RPC style. (bench/config_ops.py measures the same from the controller.)
 
     .local/venv/bin/python bench/agent_ops.py [--prefix agtb] [--n 2000] [--batch 1000] [--json]

@@ -3,7 +3,7 @@
 persistent mutual-TLS gRPC channel (issue 6; seed 002: 357 op/s remote, 1700 op/s local; goal
 >= 3570 op/s).
 
-A netlab `pair` lab (S - X); one agent (`python -m collectors.agent`) manages X. The controller's
+A netlab `pair` lab (S - X); one agent (`python -m agent`) manages X. The controller's
 AgentClient (controller/agents.py: the same channel, credentials and RPC counter `apply` uses)
 creates N local SIDs (End, fc00:99::<i>, dev x0) and removes them again, then N SRv6 policies
 (fd00:99:<i>::/64 encap via fc00:6::1) and removes them, in each of these ways:
@@ -292,7 +292,7 @@ def write_doc(res: dict, m: dict) -> None:
 
 Machine: {m['nproc']} cores, {m['cpu']}, kernel {m['kernel']}, Python {m['python']}, {m['date']}
 (1-min load {m['load1']} at the start: the cores are shared with other work).
-Setup: netlab `pair` lab; one agent (`python -m collectors.agent`, grpcio server, pyroute2/netlink
+Setup: netlab `pair` lab; one agent (`python -m agent`, grpcio server, pyroute2/netlink
 into X's namespace) on 127.0.0.1; the controller's `AgentClient` over ONE persistent mutual-TLS
 channel (opened and handshaken once, before timing). One operation = one create or one remove of a
 local SID (End, fc00:99::i, dev x0) or of an SRv6 policy (fd00:99:i::/64 encap segs fc00:6::1);

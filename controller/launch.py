@@ -5,7 +5,7 @@
     ...
     agents.stop()
 
-Each agent runs in the root namespace as `python -m collectors.agent --node N --netns <lab ns>
+Each agent runs in the root namespace as `python -m agent --node N --netns <lab ns>
 --listen 127.0.0.1:PORT --tls-cert/--tls-key/--tls-client-ca ...` and manages its node's
 namespace (issue 6 contract); `start` returns once every agent's health service says SERVING
 over mutual TLS.
@@ -69,7 +69,7 @@ class AgentSet:
         return agents
 
     def _spawn(self, lab, node: str, run_dir: Path, kafka: str | None, extra: list[str]) -> None:
-        cmd = [sys.executable, "-m", "collectors.agent", "--node", node, "--netns", lab.ns(node),
+        cmd = [sys.executable, "-m", "agent", "--node", node, "--netns", lab.ns(node),
                "--listen", self.addresses[node],
                "--tls-cert", str(self.certs / f"agent-{node}.pem"), "--tls-key", str(self.certs / f"agent-{node}.key"),
                "--tls-client-ca", str(self.certs / "ca.pem"), "--instance", lab.ns(node)]

@@ -1,7 +1,7 @@
 """The STAMP pipeline set up through the controller, for scripts/demo.py and tests/e2e.
 
-Replaces segscope/local.py's ad-hoc datapath calls: one agent per node (python -m
-collectors.agent, --kafka so the sender's agent streams its collector's records to
+One agent per node (python -m
+agent, --kafka so the sender's agent streams its collector's records to
 `segscope.stamp.records`), the intent applied by controller.core.Controller over one mTLS channel
 per agent, and the Faust delay processor downstream (Kafka -> InfluxDB through Telegraf).
 

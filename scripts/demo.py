@@ -32,8 +32,7 @@ from controller.pipeline import ControlledPipeline        # noqa: E402
 from controller.status import collect, render             # noqa: E402
 from netlab import Lab, relay_lateness_us, teardown      # noqa: E402
 from services.stack import Stack                         # noqa: E402
-from segscope.local import StampSessionSpec              # noqa: E402
-from segscope.results import read_delay_summary, wait_for_points  # noqa: E402
+from scripts.results import StampSessionSpec, read_delay_summary, wait_for_points  # noqa: E402
 
 TOPOLOGY = REPO / "netlab" / "topologies" / "line5_bare.yaml"
 INTENT = REPO / "controller" / "examples" / "demo_line5.yaml"

@@ -1,6 +1,6 @@
 """Node topology views (netlink -> JSON) and their Kafka publisher (schemas/topology.md).
 
-Public API (issue-6 contract, used by collectors/agent):
+Public API (issue-6 contract, used by agent):
     build_node_view(node, netns) -> dict
     NodeViewPublisher(node, netns, bootstrap, interval_s=30.0, topic="segscope.topology")
         .start() / .stop() / .publish_now()

@@ -52,7 +52,7 @@ class LossConfig:
         env = os.environ if environ is None else environ
         raw = {name: env.get(var, default) for name, (var, default) in ENV.items()}
         if ENV["bootstrap"][0] not in env and "SEGSCOPE_KAFKA" in env:
-            raw["bootstrap"] = env["SEGSCOPE_KAFKA"]   # short alias (segscope/local.py uses it)
+            raw["bootstrap"] = env["SEGSCOPE_KAFKA"]   # short alias
         cfg = cls(
             bootstrap=raw["bootstrap"],
             blocks_topic=raw["blocks_topic"],

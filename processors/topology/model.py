@@ -25,7 +25,7 @@ from processors.topology.lineproto import Point
 VIEW_SCHEMA = "segscope.topology.node_view"
 SUPPORTED_VIEW_VERSIONS = (1,)
 PROTOCOL_NAME = "segscope"
-# the agent writes proto enum names (collectors/agent/server.py); short forms are accepted too
+# the agent writes proto enum names (agent/server.py); short forms are accepted too
 SENDER_ROLES = {"STAMP_ROLE_SENDER", "sender"}
 TX_SIDES = {"FLOW_MONITOR_SIDE_TX", "tx"}
 

@@ -1,4 +1,4 @@
-"""Test helper: start a segscope agent (python -m collectors.agent) for one node of a netlab lab,
+"""Test helper: start a segscope agent (python -m agent) for one node of a netlab lab,
 with fresh test certificates, and hand back its address and channel credentials.
 
     from tests.agent.agent_env import start_agent
@@ -158,7 +158,7 @@ def start_agent(netns: str | None, node: str, run_dir: str | Path, *, tls: bool 
     run_dir.mkdir(parents=True, exist_ok=True)
     if tls and pki is None:
         pki = make_test_pki(run_dir / f"certs-{node}")
-    cmd = [sys.executable, "-m", "collectors.agent", "--node", node, "--listen", "127.0.0.1:0",
+    cmd = [sys.executable, "-m", "agent", "--node", node, "--listen", "127.0.0.1:0",
            "--log-level", log_level]
     if netns:
         cmd += ["--netns", netns]

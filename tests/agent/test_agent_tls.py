@@ -58,7 +58,7 @@ def test_agent_refuses_to_start_without_tls_or_with_bad_flags(tmp_path):
     import subprocess
     import sys
     from tests.agent.agent_env import REPO
-    base = [sys.executable, "-m", "collectors.agent", "--node", "X", "--listen", "127.0.0.1:0"]
+    base = [sys.executable, "-m", "agent", "--node", "X", "--listen", "127.0.0.1:0"]
     for extra, msg in (([], "--tls-cert and --tls-key are required"),
                        (["--insecure", "--netns", "agt-nonexistent"], "--netns: no network namespace"),
                        (["--tls-cert", str(tmp_path / "nope.pem"), "--tls-key", "x"], "--tls_cert".replace("_", "-"))):

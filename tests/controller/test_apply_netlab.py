@@ -1,6 +1,6 @@
 """apply against real agents on netlab line5 (no SRv6 routes: the intent owns them).
 
-The intent is controller/examples/demo_line5.yaml itself; agents (python -m collectors.agent, one per
+The intent is controller/examples/demo_line5.yaml itself; agents (python -m agent, one per
 node, started by the agent tests' helper tests/agent/agent_env.py with one shared test PKI, mutual
 TLS) listen on 127.0.0.1 ports the kernel picks; the intent reads them from the environment. Every RPC the controller makes is counted
 by its channel interceptor, so "applying twice makes no calls" is asserted on real counts.

@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 from netlab import Lab, teardown
-from segscope import altmark_lab as al
-from segscope.altmark_flows import FLOWS, topology_yaml
+from tests.groundtruth import altmark_lab as al
+from tests.groundtruth.altmark_flows import FLOWS, topology_yaml
 
 REPO = Path(__file__).resolve().parents[2]
 TOPOLOGY = REPO / "netlab" / "topologies" / "line5_flows.yaml"
@@ -31,7 +31,7 @@ pytestmark = [pytest.mark.datapath]
 
 def test_committed_topology_is_generated():
     assert TOPOLOGY.read_text() == topology_yaml(), \
-        "regenerate: .local/venv/bin/python -m segscope.altmark_flows > netlab/topologies/line5_flows.yaml"
+        "regenerate: .local/venv/bin/python -m tests.groundtruth.altmark_flows > netlab/topologies/line5_flows.yaml"
 
 
 def test_flow_table_is_what_the_issue_asks():

@@ -9,7 +9,7 @@ segscope under test: altmark_tx (TC egress on A's a0) colours and counts, altmar
 b0) counts, one altmark_collector per edge node streams block records to Kafka, the loss
 processor (`python -m processors.loss`) joins them into `altmark_loss` points in InfluxDB.
 
-Ground truth, independent of all that (segscope/altmark_lab.py): nftables on R matches every
+Ground truth, independent of all that (tests/groundtruth/altmark_lab.py): nftables on R matches every
 flow by its outer destination (its own first SID) and the colour by the mark in the packet
 (DSCP bit or the AltMark option's L flag), drops at random at 0 / 0.1 / 1 / 10 % per flow and
 counts the dropped packets per (flow, colour); its counters are read at the collector's moment
@@ -39,8 +39,8 @@ from pathlib import Path
 import pytest
 
 from netlab import Lab, relay_lateness_us, teardown
-from segscope import altmark_lab as al
-from segscope.altmark_flows import FLOWS, LOSS_LEVELS_PCT, UNMONITORED_DST, UNMONITORED_TCLASS
+from tests.groundtruth import altmark_lab as al
+from tests.groundtruth.altmark_flows import FLOWS, LOSS_LEVELS_PCT, UNMONITORED_DST, UNMONITORED_TCLASS
 
 REPO = Path(__file__).resolve().parents[2]
 TOPOLOGY = REPO / "netlab" / "topologies" / "line5_flows.yaml"

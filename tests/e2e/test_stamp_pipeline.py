@@ -33,8 +33,7 @@ import pytest
 from controller.intent import load_intent
 from controller.pipeline import ControlledPipeline
 from netlab import Lab, relay_lateness_us, teardown
-from segscope.local import StampSessionSpec
-from segscope.results import read_delay_summary, records_in_influx
+from scripts.results import StampSessionSpec, read_delay_summary, records_in_influx
 
 REPO = Path(__file__).resolve().parents[2]
 TOPOLOGY = REPO / "netlab" / "topologies" / "line5_bare.yaml"

@@ -177,7 +177,7 @@ def e2e(stack, bpffs, tmp_path_factory):
                 "SEGSCOPE_ARANGO_USER": arango.user, "SEGSCOPE_ARANGO_PASSWORD": arango.password,
                 "SEGSCOPE_ARANGO_DB": arango.db_name}
             spawn("topology", [sys.executable, "-m", "processors.topology"], run_dir, topo_env, procs)
-            # the agent's section format (collectors/agent/server.py), as the agent would hand it over
+            # the agent's section format (agent/server.py), as the agent would hand it over
             sessions = [{"ssid": s, "role": "STAMP_ROLE_SENDER", "sender_address": SENDER,
                          "reflector_address": REFLECTOR, "segments": [], "return_segments": [],
                          "state": "STAMP_SESSION_STATE_RUNNING"} for s in (BASE, MAIN)]

@@ -22,7 +22,7 @@ REPO = Path(__file__).resolve().parents[2]
 LINE5 = REPO / "netlab" / "topologies" / "line5.yaml"
 AR_KEY = "200_0_2_0_A_fc00:12::1_R_fc00:12::2"
 RA_KEY = "200_0_2_0_R_fc00:12::2_A_fc00:12::1"
-# as the agent writes them (collectors/agent/server.py _publish_sections)
+# as the agent writes them (agent/server.py _publish_sections)
 ONE_HOP = {"ssid": 7, "role": "STAMP_ROLE_SENDER", "sender_address": "fc00:1::1",
            "reflector_address": "fc00:12::2", "segments": [], "return_segments": [],
            "state": "STAMP_SESSION_STATE_RUNNING"}

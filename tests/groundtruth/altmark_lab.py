@@ -2,7 +2,7 @@
 
 Independent of segscope's own datapath, so it can judge it:
 
-- `Traffic`: tests/e2e/tools/flows_udp on H1, every flow of segscope.altmark_flows at a fixed
+- `Traffic`: tests/e2e/tools/flows_udp on H1, every flow of tests.groundtruth.altmark_flows at a fixed
   rate, plus the unmonitored flow; prints exactly how many packets entered H1's stack per flow.
 - `GroundTruth`: nftables on R (prerouting, before End rewrites the destination) identifies a
   flow by its outer destination = the flow's first SID (distinct per flow) and the colour by the
@@ -25,10 +25,10 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from segscope.altmark_flows import (FLOWS, UNMONITORED_DST, UNMONITORED_SIDS, UNMONITORED_TCLASS,
+from tests.groundtruth.altmark_flows import (FLOWS, UNMONITORED_DST, UNMONITORED_SIDS, UNMONITORED_TCLASS,
                                     FlowSpec)
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 FLOWS_UDP = REPO / "build" / "tests" / "flows_udp"
 GT_TABLE = "amgt"          # table inet on R
 H2_TABLE = "amh2"          # table inet on H2

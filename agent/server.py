@@ -12,17 +12,17 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from collectors.agent.fields import ApiError
-from collectors.agent.flowmon import FlowMonAgent, FlowMonitorServicer
-from collectors.agent.metrics import AgentCounters, StatsPublisher
-from collectors.agent.rtnl import Rtnl
-from collectors.agent.srv6 import Srv6Servicer, Srv6State
-from collectors.agent.stamp import StampAgent, StampServicer, Tools
+from agent.fields import ApiError
+from agent.flowmon import FlowMonAgent, FlowMonitorServicer
+from agent.metrics import AgentCounters, StatsPublisher
+from agent.rtnl import Rtnl
+from agent.srv6 import Srv6Servicer, Srv6State
+from agent.stamp import StampAgent, StampServicer, Tools
 from segscope_proto.segscope.agent.v1 import flowmon_pb2, flowmon_pb2_grpc, srv6_pb2, srv6_pb2_grpc
 from segscope_proto.segscope.agent.v1 import stamp_pb2, stamp_pb2_grpc
 
 log = logging.getLogger("segscope.agent")
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[1]
 SERVICES = {
     "Srv6Service": (srv6_pb2, srv6_pb2_grpc.add_Srv6ServiceServicer_to_server),
     "StampService": (stamp_pb2, stamp_pb2_grpc.add_StampServiceServicer_to_server),

@@ -1,6 +1,5 @@
 """StampService: STAMP Session-Sender and Session-Reflector of this node, driving the existing
-datapath (build/datapath/stamp_collector, stamp_reflector) and build/collectors/stamp_sender,
-as segscope/local.py does.
+datapath (build/datapath/stamp_collector, stamp_reflector) and build/collectors/stamp_sender.
 
 Results: the agent itself consumes the collector's ring buffer (`stamp_collector dump`, JSON
 lines) - it is the ring's only reader. Each record becomes a StampResult kept per session (the
@@ -23,8 +22,8 @@ from pathlib import Path
 
 import grpc
 
-from collectors.agent import fields as F
-from collectors.agent.fields import ApiError
+from agent import fields as F
+from agent.fields import ApiError
 from segscope_proto.segscope.agent.v1 import stamp_pb2 as pb
 from segscope_proto.segscope.agent.v1 import stamp_pb2_grpc as pb_grpc
 

@@ -19,9 +19,9 @@ from typing import Callable
 
 import grpc
 
-from collectors.agent import fields as F
-from collectors.agent import rtnl as R
-from collectors.agent.fields import ApiError
+from agent import fields as F
+from agent import rtnl as R
+from agent.fields import ApiError
 from segscope_proto.segscope.agent.v1 import srv6_pb2 as pb
 from segscope_proto.segscope.agent.v1 import srv6_pb2_grpc as pb_grpc
 

@@ -1,8 +1,8 @@
-"""python -m collectors.agent --node A --netns demo-A --listen 127.0.0.1:20100 \
+"""python -m agent --node A --netns demo-A --listen 127.0.0.1:20100 \
        --tls-cert agent.crt --tls-key agent.key [--tls-client-ca ca.crt] [--kafka 127.0.0.1:19092]
 
 Runs until SIGINT/SIGTERM; then stops the STAMP senders, detaches the datapath it attached and
-exits 0. Exit 2: bad arguments. See collectors/agent/README.md.
+exits 0. Exit 2: bad arguments. See agent/README.md.
 """
 from __future__ import annotations
 
@@ -14,13 +14,13 @@ import sys
 import threading
 from pathlib import Path
 
-_REPO = Path(__file__).resolve().parents[2]
+_REPO = Path(__file__).resolve().parents[1]
 if str(_REPO / "schemas" / "python") not in sys.path:   # segscope_proto / segscope_schemas
     sys.path.insert(0, str(_REPO / "schemas" / "python"))
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m collectors.agent",
+    p = argparse.ArgumentParser(prog="python -m agent",
                                 description="segscope southbound gRPC agent for one node")
     p.add_argument("--node", required=True, help="node name (e.g. A); used in logs, Kafka keys, topology")
     p.add_argument("--netns", help="network namespace of the node (/run/netns/NAME); omit on a real router")
@@ -61,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
     a = parse_args(argv)
     logging.basicConfig(level=a.log_level, stream=sys.stderr,
                         format=f"%(asctime)s agent[{a.node}] %(levelname)s %(name)s: %(message)s")
-    from collectors.agent.server import Agent, AgentConfig
+    from agent.server import Agent, AgentConfig
     agent = Agent(AgentConfig(node=a.node, listen=a.listen, netns=a.netns, instance=a.instance,
                               tls_cert=a.tls_cert, tls_key=a.tls_key, tls_client_ca=a.tls_client_ca,
                               insecure=a.insecure, kafka=a.kafka, workers=a.workers,

@@ -21,8 +21,8 @@ from pathlib import Path
 
 import grpc
 
-from collectors.agent import fields as F
-from collectors.agent.fields import ApiError
+from agent import fields as F
+from agent.fields import ApiError
 from segscope_proto.segscope.agent.v1 import flowmon_pb2 as pb
 from segscope_proto.segscope.agent.v1 import flowmon_pb2_grpc as pb_grpc
 

@@ -1,4 +1,4 @@
-"""Read what the pipeline wrote to InfluxDB back, for the demo table and the e2e assertions.
+"""Demo helper: read what the pipeline wrote to InfluxDB back, for the demo table and the e2e assertions.
 
 Points of `stamp_delay` are per session, direction and second (schemas/metrics.md); this
 module folds them into one summary per direction. The overall mean is the count-weighted
@@ -9,6 +9,17 @@ per-second p50s and the largest per-second p99 and says so.
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass, field
+
+
+@dataclass
+class StampSessionSpec:
+    """One STAMP session the demo runs (and the e2e test reads back): who sends, over which SID lists."""
+    ssid: int = 1
+    sender_node: str = "A"
+    segs: list[str] = field(default_factory=lambda: ["fc00:2::e"])         # forward SID list
+    return_segs: list[str] = field(default_factory=lambda: ["fc00:2::e"])  # return SID list
+    rate_pps: int = 100
 
 DIRECTIONS = ("forward", "reverse", "round_trip")
 
