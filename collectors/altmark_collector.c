@@ -51,6 +51,7 @@
 #include <bpf/libbpf.h>
 #include <librdkafka/rdkafka.h>
 
+#include "segscope_names.h"   /* schemas/names.toml: topic names */
 #include "altmark.h"          /* datapath/: maps and structs */
 #include "altmark_block.h"    /* schemas/c: record + AMB1 batch */
 #include "cli.h"
@@ -164,8 +165,8 @@ static void usage(FILE *f)
 {
 	fprintf(f,
 		"usage: altmark_collector --node NAME (--tx-pin-dir DIR[@NODE] | --rx-pin-dir DIR[@NODE])...\n"
-		"        [--brokers 127.0.0.1:19092] [--topic segscope.altmark.blocks]\n"
-		"        [--metrics-topic segscope.metrics] [--stats-interval 1] [--margin-ms T/2]\n"
+		"        [--brokers 127.0.0.1:19092] [--topic " SEGSCOPE_TOPIC_ALTMARK_BLOCKS "]\n"
+		"        [--metrics-topic " SEGSCOPE_TOPIC_METRICS "] [--stats-interval 1] [--margin-ms T/2]\n"
 		"        [--scan-interval-ms 500] [--flush-timeout-ms 10000] [--stdout]\n"
 		"        [--group-flows [--max-batch 4096]]\n"
 		"DIR: pinned maps of one program instance, e.g. /sys/fs/bpf/segscope/<instance>/altmark_tx\n"
@@ -235,8 +236,8 @@ static void parse_args(int argc, char **argv, struct collector_opts *o)
 
 	memset(o, 0, sizeof(*o));
 	o->brokers = "127.0.0.1:19092";
-	o->topic = "segscope.altmark.blocks";
-	o->metrics_topic = "segscope.metrics";
+	o->topic = SEGSCOPE_TOPIC_ALTMARK_BLOCKS;
+	o->metrics_topic = SEGSCOPE_TOPIC_METRICS;
 	o->stats_interval_s = 1.0;
 	o->margin_ns = -1;
 	o->scan_interval_ns = 500 * NS_PER_MS;

@@ -32,6 +32,7 @@
 
 #include "stamp_record.h"
 #include "stamp_batch.h"
+#include "segscope_names.h"
 #include "cli.h"
 #include "kafka_producer.h"
 #include "stamp_collector.h"   /* datapath/: collector_counter_names */
@@ -107,7 +108,7 @@ static void usage(FILE *f)
 {
 	fprintf(f,
 		"usage: stamp_streamer --ringbuf PATH --node NAME [--brokers HOST:PORT]\n"
-		"        [--topic segscope.stamp.records] [--metrics-topic segscope.metrics]\n"
+		"        [--topic " SEGSCOPE_TOPIC_STAMP_RECORDS "] [--metrics-topic " SEGSCOPE_TOPIC_METRICS "]\n"
 		"        [--max-batch 4096] [--stats-interval 1] [--stats-json PATH]\n"
 		"        [--datapath-stats PATH [--datapath-counter-names a,b,c]]\n"
 		"        [--flush-timeout-ms 10000]\n"
@@ -155,8 +156,8 @@ static void parse_args(int argc, char **argv, struct streamer_opts *o)
 
 	memset(o, 0, sizeof(*o));
 	o->brokers = "127.0.0.1:19092";
-	o->topic = "segscope.stamp.records";
-	o->metrics_topic = "segscope.metrics";
+	o->topic = SEGSCOPE_TOPIC_STAMP_RECORDS;
+	o->metrics_topic = SEGSCOPE_TOPIC_METRICS;
 	o->max_batch = 4096;
 	o->stats_interval_s = 1.0;
 	o->flush_timeout_ms = 10000;

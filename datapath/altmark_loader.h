@@ -11,8 +11,9 @@
 #include <stdbool.h>
 #include <stdint.h>
 #include "altmark.h"
+#include "segscope_names.h"   /* schemas/names.toml */
 
-#define ALTMARK_PIN_ROOT "/sys/fs/bpf/segscope"
+#define ALTMARK_PIN_ROOT SEGSCOPE_BPFFS_PIN_ROOT
 
 struct altmark_args {
 	const char *netns, *dev, *instance, *pin_dir, *sids, *method;

@@ -13,6 +13,7 @@ import sys
 import threading
 
 from collectors.topology import NodeViewError, NodeViewPublisher, build_node_view
+from segscope_schemas import names
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -22,7 +23,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--netns", default=None, help="network namespace to read (default: own)")
     ap.add_argument("--print", action="store_true", help="print the view as JSON and exit")
     ap.add_argument("--bootstrap", default="127.0.0.1:19092")
-    ap.add_argument("--topic", default="segscope.topology")
+    ap.add_argument("--topic", default=names.TOPIC_TOPOLOGY)
     ap.add_argument("--interval", type=float, default=30.0, help="periodic publish, s")
     ap.add_argument("--poll", type=float, default=1.0, help="change detection period, s")
     args = ap.parse_args(argv)

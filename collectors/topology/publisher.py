@@ -21,6 +21,8 @@ import threading
 import time
 from typing import Any
 
+from segscope_schemas import names
+
 from collectors.topology.view import NodeViewError, build_node_view, view_fingerprint
 
 log = logging.getLogger("segscope.topology.publisher")
@@ -43,8 +45,8 @@ class NodeViewPublisher:
     and `flows`, topology.md); a changed section is published like any other change."""
 
     def __init__(self, node: str, netns: str | None, bootstrap: str, interval_s: float = 30.0,
-                 topic: str = "segscope.topology", *, poll_s: float = 1.0,
-                 metrics_topic: str | None = "segscope.metrics", producer_conf: dict | None = None):
+                 topic: str = names.TOPIC_TOPOLOGY, *, poll_s: float = 1.0,
+                 metrics_topic: str | None = names.TOPIC_METRICS, producer_conf: dict | None = None):
         if interval_s <= 0 or poll_s <= 0:
             raise ValueError(f"interval_s ({interval_s}) and poll_s ({poll_s}) must be > 0")
         self.node, self.netns, self.bootstrap = node, netns, bootstrap

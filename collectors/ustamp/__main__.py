@@ -6,6 +6,7 @@ import ipaddress
 import json
 import sys
 
+from segscope_schemas import names
 from segscope_schemas.stamp_tlv import SENDER_FLAGS, encode_tlv
 
 from .clock import TimestampFormat
@@ -51,7 +52,7 @@ def reflector_main(argv: list[str]) -> int:
                         '[--mode authenticated --key-file FILE]"')
     p.add_argument("--node", default="", help="node tag of the counter line")
     p.add_argument("--kafka", metavar="BROKERS", help="send counter lines to Kafka")
-    p.add_argument("--metrics-topic", default="segscope.metrics")
+    p.add_argument("--metrics-topic", default=names.TOPIC_METRICS)
     p.add_argument("--stats-interval", type=float, default=1.0)
     a = p.parse_args(argv)
     if not 1 <= a.port <= 65535:
@@ -112,8 +113,8 @@ def sender_main(argv: list[str]) -> int:
     p.add_argument("--output", default="jsonl", choices=["jsonl", "kafka", "none"])
     p.add_argument("--records-file", default="-", help="jsonl output file ('-' = stdout)")
     p.add_argument("--kafka", default="127.0.0.1:19092", metavar="BROKERS")
-    p.add_argument("--topic", default="segscope.stamp.records")
-    p.add_argument("--metrics-topic", default="segscope.metrics",
+    p.add_argument("--topic", default=names.TOPIC_STAMP_RECORDS)
+    p.add_argument("--metrics-topic", default=names.TOPIC_METRICS,
                    help="counter lines (program=ustamp_sender) every second and at the end, with --output kafka")
     p.add_argument("--node", default="", help="node name (batch header, key <node>/<ssid>)")
     p.add_argument("--batch-interval", type=float, default=0.2)

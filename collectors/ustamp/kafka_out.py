@@ -5,10 +5,11 @@ import time
 
 import numpy as np
 
+from segscope_schemas import names
 from segscope_schemas.stamp_record import encode_batch
 
-RECORDS_TOPIC = "segscope.stamp.records"
-METRICS_TOPIC = "segscope.metrics"
+RECORDS_TOPIC = names.TOPIC_STAMP_RECORDS
+METRICS_TOPIC = names.TOPIC_METRICS
 
 
 def escape_tag(v: str) -> str:

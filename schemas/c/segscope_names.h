@@ -1,0 +1,26 @@
+/* GENERATED from schemas/names.toml by `python -m segscope_schemas.names --c-header`:
+ * edit the TOML, then `make -C schemas names`. Shared names of segscope (Kafka topics,
+ * consumer groups, InfluxDB database, bpffs pin root). */
+#ifndef SEGSCOPE_NAMES_H
+#define SEGSCOPE_NAMES_H
+
+/* STAMP T1-T4 records, stamp_batch (schemas/c/stamp_batch.h); key <node>/<ssid> */
+#define SEGSCOPE_TOPIC_STAMP_RECORDS "segscope.stamp.records"
+/* alternate-marking block counters, altmark_batch (schemas/ALTMARK.md); key <node>/<flow_id> */
+#define SEGSCOPE_TOPIC_ALTMARK_BLOCKS "segscope.altmark.blocks"
+/* InfluxDB line protocol (schemas/metrics.md): results and every process's counters */
+#define SEGSCOPE_TOPIC_METRICS "segscope.metrics"
+/* records a processor could not decode, with the reason (JSON) */
+#define SEGSCOPE_TOPIC_DEADLETTER "segscope.deadletter"
+/* node views from the agents (schemas/topology.md); key <node> */
+#define SEGSCOPE_TOPIC_TOPOLOGY "segscope.topology"
+
+#define SEGSCOPE_GROUP_TELEGRAF "segscope-telegraf"
+#define SEGSCOPE_GROUP_DELAY "segscope-delay"
+#define SEGSCOPE_GROUP_LOSS "segscope-loss"
+#define SEGSCOPE_GROUP_TOPOLOGY "segscope-topology"
+
+#define SEGSCOPE_INFLUXDB_DATABASE "segscope"
+#define SEGSCOPE_BPFFS_PIN_ROOT "/sys/fs/bpf/segscope"
+
+#endif /* SEGSCOPE_NAMES_H */
