@@ -25,6 +25,7 @@ from agent import fields as F
 from agent.fields import ApiError
 from segscope_proto.segscope.agent.v1 import flowmon_pb2 as pb
 from segscope_proto.segscope.agent.v1 import flowmon_pb2_grpc as pb_grpc
+from segscope_schemas import names
 
 log = logging.getLogger("segscope.agent.flowmon")
 
@@ -98,7 +99,7 @@ class FlowMonAgent:
         return self.build / "datapath" / PROG[side]
 
     def pin_dir(self, side: int) -> Path:
-        return Path("/sys/fs/bpf/segscope") / self.instance / PROG[side]
+        return Path(names.BPFFS_PIN_ROOT) / self.instance / PROG[side]
 
     def run(self, side: int, args: list, what: str) -> str:
         exe = self.tool(side)

@@ -25,6 +25,7 @@ import subprocess
 import threading
 import time
 from pathlib import Path
+from segscope_schemas import names
 
 log = logging.getLogger("segscope.agent.metrics")
 
@@ -164,7 +165,7 @@ class StatsPublisher:
     segscope_agent line, in one Kafka message (key = node) on `segscope.metrics`."""
 
     def __init__(self, node: str, bootstrap: str, programs, counters: AgentCounters, gauges=None,
-                 interval_s: float = 1.0, topic: str = "segscope.metrics", on_tick=None, streamer=None):
+                 interval_s: float = 1.0, topic: str = names.TOPIC_METRICS, on_tick=None, streamer=None):
         self.node, self.bootstrap, self.topic = node, bootstrap, topic
         self.programs = programs        # callable -> [(program, tool, pin_dir)] attached now
         self.counters = counters

@@ -20,6 +20,7 @@ from agent.srv6 import Srv6Servicer, Srv6State
 from agent.stamp import StampAgent, StampServicer, Tools
 from segscope_proto.segscope.agent.v1 import flowmon_pb2, flowmon_pb2_grpc, srv6_pb2, srv6_pb2_grpc
 from segscope_proto.segscope.agent.v1 import stamp_pb2, stamp_pb2_grpc
+from segscope_schemas import names
 
 log = logging.getLogger("segscope.agent")
 REPO = Path(__file__).resolve().parents[1]
@@ -91,7 +92,7 @@ class Agent:
         instance = cfg.instance or cfg.netns or cfg.node
         self.rtnl = Rtnl(cfg.netns)
         self.srv6 = Srv6State(self.rtnl, cfg.node)
-        self.stamp = StampAgent(cfg.node, Tools(REPO, cfg.netns, Path("/sys/fs/bpf/segscope") / instance), cfg.kafka)
+        self.stamp = StampAgent(cfg.node, Tools(REPO, cfg.netns, Path(names.BPFFS_PIN_ROOT) / instance), cfg.kafka)
         self.flowmon = FlowMonAgent(cfg.node, REPO, cfg.netns, instance, cfg.kafka)
         # altmark_rx and a STAMP program on one device run chained (datapath/README.md,
         # "Chaining"): one lock for the node's XDP attach/detach, each side asks the other

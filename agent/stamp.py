@@ -26,6 +26,7 @@ from agent import fields as F
 from agent.fields import ApiError
 from segscope_proto.segscope.agent.v1 import stamp_pb2 as pb
 from segscope_proto.segscope.agent.v1 import stamp_pb2_grpc as pb_grpc
+from segscope_schemas import names
 
 log = logging.getLogger("segscope.agent.stamp")
 
@@ -223,7 +224,7 @@ class StampAgent:
             payload = encode_batch(arr, self.node, self._batch_seq)
             while True:
                 try:
-                    self._producer.produce("segscope.stamp.records", payload, key=f"{self.node}/{ssid}".encode(),
+                    self._producer.produce(names.TOPIC_STAMP_RECORDS, payload, key=f"{self.node}/{ssid}".encode(),
                                            on_delivery=lambda err, msg, n=n: self._delivered(err, n))
                     with self.lock:
                         self.batches_produced += 1

@@ -42,7 +42,6 @@ import datetime as dt
 import ipaddress
 import json
 import os
-import re
 import shutil
 import struct
 import statistics
@@ -57,8 +56,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 from bench.pdr import (PLR_LIMIT, SWEEP_FACTORS, TIR_THRESHOLD, Line5Bench, PathSpec, Trial,  # noqa: E402
                        ci95, find_pdr, pastrami_check, sh, sweep, sweep_points)
-from bench.reflector_vs_bounce import machine  # noqa: E402
 from bench.stamp_forwarding_capacity import cpu_ticks, steal_share  # noqa: E402
+from bench.report import machine, write_section  # noqa: E402
 
 SECTION = "altmark_overhead"
 TX_LOADER = REPO / "build" / "datapath" / "altmark_tx"
@@ -470,7 +469,7 @@ def main() -> int:
     if args.json_out:
         Path(args.json_out).write_text(json.dumps(summary(configs, problems, steal, elapsed, getattr(args, "costs", {})), indent=1))
     if not args.no_doc:
-        update_doc(text, SECTION if args.method == "dscp" else f"{SECTION}_{args.method}")
+        write_section(SECTION if args.method == "dscp" else f"{SECTION}_{args.method}", text)
         print("updated docs/benchmarks.md")
     if problems:
         print("FAILED: monitored traffic was not marked/counted:\n  " + "\n  ".join(problems), file=sys.stderr)
@@ -726,20 +725,6 @@ hit a bound of its range. Seed 001 lost
 VM a 2-5 % difference is within the run-to-run noise of one PDR search, so only many interleaved repetitions
 (or a quieter machine) can settle it.
 """
-
-
-def update_doc(text: str, section: str) -> None:
-    """Replace this benchmark's section of docs/benchmarks.md (between its begin/end markers; one
-    section per colouring method)."""
-    doc = REPO / "docs" / "benchmarks.md"
-    begin, end = f"<!-- {section}:begin -->", f"<!-- {section}:end -->"
-    old = doc.read_text() if doc.exists() else "# Benchmarks\n"
-    section = f"{begin}\n{text.rstrip()}\n{end}"
-    if begin in old and end in old:
-        new = re.sub(re.escape(begin) + ".*?" + re.escape(end), lambda _m: section, old, flags=re.S)
-    else:
-        new = old.rstrip() + "\n\n" + section + "\n"
-    doc.write_text(new)
 
 
 def summary(configs: list[Config], problems: list[str], steal: float, elapsed: float, costs: dict) -> dict:

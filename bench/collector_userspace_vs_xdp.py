@@ -42,9 +42,10 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "schemas" / "python"))
-from bench.reflector_vs_bounce import attach_reply_counter, machine, remove_bench_env, reply_count  # noqa: E402
-from bench.reflector_userspace_vs_xdp import rcvbuf_errors, update_doc_section  # noqa: E402
-from tests.datapath.dp_env import VethPair, ensure_bpffs, in_netns, run_tool, sh  # noqa: E402
+from bench.reflector_vs_bounce import attach_reply_counter, remove_bench_env, reply_count  # noqa: E402
+from bench.reflector_userspace_vs_xdp import rcvbuf_errors  # noqa: E402
+from bench.report import machine, write_section  # noqa: E402
+from tests.datapath.dp_env import VethPair, ensure_bpffs, in_netns, run_tool  # noqa: E402
 
 BUILD = REPO / "build"
 COLLECTOR = BUILD / "datapath" / "stamp_collector"
@@ -246,19 +247,10 @@ is typically 1–1000 packets/s, far below either number.
     print()
     print(text)
     if not args.no_doc:
-        update_doc_section_named(text)
+        write_section(SECTION, text)
         print("updated docs/benchmarks.md")
     return 0
 
-
-def update_doc_section_named(text: str) -> None:
-    import bench.reflector_userspace_vs_xdp as ref
-    saved = ref.SECTION
-    ref.SECTION = SECTION                  # the helper writes between <!-- SECTION:begin/end -->
-    try:
-        update_doc_section(text)
-    finally:
-        ref.SECTION = saved
 
 
 if __name__ == "__main__":

@@ -24,10 +24,7 @@ none is left (a failed or missing operation fails the run). One op = one create 
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import json
-import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -36,6 +33,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(REPO), str(REPO / "schemas" / "python")]
+from bench.report import machine, write_section  # noqa: E402
 
 from controller.agents import AgentClient  # noqa: E402
 from controller.intent import NodeSpec, TlsFiles  # noqa: E402
@@ -44,7 +42,6 @@ from netlab import Lab, teardown  # noqa: E402
 from segscope_proto.segscope.agent.v1 import srv6_pb2  # noqa: E402
 
 DOC = REPO / "docs" / "benchmarks.md"
-BEGIN, END = "<!-- config_ops:begin -->", "<!-- config_ops:end -->"
 TOPOLOGY = REPO / "netlab" / "topologies" / "pair.yaml"
 SEED_REMOTE, SEED_LOCAL = 357, 1700
 GOAL = 10 * SEED_REMOTE
@@ -53,15 +50,6 @@ NODE, DEV = "X", "x0"
 
 class BenchError(RuntimeError):
     pass
-
-
-def machine() -> dict:
-    cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                if line.startswith("model name")), platform.processor())
-    load = os.getloadavg()[0]
-    return {"nproc": os.cpu_count(), "cpu": cpu, "kernel": platform.release(), "load1": round(load, 2),
-            "python": platform.python_version(),
-            "date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")}
 
 
 # ---------------------------------------------------------------------- operations
@@ -259,13 +247,6 @@ def run(args) -> dict:
 PLURAL = {"local_sid": "local SIDs", "policy": "policies"}
 
 
-def with_section(text: str, section: str) -> str:
-    """text with the config_ops section replaced (or appended)."""
-    if BEGIN in text and END in text:
-        return text[:text.index(BEGIN)] + section + text[text.index(END) + len(END):]
-    return text.rstrip("\n") + "\n\n" + section + "\n"
-
-
 def _gain(res: dict, way: str) -> str:
     """'1.6-1.8 × unary' over the object kinds measured both ways."""
     by = {(r["kind"], r["way"]): r["ops_per_s"] for r in res["results"]}
@@ -287,8 +268,7 @@ def write_doc(res: dict, m: dict) -> None:
     local = [r for r in res["results"] if r["way"] == "local"]
     verdict = "met" if best["ops_per_s"] >= GOAL else "NOT met"
     unary_met = all(r["ops_per_s"] >= GOAL for r in unary)
-    section = f"""{BEGIN}
-## Configuration operations per second, controller -> agent (`bench/config_ops.py`)
+    section = f"""## Configuration operations per second, controller -> agent (`bench/config_ops.py`)
 
 Machine: {m['nproc']} cores, {m['cpu']}, kernel {m['kernel']}, Python {m['python']}, {m['date']}
 (1-min load {m['load1']} at the start: the cores are shared with other work).
@@ -320,8 +300,8 @@ per-operation cost is Python on 2 shared cores, so the controller's bulk path is
 Local pyroute2, one request per operation: {' / '.join(f"{r['ops_per_s']:,.0f}" for r in local)} op/s (seed 002: {SEED_LOCAL:,},
 another machine).
 Every process on the machine shares the same 2 cores, so expect ±20 % between runs.
-{END}"""
-    DOC.write_text(with_section(DOC.read_text(), section))
+"""
+    write_section("config_ops", section)
     return section
 
 

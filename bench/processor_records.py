@@ -21,8 +21,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
-import re
 import signal
 import subprocess
 import sys
@@ -34,6 +32,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(REPO), str(REPO / "schemas" / "python")]
+from bench.report import machine_line, write_section  # noqa: E402
 
 import numpy as np  # noqa: E402
 
@@ -183,32 +182,6 @@ def run_worker(bootstrap: str, messages, n_records: int, expected_points: int, t
             "counters": counters, "produce_s": t_produce, "log": str(tmp / "worker.log")}
 
 
-def machine() -> str:
-    cpu = "unknown"
-    try:
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    load = os.getloadavg()[0]
-    return (f"{os.cpu_count()} CPUs ({cpu}), kernel {platform.release()}, "
-            f"load average {load:.1f} at start")
-
-
-def update_docs(text: str) -> None:
-    path = REPO / "docs" / "benchmarks.md"
-    begin, end = f"<!-- {SECTION}:begin -->", f"<!-- {SECTION}:end -->"
-    block = f"{begin}\n{text.rstrip()}\n{end}\n"
-    old = path.read_text() if path.exists() else "# segscope benchmarks\n\n"
-    if begin in old and end in old:
-        new = re.sub(re.escape(begin) + r".*?" + re.escape(end) + r"\n?", lambda _: block, old, flags=re.S)
-    else:
-        new = old.rstrip("\n") + "\n\n" + block
-    path.write_text(new)
-
-
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--records", type=int, default=3_000_000)
@@ -223,7 +196,7 @@ def main() -> int:
     args = ap.parse_args()
     batches = [int(b) for b in args.batch.split(",")]
 
-    env_line = machine()
+    env_line = machine_line()
     stack = None
     bootstrap = args.bootstrap
     if bootstrap is None:
@@ -277,7 +250,7 @@ repeated runs of the same row differ by up to 2x.
 Command: `.local/venv/bin/python bench/processor_records.py --records {args.records} --batch {args.batch}`.
 """
     if not args.no_docs:
-        update_docs(text)
+        write_section(SECTION, text)
         print("updated docs/benchmarks.md", flush=True)
     return 0
 

@@ -29,7 +29,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
-from bench.reflector_vs_bounce import attach_reply_counter, machine, remove_bench_env, reply_count  # noqa: E402
+from bench.reflector_vs_bounce import attach_reply_counter, remove_bench_env, reply_count  # noqa: E402
+from bench.report import machine, write_section  # noqa: E402
 from tests.datapath.dp_env import VethPair, ensure_bpffs, run_tool, sh  # noqa: E402
 
 BUILD = REPO / "build"
@@ -158,22 +159,10 @@ round-trip formula (T4−T1)−(T3−T2) removes.
     print()
     print(text)
     if not args.no_doc:
-        update_doc_section(text)
+        write_section(SECTION, text)
         print("updated docs/benchmarks.md")
     return 0
 
-
-def update_doc_section(text: str) -> None:
-    import re
-    doc = REPO / "docs" / "benchmarks.md"
-    begin, end = f"<!-- {SECTION}:begin -->", f"<!-- {SECTION}:end -->"
-    old = doc.read_text() if doc.exists() else "# segscope benchmarks\n"
-    section = f"{begin}\n{text.rstrip()}\n{end}"
-    if begin in old and end in old:
-        new = re.sub(re.escape(begin) + ".*?" + re.escape(end), lambda _m: section, old, flags=re.S)
-    else:
-        new = old.rstrip() + "\n\n" + section + "\n"
-    doc.write_text(new)
 
 
 if __name__ == "__main__":

@@ -17,7 +17,6 @@ import argparse
 import datetime as dt
 import json
 import os
-import platform
 import re
 import shutil
 import statistics
@@ -28,6 +27,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+from bench.report import machine, write_section  # noqa: E402
 from tests.datapath.dp_env import (PREFIX, VethPair, eth_ipv6, ensure_bpffs, run_tool, sh,  # noqa: E402
                                    stamp_sender_payload, udp_datagram)
 
@@ -38,7 +38,6 @@ COUNT_DROP_OBJ = BUILD / "datapath" / "xdp_count_drop.bpf.o"
 FLOOD = BUILD / "bench" / "udp_flood"
 PIN_DIR = Path(f"/sys/fs/bpf/segscope/{PREFIX}-bench/stamp_reflector")
 DOC = REPO / "docs" / "benchmarks.md"
-BEGIN, END = "<!-- reflector_vs_bounce:begin -->", "<!-- reflector_vs_bounce:end -->"
 SSID = 1
 
 
@@ -157,26 +156,6 @@ def program_cost(pair: VethPair, repeat: int = 1_000_000) -> dict:
     return {"reflector_ns": statistics.median(refl), "bounce_ns": statistics.median(bounce)}
 
 
-def machine() -> dict:
-    cpu = "unknown"
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-        if line.startswith("model name"):
-            cpu = line.split(":", 1)[1].strip()
-            break
-    return {"nproc": os.cpu_count(), "cpu": cpu, "kernel": platform.release()}
-
-
-def update_doc(text: str) -> None:
-    DOC.parent.mkdir(parents=True, exist_ok=True)
-    old = DOC.read_text() if DOC.exists() else "# segscope benchmarks\n"
-    section = f"{BEGIN}\n{text.rstrip()}\n{END}"
-    if BEGIN in old and END in old:
-        new = re.sub(re.escape(BEGIN) + ".*?" + re.escape(END), lambda _m: section, old, flags=re.S)
-    else:
-        new = old.rstrip() + "\n\n" + section + "\n"
-    DOC.write_text(new)
-
-
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--trials", type=int, default=4, help="trials per program (default 3)")
@@ -250,7 +229,7 @@ lookup, two timestamps, building the reply, checksum update) costs on the whole 
     print()
     print(text)
     if not args.no_doc:
-        update_doc(text)
+        write_section("reflector_vs_bounce", text)
         print(f"updated {DOC.relative_to(REPO)}")
     return 0
 

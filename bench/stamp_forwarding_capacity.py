@@ -33,7 +33,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 from bench.pdr import (PLR_LIMIT, SWEEP_FACTORS, TIR_THRESHOLD, Line5Bench, PathSpec, Trial,  # noqa: E402
                        ci95, find_pdr, pastrami_check, sweep, sweep_points)
-from bench.reflector_vs_bounce import machine  # noqa: E402
+from bench.report import machine, write_section  # noqa: E402
 
 SECTION = "stamp_forwarding_capacity"
 GOAL_RATIO = 0.98
@@ -122,7 +122,7 @@ def main() -> int:
     print()
     print(text)
     if not args.no_doc:
-        update_doc_section_named(text)
+        write_section(SECTION, text)
         print("updated docs/benchmarks.md")
     return 0
 
@@ -211,19 +211,6 @@ Loss at low load in the sweeps (e.g. a few % at 0.6 × PDR while 1.0 × PDR pass
 environment. A likely cause (not isolated here): when CPU 1's softirq runs long, the kernel hands the rest to
 ksoftirqd, a normal thread that then competes with whatever else the shared machine runs on that CPU.
 """
-
-
-def update_doc_section_named(text: str) -> None:
-    """Replace this benchmark's section of docs/benchmarks.md (between its begin/end markers)."""
-    doc = REPO / "docs" / "benchmarks.md"
-    begin, end = f"<!-- {SECTION}:begin -->", f"<!-- {SECTION}:end -->"
-    old = doc.read_text() if doc.exists() else "# segscope benchmarks\n"
-    section = f"{begin}\n{text.rstrip()}\n{end}"
-    if begin in old and end in old:
-        new = old[:old.index(begin)] + section + old[old.index(end) + len(end):]
-    else:
-        new = old.rstrip() + "\n\n" + section + "\n"
-    doc.write_text(new)
 
 
 if __name__ == "__main__":

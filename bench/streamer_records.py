@@ -14,10 +14,8 @@ anything was lost. The result is printed and written into docs/benchmarks.md
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import json
 import os
-import platform
 import subprocess
 import sys
 import time
@@ -27,6 +25,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "schemas" / "python"))
+from bench.report import machine, write_section  # noqa: E402
 
 from services.stack import Stack  # noqa: E402
 
@@ -34,20 +33,12 @@ BUILD = REPO / "build" / "collectors"
 PIN_DIR = Path("/sys/fs/bpf/co-bench")
 RUN_DIR = REPO / ".run" / "co-bench"
 DOC = REPO / "docs" / "benchmarks.md"
-BEGIN, END = "<!-- streamer_records:begin -->", "<!-- streamer_records:end -->"
 GOAL = 1_000_000
 
 
 def cpu_seconds(pid: int) -> float:
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")   # utime + stime
-
-
-def machine() -> dict:
-    cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                if line.startswith("model name")), platform.processor())
-    return {"nproc": os.cpu_count(), "cpu": cpu, "kernel": platform.release(),
-            "date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")}
 
 
 def read_stats(path: Path) -> dict:
@@ -130,8 +121,7 @@ def write_doc(res: dict, m: dict) -> None:
     pace += (f" The streamer (all its threads, librdkafka's included) used {busy:.0%} of its core: "
              f"its own capacity is the records per CPU-second column; the end-to-end figure is set by "
              f"the broker and the generator sharing the other core (and anything else running).")
-    section = f"""{BEGIN}
-## Streamer: ring buffer -> Kafka (`bench/streamer_records.py`)
+    section = f"""## Streamer: ring buffer -> Kafka (`bench/streamer_records.py`)
 
 Machine: {m['nproc']} cores, {m['cpu']}, kernel {m['kernel']}, {m['date']}.
 Setup: {res['records']:,} synthetic `stamp_record`s ({res['ssids']} sessions) written by
@@ -146,13 +136,8 @@ generated record until Kafka acknowledged the last one.
 
 Goal ≥ {GOAL:,} records/s: {ok}. {pace}
 Every process on the machine shares the same 2 cores, so expect ±20 % between runs.
-{END}"""
-    text = DOC.read_text() if DOC.exists() else "# Benchmarks\n\nFigures measured on the project's machine; each section is rewritten by its script.\n"
-    if BEGIN in text and END in text:
-        text = text[:text.index(BEGIN)] + section + text[text.index(END) + len(END):]
-    else:
-        text = text.rstrip("\n") + "\n\n" + section + "\n"
-    DOC.write_text(text)
+"""
+    write_section("streamer_records", section)
 
 
 def main() -> int:

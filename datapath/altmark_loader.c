@@ -575,10 +575,46 @@ out:
 	return rc;
 }
 
+/* Subcommand handlers of the dispatch table (args is struct altmark_args *, ctx the program). */
+static int run_attach_detach(struct altmark_args *a, const struct altmark_prog *p, bool attach)
+{
+	if (!require_arg(a->dev, "--dev") || !resolve_pin_dir(p, a))
+		return EXIT_USAGE;
+	return attach ? p->attach(a) : p->detach(a);
+}
+
+static int run_attach(void *a, const void *p) { return run_attach_detach(a, p, true); }
+static int run_detach(void *a, const void *p) { return run_attach_detach(a, p, false); }
+static int run_add_flow(void *a, const void *p) { return cmd_add_flow(p, a); }
+static int run_del_flow(void *a, const void *p) { return cmd_del_flow(p, a); }
+static int run_list_flows(void *a, const void *p) { return cmd_list_flows(p, a); }
+
+static int run_stats(void *args, const void *prog)
+{
+	const struct altmark_prog *p = prog;
+	struct altmark_args *a = args;
+
+	if (!resolve_pin_dir(p, a))
+		return EXIT_USAGE;
+	return print_counters(a->pin_dir, "altmark_stats", p->counter_names, p->n_counters, a->json)
+		? EXIT_FAIL : EXIT_OK;
+}
+
+static const struct loader_cmd commands[] = {
+	{"attach", run_attach},
+	{"detach", run_detach},
+	{"add-flow", run_add_flow},
+	{"del-flow", run_del_flow},
+	{"list-flows", run_list_flows},
+	{"stats", run_stats},
+	{NULL, NULL},
+};
+
 int altmark_main(const struct altmark_prog *p, int argc, char **argv)
 {
 	struct altmark_args a;
 	const char *cmd;
+	int rc;
 
 	if (argc < 2) {
 		usage(p, stderr);
@@ -591,24 +627,10 @@ int altmark_main(const struct altmark_prog *p, int argc, char **argv)
 	}
 	if (parse_args(p, argc - 1, argv + 1, &a))
 		return EXIT_USAGE;
-	if (!strcmp(cmd, "attach") || !strcmp(cmd, "detach")) {
-		if (!require_arg(a.dev, "--dev") || !resolve_pin_dir(p, &a))
-			return EXIT_USAGE;
-		return !strcmp(cmd, "attach") ? p->attach(&a) : p->detach(&a);
+	rc = run_subcommand(commands, cmd, &a, p);
+	if (rc < 0) {
+		usage(p, stderr);
+		return EXIT_USAGE;
 	}
-	if (!strcmp(cmd, "add-flow"))
-		return cmd_add_flow(p, &a);
-	if (!strcmp(cmd, "del-flow"))
-		return cmd_del_flow(p, &a);
-	if (!strcmp(cmd, "list-flows"))
-		return cmd_list_flows(p, &a);
-	if (!strcmp(cmd, "stats")) {
-		if (!resolve_pin_dir(p, &a))
-			return EXIT_USAGE;
-		return print_counters(a.pin_dir, "altmark_stats", p->counter_names, p->n_counters, a.json)
-			? EXIT_FAIL : EXIT_OK;
-	}
-	die_msg("unknown command '%s'", cmd);
-	usage(p, stderr);
-	return EXIT_USAGE;
+	return rc;
 }

@@ -694,3 +694,12 @@ int write_config_map(int fd, const void *cfg, const char *map_name)
 		die_msg("update of %s failed: %s", map_name, strerror(errno));
 	return err;
 }
+
+int run_subcommand(const struct loader_cmd *cmds, const char *cmd, void *args, const void *ctx)
+{
+	for (; cmds->name; cmds++)
+		if (!strcmp(cmds->name, cmd))
+			return cmds->run(args, ctx);
+	die_msg("unknown command '%s'", cmd);
+	return -1;
+}

@@ -90,4 +90,16 @@ int print_counters(const char *dir, const char *map_name, const char *const *nam
 /* BPF_PROG_TEST_RUN of <dir>/prog on a hex-encoded frame; prints one JSON line. */
 int test_run_pinned(const char *dir, const char *hex, int repeat);
 
+/* One subcommand of a loader: `stamp_reflector attach ...` runs run(args, ctx). args is the
+ * loader's parsed command line, ctx what the loader shares between commands (altmark: which
+ * program, tx or rx), NULL elsewhere. A table ends with {NULL, NULL}. */
+struct loader_cmd {
+	const char *name;
+	int (*run)(void *args, const void *ctx);
+};
+
+/* Run the table's entry named cmd and return its exit code; -1, with a message naming cmd,
+ * when there is none (the caller prints its usage and exits EXIT_USAGE). */
+int run_subcommand(const struct loader_cmd *cmds, const char *cmd, void *args, const void *ctx);
+
 #endif

@@ -356,10 +356,61 @@ static int cmd_dump(struct args *a)
 	return EXIT_OK;
 }
 
+/* Subcommand handlers of the dispatch table (args is struct args *). */
+static int run_attach(void *a, const void *ctx) { (void)ctx; return cmd_attach(a); }
+static int run_activate(void *a, const void *ctx) { (void)ctx; return cmd_set_session(a, true); }
+static int run_deactivate(void *a, const void *ctx) { (void)ctx; return cmd_set_session(a, false); }
+static int run_dump(void *a, const void *ctx) { (void)ctx; return cmd_dump(a); }
+static int run_set_tai_offset(void *a, const void *ctx) { (void)ctx; return cmd_set_tai_offset(a); }
+
+static int run_detach(void *args, const void *ctx)
+{
+	struct args *a = args;
+
+	(void)ctx;
+	if (!require_arg(a->dev, "--dev") || !require_arg(a->pin_dir, "--pin-dir"))
+		return EXIT_USAGE;
+	return detach_and_unpin(a->netns, a->dev, a->pin_dir) ? EXIT_FAIL : EXIT_OK;
+}
+
+static int run_stats(void *args, const void *ctx)
+{
+	struct args *a = args;
+
+	(void)ctx;
+	if (!require_arg(a->pin_dir, "--pin-dir"))
+		return EXIT_USAGE;
+	return print_counters(a->pin_dir, "stamp_collector_stats", collector_counter_names,
+			      COLL_NR_COUNTERS, a->json) ? EXIT_FAIL : EXIT_OK;
+}
+
+static int run_test_run(void *args, const void *ctx)
+{
+	struct args *a = args;
+
+	(void)ctx;
+	if (!require_arg(a->pin_dir, "--pin-dir") || !require_arg(a->hex, "--hex"))
+		return EXIT_USAGE;
+	return test_run_pinned(a->pin_dir, a->hex, a->repeat) ? EXIT_FAIL : EXIT_OK;
+}
+
+static const struct loader_cmd commands[] = {
+	{"attach", run_attach},
+	{"detach", run_detach},
+	{"activate", run_activate},
+	{"deactivate", run_deactivate},
+	{"dump", run_dump},
+	{"set-tai-offset", run_set_tai_offset},
+	{"stats", run_stats},
+	{"test-run", run_test_run},
+	{NULL, NULL},
+};
+
 int main(int argc, char **argv)
 {
 	const char *cmd;
 	struct args a;
+	int rc;
 
 	if (argc < 2) {
 		usage(stderr);
@@ -373,33 +424,10 @@ int main(int argc, char **argv)
 	if (parse_args(argc - 1, argv + 1, &a))
 		return EXIT_USAGE;
 
-	if (!strcmp(cmd, "attach"))
-		return cmd_attach(&a);
-	if (!strcmp(cmd, "detach")) {
-		if (!require_arg(a.dev, "--dev") || !require_arg(a.pin_dir, "--pin-dir"))
-			return EXIT_USAGE;
-		return detach_and_unpin(a.netns, a.dev, a.pin_dir) ? EXIT_FAIL : EXIT_OK;
+	rc = run_subcommand(commands, cmd, &a, NULL);
+	if (rc < 0) {
+		usage(stderr);
+		return EXIT_USAGE;
 	}
-	if (!strcmp(cmd, "activate"))
-		return cmd_set_session(&a, true);
-	if (!strcmp(cmd, "deactivate"))
-		return cmd_set_session(&a, false);
-	if (!strcmp(cmd, "dump"))
-		return cmd_dump(&a);
-	if (!strcmp(cmd, "set-tai-offset"))
-		return cmd_set_tai_offset(&a);
-	if (!strcmp(cmd, "stats")) {
-		if (!require_arg(a.pin_dir, "--pin-dir"))
-			return EXIT_USAGE;
-		return print_counters(a.pin_dir, "stamp_collector_stats", collector_counter_names,
-				      COLL_NR_COUNTERS, a.json) ? EXIT_FAIL : EXIT_OK;
-	}
-	if (!strcmp(cmd, "test-run")) {
-		if (!require_arg(a.pin_dir, "--pin-dir") || !require_arg(a.hex, "--hex"))
-			return EXIT_USAGE;
-		return test_run_pinned(a.pin_dir, a.hex, a.repeat) ? EXIT_FAIL : EXIT_OK;
-	}
-	die_msg("unknown command '%s'", cmd);
-	usage(stderr);
-	return EXIT_USAGE;
+	return rc;
 }

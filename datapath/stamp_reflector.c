@@ -433,10 +433,56 @@ static int update_config(struct args *a, bool err_est)
 	return err ? EXIT_FAIL : EXIT_OK;
 }
 
+/* Subcommand handlers of the dispatch table (args is struct args *). */
+static int run_attach(void *a, const void *ctx) { (void)ctx; return cmd_attach(a); }
+static int run_detach(void *a, const void *ctx) { (void)ctx; return cmd_detach(a); }
+static int run_add_address(void *a, const void *ctx) { (void)ctx; return cmd_address(a, true); }
+static int run_del_address(void *a, const void *ctx) { (void)ctx; return cmd_address(a, false); }
+static int run_add_session(void *a, const void *ctx) { (void)ctx; return cmd_add_session(a); }
+static int run_del_session(void *a, const void *ctx) { (void)ctx; return cmd_del_session(a); }
+static int run_set_err_est(void *a, const void *ctx) { (void)ctx; return update_config(a, true); }
+static int run_set_tai_offset(void *a, const void *ctx) { (void)ctx; return update_config(a, false); }
+
+static int run_stats(void *args, const void *ctx)
+{
+	struct args *a = args;
+
+	(void)ctx;
+	if (!require_arg(a->pin_dir, "--pin-dir"))
+		return EXIT_USAGE;
+	return print_counters(a->pin_dir, "stamp_reflector_stats", reflector_counter_names,
+			      REFL_NR_COUNTERS, a->json) ? EXIT_FAIL : EXIT_OK;
+}
+
+static int run_test_run(void *args, const void *ctx)
+{
+	struct args *a = args;
+
+	(void)ctx;
+	if (!require_arg(a->pin_dir, "--pin-dir") || !require_arg(a->hex, "--hex"))
+		return EXIT_USAGE;
+	return test_run_pinned(a->pin_dir, a->hex, a->repeat) ? EXIT_FAIL : EXIT_OK;
+}
+
+static const struct loader_cmd commands[] = {
+	{"attach", run_attach},
+	{"detach", run_detach},
+	{"add-address", run_add_address},
+	{"del-address", run_del_address},
+	{"add-session", run_add_session},
+	{"del-session", run_del_session},
+	{"set-err-est", run_set_err_est},
+	{"set-tai-offset", run_set_tai_offset},
+	{"stats", run_stats},
+	{"test-run", run_test_run},
+	{NULL, NULL},
+};
+
 int main(int argc, char **argv)
 {
 	const char *cmd;
 	struct args a;
+	int rc;
 
 	if (argc < 2) {
 		usage(stderr);
@@ -450,34 +496,10 @@ int main(int argc, char **argv)
 	if (parse_args(argc - 1, argv + 1, &a))
 		return EXIT_USAGE;
 
-	if (!strcmp(cmd, "attach"))
-		return cmd_attach(&a);
-	if (!strcmp(cmd, "detach"))
-		return cmd_detach(&a);
-	if (!strcmp(cmd, "add-address"))
-		return cmd_address(&a, true);
-	if (!strcmp(cmd, "del-address"))
-		return cmd_address(&a, false);
-	if (!strcmp(cmd, "add-session"))
-		return cmd_add_session(&a);
-	if (!strcmp(cmd, "del-session"))
-		return cmd_del_session(&a);
-	if (!strcmp(cmd, "set-err-est"))
-		return update_config(&a, true);
-	if (!strcmp(cmd, "set-tai-offset"))
-		return update_config(&a, false);
-	if (!strcmp(cmd, "stats")) {
-		if (!require_arg(a.pin_dir, "--pin-dir"))
-			return EXIT_USAGE;
-		return print_counters(a.pin_dir, "stamp_reflector_stats", reflector_counter_names,
-				      REFL_NR_COUNTERS, a.json) ? EXIT_FAIL : EXIT_OK;
+	rc = run_subcommand(commands, cmd, &a, NULL);
+	if (rc < 0) {
+		usage(stderr);
+		return EXIT_USAGE;
 	}
-	if (!strcmp(cmd, "test-run")) {
-		if (!require_arg(a.pin_dir, "--pin-dir") || !require_arg(a.hex, "--hex"))
-			return EXIT_USAGE;
-		return test_run_pinned(a.pin_dir, a.hex, a.repeat) ? EXIT_FAIL : EXIT_OK;
-	}
-	die_msg("unknown command '%s'", cmd);
-	usage(stderr);
-	return EXIT_USAGE;
+	return rc;
 }

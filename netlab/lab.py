@@ -22,13 +22,14 @@ from typing import Any, Sequence
 
 from . import topology as topo_mod
 from .topology import Endpoint, Link, Topology
+from segscope_schemas.names import BPFFS_PIN_ROOT
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 BUILD_DIR = REPO_ROOT / "build" / "netlab"
 RELAY_BIN = BUILD_DIR / "delay_relay"
 XDP_PASS_OBJ = BUILD_DIR / "xdp_pass.bpf.o"
 RUN_ROOT = REPO_ROOT / ".run" / "netlab"
-BPFFS_SEGSCOPE = Path("/sys/fs/bpf/segscope")
+BPFFS_SEGSCOPE = Path(BPFFS_PIN_ROOT)
 PREFIX_RE = re.compile(r"^[A-Za-z0-9_]{1,16}$")
 RELAY_IF_A, RELAY_IF_B = "ra", "rb"   # relay veths: ra faces link end a, rb faces end b
 RELAY_OFFLOADS_OFF = ["tx", "off", "tso", "off", "gso", "off", "gro", "off"]

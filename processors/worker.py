@@ -10,11 +10,14 @@ from __future__ import annotations
 
 import argparse
 import base64
+import dataclasses
 import importlib
 import json
 import os
 import sys
 from typing import Callable
+
+from segscope_schemas import names
 
 
 class ConfigError(ValueError):
@@ -30,6 +33,55 @@ def env_number(env_table: dict[str, tuple[str, str]], raw: dict[str, str], name:
         raise ConfigError(f"environment variable {var}={raw[name]!r} is not a valid "
                           f"{kind.__name__}; fix: set it to a number like {env_table[name][1]!r} "
                           f"or unset it") from None
+
+
+def processor_env(name: str, input_setting: str, input_var: str, input_topic: str) -> dict[str, tuple[str, str]]:
+    """The settings every processor has: broker, its input topic, the metrics and dead-letter
+    topics, its app id (also its consumer group id) and its Faust data dir. Topic and group
+    defaults come from the name registry (schemas/names.toml)."""
+    upper = name.upper()
+    return {
+        "bootstrap": ("SEGSCOPE_KAFKA_BOOTSTRAP", "127.0.0.1:19092"),
+        input_setting: (input_var, input_topic),
+        "metrics_topic": ("SEGSCOPE_TOPIC_METRICS", names.TOPIC_METRICS),
+        "deadletter_topic": ("SEGSCOPE_TOPIC_DEADLETTER", names.TOPIC_DEADLETTER),
+        "app_id": (f"SEGSCOPE_{upper}_APP_ID", names.GROUPS[name]),
+    }
+
+
+class EnvConfig:
+    """Base of the processors' settings dataclasses. A subclass declares ENV = {setting:
+    (VARIABLE, default)} and one dataclass field per setting; from_env() reads the variables,
+    converts each by the field's declared type (str, int, float; a bad number is a ConfigError
+    naming the variable), fills `{app_id}` in datadir, applies the SEGSCOPE_KAFKA alias, then
+    calls the subclass's adjust() (derived values) and validate() (cross-setting rules)."""
+
+    ENV: dict[str, tuple[str, str]] = {}
+
+    @classmethod
+    def from_env(cls, environ: dict[str, str] | None = None):
+        env = os.environ if environ is None else environ
+        raw = {name: env.get(var, default) for name, (var, default) in cls.ENV.items()}
+        if "bootstrap" in cls.ENV and cls.ENV["bootstrap"][0] not in env and "SEGSCOPE_KAFKA" in env:
+            raw["bootstrap"] = env["SEGSCOPE_KAFKA"]   # short alias
+        raw = cls.adjust(raw, env)
+        values = {}
+        for f in dataclasses.fields(cls):
+            kind = {"int": int, "float": float}.get(f.type if isinstance(f.type, str) else f.type.__name__)
+            values[f.name] = env_number(cls.ENV, raw, f.name, kind) if kind else raw[f.name]
+        if "datadir" in values:
+            values["datadir"] = values["datadir"].format(app_id=values.get("app_id", ""))
+        cfg = cls(**values)
+        cfg.validate()
+        return cfg
+
+    @classmethod
+    def adjust(cls, raw: dict[str, str], env) -> dict[str, str]:
+        """Derive raw settings from others before conversion (default: none)."""
+        return raw
+
+    def validate(self) -> None:
+        """Raise ConfigError for settings that are valid alone but not together (default: none)."""
 
 
 def run_worker(package: str, doc: str, env_table: dict[str, tuple[str, str]],

@@ -87,9 +87,16 @@ ensure_no_system_influxd() {
 }
 
 # ---------------------------------------------------------------- 2. Python venv
+# The venv's python finds the repository's packages (agent, processors, services, netlab, ...)
+# and the wire-format package (schemas/python) from any directory: one .pth file.
+repo_pth() {
+    local site; site=$("$1/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+    printf '%s\n%s\n' "$REPO" "$REPO/schemas/python" > "$site/segscope.pth"
+}
 setup_venv() {
     local venv=$LOCAL/venv stamp=$LOCAL/venv/.requirements.sha256 want
     want=$(sha256sum requirements.txt | cut -d' ' -f1)
+    [ -x "$venv/bin/python" ] && repo_pth "$venv"
     if [ -x "$venv/bin/python" ] && [ "$(cat "$stamp" 2>/dev/null)" = "$want" ]; then
         say "python venv: cached ($venv)"
         return
@@ -97,6 +104,7 @@ setup_venv() {
     local t0; t0=$(date +%s)
     [ -x "$venv/bin/python" ] || python3 -m venv "$venv"
     "$venv/bin/python" -m pip install -q --disable-pip-version-check -r requirements.txt
+    repo_pth "$venv"
     echo "$want" > "$stamp"
     say "python venv: installed requirements.txt in $(elapsed "$t0")"
 }

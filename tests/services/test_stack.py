@@ -16,7 +16,7 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from services.stack import (METRICS_TOPIC, SERVICE_NAMES, TELEGRAF_GROUP, TOPIC_PARTITIONS, Stack,
-                            _port_open)
+                            port_open)
 
 REPO = Path(__file__).resolve().parents[2]
 POINT_WAIT = 30.0          # s; Telegraf flushes every second, typically seen in 1-3 s
@@ -154,7 +154,7 @@ def _pids_gone(pids: dict[str, int]) -> dict[str, str]:
 def test_isolated_second_stack_up_down(stack: Stack, capsys) -> None:
     base = ISOLATED_PORT_BASE
     ports = [base, base + 1, base + 2, base + 3]
-    busy = [p for p in ports if _port_open(p)]
+    busy = [p for p in ports if port_open(p)]
     assert not busy, f"ports {busy} in use; set SEGSCOPE_TEST_SERVICES_PORT_BASE"
     run_dir = REPO / ".run" / "sv-test-isolated"
     default_pids = {n: stack.read_pid(n) for n in SERVICE_NAMES}
@@ -165,7 +165,7 @@ def test_isolated_second_stack_up_down(stack: Stack, capsys) -> None:
         up_s = other.last_up_seconds
         pids = {n: other.read_pid(n) for n in SERVICE_NAMES}
         assert all(pids.values()) and not set(pids.values()) & set(default_pids.values())
-        assert _port_open(base) and _port_open(base + 2)
+        assert port_open(base) and port_open(base + 2)
 
         # Its own pipeline: a point on its Kafka lands in its InfluxDB only.
         run = uuid.uuid4().hex[:8]
@@ -177,7 +177,7 @@ def test_isolated_second_stack_up_down(stack: Stack, capsys) -> None:
 
     assert _pids_gone(pids) == {}, "processes left after down"
     assert not any(other.pid_path(n).exists() for n in SERVICE_NAMES)
-    assert not any(_port_open(p) for p in ports)
+    assert not any(port_open(p) for p in ports)
     assert all(not s["alive"] for n, s in other.status().items())
     # The session stack was not touched.
     assert {n: stack.running_pid(n) for n in SERVICE_NAMES} == default_pids

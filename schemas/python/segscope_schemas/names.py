@@ -40,6 +40,7 @@ GROUP_TELEGRAF: str = REGISTRY["groups"]["telegraf"]
 GROUP_DELAY: str = REGISTRY["groups"]["delay"]
 GROUP_LOSS: str = REGISTRY["groups"]["loss"]
 GROUP_TOPOLOGY: str = REGISTRY["groups"]["topology"]
+GROUPS: dict[str, str] = dict(REGISTRY["groups"])
 
 INFLUXDB_DATABASE: str = REGISTRY["influxdb"]["database"]
 BPFFS_PIN_ROOT: str = REGISTRY["bpffs"]["pin_root"]

@@ -1,0 +1,81 @@
+"""InfluxDB 1.x (Debian's influxd) with influxd.conf from this folder. Ready = /ping answers
+204; then the database of the name registry is created. query() and write() speak the v1 HTTP
+API (InfluxQL, line protocol), which InfluxDB 1.x, 2.x and 3 all accept."""
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Iterable
+
+import requests
+
+from segscope_schemas.names import INFLUXDB_DATABASE
+from services.supervise import Service, StackError
+
+HERE = Path(__file__).resolve().parent
+
+
+class InfluxDB(Service):
+    name = "influxdb"
+    config_file = "influxd.conf"
+    ready_timeout = 45.0
+    stop_timeout = 15.0
+
+    def __init__(self, run_dir, say, http_port: int, rpc_port: int, keep_data: bool = False) -> None:
+        super().__init__(run_dir, say)
+        self.http_port = http_port
+        self.rpc_port = rpc_port
+        self.keep_data = keep_data
+        self.url = f"http://127.0.0.1:{http_port}"
+        self.db = INFLUXDB_DATABASE
+
+    def check_ready(self, timeout: float) -> bool:
+        return requests.get(f"{self.url}/ping", timeout=timeout).status_code == 204
+
+    def start(self) -> None:
+        influxd = shutil.which("influxd") or "/usr/bin/influxd"
+        if not Path(influxd).exists():
+            raise StackError("influxdb: `influxd` not found (Debian package influxdb); run `make setup`")
+        self.check_ports_free((self.http_port, self.rpc_port))
+        data_dir = self.dir / "data"
+        if not self.keep_data:
+            shutil.rmtree(data_dir, ignore_errors=True)
+        data_dir.mkdir(parents=True, exist_ok=True)
+        self.render(HERE / "influxd.conf", self.config_path,
+                    HTTP_PORT=self.http_port, RPC_PORT=self.rpc_port, DATA_DIR=data_dir)
+        pid = self.spawn([influxd, "run", "-config", str(self.config_path)])
+        self.wait_ready(self.ready_timeout, pid)
+
+    def after_ready(self) -> None:
+        self.query(f'CREATE DATABASE "{self.db}"')   # no-op when it exists
+
+    def query(self, query: str, db: str | None = None, timeout: float = 10.0) -> list[dict]:
+        """Run InfluxQL via /query (epoch=ns); rows of every series as dicts (columns + GROUP BY tags)."""
+        resp = requests.post(f"{self.url}/query", params={"db": db or self.db, "epoch": "ns"},
+                             data={"q": query}, timeout=timeout)
+        try:
+            body = resp.json()
+        except ValueError:
+            raise StackError(f"InfluxDB query {query!r}: HTTP {resp.status_code}: {resp.text[:300]}") from None
+        if resp.status_code != 200 or "error" in body:
+            raise StackError(f"InfluxDB query {query!r}: HTTP {resp.status_code}: {body}")
+        rows: list[dict] = []
+        for result in body.get("results", []):
+            if "error" in result:
+                raise StackError(f"InfluxDB query {query!r}: {result['error']}")
+            for series in result.get("series", []):
+                tags = series.get("tags", {})
+                for values in series.get("values", []):
+                    row = dict(zip(series["columns"], values, strict=True))
+                    row.update(tags)
+                    rows.append(row)
+        return rows
+
+    def write(self, lines: str | Iterable[str], db: str | None = None,
+              precision: str = "ns", timeout: float = 10.0) -> None:
+        """Write line protocol via /write; raises StackError with InfluxDB's message on rejection."""
+        body = lines if isinstance(lines, str) else "\n".join(lines)
+        resp = requests.post(f"{self.url}/write", params={"db": db or self.db, "precision": precision},
+                             data=body.encode(), timeout=timeout)
+        if resp.status_code != 204:
+            raise StackError(f"InfluxDB write: HTTP {resp.status_code}: {resp.text[:300]}")
