@@ -1,4 +1,4 @@
-"""FlowMonitorService: alternate-marking flow monitors of this node (issue 5), driving
+"""FlowMonitorService: alternate-marking flow monitors of this node, driving
 build/datapath/altmark_tx (TC egress, TX side) and altmark_rx (XDP, RX side) of the agent's
 bpffs instance (/sys/fs/bpf/segscope/<instance>/altmark_{tx,rx}).
 

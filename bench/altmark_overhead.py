@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Cost of alternate marking on the SRv6 path, PDR@0.5 % (issue 5; seed 001: TC −13.9 %, XDP −5.4 %).
+"""Cost of alternate marking on the SRv6 path, PDR@0.5 % (seed 001: TC −13.9 %, XDP −5.4 %).
 
 PDR@0.5 % with the PASTRAMI saturation check (seed 003), via bench/pdr.py, on netlab's line5:
 H1 (generator) -> A (H.Encaps: the ingress edge) -> R (End) -> B (End.DT6: the egress edge) -> H2,
@@ -68,8 +68,8 @@ SPREAD = 8                                # destinations / policies the traffic 
 FIRST_DST = "fd00:b::100"                 # destination i = FIRST_DST + i (pktgen_udp --data-dsts)
 TX_NODE, TX_DEV = "A", "a0"               # ingress edge, its egress device toward the core
 RX_NODE, RX_DEV = "B", "b0"               # egress edge, its ingress device from the core
-GOAL_TX_RATIO = 0.95                      # issue 5: the colourer costs <= 5 % of the PDR
-GOAL_RX_RATIO = 0.98                      # issue 5: the counter costs <= 2 %
+GOAL_TX_RATIO = 0.95                      # the colourer costs <= 5 % of the PDR
+GOAL_RX_RATIO = 0.98                      # the counter costs <= 2 %
 SEED001 = {"tx": 0.139, "rx": 0.054}      # seed 001's measured throughput losses
 PERIOD_MS = 1000                          # colour period: every trial spans colour changes
 DEFAULT_RANGE = (15_000.0, 400_000.0)     # pps: from a loaded machine's PDR to past the generator's limit

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Benchmark: configuration operations per second from the controller to an agent, over ONE
-persistent mutual-TLS gRPC channel (issue 6; seed 002: 357 op/s remote, 1700 op/s local; goal
+persistent mutual-TLS gRPC channel (seed 002: 357 op/s remote, 1700 op/s local; goal
 >= 3570 op/s).
 
 A netlab `pair` lab (S - X); one agent (`python -m agent`) manages X. The controller's

@@ -7,7 +7,7 @@
 
 Each agent runs in the root namespace as `python -m agent --node N --netns <lab ns>
 --listen 127.0.0.1:PORT --tls-cert/--tls-key/--tls-client-ca ...` and manages its node's
-namespace (issue 6 contract); `start` returns once every agent's health service says SERVING
+namespace; `start` returns once every agent's health service says SERVING
 over mutual TLS.
 """
 from __future__ import annotations

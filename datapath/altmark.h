@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
 /*
- * Alternate marking (RFC 9341 / RFC 9343), issue 5: shared between
+ * Alternate marking (RFC 9341 / RFC 9343): shared between
  * altmark_tx.bpf.c (TC egress colourer at the ingress edge), altmark_rx.bpf.c
  * (XDP counter at the egress edge), their loaders altmark_tx.c / altmark_rx.c
  * and the block collector (collectors/altmark_collector.c), which reads the

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
 /*
- * Alternate-marking counter at the egress edge (XDP, before End.DT6 decap),
- * issue 5. Only counts, always XDP_PASS: the kernel then decapsulates, which
+ * Alternate-marking counter at the egress edge (XDP, before End.DT6 decap).
+ * Only counts, always XDP_PASS: the kernel then decapsulates, which
  * removes the outer header with its DSCP colour and its Destination Options
  * header, so marking never leaks past this node.
  *

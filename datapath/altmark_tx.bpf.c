@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
 /*
- * Alternate-marking colourer at the ingress edge (TC egress, clsact), issue 5.
+ * Alternate-marking colourer at the ingress edge (TC egress, clsact).
  * Runs after the SRv6 encapsulation (`encap seg6 mode encap`), so a packet of a
  * monitored SRv6 policy is Ethernet | IPv6 | SRH | inner packet. The SID list
  * of the SRH selects the flow (one hash lookup); the colour is the parity of

@@ -39,7 +39,7 @@ struct reflector_session_key {
 	__u16 pad;      /* zero */
 };
 
-/* reflector_session.flags: per-session modes (all zero = issue-3 behaviour
+/* reflector_session.flags: per-session modes (all zero = the base behaviour
  * except TLVs, which by default go to user space). */
 #define REFL_SESS_F_NTP           0x1  /* NTP timestamps on the wire (Z = 0); else PTPv2 truncated (Z = 1) */
 #define REFL_SESS_F_STATEFUL      0x2  /* RFC 8762 §4.3: own sequence counter (next_seq); else copy the sender's */

@@ -1,4 +1,4 @@
-"""Alternate-marking loss join: the pure, Kafka-free core of the loss processor (issue 5).
+"""Alternate-marking loss join: the pure, Kafka-free core of the loss processor.
 
 Input: the records of one decoded altmark_batch (numpy array of ALTMARK_BLOCK_DTYPE, from
 segscope_schemas.altmark_block.decode_batch) plus the node name of the batch, and the

@@ -7,8 +7,8 @@
  * and by user space. Python mirror: schemas/python/segscope_schemas/
  * stamp_test_packet.py; vectors: schemas/vectors/stamp_test_packet.json.
  *
- * Timestamps in this layout (issue 3): PTPv2 truncated, 32-bit seconds +
- * 32-bit nanoseconds of TAI (Error Estimate Z = 1). NTP arrives with issue 4.
+ * Timestamps in this layout: PTPv2 truncated, 32-bit seconds +
+ * 32-bit nanoseconds of TAI (Error Estimate Z = 1). NTP: stamp_timestamp.h.
  */
 #ifndef SEGSCOPE_STAMP_TEST_PACKET_H
 #define SEGSCOPE_STAMP_TEST_PACKET_H

@@ -1,4 +1,4 @@
-# schemas/mk/auth.mk: issue 4 STAMP base wire formats (timestamps, Error
+# schemas/mk/auth.mk: STAMP base wire formats (timestamps, Error
 # Estimate, authenticated packets, HMAC). Included by schemas/Makefile.
 #   make -C schemas test-stamp-base     build and run build/schemas/test_stamp_base
 STAMP_BASE_HEADERS := c/stamp_timestamp.h c/stamp_error_estimate.h c/stamp_auth_packet.h \

@@ -1,4 +1,4 @@
-# schemas/mk/proto.mk: issue 6 southbound API. Generates the Python protobuf + gRPC modules
+# schemas/mk/proto.mk: southbound API. Generates the Python protobuf + gRPC modules
 # from proto/segscope/agent/v1/*.proto into python/segscope_proto/ (gitignored), importable as
 # segscope_proto.segscope.agent.v1.<name>_pb2 / <name>_pb2_grpc (see proto/README.md).
 # Included by schemas/Makefile (its `all` builds `proto`, so `make build` runs it).

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
 /*
- * stamp_base_check: proves the issue-4 codecs (stamp_timestamp.h,
+ * stamp_base_check: proves the codecs (stamp_timestamp.h,
  * stamp_error_estimate.h, stamp_auth_packet.h layouts) pass the verifier and
  * compute the same results in BPF as in user space. Run with
  * BPF_PROG_TEST_RUN by tests/schemas/test_stamp_base_bpf.py.

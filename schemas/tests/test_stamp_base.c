@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
 /*
- * test_stamp_base: the STAMP base wire formats of issue 4 in C —
+ * test_stamp_base: the STAMP base wire formats in C —
  * stamp_timestamp.h, stamp_error_estimate.h, stamp_auth_packet.h, stamp_hmac.h —
  * against the vectors in schemas/vectors/stamp_{timestamp,error_estimate,
  * auth_packet,hmac}.json (written from the RFCs by make_stamp_base_vectors.py),

@@ -1,4 +1,4 @@
-"""Bad configuration is refused with a message that names the field (issue 4), in every tool.
+"""Bad configuration is refused with a message that names the field, in every tool.
 
 Tools: the XDP loaders (build/datapath/stamp_reflector, stamp_collector; attached for real to a
 veth in namespace `cmc-bad`, so a command that wrongly succeeded would really change the maps),

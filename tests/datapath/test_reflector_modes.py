@@ -1,4 +1,4 @@
-"""Issue 4 modes of the XDP reflector/collector: NTP vs PTPv2 per session, stateful sequence numbers,
+"""Per-session modes of the XDP reflector/collector: NTP vs PTPv2 per session, stateful sequence numbers,
 TLVs echoed or passed to user space, authenticated sessions passed to user space, TAI-UTC config.
 
 NTP timestamps are checked against an independent encoder/decoder written here from RFC 5905 §6

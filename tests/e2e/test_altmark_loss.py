@@ -1,4 +1,4 @@
-"""End to end (issue 5): exact per-flow, per-block loss by alternate marking, datapath -> InfluxDB.
+"""End to end: exact per-flow, per-block loss by alternate marking, datapath -> InfluxDB.
 
 Network: netlab/topologies/line5_flows.yaml (H1 - A - R - B - H2), 24 monitored SRv6 flows with
 their own SID lists — 12 coloured with the dscp method, 12 with the RFC 9343 option — plus two

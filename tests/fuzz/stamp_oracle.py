@@ -46,7 +46,7 @@ class ReflectorConfig:
     addresses: set[bytes]
     sessions: dict[tuple[bytes, int], ReflectorSession]   # (sender or ZERO16 = any, ssid) -> session
     err_est: int
-    per_session_modes: bool = True   # the datapath knows TLV/authenticated sessions (issue 4 counters)
+    per_session_modes: bool = True   # the datapath knows TLV/authenticated sessions (per-session counters)
 
 
 @dataclass

@@ -1,4 +1,4 @@
-"""Fuzzing the XDP reflector and collector through BPF_PROG_TEST_RUN (issue 4).
+"""Fuzzing the XDP reflector and collector through BPF_PROG_TEST_RUN.
 
 >= 100 000 frames per program (SEGSCOPE_FUZZ_FRAMES), fixed seed (SEGSCOPE_FUZZ_SEED), time bound
 (SEGSCOPE_FUZZ_SECONDS per program). Seeds are valid STAMP test packets / replies (no SRH, final SRH,
@@ -165,7 +165,7 @@ def assert_campaign(c: Campaign, names: list[str], cli_stats: dict[str, int], na
 # ---- reflector --------------------------------------------------------------------------
 
 def reflector_config(names: list[str]) -> ReflectorConfig:
-    modes = "pass_tlvs_to_userspace" in names    # the issue-4 datapath: per-session modes
+    modes = "pass_tlvs_to_userspace" in names    # the datapath: per-session modes
     S1, S2 = fr.SENDERS[0], fr.SENDERS[1]
     sessions = {
         (ZERO16, 7): ReflectorSession([], tlv_echo=True),

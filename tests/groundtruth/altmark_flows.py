@@ -1,4 +1,4 @@
-"""The flow table of the alternate-marking end-to-end test (issue 5) and its netlab topology.
+"""The flow table of the alternate-marking end-to-end test and its netlab topology.
 
 One definition, two users: `netlab/topologies/line5_flows.yaml` is generated from it
 (`python -m tests.groundtruth.altmark_flows > netlab/topologies/line5_flows.yaml`; a test checks the
@@ -91,7 +91,7 @@ def topology_yaml() -> str:
 #
 #   H1(h1) — (ah)A(a0) — (r0)R(r1) — (b0)B(bh) — (h2)H2
 #
-# The issue-5 alternate-marking test network: line5 (see line5.yaml) plus one SRv6 policy on A
+# The alternate-marking test network: line5 (see line5.yaml) plus one SRv6 policy on A
 # per monitored flow (a /128 to its own H2 address, its own SID list whose first SID is a
 # distinct End SID on R), so nftables on R can count and drop per flow.
 name: line5_flows

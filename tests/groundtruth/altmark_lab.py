@@ -1,4 +1,4 @@
-"""Alternate-marking test harness (issue 5): traffic, nftables ground truth, block snapshots.
+"""Alternate-marking test harness: traffic, nftables ground truth, block snapshots.
 
 Independent of segscope's own datapath, so it can judge it:
 

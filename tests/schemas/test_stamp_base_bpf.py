@@ -1,4 +1,4 @@
-"""The issue-4 codecs in the kernel: schemas/tests/stamp_base_check.bpf.c (timestamps, Error
+"""The codecs in the kernel: schemas/tests/stamp_base_check.bpf.c (timestamps, Error
 Estimate, authenticated-packet layouts) passes the verifier and, run with BPF_PROG_TEST_RUN
 (bpftool prog run), gives the same bytes as the Python mirrors."""
 from __future__ import annotations

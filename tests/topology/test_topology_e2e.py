@@ -2,7 +2,7 @@
 
 netlab line5 with the delay relay on link ar; a one-hop STAMP session A -> R (no SRH: the test
 packet goes from A's loopback fc00:1::1 to R's r0 address fc00:12::2; XDP reflector on R's r0,
-XDP collector on A's a0), the real streamer and delay processor (issue 3) on per-run topics,
+XDP collector on A's a0), the real streamer and delay processor on per-run topics,
 node view publishers for A, R and B (A declares the sessions in its view), the topology
 processor (`python -m processors.topology`, Faust) and the ArangoDB stand-in (or a real
 ArangoDB with SEGSCOPE_ARANGO_URL).

@@ -296,7 +296,7 @@ def test_kafka_outputs(lab, kafka_bootstrap):
         assert all(recs["t1_ns"] <= recs["t2_ns"]) and all(recs["t3_ns"] <= recs["t4_ns"])
     assert seqs == list(range(N)) and batch_seqs == list(range(len(msgs)))
 
-    # the issue-3 delay processor's aggregator takes these batches unchanged
+    # the delay processor's aggregator takes these batches unchanged
     from processors.delay.aggregate import DelayAggregator
     agg = DelayAggregator()
     all_recs = []
