@@ -4,6 +4,7 @@
 Runs until SIGINT/SIGTERM; then stops the STAMP senders, detaches the datapath it attached and
 exits 0. Exit 2: bad arguments. See agent/README.md.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -15,30 +16,44 @@ import threading
 from pathlib import Path
 
 _REPO = Path(__file__).resolve().parents[1]
-if str(_REPO / "schemas" / "python") not in sys.path:   # segscope_proto / segscope_schemas
+if str(_REPO / "schemas" / "python") not in sys.path:  # segscope_proto / segscope_schemas
     sys.path.insert(0, str(_REPO / "schemas" / "python"))
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m agent",
-                                description="segscope southbound gRPC agent for one node")
+    p = argparse.ArgumentParser(prog="python -m agent", description="segscope southbound gRPC agent for one node")
     p.add_argument("--node", required=True, help="node name (e.g. A); used in logs, Kafka keys, topology")
     p.add_argument("--netns", help="network namespace of the node (/run/netns/NAME); omit on a real router")
     p.add_argument("--listen", required=True, help="HOST:PORT to listen on (e.g. 127.0.0.1:20100)")
     p.add_argument("--tls-cert", help="server certificate (PEM)")
     p.add_argument("--tls-key", help="server private key (PEM)")
-    p.add_argument("--tls-client-ca", help="CA (PEM) for client certificates: mutual TLS, a client "
-                   "without a certificate signed by it is refused")
+    p.add_argument(
+        "--tls-client-ca",
+        help="CA (PEM) for client certificates: mutual TLS, a client without a certificate signed by it is refused",
+    )
     p.add_argument("--insecure", action="store_true", help="plaintext gRPC (development only)")
-    p.add_argument("--instance", help="bpffs instance: pins under /sys/fs/bpf/segscope/INSTANCE "
-                   "(default: the netns name, else the node name)")
-    p.add_argument("--kafka", help="Kafka bootstrap HOST:PORT: STAMP records to segscope.stamp.records, "
-                   "node views to segscope.topology, altmark blocks to segscope.altmark.blocks")
-    p.add_argument("--topology-interval", type=float, default=30.0,
-                   help="seconds between periodic topology publications (default 30)")
-    p.add_argument("--stats-interval", type=float, default=1.0,
-                   help="seconds between segscope_datapath / segscope_agent counter lines on "
-                   "segscope.metrics (with --kafka; default 1)")
+    p.add_argument(
+        "--instance",
+        help="bpffs instance: pins under /sys/fs/bpf/segscope/INSTANCE (default: the netns name, else the node name)",
+    )
+    p.add_argument(
+        "--kafka",
+        help="Kafka bootstrap HOST:PORT: STAMP records to segscope.stamp.records, "
+        "node views to segscope.topology, altmark blocks to segscope.altmark.blocks",
+    )
+    p.add_argument(
+        "--topology-interval",
+        type=float,
+        default=30.0,
+        help="seconds between periodic topology publications (default 30)",
+    )
+    p.add_argument(
+        "--stats-interval",
+        type=float,
+        default=1.0,
+        help="seconds between segscope_datapath / segscope_agent counter lines on "
+        "segscope.metrics (with --kafka; default 1)",
+    )
     p.add_argument("--workers", type=int, default=16, help="gRPC worker threads (default 16)")
     p.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     a = p.parse_args(argv)
@@ -59,18 +74,32 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     a = parse_args(argv)
-    logging.basicConfig(level=a.log_level, stream=sys.stderr,
-                        format=f"%(asctime)s agent[{a.node}] %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=a.log_level, stream=sys.stderr, format=f"%(asctime)s agent[{a.node}] %(levelname)s %(name)s: %(message)s"
+    )
     from agent.server import Agent, AgentConfig
-    agent = Agent(AgentConfig(node=a.node, listen=a.listen, netns=a.netns, instance=a.instance,
-                              tls_cert=a.tls_cert, tls_key=a.tls_key, tls_client_ca=a.tls_client_ca,
-                              insecure=a.insecure, kafka=a.kafka, workers=a.workers,
-                              topology_interval_s=a.topology_interval, stats_interval_s=a.stats_interval))
+
+    agent = Agent(
+        AgentConfig(
+            node=a.node,
+            listen=a.listen,
+            netns=a.netns,
+            instance=a.instance,
+            tls_cert=a.tls_cert,
+            tls_key=a.tls_key,
+            tls_client_ca=a.tls_client_ca,
+            insecure=a.insecure,
+            kafka=a.kafka,
+            workers=a.workers,
+            topology_interval_s=a.topology_interval,
+            stats_interval_s=a.stats_interval,
+        )
+    )
     done = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: done.set())
     signal.signal(signal.SIGINT, lambda *_: done.set())
     port = agent.start()
-    print(f"agent {a.node} listening on port {port}", flush=True)   # readiness line for scripts
+    print(f"agent {a.node} listening on port {port}", flush=True)  # readiness line for scripts
     done.wait()
     agent.stop()
     return 0

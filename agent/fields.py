@@ -4,6 +4,7 @@ the field path, e.g. "policy.segments[1]: 'fc00::zz' is not an IPv6 address".
 Cheap on purpose (inet_pton / inet_ntop, no ipaddress objects): validation runs on every
 configuration operation and the benchmark counts operations per second.
 """
+
 from __future__ import annotations
 
 import re
@@ -78,8 +79,11 @@ def prefix(path: str, value: str) -> tuple[str, int]:
         plen = bits
     as_int = int.from_bytes(raw, "big")
     if plen < bits and as_int & ((1 << (bits - plen)) - 1):
-        raise invalid(path, f"{value!r} has host bits set (did you mean "
-                            f"{socket.inet_ntop(fam, (as_int >> (bits - plen) << (bits - plen)).to_bytes(bits // 8, 'big'))}/{plen}?)")
+        raise invalid(
+            path,
+            f"{value!r} has host bits set (did you mean "
+            f"{socket.inet_ntop(fam, (as_int >> (bits - plen) << (bits - plen)).to_bytes(bits // 8, 'big'))}/{plen}?)",
+        )
     return f"{socket.inet_ntop(fam, raw)}/{plen}", fam
 
 
@@ -101,8 +105,12 @@ def table(path: str, value: int) -> int:
 
 def required_table(path: str, value: int) -> int:
     if value == 0 or value > MAX_TABLE:
-        raise invalid(path, f"required (a routing table id 1..{MAX_TABLE})" if value == 0 else
-                      f"{value} is not a routing table id (1..{MAX_TABLE})")
+        raise invalid(
+            path,
+            f"required (a routing table id 1..{MAX_TABLE})"
+            if value == 0
+            else f"{value} is not a routing table id (1..{MAX_TABLE})",
+        )
     return value
 
 

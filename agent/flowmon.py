@@ -8,6 +8,7 @@ agent runs build/collectors/altmark_collector for the attached sides, so per-blo
 `segscope.altmark.blocks` (-> processors/loss). GetFlowMonitorResults returns the cumulative
 per-colour counters the datapath holds now (`list-flows --json`).
 """
+
 from __future__ import annotations
 
 import json
@@ -48,14 +49,18 @@ def validate_monitor(m: pb.FlowMonitor) -> pb.FlowMonitor:
         raise F.invalid("monitor.flow_id", "required (1..4294967295)")
     method = F.enum_value("monitor.method", m.method, pb.MarkingMethod)
     if method == pb.MARKING_METHOD_RFC9343 and m.flow_id > MAX_FLOWMON_ID:
-        raise F.invalid("monitor.flow_id", f"{m.flow_id} is not a FlowMonID (<= {MAX_FLOWMON_ID}) as "
-                        "MARKING_METHOD_RFC9343 needs")
+        raise F.invalid(
+            "monitor.flow_id", f"{m.flow_id} is not a FlowMonID (<= {MAX_FLOWMON_ID}) as MARKING_METHOD_RFC9343 needs"
+        )
     out = pb.FlowMonitor()
     out.CopyFrom(m)
     out.device = F.ifname("monitor.device", m.device)
     if side == RX and method == pb.MARKING_METHOD_RFC9343:
-        F.refuse("monitor.segments", len(m.segments) > 0,
-                 "with FLOW_MONITOR_SIDE_RX and MARKING_METHOD_RFC9343 (the flow is found by FlowMonID)")
+        F.refuse(
+            "monitor.segments",
+            len(m.segments) > 0,
+            "with FLOW_MONITOR_SIDE_RX and MARKING_METHOD_RFC9343 (the flow is found by FlowMonID)",
+        )
     else:
         del out.segments[:]
         out.segments.extend(F.segments("monitor.segments", m.segments, max_len=MAX_SIDS))
@@ -109,18 +114,23 @@ class FlowMonAgent:
         r = subprocess.run(cmd, capture_output=True, text=True, timeout=30)
         log.debug("ran %s -> %d", " ".join(cmd), r.returncode)
         if r.returncode != 0:
-            raise ApiError(grpc.StatusCode.FAILED_PRECONDITION,
-                           f"{what}: {exe.name} {args[0]} failed: {(r.stderr or r.stdout).strip()}")
+            raise ApiError(
+                grpc.StatusCode.FAILED_PRECONDITION,
+                f"{what}: {exe.name} {args[0]} failed: {(r.stderr or r.stdout).strip()}",
+            )
         return r.stdout
 
     def ns_args(self) -> list[str]:
         return ["--netns", self.netns] if self.netns else []
 
     def attach(self, side: int, device: str) -> None:
-        if self.pin_dir(side).exists():   # left by a previous agent of this node that was killed
+        if self.pin_dir(side).exists():  # left by a previous agent of this node that was killed
             log.warning("%s exists from a previous agent; detaching it first", self.pin_dir(side))
-            subprocess.run([str(self.tool(side)), "detach", "--dev", device, "--instance", self.instance,
-                            *self.ns_args()], capture_output=True, timeout=30)
+            subprocess.run(
+                [str(self.tool(side)), "detach", "--dev", device, "--instance", self.instance, *self.ns_args()],
+                capture_output=True,
+                timeout=30,
+            )
         with self.xdp_lock:
             chain = []
             if side == RX:
@@ -129,11 +139,19 @@ class FlowMonAgent:
                     # the STAMP program moves into altmark_rx's chain slot (one atomic swap)
                     log.info("%s runs on %s: attaching altmark_rx with --chain", stamp, device)
                     chain = ["--chain"]
-            self.run(side, ["attach", "--dev", device, "--instance", self.instance, *self.ns_args(), *chain],
-                     "monitor.device")
+            self.run(
+                side,
+                ["attach", "--dev", device, "--instance", self.instance, *self.ns_args(), *chain],
+                "monitor.device",
+            )
             self.sides[side] = Side(device, {})
-        log.info("%s attached to %s (instance %s)%s", PROG[side], device, self.instance,
-                 ", STAMP chained behind it" if chain else "")
+        log.info(
+            "%s attached to %s (instance %s)%s",
+            PROG[side],
+            device,
+            self.instance,
+            ", STAMP chained behind it" if chain else "",
+        )
         self._restart_collector()
 
     def detach(self, side: int) -> None:
@@ -155,8 +173,9 @@ class FlowMonAgent:
         cmd = [str(exe), "--node", self.node, "--brokers", self.kafka]
         for side in sorted(self.sides):
             cmd += ["--tx-pin-dir" if side == TX else "--rx-pin-dir", str(self.pin_dir(side))]
-        self.collector = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                          start_new_session=True)
+        self.collector = subprocess.Popen(
+            cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
+        )
         log.info("altmark_collector started (pid %d): %s", self.collector.pid, " ".join(cmd))
 
     def _stop_collector(self) -> None:
@@ -215,21 +234,35 @@ class FlowMonitorServicer(pb_grpc.FlowMonitorServiceServicer):
             if s is not None and m.flow_id in s.flows:
                 if s.flows[m.flow_id] == m:
                     log.info("StartFlowMonitor %s flow %d: unchanged", PROG[m.side], m.flow_id)
-                    return pb.StartFlowMonitorResponse(status=_status(m, a.datapath_flows(m.side).get(m.flow_id)),
-                                                       changed=False)
-                raise ApiError(grpc.StatusCode.ALREADY_EXISTS,
-                               f"monitor.flow_id: {PROG[m.side]} flow {m.flow_id} exists with different "
-                               "parameters; StopFlowMonitor first")
+                    return pb.StartFlowMonitorResponse(
+                        status=_status(m, a.datapath_flows(m.side).get(m.flow_id)), changed=False
+                    )
+                raise ApiError(
+                    grpc.StatusCode.ALREADY_EXISTS,
+                    f"monitor.flow_id: {PROG[m.side]} flow {m.flow_id} exists with different "
+                    "parameters; StopFlowMonitor first",
+                )
             if s is not None and s.device != m.device:
-                raise ApiError(grpc.StatusCode.FAILED_PRECONDITION,
-                               f"monitor.device: the {PROG[m.side]} side of this node is attached to "
-                               f"{s.device}; one device per side")
+                raise ApiError(
+                    grpc.StatusCode.FAILED_PRECONDITION,
+                    f"monitor.device: the {PROG[m.side]} side of this node is attached to "
+                    f"{s.device}; one device per side",
+                )
             fresh = s is None
             if fresh:
                 a.attach(m.side, m.device)
                 s = a.sides[m.side]
-            args = ["add-flow", "--instance", a.instance, "--flow-id", m.flow_id,
-                    "--method", METHOD_ARG[m.method], "--period-ms", m.period_ms]
+            args = [
+                "add-flow",
+                "--instance",
+                a.instance,
+                "--flow-id",
+                m.flow_id,
+                "--method",
+                METHOD_ARG[m.method],
+                "--period-ms",
+                m.period_ms,
+            ]
             if m.side == RX and m.method == pb.MARKING_METHOD_RFC9343:
                 args += ["--flowmon-id", m.flow_id]
             else:
@@ -245,8 +278,15 @@ class FlowMonitorServicer(pb_grpc.FlowMonitorServiceServicer):
                     a.detach(m.side)
                 raise
             s.flows[m.flow_id] = m
-            log.info("StartFlowMonitor %s flow %d on %s: %s sids %s period %d ms: started", PROG[m.side],
-                     m.flow_id, m.device, METHOD_ARG[m.method], ",".join(m.segments) or "-", m.period_ms)
+            log.info(
+                "StartFlowMonitor %s flow %d on %s: %s sids %s period %d ms: started",
+                PROG[m.side],
+                m.flow_id,
+                m.device,
+                METHOD_ARG[m.method],
+                ",".join(m.segments) or "-",
+                m.period_ms,
+            )
             status = _status(m, a.datapath_flows(m.side).get(m.flow_id))
         self._changed()
         return pb.StartFlowMonitorResponse(status=status, changed=True)
@@ -294,11 +334,18 @@ class FlowMonitorServicer(pb_grpc.FlowMonitorServiceServicer):
             m = s.flows[req.flow_id]
             dp = self.a.datapath_flows(side).get(req.flow_id)
         if dp is None:
-            raise ApiError(grpc.StatusCode.FAILED_PRECONDITION,
-                           f"flow_id: {PROG[side]} flow {req.flow_id} is no longer in the datapath")
+            raise ApiError(
+                grpc.StatusCode.FAILED_PRECONDITION,
+                f"flow_id: {PROG[side]} flow {req.flow_id} is no longer in the datapath",
+            )
         log.info("GetFlowMonitorResults %s flow %d", PROG[side], req.flow_id)
-        colours = [pb.ColourCounters(packets=c["packets"], bytes=c["bytes"], dmark_packets=c["dmark_packets"])
-                   for c in sorted(dp["counters"], key=lambda c: c["colour"])]
-        return pb.GetFlowMonitorResultsResponse(status=_status(m, dp), colours=colours,
-                                                total_packets=sum(c.packets for c in colours),
-                                                total_bytes=sum(c.bytes for c in colours))
+        colours = [
+            pb.ColourCounters(packets=c["packets"], bytes=c["bytes"], dmark_packets=c["dmark_packets"])
+            for c in sorted(dp["counters"], key=lambda c: c["colour"])
+        ]
+        return pb.GetFlowMonitorResultsResponse(
+            status=_status(m, dp),
+            colours=colours,
+            total_packets=sum(c.packets for c in colours),
+            total_bytes=sum(c.bytes for c in colours),
+        )

@@ -15,6 +15,7 @@ are read directly from the pinned per-CPU stats array with the bpf(2) syscall an
 possible CPUs, exactly as the loaders' `stats` does - one BPF_OBJ_GET plus one lookup per counter,
 no process per tick (schemas/metrics.md, segscope_datapath and segscope_agent).
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -25,6 +26,7 @@ import subprocess
 import threading
 import time
 from pathlib import Path
+
 from segscope_schemas import names
 
 log = logging.getLogger("segscope.agent.metrics")
@@ -35,8 +37,12 @@ _SYS_BPF = {"x86_64": 321, "aarch64": 280}.get(os.uname().machine, 321)
 _libc = ctypes.CDLL(None, use_errno=True)
 _libc.syscall.restype = ctypes.c_long
 
-STATS_MAP = {"stamp_collector": "stamp_collector_stats", "stamp_reflector": "stamp_reflector_stats",
-             "altmark_tx": "altmark_stats", "altmark_rx": "altmark_stats"}
+STATS_MAP = {
+    "stamp_collector": "stamp_collector_stats",
+    "stamp_reflector": "stamp_reflector_stats",
+    "altmark_tx": "altmark_stats",
+    "altmark_rx": "altmark_stats",
+}
 
 
 class _ObjGetAttr(ctypes.Structure):
@@ -44,17 +50,28 @@ class _ObjGetAttr(ctypes.Structure):
 
 
 class _LookupAttr(ctypes.Structure):
-    _fields_ = [("map_fd", ctypes.c_uint32), ("pad", ctypes.c_uint32), ("key", ctypes.c_uint64),
-                ("value", ctypes.c_uint64), ("flags", ctypes.c_uint64)]
+    _fields_ = [
+        ("map_fd", ctypes.c_uint32),
+        ("pad", ctypes.c_uint32),
+        ("key", ctypes.c_uint64),
+        ("value", ctypes.c_uint64),
+        ("flags", ctypes.c_uint64),
+    ]
 
 
 class _InfoAttr(ctypes.Structure):
     _fields_ = [("bpf_fd", ctypes.c_uint32), ("info_len", ctypes.c_uint32), ("info", ctypes.c_uint64)]
 
 
-class _MapInfo(ctypes.Structure):   # the head of struct bpf_map_info (the kernel fills up to info_len)
-    _fields_ = [("type", ctypes.c_uint32), ("id", ctypes.c_uint32), ("key_size", ctypes.c_uint32),
-                ("value_size", ctypes.c_uint32), ("max_entries", ctypes.c_uint32), ("map_flags", ctypes.c_uint32)]
+class _MapInfo(ctypes.Structure):  # the head of struct bpf_map_info (the kernel fills up to info_len)
+    _fields_ = [
+        ("type", ctypes.c_uint32),
+        ("id", ctypes.c_uint32),
+        ("key_size", ctypes.c_uint32),
+        ("value_size", ctypes.c_uint32),
+        ("max_entries", ctypes.c_uint32),
+        ("map_flags", ctypes.c_uint32),
+    ]
 
 
 BPF_MAP_TYPE_PERCPU_ARRAY = 6
@@ -91,11 +108,13 @@ class PercpuCounters:
         fd = _bpf(BPF_OBJ_GET, _ObjGetAttr(pathname=ctypes.addressof(p)))
         try:
             info = _MapInfo()
-            _bpf(BPF_OBJ_GET_INFO_BY_FD, _InfoAttr(bpf_fd=fd, info_len=ctypes.sizeof(info),
-                                                   info=ctypes.addressof(info)))
+            _bpf(
+                BPF_OBJ_GET_INFO_BY_FD, _InfoAttr(bpf_fd=fd, info_len=ctypes.sizeof(info), info=ctypes.addressof(info))
+            )
             if info.type != BPF_MAP_TYPE_PERCPU_ARRAY or info.value_size != 8:
-                raise OSError(0, f"{self.path} is not a per-CPU array of u64 (type {info.type}, "
-                                 f"value size {info.value_size})")
+                raise OSError(
+                    0, f"{self.path} is not a per-CPU array of u64 (type {info.type}, value size {info.value_size})"
+                )
             values = (ctypes.c_uint64 * self.ncpus)()
             key = ctypes.c_uint32()
             attr = _LookupAttr(map_fd=fd, key=ctypes.addressof(key), value=ctypes.addressof(values))
@@ -126,11 +145,15 @@ class DatapathProgram:
         self.names_map_id = -1
 
     def _load_names(self) -> None:
-        r = subprocess.run([str(self.tool), "stats", "--pin-dir", str(self.pin_dir), "--json"],
-                           capture_output=True, text=True, timeout=10)
+        r = subprocess.run(
+            [str(self.tool), "stats", "--pin-dir", str(self.pin_dir), "--json"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+        )
         if r.returncode != 0:
             raise OSError(0, f"{self.tool.name} stats: {(r.stderr or r.stdout).strip()}")
-        self.names = list(json.loads(r.stdout))   # keys in counter-index order
+        self.names = list(json.loads(r.stdout))  # keys in counter-index order
 
     def counters(self) -> dict[str, int]:
         map_id, sums = self.map.read()
@@ -138,7 +161,7 @@ class DatapathProgram:
             self._load_names()
             self.names_map_id = map_id
         # the loaders print the first len(names) entries; so do we
-        return dict(zip(self.names, sums[:len(self.names)]))
+        return dict(zip(self.names, sums[: len(self.names)]))
 
 
 class AgentCounters:
@@ -164,14 +187,24 @@ class StatsPublisher:
     """Thread: every interval_s, one segscope_datapath line per attached program and one
     segscope_agent line, in one Kafka message (key = node) on `segscope.metrics`."""
 
-    def __init__(self, node: str, bootstrap: str, programs, counters: AgentCounters, gauges=None,
-                 interval_s: float = 1.0, topic: str = names.TOPIC_METRICS, on_tick=None, streamer=None):
+    def __init__(
+        self,
+        node: str,
+        bootstrap: str,
+        programs,
+        counters: AgentCounters,
+        gauges=None,
+        interval_s: float = 1.0,
+        topic: str = names.TOPIC_METRICS,
+        on_tick=None,
+        streamer=None,
+    ):
         self.node, self.bootstrap, self.topic = node, bootstrap, topic
-        self.programs = programs        # callable -> [(program, tool, pin_dir)] attached now
+        self.programs = programs  # callable -> [(program, tool, pin_dir)] attached now
         self.counters = counters
         self.gauges = gauges or (lambda: {})
-        self.on_tick = on_tick          # e.g. poll the STAMP producer so its delivery reports run
-        self.streamer = streamer        # callable -> segscope_streamer fields, or None (nothing streamed)
+        self.on_tick = on_tick  # e.g. poll the STAMP producer so its delivery reports run
+        self.streamer = streamer  # callable -> segscope_streamer fields, or None (nothing streamed)
         self.interval_s = interval_s
         self._known: dict[Path, DatapathProgram] = {}
         self._stop = threading.Event()
@@ -181,6 +214,7 @@ class StatsPublisher:
 
     def start(self) -> None:
         from confluent_kafka import Producer
+
         self._producer = Producer({"bootstrap.servers": self.bootstrap, "linger.ms": 5})
         self._thread = threading.Thread(target=self._loop, name="stats", daemon=True)
         self._thread.start()
@@ -190,7 +224,7 @@ class StatsPublisher:
         if self._thread is not None:
             self._thread.join(timeout=5)
         if self._producer is not None:
-            self.publish_now()      # the final counters, then flush
+            self.publish_now()  # the final counters, then flush
             self._producer.flush(5)
 
     def _loop(self) -> None:
@@ -214,7 +248,7 @@ class StatsPublisher:
                 values = prog.counters()
             except OSError as e:
                 if pin_dir not in {p for _, _, p in self.programs()}:
-                    continue        # detached between the list and the read: nothing to report
+                    continue  # detached between the list and the read: nothing to report
                 # a broken pin or an unexpected map: counted, said once per pin dir
                 self.counters.add("stats_read_errors")
                 if str(pin_dir) not in self._warned:
@@ -229,8 +263,9 @@ class StatsPublisher:
             del self._known[gone]
         streamed = self.streamer() if self.streamer else None
         if streamed is not None:
-            out.append(f"segscope_streamer,node={node} " + ",".join(f"{k}={v}i" for k, v in streamed.items())
-                       + f" {ts}")
+            out.append(
+                f"segscope_streamer,node={node} " + ",".join(f"{k}={v}i" for k, v in streamed.items()) + f" {ts}"
+            )
         mine = {**self.counters.snapshot(), **self.gauges()}
         out.append(f"segscope_agent,node={node} " + ",".join(f"{k}={v}i" for k, v in mine.items()) + f" {ts}")
         return out

@@ -8,6 +8,7 @@ cross-check what this codec installs with pyroute2 and `ip -6 route` (independen
 
 Wire references: linux/rtnetlink.h, lwtunnel.h, seg6.h, seg6_iptunnel.h, seg6_local.h.
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -33,21 +34,40 @@ RTPROT_STATIC, RT_SCOPE_UNIVERSE, RTN_UNICAST, RT_TABLE_MAIN, RT_TABLE_COMPAT = 
 LWTUNNEL_ENCAP_SEG6, LWTUNNEL_ENCAP_SEG6_LOCAL = 5, 7
 SEG6_IPTUNNEL_SRH = 1
 SEG6_IPTUN_MODE_INLINE, SEG6_IPTUN_MODE_ENCAP, SEG6_IPTUN_MODE_ENCAP_RED = 0, 1, 3
-(SEG6_LOCAL_ACTION, SEG6_LOCAL_SRH, SEG6_LOCAL_TABLE, SEG6_LOCAL_NH4, SEG6_LOCAL_NH6,
- SEG6_LOCAL_IIF, SEG6_LOCAL_OIF, SEG6_LOCAL_BPF, SEG6_LOCAL_VRFTABLE, SEG6_LOCAL_COUNTERS) = range(1, 11)
+(
+    SEG6_LOCAL_ACTION,
+    SEG6_LOCAL_SRH,
+    SEG6_LOCAL_TABLE,
+    SEG6_LOCAL_NH4,
+    SEG6_LOCAL_NH6,
+    SEG6_LOCAL_IIF,
+    SEG6_LOCAL_OIF,
+    SEG6_LOCAL_BPF,
+    SEG6_LOCAL_VRFTABLE,
+    SEG6_LOCAL_COUNTERS,
+) = range(1, 11)
 SEG6_LOCAL_CNT_PACKETS, SEG6_LOCAL_CNT_BYTES, SEG6_LOCAL_CNT_ERRORS = 2, 3, 4
 # seg6local actions (kernel numbers)
 ACT_END, ACT_END_X, ACT_END_T, ACT_END_DX6, ACT_END_DX4 = 1, 2, 3, 5, 6
 ACT_END_DT6, ACT_END_DT4, ACT_END_B6, ACT_END_B6_ENCAP, ACT_END_DT46 = 7, 8, 9, 10, 16
-ACTION_NAMES = {ACT_END: "End", ACT_END_X: "End.X", ACT_END_T: "End.T", ACT_END_DX6: "End.DX6",
-                ACT_END_DX4: "End.DX4", ACT_END_DT6: "End.DT6", ACT_END_DT4: "End.DT4",
-                ACT_END_B6: "End.B6", ACT_END_B6_ENCAP: "End.B6.Encaps", ACT_END_DT46: "End.DT46"}
+ACTION_NAMES = {
+    ACT_END: "End",
+    ACT_END_X: "End.X",
+    ACT_END_T: "End.T",
+    ACT_END_DX6: "End.DX6",
+    ACT_END_DX4: "End.DX4",
+    ACT_END_DT6: "End.DT6",
+    ACT_END_DT4: "End.DT4",
+    ACT_END_B6: "End.B6",
+    ACT_END_B6_ENCAP: "End.B6.Encaps",
+    ACT_END_DT46: "End.DT46",
+}
 V6_DEFAULT_METRIC = 1024
 CLONE_NEWNET = 0x40000000
 
-_HDR = struct.Struct("=IHHII")       # nlmsghdr
+_HDR = struct.Struct("=IHHII")  # nlmsghdr
 _RTMSG = struct.Struct("=BBBBBBBBI")  # rtmsg
-_IFINFO = struct.Struct("=BxHiII")    # ifinfomsg
+_IFINFO = struct.Struct("=BxHiII")  # ifinfomsg
 _NLA = struct.Struct("=HH")
 
 
@@ -62,9 +82,10 @@ class NetlinkError(OSError):
 @dataclass(frozen=True)
 class PolicyRoute:
     """A seg6 encap route. destination is canonical "addr/len"; segments in travel order."""
+
     destination: str
     table: int
-    mode: int                       # SEG6_IPTUN_MODE_*
+    mode: int  # SEG6_IPTUN_MODE_*
     segments: tuple[str, ...]
     oif: int
     metric: int
@@ -77,13 +98,14 @@ class PolicyRoute:
 @dataclass(frozen=True)
 class LocalSidRoute:
     """A seg6local route for sid/128."""
+
     sid: str
     table: int
-    action: int                      # kernel SEG6_LOCAL_ACTION_*
+    action: int  # kernel SEG6_LOCAL_ACTION_*
     oif: int
     nh6: str = ""
     nh4: str = ""
-    lookup_table: int = 0            # SEG6_LOCAL_TABLE (End.T/DT6) or VRFTABLE (DT4/DT46)
+    lookup_table: int = 0  # SEG6_LOCAL_TABLE (End.T/DT6) or VRFTABLE (DT4/DT46)
     segments: tuple[str, ...] = ()
     count: bool = False
     metric: int = V6_DEFAULT_METRIC
@@ -121,19 +143,32 @@ def _split_prefix(prefix: str) -> tuple[int, bytes, int]:
 
 
 def _route_header(fam: int, plen: int, table: int, with_type: bool = True) -> bytes:
-    return _RTMSG.pack(fam, plen, 0, 0, table if table < 256 else RT_TABLE_COMPAT,
-                       RTPROT_STATIC if with_type else 0, RT_SCOPE_UNIVERSE,
-                       RTN_UNICAST if with_type else 0, 0)
+    return _RTMSG.pack(
+        fam,
+        plen,
+        0,
+        0,
+        table if table < 256 else RT_TABLE_COMPAT,
+        RTPROT_STATIC if with_type else 0,
+        RT_SCOPE_UNIVERSE,
+        RTN_UNICAST if with_type else 0,
+        0,
+    )
 
 
 def encode_policy(p: PolicyRoute) -> bytes:
     fam, dst, plen = _split_prefix(p.destination)
     srh = _srh(p.segments, reserve_first=p.mode == SEG6_IPTUN_MODE_INLINE)
     encap = _nla(SEG6_IPTUNNEL_SRH, struct.pack("=i", p.mode) + srh)
-    return (_route_header(fam, plen, p.table) + _nla(RTA_DST, dst) + _u32(RTA_TABLE, p.table)
-            + _u32(RTA_OIF, p.oif) + _u32(RTA_PRIORITY, p.metric)
-            + _nla(RTA_ENCAP_TYPE, struct.pack("=H", LWTUNNEL_ENCAP_SEG6))
-            + _nla(RTA_ENCAP | NLA_F_NESTED, encap))
+    return (
+        _route_header(fam, plen, p.table)
+        + _nla(RTA_DST, dst)
+        + _u32(RTA_TABLE, p.table)
+        + _u32(RTA_OIF, p.oif)
+        + _u32(RTA_PRIORITY, p.metric)
+        + _nla(RTA_ENCAP_TYPE, struct.pack("=H", LWTUNNEL_ENCAP_SEG6))
+        + _nla(RTA_ENCAP | NLA_F_NESTED, encap)
+    )
 
 
 def encode_local_sid(s: LocalSidRoute) -> bytes:
@@ -149,20 +184,29 @@ def encode_local_sid(s: LocalSidRoute) -> bytes:
         attrs += _nla(SEG6_LOCAL_SRH, _srh(s.segments, reserve_first=s.action == ACT_END_B6))
     if s.count:
         # the kernel wants all three counters present (zero) to enable them, as iproute2 sends
-        zero = b"".join(_nla(k, bytes(8)) for k in
-                        (SEG6_LOCAL_CNT_PACKETS, SEG6_LOCAL_CNT_BYTES, SEG6_LOCAL_CNT_ERRORS))
+        zero = b"".join(
+            _nla(k, bytes(8)) for k in (SEG6_LOCAL_CNT_PACKETS, SEG6_LOCAL_CNT_BYTES, SEG6_LOCAL_CNT_ERRORS)
+        )
         attrs += _nla(SEG6_LOCAL_COUNTERS | NLA_F_NESTED, zero)
-    return (_route_header(socket.AF_INET6, 128, s.table)
-            + _nla(RTA_DST, socket.inet_pton(socket.AF_INET6, s.sid)) + _u32(RTA_TABLE, s.table)
-            + _u32(RTA_OIF, s.oif) + _u32(RTA_PRIORITY, s.metric)
-            + _nla(RTA_ENCAP_TYPE, struct.pack("=H", LWTUNNEL_ENCAP_SEG6_LOCAL))
-            + _nla(RTA_ENCAP | NLA_F_NESTED, attrs))
+    return (
+        _route_header(socket.AF_INET6, 128, s.table)
+        + _nla(RTA_DST, socket.inet_pton(socket.AF_INET6, s.sid))
+        + _u32(RTA_TABLE, s.table)
+        + _u32(RTA_OIF, s.oif)
+        + _u32(RTA_PRIORITY, s.metric)
+        + _nla(RTA_ENCAP_TYPE, struct.pack("=H", LWTUNNEL_ENCAP_SEG6_LOCAL))
+        + _nla(RTA_ENCAP | NLA_F_NESTED, attrs)
+    )
 
 
 def encode_delete(destination: str, table: int, metric: int) -> bytes:
     fam, dst, plen = _split_prefix(destination)
-    return (_route_header(fam, plen, table, with_type=False) + _nla(RTA_DST, dst)
-            + _u32(RTA_TABLE, table) + _u32(RTA_PRIORITY, metric))
+    return (
+        _route_header(fam, plen, table, with_type=False)
+        + _nla(RTA_DST, dst)
+        + _u32(RTA_TABLE, table)
+        + _u32(RTA_PRIORITY, metric)
+    )
 
 
 # --- decoding -------------------------------------------------------------------------------
@@ -172,14 +216,14 @@ def _attrs(buf: bytes, off: int, end: int) -> dict[int, bytes]:
         n, kind = _NLA.unpack_from(buf, off)
         if n < 4:
             break
-        out[kind & 0x3FFF] = buf[off + 4:off + n]
+        out[kind & 0x3FFF] = buf[off + 4 : off + n]
         off += (n + 3) & ~3
     return out
 
 
 def _decode_srh(raw: bytes, drop_first: bool) -> tuple[str, ...]:
     n = raw[1] // 2
-    wire = [socket.inet_ntop(socket.AF_INET6, raw[8 + 16 * i:24 + 16 * i]) for i in range(n)]
+    wire = [socket.inet_ntop(socket.AF_INET6, raw[8 + 16 * i : 24 + 16 * i]) for i in range(n)]
     if drop_first:
         wire = wire[1:]
     return tuple(reversed(wire))
@@ -190,7 +234,7 @@ def decode_route(buf: bytes, off: int, end: int) -> PolicyRoute | LocalSidRoute 
     fam, plen, _, _, table8, _, _, rtype, _ = _RTMSG.unpack_from(buf, off)
     a = _attrs(buf, off + _RTMSG.size, end)
     enc_type = a.get(RTA_ENCAP_TYPE)
-    if enc_type is None or RTA_ENCAP not in a or RTA_MULTIPATH in a:   # multipath: not ours
+    if enc_type is None or RTA_ENCAP not in a or RTA_MULTIPATH in a:  # multipath: not ours
         return None
     enc_type = struct.unpack("=H", enc_type[:2])[0]
     table = struct.unpack("=I", a[RTA_TABLE])[0] if RTA_TABLE in a else table8
@@ -202,23 +246,32 @@ def decode_route(buf: bytes, off: int, end: int) -> PolicyRoute | LocalSidRoute 
     if enc_type == LWTUNNEL_ENCAP_SEG6 and SEG6_IPTUNNEL_SRH in e:
         raw = e[SEG6_IPTUNNEL_SRH]
         mode = struct.unpack_from("=i", raw)[0]
-        return PolicyRoute(f"{dst}/{plen}", table, mode,
-                           _decode_srh(raw[4:], drop_first=mode == SEG6_IPTUN_MODE_INLINE), oif, metric)
+        return PolicyRoute(
+            f"{dst}/{plen}", table, mode, _decode_srh(raw[4:], drop_first=mode == SEG6_IPTUN_MODE_INLINE), oif, metric
+        )
     if enc_type == LWTUNNEL_ENCAP_SEG6_LOCAL and fam == socket.AF_INET6 and plen == 128:
         action = struct.unpack("=I", e[SEG6_LOCAL_ACTION])[0] if SEG6_LOCAL_ACTION in e else 0
         lookup = e.get(SEG6_LOCAL_TABLE) or e.get(SEG6_LOCAL_VRFTABLE)
         counters = None
         if SEG6_LOCAL_COUNTERS in e:
             c = _attrs(e[SEG6_LOCAL_COUNTERS], 0, len(e[SEG6_LOCAL_COUNTERS]))
-            counters = tuple(struct.unpack("=Q", c[k])[0] if k in c else 0
-                             for k in (SEG6_LOCAL_CNT_PACKETS, SEG6_LOCAL_CNT_BYTES, SEG6_LOCAL_CNT_ERRORS))
+            counters = tuple(
+                struct.unpack("=Q", c[k])[0] if k in c else 0
+                for k in (SEG6_LOCAL_CNT_PACKETS, SEG6_LOCAL_CNT_BYTES, SEG6_LOCAL_CNT_ERRORS)
+            )
         return LocalSidRoute(
-            sid=dst, table=table, action=action, oif=oif,
+            sid=dst,
+            table=table,
+            action=action,
+            oif=oif,
             nh6=socket.inet_ntop(socket.AF_INET6, e[SEG6_LOCAL_NH6]) if SEG6_LOCAL_NH6 in e else "",
             nh4=socket.inet_ntop(socket.AF_INET, e[SEG6_LOCAL_NH4]) if SEG6_LOCAL_NH4 in e else "",
             lookup_table=struct.unpack("=I", lookup)[0] if lookup else 0,
             segments=_decode_srh(e[SEG6_LOCAL_SRH], drop_first=action == ACT_END_B6) if SEG6_LOCAL_SRH in e else (),
-            count=counters is not None, metric=metric, counters=counters)
+            count=counters is not None,
+            metric=metric,
+            counters=counters,
+        )
     return None
 
 
@@ -226,6 +279,7 @@ def decode_route(buf: bytes, off: int, end: int) -> PolicyRoute | LocalSidRoute 
 def _open_in_netns(netns: str | None) -> socket.socket:
     """A NETLINK_ROUTE socket created inside /run/netns/<netns> (setns on a short-lived thread,
     so no other thread of the agent ever changes namespace); the socket stays bound to it."""
+
     def make() -> socket.socket:
         s = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, socket.NETLINK_ROUTE)
         s.setsockopt(SOL_NETLINK, NETLINK_EXT_ACK, 1)
@@ -311,10 +365,9 @@ class Rtnl:
         results: list[NetlinkError | None] = [None] * len(msgs)
         with self.lock:
             for start in range(0, len(msgs), self.BATCH_CHUNK):
-                chunk = msgs[start:start + self.BATCH_CHUNK]
+                chunk = msgs[start : start + self.BATCH_CHUNK]
                 first = self.seq + 1
-                frames = [self._frame(t, f | NLM_F_REQUEST | NLM_F_ACK, self._next_seq(), b)
-                          for t, f, b in chunk]
+                frames = [self._frame(t, f | NLM_F_REQUEST | NLM_F_ACK, self._next_seq(), b) for t, f, b in chunk]
                 by_seq = {(first + i) & 0xFFFFFFFF: start + i for i in range(len(chunk))}
                 self.sock.send(b"".join(frames))
                 self.requests += len(chunk)

@@ -1,5 +1,6 @@
 """The agent's gRPC server: Srv6Service, StampService, FlowMonitorService, grpc.health.v1 and
 server reflection, over TLS (optionally mutual TLS) or, only when asked, plaintext."""
+
 from __future__ import annotations
 
 import logging
@@ -18,8 +19,14 @@ from agent.metrics import AgentCounters, StatsPublisher
 from agent.rtnl import Rtnl
 from agent.srv6 import Srv6Servicer, Srv6State
 from agent.stamp import StampAgent, StampServicer, Tools
-from segscope_proto.segscope.agent.v1 import flowmon_pb2, flowmon_pb2_grpc, srv6_pb2, srv6_pb2_grpc
-from segscope_proto.segscope.agent.v1 import stamp_pb2, stamp_pb2_grpc
+from segscope_proto.segscope.agent.v1 import (
+    flowmon_pb2,
+    flowmon_pb2_grpc,
+    srv6_pb2,
+    srv6_pb2_grpc,
+    stamp_pb2,
+    stamp_pb2_grpc,
+)
 from segscope_schemas import names
 
 log = logging.getLogger("segscope.agent")
@@ -36,21 +43,22 @@ class AgentConfig:
     node: str
     listen: str
     netns: str | None = None
-    instance: str | None = None          # bpffs instance; default: netns or node
+    instance: str | None = None  # bpffs instance; default: netns or node
     tls_cert: str | None = None
     tls_key: str | None = None
-    tls_client_ca: str | None = None     # set = mutual TLS (client certificate required)
-    insecure: bool = False               # plaintext (development only; refused without the flag)
-    kafka: str | None = None             # Kafka bootstrap: stamp records, topology views, altmark blocks
+    tls_client_ca: str | None = None  # set = mutual TLS (client certificate required)
+    insecure: bool = False  # plaintext (development only; refused without the flag)
+    kafka: str | None = None  # Kafka bootstrap: stamp records, topology views, altmark blocks
     workers: int = 16
     topology_interval_s: float = 30.0
-    stats_interval_s: float = 1.0        # segscope_datapath / segscope_agent lines (with kafka)
+    stats_interval_s: float = 1.0  # segscope_datapath / segscope_agent lines (with kafka)
 
 
 def _wrap(name: str, fn, streaming: bool, counters: AgentCounters):
     """ApiError -> status with its message; anything else -> INTERNAL (logged with traceback).
     Every call counts in `rpcs`, every error answer in `rpc_errors` (segscope_agent)."""
     if streaming:
+
         def stream(req, ctx):
             counters.add("rpcs")
             try:
@@ -59,6 +67,7 @@ def _wrap(name: str, fn, streaming: bool, counters: AgentCounters):
                 counters.add("rpc_errors")
                 log.info("%s -> %s: %s", name, e.code.name, e.message)
                 ctx.abort(e.code, e.message)
+
         return stream
 
     def unary(req, ctx):
@@ -75,13 +84,13 @@ def _wrap(name: str, fn, streaming: bool, counters: AgentCounters):
             counters.add("rpc_errors")
             log.exception("%s failed", name)
             ctx.abort(grpc.StatusCode.INTERNAL, f"{name}: internal error: {type(e).__name__}: {e}")
+
     return unary
 
 
 def _wrap_servicer(servicer, pb2, service: str, counters: AgentCounters) -> None:
     for m in pb2.DESCRIPTOR.services_by_name[service].methods:
-        setattr(servicer, m.name, _wrap(f"{service}.{m.name}", getattr(servicer, m.name), m.server_streaming,
-                                        counters))
+        setattr(servicer, m.name, _wrap(f"{service}.{m.name}", getattr(servicer, m.name), m.server_streaming, counters))
 
 
 class Agent:
@@ -108,9 +117,11 @@ class Agent:
 
     # -- topology publisher (collectors/topology, only with --kafka) ------------------------------
     def _start_publisher(self) -> None:
-        from collectors.topology.publisher import NodeViewPublisher   # lazy: only with --kafka
-        self.publisher = NodeViewPublisher(self.cfg.node, self.cfg.netns, self.cfg.kafka,
-                                           interval_s=self.cfg.topology_interval_s)
+        from collectors.topology.publisher import NodeViewPublisher  # lazy: only with --kafka
+
+        self.publisher = NodeViewPublisher(
+            self.cfg.node, self.cfg.netns, self.cfg.kafka, interval_s=self.cfg.topology_interval_s
+        )
         self._publish_sections()
         self.publisher.start()
         # SRv6 routes: the publisher's own netlink poll sees them (no per-operation cost here);
@@ -122,26 +133,46 @@ class Agent:
         if self.publisher is None:
             return
         with self.stamp.lock:
-            sessions = [{"role": stamp_pb2.StampRole.Name(s.spec.role), "ssid": s.spec.ssid,
-                         "sender_address": s.spec.sender_address, "reflector_address": s.spec.reflector_address,
-                         "segments": list(s.spec.segments), "return_segments": list(s.spec.return_segments),
-                         "state": stamp_pb2.StampSessionState.Name(s.state)}
-                        for _, s in sorted(self.stamp.sessions.items())]
+            sessions = [
+                {
+                    "role": stamp_pb2.StampRole.Name(s.spec.role),
+                    "ssid": s.spec.ssid,
+                    "sender_address": s.spec.sender_address,
+                    "reflector_address": s.spec.reflector_address,
+                    "segments": list(s.spec.segments),
+                    "return_segments": list(s.spec.return_segments),
+                    "state": stamp_pb2.StampSessionState.Name(s.state),
+                }
+                for _, s in sorted(self.stamp.sessions.items())
+            ]
         with self.flowmon.lock:
-            flows = [{"side": flowmon_pb2.FlowMonitorSide.Name(m.side), "flow_id": m.flow_id,
-                      "device": m.device, "method": flowmon_pb2.MarkingMethod.Name(m.method),
-                      "segments": list(m.segments), "period_ms": m.period_ms}
-                     for side in sorted(self.flowmon.sides) for m in self.flowmon.sides[side].flows.values()]
+            flows = [
+                {
+                    "side": flowmon_pb2.FlowMonitorSide.Name(m.side),
+                    "flow_id": m.flow_id,
+                    "device": m.device,
+                    "method": flowmon_pb2.MarkingMethod.Name(m.method),
+                    "segments": list(m.segments),
+                    "period_ms": m.period_ms,
+                }
+                for side in sorted(self.flowmon.sides)
+                for m in self.flowmon.sides[side].flows.values()
+            ]
         self.publisher.set_section("stamp_sessions", sessions)
         self.publisher.set_section("flows", flows)
 
     # -- counters on segscope.metrics (only with --kafka) -----------------------------------------
     def _start_stats(self) -> None:
         self.stats = StatsPublisher(
-            self.cfg.node, self.cfg.kafka,
+            self.cfg.node,
+            self.cfg.kafka,
             programs=lambda: self.stamp.attached_programs() + self.flowmon.attached_programs(),
-            counters=self.counters, gauges=self.stamp.counters, interval_s=self.cfg.stats_interval_s,
-            on_tick=self.stamp.poll_producer, streamer=self.stamp.streamer_counters)
+            counters=self.counters,
+            gauges=self.stamp.counters,
+            interval_s=self.cfg.stats_interval_s,
+            on_tick=self.stamp.poll_producer,
+            streamer=self.stamp.streamer_counters,
+        )
         self.stats.start()
 
     # -- server -----------------------------------------------------------------------------------
@@ -157,10 +188,15 @@ class Agent:
 
     def start(self) -> int:
         c = self.cfg
-        self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=c.workers, thread_name_prefix="rpc"),
-                                  options=[("grpc.so_reuseport", 0)])
-        servicers = {"Srv6Service": Srv6Servicer(self.srv6), "StampService": StampServicer(self.stamp),
-                     "FlowMonitorService": FlowMonitorServicer(self.flowmon)}
+        self.server = grpc.server(
+            futures.ThreadPoolExecutor(max_workers=c.workers, thread_name_prefix="rpc"),
+            options=[("grpc.so_reuseport", 0)],
+        )
+        servicers = {
+            "Srv6Service": Srv6Servicer(self.srv6),
+            "StampService": StampServicer(self.stamp),
+            "FlowMonitorService": FlowMonitorServicer(self.flowmon),
+        }
         names = [reflection.SERVICE_NAME, health.SERVICE_NAME]
         for svc, servicer in servicers.items():
             pb2, add = SERVICES[svc]
@@ -173,8 +209,9 @@ class Agent:
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
         reflection.enable_server_reflection(names, self.server)
         creds = self.credentials()
-        self.port = (self.server.add_insecure_port(c.listen) if creds is None
-                     else self.server.add_secure_port(c.listen, creds))
+        self.port = (
+            self.server.add_insecure_port(c.listen) if creds is None else self.server.add_secure_port(c.listen, creds)
+        )
         if self.port == 0:
             raise SystemExit(f"agent: cannot listen on {c.listen}")
         self.server.start()
@@ -182,10 +219,18 @@ class Agent:
             self._start_publisher()
             self._start_stats()
         mode = "plaintext" if creds is None else ("mutual TLS" if c.tls_client_ca else "TLS")
-        log.info("agent for node %s (netns %s, bpffs instance %s) listening on %s (port %d, %s); "
-                 "%d policies and %d local SIDs in the kernel", c.node, c.netns or "-",
-                 self.stamp.tools.pin_root.name, c.listen, self.port, mode,
-                 len(self.srv6.policies), len(self.srv6.sids))
+        log.info(
+            "agent for node %s (netns %s, bpffs instance %s) listening on %s (port %d, %s); "
+            "%d policies and %d local SIDs in the kernel",
+            c.node,
+            c.netns or "-",
+            self.stamp.tools.pin_root.name,
+            c.listen,
+            self.port,
+            mode,
+            len(self.srv6.policies),
+            len(self.srv6.sids),
+        )
         return self.port
 
     def stop(self, grace: float = 2.0) -> None:
@@ -196,7 +241,7 @@ class Agent:
             self.server.stop(grace).wait()
         t0 = time.monotonic()
         if self.stats is not None:
-            self.stats.stop()       # last counters while the programs are still attached
+            self.stats.stop()  # last counters while the programs are still attached
         self.stamp.shutdown()
         self.flowmon.shutdown()
         if self.publisher is not None:

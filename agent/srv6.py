@@ -7,6 +7,7 @@ RTM_NEWROUTE(REPLACE) (hitless: the route is replaced in place, never absent), R
 RTM_DELROUTE. When the kernel disagrees with the index (EEXIST / ENOENT / ESRCH: someone changed
 routes behind the agent's back) the table is re-read and the operation decided again.
 """
+
 from __future__ import annotations
 
 import errno
@@ -27,25 +28,44 @@ from segscope_proto.segscope.agent.v1 import srv6_pb2_grpc as pb_grpc
 
 log = logging.getLogger("segscope.agent.srv6")
 
-MODE_TO_KERNEL = {pb.ENCAP_MODE_ENCAP: R.SEG6_IPTUN_MODE_ENCAP,
-                  pb.ENCAP_MODE_INLINE: R.SEG6_IPTUN_MODE_INLINE,
-                  pb.ENCAP_MODE_ENCAP_RED: R.SEG6_IPTUN_MODE_ENCAP_RED}
+MODE_TO_KERNEL = {
+    pb.ENCAP_MODE_ENCAP: R.SEG6_IPTUN_MODE_ENCAP,
+    pb.ENCAP_MODE_INLINE: R.SEG6_IPTUN_MODE_INLINE,
+    pb.ENCAP_MODE_ENCAP_RED: R.SEG6_IPTUN_MODE_ENCAP_RED,
+}
 MODE_FROM_KERNEL = {v: k for k, v in MODE_TO_KERNEL.items()}
-MODE_NAMES = {R.SEG6_IPTUN_MODE_ENCAP: "encap", R.SEG6_IPTUN_MODE_INLINE: "inline",
-              R.SEG6_IPTUN_MODE_ENCAP_RED: "encap.red"}
+MODE_NAMES = {
+    R.SEG6_IPTUN_MODE_ENCAP: "encap",
+    R.SEG6_IPTUN_MODE_INLINE: "inline",
+    R.SEG6_IPTUN_MODE_ENCAP_RED: "encap.red",
+}
 
 ACTION_TO_KERNEL = {
-    pb.LOCAL_SID_ACTION_END: R.ACT_END, pb.LOCAL_SID_ACTION_END_X: R.ACT_END_X,
-    pb.LOCAL_SID_ACTION_END_T: R.ACT_END_T, pb.LOCAL_SID_ACTION_END_DX6: R.ACT_END_DX6,
-    pb.LOCAL_SID_ACTION_END_DX4: R.ACT_END_DX4, pb.LOCAL_SID_ACTION_END_DT6: R.ACT_END_DT6,
-    pb.LOCAL_SID_ACTION_END_DT4: R.ACT_END_DT4, pb.LOCAL_SID_ACTION_END_DT46: R.ACT_END_DT46,
-    pb.LOCAL_SID_ACTION_END_B6: R.ACT_END_B6, pb.LOCAL_SID_ACTION_END_B6_ENCAPS: R.ACT_END_B6_ENCAP}
+    pb.LOCAL_SID_ACTION_END: R.ACT_END,
+    pb.LOCAL_SID_ACTION_END_X: R.ACT_END_X,
+    pb.LOCAL_SID_ACTION_END_T: R.ACT_END_T,
+    pb.LOCAL_SID_ACTION_END_DX6: R.ACT_END_DX6,
+    pb.LOCAL_SID_ACTION_END_DX4: R.ACT_END_DX4,
+    pb.LOCAL_SID_ACTION_END_DT6: R.ACT_END_DT6,
+    pb.LOCAL_SID_ACTION_END_DT4: R.ACT_END_DT4,
+    pb.LOCAL_SID_ACTION_END_DT46: R.ACT_END_DT46,
+    pb.LOCAL_SID_ACTION_END_B6: R.ACT_END_B6,
+    pb.LOCAL_SID_ACTION_END_B6_ENCAPS: R.ACT_END_B6_ENCAP,
+}
 ACTION_FROM_KERNEL = {v: k for k, v in ACTION_TO_KERNEL.items()}
 # which optional parameter each action requires (every other one is refused)
-ACTION_PARAMS = {R.ACT_END: "", R.ACT_END_X: "nh6", R.ACT_END_T: "lookup_table",
-                 R.ACT_END_DX6: "nh6", R.ACT_END_DX4: "nh4", R.ACT_END_DT6: "lookup_table",
-                 R.ACT_END_DT4: "lookup_table", R.ACT_END_DT46: "lookup_table",
-                 R.ACT_END_B6: "segments", R.ACT_END_B6_ENCAP: "segments"}
+ACTION_PARAMS = {
+    R.ACT_END: "",
+    R.ACT_END_X: "nh6",
+    R.ACT_END_T: "lookup_table",
+    R.ACT_END_DX6: "nh6",
+    R.ACT_END_DX4: "nh4",
+    R.ACT_END_DT6: "lookup_table",
+    R.ACT_END_DT4: "lookup_table",
+    R.ACT_END_DT46: "lookup_table",
+    R.ACT_END_B6: "segments",
+    R.ACT_END_B6_ENCAP: "segments",
+}
 
 OK = grpc.StatusCode.OK
 
@@ -62,12 +82,13 @@ def describe_sid(s: R.LocalSidRoute) -> str:
 class Plan:
     """What one operation does: netlink messages to send, then on success `commit` (index
     update) and the response. Empty msgs = nothing to change (idempotent repeat)."""
+
     msgs: list[tuple[int, int, bytes]]
     commit: Callable[[], None]
     response: Callable[[], object]
     changed: bool
-    log_line: Callable[[], str]   # built only when logged
-    what: str                       # object path for kernel errors ("policy", "local_sid")
+    log_line: Callable[[], str]  # built only when logged
+    what: str  # object path for kernel errors ("policy", "local_sid")
     key: tuple[str, int] = ("", 0)
     retry: Callable[[], "Plan"] | None = None  # re-plan after a table re-read
     extra: dict = field(default_factory=dict)
@@ -83,7 +104,7 @@ class Srv6State:
         self.sids: dict[tuple[str, int], R.LocalSidRoute] = {}
         self.ifindex: dict[str, int] = {}
         self.ifname: dict[int, str] = {}
-        self.on_change: Callable[[], None] | None = None   # e.g. topology publisher
+        self.on_change: Callable[[], None] | None = None  # e.g. topology publisher
         self.refresh_links()
         self.resync(None)
 
@@ -106,7 +127,7 @@ class Srv6State:
             for r in routes:
                 d = self.policies if isinstance(r, R.PolicyRoute) else self.sids
                 old = d.get(r.key)
-                if old is None or r.metric < old.metric:   # lowest metric wins, as in the FIB
+                if old is None or r.metric < old.metric:  # lowest metric wins, as in the FIB
                     d[r.key] = r
 
     def oif(self, path: str, name: str) -> int:
@@ -115,8 +136,7 @@ class Srv6State:
             self.refresh_links()
             idx = self.ifindex.get(name)
         if idx is None:
-            raise ApiError(grpc.StatusCode.FAILED_PRECONDITION,
-                           f"{path}: no device {name!r} on node {self.node}")
+            raise ApiError(grpc.StatusCode.FAILED_PRECONDITION, f"{path}: no device {name!r} on node {self.node}")
         return idx
 
     def devname(self, idx: int) -> str:
@@ -148,9 +168,14 @@ def policy_from_msg(st: Srv6State, m: pb.Policy, path: str) -> R.PolicyRoute:
 
 
 def policy_to_msg(st: Srv6State, p: R.PolicyRoute) -> pb.Policy:
-    return pb.Policy(destination=p.destination, table=p.table,
-                     mode=MODE_FROM_KERNEL.get(p.mode, pb.ENCAP_MODE_UNSPECIFIED),
-                     segments=p.segments, device=st.devname(p.oif), metric=p.metric)
+    return pb.Policy(
+        destination=p.destination,
+        table=p.table,
+        mode=MODE_FROM_KERNEL.get(p.mode, pb.ENCAP_MODE_UNSPECIFIED),
+        segments=p.segments,
+        device=st.devname(p.oif),
+        metric=p.metric,
+    )
 
 
 def sid_from_msg(st: Srv6State, m: pb.LocalSid, path: str) -> R.LocalSidRoute:
@@ -161,8 +186,12 @@ def sid_from_msg(st: Srv6State, m: pb.LocalSid, path: str) -> R.LocalSidRoute:
     dev = F.ifname(f"{path}.device", m.device)
     need = ACTION_PARAMS[action]
     aname = pb.LocalSidAction.Name(action_pb)
-    present = {"nh6": bool(m.nh6), "nh4": bool(m.nh4), "lookup_table": m.lookup_table != 0,
-               "segments": len(m.segments) > 0}
+    present = {
+        "nh6": bool(m.nh6),
+        "nh4": bool(m.nh4),
+        "lookup_table": m.lookup_table != 0,
+        "segments": len(m.segments) > 0,
+    }
     for name, is_set in present.items():
         if name == need and not is_set:
             raise F.invalid(f"{path}.{name}", f"required with {aname}")
@@ -172,22 +201,37 @@ def sid_from_msg(st: Srv6State, m: pb.LocalSid, path: str) -> R.LocalSidRoute:
     nh4 = F.ipv4(f"{path}.nh4", m.nh4, required=False) if need == "nh4" else ""
     lookup = F.required_table(f"{path}.lookup_table", m.lookup_table) if need == "lookup_table" else 0
     segs = F.segments(f"{path}.segments", m.segments) if need == "segments" else ()
-    return R.LocalSidRoute(sid, table, action, st.oif(f"{path}.device", dev), nh6=nh6, nh4=nh4,
-                           lookup_table=lookup, segments=segs, count=m.count)
+    return R.LocalSidRoute(
+        sid,
+        table,
+        action,
+        st.oif(f"{path}.device", dev),
+        nh6=nh6,
+        nh4=nh4,
+        lookup_table=lookup,
+        segments=segs,
+        count=m.count,
+    )
 
 
 def sid_to_msg(st: Srv6State, s: R.LocalSidRoute) -> pb.LocalSid:
-    return pb.LocalSid(sid=s.sid, table=s.table,
-                       action=ACTION_FROM_KERNEL.get(s.action, pb.LOCAL_SID_ACTION_UNSPECIFIED),
-                       device=st.devname(s.oif), nh6=s.nh6, nh4=s.nh4,
-                       lookup_table=s.lookup_table, segments=s.segments, count=s.count)
+    return pb.LocalSid(
+        sid=s.sid,
+        table=s.table,
+        action=ACTION_FROM_KERNEL.get(s.action, pb.LOCAL_SID_ACTION_UNSPECIFIED),
+        device=st.devname(s.oif),
+        nh6=s.nh6,
+        nh4=s.nh4,
+        lookup_table=s.lookup_table,
+        segments=s.segments,
+        count=s.count,
+    )
 
 
 def sid_state(st: Srv6State, s: R.LocalSidRoute) -> pb.LocalSidState:
     out = pb.LocalSidState(local_sid=sid_to_msg(st, s))
     if s.counters is not None:
-        out.counters.CopyFrom(pb.LocalSidCounters(packets=s.counters[0], bytes=s.counters[1],
-                                                  errors=s.counters[2]))
+        out.counters.CopyFrom(pb.LocalSidCounters(packets=s.counters[0], bytes=s.counters[1], errors=s.counters[2]))
     return out
 
 
@@ -200,15 +244,22 @@ def sid_key_from(path: str, sid: str, table: int) -> tuple[str, int]:
 
 
 def _fmt_policy(p: R.PolicyRoute, st: Srv6State) -> str:
-    return (f"{p.destination} table {p.table} encap seg6 mode {MODE_NAMES.get(p.mode, p.mode)} "
-            f"segs {','.join(p.segments)} dev {st.devname(p.oif)} metric {p.metric}")
+    return (
+        f"{p.destination} table {p.table} encap seg6 mode {MODE_NAMES.get(p.mode, p.mode)} "
+        f"segs {','.join(p.segments)} dev {st.devname(p.oif)} metric {p.metric}"
+    )
 
 
 def _fmt_sid(s: R.LocalSidRoute, st: Srv6State) -> str:
-    extra = "".join(f" {k} {v}" for k, v in (("nh6", s.nh6), ("nh4", s.nh4),
-                    ("table", s.lookup_table), ("segs", ",".join(s.segments))) if v)
-    return (f"{s.sid} table {s.table} seg6local action {R.ACTION_NAMES.get(s.action, s.action)}"
-            f"{extra}{' count' if s.count else ''} dev {st.devname(s.oif)}")
+    extra = "".join(
+        f" {k} {v}"
+        for k, v in (("nh6", s.nh6), ("nh4", s.nh4), ("table", s.lookup_table), ("segs", ",".join(s.segments)))
+        if v
+    )
+    return (
+        f"{s.sid} table {s.table} seg6local action {R.ACTION_NAMES.get(s.action, s.action)}"
+        f"{extra}{' count' if s.count else ''} dev {st.devname(s.oif)}"
+    )
 
 
 # --- planning: validated request -> Plan ------------------------------------------------------
@@ -221,15 +272,32 @@ def plan_create_policy(st: Srv6State, req: pb.CreatePolicyRequest, path: str = "
     def decide() -> Plan:
         old = st.policies.get(p.key)
         if old == p:
-            return Plan([], lambda: None, lambda: pb.CreatePolicyResponse(policy=policy_to_msg(st, p), changed=False),
-                        False, lambda: f"CreatePolicy {_fmt_policy(p, st)}: unchanged (identical policy exists)", "policy", p.key)
+            return Plan(
+                [],
+                lambda: None,
+                lambda: pb.CreatePolicyResponse(policy=policy_to_msg(st, p), changed=False),
+                False,
+                lambda: f"CreatePolicy {_fmt_policy(p, st)}: unchanged (identical policy exists)",
+                "policy",
+                p.key,
+            )
         if old is not None:
-            raise ApiError(grpc.StatusCode.ALREADY_EXISTS,
-                           f"{path}policy: {describe_policy(p)} exists with different content "
-                           f"({_fmt_policy(old, st)}); use UpdatePolicy")
-        return Plan([(R.RTM_NEWROUTE, ADD, R.encode_policy(p))], lambda: st.policies.__setitem__(p.key, p),
-                    lambda: pb.CreatePolicyResponse(policy=policy_to_msg(st, p), changed=True),
-                    True, lambda: f"CreatePolicy {_fmt_policy(p, st)}: created", f"{path}policy", p.key, retry=decide)
+            raise ApiError(
+                grpc.StatusCode.ALREADY_EXISTS,
+                f"{path}policy: {describe_policy(p)} exists with different content "
+                f"({_fmt_policy(old, st)}); use UpdatePolicy",
+            )
+        return Plan(
+            [(R.RTM_NEWROUTE, ADD, R.encode_policy(p))],
+            lambda: st.policies.__setitem__(p.key, p),
+            lambda: pb.CreatePolicyResponse(policy=policy_to_msg(st, p), changed=True),
+            True,
+            lambda: f"CreatePolicy {_fmt_policy(p, st)}: created",
+            f"{path}policy",
+            p.key,
+            retry=decide,
+        )
+
     return decide()
 
 
@@ -240,22 +308,43 @@ def plan_update_policy(st: Srv6State, req: pb.UpdatePolicyRequest, path: str = "
         old = st.policies.get(p.key)
         if old is None:
             raise ApiError(grpc.StatusCode.NOT_FOUND, f"{path}policy: {describe_policy(p)}: no such policy")
-        resp = lambda ch: (lambda: pb.UpdatePolicyResponse(policy=policy_to_msg(st, p),  # noqa: E731
-                                                           previous=policy_to_msg(st, old), changed=ch))
+
+        def resp(changed: bool):
+            return lambda: pb.UpdatePolicyResponse(
+                policy=policy_to_msg(st, p), previous=policy_to_msg(st, old), changed=changed
+            )
+
         if old == p:
-            return Plan([], lambda: None, resp(False), False,
-                        lambda: f"UpdatePolicy {_fmt_policy(p, st)}: unchanged", "policy", p.key)
+            return Plan(
+                [],
+                lambda: None,
+                resp(False),
+                False,
+                lambda: f"UpdatePolicy {_fmt_policy(p, st)}: unchanged",
+                "policy",
+                p.key,
+            )
         if old.metric == p.metric:
             # hitless: one RTM_NEWROUTE with NLM_F_REPLACE, the FIB entry is swapped in place
             msgs = [(R.RTM_NEWROUTE, R.NLM_F_REPLACE, R.encode_policy(p))]
         else:
             # a new metric is a new FIB entry: add it first, then delete the old one (never absent)
-            msgs = [(R.RTM_NEWROUTE, ADD, R.encode_policy(p)),
-                    (R.RTM_DELROUTE, 0, R.encode_delete(old.destination, old.table, old.metric))]
-        return Plan(msgs, lambda: st.policies.__setitem__(p.key, p), resp(True), True,
-                    lambda: f"UpdatePolicy {_fmt_policy(p, st)}: replaced (was segs {','.join(old.segments)} "
-                    f"mode {MODE_NAMES.get(old.mode)} dev {st.devname(old.oif)} metric {old.metric})",
-                    f"{path}policy", p.key, retry=decide)
+            msgs = [
+                (R.RTM_NEWROUTE, ADD, R.encode_policy(p)),
+                (R.RTM_DELROUTE, 0, R.encode_delete(old.destination, old.table, old.metric)),
+            ]
+        return Plan(
+            msgs,
+            lambda: st.policies.__setitem__(p.key, p),
+            resp(True),
+            True,
+            lambda: f"UpdatePolicy {_fmt_policy(p, st)}: replaced (was segs {','.join(old.segments)} "
+            f"mode {MODE_NAMES.get(old.mode)} dev {st.devname(old.oif)} metric {old.metric})",
+            f"{path}policy",
+            p.key,
+            retry=decide,
+        )
+
     return decide()
 
 
@@ -266,12 +355,29 @@ def plan_remove_policy(st: Srv6State, req: pb.RemovePolicyRequest, path: str = "
         old = st.policies.get(key)
         if old is None:
             if req.allow_missing:
-                return Plan([], lambda: None, lambda: pb.RemovePolicyResponse(changed=False), False,
-                            lambda: f"RemovePolicy {key[0]} table {key[1]}: absent, allow_missing", "policy", key)
-            raise ApiError(grpc.StatusCode.NOT_FOUND, f"{path}destination: policy {key[0]} table {key[1]}: no such policy")
-        return Plan([(R.RTM_DELROUTE, 0, R.encode_delete(old.destination, old.table, old.metric))],
-                    lambda: st.policies.pop(key, None), lambda: pb.RemovePolicyResponse(changed=True), True,
-                    lambda: f"RemovePolicy {_fmt_policy(old, st)}: removed", f"{path}destination", key, retry=decide)
+                return Plan(
+                    [],
+                    lambda: None,
+                    lambda: pb.RemovePolicyResponse(changed=False),
+                    False,
+                    lambda: f"RemovePolicy {key[0]} table {key[1]}: absent, allow_missing",
+                    "policy",
+                    key,
+                )
+            raise ApiError(
+                grpc.StatusCode.NOT_FOUND, f"{path}destination: policy {key[0]} table {key[1]}: no such policy"
+            )
+        return Plan(
+            [(R.RTM_DELROUTE, 0, R.encode_delete(old.destination, old.table, old.metric))],
+            lambda: st.policies.pop(key, None),
+            lambda: pb.RemovePolicyResponse(changed=True),
+            True,
+            lambda: f"RemovePolicy {_fmt_policy(old, st)}: removed",
+            f"{path}destination",
+            key,
+            retry=decide,
+        )
+
     return decide()
 
 
@@ -281,15 +387,32 @@ def plan_create_sid(st: Srv6State, req: pb.CreateLocalSidRequest, path: str = ""
     def decide() -> Plan:
         old = st.sids.get(s.key)
         if old == s:
-            return Plan([], lambda: None, lambda: pb.CreateLocalSidResponse(local_sid=sid_to_msg(st, s), changed=False),
-                        False, lambda: f"CreateLocalSid {_fmt_sid(s, st)}: unchanged (identical SID exists)", "local_sid", s.key)
+            return Plan(
+                [],
+                lambda: None,
+                lambda: pb.CreateLocalSidResponse(local_sid=sid_to_msg(st, s), changed=False),
+                False,
+                lambda: f"CreateLocalSid {_fmt_sid(s, st)}: unchanged (identical SID exists)",
+                "local_sid",
+                s.key,
+            )
         if old is not None:
-            raise ApiError(grpc.StatusCode.ALREADY_EXISTS,
-                           f"{path}local_sid: {describe_sid(s)} exists with different content "
-                           f"({_fmt_sid(old, st)}); use UpdateLocalSid")
-        return Plan([(R.RTM_NEWROUTE, ADD, R.encode_local_sid(s))], lambda: st.sids.__setitem__(s.key, s),
-                    lambda: pb.CreateLocalSidResponse(local_sid=sid_to_msg(st, s), changed=True), True,
-                    lambda: f"CreateLocalSid {_fmt_sid(s, st)}: created", f"{path}local_sid", s.key, retry=decide)
+            raise ApiError(
+                grpc.StatusCode.ALREADY_EXISTS,
+                f"{path}local_sid: {describe_sid(s)} exists with different content "
+                f"({_fmt_sid(old, st)}); use UpdateLocalSid",
+            )
+        return Plan(
+            [(R.RTM_NEWROUTE, ADD, R.encode_local_sid(s))],
+            lambda: st.sids.__setitem__(s.key, s),
+            lambda: pb.CreateLocalSidResponse(local_sid=sid_to_msg(st, s), changed=True),
+            True,
+            lambda: f"CreateLocalSid {_fmt_sid(s, st)}: created",
+            f"{path}local_sid",
+            s.key,
+            retry=decide,
+        )
+
     return decide()
 
 
@@ -300,15 +423,34 @@ def plan_update_sid(st: Srv6State, req: pb.UpdateLocalSidRequest, path: str = ""
         old = st.sids.get(s.key)
         if old is None:
             raise ApiError(grpc.StatusCode.NOT_FOUND, f"{path}local_sid: {describe_sid(s)}: no such local SID")
-        resp = lambda ch: (lambda: pb.UpdateLocalSidResponse(local_sid=sid_to_msg(st, s),  # noqa: E731
-                                                             previous=sid_to_msg(st, old), changed=ch))
+        resp = lambda ch: (  # noqa: E731
+            lambda: pb.UpdateLocalSidResponse(
+                local_sid=sid_to_msg(st, s),
+                previous=sid_to_msg(st, old),
+                changed=ch,
+            )
+        )
         if old == s:
-            return Plan([], lambda: None, resp(False), False, lambda: f"UpdateLocalSid {_fmt_sid(s, st)}: unchanged",
-                        "local_sid", s.key)
-        return Plan([(R.RTM_NEWROUTE, R.NLM_F_REPLACE, R.encode_local_sid(s))],
-                    lambda: st.sids.__setitem__(s.key, s), resp(True), True,
-                    lambda: f"UpdateLocalSid {_fmt_sid(s, st)}: replaced (was {_fmt_sid(old, st)})",
-                    f"{path}local_sid", s.key, retry=decide)
+            return Plan(
+                [],
+                lambda: None,
+                resp(False),
+                False,
+                lambda: f"UpdateLocalSid {_fmt_sid(s, st)}: unchanged",
+                "local_sid",
+                s.key,
+            )
+        return Plan(
+            [(R.RTM_NEWROUTE, R.NLM_F_REPLACE, R.encode_local_sid(s))],
+            lambda: st.sids.__setitem__(s.key, s),
+            resp(True),
+            True,
+            lambda: f"UpdateLocalSid {_fmt_sid(s, st)}: replaced (was {_fmt_sid(old, st)})",
+            f"{path}local_sid",
+            s.key,
+            retry=decide,
+        )
+
     return decide()
 
 
@@ -319,32 +461,56 @@ def plan_remove_sid(st: Srv6State, req: pb.RemoveLocalSidRequest, path: str = ""
         old = st.sids.get(key)
         if old is None:
             if req.allow_missing:
-                return Plan([], lambda: None, lambda: pb.RemoveLocalSidResponse(changed=False), False,
-                            lambda: f"RemoveLocalSid {key[0]} table {key[1]}: absent, allow_missing", "local_sid", key)
-            raise ApiError(grpc.StatusCode.NOT_FOUND, f"{path}sid: local SID {key[0]} table {key[1]}: no such local SID")
-        return Plan([(R.RTM_DELROUTE, 0, R.encode_delete(f"{old.sid}/128", old.table, old.metric))],
-                    lambda: st.sids.pop(key, None), lambda: pb.RemoveLocalSidResponse(changed=True), True,
-                    lambda: f"RemoveLocalSid {_fmt_sid(old, st)}: removed", f"{path}sid", key, retry=decide)
+                return Plan(
+                    [],
+                    lambda: None,
+                    lambda: pb.RemoveLocalSidResponse(changed=False),
+                    False,
+                    lambda: f"RemoveLocalSid {key[0]} table {key[1]}: absent, allow_missing",
+                    "local_sid",
+                    key,
+                )
+            raise ApiError(
+                grpc.StatusCode.NOT_FOUND, f"{path}sid: local SID {key[0]} table {key[1]}: no such local SID"
+            )
+        return Plan(
+            [(R.RTM_DELROUTE, 0, R.encode_delete(f"{old.sid}/128", old.table, old.metric))],
+            lambda: st.sids.pop(key, None),
+            lambda: pb.RemoveLocalSidResponse(changed=True),
+            True,
+            lambda: f"RemoveLocalSid {_fmt_sid(old, st)}: removed",
+            f"{path}sid",
+            key,
+            retry=decide,
+        )
+
     return decide()
 
 
-PLANNERS = {"create_policy": plan_create_policy, "update_policy": plan_update_policy,
-            "remove_policy": plan_remove_policy, "create_local_sid": plan_create_sid,
-            "update_local_sid": plan_update_sid, "remove_local_sid": plan_remove_sid}
+PLANNERS = {
+    "create_policy": plan_create_policy,
+    "update_policy": plan_update_policy,
+    "remove_policy": plan_remove_policy,
+    "create_local_sid": plan_create_sid,
+    "update_local_sid": plan_update_sid,
+    "remove_local_sid": plan_remove_sid,
+}
 STALE = (errno.EEXIST, errno.ENOENT, errno.ESRCH)
 # seg6 routes allocate a per-CPU dst cache with GFP_ATOMIC: a burst of route changes can drain the
 # kernel's atomic per-CPU pool, which is refilled by a work item; measured here as sporadic
 # ENOMEM during bulk creates/replaces. Such an operation is retried after a short sleep.
 TRANSIENT = (errno.ENOMEM, errno.ENOBUFS)
 TRANSIENT_RETRIES_S = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5)
-transient_retries = 0   # total, for logs/benchmarks
+transient_retries = 0  # total, for logs/benchmarks
 
 
 def kernel_error(plan: Plan, e: R.NetlinkError) -> ApiError:
     hint = ""
     if e.errno == errno.EINVAL and plan.what.endswith("local_sid"):
-        hint = (" (End.DT4/End.DT46 need a VRF device in strict mode, net.vrf.strict_mode=1, "
-                "bound to lookup_table; End.X/End.DX* need a reachable next hop)")
+        hint = (
+            " (End.DT4/End.DT46 need a VRF device in strict mode, net.vrf.strict_mode=1, "
+            "bound to lookup_table; End.X/End.DX* need a reachable next hop)"
+        )
     code = grpc.StatusCode.INTERNAL if e.errno in (errno.ENOBUFS, errno.ENOMEM) else grpc.StatusCode.FAILED_PRECONDITION
     return ApiError(code, f"{plan.what}: the kernel refused it: {e.text}{hint}")
 
@@ -372,7 +538,7 @@ def execute(st: Srv6State, plan: Plan) -> Plan:
     for attempt in (0, 1):
         if not plan.msgs:
             return plan
-        err = _send(st, plan)   # consumes plan.msgs
+        err = _send(st, plan)  # consumes plan.msgs
         if err is None:
             plan.commit()
             return plan
@@ -462,8 +628,11 @@ class Srv6Servicer(pb_grpc.Srv6ServiceServicer):
         for i, op in enumerate(req.operations):  # validate everything before changing anything
             kind = op.WhichOneof("op")
             if kind is None:
-                raise F.invalid(f"operations[{i}]", "empty (set one of create_policy, update_policy, "
-                                "remove_policy, create_local_sid, update_local_sid, remove_local_sid)")
+                raise F.invalid(
+                    f"operations[{i}]",
+                    "empty (set one of create_policy, update_policy, "
+                    "remove_policy, create_local_sid, update_local_sid, remove_local_sid)",
+                )
             sub, path = getattr(op, kind), f"operations[{i}].{kind}."
             ops.append((kind, sub, path, F_check_only(self.st, kind, sub, path)))
         results = [pb.Srv6OperationResult() for _ in ops]
@@ -473,8 +642,13 @@ class Srv6Servicer(pb_grpc.Srv6ServiceServicer):
             else:
                 self._batch_pipelined(ops, results)
         applied = sum(1 for r in results if r.code == 0)
-        log.info("ApplyBatch: %d operations, %d ok, %d failed, %d changed", n, applied, n - applied,
-                 sum(1 for r in results if r.changed))
+        log.info(
+            "ApplyBatch: %d operations, %d ok, %d failed, %d changed",
+            n,
+            applied,
+            n - applied,
+            sum(1 for r in results if r.changed),
+        )
         if any(r.changed for r in results):
             self.st.changed()
         return pb.ApplyBatchResponse(results=results, applied=applied, failed=n - applied)
@@ -485,8 +659,11 @@ class Srv6Servicer(pb_grpc.Srv6ServiceServicer):
             res = pb.Srv6OperationResult()
             try:
                 if kind is None:
-                    raise F.invalid("op", "empty (set one of create_policy, update_policy, remove_policy, "
-                                    "create_local_sid, update_local_sid, remove_local_sid)")
+                    raise F.invalid(
+                        "op",
+                        "empty (set one of create_policy, update_policy, remove_policy, "
+                        "create_local_sid, update_local_sid, remove_local_sid)",
+                    )
                 with self.st.lock:
                     plan = execute(self.st, PLANNERS[kind](self.st, getattr(op, kind), f"{kind}."))
                 res.changed = plan.changed
@@ -534,7 +711,7 @@ class Srv6Servicer(pb_grpc.Srv6ServiceServicer):
                         if log.isEnabledFor(logging.DEBUG):
                             log.debug("ApplyBatch: %s", plan.log_line())
                     elif err.errno in TRANSIENT and pause is not None:
-                        again.append((i, plan))      # nothing was applied: send it again
+                        again.append((i, plan))  # nothing was applied: send it again
                     elif err.errno in STALE or err.errno in TRANSIENT:
                         redo.append(i)
                     else:
@@ -565,7 +742,7 @@ class Srv6Servicer(pb_grpc.Srv6ServiceServicer):
                 flush()
         flush()
         if any(r.code != 0 for r in results) or redo:
-            self.st.resync(None)   # the optimistic index may be wrong where something failed
+            self.st.resync(None)  # the optimistic index may be wrong where something failed
         for i in sorted(redo):
             kind, sub, path, pre = ops[i]
             try:
@@ -584,6 +761,3 @@ def F_check_only(st: Srv6State, kind: str, sub, path: str) -> None:
     if kind in ("create_local_sid", "update_local_sid"):
         return sid_from_msg(st, sub.local_sid, f"{path}local_sid")
     return sid_key_from(path, sub.sid, sub.table)
-
-
-

@@ -7,6 +7,7 @@ newest 100 000), served by GetStampSessionResults, pushed to SubscribeStampResul
 with --kafka, encoded as stamp_batch (schemas/c/stamp_batch.h) to `segscope.stamp.records`
 (key "<node>/<ssid>") so the delay processor downstream works as with stamp_streamer.
 """
+
 from __future__ import annotations
 
 import collections
@@ -33,11 +34,13 @@ log = logging.getLogger("segscope.agent.stamp")
 KEEP_RESULTS = 100_000
 SENDER, REFLECTOR = pb.STAMP_ROLE_SENDER, pb.STAMP_ROLE_REFLECTOR
 ROLE_NAME = {SENDER: "sender", REFLECTOR: "reflector"}
-FORMAT_ARG = {pb.TIMESTAMP_FORMAT_UNSPECIFIED: "ptp", pb.TIMESTAMP_FORMAT_PTP: "ptp",
-              pb.TIMESTAMP_FORMAT_NTP: "ntp"}
-MODE_ARG = {pb.STAMP_MODE_UNSPECIFIED: "unauthenticated", pb.STAMP_MODE_UNAUTHENTICATED: "unauthenticated",
-            pb.STAMP_MODE_AUTHENTICATED: "authenticated"}
-FOREVER_S = 10 * 365 * 86400   # stamp_sender needs --count or --duration: "until stopped"
+FORMAT_ARG = {pb.TIMESTAMP_FORMAT_UNSPECIFIED: "ptp", pb.TIMESTAMP_FORMAT_PTP: "ptp", pb.TIMESTAMP_FORMAT_NTP: "ntp"}
+MODE_ARG = {
+    pb.STAMP_MODE_UNSPECIFIED: "unauthenticated",
+    pb.STAMP_MODE_UNAUTHENTICATED: "unauthenticated",
+    pb.STAMP_MODE_AUTHENTICATED: "authenticated",
+}
+FOREVER_S = 10 * 365 * 86400  # stamp_sender needs --count or --duration: "until stopped"
 
 
 class Tools:
@@ -65,13 +68,14 @@ class Tools:
     def run(self, cmd: list, what: str) -> str:
         cmd = [str(c) for c in cmd]
         if not Path(cmd[0]).exists():
-            raise ApiError(grpc.StatusCode.FAILED_PRECONDITION,
-                           f"{what}: {cmd[0]} is not built (make build)")
+            raise ApiError(grpc.StatusCode.FAILED_PRECONDITION, f"{what}: {cmd[0]} is not built (make build)")
         r = subprocess.run(cmd, capture_output=True, text=True, timeout=30)
         log.debug("ran %s -> %d", " ".join(cmd), r.returncode)
         if r.returncode != 0:
-            raise ApiError(grpc.StatusCode.FAILED_PRECONDITION,
-                           f"{what}: {Path(cmd[0]).name} {cmd[1]} failed: {(r.stderr or r.stdout).strip()}")
+            raise ApiError(
+                grpc.StatusCode.FAILED_PRECONDITION,
+                f"{what}: {Path(cmd[0]).name} {cmd[1]} failed: {(r.stderr or r.stdout).strip()}",
+            )
         return r.stdout
 
 
@@ -86,15 +90,17 @@ class Session:
     dropped: int = 0
 
     def status(self) -> pb.StampSessionStatus:
-        return pb.StampSessionStatus(session=self.spec, state=self.state, packets_sent=self.packets_sent,
-                                     results_collected=self.next_index)
+        return pb.StampSessionStatus(
+            session=self.spec, state=self.state, packets_sent=self.packets_sent, results_collected=self.next_index
+        )
 
 
 def _summary(values: list[int]) -> pb.StampDelaySummary:
     if not values:
         return pb.StampDelaySummary()
-    return pb.StampDelaySummary(count=len(values), min_us=min(values) / 1e3,
-                                mean_us=sum(values) / len(values) / 1e3, max_us=max(values) / 1e3)
+    return pb.StampDelaySummary(
+        count=len(values), min_us=min(values) / 1e3, mean_us=sum(values) / len(values) / 1e3, max_us=max(values) / 1e3
+    )
 
 
 class StampAgent:
@@ -112,10 +118,10 @@ class StampAgent:
         self.stopping = threading.Event()
         self.unmatched_records = 0
         self.records_read = 0
-        self.records_streamed = 0    # records in stamp_batch messages Kafka acknowledged
-        self.records_dropped = 0     # records whose message Kafka refused or failed to deliver
-        self.results_evicted = 0     # results pushed out of a session's KEEP_RESULTS window
-        self.malformed_records = 0   # dump lines that are not a JSON record (logged)
+        self.records_streamed = 0  # records in stamp_batch messages Kafka acknowledged
+        self.records_dropped = 0  # records whose message Kafka refused or failed to deliver
+        self.results_evicted = 0  # results pushed out of a session's KEEP_RESULTS window
+        self.malformed_records = 0  # dump lines that are not a JSON record (logged)
         self.batches_produced = self.batches_delivered = self.batches_failed = 0
         self.queue_full_retries = self.produce_errors = 0
         self._producer = None
@@ -149,13 +155,22 @@ class StampAgent:
     def _start_reader(self) -> None:
         # a fresh Event per reader: a reader stopped by Reset never restarts after a new Init
         self.stopping = threading.Event()
-        self.reader_thread = threading.Thread(target=self._reader_loop, args=(self.stopping,),
-                                              name="stamp-results", daemon=True)
+        self.reader_thread = threading.Thread(
+            target=self._reader_loop, args=(self.stopping,), name="stamp-results", daemon=True
+        )
         self.reader_thread.start()
 
     def _reader_loop(self, stopping: threading.Event) -> None:
-        cmd = [str(self.tools.collector), "dump", "--pin-dir", str(self.tools.collector_pin),
-               "--count", "0", "--timeout-ms", "3600000"]
+        cmd = [
+            str(self.tools.collector),
+            "dump",
+            "--pin-dir",
+            str(self.tools.collector_pin),
+            "--count",
+            "0",
+            "--timeout-ms",
+            "3600000",
+        ]
         while not stopping.is_set():
             p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
             self.reader = p
@@ -198,10 +213,20 @@ class StampAgent:
                 if len(s.results) == s.results.maxlen:
                     s.dropped += 1
                     self.results_evicted += 1
-                s.results.append(pb.StampResult(
-                    ssid=rec["ssid"], index=s.next_index, sequence=rec["sender_seq"], t1_ns=t1, t2_ns=t2,
-                    t3_ns=t3, t4_ns=t4, forward_delay_ns=t2 - t1, reverse_delay_ns=t4 - t3,
-                    round_trip_delay_ns=(t4 - t1) - (t3 - t2)))
+                s.results.append(
+                    pb.StampResult(
+                        ssid=rec["ssid"],
+                        index=s.next_index,
+                        sequence=rec["sender_seq"],
+                        t1_ns=t1,
+                        t2_ns=t2,
+                        t3_ns=t3,
+                        t4_ns=t4,
+                        forward_delay_ns=t2 - t1,
+                        reverse_delay_ns=t4 - t3,
+                        round_trip_delay_ns=(t4 - t1) - (t3 - t2),
+                    )
+                )
                 s.next_index += 1
                 by_ssid[rec["ssid"]].append(rec)
             self.cond.notify_all()
@@ -210,9 +235,12 @@ class StampAgent:
 
     def _publish(self, by_ssid: dict[int, list[dict]]) -> None:
         import numpy as np
+
         from segscope_schemas.stamp_record import STAMP_RECORD_DTYPE, encode_batch
+
         if self._producer is None:
             from confluent_kafka import Producer
+
             self._producer = Producer({"bootstrap.servers": self.kafka, "linger.ms": 20})
         for ssid, recs in by_ssid.items():
             arr = np.zeros(len(recs), dtype=STAMP_RECORD_DTYPE)
@@ -224,8 +252,12 @@ class StampAgent:
             payload = encode_batch(arr, self.node, self._batch_seq)
             while True:
                 try:
-                    self._producer.produce(names.TOPIC_STAMP_RECORDS, payload, key=f"{self.node}/{ssid}".encode(),
-                                           on_delivery=lambda err, msg, n=n: self._delivered(err, n))
+                    self._producer.produce(
+                        names.TOPIC_STAMP_RECORDS,
+                        payload,
+                        key=f"{self.node}/{ssid}".encode(),
+                        on_delivery=lambda err, msg, n=n: self._delivered(err, n),
+                    )
                     with self.lock:
                         self.batches_produced += 1
                     break
@@ -263,11 +295,15 @@ class StampAgent:
 
     def counters(self) -> dict[str, int]:
         with self.lock:
-            return {"records_read": self.records_read, "records_unmatched": self.unmatched_records,
-                    "records_streamed": self.records_streamed, "records_dropped": self.records_dropped,
-                    "results_evicted": self.results_evicted,
-                    "kafka_queue_len": len(self._producer) if self._producer is not None else 0,
-                    "stamp_sessions": len(self.sessions)}
+            return {
+                "records_read": self.records_read,
+                "records_unmatched": self.unmatched_records,
+                "records_streamed": self.records_streamed,
+                "records_dropped": self.records_dropped,
+                "results_evicted": self.results_evicted,
+                "kafka_queue_len": len(self._producer) if self._producer is not None else 0,
+                "stamp_sessions": len(self.sessions),
+            }
 
     def streamer_counters(self) -> dict[str, int] | None:
         """The ring buffer -> Kafka counters under stamp_streamer's names (segscope_streamer), so
@@ -276,13 +312,19 @@ class StampAgent:
         with self.lock:
             if self.sender_cfg is None and self.records_read == 0:
                 return None
-            return {"records_in": self.records_read - self.unmatched_records,
-                    "records_delivered": self.records_streamed, "records_failed": self.records_dropped,
-                    "batches_produced": self.batches_produced, "batches_delivered": self.batches_delivered,
-                    "batches_failed": self.batches_failed, "queue_full_retries": self.queue_full_retries,
-                    "malformed_records": self.malformed_records, "produce_errors": self.produce_errors,
-                    "records_unmatched": self.unmatched_records,
-                    "kafka_queue_len": len(self._producer) if self._producer is not None else 0}
+            return {
+                "records_in": self.records_read - self.unmatched_records,
+                "records_delivered": self.records_streamed,
+                "records_failed": self.records_dropped,
+                "batches_produced": self.batches_produced,
+                "batches_delivered": self.batches_delivered,
+                "batches_failed": self.batches_failed,
+                "queue_full_retries": self.queue_full_retries,
+                "malformed_records": self.malformed_records,
+                "produce_errors": self.produce_errors,
+                "records_unmatched": self.unmatched_records,
+                "kafka_queue_len": len(self._producer) if self._producer is not None else 0,
+            }
 
     def attached_programs(self) -> list[tuple[str, Path, Path]]:
         """(program, loader, pin dir) of the STAMP programs attached now."""
@@ -299,26 +341,44 @@ class StampAgent:
         killed without cleaning up. Detach them so Init starts from a clean datapath."""
         if pin.exists():
             log.warning("Init: %s exists from a previous agent; detaching it first", pin)
-            subprocess.run([str(tool), "detach", *self.tools.ns_args(), "--dev", device, "--pin-dir", str(pin)],
-                           capture_output=True, timeout=30)
+            subprocess.run(
+                [str(tool), "detach", *self.tools.ns_args(), "--dev", device, "--pin-dir", str(pin)],
+                capture_output=True,
+                timeout=30,
+            )
 
     # -- sender processes -----------------------------------------------------------------------
     def _spawn_sender(self, s: Session, duration_s: float) -> None:
         sp = s.spec
-        cmd = [str(self.tools.sender), *self.tools.ns_args(),
-               "--src", sp.sender_address or self.sender_cfg.source_address,
-               "--dst", sp.reflector_address, "--ssid", str(sp.ssid),
-               "--sport", str(sp.sender_port or 50000 + sp.ssid), "--dport", str(sp.reflector_port or 862),
-               "--rate", str(sp.rate_pps), "--duration", str(duration_s or FOREVER_S),
-               "--format", FORMAT_ARG[sp.timestamp_format]]
+        cmd = [
+            str(self.tools.sender),
+            *self.tools.ns_args(),
+            "--src",
+            sp.sender_address or self.sender_cfg.source_address,
+            "--dst",
+            sp.reflector_address,
+            "--ssid",
+            str(sp.ssid),
+            "--sport",
+            str(sp.sender_port or 50000 + sp.ssid),
+            "--dport",
+            str(sp.reflector_port or 862),
+            "--rate",
+            str(sp.rate_pps),
+            "--duration",
+            str(duration_s or FOREVER_S),
+            "--format",
+            FORMAT_ARG[sp.timestamp_format],
+        ]
         if sp.segments:
             cmd += ["--segs", ",".join(sp.segments)]
         if sp.padding_bytes:
             cmd += ["--padding", str(sp.padding_bytes)]
         if not self.tools.sender.exists():
             raise ApiError(grpc.StatusCode.FAILED_PRECONDITION, f"ssid: {self.tools.sender} is not built (make build)")
-        s.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                  start_new_session=True)
+        s.proc = subprocess.Popen(
+            cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+        )
         log.info("stamp_sender ssid %d started (pid %d): %s", sp.ssid, s.proc.pid, " ".join(cmd))
         threading.Thread(target=self._reap_sender, args=(s, s.proc), daemon=True).start()
 
@@ -337,8 +397,13 @@ class StampAgent:
                 s.proc = None
                 if s.state == pb.STAMP_SESSION_STATE_RUNNING:
                     s.state = pb.STAMP_SESSION_STATE_STOPPED
-        log.info("stamp_sender ssid %d exited %s: %s%s", s.spec.ssid, p.returncode, json.dumps(summary),
-                 f" stderr: {err.strip()[:300]}" if p.returncode not in (0, -signal.SIGTERM) else "")
+        log.info(
+            "stamp_sender ssid %d exited %s: %s%s",
+            s.spec.ssid,
+            p.returncode,
+            json.dumps(summary),
+            f" stderr: {err.strip()[:300]}" if p.returncode not in (0, -signal.SIGTERM) else "",
+        )
 
     @staticmethod
     def _stop_proc(p: subprocess.Popen | None) -> None:
@@ -360,7 +425,7 @@ class StampAgent:
         with self.lock:
             n = len(self.sessions)
             changed = bool(n or self.sender_cfg or self.reflector_cfg)
-            for (role, ssid), s in list(self.sessions.items()):
+            for s in list(self.sessions.values()):
                 if s.proc is not None:
                     s.state = pb.STAMP_SESSION_STATE_STOPPED
                     self._stop_proc(s.proc)
@@ -373,12 +438,32 @@ class StampAgent:
             # node's altmark_rx (then only the slot is emptied; altmark_rx keeps counting)
             with self.xdp_lock:
                 if self.sender_cfg is not None:
-                    subprocess.run([str(t.collector), "detach", *t.ns_args(), "--dev", self.sender_cfg.device,
-                                    "--pin-dir", str(t.collector_pin)], capture_output=True)
+                    subprocess.run(
+                        [
+                            str(t.collector),
+                            "detach",
+                            *t.ns_args(),
+                            "--dev",
+                            self.sender_cfg.device,
+                            "--pin-dir",
+                            str(t.collector_pin),
+                        ],
+                        capture_output=True,
+                    )
                     self.sender_cfg = None
                 if self.reflector_cfg is not None:
-                    subprocess.run([str(t.reflector), "detach", *t.ns_args(), "--dev", self.reflector_cfg.device,
-                                    "--pin-dir", str(t.reflector_pin)], capture_output=True)
+                    subprocess.run(
+                        [
+                            str(t.reflector),
+                            "detach",
+                            *t.ns_args(),
+                            "--dev",
+                            self.reflector_cfg.device,
+                            "--pin-dir",
+                            str(t.reflector_pin),
+                        ],
+                        capture_output=True,
+                    )
                     self.reflector_cfg = None
         if changed:
             log.info("Reset: %d sessions destroyed, datapath detached", n)
@@ -420,24 +505,36 @@ def validate_session(sp: pb.StampSession) -> pb.StampSession:
         out.reflector_address = F.ipv6("session.reflector_address", sp.reflector_address)
         del out.segments[:]
         out.segments.extend(F.segments("session.segments", sp.segments, min_len=0))
-        F.refuse("session.return_segments", len(sp.return_segments) > 0,
-                 "with STAMP_ROLE_SENDER (the reflector's return path is set on the reflector)")
+        F.refuse(
+            "session.return_segments",
+            len(sp.return_segments) > 0,
+            "with STAMP_ROLE_SENDER (the reflector's return path is set on the reflector)",
+        )
         if sp.rate_pps == 0:
             raise F.invalid("session.rate_pps", "required with STAMP_ROLE_SENDER (1..1000000)")
         F.in_range("session.rate_pps", sp.rate_pps, 1, 1_000_000)
         F.in_range("session.padding_bytes", sp.padding_bytes, 0, 1400)
-        F.refuse("session.mode", sp.mode == pb.STAMP_MODE_AUTHENTICATED,
-                 "with STAMP_ROLE_SENDER (the sender sends unauthenticated test packets)")
+        F.refuse(
+            "session.mode",
+            sp.mode == pb.STAMP_MODE_AUTHENTICATED,
+            "with STAMP_ROLE_SENDER (the sender sends unauthenticated test packets)",
+        )
     else:
         out.sender_address = F.ipv6("session.sender_address", sp.sender_address)
-        F.refuse("session.segments", len(sp.segments) > 0,
-                 "with STAMP_ROLE_REFLECTOR (use return_segments for the return path)")
+        F.refuse(
+            "session.segments",
+            len(sp.segments) > 0,
+            "with STAMP_ROLE_REFLECTOR (use return_segments for the return path)",
+        )
         del out.return_segments[:]
         out.return_segments.extend(F.segments("session.return_segments", sp.return_segments, min_len=0))
         F.refuse("session.rate_pps", sp.rate_pps != 0, "with STAMP_ROLE_REFLECTOR")
         F.refuse("session.padding_bytes", sp.padding_bytes != 0, "with STAMP_ROLE_REFLECTOR")
-        F.refuse("session.reflector_port", sp.reflector_port != 0,
-                 "with STAMP_ROLE_REFLECTOR (the port comes from Init's reflector.udp_port)")
+        F.refuse(
+            "session.reflector_port",
+            sp.reflector_port != 0,
+            "with STAMP_ROLE_REFLECTOR (the port comes from Init's reflector.udp_port)",
+        )
         out.reflector_address = ""
     return out
 
@@ -460,8 +557,10 @@ class StampServicer(pb_grpc.StampServiceServicer):
             raise F.invalid("sender", "set sender and/or reflector")
         snd = rfl = None
         if req.HasField("sender"):
-            snd = pb.StampSenderConfig(device=F.ifname("sender.device", req.sender.device),
-                                       source_address=F.ipv6("sender.source_address", req.sender.source_address))
+            snd = pb.StampSenderConfig(
+                device=F.ifname("sender.device", req.sender.device),
+                source_address=F.ipv6("sender.source_address", req.sender.source_address),
+            )
         if req.HasField("reflector"):
             r = req.reflector
             if not r.addresses:
@@ -471,23 +570,39 @@ class StampServicer(pb_grpc.StampServiceServicer):
             rfl = pb.StampReflectorConfig(
                 device=F.ifname("reflector.device", r.device),
                 addresses=[F.ipv6(f"reflector.addresses[{i}]", x) for i, x in enumerate(r.addresses)],
-                udp_port=r.udp_port or 862)
+                udp_port=r.udp_port or 862,
+            )
         changed = False
         with a.lock:
             if snd is not None:
                 if a.sender_cfg is not None and a.sender_cfg != snd:
-                    raise ApiError(grpc.StatusCode.FAILED_PRECONDITION,
-                                   f"sender: already initialised with device {a.sender_cfg.device} source "
-                                   f"{a.sender_cfg.source_address}; Reset first")
+                    raise ApiError(
+                        grpc.StatusCode.FAILED_PRECONDITION,
+                        f"sender: already initialised with device {a.sender_cfg.device} source "
+                        f"{a.sender_cfg.source_address}; Reset first",
+                    )
             if rfl is not None and a.reflector_cfg is not None and a.reflector_cfg != rfl:
-                raise ApiError(grpc.StatusCode.FAILED_PRECONDITION,
-                               f"reflector: already initialised with device {a.reflector_cfg.device} addresses "
-                               f"{list(a.reflector_cfg.addresses)} port {a.reflector_cfg.udp_port}; Reset first")
+                raise ApiError(
+                    grpc.StatusCode.FAILED_PRECONDITION,
+                    f"reflector: already initialised with device {a.reflector_cfg.device} addresses "
+                    f"{list(a.reflector_cfg.addresses)} port {a.reflector_cfg.udp_port}; Reset first",
+                )
             if snd is not None and a.sender_cfg is None:
                 a.clear_leftovers(t.collector, t.collector_pin, snd.device)
                 with a.xdp_lock:
-                    t.run([t.collector, "attach", *t.ns_args(), "--dev", snd.device, "--pin-dir", t.collector_pin,
-                           *a._behind(snd.device)], "sender.device")
+                    t.run(
+                        [
+                            t.collector,
+                            "attach",
+                            *t.ns_args(),
+                            "--dev",
+                            snd.device,
+                            "--pin-dir",
+                            t.collector_pin,
+                            *a._behind(snd.device),
+                        ],
+                        "sender.device",
+                    )
                     a.sender_cfg = snd
                 a._start_reader()
                 changed = True
@@ -495,20 +610,41 @@ class StampServicer(pb_grpc.StampServiceServicer):
             if rfl is not None and a.reflector_cfg is None:
                 a.clear_leftovers(t.reflector, t.reflector_pin, rfl.device)
                 with a.xdp_lock:
-                    t.run([t.reflector, "attach", *t.ns_args(), "--dev", rfl.device, "--pin-dir", t.reflector_pin,
-                           "--port", rfl.udp_port, *a._behind(rfl.device)], "reflector.device")
+                    t.run(
+                        [
+                            t.reflector,
+                            "attach",
+                            *t.ns_args(),
+                            "--dev",
+                            rfl.device,
+                            "--pin-dir",
+                            t.reflector_pin,
+                            "--port",
+                            rfl.udp_port,
+                            *a._behind(rfl.device),
+                        ],
+                        "reflector.device",
+                    )
                     try:
                         for i, addr in enumerate(rfl.addresses):
-                            t.run([t.reflector, "add-address", "--pin-dir", t.reflector_pin, addr],
-                                  f"reflector.addresses[{i}]")
+                            t.run(
+                                [t.reflector, "add-address", "--pin-dir", t.reflector_pin, addr],
+                                f"reflector.addresses[{i}]",
+                            )
                     except ApiError:
-                        t.run([t.reflector, "detach", *t.ns_args(), "--dev", rfl.device, "--pin-dir",
-                               t.reflector_pin], "reflector.device")
+                        t.run(
+                            [t.reflector, "detach", *t.ns_args(), "--dev", rfl.device, "--pin-dir", t.reflector_pin],
+                            "reflector.device",
+                        )
                         raise
                     a.reflector_cfg = rfl
                 changed = True
-                log.info("Init reflector: stamp_reflector attached to %s for %s port %d", rfl.device,
-                         ",".join(rfl.addresses), rfl.udp_port)
+                log.info(
+                    "Init reflector: stamp_reflector attached to %s for %s port %d",
+                    rfl.device,
+                    ",".join(rfl.addresses),
+                    rfl.udp_port,
+                )
         if not changed:
             log.info("Init: unchanged (same configuration)")
         else:
@@ -535,40 +671,85 @@ class StampServicer(pb_grpc.StampServiceServicer):
         with a.lock:
             cfg = a.sender_cfg if sp.role == SENDER else a.reflector_cfg
             if cfg is None:
-                raise ApiError(grpc.StatusCode.FAILED_PRECONDITION,
-                               f"session.role: the {ROLE_NAME[sp.role]} role is not initialised (call Init first)")
+                raise ApiError(
+                    grpc.StatusCode.FAILED_PRECONDITION,
+                    f"session.role: the {ROLE_NAME[sp.role]} role is not initialised (call Init first)",
+                )
             old = a.sessions.get(key)
             if old is not None:
                 if old.spec == sp:
                     log.info("CreateStampSession %s ssid %d: unchanged", ROLE_NAME[sp.role], sp.ssid)
                     return pb.CreateStampSessionResponse(status=old.status(), changed=False)
-                raise ApiError(grpc.StatusCode.ALREADY_EXISTS,
-                               f"session.ssid: {ROLE_NAME[sp.role]} session {sp.ssid} exists with different "
-                               f"parameters; DestroyStampSession first")
+                raise ApiError(
+                    grpc.StatusCode.ALREADY_EXISTS,
+                    f"session.ssid: {ROLE_NAME[sp.role]} session {sp.ssid} exists with different "
+                    f"parameters; DestroyStampSession first",
+                )
             if sp.role == SENDER:
-                t.run([t.collector, "activate", "--pin-dir", t.collector_pin, "--ssid", sp.ssid,
-                       "--port", sp.sender_port or 50000 + sp.ssid, "--format", FORMAT_ARG[sp.timestamp_format]],
-                      "session")
+                t.run(
+                    [
+                        t.collector,
+                        "activate",
+                        "--pin-dir",
+                        t.collector_pin,
+                        "--ssid",
+                        sp.ssid,
+                        "--port",
+                        sp.sender_port or 50000 + sp.ssid,
+                        "--format",
+                        FORMAT_ARG[sp.timestamp_format],
+                    ],
+                    "session",
+                )
             s = a.sessions[key] = Session(sp)
-            log.info("CreateStampSession %s ssid %d: created (%s -> %s, segs %s, return %s, rate %d)",
-                     ROLE_NAME[sp.role], sp.ssid, sp.sender_address or (cfg.source_address if sp.role == SENDER else ""),
-                     sp.reflector_address, ",".join(sp.segments), ",".join(sp.return_segments), sp.rate_pps)
+            log.info(
+                "CreateStampSession %s ssid %d: created (%s -> %s, segs %s, return %s, rate %d)",
+                ROLE_NAME[sp.role],
+                sp.ssid,
+                sp.sender_address or (cfg.source_address if sp.role == SENDER else ""),
+                sp.reflector_address,
+                ",".join(sp.segments),
+                ",".join(sp.return_segments),
+                sp.rate_pps,
+            )
         self._changed()
         return pb.CreateStampSessionResponse(status=s.status(), changed=True)
 
     def _reflector_add(self, sp: pb.StampSession) -> None:
         t = self.a.tools
-        cmd = [t.reflector, "add-session", "--pin-dir", t.reflector_pin, "--ssid", sp.ssid,
-               "--sender", sp.sender_address, "--format", FORMAT_ARG[sp.timestamp_format],
-               "--mode", MODE_ARG[sp.mode]]
+        cmd = [
+            t.reflector,
+            "add-session",
+            "--pin-dir",
+            t.reflector_pin,
+            "--ssid",
+            sp.ssid,
+            "--sender",
+            sp.sender_address,
+            "--format",
+            FORMAT_ARG[sp.timestamp_format],
+            "--mode",
+            MODE_ARG[sp.mode],
+        ]
         if sp.return_segments:
             cmd += ["--return-sids", ",".join(sp.return_segments)]
         t.run(cmd, "session")
 
     def _reflector_del(self, sp: pb.StampSession) -> None:
         t = self.a.tools
-        t.run([t.reflector, "del-session", "--pin-dir", t.reflector_pin, "--ssid", sp.ssid,
-               "--sender", sp.sender_address], "ssid")
+        t.run(
+            [
+                t.reflector,
+                "del-session",
+                "--pin-dir",
+                t.reflector_pin,
+                "--ssid",
+                sp.ssid,
+                "--sender",
+                sp.sender_address,
+            ],
+            "ssid",
+        )
 
     def StartStampSession(self, req, ctx):
         role, ssid = _role("role", req.role), _ssid("ssid", req.ssid)
@@ -585,8 +766,12 @@ class StampServicer(pb_grpc.StampServiceServicer):
             else:
                 self._reflector_add(s.spec)
             s.state = pb.STAMP_SESSION_STATE_RUNNING
-            log.info("StartStampSession %s ssid %d: running%s", ROLE_NAME[role], ssid,
-                     f" for {req.duration_s} s" if req.duration_s else "")
+            log.info(
+                "StartStampSession %s ssid %d: running%s",
+                ROLE_NAME[role],
+                ssid,
+                f" for {req.duration_s} s" if req.duration_s else "",
+            )
             return pb.StartStampSessionResponse(status=s.status(), changed=True)
 
     def _stop(self, s: Session) -> bool:
@@ -644,14 +829,17 @@ class StampServicer(pb_grpc.StampServiceServicer):
             dropped = s.dropped
         first_held = held[0].index if held else 0
         start = max(0, req.from_index - first_held)
-        out = held[start:start + limit]
+        out = held[start : start + limit]
         nxt = out[-1].index + 1 if out else max(req.from_index, first_held + len(held))
         log.info("GetStampSessionResults ssid %d from %d: %d results", ssid, req.from_index, len(out))
         return pb.GetStampSessionResultsResponse(
-            results=out, next_index=nxt, dropped_results=dropped,
+            results=out,
+            next_index=nxt,
+            dropped_results=dropped,
             forward=_summary([r.forward_delay_ns for r in held]),
             reverse=_summary([r.reverse_delay_ns for r in held]),
-            round_trip=_summary([r.round_trip_delay_ns for r in held]))
+            round_trip=_summary([r.round_trip_delay_ns for r in held]),
+        )
 
     def SubscribeStampResults(self, req, ctx):
         for i, ssid in enumerate(req.ssids):
@@ -673,7 +861,7 @@ class StampServicer(pb_grpc.StampServiceServicer):
                     start = cursor.get(ssid, 0)
                     if s.next_index > start:
                         held_first = s.next_index - len(s.results)
-                        batch.extend(list(s.results)[max(0, start - held_first):])
+                        batch.extend(list(s.results)[max(0, start - held_first) :])
                         cursor[ssid] = s.next_index
             if batch:
                 yield pb.StampResultBatch(results=batch)

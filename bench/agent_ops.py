@@ -13,6 +13,7 @@ SIDs), replaces each one's SID list (UpdatePolicy: hitless NLM_F_REPLACE) and re
 Every result is checked (a failed operation fails the benchmark) and the kernel's route count
 is compared with what should be there after each phase.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -27,7 +28,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(REPO), str(REPO / "schemas" / "python")]
 
-from segscope_proto.segscope.agent.v1 import srv6_pb2 as pb, srv6_pb2_grpc  # noqa: E402
+from segscope_proto.segscope.agent.v1 import srv6_pb2 as pb  # noqa: E402
+from segscope_proto.segscope.agent.v1 import srv6_pb2_grpc
 from tests.agent.agent_env import start_agent  # noqa: E402
 
 SEGS_A, SEGS_B = ["fc00::1", "fc00::2"], ["fc00::3", "fc00::2"]
@@ -38,16 +40,22 @@ def sh(*cmd: str) -> str:
 
 
 def dest(i: int) -> str:
-    return f"fd01:{i >> 16:x}:{i & 0xffff:x}::/64"
+    return f"fd01:{i >> 16:x}:{i & 0xFFFF:x}::/64"
 
 
 def op(kind: str, i: int) -> pb.Srv6Operation:
     if kind == "create":
-        return pb.Srv6Operation(create_policy=pb.CreatePolicyRequest(policy=pb.Policy(
-            destination=dest(i), mode=pb.ENCAP_MODE_ENCAP, segments=SEGS_A, device="d0")))
+        return pb.Srv6Operation(
+            create_policy=pb.CreatePolicyRequest(
+                policy=pb.Policy(destination=dest(i), mode=pb.ENCAP_MODE_ENCAP, segments=SEGS_A, device="d0")
+            )
+        )
     if kind == "update":
-        return pb.Srv6Operation(update_policy=pb.UpdatePolicyRequest(policy=pb.Policy(
-            destination=dest(i), mode=pb.ENCAP_MODE_ENCAP, segments=SEGS_B, device="d0")))
+        return pb.Srv6Operation(
+            update_policy=pb.UpdatePolicyRequest(
+                policy=pb.Policy(destination=dest(i), mode=pb.ENCAP_MODE_ENCAP, segments=SEGS_B, device="d0")
+            )
+        )
     return pb.Srv6Operation(remove_policy=pb.RemovePolicyRequest(destination=dest(i)))
 
 
@@ -75,8 +83,9 @@ def run_stream(stub, kind: str, n: int) -> None:
 
 def run_batch(stub, kind: str, n: int, batch: int) -> None:
     for k in range(0, n, batch):
-        r = stub.ApplyBatch(pb.ApplyBatchRequest(operations=[op(kind, i) for i in range(k, min(n, k + batch))]),
-                            timeout=300)
+        r = stub.ApplyBatch(
+            pb.ApplyBatchRequest(operations=[op(kind, i) for i in range(k, min(n, k + batch))]), timeout=300
+        )
         if r.failed:
             first = next(x for x in r.results if x.code)
             raise SystemExit(f"batch {kind}: {r.failed} failed, first: {first.message}")
@@ -109,10 +118,12 @@ def main() -> None:
         agent = start_agent(ns, "bench", tempfile.mkdtemp(prefix=f"{a.prefix}-bench-"), log_level=a.log_level)
         with agent.channel() as ch:
             stub = srv6_pb2_grpc.Srv6ServiceStub(ch)
-            styles = [("unary", a.n, lambda k, n: run_unary(stub, k, n, 1)),
-                      ("pipelined", a.n, lambda k, n: run_unary(stub, k, n, a.inflight)),
-                      ("stream", a.n, lambda k, n: run_stream(stub, k, n)),
-                      ("batch", a.n_batch, lambda k, n: run_batch(stub, k, n, a.batch))]
+            styles = [
+                ("unary", a.n, lambda k, n: run_unary(stub, k, n, 1)),
+                ("pipelined", a.n, lambda k, n: run_unary(stub, k, n, a.inflight)),
+                ("stream", a.n, lambda k, n: run_stream(stub, k, n)),
+                ("batch", a.n_batch, lambda k, n: run_batch(stub, k, n, a.batch)),
+            ]
             for style, n, fn in styles:
                 results[style] = {}
                 for kind, expect in (("create", n), ("update", n), ("remove", 0)):
@@ -129,8 +140,19 @@ def main() -> None:
         subprocess.run(["ip", "netns", "del", ns], capture_output=True)
     load = Path("/proc/loadavg").read_text().split()[0]
     if a.json:
-        print(json.dumps({"ops_per_s": results, "loadavg_1m": float(load), "n": a.n, "n_batch": a.n_batch,
-                          "batch": a.batch, "inflight": a.inflight, "log_level": a.log_level}))
+        print(
+            json.dumps(
+                {
+                    "ops_per_s": results,
+                    "loadavg_1m": float(load),
+                    "n": a.n,
+                    "n_batch": a.n_batch,
+                    "batch": a.batch,
+                    "inflight": a.inflight,
+                    "log_level": a.log_level,
+                }
+            )
+        )
         return
     print(f"agent configuration ops/s over one mTLS connection (load average {load}, 2 vCPUs shared)")
     print(f"{'style':<10} {'create':>8} {'update':>8} {'remove':>8}")

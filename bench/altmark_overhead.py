@@ -34,6 +34,7 @@ alike; CI95 with Student's t; PASTRAMI sweep per configuration around its median
 Full run ~6 min, --quick ~2 min (this 2-vCPU VM). Needs `make -C datapath` and `make -C bench`. Own resources: netns
 ambench-*, pins /sys/fs/bpf/segscope/ambench-*.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -43,8 +44,8 @@ import ipaddress
 import json
 import os
 import shutil
-import struct
 import statistics
+import struct
 import subprocess
 import sys
 import tempfile
@@ -54,30 +55,44 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
-from bench.pdr import (PLR_LIMIT, SWEEP_FACTORS, TIR_THRESHOLD, Line5Bench, PathSpec, Trial,  # noqa: E402
-                       ci95, find_pdr, pastrami_check, sh, sweep, sweep_points)
-from bench.stamp_forwarding_capacity import cpu_ticks, steal_share  # noqa: E402
+from bench.pdr import (  # noqa: E402
+    PLR_LIMIT,
+    SWEEP_FACTORS,
+    TIR_THRESHOLD,
+    Line5Bench,
+    PathSpec,
+    Trial,
+    ci95,
+    find_pdr,
+    pastrami_check,
+    sh,
+    sweep,
+    sweep_points,
+)
 from bench.report import machine, write_section  # noqa: E402
+from bench.stamp_forwarding_capacity import cpu_ticks, steal_share  # noqa: E402
+from segscope_schemas.names import BPFFS_PIN_ROOT
 
 SECTION = "altmark_overhead"
 TX_LOADER = REPO / "build" / "datapath" / "altmark_tx"
 RX_LOADER = REPO / "build" / "datapath" / "altmark_rx"
-PIN_ROOT = Path("/sys/fs/bpf/segscope")
+PIN_ROOT = Path(BPFFS_PIN_ROOT)
 
-SPREAD = 8                                # destinations / policies the traffic is spread over
-FIRST_DST = "fd00:b::100"                 # destination i = FIRST_DST + i (pktgen_udp --data-dsts)
-TX_NODE, TX_DEV = "A", "a0"               # ingress edge, its egress device toward the core
-RX_NODE, RX_DEV = "B", "b0"               # egress edge, its ingress device from the core
-GOAL_TX_RATIO = 0.95                      # the colourer costs <= 5 % of the PDR
-GOAL_RX_RATIO = 0.98                      # the counter costs <= 2 %
-SEED001 = {"tx": 0.139, "rx": 0.054}      # seed 001's measured throughput losses
-PERIOD_MS = 1000                          # colour period: every trial spans colour changes
-DEFAULT_RANGE = (15_000.0, 400_000.0)     # pps: from a loaded machine's PDR to past the generator's limit
-CAL_LO, CAL_HI = 0.25, 2.5                # calibrated search range, x the baseline's first PDR (wide: the
-                                          # PDR of one configuration varies by tens of % within minutes here)
+SPREAD = 8  # destinations / policies the traffic is spread over
+FIRST_DST = "fd00:b::100"  # destination i = FIRST_DST + i (pktgen_udp --data-dsts)
+TX_NODE, TX_DEV = "A", "a0"  # ingress edge, its egress device toward the core
+RX_NODE, RX_DEV = "B", "b0"  # egress edge, its ingress device from the core
+GOAL_TX_RATIO = 0.95  # the colourer costs <= 5 % of the PDR
+GOAL_RX_RATIO = 0.98  # the counter costs <= 2 %
+SEED001 = {"tx": 0.139, "rx": 0.054}  # seed 001's measured throughput losses
+PERIOD_MS = 1000  # colour period: every trial spans colour changes
+DEFAULT_RANGE = (15_000.0, 400_000.0)  # pps: from a loaded machine's PDR to past the generator's limit
+CAL_LO, CAL_HI = 0.25, 2.5  # calibrated search range, x the baseline's first PDR (wide: the
+# PDR of one configuration varies by tens of % within minutes here)
 
 
 # ---------------------------------------------------------------- flows and policies
+
 
 def policy_sid(i: int) -> str:
     """End.DT6 SID at B of policy i (one per traffic destination)."""
@@ -91,7 +106,7 @@ def flow_sids(i: int) -> list[str]:
 
 
 def flow_id(i: int) -> int:
-    return i + 1                           # FlowMonID 1..N (rfc9343 allows up to 0xFFFFF)
+    return i + 1  # FlowMonID 1..N (rfc9343 allows up to 0xFFFFF)
 
 
 def dst(i: int) -> str:
@@ -103,16 +118,20 @@ def add_policies(bench: Line5Bench) -> None:
     SIDs at B, and static neighbours at B for the destinations (H2 counts and drops whatever arrives)."""
     lab = bench.lab
     h2_mac = lab.mac(bench.spec.receiver, bench.spec.receiver_dev)
-    a_cmds = [f"route add {dst(i)}/128 encap seg6 mode encap segs {','.join(flow_sids(i))} dev {TX_DEV}"
-              for i in range(SPREAD)]
-    b_cmds = [f"route add {policy_sid(i)}/128 encap seg6local action End.DT6 table 254 dev {RX_DEV}"
-              for i in range(SPREAD)]
+    a_cmds = [
+        f"route add {dst(i)}/128 encap seg6 mode encap segs {','.join(flow_sids(i))} dev {TX_DEV}"
+        for i in range(SPREAD)
+    ]
+    b_cmds = [
+        f"route add {policy_sid(i)}/128 encap seg6local action End.DT6 table 254 dev {RX_DEV}" for i in range(SPREAD)
+    ]
     b_cmds += [f"neigh replace {dst(i)} lladdr {h2_mac} dev bh nud permanent" for i in range(SPREAD)]
     for node, cmds in ((TX_NODE, a_cmds), (RX_NODE, b_cmds)):
         lab.run(node, ["ip", "-6", "-batch", "-"], input="\n".join(cmds) + "\n", check=True)
 
 
 # ---------------------------------------------------------------- pinned maps (libbpf via ctypes)
+
 
 class _Libbpf:
     def __init__(self) -> None:
@@ -154,21 +173,23 @@ def flow_value(fid: int, slot: int, method: int, installed_tai_ns: int) -> bytes
     return struct.pack("<IIQQBBBBI", fid, slot, PERIOD_MS * 1_000_000, installed_tai_ns, method, 0, 1, 0, 0)
 
 
-METHOD_CODE = {"dscp": 1, "rfc9343": 2}   # ALTMARK_METHOD_* (schemas/c/altmark_block.h)
+METHOD_CODE = {"dscp": 1, "rfc9343": 2}  # ALTMARK_METHOD_* (schemas/c/altmark_block.h)
 
 
 # ---------------------------------------------------------------- one loaded program instance
+
 
 @dataclass
 class ProgramSet:
     """One altmark_tx or altmark_rx instance with its own pinned maps and N flows installed, loaded
     once; the benchmark attaches and detaches its pinned program between configurations."""
-    kind: str                  # tx | rx
+
+    kind: str  # tx | rx
     nflows: int
     method: str
     bench: Line5Bench
     attached: bool = False
-    loader_flows: int = 0      # installed through the loader's add-flow (the rest: bulk map writes)
+    loader_flows: int = 0  # installed through the loader's add-flow (the rest: bulk map writes)
 
     @property
     def loader(self) -> Path:
@@ -221,8 +242,17 @@ class ProgramSet:
         self.detach()
 
     def _add_flow_args(self, i: int) -> list[str]:
-        args = ["add-flow", "--instance", self.instance, "--flow-id", str(flow_id(i)),
-                "--method", self.method, "--period-ms", str(PERIOD_MS)]
+        args = [
+            "add-flow",
+            "--instance",
+            self.instance,
+            "--flow-id",
+            str(flow_id(i)),
+            "--method",
+            self.method,
+            "--period-ms",
+            str(PERIOD_MS),
+        ]
         if self.kind == "rx" and self.method == "rfc9343":
             return args + ["--flowmon-id", str(flow_id(i))]
         return args + ["--sids", ",".join(flow_sids(i))]
@@ -249,8 +279,25 @@ class ProgramSet:
         prog = str(self.pin_dir / "prog")
         if self.kind == "tx":
             sh(enter + ["tc", "qdisc", "replace", "dev", self.dev, "clsact"])
-            sh(enter + ["tc", "filter", "replace", "dev", self.dev, "egress", "pref", "1", "handle", "1",
-                        "bpf", "da", "object-pinned", prog])
+            sh(
+                enter
+                + [
+                    "tc",
+                    "filter",
+                    "replace",
+                    "dev",
+                    self.dev,
+                    "egress",
+                    "pref",
+                    "1",
+                    "handle",
+                    "1",
+                    "bpf",
+                    "da",
+                    "object-pinned",
+                    prog,
+                ]
+            )
         else:
             sh(enter + ["ip", "link", "set", "dev", self.dev, "xdpdrv", "pinned", prog])
         self.attached = True
@@ -290,8 +337,24 @@ class ProgramSet:
         mean ns per run as the kernel times it, and the packet as the program left it."""
         src, out = workdir / "in.bin", workdir / f"out-{self.kind}.bin"
         src.write_bytes(frame)
-        res = json.loads(sh(["bpftool", "-j", "prog", "run", "pinned", str(self.pin_dir / "prog"), "data_in", str(src),
-                             "data_out", str(out), "repeat", str(repeat)]).stdout)
+        res = json.loads(
+            sh(
+                [
+                    "bpftool",
+                    "-j",
+                    "prog",
+                    "run",
+                    "pinned",
+                    str(self.pin_dir / "prog"),
+                    "data_in",
+                    str(src),
+                    "data_out",
+                    str(out),
+                    "repeat",
+                    str(repeat),
+                ]
+            ).stdout
+        )
         return float(res["duration"]), out.read_bytes()
 
     def list_flows(self) -> list[dict]:
@@ -301,8 +364,10 @@ class ProgramSet:
 def encapsulated_frame(i: int = 0) -> bytes:
     """The frame A's a0 egress sees for traffic destination i: Ethernet | IPv6 (to the first SID) | SRH
     (segments left 1) | IPv6 | UDP | 44-byte payload, as `encap seg6 mode encap` builds it."""
+
     def a(x: str) -> bytes:
         return ipaddress.IPv6Address(x).packed
+
     udp = struct.pack("!HHHH", 40000, 9, 8 + 44, 0) + bytes(44)
     inner = struct.pack("!IHBB", 6 << 28, len(udp), 17, 64) + a("fd00:a::1") + a(dst(i)) + udp
     segs = [a(s) for s in reversed(flow_sids(i))]
@@ -333,6 +398,7 @@ def program_costs(programs: list[ProgramSet], prefix: str, rounds: int = 5, repe
 
 # ---------------------------------------------------------------- configurations
 
+
 @dataclass
 class Config:
     name: str
@@ -343,7 +409,7 @@ class Config:
     sweep: list[Trial] = field(default_factory=list)
     data_sent: int = 0
     data_received: int = 0
-    marked: dict[str, int] = field(default_factory=dict)          # tx/rx -> packets coloured/counted
+    marked: dict[str, int] = field(default_factory=dict)  # tx/rx -> packets coloured/counted
     flow_packets: dict[str, list[int]] = field(default_factory=dict)
 
     @property
@@ -398,31 +464,40 @@ def check_monitored(cfg: Config) -> list[str]:
         got = cfg.marked.get(p.kind, 0)
         # Delivered packets all crossed both programs; strays (ND, MLD) carry no SRH and are not marked.
         if not cfg.data_received <= got <= cfg.data_sent:
-            problems.append(f"{cfg.name}: {p.kind} marked {got} packets, expected between {cfg.data_received} "
-                            f"delivered and {cfg.data_sent} sent")
+            problems.append(
+                f"{cfg.name}: {p.kind} marked {got} packets, expected between {cfg.data_received} "
+                f"delivered and {cfg.data_sent} sent"
+            )
         per_flow = cfg.flow_packets.get(p.kind, [])
         if len(per_flow) != cfg.dsts or min(per_flow, default=0) == 0:
-            problems.append(f"{cfg.name}: {p.kind} per-flow packets {per_flow}: not every one of the "
-                            f"{cfg.dsts} traffic flows was counted")
+            problems.append(
+                f"{cfg.name}: {p.kind} per-flow packets {per_flow}: not every one of the "
+                f"{cfg.dsts} traffic flows was counted"
+            )
     return problems
 
 
 # ---------------------------------------------------------------- main
 
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--prefix", default="ambench")
-    ap.add_argument("--quick", action="store_true",
-                    help="smoke run: 2 repetitions, 0.5 s trials, 5-step searches, 1 and 100 flows")
+    ap.add_argument(
+        "--quick", action="store_true", help="smoke run: 2 repetitions, 0.5 s trials, 5-step searches, 1 and 100 flows"
+    )
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--seconds", type=float, default=1.0)
     ap.add_argument("--steps", type=int, default=9, help="trials per binary search")
     ap.add_argument("--lo", type=float, help=f"search range, default {DEFAULT_RANGE[0]:g}-{DEFAULT_RANGE[1]:g} pps")
     ap.add_argument("--hi", type=float)
-    ap.add_argument("--calibrate", metavar="LO,HI",
-                    help="instead of a fixed range: a 7-trial search of the baseline in LO-HI sets the searches' "
-                         f"range to {CAL_LO:g}-{CAL_HI:g} x its PDR (finer steps, but a calibration in a loss burst "
-                         "or a quiet spell misplaces the whole run: the machine's PDR moves by 2x within minutes)")
+    ap.add_argument(
+        "--calibrate",
+        metavar="LO,HI",
+        help="instead of a fixed range: a 7-trial search of the baseline in LO-HI sets the searches' "
+        f"range to {CAL_LO:g}-{CAL_HI:g} x its PDR (finer steps, but a calibration in a loss burst "
+        "or a quiet spell misplaces the whole run: the machine's PDR moves by 2x within minutes)",
+    )
     ap.add_argument("--flows", help="monitored flows installed, comma-separated (default 1,100,10000; --quick: 1,100)")
     ap.add_argument("--method", choices=tuple(METHOD_CODE), default="dscp")
     ap.add_argument("--sweep-reps", type=int, default=1, help="passes over each PASTRAMI sweep (averaged per load)")
@@ -467,7 +542,9 @@ def main() -> int:
     print()
     print(text)
     if args.json_out:
-        Path(args.json_out).write_text(json.dumps(summary(configs, problems, steal, elapsed, getattr(args, "costs", {})), indent=1))
+        Path(args.json_out).write_text(
+            json.dumps(summary(configs, problems, steal, elapsed, getattr(args, "costs", {})), indent=1)
+        )
     if not args.no_doc:
         write_section(SECTION if args.method == "dscp" else f"{SECTION}_{args.method}", text)
         print("updated docs/benchmarks.md")
@@ -483,8 +560,10 @@ def run(args, configs: list[Config], programs: list[ProgramSet], bench: Line5Ben
     for p in programs:
         t0 = time.monotonic()
         p.load()
-        log(f"loaded {p.kind} instance {p.instance}: {p.nflows} flows ({p.loader_flows} via add-flow) "
-            f"in {time.monotonic() - t0:.1f} s")
+        log(
+            f"loaded {p.kind} instance {p.instance}: {p.nflows} flows ({p.loader_flows} via add-flow) "
+            f"in {time.monotonic() - t0:.1f} s"
+        )
     bench._settle()
 
     def trial(rate: float) -> Trial:
@@ -502,7 +581,7 @@ def run(args, configs: list[Config], programs: list[ProgramSet], bench: Line5Ben
         log(f"calibration: PDR {cal.pdr_pps:,.0f} pps -> searches in [{args.lo:,.0f}, {args.hi:,.0f}] pps")
 
     for rep in range(args.reps):
-        order = configs[rep % len(configs):] + configs[:rep % len(configs)]
+        order = configs[rep % len(configs) :] + configs[: rep % len(configs)]
         for cfg in order:
             switch_to(cfg, programs, bench, warmup_pps=args.lo)
             args.load_monitor.sample()
@@ -541,6 +620,7 @@ def _sweep(cfg: Config, trial, center: float, reps: int) -> list[Trial]:
 
 # ---------------------------------------------------------------- the machine's other load
 
+
 def process_cpu_ticks() -> dict[int, tuple[str, int]]:
     """pid -> (command name, utime + stime in clock ticks) of every process now."""
     out = {}
@@ -551,8 +631,8 @@ def process_cpu_ticks() -> dict[int, tuple[str, int]]:
             stat = (d / "stat").read_text()
         except OSError:
             continue
-        name = stat[stat.index("(") + 1:stat.rindex(")")]
-        fields = stat[stat.rindex(")") + 2:].split()
+        name = stat[stat.index("(") + 1 : stat.rindex(")")]
+        fields = stat[stat.rindex(")") + 2 :].split()
         out[int(d.name)] = (name, int(fields[11]) + int(fields[12]))
     return out
 
@@ -561,6 +641,7 @@ class LoadMonitor:
     """CPU time other processes used during the run, sampled at every configuration switch (a process
     that exits between two samples loses only its time since the last one). Ours are left out: the
     generator, this script and its helpers; kernel softirq threads stay in (they carry the DUT's work too)."""
+
     OWN = frozenset({"pktgen_udp", "python3", "python", "bpftool", "ip", "tc", "nsenter", "altmark_tx", "altmark_rx"})
 
     def __init__(self) -> None:
@@ -583,6 +664,7 @@ class LoadMonitor:
 
 
 # ---------------------------------------------------------------- report
+
 
 def ratio(a: Config, b: Config) -> tuple[float, float, float]:
     """Point estimate and the loose bounds from the two CI95 (a.low / b.high, a.high / b.low)."""
@@ -625,11 +707,16 @@ def report(args, flows, configs: list[Config], problems: list[str], steal: float
         tirs = ", ".join(f"{t:.2f}" for t in chk.tirs) or "–"
         bounds = any(s.at_upper_bound or s.below_lower_bound for s in c.searches)
         marked = ", ".join(f"{k} {v:,}" for k, v in c.marked.items()) or "–"
-        rows.append(f"| {c.name} | {', '.join(f'{p / 1e3:.1f}' for p in pdrs)} | **{ci.mean / 1e3:.1f}** | "
-                    f"±{ci.half_width / 1e3:.1f} | {statistics.median(pdrs) / 1e3:.1f} | {chk.verdict} | {chk.max_plr_below * 100:.2f} % | {tirs} | "
-                    f"{c.data_sent:,} / {c.data_received:,} | {marked} |{' search hit a bound' if bounds else ''}")
-    sweep_rows = [f"| {c.name} | " + ", ".join(f"{o / 1e3:.1f}→{(1 - t / o) * 100:.2f}%" for o, t in sweep_points(c.sweep))
-                  + " |" for c in configs]
+        rows.append(
+            f"| {c.name} | {', '.join(f'{p / 1e3:.1f}' for p in pdrs)} | **{ci.mean / 1e3:.1f}** | "
+            f"±{ci.half_width / 1e3:.1f} | {statistics.median(pdrs) / 1e3:.1f} | {chk.verdict} | "
+            f"{chk.max_plr_below * 100:.2f} % | {tirs} | "
+            f"{c.data_sent:,} / {c.data_received:,} | {marked} |{' search hit a bound' if bounds else ''}"
+        )
+    sweep_rows = [
+        f"| {c.name} | " + ", ".join(f"{o / 1e3:.1f}→{(1 - t / o) * 100:.2f}%" for o, t in sweep_points(c.sweep)) + " |"
+        for c in configs
+    ]
     cmp_rows = []
     for what, n, a, b, goal in comparisons(configs, flows):
         r, lo, hi = ratio(a, b)
@@ -638,19 +725,26 @@ def report(args, flows, configs: list[Config], problems: list[str], steal: float
         verdict = "met" if r >= goal else "NOT met"
         hit_bound = any(x.at_upper_bound or x.below_lower_bound for c in (a, b) for x in c.searches)
         conclusive = (pci is not None and (pci.low >= goal or pci.high < goal)) and not hit_bound
-        cmp_rows.append(f"| {what} | {n} | {a.name} / {b.name} | **{r:.3f}** ({(1 - r) * 100:+.1f} % cost) | "
-                        f"{lo:.3f}–{hi:.3f} | {median_ratio(a, b):.3f} | {', '.join(f'{x:.3f}' for x in paired)} | "
-                        + (f"{pci.mean:.3f} ± {pci.half_width:.3f}" if pci else "–")
-                        + f" | ≥ {goal} | {verdict}{'' if conclusive else ' (not conclusive)'} |")
+        cmp_rows.append(
+            f"| {what} | {n} | {a.name} / {b.name} | **{r:.3f}** ({(1 - r) * 100:+.1f} % cost) | "
+            f"{lo:.3f}–{hi:.3f} | {median_ratio(a, b):.3f} | {', '.join(f'{x:.3f}' for x in paired)} | "
+            + (f"{pci.mean:.3f} ± {pci.half_width:.3f}" if pci else "–")
+            + f" | ≥ {goal} | {verdict}{'' if conclusive else ' (not conclusive)'} |"
+        )
     costs = getattr(args, "costs", {}) or {}
     base_pdr = statistics.median([s.pdr_pps for s in configs[0].searches])
     cost_rows = []
     for key, ns in costs.items():
         instance, kind = key.rsplit("/", 1)
         n = instance.rsplit("-n", 1)[1]
-        cost_rows.append(f"| {'altmark_tx (TC)' if kind == 'tx' else 'altmark_rx (XDP)'} | {n} | {ns:.0f} | "
-                         f"{ns * base_pdr / 1e9 * 100:.1f} % |")
-    cost_text = ("" if not cost_rows else f"""Per-packet cost of the programs alone, for comparison (`bpftool prog run`, BPF_PROG_TEST_RUN: the kernel's mean
+        cost_rows.append(
+            f"| {'altmark_tx (TC)' if kind == 'tx' else 'altmark_rx (XDP)'} | {n} | {ns:.0f} | "
+            f"{ns * base_pdr / 1e9 * 100:.1f} % |"
+        )
+    cost_text = (
+        ""
+        if not cost_rows
+        else f"""Per-packet cost of the programs alone, for comparison (`bpftool prog run`, BPF_PROG_TEST_RUN: the kernel's mean
 time per run, median of 5 rounds × 200 000 runs on one packet of monitored flow 0; the counter runs on the
 colourer's output; {'the colourer is not measured with rfc9343: repeated runs on one packet find it already marked; ' if args.method == 'rfc9343' else ''}these
 timings do not include the cost of the hooks themselves — the clsact qdisc, the switch of veth to NAPI for XDP).
@@ -661,23 +755,37 @@ PDR: what the PDR would lose if the program's time were the only difference.
 |---|---|---|---|
 {chr(10).join(cost_rows)}
 
-""")
+"""  # noqa: E501 - markdown report: one table row or paragraph per line
+    )
     verdicts = {c.name: pastrami_check(sweep_points(c.sweep)).verdict for c in configs}
     stable = set(verdicts.values()) == {"GOOD"}
-    cmd = (f"sudo .local/venv/bin/python bench/altmark_overhead.py{' --quick' if args.quick else ''}"
-           f" --reps {args.reps} --seconds {args.seconds:g} --steps {args.steps} --lo {args.lo:g} --hi {args.hi:g}"
-           f" --flows {','.join(map(str, flows))} --method {args.method} --sweep-reps {args.sweep_reps}"
-           f"{' --baseline-only' if args.baseline_only else ''}")
-    datapath = subprocess.run(["git", "log", "-1", "--format=%h %s", "--", "datapath"], cwd=REPO,
-                              capture_output=True, text=True).stdout.strip()[:90] or "?"
-    dirty = subprocess.run(["git", "status", "--porcelain", "--", "datapath"], cwd=REPO,
-                           capture_output=True, text=True).stdout.strip()
-    calibrated = (f" (search range calibrated: a 7-trial search of {configs[0].name} in [{args.calibrate}] pps found "
-                  f"{args.calibrated_pdr / 1e3:.1f} kpps; range {CAL_LO:g}-{CAL_HI:g} x that)"
-                  if getattr(args, "calibrated_pdr", None) else "")
-    monitored = ("every configuration's programs coloured/counted between the delivered and the sent data packets "
-                 "of its trials, and every traffic flow's per-flow counter grew" if not problems else
-                 "**FAILED**: " + "; ".join(problems))
+    cmd = (
+        f"sudo .local/venv/bin/python bench/altmark_overhead.py{' --quick' if args.quick else ''}"
+        f" --reps {args.reps} --seconds {args.seconds:g} --steps {args.steps} --lo {args.lo:g} --hi {args.hi:g}"
+        f" --flows {','.join(map(str, flows))} --method {args.method} --sweep-reps {args.sweep_reps}"
+        f"{' --baseline-only' if args.baseline_only else ''}"
+    )
+    datapath = (
+        subprocess.run(
+            ["git", "log", "-1", "--format=%h %s", "--", "datapath"], cwd=REPO, capture_output=True, text=True
+        ).stdout.strip()[:90]
+        or "?"
+    )
+    dirty = subprocess.run(
+        ["git", "status", "--porcelain", "--", "datapath"], cwd=REPO, capture_output=True, text=True
+    ).stdout.strip()
+    calibrated = (
+        f" (search range calibrated: a 7-trial search of {configs[0].name} in [{args.calibrate}] pps found "
+        f"{args.calibrated_pdr / 1e3:.1f} kpps; range {CAL_LO:g}-{CAL_HI:g} x that)"
+        if getattr(args, "calibrated_pdr", None)
+        else ""
+    )
+    monitored = (
+        "every configuration's programs coloured/counted between the delivered and the sent data packets "
+        "of its trials, and every traffic flow's per-flow counter grew"
+        if not problems
+        else "**FAILED**: " + "; ".join(problems)
+    )
     return f"""## Alternate-marking overhead on the SRv6 path ({args.method} method), PDR@0.5 % (bench/altmark_overhead.py)
 
 {dt.datetime.now(dt.timezone.utc).strftime('%Y-%m-%d %H:%M UTC')}; {m['nproc']} vCPUs, {m['cpu']}, kernel {m['kernel']};
@@ -724,16 +832,30 @@ hit a bound of its range. Seed 001 lost
 {SEED001['tx'] * 100:.1f} % (TC) and {SEED001['rx'] * 100:.1f} % (XDP) of throughput; the goals are ≤ 5 % and ≤ 2 %. On this 2-vCPU shared
 VM a 2-5 % difference is within the run-to-run noise of one PDR search, so only many interleaved repetitions
 (or a quieter machine) can settle it.
-"""
+"""  # noqa: E501 - markdown report: one table row or paragraph per line
 
 
 def summary(configs: list[Config], problems: list[str], steal: float, elapsed: float, costs: dict) -> dict:
-    return {"elapsed_s": elapsed, "steal": steal, "problems": problems, "program_cost_ns": costs, "configs": {
-        c.name: {"pdrs": [s.pdr_pps for s in c.searches], "ci95": vars(ci95([s.pdr_pps for s in c.searches])),
-                 "pastrami": vars(pastrami_check(sweep_points(c.sweep))), "marked": c.marked,
-                 "flow_packets": c.flow_packets, "data_sent": c.data_sent, "data_received": c.data_received,
-                 "sweep": [t.row() for t in c.sweep],
-                 "search_trials": [[t.row() for t in s.trials] for s in c.searches]} for c in configs}}
+    return {
+        "elapsed_s": elapsed,
+        "steal": steal,
+        "problems": problems,
+        "program_cost_ns": costs,
+        "configs": {
+            c.name: {
+                "pdrs": [s.pdr_pps for s in c.searches],
+                "ci95": vars(ci95([s.pdr_pps for s in c.searches])),
+                "pastrami": vars(pastrami_check(sweep_points(c.sweep))),
+                "marked": c.marked,
+                "flow_packets": c.flow_packets,
+                "data_sent": c.data_sent,
+                "data_received": c.data_received,
+                "sweep": [t.row() for t in c.sweep],
+                "search_trials": [[t.row() for t in s.trials] for s in c.searches],
+            }
+            for c in configs
+        },
+    }
 
 
 if __name__ == "__main__":

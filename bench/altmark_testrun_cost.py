@@ -13,6 +13,7 @@ throwaway netns <prefix>tr. Packets: the outer IPv6 + SRH [fc00:3::d6, fc00:2::e
   rx dscp / rx rfc9343  repeat=100000, best of 5
 The extra flows are written straight into altmark_flows (different SID lists, their own slots).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -27,8 +28,23 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(REPO), str(REPO / "schemas" / "python")]
 os.chdir(REPO)
 
-from tests.datapath.altmark_env import (METHOD_DSCP, PIN_ROOT, POLICY, RX, TX, Maps, TestRun,  # noqa: E402
-                                        doh, encapped, ipv6_hdr, inner_udp, eth, run, sidlist_key, srh)
+from tests.datapath.altmark_env import (  # noqa: E402
+    METHOD_DSCP,
+    PIN_ROOT,
+    POLICY,
+    RX,
+    TX,
+    Maps,
+    TestRun,
+    doh,
+    encapped,
+    eth,
+    inner_udp,
+    ipv6_hdr,
+    run,
+    sidlist_key,
+    srh,
+)
 
 FLOWMON = 0x4242
 
@@ -45,9 +61,13 @@ def measure(tx: TestRun, rx: TestRun) -> dict[str, float]:
     def looped(prog: TestRun, frame: bytes) -> float:
         return float(min(prog.run(frame, repeat=100_000)[2] for _ in range(5)))
 
-    return {"tx_dscp_repeat_ns": looped(tx, dscp), "tx_dscp_per_call_ns": per_call(tx, dscp),
-            "tx_rfc9343_per_call_ns": per_call(tx, rfc), "rx_dscp_ns": looped(rx, encapped(tclass=4)),
-            "rx_rfc9343_ns": looped(rx, rx_rfc)}
+    return {
+        "tx_dscp_repeat_ns": looped(tx, dscp),
+        "tx_dscp_per_call_ns": per_call(tx, dscp),
+        "tx_rfc9343_per_call_ns": per_call(tx, rfc),
+        "rx_dscp_ns": looped(rx, encapped(tclass=4)),
+        "rx_rfc9343_ns": looped(rx, rx_rfc),
+    }
 
 
 def main() -> int:
@@ -61,26 +81,80 @@ def main() -> int:
     dev0, dev1 = f"{a.prefix}tr0", f"{a.prefix}tr1"
     subprocess.run(["ip", "netns", "add", ns], check=True)
     try:
-        for cmd in (["sysctl", "-qw", "net.ipv6.conf.all.disable_ipv6=1"],
-                    ["ip", "link", "add", dev0, "type", "veth", "peer", "name", dev1]):
+        for cmd in (
+            ["sysctl", "-qw", "net.ipv6.conf.all.disable_ipv6=1"],
+            ["ip", "link", "add", dev0, "type", "veth", "peer", "name", dev1],
+        ):
             subprocess.run(["ip", "netns", "exec", ns, *cmd], check=True)
         run(TX, "attach", "--netns", ns, "--dev", dev0, "--instance", inst)
         run(RX, "attach", "--netns", ns, "--dev", dev1, "--instance", inst)
-        run(TX, "add-flow", "--instance", inst, "--sids", ",".join(POLICY), "--flow-id", "7", "--method", "dscp",
-            "--period-ms", "1000", "--dmark-every", "100")
-        run(TX, "add-flow", "--instance", inst, "--sids", "fc00:2::e,fc00:4::d6", "--flow-id", str(FLOWMON),
-            "--method", "rfc9343", "--period-ms", "1000", "--dmark-every", "100")
-        run(RX, "add-flow", "--instance", inst, "--sids", ",".join(POLICY), "--flow-id", "7", "--method", "dscp",
-            "--period-ms", "1000")
-        run(RX, "add-flow", "--instance", inst, "--flowmon-id", str(FLOWMON), "--method", "rfc9343",
-            "--period-ms", "1000")
+        run(
+            TX,
+            "add-flow",
+            "--instance",
+            inst,
+            "--sids",
+            ",".join(POLICY),
+            "--flow-id",
+            "7",
+            "--method",
+            "dscp",
+            "--period-ms",
+            "1000",
+            "--dmark-every",
+            "100",
+        )
+        run(
+            TX,
+            "add-flow",
+            "--instance",
+            inst,
+            "--sids",
+            "fc00:2::e,fc00:4::d6",
+            "--flow-id",
+            str(FLOWMON),
+            "--method",
+            "rfc9343",
+            "--period-ms",
+            "1000",
+            "--dmark-every",
+            "100",
+        )
+        run(
+            RX,
+            "add-flow",
+            "--instance",
+            inst,
+            "--sids",
+            ",".join(POLICY),
+            "--flow-id",
+            "7",
+            "--method",
+            "dscp",
+            "--period-ms",
+            "1000",
+        )
+        run(
+            RX,
+            "add-flow",
+            "--instance",
+            inst,
+            "--flowmon-id",
+            str(FLOWMON),
+            "--method",
+            "rfc9343",
+            "--period-ms",
+            "1000",
+        )
         tx_dir, rx_dir = PIN_ROOT / inst / "altmark_tx", PIN_ROOT / inst / "altmark_rx"
         tx, rx = TestRun(tx_dir / "prog"), TestRun(rx_dir / "prog")
         result = {"one_flow": measure(tx, rx)}
         for maps in (Maps(tx_dir), Maps(rx_dir)):
             for i in range(a.flows):
-                maps.put_flow(sidlist_key(["fc00:2::e", f"fc00:66::{i:x}"]),
-                              struct.pack("<IIQQBBBBI", 100_000 + i, 10 + i, 10**9, 0, METHOD_DSCP, 0, 1, 0, 0))
+                maps.put_flow(
+                    sidlist_key(["fc00:2::e", f"fc00:66::{i:x}"]),
+                    struct.pack("<IIQQBBBBI", 100_000 + i, 10 + i, 10**9, 0, METHOD_DSCP, 0, 1, 0, 0),
+                )
         result[f"plus_{a.flows}_flows"] = measure(tx, rx)
     finally:
         run(TX, "detach", "--netns", ns, "--dev", dev0, "--instance", inst, check=False)

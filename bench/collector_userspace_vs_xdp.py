@@ -22,6 +22,7 @@ Prints a table and updates the `collector_userspace_vs_xdp` section of docs/benc
 Needs `make -C datapath`. Own resources: netns cm-bs/cm-bc, pins under
 /sys/fs/bpf/segscope/cm-bench. Runtime ~30 s with the defaults.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -42,8 +43,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "schemas" / "python"))
-from bench.reflector_vs_bounce import attach_reply_counter, remove_bench_env, reply_count  # noqa: E402
 from bench.reflector_userspace_vs_xdp import rcvbuf_errors  # noqa: E402
+from bench.reflector_vs_bounce import attach_reply_counter, remove_bench_env, reply_count  # noqa: E402
 from bench.report import machine, write_section  # noqa: E402
 from tests.datapath.dp_env import VethPair, ensure_bpffs, in_netns, run_tool  # noqa: E402
 
@@ -73,9 +74,23 @@ def build_frames(pair: VethPair, count: int) -> list[bytes]:
     T1 < T2 < T3 are a recent CLOCK_TAI instant (the collector widens 32-bit seconds around T4)."""
     t1 = time.clock_gettime_ns(time.CLOCK_TAI) - 1_000_000
     sec, nsec = divmod(t1, NS_PER_SEC)
-    ee = 0x4001                                                    # Z = PTP, multiplier 1
-    payload0 = struct.pack("!IIIHHIIIIIHHB3x", 0, sec, (nsec + 2000) % NS_PER_SEC, ee, SSID,
-                           sec, (nsec + 1000) % NS_PER_SEC, 0, sec, nsec, ee, 0, 63)
+    ee = 0x4001  # Z = PTP, multiplier 1
+    payload0 = struct.pack(
+        "!IIIHHIIIIIHHB3x",
+        0,
+        sec,
+        (nsec + 2000) % NS_PER_SEC,
+        ee,
+        SSID,
+        sec,
+        (nsec + 1000) % NS_PER_SEC,
+        0,
+        sec,
+        nsec,
+        ee,
+        0,
+        63,
+    )
     assert len(payload0) == 44
     src, dst = socket.inet_pton(socket.AF_INET6, pair.s_addr), socket.inet_pton(socket.AF_INET6, pair.x_addr)
     udp_len = 8 + len(payload0)
@@ -89,8 +104,18 @@ def build_frames(pair: VethPair, count: int) -> list[bytes]:
     for i in range(count):
         c = 0xFFFF - _fold(base + 2 * ((i >> 16) + (i & 0xFFFF)))
         seq = struct.pack("!I", i)
-        frames.append(b"".join((head, struct.pack("!HHHH", 862, SENDER_PORT, udp_len, c or 0xFFFF),
-                                seq, payload0[4:24], seq, payload0[28:])))
+        frames.append(
+            b"".join(
+                (
+                    head,
+                    struct.pack("!HHHH", 862, SENDER_PORT, udp_len, c or 0xFFFF),
+                    seq,
+                    payload0[4:24],
+                    seq,
+                    payload0[28:],
+                )
+            )
+        )
     return frames
 
 
@@ -115,23 +140,40 @@ def trial_xdp(pair: VethPair, frames: list[bytes]) -> dict:
         run_tool(COLLECTOR, "activate", "--pin-dir", str(PIN_DIR), "--ssid", str(SSID), "--port", str(SENDER_PORT))
         # the consumer writes to a file: a reader thread here would take the GIL from the flood loop
         with tempfile.TemporaryFile(prefix="cm-bench-dump-") as out:
-            consumer = subprocess.Popen([str(COLLECTOR), "dump", "--pin-dir", str(PIN_DIR), "--count",
-                                         str(len(frames)), "--timeout-ms", "3000"], stdout=out)
-            time.sleep(0.3)                                # the consumer is polling the ring
+            consumer = subprocess.Popen(
+                [
+                    str(COLLECTOR),
+                    "dump",
+                    "--pin-dir",
+                    str(PIN_DIR),
+                    "--count",
+                    str(len(frames)),
+                    "--timeout-ms",
+                    "3000",
+                ],
+                stdout=out,
+            )
+            time.sleep(0.3)  # the consumer is polling the ring
             start, end = flood(pair, frames)
             consumer.wait(30)
             out.seek(0)
             consumed = sum(1 for line in out if line.startswith(b"{"))
         stats = json.loads(run_tool(COLLECTOR, "stats", "--pin-dir", str(PIN_DIR), "--json").stdout)
     finally:
-        run_tool(COLLECTOR, "detach", "--netns", pair.x_ns, "--dev", pair.x_dev, "--pin-dir", str(PIN_DIR),
-                 check=False)
+        run_tool(COLLECTOR, "detach", "--netns", pair.x_ns, "--dev", pair.x_dev, "--pin-dir", str(PIN_DIR), check=False)
     # the XDP program writes each record when its frame arrives (T4 is taken at program entry), so
     # the records are all written by the end of the flood; the consumer may read the last ones later
-    return {"mode": "xdp", "sent": len(frames), "flood_s": end - start, "records": stats["collected"],
-            "drops": stats["drop_ringbuf_full"], "drop_kind": "ringbuf full", "consumed": consumed,
-            "seconds": end - start, "other": sum(
-                v for k, v in stats.items() if k not in ("collected", "drop_ringbuf_full"))}
+    return {
+        "mode": "xdp",
+        "sent": len(frames),
+        "flood_s": end - start,
+        "records": stats["collected"],
+        "drops": stats["drop_ringbuf_full"],
+        "drop_kind": "ringbuf full",
+        "consumed": consumed,
+        "seconds": end - start,
+        "other": sum(v for k, v in stats.items() if k not in ("collected", "drop_ringbuf_full")),
+    }
 
 
 def trial_userspace(pair: VethPair, frames: list[bytes], count_map: int) -> dict:
@@ -139,10 +181,36 @@ def trial_userspace(pair: VethPair, frames: list[bytes], count_map: int) -> dict
     k = len(frames)
     sent_before = reply_count(count_map)
     drops_before = rcvbuf_errors(pair.x_ns)
-    proc = subprocess.Popen([sys.executable, "-m", "collectors.ustamp", "sender", "--netns", pair.x_ns,
-                             "--src", pair.x_addr, "--dst", pair.s_addr, "--sport", str(SENDER_PORT),
-                             "--ssid", str(SSID), "--rate", "10000000", "--count", str(k), "--wait", "4",
-                             "--batch-interval", "0.02"], cwd=REPO, env=env, stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "collectors.ustamp",
+            "sender",
+            "--netns",
+            pair.x_ns,
+            "--src",
+            pair.x_addr,
+            "--dst",
+            pair.s_addr,
+            "--sport",
+            str(SENDER_PORT),
+            "--ssid",
+            str(SSID),
+            "--rate",
+            "10000000",
+            "--count",
+            str(k),
+            "--wait",
+            "4",
+            "--batch-interval",
+            "0.02",
+        ],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     stamps: list[float] = []
     summary: dict = {}
 
@@ -152,10 +220,11 @@ def trial_userspace(pair: VethPair, frames: list[bytes], count_map: int) -> dict
                 summary.update(json.loads(line)["summary"])
             else:
                 stamps.append(time.monotonic())
+
     reader = threading.Thread(target=read, daemon=True)
     reader.start()
     deadline = time.monotonic() + 60
-    while reply_count(count_map) - sent_before < k:        # its test packets are all out
+    while reply_count(count_map) - sent_before < k:  # its test packets are all out
         assert proc.poll() is None and time.monotonic() < deadline, "ustamp sender did not send its packets"
         time.sleep(0.05)
     start, end = flood(pair, frames)
@@ -163,16 +232,25 @@ def trial_userspace(pair: VethPair, frames: list[bytes], count_map: int) -> dict
     reader.join(10)
     drops = rcvbuf_errors(pair.x_ns) - drops_before
     last = max(stamps) if stamps else end
-    return {"mode": "userspace", "sent": k, "flood_s": end - start, "records": summary["records"],
-            "drops": drops, "drop_kind": "socket (Udp6RcvbufErrors)", "consumed": len(stamps),
-            "seconds": max(last, end) - start,
-            "other": summary["received"] - summary["records"]}
+    return {
+        "mode": "userspace",
+        "sent": k,
+        "flood_s": end - start,
+        "records": summary["records"],
+        "drops": drops,
+        "drop_kind": "socket (Udp6RcvbufErrors)",
+        "consumed": len(stamps),
+        "seconds": max(last, end) - start,
+        "other": summary["received"] - summary["records"],
+    }
 
 
 def git_head() -> str:
     """Last commit of datapath/ (+ a note if the working tree differs from it)."""
+
     def git(*a: str) -> str:
         return subprocess.run(["git", "-C", str(REPO), *a], capture_output=True, text=True).stdout.strip()
+
     head = git("log", "-1", "--format=%h", "--", "datapath")
     if not head:
         return "unknown (not a git checkout)"
@@ -204,9 +282,12 @@ def main() -> int:
                 r["round"] = i + 1
                 r["per_s"] = r["records"] / r["seconds"]
                 results.append(r)
-                print(f"  round {i + 1} {mode:9s} flood {r['sent']:,} in {r['flood_s']:.2f} s "
-                      f"({r['sent'] / r['flood_s']:,.0f}/s)  records {r['records']:,} ({r['per_s']:,.0f}/s)  "
-                      f"drops {r['drops']:,}  other {r['other']:,}", flush=True)
+                print(
+                    f"  round {i + 1} {mode:9s} flood {r['sent']:,} in {r['flood_s']:.2f} s "
+                    f"({r['sent'] / r['flood_s']:,.0f}/s)  records {r['records']:,} ({r['per_s']:,.0f}/s)  "
+                    f"drops {r['drops']:,}  other {r['other']:,}",
+                    flush=True,
+                )
     finally:
         remove_bench_env(pair, PIN_DIR)
     med = {m: statistics.median(r["per_s"] for r in results if r["mode"] == m) for m in ("xdp", "userspace")}
@@ -216,11 +297,16 @@ def main() -> int:
     load = Path("/proc/loadavg").read_text().split()[:3]
     rows = "\n".join(
         f"| {r['round']} | {r['mode']} | {r['sent']:,} | {r['sent'] / r['flood_s']:,.0f} | {r['records']:,} | "
-        f"{r['per_s']:,.0f} | {r['consumed']:,} | {r['drops']:,} {r['drop_kind']} | {r['sent'] - r['records'] - r['drops']:,} |"
-        for r in results)
-    xdp_note = ("The XDP collector recorded every flooded reply in every round, so its number is the flood's rate "
-                "(one Python AF_PACKET thread), a lower bound of its capacity"
-                if xdp_all else "The XDP collector did not record every reply (see drops)")
+        f"{r['per_s']:,.0f} | {r['consumed']:,} | {r['drops']:,} {r['drop_kind']} | "
+        f"{r['sent'] - r['records'] - r['drops']:,} |"
+        for r in results
+    )
+    xdp_note = (
+        "The XDP collector recorded every flooded reply in every round, so its number is the flood's rate "
+        "(one Python AF_PACKET thread), a lower bound of its capacity"
+        if xdp_all
+        else "The XDP collector did not record every reply (see drops)"
+    )
     text = f"""## Session-Sender receive side: XDP collector vs. ustamp (bench/collector_userspace_vs_xdp.py)
 
 {dt.datetime.now(dt.timezone.utc).strftime('%Y-%m-%d %H:%M UTC')}; {mach['nproc']} CPUs, {mach['cpu']}, kernel {mach['kernel']}.
@@ -243,14 +329,13 @@ Median records/s: XDP **{med['xdp']:,.0f}**, user space **{med['userspace']:,.0f
 {med['xdp'] / med['userspace']:.1f}x**; flood median {flood_rate:,.0f}/s). {xdp_note}. Load average at the end:
 {' '.join(load)} (2 shared cores). The user-space collector is the fallback where XDP is not available; a STAMP session
 is typically 1–1000 packets/s, far below either number.
-"""
+"""  # noqa: E501 - markdown report: one table row or paragraph per line
     print()
     print(text)
     if not args.no_doc:
         write_section(SECTION, text)
         print("updated docs/benchmarks.md")
     return 0
-
 
 
 if __name__ == "__main__":

@@ -21,6 +21,7 @@ none is left (a failed or missing operation fails the run). One op = one create 
 
     .local/venv/bin/python bench/config_ops.py [--ops 2000] [--batch 500] [--window 32] [--no-doc]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -34,7 +35,6 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(REPO), str(REPO / "schemas" / "python")]
 from bench.report import machine, write_section  # noqa: E402
-
 from controller.agents import AgentClient  # noqa: E402
 from controller.intent import NodeSpec, TlsFiles  # noqa: E402
 from controller.launch import AgentSet  # noqa: E402
@@ -54,6 +54,7 @@ class BenchError(RuntimeError):
 
 # ---------------------------------------------------------------------- operations
 
+
 def sid(i: int) -> str:
     return f"fc00:99::{i + 1:x}"
 
@@ -64,10 +65,12 @@ def dest(i: int) -> str:
 
 def create_req(kind: str, i: int):
     if kind == "local_sid":
-        return srv6_pb2.CreateLocalSidRequest(local_sid=srv6_pb2.LocalSid(
-            sid=sid(i), action=srv6_pb2.LOCAL_SID_ACTION_END, device=DEV))
-    return srv6_pb2.CreatePolicyRequest(policy=srv6_pb2.Policy(
-        destination=dest(i), mode=srv6_pb2.ENCAP_MODE_ENCAP, segments=["fc00:6::1"], device=DEV))
+        return srv6_pb2.CreateLocalSidRequest(
+            local_sid=srv6_pb2.LocalSid(sid=sid(i), action=srv6_pb2.LOCAL_SID_ACTION_END, device=DEV)
+        )
+    return srv6_pb2.CreatePolicyRequest(
+        policy=srv6_pb2.Policy(destination=dest(i), mode=srv6_pb2.ENCAP_MODE_ENCAP, segments=["fc00:6::1"], device=DEV)
+    )
 
 
 def remove_req(kind: str, i: int):
@@ -82,19 +85,30 @@ def batch_op(action: str, kind: str, i: int) -> srv6_pb2.Srv6Operation:
     return srv6_pb2.Srv6Operation(**{field: req})
 
 
-METHOD = {("create", "local_sid"): "CreateLocalSid", ("remove", "local_sid"): "RemoveLocalSid",
-          ("create", "policy"): "CreatePolicy", ("remove", "policy"): "RemovePolicy"}
+METHOD = {
+    ("create", "local_sid"): "CreateLocalSid",
+    ("remove", "local_sid"): "RemoveLocalSid",
+    ("create", "policy"): "CreatePolicy",
+    ("remove", "policy"): "RemovePolicy",
+}
 
 
 def count_objects(client: AgentClient, kind: str) -> int:
     if kind == "local_sid":
-        return sum(1 for s in client.srv6.ListLocalSids(srv6_pb2.ListLocalSidsRequest()).local_sids
-                   if s.local_sid.sid.startswith("fc00:99::"))
-    return sum(1 for p in client.srv6.ListPolicies(srv6_pb2.ListPoliciesRequest()).policies
-               if p.destination.startswith("fd00:99:"))
+        return sum(
+            1
+            for s in client.srv6.ListLocalSids(srv6_pb2.ListLocalSidsRequest()).local_sids
+            if s.local_sid.sid.startswith("fc00:99::")
+        )
+    return sum(
+        1
+        for p in client.srv6.ListPolicies(srv6_pb2.ListPoliciesRequest()).policies
+        if p.destination.startswith("fd00:99:")
+    )
 
 
 # ---------------------------------------------------------------------- ways of applying
+
 
 def run_unary(client: AgentClient, action: str, kind: str, n: int) -> list[float]:
     stub_call = getattr(client.srv6, METHOD[(action, kind)])
@@ -128,7 +142,9 @@ def run_stream(client: AgentClient, action: str, kind: str, n: int) -> None:
     got = 0
     for r in results:
         if r.code != 0 or not r.changed:
-            raise BenchError(f"StreamOperations {action} {kind} #{got}: code {r.code} {r.message!r} changed={r.changed}")
+            raise BenchError(
+                f"StreamOperations {action} {kind} #{got}: code {r.code} {r.message!r} changed={r.changed}"
+            )
         got += 1
     if got != n:
         raise BenchError(f"StreamOperations {action} {kind}: {got} results for {n} operations")
@@ -169,8 +185,12 @@ def run_local(netns: str, action: str, kind: str, n: int) -> float:
     """pyroute2 IPRoute inside the node's namespace (a process started there, so netlink goes
     straight to that namespace's kernel socket), one request per operation: seed 002's
     "applying locally" baseline. Returns the seconds the operations took, timed in that process."""
-    out = subprocess.run(["ip", "netns", "exec", netns, sys.executable, "-c", LOCAL_SCRIPT, action, kind, str(n), DEV],
-                         capture_output=True, text=True, timeout=300)
+    out = subprocess.run(
+        ["ip", "netns", "exec", netns, sys.executable, "-c", LOCAL_SCRIPT, action, kind, str(n), DEV],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     if out.returncode != 0:
         raise BenchError(f"local pyroute2 {action} {kind}: {out.stderr.strip()[-500:]}")
     return float(out.stdout.strip().splitlines()[-1])
@@ -219,8 +239,11 @@ def run(args) -> dict:
     client = None
     try:
         agents = AgentSet.start(lab, [NODE], REPO / ".run" / prefix, base_port=args.port or None)
-        tls = TlsFiles(ca=str(agents.certs / "ca.pem"), cert=str(agents.certs / "controller.pem"),
-                       key=str(agents.certs / "controller.key"))
+        tls = TlsFiles(
+            ca=str(agents.certs / "ca.pem"),
+            cert=str(agents.certs / "controller.pem"),
+            key=str(agents.certs / "controller.key"),
+        )
         client = AgentClient(NodeSpec(NODE, agents.addresses[NODE], tls))
         client.wait_ready()
         # warm-up: TLS handshake done once, code paths hot
@@ -231,9 +254,12 @@ def run(args) -> dict:
             for way in args.ways:
                 results.append(measure(client, lab.ns(NODE), way, kind, args.ops, args))
                 r = results[-1]
-                print(f"{kind:<10} {way:<10} {r['ops']:>6} ops in {r['seconds']:.3f} s = {r['ops_per_s']:>9,.0f} op/s "
-                      f"({r['rpcs']} RPCs)" + (f", p50 {r['p50_ms']:.2f} ms p99 {r['p99_ms']:.2f} ms" if "p50_ms" in r else ""),
-                      flush=True)
+                print(
+                    f"{kind:<10} {way:<10} {r['ops']:>6} ops in {r['seconds']:.3f} s = {r['ops_per_s']:>9,.0f} op/s "
+                    f"({r['rpcs']} RPCs)"
+                    + (f", p50 {r['p50_ms']:.2f} ms p99 {r['p99_ms']:.2f} ms" if "p50_ms" in r else ""),
+                    flush=True,
+                )
         del connections_before
         return {"results": results, "ops": args.ops, "batch": args.batch, "window": args.window}
     finally:
@@ -261,8 +287,10 @@ def write_doc(res: dict, m: dict) -> None:
     rows = []
     for r in res["results"]:
         lat = f"{r['p50_ms']:.2f} / {r['p99_ms']:.2f}" if "p50_ms" in r else "-"
-        rows.append(f"| {r['kind'].replace('_', ' ')} | {r['way']} | {r['ops']:,} | {r['rpcs']:,} | "
-                    f"{r['seconds']:.3f} s | **{r['ops_per_s']:,.0f}** | {lat} |")
+        rows.append(
+            f"| {r['kind'].replace('_', ' ')} | {r['way']} | {r['ops']:,} | {r['rpcs']:,} | "
+            f"{r['seconds']:.3f} s | **{r['ops_per_s']:,.0f}** | {lat} |"
+        )
     best = max((r for r in res["results"] if r["way"] != "local"), key=lambda r: r["ops_per_s"])
     unary = [r for r in res["results"] if r["way"] == "unary"]
     local = [r for r in res["results"] if r["way"] == "local"]
@@ -300,7 +328,7 @@ per-operation cost is Python on 2 shared cores, so the controller's bulk path is
 Local pyroute2, one request per operation: {' / '.join(f"{r['ops_per_s']:,.0f}" for r in local)} op/s (seed 002: {SEED_LOCAL:,},
 another machine).
 Every process on the machine shares the same 2 cores, so expect ±20 % between runs.
-"""
+"""  # noqa: E501 - markdown report: one table row or paragraph per line
     write_section("config_ops", section)
     return section
 

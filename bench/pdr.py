@@ -42,6 +42,7 @@ CLI:
     sudo .local/venv/bin/python bench/pdr.py [--dut xdp|userspace|none] [--share 0.01] [--reps 3]
          [--seconds 1] [--lo 50000] [--hi 350000] [--steps 8] [--no-check] [--json]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -58,6 +59,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable, Sequence
 
+from segscope_schemas.names import BPFFS_PIN_ROOT
+
 REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
@@ -67,19 +70,51 @@ PKTGEN = BUILD / "bench" / "pktgen_udp"
 REFLECTOR = BUILD / "datapath" / "stamp_reflector"
 COUNT_DROP_OBJ = BUILD / "datapath" / "xdp_count_drop.bpf.o"
 
-PLR_LIMIT = 0.005          # PDR@0.5 %
-TIR_THRESHOLD = 0.1        # PASTRAMI: < 10 % of added load becomes throughput = saturated
-SENDER_OK_RATIO = 0.99     # the generator must really offer >= 99 % of the target rate
+PLR_LIMIT = 0.005  # PDR@0.5 %
+TIR_THRESHOLD = 0.1  # PASTRAMI: < 10 % of added load becomes throughput = saturated
+SENDER_OK_RATIO = 0.99  # the generator must really offer >= 99 % of the target rate
 SWEEP_FACTORS = (0.6, 0.9, 1.0, 1.1, 1.25, 1.5)
 
 # Student's t, 97.5th percentile (two-sided 95 %), by degrees of freedom.
-_T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262,
-         10: 2.228, 11: 2.201, 12: 2.179, 13: 2.160, 14: 2.145, 15: 2.131, 16: 2.120, 17: 2.110,
-         18: 2.101, 19: 2.093, 20: 2.086, 21: 2.080, 22: 2.074, 23: 2.069, 24: 2.064, 25: 2.060,
-         26: 2.056, 27: 2.052, 28: 2.048, 29: 2.045, 30: 2.042, 40: 2.021, 60: 2.000, 120: 1.980}
+_T975 = {
+    1: 12.706,
+    2: 4.303,
+    3: 3.182,
+    4: 2.776,
+    5: 2.571,
+    6: 2.447,
+    7: 2.365,
+    8: 2.306,
+    9: 2.262,
+    10: 2.228,
+    11: 2.201,
+    12: 2.179,
+    13: 2.160,
+    14: 2.145,
+    15: 2.131,
+    16: 2.120,
+    17: 2.110,
+    18: 2.101,
+    19: 2.093,
+    20: 2.086,
+    21: 2.080,
+    22: 2.074,
+    23: 2.069,
+    24: 2.064,
+    25: 2.060,
+    26: 2.056,
+    27: 2.052,
+    28: 2.048,
+    29: 2.045,
+    30: 2.042,
+    40: 2.021,
+    60: 2.000,
+    120: 1.980,
+}
 
 
 # ---------------------------------------------------------------- statistics (pure functions)
+
 
 def t975(df: int) -> float:
     """Critical value t_{0.975, df} (table; between tabulated df the next smaller df, conservative)."""
@@ -96,11 +131,11 @@ def t975(df: int) -> float:
 class CI95:
     n: int
     mean: float
-    stdev: float          # sample standard deviation (n - 1)
-    half_width: float     # t_{0.975,n-1} * s / sqrt(n)
+    stdev: float  # sample standard deviation (n - 1)
+    half_width: float  # t_{0.975,n-1} * s / sqrt(n)
     low: float
     high: float
-    rel_upper: float      # PASTRAMI's normalised uncertainty (high - mean) / mean
+    rel_upper: float  # PASTRAMI's normalised uncertainty (high - mean) / mean
 
 
 def ci95(values: Sequence[float]) -> CI95:
@@ -115,18 +150,19 @@ def ci95(values: Sequence[float]) -> CI95:
 
 # ---------------------------------------------------------------- trials, search, check
 
+
 @dataclass
 class Trial:
     target_pps: float
-    offered_pps: float     # what the generator really sent per second
+    offered_pps: float  # what the generator really sent per second
     seconds: float
     sent: int
-    received: int          # data at the receiver + STAMP replies back at the sender
+    received: int  # data at the receiver + STAMP replies back at the sender
     data_sent: int = 0
     stamp_sent: int = 0
     data_received: int = 0
     stamp_received: int = 0
-    ingress_drops: int = 0   # dropped entering the DUT (backlog full on its CPU; sender veth tx drops)
+    ingress_drops: int = 0  # dropped entering the DUT (backlog full on its CPU; sender veth tx drops)
     late_batches: int = 0
 
     @property
@@ -146,8 +182,9 @@ class Trial:
 
     def row(self) -> dict:
         d = asdict(self)
-        d.update(plr=self.plr, throughput_pps=self.throughput_pps, sender_limited=self.sender_limited,
-                 passed=self.passed())
+        d.update(
+            plr=self.plr, throughput_pps=self.throughput_pps, sender_limited=self.sender_limited, passed=self.passed()
+        )
         return d
 
 
@@ -156,9 +193,9 @@ TrialFn = Callable[[float], Trial]
 
 @dataclass
 class SearchResult:
-    pdr_pps: float                 # highest passing offered rate (0 if even `lo` failed)
+    pdr_pps: float  # highest passing offered rate (0 if even `lo` failed)
     trials: list[Trial]
-    at_upper_bound: bool = False   # `hi` passed: the PDR is >= hi, raise --hi
+    at_upper_bound: bool = False  # `hi` passed: the PDR is >= hi, raise --hi
     below_lower_bound: bool = False
 
     @property
@@ -173,8 +210,14 @@ class SearchResult:
         return bool(failed) and all(t.plr <= PLR_LIMIT for t in failed)
 
 
-def find_pdr(trial: TrialFn, lo: float, hi: float, steps: int = 7, plr_limit: float = PLR_LIMIT,
-             log: Callable[[str], None] | None = None) -> SearchResult:
+def find_pdr(
+    trial: TrialFn,
+    lo: float,
+    hi: float,
+    steps: int = 7,
+    plr_limit: float = PLR_LIMIT,
+    log: Callable[[str], None] | None = None,
+) -> SearchResult:
     """Bounded binary search for the highest rate whose trial passes (PLR <= plr_limit).
 
     Trials: `lo` first (must pass, else the PDR is below the range), then `hi` (if it passes, the PDR
@@ -191,8 +234,10 @@ def find_pdr(trial: TrialFn, lo: float, hi: float, steps: int = 7, plr_limit: fl
         t = trial(rate)
         trials.append(t)
         if log:
-            log(f"    {rate:>10,.0f} pps: offered {t.offered_pps:>10,.0f} plr {t.plr * 100:7.3f} % "
-                f"{'pass' if t.passed(plr_limit) else 'FAIL'}{' (sender limited)' if t.sender_limited else ''}")
+            log(
+                f"    {rate:>10,.0f} pps: offered {t.offered_pps:>10,.0f} plr {t.plr * 100:7.3f} % "
+                f"{'pass' if t.passed(plr_limit) else 'FAIL'}{' (sender limited)' if t.sender_limited else ''}"
+            )
         return t
 
     if not run(lo).passed(plr_limit):
@@ -211,15 +256,16 @@ def find_pdr(trial: TrialFn, lo: float, hi: float, steps: int = 7, plr_limit: fl
 
 @dataclass
 class PastramiVerdict:
-    verdict: str                   # GOOD | BAD | NO_SATURATION
+    verdict: str  # GOOD | BAD | NO_SATURATION
     reason: str
-    potential_index: int | None    # first sweep point with PLR > threshold
-    tirs: list[float] = field(default_factory=list)   # TIR from the potential point on
-    max_plr_below: float = 0.0     # largest PLR before the potential point (low-load loss)
+    potential_index: int | None  # first sweep point with PLR > threshold
+    tirs: list[float] = field(default_factory=list)  # TIR from the potential point on
+    max_plr_below: float = 0.0  # largest PLR before the potential point (low-load loss)
 
 
-def pastrami_check(points: Sequence[tuple[float, float]], plr_threshold: float = PLR_LIMIT,
-                   tir_threshold: float = TIR_THRESHOLD) -> PastramiVerdict:
+def pastrami_check(
+    points: Sequence[tuple[float, float]], plr_threshold: float = PLR_LIMIT, tir_threshold: float = TIR_THRESHOLD
+) -> PastramiVerdict:
     """PASTRAMI §V on a load sweep: points = (offered pps, throughput pps), any order.
 
     GOOD if, from the first load with PLR > plr_threshold on, every TIR = ΔT/ΔO between consecutive
@@ -231,20 +277,38 @@ def pastrami_check(points: Sequence[tuple[float, float]], plr_threshold: float =
     plrs = [1.0 - t / o if o else 1.0 for o, t in pts]
     k = next((i for i, p in enumerate(plrs) if p > plr_threshold), None)
     if k is None:
-        return PastramiVerdict("NO_SATURATION", "no sweep load reached PLR > "
-                               f"{plr_threshold * 100:g} %: extend the sweep", None)
+        return PastramiVerdict(
+            "NO_SATURATION", f"no sweep load reached PLR > {plr_threshold * 100:g} %: extend the sweep", None
+        )
     max_below = max(plrs[:k], default=0.0)
     if k == len(pts) - 1:
-        return PastramiVerdict("NO_SATURATION", "only the last sweep load exceeds the PLR threshold: "
-                               "no load beyond it to compute a TIR", k, [], max_below)
+        return PastramiVerdict(
+            "NO_SATURATION",
+            "only the last sweep load exceeds the PLR threshold: no load beyond it to compute a TIR",
+            k,
+            [],
+            max_below,
+        )
     tirs = [(pts[i + 1][1] - pts[i][1]) / (pts[i + 1][0] - pts[i][0]) for i in range(k, len(pts) - 1)]
     bad = [i for i, tir in enumerate(tirs) if tir > tir_threshold]
     if bad:
-        return PastramiVerdict("BAD", f"TIR {tirs[bad[0]]:.2f} > {tir_threshold} after the PLR passed "
-                               f"{plr_threshold * 100:g} %: loss grows slowly, throughput still rises "
-                               "(PDR does not mark saturation)", k, tirs, max_below)
-    return PastramiVerdict("GOOD", f"all {len(tirs)} TIR <= {tir_threshold} from the first load with PLR > "
-                           f"{plr_threshold * 100:g} % on: PDR marks the onset of saturation", k, tirs, max_below)
+        return PastramiVerdict(
+            "BAD",
+            f"TIR {tirs[bad[0]]:.2f} > {tir_threshold} after the PLR passed "
+            f"{plr_threshold * 100:g} %: loss grows slowly, throughput still rises "
+            "(PDR does not mark saturation)",
+            k,
+            tirs,
+            max_below,
+        )
+    return PastramiVerdict(
+        "GOOD",
+        f"all {len(tirs)} TIR <= {tir_threshold} from the first load with PLR > "
+        f"{plr_threshold * 100:g} % on: PDR marks the onset of saturation",
+        k,
+        tirs,
+        max_below,
+    )
 
 
 def sweep(trial: TrialFn, center_pps: float, factors: Sequence[float] = SWEEP_FACTORS, reps: int = 1) -> list[Trial]:
@@ -257,11 +321,14 @@ def sweep_points(trials: Sequence[Trial]) -> list[tuple[float, float]]:
     by_target: dict[float, list[Trial]] = {}
     for t in trials:
         by_target.setdefault(t.target_pps, []).append(t)
-    return sorted((statistics.fmean(t.offered_pps for t in ts), statistics.fmean(t.throughput_pps for t in ts))
-                  for ts in by_target.values())
+    return sorted(
+        (statistics.fmean(t.offered_pps for t in ts), statistics.fmean(t.throughput_pps for t in ts))
+        for ts in by_target.values()
+    )
 
 
 # ---------------------------------------------------------------- the line5 environment
+
 
 def sh(cmd: Sequence[str], check: bool = True) -> subprocess.CompletedProcess:
     proc = subprocess.run(list(cmd), capture_output=True, text=True)
@@ -273,6 +340,7 @@ def sh(cmd: Sequence[str], check: bool = True) -> subprocess.CompletedProcess:
 @dataclass
 class PathSpec:
     """Who sends, who receives and what the DUT is, in a netlab topology (defaults: line5)."""
+
     topology: str = "netlab/topologies/line5.yaml"
     sender: str = "H1"
     sender_dev: str = "h1"
@@ -282,14 +350,14 @@ class PathSpec:
     data_dst: str = "fd00:b::1"
     dut: str = "A"
     dut_ingress: str = "ah"
-    reflector_addr: str = "fc00:1::1"       # STAMP Session-Reflector address on the DUT (A's loopback)
-    stamp_segs: tuple[str, ...] = ()        # SIDs before the reflector (empty: SRH [reflector], SL 0)
+    reflector_addr: str = "fc00:1::1"  # STAMP Session-Reflector address on the DUT (A's loopback)
+    stamp_segs: tuple[str, ...] = ()  # SIDs before the reflector (empty: SRH [reflector], SL 0)
     ssid: int = 1
     generator_cpu: int = 0
     dut_cpu: int = 1
-    generator: str = "packet"               # packet (AF_PACKET frames, cheap) | socket (UDP sockets)
-    generator_batch: int = 32               # packets per sendmmsg (one pacing deadline per batch)
-    data_dsts: int = 1                      # packet mode: data round-robin over data_dst + 0..K-1
+    generator: str = "packet"  # packet (AF_PACKET frames, cheap) | socket (UDP sockets)
+    generator_batch: int = 32  # packets per sendmmsg (one pacing deadline per batch)
+    data_dsts: int = 1  # packet mode: data round-robin over data_dst + 0..K-1
 
 
 DUT_MODES = ("none", "xdp", "userspace")
@@ -322,6 +390,7 @@ class Line5Bench:
     def up(self) -> None:
         from netlab import Lab
         from tests.datapath.dp_env import ensure_bpffs
+
         ensure_bpffs()
         self.lab = Lab.up(self.spec.topology, prefix=self.prefix)
         s = self.spec
@@ -353,7 +422,7 @@ class Line5Bench:
     # -- DUT programs
     @property
     def pin_dir(self) -> Path:
-        return Path("/sys/fs/bpf/segscope") / f"{self.prefix}-{self.spec.dut}" / "stamp_reflector"
+        return Path(BPFFS_PIN_ROOT) / f"{self.prefix}-{self.spec.dut}" / "stamp_reflector"
 
     def set_dut(self, mode: str) -> None:
         """Switch what the DUT runs at its ingress: nothing (kernel forwarding only), the XDP reflector
@@ -367,17 +436,53 @@ class Line5Bench:
             # generic mode (driver and generic XDP cannot be active together).
             sh([str(REFLECTOR), "attach", "--netns", ns, "--dev", s.dut_ingress, "--pin-dir", str(self.pin_dir)])
             sh([str(REFLECTOR), "add-address", "--pin-dir", str(self.pin_dir), s.reflector_addr])
-            sh([str(REFLECTOR), "add-session", "--pin-dir", str(self.pin_dir), "--ssid", str(s.ssid),
-                "--sender", s.sender_addr])
+            sh(
+                [
+                    str(REFLECTOR),
+                    "add-session",
+                    "--pin-dir",
+                    str(self.pin_dir),
+                    "--ssid",
+                    str(s.ssid),
+                    "--sender",
+                    s.sender_addr,
+                ]
+            )
             self._ip(s.dut, "link", "set", "dev", s.dut_ingress, "xdpdrv", "off")
-            sh(["nsenter", f"--net=/run/netns/{ns}", "bpftool", "net", "attach", "xdpgeneric", "pinned",
-                str(self.pin_dir / "prog"), "dev", s.dut_ingress])
+            sh(
+                [
+                    "nsenter",
+                    f"--net=/run/netns/{ns}",
+                    "bpftool",
+                    "net",
+                    "attach",
+                    "xdpgeneric",
+                    "pinned",
+                    str(self.pin_dir / "prog"),
+                    "dev",
+                    s.dut_ingress,
+                ]
+            )
         elif mode == "userspace":
             env = {**os.environ, "PYTHONPATH": f"{REPO}:{REPO / 'schemas' / 'python'}"}
             self._ustamp = subprocess.Popen(
-                [sys.executable, "-m", "collectors.ustamp", "reflector", "--netns", ns,
-                 "--address", s.reflector_addr, "--add-session", f"--ssid {s.ssid} --sender {s.sender_addr}"],
-                cwd=REPO, env=env, stdout=subprocess.PIPE, text=True)
+                [
+                    sys.executable,
+                    "-m",
+                    "collectors.ustamp",
+                    "reflector",
+                    "--netns",
+                    ns,
+                    "--address",
+                    s.reflector_addr,
+                    "--add-session",
+                    f"--ssid {s.ssid} --sender {s.sender_addr}",
+                ],
+                cwd=REPO,
+                env=env,
+                stdout=subprocess.PIPE,
+                text=True,
+            )
             ready = json.loads(self._ustamp.stdout.readline() or "{}")
             if ready.get("event") != "ready":
                 raise RuntimeError(f"ustamp reflector did not start: {ready}")
@@ -406,8 +511,11 @@ class Line5Bench:
         (net.core.netdev_max_backlog deep) and processed there, XDP (generic) included."""
         s = self.spec
         mask = format(1 << s.dut_cpu, "x")
-        self.lab.run(s.dut, ["sh", "-c", f"for q in /sys/class/net/{s.dut_ingress}/queues/rx-*; do "
-                                         f"echo {mask} > $q/rps_cpus; done"], check=True)
+        self.lab.run(
+            s.dut,
+            ["sh", "-c", f"for q in /sys/class/net/{s.dut_ingress}/queues/rx-*; do echo {mask} > $q/rps_cpus; done"],
+            check=True,
+        )
 
     # -- counters
     def _ip(self, node: str, *args: str) -> None:
@@ -426,19 +534,40 @@ class Line5Bench:
         """Packets lost on the way into the DUT (backlog full on the DUT CPU): the sender veth's tx
         drops (the DUT ingress counts the same packets as rx drops)."""
         s = self.spec
-        return json.loads(self.lab.run(s.sender, ["ip", "-j", "-s", "link", "show", "dev", s.sender_dev],
-                                       check=True).stdout)[0]["stats64"]["tx"]["dropped"]
+        return json.loads(
+            self.lab.run(s.sender, ["ip", "-j", "-s", "link", "show", "dev", s.sender_dev], check=True).stdout
+        )[0]["stats64"]["tx"]["dropped"]
 
     # -- one trial
     def trial(self, rate_pps: float, share: float = 0.0, seconds: float = 1.0, drain_s: float = 0.15) -> Trial:
         s = self.spec
         data0, stamp0, drop0 = self._count(s.receiver), self._count(s.sender), self._ingress_drops()
-        cmd = [str(PKTGEN), "--netns", self.lab.ns(s.sender), "--src", s.sender_addr, "--data-dst", s.data_dst,
-               "--rate", f"{rate_pps:.0f}", "--seconds", f"{seconds}", "--cpu", str(s.generator_cpu),
-               "--batch", str(s.generator_batch)]
+        cmd = [
+            str(PKTGEN),
+            "--netns",
+            self.lab.ns(s.sender),
+            "--src",
+            s.sender_addr,
+            "--data-dst",
+            s.data_dst,
+            "--rate",
+            f"{rate_pps:.0f}",
+            "--seconds",
+            f"{seconds}",
+            "--cpu",
+            str(s.generator_cpu),
+            "--batch",
+            str(s.generator_batch),
+        ]
         if s.generator == "packet":
-            cmd += ["--dev", s.sender_dev, "--src-mac", self.lab.mac(s.sender, s.sender_dev),
-                    "--dst-mac", self.lab.mac(s.dut, s.dut_ingress)]
+            cmd += [
+                "--dev",
+                s.sender_dev,
+                "--src-mac",
+                self.lab.mac(s.sender, s.sender_dev),
+                "--dst-mac",
+                self.lab.mac(s.dut, s.dut_ingress),
+            ]
             if s.data_dsts > 1:
                 cmd += ["--data-dsts", str(s.data_dsts)]
         if share > 0:
@@ -449,16 +578,26 @@ class Line5Bench:
         if proc.returncode != 0 or not proc.stdout.strip():
             raise RuntimeError(f"pktgen_udp failed ({proc.returncode}): {proc.stderr.strip()}")
         gen = json.loads(proc.stdout)
-        time.sleep(drain_s)                      # packets still in flight in the lab
+        time.sleep(drain_s)  # packets still in flight in the lab
         data_rx = self._count(s.receiver) - data0
         stamp_rx = self._count(s.sender) - stamp0
-        return Trial(target_pps=rate_pps, offered_pps=gen["offered_pps"], seconds=gen["seconds"], sent=gen["sent"],
-                     received=data_rx + stamp_rx, data_sent=gen["data_sent"], stamp_sent=gen["stamp_sent"],
-                     data_received=data_rx, stamp_received=stamp_rx, ingress_drops=self._ingress_drops() - drop0,
-                     late_batches=gen["late_batches"])
+        return Trial(
+            target_pps=rate_pps,
+            offered_pps=gen["offered_pps"],
+            seconds=gen["seconds"],
+            sent=gen["sent"],
+            received=data_rx + stamp_rx,
+            data_sent=gen["data_sent"],
+            stamp_sent=gen["stamp_sent"],
+            data_received=data_rx,
+            stamp_received=stamp_rx,
+            ingress_drops=self._ingress_drops() - drop0,
+            late_batches=gen["late_batches"],
+        )
 
 
 # ---------------------------------------------------------------- one PDR measurement with repetitions
+
 
 @dataclass
 class PdrMeasurement:
@@ -471,17 +610,31 @@ class PdrMeasurement:
     check: PastramiVerdict | None
 
     def summary(self) -> dict:
-        return {"dut": self.dut, "stamp_share": self.share, "pdr_pps": self.pdrs, "ci95": asdict(self.ci),
-                "at_upper_bound": any(s.at_upper_bound for s in self.searches),
-                "below_lower_bound": any(s.below_lower_bound for s in self.searches),
-                "generator_bound": [s.generator_bound for s in self.searches],
-                "pastrami": asdict(self.check) if self.check else None,
-                "sweep": [t.row() for t in self.sweep]}
+        return {
+            "dut": self.dut,
+            "stamp_share": self.share,
+            "pdr_pps": self.pdrs,
+            "ci95": asdict(self.ci),
+            "at_upper_bound": any(s.at_upper_bound for s in self.searches),
+            "below_lower_bound": any(s.below_lower_bound for s in self.searches),
+            "generator_bound": [s.generator_bound for s in self.searches],
+            "pastrami": asdict(self.check) if self.check else None,
+            "sweep": [t.row() for t in self.sweep],
+        }
 
 
-def measure(bench: Line5Bench, share: float, reps: int = 3, seconds: float = 1.0, lo: float = 50_000,
-            hi: float = 350_000, steps: int = 8, check: bool = True, sweep_reps: int = 1,
-            log: Callable[[str], None] | None = None) -> PdrMeasurement:
+def measure(
+    bench: Line5Bench,
+    share: float,
+    reps: int = 3,
+    seconds: float = 1.0,
+    lo: float = 50_000,
+    hi: float = 350_000,
+    steps: int = 8,
+    check: bool = True,
+    sweep_reps: int = 1,
+    log: Callable[[str], None] | None = None,
+) -> PdrMeasurement:
     def run(rate: float) -> Trial:
         return bench.trial(rate, share=share, seconds=seconds)
 
@@ -521,16 +674,28 @@ def main() -> int:
     if not 0 <= args.share <= 1:
         sys.exit("--share must be within 0..1")
     with Line5Bench(args.prefix, args.dut, PathSpec(topology=args.topology)) as bench:
-        m = measure(bench, args.share, args.reps, args.seconds, args.lo, args.hi, args.steps,
-                    check=not args.no_check, sweep_reps=args.sweep_reps, log=lambda s: print(s, file=sys.stderr, flush=True))
+        m = measure(
+            bench,
+            args.share,
+            args.reps,
+            args.seconds,
+            args.lo,
+            args.hi,
+            args.steps,
+            check=not args.no_check,
+            sweep_reps=args.sweep_reps,
+            log=lambda s: print(s, file=sys.stderr, flush=True),
+        )
     if args.json:
         print(json.dumps(m.summary(), indent=2))
     else:
         c = m.ci
-        print(f"PDR@0.5% dut={m.dut} stamp={m.share * 100:g}%: mean {c.mean:,.0f} pps, CI95 ±{c.half_width:,.0f} "
-              f"(n={c.n}), runs {', '.join(f'{p:,.0f}' for p in m.pdrs)}"
-              f"{' (generator-bound: a lower bound)' if any(s.generator_bound for s in m.searches) else ''}; PASTRAMI "
-              f"{m.check.verdict if m.check else 'not run'}")
+        print(
+            f"PDR@0.5% dut={m.dut} stamp={m.share * 100:g}%: mean {c.mean:,.0f} pps, CI95 ±{c.half_width:,.0f} "
+            f"(n={c.n}), runs {', '.join(f'{p:,.0f}' for p in m.pdrs)}"
+            f"{' (generator-bound: a lower bound)' if any(s.generator_bound for s in m.searches) else ''}; PASTRAMI "
+            f"{m.check.verdict if m.check else 'not run'}"
+        )
     return 0
 
 

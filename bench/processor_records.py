@@ -17,6 +17,7 @@ Without --bootstrap it starts a Kafka-only services.stack.Stack on its own port 
 dir and stops it at the end. Results go to stdout and, unless --no-docs, to the
 "processor_records" section of docs/benchmarks.md.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -32,17 +33,16 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(REPO), str(REPO / "schemas" / "python")]
-from bench.report import machine_line, write_section  # noqa: E402
-
 import numpy as np  # noqa: E402
 
+from bench.report import machine_line, write_section  # noqa: E402
 from processors.delay.aggregate import DelayAggregator  # noqa: E402
 from processors.delay.topics import ensure_topics  # noqa: E402
 from segscope_schemas.stamp_record import STAMP_RECORD_DTYPE, decode_batch, encode_batch  # noqa: E402
 
 NS = 1_000_000_000
 SECTION = "processor_records"
-FLUSH_INTERVAL_S = 0.25     # counter lines 4x per second: finer start/end of the measured window
+FLUSH_INTERVAL_S = 0.25  # counter lines 4x per second: finer start/end of the measured window
 
 
 def make_messages(n_records: int, batch: int, sessions: int, rate: int) -> tuple[list[tuple[bytes, bytes]], int]:
@@ -69,8 +69,9 @@ def make_messages(n_records: int, batch: int, sessions: int, rate: int) -> tuple
         r["t4_ns"] = t1 + fwd + 10_000 + rev
         seconds += len(np.unique(t1 // NS))
         key = f"bench/{s + 1}".encode()
-        by_session.append([(key, encode_batch(r[i:i + batch], "bench", i // batch))
-                           for i in range(0, per_session, batch)])
+        by_session.append(
+            [(key, encode_batch(r[i : i + batch], "bench", i // batch)) for i in range(0, per_session, batch)]
+        )
     messages = [m for group in zip(*by_session) for m in group]
     return messages, seconds
 
@@ -89,10 +90,18 @@ def bench_pure(messages: list[tuple[bytes, bytes]]) -> tuple[float, int, float]:
 
 def produce(bootstrap: str, topic: str, messages) -> float:
     from confluent_kafka import Producer
+
     # Like collectors/stamp_streamer.c: lz4, record batches of at most ~1 MB (the broker's
     # default message.max.bytes rejects larger ones).
-    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "batch.size": 1_000_000,
-                  "compression.type": "lz4", "queue.buffering.max.kbytes": 1024 * 1024})
+    p = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "linger.ms": 20,
+            "batch.size": 1_000_000,
+            "compression.type": "lz4",
+            "queue.buffering.max.kbytes": 1024 * 1024,
+        }
+    )
     failed = []
 
     def on_delivery(err, _msg):
@@ -121,25 +130,59 @@ def parse_fields(line: str) -> tuple[str, dict[str, int], int]:
 
 def run_worker(bootstrap: str, messages, n_records: int, expected_points: int, timeout_s: float) -> dict:
     from confluent_kafka import Consumer
+
     run = uuid.uuid4().hex[:8]
-    topics = {"records": f"bench.delay.{run}.records", "metrics": f"bench.delay.{run}.metrics",
-              "deadletter": f"bench.delay.{run}.deadletter"}
+    topics = {
+        "records": f"bench.delay.{run}.records",
+        "metrics": f"bench.delay.{run}.metrics",
+        "deadletter": f"bench.delay.{run}.deadletter",
+    }
     ensure_topics(bootstrap, list(topics.values()))
     t_produce = produce(bootstrap, topics["records"], messages)
-    print(f"produced {len(messages)} messages ({n_records} records) in {t_produce:.1f} s "
-          f"({n_records / t_produce:,.0f} records/s)", flush=True)
+    print(
+        f"produced {len(messages)} messages ({n_records} records) in {t_produce:.1f} s "
+        f"({n_records / t_produce:,.0f} records/s)",
+        flush=True,
+    )
 
     tmp = Path(tempfile.mkdtemp(prefix="bench-delay-"))
     env = dict(os.environ, PYTHONPATH=f"{REPO}:{REPO / 'schemas' / 'python'}")
     log = open(tmp / "worker.log", "w")
     worker = subprocess.Popen(
-        [sys.executable, "-m", "processors.delay", "--bootstrap", bootstrap,
-         "--records-topic", topics["records"], "--metrics-topic", topics["metrics"],
-         "--deadletter-topic", topics["deadletter"], "--app-id", f"bench-delay-{run}",
-         "--datadir", str(tmp / "faust"), "--flush-interval-s", str(FLUSH_INTERVAL_S), "-l", "info"],
-        cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"bench-delay-{run}-reader",
-                         "auto.offset.reset": "earliest", "enable.auto.commit": False})
+        [
+            sys.executable,
+            "-m",
+            "processors.delay",
+            "--bootstrap",
+            bootstrap,
+            "--records-topic",
+            topics["records"],
+            "--metrics-topic",
+            topics["metrics"],
+            "--deadletter-topic",
+            topics["deadletter"],
+            "--app-id",
+            f"bench-delay-{run}",
+            "--datadir",
+            str(tmp / "faust"),
+            "--flush-interval-s",
+            str(FLUSH_INTERVAL_S),
+            "-l",
+            "info",
+        ],
+        cwd=REPO,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"bench-delay-{run}-reader",
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+        }
+    )
     consumer.subscribe([topics["metrics"]])
     first = last = None
     points = 0
@@ -162,8 +205,7 @@ def run_worker(bootstrap: str, messages, n_records: int, expected_points: int, t
                     first = (ts, values["records_in"])
                 if last is None and values["records_in"] >= n_records:
                     last = (ts, values["records_in"])
-            if last is not None and counters.get("points_out", 0) >= expected_points \
-                    and points >= expected_points:
+            if last is not None and counters.get("points_out", 0) >= expected_points and points >= expected_points:
                 break
         else:
             raise RuntimeError(f"timeout: counters {counters}, points {points}; log {tmp / 'worker.log'}")
@@ -178,15 +220,23 @@ def run_worker(bootstrap: str, messages, n_records: int, expected_points: int, t
         log.close()
     span = (last[0] - first[0]) / NS
     rate = (last[1] - first[1]) / span if span > 0 else float("nan")
-    return {"rate": rate, "span_s": span, "counted": last[1] - first[1], "points": points,
-            "counters": counters, "produce_s": t_produce, "log": str(tmp / "worker.log")}
+    return {
+        "rate": rate,
+        "span_s": span,
+        "counted": last[1] - first[1],
+        "points": points,
+        "counters": counters,
+        "produce_s": t_produce,
+        "log": str(tmp / "worker.log"),
+    }
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--records", type=int, default=3_000_000)
-    ap.add_argument("--batch", default="1000,4000",
-                    help="records per Kafka message; a comma list runs one measurement per size")
+    ap.add_argument(
+        "--batch", default="1000,4000", help="records per Kafka message; a comma list runs one measurement per size"
+    )
     ap.add_argument("--sessions", type=int, default=4)
     ap.add_argument("--rate", type=int, default=25_000, help="records/s per session in the data (T1 spacing)")
     ap.add_argument("--bootstrap", help="use this Kafka instead of starting one")
@@ -201,6 +251,7 @@ def main() -> int:
     bootstrap = args.bootstrap
     if bootstrap is None:
         from services.stack import Stack
+
         stack = Stack(run_dir=REPO / ".run" / "bench-processor", port_base=args.port_base)
         stack.up(only=["kafka"])
         bootstrap = stack.kafka_bootstrap
@@ -212,13 +263,19 @@ def main() -> int:
             expected_points = 3 * seconds
             pure_rate, pure_points, ingest_rate = bench_pure(messages)
             assert pure_points == expected_points, (pure_points, expected_points)
-            print(f"[batch {batch}] pure aggregator: {pure_rate:,.0f} records/s (decode+ingest+flush; "
-                  f"ingest alone {ingest_rate:,.0f} records/s), {pure_points} points", flush=True)
+            print(
+                f"[batch {batch}] pure aggregator: {pure_rate:,.0f} records/s (decode+ingest+flush; "
+                f"ingest alone {ingest_rate:,.0f} records/s), {pure_points} points",
+                flush=True,
+            )
             res = run_worker(bootstrap, messages, n_records, expected_points, args.timeout)
             assert res["points"] == expected_points, (res["points"], expected_points)
-            print(f"[batch {batch}] worker: {res['rate']:,.0f} records/s ({res['counted']} records in "
-                  f"{res['span_s']:.2f} s between counter lines), {res['points']} points, "
-                  f"counters {res['counters']}", flush=True)
+            print(
+                f"[batch {batch}] worker: {res['rate']:,.0f} records/s ({res['counted']} records in "
+                f"{res['span_s']:.2f} s between counter lines), {res['points']} points, "
+                f"counters {res['counters']}",
+                flush=True,
+            )
             rows.append((batch, len(messages), n_records, expected_points, res, pure_rate, ingest_rate))
             del messages
     finally:
@@ -228,7 +285,8 @@ def main() -> int:
     date = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     table = "\n".join(
         f"| {b} | {m:,} | **{r['rate']:,.0f}** ({r['counted']:,} in {r['span_s']:.2f} s) | {p:,.0f} | {i:,.0f} |"
-        for b, m, _, _, r, p, i in rows)
+        for b, m, _, _, r, p, i in rows
+    )
     n_records, points = rows[0][2], rows[0][3]
     text = f"""## Delay processor: records/s (`bench/processor_records.py`)
 
@@ -248,7 +306,7 @@ The pure numbers show that the aggregation itself is not the limit: the worker's
 to Faust/aiokafka (fetch, lz4, per-message stream overhead). On this shared 2-core machine
 repeated runs of the same row differ by up to 2x.
 Command: `.local/venv/bin/python bench/processor_records.py --records {args.records} --batch {args.batch}`.
-"""
+"""  # noqa: E501 - markdown report: one table row or paragraph per line
     if not args.no_docs:
         write_section(SECTION, text)
         print("updated docs/benchmarks.md", flush=True)

@@ -13,6 +13,7 @@ Prints a table and updates the `reflector_userspace_vs_xdp` section of docs/benc
 Needs `make -C datapath` and `make -C bench`. Own resources: netns us-bs/us-bx, pins under
 /sys/fs/bpf/segscope/us-bench. Runtime about 2 * trials * (seconds + 2) s (~20 s by default).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -52,15 +53,28 @@ def rcvbuf_errors(ns: str) -> int:
 
 def proc_cpu_s(pid: int) -> float:
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / CLK_TCK          # utime + stime
+    return (int(fields[11]) + int(fields[12])) / CLK_TCK  # utime + stime
 
 
 class Userspace:
     def __init__(self, pair: VethPair):
         env = {**os.environ, "PYTHONPATH": f"{REPO}:{REPO / 'schemas' / 'python'}"}
-        self.proc = subprocess.Popen([sys.executable, "-m", "collectors.ustamp", "reflector", "--netns", pair.x_ns,
-                                      "--add-session", f"--ssid {SSID} --sender {pair.s_addr}"],
-                                     cwd=REPO, env=env, stdout=subprocess.PIPE, text=True)
+        self.proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "collectors.ustamp",
+                "reflector",
+                "--netns",
+                pair.x_ns,
+                "--add-session",
+                f"--ssid {SSID} --sender {pair.s_addr}",
+            ],
+            cwd=REPO,
+            env=env,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
         ready = json.loads(self.proc.stdout.readline())
         assert ready.get("event") == "ready", ready
 
@@ -86,10 +100,27 @@ def trial(mode: str, pair: VethPair, map_id: int, seconds: int) -> dict:
     drops_before = rcvbuf_errors(pair.x_ns)
     try:
         before = reply_count(map_id)
-        flood = subprocess.run([str(FLOOD), "--netns", pair.s_ns, "--src", pair.s_addr, "--dst", pair.x_addr,
-                                "--ssid", str(SSID), "--seconds", str(seconds), "--batch", "64"],
-                               check=True, capture_output=True, text=True)
-        time.sleep(0.5)                          # let the user-space reflector finish its backlog
+        flood = subprocess.run(
+            [
+                str(FLOOD),
+                "--netns",
+                pair.s_ns,
+                "--src",
+                pair.s_addr,
+                "--dst",
+                pair.x_addr,
+                "--ssid",
+                str(SSID),
+                "--seconds",
+                str(seconds),
+                "--batch",
+                "64",
+            ],
+            check=True,
+            capture_output=True,
+            text=True,
+        )
+        time.sleep(0.5)  # let the user-space reflector finish its backlog
         replies = reply_count(map_id) - before
     finally:
         if user is not None:
@@ -99,9 +130,16 @@ def trial(mode: str, pair: VethPair, map_id: int, seconds: int) -> dict:
             refl_cpu = None
             run_tool(REFLECTOR, "detach", "--netns", pair.x_ns, "--dev", pair.x_dev, "--pin-dir", str(PIN_DIR))
     sent = json.loads(flood.stdout)
-    return {"mode": mode, "sent": sent["sent"], "seconds": sent["seconds"], "replies": replies,
-            "replies_per_s": replies / sent["seconds"], "reflected": counters["reflected"],
-            "socket_drops": rcvbuf_errors(pair.x_ns) - drops_before, "reflector_cpu_s": refl_cpu}
+    return {
+        "mode": mode,
+        "sent": sent["sent"],
+        "seconds": sent["seconds"],
+        "replies": replies,
+        "replies_per_s": replies / sent["seconds"],
+        "reflected": counters["reflected"],
+        "socket_drops": rcvbuf_errors(pair.x_ns) - drops_before,
+        "reflector_cpu_s": refl_cpu,
+    }
 
 
 def main() -> int:
@@ -123,18 +161,28 @@ def main() -> int:
             for mode in ("xdp", "userspace") if i % 2 == 0 else ("userspace", "xdp"):
                 r = trial(mode, pair, map_id, args.seconds)
                 results.append(r)
-                print(f"  trial {i + 1} {mode:9s} sent {r['sent']:>10,d}  replies {r['replies']:>10,d}  "
-                      f"{r['replies_per_s']:>10,.0f}/s  socket drops {r['socket_drops']:,}", flush=True)
+                print(
+                    f"  trial {i + 1} {mode:9s} sent {r['sent']:>10,d}  replies {r['replies']:>10,d}  "
+                    f"{r['replies_per_s']:>10,.0f}/s  socket drops {r['socket_drops']:,}",
+                    flush=True,
+                )
     finally:
         remove_bench_env(pair, PIN_DIR)
     med = {m: statistics.median(r["replies_per_s"] for r in results if r["mode"] == m) for m in ("xdp", "userspace")}
-    user_cpu = [r["replies"] / r["reflector_cpu_s"] for r in results if r["mode"] == "userspace" and r["reflector_cpu_s"]]
+    user_cpu = [
+        r["replies"] / r["reflector_cpu_s"] for r in results if r["mode"] == "userspace" and r["reflector_cpu_s"]
+    ]
     mach = machine()
     load = Path("/proc/loadavg").read_text().split()[:3]
+
     def cpu(r: dict) -> str:
         return "(XDP: softirq)" if r["reflector_cpu_s"] is None else f"{r['reflector_cpu_s']:.2f}"
-    rows = "\n".join(f"| {i // 2 + 1} | {r['mode']} | {r['sent']:,} | {r['replies']:,} | {r['replies_per_s']:,.0f} | "
-                     f"{r['socket_drops']:,} | {r['sent'] - r['replies'] - r['socket_drops']:,} | {cpu(r)} |" for i, r in enumerate(results))
+
+    rows = "\n".join(
+        f"| {i // 2 + 1} | {r['mode']} | {r['sent']:,} | {r['replies']:,} | {r['replies_per_s']:,.0f} | "
+        f"{r['socket_drops']:,} | {r['sent'] - r['replies'] - r['socket_drops']:,} | {cpu(r)} |"
+        for i, r in enumerate(results)
+    )
     text = f"""## User-space vs. XDP STAMP reflector (bench/reflector_userspace_vs_xdp.py)
 
 {dt.datetime.now(dt.timezone.utc).strftime('%Y-%m-%d %H:%M UTC')}; {mach['nproc']} CPUs, {mach['cpu']}, kernel {mach['kernel']}.
@@ -155,14 +203,13 @@ The user-space reflector is the fallback for kernels or modes without XDP and fo
 session is typically 1–1000 packets/s); its T2 is the kernel's socket receive stamp, its T3 a clock read
 just before sendmsg, so T3−T2 includes the Python processing time (a few hundred µs under load), which the
 round-trip formula (T4−T1)−(T3−T2) removes.
-"""
+"""  # noqa: E501 - markdown report: one table row or paragraph per line
     print()
     print(text)
     if not args.no_doc:
         write_section(SECTION, text)
         print("updated docs/benchmarks.md")
     return 0
-
 
 
 if __name__ == "__main__":

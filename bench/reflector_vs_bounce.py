@@ -9,8 +9,10 @@ reflector/bounce (goal >= 0.9) and updates the section of docs/benchmarks.md.
     sudo .local/venv/bin/python bench/reflector_vs_bounce.py [--trials 3] [--seconds 3]
 
 Needs `make -C datapath` and `make -C bench`. Own resources: netns dp-bs/dp-bx,
-pins under /sys/fs/bpf/segscope/dp-bench ("dp" = SEGSCOPE_DP_TEST_PREFIX, default dp). Total runtime about 2 * trials * (seconds + 0.3) s (~26 s by default).
+pins under /sys/fs/bpf/segscope/dp-bench ("dp" = SEGSCOPE_DP_TEST_PREFIX, default dp). Total
+runtime about 2 * trials * (seconds + 0.3) s (~26 s by default).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -28,8 +30,16 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 from bench.report import machine, write_section  # noqa: E402
-from tests.datapath.dp_env import (PREFIX, VethPair, eth_ipv6, ensure_bpffs, run_tool, sh,  # noqa: E402
-                                   stamp_sender_payload, udp_datagram)
+from tests.datapath.dp_env import (  # noqa: E402
+    PREFIX,
+    VethPair,
+    ensure_bpffs,
+    eth_ipv6,
+    run_tool,
+    sh,
+    stamp_sender_payload,
+    udp_datagram,
+)
 
 BUILD = REPO / "build"
 REFLECTOR = BUILD / "datapath" / "stamp_reflector"
@@ -47,16 +57,25 @@ def xdp_prog_id(ns: str, dev: str) -> int:
 
 
 def reply_count(map_id: int) -> int:
-    out = json.loads(subprocess.run(["bpftool", "map", "dump", "id", str(map_id), "-j"],
-                                    check=True, capture_output=True, text=True).stdout)
+    out = json.loads(
+        subprocess.run(
+            ["bpftool", "map", "dump", "id", str(map_id), "-j"], check=True, capture_output=True, text=True
+        ).stdout
+    )
     return sum(v["value"] for v in out[0]["formatted"]["values"])
 
 
 def attach_reply_counter(pair: VethPair) -> int:
     """Count-and-drop XDP program on the sender side of the pair; returns its counter map id."""
     sh("ip", "link", "set", "dev", pair.s_dev, "xdpdrv", "obj", str(COUNT_DROP_OBJ), "sec", "xdp", ns=pair.s_ns)
-    prog = json.loads(subprocess.run(["bpftool", "prog", "show", "id", str(xdp_prog_id(pair.s_ns, pair.s_dev)), "-j"],
-                                     check=True, capture_output=True, text=True).stdout)
+    prog = json.loads(
+        subprocess.run(
+            ["bpftool", "prog", "show", "id", str(xdp_prog_id(pair.s_ns, pair.s_dev)), "-j"],
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout
+    )
     return prog["map_ids"][0]
 
 
@@ -95,15 +114,31 @@ def trial(mode: str, pair: VethPair, map_id: int, seconds: int) -> dict:
     attach(mode, pair)
     try:
         before = reply_count(map_id)
-        flood = subprocess.Popen([str(FLOOD), "--netns", pair.s_ns, "--src", pair.s_addr, "--dst", pair.x_addr,
-                                  "--ssid", str(SSID), "--seconds", str(seconds), "--batch", "64"],
-                                 stdout=subprocess.PIPE, text=True)
+        flood = subprocess.Popen(
+            [
+                str(FLOOD),
+                "--netns",
+                pair.s_ns,
+                "--src",
+                pair.s_addr,
+                "--dst",
+                pair.x_addr,
+                "--ssid",
+                str(SSID),
+                "--seconds",
+                str(seconds),
+                "--batch",
+                "64",
+            ],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
         out = flood.stdout.read()
         _pid, status, rusage = os.wait4(flood.pid, 0)
         flood.returncode = os.waitstatus_to_exitcode(status)
         if flood.returncode != 0:
             raise RuntimeError(f"udp_flood exited {flood.returncode}")
-        time.sleep(0.1)   # let the last replies land
+        time.sleep(0.1)  # let the last replies land
         replies = reply_count(map_id) - before
     finally:
         counters = detach(mode, pair)
@@ -111,9 +146,15 @@ def trial(mode: str, pair: VethPair, map_id: int, seconds: int) -> dict:
     # on veth the sender's syscalls carry both XDP programs (softirq in its context): CPU time
     # of the sender normalises away how much of the shared CPUs this trial happened to get
     cpu_s = rusage.ru_utime + rusage.ru_stime
-    result = {"mode": mode, "sent": sent["sent"], "seconds": sent["seconds"], "replies": replies,
-              "replies_per_s": replies / sent["seconds"], "cpu_s": cpu_s,
-              "replies_per_cpu_s": replies / cpu_s if cpu_s > 0 else 0.0}
+    result = {
+        "mode": mode,
+        "sent": sent["sent"],
+        "seconds": sent["seconds"],
+        "replies": replies,
+        "replies_per_s": replies / sent["seconds"],
+        "cpu_s": cpu_s,
+        "replies_per_cpu_s": replies / cpu_s if cpu_s > 0 else 0.0,
+    }
     if counters is not None:
         result["reflected"] = counters["reflected"]
     return result
@@ -125,15 +166,22 @@ def program_cost(pair: VethPair, repeat: int = 1_000_000) -> dict:
     The frame goes 862 -> 862 and both addresses are reflector addresses with a session each, so
     every repetition (which runs on the previous run's output) is a full reflection.
     """
-    frame = eth_ipv6(pair.s_addr, pair.x_addr, 17,
-                     udp_datagram(pair.s_addr, pair.x_addr, 862, 862, stamp_sender_payload(1, SSID, 0)))
+    frame = eth_ipv6(
+        pair.s_addr, pair.x_addr, 17, udp_datagram(pair.s_addr, pair.x_addr, 862, 862, stamp_sender_payload(1, SSID, 0))
+    )
     attach("reflector", pair)
     try:
         run_tool(REFLECTOR, "add-address", "--pin-dir", str(PIN_DIR), pair.s_addr)
         run_tool(REFLECTOR, "add-session", "--pin-dir", str(PIN_DIR), "--ssid", str(SSID), "--sender", pair.x_addr)
         before = json.loads(run_tool(REFLECTOR, "stats", "--pin-dir", str(PIN_DIR), "--json").stdout)["reflected"]
-        refl = [json.loads(run_tool(REFLECTOR, "test-run", "--pin-dir", str(PIN_DIR), "--hex", frame.hex(),
-                                    "--repeat", str(repeat)).stdout)["duration_ns"] for _ in range(3)]
+        refl = [
+            json.loads(
+                run_tool(
+                    REFLECTOR, "test-run", "--pin-dir", str(PIN_DIR), "--hex", frame.hex(), "--repeat", str(repeat)
+                ).stdout
+            )["duration_ns"]
+            for _ in range(3)
+        ]
         after = json.loads(run_tool(REFLECTOR, "stats", "--pin-dir", str(PIN_DIR), "--json").stdout)["reflected"]
         if after - before != 3 * repeat:
             raise RuntimeError(f"test-run reflected {after - before} of {3 * repeat}")
@@ -147,8 +195,22 @@ def program_cost(pair: VethPair, repeat: int = 1_000_000) -> dict:
         subprocess.run(["bpftool", "prog", "load", str(BOUNCE_OBJ), str(bounce_pin), "type", "xdp"], check=True)
         bounce = []
         for _ in range(3):
-            out = subprocess.run(["bpftool", "prog", "run", "pinned", str(bounce_pin), "data_in", str(frame_file),
-                                  "repeat", str(repeat)], check=True, capture_output=True, text=True).stdout
+            out = subprocess.run(
+                [
+                    "bpftool",
+                    "prog",
+                    "run",
+                    "pinned",
+                    str(bounce_pin),
+                    "data_in",
+                    str(frame_file),
+                    "repeat",
+                    str(repeat),
+                ],
+                check=True,
+                capture_output=True,
+                text=True,
+            ).stdout
             bounce.append(int(re.search(r"duration \(average\): (\d+)ns", out).group(1)))
     finally:
         bounce_pin.unlink(missing_ok=True)
@@ -175,29 +237,38 @@ def main() -> int:
             for mode in ("reflector", "bounce") if i % 2 == 0 else ("bounce", "reflector"):
                 r = trial(mode, pair, map_id, args.seconds)
                 results.append(r)
-                print(f"  trial {i + 1} {mode:9s} sent {r['sent']:>9,d}  replies {r['replies']:>9,d}  "
-                      f"{r['replies_per_s']:>10,.0f}/s  {r['replies_per_cpu_s']:>10,.0f}/cpu-s", flush=True)
+                print(
+                    f"  trial {i + 1} {mode:9s} sent {r['sent']:>9,d}  replies {r['replies']:>9,d}  "
+                    f"{r['replies_per_s']:>10,.0f}/s  {r['replies_per_cpu_s']:>10,.0f}/cpu-s",
+                    flush=True,
+                )
         cost = program_cost(pair)
         print(f"  program alone: reflector {cost['reflector_ns']} ns/packet, bounce {cost['bounce_ns']} ns/packet")
     finally:
         remove_bench_env(pair, PIN_DIR)
 
-    med = {m: statistics.median(r["replies_per_s"] for r in results if r["mode"] == m)
-           for m in ("reflector", "bounce")}
-    med_cpu = {m: statistics.median(r["replies_per_cpu_s"] for r in results if r["mode"] == m)
-               for m in ("reflector", "bounce")}
+    med = {m: statistics.median(r["replies_per_s"] for r in results if r["mode"] == m) for m in ("reflector", "bounce")}
+    med_cpu = {
+        m: statistics.median(r["replies_per_cpu_s"] for r in results if r["mode"] == m) for m in ("reflector", "bounce")
+    }
     cpu_ratio = med_cpu["reflector"] / med_cpu["bounce"]
     ratio = med["reflector"] / med["bounce"]
     # each trial round runs both programs back to back: their ratio cancels slow drift of the shared machine
-    pair_ratios = [results[i]["replies_per_s"] / results[i + 1]["replies_per_s"] if results[i]["mode"] == "reflector"
-                   else results[i + 1]["replies_per_s"] / results[i]["replies_per_s"]
-                   for i in range(0, len(results) - 1, 2)]
+    pair_ratios = [
+        results[i]["replies_per_s"] / results[i + 1]["replies_per_s"]
+        if results[i]["mode"] == "reflector"
+        else results[i + 1]["replies_per_s"] / results[i]["replies_per_s"]
+        for i in range(0, len(results) - 1, 2)
+    ]
     pair_ratio = statistics.median(pair_ratios)
     load = Path("/proc/loadavg").read_text().split()[:3]
     lost = {m: sum(r["sent"] - r["replies"] for r in results if r["mode"] == m) for m in med}
     mach = machine()
-    rows = "\n".join(f"| {i // 2 + 1} | {r['mode']} | {r['sent']:,} | {r['replies']:,} | {r['replies_per_s']:,.0f} "
-                     f"| {r['cpu_s']:.2f} | {r['replies_per_cpu_s']:,.0f} |" for i, r in enumerate(results))
+    rows = "\n".join(
+        f"| {i // 2 + 1} | {r['mode']} | {r['sent']:,} | {r['replies']:,} | {r['replies_per_s']:,.0f} "
+        f"| {r['cpu_s']:.2f} | {r['replies_per_cpu_s']:,.0f} |"
+        for i, r in enumerate(results)
+    )
     text = f"""## XDP STAMP reflector vs. XDP bounce (bench/reflector_vs_bounce.py)
 
 {dt.datetime.now(dt.timezone.utc).strftime('%Y-%m-%d %H:%M UTC')}; {mach['nproc']} CPUs, {mach['cpu']}, kernel {mach['kernel']}.
@@ -225,7 +296,7 @@ per call on this VM) and its session hash lookup (the address check is a scan of
 "Sent but not answered" 0 means nothing was lost: the sending thread, which also carries both XDP programs,
 sets the rate, so the per-CPU-second ratio measures what the reflector's extra work (address check, session
 lookup, two timestamps, building the reply, checksum update) costs on the whole path against a bare swap.
-"""
+"""  # noqa: E501 - markdown report: one table row or paragraph per line
     print()
     print(text)
     if not args.no_doc:

@@ -4,6 +4,7 @@ section of docs/benchmarks.md.
 Each benchmark owns one section, between `<!-- NAME:begin -->` and `<!-- NAME:end -->`; a run
 rewrites only its own section (appending it the first time) and leaves the others as they are.
 """
+
 from __future__ import annotations
 
 import datetime as dt
@@ -13,27 +14,44 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 DOC = REPO / "docs" / "benchmarks.md"
-DOC_HEADER = "# segscope benchmarks\n\nFigures measured on the project's machine; each section is rewritten by its script.\n"
+DOC_HEADER = (
+    "# segscope benchmarks\n\nFigures measured on the project's machine; each section is rewritten by its script.\n"
+)
 
 
 def machine() -> dict:
     """CPU count and model, kernel, 1-minute load at the time of the call, Python, memory, date."""
     cpu = platform.processor() or "unknown"
     try:
-        cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                    if line.startswith("model name")), cpu)
+        cpu = next(
+            (
+                line.split(":", 1)[1].strip()
+                for line in Path("/proc/cpuinfo").read_text().splitlines()
+                if line.startswith("model name")
+            ),
+            cpu,
+        )
     except OSError:
         pass
     mem_gib = None
     try:
-        kib = next(int(line.split()[1]) for line in Path("/proc/meminfo").read_text().splitlines()
-                   if line.startswith("MemTotal:"))
+        kib = next(
+            int(line.split()[1])
+            for line in Path("/proc/meminfo").read_text().splitlines()
+            if line.startswith("MemTotal:")
+        )
         mem_gib = round(kib / 2**20, 1)
     except (OSError, StopIteration, ValueError):
         pass
-    return {"nproc": os.cpu_count(), "cpu": cpu, "kernel": platform.release(),
-            "load1": round(os.getloadavg()[0], 2), "python": platform.python_version(), "mem_gib": mem_gib,
-            "date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")}
+    return {
+        "nproc": os.cpu_count(),
+        "cpu": cpu,
+        "kernel": platform.release(),
+        "load1": round(os.getloadavg()[0], 2),
+        "python": platform.python_version(),
+        "mem_gib": mem_gib,
+        "date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+    }
 
 
 def machine_line(m: dict | None = None) -> str:
@@ -49,7 +67,7 @@ def write_section(name: str, text: str, doc: Path = DOC) -> Path:
     block = f"{begin}\n{text.strip()}\n{end}"
     old = doc.read_text() if doc.exists() else DOC_HEADER
     if begin in old and end in old:
-        new = old[:old.index(begin)] + block + old[old.index(end) + len(end):]
+        new = old[: old.index(begin)] + block + old[old.index(end) + len(end) :]
     else:
         new = old.rstrip("\n") + "\n\n" + block + "\n"
     doc.parent.mkdir(parents=True, exist_ok=True)

@@ -20,6 +20,7 @@ rotated order, ...) so that slow changes of the shared machine's load hit every 
 Default run: ~3 min. Needs `make -C datapath` and `make -C bench`. Own resources: netns pdbench-*,
 pins /sys/fs/bpf/segscope/pdbench-A.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -31,8 +32,19 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
-from bench.pdr import (PLR_LIMIT, SWEEP_FACTORS, TIR_THRESHOLD, Line5Bench, PathSpec, Trial,  # noqa: E402
-                       ci95, find_pdr, pastrami_check, sweep, sweep_points)
+from bench.pdr import (  # noqa: E402
+    PLR_LIMIT,
+    SWEEP_FACTORS,
+    TIR_THRESHOLD,
+    Line5Bench,
+    PathSpec,
+    Trial,
+    ci95,
+    find_pdr,
+    pastrami_check,
+    sweep,
+    sweep_points,
+)
 from bench.report import machine, write_section  # noqa: E402
 
 SECTION = "stamp_forwarding_capacity"
@@ -45,7 +57,7 @@ def cpu_ticks() -> list[int]:
 
 def steal_share(before: list[int], after: list[int]) -> float:
     delta = [a - b for a, b in zip(after, before)]
-    return delta[7] / sum(delta) if sum(delta) else 0.0     # field 8 of "cpu" = steal
+    return delta[7] / sum(delta) if sum(delta) else 0.0  # field 8 of "cpu" = steal
 
 
 def label(dut: str, share: float) -> str:
@@ -83,21 +95,30 @@ def main() -> int:
     sweeps: dict[tuple[str, float], list[Trial]] = {}
     with Line5Bench(args.prefix, configs[0][0], PathSpec()) as bench:
         for rep in range(args.reps):
-            order = configs[rep % len(configs):] + configs[:rep % len(configs)]
+            order = configs[rep % len(configs) :] + configs[: rep % len(configs)]
             for dut, share in order:
                 if bench.dut_mode != dut:
                     bench.set_dut(dut)
                 log(f"rep {rep + 1}/{args.reps} {label(dut, share)}")
-                searches[(dut, share)].append(find_pdr(
-                    lambda r, s=share: bench.trial(r, share=s, seconds=args.seconds),
-                    args.lo, args.hi, args.steps, log=log))
+                searches[(dut, share)].append(
+                    find_pdr(
+                        lambda r, s=share: bench.trial(r, share=s, seconds=args.seconds),
+                        args.lo,
+                        args.hi,
+                        args.steps,
+                        log=log,
+                    )
+                )
         for dut, share in configs:
             mean = ci95([s.pdr_pps for s in searches[(dut, share)]]).mean
             if bench.dut_mode != dut:
                 bench.set_dut(dut)
             log(f"PASTRAMI sweep {label(dut, share)} around {mean:,.0f} pps")
-            sweeps[(dut, share)] = sweep(lambda r, s=share: bench.trial(r, share=s, seconds=args.seconds),
-                                         max(mean, args.lo), reps=args.sweep_reps)
+            sweeps[(dut, share)] = sweep(
+                lambda r, s=share: bench.trial(r, share=s, seconds=args.seconds),
+                max(mean, args.lo),
+                reps=args.sweep_reps,
+            )
     steal = steal_share(ticks0, cpu_ticks())
     elapsed = time.monotonic() - started
 
@@ -105,19 +126,33 @@ def main() -> int:
     for c in configs:
         pdrs = [s.pdr_pps for s in searches[c]]
         sw = sweeps[c]
-        results[c] = {"pdrs": pdrs, "ci": ci95(pdrs),
-                      "check": pastrami_check(sweep_points(sw)), "sweep": sw,
-                      "bounds": any(s.at_upper_bound or s.below_lower_bound for s in searches[c]),
-                      "generator_bound": sum(s.generator_bound for s in searches[c]),
-                      "loss_failures": sum(s.loss_failures for s in searches[c]),
-                      "sender_limited": sum(sum(t.sender_limited for t in s.trials) for s in searches[c]),
-                      "n_trials": sum(len(s.trials) for s in searches[c])}
+        results[c] = {
+            "pdrs": pdrs,
+            "ci": ci95(pdrs),
+            "check": pastrami_check(sweep_points(sw)),
+            "sweep": sw,
+            "bounds": any(s.at_upper_bound or s.below_lower_bound for s in searches[c]),
+            "generator_bound": sum(s.generator_bound for s in searches[c]),
+            "loss_failures": sum(s.loss_failures for s in searches[c]),
+            "sender_limited": sum(sum(t.sender_limited for t in s.trials) for s in searches[c]),
+            "n_trials": sum(len(s.trials) for s in searches[c]),
+        }
     if args.json_out:
-        Path(args.json_out).write_text(json.dumps({label(*c): {
-            "pdrs": r["pdrs"], "ci95": vars(r["ci"]), "pastrami": vars(r["check"]),
-            "sweep": [t.row() for t in r["sweep"]],
-            "search_trials": [[t.row() for t in s.trials] for s in searches[c]]} for c, r in results.items()},
-            indent=1))
+        Path(args.json_out).write_text(
+            json.dumps(
+                {
+                    label(*c): {
+                        "pdrs": r["pdrs"],
+                        "ci95": vars(r["ci"]),
+                        "pastrami": vars(r["check"]),
+                        "sweep": [t.row() for t in r["sweep"]],
+                        "search_trials": [[t.row() for t in s.trials] for s in searches[c]],
+                    }
+                    for c, r in results.items()
+                },
+                indent=1,
+            )
+        )
     text = report(args, configs, results, steal, elapsed)
     print()
     print(text)
@@ -136,9 +171,11 @@ def ratio_line(results: dict, dut: str, share: float, ref: tuple[str, float]) ->
     ratio = a.mean / b.mean
     lo = a.low / b.high if b.high > 0 else float("nan")
     hi = a.high / b.low if b.low > 0 else float("inf")
-    return (f"{label(dut, share)} / {label(*ref)} = **{ratio:.3f}** (bounds from the two CI95: {lo:.3f}–{hi:.3f}); "
-            f"goal ≥ {GOAL_RATIO} (point estimate): **{'met' if ratio >= GOAL_RATIO else 'NOT met'}**"
-            f"{'' if lo >= GOAL_RATIO or hi < GOAL_RATIO else ' (the CI95 straddles the goal: not conclusive)'}")
+    return (
+        f"{label(dut, share)} / {label(*ref)} = **{ratio:.3f}** (bounds from the two CI95: {lo:.3f}–{hi:.3f}); "
+        f"goal ≥ {GOAL_RATIO} (point estimate): **{'met' if ratio >= GOAL_RATIO else 'NOT met'}**"
+        f"{'' if lo >= GOAL_RATIO or hi < GOAL_RATIO else ' (the CI95 straddles the goal: not conclusive)'}"
+    )
 
 
 def report(args, configs, results, steal: float, elapsed: float) -> str:
@@ -149,24 +186,33 @@ def report(args, configs, results, steal: float, elapsed: float) -> str:
         r = results[c]
         ci, chk = r["ci"], r["check"]
         tirs = ", ".join(f"{t:.2f}" for t in chk.tirs) or "–"
-        rows.append(f"| {c[0]} | {c[1] * 100:g} | {', '.join(f'{p / 1e3:.1f}' for p in r['pdrs'])} | "
-                    f"**{ci.mean / 1e3:.1f}** | ±{ci.half_width / 1e3:.1f} | {ci.rel_upper * 100:.1f} % | "
-                    f"{chk.verdict} | {chk.max_plr_below * 100:.2f} % | {tirs} | {r['loss_failures']} / "
-                    f"{r['sender_limited']} / {r['n_trials']} | {r['generator_bound']}/{len(r['pdrs'])} |"
-                    f"{' search hit a bound' if r['bounds'] else ''}")
+        rows.append(
+            f"| {c[0]} | {c[1] * 100:g} | {', '.join(f'{p / 1e3:.1f}' for p in r['pdrs'])} | "
+            f"**{ci.mean / 1e3:.1f}** | ±{ci.half_width / 1e3:.1f} | {ci.rel_upper * 100:.1f} % | "
+            f"{chk.verdict} | {chk.max_plr_below * 100:.2f} % | {tirs} | {r['loss_failures']} / "
+            f"{r['sender_limited']} / {r['n_trials']} | {r['generator_bound']}/{len(r['pdrs'])} |"
+            f"{' search hit a bound' if r['bounds'] else ''}"
+        )
     sweep_rows = []
     for c in configs:
         pts = ", ".join(f"{o / 1e3:.1f}→{(1 - t / o) * 100:.2f}%" for o, t in sweep_points(results[c]["sweep"]))
         sweep_rows.append(f"| {label(*c)} | {pts} |")
     verdicts = {results[c]["check"].verdict for c in configs}
     stable = verdicts == {"GOOD"}
-    ratios = [x for x in (ratio_line(results, "xdp", 0.01, ("xdp", 0.0)),
-                          ratio_line(results, "xdp", 0.01, ("none", 0.0)),
-                          ratio_line(results, "userspace", 0.01, ("xdp", 0.0))) if x]
-    cmd = ("sudo .local/venv/bin/python bench/stamp_forwarding_capacity.py"
-           f" --reps {args.reps} --seconds {args.seconds:g} --steps {args.steps} --lo {args.lo:g} --hi {args.hi:g}"
-           f" --shares {args.shares} --sweep-reps {args.sweep_reps}{' --userspace' if args.userspace else ''}"
-           )
+    ratios = [
+        x
+        for x in (
+            ratio_line(results, "xdp", 0.01, ("xdp", 0.0)),
+            ratio_line(results, "xdp", 0.01, ("none", 0.0)),
+            ratio_line(results, "userspace", 0.01, ("xdp", 0.0)),
+        )
+        if x
+    ]
+    cmd = (
+        "sudo .local/venv/bin/python bench/stamp_forwarding_capacity.py"
+        f" --reps {args.reps} --seconds {args.seconds:g} --steps {args.steps} --lo {args.lo:g} --hi {args.hi:g}"
+        f" --shares {args.shares} --sweep-reps {args.sweep_reps}{' --userspace' if args.userspace else ''}"
+    )
     return f"""## SRv6 encap forwarding capacity with STAMP traffic, PDR@0.5 % (bench/stamp_forwarding_capacity.py)
 
 {dt.datetime.now(dt.timezone.utc).strftime('%Y-%m-%d %H:%M UTC')}; {m['nproc']} vCPUs, {m['cpu']}, kernel {m['kernel']};
@@ -210,7 +256,7 @@ shares 2 vCPUs of a VM, so only ratios within one run are meaningful, and only w
 Loss at low load in the sweeps (e.g. a few % at 0.6 × PDR while 1.0 × PDR passes) is the mark of an unstable
 environment. A likely cause (not isolated here): when CPU 1's softirq runs long, the kernel hands the rest to
 ksoftirqd, a normal thread that then competes with whatever else the shared machine runs on that CPU.
-"""
+"""  # noqa: E501 - markdown report: one table row or paragraph per line
 
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@ anything was lost. The result is printed and written into docs/benchmarks.md
 
     .local/venv/bin/python bench/streamer_records.py [--records 5000000] [--ssids 4]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -26,7 +27,6 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "schemas" / "python"))
 from bench.report import machine, write_section  # noqa: E402
-
 from services.stack import Stack  # noqa: E402
 
 BUILD = REPO / "build" / "collectors"
@@ -38,7 +38,7 @@ GOAL = 1_000_000
 
 def cpu_seconds(pid: int) -> float:
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")   # utime + stime
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
 
 
 def read_stats(path: Path) -> dict:
@@ -64,10 +64,30 @@ def run(records: int, ssids: int, streamer_cpu: int, gen_cpu: int, kafka: str) -
     stats_path = RUN_DIR / "streamer_stats.json"
     stats_path.unlink(missing_ok=True)
     streamer = subprocess.Popen(
-        ["taskset", "-c", str(streamer_cpu), str(BUILD / "stamp_streamer"), "--ringbuf", str(pin),
-         "--node", "co-bench", "--brokers", kafka, "--topic", topic, "--metrics-topic", topic + ".metrics",
-         "--stats-interval", "0.05", "--stats-json", str(stats_path)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        [
+            "taskset",
+            "-c",
+            str(streamer_cpu),
+            str(BUILD / "stamp_streamer"),
+            "--ringbuf",
+            str(pin),
+            "--node",
+            "co-bench",
+            "--brokers",
+            kafka,
+            "--topic",
+            topic,
+            "--metrics-topic",
+            topic + ".metrics",
+            "--stats-interval",
+            "0.05",
+            "--stats-json",
+            str(stats_path),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         # wait until the producer is connected (first stats line written) before timing
         deadline = time.monotonic() + 30
@@ -75,9 +95,25 @@ def run(records: int, ssids: int, streamer_cpu: int, gen_cpu: int, kafka: str) -
             time.sleep(0.05)
         cpu0 = cpu_seconds(streamer.pid)
         t0 = time.monotonic()
-        g = subprocess.run(["taskset", "-c", str(gen_cpu), *gen, "--count", str(records),
-                            "--ssids", str(ssids), "--per-run", "16", "--timeout", "120"],
-                           check=True, capture_output=True, text=True)
+        g = subprocess.run(
+            [
+                "taskset",
+                "-c",
+                str(gen_cpu),
+                *gen,
+                "--count",
+                str(records),
+                "--ssids",
+                str(ssids),
+                "--per-run",
+                "16",
+                "--timeout",
+                "120",
+            ],
+            check=True,
+            capture_output=True,
+            text=True,
+        )
         t_gen = time.monotonic()
         gen_out = json.loads(g.stdout)
         deadline = time.monotonic() + 120
@@ -99,14 +135,20 @@ def run(records: int, ssids: int, streamer_cpu: int, gen_cpu: int, kafka: str) -
     final = json.loads(out.strip().splitlines()[-1])
     elapsed = t_done - t0
     return {
-        "records": records, "ssids": ssids, "elapsed_s": round(elapsed, 3),
+        "records": records,
+        "ssids": ssids,
+        "elapsed_s": round(elapsed, 3),
         "records_per_s": round(records / elapsed),
-        "generator_s": round(t_gen - t0, 3), "generator_throttled_runs": gen_out["throttled"],
+        "generator_s": round(t_gen - t0, 3),
+        "generator_throttled_runs": gen_out["throttled"],
         "streamer_cpu_s": round(cpu1 - cpu0, 3),
         "records_per_cpu_s": round(records / max(cpu1 - cpu0, 1e-9)),
-        "batches": final["batches_produced"], "queue_full_retries": final["queue_full_retries"],
-        "records_delivered": final["records_delivered"], "records_failed": final["records_failed"],
-        "rb_full": gen_out["rb_full"], "exit_code": streamer.returncode,
+        "batches": final["batches_produced"],
+        "queue_full_retries": final["queue_full_retries"],
+        "records_delivered": final["records_delivered"],
+        "records_failed": final["records_failed"],
+        "rb_full": gen_out["rb_full"],
+        "exit_code": streamer.returncode,
     }
 
 
@@ -114,13 +156,17 @@ def write_doc(res: dict, m: dict) -> None:
     ok = "meets" if res["records_per_s"] >= GOAL else "**misses**"
     busy = res["streamer_cpu_s"] / res["elapsed_s"]
     if res["generator_throttled_runs"]:
-        pace = (f"The generator was throttled {res['generator_throttled_runs']:,} times (ring above half "
-                f"full), so the generator was not the limit.")
+        pace = (
+            f"The generator was throttled {res['generator_throttled_runs']:,} times (ring above half "
+            f"full), so the generator was not the limit."
+        )
     else:
         pace = "The generator was never throttled: the streamer kept the ring below half full throughout."
-    pace += (f" The streamer (all its threads, librdkafka's included) used {busy:.0%} of its core: "
-             f"its own capacity is the records per CPU-second column; the end-to-end figure is set by "
-             f"the broker and the generator sharing the other core (and anything else running).")
+    pace += (
+        f" The streamer (all its threads, librdkafka's included) used {busy:.0%} of its core: "
+        f"its own capacity is the records per CPU-second column; the end-to-end figure is set by "
+        f"the broker and the generator sharing the other core (and anything else running)."
+    )
     section = f"""## Streamer: ring buffer -> Kafka (`bench/streamer_records.py`)
 
 Machine: {m['nproc']} cores, {m['cpu']}, kernel {m['kernel']}, {m['date']}.
@@ -136,7 +182,7 @@ generated record until Kafka acknowledged the last one.
 
 Goal ≥ {GOAL:,} records/s: {ok}. {pace}
 Every process on the machine shares the same 2 cores, so expect ±20 % between runs.
-"""
+"""  # noqa: E501 - markdown report: one table row or paragraph per line
     write_section("streamer_records", section)
 
 

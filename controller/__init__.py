@@ -1,4 +1,5 @@
 """segscope controller: a declarative intent file applied to the nodes' agents (README.md here)."""
+
 import sys
 from pathlib import Path
 

@@ -7,6 +7,7 @@ Exit codes:
   2  the intent file is invalid (every problem printed as FILE:LINE:COLUMN: path: what. Fix: how)
   3  diff only: there are changes to apply
 """
+
 from __future__ import annotations
 
 import argparse
@@ -26,13 +27,23 @@ def _print_json(obj) -> None:
 
 def cmd_validate(args, intent) -> int:
     if args.json:
-        _print_json({"valid": True, "file": args.file, "nodes": sorted(intent.nodes),
-                     "local_sids": len(intent.local_sids), "policies": len(intent.policies),
-                     "stamp_sessions": len(intent.stamp_sessions), "flows": len(intent.flows)})
+        _print_json(
+            {
+                "valid": True,
+                "file": args.file,
+                "nodes": sorted(intent.nodes),
+                "local_sids": len(intent.local_sids),
+                "policies": len(intent.policies),
+                "stamp_sessions": len(intent.stamp_sessions),
+                "flows": len(intent.flows),
+            }
+        )
     else:
-        print(f"{args.file}: valid ({len(intent.nodes)} nodes, {len(intent.local_sids)} local SIDs, "
-              f"{len(intent.policies)} policies, {len(intent.stamp_sessions)} STAMP sessions, "
-              f"{len(intent.flows)} flows)")
+        print(
+            f"{args.file}: valid ({len(intent.nodes)} nodes, {len(intent.local_sids)} local SIDs, "
+            f"{len(intent.policies)} policies, {len(intent.stamp_sessions)} STAMP sessions, "
+            f"{len(intent.flows)} flows)"
+        )
     return EXIT_OK
 
 
@@ -68,13 +79,16 @@ def cmd_apply(args, intent) -> int:
                 print(f"  {left} later operation(s) not attempted", file=sys.stderr)
         mutating = sum(n for calls in result.mutating_calls.values() for n in calls.values())
         reads = sum(n for calls in result.calls.values() for n in calls.values()) - mutating
-        print(f"{len(result.done)}/{len(result.ops)} operation(s) applied with {mutating} changing RPC(s) "
-              f"and {reads} read RPC(s) over {len(result.calls)} channel(s) in {result.seconds:.2f} s")
+        print(
+            f"{len(result.done)}/{len(result.ops)} operation(s) applied with {mutating} changing RPC(s) "
+            f"and {reads} read RPC(s) over {len(result.calls)} channel(s) in {result.seconds:.2f} s"
+        )
     return EXIT_OK if result.ok else EXIT_AGENT
 
 
 def cmd_status(args, intent) -> int:
     from controller.status import collect, render
+
     with Controller(intent, connect_timeout_s=args.timeout) as ctl:
         status = collect(ctl, args.influx_url, args.influx_db)
     if args.json:
@@ -85,13 +99,17 @@ def cmd_status(args, intent) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m controller", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        prog="python -m controller", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("command", choices=("validate", "diff", "apply", "status"))
     ap.add_argument("file", help="intent YAML (controller/README.md)")
     ap.add_argument("--json", action="store_true", help="machine-readable output")
-    ap.add_argument("--batch", action="store_true",
-                    help="apply: send each run of SRv6 operations of one kind on one node as one ApplyBatch call")
+    ap.add_argument(
+        "--batch",
+        action="store_true",
+        help="apply: send each run of SRv6 operations of one kind on one node as one ApplyBatch call",
+    )
     ap.add_argument("--timeout", type=float, default=10.0, help="seconds to wait for each agent's TLS channel")
     ap.add_argument("--influx-url", default="http://127.0.0.1:18086", help="status: InfluxDB v1 HTTP API")
     ap.add_argument("--influx-db", default="segscope", help="status: database")
@@ -115,7 +133,7 @@ def main(argv: list[str] | None = None) -> int:
         else:
             print(f"error: {exc}", file=sys.stderr)
         return EXIT_AGENT
-    except OSError as exc:   # TLS material unreadable
+    except OSError as exc:  # TLS material unreadable
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_AGENT
 

@@ -5,6 +5,7 @@ Every RPC goes through a client interceptor that counts it by method name, so `a
 exactly which calls it made (and the tests can assert that a second apply makes none that change
 anything).
 """
+
 from __future__ import annotations
 
 import collections
@@ -16,31 +17,67 @@ import grpc
 
 from controller.diff import Op
 from controller.intent import NodeSpec
-from controller.model import (Resource, flow_spec, local_sid_spec, policy_spec, reflector_spec, sender_spec,
-                              canon_ip, canon_prefix, MAIN_TABLE)
-from segscope_proto.segscope.agent.v1 import (flowmon_pb2, flowmon_pb2_grpc, srv6_pb2, srv6_pb2_grpc, stamp_pb2,
-                                              stamp_pb2_grpc)
+from controller.model import (
+    MAIN_TABLE,
+    Resource,
+    canon_ip,
+    canon_prefix,
+    flow_spec,
+    local_sid_spec,
+    policy_spec,
+    reflector_spec,
+    sender_spec,
+)
+from segscope_proto.segscope.agent.v1 import (
+    flowmon_pb2,
+    flowmon_pb2_grpc,
+    srv6_pb2,
+    srv6_pb2_grpc,
+    stamp_pb2,
+    stamp_pb2_grpc,
+)
 
 RPC_TIMEOUT_S = 30.0
-READ_METHODS = {"ListLocalSids", "ListPolicies", "ListStampSessions", "ListFlowMonitors", "GetPolicy",
-                "GetLocalSid", "GetStampSessionResults", "GetFlowMonitorResults"}
+READ_METHODS = {
+    "ListLocalSids",
+    "ListPolicies",
+    "ListStampSessions",
+    "ListFlowMonitors",
+    "GetPolicy",
+    "GetLocalSid",
+    "GetStampSessionResults",
+    "GetFlowMonitorResults",
+}
 
-MODE_TO_PB = {"encap": srv6_pb2.ENCAP_MODE_ENCAP, "inline": srv6_pb2.ENCAP_MODE_INLINE,
-              "encap.red": srv6_pb2.ENCAP_MODE_ENCAP_RED}
+MODE_TO_PB = {
+    "encap": srv6_pb2.ENCAP_MODE_ENCAP,
+    "inline": srv6_pb2.ENCAP_MODE_INLINE,
+    "encap.red": srv6_pb2.ENCAP_MODE_ENCAP_RED,
+}
 MODE_FROM_PB = {v: k for k, v in MODE_TO_PB.items()}
-ACTION_TO_PB = {"End": srv6_pb2.LOCAL_SID_ACTION_END, "End.X": srv6_pb2.LOCAL_SID_ACTION_END_X,
-                "End.T": srv6_pb2.LOCAL_SID_ACTION_END_T, "End.DX6": srv6_pb2.LOCAL_SID_ACTION_END_DX6,
-                "End.DX4": srv6_pb2.LOCAL_SID_ACTION_END_DX4, "End.DT6": srv6_pb2.LOCAL_SID_ACTION_END_DT6,
-                "End.DT4": srv6_pb2.LOCAL_SID_ACTION_END_DT4, "End.DT46": srv6_pb2.LOCAL_SID_ACTION_END_DT46,
-                "End.B6": srv6_pb2.LOCAL_SID_ACTION_END_B6,
-                "End.B6.Encaps": srv6_pb2.LOCAL_SID_ACTION_END_B6_ENCAPS}
+ACTION_TO_PB = {
+    "End": srv6_pb2.LOCAL_SID_ACTION_END,
+    "End.X": srv6_pb2.LOCAL_SID_ACTION_END_X,
+    "End.T": srv6_pb2.LOCAL_SID_ACTION_END_T,
+    "End.DX6": srv6_pb2.LOCAL_SID_ACTION_END_DX6,
+    "End.DX4": srv6_pb2.LOCAL_SID_ACTION_END_DX4,
+    "End.DT6": srv6_pb2.LOCAL_SID_ACTION_END_DT6,
+    "End.DT4": srv6_pb2.LOCAL_SID_ACTION_END_DT4,
+    "End.DT46": srv6_pb2.LOCAL_SID_ACTION_END_DT46,
+    "End.B6": srv6_pb2.LOCAL_SID_ACTION_END_B6,
+    "End.B6.Encaps": srv6_pb2.LOCAL_SID_ACTION_END_B6_ENCAPS,
+}
 ACTION_FROM_PB = {v: k for k, v in ACTION_TO_PB.items()}
 FORMAT_TO_PB = {"ptp": stamp_pb2.TIMESTAMP_FORMAT_PTP, "ntp": stamp_pb2.TIMESTAMP_FORMAT_NTP}
 FORMAT_FROM_PB = {**{v: k for k, v in FORMAT_TO_PB.items()}, stamp_pb2.TIMESTAMP_FORMAT_UNSPECIFIED: "ptp"}
-STAMP_MODE_TO_PB = {"unauthenticated": stamp_pb2.STAMP_MODE_UNAUTHENTICATED,
-                    "authenticated": stamp_pb2.STAMP_MODE_AUTHENTICATED}
-STAMP_MODE_FROM_PB = {**{v: k for k, v in STAMP_MODE_TO_PB.items()},
-                      stamp_pb2.STAMP_MODE_UNSPECIFIED: "unauthenticated"}
+STAMP_MODE_TO_PB = {
+    "unauthenticated": stamp_pb2.STAMP_MODE_UNAUTHENTICATED,
+    "authenticated": stamp_pb2.STAMP_MODE_AUTHENTICATED,
+}
+STAMP_MODE_FROM_PB = {
+    **{v: k for k, v in STAMP_MODE_TO_PB.items()},
+    stamp_pb2.STAMP_MODE_UNSPECIFIED: "unauthenticated",
+}
 ROLE_TO_PB = {"sender": stamp_pb2.STAMP_ROLE_SENDER, "reflector": stamp_pb2.STAMP_ROLE_REFLECTOR}
 METHOD_TO_PB = {"dscp": flowmon_pb2.MARKING_METHOD_DSCP, "rfc9343": flowmon_pb2.MARKING_METHOD_RFC9343}
 METHOD_FROM_PB = {v: k for k, v in METHOD_TO_PB.items()}
@@ -55,8 +92,7 @@ class AgentError(RuntimeError):
         super().__init__(f"node {node}: {call}: {code}: {detail}")
 
 
-class _Counter(grpc.UnaryUnaryClientInterceptor, grpc.UnaryStreamClientInterceptor,
-               grpc.StreamStreamClientInterceptor):
+class _Counter(grpc.UnaryUnaryClientInterceptor, grpc.UnaryStreamClientInterceptor, grpc.StreamStreamClientInterceptor):
     """Counts every RPC started on the channel, by method name (e.g. "CreatePolicy"; a stream
     counts once however many messages it carries)."""
 
@@ -84,29 +120,53 @@ class _Counter(grpc.UnaryUnaryClientInterceptor, grpc.UnaryStreamClientIntercept
 # ---------------------------------------------------------------------- agent message <-> Resource
 # Pure translations, so a unit test can check that what the controller sends reads back equal.
 
+
 def local_sid_resource(node: str, st: srv6_pb2.LocalSidState) -> Resource:
     s = st.local_sid
-    return Resource("local_sid", node, (canon_ip(s.sid), s.table or MAIN_TABLE),
-                    local_sid_spec(ACTION_FROM_PB.get(s.action, str(s.action)), s.device, s.lookup_table,
-                                   s.nh6, s.nh4, s.segments, s.count))
+    return Resource(
+        "local_sid",
+        node,
+        (canon_ip(s.sid), s.table or MAIN_TABLE),
+        local_sid_spec(
+            ACTION_FROM_PB.get(s.action, str(s.action)), s.device, s.lookup_table, s.nh6, s.nh4, s.segments, s.count
+        ),
+    )
 
 
 def local_sid_msg(r: Resource) -> srv6_pb2.LocalSid:
     f = r.fields
-    return srv6_pb2.LocalSid(sid=r.key[0], table=r.key[1], action=ACTION_TO_PB[f["action"]], device=f["dev"],
-                             nh6=f["nh6"], nh4=f["nh4"], lookup_table=f["lookup_table"],
-                             segments=list(f["segs"]), count=f["count"])
+    return srv6_pb2.LocalSid(
+        sid=r.key[0],
+        table=r.key[1],
+        action=ACTION_TO_PB[f["action"]],
+        device=f["dev"],
+        nh6=f["nh6"],
+        nh4=f["nh4"],
+        lookup_table=f["lookup_table"],
+        segments=list(f["segs"]),
+        count=f["count"],
+    )
 
 
 def policy_resource(node: str, p: srv6_pb2.Policy) -> Resource:
-    return Resource("policy", node, (canon_prefix(p.destination), p.table or MAIN_TABLE),
-                    policy_spec(MODE_FROM_PB.get(p.mode, str(p.mode)), p.segments, p.device, p.metric))
+    return Resource(
+        "policy",
+        node,
+        (canon_prefix(p.destination), p.table or MAIN_TABLE),
+        policy_spec(MODE_FROM_PB.get(p.mode, str(p.mode)), p.segments, p.device, p.metric),
+    )
 
 
 def policy_msg(r: Resource) -> srv6_pb2.Policy:
     f = r.fields
-    return srv6_pb2.Policy(destination=r.key[0], table=r.key[1], mode=MODE_TO_PB[f["mode"]],
-                           segments=list(f["segs"]), device=f["dev"], metric=f["metric"])
+    return srv6_pb2.Policy(
+        destination=r.key[0],
+        table=r.key[1],
+        mode=MODE_TO_PB[f["mode"]],
+        segments=list(f["segs"]),
+        device=f["dev"],
+        metric=f["metric"],
+    )
 
 
 def stamp_resource(node: str, st: stamp_pb2.StampSessionStatus) -> Resource:
@@ -115,14 +175,33 @@ def stamp_resource(node: str, st: stamp_pb2.StampSessionStatus) -> Resource:
     finished = st.state == stamp_pb2.STAMP_SESSION_STATE_STOPPED
     mode = STAMP_MODE_FROM_PB.get(s.mode, str(s.mode))
     if s.role == stamp_pb2.STAMP_ROLE_SENDER:
-        return Resource("stamp_sender", node, ("sender", s.ssid),
-                        sender_spec(s.ssid, s.sender_address, s.reflector_address, s.sender_port, s.reflector_port,
-                                    s.segments, s.rate_pps, FORMAT_FROM_PB.get(s.timestamp_format, "ptp"), mode,
-                                    s.padding_bytes),
-                        running=running, finished=finished)
-    return Resource("stamp_reflector", node, ("reflector", s.ssid),
-                    reflector_spec(s.sender_address, s.return_segments, mode,
-                                   FORMAT_FROM_PB.get(s.timestamp_format, "ptp")), running=running, finished=finished)
+        return Resource(
+            "stamp_sender",
+            node,
+            ("sender", s.ssid),
+            sender_spec(
+                s.ssid,
+                s.sender_address,
+                s.reflector_address,
+                s.sender_port,
+                s.reflector_port,
+                s.segments,
+                s.rate_pps,
+                FORMAT_FROM_PB.get(s.timestamp_format, "ptp"),
+                mode,
+                s.padding_bytes,
+            ),
+            running=running,
+            finished=finished,
+        )
+    return Resource(
+        "stamp_reflector",
+        node,
+        ("reflector", s.ssid),
+        reflector_spec(s.sender_address, s.return_segments, mode, FORMAT_FROM_PB.get(s.timestamp_format, "ptp")),
+        running=running,
+        finished=finished,
+    )
 
 
 def stamp_session_msg(r: Resource) -> stamp_pb2.StampSession:
@@ -130,32 +209,63 @@ def stamp_session_msg(r: Resource) -> stamp_pb2.StampSession:
     f = r.fields
     if role == "sender":
         return stamp_pb2.StampSession(
-            role=ROLE_TO_PB[role], ssid=ssid, sender_address=f["sender_address"],
-            reflector_address=f["reflector_address"], sender_port=f["sender_port"],
-            reflector_port=f["reflector_port"], segments=list(f["segs"]), rate_pps=f["rate_pps"],
-            timestamp_format=FORMAT_TO_PB[f["format"]], mode=STAMP_MODE_TO_PB[f["mode"]],
-            padding_bytes=f["padding_bytes"])
-    return stamp_pb2.StampSession(role=ROLE_TO_PB[role], ssid=ssid, sender_address=f["sender_address"],
-                                  return_segments=list(f["return_segs"]), mode=STAMP_MODE_TO_PB[f["mode"]],
-                                  timestamp_format=FORMAT_TO_PB[f["format"]])
+            role=ROLE_TO_PB[role],
+            ssid=ssid,
+            sender_address=f["sender_address"],
+            reflector_address=f["reflector_address"],
+            sender_port=f["sender_port"],
+            reflector_port=f["reflector_port"],
+            segments=list(f["segs"]),
+            rate_pps=f["rate_pps"],
+            timestamp_format=FORMAT_TO_PB[f["format"]],
+            mode=STAMP_MODE_TO_PB[f["mode"]],
+            padding_bytes=f["padding_bytes"],
+        )
+    return stamp_pb2.StampSession(
+        role=ROLE_TO_PB[role],
+        ssid=ssid,
+        sender_address=f["sender_address"],
+        return_segments=list(f["return_segs"]),
+        mode=STAMP_MODE_TO_PB[f["mode"]],
+        timestamp_format=FORMAT_TO_PB[f["format"]],
+    )
 
 
 def flow_resource(node: str, st: flowmon_pb2.FlowMonitorStatus) -> Resource:
     m = st.monitor
     side = "tx" if m.side == flowmon_pb2.FLOW_MONITOR_SIDE_TX else "rx"
-    return Resource(f"flow_{side}", node, (side, m.flow_id),
-                    flow_spec(side, m.device, METHOD_FROM_PB.get(m.method, str(m.method)), m.segments,
-                              m.period_ms, m.dmark_every, m.dscp_l_bit, m.dscp_d_bit))
+    return Resource(
+        f"flow_{side}",
+        node,
+        (side, m.flow_id),
+        flow_spec(
+            side,
+            m.device,
+            METHOD_FROM_PB.get(m.method, str(m.method)),
+            m.segments,
+            m.period_ms,
+            m.dmark_every,
+            m.dscp_l_bit,
+            m.dscp_d_bit,
+        ),
+    )
 
 
 def flow_msg(r: Resource) -> flowmon_pb2.FlowMonitor:
     side, flow_id = r.key
     f = r.fields
     l_bit, d_bit = f["dscp_bits"] or (0, 0)
-    return flowmon_pb2.FlowMonitor(side=SIDE_TO_PB[side], flow_id=flow_id, device=f["dev"],
-                                   method=METHOD_TO_PB[f["method"]], segments=list(f["segs"]),
-                                   period_ms=f["period_ms"], dmark_every=f["dmark_every"],
-                                   dscp_l_bit=l_bit, dscp_d_bit=d_bit)
+    return flowmon_pb2.FlowMonitor(
+        side=SIDE_TO_PB[side],
+        flow_id=flow_id,
+        device=f["dev"],
+        method=METHOD_TO_PB[f["method"]],
+        segments=list(f["segs"]),
+        period_ms=f["period_ms"],
+        dmark_every=f["dmark_every"],
+        dscp_l_bit=l_bit,
+        dscp_d_bit=d_bit,
+    )
 
 
 CODE_NAMES = {code.value[0]: code.name for code in grpc.StatusCode}
@@ -163,14 +273,17 @@ CODE_NAMES = {code.value[0]: code.name for code in grpc.StatusCode}
 
 def credentials(node: NodeSpec) -> grpc.ChannelCredentials:
     tls = node.tls
-    return grpc.ssl_channel_credentials(root_certificates=Path(tls.ca).read_bytes(),
-                                        private_key=Path(tls.key).read_bytes(),
-                                        certificate_chain=Path(tls.cert).read_bytes())
+    return grpc.ssl_channel_credentials(
+        root_certificates=Path(tls.ca).read_bytes(),
+        private_key=Path(tls.key).read_bytes(),
+        certificate_chain=Path(tls.cert).read_bytes(),
+    )
 
 
 @dataclass
 class AgentClient:
     """One node's agent over one persistent mTLS channel (opened once, reused for every call)."""
+
     node: NodeSpec
     counter: _Counter = field(default_factory=_Counter)
 
@@ -196,8 +309,12 @@ class AgentClient:
         try:
             grpc.channel_ready_future(self._raw).result(timeout=timeout_s)
         except grpc.FutureTimeoutError:
-            raise AgentError(self.name, "connect", "UNAVAILABLE",
-                             f"agent {self.node.agent} not reachable over TLS within {timeout_s:g} s") from None
+            raise AgentError(
+                self.name,
+                "connect",
+                "UNAVAILABLE",
+                f"agent {self.node.agent} not reachable over TLS within {timeout_s:g} s",
+            ) from None
 
     def call(self, stub, method: str, request, timeout: float = RPC_TIMEOUT_S):
         try:
@@ -213,14 +330,22 @@ class AgentClient:
     def read_state(self) -> dict[tuple, Resource]:
         """Everything this node reports, as model.Resource by ident (4 List* RPCs)."""
         node = self.name
-        found = [local_sid_resource(node, st)
-                 for st in self.call(self.srv6, "ListLocalSids", srv6_pb2.ListLocalSidsRequest()).local_sids]
-        found += [policy_resource(node, p)
-                  for p in self.call(self.srv6, "ListPolicies", srv6_pb2.ListPoliciesRequest()).policies]
-        found += [stamp_resource(node, st) for st in
-                  self.call(self.stamp, "ListStampSessions", stamp_pb2.ListStampSessionsRequest()).sessions]
-        found += [flow_resource(node, st) for st in
-                  self.call(self.flowmon, "ListFlowMonitors", flowmon_pb2.ListFlowMonitorsRequest()).monitors]
+        found = [
+            local_sid_resource(node, st)
+            for st in self.call(self.srv6, "ListLocalSids", srv6_pb2.ListLocalSidsRequest()).local_sids
+        ]
+        found += [
+            policy_resource(node, p)
+            for p in self.call(self.srv6, "ListPolicies", srv6_pb2.ListPoliciesRequest()).policies
+        ]
+        found += [
+            stamp_resource(node, st)
+            for st in self.call(self.stamp, "ListStampSessions", stamp_pb2.ListStampSessionsRequest()).sessions
+        ]
+        found += [
+            flow_resource(node, st)
+            for st in self.call(self.flowmon, "ListFlowMonitors", flowmon_pb2.ListFlowMonitorsRequest()).monitors
+        ]
         return {r.ident: r for r in found}
 
     # -------------------------------------------------------------- carry out one op
@@ -232,11 +357,15 @@ class AgentClient:
     def _op_stamp_init(self, op: Op) -> list[str]:
         i = op.init
         if i.role == "sender":
-            req = stamp_pb2.InitRequest(sender=stamp_pb2.StampSenderConfig(device=i.device,
-                                                                           source_address=i.source_address))
+            req = stamp_pb2.InitRequest(
+                sender=stamp_pb2.StampSenderConfig(device=i.device, source_address=i.source_address)
+            )
         else:
-            req = stamp_pb2.InitRequest(reflector=stamp_pb2.StampReflectorConfig(
-                device=i.device, addresses=list(i.addresses), udp_port=i.udp_port))
+            req = stamp_pb2.InitRequest(
+                reflector=stamp_pb2.StampReflectorConfig(
+                    device=i.device, addresses=list(i.addresses), udp_port=i.udp_port
+                )
+            )
         self.call(self.stamp, "Init", req)
         return ["Init"]
 
@@ -260,12 +389,14 @@ class AgentClient:
                 else:
                     sub = srv6_pb2.UpdatePolicyRequest(policy=policy_msg(op.desired))
             operations.append(srv6_pb2.Srv6Operation(**{f"{op.action}_{op.kind}": sub}))
-        reply = self.call(self.srv6, "ApplyBatch",
-                          srv6_pb2.ApplyBatchRequest(operations=operations, stop_on_error=True))
+        reply = self.call(
+            self.srv6, "ApplyBatch", srv6_pb2.ApplyBatchRequest(operations=operations, stop_on_error=True)
+        )
         for i, r in enumerate(reply.results):
             if r.code != 0:
-                return i, AgentError(self.name, f"ApplyBatch operations[{i}]", CODE_NAMES.get(r.code, str(r.code)),
-                                     r.message)
+                return i, AgentError(
+                    self.name, f"ApplyBatch operations[{i}]", CODE_NAMES.get(r.code, str(r.code)), r.message
+                )
         return len(ops), None
 
     def _op_stamp_reset(self, op: Op) -> list[str]:
@@ -300,20 +431,31 @@ class AgentClient:
         role, ssid = op.key
         calls = []
         if op.action in ("remove", "replace"):
-            self.call(self.stamp, "DestroyStampSession",
-                      stamp_pb2.DestroyStampSessionRequest(role=ROLE_TO_PB[role], ssid=ssid))
+            self.call(
+                self.stamp,
+                "DestroyStampSession",
+                stamp_pb2.DestroyStampSessionRequest(role=ROLE_TO_PB[role], ssid=ssid),
+            )
             calls.append("DestroyStampSession")
         if op.action in ("create", "replace"):
-            self.call(self.stamp, "CreateStampSession",
-                      stamp_pb2.CreateStampSessionRequest(session=stamp_session_msg(op.desired)))
+            self.call(
+                self.stamp,
+                "CreateStampSession",
+                stamp_pb2.CreateStampSessionRequest(session=stamp_session_msg(op.desired)),
+            )
             calls.append("CreateStampSession")
         if op.action == "start":
             duration = op.desired.duration_s if role == "sender" else 0.0
-            self.call(self.stamp, "StartStampSession",
-                      stamp_pb2.StartStampSessionRequest(role=ROLE_TO_PB[role], ssid=ssid, duration_s=duration))
+            self.call(
+                self.stamp,
+                "StartStampSession",
+                stamp_pb2.StartStampSessionRequest(role=ROLE_TO_PB[role], ssid=ssid, duration_s=duration),
+            )
             calls.append("StartStampSession")
         if op.action == "stop":
-            self.call(self.stamp, "StopStampSession", stamp_pb2.StopStampSessionRequest(role=ROLE_TO_PB[role], ssid=ssid))
+            self.call(
+                self.stamp, "StopStampSession", stamp_pb2.StopStampSessionRequest(role=ROLE_TO_PB[role], ssid=ssid)
+            )
             calls.append("StopStampSession")
         return calls
 
@@ -324,8 +466,11 @@ class AgentClient:
         side, flow_id = op.key
         calls = []
         if op.action in ("remove", "replace"):
-            self.call(self.flowmon, "StopFlowMonitor",
-                      flowmon_pb2.StopFlowMonitorRequest(side=SIDE_TO_PB[side], flow_id=flow_id))
+            self.call(
+                self.flowmon,
+                "StopFlowMonitor",
+                flowmon_pb2.StopFlowMonitorRequest(side=SIDE_TO_PB[side], flow_id=flow_id),
+            )
             calls.append("StopFlowMonitor")
         if op.action in ("create", "replace"):
             msg = flow_msg(op.desired)

@@ -7,6 +7,7 @@
 
 scripts/demo.py, the e2e test and bench/config_ops.py use it; `python -m controller` wraps it.
 """
+
 from __future__ import annotations
 
 import collections
@@ -23,7 +24,7 @@ from controller.model import DesiredState, Resource, desired_state
 
 @dataclass
 class ApplyResult:
-    ops: list[Op] = field(default_factory=list)                     # planned, in order
+    ops: list[Op] = field(default_factory=list)  # planned, in order
     done: list[tuple[Op, list[str]]] = field(default_factory=list)  # executed: op + RPCs it made
     failed: tuple[Op, AgentError] | None = None
     calls: dict[str, dict[str, int]] = field(default_factory=dict)  # node -> RPC name -> count (reads too)
@@ -43,20 +44,30 @@ class ApplyResult:
         return out
 
     def to_json(self) -> dict:
-        return {"ok": self.ok, "seconds": round(self.seconds, 3),
-                "planned": [op.to_json() for op in self.ops],
-                "done": [{**op.to_json(), "rpcs": rpcs} for op, rpcs in self.done],
-                "failed": None if self.failed is None else {**self.failed[0].to_json(), "error": str(self.failed[1]),
-                                                            "code": self.failed[1].code},
-                "calls": self.calls, "mutating_calls": self.mutating_calls}
+        return {
+            "ok": self.ok,
+            "seconds": round(self.seconds, 3),
+            "planned": [op.to_json() for op in self.ops],
+            "done": [{**op.to_json(), "rpcs": rpcs} for op, rpcs in self.done],
+            "failed": None
+            if self.failed is None
+            else {**self.failed[0].to_json(), "error": str(self.failed[1]), "code": self.failed[1].code},
+            "calls": self.calls,
+            "mutating_calls": self.mutating_calls,
+        }
 
 
 def _groups(ops: list[Op], batch: bool) -> list[list[Op]]:
     """Consecutive SRv6 ops with the same node and kind form one group when batching."""
     groups: list[list[Op]] = []
     for op in ops:
-        if (batch and groups and op.kind in ("local_sid", "policy") and groups[-1][0].kind == op.kind
-                and groups[-1][0].node == op.node):
+        if (
+            batch
+            and groups
+            and op.kind in ("local_sid", "policy")
+            and groups[-1][0].kind == op.kind
+            and groups[-1][0].node == op.node
+        ):
             groups[-1].append(op)
         else:
             groups.append([op])

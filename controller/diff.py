@@ -21,6 +21,7 @@ Order, in three phases:
 3. SRv6 removals, policies before local SIDs. Routing is made before it is broken, so a policy
    moving to a new SID keeps forwarding.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -33,18 +34,25 @@ MEASUREMENT = ("stamp_reflector", "stamp_sender", "flow_rx", "flow_tx")
 
 @dataclass(frozen=True)
 class Op:
-    action: str                      # one of ACTIONS
-    kind: str                        # model.KINDS, or "stamp_init"
+    action: str  # one of ACTIONS
+    kind: str  # model.KINDS, or "stamp_init"
     node: str
     key: tuple
     desired: Resource | None = None  # create/update/replace/start/stop
-    actual: Resource | None = None   # update/replace/stop/remove
-    init: StampInit | None = None    # init
+    actual: Resource | None = None  # update/replace/stop/remove
+    init: StampInit | None = None  # init
 
     def describe(self) -> str:
-        what = {"local_sid": "local SID", "policy": "policy", "stamp_reflector": "STAMP reflector session",
-                "stamp_sender": "STAMP sender session", "flow_rx": "flow monitor RX", "flow_tx": "flow monitor TX",
-                "stamp_init": "STAMP init", "stamp_reset": "STAMP reset (every session, datapath detached)"}[self.kind]
+        what = {
+            "local_sid": "local SID",
+            "policy": "policy",
+            "stamp_reflector": "STAMP reflector session",
+            "stamp_sender": "STAMP sender session",
+            "flow_rx": "flow monitor RX",
+            "flow_tx": "flow monitor TX",
+            "stamp_init": "STAMP init",
+            "stamp_reset": "STAMP reset (every session, datapath detached)",
+        }[self.kind]
         key = " ".join(str(k) for k in self.key)
         text = f"{self.action:<7} {self.node:<6} {what} {key}"
         if self.action in ("update", "replace") and self.desired and self.actual:
@@ -53,8 +61,9 @@ class Op:
             text += " (" + "; ".join(changed) + ")"
         if self.action == "init" and self.init:
             i = self.init
-            text += f" dev {i.device}" + (f" source {i.source_address}" if i.role == "sender"
-                                           else f" addresses {','.join(i.addresses)}")
+            text += f" dev {i.device}" + (
+                f" source {i.source_address}" if i.role == "sender" else f" addresses {','.join(i.addresses)}"
+            )
         return text
 
     def to_json(self) -> dict:
@@ -105,13 +114,15 @@ def plan(desired: DesiredState, actual: dict[tuple, Resource]) -> list[Op]:
     # (a different configuration is refused: FAILED_PRECONDITION "Reset first"), so it is called
     # even when the node already has sessions of that role; a plan with nothing to create makes
     # no call at all.
-    roles_needed = {(op.node, STAMP_ROLE_OF[op.kind]) for _, op in forward
-                    if op.kind in STAMP_ROLE_OF and op.action in ("create", "replace")}
+    roles_needed = {
+        (op.node, STAMP_ROLE_OF[op.kind])
+        for _, op in forward
+        if op.kind in STAMP_ROLE_OF and op.action in ("create", "replace")
+    }
     for node, role in sorted(roles_needed):
         init = desired.inits[(node, role)]
         kind = "stamp_reflector" if role == "reflector" else "stamp_sender"
-        forward.append(((0, KIND_RANK[kind], node, 0, (), 0),
-                        Op("init", "stamp_init", node, (role,), init=init)))
+        forward.append(((0, KIND_RANK[kind], node, 0, (), 0), Op("init", "stamp_init", node, (role,), init=init)))
     managed = set(desired.nodes)
     stamp_nodes_wanted = {r.node for r in desired.resources.values() if r.kind in STAMP_ROLE_OF}
     removals = [have for ident, have in actual.items() if ident not in desired.resources and have.node in managed]
@@ -121,10 +132,14 @@ def plan(desired: DesiredState, actual: dict[tuple, Resource]) -> list[Op]:
         backward.append(((-1, -KIND_RANK["stamp_sender"], node, 0, (), 0), Op("reset", "stamp_reset", node, ())))
     for have in removals:
         if have.kind in STAMP_ROLE_OF and have.node in reset_nodes:
-            continue                      # the node's Reset destroys it
+            continue  # the node's Reset destroys it
         phase = -1 if have.kind in MEASUREMENT else 1
-        backward.append(((phase, -KIND_RANK[have.kind], have.node, 1, have.key, 0),
-                         Op("remove", have.kind, have.node, have.key, actual=have)))
+        backward.append(
+            (
+                (phase, -KIND_RANK[have.kind], have.node, 1, have.key, 0),
+                Op("remove", have.kind, have.node, have.key, actual=have),
+            )
+        )
     return [op for _, op in sorted(forward + backward, key=lambda item: item[0])]
 
 

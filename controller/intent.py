@@ -8,6 +8,7 @@ Every problem is reported at once, one per line, as
 e.g.  intent.yaml:14:7: stamp_sessions[0].rate_pps: -5 must be > 0. Fix: ...
 Format: controller/README.md.
 """
+
 from __future__ import annotations
 
 import difflib
@@ -27,16 +28,23 @@ ENV_RE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 POLICY_MODES = ("encap", "inline", "encap.red")
 # action -> parameters it needs; every other action parameter is refused
 LOCAL_SID_ACTIONS: dict[str, tuple[str, ...]] = {
-    "End": (), "End.X": ("nh6",), "End.T": ("lookup_table",), "End.DX4": ("nh4",), "End.DX6": ("nh6",),
-    "End.DT4": ("lookup_table",), "End.DT6": ("lookup_table",), "End.DT46": ("lookup_table",),
-    "End.B6": ("segs",), "End.B6.Encaps": ("segs",),
+    "End": (),
+    "End.X": ("nh6",),
+    "End.T": ("lookup_table",),
+    "End.DX4": ("nh4",),
+    "End.DX6": ("nh6",),
+    "End.DT4": ("lookup_table",),
+    "End.DT6": ("lookup_table",),
+    "End.DT46": ("lookup_table",),
+    "End.B6": ("segs",),
+    "End.B6.Encaps": ("segs",),
 }
 ACTION_PARAMS = ("lookup_table", "nh6", "nh4", "segs")
-STAMP_MODES = ("unauthenticated", "authenticated")   # RFC 8762 mode
-STAMP_FORMATS = ("ptp", "ntp")                       # timestamp format
+STAMP_MODES = ("unauthenticated", "authenticated")  # RFC 8762 mode
+STAMP_FORMATS = ("ptp", "ntp")  # timestamp format
 FLOW_METHODS = ("dscp", "rfc9343")
-MAX_SIDS = 6           # STAMP sessions and monitored flows: the datapaths cap SID lists here
-MAX_POLICY_SIDS = 16   # policies and End.B6 SIDs: the agent's limit
+MAX_SIDS = 6  # STAMP sessions and monitored flows: the datapaths cap SID lists here
+MAX_POLICY_SIDS = 16  # policies and End.B6 SIDs: the agent's limit
 MAX_RATE_PPS = 1_000_000
 
 
@@ -55,18 +63,19 @@ class IntentError(ValueError):
 
 # ---------------------------------------------------------------------------- model
 
+
 @dataclass(frozen=True)
 class TlsFiles:
-    ca: str                      # CA that signed the agent's server certificate
-    cert: str                    # the controller's client certificate (mTLS)
-    key: str                     # its private key
-    server_name: str | None = None   # name to check in the agent's certificate (default: host)
+    ca: str  # CA that signed the agent's server certificate
+    cert: str  # the controller's client certificate (mTLS)
+    key: str  # its private key
+    server_name: str | None = None  # name to check in the agent's certificate (default: host)
 
 
 @dataclass(frozen=True)
 class NodeSpec:
     name: str
-    agent: str                   # host:port of the node's agent
+    agent: str  # host:port of the node's agent
     tls: TlsFiles
 
 
@@ -76,15 +85,15 @@ MAIN_TABLE = 254
 @dataclass(frozen=True)
 class LocalSid:
     node: str
-    sid: str                     # "fc00:3::d6" (the route is sid/128)
-    action: str                  # End, End.X, End.DT6, ...
+    sid: str  # "fc00:3::d6" (the route is sid/128)
+    action: str  # End, End.X, End.DT6, ...
     dev: str = ""
-    table: int = MAIN_TABLE      # routing table holding the SID route
-    lookup_table: int = 0        # End.T / End.DT4 / End.DT6 / End.DT46: table to look the inner packet up in
+    table: int = MAIN_TABLE  # routing table holding the SID route
+    lookup_table: int = 0  # End.T / End.DT4 / End.DT6 / End.DT46: table to look the inner packet up in
     nh6: str = ""
     nh4: str = ""
-    segs: tuple[str, ...] = ()   # End.B6 / End.B6.Encaps
-    count: bool = False          # per-SID counters
+    segs: tuple[str, ...] = ()  # End.B6 / End.B6.Encaps
+    count: bool = False  # per-SID counters
 
     @property
     def key(self) -> tuple:
@@ -94,12 +103,12 @@ class LocalSid:
 @dataclass(frozen=True)
 class Policy:
     node: str
-    destination: str             # prefix steered into the policy, "fd00:b::/64"
-    mode: str                    # encap | inline | encap.red
-    segs: tuple[str, ...]        # SID list in travel order
+    destination: str  # prefix steered into the policy, "fd00:b::/64"
+    mode: str  # encap | inline | encap.red
+    segs: tuple[str, ...]  # SID list in travel order
     dev: str = ""
     table: int = MAIN_TABLE
-    metric: int = 0              # 0: kernel default
+    metric: int = 0  # 0: kernel default
 
     @property
     def key(self) -> tuple:
@@ -109,8 +118,8 @@ class Policy:
 @dataclass(frozen=True)
 class StampEnd:
     node: str
-    address: str                 # sender: source of test packets; reflector: address it answers on
-    dev: str = ""                # sender: where replies arrive (XDP collector); reflector: where tests arrive
+    address: str  # sender: source of test packets; reflector: address it answers on
+    dev: str = ""  # sender: where replies arrive (XDP collector); reflector: where tests arrive
 
 
 @dataclass(frozen=True)
@@ -118,14 +127,14 @@ class StampSession:
     ssid: int
     sender: StampEnd
     reflector: StampEnd
-    segs: tuple[str, ...]        # forward SID list (travel order)
+    segs: tuple[str, ...]  # forward SID list (travel order)
     return_segs: tuple[str, ...]  # return SID list the reflector puts on the reply
     rate_pps: int = 10
     mode: str = "unauthenticated"
     format: str = "ptp"
     padding_bytes: int = 0
-    start: bool = True           # running (true) or configured but not sending (false)
-    duration_s: float = 0.0      # > 0: a finite run; once it has run its course it is not restarted
+    start: bool = True  # running (true) or configured but not sending (false)
+    duration_s: float = 0.0  # > 0: a finite run; once it has run its course it is not restarted
 
     @property
     def key(self) -> tuple:
@@ -139,9 +148,9 @@ class StampSession:
 @dataclass(frozen=True)
 class Flow:
     flow_id: int
-    ingress: StampEnd            # TX (node, dev = the policy's egress device): colours the flow
-    egress: StampEnd             # RX (node, dev = ingress device at the egress edge): counts it
-    segs: tuple[str, ...]        # the policy's SID list (travel order) that defines the flow
+    ingress: StampEnd  # TX (node, dev = the policy's egress device): colours the flow
+    egress: StampEnd  # RX (node, dev = ingress device at the egress edge): counts it
+    segs: tuple[str, ...]  # the policy's SID list (travel order) that defines the flow
     method: str = "dscp"
     period_ms: int = 1000
     dmark_every: int = 0
@@ -170,11 +179,21 @@ NODE_KEYS = ("agent", "tls")
 TLS_KEYS = ("ca", "cert", "key", "server_name")
 LOCAL_SID_KEYS = ("node", "sid", "action", "dev", "table", "lookup_table", "nh6", "nh4", "segs", "count")
 POLICY_KEYS = ("node", "destination", "mode", "segs", "dev", "table", "metric")
-SESSION_KEYS = ("ssid", "sender", "reflector", "segs", "return_segs", "rate_pps", "mode", "format",
-                "padding_bytes", "start", "duration_s")
+SESSION_KEYS = (
+    "ssid",
+    "sender",
+    "reflector",
+    "segs",
+    "return_segs",
+    "rate_pps",
+    "mode",
+    "format",
+    "padding_bytes",
+    "start",
+    "duration_s",
+)
 STAMP_END_KEYS = ("node", "address", "dev")
-FLOW_KEYS = ("flow_id", "ingress", "egress", "segs", "method", "period_ms", "dmark_every",
-             "dscp_l_bit", "dscp_d_bit")
+FLOW_KEYS = ("flow_id", "ingress", "egress", "segs", "method", "period_ms", "dmark_every", "dscp_l_bit", "dscp_d_bit")
 FLOW_END_KEYS = ("node", "dev")
 
 
@@ -190,8 +209,9 @@ class _Checker:
 
     def mapping(self, where: tuple, value: Any, allowed: tuple[str, ...], required: tuple[str, ...] = ()) -> bool:
         if not isinstance(value, dict):
-            self.err(where, f"expected a mapping, got {_show(value)}",
-                     f"write a mapping with keys {', '.join(allowed)}")
+            self.err(
+                where, f"expected a mapping, got {_show(value)}", f"write a mapping with keys {', '.join(allowed)}"
+            )
             return False
         for key in value:
             if key not in allowed:
@@ -219,11 +239,16 @@ class _Checker:
 
     def integer(self, where: tuple, value: Any, what: str, lo: int, hi: int, fix: str = "") -> int:
         if isinstance(value, bool) or not isinstance(value, int):
-            self.err(where, f"{what} must be an integer, got {_show(value)}", fix or f"write an integer in [{lo}, {hi}]")
+            self.err(
+                where, f"{what} must be an integer, got {_show(value)}", fix or f"write an integer in [{lo}, {hi}]"
+            )
             return lo
         if value < lo:
-            self.err(where, f"{value} must be >= {lo}" if lo != 1 else f"{value} must be > 0",
-                     fix or f"write an integer in [{lo}, {hi}]")
+            self.err(
+                where,
+                f"{value} must be >= {lo}" if lo != 1 else f"{value} must be > 0",
+                fix or f"write an integer in [{lo}, {hi}]",
+            )
         elif value > hi:
             self.err(where, f"{value} must be <= {hi}", fix or f"write an integer in [{lo}, {hi}]")
         return value
@@ -258,7 +283,9 @@ class _Checker:
                 return str(ipaddress.IPv6Address(value))
             except ValueError:
                 pass
-        self.err(where, f"{_show(value)} is not an IPv6 {what}", 'write a plain IPv6 address in quotes, like "fc00:2::e"')
+        self.err(
+            where, f"{_show(value)} is not an IPv6 {what}", 'write a plain IPv6 address in quotes, like "fc00:2::e"'
+        )
         return ""
 
     def ipv4(self, where: tuple, value: Any) -> str:
@@ -288,8 +315,11 @@ class _Checker:
         if value is None and allow_empty:
             return ()
         if not isinstance(value, list) or (not value and not allow_empty):
-            self.err(where, f"expected a {'' if allow_empty else 'non-empty '}list of SIDs, got {_show(value)}",
-                     'write ["fc00:2::e", "fc00:3::d6"] (visiting order)')
+            self.err(
+                where,
+                f"expected a {'' if allow_empty else 'non-empty '}list of SIDs, got {_show(value)}",
+                'write ["fc00:2::e", "fc00:3::d6"] (visiting order)',
+            )
             return ()
         if len(value) > limit:
             self.err(where, f"{len(value)} SIDs, at most {limit} are supported here", f"use at most {limit} SIDs")
@@ -305,21 +335,29 @@ class _Checker:
         if not isinstance(value, str) or value not in nodes:
             close = difflib.get_close_matches(str(value), list(nodes), n=1, cutoff=0.5)
             hint = f"did you mean `{close[0]}`? " if close else ""
-            self.err(where, f"unknown node {_show(value)}",
-                     f"{hint}use a node defined under `nodes:` ({', '.join(sorted(nodes)) or 'none defined'})")
+            self.err(
+                where,
+                f"unknown node {_show(value)}",
+                f"{hint}use a node defined under `nodes:` ({', '.join(sorted(nodes)) or 'none defined'})",
+            )
             return ""
         return value
 
     def expand(self, where: tuple, value: str) -> str:
         """${VAR} / ${VAR:-default} from the environment (agent addresses and TLS paths only)."""
+
         def sub(m: re.Match) -> str:
             if m.group(1) in os.environ:
                 return os.environ[m.group(1)]
             if m.group(2) is not None:
                 return m.group(2)
-            self.err(where, f"environment variable {m.group(1)} is not set",
-                     f"export {m.group(1)}=... or write ${{{m.group(1)}:-default}}")
+            self.err(
+                where,
+                f"environment variable {m.group(1)} is not set",
+                f"export {m.group(1)}=... or write ${{{m.group(1)}:-default}}",
+            )
             return ""
+
         return ENV_RE.sub(sub, value)
 
     def path(self, where: tuple, value: Any, what: str) -> str:
@@ -344,6 +382,7 @@ def _show(value: Any) -> str:
 
 # ---------------------------------------------------------------------------- sections
 
+
 def _parse_node(c: _Checker, where: tuple, name: Any, raw: Any) -> NodeSpec | None:
     if not isinstance(name, str) or not NODE_NAME_RE.match(name):
         c.err(where, f"node name {name!r} is not valid", "use 1-32 characters [A-Za-z0-9_]", at_key=True)
@@ -353,19 +392,27 @@ def _parse_node(c: _Checker, where: tuple, name: Any, raw: Any) -> NodeSpec | No
     if "agent" in raw:
         agent = c.expand(where + ("agent",), c.string(where + ("agent",), raw["agent"], "agent address"))
         if agent and not re.match(r"^(\[[0-9a-fA-F:.]+\]|[A-Za-z0-9_.-]+):\d{1,5}$", agent):
-            c.err(where + ("agent",), f"agent address {agent!r} is not HOST:PORT",
-                  'write e.g. "127.0.0.1:50051" or "[fc00:1::1]:50051"')
+            c.err(
+                where + ("agent",),
+                f"agent address {agent!r} is not HOST:PORT",
+                'write e.g. "127.0.0.1:50051" or "[fc00:1::1]:50051"',
+            )
         elif agent and not 0 < int(agent.rsplit(":", 1)[1]) < 65536:
             c.err(where + ("agent",), f"port of {agent!r} is out of range", "use a port in 1..65535")
     tls = None
     if "tls" in raw and c.mapping(where + ("tls",), raw["tls"], TLS_KEYS, required=("ca", "cert", "key")):
         t = raw["tls"]
-        tls = TlsFiles(ca=c.path(where + ("tls", "ca"), t.get("ca"), "CA file") if "ca" in t else "",
-                       cert=c.path(where + ("tls", "cert"), t.get("cert"), "certificate file") if "cert" in t else "",
-                       key=c.path(where + ("tls", "key"), t.get("key"), "key file") if "key" in t else "",
-                       server_name=c.expand(where + ("tls", "server_name"),
-                                            c.string(where + ("tls", "server_name"), t["server_name"], "server name"))
-                       if "server_name" in t else None)
+        tls = TlsFiles(
+            ca=c.path(where + ("tls", "ca"), t.get("ca"), "CA file") if "ca" in t else "",
+            cert=c.path(where + ("tls", "cert"), t.get("cert"), "certificate file") if "cert" in t else "",
+            key=c.path(where + ("tls", "key"), t.get("key"), "key file") if "key" in t else "",
+            server_name=c.expand(
+                where + ("tls", "server_name"),
+                c.string(where + ("tls", "server_name"), t["server_name"], "server name"),
+            )
+            if "server_name" in t
+            else None,
+        )
     if tls is None:
         return None
     return NodeSpec(name=str(name), agent=agent, tls=tls)
@@ -379,30 +426,55 @@ def _parse_local_sid(c: _Checker, where: tuple, raw: Any, nodes: dict) -> LocalS
     if "sid" in raw:
         text = raw["sid"][:-4] if isinstance(raw["sid"], str) and raw["sid"].endswith("/128") else raw["sid"]
         sid = c.ipv6(where + ("sid",), text, "SID")
-    action = c.choice(where + ("action",), raw.get("action"), tuple(LOCAL_SID_ACTIONS), "action") \
-        if "action" in raw else "End"
+    action = (
+        c.choice(where + ("action",), raw.get("action"), tuple(LOCAL_SID_ACTIONS), "action")
+        if "action" in raw
+        else "End"
+    )
     needs = LOCAL_SID_ACTIONS.get(action, ())
     for param in ACTION_PARAMS:
         if param in raw and param not in needs:
-            c.err(where + (param,), f"action {action} takes no `{param}`",
-                  f"remove it ({action} takes {', '.join(needs) or 'no parameter'})", at_key=True)
+            c.err(
+                where + (param,),
+                f"action {action} takes no `{param}`",
+                f"remove it ({action} takes {', '.join(needs) or 'no parameter'})",
+                at_key=True,
+            )
     for param in needs:
         if param not in raw:
-            c.err(where, f"action {action} needs `{param}`",
-                  {"lookup_table": "add `lookup_table: 254` (the main table)",
-                   "nh6": 'add `nh6: "<next-hop IPv6>"`', "nh4": 'add `nh4: "<next-hop IPv4>"`',
-                   "segs": 'add `segs: ["<SID>", ...]`'}[param])
+            c.err(
+                where,
+                f"action {action} needs `{param}`",
+                {
+                    "lookup_table": "add `lookup_table: 254` (the main table)",
+                    "nh6": 'add `nh6: "<next-hop IPv6>"`',
+                    "nh4": 'add `nh4: "<next-hop IPv4>"`',
+                    "segs": 'add `segs: ["<SID>", ...]`',
+                }[param],
+            )
     table = c.integer(where + ("table",), raw["table"], "table", 1, 2**32 - 2) if "table" in raw else MAIN_TABLE
-    lookup = c.integer(where + ("lookup_table",), raw["lookup_table"], "lookup_table", 1, 2**32 - 2) \
-        if "lookup_table" in raw else 0
+    lookup = (
+        c.integer(where + ("lookup_table",), raw["lookup_table"], "lookup_table", 1, 2**32 - 2)
+        if "lookup_table" in raw
+        else 0
+    )
     nh6 = c.ipv6(where + ("nh6",), raw["nh6"], "next hop") if "nh6" in raw else ""
     nh4 = c.ipv4(where + ("nh4",), raw["nh4"]) if "nh4" in raw else ""
-    segs = c.sid_list(where + ("segs",), raw["segs"], allow_empty=False, limit=MAX_POLICY_SIDS) \
-        if "segs" in raw else ()
+    segs = c.sid_list(where + ("segs",), raw["segs"], allow_empty=False, limit=MAX_POLICY_SIDS) if "segs" in raw else ()
     dev = c.ifname(where + ("dev",), raw["dev"]) if "dev" in raw else ""
     count = c.boolean(where + ("count",), raw["count"]) if "count" in raw else False
-    return LocalSid(node=node, sid=sid, action=action, dev=dev, table=table, lookup_table=lookup,
-                    nh6=nh6, nh4=nh4, segs=segs, count=count)
+    return LocalSid(
+        node=node,
+        sid=sid,
+        action=action,
+        dev=dev,
+        table=table,
+        lookup_table=lookup,
+        nh6=nh6,
+        nh4=nh4,
+        segs=segs,
+        count=count,
+    )
 
 
 def _parse_policy(c: _Checker, where: tuple, raw: Any, nodes: dict) -> Policy | None:
@@ -411,8 +483,11 @@ def _parse_policy(c: _Checker, where: tuple, raw: Any, nodes: dict) -> Policy | 
     node = c.node_ref(where + ("node",), raw.get("node"), nodes) if "node" in raw else ""
     destination = c.prefix(where + ("destination",), raw.get("destination")) if "destination" in raw else ""
     mode = c.choice(where + ("mode",), raw.get("mode", "encap"), POLICY_MODES, "mode")
-    segs = c.sid_list(where + ("segs",), raw.get("segs"), allow_empty=False, limit=MAX_POLICY_SIDS) \
-        if "segs" in raw else ()
+    segs = (
+        c.sid_list(where + ("segs",), raw.get("segs"), allow_empty=False, limit=MAX_POLICY_SIDS)
+        if "segs" in raw
+        else ()
+    )
     dev = c.ifname(where + ("dev",), raw["dev"]) if "dev" in raw else ""
     table = c.integer(where + ("table",), raw["table"], "table", 1, 2**32 - 2) if "table" in raw else MAIN_TABLE
     metric = c.integer(where + ("metric",), raw["metric"], "metric", 0, 2**32 - 1) if "metric" in raw else 0
@@ -431,36 +506,74 @@ def _parse_stamp_end(c: _Checker, where: tuple, raw: Any, nodes: dict) -> StampE
 def _parse_session(c: _Checker, where: tuple, raw: Any, nodes: dict) -> StampSession | None:
     if not c.mapping(where, raw, SESSION_KEYS, required=("ssid", "sender", "reflector")):
         return None
-    ssid = c.integer(where + ("ssid",), raw.get("ssid"), "ssid", 1, 65535,
-                     "write a STAMP Session Identifier in 1..65535 (RFC 8972)") if "ssid" in raw else 0
+    ssid = (
+        c.integer(
+            where + ("ssid",),
+            raw.get("ssid"),
+            "ssid",
+            1,
+            65535,
+            "write a STAMP Session Identifier in 1..65535 (RFC 8972)",
+        )
+        if "ssid" in raw
+        else 0
+    )
     sender = _parse_stamp_end(c, where + ("sender",), raw["sender"], nodes) if "sender" in raw else None
     reflector = _parse_stamp_end(c, where + ("reflector",), raw["reflector"], nodes) if "reflector" in raw else None
     segs = c.sid_list(where + ("segs",), raw.get("segs"), allow_empty=True)
     return_segs = c.sid_list(where + ("return_segs",), raw.get("return_segs"), allow_empty=True)
-    rate = c.integer(where + ("rate_pps",), raw["rate_pps"], "rate_pps", 1, MAX_RATE_PPS,
-                     f"write a whole number of test packets per second in 1..{MAX_RATE_PPS}") \
-        if "rate_pps" in raw else 10
+    rate = (
+        c.integer(
+            where + ("rate_pps",),
+            raw["rate_pps"],
+            "rate_pps",
+            1,
+            MAX_RATE_PPS,
+            f"write a whole number of test packets per second in 1..{MAX_RATE_PPS}",
+        )
+        if "rate_pps" in raw
+        else 10
+    )
     mode = c.choice(where + ("mode",), raw.get("mode", "unauthenticated"), STAMP_MODES, "mode")
     fmt = c.choice(where + ("format",), raw.get("format", "ptp"), STAMP_FORMATS, "format")
-    padding = c.integer(where + ("padding_bytes",), raw["padding_bytes"], "padding_bytes", 0, 1400) \
-        if "padding_bytes" in raw else 0
+    padding = (
+        c.integer(where + ("padding_bytes",), raw["padding_bytes"], "padding_bytes", 0, 1400)
+        if "padding_bytes" in raw
+        else 0
+    )
     start = c.boolean(where + ("start",), raw["start"]) if "start" in raw else True
     duration = 0.0
     if "duration_s" in raw:
         d = raw["duration_s"]
         if isinstance(d, bool) or not isinstance(d, (int, float)) or d < 0:
-            c.err(where + ("duration_s",), f"{_show(d)} must be a number >= 0",
-                  "write the seconds of one finite run, or 0 to send until stopped")
+            c.err(
+                where + ("duration_s",),
+                f"{_show(d)} must be a number >= 0",
+                "write the seconds of one finite run, or 0 to send until stopped",
+            )
         else:
             duration = float(d)
     if sender and reflector and sender.node and sender.node == reflector.node:
-        c.err(where + ("reflector", "node"), f"sender and reflector are both node {sender.node}",
-              "put the reflector on another node")
+        c.err(
+            where + ("reflector", "node"),
+            f"sender and reflector are both node {sender.node}",
+            "put the reflector on another node",
+        )
     if sender is None or reflector is None:
         return None
-    return StampSession(ssid=ssid, sender=sender, reflector=reflector, segs=segs, return_segs=return_segs,
-                        rate_pps=rate, mode=mode, format=fmt, padding_bytes=padding, start=start,
-                        duration_s=duration)
+    return StampSession(
+        ssid=ssid,
+        sender=sender,
+        reflector=reflector,
+        segs=segs,
+        return_segs=return_segs,
+        rate_pps=rate,
+        mode=mode,
+        format=fmt,
+        padding_bytes=padding,
+        start=start,
+        duration_s=duration,
+    )
 
 
 def _parse_flow(c: _Checker, where: tuple, raw: Any, nodes: dict) -> Flow | None:
@@ -468,16 +581,28 @@ def _parse_flow(c: _Checker, where: tuple, raw: Any, nodes: dict) -> Flow | None
         return None
     method = c.choice(where + ("method",), raw.get("method", "dscp"), FLOW_METHODS, "method")
     hi = 0xFFFFF if method == "rfc9343" else 2**32 - 1
-    flow_id = c.integer(where + ("flow_id",), raw.get("flow_id"), "flow_id", 1, hi,
-                        "an rfc9343 flow id is its FlowMonID: 1..1048575" if method == "rfc9343" else "") \
-        if "flow_id" in raw else 0
+    flow_id = (
+        c.integer(
+            where + ("flow_id",),
+            raw.get("flow_id"),
+            "flow_id",
+            1,
+            hi,
+            "an rfc9343 flow id is its FlowMonID: 1..1048575" if method == "rfc9343" else "",
+        )
+        if "flow_id" in raw
+        else 0
+    )
     ends = []
     for side in ("ingress", "egress"):
         end = None
         if side in raw and c.mapping(where + (side,), raw[side], FLOW_END_KEYS, required=("node", "dev")):
             r = raw[side]
-            end = StampEnd(node=c.node_ref(where + (side, "node"), r.get("node"), nodes) if "node" in r else "",
-                           address="", dev=c.ifname(where + (side, "dev"), r["dev"]) if "dev" in r else "")
+            end = StampEnd(
+                node=c.node_ref(where + (side, "node"), r.get("node"), nodes) if "node" in r else "",
+                address="",
+                dev=c.ifname(where + (side, "dev"), r["dev"]) if "dev" in r else "",
+            )
         ends.append(end)
     segs = c.sid_list(where + ("segs",), raw.get("segs"), allow_empty=False) if "segs" in raw else ()
     period = c.integer(where + ("period_ms",), raw.get("period_ms", 1000), "period_ms", 1, 3_600_000)
@@ -488,15 +613,30 @@ def _parse_flow(c: _Checker, where: tuple, raw: Any, nodes: dict) -> Flow | None
             c.err(where + (name,), f"{name} only applies to method dscp", "remove it", at_key=True)
         bits.append(c.integer(where + (name,), raw.get(name, default), name, 0, 5))
     if bits[0] == bits[1] and method == "dscp":
-        c.err(where + ("dscp_d_bit",), f"the colour bit and the delay bit are both DSCP bit {bits[0]}",
-              "use two different DSCP bits (defaults: L=0, D=1)")
+        c.err(
+            where + ("dscp_d_bit",),
+            f"the colour bit and the delay bit are both DSCP bit {bits[0]}",
+            "use two different DSCP bits (defaults: L=0, D=1)",
+        )
     if ends[0] and ends[1] and ends[0].node and ends[0].node == ends[1].node:
-        c.err(where + ("egress", "node"), f"ingress and egress are both node {ends[0].node}",
-              "the egress is the node at the other end of the SID list")
+        c.err(
+            where + ("egress", "node"),
+            f"ingress and egress are both node {ends[0].node}",
+            "the egress is the node at the other end of the SID list",
+        )
     if ends[0] is None or ends[1] is None:
         return None
-    return Flow(flow_id=flow_id, ingress=ends[0], egress=ends[1], segs=segs, method=method, period_ms=period,
-                dmark_every=dmark, dscp_l_bit=bits[0], dscp_d_bit=bits[1])
+    return Flow(
+        flow_id=flow_id,
+        ingress=ends[0],
+        egress=ends[1],
+        segs=segs,
+        method=method,
+        period_ms=period,
+        dmark_every=dmark,
+        dscp_l_bit=bits[0],
+        dscp_d_bit=bits[1],
+    )
 
 
 def _check_unique(c: _Checker, section: str, items: list[tuple[int, Any]], label) -> None:
@@ -504,28 +644,46 @@ def _check_unique(c: _Checker, section: str, items: list[tuple[int, Any]], label
     for index, item in items:
         key = item.key
         if key in seen:
-            c.err((section, index), f"duplicate {label(item)} (also {section}[{seen[key]}])",
-                  "keep one entry per key, or change one of them")
+            c.err(
+                (section, index),
+                f"duplicate {label(item)} (also {section}[{seen[key]}])",
+                "keep one entry per key, or change one of them",
+            )
         else:
             seen[key] = index
 
 
 def _cross_checks(c: _Checker, intent: Intent, indexed: dict[str, list[tuple[int, Any]]]) -> None:
-    _check_unique(c, "local_sids", indexed["local_sids"], lambda s: f"local SID {s.sid} on node {s.node}"
-                  + (f" table {s.table}" if s.table != MAIN_TABLE else ""))
-    _check_unique(c, "policies", indexed["policies"],
-                  lambda p: f"policy for {p.destination} on node {p.node}"
-                  + (f" table {p.table}" if p.table != MAIN_TABLE else ""))
-    _check_unique(c, "stamp_sessions", indexed["stamp_sessions"],
-                  lambda s: f"STAMP session ssid {s.ssid} from node {s.sender.node}")
+    _check_unique(
+        c,
+        "local_sids",
+        indexed["local_sids"],
+        lambda s: f"local SID {s.sid} on node {s.node}" + (f" table {s.table}" if s.table != MAIN_TABLE else ""),
+    )
+    _check_unique(
+        c,
+        "policies",
+        indexed["policies"],
+        lambda p: f"policy for {p.destination} on node {p.node}"
+        + (f" table {p.table}" if p.table != MAIN_TABLE else ""),
+    )
+    _check_unique(
+        c,
+        "stamp_sessions",
+        indexed["stamp_sessions"],
+        lambda s: f"STAMP session ssid {s.ssid} from node {s.sender.node}",
+    )
     _check_unique(c, "flows", indexed["flows"], lambda f: f"flow_id {f.flow_id}")
     # an agent keys STAMP sessions by (role, ssid): one ssid per reflector node too
     refl_seen: dict[tuple, int] = {}
     for index, s in indexed["stamp_sessions"]:
         k = (s.reflector.node, s.ssid)
         if k in refl_seen:
-            c.err(("stamp_sessions", index, "ssid"), f"reflector node {s.reflector.node} already reflects "
-                  f"ssid {s.ssid} (stamp_sessions[{refl_seen[k]}])", "use another ssid")
+            c.err(
+                ("stamp_sessions", index, "ssid"),
+                f"reflector node {s.reflector.node} already reflects ssid {s.ssid} (stamp_sessions[{refl_seen[k]}])",
+                "use another ssid",
+            )
         refl_seen.setdefault(k, index)
     # a node's STAMP datapath is Init'ed once: one collector device / source per sender node,
     # one reflector device per reflector node
@@ -534,25 +692,34 @@ def _cross_checks(c: _Checker, intent: Intent, indexed: dict[str, list[tuple[int
         for index, s in indexed["stamp_sessions"]:
             end = getattr(s, role)
             if end.node in devs and devs[end.node][0] != end.dev:
-                c.err(("stamp_sessions", index, role, "dev"),
-                      f"node {end.node} is already a STAMP {role} on dev {devs[end.node][0]} "
-                      f"(stamp_sessions[{devs[end.node][1]}])", f"use dev {devs[end.node][0]}: one {role} device per node")
+                c.err(
+                    ("stamp_sessions", index, role, "dev"),
+                    f"node {end.node} is already a STAMP {role} on dev {devs[end.node][0]} "
+                    f"(stamp_sessions[{devs[end.node][1]}])",
+                    f"use dev {devs[end.node][0]}: one {role} device per node",
+                )
             devs.setdefault(end.node, (end.dev, index))
     # a device's XDP hook: altmark_rx (flow egress dev) chains one STAMP program behind it
     # (datapath/README.md, "Chaining"; the agent does it in either order), so a STAMP collector or
     # reflector may share its device with a flow's RX side. The STAMP collector (sender dev) and
     # the STAMP reflector (reflector dev) cannot share one: one hook, and one slot behind altmark_rx.
     xdp: dict[tuple[str, str], tuple[str, tuple]] = {}
-    users = [(("stamp_sessions", i, "sender", "dev"), s.sender, "the STAMP collector")
-             for i, s in indexed["stamp_sessions"]]
-    users += [(("stamp_sessions", i, "reflector", "dev"), s.reflector, "the STAMP reflector")
-              for i, s in indexed["stamp_sessions"]]
+    users = [
+        (("stamp_sessions", i, "sender", "dev"), s.sender, "the STAMP collector") for i, s in indexed["stamp_sessions"]
+    ]
+    users += [
+        (("stamp_sessions", i, "reflector", "dev"), s.reflector, "the STAMP reflector")
+        for i, s in indexed["stamp_sessions"]
+    ]
     for where, end, program in sorted(users, key=lambda u: doc_pos(c, u[0])):
         k = (end.node, end.dev)
         if k in xdp and xdp[k][0] != program:
-            c.err(where, f"{end.node}:{end.dev} already runs {xdp[k][0]} ({_fmt(xdp[k][1])}), and a device "
-                  f"has one XDP hook (one STAMP program per device, also behind altmark_rx)",
-                  f"use another device for {program}, or drop one of the two")
+            c.err(
+                where,
+                f"{end.node}:{end.dev} already runs {xdp[k][0]} ({_fmt(xdp[k][1])}), and a device "
+                f"has one XDP hook (one STAMP program per device, also behind altmark_rx)",
+                f"use another device for {program}, or drop one of the two",
+            )
         xdp.setdefault(k, (program, where))
 
 
@@ -562,6 +729,7 @@ def doc_pos(c: _Checker, where: tuple) -> tuple[int, int]:
 
 def _fmt(where: tuple) -> str:
     from controller.yamlmarks import fmt_path
+
     return fmt_path(where)
 
 
@@ -571,18 +739,23 @@ def parse_intent(text: str, file: str = "intent.yaml", base_dir: Path | None = N
     c = _Checker(doc, base_dir or Path(file).resolve().parent)
     intent = Intent(file=file)
     indexed: dict[str, list[tuple[int, Any]]] = {k: [] for k in ("local_sids", "policies", "stamp_sessions", "flows")}
-    if doc.problems and raw is None:      # YAML syntax: nothing to validate
+    if doc.problems and raw is None:  # YAML syntax: nothing to validate
         raise IntentError(file, doc.problems)
     if raw is None:
-        raise IntentError(file, [Problem(1, 1, "", "the file is empty", "start from controller/examples/demo_line5.yaml")])
+        raise IntentError(
+            file, [Problem(1, 1, "", "the file is empty", "start from controller/examples/demo_line5.yaml")]
+        )
     if c.mapping((), raw, TOP_KEYS, required=("version", "nodes")):
         if "version" in raw and raw["version"] != 1:
             c.err(("version",), f"version {_show(raw['version'])} is not supported", "write `version: 1`")
         nodes_raw = raw.get("nodes")
         if "nodes" in raw:
             if not isinstance(nodes_raw, dict) or not nodes_raw:
-                c.err(("nodes",), f"expected a mapping of node name -> agent, got {_show(nodes_raw)}",
-                      "write `nodes:` with `A: {agent: \"127.0.0.1:50051\", tls: {...}}` entries")
+                c.err(
+                    ("nodes",),
+                    f"expected a mapping of node name -> agent, got {_show(nodes_raw)}",
+                    "write `nodes:` with `A: {agent: \"127.0.0.1:50051\", tls: {...}}` entries",
+                )
             else:
                 for name, node_raw in nodes_raw.items():
                     node = _parse_node(c, ("nodes", name), name, node_raw)
@@ -591,12 +764,19 @@ def parse_intent(text: str, file: str = "intent.yaml", base_dir: Path | None = N
                 agents: dict[str, str] = {}
                 for node in intent.nodes.values():
                     if node.agent in agents:
-                        c.err(("nodes", node.name, "agent"), f"agent {node.agent} is also node {agents[node.agent]}'s",
-                              "give every node its own agent address")
+                        c.err(
+                            ("nodes", node.name, "agent"),
+                            f"agent {node.agent} is also node {agents[node.agent]}'s",
+                            "give every node its own agent address",
+                        )
                     agents.setdefault(node.agent, node.name)
         known = nodes_raw if isinstance(nodes_raw, dict) else {}
-        parsers = {"local_sids": _parse_local_sid, "policies": _parse_policy,
-                   "stamp_sessions": _parse_session, "flows": _parse_flow}
+        parsers = {
+            "local_sids": _parse_local_sid,
+            "policies": _parse_policy,
+            "stamp_sessions": _parse_session,
+            "flows": _parse_flow,
+        }
         for section, parse in parsers.items():
             what = section.rstrip("s").replace("_", " ")
             for index, item_raw in enumerate(c.listing((section,), raw.get(section), what)):
@@ -616,6 +796,7 @@ def load_intent(path: str | Path) -> Intent:
     try:
         text = path.read_text()
     except OSError as exc:
-        raise IntentError(str(path), [Problem(1, 1, "", f"cannot read the file: {exc.strerror}",
-                                              "check the path")]) from None
+        raise IntentError(
+            str(path), [Problem(1, 1, "", f"cannot read the file: {exc.strerror}", "check the path")]
+        ) from None
     return parse_intent(text, str(path), path.resolve().parent)

@@ -10,6 +10,7 @@ Each agent runs in the root namespace as `python -m agent --node N --netns <lab 
 namespace; `start` returns once every agent's health service says SERVING
 over mutual TLS.
 """
+
 from __future__ import annotations
 
 import os
@@ -46,17 +47,25 @@ class AgentSet:
         return out
 
     @classmethod
-    def start(cls, lab, nodes: list[str], run_dir: str | Path, base_port: int | None = None,
-              kafka: str | None = None, extra_args: list[str] | None = None,
-              ready_timeout_s: float = 30.0) -> "AgentSet":
+    def start(
+        cls,
+        lab,
+        nodes: list[str],
+        run_dir: str | Path,
+        base_port: int | None = None,
+        kafka: str | None = None,
+        extra_args: list[str] | None = None,
+        ready_timeout_s: float = 30.0,
+    ) -> "AgentSet":
         run_dir = Path(run_dir)
         run_dir.mkdir(parents=True, exist_ok=True)
         certs = run_dir / "certs"
         make_pki(certs, nodes)
         # port 0: the kernel picks a free port and the agent logs it ("listening on port N"), so
         # two runs never collide; a base_port gives fixed, predictable addresses instead
-        agents = cls(certs=certs, addresses={n: f"127.0.0.1:{base_port + i if base_port else 0}"
-                                             for i, n in enumerate(nodes)})
+        agents = cls(
+            certs=certs, addresses={n: f"127.0.0.1:{base_port + i if base_port else 0}" for i, n in enumerate(nodes)}
+        )
         try:
             for node in nodes:
                 agents._spawn(lab, node, run_dir, kafka, extra_args or [])
@@ -69,18 +78,34 @@ class AgentSet:
         return agents
 
     def _spawn(self, lab, node: str, run_dir: Path, kafka: str | None, extra: list[str]) -> None:
-        cmd = [sys.executable, "-m", "agent", "--node", node, "--netns", lab.ns(node),
-               "--listen", self.addresses[node],
-               "--tls-cert", str(self.certs / f"agent-{node}.pem"), "--tls-key", str(self.certs / f"agent-{node}.key"),
-               "--tls-client-ca", str(self.certs / "ca.pem"), "--instance", lab.ns(node)]
+        cmd = [
+            sys.executable,
+            "-m",
+            "agent",
+            "--node",
+            node,
+            "--netns",
+            lab.ns(node),
+            "--listen",
+            self.addresses[node],
+            "--tls-cert",
+            str(self.certs / f"agent-{node}.pem"),
+            "--tls-key",
+            str(self.certs / f"agent-{node}.key"),
+            "--tls-client-ca",
+            str(self.certs / "ca.pem"),
+            "--instance",
+            lab.ns(node),
+        ]
         if kafka:
             cmd += ["--kafka", kafka]
         cmd += extra
         log_path = run_dir / f"agent-{node}.log"
         log = open(log_path, "w")
         env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "schemas" / "python")])}
-        self.procs[node] = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=REPO, env=env,
-                                            start_new_session=True)
+        self.procs[node] = subprocess.Popen(
+            cmd, stdout=log, stderr=subprocess.STDOUT, cwd=REPO, env=env, start_new_session=True
+        )
         self.logs[node] = log_path
         log.close()
 
@@ -94,16 +119,20 @@ class AgentSet:
                 self.addresses[node] = f"127.0.0.1:{found.group(1)}"
                 return
             if self.procs[node].poll() is not None:
-                raise LaunchError(f"agent {node} exited ({self.procs[node].returncode}): "
-                                  f"{self.logs[node].read_text()[-2000:]}")
+                raise LaunchError(
+                    f"agent {node} exited ({self.procs[node].returncode}): {self.logs[node].read_text()[-2000:]}"
+                )
             time.sleep(0.05)
         raise LaunchError(f"agent {node} did not report its port within {timeout_s:g} s; log {self.logs[node]}")
 
     def _wait_serving(self, node: str, timeout_s: float) -> None:
         from grpc_health.v1 import health_pb2, health_pb2_grpc
-        creds = grpc.ssl_channel_credentials((self.certs / "ca.pem").read_bytes(),
-                                             (self.certs / "controller.key").read_bytes(),
-                                             (self.certs / "controller.pem").read_bytes())
+
+        creds = grpc.ssl_channel_credentials(
+            (self.certs / "ca.pem").read_bytes(),
+            (self.certs / "controller.key").read_bytes(),
+            (self.certs / "controller.pem").read_bytes(),
+        )
         deadline = time.monotonic() + timeout_s
         last = ""
         with grpc.secure_channel(self.addresses[node], creds) as channel:
@@ -111,8 +140,7 @@ class AgentSet:
             while time.monotonic() < deadline:
                 proc = self.procs[node]
                 if proc.poll() is not None:
-                    raise LaunchError(f"agent {node} exited ({proc.returncode}): "
-                                      f"{self.logs[node].read_text()[-2000:]}")
+                    raise LaunchError(f"agent {node} exited ({proc.returncode}): {self.logs[node].read_text()[-2000:]}")
                 try:
                     reply = stub.Check(health_pb2.HealthCheckRequest(service=""), timeout=1.0)
                     if reply.status == health_pb2.HealthCheckResponse.SERVING:
@@ -121,12 +149,13 @@ class AgentSet:
                 except grpc.RpcError as exc:
                     last = f"{exc.code().name}: {exc.details()}"
                 time.sleep(0.1)
-        raise LaunchError(f"agent {node} at {self.addresses[node]} not SERVING after {timeout_s:g} s ({last}); "
-                          f"log {self.logs[node]}")
+        raise LaunchError(
+            f"agent {node} at {self.addresses[node]} not SERVING after {timeout_s:g} s ({last}); log {self.logs[node]}"
+        )
 
     def stop(self, timeout_s: float = 15.0) -> dict[str, int]:
         codes = {}
-        for node, proc in self.procs.items():
+        for proc in self.procs.values():
             if proc.poll() is None:
                 try:
                     os.killpg(proc.pid, signal.SIGTERM)

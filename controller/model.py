@@ -6,6 +6,7 @@ session (role, ssid), a flow monitor (side, flow_id). `spec` holds every field t
 sets, normalised (canonical addresses, defaults filled in) so that a Resource built from the
 intent and one built from what an agent reports compare equal exactly when nothing needs doing.
 """
+
 from __future__ import annotations
 
 import ipaddress
@@ -19,10 +20,10 @@ from controller.intent import Intent
 # counting) before its TX side (ingress, colouring). Removals go in the reverse order.
 KINDS = ("local_sid", "policy", "stamp_reflector", "stamp_sender", "flow_rx", "flow_tx")
 KIND_RANK = {k: i for i, k in enumerate(KINDS)}
-UPDATABLE = {"local_sid", "policy"}          # the agent has a hitless Update for these
+UPDATABLE = {"local_sid", "policy"}  # the agent has a hitless Update for these
 STAMP_ROLE_OF = {"stamp_reflector": "reflector", "stamp_sender": "sender"}
 MAIN_TABLE = 254
-DEFAULT_METRIC = 1024                        # what the kernel gives an IPv6 route with metric 0
+DEFAULT_METRIC = 1024  # what the kernel gives an IPv6 route with metric 0
 STAMP_PORT = 862
 
 
@@ -31,10 +32,10 @@ class Resource:
     kind: str
     node: str
     key: tuple
-    spec: tuple                                # sorted (field, value) pairs, comparable
-    running: bool | None = None                # STAMP sessions: desired / reported running
-    finished: bool = False                     # reported: a finite run that has stopped
-    finite: bool = False                       # desired: a finite run (duration_s > 0)
+    spec: tuple  # sorted (field, value) pairs, comparable
+    running: bool | None = None  # STAMP sessions: desired / reported running
+    finished: bool = False  # reported: a finite run that has stopped
+    finite: bool = False  # desired: a finite run (duration_s > 0)
     duration_s: float = 0.0
 
     @property
@@ -49,11 +50,12 @@ class Resource:
 @dataclass(frozen=True)
 class StampInit:
     """What Init must be given on one node for one role (stamp.proto InitRequest)."""
+
     node: str
-    role: str                                  # sender | reflector
+    role: str  # sender | reflector
     device: str
-    source_address: str = ""                   # sender
-    addresses: tuple[str, ...] = ()            # reflector
+    source_address: str = ""  # sender
+    addresses: tuple[str, ...] = ()  # reflector
     udp_port: int = STAMP_PORT
 
 
@@ -92,74 +94,161 @@ def segs(values) -> tuple[str, ...]:
 # ------------------------------------------------------------------ normalised specs
 # Each takes plain values, so the intent side and the agent side share one definition.
 
+
 def local_sid_spec(action: str, dev: str, lookup_table: int, nh6: str, nh4: str, sids, count: bool) -> tuple:
-    return spec(action=action, dev=dev, lookup_table=int(lookup_table), nh6=canon_ip(nh6) if nh6 else "",
-                nh4=nh4 or "", segs=segs(sids), count=bool(count))
+    return spec(
+        action=action,
+        dev=dev,
+        lookup_table=int(lookup_table),
+        nh6=canon_ip(nh6) if nh6 else "",
+        nh4=nh4 or "",
+        segs=segs(sids),
+        count=bool(count),
+    )
 
 
 def policy_spec(mode: str, sids, dev: str, metric: int) -> tuple:
     return spec(mode=mode, segs=segs(sids), dev=dev, metric=int(metric) or DEFAULT_METRIC)
 
 
-def sender_spec(ssid: int, sender_address: str, reflector_address: str, sender_port: int, reflector_port: int,
-                sids, rate_pps: int, fmt: str, mode: str, padding: int) -> tuple:
-    return spec(sender_address=canon_ip(sender_address), reflector_address=canon_ip(reflector_address),
-                sender_port=int(sender_port) or 50000 + ssid, reflector_port=int(reflector_port) or STAMP_PORT,
-                segs=segs(sids), rate_pps=int(rate_pps), format=fmt or "ptp", mode=mode or "unauthenticated",
-                padding_bytes=int(padding))
+def sender_spec(
+    ssid: int,
+    sender_address: str,
+    reflector_address: str,
+    sender_port: int,
+    reflector_port: int,
+    sids,
+    rate_pps: int,
+    fmt: str,
+    mode: str,
+    padding: int,
+) -> tuple:
+    return spec(
+        sender_address=canon_ip(sender_address),
+        reflector_address=canon_ip(reflector_address),
+        sender_port=int(sender_port) or 50000 + ssid,
+        reflector_port=int(reflector_port) or STAMP_PORT,
+        segs=segs(sids),
+        rate_pps=int(rate_pps),
+        format=fmt or "ptp",
+        mode=mode or "unauthenticated",
+        padding_bytes=int(padding),
+    )
 
 
 def reflector_spec(sender_address: str, return_sids, mode: str, fmt: str) -> tuple:
-    return spec(sender_address=canon_ip(sender_address), return_segs=segs(return_sids),
-                mode=mode or "unauthenticated", format=fmt or "ptp")
+    return spec(
+        sender_address=canon_ip(sender_address),
+        return_segs=segs(return_sids),
+        mode=mode or "unauthenticated",
+        format=fmt or "ptp",
+    )
 
 
-def flow_spec(side: str, dev: str, method: str, sids, period_ms: int, dmark_every: int,
-              l_bit: int, d_bit: int) -> tuple:
+def flow_spec(
+    side: str, dev: str, method: str, sids, period_ms: int, dmark_every: int, l_bit: int, d_bit: int
+) -> tuple:
     if method == "dscp":
         if l_bit == 0 and d_bit == 0:
-            l_bit, d_bit = 0, 1                 # flowmon.proto: both unset = defaults 0 and 1
+            l_bit, d_bit = 0, 1  # flowmon.proto: both unset = defaults 0 and 1
         bits = (int(l_bit), int(d_bit))
     else:
         bits = ()
     if side == "rx" and method == "rfc9343":
-        sids = ()                               # RX rfc9343 finds the flow by FlowMonID
-    return spec(dev=dev, method=method, segs=segs(sids), period_ms=int(period_ms),
-                dmark_every=int(dmark_every) if side == "tx" else 0, dscp_bits=bits)
+        sids = ()  # RX rfc9343 finds the flow by FlowMonID
+    return spec(
+        dev=dev,
+        method=method,
+        segs=segs(sids),
+        period_ms=int(period_ms),
+        dmark_every=int(dmark_every) if side == "tx" else 0,
+        dscp_bits=bits,
+    )
 
 
 # ------------------------------------------------------------------ intent -> desired
+
 
 def desired_state(intent: Intent) -> DesiredState:
     """Every resource the intent asks for, on every node it names (pure)."""
     d = DesiredState(nodes=sorted(intent.nodes))
     for s in intent.local_sids:
-        d.add(Resource("local_sid", s.node, (canon_ip(s.sid), s.table),
-                       local_sid_spec(s.action, s.dev, s.lookup_table, s.nh6, s.nh4, s.segs, s.count)))
+        d.add(
+            Resource(
+                "local_sid",
+                s.node,
+                (canon_ip(s.sid), s.table),
+                local_sid_spec(s.action, s.dev, s.lookup_table, s.nh6, s.nh4, s.segs, s.count),
+            )
+        )
     for p in intent.policies:
-        d.add(Resource("policy", p.node, (canon_prefix(p.destination), p.table),
-                       policy_spec(p.mode, p.segs, p.dev, p.metric)))
+        d.add(
+            Resource(
+                "policy", p.node, (canon_prefix(p.destination), p.table), policy_spec(p.mode, p.segs, p.dev, p.metric)
+            )
+        )
     reflector_addrs: dict[str, set[str]] = {}
     for s in intent.stamp_sessions:
         finite = s.duration_s > 0
-        d.add(Resource("stamp_reflector", s.reflector.node, ("reflector", s.ssid),
-                       reflector_spec(s.sender.address, s.return_segs, s.mode, s.format), running=True))
-        d.add(Resource("stamp_sender", s.sender.node, ("sender", s.ssid),
-                       sender_spec(s.ssid, s.sender.address, s.reflector.address, 0, 0, s.segs, s.rate_pps,
-                                   s.format, "unauthenticated", s.padding_bytes),   # the sender sends unauthenticated packets (stamp.proto)
-                       running=s.start, finite=finite, duration_s=s.duration_s))
-        d.inits.setdefault((s.sender.node, "sender"),
-                           StampInit(s.sender.node, "sender", s.sender.dev, source_address=canon_ip(s.sender.address)))
+        d.add(
+            Resource(
+                "stamp_reflector",
+                s.reflector.node,
+                ("reflector", s.ssid),
+                reflector_spec(s.sender.address, s.return_segs, s.mode, s.format),
+                running=True,
+            )
+        )
+        d.add(
+            Resource(
+                "stamp_sender",
+                s.sender.node,
+                ("sender", s.ssid),
+                sender_spec(
+                    s.ssid,
+                    s.sender.address,
+                    s.reflector.address,
+                    0,
+                    0,
+                    s.segs,
+                    s.rate_pps,
+                    s.format,
+                    "unauthenticated",
+                    s.padding_bytes,
+                ),  # the sender sends unauthenticated packets (stamp.proto)
+                running=s.start,
+                finite=finite,
+                duration_s=s.duration_s,
+            )
+        )
+        d.inits.setdefault(
+            (s.sender.node, "sender"),
+            StampInit(s.sender.node, "sender", s.sender.dev, source_address=canon_ip(s.sender.address)),
+        )
         reflector_addrs.setdefault(s.reflector.node, set()).add(canon_ip(s.reflector.address))
         d.inits.setdefault((s.reflector.node, "reflector"), StampInit(s.reflector.node, "reflector", s.reflector.dev))
     for node, addrs in reflector_addrs.items():
         init = d.inits[(node, "reflector")]
-        d.inits[(node, "reflector")] = StampInit(node, "reflector", init.device,
-                                                 addresses=tuple(sorted(addrs, key=ipaddress.ip_address)))
+        d.inits[(node, "reflector")] = StampInit(
+            node, "reflector", init.device, addresses=tuple(sorted(addrs, key=ipaddress.ip_address))
+        )
     for f in intent.flows:
-        d.add(Resource("flow_rx", f.egress.node, ("rx", f.flow_id),
-                       flow_spec("rx", f.egress.dev, f.method, f.segs, f.period_ms, 0, f.dscp_l_bit, f.dscp_d_bit)))
-        d.add(Resource("flow_tx", f.ingress.node, ("tx", f.flow_id),
-                       flow_spec("tx", f.ingress.dev, f.method, f.segs, f.period_ms, f.dmark_every,
-                                 f.dscp_l_bit, f.dscp_d_bit)))
+        d.add(
+            Resource(
+                "flow_rx",
+                f.egress.node,
+                ("rx", f.flow_id),
+                flow_spec("rx", f.egress.dev, f.method, f.segs, f.period_ms, 0, f.dscp_l_bit, f.dscp_d_bit),
+            )
+        )
+        d.add(
+            Resource(
+                "flow_tx",
+                f.ingress.node,
+                ("tx", f.flow_id),
+                flow_spec(
+                    "tx", f.ingress.dev, f.method, f.segs, f.period_ms, f.dmark_every, f.dscp_l_bit, f.dscp_d_bit
+                ),
+            )
+        )
     return d

@@ -12,6 +12,7 @@ per agent, and the Faust delay processor downstream (Kafka -> InfluxDB through T
         pipe.sender_summary("A", ssid)                  # the stamp_sender's own JSON summary
         pipe.datapath_stats("A", "B")                   # reflector / collector counters
 """
+
 from __future__ import annotations
 
 import json
@@ -27,9 +28,10 @@ from controller.core import ApplyResult, Controller
 from controller.intent import Intent
 from controller.launch import AgentSet
 from segscope_proto.segscope.agent.v1 import stamp_pb2
+from segscope_schemas.names import BPFFS_PIN_ROOT
 
 REPO = Path(__file__).resolve().parent.parent
-BPFFS_ROOT = Path("/sys/fs/bpf/segscope")
+BPFFS_ROOT = Path(BPFFS_PIN_ROOT)
 SENDER_EXIT_RE = re.compile(r"stamp_sender ssid (\d+) exited (-?\d+): (\{.*?\})(?: stderr:.*)?$", re.M)
 
 
@@ -56,18 +58,24 @@ class ControlledPipeline:
 
     # ------------------------------------------------------------------ start / stop
     def start_agents(self) -> AgentSet:
-        self.agents = AgentSet.start(self.lab, list(self.nodes), self.run_dir / "agents",
-                                     kafka=self.stack.kafka_bootstrap)
-        for key, value in self.agents.env.items():     # the intent file reads these
+        self.agents = AgentSet.start(
+            self.lab, list(self.nodes), self.run_dir / "agents", kafka=self.stack.kafka_bootstrap
+        )
+        for key, value in self.agents.env.items():  # the intent file reads these
             self._saved_env.setdefault(key, os.environ.get(key))
             os.environ[key] = value
         return self.agents
 
     def start_processor(self) -> None:
         log = open(self.run_dir / "processor.log", "w")
-        self.processor = subprocess.Popen([sys.executable, "-m", "processors.delay"], stdout=log,
-                                          stderr=subprocess.STDOUT, cwd=REPO, start_new_session=True,
-                                          env={**os.environ, "SEGSCOPE_KAFKA": self.stack.kafka_bootstrap})
+        self.processor = subprocess.Popen(
+            [sys.executable, "-m", "processors.delay"],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            cwd=REPO,
+            start_new_session=True,
+            env={**os.environ, "SEGSCOPE_KAFKA": self.stack.kafka_bootstrap},
+        )
         log.close()
 
     def start(self) -> None:
@@ -135,16 +143,20 @@ class ControlledPipeline:
         `ssid`, as the agent logged it when the sender exited."""
         deadline = time.monotonic() + timeout_s
         while True:
-            runs = [m for m in SENDER_EXIT_RE.finditer(self.agents.logs[node].read_text(errors="replace"))
-                    if int(m.group(1)) == ssid]
+            runs = [
+                m
+                for m in SENDER_EXIT_RE.finditer(self.agents.logs[node].read_text(errors="replace"))
+                if int(m.group(1)) == ssid
+            ]
             if runs:
                 return json.loads(runs[-1].group(3))
             if time.monotonic() > deadline:
                 raise PipelineError(f"no stamp_sender exit line for ssid {ssid} in {self.agents.logs[node]}")
             time.sleep(0.2)
 
-    def datapath_stats(self, sender: str, reflector: str, settle_s: float = 0.5,
-                       timeout_s: float = 5.0) -> dict[str, dict[str, int]]:
+    def datapath_stats(
+        self, sender: str, reflector: str, settle_s: float = 0.5, timeout_s: float = 5.0
+    ) -> dict[str, dict[str, int]]:
         """Reflector and collector counters, once they have stopped changing for settle_s: a
         sender that has just exited still has replies in flight (the injected delay, the relay)."""
         deadline = time.monotonic() + timeout_s
@@ -161,8 +173,11 @@ class ControlledPipeline:
         out = {}
         for prog, node in (("stamp_reflector", reflector), ("stamp_collector", sender)):
             pin = BPFFS_ROOT / self.lab.ns(node) / prog
-            r = subprocess.run([str(REPO / "build" / "datapath" / prog), "stats", "--pin-dir", str(pin), "--json"],
-                               capture_output=True, text=True)
+            r = subprocess.run(
+                [str(REPO / "build" / "datapath" / prog), "stats", "--pin-dir", str(pin), "--json"],
+                capture_output=True,
+                text=True,
+            )
             if r.returncode != 0:
                 raise PipelineError(f"{prog} stats --pin-dir {pin}: {r.stderr.strip()}")
             out[prog] = json.loads(r.stdout)

@@ -5,6 +5,7 @@ the controller (mutual TLS). For the demo, tests and benchmark; a real network b
     -> DIR/ca.pem, DIR/ca.key, DIR/agent-<node>.pem/.key (SAN: 127.0.0.1, ::1, localhost, <node>),
        DIR/controller.pem/.key (client auth)
 """
+
 from __future__ import annotations
 
 import argparse
@@ -20,22 +21,30 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 
 def _name(cn: str) -> x509.Name:
-    return x509.Name([x509.NameAttribute(NameOID.ORGANIZATION_NAME, "segscope lab"),
-                      x509.NameAttribute(NameOID.COMMON_NAME, cn)])
+    return x509.Name(
+        [x509.NameAttribute(NameOID.ORGANIZATION_NAME, "segscope lab"), x509.NameAttribute(NameOID.COMMON_NAME, cn)]
+    )
 
 
 def _write_key(path: Path, key) -> None:
-    path.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                       serialization.NoEncryption()))
+    path.write_bytes(
+        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    )
     os.chmod(path, 0o600)
 
 
 def _cert(subject: str, key, issuer: x509.Name, issuer_key, *, ca: bool, usage=None, sans=()) -> x509.Certificate:
     now = dt.datetime.now(dt.timezone.utc)
-    b = (x509.CertificateBuilder().subject_name(_name(subject)).issuer_name(issuer)
-         .public_key(key.public_key()).serial_number(x509.random_serial_number())
-         .not_valid_before(now - dt.timedelta(minutes=5)).not_valid_after(now + dt.timedelta(days=30))
-         .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True))
+    b = (
+        x509.CertificateBuilder()
+        .subject_name(_name(subject))
+        .issuer_name(issuer)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - dt.timedelta(minutes=5))
+        .not_valid_after(now + dt.timedelta(days=30))
+        .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True)
+    )
     if usage:
         b = b.add_extension(x509.ExtendedKeyUsage(usage), critical=False)
     if sans:
@@ -54,10 +63,21 @@ def make_pki(directory: str | Path, nodes: list[str]) -> dict[str, Path]:
     paths = {"ca": d / "ca.pem"}
     for node in nodes:
         key = ec.generate_private_key(ec.SECP256R1())
-        sans = [x509.IPAddress(ipaddress.ip_address("127.0.0.1")), x509.IPAddress(ipaddress.ip_address("::1")),
-                x509.DNSName("localhost"), x509.DNSName(node)]
-        cert = _cert(f"segscope agent {node}", key, ca.subject, ca_key, ca=False,
-                     usage=[ExtendedKeyUsageOID.SERVER_AUTH], sans=sans)
+        sans = [
+            x509.IPAddress(ipaddress.ip_address("127.0.0.1")),
+            x509.IPAddress(ipaddress.ip_address("::1")),
+            x509.DNSName("localhost"),
+            x509.DNSName(node),
+        ]
+        cert = _cert(
+            f"segscope agent {node}",
+            key,
+            ca.subject,
+            ca_key,
+            ca=False,
+            usage=[ExtendedKeyUsageOID.SERVER_AUTH],
+            sans=sans,
+        )
         (d / f"agent-{node}.pem").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
         _write_key(d / f"agent-{node}.key", key)
         paths[f"agent-{node}.pem"], paths[f"agent-{node}.key"] = d / f"agent-{node}.pem", d / f"agent-{node}.key"

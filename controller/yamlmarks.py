@@ -5,6 +5,7 @@ constructs Python objects. We compose the node tree ourselves and convert it, re
 mark of each value (and of each mapping key) under its path, e.g. ("stamp_sessions", 0,
 "rate_pps"). Errors can then point at the exact line and column a user has to change.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -12,12 +13,13 @@ from typing import Any
 
 import yaml
 
-Path_ = tuple   # ("stamp_sessions", 0, "rate_pps")
+Path_ = tuple  # ("stamp_sessions", 0, "rate_pps")
 
 
 @dataclass
 class Problem:
     """One error in a file: where (LINE:COLUMN, path), what is wrong, how to fix it."""
+
     line: int
     column: int
     where: str
@@ -26,8 +28,12 @@ class Problem:
 
     def format(self, file: str) -> str:
         head = f"{file}:{self.line}:{self.column}: "
-        return head + (f"{self.where}: " if self.where else "") + f"{self.what}" + \
-            (f". Fix: {self.fix}" if self.fix else "")
+        return (
+            head
+            + (f"{self.where}: " if self.where else "")
+            + f"{self.what}"
+            + (f". Fix: {self.fix}" if self.fix else "")
+        )
 
 
 def fmt_path(where: Path_) -> str:
@@ -40,6 +46,7 @@ def fmt_path(where: Path_) -> str:
 @dataclass
 class MarkedDoc:
     """The document as plain values, positions by path, and the problems found so far."""
+
     file: str
     value_pos: dict[Path_, tuple[int, int]] = field(default_factory=dict)
     key_pos: dict[Path_, tuple[int, int]] = field(default_factory=dict)
@@ -79,7 +86,7 @@ class MarkedDoc:
 
 def _scalar(node: yaml.Node) -> Any:
     if isinstance(node, (yaml.MappingNode, yaml.SequenceNode)):
-        return f"<{'mapping' if isinstance(node, yaml.MappingNode) else 'list'}>"   # complex key
+        return f"<{'mapping' if isinstance(node, yaml.MappingNode) else 'list'}>"  # complex key
     return yaml.constructor.SafeConstructor().construct_object(node)
 
 
@@ -92,8 +99,15 @@ def load_marked(text: str, file: str) -> tuple[Any, MarkedDoc]:
         mark = exc.problem_mark or exc.context_mark
         line, col = (mark.line + 1, mark.column + 1) if mark else (1, 1)
         context = f" ({exc.context} at line {exc.context_mark.line + 1})" if exc.context and exc.context_mark else ""
-        doc.problems.append(Problem(line, col, "", f"YAML syntax error: {exc.problem}{context}",
-                                    "correct the YAML syntax (indentation, quotes, brackets)"))
+        doc.problems.append(
+            Problem(
+                line,
+                col,
+                "",
+                f"YAML syntax error: {exc.problem}{context}",
+                "correct the YAML syntax (indentation, quotes, brackets)",
+            )
+        )
         return None, doc
     except yaml.YAMLError as exc:
         doc.problems.append(Problem(1, 1, "", f"YAML error: {exc}", "correct the YAML syntax"))

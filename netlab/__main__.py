@@ -1,4 +1,5 @@
 """CLI: python -m netlab up|down|status|exec|delay|stats|check ..."""
+
 from __future__ import annotations
 
 import argparse
@@ -16,7 +17,7 @@ def _parse_delay(text: str) -> tuple[str, tuple[float, float]]:
         a_to_b, b_to_a = (float(v) for v in values.split(","))
         return link, (a_to_b, b_to_a)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r}: write LINK=A_TO_B_US,B_TO_A_US, e.g. ar=2000,1000")
+        raise argparse.ArgumentTypeError(f"{text!r}: write LINK=A_TO_B_US,B_TO_A_US, e.g. ar=2000,1000") from None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -25,8 +26,13 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("up", help="create the lab described by TOPOLOGY")
     p.add_argument("topology")
     p.add_argument("--prefix", required=True)
-    p.add_argument("--delay", action="append", type=_parse_delay, default=[],
-                   help="LINK=A_TO_B_US,B_TO_A_US (puts a delay relay on that link)")
+    p.add_argument(
+        "--delay",
+        action="append",
+        type=_parse_delay,
+        default=[],
+        help="LINK=A_TO_B_US,B_TO_A_US (puts a delay relay on that link)",
+    )
     p = sub.add_parser("down", help="remove every namespace, relay and pin of PREFIX (state file optional)")
     p.add_argument("--prefix", required=True)
     p = sub.add_parser("status", help="namespaces and relays of PREFIX, as JSON")
@@ -65,8 +71,11 @@ def main(argv: list[str] | None = None) -> int:
             os.execvp("ip", ["ip", "netns", "exec", ns] + cmd)
         elif args.command in ("delay", "stats"):
             lab = _attach(args.prefix)
-            reply = (lab.set_delay(args.link, args.a_to_b_us, args.b_to_a_us) if args.command == "delay"
-                     else lab.relay_stats(args.link))
+            reply = (
+                lab.set_delay(args.link, args.a_to_b_us, args.b_to_a_us)
+                if args.command == "delay"
+                else lab.relay_stats(args.link)
+            )
             print(json.dumps(reply, indent=2))
         elif args.command == "check":
             topo = load(args.topology)
@@ -87,6 +96,7 @@ def _attach(prefix: str) -> Lab:
         raise LabError(f"no state for lab {prefix!r} (is it up?)")
     lab = Lab(load(st["topology"]), prefix)
     from .lab import RUN_ROOT
+
     lab.relays = json.loads((RUN_ROOT / prefix / "state.json").read_text())["relays"]
     return lab
 

@@ -5,6 +5,7 @@ step is the same command a person would type (and `ip` errors are readable).
 Namespaces are named <prefix>-<NODE>; a link with a delay gets a relay namespace
 <prefix>-dly-<link> in the middle of it. State lives in .run/netlab/<prefix>/.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -20,9 +21,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
+from segscope_schemas.names import BPFFS_PIN_ROOT
+
 from . import topology as topo_mod
 from .topology import Endpoint, Link, Topology
-from segscope_schemas.names import BPFFS_PIN_ROOT
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 BUILD_DIR = REPO_ROOT / "build" / "netlab"
@@ -31,7 +33,7 @@ XDP_PASS_OBJ = BUILD_DIR / "xdp_pass.bpf.o"
 RUN_ROOT = REPO_ROOT / ".run" / "netlab"
 BPFFS_SEGSCOPE = Path(BPFFS_PIN_ROOT)
 PREFIX_RE = re.compile(r"^[A-Za-z0-9_]{1,16}$")
-RELAY_IF_A, RELAY_IF_B = "ra", "rb"   # relay veths: ra faces link end a, rb faces end b
+RELAY_IF_A, RELAY_IF_B = "ra", "rb"  # relay veths: ra faces link end a, rb faces end b
 RELAY_OFFLOADS_OFF = ["tx", "off", "tso", "off", "gso", "off", "gro", "off"]
 # Relay timing options; NETLAB_RELAY_ARGS overrides them (for measuring alternatives).
 # Measured (README): SCHED_FIFO + waking 30 us early and spinning cuts p99 lateness from ms to ~0.1 ms.
@@ -115,7 +117,7 @@ def _terminate(pid: int, timeout: float = 3.0) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:
-            done, _ = os.waitpid(pid, os.WNOHANG)   # our child: reap it
+            done, _ = os.waitpid(pid, os.WNOHANG)  # our child: reap it
             if done:
                 return
         except ChildProcessError:
@@ -163,9 +165,13 @@ class Lab:
 
     # ------------------------------------------------------------ bring up
     @classmethod
-    def up(cls, topology_path: str | Path, prefix: str,
-           delay_us: dict[str, tuple[float, float]] | None = None,
-           relay_links: Sequence[str] = ()) -> "Lab":
+    def up(
+        cls,
+        topology_path: str | Path,
+        prefix: str,
+        delay_us: dict[str, tuple[float, float]] | None = None,
+        relay_links: Sequence[str] = (),
+    ) -> "Lab":
         """Create the lab. delay_us overrides link delays: {"ar": (a_to_b_us, b_to_a_us)};
         relay_links splices a relay into these links even at zero delay, so set_delay() can
         change them later (e.g. measure a baseline first, then inject)."""
@@ -181,8 +187,10 @@ class Lab:
             topo.link(link_name).relay = "always"
         existing = _own_netns(prefix, _netns_names())
         if existing:
-            raise LabError(f"lab {prefix!r} is already up ({', '.join(existing)}); "
-                           f"run `python -m netlab down --prefix {prefix}` first")
+            raise LabError(
+                f"lab {prefix!r} is already up ({', '.join(existing)}); "
+                f"run `python -m netlab down --prefix {prefix}` first"
+            )
         ensure_built()
         lab = cls(topo, prefix)
         try:
@@ -204,8 +212,19 @@ class Lab:
             ns = self.relay_ns(link.name)
             sh(["ip", "netns", "add", ns])
             # The relay namespace is a wire: no IPv6 on its devices (no MLD/RS noise).
-            sh(["ip", "netns", "exec", ns, "sysctl", "-q", "-w",
-                "net.ipv6.conf.all.disable_ipv6=1", "net.ipv6.conf.default.disable_ipv6=1"])
+            sh(
+                [
+                    "ip",
+                    "netns",
+                    "exec",
+                    ns,
+                    "sysctl",
+                    "-q",
+                    "-w",
+                    "net.ipv6.conf.all.disable_ipv6=1",
+                    "net.ipv6.conf.default.disable_ipv6=1",
+                ]
+            )
         for link in self.topo.links:
             self._create_link(link)
         for node in self.topo.nodes.values():
@@ -221,8 +240,10 @@ class Lab:
     def _apply_ns_sysctls(self, node) -> None:
         values = {**self.topo.sysctl, **node.sysctl}
         if values:
-            sh(["ip", "netns", "exec", self.ns(node.name), "sysctl", "-q", "-w"]
-               + [f"{k}={v}" for k, v in values.items()])
+            sh(
+                ["ip", "netns", "exec", self.ns(node.name), "sysctl", "-q", "-w"]
+                + [f"{k}={v}" for k, v in values.items()]
+            )
 
     def _end_mac(self, link: Link, end: Endpoint) -> str:
         return end.mac or _mac(self.prefix, link.name, end.node, end.ifname)
@@ -234,8 +255,23 @@ class Lab:
         tmp = [f"{tag}{index:03d}{s}" for s in "abcd"]
         mac_a, mac_b = self._end_mac(link, link.a), self._end_mac(link, link.b)
         if not link.wants_relay:
-            sh(["ip", "link", "add", tmp[0], "address", mac_a, "type", "veth",
-                "peer", "name", tmp[1], "address", mac_b])
+            sh(
+                [
+                    "ip",
+                    "link",
+                    "add",
+                    tmp[0],
+                    "address",
+                    mac_a,
+                    "type",
+                    "veth",
+                    "peer",
+                    "name",
+                    tmp[1],
+                    "address",
+                    mac_b,
+                ]
+            )
             sh(["ip", "link", "set", "dev", tmp[0], "netns", self.ns(link.a.node), "name", link.a.ifname])
             sh(["ip", "link", "set", "dev", tmp[1], "netns", self.ns(link.b.node), "name", link.b.ifname])
             return
@@ -247,8 +283,9 @@ class Lab:
         sh(["ip", "link", "set", "dev", tmp[2], "netns", relay_ns, "name", RELAY_IF_B])
         sh(["ip", "link", "set", "dev", tmp[3], "netns", self.ns(link.b.node), "name", link.b.ifname])
         script = "set -e\n" + "".join(
-            f"ethtool -K {dev} {' '.join(RELAY_OFFLOADS_OFF)} >/dev/null\n"
-            f"ip link set dev {dev} up\n" for dev in (RELAY_IF_A, RELAY_IF_B))
+            f"ethtool -K {dev} {' '.join(RELAY_OFFLOADS_OFF)} >/dev/null\nip link set dev {dev} up\n"
+            for dev in (RELAY_IF_A, RELAY_IF_B)
+        )
         sh(["ip", "netns", "exec", relay_ns, "sh", "-c", script])
 
     def _configure_devices(self, node) -> None:
@@ -299,18 +336,34 @@ class Lab:
     # ------------------------------------------------------------ delay relay
     def _relay_paths(self, link_name: str) -> dict[str, str]:
         base = self.state_dir / f"relay-{link_name}"
-        return {"control": f"{base}.sock", "stats": f"{base}.json", "pidfile": f"{base}.pid",
-                "log": f"{base}.log"}
+        return {"control": f"{base}.sock", "stats": f"{base}.json", "pidfile": f"{base}.pid", "log": f"{base}.log"}
 
     def _start_relay(self, link: Link) -> None:
         paths = self._relay_paths(link.name)
         for stale in (paths["control"], paths["stats"]):
             Path(stale).unlink(missing_ok=True)
-        cmd = ["ip", "netns", "exec", self.relay_ns(link.name), str(RELAY_BIN),
-               "--if-a", RELAY_IF_A, "--if-b", RELAY_IF_B,
-               "--a-to-b-us", f"{link.delay_a_to_b_us}", "--b-to-a-us", f"{link.delay_b_to_a_us}",
-               "--queue", str(link.queue_frames), "--control", paths["control"], "--stats", paths["stats"],
-               *RELAY_TIMING_ARGS]
+        cmd = [
+            "ip",
+            "netns",
+            "exec",
+            self.relay_ns(link.name),
+            str(RELAY_BIN),
+            "--if-a",
+            RELAY_IF_A,
+            "--if-b",
+            RELAY_IF_B,
+            "--a-to-b-us",
+            f"{link.delay_a_to_b_us}",
+            "--b-to-a-us",
+            f"{link.delay_b_to_a_us}",
+            "--queue",
+            str(link.queue_frames),
+            "--control",
+            paths["control"],
+            "--stats",
+            paths["stats"],
+            *RELAY_TIMING_ARGS,
+        ]
         log = open(paths["log"], "ab")
         # `ip netns exec` execs the relay, so the PID is the relay's own.
         proc = subprocess.Popen(cmd, stdout=log, stderr=log, stdin=subprocess.DEVNULL, start_new_session=True)
@@ -321,16 +374,20 @@ class Lab:
         deadline = time.monotonic() + 5
         while not os.path.exists(paths["control"]):
             if proc.poll() is not None:
-                raise LabError(f"delay relay for link {link.name} exited ({proc.returncode}); "
-                               f"log: {Path(paths['log']).read_text()[-2000:]}")
+                raise LabError(
+                    f"delay relay for link {link.name} exited ({proc.returncode}); "
+                    f"log: {Path(paths['log']).read_text()[-2000:]}"
+                )
             if time.monotonic() > deadline:
                 raise LabError(f"delay relay for link {link.name} not ready after 5 s; see {paths['log']}")
             time.sleep(0.01)
 
     def _relay_request(self, link_name: str, request: str) -> dict[str, Any]:
         if link_name not in self.relays:
-            raise LabError(f"link {link_name!r} has no delay relay; bring the lab up with a delay on it "
-                           f"(Lab.up(..., delay_us={{{link_name!r}: (a_to_b, b_to_a)}}) or `relay: always`)")
+            raise LabError(
+                f"link {link_name!r} has no delay relay; bring the lab up with a delay on it "
+                f"(Lab.up(..., delay_us={{{link_name!r}: (a_to_b, b_to_a)}}) or `relay: always`)"
+            )
         with socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET) as sock:
             sock.settimeout(2)
             sock.connect(self.relays[link_name]["control"])
@@ -354,8 +411,9 @@ class Lab:
     def _exec_prefix(self, node: str) -> list[str]:
         return ["ip", "netns", "exec", self.ns(node)]
 
-    def run(self, node: str, cmd: Sequence[str], check: bool = False, timeout: float | None = 60,
-            **kwargs) -> subprocess.CompletedProcess:
+    def run(
+        self, node: str, cmd: Sequence[str], check: bool = False, timeout: float | None = 60, **kwargs
+    ) -> subprocess.CompletedProcess:
         """Run cmd inside node's namespace; output captured as text unless told otherwise."""
         kwargs.setdefault("capture_output", True)
         kwargs.setdefault("text", True)
@@ -385,13 +443,13 @@ class Lab:
             raise LabError(f"loss percent must be in [0, 100], got {percent}")
         if hook not in ("forward", "input", "output", "prerouting", "postrouting"):
             raise LabError(f"hook {hook!r}: use forward, input, output, prerouting or postrouting")
-        table, chain = "netlab", f"{hook}_loss"   # `fwd` is reserved in nft: do not use it as a name
+        table, chain = "netlab", f"{hook}_loss"  # `fwd` is reserved in nft: do not use it as a name
         ns_cmd = self._exec_prefix(node) + ["nft"]
         sh(ns_cmd + ["add", "table", "inet", table])
         sh(ns_cmd + ["add", "chain", "inet", table, chain, f"{{ type filter hook {hook} priority 0; }}"])
         self._loss_seq += 1
         comment = f"netlab-loss-{self._loss_seq}"
-        threshold = round(percent * 100)   # numgen over 0..9999: 0.01 % resolution
+        threshold = round(percent * 100)  # numgen over 0..9999: 0.01 % resolution
         rule = f"{match} numgen random mod 10000 < {threshold} counter drop comment \"{comment}\""
         out = sh(ns_cmd + ["--echo", "--handle", "add", "rule", "inet", table, chain] + rule.split()).stdout
         found = re.search(r"# handle (\d+)", out)
@@ -400,8 +458,9 @@ class Lab:
         return LossHandle(node, table, chain, int(found.group(1)), comment)
 
     def loss_counter(self, handle: LossHandle) -> int:
-        out = sh(self._exec_prefix(handle.node) + ["nft", "-j", "list", "chain", "inet",
-                                                   handle.table, handle.chain]).stdout
+        out = sh(
+            self._exec_prefix(handle.node) + ["nft", "-j", "list", "chain", "inet", handle.table, handle.chain]
+        ).stdout
         for item in json.loads(out)["nftables"]:
             rule = item.get("rule")
             if rule and rule["handle"] == handle.handle:
@@ -411,22 +470,34 @@ class Lab:
         raise LabError(f"loss rule {handle.comment} not found on {handle.node}")
 
     def remove_loss(self, handle: LossHandle) -> None:
-        sh(self._exec_prefix(handle.node) + ["nft", "delete", "rule", "inet", handle.table, handle.chain,
-                                             "handle", str(handle.handle)])
+        sh(
+            self._exec_prefix(handle.node)
+            + ["nft", "delete", "rule", "inet", handle.table, handle.chain, "handle", str(handle.handle)]
+        )
 
     # ------------------------------------------------------------ state, teardown
     def _write_state(self) -> None:
-        state = {"prefix": self.prefix, "topology": str(Path(self.topo.path).resolve()), "name": self.topo.name,
-                 "nodes": {n: self.ns(n) for n in self.topo.nodes},
-                 "relays": self.relays,
-                 "links": {l.name: {"a": f"{l.a.node}:{l.a.ifname}", "b": f"{l.b.node}:{l.b.ifname}",
-                                    "delay_us": {"a_to_b": l.delay_a_to_b_us, "b_to_a": l.delay_b_to_a_us},
-                                    "relay": l.name in self.relays} for l in self.topo.links}}
+        state = {
+            "prefix": self.prefix,
+            "topology": str(Path(self.topo.path).resolve()),
+            "name": self.topo.name,
+            "nodes": {n: self.ns(n) for n in self.topo.nodes},
+            "relays": self.relays,
+            "links": {
+                l.name: {
+                    "a": f"{l.a.node}:{l.a.ifname}",
+                    "b": f"{l.b.node}:{l.b.ifname}",
+                    "delay_us": {"a_to_b": l.delay_a_to_b_us, "b_to_a": l.delay_b_to_a_us},
+                    "relay": l.name in self.relays,
+                }
+                for l in self.topo.links
+            },
+        }
         (self.state_dir / "state.json").write_text(json.dumps(state, indent=2) + "\n")
 
     def down(self) -> dict[str, Any]:
         """Remove everything; returns the relays' final stats {link: stats}."""
-        for name, proc in self._relay_procs.items():
+        for proc in self._relay_procs.values():
             if proc.poll() is None:
                 proc.send_signal(signal.SIGTERM)
                 try:
@@ -511,7 +582,15 @@ def status(prefix: str) -> dict[str, Any]:
     relays = {}
     for link, info in state.get("relays", {}).items():
         pid = info.get("pid")
-        relays[link] = {"pid": pid, "alive": bool(pid) and _pid_alive(pid) and _is_relay(pid),
-                        "control": info.get("control")}
-    return {"prefix": prefix, "state_file": str(state_file) if state else None,
-            "topology": state.get("topology"), "netns": _own_netns(prefix, _netns_names()), "relays": relays}
+        relays[link] = {
+            "pid": pid,
+            "alive": bool(pid) and _pid_alive(pid) and _is_relay(pid),
+            "control": info.get("control"),
+        }
+    return {
+        "prefix": prefix,
+        "state_file": str(state_file) if state else None,
+        "topology": state.get("topology"),
+        "netns": _own_netns(prefix, _netns_names()),
+        "relays": relays,
+    }

@@ -7,6 +7,7 @@ also CLOCK_REALTIME) give a true one-way delay. Used to measure the delay relay.
     python -m netlab.owd recv --port 9001 --count 200 --timeout 10
     python -m netlab.owd send --dst fc00:12::2 --port 9001 --count 200 --interval-us 10000
 """
+
 from __future__ import annotations
 
 import argparse
@@ -24,11 +25,11 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from .lab import Lab
 
-PAYLOAD = struct.Struct("!IQ")    # seq, sender CLOCK_REALTIME ns
+PAYLOAD = struct.Struct("!IQ")  # seq, sender CLOCK_REALTIME ns
 SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)
 SO_TIMESTAMPING = 37
 # software tx stamp (taken by the veth driver) + report it + tag it with a per-socket counter
-TX_STAMP_FLAGS = (1 << 1) | (1 << 4) | (1 << 7) | (1 << 11)   # TX_SOFTWARE|SOFTWARE|OPT_ID|OPT_TSONLY
+TX_STAMP_FLAGS = (1 << 1) | (1 << 4) | (1 << 7) | (1 << 11)  # TX_SOFTWARE|SOFTWARE|OPT_ID|OPT_TSONLY
 IPV6_RECVERR = 25
 
 
@@ -63,8 +64,7 @@ def receive(port: int, count: int, timeout: float, idle: float = 1.0) -> dict:
         seqs.add(seq)
         rx_by_seq[seq] = rx_ns
         delays.append(rx_ns - tx_ns)
-    return {"received": len(delays), "distinct_seqs": len(seqs), "bad": bad, "delays_ns": delays,
-            "rx_ns": rx_by_seq}
+    return {"received": len(delays), "distinct_seqs": len(seqs), "bad": bad, "delays_ns": delays, "rx_ns": rx_by_seq}
 
 
 def _read_tx_stamp(sock: socket.socket, timeout: float = 0.05) -> tuple[int, int] | None:
@@ -82,7 +82,7 @@ def _read_tx_stamp(sock: socket.socket, timeout: float = 0.05) -> tuple[int, int
                 sec, nsec = struct.unpack("qq", value[:16])
                 stamp = sec * 1_000_000_000 + nsec
             elif level == socket.IPPROTO_IPV6 and kind == IPV6_RECVERR:
-                ident = struct.unpack_from("I", value, 12)[0]   # sock_extended_err.ee_data
+                ident = struct.unpack_from("I", value, 12)[0]  # sock_extended_err.ee_data
         if stamp is not None and ident is not None:
             return ident, stamp
     return None
@@ -100,8 +100,7 @@ def send(dst: str, port: int, count: int, interval_us: float) -> dict:
         if wait > 0:
             time.sleep(wait)
         try:
-            sock.sendto(PAYLOAD.pack(seq, time.clock_gettime_ns(time.CLOCK_REALTIME)) + bytes(20),
-                        (dst, port))
+            sock.sendto(PAYLOAD.pack(seq, time.clock_gettime_ns(time.CLOCK_REALTIME)) + bytes(20), (dst, port))
         except OSError:
             errors += 1
             continue
@@ -116,16 +115,26 @@ def summarize(delays_ns: list[int]) -> dict:
     if not delays_ns:
         return {"count": 0}
     us = sorted(d / 1000 for d in delays_ns)
-    pick = lambda q: us[min(len(us) - 1, int(q * (len(us) - 1) + 0.5))]
-    return {"count": len(us), "mean": statistics.fmean(us), "stddev": statistics.pstdev(us),
-            "min": us[0], "p50": pick(0.5), "p99": pick(0.99), "max": us[-1]}
+
+    def pick(q: float) -> float:
+        return us[min(len(us) - 1, int(q * (len(us) - 1) + 0.5))]
+
+    return {
+        "count": len(us),
+        "mean": statistics.fmean(us),
+        "stddev": statistics.pstdev(us),
+        "min": us[0],
+        "p50": pick(0.5),
+        "p99": pick(0.99),
+        "max": us[-1],
+    }
 
 
 @dataclass
 class Flow:
     name: str
-    src: str        # node
-    dst: str        # node
+    src: str  # node
+    dst: str  # node
     dst_addr: str
     port: int
 
@@ -133,21 +142,55 @@ class Flow:
 def measure(lab: "Lab", flows: list[Flow], count: int = 200, interval_us: float = 10000) -> dict[str, dict]:
     """Run every flow at once; returns {flow name: {"sent", "received", "delays_ns", "summary_us"}}."""
     from .lab import REPO_ROOT
+
     py = sys.executable
     env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
     receivers = {}
     for flow in flows:
         receivers[flow.name] = lab.popen(
-            flow.dst, [py, "-m", "netlab.owd", "recv", "--port", str(flow.port), "--count", str(count),
-                       "--timeout", str(count * interval_us / 1e6 + 5)],
-            stdout=subprocess.PIPE, text=True, env=env)
+            flow.dst,
+            [
+                py,
+                "-m",
+                "netlab.owd",
+                "recv",
+                "--port",
+                str(flow.port),
+                "--count",
+                str(count),
+                "--timeout",
+                str(count * interval_us / 1e6 + 5),
+            ],
+            stdout=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
     for proc in receivers.values():
         if proc.stdout.readline().strip() != "ready":
             raise RuntimeError("owd receiver did not start")
-    senders = {flow.name: lab.popen(flow.src, [py, "-m", "netlab.owd", "send", "--dst", flow.dst_addr,
-                                               "--port", str(flow.port), "--count", str(count),
-                                               "--interval-us", str(interval_us)],
-                                    stdout=subprocess.PIPE, text=True, env=env) for flow in flows}
+    senders = {
+        flow.name: lab.popen(
+            flow.src,
+            [
+                py,
+                "-m",
+                "netlab.owd",
+                "send",
+                "--dst",
+                flow.dst_addr,
+                "--port",
+                str(flow.port),
+                "--count",
+                str(count),
+                "--interval-us",
+                str(interval_us),
+            ],
+            stdout=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
+        for flow in flows
+    }
     results = {}
     for flow in flows:
         sent = json.loads(senders[flow.name].communicate(timeout=count * interval_us / 1e6 + 20)[0])
@@ -155,9 +198,14 @@ def measure(lab: "Lab", flows: list[Flow], count: int = 200, interval_us: float 
         # kernel tx stamp (sender veth) -> kernel rx stamp (receiver socket): no Python in the path
         tx, rx = sent["tx_ns"], got["rx_ns"]
         wire = [rx[seq] - tx[seq] for seq in rx if seq in tx]
-        results[flow.name] = {"sent": sent["sent"], "received": got["received"],
-                              "app_delays_ns": got["delays_ns"], "delays_ns": wire,
-                              "summary_us": summarize(wire), "app_summary_us": summarize(got["delays_ns"])}
+        results[flow.name] = {
+            "sent": sent["sent"],
+            "received": got["received"],
+            "app_delays_ns": got["delays_ns"],
+            "delays_ns": wire,
+            "summary_us": summarize(wire),
+            "app_summary_us": summarize(got["delays_ns"]),
+        }
     return results
 
 

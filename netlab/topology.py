@@ -4,6 +4,7 @@ A topology is data (YAML). The loader composes the YAML node tree itself so ever
 value keeps its position (yaml node marks); validation errors point at the line
 that needs changing. See netlab/README.md for the format.
 """
+
 from __future__ import annotations
 
 import ipaddress
@@ -21,10 +22,22 @@ SYSCTL_KEY_RE = re.compile(r"^[a-z0-9_]+(\.[a-z0-9_]+)+$")
 DEVICE_SYSCTL_KEY_RE = re.compile(r"^[a-z0-9_]+$")
 SEG6_MODES = ("encap", "inline", "l2encap", "encap.red", "l2encap.red")
 SEG6LOCAL_ACTIONS = {  # action -> required parameter (or None)
-    "End": None, "End.X": "nh6", "End.T": "table", "End.DX2": "oif", "End.DX6": "nh6",
-    "End.DX4": "nh4", "End.DT6": "table", "End.DT4": "table", "End.DT46": "table",
-    "End.B6": "srh", "End.B6.Encaps": "srh", "End.BM": "srh", "End.S": "srh", "End.AS": "srh",
-    "End.AM": "srh", "End.BPF": "endpoint",
+    "End": None,
+    "End.X": "nh6",
+    "End.T": "table",
+    "End.DX2": "oif",
+    "End.DX6": "nh6",
+    "End.DX4": "nh4",
+    "End.DT6": "table",
+    "End.DT4": "table",
+    "End.DT46": "table",
+    "End.B6": "srh",
+    "End.B6.Encaps": "srh",
+    "End.BM": "srh",
+    "End.S": "srh",
+    "End.AS": "srh",
+    "End.AM": "srh",
+    "End.BPF": "endpoint",
 }
 SUPPORTED_SEG6LOCAL = ("End", "End.X", "End.T", "End.DX6", "End.DT6")
 
@@ -54,7 +67,7 @@ class Link:
     delay_a_to_b_us: float = 0.0
     delay_b_to_a_us: float = 0.0
     has_delay_key: bool = False
-    relay: str = "auto"            # auto: relay iff a delay is non-zero; always; never
+    relay: str = "auto"  # auto: relay iff a delay is non-zero; always; never
     queue_frames: int = 4096
 
     @property
@@ -133,6 +146,7 @@ class Topology:
 
 # ---------------------------------------------------------------- YAML with marks
 
+
 class _Doc:
     """Plain Python values plus the line of every value and key (by path)."""
 
@@ -182,15 +196,23 @@ def _fmt_path(where: tuple) -> str:
 
 # ---------------------------------------------------------------- validation helpers
 
+
 def _check_keys(doc: _Doc, where: tuple, value: Any, allowed: dict[str, str], required: tuple = ()) -> bool:
     if not isinstance(value, dict):
-        doc.error(where, f"expected a mapping, got {type(value).__name__} {value!r}",
-                  f"write a mapping with keys: {', '.join(allowed)}")
+        doc.error(
+            where,
+            f"expected a mapping, got {type(value).__name__} {value!r}",
+            f"write a mapping with keys: {', '.join(allowed)}",
+        )
         return False
     for key in value:
         if key not in allowed:
-            doc.error(where + (key,), f"unknown key {key!r}",
-                      f"use one of: {', '.join(allowed)} (check the spelling)", at_key=True)
+            doc.error(
+                where + (key,),
+                f"unknown key {key!r}",
+                f"use one of: {', '.join(allowed)} (check the spelling)",
+                at_key=True,
+            )
     for key in required:
         if key not in value:
             doc.error(where, f"missing key {key!r}", f"add `{key}: ...` ({allowed[key]})")
@@ -199,14 +221,16 @@ def _check_keys(doc: _Doc, where: tuple, value: Any, allowed: dict[str, str], re
 
 def _check_cidr(doc: _Doc, where: tuple, value: Any, host_bits_ok: bool = True) -> str | None:
     if not isinstance(value, str):
-        doc.error(where, f"expected an IPv6 prefix string like \"fc00:12::1/64\", got {value!r}",
-                  "write the address with its prefix length, in quotes")
+        doc.error(
+            where,
+            f"expected an IPv6 prefix string like \"fc00:12::1/64\", got {value!r}",
+            "write the address with its prefix length, in quotes",
+        )
         return None
     try:
         iface = ipaddress.IPv6Interface(value)
     except ValueError:
-        doc.error(where, f"{value!r} is not an IPv6 address/prefix",
-                  "write it like \"fc00:12::1/64\" (IPv6 only)")
+        doc.error(where, f"{value!r} is not an IPv6 address/prefix", "write it like \"fc00:12::1/64\" (IPv6 only)")
         return None
     if "/" not in value:
         doc.error(where, f"{value!r} has no prefix length", f"write \"{value}/64\" or \"{value}/128\"")
@@ -232,7 +256,7 @@ def _check_str_list(doc: _Doc, where: tuple, value: Any, what: str) -> list:
     if value is None:
         return []
     if not isinstance(value, list):
-        doc.error(where, f"expected a list of {what}, got {value!r}", f"write [\"...\", ...]")
+        doc.error(where, f"expected a list of {what}, got {value!r}", "write [\"...\", ...]")
         return []
     return value
 
@@ -241,14 +265,12 @@ def _check_sysctl_map(doc: _Doc, where: tuple, value: Any, key_re: re.Pattern, e
     if value is None:
         return {}
     if not isinstance(value, dict):
-        doc.error(where, f"expected a mapping of sysctl keys to values, got {value!r}",
-                  f"write e.g. `{example}: 1`")
+        doc.error(where, f"expected a mapping of sysctl keys to values, got {value!r}", f"write e.g. `{example}: 1`")
         return {}
     out = {}
     for key, val in value.items():
         if not isinstance(key, str) or not key_re.match(key):
-            doc.error(where + (key,), f"{key!r} is not a valid key here", f"write it like `{example}`",
-                      at_key=True)
+            doc.error(where + (key,), f"{key!r} is not a valid key here", f"write it like `{example}`", at_key=True)
         elif isinstance(val, (dict, list)) or val is None:
             doc.error(where + (key,), f"value {val!r} is not a scalar", "write a number or a string")
         else:
@@ -258,8 +280,11 @@ def _check_sysctl_map(doc: _Doc, where: tuple, value: Any, key_re: re.Pattern, e
 
 def _number(doc: _Doc, where: tuple, value: Any, what: str, lo: float, hi: float) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not lo <= value <= hi:
-        doc.error(where, f"{what} must be a number in [{lo:g}, {hi:g}], got {value!r}",
-                  f"write a number between {lo:g} and {hi:g}")
+        doc.error(
+            where,
+            f"{what} must be a number in [{lo:g}, {hi:g}], got {value!r}",
+            f"write a number between {lo:g} and {hi:g}",
+        )
         return 0.0
     return float(value)
 
@@ -273,19 +298,38 @@ def _bool(doc: _Doc, where: tuple, value: Any) -> bool:
 
 # ---------------------------------------------------------------- sections
 
-TOP_KEYS = {"name": "topology name", "sysctl": "sysctls for every node namespace",
-            "device_sysctl": "net.ipv6.conf.<dev>.<key> for every device",
-            "nodes": "mapping of node name -> node", "links": "list of links"}
-NODE_KEYS = {"loopback": "addresses on lo", "routes": "list of IPv6 routes",
-             "sysctl": "extra sysctls for this node"}
-ROUTE_KEYS = {"dst": "prefix or default", "via": "next-hop address", "dev": "device",
-              "seg6": "{mode, segs}", "seg6local": "{action, table|nh6}",
-              "count": "per-route seg6local counters", "metric": "route metric"}
-LINK_KEYS = {"name": "short link name [a-z0-9_]{1,8}", "a": "first endpoint", "b": "second endpoint",
-             "delay_us": "{a_to_b, b_to_a} in microseconds", "relay": "auto|always|never",
-             "queue_frames": "relay queue length per direction"}
-END_KEYS = {"node": "node name", "ifname": "interface name in the node", "addrs": "IPv6 address/prefix list",
-            "xdp_pass": "attach xdp_pass natively (peer runs XDP_TX)", "mac": "fixed MAC address"}
+TOP_KEYS = {
+    "name": "topology name",
+    "sysctl": "sysctls for every node namespace",
+    "device_sysctl": "net.ipv6.conf.<dev>.<key> for every device",
+    "nodes": "mapping of node name -> node",
+    "links": "list of links",
+}
+NODE_KEYS = {"loopback": "addresses on lo", "routes": "list of IPv6 routes", "sysctl": "extra sysctls for this node"}
+ROUTE_KEYS = {
+    "dst": "prefix or default",
+    "via": "next-hop address",
+    "dev": "device",
+    "seg6": "{mode, segs}",
+    "seg6local": "{action, table|nh6}",
+    "count": "per-route seg6local counters",
+    "metric": "route metric",
+}
+LINK_KEYS = {
+    "name": "short link name [a-z0-9_]{1,8}",
+    "a": "first endpoint",
+    "b": "second endpoint",
+    "delay_us": "{a_to_b, b_to_a} in microseconds",
+    "relay": "auto|always|never",
+    "queue_frames": "relay queue length per direction",
+}
+END_KEYS = {
+    "node": "node name",
+    "ifname": "interface name in the node",
+    "addrs": "IPv6 address/prefix list",
+    "xdp_pass": "attach xdp_pass natively (peer runs XDP_TX)",
+    "mac": "fixed MAC address",
+}
 
 
 def _parse_route(doc: _Doc, where: tuple, raw: Any) -> Route | None:
@@ -306,15 +350,22 @@ def _parse_route(doc: _Doc, where: tuple, raw: Any) -> Route | None:
         doc.error(where, "a route cannot have both seg6 and seg6local", "split it into two routes")
     if "seg6" in raw:
         seg6 = raw["seg6"]
-        if _check_keys(doc, where + ("seg6",), seg6, {"mode": "|".join(SEG6_MODES), "segs": "SID list"},
-                       required=("mode", "segs")):
+        if _check_keys(
+            doc, where + ("seg6",), seg6, {"mode": "|".join(SEG6_MODES), "segs": "SID list"}, required=("mode", "segs")
+        ):
             if seg6.get("mode") not in SEG6_MODES:
-                doc.error(where + ("seg6", "mode"), f"unknown seg6 mode {seg6.get('mode')!r}",
-                          f"use one of {', '.join(SEG6_MODES)}")
+                doc.error(
+                    where + ("seg6", "mode"),
+                    f"unknown seg6 mode {seg6.get('mode')!r}",
+                    f"use one of {', '.join(SEG6_MODES)}",
+                )
             segs = seg6.get("segs")
             if not isinstance(segs, list) or not segs:
-                doc.error(where + ("seg6", "segs"), f"segs must be a non-empty list, got {segs!r}",
-                          "write segs: [\"fc00:2::e\", \"fc00:3::d6\"]")
+                doc.error(
+                    where + ("seg6", "segs"),
+                    f"segs must be a non-empty list, got {segs!r}",
+                    "write segs: [\"fc00:2::e\", \"fc00:3::d6\"]",
+                )
             else:
                 for i, sid in enumerate(segs):
                     _check_ip(doc, where + ("seg6", "segs", i), sid)
@@ -323,21 +374,30 @@ def _parse_route(doc: _Doc, where: tuple, raw: Any) -> Route | None:
             doc.error(where, "a seg6 encap route needs a device", "add `dev: <ifname>`")
     if "seg6local" in raw:
         local = raw["seg6local"]
-        if _check_keys(doc, where + ("seg6local",), local,
-                       {"action": "|".join(SUPPORTED_SEG6LOCAL), "table": "table id", "nh6": "next hop"},
-                       required=("action",)):
+        if _check_keys(
+            doc,
+            where + ("seg6local",),
+            local,
+            {"action": "|".join(SUPPORTED_SEG6LOCAL), "table": "table id", "nh6": "next hop"},
+            required=("action",),
+        ):
             action = local.get("action")
             if action not in SUPPORTED_SEG6LOCAL:
-                doc.error(where + ("seg6local", "action"), f"seg6local action {action!r} is not supported",
-                          f"use one of {', '.join(SUPPORTED_SEG6LOCAL)}")
+                doc.error(
+                    where + ("seg6local", "action"),
+                    f"seg6local action {action!r} is not supported",
+                    f"use one of {', '.join(SUPPORTED_SEG6LOCAL)}",
+                )
             else:
                 need = SEG6LOCAL_ACTIONS[action]
                 if need and need not in local:
-                    doc.error(where + ("seg6local",), f"action {action} needs `{need}`",
-                              f"add `{need}: ...`")
+                    doc.error(where + ("seg6local",), f"action {action} needs `{need}`", f"add `{need}: ...`")
             if "table" in local and (isinstance(local["table"], bool) or not isinstance(local["table"], int)):
-                doc.error(where + ("seg6local", "table"), f"table must be an integer, got {local['table']!r}",
-                          "write e.g. table: 254 (the main table)")
+                doc.error(
+                    where + ("seg6local", "table"),
+                    f"table must be an integer, got {local['table']!r}",
+                    "write e.g. table: 254 (the main table)",
+                )
             if "nh6" in local:
                 _check_ip(doc, where + ("seg6local", "nh6"), local["nh6"])
             route.seg6local = dict(local)
@@ -359,11 +419,17 @@ def _parse_endpoint(doc: _Doc, where: tuple, raw: Any, node_names: set[str]) -> 
         return None
     node, ifname = raw.get("node"), raw.get("ifname")
     if "node" in raw and node not in node_names:
-        doc.error(where + ("node",), f"unknown node {node!r}",
-                  f"use one of the nodes defined under `nodes:` ({', '.join(sorted(node_names))})")
+        doc.error(
+            where + ("node",),
+            f"unknown node {node!r}",
+            f"use one of the nodes defined under `nodes:` ({', '.join(sorted(node_names))})",
+        )
     if "ifname" in raw and (not isinstance(ifname, str) or not IFNAME_RE.match(ifname) or ifname == "lo"):
-        doc.error(where + ("ifname",), f"{ifname!r} is not a usable interface name",
-                  "use 1-15 characters [A-Za-z0-9_], not `lo`")
+        doc.error(
+            where + ("ifname",),
+            f"{ifname!r} is not a usable interface name",
+            "use 1-15 characters [A-Za-z0-9_], not `lo`",
+        )
     addrs = []
     for i, addr in enumerate(_check_str_list(doc, where + ("addrs",), raw.get("addrs"), "addresses")):
         if _check_cidr(doc, where + ("addrs", i), addr):
@@ -373,8 +439,7 @@ def _parse_endpoint(doc: _Doc, where: tuple, raw: Any, node_names: set[str]) -> 
         end.xdp_pass = _bool(doc, where + ("xdp_pass",), raw["xdp_pass"])
     if "mac" in raw:
         mac = raw["mac"]
-        if not isinstance(mac, str) or not re.match(r"^([0-9a-f]{2}:){5}[0-9a-f]{2}$", mac) \
-                or int(mac[:2], 16) & 1:
+        if not isinstance(mac, str) or not re.match(r"^([0-9a-f]{2}:){5}[0-9a-f]{2}$", mac) or int(mac[:2], 16) & 1:
             doc.error(where + ("mac",), f"{mac!r} is not a unicast MAC", "write e.g. \"02:00:00:00:00:01\"")
         else:
             end.mac = mac
@@ -392,27 +457,38 @@ def _parse_link(doc: _Doc, where: tuple, raw: Any, node_names: set[str]) -> Link
     if a is None or b is None:
         return None
     if a.node == b.node:
-        doc.error(where + ("b", "node"), f"both ends of link {name!r} are on node {a.node}",
-                  "connect two different nodes")
+        doc.error(
+            where + ("b", "node"), f"both ends of link {name!r} are on node {a.node}", "connect two different nodes"
+        )
     link = Link(name=str(name), a=a, b=b)
     if "delay_us" in raw:
         delay = raw["delay_us"]
         link.has_delay_key = True
-        if _check_keys(doc, where + ("delay_us",), delay,
-                       {"a_to_b": "microseconds from a to b", "b_to_a": "microseconds from b to a"}):
-            link.delay_a_to_b_us = _number(doc, where + ("delay_us", "a_to_b"), delay.get("a_to_b", 0),
-                                           "delay_us.a_to_b", 0, 1e7)
-            link.delay_b_to_a_us = _number(doc, where + ("delay_us", "b_to_a"), delay.get("b_to_a", 0),
-                                           "delay_us.b_to_a", 0, 1e7)
+        if _check_keys(
+            doc,
+            where + ("delay_us",),
+            delay,
+            {"a_to_b": "microseconds from a to b", "b_to_a": "microseconds from b to a"},
+        ):
+            link.delay_a_to_b_us = _number(
+                doc, where + ("delay_us", "a_to_b"), delay.get("a_to_b", 0), "delay_us.a_to_b", 0, 1e7
+            )
+            link.delay_b_to_a_us = _number(
+                doc, where + ("delay_us", "b_to_a"), delay.get("b_to_a", 0), "delay_us.b_to_a", 0, 1e7
+            )
     if "relay" in raw:
         if raw["relay"] not in ("auto", "always", "never"):
-            doc.error(where + ("relay",), f"relay must be auto, always or never, got {raw['relay']!r}",
-                      "write relay: auto (a relay only when a delay is set)")
+            doc.error(
+                where + ("relay",),
+                f"relay must be auto, always or never, got {raw['relay']!r}",
+                "write relay: auto (a relay only when a delay is set)",
+            )
         else:
             link.relay = raw["relay"]
     if "queue_frames" in raw:
-        link.queue_frames = int(_number(doc, where + ("queue_frames",), raw["queue_frames"],
-                                        "queue_frames", 1, 1 << 20))
+        link.queue_frames = int(
+            _number(doc, where + ("queue_frames",), raw["queue_frames"], "queue_frames", 1, 1 << 20)
+        )
     return link
 
 
@@ -428,8 +504,12 @@ def load(path: str | Path) -> Topology:
     try:
         text = path.read_text()
     except OSError as exc:
-        raise TopologyError([f"{path_str}:0: cannot read the topology file: {exc.strerror}. "
-                             "Fix: pass the path of an existing YAML file"]) from None
+        raise TopologyError(
+            [
+                f"{path_str}:0: cannot read the topology file: {exc.strerror}. "
+                "Fix: pass the path of an existing YAML file"
+            ]
+        ) from None
     try:
         root = yaml.compose(text, Loader=yaml.SafeLoader)
     except yaml.YAMLError as exc:
@@ -437,15 +517,22 @@ def load(path: str | Path) -> Topology:
         line = mark.line + 1 if mark else 0
         context = getattr(exc, "context_mark", None)
         started = f" ({exc.context} at line {context.line + 1})" if context and exc.context else ""
-        raise TopologyError([f"{path_str}:{line}: YAML syntax error: {getattr(exc, 'problem', exc)}{started}. "
-                             "Fix: correct the YAML syntax (indentation, quotes, brackets)"]) from None
+        raise TopologyError(
+            [
+                f"{path_str}:{line}: YAML syntax error: {getattr(exc, 'problem', exc)}{started}. "
+                "Fix: correct the YAML syntax (indentation, quotes, brackets)"
+            ]
+        ) from None
     doc = _Doc(path_str)
     if root is None:
         raise TopologyError([f"{path_str}:1: the file is empty. Fix: write `nodes:` and `links:`"])
     raw = doc.convert(root)
     topo = _validate(doc, raw)
     if doc.problems:
-        line_of = lambda problem: int(problem[len(path_str) + 1:].split(":", 1)[0])
+
+        def line_of(problem: str) -> int:
+            return int(problem[len(path_str) + 1 :].split(":", 1)[0])
+
         raise TopologyError(sorted(doc.problems, key=line_of))
     return topo
 
@@ -462,21 +549,19 @@ def _validate(doc: _Doc, raw: Any) -> Topology | None:
     for node_name, node_raw in nodes_raw.items():
         where = ("nodes", node_name)
         if not isinstance(node_name, str) or not NAME_RE.match(node_name):
-            doc.error(where, f"node name {node_name!r} is not valid", "use 1-12 characters [A-Za-z0-9_]",
-                      at_key=True)
+            doc.error(where, f"node name {node_name!r} is not valid", "use 1-12 characters [A-Za-z0-9_]", at_key=True)
             continue
         node = Node(name=node_name)
         node_raw = {} if node_raw is None else node_raw
         if not _check_keys(doc, where, node_raw, NODE_KEYS):
             continue
-        for i, addr in enumerate(_check_str_list(doc, where + ("loopback",), node_raw.get("loopback"),
-                                                 "addresses")):
+        for i, addr in enumerate(_check_str_list(doc, where + ("loopback",), node_raw.get("loopback"), "addresses")):
             if _check_cidr(doc, where + ("loopback", i), addr):
                 node.loopback.append(addr)
-        node.sysctl = _check_sysctl_map(doc, where + ("sysctl",), node_raw.get("sysctl"), SYSCTL_KEY_RE,
-                                        "net.ipv6.conf.all.forwarding")
-        for i, route_raw in enumerate(_check_str_list(doc, where + ("routes",), node_raw.get("routes"),
-                                                      "routes")):
+        node.sysctl = _check_sysctl_map(
+            doc, where + ("sysctl",), node_raw.get("sysctl"), SYSCTL_KEY_RE, "net.ipv6.conf.all.forwarding"
+        )
+        for i, route_raw in enumerate(_check_str_list(doc, where + ("routes",), node_raw.get("routes"), "routes")):
             route = _parse_route(doc, where + ("routes", i), route_raw)
             if route:
                 node.routes.append(route)
@@ -493,11 +578,16 @@ def _validate(doc: _Doc, raw: Any) -> Topology | None:
             links.append(link)
 
     _cross_check(doc, nodes, links)
-    topo = Topology(path=doc.path, name=str(name), nodes=nodes, links=links,
-                    sysctl=_check_sysctl_map(doc, ("sysctl",), raw.get("sysctl"), SYSCTL_KEY_RE,
-                                             "net.ipv6.conf.all.forwarding"),
-                    device_sysctl=_check_sysctl_map(doc, ("device_sysctl",), raw.get("device_sysctl"),
-                                                    DEVICE_SYSCTL_KEY_RE, "seg6_enabled"))
+    topo = Topology(
+        path=doc.path,
+        name=str(name),
+        nodes=nodes,
+        links=links,
+        sysctl=_check_sysctl_map(doc, ("sysctl",), raw.get("sysctl"), SYSCTL_KEY_RE, "net.ipv6.conf.all.forwarding"),
+        device_sysctl=_check_sysctl_map(
+            doc, ("device_sysctl",), raw.get("device_sysctl"), DEVICE_SYSCTL_KEY_RE, "seg6_enabled"
+        ),
+    )
     return topo
 
 
@@ -507,20 +597,27 @@ def _cross_check(doc: _Doc, nodes: dict[str, Node], links: list[Link]) -> None:
     seen_ifnames: dict[tuple[str, str], int] = {}
     for i, link in enumerate(links):
         if link.name in seen_links:
-            doc.error(("links", i, "name"), f"link name {link.name!r} is also used by links[{seen_links[link.name]}]",
-                      "give every link its own name")
+            doc.error(
+                ("links", i, "name"),
+                f"link name {link.name!r} is also used by links[{seen_links[link.name]}]",
+                "give every link its own name",
+            )
         seen_links[link.name] = i
         for side, end in (("a", link.a), ("b", link.b)):
             key = (end.node, end.ifname)
             if key in seen_ifnames:
-                doc.error(("links", i, side, "ifname"),
-                          f"interface {end.ifname!r} on node {end.node} is also defined by links[{seen_ifnames[key]}]",
-                          "use a different ifname for this link end")
+                doc.error(
+                    ("links", i, side, "ifname"),
+                    f"interface {end.ifname!r} on node {end.node} is also defined by links[{seen_ifnames[key]}]",
+                    "use a different ifname for this link end",
+                )
             seen_ifnames[key] = i
     for node in nodes.values():
         devices = {"lo"} | {ifname for (n, ifname) in seen_ifnames if n == node.name}
         for i, route in enumerate(node.routes):
             if route.dev and route.dev not in devices:
-                doc.error(("nodes", node.name, "routes", i, "dev"),
-                          f"node {node.name} has no interface {route.dev!r}",
-                          f"use one of {', '.join(sorted(devices))} or add a link end with that ifname")
+                doc.error(
+                    ("nodes", node.name, "routes", i, "dev"),
+                    f"node {node.name} has no interface {route.dev!r}",
+                    f"use one of {', '.join(sorted(devices))} or add a link end with that ifname",
+                )

@@ -3,6 +3,7 @@ block loss), topology (node views + measurements -> ArangoDB). worker.py holds w
 
 The wire-format package lives in schemas/python (pytest adds it via pytest.ini); a worker run
 from the repository root without installing it finds it here."""
+
 import os
 import sys
 

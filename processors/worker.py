@@ -6,6 +6,7 @@ worker` (Faust imports the app module itself) and for `python -m processors.<nam
 its flags onto the same variables before importing the app. Each processor's config.py holds its
 table ENV = {setting: (VARIABLE, default)}.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -30,9 +31,11 @@ def env_number(env_table: dict[str, tuple[str, str]], raw: dict[str, str], name:
     try:
         return kind(raw[name])
     except ValueError:
-        raise ConfigError(f"environment variable {var}={raw[name]!r} is not a valid "
-                          f"{kind.__name__}; fix: set it to a number like {env_table[name][1]!r} "
-                          f"or unset it") from None
+        raise ConfigError(
+            f"environment variable {var}={raw[name]!r} is not a valid "
+            f"{kind.__name__}; fix: set it to a number like {env_table[name][1]!r} "
+            f"or unset it"
+        ) from None
 
 
 def processor_env(name: str, input_setting: str, input_var: str, input_topic: str) -> dict[str, tuple[str, str]]:
@@ -63,7 +66,7 @@ class EnvConfig:
         env = os.environ if environ is None else environ
         raw = {name: env.get(var, default) for name, (var, default) in cls.ENV.items()}
         if "bootstrap" in cls.ENV and cls.ENV["bootstrap"][0] not in env and "SEGSCOPE_KAFKA" in env:
-            raw["bootstrap"] = env["SEGSCOPE_KAFKA"]   # short alias
+            raw["bootstrap"] = env["SEGSCOPE_KAFKA"]  # short alias
         raw = cls.adjust(raw, env)
         values = {}
         for f in dataclasses.fields(cls):
@@ -84,17 +87,27 @@ class EnvConfig:
         """Raise ConfigError for settings that are valid alone but not together (default: none)."""
 
 
-def run_worker(package: str, doc: str, env_table: dict[str, tuple[str, str]],
-               check: Callable[[], object] | None = None, argv: list[str] | None = None) -> None:
+def run_worker(
+    package: str,
+    doc: str,
+    env_table: dict[str, tuple[str, str]],
+    check: Callable[[], object] | None = None,
+    argv: list[str] | None = None,
+) -> None:
     """Parse one flag per setting (--blocks-topic for blocks_topic, ...), export the flags given
     as the settings' environment variables, refuse bad settings before Faust starts (`check`,
     e.g. Config.from_env), then run `<package>.app`'s worker without Faust's web server (it
     would bind 0.0.0.0:6066)."""
-    ap = argparse.ArgumentParser(prog=f"python -m {package}", description=doc,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        prog=f"python -m {package}", description=doc, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     for name, (var, default) in env_table.items():
-        ap.add_argument("--" + name.replace("_", "-"), dest=name, default=None,
-                        help=f"(env {var}, default {os.environ.get(var, default)})")
+        ap.add_argument(
+            "--" + name.replace("_", "-"),
+            dest=name,
+            default=None,
+            help=f"(env {var}, default {os.environ.get(var, default)})",
+        )
     ap.add_argument("-l", "--loglevel", default="info", choices=["crit", "error", "warn", "info", "debug"])
     args = ap.parse_args(argv)
     for name, (var, _) in env_table.items():
@@ -106,7 +119,7 @@ def run_worker(package: str, doc: str, env_table: dict[str, tuple[str, str]],
             check()
         except ConfigError as e:
             ap.error(str(e))
-    app = importlib.import_module(f"{package}.app").app    # after the environment is final
+    app = importlib.import_module(f"{package}.app").app  # after the environment is final
     sys.argv = [sys.argv[0], "worker", "--without-web", "-l", args.loglevel]
     app.main()
 
@@ -134,12 +147,14 @@ def dead_letter(reason: str, detail: str, message) -> bytes:
     """JSON dead letter (segscope.deadletter) that keeps the original key and value (base64),
     with where the message came from, so nothing is lost."""
     key, value = message.key, message.value
-    return json.dumps({
-        "reason": reason,
-        "detail": detail,
-        "source_topic": message.topic,
-        "partition": message.partition,
-        "offset": message.offset,
-        "key_b64": None if key is None else base64.b64encode(key).decode(),
-        "value_b64": None if value is None else base64.b64encode(value).decode(),
-    }).encode()
+    return json.dumps(
+        {
+            "reason": reason,
+            "detail": detail,
+            "source_topic": message.topic,
+            "partition": message.partition,
+            "offset": message.offset,
+            "key_b64": None if key is None else base64.b64encode(key).decode(),
+            "value_b64": None if value is None else base64.b64encode(value).decode(),
+        }
+    ).encode()

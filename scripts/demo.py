@@ -15,6 +15,7 @@ collected records to Kafka); read the per-second delays back from InfluxDB and p
 next to the injected values, then `controller status`. Everything is stopped again at the end,
 also on Ctrl-C (with --keep-services, Kafka/InfluxDB/Telegraf stay up so you can query them).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -27,12 +28,12 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(REPO), str(REPO / "schemas" / "python")]
 
-from controller.intent import load_intent                  # noqa: E402
-from controller.pipeline import ControlledPipeline        # noqa: E402
-from controller.status import collect, render             # noqa: E402
-from netlab import Lab, relay_lateness_us, teardown      # noqa: E402
-from services.stack import Stack                         # noqa: E402
+from controller.intent import load_intent  # noqa: E402
+from controller.pipeline import ControlledPipeline  # noqa: E402
+from controller.status import collect, render  # noqa: E402
+from netlab import Lab, relay_lateness_us, teardown  # noqa: E402
 from scripts.results import StampSessionSpec, read_delay_summary, wait_for_points  # noqa: E402
+from services.stack import Stack  # noqa: E402
 
 TOPOLOGY = REPO / "netlab" / "topologies" / "line5_bare.yaml"
 INTENT = REPO / "controller" / "examples" / "demo_line5.yaml"
@@ -51,7 +52,7 @@ _last_report = [-1.0]
 
 
 def progress(elapsed: float, total: float) -> None:
-    if not sys.stdout.isatty():          # a log file: one line every 5 s instead of a bar
+    if not sys.stdout.isatty():  # a log file: one line every 5 s instead of a bar
         if elapsed - _last_report[0] >= 5 or elapsed >= total:
             _last_report[0] = elapsed
             print(f"    {elapsed:4.0f}/{total:.0f} s", flush=True)
@@ -67,8 +68,11 @@ def main() -> int:
     ap.add_argument("--rate", type=int, default=100, help="test packets per second (default 100)")
     ap.add_argument("--fwd-delay-us", type=int, default=2000, help="delay injected A->B (default 2000)")
     ap.add_argument("--rev-delay-us", type=int, default=1000, help="delay injected B->A (default 1000)")
-    ap.add_argument("--keep-services", action="store_true",
-                    help="leave Kafka, InfluxDB and Telegraf running afterwards for your own queries")
+    ap.add_argument(
+        "--keep-services",
+        action="store_true",
+        help="leave Kafka, InfluxDB and Telegraf running afterwards for your own queries",
+    )
     ap.add_argument("--prefix", default="demo", help="netlab prefix (namespaces <prefix>-A ...; default demo)")
     args = ap.parse_args()
 
@@ -82,11 +86,12 @@ def main() -> int:
         stack.up()
         done(t, f"kafka {stack.kafka_bootstrap}, influxdb {stack.influx_url}")
 
-        t = step(f"creating the emulated network H1-A-R-B-H2, no SRv6 configured yet "
-                 f"({args.fwd_delay_us} us injected A->B, {args.rev_delay_us} us B->A)")
-        teardown(args.prefix)     # a previous run killed with SIGKILL may have left it
-        lab = Lab.up(TOPOLOGY, prefix=args.prefix,
-                     delay_us={"ar": (args.fwd_delay_us, args.rev_delay_us)})
+        t = step(
+            f"creating the emulated network H1-A-R-B-H2, no SRv6 configured yet "
+            f"({args.fwd_delay_us} us injected A->B, {args.rev_delay_us} us B->A)"
+        )
+        teardown(args.prefix)  # a previous run killed with SIGKILL may have left it
+        lab = Lab.up(TOPOLOGY, prefix=args.prefix, delay_us={"ar": (args.fwd_delay_us, args.rev_delay_us)})
         done(t)
 
         pipe = ControlledPipeline(lab, stack, REPO / ".run" / args.prefix)
@@ -99,10 +104,15 @@ def main() -> int:
         intent = load_intent(INTENT)
         session = dataclasses.replace(intent.stamp_sessions[0], rate_pps=args.rate, duration_s=args.duration)
         intent.stamp_sessions[0] = session
-        spec = StampSessionSpec(ssid=session.ssid, sender_node=session.sender.node, rate_pps=args.rate,
-                                segs=list(session.segs), return_segs=list(session.return_segs))
+        spec = StampSessionSpec(
+            ssid=session.ssid,
+            sender_node=session.sender.node,
+            rate_pps=args.rate,
+            segs=list(session.segs),
+            return_segs=list(session.return_segs),
+        )
         t = step(f"controller apply {INTENT.relative_to(REPO)} (rate {args.rate}/s, {args.duration:.0f} s)")
-        t_start_ns = time.time_ns()   # points are stamped in UTC
+        t_start_ns = time.time_ns()  # points are stamped in UTC
         relay_before = lab.relay_stats("ar")
         result = pipe.apply(intent)
         for op, rpcs in result.done:
@@ -110,10 +120,13 @@ def main() -> int:
         mutating = sum(n for calls in result.mutating_calls.values() for n in calls.values())
         done(t, f"{len(result.done)} operations, {mutating} changing RPCs")
 
-        t = step(f"STAMP session {spec.ssid}: {args.rate} packets/s for {args.duration:.0f} s "
-                 f"over SID list {','.join(spec.segs)} (return {','.join(spec.return_segs)})")
-        pipe.wait_stopped(session.sender.node, session.ssid, timeout_s=args.duration + 30,
-                          progress=progress, total_s=args.duration)
+        t = step(
+            f"STAMP session {spec.ssid}: {args.rate} packets/s for {args.duration:.0f} s "
+            f"over SID list {','.join(spec.segs)} (return {','.join(spec.return_segs)})"
+        )
+        pipe.wait_stopped(
+            session.sender.node, session.ssid, timeout_s=args.duration + 30, progress=progress, total_s=args.duration
+        )
         relay_after = lab.relay_stats("ar")
         if sys.stdout.isatty():
             print()
@@ -131,16 +144,22 @@ def main() -> int:
         done(t, f"{got} records aggregated (collector saw {collected})")
 
         rows = read_delay_summary(stack, spec, t_start_ns)
-        injected = {"forward": args.fwd_delay_us, "reverse": args.rev_delay_us,
-                    "round_trip": args.fwd_delay_us + args.rev_delay_us}
+        injected = {
+            "forward": args.fwd_delay_us,
+            "reverse": args.rev_delay_us,
+            "round_trip": args.fwd_delay_us + args.rev_delay_us,
+        }
         rl = relay_lateness_us(relay_before, relay_after)
-        late = {"forward": rl["a_to_b"], "reverse": rl["b_to_a"],
-                "round_trip": rl["a_to_b"] + rl["b_to_a"]}
+        late = {"forward": rl["a_to_b"], "reverse": rl["b_to_a"], "round_trip": rl["a_to_b"] + rl["b_to_a"]}
         print()
-        print(f"Measured delay per direction, session ssid={spec.ssid} (from InfluxDB, database "
-              f"{stack.influx_db!r}, measurement stamp_delay)")
-        hdr = (f"{'direction':<11} {'injected':>9} {'relay late':>10} {'mean':>9} {'min':>9} {'p50':>9} "
-               f"{'p99':>9} {'max':>9} {'samples':>8}")
+        print(
+            f"Measured delay per direction, session ssid={spec.ssid} (from InfluxDB, database "
+            f"{stack.influx_db!r}, measurement stamp_delay)"
+        )
+        hdr = (
+            f"{'direction':<11} {'injected':>9} {'relay late':>10} {'mean':>9} {'min':>9} {'p50':>9} "
+            f"{'p99':>9} {'max':>9} {'samples':>8}"
+        )
         print(hdr)
         print("-" * len(hdr))
         for d in ("forward", "reverse", "round_trip"):
@@ -148,21 +167,29 @@ def main() -> int:
             if not r:
                 print(f"{d:<11} {injected[d]:>7} us   (no data)")
                 continue
-            print(f"{d:<11} {injected[d]:>6} us {late[d]:>+7.0f} us {r['mean_us']:>6.0f} us "
-                  f"{r['min_us']:>6.0f} us {r['p50_us']:>6.0f} us {r['p99_us']:>6.0f} us {r['max_us']:>6.0f} us "
-                  f"{r['count']:>8}")
-        print("mean - injected = the path's own latency (sender syscall, veth hops, SRv6 End on R,\n"
-              "softirqs) + 'relay late': how late the delay emulator itself released frames on\n"
-              "average, as it measured. min is the floor: nothing arrives before the injected delay.")
+            print(
+                f"{d:<11} {injected[d]:>6} us {late[d]:>+7.0f} us {r['mean_us']:>6.0f} us "
+                f"{r['min_us']:>6.0f} us {r['p50_us']:>6.0f} us {r['p99_us']:>6.0f} us {r['max_us']:>6.0f} us "
+                f"{r['count']:>8}"
+            )
+        print(
+            "mean - injected = the path's own latency (sender syscall, veth hops, SRv6 End on R,\n"
+            "softirqs) + 'relay late': how late the delay emulator itself released frames on\n"
+            "average, as it measured. min is the floor: nothing arrives before the injected delay."
+        )
         print()
-        q = ('SELECT mean("mean_us"), max("p99_us"), sum("count") FROM "stamp_delay" '
-             'WHERE time > now() - 5m GROUP BY "direction", time(10s)')
+        q = (
+            'SELECT mean("mean_us"), max("p99_us"), sum("count") FROM "stamp_delay" '
+            'WHERE time > now() - 5m GROUP BY "direction", time(10s)'
+        )
         print(f"python -m controller status {INTENT.relative_to(REPO)}:")
         print(render(collect(pipe.ctl, stack.influx_url, stack.influx_db)))
         print()
         print("Query it yourself (run the demo with --keep-services to keep InfluxDB up):")
-        print(f"  curl -sG {stack.influx_url}/query --data-urlencode db={stack.influx_db} \\\n"
-              f"       --data-urlencode 'q={q}'")
+        print(
+            f"  curl -sG {stack.influx_url}/query --data-urlencode db={stack.influx_db} \\\n"
+            f"       --data-urlencode 'q={q}'"
+        )
         return 0
     except KeyboardInterrupt:
         print("\ninterrupted: cleaning up", flush=True)

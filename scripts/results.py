@@ -6,6 +6,7 @@ mean of the per-second means (exact); min/max are exact; p50/p99 over the whole 
 not derivable from per-second percentiles, so the summary reports the median of the
 per-second p50s and the largest per-second p99 and says so.
 """
+
 from __future__ import annotations
 
 import time
@@ -15,18 +16,22 @@ from dataclasses import dataclass, field
 @dataclass
 class StampSessionSpec:
     """One STAMP session the demo runs (and the e2e test reads back): who sends, over which SID lists."""
+
     ssid: int = 1
     sender_node: str = "A"
-    segs: list[str] = field(default_factory=lambda: ["fc00:2::e"])         # forward SID list
+    segs: list[str] = field(default_factory=lambda: ["fc00:2::e"])  # forward SID list
     return_segs: list[str] = field(default_factory=lambda: ["fc00:2::e"])  # return SID list
     rate_pps: int = 100
+
 
 DIRECTIONS = ("forward", "reverse", "round_trip")
 
 
 def delay_points(stack, spec, since_ns: int) -> list[dict]:
-    q = (f"SELECT * FROM \"stamp_delay\" WHERE \"ssid\" = '{spec.ssid}' AND \"node\" = '{spec.sender_node}' "
-         f"AND time >= {since_ns - 2_000_000_000}")
+    q = (
+        f"SELECT * FROM \"stamp_delay\" WHERE \"ssid\" = '{spec.ssid}' AND \"node\" = '{spec.sender_node}' "
+        f"AND time >= {since_ns - 2_000_000_000}"
+    )
     return stack.influx_query(q)
 
 

@@ -19,4 +19,8 @@ sweep() {
 }
 trap sweep EXIT INT TERM
 
+# Lint and format first (ruff.toml): a minute of pytest is not spent on code that fails them.
+.local/venv/bin/ruff check . || exit 1
+.local/venv/bin/ruff format --check . || { echo "run: .local/venv/bin/ruff format ." >&2; exit 1; }
+
 $PY -m pytest "$@"

@@ -2,6 +2,7 @@
 
 The name registry's reader lives in schemas/python (pytest adds it via pytest.ini); run from
 the repository root without installing it, it is found here."""
+
 import os
 import sys
 

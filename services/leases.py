@@ -1,6 +1,7 @@
 """Cross-run coordination on one run dir: an flock so `up`/`down` calls take turns, and lease
 files so several users (pytest sessions, a CLI `up`) share one stack and the last user to leave
 stops what the users started."""
+
 from __future__ import annotations
 
 import fcntl

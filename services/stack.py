@@ -50,12 +50,21 @@ from services.telegraf.telegraf import Telegraf
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_RUN_DIR = REPO_ROOT / ".run" / "services"
 
-SERVICE_NAMES = ("kafka", "influxdb", "telegraf")   # start order; stop order is the reverse
+SERVICE_NAMES = ("kafka", "influxdb", "telegraf")  # start order; stop order is the reverse
 # re-exported for callers of this module (the registry is the one place they are defined)
 METRICS_TOPIC = TOPIC_METRICS
 TELEGRAF_GROUP = GROUP_TELEGRAF
-__all__ = ["Stack", "StackError", "Ports", "SERVICE_NAMES", "TOPIC_PARTITIONS", "METRICS_TOPIC",
-           "TELEGRAF_GROUP", "port_open", "main"]
+__all__ = [
+    "Stack",
+    "StackError",
+    "Ports",
+    "SERVICE_NAMES",
+    "TOPIC_PARTITIONS",
+    "METRICS_TOPIC",
+    "TELEGRAF_GROUP",
+    "port_open",
+    "main",
+]
 
 
 @dataclass(frozen=True)
@@ -69,30 +78,39 @@ class Ports:
     def for_base(cls, port_base: int | None) -> "Ports":
         if port_base is None:
             return cls(kafka=19092, kafka_controller=19093, influx_http=18086, influx_rpc=18088)
-        return cls(kafka=port_base, kafka_controller=port_base + 1,
-                   influx_http=port_base + 2, influx_rpc=port_base + 3)
+        return cls(kafka=port_base, kafka_controller=port_base + 1, influx_http=port_base + 2, influx_rpc=port_base + 3)
 
 
 class Stack:
     """Kafka + InfluxDB + Telegraf under one run dir and one set of ports."""
 
-    def __init__(self, run_dir: str | os.PathLike | None = None, port_base: int | None = None,
-                 *, keep_influx_data: bool = False, quiet: bool = False) -> None:
+    def __init__(
+        self,
+        run_dir: str | os.PathLike | None = None,
+        port_base: int | None = None,
+        *,
+        keep_influx_data: bool = False,
+        quiet: bool = False,
+    ) -> None:
         self.run_dir = Path(run_dir).resolve() if run_dir else DEFAULT_RUN_DIR
         self.port_base = port_base
         self.ports = Ports.for_base(port_base)
         self.keep_influx_data = keep_influx_data
         self.quiet = quiet
         kafka = Kafka(self.run_dir, self._say, self.ports.kafka, self.ports.kafka_controller)
-        influxdb = InfluxDB(self.run_dir, self._say, self.ports.influx_http, self.ports.influx_rpc,
-                            keep_data=keep_influx_data)
+        influxdb = InfluxDB(
+            self.run_dir, self._say, self.ports.influx_http, self.ports.influx_rpc, keep_data=keep_influx_data
+        )
         self.services: dict[str, Service] = {
-            "kafka": kafka, "influxdb": influxdb, "telegraf": Telegraf(self.run_dir, self._say, kafka, influxdb)}
+            "kafka": kafka,
+            "influxdb": influxdb,
+            "telegraf": Telegraf(self.run_dir, self._say, kafka, influxdb),
+        }
         self.kafka_bootstrap = kafka.bootstrap
         self.influx_url = influxdb.url
         self.influx_db = influxdb.db
-        self.started: set[str] = set()              # services this object started (not reused)
-        self.last_up_seconds: float | None = None   # wall time of the last up() / down()
+        self.started: set[str] = set()  # services this object started (not reused)
+        self.last_up_seconds: float | None = None  # wall time of the last up() / down()
         self.last_down_seconds: float | None = None
         self._lock = RunDirLock(self.run_dir, self._say)
         self._leases = Leases(self.run_dir)
@@ -166,8 +184,12 @@ class Stack:
         result: dict[str, dict] = {}
         for name, svc in self.services.items():
             pid = svc.running_pid()
-            result[name] = {"pid": pid, "alive": pid is not None,
-                            "ready": pid is not None and svc.ready(timeout=3.0), "log": str(svc.log_path)}
+            result[name] = {
+                "pid": pid,
+                "alive": pid is not None,
+                "ready": pid is not None and svc.ready(timeout=3.0),
+                "log": str(svc.log_path),
+            }
         result["kafka"]["bootstrap"] = self.kafka_bootstrap
         result["influxdb"]["url"] = self.influx_url
         result["influxdb"]["database"] = self.influx_db
@@ -175,8 +197,12 @@ class Stack:
         return result
 
     def endpoints(self) -> dict[str, str]:
-        return {"kafka_bootstrap": self.kafka_bootstrap, "influx_url": self.influx_url,
-                "influx_db": self.influx_db, "run_dir": str(self.run_dir)}
+        return {
+            "kafka_bootstrap": self.kafka_bootstrap,
+            "influx_url": self.influx_url,
+            "influx_db": self.influx_db,
+            "run_dir": str(self.run_dir),
+        }
 
     def __enter__(self) -> "Stack":
         try:
@@ -192,8 +218,9 @@ class Stack:
         """InfluxQL via /query (epoch=ns); rows of every series as dicts (columns + GROUP BY tags)."""
         return self.services["influxdb"].query(query, db=db, timeout=timeout)
 
-    def influx_write(self, lines: str | Iterable[str], db: str | None = None,
-                     precision: str = "ns", timeout: float = 10.0) -> None:
+    def influx_write(
+        self, lines: str | Iterable[str], db: str | None = None, precision: str = "ns", timeout: float = 10.0
+    ) -> None:
         """Line protocol via /write; raises StackError with InfluxDB's message on rejection."""
         self.services["influxdb"].write(lines, db=db, precision=precision, timeout=timeout)
 
@@ -225,12 +252,11 @@ class Stack:
                 try:
                     svc.start()
                 except BaseException:
-                    self._stop(name)       # never leave a half-started process behind
+                    self._stop(name)  # never leave a half-started process behind
                     raise
                 restarted.add(name)
                 self.started.add(name)
-                self._say(f"{name}: ready in {time.monotonic() - t0:.1f} s "
-                          f"(pid {svc.read_pid()}, log {svc.log_path})")
+                self._say(f"{name}: ready in {time.monotonic() - t0:.1f} s (pid {svc.read_pid()}, log {svc.log_path})")
             # Topics and database exist before Telegraf joins, so it never sees them missing.
             svc.after_ready()
         self.last_up_seconds = time.monotonic() - t_total
@@ -255,12 +281,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("command", choices=("up", "down", "status"))
     parser.add_argument("--only", help="comma-separated subset of: " + ",".join(SERVICE_NAMES))
     parser.add_argument("--run-dir", help=f"state directory (default {DEFAULT_RUN_DIR.relative_to(REPO_ROOT)})")
-    parser.add_argument("--port-base", type=int,
-                        help="Kafka N, controller N+1, InfluxDB N+2, rpc N+3 (default: 19092/19093/18086/18088)")
-    parser.add_argument("--keep-influx-data", action="store_true",
-                        help="keep InfluxDB's data dir when starting it from stopped")
-    parser.add_argument("--if-unused", action="store_true",
-                        help="down: do nothing while a test session holds a lease on the run dir")
+    parser.add_argument(
+        "--port-base",
+        type=int,
+        help="Kafka N, controller N+1, InfluxDB N+2, rpc N+3 (default: 19092/19093/18086/18088)",
+    )
+    parser.add_argument(
+        "--keep-influx-data", action="store_true", help="keep InfluxDB's data dir when starting it from stopped"
+    )
+    parser.add_argument(
+        "--if-unused", action="store_true", help="down: do nothing while a test session holds a lease on the run dir"
+    )
     args = parser.parse_args(argv)
     only = args.only.split(",") if args.only else None
     stack = Stack(run_dir=args.run_dir, port_base=args.port_base, keep_influx_data=args.keep_influx_data)

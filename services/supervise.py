@@ -5,6 +5,7 @@ services/kafka, services/influxdb and services/telegraf each subclass Service wi
 that service knows (how to start it, when it is ready, what it needs once ready);
 services/stack.py orders them.
 """
+
 from __future__ import annotations
 
 import os
@@ -58,7 +59,7 @@ class Service:
 
     name = ""
     config_file = ""
-    ready_timeout = 60.0     # seconds; start-up was measured at 5-10 s for Kafka on a loaded 2-core host
+    ready_timeout = 60.0  # seconds; start-up was measured at 5-10 s for Kafka on a loaded 2-core host
     stop_timeout = 15.0
 
     def __init__(self, run_dir: Path, say: Callable[[str], None]) -> None:
@@ -125,7 +126,7 @@ class Service:
     def ready(self, timeout: float) -> bool:
         try:
             return self.check_ready(timeout)
-        except Exception:                 # any client error just means "not ready yet"
+        except Exception:  # any client error just means "not ready yet"
             return False
 
     def reuse(self) -> bool:
@@ -145,9 +146,11 @@ class Service:
     def check_ports_free(self, ports: Iterable[int]) -> None:
         for port in ports:
             if port_open(port):
-                raise StackError(f"{self.name}: 127.0.0.1:{port} is already in use by a process that is "
-                                 f"not this stack's {self.name} (run dir {self.run_dir}); "
-                                 f"see `ss -ltnp | grep {port}`")
+                raise StackError(
+                    f"{self.name}: 127.0.0.1:{port} is already in use by a process that is "
+                    f"not this stack's {self.name} (run dir {self.run_dir}); "
+                    f"see `ss -ltnp | grep {port}`"
+                )
 
     @staticmethod
     def render(template: Path, out: Path, **values: object) -> None:
@@ -159,8 +162,15 @@ class Service:
         with open(self.log_path, "ab") as log:
             log.write(f"\n=== {time.strftime('%Y-%m-%d %H:%M:%S')} starting: {' '.join(argv)}\n".encode())
             log.flush()
-            proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                    cwd=self.dir, env=env, start_new_session=True)
+            proc = subprocess.Popen(
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                cwd=self.dir,
+                env=env,
+                start_new_session=True,
+            )
         self._child = proc
         self.pid_path.write_text(f"{proc.pid}\n")
         return proc.pid
@@ -186,7 +196,7 @@ class Service:
         child, self._child = self._child, None
         if pid is None or not self.is_ours_or_child(pid, child):
             if child is not None:
-                child.poll()              # reap a child that already exited
+                child.poll()  # reap a child that already exited
             self.pid_path.unlink(missing_ok=True)
             return False
         t0 = time.monotonic()

@@ -10,6 +10,7 @@ Several pytest sessions may share the stack (Stack.shared: a lock around up/down
 per session): the last session to finish stops the services that sessions started; services that
 were already running before (a manual `python -m services.stack up`) are left running.
 """
+
 from __future__ import annotations
 
 import os
@@ -27,8 +28,11 @@ BPFFS = Path("/sys/fs/bpf")
 
 def pytest_sessionstart(session: pytest.Session) -> None:
     if os.geteuid() != 0:
-        pytest.exit("segscope tests must run as root (network namespaces, eBPF, bpffs): "
-                    "run `sudo .local/venv/bin/pytest ...` or `make test` as root", returncode=2)
+        pytest.exit(
+            "segscope tests must run as root (network namespaces, eBPF, bpffs): "
+            "run `sudo .local/venv/bin/pytest ...` or `make test` as root",
+            returncode=2,
+        )
 
 
 def _stack_from_env() -> Stack:
@@ -46,8 +50,11 @@ def stack():
         session.__enter__()
     except StackError as exc:
         pytest.fail(f"service stack did not start: {exc}", pytrace=False)
-    print(f"\n[stack] up in {stack.last_up_seconds:.1f} s "
-          f"(started: {','.join(sorted(stack.started)) or 'none, all reused'})", file=sys.stderr)
+    print(
+        f"\n[stack] up in {stack.last_up_seconds:.1f} s "
+        f"(started: {','.join(sorted(stack.started)) or 'none, all reused'})",
+        file=sys.stderr,
+    )
     try:
         yield stack
     finally:

@@ -2,7 +2,7 @@
 
 Public API (used by the agent):
     build_node_view(node, netns) -> dict
-    NodeViewPublisher(node, netns, bootstrap, interval_s=30.0, topic="segscope.topology")
+    NodeViewPublisher(node, netns, bootstrap, interval_s=30.0, topic=names.TOPIC_TOPOLOGY)
         .start() / .stop() / .publish_now()
 """
 
@@ -17,7 +17,12 @@ except ImportError:
     sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "schemas", "python"))
 
 from collectors.topology.publisher import NodeViewPublisher  # noqa: E402
-from collectors.topology.view import SCHEMA, SCHEMA_VERSION, NodeViewError, build_node_view, view_fingerprint  # noqa: E402,E501
+from collectors.topology.view import (  # noqa: E402,E501
+    SCHEMA,
+    SCHEMA_VERSION,
+    NodeViewError,
+    build_node_view,
+    view_fingerprint,
+)
 
-__all__ = ["NodeViewPublisher", "build_node_view", "view_fingerprint", "NodeViewError", "SCHEMA",
-           "SCHEMA_VERSION"]
+__all__ = ["NodeViewPublisher", "build_node_view", "view_fingerprint", "NodeViewError", "SCHEMA", "SCHEMA_VERSION"]

@@ -1,8 +1,9 @@
 """python -m collectors.topology: print a node's view, or publish it to Kafka until stopped.
 
-    python -m collectors.topology --node A --netns demo-A --print
-    python -m collectors.topology --node A --netns demo-A --bootstrap 127.0.0.1:19092 [--interval 30]
+python -m collectors.topology --node A --netns demo-A --print
+python -m collectors.topology --node A --netns demo-A --bootstrap 127.0.0.1:19092 [--interval 30]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -17,8 +18,9 @@ from segscope_schemas import names
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m collectors.topology", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        prog="python -m collectors.topology", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--node", required=True, help="node name (Kafka key, router id)")
     ap.add_argument("--netns", default=None, help="network namespace to read (default: own)")
     ap.add_argument("--print", action="store_true", help="print the view as JSON and exit")
@@ -35,8 +37,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"error: {e}", file=sys.stderr)
             return 1
         return 0
-    pub = NodeViewPublisher(args.node, args.netns, args.bootstrap, interval_s=args.interval,
-                            topic=args.topic, poll_s=args.poll)
+    pub = NodeViewPublisher(
+        args.node, args.netns, args.bootstrap, interval_s=args.interval, topic=args.topic, poll_s=args.poll
+    )
     done = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: done.set())

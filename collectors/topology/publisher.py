@@ -13,6 +13,7 @@ Message: topic `segscope.topology`, key = node name (UTF-8), value = the view as
 request) added. Counters: `counters()` and, when `metrics_topic` is set, a line
 `segscope_topology_publisher,node=<node> ...` on that topic every interval (schemas/metrics.md).
 """
+
 from __future__ import annotations
 
 import json
@@ -21,19 +22,28 @@ import threading
 import time
 from typing import Any
 
-from segscope_schemas import names
-
 from collectors.topology.view import NodeViewError, build_node_view, view_fingerprint
+from segscope_schemas import names
 
 log = logging.getLogger("segscope.topology.publisher")
 
-COUNTER_NAMES = ("views_built", "build_errors", "views_published", "published_on_change",
-                 "published_periodic", "published_on_request", "delivery_errors", "bytes_published")
+COUNTER_NAMES = (
+    "views_built",
+    "build_errors",
+    "views_published",
+    "published_on_change",
+    "published_periodic",
+    "published_on_request",
+    "delivery_errors",
+    "bytes_published",
+)
 
 
 def _escape_tag(value: str) -> str:
-    return (value.replace("\\", "\\\\").replace(",", "\\,").replace("=", "\\=").replace(" ", "\\ ")
-            .replace("\n", "\\ ") or "unknown")
+    return (
+        value.replace("\\", "\\\\").replace(",", "\\,").replace("=", "\\=").replace(" ", "\\ ").replace("\n", "\\ ")
+        or "unknown"
+    )
 
 
 class NodeViewPublisher:
@@ -44,18 +54,26 @@ class NodeViewPublisher:
     set_section(name, value) adds a section netlink does not know (the agent's `stamp_sessions`
     and `flows`, topology.md); a changed section is published like any other change."""
 
-    def __init__(self, node: str, netns: str | None, bootstrap: str, interval_s: float = 30.0,
-                 topic: str = names.TOPIC_TOPOLOGY, *, poll_s: float = 1.0,
-                 metrics_topic: str | None = names.TOPIC_METRICS, producer_conf: dict | None = None):
+    def __init__(
+        self,
+        node: str,
+        netns: str | None,
+        bootstrap: str,
+        interval_s: float = 30.0,
+        topic: str = names.TOPIC_TOPOLOGY,
+        *,
+        poll_s: float = 1.0,
+        metrics_topic: str | None = names.TOPIC_METRICS,
+        producer_conf: dict | None = None,
+    ):
         if interval_s <= 0 or poll_s <= 0:
             raise ValueError(f"interval_s ({interval_s}) and poll_s ({poll_s}) must be > 0")
         self.node, self.netns, self.bootstrap = node, netns, bootstrap
         self.interval_s, self.poll_s = float(interval_s), float(poll_s)
         self.topic, self.metrics_topic = topic, metrics_topic
-        self._producer_conf = {"bootstrap.servers": bootstrap, "linger.ms": 5, "acks": "all",
-                               **(producer_conf or {})}
+        self._producer_conf = {"bootstrap.servers": bootstrap, "linger.ms": 5, "acks": "all", **(producer_conf or {})}
         self._producer = None
-        self._lock = threading.Lock()          # one build+publish at a time (thread vs publish_now)
+        self._lock = threading.Lock()  # one build+publish at a time (thread vs publish_now)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._sections: dict[str, Any] = {}
@@ -113,13 +131,14 @@ class NodeViewPublisher:
     def _ensure_producer(self) -> None:
         if self._producer is None:
             from confluent_kafka import Producer
+
             self._producer = Producer(self._producer_conf)
 
     def _run(self) -> None:
         while not self._stop.wait(self.poll_s):
             try:
                 self._cycle()
-            except Exception:   # never let the thread die silently: count and keep going
+            except Exception:  # never let the thread die silently: count and keep going
                 self._counters["build_errors"] += 1
                 log.exception("topology publisher %s: cycle failed", self.node)
 
@@ -164,13 +183,17 @@ class NodeViewPublisher:
         self._last_publish = time.monotonic()
         self._counters["views_published"] += 1
         self._counters["bytes_published"] += len(value)
-        counter = {"change": "published_on_change", "periodic": "published_periodic",
-                   "request": "published_on_request"}.get(reason)
+        counter = {
+            "change": "published_on_change",
+            "periodic": "published_periodic",
+            "request": "published_on_request",
+        }.get(reason)
         if counter:
             self._counters[counter] += 1
         if self.metrics_topic and reason in ("start", "periodic"):
-            self._producer.produce(self.metrics_topic, key=b"topology", value=self.counters_line().encode(),
-                                   on_delivery=self._on_delivery)
+            self._producer.produce(
+                self.metrics_topic, key=b"topology", value=self.counters_line().encode(), on_delivery=self._on_delivery
+            )
 
     def counters_line(self) -> str:
         fields = ",".join(f"{k}={v}i" for k, v in self._counters.items())

@@ -12,6 +12,7 @@ Everything is sorted so that two views of an unchanged node are equal (the publi
 them). Volatile facts (neighbour reachability state, seg6local packet counters) are kept out of
 the change fingerprint: see view_fingerprint().
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -27,19 +28,44 @@ SCHEMA_VERSION = 1
 
 # linux/seg6_local.h SEG6_LOCAL_ACTION_* -> iproute2 names
 SEG6LOCAL_ACTIONS = {
-    1: "End", 2: "End.X", 3: "End.T", 4: "End.DX2", 5: "End.DX6", 6: "End.DX4", 7: "End.DT6",
-    8: "End.DT4", 9: "End.B6", 10: "End.B6.Encaps", 11: "End.BM", 12: "End.S", 13: "End.AS",
-    14: "End.AM", 15: "End.BPF", 16: "End.DT46",
+    1: "End",
+    2: "End.X",
+    3: "End.T",
+    4: "End.DX2",
+    5: "End.DX6",
+    6: "End.DX4",
+    7: "End.DT6",
+    8: "End.DT4",
+    9: "End.B6",
+    10: "End.B6.Encaps",
+    11: "End.BM",
+    12: "End.S",
+    13: "End.AS",
+    14: "End.AM",
+    15: "End.BPF",
+    16: "End.DT46",
 }
 # pyroute2 attribute name -> key in the local SID's "params"
 SEG6LOCAL_PARAMS = {
-    "SEG6_LOCAL_TABLE": "table", "SEG6_LOCAL_VRFTABLE": "vrftable", "SEG6_LOCAL_NH4": "nh4",
-    "SEG6_LOCAL_NH6": "nh6", "SEG6_LOCAL_IIF": "iif", "SEG6_LOCAL_OIF": "oif",
+    "SEG6_LOCAL_TABLE": "table",
+    "SEG6_LOCAL_VRFTABLE": "vrftable",
+    "SEG6_LOCAL_NH4": "nh4",
+    "SEG6_LOCAL_NH6": "nh6",
+    "SEG6_LOCAL_IIF": "iif",
+    "SEG6_LOCAL_OIF": "oif",
 }
-ENCAP_SEG6, ENCAP_SEG6LOCAL = 5, 7            # linux/lwtunnel.h LWTUNNEL_ENCAP_*
+ENCAP_SEG6, ENCAP_SEG6LOCAL = 5, 7  # linux/lwtunnel.h LWTUNNEL_ENCAP_*
 IFF_UP = 0x1
-NUD_STATES = {0x01: "incomplete", 0x02: "reachable", 0x04: "stale", 0x08: "delay", 0x10: "probe",
-              0x20: "failed", 0x40: "noarp", 0x80: "permanent"}
+NUD_STATES = {
+    0x01: "incomplete",
+    0x02: "reachable",
+    0x04: "stale",
+    0x08: "delay",
+    0x10: "probe",
+    0x20: "failed",
+    0x40: "noarp",
+    0x80: "permanent",
+}
 RT_SCOPES = {0: "global", 200: "site", 253: "link", 254: "host", 255: "nowhere"}
 
 
@@ -49,6 +75,7 @@ class NodeViewError(RuntimeError):
 
 def _open(netns: str | None):
     from pyroute2 import IPRoute, NetNS
+
     if netns and "/" not in netns and not os.path.exists(f"/run/netns/{netns}"):
         # pyroute2's NetNS would create a missing namespace (O_CREAT): a typo must not do that
         raise NodeViewError(f"network namespace {netns!r} does not exist (/run/netns/{netns})")
@@ -66,13 +93,18 @@ def _interfaces(ipr) -> tuple[list[dict], dict[int, str]]:
         kind = info.get_attr("IFLA_INFO_KIND") if info is not None else None
         name = link.get_attr("IFLA_IFNAME")
         names[link["index"]] = name
-        out.append({
-            "name": name, "ifindex": link["index"], "kind": kind or ("loopback" if name == "lo" else None),
-            "mac": link.get_attr("IFLA_ADDRESS"), "mtu": link.get_attr("IFLA_MTU"),
-            "admin_up": bool(link["flags"] & IFF_UP),
-            "oper_state": (link.get_attr("IFLA_OPERSTATE") or "UNKNOWN").lower(),
-            "addresses": [],
-        })
+        out.append(
+            {
+                "name": name,
+                "ifindex": link["index"],
+                "kind": kind or ("loopback" if name == "lo" else None),
+                "mac": link.get_attr("IFLA_ADDRESS"),
+                "mtu": link.get_attr("IFLA_MTU"),
+                "admin_up": bool(link["flags"] & IFF_UP),
+                "oper_state": (link.get_attr("IFLA_OPERSTATE") or "UNKNOWN").lower(),
+                "addresses": [],
+            }
+        )
     return out, names
 
 
@@ -82,8 +114,13 @@ def _attach_addresses(ipr, interfaces: list[dict]) -> None:
         iface = by_index.get(a["index"])
         if iface is None:
             continue
-        iface["addresses"].append({"address": a.get_attr("IFA_ADDRESS"), "prefixlen": a["prefixlen"],
-                                   "scope": RT_SCOPES.get(a["scope"], str(a["scope"]))})
+        iface["addresses"].append(
+            {
+                "address": a.get_attr("IFA_ADDRESS"),
+                "prefixlen": a["prefixlen"],
+                "scope": RT_SCOPES.get(a["scope"], str(a["scope"])),
+            }
+        )
     for iface in interfaces:
         iface["addresses"].sort(key=lambda x: (ipaddress.IPv6Address(x["address"]), x["prefixlen"]))
 
@@ -95,8 +132,14 @@ def _neighbours(ipr, names: dict[int, str]) -> list[dict]:
         if dst is None or lladdr is None or ipaddress.IPv6Address(dst).is_multicast:
             continue
         state = [name for bit, name in NUD_STATES.items() if n["state"] & bit]
-        out.append({"interface": names.get(n["ifindex"], str(n["ifindex"])), "address": dst,
-                    "mac": lladdr, "state": ",".join(state) or "none"})
+        out.append(
+            {
+                "interface": names.get(n["ifindex"], str(n["ifindex"])),
+                "address": dst,
+                "mac": lladdr,
+                "state": ",".join(state) or "none",
+            }
+        )
     return sorted(out, key=lambda x: (x["interface"], ipaddress.IPv6Address(x["address"])))
 
 
@@ -117,9 +160,14 @@ def _local_sid(route, names: dict[int, str]) -> dict:
         elif name == "SEG6_LOCAL_SRH":
             params["segments"] = _srh_segments_visiting_order(value)
     oif = route.get_attr("RTA_OIF")
-    return {"sid": route.get_attr("RTA_DST") or "::", "prefixlen": route["dst_len"],
-            "action": action or "unknown", "params": params,
-            "interface": names.get(oif) if oif else None, "table": route.get_attr("RTA_TABLE")}
+    return {
+        "sid": route.get_attr("RTA_DST") or "::",
+        "prefixlen": route["dst_len"],
+        "action": action or "unknown",
+        "params": params,
+        "interface": names.get(oif) if oif else None,
+        "table": route.get_attr("RTA_TABLE"),
+    }
 
 
 def _policy(route, names: dict[int, str]) -> dict:
@@ -129,14 +177,18 @@ def _policy(route, names: dict[int, str]) -> dict:
             srh = value
     oif = route.get_attr("RTA_OIF")
     dst = route.get_attr("RTA_DST")
-    return {"prefix": f"{dst}/{route['dst_len']}" if dst else "default",
-            "mode": srh.get("mode", "unknown"), "segments": _srh_segments_visiting_order(srh),
-            "interface": names.get(oif) if oif else None, "table": route.get_attr("RTA_TABLE")}
+    return {
+        "prefix": f"{dst}/{route['dst_len']}" if dst else "default",
+        "mode": srh.get("mode", "unknown"),
+        "segments": _srh_segments_visiting_order(srh),
+        "interface": names.get(oif) if oif else None,
+        "table": route.get_attr("RTA_TABLE"),
+    }
 
 
 def _srv6_routes(ipr, names: dict[int, str]) -> tuple[list[dict], list[dict]]:
     sids, policies = [], []
-    for r in ipr.route("dump", family=socket.AF_INET6):   # every table
+    for r in ipr.route("dump", family=socket.AF_INET6):  # every table
         kind = r.get_attr("RTA_ENCAP_TYPE")
         if kind == ENCAP_SEG6LOCAL:
             sids.append(_local_sid(r, names))
@@ -151,8 +203,11 @@ def _loopbacks(interfaces: list[dict]) -> list[dict]:
     out = []
     for iface in interfaces:
         if iface["name"] == "lo" or iface["kind"] == "dummy":
-            out += [{"interface": iface["name"], "address": a["address"], "prefixlen": a["prefixlen"]}
-                    for a in iface["addresses"] if a["scope"] == "global"]
+            out += [
+                {"interface": iface["name"], "address": a["address"], "prefixlen": a["prefixlen"]}
+                for a in iface["addresses"]
+                if a["scope"] == "global"
+            ]
     return out
 
 
@@ -182,11 +237,19 @@ def build_node_view(node: str, netns: str | None, extra: dict[str, Any] | None =
         ipr.close()
     interfaces.sort(key=lambda i: i["name"])
     view = {
-        "schema": SCHEMA, "version": SCHEMA_VERSION, "node": node, "netns": netns,
+        "schema": SCHEMA,
+        "version": SCHEMA_VERSION,
+        "node": node,
+        "netns": netns,
         "generated_at_ns": time.time_ns(),
-        "interfaces": interfaces, "neighbours": neighbours, "local_sids": local_sids,
-        "policies": policies, "loopbacks": _loopbacks(interfaces), "locators": locators_of(local_sids),
-        "stamp_sessions": [], "flows": [],
+        "interfaces": interfaces,
+        "neighbours": neighbours,
+        "local_sids": local_sids,
+        "policies": policies,
+        "loopbacks": _loopbacks(interfaces),
+        "locators": locators_of(local_sids),
+        "stamp_sessions": [],
+        "flows": [],
     }
     for key, value in (extra or {}).items():
         view[key] = value

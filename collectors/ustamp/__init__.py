@@ -10,6 +10,7 @@ and the same `struct stamp_record` (schemas/c/stamp_record.h) as the XDP collect
 
 See collectors/ustamp/README.md.
 """
+
 import os
 import sys
 

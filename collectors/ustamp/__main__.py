@@ -1,4 +1,5 @@
 """CLI: python -m collectors.ustamp reflector|sender ... (exit 0 ok, 1 runtime failure, 2 bad arguments)."""
+
 from __future__ import annotations
 
 import argparse
@@ -47,9 +48,14 @@ def reflector_main(argv: list[str]) -> int:
     p.add_argument("--address", default="::", help="bind address (default ::)")
     p.add_argument("--port", type=int, default=862)
     p.add_argument("--sessions", help="JSON or YAML session file")
-    p.add_argument("--add-session", action="append", default=[], metavar="SPEC",
-                   help='"--ssid N [--sender ADDR] [--return-sids A,B] [--format ptp|ntp] [--stateful] '
-                        '[--mode authenticated --key-file FILE]"')
+    p.add_argument(
+        "--add-session",
+        action="append",
+        default=[],
+        metavar="SPEC",
+        help='"--ssid N [--sender ADDR] [--return-sids A,B] [--format ptp|ntp] [--stateful] '
+        '[--mode authenticated --key-file FILE]"',
+    )
     p.add_argument("--node", default="", help="node tag of the counter line")
     p.add_argument("--kafka", metavar="BROKERS", help="send counter lines to Kafka")
     p.add_argument("--metrics-topic", default=names.TOPIC_METRICS)
@@ -57,12 +63,13 @@ def reflector_main(argv: list[str]) -> int:
     a = p.parse_args(argv)
     if not 1 <= a.port <= 65535:
         die(f"--port: expected 1..65535, got {a.port}")
+
     def load_sessions() -> SessionTable:
         sessions = sessions_from_file(a.sessions) if a.sessions else []
         sessions += [session_from_cli(spec) for spec in a.add_session]
         return SessionTable(sessions)
 
-    def reload_sessions() -> SessionTable:        # SIGHUP: errors keep the old configuration
+    def reload_sessions() -> SessionTable:  # SIGHUP: errors keep the old configuration
         try:
             return load_sessions()
         except OSError as exc:
@@ -78,6 +85,7 @@ def reflector_main(argv: list[str]) -> int:
         die("--node: required with --kafka")
     from .kafka_out import KafkaOut
     from .reflector import Reflector
+
     try:
         # Kafka first: librdkafka's threads start now and stay in our netns (setns() moves only
         # the calling thread), so the brokers are reached from here while the STAMP socket,
@@ -114,8 +122,11 @@ def sender_main(argv: list[str]) -> int:
     p.add_argument("--records-file", default="-", help="jsonl output file ('-' = stdout)")
     p.add_argument("--kafka", default="127.0.0.1:19092", metavar="BROKERS")
     p.add_argument("--topic", default=names.TOPIC_STAMP_RECORDS)
-    p.add_argument("--metrics-topic", default=names.TOPIC_METRICS,
-                   help="counter lines (program=ustamp_sender) every second and at the end, with --output kafka")
+    p.add_argument(
+        "--metrics-topic",
+        default=names.TOPIC_METRICS,
+        help="counter lines (program=ustamp_sender) every second and at the end, with --output kafka",
+    )
     p.add_argument("--node", default="", help="node name (batch header, key <node>/<ssid>)")
     p.add_argument("--batch-interval", type=float, default=0.2)
     a = p.parse_args(argv)
@@ -149,6 +160,7 @@ def sender_main(argv: list[str]) -> int:
     keys = None
     if a.auth_key_file:
         from .auth import KeyFileError, load_key_ring
+
         try:
             keys = load_key_ring(a.auth_key_file)
         except KeyFileError as exc:
@@ -156,13 +168,14 @@ def sender_main(argv: list[str]) -> int:
 
     from .kafka_out import KafkaOut
     from .sender import Sender, run
+
     try:
-        kafka = (KafkaOut(a.kafka, a.node, topic=a.topic, metrics_topic=a.metrics_topic)
-                 if a.output == "kafka" else None)  # before setns, see reflector_main
+        kafka = (
+            KafkaOut(a.kafka, a.node, topic=a.topic, metrics_topic=a.metrics_topic) if a.output == "kafka" else None
+        )  # before setns, see reflector_main
         if a.netns:
             enter_netns(a.netns)
-        sender = Sender(src, dst, a.ssid, segs, sport, dport, TimestampFormat(a.format), a.mode,
-                        a.padding, tlvs, keys)
+        sender = Sender(src, dst, a.ssid, segs, sport, dport, TimestampFormat(a.format), a.mode, a.padding, tlvs, keys)
     except OSError as exc:
         die(f"setup: {exc}", 1)
     out = None
@@ -172,8 +185,9 @@ def sender_main(argv: list[str]) -> int:
     if out is not None and out is not sys.stdout:
         out.close()
     print(json.dumps({"summary": result}), flush=True)
-    failed = result["send_errors"] > 0 or (kafka is not None and
-                                           (result["kafka"]["undelivered"] or result["kafka"]["batches_failed"]))
+    failed = result["send_errors"] > 0 or (
+        kafka is not None and (result["kafka"]["undelivered"] or result["kafka"]["batches_failed"])
+    )
     return 1 if failed else 0
 
 

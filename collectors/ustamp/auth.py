@@ -12,6 +12,7 @@ future `not_before_ns` and an end (`not_after_ns`) for the old one: both sides s
 time and packets in flight during the grace window still verify. The reflector re-reads its key
 files on SIGHUP. Packet layouts and HMAC: segscope_schemas.stamp_auth_packet / stamp_hmac.
 """
+
 from __future__ import annotations
 
 import json
@@ -20,7 +21,7 @@ from pathlib import Path
 from segscope_schemas import stamp_hmac
 from segscope_schemas.stamp_auth_packet import AUTH_HMAC_OFFSET, AUTH_LEN
 
-AUTH_SSID_OFF = 26          # RFC 8972 §3: SSID of the authenticated base packets
+AUTH_SSID_OFF = 26  # RFC 8972 §3: SSID of the authenticated base packets
 FIELDS = {"keys", "current"}
 KEY_FIELDS = {"id", "key_hex", "not_before_ns", "not_after_ns"}
 
@@ -57,8 +58,9 @@ class KeyRing:
         pkt[AUTH_HMAC_OFFSET:AUTH_LEN] = self.sign(bytes(pkt[:AUTH_HMAC_OFFSET]), now_ns)
 
     def verify_packet(self, pkt: bytes, now_ns: int) -> bool:
-        return len(pkt) >= AUTH_LEN and self.verify(bytes(pkt[:AUTH_HMAC_OFFSET]),
-                                                    bytes(pkt[AUTH_HMAC_OFFSET:AUTH_LEN]), now_ns)
+        return len(pkt) >= AUTH_LEN and self.verify(
+            bytes(pkt[:AUTH_HMAC_OFFSET]), bytes(pkt[AUTH_HMAC_OFFSET:AUTH_LEN]), now_ns
+        )
 
 
 def load_key_ring(path: str | Path) -> KeyRing:
@@ -71,11 +73,14 @@ def load_key_ring(path: str | Path) -> KeyRing:
     try:
         if path.suffix in (".yaml", ".yml"):
             import yaml
+
             doc = yaml.safe_load(text)
         else:
             doc = json.loads(text)
-    except Exception as exc:       # noqa: BLE001 - any parse error is a config error
-        raise KeyFileError(f"{path}: not valid {'YAML' if path.suffix in ('.yaml', '.yml') else 'JSON'}: {exc}") from None
+    except Exception as exc:  # noqa: BLE001 - any parse error is a config error
+        raise KeyFileError(
+            f"{path}: not valid {'YAML' if path.suffix in ('.yaml', '.yml') else 'JSON'}: {exc}"
+        ) from None
     if not isinstance(doc, dict):
         raise KeyFileError(f"{path}: expected an object with `keys`")
     unknown = set(doc) - FIELDS

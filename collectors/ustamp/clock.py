@@ -8,6 +8,7 @@ Error Estimate: segscope_schemas.stamp_error_estimate (S from the kernel's sync 
 format, Scale/Multiplier from esterror when synchronised, maxerror when not) — the same rules the
 C side and the XDP loader use.
 """
+
 from __future__ import annotations
 
 import time

@@ -3,6 +3,7 @@
 Base packets (RFC 8762 §4.2.1/§4.3.1 + RFC 8972 SSID, 44 bytes): stamp_test_packet. The TLV area
 after the base packet (RFC 8972 §4): stamp_tlv / stamp_tlvs, reflector rules in ustamp/tlvs.py.
 """
+
 from __future__ import annotations
 
 import struct
@@ -16,9 +17,9 @@ BASE_LEN = tp.STAMP_BASE_LEN
 TLV_F_U, TLV_F_M, TLV_F_I = T.FLAG_U, T.FLAG_M, T.FLAG_I
 
 # Offsets inside the 44-byte reflector packet (RFC 8762 §4.3.1)
-REFL_TS_OFF = 4          # Timestamp (T3): seconds, fraction
-REFL_RX_TS_OFF = 16      # Receive Timestamp (T2)
-AUTH_TS_OFF = 16         # Timestamp in the authenticated packets (RFC 8762 §4.2.2/§4.3.2)
+REFL_TS_OFF = 4  # Timestamp (T3): seconds, fraction
+REFL_RX_TS_OFF = 16  # Receive Timestamp (T2)
+AUTH_TS_OFF = 16  # Timestamp in the authenticated packets (RFC 8762 §4.2.2/§4.3.2)
 
 
 class Malformed(ValueError):
@@ -56,16 +57,38 @@ def decode_sender(payload: bytes) -> SenderTest:
 def decode_auth_sender(payload: bytes) -> SenderTest:
     """112-byte authenticated sender packet (RFC 8762 §4.2.2), as the base-packet fields."""
     p = ap.AuthSenderPacket.decode(payload)
-    return SenderTest(tp.SenderPacket(p.seq, p.ts_sec, p.ts_frac, p.err_est, p.ssid), payload[ap.AUTH_LEN:])
+    return SenderTest(tp.SenderPacket(p.seq, p.ts_sec, p.ts_frac, p.err_est, p.ssid), payload[ap.AUTH_LEN :])
 
 
-def encode_reply_base(seq: int, err_est: int, ssid: int, rx_sec: int, rx_frac: int,
-                      sender: tp.SenderPacket, sender_ttl: int, authenticated: bool = False) -> bytearray:
+def encode_reply_base(
+    seq: int,
+    err_est: int,
+    ssid: int,
+    rx_sec: int,
+    rx_frac: int,
+    sender: tp.SenderPacket,
+    sender_ttl: int,
+    authenticated: bool = False,
+) -> bytearray:
     """44-byte (or 112-byte authenticated, HMAC zero) reflector packet with T3 = 0: patch it with
     `stamp_t3` right before sending."""
     cls = ap.AuthReflectorPacket if authenticated else tp.ReflectorPacket
-    return bytearray(cls(seq, 0, 0, err_est, ssid, rx_sec, rx_frac, sender.seq, sender.ts_sec, sender.ts_frac,
-                         sender.err_est, sender_ttl).encode())
+    return bytearray(
+        cls(
+            seq,
+            0,
+            0,
+            err_est,
+            ssid,
+            rx_sec,
+            rx_frac,
+            sender.seq,
+            sender.ts_sec,
+            sender.ts_frac,
+            sender.err_est,
+            sender_ttl,
+        ).encode()
+    )
 
 
 def stamp_t3(reply: bytearray, sec: int, frac: int, authenticated: bool = False) -> None:

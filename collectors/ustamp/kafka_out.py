@@ -1,4 +1,5 @@
 """Kafka outputs: stamp_batch records (same topic/key/value as stamp_streamer) and counter lines."""
+
 from __future__ import annotations
 
 import time
@@ -24,16 +25,31 @@ def counters_line(measurement_tags: str, counters: dict[str, int], ts_ns: int | 
 class KafkaOut:
     """One idempotent producer (acks=all) as stamp_streamer configures it; counts deliveries."""
 
-    def __init__(self, brokers: str, node: str, topic: str = RECORDS_TOPIC,
-                 metrics_topic: str = METRICS_TOPIC):
+    def __init__(self, brokers: str, node: str, topic: str = RECORDS_TOPIC, metrics_topic: str = METRICS_TOPIC):
         from confluent_kafka import Producer
+
         self.node, self.topic, self.metrics_topic = node, topic, metrics_topic
-        self.producer = Producer({"bootstrap.servers": brokers, "enable.idempotence": True,
-                                  "acks": "all", "linger.ms": 5, "compression.type": "lz4"})
+        self.producer = Producer(
+            {
+                "bootstrap.servers": brokers,
+                "enable.idempotence": True,
+                "acks": "all",
+                "linger.ms": 5,
+                "compression.type": "lz4",
+            }
+        )
         self.batch_seq = 0
-        self.counters = {"batches_produced": 0, "batches_delivered": 0, "batches_failed": 0,
-                         "records_produced": 0, "records_delivered": 0, "records_failed": 0,
-                         "metrics_produced": 0, "metrics_delivered": 0, "metrics_failed": 0}
+        self.counters = {
+            "batches_produced": 0,
+            "batches_delivered": 0,
+            "batches_failed": 0,
+            "records_produced": 0,
+            "records_delivered": 0,
+            "records_failed": 0,
+            "metrics_produced": 0,
+            "metrics_delivered": 0,
+            "metrics_failed": 0,
+        }
 
     def _on_delivery(self, kind: str, n: int):
         def cb(err, _msg):
@@ -45,6 +61,7 @@ class KafkaOut:
                 self.counters[f"{kind}_failed"] += 1
                 if kind == "batches":
                     self.counters["records_failed"] += n
+
         return cb
 
     def _produce(self, topic: str, key: bytes | None, value: bytes, cb) -> None:
@@ -52,7 +69,7 @@ class KafkaOut:
             try:
                 self.producer.produce(topic, value=value, key=key, on_delivery=cb)
                 break
-            except BufferError:                   # queue full: wait, never drop
+            except BufferError:  # queue full: wait, never drop
                 self.producer.poll(0.1)
         self.producer.poll(0)
 
@@ -63,8 +80,7 @@ class KafkaOut:
         self.batch_seq += 1
         self.counters["batches_produced"] += 1
         self.counters["records_produced"] += len(records)
-        self._produce(self.topic, f"{self.node}/{ssid}".encode(), value,
-                      self._on_delivery("batches", len(records)))
+        self._produce(self.topic, f"{self.node}/{ssid}".encode(), value, self._on_delivery("batches", len(records)))
 
     def produce_metrics(self, line: str) -> None:
         self.counters["metrics_produced"] += 1

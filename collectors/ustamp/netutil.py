@@ -1,4 +1,5 @@
 """Sockets for ustamp: netns entry, the type-4 SRH option, ancillary data of received packets."""
+
 from __future__ import annotations
 
 import ctypes
@@ -20,7 +21,7 @@ _libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True
 def enter_netns(name: str) -> None:
     """setns(2) into /run/netns/NAME: every socket opened afterwards lives there."""
     path = f"/run/netns/{name}"
-    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)     # FileNotFoundError names the path
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)  # FileNotFoundError names the path
     try:
         if _libc.setns(fd, CLONE_NEWNET) != 0:
             err = ctypes.get_errno()
@@ -69,16 +70,16 @@ def enable_rx_ancillary(sock: socket.socket, rthdr: bool = False) -> None:
 @dataclass
 class RxMeta:
     """Ancillary data of one received datagram."""
-    rx_realtime_ns: int | None = None    # SO_TIMESTAMPNS (CLOCK_REALTIME)
-    hop_limit: int | None = None         # IPV6_HOPLIMIT
-    local_addr: str | None = None        # IPV6_PKTINFO: the address it was sent to
-    ifindex: int = 0                     # IPV6_PKTINFO: the interface it arrived on
-    rthdr: bytes | None = None           # IPV6_RTHDR (SRH), if any
-    tclass: int = 0                      # IPV6_TCLASS: Traffic Class (DSCP << 2 | ECN)
+
+    rx_realtime_ns: int | None = None  # SO_TIMESTAMPNS (CLOCK_REALTIME)
+    hop_limit: int | None = None  # IPV6_HOPLIMIT
+    local_addr: str | None = None  # IPV6_PKTINFO: the address it was sent to
+    ifindex: int = 0  # IPV6_PKTINFO: the interface it arrived on
+    rthdr: bytes | None = None  # IPV6_RTHDR (SRH), if any
+    tclass: int = 0  # IPV6_TCLASS: Traffic Class (DSCP << 2 | ECN)
 
 
-ANC_BUFSIZE = socket.CMSG_SPACE(16) + 2 * socket.CMSG_SPACE(4) + socket.CMSG_SPACE(20) + \
-    socket.CMSG_SPACE(8 + 17 * 16)
+ANC_BUFSIZE = socket.CMSG_SPACE(16) + 2 * socket.CMSG_SPACE(4) + socket.CMSG_SPACE(20) + socket.CMSG_SPACE(8 + 17 * 16)
 
 
 def parse_ancillary(ancdata) -> RxMeta:
@@ -101,8 +102,11 @@ def parse_ancillary(ancdata) -> RxMeta:
 
 def pktinfo_cmsg(src: str, ifindex: int = 0) -> tuple[int, int, bytes]:
     """Source address (and, if ifindex != 0, the outgoing interface) of one datagram."""
-    return (socket.IPPROTO_IPV6, socket.IPV6_PKTINFO,
-            socket.inet_pton(socket.AF_INET6, src) + struct.pack("=I", ifindex))
+    return (
+        socket.IPPROTO_IPV6,
+        socket.IPV6_PKTINFO,
+        socket.inet_pton(socket.AF_INET6, src) + struct.pack("=I", ifindex),
+    )
 
 
 def tclass_cmsg(tclass: int) -> tuple[int, int, bytes]:
@@ -111,4 +115,3 @@ def tclass_cmsg(tclass: int) -> tuple[int, int, bytes]:
 
 def hoplimit_cmsg(hop_limit: int) -> tuple[int, int, bytes]:
     return socket.IPPROTO_IPV6, socket.IPV6_HOPLIMIT, struct.pack("=i", hop_limit)
-

@@ -19,6 +19,7 @@ octets 0-95 verified on receipt and computed over the reply after T3; HMAC TLV r
 TLV counters (tlv_unrecognized, tlv_malformed, tlv_handled, tlv_unsupported) count TLVs, not
 packets; return_path_from_tlv counts replies sent where a Return Path TLV said (ustamp/tlvs.py).
 """
+
 from __future__ import annotations
 
 import json
@@ -38,26 +39,56 @@ from . import codec, tlvs
 from .auth import AUTH_SSID_OFF
 from .clock import TimestampFormat, clock_state, encode_ts, error_estimate, tai_ns
 from .kafka_out import KafkaOut, counters_line, escape_tag
-from .netutil import (ANC_BUFSIZE, enable_rx_ancillary, hoplimit_cmsg, parse_ancillary,
-                      pktinfo_cmsg, srh_option, tclass_cmsg)
+from .netutil import (
+    ANC_BUFSIZE,
+    enable_rx_ancillary,
+    hoplimit_cmsg,
+    parse_ancillary,
+    pktinfo_cmsg,
+    srh_option,
+    tclass_cmsg,
+)
 from .sessions import Session, SessionTable
 
-OUTCOMES = ("reflected", "unknown_session", "malformed_short", "no_reply_requested", "auth_failed",
-            "auth_no_key", "send_error", "internal_error")
+OUTCOMES = (
+    "reflected",
+    "unknown_session",
+    "malformed_short",
+    "no_reply_requested",
+    "auth_failed",
+    "auth_no_key",
+    "send_error",
+    "internal_error",
+)
 REPLY_HOP_LIMIT = 255
 MAX_DATAGRAM = 65535
 
 
 class Reflector:
-    def __init__(self, sessions: SessionTable, address: str = "::", port: int = 862,
-                 node: str = "", kafka: KafkaOut | None = None, load_sessions=None):
+    def __init__(
+        self,
+        sessions: SessionTable,
+        address: str = "::",
+        port: int = 862,
+        node: str = "",
+        kafka: KafkaOut | None = None,
+        load_sessions=None,
+    ):
         self.sessions = sessions
-        self.load_sessions = load_sessions     # () -> SessionTable, for SIGHUP (None: keys only)
+        self.load_sessions = load_sessions  # () -> SessionTable, for SIGHUP (None: keys only)
         self.node = node
         self.kafka = kafka
-        self.counters = {"received": 0, **{k: 0 for k in OUTCOMES}, "no_kernel_timestamp": 0,
-                         "tlv_unrecognized": 0, "tlv_malformed": 0, "tlv_handled": 0,
-                         "tlv_unsupported": 0, "tlv_integrity_failed": 0, "return_path_from_tlv": 0}
+        self.counters = {
+            "received": 0,
+            **{k: 0 for k in OUTCOMES},
+            "no_kernel_timestamp": 0,
+            "tlv_unrecognized": 0,
+            "tlv_malformed": 0,
+            "tlv_handled": 0,
+            "tlv_unsupported": 0,
+            "tlv_integrity_failed": 0,
+            "return_path_from_tlv": 0,
+        }
         self.sock = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         enable_rx_ancillary(self.sock)
@@ -80,7 +111,7 @@ class Reflector:
         meta = parse_ancillary(ancdata)
         if meta.rx_realtime_ns is not None:
             t2 = meta.rx_realtime_ns + self.tai_offset_s * 1_000_000_000
-        else:                          # no kernel stamp (should not happen): read the clock, count it
+        else:  # no kernel stamp (should not happen): read the clock, count it
             self.counters["no_kernel_timestamp"] += 1
             t2 = tai_ns()
         sender_addr, sender_port = peer[0], peer[1]
@@ -89,7 +120,7 @@ class Reflector:
             session = self.sessions.lookup(sender_addr, struct.unpack_from("!H", payload, AUTH_SSID_OFF)[0])
             if session is not None and session.authenticated:
                 if not session.keys.verify_packet(payload, tai_ns()):
-                    return "auth_failed"             # RFC 8762 §4.4: discard, no reply
+                    return "auth_failed"  # RFC 8762 §4.4: discard, no reply
                 test = codec.decode_auth_sender(payload)
                 return self._reply(session, test, payload, t2, meta, sender_addr, sender_port, peer[3])
         try:
@@ -99,12 +130,21 @@ class Reflector:
         session = self.sessions.lookup(sender_addr, test.packet.ssid)
         if session is None:
             return "unknown_session"
-        if session.authenticated:                    # an unauthenticated packet for an authenticated session
+        if session.authenticated:  # an unauthenticated packet for an authenticated session
             return "auth_failed"
         return self._reply(session, test, payload, t2, meta, sender_addr, sender_port, peer[3])
 
-    def _reply(self, session: Session, test: codec.SenderTest, payload: bytes, t2: int, meta,
-               sender_addr: str, sender_port: int, scope_id: int = 0) -> str:
+    def _reply(
+        self,
+        session: Session,
+        test: codec.SenderTest,
+        payload: bytes,
+        t2: int,
+        meta,
+        sender_addr: str,
+        sender_port: int,
+        scope_id: int = 0,
+    ) -> str:
         fmt = session.format
         session.rx_count += 1
         if session.stateful:
@@ -115,21 +155,38 @@ class Reflector:
         sender_ttl = meta.hop_limit if meta.hop_limit is not None else 0
         auth = session.keys
         base_len = AUTH_LEN if auth else codec.BASE_LEN
-        reply = codec.encode_reply_base(seq, self.err_est[fmt], test.packet.ssid, rx_sec, rx_frac,
-                                        test.packet, sender_ttl, authenticated=auth is not None)
+        reply = codec.encode_reply_base(
+            seq,
+            self.err_est[fmt],
+            test.packet.ssid,
+            rx_sec,
+            rx_frac,
+            test.packet,
+            sender_ttl,
+            authenticated=auth is not None,
+        )
         dst, sids, ifindex, tclass = sender_addr, session.return_sids, 0, None
         if test.tlv_area:
-            ctx = tlvs.TlvContext(sender_addr, sender_port, meta.local_addr or "", self.port, meta.tclass,
-                                  self.clock_synced, session.rx_count, session.tx_count + 1,
-                                  session.prev_seq, session.prev_t3,
-                                  (lambda text, mac: auth.verify(text, mac, tai_ns())) if auth else None)
+            ctx = tlvs.TlvContext(
+                sender_addr,
+                sender_port,
+                meta.local_addr or "",
+                self.port,
+                meta.tclass,
+                self.clock_synced,
+                session.rx_count,
+                session.tx_count + 1,
+                session.prev_seq,
+                session.prev_t3,
+                (lambda text, mac: auth.verify(text, mac, tai_ns())) if auth else None,
+            )
             res = tlvs.reflect(payload, base_len, ctx)
             self.counters["tlv_integrity_failed"] += int(res.integrity_failed)
             self.counters["tlv_unrecognized"] += res.unrecognized
             self.counters["tlv_malformed"] += res.malformed
             self.counters["tlv_handled"] += res.handled
             self.counters["tlv_unsupported"] += len(res.unsupported)
-            if res.no_reply:                     # RFC 9503 Return Path Control Code
+            if res.no_reply:  # RFC 9503 Return Path Control Code
                 return "no_reply_requested"
             if res.return_address or res.return_sids is not None:
                 self.counters["return_path_from_tlv"] += 1
@@ -150,13 +207,13 @@ class Reflector:
             return "send_error"
         t3_words = encode_ts(tai_ns(), fmt, self.tai_offset_s)
         codec.stamp_t3(reply, *t3_words, authenticated=auth is not None)
-        if auth is not None:                 # sign after T3: the HMAC covers it (RFC 8762 §4.4)
+        if auth is not None:  # sign after T3: the HMAC covers it (RFC 8762 §4.4)
             try:
                 now = tai_ns()
                 auth.sign_packet(reply, now)
                 if test.tlv_area and res.hmac_offset is not None and not res.integrity_failed:
                     text = stamp_tlv_hmac.covered_text(reply, base_len, res.hmac_offset)
-                    reply[res.hmac_offset + 4:res.hmac_offset + 20] = auth.sign(text, now)
+                    reply[res.hmac_offset + 4 : res.hmac_offset + 20] = auth.sign(text, now)
             except HmacError as exc:
                 print(f"ustamp reflector: ssid {session.ssid}: cannot sign: {exc}", file=sys.stderr)
                 return "auth_no_key"
@@ -218,8 +275,7 @@ class Reflector:
             reload = True
 
         signal.signal(signal.SIGHUP, on_hup)
-        print(json.dumps({"event": "ready", "port": self.port, "sessions": self.sessions.describe()}),
-              flush=True)
+        print(json.dumps({"event": "ready", "port": self.port, "sessions": self.sessions.describe()}), flush=True)
         next_stats = time.monotonic() + stats_interval_s
         while not stop:
             timeout = max(0.0, min(0.2, next_stats - time.monotonic()))
@@ -264,14 +320,13 @@ class Reflector:
         """Everything queued on the socket, without blocking."""
         while True:
             try:
-                payload, ancdata, _flags, peer = self.sock.recvmsg(MAX_DATAGRAM, ANC_BUFSIZE,
-                                                                   socket.MSG_DONTWAIT)
+                payload, ancdata, _flags, peer = self.sock.recvmsg(MAX_DATAGRAM, ANC_BUFSIZE, socket.MSG_DONTWAIT)
             except BlockingIOError:
                 return
             self.counters["received"] += 1
             try:
                 outcome = self.handle(payload, ancdata, peer)
-            except Exception:              # noqa: BLE001 - a bug must not stop the reflector; counted, logged
+            except Exception:  # noqa: BLE001 - a bug must not stop the reflector; counted, logged
                 if self.counters["internal_error"] == 0:
                     traceback.print_exc()
                 outcome = "internal_error"

@@ -19,6 +19,7 @@ foreign_ssid | unknown_seq (a sequence number this run never sent) | duplicate (
 Authenticated mode (--auth-key-file): 112-byte packets (RFC 8762 §4.2.2/§4.3.2), HMAC signed after T1,
 replies verified (failures counted, no record).
 """
+
 from __future__ import annotations
 
 import json
@@ -33,13 +34,11 @@ from typing import IO
 import numpy as np
 
 from segscope_schemas import stamp_test_packet as tp
-from segscope_schemas.stamp_record import (STAMP_RECORD_DTYPE, STAMP_RECORD_F_NTP,
-                                           STAMP_RECORD_F_SRH)
-
 from segscope_schemas import stamp_tlv as T
 from segscope_schemas import stamp_tlv_hmac
 from segscope_schemas.stamp_auth_packet import AUTH_LEN, AuthReflectorPacket, AuthSenderPacket
 from segscope_schemas.stamp_hmac import HmacError
+from segscope_schemas.stamp_record import STAMP_RECORD_DTYPE, STAMP_RECORD_F_NTP, STAMP_RECORD_F_SRH
 
 from . import codec
 from .auth import KeyRing
@@ -50,7 +49,7 @@ from .netutil import ANC_BUFSIZE, enable_rx_ancillary, parse_ancillary, srh_opti
 # Additive record flags (schemas/c/stamp_record.h has the same values).
 try:
     from segscope_schemas.stamp_record import STAMP_RECORD_F_LOOPBACK, STAMP_RECORD_F_ONE_WAY
-except ImportError:                       # pragma: no cover - older schema checkout
+except ImportError:  # pragma: no cover - older schema checkout
     STAMP_RECORD_F_ONE_WAY, STAMP_RECORD_F_LOOPBACK = 0x4, 0x8
 
 MODES = ("two-way", "one-way", "loopback")
@@ -58,9 +57,20 @@ NS = 1_000_000_000
 
 
 class Sender:
-    def __init__(self, src: str, dst: str, ssid: int, segs: list[str], sport: int, dport: int,
-                 fmt: TimestampFormat, mode: str, padding: int = 0, tlvs: bytes = b"",
-                 keys: KeyRing | None = None):
+    def __init__(
+        self,
+        src: str,
+        dst: str,
+        ssid: int,
+        segs: list[str],
+        sport: int,
+        dport: int,
+        fmt: TimestampFormat,
+        mode: str,
+        padding: int = 0,
+        tlvs: bytes = b"",
+        keys: KeyRing | None = None,
+    ):
         if mode not in MODES:
             raise ValueError(f"--mode: expected one of {', '.join(MODES)}, got {mode!r}")
         self.src, self.dst, self.ssid, self.mode, self.fmt = src, dst, ssid, mode, fmt
@@ -71,7 +81,7 @@ class Sender:
         if segs:
             self.sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_RTHDR, srh_option(dst, segs))
         self.sock.setblocking(False)
-        self.keys = keys                  # authenticated mode (RFC 8762 §4.2.2) when set
+        self.keys = keys  # authenticated mode (RFC 8762 §4.2.2) when set
         self.base_len = AUTH_LEN if keys else tp.STAMP_BASE_LEN
         self.payload = bytearray(self.base_len + padding) + tlvs
         # RFC 8972 §4.8: in authenticated mode an HMAC TLV covers the seq and the TLVs before it
@@ -85,13 +95,25 @@ class Sender:
         st = clock_state()
         self.tai_offset_s = st.tai_offset_s
         self.err_est = error_estimate(st, fmt)
-        self.sent_seqs = 0                # seqs 0..sent_seqs-1 were attempted
-        self.seen = bytearray()           # 1 per seq already turned into a record
+        self.sent_seqs = 0  # seqs 0..sent_seqs-1 were attempted
+        self.seen = bytearray()  # 1 per seq already turned into a record
         self.records: list[tuple] = []
-        self.counters = {"sent": 0, "send_errors": 0, "received": 0, "records": 0,
-                         "malformed_reply": 0, "auth_failed_reply": 0, "foreign_ssid": 0, "unknown_seq": 0, "duplicate": 0,
-                         "tlv_u_flag_replies": 0, "tlv_m_flag_replies": 0, "tlv_i_flag_replies": 0, "tlv_hmac_bad_replies": 0,
-                         "no_kernel_timestamp": 0}
+        self.counters = {
+            "sent": 0,
+            "send_errors": 0,
+            "received": 0,
+            "records": 0,
+            "malformed_reply": 0,
+            "auth_failed_reply": 0,
+            "foreign_ssid": 0,
+            "unknown_seq": 0,
+            "duplicate": 0,
+            "tlv_u_flag_replies": 0,
+            "tlv_m_flag_replies": 0,
+            "tlv_i_flag_replies": 0,
+            "tlv_hmac_bad_replies": 0,
+            "no_kernel_timestamp": 0,
+        }
 
     # -- send -----------------------------------------------------------------
 
@@ -100,7 +122,7 @@ class Sender:
         self.sent_seqs += 1
         self.seen.append(0)
         struct.pack_into("!I", self.payload, 0, seq)
-        ts_off = 16 if self.keys else 4              # Timestamp, then Error Estimate and SSID
+        ts_off = 16 if self.keys else 4  # Timestamp, then Error Estimate and SSID
         struct.pack_into("!HH", self.payload, ts_off + 8, self.err_est, self.ssid)
         t1 = tai_ns()
         sec, frac = encode_ts(t1, self.fmt, self.tai_offset_s)
@@ -110,7 +132,7 @@ class Sender:
                 self.keys.sign_packet(self.payload, t1)
                 if self.hmac_tlv_off is not None:
                     text = stamp_tlv_hmac.covered_text(self.payload, self.tlv_off, self.hmac_tlv_off)
-                    self.payload[self.hmac_tlv_off + 4:self.hmac_tlv_off + 20] = self.keys.sign(text, t1)
+                    self.payload[self.hmac_tlv_off + 4 : self.hmac_tlv_off + 20] = self.keys.sign(text, t1)
             except HmacError as exc:
                 if self.counters["send_errors"] == 0:
                     print(f"ustamp sender: seq {seq}: cannot sign: {exc}", file=sys.stderr)
@@ -145,7 +167,7 @@ class Sender:
         if len(data) < self.base_len:
             return "malformed_reply"
         if self.keys and not self.keys.verify_packet(data, tai_ns()):
-            return "auth_failed_reply"                   # RFC 8762 §4.4: discard
+            return "auth_failed_reply"  # RFC 8762 §4.4: discard
         if self.mode == "loopback":
             pkt = (AuthSenderPacket if self.keys else tp.SenderPacket).decode(data)
             seq, ssid = pkt.seq, pkt.ssid
@@ -159,13 +181,28 @@ class Sender:
         if self.seen[seq]:
             return "duplicate"
         self.seen[seq] = 1
-        flags = (STAMP_RECORD_F_NTP if self.fmt == TimestampFormat.NTP else 0) | \
-            (STAMP_RECORD_F_SRH if meta.rthdr else 0)
+        flags = (STAMP_RECORD_F_NTP if self.fmt == TimestampFormat.NTP else 0) | (
+            STAMP_RECORD_F_SRH if meta.rthdr else 0
+        )
         hop = meta.hop_limit if meta.hop_limit is not None else 0
         if self.mode == "loopback":
             t1 = decode_ts(pkt.ts_sec, pkt.ts_frac, self.fmt, self.tai_offset_s, t4)
-            rec = (t1, 0, 0, t4, seq, 0, ssid, pkt.err_est, 0, hop, hop, meta.ifindex,
-                   flags | STAMP_RECORD_F_LOOPBACK, 0)
+            rec = (
+                t1,
+                0,
+                0,
+                t4,
+                seq,
+                0,
+                ssid,
+                pkt.err_est,
+                0,
+                hop,
+                hop,
+                meta.ifindex,
+                flags | STAMP_RECORD_F_LOOPBACK,
+                0,
+            )
         else:
             rfmt = format_of(refl.err_est)
             t1 = decode_ts(refl.sender_ts_sec, refl.sender_ts_frac, self.fmt, self.tai_offset_s, t4)
@@ -174,16 +211,39 @@ class Sender:
             if self.mode == "one-way":
                 t3 = t4 = 0
                 flags |= STAMP_RECORD_F_ONE_WAY
-            rec = (t1, t2, t3, t4, seq, refl.seq, ssid, refl.sender_err_est, refl.err_est,
-                   refl.sender_ttl, hop, meta.ifindex, flags, 0)
+            rec = (
+                t1,
+                t2,
+                t3,
+                t4,
+                seq,
+                refl.seq,
+                ssid,
+                refl.sender_err_est,
+                refl.err_est,
+                refl.sender_ttl,
+                hop,
+                meta.ifindex,
+                flags,
+                0,
+            )
             if len(data) > self.base_len:
-                tlvs, _tail = codec.split_tlvs(data[self.base_len:])
-                if self.hmac_tlv_off is not None and len(data) >= self.hmac_tlv_off + 20 and not self.keys.verify(
+                tlvs, _tail = codec.split_tlvs(data[self.base_len :])
+                if (
+                    self.hmac_tlv_off is not None
+                    and len(data) >= self.hmac_tlv_off + 20
+                    and not self.keys.verify(
                         stamp_tlv_hmac.covered_text(data, self.tlv_off, self.hmac_tlv_off),
-                        data[self.hmac_tlv_off + 4:self.hmac_tlv_off + 20], tai_ns()):
+                        data[self.hmac_tlv_off + 4 : self.hmac_tlv_off + 20],
+                        tai_ns(),
+                    )
+                ):
                     self.counters["tlv_hmac_bad_replies"] += 1
-                for flag, name in ((codec.TLV_F_U, "tlv_u_flag_replies"), (codec.TLV_F_M, "tlv_m_flag_replies"),
-                                   (codec.TLV_F_I, "tlv_i_flag_replies")):
+                for flag, name in (
+                    (codec.TLV_F_U, "tlv_u_flag_replies"),
+                    (codec.TLV_F_M, "tlv_m_flag_replies"),
+                    (codec.TLV_F_I, "tlv_i_flag_replies"),
+                ):
                     if any(t.flags & flag for t in tlvs) or (flag == codec.TLV_F_M and _tail):
                         self.counters[name] += 1
         self.records.append(rec)
@@ -203,16 +263,23 @@ class Sender:
     def summary(self) -> dict:
         c = dict(self.counters)
         c["lost"] = self.sent_seqs - sum(self.seen)
-        return {"ssid": self.ssid, "mode": self.mode, "format": self.fmt.value,
-                "error_estimate": self.err_est, **c}
+        return {"ssid": self.ssid, "mode": self.mode, "format": self.fmt.value, "error_estimate": self.err_est, **c}
 
 
 def record_json(rec) -> str:
     return json.dumps({name: int(rec[name]) for name in STAMP_RECORD_DTYPE.names})
 
 
-def run(sender: Sender, rate_pps: float, count: int | None, duration_s: float | None,
-        wait_s: float, out: IO[str] | None, kafka: KafkaOut | None, batch_interval_s: float) -> dict:
+def run(
+    sender: Sender,
+    rate_pps: float,
+    count: int | None,
+    duration_s: float | None,
+    wait_s: float,
+    out: IO[str] | None,
+    kafka: KafkaOut | None,
+    batch_interval_s: float,
+) -> dict:
     stop = False
 
     def on_stop(_sig, _frm):

@@ -7,6 +7,7 @@ stateful, mode, key_file; or `--add-session "--ssid N [--sender ADDR] [--return-
 [--format ptp|ntp] [--stateful] [--mode authenticated --key-file FILE]"` on the command line.
 Errors name the field.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -15,7 +16,6 @@ import json
 import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
-
 from typing import Optional
 
 from .auth import KeyFileError, KeyRing, load_key_ring
@@ -38,12 +38,12 @@ class Session:
     return_sids: list[str] = field(default_factory=list)
     format: TimestampFormat = TimestampFormat.PTP
     stateful: bool = False
-    keys: Optional["KeyRing"] = None   # authenticated mode (RFC 8762 §4.2.2): the session's key ring
+    keys: Optional["KeyRing"] = None  # authenticated mode (RFC 8762 §4.2.2): the session's key ring
     key_file: str = ""
-    next_seq: int = 0          # stateful only: Sequence Number of the next reply
-    rx_count: int = 0          # test packets received in the session (Direct Measurement R_RxC)
-    tx_count: int = 0          # replies sent (R_TxC)
-    prev_seq: int = 0          # the previous reply's seq and T3 words (Follow-Up Telemetry)
+    next_seq: int = 0  # stateful only: Sequence Number of the next reply
+    rx_count: int = 0  # test packets received in the session (Direct Measurement R_RxC)
+    tx_count: int = 0  # replies sent (R_TxC)
+    prev_seq: int = 0  # the previous reply's seq and T3 words (Follow-Up Telemetry)
     prev_t3: tuple[int, int] = (0, 0)
 
     @property
@@ -55,13 +55,27 @@ class Session:
         return self.keys is not None
 
     def describe(self) -> dict:
-        return {"ssid": self.ssid, "sender": self.sender, "return_sids": self.return_sids,
-                "format": self.format.value, "stateful": self.stateful,
-                "mode": MODES[self.authenticated], "key_file": self.key_file}
+        return {
+            "ssid": self.ssid,
+            "sender": self.sender,
+            "return_sids": self.return_sids,
+            "format": self.format.value,
+            "stateful": self.stateful,
+            "mode": MODES[self.authenticated],
+            "key_file": self.key_file,
+        }
 
 
-def make_session(where: str, ssid, sender=ANY_SENDER, return_sids=None, format="ptp",
-                 stateful=False, mode="unauthenticated", key_file=None) -> Session:
+def make_session(
+    where: str,
+    ssid,
+    sender=ANY_SENDER,
+    return_sids=None,
+    format="ptp",
+    stateful=False,
+    mode="unauthenticated",
+    key_file=None,
+) -> Session:
     if isinstance(ssid, bool) or not isinstance(ssid, int) or not 1 <= ssid <= 65535:
         raise SessionConfigError(f"{where}: ssid: expected an integer 1..65535, got {ssid!r}")
     try:
@@ -118,8 +132,7 @@ def session_from_cli(spec: str) -> Session:
         raise SessionConfigError(f"{where}: --ssid is required") from None
     if extra:
         raise SessionConfigError(f"{where}: unknown argument {extra[0]!r}")
-    return make_session(where, ns.ssid, ns.sender, ns.return_sids, ns.format, ns.stateful, ns.mode,
-                        ns.key_file)
+    return make_session(where, ns.ssid, ns.sender, ns.return_sids, ns.format, ns.stateful, ns.mode, ns.key_file)
 
 
 def sessions_from_file(path: str | Path) -> list[Session]:
@@ -127,6 +140,7 @@ def sessions_from_file(path: str | Path) -> list[Session]:
     text = path.read_text()
     if path.suffix in (".yaml", ".yml"):
         import yaml
+
         doc = yaml.safe_load(text)
     else:
         doc = json.loads(text)
@@ -141,8 +155,9 @@ def sessions_from_file(path: str | Path) -> list[Session]:
             raise SessionConfigError(f"{where}: expected an object")
         unknown = set(item) - FIELDS
         if unknown:
-            raise SessionConfigError(f"{where}: {sorted(unknown)[0]}: unknown field "
-                                     f"(known: {', '.join(sorted(FIELDS))})")
+            raise SessionConfigError(
+                f"{where}: {sorted(unknown)[0]}: unknown field (known: {', '.join(sorted(FIELDS))})"
+            )
         if "ssid" not in item:
             raise SessionConfigError(f"{where}: ssid: required")
         out.append(make_session(where, **item))

@@ -3,6 +3,7 @@
 Flags override the environment variables of processors/delay/config.py; the worker always
 runs without Faust's web server (it would bind 0.0.0.0:6066).
 """
+
 from __future__ import annotations
 
 from processors.delay.config import ENV

@@ -28,6 +28,7 @@ Design (why it looks like this):
 - Negative delays (clock trouble, e.g. T2 < T1) and absurd ones (|delay| above
   `absurd_threshold`) are kept in the statistics and counted, never dropped silently.
 """
+
 from __future__ import annotations
 
 import time
@@ -86,20 +87,22 @@ def format_float(x: float) -> str:
 # counters
 # ---------------------------------------------------------------------------
 
+
 @dataclass
 class Counters:
     """Monotonic counters of the processor, published as measurement segscope_processor."""
-    records_in: int = 0            # records in well-formed batches (incl. duplicates and late ones)
-    batches_in: int = 0            # well-formed stamp_batch messages
-    malformed_batches: int = 0     # messages sent to the dead-letter topic
-    duplicate_records: int = 0     # records removed as duplicates (same session, second, sender_seq)
+
+    records_in: int = 0  # records in well-formed batches (incl. duplicates and late ones)
+    batches_in: int = 0  # well-formed stamp_batch messages
+    malformed_batches: int = 0  # messages sent to the dead-letter topic
+    duplicate_records: int = 0  # records removed as duplicates (same session, second, sender_seq)
     late_records_dropped: int = 0  # records older than the retention horizon of their session
-    points_out: int = 0            # stamp_delay lines emitted (3 per closed second, re-emits included)
-    negative_delays: int = 0       # delay values < 0 (one record can add up to 3, one per direction)
-    absurd_delays: int = 0         # delay values with |delay| > absurd_threshold (kept, like negatives)
-    seconds_reemitted: int = 0     # closed seconds emitted again because late records arrived
-    processing_errors: int = 0     # well-formed batches the processor failed on (sent to dead letters)
-    future_records: int = 0        # records with T1 beyond CLOCK_TAI now + max_future (kept; do not move the watermark)
+    points_out: int = 0  # stamp_delay lines emitted (3 per closed second, re-emits included)
+    negative_delays: int = 0  # delay values < 0 (one record can add up to 3, one per direction)
+    absurd_delays: int = 0  # delay values with |delay| > absurd_threshold (kept, like negatives)
+    seconds_reemitted: int = 0  # closed seconds emitted again because late records arrived
+    processing_errors: int = 0  # well-formed batches the processor failed on (sent to dead letters)
+    future_records: int = 0  # records with T1 beyond CLOCK_TAI now + max_future (kept; do not move the watermark)
 
     def as_dict(self) -> dict[str, int]:
         return {f.name: getattr(self, f.name) for f in fields(self)}
@@ -108,6 +111,7 @@ class Counters:
 # ---------------------------------------------------------------------------
 # per-second accumulator
 # ---------------------------------------------------------------------------
+
 
 @dataclass
 class DirectionStats:
@@ -165,7 +169,7 @@ class SecondAccumulator:
     def __init__(self, second: int):
         self.second = second
         self.seq = np.empty(0, dtype=np.int64)
-        self.delays = np.empty((3, 0), dtype=np.int64)     # rows: forward, reverse, round_trip
+        self.delays = np.empty((3, 0), dtype=np.int64)  # rows: forward, reverse, round_trip
         self.pending: list[tuple[np.ndarray, np.ndarray]] = []
         self.emitted = False
         self.dirty = False
@@ -206,21 +210,27 @@ class SecondAccumulator:
 class SessionState:
     node: str
     ssid: int
-    watermark_ns: int = -1           # max T1 seen
-    last_ingest_tai_ns: int = 0      # wall clock (CLOCK_TAI) of the last batch with records
-    horizon_s: int = -(2**62)        # seconds below this were evicted: their records are dropped
+    watermark_ns: int = -1  # max T1 seen
+    last_ingest_tai_ns: int = 0  # wall clock (CLOCK_TAI) of the last batch with records
+    horizon_s: int = -(2**62)  # seconds below this were evicted: their records are dropped
     seconds: dict[int, SecondAccumulator] = field(default_factory=dict)
-    tag_prefix: str = ""             # "stamp_delay,node=..,ssid=..,direction="
+    tag_prefix: str = ""  # "stamp_delay,node=..,ssid=..,direction="
 
 
 # ---------------------------------------------------------------------------
 # the aggregator
 # ---------------------------------------------------------------------------
 
+
 class DelayAggregator:
-    def __init__(self, grace_s: float = 2.0, retention_s: float = 60.0,
-                 absurd_threshold_s: float = 10.0, max_future_s: float = 10.0,
-                 tai_utc_offset_s: int = 0):
+    def __init__(
+        self,
+        grace_s: float = 2.0,
+        retention_s: float = 60.0,
+        absurd_threshold_s: float = 10.0,
+        max_future_s: float = 10.0,
+        tai_utc_offset_s: int = 0,
+    ):
         if grace_s < 0 or retention_s < grace_s:
             raise ValueError("need 0 <= grace_s <= retention_s")
         self.grace_ns = int(grace_s * NS_PER_S)
@@ -249,9 +259,9 @@ class DelayAggregator:
         t3 = records["t3_ns"].astype(np.int64)
         t4 = records["t4_ns"].astype(np.int64)
         delays = np.empty((3, n), dtype=np.int64)
-        np.subtract(t2, t1, out=delays[0])                      # forward  T2 - T1
-        np.subtract(t4, t3, out=delays[1])                      # reverse  T4 - T3
-        np.subtract(t4 - t1, t3 - t2, out=delays[2])            # round trip (T4-T1)-(T3-T2)
+        np.subtract(t2, t1, out=delays[0])  # forward  T2 - T1
+        np.subtract(t4, t3, out=delays[1])  # reverse  T4 - T3
+        np.subtract(t4 - t1, t3 - t2, out=delays[2])  # round trip (T4-T1)-(T3-T2)
         flags = records["flags"]
         if flags.any():
             mark_partial_records(flags, t1, t4, delays)
@@ -259,8 +269,11 @@ class DelayAggregator:
         seq = records["sender_seq"]
         ssid = records["ssid"]
 
-        if ssid[0] == ssid[-1] and second[0] == second[-1] and \
-                (n <= 2 or (ssid.min() == ssid.max() and second.min() == second.max())):
+        if (
+            ssid[0] == ssid[-1]
+            and second[0] == second[-1]
+            and (n <= 2 or (ssid.min() == ssid.max() and second.min() == second.max()))
+        ):
             # common case: one session, one second
             self._add_group(node, int(ssid[0]), int(second[0]), seq, delays, t1, now_tai_ns)
             return
@@ -270,8 +283,7 @@ class DelayAggregator:
         bounds = np.concatenate(([0], cut, [n]))
         seq_o, delays_o, t1_o = seq[order], delays[:, order], t1[order]
         for a, b in zip(bounds[:-1], bounds[1:]):
-            self._add_group(node, int(ssid_o[a]), int(second_o[a]), seq_o[a:b], delays_o[:, a:b],
-                            t1_o[a:b], now_tai_ns)
+            self._add_group(node, int(ssid_o[a]), int(second_o[a]), seq_o[a:b], delays_o[:, a:b], t1_o[a:b], now_tai_ns)
 
     def _session(self, node: str, ssid: int) -> SessionState:
         key = (node, ssid)
@@ -282,8 +294,16 @@ class DelayAggregator:
             self.sessions[key] = st
         return st
 
-    def _add_group(self, node: str, ssid: int, second: int, seq: np.ndarray, delays: np.ndarray,
-                   seq_t1: np.ndarray, now_tai_ns: int) -> None:
+    def _add_group(
+        self,
+        node: str,
+        ssid: int,
+        second: int,
+        seq: np.ndarray,
+        delays: np.ndarray,
+        seq_t1: np.ndarray,
+        now_tai_ns: int,
+    ) -> None:
         st = self._session(node, ssid)
         st.last_ingest_tai_ns = now_tai_ns
         if second < st.horizon_s:
@@ -318,7 +338,7 @@ class DelayAggregator:
             wm = st.watermark_ns
             if idle_ns >= self.grace_ns:
                 wm = max(wm, now_tai_ns)
-            close_before = (wm - self.grace_ns) // NS_PER_S     # seconds s with (s+1)*1e9+grace <= wm
+            close_before = (wm - self.grace_ns) // NS_PER_S  # seconds s with (s+1)*1e9+grace <= wm
             for s in sorted(st.seconds):
                 if s >= close_before:
                     break
@@ -334,7 +354,7 @@ class DelayAggregator:
             if horizon > st.horizon_s:
                 for s in [s for s in st.seconds if s < horizon]:
                     acc = st.seconds.pop(s)
-                    if acc.dirty:      # never closed (cannot happen while retention >= grace), emit anyway
+                    if acc.dirty:  # never closed (cannot happen while retention >= grace), emit anyway
                         self._emit(st, acc, lines)
                 st.horizon_s = horizon
         return lines
@@ -368,9 +388,11 @@ class DelayAggregator:
 
 
 def format_line(series: str, d: DirectionStats, ts_ns: int) -> str:
-    fields_ = (f"count={d.count}i,min_us={format_float(d.min_us)},mean_us={format_float(d.mean_us)},"
-               f"max_us={format_float(d.max_us)},p50_us={format_float(d.p50_us)},"
-               f"p99_us={format_float(d.p99_us)}")
+    fields_ = (
+        f"count={d.count}i,min_us={format_float(d.min_us)},mean_us={format_float(d.mean_us)},"
+        f"max_us={format_float(d.max_us)},p50_us={format_float(d.p50_us)},"
+        f"p99_us={format_float(d.p99_us)}"
+    )
     if d.ipdv_mean_us is not None:
         fields_ += f",ipdv_mean_us={format_float(d.ipdv_mean_us)}"
     return f"{series} {fields_} {ts_ns}"

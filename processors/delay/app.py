@@ -13,6 +13,7 @@ the aggregator, nothing else; statistics and all output happen in the 1 s timer,
 batches many lines into one Kafka message. Faust itself handles a few thousand messages
 per second here, so the record rate comes from the records per message.
 """
+
 from __future__ import annotations
 
 import json
@@ -31,13 +32,12 @@ from segscope_schemas.stamp_record import MalformedBatch, decode_batch
 log = logging.getLogger("segscope.delay")
 
 cfg = DelayConfig.from_env()
-aggregator = DelayAggregator(grace_s=cfg.grace_s, retention_s=cfg.retention_s,
-                             tai_utc_offset_s=cfg.tai_utc_offset_s)
+aggregator = DelayAggregator(grace_s=cfg.grace_s, retention_s=cfg.retention_s, tai_utc_offset_s=cfg.tai_utc_offset_s)
 
 
 class DelayApp(faust.App):
     async def on_first_start(self) -> None:
-        self.conf.datadir.parent.mkdir(parents=True, exist_ok=True)   # Faust makes only the last level
+        self.conf.datadir.parent.mkdir(parents=True, exist_ok=True)  # Faust makes only the last level
         await super().on_first_start()
         # The streamer compresses with lz4; without cramjam aiokafka crashes on the first
         # fetch. Say so at start rather than after the first batch.
@@ -46,9 +46,16 @@ class DelayApp(faust.App):
         # Faust ignores a missing source topic (and then never consumes it), so make sure
         # all three exist before the consumer subscribes.
         ensure_topics(cfg.bootstrap, [cfg.records_topic, cfg.metrics_topic, cfg.deadletter_topic])
-        log.info("delay processor: %s -> %s (dead letters: %s), broker %s, group %s, grace %.1f s, "
-                 "retention %.0f s", cfg.records_topic, cfg.metrics_topic, cfg.deadletter_topic,
-                 cfg.bootstrap, cfg.app_id, cfg.grace_s, cfg.retention_s)
+        log.info(
+            "delay processor: %s -> %s (dead letters: %s), broker %s, group %s, grace %.1f s, retention %.0f s",
+            cfg.records_topic,
+            cfg.metrics_topic,
+            cfg.deadletter_topic,
+            cfg.bootstrap,
+            cfg.app_id,
+            cfg.grace_s,
+            cfg.retention_s,
+        )
 
     async def on_stop(self) -> None:
         # Emit what is still open so a clean stop loses nothing that was consumed.
@@ -63,13 +70,14 @@ class DelayApp(faust.App):
 app = DelayApp(
     cfg.app_id,
     **faust_app_settings(cfg.bootstrap, cfg.datadir),
-    consumer_max_fetch_size=16 * 1024 * 1024,   # default 1 MiB = only a few 4000-record batches
+    consumer_max_fetch_size=16 * 1024 * 1024,  # default 1 MiB = only a few 4000-record batches
     broker_max_poll_records=2000,
     producer_max_request_size=4 * 1024 * 1024,
 )
 
-records_topic = app.topic(cfg.records_topic, key_type=bytes, value_type=bytes,
-                          key_serializer="raw", value_serializer="raw")
+records_topic = app.topic(
+    cfg.records_topic, key_type=bytes, value_type=bytes, key_serializer="raw", value_serializer="raw"
+)
 metrics_topic = app.topic(cfg.metrics_topic, key_serializer="raw", value_serializer="raw")
 deadletter_topic = app.topic(cfg.deadletter_topic, key_serializer="raw", value_serializer="raw")
 
@@ -104,7 +112,7 @@ async def process_batches(stream) -> None:
 async def publish_lines(lines: list[str]) -> None:
     step = cfg.max_lines_per_message
     for i in range(0, len(lines), step):
-        await metrics_topic.send(key=b"delay", value="\n".join(lines[i:i + step]).encode())
+        await metrics_topic.send(key=b"delay", value="\n".join(lines[i : i + step]).encode())
 
 
 async def publish_counters() -> None:

@@ -1,5 +1,6 @@
 """Settings of the delay processor, from environment variables (processors/worker.py says why
 environment; `python -m processors.delay --help` lists them with their defaults)."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass

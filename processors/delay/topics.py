@@ -1,26 +1,27 @@
 """Create Kafka topics that do not exist yet (confluent-kafka AdminClient)."""
+
 from __future__ import annotations
 
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
 
 
-def ensure_topics(bootstrap: str, topics: list[str], partitions: int = 1, replication: int = 1,
-                  timeout_s: float = 30.0) -> list[str]:
+def ensure_topics(
+    bootstrap: str, topics: list[str], partitions: int = 1, replication: int = 1, timeout_s: float = 30.0
+) -> list[str]:
     """Create the missing ones among `topics`; return the names that were created."""
     admin = AdminClient({"bootstrap.servers": bootstrap})
     existing = set(admin.list_topics(timeout=timeout_s).topics)
     missing = [t for t in dict.fromkeys(topics) if t not in existing]
     if not missing:
         return []
-    futures = admin.create_topics([NewTopic(t, partitions, replication) for t in missing],
-                                  operation_timeout=timeout_s)
+    futures = admin.create_topics([NewTopic(t, partitions, replication) for t in missing], operation_timeout=timeout_s)
     created = []
     for name, fut in futures.items():
         try:
             fut.result(timeout=timeout_s)
             created.append(name)
         except KafkaException as e:
-            if e.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:   # lost a race: fine
+            if e.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:  # lost a race: fine
                 raise
     return created

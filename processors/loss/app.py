@@ -14,6 +14,7 @@ records are still used). Everything that is published happens in the flush timer
 blocks whose other side did not come within the timeout (complete=false), publishes joined
 and changed blocks, and the segscope_processor,processor=loss counters.
 """
+
 from __future__ import annotations
 
 import json
@@ -32,8 +33,7 @@ from segscope_schemas.altmark_block import MalformedBatch, decode_batch
 log = logging.getLogger("segscope.loss")
 
 cfg = LossConfig.from_env()
-joiner = LossJoiner(timeout_s=cfg.timeout_s, retention_s=cfg.retention_s,
-                    tai_utc_offset_s=cfg.tai_utc_offset_s)
+joiner = LossJoiner(timeout_s=cfg.timeout_s, retention_s=cfg.retention_s, tai_utc_offset_s=cfg.tai_utc_offset_s)
 
 
 def clock_ns() -> int:
@@ -43,16 +43,23 @@ def clock_ns() -> int:
 
 class LossApp(faust.App):
     async def on_first_start(self) -> None:
-        self.conf.datadir.parent.mkdir(parents=True, exist_ok=True)   # Faust makes only the last level
+        self.conf.datadir.parent.mkdir(parents=True, exist_ok=True)  # Faust makes only the last level
         await super().on_first_start()
         # The collector compresses with lz4; without cramjam aiokafka fails on the first fetch.
         if not aiokafka_codec.has_lz4():
             raise RuntimeError("aiokafka has no lz4 codec: install cramjam (requirements.txt)")
         # Faust ignores a missing source topic (and then never consumes it).
         ensure_topics(cfg.bootstrap, [cfg.blocks_topic, cfg.metrics_topic, cfg.deadletter_topic])
-        log.info("loss processor: %s -> %s (dead letters: %s), broker %s, group %s, timeout %.1f s, "
-                 "retention %.0f s", cfg.blocks_topic, cfg.metrics_topic, cfg.deadletter_topic,
-                 cfg.bootstrap, cfg.app_id, cfg.timeout_s, cfg.retention_s)
+        log.info(
+            "loss processor: %s -> %s (dead letters: %s), broker %s, group %s, timeout %.1f s, retention %.0f s",
+            cfg.blocks_topic,
+            cfg.metrics_topic,
+            cfg.deadletter_topic,
+            cfg.bootstrap,
+            cfg.app_id,
+            cfg.timeout_s,
+            cfg.retention_s,
+        )
 
     async def on_stop(self) -> None:
         # A clean stop publishes what is still waiting as incomplete (never as a number): the
@@ -72,8 +79,9 @@ app = LossApp(
     producer_max_request_size=4 * 1024 * 1024,
 )
 
-blocks_topic = app.topic(cfg.blocks_topic, key_type=bytes, value_type=bytes,
-                         key_serializer="raw", value_serializer="raw")
+blocks_topic = app.topic(
+    cfg.blocks_topic, key_type=bytes, value_type=bytes, key_serializer="raw", value_serializer="raw"
+)
 metrics_topic = app.topic(cfg.metrics_topic, key_serializer="raw", value_serializer="raw")
 deadletter_topic = app.topic(cfg.deadletter_topic, key_serializer="raw", value_serializer="raw")
 
@@ -94,7 +102,7 @@ def handle_message(message, now_ns: int) -> bytes | None:
         joiner.counters.processing_errors += 1
         log.exception("ingest failed at %s[%d]@%d", message.topic, message.partition, message.offset)
         return dead_letter("processing_error", repr(e), message)
-    if invalid:   # the good records of the batch were used; the bad ones are kept here
+    if invalid:  # the good records of the batch were used; the bad ones are kept here
         return dead_letter("invalid_records", json.dumps(invalid, sort_keys=True), message)
     return None
 
@@ -110,7 +118,7 @@ async def process_batches(stream) -> None:
 async def publish_lines(lines: list[str]) -> None:
     step = cfg.max_lines_per_message
     for i in range(0, len(lines), step):
-        await metrics_topic.send(key=b"loss", value="\n".join(lines[i:i + step]).encode())
+        await metrics_topic.send(key=b"loss", value="\n".join(lines[i : i + step]).encode())
 
 
 async def publish_counters() -> None:

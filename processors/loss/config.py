@@ -1,5 +1,6 @@
 """Settings of the loss processor, from environment variables (processors/worker.py says why
 environment; `python -m processors.loss --help` lists them with their defaults)."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -45,8 +46,8 @@ class LossConfig(EnvConfig):
 
     def validate(self) -> None:
         if not 0 < self.timeout_s <= self.retention_s:
-            raise ConfigError(f"need 0 < {ENV['timeout_s'][0]} <= {ENV['retention_s'][0]} "
-                              f"(got {self.timeout_s}, {self.retention_s})")
+            raise ConfigError(
+                f"need 0 < {ENV['timeout_s'][0]} <= {ENV['retention_s'][0]} (got {self.timeout_s}, {self.retention_s})"
+            )
         if self.flush_interval_s <= 0 or self.max_lines_per_message < 1:
-            raise ConfigError(f"{ENV['flush_interval_s'][0]} must be > 0 and "
-                              f"{ENV['max_lines_per_message'][0]} >= 1")
+            raise ConfigError(f"{ENV['flush_interval_s'][0]} must be > 0 and {ENV['max_lines_per_message'][0]} >= 1")

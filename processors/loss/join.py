@@ -40,6 +40,7 @@ Design (why it looks like this):
   count `dmark_mismatch`; blocks without any D-marked packet (double marking off) count nothing.
 - Records are few (one per flow, side and period), so the loop is plain Python over .tolist().
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
@@ -49,8 +50,16 @@ import numpy as np
 from processors.delay.aggregate import counters_line as _counters_line
 from processors.delay.aggregate import escape_tag, format_float
 from segscope_schemas.altmark_block import (
-    ALTMARK_BLOCK_DTYPE, DIR_RX, DIR_TX, F_KNOWN, F_PARTIAL, FLOWMONID_MAX, METHOD_NAMES, METHOD_RFC9343,
-    NS_PER_MS, check_records,
+    ALTMARK_BLOCK_DTYPE,
+    DIR_RX,
+    DIR_TX,
+    F_KNOWN,
+    F_PARTIAL,
+    FLOWMONID_MAX,
+    METHOD_NAMES,
+    METHOD_RFC9343,
+    NS_PER_MS,
+    check_records,
 )
 
 MEASUREMENT = "altmark_loss"
@@ -91,23 +100,24 @@ def record_problem(r: dict) -> str:
 @dataclass
 class Counters:
     """Monotonic counters of the loss processor, published as segscope_processor,processor=loss."""
-    records_in: int = 0            # records in well-formed batches (incl. invalid, duplicate, late)
-    batches_in: int = 0            # well-formed altmark_batch messages
-    malformed_batches: int = 0     # messages sent to the dead-letter topic (counted by the app)
-    invalid_records: int = 0       # records failing check_records (dropped; reasons from ingest())
-    duplicate_records: int = 0     # exact copies of a record already held (ignored)
-    conflicting_records: int = 0   # same block and side reported with other counts or by another node
-    partial_records: int = 0       # records with F_PARTIAL (their block is published incomplete)
-    agent_restarts: int = 0        # new boot_ids seen per (node, direction) after its first one
+
+    records_in: int = 0  # records in well-formed batches (incl. invalid, duplicate, late)
+    batches_in: int = 0  # well-formed altmark_batch messages
+    malformed_batches: int = 0  # messages sent to the dead-letter topic (counted by the app)
+    invalid_records: int = 0  # records failing check_records (dropped; reasons from ingest())
+    duplicate_records: int = 0  # exact copies of a record already held (ignored)
+    conflicting_records: int = 0  # same block and side reported with other counts or by another node
+    partial_records: int = 0  # records with F_PARTIAL (their block is published incomplete)
+    agent_restarts: int = 0  # new boot_ids seen per (node, direction) after its first one
     late_records_dropped: int = 0  # records for blocks already evicted (older than retention)
-    points_out: int = 0            # altmark_loss lines emitted (re-emissions included)
-    points_reemitted: int = 0      # lines for a block that had been emitted before
-    blocks_complete: int = 0       # lines with complete=true
-    blocks_incomplete: int = 0     # lines with complete=false
-    rx_exceeds_tx: int = 0         # joined blocks with rx > tx (published incomplete)
-    dmark_delays: int = 0          # complete blocks published with a double-marking delay
-    dmark_mismatch: int = 0        # complete blocks with D-marked packets but tx != rx count (no delay)
-    processing_errors: int = 0     # well-formed batches the app failed on (counted by the app)
+    points_out: int = 0  # altmark_loss lines emitted (re-emissions included)
+    points_reemitted: int = 0  # lines for a block that had been emitted before
+    blocks_complete: int = 0  # lines with complete=true
+    blocks_incomplete: int = 0  # lines with complete=false
+    rx_exceeds_tx: int = 0  # joined blocks with rx > tx (published incomplete)
+    dmark_delays: int = 0  # complete blocks published with a double-marking delay
+    dmark_mismatch: int = 0  # complete blocks with D-marked packets but tx != rx count (no delay)
+    processing_errors: int = 0  # well-formed batches the app failed on (counted by the app)
 
     def as_dict(self) -> dict[str, int]:
         return {f.name: getattr(self, f.name) for f in fields(self)}
@@ -130,7 +140,7 @@ class Block:
     sides: dict[int, Side] = field(default_factory=dict)
     problem: str | None = None
     last_line: str | None = None
-    dirty: bool = True              # changed since its line was last computed
+    dirty: bool = True  # changed since its line was last computed
 
     def note_problem(self, reason: str) -> None:
         self.dirty = True
@@ -138,8 +148,8 @@ class Block:
             self.problem = reason
 
 
-BlockKey = tuple[int, int, int, int]   # flow_id, method, period_ms, block_index
-FlowKey = tuple[int, int, int]         # flow_id, method, period_ms
+BlockKey = tuple[int, int, int, int]  # flow_id, method, period_ms, block_index
+FlowKey = tuple[int, int, int]  # flow_id, method, period_ms
 
 
 class LossJoiner:
@@ -154,8 +164,8 @@ class LossJoiner:
         self.retention_ns = int(retention_s * NS_PER_S)
         self.counters = Counters()
         self.blocks: dict[BlockKey, Block] = {}
-        self.evicted_upto: dict[FlowKey, int] = {}        # highest block_index evicted per flow
-        self.flow_nodes: dict[tuple[int, int], dict[int, str]] = {}   # (flow, method) -> dir -> node
+        self.evicted_upto: dict[FlowKey, int] = {}  # highest block_index evicted per flow
+        self.flow_nodes: dict[tuple[int, int], dict[int, str]] = {}  # (flow, method) -> dir -> node
         self.boots: dict[tuple[str, int], set[int]] = {}  # (node, direction) -> boot_ids seen
 
     # -- input -------------------------------------------------------------
@@ -189,8 +199,7 @@ class LossJoiner:
                 self.counters.late_records_dropped += 1
                 return
             block = self.blocks[key] = Block(first_seen_ns=now_ns)
-        side = Side(node, r["boot_id"], r["packets"], r["bytes"], r["flags"],
-                    r["dmark_packets"], r["dmark_ts_sum_ns"])
+        side = Side(node, r["boot_id"], r["packets"], r["bytes"], r["flags"], r["dmark_packets"], r["dmark_ts_sum_ns"])
         if r["flags"] & F_PARTIAL:
             self.counters.partial_records += 1
             block.note_problem("partial_block")
@@ -257,9 +266,11 @@ class LossJoiner:
         flow_id, method, period_ms, index = key
         tx, rx = block.sides.get(DIR_TX), block.sides.get(DIR_RX)
         known = self.flow_nodes.get((flow_id, method), {})
-        tags = (f"{MEASUREMENT},flow={flow_id},method={METHOD_NAMES[method]},period_ms={period_ms},"
-                f"tx_node={escape_tag(tx.node if tx else known.get(DIR_TX, UNKNOWN_NODE))},"
-                f"rx_node={escape_tag(rx.node if rx else known.get(DIR_RX, UNKNOWN_NODE))}")
+        tags = (
+            f"{MEASUREMENT},flow={flow_id},method={METHOD_NAMES[method]},period_ms={period_ms},"
+            f"tx_node={escape_tag(tx.node if tx else known.get(DIR_TX, UNKNOWN_NODE))},"
+            f"rx_node={escape_tag(rx.node if rx else known.get(DIR_RX, UNKNOWN_NODE))}"
+        )
         reason = block.problem
         if reason is None and tx is None:
             reason = "missing_tx"
@@ -277,18 +288,19 @@ class LossJoiner:
         if reason is None:
             lost = tx.packets - rx.packets
             fields_out.append(f"lost={lost}i")
-            if tx.packets:   # a block without traffic has no loss ratio
+            if tx.packets:  # a block without traffic has no loss ratio
                 fields_out.append(f"loss_ratio={format_float(lost / tx.packets)}")
         if tx:
             fields_out.append(f"tx_bytes={tx.bytes}i")
         if rx:
             fields_out.append(f"rx_bytes={rx.bytes}i")
         if reason is None:
-            fields_out += self._dmark_fields(tx, rx, first_time=block.last_line is None
-                                             or ",complete=true," not in block.last_line)
+            fields_out += self._dmark_fields(
+                tx, rx, first_time=block.last_line is None or ",complete=true," not in block.last_line
+            )
         fields_out.append("complete=true" if reason is None else "complete=false")
         fields_out.append(f'reason="{reason or "ok"}"')
-        ts = index * period_ms * 1_000_000 - self.tai_utc_offset_ns   # block start, TAI -> UTC
+        ts = index * period_ms * 1_000_000 - self.tai_utc_offset_ns  # block start, TAI -> UTC
         return f"{tags} {','.join(fields_out)} {ts}"
 
     def _dmark_fields(self, tx: Side, rx: Side, first_time: bool) -> list[str]:
@@ -297,7 +309,7 @@ class LossJoiner:
         if n and n == rx.dmark_packets:
             diff = (rx.dmark_ts_sum_ns - tx.dmark_ts_sum_ns) & U64_MASK
             if diff >= 1 << 63:
-                diff -= 1 << 64                     # signed: clocks may disagree
+                diff -= 1 << 64  # signed: clocks may disagree
             if first_time:
                 self.counters.dmark_delays += 1
             return [f"dmark_packets={n}i", f"dmark_delay_mean_us={format_float(diff / n / 1000)}"]

@@ -15,6 +15,7 @@ Inputs (Kafka):
 Output: ArangoDB through processors/topology/writer.py, every flush interval (1 s), only what
 changed; counters as `segscope_processor,processor=topology ...` lines on segscope.metrics.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -36,8 +37,13 @@ log = logging.getLogger("segscope.topology")
 
 cfg = TopologyConfig.from_env()
 model = TopologyModel(identity=Identity(protocol_id=cfg.protocol_id, domain_id=cfg.domain_id))
-extra_counters = {"messages_in": 0, "metrics_messages_in": 0, "dead_letters": 0, "processing_errors": 0,
-                  "connect_errors": 0}
+extra_counters = {
+    "messages_in": 0,
+    "metrics_messages_in": 0,
+    "dead_letters": 0,
+    "processing_errors": 0,
+    "connect_errors": 0,
+}
 sink: TopologySink | None = None
 
 
@@ -46,8 +52,15 @@ class TopologyApp(faust.App):
         self.conf.datadir.parent.mkdir(parents=True, exist_ok=True)
         await super().on_first_start()
         ensure_topics(cfg.bootstrap, [cfg.topology_topic, cfg.metrics_topic, cfg.deadletter_topic])
-        log.info("topology processor: %s + %s -> ArangoDB %s db %s (mode %s), group %s", cfg.topology_topic,
-                 cfg.metrics_topic, cfg.arango_url, cfg.arango_db, cfg.mode, cfg.app_id)
+        log.info(
+            "topology processor: %s + %s -> ArangoDB %s db %s (mode %s), group %s",
+            cfg.topology_topic,
+            cfg.metrics_topic,
+            cfg.arango_url,
+            cfg.arango_db,
+            cfg.mode,
+            cfg.app_id,
+        )
 
     async def on_stop(self) -> None:
         try:
@@ -98,7 +111,7 @@ def handle_metrics(message) -> None:
     except UnicodeDecodeError:
         model.counters.malformed_lines += 1
         return
-    if "stamp_delay" not in text and "altmark_loss" not in text:   # cheap skip of other producers' lines
+    if "stamp_delay" not in text and "altmark_loss" not in text:  # cheap skip of other producers' lines
         return
     points, bad = parse_lines(text)
     model.counters.malformed_lines += len(bad)
@@ -126,8 +139,11 @@ def counters_line() -> str:
     if sink is not None:
         fields.update({k: v for k, v in sink.writer.counters.__dict__.items()})
         fields.update({k: v for k, v in sink.counters.__dict__.items()})
-    return ("segscope_processor,processor=topology " + ",".join(f"{k}={int(v)}i" for k, v in fields.items())
-            + f" {time.time_ns()}")
+    return (
+        "segscope_processor,processor=topology "
+        + ",".join(f"{k}={int(v)}i" for k, v in fields.items())
+        + f" {time.time_ns()}"
+    )
 
 
 _last_log = 0.0
@@ -137,24 +153,35 @@ async def flush() -> None:
     global sink, _last_log
     loop = asyncio.get_running_loop()
     if sink is None:
-        try:   # jwt fetches a token here: ArangoDB may not be up yet; try again next flush
-            writer = await loop.run_in_executor(None, lambda: ArangoWriter(
-                cfg.arango_url, cfg.arango_db, cfg.arango_user, cfg.arango_password, mode=cfg.mode,
-                auth_method=cfg.arango_auth))
+        try:  # jwt fetches a token here: ArangoDB may not be up yet; try again next flush
+            writer = await loop.run_in_executor(
+                None,
+                lambda: ArangoWriter(
+                    cfg.arango_url,
+                    cfg.arango_db,
+                    cfg.arango_user,
+                    cfg.arango_password,
+                    mode=cfg.mode,
+                    auth_method=cfg.arango_auth,
+                ),
+            )
         except Exception as e:
             extra_counters["connect_errors"] += 1
             log.warning("cannot connect to ArangoDB %s: %r (retrying every flush)", cfg.arango_url, e)
             await metrics_out.send(key=b"topology", value=counters_line().encode())
             return
         sink = TopologySink(model, writer)
-    snap = sink.snapshot()                                 # in the event loop: the model is ours here
-    await loop.run_in_executor(None, sink.write, snap)     # blocking HTTP off the event loop
+    snap = sink.snapshot()  # in the event loop: the model is ours here
+    await loop.run_in_executor(None, sink.write, snap)  # blocking HTTP off the event loop
     await metrics_out.send(key=b"topology", value=counters_line().encode())
     now = time.monotonic()
     if now - _last_log >= 10.0:
         _last_log = now
-        log.info("topology counters %s%s", counters_line().split(" ")[1],
-                 f" last error: {sink.last_error}" if sink.last_error else "")
+        log.info(
+            "topology counters %s%s",
+            counters_line().split(" ")[1],
+            f" last error: {sink.last_error}" if sink.last_error else "",
+        )
 
 
 @app.timer(interval=cfg.flush_interval_s)

@@ -1,5 +1,6 @@
 """Settings of the topology processor, from environment variables (processors/worker.py says
 why environment; `python -m processors.topology --help` lists them with their defaults)."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -14,9 +15,9 @@ ENV = {
     "arango_url": ("SEGSCOPE_ARANGO_URL", "http://127.0.0.1:8529"),
     "arango_user": ("SEGSCOPE_ARANGO_USER", "root"),
     "arango_password": ("SEGSCOPE_ARANGO_PASSWORD", ""),
-    "arango_db": ("SEGSCOPE_ARANGO_DB", "segscope"),                # "jalapeno" by default in jalapeno mode
-    "arango_auth": ("SEGSCOPE_ARANGO_AUTH", "basic"),                # basic | jwt
-    "mode": ("SEGSCOPE_TOPOLOGY_MODE", "own"),                      # own | jalapeno
+    "arango_db": ("SEGSCOPE_ARANGO_DB", "segscope"),  # "jalapeno" by default in jalapeno mode
+    "arango_auth": ("SEGSCOPE_ARANGO_AUTH", "basic"),  # basic | jwt
+    "mode": ("SEGSCOPE_TOPOLOGY_MODE", "own"),  # own | jalapeno
     "protocol_id": ("SEGSCOPE_TOPOLOGY_PROTOCOL_ID", "200"),
     "domain_id": ("SEGSCOPE_TOPOLOGY_DOMAIN_ID", "0"),
 }

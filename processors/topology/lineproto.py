@@ -5,6 +5,7 @@ Only what segscope's producers write is needed, but the parser follows the full 
 `\\ ` in measurement/tag keys/values, quoted string fields with `\\"` and `\\\\`, integer `i`
 fields, floats, booleans (t/true/f/false, any case). A line it cannot read raises LineError.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -28,7 +29,7 @@ def _split_unescaped(text: str, sep: str, quotes: bool = False) -> list[str]:
     while i < len(text):
         ch = text[i]
         if ch == "\\" and i + 1 < len(text):
-            cur.append(text[i:i + 2])
+            cur.append(text[i : i + 2])
             i += 2
             continue
         if quotes and ch == '"':
@@ -98,7 +99,7 @@ def parse_line(line: str) -> Point:
     fields = {}
     for item in _split_unescaped(sections[1], ",", quotes=True):
         key, sep, value = item.partition("=")
-        while key.endswith("\\") and sep:          # an escaped '=' inside the key
+        while key.endswith("\\") and sep:  # an escaped '=' inside the key
             k2, sep, value = value.partition("=")
             key = key + "=" + k2
         if not sep or not key:

@@ -12,6 +12,7 @@ Identity of what we learn from agents (no IGP, so no BGP-LS protocol id applies)
   domain_id   0    (configurable), area_id "0", mt_id 2 (IPv6 unicast, as IS-IS MT-ID 2)
   router_id        the node name (stable across address changes; the loopback is `router_ip`)
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -30,8 +31,17 @@ SENDER_ROLES = {"STAMP_ROLE_SENDER", "sender"}
 TX_SIDES = {"FLOW_MONITOR_SIDE_TX", "tx"}
 
 # RFC 8986 / IANA "SRv6 Endpoint Behaviors" codes (as Jalapeno's ls_srv6_sid endpoint_behavior)
-ENDPOINT_BEHAVIOR_CODES = {"End": 1, "End.X": 5, "End.T": 9, "End.DX6": 16, "End.DX4": 17,
-                           "End.DT6": 18, "End.DT4": 19, "End.DT46": 20, "End.DX2": 21}
+ENDPOINT_BEHAVIOR_CODES = {
+    "End": 1,
+    "End.X": 5,
+    "End.T": 9,
+    "End.DX6": 16,
+    "End.DX4": 17,
+    "End.DT6": 18,
+    "End.DT4": 19,
+    "End.DT46": 20,
+    "End.DX2": 21,
+}
 ARANGO_KEY_RE = re.compile(r"^[A-Za-z0-9_\-:.@()+,=;$!*'%]{1,254}$")
 
 
@@ -44,6 +54,7 @@ class MalformedView(ValueError):
 @dataclass(frozen=True)
 class Names:
     """Collection and graph names. Own mode creates them; jalapeno mode uses `jalapeno_*`."""
+
     nodes: str = "segscope_node"
     links: str = "segscope_link"
     sids: str = "segscope_srv6_sid"
@@ -98,8 +109,9 @@ def validate_view(view: Any) -> dict:
     if view.get("schema") != VIEW_SCHEMA:
         raise MalformedView("bad_schema", f"schema is {view.get('schema')!r}, expected {VIEW_SCHEMA!r}")
     if view.get("version") not in SUPPORTED_VIEW_VERSIONS:
-        raise MalformedView("unsupported_version", f"version {view.get('version')!r}, supported "
-                                                   f"{SUPPORTED_VIEW_VERSIONS}")
+        raise MalformedView(
+            "unsupported_version", f"version {view.get('version')!r}, supported {SUPPORTED_VIEW_VERSIONS}"
+        )
     node = view.get("node")
     if not isinstance(node, str) or not node or "/" in node:
         raise MalformedView("bad_node", f"node {node!r} must be a non-empty string without '/'")
@@ -130,7 +142,7 @@ def _valid_session(s) -> bool:
     try:
         int(s["ssid"])
         if s.get("role", "sender") not in SENDER_ROLES:
-            return True            # a reflector's entry names no path: only its ssid matters
+            return True  # a reflector's entry names no path: only its ssid matters
         _ip(s["sender_address"]), _ip(s["reflector_address"])
         [_ip(x) for x in s.get("segments") or []] + [_ip(x) for x in s.get("return_segments") or []]
         return True
@@ -169,8 +181,8 @@ class TopologyModel:
     identity: Identity = field(default_factory=Identity)
     names: Names = field(default_factory=Names)
     views: dict[str, dict] = field(default_factory=dict)
-    stamp: dict[tuple[str, int, str], _Measure] = field(default_factory=dict)   # (node, ssid, dir)
-    loss: dict[tuple[int, str], _Measure] = field(default_factory=dict)         # (flow, tx_node)
+    stamp: dict[tuple[str, int, str], _Measure] = field(default_factory=dict)  # (node, ssid, dir)
+    loss: dict[tuple[int, str], _Measure] = field(default_factory=dict)  # (flow, tx_node)
     counters: Counters = field(default_factory=Counters)
 
     # -- inputs -----------------------------------------------------------------------
@@ -206,7 +218,7 @@ class TopologyModel:
             store = self.stamp
         elif p.measurement == "altmark_loss":
             if p.fields.get("complete") is not True:
-                self.counters.points_ignored += 1   # metrics.md: loss numbers only from complete blocks
+                self.counters.points_ignored += 1  # metrics.md: loss numbers only from complete blocks
                 return False
             try:
                 key = (int(p.tags["flow"]), p.tags["tx_node"])
@@ -238,8 +250,10 @@ class TopologyModel:
 
     def link_key(self, link: _Link) -> str:
         i = self.identity
-        return safe_key(f"{i.protocol_id}_{i.domain_id}_{i.mt_id}_{i.area_id}_{link.local_node}_"
-                        f"{link.local_ip}_{link.remote_node}_{link.remote_ip}")
+        return safe_key(
+            f"{i.protocol_id}_{i.domain_id}_{i.mt_id}_{i.area_id}_{link.local_node}_"
+            f"{link.local_ip}_{link.remote_node}_{link.remote_ip}"
+        )
 
     def sid_key(self, node: str, sid: str) -> str:
         return safe_key(f"{self.identity.domain_id}_{node}_{sid}")
@@ -285,13 +299,21 @@ class TopologyModel:
     def _neighbour_confirmed(self, link: _Link) -> bool:
         view = self.views[link.local_node]
         mac = (link.remote_if.get("mac") or "").lower()
-        return any(n["interface"] == link.local_if["name"] and _ip(n["address"]) == _ip(link.remote_ip)
-                   and (n.get("mac") or "").lower() == mac for n in view["neighbours"])
+        return any(
+            n["interface"] == link.local_if["name"]
+            and _ip(n["address"]) == _ip(link.remote_ip)
+            and (n.get("mac") or "").lower() == mac
+            for n in view["neighbours"]
+        )
 
     def _endx_sids(self, link: _Link) -> list[str]:
-        return [s["sid"] for s in self.views[link.local_node]["local_sids"]
-                if s["action"] == "End.X" and s.get("params", {}).get("nh6")
-                and _ip(s["params"]["nh6"]) == _ip(link.remote_ip)]
+        return [
+            s["sid"]
+            for s in self.views[link.local_node]["local_sids"]
+            if s["action"] == "End.X"
+            and s.get("params", {}).get("nh6")
+            and _ip(s["params"]["nh6"]) == _ip(link.remote_ip)
+        ]
 
     def resolve_path(self, src: str, sids: list[str]) -> dict:
         """Nodes visited (src, then the owner of each SID, repeats collapsed) and, when every
@@ -329,11 +351,27 @@ class TopologyModel:
                 reflector = self.owner_of(s["reflector_address"])
                 fwd = list(s.get("segments") or []) + [s["reflector_address"]]
                 rev = list(s.get("return_segments") or []) + [s["sender_address"]]
-                out.append({"node": node, "ssid": int(s["ssid"]), "direction": "forward",
-                            "src": node, "dst": reflector, "sids": fwd})
+                out.append(
+                    {
+                        "node": node,
+                        "ssid": int(s["ssid"]),
+                        "direction": "forward",
+                        "src": node,
+                        "dst": reflector,
+                        "sids": fwd,
+                    }
+                )
                 if reflector is not None:
-                    out.append({"node": node, "ssid": int(s["ssid"]), "direction": "reverse",
-                                "src": reflector, "dst": node, "sids": rev})
+                    out.append(
+                        {
+                            "node": node,
+                            "ssid": int(s["ssid"]),
+                            "direction": "reverse",
+                            "src": reflector,
+                            "dst": node,
+                            "sids": rev,
+                        }
+                    )
         return out
 
     def flow_paths(self) -> list[dict]:
@@ -343,54 +381,98 @@ class TopologyModel:
                 if f.get("side", "tx") not in TX_SIDES:
                     continue
                 sids = list(f["segments"])
-                out.append({"node": node, "flow": int(f["flow_id"]), "src": node,
-                            "dst": self.owner_of(sids[-1]) if sids else None, "sids": sids})
+                out.append(
+                    {
+                        "node": node,
+                        "flow": int(f["flow_id"]),
+                        "src": node,
+                        "dst": self.owner_of(sids[-1]) if sids else None,
+                        "sids": sids,
+                    }
+                )
         return out
 
     # -- documents ----------------------------------------------------------------------
     def _node_doc(self, node: str, view: dict) -> dict:
         i = self.identity
         return {
-            "_key": self.node_key(node), "name": node, "router_id": node, "igp_router_id": node,
+            "_key": self.node_key(node),
+            "name": node,
+            "router_id": node,
+            "igp_router_id": node,
             "router_ip": view["loopbacks"][0]["address"] if view["loopbacks"] else None,
-            "protocol": PROTOCOL_NAME, "protocol_id": i.protocol_id, "domain_id": i.domain_id,
-            "area_id": i.area_id, "loopbacks": [lo["address"] for lo in view["loopbacks"]],
+            "protocol": PROTOCOL_NAME,
+            "protocol_id": i.protocol_id,
+            "domain_id": i.domain_id,
+            "area_id": i.area_id,
+            "loopbacks": [lo["address"] for lo in view["loopbacks"]],
             "locators": list(view.get("locators") or []),
             "srv6_sids": [s["sid"] for s in view["local_sids"]],
-            "srv6_policies": [{"prefix": p["prefix"], "mode": p["mode"], "segments": p["segments"]}
-                              for p in view["policies"]],
-            "interfaces": [{"name": f["name"], "mac": f.get("mac"), "mtu": f.get("mtu"),
-                            "oper_state": f.get("oper_state"), "admin_up": f.get("admin_up"),
-                            "addresses": [f"{a['address']}/{a['prefixlen']}" for a in f["addresses"]
-                                          if a.get("scope", "global") == "global"]}
-                           for f in view["interfaces"]],
+            "srv6_policies": [
+                {"prefix": p["prefix"], "mode": p["mode"], "segments": p["segments"]} for p in view["policies"]
+            ],
+            "interfaces": [
+                {
+                    "name": f["name"],
+                    "mac": f.get("mac"),
+                    "mtu": f.get("mtu"),
+                    "oper_state": f.get("oper_state"),
+                    "admin_up": f.get("admin_up"),
+                    "addresses": [
+                        f"{a['address']}/{a['prefixlen']}"
+                        for a in f["addresses"]
+                        if a.get("scope", "global") == "global"
+                    ],
+                }
+                for f in view["interfaces"]
+            ],
             "schema_version": view["version"],
         }
 
     def _link_doc(self, link: _Link) -> dict:
         i = self.identity
         return {
-            "_key": self.link_key(link), "protocol": PROTOCOL_NAME, "protocol_id": i.protocol_id,
-            "domain_id": i.domain_id, "mt_id": i.mt_id, "area_id": i.area_id,
-            "router_id": link.local_node, "igp_router_id": link.local_node,
-            "remote_router_id": link.remote_node, "remote_igp_router_id": link.remote_node,
-            "local_link_ip": link.local_ip, "remote_link_ip": link.remote_ip,
-            "local_link_id": link.local_if.get("ifindex"), "remote_link_id": link.remote_if.get("ifindex"),
-            "local_interface": link.local_if["name"], "remote_interface": link.remote_if["name"],
-            "local_mac": link.local_if.get("mac"), "remote_mac": link.remote_if.get("mac"),
-            "mtu": link.local_if.get("mtu"), "prefix": link.prefix,
+            "_key": self.link_key(link),
+            "protocol": PROTOCOL_NAME,
+            "protocol_id": i.protocol_id,
+            "domain_id": i.domain_id,
+            "mt_id": i.mt_id,
+            "area_id": i.area_id,
+            "router_id": link.local_node,
+            "igp_router_id": link.local_node,
+            "remote_router_id": link.remote_node,
+            "remote_igp_router_id": link.remote_node,
+            "local_link_ip": link.local_ip,
+            "remote_link_ip": link.remote_ip,
+            "local_link_id": link.local_if.get("ifindex"),
+            "remote_link_id": link.remote_if.get("ifindex"),
+            "local_interface": link.local_if["name"],
+            "remote_interface": link.remote_if["name"],
+            "local_mac": link.local_if.get("mac"),
+            "remote_mac": link.remote_if.get("mac"),
+            "mtu": link.local_if.get("mtu"),
+            "prefix": link.prefix,
             "srv6_endx_sid": self._endx_sids(link),
             "neighbour_confirmed": self._neighbour_confirmed(link),
         }
 
     def _sid_doc(self, node: str, sid: dict) -> dict:
         return {
-            "_key": self.sid_key(node, sid["sid"]), "srv6_sid": sid["sid"], "prefixlen": sid.get("prefixlen"),
-            "igp_router_id": node, "router_id": node, "node": self.node_id(node),
-            "protocol_id": self.identity.protocol_id, "domain_id": self.identity.domain_id,
-            "srv6_endpoint_behavior": {"endpoint_behavior": ENDPOINT_BEHAVIOR_CODES.get(sid["action"]),
-                                       "name": sid["action"]},
-            "params": sid.get("params") or {}, "interface": sid.get("interface"), "table": sid.get("table"),
+            "_key": self.sid_key(node, sid["sid"]),
+            "srv6_sid": sid["sid"],
+            "prefixlen": sid.get("prefixlen"),
+            "igp_router_id": node,
+            "router_id": node,
+            "node": self.node_id(node),
+            "protocol_id": self.identity.protocol_id,
+            "domain_id": self.identity.domain_id,
+            "srv6_endpoint_behavior": {
+                "endpoint_behavior": ENDPOINT_BEHAVIOR_CODES.get(sid["action"]),
+                "name": sid["action"],
+            },
+            "params": sid.get("params") or {},
+            "interface": sid.get("interface"),
+            "table": sid.get("table"),
         }
 
     def edge_measurements(self) -> dict[str, dict]:
@@ -409,12 +491,20 @@ class TopologyModel:
             if key in delay and delay[key][0] >= rank:
                 continue
             f = m.fields
-            fields = {"latency": _round(f.get("mean_us")), "unidir_link_delay": _round(f.get("mean_us")),
-                      "unidir_link_delay_min_max": [_round(f.get("min_us")), _round(f.get("max_us"))],
-                      "unidir_delay_variation": _round(f.get("ipdv_mean_us")),
-                      "delay_measured_at_ns": m.timestamp_ns,
-                      "delay_source": {"kind": "stamp", "node": sp["node"], "ssid": sp["ssid"],
-                                       "direction": sp["direction"], "count": f.get("count")}}
+            fields = {
+                "latency": _round(f.get("mean_us")),
+                "unidir_link_delay": _round(f.get("mean_us")),
+                "unidir_link_delay_min_max": [_round(f.get("min_us")), _round(f.get("max_us"))],
+                "unidir_delay_variation": _round(f.get("ipdv_mean_us")),
+                "delay_measured_at_ns": m.timestamp_ns,
+                "delay_source": {
+                    "kind": "stamp",
+                    "node": sp["node"],
+                    "ssid": sp["ssid"],
+                    "direction": sp["direction"],
+                    "count": f.get("count"),
+                },
+            }
             delay[key] = (rank, {k: v for k, v in fields.items() if v is not None})
         loss: dict[str, tuple] = {}
         for fp in self.flow_paths():
@@ -428,11 +518,20 @@ class TopologyModel:
             rank = (m.timestamp_ns, fp["node"], fp["flow"])
             if key in loss and loss[key][0] >= rank:
                 continue
-            loss[key] = (rank, {
-                "unidir_packet_loss": _round(100.0 * m.fields["loss_ratio"], 6),
-                "loss_measured_at_ns": m.timestamp_ns,
-                "loss_source": {"kind": "altmark", "flow": fp["flow"], "tx_node": fp["node"],
-                                "tx_packets": m.fields.get("tx_packets"), "lost": m.fields.get("lost")}})
+            loss[key] = (
+                rank,
+                {
+                    "unidir_packet_loss": _round(100.0 * m.fields["loss_ratio"], 6),
+                    "loss_measured_at_ns": m.timestamp_ns,
+                    "loss_source": {
+                        "kind": "altmark",
+                        "flow": fp["flow"],
+                        "tx_node": fp["node"],
+                        "tx_packets": m.fields.get("tx_packets"),
+                        "lost": m.fields.get("lost"),
+                    },
+                },
+            )
         by_key: dict[str, dict] = {}
         for source in (delay, loss):
             for key, (_, fields) in source.items():
@@ -441,10 +540,17 @@ class TopologyModel:
 
     def _path_base(self, src: str, dst: str, sids: list[str]) -> dict:
         res = self.resolve_path(src, sids)
-        return {"_key": self.path_key(src, dst, sids), "src": self.node_id(src), "dst": self.node_id(dst),
-                "src_node": src, "dst_node": dst, "sid_list": sids, "hops": res["hops"],
-                "links": [self.link_key(l) for l in res["links"]] if res["links"] is not None else None,
-                "unresolved_sids": res["unresolved_sids"]}
+        return {
+            "_key": self.path_key(src, dst, sids),
+            "src": self.node_id(src),
+            "dst": self.node_id(dst),
+            "src_node": src,
+            "dst_node": dst,
+            "sid_list": sids,
+            "hops": res["hops"],
+            "links": [self.link_key(l) for l in res["links"]] if res["links"] is not None else None,
+            "unresolved_sids": res["unresolved_sids"],
+        }
 
     def path_docs(self) -> dict[str, dict]:
         """One document per (src, dst, SID list); several sessions/flows on the same path share
@@ -457,21 +563,30 @@ class TopologyModel:
             base = self._path_base(sp["src"], sp["dst"], sp["sids"])
             doc = docs.setdefault(base["_key"], base)
             doc.setdefault("stamp_sessions", []).append(
-                {"node": sp["node"], "ssid": sp["ssid"], "direction": sp["direction"]})
+                {"node": sp["node"], "ssid": sp["ssid"], "direction": sp["direction"]}
+            )
             m = self.stamp.get((sp["node"], sp["ssid"], sp["direction"]))
             rank = None if m is None else (m.timestamp_ns, sp["node"], sp["ssid"])
             if rank is None or ranks.get((doc["_key"], "delay"), rank) > rank:
                 continue
             ranks[(doc["_key"], "delay")] = rank
             f = m.fields
-            doc.update({"delay_us": _round(f.get("mean_us")), "delay_min_us": _round(f.get("min_us")),
-                        "delay_max_us": _round(f.get("max_us")), "delay_p99_us": _round(f.get("p99_us")),
-                        "jitter_us": _round(f.get("ipdv_mean_us")), "delay_count": f.get("count"),
-                        "delay_measured_at_ns": m.timestamp_ns,
-                        "delay_source": {"node": sp["node"], "ssid": sp["ssid"], "direction": sp["direction"]}})
+            doc.update(
+                {
+                    "delay_us": _round(f.get("mean_us")),
+                    "delay_min_us": _round(f.get("min_us")),
+                    "delay_max_us": _round(f.get("max_us")),
+                    "delay_p99_us": _round(f.get("p99_us")),
+                    "jitter_us": _round(f.get("ipdv_mean_us")),
+                    "delay_count": f.get("count"),
+                    "delay_measured_at_ns": m.timestamp_ns,
+                    "delay_source": {"node": sp["node"], "ssid": sp["ssid"], "direction": sp["direction"]},
+                }
+            )
             rtt = self.stamp.get((sp["node"], sp["ssid"], "round_trip"))
-            doc["round_trip_delay_us"] = (_round(rtt.fields.get("mean_us"))
-                                          if rtt is not None and sp["direction"] == "forward" else None)
+            doc["round_trip_delay_us"] = (
+                _round(rtt.fields.get("mean_us")) if rtt is not None and sp["direction"] == "forward" else None
+            )
         for fp in self.flow_paths():
             if fp["dst"] is None:
                 continue
@@ -485,9 +600,15 @@ class TopologyModel:
             if ranks.get((doc["_key"], "loss"), rank) > rank:
                 continue
             ranks[(doc["_key"], "loss")] = rank
-            doc.update({"loss_percent": _round(100.0 * m.fields["loss_ratio"], 6),
-                        "loss_tx_packets": m.fields.get("tx_packets"), "loss_lost": m.fields.get("lost"),
-                        "loss_measured_at_ns": m.timestamp_ns, "loss_flow": fp["flow"]})
+            doc.update(
+                {
+                    "loss_percent": _round(100.0 * m.fields["loss_ratio"], 6),
+                    "loss_tx_packets": m.fields.get("tx_packets"),
+                    "loss_lost": m.fields.get("lost"),
+                    "loss_measured_at_ns": m.timestamp_ns,
+                    "loss_flow": fp["flow"],
+                }
+            )
         # absent rather than null when a value is unknown (an `update` upsert then keeps the last one)
         return {k: {kk: vv for kk, vv in d.items() if vv is not None or kk == "links"} for k, d in docs.items()}
 
@@ -495,8 +616,9 @@ class TopologyModel:
         """Measurement keys no declared session/flow explains (visible in counters)."""
         known_stamp = {(sp["node"], sp["ssid"]) for sp in self.stamp_paths()}
         known_flow = {(fp["flow"], fp["node"]) for fp in self.flow_paths()}
-        return ([k for k in self.stamp if (k[0], k[1]) not in known_stamp]
-                + [k for k in self.loss if k not in known_flow])
+        return [k for k in self.stamp if (k[0], k[1]) not in known_stamp] + [
+            k for k in self.loss if k not in known_flow
+        ]
 
     def documents(self) -> dict[str, dict[str, dict]]:
         """{collection: {_key: document}} of everything the model knows (own mode)."""
@@ -513,8 +635,12 @@ class TopologyModel:
         for link in self.links():
             ldoc = self._link_doc(link)
             links[ldoc["_key"]] = ldoc
-            edges[ldoc["_key"]] = {**ldoc, "_from": self.node_id(link.local_node),
-                                   "_to": self.node_id(link.remote_node), **measured.get(ldoc["_key"], {})}
+            edges[ldoc["_key"]] = {
+                **ldoc,
+                "_from": self.node_id(link.local_node),
+                "_to": self.node_id(link.remote_node),
+                **measured.get(ldoc["_key"], {}),
+            }
         self.counters.measurements_unmapped = len(self.unmapped_measurements())
         return {n.nodes: nodes, n.links: links, n.sids: sids, n.edges: edges, n.paths: self.path_docs()}
 
@@ -522,16 +648,19 @@ class TopologyModel:
         """For jalapeno mode: [{local_ip, remote_ip, fields}] to apply to existing igpv6_graph_edge
         documents matched by local_link_ip/remote_link_ip (our link keys are not Jalapeno's)."""
         by_key = {self.link_key(l): l for l in self.links()}
-        return [{"local_ip": by_key[k].local_ip, "remote_ip": by_key[k].remote_ip, "fields": f}
-                for k, f in sorted(self.edge_measurements().items())]
+        return [
+            {"local_ip": by_key[k].local_ip, "remote_ip": by_key[k].remote_ip, "fields": f}
+            for k, f in sorted(self.edge_measurements().items())
+        ]
 
 
 def _round(value, digits: int = 3):
     return None if value is None else round(float(value), digits)
 
 
-def diff_documents(old: dict[str, dict[str, dict]], new: dict[str, dict[str, dict]]
-                   ) -> tuple[dict[str, list[dict]], dict[str, list[str]]]:
+def diff_documents(
+    old: dict[str, dict[str, dict]], new: dict[str, dict[str, dict]]
+) -> tuple[dict[str, list[dict]], dict[str, list[str]]]:
     """(upserts, deletes) per collection between two documents() results."""
     upserts, deletes = {}, {}
     for coll in sorted(set(old) | set(new)):

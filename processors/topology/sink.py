@@ -7,6 +7,7 @@ and graph and rewrites every document once (the database may have been dropped o
 everything is idempotent, so a retry or a replay of the input topics never duplicates a document.
 Used by the Faust app (processors/topology/app.py) and directly by the tests.
 """
+
 from __future__ import annotations
 
 import logging
@@ -87,16 +88,20 @@ class TopologySink:
         return self._jalapeno_ids[name]
 
     def _write_jalapeno(self, snap: dict) -> dict[str, int]:
-        changed = [a for a in snap["annotations"]
-                   if self.written_annotations.get((a["local_ip"], a["remote_ip"])) != a["fields"]]
+        changed = [
+            a
+            for a in snap["annotations"]
+            if self.written_annotations.get((a["local_ip"], a["remote_ip"])) != a["fields"]
+        ]
         matched, unmatched = self.writer.annotate_jalapeno_edges(changed)
         for a in changed:
             self.written_annotations[(a["local_ip"], a["remote_ip"])] = a["fields"]
         paths = []
         for doc in snap["paths"].values():
             # point at Jalapeno's igp_node documents (never our own node keys) when they exist
-            paths.append({**doc, "src": self._jalapeno_node(doc["src_node"]),
-                          "dst": self._jalapeno_node(doc["dst_node"])})
+            paths.append(
+                {**doc, "src": self._jalapeno_node(doc["src_node"]), "dst": self._jalapeno_node(doc["dst_node"])}
+            )
         upserts, _ = diff_documents(self.written, {self.model.names.paths: {d["_key"]: d for d in paths}})
         up = self.writer.upsert(self.model.names.paths, upserts.get(self.model.names.paths, []))
         self.written = {self.model.names.paths: {d["_key"]: d for d in paths}}

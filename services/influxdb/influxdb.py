@@ -1,6 +1,7 @@
 """InfluxDB 1.x (Debian's influxd) with influxd.conf from this folder. Ready = /ping answers
 204; then the database of the name registry is created. query() and write() speak the v1 HTTP
 API (InfluxQL, line protocol), which InfluxDB 1.x, 2.x and 3 all accept."""
+
 from __future__ import annotations
 
 import shutil
@@ -41,18 +42,20 @@ class InfluxDB(Service):
         if not self.keep_data:
             shutil.rmtree(data_dir, ignore_errors=True)
         data_dir.mkdir(parents=True, exist_ok=True)
-        self.render(HERE / "influxd.conf", self.config_path,
-                    HTTP_PORT=self.http_port, RPC_PORT=self.rpc_port, DATA_DIR=data_dir)
+        self.render(
+            HERE / "influxd.conf", self.config_path, HTTP_PORT=self.http_port, RPC_PORT=self.rpc_port, DATA_DIR=data_dir
+        )
         pid = self.spawn([influxd, "run", "-config", str(self.config_path)])
         self.wait_ready(self.ready_timeout, pid)
 
     def after_ready(self) -> None:
-        self.query(f'CREATE DATABASE "{self.db}"')   # no-op when it exists
+        self.query(f'CREATE DATABASE "{self.db}"')  # no-op when it exists
 
     def query(self, query: str, db: str | None = None, timeout: float = 10.0) -> list[dict]:
         """Run InfluxQL via /query (epoch=ns); rows of every series as dicts (columns + GROUP BY tags)."""
-        resp = requests.post(f"{self.url}/query", params={"db": db or self.db, "epoch": "ns"},
-                             data={"q": query}, timeout=timeout)
+        resp = requests.post(
+            f"{self.url}/query", params={"db": db or self.db, "epoch": "ns"}, data={"q": query}, timeout=timeout
+        )
         try:
             body = resp.json()
         except ValueError:
@@ -71,11 +74,16 @@ class InfluxDB(Service):
                     rows.append(row)
         return rows
 
-    def write(self, lines: str | Iterable[str], db: str | None = None,
-              precision: str = "ns", timeout: float = 10.0) -> None:
+    def write(
+        self, lines: str | Iterable[str], db: str | None = None, precision: str = "ns", timeout: float = 10.0
+    ) -> None:
         """Write line protocol via /write; raises StackError with InfluxDB's message on rejection."""
         body = lines if isinstance(lines, str) else "\n".join(lines)
-        resp = requests.post(f"{self.url}/write", params={"db": db or self.db, "precision": precision},
-                             data=body.encode(), timeout=timeout)
+        resp = requests.post(
+            f"{self.url}/write",
+            params={"db": db or self.db, "precision": precision},
+            data=body.encode(),
+            timeout=timeout,
+        )
         if resp.status_code != 204:
             raise StackError(f"InfluxDB write: HTTP {resp.status_code}: {resp.text[:300]}")

@@ -3,6 +3,7 @@
 log4j2.properties from this folder. Ready = the broker answers a metadata request; then every
 topic of the name registry (schemas/names.toml) is created with its partition count and
 waited for until each partition's leader serves it."""
+
 from __future__ import annotations
 
 import base64
@@ -12,8 +13,8 @@ import time
 import uuid
 from pathlib import Path
 
-from services.supervise import Service, StackError, port_open
 from segscope_schemas.names import TOPIC_PARTITIONS
+from services.supervise import Service, StackError, port_open
 
 HERE = Path(__file__).resolve().parent
 KAFKA_LIB_DIR = HERE.parent.parent / ".local" / "kafka" / "lib"
@@ -24,7 +25,7 @@ def kafka_cluster_id() -> str:
     """Random KRaft cluster id (what `StorageTool random-uuid` prints) without a JVM launch."""
     while True:
         cid = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
-        if not cid.startswith("-"):       # Kafka refuses ids that look like CLI options
+        if not cid.startswith("-"):  # Kafka refuses ids that look like CLI options
             return cid
 
 
@@ -42,9 +43,11 @@ class Kafka(Service):
 
     def admin(self):
         from confluent_kafka.admin import AdminClient
+
         # log_level 2 keeps librdkafka's "connection refused" chatter out of stderr while polling.
-        return AdminClient({"bootstrap.servers": self.bootstrap, "log_level": 2,
-                            "socket.connection.setup.timeout.ms": 3000})
+        return AdminClient(
+            {"bootstrap.servers": self.bootstrap, "log_level": 2, "socket.connection.setup.timeout.ms": 3000}
+        )
 
     def check_ready(self, timeout: float) -> bool:
         if not port_open(self.port):
@@ -60,29 +63,51 @@ class Kafka(Service):
             raise StackError("kafka: `java` not found on PATH (Java 17+ is needed); run `make setup`")
         self.check_ports_free((self.port, self.controller_port))
         data_dir = self.dir / "data"
-        shutil.rmtree(data_dir, ignore_errors=True)      # fresh topics every start from stopped
+        shutil.rmtree(data_dir, ignore_errors=True)  # fresh topics every start from stopped
         data_dir.mkdir(parents=True)
         props = self.config_path
-        self.render(HERE / "server.properties", props,
-                    KAFKA_PORT=self.port, CONTROLLER_PORT=self.controller_port, DATA_DIR=data_dir)
+        self.render(
+            HERE / "server.properties",
+            props,
+            KAFKA_PORT=self.port,
+            CONTROLLER_PORT=self.controller_port,
+            DATA_DIR=data_dir,
+        )
         log4j = self.dir / "log4j2.properties"
         shutil.copyfile(HERE / "log4j2.properties", log4j)
         classpath = f"{KAFKA_LIB_DIR}/*"
 
         t0 = time.monotonic()
         fmt = subprocess.run(
-            [java, "-Xmx256m", "-XX:TieredStopAtLevel=1", f"-Dlog4j2.configurationFile={log4j}",
-             "-Dlog4j2.level=WARN", "-cp", classpath, "kafka.tools.StorageTool", "format",
-             "-t", kafka_cluster_id(), "-c", str(props)],
-            stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=180)
+            [
+                java,
+                "-Xmx256m",
+                "-XX:TieredStopAtLevel=1",
+                f"-Dlog4j2.configurationFile={log4j}",
+                "-Dlog4j2.level=WARN",
+                "-cp",
+                classpath,
+                "kafka.tools.StorageTool",
+                "format",
+                "-t",
+                kafka_cluster_id(),
+                "-c",
+                str(props),
+            ],
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=180,
+        )
         with open(self.log_path, "a") as log:
             log.write(f"\n=== storage format (rc {fmt.returncode})\n{fmt.stdout}{fmt.stderr}")
         if fmt.returncode != 0:
             raise self.fail(f"storage format failed with rc {fmt.returncode}")
         self.say(f"kafka: storage formatted in {time.monotonic() - t0:.1f} s")
 
-        pid = self.spawn([java, *KAFKA_JVM_OPTS, f"-Dlog4j2.configurationFile={log4j}",
-                          "-cp", classpath, "kafka.Kafka", str(props)])
+        pid = self.spawn(
+            [java, *KAFKA_JVM_OPTS, f"-Dlog4j2.configurationFile={log4j}", "-cp", classpath, "kafka.Kafka", str(props)]
+        )
         self.wait_ready(self.ready_timeout, pid)
 
     def after_ready(self) -> None:
@@ -91,11 +116,15 @@ class Kafka(Service):
     def ensure_topics(self) -> None:
         from confluent_kafka import KafkaError, KafkaException
         from confluent_kafka.admin import NewTopic
+
         t0 = time.monotonic()
         admin = self.admin()
         existing = set(admin.list_topics(timeout=10).topics)
-        wanted = [NewTopic(name, num_partitions=parts, replication_factor=1)
-                  for name, parts in TOPIC_PARTITIONS.items() if name not in existing]
+        wanted = [
+            NewTopic(name, num_partitions=parts, replication_factor=1)
+            for name, parts in TOPIC_PARTITIONS.items()
+            if name not in existing
+        ]
         if wanted:
             for name, future in admin.create_topics(wanted, request_timeout=30).items():
                 try:
@@ -107,9 +136,13 @@ class Kafka(Service):
         deadline = time.monotonic() + 30
         while True:
             topics = admin.list_topics(timeout=10).topics
-            missing = [n for n, parts in TOPIC_PARTITIONS.items()
-                       if n not in topics or len(topics[n].partitions) < parts
-                       or any(p.leader < 0 for p in topics[n].partitions.values())]
+            missing = [
+                n
+                for n, parts in TOPIC_PARTITIONS.items()
+                if n not in topics
+                or len(topics[n].partitions) < parts
+                or any(p.leader < 0 for p in topics[n].partitions.values())
+            ]
             if not missing:
                 # The metadata can name a leader before that broker serves the partition
                 # (NOT_LEADER_FOR_PARTITION right after a fresh start): ask it for offsets.
@@ -119,14 +152,18 @@ class Kafka(Service):
             if time.monotonic() > deadline:
                 raise self.fail(f"topics {missing} have no serving leader after 30 s")
             time.sleep(0.2)
-        self.say(f"kafka: topics {', '.join(TOPIC_PARTITIONS)} ready "
-                 f"({len(wanted)} created) in {time.monotonic() - t0:.1f} s")
+        self.say(
+            f"kafka: topics {', '.join(TOPIC_PARTITIONS)} ready "
+            f"({len(wanted)} created) in {time.monotonic() - t0:.1f} s"
+        )
 
     def partitions_not_served(self) -> list[str]:
         """Topic partitions whose leader does not answer an offsets request yet."""
         from confluent_kafka import Consumer, KafkaException, TopicPartition
-        consumer = Consumer({"bootstrap.servers": self.bootstrap, "group.id": "segscope-stack-ready",
-                             "enable.auto.commit": False})
+
+        consumer = Consumer(
+            {"bootstrap.servers": self.bootstrap, "group.id": "segscope-stack-ready", "enable.auto.commit": False}
+        )
         try:
             not_served = []
             for name, parts in TOPIC_PARTITIONS.items():

@@ -3,6 +3,7 @@ influxdb output only) with telegraf.conf from this folder: it consumes the metri
 consumer group GROUP_TELEGRAF and writes InfluxDB. The topic, group and database come from the
 name registry through the environment (telegraf.conf reads ${SEGSCOPE_...}). Ready = the
 group has a member assigned the metrics topic."""
+
 from __future__ import annotations
 
 import os
@@ -28,7 +29,7 @@ class Telegraf(Service):
         self.influxdb = influxdb
 
     def check_ready(self, timeout: float) -> bool:
-        admin = self.kafka.admin()      # keep a reference: a collected client never completes futures
+        admin = self.kafka.admin()  # keep a reference: a collected client never completes futures
         future = admin.describe_consumer_groups([GROUP_TELEGRAF], request_timeout=timeout)[GROUP_TELEGRAF]
         group = future.result(timeout=timeout + 1)
         for member in group.members:
@@ -42,17 +43,20 @@ class Telegraf(Service):
             raise StackError(f"telegraf: {TELEGRAF_BIN} missing; run `make setup`")
         for dep in (self.kafka, self.influxdb):
             if dep.running_pid() is None:
-                raise StackError(f"telegraf: needs {dep.name} of this stack running "
-                                 f"(run dir {self.run_dir}); start it first")
+                raise StackError(
+                    f"telegraf: needs {dep.name} of this stack running (run dir {self.run_dir}); start it first"
+                )
         self.dir.mkdir(parents=True, exist_ok=True)
         # A copy in the run dir: the running config sits next to the log, and the path in the
         # command line tells this stack's Telegraf apart from another stack's.
         shutil.copyfile(HERE / "telegraf.conf", self.config_path)
-        env = dict(os.environ,
-                   SEGSCOPE_KAFKA_BOOTSTRAP=self.kafka.bootstrap,
-                   SEGSCOPE_TOPIC_METRICS=TOPIC_METRICS,
-                   SEGSCOPE_TELEGRAF_GROUP=GROUP_TELEGRAF,
-                   SEGSCOPE_INFLUX_URL=self.influxdb.url,
-                   SEGSCOPE_INFLUX_DB=self.influxdb.db)
+        env = dict(
+            os.environ,
+            SEGSCOPE_KAFKA_BOOTSTRAP=self.kafka.bootstrap,
+            SEGSCOPE_TOPIC_METRICS=TOPIC_METRICS,
+            SEGSCOPE_TELEGRAF_GROUP=GROUP_TELEGRAF,
+            SEGSCOPE_INFLUX_URL=self.influxdb.url,
+            SEGSCOPE_INFLUX_DB=self.influxdb.db,
+        )
         pid = self.spawn([str(TELEGRAF_BIN), "--strict-env-handling", "--config", str(self.config_path)], env=env)
         self.wait_ready(self.ready_timeout, pid)

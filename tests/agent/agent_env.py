@@ -12,6 +12,7 @@ concurrent test sessions never collide. Certificates (cryptography, EC P-256, 1 
 a test CA, a server certificate for 127.0.0.1/localhost, a client certificate from the same CA
 and a "rogue" client certificate from another CA (must be refused under mutual TLS).
 """
+
 from __future__ import annotations
 
 import atexit
@@ -40,7 +41,7 @@ class Pki:
     server_key: Path
     client_pem: Path
     client_key: Path
-    rogue_pem: Path        # client cert signed by a different CA
+    rogue_pem: Path  # client cert signed by a different CA
     rogue_key: Path
 
     def client_credentials(self, with_cert: bool = True, rogue: bool = False) -> grpc.ChannelCredentials:
@@ -65,15 +66,24 @@ def make_test_pki(directory: str | Path, hosts: tuple[str, ...] = ("127.0.0.1", 
         return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, cn)])
 
     def save_key(path: Path, key) -> None:
-        path.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                           serialization.NoEncryption()))
+        path.write_bytes(
+            key.private_bytes(
+                serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+            )
+        )
         os.chmod(path, 0o600)
 
     def cert(cn: str, key, issuer: x509.Name, issuer_key, *, ca: bool, eku=None, sans=()) -> x509.Certificate:
-        b = (x509.CertificateBuilder().subject_name(name(cn)).issuer_name(issuer)
-             .public_key(key.public_key()).serial_number(x509.random_serial_number())
-             .not_valid_before(now - dt.timedelta(minutes=5)).not_valid_after(now + dt.timedelta(days=1))
-             .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True))
+        b = (
+            x509.CertificateBuilder()
+            .subject_name(name(cn))
+            .issuer_name(issuer)
+            .public_key(key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now - dt.timedelta(minutes=5))
+            .not_valid_after(now + dt.timedelta(days=1))
+            .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True)
+        )
         if eku:
             b = b.add_extension(x509.ExtendedKeyUsage([eku]), critical=False)
         if sans:
@@ -91,16 +101,27 @@ def make_test_pki(directory: str | Path, hosts: tuple[str, ...] = ("127.0.0.1", 
             sans.append(x509.IPAddress(ip_address(h)))
         except ValueError:
             sans.append(x509.DNSName(h))
-    p = Pki(d, d / "ca.pem", d / "server.pem", d / "server.key", d / "client.pem", d / "client.key",
-            d / "rogue.pem", d / "rogue.key")
+    p = Pki(
+        d,
+        d / "ca.pem",
+        d / "server.pem",
+        d / "server.key",
+        d / "client.pem",
+        d / "client.key",
+        d / "rogue.pem",
+        d / "rogue.key",
+    )
     pem(p.ca_pem, ca)
     server_key, client_key, rogue_key = (ec.generate_private_key(ec.SECP256R1()) for _ in range(3))
-    pem(p.server_pem, cert("agent", server_key, ca.subject, ca_key, ca=False,
-                           eku=ExtendedKeyUsageOID.SERVER_AUTH, sans=sans))
-    pem(p.client_pem, cert("controller", client_key, ca.subject, ca_key, ca=False,
-                           eku=ExtendedKeyUsageOID.CLIENT_AUTH))
-    pem(p.rogue_pem, cert("rogue", rogue_key, name("rogue CA"), rogue_ca_key, ca=False,
-                          eku=ExtendedKeyUsageOID.CLIENT_AUTH))
+    pem(
+        p.server_pem,
+        cert("agent", server_key, ca.subject, ca_key, ca=False, eku=ExtendedKeyUsageOID.SERVER_AUTH, sans=sans),
+    )
+    pem(p.client_pem, cert("controller", client_key, ca.subject, ca_key, ca=False, eku=ExtendedKeyUsageOID.CLIENT_AUTH))
+    pem(
+        p.rogue_pem,
+        cert("rogue", rogue_key, name("rogue CA"), rogue_ca_key, ca=False, eku=ExtendedKeyUsageOID.CLIENT_AUTH),
+    )
     save_key(p.server_key, server_key)
     save_key(p.client_key, client_key)
     save_key(p.rogue_key, rogue_key)
@@ -112,8 +133,8 @@ def make_test_pki(directory: str | Path, hosts: tuple[str, ...] = ("127.0.0.1", 
 class AgentHandle:
     node: str
     netns: str | None
-    address: str                 # "127.0.0.1:PORT"
-    pki: Pki | None              # None: plaintext agent
+    address: str  # "127.0.0.1:PORT"
+    pki: Pki | None  # None: plaintext agent
     mtls: bool
     proc: subprocess.Popen
     log_path: Path
@@ -147,10 +168,20 @@ class AgentHandle:
             return self.proc.wait()
 
 
-def start_agent(netns: str | None, node: str, run_dir: str | Path, *, tls: bool = True, mtls: bool = True,
-                pki: Pki | None = None, kafka: str | None = None, instance: str | None = None,
-                extra_args: list[str] | tuple[str, ...] = (), log_level: str = "INFO",
-                timeout_s: float = 30.0) -> AgentHandle:
+def start_agent(
+    netns: str | None,
+    node: str,
+    run_dir: str | Path,
+    *,
+    tls: bool = True,
+    mtls: bool = True,
+    pki: Pki | None = None,
+    kafka: str | None = None,
+    instance: str | None = None,
+    extra_args: list[str] | tuple[str, ...] = (),
+    log_level: str = "INFO",
+    timeout_s: float = 30.0,
+) -> AgentHandle:
     """Start an agent for `node` (its netns), wait until its health service says SERVING."""
     from grpc_health.v1 import health_pb2, health_pb2_grpc
 
@@ -158,8 +189,7 @@ def start_agent(netns: str | None, node: str, run_dir: str | Path, *, tls: bool 
     run_dir.mkdir(parents=True, exist_ok=True)
     if tls and pki is None:
         pki = make_test_pki(run_dir / f"certs-{node}")
-    cmd = [sys.executable, "-m", "agent", "--node", node, "--listen", "127.0.0.1:0",
-           "--log-level", log_level]
+    cmd = [sys.executable, "-m", "agent", "--node", node, "--listen", "127.0.0.1:0", "--log-level", log_level]
     if netns:
         cmd += ["--netns", netns]
     if instance:
@@ -176,8 +206,7 @@ def start_agent(netns: str | None, node: str, run_dir: str | Path, *, tls: bool 
     log_path = run_dir / f"agent-{node}.log"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "schemas" / "python")])}
     with open(log_path, "w") as log:
-        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=REPO, env=env,
-                                start_new_session=True)
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=REPO, env=env, start_new_session=True)
     handle = None
     deadline = time.monotonic() + timeout_s
     try:
@@ -186,8 +215,9 @@ def start_agent(netns: str | None, node: str, run_dir: str | Path, *, tls: bool 
                 raise RuntimeError(f"agent {node} exited {proc.returncode}: {log_path.read_text()[-3000:]}")
             m = re.search(r"listening on port (\d+)", log_path.read_text(errors="replace"))
             if m:
-                handle = AgentHandle(node, netns, f"127.0.0.1:{m.group(1)}", pki if tls else None,
-                                     tls and mtls, proc, log_path)
+                handle = AgentHandle(
+                    node, netns, f"127.0.0.1:{m.group(1)}", pki if tls else None, tls and mtls, proc, log_path
+                )
                 # the agent runs in its own session: make sure it does not outlive a caller that
                 # forgets stop() or dies on an exception (stop() of a stopped agent is a no-op)
                 atexit.register(handle.stop)
@@ -199,8 +229,10 @@ def start_agent(netns: str | None, node: str, run_dir: str | Path, *, tls: bool 
             stub = health_pb2_grpc.HealthStub(ch)
             while True:
                 try:
-                    if stub.Check(health_pb2.HealthCheckRequest(service=""), timeout=2).status == \
-                            health_pb2.HealthCheckResponse.SERVING:
+                    if (
+                        stub.Check(health_pb2.HealthCheckRequest(service=""), timeout=2).status
+                        == health_pb2.HealthCheckResponse.SERVING
+                    ):
                         return handle
                 except grpc.RpcError as e:
                     if time.monotonic() > deadline:

@@ -1,5 +1,6 @@
 """Fixtures of the agent tests: one netlab line5_two_paths lab (prefix `agt`) for the session and
 one agent per node (A, R, B) under mutual TLS, started with tests/agent/agent_env.py."""
+
 from __future__ import annotations
 
 import json
@@ -10,8 +11,8 @@ import pytest
 
 from netlab import Lab
 from netlab.lab import teardown
-from tests.agent.agent_env import AgentHandle, make_test_pki, start_agent
 from segscope_proto.segscope.agent.v1 import flowmon_pb2_grpc, srv6_pb2_grpc, stamp_pb2_grpc
+from tests.agent.agent_env import AgentHandle, make_test_pki, start_agent
 
 PREFIX = "agt"
 TOPOLOGY = "netlab/topologies/line5_two_paths.yaml"
@@ -19,7 +20,7 @@ TOPOLOGY = "netlab/topologies/line5_two_paths.yaml"
 
 @pytest.fixture(scope="session")
 def lab(bpffs):
-    teardown(PREFIX)   # leftovers of an interrupted run of these tests (only the agt-* lab)
+    teardown(PREFIX)  # leftovers of an interrupted run of these tests (only the agt-* lab)
     lab = Lab.up(TOPOLOGY, prefix=PREFIX)
     try:
         yield lab
@@ -91,8 +92,11 @@ def drop_counters(lab) -> dict[str, int]:
     for node in ("H1", "A", "R", "B", "H2"):
         for line in lab.run(node, ["nstat", "-asz"], check=True).stdout.splitlines():
             parts = line.split()
-            if len(parts) >= 2 and parts[1].isdigit() and any(
-                    k in parts[0] for k in ("Discard", "NoRoute", "Drop", "Err", "Trunc", "Fail")):
+            if (
+                len(parts) >= 2
+                and parts[1].isdigit()
+                and any(k in parts[0] for k in ("Discard", "NoRoute", "Drop", "Err", "Trunc", "Fail"))
+            ):
                 out[f"{node}:{parts[0]}"] = int(parts[1])
         links = json.loads(lab.run(node, ["ip", "-s", "-j", "link"], check=True).stdout)
         for l in links:

@@ -6,6 +6,7 @@ counters equal what H1 sent; stopping either one leaves the other working.
 
 A is the Session-Sender (XDP collector on a0) and the flow's TX side (altmark_tx, TC on a0); the
 STAMP test packets carry other SIDs than the monitored policy, so they are never in the flow."""
+
 from __future__ import annotations
 
 import json
@@ -34,8 +35,14 @@ print(n)
 
 
 def flow(side: int) -> fpb.FlowMonitor:
-    return fpb.FlowMonitor(side=side, flow_id=FLOW_ID, device="a0" if side == TX else "b0",
-                           method=fpb.MARKING_METHOD_DSCP, segments=SIDS, period_ms=200)
+    return fpb.FlowMonitor(
+        side=side,
+        flow_id=FLOW_ID,
+        device="a0" if side == TX else "b0",
+        method=fpb.MARKING_METHOD_DSCP,
+        segments=SIDS,
+        period_ms=200,
+    )
 
 
 REFLECTOR_INIT = spb.InitRequest(reflector=spb.StampReflectorConfig(device="b0", addresses=["fc00:3::1"]))
@@ -46,8 +53,13 @@ REFLECTOR_SESSION = spb.StampSession(role=RF, ssid=SSID, sender_address="fc00:1:
 def nodes(stubs):
     a, b = stubs["A"], stubs["B"]
     assert a.stamp.Init(spb.InitRequest(sender=spb.StampSenderConfig(device="a0", source_address="fc00:1::1")))
-    a.stamp.CreateStampSession(spb.CreateStampSessionRequest(session=spb.StampSession(
-        role=S, ssid=SSID, reflector_address="fc00:3::1", segments=["fc00:2::e"], rate_pps=200)))
+    a.stamp.CreateStampSession(
+        spb.CreateStampSessionRequest(
+            session=spb.StampSession(
+                role=S, ssid=SSID, reflector_address="fc00:3::1", segments=["fc00:2::e"], rate_pps=200
+            )
+        )
+    )
     try:
         yield a, b
     finally:
@@ -75,14 +87,18 @@ def start_reflector(b) -> None:
 
 def stamp_round(a, seconds: float = 1.5) -> int:
     """Run the sender for `seconds` at 200 pps; return how many new results arrived on A."""
-    before = next(s.results_collected for s in a.stamp.ListStampSessions(spb.ListStampSessionsRequest()).sessions
-                  if s.session.role == S and s.session.ssid == SSID)
+    before = next(
+        s.results_collected
+        for s in a.stamp.ListStampSessions(spb.ListStampSessionsRequest()).sessions
+        if s.session.role == S and s.session.ssid == SSID
+    )
     a.stamp.StartStampSession(spb.StartStampSessionRequest(role=S, ssid=SSID))
     time.sleep(seconds)
     a.stamp.StopStampSession(spb.StopStampSessionRequest(role=S, ssid=SSID))
     time.sleep(0.5)
-    res = a.stamp.GetStampSessionResults(spb.GetStampSessionResultsRequest(ssid=SSID, from_index=before,
-                                                                          max_results=100000))
+    res = a.stamp.GetStampSessionResults(
+        spb.GetStampSessionResultsRequest(ssid=SSID, from_index=before, max_results=100000)
+    )
     for r in res.results:
         assert r.ssid == SSID and 0 < r.round_trip_delay_ns < 50_000_000
     return len(res.results)
@@ -92,7 +108,8 @@ def flow_round(lab, a, b) -> tuple[int, int]:
     """Send COUNT packets H1 -> H2 through the monitored policy; return the (tx, rx) packets the
     round added to the flow's counters."""
     get = lambda stub, side: stub.GetFlowMonitorResults(  # noqa: E731
-        fpb.GetFlowMonitorResultsRequest(side=side, flow_id=FLOW_ID)).total_packets
+        fpb.GetFlowMonitorResultsRequest(side=side, flow_id=FLOW_ID)
+    ).total_packets
     tx0, rx0 = get(a.flowmon, TX), get(b.flowmon, RX)
     assert int(lab.run("H1", [sys.executable, "-c", SENDER, str(COUNT)], check=True).stdout) == COUNT
     time.sleep(0.3)
@@ -112,7 +129,7 @@ def test_rx_monitor_first_then_reflector(nodes, lab):
     assert b.flowmon.StartFlowMonitor(fpb.StartFlowMonitorRequest(monitor=flow(RX))).changed
     assert a.flowmon.StartFlowMonitor(fpb.StartFlowMonitorRequest(monitor=flow(TX))).changed
     assert b0_program(lab) == "altmark_rx"
-    start_reflector(b)                      # chained behind altmark_rx
+    start_reflector(b)  # chained behind altmark_rx
     assert b0_program(lab) == "altmark_rx"
     both_work(lab, a, b, "RX first, reflector chained")
 
@@ -131,7 +148,7 @@ def test_reflector_first_then_rx_monitor(nodes, lab):
     a, b = nodes
     start_reflector(b)
     assert b0_program(lab).startswith("stamp_refl")
-    assert b.flowmon.StartFlowMonitor(fpb.StartFlowMonitorRequest(monitor=flow(RX))).changed   # --chain
+    assert b.flowmon.StartFlowMonitor(fpb.StartFlowMonitorRequest(monitor=flow(RX))).changed  # --chain
     assert a.flowmon.StartFlowMonitor(fpb.StartFlowMonitorRequest(monitor=flow(TX))).changed
     assert b0_program(lab) == "altmark_rx"
     both_work(lab, a, b, "reflector first, RX chained")
@@ -160,12 +177,18 @@ def test_collector_and_reflector_cannot_share_the_chain(nodes, lab):
     """One program runs behind altmark_rx: with the reflector chained on b0, a STAMP sender Init
     on b0 (B's collector) is refused with the loader's reason, and nothing of it stays."""
     import grpc
+
     from tests.agent.conftest import expect_error
+
     a, b = nodes
     assert b.flowmon.StartFlowMonitor(fpb.StartFlowMonitorRequest(monitor=flow(RX))).changed
     start_reflector(b)
-    msg = expect_error(b.stamp.Init, spb.InitRequest(sender=spb.StampSenderConfig(device="b0", source_address="fc00:3::1")),
-                       grpc.StatusCode.FAILED_PRECONDITION, "sender.device:")
+    msg = expect_error(
+        b.stamp.Init,
+        spb.InitRequest(sender=spb.StampSenderConfig(device="b0", source_address="fc00:3::1")),
+        grpc.StatusCode.FAILED_PRECONDITION,
+        "sender.device:",
+    )
     assert "altmark_rx_next already holds" in msg, msg
     assert b0_program(lab) == "altmark_rx"
     assert b.stamp.Reset(spb.ResetRequest()).changed

@@ -1,10 +1,9 @@
 """FlowMonitorService end to end: TX side on A (altmark_tx on a0), RX side on B (altmark_rx on
 b0), both started through the agents for the policy fd00:b::/64 (SIDs fc00:2::e, fc00:3::d6);
 UDP packets H1 -> H2 are counted on both sides, equal to what the sender sent (no loss here)."""
+
 from __future__ import annotations
 
-import json
-import subprocess
 import sys
 
 import grpc
@@ -13,8 +12,12 @@ import pytest
 from segscope_proto.segscope.agent.v1 import flowmon_pb2 as pb
 from tests.agent.conftest import expect_error
 
-IA, NF, AE, FP = (grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.NOT_FOUND,
-                  grpc.StatusCode.ALREADY_EXISTS, grpc.StatusCode.FAILED_PRECONDITION)
+IA, NF, AE, FP = (
+    grpc.StatusCode.INVALID_ARGUMENT,
+    grpc.StatusCode.NOT_FOUND,
+    grpc.StatusCode.ALREADY_EXISTS,
+    grpc.StatusCode.FAILED_PRECONDITION,
+)
 TX, RX = pb.FLOW_MONITOR_SIDE_TX, pb.FLOW_MONITOR_SIDE_RX
 SIDS = ["fc00:2::e", "fc00:3::d6"]
 COUNT = 600
@@ -30,8 +33,9 @@ print(n)
 
 
 def monitor(side, method=pb.MARKING_METHOD_DSCP, flow_id=11, **kw) -> pb.FlowMonitor:
-    d = dict(side=side, flow_id=flow_id, device="a0" if side == TX else "b0", method=method,
-             segments=SIDS, period_ms=200)
+    d = dict(
+        side=side, flow_id=flow_id, device="a0" if side == TX else "b0", method=method, segments=SIDS, period_ms=200
+    )
     if side == RX and method == pb.MARKING_METHOD_RFC9343:
         d["segments"] = []
     d.update(kw)
@@ -54,24 +58,32 @@ def test_tx_and_rx_count_every_packet(sides, lab, method):
     r = a.StartFlowMonitor(pb.StartFlowMonitorRequest(monitor=monitor(TX, method, fid)))
     assert r.changed and r.status.installed_tai_ns > 0
     assert not a.StartFlowMonitor(pb.StartFlowMonitorRequest(monitor=monitor(TX, method, fid))).changed
-    expect_error(a.StartFlowMonitor, pb.StartFlowMonitorRequest(monitor=monitor(TX, method, fid, period_ms=500)),
-                 AE, "monitor.flow_id:")
+    expect_error(
+        a.StartFlowMonitor,
+        pb.StartFlowMonitorRequest(monitor=monitor(TX, method, fid, period_ms=500)),
+        AE,
+        "monitor.flow_id:",
+    )
     assert b.StartFlowMonitor(pb.StartFlowMonitorRequest(monitor=monitor(RX, method, fid))).changed
     listed = a.ListFlowMonitors(pb.ListFlowMonitorsRequest(side=TX)).monitors
     assert [m.monitor.flow_id for m in listed] == [fid] and listed[0].monitor.dscp_d_bit == (
-        1 if method == pb.MARKING_METHOD_DSCP else 0)
+        1 if method == pb.MARKING_METHOD_DSCP else 0
+    )
     assert "clsact" in lab.run("A", ["tc", "qdisc", "show", "dev", "a0"], check=True).stdout
     assert "xdp" in lab.run("B", ["ip", "link", "show", "b0"], check=True).stdout
 
     out = lab.run("H1", [sys.executable, "-c", SENDER, str(COUNT)], check=True).stdout
     assert int(out) == COUNT
     import time
+
     time.sleep(0.3)
     tx = a.GetFlowMonitorResults(pb.GetFlowMonitorResultsRequest(side=TX, flow_id=fid))
     rx = b.GetFlowMonitorResults(pb.GetFlowMonitorResultsRequest(side=RX, flow_id=fid))
-    print(f"\nflowmon {pb.MarkingMethod.Name(method)}: sent {COUNT}, tx {tx.total_packets} pkts "
-          f"{tx.total_bytes} B, rx {rx.total_packets} pkts {rx.total_bytes} B, colours tx "
-          f"{[c.packets for c in tx.colours]} rx {[c.packets for c in rx.colours]}")
+    print(
+        f"\nflowmon {pb.MarkingMethod.Name(method)}: sent {COUNT}, tx {tx.total_packets} pkts "
+        f"{tx.total_bytes} B, rx {rx.total_packets} pkts {rx.total_bytes} B, colours tx "
+        f"{[c.packets for c in tx.colours]} rx {[c.packets for c in rx.colours]}"
+    )
     assert tx.total_packets == COUNT and rx.total_packets == COUNT
     assert tx.total_bytes == rx.total_bytes > COUNT * 100
     assert [c.packets for c in tx.colours] == [c.packets for c in rx.colours]
@@ -101,7 +113,10 @@ BAD = [
     (monitor(RX, dmark_every=10), "monitor.dmark_every: not allowed with FLOW_MONITOR_SIDE_RX"),
     (monitor(TX, dscp_l_bit=2, dscp_d_bit=2), "monitor.dscp_d_bit: must differ"),
     (monitor(TX, dscp_l_bit=7, dscp_d_bit=1), "monitor.dscp_l_bit: 7 out of range"),
-    (monitor(TX, pb.MARKING_METHOD_RFC9343, dscp_l_bit=1), "monitor.dscp_l_bit: not allowed with MARKING_METHOD_RFC9343"),
+    (
+        monitor(TX, pb.MARKING_METHOD_RFC9343, dscp_l_bit=1),
+        "monitor.dscp_l_bit: not allowed with MARKING_METHOD_RFC9343",
+    ),
 ]
 
 
@@ -117,11 +132,16 @@ def test_bad_requests_and_device_errors(sides, lab):
     expect_error(a.StopFlowMonitor, pb.StopFlowMonitorRequest(side=TX), IA, "flow_id: required")
     expect_error(a.GetFlowMonitorResults, pb.GetFlowMonitorResultsRequest(side=7, flow_id=1), IA, "side: 7 is not")
     expect_error(a.ListFlowMonitors, pb.ListFlowMonitorsRequest(side=9), IA, "side: 9 is not")
-    msg = expect_error(a.StartFlowMonitor, pb.StartFlowMonitorRequest(monitor=monitor(TX, device="nope0")),
-                       FP, "monitor.device:")
+    msg = expect_error(
+        a.StartFlowMonitor, pb.StartFlowMonitorRequest(monitor=monitor(TX, device="nope0")), FP, "monitor.device:"
+    )
     assert "attach failed" in msg
     # one device per side
     assert a.StartFlowMonitor(pb.StartFlowMonitorRequest(monitor=monitor(TX, flow_id=21))).changed
-    expect_error(a.StartFlowMonitor, pb.StartFlowMonitorRequest(monitor=monitor(
-        TX, flow_id=22, device="ah", segments=["fc00:2::e2"])), FP, "monitor.device: the altmark_tx side")
+    expect_error(
+        a.StartFlowMonitor,
+        pb.StartFlowMonitorRequest(monitor=monitor(TX, flow_id=22, device="ah", segments=["fc00:2::e2"])),
+        FP,
+        "monitor.device: the altmark_tx side",
+    )
     assert a.StopFlowMonitor(pb.StopFlowMonitorRequest(side=TX, flow_id=21)).changed

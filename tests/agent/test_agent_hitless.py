@@ -10,6 +10,7 @@ whose loss is EXACTLY the number of receive drops the lab's veths counted (backl
 policy change) is repeated, up to 3 trials; any other loss fails at once. If all 3 trials are
 disturbed that way, the last passes only if its loss is exactly those counted drops (a packet
 dropped by the route swap itself would vanish uncounted)."""
+
 from __future__ import annotations
 
 import json
@@ -62,8 +63,12 @@ def sid_packets(r_srv6) -> dict[str, int]:
 
 
 def set_path(a_srv6, segs) -> pb.UpdatePolicyResponse:
-    return a_srv6.UpdatePolicy(pb.UpdatePolicyRequest(policy=pb.Policy(
-        destination="fd00:b::/64", mode=pb.ENCAP_MODE_ENCAP, segments=segs, device="a0")), timeout=5)
+    return a_srv6.UpdatePolicy(
+        pb.UpdatePolicyRequest(
+            policy=pb.Policy(destination="fd00:b::/64", mode=pb.ENCAP_MODE_ENCAP, segments=segs, device="a0")
+        ),
+        timeout=5,
+    )
 
 
 def trial(lab, a, r) -> dict:
@@ -71,10 +76,14 @@ def trial(lab, a, r) -> dict:
     assert set_path(a, PATH_E).policy.segments == PATH_E
     nft_before = {c: nft_counter(lab, n, c) for n, c in (("H1", "out"), ("H2", "in"), ("H2", "back"))}
     before, drops_before = sid_packets(r), drop_counters(lab)
-    sender = lab.popen("H1", [sys.executable, "-c", SENDER, str(RATE_PPS), str(DURATION_S), str(PORT)],
-                       stdout=subprocess.PIPE, text=True)
+    sender = lab.popen(
+        "H1",
+        [sys.executable, "-c", SENDER, str(RATE_PPS), str(DURATION_S), str(PORT)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     time.sleep(0.4)
-    intervals = []           # (path in force, SID packet counters from its update's answer on)
+    intervals = []  # (path in force, SID packet counters from its update's answer on)
     path = PATH_E
     for _ in range(10):
         path = PATH_E2 if path == PATH_E else PATH_E
@@ -86,14 +95,19 @@ def trial(lab, a, r) -> dict:
         intervals.append((path[0], {k: now[k] - start[k] for k in now}))
     out, _ = sender.communicate(timeout=30)
     result = json.loads(out.strip().splitlines()[-1])
-    time.sleep(0.5)   # last packets drain
+    time.sleep(0.5)  # last packets drain
     after = sid_packets(r)
     nft = {c: nft_counter(lab, n, c) - nft_before[c] for n, c in (("H1", "out"), ("H2", "in"), ("H2", "back"))}
-    t = dict(sent=result["sent"], send_errors=result["errors"], h1_out=nft["out"],
-             h2_in=nft["in"], h2_back=nft["back"],
-             via={k: after[k] - before[k] for k in after}, intervals=intervals,
-             drops={k: v - drops_before.get(k, 0) for k, v in drop_counters(lab).items()
-                    if v != drops_before.get(k, 0)})
+    t = dict(
+        sent=result["sent"],
+        send_errors=result["errors"],
+        h1_out=nft["out"],
+        h2_in=nft["in"],
+        h2_back=nft["back"],
+        via={k: after[k] - before[k] for k in after},
+        intervals=intervals,
+        drops={k: v - drops_before.get(k, 0) for k, v in drop_counters(lab).items() if v != drops_before.get(k, 0)},
+    )
     t["lost"] = t["h1_out"] - t["h2_in"]
     # packets the lab's veths dropped on receive (backlog overflow: the per-CPU backlog is shared
     # by the whole machine, so other load on this 2-vCPU VM can fill it; each such drop shows as
@@ -106,24 +120,43 @@ def test_update_policy_is_hitless(lab, stubs):
     a, r = stubs["A"].srv6, stubs["R"].srv6
     # H1 out: our UDP packets; H2 in: the same arriving; H2 out: anything H2 sends back to H1's
     # subnet (B's return policy also goes through R's fc00:2::e, so it counts there too)
-    rules = {"H1": [("out", "output", f"ip6 daddr fd00:b::1 udp dport {PORT}")],
-             "H2": [("in", "input", f"udp dport {PORT}"), ("back", "output", "ip6 daddr fd00:a::/64")]}
+    rules = {
+        "H1": [("out", "output", f"ip6 daddr fd00:b::1 udp dport {PORT}")],
+        "H2": [("in", "input", f"udp dport {PORT}"), ("back", "output", "ip6 daddr fd00:a::/64")],
+    }
     for node, chains in rules.items():
-        lab.run(node, ["nft", "-f", "-"], check=True, input="table inet agt_count {\n" + "".join(
-            f" chain {chain} {{\n  type filter hook {hook} priority 0;\n  {match} counter\n }}\n"
-            for chain, hook, match in chains) + "}\n")
-    sink = lab.popen("H2", [sys.executable, "-c",
-                            f"import socket,time\ns=socket.socket(socket.AF_INET6,socket.SOCK_DGRAM)\n"
-                            f"s.bind(('::',{PORT}))\nprint('ready', flush=True)\nwhile True: s.recv(2048)"],
-                     stdout=subprocess.PIPE, text=True)
+        lab.run(
+            node,
+            ["nft", "-f", "-"],
+            check=True,
+            input="table inet agt_count {\n"
+            + "".join(
+                f" chain {chain} {{\n  type filter hook {hook} priority 0;\n  {match} counter\n }}\n"
+                for chain, hook, match in chains
+            )
+            + "}\n",
+        )
+    sink = lab.popen(
+        "H2",
+        [
+            sys.executable,
+            "-c",
+            f"import socket,time\ns=socket.socket(socket.AF_INET6,socket.SOCK_DGRAM)\n"
+            f"s.bind(('::',{PORT}))\nprint('ready', flush=True)\nwhile True: s.recv(2048)",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert sink.stdout.readline().strip() == "ready"
         for attempt in range(1, 4):
             t = trial(lab, a, r)
-            print(f"\nhitless trial {attempt}: sender sent {t['sent']} ({t['send_errors']} send errors), "
-                  f"H1 out {t['h1_out']}, H2 in {t['h2_in']}, lost {t['lost']}; via fc00:2::e "
-                  f"{t['via']['fc00:2::e']}, via fc00:2::e2 {t['via']['fc00:2::e2']}; H2 -> H1 packets "
-                  f"{t['h2_back']}; 10 updates; drop counters that moved: {t['drops']}")
+            print(
+                f"\nhitless trial {attempt}: sender sent {t['sent']} ({t['send_errors']} send errors), "
+                f"H1 out {t['h1_out']}, H2 in {t['h2_in']}, lost {t['lost']}; via fc00:2::e "
+                f"{t['via']['fc00:2::e']}, via fc00:2::e2 {t['via']['fc00:2::e2']}; H2 -> H1 packets "
+                f"{t['h2_back']}; 10 updates; drop counters that moved: {t['drops']}"
+            )
             # a trial whose loss is exactly the backlog drops counted on the lab's links was
             # disturbed by machine load: run another; any other loss fails the test at once
             if t["lost"] > 0 and t["lost"] == t["link_drops"] and attempt < 3:
@@ -137,10 +170,13 @@ def test_update_policy_is_hitless(lab, stubs):
         # as a packet dropped by the route swap would)
         assert t["lost"] == 0 or t["lost"] == t["link_drops"], (
             f"lost {t['lost']} of {t['sent']} packets during 10 policy updates, {t['link_drops']} of them "
-            f"counted as veth backlog drops; drop counters that moved: {t['drops']}")
+            f"counted as veth backlog drops; drop counters that moved: {t['drops']}"
+        )
         if t["lost"]:
-            print(f"hitless: no clean trial in 3 (machine load); the {t['lost']} lost packets are exactly "
-                  f"the {t['link_drops']} counted veth backlog drops")
+            print(
+                f"hitless: no clean trial in 3 (machine load); the {t['lost']} lost packets are exactly "
+                f"the {t['link_drops']} counted veth backlog drops"
+            )
         assert t["via"]["fc00:2::e"] + t["via"]["fc00:2::e2"] == t["sent"] + t["h2_back"]
         # once UpdatePolicy has answered, the traffic goes over the new path: between the answer
         # and 0.3 s later the old SID counts at most the few packets that were already past A

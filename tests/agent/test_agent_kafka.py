@@ -2,6 +2,7 @@
 segscope.stamp.records (key "<node>/<ssid>", what the delay processor consumes), and its node view
 (collectors/topology's NodeViewPublisher) reaches segscope.topology with the agent's
 `stamp_sessions` section."""
+
 from __future__ import annotations
 
 import json
@@ -22,8 +23,15 @@ pytestmark = pytest.mark.e2e
 
 def consume(bootstrap: str, topic: str, keep, until, timeout_s: float = 30.0) -> list:
     from confluent_kafka import Consumer
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"agt-test-{uuid.uuid4().hex[:8]}",
-                  "auto.offset.reset": "earliest", "enable.auto.commit": False})
+
+    c = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"agt-test-{uuid.uuid4().hex[:8]}",
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+        }
+    )
     c.subscribe([topic])
     out, deadline = [], time.monotonic() + timeout_s
     try:
@@ -41,8 +49,9 @@ def consume(bootstrap: str, topic: str, keep, until, timeout_s: float = 30.0) ->
 
 def test_stamp_records_and_node_view_reach_kafka(lab, stack, stubs, tmp_path):
     bootstrap = stack.kafka_bootstrap
-    agent = start_agent(lab.ns("A"), "A", tmp_path, kafka=bootstrap, instance="agt-A-kafka",
-                        extra_args=["--topology-interval", "5"])
+    agent = start_agent(
+        lab.ns("A"), "A", tmp_path, kafka=bootstrap, instance="agt-A-kafka", extra_args=["--topology-interval", "5"]
+    )
     b = stubs["B"].stamp
     t0_tai = time.clock_gettime_ns(time.CLOCK_TAI) - 1_000_000_000
     try:
@@ -50,12 +59,28 @@ def test_stamp_records_and_node_view_reach_kafka(lab, stack, stubs, tmp_path):
             a = stamp_pb2_grpc.StampServiceStub(ch)
             a.Init(pb.InitRequest(sender=pb.StampSenderConfig(device="a0", source_address="fc00:1::1")))
             b.Init(pb.InitRequest(reflector=pb.StampReflectorConfig(device="b0", addresses=["fc00:3::1"])))
-            b.CreateStampSession(pb.CreateStampSessionRequest(session=pb.StampSession(
-                role=pb.STAMP_ROLE_REFLECTOR, ssid=SSID, sender_address="fc00:1::1", return_segments=["fc00:2::e"])))
+            b.CreateStampSession(
+                pb.CreateStampSessionRequest(
+                    session=pb.StampSession(
+                        role=pb.STAMP_ROLE_REFLECTOR,
+                        ssid=SSID,
+                        sender_address="fc00:1::1",
+                        return_segments=["fc00:2::e"],
+                    )
+                )
+            )
             b.StartStampSession(pb.StartStampSessionRequest(role=pb.STAMP_ROLE_REFLECTOR, ssid=SSID))
-            a.CreateStampSession(pb.CreateStampSessionRequest(session=pb.StampSession(
-                role=pb.STAMP_ROLE_SENDER, ssid=SSID, reflector_address="fc00:3::1", segments=["fc00:2::e"],
-                rate_pps=100)))
+            a.CreateStampSession(
+                pb.CreateStampSessionRequest(
+                    session=pb.StampSession(
+                        role=pb.STAMP_ROLE_SENDER,
+                        ssid=SSID,
+                        reflector_address="fc00:3::1",
+                        segments=["fc00:2::e"],
+                        rate_pps=100,
+                    )
+                )
+            )
             a.StartStampSession(pb.StartStampSessionRequest(role=pb.STAMP_ROLE_SENDER, ssid=SSID, duration_s=1.5))
             time.sleep(2.5)
             held = a.GetStampSessionResults(pb.GetStampSessionResultsRequest(ssid=SSID, max_results=10000)).results
@@ -65,8 +90,10 @@ def test_stamp_records_and_node_view_reach_kafka(lab, stack, stubs, tmp_path):
                     return None
                 hdr, recs = decode_batch(msg.value())
                 return [r for r in recs if r["t1_ns"] >= t0_tai]
-            batches = consume(bootstrap, "segscope.stamp.records", keep_records,
-                              lambda got: sum(len(x) for x in got) >= len(held))
+
+            batches = consume(
+                bootstrap, "segscope.stamp.records", keep_records, lambda got: sum(len(x) for x in got) >= len(held)
+            )
             recs = [r for batch in batches for r in batch]
             assert len(held) >= 100 and len(recs) == len(held)
             assert sorted(int(r["sender_seq"]) for r in recs) == [x.sequence for x in held]
@@ -77,6 +104,7 @@ def test_stamp_records_and_node_view_reach_kafka(lab, stack, stubs, tmp_path):
                     return None
                 view = json.loads(msg.value())
                 return view if any(s.get("ssid") == SSID for s in view.get("stamp_sessions", [])) else None
+
             views = consume(bootstrap, "segscope.topology", keep_views, lambda got: bool(got))
             assert views, "no node view of A with the STAMP session on segscope.topology"
             sess = [s for s in views[-1]["stamp_sessions"] if s["ssid"] == SSID][0]
@@ -90,36 +118,67 @@ def test_stamp_records_and_node_view_reach_kafka(lab, stack, stubs, tmp_path):
 def test_altmark_blocks_reach_kafka(lab, stack, tmp_path):
     """A TX flow monitor started through an agent with --kafka: altmark_collector (run by the agent)
     emits one block record per closed block; the blocks' packets add up to what was sent."""
-    from segscope_proto.segscope.agent.v1 import flowmon_pb2 as fm, flowmon_pb2_grpc
-    from segscope_schemas.altmark_block import decode_batch as decode_blocks
     import sys
+
+    from segscope_proto.segscope.agent.v1 import flowmon_pb2 as fm
+    from segscope_proto.segscope.agent.v1 import flowmon_pb2_grpc
+    from segscope_schemas.altmark_block import decode_batch as decode_blocks
+
     fid = 4712
     t0_tai = time.clock_gettime_ns(time.CLOCK_TAI)
     agent = start_agent(lab.ns("A"), "A", tmp_path, kafka=stack.kafka_bootstrap, instance="agt-A-kafka2")
     try:
         with agent.channel() as ch:
             f = flowmon_pb2_grpc.FlowMonitorServiceStub(ch)
-            f.StartFlowMonitor(fm.StartFlowMonitorRequest(monitor=fm.FlowMonitor(
-                side=fm.FLOW_MONITOR_SIDE_TX, flow_id=fid, device="a0", method=fm.MARKING_METHOD_DSCP,
-                segments=["fc00:2::e", "fc00:3::d6"], period_ms=200)))
+            f.StartFlowMonitor(
+                fm.StartFlowMonitorRequest(
+                    monitor=fm.FlowMonitor(
+                        side=fm.FLOW_MONITOR_SIDE_TX,
+                        flow_id=fid,
+                        device="a0",
+                        method=fm.MARKING_METHOD_DSCP,
+                        segments=["fc00:2::e", "fc00:3::d6"],
+                        period_ms=200,
+                    )
+                )
+            )
             time.sleep(0.5)
-            sent = int(lab.run("H1", [sys.executable, "-c",
-                                      "import socket,time\ns=socket.socket(socket.AF_INET6,socket.SOCK_DGRAM)\n"
-                                      "for i in range(300):\n s.sendto(b'z'*80,('fd00:b::1',40002)); time.sleep(0.002)\n"
-                                      "print(300)"], check=True).stdout)
-            time.sleep(1.0)   # the blocks of the traffic close (T = 200 ms) and are collected (+T/2)
-            total = f.GetFlowMonitorResults(fm.GetFlowMonitorResultsRequest(
-                side=fm.FLOW_MONITOR_SIDE_TX, flow_id=fid)).total_packets
+            sent = int(
+                lab.run(
+                    "H1",
+                    [
+                        sys.executable,
+                        "-c",
+                        "import socket,time\ns=socket.socket(socket.AF_INET6,socket.SOCK_DGRAM)\n"
+                        "for i in range(300):\n s.sendto(b'z'*80,('fd00:b::1',40002)); time.sleep(0.002)\n"
+                        "print(300)",
+                    ],
+                    check=True,
+                ).stdout
+            )
+            time.sleep(1.0)  # the blocks of the traffic close (T = 200 ms) and are collected (+T/2)
+            total = f.GetFlowMonitorResults(
+                fm.GetFlowMonitorResultsRequest(side=fm.FLOW_MONITOR_SIDE_TX, flow_id=fid)
+            ).total_packets
             assert total == sent
 
             def keep(msg):
                 if msg.key() != f"A/{fid}".encode():
                     return None
                 _, recs = decode_blocks(msg.value())
-                return [(int(r["block_index"]), int(r["packets"])) for r in recs
-                        if int(r["direction"]) == 1 and int(r["block_start_ns"]) >= t0_tai - 200_000_000]
-            got = consume(stack.kafka_bootstrap, "segscope.altmark.blocks", keep,
-                          lambda g: sum(p for batch in g for _, p in batch) >= sent, timeout_s=20)
+                return [
+                    (int(r["block_index"]), int(r["packets"]))
+                    for r in recs
+                    if int(r["direction"]) == 1 and int(r["block_start_ns"]) >= t0_tai - 200_000_000
+                ]
+
+            got = consume(
+                stack.kafka_bootstrap,
+                "segscope.altmark.blocks",
+                keep,
+                lambda g: sum(p for batch in g for _, p in batch) >= sent,
+                timeout_s=20,
+            )
             blocks = dict(b for batch in got for b in batch)
             assert sum(blocks.values()) == sent, blocks
             f.StopFlowMonitor(fm.StopFlowMonitorRequest(side=fm.FLOW_MONITOR_SIDE_TX, flow_id=fid))
@@ -129,9 +188,15 @@ def test_altmark_blocks_reach_kafka(lab, stack, tmp_path):
 
 def _stats_json(program: str, pin_dir: str) -> dict[str, int]:
     import subprocess
+
     from tests.agent.agent_env import REPO
-    r = subprocess.run([str(REPO / "build" / "datapath" / program), "stats", "--pin-dir", pin_dir, "--json"],
-                       capture_output=True, text=True, check=True)
+
+    r = subprocess.run(
+        [str(REPO / "build" / "datapath" / program), "stats", "--pin-dir", pin_dir, "--json"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     return json.loads(r.stdout)
 
 
@@ -150,48 +215,99 @@ def test_datapath_and_agent_counters_reach_influx(lab, stack, tmp_path):
     - each counter is monotonic over the run; the STAMP counters add up to what was sent;
     - segscope_agent counts the calls, the one failed call and the records streamed;
     - the sender's agent reports its streaming as segscope_streamer (stamp_streamer's names)."""
-    from segscope_proto.segscope.agent.v1 import flowmon_pb2 as fm, flowmon_pb2_grpc
+    from segscope_proto.segscope.agent.v1 import flowmon_pb2 as fm
+    from segscope_proto.segscope.agent.v1 import flowmon_pb2_grpc
+
     tag = uuid.uuid4().hex[:6]
-    node_a, node_b = f"agmA{tag}", f"agmB{tag}"     # unique tags: other runs write node=A too
+    node_a, node_b = f"agmA{tag}", f"agmB{tag}"  # unique tags: other runs write node=A too
     ssid, fid, rate, duration = 4713, 4714, 100, 1.5
     since = time.time_ns()
-    a_agent = start_agent(lab.ns("A"), node_a, tmp_path, kafka=stack.kafka_bootstrap, instance="agm-A",
-                          extra_args=["--stats-interval", "0.5"])
-    b_agent = start_agent(lab.ns("B"), node_b, tmp_path, kafka=stack.kafka_bootstrap, instance="agm-B",
-                          extra_args=["--stats-interval", "0.5"])
-    pins = {"stamp_collector": "/sys/fs/bpf/segscope/agm-A/stamp_collector",
-            "altmark_tx": "/sys/fs/bpf/segscope/agm-A/altmark_tx",
-            "stamp_reflector": "/sys/fs/bpf/segscope/agm-B/stamp_reflector",
-            "altmark_rx": "/sys/fs/bpf/segscope/agm-B/altmark_rx"}
+    a_agent = start_agent(
+        lab.ns("A"),
+        node_a,
+        tmp_path,
+        kafka=stack.kafka_bootstrap,
+        instance="agm-A",
+        extra_args=["--stats-interval", "0.5"],
+    )
+    b_agent = start_agent(
+        lab.ns("B"),
+        node_b,
+        tmp_path,
+        kafka=stack.kafka_bootstrap,
+        instance="agm-B",
+        extra_args=["--stats-interval", "0.5"],
+    )
+    pins = {
+        "stamp_collector": "/sys/fs/bpf/segscope/agm-A/stamp_collector",
+        "altmark_tx": "/sys/fs/bpf/segscope/agm-A/altmark_tx",
+        "stamp_reflector": "/sys/fs/bpf/segscope/agm-B/stamp_reflector",
+        "altmark_rx": "/sys/fs/bpf/segscope/agm-B/altmark_rx",
+    }
     node_of = {"stamp_collector": node_a, "altmark_tx": node_a, "stamp_reflector": node_b, "altmark_rx": node_b}
     try:
         with a_agent.channel() as cha, b_agent.channel() as chb:
             a, b = stamp_pb2_grpc.StampServiceStub(cha), stamp_pb2_grpc.StampServiceStub(chb)
             fa, fb = flowmon_pb2_grpc.FlowMonitorServiceStub(cha), flowmon_pb2_grpc.FlowMonitorServiceStub(chb)
             b.Init(pb.InitRequest(reflector=pb.StampReflectorConfig(device="b0", addresses=["fc00:3::1"])))
-            b.CreateStampSession(pb.CreateStampSessionRequest(session=pb.StampSession(
-                role=pb.STAMP_ROLE_REFLECTOR, ssid=ssid, sender_address="fc00:1::1", return_segments=["fc00:2::e"])))
+            b.CreateStampSession(
+                pb.CreateStampSessionRequest(
+                    session=pb.StampSession(
+                        role=pb.STAMP_ROLE_REFLECTOR,
+                        ssid=ssid,
+                        sender_address="fc00:1::1",
+                        return_segments=["fc00:2::e"],
+                    )
+                )
+            )
             b.StartStampSession(pb.StartStampSessionRequest(role=pb.STAMP_ROLE_REFLECTOR, ssid=ssid))
-            fb.StartFlowMonitor(fm.StartFlowMonitorRequest(monitor=fm.FlowMonitor(
-                side=fm.FLOW_MONITOR_SIDE_RX, flow_id=fid, device="bh", method=fm.MARKING_METHOD_DSCP,
-                segments=["fc00:2::e", "fc00:3::d6"], period_ms=200)))
+            fb.StartFlowMonitor(
+                fm.StartFlowMonitorRequest(
+                    monitor=fm.FlowMonitor(
+                        side=fm.FLOW_MONITOR_SIDE_RX,
+                        flow_id=fid,
+                        device="bh",
+                        method=fm.MARKING_METHOD_DSCP,
+                        segments=["fc00:2::e", "fc00:3::d6"],
+                        period_ms=200,
+                    )
+                )
+            )
             a.Init(pb.InitRequest(sender=pb.StampSenderConfig(device="a0", source_address="fc00:1::1")))
-            fa.StartFlowMonitor(fm.StartFlowMonitorRequest(monitor=fm.FlowMonitor(
-                side=fm.FLOW_MONITOR_SIDE_TX, flow_id=fid, device="a0", method=fm.MARKING_METHOD_DSCP,
-                segments=["fc00:2::e", "fc00:3::d6"], period_ms=200)))
-            a.CreateStampSession(pb.CreateStampSessionRequest(session=pb.StampSession(
-                role=pb.STAMP_ROLE_SENDER, ssid=ssid, reflector_address="fc00:3::1", segments=["fc00:2::e"],
-                rate_pps=rate)))
+            fa.StartFlowMonitor(
+                fm.StartFlowMonitorRequest(
+                    monitor=fm.FlowMonitor(
+                        side=fm.FLOW_MONITOR_SIDE_TX,
+                        flow_id=fid,
+                        device="a0",
+                        method=fm.MARKING_METHOD_DSCP,
+                        segments=["fc00:2::e", "fc00:3::d6"],
+                        period_ms=200,
+                    )
+                )
+            )
+            a.CreateStampSession(
+                pb.CreateStampSessionRequest(
+                    session=pb.StampSession(
+                        role=pb.STAMP_ROLE_SENDER,
+                        ssid=ssid,
+                        reflector_address="fc00:3::1",
+                        segments=["fc00:2::e"],
+                        rate_pps=rate,
+                    )
+                )
+            )
             a.StartStampSession(pb.StartStampSessionRequest(role=pb.STAMP_ROLE_SENDER, ssid=ssid, duration_s=duration))
-            try:   # one failing call: counted in rpc_errors
+            try:  # one failing call: counted in rpc_errors
                 a.StopStampSession(pb.StopStampSessionRequest(role=pb.STAMP_ROLE_SENDER, ssid=ssid + 1))
                 raise AssertionError("StopStampSession of an unknown session succeeded")
             except grpc.RpcError as e:
                 assert e.code() == grpc.StatusCode.NOT_FOUND
-            rpcs_a = 6   # Init, StartFlowMonitor, Create, Start, the failed Stop, ListStampSessions below
+            rpcs_a = 6  # Init, StartFlowMonitor, Create, Start, the failed Stop, ListStampSessions below
             time.sleep(duration + 1.0)
-            sent = [s for s in a.ListStampSessions(pb.ListStampSessionsRequest()).sessions
-                    if s.session.ssid == ssid][0].packets_sent
+            sent = [s for s in a.ListStampSessions(pb.ListStampSessionsRequest()).sessions if s.session.ssid == ssid][
+                0
+            ].packets_sent
             assert sent == rate * duration
 
             # two reads of every program 2 s apart (>= 4 ticks of 0.5 s in between)
@@ -210,23 +326,31 @@ def test_datapath_and_agent_counters_reach_influx(lab, stack, tmp_path):
             while time.monotonic() < deadline:
                 rows = {p: _influx_rows(stack, "segscope_datapath", node_of[p], since, p) for p in pins}
                 agent_rows = _influx_rows(stack, "segscope_agent", node_a, since)
-                if all(any(r["time"] > t2 for r in rs) for rs in rows.values()) and \
-                        any(r["time"] > t2 for r in agent_rows):
+                if all(any(r["time"] > t2 for r in rs) for rs in rows.values()) and any(
+                    r["time"] > t2 for r in agent_rows
+                ):
                     break
                 time.sleep(1)
             for prog, rs in rows.items():
                 window = [r for r in rs if t1 < r["time"] < t2]
                 assert len(window) >= 2, f"{prog}: {len(window)} lines between the two reads ({len(rs)} in all)"
                 names = list(before[prog])
-                for r in rs:   # exactly the loader's field names, all integers
-                    assert sorted(k for k, v in r.items() if v is not None and k not in ("time", "node", "program")) \
-                        == sorted(names), (prog, r)
+                for r in rs:  # exactly the loader's field names, all integers
+                    assert sorted(
+                        k for k, v in r.items() if v is not None and k not in ("time", "node", "program")
+                    ) == sorted(names), (prog, r)
                 for r in window:
                     for k in names:
-                        assert before[prog][k] <= r[k] <= after[prog][k], (prog, k, before[prog][k], r[k], after[prog][k])
+                        assert before[prog][k] <= r[k] <= after[prog][k], (
+                            prog,
+                            k,
+                            before[prog][k],
+                            r[k],
+                            after[prog][k],
+                        )
                     if before[prog] == after[prog]:
                         assert {k: r[k] for k in names} == before[prog], prog
-                for k in names:   # monotonic since the program was loaded
+                for k in names:  # monotonic since the program was loaded
                     values = [r[k] for r in rs]
                     assert values == sorted(values), (prog, k, values)
             # every packet altmark_tx saw lands in exactly one counter; the STAMP packets left by a0

@@ -1,5 +1,6 @@
 """Srv6Service end to end against node A of the agt lab: every RPC with good and bad input; what
 the agent installs is read back independently with iproute2 (`ip -6 route`) and pyroute2."""
+
 from __future__ import annotations
 
 import grpc
@@ -8,13 +9,22 @@ import pytest
 from segscope_proto.segscope.agent.v1 import srv6_pb2 as pb
 from tests.agent.conftest import expect_error, ip
 
-IA, NF, AE, FP = (grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.NOT_FOUND,
-                  grpc.StatusCode.ALREADY_EXISTS, grpc.StatusCode.FAILED_PRECONDITION)
+IA, NF, AE, FP = (
+    grpc.StatusCode.INVALID_ARGUMENT,
+    grpc.StatusCode.NOT_FOUND,
+    grpc.StatusCode.ALREADY_EXISTS,
+    grpc.StatusCode.FAILED_PRECONDITION,
+)
 
 
 def policy(dest="fd00:70::/64", segs=("fc00:2::e", "fc00:3::d6"), **kw) -> pb.Policy:
-    return pb.Policy(destination=dest, mode=kw.pop("mode", pb.ENCAP_MODE_ENCAP), segments=list(segs),
-                     device=kw.pop("device", "a0"), **kw)
+    return pb.Policy(
+        destination=dest,
+        mode=kw.pop("mode", pb.ENCAP_MODE_ENCAP),
+        segments=list(segs),
+        device=kw.pop("device", "a0"),
+        **kw,
+    )
 
 
 def sid(s="fc00:1::70", action=pb.LOCAL_SID_ACTION_END, **kw) -> pb.LocalSid:
@@ -59,7 +69,8 @@ def test_policy_lifecycle_and_idempotency(a, lab):
     r = a.CreatePolicy(pb.CreatePolicyRequest(policy=policy()))
     assert r.changed and r.policy.table == 254 and r.policy.metric == 1024
     assert route_line(lab, "A", "fd00:70::/64").startswith(
-        "fd00:70::/64  encap seg6 mode encap segs 2 [ fc00:2::e fc00:3::d6 ] dev a0")
+        "fd00:70::/64  encap seg6 mode encap segs 2 [ fc00:2::e fc00:3::d6 ] dev a0"
+    )
     # identical create: OK, nothing changes; different content: ALREADY_EXISTS naming the policy
     assert not a.CreatePolicy(pb.CreatePolicyRequest(policy=policy())).changed
     msg = expect_error(a.CreatePolicy, pb.CreatePolicyRequest(policy=policy(segs=["fc00:2::e2"])), AE, "policy:")
@@ -92,7 +103,7 @@ def test_policy_modes_tables_and_ipv4(a, lab):
     assert "mode encap.red segs 2 [ fc00:2::e fc00:3::d6 ]" in route_line(lab, "A", "fd00:72::/64")
     a.CreatePolicy(pb.CreatePolicyRequest(policy=policy("fd00:73::/64", table=100)))
     assert "segs 2 [ fc00:2::e fc00:3::d6 ]" in route_line(lab, "A", "fd00:73::/64", table="100")
-    assert route_line(lab, "A", "fd00:73::/64") == ""      # not in main
+    assert route_line(lab, "A", "fd00:73::/64") == ""  # not in main
     a.CreatePolicy(pb.CreatePolicyRequest(policy=policy("10.70.0.0/24")))
     assert "encap seg6 mode encap segs 2 [ fc00:2::e fc00:3::d6 ]" in route_line(lab, "A", "10.70.0.0/24", family="-4")
     got = {p.destination: p for p in a.ListPolicies(pb.ListPoliciesRequest()).policies}
@@ -103,6 +114,7 @@ def test_policy_modes_tables_and_ipv4(a, lab):
     assert [p.destination for p in a.ListPolicies(pb.ListPoliciesRequest(table=100)).policies] == ["fd00:73::/64"]
     # pyroute2 (independent decoder) sees the inline policy's SRH with the reserved :: slot
     from pyroute2 import NetNS
+
     with NetNS(lab.ns("A")) as ns:
         r = [x for x in ns.route("dump", family=10, table=254) if x.get_attr("RTA_DST") == "fd00:71::"][0]
         srh = r.get_attr("RTA_ENCAP").get_attr("SEG6_IPTUNNEL_SRH")
@@ -129,12 +141,16 @@ BAD_POLICIES = [
 ]
 
 
-@pytest.mark.parametrize("kw,msg", BAD_POLICIES, ids=[m.split(":")[0] + "-" + str(i) for i, (_, m) in enumerate(BAD_POLICIES)])
+@pytest.mark.parametrize(
+    "kw,msg", BAD_POLICIES, ids=[m.split(":")[0] + "-" + str(i) for i, (_, m) in enumerate(BAD_POLICIES)]
+)
 def test_policy_bad_input_names_the_field(a, lab, kw, msg):
     kw = dict(kw)
     p = policy(kw.pop("destination", "fd00:70::/64"), kw.pop("segs", ("fc00:2::e",)), **kw)
-    for rpc, req in ((a.CreatePolicy, pb.CreatePolicyRequest(policy=p)),
-                     (a.UpdatePolicy, pb.UpdatePolicyRequest(policy=p))):
+    for rpc, req in (
+        (a.CreatePolicy, pb.CreatePolicyRequest(policy=p)),
+        (a.UpdatePolicy, pb.UpdatePolicyRequest(policy=p)),
+    ):
         got = expect_error(rpc, req, IA, msg.split(":")[0] + ":")
         assert got.startswith(msg), got
     assert route_line(lab, "A", "fd00:70::/64") == ""
@@ -156,10 +172,14 @@ LOCAL_SIDS = [  # (LocalSid kwargs, expected iproute2 text)
     (dict(action=pb.LOCAL_SID_ACTION_END_DX6, nh6="fd00:a::1"), "action End.DX6 nh6 fd00:a::1 dev a0"),
     (dict(action=pb.LOCAL_SID_ACTION_END_DX4, nh4="10.0.0.1"), "action End.DX4 nh4 10.0.0.1 dev a0"),
     (dict(action=pb.LOCAL_SID_ACTION_END_DT6, lookup_table=254), "action End.DT6 table main dev a0"),
-    (dict(action=pb.LOCAL_SID_ACTION_END_B6, segments=["fc00:2::e", "fc00:3::d6"]),
-     "action End.B6 segs 3 [ fc00:2::e fc00:3::d6 :: ] dev a0"),
-    (dict(action=pb.LOCAL_SID_ACTION_END_B6_ENCAPS, segments=["fc00:2::e"]),
-     "action End.B6.Encaps segs 1 [ fc00:2::e ] dev a0"),
+    (
+        dict(action=pb.LOCAL_SID_ACTION_END_B6, segments=["fc00:2::e", "fc00:3::d6"]),
+        "action End.B6 segs 3 [ fc00:2::e fc00:3::d6 :: ] dev a0",
+    ),
+    (
+        dict(action=pb.LOCAL_SID_ACTION_END_B6_ENCAPS, segments=["fc00:2::e"]),
+        "action End.B6.Encaps segs 1 [ fc00:2::e ] dev a0",
+    ),
 ]
 
 
@@ -182,8 +202,9 @@ def test_local_sid_actions(a, lab, kw, text):
 def test_local_sid_update_remove_and_errors(a, lab):
     a.CreateLocalSid(pb.CreateLocalSidRequest(local_sid=sid("fc00:1::72")))
     expect_error(a.CreateLocalSid, pb.CreateLocalSidRequest(local_sid=sid("fc00:1::72", count=True)), AE, "local_sid:")
-    u = a.UpdateLocalSid(pb.UpdateLocalSidRequest(local_sid=sid("fc00:1::72", pb.LOCAL_SID_ACTION_END_DT6,
-                                                                lookup_table=254)))
+    u = a.UpdateLocalSid(
+        pb.UpdateLocalSidRequest(local_sid=sid("fc00:1::72", pb.LOCAL_SID_ACTION_END_DT6, lookup_table=254))
+    )
     assert u.changed and u.previous.action == pb.LOCAL_SID_ACTION_END
     assert "action End.DT6 table main" in route_line(lab, "A", "fc00:1::72")
     assert a.ListLocalSids(pb.ListLocalSidsRequest(table=254)).local_sids
@@ -193,8 +214,12 @@ def test_local_sid_update_remove_and_errors(a, lab):
     expect_error(a.GetLocalSid, pb.GetLocalSidRequest(sid="fc00:1::72"), NF, "sid:")
     expect_error(a.UpdateLocalSid, pb.UpdateLocalSidRequest(local_sid=sid("fc00:1::72")), NF, "local_sid:")
     # End.DT4 needs a VRF in strict mode: this kernel has no VRF module -> the kernel's refusal
-    msg = expect_error(a.CreateLocalSid, pb.CreateLocalSidRequest(local_sid=sid(
-        "fc00:1::73", pb.LOCAL_SID_ACTION_END_DT4, lookup_table=100)), FP, "local_sid:")
+    msg = expect_error(
+        a.CreateLocalSid,
+        pb.CreateLocalSidRequest(local_sid=sid("fc00:1::73", pb.LOCAL_SID_ACTION_END_DT4, lookup_table=100)),
+        FP,
+        "local_sid:",
+    )
     assert "kernel refused" in msg and "VRF" in msg
     assert route_line(lab, "A", "fc00:1::73") == ""
 
@@ -207,10 +232,15 @@ BAD_SIDS = [
     (dict(action=pb.LOCAL_SID_ACTION_END_X, nh6="fe80::zz"), "local_sid.nh6: 'fe80::zz' is not an IPv6"),
     (dict(action=pb.LOCAL_SID_ACTION_END_DX4, nh4="10.0.0.300"), "local_sid.nh4: '10.0.0.300' is not an IPv4"),
     (dict(action=pb.LOCAL_SID_ACTION_END_DT6), "local_sid.lookup_table: required with LOCAL_SID_ACTION_END_DT6"),
-    (dict(action=pb.LOCAL_SID_ACTION_END, lookup_table=5), "local_sid.lookup_table: not allowed with LOCAL_SID_ACTION_END"),
+    (
+        dict(action=pb.LOCAL_SID_ACTION_END, lookup_table=5),
+        "local_sid.lookup_table: not allowed with LOCAL_SID_ACTION_END",
+    ),
     (dict(action=pb.LOCAL_SID_ACTION_END, nh6="fc00::1"), "local_sid.nh6: not allowed with LOCAL_SID_ACTION_END"),
-    (dict(action=pb.LOCAL_SID_ACTION_END_DT6, lookup_table=254, segments=["fc00::1"]),
-     "local_sid.segments: not allowed with LOCAL_SID_ACTION_END_DT6"),
+    (
+        dict(action=pb.LOCAL_SID_ACTION_END_DT6, lookup_table=254, segments=["fc00::1"]),
+        "local_sid.segments: not allowed with LOCAL_SID_ACTION_END_DT6",
+    ),
     (dict(action=pb.LOCAL_SID_ACTION_END_B6), "local_sid.segments: required with LOCAL_SID_ACTION_END_B6"),
     (dict(action=pb.LOCAL_SID_ACTION_END_B6, segments=["fc00::1", "x"]), "local_sid.segments[1]: 'x' is not"),
     (dict(device=""), "local_sid.device: required"),
@@ -221,8 +251,10 @@ BAD_SIDS = [
 def test_local_sid_bad_input_names_the_field(a, kw, msg):
     kw = dict(kw)
     m = sid(kw.pop("sid", "fc00:1::74"), kw.pop("action", pb.LOCAL_SID_ACTION_END), **kw)
-    for rpc, req in ((a.CreateLocalSid, pb.CreateLocalSidRequest(local_sid=m)),
-                     (a.UpdateLocalSid, pb.UpdateLocalSidRequest(local_sid=m))):
+    for rpc, req in (
+        (a.CreateLocalSid, pb.CreateLocalSidRequest(local_sid=m)),
+        (a.UpdateLocalSid, pb.UpdateLocalSidRequest(local_sid=m)),
+    ):
         got = expect_error(rpc, req, IA, msg.split(":")[0] + ":")
         assert got.startswith(msg), got
 
@@ -235,7 +267,8 @@ def test_apply_batch(a, lab):
     ops = [op_create(i) for i in range(300)] + [
         pb.Srv6Operation(create_local_sid=pb.CreateLocalSidRequest(local_sid=sid("fc00:1::75"))),
         pb.Srv6Operation(update_policy=pb.UpdatePolicyRequest(policy=policy("fd00:74:0::/64", segs=["fc00:2::e2"]))),
-        pb.Srv6Operation(remove_policy=pb.RemovePolicyRequest(destination="fd00:74:1::/64"))]
+        pb.Srv6Operation(remove_policy=pb.RemovePolicyRequest(destination="fd00:74:1::/64")),
+    ]
     r = a.ApplyBatch(pb.ApplyBatchRequest(operations=ops))
     assert (r.applied, r.failed) == (303, 0) and all(x.changed for x in r.results)
     routes = ip(lab, "A", "-6", "route")
@@ -245,29 +278,45 @@ def test_apply_batch(a, lab):
     # again: every create is an identical repeat (OK, unchanged); update of an absent policy fails alone
     again = [op_create(i) for i in range(2, 300)] + [
         pb.Srv6Operation(update_policy=pb.UpdatePolicyRequest(policy=policy("fd00:74:1::/64"))),
-        pb.Srv6Operation(create_policy=pb.CreatePolicyRequest(policy=policy("fd00:74:2::/64", segs=["fc00:2::e2"])))]
+        pb.Srv6Operation(create_policy=pb.CreatePolicyRequest(policy=policy("fd00:74:2::/64", segs=["fc00:2::e2"]))),
+    ]
     r = a.ApplyBatch(pb.ApplyBatchRequest(operations=again))
     assert r.applied == 298 and r.failed == 2 and not any(x.changed for x in r.results)
     assert r.results[298].code == grpc.StatusCode.NOT_FOUND.value[0]
     assert r.results[298].message.startswith("operations[298].update_policy.policy:")
     assert r.results[299].code == grpc.StatusCode.ALREADY_EXISTS.value[0]
     # stop_on_error: the rest is ABORTED and not applied
-    r = a.ApplyBatch(pb.ApplyBatchRequest(stop_on_error=True, operations=[
-        pb.Srv6Operation(remove_policy=pb.RemovePolicyRequest(destination="fd00:74:1::/64")),
-        op_create(1000)]))
+    r = a.ApplyBatch(
+        pb.ApplyBatchRequest(
+            stop_on_error=True,
+            operations=[
+                pb.Srv6Operation(remove_policy=pb.RemovePolicyRequest(destination="fd00:74:1::/64")),
+                op_create(1000),
+            ],
+        )
+    )
     assert [x.code for x in r.results] == [grpc.StatusCode.NOT_FOUND.value[0], grpc.StatusCode.ABORTED.value[0]]
     assert route_line(lab, "A", "fd00:74:3e8::/64") == ""
     # one invalid operation: INVALID_ARGUMENT naming it, nothing applied
-    bad = [op_create(i) for i in range(500, 510)] + [pb.Srv6Operation(create_policy=pb.CreatePolicyRequest(
-        policy=policy("fd00:74:ffff::/64", segs=["fc00::1", "nope"])))]
-    expect_error(a.ApplyBatch, pb.ApplyBatchRequest(operations=bad), IA,
-                 "operations[10].create_policy.policy.segments[1]: 'nope' is not an IPv6 address")
+    bad = [op_create(i) for i in range(500, 510)] + [
+        pb.Srv6Operation(
+            create_policy=pb.CreatePolicyRequest(policy=policy("fd00:74:ffff::/64", segs=["fc00::1", "nope"]))
+        )
+    ]
+    expect_error(
+        a.ApplyBatch,
+        pb.ApplyBatchRequest(operations=bad),
+        IA,
+        "operations[10].create_policy.policy.segments[1]: 'nope' is not an IPv6 address",
+    )
     assert route_line(lab, "A", "fd00:74:1f4::/64") == ""
     expect_error(a.ApplyBatch, pb.ApplyBatchRequest(operations=[]), IA, "operations:")
     expect_error(a.ApplyBatch, pb.ApplyBatchRequest(operations=[pb.Srv6Operation()]), IA, "operations[0]:")
     # cleanup in one batch
-    rm = [pb.Srv6Operation(remove_policy=pb.RemovePolicyRequest(destination=f"fd00:74:{i:x}::/64", allow_missing=True))
-          for i in range(300)]
+    rm = [
+        pb.Srv6Operation(remove_policy=pb.RemovePolicyRequest(destination=f"fd00:74:{i:x}::/64", allow_missing=True))
+        for i in range(300)
+    ]
     assert a.ApplyBatch(pb.ApplyBatchRequest(operations=rm)).applied == 300
     assert not any(l.startswith("fd00:74:") for l in ip(lab, "A", "-6", "route").splitlines())
 
@@ -276,7 +325,8 @@ def test_stream_operations(a, lab):
     ops = [op_create(i) for i in range(50)] + [
         pb.Srv6Operation(create_policy=pb.CreatePolicyRequest(policy=policy("fd00:74:99::/64", segs=["x"]))),
         pb.Srv6Operation(),
-        op_create(0)]
+        op_create(0),
+    ]
     res = list(a.StreamOperations(iter(ops), timeout=30))
     assert len(res) == 53
     assert all(r.code == 0 and r.changed for r in res[:50])
@@ -293,8 +343,25 @@ def test_external_change_is_noticed(a, lab):
     a.CreatePolicy(pb.CreatePolicyRequest(policy=policy("fd00:76::/64")))
     lab.run("A", ["ip", "-6", "route", "del", "fd00:76::/64"], check=True)
     expect_error(a.RemovePolicy, pb.RemovePolicyRequest(destination="fd00:76::/64"), NF, "destination:")
-    lab.run("A", ["ip", "-6", "route", "add", "fd00:76::/64", "encap", "seg6", "mode", "encap", "segs",
-                  "fc00:2::e2", "dev", "a0"], check=True)
+    lab.run(
+        "A",
+        [
+            "ip",
+            "-6",
+            "route",
+            "add",
+            "fd00:76::/64",
+            "encap",
+            "seg6",
+            "mode",
+            "encap",
+            "segs",
+            "fc00:2::e2",
+            "dev",
+            "a0",
+        ],
+        check=True,
+    )
     expect_error(a.CreatePolicy, pb.CreatePolicyRequest(policy=policy("fd00:76::/64")), AE, "policy:")
     got = a.GetPolicy(pb.GetPolicyRequest(destination="fd00:76::/64")).policy
     assert list(got.segments) == ["fc00:2::e2"]

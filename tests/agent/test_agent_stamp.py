@@ -3,6 +3,7 @@ B's agent the Session-Reflector (XDP reflector on b0); a session created and sta
 API produces results (GetStampSessionResults and the SubscribeStampResults stream). Forward path
 A -> R(End fc00:2::e) -> B, return path B -> R(End fc00:2::e2) -> A: R's per-SID counters prove
 each direction's path."""
+
 from __future__ import annotations
 
 import json
@@ -18,8 +19,12 @@ from segscope_proto.segscope.agent.v1 import stamp_pb2 as pb
 from tests.agent.agent_env import REPO
 from tests.agent.conftest import drop_counters, expect_error, link_rx_drops, moved
 
-IA, NF, AE, FP = (grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.NOT_FOUND,
-                  grpc.StatusCode.ALREADY_EXISTS, grpc.StatusCode.FAILED_PRECONDITION)
+IA, NF, AE, FP = (
+    grpc.StatusCode.INVALID_ARGUMENT,
+    grpc.StatusCode.NOT_FOUND,
+    grpc.StatusCode.ALREADY_EXISTS,
+    grpc.StatusCode.FAILED_PRECONDITION,
+)
 S, RF = pb.STAMP_ROLE_SENDER, pb.STAMP_ROLE_REFLECTOR
 SSID = 7
 
@@ -49,14 +54,27 @@ def test_before_init(roles):
     expect_error(a.CreateStampSession, pb.CreateStampSessionRequest(session=sender_session()), FP, "session.role:")
     expect_error(a.StartStampSession, pb.StartStampSessionRequest(role=S, ssid=SSID), NF, "ssid:")
     expect_error(a.Init, pb.InitRequest(), IA, "sender:")
-    expect_error(a.Init, pb.InitRequest(sender=pb.StampSenderConfig(device="a0", source_address="fc00:1::zz")),
-                 IA, "sender.source_address: 'fc00:1::zz' is not an IPv6 address")
-    expect_error(b.Init, pb.InitRequest(reflector=pb.StampReflectorConfig(device="b0")), IA,
-                 "reflector.addresses: required")
-    expect_error(b.Init, pb.InitRequest(reflector=pb.StampReflectorConfig(device="b0", addresses=["x"])), IA,
-                 "reflector.addresses[0]: 'x' is not an IPv6 address")
-    msg = expect_error(a.Init, pb.InitRequest(sender=pb.StampSenderConfig(device="nope0", source_address="fc00:1::1")),
-                       FP, "sender.device:")
+    expect_error(
+        a.Init,
+        pb.InitRequest(sender=pb.StampSenderConfig(device="a0", source_address="fc00:1::zz")),
+        IA,
+        "sender.source_address: 'fc00:1::zz' is not an IPv6 address",
+    )
+    expect_error(
+        b.Init, pb.InitRequest(reflector=pb.StampReflectorConfig(device="b0")), IA, "reflector.addresses: required"
+    )
+    expect_error(
+        b.Init,
+        pb.InitRequest(reflector=pb.StampReflectorConfig(device="b0", addresses=["x"])),
+        IA,
+        "reflector.addresses[0]: 'x' is not an IPv6 address",
+    )
+    msg = expect_error(
+        a.Init,
+        pb.InitRequest(sender=pb.StampSenderConfig(device="nope0", source_address="fc00:1::1")),
+        FP,
+        "sender.device:",
+    )
     assert "attach failed" in msg
     assert not a.Reset(pb.ResetRequest()).changed
 
@@ -65,8 +83,12 @@ def test_session_produces_results(roles, stubs, lab):
     a, b = roles
     assert a.Init(pb.InitRequest(sender=pb.StampSenderConfig(device="a0", source_address="fc00:1::1"))).changed
     assert not a.Init(pb.InitRequest(sender=pb.StampSenderConfig(device="a0", source_address="fc00:1::1"))).changed
-    expect_error(a.Init, pb.InitRequest(sender=pb.StampSenderConfig(device="ah", source_address="fc00:1::1")),
-                 FP, "sender: already initialised")
+    expect_error(
+        a.Init,
+        pb.InitRequest(sender=pb.StampSenderConfig(device="ah", source_address="fc00:1::1")),
+        FP,
+        "sender: already initialised",
+    )
     assert b.Init(pb.InitRequest(reflector=pb.StampReflectorConfig(device="b0", addresses=["fc00:3::1"]))).changed
     assert "xdp" in lab.run("A", ["ip", "link", "show", "a0"], check=True).stdout
     assert "xdp" in lab.run("B", ["ip", "link", "show", "b0"], check=True).stdout
@@ -74,12 +96,19 @@ def test_session_produces_results(roles, stubs, lab):
     r = a.CreateStampSession(pb.CreateStampSessionRequest(session=sender_session()))
     assert r.changed and r.status.state == pb.STAMP_SESSION_STATE_CREATED
     assert not a.CreateStampSession(pb.CreateStampSessionRequest(session=sender_session())).changed
-    expect_error(a.CreateStampSession, pb.CreateStampSessionRequest(session=sender_session(rate_pps=10)), AE,
-                 "session.ssid:")
+    expect_error(
+        a.CreateStampSession, pb.CreateStampSessionRequest(session=sender_session(rate_pps=10)), AE, "session.ssid:"
+    )
     assert b.CreateStampSession(pb.CreateStampSessionRequest(session=reflector_session())).changed
 
-    counters = lambda: {s.local_sid.sid: s.counters.packets for s in stubs["R"].srv6.ListLocalSids(  # noqa: E731
-        srv6_pb2.ListLocalSidsRequest()).local_sids}
+    counters = lambda: {  # noqa: E731
+        s.local_sid.sid: s.counters.packets
+        for s in stubs["R"]
+        .srv6.ListLocalSids(  # noqa: E731
+            srv6_pb2.ListLocalSidsRequest()
+        )
+        .local_sids
+    }
     before = counters()
     drops_before = drop_counters(lab)
     # subscribe first: the stream pushes results as they arrive
@@ -91,8 +120,9 @@ def test_session_produces_results(roles, stubs, lab):
         try:
             for batch in stream:
                 pushed.extend(batch.results)
-        except grpc.RpcError as e:        # our cancel() below ends it
+        except grpc.RpcError as e:  # our cancel() below ends it
             cancelled.append(e.code())
+
     reader = threading.Thread(target=read_stream, daemon=True)
     reader.start()
     assert b.StartStampSession(pb.StartStampSessionRequest(role=RF, ssid=SSID)).changed
@@ -109,7 +139,7 @@ def test_session_produces_results(roles, stubs, lab):
 
     res = a.GetStampSessionResults(pb.GetStampSessionResultsRequest(ssid=SSID, max_results=100000))
     n = len(res.results)
-    assert 200 <= n <= 200 * 3.5, n              # 200 pps for ~2.5 s
+    assert 200 <= n <= 200 * 3.5, n  # 200 pps for ~2.5 s
     assert res.next_index == n and res.round_trip.count == n
     seqs = [x.sequence for x in res.results]
     assert seqs == sorted(seqs) and len(set(seqs)) == n
@@ -120,7 +150,7 @@ def test_session_produces_results(roles, stubs, lab):
     assert 0 < res.round_trip.min_us <= res.round_trip.mean_us <= res.round_trip.max_us
     # the push stream carried the same results (every one, in order)
     assert [x.index for x in pushed] == list(range(len(pushed))) and len(pushed) >= n - 5
-    assert [x.sequence for x in pushed] == seqs[:len(pushed)]
+    assert [x.sequence for x in pushed] == seqs[: len(pushed)]
     # paging
     page = a.GetStampSessionResults(pb.GetStampSessionResultsRequest(ssid=SSID, from_index=n - 10, max_results=4))
     assert [x.index for x in page.results] == list(range(n - 10, n - 6)) and page.next_index == n - 6
@@ -130,9 +160,20 @@ def test_session_produces_results(roles, stubs, lab):
     assert snd.state == pb.STAMP_SESSION_STATE_STOPPED and snd.results_collected == n
     # the agent holds exactly what the XDP collector collected; every test packet sent came back
     # unless the lab's veths counted backlog drops (machine load), which must explain the gap exactly
-    coll = json.loads(subprocess.run(
-        [str(REPO / "build" / "datapath" / "stamp_collector"), "stats", "--pin-dir",
-         "/sys/fs/bpf/segscope/agt-A/stamp_collector", "--json"], capture_output=True, text=True, check=True).stdout)
+    coll = json.loads(
+        subprocess.run(
+            [
+                str(REPO / "build" / "datapath" / "stamp_collector"),
+                "stats",
+                "--pin-dir",
+                "/sys/fs/bpf/segscope/agt-A/stamp_collector",
+                "--json",
+            ],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+    )
     assert coll["collected"] == n, coll
     drops = moved(drops_before, drop_counters(lab))
     print(f"\nstamp: sent {snd.packets_sent}, collected {n}, drops that moved {drops}")
@@ -174,10 +215,13 @@ BAD_SESSIONS = [
 ]
 
 
-@pytest.mark.parametrize("session,msg", BAD_SESSIONS, ids=[m.split(":")[0] + "-" + str(i) for i, (_, m) in enumerate(BAD_SESSIONS)])
+@pytest.mark.parametrize(
+    "session,msg", BAD_SESSIONS, ids=[m.split(":")[0] + "-" + str(i) for i, (_, m) in enumerate(BAD_SESSIONS)]
+)
 def test_bad_session_names_the_field(roles, session, msg):
-    got = expect_error(roles[0].CreateStampSession, pb.CreateStampSessionRequest(session=session), IA,
-                       msg.split(":")[0] + ":")
+    got = expect_error(
+        roles[0].CreateStampSession, pb.CreateStampSessionRequest(session=session), IA, msg.split(":")[0] + ":"
+    )
     assert got.startswith(msg), got
 
 
@@ -187,8 +231,9 @@ def test_bad_requests_name_the_field(roles):
     expect_error(a.StartStampSession, pb.StartStampSessionRequest(ssid=1), IA, "role: required")
     expect_error(a.StartStampSession, pb.StartStampSessionRequest(role=S, ssid=1, duration_s=-1), IA, "duration_s:")
     expect_error(a.StopStampSession, pb.StopStampSessionRequest(role=S, ssid=99), NF, "ssid: no sender session 99")
-    expect_error(a.GetStampSessionResults, pb.GetStampSessionResultsRequest(ssid=1, max_results=200000), IA,
-                 "max_results:")
+    expect_error(
+        a.GetStampSessionResults, pb.GetStampSessionResultsRequest(ssid=1, max_results=200000), IA, "max_results:"
+    )
     with pytest.raises(grpc.RpcError) as e:
         next(iter(a.SubscribeStampResults(pb.SubscribeStampResultsRequest(ssids=[0]))))
     assert e.value.code() == IA and e.value.details().startswith("ssids[0]: required")
@@ -198,15 +243,17 @@ def test_a_killed_agent_is_replaced_cleanly(lab, pki, tmp_path):
     """SIGKILL leaves the XDP collector attached and pinned; the next agent's Init clears it."""
     import os
     import signal as sig
+
     from segscope_proto.segscope.agent.v1 import stamp_pb2_grpc
     from tests.agent.agent_env import start_agent
+
     init = pb.InitRequest(sender=pb.StampSenderConfig(device="ah", source_address="fd00:a::2"))
     first = start_agent(lab.ns("A"), "A", tmp_path / "first", pki=pki, instance="agt-A-kill")
     with first.channel() as ch:
         assert stamp_pb2_grpc.StampServiceStub(ch).Init(init).changed
     os.killpg(first.proc.pid, sig.SIGKILL)
     first.proc.wait()
-    assert "xdp" in lab.run("A", ["ip", "link", "show", "ah"], check=True).stdout   # left behind
+    assert "xdp" in lab.run("A", ["ip", "link", "show", "ah"], check=True).stdout  # left behind
     second = start_agent(lab.ns("A"), "A", tmp_path / "second", pki=pki, instance="agt-A-kill")
     try:
         with second.channel() as ch:

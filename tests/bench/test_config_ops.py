@@ -1,4 +1,5 @@
 """bench/config_ops.py runs end to end on a real lab and agent (small N; no timing assertion)."""
+
 from __future__ import annotations
 
 import json
@@ -12,11 +13,17 @@ pytestmark = pytest.mark.datapath
 
 def test_config_ops_harness_runs(tmp_path):
     out = tmp_path / "res.json"
-    assert config_ops.main(["--ops", "30", "--batch", "16", "--window", "4", "--no-doc", "--prefix", "ctlbt",
-                            "--json", str(out)]) == 0
+    assert (
+        config_ops.main(
+            ["--ops", "30", "--batch", "16", "--window", "4", "--no-doc", "--prefix", "ctlbt", "--json", str(out)]
+        )
+        == 0
+    )
     res = json.loads(out.read_text())
     rows = {(r["kind"], r["way"]): r for r in res["results"]}
-    assert set(rows) == {(k, w) for k in ("local_sid", "policy") for w in ("unary", "pipelined", "stream", "batch", "local")}
+    assert set(rows) == {
+        (k, w) for k in ("local_sid", "policy") for w in ("unary", "pipelined", "stream", "batch", "local")
+    }
     for (kind, way), r in rows.items():
         assert r["ops"] == 60 and r["ops_per_s"] > 0
         # one RPC per operation, one stream per phase, ceil(30/16)=2 ApplyBatch calls per phase, none locally

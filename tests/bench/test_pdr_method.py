@@ -4,6 +4,7 @@ search against a deterministic nftables rate limiter in a real netlab lab (a kno
 No assertion depends on how fast this machine is: the real test offers at most 16 kpps against a
 limiter of 8 kpps, far below what the lab forwards (> 100 kpps measured).
 """
+
 from __future__ import annotations
 
 import json
@@ -12,8 +13,7 @@ import subprocess
 
 import pytest
 
-from bench.pdr import (PKTGEN, Line5Bench, PathSpec, Trial, ci95, find_pdr, pastrami_check, sweep_points,
-                       t975)
+from bench.pdr import PKTGEN, Line5Bench, PathSpec, Trial, ci95, find_pdr, pastrami_check, sweep_points, t975
 
 # ---------------------------------------------------------------- statistics
 
@@ -21,14 +21,14 @@ from bench.pdr import (PKTGEN, Line5Bench, PathSpec, Trial, ci95, find_pdr, past
 def test_t975_table_values_and_conservative_lookup():
     assert t975(1) == pytest.approx(12.706)
     assert t975(9) == pytest.approx(2.262)
-    assert t975(35) == pytest.approx(2.042)        # between tabulated df 30 and 40: the larger value
+    assert t975(35) == pytest.approx(2.042)  # between tabulated df 30 and 40: the larger value
     assert t975(1000) == pytest.approx(1.960)
     with pytest.raises(ValueError):
         t975(0)
 
 
 def test_ci95_on_fixed_numbers():
-    c = ci95([10.0, 12.0, 14.0])                   # mean 12, s = 2, t(2) = 4.303
+    c = ci95([10.0, 12.0, 14.0])  # mean 12, s = 2, t(2) = 4.303
     assert c.mean == pytest.approx(12.0)
     assert c.stdev == pytest.approx(2.0)
     assert c.half_width == pytest.approx(4.303 * 2 / math.sqrt(3))
@@ -36,7 +36,7 @@ def test_ci95_on_fixed_numbers():
     assert c.rel_upper == pytest.approx(c.half_width / 12)
     same = ci95([5.0, 5.0, 5.0, 5.0])
     assert same.half_width == 0 and same.low == same.high == 5.0
-    assert math.isnan(ci95([7.0]).half_width)      # one sample: no interval, not a fake zero
+    assert math.isnan(ci95([7.0]).half_width)  # one sample: no interval, not a fake zero
 
 
 # ---------------------------------------------------------------- search on a synthetic DUT
@@ -44,19 +44,21 @@ def test_ci95_on_fixed_numbers():
 
 def synthetic(capacity: float, generator_max: float = 1e9, low_load_loss: float = 0.0):
     """An ideal DUT of the given capacity: delivers min(O, capacity), minus a constant loss share."""
+
     def trial(rate: float) -> Trial:
         offered = min(rate, generator_max)
         sent = round(offered)
         received = round(min(offered, capacity) * (1 - low_load_loss))
         return Trial(target_pps=rate, offered_pps=offered, seconds=1.0, sent=sent, received=received)
+
     return trial
 
 
 def test_search_converges_to_known_capacity():
-    capacity = 73_000.0                            # PDR@0.5 % of this ideal DUT: capacity / 0.995
+    capacity = 73_000.0  # PDR@0.5 % of this ideal DUT: capacity / 0.995
     res = find_pdr(synthetic(capacity), lo=10_000, hi=200_000, steps=12)
     true_pdr = capacity / 0.995
-    resolution = (200_000 - 10_000) / 2 ** 10
+    resolution = (200_000 - 10_000) / 2**10
     assert true_pdr - resolution <= res.pdr_pps <= true_pdr
     assert len(res.trials) == 12
     assert not res.at_upper_bound and not res.below_lower_bound and not res.generator_bound
@@ -89,7 +91,7 @@ def test_pastrami_good_on_ideal_saturation():
     pts = [(o, min(o, 100_000.0)) for o in (60_000, 90_000, 100_000, 110_000, 125_000, 150_000)]
     v = pastrami_check(pts)
     assert v.verdict == "GOOD"
-    assert v.potential_index == 3                  # 110k: first PLR > 0.5 %
+    assert v.potential_index == 3  # 110k: first PLR > 0.5 %
     assert all(t == pytest.approx(0.0) for t in v.tirs)
 
 
@@ -106,13 +108,13 @@ def test_pastrami_bad_when_loss_grows_slowly():
 
 def test_pastrami_bad_when_throughput_recovers_after_the_potential_point():
     pts = [(50_000, 50_000), (60_000, 59_000), (70_000, 69_800), (80_000, 79_900)]
-    v = pastrami_check(pts)                        # one loss burst at 60k, then clean again
+    v = pastrami_check(pts)  # one loss burst at 60k, then clean again
     assert v.verdict == "BAD" and v.potential_index == 1
 
 
 def test_pastrami_no_saturation_and_input_order():
     assert pastrami_check([(1e4, 1e4), (2e4, 2e4), (3e4, 3e4)]).verdict == "NO_SATURATION"
-    assert pastrami_check([(1e4, 1e4), (2e4, 1e4)]).verdict == "NO_SATURATION"   # nothing after the point
+    assert pastrami_check([(1e4, 1e4), (2e4, 1e4)]).verdict == "NO_SATURATION"  # nothing after the point
     shuffled = [(150_000, 100_000), (60_000, 60_000), (110_000, 100_000), (125_000, 100_000)]
     assert pastrami_check(shuffled).verdict == "GOOD"
     with pytest.raises(ValueError):
@@ -156,8 +158,12 @@ def _nft(b: Line5Bench) -> None:
 
 
 def limiter_drops(b: Line5Bench) -> int:
-    out = subprocess.run(["ip", "netns", "exec", b.lab.ns("R"), "nft", "-j", "list", "table", "inet", "pdtest"],
-                         check=True, capture_output=True, text=True).stdout
+    out = subprocess.run(
+        ["ip", "netns", "exec", b.lab.ns("R"), "nft", "-j", "list", "table", "inet", "pdtest"],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
     for item in json.loads(out)["nftables"]:
         for expr in item.get("rule", {}).get("expr", []):
             if "counter" in expr:
@@ -176,7 +182,7 @@ def test_every_packet_is_delivered_or_counted_by_the_limiter(bench):
     assert t.sent == round(2 * LIMIT_PPS * 0.5) and t.stamp_sent == t.sent // 100
     # STAMP is reflected by A, before R's limiter (a stray frame the namespaces emit may be counted too)
     assert t.stamp_sent <= t.stamp_received <= t.stamp_sent + 3
-    assert dropped > 0.3 * t.sent                  # ~ half of the data packets are over the limit
+    assert dropped > 0.3 * t.sent  # ~ half of the data packets are over the limit
     # Exact accounting; a few stray frames (ICMPv6 the namespaces emit) may reach the XDP counters.
     assert 0 <= t.received + dropped - t.sent <= 5
 
@@ -190,7 +196,7 @@ def test_search_finds_the_limiter_rate(bench):
         # device under test: search once more. Anything else is judged as measured.
         if not (res.below_lower_bound and limiter_drops(bench) == before):
             break
-    resolution = (16_000 - 2_000) / 2 ** 4
+    resolution = (16_000 - 2_000) / 2**4
     # The limiter passes LIMIT_PPS plus its burst per trial; 1 % STAMP is reflected before it and
     # 0.5 % loss is allowed, so the highest passing rate r satisfies
     # 0.99 r T - (LIMIT T + BURST) <= 0.005 r T  ->  r <= (LIMIT T + BURST) / (0.985 T).
@@ -198,18 +204,19 @@ def test_search_finds_the_limiter_rate(bench):
     assert LIMIT_PPS - resolution - 200 <= res.pdr_pps <= true_pdr + resolution
     assert res.loss_failures > 0 and not res.generator_bound
     v = pastrami_check([(t.offered_pps, t.throughput_pps) for t in res.trials])
-    assert v.potential_index is not None           # the search's own points do cross 0.5 % loss
+    assert v.potential_index is not None  # the search's own points do cross 0.5 % loss
 
 
 def test_sweep_points_average_repetitions_per_load():
     def trial(rate: float, thr: float) -> Trial:
         return Trial(target_pps=rate, offered_pps=rate, seconds=1.0, sent=int(rate), received=int(thr))
+
     pts = sweep_points([trial(2e4, 2e4), trial(1e4, 1e4), trial(2e4, 1.8e4), trial(1e4, 0.9e4)])
     assert pts == [(1e4, 0.95e4), (2e4, 1.9e4)]
 
 
 def test_socket_generator_sends_stamp_with_srh_that_the_reflector_answers(bench):
-    bench.spec.generator = "socket"              # UDP sockets; the kernel builds the SRH (IPV6_RTHDR)
+    bench.spec.generator = "socket"  # UDP sockets; the kernel builds the SRH (IPV6_RTHDR)
     try:
         refl_before = bench.reflector_stats()
         t = bench.trial(2_000, share=0.1, seconds=0.5)
@@ -218,4 +225,4 @@ def test_socket_generator_sends_stamp_with_srh_that_the_reflector_answers(bench)
     assert (t.sent, t.stamp_sent) == (1000, 100)
     assert bench.reflector_stats()["reflected"] - refl_before["reflected"] == 100
     assert t.stamp_sent <= t.stamp_received <= t.stamp_sent + 3
-    assert t.data_sent <= t.data_received <= t.data_sent + 3   # under the limiter: all delivered
+    assert t.data_sent <= t.data_received <= t.data_sent + 3  # under the limiter: all delivered

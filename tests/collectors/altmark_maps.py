@@ -9,6 +9,7 @@ these kernel maps through the same syscalls as in production.
 install_flow() follows the loader contract: zero the slot's counters, then insert the flow with
 installed_tai_ns = now (CLOCK_TAI).
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -21,9 +22,9 @@ from pathlib import Path
 
 MAX_SIDS = 6
 MAX_FLOWS = 65536
-SIDLIST_KEY = struct.Struct("<II" + "16s" * MAX_SIDS)     # 104 bytes
-FLOW = struct.Struct("<IIQQBBBBI")                         # 32 bytes
-COUNTER = struct.Struct("<QQQQ")                           # 32 bytes per CPU
+SIDLIST_KEY = struct.Struct("<II" + "16s" * MAX_SIDS)  # 104 bytes
+FLOW = struct.Struct("<IIQQBBBBI")  # 32 bytes
+COUNTER = struct.Struct("<QQQQ")  # 32 bytes per CPU
 METHOD_DSCP, METHOD_RFC9343 = 1, 2
 U64 = (1 << 64) - 1
 
@@ -61,14 +62,34 @@ class AltmarkMaps:
     def create(cls, pin_dir: Path, direction: str) -> "AltmarkMaps":
         pin_dir = Path(pin_dir)
         pin_dir.mkdir(parents=True, exist_ok=True)
-        maps = {"altmark_flows": ("hash", SIDLIST_KEY.size, FLOW.size, MAX_FLOWS),
-                "altmark_counters": ("percpu_array", 4, COUNTER.size, 2 * MAX_FLOWS)}
+        maps = {
+            "altmark_flows": ("hash", SIDLIST_KEY.size, FLOW.size, MAX_FLOWS),
+            "altmark_counters": ("percpu_array", 4, COUNTER.size, 2 * MAX_FLOWS),
+        }
         if direction == "rx":
             maps["altmark_flowmon"] = ("hash", 4, FLOW.size, MAX_FLOWS)
         for name, (kind, key, value, entries) in maps.items():
-            subprocess.run(["bpftool", "map", "create", str(pin_dir / name), "type", kind, "key", str(key),
-                            "value", str(value), "entries", str(entries), "name", name],
-                           check=True, capture_output=True, text=True)
+            subprocess.run(
+                [
+                    "bpftool",
+                    "map",
+                    "create",
+                    str(pin_dir / name),
+                    "type",
+                    kind,
+                    "key",
+                    str(key),
+                    "value",
+                    str(value),
+                    "entries",
+                    str(entries),
+                    "name",
+                    name,
+                ],
+                check=True,
+                capture_output=True,
+                text=True,
+            )
         return cls.open(pin_dir)
 
     @classmethod
@@ -89,9 +110,18 @@ class AltmarkMaps:
 
     # -- flows (what the loader does) ----------------------------------------
 
-    def install_flow(self, slot: int, flow_id: int, period_ms: int, *, sids: list[str] | None = None,
-                     flowmon_id: int | None = None, method: int = METHOD_DSCP,
-                     installed_tai_ns: int | None = None, zero_counters: bool = True) -> int:
+    def install_flow(
+        self,
+        slot: int,
+        flow_id: int,
+        period_ms: int,
+        *,
+        sids: list[str] | None = None,
+        flowmon_id: int | None = None,
+        method: int = METHOD_DSCP,
+        installed_tai_ns: int | None = None,
+        zero_counters: bool = True,
+    ) -> int:
         """Zero the slot's counters, then insert the flow; returns installed_tai_ns."""
         if zero_counters:
             for colour in (0, 1):
@@ -124,14 +154,21 @@ class AltmarkMaps:
         _check(_lib.bpf_map_lookup_elem(self.fds["altmark_counters"], key, out), "lookup counters")
         return [COUNTER.unpack_from(out.raw, i * COUNTER.size) for i in range(NCPUS)]
 
-    def add(self, slot: int, colour: int, packets: int, nbytes: int, dmark_packets: int = 0,
-            dmark_ts_sum_ns: int = 0, cpu: int = 0) -> None:
+    def add(
+        self,
+        slot: int,
+        colour: int,
+        packets: int,
+        nbytes: int,
+        dmark_packets: int = 0,
+        dmark_ts_sum_ns: int = 0,
+        cpu: int = 0,
+    ) -> None:
         """Count like the datapath: add to one CPU's cumulative values (mod 2^64)."""
         cur = self.get_counter(slot, colour)
         new = list(cur)
         p, b, dp, ds = cur[cpu]
-        new[cpu] = ((p + packets) & U64, (b + nbytes) & U64, (dp + dmark_packets) & U64,
-                    (ds + dmark_ts_sum_ns) & U64)
+        new[cpu] = ((p + packets) & U64, (b + nbytes) & U64, (dp + dmark_packets) & U64, (ds + dmark_ts_sum_ns) & U64)
         self.set_counter(slot, colour, new)
 
     def _update(self, name: str, key: bytes, value: bytes) -> None:

@@ -1,4 +1,5 @@
 """tcpdump capture in a network namespace, for the collector tests."""
+
 from __future__ import annotations
 
 import signal
@@ -15,10 +16,29 @@ def capture(netns: str, dev: str, path: Path):
     --immediate-mode: without it, packets still in a partly filled capture block when tcpdump
     is stopped are never written (seen: an empty pcap after a short burst)."""
     proc = subprocess.Popen(
-        ["ip", "netns", "exec", netns, "tcpdump", "-i", dev, "-n", "-U", "--immediate-mode",
-         "-B", "16384", "--time-stamp-precision", "nano", "-w", str(path), "ip6"],
-        stderr=subprocess.PIPE, text=True)
-    line = proc.stderr.readline()          # "listening on ..." once the socket is up
+        [
+            "ip",
+            "netns",
+            "exec",
+            netns,
+            "tcpdump",
+            "-i",
+            dev,
+            "-n",
+            "-U",
+            "--immediate-mode",
+            "-B",
+            "16384",
+            "--time-stamp-precision",
+            "nano",
+            "-w",
+            str(path),
+            "ip6",
+        ],
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    line = proc.stderr.readline()  # "listening on ..." once the socket is up
     assert "listening" in line, line
     try:
         yield

@@ -1,4 +1,5 @@
 """Fixtures for the collector tests: built binaries, a 2-netns veth pair, bpffs, Kafka."""
+
 from __future__ import annotations
 
 import os
@@ -10,9 +11,9 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 BUILD = REPO / "build" / "collectors"
-PREFIX = "co"                       # resource prefix of these tests (netns, veths, pins)
+PREFIX = "co"  # resource prefix of these tests (netns, veths, pins)
 PIN_ROOT = Path("/sys/fs/bpf") / f"{PREFIX}-test"
-KAFKA_PORT_BASE = 29000             # isolated Kafka: 29000 (controller 29001)
+KAFKA_PORT_BASE = 29000  # isolated Kafka: 29000 (controller 29001)
 
 
 def sh(*argv: str, check: bool = True) -> subprocess.CompletedProcess:
@@ -37,22 +38,52 @@ class VethPair:
         self.down()
         sh("ip", "netns", "add", self.snd_ns)
         sh("ip", "netns", "add", self.rcv_ns)
-        sh("ip", "link", "add", self.snd_if, "netns", self.snd_ns, "address", self.snd_mac,
-           "type", "veth", "peer", "name", self.rcv_if, "netns", self.rcv_ns, "address", self.rcv_mac)
+        sh(
+            "ip",
+            "link",
+            "add",
+            self.snd_if,
+            "netns",
+            self.snd_ns,
+            "address",
+            self.snd_mac,
+            "type",
+            "veth",
+            "peer",
+            "name",
+            self.rcv_if,
+            "netns",
+            self.rcv_ns,
+            "address",
+            self.rcv_mac,
+        )
         for ns, dev, addr, peer_addr, peer_mac in (
-                (self.snd_ns, self.snd_if, self.snd_addr, self.rcv_addr, self.rcv_mac),
-                (self.rcv_ns, self.rcv_if, self.rcv_addr, self.snd_addr, self.snd_mac)):
+            (self.snd_ns, self.snd_if, self.snd_addr, self.rcv_addr, self.rcv_mac),
+            (self.rcv_ns, self.rcv_if, self.rcv_addr, self.snd_addr, self.snd_mac),
+        ):
             ex = ("ip", "netns", "exec", ns)
             sh(*ex, "ip", "link", "set", "lo", "up")
             sh(*ex, "ip", "link", "set", dev, "up")
             sh(*ex, "ip", "-6", "addr", "add", f"{addr}/64", "dev", dev, "nodad")
-            sh(*ex, "ip", "-6", "neigh", "replace", peer_addr, "lladdr", peer_mac, "dev", dev,
-               "nud", "permanent")
+            sh(*ex, "ip", "-6", "neigh", "replace", peer_addr, "lladdr", peer_mac, "dev", dev, "nud", "permanent")
             # kernel-socket senders need full checksums in the frame (see notes/infra-ebpf.md)
             sh(*ex, "ethtool", "-K", dev, "tx", "off")
         # SIDs and remote destinations are reached through the peer
-        sh("ip", "netns", "exec", self.snd_ns, "ip", "-6", "route", "add", "fc00::/16", "via",
-           self.rcv_addr, "dev", self.snd_if)
+        sh(
+            "ip",
+            "netns",
+            "exec",
+            self.snd_ns,
+            "ip",
+            "-6",
+            "route",
+            "add",
+            "fc00::/16",
+            "via",
+            self.rcv_addr,
+            "dev",
+            self.snd_if,
+        )
         self._wait_operstate_up()
         return self
 

@@ -8,6 +8,7 @@ deltas, F_PARTIAL where the counts cannot cover the block, a record for 0-packet
 wrap near 2^64, flows added/removed while running, a slot reused by another flow (no counts
 leak), batches in Kafka decodable by segscope_schemas.altmark_block, and the CLI's errors.
 """
+
 from __future__ import annotations
 
 import json
@@ -19,13 +20,13 @@ from collections import defaultdict
 from pathlib import Path
 
 import pytest
+from altmark_maps import METHOD_RFC9343, NCPUS, U64, AltmarkMaps, tai_ns
 from confluent_kafka import Consumer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from segscope_schemas import altmark_block as ab
-from altmark_maps import NCPUS, U64, AltmarkMaps, METHOD_RFC9343, tai_ns
 
-pytestmark = pytest.mark.datapath   # real BPF maps in the kernel
+pytestmark = pytest.mark.datapath  # real BPF maps in the kernel
 
 PERIOD_MS = 400
 T = PERIOD_MS * 1_000_000
@@ -43,7 +44,7 @@ def pins(bpffs, request):
     yield d
     subprocess.run(["rm", "-rf", str(d)], check=False)
     try:
-        PIN_ROOT.rmdir()   # the last test's pins gone: leave no empty dir of ours behind
+        PIN_ROOT.rmdir()  # the last test's pins gone: leave no empty dir of ours behind
     except OSError:
         pass
 
@@ -89,7 +90,7 @@ class Blocks:
 
     def __init__(self, phase: float = 0.25):
         self.phase = phase
-        self.expected = defaultdict(lambda: [0, 0, 0, 0])   # (flow, block) -> packets, bytes, dm, dm_sum
+        self.expected = defaultdict(lambda: [0, 0, 0, 0])  # (flow, block) -> packets, bytes, dm, dm_sum
 
     def next(self) -> int:
         """Sleep to phase of the next block; return its index."""
@@ -101,8 +102,17 @@ class Blocks:
     def wait_phase(self, k: int, phase: float) -> None:
         time.sleep(max(0, k * T + int(phase * T) - tai_ns()) / 1e9)
 
-    def add(self, maps: AltmarkMaps, flow: int, slot: int, packets: int, nbytes: int, dm: int = 0,
-            dm_sum: int = 0, cpu: int = 0) -> None:
+    def add(
+        self,
+        maps: AltmarkMaps,
+        flow: int,
+        slot: int,
+        packets: int,
+        nbytes: int,
+        dm: int = 0,
+        dm_sum: int = 0,
+        cpu: int = 0,
+    ) -> None:
         before = tai_ns() // T
         maps.add(slot, before & 1, packets, nbytes, dm, dm_sum, cpu=cpu)
         after = tai_ns() // T
@@ -144,8 +154,17 @@ def check_shape(recs: list[dict], period_ms: int = PERIOD_MS) -> None:
 
 
 def collector_args(*dirs: str, margin: list[str] | None = None) -> list[str]:
-    return ["--node", "amcol-n", *dirs, "--stdout", "--scan-interval-ms", "50", "--stats-interval", "60",
-            *(margin or [])]
+    return [
+        "--node",
+        "amcol-n",
+        *dirs,
+        "--stdout",
+        "--scan-interval-ms",
+        "50",
+        "--stats-interval",
+        "60",
+        *(margin or []),
+    ]
 
 
 def test_exact_blocks_partial_install_block_zero_blocks_percpu_and_dmark(collector_bin, pins, work_dir):
@@ -155,15 +174,15 @@ def test_exact_blocks_partial_install_block_zero_blocks_percpu_and_dmark(collect
         k0 = blocks.next()
         installed = tx.install_flow(7, 101, PERIOD_MS, sids=SIDS_A)
         assert installed // T == k0
-        blocks.add(tx, 101, 7, 3, 300)                    # counted in the install block (partial)
-        pattern = [(5, 0), (0, 0), (12, 1), (0, 0), (7, 1)]   # (packets, cpu); 0 = a block without traffic
+        blocks.add(tx, 101, 7, 3, 300)  # counted in the install block (partial)
+        pattern = [(5, 0), (0, 0), (12, 1), (0, 0), (7, 1)]  # (packets, cpu); 0 = a block without traffic
         for packets, cpu in pattern:
             blocks.next()
             if packets:
                 blocks.add(tx, 101, 7, packets, packets * 120, dm=1, dm_sum=tai_ns(), cpu=cpu)
                 blocks.add(tx, 101, 7, 1, 64, cpu=1 - cpu)  # the other CPU: the sum must hold both
         blocks.next()
-        time.sleep(T / 1e9)                                # the last written block is read too
+        time.sleep(T / 1e9)  # the last written block is read too
         records, counters = col.stop()
     recs = by_flow(records)[101]
     check_shape(recs)
@@ -171,7 +190,7 @@ def test_exact_blocks_partial_install_block_zero_blocks_percpu_and_dmark(collect
     assert all(not r["partial"] for r in recs[1:])
     assert len(recs) >= 1 + len(pattern)
     check_exact(recs, blocks, 101)
-    zero_blocks = [r for r in recs[1:len(pattern) + 1] if r["packets"] == 0]
+    zero_blocks = [r for r in recs[1 : len(pattern) + 1] if r["packets"] == 0]
     assert len(zero_blocks) == 2 and all(r["bytes"] == 0 for r in zero_blocks)
     assert {r["direction"] for r in recs} == {"tx"} and {r["method"] for r in recs} == {ab.METHOD_DSCP}
     assert len({r["boot_id"] for r in recs}) == 1
@@ -186,11 +205,10 @@ def test_counter_wrap_and_old_flow_without_baseline(collector_bin, pins, work_di
     near = [(U64 - 4 - cpu, U64 - 1000 - cpu, U64 - 1, U64 - 10**9) for cpu in range(NCPUS)]
     for colour in (0, 1):
         tx.set_counter(12, colour, near)
-    tx.install_flow(12, 202, PERIOD_MS, sids=SIDS_B, installed_tai_ns=tai_ns() - 100 * 10**9,
-                    zero_counters=False)
+    tx.install_flow(12, 202, PERIOD_MS, sids=SIDS_B, installed_tai_ns=tai_ns() - 100 * 10**9, zero_counters=False)
     blocks = Blocks()
     with Collector(collector_bin, work_dir, *collector_args("--tx-pin-dir", str(pins / "altmark_tx"))) as col:
-        time.sleep(0.1)                                   # the collector has taken its baselines
+        time.sleep(0.1)  # the collector has taken its baselines
         for i in range(4):
             blocks.next()
             blocks.add(tx, 202, 12, 20 + i, 3000, dm=3, dm_sum=2 * 10**9, cpu=i % NCPUS)
@@ -217,13 +235,13 @@ def test_flows_added_removed_and_slot_reuse_never_leak(collector_bin, pins, work
     blocks = Blocks()
     with Collector(collector_bin, work_dir, *collector_args("--rx-pin-dir", str(pins / "altmark_rx"))) as col:
         kA = blocks.next()
-        rx.install_flow(0, 301, PERIOD_MS, sids=SIDS_A)                        # dscp flow, slot 0
+        rx.install_flow(0, 301, PERIOD_MS, sids=SIDS_A)  # dscp flow, slot 0
         blocks.add(rx, 301, 0, 4, 400)
         for i in range(2):
             blocks.next()
-            blocks.add(rx, 301, 0, 1000 + i, 100_000)                          # big counts in slot 0
+            blocks.add(rx, 301, 0, 1000 + i, 100_000)  # big counts in slot 0
         kB = blocks.next()
-        rx.install_flow(1, 0xABCDE, PERIOD_MS, flowmon_id=0xABCDE, method=METHOD_RFC9343)   # added
+        rx.install_flow(1, 0xABCDE, PERIOD_MS, flowmon_id=0xABCDE, method=METHOD_RFC9343)  # added
         blocks.add(rx, 0xABCDE, 1, 9, 900)
         blocks.add(rx, 301, 0, 1002, 100_000)
         kR = blocks.next()
@@ -233,7 +251,7 @@ def test_flows_added_removed_and_slot_reuse_never_leak(collector_bin, pins, work
         blocks.add(rx, 302, 0, 2, 200)
         blocks.add(rx, 0xABCDE, 1, 5, 500)
         kS = blocks.next()
-        blocks.wait_phase(kS, 0.75)   # after block kR was read at kS + T/2
+        blocks.wait_phase(kS, 0.75)  # after block kR was read at kS + T/2
         # the same SID list re-installed in place (new installed_tai_ns): zeroed again
         rx.install_flow(0, 302, PERIOD_MS, sids=SIDS_C)
         blocks.add(rx, 302, 0, 6, 600)
@@ -281,8 +299,14 @@ def make_topics(bootstrap: str) -> tuple[str, str]:
 
 
 def consume(bootstrap: str, topic: str, until, timeout: float = 30.0) -> list:
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"amcol-test-{uuid.uuid4().hex[:8]}",
-                  "auto.offset.reset": "earliest", "enable.auto.commit": False})
+    c = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"amcol-test-{uuid.uuid4().hex[:8]}",
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+        }
+    )
     c.subscribe([topic])
     msgs, deadline = [], time.monotonic() + timeout
     try:
@@ -303,11 +327,26 @@ def test_kafka_batches_decode_with_keys_nodes_and_metrics(collector_bin, pins, w
     rx = AltmarkMaps.create(pins / "altmark_rx", "rx")
     blocks_topic, metrics_topic = make_topics(kafka_bootstrap)
     blocks = Blocks()
-    tx_flows = {55: 3, 56: 4, 57: 5}                       # flow -> slot
-    args = ["--node", "amcol-col", "--tx-pin-dir", f"{pins / 'altmark_tx'}@amcol-A",
-            "--rx-pin-dir", f"{pins / 'altmark_rx'}@amcol-B", "--brokers", kafka_bootstrap,
-            "--topic", blocks_topic, "--metrics-topic", metrics_topic, "--stats-interval", "0.5",
-            "--scan-interval-ms", "50", *(["--group-flows"] if grouped else [])]
+    tx_flows = {55: 3, 56: 4, 57: 5}  # flow -> slot
+    args = [
+        "--node",
+        "amcol-col",
+        "--tx-pin-dir",
+        f"{pins / 'altmark_tx'}@amcol-A",
+        "--rx-pin-dir",
+        f"{pins / 'altmark_rx'}@amcol-B",
+        "--brokers",
+        kafka_bootstrap,
+        "--topic",
+        blocks_topic,
+        "--metrics-topic",
+        metrics_topic,
+        "--stats-interval",
+        "0.5",
+        "--scan-interval-ms",
+        "50",
+        *(["--group-flows"] if grouped else []),
+    ]
     with Collector(collector_bin, work_dir, *args) as col:
         blocks.next()
         for flow, slot in tx_flows.items():
@@ -354,8 +393,11 @@ def test_kafka_batches_decode_with_keys_nodes_and_metrics(collector_bin, pins, w
         for r in full:
             want = blocks.expected.get((key, int(r["block_index"])), [0, 0, 0, 0])
             assert [int(r["packets"]), int(r["bytes"])] == want[:2]
-    metrics = consume(kafka_bootstrap, metrics_topic, lambda m: any(
-        f"records_delivered={final['records_delivered']}i" in x.value().decode() for x in m))
+    metrics = consume(
+        kafka_bootstrap,
+        metrics_topic,
+        lambda m: any(f"records_delivered={final['records_delivered']}i" in x.value().decode() for x in m),
+    )
     last = metrics[-1].value().decode()
     assert last.startswith("segscope_altmark_collector,node=amcol-col ")
     assert f"records_out={final['records_out']}i" in last and ",flows=4i," in last
@@ -376,8 +418,25 @@ def test_cli_errors(collector_bin, pins):
     # a map of the wrong shape is refused, not misread
     (pins / "bad").mkdir()
     for name, kind, key, value in (("altmark_flows", "hash", 8, 32), ("altmark_counters", "percpu_array", 4, 32)):
-        subprocess.run(["bpftool", "map", "create", str(pins / "bad" / name), "type", kind, "key", str(key),
-                        "value", str(value), "entries", "16", "name", name], check=True)
+        subprocess.run(
+            [
+                "bpftool",
+                "map",
+                "create",
+                str(pins / "bad" / name),
+                "type",
+                kind,
+                "key",
+                str(key),
+                "value",
+                str(value),
+                "entries",
+                "16",
+                "name",
+                name,
+            ],
+            check=True,
+        )
     r = run("--node", "n", "--tx-pin-dir", str(pins / "bad"), "--stdout")
     assert r.returncode == 1 and "is not the map of datapath/altmark.h" in r.stderr
     r = run("--node", "n", "--tx-pin-dir", str(pins), "--margin-ms", "x")
@@ -389,22 +448,39 @@ def test_rate_10000_flows(collector_bin, pins, work_dir):
     tx = AltmarkMaps.create(pins / "altmark_tx", "tx")
     n = 10_000
     for slot in range(n):
-        tx.install_flow(slot, slot + 1, 1000, sids=[f"fc00:{slot // 256 + 1:x}::{slot % 256 + 1:x}"],
-                        installed_tai_ns=tai_ns() - 60 * 10**9, zero_counters=False)
-    with Collector(collector_bin, work_dir, "--node", "amcol-n", "--tx-pin-dir", str(pins / "altmark_tx"),
-                   "--stdout", "--stats-interval", "60") as col:
+        tx.install_flow(
+            slot,
+            slot + 1,
+            1000,
+            sids=[f"fc00:{slot // 256 + 1:x}::{slot % 256 + 1:x}"],
+            installed_tai_ns=tai_ns() - 60 * 10**9,
+            zero_counters=False,
+        )
+    with Collector(
+        collector_bin,
+        work_dir,
+        "--node",
+        "amcol-n",
+        "--tx-pin-dir",
+        str(pins / "altmark_tx"),
+        "--stdout",
+        "--stats-interval",
+        "60",
+    ) as col:
         time.sleep(3.2)
         records, counters = col.stop()
     assert counters["flows"] == n and counters["flows_added"] == n
     per_block = defaultdict(int)
     for r in records:
         per_block[r["block_index"]] += 1
-    assert sorted(per_block.values())[-2:] == [n, n]      # >= 2 complete rounds of all flows
+    assert sorted(per_block.values())[-2:] == [n, n]  # >= 2 complete rounds of all flows
     rate = counters["flows_read"] / (counters["read_us_sum"] / 1e6)
-    print(f"\n[altmark_collector] {counters['flows_read']} flow reads in {counters['read_us_sum'] / 1e3:.1f} ms "
-          f"= {rate:,.0f} flows/s (read + delta + JSON record); {counters['scans']} scans of the flows map "
-          f"in {counters['scan_us_sum'] / 1e3:.1f} ms ({counters['scan_us_sum'] / counters['scans'] / 1e3:.1f} ms each)")
-    assert rate > 20_000    # 10 000 flows must be read well within a 1 s period
+    print(
+        f"\n[altmark_collector] {counters['flows_read']} flow reads in {counters['read_us_sum'] / 1e3:.1f} ms "
+        f"= {rate:,.0f} flows/s (read + delta + JSON record); {counters['scans']} scans of the flows map "
+        f"in {counters['scan_us_sum'] / 1e3:.1f} ms ({counters['scan_us_sum'] / counters['scans'] / 1e3:.1f} ms each)"
+    )
+    assert rate > 20_000  # 10 000 flows must be read well within a 1 s period
 
 
 def test_maps_replaced_and_collector_restart_give_new_boot_and_partial(collector_bin, pins, work_dir):
@@ -422,9 +498,9 @@ def test_maps_replaced_and_collector_restart_give_new_boot_and_partial(collector
             blocks.add(rx, 77, 2, 5, 50)
         kR = blocks.next()
         rx.close()
-        subprocess.run(["rm", "-rf", str(d)], check=True)          # detach: pins gone ...
-        rx = AltmarkMaps.create(d, "rx")                             # ... attach: new maps
-        kI = rx.install_flow(6, 77, PERIOD_MS, sids=SIDS_A) // T      # bpftool may take > T/2 here
+        subprocess.run(["rm", "-rf", str(d)], check=True)  # detach: pins gone ...
+        rx = AltmarkMaps.create(d, "rx")  # ... attach: new maps
+        kI = rx.install_flow(6, 77, PERIOD_MS, sids=SIDS_A) // T  # bpftool may take > T/2 here
         blocks.add(rx, 77, 6, 1, 10)
         for _ in range(2):
             blocks.next()
@@ -434,8 +510,9 @@ def test_maps_replaced_and_collector_restart_give_new_boot_and_partial(collector
         first, counters = col.stop()
     # >= 1: a scan may also catch the maps half re-pinned (flowmon not yet there) and reopen twice
     assert counters["map_reopens"] >= 1
-    boots = sorted({r["boot_id"] for r in first}, key=lambda b: min(r["block_index"] for r in first
-                                                                    if r["boot_id"] == b))
+    boots = sorted(
+        {r["boot_id"] for r in first}, key=lambda b: min(r["block_index"] for r in first if r["boot_id"] == b)
+    )
     assert len(boots) >= 2
     before = [r for r in first if r["boot_id"] == boots[0]]
     assert before[-1]["block_index"] < kR

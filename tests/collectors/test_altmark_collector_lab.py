@@ -7,6 +7,7 @@ packet's block is known from its send time; the collector's records must equal, 
 block, what was sent (tx) and what H2 received (rx), 0-packet blocks included; D-marked counts
 agree on both edges and give a small positive one-way delay.
 """
+
 from __future__ import annotations
 
 import subprocess
@@ -15,9 +16,9 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-
 from test_altmark_collector import Collector
-from tests.datapath.altmark_env import (POLICY, RX, TX, Receiver, run, send_udp, tai_ns)
+
+from tests.datapath.altmark_env import POLICY, RX, TX, Receiver, run, send_udp, tai_ns
 
 pytestmark = pytest.mark.datapath
 
@@ -41,13 +42,30 @@ def lab(bpffs):
 
     subprocess.run(["make", "-s", "-C", str(Path(__file__).resolve().parents[2] / "datapath")], check=True)
     with Lab.up("netlab/topologies/line5.yaml", prefix=PREFIX) as lab:
-        lab.run("A", ["ip", "-6", "route", "replace", f"{DOH_DST}/128", "encap", "seg6", "mode", "encap",
-                      "segs", ",".join(DOH_SIDS), "dev", "a0"], check=True)
+        lab.run(
+            "A",
+            [
+                "ip",
+                "-6",
+                "route",
+                "replace",
+                f"{DOH_DST}/128",
+                "encap",
+                "seg6",
+                "mode",
+                "encap",
+                "segs",
+                ",".join(DOH_SIDS),
+                "dev",
+                "a0",
+            ],
+            check=True,
+        )
         lab.run("H2", ["ip", "-6", "addr", "add", f"{DOH_DST}/64", "dev", "h2", "nodad"], check=True)
         tx_inst, rx_inst = f"{PREFIX}-A", f"{PREFIX}-B"
         run(TX, "attach", "--netns", lab.ns("A"), "--dev", "a0", "--instance", tx_inst)
         run(RX, "attach", "--netns", lab.ns("B"), "--dev", "b0", "--instance", rx_inst)
-        lab.run("H1", ["ping", "-6", "-c", "1", "-W", "2", DOH_DST])   # neighbour entries warm
+        lab.run("H1", ["ping", "-6", "-c", "1", "-W", "2", DOH_DST])  # neighbour entries warm
         lab.run("H1", ["ping", "-6", "-c", "1", "-W", "2", "fd00:b::1"])
         try:
             yield lab, tx_inst, rx_inst
@@ -60,19 +78,55 @@ def test_records_equal_sent_and_received_packets_per_block(lab, collectors_build
     netlab, tx_inst, rx_inst = lab
     period = ["--period-ms", str(PERIOD_MS)]
     installs = [
-        (TX, tx_inst, ["--sids", ",".join(POLICY), "--flow-id", str(DSCP_FLOW), "--method", "dscp",
-                       "--dmark-every", "4", *period]),
+        (
+            TX,
+            tx_inst,
+            [
+                "--sids",
+                ",".join(POLICY),
+                "--flow-id",
+                str(DSCP_FLOW),
+                "--method",
+                "dscp",
+                "--dmark-every",
+                "4",
+                *period,
+            ],
+        ),
         (RX, rx_inst, ["--sids", ",".join(POLICY), "--flow-id", str(DSCP_FLOW), "--method", "dscp", *period]),
-        (TX, tx_inst, ["--sids", ",".join(DOH_SIDS), "--flow-id", str(FLOWMON), "--method", "rfc9343",
-                       "--dmark-every", "3", *period]),
+        (
+            TX,
+            tx_inst,
+            [
+                "--sids",
+                ",".join(DOH_SIDS),
+                "--flow-id",
+                str(FLOWMON),
+                "--method",
+                "rfc9343",
+                "--dmark-every",
+                "3",
+                *period,
+            ],
+        ),
         (RX, rx_inst, ["--flowmon-id", str(FLOWMON), "--method", "rfc9343", *period]),
     ]
     recv = {dst: Receiver(netlab.ns("H2"), dst) for dst in ("fd00:b::1", DOH_DST)}
     sent = {DSCP_FLOW: Counter(), FLOWMON: Counter()}
     seq_block: dict[tuple[int, int], int] = {}
-    args = ["--node", "amcol-c", "--tx-pin-dir", f"{PIN_ROOT / tx_inst / 'altmark_tx'}@amcol-A",
-            "--rx-pin-dir", f"{PIN_ROOT / rx_inst / 'altmark_rx'}@amcol-B", "--stdout",
-            "--scan-interval-ms", "50", "--stats-interval", "60"]
+    args = [
+        "--node",
+        "amcol-c",
+        "--tx-pin-dir",
+        f"{PIN_ROOT / tx_inst / 'altmark_tx'}@amcol-A",
+        "--rx-pin-dir",
+        f"{PIN_ROOT / rx_inst / 'altmark_rx'}@amcol-B",
+        "--stdout",
+        "--scan-interval-ms",
+        "50",
+        "--stats-interval",
+        "60",
+    ]
     try:
         with Collector(collectors_build / "altmark_collector", work_dir, *args) as col:
             for tool, inst, a in installs:
@@ -109,19 +163,21 @@ def test_records_equal_sent_and_received_packets_per_block(lab, collectors_build
     assert counters["records_out"] == len(records) and counters["read_errors"] == 0
     for flow, length in ((DSCP_FLOW, LEN_DSCP), (FLOWMON, LEN_DOH)):
         for direction, node, truth in (("tx", "amcol-A", sent[flow]), ("rx", "amcol-B", received[flow])):
-            recs = sorted((r for r in records if r["flow_id"] == flow and r["direction"] == direction),
-                          key=lambda r: r["block_index"])
+            recs = sorted(
+                (r for r in records if r["flow_id"] == flow and r["direction"] == direction),
+                key=lambda r: r["block_index"],
+            )
             assert recs and {r["node"] for r in recs} == {node}
             idx = [r["block_index"] for r in recs]
             assert idx == list(range(idx[0], idx[0] + len(idx)))
-            assert idx[0] <= install_block and recs[0]["partial"]    # the install block
+            assert idx[0] <= install_block and recs[0]["partial"]  # the install block
             full = [r for r in recs if not r["partial"]]
-            assert [r["block_index"] for r in full] == idx[len(idx) - len(full):]
+            assert [r["block_index"] for r in full] == idx[len(idx) - len(full) :]
             assert full[0]["block_index"] <= min(truth) and full[-1]["block_index"] >= last_block
             for r in full:
                 assert r["packets"] == truth.get(r["block_index"], 0), (flow, direction, r, truth)
                 assert r["bytes"] == r["packets"] * length, (flow, direction, r)
-            assert sum(1 for r in full if r["packets"] == 0) >= 2            # blocks without traffic
+            assert sum(1 for r in full if r["packets"] == 0) >= 2  # blocks without traffic
         # double marking: same D-marked packets on both edges (nothing lost), small positive delay
         tx = {r["block_index"]: r for r in records if r["flow_id"] == flow and r["direction"] == "tx"}
         rx = {r["block_index"]: r for r in records if r["flow_id"] == flow and r["direction"] == "rx"}

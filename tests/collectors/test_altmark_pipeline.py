@@ -7,6 +7,7 @@ the test knows tx and rx counts it wrote; InfluxDB must hold lost == tx - rx (co
 for every full block, 0-packet blocks included, and complete=false (partial_block) for the
 install block.
 """
+
 from __future__ import annotations
 
 import os
@@ -18,9 +19,9 @@ import uuid
 from pathlib import Path
 
 import pytest
-
 from altmark_maps import METHOD_RFC9343, AltmarkMaps
-from test_altmark_collector import PERIOD_MS, SIDS_A, T, Blocks, Collector, pins  # noqa: F401 (fixture)
+from test_altmark_collector import PERIOD_MS, SIDS_A, Blocks, Collector, T, pins  # noqa: F401 (fixture)
+
 from processors.delay.topics import ensure_topics
 
 pytestmark = [pytest.mark.datapath, pytest.mark.e2e]
@@ -34,10 +35,34 @@ def start_worker(bootstrap: str, run_dir: Path, blocks_topic: str, dl_topic: str
     env = dict(os.environ, PYTHONPATH=f"{REPO}:{REPO / 'schemas' / 'python'}")
     with open(log_path, "w") as log:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "processors.loss", "--bootstrap", bootstrap, "--blocks-topic", blocks_topic,
-             "--deadletter-topic", dl_topic, "--app-id", app_id, "--timeout-s", "2", "--flush-interval-s", "0.5",
-             "--tai-utc-offset-s", str(TAI_UTC), "--datadir", str(run_dir / app_id), "-l", "info"],
-            cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
+            [
+                sys.executable,
+                "-m",
+                "processors.loss",
+                "--bootstrap",
+                bootstrap,
+                "--blocks-topic",
+                blocks_topic,
+                "--deadletter-topic",
+                dl_topic,
+                "--app-id",
+                app_id,
+                "--timeout-s",
+                "2",
+                "--flush-interval-s",
+                "0.5",
+                "--tai-utc-offset-s",
+                str(TAI_UTC),
+                "--datadir",
+                str(run_dir / app_id),
+                "-l",
+                "info",
+            ],
+            cwd=REPO,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
     return proc, log_path
 
 
@@ -50,11 +75,22 @@ def test_collector_to_influxdb_exact_loss_per_block(stack, collectors_build, pin
     rx = AltmarkMaps.create(pins / "altmark_rx", "rx")
     worker, worker_log = start_worker(stack.kafka_bootstrap, tmp_path, blocks_topic, dl_topic, f"amcol-loss-{run}")
     flows = {951: dict(slot_tx=1, slot_rx=4, sids=SIDS_A), 0x951: dict(slot_tx=2, slot_rx=5, flowmon=0x951)}
-    plan = [(100, 3), (0, 0), (250, 25), (80, 0), (1, 1)]     # (tx packets, lost) per block
+    plan = [(100, 3), (0, 0), (250, 25), (80, 0), (1, 1)]  # (tx packets, lost) per block
     blocks = Blocks()
-    args = ["--node", f"amcolC{run}", "--tx-pin-dir", f"{pins / 'altmark_tx'}@{tx_node}",
-            "--rx-pin-dir", f"{pins / 'altmark_rx'}@{rx_node}", "--brokers", stack.kafka_bootstrap,
-            "--topic", blocks_topic, "--scan-interval-ms", "50"]
+    args = [
+        "--node",
+        f"amcolC{run}",
+        "--tx-pin-dir",
+        f"{pins / 'altmark_tx'}@{tx_node}",
+        "--rx-pin-dir",
+        f"{pins / 'altmark_rx'}@{rx_node}",
+        "--brokers",
+        stack.kafka_bootstrap,
+        "--topic",
+        blocks_topic,
+        "--scan-interval-ms",
+        "50",
+    ]
     try:
         with Collector(collectors_build / "altmark_collector", work_dir, *args) as col:
             k0 = blocks.next()
@@ -65,7 +101,7 @@ def test_collector_to_influxdb_exact_loss_per_block(stack, collectors_build, pin
                 else:
                     tx.install_flow(f["slot_tx"], fid, PERIOD_MS, sids=f["sids"])
                     rx.install_flow(f["slot_rx"], fid, PERIOD_MS, sids=f["sids"])
-                blocks.add(tx, ("tx", fid), f["slot_tx"], 7, 700)          # install block: partial
+                blocks.add(tx, ("tx", fid), f["slot_tx"], 7, 700)  # install block: partial
                 blocks.add(rx, ("rx", fid), f["slot_rx"], 7, 700)
             for sent, lost in plan:
                 blocks.next()
@@ -79,7 +115,7 @@ def test_collector_to_influxdb_exact_loss_per_block(stack, collectors_build, pin
         assert counters["records_delivered"] == counters["records_out"] > 0
 
         want = {}
-        for (side_flow, k), (packets, nbytes, _, _) in blocks.expected.items():
+        for (side_flow, k), (packets, _, _, _) in blocks.expected.items():
             side, fid = side_flow
             want.setdefault((fid, k), {})[side] = packets
         deadline = time.monotonic() + 60
@@ -98,10 +134,13 @@ def test_collector_to_influxdb_exact_loss_per_block(stack, collectors_build, pin
                 assert (p["complete"], p["reason"], p["lost"]) == (False, "partial_block", None)
                 continue
             assert (p["complete"], p["reason"]) == (True, "ok"), p
-            assert (p["tx_packets"], p["rx_packets"], p["lost"]) == \
-                (sides["tx"], sides["rx"], sides["tx"] - sides["rx"]), ((fid, k), p)
+            assert (p["tx_packets"], p["rx_packets"], p["lost"]) == (
+                sides["tx"],
+                sides["rx"],
+                sides["tx"] - sides["rx"],
+            ), ((fid, k), p)
         # a block without traffic is a point with lost=0, not a missing point
-        zero = points[(951, k0 + 2)]                 # plan[1]: no traffic for flow 951
+        zero = points[(951, k0 + 2)]  # plan[1]: no traffic for flow 951
         assert (zero["tx_packets"], zero["rx_packets"], zero["lost"], zero["loss_ratio"]) == (0, 0, 0, None)
     finally:
         worker.send_signal(signal.SIGTERM)

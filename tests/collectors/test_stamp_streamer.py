@@ -1,5 +1,6 @@
 """stamp_streamer: synthetic records from a real BPF ring buffer (ringbuf_gen, BPF_PROG_TEST_RUN)
 into a real Kafka (services/stack.py, our own port base), read back and checked record by record."""
+
 from __future__ import annotations
 
 import json
@@ -12,20 +13,24 @@ from collections import defaultdict
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from segscope_schemas import stamp_record as sr
 
-pytestmark = pytest.mark.datapath   # loads a BPF program (ringbuf_gen) into the kernel
+pytestmark = pytest.mark.datapath  # loads a BPF program (ringbuf_gen) into the kernel
 
 REPO = Path(__file__).resolve().parents[2]
 NODE = "co-node"
 
 
 def gen(build: Path, pin: Path, count: int, *extra: str) -> dict:
-    res = subprocess.run([str(build / "ringbuf_gen"), "--pin", str(pin), "--count", str(count), *extra],
-                         capture_output=True, text=True, timeout=120)
+    res = subprocess.run(
+        [str(build / "ringbuf_gen"), "--pin", str(pin), "--count", str(count), *extra],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     out = json.loads(res.stdout)
     assert res.returncode == 0 or out.get("malformed"), res.stderr
     return out
@@ -42,8 +47,14 @@ def make_topics(bootstrap: str, partitions: int = 2) -> tuple[str, str]:
 
 def consume_all(bootstrap: str, topic: str, until, timeout: float = 60.0) -> list:
     """Every message of `topic` from the beginning, until `until(messages)` holds or timeout."""
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"co-test-{uuid.uuid4().hex[:8]}",
-                  "auto.offset.reset": "earliest", "enable.auto.commit": False})
+    c = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"co-test-{uuid.uuid4().hex[:8]}",
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+        }
+    )
     c.subscribe([topic])
     msgs, deadline = [], time.monotonic() + timeout
     try:
@@ -57,14 +68,33 @@ def consume_all(bootstrap: str, topic: str, until, timeout: float = 60.0) -> lis
 
 
 class Streamer:
-    def __init__(self, build: Path, pin: Path, bootstrap: str, topic: str, metrics_topic: str,
-                 work_dir: Path, *extra: str):
+    def __init__(
+        self, build: Path, pin: Path, bootstrap: str, topic: str, metrics_topic: str, work_dir: Path, *extra: str
+    ):
         self.stats_path = work_dir / "stats.json"
         self.proc = subprocess.Popen(
-            [str(build / "stamp_streamer"), "--ringbuf", str(pin), "--node", NODE, "--brokers", bootstrap,
-             "--topic", topic, "--metrics-topic", metrics_topic, "--stats-interval", "0.5",
-             "--stats-json", str(self.stats_path), *extra],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            [
+                str(build / "stamp_streamer"),
+                "--ringbuf",
+                str(pin),
+                "--node",
+                NODE,
+                "--brokers",
+                bootstrap,
+                "--topic",
+                topic,
+                "--metrics-topic",
+                metrics_topic,
+                "--stats-interval",
+                "0.5",
+                "--stats-json",
+                str(self.stats_path),
+                *extra,
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
 
     def stats(self) -> dict:
         try:
@@ -126,7 +156,7 @@ def test_every_record_once_in_order_per_session(collectors_build, ring, kafka_bo
         g = gen(collectors_build, ring, n, "--ssids", str(k), "--first-ssid", "100")
         assert (g["generated"], g["rb_full"]) == (n, 0)
         st.wait_delivered(n)
-        time.sleep(1.2)                       # at least two more stats intervals
+        time.sleep(1.2)  # at least two more stats intervals
         rc, final, err = st.stop()
     finally:
         st.kill()
@@ -143,16 +173,19 @@ def test_every_record_once_in_order_per_session(collectors_build, ring, kafka_bo
     for ssid, got in seqs.items():
         assert got == list(range(n // k)), f"ssid {ssid}: records missing, duplicated or out of order"
     batch_seqs = sorted(sr.decode_header(m.value()).batch_seq for m in msgs)
-    assert batch_seqs == list(range(len(msgs)))          # each batch exactly once
+    assert batch_seqs == list(range(len(msgs)))  # each batch exactly once
     assert max(sr.decode_header(m.value()).record_count for m in msgs) <= 4096
 
-    lines = [line for m in consume_all(kafka_bootstrap, mtopic, lambda ms: len(ms) >= 3)
-             for line in m.value().decode().splitlines()]
+    lines = [
+        line
+        for m in consume_all(kafka_bootstrap, mtopic, lambda ms: len(ms) >= 3)
+        for line in m.value().decode().splitlines()
+    ]
     streamer_lines = [line for line in lines if line.startswith(f"segscope_streamer,node={NODE} ")]
     assert len(streamer_lines) >= 3
     fields = dict(kv.split("=") for kv in streamer_lines[-1].split(" ")[1].split(","))
     assert fields["records_in"] == f"{n}i"
-    assert re.fullmatch(r"\d{19}", streamer_lines[-1].split(" ")[2])   # ns timestamp
+    assert re.fullmatch(r"\d{19}", streamer_lines[-1].split(" ")[2])  # ns timestamp
 
 
 def test_max_batch_cuts_messages(collectors_build, ring, kafka_bootstrap, work_dir):
@@ -173,8 +206,7 @@ def test_max_batch_cuts_messages(collectors_build, ring, kafka_bootstrap, work_d
     assert check_batches(msgs, NODE) == {1: list(range(n))}
 
 
-def test_malformed_samples_are_counted_and_fail_the_exit_code(collectors_build, ring, kafka_bootstrap,
-                                                              work_dir):
+def test_malformed_samples_are_counted_and_fail_the_exit_code(collectors_build, ring, kafka_bootstrap, work_dir):
     n = 1000
     topic, mtopic = make_topics(kafka_bootstrap, partitions=1)
     st = Streamer(collectors_build, ring, kafka_bootstrap, topic, mtopic, work_dir)
@@ -189,10 +221,11 @@ def test_malformed_samples_are_counted_and_fail_the_exit_code(collectors_build, 
     assert final["malformed_records"] == 100
     assert final["records_in"] == final["records_delivered"] == 900
     assert rc == 1 and "100 records lost" in err and "malformed 100" in err
-    msgs = consume_all(kafka_bootstrap, topic, lambda ms: sum(
-        sr.decode_header(m.value()).record_count for m in ms) >= 900)
+    msgs = consume_all(
+        kafka_bootstrap, topic, lambda ms: sum(sr.decode_header(m.value()).record_count for m in ms) >= 900
+    )
     got = check_batches(msgs, NODE)[1]
-    assert got == [k for k in range(n) if k % 10 != 9]   # the good ones, in order
+    assert got == [k for k in range(n) if k % 10 != 9]  # the good ones, in order
 
 
 def test_datapath_counters_published(collectors_build, ring, kafka_bootstrap, work_dir):
@@ -201,16 +234,44 @@ def test_datapath_counters_published(collectors_build, ring, kafka_bootstrap, wo
     names = re.findall(r'\[COLL_\w+\]\s*=\s*"(\w+)"', header)
     assert len(names) >= 5
     stats_pin = ring.parent / "stats"
-    subprocess.run(["bpftool", "map", "create", str(stats_pin), "type", "percpu_array", "key", "4",
-                    "value", "8", "entries", str(len(names)), "name", "co_dpstats"], check=True)
+    subprocess.run(
+        [
+            "bpftool",
+            "map",
+            "create",
+            str(stats_pin),
+            "type",
+            "percpu_array",
+            "key",
+            "4",
+            "value",
+            "8",
+            "entries",
+            str(len(names)),
+            "name",
+            "co_dpstats",
+        ],
+        check=True,
+    )
     ncpus = int(Path("/sys/devices/system/cpu/possible").read_text().strip().split("-")[-1]) + 1
     for key in range(len(names)):
         val = (key * 10 + 3).to_bytes(8, "little")
-        subprocess.run(["bpftool", "map", "update", "pinned", str(stats_pin), "key", *map(str, key.to_bytes(4, "little")),
-                        "value", *map(str, val)], check=True)
+        subprocess.run(
+            [
+                "bpftool",
+                "map",
+                "update",
+                "pinned",
+                str(stats_pin),
+                "key",
+                *map(str, key.to_bytes(4, "little")),
+                "value",
+                *map(str, val),
+            ],
+            check=True,
+        )
     topic, mtopic = make_topics(kafka_bootstrap, partitions=1)
-    st = Streamer(collectors_build, ring, kafka_bootstrap, topic, mtopic, work_dir,
-                  "--datapath-stats", str(stats_pin))
+    st = Streamer(collectors_build, ring, kafka_bootstrap, topic, mtopic, work_dir, "--datapath-stats", str(stats_pin))
     try:
         msgs = consume_all(kafka_bootstrap, mtopic, lambda ms: len(ms) >= 2, timeout=30)
         rc, final, err = st.stop()
@@ -225,8 +286,18 @@ def test_datapath_counters_published(collectors_build, ring, kafka_bootstrap, wo
     assert fields == {name: f"{(i * 10 + 3) * ncpus}i" for i, name in enumerate(names)}
 
     # explicit names override the header's
-    st = Streamer(collectors_build, ring, kafka_bootstrap, topic, mtopic, work_dir,
-                  "--datapath-stats", str(stats_pin), "--datapath-counter-names", "a_one,b_two")
+    st = Streamer(
+        collectors_build,
+        ring,
+        kafka_bootstrap,
+        topic,
+        mtopic,
+        work_dir,
+        "--datapath-stats",
+        str(stats_pin),
+        "--datapath-counter-names",
+        "a_one,b_two",
+    )
     try:
         time.sleep(1.2)
         rc, final, err = st.stop()
@@ -239,8 +310,9 @@ def test_datapath_counters_published(collectors_build, ring, kafka_bootstrap, wo
 
 def test_unreachable_kafka_reports_loss(collectors_build, ring, work_dir):
     """Nothing listens on the broker port: records stay unacknowledged and the exit code says so."""
-    st = Streamer(collectors_build, ring, "127.0.0.1:29099", "co.none", "co.none.metrics", work_dir,
-                  "--flush-timeout-ms", "1000")
+    st = Streamer(
+        collectors_build, ring, "127.0.0.1:29099", "co.none", "co.none.metrics", work_dir, "--flush-timeout-ms", "1000"
+    )
     try:
         time.sleep(0.3)
         gen(collectors_build, ring, 500)
@@ -255,15 +327,20 @@ def test_unreachable_kafka_reports_loss(collectors_build, ring, work_dir):
     assert "500 records lost" in err
 
 
-@pytest.mark.parametrize("args,flag", [
-    (["--node", "x"], "--ringbuf"),
-    (["--ringbuf", "/sys/fs/bpf/co-none"], "--node"),
-    (["--ringbuf", "/sys/fs/bpf/co-none", "--node", "a/b"], "--node"),
-    (["--ringbuf", "/sys/fs/bpf/co-none", "--node", "x", "--max-batch", "0"], "--max-batch"),
-    (["--ringbuf", "/sys/fs/bpf/co-none", "--node", "x", "--stats-interval", "abc"], "--stats-interval"),
-    (["--ringbuf", "/sys/fs/bpf/co-none", "--node", "x", "--datapath-counter-names", "Bad-Name"],
-     "--datapath-counter-names"),
-])
+@pytest.mark.parametrize(
+    "args,flag",
+    [
+        (["--node", "x"], "--ringbuf"),
+        (["--ringbuf", "/sys/fs/bpf/co-none"], "--node"),
+        (["--ringbuf", "/sys/fs/bpf/co-none", "--node", "a/b"], "--node"),
+        (["--ringbuf", "/sys/fs/bpf/co-none", "--node", "x", "--max-batch", "0"], "--max-batch"),
+        (["--ringbuf", "/sys/fs/bpf/co-none", "--node", "x", "--stats-interval", "abc"], "--stats-interval"),
+        (
+            ["--ringbuf", "/sys/fs/bpf/co-none", "--node", "x", "--datapath-counter-names", "Bad-Name"],
+            "--datapath-counter-names",
+        ),
+    ],
+)
 def test_bad_arguments_exit_2_naming_the_flag(collectors_build, args, flag):
     res = subprocess.run([str(collectors_build / "stamp_streamer"), *args], capture_output=True, text=True)
     assert res.returncode == 2
@@ -271,6 +348,9 @@ def test_bad_arguments_exit_2_naming_the_flag(collectors_build, args, flag):
 
 
 def test_missing_ring_buffer_is_a_clear_error(collectors_build):
-    res = subprocess.run([str(collectors_build / "stamp_streamer"), "--ringbuf", "/sys/fs/bpf/co-none/x",
-                          "--node", "x"], capture_output=True, text=True)
+    res = subprocess.run(
+        [str(collectors_build / "stamp_streamer"), "--ringbuf", "/sys/fs/bpf/co-none/x", "--node", "x"],
+        capture_output=True,
+        text=True,
+    )
     assert res.returncode == 1 and "--ringbuf: bpf_obj_get /sys/fs/bpf/co-none/x" in res.stderr

@@ -3,6 +3,7 @@
 Everything runs the real binaries/modules: build/datapath/stamp_{reflector,collector} (XDP),
 build/collectors/stamp_sender (C sender) and `python -m collectors.ustamp` (user space).
 """
+
 from __future__ import annotations
 
 import json
@@ -10,6 +11,13 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+
+# netlab/topologies/line5_two_paths.yaml: the sender on A, the reflector address on B, two End SIDs on R.
+# The user-space reflector process, the ustamp sender and R's per-SID counters are the ustamp tests' own
+# helpers (tests/ustamp/ustamp_env.py), shared rather than copied: re-exported here for the tests.
+from tests.ustamp.ustamp_env import REFLECTOR_ADDR, SENDER_ADDR, SID_FWD, SID_RET, sid_packets  # noqa: F401
+from tests.ustamp.ustamp_env import ReflectorProc as UstampReflector  # noqa: F401
+from tests.ustamp.ustamp_env import run_sender as run_ustamp_sender  # noqa: F401
 
 REPO = Path(__file__).resolve().parents[2]
 PY = sys.executable
@@ -19,17 +27,18 @@ XDP_COLLECTOR = REPO / "build" / "datapath" / "stamp_collector"
 C_SENDER = REPO / "build" / "collectors" / "stamp_sender"
 TOPOLOGY = "netlab/topologies/line5_two_paths.yaml"
 
-# netlab/topologies/line5_two_paths.yaml: the sender on A, the reflector address on B, two End SIDs on R
-# The user-space reflector process, the ustamp sender and R's per-SID counters are the ustamp tests' own
-# helpers (tests/ustamp/ustamp_env.py), shared rather than copied.
-from tests.ustamp.ustamp_env import (REFLECTOR_ADDR, SENDER_ADDR, SID_FWD, SID_RET,  # noqa: E402,F401
-                                     ReflectorProc as UstampReflector, run_sender as run_ustamp_sender,
-                                     sid_packets)
 
 # Datapath counters that other traffic on the device may move (neighbour discovery, MLD, ...):
 # every STAMP-port counter must move exactly as a test expects, these may move freely.
-NOISE_COUNTERS = {"pass_not_ipv6", "pass_not_local_addr", "pass_other_ext_header", "pass_srh_not_final",
-                  "pass_not_udp", "pass_other_port", "pass_not_stamp_reply"}
+NOISE_COUNTERS = {
+    "pass_not_ipv6",
+    "pass_not_local_addr",
+    "pass_other_ext_header",
+    "pass_srh_not_final",
+    "pass_not_udp",
+    "pass_other_port",
+    "pass_not_stamp_reply",
+}
 
 
 def build() -> None:
@@ -50,7 +59,4 @@ def xdp_stats(tool: Path, pin: str) -> dict[str, int]:
 
 def counter_delta(before: dict[str, int], after: dict[str, int]) -> dict[str, int]:
     """Changed counters only (noise counters left out)."""
-    return {k: after[k] - before.get(k, 0) for k in after
-            if after[k] != before.get(k, 0) and k not in NOISE_COUNTERS}
-
-
+    return {k: after[k] - before.get(k, 0) for k in after if after[k] != before.get(k, 0) and k not in NOISE_COUNTERS}

@@ -11,32 +11,32 @@ One row per (what is wrong, tool); the id reads `<what>-<tool>`. A row may carry
 to pin a known defect until it is fixed (none does now); strict, so the fix turns it red and the
 mark must go.
 """
+
 from __future__ import annotations
 
 import json
 import subprocess
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import pytest
-
 from conformance_env import C_SENDER, ENV, PY, REPO, XDP_COLLECTOR, XDP_REFLECTOR, build, run_tool
 
 pytestmark = pytest.mark.datapath
 
 NETNS = "cmc-bad"
 PIN = f"/sys/fs/bpf/segscope/{NETNS}"
-SIDS_9 = ",".join(f"fc00:9::{i}" for i in range(1, 10))        # one more than the XDP reflector holds
+SIDS_9 = ",".join(f"fc00:9::{i}" for i in range(1, 10))  # one more than the XDP reflector holds
 SIDS_8 = ",".join(f"fc00:9::{i}" for i in range(1, 9))
-SIDS_17 = ",".join(f"fc00:9::{i}" for i in range(1, 18))       # one more than ustamp/stamp_sender hold
+SIDS_17 = ",".join(f"fc00:9::{i}" for i in range(1, 18))  # one more than ustamp/stamp_sender hold
 KEY = "000102030405060708090a0b0c0d0e0f"
 
 
 @dataclass(frozen=True)
 class Row:
-    what: str                 # the bad configuration
-    tool: str                 # xdp_reflector | xdp_collector | ustamp_reflector | ustamp_sender | c_sender
-    args: tuple[str, ...]     # {keys_noid} / {keys_badcur} / {sessions_badfmt} are replaced by files
-    field: str                # must appear in stderr
+    what: str  # the bad configuration
+    tool: str  # xdp_reflector | xdp_collector | ustamp_reflector | ustamp_sender | c_sender
+    args: tuple[str, ...]  # {keys_noid} / {keys_badcur} / {sessions_badfmt} are replaced by files
+    field: str  # must appear in stderr
     rc: int = 2
     xfail: str = ""
 
@@ -52,15 +52,31 @@ ROWS = [
     Row("unknown_ssid", "xdp_reflector", ("del-session", "--ssid", "4242"), "--ssid", rc=1),
     Row("unknown_ssid", "xdp_collector", ("deactivate", "--ssid", "4242"), "--ssid", rc=1),
     # key id missing (authenticated sessions run in user space)
-    Row("auth_without_key_file", "ustamp_reflector", ("--add-session", "--ssid 5 --mode authenticated"),
-        "key_file: required"),
-    Row("key_without_id", "ustamp_reflector",
-        ("--add-session", "--ssid 5 --mode authenticated --key-file {keys_noid}"), "keys[0]: id"),
-    Row("current_key_id_missing", "ustamp_reflector",
-        ("--add-session", "--ssid 5 --mode authenticated --key-file {keys_badcur}"), "current: key id 3"),
+    Row(
+        "auth_without_key_file",
+        "ustamp_reflector",
+        ("--add-session", "--ssid 5 --mode authenticated"),
+        "key_file: required",
+    ),
+    Row(
+        "key_without_id",
+        "ustamp_reflector",
+        ("--add-session", "--ssid 5 --mode authenticated --key-file {keys_noid}"),
+        "keys[0]: id",
+    ),
+    Row(
+        "current_key_id_missing",
+        "ustamp_reflector",
+        ("--add-session", "--ssid 5 --mode authenticated --key-file {keys_badcur}"),
+        "current: key id 3",
+    ),
     Row("key_without_id", "ustamp_sender", ("--ssid", "5", "--auth-key-file", "{keys_noid}"), "keys[0]: id"),
-    Row("current_key_id_missing", "ustamp_sender", ("--ssid", "5", "--auth-key-file", "{keys_badcur}"),
-        "current: key id 3"),
+    Row(
+        "current_key_id_missing",
+        "ustamp_sender",
+        ("--ssid", "5", "--auth-key-file", "{keys_badcur}"),
+        "current: key id 3",
+    ),
     # SID list too long for the program
     Row("return_sids_9", "xdp_reflector", ("add-session", "--ssid", "5", "--return-sids", SIDS_9), "--return-sids"),
     Row("return_sids_17", "ustamp_reflector", ("--add-session", f"--ssid 5 --return-sids {SIDS_17}"), "return_sids"),
@@ -93,23 +109,32 @@ def env(bpffs, tmp_path_factory):
     subprocess.run(["ip", "netns", "del", NETNS], capture_output=True)
     subprocess.run(["ip", "netns", "add", NETNS], check=True)
     d = tmp_path_factory.mktemp("cmc")
-    files = {"keys_noid": d / "keys_noid.json", "keys_badcur": d / "keys_badcur.json",
-             "sessions_badfmt": d / "sessions.json"}
+    files = {
+        "keys_noid": d / "keys_noid.json",
+        "keys_badcur": d / "keys_badcur.json",
+        "sessions_badfmt": d / "sessions.json",
+    }
     files["keys_noid"].write_text(json.dumps({"keys": [{"key_hex": KEY}]}))
     files["keys_badcur"].write_text(json.dumps({"keys": [{"id": 1, "key_hex": KEY}], "current": 3}))
     files["sessions_badfmt"].write_text(json.dumps([{"ssid": 5, "format": "tai"}]))
     try:
-        for cmd in (["link", "set", "lo", "up"], ["link", "add", "c0", "type", "veth", "peer", "name", "c1"],
-                    ["link", "set", "c0", "up"], ["link", "set", "c1", "up"]):
+        for cmd in (
+            ["link", "set", "lo", "up"],
+            ["link", "add", "c0", "type", "veth", "peer", "name", "c1"],
+            ["link", "set", "c0", "up"],
+            ["link", "set", "c1", "up"],
+        ):
             subprocess.run(["ip", "-n", NETNS, *cmd], check=True)
         run_tool(XDP_REFLECTOR, "attach", "--netns", NETNS, "--dev", "c0", "--pin-dir", f"{PIN}/stamp_reflector")
         run_tool(XDP_COLLECTOR, "attach", "--netns", NETNS, "--dev", "c1", "--pin-dir", f"{PIN}/stamp_collector")
         yield {k: str(v) for k, v in files.items()}
     finally:
-        run_tool(XDP_REFLECTOR, "detach", "--netns", NETNS, "--dev", "c0", "--pin-dir", f"{PIN}/stamp_reflector",
-                 check=False)
-        run_tool(XDP_COLLECTOR, "detach", "--netns", NETNS, "--dev", "c1", "--pin-dir", f"{PIN}/stamp_collector",
-                 check=False)
+        run_tool(
+            XDP_REFLECTOR, "detach", "--netns", NETNS, "--dev", "c0", "--pin-dir", f"{PIN}/stamp_reflector", check=False
+        )
+        run_tool(
+            XDP_COLLECTOR, "detach", "--netns", NETNS, "--dev", "c1", "--pin-dir", f"{PIN}/stamp_collector", check=False
+        )
         subprocess.run(["ip", "netns", "del", NETNS], capture_output=True)
         subprocess.run(["rmdir", PIN], capture_output=True)
 
@@ -127,8 +152,10 @@ def command(row: Row, files: dict[str, str]) -> list[str]:
     return [str(C_SENDER), "--netns", NETNS, *SENDER, *args]
 
 
-@pytest.mark.parametrize("row", [pytest.param(r, id=r.id, marks=[pytest.mark.xfail(reason=r.xfail, strict=True)]
-                                              if r.xfail else []) for r in ROWS])
+@pytest.mark.parametrize(
+    "row",
+    [pytest.param(r, id=r.id, marks=[pytest.mark.xfail(reason=r.xfail, strict=True)] if r.xfail else []) for r in ROWS],
+)
 def test_refused_naming_the_field(env, row):
     try:
         res = subprocess.run(command(row, env), cwd=REPO, env=ENV, capture_output=True, text=True, timeout=15)
@@ -142,12 +169,12 @@ def test_refused_naming_the_field(env, row):
 
 def test_limits_themselves_are_accepted(env):
     """The boundaries are not refused: 8 return SIDs in XDP, SSID 65535 in every loader."""
-    run_tool(XDP_REFLECTOR, "add-session", "--pin-dir", f"{PIN}/stamp_reflector", "--ssid", "65535",
-             "--return-sids", SIDS_8)
+    run_tool(
+        XDP_REFLECTOR, "add-session", "--pin-dir", f"{PIN}/stamp_reflector", "--ssid", "65535", "--return-sids", SIDS_8
+    )
     run_tool(XDP_REFLECTOR, "del-session", "--pin-dir", f"{PIN}/stamp_reflector", "--ssid", "65535")
     run_tool(XDP_COLLECTOR, "activate", "--pin-dir", f"{PIN}/stamp_collector", "--ssid", "65535", "--port", "50000")
     run_tool(XDP_COLLECTOR, "deactivate", "--pin-dir", f"{PIN}/stamp_collector", "--ssid", "65535")
     # the reflector's session is gone: deleting it again fails (exit 1)
-    res = run_tool(XDP_REFLECTOR, "del-session", "--pin-dir", f"{PIN}/stamp_reflector", "--ssid", "65535",
-                   check=False)
+    res = run_tool(XDP_REFLECTOR, "del-session", "--pin-dir", f"{PIN}/stamp_reflector", "--ssid", "65535", check=False)
     assert res.returncode == 1 and "65535" in res.stderr

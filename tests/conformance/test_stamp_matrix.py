@@ -18,20 +18,34 @@ Test ids read like a table row: sender -> reflector, format, reflector mode.
              ustamp    (python -m collectors.ustamp sender, records from its own socket)
   reflector: xdp | ustamp | xdp-echo (TLVs echoed by XDP) | xdp>ustamp:tlv | xdp>ustamp:auth (punted)
 """
+
 from __future__ import annotations
 
 import json
-import subprocess
 from dataclasses import dataclass
 
 import pytest
+from conformance_env import (
+    C_SENDER,
+    REFLECTOR_ADDR,
+    SENDER_ADDR,
+    SID_FWD,
+    SID_RET,
+    TOPOLOGY,
+    XDP_COLLECTOR,
+    XDP_REFLECTOR,
+    UstampReflector,
+    build,
+    counter_delta,
+    run_tool,
+    run_ustamp_sender,
+    sid_packets,
+    xdp_stats,
+)
 
 from segscope_schemas import stamp_error_estimate as ee
 from segscope_schemas.stamp_record import STAMP_RECORD_F_NTP, STAMP_RECORD_F_SRH
 from segscope_schemas.stamp_timestamp import TsFormat
-from conformance_env import (C_SENDER, REFLECTOR_ADDR, SENDER_ADDR, SID_FWD, SID_RET, TOPOLOGY, XDP_COLLECTOR,
-                             XDP_REFLECTOR, UstampReflector, build, counter_delta, run_tool, run_ustamp_sender,
-                             sid_packets, xdp_stats)
 
 pytestmark = pytest.mark.datapath
 
@@ -46,9 +60,9 @@ KEY_HEX = "000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f"
 
 @dataclass(frozen=True)
 class Case:
-    sender: str          # "c" (C sender + XDP collector) | "ustamp"
-    reflector: str       # "xdp" | "ustamp" | "xdp-echo" | "xdp>ustamp:tlv" | "xdp>ustamp:auth"
-    fmt: str             # "ptp" | "ntp"
+    sender: str  # "c" (C sender + XDP collector) | "ustamp"
+    reflector: str  # "xdp" | "ustamp" | "xdp-echo" | "xdp>ustamp:tlv" | "xdp>ustamp:auth"
+    fmt: str  # "ptp" | "ntp"
     stateful: bool
     ssid: int
 
@@ -89,11 +103,21 @@ class Case:
 
 
 def _cases() -> list[Case]:
-    rows = [(s, r, f, st) for s in ("c", "ustamp") for r in ("xdp", "ustamp") for f in ("ptp", "ntp")
-            for st in (False, True)]
-    rows += [("c", "xdp>ustamp:tlv", "ptp", False), ("ustamp", "xdp>ustamp:tlv", "ntp", True),
-             ("c", "xdp-echo", "ntp", True), ("ustamp", "xdp-echo", "ptp", False),
-             ("ustamp", "xdp>ustamp:auth", "ptp", False), ("ustamp", "xdp>ustamp:auth", "ntp", True)]
+    rows = [
+        (s, r, f, st)
+        for s in ("c", "ustamp")
+        for r in ("xdp", "ustamp")
+        for f in ("ptp", "ntp")
+        for st in (False, True)
+    ]
+    rows += [
+        ("c", "xdp>ustamp:tlv", "ptp", False),
+        ("ustamp", "xdp>ustamp:tlv", "ntp", True),
+        ("c", "xdp-echo", "ntp", True),
+        ("ustamp", "xdp-echo", "ptp", False),
+        ("ustamp", "xdp>ustamp:auth", "ptp", False),
+        ("ustamp", "xdp>ustamp:auth", "ntp", True),
+    ]
     return [Case(s, r, f, st, 100 + i) for i, (s, r, f, st) in enumerate(rows)]
 
 
@@ -134,8 +158,18 @@ def matrix(bpffs, tmp_path_factory):
             if case.ustamp_session(str(key_file)):
                 sessions += ["--add-session", case.ustamp_session(str(key_file))]
             if case.sender == "c":
-                run_tool(XDP_COLLECTOR, "activate", "--pin-dir", coll_pin, "--ssid", str(case.ssid),
-                         "--port", str(50000 + case.ssid), "--format", case.fmt)
+                run_tool(
+                    XDP_COLLECTOR,
+                    "activate",
+                    "--pin-dir",
+                    coll_pin,
+                    "--ssid",
+                    str(case.ssid),
+                    "--port",
+                    str(50000 + case.ssid),
+                    "--format",
+                    case.fmt,
+                )
         user = UstampReflector(lab.ns("B"), *sessions)
         yield Matrix(lab, refl_pin, coll_pin, user, str(key_file))
     finally:
@@ -148,8 +182,24 @@ def matrix(bpffs, tmp_path_factory):
 
 def send_c(m: Matrix, case: Case) -> tuple[list[dict], int]:
     """C sender on A; its replies are records in the XDP collector's ring buffer."""
-    args = ["--netns", m.lab.ns("A"), "--src", SENDER_ADDR, "--dst", REFLECTOR_ADDR, "--segs", SID_FWD,
-            "--ssid", str(case.ssid), "--rate", "500", "--count", str(N), "--format", case.fmt]
+    args = [
+        "--netns",
+        m.lab.ns("A"),
+        "--src",
+        SENDER_ADDR,
+        "--dst",
+        REFLECTOR_ADDR,
+        "--segs",
+        SID_FWD,
+        "--ssid",
+        str(case.ssid),
+        "--rate",
+        "500",
+        "--count",
+        str(N),
+        "--format",
+        case.fmt,
+    ]
     if case.tlv:
         args += ["--tlv", TS_INFO_TLV]
     summary = json.loads(run_tool(C_SENDER, *args).stdout)
@@ -161,8 +211,24 @@ def send_c(m: Matrix, case: Case) -> tuple[list[dict], int]:
 
 
 def send_ustamp(m: Matrix, case: Case) -> tuple[list[dict], int]:
-    args = ["--src", SENDER_ADDR, "--dst", REFLECTOR_ADDR, "--segs", SID_FWD, "--ssid", str(case.ssid),
-            "--rate", "500", "--count", str(N), "--wait", "5", "--format", case.fmt]
+    args = [
+        "--src",
+        SENDER_ADDR,
+        "--dst",
+        REFLECTOR_ADDR,
+        "--segs",
+        SID_FWD,
+        "--ssid",
+        str(case.ssid),
+        "--rate",
+        "500",
+        "--count",
+        str(N),
+        "--wait",
+        "5",
+        "--format",
+        case.fmt,
+    ]
     if case.tlv:
         args += ["--tlv", TS_INFO_TLV]
     if case.auth:
@@ -183,28 +249,32 @@ def check_records(records: list[dict], case: Case, sender_err_est: int, a0_ifind
     """Every field of every record."""
     ntp = case.fmt == "ntp"
     reflector_err_est = ee.ee_from_clock(ee.clock_read(), TsFormat.NTP if ntp else TsFormat.PTP)
-    assert [r["sender_seq"] for r in records] == list(range(N))        # one reply each, in order
+    assert [r["sender_seq"] for r in records] == list(range(N))  # one reply each, in order
     for i, r in enumerate(records):
         assert r["ssid"] == case.ssid
-        assert r["t1_ns"] <= r["t2_ns"] <= r["t3_ns"] <= r["t4_ns"], r   # one shared clock
+        assert r["t1_ns"] <= r["t2_ns"] <= r["t3_ns"] <= r["t4_ns"], r  # one shared clock
         assert r["t4_ns"] - r["t1_ns"] < 1_000_000_000, r
-        assert r["reflector_seq"] == i, r      # stateless: the sender's seq; stateful: own counter from 0
+        assert r["reflector_seq"] == i, r  # stateless: the sender's seq; stateful: own counter from 0
         assert r["sender_err_est"] == sender_err_est
         assert bool(r["sender_err_est"] & EE_Z) == (not ntp)
-        assert bool(r["reflector_err_est"] & EE_Z) == (not ntp)        # the session's format
-        assert r["reflector_err_est"] == reflector_err_est               # S/Scale/Multiplier: the clock's
-        assert r["sender_ttl"] == 63          # 64 from A, -1 at R (End)
-        assert r["reply_hop_limit"] == 254    # 255 from the reflector, -1 at R (End)
+        assert bool(r["reflector_err_est"] & EE_Z) == (not ntp)  # the session's format
+        assert r["reflector_err_est"] == reflector_err_est  # S/Scale/Multiplier: the clock's
+        assert r["sender_ttl"] == 63  # 64 from A, -1 at R (End)
+        assert r["reply_hop_limit"] == 254  # 255 from the reflector, -1 at R (End)
         assert r["ifindex"] == a0_ifindex
         assert r["flags"] == STAMP_RECORD_F_SRH | (STAMP_RECORD_F_NTP if ntp else 0)
-        assert r.get("reserved", 0) == 0       # (the XDP collector's dump leaves it out)
+        assert r.get("reserved", 0) == 0  # (the XDP collector's dump leaves it out)
 
 
 def expected_deltas(case: Case) -> tuple[dict, dict, dict]:
     """(XDP reflector, ustamp reflector, XDP collector) counter changes a case must cause, exactly."""
-    xdp_refl = {"xdp": {"reflected": N}, "xdp-echo": {"reflected": N}, "ustamp": {"pass_unknown_session": N},
-                "xdp>ustamp:tlv": {"pass_tlvs_to_userspace": N},
-                "xdp>ustamp:auth": {"pass_authenticated_to_userspace": N}}[case.reflector]
+    xdp_refl = {
+        "xdp": {"reflected": N},
+        "xdp-echo": {"reflected": N},
+        "ustamp": {"pass_unknown_session": N},
+        "xdp>ustamp:tlv": {"pass_tlvs_to_userspace": N},
+        "xdp>ustamp:auth": {"pass_authenticated_to_userspace": N},
+    }[case.reflector]
     user = {} if case.reflector in ("xdp", "xdp-echo") else {"received": N, "reflected": N}
     if case.reflector == "xdp>ustamp:tlv":
         user["tlv_handled"] = N
@@ -215,6 +285,7 @@ def expected_deltas(case: Case) -> tuple[dict, dict, dict]:
 def wait_ustamp(m: Matrix, want_received: int, timeout: float = 5.0) -> dict:
     """The C sender does not wait for replies: let the user-space reflector's count settle."""
     import time
+
     deadline = time.monotonic() + timeout
     while True:
         c = m.ustamp.counters()

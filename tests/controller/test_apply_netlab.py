@@ -2,9 +2,11 @@
 
 The intent is controller/examples/demo_line5.yaml itself; agents (python -m agent, one per
 node, started by the agent tests' helper tests/agent/agent_env.py with one shared test PKI, mutual
-TLS) listen on 127.0.0.1 ports the kernel picks; the intent reads them from the environment. Every RPC the controller makes is counted
-by its channel interceptor, so "applying twice makes no calls" is asserted on real counts.
+TLS) listen on 127.0.0.1 ports the kernel picks; the intent reads them from the environment.
+Every RPC the controller makes is counted by its channel interceptor, so "applying twice makes no
+calls" is asserted on real counts.
 """
+
 from __future__ import annotations
 
 import json
@@ -80,14 +82,23 @@ def test_apply_sets_up_the_demo(env, first_apply):
     ctl, result = first_apply
     assert result.ok, result.failed
     assert [(op.action, op.kind, op.node) for op in result.ops] == [
-        ("create", "local_sid", "A"), ("create", "local_sid", "B"), ("create", "local_sid", "R"),
-        ("create", "policy", "A"), ("create", "policy", "B"),
-        ("init", "stamp_init", "B"), ("create", "stamp_reflector", "B"), ("start", "stamp_reflector", "B"),
-        ("init", "stamp_init", "A"), ("create", "stamp_sender", "A"), ("start", "stamp_sender", "A")]
+        ("create", "local_sid", "A"),
+        ("create", "local_sid", "B"),
+        ("create", "local_sid", "R"),
+        ("create", "policy", "A"),
+        ("create", "policy", "B"),
+        ("init", "stamp_init", "B"),
+        ("create", "stamp_reflector", "B"),
+        ("start", "stamp_reflector", "B"),
+        ("init", "stamp_init", "A"),
+        ("create", "stamp_sender", "A"),
+        ("start", "stamp_sender", "A"),
+    ]
     assert result.mutating_calls == {
         "A": {"CreateLocalSid": 1, "CreatePolicy": 1, "CreateStampSession": 1, "Init": 1, "StartStampSession": 1},
         "B": {"CreateLocalSid": 1, "CreatePolicy": 1, "CreateStampSession": 1, "Init": 1, "StartStampSession": 1},
-        "R": {"CreateLocalSid": 1}}
+        "R": {"CreateLocalSid": 1},
+    }
     # the kernel has what the intent says
     a_routes = lab.run("A", ["ip", "-6", "route"]).stdout
     assert "fd00:b::/64" in a_routes and "segs 2 [ fc00:2::e fc00:3::d6 ]" in a_routes
@@ -119,35 +130,50 @@ def test_changed_intent_makes_exactly_the_expected_calls(first_apply):
     text = DEMO.read_text()
     # rate 100 -> 50 (a STAMP session cannot change in place: replace), a metric on A's policy
     # (hitless update), one more SID on R (create)
-    changed = text.replace("rate_pps: 100", "rate_pps: 50").replace(
-        '  - {node: R, sid: "fc00:2::e", action: End, dev: r0, count: true}\n',
-        '  - {node: R, sid: "fc00:2::e", action: End, dev: r0, count: true}\n'
-        '  - {node: R, sid: "fc00:2::99", action: End, dev: r1}\n').replace(
-        'segs: ["fc00:2::e", "fc00:3::d6"], dev: a0}', 'segs: ["fc00:2::e", "fc00:3::d6"], dev: a0, metric: 100}')
+    changed = (
+        text.replace("rate_pps: 100", "rate_pps: 50")
+        .replace(
+            '  - {node: R, sid: "fc00:2::e", action: End, dev: r0, count: true}\n',
+            '  - {node: R, sid: "fc00:2::e", action: End, dev: r0, count: true}\n'
+            '  - {node: R, sid: "fc00:2::99", action: End, dev: r1}\n',
+        )
+        .replace(
+            'segs: ["fc00:2::e", "fc00:3::d6"], dev: a0}', 'segs: ["fc00:2::e", "fc00:3::d6"], dev: a0, metric: 100}'
+        )
+    )
     ctl.set_intent(parse_intent(changed, str(DEMO)))
     result = ctl.apply()
     assert result.ok, result.failed
     assert [(op.action, op.kind, op.node) for op in result.ops] == [
-        ("create", "local_sid", "R"), ("update", "policy", "A"),
-        ("init", "stamp_init", "A"), ("replace", "stamp_sender", "A"), ("start", "stamp_sender", "A")]
+        ("create", "local_sid", "R"),
+        ("update", "policy", "A"),
+        ("init", "stamp_init", "A"),
+        ("replace", "stamp_sender", "A"),
+        ("start", "stamp_sender", "A"),
+    ]
     assert result.mutating_calls == {
-        "A": {"UpdatePolicy": 1, "Init": 1, "DestroyStampSession": 1, "CreateStampSession": 1,
-              "StartStampSession": 1},
-        "R": {"CreateLocalSid": 1}}
+        "A": {"UpdatePolicy": 1, "Init": 1, "DestroyStampSession": 1, "CreateStampSession": 1, "StartStampSession": 1},
+        "R": {"CreateLocalSid": 1},
+    }
     assert ctl.apply().mutating_calls == {}
     # and back: the extra SID is removed (last), the rest changes back
     ctl.set_intent(load_intent(DEMO))
     back = ctl.apply()
     assert [(op.action, op.kind, op.node) for op in back.ops] == [
-        ("update", "policy", "A"), ("init", "stamp_init", "A"), ("replace", "stamp_sender", "A"),
-        ("start", "stamp_sender", "A"), ("remove", "local_sid", "R")]
+        ("update", "policy", "A"),
+        ("init", "stamp_init", "A"),
+        ("replace", "stamp_sender", "A"),
+        ("start", "stamp_sender", "A"),
+        ("remove", "local_sid", "R"),
+    ]
     assert back.mutating_calls["R"] == {"RemoveLocalSid": 1}
     assert ctl.apply().mutating_calls == {}
 
 
 def _cli(*args) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "controller", *args], cwd=REPO, capture_output=True, text=True,
-                          timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "controller", *args], cwd=REPO, capture_output=True, text=True, timeout=120
+    )
 
 
 def test_cli_diff_apply_status(env, first_apply):
@@ -195,24 +221,35 @@ def test_switch_to_loss_monitoring_and_back(env, first_apply):
     result = ctl.apply()
     assert result.ok, result.failed
     assert [(op.action, op.kind, op.node) for op in result.ops] == [
-        ("reset", "stamp_reset", "A"), ("reset", "stamp_reset", "B"),
-        ("update", "local_sid", "A"), ("update", "local_sid", "B"), ("update", "local_sid", "R"),
-        ("create", "flow_rx", "B"), ("create", "flow_tx", "A")]
-    assert result.mutating_calls == {"A": {"Reset": 1, "UpdateLocalSid": 1, "StartFlowMonitor": 1},
-                                     "B": {"Reset": 1, "UpdateLocalSid": 1, "StartFlowMonitor": 1},
-                                     "R": {"UpdateLocalSid": 1}}
+        ("reset", "stamp_reset", "A"),
+        ("reset", "stamp_reset", "B"),
+        ("update", "local_sid", "A"),
+        ("update", "local_sid", "B"),
+        ("update", "local_sid", "R"),
+        ("create", "flow_rx", "B"),
+        ("create", "flow_tx", "A"),
+    ]
+    assert result.mutating_calls == {
+        "A": {"Reset": 1, "UpdateLocalSid": 1, "StartFlowMonitor": 1},
+        "B": {"Reset": 1, "UpdateLocalSid": 1, "StartFlowMonitor": 1},
+        "R": {"UpdateLocalSid": 1},
+    }
     assert ctl.apply().mutating_calls == {}
     assert ping(lab, 20).returncode == 0
-    tx = ctl.client("A").flowmon.GetFlowMonitorResults(flowmon_pb2.GetFlowMonitorResultsRequest(
-        side=flowmon_pb2.FLOW_MONITOR_SIDE_TX, flow_id=7))
-    rx = ctl.client("B").flowmon.GetFlowMonitorResults(flowmon_pb2.GetFlowMonitorResultsRequest(
-        side=flowmon_pb2.FLOW_MONITOR_SIDE_RX, flow_id=7))
-    assert tx.total_packets >= 20 and rx.total_packets == tx.total_packets   # no loss injected
+    tx = ctl.client("A").flowmon.GetFlowMonitorResults(
+        flowmon_pb2.GetFlowMonitorResultsRequest(side=flowmon_pb2.FLOW_MONITOR_SIDE_TX, flow_id=7)
+    )
+    rx = ctl.client("B").flowmon.GetFlowMonitorResults(
+        flowmon_pb2.GetFlowMonitorResultsRequest(side=flowmon_pb2.FLOW_MONITOR_SIDE_RX, flow_id=7)
+    )
+    assert tx.total_packets >= 20 and rx.total_packets == tx.total_packets  # no loss injected
     ctl.set_intent(load_intent(DEMO))
     back = ctl.apply()
     assert back.ok, back.failed
-    assert [(op.action, op.kind, op.node) for op in back.ops][:2] == [("remove", "flow_tx", "A"),
-                                                                     ("remove", "flow_rx", "B")]
+    assert [(op.action, op.kind, op.node) for op in back.ops][:2] == [
+        ("remove", "flow_tx", "A"),
+        ("remove", "flow_rx", "B"),
+    ]
     assert back.mutating_calls["B"]["Init"] == 1 and back.mutating_calls["A"]["Init"] == 1
     assert ctl.apply().mutating_calls == {}
 
@@ -223,10 +260,14 @@ def test_batched_apply_is_one_call_per_node_and_kind(first_apply):
     ctl.set_intent(load_intent(DEMO))
     ctl.apply()
     extra_sids = "".join(f'  - {{node: R, sid: "fc00:2::1:{i:x}", action: End, dev: r1}}\n' for i in range(40))
-    extra_pols = "".join(f'  - {{node: A, destination: "fd00:77:{i:x}::/64", segs: ["fc00:2::e"], dev: a0}}\n'
-                         for i in range(40))
-    text = DEMO.read_text().replace("\n# H1 -> H2 traffic", extra_sids + "\n# H1 -> H2 traffic").replace(
-        "\n# One STAMP session", extra_pols + "\n# One STAMP session")
+    extra_pols = "".join(
+        f'  - {{node: A, destination: "fd00:77:{i:x}::/64", segs: ["fc00:2::e"], dev: a0}}\n' for i in range(40)
+    )
+    text = (
+        DEMO.read_text()
+        .replace("\n# H1 -> H2 traffic", extra_sids + "\n# H1 -> H2 traffic")
+        .replace("\n# One STAMP session", extra_pols + "\n# One STAMP session")
+    )
     ctl.set_intent(parse_intent(text, str(DEMO)))
     result = ctl.apply(batch=True)
     assert result.ok, result.failed
@@ -250,17 +291,24 @@ def test_a_refused_call_stops_apply_with_exit_1(env, first_apply, tmp_path):
     ctl.set_intent(load_intent(DEMO))
     ctl.apply()
     certs = os.environ["SEGSCOPE_CERTS"]
-    text = DEMO.read_text().replace("../../.run/demo/certs", certs).replace(
-        '  - {node: R, sid: "fc00:2::e", action: End, dev: r0, count: true}\n',
-        '  - {node: R, sid: "fc00:2::e", action: End, dev: r0, count: true}\n'
-        '  - {node: R, sid: "fc00:2::77", action: End, dev: r1}\n').replace(
-        "policies:\n", 'policies:\n  - {node: R, destination: "fd00:66::/64", segs: ["fc00:3::d6"], dev: nope0}\n')
+    text = (
+        DEMO.read_text()
+        .replace("../../.run/demo/certs", certs)
+        .replace(
+            '  - {node: R, sid: "fc00:2::e", action: End, dev: r0, count: true}\n',
+            '  - {node: R, sid: "fc00:2::e", action: End, dev: r0, count: true}\n'
+            '  - {node: R, sid: "fc00:2::77", action: End, dev: r1}\n',
+        )
+        .replace(
+            "policies:\n", 'policies:\n  - {node: R, destination: "fd00:66::/64", segs: ["fc00:3::d6"], dev: nope0}\n'
+        )
+    )
     bad = tmp_path / "bad_dev.yaml"
     bad.write_text(text)
     r = _cli("apply", str(bad))
     assert r.returncode == 1
     assert "FAILED" in r.stderr and "node R" in r.stderr and "CreatePolicy" in r.stderr, r.stderr
-    assert "1/2 operation(s) applied" in r.stdout, r.stdout          # the SID went in before
+    assert "1/2 operation(s) applied" in r.stdout, r.stdout  # the SID went in before
     ok = bad.read_text().replace("dev: nope0", "dev: r1")
     bad.write_text(ok)
     r = _cli("apply", "--json", str(bad))

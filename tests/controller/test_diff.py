@@ -1,12 +1,21 @@
 """The plan (controller/diff.py) as a pure function: minimal, deterministic, dependency-ordered."""
+
 from __future__ import annotations
 
 import dataclasses
 import random
 from pathlib import Path
 
-from controller.agents import (flow_msg, flow_resource, local_sid_msg, local_sid_resource, policy_msg,
-                               policy_resource, stamp_resource, stamp_session_msg)
+from controller.agents import (
+    flow_msg,
+    flow_resource,
+    local_sid_msg,
+    local_sid_resource,
+    policy_msg,
+    policy_resource,
+    stamp_resource,
+    stamp_session_msg,
+)
 from controller.diff import plan
 from controller.intent import load_intent, parse_intent
 from controller.model import Resource, desired_state, policy_spec
@@ -24,8 +33,7 @@ def reported(desired, finished: set = frozenset(), stopped: set = frozenset()) -
         running = r.running
         if ident in finished or ident in stopped:
             running = False
-        out[ident] = dataclasses.replace(r, running=running, finished=ident in finished, finite=False,
-                                         duration_s=0.0)
+        out[ident] = dataclasses.replace(r, running=running, finished=ident in finished, finite=False, duration_s=0.0)
     return out
 
 
@@ -72,17 +80,20 @@ def test_policy_change_is_one_hitless_update():
 def test_extra_measurement_goes_first_extra_routing_last():
     d = desired_state(load_intent(DEMO))
     actual = reported(d)
-    extra = [Resource("local_sid", "R", ("fc00:2::99", 254), ()), Resource("policy", "R", ("fd00:c::/64", 254), ()),
-             Resource("stamp_sender", "A", ("sender", 9), (), running=True),
-             Resource("policy", "H1", ("fd00:b::/64", 254), ())]          # H1 is not in the intent
+    extra = [
+        Resource("local_sid", "R", ("fc00:2::99", 254), ()),
+        Resource("policy", "R", ("fd00:c::/64", 254), ()),
+        Resource("stamp_sender", "A", ("sender", 9), (), running=True),
+        Resource("policy", "H1", ("fd00:b::/64", 254), ()),
+    ]  # H1 is not in the intent
     for r in extra:
         actual[r.ident] = r
     # and one thing missing: a create comes first
     del actual[("local_sid", "B", ("fc00:3::d6", 254))]
     assert summary(plan(d, actual)) == [
-        ("remove", "stamp_sender", "A", ("sender", 9)),      # measurement teardown first
+        ("remove", "stamp_sender", "A", ("sender", 9)),  # measurement teardown first
         ("create", "local_sid", "B", ("fc00:3::d6", 254)),
-        ("remove", "policy", "R", ("fd00:c::/64", 254)),     # routing: made before broken
+        ("remove", "policy", "R", ("fd00:c::/64", 254)),  # routing: made before broken
         ("remove", "local_sid", "R", ("fc00:2::99", 254)),
     ]
 
@@ -92,9 +103,11 @@ def test_session_change_is_replace_then_start_with_init():
     d_new = desired_state(parse_intent(text, str(DEMO)))
     actual = reported(desired_state(load_intent(DEMO)))
     ops = plan(d_new, actual)
-    assert summary(ops) == [("init", "stamp_init", "A", ("sender",)),
-                            ("replace", "stamp_sender", "A", ("sender", 1)),
-                            ("start", "stamp_sender", "A", ("sender", 1))]
+    assert summary(ops) == [
+        ("init", "stamp_init", "A", ("sender",)),
+        ("replace", "stamp_sender", "A", ("sender", 1)),
+        ("start", "stamp_sender", "A", ("sender", 1)),
+    ]
     assert "rate_pps: 100 -> 50" in ops[1].describe()
 
 
@@ -123,33 +136,44 @@ def test_flows_rx_before_tx_and_removed_tx_first():
     # back to the demo: the flows go first (B's XDP hook is needed by the STAMP reflector), then
     # the SIDs get their counters (count: true in demo_line5), then STAMP is set up
     d_demo = desired_state(load_intent(DEMO))
-    assert summary(plan(d_demo, reported(d))) == [("remove", "flow_tx", "A", ("tx", 7)),
-                                                  ("remove", "flow_rx", "B", ("rx", 7)),
-                                                  ("update", "local_sid", "A", ("fc00:1::d6", 254)),
-                                                  ("update", "local_sid", "B", ("fc00:3::d6", 254)),
-                                                  ("update", "local_sid", "R", ("fc00:2::e", 254)),
-                                                  ("init", "stamp_init", "B", ("reflector",)),
-                                                  ("create", "stamp_reflector", "B", ("reflector", 1)),
-                                                  ("start", "stamp_reflector", "B", ("reflector", 1)),
-                                                  ("init", "stamp_init", "A", ("sender",)),
-                                                  ("create", "stamp_sender", "A", ("sender", 1)),
-                                                  ("start", "stamp_sender", "A", ("sender", 1))]
+    assert summary(plan(d_demo, reported(d))) == [
+        ("remove", "flow_tx", "A", ("tx", 7)),
+        ("remove", "flow_rx", "B", ("rx", 7)),
+        ("update", "local_sid", "A", ("fc00:1::d6", 254)),
+        ("update", "local_sid", "B", ("fc00:3::d6", 254)),
+        ("update", "local_sid", "R", ("fc00:2::e", 254)),
+        ("init", "stamp_init", "B", ("reflector",)),
+        ("create", "stamp_reflector", "B", ("reflector", 1)),
+        ("start", "stamp_reflector", "B", ("reflector", 1)),
+        ("init", "stamp_init", "A", ("sender",)),
+        ("create", "stamp_sender", "A", ("sender", 1)),
+        ("start", "stamp_sender", "A", ("sender", 1)),
+    ]
 
 
 def test_a_node_left_without_stamp_sessions_is_reset_first():
     d_loss = desired_state(load_intent(LOSS))
     ops = plan(d_loss, reported(desired_state(load_intent(DEMO))))
-    assert summary(ops) == [("reset", "stamp_reset", "A", ()), ("reset", "stamp_reset", "B", ()),
-                            ("update", "local_sid", "A", ("fc00:1::d6", 254)),
-                            ("update", "local_sid", "B", ("fc00:3::d6", 254)),
-                            ("update", "local_sid", "R", ("fc00:2::e", 254)),
-                            ("create", "flow_rx", "B", ("rx", 7)), ("create", "flow_tx", "A", ("tx", 7))]
+    assert summary(ops) == [
+        ("reset", "stamp_reset", "A", ()),
+        ("reset", "stamp_reset", "B", ()),
+        ("update", "local_sid", "A", ("fc00:1::d6", 254)),
+        ("update", "local_sid", "B", ("fc00:3::d6", 254)),
+        ("update", "local_sid", "R", ("fc00:2::e", 254)),
+        ("create", "flow_rx", "B", ("rx", 7)),
+        ("create", "flow_tx", "A", ("tx", 7)),
+    ]
     # a node that keeps one of its sessions is not reset: only the other one is destroyed
-    text = DEMO.read_text().replace("stamp_sessions:\n", "stamp_sessions:\n  - {ssid: 2, sender: {node: A, address: "
-                                    "\"fc00:1::1\", dev: a0}, reflector: {node: B, address: \"fc00:3::1\", dev: b0}}\n")
+    text = DEMO.read_text().replace(
+        "stamp_sessions:\n",
+        "stamp_sessions:\n  - {ssid: 2, sender: {node: A, address: "
+        "\"fc00:1::1\", dev: a0}, reflector: {node: B, address: \"fc00:3::1\", dev: b0}}\n",
+    )
     two = desired_state(parse_intent(text, str(DEMO)))
     assert summary(plan(desired_state(load_intent(DEMO)), reported(two))) == [
-        ("remove", "stamp_sender", "A", ("sender", 2)), ("remove", "stamp_reflector", "B", ("reflector", 2))]
+        ("remove", "stamp_sender", "A", ("sender", 2)),
+        ("remove", "stamp_reflector", "B", ("reflector", 2)),
+    ]
 
 
 def test_plan_is_deterministic_whatever_the_order_of_reports():
@@ -174,7 +198,7 @@ def test_agent_messages_read_back_equal():
             back = local_sid_resource(r.node, srv6_pb2.LocalSidState(local_sid=local_sid_msg(r)))
         elif r.kind == "policy":
             msg = policy_msg(r)
-            msg.metric = msg.metric or 1024          # the kernel's default metric, as the agent reports it
+            msg.metric = msg.metric or 1024  # the kernel's default metric, as the agent reports it
             back = policy_resource(r.node, msg)
         elif r.kind.startswith("stamp"):
             state = stamp_pb2.STAMP_SESSION_STATE_RUNNING
@@ -188,7 +212,13 @@ def test_non_canonical_reports_compare_equal():
     d = desired_state(load_intent(DEMO))
     actual = reported(d)
     ident = ("policy", "A", ("fd00:b::/64", 254))
-    p = srv6_pb2.Policy(destination="fd00:000b:0::/64", table=254, mode=srv6_pb2.ENCAP_MODE_ENCAP,
-                        segments=["FC00:2:0::E", "fc00:3::d6"], device="a0", metric=1024)
+    p = srv6_pb2.Policy(
+        destination="fd00:000b:0::/64",
+        table=254,
+        mode=srv6_pb2.ENCAP_MODE_ENCAP,
+        segments=["FC00:2:0::E", "fc00:3::d6"],
+        device="a0",
+        metric=1024,
+    )
     actual[ident] = policy_resource("A", p)
     assert plan(d, actual) == []

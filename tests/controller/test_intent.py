@@ -1,4 +1,5 @@
 """validate: good files pass; every bad file names the right LINE:COLUMN, the field and the fix."""
+
 from __future__ import annotations
 
 import json
@@ -19,7 +20,7 @@ def expectation(path: Path) -> tuple[str, str]:
     """First line of a bad file: `# expect: LINE:COL text that the message must contain`."""
     first = path.read_text().splitlines()[0]
     assert first.startswith("# expect: "), path
-    pos, text = first[len("# expect: "):].split(" ", 1)
+    pos, text = first[len("# expect: ") :].split(" ", 1)
     return pos, text
 
 
@@ -65,7 +66,7 @@ def test_bad_file_names_its_line(path):
     lines = info.value.lines
     want = f"{path}:{pos}: "
     assert any(line.startswith(want) and text in line for line in lines), (want, text, lines)
-    assert all(". Fix: " in line for line in lines), lines   # every error says how to fix it
+    assert all(". Fix: " in line for line in lines), lines  # every error says how to fix it
 
 
 def test_every_problem_is_reported_in_file_order():
@@ -74,7 +75,7 @@ def test_every_problem_is_reported_in_file_order():
     with pytest.raises(IntentError) as info:
         parse_intent(text, "x.yaml")
     lines = info.value.lines
-    assert [l.split(":")[1] for l in lines] == ["11", "14", "15", "16"], lines   # segs and return_segs
+    assert [l.split(":")[1] for l in lines] == ["11", "14", "15", "16"], lines  # segs and return_segs
     assert "ssid: 0 must be > 0" in lines[0] and "segs[0]: 'nope' is not an IPv6 SID" in lines[1]
     assert "return_segs[0]: 'nope'" in lines[2] and "rate_pps: -5 must be > 0" in lines[3]
 
@@ -88,7 +89,8 @@ nodes:
 stamp_sessions:
   - {ssid: 5, sender: {node: A, address: "fc00:1::1", dev: a0}, reflector: {node: B, address: "fc00:3::1", dev: b0}}
   - {ssid: 5, sender: {node: C, address: "fc00:4::1", dev: c0}, reflector: {node: B, address: "fc00:3::1", dev: b0}}
-  - {ssid: 6, ssid: 7, sender: {node: C, address: "fc00:4::1", dev: c0}, reflector: {node: A, address: "fc00:1::1", dev: a1}}
+  - {ssid: 6, ssid: 7, sender: {node: C, address: "fc00:4::1", dev: c0},
+     reflector: {node: A, address: "fc00:1::1", dev: a1}}
 """
     with pytest.raises(IntentError) as info:
         parse_intent(text, "x.yaml")
@@ -147,23 +149,31 @@ def test_stamp_program_and_altmark_rx_may_share_a_device():
     assert (intent.flows[0].egress.node, intent.flows[0].egress.dev) == ("B", "b0")
     assert (intent.stamp_sessions[0].reflector.node, intent.stamp_sessions[0].reflector.dev) == ("B", "b0")
     reverse = STAMP_AND_RX_ON_B0.replace("ingress: {node: A, dev: a0}", "ingress: {node: B, dev: b0}").replace(
-        "egress: {node: B, dev: b0}", "egress: {node: A, dev: a0}")
+        "egress: {node: B, dev: b0}", "egress: {node: A, dev: a0}"
+    )
     assert parse_intent(reverse, "chain_collector.yaml", REPO).flows[0].egress.dev == "a0"
     # a collector and a reflector on one device stay refused, with the flow there or not
-    both = STAMP_AND_RX_ON_B0 + """\
+    both = (
+        STAMP_AND_RX_ON_B0
+        + """\
   - flow_id: 8
     ingress: {node: B, dev: b0}
     egress: {node: A, dev: a0}
     segs: ["fc00:2::e", "fc00:1::d6"]
 """
-    both = both.replace("flows:\n", """\
+    )
+    both = both.replace(
+        "flows:\n",
+        """\
   - ssid: 2
     sender: {node: B, address: "fc00:3::1", dev: b0}
     reflector: {node: A, address: "fc00:1::1", dev: a0}
 flows:
-""")
+""",
+    )
     with pytest.raises(IntentError) as info:
         parse_intent(both, "both.yaml", REPO)
-    assert any("stamp_sessions[1].sender.dev: B:b0 already runs the STAMP reflector" in line
-               for line in info.value.lines), info.value.lines
+    assert any(
+        "stamp_sessions[1].sender.dev: B:b0 already runs the STAMP reflector" in line for line in info.value.lines
+    ), info.value.lines
     assert not any(line.split(": ", 2)[1].startswith("flows") for line in info.value.lines), info.value.lines

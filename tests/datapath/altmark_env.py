@@ -4,6 +4,7 @@ Real programs in the real kernel: the loaders in build/datapath, the netlab line
 (H1–A–R–B–H2), per-CPU maps read through ctypes on the system libbpf.so.1, frames for
 BPF_PROG_TEST_RUN built with struct. Every resource carries PREFIX (default "amdp").
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -37,14 +38,35 @@ L_FLAG, D_FLAG = 0x800, 0x400
 POLICY = ["fc00:2::e", "fc00:3::d6"]
 H2_ADDR = "fd00:b::1"
 UDP_PORT = 9000
-SO_RCVBUFFORCE = 33   # root: above net.core.rmem_max, so nothing is dropped before we read
+SO_RCVBUFFORCE = 33  # root: above net.core.rmem_max, so nothing is dropped before we read
 
-TX_COUNTERS = ["pass_not_ipv6", "pass_no_srh", "pass_not_srh", "pass_too_many_sids", "pass_malformed_srh",
-               "pass_unmonitored", "pass_already_marked", "pass_mark_failed", "pass_bad_slot",
-               "coloured_dscp", "coloured_rfc9343", "pass_gso_not_marked"]
-RX_COUNTERS = ["pass_not_ipv6", "pass_no_srh", "pass_not_srh", "pass_too_many_sids", "pass_malformed_srh",
-               "pass_malformed_doh", "pass_unmonitored", "pass_unknown_flowmon", "pass_bad_slot",
-               "counted_dscp", "counted_rfc9343"]
+TX_COUNTERS = [
+    "pass_not_ipv6",
+    "pass_no_srh",
+    "pass_not_srh",
+    "pass_too_many_sids",
+    "pass_malformed_srh",
+    "pass_unmonitored",
+    "pass_already_marked",
+    "pass_mark_failed",
+    "pass_bad_slot",
+    "coloured_dscp",
+    "coloured_rfc9343",
+    "pass_gso_not_marked",
+]
+RX_COUNTERS = [
+    "pass_not_ipv6",
+    "pass_no_srh",
+    "pass_not_srh",
+    "pass_too_many_sids",
+    "pass_malformed_srh",
+    "pass_malformed_doh",
+    "pass_unmonitored",
+    "pass_unknown_flowmon",
+    "pass_bad_slot",
+    "counted_dscp",
+    "counted_rfc9343",
+]
 
 _lib.bpf_map_lookup_elem.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p]
 _lib.bpf_map_update_elem.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_uint64]
@@ -77,13 +99,22 @@ def delta(before: dict[str, int], after: dict[str, int]) -> dict[str, int]:
 
 # ---------------------------------------------------------------- maps through ctypes
 
+
 def sidlist_key(travel: list[str]) -> bytes:
     wire = [socket.inet_pton(socket.AF_INET6, s) for s in reversed(travel)]
     return struct.pack("<II", len(wire), 0) + b"".join(wire) + bytes(16 * (MAX_SIDS - len(wire)))
 
 
-def flow_value(flow_id: int, slot: int, period_ns: int, method: int, l_bit: int = 0, d_bit: int = 1,
-               dmark_every: int = 0, installed: int = 0) -> bytes:
+def flow_value(
+    flow_id: int,
+    slot: int,
+    period_ns: int,
+    method: int,
+    l_bit: int = 0,
+    d_bit: int = 1,
+    dmark_every: int = 0,
+    installed: int = 0,
+) -> bytes:
     return struct.pack("<IIQQBBBBI", flow_id, slot, period_ns, installed, method, l_bit, d_bit, 0, dmark_every)
 
 
@@ -102,7 +133,7 @@ class Maps:
         if _lib.bpf_map_lookup_elem(self.counters_fd, ctypes.byref(key), self._val) != 0:
             raise OSError(ctypes.get_errno(), "lookup altmark_counters")
         v = list(self._val)
-        return [tuple(v[c * 4:(c + 1) * 4]) for c in range(NCPU)]
+        return [tuple(v[c * 4 : (c + 1) * 4]) for c in range(NCPU)]
 
     def summed(self, slot: int, colour: int) -> tuple[int, int, int, int]:
         rows = self.per_cpu(slot, colour)
@@ -139,10 +170,10 @@ class TestRun:
         o.ctx_size_in = len(ctx) if ctx else 0
         if _lib.bpf_prog_test_run_opts(self.fd, ctypes.byref(o)) != 0:
             raise OSError(ctypes.get_errno(), "bpf_prog_test_run_opts")
-        return o.retval, self._out.raw[:o.data_size_out], o.duration
+        return o.retval, self._out.raw[: o.data_size_out], o.duration
 
 
-SKB_CTX_SIZE, SKB_GSO_SEGS_OFF, SKB_GSO_SIZE_OFF = 192, 164, 176   # struct __sk_buff (uapi bpf.h)
+SKB_CTX_SIZE, SKB_GSO_SEGS_OFF, SKB_GSO_SIZE_OFF = 192, 164, 176  # struct __sk_buff (uapi bpf.h)
 
 
 def skb_ctx(gso_segs: int, gso_size: int) -> bytes:
@@ -155,17 +186,30 @@ def skb_ctx(gso_segs: int, gso_size: int) -> bytes:
 
 # ---------------------------------------------------------------- frames
 
+
 def a6(s: str) -> bytes:
     return socket.inet_pton(socket.AF_INET6, s)
 
 
-def srh(travel: list[str], nexthdr: int = 41, segleft: int | None = None, hdrlen: int | None = None,
-        last_entry: int | None = None) -> bytes:
+def srh(
+    travel: list[str],
+    nexthdr: int = 41,
+    segleft: int | None = None,
+    hdrlen: int | None = None,
+    last_entry: int | None = None,
+) -> bytes:
     wire = [a6(s) for s in reversed(travel)]
     n = len(wire)
-    return struct.pack("!BBBBBBH", nexthdr, 2 * n if hdrlen is None else hdrlen, 4,
-                       n - 1 if segleft is None else segleft, n - 1 if last_entry is None else last_entry,
-                       0, 0) + b"".join(wire)
+    return struct.pack(
+        "!BBBBBBH",
+        nexthdr,
+        2 * n if hdrlen is None else hdrlen,
+        4,
+        n - 1 if segleft is None else segleft,
+        n - 1 if last_entry is None else last_entry,
+        0,
+        0,
+    ) + b"".join(wire)
 
 
 def doh(flowmon: int, colour: int, dmark: bool, nexthdr: int = 43) -> bytes:
@@ -186,8 +230,13 @@ def eth(ethertype: int = 0x86DD) -> bytes:
     return bytes.fromhex("020000000002020000000001") + struct.pack("!H", ethertype)
 
 
-def encapped(travel: list[str] = POLICY, tclass: int = 0, payload: bytes = b"x" * 32, ext: bytes | None = None,
-             outer_next: int = 43) -> bytes:
+def encapped(
+    travel: list[str] = POLICY,
+    tclass: int = 0,
+    payload: bytes = b"x" * 32,
+    ext: bytes | None = None,
+    outer_next: int = 43,
+) -> bytes:
     """An outer IPv6 + SRH (+ext) + inner IPv6/UDP frame as A's seg6 encap writes it."""
     inner = inner_udp(payload)
     body = (srh(travel) if ext is None else ext) + inner
@@ -204,11 +253,12 @@ def colour_at(t_ns: int, period_ns: int) -> int:
 
 # ---------------------------------------------------------------- traffic in the lab
 
+
 @dataclass
 class Sent:
     seq: int
-    t_before: int    # CLOCK_TAI ns just before sendto
-    t_after: int     # just after (the TC program ran in between: same CPU, same syscall)
+    t_before: int  # CLOCK_TAI ns just before sendto
+    t_after: int  # just after (the TC program ran in between: same CPU, same syscall)
     cpu: int
 
 
@@ -221,8 +271,17 @@ def udp_sender(ns: str, tclass: int | None = None) -> socket.socket:
     return s
 
 
-def send_udp(ns: str, dst: str, n: int, cpus: list[int], gap_s: float = 0.0, payload_len: int = 64,
-             tclass: int | None = None, seq0: int = 0, sock: socket.socket | None = None) -> list[Sent]:
+def send_udp(
+    ns: str,
+    dst: str,
+    n: int,
+    cpus: list[int],
+    gap_s: float = 0.0,
+    payload_len: int = 64,
+    tclass: int | None = None,
+    seq0: int = 0,
+    sock: socket.socket | None = None,
+) -> list[Sent]:
     """n UDP datagrams from ns (kernel socket), the sending thread pinned to cpus in turn (round robin).
 
     On veth the whole path H1 -> A (forward, seg6 encap, TC egress on a0) runs in the sender's
@@ -256,7 +315,7 @@ class Receiver:
         with in_netns(ns):
             self.sock = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
         self.sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_RECVTCLASS, 1)
-        self.sock.setsockopt(socket.SOL_SOCKET, SO_RCVBUFFORCE, 16 << 20)   # we read after sending
+        self.sock.setsockopt(socket.SOL_SOCKET, SO_RCVBUFFORCE, 16 << 20)  # we read after sending
         self.sock.bind((addr, port))
         self.sock.settimeout(0.5)
 
@@ -268,8 +327,14 @@ class Receiver:
                 data, anc, _flags, _addr = self.sock.recvmsg(4096, 256)
             except socket.timeout:
                 continue
-            tc = next((struct.unpack("i", d[:4])[0] for lvl, typ, d in anc
-                       if lvl == socket.IPPROTO_IPV6 and typ == socket.IPV6_TCLASS), -1)
+            tc = next(
+                (
+                    struct.unpack("i", d[:4])[0]
+                    for lvl, typ, d in anc
+                    if lvl == socket.IPPROTO_IPV6 and typ == socket.IPV6_TCLASS
+                ),
+                -1,
+            )
             got.append((data, tc))
         return got
 
@@ -323,7 +388,7 @@ def find_udp(frame: bytes) -> tuple[int, int] | None:
             if struct.unpack_from("!H", frame, inner + 42)[0] != UDP_PORT:
                 return None
             return inner, struct.unpack_from("!Q", frame, inner + 48)[0]
-        elif nh == 17 and off == 54:   # plain (decapsulated) packet
+        elif nh == 17 and off == 54:  # plain (decapsulated) packet
             if len(frame) < 62 + 8 or struct.unpack_from("!H", frame, 56)[0] != UDP_PORT:
                 return None
             return 14, struct.unpack_from("!Q", frame, 62)[0]
@@ -333,8 +398,12 @@ def find_udp(frame: bytes) -> tuple[int, int] | None:
 
 
 def iface_counter(ns: str, dev: str, name: str) -> int:
-    p = subprocess.run(["ip", "netns", "exec", ns, "cat", f"/sys/class/net/{dev}/statistics/{name}"],
-                       capture_output=True, text=True, check=True)
+    p = subprocess.run(
+        ["ip", "netns", "exec", ns, "cat", f"/sys/class/net/{dev}/statistics/{name}"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     return int(p.stdout)
 
 

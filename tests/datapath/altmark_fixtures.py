@@ -6,6 +6,7 @@ and altmark_rx on B's b0 (XDP, before End.DT6), plus a second, unmonitored polic
 am_testrun: both programs attached to a veth pair in their own namespace, for BPF_PROG_TEST_RUN
 without lab traffic in the counters.
 """
+
 from __future__ import annotations
 
 import os
@@ -42,8 +43,25 @@ def am_lab(am_build):
     from netlab import Lab
 
     with Lab.up("netlab/topologies/line5.yaml", prefix=PREFIX) as lab:
-        lab.run("A", ["ip", "-6", "route", "replace", f"{UNMONITORED_DST}/128", "encap", "seg6", "mode", "encap",
-                      "segs", ",".join(UNMONITORED_SIDS), "dev", "a0"], check=True)
+        lab.run(
+            "A",
+            [
+                "ip",
+                "-6",
+                "route",
+                "replace",
+                f"{UNMONITORED_DST}/128",
+                "encap",
+                "seg6",
+                "mode",
+                "encap",
+                "segs",
+                ",".join(UNMONITORED_SIDS),
+                "dev",
+                "a0",
+            ],
+            check=True,
+        )
         lab.run("H2", ["ip", "-6", "addr", "add", f"{UNMONITORED_DST}/64", "dev", "h2", "nodad"], check=True)
         tx_inst, rx_inst = f"{PREFIX}-A", f"{PREFIX}-B"
         run(TX, "attach", "--netns", lab.ns("A"), "--dev", "a0", "--instance", tx_inst)
@@ -52,8 +70,9 @@ def am_lab(am_build):
         lab.run("H1", ["ping", "-6", "-c", "1", "-W", "2", UNMONITORED_DST])
         time.sleep(0.2)
         try:
-            yield AmLab(lab, tx_inst, rx_inst, Maps(PIN_ROOT / tx_inst / "altmark_tx"),
-                        Maps(PIN_ROOT / rx_inst / "altmark_rx"))
+            yield AmLab(
+                lab, tx_inst, rx_inst, Maps(PIN_ROOT / tx_inst / "altmark_tx"), Maps(PIN_ROOT / rx_inst / "altmark_rx")
+            )
         finally:
             run(TX, "detach", "--netns", lab.ns("A"), "--dev", "a0", "--instance", tx_inst, check=False)
             run(RX, "detach", "--netns", lab.ns("B"), "--dev", "b0", "--instance", rx_inst, check=False)
@@ -70,14 +89,16 @@ class AmTestRun:
 
 @pytest.fixture(scope="session")
 def am_testrun(am_build):
-    ns, inst = f"{PREFIX}tr", f"{PREFIX}tr"   # not "<prefix>-...": that would belong to the lab
+    ns, inst = f"{PREFIX}tr", f"{PREFIX}tr"  # not "<prefix>-...": that would belong to the lab
     subprocess.run(["ip", "netns", "del", ns], capture_output=True)
     subprocess.run(["ip", "netns", "add", ns], check=True)
     try:
         # the devices stay down and without IPv6: no packet of their own reaches the counters
-        for cmd in (["sysctl", "-qw", "net.ipv6.conf.all.disable_ipv6=1"],
-                    ["sysctl", "-qw", "net.ipv6.conf.default.disable_ipv6=1"],
-                    ["ip", "link", "add", f"{PREFIX}tr0", "type", "veth", "peer", "name", f"{PREFIX}tr1"]):
+        for cmd in (
+            ["sysctl", "-qw", "net.ipv6.conf.all.disable_ipv6=1"],
+            ["sysctl", "-qw", "net.ipv6.conf.default.disable_ipv6=1"],
+            ["ip", "link", "add", f"{PREFIX}tr0", "type", "veth", "peer", "name", f"{PREFIX}tr1"],
+        ):
             subprocess.run(["ip", "netns", "exec", ns, *cmd], check=True)
         run(TX, "attach", "--netns", ns, "--dev", f"{PREFIX}tr0", "--instance", inst)
         run(RX, "attach", "--netns", ns, "--dev", f"{PREFIX}tr1", "--instance", inst)

@@ -1,4 +1,5 @@
 """Fixtures for the datapath tests (root, real kernel): build, veth pair, attached programs."""
+
 from __future__ import annotations
 
 import os
@@ -23,7 +24,7 @@ def veth(datapath_build):
     pair = VethPair()
     try:
         pair.setup()
-        time.sleep(1.5)   # let the MLD reports of address setup pass before programs count anything
+        time.sleep(1.5)  # let the MLD reports of address setup pass before programs count anything
         yield pair
     finally:
         pair.teardown()

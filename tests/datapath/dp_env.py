@@ -2,6 +2,7 @@
 
 Real kernel, real XDP programs; needs root. Every resource carries the `dp` prefix.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -41,9 +42,10 @@ def sh(*cmd: str, check: bool = True, ns: str | None = None) -> subprocess.Compl
 
 
 def ensure_bpffs() -> None:
-    if "/sys/fs/bpf type bpf" not in Path("/proc/mounts").read_text().replace(" bpf rw", " type bpf rw") \
-            and not any(line.split()[1] == "/sys/fs/bpf" and line.split()[2] == "bpf"
-                        for line in Path("/proc/mounts").read_text().splitlines()):
+    if "/sys/fs/bpf type bpf" not in Path("/proc/mounts").read_text().replace(" bpf rw", " type bpf rw") and not any(
+        line.split()[1] == "/sys/fs/bpf" and line.split()[2] == "bpf"
+        for line in Path("/proc/mounts").read_text().splitlines()
+    ):
         subprocess.run(["mount", "-t", "bpf", "bpf", "/sys/fs/bpf"], check=True)
 
 
@@ -81,9 +83,17 @@ def srh_bytes(segments: list[str], segments_left: int = 0) -> bytes:
 
 def parse_srh(buf: bytes) -> dict:
     nh, hdrlen, rtype, segleft, last, flags, tag = struct.unpack_from("!BBBBBBH", buf)
-    segs = [socket.inet_ntop(socket.AF_INET6, buf[8 + 16 * i: 24 + 16 * i]) for i in range(last + 1)]
-    return dict(nexthdr=nh, hdrlen=hdrlen, type=rtype, segments_left=segleft, last_entry=last,
-                flags=flags, tag=tag, segments=segs)
+    segs = [socket.inet_ntop(socket.AF_INET6, buf[8 + 16 * i : 24 + 16 * i]) for i in range(last + 1)]
+    return dict(
+        nexthdr=nh,
+        hdrlen=hdrlen,
+        type=rtype,
+        segments_left=segleft,
+        last_entry=last,
+        flags=flags,
+        tag=tag,
+        segments=segs,
+    )
 
 
 def tai_ns() -> int:
@@ -139,13 +149,14 @@ def prog_test_run(tool: Path, pin_dir: Path, frame: bytes) -> dict:
 @dataclass
 class VethPair:
     """dp-s (sender, dev dp-s0) <-> dp-x (reflector, dev dp-x0)."""
+
     s_ns: str = f"{PREFIX}-s"
     x_ns: str = f"{PREFIX}-x"
     s_dev: str = f"{PREFIX}-s0"
     x_dev: str = f"{PREFIX}-x0"
     s_addr: str = "fd00:d5::1"
     x_addr: str = "fd00:d5::2"
-    x_other: str = "fd00:d5::3"        # on dp-x0 but not a reflector address
+    x_other: str = "fd00:d5::3"  # on dp-x0 but not a reflector address
     # local addresses of dp-s used as return SIDs: the kernel's own SRH processing
     # (seg6_enabled) loops through them and delivers. (A seg6local End route would
     # not: End refuses a next hop that is local.)
@@ -157,22 +168,46 @@ class VethPair:
         self.teardown()
         for ns in (self.s_ns, self.x_ns):
             sh("ip", "netns", "add", ns)
-            for k, v in (("net.ipv6.conf.default.accept_dad", "0"),
-                         ("net.ipv6.conf.default.router_solicitations", "0"),
-                         ("net.ipv6.conf.default.accept_ra", "0"),
-                         ("net.ipv6.conf.all.seg6_enabled", "1"),
-                         ("net.ipv6.conf.default.seg6_enabled", "1")):
+            for k, v in (
+                ("net.ipv6.conf.default.accept_dad", "0"),
+                ("net.ipv6.conf.default.router_solicitations", "0"),
+                ("net.ipv6.conf.default.accept_ra", "0"),
+                ("net.ipv6.conf.all.seg6_enabled", "1"),
+                ("net.ipv6.conf.default.seg6_enabled", "1"),
+            ):
                 sh("sysctl", "-qw", f"{k}={v}", ns=ns)
             sh("ip", "link", "set", "lo", "up", ns=ns)
             # Only the tests' own packets on the link: the stack's multicast (MLD reports)
             # would land in the programs' counters at random times.
-            sh("nft", "add table ip6 dp_quiet { chain out { type filter hook output priority 0; "
-               "ip6 daddr ff00::/8 counter drop; }; }", ns=ns)
-        sh("ip", "link", "add", self.s_dev, "netns", self.s_ns, "address", self.s_mac, "type", "veth",
-           "peer", "name", self.x_dev, "netns", self.x_ns, "address", self.x_mac)
+            sh(
+                "nft",
+                "add table ip6 dp_quiet { chain out { type filter hook output priority 0; "
+                "ip6 daddr ff00::/8 counter drop; }; }",
+                ns=ns,
+            )
+        sh(
+            "ip",
+            "link",
+            "add",
+            self.s_dev,
+            "netns",
+            self.s_ns,
+            "address",
+            self.s_mac,
+            "type",
+            "veth",
+            "peer",
+            "name",
+            self.x_dev,
+            "netns",
+            self.x_ns,
+            "address",
+            self.x_mac,
+        )
         for ns, dev, addrs, peer_addrs, peer_mac in (
-                (self.s_ns, self.s_dev, [self.s_addr], [self.x_addr, self.x_other], self.x_mac),
-                (self.x_ns, self.x_dev, [self.x_addr, self.x_other], [self.s_addr], self.s_mac)):
+            (self.s_ns, self.s_dev, [self.s_addr], [self.x_addr, self.x_other], self.x_mac),
+            (self.x_ns, self.x_dev, [self.x_addr, self.x_other], [self.s_addr], self.s_mac),
+        ):
             # no link-local address, no multicast: nothing but our own packets on the link
             sh("ip", "link", "set", dev, "addrgenmode", "none", "multicast", "off", ns=ns)
             sh("ethtool", "-K", dev, "tx", "off", ns=ns)
@@ -203,6 +238,7 @@ class VethPair:
 
 # ---- crafted frames for BPF_PROG_TEST_RUN ----------------------------------------------
 
+
 def _csum16(data: bytes) -> int:
     if len(data) % 2:
         data += b"\0"
@@ -214,30 +250,48 @@ def _csum16(data: bytes) -> int:
 
 def udp6_checksum(src: str, dst: str, udp: bytes) -> int:
     """Checksum over pseudo-header + UDP (with its checksum field as given); 0 = valid if filled."""
-    pseudo = (socket.inet_pton(socket.AF_INET6, src) + socket.inet_pton(socket.AF_INET6, dst)
-              + struct.pack("!I3xB", len(udp), 17))
+    pseudo = (
+        socket.inet_pton(socket.AF_INET6, src)
+        + socket.inet_pton(socket.AF_INET6, dst)
+        + struct.pack("!I3xB", len(udp), 17)
+    )
     return (~_csum16(pseudo + udp)) & 0xFFFF
 
 
-def udp_datagram(src: str, final_dst: str, sport: int, dport: int, payload: bytes,
-                 length: int | None = None) -> bytes:
+def udp_datagram(src: str, final_dst: str, sport: int, dport: int, payload: bytes, length: int | None = None) -> bytes:
     ulen = 8 + len(payload) if length is None else length
     hdr = struct.pack("!HHHH", sport, dport, ulen, 0)
     csum = udp6_checksum(src, final_dst, hdr + payload) or 0xFFFF
     return struct.pack("!HHHH", sport, dport, ulen, csum) + payload
 
 
-def srh_wire(segments: list[str], segments_left: int, nexthdr: int = 17,
-             hdrlen: int | None = None, last_entry: int | None = None) -> bytes:
+def srh_wire(
+    segments: list[str], segments_left: int, nexthdr: int = 17, hdrlen: int | None = None, last_entry: int | None = None
+) -> bytes:
     n = len(segments)
-    hdr = struct.pack("!BBBBBBH", nexthdr, 2 * n if hdrlen is None else hdrlen, 4, segments_left,
-                      n - 1 if last_entry is None else last_entry, 0, 0)
+    hdr = struct.pack(
+        "!BBBBBBH",
+        nexthdr,
+        2 * n if hdrlen is None else hdrlen,
+        4,
+        segments_left,
+        n - 1 if last_entry is None else last_entry,
+        0,
+        0,
+    )
     return hdr + b"".join(socket.inet_pton(socket.AF_INET6, s) for s in segments)
 
 
-def eth_ipv6(src: str, dst: str, nexthdr: int, body: bytes, hlim: int = 64,
-             smac: str = "02:d5:00:00:00:01", dmac: str = "02:d5:00:00:00:02",
-             payload_len: int | None = None) -> bytes:
+def eth_ipv6(
+    src: str,
+    dst: str,
+    nexthdr: int,
+    body: bytes,
+    hlim: int = 64,
+    smac: str = "02:d5:00:00:00:01",
+    dmac: str = "02:d5:00:00:00:02",
+    payload_len: int | None = None,
+) -> bytes:
     eth = bytes.fromhex(dmac.replace(":", "")) + bytes.fromhex(smac.replace(":", "")) + b"\x86\xdd"
     ip6 = struct.pack("!IHBB", 6 << 28, len(body) if payload_len is None else payload_len, nexthdr, hlim)
     return eth + ip6 + socket.inet_pton(socket.AF_INET6, src) + socket.inet_pton(socket.AF_INET6, dst) + body
@@ -253,7 +307,7 @@ class ParsedFrame:
     nexthdr: int
     payload_len: int
     srh: dict | None
-    udp: bytes           # UDP header + payload
+    udp: bytes  # UDP header + payload
     sport: int
     dport: int
 
@@ -297,19 +351,18 @@ class Attached:
         run_tool(REFLECTOR, "add-address", "--pin-dir", str(self.refl_dir), v.x_addr)
         if self.with_collector:
             extra = ["--ringbuf-size", str(self.ringbuf_size)] if self.ringbuf_size else []
-            run_tool(COLLECTOR, "attach", "--netns", v.s_ns, "--dev", v.s_dev,
-                     "--pin-dir", str(self.coll_dir), *extra)
+            run_tool(COLLECTOR, "attach", "--netns", v.s_ns, "--dev", v.s_dev, "--pin-dir", str(self.coll_dir), *extra)
         else:
             v.attach_count_pass(v.s_ns, v.s_dev)
         return self
 
     def __exit__(self, *exc) -> None:
         v = self.veth
-        run_tool(REFLECTOR, "detach", "--netns", v.x_ns, "--dev", v.x_dev, "--pin-dir", str(self.refl_dir),
-                 check=False)
+        run_tool(REFLECTOR, "detach", "--netns", v.x_ns, "--dev", v.x_dev, "--pin-dir", str(self.refl_dir), check=False)
         if self.with_collector:
-            run_tool(COLLECTOR, "detach", "--netns", v.s_ns, "--dev", v.s_dev, "--pin-dir",
-                     str(self.coll_dir), check=False)
+            run_tool(
+                COLLECTOR, "detach", "--netns", v.s_ns, "--dev", v.s_dev, "--pin-dir", str(self.coll_dir), check=False
+            )
         v.detach_xdp(v.s_ns, v.s_dev)
         v.detach_xdp(v.x_ns, v.x_dev)
         _remove_pins(self.refl_dir)

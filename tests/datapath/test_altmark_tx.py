@@ -8,6 +8,7 @@ header) + SRH [fc00:3::d6, fc00:2::e] (segments_left 1) — that packet is what 
 egress sees. R (End) forwards it to fc00:3::d6, altmark_rx on B's b0 counts it, End.DT6 removes
 the outer header (with the DSCP colour / the DOH) and H2 gets the original datagram.
 """
+
 from __future__ import annotations
 
 import math
@@ -16,23 +17,58 @@ import struct
 
 import pytest
 
-from tests.datapath.altmark_env import (H2_ADDR, METHOD_DSCP, POLICY, RX, TX, Capture, expect_all,
-                                        retry_on_path_loss,
-                                        Receiver, colour_at, delta, doh, encapped, eth, find_udp, flows,
-                                        iface_counter, inner_udp, list_flows, run, send_udp,
-                                        sidlist_key, skb_ctx, srh, stats, tai_ns, tclass_of, udp_sender)
+from tests.datapath.altmark_env import (
+    H2_ADDR,
+    METHOD_DSCP,
+    POLICY,
+    RX,
+    TX,
+    Capture,
+    Receiver,
+    colour_at,
+    delta,
+    doh,
+    encapped,
+    eth,
+    expect_all,
+    find_udp,
+    flows,
+    iface_counter,
+    inner_udp,
+    list_flows,
+    retry_on_path_loss,
+    run,
+    send_udp,
+    sidlist_key,
+    skb_ctx,
+    srh,
+    stats,
+    tai_ns,
+    tclass_of,
+    udp_sender,
+)
 from tests.datapath.altmark_fixtures import UNMONITORED_DST
 
 TC_ACT_OK = 0
 PERIOD_MS = 200
 PERIOD_NS = PERIOD_MS * 1_000_000
 CPUS = sorted(os.sched_getaffinity(0))[:2]
-L_WORD, D_WORD = 0x04, 0x08      # default DSCP bits 0 and 1 = Traffic Class bits 0x04 / 0x08
+L_WORD, D_WORD = 0x04, 0x08  # default DSCP bits 0 and 1 = Traffic Class bits 0x04 / 0x08
 
 
 def _tx_flow(method: str, flow_id: int = 7, dmark_every: int = 0, sids: list[str] = POLICY) -> list[str]:
-    return ["--sids", ",".join(sids), "--flow-id", str(flow_id), "--method", method, "--period-ms",
-            str(PERIOD_MS), "--dmark-every", str(dmark_every)]
+    return [
+        "--sids",
+        ",".join(sids),
+        "--flow-id",
+        str(flow_id),
+        "--method",
+        method,
+        "--period-ms",
+        str(PERIOD_MS),
+        "--dmark-every",
+        str(dmark_every),
+    ]
 
 
 def _rx_flow(method: str, flow_id: int = 7) -> list[str]:
@@ -54,7 +90,7 @@ def _strip_doh(frame: bytes) -> bytes:
     """The frame as it was before altmark_tx inserted its 8-byte DOH after the IPv6 header."""
     plen = struct.unpack_from("!H", frame, 18)[0]
     ip = bytearray(frame[14:54])
-    ip[6] = frame[54]                                   # the DOH's next header
+    ip[6] = frame[54]  # the DOH's next header
     struct.pack_into("!H", ip, 4, plen - 8)
     return frame[:14] + bytes(ip) + frame[62:]
 
@@ -67,8 +103,9 @@ def _baseline_and_marked(am_lab, sock, n, gap_s, method, dmark_every):
     try:
         send_udp(lab.ns("H1"), H2_ADDR, n, [CPUS[0]], sock=sock)
         base = _by_seq(cap.frames(n))
-        with flows([(TX, am_lab.tx_inst, _tx_flow(method, dmark_every=dmark_every)),
-                    (RX, am_lab.rx_inst, _rx_flow(method))]):
+        with flows(
+            [(TX, am_lab.tx_inst, _tx_flow(method, dmark_every=dmark_every)), (RX, am_lab.rx_inst, _rx_flow(method))]
+        ):
             sent = send_udp(lab.ns("H1"), H2_ADDR, n, [CPUS[0]], gap_s=gap_s, sock=sock)
             marked = _by_seq(cap.frames(n))
     finally:
@@ -101,7 +138,7 @@ def _check_colours_and_dmarks(sent, colours, dmarks, dmark_every):
 
 def test_dscp_sets_exactly_the_two_bits_per_colour(am_lab):
     n, every = 60, 3
-    sock = udp_sender(am_lab.lab.ns("H1"), tclass=0xB9)   # DSCP 46 (0x08 set, 0x04 clear) + ECN 01
+    sock = udp_sender(am_lab.lab.ns("H1"), tclass=0xB9)  # DSCP 46 (0x08 set, 0x04 clear) + ECN 01
     try:
         base, marked, sent = retry_on_path_loss(lambda: _baseline_and_marked(am_lab, sock, n, 0.02, "dscp", every))
     finally:
@@ -109,7 +146,7 @@ def test_dscp_sets_exactly_the_two_bits_per_colour(am_lab):
     colours, dmarks = {}, {}
     for seq, f in marked.items():
         b = base[seq]
-        assert tclass_of(b) == 0xB9                                  # seg6 encap copies the inner TC
+        assert tclass_of(b) == 0xB9  # seg6 encap copies the inner TC
         tc = tclass_of(f)
         colours[seq], dmarks[seq] = (tc & L_WORD) >> 2, bool(tc & D_WORD)
         # exactly the two bits may differ; everything else in the frame is the baseline's
@@ -149,11 +186,11 @@ def test_rfc9343_doh_inserted_and_inner_packet_delivered_unchanged(am_lab):
         assert f[14 + 6] == 60, "outer next header must be the DOH"
         nxt, hlen, otype, olen, data = struct.unpack_from("!BBBBI", f, 54)
         assert (nxt, hlen, otype, olen) == (43, 0, 0x12, 4)
-        assert data >> 12 == fid and data & 0x3FF == 0               # FlowMonID, reserved bits 0
+        assert data >> 12 == fid and data & 0x3FF == 0  # FlowMonID, reserved bits 0
         colours[seq], dmarks[seq] = (data >> 11) & 1, bool(data & 0x400)
         assert struct.unpack_from("!H", f, 18)[0] == struct.unpack_from("!H", base[seq], 18)[0] + 8
         assert _strip_doh(f) == base[seq], f"seq {seq}: only the DOH may be added"
-        assert tclass_of(f) == 0x2D                                   # rfc9343 leaves the DSCP alone
+        assert tclass_of(f) == 0x2D  # rfc9343 leaves the DSCP alone
     _check_colours_and_dmarks(sent, colours, dmarks, every)
     # end to end: H2 got every datagram, and the IPv6 packet H2 sees is the one H1 sent (hop limit
     # -1: A forwards it before the encap; B's End.DT6 decap + forward leaves it, measured on 6.18),
@@ -172,24 +209,32 @@ def _count_once(am_lab, method, n, every):
     return everything measured."""
     lab = am_lab.lab
     rx = Receiver(lab.ns("H2"), H2_ADDR)
-    ifc = {k: (lab.ns(node), dev, name) for k, (node, dev, name) in {
-        "a0_tx": ("A", "a0", "tx_packets"), "a0_drop": ("A", "a0", "tx_dropped"),
-        "b0_rx": ("B", "b0", "rx_packets")}.items()}
+    ifc = {
+        k: (lab.ns(node), dev, name)
+        for k, (node, dev, name) in {
+            "a0_tx": ("A", "a0", "tx_packets"),
+            "a0_drop": ("A", "a0", "tx_dropped"),
+            "b0_rx": ("B", "b0", "rx_packets"),
+        }.items()
+    }
     try:
-        with flows([(TX, am_lab.tx_inst, _tx_flow(method, dmark_every=every)),
-                    (RX, am_lab.rx_inst, _rx_flow(method))]):
+        with flows([(TX, am_lab.tx_inst, _tx_flow(method, dmark_every=every)), (RX, am_lab.rx_inst, _rx_flow(method))]):
             slot_tx = list_flows(TX, am_lab.tx_inst)[0]["slot"]
             slot_rx = list_flows(RX, am_lab.rx_inst)[0]["slot"]
             st_tx, st_rx = stats(TX, am_lab.tx_inst), stats(RX, am_lab.rx_inst)
             if0 = {k: iface_counter(*v) for k, v in ifc.items()}
             sent = send_udp(lab.ns("H1"), H2_ADDR, n, CPUS, gap_s=0.0015)
             got = rx.drain(n)
-            m = dict(sent=sent, got=got, d_tx=delta(st_tx, stats(TX, am_lab.tx_inst)),
-                     d_rx=delta(st_rx, stats(RX, am_lab.rx_inst)),
-                     ifc={k: iface_counter(*v) - if0[k] for k, v in ifc.items()},
-                     tx=[am_lab.tx_maps.per_cpu(slot_tx, c) for c in (0, 1)],
-                     rx=[am_lab.rx_maps.per_cpu(slot_rx, c) for c in (0, 1)],
-                     listed={c["colour"]: c for c in list_flows(TX, am_lab.tx_inst)[0]["counters"]})
+            m = dict(
+                sent=sent,
+                got=got,
+                d_tx=delta(st_tx, stats(TX, am_lab.tx_inst)),
+                d_rx=delta(st_rx, stats(RX, am_lab.rx_inst)),
+                ifc={k: iface_counter(*v) - if0[k] for k, v in ifc.items()},
+                tx=[am_lab.tx_maps.per_cpu(slot_tx, c) for c in (0, 1)],
+                rx=[am_lab.rx_maps.per_cpu(slot_rx, c) for c in (0, 1)],
+                listed={c["colour"]: c for c in list_flows(TX, am_lab.tx_inst)[0]["counters"]},
+            )
     finally:
         rx.close()
     return m
@@ -224,23 +269,25 @@ def test_counts_exact_per_colour_and_cpu_tx_equals_rx_equals_sent(am_lab, method
     # was sent from that CPU (both colours together)
     for cpu in CPUS:
         assert sum(tx[c][cpu][0] for c in (0, 1)) == sum(1 for s in sent if s.cpu == cpu)
-    total = {side: [tuple(sum(r[k] for r in rows) for k in range(4)) for rows in per] for side, per in
-             (("tx", tx), ("rx", rxc))}
+    total = {
+        side: [tuple(sum(r[k] for r in rows) for k in range(4)) for rows in per]
+        for side, per in (("tx", tx), ("rx", rxc))
+    }
     assert sum(t[0] for t in total["tx"]) == sum(t[0] for t in total["rx"]) == n
     ambiguous = sum(1 for s in sent if colour_at(s.t_before, PERIOD_NS) != colour_at(s.t_after, PERIOD_NS))
     for c in (0, 1):
         t, r = total["tx"][c], total["rx"][c]
-        assert t[:3] == r[:3], f"colour {c}: tx {t[:3]} rx {r[:3]}"              # packets, bytes, dmarks
+        assert t[:3] == r[:3], f"colour {c}: tx {t[:3]} rx {r[:3]}"  # packets, bytes, dmarks
         assert (listed[c]["packets"], listed[c]["bytes"], listed[c]["dmark_packets"]) == t[:3]
         lo = sum(1 for s in sent if colour_at(s.t_before, PERIOD_NS) == colour_at(s.t_after, PERIOD_NS) == c)
         assert lo <= t[0] <= lo + ambiguous
-        for cpu in CPUS:                                      # the D-mark rule, per (CPU, colour)
+        for cpu in CPUS:  # the D-mark rule, per (CPU, colour)
             assert tx[c][cpu][2] == math.ceil(tx[c][cpu][0] / every)
         bytes_each = 40 + 40 + 40 + 8 + 64 + (8 if method == "rfc9343" else 0)
         assert t[1] == t[0] * bytes_each
     dm = sum(t[2] for t in total["tx"])
     mean_delay_ns = (sum(t[3] for t in total["rx"]) - sum(t[3] for t in total["tx"])) / dm
-    assert 0 < mean_delay_ns < 5_000_000, mean_delay_ns      # same host: TAI on both edges, µs apart
+    assert 0 < mean_delay_ns < 5_000_000, mean_delay_ns  # same host: TAI on both edges, µs apart
 
 
 def test_unmonitored_traffic_untouched_and_counted(am_lab):
@@ -252,8 +299,8 @@ def test_unmonitored_traffic_untouched_and_counted(am_lab):
         try:
             with flows([(TX, am_lab.tx_inst, _tx_flow("rfc9343")), (RX, am_lab.rx_inst, _rx_flow("rfc9343"))]):
                 st_tx, st_rx = stats(TX, am_lab.tx_inst), stats(RX, am_lab.rx_inst)
-                send_udp(lab.ns("H1"), UNMONITORED_DST, n, CPUS, tclass=0xB9)      # SID list [fc00:3::d6]
-                send_udp(lab.ns("A"), "fc00:12::2", n, CPUS, tclass=0xB9)          # no SRv6 at all
+                send_udp(lab.ns("H1"), UNMONITORED_DST, n, CPUS, tclass=0xB9)  # SID list [fc00:3::d6]
+                send_udp(lab.ns("A"), "fc00:12::2", n, CPUS, tclass=0xB9)  # no SRv6 at all
                 got = rx.drain(n)
                 frames = cap.frames(2 * n, match=lambda f: f[14 + 6] in (43, 17, 60))
                 d_tx, d_rx = delta(st_tx, stats(TX, am_lab.tx_inst)), delta(st_rx, stats(RX, am_lab.rx_inst))
@@ -271,7 +318,7 @@ def test_unmonitored_traffic_untouched_and_counted(am_lab):
     assert all(c["packets"] == 0 for c in counters)
     assert len(got) == n and all(tc == 0xB9 for _, tc in got)
     assert len(frames) == 2 * n
-    assert all(tclass_of(f) == 0xB9 and f[14 + 6] != 60 for f in frames)   # no DSCP change, no DOH
+    assert all(tclass_of(f) == 0xB9 and f[14 + 6] != 60 for f in frames)  # no DSCP change, no DOH
 
 
 def test_rfc9343_packet_too_big_for_the_room_passes_unmarked_and_counted(am_lab):
@@ -296,7 +343,7 @@ def test_rfc9343_packet_too_big_for_the_room_passes_unmarked_and_counted(am_lab)
 
     got, d_tx, d_rx = retry_on_path_loss(attempt)
     assert d_tx == {"coloured_rfc9343": 3, "pass_mark_failed": 4}
-    assert d_rx == {"counted_rfc9343": 3, "pass_unmonitored": 4}   # rx knows the flow by FlowMonID only
+    assert d_rx == {"counted_rfc9343": 3, "pass_unmonitored": 4}  # rx knows the flow by FlowMonID only
     assert sorted(len(p) for p, _ in got) == [1364] * 3 + [1365] * 4
 
 
@@ -310,10 +357,30 @@ FLOWMON = 0x12345
 @pytest.fixture(scope="module")
 def tx_flows(am_testrun):
     inst = am_testrun.inst
-    with flows([(TX, inst, _tx_flow("dscp", flow_id=7, dmark_every=4)),
-                (TX, inst, _tx_flow("rfc9343", flow_id=FLOWMON, dmark_every=2, sids=DOH_SIDS)),
-                (TX, inst, ["--sids", ",".join(CUSTOM), "--flow-id", "9", "--method", "dscp", "--period-ms", "1000",
-                            "--dscp-l-bit", "5", "--dscp-d-bit", "2"])]):
+    with flows(
+        [
+            (TX, inst, _tx_flow("dscp", flow_id=7, dmark_every=4)),
+            (TX, inst, _tx_flow("rfc9343", flow_id=FLOWMON, dmark_every=2, sids=DOH_SIDS)),
+            (
+                TX,
+                inst,
+                [
+                    "--sids",
+                    ",".join(CUSTOM),
+                    "--flow-id",
+                    "9",
+                    "--method",
+                    "dscp",
+                    "--period-ms",
+                    "1000",
+                    "--dscp-l-bit",
+                    "5",
+                    "--dscp-d-bit",
+                    "2",
+                ],
+            ),
+        ]
+    ):
         yield am_testrun, {f["flow_id"]: f["slot"] for f in list_flows(TX, inst)}
 
 
@@ -328,13 +395,19 @@ def test_testrun_every_packet_class(tx_flows):
         ("routing_type_2", encapped(ext=bytes([41, 2, 2, 1, 0, 0, 0, 0]) + bytes(16)), "pass_not_srh"),
         ("srh_hdrlen_short", encapped(ext=srh(POLICY, hdrlen=2)), "pass_malformed_srh"),
         ("srh_segleft_beyond", encapped(ext=srh(POLICY, segleft=2)), "pass_malformed_srh"),
-        ("srh_truncated", encapped()[:14 + 40 + 8 + 24], "pass_malformed_srh"),
-        ("srh_fixed_part_truncated", encapped()[:14 + 40 + 6], "pass_malformed_srh"),
+        ("srh_truncated", encapped()[: 14 + 40 + 8 + 24], "pass_malformed_srh"),
+        ("srh_fixed_part_truncated", encapped()[: 14 + 40 + 6], "pass_malformed_srh"),
         ("too_many_sids", encapped([f"fc00:8::{i}" for i in range(1, 8)]), "pass_too_many_sids"),
-        ("already_marked", encapped(DOH_SIDS, ext=doh(FLOWMON, 1, False) + srh(DOH_SIDS), outer_next=60),
-         "pass_already_marked"),
-        ("doh_without_altmark", encapped(ext=bytes([43, 0, 1, 4, 0, 0, 0, 0]) + srh(POLICY), outer_next=60),
-         "pass_no_srh"),
+        (
+            "already_marked",
+            encapped(DOH_SIDS, ext=doh(FLOWMON, 1, False) + srh(DOH_SIDS), outer_next=60),
+            "pass_already_marked",
+        ),
+        (
+            "doh_without_altmark",
+            encapped(ext=bytes([43, 0, 1, 4, 0, 0, 0, 0]) + srh(POLICY), outer_next=60),
+            "pass_no_srh",
+        ),
     ]
     for name, frame, counter in cases:
         before, flows_before = stats(TX, tr.inst), [tr.tx_maps.summed(s, c) for s in slots.values() for c in (0, 1)]
@@ -360,8 +433,8 @@ def _run_marked(tr, frame, n):
 
 def test_testrun_dscp_and_custom_bits(tx_flows):
     tr, slots = tx_flows
-    run(TX, "add-flow", "--instance", tr.inst, *_tx_flow("dscp", flow_id=7, dmark_every=4))   # counters to 0
-    frame = encapped(tclass=0xFF)                      # every TC bit set: L/D must be rewritten, rest kept
+    run(TX, "add-flow", "--instance", tr.inst, *_tx_flow("dscp", flow_id=7, dmark_every=4))  # counters to 0
+    frame = encapped(tclass=0xFF)  # every TC bit set: L/D must be rewritten, rest kept
     per_colour = [0, 0]
     for t0, t1, retval, out in _run_marked(tr, frame, 9):
         assert retval == TC_ACT_OK and len(out) == len(frame)
@@ -406,9 +479,9 @@ def test_testrun_gso_packets_counted_per_segment(tx_flows):
     counts each, so the colourer counts gso_segs packets and their bytes, and never D-marks it.
     rfc9343 does not mark GSO packets (pass_gso_not_marked): then neither edge counts them."""
     tr, slots = tx_flows
-    run(TX, "add-flow", "--instance", tr.inst, *_tx_flow("dscp", flow_id=7, dmark_every=4))   # counters to 0
+    run(TX, "add-flow", "--instance", tr.inst, *_tx_flow("dscp", flow_id=7, dmark_every=4))  # counters to 0
     slot = slots[7]
-    hdr = 40 + 40 + 40 + 8                                     # outer + SRH(2) + inner IPv6 + UDP, per segment
+    hdr = 40 + 40 + 40 + 8  # outer + SRH(2) + inner IPv6 + UDP, per segment
     for segs_in_ctx, gso_size, payload, segs in ((2, 1000, 2000, 2), (0, 1000, 2500, 3)):
         frame = encapped(payload=b"g" * payload)
         ip_len = len(frame) - 14
@@ -417,7 +490,7 @@ def test_testrun_gso_packets_counted_per_segment(tx_flows):
         after = [tr.tx_maps.summed(slot, c) for c in (0, 1)]
         d = [tuple(a - b for a, b in zip(x, y)) for x, y in zip(after, before)]
         assert retval == TC_ACT_OK and len(out) == len(frame)
-        assert tclass_of(out) & D_WORD == 0                        # never D-marked
+        assert tclass_of(out) & D_WORD == 0  # never D-marked
         assert sorted(d) == sorted([(segs, ip_len + (segs - 1) * hdr, 0, 0), (0, 0, 0, 0)]), d
     before = stats(TX, tr.inst)
     frame = encapped(DOH_SIDS, payload=b"g" * 2000)
@@ -439,14 +512,22 @@ def test_cost_independent_of_flow_count(tx_flows):
         # mean: the other load on the 2 shared cores only ever adds time
         return min(sum(tr.tx.run(frame)[2] for _ in range(calls)) / calls for _ in range(batches))
 
-    one = {"dscp": cost(dscp), "rfc9343": cost(r9343), "dscp_repeat": min(tr.tx.run(dscp, repeat=100_000)[2] for _ in range(3))}
+    one = {
+        "dscp": cost(dscp),
+        "rfc9343": cost(r9343),
+        "dscp_repeat": min(tr.tx.run(dscp, repeat=100_000)[2] for _ in range(3)),
+    }
     keys = []
     try:
         for i in range(10_000):
             key = sidlist_key(["fc00:2::e", f"fc00:66::{i:x}"])
             tr.tx_maps.put_flow(key, struct.pack("<IIQQBBBBI", 200_000 + i, 100 + i, 10**9, 0, METHOD_DSCP, 0, 1, 0, 0))
             keys.append(key)
-        many = {"dscp": cost(dscp), "rfc9343": cost(r9343), "dscp_repeat": min(tr.tx.run(dscp, repeat=100_000)[2] for _ in range(3))}
+        many = {
+            "dscp": cost(dscp),
+            "rfc9343": cost(r9343),
+            "dscp_repeat": min(tr.tx.run(dscp, repeat=100_000)[2] for _ in range(3)),
+        }
     finally:
         for key in keys:
             tr.tx_maps.del_flow(key)

@@ -1,4 +1,5 @@
 """XDP collector on the sender veth: reflected replies become ring-buffer records (T1..T4), consumed."""
+
 from __future__ import annotations
 
 import json
@@ -10,10 +11,22 @@ import pytest
 
 from segscope_schemas.stamp_error_estimate import clock_read, ee_from_clock
 from segscope_schemas.stamp_timestamp import TsFormat
-
-from tests.datapath.dp_env import (COLLECTOR, Attached, REFLECTOR, delta, eth_ipv6, prog_test_run, recv_reply,
-                                   run_tool, srh_wire, stamp_sender_payload, stats, tai_ns,
-                                   udp_datagram, udp_socket)
+from tests.datapath.dp_env import (
+    COLLECTOR,
+    REFLECTOR,
+    Attached,
+    delta,
+    eth_ipv6,
+    prog_test_run,
+    recv_reply,
+    run_tool,
+    srh_wire,
+    stamp_sender_payload,
+    stats,
+    tai_ns,
+    udp_datagram,
+    udp_socket,
+)
 
 pytestmark = pytest.mark.datapath
 
@@ -21,8 +34,17 @@ HOPS = 61
 
 
 def dump(pin_dir, count: int, timeout_ms: int = 2000, check: bool = True) -> list[dict]:
-    p = run_tool(COLLECTOR, "dump", "--pin-dir", str(pin_dir), "--count", str(count),
-                 "--timeout-ms", str(timeout_ms), check=check)
+    p = run_tool(
+        COLLECTOR,
+        "dump",
+        "--pin-dir",
+        str(pin_dir),
+        "--count",
+        str(count),
+        "--timeout-ms",
+        str(timeout_ms),
+        check=check,
+    )
     return [json.loads(line) for line in p.stdout.splitlines()]
 
 
@@ -66,14 +88,14 @@ def test_records_for_active_session(veth, reflector_and_collector):
     ifindex = veth.ifindex(veth.s_ns, veth.s_dev)
     for seq, (rec, t1) in enumerate(zip(recs, t1s)):
         assert rec["sender_seq"] == seq and rec["reflector_seq"] == seq and rec["ssid"] == 21
-        assert rec["t1_ns"] == t1                                      # widened back exactly
+        assert rec["t1_ns"] == t1  # widened back exactly
         assert t1 <= rec["t2_ns"] <= rec["t3_ns"] <= rec["t4_ns"] <= t_end + 10**9
         assert rec["t4_ns"] <= tai_ns()
         assert rec["sender_ttl"] == HOPS and rec["reply_hop_limit"] == 255
         assert rec["sender_err_est"] == 0x4001
-        if clock_ee & 0x8000:      # synchronised: the error can move between attach and now
+        if clock_ee & 0x8000:  # synchronised: the error can move between attach and now
             assert rec["reflector_err_est"] & 0xC000 == clock_ee & 0xC000 and rec["reflector_err_est"] & 0xFF
-        else:                      # free-running: maxerror is pinned at 16 s, the value is exact
+        else:  # free-running: maxerror is pinned at 16 s, the value is exact
             assert rec["reflector_err_est"] == clock_ee
         assert rec["ifindex"] == ifindex and rec["flags"] == 0
     # consumed by XDP: the sender socket sees nothing
@@ -81,7 +103,7 @@ def test_records_for_active_session(veth, reflector_and_collector):
     with pytest.raises(socket.timeout):
         recv_reply(sock)
     assert delta(before_c, stats(COLLECTOR, att.coll_dir)) == {"collected": 30}
-    assert dump(att.coll_dir, 1, timeout_ms=200, check=False) == []    # exactly one record each
+    assert dump(att.coll_dir, 1, timeout_ms=200, check=False) == []  # exactly one record each
 
 
 def test_inactive_and_unknown_sessions_pass(veth, reflector_and_collector):
@@ -93,12 +115,11 @@ def test_inactive_and_unknown_sessions_pass(veth, reflector_and_collector):
     before = stats(COLLECTOR, att.coll_dir)
     send_burst(veth, sock, 22, 3)
     send_burst(veth, other, 23, 2)
-    for s, n in ((sock, 3), (other, 2)):                  # passed to the stack: the sockets get them
+    for s, n in ((sock, 3), (other, 2)):  # passed to the stack: the sockets get them
         for _ in range(n):
             data, peer, hop, _ = recv_reply(s)
             assert len(data) == 44 and peer[1] == 862 and hop == 255
-    assert delta(before, stats(COLLECTOR, att.coll_dir)) == {"pass_inactive_session": 3,
-                                                            "pass_unknown_session": 2}
+    assert delta(before, stats(COLLECTOR, att.coll_dir)) == {"pass_inactive_session": 3, "pass_unknown_session": 2}
     # activated again, but for another port: port mismatch passes too
     run_tool(COLLECTOR, "activate", "--pin-dir", d, "--ssid", "22", "--port", "50099")
     before = stats(COLLECTOR, att.coll_dir)
@@ -137,8 +158,7 @@ def test_crafted_replies(veth, reflector_and_collector):
     now = tai_ns()
     sec = lambda ns: ((ns // 10**9) & 0xFFFFFFFF, ns % 10**9)  # noqa: E731
     t1, t2, t3 = now - 3000, now - 2000, now - 1000
-    payload = struct.pack("!I2IHH2II2IHHB3s", 9, *sec(t3), 0x4000, 25, *sec(t2), 9, *sec(t1), 0x4001, 0, 17,
-                          bytes(3))
+    payload = struct.pack("!I2IHH2II2IHHB3s", 9, *sec(t3), 0x4000, 25, *sec(t2), 9, *sec(t1), 0x4001, 0, 17, bytes(3))
     udp = udp_datagram(R, S, 862, 50025, payload)
     srh_reply = eth_ipv6(R, S, 43, srh_wire([S, "fc00:d5::e1"], 0) + udp, hlim=250)
     before = stats(COLLECTOR, d)

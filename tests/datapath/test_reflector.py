@@ -1,4 +1,5 @@
 """XDP STAMP reflector on a real veth pair: replies checked field by field, kernel-accepted."""
+
 from __future__ import annotations
 
 import socket
@@ -8,12 +9,26 @@ import time
 import pytest
 
 from segscope_schemas.stamp_error_estimate import clock_read, ee_from_clock
-from segscope_schemas.stamp_timestamp import TsFormat
-
 from segscope_schemas.stamp_test_packet import ReflectorPacket, ptp_to_ns
-from tests.datapath.dp_env import (IPV6_RTHDR, PIN_ROOT, PREFIX, REFLECTOR, delta, in_netns, parse_frame, parse_srh,
-                                   recv_reply, run_tool, srh_bytes, stamp_sender_payload, stats, tai_ns,
-                                   udp6_counter, udp_socket)
+from segscope_schemas.stamp_timestamp import TsFormat
+from tests.datapath.dp_env import (
+    IPV6_RTHDR,
+    PIN_ROOT,
+    PREFIX,
+    REFLECTOR,
+    delta,
+    in_netns,
+    parse_frame,
+    parse_srh,
+    recv_reply,
+    run_tool,
+    srh_bytes,
+    stamp_sender_payload,
+    stats,
+    tai_ns,
+    udp6_counter,
+    udp_socket,
+)
 
 pytestmark = pytest.mark.datapath
 
@@ -33,11 +48,12 @@ def clock_err_est() -> int:
     return ee_from_clock(clock_read(), TsFormat.PTP)
 
 
-def check_reply(data: bytes, seq: int, ssid: int, t1: int, t_recv: int, err_est: int | None = None,
-                sender_err_est: int = 0x4001) -> ReflectorPacket:
+def check_reply(
+    data: bytes, seq: int, ssid: int, t1: int, t_recv: int, err_est: int | None = None, sender_err_est: int = 0x4001
+) -> ReflectorPacket:
     assert len(data) == 44
     r = ReflectorPacket.decode(data)
-    assert r.seq == seq and r.sender_seq == seq            # stateless: reflector seq = sender seq
+    assert r.seq == seq and r.sender_seq == seq  # stateless: reflector seq = sender seq
     assert r.ssid == ssid
     assert (r.sender_ts_sec, r.sender_ts_frac) == ((t1 // 10**9) & 0xFFFFFFFF, t1 % 10**9)
     assert r.sender_err_est == sender_err_est
@@ -46,12 +62,12 @@ def check_reply(data: bytes, seq: int, ssid: int, t1: int, t_recv: int, err_est:
         # and now, so compare S and Z exactly and require a valid (non-zero) multiplier
         want = clock_err_est()
         assert r.err_est & 0xC000 == want & 0xC000 and r.err_est & 0xFF != 0, (hex(r.err_est), hex(want))
-        if not want & 0x8000:                   # free-running clock: maxerror is pinned at 16 s
+        if not want & 0x8000:  # free-running clock: maxerror is pinned at 16 s
             assert r.err_est == want
     else:
         assert r.err_est == err_est
     assert r.sender_ttl == SENDER_HOPS
-    assert data[38:40] == b"\0\0" and data[41:44] == b"\0\0\0"   # MBZ
+    assert data[38:40] == b"\0\0" and data[41:44] == b"\0\0\0"  # MBZ
     t2 = ptp_to_ns(r.rx_sec, r.rx_frac, t_recv)
     t3 = ptp_to_ns(r.ts_sec, r.ts_frac, t_recv)
     assert t1 <= t2 <= t3 <= t_recv, (t1, t2, t3, t_recv)
@@ -74,7 +90,7 @@ def test_plain_reflection_fields_and_counters(veth, reflector):
         data, peer, hop, rthdr, t1, t_recv = roundtrip(veth, sock, seq, 7)
         check_reply(data, seq, 7, t1, t_recv)
         assert peer[:2] == (veth.x_addr, 862)
-        assert hop == 255          # RFC 8762: reflector sets the hop limit to 255
+        assert hop == 255  # RFC 8762: reflector sets the hop limit to 255
         assert rthdr is None
     assert udp6_counter(veth.s_ns, "Udp6InCsumErrors") == csum_before
     assert delta(before, stats(REFLECTOR, reflector.refl_dir)) == {"reflected": 10}
@@ -112,18 +128,31 @@ def captured_reply(cap: socket.socket, ssid: int):
             return f
 
 
-@pytest.mark.parametrize("incoming, n_return", [
-    (None, 1),                                      # no SRH in, 1 SID out: grow by 40
-    (None, 2),                                      # grow by 56
-    (["fd00:d5::99"], 1),                           # SRH 40 B in, 40 B out: no adjust
-    (["fd00:d5::99"], 2),                           # 40 -> 56: grow by 16
-    (["fd00:d5::a", "fd00:d5::b", "fd00:d5::c", "fd00:d5::d"], 1),   # 88 -> 40: shrink
-])
+@pytest.mark.parametrize(
+    "incoming, n_return",
+    [
+        (None, 1),  # no SRH in, 1 SID out: grow by 40
+        (None, 2),  # grow by 56
+        (["fd00:d5::99"], 1),  # SRH 40 B in, 40 B out: no adjust
+        (["fd00:d5::99"], 2),  # 40 -> 56: grow by 16
+        (["fd00:d5::a", "fd00:d5::b", "fd00:d5::c", "fd00:d5::d"], 1),  # 88 -> 40: shrink
+    ],
+)
 def test_return_sid_list(veth, reflector, incoming, n_return):
     ssid = 20 + n_return + (len(incoming) if incoming else 0)
     sids = list(veth.s_sids[:n_return])
-    run_tool(REFLECTOR, "add-session", "--pin-dir", str(reflector.refl_dir), "--ssid", str(ssid),
-             "--sender", veth.s_addr, "--return-sids", ",".join(sids))
+    run_tool(
+        REFLECTOR,
+        "add-session",
+        "--pin-dir",
+        str(reflector.refl_dir),
+        "--ssid",
+        str(ssid),
+        "--sender",
+        veth.s_addr,
+        "--return-sids",
+        ",".join(sids),
+    )
     before = stats(REFLECTOR, reflector.refl_dir)
     csum_before = udp6_counter(veth.s_ns, "Udp6InCsumErrors")
     sock = sender(veth, 50000 + ssid)
@@ -154,8 +183,18 @@ def test_return_sid_list(veth, reflector, incoming, n_return):
 def test_sender_specific_session_wins_over_wildcard(veth, reflector):
     d = str(reflector.refl_dir)
     run_tool(REFLECTOR, "add-session", "--pin-dir", d, "--ssid", "12")
-    run_tool(REFLECTOR, "add-session", "--pin-dir", d, "--ssid", "12", "--sender", veth.s_addr,
-             "--return-sids", veth.s_sids[0])
+    run_tool(
+        REFLECTOR,
+        "add-session",
+        "--pin-dir",
+        d,
+        "--ssid",
+        "12",
+        "--sender",
+        veth.s_addr,
+        "--return-sids",
+        veth.s_sids[0],
+    )
     sock = sender(veth, 50012)
     _data, _peer, _hop, rthdr, _t1, _t = roundtrip(veth, sock, 1, 12)
     assert rthdr is not None and parse_srh(rthdr)["segments"] == [veth.s_addr, veth.s_sids[0]]
@@ -167,14 +206,14 @@ def test_sender_specific_session_wins_over_wildcard(veth, reflector):
     sock.sendto(stamp_sender_payload(3, 12, tai_ns()), (veth.x_addr, 862))
     with pytest.raises(socket.timeout):
         sock.settimeout(0.5)
-        recv_reply(sock)          # no session: passed to the stack, nobody listens on 862
+        recv_reply(sock)  # no session: passed to the stack, nobody listens on 862
     assert delta(before, stats(REFLECTOR, reflector.refl_dir)) == {"pass_unknown_session": 1}
 
 
 def test_error_estimate_from_config(veth, reflector):
     d = str(reflector.refl_dir)
     run_tool(REFLECTOR, "add-session", "--pin-dir", d, "--ssid", "13")
-    run_tool(REFLECTOR, "set-err-est", "--pin-dir", d, "--err-est", str(0x8000 | 0x0105))   # S=1, scale 1, mult 5
+    run_tool(REFLECTOR, "set-err-est", "--pin-dir", d, "--err-est", str(0x8000 | 0x0105))  # S=1, scale 1, mult 5
     sock = sender(veth, 50013)
     data, _peer, _hop, _rthdr, t1, t_recv = roundtrip(veth, sock, 4, 13)
     check_reply(data, 4, 13, t1, t_recv, err_est=0xC105)
@@ -193,41 +232,53 @@ def test_counters_add_up_with_mixed_traffic(veth, reflector):
     before = stats(REFLECTOR, reflector.refl_dir)
     stamp = sender(veth, 50014)
     sent = 0
-    for seq in range(4):                                   # reflected
+    for seq in range(4):  # reflected
         roundtrip(veth, stamp, seq, 14)
         sent += 1
-    for i in range(3):                                     # pass_other_port
+    for _ in range(3):  # pass_other_port
         stamp.sendto(b"x" * 44, (veth.x_addr, 9999))
         sent += 1
-    for i in range(2):                                     # pass_not_local_addr
+    for i in range(2):  # pass_not_local_addr
         stamp.sendto(stamp_sender_payload(i, 14, tai_ns()), (veth.x_other, 862))
         sent += 1
-    for i in range(2):                                     # pass_unknown_session
+    for i in range(2):  # pass_unknown_session
         stamp.sendto(stamp_sender_payload(i, 999, tai_ns()), (veth.x_addr, 862))
         sent += 1
-    stamp.sendto(b"y" * 20, (veth.x_addr, 862))            # drop_malformed_short
+    stamp.sendto(b"y" * 20, (veth.x_addr, 862))  # drop_malformed_short
     sent += 1
-    srh_sock = sender(veth, 50114)                         # pass_srh_not_final: dst x_addr, segleft 1
+    srh_sock = sender(veth, 50114)  # pass_srh_not_final: dst x_addr, segleft 1
     srh_sock.setsockopt(socket.IPPROTO_IPV6, IPV6_RTHDR, srh_bytes([veth.x_other, veth.x_addr], 1))
     srh_sock.sendto(stamp_sender_payload(1, 14, tai_ns()), (veth.x_other, 862))
     sent += 1
-    hbh_sock = sender(veth, 50214)                         # pass_other_ext_header: hop-by-hop (PadN)
+    hbh_sock = sender(veth, 50214)  # pass_other_ext_header: hop-by-hop (PadN)
     hbh_sock.setsockopt(socket.IPPROTO_IPV6, IPV6_HOPOPTS, bytes([0, 0, 1, 4, 0, 0, 0, 0]))
     hbh_sock.sendto(stamp_sender_payload(1, 14, tai_ns()), (veth.x_addr, 862))
     sent += 1
-    with in_netns(veth.s_ns):                              # pass_not_udp: ICMPv6 echo request
+    with in_netns(veth.s_ns):  # pass_not_udp: ICMPv6 echo request
         icmp = socket.socket(socket.AF_INET6, socket.SOCK_RAW, socket.IPPROTO_ICMPV6)
     icmp.sendto(struct.pack("!BBHHH", 128, 0, 0, 1, 1) + b"ping", (veth.x_addr, 0))
     sent += 1
-    raw = raw_frame_sender(veth)                           # pass_not_ipv6: an IPv4 ethertype frame
-    raw.send(bytes.fromhex(veth.x_mac.replace(":", "")) + bytes.fromhex(veth.s_mac.replace(":", ""))
-             + b"\x08\x00" + bytes(46))
+    raw = raw_frame_sender(veth)  # pass_not_ipv6: an IPv4 ethertype frame
+    raw.send(
+        bytes.fromhex(veth.x_mac.replace(":", ""))
+        + bytes.fromhex(veth.s_mac.replace(":", ""))
+        + b"\x08\x00"
+        + bytes(46)
+    )
     sent += 1
     time.sleep(0.3)
     got = delta(before, stats(REFLECTOR, reflector.refl_dir))
-    assert got == {"reflected": 4, "pass_other_port": 3, "pass_not_local_addr": 2,
-                   "pass_unknown_session": 2, "drop_malformed_short": 1, "pass_srh_not_final": 1,
-                   "pass_other_ext_header": 1, "pass_not_udp": 1, "pass_not_ipv6": 1}
+    assert got == {
+        "reflected": 4,
+        "pass_other_port": 3,
+        "pass_not_local_addr": 2,
+        "pass_unknown_session": 2,
+        "drop_malformed_short": 1,
+        "pass_srh_not_final": 1,
+        "pass_other_ext_header": 1,
+        "pass_not_udp": 1,
+        "pass_not_ipv6": 1,
+    }
     assert sum(got.values()) == sent
 
 
@@ -242,8 +293,17 @@ def test_cli_refuses_bad_arguments(veth, reflector):
     assert p.returncode == 2 and "--sender" in p.stderr
     p = run_tool(REFLECTOR, "add-address", "--pin-dir", d, "not-an-address", check=False)
     assert p.returncode == 2 and "ADDR" in p.stderr
-    p = run_tool(REFLECTOR, "attach", "--netns", f"{PREFIX}-nonexistent", "--dev", "x", "--pin-dir",
-                 str(PIN_ROOT / f"{PREFIX}-nonexistent" / "stamp_reflector"), check=False)
+    p = run_tool(
+        REFLECTOR,
+        "attach",
+        "--netns",
+        f"{PREFIX}-nonexistent",
+        "--dev",
+        "x",
+        "--pin-dir",
+        str(PIN_ROOT / f"{PREFIX}-nonexistent" / "stamp_reflector"),
+        check=False,
+    )
     assert not (PIN_ROOT / f"{PREFIX}-nonexistent").exists()
     assert p.returncode == 1 and "--netns" in p.stderr
     p = run_tool(REFLECTOR, "attach", "--netns", veth.x_ns, "--dev", veth.x_dev, "--pin-dir", d, check=False)

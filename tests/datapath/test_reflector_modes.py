@@ -4,11 +4,11 @@ TLVs echoed or passed to user space, authenticated sessions passed to user space
 NTP timestamps are checked against an independent encoder/decoder written here from RFC 5905 §6
 (UTC seconds since 1900 + 2^-32 s fraction) with exact rational arithmetic.
 """
+
 from __future__ import annotations
 
 import json
 import random
-import socket
 import struct
 import subprocess
 import time
@@ -17,31 +17,45 @@ from fractions import Fraction
 import pytest
 
 from segscope_schemas.stamp_test_packet import ReflectorPacket
-from tests.datapath.dp_env import (COLLECTOR, REFLECTOR, delta, eth_ipv6, parse_frame, prog_test_run,
-                                   recv_reply, run_tool, stamp_sender_payload, stats, tai_ns, udp6_checksum,
-                                   udp_datagram, udp_socket)
+from tests.datapath.dp_env import (
+    COLLECTOR,
+    REFLECTOR,
+    delta,
+    eth_ipv6,
+    parse_frame,
+    prog_test_run,
+    recv_reply,
+    run_tool,
+    stamp_sender_payload,
+    stats,
+    tai_ns,
+    udp6_checksum,
+    udp_datagram,
+    udp_socket,
+)
 
 pytestmark = pytest.mark.datapath
 
 S, R = "fd00:d5::1", "fd00:d5::2"
-NTP_UNIX = 2_208_988_800          # RFC 5905 §6: 1970-01-01 is 2208988800 s after the NTP era 0 start
+NTP_UNIX = 2_208_988_800  # RFC 5905 §6: 1970-01-01 is 2208988800 s after the NTP era 0 start
 E9 = 10**9
 EE_Z = 0x4000
 SENDER_PORT = 40000
 
 # ssid -> add-session flags
 SESSIONS = {
-    30: [],                                            # defaults: PTP, stateless, TLVs to user space
+    30: [],  # defaults: PTP, stateless, TLVs to user space
     31: ["--format", "ntp"],
     32: ["--stateful"],
     33: ["--stateful", "--format", "ntp"],
     34: ["--tlv", "echo"],
     35: ["--mode", "authenticated"],
-    36: ["--format", "ptp", "--tlv", "userspace", "--mode", "unauthenticated"],   # explicit defaults
+    36: ["--format", "ptp", "--tlv", "userspace", "--mode", "unauthenticated"],  # explicit defaults
 }
 
 
 # ---- NTP from the RFC, exact ------------------------------------------------------------
+
 
 def host_tai_offset() -> int:
     """TAI - UTC as the kernel keeps it (struct timex.tai), via CLOCK_TAI - CLOCK_REALTIME."""
@@ -73,8 +87,8 @@ def ntp_exact_tai_ns(sec: int, frac: int, tai_utc_s: int, ref_tai_ns: int) -> Fr
 
 # ---- frames -----------------------------------------------------------------------------
 
-def make_frame(ssid: int, seq: int = 5, extra: bytes = b"", payload: bytes | None = None,
-               src: str = S) -> bytes:
+
+def make_frame(ssid: int, seq: int = 5, extra: bytes = b"", payload: bytes | None = None, src: str = S) -> bytes:
     payload = stamp_sender_payload(seq, ssid, tai_ns(), extra=extra) if payload is None else payload
     sport = 862 if src == R else SENDER_PORT
     return eth_ipv6(src, R, 17, udp_datagram(src, R, sport, 862, payload))
@@ -84,8 +98,9 @@ def auth_payload(ssid: int, seq: int = 1) -> bytes:
     """RFC 8762 §4.2.2 + RFC 8972 §3 authenticated Session-Sender packet: seq, MBZ(12), timestamp,
     error estimate, SSID (offset 26), MBZ(68), HMAC(16) = 112 bytes."""
     now = tai_ns()
-    return (struct.pack("!I12sIIHH68s", seq, bytes(12), (now // E9) & 0xFFFFFFFF, now % E9, EE_Z | 1, ssid,
-                        bytes(68)) + bytes(range(16)))
+    return struct.pack(
+        "!I12sIIHH68s", seq, bytes(12), (now // E9) & 0xFFFFFFFF, now % E9, EE_Z | 1, ssid, bytes(68)
+    ) + bytes(range(16))
 
 
 def reflect(refl_dir, frame: bytes) -> tuple[dict, dict]:
@@ -113,18 +128,19 @@ def refl(veth, reflector):
 
 # ---- timestamp formats ------------------------------------------------------------------
 
+
 def test_ntp_session_stamps_utc_ntp_and_clears_z(refl):
     off = host_tai_offset()
     t1 = tai_ns()
-    sent = stamp_sender_payload(7, 31, t1, err_est=0x0001)          # the sender's own NTP-or-not is copied
+    sent = stamp_sender_payload(7, 31, t1, err_est=0x0001)  # the sender's own NTP-or-not is copied
     rt_before = time.clock_gettime_ns(time.CLOCK_REALTIME)
     out, d = reflect(refl, make_frame(31, payload=sent))
     rt_after = time.clock_gettime_ns(time.CLOCK_REALTIME)
     rp, _ = reply_of(out)
     assert d == {"reflected": 1}
-    assert rp.err_est == 0x8105                                      # Z = 0: NTP; S/scale/mult kept
+    assert rp.err_est == 0x8105  # Z = 0: NTP; S/scale/mult kept
     assert (rp.seq, rp.sender_seq, rp.ssid, rp.sender_err_est) == (7, 7, 31, 0x0001)
-    assert sent[4:12] == struct.pack("!II", rp.sender_ts_sec, rp.sender_ts_frac)   # T1 copied verbatim
+    assert sent[4:12] == struct.pack("!II", rp.sender_ts_sec, rp.sender_ts_frac)  # T1 copied verbatim
     ref = tai_ns()
     t2 = ntp_exact_tai_ns(rp.rx_sec, rp.rx_frac, off, ref)
     t3 = ntp_exact_tai_ns(rp.ts_sec, rp.ts_frac, off, ref)
@@ -154,17 +170,18 @@ def test_tai_offset_override_shifts_ntp_only(refl):
         t2 = ntp_exact_tai_ns(rp.rx_sec, rp.rx_frac, host, t_after)
         assert t_before - 37 * E9 - 1 <= t2 <= t_after - 37 * E9 + 1
         rp_ptp, _ = reply_of(reflect(refl, make_frame(30))[0])
-        assert t_before // E9 <= rp_ptp.rx_sec <= t_after // E9 + 1        # PTP (TAI) not affected
+        assert t_before // E9 <= rp_ptp.rx_sec <= t_after // E9 + 1  # PTP (TAI) not affected
         # err_est and TAI offset are independent fields of reflector_config
         assert rp_ptp.err_est == 0x8000 | EE_Z | 0x0105
     finally:
-        run_tool(REFLECTOR, "set-tai-offset", "--pin-dir", str(refl))    # back to adjtimex
+        run_tool(REFLECTOR, "set-tai-offset", "--pin-dir", str(refl))  # back to adjtimex
     rp, _ = reply_of(reflect(refl, make_frame(31))[0])
     t2 = ntp_exact_tai_ns(rp.rx_sec, rp.rx_frac, host, tai_ns())
     assert abs(t2 - tai_ns()) < 5 * E9
 
 
 # ---- stateful ---------------------------------------------------------------------------
+
 
 def test_stateful_counts_from_zero_per_session(refl):
     got: dict[int, list[int]] = {30: [], 32: [], 33: []}
@@ -175,7 +192,7 @@ def test_stateful_counts_from_zero_per_session(refl):
         got[ssid].append(rp.seq)
     assert got[32] == [0, 1, 2, 3]
     assert got[33] == [0, 1, 2]
-    assert got[30] == [1003, 1006]                     # stateless copies the sender's number
+    assert got[30] == [1003, 1006]  # stateless copies the sender's number
     # many runs in one go: the counter moves once per reflected packet (test-run --repeat reuses the
     # reflected frame, so it is sent from the reflector's own address and port: the reply is a test packet again)
     before = stats(REFLECTOR, refl)
@@ -184,8 +201,8 @@ def test_stateful_counts_from_zero_per_session(refl):
     rp, _ = reply_of(reflect(refl, make_frame(32))[0])
     assert rp.seq == 4 + 500
     # a dropped or passed packet does not use a number
-    reflect(refl, make_frame(32, extra=b"\x01\x02\x00\x00"))          # TLVs -> user space
-    reflect(refl, make_frame(32, payload=stamp_sender_payload(1, 32, 0)[:40]))   # too short
+    reflect(refl, make_frame(32, extra=b"\x01\x02\x00\x00"))  # TLVs -> user space
+    reflect(refl, make_frame(32, payload=stamp_sender_payload(1, 32, 0)[:40]))  # too short
     assert reply_of(reflect(refl, make_frame(32))[0])[0].seq == 505
     # re-adding the session starts over
     run_tool(REFLECTOR, "add-session", "--pin-dir", str(refl), "--ssid", "32", "--stateful")
@@ -196,9 +213,14 @@ def test_stateful_counter_is_atomic_across_cpus(refl):
     """Two BPF_PROG_TEST_RUN loops at once (one per CPU of this 2-core machine) on one stateful
     session: no number is lost or reused, so the next reply carries exactly their sum."""
     frame = make_frame(33, src=R).hex()
-    runs = 200000   # ~50 ms per loop: the two overlap
-    procs = [subprocess.Popen([str(REFLECTOR), "test-run", "--pin-dir", str(refl), "--hex", frame,
-                               "--repeat", str(runs)], stdout=subprocess.DEVNULL) for _ in range(2)]
+    runs = 200000  # ~50 ms per loop: the two overlap
+    procs = [
+        subprocess.Popen(
+            [str(REFLECTOR), "test-run", "--pin-dir", str(refl), "--hex", frame, "--repeat", str(runs)],
+            stdout=subprocess.DEVNULL,
+        )
+        for _ in range(2)
+    ]
     assert [p.wait(timeout=60) for p in procs] == [0, 0]
     assert reply_of(reflect(refl, make_frame(33))[0])[0].seq == 2 * runs
 
@@ -219,7 +241,7 @@ def test_stateful_over_veth(veth, refl):
 
 # ---- TLVs and authenticated mode --------------------------------------------------------
 
-TLVS = bytes([0x80, 1, 0, 8]) + bytes(range(8))       # an Extra Padding TLV (RFC 8972 §4.1), U flag set
+TLVS = bytes([0x80, 1, 0, 8]) + bytes(range(8))  # an Extra Padding TLV (RFC 8972 §4.1), U flag set
 
 
 def test_tlvs_go_to_userspace_by_default_and_are_echoed_on_request(refl):
@@ -227,7 +249,7 @@ def test_tlvs_go_to_userspace_by_default_and_are_echoed_on_request(refl):
         frame = make_frame(ssid, extra=TLVS)
         out, d = reflect(refl, frame)
         assert out["action"] == "XDP_PASS" and d == {"pass_tlvs_to_userspace": 1}
-        assert out["data_out"] == frame                                    # untouched for user space
+        assert out["data_out"] == frame  # untouched for user space
     frame = make_frame(34, extra=TLVS)
     out, d = reflect(refl, frame)
     _rp, payload = reply_of(out)
@@ -241,9 +263,9 @@ def test_tlvs_go_to_userspace_by_default_and_are_echoed_on_request(refl):
 def test_authenticated_sessions_go_to_userspace(refl):
     cases = [
         (make_frame(35, payload=auth_payload(35)), "pass_authenticated_to_userspace"),  # SSID at offset 26
-        (make_frame(35), "pass_authenticated_to_userspace"),                        # SSID at 14, auth session
+        (make_frame(35), "pass_authenticated_to_userspace"),  # SSID at 14, auth session
         (make_frame(35, payload=auth_payload(4242)), "pass_unknown_session"),
-        (make_frame(30, payload=auth_payload(30)), "pass_unknown_session"),         # ssid 30 is not authenticated
+        (make_frame(30, payload=auth_payload(30)), "pass_unknown_session"),  # ssid 30 is not authenticated
     ]
     for frame, counter in cases:
         out, d = reflect(refl, frame)
@@ -261,8 +283,7 @@ def test_passed_tlv_packet_reaches_a_userspace_socket(veth, refl):
         sender.sendto(p, (veth.x_addr, 862))
         data, peer = listener.recvfrom(2048)
         assert data == p and peer[:2] == (veth.s_addr, 50030)
-    assert delta(before, stats(REFLECTOR, refl)) == {"pass_tlvs_to_userspace": 1,
-                                                    "pass_authenticated_to_userspace": 1}
+    assert delta(before, stats(REFLECTOR, refl)) == {"pass_tlvs_to_userspace": 1, "pass_authenticated_to_userspace": 1}
     listener.close()
     sender.close()
 
@@ -271,7 +292,7 @@ def test_every_packet_in_exactly_one_counter(refl):
     rng = random.Random(4)
     kinds = {
         "reflected": lambda: make_frame(rng.choice([30, 31, 32, 33, 34, 36])),
-        "echo": lambda: make_frame(34, extra=TLVS[:rng.randrange(4, len(TLVS) + 1)]),
+        "echo": lambda: make_frame(34, extra=TLVS[: rng.randrange(4, len(TLVS) + 1)]),
         "pass_tlvs_to_userspace": lambda: make_frame(rng.choice([30, 31, 33]), extra=TLVS),
         "pass_authenticated_to_userspace": lambda: make_frame(35, payload=auth_payload(35)),
         "pass_unknown_session": lambda: make_frame(999),
@@ -291,6 +312,7 @@ def test_every_packet_in_exactly_one_counter(refl):
 
 
 # ---- collector: NTP back to TAI ---------------------------------------------------------
+
 
 def dump(pin_dir, count: int) -> list[dict]:
     p = run_tool(COLLECTOR, "dump", "--pin-dir", str(pin_dir), "--count", str(count), "--timeout-ms", "2000")
@@ -327,10 +349,10 @@ def test_collector_ntp_conversion_error_below_1ns(veth, reflector_and_collector,
     assert delta(before, stats(COLLECTOR, d)) == {"collected": len(frames)}
     worst = Fraction(0)
     for rec, ex in zip(dump(d, len(frames)), exact):
-        assert rec["flags"] & 1 and rec["ssid"] == 41                      # STAMP_RECORD_F_NTP
+        assert rec["flags"] & 1 and rec["ssid"] == 41  # STAMP_RECORD_F_NTP
         for key, e in zip(("t1_ns", "t2_ns", "t3_ns"), ex):
             worst = max(worst, abs(rec[key] - e))
-    assert worst <= Fraction(1, 2)                                         # bound: < 1 ns per conversion
+    assert worst <= Fraction(1, 2)  # bound: < 1 ns per conversion
     # TAI ns -> NTP -> TAI ns is exact
     t = [now + rng.randrange(E9) for _ in range(3)]
     run_tool(COLLECTOR, "activate", "--pin-dir", str(d), "--ssid", "41", "--port", "50041", "--format", "ntp")
@@ -342,10 +364,19 @@ def test_collector_ntp_conversion_error_below_1ns(veth, reflector_and_collector,
 def test_reflector_ntp_reply_through_collector(veth, reflector_and_collector):
     """The reflector's NTP reply, fed to the collector: TAI ns in the record = what the reflector stamped."""
     att = reflector_and_collector
-    run_tool(REFLECTOR, "add-session", "--pin-dir", str(att.refl_dir), "--ssid", "42", "--format", "ntp",
-             "--stateful")
-    run_tool(COLLECTOR, "activate", "--pin-dir", str(att.coll_dir), "--ssid", "42", "--port", str(SENDER_PORT),
-             "--format", "ntp")
+    run_tool(REFLECTOR, "add-session", "--pin-dir", str(att.refl_dir), "--ssid", "42", "--format", "ntp", "--stateful")
+    run_tool(
+        COLLECTOR,
+        "activate",
+        "--pin-dir",
+        str(att.coll_dir),
+        "--ssid",
+        "42",
+        "--port",
+        str(SENDER_PORT),
+        "--format",
+        "ntp",
+    )
     off = host_tai_offset()
     for i in range(5):
         t1 = tai_ns()
@@ -358,7 +389,7 @@ def test_reflector_ntp_reply_through_collector(veth, reflector_and_collector):
         stamped_t3 = ntp_exact_tai_ns(rp.ts_sec, rp.ts_frac, off, ref)
         assert prog_test_run(COLLECTOR, att.coll_dir, out["data_out"])["action"] == "XDP_DROP"
         rec = dump(att.coll_dir, 1)[0]
-        assert rec["t1_ns"] == t1                                          # exact round trip
+        assert rec["t1_ns"] == t1  # exact round trip
         assert abs(rec["t2_ns"] - stamped_t2) <= 1 and abs(rec["t3_ns"] - stamped_t3) <= 1
         assert t1 <= rec["t2_ns"] <= rec["t3_ns"] <= rec["t4_ns"]
         assert (rec["reflector_seq"], rec["sender_seq"], rec["flags"]) == (i, 70 + i, 1)
@@ -373,8 +404,18 @@ def test_ntp_and_ptp_sessions_over_veth(veth, reflector_and_collector):
     socks = {}
     for ssid, (fmt, flags) in cfg.items():
         run_tool(REFLECTOR, "add-session", "--pin-dir", str(att.refl_dir), "--ssid", str(ssid), *flags)
-        run_tool(COLLECTOR, "activate", "--pin-dir", str(att.coll_dir), "--ssid", str(ssid),
-                 "--port", str(50000 + ssid), "--format", fmt)
+        run_tool(
+            COLLECTOR,
+            "activate",
+            "--pin-dir",
+            str(att.coll_dir),
+            "--ssid",
+            str(ssid),
+            "--port",
+            str(50000 + ssid),
+            "--format",
+            fmt,
+        )
         socks[ssid] = udp_socket(veth.s_ns, veth.s_addr, 50000 + ssid)
     t1s = []
     for i in range(10):
@@ -409,15 +450,19 @@ def test_ntp_and_ptp_sessions_over_veth(veth, reflector_and_collector):
 
 # ---- CLI --------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("tool,args,flag", [
-    (REFLECTOR, ["add-session", "--ssid", "1", "--format", "tai"], "--format"),
-    (REFLECTOR, ["add-session", "--ssid", "1", "--tlv", "drop"], "--tlv"),
-    (REFLECTOR, ["add-session", "--ssid", "1", "--mode", "encrypted"], "--mode"),
-    (REFLECTOR, ["set-tai-offset", "--tai-offset", "abc"], "--tai-offset"),
-    (REFLECTOR, ["set-tai-offset", "--tai-offset", "5000"], "--tai-offset"),
-    (COLLECTOR, ["activate", "--ssid", "1", "--port", "5", "--format", "NTP4"], "--format"),
-    (COLLECTOR, ["set-tai-offset", "--tai-offset", "-2000"], "--tai-offset"),
-])
+
+@pytest.mark.parametrize(
+    "tool,args,flag",
+    [
+        (REFLECTOR, ["add-session", "--ssid", "1", "--format", "tai"], "--format"),
+        (REFLECTOR, ["add-session", "--ssid", "1", "--tlv", "drop"], "--tlv"),
+        (REFLECTOR, ["add-session", "--ssid", "1", "--mode", "encrypted"], "--mode"),
+        (REFLECTOR, ["set-tai-offset", "--tai-offset", "abc"], "--tai-offset"),
+        (REFLECTOR, ["set-tai-offset", "--tai-offset", "5000"], "--tai-offset"),
+        (COLLECTOR, ["activate", "--ssid", "1", "--port", "5", "--format", "NTP4"], "--format"),
+        (COLLECTOR, ["set-tai-offset", "--tai-offset", "-2000"], "--tai-offset"),
+    ],
+)
 def test_bad_values_refused(reflector_and_collector, tool, args, flag):
     att = reflector_and_collector
     pin = att.refl_dir if tool == REFLECTOR else att.coll_dir
@@ -427,6 +472,7 @@ def test_bad_values_refused(reflector_and_collector, tool, args, flag):
 
 # ---- address set (array scanned by the program) -----------------------------------------
 
+
 def test_address_set_add_delete_and_limit(refl):
     d = str(refl)
     extra = ["fd00:d5::a1", "fd00:d5::a2", "fd00:d5::a3"]
@@ -435,17 +481,17 @@ def test_address_set_add_delete_and_limit(refl):
         frame = eth_ipv6(S, dst, 17, udp_datagram(S, dst, SENDER_PORT, 862, stamp_sender_payload(1, 30, tai_ns())))
         return reflect(refl, frame)[1]
 
-    for a in extra + [extra[0]]:                                   # adding twice is a no-op
+    for a in extra + [extra[0]]:  # adding twice is a no-op
         run_tool(REFLECTOR, "add-address", "--pin-dir", d, a)
     assert all(outcome(a) == {"reflected": 1} for a in [R] + extra)
-    run_tool(REFLECTOR, "del-address", "--pin-dir", d, R)           # the first slot: the last moves in
+    run_tool(REFLECTOR, "del-address", "--pin-dir", d, R)  # the first slot: the last moves in
     assert outcome(R) == {"pass_not_local_addr": 1}
     assert all(outcome(a) == {"reflected": 1} for a in extra)
     p = run_tool(REFLECTOR, "del-address", "--pin-dir", d, R, check=False)
     assert p.returncode == 1 and "ADDR" in p.stderr
     for i in range(64 - len(extra)):
         run_tool(REFLECTOR, "add-address", "--pin-dir", d, f"fd00:d5:1::{i + 1:x}")
-    assert outcome("fd00:d5:1::3d") == {"reflected": 1}              # the 64th address
+    assert outcome("fd00:d5:1::3d") == {"reflected": 1}  # the 64th address
     p = run_tool(REFLECTOR, "add-address", "--pin-dir", d, "fd00:d5:2::1", check=False)
     assert p.returncode == 1 and "ADDR" in p.stderr and "64" in p.stderr
     p = run_tool(REFLECTOR, "add-address", "--pin-dir", d, "not-an-address", check=False)

@@ -1,5 +1,6 @@
 """Crafted frames through BPF_PROG_TEST_RUN on the pinned reflector: every outcome counted, never XDP_TX
 for bad input, replies well formed (checksum verified independently)."""
+
 from __future__ import annotations
 
 import struct
@@ -7,9 +8,20 @@ import struct
 import pytest
 
 from segscope_schemas.stamp_test_packet import ReflectorPacket
-from tests.datapath.dp_env import (REFLECTOR, delta, eth_ipv6, parse_frame, run_tool, srh_wire,
-                                   stamp_sender_payload, stats, tai_ns, prog_test_run, udp6_checksum,
-                                   udp_datagram)
+from tests.datapath.dp_env import (
+    REFLECTOR,
+    delta,
+    eth_ipv6,
+    parse_frame,
+    prog_test_run,
+    run_tool,
+    srh_wire,
+    stamp_sender_payload,
+    stats,
+    tai_ns,
+    udp6_checksum,
+    udp_datagram,
+)
 
 pytestmark = pytest.mark.datapath
 
@@ -21,14 +33,19 @@ SIDS8 = [f"fc00:d5::{i + 1:x}" for i in range(8)]
 def refl(veth, reflector):
     d = str(reflector.refl_dir)
     run_tool(REFLECTOR, "add-session", "--pin-dir", d, "--ssid", "7")
-    run_tool(REFLECTOR, "add-session", "--pin-dir", d, "--ssid", "8", "--sender", S,
-             "--return-sids", ",".join(SIDS8))
+    run_tool(REFLECTOR, "add-session", "--pin-dir", d, "--ssid", "8", "--sender", S, "--return-sids", ",".join(SIDS8))
     run_tool(REFLECTOR, "add-session", "--pin-dir", d, "--ssid", "9", "--tlv", "echo")
     return reflector.refl_dir
 
 
-def stamp_frame(ssid: int = 7, dport: int = 862, dst: str = R, payload: bytes | None = None,
-                srh: list[str] | None = None, hlim: int = 64) -> bytes:
+def stamp_frame(
+    ssid: int = 7,
+    dport: int = 862,
+    dst: str = R,
+    payload: bytes | None = None,
+    srh: list[str] | None = None,
+    hlim: int = 64,
+) -> bytes:
     payload = stamp_sender_payload(5, ssid, tai_ns()) if payload is None else payload
     udp = udp_datagram(S, dst, 40000, dport, payload)
     if srh is None:
@@ -47,7 +64,7 @@ def assert_valid_reply(out: dict, sent: bytes, ssid: int):
     f = parse_frame(out["data_out"])
     final_dst = f.srh["segments"][0] if f.srh else f.dst
     assert (f.src, final_dst, f.hlim) == (R, S, 255)
-    assert udp6_checksum(f.src, final_dst, f.udp) == 0           # incremental update is right
+    assert udp6_checksum(f.src, final_dst, f.udp) == 0  # incremental update is right
     rp = ReflectorPacket.decode(f.udp[8:])
     assert rp.ssid == ssid and rp.sender_seq == 5 and rp.sender_ttl == parse_frame(sent).hlim
     assert f.payload_len == len(out["data_out"]) - 54
@@ -77,7 +94,7 @@ def test_tlvs_after_base_packet_keep_checksum_valid(refl):
     frame = stamp_frame(ssid=9, payload=stamp_sender_payload(5, 9, tai_ns(), extra=b"\x01\x02\x03\x04tlv!"))
     out, d = run_and_count(refl, frame)
     f = assert_valid_reply(out, frame, 9)
-    assert f.udp[8 + 44:] == b"\x01\x02\x03\x04tlv!"
+    assert f.udp[8 + 44 :] == b"\x01\x02\x03\x04tlv!"
     assert d == {"reflected": 1}
 
 
@@ -111,8 +128,10 @@ BAD_FRAMES = {
     "srh_header_cut": (lambda: eth_ipv6(S, R, 43, b"\x11\x02\x04"), "drop_malformed_srh"),
     "srh_not_final": (lambda: _srh([OTHER, R], 1), "pass_srh_not_final"),
     "routing_type_0": (lambda: eth_ipv6(S, R, 43, bytes([17, 0, 0, 0, 0, 0, 0, 0])), "pass_other_ext_header"),
-    "hop_by_hop": (lambda: eth_ipv6(S, R, 0, bytes([17, 0, 1, 4, 0, 0, 0, 0]) +
-                                    udp_datagram(S, R, 1, 862, bytes(44))), "pass_other_ext_header"),
+    "hop_by_hop": (
+        lambda: eth_ipv6(S, R, 0, bytes([17, 0, 1, 4, 0, 0, 0, 0]) + udp_datagram(S, R, 1, 862, bytes(44))),
+        "pass_other_ext_header",
+    ),
     "unknown_ssid": (lambda: stamp_frame(ssid=4242), "pass_unknown_session"),
     "other_port": (lambda: stamp_frame(dport=863), "pass_other_port"),
     "not_local": (lambda: stamp_frame(dst=OTHER), "pass_not_local_addr"),

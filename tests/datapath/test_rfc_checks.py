@@ -6,6 +6,7 @@ UDP length within the IPv6 payload, source address class (RFC 4291), UDP checksu
 Crafted frames through the loaders' `test-run` (BPF_PROG_TEST_RUN on the pinned program); every frame
 moves exactly one counter. Checksums are computed here with an independent Python implementation.
 """
+
 from __future__ import annotations
 
 import socket
@@ -13,17 +14,30 @@ import struct
 
 import pytest
 
-from tests.datapath.dp_env import (COLLECTOR, REFLECTOR, Attached, delta, eth_ipv6, parse_frame,
-                                   prog_test_run, run_tool, srh_wire, stamp_sender_payload, stats, tai_ns,
-                                   udp6_checksum, udp_datagram)
+from tests.datapath.dp_env import (
+    COLLECTOR,
+    REFLECTOR,
+    Attached,
+    delta,
+    eth_ipv6,
+    parse_frame,
+    prog_test_run,
+    run_tool,
+    srh_wire,
+    stamp_sender_payload,
+    stats,
+    tai_ns,
+    udp6_checksum,
+    udp_datagram,
+)
 from tests.datapath.test_collector import dump
 
 pytestmark = pytest.mark.datapath
 
-S, R, OTHER = "fd00:d5::1", "fd00:d5::2", "fd00:d5::3"   # VethPair: sender, reflector, not a reflector address
+S, R, OTHER = "fd00:d5::1", "fd00:d5::2", "fd00:d5::3"  # VethPair: sender, reflector, not a reflector address
 SID = "fc00:d5::e1"
 UDP_CSUM_MAX_LEN = 1500
-BASE = 8 + 44                                             # UDP header + STAMP base packet
+BASE = 8 + 44  # UDP header + STAMP base packet
 
 
 @pytest.fixture(scope="module")
@@ -44,8 +58,11 @@ def run_counted(tool, pin_dir, frame: bytes) -> tuple[dict, dict]:
 
 # ---- frames -----------------------------------------------------------------------------
 
+
 def sender_frame(ssid: int = 7, tlv: bytes = b"", src: str = S, dst: str = R, dport: int = 862) -> bytes:
-    return eth_ipv6(src, dst, 17, udp_datagram(src, dst, 40000, dport, stamp_sender_payload(3, ssid, tai_ns(), extra=tlv)))
+    return eth_ipv6(
+        src, dst, 17, udp_datagram(src, dst, 40000, dport, stamp_sender_payload(3, ssid, tai_ns(), extra=tlv))
+    )
 
 
 def reply_frame(ssid: int = 25, tlv: bytes = b"", src: str = R, srh: bool = False) -> bytes:
@@ -79,19 +96,19 @@ def set_src(f: bytes, src: str) -> bytes:
     f = f[:22] + socket.inet_pton(socket.AF_INET6, src) + f[38:]
     u = udp_off(f)
     ulen = struct.unpack_from("!H", f, u + 4)[0]
-    udp = f[u:u + 6] + b"\0\0" + f[u + 8:u + ulen]
+    udp = f[u : u + 6] + b"\0\0" + f[u + 8 : u + ulen]
     final_dst = socket.inet_ntop(socket.AF_INET6, f[38:54])
     csum = udp6_checksum(src, final_dst, udp) or 0xFFFF
-    return f[:u + 6] + struct.pack("!H", csum) + f[u + 8:]
+    return f[: u + 6] + struct.pack("!H", csum) + f[u + 8 :]
 
 
 def set_csum(f: bytes, csum: int) -> bytes:
     u = udp_off(f)
-    return f[:u + 6] + struct.pack("!H", csum) + f[u + 8:]
+    return f[: u + 6] + struct.pack("!H", csum) + f[u + 8 :]
 
 
 def flip(f: bytes, off: int) -> bytes:
-    return f[:off] + bytes([f[off] ^ 0x10]) + f[off + 1:]
+    return f[:off] + bytes([f[off] ^ 0x10]) + f[off + 1 :]
 
 
 def csum_ok(f: bytes) -> bool:
@@ -106,6 +123,7 @@ def csum_of(f: bytes) -> int:
 
 
 # ---- the same defects, reflector and collector ----------------------------------------------
+
 
 def defects(make) -> dict[str, tuple[bytes, str]]:
     """name -> (frame, the one counter it must land in); every frame is otherwise accepted."""
@@ -127,7 +145,7 @@ def defects(make) -> dict[str, tuple[bytes, str]]:
         "udp_checksum_zero": (set_csum(f, 0), "drop_malformed_udp_csum"),
         "udp_checksum_off_by_one": (set_csum(f, (csum_of(f) + 1) & 0xFFFF or 1), "drop_malformed_udp_csum"),
         "udp_payload_bit_flip": (flip(f, u + 8 + 20), "drop_malformed_udp_csum"),
-        "ip_src_bit_flip": (flip(f, 30), "drop_malformed_udp_csum"),   # pseudo-header: address changed
+        "ip_src_bit_flip": (flip(f, 30), "drop_malformed_udp_csum"),  # pseudo-header: address changed
         # checks in order: the version is looked at before the source address
         "version_and_src": (set_version(set_src(f, "::1"), 4), "drop_malformed_ipv6"),
     }
@@ -152,7 +170,7 @@ def test_collector_drops_defect(progs, name):
     assert d == {"collected": 1} and len(dump(progs.coll_dir, 1)) == 1
     out, d = run_counted(COLLECTOR, progs.coll_dir, frame)
     assert (out["action"], d) == ("XDP_DROP", {counter: 1})
-    assert dump(progs.coll_dir, 1, timeout_ms=100, check=False) == []   # no record from a dropped reply
+    assert dump(progs.coll_dir, 1, timeout_ms=100, check=False) == []  # no record from a dropped reply
 
 
 def test_reflector_srh_packet_checks_use_the_final_destination(progs):
@@ -172,10 +190,12 @@ def test_collector_srh_reply_checks(progs):
     good = reply_frame(srh=True)
     out, d = run_counted(COLLECTOR, progs.coll_dir, good)
     assert d == {"collected": 1} and len(dump(progs.coll_dir, 1)) == 1
-    for frame, counter in [(set_csum(good, 0), "drop_malformed_udp_csum"),
-                           (flip(good, len(good) - 1), "drop_malformed_udp_csum"),
-                           (set_src(good, "ff02::2"), "drop_malformed_src_addr"),
-                           (set_plen(good, plen(good) + 2), "drop_malformed_ipv6")]:
+    for frame, counter in [
+        (set_csum(good, 0), "drop_malformed_udp_csum"),
+        (flip(good, len(good) - 1), "drop_malformed_udp_csum"),
+        (set_src(good, "ff02::2"), "drop_malformed_src_addr"),
+        (set_plen(good, plen(good) + 2), "drop_malformed_ipv6"),
+    ]:
         out, d = run_counted(COLLECTOR, progs.coll_dir, frame)
         assert (out["action"], d) == ("XDP_DROP", {counter: 1})
     assert dump(progs.coll_dir, 1, timeout_ms=100, check=False) == []
@@ -183,8 +203,34 @@ def test_collector_srh_reply_checks(progs):
 
 # TLV area lengths: odd tails (1..3 bytes), every bpf_csum_diff chunk size (4..512), up to the
 # largest verified datagram (1500 - 52 = 1448 bytes after the base packet)
-TLV_LENGTHS = [1, 2, 3, 4, 5, 7, 8, 12, 16, 31, 32, 64, 100, 127, 128, 255, 256, 511, 512, 513, 1023, 1024,
-               1025, 1400, 1447, 1448]
+TLV_LENGTHS = [
+    1,
+    2,
+    3,
+    4,
+    5,
+    7,
+    8,
+    12,
+    16,
+    31,
+    32,
+    64,
+    100,
+    127,
+    128,
+    255,
+    256,
+    511,
+    512,
+    513,
+    1023,
+    1024,
+    1025,
+    1400,
+    1447,
+    1448,
+]
 
 
 def tlv_bytes(n: int) -> bytes:
@@ -246,12 +292,14 @@ def test_trailing_bytes_after_the_ipv6_payload_are_allowed(progs):
 def test_other_traffic_is_left_to_the_stack(progs):
     """The checks apply to STAMP packets for us / STAMP replies only; the rest keeps its counter."""
     bad = set_version(set_csum(sender_frame(), 0), 4)
-    cases = [(REFLECTOR, progs.refl_dir, sender_frame(dst=OTHER), "pass_not_local_addr"),
-             (REFLECTOR, progs.refl_dir, set_version(set_csum(sender_frame(dport=863), 0), 4), "pass_other_port"),
-             # unknown session, wrong checksum: user space's socket never sees it, the stack drops it
-             (REFLECTOR, progs.refl_dir, set_csum(sender_frame(ssid=4242), 1), "pass_unknown_session"),
-             (COLLECTOR, progs.coll_dir, bad, "pass_not_stamp_reply"),
-             (COLLECTOR, progs.coll_dir, set_csum(reply_frame(ssid=4242), 1), "pass_unknown_session")]
+    cases = [
+        (REFLECTOR, progs.refl_dir, sender_frame(dst=OTHER), "pass_not_local_addr"),
+        (REFLECTOR, progs.refl_dir, set_version(set_csum(sender_frame(dport=863), 0), 4), "pass_other_port"),
+        # unknown session, wrong checksum: user space's socket never sees it, the stack drops it
+        (REFLECTOR, progs.refl_dir, set_csum(sender_frame(ssid=4242), 1), "pass_unknown_session"),
+        (COLLECTOR, progs.coll_dir, bad, "pass_not_stamp_reply"),
+        (COLLECTOR, progs.coll_dir, set_csum(reply_frame(ssid=4242), 1), "pass_unknown_session"),
+    ]
     for tool, pin_dir, frame, counter in cases:
         out, d = run_counted(tool, pin_dir, frame)
         assert (out["action"], d) == ("XDP_PASS", {counter: 1}), counter

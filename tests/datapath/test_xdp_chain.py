@@ -15,6 +15,7 @@ altmark-only behaviour back (STAMP packets reach the stack); both orders of atta
 errors name the command to run; without --behind/--chain
 the loaders refuse a busy device as they always did.
 """
+
 from __future__ import annotations
 
 import json
@@ -28,18 +29,27 @@ import pytest
 
 from collectors.ustamp.netutil import srh_option
 from segscope_schemas.stamp_test_packet import ReflectorPacket, ptp_to_ns
-from tests.datapath.altmark_env import (RX, TX, Receiver, expect_all, list_flows, retry_on_path_loss, send_udp,
-                                        stats as am_stats)
-from tests.datapath.dp_env import (COLLECTOR, PIN_ROOT, REFLECTOR, recv_reply, run_tool, stamp_sender_payload,
-                                   tai_ns, udp6_counter, udp_socket)
+from tests.datapath.altmark_env import RX, TX, Receiver, expect_all, list_flows, retry_on_path_loss, send_udp
+from tests.datapath.altmark_env import stats as am_stats
+from tests.datapath.dp_env import (
+    COLLECTOR,
+    PIN_ROOT,
+    REFLECTOR,
+    recv_reply,
+    run_tool,
+    stamp_sender_payload,
+    tai_ns,
+    udp6_counter,
+    udp_socket,
+)
 
 pytestmark = pytest.mark.datapath
 
 PREFIX = os.environ.get("SEGSCOPE_CHAIN_TEST_PREFIX", "chain")
-FWD_SIDS = "fc00:2::e,fc00:3::d6"     # A's policy to H2 (fd00:b::/64)
-REV_SIDS = "fc00:2::e,fc00:1::d6"     # B's policy to H1 (fd00:a::/64)
+FWD_SIDS = "fc00:2::e,fc00:3::d6"  # A's policy to H2 (fd00:b::/64)
+REV_SIDS = "fc00:2::e,fc00:1::d6"  # B's policy to H1 (fd00:a::/64)
 FWD_FLOW, REV_FLOW = 11, 12
-PERIOD_MS = 50      # short blocks: a round of 60 packets 3.5 ms apart sees both colours
+PERIOD_MS = 50  # short blocks: a round of 60 packets 3.5 ms apart sees both colours
 SENDER_ADDR, REFLECTOR_ADDR, RETURN_SID = "fc00:1::1", "fc00:3::1", "fc00:2::e"
 HOPS = 57
 
@@ -63,8 +73,20 @@ class ChainLab:
         """altmark_rx on the node's SRv6 device, with the flow arriving there."""
         run_tool(RX, "attach", *self.where(node), "--instance", self.inst[node])
         sids, flow = (FWD_SIDS, FWD_FLOW) if node == "B" else (REV_SIDS, REV_FLOW)
-        run_tool(RX, "add-flow", "--instance", self.inst[node], "--sids", sids, "--flow-id", str(flow),
-                 "--method", "dscp", "--period-ms", str(PERIOD_MS))
+        run_tool(
+            RX,
+            "add-flow",
+            "--instance",
+            self.inst[node],
+            "--sids",
+            sids,
+            "--flow-id",
+            str(flow),
+            "--method",
+            "dscp",
+            "--period-ms",
+            str(PERIOD_MS),
+        )
 
     def detach_rx(self, node: str, check: bool = True):
         return run_tool(RX, "detach", *self.where(node), "--instance", self.inst[node], check=check)
@@ -72,14 +94,23 @@ class ChainLab:
     def stamp(self, node: str, *extra: str, check: bool = True):
         """attach the node's STAMP program (reflector on B, collector on A), extra e.g. --behind altmark_rx."""
         tool, prog = (REFLECTOR, "stamp_reflector") if node == "B" else (COLLECTOR, "stamp_collector")
-        p = run_tool(tool, "attach", *self.where(node), "--pin-dir", str(self.pin_dir(node, prog)), *extra,
-                     check=check)
+        p = run_tool(tool, "attach", *self.where(node), "--pin-dir", str(self.pin_dir(node, prog)), *extra, check=check)
         if p.returncode == 0 and node == "B":
             d = str(self.pin_dir("B", "stamp_reflector"))
             run_tool(REFLECTOR, "add-address", "--pin-dir", d, REFLECTOR_ADDR)
             for ssid in (21, 22):
-                run_tool(REFLECTOR, "add-session", "--pin-dir", d, "--ssid", str(ssid), "--sender", SENDER_ADDR,
-                         "--return-sids", RETURN_SID)
+                run_tool(
+                    REFLECTOR,
+                    "add-session",
+                    "--pin-dir",
+                    d,
+                    "--ssid",
+                    str(ssid),
+                    "--sender",
+                    SENDER_ADDR,
+                    "--return-sids",
+                    RETURN_SID,
+                )
         return p
 
     def unstamp(self, node: str, check: bool = True):
@@ -96,7 +127,7 @@ class ChainLab:
         rows = bpftool("map", "dump", "pinned", str(self.pin_dir(node, "altmark_rx") / "altmark_rx_next"))
         if not rows:
             return None
-        value = rows[0]["value"]     # hex bytes (the prog array has no BTF), little endian
+        value = rows[0]["value"]  # hex bytes (the prog array has no BTF), little endian
         return int.from_bytes(bytes(int(b, 16) for b in value), "little") if isinstance(value, list) else value
 
 
@@ -112,11 +143,23 @@ def chain(am_build):
         c = ChainLab(lab)
         for node, sids, flow in (("A", FWD_SIDS, FWD_FLOW), ("B", REV_SIDS, REV_FLOW)):
             run_tool(TX, "attach", *c.where(node), "--instance", c.inst[node])
-            run_tool(TX, "add-flow", "--instance", c.inst[node], "--sids", sids, "--flow-id", str(flow),
-                     "--method", "dscp", "--period-ms", str(PERIOD_MS))
+            run_tool(
+                TX,
+                "add-flow",
+                "--instance",
+                c.inst[node],
+                "--sids",
+                sids,
+                "--flow-id",
+                str(flow),
+                "--method",
+                "dscp",
+                "--period-ms",
+                str(PERIOD_MS),
+            )
         for node in ("A", "B"):
             c.attach_rx(node)
-        lab.run("H1", ["ping", "-6", "-c", "1", "-W", "2", "fd00:b::1"])   # neighbours warm
+        lab.run("H1", ["ping", "-6", "-c", "1", "-W", "2", "fd00:b::1"])  # neighbours warm
         lab.run("H2", ["ping", "-6", "-c", "1", "-W", "2", "fd00:a::1"])
         try:
             yield c
@@ -128,6 +171,7 @@ def chain(am_build):
 
 
 # ---------------------------------------------------------------- altmark: exact counts
+
 
 def flow_packets(tool: Path, inst: str) -> list[int]:
     """Packets per colour of the instance's only flow."""
@@ -144,8 +188,9 @@ def softnet_drops() -> int:
 def check_altmark_exact(c: ChainLab, direction: str = "fwd", n: int = 60) -> None:
     """n datagrams over a monitored policy, across >= 2 colour periods: per colour, tx == rx, and the
     sums == n (every one delivered, else the whole measurement is repeated)."""
-    src, dst, sink, tx_node, rx_node = (("H1", "fd00:b::1", "H2", "A", "B") if direction == "fwd"
-                                        else ("H2", "fd00:a::1", "H1", "B", "A"))
+    src, dst, sink, tx_node, rx_node = (
+        ("H1", "fd00:b::1", "H2", "A", "B") if direction == "fwd" else ("H2", "fd00:a::1", "H1", "B", "A")
+    )
 
     def once() -> None:
         tx0, rx0 = flow_packets(TX, c.inst[tx_node]), flow_packets(RX, c.inst[rx_node])
@@ -160,16 +205,18 @@ def check_altmark_exact(c: ChainLab, direction: str = "fwd", n: int = 60) -> Non
             recv.close()
         tx = [a - b for a, b in zip(flow_packets(TX, c.inst[tx_node]), tx0)]
         rx = [a - b for a, b in zip(flow_packets(RX, c.inst[rx_node]), rx0)]
-        expect_all(f"{direction} datagrams delivered (tx {tx}, rx {rx}, backlog drops {softnet_drops() - drops0})",
-                   len(got), n)
+        expect_all(
+            f"{direction} datagrams delivered (tx {tx}, rx {rx}, backlog drops {softnet_drops() - drops0})", len(got), n
+        )
         assert tx == rx, (tx, rx)
-        assert sum(tx) == n and min(tx) > 0, tx          # both colours seen
+        assert sum(tx) == n and min(tx) > 0, tx  # both colours seen
         assert am_stats(RX, c.inst[rx_node])["counted_dscp"] - rx_stats0["counted_dscp"] == n
 
     retry_on_path_loss(once, attempts=6)
 
 
 # ---------------------------------------------------------------- STAMP
+
 
 def stamp_sender(c: ChainLab, ssid: int) -> socket.socket:
     """Session-Sender on A: fc00:1::1 port 50000+ssid, to fc00:3::1 through R (SRH [fc00:2::e])."""
@@ -208,6 +255,7 @@ def reflect_round(c: ChainLab, sock: socket.socket, ssid: int, n: int) -> None:
     """n test packets from A; n replies come back through R to A's socket as the reflector wrote them,
     and its `reflected` counter moves by n. A packet lost outside the programs (a veth backlog
     overflow while the shared cores are busy) repeats the round; the checks are never loosened."""
+
     def once() -> None:
         drain(sock)
         before = refl_stats(c)["reflected"]
@@ -227,7 +275,7 @@ def reflect_round(c: ChainLab, sock: socket.socket, ssid: int, n: int) -> None:
                 assert peer[:2] == (REFLECTOR_ADDR, 862)
                 # hop limits: the sender's 57 minus R (End) on the way in; 255 minus R on the way back
                 assert r.sender_ttl == HOPS - 1 and hop == 254
-                assert rthdr is not None      # the return SRH the reflector wrote ([sender, fc00:2::e])
+                assert rthdr is not None  # the return SRH the reflector wrote ([sender, fc00:2::e])
                 t1 = t1s[r.seq - seq0]
                 t2, t3 = ptp_to_ns(r.rx_sec, r.rx_frac, t_recv), ptp_to_ns(r.ts_sec, r.ts_frac, t_recv)
                 assert t1 <= t2 <= t3 <= t_recv
@@ -242,8 +290,9 @@ def reflect_round(c: ChainLab, sock: socket.socket, ssid: int, n: int) -> None:
 
 
 def refl_stats(c: ChainLab) -> dict[str, int]:
-    return json.loads(run_tool(REFLECTOR, "stats", "--pin-dir", str(c.pin_dir("B", "stamp_reflector")),
-                               "--json").stdout)
+    return json.loads(
+        run_tool(REFLECTOR, "stats", "--pin-dir", str(c.pin_dir("B", "stamp_reflector")), "--json").stdout
+    )
 
 
 def no_reply(sock: socket.socket, wait_s: float = 0.3) -> bool:
@@ -259,14 +308,15 @@ def no_reply(sock: socket.socket, wait_s: float = 0.3) -> bool:
 
 # ---------------------------------------------------------------- tests
 
+
 def test_reflector_behind_altmark_rx(chain):
     c = chain
-    check_altmark_exact(c)                                   # altmark only, as before
+    check_altmark_exact(c)  # altmark only, as before
     p = c.stamp("B", "--behind", "altmark_rx")
     assert "chained behind altmark_rx on b0" in p.stdout
-    assert c.xdp_prog_name("B") == "altmark_rx"              # the device still runs altmark_rx ...
+    assert c.xdp_prog_name("B") == "altmark_rx"  # the device still runs altmark_rx ...
     refl_id = bpftool("prog", "show", "pinned", str(c.pin_dir("B", "stamp_reflector") / "prog"))["id"]
-    assert c.chained_id("B") == refl_id                      # ... and the reflector in its slot
+    assert c.chained_id("B") == refl_id  # ... and the reflector in its slot
     try:
         before_rx = am_stats(RX, c.inst["B"])
         sock = stamp_sender(c, 21)
@@ -274,13 +324,14 @@ def test_reflector_behind_altmark_rx(chain):
         after_refl, after_rx = refl_stats(c), am_stats(RX, c.inst["B"])
         # altmark_rx saw them first: SRH [fc00:3::1, fc00:2::e] is not a monitored SID list
         assert after_rx["pass_unmonitored"] - before_rx["pass_unmonitored"] >= 20
-        check_altmark_exact(c)                               # and the flow is still counted exactly
+        check_altmark_exact(c)  # and the flow is still counted exactly
         # all the flow's packets went through the reflector too: foreign traffic, passed by it
         assert refl_stats(c)["pass_not_local_addr"] - after_refl["pass_not_local_addr"] >= 60
     finally:
         p = c.unstamp("B")
     assert "removed from the chain" in p.stdout
     assert c.chained_id("B") is None and not c.pin_dir("B", "stamp_reflector").exists()
+
     # altmark-only again: STAMP packets reach B's stack (nobody listens on 862), no reply
     def to_stack() -> None:
         no_ports0 = udp6_counter(c.ns("B"), "Udp6NoPorts")
@@ -295,7 +346,7 @@ def test_reflector_behind_altmark_rx(chain):
 
 def test_collector_behind_altmark_rx(chain):
     c = chain
-    c.stamp("B", "--behind", "altmark_rx")                   # reflector chained on B, collector on A
+    c.stamp("B", "--behind", "altmark_rx")  # reflector chained on B, collector on A
     coll = str(c.pin_dir("A", "stamp_collector"))
     try:
         p = c.stamp("A", "--behind", "altmark_rx")
@@ -305,30 +356,31 @@ def test_collector_behind_altmark_rx(chain):
         sock = stamp_sender(c, 22)
 
         def collect() -> None:
-            run_tool(COLLECTOR, "dump", "--pin-dir", coll, "--timeout-ms", "50", check=False)   # stale ones
+            run_tool(COLLECTOR, "dump", "--pin-dir", coll, "--timeout-ms", "50", check=False)  # stale ones
             before = json.loads(run_tool(COLLECTOR, "stats", "--pin-dir", coll, "--json").stdout)
             seq0 = next_seq0()
             t1s = send_stamp(sock, 22, 15, seq0)
-            out = run_tool(COLLECTOR, "dump", "--pin-dir", coll, "--count", "15", "--timeout-ms", "2000",
-                           check=False).stdout
+            out = run_tool(
+                COLLECTOR, "dump", "--pin-dir", coll, "--count", "15", "--timeout-ms", "2000", check=False
+            ).stdout
             recs = [json.loads(line) for line in out.splitlines()]
             for r in recs:
                 assert seq0 <= r["sender_seq"] < seq0 + 15 and r["ssid"] == 22
                 t1 = t1s[r["sender_seq"] - seq0]
                 assert r["t1_ns"] == t1 and t1 <= r["t2_ns"] <= r["t3_ns"] <= r["t4_ns"]
-            assert len({r["sender_seq"] for r in recs}) == len(recs)          # one record each
+            assert len({r["sender_seq"] for r in recs}) == len(recs)  # one record each
             after = json.loads(run_tool(COLLECTOR, "stats", "--pin-dir", coll, "--json").stdout)
             assert after["collected"] - before["collected"] == len(recs)
             expect_all("STAMP records", len(recs), 15)
 
         retry_on_path_loss(collect)
-        assert no_reply(sock)                                # consumed in XDP behind altmark_rx
-        check_altmark_exact(c, "rev")                        # B->A flow counted exactly on A's a0
+        assert no_reply(sock)  # consumed in XDP behind altmark_rx
+        check_altmark_exact(c, "rev")  # B->A flow counted exactly on A's a0
         check_altmark_exact(c, "fwd")
     finally:
         c.unstamp("A")
     assert c.chained_id("A") is None
-    reflect_round(c, sock, 22, 3)                            # collector gone: replies reach the socket
+    reflect_round(c, sock, 22, 3)  # collector gone: replies reach the socket
     sock.close()
     c.unstamp("B")
     check_altmark_exact(c, "rev")
@@ -340,15 +392,27 @@ def test_stamp_first_then_altmark_rx(chain):
     c = chain
     c.detach_rx("B")
     try:
-        c.stamp("B")                                         # attached to b0 directly, as today
+        c.stamp("B")  # attached to b0 directly, as today
         assert c.xdp_prog_name("B") == "stamp_reflector"
         p = run_tool(RX, "attach", *c.where("B"), "--instance", c.inst["B"], check=False)
         assert p.returncode == 1 and "already runs stamp_reflector" in p.stderr and "add --chain" in p.stderr
         assert c.xdp_prog_name("B") == "stamp_reflector" and not c.pin_dir("B", "altmark_rx").exists()
         p = run_tool(RX, "attach", *c.where("B"), "--instance", c.inst["B"], "--chain")
         assert "stamp_reflector (already on b0) now runs behind altmark_rx" in p.stdout
-        run_tool(RX, "add-flow", "--instance", c.inst["B"], "--sids", FWD_SIDS, "--flow-id", str(FWD_FLOW),
-                 "--method", "dscp", "--period-ms", str(PERIOD_MS))
+        run_tool(
+            RX,
+            "add-flow",
+            "--instance",
+            c.inst["B"],
+            "--sids",
+            FWD_SIDS,
+            "--flow-id",
+            str(FWD_FLOW),
+            "--method",
+            "dscp",
+            "--period-ms",
+            str(PERIOD_MS),
+        )
         assert c.xdp_prog_name("B") == "altmark_rx" and c.chained_id("B")
         sock = stamp_sender(c, 21)
         reflect_round(c, sock, 21, 10)
@@ -373,7 +437,7 @@ def test_errors_name_the_command(chain):
         p = c.stamp("A", "--behind", "altmark_rx", check=False)
         assert p.returncode == 1
         assert f"run `altmark_rx attach --dev a0 --instance {c.inst['A']} --netns {c.ns('A')}` first" in p.stderr
-        assert not c.pin_dir("A", "stamp_collector").exists()    # nothing left behind
+        assert not c.pin_dir("A", "stamp_collector").exists()  # nothing left behind
     finally:
         c.attach_rx("A")
     # a bad --behind is a usage error; --chain is altmark_rx's only
@@ -388,8 +452,16 @@ def test_errors_name_the_command(chain):
     # one program per slot: the second is refused, naming the first
     c.stamp("B", "--behind", "altmark_rx")
     try:
-        p = run_tool(COLLECTOR, "attach", *c.where("B"), "--pin-dir", str(c.pin_dir("B", "stamp_collector")),
-                     "--behind", "altmark_rx", check=False)
+        p = run_tool(
+            COLLECTOR,
+            "attach",
+            *c.where("B"),
+            "--pin-dir",
+            str(c.pin_dir("B", "stamp_collector")),
+            "--behind",
+            "altmark_rx",
+            check=False,
+        )
         assert p.returncode == 1 and "already holds program" in p.stderr and "(stamp_reflector)" in p.stderr
         assert not c.pin_dir("B", "stamp_collector").exists()
     finally:
@@ -409,21 +481,40 @@ def test_tail_call_in_test_run(am_build):
     subprocess.run(["ip", "netns", "del", ns], capture_output=True)
     subprocess.run(["ip", "netns", "add", ns], check=True)
     try:
-        subprocess.run(["ip", "-n", ns, "link", "add", f"{PREFIX}tr0", "type", "veth", "peer", "name",
-                        f"{PREFIX}tr1"], check=True)
+        subprocess.run(
+            ["ip", "-n", ns, "link", "add", f"{PREFIX}tr0", "type", "veth", "peer", "name", f"{PREFIX}tr1"], check=True
+        )
         run_tool(RX, "attach", *where, "--instance", inst)
-        run_tool(RX, "add-flow", "--instance", inst, "--sids", ",".join(POLICY), "--flow-id", "1",
-                 "--method", "dscp", "--period-ms", "1000")
-        monitored = encapped(POLICY, tclass=0x04)                # colour 1
-        stamp = eth_ipv6(SENDER_ADDR, REFLECTOR_ADDR, 17,
-                         udp_datagram(SENDER_ADDR, REFLECTOR_ADDR, 50021, 862, stamp_sender_payload(1, 21, 10**18)))
+        run_tool(
+            RX,
+            "add-flow",
+            "--instance",
+            inst,
+            "--sids",
+            ",".join(POLICY),
+            "--flow-id",
+            "1",
+            "--method",
+            "dscp",
+            "--period-ms",
+            "1000",
+        )
+        monitored = encapped(POLICY, tclass=0x04)  # colour 1
+        stamp = eth_ipv6(
+            SENDER_ADDR,
+            REFLECTOR_ADDR,
+            17,
+            udp_datagram(SENDER_ADDR, REFLECTOR_ADDR, 50021, 862, stamp_sender_payload(1, 21, 10**18)),
+        )
         rx = TestRun(rx_dir / "prog")
         XDP_PASS, XDP_TX = 2, 3
 
         s0 = am_stats(RX, inst)
-        assert rx.run(monitored)[0] == XDP_PASS and rx.run(stamp)[0] == XDP_PASS   # empty slot: as before
-        assert {k: v - s0[k] for k, v in am_stats(RX, inst).items() if v != s0[k]} == \
-            {"counted_dscp": 1, "pass_no_srh": 1}
+        assert rx.run(monitored)[0] == XDP_PASS and rx.run(stamp)[0] == XDP_PASS  # empty slot: as before
+        assert {k: v - s0[k] for k, v in am_stats(RX, inst).items() if v != s0[k]} == {
+            "counted_dscp": 1,
+            "pass_no_srh": 1,
+        }
         alone = min(rx.run(monitored, repeat=20_000)[2] for _ in range(3))
 
         run_tool(REFLECTOR, "attach", *where, "--pin-dir", str(refl_dir), "--behind", "altmark_rx")
@@ -431,19 +522,23 @@ def test_tail_call_in_test_run(am_build):
         run_tool(REFLECTOR, "add-session", "--pin-dir", str(refl_dir), "--ssid", "21")
         s1, r1 = am_stats(RX, inst), refl_stats_at(refl_dir)
         verdict, out, _ = rx.run(stamp)
-        assert verdict == XDP_TX                                  # the reflector's verdict ...
-        reply = parse_frame(out)                                  # ... and its reply frame
+        assert verdict == XDP_TX  # the reflector's verdict ...
+        reply = parse_frame(out)  # ... and its reply frame
         assert (reply.src, reply.dst, reply.sport, reply.dport) == (REFLECTOR_ADDR, SENDER_ADDR, 862, 50021)
-        assert rx.run(monitored)[0] == XDP_PASS                   # foreign to the reflector: passed
-        assert {k: v - s1[k] for k, v in am_stats(RX, inst).items() if v != s1[k]} == \
-            {"counted_dscp": 1, "pass_no_srh": 1}                 # altmark_rx counted both first
+        assert rx.run(monitored)[0] == XDP_PASS  # foreign to the reflector: passed
+        assert {k: v - s1[k] for k, v in am_stats(RX, inst).items() if v != s1[k]} == {
+            "counted_dscp": 1,
+            "pass_no_srh": 1,
+        }  # altmark_rx counted both first
         r2 = refl_stats_at(refl_dir)
         assert {k: v - r1[k] for k, v in r2.items() if v != r1[k]} == {"reflected": 1, "pass_not_local_addr": 1}
         chained = min(rx.run(monitored, repeat=20_000)[2] for _ in range(3))
-        print(f"\naltmark_rx on a monitored dscp packet: {alone} ns alone (empty slot), {chained} ns chained "
-              f"into the reflector (which passes it)")
+        print(
+            f"\naltmark_rx on a monitored dscp packet: {alone} ns alone (empty slot), {chained} ns chained "
+            f"into the reflector (which passes it)"
+        )
         run_tool(REFLECTOR, "detach", *where, "--pin-dir", str(refl_dir))
-        assert rx.run(stamp)[0] == XDP_PASS                       # slot emptied: altmark-only again
+        assert rx.run(stamp)[0] == XDP_PASS  # slot emptied: altmark-only again
     finally:
         run_tool(REFLECTOR, "detach", *where, "--pin-dir", str(refl_dir), check=False)
         run_tool(RX, "detach", *where, "--instance", inst, check=False)

@@ -7,6 +7,7 @@ drops happen at the configured rates, the colour match reads the L bit of the ou
 Class (without marking, the inner Traffic Class the seg6 encap copies into the outer header),
 the per-block snapshots add up, and the committed topology is the generated one.
 """
+
 from __future__ import annotations
 
 import math
@@ -30,14 +31,15 @@ pytestmark = [pytest.mark.datapath]
 
 
 def test_committed_topology_is_generated():
-    assert TOPOLOGY.read_text() == topology_yaml(), \
+    assert TOPOLOGY.read_text() == topology_yaml(), (
         "regenerate: .local/venv/bin/python -m tests.groundtruth.altmark_flows > netlab/topologies/line5_flows.yaml"
+    )
 
 
 def test_flow_table_is_what_the_issue_asks():
     monitored = [f for f in FLOWS if f.has_rx]
-    assert len({f.sids for f in FLOWS}) == len(FLOWS)              # every flow its own SID list
-    assert len({f.first_sid for f in FLOWS}) == len(FLOWS)         # nft tells them apart by it
+    assert len({f.sids for f in FLOWS}) == len(FLOWS)  # every flow its own SID list
+    assert len({f.first_sid for f in FLOWS}) == len(FLOWS)  # nft tells them apart by it
     for method in ("dscp", "rfc9343"):
         mine = [f for f in monitored if f.method == method]
         assert len(mine) >= 12
@@ -53,10 +55,11 @@ def test_nft_offsets_follow_the_datapath_contract():
         m = re.search(rf"#define\s+{name}\s+(0x[0-9a-fA-F]+|\d+)", header)
         assert m, name
         return int(m.group(1), 0)
-    data_bits = 40 * 8 + 32                        # option data after IPv6 (40) + DOH head (4)
+
+    data_bits = 40 * 8 + 32  # option data after IPv6 (40) + DOH head (4)
     assert define("ALTMARK_DOH_LEN") == 8 and define("ALTMARK_OPT_TYPE") == 0x12
     assert al.DOH_OPT_TYPE_BITS == 40 * 8 + 16
-    assert al.DOH_FLOWMON_BITS == data_bits and define("ALTMARK_OPT_FLOWMON_SHIFT") == 12   # 20 bits on top
+    assert al.DOH_FLOWMON_BITS == data_bits and define("ALTMARK_OPT_FLOWMON_SHIFT") == 12  # 20 bits on top
     assert al.DOH_L_BITS == data_bits + 31 - define("ALTMARK_OPT_L_FLAG").bit_length() + 1
     # dscp: DSCP bit b is Traffic Class bit b + 2; TC starts 4 bits into the header
     l_bit = define("ALTMARK_DSCP_L_BIT_DEFAULT")
@@ -78,7 +81,7 @@ def gt_run(bpffs):
         traffic = al.Traffic(lab, FLOWS, RATE_PPS, SECONDS)
         traffic.start()
         sent = traffic.wait()
-        time.sleep(0.3)          # the last packets reach H2
+        time.sleep(0.3)  # the last packets reach H2
         r, h2 = truth.r_counters(), truth.h2_counters()
         other = al.drops_between(drops0, al.path_drops(lab))
         # two more snapshots, so the last block with traffic is closed for both colours
@@ -98,8 +101,7 @@ def test_every_packet_is_delivered_or_counted(gt_run):
     assert sent["send_errors"] == 0
     names = [f.name for f in FLOWS] + [al.UNMON]
     assert all(sent["per_flow"][n] == RATE_PPS * SECONDS for n in names)
-    unexplained = {n: sent["per_flow"][n] - h2[f"{n} rx"] - (_dropped(r, n) if n != al.UNMON else 0)
-                   for n in names}
+    unexplained = {n: sent["per_flow"][n] - h2[f"{n} rx"] - (_dropped(r, n) if n != al.UNMON else 0) for n in names}
     print("\nnft dropped:", {f.name: _dropped(r, f.name) for f in FLOWS}, "\nlost elsewhere:", other)
     # exact per flow when nothing else lost a packet; otherwise what is missing is at most what
     # the kernel counted as dropped on the path (which also counts packets that are not ours)
@@ -113,7 +115,7 @@ def test_drop_rates_are_the_configured_ones(gt_run):
     r = gt_run["r"]
     for f in FLOWS:
         if f.method != "dscp":
-            continue             # unmarked rfc9343 packets carry no option: never dropped (below)
+            continue  # unmarked rfc9343 packets carry no option: never dropped (below)
         n = RATE_PPS * SECONDS
         d = _dropped(r, f.name)
         if f.loss_pct == 0:
@@ -159,7 +161,7 @@ def test_block_snapshots_add_up(gt_run):
         per_block = snaps.per_block(f.name)
         for key, k2 in (("seen", "seen"), ("dropped", "drop")):
             for c in (0, 1):
-                mine = [k for k in blocks if k & 1 == c]       # snapshots of colour c's blocks
+                mine = [k for k in blocks if k & 1 == c]  # snapshots of colour c's blocks
                 total = sum(v[key] for k, v in per_block.items() if k & 1 == c)
                 grown = snaps.snaps[mine[-1]][f"{f.name} {k2} {c}"] - snaps.snaps[mine[0]][f"{f.name} {k2} {c}"]
                 assert total == grown, (f.name, key, c)

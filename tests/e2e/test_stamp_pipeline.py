@@ -21,6 +21,7 @@ Kafka, Faust and Telegraf share the cores; the mean of 1000-2000 packets then mo
 tens of us between phases. 100 us still catches a wrong direction, a unit error, a missing
 or doubled delay (each >= 800 us off) and a relay releasing frames late.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -52,7 +53,8 @@ def intent_with(base_start: bool, main_start: bool):
     demo = intent.stamp_sessions[0]
     intent.stamp_sessions = [
         dataclasses.replace(demo, ssid=40, rate_pps=RATE, duration_s=BASE_DURATION_S, start=base_start),
-        dataclasses.replace(demo, ssid=41, rate_pps=RATE, duration_s=DURATION_S, start=main_start)]
+        dataclasses.replace(demo, ssid=41, rate_pps=RATE, duration_s=DURATION_S, start=main_start),
+    ]
     return intent
 
 
@@ -66,7 +68,7 @@ def e2e_run(stack, bpffs, tmp_path_factory):
     pipe = ControlledPipeline(lab, stack, tmp_path_factory.mktemp("e2e"))
     try:
         pipe.start()
-        since = time.time_ns()   # points are stamped in UTC (schemas/metrics.md)
+        since = time.time_ns()  # points are stamped in UTC (schemas/metrics.md)
         relay = [lab.relay_stats("ar")]
         # everything of the demo, BASE sending for BASE_DURATION_S; MAIN configured, not started
         applied = {"setup": pipe.apply(intent_with(base_start=True, main_start=False))}
@@ -88,10 +90,18 @@ def e2e_run(stack, bpffs, tmp_path_factory):
             if sum(got.values()) >= expect:
                 break
             time.sleep(1)
-        yield {"specs": {"base": base, "main": main}, "since": since, "sent": sent, "stats": stats,
-               "got": got, "applied": applied,
-               "relay_late_us": {"base": relay_lateness_us(relay[0], relay[1]),
-                                 "main": relay_lateness_us(relay[1], relay[2])}}
+        yield {
+            "specs": {"base": base, "main": main},
+            "since": since,
+            "sent": sent,
+            "stats": stats,
+            "got": got,
+            "applied": applied,
+            "relay_late_us": {
+                "base": relay_lateness_us(relay[0], relay[1]),
+                "main": relay_lateness_us(relay[1], relay[2]),
+            },
+        }
     finally:
         pipe.stop()
         lab.down()
@@ -102,7 +112,8 @@ def test_the_controller_set_it_up(e2e_run):
     assert applied["setup"].mutating_calls == {
         "A": {"CreateLocalSid": 1, "CreatePolicy": 1, "Init": 1, "CreateStampSession": 2, "StartStampSession": 1},
         "B": {"CreateLocalSid": 1, "CreatePolicy": 1, "Init": 1, "CreateStampSession": 2, "StartStampSession": 2},
-        "R": {"CreateLocalSid": 1}}
+        "R": {"CreateLocalSid": 1},
+    }
     # BASE ran its course (not restarted); only MAIN is started
     assert applied["main"].mutating_calls == {"A": {"StartStampSession": 1}}
 
@@ -134,8 +145,10 @@ def test_measured_delay_matches_injected(e2e_run, stack):
     fwd, rev, rtt = summary["forward"], summary["reverse"], summary["round_trip"]
     print("\nbaseline", {d: {k: round(v, 1) for k, v in s.items()} for d, s in base.items()})
     print("\n", {d: {k: round(v, 1) for k, v in s.items()} for d, s in summary.items()})
-    print(f"forward mean {fwd['mean_us']:.1f} us (injected {FWD_US}), "
-          f"reverse mean {rev['mean_us']:.1f} us (injected {REV_US}), rtt mean {rtt['mean_us']:.1f} us")
+    print(
+        f"forward mean {fwd['mean_us']:.1f} us (injected {FWD_US}), "
+        f"reverse mean {rev['mean_us']:.1f} us (injected {REV_US}), rtt mean {rtt['mean_us']:.1f} us"
+    )
     late = e2e_run["relay_late_us"]
     print("relay lateness (us):", late)
     # what the emulator really added = configured delay + its own measured lateness
@@ -143,9 +156,11 @@ def test_measured_delay_matches_injected(e2e_run, stack):
     path_rev = base["reverse"]["mean_us"] - BASE_INJECTED_US[1] - late["base"]["b_to_a"]
     fwd_added = FWD_US + late["main"]["a_to_b"]
     rev_added = REV_US + late["main"]["b_to_a"]
-    print(f"path latency (BASE - its injected): forward {path_fwd:.1f} us, reverse {path_rev:.1f} us; "
-          f"MAIN error after subtracting it: forward {fwd['mean_us'] - fwd_added - path_fwd:+.1f} us, "
-          f"reverse {rev['mean_us'] - rev_added - path_rev:+.1f} us")
+    print(
+        f"path latency (BASE - its injected): forward {path_fwd:.1f} us, reverse {path_rev:.1f} us; "
+        f"MAIN error after subtracting it: forward {fwd['mean_us'] - fwd_added - path_fwd:+.1f} us, "
+        f"reverse {rev['mean_us'] - rev_added - path_rev:+.1f} us"
+    )
     # the pipeline measures the injected delay: MAIN == injected + path latency, on the mean
     assert abs(fwd["mean_us"] - fwd_added - path_fwd) <= TOLERANCE_US
     assert abs(rev["mean_us"] - rev_added - path_rev) <= TOLERANCE_US
@@ -164,7 +179,12 @@ def test_dashboard_queries_return_the_data(e2e_run, stack):
     dash = json.loads((REPO / "dashboards" / "stamp_delay.json").read_text())
     for panel in dash["panels"]:
         for t in panel["targets"]:
-            q = (t["query"].replace("$timeFilter", "time > now() - 10m").replace("$__interval", "1s")
-                 .replace("/^$node$/", "/^A$/").replace("/^$ssid$/", f"/^{e2e_run['specs']['main'].ssid}$/"))
+            q = (
+                t["query"]
+                .replace("$timeFilter", "time > now() - 10m")
+                .replace("$__interval", "1s")
+                .replace("/^$node$/", "/^A$/")
+                .replace("/^$ssid$/", f"/^{e2e_run['specs']['main'].ssid}$/")
+            )
             rows = stack.influx_query(q)
             assert rows, f"panel {panel['title']!r} target {t['refId']} returned nothing: {q}"

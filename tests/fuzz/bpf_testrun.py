@@ -3,6 +3,7 @@
 One frame costs ~10 µs this way (test run + one batched counter read), against ~2 ms for a
 `stamp_reflector test-run` subprocess: that is what makes 100 k frames per program affordable.
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -20,16 +21,27 @@ OUT_CAP = 4096
 XDP_ACTIONS = {0: "XDP_ABORTED", 1: "XDP_DROP", 2: "XDP_PASS", 3: "XDP_TX", 4: "XDP_REDIRECT"}
 
 
-class _TestRunOpts(ctypes.Structure):   # struct bpf_test_run_opts, libbpf 1.1 (bpf.h)
-    _fields_ = [("sz", ctypes.c_size_t), ("data_in", ctypes.c_void_p), ("data_out", ctypes.c_void_p),
-                ("data_size_in", ctypes.c_uint32), ("data_size_out", ctypes.c_uint32),
-                ("ctx_in", ctypes.c_void_p), ("ctx_out", ctypes.c_void_p),
-                ("ctx_size_in", ctypes.c_uint32), ("ctx_size_out", ctypes.c_uint32),
-                ("retval", ctypes.c_uint32), ("repeat", ctypes.c_int), ("duration", ctypes.c_uint32),
-                ("flags", ctypes.c_uint32), ("cpu", ctypes.c_uint32), ("batch_size", ctypes.c_uint32)]
+class _TestRunOpts(ctypes.Structure):  # struct bpf_test_run_opts, libbpf 1.1 (bpf.h)
+    _fields_ = [
+        ("sz", ctypes.c_size_t),
+        ("data_in", ctypes.c_void_p),
+        ("data_out", ctypes.c_void_p),
+        ("data_size_in", ctypes.c_uint32),
+        ("data_size_out", ctypes.c_uint32),
+        ("ctx_in", ctypes.c_void_p),
+        ("ctx_out", ctypes.c_void_p),
+        ("ctx_size_in", ctypes.c_uint32),
+        ("ctx_size_out", ctypes.c_uint32),
+        ("retval", ctypes.c_uint32),
+        ("repeat", ctypes.c_int),
+        ("duration", ctypes.c_uint32),
+        ("flags", ctypes.c_uint32),
+        ("cpu", ctypes.c_uint32),
+        ("batch_size", ctypes.c_uint32),
+    ]
 
 
-class _BatchOpts(ctypes.Structure):     # struct bpf_map_batch_opts
+class _BatchOpts(ctypes.Structure):  # struct bpf_map_batch_opts
     _fields_ = [("sz", ctypes.c_size_t), ("elem_flags", ctypes.c_uint64), ("flags", ctypes.c_uint64)]
 
 
@@ -43,7 +55,7 @@ def obj_get(path: Path) -> int:
 
 @dataclass
 class RunResult:
-    err: int            # 0, or the errno of a refused test run (e.g. EINVAL for frames < 14 bytes)
+    err: int  # 0, or the errno of a refused test run (e.g. EINVAL for frames < 14 bytes)
     retval: int
     data_out: bytes
 
@@ -79,20 +91,27 @@ class PinnedProgram:
         o.retval = 0xFFFFFFFF
         if _lib.bpf_prog_test_run_opts(self.prog_fd, ctypes.byref(o)) != 0:
             return RunResult(ctypes.get_errno(), 0xFFFFFFFF, b"")
-        return RunResult(0, o.retval, self._out.raw[:o.data_size_out])
+        return RunResult(0, o.retval, self._out.raw[: o.data_size_out])
 
     def counters(self) -> list[int]:
         """All counters, summed over CPUs, in one bpf_map_lookup_batch() call."""
         self._count.value = self.n_counters
-        rc = _lib.bpf_map_lookup_batch(self.stats_fd, None, ctypes.byref(self._out_batch), self._keys,
-                                       self._vals, ctypes.byref(self._count), ctypes.byref(self._batch_opts))
+        rc = _lib.bpf_map_lookup_batch(
+            self.stats_fd,
+            None,
+            ctypes.byref(self._out_batch),
+            self._keys,
+            self._vals,
+            ctypes.byref(self._count),
+            ctypes.byref(self._batch_opts),
+        )
         err = ctypes.get_errno()
         if (rc != 0 and err != errno.ENOENT) or self._count.value != self.n_counters:
             raise OSError(err, f"bpf_map_lookup_batch: rc {rc}, {self._count.value} of {self.n_counters}")
         v, n = self._vals, self.ncpu
         out = [0] * self.n_counters
         for i in range(self.n_counters):
-            out[self._keys[i]] = sum(v[i * n:(i + 1) * n])
+            out[self._keys[i]] = sum(v[i * n : (i + 1) * n])
         return out
 
 
@@ -109,7 +128,7 @@ class RingReader:
     def __init__(self, ring_pin: Path):
         self.fd = obj_get(ring_pin)
         self._pending: list[bytes] = []
-        self._cb = _RB_CALLBACK(self._on_record)   # keep a reference: libbpf holds the pointer
+        self._cb = _RB_CALLBACK(self._on_record)  # keep a reference: libbpf holds the pointer
         self._rb = _lib.ring_buffer__new(self.fd, self._cb, None, None)
         if not self._rb:
             raise OSError(ctypes.get_errno(), f"ring_buffer__new({ring_pin})")

@@ -3,6 +3,7 @@
 The veth pair stays down: no packet ever reaches the programs from the link, so every counter
 movement comes from our own BPF_PROG_TEST_RUN calls. Names carry SEGSCOPE_FUZZ_PREFIX (default fz).
 """
+
 from __future__ import annotations
 
 import json
@@ -62,21 +63,33 @@ def fuzz_target(bpffs) -> FuzzTarget:
     _cleanup()
     subprocess.run(["ip", "netns", "add", NETNS], check=True)
     try:
-        subprocess.run(["ip", "-n", NETNS, "link", "add", DEV_REFL, "type", "veth", "peer", "name", DEV_COLL],
-                       check=True)
+        subprocess.run(
+            ["ip", "-n", NETNS, "link", "add", DEV_REFL, "type", "veth", "peer", "name", DEV_COLL], check=True
+        )
         target = FuzzTarget(NETNS, PIN_BASE / "stamp_reflector", PIN_BASE / "stamp_collector")
         tool(REFLECTOR, "attach", "--netns", NETNS, "--dev", DEV_REFL, "--pin-dir", str(target.refl_dir))
-        tool(COLLECTOR, "attach", "--netns", NETNS, "--dev", DEV_COLL, "--pin-dir", str(target.coll_dir),
-             "--ringbuf-size", str(1 << 20))
+        tool(
+            COLLECTOR,
+            "attach",
+            "--netns",
+            NETNS,
+            "--dev",
+            DEV_COLL,
+            "--pin-dir",
+            str(target.coll_dir),
+            "--ringbuf-size",
+            str(1 << 20),
+        )
         yield target
     finally:
-        for binary, dev, d in ((REFLECTOR, DEV_REFL, PIN_BASE / "stamp_reflector"),
-                               (COLLECTOR, DEV_COLL, PIN_BASE / "stamp_collector")):
-            subprocess.run([str(binary), "detach", "--netns", NETNS, "--dev", dev, "--pin-dir", str(d)],
-                           capture_output=True)
+        for binary, dev, d in (
+            (REFLECTOR, DEV_REFL, PIN_BASE / "stamp_reflector"),
+            (COLLECTOR, DEV_COLL, PIN_BASE / "stamp_collector"),
+        ):
+            subprocess.run(
+                [str(binary), "detach", "--netns", NETNS, "--dev", dev, "--pin-dir", str(d)], capture_output=True
+            )
         _cleanup()
-
-
 
 
 def pytest_terminal_summary(terminalreporter) -> None:

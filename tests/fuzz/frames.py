@@ -2,6 +2,7 @@
 
 Everything is drawn from one random.Random, so a seed reproduces the exact frame sequence.
 """
+
 from __future__ import annotations
 
 import random
@@ -20,7 +21,7 @@ REFL_ADDRS = [a6("fd00:f2::2"), a6("fc00:f3::1")]
 OTHER_ADDR = a6("fd00:f2::3")
 SENDERS = [a6("fd00:f2::1"), a6("fc00:f1::1"), a6("fd00:f2::99")]
 SIDS = [a6(f"fc00:f2::{i + 1:x}") for i in range(8)]
-SSIDS = [7, 8, 9, 10, 11, 12, 0, 0xFFFF]   # 12: an authenticated session (if the datapath has modes)
+SSIDS = [7, 8, 9, 10, 11, 12, 0, 0xFFFF]  # 12: an authenticated session (if the datapath has modes)
 COLLECTOR_PORTS = [50007, 50008, 50009, 50010, 40000]
 NEXT_HEADERS = [0, 4, 6, 17, 41, 43, 44, 50, 51, 58, 59, 60, 135, 139, 140, 253, 255]
 
@@ -55,40 +56,66 @@ def udp(src: bytes, dst: bytes, sport: int, dport: int, payload: bytes) -> bytes
 def sender_payload(rng: random.Random, ssid: int, tlv_len: int = 0) -> bytes:
     t1 = tai_ns() - rng.randrange(10**9)
     ee = rng.choice([0x4001, 0xC105, 0x0001, rng.randrange(65536)])
-    return (struct.pack("!IIIHH28s", rng.randrange(2**32), (t1 // 10**9) & 0xFFFFFFFF, t1 % 10**9, ee, ssid,
-                        bytes(28)) + rng.randbytes(tlv_len))
+    return struct.pack(
+        "!IIIHH28s", rng.randrange(2**32), (t1 // 10**9) & 0xFFFFFFFF, t1 % 10**9, ee, ssid, bytes(28)
+    ) + rng.randbytes(tlv_len)
 
 
 def auth_sender_payload(rng: random.Random, ssid: int, tlv_len: int = 0) -> bytes:
     """RFC 8762 §4.2.2 authenticated layout (112 bytes, SSID at 26, HMAC at 96), random HMAC."""
     t1 = tai_ns()
-    return (struct.pack("!I12xIIHH68x16s", rng.randrange(2**32), (t1 // 10**9) & 0xFFFFFFFF, t1 % 10**9, 0x4001,
-                        ssid, rng.randbytes(16)) + rng.randbytes(tlv_len))
+    return struct.pack(
+        "!I12xIIHH68x16s", rng.randrange(2**32), (t1 // 10**9) & 0xFFFFFFFF, t1 % 10**9, 0x4001, ssid, rng.randbytes(16)
+    ) + rng.randbytes(tlv_len)
 
 
 def reflector_payload(rng: random.Random, ssid: int, tlv_len: int = 0) -> bytes:
     now = tai_ns()
     t1, t2 = now - rng.randrange(10**9), now - rng.randrange(10**8)
     t3 = t2 + rng.randrange(10**5)
-    ts = lambda ns: ((ns // 10**9) & 0xFFFFFFFF, ns % 10**9)   # noqa: E731
+    ts = lambda ns: ((ns // 10**9) & 0xFFFFFFFF, ns % 10**9)  # noqa: E731
     seq = rng.randrange(2**32)
-    if rng.random() < 0.2:   # arbitrary timestamps, including the 32-bit wrap region
-        t1s, t2s, t3s = (rng.randrange(2**32), rng.randrange(10**9)), (rng.randrange(2**32), 0), \
-            (rng.randrange(2**32), rng.randrange(10**9))
+    if rng.random() < 0.2:  # arbitrary timestamps, including the 32-bit wrap region
+        t1s, t2s, t3s = (
+            (rng.randrange(2**32), rng.randrange(10**9)),
+            (rng.randrange(2**32), 0),
+            (rng.randrange(2**32), rng.randrange(10**9)),
+        )
     else:
         t1s, t2s, t3s = ts(t1), ts(t2), ts(t3)
-    return struct.pack("!IIIHHIIIIIHHB3s", seq, *t3s, 0x4001 | rng.randrange(2) << 15, ssid, *t2s, seq, *t1s,
-                       0x4001, 0, rng.randrange(256), bytes(3)) + rng.randbytes(tlv_len)
+    return struct.pack(
+        "!IIIHHIIIIIHHB3s",
+        seq,
+        *t3s,
+        0x4001 | rng.randrange(2) << 15,
+        ssid,
+        *t2s,
+        seq,
+        *t1s,
+        0x4001,
+        0,
+        rng.randrange(256),
+        bytes(3),
+    ) + rng.randbytes(tlv_len)
 
 
-def build(src: bytes, dst: bytes, sport: int, dport: int, payload: bytes, segments: list[bytes] | None = None,
-          segleft: int = 0, hlim: int = 64, hbh: bool = False) -> bytes:
+def build(
+    src: bytes,
+    dst: bytes,
+    sport: int,
+    dport: int,
+    payload: bytes,
+    segments: list[bytes] | None = None,
+    segleft: int = 0,
+    hlim: int = 64,
+    hbh: bool = False,
+) -> bytes:
     """Ethernet/IPv6[/SRH][/HBH]/UDP with consistent lengths and a valid checksum (final dst = dst)."""
     final_dst = segments[0] if segments and segleft == 0 else dst
     body = udp(src, final_dst, sport, dport, payload)
     nh = 17
     if hbh:
-        body, nh = bytes([17, 0, 1, 4, 0, 0, 0, 0]) + body, 0   # HBH with PadN
+        body, nh = bytes([17, 0, 1, 4, 0, 0, 0, 0]) + body, 0  # HBH with PadN
     if segments is not None:
         body, nh = srh(segments, segleft, nh) + body, 43
     return eth() + ipv6(src, dst, nh, len(body), hlim, tc_flow=0) + body
@@ -106,13 +133,21 @@ def reflector_seed(rng: random.Random) -> bytes:
     kind = rng.randrange(6)
     if kind <= 2:
         return build(src, dst, rng.randrange(1024, 65536), dport, payload, hlim=hlim)
-    if kind == 3:   # SRH, segments left 0: dst is the final segment
+    if kind == 3:  # SRH, segments left 0: dst is the final segment
         segs = [dst] + rng.sample(SIDS, rng.randrange(0, 4))
         return build(src, dst, (50000 + ssid) & 0xFFFF, dport, payload, segments=segs, hlim=hlim)
-    if kind == 4:   # SRH, not yet at the final segment
+    if kind == 4:  # SRH, not yet at the final segment
         segs = [dst] + rng.sample(SIDS, rng.randrange(1, 4))
-        return build(src, dst, (50000 + ssid) & 0xFFFF, dport, payload, segments=segs, segleft=rng.randrange(1, len(segs)),
-                     hlim=hlim)
+        return build(
+            src,
+            dst,
+            (50000 + ssid) & 0xFFFF,
+            dport,
+            payload,
+            segments=segs,
+            segleft=rng.randrange(1, len(segs)),
+            hlim=hlim,
+        )
     return build(src, dst, (50000 + ssid) & 0xFFFF, dport, payload, hbh=True, hlim=hlim)
 
 
@@ -125,7 +160,7 @@ def collector_seed(rng: random.Random) -> bytes:
     kind = rng.randrange(4)
     if kind <= 1:
         return build(src, dst, sport, dport, payload, hlim=rng.randrange(256))
-    if kind == 2:   # the reply's return path SRH, arrived at the final segment
+    if kind == 2:  # the reply's return path SRH, arrived at the final segment
         segs = [dst] + rng.sample(SIDS, rng.randrange(1, 4))
         return build(src, dst, sport, dport, payload, segments=segs, hlim=rng.randrange(256))
     segs = [dst] + rng.sample(SIDS, rng.randrange(1, 4))
@@ -133,6 +168,7 @@ def collector_seed(rng: random.Random) -> bytes:
 
 
 # ---- mutators ------------------------------------------------------------------------
+
 
 def fix_udp_checksum(f: bytes) -> bytes:
     """Recompute the UDP checksum if the frame still parses to a UDP datagram inside the frame."""
@@ -144,21 +180,21 @@ def fix_udp_checksum(f: bytes) -> bytes:
     ulen = struct.unpack_from("!H", f, t.udp_off + 4)[0]
     if ulen < 8 or t.udp_off + ulen > len(f):
         return f
-    d = f[t.udp_off:t.udp_off + ulen]
+    d = f[t.udp_off : t.udp_off + ulen]
     c = udp6_checksum(f[22:38], f[38:54], d[:6] + b"\0\0" + d[8:])
-    return f[:t.udp_off + 6] + struct.pack("!H", c) + f[t.udp_off + 8:]
+    return f[: t.udp_off + 6] + struct.pack("!H", c) + f[t.udp_off + 8 :]
 
 
 def _put16(f: bytes, off: int, v: int) -> bytes:
     if off + 2 > len(f):
         return f
-    return f[:off] + struct.pack("!H", v & 0xFFFF) + f[off + 2:]
+    return f[:off] + struct.pack("!H", v & 0xFFFF) + f[off + 2 :]
 
 
 def _put8(f: bytes, off: int, v: int) -> bytes:
     if off >= len(f):
         return f
-    return f[:off] + bytes([v & 0xFF]) + f[off + 1:]
+    return f[:off] + bytes([v & 0xFF]) + f[off + 1 :]
 
 
 def _udp_off(f: bytes) -> int | None:
@@ -169,8 +205,20 @@ def _udp_off(f: bytes) -> int | None:
 
 
 def _lie(rng: random.Random, true: int) -> int:
-    return rng.choice([0, 1, 7, 8, 51, 52, rng.randrange(65536), 0xFFFF, true + rng.randint(-16, 16),
-                       true + rng.choice([-8, -1, 1, 8, 44])])
+    return rng.choice(
+        [
+            0,
+            1,
+            7,
+            8,
+            51,
+            52,
+            rng.randrange(65536),
+            0xFFFF,
+            true + rng.randint(-16, 16),
+            true + rng.choice([-8, -1, 1, 8, 44]),
+        ]
+    )
 
 
 def m_bitflip(rng, f):
@@ -184,7 +232,7 @@ def m_bitflip(rng, f):
 
 
 def m_truncate(rng, f):
-    return f[:rng.randrange(len(f) + 1)]
+    return f[: rng.randrange(len(f) + 1)]
 
 
 def m_ip_payload_len(rng, f):
@@ -194,7 +242,7 @@ def m_ip_payload_len(rng, f):
 def m_srh_fields(rng, f):
     if len(f) < L4_NO_SRH + 8 or f[20] != 43:
         return m_insert_srh(rng, f)
-    field = rng.choice([55, 57, 58, 56])   # hdrlen, segments left, last entry, routing type
+    field = rng.choice([55, 57, 58, 56])  # hdrlen, segments left, last entry, routing type
     return _put8(f, field, rng.choice([0, 1, 2, 3, 4, 5, 7, 8, 16, 254, 255, rng.randrange(256)]))
 
 
@@ -236,8 +284,9 @@ def m_ipv4(rng, f):
     """The same UDP/STAMP payload over IPv4 (ethertype 0x0800, or 0x86dd with an IPv4 header)."""
     off = _udp_off(f)
     body = f[off:] if off is not None else f[L4_NO_SRH:]
-    ip4 = struct.pack("!BBHHHBBH4s4s", 0x45, 0, 20 + len(body), 0, 0, 64, 17, 0, bytes([10, 0, 0, 1]),
-                      bytes([10, 0, 0, 2]))
+    ip4 = struct.pack(
+        "!BBHHHBBH4s4s", 0x45, 0, 20 + len(body), 0, 0, 64, 17, 0, bytes([10, 0, 0, 1]), bytes([10, 0, 0, 2])
+    )
     return eth(b"\x08\x00" if rng.random() < 0.7 else b"\x86\xdd") + ip4 + body
 
 
@@ -260,15 +309,21 @@ def m_checksum(rng, f):
 def m_src_special(rng, f):
     if len(f) < L4_NO_SRH:
         return f
-    src = rng.choice([bytes([0xFF, 0x02]) + bytes(13) + b"\x01", bytes(15) + b"\x01", bytes(16),
-                      bytes([0xFF, 0x0E]) + rng.randbytes(14)])
+    src = rng.choice(
+        [
+            bytes([0xFF, 0x02]) + bytes(13) + b"\x01",
+            bytes(15) + b"\x01",
+            bytes(16),
+            bytes([0xFF, 0x0E]) + rng.randbytes(14),
+        ]
+    )
     return f[:22] + src + f[38:]
 
 
 def m_insert_delete(rng, f):
     i = rng.randrange(len(f) + 1)
     if rng.random() < 0.5 and f:
-        return f[:i] + f[i + rng.randint(1, 16):]
+        return f[:i] + f[i + rng.randint(1, 16) :]
     return f[:i] + rng.randbytes(rng.randint(1, 16)) + f[i:]
 
 
@@ -276,9 +331,24 @@ def m_tail(rng, f):
     return f + rng.randbytes(rng.randint(1, 64))
 
 
-MUTATORS = [m_bitflip, m_bitflip, m_truncate, m_ip_payload_len, m_srh_fields, m_insert_srh, m_udp_len,
-            m_random_frame, m_next_header, m_ipv4, m_vlan, m_version, m_checksum, m_src_special,
-            m_insert_delete, m_tail]
+MUTATORS = [
+    m_bitflip,
+    m_bitflip,
+    m_truncate,
+    m_ip_payload_len,
+    m_srh_fields,
+    m_insert_srh,
+    m_udp_len,
+    m_random_frame,
+    m_next_header,
+    m_ipv4,
+    m_vlan,
+    m_version,
+    m_checksum,
+    m_src_special,
+    m_insert_delete,
+    m_tail,
+]
 
 
 def mutate(rng: random.Random, f: bytes) -> tuple[bytes, list[str]]:
@@ -288,7 +358,7 @@ def mutate(rng: random.Random, f: bytes) -> tuple[bytes, list[str]]:
         m = rng.choice(MUTATORS)
         names.append(m.__name__[2:])
         f = m(rng, f)
-    if rng.random() < 0.5:   # a consistent checksum lets the frame reach the deeper checks
+    if rng.random() < 0.5:  # a consistent checksum lets the frame reach the deeper checks
         f = fix_udp_checksum(f)
     return f[:2048], names
 

@@ -7,68 +7,70 @@ the RFC defects the frame has even when the documented checks let it through (RF
 version and Payload Length, RFC 8200 §8.1 / RFC 768 UDP checksum, RFC 4291 §2.5.2/§2.5.3/§2.7
 source address), so a test can tell "reflected as documented" from "reflected although malformed".
 """
+
 from __future__ import annotations
 
 import struct
 from dataclasses import dataclass, field
 
-from segscope_schemas.stamp_test_packet import ptp_to_ns   # the contract's 32-bit widening rule
+from segscope_schemas.stamp_test_packet import ptp_to_ns  # the contract's 32-bit widening rule
 
 ETH_LEN = 14
 IP6_LEN = 40
 L4_NO_SRH = ETH_LEN + IP6_LEN
 STAMP_BASE_LEN = 44
 STAMP_AUTH_BASE_LEN = 112
-NTP_UNIX_OFFSET_S = 2_208_988_800   # 1900-01-01 to 1970-01-01
+NTP_UNIX_OFFSET_S = 2_208_988_800  # 1900-01-01 to 1970-01-01
 ETH_P_IPV6 = b"\x86\xdd"
-EXT_HEADERS_NOT_PARSED = {0, 43, 44, 60}   # HBH, routing (a 2nd one), fragment, destination options
+EXT_HEADERS_NOT_PARSED = {0, 43, 44, 60}  # HBH, routing (a 2nd one), fragment, destination options
 EE_Z = 0x4000
 ZERO16 = bytes(16)
 LOOPBACK16 = bytes(15) + b"\x01"
 
 PASS, DROP, TX = "XDP_PASS", "XDP_DROP", "XDP_TX"
-REFUSED = "refused"   # BPF_PROG_TEST_RUN itself rejects the frame (shorter than Ethernet)
+REFUSED = "refused"  # BPF_PROG_TEST_RUN itself rejects the frame (shorter than Ethernet)
 
 
 @dataclass
 class ReflectorSession:
-    sids: list[bytes]               # return SIDs in visiting order
-    ntp: bool = False               # NTP timestamps (Z = 0), else PTPv2 truncated (Z = 1)
-    stateful: bool = False          # own sequence counter from 0, else the sender's number
-    tlv_echo: bool = True           # TLVs after the base packet reflected unchanged, else user space
-    authenticated: bool = False     # HMAC mode: always user space
-    next_seq: int = 0               # stateful: the next reply's sequence number
+    sids: list[bytes]  # return SIDs in visiting order
+    ntp: bool = False  # NTP timestamps (Z = 0), else PTPv2 truncated (Z = 1)
+    stateful: bool = False  # own sequence counter from 0, else the sender's number
+    tlv_echo: bool = True  # TLVs after the base packet reflected unchanged, else user space
+    authenticated: bool = False  # HMAC mode: always user space
+    next_seq: int = 0  # stateful: the next reply's sequence number
 
 
 @dataclass
 class ReflectorConfig:
     port: int
     addresses: set[bytes]
-    sessions: dict[tuple[bytes, int], ReflectorSession]   # (sender or ZERO16 = any, ssid) -> session
+    sessions: dict[tuple[bytes, int], ReflectorSession]  # (sender or ZERO16 = any, ssid) -> session
     err_est: int
-    per_session_modes: bool = True   # the datapath knows TLV/authenticated sessions (per-session counters)
+    per_session_modes: bool = True  # the datapath knows TLV/authenticated sessions (per-session counters)
 
 
 @dataclass
 class CollectorConfig:
     port: int
-    sessions: dict[int, tuple[int, bool]]           # ssid -> (sender UDP port, active)
+    sessions: dict[int, tuple[int, bool]]  # ssid -> (sender UDP port, active)
 
 
 @dataclass
 class Transport:
     """Where the UDP header is, after the optional final SRH."""
-    outcome: str            # ok | other_ext | bad_srh | srh_not_final | not_udp | short_udp
+
+    outcome: str  # ok | other_ext | bad_srh | srh_not_final | not_udp | short_udp
     srh_len: int = 0
     udp_off: int = 0
 
 
 @dataclass
 class Verdict:
-    counter: str            # the one counter this frame must bump (REFUSED: none)
+    counter: str  # the one counter this frame must bump (REFUSED: none)
     action: str
-    defects: list[str] = field(default_factory=list)   # RFC defects of a frame that is reflected/collected
-    session: ReflectorSession | None = None             # reflector: the matched session
+    defects: list[str] = field(default_factory=list)  # RFC defects of a frame that is reflected/collected
+    session: ReflectorSession | None = None  # reflector: the matched session
     transport: Transport | None = None
 
 
@@ -98,10 +100,10 @@ def parse_transport(f: bytes) -> Transport:
     nexthdr, l4, srh_len = f[20], L4_NO_SRH, 0
     if nexthdr == 43:
         if len(f) < l4 + 8:
-            return Transport("bad_srh")               # even the fixed routing header is cut off
-        nh, hdrlen, rtype, segleft, last = f[l4:l4 + 5]
+            return Transport("bad_srh")  # even the fixed routing header is cut off
+        nh, hdrlen, rtype, segleft, last = f[l4 : l4 + 5]
         if rtype != 4:
-            return Transport("other_ext")             # not an SRH: the stack's business
+            return Transport("other_ext")  # not an SRH: the stack's business
         srh_len = (hdrlen + 1) * 8
         # RFC 8754 §2: Last Entry indexes the segment list, which must fit in Hdr Ext Len;
         # Segments Left <= Last Entry
@@ -119,7 +121,7 @@ def parse_transport(f: bytes) -> Transport:
     return Transport("ok", srh_len, l4)
 
 
-UDP_CSUM_MAX_LEN = 1500   # longest UDP datagram whose checksum the programs verify (README)
+UDP_CSUM_MAX_LEN = 1500  # longest UDP datagram whose checksum the programs verify (README)
 
 
 def ipv6_header_ok(f: bytes) -> bool:
@@ -148,7 +150,7 @@ def cheap_checks(f: bytes, t: Transport) -> str | None:
         return "drop_malformed_short"
     if not src_ok(f[22:38]):
         return "drop_malformed_src_addr"
-    if f[t.udp_off + 6:t.udp_off + 8] == b"\0\0":
+    if f[t.udp_off + 6 : t.udp_off + 8] == b"\0\0":
         return "drop_malformed_udp_csum"
     return None
 
@@ -158,7 +160,7 @@ def full_checksum_check(f: bytes, t: Transport) -> str | None:
     udp_len = struct.unpack_from("!H", f, t.udp_off + 4)[0]
     if udp_len > UDP_CSUM_MAX_LEN:
         return "pass_too_long_to_verify"
-    if not udp6_checksum_ok(f[22:38], f[38:54], f[t.udp_off:t.udp_off + udp_len]):
+    if not udp6_checksum_ok(f[22:38], f[38:54], f[t.udp_off : t.udp_off + udp_len]):
         return "drop_malformed_udp_csum"
     return None
 
@@ -170,20 +172,20 @@ def rfc_defects(f: bytes, t: Transport) -> list[str]:
     plen = struct.unpack_from("!H", f, 18)[0]
     udp_len = struct.unpack_from("!H", f, t.udp_off + 4)[0]
     if f[14] >> 4 != 6:
-        defects.append("ip_version")                    # RFC 8200 §3
+        defects.append("ip_version")  # RFC 8200 §3
     if L4_NO_SRH + plen > len(f):
-        defects.append("ip_payload_len_beyond_frame")   # RFC 8200 §3: truncated packet
+        defects.append("ip_payload_len_beyond_frame")  # RFC 8200 §3: truncated packet
     elif plen < t.srh_len + udp_len:
-        defects.append("ip_payload_len_short")          # UDP datagram longer than the IPv6 payload
+        defects.append("ip_payload_len_short")  # UDP datagram longer than the IPv6 payload
     if src[0] == 0xFF:
-        defects.append("ip_src_multicast")              # RFC 4291 §2.7
+        defects.append("ip_src_multicast")  # RFC 4291 §2.7
     elif src == LOOPBACK16:
-        defects.append("ip_src_loopback")               # RFC 4291 §2.5.3
+        defects.append("ip_src_loopback")  # RFC 4291 §2.5.3
     elif src == ZERO16:
-        defects.append("ip_src_unspecified")            # RFC 4291 §2.5.2: never a destination
-    udp = f[t.udp_off:t.udp_off + udp_len]
+        defects.append("ip_src_unspecified")  # RFC 4291 §2.5.2: never a destination
+    udp = f[t.udp_off : t.udp_off + udp_len]
     if udp[6:8] == b"\0\0":
-        defects.append("udp_checksum_zero")             # RFC 8200 §8.1: mandatory in IPv6
+        defects.append("udp_checksum_zero")  # RFC 8200 §8.1: mandatory in IPv6
     elif not udp6_checksum_ok(src, dst, udp):
         defects.append("udp_checksum")
     return defects
@@ -197,9 +199,13 @@ def reflector_verdict(f: bytes, cfg: ReflectorConfig) -> Verdict:
     if f[38:54] not in cfg.addresses:
         return Verdict("pass_not_local_addr", PASS)
     t = parse_transport(f)
-    early = {"other_ext": ("pass_other_ext_header", PASS), "bad_srh": ("drop_malformed_srh", DROP),
-             "srh_not_final": ("pass_srh_not_final", PASS), "not_udp": ("pass_not_udp", PASS),
-             "short_udp": ("drop_malformed_short", DROP)}
+    early = {
+        "other_ext": ("pass_other_ext_header", PASS),
+        "bad_srh": ("drop_malformed_srh", DROP),
+        "srh_not_final": ("pass_srh_not_final", PASS),
+        "not_udp": ("pass_not_udp", PASS),
+        "short_udp": ("drop_malformed_short", DROP),
+    }
     if t.outcome in early:
         return Verdict(*early[t.outcome], transport=t)
     if struct.unpack_from("!H", f, t.udp_off + 2)[0] != cfg.port:
@@ -239,9 +245,13 @@ def collector_verdict(f: bytes, cfg: CollectorConfig) -> Verdict:
     if len(f) < L4_NO_SRH or f[12:14] != ETH_P_IPV6:
         return Verdict("pass_not_ipv6", PASS)
     t = parse_transport(f)
-    early = {"other_ext": ("pass_other_ext_header", PASS), "bad_srh": ("drop_malformed_srh", DROP),
-             "srh_not_final": ("pass_srh_not_final", PASS), "not_udp": ("pass_not_udp", PASS),
-             "short_udp": ("drop_malformed_short", DROP)}
+    early = {
+        "other_ext": ("pass_other_ext_header", PASS),
+        "bad_srh": ("drop_malformed_srh", DROP),
+        "srh_not_final": ("pass_srh_not_final", PASS),
+        "not_udp": ("pass_not_udp", PASS),
+        "short_udp": ("drop_malformed_short", DROP),
+    }
     if t.outcome in early:
         return Verdict(*early[t.outcome], transport=t)
     sport, dport = struct.unpack_from("!HH", f, t.udp_off)
@@ -269,8 +279,16 @@ def collector_verdict(f: bytes, cfg: CollectorConfig) -> Verdict:
 NS = 1_000_000_000
 
 
-def reply_problems(f: bytes, out: bytes, v: Verdict, cfg: ReflectorConfig,
-                   tai_before: int, tai_after: int, utc_before: int, utc_after: int) -> list[str]:
+def reply_problems(
+    f: bytes,
+    out: bytes,
+    v: Verdict,
+    cfg: ReflectorConfig,
+    tai_before: int,
+    tai_after: int,
+    utc_before: int,
+    utc_after: int,
+) -> list[str]:
     """RFC 8762 §4.3.1 reflector packet + the README's reply construction, checked byte by byte."""
     p: list[str] = []
     t = v.transport
@@ -299,10 +317,10 @@ def reply_problems(f: bytes, out: bytes, v: Verdict, cfg: ReflectorConfig,
     if out[38:54] != (sids[0] if n else in_src):
         p.append("destination is not the first return SID / the sender")
     if n:
-        srh = out[54:54 + new_srh_len]
+        srh = out[54 : 54 + new_srh_len]
         if srh[:8] != bytes([17, 2 * (n + 1), 4, n, n, 0, 0, 0]):
             p.append(f"SRH header {srh[:8].hex()}")
-        segs = [srh[8 + 16 * i:24 + 16 * i] for i in range(n + 1)]
+        segs = [srh[8 + 16 * i : 24 + 16 * i] for i in range(n + 1)]
         if segs != [in_src] + sids[::-1]:
             p.append("SRH segment list is not [sender] + return SIDs reversed")
     u_in, u_out = t.udp_off, L4_NO_SRH + new_srh_len
@@ -311,11 +329,10 @@ def reply_problems(f: bytes, out: bytes, v: Verdict, cfg: ReflectorConfig,
     if (sport, dport, ulen) != (in_dport, in_sport, in_ulen):
         p.append("UDP ports not swapped or length changed")
     if not ({"udp_checksum", "udp_checksum_zero"} & set(v.defects)):
-        if csum == 0 or not udp6_checksum_ok(out[22:38], in_src, out[u_out:u_out + ulen]):
+        if csum == 0 or not udp6_checksum_ok(out[22:38], in_src, out[u_out : u_out + ulen]):
             p.append(f"UDP checksum {csum:#06x} does not verify")
-    sent, reply = f[u_in + 8:u_in + 8 + 44], out[u_out + 8:u_out + 8 + 44]
-    (seq, t3s, t3n, ee, ssid, t2s, t2n, sseq, sts, stn, see, mbz1, ttl,
-     mbz2) = struct.unpack("!IIIHHIIIIIHHB3s", reply)
+    sent, reply = f[u_in + 8 : u_in + 8 + 44], out[u_out + 8 : u_out + 8 + 44]
+    (seq, t3s, t3n, ee, ssid, t2s, t2n, sseq, sts, stn, see, mbz1, ttl, mbz2) = struct.unpack("!IIIHHIIIIIHHB3s", reply)
     s_seq, s_ts, s_ee, s_ssid = struct.unpack_from("!I8sHH", sent)
     want_seq = sess.next_seq if sess.stateful else s_seq
     if seq != want_seq or sseq != s_seq:
@@ -327,7 +344,7 @@ def reply_problems(f: bytes, out: bytes, v: Verdict, cfg: ReflectorConfig,
         p.append(f"error estimate {ee:#06x}, expected {want_ee:#06x}")
     if ttl != f[21] or mbz1 != 0 or mbz2 != bytes(3):
         p.append("Ses-Sender TTL / MBZ fields")
-    if sess.ntp:   # RFC 5905 §6 era 0: seconds since 1900 (UTC), fraction in 2^-32 s
+    if sess.ntp:  # RFC 5905 §6 era 0: seconds since 1900 (UTC), fraction in 2^-32 s
         t2 = (t2s - NTP_UNIX_OFFSET_S) * NS + (t2n * NS >> 32)
         t3 = (t3s - NTP_UNIX_OFFSET_S) * NS + (t3n * NS >> 32)
         lo, hi, clock = utc_before, utc_after, "CLOCK_REALTIME"
@@ -338,7 +355,7 @@ def reply_problems(f: bytes, out: bytes, v: Verdict, cfg: ReflectorConfig,
         lo, hi, clock = tai_before, tai_after, "CLOCK_TAI"
     if not lo - 2 * 10**6 <= t2 <= t3 + 1 <= hi + 2 * 10**6:
         p.append(f"T2 {t2} / T3 {t3} outside the run [{lo}, {hi}] ({clock})")
-    if out[u_out + 8 + 44:] != f[u_in + 8 + 44:]:
+    if out[u_out + 8 + 44 :] != f[u_in + 8 + 44 :]:
         p.append("bytes after the base packet (TLVs) changed")
     return p
 
@@ -347,15 +364,25 @@ def record_problems(f: bytes, rec, v: Verdict, tai_before: int, tai_after: int) 
     """struct stamp_record (schemas/c/stamp_record.h) from one collected reply."""
     p: list[str] = []
     t = v.transport
-    pl = f[t.udp_off + 8:t.udp_off + 8 + 44]
-    (seq, t3s, t3n, ee, ssid, t2s, t2n, sseq, sts, stn, see, _mbz1, ttl,
-     _mbz2) = struct.unpack("!IIIHHIIIIIHHB3s", pl)
+    pl = f[t.udp_off + 8 : t.udp_off + 8 + 44]
+    (seq, t3s, t3n, ee, ssid, t2s, t2n, sseq, sts, stn, see, _mbz1, ttl, _mbz2) = struct.unpack("!IIIHHIIIIIHHB3s", pl)
     t4 = int(rec["t4_ns"])
     if not tai_before <= t4 <= tai_after:
         p.append(f"t4 {t4} outside the run [{tai_before}, {tai_after}]")
-    want = dict(t1_ns=ptp_to_ns(sts, stn, t4), t2_ns=ptp_to_ns(t2s, t2n, t4), t3_ns=ptp_to_ns(t3s, t3n, t4),
-                sender_seq=sseq, reflector_seq=seq, ssid=ssid, sender_err_est=see, reflector_err_est=ee,
-                sender_ttl=ttl, reply_hop_limit=f[21], flags=2 if t.srh_len else 0, reserved=0)
+    want = dict(
+        t1_ns=ptp_to_ns(sts, stn, t4),
+        t2_ns=ptp_to_ns(t2s, t2n, t4),
+        t3_ns=ptp_to_ns(t3s, t3n, t4),
+        sender_seq=sseq,
+        reflector_seq=seq,
+        ssid=ssid,
+        sender_err_est=see,
+        reflector_err_est=ee,
+        sender_ttl=ttl,
+        reply_hop_limit=f[21],
+        flags=2 if t.srh_len else 0,
+        reserved=0,
+    )
     for k, w in want.items():
         if int(rec[k]) != w:
             p.append(f"record {k} = {int(rec[k])}, expected {w}")

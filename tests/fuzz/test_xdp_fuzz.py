@@ -11,6 +11,7 @@ version, Payload Length, source class, UDP checksum); the test checks both, that
 total, that XDP_TX output is a well-formed reply (re-parsed, checksum recomputed) and that every
 collected reply yields exactly one correct record in the ring buffer.
 """
+
 from __future__ import annotations
 
 import collections
@@ -29,16 +30,27 @@ from tests.fuzz import frames as fr
 from tests.fuzz.bpf_testrun import PinnedProgram, RingReader
 from tests.fuzz.conftest import COLLECTOR, REFLECTOR, stats, tool
 from tests.fuzz.report import SUMMARY
-from tests.fuzz.stamp_oracle import (REFUSED, TX, ZERO16, CollectorConfig, ReflectorConfig,
-                                     ReflectorSession, collector_verdict, parse_transport, record_problems,
-                                     reflector_verdict, reply_problems, rfc_defects)
+from tests.fuzz.stamp_oracle import (
+    REFUSED,
+    TX,
+    ZERO16,
+    CollectorConfig,
+    ReflectorConfig,
+    ReflectorSession,
+    collector_verdict,
+    parse_transport,
+    record_problems,
+    reflector_verdict,
+    reply_problems,
+    rfc_defects,
+)
 
 pytestmark = pytest.mark.datapath
 
 FRAMES = int(os.environ.get("SEGSCOPE_FUZZ_FRAMES", "100000"))
 SEED = int(os.environ.get("SEGSCOPE_FUZZ_SEED", "862"))
 SECONDS = float(os.environ.get("SEGSCOPE_FUZZ_SECONDS", "120"))
-ERR_EST = 0x8000 | 3 << 8 | 5     # S=1, scale 3, multiplier 5 (set-err-est); Z comes from the format
+ERR_EST = 0x8000 | 3 << 8 | 5  # S=1, scale 3, multiplier 5 (set-err-est); Z comes from the format
 
 # RFC defects the documented checks do not catch, so a frame with them would be reflected /
 # collected anyway. Empty since the datapath checks the IPv6 version and Payload Length, the source
@@ -47,10 +59,16 @@ ERR_EST = 0x8000 | 3 << 8 | 5     # S=1, scale 3, multiplier 5 (set-err-est); Z 
 UNCHECKED_DEFECTS: set[str] = set()
 
 # Each RFC defect the oracle can name, and the counter that catches it (datapath/README.md).
-DEFECT_COUNTERS = {"ip_version": "drop_malformed_ipv6", "ip_payload_len_beyond_frame": "drop_malformed_ipv6",
-                   "ip_payload_len_short": "drop_malformed_short", "ip_src_multicast": "drop_malformed_src_addr",
-                   "ip_src_loopback": "drop_malformed_src_addr", "ip_src_unspecified": "drop_malformed_src_addr",
-                   "udp_checksum": "drop_malformed_udp_csum", "udp_checksum_zero": "drop_malformed_udp_csum"}
+DEFECT_COUNTERS = {
+    "ip_version": "drop_malformed_ipv6",
+    "ip_payload_len_beyond_frame": "drop_malformed_ipv6",
+    "ip_payload_len_short": "drop_malformed_short",
+    "ip_src_multicast": "drop_malformed_src_addr",
+    "ip_src_loopback": "drop_malformed_src_addr",
+    "ip_src_unspecified": "drop_malformed_src_addr",
+    "udp_checksum": "drop_malformed_udp_csum",
+    "udp_checksum_zero": "drop_malformed_udp_csum",
+}
 
 
 @dataclass
@@ -60,7 +78,7 @@ class Campaign:
     seconds: float = 0.0
     outcomes: collections.Counter = field(default_factory=collections.Counter)
     kinds: collections.Counter = field(default_factory=collections.Counter)
-    defects: collections.Counter = field(default_factory=collections.Counter)   # of reflected/collected frames
+    defects: collections.Counter = field(default_factory=collections.Counter)  # of reflected/collected frames
     failures: list[str] = field(default_factory=list)
     counters_before: list[int] = field(default_factory=list)
     counters_after: list[int] = field(default_factory=list)
@@ -72,10 +90,12 @@ class Campaign:
             self.failures.append("")
 
     def summary(self, name: str) -> str:
-        lines = [f"[fuzz] {name}: {self.frames} frames in {self.seconds:.1f} s "
-                 f"({self.frames / max(self.seconds, 1e-9):.0f}/s), seed {SEED}, {self.refused} refused by the kernel (< 14 B)",
-                 f"[fuzz] {name} frames by origin/mutator: "
-                 + ", ".join(f"{k} {v}" for k, v in sorted(self.kinds.items()))]
+        lines = [
+            f"[fuzz] {name}: {self.frames} frames in {self.seconds:.1f} s "
+            f"({self.frames / max(self.seconds, 1e-9):.0f}/s), seed {SEED}, "
+            f"{self.refused} refused by the kernel (< 14 B)",
+            f"[fuzz] {name} frames by origin/mutator: " + ", ".join(f"{k} {v}" for k, v in sorted(self.kinds.items())),
+        ]
         lines += [f"[fuzz] {name}   {k:34s} {v:7d}" for k, v in sorted(self.outcomes.items())]
         if self.defects:
             lines.append(f"[fuzz] {name} RFC defects in frames the program accepted: {dict(self.defects)}")
@@ -95,7 +115,7 @@ def kernel_complaints(before: list[str] | None) -> list[str]:
     after = dmesg_lines()
     if before is None or after is None:
         return []
-    new = after[len(before):] if after[:len(before)] == before else after[-300:]
+    new = after[len(before) :] if after[: len(before)] == before else after[-300:]
     bad = ("WARNING", "BUG", "Call Trace", "general protection", "KASAN", "refcount_t", "Oops")
     complaints = [line for line in new if any(b in line for b in bad)]
     if complaints and any("bpf" in line.lower() or "xdp" in line.lower() for line in new):
@@ -112,7 +132,7 @@ def campaign(prog: PinnedProgram, names: list[str], verdict_fn, frame_iter, chec
         if time.monotonic() - t0 > SECONDS:
             break
         c.frames += 1
-        for part in kind.split("+"):   # seed, truncate_sweep, or the mutators applied
+        for part in kind.split("+"):  # seed, truncate_sweep, or the mutators applied
             c.kinds[part] += 1
         v = verdict_fn(frame)
         tai0, utc0 = time.clock_gettime_ns(time.CLOCK_TAI), time.time_ns()
@@ -151,8 +171,7 @@ def assert_campaign(c: Campaign, names: list[str], cli_stats: dict[str, int], na
     SUMMARY.extend(c.summary(name).splitlines())
     assert c.frames >= FRAMES, f"only {c.frames} of {FRAMES} frames within {SECONDS} s"
     failures = [f for f in c.failures if f]
-    assert not c.failures, (f"{len(c.failures)} frames disagree with the oracle; first ones:\n"
-                            + "\n".join(failures))
+    assert not c.failures, f"{len(c.failures)} frames disagree with the oracle; first ones:\n" + "\n".join(failures)
     deltas = {n: c.counters_after[k] - c.counters_before[k] for k, n in enumerate(names)}
     # every frame the kernel ran is in exactly one counter, and the loader's own stats agree
     assert sum(deltas.values()) == c.frames - c.refused
@@ -164,8 +183,9 @@ def assert_campaign(c: Campaign, names: list[str], cli_stats: dict[str, int], na
 
 # ---- reflector --------------------------------------------------------------------------
 
+
 def reflector_config(names: list[str]) -> ReflectorConfig:
-    modes = "pass_tlvs_to_userspace" in names    # the datapath: per-session modes
+    modes = "pass_tlvs_to_userspace" in names  # the datapath: per-session modes
     S1, S2 = fr.SENDERS[0], fr.SENDERS[1]
     sessions = {
         (ZERO16, 7): ReflectorSession([], tlv_echo=True),
@@ -180,6 +200,7 @@ def reflector_config(names: list[str]) -> ReflectorConfig:
 
 def configure_reflector(d: str, cfg: ReflectorConfig) -> None:
     import socket
+
     for a in cfg.addresses:
         tool(REFLECTOR, "add-address", "--pin-dir", d, socket.inet_ntop(socket.AF_INET6, a))
     for (sender, ssid), s in cfg.sessions.items():
@@ -211,8 +232,13 @@ def test_reflector_fuzz(fuzz_target):
         return problems
 
     dmesg_before = dmesg_lines()
-    c = campaign(prog, names, lambda f: reflector_verdict(f, cfg),
-                 fr.frames(random.Random(SEED), fr.reflector_seed, FRAMES), check)
+    c = campaign(
+        prog,
+        names,
+        lambda f: reflector_verdict(f, cfg),
+        fr.frames(random.Random(SEED), fr.reflector_seed, FRAMES),
+        check,
+    )
     assert_campaign(c, names, stats(REFLECTOR, d), "reflector")
     assert c.outcomes["reflected"] > FRAMES // 50, "too few frames reached the reflection path"
     assert kernel_complaints(dmesg_before) == []
@@ -246,8 +272,13 @@ def test_collector_fuzz(fuzz_target):
 
     dmesg_before = dmesg_lines()
     try:
-        c = campaign(prog, names, lambda f: collector_verdict(f, cfg),
-                     fr.frames(random.Random(SEED + 1), fr.collector_seed, FRAMES), check)
+        c = campaign(
+            prog,
+            names,
+            lambda f: collector_verdict(f, cfg),
+            fr.frames(random.Random(SEED + 1), fr.collector_seed, FRAMES),
+            check,
+        )
     finally:
         ring.close()
     assert_campaign(c, names, stats(COLLECTOR, d), "collector")
@@ -258,11 +289,15 @@ def test_collector_fuzz(fuzz_target):
 
 # ---- RFC defects: each one caught by its own check ------------------------------------------
 
+
 def _with_defect(f: bytes, defect: str) -> bytes:
     """A valid frame (Ethernet/IPv6/UDP, no SRH) with exactly one RFC defect added."""
     plen = len(f) - 54
-    special_src = {"ip_src_multicast": bytes([0xFF, 0x02]) + bytes(13) + b"\x01",
-                   "ip_src_loopback": bytes(15) + b"\x01", "ip_src_unspecified": bytes(16)}
+    special_src = {
+        "ip_src_multicast": bytes([0xFF, 0x02]) + bytes(13) + b"\x01",
+        "ip_src_loopback": bytes(15) + b"\x01",
+        "ip_src_unspecified": bytes(16),
+    }
     if defect == "ip_version":
         f = f[:14] + bytes([0x40 | (f[14] & 0x0F)]) + f[15:]
     elif defect == "ip_payload_len_beyond_frame":
@@ -288,8 +323,9 @@ def _defect_frames(defect: str, reply: bool) -> tuple[bytes, bytes]:
     return clean, _with_defect(clean, defect)
 
 
-def _assert_defect_dropped(prog: PinnedProgram, names: list[str], verdict_fn, clean: bytes, bad: bytes,
-                           defect: str, accepted: str) -> None:
+def _assert_defect_dropped(
+    prog: PinnedProgram, names: list[str], verdict_fn, clean: bytes, bad: bytes, defect: str, accepted: str
+) -> None:
     # the clean frame is accepted; the defective one has exactly this defect and is dropped by its check
     assert verdict_fn(clean).counter == accepted
     assert fr_defects(bad) == [defect]

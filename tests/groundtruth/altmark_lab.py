@@ -16,6 +16,7 @@ Independent of segscope's own datapath, so it can judge it:
 - `BlockSnapshots`: reads R's counters at TAI block_end + margin (the collector's moment), so
   each colour's cumulative counters turn into exact per-block seen/dropped numbers.
 """
+
 from __future__ import annotations
 
 import json
@@ -25,21 +26,20 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tests.groundtruth.altmark_flows import (FLOWS, UNMONITORED_DST, UNMONITORED_SIDS, UNMONITORED_TCLASS,
-                                    FlowSpec)
+from tests.groundtruth.altmark_flows import UNMONITORED_DST, UNMONITORED_SIDS, UNMONITORED_TCLASS, FlowSpec
 
 REPO = Path(__file__).resolve().parents[2]
 FLOWS_UDP = REPO / "build" / "tests" / "flows_udp"
-GT_TABLE = "amgt"          # table inet on R
-H2_TABLE = "amh2"          # table inet on H2
+GT_TABLE = "amgt"  # table inet on R
+H2_TABLE = "amh2"  # table inet on H2
 UNMON = "unmonitored"
 # AltMark option (datapath/altmark.h): 8-byte DOH right after the 40-byte IPv6 header:
 # next header, hdr ext len, option type 0x12, opt data len 4, FlowMonID(20) | L | D | reserved(10)
-DOH_NH_BITS = 48           # IPv6 next header field, bit offset from the network header
+DOH_NH_BITS = 48  # IPv6 next header field, bit offset from the network header
 DOH_OPT_TYPE_BITS = 40 * 8 + 16
 DOH_FLOWMON_BITS = 40 * 8 + 32
 DOH_L_BITS = DOH_FLOWMON_BITS + 20
-DSCP_L_BITS = 4 + 5        # Traffic Class starts at bit 4; TC bit 0x04 (DSCP bit 0) is its 6th bit
+DSCP_L_BITS = 4 + 5  # Traffic Class starts at bit 4; TC bit 0x04 (DSCP bit 0) is its 6th bit
 
 
 def ensure_tools() -> None:
@@ -58,7 +58,7 @@ def _colour_match(flow: FlowSpec, colour: int) -> str:
 
 
 def _threshold(loss_pct: float) -> int:
-    return round(loss_pct * 100)   # numgen over 0..9999: 0.01 % resolution
+    return round(loss_pct * 100)  # numgen over 0..9999: 0.01 % resolution
 
 
 def r_ruleset(flows: list[FlowSpec], flowmon_ids: dict[str, int]) -> str:
@@ -71,23 +71,29 @@ def r_ruleset(flows: list[FlowSpec], flowmon_ids: dict[str, int]) -> str:
             # datapath bug: count it apart (and let it pass untouched, never dropped)
             rules.append(f'@nh,{DOH_NH_BITS},8 != 60 counter accept comment "{f.name} nodoh"')
             rules.append(f'@nh,{DOH_OPT_TYPE_BITS},8 != 0x12 counter accept comment "{f.name} badopt"')
-            rules.append(f'@nh,{DOH_FLOWMON_BITS},20 != {flowmon_ids[f.name]} counter accept '
-                         f'comment "{f.name} badfm"')
+            rules.append(f'@nh,{DOH_FLOWMON_BITS},20 != {flowmon_ids[f.name]} counter accept comment "{f.name} badfm"')
         for c in (0, 1):
             rules.append(f'{_colour_match(f, c)} counter comment "{f.name} seen {c}"')
         for c in (0, 1):
-            rules.append(f'{_colour_match(f, c)} numgen random mod 10000 < {_threshold(f.loss_pct)} '
-                         f'counter drop comment "{f.name} drop {c}"')
+            rules.append(
+                f'{_colour_match(f, c)} numgen random mod 10000 < {_threshold(f.loss_pct)} '
+                f'counter drop comment "{f.name} drop {c}"'
+            )
         chains.append(f"  chain {f.name} {{\n" + "".join(f"    {r}\n" for r in rules) + "  }\n")
-    unmon = [f'counter comment "{UNMON} seen"',
-             f'@nh,4,8 != {UNMONITORED_TCLASS} counter comment "{UNMON} tc_changed"',
-             f'@nh,{DOH_NH_BITS},8 == 60 counter comment "{UNMON} doh"']
+    unmon = [
+        f'counter comment "{UNMON} seen"',
+        f'@nh,4,8 != {UNMONITORED_TCLASS} counter comment "{UNMON} tc_changed"',
+        f'@nh,{DOH_NH_BITS},8 == 60 counter comment "{UNMON} doh"',
+    ]
     chains.append(f"  chain {UNMON} {{\n" + "".join(f"    {r}\n" for r in unmon) + "  }\n")
     vmap = ", ".join(f"{f.first_sid} : jump {f.name}" for f in flows)
     vmap += f", {UNMONITORED_SIDS[0]} : jump {UNMON}"
-    return (f"table inet {GT_TABLE} {{\n" + "".join(chains)
-            + "  chain pre {\n    type filter hook prerouting priority -150; policy accept;\n"
-            + f"    ip6 daddr vmap {{ {vmap} }}\n  }}\n}}\n")
+    return (
+        f"table inet {GT_TABLE} {{\n"
+        + "".join(chains)
+        + "  chain pre {\n    type filter hook prerouting priority -150; policy accept;\n"
+        + f"    ip6 daddr vmap {{ {vmap} }}\n  }}\n}}\n"
+    )
 
 
 def h2_ruleset(flows: list[FlowSpec]) -> str:
@@ -96,15 +102,20 @@ def h2_ruleset(flows: list[FlowSpec]) -> str:
     dsts = [(f.name, f.dst, f.tclass) for f in flows] + [(UNMON, UNMONITORED_DST, UNMONITORED_TCLASS)]
     chains = []
     for name, _dst, tclass in dsts:
-        rules = [f'counter comment "{name} rx"',
-                 f'@nh,4,8 != {tclass} counter comment "{name} tc_changed"',
-                 f'@nh,{DOH_NH_BITS},8 != 17 counter comment "{name} not_udp"',
-                 "udp dport 9 drop"]
+        rules = [
+            f'counter comment "{name} rx"',
+            f'@nh,4,8 != {tclass} counter comment "{name} tc_changed"',
+            f'@nh,{DOH_NH_BITS},8 != 17 counter comment "{name} not_udp"',
+            "udp dport 9 drop",
+        ]
         chains.append(f"  chain h_{name} {{\n" + "".join(f"    {r}\n" for r in rules) + "  }\n")
     vmap = ", ".join(f"{dst} : jump h_{name}" for name, dst, _ in dsts)
-    return (f"table inet {H2_TABLE} {{\n" + "".join(chains)
-            + "  chain in {\n    type filter hook input priority 0; policy accept;\n"
-            + f"    ip6 daddr vmap {{ {vmap} }}\n  }}\n}}\n")
+    return (
+        f"table inet {H2_TABLE} {{\n"
+        + "".join(chains)
+        + "  chain in {\n    type filter hook input priority 0; policy accept;\n"
+        + f"    ip6 daddr vmap {{ {vmap} }}\n  }}\n}}\n"
+    )
 
 
 def read_counters(lab, node: str, table: str) -> dict[str, int]:
@@ -146,10 +157,11 @@ class BlockSnapshots:
     At that moment block k's colour (k & 1) has been inactive for `margin`, so the cumulative
     counters of that colour minus their value at the previous same-colour snapshot are exactly
     block k (what the collector does with the datapath's counters)."""
+
     truth: GroundTruth
     period_ns: int
     margin_ns: int
-    snaps: dict[int, dict[str, int]] = field(default_factory=dict)   # block k -> counters
+    snaps: dict[int, dict[str, int]] = field(default_factory=dict)  # block k -> counters
     read_lateness_ms: list[float] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -166,7 +178,7 @@ class BlockSnapshots:
 
     def _run(self) -> None:
         try:
-            k = (tai_ns() - self.margin_ns) // self.period_ns   # next block whose read time is ahead
+            k = (tai_ns() - self.margin_ns) // self.period_ns  # next block whose read time is ahead
             while not self._stop.is_set():
                 due = (k + 1) * self.period_ns + self.margin_ns
                 wait = (due - tai_ns()) / 1e9
@@ -176,9 +188,9 @@ class BlockSnapshots:
                 counters = self.truth.r_counters()
                 self.read_lateness_ms.append((started - due) / 1e6)
                 if started - due < self.period_ns // 2 and tai_ns() - due < self.period_ns // 2:
-                    self.snaps[k] = counters      # read while the colour was still inactive
+                    self.snaps[k] = counters  # read while the colour was still inactive
                 k += 1
-        except BaseException as exc:   # surfaced by the test
+        except BaseException as exc:  # surfaced by the test
             self.error = exc
 
     def per_block(self, flow: str) -> dict[int, dict[str, int]]:
@@ -189,8 +201,10 @@ class BlockSnapshots:
             if prev is None:
                 continue
             c = k & 1
-            out[k] = {key: snap[f"{flow} {key2} {c}"] - prev[f"{flow} {key2} {c}"]
-                      for key, key2 in (("seen", "seen"), ("dropped", "drop"))}
+            out[k] = {
+                key: snap[f"{flow} {key2} {c}"] - prev[f"{flow} {key2} {c}"]
+                for key, key2 in (("seen", "seen"), ("dropped", "drop"))
+            }
         return out
 
 
@@ -212,8 +226,7 @@ class Traffic:
         return cmd
 
     def start(self) -> None:
-        self.proc = self.lab.popen("H1", self.command(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                   text=True)
+        self.proc = self.lab.popen("H1", self.command(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
     def wait(self) -> dict:
         out, err = self.proc.communicate(timeout=self.seconds + 30)
@@ -239,8 +252,9 @@ PATH_DEVICES = (("H1", "h1"), ("A", "a0"), ("dly-ar", "rb"), ("R", "r1"), ("B", 
 
 
 def _tx_dropped(lab, ns: str, dev: str) -> int:
-    out = subprocess.run(["ip", "-n", ns, "-j", "-s", "link", "show", "dev", dev],
-                         capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        ["ip", "-n", ns, "-j", "-s", "link", "show", "dev", dev], capture_output=True, text=True, check=True
+    ).stdout
     return int(json.loads(out)[0]["stats64"]["tx"]["dropped"])
 
 
@@ -286,10 +300,11 @@ def _run(cmd: list[str], **kw) -> subprocess.CompletedProcess:
 class AltmarkEdges:
     """segscope's datapath on the lab: altmark_tx on A's a0 (TC egress), altmark_rx on B's b0
     (XDP), flows installed with the loaders (datapath/altmark_loader.c CLI)."""
+
     lab: object
     period_ms: int
     dmark_every: int
-    flow_ids: dict[str, int]           # flow name -> flow id (FlowMonID for rfc9343)
+    flow_ids: dict[str, int]  # flow name -> flow id (FlowMonID for rfc9343)
     attached: list[tuple[str, str, str, str]] = field(default_factory=list)
 
     @property
@@ -304,37 +319,79 @@ class AltmarkEdges:
         return PIN_ROOT / (self.tx_instance if prog == "altmark_tx" else self.rx_instance) / prog
 
     def attach(self) -> None:
-        for prog, node, dev, inst in (("altmark_tx", "A", "a0", self.tx_instance),
-                                      ("altmark_rx", "B", "b0", self.rx_instance)):
-            _run([str(BUILD / "datapath" / prog), "attach", "--dev", dev, "--instance", inst,
-                  "--netns", self.lab.ns(node)])
+        for prog, node, dev, inst in (
+            ("altmark_tx", "A", "a0", self.tx_instance),
+            ("altmark_rx", "B", "b0", self.rx_instance),
+        ):
+            _run(
+                [
+                    str(BUILD / "datapath" / prog),
+                    "attach",
+                    "--dev",
+                    dev,
+                    "--instance",
+                    inst,
+                    "--netns",
+                    self.lab.ns(node),
+                ]
+            )
             self.attached.append((prog, node, dev, inst))
 
     def add_flow(self, flow: FlowSpec, rx: bool | None = None) -> None:
-        common = ["--flow-id", str(self.flow_ids[flow.name]), "--method", flow.method,
-                  "--period-ms", str(self.period_ms), "--dmark-every", str(self.dmark_every)]
-        _run([str(BUILD / "datapath" / "altmark_tx"), "add-flow", "--instance", self.tx_instance,
-              "--sids", ",".join(flow.sids)] + common)
+        common = [
+            "--flow-id",
+            str(self.flow_ids[flow.name]),
+            "--method",
+            flow.method,
+            "--period-ms",
+            str(self.period_ms),
+            "--dmark-every",
+            str(self.dmark_every),
+        ]
+        _run(
+            [
+                str(BUILD / "datapath" / "altmark_tx"),
+                "add-flow",
+                "--instance",
+                self.tx_instance,
+                "--sids",
+                ",".join(flow.sids),
+            ]
+            + common
+        )
         if flow.has_rx if rx is None else rx:
-            key = (["--sids", ",".join(flow.sids)] if flow.method == "dscp"
-                   else ["--flowmon-id", str(self.flow_ids[flow.name])])
-            _run([str(BUILD / "datapath" / "altmark_rx"), "add-flow", "--instance", self.rx_instance]
-                 + key + common)
+            key = (
+                ["--sids", ",".join(flow.sids)]
+                if flow.method == "dscp"
+                else ["--flowmon-id", str(self.flow_ids[flow.name])]
+            )
+            _run([str(BUILD / "datapath" / "altmark_rx"), "add-flow", "--instance", self.rx_instance] + key + common)
 
     def stats(self) -> dict[str, dict[str, int]]:
-        return {prog: json.loads(_run([str(BUILD / "datapath" / prog), "stats", "--instance", inst,
-                                       "--json"]).stdout)
-                for prog, _n, _d, inst in self.attached}
+        return {
+            prog: json.loads(_run([str(BUILD / "datapath" / prog), "stats", "--instance", inst, "--json"]).stdout)
+            for prog, _n, _d, inst in self.attached
+        }
 
     def list_flows(self, prog: str) -> dict:
         inst = self.tx_instance if prog == "altmark_tx" else self.rx_instance
-        return json.loads(_run([str(BUILD / "datapath" / prog), "list-flows", "--instance", inst,
-                                "--json"]).stdout)
+        return json.loads(_run([str(BUILD / "datapath" / prog), "list-flows", "--instance", inst, "--json"]).stdout)
 
     def detach(self) -> None:
         for prog, node, dev, inst in reversed(self.attached):
-            subprocess.run([str(BUILD / "datapath" / prog), "detach", "--dev", dev, "--instance", inst,
-                            "--netns", self.lab.ns(node)], capture_output=True)
+            subprocess.run(
+                [
+                    str(BUILD / "datapath" / prog),
+                    "detach",
+                    "--dev",
+                    dev,
+                    "--instance",
+                    inst,
+                    "--netns",
+                    self.lab.ns(node),
+                ],
+                capture_output=True,
+            )
         self.attached.clear()
 
 
@@ -349,22 +406,43 @@ class Processes:
 
     def spawn(self, name: str, cmd: list[str], env: dict[str, str] | None = None) -> subprocess.Popen:
         import os
+
         log = open(self.run_dir / f"{name}.log", "w")
-        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=REPO,
-                                env={**os.environ, **(env or {})}, start_new_session=True)
+        proc = subprocess.Popen(
+            cmd,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            cwd=REPO,
+            env={**os.environ, **(env or {})},
+            start_new_session=True,
+        )
         log.close()
         self.procs[name] = proc
         return proc
 
-    def collector(self, name: str, node: str, direction: str, pin_dir: Path, brokers: str,
-                  topic: str = "segscope.altmark.blocks") -> None:
-        self.spawn(name, [str(BUILD / "collectors" / "altmark_collector"), "--node", node,
-                          f"--{direction}-pin-dir", str(pin_dir), "--brokers", brokers, "--topic", topic])
+    def collector(
+        self, name: str, node: str, direction: str, pin_dir: Path, brokers: str, topic: str = "segscope.altmark.blocks"
+    ) -> None:
+        self.spawn(
+            name,
+            [
+                str(BUILD / "collectors" / "altmark_collector"),
+                "--node",
+                node,
+                f"--{direction}-pin-dir",
+                str(pin_dir),
+                "--brokers",
+                brokers,
+                "--topic",
+                topic,
+            ],
+        )
 
     def crash(self, name: str) -> int:
         """SIGKILL one of our processes (an agent crash: no flush, no goodbye); its exit code."""
         import os
         import signal
+
         proc = self.procs.pop(name)
         os.killpg(proc.pid, signal.SIGKILL)
         return proc.wait(timeout=10)
@@ -379,8 +457,9 @@ class Processes:
     def stop(self) -> dict[str, int]:
         import os
         import signal
+
         codes = {}
-        for name, proc in list(self.procs.items()):
+        for proc in list(self.procs.values()):
             if proc.poll() is None:
                 try:
                     os.killpg(proc.pid, signal.SIGTERM)
@@ -401,8 +480,7 @@ class BlockRecordTap:
     time on), keeping our flows' records: {(flow_id, "tx"|"rx", block_index): record dict}.
     Lets a test tell a datapath/collector fault from a processor fault."""
 
-    def __init__(self, bootstrap: str, flow_ids: set[int], since_ns: int,
-                 topic: str = "segscope.altmark.blocks"):
+    def __init__(self, bootstrap: str, flow_ids: set[int], since_ns: int, topic: str = "segscope.altmark.blocks"):
         self.bootstrap, self.flow_ids, self.since_ns, self.topic = bootstrap, flow_ids, since_ns, topic
         self.records: dict[tuple[int, str, int], dict] = {}
         self.duplicates = 0
@@ -421,10 +499,17 @@ class BlockRecordTap:
     def _run(self) -> None:
         try:
             from confluent_kafka import Consumer, TopicPartition
+
             from segscope_schemas.altmark_block import decode_batch
 
-            consumer = Consumer({"bootstrap.servers": self.bootstrap, "group.id": f"altmark-tap-{id(self)}",
-                                 "enable.auto.commit": False, "auto.offset.reset": "earliest"})
+            consumer = Consumer(
+                {
+                    "bootstrap.servers": self.bootstrap,
+                    "group.id": f"altmark-tap-{id(self)}",
+                    "enable.auto.commit": False,
+                    "auto.offset.reset": "earliest",
+                }
+            )
             meta = consumer.list_topics(self.topic, timeout=10).topics[self.topic]
             wanted = [TopicPartition(self.topic, p, self.since_ns // 1_000_000) for p in meta.partitions]
             consumer.assign(consumer.offsets_for_times(wanted, timeout=10))
@@ -456,11 +541,13 @@ class BlockRecordTap:
 def create_topic(bootstrap: str, topic: str, partitions: int = 2) -> None:
     """A block topic of the test's own (same partition count as segscope.altmark.blocks)."""
     from confluent_kafka.admin import AdminClient, NewTopic
+
     admin = AdminClient({"bootstrap.servers": bootstrap})
     admin.create_topics([NewTopic(topic, partitions, 1)])[topic].result(timeout=20)
 
 
 def delete_topic(bootstrap: str, topic: str) -> None:
     from confluent_kafka.admin import AdminClient
-    admin = AdminClient({"bootstrap.servers": bootstrap})   # keep it alive until the result
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})  # keep it alive until the result
     admin.delete_topics([topic])[topic].result(timeout=20)

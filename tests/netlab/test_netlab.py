@@ -3,6 +3,7 @@
 Runs as root. Namespace names carry NETLAB_TEST_PREFIX (default "nltest").
 Tolerances come from measurements on the 2-core shared CI box, see netlab/README.md.
 """
+
 from __future__ import annotations
 
 import json
@@ -17,8 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from netlab import Lab, TopologyError, load, teardown
-from netlab import owd
+from netlab import Lab, TopologyError, load, owd, teardown
 from netlab.lab import BPFFS_SEGSCOPE, RUN_ROOT, _netns_names, _own_netns
 
 REPO = Path(__file__).resolve().parents[2]
@@ -50,13 +50,14 @@ def ping_times_ms(lab: Lab, node: str, dst: str, count: int = 200, interval: str
 
 # ------------------------------------------------------------------ topology file
 
+
 def test_line5_file_loads():
     topo = load(LINE5)
     assert list(topo.nodes) == ["H1", "A", "R", "B", "H2"]
     assert [l.name for l in topo.links] == ["h1a", "ar", "rb", "bh2"]
     assert topo.link("rb").a.xdp_pass and topo.link("rb").a.ifname == "r1"
     ar = topo.link("ar")
-    assert ar.has_delay_key and not ar.wants_relay   # delay 0 by default: no relay
+    assert ar.has_delay_key and not ar.wants_relay  # delay 0 by default: no relay
 
 
 def _bad_file(tmp_path: Path, text: str) -> Path:
@@ -68,25 +69,43 @@ def _bad_file(tmp_path: Path, text: str) -> Path:
 GOOD_TEXT = LINE5.read_text()
 
 
-@pytest.mark.parametrize("old,new,expect", [
-    # unknown node in a link end -> that line, and the list of real nodes
-    ('b: {node: R, ifname: r0, addrs: ["fc00:12::2/64"]}', 'b: {node: Q, ifname: r0, addrs: ["fc00:12::2/64"]}',
-     r"links\[1\]\.b\.node: unknown node 'Q'\. Fix: use one of the nodes .*A, B, H1, H2, R"),
-    # misspelled key
-    ("    delay_us: {a_to_b: 0, b_to_a: 0}", "    delai_us: {a_to_b: 0, b_to_a: 0}",
-     r"links\[1\]\.delai_us: unknown key 'delai_us'\. Fix: use one of: .*delay_us"),
-    # not an IPv6 address
-    ('"fc00:23::2/64"]}', '"fc00:23::zz/64"]}', r"links\[2\]\.b\.addrs\[0\]: 'fc00:23::zz/64' is not an IPv6"),
-    # route device that does not exist on the node
-    ("seg6local: {action: End}, dev: r0", "seg6local: {action: End}, dev: r9",
-     r"nodes\.R\.routes\[0\]\.dev: node R has no interface 'r9'\. Fix: use one of lo, r0, r1"),
-    # End.DT6 without table
-    ('seg6local: {action: End.DT6, table: 254}, dev: b0', 'seg6local: {action: End.DT6}, dev: b0',
-     r"nodes\.B\.routes\[0\]\.seg6local: action End\.DT6 needs `table`"),
-    # negative delay
-    ("delay_us: {a_to_b: 0, b_to_a: 0}", "delay_us: {a_to_b: -5, b_to_a: 0}",
-     r"links\[1\]\.delay_us\.a_to_b: delay_us\.a_to_b must be a number in \[0, 1e\+07\]"),
-])
+@pytest.mark.parametrize(
+    "old,new,expect",
+    [
+        # unknown node in a link end -> that line, and the list of real nodes
+        (
+            'b: {node: R, ifname: r0, addrs: ["fc00:12::2/64"]}',
+            'b: {node: Q, ifname: r0, addrs: ["fc00:12::2/64"]}',
+            r"links\[1\]\.b\.node: unknown node 'Q'\. Fix: use one of the nodes .*A, B, H1, H2, R",
+        ),
+        # misspelled key
+        (
+            "    delay_us: {a_to_b: 0, b_to_a: 0}",
+            "    delai_us: {a_to_b: 0, b_to_a: 0}",
+            r"links\[1\]\.delai_us: unknown key 'delai_us'\. Fix: use one of: .*delay_us",
+        ),
+        # not an IPv6 address
+        ('"fc00:23::2/64"]}', '"fc00:23::zz/64"]}', r"links\[2\]\.b\.addrs\[0\]: 'fc00:23::zz/64' is not an IPv6"),
+        # route device that does not exist on the node
+        (
+            "seg6local: {action: End}, dev: r0",
+            "seg6local: {action: End}, dev: r9",
+            r"nodes\.R\.routes\[0\]\.dev: node R has no interface 'r9'\. Fix: use one of lo, r0, r1",
+        ),
+        # End.DT6 without table
+        (
+            'seg6local: {action: End.DT6, table: 254}, dev: b0',
+            'seg6local: {action: End.DT6}, dev: b0',
+            r"nodes\.B\.routes\[0\]\.seg6local: action End\.DT6 needs `table`",
+        ),
+        # negative delay
+        (
+            "delay_us: {a_to_b: 0, b_to_a: 0}",
+            "delay_us: {a_to_b: -5, b_to_a: 0}",
+            r"links\[1\]\.delay_us\.a_to_b: delay_us\.a_to_b must be a number in \[0, 1e\+07\]",
+        ),
+    ],
+)
 def test_bad_topology_names_file_line_and_fix(tmp_path, old, new, expect):
     assert old in GOOD_TEXT
     text = GOOD_TEXT.replace(old, new, 1)
@@ -100,21 +119,26 @@ def test_bad_topology_names_file_line_and_fix(tmp_path, old, new, expect):
 
 def test_bad_topology_cli_exit_code_and_no_namespaces(tmp_path):
     path = _bad_file(tmp_path, GOOD_TEXT.replace("ifname: ah,", "ifname: this_name_is_too_long,"))
-    proc = subprocess.run([PY, "-m", "netlab", "up", str(path), "--prefix", PREFIX + "bad"],
-                          capture_output=True, text=True, cwd=REPO)
+    proc = subprocess.run(
+        [PY, "-m", "netlab", "up", str(path), "--prefix", PREFIX + "bad"], capture_output=True, text=True, cwd=REPO
+    )
     assert proc.returncode == 2
     assert re.search(rf"{re.escape(str(path))}:\d+: links\[0\]\.b\.ifname: .*Fix: use 1-15 characters", proc.stderr)
     assert _own_netns(PREFIX + "bad", _netns_names()) == []
 
 
 def test_yaml_syntax_error_has_line(tmp_path):
-    path = _bad_file(tmp_path, "nodes:\n  A: {}\n   B: {}\nlinks: []\n")   # B indented one too far
-    with pytest.raises(TopologyError, match=rf"{re.escape(str(path))}:3: YAML syntax error: .*"
-                                            r"while parsing a block mapping at line 2.*Fix: correct"):
+    path = _bad_file(tmp_path, "nodes:\n  A: {}\n   B: {}\nlinks: []\n")  # B indented one too far
+    with pytest.raises(
+        TopologyError,
+        match=rf"{re.escape(str(path))}:3: YAML syntax error: .*"
+        r"while parsing a block mapping at line 2.*Fix: correct",
+    ):
         load(path)
 
 
 # ------------------------------------------------------------------ the running lab
+
 
 def test_lab_comes_up_as_described(lab):
     expected = {f"{PREFIX}-{n}" for n in ("H1", "A", "R", "B", "H2")} | {f"{PREFIX}-dly-ar"}
@@ -173,8 +197,13 @@ def test_ping_h1_to_h2_over_srv6_and_r_sees_srh(lab):
         return int(re.search(r"packets (\d+)", out).group(1))
 
     before = end_packets()
-    dump = lab.popen("R", ["tcpdump", "-n", "-l", "-i", "r1", "-c", "3", "ip6 proto 43"],
-                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    dump = lab.popen(
+        "R",
+        ["tcpdump", "-n", "-l", "-i", "r1", "-c", "3", "ip6 proto 43"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     # wait until tcpdump is capturing
     header = [dump.stderr.readline() for _ in range(2)]
     assert any("listening on r1" in line for line in header), header
@@ -182,9 +211,12 @@ def test_ping_h1_to_h2_over_srv6_and_r_sees_srh(lab):
     assert " 0% packet loss" in out
     captured = dump.communicate(timeout=10)[0]
     # outer header from A's locator side to B's End.DT6 SID, SRH type 4 with both SIDs, inner ICMPv6
-    assert re.search(r"fc00:12::1 > fc00:3::d6: RT6 \(.*type=4, segleft=0.*\[0\]fc00:3::d6, \[1\]fc00:2::e\) "
-                     r"IP6 fd00:a::1 > fd00:b::1: ICMP6, echo request", captured), captured
-    assert end_packets() - before >= 5   # every request passed R's End SID
+    assert re.search(
+        r"fc00:12::1 > fc00:3::d6: RT6 \(.*type=4, segleft=0.*\[0\]fc00:3::d6, \[1\]fc00:2::e\) "
+        r"IP6 fd00:a::1 > fd00:b::1: ICMP6, echo request",
+        captured,
+    ), captured
+    assert end_packets() - before >= 5  # every request passed R's End SID
 
 
 def test_relay_delay_seen_by_ping(lab):
@@ -196,13 +228,15 @@ def test_relay_delay_seen_by_ping(lab):
     baseline = ping_times_ms(lab, "R", "fc00:23::2")
     configured_ms = (DELAY_A_TO_B_US + DELAY_B_TO_A_US) / 1000
     excess = statistics.median(relayed) - configured_ms - statistics.median(baseline)
-    print(f"ping A->R: median {statistics.median(relayed):.3f} mean {statistics.fmean(relayed):.3f} ms; "
-          f"baseline median {statistics.median(baseline):.3f} ms; excess {excess * 1000:.0f} us")
-    assert min(relayed) >= configured_ms          # never released early
+    print(
+        f"ping A->R: median {statistics.median(relayed):.3f} mean {statistics.fmean(relayed):.3f} ms; "
+        f"baseline median {statistics.median(baseline):.3f} ms; excess {excess * 1000:.0f} us"
+    )
+    assert min(relayed) >= configured_ms  # never released early
     # two medians from separate noisy samples: the relay adds ~5 us, so allow the baseline
     # to come out slightly larger than the relay's share (never-early is asserted above)
     assert -0.1 < excess < 0.25
-    times = ping_times_ms(lab, "H1", "fd00:b::1", count=50)   # the SRv6 path crosses the relay too
+    times = ping_times_ms(lab, "H1", "fd00:b::1", count=50)  # the SRv6 path crosses the relay too
     assert statistics.median(times) >= configured_ms
 
 
@@ -211,8 +245,12 @@ def test_relay_one_way_accuracy(lab):
 
     The baselines use the same sender/receiver roles (A sends / A receives) on a
     veth without relay and without XDP, so the difference is what the relay adds."""
-    flows = [owd.Flow("a_to_b", "A", "R", "fc00:12::2", 9001), owd.Flow("b_to_a", "R", "A", "fc00:12::1", 9002),
-             owd.Flow("base_fwd", "A", "H1", "fd00:a::1", 9003), owd.Flow("base_rev", "H1", "A", "fd00:a::2", 9004)]
+    flows = [
+        owd.Flow("a_to_b", "A", "R", "fc00:12::2", 9001),
+        owd.Flow("b_to_a", "R", "A", "fc00:12::1", 9002),
+        owd.Flow("base_fwd", "A", "H1", "fd00:a::1", 9003),
+        owd.Flow("base_rev", "H1", "A", "fd00:a::2", 9004),
+    ]
     before = lab.relay_stats("ar")
     res = owd.measure(lab, flows, count=200, interval_us=5000)
     after = lab.relay_stats("ar")
@@ -222,17 +260,22 @@ def test_relay_one_way_accuracy(lab):
         base_median = res[base]["summary_us"]["p50"]
         added = [d / 1000 - delay_us - base_median for d in res[name]["delays_ns"]]
         summary = owd.summarize([int(a * 1000) for a in added])
-        report[name] = {"configured_us": delay_us, "baseline_p50_us": base_median, "relay_added_error_us": summary,
-                        "relay_lateness_ns": after[name]["lateness_ns"]}
-        assert min(d / 1000 for d in res[name]["delays_ns"]) >= delay_us   # never early
-        assert summary["p50"] < 100, summary            # measured ~10-20 us
+        report[name] = {
+            "configured_us": delay_us,
+            "baseline_p50_us": base_median,
+            "relay_added_error_us": summary,
+            "relay_lateness_ns": after[name]["lateness_ns"],
+        }
+        assert min(d / 1000 for d in res[name]["delays_ns"]) >= delay_us  # never early
+        assert summary["p50"] < 100, summary  # measured ~10-20 us
         # The tail depends on the machine: the kernel is PREEMPT_NONE, so when other jobs keep
         # both cores busy in kernel mode the relay's wake-up waits (measured up to ~20 ms).
         # What must hold: every frame that arrived >200 us late was also counted late
         # (>=100 us) by the relay itself, so its lateness counters tell the truth.
         late_seen = sum(1 for a in added if a > 200)
-        late_counted = sum(after[name]["lateness_ns"]["hist_lt"][b] - before[name]["lateness_ns"]["hist_lt"][b]
-                           for b in ("1ms", "inf"))
+        late_counted = sum(
+            after[name]["lateness_ns"]["hist_lt"][b] - before[name]["lateness_ns"]["hist_lt"][b] for b in ("1ms", "inf")
+        )
         assert late_seen <= late_counted, (late_seen, late_counted, summary)
         report[name]["late_over_200us"] = late_seen
         # every frame the relay received it forwarded; nothing dropped
@@ -268,25 +311,31 @@ def test_loss_injection_is_counted_exactly(lab):
         print(f"loss: sent {res['sent']} received {res['received']} nft dropped {dropped}")
         assert res["sent"] == sent_total
         assert res["received"] + dropped == sent_total
-        assert 120 <= dropped <= 280     # 10 % of 2000 = 200, ±5 sigma (sigma = 13.4)
+        assert 120 <= dropped <= 280  # 10 % of 2000 = 200, ±5 sigma (sigma = 13.4)
     finally:
         lab.remove_loss(handle)
 
 
 # ------------------------------------------------------------------ teardown and reuse
 
+
 def test_down_without_state_then_up_again(tmp_path):
     prefix = PREFIX + "2"
     teardown(prefix)
     cli = [PY, "-m", "netlab"]
-    up = subprocess.run(cli + ["up", str(LINE5), "--prefix", prefix, "--delay", "ar=100,100"],
-                        capture_output=True, text=True, cwd=REPO)
+    up = subprocess.run(
+        cli + ["up", str(LINE5), "--prefix", prefix, "--delay", "ar=100,100"], capture_output=True, text=True, cwd=REPO
+    )
     assert up.returncode == 0, up.stderr
     st = json.loads(up.stdout)
     relay_pid = st["relays"]["ar"]["pid"]
     assert st["relays"]["ar"]["alive"] and len(st["netns"]) == 6
-    ping = subprocess.run(cli + ["exec", "--prefix", prefix, "H1", "--", "ping", "-6", "-c", "2", "-i", "0.1",
-                                 "fd00:b::1"], capture_output=True, text=True, cwd=REPO)
+    ping = subprocess.run(
+        cli + ["exec", "--prefix", prefix, "H1", "--", "ping", "-6", "-c", "2", "-i", "0.1", "fd00:b::1"],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+    )
     assert ping.returncode == 0, ping.stdout + ping.stderr
     # a process left running in a node and a pinned-map directory of that node
     lab_proc = subprocess.Popen(["ip", "netns", "exec", f"{prefix}-H2", "sleep", "60"])
@@ -294,18 +343,20 @@ def test_down_without_state_then_up_again(tmp_path):
         subprocess.run(["mount", "-t", "bpf", "bpf", "/sys/fs/bpf"], check=True)
     pin_dir = BPFFS_SEGSCOPE / f"{prefix}-A"
     pin_dir.mkdir(parents=True, exist_ok=True)
-    (RUN_ROOT / prefix / "state.json").unlink()   # down must not need it
+    (RUN_ROOT / prefix / "state.json").unlink()  # down must not need it
 
     down = subprocess.run(cli + ["down", "--prefix", prefix], capture_output=True, text=True, cwd=REPO)
     assert down.returncode == 0, down.stderr
     assert _own_netns(prefix, _netns_names()) == []
-    assert not Path(f"/proc/{relay_pid}").exists() or b"delay_relay" not in Path(f"/proc/{relay_pid}/cmdline").read_bytes()
+    assert (
+        not Path(f"/proc/{relay_pid}").exists() or b"delay_relay" not in Path(f"/proc/{relay_pid}/cmdline").read_bytes()
+    )
     assert lab_proc.wait(timeout=5) != 0
     assert not pin_dir.exists()
     final = json.loads(down.stdout)["relay_final_stats"]["ar"]
     assert final["a_to_b"]["forwarded"] >= 2 and final["b_to_a"]["forwarded"] >= 2
 
-    with Lab.up(LINE5, prefix) as lab2:          # second up, no relay this time
+    with Lab.up(LINE5, prefix) as lab2:  # second up, no relay this time
         assert lab2.relays == {}
         assert len(_own_netns(prefix, _netns_names())) == 5
         lab2.run("H1", ["ping", "-6", "-c", "2", "-i", "0.1", "fd00:b::1"], check=True)
@@ -314,8 +365,9 @@ def test_down_without_state_then_up_again(tmp_path):
 
 def test_relay_queue_full_drops_are_counted(tmp_path):
     """A tiny relay queue (a topology option) overflows; every frame is accounted for."""
-    text = GOOD_TEXT.replace("    delay_us: {a_to_b: 0, b_to_a: 0}",
-                             "    delay_us: {a_to_b: 20000, b_to_a: 0}\n    queue_frames: 8")
+    text = GOOD_TEXT.replace(
+        "    delay_us: {a_to_b: 0, b_to_a: 0}", "    delay_us: {a_to_b: 20000, b_to_a: 0}\n    queue_frames: 8"
+    )
     path = tmp_path / "line5_small_queue.yaml"
     path.write_text(text)
     prefix = PREFIX + "3"
@@ -324,7 +376,7 @@ def test_relay_queue_full_drops_are_counted(tmp_path):
         res = owd.measure(lab3, [owd.Flow("burst", "A", "R", "fc00:12::2", 9200)], count=100, interval_us=100)
         stats = lab3.relay_stats("ar")["a_to_b"]
         assert stats["queue_capacity"] == 8 and stats["max_queue_depth"] == 8
-        assert stats["dropped_queue_full"] > 50       # 100 frames in 10 ms, 8 fit in a 20 ms queue
+        assert stats["dropped_queue_full"] > 50  # 100 frames in 10 ms, 8 fit in a 20 ms queue
         assert stats["received"] == stats["forwarded"] + stats["dropped_queue_full"] + stats["queued"]
         assert res["burst"]["received"] == 100 - stats["dropped_queue_full"]
 

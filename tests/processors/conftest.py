@@ -4,6 +4,7 @@ Every test uses its own topic names and consumer groups, so it never sees anothe
 To run this directory beside another test run, isolate the stack:
 SEGSCOPE_STACK_PORT_BASE=29700 SEGSCOPE_STACK_RUN_DIR=.run/stack-29700 .local/venv/bin/pytest tests/processors
 """
+
 from __future__ import annotations
 
 import pytest

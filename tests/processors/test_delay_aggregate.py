@@ -1,15 +1,22 @@
 """Unit tests of the delay aggregator on constructed record arrays with known answers."""
+
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
 from processors.delay.aggregate import (
-    DelayAggregator, escape_tag, format_float, counters_line, Counters, NS_PER_S, clock_tai_ns,
+    NS_PER_S,
+    Counters,
+    DelayAggregator,
+    clock_tai_ns,
+    counters_line,
+    escape_tag,
+    format_float,
 )
 from segscope_schemas.stamp_record import STAMP_RECORD_DTYPE, decode_batch, encode_batch
 
-BASE_S = 1_700_000_000          # a TAI second in the past (Nov 2023) of any machine running this
+BASE_S = 1_700_000_000  # a TAI second in the past (Nov 2023) of any machine running this
 
 
 def make_records(seq, t1, fwd, rev, hold=1_000, ssid=1) -> np.ndarray:
@@ -56,7 +63,7 @@ def test_exact_stats_of_one_second():
     n = 500
     seq = np.arange(100, 100 + n)
     t1 = BASE_S * NS_PER_S + np.sort(rng.integers(0, NS_PER_S, n))
-    fwd = rng.integers(1_000_000, 5_000_000, n)          # 1..5 ms
+    fwd = rng.integers(1_000_000, 5_000_000, n)  # 1..5 ms
     rev = rng.integers(500_000, 900_000, n)
     hold = 7_000
     agg = DelayAggregator()
@@ -65,7 +72,7 @@ def test_exact_stats_of_one_second():
     assert len(lines) == 3
     got = by_direction(lines)
     ts = BASE_S * NS_PER_S
-    rt = fwd + rev                                      # (T4-T1)-(T3-T2) = fwd + rev
+    rt = fwd + rev  # (T4-T1)-(T3-T2) = fwd + rev
     for direction, vals in (("forward", fwd), ("reverse", rev), ("round_trip", rt)):
         f = got[("1", direction, ts)]
         assert f["count"] == n
@@ -87,14 +94,14 @@ def test_ipdv_by_hand_uses_sender_seq_order():
     t0 = BASE_S * NS_PER_S
     seq = [3, 1, 4, 2]
     fwd = [11_000, 10_000, 11_000, 14_000]
-    rev = [5_000, 5_000, 6_000, 5_000]      # by seq: 5,5,5,6 -> |0|,|0|,|1| -> 1/3 us
+    rev = [5_000, 5_000, 6_000, 5_000]  # by seq: 5,5,5,6 -> |0|,|0|,|1| -> 1/3 us
     recs = make_records(seq, [t0 + s * 1000 for s in seq], fwd, rev)
     agg = DelayAggregator()
     agg.ingest("A", recs)
     got = by_direction(agg.flush(far_future(agg)))
     assert got[("1", "forward", t0)]["ipdv_mean_us"] == pytest.approx(7 / 3)
     assert got[("1", "reverse", t0)]["ipdv_mean_us"] == pytest.approx(1 / 3)
-    assert got[("1", "forward", t0)]["p50_us"] == 11.0       # median of 10,11,11,14
+    assert got[("1", "forward", t0)]["p50_us"] == 11.0  # median of 10,11,11,14
 
 
 def test_single_packet_has_no_ipdv_field():
@@ -113,7 +120,7 @@ def test_second_boundaries_and_watermark_grace():
     agg = DelayAggregator(grace_s=2.0)
     now = t0  # wall clock that never forces anything: the session is not idle
     agg.ingest("A", make_records([1, 2, 3], t1, [1000, 2000, 3000], [1000] * 3), now_tai_ns=now)
-    assert agg.flush(now) == []                 # watermark t0+2s-1 < end of second 0 + 2 s
+    assert agg.flush(now) == []  # watermark t0+2s-1 < end of second 0 + 2 s
     # a record at exactly end(second 0) + grace closes second 0 only
     agg.ingest("A", make_records([4], [t0 + 3 * NS_PER_S], [4000], [1000]), now_tai_ns=now)
     got = by_direction(agg.flush(now))
@@ -132,8 +139,8 @@ def test_idle_session_flushed_by_wall_clock():
     t0 = BASE_S * NS_PER_S
     agg = DelayAggregator(grace_s=2.0)
     agg.ingest("A", make_records([1], [t0], [1000], [1000]), now_tai_ns=t0 + 10_000)
-    assert agg.flush(t0 + NS_PER_S) == []            # not idle for 2 s yet
-    assert len(agg.flush(t0 + 3 * NS_PER_S)) == 3    # idle and wall clock past end + grace
+    assert agg.flush(t0 + NS_PER_S) == []  # not idle for 2 s yet
+    assert len(agg.flush(t0 + 3 * NS_PER_S)) == 3  # idle and wall clock past end + grace
 
 
 def test_batch_spanning_sessions_and_seconds():
@@ -157,7 +164,7 @@ def test_duplicates_deduped_and_counted():
     agg = DelayAggregator()
     now = t0
     agg.ingest("A", recs, now_tai_ns=now)
-    agg.ingest("A", recs[1:], now_tai_ns=now)           # replay of seq 2, 3
+    agg.ingest("A", recs[1:], now_tai_ns=now)  # replay of seq 2, 3
     # the replayed copy carries other timestamps: the first one must win
     replay = make_records([2], [t0 + 10], [9_999_000], [500])
     agg.ingest("A", replay, now_tai_ns=now)
@@ -206,8 +213,8 @@ def test_negative_and_absurd_delays_are_kept_and_counted():
     assert got[("1", "forward", t0)]["min_us"] == -2.0
     assert got[("1", "forward", t0)]["count"] == 2
     assert got[("1", "reverse", t0)]["max_us"] == 20e6
-    assert agg.counters.negative_delays == 1      # forward of seq 1; its round trip is 20 s - 2 us > 0
-    assert agg.counters.absurd_delays == 2        # reverse and round trip of seq 1
+    assert agg.counters.negative_delays == 1  # forward of seq 1; its round trip is 20 s - 2 us > 0
+    assert agg.counters.absurd_delays == 2  # reverse and round trip of seq 1
 
 
 def test_roundtrip_through_encode_decode_batch():
@@ -218,8 +225,14 @@ def test_roundtrip_through_encode_decode_batch():
     agg.ingest(hdr.node, decoded)
     got = by_direction(agg.flush(far_future(agg)))
     assert got[("1", "round_trip", t0)] == {
-        "count": 4000, "min_us": 2.2, "mean_us": 2.2, "max_us": 2.2, "p50_us": 2.2, "p99_us": 2.2,
-        "ipdv_mean_us": 0.0}
+        "count": 4000,
+        "min_us": 2.2,
+        "mean_us": 2.2,
+        "max_us": 2.2,
+        "p50_us": 2.2,
+        "p99_us": 2.2,
+        "ipdv_mean_us": 0.0,
+    }
 
 
 def test_line_protocol_escaping():
@@ -254,19 +267,19 @@ def test_far_future_t1_does_not_close_or_evict_the_session():
     agg = DelayAggregator(grace_s=2.0, retention_s=30.0, max_future_s=10.0)
     agg.ingest("A", make_records([1, 2], [t0, t0 + 86_400 * NS_PER_S], [1000, 1000], [100, 100]), now_tai_ns=now)
     assert agg.counters.future_records == 1
-    first = by_direction(agg.flush(now))       # watermark capped at now + 10 s: second 0 closes
+    first = by_direction(agg.flush(now))  # watermark capped at now + 10 s: second 0 closes
     assert set(first) == {("1", d, t0) for d in ("forward", "reverse", "round_trip")}
     agg.ingest("A", make_records([3], [t0 + 100], [3000], [100]), now_tai_ns=now)
     again = by_direction(agg.flush(now))
     assert agg.counters.late_records_dropped == 0
     assert again[("1", "forward", t0)]["count"] == 2 and again[("1", "forward", t0)]["max_us"] == 3.0
-    assert all(ts == t0 for _, _, ts in again)   # the far-future second stays open
+    assert all(ts == t0 for _, _, ts in again)  # the far-future second stays open
 
 
 def test_points_are_stamped_in_utc_while_seconds_are_binned_in_tai():
     """TAI - UTC = 37 s: a record sent at TAI second S lands in the point of UTC second S - 37."""
     seq = np.arange(4)
-    t1 = (BASE_S * NS_PER_S) + np.array([0, 1, 2, NS_PER_S - 1])   # all in TAI second BASE_S
+    t1 = (BASE_S * NS_PER_S) + np.array([0, 1, 2, NS_PER_S - 1])  # all in TAI second BASE_S
     recs = make_records(seq, t1, fwd=[1000] * 4, rev=[2000] * 4)
     agg = DelayAggregator(tai_utc_offset_s=37)
     agg.ingest("A", recs, now_tai_ns=BASE_S * NS_PER_S)
@@ -280,6 +293,7 @@ def test_one_way_and_loopback_records_measure_only_their_directions():
     """One-way records (T1, T2) feed only `forward`; loopback records (T1, T4) only
     `round_trip` = T4 - T1; two-way records of the same second feed all three."""
     from segscope_schemas.stamp_record import STAMP_RECORD_F_LOOPBACK, STAMP_RECORD_F_ONE_WAY
+
     t1 = BASE_S * NS_PER_S + np.array([10, 20, 30])
     recs = make_records([0, 1, 2], t1, fwd=[1000, 3000, 5000], rev=[700, 700, 700], hold=100)
     recs["flags"][0] = STAMP_RECORD_F_ONE_WAY
@@ -291,17 +305,18 @@ def test_one_way_and_loopback_records_measure_only_their_directions():
     agg.ingest("A", recs, now_tai_ns=BASE_S * NS_PER_S)
     got = by_direction(agg.flush(far_future(agg)))
     ts = BASE_S * NS_PER_S
-    assert got[("1", "forward", ts)]["count"] == 2            # one-way + two-way
+    assert got[("1", "forward", ts)]["count"] == 2  # one-way + two-way
     assert got[("1", "forward", ts)]["min_us"] == 1.0 and got[("1", "forward", ts)]["max_us"] == 5.0
-    assert got[("1", "reverse", ts)]["count"] == 1            # two-way only
-    assert got[("1", "round_trip", ts)]["count"] == 2         # loopback + two-way
-    assert got[("1", "round_trip", ts)]["max_us"] == 9.0      # loopback: T4 - T1
-    assert got[("1", "round_trip", ts)]["min_us"] == 5.7      # two-way: 5000 + 700 ns
+    assert got[("1", "reverse", ts)]["count"] == 1  # two-way only
+    assert got[("1", "round_trip", ts)]["count"] == 2  # loopback + two-way
+    assert got[("1", "round_trip", ts)]["max_us"] == 9.0  # loopback: T4 - T1
+    assert got[("1", "round_trip", ts)]["min_us"] == 5.7  # two-way: 5000 + 700 ns
     assert agg.counters.negative_delays == 0
 
 
 def test_a_second_of_one_way_records_has_no_reverse_point():
     from segscope_schemas.stamp_record import STAMP_RECORD_F_ONE_WAY
+
     t1 = BASE_S * NS_PER_S + np.array([1, 2])
     recs = make_records([0, 1], t1, fwd=[1000, 2000], rev=[0, 0])
     recs["flags"] = STAMP_RECORD_F_ONE_WAY

@@ -3,6 +3,7 @@
 The Kafka round trip is covered by test_delay_worker.py; this checks the dead-letter
 document for every kind of bad input, including the ones that are hard to produce there.
 """
+
 from __future__ import annotations
 
 import base64
@@ -12,9 +13,8 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from segscope_schemas.stamp_record import STAMP_RECORD_DTYPE, encode_batch
-
 import processors.delay.app as app_mod  # noqa: E402  (a Faust App object; nothing connects until it runs)
+from segscope_schemas.stamp_record import STAMP_RECORD_DTYPE, encode_batch
 
 
 def message(value, key=b"A/1", offset=7):
@@ -34,12 +34,15 @@ def test_good_batch_is_folded_and_produces_no_letter():
     assert agg.counters.records_in == before + 3
 
 
-@pytest.mark.parametrize("value,reason", [
-    (b"", "short_header"),
-    (b"XXXX" + bytes(52), "bad_magic"),
-    (encode_batch(np.zeros(2, dtype=STAMP_RECORD_DTYPE), "A", 1)[:-1], "length_mismatch"),
-    (None, "null_value"),
-])
+@pytest.mark.parametrize(
+    "value,reason",
+    [
+        (b"", "short_header"),
+        (b"XXXX" + bytes(52), "bad_magic"),
+        (encode_batch(np.zeros(2, dtype=STAMP_RECORD_DTYPE), "A", 1)[:-1], "length_mismatch"),
+        (None, "null_value"),
+    ],
+)
 def test_bad_messages_become_dead_letters_with_the_original_bytes(value, reason):
     before = app_mod.aggregator.counters.malformed_batches
     letter = json.loads(app_mod.handle_message(message(value)))
@@ -53,9 +56,12 @@ def test_bad_messages_become_dead_letters_with_the_original_bytes(value, reason)
 def test_records_of_wrong_shape_are_a_processing_error_not_a_crash(monkeypatch):
     def explode(node, records, now_tai_ns=None):
         raise RuntimeError("boom")
+
     monkeypatch.setattr(app_mod.aggregator, "ingest", explode)
     before = app_mod.aggregator.counters.processing_errors
-    letter = json.loads(app_mod.handle_message(message(encode_batch(np.zeros(1, dtype=STAMP_RECORD_DTYPE), "A", 1), key=None)))
+    letter = json.loads(
+        app_mod.handle_message(message(encode_batch(np.zeros(1, dtype=STAMP_RECORD_DTYPE), "A", 1), key=None))
+    )
     assert letter["reason"] == "processing_error" and "boom" in letter["detail"]
     assert letter["key_b64"] is None
     assert app_mod.aggregator.counters.processing_errors == before + 1

@@ -4,6 +4,7 @@ Two sessions over three seconds, a replayed (duplicate) batch and a malformed me
 worker runs as a subprocess (`python -m processors.delay`) on topics unique to this test;
 the test reads the metrics and dead-letter topics and checks exact aggregates.
 """
+
 from __future__ import annotations
 
 import base64
@@ -33,12 +34,13 @@ def session_records(rng, ssid: int, first_second: int, seconds: int, per_second:
     r = np.zeros(n, dtype=STAMP_RECORD_DTYPE)
     r["ssid"] = ssid
     r["sender_seq"] = np.arange(n)
-    offsets = np.repeat(np.arange(seconds), per_second) * NS + \
-        np.tile(np.linspace(0, NS - NS // per_second, per_second).astype(np.int64), seconds)
+    offsets = np.repeat(np.arange(seconds), per_second) * NS + np.tile(
+        np.linspace(0, NS - NS // per_second, per_second).astype(np.int64), seconds
+    )
     t1 = first_second * NS + offsets
-    fwd = rng.integers(1_900_000, 2_300_000, n)      # ~2 ms
+    fwd = rng.integers(1_900_000, 2_300_000, n)  # ~2 ms
     hold = rng.integers(5_000, 20_000, n)
-    rev = rng.integers(900_000, 1_200_000, n)        # ~1 ms
+    rev = rng.integers(900_000, 1_200_000, n)  # ~1 ms
     r["t1_ns"] = t1
     r["t2_ns"] = t1 + fwd
     r["t3_ns"] = t1 + fwd + hold
@@ -62,8 +64,12 @@ def expected_lines(node: str, recs: np.ndarray) -> dict[tuple, dict]:
         for direction, v in values.items():
             p50, p99 = np.percentile(np.array(v), [50, 99])
             out[(node, str(int(sel["ssid"][0])), direction, int(second) * NS)] = {
-                "count": len(v), "min_us": min(v) / 1000, "max_us": max(v) / 1000,
-                "mean_us": sum(v) / len(v) / 1000, "p50_us": p50 / 1000, "p99_us": p99 / 1000,
+                "count": len(v),
+                "min_us": min(v) / 1000,
+                "max_us": max(v) / 1000,
+                "mean_us": sum(v) / len(v) / 1000,
+                "p50_us": p50 / 1000,
+                "p99_us": p99 / 1000,
                 "ipdv_mean_us": sum(abs(x - y) for x, y in zip(v[1:], v[:-1])) / (len(v) - 1) / 1000,
             }
     return out
@@ -83,9 +89,13 @@ def parse_line(line: str):
 @pytest.fixture
 def topics(kafka_bootstrap):
     run = uuid.uuid4().hex[:8]
-    names = {"records": f"test.delay.{run}.records", "metrics": f"test.delay.{run}.metrics",
-             "deadletter": f"test.delay.{run}.deadletter", "app_id": f"test-delay-{run}"}
-    ensure_topics(kafka_bootstrap, [names["records"]], partitions=2)   # like segscope.stamp.records
+    names = {
+        "records": f"test.delay.{run}.records",
+        "metrics": f"test.delay.{run}.metrics",
+        "deadletter": f"test.delay.{run}.deadletter",
+        "app_id": f"test-delay-{run}",
+    }
+    ensure_topics(kafka_bootstrap, [names["records"]], partitions=2)  # like segscope.stamp.records
     ensure_topics(kafka_bootstrap, [names["metrics"], names["deadletter"]])
     return names
 
@@ -96,11 +106,32 @@ def worker(kafka_bootstrap, topics, tmp_path):
     env = dict(os.environ, PYTHONPATH=f"{REPO}:{REPO / 'schemas' / 'python'}")
     with open(log_path, "w") as log:
         proc = subprocess.Popen(
-            [PY, "-m", "processors.delay", "--bootstrap", kafka_bootstrap,
-             "--records-topic", topics["records"], "--metrics-topic", topics["metrics"],
-             "--deadletter-topic", topics["deadletter"], "--app-id", topics["app_id"],
-             "--grace-s", "1", "--datadir", str(tmp_path / "faust"), "-l", "info"],
-            cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
+            [
+                PY,
+                "-m",
+                "processors.delay",
+                "--bootstrap",
+                kafka_bootstrap,
+                "--records-topic",
+                topics["records"],
+                "--metrics-topic",
+                topics["metrics"],
+                "--deadletter-topic",
+                topics["deadletter"],
+                "--app-id",
+                topics["app_id"],
+                "--grace-s",
+                "1",
+                "--datadir",
+                str(tmp_path / "faust"),
+                "-l",
+                "info",
+            ],
+            cwd=REPO,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
     yield proc, log_path
     if proc.poll() is None:
         proc.send_signal(signal.SIGTERM)
@@ -117,8 +148,7 @@ def test_worker_aggregates_two_sessions_and_dead_letters_garbage(kafka_bootstrap
     # T1 two minutes in the past: the worker's wall clock (CLOCK_TAI) closes these seconds
     # once the sessions are idle for the grace period.
     first = time.clock_gettime_ns(time.CLOCK_TAI) // NS - 120
-    sessions = {("A", 1): session_records(rng, 1, first, 3, 200),
-                ("B", 2): session_records(rng, 2, first + 1, 3, 150)}
+    sessions = {("A", 1): session_records(rng, 1, first, 3, 200), ("B", 2): session_records(rng, 2, first + 1, 3, 150)}
     expected = {}
     for (node, _), recs in sessions.items():
         expected.update(expected_lines(node, recs))
@@ -138,18 +168,26 @@ def test_worker_aggregates_two_sessions_and_dead_letters_garbage(kafka_bootstrap
         key = f"{node}/{ssid}".encode()
         for i, chunk in enumerate(np.array_split(recs, 7)):
             batch_seq += 1
-            producer.produce(topics["records"], key=key, value=encode_batch(chunk, node, batch_seq),
-                             on_delivery=on_delivery)
-            if i == 3:   # a replay of this batch (streamer retry): must be deduplicated
-                producer.produce(topics["records"], key=key, value=encode_batch(chunk, node, batch_seq),
-                                 on_delivery=on_delivery)
+            producer.produce(
+                topics["records"], key=key, value=encode_batch(chunk, node, batch_seq), on_delivery=on_delivery
+            )
+            if i == 3:  # a replay of this batch (streamer retry): must be deduplicated
+                producer.produce(
+                    topics["records"], key=key, value=encode_batch(chunk, node, batch_seq), on_delivery=on_delivery
+                )
         producer.produce(topics["records"], key=key, value=garbage, on_delivery=on_delivery)
     assert producer.flush(30) == 0
     n_records = sum(len(r) for r in sessions.values())
     replayed = sum(len(np.array_split(r, 7)[3]) for r in sessions.values())
 
-    consumer = Consumer({"bootstrap.servers": kafka_bootstrap, "group.id": f"{topics['app_id']}-reader",
-                         "auto.offset.reset": "earliest", "enable.auto.commit": False})
+    consumer = Consumer(
+        {
+            "bootstrap.servers": kafka_bootstrap,
+            "group.id": f"{topics['app_id']}-reader",
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+        }
+    )
     consumer.subscribe([topics["metrics"], topics["deadletter"]])
     got, letters, last_counters = {}, [], None
     deadline = time.monotonic() + 90
@@ -170,9 +208,13 @@ def test_worker_aggregates_two_sessions_and_dead_letters_garbage(kafka_bootstrap
                 else:
                     assert meas == "segscope_processor" and tags == {"processor": "delay"}
                     last_counters = fields
-            if len(got) >= len(expected) and len(letters) >= 2 and last_counters \
-                    and last_counters["records_in"] == n_records + replayed \
-                    and last_counters["points_out"] >= len(expected):
+            if (
+                len(got) >= len(expected)
+                and len(letters) >= 2
+                and last_counters
+                and last_counters["records_in"] == n_records + replayed
+                and last_counters["points_out"] >= len(expected)
+            ):
                 break
     finally:
         consumer.close()

@@ -1,22 +1,24 @@
 """Unit tests of the alternate-marking loss joiner (processors/loss/join.py): exact lines for
 joined blocks and for every hard case (missing side, late side, duplicates, agent restart,
 partial block, conflicting reports, rx > tx, period mismatch, counter wrap, eviction)."""
+
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from processors.loss.join import LossJoiner, NS_PER_S
+from processors.loss.join import NS_PER_S, LossJoiner
 from segscope_schemas import altmark_block as ab
 
-B = 1_795_305_600                 # a block index at period 1000 ms (TAI seconds of 2026-11-22)
-TS = B * NS_PER_S                 # its block_start_ns = the line timestamp
-T0 = 5_000 * NS_PER_S             # processor clock at the first ingest
+B = 1_795_305_600  # a block index at period 1000 ms (TAI seconds of 2026-11-22)
+TS = B * NS_PER_S  # its block_start_ns = the line timestamp
+T0 = 5_000 * NS_PER_S  # processor clock at the first ingest
 TX, RX = ab.DIR_TX, ab.DIR_RX
 
 
-def rec(direction, packets, nbytes, block=B, flow=7, boot=1, method=ab.METHOD_DSCP, period_ms=1000,
-        flags=0) -> np.ndarray:
+def rec(
+    direction, packets, nbytes, block=B, flow=7, boot=1, method=ab.METHOD_DSCP, period_ms=1000, flags=0
+) -> np.ndarray:
     r = np.zeros(1, dtype=ab.ALTMARK_BLOCK_DTYPE)
     r["block_index"] = block
     r["block_start_ns"] = block * period_ms * 1_000_000
@@ -44,12 +46,13 @@ def joined_ab(j: LossJoiner, tx=1000, rx=990, block=B, now=T0):
 def test_complete_block_exact_line_and_no_reemission():
     j = LossJoiner(timeout_s=10)
     j.ingest("A", rec(TX, 1000, 1_200_000), T0)
-    assert j.flush(T0) == []                      # one side only, timeout not reached
+    assert j.flush(T0) == []  # one side only, timeout not reached
     j.ingest("B", rec(RX, 990, 1_188_000), T0 + NS_PER_S)
     assert j.flush(T0 + NS_PER_S) == [
         f"{head()} tx_packets=1000i,rx_packets=990i,lost=10i,loss_ratio=0.01,tx_bytes=1200000i,"
-        f'rx_bytes=1188000i,complete=true,reason="ok" {TS}']
-    assert j.flush(T0 + 2 * NS_PER_S) == []       # nothing changed, nothing re-published
+        f'rx_bytes=1188000i,complete=true,reason="ok" {TS}'
+    ]
+    assert j.flush(T0 + 2 * NS_PER_S) == []  # nothing changed, nothing re-published
     c = j.counters
     assert (c.records_in, c.batches_in, c.points_out, c.blocks_complete, c.blocks_incomplete) == (2, 2, 1, 1, 0)
 
@@ -60,30 +63,33 @@ def test_rfc9343_method_tag_and_max_flowmonid():
     j.ingest("B", rec(RX, 3, 300, flow=0xFFFFF, method=ab.METHOD_RFC9343), T0)
     assert j.flush(T0) == [
         f"{head(flow=1048575, method='rfc9343')} tx_packets=4i,rx_packets=3i,lost=1i,loss_ratio=0.25,"
-        f'tx_bytes=400i,rx_bytes=300i,complete=true,reason="ok" {TS}']
+        f'tx_bytes=400i,rx_bytes=300i,complete=true,reason="ok" {TS}'
+    ]
 
 
 def test_zero_traffic_block_has_no_loss_ratio():
     j = LossJoiner()
     joined_ab(j, tx=0, rx=0)
-    assert j.flush(T0) == [f"{head()} tx_packets=0i,rx_packets=0i,lost=0i,tx_bytes=0i,rx_bytes=0i,"
-                           f'complete=true,reason="ok" {TS}']
+    assert j.flush(T0) == [
+        f"{head()} tx_packets=0i,rx_packets=0i,lost=0i,tx_bytes=0i,rx_bytes=0i,complete=true,reason=\"ok\" {TS}"
+    ]
 
 
 def test_missing_rx_published_incomplete_after_timeout_then_overwritten_when_rx_arrives():
     j = LossJoiner(timeout_s=10, retention_s=60)
-    joined_ab(j, block=B - 1)                      # teaches the flow's nodes
+    joined_ab(j, block=B - 1)  # teaches the flow's nodes
     j.flush(T0)
     j.ingest("A", rec(TX, 500, 600_000), T0)
     assert j.flush(T0 + 10 * NS_PER_S - 1) == []
-    incomplete = (f'{head()} tx_packets=500i,tx_bytes=600000i,complete=false,reason="missing_rx" {TS}')
+    incomplete = f'{head()} tx_packets=500i,tx_bytes=600000i,complete=false,reason="missing_rx" {TS}'
     assert j.flush(T0 + 10 * NS_PER_S) == [incomplete]
     assert j.flush(T0 + 11 * NS_PER_S) == []
     # the rx side arrives late (within retention): same measurement, tags, timestamp -> overwrite
     j.ingest("B", rec(RX, 499, 598_800), T0 + 30 * NS_PER_S)
     assert j.flush(T0 + 30 * NS_PER_S) == [
         f"{head()} tx_packets=500i,rx_packets=499i,lost=1i,loss_ratio=0.002,tx_bytes=600000i,"
-        f'rx_bytes=598800i,complete=true,reason="ok" {TS}']
+        f'rx_bytes=598800i,complete=true,reason="ok" {TS}'
+    ]
     c = j.counters
     assert (c.points_out, c.points_reemitted, c.blocks_complete, c.blocks_incomplete) == (3, 1, 2, 1)
 
@@ -92,18 +98,19 @@ def test_missing_tx_of_a_new_flow_names_unknown_node():
     j = LossJoiner(timeout_s=2)
     j.ingest("B", rec(RX, 10, 1000, flow=9), T0)
     assert j.flush(T0 + 2 * NS_PER_S) == [
-        f'{head(flow=9, tx="unknown")} rx_packets=10i,rx_bytes=1000i,complete=false,reason="missing_tx" {TS}']
+        f'{head(flow=9, tx="unknown")} rx_packets=10i,rx_bytes=1000i,complete=false,reason="missing_tx" {TS}'
+    ]
 
 
 def test_late_record_after_retention_is_dropped_and_counted():
     j = LossJoiner(timeout_s=1, retention_s=5)
     j.ingest("A", rec(TX, 5, 500), T0)
-    assert len(j.flush(T0 + 5 * NS_PER_S)) == 1    # published incomplete, then evicted
+    assert len(j.flush(T0 + 5 * NS_PER_S)) == 1  # published incomplete, then evicted
     assert j.open_blocks() == 0
     j.ingest("B", rec(RX, 5, 500), T0 + 6 * NS_PER_S)
     assert j.flush(T0 + 100 * NS_PER_S) == []
     assert j.counters.late_records_dropped == 1 and j.open_blocks() == 0
-    j.ingest("B", rec(RX, 5, 500, block=B + 1), T0 + 6 * NS_PER_S)   # a newer block is still taken
+    j.ingest("B", rec(RX, 5, 500, block=B + 1), T0 + 6 * NS_PER_S)  # a newer block is still taken
     assert j.counters.late_records_dropped == 1 and j.open_blocks() == 1
 
 
@@ -113,9 +120,11 @@ def test_duplicates_counted_not_double_counted():
     j.ingest("A", batch, T0)
     j.ingest("B", rec(RX, 990, 1_188_000), T0)
     lines = j.flush(T0)
-    assert lines == [f"{head()} tx_packets=1000i,rx_packets=990i,lost=10i,loss_ratio=0.01,tx_bytes=1200000i,"
-                     f'rx_bytes=1188000i,complete=true,reason="ok" {TS}']
-    j.ingest("B", rec(RX, 990, 1_188_000), T0 + NS_PER_S)     # replay after publication
+    assert lines == [
+        f"{head()} tx_packets=1000i,rx_packets=990i,lost=10i,loss_ratio=0.01,tx_bytes=1200000i,"
+        f'rx_bytes=1188000i,complete=true,reason="ok" {TS}'
+    ]
+    j.ingest("B", rec(RX, 990, 1_188_000), T0 + NS_PER_S)  # replay after publication
     assert j.flush(T0 + NS_PER_S) == []
     assert j.counters.duplicate_records == 2 and j.counters.points_out == 1
 
@@ -127,14 +136,18 @@ def test_agent_restart_mid_block_is_incomplete_never_a_wrong_loss():
     j.ingest("A", rec(TX, 400, 48_000, boot=1), T0)
     j.ingest("A", rec(TX, 600, 72_000, boot=2), T0)
     j.ingest("B", rec(RX, 990, 118_800, boot=5), T0)
-    assert j.flush(T0) == [f'{head()} tx_packets=400i,rx_packets=990i,tx_bytes=48000i,rx_bytes=118800i,'
-                           f'complete=false,reason="agent_restart" {TS}']
+    assert j.flush(T0) == [
+        f'{head()} tx_packets=400i,rx_packets=990i,tx_bytes=48000i,rx_bytes=118800i,'
+        f'complete=false,reason="agent_restart" {TS}'
+    ]
     # the next block, fully counted by boot 2, joins normally; a late replay of boot 1 is no new restart
     j.ingest("A", rec(TX, 1000, 120_000, block=B + 1, boot=2), T0)
     j.ingest("B", rec(RX, 1000, 120_000, block=B + 1, boot=5), T0)
     j.ingest("A", rec(TX, 400, 48_000, boot=1), T0)
-    assert j.flush(T0) == [f"{head()} tx_packets=1000i,rx_packets=1000i,lost=0i,loss_ratio=0.0,tx_bytes=120000i,"
-                           f'rx_bytes=120000i,complete=true,reason="ok" {TS + NS_PER_S}']
+    assert j.flush(T0) == [
+        f"{head()} tx_packets=1000i,rx_packets=1000i,lost=0i,loss_ratio=0.0,tx_bytes=120000i,"
+        f'rx_bytes=120000i,complete=true,reason="ok" {TS + NS_PER_S}'
+    ]
     assert j.counters.agent_restarts == 1 and j.counters.duplicate_records == 1
     assert j.counters.conflicting_records == 0
 
@@ -144,8 +157,10 @@ def test_partial_block_flag_is_incomplete_even_with_both_sides():
     # the rx agent started during block B (counters reset): its count covers part of the block
     j.ingest("A", rec(TX, 1000, 120_000), T0)
     j.ingest("B", rec(RX, 300, 36_000, boot=8, flags=ab.F_PARTIAL), T0)
-    assert j.flush(T0) == [f'{head()} tx_packets=1000i,rx_packets=300i,tx_bytes=120000i,rx_bytes=36000i,'
-                           f'complete=false,reason="partial_block" {TS}']
+    assert j.flush(T0) == [
+        f'{head()} tx_packets=1000i,rx_packets=300i,tx_bytes=120000i,rx_bytes=36000i,'
+        f'complete=false,reason="partial_block" {TS}'
+    ]
     assert j.counters.partial_records == 1
 
 
@@ -156,28 +171,36 @@ def test_restart_evidence_arriving_after_a_complete_line_republishes_incomplete(
     j.ingest("B", rec(RX, 10, 1200, boot=2), T0 + NS_PER_S)
     assert j.flush(T0 + NS_PER_S) == [
         f'{head()} tx_packets=1000i,rx_packets=990i,tx_bytes=1200000i,rx_bytes=1188000i,'
-        f'complete=false,reason="agent_restart" {TS}']
+        f'complete=false,reason="agent_restart" {TS}'
+    ]
     assert j.counters.points_reemitted == 1
 
 
 def test_rx_exceeding_tx_is_incomplete_not_negative_loss():
     j = LossJoiner()
     joined_ab(j, tx=100, rx=101)
-    assert j.flush(T0) == [f'{head()} tx_packets=100i,rx_packets=101i,tx_bytes=120000i,rx_bytes=121200i,'
-                           f'complete=false,reason="rx_exceeds_tx" {TS}']
+    assert j.flush(T0) == [
+        f'{head()} tx_packets=100i,rx_packets=101i,tx_bytes=120000i,rx_bytes=121200i,'
+        f'complete=false,reason="rx_exceeds_tx" {TS}'
+    ]
     assert j.counters.rx_exceeds_tx == 1
 
 
-@pytest.mark.parametrize("other_node, other_boot, reason", [
-    ("A", 1, "conflicting_records"),      # same agent, same boot, other numbers: a collector bug
-    ("C", 1, "conflicting_nodes"),        # a second node claims to be the flow's ingress
-])
+@pytest.mark.parametrize(
+    "other_node, other_boot, reason",
+    [
+        ("A", 1, "conflicting_records"),  # same agent, same boot, other numbers: a collector bug
+        ("C", 1, "conflicting_nodes"),  # a second node claims to be the flow's ingress
+    ],
+)
 def test_conflicting_reports_of_one_side(other_node, other_boot, reason):
     j = LossJoiner()
     joined_ab(j)
     j.ingest(other_node, rec(TX, 1001, 1_201_200, boot=other_boot), T0)
-    assert j.flush(T0) == [f'{head()} tx_packets=1000i,rx_packets=990i,tx_bytes=1200000i,rx_bytes=1188000i,'
-                           f'complete=false,reason="{reason}" {TS}']
+    assert j.flush(T0) == [
+        f'{head()} tx_packets=1000i,rx_packets=990i,tx_bytes=1200000i,rx_bytes=1188000i,'
+        f'complete=false,reason="{reason}" {TS}'
+    ]
     assert j.counters.conflicting_records == 1
 
 
@@ -189,19 +212,22 @@ def test_period_mismatch_never_joins():
     # side's node tag is the one the flow is known to use, so each point keeps its series
     assert j.flush(T0 + NS_PER_S) == [
         f'{head(period=500)} rx_packets=500i,rx_bytes=500i,complete=false,reason="missing_tx" {TS}',
-        f'{head()} tx_packets=1000i,tx_bytes=1000i,complete=false,reason="missing_rx" {TS}']
+        f'{head()} tx_packets=1000i,tx_bytes=1000i,complete=false,reason="missing_rx" {TS}',
+    ]
 
 
 def test_counter_wrap_in_the_collector_delta_gives_the_right_loss():
     # the datapath's per-colour counter wrapped between the snapshots that bound block B
     tx_delta = ab.counter_delta((1 << 64) - 4, 996)
-    rx_delta = ab.counter_delta(3, 1000)                 # no wrap on rx
+    rx_delta = ab.counter_delta(3, 1000)  # no wrap on rx
     assert (tx_delta, rx_delta) == (1000, 997)
     j = LossJoiner()
     j.ingest("A", rec(TX, tx_delta, 0), T0)
     j.ingest("B", rec(RX, rx_delta, 0), T0)
-    assert j.flush(T0) == [f"{head()} tx_packets=1000i,rx_packets=997i,lost=3i,loss_ratio=0.003,"
-                           f'tx_bytes=0i,rx_bytes=0i,complete=true,reason="ok" {TS}']
+    assert j.flush(T0) == [
+        f"{head()} tx_packets=1000i,rx_packets=997i,lost=3i,loss_ratio=0.003,"
+        f'tx_bytes=0i,rx_bytes=0i,complete=true,reason="ok" {TS}'
+    ]
 
 
 def test_invalid_records_dropped_with_reasons():
@@ -246,7 +272,8 @@ def test_counters_line():
         "segscope_processor,processor=loss records_in=3i,batches_in=3i,malformed_batches=0i,invalid_records=0i,"
         "duplicate_records=1i,conflicting_records=0i,partial_records=0i,agent_restarts=0i,"
         "late_records_dropped=0i,points_out=1i,points_reemitted=0i,blocks_complete=1i,blocks_incomplete=0i,"
-        "rx_exceeds_tx=0i,dmark_delays=0i,dmark_mismatch=0i,processing_errors=0i,open_blocks=1i 123")
+        "rx_exceeds_tx=0i,dmark_delays=0i,dmark_mismatch=0i,processing_errors=0i,open_blocks=1i 123"
+    )
 
 
 @pytest.mark.parametrize("timeout_s, retention_s", [(0, 10), (10, 5), (-1, 10)])
@@ -278,5 +305,6 @@ def test_any_arrival_order_with_replays_ends_in_the_same_exact_line(seed):
         ratio = f",loss_ratio={lost / int(tx[i])!r}" if tx[i] else ""
         assert last[TS + i * NS_PER_S] == (
             f"{head()} tx_packets={tx[i]}i,rx_packets={rx[i]}i,lost={lost}i{ratio},tx_bytes={tx[i] * 100}i,"
-            f'rx_bytes={rx[i] * 100}i,complete=true,reason="ok" {TS + i * NS_PER_S}')
+            f'rx_bytes={rx[i] * 100}i,complete=true,reason="ok" {TS + i * NS_PER_S}'
+        )
     assert j.counters.duplicate_records == 20 and j.counters.points_out == 10

@@ -1,12 +1,13 @@
 """The loss joiner's per-record check (small batches) agrees with the vectorised
 segscope_schemas.altmark_block.check_records on every record, including edge values."""
+
 from __future__ import annotations
 
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from processors.loss.join import ALTMARK_BLOCK_DTYPE, LossJoiner, SMALL_BATCH, record_problem
+from processors.loss.join import ALTMARK_BLOCK_DTYPE, SMALL_BATCH, LossJoiner, record_problem
 from segscope_schemas import altmark_block as ab
 
 U64 = (1 << 64) - 1
@@ -17,13 +18,19 @@ def edgy(bits: int, extra=()) -> st.SearchStrategy[int]:
     return st.one_of(st.sampled_from([0, 1, 2, 3, top, top - 1, *extra]), st.integers(0, top))
 
 
-record = st.fixed_dictionaries({
-    "block_index": edgy(64, [ab.block_index(1_795_305_600 * 10**9, 1000)]),
-    "period_ms": edgy(32, [1000, 400, 1]),
-    "direction": edgy(8), "colour": edgy(8), "method": edgy(8),
-    "flow_id": edgy(32, [ab.FLOWMONID_MAX, ab.FLOWMONID_MAX + 1]), "flags": edgy(16),
-    "start_mode": st.sampled_from(["exact", "off_by_one", "random"]), "start": edgy(64),
-})
+record = st.fixed_dictionaries(
+    {
+        "block_index": edgy(64, [ab.block_index(1_795_305_600 * 10**9, 1000)]),
+        "period_ms": edgy(32, [1000, 400, 1]),
+        "direction": edgy(8),
+        "colour": edgy(8),
+        "method": edgy(8),
+        "flow_id": edgy(32, [ab.FLOWMONID_MAX, ab.FLOWMONID_MAX + 1]),
+        "flags": edgy(16),
+        "start_mode": st.sampled_from(["exact", "off_by_one", "random"]),
+        "start": edgy(64),
+    }
+)
 
 
 def to_array(d: dict) -> np.ndarray:
@@ -59,7 +66,7 @@ def test_small_and_large_batches_drop_the_same_records():
     assert big.ingest("A", recs, 0) == {"colour_mismatch": 6, "unknown_flags": 6}
     merged: dict[str, int] = {}
     for i in range(0, len(recs), 5):
-        for k, v in small.ingest("A", recs[i:i + 5], 0).items():
+        for k, v in small.ingest("A", recs[i : i + 5], 0).items():
             merged[k] = merged.get(k, 0) + v
     assert merged == {"colour_mismatch": 6, "unknown_flags": 6}
     assert sorted(big.blocks) == sorted(small.blocks) and len(big.blocks) == len(recs) - 12

@@ -3,6 +3,7 @@
 Shared by test_stamp_timestamp.py, test_stamp_error_estimate.py and
 test_stamp_auth_packet.py; the run is cached for the pytest session.
 """
+
 from __future__ import annotations
 
 import functools
@@ -28,8 +29,9 @@ class CRun:
 @functools.lru_cache(maxsize=1)
 def run_c_test() -> CRun:
     # the target name as schemas/Makefile spells it ($(OUT) = ../build/schemas)
-    subprocess.run(["make", "-C", str(REPO / "schemas"), "-s", "../build/schemas/test_stamp_base"],
-                   check=True, capture_output=True)
+    subprocess.run(
+        ["make", "-C", str(REPO / "schemas"), "-s", "../build/schemas/test_stamp_base"], check=True, capture_output=True
+    )
     p = subprocess.run([str(BINARY), str(VECTORS)], capture_output=True, text=True, timeout=60)
     m = re.search(r"^(\d+) passed, (\d+) failed$", p.stdout, re.M)
     assert m, f"no summary line in:\n{p.stdout}\n{p.stderr}"

@@ -1,6 +1,7 @@
 """altmark_block / altmark_batch: vectors (schemas/vectors/altmark_block.json, written with
 plain struct calls by make_altmark_vectors.py) decoded by the Python mirror and by the C
 header (build/schemas/test_altmark), and the C layout equal to the numpy dtype."""
+
 from __future__ import annotations
 
 import json
@@ -22,8 +23,12 @@ BUILD = REPO / "build" / "schemas"
 
 @pytest.fixture(scope="module")
 def c_test() -> Path:
-    subprocess.run(["make", "-s", "-C", str(REPO / "schemas"), "../build/schemas/test_altmark"],
-                   check=True, capture_output=True, text=True)
+    subprocess.run(
+        ["make", "-s", "-C", str(REPO / "schemas"), "../build/schemas/test_altmark"],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
     return BUILD / "test_altmark"
 
 
@@ -90,7 +95,7 @@ def test_dmark_delay(vec):
 def test_block_index_and_key():
     assert ab.block_index(1_795_305_600_999_999_999, 1000) == 1_795_305_600
     assert ab.block_index(1_795_305_601_000_000_000, 1000) == 1_795_305_601
-    assert ab.block_index(1_000_000_000, 300) == 3          # 1 s / 300 ms: block 3 starts at 0.9 s
+    assert ab.block_index(1_000_000_000, 300) == 3  # 1 s / 300 ms: block 3 starts at 0.9 s
     assert ab.kafka_key("edge-A", 1048575) == b"edge-A/1048575"
 
 
@@ -99,13 +104,11 @@ def test_c_vectors_pass(c_test):
     m = re.search(r"(\d+) passed, (\d+) failed", out.stdout)
     assert m and out.returncode == 0, out.stdout + out.stderr
     n_rec, n_batch = len(VECTORS["records"]), len(VECTORS["batches"])
-    assert int(m[1]) >= 4 * n_rec + n_batch + len(VECTORS["deltas"]) + len(VECTORS["dmark_delays"]) \
-        and m[2] == "0"
+    assert int(m[1]) >= 4 * n_rec + n_batch + len(VECTORS["deltas"]) + len(VECTORS["dmark_delays"]) and m[2] == "0"
 
 
 def test_c_layout_equals_numpy_dtype_and_header_struct(c_test):
-    c = json.loads(subprocess.run([str(c_test), "--layouts"], capture_output=True, text=True,
-                                  check=True).stdout)
+    c = json.loads(subprocess.run([str(c_test), "--layouts"], capture_output=True, text=True, check=True).stdout)
     dt = ab.ALTMARK_BLOCK_DTYPE
     assert c["altmark_block"]["size"] == dt.itemsize == ab.ALTMARK_BLOCK_SIZE
     assert c["altmark_block"]["fields"] == {n: [dt.fields[n][1], dt.fields[n][0].itemsize] for n in dt.names}
@@ -113,8 +116,10 @@ def test_c_layout_equals_numpy_dtype_and_header_struct(c_test):
     # no implicit padding: the fields tile the record exactly
     assert sum(s for _, s in c["altmark_block"]["fields"].values()) == ab.ALTMARK_BLOCK_SIZE
     off, hdr = 0, {}
-    for name, code in zip(["magic", "header_size", "record_size", "record_count", "flags", "batch_seq", "node"],
-                          re.findall(r"\d*[a-zA-Z]", ab._HEADER.format[1:])):
+    for name, code in zip(
+        ["magic", "header_size", "record_size", "record_count", "flags", "batch_seq", "node"],
+        re.findall(r"\d*[a-zA-Z]", ab._HEADER.format[1:]),
+    ):
         size = struct.calcsize("<" + code)
         hdr[name] = [off, size]
         off += size

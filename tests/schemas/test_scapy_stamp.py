@@ -22,6 +22,7 @@ Differences found in Scapy 2.6.1 (the RFC wins):
 5. There is no authenticated-mode layer (RFC 8762 §4.2.2/§4.3.2); an authenticated
    packet fed to the unauthenticated layer is misread (SSID at octet 14 instead of 26).
 """
+
 from __future__ import annotations
 
 from decimal import Decimal
@@ -39,7 +40,7 @@ from segscope_schemas.stamp_timestamp import TsFormat
 
 NS = 10**9
 TAI_UTC = 37
-T1 = (1_732_000_000 + TAI_UTC) * NS + 123_456_789      # a TAI instant with sub-us digits
+T1 = (1_732_000_000 + TAI_UTC) * NS + 123_456_789  # a TAI instant with sub-us digits
 
 
 def _ts(fmt: TsFormat, tai_ns: int) -> tuple[int, int]:
@@ -58,8 +59,9 @@ def _ee_fields(layer) -> tuple[int, int, int, int]:
 
 def _our_sender(fmt: TsFormat) -> tp.SenderPacket:
     sec, frac = _ts(fmt, T1)
-    return tp.SenderPacket(seq=0x01020304, ts_sec=sec, ts_frac=frac,
-                           err_est=ee.ee_encode(True, fmt, 20_000), ssid=0xBEEF)
+    return tp.SenderPacket(
+        seq=0x01020304, ts_sec=sec, ts_frac=frac, err_est=ee.ee_encode(True, fmt, 20_000), ssid=0xBEEF
+    )
 
 
 def _our_reflector(fmt: TsFormat) -> tp.ReflectorPacket:
@@ -67,10 +69,20 @@ def _our_reflector(fmt: TsFormat) -> tp.ReflectorPacket:
     s1, f1 = _ts(fmt, T1)
     s2, f2 = _ts(fmt, t2)
     s3, f3 = _ts(fmt, t3)
-    return tp.ReflectorPacket(seq=77, ts_sec=s3, ts_frac=f3, err_est=ee.ee_encode(False, fmt, 16 * NS),
-                              ssid=0xBEEF, rx_sec=s2, rx_frac=f2, sender_seq=76, sender_ts_sec=s1,
-                              sender_ts_frac=f1, sender_err_est=ee.ee_encode(True, fmt, 1_000),
-                              sender_ttl=61)
+    return tp.ReflectorPacket(
+        seq=77,
+        ts_sec=s3,
+        ts_frac=f3,
+        err_est=ee.ee_encode(False, fmt, 16 * NS),
+        ssid=0xBEEF,
+        rx_sec=s2,
+        rx_frac=f2,
+        sender_seq=76,
+        sender_ts_sec=s1,
+        sender_ts_frac=f1,
+        sender_err_est=ee.ee_encode(True, fmt, 1_000),
+        sender_ttl=61,
+    )
 
 
 @pytest.mark.parametrize("fmt", list(TsFormat), ids=lambda f: f.name)
@@ -89,8 +101,14 @@ def test_scapy_decodes_our_reflector_packet(fmt):
     ours = _our_reflector(fmt)
     buf = ours.encode()
     p = sc.STAMPSessionReflectorTestUnauthenticated(buf)
-    assert (p.seq, p.ssid, p.seq_sender, p.ttl_sender, p.mbz1, p.mbz2) == \
-        (ours.seq, ours.ssid, ours.sender_seq, ours.sender_ttl, 0, 0)
+    assert (p.seq, p.ssid, p.seq_sender, p.ttl_sender, p.mbz1, p.mbz2) == (
+        ours.seq,
+        ours.ssid,
+        ours.sender_seq,
+        ours.sender_ttl,
+        0,
+        0,
+    )
     assert _ee_fields(p.err_estimate) == tuple(vars(ee.ee_unpack(ours.err_est)).values())
     assert _ee_fields(p.err_estimate_sender) == tuple(vars(ee.ee_unpack(ours.sender_err_est)).values())
     assert _scapy_ts(p, "ts") == (ours.ts_sec, ours.ts_frac)
@@ -102,39 +120,54 @@ def test_scapy_decodes_our_reflector_packet(fmt):
 def test_udp_port_862_dispatches_to_the_right_scapy_layer():
     snd, refl = _our_sender(TsFormat.PTP).encode(), _our_reflector(TsFormat.PTP).encode()
     p = IPv6(bytes(IPv6(src="fc00:1::1", dst="fc00:3::1") / UDP(sport=50001, dport=862) / snd))
-    assert p.haslayer(sc.STAMPSessionSenderTestUnauthenticated) and p[sc.STAMPSessionSenderTestUnauthenticated].ssid == 0xBEEF
+    assert (
+        p.haslayer(sc.STAMPSessionSenderTestUnauthenticated)
+        and p[sc.STAMPSessionSenderTestUnauthenticated].ssid == 0xBEEF
+    )
     p = IPv6(bytes(IPv6(src="fc00:3::1", dst="fc00:1::1") / UDP(sport=862, dport=50001) / refl))
     r = p[sc.STAMPSessionReflectorTestUnauthenticated]
-    assert r.seq_sender == 76 and _scapy_ts(r, "ts_rx") == (_our_reflector(TsFormat.PTP).rx_sec,
-                                                            _our_reflector(TsFormat.PTP).rx_frac)
+    assert r.seq_sender == 76 and _scapy_ts(r, "ts_rx") == (
+        _our_reflector(TsFormat.PTP).rx_sec,
+        _our_reflector(TsFormat.PTP).rx_frac,
+    )
 
 
 def test_scapy_built_sender_decodes_identically_with_ours():
     # NTP: Scapy takes seconds since 1900 as a number; .5 and .25 are exact in binary
     p = sc.STAMPSessionSenderTestUnauthenticated(
-        seq=9, err_estimate=sc.ErrorEstimate(S=1, Z=0, scale=9, multiplier=168), ssid=4242,
-        ts=Decimal(3_941_000_000) + Decimal("0.75"))
+        seq=9,
+        err_estimate=sc.ErrorEstimate(S=1, Z=0, scale=9, multiplier=168),
+        ssid=4242,
+        ts=Decimal(3_941_000_000) + Decimal("0.75"),
+    )
     ours = tp.SenderPacket.decode(bytes(p))
     assert (ours.seq, ours.ssid, ours.ts_sec, ours.ts_frac) == (9, 4242, 3_941_000_000, 3 << 30)
     f = ee.ee_unpack(ours.err_est)
     assert (f.s, f.z, f.scale, f.multiplier) == (1, 0, 9, 168)
     assert ee.ee_to_error_ns(f.scale, f.multiplier) == 20_028
     # PTP: ts must be set after construction (difference 2), as Scapy's raw 64-bit value
-    q = sc.STAMPSessionSenderTestUnauthenticated(seq=10, err_estimate=sc.ErrorEstimate(S=0, Z=1, scale=29,
-                                                                                       multiplier=128))
+    q = sc.STAMPSessionSenderTestUnauthenticated(
+        seq=10, err_estimate=sc.ErrorEstimate(S=0, Z=1, scale=29, multiplier=128)
+    )
     sec, nsec = st.ptp_from_tai_ns(T1)
     q.ts = (sec << 32) | nsec
     ours = tp.SenderPacket.decode(bytes(q))
-    assert (ours.seq, ours.ssid, ours.ts_sec, ours.ts_frac) == (10, 1, sec, nsec)   # Scapy default SSID 1
+    assert (ours.seq, ours.ssid, ours.ts_sec, ours.ts_frac) == (10, 1, sec, nsec)  # Scapy default SSID 1
     assert st.ts_to_tai_ns(st.ts_format_of(ours.err_est), bytes(q)[4:12], TAI_UTC, T1) == T1
 
 
 def test_scapy_built_reflector_decodes_identically_with_ours():
     p = sc.STAMPSessionReflectorTestUnauthenticated(
-        seq=5, err_estimate=sc.ErrorEstimate(S=1, Z=0, scale=0, multiplier=5), ssid=17,
-        ts=Decimal(3_941_000_001) + Decimal("0.5"), ts_rx=Decimal(3_941_000_001) + Decimal("0.25"),
-        seq_sender=4, err_estimate_sender=sc.ErrorEstimate(S=1, Z=0, scale=5, multiplier=135),
-        ts_sender=Decimal(3_941_000_000) + Decimal("0.125"), ttl_sender=63)
+        seq=5,
+        err_estimate=sc.ErrorEstimate(S=1, Z=0, scale=0, multiplier=5),
+        ssid=17,
+        ts=Decimal(3_941_000_001) + Decimal("0.5"),
+        ts_rx=Decimal(3_941_000_001) + Decimal("0.25"),
+        seq_sender=4,
+        err_estimate_sender=sc.ErrorEstimate(S=1, Z=0, scale=5, multiplier=135),
+        ts_sender=Decimal(3_941_000_000) + Decimal("0.125"),
+        ttl_sender=63,
+    )
     ours = tp.ReflectorPacket.decode(bytes(p))
     assert (ours.seq, ours.ssid, ours.sender_seq, ours.sender_ttl) == (5, 17, 4, 63)
     assert (ours.ts_sec, ours.ts_frac) == (3_941_000_001, 1 << 31)
@@ -145,11 +178,12 @@ def test_scapy_built_reflector_decodes_identically_with_ours():
 
 # ---- the differences, pinned down -------------------------------------------------
 
+
 def test_difference_1_scapy_reads_ptp_as_one_64bit_seconds_count():
     buf = _our_sender(TsFormat.PTP).encode()
     p = sc.STAMPSessionSenderTestUnauthenticated(buf)
     sec, nsec = st.ptp_from_tai_ns(T1)
-    assert p.ts == (sec << 32) | nsec                  # "seconds since 1970" per Scapy
+    assert p.ts == (sec << 32) | nsec  # "seconds since 1970" per Scapy
     with pytest.raises(OverflowError):
         p.show(dump=True)
 
@@ -161,19 +195,19 @@ def test_difference_2_constructor_applies_ntp_scaling_to_ptp():
 
 
 def test_difference_3_scapy_ntp_value_is_rounded_to_a_double():
-    sec, frac = 3_941_000_000, (1 << 31) + 1                 # .5 s + 0.23 ns
+    sec, frac = 3_941_000_000, (1 << 31) + 1  # .5 s + 0.23 ns
     buf = tp.SenderPacket(1, sec, frac, ee.ee_encode(True, TsFormat.NTP, 1), 1).encode()
     p = sc.STAMPSessionSenderTestUnauthenticated(buf)
-    assert p.getfieldval("ts") == (sec << 32) | frac         # raw: exact
-    assert p.ts == Decimal(sec) + Decimal("0.5")             # value: the 0.23 ns are gone
-    assert tp.SenderPacket.decode(buf).ts_frac == frac       # ours keeps the exact field
+    assert p.getfieldval("ts") == (sec << 32) | frac  # raw: exact
+    assert p.ts == Decimal(sec) + Decimal("0.5")  # value: the 0.23 ns are gone
+    assert tp.SenderPacket.decode(buf).ts_frac == frac  # ours keeps the exact field
 
 
 def test_difference_4_tlv_flag_bit_order():
-    u_per_rfc = bytes([0x80, 1, 0, 4]) + bytes(4)          # RFC 8972 §4: U is the MSB
+    u_per_rfc = bytes([0x80, 1, 0, 4]) + bytes(4)  # RFC 8972 §4: U is the MSB
     t = sc.STAMPTestTLV(u_per_rfc)
     assert (t.type, t.len) == (1, 4)
-    assert not t.flags.U and int(t.flags) == 0x80             # Scapy calls 0x80 "R"
+    assert not t.flags.U and int(t.flags) == 0x80  # Scapy calls 0x80 "R"
     assert bytes(sc.STAMPTestTLV(flags="U", type=1, len=0))[0] == 0x01
 
 
@@ -182,5 +216,5 @@ def test_difference_5_no_authenticated_layer():
     assert auth_classes == []
     ours = ap.AuthSenderPacket(seq=3, ts_sec=1, ts_frac=2, err_est=0x8001, ssid=0xBEEF)
     p = sc.STAMPSessionSenderTestUnauthenticated(ours.encode())
-    assert p.seq == 3 and p.ssid == 0 != ours.ssid          # Scapy reads MBZ octets 14-15
-    assert p.getfieldval("ts") == 0                          # and the 12-octet MBZ as the timestamp
+    assert p.seq == 3 and p.ssid == 0 != ours.ssid  # Scapy reads MBZ octets 14-15
+    assert p.getfieldval("ts") == 0  # and the 12-octet MBZ as the timestamp

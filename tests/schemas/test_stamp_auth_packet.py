@@ -3,11 +3,12 @@
 Layouts from RFC 8762 §4.2.2/§4.3.2 with the RFC 8972 §3 SSID, HMAC per RFC 8762 §4.4
 (HMAC-SHA-256 truncated to 128 bits over octets 0-95), RFC 4231 test cases.
 """
+
 from __future__ import annotations
 
 import pytest
-
 from _stamp_base_c import load_vectors, run_c_test
+
 from segscope_schemas import stamp_auth_packet as ap
 from segscope_schemas import stamp_hmac as sh
 
@@ -39,7 +40,7 @@ def test_python_layout_matches_the_rfc_figure(kind):
     assert len(buf) == ap.AUTH_LEN == 112
     covered = 0
     for f in AUTH["layouts"][kind]:
-        chunk = buf[f["offset"]:f["offset"] + f["size"]]
+        chunk = buf[f["offset"] : f["offset"] + f["size"]]
         want = 0 if f["field"].startswith("mbz") else values[f["field"]]
         assert int.from_bytes(chunk, "big") == want, f"{kind}.{f['field']} at {f['offset']}"
         covered += f["size"]
@@ -68,7 +69,7 @@ def test_python_decodes_and_verifies_vector(vec):
         assert ap.auth_verify(table, 1, buf) == 42
         signed, key_id = ap.auth_sign(table, 1, buf[:96] + bytes(16))
         assert signed == buf and key_id == 42
-        if "mbz" not in vec["name"]:   # MBZ is zero on encode: re-encoding is byte-identical
+        if "mbz" not in vec["name"]:  # MBZ is zero on encode: re-encoding is byte-identical
             assert pkt.encode() == buf
     else:
         with pytest.raises(sh.IntegrityError):
@@ -103,12 +104,12 @@ def test_key_rotation_with_grace_window():
     t.rotate(2, b"key-two", now_ns=t0 + 10 * NS, grace_ns=5 * NS)
     mac2, kid = t.sign(msg, t0 + 11 * NS)
     assert kid == 2 and mac2 != mac1
-    assert t.verify(msg, mac1, t0 + 14 * NS) == 1          # old key still accepted in its grace
+    assert t.verify(msg, mac1, t0 + 14 * NS) == 1  # old key still accepted in its grace
     with pytest.raises(sh.IntegrityError):
-        t.verify(msg, mac1, t0 + 15 * NS)                 # grace over
+        t.verify(msg, mac1, t0 + 15 * NS)  # grace over
     assert t.verify(msg, mac2, t0 + 15 * NS) == 2
     with pytest.raises(sh.IntegrityError):
-        t.verify(msg, mac2, t0 + 9 * NS)                  # new key not valid yet
+        t.verify(msg, mac2, t0 + 9 * NS)  # new key not valid yet
     with pytest.raises(sh.IntegrityError):
         t.verify(msg[:-1] + b"\x00", mac2, t0 + 12 * NS)  # tampered octet 95
     t.remove(2)
@@ -148,10 +149,11 @@ def test_c_hmac_matches_hashlib_on_every_padding_edge():
 
     from _stamp_base_c import BINARY
 
-    run_c_test()   # builds the binary
+    run_c_test()  # builds the binary
     rng = random.Random(8)
     cases = [(rng.randbytes(1 + i % 130), rng.randbytes(i)) for i in range(201)]
     stdin = "".join(f"{k.hex()} {d.hex() or '-'}\n" for k, d in cases)
-    out = subprocess.run([str(BINARY), "--hmac"], input=stdin, capture_output=True, text=True,
-                         timeout=30, check=True).stdout.split()
+    out = subprocess.run(
+        [str(BINARY), "--hmac"], input=stdin, capture_output=True, text=True, timeout=30, check=True
+    ).stdout.split()
     assert out == [sh.hmac_sha256(k, d).hex() for k, d in cases]

@@ -1,4 +1,5 @@
 """STAMP Error Estimate (schemas/*/stamp_error_estimate.*): RFC vectors, honesty, clock state."""
+
 from __future__ import annotations
 
 import math
@@ -7,8 +8,8 @@ import re
 from fractions import Fraction
 
 import pytest
-
 from _stamp_base_c import load_vectors, run_c_test
+
 from segscope_schemas import stamp_error_estimate as ee
 from segscope_schemas.stamp_timestamp import TsFormat
 
@@ -57,14 +58,14 @@ def test_error_estimate_from_clock_state_vector(vec):
 
 def test_encoding_is_the_smallest_value_not_below_the_error():
     rng = random.Random(7)
-    for _ in range(800):       # exact Fractions over 64 scales each; the C test does 100k
+    for _ in range(800):  # exact Fractions over 64 scales each; the C test does 100k
         err = rng.getrandbits(64) >> rng.randrange(64)
         scale, mult = ee.ee_from_error_ns(err)
         got = _value(scale, mult)
         assert 1 <= mult <= 255 and got * NS >= err
         # nothing representable lies in [err, got): check the neighbours on every scale
         for s in range(64):
-            m = max(math.ceil(Fraction(err, NS) / _value(s, 1)), 1)   # smallest m covering err at s
+            m = max(math.ceil(Fraction(err, NS) / _value(s, 1)), 1)  # smallest m covering err at s
             if m <= 255:
                 assert _value(s, m) >= got
 
@@ -87,14 +88,16 @@ def test_bad_fields_are_refused():
 
 def test_live_clock_matches_the_c_reader_and_is_encoded_honestly():
     cs = ee.clock_read()
-    m = re.search(r"clock: state=(\d+) status=0x([0-9a-f]+) maxerror=(-?\d+)us esterror=(-?\d+)us "
-                  r"tai=(-?\d+) synced=(\d)", run_c_test().stdout)
+    m = re.search(
+        r"clock: state=(\d+) status=0x([0-9a-f]+) maxerror=(-?\d+)us esterror=(-?\d+)us "
+        r"tai=(-?\d+) synced=(\d)",
+        run_c_test().stdout,
+    )
     assert m, "C test prints the clock state it read"
-    assert (cs.state, cs.status, cs.tai_offset_s, int(cs.synced)) == \
-        (int(m[1]), int(m[2], 16), int(m[5]), int(m[6]))
+    assert (cs.state, cs.status, cs.tai_offset_s, int(cs.synced)) == (int(m[1]), int(m[2], 16), int(m[5]), int(m[6]))
     word = ee.ee_from_clock(cs, TsFormat.NTP)
     f = ee.ee_unpack(word)
     assert f.s == int(cs.synced) and f.z == 0
     assert ee.ee_to_error_ns(f.scale, f.multiplier) >= ee.clock_error_ns(cs) >= 1
-    if not cs.synced:   # a free-running clock reports its maximum error, not its estimate
+    if not cs.synced:  # a free-running clock reports its maximum error, not its estimate
         assert ee.clock_error_ns(cs) == max(cs.maxerror_us * 1000, 1)

@@ -4,6 +4,7 @@ Vectors: schemas/vectors/stamp_tlv*.json, hex typed from the RFC 8972 / RFC 9503
 Randomized parts use a fixed seed and are cross-checked against the C headers by writing them
 as vector files for build/schemas/test_tlv_codecs (Python and C must agree byte for byte).
 """
+
 from __future__ import annotations
 
 import json
@@ -17,7 +18,6 @@ from pathlib import Path
 import pytest
 
 from segscope_schemas import stamp_tlv as st
-from segscope_schemas import stamp_tlvs
 from segscope_schemas import stamp_tlv_access_report as ar
 from segscope_schemas import stamp_tlv_class_of_service as cos
 from segscope_schemas import stamp_tlv_dest_node_addr as dna
@@ -28,6 +28,7 @@ from segscope_schemas import stamp_tlv_hmac as hm
 from segscope_schemas import stamp_tlv_location as loc
 from segscope_schemas import stamp_tlv_return_path as rp
 from segscope_schemas import stamp_tlv_timestamp_info as tsi
+from segscope_schemas import stamp_tlvs
 
 REPO = Path(__file__).resolve().parents[2]
 VECTORS = REPO / "schemas" / "vectors"
@@ -74,8 +75,14 @@ def py_fields(element: str, obj) -> dict:
     if element == "stamp_tlv_location":
         return {"flags": obj.flags, "dst_port": obj.dst_port, "src_port": obj.src_port, "sub_tlvs": _subs(obj.sub_tlvs)}
     if element == "stamp_tlv_timestamp_info":
-        return {"flags": obj.flags, "sync_src_in": obj.sync_src_in, "ts_in": obj.ts_in,
-                "sync_src_out": obj.sync_src_out, "ts_out": obj.ts_out, "sub_tlvs": _subs(obj.sub_tlvs)}
+        return {
+            "flags": obj.flags,
+            "sync_src_in": obj.sync_src_in,
+            "ts_in": obj.ts_in,
+            "sync_src_out": obj.sync_src_out,
+            "ts_out": obj.ts_out,
+            "sub_tlvs": _subs(obj.sub_tlvs),
+        }
     if element == "stamp_tlv_hmac":
         return {"flags": obj.flags, "hmac": obj.hmac.hex()}
     if element == "stamp_tlv_dest_node_addr":
@@ -83,9 +90,15 @@ def py_fields(element: str, obj) -> dict:
     if element == "stamp_tlv_return_path":
         ra = obj.return_address
         cc = obj.control_code
-        return {"flags": obj.flags, "control_code": -1 if cc is None else cc,
-                "return_family": dna.family_of(ra) if ra else 0, "return_address": ra.hex() if ra else "",
-                "segments": [s.hex() for s in obj.segments], "labels": obj.labels, "sub_count": len(obj.sub_tlvs)}
+        return {
+            "flags": obj.flags,
+            "control_code": -1 if cc is None else cc,
+            "return_family": dna.family_of(ra) if ra else 0,
+            "return_address": ra.hex() if ra else "",
+            "segments": [s.hex() for s in obj.segments],
+            "labels": obj.labels,
+            "sub_count": len(obj.sub_tlvs),
+        }
     return dict(vars(obj))
 
 
@@ -105,7 +118,7 @@ def test_every_tlv_has_a_vector_file_with_valid_and_malformed_cases():
     assert set(CLASSES) <= set(FILES)
     for el in CLASSES:
         doc = FILES[el]
-        assert doc["type"] == getattr(__import__(f"segscope_schemas.{el}", fromlist=["TYPE"]), "TYPE")
+        assert doc["type"] == __import__(f"segscope_schemas.{el}", fromlist=["TYPE"]).TYPE
         kinds = {v["valid"] for v in doc["vectors"] if "kind" not in v}
         assert kinds == {True, False}, f"{el} needs valid and malformed vectors"
         assert all(v["cite"].startswith(("RFC", "IANA", "decoder")) for v in doc["vectors"]), el
@@ -126,7 +139,7 @@ def test_codec_vector_python(element, vec):
         # and the reflector's table calls it malformed (M flag) when the header itself fits
         if vec["error"] in ("length", "value"):
             flags, t, length = struct.unpack_from("!BBH", raw)
-            assert stamp_tlvs.value_check(t, raw[4:4 + length]) is False
+            assert stamp_tlvs.value_check(t, raw[4 : 4 + length]) is False
 
 
 @pytest.mark.parametrize("base_len", [0, st.BASE_LEN_UNAUTH, st.BASE_LEN_AUTH])
@@ -182,8 +195,14 @@ def _reflect_one(element: str, raw: bytes, args: dict) -> bytes:
         value = cos.reflect(value, args["received_tos"], bool(args["dscp1_applied"]))
     elif element == "stamp_tlv_location":
         h = {k: bytes.fromhex(args[k]) for k in ("mac", "src_ip", "dst_ip") if k in args}
-        value = loc.reflect(value, args["dst_port"], args["src_port"], src_mac=h.get("mac"),
-                            src_ip=h.get("src_ip"), dst_ip=h.get("dst_ip"))
+        value = loc.reflect(
+            value,
+            args["dst_port"],
+            args["src_port"],
+            src_mac=h.get("mac"),
+            src_ip=h.get("src_ip"),
+            dst_ip=h.get("dst_ip"),
+        )
     elif element == "stamp_tlv_direct_measurement":
         value = dm.reflect(value, args["r_rx"], args["r_tx"])
     elif element == "stamp_tlv_timestamp_info":
@@ -199,13 +218,18 @@ def _reflect_one(element: str, raw: bytes, args: dict) -> bytes:
 def test_reflector_duty_vector_python(element, vec):
     out = _reflect_one(element, _hex(vec["in"]), vec["args"])
     assert out == _hex(vec["hex"])
-    assert len(out) == len(_hex(vec["in"]))   # the reflected packet keeps its size
+    assert len(out) == len(_hex(vec["in"]))  # the reflected packet keeps its size
 
 
 def test_reflector_duties_cover_every_tlv_with_reflector_fields():
     covered = {el for el, _ in REFLECTOR_CASES}
-    assert covered == {"stamp_tlv_class_of_service", "stamp_tlv_location", "stamp_tlv_direct_measurement",
-                       "stamp_tlv_timestamp_info", "stamp_tlv_dest_node_addr"}
+    assert covered == {
+        "stamp_tlv_class_of_service",
+        "stamp_tlv_location",
+        "stamp_tlv_direct_measurement",
+        "stamp_tlv_timestamp_info",
+        "stamp_tlv_dest_node_addr",
+    }
 
 
 def test_decoders_reject_other_types_and_trailing_bytes():
@@ -223,12 +247,17 @@ def test_decoders_reject_other_types_and_trailing_bytes():
 
 # ---- C -------------------------------------------------------------------------------------
 
+
 @pytest.fixture(scope="module")
 def c_test() -> Path:
     if shutil.which("make") is None or shutil.which("cc") is None:
         pytest.fail("make and cc are needed to build the C vector test")
-    subprocess.run(["make", "-C", str(REPO / "schemas"), "../build/schemas/test_tlv_codecs"],
-                   check=True, capture_output=True, text=True)
+    subprocess.run(
+        ["make", "-C", str(REPO / "schemas"), "../build/schemas/test_tlv_codecs"],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
     return C_TEST
 
 
@@ -247,8 +276,12 @@ def test_c_decodes_every_vector(c_test):
 
 @pytest.fixture(scope="module")
 def c_test_asan() -> Path:
-    subprocess.run(["make", "-C", str(REPO / "schemas"), "../build/schemas/test_tlv_codecs_asan"],
-                   check=True, capture_output=True, text=True)
+    subprocess.run(
+        ["make", "-C", str(REPO / "schemas"), "../build/schemas/test_tlv_codecs_asan"],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
     return C_TEST_ASAN
 
 
@@ -258,12 +291,15 @@ def test_c_sanitized_vectors_and_100k_fuzz(c_test_asan):
     assert (passed, failed) == (N_VECTORS, 0), out
     proc = subprocess.run([str(c_test_asan), "--fuzz", "100000", "7"], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    m = re.search(r"fuzz: (\d+) packets: clean (\d+), malformed (\d+), broken tail (\d+), integrity (\d+); "
-                  r"decoders: (\d+) decoded, (\d+) rejected, (\d+) bytes", proc.stdout)
+    m = re.search(
+        r"fuzz: (\d+) packets: clean (\d+), malformed (\d+), broken tail (\d+), integrity (\d+); "
+        r"decoders: (\d+) decoded, (\d+) rejected, (\d+) bytes",
+        proc.stdout,
+    )
     assert m, proc.stdout
     total, clean, malformed, tail, integrity, decoded, rejected, differ = map(int, m.groups())
     assert total == 100000 == clean + malformed + tail + integrity
-    assert min(clean, malformed, tail, integrity) > 1000      # every outcome exercised
+    assert min(clean, malformed, tail, integrity) > 1000  # every outcome exercised
     assert decoded > 1000 and decoded + rejected == 10 * total and differ == 0
 
 
@@ -325,8 +361,15 @@ def test_random_round_trips_python_and_c(c_test, tmp_path):
         back = CLASSES[el].decode(raw)
         assert back.encode() == raw
         assert py_fields(el, back) == py_fields(el, obj)
-        by_element.setdefault(el, []).append({"name": f"random_{i}", "cite": "randomized (Python encoder)",
-                                              "hex": raw.hex(), "valid": True, "fields": py_fields(el, obj)})
+        by_element.setdefault(el, []).append(
+            {
+                "name": f"random_{i}",
+                "cite": "randomized (Python encoder)",
+                "hex": raw.hex(),
+                "valid": True,
+                "fields": py_fields(el, obj),
+            }
+        )
     for el, vecs in by_element.items():
         (tmp_path / f"{el}.json").write_text(json.dumps({"element": el, "vectors": vecs}))
     passed, failed, out = _run_c(c_test, tmp_path)
@@ -336,14 +379,14 @@ def test_random_round_trips_python_and_c(c_test, tmp_path):
 def _mutated_area(rng: random.Random) -> bytes:
     area = b"".join(_random_tlv(rng)[1].encode() for _ in range(rng.randrange(0, 4)))
     if rng.random() < 0.3:
-        area += st.encode_tlv(rng.randrange(11, 256), bytes(rng.randrange(0, 9)))   # unknown type
+        area += st.encode_tlv(rng.randrange(11, 256), bytes(rng.randrange(0, 9)))  # unknown type
     area = bytearray(area)
     for _ in range(rng.randrange(0, 4)):
         op = rng.randrange(3)
         if op == 0 and area:
             area[rng.randrange(len(area))] = rng.randrange(256)
         elif op == 1 and area:
-            del area[rng.randrange(len(area)):]
+            del area[rng.randrange(len(area)) :]
         else:
             area += bytes(rng.randrange(256) for _ in range(rng.randrange(1, 5)))
     return bytes(area)
@@ -360,20 +403,34 @@ def test_random_reflection_python_matches_c(c_test, tmp_path):
         packet = _base(base_len) + area
         hmac_ok = rng.random() < 0.5
         seen = []
-        out, res = stamp_tlvs.reflect(packet, base_len, lambda text, mac: seen.append(text) or hmac_ok)
+
+        def check_hmac(text, mac, seen=seen, hmac_ok=hmac_ok):
+            return seen.append(text) or hmac_ok
+
+        out, res = stamp_tlvs.reflect(packet, base_len, check_hmac)
         assert len(out) == len(packet)
         # the reflector rewrites flag bytes only
         diff = [k for k in range(len(packet)) if out[k] != packet[k]]
         assert all(k - base_len in _header_offsets(area) for k in diff)
         flag_only += bool(diff)
-        vec = {"kind": "reflect", "name": f"random_{i}", "cite": "randomized", "base_len": base_len,
-               "hex": area.hex(), "out": bytes(out[base_len:]).hex(), "tlvs": res.tlvs, "unknown": res.unknown,
-               "malformed_at": -1 if res.malformed_at is None else res.malformed_at,
-               "integrity_failed": res.integrity_failed, "error": res.error or "ok", "hmac_ok": hmac_ok}
+        vec = {
+            "kind": "reflect",
+            "name": f"random_{i}",
+            "cite": "randomized",
+            "base_len": base_len,
+            "hex": area.hex(),
+            "out": bytes(out[base_len:]).hex(),
+            "tlvs": res.tlvs,
+            "unknown": res.unknown,
+            "malformed_at": -1 if res.malformed_at is None else res.malformed_at,
+            "integrity_failed": res.integrity_failed,
+            "error": res.error or "ok",
+            "hmac_ok": hmac_ok,
+        }
         if seen:
             vec["hmac_text"] = seen[0].hex()
         vecs.append(vec)
-    assert flag_only > 50   # the mutations exercised the rules, not only clean passes
+    assert flag_only > 50  # the mutations exercised the rules, not only clean passes
     (tmp_path / "stamp_tlv.json").write_text(json.dumps({"element": "stamp_tlv", "vectors": vecs}))
     passed, failed, out = _run_c(c_test, tmp_path)
     assert (passed, failed) == (500, 0), out
@@ -411,7 +468,9 @@ def test_reflect_with_the_real_hmac_sets_i_only_on_tampering():
 
     key = bytes(range(32))
     base = _base(st.BASE_LEN_AUTH)
-    tlvs = cos.ClassOfService(34, flags=st.SENDER_FLAGS).encode() + dm.DirectMeasurement(7, flags=st.SENDER_FLAGS).encode()
+    tlvs = (
+        cos.ClassOfService(34, flags=st.SENDER_FLAGS).encode() + dm.DirectMeasurement(7, flags=st.SENDER_FLAGS).encode()
+    )
     mac = stamp_hmac.hmac_sha256_128(key, base[:4] + tlvs)
     packet = base + tlvs + hm.Hmac(mac, flags=st.SENDER_FLAGS).encode()
 
@@ -423,11 +482,11 @@ def test_reflect_with_the_real_hmac_sets_i_only_on_tampering():
     assert [t.flags for t in st.parse_tlvs(bytes(out), st.BASE_LEN_AUTH)] == [0, 0, 0]
 
     tampered = bytearray(packet)
-    tampered[st.BASE_LEN_AUTH + 5] ^= 0x04          # a DSCP bit of the Class of Service TLV
+    tampered[st.BASE_LEN_AUTH + 5] ^= 0x04  # a DSCP bit of the Class of Service TLV
     out, res = stamp_tlvs.reflect(bytes(tampered), st.BASE_LEN_AUTH, verify)
     assert res.integrity_failed
     assert [t.flags for t in st.parse_tlvs(bytes(out), st.BASE_LEN_AUTH)] == [st.FLAG_I] * 3
 
     tampered = bytearray(packet)
-    tampered[3] ^= 1                                 # the Sequence Number is covered too (RFC 8972 §4.8)
+    tampered[3] ^= 1  # the Sequence Number is covered too (RFC 8972 §4.8)
     assert stamp_tlvs.reflect(bytes(tampered), st.BASE_LEN_AUTH, verify)[1].integrity_failed

@@ -1,4 +1,5 @@
 """The suite-wide fixtures of tests/conftest.py that are not the service stack."""
+
 from __future__ import annotations
 
 from pathlib import Path

@@ -3,6 +3,7 @@
 Every test publishes under its own measurement name (with a per-run tag), so the tests don't see
 each other's points even on a stack that other tests also use.
 """
+
 from __future__ import annotations
 
 import json
@@ -15,11 +16,10 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from services.stack import (METRICS_TOPIC, SERVICE_NAMES, TELEGRAF_GROUP, TOPIC_PARTITIONS, Stack,
-                            port_open)
+from services.stack import METRICS_TOPIC, SERVICE_NAMES, TELEGRAF_GROUP, TOPIC_PARTITIONS, Stack, port_open
 
 REPO = Path(__file__).resolve().parents[2]
-POINT_WAIT = 30.0          # s; Telegraf flushes every second, typically seen in 1-3 s
+POINT_WAIT = 30.0  # s; Telegraf flushes every second, typically seen in 1-3 s
 ISOLATED_PORT_BASE = int(os.environ.get("SEGSCOPE_TEST_SERVICES_PORT_BASE", "29600"))
 
 
@@ -28,8 +28,7 @@ def produce(bootstrap: str, topic: str, values: list[bytes]) -> None:
     errors: list[str] = []
     producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 0})
     for value in values:
-        producer.produce(topic, value,
-                         on_delivery=lambda err, msg: errors.append(str(err)) if err else None)
+        producer.produce(topic, value, on_delivery=lambda err, msg: errors.append(str(err)) if err else None)
     assert producer.flush(15) == 0, "messages still queued after 15 s"
     assert errors == []
 
@@ -60,10 +59,14 @@ def test_stack_is_ready(stack: Stack, capsys) -> None:
     # The consumer group Telegraf joined is on the metrics topic.
     with capsys.disabled():
         print(f"\n[timing] session stack up: {stack.last_up_seconds:.1f} s")
-    cli = subprocess.run([str(REPO / ".local/venv/bin/python"), "-m", "services.stack", "status",
-                          "--run-dir", str(stack.run_dir)]
-                         + (["--port-base", str(stack.port_base)] if stack.port_base is not None else []),
-                         cwd=REPO, capture_output=True, text=True, timeout=60)
+    cli = subprocess.run(
+        [str(REPO / ".local/venv/bin/python"), "-m", "services.stack", "status", "--run-dir", str(stack.run_dir)]
+        + (["--port-base", str(stack.port_base)] if stack.port_base is not None else []),
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert cli.returncode == 0, cli.stderr
     cli_status = json.loads(cli.stdout)
     assert {n: cli_status[n]["pid"] for n in SERVICE_NAMES} == {n: status[n]["pid"] for n in SERVICE_NAMES}
@@ -81,6 +84,7 @@ def test_up_again_reuses_running_services(stack: Stack) -> None:
 
 def test_topics_exist_with_their_partition_counts(stack: Stack) -> None:
     from confluent_kafka.admin import AdminClient
+
     topics = AdminClient({"bootstrap.servers": stack.kafka_bootstrap}).list_topics(timeout=10).topics
     assert {name: len(topics[name].partitions) for name in TOPIC_PARTITIONS} == TOPIC_PARTITIONS
 
@@ -99,7 +103,7 @@ def test_metrics_on_kafka_land_in_influxdb(stack: Stack, capsys) -> None:
         {"time": t, "count": 10, "mean_us": 123.5, "node": "A", "run": run, "ssid": "1"},
         {"time": t + 1000, "count": 20, "mean_us": 7.25, "node": "B", "run": run, "ssid": "2"},
     ]
-    time.sleep(1.5)      # one more flush: nothing else may show up (no duplicates, no host tag)
+    time.sleep(1.5)  # one more flush: nothing else may show up (no duplicates, no host tag)
     assert stack.influx_query(f"SELECT * FROM sv_stack_probe WHERE run = '{run}'") == rows
 
 
@@ -107,13 +111,17 @@ def test_malformed_message_is_counted_and_does_not_block_later_ones(stack: Stack
     run = uuid.uuid4().hex[:8]
     t = time.time_ns()
     _, errors_before = kafka_consumer_errors(stack, before_ns=time.time_ns())
-    produce(stack.kafka_bootstrap, METRICS_TOPIC, [
-        f"sv_stack_bad,run={run},seq=1 v=1i {t}".encode(),
-        b"bad line no fields",
-        # One bad line makes Telegraf drop its whole message, good lines included.
-        f"sv_stack_bad,run={run},seq=2 v=2i {t + 1}\nsv_stack_bad,run={run} this is not line protocol".encode(),
-        f"sv_stack_bad,run={run},seq=3 v=3i {t + 2}".encode(),
-    ])
+    produce(
+        stack.kafka_bootstrap,
+        METRICS_TOPIC,
+        [
+            f"sv_stack_bad,run={run},seq=1 v=1i {t}".encode(),
+            b"bad line no fields",
+            # One bad line makes Telegraf drop its whole message, good lines included.
+            f"sv_stack_bad,run={run},seq=2 v=2i {t + 1}\nsv_stack_bad,run={run} this is not line protocol".encode(),
+            f"sv_stack_bad,run={run},seq=3 v=3i {t + 2}".encode(),
+        ],
+    )
     rows, _ = wait_rows(stack, f"SELECT * FROM sv_stack_bad WHERE run = '{run}'", 2)
     assert [(r["seq"], r["v"]) for r in rows] == [("1", 1), ("3", 3)]
 
@@ -124,8 +132,9 @@ def test_malformed_message_is_counted_and_does_not_block_later_ones(stack: Stack
         sample_time, errors_after = kafka_consumer_errors(stack)
         if sample_time > after_ns and errors_after - errors_before >= 2:
             break
-        assert time.monotonic() < deadline, \
+        assert time.monotonic() < deadline, (
             f"internal_gather errors went {errors_before} -> {errors_after} (sample at {sample_time})"
+        )
         time.sleep(0.5)
     assert errors_after - errors_before == 2
 
@@ -161,7 +170,7 @@ def test_isolated_second_stack_up_down(stack: Stack, capsys) -> None:
     other = Stack(run_dir=run_dir, port_base=base)
     assert other.kafka_bootstrap == f"127.0.0.1:{base}"
     assert other.influx_url == f"http://127.0.0.1:{base + 2}"
-    with other:                                   # up() ... down()
+    with other:  # up() ... down()
         up_s = other.last_up_seconds
         pids = {n: other.read_pid(n) for n in SERVICE_NAMES}
         assert all(pids.values()) and not set(pids.values()) & set(default_pids.values())
@@ -194,7 +203,9 @@ def test_isolated_second_stack_up_down(stack: Stack, capsys) -> None:
     finally:
         kafka_only.down()
     assert _pids_gone({"kafka": kafka_only_pid}) == {}
-    other.down()      # down when nothing runs is fine
+    other.down()  # down when nothing runs is fine
     with capsys.disabled():
-        print(f"\n[timing] isolated stack: up {up_s:.1f} s, down {down_s:.1f} s; "
-              f"kafka-only up {kafka_only.last_up_seconds:.1f} s, down {kafka_only.last_down_seconds:.1f} s")
+        print(
+            f"\n[timing] isolated stack: up {up_s:.1f} s, down {down_s:.1f} s; "
+            f"kafka-only up {kafka_only.last_up_seconds:.1f} s, down {kafka_only.last_down_seconds:.1f} s"
+        )

@@ -28,6 +28,7 @@ needs a new endpoint fails loudly instead of being silently accepted.
 Run standalone:  python tests/topology/arango_standin.py --port 18529 [--user root --password pw]
 In tests: `with ArangoStandin() as s: s.url` (port 0 = a free port chosen by the OS).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -49,9 +50,10 @@ def _norm(q: str) -> str:
     return " ".join(q.split())
 
 
-if __name__ == "__main__":   # run as a script: make the repository importable
+if __name__ == "__main__":  # run as a script: make the repository importable
     import sys
     from pathlib import Path
+
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 # The only AQL implemented: the texts the topology writer sends (imported, so they can't drift).
@@ -73,7 +75,7 @@ class Store:
         self.lock = threading.Lock()
         self.dbs: dict[str, dict] = {"_system": self._new_db()}
         self.rev = 0
-        self.requests: list[tuple[str, str]] = []    # (method, path) of every request, for tests
+        self.requests: list[tuple[str, str]] = []  # (method, path) of every request, for tests
 
     @staticmethod
     def _new_db() -> dict:
@@ -124,7 +126,7 @@ class Handler(BaseHTTPRequestHandler):
     password: str
     jwt_secret: str
 
-    def log_message(self, fmt, *args):   # quiet: tests read Store.requests instead
+    def log_message(self, fmt, *args):  # quiet: tests read Store.requests instead
         pass
 
     # -- plumbing -----------------------------------------------------------------------
@@ -159,6 +161,7 @@ class Handler(BaseHTTPRequestHandler):
         h = self.headers.get("Authorization", "")
         if h.lower().startswith("bearer "):
             import jwt
+
             try:
                 claims = jwt.decode(h[7:], self.jwt_secret, algorithms=["HS256"], issuer="arangodb")
             except jwt.PyJWTError:
@@ -211,11 +214,15 @@ class Handler(BaseHTTPRequestHandler):
 
     def _open_auth(self, body):
         import jwt
+
         if body.get("username") != self.user or body.get("password") != self.password:
             raise ArangoError(401, 401, "Wrong credentials")
         now = int(time.time())
-        token = jwt.encode({"iss": "arangodb", "iat": now, "exp": now + 3600, "preferred_username": self.user},
-                           self.jwt_secret, algorithm="HS256")
+        token = jwt.encode(
+            {"iss": "arangodb", "iat": now, "exp": now + 3600, "preferred_username": self.user},
+            self.jwt_secret,
+            algorithm="HS256",
+        )
         return 200, {"jwt": token}
 
     # -- routes -------------------------------------------------------------------------
@@ -237,14 +244,34 @@ class Handler(BaseHTTPRequestHandler):
         if api == "collection" and not rest:
             if method == "GET":
                 colls = s.db(db)["collections"].values()
-                return 200, {"error": False, "code": 200, "result": [
-                    {"id": c["id"], "name": c["name"], "isSystem": False, "type": c["type"], "status": 3,
-                     "globallyUniqueId": c["id"]} for c in colls]}
+                return 200, {
+                    "error": False,
+                    "code": 200,
+                    "result": [
+                        {
+                            "id": c["id"],
+                            "name": c["name"],
+                            "isSystem": False,
+                            "type": c["type"],
+                            "status": 3,
+                            "globallyUniqueId": c["id"],
+                        }
+                        for c in colls
+                    ],
+                }
             if method == "POST":
                 c = s.create_coll(db, (body or {}).get("name"), int((body or {}).get("type", 2)))
-                return 200, {"error": False, "code": 200, "id": c["id"], "name": c["name"], "type": c["type"],
-                             "status": 3, "isSystem": False, "waitForSync": False,
-                             "keyOptions": {"type": "traditional", "allowUserKeys": True}}
+                return 200, {
+                    "error": False,
+                    "code": 200,
+                    "id": c["id"],
+                    "name": c["name"],
+                    "type": c["type"],
+                    "status": 3,
+                    "isSystem": False,
+                    "waitForSync": False,
+                    "keyOptions": {"type": "traditional", "allowUserKeys": True},
+                }
         if api == "gharial":
             return self._gharial(method, db, rest, body)
         if api == "document" and rest:
@@ -254,8 +281,14 @@ class Handler(BaseHTTPRequestHandler):
         raise ArangoError(501, 9, f"stand-in does not implement {method} /_api/{api}/{'/'.join(rest)}")
 
     def _graph_body(self, name: str, g: dict) -> dict:
-        return {"_key": name, "_id": f"_graphs/{name}", "_rev": g["rev"], "name": name,
-                "edgeDefinitions": g["edgeDefinitions"], "orphanCollections": g["orphanCollections"]}
+        return {
+            "_key": name,
+            "_id": f"_graphs/{name}",
+            "_rev": g["rev"],
+            "name": name,
+            "edgeDefinitions": g["edgeDefinitions"],
+            "orphanCollections": g["orphanCollections"],
+        }
 
     def _gharial(self, method, db, rest, body):
         graphs = self.store.db(db)["graphs"]
@@ -282,8 +315,11 @@ class Handler(BaseHTTPRequestHandler):
             for v in body.get("orphanCollections") or []:
                 if v not in colls:
                     self.store.create_coll(db, v, 2)
-            graphs[name] = {"rev": self.store.next_rev(), "edgeDefinitions": edefs,
-                            "orphanCollections": body.get("orphanCollections") or []}
+            graphs[name] = {
+                "rev": self.store.next_rev(),
+                "edgeDefinitions": edefs,
+                "orphanCollections": body.get("orphanCollections") or [],
+            }
             return 202, {"error": False, "code": 202, "graph": self._graph_body(name, graphs[name])}
         raise ArangoError(501, 9, f"stand-in does not implement {method} /_api/gharial/{'/'.join(rest)}")
 
@@ -300,8 +336,11 @@ class Handler(BaseHTTPRequestHandler):
             results = [self._insert_one(coll, d, params) for d in docs]
             if not many:
                 if "error" in results[0]:
-                    raise ArangoError(409 if results[0]["errorNum"] == 1210 else 400,
-                                      results[0]["errorNum"], results[0]["errorMessage"])
+                    raise ArangoError(
+                        409 if results[0]["errorNum"] == 1210 else 400,
+                        results[0]["errorNum"],
+                        results[0]["errorMessage"],
+                    )
                 return 201, results[0]
             return 202 if any("error" in r for r in results) else 201, results
         if method == "DELETE" and len(rest) == 1:
@@ -309,8 +348,11 @@ class Handler(BaseHTTPRequestHandler):
             for item in body or []:
                 key = item if isinstance(item, str) else (item or {}).get("_key")
                 doc = coll["docs"].pop(key, None)
-                results.append({"_id": f"{coll['name']}/{key}", "_key": key, "_rev": doc["_rev"]} if doc
-                               else {"error": True, "errorNum": 1202, "errorMessage": "document not found"})
+                results.append(
+                    {"_id": f"{coll['name']}/{key}", "_key": key, "_rev": doc["_rev"]}
+                    if doc
+                    else {"error": True, "errorNum": 1202, "errorMessage": "document not found"}
+                )
             return 200, results
         raise ArangoError(501, 9, f"stand-in does not implement {method} /_api/document/{'/'.join(rest)}")
 
@@ -325,14 +367,21 @@ class Handler(BaseHTTPRequestHandler):
             return {"error": True, "errorNum": 1221, "errorMessage": "illegal document key"}
         old = coll["docs"].get(key)
         if old is not None and mode == "conflict":
-            return {"error": True, "errorNum": 1210, "errorMessage": "unique constraint violated - in index "
-                                                                     "primary of type primary over '_key'"}
+            return {
+                "error": True,
+                "errorNum": 1210,
+                "errorMessage": "unique constraint violated - in index primary of type primary over '_key'",
+            }
         if old is not None and mode == "ignore":
             return {"_id": old["_id"], "_key": key, "_rev": old["_rev"]}
         body = {k: v for k, v in doc.items() if k not in ("_id", "_rev", "_key")}
         new = _merge(old, body, merge, keep_null) if (old is not None and mode == "update") else body
-        if coll["type"] == 3 and not (isinstance(new.get("_from"), str) and "/" in new["_from"]
-                                      and isinstance(new.get("_to"), str) and "/" in new["_to"]):
+        if coll["type"] == 3 and not (
+            isinstance(new.get("_from"), str)
+            and "/" in new["_from"]
+            and isinstance(new.get("_to"), str)
+            and "/" in new["_to"]
+        ):
             return {"error": True, "errorNum": 1233, "errorMessage": "edge attribute missing or invalid"}
         rev = self.store.next_rev()
         new.update({"_key": key, "_id": f"{coll['name']}/{key}", "_rev": rev})
@@ -357,15 +406,21 @@ class Handler(BaseHTTPRequestHandler):
             result = []
             for d in list(coll["docs"].values()):
                 if d.get("local_link_ip") == bind["local_ip"] and d.get("remote_link_ip") == bind["remote_ip"]:
-                    new = _merge(d, {k: v for k, v in bind["patch"].items() if not k.startswith("_")},
-                                 True, True)
+                    new = _merge(d, {k: v for k, v in bind["patch"].items() if not k.startswith("_")}, True, True)
                     new["_rev"] = self.store.next_rev()
                     coll["docs"][d["_key"]] = new
                     result.append(new["_key"])
             stats["writesExecuted"] = len(result)
         stats["scannedFull"] = len(result)
-        return 201, {"error": False, "code": 201, "result": result, "hasMore": False, "count": len(result),
-                     "cached": False, "extra": {"stats": stats, "warnings": []}}
+        return 201, {
+            "error": False,
+            "code": 201,
+            "result": result,
+            "hasMore": False,
+            "count": len(result),
+            "cached": False,
+            "extra": {"stats": stats, "warnings": []},
+        }
 
 
 class ArangoStandin:
@@ -373,8 +428,11 @@ class ArangoStandin:
 
     def __init__(self, port: int = 0, user: str = "root", password: str = "segscope-standin"):
         self.store = Store()
-        handler = type("BoundHandler", (Handler,), {"store": self.store, "user": user, "password": password,
-                                                     "jwt_secret": os.urandom(32).hex()})
+        handler = type(
+            "BoundHandler",
+            (Handler,),
+            {"store": self.store, "user": user, "password": password, "jwt_secret": os.urandom(32).hex()},
+        )
         self.server = ThreadingHTTPServer(("127.0.0.1", port), handler)
         self.server.daemon_threads = True
         self.user, self.password = user, password

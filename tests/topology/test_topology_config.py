@@ -1,4 +1,5 @@
 """Settings of the topology processor (processors/topology/config.py)."""
+
 from __future__ import annotations
 
 import pytest
@@ -9,26 +10,40 @@ from processors.topology.config import ConfigError, TopologyConfig
 def test_defaults_follow_the_contract():
     c = TopologyConfig.from_env({})
     assert (c.bootstrap, c.topology_topic, c.metrics_topic, c.deadletter_topic) == (
-        "127.0.0.1:19092", "segscope.topology", "segscope.metrics", "segscope.deadletter")
+        "127.0.0.1:19092",
+        "segscope.topology",
+        "segscope.metrics",
+        "segscope.deadletter",
+    )
     assert (c.arango_url, c.arango_db, c.arango_user, c.arango_auth, c.mode) == (
-        "http://127.0.0.1:8529", "segscope", "root", "basic", "own")
+        "http://127.0.0.1:8529",
+        "segscope",
+        "root",
+        "basic",
+        "own",
+    )
     assert (c.protocol_id, c.domain_id, c.flush_interval_s) == (200, 0, 1.0)
     assert c.datadir == ".run/processors/segscope-topology"
 
 
 def test_jalapeno_mode_defaults_to_the_jalapeno_database_unless_told():
     assert TopologyConfig.from_env({"SEGSCOPE_TOPOLOGY_MODE": "jalapeno"}).arango_db == "jalapeno"
-    assert TopologyConfig.from_env({"SEGSCOPE_TOPOLOGY_MODE": "jalapeno",
-                                    "SEGSCOPE_ARANGO_DB": "jal2"}).arango_db == "jal2"
+    assert (
+        TopologyConfig.from_env({"SEGSCOPE_TOPOLOGY_MODE": "jalapeno", "SEGSCOPE_ARANGO_DB": "jal2"}).arango_db
+        == "jal2"
+    )
     assert TopologyConfig.from_env({"SEGSCOPE_KAFKA": "h:1"}).bootstrap == "h:1"
 
 
-@pytest.mark.parametrize("env,needle", [
-    ({"SEGSCOPE_TOPOLOGY_MODE": "both"}, "SEGSCOPE_TOPOLOGY_MODE"),
-    ({"SEGSCOPE_ARANGO_AUTH": "token"}, "SEGSCOPE_ARANGO_AUTH"),
-    ({"SEGSCOPE_TOPOLOGY_PROTOCOL_ID": "x"}, "SEGSCOPE_TOPOLOGY_PROTOCOL_ID"),
-    ({"SEGSCOPE_TOPOLOGY_FLUSH_INTERVAL_S": "soon"}, "SEGSCOPE_TOPOLOGY_FLUSH_INTERVAL_S"),
-])
+@pytest.mark.parametrize(
+    "env,needle",
+    [
+        ({"SEGSCOPE_TOPOLOGY_MODE": "both"}, "SEGSCOPE_TOPOLOGY_MODE"),
+        ({"SEGSCOPE_ARANGO_AUTH": "token"}, "SEGSCOPE_ARANGO_AUTH"),
+        ({"SEGSCOPE_TOPOLOGY_PROTOCOL_ID": "x"}, "SEGSCOPE_TOPOLOGY_PROTOCOL_ID"),
+        ({"SEGSCOPE_TOPOLOGY_FLUSH_INTERVAL_S": "soon"}, "SEGSCOPE_TOPOLOGY_FLUSH_INTERVAL_S"),
+    ],
+)
 def test_bad_settings_name_the_variable(env, needle):
     with pytest.raises(ConfigError, match=needle):
         TopologyConfig.from_env(env)

@@ -19,6 +19,7 @@ path's own latency (sender syscall, veths, relay wake-up, reflector), then MAIN 
 - one document per key: the graph has exactly 3 nodes, 4 links, 4 edges, 3 SIDs, 2 paths;
 - a malformed view is dead-lettered and counted, never written.
 """
+
 from __future__ import annotations
 
 import json
@@ -32,6 +33,7 @@ from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, Producer
+from topo_arango import arango_target
 
 from collectors.topology import NodeViewPublisher
 from netlab import Lab, relay_lateness_us, teardown
@@ -39,7 +41,6 @@ from netlab.lab import RELAY_IF_B, XDP_PASS_OBJ
 from processors.delay.topics import ensure_topics
 from processors.topology.lineproto import parse_lines
 from processors.topology.writer import ArangoWriter
-from topo_arango import arango_target
 
 REPO = Path(__file__).resolve().parents[2]
 LINE5 = REPO / "netlab" / "topologies" / "line5.yaml"
@@ -66,8 +67,14 @@ def sh(cmd):
 
 def spawn(name, cmd, run_dir, env, procs):
     log = open(run_dir / f"{name}.log", "w")
-    procs[name] = subprocess.Popen([str(c) for c in cmd], stdout=log, stderr=subprocess.STDOUT, cwd=REPO,
-                                   env={**os.environ, **env}, start_new_session=True)
+    procs[name] = subprocess.Popen(
+        [str(c) for c in cmd],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        cwd=REPO,
+        env={**os.environ, **env},
+        start_new_session=True,
+    )
 
 
 def stop(procs, only=None):
@@ -84,8 +91,25 @@ def stop(procs, only=None):
 
 
 def send(lab, ssid, duration_s):
-    out = sh([BUILD / "collectors" / "stamp_sender", "--netns", lab.ns("A"), "--src", SENDER, "--dst", REFLECTOR,
-              "--ssid", ssid, "--sport", 50000 + ssid, "--rate", RATE, "--duration", duration_s])
+    out = sh(
+        [
+            BUILD / "collectors" / "stamp_sender",
+            "--netns",
+            lab.ns("A"),
+            "--src",
+            SENDER,
+            "--dst",
+            REFLECTOR,
+            "--ssid",
+            ssid,
+            "--sport",
+            50000 + ssid,
+            "--rate",
+            RATE,
+            "--duration",
+            duration_s,
+        ]
+    )
     return json.loads(out.strip().splitlines()[-1])
 
 
@@ -93,8 +117,15 @@ def read_topic(bootstrap, topic, timeout_s=20.0) -> list[bytes]:
     """Every message now in the topic (up to its high watermark when the call starts: the
     metrics topic keeps receiving counter lines, so "until quiet" would never end)."""
     from confluent_kafka import TopicPartition
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"topoe-read-{uuid.uuid4().hex[:8]}",
-                  "auto.offset.reset": "earliest", "enable.auto.commit": False})
+
+    c = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"topoe-read-{uuid.uuid4().hex[:8]}",
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+        }
+    )
     try:
         parts = c.list_topics(topic, timeout=10).topics[topic].partitions
         ends = {p: c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in parts}
@@ -137,8 +168,11 @@ def newest(points, ssid, direction):
 def e2e(stack, bpffs, tmp_path_factory):
     run = uuid.uuid4().hex[:8]
     run_dir = tmp_path_factory.mktemp("topoe")
-    topics = {"records": f"topo.e2e.records.{run}", "metrics": f"topo.e2e.metrics.{run}",
-              "topology": f"topo.e2e.topology.{run}"}
+    topics = {
+        "records": f"topo.e2e.records.{run}",
+        "metrics": f"topo.e2e.metrics.{run}",
+        "topology": f"topo.e2e.topology.{run}",
+    }
     ensure_topics(stack.kafka_bootstrap, list(topics.values()) + ["segscope.deadletter"])
     teardown(PREFIX)
     lab = Lab.up(LINE5, prefix=PREFIX, delay_us={"ar": (BASE_US, BASE_US)})
@@ -151,8 +185,22 @@ def e2e(stack, bpffs, tmp_path_factory):
         try:
             # R's r0 answers with XDP_TX; its veth peer is the relay's rb, which therefore needs an
             # XDP program of its own (arch.md: "a veth whose peer runs XDP_TX needs XDP itself")
-            sh(["ip", "-n", lab.relay_ns("ar"), "link", "set", "dev", RELAY_IF_B, "xdpdrv", "obj", XDP_PASS_OBJ,
-                "sec", "xdp"])
+            sh(
+                [
+                    "ip",
+                    "-n",
+                    lab.relay_ns("ar"),
+                    "link",
+                    "set",
+                    "dev",
+                    RELAY_IF_B,
+                    "xdpdrv",
+                    "obj",
+                    XDP_PASS_OBJ,
+                    "sec",
+                    "xdp",
+                ]
+            )
             sh([refl, "attach", "--netns", lab.ns("R"), "--dev", "r0", "--pin-dir", refl_pin])
             attached.append((refl, lab.ns("R"), "r0", refl_pin))
             sh([refl, "add-address", "--pin-dir", refl_pin, REFLECTOR])
@@ -162,28 +210,75 @@ def e2e(stack, bpffs, tmp_path_factory):
                 sh([refl, "add-session", "--pin-dir", refl_pin, "--ssid", ssid, "--sender", SENDER])
                 sh([coll, "activate", "--pin-dir", coll_pin, "--ssid", ssid, "--port", 50000 + ssid])
             kafka = stack.kafka_bootstrap
-            spawn("streamer", [BUILD / "collectors" / "stamp_streamer", "--ringbuf", coll_pin / "stamp_records",
-                               "--datapath-stats", coll_pin / "stamp_collector_stats", "--brokers", kafka,
-                               "--node", "A", "--topic", topics["records"], "--metrics-topic", topics["metrics"]],
-                  run_dir, {}, procs)
-            spawn("delay", [sys.executable, "-m", "processors.delay"], run_dir, {
-                "SEGSCOPE_KAFKA_BOOTSTRAP": kafka, "SEGSCOPE_TOPIC_STAMP_RECORDS": topics["records"],
-                "SEGSCOPE_TOPIC_METRICS": topics["metrics"], "SEGSCOPE_DELAY_APP_ID": f"topoe-delay-{run}",
-                "SEGSCOPE_DELAY_DATADIR": str(run_dir / "delay")}, procs)
+            spawn(
+                "streamer",
+                [
+                    BUILD / "collectors" / "stamp_streamer",
+                    "--ringbuf",
+                    coll_pin / "stamp_records",
+                    "--datapath-stats",
+                    coll_pin / "stamp_collector_stats",
+                    "--brokers",
+                    kafka,
+                    "--node",
+                    "A",
+                    "--topic",
+                    topics["records"],
+                    "--metrics-topic",
+                    topics["metrics"],
+                ],
+                run_dir,
+                {},
+                procs,
+            )
+            spawn(
+                "delay",
+                [sys.executable, "-m", "processors.delay"],
+                run_dir,
+                {
+                    "SEGSCOPE_KAFKA_BOOTSTRAP": kafka,
+                    "SEGSCOPE_TOPIC_STAMP_RECORDS": topics["records"],
+                    "SEGSCOPE_TOPIC_METRICS": topics["metrics"],
+                    "SEGSCOPE_DELAY_APP_ID": f"topoe-delay-{run}",
+                    "SEGSCOPE_DELAY_DATADIR": str(run_dir / "delay"),
+                },
+                procs,
+            )
             topo_env = {
-                "SEGSCOPE_KAFKA_BOOTSTRAP": kafka, "SEGSCOPE_TOPIC_TOPOLOGY": topics["topology"],
-                "SEGSCOPE_TOPIC_METRICS": topics["metrics"], "SEGSCOPE_TOPOLOGY_APP_ID": f"topoe-topology-{run}",
-                "SEGSCOPE_TOPOLOGY_DATADIR": str(run_dir / "topology"), "SEGSCOPE_ARANGO_URL": arango.url,
-                "SEGSCOPE_ARANGO_USER": arango.user, "SEGSCOPE_ARANGO_PASSWORD": arango.password,
-                "SEGSCOPE_ARANGO_DB": arango.db_name}
+                "SEGSCOPE_KAFKA_BOOTSTRAP": kafka,
+                "SEGSCOPE_TOPIC_TOPOLOGY": topics["topology"],
+                "SEGSCOPE_TOPIC_METRICS": topics["metrics"],
+                "SEGSCOPE_TOPOLOGY_APP_ID": f"topoe-topology-{run}",
+                "SEGSCOPE_TOPOLOGY_DATADIR": str(run_dir / "topology"),
+                "SEGSCOPE_ARANGO_URL": arango.url,
+                "SEGSCOPE_ARANGO_USER": arango.user,
+                "SEGSCOPE_ARANGO_PASSWORD": arango.password,
+                "SEGSCOPE_ARANGO_DB": arango.db_name,
+            }
             spawn("topology", [sys.executable, "-m", "processors.topology"], run_dir, topo_env, procs)
             # the agent's section format (agent/server.py), as the agent would hand it over
-            sessions = [{"ssid": s, "role": "STAMP_ROLE_SENDER", "sender_address": SENDER,
-                         "reflector_address": REFLECTOR, "segments": [], "return_segments": [],
-                         "state": "STAMP_SESSION_STATE_RUNNING"} for s in (BASE, MAIN)]
+            sessions = [
+                {
+                    "ssid": s,
+                    "role": "STAMP_ROLE_SENDER",
+                    "sender_address": SENDER,
+                    "reflector_address": REFLECTOR,
+                    "segments": [],
+                    "return_segments": [],
+                    "state": "STAMP_SESSION_STATE_RUNNING",
+                }
+                for s in (BASE, MAIN)
+            ]
             for node in ("A", "R", "B"):
-                pub = NodeViewPublisher(node, lab.ns(node), kafka, interval_s=5.0, topic=topics["topology"],
-                                        poll_s=0.5, metrics_topic=topics["metrics"])
+                pub = NodeViewPublisher(
+                    node,
+                    lab.ns(node),
+                    kafka,
+                    interval_s=5.0,
+                    topic=topics["topology"],
+                    poll_s=0.5,
+                    metrics_topic=topics["metrics"],
+                )
                 if node == "A":
                     pub.set_section("stamp_sessions", sessions)
                 publishers.append(pub.start())
@@ -214,47 +309,77 @@ def e2e(stack, bpffs, tmp_path_factory):
                 else:
                     last, stable_since = cur, time.monotonic()
                 time.sleep(0.5)
-            collections = ("segscope_node", "segscope_link", "segscope_srv6_sid", "segscope_graph_edge",
-                           "segscope_path")
+            collections = (
+                "segscope_node",
+                "segscope_link",
+                "segscope_srv6_sid",
+                "segscope_graph_edge",
+                "segscope_path",
+            )
             docs = {c: {d["_key"]: d for d in writer.all_documents(c)} for c in collections}
             # a restarted processor (new consumer group: replays both topics from the start)
             # rewrites every document once; afterwards the database must hold the same documents
             stop(procs, only="topology")
             restart_ns = time.time_ns()
-            spawn("topology2", [sys.executable, "-m", "processors.topology"], run_dir,
-                  {**topo_env, "SEGSCOPE_TOPOLOGY_APP_ID": f"topoe-topology2-{run}",
-                   "SEGSCOPE_TOPOLOGY_DATADIR": str(run_dir / "topology2")}, procs)
+            spawn(
+                "topology2",
+                [sys.executable, "-m", "processors.topology"],
+                run_dir,
+                {
+                    **topo_env,
+                    "SEGSCOPE_TOPOLOGY_APP_ID": f"topoe-topology2-{run}",
+                    "SEGSCOPE_TOPOLOGY_DATADIR": str(run_dir / "topology2"),
+                },
+                procs,
+            )
             replayed, deadline = None, time.monotonic() + 60
             while replayed is None and time.monotonic() < deadline:
                 time.sleep(2)
                 for v in read_topic(kafka, topics["metrics"]):
                     for p in parse_lines(v.decode())[0]:
-                        if (p.measurement == "segscope_processor" and p.tags.get("processor") == "topology"
-                                and p.timestamp_ns > restart_ns and p.fields["documents_upserted"] >= 16):
+                        if (
+                            p.measurement == "segscope_processor"
+                            and p.tags.get("processor") == "topology"
+                            and p.timestamp_ns > restart_ns
+                            and p.fields["documents_upserted"] >= 16
+                        ):
                             replayed = p.fields
             docs_after = {c: {d["_key"]: d for d in writer.all_documents(c)} for c in collections}
-            yield {"docs": docs, "docs_after": docs_after, "replayed": replayed, "sent": sent, "kafka": kafka, "topics": topics, "lab": lab,
-                   "late": {"base": relay_lateness_us(relay[0], relay[1]),
-                            "main": relay_lateness_us(relay[1], relay[2])},
-                   "collector": json.loads(sh([coll, "stats", "--pin-dir", coll_pin, "--json"])),
-                   "reflector": json.loads(sh([refl, "stats", "--pin-dir", refl_pin, "--json"])),
-                   "relay": relay[-1],
-                   "run_dir": run_dir, "standin": arango.standin}
+            yield {
+                "docs": docs,
+                "docs_after": docs_after,
+                "replayed": replayed,
+                "sent": sent,
+                "kafka": kafka,
+                "topics": topics,
+                "lab": lab,
+                "late": {"base": relay_lateness_us(relay[0], relay[1]), "main": relay_lateness_us(relay[1], relay[2])},
+                "collector": json.loads(sh([coll, "stats", "--pin-dir", coll_pin, "--json"])),
+                "reflector": json.loads(sh([refl, "stats", "--pin-dir", refl_pin, "--json"])),
+                "relay": relay[-1],
+                "run_dir": run_dir,
+                "standin": arango.standin,
+            }
         finally:
             for pub in publishers:
                 pub.stop()
             stop(procs)
             for tool, ns, dev, pin in reversed(attached):
-                subprocess.run([str(tool), "detach", "--netns", ns, "--dev", dev, "--pin-dir", str(pin)],
-                               capture_output=True)
+                subprocess.run(
+                    [str(tool), "detach", "--netns", ns, "--dev", dev, "--pin-dir", str(pin)], capture_output=True
+                )
             lab.down()
 
 
 def test_graph_has_one_document_per_key(e2e):
     docs = e2e["docs"]
-    assert {c: len(d) for c, d in docs.items()} == {"segscope_node": 3, "segscope_link": 4,
-                                                    "segscope_srv6_sid": 3, "segscope_graph_edge": 4,
-                                                    "segscope_path": 2}
+    assert {c: len(d) for c, d in docs.items()} == {
+        "segscope_node": 3,
+        "segscope_link": 4,
+        "segscope_srv6_sid": 3,
+        "segscope_graph_edge": 4,
+        "segscope_path": 2,
+    }
     assert sorted(docs["segscope_node"]) == ["200_0_0_A", "200_0_0_B", "200_0_0_R"]
     assert {AR_KEY, RA_KEY} <= set(docs["segscope_graph_edge"])
     assert sorted(docs["segscope_path"]) == sorted([FWD_PATH, REV_PATH])
@@ -267,27 +392,45 @@ def test_edges_carry_the_injected_delay(e2e):
     # the STAMP pipeline's own accounting is tests/e2e's subject; here: (nearly) every packet
     # made it, so the newest second is a full one
     sent = sum(s["sent"] for s in e2e["sent"].values())
-    print("\naccounting: sent", sent, "reflected", e2e["reflector"]["reflected"], "collected",
-          e2e["collector"]["collected"], "relay", {d: {k: v for k, v in e2e["relay"][d].items() if k != "lateness_ns"}
-                                                   for d in ("a_to_b", "b_to_a")})
+    print(
+        "\naccounting: sent",
+        sent,
+        "reflected",
+        e2e["reflector"]["reflected"],
+        "collected",
+        e2e["collector"]["collected"],
+        "relay",
+        {d: {k: v for k, v in e2e["relay"][d].items() if k != "lateness_ns"} for d in ("a_to_b", "b_to_a")},
+    )
     assert sent == RATE * (BASE_S + MAIN_S) and e2e["collector"]["collected"] >= 0.99 * sent
     path_fwd = mean_of(pts, BASE, "forward") - BASE_US - late["base"]["a_to_b"]
     path_rev = mean_of(pts, BASE, "reverse") - BASE_US - late["base"]["b_to_a"]
     edges = e2e["docs"]["segscope_graph_edge"]
     report = {}
-    for key, direction, injected, lateness, path in ((AR_KEY, "forward", FWD_US, late["main"]["a_to_b"], path_fwd),
-                                                     (RA_KEY, "reverse", REV_US, late["main"]["b_to_a"], path_rev)):
+    for key, direction, injected, lateness, path in (
+        (AR_KEY, "forward", FWD_US, late["main"]["a_to_b"], path_fwd),
+        (RA_KEY, "reverse", REV_US, late["main"]["b_to_a"], path_rev),
+    ):
         edge, point = edges[key], newest(pts, MAIN, direction)
         # exactly what the pipeline measured in MAIN's newest second ...
-        assert edge["delay_source"] == {"kind": "stamp", "node": "A", "ssid": MAIN, "direction": direction,
-                                        "count": point.fields["count"]}
+        assert edge["delay_source"] == {
+            "kind": "stamp",
+            "node": "A",
+            "ssid": MAIN,
+            "direction": direction,
+            "count": point.fields["count"],
+        }
         assert edge["delay_measured_at_ns"] == point.timestamp_ns
         assert edge["latency"] == edge["unidir_link_delay"] == round(point.fields["mean_us"], 3)
         assert edge["unidir_delay_variation"] == round(point.fields["ipdv_mean_us"], 3)
         # ... and that is the injected delay plus the path's own latency
-        report[direction] = {"edge_us": edge["unidir_link_delay"], "injected_us": injected,
-                             "relay_late_us": round(lateness, 1), "path_latency_us": round(path, 1),
-                             "error_us": round(edge["unidir_link_delay"] - injected - lateness - path, 1)}
+        report[direction] = {
+            "edge_us": edge["unidir_link_delay"],
+            "injected_us": injected,
+            "relay_late_us": round(lateness, 1),
+            "path_latency_us": round(path, 1),
+            "error_us": round(edge["unidir_link_delay"] - injected - lateness - path, 1),
+        }
         assert abs(report[direction]["error_us"]) <= TOLERANCE_US, report
         # the injected delay is a floor: no packet of that second arrived earlier
         assert edge["unidir_link_delay_min_max"][0] >= injected - 5
@@ -301,7 +444,11 @@ def test_path_documents_keyed_by_sid_list_carry_the_same_numbers(e2e):
     paths, edges = e2e["docs"]["segscope_path"], e2e["docs"]["segscope_graph_edge"]
     fwd, rev = paths[FWD_PATH], paths[REV_PATH]
     assert (fwd["src"], fwd["dst"], fwd["sid_list"], fwd["links"]) == (
-        "segscope_node/200_0_0_A", "segscope_node/200_0_0_R", [REFLECTOR], [AR_KEY])
+        "segscope_node/200_0_0_A",
+        "segscope_node/200_0_0_R",
+        [REFLECTOR],
+        [AR_KEY],
+    )
     assert (rev["src_node"], rev["dst_node"], rev["sid_list"], rev["links"]) == ("R", "A", [SENDER], [RA_KEY])
     assert fwd["delay_us"] == edges[AR_KEY]["unidir_link_delay"]
     assert rev["delay_us"] == edges[RA_KEY]["unidir_link_delay"]
@@ -315,9 +462,12 @@ def test_malformed_view_is_dead_lettered_and_counted(e2e):
     # once per processor: the first one and the restarted one (which replays the topic)
     assert len(ours) == 2 and {d["reason"] for d in ours} == {"bad_json"}
     assert len({(d["partition"], d["offset"]) for d in ours}) == 1
-    lines = [p for v in read_topic(e2e["kafka"], e2e["topics"]["metrics"])
-             for p in parse_lines(v.decode())[0] if p.measurement == "segscope_processor"
-             and p.tags.get("processor") == "topology"]
+    lines = [
+        p
+        for v in read_topic(e2e["kafka"], e2e["topics"]["metrics"])
+        for p in parse_lines(v.decode())[0]
+        if p.measurement == "segscope_processor" and p.tags.get("processor") == "topology"
+    ]
     last = max(lines, key=lambda p: p.timestamp_ns).fields
     assert last["malformed_views"] == 1 and last["dead_letters"] == 1 and last["views_in"] >= 3
     assert last["flush_errors"] == 0 and last["document_errors"] == 0 and last["nodes"] == 3
@@ -325,8 +475,12 @@ def test_malformed_view_is_dead_lettered_and_counted(e2e):
 
 
 def test_publishers_report_their_counters(e2e):
-    lines = [p for v in read_topic(e2e["kafka"], e2e["topics"]["metrics"])
-             for p in parse_lines(v.decode())[0] if p.measurement == "segscope_topology_publisher"]
+    lines = [
+        p
+        for v in read_topic(e2e["kafka"], e2e["topics"]["metrics"])
+        for p in parse_lines(v.decode())[0]
+        if p.measurement == "segscope_topology_publisher"
+    ]
     by_node = {}
     for p in sorted(lines, key=lambda p: p.timestamp_ns):
         by_node[p.tags["node"]] = p.fields
@@ -341,8 +495,9 @@ def test_a_restarted_processor_replays_into_the_same_documents(e2e):
     before, after = e2e["docs"], e2e["docs_after"]
     assert {c: sorted(d) for c, d in after.items()} == {c: sorted(d) for c, d in before.items()}
 
-    def content(doc):     # everything but ArangoDB's revision, which every rewrite changes
+    def content(doc):  # everything but ArangoDB's revision, which every rewrite changes
         return {k: v for k, v in doc.items() if k != "_rev"}
+
     for coll in before:
         for key, doc in before[coll].items():
             assert content(after[coll][key]) == content(doc), (coll, key)

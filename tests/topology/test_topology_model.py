@@ -3,31 +3,42 @@
 Input: node views derived from netlab/topologies/line5.yaml (topo_views.expected_views), so the
 network is the one the end-to-end tests run: H1 - A - R - B - H2 with agents on A, R and B.
 """
+
 from __future__ import annotations
 
 import copy
-import itertools
 import json
 import random
 from pathlib import Path
 
 import pytest
+from topo_views import expected_views
 
 from processors.topology.lineproto import LineError, parse_line, parse_lines
-from processors.topology.model import (Identity, MalformedView, TopologyModel, diff_documents, safe_key,
-                                       validate_view)
-from topo_views import expected_views
+from processors.topology.model import Identity, MalformedView, TopologyModel, diff_documents, safe_key, validate_view
 
 REPO = Path(__file__).resolve().parents[2]
 LINE5 = REPO / "netlab" / "topologies" / "line5.yaml"
 AR_KEY = "200_0_2_0_A_fc00:12::1_R_fc00:12::2"
 RA_KEY = "200_0_2_0_R_fc00:12::2_A_fc00:12::1"
 # as the agent writes them (agent/server.py _publish_sections)
-ONE_HOP = {"ssid": 7, "role": "STAMP_ROLE_SENDER", "sender_address": "fc00:1::1",
-           "reflector_address": "fc00:12::2", "segments": [], "return_segments": [],
-           "state": "STAMP_SESSION_STATE_RUNNING"}
-VIA_R_TO_B = {"ssid": 8, "role": "STAMP_ROLE_SENDER", "sender_address": "fc00:1::1",
-              "reflector_address": "fc00:3::1", "segments": ["fc00:2::e"], "return_segments": ["fc00:2::e"]}
+ONE_HOP = {
+    "ssid": 7,
+    "role": "STAMP_ROLE_SENDER",
+    "sender_address": "fc00:1::1",
+    "reflector_address": "fc00:12::2",
+    "segments": [],
+    "return_segments": [],
+    "state": "STAMP_SESSION_STATE_RUNNING",
+}
+VIA_R_TO_B = {
+    "ssid": 8,
+    "role": "STAMP_ROLE_SENDER",
+    "sender_address": "fc00:1::1",
+    "reflector_address": "fc00:3::1",
+    "segments": ["fc00:2::e"],
+    "return_segments": ["fc00:2::e"],
+}
 
 
 def views(sessions=(), flows=(), nodes="ARB", t=1_000_000_000):
@@ -46,8 +57,10 @@ def model_with(*vs, **kw) -> TopologyModel:
 
 def stamp(direction, mean, ts=1795306905000000000, ssid=7, node="A", ipdv=6.3):
     extra = f",ipdv_mean_us={ipdv}" if ipdv is not None else ""
-    return parse_line(f"stamp_delay,node={node},ssid={ssid},direction={direction} count=100i,min_us={mean - 10},"
-                      f"mean_us={mean},max_us={mean + 50},p50_us={mean},p99_us={mean + 40}{extra} {ts}")
+    return parse_line(
+        f"stamp_delay,node={node},ssid={ssid},direction={direction} count=100i,min_us={mean - 10},"
+        f"mean_us={mean},max_us={mean + 50},p50_us={mean},p99_us={mean + 40}{extra} {ts}"
+    )
 
 
 # -- keys ------------------------------------------------------------------------------
@@ -55,11 +68,11 @@ def test_node_sid_and_link_keys_follow_jalapeno_conventions():
     docs = model_with(*views()).documents()
     assert sorted(docs["segscope_node"]) == ["200_0_0_A", "200_0_0_B", "200_0_0_R"]
     assert sorted(docs["segscope_srv6_sid"]) == ["0_A_fc00:1::d6", "0_B_fc00:3::d6", "0_R_fc00:2::e"]
-    assert sorted(docs["segscope_link"]) == sorted([
-        AR_KEY, RA_KEY, "200_0_2_0_R_fc00:23::1_B_fc00:23::2", "200_0_2_0_B_fc00:23::2_R_fc00:23::1"])
+    assert sorted(docs["segscope_link"]) == sorted(
+        [AR_KEY, RA_KEY, "200_0_2_0_R_fc00:23::1_B_fc00:23::2", "200_0_2_0_B_fc00:23::2_R_fc00:23::1"]
+    )
     a = docs["segscope_node"]["200_0_0_A"]
-    assert (a["router_id"], a["router_ip"], a["protocol_id"], a["locators"]) == ("A", "fc00:1::1", 200,
-                                                                              ["fc00:1::/64"])
+    assert (a["router_id"], a["router_ip"], a["protocol_id"], a["locators"]) == ("A", "fc00:1::1", 200, ["fc00:1::/64"])
     assert a["srv6_policies"] == [{"prefix": "fd00:b::/64", "mode": "encap", "segments": ["fc00:2::e", "fc00:3::d6"]}]
     sid = docs["segscope_srv6_sid"]["0_R_fc00:2::e"]
     assert sid["srv6_endpoint_behavior"] == {"endpoint_behavior": 1, "name": "End"}
@@ -105,8 +118,16 @@ def test_neighbour_confirmation_needs_the_far_mac():
 
 def test_endx_sid_is_attached_to_the_link_of_its_next_hop():
     a, r = views(nodes="AR")
-    a["local_sids"].append({"sid": "fc00:1::e1", "prefixlen": 128, "action": "End.X",
-                            "params": {"nh6": "fc00:12::2"}, "interface": "a0", "table": 254})
+    a["local_sids"].append(
+        {
+            "sid": "fc00:1::e1",
+            "prefixlen": 128,
+            "action": "End.X",
+            "params": {"nh6": "fc00:12::2"},
+            "interface": "a0",
+            "table": 254,
+        }
+    )
     docs = model_with(a, r).documents()
     assert docs["segscope_link"][AR_KEY]["srv6_endx_sid"] == ["fc00:1::e1"]
     assert docs["segscope_link"][RA_KEY]["srv6_endx_sid"] == []
@@ -149,7 +170,7 @@ def test_unknown_sid_leaves_the_path_unresolved_and_unannotated():
     m = model_with(*views(sessions=[s]))
     m.apply_point(stamp("forward", 100.0, ssid=9))
     docs = m.documents()
-    assert docs["segscope_path"] == {}          # no reflector node: no path doc
+    assert docs["segscope_path"] == {}  # no reflector node: no path doc
     assert not any("latency" in e for e in docs["segscope_graph_edge"].values())
     res = m.resolve_path("A", ["fc00:2::e", "fc00:99::1"])
     assert res["links"] is None and res["unresolved_sids"] == ["fc00:99::1"]
@@ -167,19 +188,29 @@ def test_newest_point_wins_and_older_ones_are_counted_stale():
     m = model_with(*views(sessions=[ONE_HOP]))
     m.apply_point(stamp("forward", 2000.0, ts=2_000))
     assert not m.apply_point(stamp("forward", 9999.0, ts=1_000))
-    assert m.apply_point(stamp("forward", 2100.0, ts=2_000))     # re-emission of the same second
+    assert m.apply_point(stamp("forward", 2100.0, ts=2_000))  # re-emission of the same second
     assert m.counters.points_stale == 1
     assert m.documents()["segscope_graph_edge"][AR_KEY]["unidir_link_delay"] == 2100.0
 
 
 def test_altmark_loss_on_a_one_hop_flow_sets_packet_loss_percent():
-    flow = {"side": "FLOW_MONITOR_SIDE_TX", "flow_id": 5, "method": "MARKING_METHOD_DSCP",
-            "segments": ["fc00:2::e"], "device": "a0", "period_ms": 1000}
+    flow = {
+        "side": "FLOW_MONITOR_SIDE_TX",
+        "flow_id": 5,
+        "method": "MARKING_METHOD_DSCP",
+        "segments": ["fc00:2::e"],
+        "device": "a0",
+        "period_ms": 1000,
+    }
     m = model_with(*views(flows=[flow]))
-    ok = parse_line('altmark_loss,flow=5,method=dscp,period_ms=1000,tx_node=A,rx_node=R tx_packets=1000i,'
-                    'rx_packets=990i,lost=10i,loss_ratio=0.01,complete=true,reason="ok" 2000')
-    partial = parse_line('altmark_loss,flow=5,method=dscp,period_ms=1000,tx_node=A,rx_node=unknown '
-                         'tx_packets=500i,complete=false,reason="missing_rx" 3000')
+    ok = parse_line(
+        'altmark_loss,flow=5,method=dscp,period_ms=1000,tx_node=A,rx_node=R tx_packets=1000i,'
+        'rx_packets=990i,lost=10i,loss_ratio=0.01,complete=true,reason="ok" 2000'
+    )
+    partial = parse_line(
+        'altmark_loss,flow=5,method=dscp,period_ms=1000,tx_node=A,rx_node=unknown '
+        'tx_packets=500i,complete=false,reason="missing_rx" 3000'
+    )
     assert m.apply_point(ok) and not m.apply_point(partial)
     docs = m.documents()
     assert docs["segscope_graph_edge"][AR_KEY]["unidir_packet_loss"] == 1.0
@@ -188,16 +219,19 @@ def test_altmark_loss_on_a_one_hop_flow_sets_packet_loss_percent():
 
 
 # -- validation, replays, diffs --------------------------------------------------------
-@pytest.mark.parametrize("mutate,reason", [
-    (lambda v: v.update(schema="other"), "bad_schema"),
-    (lambda v: v.update(version=99), "unsupported_version"),
-    (lambda v: v.update(node=""), "bad_node"),
-    (lambda v: v.update(node="a/b"), "bad_node"),
-    (lambda v: v.update(interfaces="eth0"), "bad_field"),
-    (lambda v: v["interfaces"][1]["addresses"].append({"address": "not-an-ip", "prefixlen": 64}), "bad_field"),
-    (lambda v: v.update(stamp_sessions={"ssid": 1}), "bad_field"),
-    (lambda v: v.pop("generated_at_ns"), "bad_field"),
-])
+@pytest.mark.parametrize(
+    "mutate,reason",
+    [
+        (lambda v: v.update(schema="other"), "bad_schema"),
+        (lambda v: v.update(version=99), "unsupported_version"),
+        (lambda v: v.update(node=""), "bad_node"),
+        (lambda v: v.update(node="a/b"), "bad_node"),
+        (lambda v: v.update(interfaces="eth0"), "bad_field"),
+        (lambda v: v["interfaces"][1]["addresses"].append({"address": "not-an-ip", "prefixlen": 64}), "bad_field"),
+        (lambda v: v.update(stamp_sessions={"ssid": 1}), "bad_field"),
+        (lambda v: v.pop("generated_at_ns"), "bad_field"),
+    ],
+)
 def test_malformed_views_are_rejected_with_a_reason(mutate, reason):
     v = views(nodes="A")[0]
     mutate(v)
@@ -220,9 +254,11 @@ def test_an_older_view_never_replaces_a_newer_one():
 
 
 def test_replays_in_any_order_give_identical_documents():
-    inputs = [("view", v) for v in views(sessions=[ONE_HOP])] + [
-        ("point", stamp("forward", 2000.0 + i, ts=1_000 + i)) for i in range(5)] + [
-        ("point", stamp("reverse", 1000.0 + i, ts=1_000 + i)) for i in range(5)]
+    inputs = (
+        [("view", v) for v in views(sessions=[ONE_HOP])]
+        + [("point", stamp("forward", 2000.0 + i, ts=1_000 + i)) for i in range(5)]
+        + [("point", stamp("reverse", 1000.0 + i, ts=1_000 + i)) for i in range(5)]
+    )
 
     def run(seq):
         m = TopologyModel()
@@ -233,8 +269,8 @@ def test_replays_in_any_order_give_identical_documents():
     reference = run(inputs)
     rng = random.Random(6)
     for _ in range(5):
-        seq = inputs + inputs          # everything twice (a replay) ...
-        rng.shuffle(seq)               # ... in any order
+        seq = inputs + inputs  # everything twice (a replay) ...
+        rng.shuffle(seq)  # ... in any order
         assert json.dumps(run(seq), sort_keys=True) == json.dumps(reference, sort_keys=True)
     assert reference["segscope_graph_edge"][AR_KEY]["unidir_link_delay"] == 2004.0
 
@@ -248,8 +284,10 @@ def test_diff_sends_only_changes_and_deletes_what_disappeared():
     m.apply_point(stamp("forward", 2000.0))
     up, dl = diff_documents(first, m.documents())
     assert {c: [d["_key"] for d in docs] for c, docs in up.items()} == {
-        "segscope_graph_edge": [AR_KEY], "segscope_path": ["200_0_0_A_200_0_0_R_fc00:12::2"]}
-    r_gone = views(sessions=[ONE_HOP], nodes="AB", t=2)    # R's interface r0 lost its address
+        "segscope_graph_edge": [AR_KEY],
+        "segscope_path": ["200_0_0_A_200_0_0_R_fc00:12::2"],
+    }
+    r_gone = views(sessions=[ONE_HOP], nodes="AB", t=2)  # R's interface r0 lost its address
     r = views(nodes="R", t=2)[0]
     r["interfaces"] = [i for i in r["interfaces"] if i["name"] != "r0"]
     m2 = model_with(*r_gone, r)
@@ -263,15 +301,23 @@ def test_jalapeno_annotations_carry_link_ips_and_measurement_fields_only():
     m.apply_point(stamp("forward", 2000.0))
     ann = m.jalapeno_annotations()
     assert [(a["local_ip"], a["remote_ip"]) for a in ann] == [("fc00:12::1", "fc00:12::2")]
-    assert set(ann[0]["fields"]) <= {"latency", "unidir_link_delay", "unidir_link_delay_min_max",
-                                     "unidir_delay_variation", "delay_measured_at_ns", "delay_source"}
+    assert set(ann[0]["fields"]) <= {
+        "latency",
+        "unidir_link_delay",
+        "unidir_link_delay_min_max",
+        "unidir_delay_variation",
+        "delay_measured_at_ns",
+        "delay_source",
+    }
     assert not any(k.startswith("_") for k in ann[0]["fields"])
 
 
 # -- line protocol ---------------------------------------------------------------------
 def test_line_protocol_parser_reads_segscope_lines_with_escapes_and_types():
-    p = parse_line('altmark_loss,flow=7,tx_node=edge\\ router\\,1,rx_node=B tx_packets=1000i,'
-                   'loss_ratio=0.01,complete=true,reason="say \\"ok\\", here" 1795305563000000000')
+    p = parse_line(
+        'altmark_loss,flow=7,tx_node=edge\\ router\\,1,rx_node=B tx_packets=1000i,'
+        'loss_ratio=0.01,complete=true,reason="say \\"ok\\", here" 1795305563000000000'
+    )
     assert p.measurement == "altmark_loss"
     assert p.tags == {"flow": "7", "tx_node": "edge router,1", "rx_node": "B"}
     assert p.fields == {"tx_packets": 1000, "loss_ratio": 0.01, "complete": True, "reason": 'say "ok", here'}
@@ -286,7 +332,7 @@ def test_line_protocol_parser_reads_segscope_lines_with_escapes_and_types():
 
 def test_the_newest_of_several_sessions_on_one_link_wins_on_edge_and_path():
     other = dict(ONE_HOP, ssid=11)
-    m = model_with(*views(sessions=[other, ONE_HOP]))       # ssid 11 listed first, 7 second
+    m = model_with(*views(sessions=[other, ONE_HOP]))  # ssid 11 listed first, 7 second
     m.apply_point(stamp("forward", 2500.0, ssid=11, ts=5_000))
     m.apply_point(stamp("forward", 2000.0, ssid=7, ts=4_000))
     docs = m.documents()
@@ -304,10 +350,13 @@ def test_the_newest_of_several_sessions_on_one_link_wins_on_edge_and_path():
 def test_bad_session_entries_are_dropped_and_counted_not_the_whole_view():
     reflector_side = dict(ONE_HOP, role="STAMP_ROLE_REFLECTOR", ssid=12, reflector_address="")
     rx_flow = {"side": "FLOW_MONITOR_SIDE_RX", "flow_id": 5, "segments": ["fc00:2::e"]}
-    a = views(sessions=[ONE_HOP, {"ssid": "x"}, dict(ONE_HOP, sender_address="nope"), reflector_side],
-              flows=[{"flow_id": 1}, rx_flow], nodes="A")[0]
+    a = views(
+        sessions=[ONE_HOP, {"ssid": "x"}, dict(ONE_HOP, sender_address="nope"), reflector_side],
+        flows=[{"flow_id": 1}, rx_flow],
+        nodes="A",
+    )[0]
     m = model_with(a, *views(nodes="RB"))
     assert m.counters.invalid_entries == 3 and m.counters.malformed_views == 0
     assert [(p["ssid"], p["direction"]) for p in m.stamp_paths()] == [(7, "forward"), (7, "reverse")]
-    assert m.flow_paths() == []          # only the tx side of a flow names its path
+    assert m.flow_paths() == []  # only the tx side of a flow names its path
     assert len(m.documents()["segscope_node"]) == 3

@@ -4,6 +4,7 @@ By default the API is the in-process STAND-IN (tests/topology/arango_standin.py)
 SEGSCOPE_ARANGO_URL set the same tests run against a real ArangoDB (conftest.py). Tests that
 inspect the stand-in itself (its request log, its refusal of other AQL) say so and only run on it.
 """
+
 from __future__ import annotations
 
 import copy
@@ -11,11 +12,11 @@ import copy
 import pytest
 from arango import ArangoClient
 from arango.exceptions import ArangoServerError
+from test_topology_model import AR_KEY, ONE_HOP, RA_KEY, stamp, views
 
 from processors.topology.model import TopologyModel
 from processors.topology.sink import TopologySink
 from processors.topology.writer import ArangoWriter, WriterError
-from test_topology_model import AR_KEY, ONE_HOP, RA_KEY, stamp, views
 
 
 def writer(t, **kw) -> ArangoWriter:
@@ -37,15 +38,24 @@ def counts(w: ArangoWriter) -> dict[str, int]:
 def test_ensure_schema_creates_db_collections_and_graph_once(arango):
     w = writer(arango)
     w.ensure_schema()
-    w.ensure_schema()                                   # idempotent: nothing fails the second time
+    w.ensure_schema()  # idempotent: nothing fails the second time
     assert w.db.has_graph("segscope_graph")
     cols = {c["name"]: c["type"] for c in w.db.collections() if not c["system"]}
-    assert cols == {"segscope_node": "document", "segscope_link": "document", "segscope_srv6_sid": "document",
-                    "segscope_path": "document", "segscope_graph_edge": "edge"}
+    assert cols == {
+        "segscope_node": "document",
+        "segscope_link": "document",
+        "segscope_srv6_sid": "document",
+        "segscope_path": "document",
+        "segscope_graph_edge": "edge",
+    }
     g = w.db.graph("segscope_graph").properties()
-    assert g["edge_definitions"] == [{"edge_collection": "segscope_graph_edge",
-                                      "from_vertex_collections": ["segscope_node"],
-                                      "to_vertex_collections": ["segscope_node"]}]
+    assert g["edge_definitions"] == [
+        {
+            "edge_collection": "segscope_graph_edge",
+            "from_vertex_collections": ["segscope_node"],
+            "to_vertex_collections": ["segscope_node"],
+        }
+    ]
 
 
 def test_upsert_by_key_never_duplicates_and_merges_fields(arango):
@@ -93,21 +103,35 @@ def test_sink_writes_the_model_then_only_changes_and_replays_add_nothing(arango)
     m = model_with(*views(sessions=[ONE_HOP]))
     sink = TopologySink(m, writer(arango))
     assert sink.flush() == {"upserted": 3 + 4 + 3 + 4 + 2, "deleted": 0}
-    assert counts(sink.writer) == {"segscope_node": 3, "segscope_link": 4, "segscope_srv6_sid": 3,
-                                   "segscope_graph_edge": 4, "segscope_path": 2}
-    assert sink.flush() == {"upserted": 0, "deleted": 0}       # nothing changed: nothing sent
+    assert counts(sink.writer) == {
+        "segscope_node": 3,
+        "segscope_link": 4,
+        "segscope_srv6_sid": 3,
+        "segscope_graph_edge": 4,
+        "segscope_path": 2,
+    }
+    assert sink.flush() == {"upserted": 0, "deleted": 0}  # nothing changed: nothing sent
     m.apply_point(stamp("forward", 2044.9))
-    assert sink.flush() == {"upserted": 2, "deleted": 0}       # edge A->R + forward path doc
+    assert sink.flush() == {"upserted": 2, "deleted": 0}  # edge A->R + forward path doc
     edge = sink.writer.db.collection("segscope_graph_edge").get(AR_KEY)
     assert (edge["_from"], edge["_to"], edge["latency"], edge["unidir_link_delay"]) == (
-        "segscope_node/200_0_0_A", "segscope_node/200_0_0_R", 2044.9, 2044.9)
+        "segscope_node/200_0_0_A",
+        "segscope_node/200_0_0_R",
+        2044.9,
+        2044.9,
+    )
     # a restarted processor replaying everything rewrites the same keys: still no duplicates
     m2 = model_with(*views(sessions=[ONE_HOP]))
     m2.apply_point(stamp("forward", 2044.9))
     sink2 = TopologySink(m2, writer(arango))
     assert sink2.flush()["upserted"] == 16
-    assert counts(sink2.writer) == {"segscope_node": 3, "segscope_link": 4, "segscope_srv6_sid": 3,
-                                    "segscope_graph_edge": 4, "segscope_path": 2}
+    assert counts(sink2.writer) == {
+        "segscope_node": 3,
+        "segscope_link": 4,
+        "segscope_srv6_sid": 3,
+        "segscope_graph_edge": 4,
+        "segscope_path": 2,
+    }
     assert sink2.writer.db.collection("segscope_graph_edge").get(AR_KEY)["latency"] == 2044.9
 
 
@@ -118,18 +142,19 @@ def test_sink_deletes_links_and_edges_that_disappear(arango):
     r = views(nodes="R", t=2_000_000_000)[0]
     r["interfaces"] = [i for i in r["interfaces"] if i["name"] != "r0"]
     m.apply_view(r)
-    assert sink.flush() == {"upserted": 1, "deleted": 4}        # R's node doc; A<->R link + edge x2
+    assert sink.flush() == {"upserted": 1, "deleted": 4}  # R's node doc; A<->R link + edge x2
     keys = {d["_key"] for d in sink.writer.all_documents("segscope_graph_edge")}
     assert AR_KEY not in keys and RA_KEY not in keys and len(keys) == 2
 
 
 def test_sink_retries_after_a_failed_write(arango):
     m = model_with(*views())
-    sink = TopologySink(m, ArangoWriter("http://127.0.0.1:9", arango.db_name, arango.user, arango.password,
-                                        timeout_s=1))
+    sink = TopologySink(
+        m, ArangoWriter("http://127.0.0.1:9", arango.db_name, arango.user, arango.password, timeout_s=1)
+    )
     assert sink.flush() == {"error": 1}
     assert sink.counters.flush_errors == 1 and sink.last_error and sink.written == {}
-    sink.writer = writer(arango)                                  # the database is back
+    sink.writer = writer(arango)  # the database is back
     assert sink.flush()["upserted"] == 14 and sink.last_error is None
 
 
@@ -138,15 +163,16 @@ def test_sink_rewrites_everything_after_the_database_was_lost(arango):
     sink = TopologySink(m, writer(arango))
     assert sink.flush()["upserted"] == 16
     if arango.standin is not None:
-        arango.standin.store.dbs.pop(arango.db_name)          # the stand-in "loses" the database
+        arango.standin.store.dbs.pop(arango.db_name)  # the stand-in "loses" the database
     else:
-        ArangoClient(hosts=arango.url).db("_system", username=arango.user,
-                                          password=arango.password).delete_database(arango.db_name)
-    m.apply_view(views(nodes="R", t=2_000_000_000)[0])        # no content change: nothing to send...
-    assert sink.flush() == {"upserted": 0, "deleted": 0}      # ... so nothing notices yet
-    m.apply_point(stamp("forward", 1.0))                      # a change: the write fails (no database)
+        ArangoClient(hosts=arango.url).db("_system", username=arango.user, password=arango.password).delete_database(
+            arango.db_name
+        )
+    m.apply_view(views(nodes="R", t=2_000_000_000)[0])  # no content change: nothing to send...
+    assert sink.flush() == {"upserted": 0, "deleted": 0}  # ... so nothing notices yet
+    m.apply_point(stamp("forward", 1.0))  # a change: the write fails (no database)
     assert sink.flush() == {"error": 1} and not sink.schema_ready
-    assert sink.flush()["upserted"] == 16                     # database recreated, everything rewritten
+    assert sink.flush()["upserted"] == 16  # database recreated, everything rewritten
     assert counts(sink.writer)["segscope_graph_edge"] == 4
 
 
@@ -157,12 +183,21 @@ def _jalapeno_db(t) -> None:
     db = ArangoClient(hosts=t.url).db(t.db_name, username=t.user, password=t.password)
     db.create_collection("igp_node")
     db.create_collection("igpv6_graph_edge", edge=True)
-    db.collection("igp_node").insert_many([{"_key": "2_0_0_0000.0000.000a", "name": "A"},
-                                           {"_key": "2_0_0_0000.0000.000r", "name": "R"}])
-    db.collection("igpv6_graph_edge").insert_many([
-        {"_key": "2_0_2_0_0000.0000.000a_fc00:12::1_0000.0000.000r_fc00:12::2",
-         "_from": "igp_node/2_0_0_0000.0000.000a", "_to": "igp_node/2_0_0_0000.0000.000r",
-         "local_link_ip": "fc00:12::1", "remote_link_ip": "fc00:12::2", "unidir_link_delay": 10}])
+    db.collection("igp_node").insert_many(
+        [{"_key": "2_0_0_0000.0000.000a", "name": "A"}, {"_key": "2_0_0_0000.0000.000r", "name": "R"}]
+    )
+    db.collection("igpv6_graph_edge").insert_many(
+        [
+            {
+                "_key": "2_0_2_0_0000.0000.000a_fc00:12::1_0000.0000.000r_fc00:12::2",
+                "_from": "igp_node/2_0_0_0000.0000.000a",
+                "_to": "igp_node/2_0_0_0000.0000.000r",
+                "local_link_ip": "fc00:12::1",
+                "remote_link_ip": "fc00:12::2",
+                "unidir_link_delay": 10,
+            }
+        ]
+    )
 
 
 def test_jalapeno_mode_updates_existing_edges_and_creates_no_nodes(arango):
@@ -173,23 +208,24 @@ def test_jalapeno_mode_updates_existing_edges_and_creates_no_nodes(arango):
     w = writer(arango, mode="jalapeno")
     sink = TopologySink(m, w)
     stats = sink.flush()
-    assert stats == {"annotated": 1, "unmatched": 1, "upserted": 2}   # R->A has no Jalapeno edge here
+    assert stats == {"annotated": 1, "unmatched": 1, "upserted": 2}  # R->A has no Jalapeno edge here
     edges = w.all_documents("igpv6_graph_edge")
     assert len(edges) == 1
     e = edges[0]
     assert (e["latency"], e["unidir_link_delay"], e["_from"]) == (2044.9, 2044.9, "igp_node/2_0_0_0000.0000.000a")
-    assert len(w.all_documents("igp_node")) == 2                      # no parallel node keys
+    assert len(w.all_documents("igp_node")) == 2  # no parallel node keys
     cols = {c["name"] for c in w.db.collections() if not c["system"]}
     assert cols == {"igp_node", "igpv6_graph_edge", "segscope_path"}
     paths = {d["_key"]: d for d in w.all_documents("segscope_path")}
     fwd = paths["200_0_0_A_200_0_0_R_fc00:12::2"]
     assert (fwd["src"], fwd["dst"]) == ("igp_node/2_0_0_0000.0000.000a", "igp_node/2_0_0_0000.0000.000r")
-    assert sink.flush() == {"annotated": 0, "unmatched": 0, "upserted": 0}   # nothing new
+    assert sink.flush() == {"annotated": 0, "unmatched": 0, "upserted": 0}  # nothing new
 
 
 def test_jalapeno_mode_refuses_a_database_without_jalapeno_collections(arango):
-    ArangoClient(hosts=arango.url).db("_system", username=arango.user,
-                                      password=arango.password).create_database(arango.db_name)
+    ArangoClient(hosts=arango.url).db("_system", username=arango.user, password=arango.password).create_database(
+        arango.db_name
+    )
     with pytest.raises(WriterError, match="no collection 'igp_node'"):
         writer(arango, mode="jalapeno").ensure_schema()
 
@@ -205,13 +241,17 @@ def test_standin_serves_only_the_endpoints_the_writer_uses(arango):
     sink.writer.delete("segscope_path", ["200_0_0_A_200_0_0_R_fc00:12::2"])
     sink.writer.all_documents("segscope_node")
     used = {(meth, "/".join(p.split("/")[:5])) for meth, p in arango.standin.store.requests}
-    assert used == {("GET", "/_db/_system/_api/database"), ("POST", "/_db/_system/_api/database"),
-                    ("GET", f"/_db/{arango.db_name}/_api/collection"),
-                    ("POST", f"/_db/{arango.db_name}/_api/collection"),
-                    ("GET", f"/_db/{arango.db_name}/_api/gharial"), ("POST", f"/_db/{arango.db_name}/_api/gharial"),
-                    ("POST", f"/_db/{arango.db_name}/_api/document"),
-                    ("DELETE", f"/_db/{arango.db_name}/_api/document"),
-                    ("POST", f"/_db/{arango.db_name}/_api/cursor")}
+    assert used == {
+        ("GET", "/_db/_system/_api/database"),
+        ("POST", "/_db/_system/_api/database"),
+        ("GET", f"/_db/{arango.db_name}/_api/collection"),
+        ("POST", f"/_db/{arango.db_name}/_api/collection"),
+        ("GET", f"/_db/{arango.db_name}/_api/gharial"),
+        ("POST", f"/_db/{arango.db_name}/_api/gharial"),
+        ("POST", f"/_db/{arango.db_name}/_api/document"),
+        ("DELETE", f"/_db/{arango.db_name}/_api/document"),
+        ("POST", f"/_db/{arango.db_name}/_api/cursor"),
+    }
     with pytest.raises(ArangoServerError) as e:
         sink.writer.db.aql.execute("FOR d IN segscope_node FILTER d.x == 1 RETURN d")
     assert e.value.error_code == 1501

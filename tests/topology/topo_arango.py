@@ -5,6 +5,7 @@ port. With SEGSCOPE_ARANGO_URL (+ SEGSCOPE_ARANGO_USER, SEGSCOPE_ARANGO_PASSWORD
 run against that real ArangoDB; each test uses its own database `segscope_test_<random>`,
 dropped afterwards.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -21,7 +22,7 @@ class ArangoTarget:
     user: str
     password: str
     db_name: str
-    standin: ArangoStandin | None     # None: a real ArangoDB
+    standin: ArangoStandin | None  # None: a real ArangoDB
 
 
 @contextlib.contextmanager
@@ -36,11 +37,10 @@ def arango_target():
             yield ArangoTarget(url, user, password, db_name, None)
         finally:
             from arango import ArangoClient
+
             sys_db = ArangoClient(hosts=url).db("_system", username=user, password=password)
             if sys_db.has_database(db_name):
                 sys_db.delete_database(db_name)
         return
     with ArangoStandin() as standin:
         yield ArangoTarget(standin.url, standin.user, standin.password, db_name, standin)
-
-

@@ -6,6 +6,7 @@ static neighbours (netlab installs the far end's addresses as permanent neighbou
 test compares real build_node_view() output with it; the model tests use it (plus MACs and
 ifindexes made up here) as realistic input without needing namespaces.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -31,32 +32,79 @@ def expected_views(topology_path, generated_at_ns: int = 1_000_000_000) -> dict[
     ifindex = 10
     for name, node in topo.nodes.items():
         lo_addrs = [_addr(a) for a in node.loopback]
-        interfaces = [{"name": "lo", "ifindex": 1, "kind": "loopback", "mac": "00:00:00:00:00:00",
-                       "mtu": 65536, "admin_up": True, "oper_state": "unknown", "addresses": lo_addrs}]
+        interfaces = [
+            {
+                "name": "lo",
+                "ifindex": 1,
+                "kind": "loopback",
+                "mac": "00:00:00:00:00:00",
+                "mtu": 65536,
+                "admin_up": True,
+                "oper_state": "unknown",
+                "addresses": lo_addrs,
+            }
+        ]
         neighbours = []
         for link, end, far in topo.endpoints_of(name):
             ifindex += 1
-            interfaces.append({"name": end.ifname, "ifindex": ifindex, "kind": "veth",
-                               "mac": _mac(link.name, end.node), "mtu": 1500, "admin_up": True,
-                               "oper_state": "up", "addresses": [_addr(a) for a in end.addrs]})
+            interfaces.append(
+                {
+                    "name": end.ifname,
+                    "ifindex": ifindex,
+                    "kind": "veth",
+                    "mac": _mac(link.name, end.node),
+                    "mtu": 1500,
+                    "admin_up": True,
+                    "oper_state": "up",
+                    "addresses": [_addr(a) for a in end.addrs],
+                }
+            )
             for a in far.addrs:
-                neighbours.append({"interface": end.ifname, "address": a.split("/")[0],
-                                   "mac": _mac(link.name, far.node), "state": "permanent"})
+                neighbours.append(
+                    {
+                        "interface": end.ifname,
+                        "address": a.split("/")[0],
+                        "mac": _mac(link.name, far.node),
+                        "state": "permanent",
+                    }
+                )
         sids, policies = [], []
         for r in node.routes:
             if r.seg6local:
                 params = {k: r.seg6local[k] for k in ("table", "nh6") if k in r.seg6local}
-                sids.append({"sid": r.dst.split("/")[0], "prefixlen": int(r.dst.split("/")[1]),
-                             "action": r.seg6local["action"], "params": params, "interface": r.dev,
-                             "table": 254})
+                sids.append(
+                    {
+                        "sid": r.dst.split("/")[0],
+                        "prefixlen": int(r.dst.split("/")[1]),
+                        "action": r.seg6local["action"],
+                        "params": params,
+                        "interface": r.dev,
+                        "table": 254,
+                    }
+                )
             if r.seg6:
-                policies.append({"prefix": r.dst, "mode": r.seg6["mode"], "segments": list(r.seg6["segs"]),
-                                 "interface": r.dev, "table": 254})
+                policies.append(
+                    {
+                        "prefix": r.dst,
+                        "mode": r.seg6["mode"],
+                        "segments": list(r.seg6["segs"]),
+                        "interface": r.dev,
+                        "table": 254,
+                    }
+                )
         views[name] = {
-            "schema": SCHEMA, "version": SCHEMA_VERSION, "node": name, "netns": None,
-            "generated_at_ns": generated_at_ns, "interfaces": sorted(interfaces, key=lambda i: i["name"]),
-            "neighbours": neighbours, "local_sids": sids, "policies": policies,
-            "loopbacks": [{"interface": "lo", "address": a["address"], "prefixlen": a["prefixlen"]}
-                          for a in lo_addrs],
-            "locators": locators_of(sids), "stamp_sessions": [], "flows": []}
+            "schema": SCHEMA,
+            "version": SCHEMA_VERSION,
+            "node": name,
+            "netns": None,
+            "generated_at_ns": generated_at_ns,
+            "interfaces": sorted(interfaces, key=lambda i: i["name"]),
+            "neighbours": neighbours,
+            "local_sids": sids,
+            "policies": policies,
+            "loopbacks": [{"interface": "lo", "address": a["address"], "prefixlen": a["prefixlen"]} for a in lo_addrs],
+            "locators": locators_of(sids),
+            "stamp_sessions": [],
+            "flows": [],
+        }
     return views

@@ -12,6 +12,7 @@ Checks per datagram, with an oracle independent of the reflector's code:
   - at the end received == sum of the outcome counters (every datagram in exactly one).
 Prints one JSON line: counts per outcome, per generator, replies checked.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -36,10 +37,18 @@ from segscope_schemas import stamp_hmac  # noqa: E402
 from segscope_schemas.stamp_tlv import encode_tlv  # noqa: E402
 
 KEY = bytes(range(32))
-TLV_SAMPLES = [encode_tlv(1, bytes(8), 0x80), encode_tlv(5, bytes(12), 0x80), encode_tlv(3, bytes(4), 0x80),
-               encode_tlv(7, bytes(16), 0x80), encode_tlv(4, bytes(4), 0x80), encode_tlv(200, b"abc", 0x80),
-               encode_tlv(10, bytes.fromhex("0001000400000000"), 0x80), encode_tlv(9, bytes(16), 0x80),
-               encode_tlv(2, bytes(4) + encode_tlv(7, bytes(16)), 0x80), encode_tlv(8, bytes(16), 0x80)]
+TLV_SAMPLES = [
+    encode_tlv(1, bytes(8), 0x80),
+    encode_tlv(5, bytes(12), 0x80),
+    encode_tlv(3, bytes(4), 0x80),
+    encode_tlv(7, bytes(16), 0x80),
+    encode_tlv(4, bytes(4), 0x80),
+    encode_tlv(200, b"abc", 0x80),
+    encode_tlv(10, bytes.fromhex("0001000400000000"), 0x80),
+    encode_tlv(9, bytes(16), 0x80),
+    encode_tlv(2, bytes(4) + encode_tlv(7, bytes(16)), 0x80),
+    encode_tlv(8, bytes(16), 0x80),
+]
 
 
 def key_ring() -> KeyRing:
@@ -50,8 +59,9 @@ def key_ring() -> KeyRing:
 
 def unauth_packet(rng: random.Random, ssid: int) -> bytearray:
     p = bytearray(44)
-    struct.pack_into("!IIIHH", p, 0, rng.getrandbits(32), rng.getrandbits(32), rng.randrange(10**9),
-                     rng.getrandbits(16), ssid)
+    struct.pack_into(
+        "!IIIHH", p, 0, rng.getrandbits(32), rng.getrandbits(32), rng.randrange(10**9), rng.getrandbits(16), ssid
+    )
     return p
 
 
@@ -74,10 +84,10 @@ def mutate(rng: random.Random, p: bytearray) -> bytearray:
         if op == 0 and p:
             p[rng.randrange(len(p))] ^= 1 << rng.randrange(8)
         elif op == 1:
-            del p[rng.randrange(len(p) + 1):]
+            del p[rng.randrange(len(p) + 1) :]
         elif op == 2:
             p += os.urandom(rng.randrange(1, 24))
-        elif op == 3 and len(p) > 48:                       # TLV Length fields: the classic overrun
+        elif op == 3 and len(p) > 48:  # TLV Length fields: the classic overrun
             struct.pack_into("!H", p, 46, rng.getrandbits(16))
     return p
 
@@ -106,7 +116,7 @@ def asks_no_reply(payload: bytes, base_len: int) -> bool:
         _flags, tlv_type, length = struct.unpack_from("!BBH", payload, off)
         if off + 4 + length > len(payload):
             return False
-        if tlv_type == 10 and length >= 8 and payload[off + 4:off + 8] == bytes.fromhex("00010004"):
+        if tlv_type == 10 and length >= 8 and payload[off + 4 : off + 8] == bytes.fromhex("00010004"):
             return bool(payload[off + 11] & 1)
         off += 4 + length
     return False
@@ -147,9 +157,11 @@ def main() -> int:
     sink.settimeout(1.0)
     peer = ("::1", sink.getsockname()[1], 0, 0)
     now = time.time_ns()
-    anc = [(socket.SOL_SOCKET, SO_TIMESTAMPNS, struct.pack("=qq", now // 10**9, now % 10**9)),
-           (socket.IPPROTO_IPV6, socket.IPV6_HOPLIMIT, struct.pack("=i", 64)),
-           (socket.IPPROTO_IPV6, socket.IPV6_PKTINFO, socket.inet_pton(socket.AF_INET6, "::1") + struct.pack("=I", 1))]
+    anc = [
+        (socket.SOL_SOCKET, SO_TIMESTAMPNS, struct.pack("=qq", now // 10**9, now % 10**9)),
+        (socket.IPPROTO_IPV6, socket.IPV6_HOPLIMIT, struct.pack("=i", 64)),
+        (socket.IPPROTO_IPV6, socket.IPV6_PKTINFO, socket.inet_pton(socket.AF_INET6, "::1") + struct.pack("=I", 1)),
+    ]
     outcomes, kinds, mismatches = Counter(), Counter(), []
     replies_checked = 0
     for i in range(a.count):
@@ -157,10 +169,10 @@ def main() -> int:
         kinds[kind] += 1
         want, ssid = expected_ssid(payload, ring)
         refl.counters["received"] += 1
-        got = refl.handle(payload, anc, peer)          # any exception fails the run (traceback, exit 1)
+        got = refl.handle(payload, anc, peer)  # any exception fails the run (traceback, exit 1)
         refl.counters[got] += 1
         outcomes[got] += 1
-        if want == "no_reply_requested?":   # honoured unless the TLV was malformed or failed integrity
+        if want == "no_reply_requested?":  # honoured unless the TLV was malformed or failed integrity
             want = got if got in ("no_reply_requested", "reflected") else "no_reply_requested"
         if got != want:
             mismatches.append({"i": i, "kind": kind, "want": want, "got": got, "hex": payload.hex()})
@@ -168,14 +180,17 @@ def main() -> int:
                 break
             continue
         if got == "reflected":
-            if ssid == 3:            # return SID ::1 -> the reply has an SRH and goes to ::1's SRH handling
-                continue             # (not to the sink); counted, its construction checked for ssid 1/2
+            if ssid == 3:  # return SID ::1 -> the reply has an SRH and goes to ::1's SRH handling
+                continue  # (not to the sink); counted, its construction checked for ssid 1/2
             reply = sink.recv(65535)
             replies_checked += 1
             # RFC 8762 §4.3.1 / §4.3.2: SSID at 14 / 26, Session-Sender Sequence Number at 24 / 48
             ssid_off, sseq_off = (14, 24) if ssid == 1 else (26, 48)
-            ok = (len(reply) == len(payload) and struct.unpack_from("!H", reply, ssid_off)[0] == ssid
-                  and reply[sseq_off:sseq_off + 4] == payload[0:4])
+            ok = (
+                len(reply) == len(payload)
+                and struct.unpack_from("!H", reply, ssid_off)[0] == ssid
+                and reply[sseq_off : sseq_off + 4] == payload[0:4]
+            )
             if ssid == 2:
                 ok = ok and ring.verify(reply[:96], reply[96:112], time.clock_gettime_ns(time.CLOCK_TAI))
             if not ok:
@@ -190,10 +205,22 @@ def main() -> int:
         pass
     c = refl.counters
     accounted = sum(c[k] for k in OUTCOMES)
-    print(json.dumps({"count": a.count, "received": c["received"], "accounted": accounted,
-                      "outcomes": dict(outcomes), "kinds": dict(kinds), "replies_checked": replies_checked,
-                      "stray_replies": stray, "tlv": {k: c[k] for k in c if k.startswith("tlv_")},
-                      "mismatches": mismatches[:5], "n_mismatches": len(mismatches)}))
+    print(
+        json.dumps(
+            {
+                "count": a.count,
+                "received": c["received"],
+                "accounted": accounted,
+                "outcomes": dict(outcomes),
+                "kinds": dict(kinds),
+                "replies_checked": replies_checked,
+                "stray_replies": stray,
+                "tlv": {k: c[k] for k in c if k.startswith("tlv_")},
+                "mismatches": mismatches[:5],
+                "n_mismatches": len(mismatches),
+            }
+        )
+    )
     return 0 if not mismatches and accounted == c["received"] == a.count and stray == 0 else 1
 
 

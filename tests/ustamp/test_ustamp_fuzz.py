@@ -5,6 +5,7 @@ see collectors/ustamp/README.md for that run). No exception, every datagram in e
 counter, outcomes as an independent oracle expects them, no reply to a short, unknown or
 unauthenticated datagram, every reflected reply re-parsed.
 """
+
 from __future__ import annotations
 
 import json
@@ -22,11 +23,24 @@ def test_fuzz_reflector_accounts_for_every_datagram():
     subprocess.run(["ip", "netns", "add", NETNS], check=True)
     try:
         subprocess.run(["ip", "netns", "exec", NETNS, "ip", "link", "set", "lo", "up"], check=True)
-        res = subprocess.run(["ip", "netns", "exec", NETNS, PY, str(REPO / "tests" / "ustamp" / "fuzz_reflector.py"),
-                              "--count", str(count)], capture_output=True, text=True, timeout=300)
+        res = subprocess.run(
+            [
+                "ip",
+                "netns",
+                "exec",
+                NETNS,
+                PY,
+                str(REPO / "tests" / "ustamp" / "fuzz_reflector.py"),
+                "--count",
+                str(count),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
     finally:
         subprocess.run(["ip", "netns", "del", NETNS], capture_output=True)
-    assert res.returncode in (0, 1), res.stderr            # 1 = a property failed (details below)
+    assert res.returncode in (0, 1), res.stderr  # 1 = a property failed (details below)
     out = json.loads(res.stdout)
     assert out["n_mismatches"] == 0, out["mismatches"]
     assert out["received"] == out["accounted"] == count

@@ -5,17 +5,21 @@ fixture adds on R) -> A, so forward and return use DIFFERENT SID lists; R's per-
 counters prove which list each packet followed. All namespaces share one clock, so
 T1 <= T2 <= T3 <= T4 holds exactly (NTP only loses sub-ns resolution).
 """
+
 from __future__ import annotations
 
 import subprocess
 import time
 
 import pytest
+from ustamp_env import PY, REFLECTOR_ADDR, REPO, SENDER_ADDR, SID_FWD, SID_RET, ReflectorProc, run_sender, sid_packets
 
-from segscope_schemas.stamp_record import (STAMP_RECORD_F_LOOPBACK, STAMP_RECORD_F_NTP,
-                                           STAMP_RECORD_F_ONE_WAY, STAMP_RECORD_F_SRH)
-from ustamp_env import (PY, REFLECTOR_ADDR, REPO, SENDER_ADDR, SID_FWD, SID_RET, ReflectorProc,
-                        run_sender, sid_packets)
+from segscope_schemas.stamp_record import (
+    STAMP_RECORD_F_LOOPBACK,
+    STAMP_RECORD_F_NTP,
+    STAMP_RECORD_F_ONE_WAY,
+    STAMP_RECORD_F_SRH,
+)
 
 pytestmark = pytest.mark.datapath
 
@@ -35,8 +39,11 @@ def lab():
     teardown(PREFIX)
     lab = Lab.up("netlab/topologies/line5.yaml", PREFIX)
     try:
-        lab.run("R", ["ip", "-6", "route", "add", f"{SID_RET}/128", "encap", "seg6local", "action", "End",
-                      "count", "dev", "r1"], check=True)
+        lab.run(
+            "R",
+            ["ip", "-6", "route", "add", f"{SID_RET}/128", "encap", "seg6local", "action", "End", "count", "dev", "r1"],
+            check=True,
+        )
         yield lab
     finally:
         lab.down()
@@ -46,12 +53,19 @@ def lab():
 def reflector(lab):
     """User-space reflector on B: PTP/NTP x stateless/stateful sessions returning via SID_RET."""
     ret = f"--return-sids {SID_RET}"
-    r = ReflectorProc(lab.ns("B"),
-                      "--add-session", f"--ssid 1 {ret}",
-                      "--add-session", f"--ssid 2 {ret} --format ntp",
-                      "--add-session", f"--ssid 3 {ret} --stateful",
-                      "--add-session", f"--ssid 4 {ret} --format ntp --stateful",
-                      "--add-session", f"--ssid 5 --sender {SENDER_ADDR}")      # no return SIDs: swap
+    r = ReflectorProc(
+        lab.ns("B"),
+        "--add-session",
+        f"--ssid 1 {ret}",
+        "--add-session",
+        f"--ssid 2 {ret} --format ntp",
+        "--add-session",
+        f"--ssid 3 {ret} --stateful",
+        "--add-session",
+        f"--ssid 4 {ret} --format ntp --stateful",
+        "--add-session",
+        f"--ssid 5 --sender {SENDER_ADDR}",
+    )  # no return SIDs: swap
     try:
         yield r
     finally:
@@ -60,8 +74,23 @@ def reflector(lab):
 
 def sender_args(ssid: int, *extra: str, count: int = N, wait_s: float = 5) -> list[str]:
     """The sender stops early once every reply is in; wait_s only bounds a lossy run."""
-    return ["--src", SENDER_ADDR, "--dst", REFLECTOR_ADDR, "--segs", SID_FWD, "--ssid", str(ssid),
-            "--rate", "200", "--count", str(count), "--wait", str(wait_s), *extra]
+    return [
+        "--src",
+        SENDER_ADDR,
+        "--dst",
+        REFLECTOR_ADDR,
+        "--segs",
+        SID_FWD,
+        "--ssid",
+        str(ssid),
+        "--rate",
+        "200",
+        "--count",
+        str(count),
+        "--wait",
+        str(wait_s),
+        *extra,
+    ]
 
 
 def wait_for(predicate, timeout: float = 5.0, what: str = "condition"):
@@ -74,24 +103,25 @@ def wait_for(predicate, timeout: float = 5.0, what: str = "condition"):
         time.sleep(0.05)
 
 
-def check_records(records: list[dict], summary: dict, ssid: int, ntp: bool, srh: bool,
-                  first_reflector_seq: int | None, lab) -> None:
+def check_records(
+    records: list[dict], summary: dict, ssid: int, ntp: bool, srh: bool, first_reflector_seq: int | None, lab
+) -> None:
     """Every field of every record. first_reflector_seq None = stateless (reflector seq = sender seq)."""
     assert summary["sent"] == N and summary["records"] == N and summary["lost"] == 0, summary
     assert summary["received"] == N and summary["send_errors"] == 0
-    assert [r["sender_seq"] for r in records] == list(range(N))       # one reply each, in order
+    assert [r["sender_seq"] for r in records] == list(range(N))  # one reply each, in order
     a0 = lab.ifindex("A", "a0")
     for i, r in enumerate(records):
         assert r["t1_ns"] <= r["t2_ns"] <= r["t3_ns"] <= r["t4_ns"], r
-        assert r["t4_ns"] - r["t1_ns"] < 1_000_000_000, r               # sane: < 1 s round trip
+        assert r["t4_ns"] - r["t1_ns"] < 1_000_000_000, r  # sane: < 1 s round trip
         assert r["ssid"] == ssid
         expect_rseq = i if first_reflector_seq is None else first_reflector_seq + i
         assert r["reflector_seq"] == expect_rseq, r
         assert r["sender_err_est"] == summary["error_estimate"]
         assert bool(r["sender_err_est"] & EE_Z) == (not ntp)
-        assert bool(r["reflector_err_est"] & EE_Z) == (not ntp)          # reflector uses the session format
-        assert r["sender_ttl"] == 63           # 64 from A, -1 at R (End)
-        assert r["reply_hop_limit"] == 254     # 255 from the reflector, -1 at R
+        assert bool(r["reflector_err_est"] & EE_Z) == (not ntp)  # reflector uses the session format
+        assert r["sender_ttl"] == 63  # 64 from A, -1 at R (End)
+        assert r["reply_hop_limit"] == 254  # 255 from the reflector, -1 at R
         assert r["ifindex"] == a0
         assert r["flags"] == (STAMP_RECORD_F_NTP if ntp else 0) | (STAMP_RECORD_F_SRH if srh else 0)
         assert r["reserved"] == 0
@@ -99,19 +129,19 @@ def check_records(records: list[dict], summary: dict, ssid: int, ntp: bool, srh:
     assert t1s == sorted(t1s)
 
 
-@pytest.mark.parametrize("ssid,ntp,stateful", [(1, False, False), (2, True, False),
-                                               (3, False, True), (4, True, True)])
+@pytest.mark.parametrize("ssid,ntp,stateful", [(1, False, False), (2, True, False), (3, False, True), (4, True, True)])
 def test_ustamp_sender_to_ustamp_reflector(lab, reflector, ssid, ntp, stateful):
     before = sid_packets(lab)
     records, summary, res = run_sender(lab.ns("A"), *sender_args(ssid, *(["--format", "ntp"] if ntp else [])))
     assert res.returncode == 0, res.stderr
     check_records(records, summary, ssid, ntp, srh=True, first_reflector_seq=0 if stateful else None, lab=lab)
     after = sid_packets(lab)
-    assert after[SID_FWD] - before[SID_FWD] == N          # forward list [fc00:2::e]
-    assert after[SID_RET] - before[SID_RET] == N          # return list [fc00:2::e2]
-    if stateful:   # the reflector's own counter goes on: N..2N-1 in a second run (another port)
-        records, summary, _ = run_sender(lab.ns("A"), *sender_args(ssid, "--sport", "40000",
-                                                                   *(["--format", "ntp"] if ntp else [])))
+    assert after[SID_FWD] - before[SID_FWD] == N  # forward list [fc00:2::e]
+    assert after[SID_RET] - before[SID_RET] == N  # return list [fc00:2::e2]
+    if stateful:  # the reflector's own counter goes on: N..2N-1 in a second run (another port)
+        records, summary, _ = run_sender(
+            lab.ns("A"), *sender_args(ssid, "--sport", "40000", *(["--format", "ntp"] if ntp else []))
+        )
         check_records(records, summary, ssid, ntp, srh=True, first_reflector_seq=N, lab=lab)
     c = reflector.counters()
     runs = 2 if stateful else 1
@@ -121,15 +151,17 @@ def test_ustamp_sender_to_ustamp_reflector(lab, reflector, ssid, ntp, stateful):
 
 def test_address_swap_unknown_ssid_malformed_and_tlvs(lab, reflector):
     before = sid_packets(lab)
-    records, summary, _ = run_sender(lab.ns("A"), *sender_args(5))            # session without return SIDs
+    records, summary, _ = run_sender(lab.ns("A"), *sender_args(5))  # session without return SIDs
     check_records(records, summary, 5, ntp=False, srh=False, first_reflector_seq=None, lab=lab)
-    assert sid_packets(lab)[SID_RET] == before[SID_RET]                       # reply routed plainly
+    assert sid_packets(lab)[SID_RET] == before[SID_RET]  # reply routed plainly
 
     records, summary, _ = run_sender(lab.ns("A"), *sender_args(99, count=7, wait_s=0.5))
     assert summary["sent"] == 7 and summary["records"] == 0 and summary["lost"] == 7
 
-    short = ("import socket; s = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM); "
-             f"[s.sendto(bytes(n), ('{REFLECTOR_ADDR}', 862)) for n in (0, 1, 20, 43)]")
+    short = (
+        "import socket; s = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM); "
+        f"[s.sendto(bytes(n), ('{REFLECTOR_ADDR}', 862)) for n in (0, 1, 20, 43)]"
+    )
     lab.run("A", [PY, "-c", short], check=True)
     wait_for(lambda: reflector.counters()["malformed_short"] >= 4)
 
@@ -149,9 +181,30 @@ def test_address_swap_unknown_ssid_malformed_and_tlvs(lab, reflector):
 
 def test_c_sender_to_ustamp_reflector(lab, reflector):
     before = sid_packets(lab)
-    res = subprocess.run([str(C_SENDER), "--netns", lab.ns("A"), "--src", SENDER_ADDR, "--dst", REFLECTOR_ADDR,
-                          "--segs", SID_FWD, "--ssid", "3", "--sport", "40003", "--rate", "200",
-                          "--count", str(N)], capture_output=True, text=True, timeout=30)
+    res = subprocess.run(
+        [
+            str(C_SENDER),
+            "--netns",
+            lab.ns("A"),
+            "--src",
+            SENDER_ADDR,
+            "--dst",
+            REFLECTOR_ADDR,
+            "--segs",
+            SID_FWD,
+            "--ssid",
+            "3",
+            "--sport",
+            "40003",
+            "--rate",
+            "200",
+            "--count",
+            str(N),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     assert res.returncode == 0, res.stderr
     # the C sender does not wait for replies: give the last ones time to arrive, then be exact
     wait_for(lambda: reflector.counters()["received"] >= N)
@@ -170,16 +223,31 @@ def test_one_way_and_loopback_modes(lab, reflector):
         assert r["flags"] == STAMP_RECORD_F_ONE_WAY | STAMP_RECORD_F_SRH and r["sender_ttl"] == 63
 
     before = sid_packets(lab)
-    records, summary, _ = run_sender(lab.ns("A"), "--src", SENDER_ADDR, "--segs", SID_FWD, "--ssid", "77",
-                                     "--mode", "loopback", "--rate", "200", "--count", str(N), "--format", "ntp")
+    records, summary, _ = run_sender(
+        lab.ns("A"),
+        "--src",
+        SENDER_ADDR,
+        "--segs",
+        SID_FWD,
+        "--ssid",
+        "77",
+        "--mode",
+        "loopback",
+        "--rate",
+        "200",
+        "--count",
+        str(N),
+        "--format",
+        "ntp",
+    )
     assert summary["records"] == N and summary["lost"] == 0
-    assert sid_packets(lab)[SID_FWD] - before[SID_FWD] == N              # A -> R (End) -> A
+    assert sid_packets(lab)[SID_FWD] - before[SID_FWD] == N  # A -> R (End) -> A
     for i, r in enumerate(records):
         assert r["sender_seq"] == i and r["ssid"] == 77
         assert r["t1_ns"] < r["t4_ns"] and r["t2_ns"] == 0 and r["t3_ns"] == 0
         assert r["flags"] == STAMP_RECORD_F_LOOPBACK | STAMP_RECORD_F_SRH | STAMP_RECORD_F_NTP
         assert r["reply_hop_limit"] == 63
-    assert reflector.counters()["received"] == N                         # loopback never reached B
+    assert reflector.counters()["received"] == N  # loopback never reached B
 
 
 def xdp(*args: str) -> subprocess.CompletedProcess:
@@ -193,6 +261,7 @@ def test_ustamp_sender_to_xdp_reflector(lab, bpffs, tmp_path):
     user-space reflector on the same node (pass_unknown_session), which answers it; SSID 33 is
     authenticated: XDP hands it to user space (pass_authenticated_to_userspace), which does HMAC."""
     import json
+
     keys = write_keys(tmp_path / "keys.json", [KEY_A])
     pin = f"/sys/fs/bpf/segscope/{lab.ns('B')}/stamp_reflector"
     xdp("attach", "--netns", lab.ns("B"), "--dev", "b0", "--pin-dir", pin)
@@ -200,18 +269,26 @@ def test_ustamp_sender_to_xdp_reflector(lab, bpffs, tmp_path):
     try:
         xdp("add-address", "--pin-dir", pin, REFLECTOR_ADDR)
         xdp("add-session", "--pin-dir", pin, "--ssid", "30", "--return-sids", SID_RET)
-        xdp("add-session", "--pin-dir", pin, "--ssid", "31", "--return-sids", SID_RET, "--format", "ntp",
-            "--stateful")
+        xdp("add-session", "--pin-dir", pin, "--ssid", "31", "--return-sids", SID_RET, "--format", "ntp", "--stateful")
         xdp("add-session", "--pin-dir", pin, "--ssid", "33", "--mode", "authenticated")
-        user = ReflectorProc(lab.ns("B"), "--add-session", f"--ssid 32 --return-sids {SID_RET}",
-                             "--add-session", f"--ssid 33 --return-sids {SID_RET} --mode authenticated --key-file {keys}")
+        user = ReflectorProc(
+            lab.ns("B"),
+            "--add-session",
+            f"--ssid 32 --return-sids {SID_RET}",
+            "--add-session",
+            f"--ssid 33 --return-sids {SID_RET} --mode authenticated --key-file {keys}",
+        )
         before = sid_packets(lab)
-        for ssid, ntp, stateful, auth in ((30, False, False, []), (31, True, True, []), (32, False, False, []),
-                                          (33, False, False, ["--auth-key-file", keys])):
-            records, summary, _ = run_sender(lab.ns("A"), *sender_args(ssid, *(["--format", "ntp"] if ntp else []),
-                                                                       *auth))
-            check_records(records, summary, ssid, ntp, srh=True, first_reflector_seq=0 if stateful else None,
-                          lab=lab)
+        for ssid, ntp, stateful, auth in (
+            (30, False, False, []),
+            (31, True, True, []),
+            (32, False, False, []),
+            (33, False, False, ["--auth-key-file", keys]),
+        ):
+            records, summary, _ = run_sender(
+                lab.ns("A"), *sender_args(ssid, *(["--format", "ntp"] if ntp else []), *auth)
+            )
+            check_records(records, summary, ssid, ntp, srh=True, first_reflector_seq=0 if stateful else None, lab=lab)
         after = sid_packets(lab)
         assert after[SID_FWD] - before[SID_FWD] == 4 * N and after[SID_RET] - before[SID_RET] == 4 * N
         stats = json.loads(xdp("stats", "--pin-dir", pin, "--json").stdout)
@@ -223,8 +300,9 @@ def test_ustamp_sender_to_xdp_reflector(lab, bpffs, tmp_path):
     finally:
         if user:
             user.kill()
-        subprocess.run([str(XDP_REFLECTOR), "detach", "--netns", lab.ns("B"), "--dev", "b0", "--pin-dir", pin],
-                       capture_output=True)
+        subprocess.run(
+            [str(XDP_REFLECTOR), "detach", "--netns", lab.ns("B"), "--dev", "b0", "--pin-dir", pin], capture_output=True
+        )
 
 
 @pytest.fixture(scope="module")
@@ -242,8 +320,15 @@ def consume(bootstrap: str, topic: str, until, timeout: float = 30.0) -> list:
     import uuid
 
     from confluent_kafka import Consumer
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"us-test-{uuid.uuid4().hex[:8]}",
-                  "auto.offset.reset": "earliest", "enable.auto.commit": False})
+
+    c = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"us-test-{uuid.uuid4().hex[:8]}",
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+        }
+    )
     c.subscribe([topic])
     msgs, deadline = [], time.monotonic() + timeout
     try:
@@ -263,27 +348,52 @@ def test_kafka_outputs(lab, kafka_bootstrap):
     from confluent_kafka.admin import AdminClient, NewTopic
 
     from segscope_schemas.stamp_record import decode_batch
+
     tag = uuid.uuid4().hex[:8]
     records_topic, metrics_topic = f"us-records-{tag}", f"us-metrics-{tag}"
     admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
     for f in admin.create_topics([NewTopic(records_topic, 1, 1), NewTopic(metrics_topic, 1, 1)]).values():
         f.result(15)
-    refl = ReflectorProc(lab.ns("B"), "--add-session", f"--ssid 6 --return-sids {SID_RET}",
-                         "--kafka", kafka_bootstrap, "--node", "usB", "--metrics-topic", metrics_topic,
-                         "--stats-interval", "0.5")
+    refl = ReflectorProc(
+        lab.ns("B"),
+        "--add-session",
+        f"--ssid 6 --return-sids {SID_RET}",
+        "--kafka",
+        kafka_bootstrap,
+        "--node",
+        "usB",
+        "--metrics-topic",
+        metrics_topic,
+        "--stats-interval",
+        "0.5",
+    )
     try:
-        records, summary, res = run_sender(lab.ns("A"), *sender_args(6, "--output", "kafka", "--kafka",
-                                                                     kafka_bootstrap, "--topic", records_topic,
-                                                                     "--node", "usA", "--metrics-topic", metrics_topic))
+        records, summary, res = run_sender(
+            lab.ns("A"),
+            *sender_args(
+                6,
+                "--output",
+                "kafka",
+                "--kafka",
+                kafka_bootstrap,
+                "--topic",
+                records_topic,
+                "--node",
+                "usA",
+                "--metrics-topic",
+                metrics_topic,
+            ),
+        )
         assert res.returncode == 0, res.stderr
-        assert records == []                                  # records went to Kafka, not stdout
+        assert records == []  # records went to Kafka, not stdout
         k = summary["kafka"]
         assert summary["records"] == N and k["records_delivered"] == N and k["undelivered"] == 0
         counters = refl.stop()
     finally:
         refl.kill()
-    msgs = consume(kafka_bootstrap, records_topic,
-                   lambda ms: sum(decode_batch(m.value())[0].record_count for m in ms) >= N)
+    msgs = consume(
+        kafka_bootstrap, records_topic, lambda ms: sum(decode_batch(m.value())[0].record_count for m in ms) >= N
+    )
     assert len(msgs) == k["batches_delivered"]
     seqs, batch_seqs = [], []
     for m in msgs:
@@ -298,6 +408,7 @@ def test_kafka_outputs(lab, kafka_bootstrap):
 
     # the delay processor's aggregator takes these batches unchanged
     from processors.delay.aggregate import DelayAggregator
+
     agg = DelayAggregator()
     all_recs = []
     for m in msgs:
@@ -310,12 +421,20 @@ def test_kafka_outputs(lab, kafka_bootstrap):
             tags, fields, _ts = line.split(" ")
             assert "node=usA" in tags and "ssid=6" in tags
             direction = tags.split("direction=")[1]
-            counts[direction] = counts.get(direction, 0) + int(dict(f.split("=") for f in fields.split(","))["count"][:-1])
+            counts[direction] = counts.get(direction, 0) + int(
+                dict(f.split("=") for f in fields.split(","))["count"][:-1]
+            )
     assert counts == {"forward": N, "reverse": N, "round_trip": N}
 
-    lines = [m.value().decode() for m in consume(kafka_bootstrap, metrics_topic,
-                                                 lambda ms: any(b"reflected=20i" in m.value() for m in ms)
-                                                 and any(b"program=ustamp_sender" in m.value() for m in ms))]
+    lines = [
+        m.value().decode()
+        for m in consume(
+            kafka_bootstrap,
+            metrics_topic,
+            lambda ms: any(b"reflected=20i" in m.value() for m in ms)
+            and any(b"program=ustamp_sender" in m.value() for m in ms),
+        )
+    ]
     sender_lines = [l for l in lines if "program=ustamp_sender" in l]
     assert sender_lines[-1].startswith("segscope_datapath,node=usA,program=ustamp_sender,ssid=6 ")
     sender_fields = dict(kv.split("=") for kv in sender_lines[-1].split(" ")[1].split(","))
@@ -330,15 +449,15 @@ def test_return_path_tlv_steers_the_reply(lab, reflector):
     """RFC 9503 §4: session 5 has no return SIDs, the Return Path TLV's SRv6 Segment List sub-TLV
     [fc00:2::e2] makes the reflector return over it; Control Code 'No Reply Requested' suppresses it."""
     import ipaddress
-    seglist = "00040010" + ipaddress.IPv6Address(SID_RET).packed.hex()          # sub-TLV 4, one SID
+
+    seglist = "00040010" + ipaddress.IPv6Address(SID_RET).packed.hex()  # sub-TLV 4, one SID
     before = sid_packets(lab)
     records, summary, _ = run_sender(lab.ns("A"), *sender_args(5, "--tlv", f"10:{seglist}"))
     assert summary["records"] == N and summary["tlv_u_flag_replies"] == 0 and summary["tlv_m_flag_replies"] == 0
-    assert all(r["flags"] == STAMP_RECORD_F_SRH for r in records)               # the reply came with an SRH
-    assert sid_packets(lab)[SID_RET] - before[SID_RET] == N                     # ... through fc00:2::e2
+    assert all(r["flags"] == STAMP_RECORD_F_SRH for r in records)  # the reply came with an SRH
+    assert sid_packets(lab)[SID_RET] - before[SID_RET] == N  # ... through fc00:2::e2
 
-    records, summary, _ = run_sender(lab.ns("A"), *sender_args(5, "--tlv", "10:0001000400000001", count=5,
-                                                               wait_s=0.5))
+    records, summary, _ = run_sender(lab.ns("A"), *sender_args(5, "--tlv", "10:0001000400000001", count=5, wait_s=0.5))
     assert summary["sent"] == 5 and summary["records"] == 0
     c = reflector.counters()
     assert c["reflected"] == N and c["return_path_from_tlv"] == N
@@ -351,6 +470,7 @@ KEY_B = {"id": 2, "key_hex": "b0b1b2b3b4b5b6b7b8b9babbbcbdbebf"}
 
 def write_keys(path, keys, current=None):
     import json
+
     doc = {"keys": keys}
     if current is not None:
         doc["current"] = current
@@ -362,16 +482,21 @@ def test_authenticated_mode_and_key_rotation(lab, tmp_path):
     """RFC 8762 §4.2.2/§4.3.2/§4.4: 112-byte packets with HMAC; a wrong key is counted and not
     answered; the HMAC TLV (RFC 8972 §4.8) is verified and re-signed; SIGHUP rotates the keys."""
     import signal
+
     refl_keys = write_keys(tmp_path / "reflector.json", [KEY_A, KEY_B])
-    r = ReflectorProc(lab.ns("B"), "--add-session",
-                      f"--ssid 40 --mode authenticated --key-file {refl_keys} --return-sids {SID_RET} --stateful")
+    r = ReflectorProc(
+        lab.ns("B"),
+        "--add-session",
+        f"--ssid 40 --mode authenticated --key-file {refl_keys} --return-sids {SID_RET} --stateful",
+    )
     try:
-        dm = "5:" + "00000007" + "00" * 8                       # Direct Measurement (RFC 8972 §4.5)
-        hmac_tlv = "8:" + "00" * 16                              # HMAC TLV, filled by the sender
-        for i, current in enumerate((1, 2)):                      # either valid key is accepted
+        dm = "5:" + "00000007" + "00" * 8  # Direct Measurement (RFC 8972 §4.5)
+        hmac_tlv = "8:" + "00" * 16  # HMAC TLV, filled by the sender
+        for i, current in enumerate((1, 2)):  # either valid key is accepted
             keys = write_keys(tmp_path / f"sender{current}.json", [KEY_A, KEY_B], current)
-            records, summary, res = run_sender(lab.ns("A"), *sender_args(40, "--auth-key-file", keys, "--tlv", dm,
-                                                                         "--tlv", hmac_tlv))
+            records, summary, res = run_sender(
+                lab.ns("A"), *sender_args(40, "--auth-key-file", keys, "--tlv", dm, "--tlv", hmac_tlv)
+            )
             assert res.returncode == 0, res.stderr
             check_records(records, summary, 40, ntp=False, srh=True, first_reflector_seq=i * N, lab=lab)
             assert summary["auth_failed_reply"] == 0 and summary["tlv_hmac_bad_replies"] == 0
@@ -379,20 +504,21 @@ def test_authenticated_mode_and_key_rotation(lab, tmp_path):
         wrong = write_keys(tmp_path / "wrong.json", [{"id": 9, "key_hex": "ff" * 16}])
         _, summary, _ = run_sender(lab.ns("A"), *sender_args(40, "--auth-key-file", wrong, count=5, wait_s=0.5))
         assert summary["records"] == 0
-        _, summary, _ = run_sender(lab.ns("A"), *sender_args(40, count=3, wait_s=0.5))   # unauthenticated
+        _, summary, _ = run_sender(lab.ns("A"), *sender_args(40, count=3, wait_s=0.5))  # unauthenticated
         assert summary["records"] == 0
         c = r.counters()
         assert c["reflected"] == 2 * N and c["auth_failed"] == 5 + 3 and c["tlv_handled"] == 2 * 2 * N
         assert c["tlv_integrity_failed"] == 0
 
-        write_keys(tmp_path / "reflector.json", [KEY_B])          # rotation: key 1 retired
+        write_keys(tmp_path / "reflector.json", [KEY_B])  # rotation: key 1 retired
         r.proc.send_signal(signal.SIGHUP)
         assert r.next_line()["event"] == "reloaded"
         keys1 = str(tmp_path / "sender1.json")
         _, summary, _ = run_sender(lab.ns("A"), *sender_args(40, "--auth-key-file", keys1, count=4, wait_s=0.5))
         assert summary["records"] == 0
-        _, summary, _ = run_sender(lab.ns("A"), *sender_args(40, "--auth-key-file", str(tmp_path / "sender2.json"),
-                                                             count=4))
+        _, summary, _ = run_sender(
+            lab.ns("A"), *sender_args(40, "--auth-key-file", str(tmp_path / "sender2.json"), count=4)
+        )
         assert summary["records"] == 4
         c = r.stop()
         assert c["auth_failed"] == 8 + 4 and c["reflected"] == 2 * N + 4
@@ -408,18 +534,40 @@ def test_xdp_collector_with_ustamp_reflector(lab, bpffs, reflector):
     """Sender side in XDP (stamp_collector on A's a0 takes T4 and writes the records), reflector in
     user space: the mixed deployment for a far end without XDP. PTP stateless and NTP stateful."""
     import json
+
     pin = f"/sys/fs/bpf/segscope/{lab.ns('A')}/stamp_collector"
-    subprocess.run([str(XDP_COLLECTOR), "attach", "--netns", lab.ns("A"), "--dev", "a0", "--pin-dir", pin],
-                   check=True, capture_output=True)
+    subprocess.run(
+        [str(XDP_COLLECTOR), "attach", "--netns", lab.ns("A"), "--dev", "a0", "--pin-dir", pin],
+        check=True,
+        capture_output=True,
+    )
     try:
         for ssid, fmt in ((1, "ptp"), (4, "ntp")):
-            subprocess.run([str(XDP_COLLECTOR), "activate", "--pin-dir", pin, "--ssid", str(ssid),
-                            "--port", str(50000 + ssid), "--format", fmt], check=True, capture_output=True)
-        for ssid, fmt, stateful in ((1, "ptp", False), (4, "ntp", True)):
+            subprocess.run(
+                [
+                    str(XDP_COLLECTOR),
+                    "activate",
+                    "--pin-dir",
+                    pin,
+                    "--ssid",
+                    str(ssid),
+                    "--port",
+                    str(50000 + ssid),
+                    "--format",
+                    fmt,
+                ],
+                check=True,
+                capture_output=True,
+            )
+        for ssid, fmt, _stateful in ((1, "ptp", False), (4, "ntp", True)):
             _, summary, _ = run_sender(lab.ns("A"), *sender_args(ssid, "--format", fmt, wait_s=0.5))
-            assert summary["sent"] == N and summary["records"] == 0     # the replies were XDP_DROPped
-            dump = subprocess.run([str(XDP_COLLECTOR), "dump", "--pin-dir", pin, "--count", str(N),
-                                   "--timeout-ms", "3000"], check=True, capture_output=True, text=True)
+            assert summary["sent"] == N and summary["records"] == 0  # the replies were XDP_DROPped
+            dump = subprocess.run(
+                [str(XDP_COLLECTOR), "dump", "--pin-dir", pin, "--count", str(N), "--timeout-ms", "3000"],
+                check=True,
+                capture_output=True,
+                text=True,
+            )
             recs = [json.loads(l) for l in dump.stdout.splitlines() if l.startswith("{")]
             assert [r["sender_seq"] for r in recs] == list(range(N))
             ntp = fmt == "ntp"
@@ -429,13 +577,17 @@ def test_xdp_collector_with_ustamp_reflector(lab, bpffs, reflector):
                 assert r["sender_ttl"] == 63 and r["reply_hop_limit"] == 254
                 assert r["flags"] == STAMP_RECORD_F_SRH | (STAMP_RECORD_F_NTP if ntp else 0)
                 assert bool(r["reflector_err_est"] & EE_Z) == (not ntp)
-        stats = json.loads(subprocess.run([str(XDP_COLLECTOR), "stats", "--pin-dir", pin, "--json"],
-                                          check=True, capture_output=True, text=True).stdout)
+        stats = json.loads(
+            subprocess.run(
+                [str(XDP_COLLECTOR), "stats", "--pin-dir", pin, "--json"], check=True, capture_output=True, text=True
+            ).stdout
+        )
         assert stats["collected"] == 2 * N
         assert reflector.counters()["reflected"] == 2 * N
     finally:
-        subprocess.run([str(XDP_COLLECTOR), "detach", "--netns", lab.ns("A"), "--dev", "a0", "--pin-dir", pin],
-                       capture_output=True)
+        subprocess.run(
+            [str(XDP_COLLECTOR), "detach", "--netns", lab.ns("A"), "--dev", "a0", "--pin-dir", pin], capture_output=True
+        )
 
 
 def test_sighup_reloads_the_session_file(lab, tmp_path):
@@ -443,6 +595,7 @@ def test_sighup_reloads_the_session_file(lab, tmp_path):
     SIGHUP. Unchanged sessions keep their state; a broken file leaves the configuration as it was."""
     import json
     import signal
+
     f = tmp_path / "sessions.json"
     f.write_text(json.dumps([{"ssid": 60, "stateful": True, "return_sids": [SID_RET]}]))
     r = ReflectorProc(lab.ns("B"), "--sessions", str(f))
@@ -450,10 +603,16 @@ def test_sighup_reloads_the_session_file(lab, tmp_path):
         records, summary, _ = run_sender(lab.ns("A"), *sender_args(60))
         check_records(records, summary, 60, ntp=False, srh=True, first_reflector_seq=0, lab=lab)
         _, summary, _ = run_sender(lab.ns("A"), *sender_args(61, count=3, wait_s=0.5))
-        assert summary["records"] == 0                                   # not configured yet
+        assert summary["records"] == 0  # not configured yet
 
-        f.write_text(json.dumps([{"ssid": 60, "stateful": True, "return_sids": [SID_RET]},
-                                 {"ssid": 61, "format": "ntp", "return_sids": [SID_RET]}]))
+        f.write_text(
+            json.dumps(
+                [
+                    {"ssid": 60, "stateful": True, "return_sids": [SID_RET]},
+                    {"ssid": 61, "format": "ntp", "return_sids": [SID_RET]},
+                ]
+            )
+        )
         r.proc.send_signal(signal.SIGHUP)
         assert [s["ssid"] for s in r.next_line()["sessions"]] == [60, 61]
         records, summary, _ = run_sender(lab.ns("A"), *sender_args(61, "--format", "ntp"))
@@ -461,7 +620,7 @@ def test_sighup_reloads_the_session_file(lab, tmp_path):
         records, summary, _ = run_sender(lab.ns("A"), *sender_args(60, "--sport", "40060"))
         check_records(records, summary, 60, ntp=False, srh=True, first_reflector_seq=N, lab=lab)  # state kept
 
-        f.write_text("[{\"ssid\": 0}]")                                 # broken: old configuration stays
+        f.write_text("[{\"ssid\": 0}]")  # broken: old configuration stays
         r.proc.send_signal(signal.SIGHUP)
         records, summary, _ = run_sender(lab.ns("A"), *sender_args(61, "--format", "ntp", "--sport", "40061"))
         assert summary["records"] == N

@@ -1,4 +1,5 @@
 """Helpers of the ustamp tests: processes of collectors.ustamp in netlab namespaces, R's SID counters."""
+
 from __future__ import annotations
 
 import json
@@ -24,9 +25,14 @@ class ReflectorProc:
     """`python -m collectors.ustamp reflector` in a namespace; stdout JSON lines read by a thread."""
 
     def __init__(self, netns: str, *args: str):
-        self.proc = subprocess.Popen([PY, "-m", "collectors.ustamp", "reflector", "--netns", netns, *args],
-                                     cwd=REPO, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                     text=True)
+        self.proc = subprocess.Popen(
+            [PY, "-m", "collectors.ustamp", "reflector", "--netns", netns, *args],
+            cwd=REPO,
+            env=ENV,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         self.lines: queue.Queue = queue.Queue()
         threading.Thread(target=self._read, daemon=True).start()
         ready = self.next_line(15)
@@ -41,8 +47,10 @@ class ReflectorProc:
         try:
             return self.lines.get(timeout=timeout)
         except queue.Empty:
-            raise AssertionError(f"no output from the reflector in {timeout} s; stderr: "
-                                 f"{self.proc.stderr.read() if self.proc.poll() is not None else '(running)'}")
+            raise AssertionError(  # noqa: B904 - the timeout is the message; the Empty adds nothing
+                f"no output from the reflector in {timeout} s; stderr: "
+                f"{self.proc.stderr.read() if self.proc.poll() is not None else '(running)'}"
+            )
 
     def counters(self) -> dict:
         self.proc.send_signal(signal.SIGUSR1)
@@ -63,8 +71,14 @@ class ReflectorProc:
 
 def run_sender(netns: str, *args: str, timeout: float = 30) -> tuple[list[dict], dict, subprocess.CompletedProcess]:
     """Run the ustamp sender to completion: (records, summary, process)."""
-    res = subprocess.run([PY, "-m", "collectors.ustamp", "sender", "--netns", netns, *args],
-                         cwd=REPO, env=ENV, capture_output=True, text=True, timeout=timeout)
+    res = subprocess.run(
+        [PY, "-m", "collectors.ustamp", "sender", "--netns", netns, *args],
+        cwd=REPO,
+        env=ENV,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
     lines = [json.loads(l) for l in res.stdout.splitlines() if l.strip()]
     assert lines and "summary" in lines[-1], (res.returncode, res.stdout, res.stderr)
     return lines[:-1], lines[-1]["summary"], res
@@ -73,5 +87,7 @@ def run_sender(netns: str, *args: str, timeout: float = 30) -> tuple[list[dict],
 def sid_packets(lab, node: str = "R") -> dict[str, int]:
     """Packets counted per seg6local route (`count: true` / `count`) on a node."""
     out = lab.run(node, ["ip", "-s", "-6", "route", "show"], check=True).stdout
-    return {m.group(1): int(m.group(2))
-            for m in re.finditer(r"^(\S+)\s+encap seg6local action \S+ packets (\d+)", out, re.M)}
+    return {
+        m.group(1): int(m.group(2))
+        for m in re.finditer(r"^(\S+)\s+encap seg6local action \S+ packets (\d+)", out, re.M)
+    }

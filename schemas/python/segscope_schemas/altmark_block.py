@@ -6,6 +6,7 @@ decode_batch() turns one message into a numpy structured array in one step.
 check_records() gives, per record, the first reason it is unusable ("" if none),
 with the same names and order as altmark_block_check() in C.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -13,7 +14,7 @@ import numpy as np
 from segscope_schemas import batch_envelope
 from segscope_schemas.batch_envelope import BatchHeader, MalformedBatch  # noqa: F401  (re-exported)
 
-_HEADER = batch_envelope._HEADER   # the shared header layout (the layout tests compare it with C)
+_HEADER = batch_envelope._HEADER  # the shared header layout (the layout tests compare it with C)
 
 ALTMARK_BLOCK_SIZE = 64
 ALTMARK_BATCH_MAGIC = b"AMB1"
@@ -27,33 +28,43 @@ METHOD_RFC9343 = 2
 METHOD_NAMES = {METHOD_DSCP: "dscp", METHOD_RFC9343: "rfc9343"}
 FLOWMONID_MAX = 0xFFFFF
 
-F_PARTIAL = 0x1     # counts do not cover the whole block (agent/program started during it)
+F_PARTIAL = 0x1  # counts do not cover the whole block (agent/program started during it)
 F_KNOWN = 0x1
 
 NS_PER_MS = 1_000_000
 
 # Same names, order and offsets as struct altmark_block (checked by tests against the C compiler).
-ALTMARK_BLOCK_DTYPE = np.dtype([
-    ("block_index", "<u8"),
-    ("block_start_ns", "<u8"),
-    ("packets", "<u8"),
-    ("bytes", "<u8"),
-    ("boot_id", "<u8"),
-    ("flow_id", "<u4"),
-    ("period_ms", "<u4"),
-    ("direction", "u1"),
-    ("colour", "u1"),
-    ("method", "u1"),
-    ("reserved0", "u1"),
-    ("flags", "<u2"),
-    ("dmark_packets", "<u2"),        # double marking: D-marked packets in the block (delta, mod 2^16)
-    ("dmark_ts_sum_ns", "<u8"),      # delta (mod 2^64) of the sum of their CLOCK_TAI ns timestamps
-])
+ALTMARK_BLOCK_DTYPE = np.dtype(
+    [
+        ("block_index", "<u8"),
+        ("block_start_ns", "<u8"),
+        ("packets", "<u8"),
+        ("bytes", "<u8"),
+        ("boot_id", "<u8"),
+        ("flow_id", "<u4"),
+        ("period_ms", "<u4"),
+        ("direction", "u1"),
+        ("colour", "u1"),
+        ("method", "u1"),
+        ("reserved0", "u1"),
+        ("flags", "<u2"),
+        ("dmark_packets", "<u2"),  # double marking: D-marked packets in the block (delta, mod 2^16)
+        ("dmark_ts_sum_ns", "<u8"),  # delta (mod 2^64) of the sum of their CLOCK_TAI ns timestamps
+    ]
+)
 assert ALTMARK_BLOCK_DTYPE.itemsize == ALTMARK_BLOCK_SIZE
 
 # Problem names in the order altmark_block_check() tests them.
-PROBLEMS = ("bad_direction", "bad_method", "bad_colour", "zero_period", "bad_block_start",
-            "colour_mismatch", "flow_id_too_big", "unknown_flags")
+PROBLEMS = (
+    "bad_direction",
+    "bad_method",
+    "bad_colour",
+    "zero_period",
+    "bad_block_start",
+    "colour_mismatch",
+    "flow_id_too_big",
+    "unknown_flags",
+)
 
 
 def block_index(tai_ns: int, period_ms: int) -> int:
@@ -79,7 +90,7 @@ def dmark_delay_ns(tx_n: int, tx_sum: int, rx_n: int, rx_sum: int) -> int | None
     diff = (rx_sum - tx_sum) & ((1 << 64) - 1)
     if diff >= 1 << 63:
         diff -= 1 << 64
-    return -((-diff) // tx_n) if diff < 0 else diff // tx_n   # C: truncation toward 0
+    return -((-diff) // tx_n) if diff < 0 else diff // tx_n  # C: truncation toward 0
 
 
 def kafka_key(node: str, flow_id: int) -> bytes:
@@ -104,7 +115,7 @@ def check_records(recs: np.ndarray) -> np.ndarray:
         (recs["method"] == METHOD_RFC9343) & (recs["flow_id"] > FLOWMONID_MAX),
         (recs["flags"] & np.uint16(~F_KNOWN & 0xFFFF)) != 0,
     )
-    for name, mask in zip(reversed(PROBLEMS), reversed(masks)):   # first problem wins
+    for name, mask in zip(reversed(PROBLEMS), reversed(masks)):  # first problem wins
         out[mask] = name
     return out
 

@@ -15,6 +15,7 @@ A message is a 56-byte little-endian header followed by N fixed-size records:
 The record modules (stamp_record, altmark_block) bind magic, record size and numpy dtype;
 this module holds the one implementation of the header checks.
 """
+
 from __future__ import annotations
 
 import struct
@@ -47,8 +48,7 @@ class BatchHeader:
     header_size: int = BATCH_HEADER_SIZE
 
 
-def encode(records: np.ndarray, dtype: np.dtype, magic: bytes, node: str, batch_seq: int,
-           flags: int = 0) -> bytes:
+def encode(records: np.ndarray, dtype: np.dtype, magic: bytes, node: str, batch_seq: int, flags: int = 0) -> bytes:
     """Header + records (an array of `dtype`) as one Kafka message value."""
     records = np.ascontiguousarray(records, dtype=dtype)
     node_b = node.encode()
@@ -69,8 +69,9 @@ def decode_header(buf: bytes | memoryview, magic: bytes, record_size: int) -> Ba
     if rsize != record_size:
         raise MalformedBatch("bad_record_size", f"record_size {rsize}, expected {record_size}")
     if hsize + count * rsize != len(buf):
-        raise MalformedBatch("length_mismatch",
-                             f"{len(buf)} bytes for {count} records (expected {hsize + count * rsize})")
+        raise MalformedBatch(
+            "length_mismatch", f"{len(buf)} bytes for {count} records (expected {hsize + count * rsize})"
+        )
     try:
         node_s = node.rstrip(b"\0").decode()
     except UnicodeDecodeError as e:

@@ -8,14 +8,17 @@ The TOML file is the registry; this module and the generated C header
 (schemas/c/segscope_names.h, `python -m segscope_schemas.names --c-header`) only read it, so a
 name is changed in one place. Deployed without a checkout, the file ships beside this module.
 """
+
 from __future__ import annotations
 
 import sys
 import tomllib
 from pathlib import Path
 
-_CANDIDATES = (Path(__file__).resolve().parents[2] / "names.toml",   # checkout: schemas/names.toml
-               Path(__file__).resolve().parent / "names.toml")        # installed copy
+_CANDIDATES = (
+    Path(__file__).resolve().parents[2] / "names.toml",  # checkout: schemas/names.toml
+    Path(__file__).resolve().parent / "names.toml",
+)  # installed copy
 
 
 def _load() -> dict:
@@ -48,18 +51,28 @@ BPFFS_PIN_ROOT: str = REGISTRY["bpffs"]["pin_root"]
 
 def c_header() -> str:
     """The C view of the registry (schemas/c/segscope_names.h)."""
-    lines = ["/* GENERATED from schemas/names.toml by `python -m segscope_schemas.names --c-header`:",
-             " * edit the TOML, then `make -C schemas names`. Shared names of segscope (Kafka topics,",
-             " * consumer groups, InfluxDB database, bpffs pin root). */",
-             "#ifndef SEGSCOPE_NAMES_H", "#define SEGSCOPE_NAMES_H", ""]
+    lines = [
+        "/* GENERATED from schemas/names.toml by `python -m segscope_schemas.names --c-header`:",
+        " * edit the TOML, then `make -C schemas names`. Shared names of segscope (Kafka topics,",
+        " * consumer groups, InfluxDB database, bpffs pin root). */",
+        "#ifndef SEGSCOPE_NAMES_H",
+        "#define SEGSCOPE_NAMES_H",
+        "",
+    ]
     for key, topic in REGISTRY["topics"].items():
         lines.append(f"/* {topic['doc']} */")
         lines.append(f'#define SEGSCOPE_TOPIC_{key.upper()} "{topic["name"]}"')
     lines.append("")
     for key, group in REGISTRY["groups"].items():
         lines.append(f'#define SEGSCOPE_GROUP_{key.upper()} "{group}"')
-    lines += ["", f'#define SEGSCOPE_INFLUXDB_DATABASE "{INFLUXDB_DATABASE}"',
-              f'#define SEGSCOPE_BPFFS_PIN_ROOT "{BPFFS_PIN_ROOT}"', "", "#endif /* SEGSCOPE_NAMES_H */", ""]
+    lines += [
+        "",
+        f'#define SEGSCOPE_INFLUXDB_DATABASE "{INFLUXDB_DATABASE}"',
+        f'#define SEGSCOPE_BPFFS_PIN_ROOT "{BPFFS_PIN_ROOT}"',
+        "",
+        "#endif /* SEGSCOPE_NAMES_H */",
+        "",
+    ]
     return "\n".join(lines)
 
 

@@ -4,6 +4,7 @@ Mirror of schemas/c/stamp_auth_packet.h: 112 bytes, big-endian, HMAC in the
 last 16 octets covering octets 0-95 (RFC 8762 §4.4). MBZ fields are zero on
 encode and ignored on decode (RFC 8762).
 """
+
 from __future__ import annotations
 
 import struct
@@ -41,8 +42,9 @@ class AuthSenderPacket:
     hmac: bytes = bytes(AUTH_HMAC_LEN)
 
     def encode(self) -> bytes:
-        return _SENDER.pack(self.seq, bytes(12), self.ts_sec, self.ts_frac, self.err_est, self.ssid,
-                            bytes(68), self.hmac)
+        return _SENDER.pack(
+            self.seq, bytes(12), self.ts_sec, self.ts_frac, self.err_est, self.ssid, bytes(68), self.hmac
+        )
 
     @classmethod
     def decode(cls, buf: bytes) -> "AuthSenderPacket":
@@ -68,16 +70,34 @@ class AuthReflectorPacket:
     hmac: bytes = bytes(AUTH_HMAC_LEN)
 
     def encode(self) -> bytes:
-        return _REFLECTOR.pack(self.seq, bytes(12), self.ts_sec, self.ts_frac, self.err_est, self.ssid,
-                               bytes(4), self.rx_sec, self.rx_frac, bytes(8), self.sender_seq, bytes(12),
-                               self.sender_ts_sec, self.sender_ts_frac, self.sender_err_est, bytes(6),
-                               self.sender_ttl, bytes(15), self.hmac)
+        return _REFLECTOR.pack(
+            self.seq,
+            bytes(12),
+            self.ts_sec,
+            self.ts_frac,
+            self.err_est,
+            self.ssid,
+            bytes(4),
+            self.rx_sec,
+            self.rx_frac,
+            bytes(8),
+            self.sender_seq,
+            bytes(12),
+            self.sender_ts_sec,
+            self.sender_ts_frac,
+            self.sender_err_est,
+            bytes(6),
+            self.sender_ttl,
+            bytes(15),
+            self.hmac,
+        )
 
     @classmethod
     def decode(cls, buf: bytes) -> "AuthReflectorPacket":
         _check_len(buf, "reflector")
-        (seq, _m0, sec, frac, ee, ssid, _m1, rsec, rfrac, _m2, sseq, _m3, ssec, sfrac, see, _m4, ttl,
-         _m5, mac) = _REFLECTOR.unpack_from(buf)
+        (seq, _m0, sec, frac, ee, ssid, _m1, rsec, rfrac, _m2, sseq, _m3, ssec, sfrac, see, _m4, ttl, _m5, mac) = (
+            _REFLECTOR.unpack_from(buf)
+        )
         return cls(seq, sec, frac, ee, ssid, rsec, rfrac, sseq, ssec, sfrac, see, ttl, mac)
 
 

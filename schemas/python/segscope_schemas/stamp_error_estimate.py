@@ -6,6 +6,7 @@ gives the smallest representable error >= the given one; ``ee_to_error_ns``
 rounds up to whole ns (saturating at 2^64-1 like the C side).
 ``clock_read`` reads the kernel clock's sync state with adjtimex(2) (ctypes).
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -68,7 +69,7 @@ def ee_from_error_ns(err_ns: int) -> tuple[int, int]:
 
 def ee_to_error_ns(scale: int, multiplier: int) -> int:
     """Error in ns, rounded up; 2^64-1 if it does not fit 64 bits (as in C)."""
-    num = multiplier * NS_PER_SEC << scale          # error * 2^32 in ns
+    num = multiplier * NS_PER_SEC << scale  # error * 2^32 in ns
     ns = -((-num) >> 32)
     return min(ns, U64_MAX)
 
@@ -84,20 +85,36 @@ class _Timeval(ctypes.Structure):
 
 class _Timex(ctypes.Structure):
     """struct timex of <sys/timex.h> (glibc, LP64)."""
-    _fields_ = [("modes", ctypes.c_uint), ("offset", ctypes.c_long), ("freq", ctypes.c_long),
-                ("maxerror", ctypes.c_long), ("esterror", ctypes.c_long), ("status", ctypes.c_int),
-                ("constant", ctypes.c_long), ("precision", ctypes.c_long),
-                ("tolerance", ctypes.c_long), ("time", _Timeval), ("tick", ctypes.c_long),
-                ("ppsfreq", ctypes.c_long), ("jitter", ctypes.c_long), ("shift", ctypes.c_int),
-                ("stabil", ctypes.c_long), ("jitcnt", ctypes.c_long), ("calcnt", ctypes.c_long),
-                ("errcnt", ctypes.c_long), ("stbcnt", ctypes.c_long), ("tai", ctypes.c_int),
-                ("_reserved", ctypes.c_int * 11)]
+
+    _fields_ = [
+        ("modes", ctypes.c_uint),
+        ("offset", ctypes.c_long),
+        ("freq", ctypes.c_long),
+        ("maxerror", ctypes.c_long),
+        ("esterror", ctypes.c_long),
+        ("status", ctypes.c_int),
+        ("constant", ctypes.c_long),
+        ("precision", ctypes.c_long),
+        ("tolerance", ctypes.c_long),
+        ("time", _Timeval),
+        ("tick", ctypes.c_long),
+        ("ppsfreq", ctypes.c_long),
+        ("jitter", ctypes.c_long),
+        ("shift", ctypes.c_int),
+        ("stabil", ctypes.c_long),
+        ("jitcnt", ctypes.c_long),
+        ("calcnt", ctypes.c_long),
+        ("errcnt", ctypes.c_long),
+        ("stbcnt", ctypes.c_long),
+        ("tai", ctypes.c_int),
+        ("_reserved", ctypes.c_int * 11),
+    ]
 
 
 @dataclass(frozen=True)
 class ClockState:
-    state: int          # adjtimex return value (TIME_OK .. TIME_ERROR)
-    status: int         # STA_* bits
+    state: int  # adjtimex return value (TIME_OK .. TIME_ERROR)
+    status: int  # STA_* bits
     maxerror_us: int
     esterror_us: int
     tai_offset_s: int
@@ -117,8 +134,7 @@ def clock_read() -> ClockState:
     if state < 0:
         err = ctypes.get_errno()
         raise OSError(err, f"adjtimex: {os.strerror(err)}")
-    return ClockState(state, tx.status, tx.maxerror, tx.esterror, tx.tai,
-                      clock_synced(state, tx.status, tx.maxerror))
+    return ClockState(state, tx.status, tx.maxerror, tx.esterror, tx.tai, clock_synced(state, tx.status, tx.maxerror))
 
 
 def clock_error_ns(cs: ClockState) -> int:

@@ -5,6 +5,7 @@ key id with rotation (a current signing key, previous keys accepted until the
 end of their validity window) and a constant-time verify. The base packet
 carries no key id, so ``verify`` tries every key valid at ``now_ns``.
 """
+
 from __future__ import annotations
 
 import hashlib

@@ -3,6 +3,7 @@
 Mirror of schemas/c/stamp_test_packet.h. Big-endian on the wire, 44 bytes each.
 Timestamps: PTPv2 truncated (32-bit TAI seconds, 32-bit ns), Error Estimate Z=1.
 """
+
 from __future__ import annotations
 
 import struct
@@ -12,11 +13,11 @@ STAMP_PORT = 862
 STAMP_BASE_LEN = 44
 NS_PER_SEC = 1_000_000_000
 
-EE_S = 0x8000   # clock synchronised
-EE_Z = 0x4000   # PTPv2 format
+EE_S = 0x8000  # clock synchronised
+EE_Z = 0x4000  # PTPv2 format
 
-_SENDER = struct.Struct("!IIIHH28s")                 # seq, ts.sec, ts.frac, err_est, ssid, mbz
-_REFLECTOR = struct.Struct("!IIIHHIIIIIHHB3s")       # seq, ts, err, ssid, rx_ts, s_seq, s_ts, s_err, mbz1, ttl, mbz2
+_SENDER = struct.Struct("!IIIHH28s")  # seq, ts.sec, ts.frac, err_est, ssid, mbz
+_REFLECTOR = struct.Struct("!IIIHHIIIIIHHB3s")  # seq, ts, err, ssid, rx_ts, s_seq, s_ts, s_err, mbz1, ttl, mbz2
 assert _SENDER.size == STAMP_BASE_LEN and _REFLECTOR.size == STAMP_BASE_LEN
 
 
@@ -84,14 +85,26 @@ class ReflectorPacket:
     sender_ttl: int
 
     def encode(self) -> bytes:
-        return _REFLECTOR.pack(self.seq, self.ts_sec, self.ts_frac, self.err_est, self.ssid,
-                               self.rx_sec, self.rx_frac, self.sender_seq, self.sender_ts_sec,
-                               self.sender_ts_frac, self.sender_err_est, 0, self.sender_ttl, bytes(3))
+        return _REFLECTOR.pack(
+            self.seq,
+            self.ts_sec,
+            self.ts_frac,
+            self.err_est,
+            self.ssid,
+            self.rx_sec,
+            self.rx_frac,
+            self.sender_seq,
+            self.sender_ts_sec,
+            self.sender_ts_frac,
+            self.sender_err_est,
+            0,
+            self.sender_ttl,
+            bytes(3),
+        )
 
     @classmethod
     def decode(cls, buf: bytes) -> "ReflectorPacket":
         if len(buf) < STAMP_BASE_LEN:
             raise MalformedPacket(f"reflector packet is {len(buf)} bytes, needs {STAMP_BASE_LEN}")
-        (seq, sec, frac, ee, ssid, rsec, rfrac, sseq, ssec, sfrac, see, _mbz1, ttl,
-         _mbz2) = _REFLECTOR.unpack_from(buf)
+        (seq, sec, frac, ee, ssid, rsec, rfrac, sseq, ssec, sfrac, see, _mbz1, ttl, _mbz2) = _REFLECTOR.unpack_from(buf)
         return cls(seq, sec, frac, ee, ssid, rsec, rfrac, sseq, ssec, sfrac, see, ttl)

@@ -6,6 +6,7 @@ take the TAI-UTC offset in seconds. Bounds (see the C header):
 ns -> NTP fraction <= 2^-33 s (0.1164 ns); NTP fraction -> ns <= 0.5 ns;
 TAI ns -> NTP -> TAI ns exact; NTP -> ns -> NTP within 2 fraction units; PTP exact.
 """
+
 from __future__ import annotations
 
 import struct
@@ -13,9 +14,9 @@ from enum import IntEnum
 
 from .stamp_test_packet import EE_Z, NS_PER_SEC, ptp_from_ns, ptp_to_ns, sec32_widen
 
-NTP_UNIX_OFFSET = 2_208_988_800      # RFC 5905 §6: 1900-01-01 -> 1970-01-01, seconds
+NTP_UNIX_OFFSET = 2_208_988_800  # RFC 5905 §6: 1900-01-01 -> 1970-01-01, seconds
 NTP_FRAC_ONE = 1 << 32
-NTP_ENCODE_MAX_ERR_PS = 117          # 2^-33 s, ceil
+NTP_ENCODE_MAX_ERR_PS = 117  # 2^-33 s, ceil
 NTP_DECODE_MAX_ERR_PS = 500
 TIMESTAMP_LEN = 8
 
@@ -24,6 +25,7 @@ _TS = struct.Struct("!II")
 
 class TsFormat(IntEnum):
     """Timestamp format of a session; the value is the Error Estimate Z bit."""
+
     NTP = 0
     PTP = 1
 

@@ -9,22 +9,23 @@ bit 2 I Integrity check failed, bits 3-7 reserved (zero on transmit, ignored on 
 The TLV area starts after the base packet: 44 bytes unauthenticated (RFC 8762 §4.2.1/§4.3.1),
 112 bytes authenticated (§4.2.2/§4.3.2); callers pass that offset.
 """
+
 from __future__ import annotations
 
 import struct
 from dataclasses import dataclass, field
 from typing import Callable, Iterator, Optional
 
-FLAG_U = 0x80   # Unrecognized: the reflector did not understand the Type
-FLAG_M = 0x40   # Malformed: Length not valid for the Type, or the TLV runs past the packet
-FLAG_I = 0x20   # Integrity: the STAMP extensions failed HMAC verification
+FLAG_U = 0x80  # Unrecognized: the reflector did not understand the Type
+FLAG_M = 0x40  # Malformed: Length not valid for the Type, or the TLV runs past the packet
+FLAG_I = 0x20  # Integrity: the STAMP extensions failed HMAC verification
 FLAG_RESERVED = 0x1F
-SENDER_FLAGS = FLAG_U   # RFC 8972 §4: the Session-Sender sends every TLV with U = 1
+SENDER_FLAGS = FLAG_U  # RFC 8972 §4: the Session-Sender sends every TLV with U = 1
 
 HDR = struct.Struct("!BBH")
-HDR_LEN = HDR.size            # 4
-BASE_LEN_UNAUTH = 44          # RFC 8762 §4.2.1 / §4.3.1
-BASE_LEN_AUTH = 112           # RFC 8762 §4.2.2 / §4.3.2
+HDR_LEN = HDR.size  # 4
+BASE_LEN_UNAUTH = 44  # RFC 8762 §4.2.1 / §4.3.1
+BASE_LEN_AUTH = 112  # RFC 8762 §4.2.2 / §4.3.2
 
 # IANA "STAMP TLV Types" (RFC 8972 §5.1, RFC 9503 §5)
 TYPE_EXTRA_PADDING = 1
@@ -39,12 +40,12 @@ TYPE_DEST_NODE_ADDR = 9
 TYPE_RETURN_PATH = 10
 
 # error kinds (same names as the C STAMP_TLV_E* codes)
-E_SHORT = "short"         # buffer shorter than a header, or than header + Length
-E_TRAILING = "trailing"   # 1..3 bytes left after the last TLV: not even a header
-E_OVERRUN = "overrun"     # a TLV's Length runs past the end of the area
-E_TYPE = "type"           # decoder called on a TLV of another Type
-E_LENGTH = "length"       # Length not valid for this Type (RFC 8972 §4: M flag)
-E_VALUE = "value"         # Value not valid (bad sub-TLV, address family, ...)
+E_SHORT = "short"  # buffer shorter than a header, or than header + Length
+E_TRAILING = "trailing"  # 1..3 bytes left after the last TLV: not even a header
+E_OVERRUN = "overrun"  # a TLV's Length runs past the end of the area
+E_TYPE = "type"  # decoder called on a TLV of another Type
+E_LENGTH = "length"  # Length not valid for this Type (RFC 8972 §4: M flag)
+E_VALUE = "value"  # Value not valid (bad sub-TLV, address family, ...)
 
 
 class MalformedTLV(ValueError):
@@ -60,7 +61,7 @@ class TLV:
     flags: int
     type: int
     value: bytes
-    offset: int = 0   # offset of the header in the buffer it was read from
+    offset: int = 0  # offset of the header in the buffer it was read from
 
     @property
     def length(self) -> int:
@@ -89,9 +90,12 @@ def iter_tlvs(buf: bytes, offset: int = BASE_LEN_UNAUTH, end: Optional[int] = No
             raise MalformedTLV(E_TRAILING, f"{end - off} byte(s) at offset {off} are shorter than a TLV header")
         flags, tlv_type, length = HDR.unpack_from(buf, off)
         if length > end - off - HDR_LEN:
-            raise MalformedTLV(E_OVERRUN, f"TLV type {tlv_type} at offset {off} has Length {length} "
-                                          f"but only {end - off - HDR_LEN} byte(s) follow")
-        yield TLV(flags, tlv_type, bytes(buf[off + HDR_LEN:off + HDR_LEN + length]), off)
+            raise MalformedTLV(
+                E_OVERRUN,
+                f"TLV type {tlv_type} at offset {off} has Length {length} "
+                f"but only {end - off - HDR_LEN} byte(s) follow",
+            )
+        yield TLV(flags, tlv_type, bytes(buf[off + HDR_LEN : off + HDR_LEN + length]), off)
         off += HDR_LEN + length
 
 
@@ -123,6 +127,7 @@ def split_tlv(buf: bytes, expected_type: int) -> tuple[int, bytes]:
 
 # ---- Session-Reflector rules (RFC 8972 §4) ------------------------------------------------
 
+
 def reflected_flags(understood: bool, malformed: bool, integrity_failed: bool) -> int:
     """Flags the reflector writes: U/M/I from its own verdict, reserved bits zero (§4)."""
     return (0 if understood else FLAG_U) | (FLAG_M if malformed else 0) | (FLAG_I if integrity_failed else 0)
@@ -148,17 +153,18 @@ HmacVerify = Callable[[bytes, bytes], bool]
 
 @dataclass
 class ReflectResult:
-    tlvs: int = 0                        # TLVs whose header was read
-    unknown: int = 0                     # TLVs echoed with U set
-    malformed_at: Optional[int] = None   # offset (in the packet) of the TLV flagged M
-    integrity_failed: bool = False       # I set on every TLV
-    error: Optional[str] = None          # E_TRAILING / E_OVERRUN when the area itself is broken
-    hmac_offset: Optional[int] = None    # offset of the HMAC TLV, when present
+    tlvs: int = 0  # TLVs whose header was read
+    unknown: int = 0  # TLVs echoed with U set
+    malformed_at: Optional[int] = None  # offset (in the packet) of the TLV flagged M
+    integrity_failed: bool = False  # I set on every TLV
+    error: Optional[str] = None  # E_TRAILING / E_OVERRUN when the area itself is broken
+    hmac_offset: Optional[int] = None  # offset of the HMAC TLV, when present
     understood_offsets: list[int] = field(default_factory=list)
 
 
-def reflect_tlvs(packet: bytes, offset: int, value_check: ValueCheck,
-                 hmac_verify: Optional[HmacVerify] = None) -> tuple[bytearray, ReflectResult]:
+def reflect_tlvs(
+    packet: bytes, offset: int, value_check: ValueCheck, hmac_verify: Optional[HmacVerify] = None
+) -> tuple[bytearray, ReflectResult]:
     """Apply RFC 8972 §4 to the TLV area of a received packet; return (reflected copy, result).
 
     - understood Type with a valid Length/Value: U=M=I=0 (the per-TLV reflect helpers then fill
@@ -175,7 +181,7 @@ def reflect_tlvs(packet: bytes, offset: int, value_check: ValueCheck,
     out = bytearray(packet)
     res = ReflectResult()
     end = len(packet)
-    if offset > end or offset < 4:   # the base packet holds at least the Sequence Number
+    if offset > end or offset < 4:  # the base packet holds at least the Sequence Number
         res.error = E_SHORT
         return out, res
     headers: list[int] = []
@@ -192,7 +198,7 @@ def reflect_tlvs(packet: bytes, offset: int, value_check: ValueCheck,
             res.malformed_at = off
             out[off] = reflected_flags(True, True, False)
             break
-        value = bytes(packet[off + HDR_LEN:off + HDR_LEN + length])
+        value = bytes(packet[off + HDR_LEN : off + HDR_LEN + length])
         verdict = value_check(tlv_type, value)
         if verdict is None:
             res.unknown += 1
@@ -208,8 +214,8 @@ def reflect_tlvs(packet: bytes, offset: int, value_check: ValueCheck,
                 res.hmac_offset = off
         off += HDR_LEN + length
     if res.hmac_offset is not None and hmac_verify is not None:
-        text = bytes(packet[0:4]) + bytes(packet[offset:res.hmac_offset])
-        mac = bytes(packet[res.hmac_offset + HDR_LEN:res.hmac_offset + HDR_LEN + 16])
+        text = bytes(packet[0:4]) + bytes(packet[offset : res.hmac_offset])
+        mac = bytes(packet[res.hmac_offset + HDR_LEN : res.hmac_offset + HDR_LEN + 16])
         if not hmac_verify(text, mac):
             res.integrity_failed = True
             for h in headers:

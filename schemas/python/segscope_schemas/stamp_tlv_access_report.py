@@ -4,12 +4,14 @@ Value (Length 4): ID (4) | Resv (4) | Return Code (8) | Reserved (16).
 ID: the access network (1 = 3GPP, 2 = non-3GPP); Return Code (IANA "STAMP Return Codes"):
 1 Network available, 2 Network unavailable. Sent by the Session-Sender; the reflector returns it.
 """
+
 from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
 
-from .stamp_tlv import E_LENGTH, MalformedTLV, TYPE_ACCESS_REPORT as TYPE, encode_tlv, split_tlv
+from .stamp_tlv import E_LENGTH, MalformedTLV, encode_tlv, split_tlv
+from .stamp_tlv import TYPE_ACCESS_REPORT as TYPE
 
 LENGTH = 4
 ID_3GPP = 1

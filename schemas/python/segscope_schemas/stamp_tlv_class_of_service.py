@@ -5,12 +5,14 @@ Sender: DSCP1 = the DSCP it asks the reflector to use on the reflected packet; D
 Reflector duty: DSCP2 = DSCP of the received packet, ECN = ECN of the received packet, RP = 1 when
 it could not use DSCP1 for the reflected packet (0 when it did), DSCP1 returned unchanged.
 """
+
 from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
 
-from .stamp_tlv import E_LENGTH, MalformedTLV, TYPE_CLASS_OF_SERVICE as TYPE, encode_tlv, split_tlv
+from .stamp_tlv import E_LENGTH, MalformedTLV, encode_tlv, split_tlv
+from .stamp_tlv import TYPE_CLASS_OF_SERVICE as TYPE
 
 LENGTH = 4
 _V = struct.Struct("!HH")

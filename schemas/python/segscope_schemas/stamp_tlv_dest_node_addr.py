@@ -5,13 +5,15 @@ Used when the test packet's IP destination does not name the reflector (e.g. SR-
 Reflector (RFC 9503 §3): U = 1 in the reflected TLV when it is not the node named here,
 U = 0 when it is.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .stamp_tlv import E_LENGTH, FLAG_U, MalformedTLV, TYPE_DEST_NODE_ADDR as TYPE, encode_tlv, split_tlv
+from .stamp_tlv import E_LENGTH, FLAG_U, MalformedTLV, encode_tlv, split_tlv
+from .stamp_tlv import TYPE_DEST_NODE_ADDR as TYPE
 
-AF_IPV4 = 1   # IANA Address Family Numbers, used here only to name what the Length selects
+AF_IPV4 = 1  # IANA Address Family Numbers, used here only to name what the Length selects
 AF_IPV6 = 2
 ADDR_LEN = {AF_IPV4: 4, AF_IPV6: 16}
 

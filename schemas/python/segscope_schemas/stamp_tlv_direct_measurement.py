@@ -4,12 +4,14 @@ Value (Length 12): Session-Sender Tx counter S_TxC (32) | Session-Reflector Rx c
 Session-Reflector Tx counter R_TxC (32). The sender fills S_TxC and zeroes the rest; the reflector
 fills R_RxC (packets it received in the session, this one included) and R_TxC (packets it sent).
 """
+
 from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
 
-from .stamp_tlv import E_LENGTH, MalformedTLV, TYPE_DIRECT_MEASUREMENT as TYPE, encode_tlv, split_tlv
+from .stamp_tlv import E_LENGTH, MalformedTLV, encode_tlv, split_tlv
+from .stamp_tlv import TYPE_DIRECT_MEASUREMENT as TYPE
 
 LENGTH = 12
 _V = struct.Struct("!III")

@@ -3,11 +3,13 @@
 Value: padding of any length (Length = its size, may be 0). The sender fills it (pseudo-random
 per RFC 8972 §4.1); the reflector returns it so the reply is as long as the request.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .stamp_tlv import TYPE_EXTRA_PADDING as TYPE, encode_tlv, split_tlv
+from .stamp_tlv import TYPE_EXTRA_PADDING as TYPE
+from .stamp_tlv import encode_tlv, split_tlv
 
 
 @dataclass
@@ -25,4 +27,4 @@ class ExtraPadding:
 
 
 def value_ok(value: bytes) -> bool:
-    return True   # any length is valid
+    return True  # any length is valid

@@ -5,12 +5,14 @@ session's format) | Timestamp M (8, timestamping method) | Reserved (24).
 The sender zeroes it; the reflector reports the sequence number and the (more accurate) transmit
 timestamp of the packet it reflected *before* this one, and how that timestamp was taken.
 """
+
 from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
 
-from .stamp_tlv import E_LENGTH, MalformedTLV, TYPE_FOLLOW_UP_TELEMETRY as TYPE, encode_tlv, split_tlv
+from .stamp_tlv import E_LENGTH, MalformedTLV, encode_tlv, split_tlv
+from .stamp_tlv import TYPE_FOLLOW_UP_TELEMETRY as TYPE
 
 LENGTH = 16
 _V = struct.Struct("!IIIB3s")

@@ -5,11 +5,13 @@ Sequence Number field of the base packet followed by every TLV that precedes the
 included, as sent). The HMAC TLV follows the TLVs it protects. The HMAC itself is computed by
 stamp_hmac (another module); this file only places it and names the covered bytes.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .stamp_tlv import E_LENGTH, MalformedTLV, TYPE_HMAC as TYPE, encode_tlv, split_tlv
+from .stamp_tlv import E_LENGTH, MalformedTLV, encode_tlv, split_tlv
+from .stamp_tlv import TYPE_HMAC as TYPE
 
 LENGTH = 16
 

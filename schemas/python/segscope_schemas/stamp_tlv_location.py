@@ -8,14 +8,15 @@ of the received packet and answers each request with the specific sub-TLV of the
   4 Destination IP Address (req., 16)  5 Destination IPv4 (4 + 12 MBZ)   6 Destination IPv6 (16)
   7 Source IP Address (request, 16)    8 Source IPv4 (4 + 12 MBZ)        9 Source IPv6 (16)
 """
+
 from __future__ import annotations
 
 import struct
 from dataclasses import dataclass, field
 from typing import Optional
 
-from .stamp_tlv import (E_LENGTH, E_VALUE, TLV, MalformedTLV, TYPE_LOCATION as TYPE, encode_tlv,
-                        iter_sub_tlvs, iter_tlvs, split_tlv)
+from .stamp_tlv import E_LENGTH, E_VALUE, TLV, MalformedTLV, encode_tlv, iter_sub_tlvs, iter_tlvs, split_tlv
+from .stamp_tlv import TYPE_LOCATION as TYPE
 
 SUB_SRC_MAC = 1
 SUB_SRC_EUI48 = 2
@@ -27,9 +28,17 @@ SUB_SRC_IP = 7
 SUB_SRC_IPV4 = 8
 SUB_SRC_IPV6 = 9
 # every sub-TLV type has one fixed Length
-SUB_LENGTH = {SUB_SRC_MAC: 8, SUB_SRC_EUI48: 8, SUB_SRC_EUI64: 8,
-              SUB_DST_IP: 16, SUB_DST_IPV4: 16, SUB_DST_IPV6: 16,
-              SUB_SRC_IP: 16, SUB_SRC_IPV4: 16, SUB_SRC_IPV6: 16}
+SUB_LENGTH = {
+    SUB_SRC_MAC: 8,
+    SUB_SRC_EUI48: 8,
+    SUB_SRC_EUI64: 8,
+    SUB_DST_IP: 16,
+    SUB_DST_IPV4: 16,
+    SUB_DST_IPV6: 16,
+    SUB_SRC_IP: 16,
+    SUB_SRC_IPV4: 16,
+    SUB_SRC_IPV6: 16,
+}
 _PORTS = struct.Struct("!HH")
 
 
@@ -76,8 +85,14 @@ def request(sub_types: list[int]) -> Location:
     return Location(0, 0, [TLV(0, t, bytes(SUB_LENGTH[t])) for t in sub_types])
 
 
-def reflect(value: bytes, dst_port: int, src_port: int, src_mac: Optional[bytes] = None,
-            src_ip: Optional[bytes] = None, dst_ip: Optional[bytes] = None) -> bytes:
+def reflect(
+    value: bytes,
+    dst_port: int,
+    src_port: int,
+    src_mac: Optional[bytes] = None,
+    src_ip: Optional[bytes] = None,
+    dst_ip: Optional[bytes] = None,
+) -> bytes:
     """Reflector: copy the received UDP ports and answer each request sub-TLV (same sizes)."""
     check_value(value)
     out = bytearray(_PORTS.pack(dst_port, src_port))

@@ -10,14 +10,15 @@ A sub-TLV type appears at most once (a second one makes the TLV malformed).
 Note: these sub-TLV numbers overlap RFC 8972's Location sub-TLV numbers in IANA's "STAMP Sub-TLV
 Types" registry (1-9 = Location); they are scoped by the parent TLV, and we follow RFC 9503's figures.
 """
+
 from __future__ import annotations
 
 import struct
 from dataclasses import dataclass, field
 from typing import Optional
 
-from .stamp_tlv import (E_LENGTH, E_VALUE, TLV, MalformedTLV, TYPE_RETURN_PATH as TYPE, encode_tlv, iter_sub_tlvs, iter_tlvs,
-                        split_tlv)
+from .stamp_tlv import E_LENGTH, E_VALUE, TLV, MalformedTLV, encode_tlv, iter_sub_tlvs, iter_tlvs, split_tlv
+from .stamp_tlv import TYPE_RETURN_PATH as TYPE
 
 SUB_CONTROL_CODE = 1
 SUB_RETURN_ADDRESS = 2
@@ -51,7 +52,7 @@ class ReturnPath:
     def segments(self) -> list[bytes]:
         for s in self.sub_tlvs:
             if s.type == SUB_SRV6_SEGMENTS:
-                return [s.value[i:i + 16] for i in range(0, len(s.value), 16)]
+                return [s.value[i : i + 16] for i in range(0, len(s.value), 16)]
         return []
 
     @property

@@ -7,13 +7,14 @@ reflector fills the four octets. Timestamping methods (IANA "STAMP Timestamping 
 1 HW Assist, 2 SW Local, 3 Control Plane. Synchronization sources (IANA "STAMP Synchronization
 Sources"): 1 NTP, 2 PTP (the values segscope uses).
 """
+
 from __future__ import annotations
 
 import struct
 from dataclasses import dataclass, field
 
-from .stamp_tlv import (E_LENGTH, TLV, MalformedTLV, TYPE_TIMESTAMP_INFO as TYPE, encode_tlv, iter_sub_tlvs, iter_tlvs,
-                        split_tlv)
+from .stamp_tlv import E_LENGTH, TLV, MalformedTLV, encode_tlv, iter_sub_tlvs, iter_tlvs, split_tlv
+from .stamp_tlv import TYPE_TIMESTAMP_INFO as TYPE
 
 SYNC_NTP = 1
 SYNC_PTP = 2

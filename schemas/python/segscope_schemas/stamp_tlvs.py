@@ -3,14 +3,25 @@
 Mirror of schemas/c/stamp_tlvs.h. reflect(packet, offset, hmac_verify) applies RFC 8972 §4 with
 this table (stamp_tlv.reflect_tlvs does the work).
 """
+
 from __future__ import annotations
 
 from types import ModuleType
 from typing import Optional
 
-from . import (stamp_tlv, stamp_tlv_access_report, stamp_tlv_class_of_service, stamp_tlv_dest_node_addr,
-               stamp_tlv_direct_measurement, stamp_tlv_extra_padding, stamp_tlv_follow_up_telemetry,
-               stamp_tlv_hmac, stamp_tlv_location, stamp_tlv_return_path, stamp_tlv_timestamp_info)
+from . import (
+    stamp_tlv,
+    stamp_tlv_access_report,
+    stamp_tlv_class_of_service,
+    stamp_tlv_dest_node_addr,
+    stamp_tlv_direct_measurement,
+    stamp_tlv_extra_padding,
+    stamp_tlv_follow_up_telemetry,
+    stamp_tlv_hmac,
+    stamp_tlv_location,
+    stamp_tlv_return_path,
+    stamp_tlv_timestamp_info,
+)
 
 MODULES: dict[int, ModuleType] = {
     stamp_tlv.TYPE_EXTRA_PADDING: stamp_tlv_extra_padding,
@@ -31,6 +42,5 @@ def value_check(tlv_type: int, value: bytes) -> Optional[bool]:
     return None if mod is None else mod.value_ok(value)
 
 
-def reflect(packet: bytes, offset: int = stamp_tlv.BASE_LEN_UNAUTH,
-            hmac_verify: Optional[stamp_tlv.HmacVerify] = None):
+def reflect(packet: bytes, offset: int = stamp_tlv.BASE_LEN_UNAUTH, hmac_verify: Optional[stamp_tlv.HmacVerify] = None):
     return stamp_tlv.reflect_tlvs(packet, offset, value_check, hmac_verify)
