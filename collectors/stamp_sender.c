@@ -215,7 +215,8 @@ static void parse_args(int argc, char **argv, struct sender_opts *o)
 		case O_SEGS: parse_segs(optarg, o); break;
 		case O_SPORT: o->sport = parse_int("--sport", optarg, 1, 65535); break;
 		case O_DPORT: o->dport = parse_int("--dport", optarg, 1, 65535); break;
-		case O_SSID: o->ssid = parse_int("--ssid", optarg, 1, 65535); break;
+		/* 0: a plain RFC 8762 sender (bytes 14-15 MBZ, no RFC 8972 SSID) */
+		case O_SSID: o->ssid = parse_int("--ssid", optarg, 0, 65535); break;
 		case O_RATE: o->rate_pps = parse_positive("--rate", optarg); break;
 		case O_COUNT: o->count = parse_int("--count", optarg, 1, INT64_MAX); break;
 		case O_DURATION: o->duration_s = parse_positive("--duration", optarg); break;
@@ -245,7 +246,7 @@ static void parse_args(int argc, char **argv, struct sender_opts *o)
 	if (!have_dst)
 		die_arg("--dst", "required", NULL);
 	if (o->ssid < 0)
-		die_arg("--ssid", "required (1..65535)", NULL);
+		die_arg("--ssid", "required (0..65535; 0: plain RFC 8762, no SSID)", NULL);
 	if (o->rate_pps <= 0)
 		die_arg("--rate", "required (packets per second)", NULL);
 	if (o->count < 0 && o->duration_s < 0)

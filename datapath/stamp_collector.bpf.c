@@ -3,8 +3,11 @@
  * XDP STAMP Session-Sender receive side ("collector"). A reflector packet
  * (UDP from the STAMP port) of an active session is stamped with T4, turned
  * into a struct stamp_record in the `stamp_records` ring buffer and consumed
- * (XDP_DROP). T1..T3 of NTP sessions are converted to TAI ns (record flag
- * STAMP_RECORD_F_NTP). Everything else goes on to the stack. Each packet bumps exactly
+ * (XDP_DROP). Each side's timestamps are read in that side's format: T1 in
+ * the session's (record flag STAMP_RECORD_F_NTP), T2 and T3 in the one the
+ * reflector names with the Z bit of its Error Estimate (RFC 8762 §4.3.1; flag
+ * STAMP_RECORD_F_REFLECTOR_NTP), so a PTP session against an NTP reflector
+ * measures one-way delays right. Everything else goes on to the stack. Each packet bumps exactly
  * one counter; a record that does not fit into the ring is counted, never
  * lost silently.
  */
@@ -19,6 +22,9 @@
 
 /* STAMP UDP port the replies come from, set by the loader before load. */
 const volatile __u16 stamp_port = STAMP_PORT;
+/* Collect replies whose UDP checksum is the pseudo-header sum only (see
+ * udp6_csum_check()); set by the loader before load (--partial-csum). */
+const volatile bool accept_partial_csum = true;
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -80,11 +86,13 @@ static __always_inline void fill_record(struct stamp_record *rec,
 					const struct pkt_view *v, struct xdp_md *ctx, __u64 t4,
 					bool ntp)
 {
-	__s32 off = ntp ? tai_utc_offset() : 0;
+	/* Z = 0 in the reflector's Error Estimate: its T2 and T3 are NTP */
+	bool refl_ntp = !(bpf_ntohs(rp->err_est) & STAMP_EE_Z);
+	__s32 off = (ntp || refl_ntp) ? tai_utc_offset() : 0;
 
 	rec->t1_ns = ts_tai_ns(&rp->sender_ts, t4, ntp, off);
-	rec->t2_ns = ts_tai_ns(&rp->rx_ts, t4, ntp, off);
-	rec->t3_ns = ts_tai_ns(&rp->ts, t4, ntp, off);
+	rec->t2_ns = ts_tai_ns(&rp->rx_ts, t4, refl_ntp, off);
+	rec->t3_ns = ts_tai_ns(&rp->ts, t4, refl_ntp, off);
 	rec->t4_ns = t4;
 	rec->sender_seq = bpf_ntohl(rp->sender_seq);
 	rec->reflector_seq = bpf_ntohl(rp->seq);
@@ -94,7 +102,8 @@ static __always_inline void fill_record(struct stamp_record *rec,
 	rec->sender_ttl = rp->sender_ttl;
 	rec->reply_hop_limit = v->ip6->hop_limit;
 	rec->ifindex = ctx->ingress_ifindex;
-	rec->flags = (v->srh ? STAMP_RECORD_F_SRH : 0) | (ntp ? STAMP_RECORD_F_NTP : 0);
+	rec->flags = (v->srh ? STAMP_RECORD_F_SRH : 0) | (ntp ? STAMP_RECORD_F_NTP : 0) |
+		     (refl_ntp ? STAMP_RECORD_F_REFLECTOR_NTP : 0);
 	rec->reserved = 0;
 }
 
@@ -128,6 +137,8 @@ int stamp_collector(struct xdp_md *ctx)
 	struct stamp_reflector_packet *rp;
 	struct collector_session *sess;
 	struct stamp_record *rec;
+	enum csum_verdict csum;
+	__u16 csum_seed = 0;
 	struct pkt_view v;
 	int payload_len;
 	__u32 udp_len;
@@ -177,7 +188,8 @@ int stamp_collector(struct xdp_md *ctx)
 	udp_len = payload_len + sizeof(struct udphdr);
 	if (udp_len > UDP_CSUM_MAX_LEN)
 		return count(COLL_PASS_TOO_LONG_TO_VERIFY, XDP_PASS);
-	if (!udp6_csum_ok(ctx, &v, udp_len))
+	csum = udp6_csum_check(ctx, &v, udp_len, accept_partial_csum, &csum_seed);
+	if (csum == CSUM_BAD)
 		return count(COLL_DROP_MALFORMED_UDP_CSUM, XDP_DROP);
 
 	rec = bpf_ringbuf_reserve(&stamp_records, sizeof(*rec), 0);
@@ -185,7 +197,7 @@ int stamp_collector(struct xdp_md *ctx)
 		return count(COLL_DROP_RINGBUF_FULL, XDP_DROP);
 	fill_record(rec, rp, &v, ctx, t4, sess->flags & COLL_SESS_F_NTP);
 	bpf_ringbuf_submit(rec, 0);
-	return count(COLL_COLLECTED, XDP_DROP);
+	return count(csum == CSUM_PARTIAL ? COLL_COLLECTED_PARTIAL_CSUM : COLL_COLLECTED, XDP_DROP);
 }
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";

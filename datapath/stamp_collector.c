@@ -4,7 +4,7 @@
  * (Session-Sender receive side).
  *
  *   stamp_collector attach --netns NS --dev IF --pin-dir DIR [--port 862] [--ringbuf-size BYTES]
- *                   [--tai-offset S] [--behind altmark_rx|ALTMARK_RX_PIN_DIR]
+ *                   [--tai-offset S] [--behind altmark_rx|ALTMARK_RX_PIN_DIR] [--partial-csum accept|drop]
  *   stamp_collector activate --pin-dir DIR --ssid N --port P [--format ptp|ntp]
  *   stamp_collector set-tai-offset --pin-dir DIR [--tai-offset S]   (default: adjtimex)
  *   stamp_collector deactivate --pin-dir DIR --ssid N
@@ -42,12 +42,14 @@ struct args {
 	uint64_t port, ssid, ringbuf_size, count, timeout_ms, repeat;
 	int64_t tai_offset;
 	bool have_port, have_ssid, have_tai_offset, ntp, json;
+	bool drop_partial_csum;   /* attach --partial-csum drop */
 };
 
 enum { OPT_BEHIND = 200, OPT_NETNS = 256, OPT_DEV, OPT_PIN_DIR, OPT_PORT, OPT_SSID, OPT_RINGBUF_SIZE, OPT_JSON,
-       OPT_COUNT, OPT_TIMEOUT, OPT_HEX, OPT_REPEAT, OPT_FORMAT, OPT_TAI_OFFSET };
+       OPT_COUNT, OPT_TIMEOUT, OPT_HEX, OPT_REPEAT, OPT_FORMAT, OPT_TAI_OFFSET, OPT_PARTIAL_CSUM };
 
 static const char *const format_names[] = { "ptp", "ntp" };
+static const char *const partial_csum_names[] = { "accept", "drop" };
 
 static const struct option long_opts[] = {
 	{ "behind", required_argument, NULL, OPT_BEHIND },
@@ -64,6 +66,7 @@ static const struct option long_opts[] = {
 	{ "repeat", required_argument, NULL, OPT_REPEAT },
 	{ "format", required_argument, NULL, OPT_FORMAT },
 	{ "tai-offset", required_argument, NULL, OPT_TAI_OFFSET },
+	{ "partial-csum", required_argument, NULL, OPT_PARTIAL_CSUM },
 	{ "help", no_argument, NULL, 'h' },
 	{},
 };
@@ -73,10 +76,13 @@ static void usage(FILE *f)
 	fprintf(f,
 		"usage:\n"
 		"  stamp_collector attach --netns NS --dev IF --pin-dir DIR [--port 862] [--ringbuf-size BYTES]\n"
-		"                  [--tai-offset S] [--behind altmark_rx|ALTMARK_RX_PIN_DIR]\n"
+		"                  [--tai-offset S] [--behind altmark_rx|ALTMARK_RX_PIN_DIR] [--partial-csum accept|drop]\n"
 		"      --behind: run behind the altmark_rx already on IF (its tail call), not attached to IF;\n"
 		"      altmark_rx is looked for in <dirname DIR>/altmark_rx; detach empties its slot\n"
-		"  stamp_collector activate --pin-dir DIR --ssid N --port SENDER_PORT [--format ptp|ntp]\n"
+		"      --partial-csum accept (default): collect replies whose UDP checksum is the pseudo-header\n"
+		"      sum only (a kernel-socket reflector behind a veth), counted collected_partial_csum;\n"
+		"      drop: count them drop_malformed_udp_csum\n"
+		"  stamp_collector activate --pin-dir DIR --ssid N(0-65535) --port SENDER_PORT [--format ptp|ntp]\n"
 		"  stamp_collector set-tai-offset --pin-dir DIR [--tai-offset S]   (TAI-UTC; default from adjtimex)\n"
 		"  stamp_collector deactivate --pin-dir DIR --ssid N\n"
 		"  stamp_collector stats --pin-dir DIR [--json]\n"
@@ -108,7 +114,8 @@ static int parse_args(int argc, char **argv, struct args *a)
 			a->have_port = true;
 			break;
 		case OPT_SSID:
-			if (!parse_u64_arg("--ssid", optarg, 1, 65535, &a->ssid))
+			/* 0: a sender without an RFC 8972 SSID (plain RFC 8762) */
+			if (!parse_u64_arg("--ssid", optarg, 0, 65535, &a->ssid))
 				return -1;
 			a->have_ssid = true;
 			break;
@@ -134,6 +141,13 @@ static int parse_args(int argc, char **argv, struct args *a)
 			if (!parse_s64_arg("--tai-offset", optarg, TAI_OFFSET_MIN, TAI_OFFSET_MAX, &a->tai_offset))
 				return -1;
 			a->have_tai_offset = true;
+			break;
+		case OPT_PARTIAL_CSUM:
+			switch (parse_choice_arg("--partial-csum", optarg, partial_csum_names, 2)) {
+			case 0: a->drop_partial_csum = false; break;
+			case 1: a->drop_partial_csum = true; break;
+			default: return -1;
+			}
 			break;
 		case OPT_JSON: a->json = true; break;
 		case OPT_COUNT:
@@ -217,6 +231,7 @@ static int cmd_attach(struct args *a)
 		return EXIT_FAIL;
 	}
 	skel->rodata->stamp_port = a->port;
+	skel->rodata->accept_partial_csum = !a->drop_partial_csum;
 	err = bpf_map__set_max_entries(skel->maps.stamp_records, a->ringbuf_size);
 	if (!err)
 		err = stamp_collector_bpf__load(skel);
@@ -231,11 +246,12 @@ static int cmd_attach(struct args *a)
 						 a->behind)
 			       : pin_and_attach(skel->obj, skel->progs.stamp_collector, a->netns, a->dev, a->pin_dir);
 	if (!err)
-		printf("stamp_collector %s %s%s%s (STAMP port %llu, ring %llu bytes, TAI-UTC %d s), pins in %s\n",
+		printf("stamp_collector %s %s%s%s (STAMP port %llu, ring %llu bytes, TAI-UTC %d s, partial checksums %s), "
+		       "pins in %s\n",
 		       a->behind ? "chained behind altmark_rx on" : "attached to", a->dev,
 		       a->netns ? " in netns " : "", a->netns ? a->netns : "",
 		       (unsigned long long)a->port, (unsigned long long)a->ringbuf_size,
-		       cfg.tai_utc_offset_s, a->pin_dir);
+		       cfg.tai_utc_offset_s, a->drop_partial_csum ? "dropped" : "accepted", a->pin_dir);
 out:
 	stamp_collector_bpf__destroy(skel);
 	return err ? EXIT_FAIL : EXIT_OK;

@@ -48,6 +48,9 @@ enum collector_counter {
 	COLL_DROP_MALFORMED_SRC_ADDR,  /* STAMP reply: source ::, ::1 or multicast */
 	COLL_DROP_MALFORMED_UDP_CSUM,  /* STAMP reply: UDP checksum zero, or (to be collected) wrong */
 	COLL_PASS_TOO_LONG_TO_VERIFY,  /* to be collected, UDP datagram > UDP_CSUM_MAX_LEN: left to the stack */
+	COLL_COLLECTED_PARTIAL_CSUM,   /* collected; the reply's checksum was the pseudo-header sum only (a
+					* kernel-socket reflector behind a veth); --partial-csum drop: counted
+					* drop_malformed_udp_csum instead */
 	COLL_NR_COUNTERS,
 };
 
@@ -68,6 +71,7 @@ static const char *const collector_counter_names[COLL_NR_COUNTERS] = {
 	[COLL_DROP_MALFORMED_SRC_ADDR] = "drop_malformed_src_addr",
 	[COLL_DROP_MALFORMED_UDP_CSUM] = "drop_malformed_udp_csum",
 	[COLL_PASS_TOO_LONG_TO_VERIFY] = "pass_too_long_to_verify",
+	[COLL_COLLECTED_PARTIAL_CSUM] = "collected_partial_csum",
 };
 
 #endif /* SEGSCOPE_STAMP_COLLECTOR_H */

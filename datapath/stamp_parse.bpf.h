@@ -160,7 +160,7 @@ static __always_inline bool ipv6_src_ok(const struct ipv6hdr *ip6)
 #define CSUM_CHUNK(sum, p, size, data_end)                                       \
 	do {                                                                      \
 		if ((void *)(p) + (size) > (data_end))                            \
-			return 0;                                                 \
+			return -1;                                                \
 		(sum) += (__u32)bpf_csum_diff(NULL, 0, (void *)(p), (size), 0);   \
 		(p) += (size);                                                    \
 	} while (0)
@@ -177,7 +177,7 @@ static __always_inline __u32 csum_fold64(__u64 sum)
 
 /*
  * Checksum of the bytes after the first 52 of the datagram (the TLVs), added
- * to `partial` (pseudo-header + first 52 bytes, see udp6_csum_ok()): by
+ * to `partial` (pseudo-header + first 52 bytes, see udp6_csum_check()): by
  * bpf_csum_diff() in power-of-two chunks, at most 11 calls for 1500 bytes (a
  * plain word loop cost ~0.4 ns per byte here), then the 1..3 odd bytes.
  *
@@ -185,9 +185,10 @@ static __always_inline __u32 csum_fold64(__u64 sum)
  * 2^9 chunk combinations once, not once per path of the program around it
  * (inlined or as a static subprogram, the collector hit the 1M instruction
  * limit). So it takes offsets, not packet pointers, and checks every bound
- * itself. Returns 1 if the checksum verifies, 0 if not (or out of bounds).
+ * itself. Returns the folded 16-bit sum (0xffff: the checksum verifies), or
+ * -1 when a byte is out of bounds.
  */
-__noinline int udp6_csum_rest_ok(struct xdp_md *ctx, __u32 udp_off, __u32 udp_len, __u64 partial)
+__noinline int udp6_csum_rest(struct xdp_md *ctx, __u32 udp_off, __u32 udp_len, __u64 partial)
 {
 	void *data = (void *)(long)ctx->data;
 	void *data_end = (void *)(long)ctx->data_end;
@@ -197,7 +198,7 @@ __noinline int udp6_csum_rest_ok(struct xdp_md *ctx, __u32 udp_off, __u32 udp_le
 	const __u8 *p;
 
 	if (udp_off > L4_OFF_NO_SRH + 2048 || udp_len < UDP_CSUM_FIXED_LEN || udp_len > UDP_CSUM_MAX_LEN)
-		return 0;
+		return -1;
 	p = data + udp_off + UDP_CSUM_FIXED_LEN;
 	rest = udp_len - UDP_CSUM_FIXED_LEN;
 	/* rest < 1500 - 52: two full chunks at most, then its binary digits */
@@ -222,21 +223,21 @@ __noinline int udp6_csum_rest_ok(struct xdp_md *ctx, __u32 udp_off, __u32 udp_le
 	barrier_var(p);
 	if (tail) {   /* 1..3 bytes, zero-padded to a word like RFC 1071 pads odd lengths */
 		if ((void *)(p + 1) > data_end)
-			return 0;
+			return -1;
 		last.b[0] = p[0];
 		if (tail > 1) {
 			if ((void *)(p + 2) > data_end)
-				return 0;
+				return -1;
 			last.b[1] = p[1];
 		}
 		if (tail > 2) {
 			if ((void *)(p + 3) > data_end)
-				return 0;
+				return -1;
 			last.b[2] = p[2];
 		}
 		sum += last.w;
 	}
-	return csum_fold64(sum) == 0xffff;
+	return csum_fold64(sum);
 }
 
 /* Byte offset of the UDP header in the frame. */
@@ -245,32 +246,67 @@ static __always_inline __u32 udp_offset(struct xdp_md *ctx, const struct pkt_vie
 	return (__u32)((void *)v->udp - (void *)(long)ctx->data);
 }
 
+/* What the UDP checksum of a datagram says (udp6_csum_check()). */
+enum csum_verdict {
+	CSUM_BAD = 0,   /* neither a full checksum nor (when accepted) a partial one */
+	CSUM_FULL,      /* RFC 8200 §8.1: verifies */
+	CSUM_PARTIAL,   /* the pseudo-header sum alone: checksum offload not done (below) */
+};
+
 /*
- * Full UDP checksum check (RFC 8200 §8.1): pseudo-header {src, dst (the final
+ * UDP checksum check (RFC 8200 §8.1): pseudo-header {src, dst (the final
  * destination: segments_left is 0), UDP length, next header 17} + the
  * datagram must sum to 0xffff in ones'-complement arithmetic. Words are summed
  * in memory order (the ones'-complement sum does not depend on the byte order
  * as long as all words are loaded alike, and 0xffff reads the same either
  * way). The pseudo-header and the first 52 bytes (UDP header + base packet)
- * are summed inline, the rest by udp6_csum_rest_ok(). Caller guarantees
+ * are summed inline, the rest by udp6_csum_rest(). Caller guarantees
  * UDP_CSUM_FIXED_LEN <= udp_len <= UDP_CSUM_MAX_LEN.
+ *
+ * Partial checksums: a kernel-socket sender on a veth (a pod, a container)
+ * hands the packet over with checksum offload pending (CHECKSUM_PARTIAL): the
+ * checksum field holds the folded pseudo-header sum and nobody ever completes
+ * it, because the veth peer trusts it. With accept_partial, a checksum field
+ * that is exactly that sum is CSUM_PARTIAL (the payload is then unverified,
+ * as the receiving kernel would treat it too).
+ *
+ * *seed gets the ones'-complement of the datagram's full checksum (what an
+ * incremental update of the checksum starts from): ~check for CSUM_FULL, the
+ * sum of pseudo-header and datagram without the partial field for CSUM_PARTIAL.
  */
-static __always_inline bool udp6_csum_ok(struct xdp_md *ctx, const struct pkt_view *v, __u32 udp_len)
+static __always_inline enum csum_verdict udp6_csum_check(struct xdp_md *ctx, const struct pkt_view *v,
+							 __u32 udp_len, bool accept_partial, __u16 *seed)
 {
 	const __u32 *addrs = (const void *)&v->ip6->saddr;   /* saddr, daddr: 8 words */
 	const __u32 *fixed = (const void *)v->udp;
+	__u16 check, pseudo;
 	__u64 sum;
+	int total;
 
 	if ((void *)fixed + UDP_CSUM_FIXED_LEN > (void *)(long)ctx->data_end)
-		return false;
+		return CSUM_BAD;
 	sum = bpf_htonl(udp_len) + (__u64)bpf_htonl(NEXTHDR_UDP);
 	for (int i = 0; i < 8; i++)
 		sum += addrs[i];
+	pseudo = csum_fold64(sum);
 	for (int i = 0; i < UDP_CSUM_FIXED_LEN / 4; i++)
 		sum += fixed[i];
 	if (udp_len == UDP_CSUM_FIXED_LEN)
-		return csum_fold64(sum) == 0xffff;
-	return udp6_csum_rest_ok(ctx, udp_offset(ctx, v), udp_len, sum);
+		total = csum_fold64(sum);
+	else
+		total = udp6_csum_rest(ctx, udp_offset(ctx, v), udp_len, sum);
+	if (total < 0)
+		return CSUM_BAD;
+	check = v->udp->check;
+	if (total == 0xffff) {
+		*seed = (__u16)~check;
+		return CSUM_FULL;
+	}
+	if (!accept_partial || check != pseudo)
+		return CSUM_BAD;
+	/* total = pseudo + datagram without the field + the field (= pseudo) */
+	*seed = csum_fold64((__u64)total + (__u16)~pseudo);
+	return CSUM_PARTIAL;
 }
 
 /* Fold a bpf_csum_diff() result into the final (inverted) 16-bit checksum. */

@@ -20,6 +20,9 @@
 
 /* STAMP UDP port, set by the loader before load (--port). */
 const volatile __u16 stamp_port = STAMP_PORT;
+/* Answer test packets whose UDP checksum is the pseudo-header sum only (see
+ * udp6_csum_check()); set by the loader before load (--partial-csum). */
+const volatile bool accept_partial_csum = true;
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -242,8 +245,10 @@ static __always_inline __u64 csum_words_diff(const __u32 *old, const __u32 *new,
 	return sum;
 }
 
+/* csum_seed: ~(the test packet's full UDP checksum), from udp6_csum_check(). */
 static __always_inline int reflect(struct xdp_md *ctx, struct pkt_view *v,
-				   struct reflector_session *sess, __u64 t2)
+				   struct reflector_session *sess, __u64 t2, __u16 csum_seed,
+				   enum reflector_counter done)
 {
 	__u32 sent[STAMP_WORDS], reply[STAMP_WORDS];
 	struct reply_params params;
@@ -252,7 +257,7 @@ static __always_inline int reflect(struct xdp_md *ctx, struct pkt_view *v,
 	__u32 n = sess->n_return_sids;
 	__u32 old_srh_len = v->srh_len;
 	__u32 new_srh_len;
-	__be16 old_check, sport, dport;
+	__be16 sport, dport;
 	void *data, *data_end;
 	struct udphdr *udp;
 	__u32 *payload;
@@ -268,7 +273,6 @@ static __always_inline int reflect(struct xdp_md *ctx, struct pkt_view *v,
 	payload = (void *)(v->udp + 1);
 	for (int i = 0; i < STAMP_WORDS; i++)
 		sent[i] = payload[i];
-	old_check = v->udp->check;
 	sport = v->udp->source;
 	dport = v->udp->dest;
 
@@ -314,35 +318,36 @@ static __always_inline int reflect(struct xdp_md *ctx, struct pkt_view *v,
 	build_reply(reply, sent, t2, ip6.hop_limit, &params);
 	/*
 	 * The pseudo-header {src, final dst} is only swapped and the ports are
-	 * only swapped, so the checksum changes by the payload bytes alone.
+	 * only swapped, so the checksum changes by the payload bytes alone (from
+	 * the full checksum the test packet had, or would have had if its
+	 * sender's offload had been completed).
 	 */
-	udp->check = csum_fold_invert(csum_words_diff(sent, reply, (__u16)~old_check));
+	udp->check = csum_fold_invert(csum_words_diff(sent, reply, csum_seed));
 	for (int i = 0; i < STAMP_WORDS; i++)
 		payload[i] = reply[i];
-	return count(REFL_REFLECTED, XDP_TX);
+	return count(done, XDP_TX);
 }
 
 /*
- * No unauthenticated-layout session matched. An authenticated test packet
- * (RFC 8762 §4.2.2, >= 112 bytes) has its SSID at offset 26, not 14: if that
- * names an authenticated session, count it as such. Either way user space
- * gets it; only the counter differs.
+ * An authenticated test packet (RFC 8762 §4.2.2, >= 112 bytes) has its SSID at
+ * offset 26, and zeros (MBZ) at 14-15 where the unauthenticated layout has it.
+ * Asked when no session matched at offset 14, or only SSID 0 did (the base
+ * senders' session would otherwise take every authenticated packet): does
+ * offset 26 name an authenticated session? User space gets such packets.
  */
-static __always_inline int unknown_or_authenticated(struct xdp_md *ctx, struct pkt_view *v, int payload_len)
+static __always_inline bool names_authenticated_session(struct xdp_md *ctx, struct pkt_view *v, int payload_len)
 {
 	__u8 *payload = (void *)(v->udp + 1);
 	struct reflector_session *sess;
 	__be16 *ssid;
 
 	if (payload_len < STAMP_AUTH_BASE_LEN)
-		return count(REFL_PASS_UNKNOWN_SESSION, XDP_PASS);
+		return false;
 	ssid = (void *)(payload + STAMP_AUTH_SSID_OFF);
 	if ((void *)(ssid + 1) > (void *)(long)ctx->data_end)   /* covered by payload_len; for the verifier */
-		return count(REFL_PASS_UNKNOWN_SESSION, XDP_PASS);
+		return false;
 	sess = lookup_session(&v->ip6->saddr, bpf_ntohs(*ssid));
-	if (sess && (sess->flags & REFL_SESS_F_AUTHENTICATED))
-		return count(REFL_PASS_AUTHENTICATED, XDP_PASS);
-	return count(REFL_PASS_UNKNOWN_SESSION, XDP_PASS);
+	return sess && (sess->flags & REFL_SESS_F_AUTHENTICATED);
 }
 
 /*
@@ -374,7 +379,9 @@ int stamp_reflector(struct xdp_md *ctx)
 {
 	struct reflector_session *sess;
 	struct stamp_sender_packet *sp;
+	enum csum_verdict csum;
 	struct pkt_view v;
+	__u16 csum_seed = 0;
 	__u32 udp_len;
 	int payload_len;
 	__u64 t2;
@@ -410,8 +417,10 @@ int stamp_reflector(struct xdp_md *ctx)
 	t2 = bpf_ktime_get_tai_ns();
 
 	sess = lookup_session(&v.ip6->saddr, bpf_ntohs(sp->ssid));
+	if ((!sess || !sp->ssid) && names_authenticated_session(ctx, &v, payload_len))
+		return count(REFL_PASS_AUTHENTICATED, XDP_PASS);
 	if (!sess)
-		return unknown_or_authenticated(ctx, &v, payload_len);
+		return count(REFL_PASS_UNKNOWN_SESSION, XDP_PASS);
 	if (sess->flags & REFL_SESS_F_AUTHENTICATED)
 		return count(REFL_PASS_AUTHENTICATED, XDP_PASS);
 	/* RFC 8972: anything after the base packet is TLVs; user space handles
@@ -424,9 +433,11 @@ int stamp_reflector(struct xdp_md *ctx)
 	udp_len = payload_len + sizeof(struct udphdr);
 	if (udp_len > UDP_CSUM_MAX_LEN)
 		return count(REFL_PASS_TOO_LONG_TO_VERIFY, XDP_PASS);
-	if (!udp6_csum_ok(ctx, &v, udp_len))
+	csum = udp6_csum_check(ctx, &v, udp_len, accept_partial_csum, &csum_seed);
+	if (csum == CSUM_BAD)
 		return count(REFL_DROP_MALFORMED_UDP_CSUM, XDP_DROP);
-	return reflect(ctx, &v, sess, t2);
+	return reflect(ctx, &v, sess, t2, csum_seed,
+		       csum == CSUM_PARTIAL ? REFL_REFLECTED_PARTIAL_CSUM : REFL_REFLECTED);
 }
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";

@@ -3,7 +3,8 @@
  * stamp_reflector: loader and control tool of the XDP STAMP Session-Reflector.
  *
  *   stamp_reflector attach --netns NS --dev IF --pin-dir DIR [--port 862] [--tai-offset S]
- *                   [--behind altmark_rx|ALTMARK_RX_PIN_DIR]
+ *                   [--behind altmark_rx|ALTMARK_RX_PIN_DIR] [--partial-csum accept|drop]
+ *                   [--base-senders on|off]
  *   stamp_reflector add-address --pin-dir DIR ADDR
  *   stamp_reflector del-address --pin-dir DIR ADDR
  *   stamp_reflector add-session --pin-dir DIR --ssid N [--sender ADDR] [--return-sids A,B,...]
@@ -43,16 +44,20 @@ struct args {
 	int64_t tai_offset;
 	uint32_t session_flags;   /* REFL_SESS_F_* from --format/--stateful/--tlv/--mode */
 	bool have_ssid, have_err_est, have_tai_offset, json;
+	bool drop_partial_csum;   /* attach --partial-csum drop */
+	bool no_base_senders;     /* attach --base-senders off */
 	const char *positional;
 };
 
 enum { OPT_BEHIND = 200, OPT_NETNS = 256, OPT_DEV, OPT_PIN_DIR, OPT_PORT, OPT_SSID, OPT_SENDER, OPT_RETURN_SIDS,
        OPT_ERR_EST, OPT_JSON, OPT_HEX, OPT_REPEAT, OPT_FORMAT, OPT_STATEFUL, OPT_TLV, OPT_MODE,
-       OPT_TAI_OFFSET };
+       OPT_TAI_OFFSET, OPT_PARTIAL_CSUM, OPT_BASE_SENDERS };
 
 static const char *const format_names[] = { "ptp", "ntp" };
 static const char *const tlv_names[] = { "userspace", "echo" };
 static const char *const mode_names[] = { "unauthenticated", "authenticated" };
+static const char *const partial_csum_names[] = { "accept", "drop" };
+static const char *const on_off_names[] = { "on", "off" };
 
 static const struct option long_opts[] = {
 	{ "behind", required_argument, NULL, OPT_BEHIND },
@@ -72,6 +77,8 @@ static const struct option long_opts[] = {
 	{ "tlv", required_argument, NULL, OPT_TLV },
 	{ "mode", required_argument, NULL, OPT_MODE },
 	{ "tai-offset", required_argument, NULL, OPT_TAI_OFFSET },
+	{ "partial-csum", required_argument, NULL, OPT_PARTIAL_CSUM },
+	{ "base-senders", required_argument, NULL, OPT_BASE_SENDERS },
 	{ "help", no_argument, NULL, 'h' },
 	{},
 };
@@ -81,12 +88,18 @@ static void usage(FILE *f)
 	fprintf(f,
 		"usage:\n"
 		"  stamp_reflector attach --netns NS --dev IF --pin-dir DIR [--port 862] [--tai-offset S]\n"
-		"                  [--behind altmark_rx|ALTMARK_RX_PIN_DIR]\n"
+		"                  [--behind altmark_rx|ALTMARK_RX_PIN_DIR] [--partial-csum accept|drop]\n"
+		"                  [--base-senders on|off]\n"
 		"      --behind: run behind the altmark_rx already on IF (its tail call), not attached to IF;\n"
 		"      altmark_rx is looked for in <dirname DIR>/altmark_rx; detach empties its slot\n"
+		"      --partial-csum accept (default): answer test packets whose UDP checksum is the\n"
+		"      pseudo-header sum only (kernel-socket senders behind a veth: pods, containers), with a\n"
+		"      full checksum, counted reflected_partial_csum; drop: count drop_malformed_udp_csum\n"
+		"      --base-senders on (default): answer RFC 8762 senders that leave the SSID 0 (session\n"
+		"      {any sender, ssid 0}: stateless, NTP); off: leave them to user space (pass_unknown_session)\n"
 		"  stamp_reflector add-address --pin-dir DIR ADDR\n"
 		"  stamp_reflector del-address --pin-dir DIR ADDR\n"
-		"  stamp_reflector add-session --pin-dir DIR --ssid N [--sender ADDR] [--return-sids A,B,...]\n"
+		"  stamp_reflector add-session --pin-dir DIR --ssid N(0-65535) [--sender ADDR] [--return-sids A,B,...]\n"
 		"                  [--format ptp|ntp] [--stateful] [--tlv echo|userspace]\n"
 		"                  [--mode unauthenticated|authenticated]\n"
 		"  stamp_reflector del-session --pin-dir DIR --ssid N [--sender ADDR]\n"
@@ -117,7 +130,8 @@ static int parse_args(int argc, char **argv, struct args *a)
 				return -1;
 			break;
 		case OPT_SSID:
-			if (!parse_u64_arg("--ssid", optarg, 1, 65535, &a->ssid))
+			/* 0: an RFC 8762 sender that has no SSID (bytes 14-15 of its packet are MBZ) */
+			if (!parse_u64_arg("--ssid", optarg, 0, 65535, &a->ssid))
 				return -1;
 			a->have_ssid = true;
 			break;
@@ -154,6 +168,20 @@ static int parse_args(int argc, char **argv, struct args *a)
 			if (!parse_s64_arg("--tai-offset", optarg, TAI_OFFSET_MIN, TAI_OFFSET_MAX, &a->tai_offset))
 				return -1;
 			a->have_tai_offset = true;
+			break;
+		case OPT_PARTIAL_CSUM:
+			switch (parse_choice_arg("--partial-csum", optarg, partial_csum_names, 2)) {
+			case 0: a->drop_partial_csum = false; break;
+			case 1: a->drop_partial_csum = true; break;
+			default: return -1;
+			}
+			break;
+		case OPT_BASE_SENDERS:
+			switch (parse_choice_arg("--base-senders", optarg, on_off_names, 2)) {
+			case 0: a->no_base_senders = false; break;
+			case 1: a->no_base_senders = true; break;
+			default: return -1;
+			}
 			break;
 		case OPT_JSON: a->json = true; break;
 		case OPT_HEX: a->hex = optarg; break;
@@ -220,6 +248,7 @@ static int cmd_attach(struct args *a)
 		return EXIT_FAIL;
 	}
 	skel->rodata->stamp_port = a->port;
+	skel->rodata->accept_partial_csum = !a->drop_partial_csum;
 	err = stamp_reflector_bpf__load(skel);
 	if (err) {
 		die_msg("cannot load BPF program (verifier log above): %s", strerror(-err));
@@ -227,15 +256,29 @@ static int cmd_attach(struct args *a)
 	}
 	/* the config is in place before the program sees a packet */
 	err = write_config_map(bpf_map__fd(skel->maps.reflector_config), &cfg, "reflector_config");
+	if (!err && !a->no_base_senders) {
+		/* RFC 8762 senders (no RFC 8972 SSID: bytes 14-15 zero) get answers from the
+		 * first packet on: {any sender, ssid 0}, stateless, NTP (RFC 8762's default
+		 * format; the reply's Z bit says so either way). add-session/del-session
+		 * --ssid 0 change or remove it. */
+		struct reflector_session_key key = {};
+		struct reflector_session base = { .flags = REFL_SESS_F_NTP };
+
+		err = bpf_map_update_elem(bpf_map__fd(skel->maps.reflector_sessions), &key, &base, BPF_ANY);
+		if (err)
+			die_msg("insert of the base-sender session {::, ssid 0} failed: %s", strerror(errno));
+	}
 	if (!err)
 		err = a->behind ? pin_and_chain(skel->obj, skel->progs.stamp_reflector, a->netns, a->dev, a->pin_dir,
 						 a->behind)
 			       : pin_and_attach(skel->obj, skel->progs.stamp_reflector, a->netns, a->dev, a->pin_dir);
 	if (!err)
-		printf("stamp_reflector %s %s%s%s (port %llu, TAI-UTC %d s), pins in %s\n",
+		printf("stamp_reflector %s %s%s%s (port %llu, TAI-UTC %d s, partial checksums %s, base senders %s), "
+		       "pins in %s\n",
 		       a->behind ? "chained behind altmark_rx on" : "attached to", a->dev,
 		       a->netns ? " in netns " : "", a->netns ? a->netns : "",
-		       (unsigned long long)a->port, cfg.tai_utc_offset_s, a->pin_dir);
+		       (unsigned long long)a->port, cfg.tai_utc_offset_s,
+		       a->drop_partial_csum ? "dropped" : "accepted", a->no_base_senders ? "off" : "on", a->pin_dir);
 out:
 	stamp_reflector_bpf__destroy(skel);
 	return err ? EXIT_FAIL : EXIT_OK;

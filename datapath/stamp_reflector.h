@@ -94,6 +94,10 @@ enum reflector_counter {
 	REFL_DROP_MALFORMED_SRC_ADDR, /* ... source ::, ::1 or multicast */
 	REFL_DROP_MALFORMED_UDP_CSUM, /* ... UDP checksum zero, or (reflection path) wrong */
 	REFL_PASS_TOO_LONG_TO_VERIFY, /* reflection path, UDP datagram > UDP_CSUM_MAX_LEN: left to the stack */
+	REFL_REFLECTED_PARTIAL_CSUM,  /* XDP_TX of a reply to a test packet whose checksum was the pseudo-header
+				       * sum only (sender's checksum offload never done: veth, pods); the
+				       * reply carries a full checksum. Attach --partial-csum drop counts
+				       * these drop_malformed_udp_csum instead */
 	REFL_NR_COUNTERS,
 };
 
@@ -115,6 +119,7 @@ static const char *const reflector_counter_names[REFL_NR_COUNTERS] = {
 	[REFL_DROP_MALFORMED_SRC_ADDR] = "drop_malformed_src_addr",
 	[REFL_DROP_MALFORMED_UDP_CSUM] = "drop_malformed_udp_csum",
 	[REFL_PASS_TOO_LONG_TO_VERIFY] = "pass_too_long_to_verify",
+	[REFL_REFLECTED_PARTIAL_CSUM] = "reflected_partial_csum",
 };
 
 #endif /* SEGSCOPE_STAMP_REFLECTOR_H */

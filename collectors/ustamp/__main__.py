@@ -12,7 +12,14 @@ from segscope_schemas.stamp_tlv import SENDER_FLAGS, encode_tlv
 
 from .clock import TimestampFormat
 from .netutil import enter_netns, parse_sids
-from .sessions import SessionConfigError, SessionTable, session_from_cli, sessions_from_file
+from .sessions import (
+    ANY_SENDER,
+    SessionConfigError,
+    SessionTable,
+    base_sender_session,
+    session_from_cli,
+    sessions_from_file,
+)
 
 
 def die(msg: str, code: int = 2) -> None:
@@ -60,6 +67,13 @@ def reflector_main(argv: list[str]) -> int:
     p.add_argument("--kafka", metavar="BROKERS", help="send counter lines to Kafka")
     p.add_argument("--metrics-topic", default=names.TOPIC_METRICS)
     p.add_argument("--stats-interval", type=float, default=1.0)
+    p.add_argument(
+        "--base-senders",
+        default="on",
+        choices=["on", "off"],
+        help="on (default): answer RFC 8762 senders without an SSID (session {::, 0}, stateless, NTP) "
+        "unless a session for SSID 0 is configured; off: count them unknown_session",
+    )
     a = p.parse_args(argv)
     if not 1 <= a.port <= 65535:
         die(f"--port: expected 1..65535, got {a.port}")
@@ -67,7 +81,10 @@ def reflector_main(argv: list[str]) -> int:
     def load_sessions() -> SessionTable:
         sessions = sessions_from_file(a.sessions) if a.sessions else []
         sessions += [session_from_cli(spec) for spec in a.add_session]
-        return SessionTable(sessions)
+        table = SessionTable(sessions)
+        if a.base_senders == "on" and not table.has(ANY_SENDER, 0):
+            table.add(base_sender_session())
+        return table
 
     def reload_sessions() -> SessionTable:  # SIGHUP: errors keep the old configuration
         try:
@@ -80,7 +97,7 @@ def reflector_main(argv: list[str]) -> int:
     except (SessionConfigError, OSError, ValueError) as exc:
         die(str(exc))
     if not len(table):
-        die("no sessions: give --sessions FILE or --add-session SPEC")
+        die("no sessions: give --sessions FILE or --add-session SPEC (or --base-senders on)")
     if a.kafka and not a.node:
         die("--node: required with --kafka")
     from .kafka_out import KafkaOut
@@ -130,8 +147,8 @@ def sender_main(argv: list[str]) -> int:
     p.add_argument("--node", default="", help="node name (batch header, key <node>/<ssid>)")
     p.add_argument("--batch-interval", type=float, default=0.2)
     a = p.parse_args(argv)
-    if not 1 <= a.ssid <= 65535:
-        die(f"--ssid: expected 1..65535, got {a.ssid}")
+    if not 0 <= a.ssid <= 65535:
+        die(f"--ssid: expected 0..65535 (0: a plain RFC 8762 sender, no SSID), got {a.ssid}")
     if a.rate <= 0:
         die(f"--rate: expected a positive number, got {a.rate}")
     if a.count is None and a.duration is None:

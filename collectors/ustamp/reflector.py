@@ -146,7 +146,8 @@ class Reflector:
         scope_id: int = 0,
     ) -> str:
         fmt = session.format
-        session.rx_count += 1
+        peer = session.peer(sender_addr, sender_port)
+        peer.rx_count += 1
         if session.stateful:
             seq = session.next_seq
         else:
@@ -174,10 +175,10 @@ class Reflector:
                 self.port,
                 meta.tclass,
                 self.clock_synced,
-                session.rx_count,
-                session.tx_count + 1,
-                session.prev_seq,
-                session.prev_t3,
+                peer.rx_count,
+                peer.tx_count + 1,
+                peer.prev_seq,
+                peer.prev_t3,
                 (lambda text, mac: auth.verify(text, mac, tai_ns())) if auth else None,
             )
             res = tlvs.reflect(payload, base_len, ctx)
@@ -222,10 +223,10 @@ class Reflector:
         except OSError as exc:
             print(f"ustamp reflector: sendmsg to [{dst}]:{sender_port}: {exc}", file=sys.stderr)
             return "send_error"
-        session.tx_count += 1
+        peer.tx_count += 1
         if session.stateful:
             session.next_seq = (session.next_seq + 1) & 0xFFFFFFFF
-        session.prev_seq, session.prev_t3 = seq, t3_words
+        peer.prev_seq, peer.prev_t3 = seq, t3_words
         return "reflected"
 
     def _install_srh(self, sids: list[str]) -> None:

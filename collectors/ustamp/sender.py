@@ -38,7 +38,12 @@ from segscope_schemas import stamp_tlv as T
 from segscope_schemas import stamp_tlv_hmac
 from segscope_schemas.stamp_auth_packet import AUTH_LEN, AuthReflectorPacket, AuthSenderPacket
 from segscope_schemas.stamp_hmac import HmacError
-from segscope_schemas.stamp_record import STAMP_RECORD_DTYPE, STAMP_RECORD_F_NTP, STAMP_RECORD_F_SRH
+from segscope_schemas.stamp_record import (
+    STAMP_RECORD_DTYPE,
+    STAMP_RECORD_F_NTP,
+    STAMP_RECORD_F_REFLECTOR_NTP,
+    STAMP_RECORD_F_SRH,
+)
 
 from . import codec
 from .auth import KeyRing
@@ -205,6 +210,8 @@ class Sender:
             )
         else:
             rfmt = format_of(refl.err_est)
+            if rfmt == TimestampFormat.NTP:  # the reflector's own format (its Z bit), RFC 8762 §4.3.1
+                flags |= STAMP_RECORD_F_REFLECTOR_NTP
             t1 = decode_ts(refl.sender_ts_sec, refl.sender_ts_frac, self.fmt, self.tai_offset_s, t4)
             t2 = decode_ts(refl.rx_sec, refl.rx_frac, rfmt, self.tai_offset_s, t4)
             t3 = decode_ts(refl.ts_sec, refl.ts_frac, rfmt, self.tai_offset_s, t4)

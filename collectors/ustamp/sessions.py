@@ -1,7 +1,10 @@
 """Reflector sessions: the same model as the XDP reflector's `add-session`.
 
 A session is keyed by (sender address, SSID); sender `::` matches any sender (looked up
-after the exact key, like datapath/stamp_reflector). Sources: a JSON or YAML file
+after the exact key, like datapath/stamp_reflector). SSID 0 is a plain RFC 8762 sender (no SSID:
+its bytes 14-15 are MBZ); `base_sender_session()` is the default {::, 0} session for them.
+Per-sender state (Direct Measurement counters, Follow-Up Telemetry) lives in PeerState, one per
+(sender address, sender port): a new sender of an any-sender session starts from zero. Sources: a JSON or YAML file
 (a list of objects, or {"sessions": [...]}) with keys ssid, sender, return_sids, format,
 stateful, mode, key_file; or `--add-session "--ssid N [--sender ADDR] [--return-sids A,B]
 [--format ptp|ntp] [--stateful] [--mode authenticated --key-file FILE]"` on the command line.
@@ -11,6 +14,7 @@ Errors name the field.
 from __future__ import annotations
 
 import argparse
+import collections
 import ipaddress
 import json
 import shlex
@@ -27,8 +31,22 @@ FIELDS = {"ssid", "sender", "return_sids", "format", "stateful", "mode", "key_fi
 MODES = ("unauthenticated", "authenticated")
 
 
+# per-session bound on remembered senders (address, port): the oldest is forgotten first
+MAX_PEERS_PER_SESSION = 4096
+
+
 class SessionConfigError(ValueError):
     pass
+
+
+@dataclass
+class PeerState:
+    """What RFC 8972 keeps per STAMP session, i.e. per sender (address, port) of a session entry."""
+
+    rx_count: int = 0  # test packets received from this sender (Direct Measurement R_RxC)
+    tx_count: int = 0  # replies sent to it (R_TxC)
+    prev_seq: int = 0  # the previous reply's seq and T3 words (Follow-Up Telemetry)
+    prev_t3: tuple[int, int] = (0, 0)
 
 
 @dataclass
@@ -40,11 +58,24 @@ class Session:
     stateful: bool = False
     keys: Optional["KeyRing"] = None  # authenticated mode (RFC 8762 §4.2.2): the session's key ring
     key_file: str = ""
-    next_seq: int = 0  # stateful only: Sequence Number of the next reply
-    rx_count: int = 0  # test packets received in the session (Direct Measurement R_RxC)
-    tx_count: int = 0  # replies sent (R_TxC)
-    prev_seq: int = 0  # the previous reply's seq and T3 words (Follow-Up Telemetry)
-    prev_t3: tuple[int, int] = (0, 0)
+    next_seq: int = 0  # stateful only: Sequence Number of the next reply (shared, as in the XDP reflector)
+    peers: "collections.OrderedDict[tuple[str, int], PeerState]" = field(
+        default_factory=collections.OrderedDict, repr=False
+    )
+    peers_forgotten: int = 0  # senders dropped from `peers` by the MAX_PEERS_PER_SESSION bound
+
+    def peer(self, addr: str, port: int) -> PeerState:
+        """This sender's state (created empty on its first packet; least recently used first out)."""
+        key = (addr, port)
+        st = self.peers.get(key)
+        if st is None:
+            st = self.peers[key] = PeerState()
+            if len(self.peers) > MAX_PEERS_PER_SESSION:
+                self.peers.popitem(last=False)
+                self.peers_forgotten += 1
+        else:
+            self.peers.move_to_end(key)
+        return st
 
     @property
     def key(self) -> tuple[str, int]:
@@ -76,8 +107,10 @@ def make_session(
     mode="unauthenticated",
     key_file=None,
 ) -> Session:
-    if isinstance(ssid, bool) or not isinstance(ssid, int) or not 1 <= ssid <= 65535:
-        raise SessionConfigError(f"{where}: ssid: expected an integer 1..65535, got {ssid!r}")
+    if isinstance(ssid, bool) or not isinstance(ssid, int) or not 0 <= ssid <= 65535:
+        raise SessionConfigError(
+            f"{where}: ssid: expected an integer 0..65535 (0: RFC 8762 senders without an SSID), got {ssid!r}"
+        )
     try:
         sender = str(ipaddress.IPv6Address(sender))
     except ValueError:
@@ -190,8 +223,10 @@ class SessionTable:
         for key, s in self._by_key.items():
             prev = old._by_key.get(key)
             if prev is not None and prev.describe() == s.describe():
-                s.next_seq, s.rx_count, s.tx_count = prev.next_seq, prev.rx_count, prev.tx_count
-                s.prev_seq, s.prev_t3 = prev.prev_seq, prev.prev_t3
+                s.next_seq, s.peers, s.peers_forgotten = prev.next_seq, prev.peers, prev.peers_forgotten
+
+    def has(self, sender: str, ssid: int) -> bool:
+        return (sender, ssid) in self._by_key
 
     def lookup(self, sender: str, ssid: int) -> Session | None:
         return self._by_key.get((sender, ssid)) or self._by_key.get((ANY_SENDER, ssid))
@@ -201,3 +236,10 @@ class SessionTable:
 
     def describe(self) -> list[dict]:
         return [s.describe() for s in self._by_key.values()]
+
+
+def base_sender_session() -> Session:
+    """{::, ssid 0}: answers RFC 8762 senders that carry no SSID; stateless, NTP (RFC 8762's
+    default format; the reply's Error Estimate Z bit says which one either way). The XDP
+    reflector installs the same session at attach (--base-senders on)."""
+    return Session(0, ANY_SENDER, [], TimestampFormat.NTP, False)

@@ -41,7 +41,8 @@ from .netutil import MAX_SIDS
 
 METHOD_SW_LOCAL = stamp_tlv_timestamp_info.METHOD_SW_LOCAL
 SYNC_NTP = stamp_tlv_timestamp_info.SYNC_NTP
-SYNC_UNKNOWN = 0
+# an unsynchronized clock runs free; 0 is Reserved in the IANA registry (RFC 8972 §4.3)
+SYNC_FREE_RUNNING = stamp_tlv_timestamp_info.SYNC_LOCAL_FREE_RUNNING
 
 
 @dataclass
@@ -54,8 +55,8 @@ class TlvContext:
     local_port: int
     received_tclass: int
     clock_synced: bool
-    rx_count: int  # session's received test packets, this one included
-    tx_count: int  # session's transmitted replies, this one included
+    rx_count: int  # this sender's received test packets in the session, this one included
+    tx_count: int  # replies sent to this sender in the session, this one included
     prev_seq: int = 0  # Follow-Up Telemetry: the previous reply (0s if none)
     prev_t3: tuple[int, int] = (0, 0)
     hmac_verify: Optional[Callable[[bytes, bytes], bool]] = None
@@ -102,7 +103,7 @@ def _fill(out: bytearray, off: int, tlv_type: int, value: bytes, ctx: TlvContext
             )
         )
     elif tlv_type == T.TYPE_TIMESTAMP_INFO:
-        sync = SYNC_NTP if ctx.clock_synced else SYNC_UNKNOWN
+        sync = SYNC_NTP if ctx.clock_synced else SYNC_FREE_RUNNING
         put(stamp_tlv_timestamp_info.reflect(value, sync, METHOD_SW_LOCAL, sync, METHOD_SW_LOCAL))
     elif tlv_type == T.TYPE_CLASS_OF_SERVICE:
         put(stamp_tlv_class_of_service.reflect(value, ctx.received_tclass, True))
@@ -132,8 +133,10 @@ def _return_path(value: bytes, res: TlvResult) -> None:
     for sub in T.iter_tlvs(value, 0):
         if sub.type == stamp_tlv_return_path.SUB_CONTROL_CODE:
             cc = struct.unpack("!I", sub.value)[0]
-            res.no_reply = bool(cc & stamp_tlv_return_path.CC_NO_REPLY)
-            res.same_link = bool(cc & stamp_tlv_return_path.CC_REPLY_SAME_LINK)
+            # RFC 9503 §4.1.1: one flag, bit 31 (LSB): 0 No Reply Requested, 1 Reply on the Same Link
+            requested = bool(cc & stamp_tlv_return_path.CC_REPLY_REQUEST)
+            res.no_reply = not requested
+            res.same_link = requested
         elif sub.type == stamp_tlv_return_path.SUB_RETURN_ADDRESS:
             if len(sub.value) == 16:
                 res.return_address = str(ipaddress.IPv6Address(sub.value))

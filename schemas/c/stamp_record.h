@@ -28,6 +28,10 @@
 #define STAMP_RECORD_F_SRH        0x2  /* the reply arrived with an SRH (reflector used a return SID list) */
 #define STAMP_RECORD_F_ONE_WAY    0x4  /* one-way mode: only T1 and T2 are measured (t3_ns = t4_ns = 0) */
 #define STAMP_RECORD_F_LOOPBACK   0x8  /* loopback mode: the sender reflected to itself, T1 and T4 only (t2_ns = t3_ns = 0) */
+/* The reflector's T2 and T3 were NTP on the wire (its Error Estimate had Z = 0, RFC 8762
+ * §4.3.1), converted to TAI here; clear: PTPv2 truncated. Independent of F_NTP, which is the
+ * sender's own format (T1): each side says its format in its own Error Estimate. */
+#define STAMP_RECORD_F_REFLECTOR_NTP 0x10
 
 struct stamp_record {
 	__u64 t1_ns;              /*  0 Session-Sender transmit (from the reflected packet) */

@@ -3,8 +3,10 @@
  * Return Path TLV, Type 10 (RFC 9503 §4). Value: Return Path sub-TLVs,
  * types from the RFC 9503 §4.1 figures (scoped by this TLV; they overlap
  * the Location sub-TLV numbers in IANA "STAMP Sub-TLV Types"):
- *   1 Control Code (Length 4): flags 0x1 No Reply Requested,
- *     0x2 Reply Requested on the Same Link;
+ *   1 Control Code (Length 4): Control Code Flags, 32 bits; RFC 9503 §4.1.1
+ *     defines the Reply Request flag, bit 31 (the least significant bit):
+ *     0x0 No Reply Requested, 0x1 Reply Requested on the Same Link. The other
+ *     bits are unassigned: ignored on receipt;
  *   2 Return Address: the reply's destination (Length 4 IPv4, 16 IPv6);
  *   3 SR-MPLS Label Stack: n x 32-bit label stack entries;
  *   4 SRv6 Segment List: n x 128-bit SIDs, Segment(1) first.
@@ -21,8 +23,9 @@
 #define STAMP_RP_SUB_RETURN_ADDRESS 2
 #define STAMP_RP_SUB_SR_MPLS_LABELS 3
 #define STAMP_RP_SUB_SRV6_SEGMENTS  4
-#define STAMP_RP_CC_NO_REPLY        0x1
-#define STAMP_RP_CC_REPLY_SAME_LINK 0x2
+#define STAMP_RP_CC_REPLY_REQUEST   0x1   /* mask: the Reply Request flag (bit 31) */
+#define STAMP_RP_CC_NO_REPLY        0x0   /* flag values, RFC 9503 §4.1.1 */
+#define STAMP_RP_CC_REPLY_SAME_LINK 0x1
 
 struct stamp_tlv_return_path {
 	__u8 flags;
@@ -30,7 +33,8 @@ struct stamp_tlv_return_path {
 	__u16 sub_len;
 	/* typed views, filled by decode */
 	int has_control_code;
-	__u32 control_code;
+	__u32 control_code;          /* raw Control Code Flags */
+	int reply_requested;         /* has_control_code: the Reply Request flag; else 1 (no code: reply) */
 	__u16 ret_family;            /* STAMP_AF_*, 0 when there is no Return Address */
 	__u8 ret_address[16];
 	const __u8 *segments;        /* n_segments x 16 bytes, NULL if none */
@@ -94,12 +98,14 @@ static inline int stamp_tlv_return_path_decode(const __u8 *buf, size_t len,
 		return rc;
 	memset(v, 0, sizeof(*v));
 	v->flags = t.flags;
+	v->reply_requested = 1;
 	v->sub_tlvs = t.value;
 	v->sub_len = t.length;
 	while (stamp_tlv_next(t.value, t.length, &off, &s) == 1) {
 		if (s.type == STAMP_RP_SUB_CONTROL_CODE && !v->has_control_code) {
 			v->has_control_code = 1;
 			v->control_code = stamp_get_be32(s.value);
+			v->reply_requested = !!(v->control_code & STAMP_RP_CC_REPLY_REQUEST);
 		} else if (s.type == STAMP_RP_SUB_RETURN_ADDRESS && !v->ret_family) {
 			v->ret_family = (__u16)stamp_af_of_len(s.length);
 			memcpy(v->ret_address, s.value, s.length);

@@ -11,8 +11,12 @@
 #include <string.h>
 #include "stamp_tlv.h"
 
-#define STAMP_SYNC_NTP               1  /* IANA "STAMP Synchronization Sources" */
+#define STAMP_SYNC_RESERVED          0  /* IANA "STAMP Synchronization Sources" (RFC 8972 §4.3): never sent */
+#define STAMP_SYNC_NTP               1
 #define STAMP_SYNC_PTP               2
+#define STAMP_SYNC_SSU_BITS          3
+#define STAMP_SYNC_GNSS              4  /* GPS/GLONASS/LORAN-C/BDS/Galileo */
+#define STAMP_SYNC_LOCAL_FREE_RUNNING 5 /* the clock follows no source (unsynchronized) */
 #define STAMP_TSMETHOD_HW_ASSIST     1  /* IANA "STAMP Timestamping Methods" */
 #define STAMP_TSMETHOD_SW_LOCAL      2
 #define STAMP_TSMETHOD_CONTROL_PLANE 3

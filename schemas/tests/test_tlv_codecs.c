@@ -260,6 +260,7 @@ static int codec(const char *el, const __u8 *buf, int len, const struct jv *f, _
 	} else if (!strcmp(el, "stamp_tlv_return_path")) {
 		DECODE(return_path, struct stamp_tlv_return_path)
 		want_int(f, "control_code", v.has_control_code ? (long long)v.control_code : -1);
+		want_int(f, "reply_requested", v.reply_requested);
 		want_int(f, "return_family", v.ret_family);
 		want_bytes(f, "return_address", v.ret_address, v.ret_family ? stamp_af_addr_len(v.ret_family) : 0);
 		want_list_bytes(f, "segments", v.segments, v.n_segments, 16);

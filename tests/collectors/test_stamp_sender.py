@@ -338,7 +338,7 @@ _BASE = ["--src", "fd00::1", "--dst", "fc00::1", "--ssid", "1", "--rate", "10", 
     [
         (["--dst", "fc00::1", "--ssid", "1", "--rate", "10"], "--src"),  # missing --src (added below)
         (["--src", "fd00::1", "--dst", "nope", "--ssid", "1", "--rate", "10", "--count", "1"], "--dst"),
-        (["--src", "fd00::1", "--dst", "fc00::1", "--ssid", "0", "--rate", "10", "--count", "1"], "--ssid"),
+        (["--src", "fd00::1", "--dst", "fc00::1", "--ssid", "-1", "--rate", "10", "--count", "1"], "--ssid"),
         (["--src", "fd00::1", "--dst", "fc00::1", "--ssid", "70000", "--rate", "10", "--count", "1"], "--ssid"),
         (["--src", "fd00::1", "--dst", "fc00::1", "--ssid", "1", "--rate", "-5", "--count", "1"], "--rate"),
         (["--src", "fd00::1", "--dst", "fc00::1", "--ssid", "1", "--rate", "10"], "--count/--duration"),

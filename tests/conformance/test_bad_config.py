@@ -88,12 +88,12 @@ ROWS = [
     Row("format_tai", "ustamp_reflector", ("--sessions", "{sessions_badfmt}"), "sessions[0]: format"),
     Row("format_tai", "ustamp_sender", ("--ssid", "5", "--format", "tai"), "--format"),
     Row("format_tai", "c_sender", ("--ssid", "5", "--format", "tai"), "--format"),
-    # SSID out of range
-    Row("ssid_0", "xdp_reflector", ("add-session", "--ssid", "0"), "--ssid"),
-    Row("ssid_0", "xdp_collector", ("activate", "--ssid", "0", "--port", "50000"), "--ssid"),
-    Row("ssid_0", "ustamp_reflector", ("--add-session", "--ssid 0"), "ssid"),
-    Row("ssid_0", "ustamp_sender", ("--ssid", "0"), "--ssid"),
-    Row("ssid_0", "c_sender", ("--ssid", "0"), "--ssid"),
+    # SSID out of range (0 is valid: a plain RFC 8762 sender without an SSID)
+    Row("ssid_negative", "xdp_reflector", ("add-session", "--ssid", "-1"), "--ssid"),
+    Row("ssid_negative", "xdp_collector", ("activate", "--ssid", "-1", "--port", "50000"), "--ssid"),
+    Row("ssid_negative", "ustamp_reflector", ("--add-session", "--ssid -1"), "ssid"),
+    Row("ssid_negative", "ustamp_sender", ("--ssid", "-1"), "--ssid"),
+    Row("ssid_negative", "c_sender", ("--ssid", "-1"), "--ssid"),
     Row("ssid_65536", "xdp_reflector", ("add-session", "--ssid", "65536"), "--ssid"),
     Row("ssid_65536", "xdp_collector", ("activate", "--ssid", "65536", "--port", "50000"), "--ssid"),
     Row("ssid_65536", "ustamp_reflector", ("--add-session", "--ssid 65536"), "ssid"),

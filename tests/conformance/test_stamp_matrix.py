@@ -13,7 +13,9 @@ Programs, all running at once for the whole module:
 Each case has its own SSID, so counters are compared as exact before/after deltas on all four
 programs. All namespaces share one clock: T1 <= T2 <= T3 <= T4 must hold exactly.
 
-Test ids read like a table row: sender -> reflector, format, reflector mode.
+Test ids read like a table row: sender -> reflector, format (sender/reflector when they differ),
+reflector mode. Mixed formats are how most other implementations meet ours (they answer in NTP):
+each side's timestamps are read in the format its own Error Estimate names (RFC 8762 §4.3.1).
   sender:    c+xdpcoll (build/collectors/stamp_sender, records from the XDP collector's ring buffer)
              ustamp    (python -m collectors.ustamp sender, records from its own socket)
   reflector: xdp | ustamp | xdp-echo (TLVs echoed by XDP) | xdp>ustamp:tlv | xdp>ustamp:auth (punted)
@@ -44,7 +46,7 @@ from conformance_env import (
 )
 
 from segscope_schemas import stamp_error_estimate as ee
-from segscope_schemas.stamp_record import STAMP_RECORD_F_NTP, STAMP_RECORD_F_SRH
+from segscope_schemas.stamp_record import STAMP_RECORD_F_NTP, STAMP_RECORD_F_REFLECTOR_NTP, STAMP_RECORD_F_SRH
 from segscope_schemas.stamp_timestamp import TsFormat
 
 pytestmark = pytest.mark.datapath
@@ -62,14 +64,20 @@ KEY_HEX = "000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f"
 class Case:
     sender: str  # "c" (C sender + XDP collector) | "ustamp"
     reflector: str  # "xdp" | "ustamp" | "xdp-echo" | "xdp>ustamp:tlv" | "xdp>ustamp:auth"
-    fmt: str  # "ptp" | "ntp"
+    fmt: str  # "ptp" | "ntp": the sender's format
     stateful: bool
     ssid: int
+    refl_fmt: str = ""  # the reflector session's format, if not the sender's
+
+    @property
+    def reflector_fmt(self) -> str:
+        return self.refl_fmt or self.fmt
 
     @property
     def id(self) -> str:
         sender = "c+xdpcoll" if self.sender == "c" else "ustamp"
-        return f"{sender}->{self.reflector}-{self.fmt}-{'stateful' if self.stateful else 'stateless'}"
+        fmt = self.fmt if self.reflector_fmt == self.fmt else f"{self.fmt}/{self.reflector_fmt}"
+        return f"{sender}->{self.reflector}-{fmt}-{'stateful' if self.stateful else 'stateless'}"
 
     @property
     def tlv(self) -> bool:
@@ -84,7 +92,7 @@ class Case:
         """add-session arguments of the XDP reflector (None: XDP does not know the SSID)."""
         if self.reflector == "ustamp":
             return None
-        args = ["--ssid", str(self.ssid), "--return-sids", SID_RET, "--format", self.fmt]
+        args = ["--ssid", str(self.ssid), "--return-sids", SID_RET, "--format", self.reflector_fmt]
         args += ["--stateful"] if self.stateful else []
         if self.reflector == "xdp-echo":
             args += ["--tlv", "echo"]
@@ -96,7 +104,7 @@ class Case:
         """--add-session of the ustamp reflector (None: XDP answers alone)."""
         if self.reflector in ("xdp", "xdp-echo"):
             return None
-        s = f"--ssid {self.ssid} --return-sids {SID_RET} --format {self.fmt}"
+        s = f"--ssid {self.ssid} --return-sids {SID_RET} --format {self.reflector_fmt}"
         s += " --stateful" if self.stateful else ""
         s += f" --mode authenticated --key-file {key_file}" if self.auth else ""
         return s
@@ -118,10 +126,26 @@ def _cases() -> list[Case]:
         ("ustamp", "xdp>ustamp:auth", "ptp", False),
         ("ustamp", "xdp>ustamp:auth", "ntp", True),
     ]
-    return [Case(s, r, f, st, 100 + i) for i, (s, r, f, st) in enumerate(rows)]
+    cases = [Case(s, r, f, st, 100 + i) for i, (s, r, f, st) in enumerate(rows)]
+    mixed = [  # (sender, reflector, sender format, reflector format)
+        ("c", "xdp", "ptp", "ntp"),
+        ("c", "xdp", "ntp", "ptp"),
+        ("c", "ustamp", "ptp", "ntp"),
+        ("c", "ustamp", "ntp", "ptp"),
+        ("ustamp", "xdp", "ptp", "ntp"),
+        ("ustamp", "ustamp", "ntp", "ptp"),
+    ]
+    cases += [Case(s, r, f, False, 150 + i, rf) for i, (s, r, f, rf) in enumerate(mixed)]
+    return cases
 
 
 CASES = _cases()
+
+# interop cases outside the table (see the tests at the end)
+SSID_CONTROL_CODE = 90  # ustamp only: the Return Path TLV is handled in user space
+SSID_PARTIAL_TO_XDP = 91  # XDP reflector: a kernel-socket sender with checksum offload on
+SSID_PARTIAL_TO_COLLECTOR = 92  # ustamp reflector with offload on, answering into the XDP collector
+BASE_C_SENDER_PORT = 50000  # the C sender's SSID 0 (plain RFC 8762) session in the XDP collector
 
 
 @dataclass
@@ -170,6 +194,14 @@ def matrix(bpffs, tmp_path_factory):
                     "--format",
                     case.fmt,
                 )
+        run_tool(XDP_REFLECTOR, "add-session", "--pin-dir", refl_pin, "--ssid", str(SSID_PARTIAL_TO_XDP))
+        sessions += ["--add-session", f"--ssid {SSID_CONTROL_CODE} --return-sids {SID_RET}"]
+        sessions += ["--add-session", f"--ssid {SSID_PARTIAL_TO_COLLECTOR}"]
+        port = str(50000 + SSID_PARTIAL_TO_COLLECTOR)
+        run_tool(
+            XDP_COLLECTOR, "activate", "--pin-dir", coll_pin, "--ssid", str(SSID_PARTIAL_TO_COLLECTOR), "--port", port
+        )
+        # the ustamp reflector answers RFC 8762 senders too (--base-senders on, the default)
         user = UstampReflector(lab.ns("B"), *sessions)
         yield Matrix(lab, refl_pin, coll_pin, user, str(key_file))
     finally:
@@ -245,10 +277,21 @@ def send_ustamp(m: Matrix, case: Case) -> tuple[list[dict], int]:
     return records, summary["error_estimate"]
 
 
+# Median one-way delay bounds: 100 µs where both timestamps of a direction come from C or the
+# kernel (C sender T1 / kernel T2; XDP T3 / XDP T4), 1 ms where Python takes one before its
+# sendmsg (ustamp sender T1, ustamp reflector T3) on these 2 shared cores. A timestamp read in the
+# wrong format (NTP as PTP or back) is off by 2.2e18 ns.
+ONE_WAY_MEDIAN_BOUND_NS = 100_000
+ONE_WAY_MEDIAN_BOUND_PYTHON_NS = 1_000_000
+
+
 def check_records(records: list[dict], case: Case, sender_err_est: int, a0_ifindex: int) -> None:
     """Every field of every record."""
+    import statistics
+
     ntp = case.fmt == "ntp"
-    reflector_err_est = ee.ee_from_clock(ee.clock_read(), TsFormat.NTP if ntp else TsFormat.PTP)
+    refl_ntp = case.reflector_fmt == "ntp"
+    reflector_err_est = ee.ee_from_clock(ee.clock_read(), TsFormat.NTP if refl_ntp else TsFormat.PTP)
     assert [r["sender_seq"] for r in records] == list(range(N))  # one reply each, in order
     for i, r in enumerate(records):
         assert r["ssid"] == case.ssid
@@ -257,13 +300,21 @@ def check_records(records: list[dict], case: Case, sender_err_est: int, a0_ifind
         assert r["reflector_seq"] == i, r  # stateless: the sender's seq; stateful: own counter from 0
         assert r["sender_err_est"] == sender_err_est
         assert bool(r["sender_err_est"] & EE_Z) == (not ntp)
-        assert bool(r["reflector_err_est"] & EE_Z) == (not ntp)  # the session's format
+        assert bool(r["reflector_err_est"] & EE_Z) == (not refl_ntp)  # the reflector session's format
         assert r["reflector_err_est"] == reflector_err_est  # S/Scale/Multiplier: the clock's
         assert r["sender_ttl"] == 63  # 64 from A, -1 at R (End)
         assert r["reply_hop_limit"] == 254  # 255 from the reflector, -1 at R (End)
         assert r["ifindex"] == a0_ifindex
-        assert r["flags"] == STAMP_RECORD_F_SRH | (STAMP_RECORD_F_NTP if ntp else 0)
+        want_flags = STAMP_RECORD_F_SRH | (STAMP_RECORD_F_NTP if ntp else 0)
+        assert r["flags"] == want_flags | (STAMP_RECORD_F_REFLECTOR_NTP if refl_ntp else 0)
         assert r.get("reserved", 0) == 0  # (the XDP collector's dump leaves it out)
+    # one-way delays in both directions: a timestamp read in the wrong format is off by 70 years
+    forward = [r["t2_ns"] - r["t1_ns"] for r in records]
+    reverse = [r["t4_ns"] - r["t3_ns"] for r in records]
+    fwd_bound = ONE_WAY_MEDIAN_BOUND_NS if case.sender == "c" else ONE_WAY_MEDIAN_BOUND_PYTHON_NS
+    rev_bound = ONE_WAY_MEDIAN_BOUND_NS if case.reflector in ("xdp", "xdp-echo") else ONE_WAY_MEDIAN_BOUND_PYTHON_NS
+    assert abs(statistics.median(forward)) < fwd_bound, forward
+    assert abs(statistics.median(reverse)) < rev_bound, reverse
 
 
 def expected_deltas(case: Case) -> tuple[dict, dict, dict]:
@@ -311,3 +362,149 @@ def test_matrix(matrix, case):
     sids1 = sid_packets(m.lab)
     assert sids1[SID_FWD] - sids0[SID_FWD] == N, "forward list [fc00:2::e]"
     assert sids1[SID_RET] - sids0[SID_RET] == N, "return list [fc00:2::e2]"
+
+
+# ---- interop: what another implementation sends ------------------------------------------------
+
+
+def _plain_ustamp(m: Matrix, ssid: int, *extra: str) -> tuple[list[dict], dict]:
+    """ustamp sender on A over plain IPv6 (no SRH), N packets; (records, summary)."""
+    args = ["--src", SENDER_ADDR, "--dst", REFLECTOR_ADDR, "--ssid", str(ssid), "--rate", "500"]
+    args += ["--count", str(N), "--wait", "2", *extra]
+    records, summary, res = run_ustamp_sender(m.lab.ns("A"), *args)
+    assert res.returncode == 0, res.stderr
+    assert summary["sent"] == N and summary["send_errors"] == 0, summary
+    return records, summary
+
+
+def _snapshot(m: Matrix) -> tuple[dict, dict, dict]:
+    return xdp_stats(XDP_REFLECTOR, m.refl_pin), m.ustamp.counters(), xdp_stats(XDP_COLLECTOR, m.coll_pin)
+
+
+def _deltas(m: Matrix, before: tuple[dict, dict, dict], want_user_received: int = 0) -> tuple[dict, dict, dict]:
+    refl0, user0, coll0 = before
+    user1 = wait_ustamp(m, user0["received"] + want_user_received)
+    return (
+        counter_delta(refl0, xdp_stats(XDP_REFLECTOR, m.refl_pin)),
+        counter_delta(user0, user1),
+        counter_delta(coll0, xdp_stats(XDP_COLLECTOR, m.coll_pin)),
+    )
+
+
+@pytest.mark.parametrize("reflector", ["xdp", "ustamp"])
+def test_rfc8762_sender_without_ssid_is_answered(matrix, reflector):
+    """A plain RFC 8762 sender leaves bytes 14-15 zero (no RFC 8972 SSID). Both reflectors answer it
+    by default from their {any sender, SSID 0} session: stateless, NTP (Z = 0 in the reply)."""
+    m = matrix
+    if reflector == "ustamp":  # the XDP reflector leaves SSID 0 to user space
+        run_tool(XDP_REFLECTOR, "del-session", "--pin-dir", m.refl_pin, "--ssid", "0")
+    try:
+        before = _snapshot(m)
+        records, summary = _plain_ustamp(m, 0, "--sport", "40000")
+        refl, user, coll = _deltas(m, before, N if reflector == "ustamp" else 0)
+    finally:
+        if reflector == "ustamp":
+            run_tool(XDP_REFLECTOR, "add-session", "--pin-dir", m.refl_pin, "--ssid", "0", "--format", "ntp")
+    assert summary["received"] == summary["records"] == N and summary["lost"] == 0, summary
+    for i, r in enumerate(records):
+        assert r["ssid"] == 0 and r["reflector_seq"] == i  # stateless: the sender's numbers
+        assert not r["reflector_err_est"] & EE_Z  # the reflector answered in NTP
+        assert r["flags"] == STAMP_RECORD_F_REFLECTOR_NTP  # PTP sender, NTP reflector, no SRH
+        assert r["t1_ns"] <= r["t2_ns"] <= r["t3_ns"] <= r["t4_ns"], r
+    if reflector == "xdp":
+        assert (refl, user) == ({"reflected": N}, {})
+    else:
+        assert (refl, user) == ({"pass_unknown_session": N}, {"received": N, "reflected": N})
+    assert coll == {"pass_unknown_session": N}  # the XDP collector has no SSID 0 session here
+
+
+def test_rfc8762_c_sender_without_ssid_into_the_xdp_collector(matrix):
+    """The same from the C sender (--ssid 0), its replies collected by the XDP collector."""
+    m = matrix
+    port = str(BASE_C_SENDER_PORT)
+    run_tool(XDP_COLLECTOR, "activate", "--pin-dir", m.coll_pin, "--ssid", "0", "--port", port)
+    try:
+        before = _snapshot(m)
+        args = ["--netns", m.lab.ns("A"), "--src", SENDER_ADDR, "--dst", REFLECTOR_ADDR, "--ssid", "0"]
+        args += ["--sport", port, "--rate", "500", "--count", str(N)]
+        summary = json.loads(run_tool(C_SENDER, *args).stdout)
+        dump = run_tool(XDP_COLLECTOR, "dump", "--pin-dir", m.coll_pin, "--count", str(N), "--timeout-ms", "5000")
+    finally:
+        run_tool(XDP_COLLECTOR, "deactivate", "--pin-dir", m.coll_pin, "--ssid", "0")
+    records = [json.loads(line) for line in dump.stdout.splitlines() if line.startswith("{")]
+    refl, user, coll = _deltas(m, before)
+    assert summary["sent"] == N
+    assert [r["sender_seq"] for r in records] == list(range(N))
+    assert all(r["ssid"] == 0 and r["flags"] == STAMP_RECORD_F_REFLECTOR_NTP for r in records)
+    assert (refl, user, coll) == ({"reflected": N}, {}, {"collected": N})
+
+
+@pytest.mark.parametrize("code,answered", [(0x0, False), (0x1, True)], ids=["no-reply-0x0", "same-link-0x1"])
+def test_return_path_control_code(matrix, code, answered):
+    """RFC 9503 §4.1.1: the Reply Request flag is bit 31 (the least significant) of the Control
+    Code Flags: 0x0 No Reply Requested, 0x1 Reply Requested on the Same Link."""
+    m = matrix
+    before = _snapshot(m)
+    tlv = f"10:00010004{code:08x}"  # Return Path TLV with one Control Code sub-TLV
+    records, summary = _plain_ustamp(m, SSID_CONTROL_CODE, "--tlv", tlv, "--wait", "1")
+    refl, user, coll = _deltas(m, before, N)
+    assert refl == {"pass_unknown_session": N}  # the XDP reflector does not know SSID 90
+    if answered:
+        assert summary["records"] == N and len(records) == N
+        assert user == {"received": N, "reflected": N, "tlv_handled": N}
+    else:
+        assert summary["records"] == 0 and records == []
+        assert user == {"received": N, "no_reply_requested": N, "tlv_handled": N}
+    assert coll == ({"pass_unknown_session": N} if answered else {})
+
+
+def _tx_checksum_offload(m: Matrix, hops: tuple[tuple[str, str], ...], on: bool) -> None:
+    """tx checksum offload on (off) on every egress of the path: a router whose egress device
+    cannot offload completes the checksum in software, so a partial one only reaches the program
+    when every hop before it can offload (a pod's veth straight into the node: one hop)."""
+    import subprocess
+
+    for node, dev in hops:
+        cmd = ["ip", "netns", "exec", m.lab.ns(node), "ethtool", "-K", dev, "tx", "on" if on else "off"]
+        subprocess.run(cmd, check=True, capture_output=True)
+
+
+A_TO_B = (("A", "a0"), ("R", "r1"))  # egress devices from A's sender to B's XDP reflector
+B_TO_A = (("B", "b0"), ("R", "r0"))
+
+
+def test_kernel_socket_sender_with_checksum_offload(matrix):
+    """A pod-style sender: a kernel UDP socket behind a veth with tx checksum offload ON hands its
+    packets over with the pseudo-header sum in the checksum field (nobody completes it). The XDP
+    reflector answers them, with a full checksum, and counts them reflected_partial_csum."""
+    m = matrix
+    before = _snapshot(m)
+    _tx_checksum_offload(m, A_TO_B, True)
+    try:
+        records, summary = _plain_ustamp(m, SSID_PARTIAL_TO_XDP)
+    finally:
+        _tx_checksum_offload(m, A_TO_B, False)
+    refl, user, coll = _deltas(m, before)
+    assert summary["received"] == summary["records"] == N, summary  # the replies verified in A's kernel
+    assert refl == {"reflected_partial_csum": N}
+    assert user == {} and coll == {"pass_unknown_session": N}
+
+
+def test_kernel_socket_reflector_with_checksum_offload(matrix):
+    """The other way round: the user-space reflector (a kernel socket) behind a veth with offload
+    on answers the C sender; the XDP collector takes the partial checksums (collected_partial_csum)."""
+    m = matrix
+    before = _snapshot(m)
+    ssid = SSID_PARTIAL_TO_COLLECTOR
+    _tx_checksum_offload(m, B_TO_A, True)
+    try:
+        args = ["--netns", m.lab.ns("A"), "--src", SENDER_ADDR, "--dst", REFLECTOR_ADDR, "--ssid", str(ssid)]
+        summary = json.loads(run_tool(C_SENDER, *args, "--rate", "500", "--count", str(N)).stdout)
+        dump = run_tool(XDP_COLLECTOR, "dump", "--pin-dir", m.coll_pin, "--count", str(N), "--timeout-ms", "5000")
+    finally:
+        _tx_checksum_offload(m, B_TO_A, False)
+    records = [json.loads(line) for line in dump.stdout.splitlines() if line.startswith("{")]
+    refl, user, coll = _deltas(m, before, N)
+    assert summary["sent"] == N and [r["sender_seq"] for r in records] == list(range(N))
+    assert refl == {"pass_unknown_session": N} and user == {"received": N, "reflected": N}
+    assert coll == {"collected_partial_csum": N}

@@ -264,8 +264,10 @@ def test_authenticated_sessions_go_to_userspace(refl):
     cases = [
         (make_frame(35, payload=auth_payload(35)), "pass_authenticated_to_userspace"),  # SSID at offset 26
         (make_frame(35), "pass_authenticated_to_userspace"),  # SSID at 14, auth session
-        (make_frame(35, payload=auth_payload(4242)), "pass_unknown_session"),
-        (make_frame(30, payload=auth_payload(30)), "pass_unknown_session"),  # ssid 30 is not authenticated
+        # no authenticated session at offset 26: bytes 14-15 are zero, so this is a plain RFC 8762
+        # packet (SSID 0, the base senders' session) with 68 bytes after the base: user space
+        (make_frame(35, payload=auth_payload(4242)), "pass_tlvs_to_userspace"),
+        (make_frame(30, payload=auth_payload(30)), "pass_tlvs_to_userspace"),  # ssid 30 is not authenticated
     ]
     for frame, counter in cases:
         out, d = reflect(refl, frame)
@@ -392,7 +394,8 @@ def test_reflector_ntp_reply_through_collector(veth, reflector_and_collector):
         assert rec["t1_ns"] == t1  # exact round trip
         assert abs(rec["t2_ns"] - stamped_t2) <= 1 and abs(rec["t3_ns"] - stamped_t3) <= 1
         assert t1 <= rec["t2_ns"] <= rec["t3_ns"] <= rec["t4_ns"]
-        assert (rec["reflector_seq"], rec["sender_seq"], rec["flags"]) == (i, 70 + i, 1)
+        # F_NTP (the session's T1) | F_REFLECTOR_NTP (the reply's Z = 0: T2, T3 in NTP)
+        assert (rec["reflector_seq"], rec["sender_seq"], rec["flags"]) == (i, 70 + i, 0x11)
         assert rec["reflector_err_est"] & EE_Z == 0
 
 
@@ -437,7 +440,7 @@ def test_ntp_and_ptp_sessions_over_veth(veth, reflector_and_collector):
         r = by_seq[i]
         assert r["ssid"] == ssid and r["t1_ns"] == t1
         assert t1 <= r["t2_ns"] <= r["t3_ns"] <= r["t4_ns"] <= t_end
-        assert r["flags"] == (1 if ssid == 43 else 0)
+        assert r["flags"] == (0x11 if ssid == 43 else 0)  # F_NTP | F_REFLECTOR_NTP for the NTP session
         assert (r["reflector_err_est"] & EE_Z) == (0 if ssid == 43 else EE_Z)
         if ssid == 43:
             ntp_refl_seqs.append(r["reflector_seq"])

@@ -89,6 +89,13 @@ def udp6_checksum_ok(src: bytes, dst: bytes, udp: bytes) -> bool:
     return ones_sum(pseudo + udp) == 0xFFFF
 
 
+def udp6_checksum_is_partial(src: bytes, dst: bytes, udp: bytes) -> bool:
+    """The checksum field holds only the folded pseudo-header sum: a sender whose checksum offload
+    was never completed (a kernel socket behind a veth). The programs accept it (README)."""
+    pseudo = src + dst + struct.pack("!I3xB", len(udp), 17)
+    return struct.unpack_from("!H", udp, 6)[0] == ones_sum(pseudo)
+
+
 def udp6_checksum(src: bytes, dst: bytes, udp_zero_csum: bytes) -> int:
     pseudo = src + dst + struct.pack("!I3xB", len(udp_zero_csum), 17)
     c = (~ones_sum(pseudo + udp_zero_csum)) & 0xFFFF
@@ -156,13 +163,17 @@ def cheap_checks(f: bytes, t: Transport) -> str | None:
 
 
 def full_checksum_check(f: bytes, t: Transport) -> str | None:
-    """Before reflecting / collecting: too long to verify (left to the stack), wrong checksum, or None."""
+    """Before reflecting / collecting: too long to verify (left to the stack), wrong checksum,
+    "partial" (the pseudo-header sum only, accepted), or None (verifies)."""
     udp_len = struct.unpack_from("!H", f, t.udp_off + 4)[0]
     if udp_len > UDP_CSUM_MAX_LEN:
         return "pass_too_long_to_verify"
-    if not udp6_checksum_ok(f[22:38], f[38:54], f[t.udp_off : t.udp_off + udp_len]):
-        return "drop_malformed_udp_csum"
-    return None
+    udp = f[t.udp_off : t.udp_off + udp_len]
+    if udp6_checksum_ok(f[22:38], f[38:54], udp):
+        return None
+    if udp6_checksum_is_partial(f[22:38], f[38:54], udp):
+        return "partial"
+    return "drop_malformed_udp_csum"
 
 
 def rfc_defects(f: bytes, t: Transport) -> list[str]:
@@ -186,6 +197,8 @@ def rfc_defects(f: bytes, t: Transport) -> list[str]:
     udp = f[t.udp_off : t.udp_off + udp_len]
     if udp[6:8] == b"\0\0":
         defects.append("udp_checksum_zero")  # RFC 8200 §8.1: mandatory in IPv6
+    elif udp6_checksum_is_partial(src, dst, udp) and not udp6_checksum_ok(src, dst, udp):
+        defects.append("udp_checksum_partial")  # offload never completed: payload unverified
     elif not udp6_checksum_ok(src, dst, udp):
         defects.append("udp_checksum")
     return defects
@@ -215,19 +228,23 @@ def reflector_verdict(f: bytes, cfg: ReflectorConfig) -> Verdict:
         return Verdict(bad, DROP, transport=t)
     payload = t.udp_off + 8
     payload_len = struct.unpack_from("!H", f, t.udp_off + 4)[0] - 8
-    sess = _session(cfg, f[22:38], struct.unpack_from("!H", f, payload + 14)[0])
+    ssid14 = struct.unpack_from("!H", f, payload + 14)[0]
+    sess = _session(cfg, f[22:38], ssid14)
+    # RFC 8762 §4.2.2: an authenticated test packet (>= 112 bytes) has its SSID at offset 26 and
+    # zeros at 14-15; asked when nothing matched at 14, or only SSID 0 (the base senders' session)
+    if (sess is None or ssid14 == 0) and cfg.per_session_modes and payload_len >= STAMP_AUTH_BASE_LEN:
+        auth = _session(cfg, f[22:38], struct.unpack_from("!H", f, payload + 26)[0])
+        if auth is not None and auth.authenticated:
+            return Verdict("pass_authenticated_to_userspace", PASS, transport=t)
     if sess is None:
-        # RFC 8762 §4.2.2: an authenticated test packet (>= 112 bytes) has its SSID at offset 26
-        if cfg.per_session_modes and payload_len >= STAMP_AUTH_BASE_LEN:
-            auth = _session(cfg, f[22:38], struct.unpack_from("!H", f, payload + 26)[0])
-            if auth is not None and auth.authenticated:
-                return Verdict("pass_authenticated_to_userspace", PASS, transport=t)
         return Verdict("pass_unknown_session", PASS, transport=t)
     if cfg.per_session_modes and sess.authenticated:
         return Verdict("pass_authenticated_to_userspace", PASS, transport=t)
     if cfg.per_session_modes and payload_len > STAMP_BASE_LEN and not sess.tlv_echo:
         return Verdict("pass_tlvs_to_userspace", PASS, transport=t)
     bad = full_checksum_check(f, t)
+    if bad == "partial":
+        return Verdict("reflected_partial_csum", TX, rfc_defects(f, t), sess, t)
     if bad:
         return Verdict(bad, PASS if bad.startswith("pass_") else DROP, transport=t)
     return Verdict("reflected", TX, rfc_defects(f, t), sess, t)
@@ -269,6 +286,8 @@ def collector_verdict(f: bytes, cfg: CollectorConfig) -> Verdict:
     if dport != sess[0]:
         return Verdict("pass_port_mismatch", PASS, transport=t)
     bad = full_checksum_check(f, t)
+    if bad == "partial":
+        return Verdict("collected_partial_csum", DROP, rfc_defects(f, t), transport=t)
     if bad:
         return Verdict(bad, PASS if bad.startswith("pass_") else DROP, transport=t)
     return Verdict("collected", DROP, rfc_defects(f, t), transport=t)
@@ -360,8 +379,25 @@ def reply_problems(
     return p
 
 
-def record_problems(f: bytes, rec, v: Verdict, tai_before: int, tai_after: int) -> list[str]:
-    """struct stamp_record (schemas/c/stamp_record.h) from one collected reply."""
+def ntp_to_tai_ns(sec: int, frac: int, tai_utc_offset_s: int, ref_tai_ns: int) -> int:
+    """NTP (RFC 5905 §6: UTC seconds since 1900 + 2^-32 s) -> TAI ns as the README documents it:
+    the 32-bit seconds take the era of the reference time (T4) within half an era, the fraction
+    is rounded to the nearest nanosecond; unsigned 64-bit arithmetic like the program's."""
+    m = (1 << 64) - 1
+    ref_sec = (ref_tai_ns // NS - tai_utc_offset_s + NTP_UNIX_OFFSET_S) & m
+    full = (ref_sec & ~0xFFFFFFFF) | sec
+    ns = (frac * NS + 0x80000000) >> 32
+    if full > ref_sec + 0x80000000 and full >= 1 << 32:
+        full -= 1 << 32
+    elif full + 0x80000000 < ref_sec:
+        full += 1 << 32
+    return ((full - NTP_UNIX_OFFSET_S + tai_utc_offset_s) * NS + ns) & m
+
+
+def record_problems(f: bytes, rec, v: Verdict, tai_before: int, tai_after: int, tai_utc_offset_s: int = 0) -> list[str]:
+    """struct stamp_record (schemas/c/stamp_record.h) from one collected reply. T1 is in the
+    session's format (PTP here), T2 and T3 in the one the reply's Error Estimate Z bit names
+    (RFC 8762 §4.3.1): Z = 0 NTP (record flag 0x10), Z = 1 PTPv2."""
     p: list[str] = []
     t = v.transport
     pl = f[t.udp_off + 8 : t.udp_off + 8 + 44]
@@ -369,10 +405,15 @@ def record_problems(f: bytes, rec, v: Verdict, tai_before: int, tai_after: int) 
     t4 = int(rec["t4_ns"])
     if not tai_before <= t4 <= tai_after:
         p.append(f"t4 {t4} outside the run [{tai_before}, {tai_after}]")
+    refl_ntp = not ee & EE_Z
+    if refl_ntp:
+        t2, t3 = ntp_to_tai_ns(t2s, t2n, tai_utc_offset_s, t4), ntp_to_tai_ns(t3s, t3n, tai_utc_offset_s, t4)
+    else:
+        t2, t3 = ptp_to_ns(t2s, t2n, t4), ptp_to_ns(t3s, t3n, t4)
     want = dict(
         t1_ns=ptp_to_ns(sts, stn, t4),
-        t2_ns=ptp_to_ns(t2s, t2n, t4),
-        t3_ns=ptp_to_ns(t3s, t3n, t4),
+        t2_ns=t2,
+        t3_ns=t3,
         sender_seq=sseq,
         reflector_seq=seq,
         ssid=ssid,
@@ -380,7 +421,7 @@ def record_problems(f: bytes, rec, v: Verdict, tai_before: int, tai_after: int) 
         reflector_err_est=ee,
         sender_ttl=ttl,
         reply_hop_limit=f[21],
-        flags=2 if t.srh_len else 0,
+        flags=(2 if t.srh_len else 0) | (0x10 if refl_ntp else 0),
         reserved=0,
     )
     for k, w in want.items():

@@ -93,6 +93,7 @@ def py_fields(element: str, obj) -> dict:
         return {
             "flags": obj.flags,
             "control_code": -1 if cc is None else cc,
+            "reply_requested": int(obj.reply_requested),
             "return_family": dna.family_of(ra) if ra else 0,
             "return_address": ra.hex() if ra else "",
             "segments": [s.hex() for s in obj.segments],

@@ -110,14 +110,16 @@ def generate(rng: random.Random, ring: KeyRing) -> tuple[str, bytes]:
 
 
 def asks_no_reply(payload: bytes, base_len: int) -> bool:
-    """RFC 9503 §4: a Return Path TLV (10) whose Control Code sub-TLV (1, Length 4) has bit 0x1."""
+    """RFC 9503 §4.1.1: a Return Path TLV (10) whose Control Code sub-TLV (1, Length 4) has the
+    Reply Request flag (bit 31, the least significant) clear: No Reply Requested."""
     off = base_len
     while off + 4 <= len(payload):
         _flags, tlv_type, length = struct.unpack_from("!BBH", payload, off)
         if off + 4 + length > len(payload):
             return False
-        if tlv_type == 10 and length >= 8 and payload[off + 4 : off + 8] == bytes.fromhex("00010004"):
-            return bool(payload[off + 11] & 1)
+        # the sub-TLV's flags octet does not matter: type 1, Length 4 is the Control Code
+        if tlv_type == 10 and length >= 8 and payload[off + 5 : off + 8] == bytes.fromhex("010004"):
+            return not payload[off + 11] & 1
         off += 4 + length
     return False
 

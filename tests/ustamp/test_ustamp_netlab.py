@@ -18,6 +18,7 @@ from segscope_schemas.stamp_record import (
     STAMP_RECORD_F_LOOPBACK,
     STAMP_RECORD_F_NTP,
     STAMP_RECORD_F_ONE_WAY,
+    STAMP_RECORD_F_REFLECTOR_NTP,
     STAMP_RECORD_F_SRH,
 )
 
@@ -123,7 +124,8 @@ def check_records(
         assert r["sender_ttl"] == 63  # 64 from A, -1 at R (End)
         assert r["reply_hop_limit"] == 254  # 255 from the reflector, -1 at R
         assert r["ifindex"] == a0
-        assert r["flags"] == (STAMP_RECORD_F_NTP if ntp else 0) | (STAMP_RECORD_F_SRH if srh else 0)
+        ntp_flags = STAMP_RECORD_F_NTP | STAMP_RECORD_F_REFLECTOR_NTP  # both sides in NTP
+        assert r["flags"] == (ntp_flags if ntp else 0) | (STAMP_RECORD_F_SRH if srh else 0)
         assert r["reserved"] == 0
     t1s = [r["t1_ns"] for r in records]
     assert t1s == sorted(t1s)
@@ -457,7 +459,8 @@ def test_return_path_tlv_steers_the_reply(lab, reflector):
     assert all(r["flags"] == STAMP_RECORD_F_SRH for r in records)  # the reply came with an SRH
     assert sid_packets(lab)[SID_RET] - before[SID_RET] == N  # ... through fc00:2::e2
 
-    records, summary, _ = run_sender(lab.ns("A"), *sender_args(5, "--tlv", "10:0001000400000001", count=5, wait_s=0.5))
+    # Control Code Flags 0x0: the Reply Request flag (bit 31) clear, No Reply Requested (RFC 9503 §4.1.1)
+    records, summary, _ = run_sender(lab.ns("A"), *sender_args(5, "--tlv", "10:0001000400000000", count=5, wait_s=0.5))
     assert summary["sent"] == 5 and summary["records"] == 0
     c = reflector.counters()
     assert c["reflected"] == N and c["return_path_from_tlv"] == N
@@ -575,7 +578,8 @@ def test_xdp_collector_with_ustamp_reflector(lab, bpffs, reflector):
                 assert r["t1_ns"] <= r["t2_ns"] <= r["t3_ns"] <= r["t4_ns"] < r["t1_ns"] + 1_000_000_000, r
                 assert r["ssid"] == ssid and r["reflector_seq"] == i
                 assert r["sender_ttl"] == 63 and r["reply_hop_limit"] == 254
-                assert r["flags"] == STAMP_RECORD_F_SRH | (STAMP_RECORD_F_NTP if ntp else 0)
+                ntp_flags = STAMP_RECORD_F_NTP | STAMP_RECORD_F_REFLECTOR_NTP  # both sides in NTP
+                assert r["flags"] == STAMP_RECORD_F_SRH | (ntp_flags if ntp else 0)
                 assert bool(r["reflector_err_est"] & EE_Z) == (not ntp)
         stats = json.loads(
             subprocess.run(
@@ -614,13 +618,14 @@ def test_sighup_reloads_the_session_file(lab, tmp_path):
             )
         )
         r.proc.send_signal(signal.SIGHUP)
-        assert [s["ssid"] for s in r.next_line()["sessions"]] == [60, 61]
+        # 0: the base senders' session (--base-senders on, the default)
+        assert [s["ssid"] for s in r.next_line()["sessions"]] == [60, 61, 0]
         records, summary, _ = run_sender(lab.ns("A"), *sender_args(61, "--format", "ntp"))
         check_records(records, summary, 61, ntp=True, srh=True, first_reflector_seq=None, lab=lab)
         records, summary, _ = run_sender(lab.ns("A"), *sender_args(60, "--sport", "40060"))
         check_records(records, summary, 60, ntp=False, srh=True, first_reflector_seq=N, lab=lab)  # state kept
 
-        f.write_text("[{\"ssid\": 0}]")  # broken: old configuration stays
+        f.write_text("[{\"ssid\": 70000}]")  # broken: old configuration stays
         r.proc.send_signal(signal.SIGHUP)
         records, summary, _ = run_sender(lab.ns("A"), *sender_args(61, "--format", "ntp", "--sport", "40061"))
         assert summary["records"] == N
@@ -628,4 +633,4 @@ def test_sighup_reloads_the_session_file(lab, tmp_path):
         assert c["reflected"] == 4 * N and c["unknown_session"] == 3
     finally:
         r.kill()
-    assert "sessions[0]: ssid: expected an integer 1..65535" in r.proc.stderr.read()
+    assert "sessions[0]: ssid: expected an integer 0..65535" in r.proc.stderr.read()

@@ -102,7 +102,8 @@ def test_timestamp_info_class_of_service_follow_up():
     area = "8003000400000000" + f"80040004{dscp1_ef:04x}0000" + "80070010" + "00" * 16
     res = reflect(area, received_tclass=(10 << 2) | 1, prev_seq=5, prev_t3=(100, 200))
     got = res.reply_area
-    assert got[:8] == bytes.fromhex("0003000400020002")  # unsynchronised: sync 0, SW local (2)
+    # unsynchronised: Local free-running (5; 0 is Reserved in IANA's registry), SW local (2)
+    assert got[:8] == bytes.fromhex("0003000405020502")
     word = int.from_bytes(got[12:14], "big")
     assert (word >> 10, (word >> 4) & 0x3F, (word >> 2) & 3, word & 3) == (46, 10, 1, 0)
     assert res.reply_tclass == 46 << 2
@@ -121,8 +122,12 @@ def test_destination_node_address_and_return_path():
     res = reflect("800a003800040020" + "".join(sids) + "00020010" + ret)
     assert res.return_sids == ["fc00:2::e2", "fc00:2::e"] and res.return_address == "fc00:1::1"
     assert not res.no_reply
-    assert reflect("800a00080001000400000001").no_reply  # Control Code: No Reply Requested
-    assert reflect("800a00080001000400000002").same_link
+    # RFC 9503 §4.1.1 Control Code Flags, Reply Request flag = bit 31 (the least significant):
+    assert reflect("800a00080001000400000000").no_reply  # 0x0 No Reply Requested
+    same = reflect("800a00080001000400000001")  # 0x1 Reply Requested on the Same Link
+    assert same.same_link and not same.no_reply
+    other = reflect("800a00080001000480000000")  # only an unassigned bit: the flag is 0, no reply
+    assert other.no_reply
     too_long = reflect("800a011400040110" + "".join(sids) * 9)  # 18 SIDs: more than an SRH here takes
     assert too_long.return_sids is None and too_long.unsupported == ["srv6_segments_too_long"]
 
@@ -142,7 +147,7 @@ def test_session_specs_and_errors(tmp_path):
     assert table.lookup("fc00:1::1", 6) is None
 
     for spec, field in (
-        ("--ssid 0", "ssid"),
+        ("--ssid -1", "ssid"),
         ("--ssid 1 --sender nope", "sender"),
         ("--ssid 1 --format tai", "format"),
         ("--ssid 1 --return-sids " + ",".join(["::1"] * 17), "return_sids"),
@@ -167,8 +172,8 @@ def test_session_specs_and_errors(tmp_path):
 @pytest.mark.parametrize(
     "argv,needle",
     [
-        (["reflector", "--add-session", "--ssid 70000"], "ssid: expected an integer 1..65535"),
-        (["reflector"], "no sessions"),
+        (["reflector", "--add-session", "--ssid 70000"], "ssid: expected an integer 0..65535"),
+        (["reflector", "--base-senders", "off"], "no sessions"),
         (
             ["sender", "--src", "fc00:1::1", "--dst", "x", "--ssid", "1", "--rate", "1", "--count", "1"],
             "--dst: not an IPv6",

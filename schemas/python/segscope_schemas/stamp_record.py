@@ -23,6 +23,8 @@ STAMP_RECORD_F_NTP = 0x1
 STAMP_RECORD_F_SRH = 0x2
 STAMP_RECORD_F_ONE_WAY = 0x4  # one-way mode: T1, T2 only (t3_ns = t4_ns = 0)
 STAMP_RECORD_F_LOOPBACK = 0x8  # loopback mode: T1, T4 only (t2_ns = t3_ns = 0)
+# the reflector's T2/T3 were NTP on the wire (its Error Estimate's Z = 0); F_NTP is the sender's (T1)
+STAMP_RECORD_F_REFLECTOR_NTP = 0x10
 
 # Same names, order and offsets as struct stamp_record (checked by tests against the C compiler).
 STAMP_RECORD_DTYPE = np.dtype(

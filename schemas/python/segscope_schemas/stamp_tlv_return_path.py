@@ -1,8 +1,9 @@
 """Return Path TLV, Type 10 (RFC 9503 §4). Mirror of schemas/c/stamp_tlv_return_path.h.
 
 Value: Return Path sub-TLVs (same header as a TLV), types from the RFC 9503 §4.1 figures:
-  1 Return Path Control Code (Length 4): Control Code Flags (32);
-      0x1 No Reply Requested, 0x2 Reply Requested on the Same Link.
+  1 Return Path Control Code (Length 4): Control Code Flags (32). RFC 9503 §4.1.1 defines the
+      Reply Request flag, bit 31 (the least significant bit): 0x0 No Reply Requested, 0x1 Reply
+      Requested on the Same Link; the other bits are unassigned and ignored on receipt.
   2 Return Address: the address the reply goes to (Length 4 = IPv4, 16 = IPv6).
   3 SR-MPLS Label Stack: n x 32-bit label stack entries.
   4 SRv6 Segment List: n x 128-bit SIDs, Segment(1) first, Segment(n) last (bottom of stack).
@@ -24,8 +25,9 @@ SUB_CONTROL_CODE = 1
 SUB_RETURN_ADDRESS = 2
 SUB_SR_MPLS_LABELS = 3
 SUB_SRV6_SEGMENTS = 4
-CC_NO_REPLY = 0x1
-CC_REPLY_SAME_LINK = 0x2
+CC_REPLY_REQUEST = 0x1  # mask: the Reply Request flag (bit 31)
+CC_NO_REPLY = 0x0  # flag values, RFC 9503 §4.1.1
+CC_REPLY_SAME_LINK = 0x1
 
 
 @dataclass
@@ -40,6 +42,12 @@ class ReturnPath:
             if s.type == SUB_CONTROL_CODE:
                 return struct.unpack("!I", s.value)[0]
         return None
+
+    @property
+    def reply_requested(self) -> bool:
+        """The Reply Request flag of the Control Code; True without a Control Code (the default)."""
+        cc = self.control_code
+        return True if cc is None else bool(cc & CC_REPLY_REQUEST)
 
     @property
     def return_address(self) -> Optional[bytes]:

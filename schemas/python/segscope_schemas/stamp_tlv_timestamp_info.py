@@ -5,7 +5,8 @@ Value: Sync Src In (8) | Timestamp In (8) | Sync Src Out (8) | Timestamp Out (8)
 synchronization source of the clock and the timestamping method. The sender sends zeros; the
 reflector fills the four octets. Timestamping methods (IANA "STAMP Timestamping Methods"):
 1 HW Assist, 2 SW Local, 3 Control Plane. Synchronization sources (IANA "STAMP Synchronization
-Sources"): 1 NTP, 2 PTP (the values segscope uses).
+Sources", RFC 8972 §4.3): 0 Reserved, 1 NTP, 2 PTP, 3 SSU/BITS, 4 GPS/GLONASS/LORAN-C/BDS/Galileo,
+5 Local free-running (a clock that follows no source: what an unsynchronized reflector reports).
 """
 
 from __future__ import annotations
@@ -16,8 +17,12 @@ from dataclasses import dataclass, field
 from .stamp_tlv import E_LENGTH, TLV, MalformedTLV, encode_tlv, iter_sub_tlvs, iter_tlvs, split_tlv
 from .stamp_tlv import TYPE_TIMESTAMP_INFO as TYPE
 
+SYNC_RESERVED = 0  # never sent
 SYNC_NTP = 1
 SYNC_PTP = 2
+SYNC_SSU_BITS = 3
+SYNC_GNSS = 4
+SYNC_LOCAL_FREE_RUNNING = 5
 METHOD_HW_ASSIST = 1
 METHOD_SW_LOCAL = 2
 METHOD_CONTROL_PLANE = 3
