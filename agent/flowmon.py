@@ -22,6 +22,7 @@ from pathlib import Path
 
 import grpc
 
+from agent import children
 from agent import fields as F
 from agent.fields import ApiError
 from segscope_proto.segscope.agent.v1 import flowmon_pb2 as pb
@@ -173,9 +174,7 @@ class FlowMonAgent:
         cmd = [str(exe), "--node", self.node, "--brokers", self.kafka]
         for side in sorted(self.sides):
             cmd += ["--tx-pin-dir" if side == TX else "--rx-pin-dir", str(self.pin_dir(side))]
-        self.collector = subprocess.Popen(
-            cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
-        )
+        self.collector = children.spawn(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         log.info("altmark_collector started (pid %d): %s", self.collector.pid, " ".join(cmd))
 
     def _stop_collector(self) -> None:

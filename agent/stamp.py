@@ -23,6 +23,7 @@ from pathlib import Path
 
 import grpc
 
+from agent import children
 from agent import fields as F
 from agent.fields import ApiError
 from segscope_proto.segscope.agent.v1 import stamp_pb2 as pb
@@ -83,6 +84,7 @@ class Tools:
 class Session:
     spec: pb.StampSession
     state: int = pb.STAMP_SESSION_STATE_CREATED
+    error: str = ""  # FAILED: why (the sender's exit status and stderr)
     proc: subprocess.Popen | None = None
     packets_sent: int = 0
     results: collections.deque = field(default_factory=lambda: collections.deque(maxlen=KEEP_RESULTS))
@@ -91,7 +93,11 @@ class Session:
 
     def status(self) -> pb.StampSessionStatus:
         return pb.StampSessionStatus(
-            session=self.spec, state=self.state, packets_sent=self.packets_sent, results_collected=self.next_index
+            session=self.spec,
+            state=self.state,
+            packets_sent=self.packets_sent,
+            results_collected=self.next_index,
+            error=self.error,
         )
 
 
@@ -172,7 +178,7 @@ class StampAgent:
             "3600000",
         ]
         while not stopping.is_set():
-            p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+            p = children.spawn(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
             self.reader = p
             assert p.stdout is not None
             fd, rest = p.stdout.fileno(), b""
@@ -376,9 +382,7 @@ class StampAgent:
             cmd += ["--padding", str(sp.padding_bytes)]
         if not self.tools.sender.exists():
             raise ApiError(grpc.StatusCode.FAILED_PRECONDITION, f"ssid: {self.tools.sender} is not built (make build)")
-        s.proc = subprocess.Popen(
-            cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
-        )
+        s.proc = children.spawn(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         log.info("stamp_sender ssid %d started (pid %d): %s", sp.ssid, s.proc.pid, " ".join(cmd))
         threading.Thread(target=self._reap_sender, args=(s, s.proc), daemon=True).start()
 
@@ -396,7 +400,11 @@ class StampAgent:
             if s.proc is p:
                 s.proc = None
                 if s.state == pb.STAMP_SESSION_STATE_RUNNING:
-                    s.state = pb.STAMP_SESSION_STATE_STOPPED
+                    if p.returncode in (0, -signal.SIGTERM):
+                        s.state = pb.STAMP_SESSION_STATE_STOPPED
+                    else:  # e.g. "Address already in use": the controller sees it and fails
+                        s.state = pb.STAMP_SESSION_STATE_FAILED
+                        s.error = f"stamp_sender exited {p.returncode}: {(err or '').strip()[-300:]}"
         log.info(
             "stamp_sender ssid %d exited %s: %s%s",
             s.spec.ssid,
@@ -762,6 +770,7 @@ class StampServicer(pb_grpc.StampServiceServicer):
                 log.info("StartStampSession %s ssid %d: already running", ROLE_NAME[role], ssid)
                 return pb.StartStampSessionResponse(status=s.status(), changed=False)
             if role == SENDER:
+                s.error = ""
                 self.a._spawn_sender(s, req.duration_s)
             else:
                 self._reflector_add(s.spec)

@@ -1,9 +1,11 @@
 """segscope controller: python -m controller validate|diff|apply|status FILE [--json]
 
 Exit codes:
-  0  ok (validate: the file is valid; diff: nothing to do; apply: every call succeeded;
+  0  ok (validate: the file is valid; diff: nothing to do; apply: every call succeeded and every
+     program it started is running;
      status: every agent answered)
-  1  an agent could not be reached or refused a call (the message names node, call, gRPC code)
+  1  an agent could not be reached or refused a call (the message names node, call, gRPC code),
+     or a program the apply started exited with an error (node, session and the program's message)
   2  the intent file is invalid (every problem printed as FILE:LINE:COLUMN: path: what. Fix: how)
   3  diff only: there are changes to apply
 """
@@ -77,6 +79,8 @@ def cmd_apply(args, intent) -> int:
             left = len(result.ops) - len(result.done) - 1
             if left:
                 print(f"  {left} later operation(s) not attempted", file=sys.stderr)
+        for err in result.program_errors:
+            print(f"  FAILED  {err}", file=sys.stderr)
         mutating = sum(n for calls in result.mutating_calls.values() for n in calls.values())
         reads = sum(n for calls in result.calls.values() for n in calls.values()) - mutating
         print(

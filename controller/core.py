@@ -20,6 +20,10 @@ from controller.agents import READ_METHODS, AgentClient, AgentError
 from controller.diff import Op, plan
 from controller.intent import Intent, load_intent
 from controller.model import DesiredState, Resource, desired_state
+from segscope_proto.segscope.agent.v1 import stamp_pb2
+
+# a sender that cannot start (its UDP port taken, a device gone) exits well within this
+SENDER_SETTLE_S = 1.0
 
 
 @dataclass
@@ -27,12 +31,14 @@ class ApplyResult:
     ops: list[Op] = field(default_factory=list)  # planned, in order
     done: list[tuple[Op, list[str]]] = field(default_factory=list)  # executed: op + RPCs it made
     failed: tuple[Op, AgentError] | None = None
+    # programs the applied calls started that exited with an error at once ("node: what: why")
+    program_errors: list[str] = field(default_factory=list)
     calls: dict[str, dict[str, int]] = field(default_factory=dict)  # node -> RPC name -> count (reads too)
     seconds: float = 0.0
 
     @property
     def ok(self) -> bool:
-        return self.failed is None
+        return self.failed is None and not self.program_errors
 
     @property
     def mutating_calls(self) -> dict[str, dict[str, int]]:
@@ -52,6 +58,7 @@ class ApplyResult:
             "failed": None
             if self.failed is None
             else {**self.failed[0].to_json(), "error": str(self.failed[1]), "code": self.failed[1].code},
+            "program_errors": self.program_errors,
             "calls": self.calls,
             "mutating_calls": self.mutating_calls,
         }
@@ -133,6 +140,21 @@ class Controller:
     def plan(self) -> list[Op]:
         return plan(self.desired(), self.read())
 
+    def _started_programs_failed(self, done: list[Op]) -> list[str]:
+        """A started STAMP sender whose program exits at once (a port in use, a bad device) is an
+        apply that did not work: look at the senders this apply started after SENDER_SETTLE_S."""
+        started = {(op.node, op.key[-1]) for op in done if op.kind == "stamp_sender" and op.desired is not None}
+        if not started:
+            return []
+        time.sleep(SENDER_SETTLE_S)
+        errors = []
+        for node in sorted({n for n, _ in started}):
+            client = self.clients[node]
+            for st in client.call(client.stamp, "ListStampSessions", stamp_pb2.ListStampSessionsRequest()).sessions:
+                if (node, st.session.ssid) in started and st.state == stamp_pb2.STAMP_SESSION_STATE_FAILED:
+                    errors.append(f"{node}: STAMP sender ssid {st.session.ssid} failed: {st.error}")
+        return errors
+
     def apply(self, batch: bool = False) -> ApplyResult:
         """Carry out the plan, one RPC per call; batch=True sends each run of SRv6 operations of
         one kind on one node (e.g. 50 local SIDs on R) as ONE ApplyBatch call, in the same order."""
@@ -157,6 +179,8 @@ class Controller:
                     result.failed = (op, exc)
                     break
                 result.done.append((op, rpcs))
+            if result.failed is None:
+                result.program_errors = self._started_programs_failed([op for op, _ in result.done])
         finally:
             after = self.calls_snapshot()
             for node, calls in after.items():

@@ -239,28 +239,83 @@ def test_bad_requests_name_the_field(roles):
     assert e.value.code() == IA and e.value.details().startswith("ssids[0]: required")
 
 
+def _children_of_instance(instance: str) -> list[str]:
+    """Command lines of running processes that belong to an agent instance (pin dir, or our sender ports)."""
+    import pathlib
+
+    found = []
+    for proc in pathlib.Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            cmd = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if f"/{instance}/" in cmd or ("stamp_sender" in cmd and "--sport 5009" in cmd):
+            found.append(cmd.strip())
+    return found
+
+
 def test_a_killed_agent_is_replaced_cleanly(lab, pki, tmp_path):
-    """SIGKILL leaves the XDP collector attached and pinned; the next agent's Init clears it."""
+    """SIGKILL leaves the XDP collector attached and pinned; the next agent's Init clears it. The
+    agent's children (ring-buffer reader, stamp_sender) die with it (PDEATHSIG), so the next agent's
+    sender gets its UDP port; a sender that cannot start is FAILED with its error."""
     import os
     import signal as sig
+    import socket
+    import time
 
     from segscope_proto.segscope.agent.v1 import stamp_pb2_grpc
     from tests.agent.agent_env import start_agent
+    from tests.datapath.dp_env import in_netns
+
+    def _status(stub, ssid: int) -> pb.StampSessionStatus:
+        sessions = stub.ListStampSessions(pb.ListStampSessionsRequest()).sessions
+        return next(st for st in sessions if st.session.role == S and st.session.ssid == ssid)
 
     init = pb.InitRequest(sender=pb.StampSenderConfig(device="ah", source_address="fd00:a::2"))
+    session = sender_session(ssid=91, sender_port=50091, rate_pps=50, segments=[])
     first = start_agent(lab.ns("A"), "A", tmp_path / "first", pki=pki, instance="agt-A-kill")
     with first.channel() as ch:
-        assert stamp_pb2_grpc.StampServiceStub(ch).Init(init).changed
+        a = stamp_pb2_grpc.StampServiceStub(ch)
+        assert a.Init(init).changed
+        a.CreateStampSession(pb.CreateStampSessionRequest(session=session))
+        a.StartStampSession(pb.StartStampSessionRequest(role=S, ssid=91))
+    time.sleep(0.5)
+    assert any("stamp_sender" in c for c in _children_of_instance("agt-A-kill")), "the sender did not start"
     os.killpg(first.proc.pid, sig.SIGKILL)
     first.proc.wait()
+    deadline = time.monotonic() + 5
+    while _children_of_instance("agt-A-kill") and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert _children_of_instance("agt-A-kill") == []  # reader and sender went with the agent
     assert "xdp" in lab.run("A", ["ip", "link", "show", "ah"], check=True).stdout  # left behind
     second = start_agent(lab.ns("A"), "A", tmp_path / "second", pki=pki, instance="agt-A-kill")
+    blocker = None
     try:
         with second.channel() as ch:
             s = stamp_pb2_grpc.StampServiceStub(ch)
             assert s.Init(init).changed
+            s.CreateStampSession(pb.CreateStampSessionRequest(session=session))
+            s.StartStampSession(pb.StartStampSessionRequest(role=S, ssid=91))
+            time.sleep(1.0)
+            st = _status(s, 91)
+            assert (st.state, st.error) == (pb.STAMP_SESSION_STATE_RUNNING, "")  # the port was free
+            # a port someone else holds: the sender exits at once, the session says FAILED and why
+            with in_netns(lab.ns("A")):
+                blocker = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
+                blocker.bind(("fd00:a::2", 50092))
+            s.CreateStampSession(pb.CreateStampSessionRequest(session=sender_session(ssid=92, sender_port=50092)))
+            s.StartStampSession(pb.StartStampSessionRequest(role=S, ssid=92))
+            time.sleep(1.0)
+            st = _status(s, 92)
+            assert st.state == pb.STAMP_SESSION_STATE_FAILED
+            assert "stamp_sender exited" in st.error and "in use" in st.error, st.error
             assert s.Reset(pb.ResetRequest()).changed
         assert "xdp" not in lab.run("A", ["ip", "link", "show", "ah"], check=True).stdout
         assert "from a previous agent; detaching it first" in second.log()
     finally:
+        if blocker is not None:
+            blocker.close()
         assert second.stop() == 0
+    assert _children_of_instance("agt-A-kill") == []

@@ -315,3 +315,42 @@ def test_a_refused_call_stops_apply_with_exit_1(env, first_apply, tmp_path):
     assert r.returncode == 0 and json.loads(r.stdout)["mutating_calls"] == {"R": {"CreatePolicy": 1}}
     back = ctl.apply()
     assert back.mutating_calls == {"R": {"RemovePolicy": 1, "RemoveLocalSid": 1}}
+
+
+def test_apply_fails_when_a_started_sender_exits(env, first_apply, tmp_path):
+    """A sender whose UDP port is taken exits at once: the agent reports the session FAILED with the
+    program's message and `apply` exits 1 saying so (it used to print "applied", rc 0). Once the
+    port is free, the next apply starts the session again."""
+    import socket
+
+    from tests.datapath.dp_env import in_netns
+
+    lab, _agents = env
+    ctl, _ = first_apply
+    ctl.set_intent(load_intent(DEMO))
+    ctl.apply()
+    extra = (
+        "  - ssid: 5\n"
+        '    sender: {node: A, address: "fc00:1::1", dev: a0}\n'
+        '    reflector: {node: B, address: "fc00:3::1", dev: b0}\n'
+        '    segs: ["fc00:2::e"]\n'
+        "    rate_pps: 10\n"
+    )
+    text = DEMO.read_text().replace("../../.run/demo/certs", os.environ["SEGSCOPE_CERTS"])
+    text = text.replace("stamp_sessions:\n", "stamp_sessions:\n" + extra)
+    f = tmp_path / "two_sessions.yaml"
+    f.write_text(text)
+    with in_netns(lab.ns("A")):
+        blocker = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
+        blocker.bind(("fc00:1::1", 50005))  # the agent's default sender port for SSID 5
+    try:
+        r = _cli("apply", str(f))
+        assert r.returncode == 1, (r.stdout, r.stderr)
+        assert "A: STAMP sender ssid 5 failed: stamp_sender exited" in r.stderr and "in use" in r.stderr, r.stderr
+    finally:
+        blocker.close()
+    r = _cli("apply", "--json", str(f))
+    assert r.returncode == 0, (r.stdout, r.stderr)
+    assert json.loads(r.stdout)["program_errors"] == []
+    ctl.set_intent(load_intent(DEMO))
+    assert ctl.apply().ok  # back to the demo: session 5 removed
