@@ -20,8 +20,10 @@ Python API:
         stack.influx_write(["m,t=a v=1i 1700000000000000000"])
         stack.influx_query("SELECT * FROM m")   # -> [{"time": 1700000000000000000, "t": "a", "v": 1}]
 
-`up` is idempotent: a service whose PID is alive and which answers is reused. A service that is
-started from stopped gets a fresh data directory (tests want empty topics and an empty database).
+`up` is idempotent: a service whose PID is alive and which answers is reused. A service started
+from stopped keeps its data (Kafka's topics and offsets, InfluxDB's database), also after a crash;
+fresh=True (`--fresh`) wipes it first (the tests start so: empty topics, an empty database).
+`status` says Kafka is ready only when every registry topic has a serving leader.
 Progress goes to stderr, one line per step with its duration.
 
 This file only orders the services and holds the CLI; each service's start and readiness is in
@@ -89,18 +91,16 @@ class Stack:
         run_dir: str | os.PathLike | None = None,
         port_base: int | None = None,
         *,
-        keep_influx_data: bool = False,
+        fresh: bool = False,
         quiet: bool = False,
     ) -> None:
         self.run_dir = Path(run_dir).resolve() if run_dir else DEFAULT_RUN_DIR
         self.port_base = port_base
         self.ports = Ports.for_base(port_base)
-        self.keep_influx_data = keep_influx_data
+        self.fresh = fresh
         self.quiet = quiet
-        kafka = Kafka(self.run_dir, self._say, self.ports.kafka, self.ports.kafka_controller)
-        influxdb = InfluxDB(
-            self.run_dir, self._say, self.ports.influx_http, self.ports.influx_rpc, keep_data=keep_influx_data
-        )
+        kafka = Kafka(self.run_dir, self._say, self.ports.kafka, self.ports.kafka_controller, fresh=fresh)
+        influxdb = InfluxDB(self.run_dir, self._say, self.ports.influx_http, self.ports.influx_rpc, keep_data=not fresh)
         self.services: dict[str, Service] = {
             "kafka": kafka,
             "influxdb": influxdb,
@@ -190,6 +190,14 @@ class Stack:
                 "ready": pid is not None and svc.ready(timeout=3.0),
                 "log": str(svc.log_path),
             }
+        if result["kafka"]["ready"]:
+            try:
+                unusable = self.services["kafka"].topics_unusable()
+            except Exception as exc:  # noqa: BLE001 - any client error: not usable
+                unusable = [f"({exc})"]
+            if unusable:  # the broker answers, but producers to these topics would fail
+                result["kafka"]["ready"] = False
+                result["kafka"]["topics_unusable"] = unusable
         result["kafka"]["bootstrap"] = self.kafka_bootstrap
         result["influxdb"]["url"] = self.influx_url
         result["influxdb"]["database"] = self.influx_db
@@ -287,14 +295,14 @@ def main(argv: list[str] | None = None) -> int:
         help="Kafka N, controller N+1, InfluxDB N+2, rpc N+3 (default: 19092/19093/18086/18088)",
     )
     parser.add_argument(
-        "--keep-influx-data", action="store_true", help="keep InfluxDB's data dir when starting it from stopped"
+        "--fresh", action="store_true", help="up: wipe the data of each service started from stopped (topics, database)"
     )
     parser.add_argument(
         "--if-unused", action="store_true", help="down: do nothing while a test session holds a lease on the run dir"
     )
     args = parser.parse_args(argv)
     only = args.only.split(",") if args.only else None
-    stack = Stack(run_dir=args.run_dir, port_base=args.port_base, keep_influx_data=args.keep_influx_data)
+    stack = Stack(run_dir=args.run_dir, port_base=args.port_base, fresh=args.fresh)
     try:
         if args.command == "up":
             stack.up(only)

@@ -143,8 +143,13 @@ class Service:
         self.stop()
         return False
 
-    def check_ports_free(self, ports: Iterable[int]) -> None:
+    def check_ports_free(self, ports: Iterable[int], grace_s: float = 5.0) -> None:
+        """Each port free, waiting up to grace_s: a process of ours that was just killed releases
+        its sockets when it has exited, a moment after the signal."""
+        deadline = time.monotonic() + grace_s
         for port in ports:
+            while port_open(port) and time.monotonic() < deadline:
+                time.sleep(0.1)
             if port_open(port):
                 raise StackError(
                     f"{self.name}: 127.0.0.1:{port} is already in use by a process that is "

@@ -38,7 +38,8 @@ def pytest_sessionstart(session: pytest.Session) -> None:
 def _stack_from_env() -> Stack:
     port_base = os.environ.get("SEGSCOPE_STACK_PORT_BASE")
     run_dir = os.environ.get("SEGSCOPE_STACK_RUN_DIR")
-    return Stack(run_dir=run_dir or None, port_base=int(port_base) if port_base else None)
+    # fresh: a stack this session starts gets empty topics and an empty database
+    return Stack(run_dir=run_dir or None, port_base=int(port_base) if port_base else None, fresh=True)
 
 
 @pytest.fixture(scope="session")

@@ -22,7 +22,7 @@ class InfluxDB(Service):
     ready_timeout = 45.0
     stop_timeout = 15.0
 
-    def __init__(self, run_dir, say, http_port: int, rpc_port: int, keep_data: bool = False) -> None:
+    def __init__(self, run_dir, say, http_port: int, rpc_port: int, keep_data: bool = True) -> None:
         super().__init__(run_dir, say)
         self.http_port = http_port
         self.rpc_port = rpc_port

@@ -35,10 +35,11 @@ class Kafka(Service):
     ready_timeout = 90.0
     stop_timeout = 30.0
 
-    def __init__(self, run_dir, say, port: int, controller_port: int) -> None:
+    def __init__(self, run_dir, say, port: int, controller_port: int, fresh: bool = False) -> None:
         super().__init__(run_dir, say)
         self.port = port
         self.controller_port = controller_port
+        self.fresh = fresh  # wipe the data dir (topics, offsets, cluster id) when starting
         self.bootstrap = f"127.0.0.1:{port}"
 
     def admin(self):
@@ -63,8 +64,12 @@ class Kafka(Service):
             raise StackError("kafka: `java` not found on PATH (Java 17+ is needed); run `make setup`")
         self.check_ports_free((self.port, self.controller_port))
         data_dir = self.dir / "data"
-        shutil.rmtree(data_dir, ignore_errors=True)  # fresh topics every start from stopped
-        data_dir.mkdir(parents=True)
+        # The data survives a restart, and a crash (Kafka recovers its logs), unless fresh;
+        # meta.properties says the dir was formatted, i.e. holds this cluster's id.
+        reuse = not self.fresh and (data_dir / "meta.properties").exists()
+        if not reuse:
+            shutil.rmtree(data_dir, ignore_errors=True)
+            data_dir.mkdir(parents=True)
         props = self.config_path
         self.render(
             HERE / "server.properties",
@@ -76,7 +81,17 @@ class Kafka(Service):
         log4j = self.dir / "log4j2.properties"
         shutil.copyfile(HERE / "log4j2.properties", log4j)
         classpath = f"{KAFKA_LIB_DIR}/*"
+        if reuse:
+            self.say(f"kafka: keeping its data in {data_dir} (topics, offsets; --fresh wipes it)")
+        else:
+            self.format_storage(java, log4j, classpath, props)
+        pid = self.spawn(
+            [java, *KAFKA_JVM_OPTS, f"-Dlog4j2.configurationFile={log4j}", "-cp", classpath, "kafka.Kafka", str(props)]
+        )
+        self.wait_ready(self.ready_timeout, pid)
 
+    def format_storage(self, java: str, log4j: Path, classpath: str, props: Path) -> None:
+        """KRaft storage format with a new cluster id (a new, empty cluster)."""
         t0 = time.monotonic()
         fmt = subprocess.run(
             [
@@ -105,10 +120,17 @@ class Kafka(Service):
             raise self.fail(f"storage format failed with rc {fmt.returncode}")
         self.say(f"kafka: storage formatted in {time.monotonic() - t0:.1f} s")
 
-        pid = self.spawn(
-            [java, *KAFKA_JVM_OPTS, f"-Dlog4j2.configurationFile={log4j}", "-cp", classpath, "kafka.Kafka", str(props)]
-        )
-        self.wait_ready(self.ready_timeout, pid)
+    def topics_unusable(self) -> list[str]:
+        """Registry topics that are missing, short of partitions, or without a serving leader."""
+        topics = self.admin().list_topics(timeout=5).topics
+        bad = [
+            n
+            for n, parts in TOPIC_PARTITIONS.items()
+            if n not in topics
+            or len(topics[n].partitions) < parts
+            or any(p.leader < 0 for p in topics[n].partitions.values())
+        ]
+        return bad or self.partitions_not_served()
 
     def after_ready(self) -> None:
         self.ensure_topics()

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import time
 import uuid
@@ -167,7 +168,7 @@ def test_isolated_second_stack_up_down(stack: Stack, capsys) -> None:
     assert not busy, f"ports {busy} in use; set SEGSCOPE_TEST_SERVICES_PORT_BASE"
     run_dir = REPO / ".run" / "sv-test-isolated"
     default_pids = {n: stack.read_pid(n) for n in SERVICE_NAMES}
-    other = Stack(run_dir=run_dir, port_base=base)
+    other = Stack(run_dir=run_dir, port_base=base, fresh=True)
     assert other.kafka_bootstrap == f"127.0.0.1:{base}"
     assert other.influx_url == f"http://127.0.0.1:{base + 2}"
     with other:  # up() ... down()
@@ -191,21 +192,40 @@ def test_isolated_second_stack_up_down(stack: Stack, capsys) -> None:
     # The session stack was not touched.
     assert {n: stack.running_pid(n) for n in SERVICE_NAMES} == default_pids
 
-    # Up from stopped gives Kafka a fresh data dir: the metrics topic is empty again.
+    # Up from stopped keeps Kafka's data: the metrics topic still holds the one message; so does a
+    # Kafka that was SIGKILLed (log recovery), and `status` says ready only with usable topics.
+    def metrics_offsets(s: Stack) -> tuple[int, int]:
+        consumer = Consumer({"bootstrap.servers": s.kafka_bootstrap, "group.id": "sv-check"})
+        try:
+            return consumer.get_watermark_offsets(TopicPartition(METRICS_TOPIC, 0), timeout=10)
+        finally:
+            consumer.close()
+
     kafka_only = Stack(run_dir=run_dir, port_base=base)
     try:
         kafka_only.up(only=["kafka"])
-        kafka_only_pid = kafka_only.read_pid("kafka")
-        consumer = Consumer({"bootstrap.servers": kafka_only.kafka_bootstrap, "group.id": "sv-check"})
-        low, high = consumer.get_watermark_offsets(TopicPartition(METRICS_TOPIC, 0), timeout=10)
-        consumer.close()
-        assert (low, high) == (0, 0)
+        assert metrics_offsets(kafka_only) == (0, 1)
+        os.kill(kafka_only.read_pid("kafka"), signal.SIGKILL)
+        crashed = Stack(run_dir=run_dir, port_base=base, quiet=True)
+        assert crashed.status()["kafka"]["alive"] is False
+        crashed.up(only=["kafka"])  # after a crash
+        assert metrics_offsets(crashed) == (0, 1)
+        status = crashed.status()["kafka"]
+        assert status["ready"] and "topics_unusable" not in status
+        crashed.down()
+        wiped = Stack(run_dir=run_dir, port_base=base, fresh=True)  # --fresh
+        wiped.up(only=["kafka"])
+        kafka_only_pid = wiped.read_pid("kafka")
+        assert metrics_offsets(wiped) == (0, 0)
+        wiped.down()  # its own child: reaped here
+        kafka_only.down()  # reaps the SIGKILLed one
     finally:
-        kafka_only.down()
+        Stack(run_dir=run_dir, port_base=base, quiet=True).down()
     assert _pids_gone({"kafka": kafka_only_pid}) == {}
     other.down()  # down when nothing runs is fine
     with capsys.disabled():
         print(
             f"\n[timing] isolated stack: up {up_s:.1f} s, down {down_s:.1f} s; "
-            f"kafka-only up {kafka_only.last_up_seconds:.1f} s, down {kafka_only.last_down_seconds:.1f} s"
+            f"kafka-only up with its data {kafka_only.last_up_seconds:.1f} s, "
+            f"after kill -9 {crashed.last_up_seconds:.1f} s, fresh {wiped.last_up_seconds:.1f} s"
         )
