@@ -1,11 +1,14 @@
 """StampService: STAMP Session-Sender and Session-Reflector of this node, driving the existing
 datapath (build/datapath/stamp_collector, stamp_reflector) and build/collectors/stamp_sender.
 
-Results: the agent itself consumes the collector's ring buffer (`stamp_collector dump`, JSON
-lines) - it is the ring's only reader. Each record becomes a StampResult kept per session (the
-newest 100 000), served by GetStampSessionResults, pushed to SubscribeStampResults streams and,
-with --kafka, encoded as stamp_batch (schemas/c/stamp_batch.h) to `segscope.stamp.records`
-(key "<node>/<ssid>") so the delay processor downstream works as with stamp_streamer.
+Results: the ring buffer's one reader is build/collectors/stamp_streamer, run by the agent: it
+sends the records to Kafka (`segscope.stamp.records`, stamp_batch, key "<node>/<ssid>"; with
+--kafka) in C, and copies every batch to the agent through a pipe (`--copy-fd 1`). The agent
+decodes those batches (numpy, no per-record text) into StampResults kept per session (the newest
+100 000), served by GetStampSessionResults and pushed to SubscribeStampResults streams. The copy
+never slows the Kafka path: a batch the agent is too slow to take is not copied, and counted
+(records_copy_dropped in the segscope_streamer line the agent publishes from the streamer's
+counters).
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ import collections
 import json
 import logging
 import os
+import shutil
 import signal
 import subprocess
 import threading
@@ -28,7 +32,6 @@ from agent import fields as F
 from agent.fields import ApiError
 from segscope_proto.segscope.agent.v1 import stamp_pb2 as pb
 from segscope_proto.segscope.agent.v1 import stamp_pb2_grpc as pb_grpc
-from segscope_schemas import names
 
 log = logging.getLogger("segscope.agent.stamp")
 
@@ -54,6 +57,7 @@ class Tools:
         self.collector = self.build / "datapath" / "stamp_collector"
         self.reflector = self.build / "datapath" / "stamp_reflector"
         self.sender = self.build / "collectors" / "stamp_sender"
+        self.streamer = self.build / "collectors" / "stamp_streamer"
 
     @property
     def collector_pin(self) -> Path:
@@ -124,14 +128,13 @@ class StampAgent:
         self.stopping = threading.Event()
         self.unmatched_records = 0
         self.records_read = 0
-        self.records_streamed = 0  # records in stamp_batch messages Kafka acknowledged
-        self.records_dropped = 0  # records whose message Kafka refused or failed to deliver
         self.results_evicted = 0  # results pushed out of a session's KEEP_RESULTS window
-        self.malformed_records = 0  # dump lines that are not a JSON record (logged)
-        self.batches_produced = self.batches_delivered = self.batches_failed = 0
-        self.queue_full_retries = self.produce_errors = 0
-        self._producer = None
-        self._batch_seq = 0
+        self.malformed_records = 0  # copied batches that did not decode (the streamer is restarted)
+        self._streamer_stats: dict = {}  # stamp_streamer's last --stats-json
+        self.streamer_stats_interval_s = 0.2
+        import tempfile
+
+        self.streamer_stats_path = Path(tempfile.mkdtemp(prefix=f"segscope-agent-{node}-")) / "stamp_streamer.json"
         self.on_change = None  # topology publisher hook
         # XDP chaining with the flow monitor's altmark_rx (datapath/README.md, "Chaining"): the
         # server wires these to the FlowMonAgent. xdp_lock serialises every XDP attach/detach of
@@ -166,64 +169,77 @@ class StampAgent:
         )
         self.reader_thread.start()
 
-    def _reader_loop(self, stopping: threading.Event) -> None:
+    def _streamer_cmd(self) -> list[str]:
         cmd = [
-            str(self.tools.collector),
-            "dump",
-            "--pin-dir",
-            str(self.tools.collector_pin),
-            "--count",
-            "0",
-            "--timeout-ms",
-            "3600000",
+            str(self.tools.streamer),
+            "--ringbuf",
+            str(self.tools.collector_pin / "stamp_records"),
+            "--node",
+            self.node,
+            "--copy-fd",
+            "1",
+            "--stats-json",
+            str(self.streamer_stats_path),
+            "--stats-interval",
+            str(self.streamer_stats_interval_s),
+            "--no-metrics",  # the agent publishes the streamer's counters with its own (one line per tick)
         ]
+        return cmd + (["--brokers", self.kafka] if self.kafka else ["--no-kafka"])
+
+    def _reader_loop(self, stopping: threading.Event) -> None:
+        from segscope_schemas.stamp_record import STAMP_BATCH_HEADER_SIZE, MalformedBatch, decode_batch, message_length
+
         while not stopping.is_set():
-            p = children.spawn(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+            # stderr to a file: a pipe nobody reads would stall the streamer once full
+            errlog = open(self.streamer_stats_path.with_suffix(".log"), "ab")  # noqa: SIM115
+            p = children.spawn(self._streamer_cmd(), stdout=subprocess.PIPE, stderr=errlog)
+            errlog.close()
             self.reader = p
             assert p.stdout is not None
-            fd, rest = p.stdout.fileno(), b""
+            stream = p.stdout
             while True:
-                # dump flushes after every ring poll: each read returns one burst of whole lines,
-                # ingested at once (no record waits for the next one)
-                chunk = os.read(fd, 1 << 16)
-                if not chunk:
+                header = stream.read(STAMP_BATCH_HEADER_SIZE)
+                if len(header) < STAMP_BATCH_HEADER_SIZE:
                     break
-                *lines, rest = (rest + chunk).split(b"\n")
-                recs = []
-                for line in lines:
-                    try:
-                        recs.append(json.loads(line))
-                    except ValueError:
-                        self.malformed_records += 1
-                        log.warning("stamp_collector dump: unparsable line %r", line[:200])
-                if recs:
-                    self._ingest(recs)
+                try:
+                    body = stream.read(message_length(header) - STAMP_BATCH_HEADER_SIZE)
+                    _, recs = decode_batch(header + body)
+                except MalformedBatch as exc:  # a byte stream cannot resync: restart the streamer
+                    self.malformed_records += 1
+                    log.warning("stamp_streamer copy: %s; restarting it", exc)
+                    self._stop_proc(p)
+                    break
+                self._ingest(recs)
             p.wait()
+            self._read_streamer_stats()
             if stopping.is_set():
                 break
             if p.returncode not in (0, -signal.SIGTERM):
-                err = p.stderr.read().decode(errors="replace") if p.stderr else ""
-                log.warning("stamp_collector dump exited %s: %s", p.returncode, err[:500])
+                err = self.streamer_stats_path.with_suffix(".log").read_text(errors="replace")
+                log.warning("stamp_streamer exited %s: %s", p.returncode, err[-500:])
                 time.sleep(0.5)
 
-    def _ingest(self, recs: list[dict]) -> None:
-        by_ssid: dict[int, list[dict]] = collections.defaultdict(list)
+    def _ingest(self, recs) -> None:
+        """One copied batch (STAMP_RECORD_DTYPE array) into the sessions' results."""
+        ssids = recs["ssid"].tolist()
+        seqs = recs["sender_seq"].tolist()
+        t1s, t2s = recs["t1_ns"].tolist(), recs["t2_ns"].tolist()
+        t3s, t4s = recs["t3_ns"].tolist(), recs["t4_ns"].tolist()
         with self.cond:
-            self.records_read += len(recs)
-            for rec in recs:
-                s = self.sessions.get((SENDER, rec["ssid"]))
+            self.records_read += len(ssids)
+            for ssid, seq, t1, t2, t3, t4 in zip(ssids, seqs, t1s, t2s, t3s, t4s):
+                s = self.sessions.get((SENDER, ssid))
                 if s is None:
                     self.unmatched_records += 1
                     continue
-                t1, t2, t3, t4 = rec["t1_ns"], rec["t2_ns"], rec["t3_ns"], rec["t4_ns"]
                 if len(s.results) == s.results.maxlen:
                     s.dropped += 1
                     self.results_evicted += 1
                 s.results.append(
                     pb.StampResult(
-                        ssid=rec["ssid"],
+                        ssid=ssid,
                         index=s.next_index,
-                        sequence=rec["sender_seq"],
+                        sequence=seq,
                         t1_ns=t1,
                         t2_ns=t2,
                         t3_ns=t3,
@@ -234,103 +250,49 @@ class StampAgent:
                     )
                 )
                 s.next_index += 1
-                by_ssid[rec["ssid"]].append(rec)
             self.cond.notify_all()
-        if self.kafka and by_ssid:
-            self._publish(by_ssid)
 
-    def _publish(self, by_ssid: dict[int, list[dict]]) -> None:
-        import numpy as np
-
-        from segscope_schemas.stamp_record import STAMP_RECORD_DTYPE, encode_batch
-
-        if self._producer is None:
-            from confluent_kafka import Producer
-
-            self._producer = Producer({"bootstrap.servers": self.kafka, "linger.ms": 20})
-        for ssid, recs in by_ssid.items():
-            arr = np.zeros(len(recs), dtype=STAMP_RECORD_DTYPE)
-            for name in STAMP_RECORD_DTYPE.names:
-                if name != "reserved":
-                    arr[name] = [r.get(name, 0) for r in recs]
-            self._batch_seq += 1
-            n = len(recs)
-            payload = encode_batch(arr, self.node, self._batch_seq)
-            while True:
-                try:
-                    self._producer.produce(
-                        names.TOPIC_STAMP_RECORDS,
-                        payload,
-                        key=f"{self.node}/{ssid}".encode(),
-                        on_delivery=lambda err, msg, n=n: self._delivered(err, n),
-                    )
-                    with self.lock:
-                        self.batches_produced += 1
-                    break
-                except BufferError:
-                    # librdkafka's queue is full: wait for it to drain, as stamp_streamer does (never
-                    # drop here; a reader that falls behind shows as drop_ringbuf_full in the kernel)
-                    with self.lock:
-                        self.queue_full_retries += 1
-                    self._producer.poll(0.1)
-                except Exception as e:  # noqa: BLE001 - KafkaException: refused outright, counted
-                    with self.lock:
-                        self.produce_errors += 1
-                    self._count_dropped(n, f"produce: {e}", batch=True)
-                    break
-        self._producer.poll(0)
-
-    def _delivered(self, err, n: int) -> None:
-        if err is None:
-            with self.lock:
-                self.records_streamed += n
-                self.batches_delivered += 1
-        else:
-            self._count_dropped(n, str(err), batch=True)
-
-    def _count_dropped(self, n: int, why: str, batch: bool) -> None:
+    def _read_streamer_stats(self) -> dict:
+        """The streamer's counters (its --stats-json, rewritten every 0.2 s); {} before the first."""
+        try:
+            stats = json.loads(self.streamer_stats_path.read_text())
+        except (OSError, ValueError):
+            return self._streamer_stats
         with self.lock:
-            self.records_dropped += n
-            self.batches_failed += int(batch)
-        log.warning("stamp_batch of %d records not delivered to Kafka: %s", n, why)
+            self._streamer_stats = stats
+        return stats
 
     def poll_producer(self) -> None:
-        """Serve Kafka delivery reports (called by the stats thread every tick)."""
-        if self._producer is not None:
-            self._producer.poll(0)
+        """Called by the stats thread every tick: refresh the streamer's counters."""
+        if self.reader is not None:
+            self._read_streamer_stats()
 
     def counters(self) -> dict[str, int]:
+        st = self._streamer_stats
         with self.lock:
             return {
                 "records_read": self.records_read,
                 "records_unmatched": self.unmatched_records,
-                "records_streamed": self.records_streamed,
-                "records_dropped": self.records_dropped,
+                "records_streamed": int(st.get("records_delivered", 0)),
+                "records_dropped": int(st.get("records_failed", 0)),
+                "records_copy_dropped": int(st.get("records_copy_dropped", 0)),
                 "results_evicted": self.results_evicted,
-                "kafka_queue_len": len(self._producer) if self._producer is not None else 0,
+                "kafka_queue_len": int(st.get("kafka_queue_len", 0)),
                 "stamp_sessions": len(self.sessions),
             }
 
     def streamer_counters(self) -> dict[str, int] | None:
-        """The ring buffer -> Kafka counters under stamp_streamer's names (segscope_streamer), so
-        what was written for stamp_streamer (dashboards, queries) reads the agent the same way;
-        None while the agent streams nothing (no sender role initialised yet, nothing read)."""
+        """stamp_streamer's own counters (segscope_streamer: the ring buffer -> Kafka path), plus
+        records_unmatched (copied records of no session of this agent); None while no streamer
+        has run (no sender role initialised yet)."""
+        st = self._streamer_stats
+        if not st:
+            return None
+        out = {k: int(v) for k, v in st.items() if isinstance(v, int) and not isinstance(v, bool)}
+        out.pop("batch_seq", None)
         with self.lock:
-            if self.sender_cfg is None and self.records_read == 0:
-                return None
-            return {
-                "records_in": self.records_read - self.unmatched_records,
-                "records_delivered": self.records_streamed,
-                "records_failed": self.records_dropped,
-                "batches_produced": self.batches_produced,
-                "batches_delivered": self.batches_delivered,
-                "batches_failed": self.batches_failed,
-                "queue_full_retries": self.queue_full_retries,
-                "malformed_records": self.malformed_records,
-                "produce_errors": self.produce_errors,
-                "records_unmatched": self.unmatched_records,
-                "kafka_queue_len": len(self._producer) if self._producer is not None else 0,
-            }
+            out["records_unmatched"] = self.unmatched_records
+        return out
 
     def attached_programs(self) -> list[tuple[str, Path, Path]]:
         """(program, loader, pin dir) of the STAMP programs attached now."""
@@ -483,8 +445,7 @@ class StampAgent:
         try:
             self.reset()
         finally:
-            if self._producer is not None:
-                self._producer.flush(10)
+            shutil.rmtree(self.streamer_stats_path.parent, ignore_errors=True)
 
 
 def _role(path: str, v: int) -> int:

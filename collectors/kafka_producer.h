@@ -5,9 +5,13 @@
  *
  * Why these settings: enable.idempotence + acks=all mean a retry can neither duplicate nor
  * reorder the records of one key (a session or a flow); lz4 and 1 MB batches keep the broker
- * cost per record low; the large local queue absorbs a broker hiccup without dropping, and a
- * full queue makes kafka_produce_retry() serve delivery reports and try again (counted), never drop.
+ * cost per record low; the large local queue (1 GiB, or SEGSCOPE_KAFKA_QUEUE_KBYTES) and a
+ * 10-minute message timeout absorb a broker outage of minutes without dropping; a full queue
+ * makes kafka_produce_retry() serve delivery reports and try again (counted), never drop: the
+ * ring buffer behind it fills instead, and the BPF program counts what it cannot store
+ * (drop_ringbuf_full, by name, on the pipeline dashboard).
  */
+#include <stdlib.h>
 #ifndef SEGSCOPE_KAFKA_PRODUCER_H
 #define SEGSCOPE_KAFKA_PRODUCER_H
 
@@ -41,7 +45,9 @@ static inline rd_kafka_t *kafka_producer_new(const char *prog, const char *broke
 		{ "batch.size", "1000000" },
 		{ "queue.buffering.max.messages", "1000000" },
 		{ "queue.buffering.max.kbytes", "1048576" },
+		{ "message.timeout.ms", "600000" },
 	};
+	const char *queue_kbytes = getenv("SEGSCOPE_KAFKA_QUEUE_KBYTES");
 	rd_kafka_conf_t *conf = rd_kafka_conf_new();
 	rd_kafka_t *rk;
 	char err[512];
@@ -53,6 +59,9 @@ static inline rd_kafka_t *kafka_producer_new(const char *prog, const char *broke
 			goto fail;
 	if (message_max_bytes && kafka_conf_set(conf, prog, "message.max.bytes", message_max_bytes) < 0)
 		goto fail;
+	if (queue_kbytes && *queue_kbytes &&
+	    kafka_conf_set(conf, prog, "queue.buffering.max.kbytes", queue_kbytes) < 0)
+		goto fail;   /* the message names SEGSCOPE_KAFKA_QUEUE_KBYTES' value and librdkafka's range */
 	rd_kafka_conf_set_dr_msg_cb(conf, on_delivery);
 	rd_kafka_conf_set_opaque(conf, opaque);
 	rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, err, sizeof(err));

@@ -13,9 +13,18 @@
  * Every --stats-interval seconds the counters go to the metrics topic as
  * InfluxDB line protocol, together with the collector's per-CPU counters
  * when --datapath-stats names its pinned stats array.
+ *
+ * --copy-fd N also writes every batch, as produced, to file descriptor N
+ * (the node agent reads its results from there: this is the product path,
+ * ring buffer -> Kafka in C, with the agent beside it, not in front of it).
+ * The copy never slows the Kafka path: a batch that does not fit into the
+ * pipe's free space is not copied, and counted (records_copy_dropped).
+ * --no-kafka streams to the copy only (an agent without --kafka).
  */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <fcntl.h>
+#include <sys/ioctl.h>
 #include <getopt.h>
 #include <signal.h>
 #include <stdbool.h>
@@ -54,6 +63,9 @@ struct streamer_opts {
 	uint32_t max_batch;
 	int flush_timeout_ms;
 	int poll_timeout_ms;
+	int copy_fd;                   /* --copy-fd: every batch also goes here; -1: none */
+	bool no_kafka;                 /* --no-kafka: the copy only */
+	bool no_metrics;               /* --no-metrics: counters to --stats-json only (the agent publishes them) */
 };
 
 /* Counters. Records are counted when they enter and when Kafka acknowledges them. */
@@ -69,6 +81,8 @@ struct streamer_counters {
 	uint64_t produce_errors;       /* rd_kafka_producev errors other than QUEUE_FULL (records counted failed) */
 	uint64_t metrics_produced;
 	uint64_t metrics_failed;
+	uint64_t records_copied;       /* written to --copy-fd */
+	uint64_t records_copy_dropped; /* not copied: the reader was behind (pipe full) or gone */
 };
 
 /* One SSID's records of the current poll, behind room for the batch header. */
@@ -92,6 +106,7 @@ struct streamer {
 	struct ssid_group groups[MAX_GROUPS];
 	int ngroups;
 	int last_group;                /* cache: consecutive records are usually the same SSID */
+	int copy_pipe_size;            /* bytes the copy pipe holds; 0: not a pipe (writes block) */
 };
 
 static volatile sig_atomic_t stop_requested;
@@ -111,7 +126,9 @@ static void usage(FILE *f)
 		"        [--topic " SEGSCOPE_TOPIC_STAMP_RECORDS "] [--metrics-topic " SEGSCOPE_TOPIC_METRICS "]\n"
 		"        [--max-batch 4096] [--stats-interval 1] [--stats-json PATH]\n"
 		"        [--datapath-stats PATH [--datapath-counter-names a,b,c]]\n"
-		"        [--flush-timeout-ms 10000]\n"
+		"        [--flush-timeout-ms 10000] [--copy-fd N] [--no-kafka] [--no-metrics]\n"
+		"--copy-fd N: every batch also to fd N (skipped and counted when the reader is behind);\n"
+		"--no-kafka: to the copy only.\n"
 		"SIGINT/SIGTERM: drain, flush, print counters as JSON; exit 1 if records were lost.\n");
 }
 
@@ -135,7 +152,7 @@ static void parse_args(int argc, char **argv, struct streamer_opts *o)
 	cli_prog = "stamp_streamer";
 	cli_usage = usage;
 	enum { O_RINGBUF = 1, O_NODE, O_BROKERS, O_TOPIC, O_MTOPIC, O_MAXBATCH, O_INTERVAL,
-	       O_STATSJSON, O_DPSTATS, O_DPNAMES, O_FLUSH, O_HELP };
+	       O_STATSJSON, O_DPSTATS, O_DPNAMES, O_FLUSH, O_COPYFD, O_NOKAFKA, O_NOMETRICS, O_HELP };
 	static const struct option longopts[] = {
 		{ "ringbuf", required_argument, NULL, O_RINGBUF },
 		{ "node", required_argument, NULL, O_NODE },
@@ -148,6 +165,9 @@ static void parse_args(int argc, char **argv, struct streamer_opts *o)
 		{ "datapath-stats", required_argument, NULL, O_DPSTATS },
 		{ "datapath-counter-names", required_argument, NULL, O_DPNAMES },
 		{ "flush-timeout-ms", required_argument, NULL, O_FLUSH },
+		{ "copy-fd", required_argument, NULL, O_COPYFD },
+		{ "no-kafka", no_argument, NULL, O_NOKAFKA },
+		{ "no-metrics", no_argument, NULL, O_NOMETRICS },
 		{ "help", no_argument, NULL, O_HELP },
 		{ 0 },
 	};
@@ -162,6 +182,7 @@ static void parse_args(int argc, char **argv, struct streamer_opts *o)
 	o->stats_interval_s = 1.0;
 	o->flush_timeout_ms = 10000;
 	o->poll_timeout_ms = 100;
+	o->copy_fd = -1;
 	/* default counter names: the collector's own table (datapath/stamp_collector.h) */
 	for (int i = 0; i < COLL_NR_COUNTERS; i++)
 		o->counter_names[o->ncounter_names++] = collector_counter_names[i];
@@ -185,6 +206,9 @@ static void parse_args(int argc, char **argv, struct streamer_opts *o)
 		case O_DPSTATS: o->datapath_stats_path = optarg; break;
 		case O_DPNAMES: parse_counter_names(o, optarg); break;
 		case O_FLUSH: o->flush_timeout_ms = parse_int("--flush-timeout-ms", optarg, 0, 600000); break;
+		case O_COPYFD: o->copy_fd = parse_int("--copy-fd", optarg, 1, 1023); break;
+		case O_NOKAFKA: o->no_kafka = true; break;
+		case O_NOMETRICS: o->no_metrics = true; break;
 		case O_HELP: usage(stdout); exit(0);
 		default:
 			die_arg(argv[optind - 1], "unknown flag or missing value", NULL);
@@ -192,6 +216,10 @@ static void parse_args(int argc, char **argv, struct streamer_opts *o)
 	}
 	if (optind < argc)
 		die_arg(argv[optind], "unexpected argument", NULL);
+	if (o->no_kafka && o->copy_fd < 0)
+		die_arg("--no-kafka", "needs --copy-fd (the records must go somewhere)", NULL);
+	if (o->copy_fd >= 0 && fcntl(o->copy_fd, F_GETFD) < 0)
+		die_arg("--copy-fd", "not an open file descriptor", NULL);
 	if (!o->ringbuf_path)
 		die_arg("--ringbuf", "required (pinned stamp_records ring buffer)", NULL);
 	if (!o->node || !*o->node)
@@ -241,6 +269,49 @@ static int kafka_open(struct streamer *s)
 	return 0;
 }
 
+/* The copy for the agent: whole batches or nothing, never blocking the Kafka path. */
+static void copy_open(struct streamer *s)
+{
+	if (s->opts.copy_fd < 0)
+		return;
+	signal(SIGPIPE, SIG_IGN);   /* a reader that went away is EPIPE, counted */
+	fcntl(s->opts.copy_fd, F_SETPIPE_SZ, 1 << 20);   /* best effort: pipe-max-size may be lower */
+	s->copy_pipe_size = fcntl(s->opts.copy_fd, F_GETPIPE_SZ);
+	if (s->copy_pipe_size < 0)
+		s->copy_pipe_size = 0;
+}
+
+static void copy_batch(struct streamer *s, const uint8_t *buf, size_t len, uint32_t records)
+{
+	int queued = 0;
+	size_t off = 0;
+
+	if (s->opts.copy_fd < 0) {
+		if (s->opts.no_kafka)
+			s->c.records_copy_dropped += records;
+		return;
+	}
+	if (s->copy_pipe_size > 0 && (ioctl(s->opts.copy_fd, FIONREAD, &queued) < 0 ||
+				      (size_t)(s->copy_pipe_size - queued) < len)) {
+		s->c.records_copy_dropped += records;   /* the reader is behind: no wait, no half batch */
+		return;
+	}
+	while (off < len) {
+		ssize_t n = write(s->opts.copy_fd, buf + off, len - off);
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0) {
+			fprintf(stderr, "stamp_streamer: --copy-fd: %s; no more copies\n", strerror(errno));
+			s->opts.copy_fd = -1;
+			s->c.records_copy_dropped += records;
+			return;
+		}
+		off += n;
+	}
+	s->c.records_copied += records;
+}
+
 static int kafka_produce(struct streamer *s, rd_kafka_topic_t *t, const void *val, size_t len,
 			 const char *key, size_t keylen, uintptr_t tag)
 {
@@ -261,6 +332,11 @@ static void produce_group(struct streamer *s, struct ssid_group *g)
 	keylen = snprintf(key, sizeof(key), "%s/%u", s->opts.node, g->ssid);
 	stamp_batch_encode_header(g->buf, s->opts.node, g->count, s->batch_seq++);
 	len = STAMP_BATCH_HEADER_SIZE + (size_t)g->count * STAMP_RECORD_SIZE;
+	copy_batch(s, g->buf, len, g->count);
+	if (!s->rk) {   /* --no-kafka */
+		g->count = 0;
+		return;
+	}
 	if (kafka_produce(s, s->records_topic, g->buf, len, key, keylen, (uintptr_t)g->count << 1) == 0) {
 		s->c.batches_produced++;
 	} else {
@@ -347,7 +423,7 @@ static double monotonic_s(void)
 #define COUNTER_FIELDS(X) \
 	X(records_in) X(records_delivered) X(records_failed) X(batches_produced) \
 	X(batches_delivered) X(batches_failed) X(queue_full_retries) X(malformed_records) \
-	X(produce_errors) X(metrics_produced) X(metrics_failed)
+	X(produce_errors) X(metrics_produced) X(metrics_failed) X(records_copied) X(records_copy_dropped)
 
 static int format_counters_lp(const struct streamer *s, char *buf, size_t n, uint64_t ts)
 {
@@ -358,7 +434,7 @@ static int format_counters_lp(const struct streamer *s, char *buf, size_t n, uin
 	COUNTER_FIELDS(X)
 #undef X
 	len += snprintf(buf + len, n - len, ",kafka_queue_len=%di %llu",
-			rd_kafka_outq_len(s->rk), (unsigned long long)ts);
+			s->rk ? rd_kafka_outq_len(s->rk) : 0, (unsigned long long)ts);
 	return len;
 }
 
@@ -370,7 +446,7 @@ static int format_counters_json(const struct streamer *s, char *buf, size_t n, b
 	COUNTER_FIELDS(X)
 #undef X
 	len += snprintf(buf + len, n - len, ",\"batch_seq\":%llu,\"kafka_queue_len\":%d,\"final\":%s}",
-			(unsigned long long)s->batch_seq, rd_kafka_outq_len(s->rk), final ? "true" : "false");
+			(unsigned long long)s->batch_seq, s->rk ? rd_kafka_outq_len(s->rk) : 0, final ? "true" : "false");
 	return len;
 }
 
@@ -463,10 +539,12 @@ static void publish_stats(struct streamer *s)
 			len += dl;
 		}
 	}
-	if (kafka_produce(s, s->metrics_topic, buf, len, s->opts.node, strlen(s->opts.node), 1) == 0)
-		s->c.metrics_produced++;
-	else
-		s->c.metrics_failed++;
+	if (s->rk && !s->opts.no_metrics) {
+		if (kafka_produce(s, s->metrics_topic, buf, len, s->opts.node, strlen(s->opts.node), 1) == 0)
+			s->c.metrics_produced++;
+		else
+			s->c.metrics_failed++;
+	}
 	write_stats_json(s, false);
 }
 
@@ -502,7 +580,8 @@ static void run(struct streamer *s)
 			break;
 		}
 		flush_groups(s);
-		rd_kafka_poll(s->rk, 0);    /* serve delivery reports */
+		if (s->rk)
+			rd_kafka_poll(s->rk, 0);    /* serve delivery reports */
 		if (monotonic_s() >= next_stats) {
 			publish_stats(s);
 			next_stats += s->opts.stats_interval_s;
@@ -521,7 +600,8 @@ static void shutdown_streamer(struct streamer *s)
 		flush_groups(s);
 	flush_groups(s);
 	publish_stats(s);
-	rd_kafka_flush(s->rk, s->opts.flush_timeout_ms);
+	if (s->rk)
+		rd_kafka_flush(s->rk, s->opts.flush_timeout_ms);
 	write_stats_json(s, true);
 }
 
@@ -535,28 +615,33 @@ int main(int argc, char **argv)
 	parse_args(argc, argv, &s.opts);
 	sigaction(SIGINT, &sa, NULL);
 	sigaction(SIGTERM, &sa, NULL);
-	if (ringbuf_open(&s) < 0 || datapath_open(&s) < 0 || kafka_open(&s) < 0)
+	if (ringbuf_open(&s) < 0 || datapath_open(&s) < 0 || (!s.opts.no_kafka && kafka_open(&s) < 0))
 		return 1;
-	fprintf(stderr, "stamp_streamer: %s -> %s topic %s (node %s)\n", s.opts.ringbuf_path,
-		s.opts.brokers, s.opts.topic, s.opts.node);
+	copy_open(&s);
+	fprintf(stderr, "stamp_streamer: %s -> %s topic %s (node %s)%s\n", s.opts.ringbuf_path,
+		s.opts.no_kafka ? "(no kafka)" : s.opts.brokers, s.opts.topic, s.opts.node,
+		s.opts.copy_fd >= 0 ? ", copy to the agent" : "");
 
 	run(&s);
 	shutdown_streamer(&s);
 
 	format_counters_json(&s, json, sizeof(json), true);
-	printf("%s\n", json);
+	fprintf(s.opts.copy_fd == 1 ? stderr : stdout, "%s\n", json);   /* stdout may be the copy */
 	fflush(stdout);
 
-	/* anything that came in and was not acknowledged by Kafka is lost */
-	lost = s.c.records_in - s.c.records_delivered + s.c.malformed_records;
+	/* anything that came in and was not acknowledged by Kafka (or, --no-kafka, copied) is lost */
+	lost = s.opts.no_kafka ? s.c.malformed_records
+			       : s.c.records_in - s.c.records_delivered + s.c.malformed_records;
 	if (lost)
 		fprintf(stderr, "stamp_streamer: %llu records lost (failed %llu, unacknowledged %llu, malformed %llu)\n",
 			(unsigned long long)lost, (unsigned long long)s.c.records_failed,
 			(unsigned long long)(s.c.records_in - s.c.records_delivered - s.c.records_failed),
 			(unsigned long long)s.c.malformed_records);
 	ring_buffer__free(s.rb);
-	rd_kafka_topic_destroy(s.records_topic);
-	rd_kafka_topic_destroy(s.metrics_topic);
-	rd_kafka_destroy(s.rk);
+	if (s.rk) {
+		rd_kafka_topic_destroy(s.records_topic);
+		rd_kafka_topic_destroy(s.metrics_topic);
+		rd_kafka_destroy(s.rk);
+	}
 	return lost ? 1 : 0;
 }

@@ -71,7 +71,14 @@ class NodeViewPublisher:
         self.node, self.netns, self.bootstrap = node, netns, bootstrap
         self.interval_s, self.poll_s = float(interval_s), float(poll_s)
         self.topic, self.metrics_topic = topic, metrics_topic
-        self._producer_conf = {"bootstrap.servers": bootstrap, "linger.ms": 5, "acks": "all", **(producer_conf or {})}
+        self._producer_conf = {
+            "bootstrap.servers": bootstrap,
+            "linger.ms": 5,
+            "acks": "all",
+            "enable.idempotence": True,
+            "message.timeout.ms": 600000,  # a Kafka outage of minutes is buffered, not lost
+            **(producer_conf or {}),
+        }
         self._producer = None
         self._lock = threading.Lock()  # one build+publish at a time (thread vs publish_now)
         self._stop = threading.Event()

@@ -79,6 +79,19 @@ def decode_header(buf: bytes | memoryview, magic: bytes, record_size: int) -> Ba
     return BatchHeader(count, flags, seq, node_s, hsize)
 
 
+def message_length(header: bytes | memoryview, magic: bytes, record_size: int) -> int:
+    """Length of the whole batch from its first BATCH_HEADER_SIZE bytes: how a reader of a byte
+    stream of batches (stamp_streamer --copy-fd) knows how much to read next."""
+    if len(header) < BATCH_HEADER_SIZE:
+        raise MalformedBatch("short_header", f"{len(header)} bytes, header needs {BATCH_HEADER_SIZE}")
+    got_magic, hsize, rsize, count, _flags, _seq, _node = _HEADER.unpack_from(header, 0)
+    if got_magic != magic:
+        raise MalformedBatch("bad_magic", f"magic {got_magic!r}, expected {magic!r}")
+    if hsize < BATCH_HEADER_SIZE or rsize != record_size:
+        raise MalformedBatch("bad_header_size", f"header_size {hsize}, record_size {rsize}")
+    return hsize + count * rsize
+
+
 def decode(buf: bytes | memoryview, dtype: np.dtype, magic: bytes) -> tuple[BatchHeader, np.ndarray]:
     """Validate and decode one message: (header, records array view, zero copy)."""
     hdr = decode_header(buf, magic, dtype.itemsize)

@@ -53,6 +53,11 @@ def encode_batch(records: np.ndarray, node: str, batch_seq: int, flags: int = 0)
     return batch_envelope.encode(records, STAMP_RECORD_DTYPE, STAMP_BATCH_MAGIC, node, batch_seq, flags)
 
 
+def message_length(header: bytes | memoryview) -> int:
+    """Whole batch length from its first 56 bytes (for a byte stream of batches)."""
+    return batch_envelope.message_length(header, STAMP_BATCH_MAGIC, STAMP_RECORD_SIZE)
+
+
 def decode_header(buf: bytes | memoryview) -> BatchHeader:
     return batch_envelope.decode_header(buf, STAMP_BATCH_MAGIC, STAMP_RECORD_SIZE)
 
