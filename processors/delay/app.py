@@ -12,18 +12,28 @@ Per Kafka message the agent does one decode (np.frombuffer) and one vectorised f
 the aggregator, nothing else; statistics and all output happen in the 1 s timer, which
 batches many lines into one Kafka message. Faust itself handles a few thousand messages
 per second here, so the record rate comes from the records per message.
+
+Crash safety (kill -9 loses nothing, counts nothing twice): an input message is acknowledged,
+so its offset may be committed, only when every second it added records to has left the
+aggregator (evicted after the retention window) and the lines of its last emission were
+acknowledged by Kafka. A restarted worker therefore replays every message whose seconds were
+still open, rebuilds those seconds completely, and emits them again: the same measurement, tags,
+timestamp and fields, which InfluxDB overwrites instead of adding. The cost: on restart, up to
+retention_s (60 s) of input is read again.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import time
 
 import faust
+import numpy as np
 from aiokafka import codec as aiokafka_codec
 
-from processors.delay.aggregate import DelayAggregator, counters_line
+from processors.delay.aggregate import NS_PER_S, DelayAggregator, counters_line
 from processors.delay.config import DelayConfig
 from processors.delay.topics import ensure_topics
 from processors.worker import dead_letter, faust_app_settings
@@ -60,7 +70,10 @@ class DelayApp(faust.App):
     async def on_stop(self) -> None:
         # Emit what is still open so a clean stop loses nothing that was consumed.
         try:
+            # What is open is published for now, but its input stays uncommitted: the next worker
+            # replays it and emits those seconds again, complete (InfluxDB overwrites them).
             await publish_lines(aggregator.flush_all())
+            await ack_finished_messages()
             await publish_counters()
         except Exception as e:  # the producer may already be gone; say so, don't hide it
             log.warning("final flush on stop failed: %r", e)
@@ -82,8 +95,9 @@ metrics_topic = app.topic(cfg.metrics_topic, key_serializer="raw", value_seriali
 deadletter_topic = app.topic(cfg.deadletter_topic, key_serializer="raw", value_serializer="raw")
 
 
-def handle_message(message) -> bytes | None:
-    """Decode one message and fold it into the aggregator; return a dead letter or None."""
+def handle_message(message) -> tuple[bytes | None, dict[tuple[str, int], int]]:
+    """Decode one message and fold it into the aggregator: (a dead letter or None, the last
+    second it added records to, per session)."""
     value = message.value
     try:
         if value is None:
@@ -91,32 +105,84 @@ def handle_message(message) -> bytes | None:
         header, records = decode_batch(value)
     except MalformedBatch as e:
         aggregator.counters.malformed_batches += 1
-        return dead_letter(e.reason, e.detail, message)
+        return dead_letter(e.reason, e.detail, message), {}
     try:
         aggregator.ingest(header.node, records)
     except Exception as e:  # a bug or an input we did not foresee: keep the message, count it
         aggregator.counters.processing_errors += 1
         log.exception("ingest failed at %s[%d]@%d", message.topic, message.partition, message.offset)
-        return dead_letter("processing_error", repr(e), message)
-    return None
+        return dead_letter("processing_error", repr(e), message), {}
+    return None, seconds_touched(header.node, records)
+
+
+def seconds_touched(node: str, records) -> dict[tuple[str, int], int]:
+    """{(node, ssid): the latest second (TAI, the aggregator's binning) of the message's records}."""
+    if len(records) == 0:
+        return {}
+    ssid = records["ssid"]
+    second = records["t1_ns"] // NS_PER_S
+    if ssid.min() == ssid.max():
+        return {(node, int(ssid[0])): int(second.max())}
+    return {(node, int(u)): int(second[ssid == u].max()) for u in np.unique(ssid)}
+
+
+# Messages folded into the aggregator whose seconds are still there: (stream, event, seconds).
+# Their offsets stay uncommitted until ack_finished_messages() finds every second evicted.
+pending: list = []
+
+
+def message_finished(touched: dict[tuple[str, int], int]) -> bool:
+    for key, last_second in touched.items():
+        st = aggregator.sessions.get(key)
+        if st is not None and last_second >= st.horizon_s:
+            return False  # this second may still be emitted again
+    return True
+
+
+async def ack_finished_messages() -> None:
+    """Ack the pending messages whose every second has been evicted (after their last emission
+    was delivered: the caller awaited it)."""
+    global pending
+    keep = []
+    for stream, event, touched in pending:
+        if message_finished(touched):
+            await stream.ack(event)
+        else:
+            keep.append((stream, event, touched))
+    pending = keep
 
 
 @app.agent(records_topic)
 async def process_batches(stream) -> None:
-    async for event in stream.events():
-        letter = handle_message(event.message)
+    manual = stream.noack()
+    async for event in manual.events():
+        letter, touched = handle_message(event.message)
         if letter is not None:
-            await deadletter_topic.send(key=event.message.key, value=letter)
+            await (await deadletter_topic.send(key=event.message.key, value=letter))  # delivered, then acked
+            await manual.ack(event)
+        elif not touched:
+            await manual.ack(event)
+        else:
+            event.message.value = None  # the records are in the aggregator: keep the offset, not the bytes
+            pending.append((manual, event, touched))
 
 
 async def publish_lines(lines: list[str]) -> None:
+    """Send the lines and wait until Kafka acknowledged every message."""
     step = cfg.max_lines_per_message
+    sent = []
     for i in range(0, len(lines), step):
-        await metrics_topic.send(key=b"delay", value="\n".join(lines[i : i + step]).encode())
+        sent.append(await metrics_topic.send(key=b"delay", value="\n".join(lines[i : i + step]).encode()))
+    if sent:
+        await asyncio.gather(*sent)
 
 
 async def publish_counters() -> None:
-    extra = {"open_seconds": aggregator.open_seconds(), "sessions": len(aggregator.sessions)}
+    extra = {
+        "open_seconds": aggregator.open_seconds(),
+        "sessions": len(aggregator.sessions),
+        "unacked_messages": len(pending),  # input held uncommitted until its seconds are final
+    }
     line = counters_line(aggregator.counters, "delay", time.time_ns(), extra=extra)
     await metrics_topic.send(key=b"delay", value=line.encode())
 
@@ -128,6 +194,7 @@ _last_log = 0.0
 async def flush_closed_seconds() -> None:
     global _last_log
     await publish_lines(aggregator.flush())
+    await ack_finished_messages()
     await publish_counters()
     now = time.monotonic()
     if now - _last_log >= 10.0:

@@ -30,8 +30,14 @@ def test_good_batch_is_folded_and_produces_no_letter():
     recs["t3_ns"] = recs["t2_ns"]
     recs["t4_ns"] = recs["t3_ns"] + 1000
     recs["sender_seq"] = [1, 2, 3]
-    assert app_mod.handle_message(message(encode_batch(recs, "A", 1))) is None
+    recs["ssid"] = [4, 4, 9]
+    recs["t1_ns"][2] += 2 * 10**9  # session 9's record is two seconds later
+    letter, touched = app_mod.handle_message(message(encode_batch(recs, "A", 1)))
+    assert letter is None
     assert agg.counters.records_in == before + 3
+    # the seconds the message's offset waits for: its input is committed once they are evicted
+    assert touched == {("A", 4): 1_700_000_000, ("A", 9): 1_700_000_002}
+    assert not app_mod.message_finished(touched)
 
 
 @pytest.mark.parametrize(
@@ -45,7 +51,9 @@ def test_good_batch_is_folded_and_produces_no_letter():
 )
 def test_bad_messages_become_dead_letters_with_the_original_bytes(value, reason):
     before = app_mod.aggregator.counters.malformed_batches
-    letter = json.loads(app_mod.handle_message(message(value)))
+    raw, touched = app_mod.handle_message(message(value))
+    letter = json.loads(raw)
+    assert touched == {}
     assert letter["reason"] == reason and letter["detail"]
     assert (letter["source_topic"], letter["partition"], letter["offset"]) == ("segscope.stamp.records", 1, 7)
     assert base64.b64decode(letter["key_b64"]) == b"A/1"
@@ -60,7 +68,7 @@ def test_records_of_wrong_shape_are_a_processing_error_not_a_crash(monkeypatch):
     monkeypatch.setattr(app_mod.aggregator, "ingest", explode)
     before = app_mod.aggregator.counters.processing_errors
     letter = json.loads(
-        app_mod.handle_message(message(encode_batch(np.zeros(1, dtype=STAMP_RECORD_DTYPE), "A", 1), key=None))
+        app_mod.handle_message(message(encode_batch(np.zeros(1, dtype=STAMP_RECORD_DTYPE), "A", 1), key=None))[0]
     )
     assert letter["reason"] == "processing_error" and "boom" in letter["detail"]
     assert letter["key_b64"] is None
