@@ -13,10 +13,17 @@ dead-letter topic with the reason, and so does a batch with unusable records (it
 records are still used). Everything that is published happens in the flush timer: it sweeps
 blocks whose other side did not come within the timeout (complete=false), publishes joined
 and changed blocks, and the segscope_processor,processor=loss counters.
+
+Crash safety, as in processors/delay: a message is acknowledged (its offset committable) only
+when every block it fed has left the joiner (retention_s after the block was first seen) and
+the lines published before were acknowledged by Kafka. A worker killed with -9 is replaced by
+one that replays those messages, rebuilds the blocks with both sides and publishes the same
+lines again (InfluxDB overwrites them): never a block joined from one side only.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import time
@@ -62,10 +69,11 @@ class LossApp(faust.App):
         )
 
     async def on_stop(self) -> None:
-        # A clean stop publishes what is still waiting as incomplete (never as a number): the
-        # records are consumed and would not come back after a restart.
+        # A clean stop publishes what is ready; blocks still waiting for a side are not published
+        # as incomplete: their messages stay uncommitted and the next worker joins them.
         try:
-            await publish_lines(joiner.flush(clock_ns() + joiner.timeout_ns))
+            await publish_lines(joiner.flush(clock_ns()))
+            await ack_finished_messages()
             await publish_counters()
         except Exception as e:  # the producer may already be gone; say so, don't hide it
             log.warning("final flush on stop failed: %r", e)
@@ -86,8 +94,8 @@ metrics_topic = app.topic(cfg.metrics_topic, key_serializer="raw", value_seriali
 deadletter_topic = app.topic(cfg.deadletter_topic, key_serializer="raw", value_serializer="raw")
 
 
-def handle_message(message, now_ns: int) -> bytes | None:
-    """Decode one message and feed the joiner; return a dead letter or None."""
+def handle_message(message, now_ns: int) -> tuple[bytes | None, set]:
+    """Decode one message and feed the joiner: (a dead letter or None, the block keys it fed)."""
     value = message.value
     try:
         if value is None:
@@ -95,30 +103,64 @@ def handle_message(message, now_ns: int) -> bytes | None:
         header, records = decode_batch(value)
     except MalformedBatch as e:
         joiner.counters.malformed_batches += 1
-        return dead_letter(e.reason, e.detail, message)
+        return dead_letter(e.reason, e.detail, message), set()
     try:
         invalid = joiner.ingest(header.node, records, now_ns)
     except Exception as e:  # a bug or an input we did not foresee: keep the message, count it
         joiner.counters.processing_errors += 1
         log.exception("ingest failed at %s[%d]@%d", message.topic, message.partition, message.offset)
-        return dead_letter("processing_error", repr(e), message)
+        return dead_letter("processing_error", repr(e), message), set()
+    touched = set(
+        zip(
+            records["flow_id"].tolist(),
+            records["method"].tolist(),
+            records["period_ms"].tolist(),
+            records["block_index"].tolist(),
+        )
+    )
     if invalid:  # the good records of the batch were used; the bad ones are kept here
-        return dead_letter("invalid_records", json.dumps(invalid, sort_keys=True), message)
-    return None
+        return dead_letter("invalid_records", json.dumps(invalid, sort_keys=True), message), touched
+    return None, touched
+
+
+# Messages whose blocks are still in the joiner: (stream, event, block keys); their offsets stay
+# uncommitted until ack_finished_messages() finds every block evicted.
+pending: list = []
+
+
+async def ack_finished_messages() -> None:
+    global pending
+    keep = []
+    for stream, event, touched in pending:
+        if touched.isdisjoint(joiner.blocks):
+            await stream.ack(event)
+        else:
+            keep.append((stream, event, touched))
+    pending = keep
 
 
 @app.agent(blocks_topic)
 async def process_batches(stream) -> None:
-    async for event in stream.events():
-        letter = handle_message(event.message, clock_ns())
+    manual = stream.noack()
+    async for event in manual.events():
+        letter, touched = handle_message(event.message, clock_ns())
         if letter is not None:
-            await deadletter_topic.send(key=event.message.key, value=letter)
+            await (await deadletter_topic.send(key=event.message.key, value=letter))  # delivered first
+        if touched:
+            event.message.value = None  # the records are in the joiner: keep the offset, not the bytes
+            pending.append((manual, event, touched))
+        else:
+            await manual.ack(event)
 
 
 async def publish_lines(lines: list[str]) -> None:
+    """Send the lines and wait until Kafka acknowledged every message."""
     step = cfg.max_lines_per_message
+    sent = []
     for i in range(0, len(lines), step):
-        await metrics_topic.send(key=b"loss", value="\n".join(lines[i : i + step]).encode())
+        sent.append(await metrics_topic.send(key=b"loss", value="\n".join(lines[i : i + step]).encode()))
+    if sent:
+        await asyncio.gather(*sent)
 
 
 async def publish_counters() -> None:
@@ -133,6 +175,7 @@ async def flush_blocks() -> None:
     """Timeout sweep + publication: joined blocks, timed-out blocks, re-emissions, counters."""
     global _last_log
     await publish_lines(joiner.flush(clock_ns()))
+    await ack_finished_messages()
     await publish_counters()
     now = time.monotonic()
     if now - _last_log >= 10.0:
