@@ -143,6 +143,9 @@ def faust_app_settings(bootstrap: str, datadir: str) -> dict:
         # minimum) instead of Faust's 60 s lets the restarted one take its partitions over soon
         broker_session_timeout=6.0,
         broker_heartbeat_interval=2.0,
+        # the processors hold input unacked until its results are final (crash safety); a stop or
+        # rebalance must not wait for those acks: what is not acked is replayed by the next owner
+        stream_wait_empty=False,
         producer_linger_ms=5,
     )
 
