@@ -252,7 +252,7 @@ def main() -> int:
     if bootstrap is None:
         from services.stack import Stack
 
-        stack = Stack(run_dir=REPO / ".run" / "bench-processor", port_base=args.port_base)
+        stack = Stack(run_dir=REPO / ".run" / "bench-processor", port_base=args.port_base, fresh=True)
         stack.up(only=["kafka"])
         bootstrap = stack.kafka_bootstrap
     rows = []

@@ -133,6 +133,6 @@ def kafka_bootstrap() -> str:
     tests create their own topics and must not depend on the suite-wide stack's state."""
     from services.stack import Stack
 
-    stack = Stack(run_dir=REPO / ".run" / "co-stack", port_base=KAFKA_PORT_BASE)
+    stack = Stack(run_dir=REPO / ".run" / "co-stack", port_base=KAFKA_PORT_BASE, fresh=True)
     with stack.shared(only=["kafka"]):
         yield stack.kafka_bootstrap

@@ -313,7 +313,7 @@ def kafka_bootstrap():
     one broker for every test session that needs an isolated one."""
     from services.stack import Stack
 
-    stack = Stack(run_dir=REPO / ".run" / "co-stack", port_base=29000)
+    stack = Stack(run_dir=REPO / ".run" / "co-stack", port_base=29000, fresh=True)
     with stack.shared(only=["kafka"]):
         yield stack.kafka_bootstrap
 
