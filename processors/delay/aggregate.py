@@ -97,6 +97,7 @@ class Counters:
     malformed_batches: int = 0  # messages sent to the dead-letter topic
     duplicate_records: int = 0  # records removed as duplicates (same session, second, sender_seq)
     late_records_dropped: int = 0  # records older than the retention horizon of their session
+    replayed_records_skipped: int = 0  # replayed after a restart, of seconds already final before it
     points_out: int = 0  # stamp_delay lines emitted (3 per closed second, re-emits included)
     negative_delays: int = 0  # delay values < 0 (one record can add up to 3, one per direction)
     absurd_delays: int = 0  # delay values with |delay| > absurd_threshold (kept, like negatives)
@@ -213,6 +214,7 @@ class SessionState:
     watermark_ns: int = -1  # max T1 seen
     last_ingest_tai_ns: int = 0  # wall clock (CLOCK_TAI) of the last batch with records
     horizon_s: int = -(2**62)  # seconds below this were evicted: their records are dropped
+    final_below_s: int = -(2**62)  # seconds below this were final before a restart (seed_final)
     seconds: dict[int, SecondAccumulator] = field(default_factory=dict)
     tag_prefix: str = ""  # "stamp_delay,node=..,ssid=..,direction="
 
@@ -285,6 +287,13 @@ class DelayAggregator:
         for a, b in zip(bounds[:-1], bounds[1:]):
             self._add_group(node, int(ssid_o[a]), int(second_o[a]), seq_o[a:b], delays_o[:, a:b], t1_o[a:b], now_tai_ns)
 
+    def seed_final(self, node: str, ssid: int, final_below_s: int) -> None:
+        """After a restart: the seconds of this session below final_below_s were evicted (final and
+        published) by the previous worker. Replayed input may still hold a few of their records
+        (a message spanning the boundary); they are skipped instead of making a partial second."""
+        st = self._session(node, ssid)
+        st.final_below_s = max(st.final_below_s, final_below_s)
+
     def _session(self, node: str, ssid: int) -> SessionState:
         key = (node, ssid)
         st = self.sessions.get(key)
@@ -306,6 +315,9 @@ class DelayAggregator:
     ) -> None:
         st = self._session(node, ssid)
         st.last_ingest_tai_ns = now_tai_ns
+        if second < st.final_below_s:  # published complete by the worker before a restart
+            self.counters.replayed_records_skipped += len(seq)
+            return
         if second < st.horizon_s:
             self.counters.late_records_dropped += len(seq)
             return

@@ -18,8 +18,11 @@ so its offset may be committed, only when every second it added records to has l
 aggregator (evicted after the retention window) and the lines of its last emission were
 acknowledged by Kafka. A restarted worker therefore replays every message whose seconds were
 still open, rebuilds those seconds completely, and emits them again: the same measurement, tags,
-timestamp and fields, which InfluxDB overwrites instead of adding. The cost: on restart, up to
-retention_s (60 s) of input is read again.
+timestamp and fields, which InfluxDB overwrites instead of adding. A replayed message can also
+hold the last records of a second that was already final (it spans two seconds); so before it
+acks, the worker writes each session's eviction horizon to its progress topic
+(<app_id>.progress), and a new worker skips replayed records below it (replayed_records_skipped).
+The cost: on restart, up to retention_s (60 s) of input is read again.
 """
 
 from __future__ import annotations
@@ -55,7 +58,8 @@ class DelayApp(faust.App):
             raise RuntimeError("aiokafka has no lz4 codec: install cramjam (requirements.txt)")
         # Faust ignores a missing source topic (and then never consumes it), so make sure
         # all three exist before the consumer subscribes.
-        ensure_topics(cfg.bootstrap, [cfg.records_topic, cfg.metrics_topic, cfg.deadletter_topic])
+        ensure_topics(cfg.bootstrap, [cfg.records_topic, cfg.metrics_topic, cfg.deadletter_topic, PROGRESS_TOPIC])
+        load_progress()
         log.info(
             "delay processor: %s -> %s (dead letters: %s), broker %s, group %s, grace %.1f s, retention %.0f s",
             cfg.records_topic,
@@ -73,6 +77,7 @@ class DelayApp(faust.App):
             # What is open is published for now, but its input stays uncommitted: the next worker
             # replays it and emits those seconds again, complete (InfluxDB overwrites them).
             await publish_lines(aggregator.flush_all())
+            await write_progress()
             await ack_finished_messages()
             await publish_counters()
         except Exception as e:  # the producer may already be gone; say so, don't hide it
@@ -92,6 +97,52 @@ records_topic = app.topic(
     cfg.records_topic, key_type=bytes, value_type=bytes, key_serializer="raw", value_serializer="raw"
 )
 metrics_topic = app.topic(cfg.metrics_topic, key_serializer="raw", value_serializer="raw")
+PROGRESS_TOPIC = f"{cfg.app_id}.progress"
+progress_topic = app.topic(PROGRESS_TOPIC, key_serializer="raw", value_serializer="raw")
+progress_written: dict[tuple[str, int], int] = {}
+
+
+def load_progress() -> None:
+    """Seed the aggregator with the horizons a previous worker wrote (read once, at start)."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    c = Consumer({"bootstrap.servers": cfg.bootstrap, "group.id": f"{cfg.app_id}-progress-reader",
+                  "enable.auto.commit": False})  # fmt: skip
+    try:
+        meta = c.list_topics(PROGRESS_TOPIC, timeout=10).topics[PROGRESS_TOPIC]
+        for p in meta.partitions:
+            low, high = c.get_watermark_offsets(TopicPartition(PROGRESS_TOPIC, p), timeout=10)
+            if high <= low:
+                continue
+            c.assign([TopicPartition(PROGRESS_TOPIC, p, low)])
+            pos = low
+            while pos < high:
+                for m in c.consume(num_messages=10000, timeout=1.0):
+                    if m.error() is None:
+                        v = json.loads(m.value())
+                        key = (v["node"], int(v["ssid"]))
+                        progress_written[key] = max(progress_written.get(key, -(2**62)), int(v["final_below_s"]))
+                    pos = m.offset() + 1
+    finally:
+        c.close()
+    for (node, ssid), s in progress_written.items():
+        aggregator.seed_final(node, ssid, s)
+    if progress_written:
+        log.info("delay processor: %d sessions resume from %s", len(progress_written), PROGRESS_TOPIC)
+
+
+async def write_progress() -> None:
+    """Each session's eviction horizon, delivered before any message behind it is acked."""
+    sent = []
+    for key, st in aggregator.sessions.items():
+        if st.horizon_s > progress_written.get(key, -(2**62)):
+            value = json.dumps({"node": key[0], "ssid": key[1], "final_below_s": st.horizon_s}).encode()
+            sent.append(await progress_topic.send(key=f"{key[0]}/{key[1]}".encode(), value=value))
+            progress_written[key] = st.horizon_s
+    if sent:
+        await asyncio.gather(*sent)
+
+
 deadletter_topic = app.topic(cfg.deadletter_topic, key_serializer="raw", value_serializer="raw")
 
 
@@ -194,6 +245,7 @@ _last_log = 0.0
 async def flush_closed_seconds() -> None:
     global _last_log
     await publish_lines(aggregator.flush())
+    await write_progress()
     await ack_finished_messages()
     await publish_counters()
     now = time.monotonic()

@@ -325,3 +325,26 @@ def test_a_second_of_one_way_records_has_no_reverse_point():
     lines = agg.flush(far_future(agg))
     assert [parse_line(l)[1]["direction"] for l in lines] == ["forward"]
     assert agg.counters.points_out == 1
+
+
+def test_seed_final_skips_replayed_records_of_finished_seconds():
+    """After a restart, a replayed message may hold the tail of a second the previous worker already
+    published complete: its records are skipped and counted, never emitted as a partial second."""
+    agg = DelayAggregator(grace_s=1.0, retention_s=5.0)
+    agg.seed_final("A", 3, 1_700_000_006)
+    r = np.zeros(4, dtype=STAMP_RECORD_DTYPE)
+    r["ssid"] = 3
+    r["sender_seq"] = [0, 1, 2, 3]
+    r["t1_ns"] = [
+        1_700_000_005_900_000_000,
+        1_700_000_005_950_000_000,
+        1_700_000_006_000_000_000,
+        1_700_000_006_5 * 10**8,
+    ]
+    r["t2_ns"] = r["t1_ns"] + 1000
+    r["t3_ns"] = r["t2_ns"]
+    r["t4_ns"] = r["t3_ns"] + 1000
+    agg.ingest("A", r, now_tai_ns=1_700_000_007 * 10**9)
+    assert agg.counters.replayed_records_skipped == 2
+    lines = agg.flush_all()
+    assert [int(line.split("count=")[1].split("i")[0]) for line in lines if "direction=forward" in line] == [2]
