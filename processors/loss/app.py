@@ -18,7 +18,10 @@ Crash safety, as in processors/delay: a message is acknowledged (its offset comm
 when every block it fed has left the joiner (retention_s after the block was first seen) and
 the lines published before were acknowledged by Kafka. A worker killed with -9 is replaced by
 one that replays those messages, rebuilds the blocks with both sides and publishes the same
-lines again (InfluxDB overwrites them): never a block joined from one side only.
+lines again (InfluxDB overwrites them): never a block joined from one side only. A replayed
+message can also hold a record of a block that was already final (a batch spans blocks); so
+before it acks, the worker writes each flow's highest evicted block to <app_id>.progress, and a
+new worker skips replayed records of those blocks (replayed_records_skipped).
 """
 
 from __future__ import annotations
@@ -56,7 +59,8 @@ class LossApp(faust.App):
         if not aiokafka_codec.has_lz4():
             raise RuntimeError("aiokafka has no lz4 codec: install cramjam (requirements.txt)")
         # Faust ignores a missing source topic (and then never consumes it).
-        ensure_topics(cfg.bootstrap, [cfg.blocks_topic, cfg.metrics_topic, cfg.deadletter_topic])
+        ensure_topics(cfg.bootstrap, [cfg.blocks_topic, cfg.metrics_topic, cfg.deadletter_topic, PROGRESS_TOPIC])
+        load_progress()
         log.info(
             "loss processor: %s -> %s (dead letters: %s), broker %s, group %s, timeout %.1f s, retention %.0f s",
             cfg.blocks_topic,
@@ -73,6 +77,7 @@ class LossApp(faust.App):
         # as incomplete: their messages stay uncommitted and the next worker joins them.
         try:
             await publish_lines(joiner.flush(clock_ns()))
+            await write_progress()
             await ack_finished_messages()
             await publish_counters()
         except Exception as e:  # the producer may already be gone; say so, don't hide it
@@ -92,6 +97,49 @@ blocks_topic = app.topic(
 )
 metrics_topic = app.topic(cfg.metrics_topic, key_serializer="raw", value_serializer="raw")
 deadletter_topic = app.topic(cfg.deadletter_topic, key_serializer="raw", value_serializer="raw")
+PROGRESS_TOPIC = f"{cfg.app_id}.progress"
+progress_topic = app.topic(PROGRESS_TOPIC, key_serializer="raw", value_serializer="raw")
+progress_written: dict[tuple[int, int, int], int] = {}
+
+
+def load_progress() -> None:
+    """Seed the joiner with the flows' final blocks a previous worker wrote (read once, at start)."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    c = Consumer({"bootstrap.servers": cfg.bootstrap, "group.id": f"{cfg.app_id}-progress-reader",
+                  "enable.auto.commit": False})  # fmt: skip
+    try:
+        meta = c.list_topics(PROGRESS_TOPIC, timeout=10).topics[PROGRESS_TOPIC]
+        for p in meta.partitions:
+            low, high = c.get_watermark_offsets(TopicPartition(PROGRESS_TOPIC, p), timeout=10)
+            if high <= low:
+                continue
+            c.assign([TopicPartition(PROGRESS_TOPIC, p, low)])
+            pos = low
+            while pos < high:
+                for m in c.consume(num_messages=10000, timeout=1.0):
+                    if m.error() is None:
+                        v = json.loads(m.value())
+                        flow = (int(v["flow_id"]), int(v["method"]), int(v["period_ms"]))
+                        progress_written[flow] = max(progress_written.get(flow, -1), int(v["final_upto"]))
+                    pos = m.offset() + 1
+    finally:
+        c.close()
+    joiner.final_upto.update(progress_written)
+    if progress_written:
+        log.info("loss processor: %d flows resume from %s", len(progress_written), PROGRESS_TOPIC)
+
+
+async def write_progress() -> None:
+    """Each flow's highest evicted block, delivered before any message behind it is acked."""
+    sent = []
+    for flow, upto in joiner.evicted_upto.items():
+        if upto > progress_written.get(flow, -1):
+            value = json.dumps({"flow_id": flow[0], "method": flow[1], "period_ms": flow[2], "final_upto": upto})
+            sent.append(await progress_topic.send(key=str(flow[0]).encode(), value=value.encode()))
+            progress_written[flow] = upto
+    if sent:
+        await asyncio.gather(*sent)
 
 
 def handle_message(message, now_ns: int) -> tuple[bytes | None, set]:
@@ -175,6 +223,7 @@ async def flush_blocks() -> None:
     """Timeout sweep + publication: joined blocks, timed-out blocks, re-emissions, counters."""
     global _last_log
     await publish_lines(joiner.flush(clock_ns()))
+    await write_progress()
     await ack_finished_messages()
     await publish_counters()
     now = time.monotonic()

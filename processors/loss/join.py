@@ -110,6 +110,7 @@ class Counters:
     partial_records: int = 0  # records with F_PARTIAL (their block is published incomplete)
     agent_restarts: int = 0  # new boot_ids seen per (node, direction) after its first one
     late_records_dropped: int = 0  # records for blocks already evicted (older than retention)
+    replayed_records_skipped: int = 0  # replayed after a restart, of blocks already final before it
     points_out: int = 0  # altmark_loss lines emitted (re-emissions included)
     points_reemitted: int = 0  # lines for a block that had been emitted before
     blocks_complete: int = 0  # lines with complete=true
@@ -165,6 +166,7 @@ class LossJoiner:
         self.counters = Counters()
         self.blocks: dict[BlockKey, Block] = {}
         self.evicted_upto: dict[FlowKey, int] = {}  # highest block_index evicted per flow
+        self.final_upto: dict[FlowKey, int] = {}  # after a restart: blocks final before it (seed_final)
         self.flow_nodes: dict[tuple[int, int], dict[int, str]] = {}  # (flow, method) -> dir -> node
         self.boots: dict[tuple[str, int], set[int]] = {}  # (node, direction) -> boot_ids seen
 
@@ -195,6 +197,9 @@ class LossJoiner:
         self._note_boot(node, direction, r["boot_id"])
         block = self.blocks.get(key)
         if block is None:
+            if key[3] <= self.final_upto.get(key[:3], -1):  # published by the worker before a restart
+                self.counters.replayed_records_skipped += 1
+                return
             if key[3] <= self.evicted_upto.get(key[:3], -1):
                 self.counters.late_records_dropped += 1
                 return

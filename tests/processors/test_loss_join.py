@@ -271,7 +271,8 @@ def test_counters_line():
     assert j.counters_line(123) == (
         "segscope_processor,processor=loss records_in=3i,batches_in=3i,malformed_batches=0i,invalid_records=0i,"
         "duplicate_records=1i,conflicting_records=0i,partial_records=0i,agent_restarts=0i,"
-        "late_records_dropped=0i,points_out=1i,points_reemitted=0i,blocks_complete=1i,blocks_incomplete=0i,"
+        "late_records_dropped=0i,replayed_records_skipped=0i,points_out=1i,points_reemitted=0i,blocks_complete=1i,"
+        "blocks_incomplete=0i,"
         "rx_exceeds_tx=0i,dmark_delays=0i,dmark_mismatch=0i,processing_errors=0i,open_blocks=1i 123"
     )
 
@@ -308,3 +309,16 @@ def test_any_arrival_order_with_replays_ends_in_the_same_exact_line(seed):
             f'rx_bytes={rx[i] * 100}i,complete=true,reason="ok" {TS + i * NS_PER_S}'
         )
     assert j.counters.duplicate_records == 20 and j.counters.points_out == 10
+
+
+def test_replayed_records_of_final_blocks_are_skipped():
+    """After a restart the joiner is seeded with each flow's highest final block (the progress
+    topic): a replayed record of such a block (its batch also held a newer block) is skipped and
+    counted; it never makes a one-sided block that would be published incomplete."""
+    j = LossJoiner(timeout_s=2.0, retention_s=10.0)
+    j.final_upto[(7, ab.METHOD_DSCP, 1000)] = B
+    j.ingest("A", np.concatenate([rec(TX, 1000, 1_200_000, block=B), rec(TX, 500, 600_000, block=B + 1)]), T0)
+    j.ingest("B", rec(RX, 500, 600_000, block=B + 1), T0)
+    assert j.counters.replayed_records_skipped == 1
+    lines = j.flush(T0 + 3 * NS_PER_S)  # past the timeout: a one-sided block B would show here
+    assert len(lines) == 1 and "complete=true" in lines[0] and "lost=0i" in lines[0], lines
