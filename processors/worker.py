@@ -165,3 +165,29 @@ def dead_letter(reason: str, detail: str, message) -> bytes:
             "value_b64": None if value is None else base64.b64encode(value).decode(),
         }
     ).encode()
+
+
+def read_progress(bootstrap: str, topic: str, group_id: str) -> list[dict]:
+    """Every JSON value of a processor's progress topic, oldest first (read once, at start).
+
+    The delay and loss processors write there, before they ack input, how far their results are
+    final (processors/delay/app.py explains why); a restarted worker seeds itself from it."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    values: list[dict] = []
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": group_id, "enable.auto.commit": False})
+    try:
+        for p in c.list_topics(topic, timeout=10).topics[topic].partitions:
+            low, high = c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
+            if high <= low:
+                continue
+            c.assign([TopicPartition(topic, p, low)])
+            pos = low
+            while pos < high:
+                for m in c.consume(num_messages=10000, timeout=1.0):
+                    if m.error() is None:
+                        values.append(json.loads(m.value()))
+                    pos = m.offset() + 1
+    finally:
+        c.close()
+    return values

@@ -39,7 +39,7 @@ from aiokafka import codec as aiokafka_codec
 from processors.delay.aggregate import NS_PER_S, DelayAggregator, counters_line
 from processors.delay.config import DelayConfig
 from processors.delay.topics import ensure_topics
-from processors.worker import dead_letter, faust_app_settings
+from processors.worker import dead_letter, faust_app_settings, read_progress
 from segscope_schemas.stamp_record import MalformedBatch, decode_batch
 
 log = logging.getLogger("segscope.delay")
@@ -104,27 +104,9 @@ progress_written: dict[tuple[str, int], int] = {}
 
 def load_progress() -> None:
     """Seed the aggregator with the horizons a previous worker wrote (read once, at start)."""
-    from confluent_kafka import Consumer, TopicPartition
-
-    c = Consumer({"bootstrap.servers": cfg.bootstrap, "group.id": f"{cfg.app_id}-progress-reader",
-                  "enable.auto.commit": False})  # fmt: skip
-    try:
-        meta = c.list_topics(PROGRESS_TOPIC, timeout=10).topics[PROGRESS_TOPIC]
-        for p in meta.partitions:
-            low, high = c.get_watermark_offsets(TopicPartition(PROGRESS_TOPIC, p), timeout=10)
-            if high <= low:
-                continue
-            c.assign([TopicPartition(PROGRESS_TOPIC, p, low)])
-            pos = low
-            while pos < high:
-                for m in c.consume(num_messages=10000, timeout=1.0):
-                    if m.error() is None:
-                        v = json.loads(m.value())
-                        key = (v["node"], int(v["ssid"]))
-                        progress_written[key] = max(progress_written.get(key, -(2**62)), int(v["final_below_s"]))
-                    pos = m.offset() + 1
-    finally:
-        c.close()
+    for v in read_progress(cfg.bootstrap, PROGRESS_TOPIC, f"{cfg.app_id}-progress-reader"):
+        key = (v["node"], int(v["ssid"]))
+        progress_written[key] = max(progress_written.get(key, -(2**62)), int(v["final_below_s"]))
     for (node, ssid), s in progress_written.items():
         aggregator.seed_final(node, ssid, s)
     if progress_written:

@@ -37,7 +37,7 @@ from aiokafka import codec as aiokafka_codec
 from processors.delay.topics import ensure_topics
 from processors.loss.config import LossConfig
 from processors.loss.join import LossJoiner
-from processors.worker import dead_letter, faust_app_settings
+from processors.worker import dead_letter, faust_app_settings, read_progress
 from segscope_schemas.altmark_block import MalformedBatch, decode_batch
 
 log = logging.getLogger("segscope.loss")
@@ -104,27 +104,9 @@ progress_written: dict[tuple[int, int, int], int] = {}
 
 def load_progress() -> None:
     """Seed the joiner with the flows' final blocks a previous worker wrote (read once, at start)."""
-    from confluent_kafka import Consumer, TopicPartition
-
-    c = Consumer({"bootstrap.servers": cfg.bootstrap, "group.id": f"{cfg.app_id}-progress-reader",
-                  "enable.auto.commit": False})  # fmt: skip
-    try:
-        meta = c.list_topics(PROGRESS_TOPIC, timeout=10).topics[PROGRESS_TOPIC]
-        for p in meta.partitions:
-            low, high = c.get_watermark_offsets(TopicPartition(PROGRESS_TOPIC, p), timeout=10)
-            if high <= low:
-                continue
-            c.assign([TopicPartition(PROGRESS_TOPIC, p, low)])
-            pos = low
-            while pos < high:
-                for m in c.consume(num_messages=10000, timeout=1.0):
-                    if m.error() is None:
-                        v = json.loads(m.value())
-                        flow = (int(v["flow_id"]), int(v["method"]), int(v["period_ms"]))
-                        progress_written[flow] = max(progress_written.get(flow, -1), int(v["final_upto"]))
-                    pos = m.offset() + 1
-    finally:
-        c.close()
+    for v in read_progress(cfg.bootstrap, PROGRESS_TOPIC, f"{cfg.app_id}-progress-reader"):
+        flow = (int(v["flow_id"]), int(v["method"]), int(v["period_ms"]))
+        progress_written[flow] = max(progress_written.get(flow, -1), int(v["final_upto"]))
     joiner.final_upto.update(progress_written)
     if progress_written:
         log.info("loss processor: %d flows resume from %s", len(progress_written), PROGRESS_TOPIC)
