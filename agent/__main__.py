@@ -54,11 +54,22 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="seconds between segscope_datapath / segscope_agent counter lines on "
         "segscope.metrics (with --kafka; default 1)",
     )
+    p.add_argument(
+        "--health",
+        help="HOST:PORT for HTTP /healthz /readyz /metrics /status (Kubernetes probes, Prometheus); default off",
+    )
     p.add_argument("--workers", type=int, default=16, help="gRPC worker threads (default 16)")
     p.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     a = p.parse_args(argv)
     if not 0.05 <= a.stats_interval <= 3600:
         p.error(f"--stats-interval: {a.stats_interval} out of range 0.05..3600 seconds")
+    if a.health:
+        from segscope_schemas.health import HealthAddressError, parse_address
+
+        try:
+            parse_address(a.health, "--health")
+        except HealthAddressError as e:
+            p.error(str(e))
     if not a.insecure and not (a.tls_cert and a.tls_key):
         p.error("--tls-cert and --tls-key are required (or --insecure for plaintext)")
     if a.insecure and (a.tls_cert or a.tls_key or a.tls_client_ca):
@@ -93,6 +104,7 @@ def main(argv: list[str] | None = None) -> int:
             workers=a.workers,
             topology_interval_s=a.topology_interval,
             stats_interval_s=a.stats_interval,
+            health=a.health,
         )
     )
     done = threading.Event()

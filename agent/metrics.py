@@ -211,6 +211,7 @@ class StatsPublisher:
         self._thread: threading.Thread | None = None
         self._producer = None
         self._warned: set[str] = set()
+        self.last_lines: list[str] = []  # what the last tick published (the health endpoint serves it)
 
     def start(self) -> None:
         from confluent_kafka import Producer
@@ -289,7 +290,8 @@ class StatsPublisher:
             except Exception:  # noqa: BLE001
                 log.exception("stats tick hook failed")
         try:
-            payload = "\n".join(self.lines()).encode()
+            self.last_lines = self.lines()
+            payload = "\n".join(self.last_lines).encode()
         except Exception:  # noqa: BLE001 - a tick must never kill the thread
             log.exception("stats lines failed")
             self.counters.add("stats_read_errors")

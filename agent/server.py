@@ -4,6 +4,7 @@ server reflection, over TLS (optionally mutual TLS) or, only when asked, plainte
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from concurrent import futures
 from dataclasses import dataclass
@@ -28,6 +29,7 @@ from segscope_proto.segscope.agent.v1 import (
     stamp_pb2_grpc,
 )
 from segscope_schemas import names
+from segscope_schemas.health import Health, parse_address
 
 log = logging.getLogger("segscope.agent")
 REPO = Path(__file__).resolve().parents[1]
@@ -52,6 +54,7 @@ class AgentConfig:
     workers: int = 16
     topology_interval_s: float = 30.0
     stats_interval_s: float = 1.0  # segscope_datapath / segscope_agent lines (with kafka)
+    health: str | None = None  # HOST:PORT of /healthz /readyz /metrics /status (None: off)
 
 
 def _wrap(name: str, fn, streaming: bool, counters: AgentCounters):
@@ -111,6 +114,7 @@ class Agent:
         self.publisher = None
         self.counters = AgentCounters()
         self.stats: StatsPublisher | None = None
+        self.http_health: Health | None = None
         self.server: grpc.Server | None = None
         self.port = 0
         self.health = health.HealthServicer()
@@ -175,6 +179,53 @@ class Agent:
         )
         self.stats.start()
 
+    # -- HTTP health endpoint (--health) ---------------------------------------------------------
+    def _start_health(self) -> None:
+        """/healthz: the agent's watch thread runs; /readyz: the gRPC server serves and, with
+        --kafka, the last counters reached Kafka within 15 s; /metrics: the segscope_datapath,
+        segscope_streamer and segscope_agent lines of segscope.metrics (schemas/metrics.md).
+        For a Kubernetes probe: the gRPC port speaks TLS, which kubelet's gRPC probe does not."""
+        address = parse_address(self.cfg.health, "--health")
+        self.http_health = Health(f"agent-{self.cfg.node}")
+        host, port = self.http_health.serve(address, "--health")
+        log.info("agent health on http://%s:%d/healthz (/readyz /metrics /status)", host, port)
+        local = None
+        if self.stats is None:  # no Kafka: the same lines, computed here instead of by the publisher
+            local = StatsPublisher(
+                self.cfg.node,
+                "",
+                programs=lambda: self.stamp.attached_programs() + self.flowmon.attached_programs(),
+                counters=self.counters,
+                gauges=self.stamp.counters,
+                streamer=self.stamp.streamer_counters,
+            )
+        stop = self._health_stop = threading.Event()
+
+        def watch() -> None:
+            produced = -1
+            while not stop.is_set():
+                h = self.http_health
+                h.tick()
+                try:
+                    lines = local.lines() if local is not None else self.stats.last_lines
+                    h.set_lines("agent", lines)
+                except Exception as e:  # noqa: BLE001 - a bad read must not stop the probe answering
+                    h.not_ready(f"counters unreadable: {e!r}")
+                    stop.wait(1.0)
+                    continue
+                if self.server is None:
+                    h.not_ready("gRPC server stopped")
+                elif local is not None:
+                    h.ok()
+                else:
+                    now = self.counters.snapshot()["metrics_produced"]
+                    if now > produced:
+                        h.ok()  # a counters message was acknowledged by Kafka since the last look
+                    produced = now
+                stop.wait(1.0)
+
+        threading.Thread(target=watch, name="health-watch", daemon=True).start()
+
     # -- server -----------------------------------------------------------------------------------
     def credentials(self) -> grpc.ServerCredentials | None:
         c = self.cfg
@@ -218,6 +269,8 @@ class Agent:
         if c.kafka:
             self._start_publisher()
             self._start_stats()
+        if c.health:
+            self._start_health()
         mode = "plaintext" if creds is None else ("mutual TLS" if c.tls_client_ca else "TLS")
         log.info(
             "agent for node %s (netns %s, bpffs instance %s) listening on %s (port %d, %s); "
@@ -235,6 +288,9 @@ class Agent:
 
     def stop(self, grace: float = 2.0) -> None:
         log.info("agent for node %s stopping", self.cfg.node)
+        if self.http_health is not None:
+            self._health_stop.set()
+            self.http_health.close()
         for svc in ("", *[SERVICES[s][0].DESCRIPTOR.services_by_name[s].full_name for s in SERVICES]):
             self.health.set(svc, health_pb2.HealthCheckResponse.NOT_SERVING)
         if self.server is not None:

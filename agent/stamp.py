@@ -128,6 +128,8 @@ class StampAgent:
         self.stopping = threading.Event()
         self.unmatched_records = 0
         self.records_read = 0
+        self.leftover_records_streamed = 0  # found in a killed agent's ring at Init, sent to Kafka
+        self.leftover_records_lost = 0  # found there and not delivered (no Kafka, or it failed)
         self.results_evicted = 0  # results pushed out of a session's KEEP_RESULTS window
         self.malformed_records = 0  # copied batches that did not decode (the streamer is restarted)
         self._streamer_stats: dict = {}  # stamp_streamer's last --stats-json
@@ -277,6 +279,8 @@ class StampAgent:
                 "records_dropped": int(st.get("records_failed", 0)),
                 "records_copy_dropped": int(st.get("records_copy_dropped", 0)),
                 "results_evicted": self.results_evicted,
+                "leftover_records_streamed": self.leftover_records_streamed,
+                "leftover_records_lost": self.leftover_records_lost,
                 "kafka_queue_len": int(st.get("kafka_queue_len", 0)),
                 "stamp_sessions": len(self.sessions),
             }
@@ -306,13 +310,81 @@ class StampAgent:
 
     def clear_leftovers(self, tool: Path, pin: Path, device: str) -> None:
         """Pins of this instance that this agent did not make: a previous agent of the node was
-        killed without cleaning up. Detach them so Init starts from a clean datapath."""
-        if pin.exists():
-            log.warning("Init: %s exists from a previous agent; detaching it first", pin)
-            subprocess.run(
-                [str(tool), "detach", *self.tools.ns_args(), "--dev", device, "--pin-dir", str(pin)],
-                capture_output=True,
-                timeout=30,
+        killed without cleaning up. Detach them so Init starts from a clean datapath.
+
+        A killed agent's collector stays attached: replies still in flight when its streamer
+        drained are collected into a ring nobody reads. Before detaching, a streamer opens that
+        ring (holding it past the detach) and sends what is left to Kafka; they are counted in
+        leftover_records_streamed / leftover_records_lost (segscope_agent)."""
+        if not pin.exists():
+            return
+        log.warning("Init: %s exists from a previous agent; detaching it first", pin)
+        drain = None
+        ring = pin / "stamp_records"
+        if tool == self.tools.collector and ring.exists():
+            drain = self._open_leftover_ring(ring)
+        subprocess.run(
+            [str(tool), "detach", *self.tools.ns_args(), "--dev", device, "--pin-dir", str(pin)],
+            capture_output=True,
+            timeout=30,
+        )
+        if drain is not None:
+            self._finish_leftover_ring(drain)
+
+    def _open_leftover_ring(self, ring: Path) -> subprocess.Popen | None:
+        """A stamp_streamer on a previous agent's ring; returns once it has the ring open."""
+        import select
+
+        cmd = [str(self.tools.streamer), "--ringbuf", str(ring), "--node", self.node, "--no-metrics"]
+        cmd += ["--stats-interval", "3600"]
+        devnull = None
+        if self.kafka:
+            cmd += ["--brokers", self.kafka]
+        else:  # nowhere to send them: read them (to /dev/null) so they are counted as lost
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            cmd += ["--no-kafka", "--copy-fd", str(devnull)]
+        try:
+            p = children.spawn(
+                cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, pass_fds=(devnull,) if devnull else ()
+            )
+        finally:
+            if devnull is not None:
+                os.close(devnull)
+        assert p.stderr is not None
+        # "stamp_streamer: RING -> ..." once the ring (and the Kafka client) are open
+        ready, _, _ = select.select([p.stderr], [], [], 10.0)
+        line = p.stderr.readline() if ready else b""
+        if not line.startswith(b"stamp_streamer: "):
+            self._stop_proc(p)
+            log.warning("Init: cannot read the previous agent's ring %s: %r", ring, line[:200])
+            return None
+        return p
+
+    def _finish_leftover_ring(self, p: subprocess.Popen) -> None:
+        """SIGTERM: the streamer drains the ring, waits for Kafka's acks and prints its counters."""
+        p.send_signal(signal.SIGTERM)
+        try:
+            out, _ = p.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            self._stop_proc(p)
+            log.warning("Init: the previous agent's ring did not drain within 60 s")
+            return
+        try:
+            st = json.loads(out.decode().strip().splitlines()[-1])
+        except (ValueError, IndexError):
+            log.warning("Init: no counters from the previous agent's ring drain: %r", out[-200:])
+            return
+        read = int(st.get("records_in", 0))
+        delivered = int(st.get("records_delivered", 0)) if self.kafka else 0
+        with self.lock:
+            self.leftover_records_streamed += delivered
+            self.leftover_records_lost += read - delivered
+        if read:
+            log.warning(
+                "Init: %d records a previous agent left in the collector's ring: %d to Kafka, %d lost",
+                read,
+                delivered,
+                read - delivered,
             )
 
     # -- sender processes -----------------------------------------------------------------------

@@ -39,6 +39,7 @@ class AgentSet:
     addresses: dict[str, str]
     procs: dict[str, subprocess.Popen] = field(default_factory=dict)
     logs: dict[str, Path] = field(default_factory=dict)
+    spawn_args: dict[str, tuple] = field(default_factory=dict)  # node -> _spawn's arguments (respawn)
 
     @property
     def env(self) -> dict[str, str]:
@@ -77,7 +78,23 @@ class AgentSet:
             raise
         return agents
 
-    def _spawn(self, lab, node: str, run_dir: Path, kafka: str | None, extra: list[str]) -> None:
+    def kill(self, node: str) -> int:
+        """SIGKILL one agent (a crash: no cleanup; its children die with it, PDEATHSIG)."""
+        proc = self.procs[node]
+        proc.kill()
+        return proc.wait()
+
+    def respawn(self, node: str, ready_timeout_s: float = 30.0) -> None:
+        """Start `node`'s agent again on the same address, with the same arguments; its log
+        continues in the same file (after a marker line)."""
+        if self.procs[node].poll() is None:
+            raise LaunchError(f"agent {node} is still running (pid {self.procs[node].pid})")
+        lab, run_dir, kafka, extra = self.spawn_args[node]
+        self._spawn(lab, node, run_dir, kafka, extra, append=True)
+        self._wait_serving(node, ready_timeout_s)
+
+    def _spawn(self, lab, node: str, run_dir: Path, kafka: str | None, extra: list[str], append: bool = False) -> None:
+        self.spawn_args[node] = (lab, run_dir, kafka, extra)
         cmd = [
             sys.executable,
             "-m",
@@ -101,7 +118,10 @@ class AgentSet:
             cmd += ["--kafka", kafka]
         cmd += extra
         log_path = run_dir / f"agent-{node}.log"
-        log = open(log_path, "w")
+        log = open(log_path, "a" if append else "w")
+        if append:
+            log.write("--- agent restarted ---\n")
+            log.flush()
         env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "schemas" / "python")])}
         self.procs[node] = subprocess.Popen(
             cmd, stdout=log, stderr=subprocess.STDOUT, cwd=REPO, env=env, start_new_session=True

@@ -19,6 +19,10 @@ import sys
 from typing import Callable
 
 from segscope_schemas import names
+from segscope_schemas.health import Health, HealthAddressError, parse_address
+
+# each processor's health endpoint (segscope_schemas/health.py); SEGSCOPE_<NAME>_HEALTH overrides
+HEALTH_PORTS = {"delay": 9641, "loss": 9642, "topology": 9643}
 
 
 class ConfigError(ValueError):
@@ -49,6 +53,8 @@ def processor_env(name: str, input_setting: str, input_var: str, input_topic: st
         "metrics_topic": ("SEGSCOPE_TOPIC_METRICS", names.TOPIC_METRICS),
         "deadletter_topic": ("SEGSCOPE_TOPIC_DEADLETTER", names.TOPIC_DEADLETTER),
         "app_id": (f"SEGSCOPE_{upper}_APP_ID", names.GROUPS[name]),
+        # HOST:PORT of /healthz /readyz /metrics /status; 0.0.0.0:PORT in a pod; 'off'; port 0 = any
+        "health": (f"SEGSCOPE_{upper}_HEALTH", f"127.0.0.1:{HEALTH_PORTS[name]}"),
     }
 
 
@@ -76,6 +82,8 @@ class EnvConfig:
             values["datadir"] = values["datadir"].format(app_id=values.get("app_id", ""))
         cfg = cls(**values)
         cfg.validate()
+        if "health" in cls.ENV:
+            cfg.health_address()
         return cfg
 
     @classmethod
@@ -85,6 +93,13 @@ class EnvConfig:
 
     def validate(self) -> None:
         """Raise ConfigError for settings that are valid alone but not together (default: none)."""
+
+    def health_address(self) -> tuple[str, int] | None:
+        """The health endpoint's (host, port), or None when it is 'off'."""
+        try:
+            return parse_address(self.health, f"environment variable {self.ENV['health'][0]}")
+        except HealthAddressError as e:
+            raise ConfigError(str(e)) from None
 
 
 def run_worker(
@@ -191,3 +206,93 @@ def read_progress(bootstrap: str, topic: str, group_id: str) -> list[dict]:
     finally:
         c.close()
     return values
+
+
+class ProcessorHealth:
+    """A processor worker's health endpoint and consumer-lag lines.
+
+    Liveness: a 1 s Faust timer of its own ticks (so it stays alive while a flush waits on an
+    unreachable Kafka). Readiness: the last counters line published to segscope.metrics was
+    acknowledged within stale_after_s. Counters: the processor's own segscope_processor line and
+    one segscope_consumer line per assigned input partition, the same lines it publishes on
+    segscope.metrics (schemas/metrics.md)."""
+
+    def __init__(self, app, processor: str, cfg: EnvConfig, stale_after_s: float = 15.0):
+        self.app, self.processor, self.cfg = app, processor, cfg
+        self.health = Health(f"processor-{processor}", stale_after_s=stale_after_s)
+
+        async def heartbeat() -> None:
+            self.health.tick()
+
+        heartbeat.__name__ = heartbeat.__qualname__ = f"{processor}_health_heartbeat"
+        app.timer(interval=1.0)(heartbeat)
+
+    def serve(self) -> None:
+        """Bind the endpoint (at worker start); a port in use stops the worker with the fix."""
+        address = self.cfg.health_address()
+        if address is None:
+            return
+        try:
+            host, port = self.health.serve(address, f"environment variable {self.cfg.ENV['health'][0]}")
+        except HealthAddressError as e:
+            raise ConfigError(str(e)) from None
+        import logging
+
+        logging.getLogger(f"segscope.{self.processor}").info(
+            "%s processor: health on http://%s:%d/healthz (/readyz /metrics /status)", self.processor, host, port
+        )
+
+    def consumer_lines(self, ts_ns: int) -> list[str]:
+        """segscope_consumer,processor=P,topic=T,partition=N highwater=,lag_messages=,uncommitted_messages=
+
+        lag_messages: messages in the partition this worker has not read yet; uncommitted_messages:
+        messages after the group's committed offset (read but held until their results are final,
+        plus the lag) - what a restarted worker would replay."""
+        consumer = getattr(self.app, "_consumer", None)
+        if consumer is None:
+            return []
+        out = []
+        read = getattr(consumer, "_read_offset", {})
+        committed = getattr(consumer, "_committed_offset", {})
+        try:
+            assigned = sorted(consumer.assignment())
+        except Exception:  # noqa: BLE001 - not started or rebalancing: nothing to report now
+            return []
+        for tp in assigned:
+            if tp.topic.endswith("-__assignor-__leader"):
+                continue  # Faust's own leader-election topic, not input
+            try:
+                hw = consumer.highwater(tp)
+            except Exception:  # noqa: BLE001
+                hw = None
+            if hw is None:
+                continue  # no fetch answered yet
+            last_read = read.get(tp)
+            done = committed.get(tp)
+            lag = hw - (last_read + 1) if last_read is not None else (hw - done if done is not None else hw)
+            held = hw - done if done is not None else hw
+            out.append(
+                f"segscope_consumer,processor={self.processor},topic={tp.topic},partition={tp.partition} "
+                f"highwater={hw}i,lag_messages={max(lag, 0)}i,uncommitted_messages={max(held, 0)}i {ts_ns}"
+            )
+        return out
+
+    async def publish(self, topic, key: bytes, counters_line: str, ts_ns: int, problem: str = "") -> None:
+        """Send the counters line and the consumer lines to segscope.metrics; ready once acknowledged
+        unless `problem` says why not (e.g. the processor's own sink fails). Not awaited to
+        delivery: a stop during a Kafka outage must not hang on it."""
+        lines = [counters_line, *self.consumer_lines(ts_ns)]
+        self.health.set_lines("counters", lines)
+        fut = await topic.send(key=key, value="\n".join(lines).encode())
+
+        def delivered(f) -> None:
+            if f.cancelled():
+                return
+            if f.exception() is None:
+                self.health.ok()
+                if problem:
+                    self.health.not_ready(problem)
+            else:
+                self.health.not_ready(f"publishing to Kafka failed: {f.exception()!r}")
+
+        fut.add_done_callback(delivered)

@@ -39,7 +39,7 @@ from aiokafka import codec as aiokafka_codec
 from processors.delay.aggregate import NS_PER_S, DelayAggregator, counters_line
 from processors.delay.config import DelayConfig
 from processors.delay.topics import ensure_topics
-from processors.worker import dead_letter, faust_app_settings, read_progress
+from processors.worker import ProcessorHealth, dead_letter, faust_app_settings, read_progress
 from segscope_schemas.stamp_record import MalformedBatch, decode_batch
 
 log = logging.getLogger("segscope.delay")
@@ -60,6 +60,7 @@ class DelayApp(faust.App):
         # all three exist before the consumer subscribes.
         ensure_topics(cfg.bootstrap, [cfg.records_topic, cfg.metrics_topic, cfg.deadletter_topic, PROGRESS_TOPIC])
         load_progress()
+        health.serve()
         log.info(
             "delay processor: %s -> %s (dead letters: %s), broker %s, group %s, grace %.1f s, retention %.0f s",
             cfg.records_topic,
@@ -92,6 +93,8 @@ app = DelayApp(
     broker_max_poll_records=2000,
     producer_max_request_size=4 * 1024 * 1024,
 )
+
+health = ProcessorHealth(app, "delay", cfg, stale_after_s=max(15.0, 5 * cfg.flush_interval_s))
 
 records_topic = app.topic(
     cfg.records_topic, key_type=bytes, value_type=bytes, key_serializer="raw", value_serializer="raw"
@@ -216,8 +219,8 @@ async def publish_counters() -> None:
         "sessions": len(aggregator.sessions),
         "unacked_messages": len(pending),  # input held uncommitted until its seconds are final
     }
-    line = counters_line(aggregator.counters, "delay", time.time_ns(), extra=extra)
-    await metrics_topic.send(key=b"delay", value=line.encode())
+    ts = time.time_ns()
+    await health.publish(metrics_topic, b"delay", counters_line(aggregator.counters, "delay", ts, extra=extra), ts)
 
 
 _last_log = 0.0

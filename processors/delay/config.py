@@ -30,6 +30,7 @@ class DelayConfig(EnvConfig):
     metrics_topic: str
     deadletter_topic: str
     app_id: str
+    health: str
     grace_s: float
     retention_s: float
     flush_interval_s: float

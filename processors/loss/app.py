@@ -37,7 +37,7 @@ from aiokafka import codec as aiokafka_codec
 from processors.delay.topics import ensure_topics
 from processors.loss.config import LossConfig
 from processors.loss.join import LossJoiner
-from processors.worker import dead_letter, faust_app_settings, read_progress
+from processors.worker import ProcessorHealth, dead_letter, faust_app_settings, read_progress
 from segscope_schemas.altmark_block import MalformedBatch, decode_batch
 
 log = logging.getLogger("segscope.loss")
@@ -61,6 +61,7 @@ class LossApp(faust.App):
         # Faust ignores a missing source topic (and then never consumes it).
         ensure_topics(cfg.bootstrap, [cfg.blocks_topic, cfg.metrics_topic, cfg.deadletter_topic, PROGRESS_TOPIC])
         load_progress()
+        health.serve()
         log.info(
             "loss processor: %s -> %s (dead letters: %s), broker %s, group %s, timeout %.1f s, retention %.0f s",
             cfg.blocks_topic,
@@ -91,6 +92,8 @@ app = LossApp(
     broker_max_poll_records=2000,
     producer_max_request_size=4 * 1024 * 1024,
 )
+
+health = ProcessorHealth(app, "loss", cfg, stale_after_s=max(15.0, 5 * cfg.flush_interval_s))
 
 blocks_topic = app.topic(
     cfg.blocks_topic, key_type=bytes, value_type=bytes, key_serializer="raw", value_serializer="raw"
@@ -194,7 +197,8 @@ async def publish_lines(lines: list[str]) -> None:
 
 
 async def publish_counters() -> None:
-    await metrics_topic.send(key=b"loss", value=joiner.counters_line(time.time_ns()).encode())
+    ts = time.time_ns()
+    await health.publish(metrics_topic, b"loss", joiner.counters_line(ts), ts)
 
 
 _last_log = 0.0

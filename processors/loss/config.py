@@ -29,6 +29,7 @@ class LossConfig(EnvConfig):
     metrics_topic: str
     deadletter_topic: str
     app_id: str
+    health: str
     timeout_s: float
     retention_s: float
     flush_interval_s: float

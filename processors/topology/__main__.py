@@ -6,12 +6,12 @@ runs without Faust's web server (it would bind 0.0.0.0:6066).
 
 from __future__ import annotations
 
-from processors.topology.config import ENV
+from processors.topology.config import ENV, TopologyConfig
 from processors.worker import run_worker
 
 
 def main(argv: list[str] | None = None) -> None:
-    run_worker("processors.topology", __doc__, ENV, None, argv)
+    run_worker("processors.topology", __doc__, ENV, TopologyConfig.from_env, argv)
 
 
 if __name__ == "__main__":

@@ -31,7 +31,7 @@ from processors.topology.lineproto import parse_lines
 from processors.topology.model import Identity, MalformedView, TopologyModel
 from processors.topology.sink import TopologySink
 from processors.topology.writer import ArangoWriter
-from processors.worker import dead_letter, faust_app_settings
+from processors.worker import ProcessorHealth, dead_letter, faust_app_settings
 
 log = logging.getLogger("segscope.topology")
 
@@ -52,6 +52,7 @@ class TopologyApp(faust.App):
         self.conf.datadir.parent.mkdir(parents=True, exist_ok=True)
         await super().on_first_start()
         ensure_topics(cfg.bootstrap, [cfg.topology_topic, cfg.metrics_topic, cfg.deadletter_topic])
+        health.serve()
         log.info(
             "topology processor: %s + %s -> ArangoDB %s db %s (mode %s), group %s",
             cfg.topology_topic,
@@ -74,6 +75,7 @@ app = TopologyApp(
     cfg.app_id,
     **faust_app_settings(cfg.bootstrap, cfg.datadir),
 )
+health = ProcessorHealth(app, "topology", cfg, stale_after_s=max(15.0, 5 * cfg.flush_interval_s))
 topology_topic = app.topic(cfg.topology_topic, key_serializer="raw", value_serializer="raw")
 metrics_in = app.topic(cfg.metrics_topic, key_serializer="raw", value_serializer="raw")
 metrics_out = app.topic(cfg.metrics_topic, key_serializer="raw", value_serializer="raw")
@@ -168,12 +170,15 @@ async def flush() -> None:
         except Exception as e:
             extra_counters["connect_errors"] += 1
             log.warning("cannot connect to ArangoDB %s: %r (retrying every flush)", cfg.arango_url, e)
+            health.health.not_ready(f"cannot connect to ArangoDB {cfg.arango_url}: {e!r}")
             await metrics_out.send(key=b"topology", value=counters_line().encode())
             return
         sink = TopologySink(model, writer)
     snap = sink.snapshot()  # in the event loop: the model is ours here
     await loop.run_in_executor(None, sink.write, snap)  # blocking HTTP off the event loop
-    await metrics_out.send(key=b"topology", value=counters_line().encode())
+    # alive (it retries every flush) but not ready while its documents are not being written
+    problem = f"ArangoDB write failed: {sink.last_error}" if sink.last_error else ""
+    await health.publish(metrics_out, b"topology", counters_line(), time.time_ns(), problem=problem)
     now = time.monotonic()
     if now - _last_log >= 10.0:
         _last_log = now

@@ -30,6 +30,7 @@ class TopologyConfig(EnvConfig):
     metrics_topic: str
     deadletter_topic: str
     app_id: str
+    health: str
     flush_interval_s: float
     datadir: str
     arango_url: str

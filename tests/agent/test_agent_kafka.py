@@ -47,10 +47,42 @@ def consume(bootstrap: str, topic: str, keep, until, timeout_s: float = 30.0) ->
     return out
 
 
+def check_health_endpoint(agent, delivered: int) -> None:
+    """--health: /healthz and /readyz answer 200 (the counters reach Kafka), /metrics carries the
+    segscope.metrics lines: the streamer delivered what the sender's session collected."""
+    import re
+    import urllib.request
+
+    port = re.search(r"agent health on http://127.0.0.1:(\d+)/healthz", agent.log()).group(1)
+    base = f"http://127.0.0.1:{port}"
+    for path, want in (("/healthz", "ok\n"), ("/readyz", "ready\n")):
+        with urllib.request.urlopen(base + path, timeout=3) as r:
+            assert (r.status, r.read().decode()) == (200, want)
+    deadline, text = time.monotonic() + 15, ""
+    while time.monotonic() < deadline:
+        with urllib.request.urlopen(base + "/metrics", timeout=3) as r:
+            text = r.read().decode()
+        got = re.search(r'^segscope_streamer_records_delivered\{node="A"\} (\d+)$', text, re.M)
+        if got and int(got.group(1)) >= delivered:
+            break
+        time.sleep(0.3)
+    assert got and int(got.group(1)) == delivered, text
+    assert re.search(r'^segscope_streamer_records_failed\{node="A"\} 0$', text, re.M), text
+    rpcs = re.search(r'^segscope_agent_rpcs\{node="A"\} (\d+)$', text, re.M)
+    assert rpcs and int(rpcs.group(1)) >= 4, text  # Init, Create, Start, Get at least
+    assert re.search(r'^segscope_datapath_\w+\{node="A",program="stamp_collector"\} \d+$', text, re.M), text
+    assert 'segscope_up{process="agent-A"} 1' in text
+
+
 def test_stamp_records_and_node_view_reach_kafka(lab, stack, stubs, tmp_path):
     bootstrap = stack.kafka_bootstrap
     agent = start_agent(
-        lab.ns("A"), "A", tmp_path, kafka=bootstrap, instance="agt-A-kafka", extra_args=["--topology-interval", "5"]
+        lab.ns("A"),
+        "A",
+        tmp_path,
+        kafka=bootstrap,
+        instance="agt-A-kafka",
+        extra_args=["--topology-interval", "5", "--health", "127.0.0.1:0"],
     )
     b = stubs["B"].stamp
     t0_tai = time.clock_gettime_ns(time.CLOCK_TAI) - 1_000_000_000
@@ -109,6 +141,7 @@ def test_stamp_records_and_node_view_reach_kafka(lab, stack, stubs, tmp_path):
             assert views, "no node view of A with the STAMP session on segscope.topology"
             sess = [s for s in views[-1]["stamp_sessions"] if s["ssid"] == SSID][0]
             assert sess["role"] == "STAMP_ROLE_SENDER" and sess["segments"] == ["fc00:2::e"]
+            check_health_endpoint(agent, len(held))
             a.Reset(pb.ResetRequest())
     finally:
         b.Reset(pb.ResetRequest())

@@ -189,7 +189,7 @@ def test_worker_aggregates_two_sessions_and_dead_letters_garbage(kafka_bootstrap
         }
     )
     consumer.subscribe([topics["metrics"], topics["deadletter"]])
-    got, letters, last_counters = {}, [], None
+    got, letters, last_counters, consumer_lag = {}, [], None, {}
     deadline = time.monotonic() + 90
     try:
         while time.monotonic() < deadline:
@@ -205,6 +205,9 @@ def test_worker_aggregates_two_sessions_and_dead_letters_garbage(kafka_bootstrap
                 meas, tags, fields, ts = parse_line(line)
                 if meas == "stamp_delay":
                     got[(tags["node"], tags["ssid"], tags["direction"], ts)] = fields
+                elif meas == "segscope_consumer":  # one line per assigned input partition
+                    assert tags["processor"] == "delay" and tags["topic"] == topics["records"]
+                    consumer_lag[int(tags["partition"])] = fields
                 else:
                     assert meas == "segscope_processor" and tags == {"processor": "delay"}
                     last_counters = fields
@@ -214,6 +217,8 @@ def test_worker_aggregates_two_sessions_and_dead_letters_garbage(kafka_bootstrap
                 and last_counters
                 and last_counters["records_in"] == n_records + replayed
                 and last_counters["points_out"] >= len(expected)
+                and sum(f["highwater"] for f in consumer_lag.values()) == len(delivered)
+                and all(f["lag_messages"] == 0 for f in consumer_lag.values())
             ):
                 break
     finally:
@@ -236,6 +241,11 @@ def test_worker_aggregates_two_sessions_and_dead_letters_garbage(kafka_bootstrap
         assert letter["source_topic"] == topics["records"]
         assert base64.b64decode(letter["value_b64"]) == garbage
         assert (base64.b64decode(letter["key_b64"]), letter["partition"], letter["offset"]) in garbage_at
+
+    # consumer lag: both input partitions reported, every message read
+    assert sorted(consumer_lag) == [0, 1]
+    assert sum(f["highwater"] for f in consumer_lag.values()) == len(delivered)
+    assert all(f["lag_messages"] == 0 for f in consumer_lag.values())
 
     c = last_counters
     assert c["records_in"] == n_records + replayed
