@@ -161,6 +161,8 @@ def faust_app_settings(bootstrap: str, datadir: str) -> dict:
         # the processors hold input unacked until its results are final (crash safety); a stop or
         # rebalance must not wait for those acks: what is not acked is replayed by the next owner
         stream_wait_empty=False,
+        # acked offsets are committed every second (Faust: 2.8 s): less to replay after a crash
+        broker_commit_interval=1.0,
         producer_linger_ms=5,
     )
 
@@ -296,3 +298,35 @@ class ProcessorHealth:
                 self.health.not_ready(f"publishing to Kafka failed: {f.exception()!r}")
 
         fut.add_done_callback(delivered)
+
+
+class InOrderAcks:
+    """Input messages held unacked until their results are final, acked per partition in offset
+    order only: a message is acked when it and every earlier held message of its partition are
+    finished.
+
+    Why in order: Faust's commit (Consumer._new_offset, faust-streaming 0.11) takes the acked offsets
+    of a partition and, when nothing was committed yet or the first unacked offset is the one right
+    after the committed one, commits past that unacked message. A worker killed after such a commit
+    would never see it again. With in-order acks the acked offsets never have a gap at the head."""
+
+    def __init__(self) -> None:
+        self.held: list = []  # (stream, event, state) in arrival order = offset order per partition
+
+    def __len__(self) -> int:
+        return len(self.held)
+
+    def hold(self, stream, event, state) -> None:
+        self.held.append((stream, event, state))
+
+    async def ack_finished(self, finished: Callable[[object], bool]) -> None:
+        blocked: set = set()
+        keep = []
+        for stream, event, state in self.held:
+            tp = event.message.tp
+            if tp not in blocked and finished(state):
+                await stream.ack(event)
+            else:
+                blocked.add(tp)
+                keep.append((stream, event, state))
+        self.held = keep

@@ -39,7 +39,7 @@ from aiokafka import codec as aiokafka_codec
 from processors.delay.aggregate import NS_PER_S, DelayAggregator, counters_line
 from processors.delay.config import DelayConfig
 from processors.delay.topics import ensure_topics
-from processors.worker import ProcessorHealth, dead_letter, faust_app_settings, read_progress
+from processors.worker import InOrderAcks, ProcessorHealth, dead_letter, faust_app_settings, read_progress
 from segscope_schemas.stamp_record import MalformedBatch, decode_batch
 
 log = logging.getLogger("segscope.delay")
@@ -58,7 +58,9 @@ class DelayApp(faust.App):
             raise RuntimeError("aiokafka has no lz4 codec: install cramjam (requirements.txt)")
         # Faust ignores a missing source topic (and then never consumes it), so make sure
         # all three exist before the consumer subscribes.
-        ensure_topics(cfg.bootstrap, [cfg.records_topic, cfg.metrics_topic, cfg.deadletter_topic, PROGRESS_TOPIC])
+        ensure_topics(cfg.bootstrap, [cfg.records_topic, cfg.metrics_topic, cfg.deadletter_topic])
+        # the progress topic keeps the newest value per key (session or flow): compacted, it stays small
+        ensure_topics(cfg.bootstrap, [PROGRESS_TOPIC], config={"cleanup.policy": "compact"})
         load_progress()
         health.serve()
         log.info(
@@ -162,9 +164,9 @@ def seconds_touched(node: str, records) -> dict[tuple[str, int], int]:
     return {(node, int(u)): int(second[ssid == u].max()) for u in np.unique(ssid)}
 
 
-# Messages folded into the aggregator whose seconds are still there: (stream, event, seconds).
-# Their offsets stay uncommitted until ack_finished_messages() finds every second evicted.
-pending: list = []
+# Every input message, held unacked until ack_finished_messages() finds every second it added
+# records to evicted (and every earlier message of its partition acked: InOrderAcks says why).
+pending = InOrderAcks()
 
 
 def message_finished(touched: dict[tuple[str, int], int]) -> bool:
@@ -178,14 +180,7 @@ def message_finished(touched: dict[tuple[str, int], int]) -> bool:
 async def ack_finished_messages() -> None:
     """Ack the pending messages whose every second has been evicted (after their last emission
     was delivered: the caller awaited it)."""
-    global pending
-    keep = []
-    for stream, event, touched in pending:
-        if message_finished(touched):
-            await stream.ack(event)
-        else:
-            keep.append((stream, event, touched))
-    pending = keep
+    await pending.ack_finished(message_finished)
 
 
 @app.agent(records_topic)
@@ -195,12 +190,8 @@ async def process_batches(stream) -> None:
         letter, touched = handle_message(event.message)
         if letter is not None:
             await (await deadletter_topic.send(key=event.message.key, value=letter))  # delivered, then acked
-            await manual.ack(event)
-        elif not touched:
-            await manual.ack(event)
-        else:
-            event.message.value = None  # the records are in the aggregator: keep the offset, not the bytes
-            pending.append((manual, event, touched))
+        event.message.value = None  # the records are in the aggregator: keep the offset, not the bytes
+        pending.hold(manual, event, touched)
 
 
 async def publish_lines(lines: list[str]) -> None:

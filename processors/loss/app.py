@@ -37,7 +37,7 @@ from aiokafka import codec as aiokafka_codec
 from processors.delay.topics import ensure_topics
 from processors.loss.config import LossConfig
 from processors.loss.join import LossJoiner
-from processors.worker import ProcessorHealth, dead_letter, faust_app_settings, read_progress
+from processors.worker import InOrderAcks, ProcessorHealth, dead_letter, faust_app_settings, read_progress
 from segscope_schemas.altmark_block import MalformedBatch, decode_batch
 
 log = logging.getLogger("segscope.loss")
@@ -59,7 +59,9 @@ class LossApp(faust.App):
         if not aiokafka_codec.has_lz4():
             raise RuntimeError("aiokafka has no lz4 codec: install cramjam (requirements.txt)")
         # Faust ignores a missing source topic (and then never consumes it).
-        ensure_topics(cfg.bootstrap, [cfg.blocks_topic, cfg.metrics_topic, cfg.deadletter_topic, PROGRESS_TOPIC])
+        ensure_topics(cfg.bootstrap, [cfg.blocks_topic, cfg.metrics_topic, cfg.deadletter_topic])
+        # the progress topic keeps the newest value per key (session or flow): compacted, it stays small
+        ensure_topics(cfg.bootstrap, [PROGRESS_TOPIC], config={"cleanup.policy": "compact"})
         load_progress()
         health.serve()
         log.info(
@@ -121,7 +123,9 @@ async def write_progress() -> None:
     for flow, upto in joiner.evicted_upto.items():
         if upto > progress_written.get(flow, -1):
             value = json.dumps({"flow_id": flow[0], "method": flow[1], "period_ms": flow[2], "final_upto": upto})
-            sent.append(await progress_topic.send(key=str(flow[0]).encode(), value=value.encode()))
+            # key = the whole flow key: the topic is compacted to the newest value per key
+            key = f"{flow[0]}/{flow[1]}/{flow[2]}".encode()
+            sent.append(await progress_topic.send(key=key, value=value.encode()))
             progress_written[flow] = upto
     if sent:
         await asyncio.gather(*sent)
@@ -156,20 +160,13 @@ def handle_message(message, now_ns: int) -> tuple[bytes | None, set]:
     return None, touched
 
 
-# Messages whose blocks are still in the joiner: (stream, event, block keys); their offsets stay
-# uncommitted until ack_finished_messages() finds every block evicted.
-pending: list = []
+# Every input message with the block keys it fed, held unacked until ack_finished_messages() finds
+# every one of them evicted (and every earlier message of its partition acked: InOrderAcks says why).
+pending = InOrderAcks()
 
 
 async def ack_finished_messages() -> None:
-    global pending
-    keep = []
-    for stream, event, touched in pending:
-        if touched.isdisjoint(joiner.blocks):
-            await stream.ack(event)
-        else:
-            keep.append((stream, event, touched))
-    pending = keep
+    await pending.ack_finished(lambda touched: touched.isdisjoint(joiner.blocks))
 
 
 @app.agent(blocks_topic)
@@ -179,11 +176,8 @@ async def process_batches(stream) -> None:
         letter, touched = handle_message(event.message, clock_ns())
         if letter is not None:
             await (await deadletter_topic.send(key=event.message.key, value=letter))  # delivered first
-        if touched:
-            event.message.value = None  # the records are in the joiner: keep the offset, not the bytes
-            pending.append((manual, event, touched))
-        else:
-            await manual.ack(event)
+        event.message.value = None  # the records are in the joiner: keep the offset, not the bytes
+        pending.hold(manual, event, touched)
 
 
 async def publish_lines(lines: list[str]) -> None:

@@ -13,3 +13,12 @@ import pytest
 @pytest.fixture(scope="session")
 def kafka_bootstrap(stack) -> str:
     return stack.kafka_bootstrap
+
+
+def topic_config(bootstrap: str, topic: str, name: str) -> str:
+    """One configuration value of a topic, as the broker reports it."""
+    from confluent_kafka.admin import AdminClient, ConfigResource
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    res = ConfigResource(ConfigResource.Type.TOPIC, topic)
+    return admin.describe_configs([res])[res].result(timeout=10)[name].value

@@ -26,6 +26,7 @@ from confluent_kafka import Producer
 from processors.delay.topics import ensure_topics
 from segscope_schemas import names
 from segscope_schemas.stamp_record import STAMP_RECORD_DTYPE, encode_batch
+from tests.processors.conftest import topic_config
 
 REPO = Path(__file__).resolve().parents[2]
 NS = 1_000_000_000
@@ -126,6 +127,8 @@ def test_delay_processor_survives_kill_9(stack, tmp_path):
             f"per second (UTC) sent vs in InfluxDB differ: missing {sorted(set(want) - set(got))}, "
             f"wrong {[(s, want[s], got[s]) for s in want if s in got and got[s] != want[s]]}"
         )
+        # the progress topic keeps the newest value per session/flow only
+        assert topic_config(stack.kafka_bootstrap, f"{app_id}.progress", "cleanup.policy") == "compact"
         print(f"\n[crash] {total} records, {len(want)} seconds, all in InfluxDB {caught_up_s:.1f} s after the restart")
     finally:
         stop.set()

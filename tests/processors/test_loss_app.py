@@ -55,7 +55,16 @@ def rec(
     return r
 
 
-def start_worker(bootstrap: str, tmp_path: Path, blocks: str, metrics: str, deadletter: str, app_id: str):
+def start_worker(
+    bootstrap: str,
+    tmp_path: Path,
+    blocks: str,
+    metrics: str,
+    deadletter: str,
+    app_id: str,
+    timeout_s: float = 0,
+    retention_s: float = 60,
+):
     log_path = tmp_path / f"{app_id}.log"
     env = dict(os.environ, PYTHONPATH=f"{REPO}:{REPO / 'schemas' / 'python'}")
     with open(log_path, "w") as log:
@@ -75,9 +84,9 @@ def start_worker(bootstrap: str, tmp_path: Path, blocks: str, metrics: str, dead
                 "--app-id",
                 app_id,
                 "--timeout-s",
-                str(TIMEOUT_S),
+                str(timeout_s or TIMEOUT_S),
                 "--retention-s",
-                "60",
+                str(retention_s),
                 "--flush-interval-s",
                 "0.5",
                 "--tai-utc-offset-s",
