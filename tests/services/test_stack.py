@@ -207,6 +207,9 @@ def test_isolated_second_stack_up_down(stack: Stack, capsys) -> None:
         assert metrics_offsets(kafka_only) == (0, 1)
         os.kill(kafka_only.read_pid("kafka"), signal.SIGKILL)
         crashed = Stack(run_dir=run_dir, port_base=base, quiet=True)
+        deadline = time.monotonic() + 10  # a JVM's threads take a moment to exit after SIGKILL
+        while crashed.status()["kafka"]["alive"] and time.monotonic() < deadline:
+            time.sleep(0.1)
         assert crashed.status()["kafka"]["alive"] is False
         crashed.up(only=["kafka"])  # after a crash
         assert metrics_offsets(crashed) == (0, 1)
