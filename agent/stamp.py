@@ -120,8 +120,13 @@ class StampAgent:
         self.node, self.tools, self.kafka = node, tools, kafka
         self.lock = threading.RLock()
         self.cond = threading.Condition(self.lock)
+        # the first Init of a role attaches its program (sender_cfg / reflector_cfg: that device);
+        # an Init with another device attaches the same program there too (a multi-homed node:
+        # one session map, one ring buffer, one set of counters), recorded in *_devices
         self.sender_cfg: pb.StampSenderConfig | None = None
         self.reflector_cfg: pb.StampReflectorConfig | None = None
+        self.sender_devices: dict[str, pb.StampSenderConfig] = {}
+        self.reflector_devices: dict[str, pb.StampReflectorConfig] = {}
         self.sessions: dict[tuple[int, int], Session] = {}
         self.reader: subprocess.Popen | None = None
         self.reader_thread: threading.Thread | None = None
@@ -148,9 +153,9 @@ class StampAgent:
     def xdp_program_on(self, device: str) -> str | None:
         """The STAMP program this agent runs on device (attached or chained), None if none; the
         flow monitor asks it under xdp_lock before attaching altmark_rx there."""
-        if self.sender_cfg is not None and self.sender_cfg.device == device:
+        if device in self.sender_devices:
             return "stamp_collector"
-        if self.reflector_cfg is not None and self.reflector_cfg.device == device:
+        if device in self.reflector_devices:
             return "stamp_reflector"
         return None
 
@@ -479,6 +484,14 @@ class StampAgent:
             # detach finds where the program runs: on the device, or in the chain slot of the
             # node's altmark_rx (then only the slot is emptied; altmark_rx keeps counting)
             with self.xdp_lock:
+                for tool, pin, cfg, devices in (
+                    (t.collector, t.collector_pin, self.sender_cfg, self.sender_devices),
+                    (t.reflector, t.reflector_pin, self.reflector_cfg, self.reflector_devices),
+                ):
+                    for dev in [d for d in devices if cfg is None or d != cfg.device]:
+                        cmd = [str(tool), "detach-dev", *t.ns_args(), "--dev", dev, "--pin-dir", str(pin)]
+                        subprocess.run(cmd, capture_output=True)
+                    devices.clear()
                 if self.sender_cfg is not None:
                     subprocess.run(
                         [
@@ -615,19 +628,32 @@ class StampServicer(pb_grpc.StampServiceServicer):
             )
         changed = False
         with a.lock:
-            if snd is not None:
-                if a.sender_cfg is not None and a.sender_cfg != snd:
-                    raise ApiError(
-                        grpc.StatusCode.FAILED_PRECONDITION,
-                        f"sender: already initialised with device {a.sender_cfg.device} source "
-                        f"{a.sender_cfg.source_address}; Reset first",
-                    )
-            if rfl is not None and a.reflector_cfg is not None and a.reflector_cfg != rfl:
+            if snd is not None and snd.device in a.sender_devices and a.sender_devices[snd.device] != snd:
+                have = a.sender_devices[snd.device]
                 raise ApiError(
                     grpc.StatusCode.FAILED_PRECONDITION,
-                    f"reflector: already initialised with device {a.reflector_cfg.device} addresses "
-                    f"{list(a.reflector_cfg.addresses)} port {a.reflector_cfg.udp_port}; Reset first",
+                    f"sender: device {snd.device} already initialised with source {have.source_address}; Reset first",
                 )
+            if rfl is not None and a.reflector_cfg is not None and a.reflector_cfg.udp_port != rfl.udp_port:
+                raise ApiError(
+                    grpc.StatusCode.FAILED_PRECONDITION,
+                    f"reflector.udp_port: the reflector already answers on port {a.reflector_cfg.udp_port} "
+                    f"(devices {sorted(a.reflector_devices)}); one port per node, or Reset first",
+                )
+            if snd is not None and a.sender_cfg is not None and snd.device not in a.sender_devices:
+                changed |= self._add_device(snd, "sender", t.collector, t.collector_pin, a.sender_devices)
+            if rfl is not None and a.reflector_cfg is not None:
+                if rfl.device not in a.reflector_devices:
+                    changed |= self._add_device(rfl, "reflector", t.reflector, t.reflector_pin, a.reflector_devices)
+                have = set(a.reflector_cfg.addresses)
+                for i, addr in enumerate(rfl.addresses):
+                    if addr not in have:
+                        t.run(
+                            [t.reflector, "add-address", "--pin-dir", t.reflector_pin, addr],
+                            f"reflector.addresses[{i}]",
+                        )
+                        a.reflector_cfg.addresses.append(addr)
+                        changed = True
             if snd is not None and a.sender_cfg is None:
                 a.clear_leftovers(t.collector, t.collector_pin, snd.device)
                 with a.xdp_lock:
@@ -645,6 +671,7 @@ class StampServicer(pb_grpc.StampServiceServicer):
                         "sender.device",
                     )
                     a.sender_cfg = snd
+                    a.sender_devices[snd.device] = snd
                 a._start_reader()
                 changed = True
                 log.info("Init sender: stamp_collector attached to %s, results reader started", snd.device)
@@ -678,7 +705,9 @@ class StampServicer(pb_grpc.StampServiceServicer):
                             "reflector.device",
                         )
                         raise
-                    a.reflector_cfg = rfl
+                    a.reflector_cfg = pb.StampReflectorConfig()
+                    a.reflector_cfg.CopyFrom(rfl)
+                    a.reflector_devices[rfl.device] = rfl
                 changed = True
                 log.info(
                     "Init reflector: stamp_reflector attached to %s for %s port %d",
@@ -691,6 +720,21 @@ class StampServicer(pb_grpc.StampServiceServicer):
         else:
             self._changed()
         return pb.InitResponse(changed=changed)
+
+    def _add_device(self, cfg, role: str, tool: Path, pin: Path, devices: dict) -> bool:
+        """The role's program, already attached, on one more device (same maps); True when done."""
+        a, t = self.a, self.a.tools
+        with a.xdp_lock:
+            if a._behind(cfg.device):
+                raise ApiError(
+                    grpc.StatusCode.FAILED_PRECONDITION,
+                    f"{role}.device: {cfg.device} runs altmark_rx; a STAMP {role} can chain behind it only on "
+                    f"its first device ({sorted(devices)[0]}): Init that device first, or use another one",
+                )
+            t.run([tool, "attach-dev", *t.ns_args(), "--dev", cfg.device, "--pin-dir", pin], f"{role}.device")
+            devices[cfg.device] = cfg
+        log.info("Init %s: %s also attached to %s (devices %s)", role, tool.name, cfg.device, sorted(devices))
+        return True
 
     def Reset(self, req, ctx):
         n, changed = self.a.reset()

@@ -120,9 +120,11 @@ def plan(desired: DesiredState, actual: dict[tuple, Resource]) -> list[Op]:
         if op.kind in STAMP_ROLE_OF and op.action in ("create", "replace")
     }
     for node, role in sorted(roles_needed):
-        init = desired.inits[(node, role)]
         kind = "stamp_reflector" if role == "reflector" else "stamp_sender"
-        forward.append(((0, KIND_RANK[kind], node, 0, (), 0), Op("init", "stamp_init", node, (role,), init=init)))
+        for (n, r, dev), init in sorted(desired.inits.items()):
+            if (n, r) == (node, role):  # every device of the role (a multi-homed node has several)
+                rank = (0, KIND_RANK[kind], node, 0, (dev,), 0)
+                forward.append((rank, Op("init", "stamp_init", node, (role, dev), init=init)))
     managed = set(desired.nodes)
     stamp_nodes_wanted = {r.node for r in desired.resources.values() if r.kind in STAMP_ROLE_OF}
     removals = [have for ident, have in actual.items() if ident not in desired.resources and have.node in managed]

@@ -685,20 +685,18 @@ def _cross_checks(c: _Checker, intent: Intent, indexed: dict[str, list[tuple[int
                 "use another ssid",
             )
         refl_seen.setdefault(k, index)
-    # a node's STAMP datapath is Init'ed once: one collector device / source per sender node,
-    # one reflector device per reflector node
-    for role in ("sender", "reflector"):
-        devs: dict[str, tuple[str, int]] = {}
-        for index, s in indexed["stamp_sessions"]:
-            end = getattr(s, role)
-            if end.node in devs and devs[end.node][0] != end.dev:
-                c.err(
-                    ("stamp_sessions", index, role, "dev"),
-                    f"node {end.node} is already a STAMP {role} on dev {devs[end.node][0]} "
-                    f"(stamp_sessions[{devs[end.node][1]}])",
-                    f"use dev {devs[end.node][0]}: one {role} device per node",
-                )
-            devs.setdefault(end.node, (end.dev, index))
+    # a node may send and reflect on several devices (one program per role, attached to each of
+    # them); one source address per sender device, since the agent's Init keys the role by device
+    srcs: dict[tuple[str, str], tuple[str, int]] = {}
+    for index, s in indexed["stamp_sessions"]:
+        k = (s.sender.node, s.sender.dev)
+        if k in srcs and _same_ip(srcs[k][0], s.sender.address) is False:
+            c.err(
+                ("stamp_sessions", index, "sender", "address"),
+                f"{s.sender.node}:{s.sender.dev} already sends from {srcs[k][0]} (stamp_sessions[{srcs[k][1]}])",
+                f"use address {srcs[k][0]} for sessions whose replies arrive on {s.sender.dev}",
+            )
+        srcs.setdefault(k, (s.sender.address, index))
     # a device's XDP hook: altmark_rx (flow egress dev) chains one STAMP program behind it
     # (datapath/README.md, "Chaining"; the agent does it in either order), so a STAMP collector or
     # reflector may share its device with a flow's RX side. The STAMP collector (sender dev) and
@@ -800,3 +798,12 @@ def load_intent(path: str | Path) -> Intent:
             str(path), [Problem(1, 1, "", f"cannot read the file: {exc.strerror}", "check the path")]
         ) from None
     return parse_intent(text, str(path), path.resolve().parent)
+
+
+def _same_ip(a: str, b: str) -> bool | None:
+    """Whether two address texts are the same address (None if either is not an address: that
+    is reported by the address check itself)."""
+    try:
+        return ipaddress.ip_address(a) == ipaddress.ip_address(b)
+    except ValueError:
+        return None

@@ -63,7 +63,7 @@ class StampInit:
 class DesiredState:
     nodes: list[str]
     resources: dict[tuple, Resource] = field(default_factory=dict)
-    inits: dict[tuple[str, str], StampInit] = field(default_factory=dict)
+    inits: dict[tuple[str, str, str], StampInit] = field(default_factory=dict)  # (node, role, device)
 
     def add(self, r: Resource) -> None:
         self.resources[r.ident] = r
@@ -221,16 +221,15 @@ def desired_state(intent: Intent) -> DesiredState:
                 duration_s=s.duration_s,
             )
         )
+        # one Init per (node, role, device): a node may send or reflect on several devices
         d.inits.setdefault(
-            (s.sender.node, "sender"),
+            (s.sender.node, "sender", s.sender.dev),
             StampInit(s.sender.node, "sender", s.sender.dev, source_address=canon_ip(s.sender.address)),
         )
-        reflector_addrs.setdefault(s.reflector.node, set()).add(canon_ip(s.reflector.address))
-        d.inits.setdefault((s.reflector.node, "reflector"), StampInit(s.reflector.node, "reflector", s.reflector.dev))
-    for node, addrs in reflector_addrs.items():
-        init = d.inits[(node, "reflector")]
-        d.inits[(node, "reflector")] = StampInit(
-            node, "reflector", init.device, addresses=tuple(sorted(addrs, key=ipaddress.ip_address))
+        reflector_addrs.setdefault((s.reflector.node, s.reflector.dev), set()).add(canon_ip(s.reflector.address))
+    for (node, dev), addrs in reflector_addrs.items():
+        d.inits[(node, "reflector", dev)] = StampInit(
+            node, "reflector", dev, addresses=tuple(sorted(addrs, key=ipaddress.ip_address))
         )
     for f in intent.flows:
         d.add(

@@ -522,6 +522,50 @@ int detach_and_unpin(const char *netns, const char *dev, const char *dir)
 	return rc;
 }
 
+int attach_dev_pinned(const char *netns, const char *dev, const char *dir)
+{
+	int prog_fd = open_pinned(dir, PROG_PIN_NAME), err;
+
+	if (prog_fd < 0)
+		return prog_fd;
+	err = attach_pinned_xdp(netns, dev, prog_fd);
+	close(prog_fd);
+	if (!err)
+		printf("%s (pinned in %s) also attached to %s\n", loader_name, dir, dev);
+	return err;
+}
+
+int detach_dev_pinned(const char *netns, const char *dev, const char *dir)
+{
+	LIBBPF_OPTS(bpf_xdp_attach_opts, opts);
+	uint32_t attached_id = 0, our_id;
+	int prog_fd, ifindex, err = 0;
+
+	prog_fd = open_pinned(dir, PROG_PIN_NAME);
+	if (prog_fd < 0)
+		return prog_fd;
+	our_id = prog_id_of(prog_fd);
+	if (enter_netns(netns) || (ifindex = resolve_ifindex(dev)) < 0) {
+		close(prog_fd);
+		return -ENOENT;
+	}
+	bpf_xdp_query_id(ifindex, XDP_FLAGS_DRV_MODE, &attached_id);
+	if (attached_id != our_id) {
+		die_msg("--dev: program %u pinned in %s is not attached to %s (attached: %u)", our_id, dir, dev,
+			attached_id);
+		err = -ENOENT;
+	} else {
+		opts.old_prog_fd = prog_fd;   /* REPLACE + old fd: detach only if it is still ours */
+		err = bpf_xdp_detach(ifindex, XDP_FLAGS_DRV_MODE | XDP_FLAGS_REPLACE, &opts);
+		if (err)
+			die_msg("--dev: detach from %s failed: %s", dev, strerror(-err));
+		else
+			printf("%s detached from %s; still pinned in %s\n", loader_name, dev, dir);
+	}
+	close(prog_fd);
+	return err;
+}
+
 int print_counters(const char *dir, const char *map_name, const char *const *names,
 		   unsigned int n, bool json)
 {

@@ -59,6 +59,11 @@ int attach_pinned_xdp(const char *netns, const char *dev, int prog_fd);
 /* Detach the pinned program from dev (only if it is the one attached) or, if it runs behind
  * altmark_rx of the same instance, empty that slot; then remove the pins. */
 int detach_and_unpin(const char *netns, const char *dev, const char *dir);
+/* One program on several devices (a multi-homed node): attach the program pinned in dir to one
+ * more device, sharing its maps (sessions, ring buffer, counters); and detach it from one device
+ * only, keeping the pins for the others. Direct attach only (not behind altmark_rx). */
+int attach_dev_pinned(const char *netns, const char *dev, const char *dir);
+int detach_dev_pinned(const char *netns, const char *dev, const char *dir);
 
 /*
  * XDP chaining (one native XDP program per device): altmark_rx tail-calls

@@ -12,6 +12,8 @@
  *   stamp_collector dump --pin-dir DIR [--count N] [--timeout-ms T]
  *   stamp_collector test-run --pin-dir DIR --hex FRAME
  *   stamp_collector detach --netns NS --dev IF --pin-dir DIR
+ *   stamp_collector attach-dev --netns NS --dev IF --pin-dir DIR
+ *   stamp_collector detach-dev --netns NS --dev IF --pin-dir DIR
  *
  * DIR holds this program's pins, by convention
  * /sys/fs/bpf/segscope/<instance>/stamp_collector; the records ring buffer is
@@ -89,6 +91,8 @@ static void usage(FILE *f)
 		"  stamp_collector dump --pin-dir DIR [--count N] [--timeout-ms T]   (JSON lines)\n"
 		"  stamp_collector test-run --pin-dir DIR --hex FRAME [--repeat N]\n"
 		"  stamp_collector detach --netns NS --dev IF --pin-dir DIR\n"
+		"  stamp_collector attach-dev --netns NS --dev IF --pin-dir DIR   (the attached program on one more device)\n"
+		"  stamp_collector detach-dev --netns NS --dev IF --pin-dir DIR   (from that device only; pins stay)\n"
 		"exit codes: 0 ok, 1 failed (dump: fewer than --count records before the timeout), 2 bad arguments\n");
 }
 
@@ -410,9 +414,23 @@ static int run_test_run(void *args, const void *ctx)
 	return test_run_pinned(a->pin_dir, a->hex, a->repeat) ? EXIT_FAIL : EXIT_OK;
 }
 
+/* attach-dev / detach-dev: one program, its maps shared, on several devices (multi-homed node) */
+static int run_dev_cmd(struct args *a, bool attach)
+{
+	if (!require_arg(a->dev, "--dev") || !require_arg(a->pin_dir, "--pin-dir"))
+		return EXIT_USAGE;
+	return (attach ? attach_dev_pinned(a->netns, a->dev, a->pin_dir)
+		       : detach_dev_pinned(a->netns, a->dev, a->pin_dir)) ? EXIT_FAIL : EXIT_OK;
+}
+
+static int run_attach_dev(void *a, const void *ctx) { (void)ctx; return run_dev_cmd(a, true); }
+static int run_detach_dev(void *a, const void *ctx) { (void)ctx; return run_dev_cmd(a, false); }
+
 static const struct loader_cmd commands[] = {
 	{"attach", run_attach},
 	{"detach", run_detach},
+	{"attach-dev", run_attach_dev},
+	{"detach-dev", run_detach_dev},
 	{"activate", run_activate},
 	{"deactivate", run_deactivate},
 	{"dump", run_dump},

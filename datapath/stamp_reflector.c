@@ -16,6 +16,8 @@
  *   stamp_reflector stats --pin-dir DIR [--json]
  *   stamp_reflector test-run --pin-dir DIR --hex FRAME [--repeat N]
  *   stamp_reflector detach --netns NS --dev IF --pin-dir DIR
+ *   stamp_reflector attach-dev --netns NS --dev IF --pin-dir DIR
+ *   stamp_reflector detach-dev --netns NS --dev IF --pin-dir DIR
  *
  * DIR holds this program's pins, by convention
  * /sys/fs/bpf/segscope/<instance>/stamp_reflector. The program stays attached
@@ -108,6 +110,8 @@ static void usage(FILE *f)
 		"  stamp_reflector stats --pin-dir DIR [--json]\n"
 		"  stamp_reflector test-run --pin-dir DIR --hex FRAME [--repeat N]\n"
 		"  stamp_reflector detach --netns NS --dev IF --pin-dir DIR\n"
+		"  stamp_reflector attach-dev --netns NS --dev IF --pin-dir DIR   (the attached program on one more device)\n"
+		"  stamp_reflector detach-dev --netns NS --dev IF --pin-dir DIR   (from that device only; pins stay)\n"
 		"exit codes: 0 ok, 1 failed, 2 bad arguments\n");
 }
 
@@ -507,9 +511,23 @@ static int run_test_run(void *args, const void *ctx)
 	return test_run_pinned(a->pin_dir, a->hex, a->repeat) ? EXIT_FAIL : EXIT_OK;
 }
 
+/* attach-dev / detach-dev: one program, its maps shared, on several devices (multi-homed node) */
+static int run_dev_cmd(struct args *a, bool attach)
+{
+	if (!require_arg(a->dev, "--dev") || !require_arg(a->pin_dir, "--pin-dir"))
+		return EXIT_USAGE;
+	return (attach ? attach_dev_pinned(a->netns, a->dev, a->pin_dir)
+		       : detach_dev_pinned(a->netns, a->dev, a->pin_dir)) ? EXIT_FAIL : EXIT_OK;
+}
+
+static int run_attach_dev(void *a, const void *ctx) { (void)ctx; return run_dev_cmd(a, true); }
+static int run_detach_dev(void *a, const void *ctx) { (void)ctx; return run_dev_cmd(a, false); }
+
 static const struct loader_cmd commands[] = {
 	{"attach", run_attach},
 	{"detach", run_detach},
+	{"attach-dev", run_attach_dev},
+	{"detach-dev", run_detach_dev},
 	{"add-address", run_add_address},
 	{"del-address", run_del_address},
 	{"add-session", run_add_session},

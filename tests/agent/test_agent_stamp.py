@@ -83,11 +83,11 @@ def test_session_produces_results(roles, stubs, lab):
     a, b = roles
     assert a.Init(pb.InitRequest(sender=pb.StampSenderConfig(device="a0", source_address="fc00:1::1"))).changed
     assert not a.Init(pb.InitRequest(sender=pb.StampSenderConfig(device="a0", source_address="fc00:1::1"))).changed
-    expect_error(
+    expect_error(  # another device is fine (tests/agent/test_agent_multihomed.py); another source here is not
         a.Init,
-        pb.InitRequest(sender=pb.StampSenderConfig(device="ah", source_address="fc00:1::1")),
+        pb.InitRequest(sender=pb.StampSenderConfig(device="a0", source_address="fc00:1::2")),
         FP,
-        "sender: already initialised",
+        "sender: device a0 already initialised with source fc00:1::1",
     )
     assert b.Init(pb.InitRequest(reflector=pb.StampReflectorConfig(device="b0", addresses=["fc00:3::1"]))).changed
     assert "xdp" in lab.run("A", ["ip", "link", "show", "a0"], check=True).stdout

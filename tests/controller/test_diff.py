@@ -50,10 +50,10 @@ def test_from_nothing_creates_everything_in_dependency_order():
         ("create", "local_sid", "R", ("fc00:2::e", 254)),
         ("create", "policy", "A", ("fd00:b::/64", 254)),
         ("create", "policy", "B", ("fd00:a::/64", 254)),
-        ("init", "stamp_init", "B", ("reflector",)),
+        ("init", "stamp_init", "B", ("reflector", "b0")),
         ("create", "stamp_reflector", "B", ("reflector", 1)),
         ("start", "stamp_reflector", "B", ("reflector", 1)),
-        ("init", "stamp_init", "A", ("sender",)),
+        ("init", "stamp_init", "A", ("sender", "a0")),
         ("create", "stamp_sender", "A", ("sender", 1)),
         ("start", "stamp_sender", "A", ("sender", 1)),
     ]
@@ -104,7 +104,7 @@ def test_session_change_is_replace_then_start_with_init():
     actual = reported(desired_state(load_intent(DEMO)))
     ops = plan(d_new, actual)
     assert summary(ops) == [
-        ("init", "stamp_init", "A", ("sender",)),
+        ("init", "stamp_init", "A", ("sender", "a0")),
         ("replace", "stamp_sender", "A", ("sender", 1)),
         ("start", "stamp_sender", "A", ("sender", 1)),
     ]
@@ -142,10 +142,10 @@ def test_flows_rx_before_tx_and_removed_tx_first():
         ("update", "local_sid", "A", ("fc00:1::d6", 254)),
         ("update", "local_sid", "B", ("fc00:3::d6", 254)),
         ("update", "local_sid", "R", ("fc00:2::e", 254)),
-        ("init", "stamp_init", "B", ("reflector",)),
+        ("init", "stamp_init", "B", ("reflector", "b0")),
         ("create", "stamp_reflector", "B", ("reflector", 1)),
         ("start", "stamp_reflector", "B", ("reflector", 1)),
-        ("init", "stamp_init", "A", ("sender",)),
+        ("init", "stamp_init", "A", ("sender", "a0")),
         ("create", "stamp_sender", "A", ("sender", 1)),
         ("start", "stamp_sender", "A", ("sender", 1)),
     ]

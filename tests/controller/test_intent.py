@@ -177,3 +177,48 @@ flows:
         "stamp_sessions[1].sender.dev: B:b0 already runs the STAMP reflector" in line for line in info.value.lines
     ), info.value.lines
     assert not any(line.split(": ", 2)[1].startswith("flows") for line in info.value.lines), info.value.lines
+
+
+MULTIHOMED = """version: 1
+nodes:
+  A: {agent: "127.0.0.1:1", tls: {ca: a, cert: b, key: c}}
+  B: {agent: "127.0.0.1:2", tls: {ca: a, cert: b, key: c}}
+  H: {agent: "127.0.0.1:3", tls: {ca: a, cert: b, key: c}}
+stamp_sessions:
+  - {ssid: 1, sender: {node: A, address: "fc00:1::1", dev: a0}, reflector: {node: B, address: "fc00:3::1", dev: b0}}
+  - {ssid: 2, sender: {node: A, address: "fd00:a::2", dev: ah}, reflector: {node: H, address: "fd00:a::1", dev: h1}}
+  - {ssid: 3, sender: {node: H, address: "fd00:b::1", dev: h2}, reflector: {node: B, address: "fd00:b::2", dev: bh}}
+"""
+
+
+def test_a_node_sends_and_reflects_on_several_devices():
+    """Multi-homed nodes: A collects replies on a0 and on ah, B reflects on b0 and on bh. The plan
+    has one Init per device, each with that device's source or addresses."""
+    from controller.diff import plan
+    from controller.model import desired_state
+
+    intent = parse_intent(MULTIHOMED, "x.yaml")
+    inits = [(op.node, op.key, op.init) for op in plan(desired_state(intent), {}) if op.action == "init"]
+    # reflectors first (a sender's first packet must find its reflector), then senders
+    assert [(n, k) for n, k, _ in inits] == [
+        ("B", ("reflector", "b0")),
+        ("B", ("reflector", "bh")),
+        ("H", ("reflector", "h1")),
+        ("A", ("sender", "a0")),
+        ("A", ("sender", "ah")),
+        ("H", ("sender", "h2")),
+    ]
+    by_key = {(n, k): i for n, k, i in inits}
+    assert by_key[("A", ("sender", "ah"))].source_address == "fd00:a::2"
+    assert by_key[("B", ("reflector", "bh"))].addresses == ("fd00:b::2",)
+    assert by_key[("B", ("reflector", "b0"))].addresses == ("fc00:3::1",)
+
+
+def test_one_source_address_per_sender_device():
+    text = MULTIHOMED.replace('address: "fd00:a::2", dev: ah', 'address: "fd00:a::9", dev: a0')
+    with pytest.raises(IntentError) as info:
+        parse_intent(text, "x.yaml")
+    lines = info.value.lines
+    assert len(lines) == 1 and lines[0].startswith("x.yaml:8:"), lines
+    assert "A:a0 already sends from fc00:1::1 (stamp_sessions[0])" in lines[0], lines
+    assert "fix: use address fc00:1::1 for sessions whose replies arrive on a0" in lines[0].lower(), lines
