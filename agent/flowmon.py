@@ -187,6 +187,11 @@ class FlowMonAgent:
                 os.killpg(p.pid, signal.SIGKILL)
                 p.wait()
 
+    def program_devices(self) -> list[tuple[str, str]]:
+        """(program, device) of every device an altmark side of this agent runs on."""
+        with self.lock:
+            return [(PROG[side], self.sides[side].device) for side in sorted(self.sides)]
+
     def attached_programs(self) -> list[tuple[str, Path, Path]]:
         """(program, loader, pin dir) of the altmark sides attached now."""
         with self.lock:

@@ -198,6 +198,8 @@ class StatsPublisher:
         topic: str = names.TOPIC_METRICS,
         on_tick=None,
         streamer=None,
+        devices=None,
+        link_stats=None,
     ):
         self.node, self.bootstrap, self.topic = node, bootstrap, topic
         self.programs = programs  # callable -> [(program, tool, pin_dir)] attached now
@@ -205,6 +207,8 @@ class StatsPublisher:
         self.gauges = gauges or (lambda: {})
         self.on_tick = on_tick  # e.g. poll the STAMP producer so its delivery reports run
         self.streamer = streamer  # callable -> segscope_streamer fields, or None (nothing streamed)
+        self.devices = devices or (lambda: [])  # callable -> [(program, device)] the datapath runs on
+        self.link_stats = link_stats  # callable -> {device: kernel counters} (Rtnl.link_stats)
         self.interval_s = interval_s
         self._known: dict[Path, DatapathProgram] = {}
         self._stop = threading.Event()
@@ -274,6 +278,7 @@ class StatsPublisher:
         live = {p for _, _, p in attached}
         for gone in [p for p in self._known if p not in live]:
             del self._known[gone]
+        out += self.device_lines(node, ts)
         streamed = self.streamer() if self.streamer else None
         if streamed is not None:
             out.append(
@@ -281,6 +286,27 @@ class StatsPublisher:
             )
         mine = {**self.counters.snapshot(), **self.gauges()}
         out.append(f"segscope_agent,node={node} " + ",".join(f"{k}={v}i" for k, v in mine.items()) + f" {ts}")
+        return out
+
+    def device_lines(self, node: str, ts: int) -> list[str]:
+        """segscope_device: the kernel counters of each device a datapath program runs on; a
+        reflector's replies lost on the way out show as tx_dropped here (and nowhere else)."""
+        progs: dict[str, list[str]] = {}
+        for program, device in self.devices():
+            progs.setdefault(device, []).append(program)
+        if not progs or self.link_stats is None:
+            return []
+        try:
+            stats = self.link_stats()
+        except OSError:
+            self.counters.add("stats_read_errors")
+            return []
+        out = []
+        for device, programs in sorted(progs.items()):
+            if device in stats:
+                fields = ",".join(f"{k}={v}i" for k, v in stats[device].items())
+                tags = f"node={node},device={escape_tag(device)},programs={escape_tag('+'.join(sorted(programs)))}"
+                out.append(f"segscope_device,{tags} {fields} {ts}")
         return out
 
     def publish_now(self) -> None:

@@ -30,6 +30,17 @@ NLMSGERR_ATTR_MSG = 1
 RTA_DST, RTA_OIF, RTA_PRIORITY, RTA_MULTIPATH, RTA_TABLE, RTA_ENCAP_TYPE, RTA_ENCAP = 1, 4, 6, 9, 15, 21, 22
 NLA_F_NESTED = 0x8000
 IFLA_IFNAME = 3
+IFLA_STATS64 = 23  # struct rtnl_link_stats64: u64 counters, the first 8 below
+LINK_STATS64_FIELDS = (
+    "rx_packets",
+    "tx_packets",
+    "rx_bytes",
+    "tx_bytes",
+    "rx_errors",
+    "tx_errors",
+    "rx_dropped",
+    "tx_dropped",
+)
 RTPROT_STATIC, RT_SCOPE_UNIVERSE, RTN_UNICAST, RT_TABLE_MAIN, RT_TABLE_COMPAT = 4, 0, 1, 254, 252
 LWTUNNEL_ENCAP_SEG6, LWTUNNEL_ENCAP_SEG6_LOCAL = 5, 7
 SEG6_IPTUNNEL_SRH = 1
@@ -422,6 +433,19 @@ class Rtnl:
                 if r is not None:
                     routes.append(r)
         return routes
+
+    def link_stats(self) -> dict[str, dict[str, int]]:
+        """Interface name -> its kernel counters (LINK_STATS64_FIELDS), one dump for all."""
+        out = {}
+        n = len(LINK_STATS64_FIELDS)
+        for t, buf, off, end in self.dump(RTM_GETLINK, _IFINFO.pack(0, 0, 0, 0, 0)):
+            if t != RTM_NEWLINK:
+                continue
+            a = _attrs(buf, off + _IFINFO.size, end)
+            if IFLA_IFNAME in a and IFLA_STATS64 in a and len(a[IFLA_STATS64]) >= 8 * n:
+                values = struct.unpack_from(f"={n}Q", a[IFLA_STATS64])
+                out[a[IFLA_IFNAME].rstrip(b"\0").decode()] = dict(zip(LINK_STATS64_FIELDS, values))
+        return out
 
     def links(self) -> dict[str, int]:
         """Interface name -> ifindex."""

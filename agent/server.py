@@ -105,6 +105,7 @@ class Agent:
         self.rtnl = Rtnl(cfg.netns)
         self.srv6 = Srv6State(self.rtnl, cfg.node)
         self.stamp = StampAgent(cfg.node, Tools(REPO, cfg.netns, Path(names.BPFFS_PIN_ROOT) / instance), cfg.kafka)
+        self.stamp.link_stats = self.rtnl.link_stats
         self.flowmon = FlowMonAgent(cfg.node, REPO, cfg.netns, instance, cfg.kafka)
         # altmark_rx and a STAMP program on one device run chained (datapath/README.md,
         # "Chaining"): one lock for the node's XDP attach/detach, each side asks the other
@@ -176,8 +177,13 @@ class Agent:
             interval_s=self.cfg.stats_interval_s,
             on_tick=self.stamp.poll_producer,
             streamer=self.stamp.streamer_counters,
+            devices=self._program_devices,
+            link_stats=self.rtnl.link_stats,
         )
         self.stats.start()
+
+    def _program_devices(self) -> list[tuple[str, str]]:
+        return self.stamp.program_devices() + self.flowmon.program_devices()
 
     # -- HTTP health endpoint (--health) ---------------------------------------------------------
     def _start_health(self) -> None:
@@ -198,6 +204,8 @@ class Agent:
                 counters=self.counters,
                 gauges=self.stamp.counters,
                 streamer=self.stamp.streamer_counters,
+                devices=self._program_devices,
+                link_stats=self.rtnl.link_stats,
             )
         stop = self._health_stop = threading.Event()
 

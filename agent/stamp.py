@@ -127,6 +127,10 @@ class StampAgent:
         self.reflector_cfg: pb.StampReflectorConfig | None = None
         self.sender_devices: dict[str, pb.StampSenderConfig] = {}
         self.reflector_devices: dict[str, pb.StampReflectorConfig] = {}
+        # kernel counters of the node's devices (the server sets Rtnl.link_stats); the TX drops
+        # of each reflector device when it was Init'ed, so a status shows the drops since then
+        self.link_stats = lambda: {}
+        self.reflector_tx_base: dict[str, int] = {}
         self.sessions: dict[tuple[int, int], Session] = {}
         self.reader: subprocess.Popen | None = None
         self.reader_thread: threading.Thread | None = None
@@ -302,6 +306,32 @@ class StampAgent:
         with self.lock:
             out["records_unmatched"] = self.unmatched_records
         return out
+
+    def program_devices(self) -> list[tuple[str, str]]:
+        """(program, device) of every device a STAMP program of this agent runs on."""
+        with self.lock:
+            return [("stamp_collector", d) for d in sorted(self.sender_devices)] + [
+                ("stamp_reflector", d) for d in sorted(self.reflector_devices)
+            ]
+
+    def note_reflector_device(self, device: str) -> None:
+        """Remember the device's TX drops at Init (reflector_tx_dropped counts from here)."""
+        try:
+            self.reflector_tx_base[device] = self.link_stats().get(device, {}).get("tx_dropped", 0)
+        except OSError:
+            self.reflector_tx_base[device] = 0
+
+    def reflector_tx_dropped(self) -> int:
+        if not self.reflector_devices:
+            return 0
+        try:
+            stats = self.link_stats()
+        except OSError:
+            return 0
+        return sum(
+            max(0, stats.get(d, {}).get("tx_dropped", 0) - self.reflector_tx_base.get(d, 0))
+            for d in self.reflector_devices
+        )
 
     def attached_programs(self) -> list[tuple[str, Path, Path]]:
         """(program, loader, pin dir) of the STAMP programs attached now."""
@@ -708,6 +738,7 @@ class StampServicer(pb_grpc.StampServiceServicer):
                     a.reflector_cfg = pb.StampReflectorConfig()
                     a.reflector_cfg.CopyFrom(rfl)
                     a.reflector_devices[rfl.device] = rfl
+                    a.note_reflector_device(rfl.device)
                 changed = True
                 log.info(
                     "Init reflector: stamp_reflector attached to %s for %s port %d",
@@ -733,6 +764,8 @@ class StampServicer(pb_grpc.StampServiceServicer):
                 )
             t.run([tool, "attach-dev", *t.ns_args(), "--dev", cfg.device, "--pin-dir", pin], f"{role}.device")
             devices[cfg.device] = cfg
+            if role == "reflector":
+                a.note_reflector_device(cfg.device)
         log.info("Init %s: %s also attached to %s (devices %s)", role, tool.name, cfg.device, sorted(devices))
         return True
 
@@ -901,6 +934,10 @@ class StampServicer(pb_grpc.StampServiceServicer):
     def ListStampSessions(self, req, ctx):
         with self.a.lock:
             out = [s.status() for _, s in sorted(self.a.sessions.items())]
+            tx_dropped = self.a.reflector_tx_dropped()
+        for st in out:
+            if st.session.role == REFLECTOR:
+                st.reflector_tx_dropped = tx_dropped
         log.info("ListStampSessions: %d sessions", len(out))
         return pb.ListStampSessionsResponse(sessions=out)
 

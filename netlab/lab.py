@@ -282,8 +282,12 @@ class Lab:
         sh(["ip", "link", "set", "dev", tmp[1], "netns", relay_ns, "name", RELAY_IF_A])
         sh(["ip", "link", "set", "dev", tmp[2], "netns", relay_ns, "name", RELAY_IF_B])
         sh(["ip", "link", "set", "dev", tmp[3], "netns", self.ns(link.b.node), "name", link.b.ifname])
+        # xdp_pass on both relay ends: a node's XDP program that answers with XDP_TX (the STAMP
+        # reflector) sends into its veth peer, and veth drops XDP_TX frames when the peer has no
+        # XDP program; the relay's AF_PACKET sockets still see every frame (XDP_PASS)
         script = "set -e\n" + "".join(
             f"ethtool -K {dev} {' '.join(RELAY_OFFLOADS_OFF)} >/dev/null\nip link set dev {dev} up\n"
+            f"ip link set dev {dev} xdpdrv obj {XDP_PASS_OBJ} sec xdp\n"
             for dev in (RELAY_IF_A, RELAY_IF_B)
         )
         sh(["ip", "netns", "exec", relay_ns, "sh", "-c", script])
