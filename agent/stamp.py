@@ -90,16 +90,26 @@ class Session:
     state: int = pb.STAMP_SESSION_STATE_CREATED
     error: str = ""  # FAILED: why (the sender's exit status and stderr)
     proc: subprocess.Popen | None = None
-    packets_sent: int = 0
+    packets_sent: int = 0  # finished runs (their summaries)
+    stats_file: Path | None = None  # the running sender's live counters (--stats-file)
     results: collections.deque = field(default_factory=lambda: collections.deque(maxlen=KEEP_RESULTS))
     next_index: int = 0
     dropped: int = 0
+
+    def live_sent(self) -> int:
+        """Packets the running sender has sent so far (its stats file, rewritten every second)."""
+        if self.proc is None or self.stats_file is None:
+            return 0
+        try:
+            return int(json.loads(self.stats_file.read_text()).get("sent", 0))
+        except (OSError, ValueError):
+            return 0
 
     def status(self) -> pb.StampSessionStatus:
         return pb.StampSessionStatus(
             session=self.spec,
             state=self.state,
-            packets_sent=self.packets_sent,
+            packets_sent=self.packets_sent + self.live_sent(),
             results_collected=self.next_index,
             error=self.error,
         )
@@ -449,6 +459,9 @@ class StampAgent:
             cmd += ["--segs", ",".join(sp.segments)]
         if sp.padding_bytes:
             cmd += ["--padding", str(sp.padding_bytes)]
+        s.stats_file = self.streamer_stats_path.parent / f"sender-{sp.ssid}.json"
+        s.stats_file.unlink(missing_ok=True)
+        cmd += ["--stats-file", str(s.stats_file)]
         if not self.tools.sender.exists():
             raise ApiError(grpc.StatusCode.FAILED_PRECONDITION, f"ssid: {self.tools.sender} is not built (make build)")
         s.proc = children.spawn(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

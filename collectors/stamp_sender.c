@@ -57,6 +57,7 @@ struct sender_opts {
 	uint8_t tlvs[MAX_PACKET];         /* raw TLVs, wire order */
 	size_t tlv_len;
 	int ntlvs;
+	const char *stats_file;           /* --stats-file: live counters, rewritten every second */
 };
 
 static volatile sig_atomic_t stop_requested;
@@ -74,7 +75,9 @@ static void usage(FILE *f)
 		"                    [--sport P] [--dport 862] --ssid N --rate PPS\n"
 		"                    [--count N] [--duration SEC] [--padding BYTES]\n"
 		"                    [--format ptp|ntp] [--tai-offset S] [--tlv TYPE:HEX[:FLAGS]]...\n"
-		"At least one of --count/--duration. Prints one JSON summary line on exit.\n");
+		"                    [--stats-file PATH]\n"
+		"At least one of --count/--duration. Prints one JSON summary line on exit;\n"
+		"--stats-file: {\"sent\":N,\"send_errors\":N} rewritten every second while sending.\n");
 }
 
 static double parse_positive(const char *flag, const char *s)
@@ -176,7 +179,7 @@ static void parse_args(int argc, char **argv, struct sender_opts *o)
 	cli_prog = "stamp_sender";
 	cli_usage = usage;
 	enum { O_NETNS = 1, O_SRC, O_DST, O_SEGS, O_SPORT, O_DPORT, O_SSID, O_RATE,
-	       O_COUNT, O_DURATION, O_PADDING, O_FORMAT, O_TAI_OFFSET, O_TLV, O_HELP };
+	       O_COUNT, O_DURATION, O_PADDING, O_FORMAT, O_TAI_OFFSET, O_TLV, O_STATS_FILE, O_HELP };
 	static const struct option longopts[] = {
 		{ "netns", required_argument, NULL, O_NETNS },
 		{ "src", required_argument, NULL, O_SRC },
@@ -192,6 +195,7 @@ static void parse_args(int argc, char **argv, struct sender_opts *o)
 		{ "format", required_argument, NULL, O_FORMAT },
 		{ "tai-offset", required_argument, NULL, O_TAI_OFFSET },
 		{ "tlv", required_argument, NULL, O_TLV },
+		{ "stats-file", required_argument, NULL, O_STATS_FILE },
 		{ "help", no_argument, NULL, O_HELP },
 		{ 0 },
 	};
@@ -220,6 +224,7 @@ static void parse_args(int argc, char **argv, struct sender_opts *o)
 		case O_RATE: o->rate_pps = parse_positive("--rate", optarg); break;
 		case O_COUNT: o->count = parse_int("--count", optarg, 1, INT64_MAX); break;
 		case O_DURATION: o->duration_s = parse_positive("--duration", optarg); break;
+		case O_STATS_FILE: o->stats_file = optarg; break;
 		case O_PADDING: o->padding = parse_int("--padding", optarg, 0, MAX_PACKET - STAMP_BASE_LEN); break;
 		case O_FORMAT:
 			if (!strcmp(optarg, "ptp"))
@@ -403,6 +408,23 @@ static void send_one(int fd, const struct sockaddr_in6 *dst, uint8_t *buf, size_
 	}
 }
 
+/* The live counters for --stats-file: written to a temporary file and renamed over PATH, so a
+ * reader never sees a half-written line. */
+static void write_stats_file(const char *path, const struct send_stats *st)
+{
+	char tmp[4096];
+	FILE *f;
+
+	snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+	f = fopen(tmp, "w");
+	if (!f)
+		return;
+	fprintf(f, "{\"sent\":%llu,\"send_errors\":%llu}\n", (unsigned long long)st->sent,
+		(unsigned long long)st->send_errors);
+	if (fclose(f) == 0)
+		rename(tmp, path);
+}
+
 int main(int argc, char **argv)
 {
 	struct sender_opts o;
@@ -442,8 +464,15 @@ int main(int argc, char **argv)
 	if (o.duration_s > 0)
 		end_deadline = start + (uint64_t)(o.duration_s * 1e9);
 
+	uint64_t next_stats = start;
+
 	for (uint64_t i = 0; !stop_requested; i++) {
 		uint64_t deadline = start + i * interval_ns;
+
+		if (o.stats_file && deadline >= next_stats) {   /* at most once a second, off the send path */
+			write_stats_file(o.stats_file, &st);
+			next_stats = deadline + 1000000000ull;
+		}
 		struct timespec ts = ns_ts(deadline);
 
 		if (o.count >= 0 && i >= (uint64_t)o.count)
@@ -460,6 +489,8 @@ int main(int argc, char **argv)
 		send_one(fd, &dst, buf, len, (uint32_t)i, err_est, &wf, &st);
 	}
 	t_end = now_ns(CLOCK_MONOTONIC);
+	if (o.stats_file)
+		write_stats_file(o.stats_file, &st);
 
 	printf("{\"ssid\":%ld,\"sent\":%llu,\"send_errors\":%llu,\"first_seq\":0,",
 	       o.ssid, (unsigned long long)st.sent, (unsigned long long)st.send_errors);

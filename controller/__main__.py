@@ -94,7 +94,7 @@ def cmd_status(args, intent) -> int:
     from controller.status import collect, render
 
     with Controller(intent, connect_timeout_s=args.timeout) as ctl:
-        status = collect(ctl, args.influx_url, args.influx_db)
+        status = collect(ctl, args.influx_url, args.influx_db, args.window)
     if args.json:
         _print_json(status)
     else:
@@ -117,7 +117,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--timeout", type=float, default=10.0, help="seconds to wait for each agent's TLS channel")
     ap.add_argument("--influx-url", default="http://127.0.0.1:18086", help="status: InfluxDB v1 HTTP API")
     ap.add_argument("--influx-db", default="segscope", help="status: database")
+    ap.add_argument(
+        "--window", type=float, default=60.0, help="status: seconds of loss blocks summed per flow (default 60)"
+    )
     args = ap.parse_args(argv)
+    if args.window <= 0:
+        ap.error(f"--window: {args.window:g} must be > 0 seconds")
     try:
         intent = load_intent(args.file)
     except IntentError as exc:

@@ -51,7 +51,44 @@ def latest_loss(url: str, db: str, flow_id: int) -> dict | None:
     return rows[0] if rows else None
 
 
-def collect(ctl: Controller, influx_url: str, influx_db: str) -> dict:
+def window_loss(url: str, db: str, flow_id: int, window_s: float) -> dict:
+    """A flow's loss over the last window_s seconds: complete blocks summed (tx, rx, lost, ratio)
+    and the incomplete ones counted (their numbers are not loss, only what one side saw)."""
+    where = f"\"flow\" = '{flow_id}' AND time > now() - {int(window_s * 1000)}ms"
+    q = (
+        f'SELECT sum("tx_packets") AS tx, sum("rx_packets") AS rx, sum("lost") AS lost, count("lost") AS blocks '
+        f'FROM "altmark_loss" WHERE {where} AND "complete" = true'
+    )
+    rows = influx_query(url, db, q)
+    q_inc = f'SELECT count("tx_packets") AS n FROM "altmark_loss" WHERE {where} AND "complete" = false'
+    inc = influx_query(url, db, q_inc)
+    row = rows[0] if rows else {}
+    tx, lost = row.get("tx") or 0, row.get("lost") or 0
+    return {
+        "window_s": window_s,
+        "blocks": row.get("blocks") or 0,
+        "tx_packets": tx,
+        "rx_packets": row.get("rx") or 0,
+        "lost": lost,
+        "loss_ratio": (lost / tx) if tx else None,
+        "incomplete_blocks": (inc[0].get("n") or 0) if inc else 0,
+    }
+
+
+def session_loss(snd) -> dict:
+    """Packets received by the sender's agent, and, once the run has stopped, the exact loss
+    (sent - received). While the sender runs its live `sent` is at most a second old and replies
+    are in flight, so no loss is claimed then (None)."""
+    if snd is None:
+        return {"packets_received": None, "packets_lost": None, "loss_ratio": None}
+    sent, got = snd.packets_sent, snd.results_collected
+    if snd.state == 2:  # STAMP_SESSION_STATE_RUNNING
+        return {"packets_received": got, "packets_lost": None, "loss_ratio": None}
+    lost = max(0, sent - got)
+    return {"packets_received": got, "packets_lost": lost, "loss_ratio": (lost / sent) if sent else None}
+
+
+def collect(ctl: Controller, influx_url: str, influx_db: str, window_s: float = 60.0) -> dict:
     """Everything status shows, as one JSON-able dict (also what --json prints)."""
     out: dict[str, Any] = {"nodes": {}, "sessions": [], "flows": [], "influx_error": None}
     sessions_by_node: dict[str, dict] = {}
@@ -83,6 +120,9 @@ def collect(ctl: Controller, influx_url: str, influx_db: str) -> dict:
             "reflector_state": STATE_NAMES.get(refl.state, "?") if refl else "absent",
             "packets_sent": snd.packets_sent if snd else None,
             "results_collected": snd.results_collected if snd else None,
+            **session_loss(snd),
+            # replies the reflector's devices failed to send (lost silently before this existed)
+            "reflector_tx_dropped": refl.reflector_tx_dropped if refl else None,
             "delay": {},
         }
         try:
@@ -110,8 +150,10 @@ def collect(ctl: Controller, influx_url: str, influx_db: str) -> dict:
             "tx": "installed" if tx else "absent",
             "rx": "installed" if rx else "absent",
             "loss": None,
+            "window": None,
         }
         try:
+            row["window"] = window_loss(influx_url, influx_db, f.flow_id, window_s)
             p = latest_loss(influx_url, influx_db, f.flow_id)
             if p:
                 row["loss"] = {
@@ -140,7 +182,7 @@ def render(status: dict) -> str:
         )
     lines.append("")
     hdr = (
-        f"{'ssid':>5} {'sender':<7}{'reflector':<10}{'state (s/r)':<18}{'sent':>8} "
+        f"{'ssid':>5} {'sender':<7}{'reflector':<10}{'state (s/r)':<18}{'sent':>8} {'rcvd':>8} {'lost':>7} "
         f"{'fwd mean':>10} {'rev mean':>10} {'rtt mean':>10} {'rtt p99':>10} {'age':>6}"
     )
     lines += ["STAMP sessions (latest second in InfluxDB, stamp_delay)", hdr, "-" * len(hdr)]
@@ -151,25 +193,38 @@ def render(status: dict) -> str:
         lines.append(
             f"{s['ssid']:>5} {s['sender']:<7}{s['reflector']:<10}"
             f"{s['sender_state'] + '/' + s['reflector_state']:<18}{_fmt(s['packets_sent']):>8} "
+            f"{_fmt(s.get('packets_received')):>8} "
+            f"{_fmt(s.get('packets_lost')):>7} "
             f"{_fmt(f.get('mean_us'), ' us'):>10} {_fmt(r.get('mean_us'), ' us'):>10} "
             f"{_fmt(t.get('mean_us'), ' us'):>10} {_fmt(t.get('p99_us'), ' us'):>10} "
             f"{_fmt(age, ' s'):>6}"
         )
     if not status["sessions"]:
         lines.append("(no STAMP sessions in the intent)")
+    if any(s.get("sender_state") == "running" for s in status["sessions"]):
+        lines.append("(lost: exact once a run has stopped; '-' while it runs, replies are in flight)")
+    for s in status["sessions"]:
+        if s.get("reflector_tx_dropped"):
+            lines.append(
+                f"WARNING ssid {s['ssid']}: reflector {s['reflector']} failed to send "
+                f"{s['reflector_tx_dropped']} frames on its devices (TX drops): replies are being lost there"
+            )
     lines.append("")
+    window = next((f["window"]["window_s"] for f in status["flows"] if f.get("window")), None)
     hdr = (
-        f"{'flow':>6} {'method':<8}{'ingress':<8}{'egress':<8}{'tx/rx':<20}{'tx pkts':>9} {'rx pkts':>9} "
-        f"{'lost':>6} {'loss %':>8} {'block':<12}{'age':>6}"
+        f"{'flow':>6} {'method':<8}{'ingress':<8}{'egress':<8}{'tx/rx':<20}{'blocks':>7} {'tx pkts':>9} "
+        f"{'rx pkts':>9} {'lost':>6} {'loss %':>8} {'incompl':>8} | {'latest':<12}{'age':>6}"
     )
-    lines += ["Monitored flows (latest block in InfluxDB, altmark_loss)", hdr, "-" * len(hdr)]
+    title = f"Monitored flows (complete blocks of the last {_fmt(window, ' s', 0)}; latest block; altmark_loss)"
+    lines += [title, hdr, "-" * len(hdr)]
     for f in status["flows"]:
-        loss = f["loss"] or {}
-        ratio = loss.get("loss_ratio")
+        loss, w = f["loss"] or {}, f.get("window") or {}
+        ratio = w.get("loss_ratio")
         lines.append(
             f"{f['flow_id']:>6} {f['method']:<8}{f['ingress']:<8}{f['egress']:<8}"
-            f"{f['tx'] + '/' + f['rx']:<20}{_fmt(loss.get('tx_packets')):>9} {_fmt(loss.get('rx_packets')):>9} "
-            f"{_fmt(loss.get('lost')):>6} {_fmt(ratio * 100 if ratio is not None else None, '', 3):>8} "
+            f"{f['tx'] + '/' + f['rx']:<20}{_fmt(w.get('blocks')):>7} {_fmt(w.get('tx_packets')):>9} "
+            f"{_fmt(w.get('rx_packets')):>9} {_fmt(w.get('lost')):>6} "
+            f"{_fmt(ratio * 100 if ratio is not None else None, '', 3):>8} {_fmt(w.get('incomplete_blocks')):>8} | "
             f"{(loss.get('reason') or '-'):<12}{_fmt(loss.get('age_s'), ' s'):>6}"
         )
     if not status["flows"]:

@@ -80,10 +80,20 @@ def test_senders_and_reflectors_on_two_devices_of_one_node(lab, stubs, pki, tmp_
                 )
             for ssid, (snd, *_rest) in sessions.items():
                 snd.StartStampSession(pb.StartStampSessionRequest(role=S, ssid=ssid, duration_s=RUN_S))
-            time.sleep(RUN_S + 1.5)
+
+            def status(snd, ssid):
+                return {x.session.ssid: x for x in snd.ListStampSessions(pb.ListStampSessionsRequest()).sessions}[ssid]
+
+            time.sleep(1.3)  # the senders rewrite their live counters every second
             for ssid, (snd, *_rest) in sessions.items():
-                st = {x.session.ssid: x for x in snd.ListStampSessions(pb.ListStampSessionsRequest()).sessions}[ssid]
+                st = status(snd, ssid)  # live while running, not only after the run
+                assert st.state == pb.STAMP_SESSION_STATE_RUNNING, (ssid, st)
+                assert RATE * 0.9 <= st.packets_sent < RATE * RUN_S, (ssid, st.packets_sent)
+            time.sleep(RUN_S + 0.2)
+            for ssid, (snd, *_rest) in sessions.items():
+                st = status(snd, ssid)
                 assert st.state == pb.STAMP_SESSION_STATE_STOPPED, (ssid, st)
+                assert st.packets_sent == RATE * RUN_S == st.results_collected, (ssid, st)
                 res = snd.GetStampSessionResults(pb.GetStampSessionResultsRequest(ssid=ssid, max_results=10000))
                 seqs = [x.sequence for x in res.results]
                 # every packet of the run came back, through the device its path ends on

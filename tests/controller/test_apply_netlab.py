@@ -197,7 +197,11 @@ def test_cli_diff_apply_status(env, first_apply):
     status = _cli("status", "--json", str(DEMO))
     assert status.returncode == 0, status.stderr
     st = json.loads(status.stdout)
-    assert st["sessions"][0]["sender_state"] == "running" and st["sessions"][0]["reflector_state"] == "running"
+    s0 = st["sessions"][0]
+    assert s0["sender_state"] == "running" and s0["reflector_state"] == "running"
+    # live counts while the sender runs (not 0 until it stops)
+    assert s0["packets_sent"] > 0 and s0["packets_received"] > 0, s0
+    assert s0["packets_lost"] is None and s0["reflector_tx_dropped"] == 0, s0
     table = _cli("status", str(DEMO))
     assert table.returncode == 0 and "STAMP sessions" in table.stdout and "running/running" in table.stdout
 

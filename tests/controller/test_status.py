@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from controller.status import latest_delay, latest_loss, render
+from controller.status import latest_delay, latest_loss, render, session_loss, window_loss
 
 pytestmark = pytest.mark.e2e
 
@@ -70,3 +70,41 @@ def test_latest_delay_and_loss(stack):
     }
     table = render(status)
     assert "2050.2 us" in table and "1025.1 us" in table and "3075.4 us" in table and "missing_rx" in table
+
+
+def test_window_loss_sums_complete_blocks_and_counts_incomplete_ones(stack):
+    now = time.time_ns() // 1_000_000_000 * 1_000_000_000
+    flow = 800000 + now % 90000
+    blocks = [(40, 1000, 990, True), (20, 1000, 1000, True), (10, 2000, 1970, True), (5, 700, None, False)]
+    blocks.append((200, 5000, 1, True))  # outside a 60 s window
+    lines = []
+    for age, tx, rx, complete in blocks:
+        fields = f"tx_packets={tx}i,tx_bytes=1i,complete={'true' if complete else 'false'}"
+        if rx is not None:
+            fields += f",rx_packets={rx}i,rx_bytes=1i,lost={tx - rx}i,loss_ratio={(tx - rx) / tx}"
+        fields += f',reason="{"ok" if complete else "missing_rx"}"'
+        lines.append(
+            f"altmark_loss,flow={flow},method=dscp,period_ms=1000,tx_node=A,rx_node=B {fields} {now - age * 10**9}"
+        )
+    stack.influx_write(lines)
+    w = window_loss(stack.influx_url, stack.influx_db, flow, 60)
+    assert w == {
+        "window_s": 60,
+        "blocks": 3,
+        "tx_packets": 4000,
+        "rx_packets": 3960,
+        "lost": 40,
+        "loss_ratio": 0.01,
+        "incomplete_blocks": 1,
+    }
+    assert window_loss(stack.influx_url, stack.influx_db, flow, 300)["blocks"] == 4
+
+
+def test_session_loss_is_exact_once_stopped():
+    from segscope_proto.segscope.agent.v1 import stamp_pb2 as pb
+
+    stopped = pb.StampSessionStatus(state=pb.STAMP_SESSION_STATE_STOPPED, packets_sent=1000, results_collected=997)
+    assert session_loss(stopped) == {"packets_received": 997, "packets_lost": 3, "loss_ratio": 0.003}
+    running = pb.StampSessionStatus(state=pb.STAMP_SESSION_STATE_RUNNING, packets_sent=500, results_collected=503)
+    assert session_loss(running) == {"packets_received": 503, "packets_lost": None, "loss_ratio": None}
+    assert session_loss(None)["packets_lost"] is None
