@@ -28,6 +28,7 @@ SUPPORTED_VIEW_VERSIONS = (1,)
 PROTOCOL_NAME = "segscope"
 # the agent writes proto enum names (agent/server.py); short forms are accepted too
 SENDER_ROLES = {"STAMP_ROLE_SENDER", "sender"}
+REFLECTOR_ROLES = {"STAMP_ROLE_REFLECTOR", "reflector"}
 TX_SIDES = {"FLOW_MONITOR_SIDE_TX", "tx"}
 
 # RFC 8986 / IANA "SRv6 Endpoint Behaviors" codes (as Jalapeno's ls_srv6_sid endpoint_behavior)
@@ -342,36 +343,55 @@ class TopologyModel:
     # -- sessions and flows from the views ----------------------------------------------
     def stamp_paths(self) -> list[dict]:
         """One entry per direction of every STAMP session a node's view declares as its sender
-        (measurements are tagged with the sender node; the reflector's entry adds nothing)."""
+        (measurements are tagged with the sender node).
+
+        The reverse path's SID list is the reflector's to know (a sender entry carries
+        `return_segments: []`): it comes from the reflector node's entry for the same ssid and
+        sender address when its view has one, else from the sender's entry; `return_sids_from`
+        says which."""
+        reflected: dict[tuple[str, int], list[dict]] = {}
+        for node, view in self.views.items():
+            for s in view.get("stamp_sessions") or []:
+                if s.get("role") in REFLECTOR_ROLES:
+                    reflected.setdefault((node, int(s["ssid"])), []).append(s)
         out = []
         for node, view in sorted(self.views.items()):
             for s in view.get("stamp_sessions") or []:
                 if s.get("role", "sender") not in SENDER_ROLES:
                     continue
+                ssid = int(s["ssid"])
                 reflector = self.owner_of(s["reflector_address"])
                 fwd = list(s.get("segments") or []) + [s["reflector_address"]]
-                rev = list(s.get("return_segments") or []) + [s["sender_address"]]
+                forward = {"node": node, "ssid": ssid, "direction": "forward", "src": node, "dst": reflector}
+                out.append({**forward, "sids": fwd})
+                if reflector is None:
+                    continue
+                mine = s.get("sender_address") or ""
+                match = next(
+                    (
+                        r
+                        for r in reflected.get((reflector, ssid), [])
+                        if not r.get("sender_address") or not mine or _ip(r["sender_address"]) == _ip(mine)
+                    ),
+                    None,
+                )
+                if match is not None:
+                    return_sids, source = list(match.get("return_segments") or []), "reflector"
+                    mine = mine or match.get("sender_address") or ""
+                else:
+                    return_sids, source = list(s.get("return_segments") or []), "sender"
+                rev = return_sids + ([mine] if mine else [])
                 out.append(
                     {
                         "node": node,
-                        "ssid": int(s["ssid"]),
-                        "direction": "forward",
-                        "src": node,
-                        "dst": reflector,
-                        "sids": fwd,
+                        "ssid": ssid,
+                        "direction": "reverse",
+                        "src": reflector,
+                        "dst": node,
+                        "sids": rev,
+                        "return_sids_from": source,
                     }
                 )
-                if reflector is not None:
-                    out.append(
-                        {
-                            "node": node,
-                            "ssid": int(s["ssid"]),
-                            "direction": "reverse",
-                            "src": reflector,
-                            "dst": node,
-                            "sids": rev,
-                        }
-                    )
         return out
 
     def flow_paths(self) -> list[dict]:

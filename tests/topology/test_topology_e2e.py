@@ -37,7 +37,7 @@ from topo_arango import arango_target
 
 from collectors.topology import NodeViewPublisher
 from netlab import Lab, relay_lateness_us, teardown
-from netlab.lab import RELAY_IF_B, XDP_PASS_OBJ
+from netlab.lab import RELAY_IF_B
 from processors.delay.topics import ensure_topics
 from processors.topology.lineproto import parse_lines
 from processors.topology.writer import ArangoWriter
@@ -183,24 +183,8 @@ def e2e(stack, bpffs, tmp_path_factory):
     refl, coll = BUILD / "datapath" / "stamp_reflector", BUILD / "datapath" / "stamp_collector"
     with arango_target() as arango:
         try:
-            # R's r0 answers with XDP_TX; its veth peer is the relay's rb, which therefore needs an
-            # XDP program of its own (arch.md: "a veth whose peer runs XDP_TX needs XDP itself")
-            sh(
-                [
-                    "ip",
-                    "-n",
-                    lab.relay_ns("ar"),
-                    "link",
-                    "set",
-                    "dev",
-                    RELAY_IF_B,
-                    "xdpdrv",
-                    "obj",
-                    XDP_PASS_OBJ,
-                    "sec",
-                    "xdp",
-                ]
-            )
+            # R's r0 answers with XDP_TX into the relay's rb: netlab runs xdp_pass on relay ends
+            assert "xdp" in sh(["ip", "-n", lab.relay_ns("ar"), "link", "show", "dev", RELAY_IF_B])
             sh([refl, "attach", "--netns", lab.ns("R"), "--dev", "r0", "--pin-dir", refl_pin])
             attached.append((refl, lab.ns("R"), "r0", refl_pin))
             sh([refl, "add-address", "--pin-dir", refl_pin, REFLECTOR])

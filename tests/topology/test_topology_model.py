@@ -360,3 +360,38 @@ def test_bad_session_entries_are_dropped_and_counted_not_the_whole_view():
     assert [(p["ssid"], p["direction"]) for p in m.stamp_paths()] == [(7, "forward"), (7, "reverse")]
     assert m.flow_paths() == []  # only the tx side of a flow names its path
     assert len(m.documents()["segscope_node"]) == 3
+
+
+def test_reverse_path_takes_the_return_sids_from_the_reflector():
+    """The sender's entry has `return_segments: []` (the sender does not know them): the reverse
+    path's SID list comes from the reflector node's entry of the same ssid and sender address."""
+    sender = dict(VIA_R_TO_B, return_segments=[])
+    reflector_entry = {
+        "ssid": 8,
+        "role": "STAMP_ROLE_REFLECTOR",
+        "sender_address": "fc00:1::1",
+        "reflector_address": "",
+        "segments": [],
+        "return_segments": ["fc00:2::e"],
+    }
+    a, r, b = views(sessions=[sender])
+    b["stamp_sessions"] = [reflector_entry]
+    rev = [p for p in model_with(a, r, b).stamp_paths() if p["direction"] == "reverse"]
+    assert rev == [
+        {
+            "node": "A",
+            "ssid": 8,
+            "direction": "reverse",
+            "src": "B",
+            "dst": "A",
+            "sids": ["fc00:2::e", "fc00:1::1"],
+            "return_sids_from": "reflector",
+        }
+    ]
+    # a reflector entry for another sender is not this session's
+    b["stamp_sessions"] = [dict(reflector_entry, sender_address="fc00:9::1", return_segments=["fc00:2::e2"])]
+    rev = [p for p in model_with(a, r, b).stamp_paths() if p["direction"] == "reverse"]
+    assert rev[0]["sids"] == ["fc00:1::1"] and rev[0]["return_sids_from"] == "sender"
+    # no reflector entry at all: the sender's own (empty) list, as before
+    rev = [p for p in model_with(a, r, views(nodes="B")[0]).stamp_paths() if p["direction"] == "reverse"]
+    assert rev[0]["return_sids_from"] == "sender"
