@@ -1,4 +1,4 @@
-"""CLI: python -m netlab up|down|status|exec|delay|stats|check ..."""
+"""CLI: python -m netlab up|down|status|exec|delay|loss|stats|check ..."""
 
 from __future__ import annotations
 
@@ -46,6 +46,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("link")
     p.add_argument("a_to_b_us", type=float)
     p.add_argument("b_to_a_us", type=float)
+    p = sub.add_parser("loss", help="change a relay's injected loss: loss --prefix P LINK A_TO_B_PCT B_TO_A_PCT")
+    p.add_argument("--prefix", required=True)
+    p.add_argument("link")
+    p.add_argument("a_to_b_pct", type=float)
+    p.add_argument("b_to_a_pct", type=float)
     p = sub.add_parser("stats", help="a relay's counters as JSON: stats --prefix P LINK")
     p.add_argument("--prefix", required=True)
     p.add_argument("link")
@@ -69,13 +74,16 @@ def main(argv: list[str] | None = None) -> int:
                 parser.error("exec needs a command after --")
             ns = f"{args.prefix}-{args.node}"
             os.execvp("ip", ["ip", "netns", "exec", ns] + cmd)
-        elif args.command in ("delay", "stats"):
-            lab = _attach(args.prefix)
-            reply = (
-                lab.set_delay(args.link, args.a_to_b_us, args.b_to_a_us)
-                if args.command == "delay"
-                else lab.relay_stats(args.link)
-            )
+        elif args.command in ("delay", "loss", "stats"):
+            lab = Lab.attach(args.prefix)
+            if args.command == "delay":
+                reply = lab.set_delay(args.link, args.a_to_b_us, args.b_to_a_us)
+            elif args.command == "loss":
+                if not (0 <= args.a_to_b_pct <= 100 and 0 <= args.b_to_a_pct <= 100):
+                    parser.error("loss: percentages must be in [0, 100]")
+                reply = lab.set_loss(args.link, args.a_to_b_pct, args.b_to_a_pct)
+            else:
+                reply = lab.relay_stats(args.link)
             print(json.dumps(reply, indent=2))
         elif args.command == "check":
             topo = load(args.topology)
@@ -87,18 +95,6 @@ def main(argv: list[str] | None = None) -> int:
         print(f"netlab: {exc}", file=sys.stderr)
         return 1
     return 0
-
-
-def _attach(prefix: str) -> Lab:
-    """A Lab object for a lab brought up by another process (from its state file)."""
-    st = status(prefix)
-    if not st["topology"]:
-        raise LabError(f"no state for lab {prefix!r} (is it up?)")
-    lab = Lab(load(st["topology"]), prefix)
-    from .lab import RUN_ROOT
-
-    lab.relays = json.loads((RUN_ROOT / prefix / "state.json").read_text())["relays"]
-    return lab
 
 
 if __name__ == "__main__":

@@ -24,6 +24,13 @@
  *    11 us). SCHED_IDLE threads run only when nothing else wants the CPU and
  *    are preempted on every wake-up, so they cost the other programs nothing.
  *  - A bounded FIFO per direction; a full queue drops and counts the frame.
+ *  - Optional loss per direction (--a-to-b-loss / --b-to-a-loss percent, or
+ *    "loss <a_to_b_pct> <b_to_a_pct>" on the control socket): a frame is dropped
+ *    when a xorshift64* draw falls under the threshold (1e-6 resolution), before
+ *    it is queued. Drops are counted in total and per IPv6 Traffic Class of the
+ *    outer header (alternate marking colours DSCP bits: a test reads the drops
+ *    per colour from that). In the relay, loss hits every frame of the link,
+ *    also those a node's XDP program sends (nftables on the node cannot see them).
  *  - Counters per direction, plus the measured release lateness (actual send
  *    time - due time), printed as JSON on SIGUSR1 and on exit and written to
  *    the stats file. A unix SOCK_SEQPACKET control socket takes
@@ -74,6 +81,8 @@ struct direction_stats {
 	uint64_t received, forwarded, dropped_queue_full, dropped_oversize, send_errors;
 	uint64_t dropped_socket;  /* kernel drops before we read (rcvbuf full): PACKET_STATISTICS */
 	uint64_t max_queue_depth;
+	uint64_t dropped_loss;             /* injected loss (--*-loss, "loss ..." on the control socket) */
+	uint64_t dropped_loss_by_tc[256];  /* the same, by the outer IPv6 Traffic Class (0: not IPv6) */
 	/* lateness = actual send time - due time, ns; tells how exact the relay is */
 	uint64_t late_count;
 	double late_sum_ns, late_sumsq_ns;
@@ -85,6 +94,7 @@ struct direction {
 	const char *name;        /* "a_to_b" or "b_to_a" */
 	int rx_fd, tx_fd;
 	int64_t delay_ns;
+	uint64_t loss_threshold;   /* drop when draw % 1000000 < this (0: no loss) */
 	struct fifo queue;
 	struct direction_stats stats;
 };
@@ -93,6 +103,28 @@ static volatile sig_atomic_t stop_requested, dump_requested;
 static struct direction dirs[2];
 static const char *stats_path;
 static int64_t spin_ns;
+static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
+
+static uint64_t rng_next(void)   /* xorshift64*: fast, good enough for a loss draw */
+{
+	rng_state ^= rng_state >> 12;
+	rng_state ^= rng_state << 25;
+	rng_state ^= rng_state >> 27;
+	return rng_state * 0x2545f4914f6cdd1dull;
+}
+
+static uint64_t loss_threshold(double pct)
+{
+	return (uint64_t)llround(pct * 10000.0);   /* percent -> parts per million */
+}
+
+/* The outer IPv6 Traffic Class of an Ethernet frame, 0 for anything else. */
+static uint8_t traffic_class(const uint8_t *frame, uint32_t len)
+{
+	if (len < 16 || frame[12] != 0x86 || frame[13] != 0xdd)
+		return 0;
+	return (uint8_t)(((frame[14] & 0x0f) << 4) | (frame[15] >> 4));
+}
 
 static int64_t now_ns(clockid_t clock)
 {
@@ -191,6 +223,11 @@ static void receive_burst(struct direction *d)
 			d->stats.dropped_oversize++;
 			continue;
 		}
+		if (d->loss_threshold && rng_next() % 1000000 < d->loss_threshold) {
+			d->stats.dropped_loss++;
+			d->stats.dropped_loss_by_tc[traffic_class(slot->data, (uint32_t)n)]++;
+			continue;
+		}
 		slot->len = (uint32_t)n;
 		slot->due_ns = arrival_ns(&msg) + d->delay_ns;
 		q->count++;
@@ -275,7 +312,7 @@ static int format_stats(char *buf, size_t size)
 		n += snprintf(buf + n, size - n,
 			", \"%s\": {\"delay_us\": %.3f, \"received\": %llu, \"forwarded\": %llu, "
 			"\"dropped_queue_full\": %llu, \"dropped_oversize\": %llu, \"dropped_socket\": %llu, "
-			"\"send_errors\": %llu, "
+			"\"send_errors\": %llu, \"loss_pct\": %.4f, \"dropped_loss\": %llu, "
 			"\"queued\": %u, \"max_queue_depth\": %llu, \"queue_capacity\": %u, "
 			"\"lateness_ns\": {\"count\": %llu, \"mean\": %.0f, \"stddev\": %.0f, \"max\": %lld, "
 			"\"hist_lt\": {\"1us\": %llu, \"5us\": %llu, \"10us\": %llu, \"20us\": %llu, "
@@ -284,7 +321,8 @@ static int format_stats(char *buf, size_t size)
 			(unsigned long long)s->received, (unsigned long long)s->forwarded,
 			(unsigned long long)s->dropped_queue_full, (unsigned long long)s->dropped_oversize,
 			(unsigned long long)s->dropped_socket,
-			(unsigned long long)s->send_errors, d->queue.count,
+			(unsigned long long)s->send_errors, d->loss_threshold / 10000.0,
+			(unsigned long long)s->dropped_loss, d->queue.count,
 			(unsigned long long)s->max_queue_depth, d->queue.capacity,
 			(unsigned long long)s->late_count, mean, var > 0 ? sqrt(var) : 0,
 			(long long)s->late_max_ns,
@@ -292,6 +330,19 @@ static int format_stats(char *buf, size_t size)
 			(unsigned long long)s->late_hist[2], (unsigned long long)s->late_hist[3],
 			(unsigned long long)s->late_hist[4], (unsigned long long)s->late_hist[5],
 			(unsigned long long)s->late_hist[6], (unsigned long long)s->late_hist[7]);
+		/* "dropped_loss_by_tc": {"<tc>": n, ...} (non-zero only), inside this direction's object */
+		if (n > 0 && n < (int)size)
+			n--;   /* reopen the direction's object: drop its closing brace */
+		n += snprintf(buf + n, size - n, ", \"dropped_loss_by_tc\": {");
+		for (int tc = 0, first = 1; tc < 256 && n < (int)size; tc++) {
+			if (!s->dropped_loss_by_tc[tc])
+				continue;
+			n += snprintf(buf + n, size - n, "%s\"%d\": %llu", first ? "" : ", ", tc,
+				      (unsigned long long)s->dropped_loss_by_tc[tc]);
+			first = 0;
+		}
+		if (n < (int)size)
+			n += snprintf(buf + n, size - n, "}}");
 	}
 	if (n < (int)size)
 		n += snprintf(buf + n, size - n, "}\n");
@@ -301,7 +352,7 @@ static int format_stats(char *buf, size_t size)
 /* Write the stats file atomically (tmp + rename) so readers never see half a file. */
 static void dump_stats(bool to_stdout)
 {
-	char buf[4096];
+	char buf[8192];
 	format_stats(buf, sizeof(buf));
 	if (to_stdout) {
 		fputs(buf, stdout);
@@ -309,7 +360,7 @@ static void dump_stats(bool to_stdout)
 	}
 	if (!stats_path)
 		return;
-	char tmp[4200];
+	char tmp[4352];
 	snprintf(tmp, sizeof(tmp), "%s.tmp", stats_path);
 	FILE *f = fopen(tmp, "w");
 	if (!f)
@@ -344,7 +395,7 @@ static void serve_control(int listen_fd)
 		return;
 	struct timeval tv = { .tv_sec = 1 };
 	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-	char req[256] = { 0 }, reply[4096];
+	char req[256] = { 0 }, reply[8192];
 	ssize_t n = recv(fd, req, sizeof(req) - 1, 0);
 	double a_to_b_us, b_to_a_us;
 	if (n > 0 && sscanf(req, "delay %lf %lf", &a_to_b_us, &b_to_a_us) == 2 &&
@@ -352,11 +403,17 @@ static void serve_control(int listen_fd)
 		dirs[0].delay_ns = (int64_t)llround(a_to_b_us * 1000.0);
 		dirs[1].delay_ns = (int64_t)llround(b_to_a_us * 1000.0);
 		format_stats(reply, sizeof(reply));
+	} else if (n > 0 && sscanf(req, "loss %lf %lf", &a_to_b_us, &b_to_a_us) == 2 &&
+		   a_to_b_us >= 0 && b_to_a_us >= 0 && a_to_b_us <= 100 && b_to_a_us <= 100) {
+		dirs[0].loss_threshold = loss_threshold(a_to_b_us);   /* here: percent */
+		dirs[1].loss_threshold = loss_threshold(b_to_a_us);
+		format_stats(reply, sizeof(reply));
 	} else if (n > 0 && strncmp(req, "stats", 5) == 0) {
 		format_stats(reply, sizeof(reply));
 	} else {
 		snprintf(reply, sizeof(reply),
-			 "{\"error\": \"expected 'delay <a_to_b_us> <b_to_a_us>' (0..1e7) or 'stats'\"}\n");
+			 "{\"error\": \"expected 'delay <a_to_b_us> <b_to_a_us>' (0..1e7), "
+			 "'loss <a_to_b_pct> <b_to_a_pct>' (0..100) or 'stats'\"}\n");
 	}
 	send(fd, reply, strlen(reply), MSG_NOSIGNAL);
 	close(fd);
@@ -401,13 +458,13 @@ static void usage(void)
 	fprintf(stderr,
 		"usage: delay_relay --if-a IF --if-b IF [--a-to-b-us N] [--b-to-a-us N]\n"
 		"                   [--queue FRAMES] [--control PATH] [--stats PATH] [--spin-ns N] [--rt-prio N]\n"
-		"                   [--keep-awake]\n");
+		"                   [--keep-awake] [--a-to-b-loss PCT] [--b-to-a-loss PCT] [--seed N]\n");
 }
 
 int main(int argc, char **argv)
 {
 	const char *if_a = NULL, *if_b = NULL, *control_path = NULL;
-	double a_to_b_us = 0, b_to_a_us = 0;
+	double a_to_b_us = 0, b_to_a_us = 0, a_to_b_loss = 0, b_to_a_loss = 0;
 	long queue_frames = DEFAULT_QUEUE_FRAMES;
 	int rt_prio = 0, keep_awake = 0;
 	static const struct option opts[] = {
@@ -421,6 +478,9 @@ int main(int argc, char **argv)
 		{ "spin-ns", required_argument, NULL, 'p' },
 		{ "rt-prio", required_argument, NULL, 'r' },
 		{ "keep-awake", no_argument, NULL, 'k' },
+		{ "a-to-b-loss", required_argument, NULL, 'L' },
+		{ "b-to-a-loss", required_argument, NULL, 'M' },
+		{ "seed", required_argument, NULL, 'S' },
 		{ 0 },
 	};
 	for (int opt; (opt = getopt_long(argc, argv, "", opts, NULL)) != -1;) {
@@ -435,11 +495,15 @@ int main(int argc, char **argv)
 		case 'p': spin_ns = atoll(optarg); break;
 		case 'r': rt_prio = atoi(optarg); break;
 		case 'k': keep_awake = 1; break;
+		case 'L': a_to_b_loss = atof(optarg); break;
+		case 'M': b_to_a_loss = atof(optarg); break;
+		case 'S': rng_state = strtoull(optarg, NULL, 0) | 1; break;
 		default: usage(); return 2;
 		}
 	}
 	if (!if_a || !if_b || queue_frames < 1 || queue_frames > 1 << 20 ||
-	    a_to_b_us < 0 || b_to_a_us < 0 || spin_ns < 0) {
+	    a_to_b_us < 0 || b_to_a_us < 0 || spin_ns < 0 || a_to_b_loss < 0 || a_to_b_loss > 100 ||
+	    b_to_a_loss < 0 || b_to_a_loss > 100) {
 		usage();
 		return 2;
 	}
@@ -456,8 +520,12 @@ int main(int argc, char **argv)
 	pthread_t awake_threads[256];
 	int n_awake = keep_awake ? start_keep_awake(awake_threads, 256) : 0;
 
-	dirs[0] = (struct direction){ .name = "a_to_b", .delay_ns = llround(a_to_b_us * 1000) };
-	dirs[1] = (struct direction){ .name = "b_to_a", .delay_ns = llround(b_to_a_us * 1000) };
+	dirs[0] = (struct direction){ .name = "a_to_b", .delay_ns = llround(a_to_b_us * 1000),
+				      .loss_threshold = loss_threshold(a_to_b_loss) };
+	dirs[1] = (struct direction){ .name = "b_to_a", .delay_ns = llround(b_to_a_us * 1000),
+				      .loss_threshold = loss_threshold(b_to_a_loss) };
+	if (rng_state == 0x9e3779b97f4a7c15ull)
+		rng_state ^= (uint64_t)now_ns(CLOCK_MONOTONIC) ^ ((uint64_t)getpid() << 32);
 	int fd_a = open_packet_socket(if_a), fd_b = open_packet_socket(if_b);
 	if (fd_a < 0 || fd_b < 0)
 		return 1;

@@ -165,6 +165,24 @@ class Lab:
 
     # ------------------------------------------------------------ bring up
     @classmethod
+    def attach(cls, prefix: str) -> "Lab":
+        """The Lab of a lab another process brought up (from its state file): run commands in its
+        nodes, read and change its relays (delay, loss, stats). It does not own the lab: down()
+        of the process that brought it up, or `python -m netlab down`, removes it."""
+        state_file = RUN_ROOT / prefix / "state.json"
+        if not state_file.exists():
+            raise LabError(f"no state for lab {prefix!r} ({state_file}); is it up?")
+        state = json.loads(state_file.read_text())
+        lab = cls(topo_mod.load(state["topology"]), prefix)
+        lab.relays = state["relays"]
+        for name, link in state.get("links", {}).items():  # the values set at run time
+            t = lab.topo.link(name)
+            t.delay_a_to_b_us, t.delay_b_to_a_us = link["delay_us"]["a_to_b"], link["delay_us"]["b_to_a"]
+            if "loss_pct" in link:
+                t.loss_a_to_b_pct, t.loss_b_to_a_pct = link["loss_pct"]["a_to_b"], link["loss_pct"]["b_to_a"]
+        return lab
+
+    @classmethod
     def up(
         cls,
         topology_path: str | Path,
@@ -362,6 +380,10 @@ class Lab:
             f"{link.delay_b_to_a_us}",
             "--queue",
             str(link.queue_frames),
+            "--a-to-b-loss",
+            f"{link.loss_a_to_b_pct}",
+            "--b-to-a-loss",
+            f"{link.loss_b_to_a_pct}",
             "--control",
             paths["control"],
             "--stats",
@@ -396,7 +418,7 @@ class Lab:
             sock.settimeout(2)
             sock.connect(self.relays[link_name]["control"])
             sock.send(request.encode())
-            reply = json.loads(sock.recv(8192).decode())
+            reply = json.loads(sock.recv(16384).decode())
         if "error" in reply:
             raise LabError(f"relay {link_name}: {reply['error']}")
         return reply
@@ -406,6 +428,13 @@ class Lab:
         reply = self._relay_request(link_name, f"delay {float(a_to_b_us)} {float(b_to_a_us)}")
         link = self.topo.link(link_name)
         link.delay_a_to_b_us, link.delay_b_to_a_us = float(a_to_b_us), float(b_to_a_us)
+        return reply
+
+    def set_loss(self, link_name: str, a_to_b_pct: float, b_to_a_pct: float) -> dict[str, Any]:
+        """Change a relay's injected loss at run time (percent per direction, 0..100)."""
+        reply = self._relay_request(link_name, f"loss {float(a_to_b_pct)} {float(b_to_a_pct)}")
+        link = self.topo.link(link_name)
+        link.loss_a_to_b_pct, link.loss_b_to_a_pct = float(a_to_b_pct), float(b_to_a_pct)
         return reply
 
     def relay_stats(self, link_name: str) -> dict[str, Any]:
@@ -492,6 +521,7 @@ class Lab:
                     "a": f"{l.a.node}:{l.a.ifname}",
                     "b": f"{l.b.node}:{l.b.ifname}",
                     "delay_us": {"a_to_b": l.delay_a_to_b_us, "b_to_a": l.delay_b_to_a_us},
+                    "loss_pct": {"a_to_b": l.loss_a_to_b_pct, "b_to_a": l.loss_b_to_a_pct},
                     "relay": l.name in self.relays,
                 }
                 for l in self.topo.links

@@ -67,8 +67,10 @@ class Link:
     delay_a_to_b_us: float = 0.0
     delay_b_to_a_us: float = 0.0
     has_delay_key: bool = False
-    relay: str = "auto"  # auto: relay iff a delay is non-zero; always; never
+    relay: str = "auto"  # auto: relay iff a delay or a loss is non-zero; always; never
     queue_frames: int = 4096
+    loss_a_to_b_pct: float = 0.0  # injected by the relay, counted per direction and Traffic Class
+    loss_b_to_a_pct: float = 0.0
 
     @property
     def wants_relay(self) -> bool:
@@ -76,7 +78,8 @@ class Link:
             return True
         if self.relay == "never":
             return False
-        return self.delay_a_to_b_us > 0 or self.delay_b_to_a_us > 0
+        delay = self.delay_a_to_b_us > 0 or self.delay_b_to_a_us > 0
+        return delay or self.loss_a_to_b_pct > 0 or self.loss_b_to_a_pct > 0
 
 
 @dataclass
@@ -320,6 +323,7 @@ LINK_KEYS = {
     "a": "first endpoint",
     "b": "second endpoint",
     "delay_us": "{a_to_b, b_to_a} in microseconds",
+    "loss_pct": "{a_to_b, b_to_a} in percent (the relay drops and counts them)",
     "relay": "auto|always|never",
     "queue_frames": "relay queue length per direction",
 }
@@ -475,6 +479,20 @@ def _parse_link(doc: _Doc, where: tuple, raw: Any, node_names: set[str]) -> Link
             )
             link.delay_b_to_a_us = _number(
                 doc, where + ("delay_us", "b_to_a"), delay.get("b_to_a", 0), "delay_us.b_to_a", 0, 1e7
+            )
+    if "loss_pct" in raw:
+        loss = raw["loss_pct"]
+        if _check_keys(
+            doc,
+            where + ("loss_pct",),
+            loss,
+            {"a_to_b": "percent of frames from a to b", "b_to_a": "percent of frames from b to a"},
+        ):
+            link.loss_a_to_b_pct = _number(
+                doc, where + ("loss_pct", "a_to_b"), loss.get("a_to_b", 0), "loss_pct.a_to_b", 0, 100
+            )
+            link.loss_b_to_a_pct = _number(
+                doc, where + ("loss_pct", "b_to_a"), loss.get("b_to_a", 0), "loss_pct.b_to_a", 0, 100
             )
     if "relay" in raw:
         if raw["relay"] not in ("auto", "always", "never"):

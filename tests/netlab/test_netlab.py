@@ -316,6 +316,48 @@ def test_loss_injection_is_counted_exactly(lab):
         lab.remove_loss(handle)
 
 
+def test_relay_loss_from_the_cli_is_counted_per_direction_and_traffic_class(lab):
+    """`python -m netlab loss` (another process: Lab.attach from the state file) sets the relay's
+    loss; every frame it drops is counted per direction and per outer IPv6 Traffic Class."""
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+
+    def cli(*args):
+        r = subprocess.run([PY, "-m", "netlab", *args], capture_output=True, text=True, cwd=REPO, env=env)
+        assert r.returncode == 0, r.stderr
+        return json.loads(r.stdout)
+
+    before = lab.relay_stats("ar")
+    reply = cli("loss", "--prefix", PREFIX, "ar", "10", "0")
+    assert reply["a_to_b"]["loss_pct"] == 10 and reply["b_to_a"]["loss_pct"] == 0
+    try:
+        res = owd.measure(lab, [owd.Flow("rloss", "H1", "H2", "fd00:b::1", 9300)], count=2000, interval_us=200)
+        mid = lab.relay_stats("ar")
+        dropped = mid["a_to_b"]["dropped_loss"] - before["a_to_b"]["dropped_loss"]
+        assert res["rloss"]["received"] + dropped == 2000, (res["rloss"]["received"], dropped)
+        assert 120 <= dropped <= 280  # 10 % of 2000, +-5 sigma
+        assert mid["b_to_a"]["dropped_loss"] == before["b_to_a"]["dropped_loss"]  # nothing the other way
+        # ping with Traffic Class 0x20: A's encapsulation copies it to the outer header the relay sees
+        out = lab.run("H1", ["ping", "-6", "-n", "-Q", "0x20", "-i", "0.005", "-c", "400", "-W", "1", "fd00:b::1"])
+        got = int(re.search(r"(\d+) received", out.stdout).group(1))
+        after = cli("stats", "--prefix", PREFIX, "ar")
+        tc32 = after["a_to_b"]["dropped_loss_by_tc"].get("32", 0) - before["a_to_b"]["dropped_loss_by_tc"].get("32", 0)
+        assert tc32 == 400 - got and tc32 > 0, (tc32, got)
+    finally:
+        cli("loss", "--prefix", PREFIX, "ar", "0", "0")
+    assert lab.relay_stats("ar")["a_to_b"]["loss_pct"] == 0
+
+
+def test_loss_in_the_topology_file(tmp_path):
+    topo = load(REPO / "netlab" / "topologies" / "mesh8_two_paths.yaml")
+    c1, c2 = topo.link("c1"), topo.link("c2")
+    assert (c1.loss_a_to_b_pct, c1.loss_b_to_a_pct, c2.loss_a_to_b_pct, c2.loss_b_to_a_pct) == (2, 0, 0, 5)
+    assert len(topo.nodes) == 8 and all(topo.link(n).wants_relay for n in ("a1", "c1", "b1", "a2", "c2", "b2"))
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(LINE5.read_text().replace("delay_us: {a_to_b: 0, b_to_a: 0}", "loss_pct: {a_to_b: 120}", 1))
+    with pytest.raises(TopologyError, match="loss_pct.a_to_b"):
+        load(bad)
+
+
 # ------------------------------------------------------------------ teardown and reuse
 
 

@@ -1,0 +1,169 @@
+"""Two disjoint SRv6 paths between two multi-homed nodes, end to end: a topology we did not
+measure on before (netlab/topologies/mesh8_two_paths.yaml: 8 nodes, a delay relay with its own
+delay per direction on every core link, loss on two of them), set up by the controller
+(controller/examples/mesh8_two_paths.yaml), one agent per SRv6 node, A sending on a1 and a2, B
+reflecting on b1 and b2.
+
+Asserted, per path (= per session):
+- one-way delay in InfluxDB (mean over the run, weighted by count) = the injected delays of the
+  path's links in that direction + the relays' measured release lateness, within +-100 us (the
+  path's own latency - veth hops, SRv6 End, softirq - is the rest: tens of us here);
+- packets lost = the frames the relays dropped on that path (the relays count injected loss per
+  direction; nothing else travels those links during the run), per direction: forward losses on
+  path 1 (2 % R1 -> R2), reverse losses on path 2 (5 % R4 -> R3), and none elsewhere;
+- records in InfluxDB = replies received; `controller status --json` shows the agent's sent,
+  received and lost, and the delay InfluxDB holds for the last second.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from controller.intent import load_intent
+from controller.pipeline import ControlledPipeline
+from netlab import Lab, relay_lateness_us, teardown
+from scripts.results import StampSessionSpec, delay_points
+
+REPO = Path(__file__).resolve().parents[2]
+TOPOLOGY = REPO / "netlab" / "topologies" / "mesh8_two_paths.yaml"
+INTENT = REPO / "controller" / "examples" / "mesh8_two_paths.yaml"
+NODES = ("A", "R1", "R2", "R3", "R4", "B")
+RATE, DURATION_S, TOLERANCE_US = 100, 12, 100
+# (link, direction of the link that the session's forward / reverse packets take)
+PATHS = {
+    1: {"forward": [("a1", "a_to_b"), ("c1", "a_to_b"), ("b1", "a_to_b")],
+        "reverse": [("b1", "b_to_a"), ("c1", "b_to_a"), ("a1", "b_to_a")]},
+    2: {"forward": [("a2", "a_to_b"), ("c2", "a_to_b"), ("b2", "a_to_b")],
+        "reverse": [("b2", "b_to_a"), ("c2", "b_to_a"), ("a2", "b_to_a")]},
+}  # fmt: skip
+
+pytestmark = [pytest.mark.e2e, pytest.mark.datapath]
+
+
+def finite_intent():
+    intent = load_intent(INTENT)
+    intent.stamp_sessions = [dataclasses.replace(s, duration_s=DURATION_S) for s in intent.stamp_sessions]
+    return intent
+
+
+@pytest.fixture(scope="module")
+def run(stack, bpffs, tmp_path_factory):
+    teardown("tmesh")
+    lab = Lab.up(TOPOLOGY, prefix="tmesh")
+    pipe = ControlledPipeline(lab, stack, tmp_path_factory.mktemp("mesh"), nodes=NODES)
+    links = sorted({link for p in PATHS.values() for d in p.values() for link, _ in d})
+    try:
+        pipe.start()
+        since = time.time_ns()
+        before = {link: lab.relay_stats(link) for link in links}
+        applied = pipe.apply(finite_intent())
+        for ssid in PATHS:
+            pipe.wait_stopped("A", ssid, timeout_s=DURATION_S + 30)
+        time.sleep(1.0)  # the last replies (up to ~4 ms of delay) land
+        after = {link: lab.relay_stats(link) for link in links}
+        sent = {ssid: pipe.sender_summary("A", ssid) for ssid in PATHS}
+        received = {ssid: pipe.session_status("A", ssid).results_collected for ssid in PATHS}
+        got: dict[int, dict[str, list]] = {}
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            got = {}
+            for ssid in PATHS:
+                for p in delay_points(stack, StampSessionSpec(ssid=ssid), since):
+                    got.setdefault(ssid, {}).setdefault(p["direction"], []).append(p)
+            if all(sum(int(p["count"]) for p in got.get(s, {}).get("forward", [])) >= received[s] for s in PATHS):
+                break
+            time.sleep(1)
+        env = {**os.environ, "PYTHONPATH": f"{REPO}:{REPO / 'schemas' / 'python'}"}
+        status = subprocess.run(
+            [sys.executable, "-m", "controller", "status", "--json", str(INTENT), "--influx-url", stack.influx_url],
+            capture_output=True,
+            text=True,
+            cwd=REPO,
+            env=env,
+            timeout=60,
+        )
+        yield {
+            "lab": lab,
+            "applied": applied,
+            "before": before,
+            "after": after,
+            "sent": sent,
+            "received": received,
+            "points": got,
+            "status": status,
+        }
+    finally:
+        pipe.stop()
+        lab.down()
+
+
+def test_both_sessions_ran_on_their_own_devices(run):
+    calls = run["applied"].mutating_calls
+    assert calls["A"]["Init"] == 2 and calls["B"]["Init"] == 2, calls  # a1 + a2, b1 + b2
+    assert all(run["sent"][s]["sent"] == RATE * DURATION_S and run["sent"][s]["send_errors"] == 0 for s in PATHS)
+
+
+def relay_drops(run, link: str, direction: str) -> int:
+    return run["after"][link][direction]["dropped_loss"] - run["before"][link][direction]["dropped_loss"]
+
+
+def test_loss_per_path_equals_the_relays_drops(run):
+    for ssid, path in PATHS.items():
+        dropped = {d: sum(relay_drops(run, link, ld) for link, ld in hops) for d, hops in path.items()}
+        lost = run["sent"][ssid]["sent"] - run["received"][ssid]
+        print(f"\n[mesh] ssid {ssid}: sent {run['sent'][ssid]['sent']}, lost {lost}, relay drops {dropped}")
+        assert lost == dropped["forward"] + dropped["reverse"], (ssid, lost, dropped)
+    # where the loss was injected: path 1 forward (c1 a_to_b 2 %), path 2 reverse (c2 b_to_a 5 %)
+    c1, c2 = relay_drops(run, "c1", "a_to_b"), relay_drops(run, "c2", "b_to_a")
+    n = RATE * DURATION_S
+    assert 0.005 * n < c1 < 0.05 * n and 0.02 * n < c2 < 0.1 * n, (c1, c2)
+
+
+def test_records_in_influx_equal_replies(run):
+    for ssid in PATHS:
+        for direction in ("forward", "reverse", "round_trip"):
+            points = run["points"][ssid][direction]
+            assert sum(int(p["count"]) for p in points) == run["received"][ssid], (ssid, direction)
+
+
+def test_one_way_delay_per_path_is_the_injected_sum(run):
+    lab = run["lab"]
+    for ssid, path in PATHS.items():
+        for direction, hops in path.items():
+            injected = 0.0
+            late = 0.0
+            for link, ld in hops:
+                t = lab.topo.link(link)
+                injected += t.delay_a_to_b_us if ld == "a_to_b" else t.delay_b_to_a_us
+                late += relay_lateness_us(run["before"][link], run["after"][link])[ld]
+            points = run["points"][ssid][direction]
+            n = sum(int(p["count"]) for p in points)
+            mean = sum(p["mean_us"] * int(p["count"]) for p in points) / n
+            own = mean - injected - late  # the path's own latency
+            print(
+                f"\n[mesh] ssid {ssid} {direction}: mean {mean:.1f} us = injected {injected:.0f} "
+                f"+ relay lateness {late:.1f} + path {own:.1f}"
+            )
+            assert -5 <= own <= TOLERANCE_US, (ssid, direction, mean, injected, late)
+
+
+def test_controller_status_json_matches_agents_and_influx(run):
+    assert run["status"].returncode == 0, run["status"].stderr
+    st = json.loads(run["status"].stdout)
+    for row in st["sessions"]:
+        ssid = row["ssid"]
+        assert row["sender_state"] == "stopped" and row["reflector_state"] == "running", row
+        assert row["packets_sent"] == run["sent"][ssid]["sent"]
+        assert row["packets_received"] == run["received"][ssid]
+        assert row["packets_lost"] == run["sent"][ssid]["sent"] - run["received"][ssid]
+        assert row["reflector_tx_dropped"] == 0
+        last = max(run["points"][ssid]["forward"], key=lambda p: p["time"])
+        assert row["delay"]["forward"]["mean_us"] == last["mean_us"], (row["delay"], last)
