@@ -54,6 +54,33 @@ PATHS = {
 pytestmark = [pytest.mark.e2e, pytest.mark.datapath]
 
 
+def latest_views(bootstrap: str, nodes) -> dict[str, dict]:
+    """The newest node view of each node on segscope.topology (what the agents published)."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    from segscope_schemas import names
+
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "mesh-views", "enable.auto.commit": False})
+    views: dict[str, dict] = {}
+    try:
+        topic = names.TOPIC_TOPOLOGY
+        for p in c.list_topics(topic, timeout=10).topics[topic].partitions:
+            low, high = c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
+            if high <= low:
+                continue
+            c.assign([TopicPartition(topic, p, low)])
+            pos = low
+            while pos < high:
+                for m in c.consume(num_messages=1000, timeout=2.0):
+                    pos = m.offset() + 1
+                    key = (m.key() or b"").decode()
+                    if m.error() is None and key in nodes:
+                        views[key] = json.loads(m.value())
+    finally:
+        c.close()
+    return views
+
+
 def finite_intent(base: bool = False):
     intent = load_intent(INTENT)
     intent.stamp_sessions = [
@@ -154,7 +181,9 @@ def run(stack, bpffs, tmp_path_factory):
             env=env,
             timeout=60,
         )
+        views = latest_views(stack.kafka_bootstrap, NODES)
         yield {
+            "views": views,
             "lab": lab,
             "base_own": base_own,
             "applied": applied,
@@ -229,3 +258,30 @@ def test_controller_status_json_matches_agents_and_influx(run):
         assert row["reflector_tx_dropped"] == 0
         last = max(run["points"][ssid]["forward"], key=lambda p: p["time"])
         assert row["delay"]["forward"]["mean_us"] == last["mean_us"], (row["delay"], last)
+
+
+def test_topology_has_both_paths_with_their_links_in_each_direction(run):
+    """The topology processor's model on the agents' real node views: each session's forward and
+    reverse path documents resolve hop by hop to links; the reverse ones with the return SID list
+    the reflector (B) holds, not the sender's empty one."""
+    from processors.topology.model import TopologyModel
+
+    model = TopologyModel()
+    for node in NODES:
+        assert node in run["views"], f"no node view of {node} on the topology topic"
+        model.apply_view(run["views"][node])
+    docs = model.path_docs()
+    want = {
+        (1, "forward"): (["A", "R1", "R2", "B"], ["fc00:11::e", "fc00:12::e", "fc00:3::1"]),
+        (1, "reverse"): (["B", "R2", "R1", "A"], ["fc00:12::e", "fc00:11::e", "fc00:1::1"]),
+        (2, "forward"): (["A", "R3", "R4", "B"], ["fc00:13::e", "fc00:14::e", "fc00:3::1"]),
+        (2, "reverse"): (["B", "R4", "R3", "A"], ["fc00:14::e", "fc00:13::e", "fc00:1::1"]),
+    }
+    for (ssid, direction), (hops, sids) in want.items():
+        doc = next(
+            d
+            for d in docs.values()
+            if {"node": "A", "ssid": ssid, "direction": direction} in d.get("stamp_sessions", [])
+        )
+        assert doc["sid_list"] == sids and doc["hops"] == hops, (ssid, direction, doc)
+        assert doc["links"] is not None and len(doc["links"]) == 3, (ssid, direction, doc)
