@@ -3,7 +3,8 @@ build/datapath/altmark_tx (TC egress, TX side) and altmark_rx (XDP, RX side) of 
 bpffs instance (/sys/fs/bpf/segscope/<instance>/altmark_{tx,rx}).
 
 A side's program is attached to its device with the side's first flow and detached with its
-last; one device per side and node (the loaders pin one program per instance). With --kafka the
+last; a flow on another device attaches the same program there too (`attach-dev`: one program,
+its flows and counters shared; a multi-homed node), detached from it with that device's last flow. With --kafka the
 agent runs build/collectors/altmark_collector for the attached sides, so per-block records reach
 `segscope.altmark.blocks` (-> processors/loss). GetFlowMonitorResults returns the cumulative
 per-colour counters the datapath holds now (`list-flows --json`).
@@ -17,7 +18,7 @@ import os
 import signal
 import subprocess
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import grpc
@@ -40,8 +41,9 @@ MAX_FLOWMON_ID = 0xFFFFF
 
 @dataclass
 class Side:
-    device: str
+    device: str  # where the side's program was attached first (and where STAMP can chain behind it)
     flows: dict[int, pb.FlowMonitor]
+    devices: list[str] = field(default_factory=list)  # every device it runs on (device first)
 
 
 def validate_monitor(m: pb.FlowMonitor) -> pb.FlowMonitor:
@@ -145,7 +147,7 @@ class FlowMonAgent:
                 ["attach", "--dev", device, "--instance", self.instance, *self.ns_args(), *chain],
                 "monitor.device",
             )
-            self.sides[side] = Side(device, {})
+            self.sides[side] = Side(device, {}, [device])
         log.info(
             "%s attached to %s (instance %s)%s",
             PROG[side],
@@ -155,10 +157,37 @@ class FlowMonAgent:
         )
         self._restart_collector()
 
+    def attach_dev(self, side: int, device: str) -> None:
+        """The side's program, already attached, on one more device."""
+        with self.xdp_lock:
+            s = self.sides[side]
+            if side == RX and self.stamp_program_on(device) is not None:
+                raise ApiError(
+                    grpc.StatusCode.FAILED_PRECONDITION,
+                    f"monitor.device: {device} runs {self.stamp_program_on(device)}; altmark_rx can chain a STAMP "
+                    f"program only on its first device ({s.device})",
+                )
+            args = ["attach-dev", "--dev", device, "--instance", self.instance, *self.ns_args()]
+            self.run(side, args, "monitor.device")
+            s.devices.append(device)
+        log.info("%s also attached to %s (devices %s)", PROG[side], device, s.devices)
+
+    def detach_dev(self, side: int, device: str) -> None:
+        """Off one device; the others keep the program (and its flows)."""
+        with self.xdp_lock:
+            s = self.sides[side]
+            self.run(side, ["detach-dev", "--dev", device, "--instance", self.instance, *self.ns_args()], "side")
+            s.devices.remove(device)
+            if s.device == device:
+                s.device = s.devices[0]
+        log.info("%s detached from %s (still on %s)", PROG[side], device, s.devices)
+
     def detach(self, side: int) -> None:
         # altmark_rx with a STAMP program in its slot hands the device back to that program first
         with self.xdp_lock:
             s = self.sides.pop(side)
+            for extra in [d for d in s.devices if d != s.device]:
+                self.run(side, ["detach-dev", "--dev", extra, "--instance", self.instance, *self.ns_args()], "side")
             self.run(side, ["detach", "--dev", s.device, "--instance", self.instance, *self.ns_args()], "side")
         log.info("%s detached from %s", PROG[side], s.device)
         self._restart_collector()
@@ -190,7 +219,7 @@ class FlowMonAgent:
     def program_devices(self) -> list[tuple[str, str]]:
         """(program, device) of every device an altmark side of this agent runs on."""
         with self.lock:
-            return [(PROG[side], self.sides[side].device) for side in sorted(self.sides)]
+            return [(PROG[side], d) for side in sorted(self.sides) for d in self.sides[side].devices]
 
     def attached_programs(self) -> list[tuple[str, Path, Path]]:
         """(program, loader, pin dir) of the altmark sides attached now."""
@@ -246,12 +275,20 @@ class FlowMonitorServicer(pb_grpc.FlowMonitorServiceServicer):
                     f"monitor.flow_id: {PROG[m.side]} flow {m.flow_id} exists with different "
                     "parameters; StopFlowMonitor first",
                 )
-            if s is not None and s.device != m.device:
+            same = [
+                f
+                for f in (s.flows.values() if s is not None else [])
+                if f.method == m.method and list(f.segments) == list(m.segments) and m.segments
+            ]
+            if same:  # the datapath keys a flow by its SID list: a second one would replace it
                 raise ApiError(
-                    grpc.StatusCode.FAILED_PRECONDITION,
-                    f"monitor.device: the {PROG[m.side]} side of this node is attached to "
-                    f"{s.device}; one device per side",
+                    grpc.StatusCode.ALREADY_EXISTS,
+                    f"monitor.segments: {PROG[m.side]} flow {same[0].flow_id} already monitors "
+                    f"{','.join(m.segments)}; one flow per SID list and method",
                 )
+            added_device = s is not None and m.device not in s.devices
+            if added_device:
+                a.attach_dev(m.side, m.device)
             fresh = s is None
             if fresh:
                 a.attach(m.side, m.device)
@@ -280,6 +317,8 @@ class FlowMonitorServicer(pb_grpc.FlowMonitorServiceServicer):
             except ApiError:
                 if fresh:
                     a.detach(m.side)
+                elif added_device:
+                    a.detach_dev(m.side, m.device)
                 raise
             s.flows[m.flow_id] = m
             log.info(
@@ -308,10 +347,12 @@ class FlowMonitorServicer(pb_grpc.FlowMonitorServiceServicer):
                     return pb.StopFlowMonitorResponse(changed=False)
                 raise ApiError(grpc.StatusCode.NOT_FOUND, f"flow_id: no {PROG[side]} flow {req.flow_id}")
             a.run(side, ["del-flow", "--instance", a.instance, "--flow-id", req.flow_id], "flow_id")
-            del s.flows[req.flow_id]
+            device = s.flows.pop(req.flow_id).device
             log.info("StopFlowMonitor %s flow %d: stopped", PROG[side], req.flow_id)
             if not s.flows:
                 a.detach(side)
+            elif device not in {f.device for f in s.flows.values()}:
+                a.detach_dev(side, device)  # that device's last flow
         self._changed()
         return pb.StopFlowMonitorResponse(changed=True)
 

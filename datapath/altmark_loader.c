@@ -54,6 +54,7 @@ static void usage(const struct altmark_prog *p, FILE *f)
 		"usage:\n"
 		"  %1$s attach --dev IF --instance NAME [--netns NS] [--pin-dir DIR]%6$s\n"
 		"  %1$s detach --dev IF --instance NAME [--netns NS] [--pin-dir DIR]\n"
+		"  %1$s attach-dev|detach-dev --dev IF --instance NAME [--netns NS]   (one more device / off one)\n"
 		"  %1$s add-flow --instance NAME %2$s --flow-id N --method dscp|rfc9343\n"
 		"      --period-ms P [--dmark-every N] [--dscp-l-bit B --dscp-d-bit B]\n"
 		"  %1$s del-flow --instance NAME (--sids A,B,..%3$s | --flow-id N)\n"
@@ -583,6 +584,15 @@ static int run_attach_detach(struct altmark_args *a, const struct altmark_prog *
 	return attach ? p->attach(a) : p->detach(a);
 }
 
+static int run_dev(struct altmark_args *a, const struct altmark_prog *p, bool attach)
+{
+	if (!require_arg(a->dev, "--dev") || !resolve_pin_dir(p, a))
+		return EXIT_USAGE;
+	return (attach ? p->attach_dev(a) : p->detach_dev(a)) ? EXIT_FAIL : EXIT_OK;
+}
+
+static int run_attach_dev(void *a, const void *p) { return run_dev(a, p, true); }
+static int run_detach_dev(void *a, const void *p) { return run_dev(a, p, false); }
 static int run_attach(void *a, const void *p) { return run_attach_detach(a, p, true); }
 static int run_detach(void *a, const void *p) { return run_attach_detach(a, p, false); }
 static int run_add_flow(void *a, const void *p) { return cmd_add_flow(p, a); }
@@ -603,6 +613,8 @@ static int run_stats(void *args, const void *prog)
 static const struct loader_cmd commands[] = {
 	{"attach", run_attach},
 	{"detach", run_detach},
+	{"attach-dev", run_attach_dev},
+	{"detach-dev", run_detach_dev},
 	{"add-flow", run_add_flow},
 	{"del-flow", run_del_flow},
 	{"list-flows", run_list_flows},

@@ -28,6 +28,9 @@ struct altmark_prog {
 	bool is_rx;                  /* has altmark_flowmon; rfc9343 flows keyed by FlowMonID */
 	int (*attach)(struct altmark_args *a);
 	int (*detach)(struct altmark_args *a);
+	/* the attached program (same pins, flows, counters) on one more device / off one device */
+	int (*attach_dev)(struct altmark_args *a);
+	int (*detach_dev)(struct altmark_args *a);
 	const char *const *counter_names;
 	unsigned int n_counters;
 };

@@ -162,6 +162,10 @@ static int cmd_detach(struct altmark_args *a)
 	return detach_and_unpin(a->netns, a->dev, a->pin_dir) ? EXIT_FAIL : EXIT_OK;
 }
 
+/* attach-dev / detach-dev: the same XDP program (flows, counters, chain slot) on more devices */
+static int cmd_attach_dev(struct altmark_args *a) { return attach_dev_pinned(a->netns, a->dev, a->pin_dir); }
+static int cmd_detach_dev(struct altmark_args *a) { return detach_dev_pinned(a->netns, a->dev, a->pin_dir); }
+
 int main(int argc, char **argv)
 {
 	static const struct altmark_prog prog = {
@@ -169,6 +173,8 @@ int main(int argc, char **argv)
 		.is_rx = true,
 		.attach = cmd_attach,
 		.detach = cmd_detach,
+		.attach_dev = cmd_attach_dev,
+		.detach_dev = cmd_detach_dev,
 		.counter_names = altmark_rx_counter_names,
 		.n_counters = AMRX_NR_COUNTERS,
 	};

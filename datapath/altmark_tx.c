@@ -130,6 +130,45 @@ static int cmd_detach(struct altmark_args *a)
 	return rc ? EXIT_FAIL : EXIT_OK;
 }
 
+static int cmd_attach_dev(struct altmark_args *a)
+{
+	int prog_fd = open_pinned(a->pin_dir, PROG_PIN_NAME), err;
+
+	if (prog_fd < 0)
+		return prog_fd;
+	err = attach_tc(a->netns, a->dev, prog_fd);
+	close(prog_fd);
+	if (!err)
+		printf("altmark_tx (pinned in %s) also attached to %s egress\n", a->pin_dir, a->dev);
+	return err;
+}
+
+static int cmd_detach_dev(struct altmark_args *a)
+{
+	LIBBPF_OPTS(bpf_tc_opts, opts, .handle = ALTMARK_TC_HANDLE, .priority = ALTMARK_TC_PRIORITY);
+	struct bpf_tc_hook hook;
+	uint32_t our_id;
+	int prog_fd, err;
+
+	prog_fd = open_pinned(a->pin_dir, PROG_PIN_NAME);
+	if (prog_fd < 0)
+		return prog_fd;
+	our_id = prog_id_of(prog_fd);
+	close(prog_fd);
+	if (tc_hook_for(a->netns, a->dev, &hook))
+		return -ENOENT;
+	err = bpf_tc_query(&hook, &opts);
+	if (err || opts.prog_id != our_id) {
+		die_msg("--dev: program %u pinned in %s is not attached to %s egress", our_id, a->pin_dir, a->dev);
+		return -ENOENT;
+	}
+	LIBBPF_OPTS(bpf_tc_opts, del, .handle = ALTMARK_TC_HANDLE, .priority = ALTMARK_TC_PRIORITY);
+	err = bpf_tc_detach(&hook, &del);
+	if (err)
+		die_msg("--dev: detach from %s failed: %s", a->dev, strerror(-err));
+	return err;
+}
+
 int main(int argc, char **argv)
 {
 	static const struct altmark_prog prog = {
@@ -137,6 +176,8 @@ int main(int argc, char **argv)
 		.is_rx = false,
 		.attach = cmd_attach,
 		.detach = cmd_detach,
+		.attach_dev = cmd_attach_dev,
+		.detach_dev = cmd_detach_dev,
 		.counter_names = altmark_tx_counter_names,
 		.n_counters = AMTX_NR_COUNTERS,
 	};

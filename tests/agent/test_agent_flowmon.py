@@ -136,12 +136,47 @@ def test_bad_requests_and_device_errors(sides, lab):
         a.StartFlowMonitor, pb.StartFlowMonitorRequest(monitor=monitor(TX, device="nope0")), FP, "monitor.device:"
     )
     assert "attach failed" in msg
-    # one device per side
+
+    # a multi-homed node: flows on two devices of one side share the side's program
+    def tc_on(dev: str) -> bool:
+        return "altmark_tx" in lab.run("A", ["tc", "filter", "show", "dev", dev, "egress"], check=True).stdout
+
     assert a.StartFlowMonitor(pb.StartFlowMonitorRequest(monitor=monitor(TX, flow_id=21))).changed
-    expect_error(
+    assert a.StartFlowMonitor(
+        pb.StartFlowMonitorRequest(monitor=monitor(TX, flow_id=22, device="ah", segments=["fc00:2::e2"]))
+    ).changed
+    assert tc_on("a0") and tc_on("ah")
+    listed = a.ListFlowMonitors(pb.ListFlowMonitorsRequest(side=TX)).monitors
+    assert sorted((m.monitor.flow_id, m.monitor.device) for m in listed) == [(21, "a0"), (22, "ah")]
+    msg = expect_error(  # a third device that does not exist: refused, the others untouched
         a.StartFlowMonitor,
-        pb.StartFlowMonitorRequest(monitor=monitor(TX, flow_id=22, device="ah", segments=["fc00:2::e2"])),
+        pb.StartFlowMonitorRequest(monitor=monitor(TX, flow_id=23, device="nope0", segments=["fc00:2::e9"])),
         FP,
-        "monitor.device: the altmark_tx side",
+        "monitor.device:",
     )
+    assert tc_on("a0") and tc_on("ah"), msg
+    assert a.StopFlowMonitor(pb.StopFlowMonitorRequest(side=TX, flow_id=22)).changed  # ah's last flow
+    assert tc_on("a0") and not tc_on("ah")
     assert a.StopFlowMonitor(pb.StopFlowMonitorRequest(side=TX, flow_id=21)).changed
+    assert not tc_on("a0")
+    # the RX side (XDP) likewise on b0 and bh of B
+    b = sides[1]
+
+    def xdp_on(dev: str) -> bool:
+        return "xdp" in lab.run("B", ["ip", "link", "show", "dev", dev], check=True).stdout
+
+    assert b.StartFlowMonitor(pb.StartFlowMonitorRequest(monitor=monitor(RX, flow_id=31))).changed
+    expect_error(  # the same SID list again (another device too) would replace flow 31 in the datapath
+        b.StartFlowMonitor,
+        pb.StartFlowMonitorRequest(monitor=monitor(RX, flow_id=33, device="bh")),
+        AE,
+        "monitor.segments: altmark_rx flow 31 already monitors",
+    )
+    assert b.StartFlowMonitor(
+        pb.StartFlowMonitorRequest(monitor=monitor(RX, flow_id=32, device="bh", segments=["fc00:2::e2", "fc00:3::d6"]))
+    ).changed
+    assert xdp_on("b0") and xdp_on("bh")
+    assert b.StopFlowMonitor(pb.StopFlowMonitorRequest(side=RX, flow_id=31)).changed  # b0's last flow
+    assert not xdp_on("b0") and xdp_on("bh")
+    assert b.StopFlowMonitor(pb.StopFlowMonitorRequest(side=RX, flow_id=32)).changed
+    assert not xdp_on("bh")

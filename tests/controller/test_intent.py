@@ -31,8 +31,10 @@ def test_there_are_enough_bad_files():
 @pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.name)
 def test_examples_are_valid(path):
     intent = load_intent(path)
-    assert set(intent.nodes) == {"A", "R", "B"}
-    assert (intent.stamp_sessions or intent.flows) and intent.policies and intent.local_sids
+    assert {"A", "B"} <= set(intent.nodes)
+    assert (intent.stamp_sessions or intent.flows) and intent.local_sids
+    if path.name.startswith(("demo_line5", "line5")):  # the line5 examples steer H1 -> H2 as well
+        assert set(intent.nodes) == {"A", "R", "B"} and intent.policies
 
 
 def test_demo_intent_content():
