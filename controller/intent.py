@@ -674,6 +674,21 @@ def _cross_checks(c: _Checker, intent: Intent, indexed: dict[str, list[tuple[int
         lambda s: f"STAMP session ssid {s.ssid} from node {s.sender.node}",
     )
     _check_unique(c, "flows", indexed["flows"], lambda f: f"flow_id {f.flow_id}")
+    # the datapath keys a flow by its SID list (and method) on each side: a second flow with the
+    # same list on the same node would replace the first one there (the agent refuses it)
+    seen_flows: dict[tuple, tuple[int, int]] = {}
+    for index, f in indexed["flows"]:
+        for end in (f.ingress, f.egress):
+            k = (end.node, f.method, tuple(f.segs))
+            if k in seen_flows and seen_flows[k][0] != f.flow_id:
+                c.err(
+                    ("flows", index, "segs"),
+                    f"node {end.node} already monitors {','.join(f.segs)} ({f.method}) as flow_id "
+                    f"{seen_flows[k][0]} (flows[{seen_flows[k][1]}])",
+                    "monitor each SID list once per node (one flow per path)",
+                )
+                break
+            seen_flows.setdefault(k, (f.flow_id, index))
     # an agent keys STAMP sessions by (role, ssid): one ssid per reflector node too
     refl_seen: dict[tuple, int] = {}
     for index, s in indexed["stamp_sessions"]:

@@ -224,3 +224,20 @@ def test_one_source_address_per_sender_device():
     assert len(lines) == 1 and lines[0].startswith("x.yaml:8:"), lines
     assert "A:a0 already sends from fc00:1::1 (stamp_sessions[0])" in lines[0], lines
     assert "fix: use address fc00:1::1 for sessions whose replies arrive on a0" in lines[0].lower(), lines
+
+
+def test_two_flows_with_one_sid_list_on_a_node_are_refused():
+    text = """version: 1
+nodes:
+  A: {agent: "127.0.0.1:1", tls: {ca: a, cert: b, key: c}}
+  B: {agent: "127.0.0.1:2", tls: {ca: a, cert: b, key: c}}
+flows:
+  - {flow_id: 7, ingress: {node: A, dev: a0}, egress: {node: B, dev: b0}, segs: ["fc00:2::e", "fc00:3::d6"]}
+  - {flow_id: 8, ingress: {node: A, dev: a1}, egress: {node: B, dev: b1}, segs: ["fc00:2::e", "fc00:3::d6"]}
+  - {flow_id: 9, ingress: {node: A, dev: a1}, egress: {node: B, dev: b1}, segs: ["fc00:2::e2", "fc00:3::d6"]}
+"""
+    with pytest.raises(IntentError) as info:
+        parse_intent(text, "x.yaml")
+    lines = info.value.lines
+    assert len(lines) == 1 and lines[0].startswith("x.yaml:7:"), lines
+    assert "node A already monitors fc00:2::e,fc00:3::d6 (dscp) as flow_id 7 (flows[0])" in lines[0], lines
