@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -51,6 +52,25 @@ print(n)
 pytestmark = [pytest.mark.e2e, pytest.mark.datapath]
 
 
+class MidBlockSnapshots(threading.Thread):
+    """The relays' drop counters at the middle of every block (TAI): frames of block k (one colour)
+    reach the relay between the middles of blocks k-1 and k+1, where no other block of that colour
+    does, so the difference of that colour's Traffic Class counter is block k's drops exactly."""
+
+    def __init__(self, lab, links):
+        super().__init__(daemon=True)
+        self.lab, self.links, self.stop = lab, links, threading.Event()
+        self.at: dict[int, dict[str, dict]] = {}  # block index -> {link: a_to_b stats}
+
+    def run(self) -> None:
+        while not self.stop.is_set():
+            now = time.clock_gettime_ns(time.CLOCK_TAI)
+            k = now // NS if now % NS < NS // 2 else now // NS + 1
+            self.stop.wait((k * NS + NS // 2 - now) / NS)
+            if not self.stop.is_set():
+                self.at[k] = {link: self.lab.relay_stats(link)["a_to_b"] for link in self.links}
+
+
 def tai_offset_s() -> int:
     return round((time.clock_gettime_ns(time.CLOCK_TAI) - time.time_ns()) / NS)
 
@@ -82,10 +102,14 @@ def run(stack, bpffs, tmp_path_factory):
         # the block the flows were installed in is partial: start two blocks later
         time.sleep(2.5 - (time.clock_gettime_ns(time.CLOCK_TAI) % NS) / NS + 0.3)
         before = {link: lab.relay_stats(link) for _, link in FLOWS.values()}
+        snaps = MidBlockSnapshots(lab, [link for _, link in FLOWS.values()])
+        snaps.start()
         dsts = ",".join(d for d, _ in FLOWS.values())
         sender = lab.run("H1", [sys.executable, "-c", SENDER, dsts, str(PER_FLOW), str(RATE_PPS)], timeout=120)
         assert sender.returncode == 0, sender.stderr
         time.sleep(1.5)  # the last frames cross the relays
+        snaps.stop.set()
+        snaps.join(timeout=5)
         after = {link: lab.relay_stats(link) for _, link in FLOWS.values()}
         points: dict[int, list[dict]] = {}
         deadline = time.monotonic() + 60
@@ -100,7 +124,14 @@ def run(stack, bpffs, tmp_path_factory):
             if all(sums[fid] >= PER_FLOW for fid in FLOWS):
                 break
             time.sleep(1)
-        yield {"applied": applied, "before": before, "after": after, "points": points, "offset": offset}
+        yield {
+            "snaps": snaps.at,
+            "applied": applied,
+            "before": before,
+            "after": after,
+            "points": points,
+            "offset": offset,
+        }
     finally:
         if loss_proc is not None:
             loss_proc.terminate()
@@ -155,3 +186,22 @@ def test_loss_per_path_equals_the_relay_drops_in_total_and_per_colour(run):
         # colour-1 frames carry the L bit (DSCP bit 0, dscp_l_bit: 0) = Traffic Class 4, colour 0 none
         want = {tc: lost_by_colour.get(colour, 0) for colour, tc in ((0, 0), (1, 4))}
         assert by_tc == {tc: n for tc, n in want.items() if n}, (by_tc, lost_by_colour)
+
+
+def test_every_block_loss_equals_the_relay_drops_of_that_block(run):
+    """Per block, not only in sum: block k's drops = its colour's Traffic Class counter between the
+    middles of blocks k-1 and k+1."""
+    checked = 0
+    for fid, (_, link) in FLOWS.items():
+        for p in traffic_blocks(run["points"][fid]):
+            k = p["time"] // NS + run["offset"]  # TAI block index (period 1 s)
+            if k - 1 not in run["snaps"] or k + 1 not in run["snaps"]:
+                continue  # the first and last blocks: covered by the sums above
+            tc = "4" if k & 1 else "0"
+            drops = run["snaps"][k + 1][link]["dropped_loss_by_tc"].get(tc, 0) - run["snaps"][k - 1][link][
+                "dropped_loss_by_tc"
+            ].get(tc, 0)
+            assert p["lost"] == drops, (fid, k, p["lost"], drops)
+            checked += 1
+    print(f"\n[mesh flows] {checked} blocks equal to their relay drops one by one")
+    assert checked >= 2 * (PER_FLOW // RATE_PPS - 2)
