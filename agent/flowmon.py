@@ -87,7 +87,9 @@ def validate_monitor(m: pb.FlowMonitor) -> pb.FlowMonitor:
 class FlowMonAgent:
     def __init__(self, node: str, repo: Path, netns: str | None, instance: str, kafka: str | None = None):
         self.node, self.netns, self.instance, self.kafka = node, netns, instance, kafka
-        self.build = repo / "build"
+        # the eBPF objects and C tools: the checkout's build/, or SEGSCOPE_BUILD_DIR (an installed
+        # package, a container image)
+        self.build = Path(os.environ.get("SEGSCOPE_BUILD_DIR") or repo / "build")
         self.lock = threading.RLock()
         self.sides: dict[int, Side] = {}
         self.collector: subprocess.Popen | None = None

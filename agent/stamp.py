@@ -51,7 +51,9 @@ class Tools:
     """Paths of the datapath tools and how to run them for this node."""
 
     def __init__(self, repo: Path, netns: str | None, pin_root: Path):
-        self.build = repo / "build"
+        # the eBPF objects and C tools: the checkout's build/, or SEGSCOPE_BUILD_DIR (an installed
+        # package, a container image)
+        self.build = Path(os.environ.get("SEGSCOPE_BUILD_DIR") or repo / "build")
         self.netns = netns
         self.pin_root = pin_root
         self.collector = self.build / "datapath" / "stamp_collector"

@@ -106,6 +106,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(
         prog="python -m controller", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
+    ap.add_argument("--version", action="version", version=f"segscope {segscope_version()}")
     ap.add_argument("command", choices=("validate", "diff", "apply", "status"))
     ap.add_argument("file", help="intent YAML (controller/README.md)")
     ap.add_argument("--json", action="store_true", help="machine-readable output")
@@ -145,6 +146,12 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as exc:  # TLS material unreadable
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_AGENT
+
+
+def segscope_version() -> str:
+    from segscope_schemas.version import __version__
+
+    return __version__
 
 
 if __name__ == "__main__":

@@ -22,6 +22,7 @@ def _parse_delay(text: str) -> tuple[str, tuple[float, float]]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m netlab", description=__doc__)
+    parser.add_argument("--version", action="version", version=f"segscope {segscope_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("up", help="create the lab described by TOPOLOGY")
     p.add_argument("topology")
@@ -95,6 +96,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"netlab: {exc}", file=sys.stderr)
         return 1
     return 0
+
+
+def segscope_version() -> str:
+    from segscope_schemas.version import __version__
+
+    return __version__
 
 
 if __name__ == "__main__":

@@ -116,6 +116,7 @@ def run_worker(
     ap = argparse.ArgumentParser(
         prog=f"python -m {package}", description=doc, formatter_class=argparse.RawDescriptionHelpFormatter
     )
+    ap.add_argument("--version", action="version", version=f"segscope {segscope_version()}")
     for name, (var, default) in env_table.items():
         ap.add_argument(
             "--" + name.replace("_", "-"),
@@ -330,3 +331,9 @@ class InOrderAcks:
                 blocked.add(tp)
                 keep.append((stream, event, state))
         self.held = keep
+
+
+def segscope_version() -> str:
+    from segscope_schemas.version import __version__
+
+    return __version__

@@ -286,6 +286,7 @@ class Stack:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m services.stack", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--version", action="version", version=f"segscope {segscope_version()}")
     parser.add_argument("command", choices=("up", "down", "status"))
     parser.add_argument("--only", help="comma-separated subset of: " + ",".join(SERVICE_NAMES))
     parser.add_argument("--run-dir", help=f"state directory (default {DEFAULT_RUN_DIR.relative_to(REPO_ROOT)})")
@@ -324,6 +325,12 @@ def main(argv: list[str] | None = None) -> int:
     except StackError as exc:
         print(f"[stack] ERROR: {exc}", file=sys.stderr)
         return 2
+
+
+def segscope_version() -> str:
+    from segscope_schemas.version import __version__
+
+    return __version__
 
 
 if __name__ == "__main__":

@@ -213,6 +213,9 @@ def main(argv: list[str] | None = None) -> int:
     if not argv or argv[0] in ("-h", "--help"):
         print("usage: python -m collectors.ustamp reflector|sender [--help]")
         return 0 if argv else 2
+    if argv[0] == "--version":
+        print(f"segscope {segscope_version()}")
+        return 0
     cmd, rest = argv[0], argv[1:]
     if cmd == "reflector":
         return reflector_main(rest)
@@ -220,6 +223,12 @@ def main(argv: list[str] | None = None) -> int:
         return sender_main(rest)
     die(f"unknown command {cmd!r} (expected reflector or sender)")
     return 2
+
+
+def segscope_version() -> str:
+    from segscope_schemas.version import __version__
+
+    return __version__
 
 
 if __name__ == "__main__":
