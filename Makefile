@@ -4,7 +4,7 @@ VENV   := .local/venv
 PY     := $(VENV)/bin/python
 PARTS  := datapath collectors netlab schemas bench
 
-.PHONY: setup build demo test bench clean
+.PHONY: setup build demo test bench images clean
 
 setup:                       ## install everything from the package registries (idempotent)
 	bash scripts/setup.sh
@@ -20,6 +20,9 @@ test: setup build            ## every test, as root (CI runs exactly this)
 
 bench: setup build           ## benchmarks; figures go to docs/benchmarks.md
 	bash bench/run_all.sh
+
+images: setup build         ## container images with buildah from Debian packages (no daemon, no registry)
+	bash scripts/images.sh
 
 clean:
 	for p in $(PARTS); do $(MAKE) -C $$p clean; done

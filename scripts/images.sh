@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# Container images of segscope, built without a daemon and without a registry (`make images`, root):
+#   1. a Debian bookworm base from Debian's packages (mmdebstrap, minbase + the runtime libraries)
+#   2. buildah (vfs storage, chroot isolation) builds each Containerfile FROM that base:
+#        agent/Containerfile       localhost/segscope-agent:VERSION       (eBPF objects + C tools + agent)
+#        processors/Containerfile  localhost/segscope-processors:VERSION  (delay, loss, topology; non-root)
+#        controller/Containerfile  localhost/segscope-controller:VERSION  (non-root)
+# segscope's wheel and every dependency's are made on this host (`pip wheel .`, after `make build`:
+# generated protobuf code, C tools) and installed offline in the image: no network in the build.
+# Not part of `make test` (about 3-4 min); tests/packaging checks the wheel the images install.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+REPO=$PWD
+VERSION=$(.local/venv/bin/python -c 'import sys; sys.path.insert(0, "schemas/python"); from segscope_schemas.version import __version__; print(__version__)')
+WORK=$REPO/.run/images
+BUILDAH=(buildah --storage-driver vfs)
+say() { echo "[images] $*"; }
+
+command -v mmdebstrap >/dev/null || apt-get install -y -q mmdebstrap
+command -v buildah >/dev/null || apt-get install -y -q buildah
+mkdir -p "$WORK"
+
+# 1. base image: the Debian runtime packages the programs need, nothing to build with
+if ! "${BUILDAH[@]}" inspect --type image "localhost/segscope-base:$VERSION" >/dev/null 2>&1; then
+    say "base: mmdebstrap bookworm (minbase + runtime libraries)"
+    mmdebstrap --variant=minbase \
+        --include=python3,python3-venv,ca-certificates,libbpf1,libelf1,zlib1g,librdkafka1,iproute2,ethtool \
+        bookworm "$WORK/rootfs.tar"
+    ctr=$("${BUILDAH[@]}" from scratch)
+    tar -C "$("${BUILDAH[@]}" mount "$ctr")" -xf "$WORK/rootfs.tar"
+    "${BUILDAH[@]}" umount "$ctr" >/dev/null
+    "${BUILDAH[@]}" commit -q "$ctr" "localhost/segscope-base:$VERSION" >/dev/null
+    "${BUILDAH[@]}" rm "$ctr" >/dev/null
+    rm -f "$WORK/rootfs.tar"
+fi
+
+# 2. the wheel and the C tools the images copy (build context: $WORK/context)
+rm -rf "$WORK/context" && mkdir -p "$WORK/context"
+.local/venv/bin/pip wheel -q -w "$WORK/context/wheels" .
+cp -r build "$WORK/context/build"
+for name in agent processors controller; do
+    say "$name: buildah bud $name/Containerfile"
+    "${BUILDAH[@]}" bud -q --isolation chroot --build-arg "VERSION=$VERSION" \
+        -f "$REPO/$name/Containerfile" -t "localhost/segscope-$name:$VERSION" "$WORK/context"
+done
+"${BUILDAH[@]}" images --filter reference='localhost/segscope-*'
