@@ -27,11 +27,11 @@ import faust
 
 from processors.delay.topics import ensure_topics
 from processors.topology.config import TopologyConfig
-from processors.topology.lineproto import parse_lines
 from processors.topology.model import Identity, MalformedView, TopologyModel
 from processors.topology.sink import TopologySink
 from processors.topology.writer import ArangoWriter
 from processors.worker import ProcessorHealth, dead_letter, faust_app_settings
+from segscope_schemas.line_protocol import parse_lines
 
 log = logging.getLogger("segscope.topology")
 

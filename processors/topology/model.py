@@ -21,7 +21,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from processors.topology.lineproto import Point
+from segscope_schemas.line_protocol import Point
 
 VIEW_SCHEMA = "segscope.topology.node_view"
 SUPPORTED_VIEW_VERSIONS = (1,)

@@ -39,8 +39,8 @@ from collectors.topology import NodeViewPublisher
 from netlab import Lab, relay_lateness_us, teardown
 from netlab.lab import RELAY_IF_B
 from processors.delay.topics import ensure_topics
-from processors.topology.lineproto import parse_lines
 from processors.topology.writer import ArangoWriter
+from segscope_schemas.line_protocol import parse_lines
 
 REPO = Path(__file__).resolve().parents[2]
 LINE5 = REPO / "netlab" / "topologies" / "line5.yaml"

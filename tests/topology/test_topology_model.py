@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 from topo_views import expected_views
 
-from processors.topology.lineproto import LineError, parse_line, parse_lines
 from processors.topology.model import Identity, MalformedView, TopologyModel, diff_documents, safe_key, validate_view
+from segscope_schemas.line_protocol import LineError, parse_line, parse_lines
 
 REPO = Path(__file__).resolve().parents[2]
 LINE5 = REPO / "netlab" / "topologies" / "line5.yaml"

@@ -24,6 +24,8 @@ import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+from segscope_schemas.line_protocol import parse_lines
+
 
 class HealthAddressError(ValueError):
     """A health address that cannot be parsed or bound; the message says which and the fix."""
@@ -41,57 +43,23 @@ def parse_address(value: str, where: str) -> tuple[str, int] | None:
     return host.strip("[]") or "0.0.0.0", int(port)
 
 
-def _split_unescaped(text: str, sep: str) -> list[str]:
-    """Split line-protocol text on `sep` not preceded by a backslash."""
-    out, cur, i = [], [], 0
-    while i < len(text):
-        c = text[i]
-        if c == "\\" and i + 1 < len(text):
-            cur.append(text[i : i + 2])
-            i += 2
-            continue
-        if c == sep:
-            out.append("".join(cur))
-            cur = []
-        else:
-            cur.append(c)
-        i += 1
-    out.append("".join(cur))
-    return out
-
-
-def _unescape(text: str) -> str:
-    return text.replace("\\,", ",").replace("\\ ", " ").replace("\\=", "=").replace("\\\\", "\\")
-
-
 def _prom_label(value: str) -> str:
     return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
 
 def prometheus_text(lines: list[str]) -> str:
     """Line protocol (`m,tag=v f=1i,g=2.5 ts`) -> Prometheus text exposition; string and boolean
-    fields are skipped (Prometheus has only numbers). One # TYPE line per metric name."""
+    fields are skipped (Prometheus has only numbers), unreadable lines too. One # TYPE line per
+    metric name."""
+    points, _ = parse_lines("\n".join(lines))
     samples: dict[str, list[str]] = {}
-    for line in lines:
-        parts = _split_unescaped(line.strip(), " ")
-        if len(parts) < 2:
-            continue
-        head = _split_unescaped(parts[0], ",")
-        measurement, tags = _unescape(head[0]), []
-        for t in head[1:]:
-            k, _, v = t.partition("=")
-            tags.append(f'{_unescape(k)}="{_prom_label(_unescape(v))}"')
-        labels = "{" + ",".join(tags) + "}" if tags else ""
-        for field in _split_unescaped(parts[1], ","):
-            k, _, v = field.partition("=")
-            if v.endswith(("i", "u")) and v[:-1].lstrip("-").isdigit():
-                v = v[:-1]
-            else:
-                try:
-                    float(v)
-                except ValueError:
-                    continue  # string or boolean field
-            samples.setdefault(f"{measurement}_{_unescape(k)}", []).append(f"{labels} {v}")
+    for p in points:
+        labels = ",".join(f'{k}="{_prom_label(v)}"' for k, v in p.tags.items())
+        labels = "{" + labels + "}" if labels else ""
+        for key, value in p.fields.items():
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                continue
+            samples.setdefault(f"{p.measurement}_{key}", []).append(f"{labels} {value}")
     out = []
     for name, values in samples.items():
         out.append(f"# TYPE {name} gauge")
