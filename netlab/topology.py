@@ -466,34 +466,14 @@ def _parse_link(doc: _Doc, where: tuple, raw: Any, node_names: set[str]) -> Link
         )
     link = Link(name=str(name), a=a, b=b)
     if "delay_us" in raw:
-        delay = raw["delay_us"]
         link.has_delay_key = True
-        if _check_keys(
-            doc,
-            where + ("delay_us",),
-            delay,
-            {"a_to_b": "microseconds from a to b", "b_to_a": "microseconds from b to a"},
-        ):
-            link.delay_a_to_b_us = _number(
-                doc, where + ("delay_us", "a_to_b"), delay.get("a_to_b", 0), "delay_us.a_to_b", 0, 1e7
-            )
-            link.delay_b_to_a_us = _number(
-                doc, where + ("delay_us", "b_to_a"), delay.get("b_to_a", 0), "delay_us.b_to_a", 0, 1e7
-            )
+        both = _per_direction(doc, where, raw, "delay_us", "microseconds", 1e7)
+        if both:
+            link.delay_a_to_b_us, link.delay_b_to_a_us = both
     if "loss_pct" in raw:
-        loss = raw["loss_pct"]
-        if _check_keys(
-            doc,
-            where + ("loss_pct",),
-            loss,
-            {"a_to_b": "percent of frames from a to b", "b_to_a": "percent of frames from b to a"},
-        ):
-            link.loss_a_to_b_pct = _number(
-                doc, where + ("loss_pct", "a_to_b"), loss.get("a_to_b", 0), "loss_pct.a_to_b", 0, 100
-            )
-            link.loss_b_to_a_pct = _number(
-                doc, where + ("loss_pct", "b_to_a"), loss.get("b_to_a", 0), "loss_pct.b_to_a", 0, 100
-            )
+        both = _per_direction(doc, where, raw, "loss_pct", "percent of frames", 100)
+        if both:
+            link.loss_a_to_b_pct, link.loss_b_to_a_pct = both
     if "relay" in raw:
         if raw["relay"] not in ("auto", "always", "never"):
             doc.error(
@@ -508,6 +488,14 @@ def _parse_link(doc: _Doc, where: tuple, raw: Any, node_names: set[str]) -> Link
             _number(doc, where + ("queue_frames",), raw["queue_frames"], "queue_frames", 1, 1 << 20)
         )
     return link
+
+
+def _per_direction(doc: _Doc, where: tuple, raw: dict, key: str, unit: str, hi: float) -> tuple | None:
+    """raw[key] = {a_to_b, b_to_a} (each 0..hi, default 0) -> (a_to_b, b_to_a); None if its keys are bad."""
+    value = raw[key]
+    if not _check_keys(doc, where + (key,), value, {"a_to_b": f"{unit} from a to b", "b_to_a": f"{unit} from b to a"}):
+        return None
+    return tuple(_number(doc, where + (key, d), value.get(d, 0), f"{key}.{d}", 0, hi) for d in ("a_to_b", "b_to_a"))
 
 
 def load(path: str | Path) -> Topology:
