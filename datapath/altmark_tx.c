@@ -97,33 +97,45 @@ static uint32_t prog_id_of(int fd)
 	return bpf_obj_get_info_by_fd(fd, &info, &len) ? 0 : info.id;
 }
 
-static int cmd_detach(struct altmark_args *a)
+/* Detach our pinned program from dev's egress if it is the filter there. 1: detached; 0: it is
+ * not attached there (*our_id: its id); -ENODEV: no such netns or device (pins left alone); other
+ * < 0: no pins, or the detach failed (said). */
+static int tc_detach_if_ours(struct altmark_args *a, uint32_t *our_id)
 {
 	LIBBPF_OPTS(bpf_tc_opts, opts, .handle = ALTMARK_TC_HANDLE, .priority = ALTMARK_TC_PRIORITY);
 	struct bpf_tc_hook hook;
-	uint32_t our_id;
-	int prog_fd, err, rc = 0;
+	int prog_fd, err;
 
 	prog_fd = open_pinned(a->pin_dir, PROG_PIN_NAME);
 	if (prog_fd < 0)
-		return EXIT_FAIL;
-	our_id = prog_id_of(prog_fd);
+		return prog_fd;
+	*our_id = prog_id_of(prog_fd);
 	close(prog_fd);
 	if (tc_hook_for(a->netns, a->dev, &hook))
-		return EXIT_FAIL;
-	err = bpf_tc_query(&hook, &opts);
-	if (!err && opts.prog_id == our_id) {
-		LIBBPF_OPTS(bpf_tc_opts, del, .handle = ALTMARK_TC_HANDLE, .priority = ALTMARK_TC_PRIORITY);
+		return -ENODEV;
+	if (bpf_tc_query(&hook, &opts) || opts.prog_id != *our_id)
+		return 0;
+	LIBBPF_OPTS(bpf_tc_opts, del, .handle = ALTMARK_TC_HANDLE, .priority = ALTMARK_TC_PRIORITY);
+	err = bpf_tc_detach(&hook, &del);
+	if (err) {
+		die_msg("--dev: detach from %s failed: %s", a->dev, strerror(-err));
+		return err;
+	}
+	return 1;
+}
 
-		err = bpf_tc_detach(&hook, &del);
-		if (err) {
-			die_msg("--dev: detach from %s failed: %s", a->dev, strerror(-err));
-			rc = err;
-		}
-	} else {
+static int cmd_detach(struct altmark_args *a)
+{
+	uint32_t our_id = 0;
+	int r = tc_detach_if_ours(a, &our_id), rc = 0;
+
+	if (r == -ENODEV || (r < 0 && !our_id))   /* no such device, or no pins (said) */
+		return EXIT_FAIL;
+	if (r < 0)
+		rc = r;
+	else if (r == 0)
 		die_msg("warning: program %u pinned in %s is not attached to %s egress; removing pins only",
 			our_id, a->pin_dir, a->dev);
-	}
 	/* the clsact qdisc stays: other filters (or tc users) may share it */
 	if (unpin_dir(a->pin_dir))
 		rc = rc ? rc : -EIO;
@@ -145,28 +157,12 @@ static int cmd_attach_dev(struct altmark_args *a)
 
 static int cmd_detach_dev(struct altmark_args *a)
 {
-	LIBBPF_OPTS(bpf_tc_opts, opts, .handle = ALTMARK_TC_HANDLE, .priority = ALTMARK_TC_PRIORITY);
-	struct bpf_tc_hook hook;
-	uint32_t our_id;
-	int prog_fd, err;
+	uint32_t our_id = 0;
+	int r = tc_detach_if_ours(a, &our_id);
 
-	prog_fd = open_pinned(a->pin_dir, PROG_PIN_NAME);
-	if (prog_fd < 0)
-		return prog_fd;
-	our_id = prog_id_of(prog_fd);
-	close(prog_fd);
-	if (tc_hook_for(a->netns, a->dev, &hook))
-		return -ENOENT;
-	err = bpf_tc_query(&hook, &opts);
-	if (err || opts.prog_id != our_id) {
+	if (r == 0)
 		die_msg("--dev: program %u pinned in %s is not attached to %s egress", our_id, a->pin_dir, a->dev);
-		return -ENOENT;
-	}
-	LIBBPF_OPTS(bpf_tc_opts, del, .handle = ALTMARK_TC_HANDLE, .priority = ALTMARK_TC_PRIORITY);
-	err = bpf_tc_detach(&hook, &del);
-	if (err)
-		die_msg("--dev: detach from %s failed: %s", a->dev, strerror(-err));
-	return err;
+	return r == 1 ? 0 : r == 0 || r == -ENODEV ? -ENOENT : r;
 }
 
 int main(int argc, char **argv)

@@ -486,36 +486,50 @@ int pin_and_chain(struct bpf_object *obj, struct bpf_program *prog, const char *
 	return err;
 }
 
+/* Detach the program of prog_fd from dev if it is the one attached there (REPLACE + old fd: the
+ * kernel checks that too). 1: detached; 0: dev runs another program or none (*attached: its id);
+ * -ENODEV: no such netns or device; other < 0: the detach failed (said). */
+static int xdp_detach_if_ours(const char *netns, const char *dev, int prog_fd, uint32_t *attached)
+{
+	LIBBPF_OPTS(bpf_xdp_attach_opts, opts, .old_prog_fd = prog_fd);
+	int ifindex, err;
+
+	*attached = 0;
+	if (enter_netns(netns) || (ifindex = resolve_ifindex(dev)) < 0)
+		return -ENODEV;
+	bpf_xdp_query_id(ifindex, XDP_FLAGS_DRV_MODE, attached);
+	if (!*attached || *attached != prog_id_of(prog_fd))
+		return 0;
+	err = bpf_xdp_detach(ifindex, XDP_FLAGS_DRV_MODE | XDP_FLAGS_REPLACE, &opts);
+	if (err) {
+		die_msg("--dev: detach from %s failed: %s", dev, strerror(-err));
+		return err;
+	}
+	return 1;
+}
+
 int detach_and_unpin(const char *netns, const char *dev, const char *dir)
 {
-	LIBBPF_OPTS(bpf_xdp_attach_opts, opts);
-	uint32_t attached_id = 0, our_id;
-	int prog_fd, ifindex, err, rc = 0;
+	uint32_t attached_id, our_id;
+	int prog_fd, r, rc = 0;
 
 	prog_fd = open_pinned(dir, PROG_PIN_NAME);
 	if (prog_fd < 0)
 		return prog_fd;
 	our_id = prog_id_of(prog_fd);
-	if (enter_netns(netns) || (ifindex = resolve_ifindex(dev)) < 0) {
+	r = xdp_detach_if_ours(netns, dev, prog_fd, &attached_id);
+	if (r == -ENODEV) {
 		close(prog_fd);
 		return -ENOENT;
 	}
-	bpf_xdp_query_id(ifindex, XDP_FLAGS_DRV_MODE, &attached_id);
-	if (attached_id && attached_id == our_id) {
-		/* REPLACE + old_prog_fd: the kernel detaches only if it is still ours */
-		opts.old_prog_fd = prog_fd;
-		err = bpf_xdp_detach(ifindex, XDP_FLAGS_DRV_MODE | XDP_FLAGS_REPLACE, &opts);
-		if (err) {
-			die_msg("--dev: detach from %s failed: %s", dev, strerror(-err));
-			rc = err;
-		}
-	} else if (chain_remove_if(dir, our_id) == 1) {
+	if (r < 0)
+		rc = r;
+	else if (r == 0 && chain_remove_if(dir, our_id) == 1)
 		printf("%s removed from the chain behind %s (slot emptied); %s keeps counting\n", loader_name,
 		       CHAIN_HEAD_PROG, CHAIN_HEAD_PROG);
-	} else {
+	else if (r == 0)
 		die_msg("warning: program %u pinned in %s is not attached to %s (attached: %u); removing pins only",
 			our_id, dir, dev, attached_id);
-	}
 	close(prog_fd);
 	if (unpin_dir(dir))
 		rc = rc ? rc : -EIO;
@@ -537,33 +551,26 @@ int attach_dev_pinned(const char *netns, const char *dev, const char *dir)
 
 int detach_dev_pinned(const char *netns, const char *dev, const char *dir)
 {
-	LIBBPF_OPTS(bpf_xdp_attach_opts, opts);
-	uint32_t attached_id = 0, our_id;
-	int prog_fd, ifindex, err = 0;
+	uint32_t attached_id;
+	int prog_fd = open_pinned(dir, PROG_PIN_NAME), r;
 
-	prog_fd = open_pinned(dir, PROG_PIN_NAME);
 	if (prog_fd < 0)
 		return prog_fd;
-	our_id = prog_id_of(prog_fd);
-	if (enter_netns(netns) || (ifindex = resolve_ifindex(dev)) < 0) {
-		close(prog_fd);
-		return -ENOENT;
-	}
-	bpf_xdp_query_id(ifindex, XDP_FLAGS_DRV_MODE, &attached_id);
-	if (attached_id != our_id) {
-		die_msg("--dev: program %u pinned in %s is not attached to %s (attached: %u)", our_id, dir, dev,
-			attached_id);
-		err = -ENOENT;
-	} else {
-		opts.old_prog_fd = prog_fd;   /* REPLACE + old fd: detach only if it is still ours */
-		err = bpf_xdp_detach(ifindex, XDP_FLAGS_DRV_MODE | XDP_FLAGS_REPLACE, &opts);
-		if (err)
-			die_msg("--dev: detach from %s failed: %s", dev, strerror(-err));
-		else
-			printf("%s detached from %s; still pinned in %s\n", loader_name, dev, dir);
-	}
+	r = xdp_detach_if_ours(netns, dev, prog_fd, &attached_id);
+	if (r == 0)
+		die_msg("--dev: program %u pinned in %s is not attached to %s (attached: %u)", prog_id_of(prog_fd), dir,
+			dev, attached_id);
+	else if (r == 1)
+		printf("%s detached from %s; still pinned in %s\n", loader_name, dev, dir);
 	close(prog_fd);
-	return err;
+	return r == 1 ? 0 : r == 0 || r == -ENODEV ? -ENOENT : r;
+}
+
+int dev_subcommand(const char *netns, const char *dev, const char *dir, bool attach)
+{
+	if (!require_arg(dev, "--dev") || !require_arg(dir, "--pin-dir"))
+		return EXIT_USAGE;
+	return (attach ? attach_dev_pinned(netns, dev, dir) : detach_dev_pinned(netns, dev, dir)) ? EXIT_FAIL : EXIT_OK;
 }
 
 int print_counters(const char *dir, const char *map_name, const char *const *names,

@@ -64,6 +64,8 @@ int detach_and_unpin(const char *netns, const char *dev, const char *dir);
  * only, keeping the pins for the others. Direct attach only (not behind altmark_rx). */
 int attach_dev_pinned(const char *netns, const char *dev, const char *dir);
 int detach_dev_pinned(const char *netns, const char *dev, const char *dir);
+/* The `attach-dev` / `detach-dev` subcommands: check --dev and --pin-dir, run one of the two; exit code. */
+int dev_subcommand(const char *netns, const char *dev, const char *dir, bool attach);
 
 /*
  * XDP chaining (one native XDP program per device): altmark_rx tail-calls

@@ -512,16 +512,21 @@ static int run_test_run(void *args, const void *ctx)
 }
 
 /* attach-dev / detach-dev: one program, its maps shared, on several devices (multi-homed node) */
-static int run_dev_cmd(struct args *a, bool attach)
+static int run_attach_dev(void *args, const void *ctx)
 {
-	if (!require_arg(a->dev, "--dev") || !require_arg(a->pin_dir, "--pin-dir"))
-		return EXIT_USAGE;
-	return (attach ? attach_dev_pinned(a->netns, a->dev, a->pin_dir)
-		       : detach_dev_pinned(a->netns, a->dev, a->pin_dir)) ? EXIT_FAIL : EXIT_OK;
+	struct args *a = args;
+
+	(void)ctx;
+	return dev_subcommand(a->netns, a->dev, a->pin_dir, true);
 }
 
-static int run_attach_dev(void *a, const void *ctx) { (void)ctx; return run_dev_cmd(a, true); }
-static int run_detach_dev(void *a, const void *ctx) { (void)ctx; return run_dev_cmd(a, false); }
+static int run_detach_dev(void *args, const void *ctx)
+{
+	struct args *a = args;
+
+	(void)ctx;
+	return dev_subcommand(a->netns, a->dev, a->pin_dir, false);
+}
 
 static const struct loader_cmd commands[] = {
 	{"attach", run_attach},
