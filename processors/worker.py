@@ -185,14 +185,11 @@ def dead_letter(reason: str, detail: str, message) -> bytes:
     ).encode()
 
 
-def read_progress(bootstrap: str, topic: str, group_id: str) -> list[dict]:
-    """Every JSON value of a processor's progress topic, oldest first (read once, at start).
-
-    The delay and loss processors write there, before they ack input, how far their results are
-    final (processors/delay/app.py explains why); a restarted worker seeds itself from it."""
+def read_topic(bootstrap: str, topic: str, group_id: str) -> list[tuple[bytes | None, bytes]]:
+    """Every (key, value) of a topic up to its end now, oldest first per partition (no commit)."""
     from confluent_kafka import Consumer, TopicPartition
 
-    values: list[dict] = []
+    out: list[tuple[bytes | None, bytes]] = []
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": group_id, "enable.auto.commit": False})
     try:
         for p in c.list_topics(topic, timeout=10).topics[topic].partitions:
@@ -204,11 +201,19 @@ def read_progress(bootstrap: str, topic: str, group_id: str) -> list[dict]:
             while pos < high:
                 for m in c.consume(num_messages=10000, timeout=1.0):
                     if m.error() is None:
-                        values.append(json.loads(m.value()))
+                        out.append((m.key(), m.value()))
                     pos = m.offset() + 1
     finally:
         c.close()
-    return values
+    return out
+
+
+def read_progress(bootstrap: str, topic: str, group_id: str) -> list[dict]:
+    """Every JSON value of a processor's progress topic, oldest first (read once, at start).
+
+    The delay and loss processors write there, before they ack input, how far their results are
+    final (processors/delay/app.py explains why); a restarted worker seeds itself from it."""
+    return [json.loads(value) for _, value in read_topic(bootstrap, topic, group_id)]
 
 
 class ProcessorHealth:

@@ -56,28 +56,13 @@ pytestmark = [pytest.mark.e2e, pytest.mark.datapath]
 
 def latest_views(bootstrap: str, nodes) -> dict[str, dict]:
     """The newest node view of each node on segscope.topology (what the agents published)."""
-    from confluent_kafka import Consumer, TopicPartition
-
+    from processors.worker import read_topic
     from segscope_schemas import names
 
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "mesh-views", "enable.auto.commit": False})
     views: dict[str, dict] = {}
-    try:
-        topic = names.TOPIC_TOPOLOGY
-        for p in c.list_topics(topic, timeout=10).topics[topic].partitions:
-            low, high = c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
-            if high <= low:
-                continue
-            c.assign([TopicPartition(topic, p, low)])
-            pos = low
-            while pos < high:
-                for m in c.consume(num_messages=1000, timeout=2.0):
-                    pos = m.offset() + 1
-                    key = (m.key() or b"").decode()
-                    if m.error() is None and key in nodes:
-                        views[key] = json.loads(m.value())
-    finally:
-        c.close()
+    for key, value in read_topic(bootstrap, names.TOPIC_TOPOLOGY, "mesh-views"):
+        if (key or b"").decode() in nodes:
+            views[key.decode()] = json.loads(value)
     return views
 
 

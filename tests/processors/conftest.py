@@ -22,3 +22,17 @@ def topic_config(bootstrap: str, topic: str, name: str) -> str:
     admin = AdminClient({"bootstrap.servers": bootstrap})
     res = ConfigResource(ConfigResource.Type.TOPIC, topic)
     return admin.describe_configs([res])[res].result(timeout=10)[name].value
+
+
+def stop_worker(proc) -> None:
+    """SIGTERM a worker (it flushes and exits 0) and wait; kill it if it hangs: never left running."""
+    import signal
+    import subprocess
+
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()

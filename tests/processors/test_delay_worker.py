@@ -10,7 +10,6 @@ from __future__ import annotations
 import base64
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -23,6 +22,7 @@ from confluent_kafka import Consumer, Producer
 
 from processors.delay.topics import ensure_topics
 from segscope_schemas.stamp_record import STAMP_RECORD_DTYPE, encode_batch
+from tests.processors.conftest import stop_worker
 
 REPO = Path(__file__).resolve().parents[2]
 PY = sys.executable
@@ -133,13 +133,7 @@ def worker(kafka_bootstrap, topics, tmp_path):
             stderr=subprocess.STDOUT,
         )
     yield proc, log_path
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+    stop_worker(proc)
 
 
 def test_worker_aggregates_two_sessions_and_dead_letters_garbage(kafka_bootstrap, topics, worker):

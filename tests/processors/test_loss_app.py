@@ -14,7 +14,6 @@ import base64
 import json
 import os
 import random
-import signal
 import subprocess
 import sys
 import time
@@ -27,6 +26,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 
 from processors.delay.topics import ensure_topics
 from segscope_schemas import altmark_block as ab
+from tests.processors.conftest import stop_worker
 
 REPO = Path(__file__).resolve().parents[2]
 PY = sys.executable
@@ -102,16 +102,6 @@ def start_worker(
             stderr=subprocess.STDOUT,
         )
     return proc, log_path
-
-
-def stop_worker(proc) -> None:
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
 
 
 def tail_consumer(bootstrap: str, topic: str) -> Consumer:

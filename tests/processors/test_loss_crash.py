@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import random
 import signal
-import subprocess
 import time
 import uuid
 
@@ -19,7 +18,7 @@ from confluent_kafka import Producer
 from processors.delay.topics import ensure_topics
 from segscope_schemas import altmark_block as ab
 from segscope_schemas import names
-from tests.processors.conftest import topic_config
+from tests.processors.conftest import stop_worker, topic_config
 from tests.processors.test_loss_app import NS, rec, start_worker
 
 BLOCKS, LAG = 30, 4  # rx of block i is sent with tx of block i + LAG
@@ -86,13 +85,7 @@ def test_loss_processor_survives_kill_9(stack, tmp_path):
         assert topic_config(stack.kafka_bootstrap, f"{app_id}.progress", "cleanup.policy") == "compact"
         print(f"\n[crash] {BLOCKS} blocks, all complete and exact {caught_up_s:.1f} s after the restart")
     finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                proc.kill()  # never left running after the test
-                proc.wait()
+        stop_worker(proc)
 
 
 def wait_committed(bootstrap: str, group: str, topic: str, partition: int, offset: int, timeout_s=20) -> None:
@@ -196,10 +189,4 @@ def test_replayed_record_of_an_evicted_block_is_not_joined_again(stack, tmp_path
         assert rows[w_block - 37]["complete"] is False
         assert "1 flows resume from" in log.read_text(errors="replace"), first[-2000:]
     finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        stop_worker(proc)

@@ -10,7 +10,6 @@ address stops the worker with the variable to fix.
 from __future__ import annotations
 
 import os
-import signal
 import socket
 import subprocess
 import sys
@@ -27,6 +26,7 @@ from confluent_kafka import Producer
 from processors.delay.topics import ensure_topics
 from segscope_schemas.health import Health, HealthAddressError, parse_address, prometheus_text
 from segscope_schemas.stamp_record import STAMP_RECORD_DTYPE, encode_batch
+from tests.processors.conftest import stop_worker
 
 REPO = Path(__file__).resolve().parents[2]
 NS = 1_000_000_000
@@ -110,16 +110,6 @@ def spawn(module: str, args: list[str], env_extra: dict[str, str], log_path: Pat
             stdout=log,
             stderr=subprocess.STDOUT,
         )
-
-
-def stop(proc: subprocess.Popen) -> None:
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
 
 
 def records(ssid: int, first_second: int, seconds: int, per_second: int) -> np.ndarray:
@@ -213,7 +203,7 @@ def test_delay_worker_health_metrics_and_consumer_lag(kafka_bootstrap, tmp_path)
         assert code == 200 and '"ready": true' in status
         assert get(base + "/nothing")[0] == 404
     finally:
-        stop(proc)
+        stop_worker(proc)
     assert proc.returncode == 0, (tmp_path / "worker.log").read_text()[-3000:]
 
 
@@ -262,7 +252,7 @@ def test_topology_worker_alive_but_not_ready_without_arangodb(kafka_bootstrap, t
         code, body = get(f"http://127.0.0.1:{port}/metrics")
         assert metric(body, "segscope_up", process="processor-topology") == 0
     finally:
-        stop(proc)
+        stop_worker(proc)
 
 
 def test_busy_or_bad_health_address_stops_the_worker_with_the_fix(kafka_bootstrap, tmp_path):
@@ -300,7 +290,7 @@ def test_busy_or_bad_health_address_stops_the_worker_with_the_fix(kafka_bootstra
         try:
             proc.wait(timeout=60)
         finally:
-            stop(proc)
+            stop_worker(proc)
     log = (tmp_path / "worker.log").read_text()
     assert proc.returncode != 0, log[-3000:]
     assert f"SEGSCOPE_DELAY_HEALTH=127.0.0.1:{port}: cannot listen" in log, log[-3000:]
