@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Container images of segscope, built without a daemon and without a registry (`make images`, root):
 #   1. a Debian bookworm base from Debian's packages (mmdebstrap, minbase + the runtime libraries)
-#   2. buildah (vfs storage, chroot isolation) builds each Containerfile FROM that base:
+#   2. buildah (vfs storage, chroot isolation) builds scripts/python.Containerfile (the base + a venv
+#      with segscope) and each service's Containerfile FROM that layer:
 #        agent/Containerfile       localhost/segscope-agent:VERSION       (eBPF objects + C tools + agent)
 #        processors/Containerfile  localhost/segscope-processors:VERSION  (delay, loss, topology; non-root)
 #        controller/Containerfile  localhost/segscope-controller:VERSION  (non-root)
@@ -37,7 +38,10 @@ fi
 # 2. the wheel and the C tools the images copy (build context: $WORK/context)
 rm -rf "$WORK/context" && mkdir -p "$WORK/context"
 .local/venv/bin/pip wheel -q -w "$WORK/context/wheels" .
-cp -r build "$WORK/context/build"
+mkdir -p "$WORK/context/build" && cp -r build/datapath build/collectors "$WORK/context/build/"
+say "python layer: buildah bud scripts/python.Containerfile (venv, wheels installed offline)"
+"${BUILDAH[@]}" bud -q --isolation chroot --build-arg "VERSION=$VERSION" \
+    -f "$REPO/scripts/python.Containerfile" -t "localhost/segscope-python:$VERSION" "$WORK/context"
 for name in agent processors controller; do
     say "$name: buildah bud $name/Containerfile"
     "${BUILDAH[@]}" bud -q --isolation chroot --build-arg "VERSION=$VERSION" \
