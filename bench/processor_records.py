@@ -200,6 +200,8 @@ def run_worker(bootstrap: str, messages, n_records: int, expected_points: int, t
                 if meas == "stamp_delay":
                     points += 1
                     continue
+                if meas != "segscope_processor":  # segscope_consumer lines (input lag) ride along
+                    continue
                 counters = values
                 if first is None and values["records_in"] > 0:
                     first = (ts, values["records_in"])
