@@ -15,6 +15,8 @@ import sys
 import threading
 from pathlib import Path
 
+from segscope_schemas.version import VERSION_LINE
+
 _REPO = Path(__file__).resolve().parents[1]
 if str(_REPO / "schemas" / "python") not in sys.path:  # segscope_proto / segscope_schemas
     sys.path.insert(0, str(_REPO / "schemas" / "python"))
@@ -22,7 +24,7 @@ if str(_REPO / "schemas" / "python") not in sys.path:  # segscope_proto / segsco
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m agent", description="segscope southbound gRPC agent for one node")
-    p.add_argument("--version", action="version", version=f"segscope {segscope_version()}")
+    p.add_argument("--version", action="version", version=VERSION_LINE)
     p.add_argument("--node", required=True, help="node name (e.g. A); used in logs, Kafka keys, topology")
     p.add_argument("--netns", help="network namespace of the node (/run/netns/NAME); omit on a real router")
     p.add_argument("--listen", required=True, help="HOST:PORT to listen on (e.g. 127.0.0.1:20100)")
@@ -116,12 +118,6 @@ def main(argv: list[str] | None = None) -> int:
     done.wait()
     agent.stop()
     return 0
-
-
-def segscope_version() -> str:
-    from segscope_schemas.version import __version__
-
-    return __version__
 
 
 if __name__ == "__main__":

@@ -20,6 +20,7 @@ from typing import Callable
 
 from segscope_schemas import names
 from segscope_schemas.health import Health, HealthAddressError, parse_address
+from segscope_schemas.version import VERSION_LINE
 
 # each processor's health endpoint (segscope_schemas/health.py); SEGSCOPE_<NAME>_HEALTH overrides
 HEALTH_PORTS = {"delay": 9641, "loss": 9642, "topology": 9643}
@@ -116,7 +117,7 @@ def run_worker(
     ap = argparse.ArgumentParser(
         prog=f"python -m {package}", description=doc, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    ap.add_argument("--version", action="version", version=f"segscope {segscope_version()}")
+    ap.add_argument("--version", action="version", version=VERSION_LINE)
     for name, (var, default) in env_table.items():
         ap.add_argument(
             "--" + name.replace("_", "-"),
@@ -336,9 +337,3 @@ class InOrderAcks:
                 blocked.add(tp)
                 keep.append((stream, event, state))
         self.held = keep
-
-
-def segscope_version() -> str:
-    from segscope_schemas.version import __version__
-
-    return __version__

@@ -18,7 +18,7 @@ APT_PACKAGES=(clang llvm libbpf-dev bpftool libelf-dev zlib1g-dev iproute2 tcpdu
 TELEGRAF_VERSION=1.37.2
 # Plugins used by services/telegraf/telegraf.conf (custom build: 40 MB and ~1 min instead of
 # 400 MB and ~18 min for the full one). Change this list together with the config.
-TELEGRAF_TAGS=custom,inputs.kafka_consumer,inputs.internal,outputs.influxdb,parsers.influx,serializers.influx
+TELEGRAF_TAGS=custom,inputs.kafka_consumer,inputs.internal,outputs.influxdb,outputs.health,parsers.influx,serializers.influx
 
 say() { echo "[setup] $*"; }
 die() { echo "[setup] ERROR: $*" >&2; exit 1; }

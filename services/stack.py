@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import Iterable, Iterator
 
 from segscope_schemas.names import GROUP_TELEGRAF, TOPIC_METRICS, TOPIC_PARTITIONS
+from segscope_schemas.version import VERSION_LINE
 from services.influxdb.influxdb import InfluxDB
 from services.kafka.kafka import Kafka
 from services.leases import Leases, RunDirLock
@@ -286,7 +287,7 @@ class Stack:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m services.stack", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--version", action="version", version=f"segscope {segscope_version()}")
+    parser.add_argument("--version", action="version", version=VERSION_LINE)
     parser.add_argument("command", choices=("up", "down", "status"))
     parser.add_argument("--only", help="comma-separated subset of: " + ",".join(SERVICE_NAMES))
     parser.add_argument("--run-dir", help=f"state directory (default {DEFAULT_RUN_DIR.relative_to(REPO_ROOT)})")
@@ -325,12 +326,6 @@ def main(argv: list[str] | None = None) -> int:
     except StackError as exc:
         print(f"[stack] ERROR: {exc}", file=sys.stderr)
         return 2
-
-
-def segscope_version() -> str:
-    from segscope_schemas.version import __version__
-
-    return __version__
 
 
 if __name__ == "__main__":

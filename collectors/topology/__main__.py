@@ -15,13 +15,14 @@ import threading
 
 from collectors.topology import NodeViewError, NodeViewPublisher, build_node_view
 from segscope_schemas import names
+from segscope_schemas.version import VERSION_LINE
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(
         prog="python -m collectors.topology", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    ap.add_argument("--version", action="version", version=f"segscope {segscope_version()}")
+    ap.add_argument("--version", action="version", version=VERSION_LINE)
     ap.add_argument("--node", required=True, help="node name (Kafka key, router id)")
     ap.add_argument("--netns", default=None, help="network namespace to read (default: own)")
     ap.add_argument("--print", action="store_true", help="print the view as JSON and exit")
@@ -49,12 +50,6 @@ def main(argv: list[str] | None = None) -> int:
     pub.stop()
     print(json.dumps(pub.counters()), file=sys.stderr)
     return 0
-
-
-def segscope_version() -> str:
-    from segscope_schemas.version import __version__
-
-    return __version__
 
 
 if __name__ == "__main__":

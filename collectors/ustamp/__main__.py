@@ -9,6 +9,7 @@ import sys
 
 from segscope_schemas import names
 from segscope_schemas.stamp_tlv import SENDER_FLAGS, encode_tlv
+from segscope_schemas.version import VERSION_LINE
 
 from .clock import TimestampFormat
 from .netutil import enter_netns, parse_sids
@@ -214,7 +215,7 @@ def main(argv: list[str] | None = None) -> int:
         print("usage: python -m collectors.ustamp reflector|sender [--help]")
         return 0 if argv else 2
     if argv[0] == "--version":
-        print(f"segscope {segscope_version()}")
+        print(VERSION_LINE)
         return 0
     cmd, rest = argv[0], argv[1:]
     if cmd == "reflector":
@@ -223,12 +224,6 @@ def main(argv: list[str] | None = None) -> int:
         return sender_main(rest)
     die(f"unknown command {cmd!r} (expected reflector or sender)")
     return 2
-
-
-def segscope_version() -> str:
-    from segscope_schemas.version import __version__
-
-    return __version__
 
 
 if __name__ == "__main__":

@@ -5,23 +5,26 @@ from __future__ import annotations
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from segscope_schemas.names import TOPIC_PARTITIONS
+
 
 def ensure_topics(
     bootstrap: str,
     topics: list[str],
-    partitions: int = 1,
+    partitions: int | None = None,
     replication: int = 1,
     timeout_s: float = 30.0,
     config: dict[str, str] | None = None,
 ) -> list[str]:
-    """Create the missing ones among `topics` (with topic `config`, e.g. cleanup.policy);
-    return the names that were created."""
+    """Create the missing ones among `topics` (with topic `config`, e.g. cleanup.policy), each with
+    `partitions`, else its registry partition count (schemas/names.toml), else 1; return the names
+    that were created. A deployment creates them first with its own counts (segscope-topics)."""
     admin = AdminClient({"bootstrap.servers": bootstrap})
     existing = set(admin.list_topics(timeout=timeout_s).topics)
     missing = [t for t in dict.fromkeys(topics) if t not in existing]
     if not missing:
         return []
-    new = [NewTopic(t, partitions, replication, config=config or {}) for t in missing]
+    new = [NewTopic(t, partitions or TOPIC_PARTITIONS.get(t, 1), replication, config=config or {}) for t in missing]
     futures = admin.create_topics(new, operation_timeout=timeout_s)
     created = []
     for name, fut in futures.items():

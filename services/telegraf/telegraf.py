@@ -57,6 +57,9 @@ class Telegraf(Service):
             SEGSCOPE_TELEGRAF_GROUP=GROUP_TELEGRAF,
             SEGSCOPE_INFLUX_URL=self.influxdb.url,
             SEGSCOPE_INFLUX_DB=self.influxdb.db,
+            SEGSCOPE_INFLUX_USER="",  # the local InfluxDB runs without auth
+            SEGSCOPE_INFLUX_PASSWORD="",
+            SEGSCOPE_TELEGRAF_HEALTH="127.0.0.1:0",  # any free port: only the chart probes it
         )
         pid = self.spawn([str(TELEGRAF_BIN), "--strict-env-handling", "--config", str(self.config_path)], env=env)
         self.wait_ready(self.ready_timeout, pid)

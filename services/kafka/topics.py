@@ -1,0 +1,116 @@
+"""segscope-topics: create segscope's Kafka topics on any cluster, with the partition counts and the
+replication the deployment asks for; grow a topic that has fewer partitions. Idempotent, and safe
+to run from several pods at once (the Helm chart runs it as an init container of every processor,
+so the input topics have as many partitions as there are processor replicas before any starts).
+
+    segscope-topics --bootstrap kafka:9092 [--partitions segscope.stamp.records=4 ...]
+                    [--replication 3] [--timeout 120] [--check]
+
+Every topic of the name registry (schemas/names.toml) is ensured, with its registry partition count
+unless --partitions names it. --check only reports and exits 1 when a topic is missing or short.
+Exit codes: 0 every topic ready, 1 a topic missing or short (--check) or an error (named).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+from segscope_schemas.names import TOPIC_PARTITIONS
+from segscope_schemas.version import VERSION_LINE
+
+
+def parse_partitions(items: list[str]) -> dict[str, int]:
+    """['segscope.stamp.records=4'] -> {'segscope.stamp.records': 4}; names must be registry topics."""
+    wanted = dict(TOPIC_PARTITIONS)
+    for item in items:
+        name, sep, count = item.partition("=")
+        if not sep or not count.isdigit() or int(count) < 1:
+            raise ValueError(f"--partitions {item!r}: expected TOPIC=N with N >= 1")
+        if name not in wanted:
+            raise ValueError(f"--partitions {item!r}: {name!r} is not a segscope topic (one of {', '.join(wanted)})")
+        wanted[name] = int(count)
+    return wanted
+
+
+def _wait_metadata(admin, timeout_s: float) -> dict:
+    """Topic metadata once the cluster answers (a pod may start before its broker)."""
+    from confluent_kafka import KafkaException
+
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            md = admin.list_topics(timeout=min(10.0, max(1.0, deadline - time.monotonic())))
+            if md.brokers:
+                return md.topics
+        except KafkaException as exc:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"Kafka did not answer within {timeout_s:.0f} s: {exc}") from exc
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"Kafka did not answer within {timeout_s:.0f} s")
+        time.sleep(1.0)
+
+
+def ensure(bootstrap: str, wanted: dict[str, int], replication: int, timeout_s: float, say=print) -> dict[str, int]:
+    """Create missing topics and grow short ones; return {topic: partitions} as the cluster has them."""
+    from confluent_kafka import KafkaError, KafkaException
+    from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 2})
+    topics = _wait_metadata(admin, timeout_s)
+    create = [
+        NewTopic(n, num_partitions=p, replication_factor=replication) for n, p in wanted.items() if n not in topics
+    ]
+    grow = [NewPartitions(n, p) for n, p in wanted.items() if n in topics and len(topics[n].partitions) < p]
+    benign = {KafkaError.TOPIC_ALREADY_EXISTS, KafkaError.INVALID_PARTITIONS}  # another pod won the race
+    for futures in (admin.create_topics(create) if create else {}, admin.create_partitions(grow) if grow else {}):
+        for name, future in futures.items():
+            try:
+                future.result(timeout=timeout_s)
+                say(f"segscope-topics: {name}: {'created' if name in {t.topic for t in create} else 'grown'}")
+            except KafkaException as exc:
+                if exc.args[0].code() not in benign:
+                    raise RuntimeError(f"{name}: {exc.args[0].str()}") from exc
+    return current(admin, wanted, timeout_s)
+
+
+def current(admin, wanted: dict[str, int], timeout_s: float) -> dict[str, int]:
+    topics = _wait_metadata(admin, timeout_s)
+    return {n: len(topics[n].partitions) if n in topics else 0 for n in wanted}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="segscope-topics", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--version", action="version", version=VERSION_LINE)
+    ap.add_argument("--bootstrap", required=True, help="Kafka bootstrap HOST:PORT")
+    ap.add_argument("--partitions", action="append", default=[], metavar="TOPIC=N", help="partitions of one topic")
+    ap.add_argument("--replication", type=int, default=1, help="replication factor of created topics (default 1)")
+    ap.add_argument("--timeout", type=float, default=120.0, help="seconds to wait for the cluster (default 120)")
+    ap.add_argument("--check", action="store_true", help="only report; exit 1 when a topic is missing or short")
+    args = ap.parse_args(argv)
+    try:
+        wanted = parse_partitions(args.partitions)
+    except ValueError as exc:
+        ap.error(str(exc))
+    try:
+        if args.check:
+            from confluent_kafka.admin import AdminClient
+
+            have = current(AdminClient({"bootstrap.servers": args.bootstrap, "log_level": 2}), wanted, args.timeout)
+        else:
+            have = ensure(args.bootstrap, wanted, args.replication, args.timeout)
+    except RuntimeError as exc:
+        print(f"segscope-topics: ERROR: {exc}", file=sys.stderr)
+        return 1
+    short = {n: (have[n], p) for n, p in wanted.items() if have[n] < p}
+    for name, parts in have.items():
+        print(f"{name:28s} {parts:3d} partitions (wanted {wanted[name]})")
+    if short:
+        print(f"segscope-topics: missing or short: {', '.join(short)}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
