@@ -6,6 +6,7 @@
 #        agent/Containerfile       localhost/segscope-agent:VERSION       (eBPF objects + C tools + agent)
 #        processors/Containerfile  localhost/segscope-processors:VERSION  (delay, loss, topology; non-root)
 #        controller/Containerfile  localhost/segscope-controller:VERSION  (non-root)
+#        services/telegraf/Containerfile  localhost/segscope-telegraf:VERSION  (on the base; non-root)
 # segscope's wheel and every dependency's are made on this host (`pip wheel .`, after `make build`:
 # generated protobuf code, C tools) and installed offline in the image: no network in the build.
 # Not part of `make test` (about 3-4 min); tests/packaging checks the wheel the images install.
@@ -39,9 +40,13 @@ fi
 rm -rf "$WORK/context" && mkdir -p "$WORK/context"
 .local/venv/bin/pip wheel -q -w "$WORK/context/wheels" .
 mkdir -p "$WORK/context/build" && cp -r build/datapath build/collectors "$WORK/context/build/"
+cp .local/bin/telegraf services/telegraf/telegraf.conf "$WORK/context/"
 say "python layer: buildah bud scripts/python.Containerfile (venv, wheels installed offline)"
 "${BUILDAH[@]}" bud -q --isolation chroot --build-arg "VERSION=$VERSION" \
     -f "$REPO/scripts/python.Containerfile" -t "localhost/segscope-python:$VERSION" "$WORK/context"
+say "telegraf: buildah bud services/telegraf/Containerfile"
+"${BUILDAH[@]}" bud -q --isolation chroot --build-arg "VERSION=$VERSION" \
+    -f "$REPO/services/telegraf/Containerfile" -t "localhost/segscope-telegraf:$VERSION" "$WORK/context"
 for name in agent processors controller; do
     say "$name: buildah bud $name/Containerfile"
     "${BUILDAH[@]}" bud -q --isolation chroot --build-arg "VERSION=$VERSION" \

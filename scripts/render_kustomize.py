@@ -134,7 +134,8 @@ def main() -> int:
             old = path.read_text() if path.exists() else ""
             if old != text:
                 stale.append(rel)
-                sys.stdout.writelines(difflib.unified_diff(old.splitlines(True), text.splitlines(True), rel, "rendered"))
+                diff = difflib.unified_diff(old.splitlines(True), text.splitlines(True), rel, "rendered")
+                sys.stdout.writelines(diff)
         else:
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(text)

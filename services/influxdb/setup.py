@@ -77,10 +77,12 @@ def setup(url: str, database: str, env: dict[str, str], timeout_s: float = 120.0
     wait_ping(url, timeout_s)
     anonymous = Influx(url, None, None)
     try:
-        users = anonymous.q("SHOW USERS")
-    except SetupError:
-        users = None  # auth on and users exist: only the admin may list them
-    if users == []:
+        # auth off: the list; auth on without any user: refused with "create admin user first";
+        # auth on with users: 401 (only an admin may list them)
+        no_user_yet = anonymous.q("SHOW USERS") == []
+    except SetupError as exc:
+        no_user_yet = "create admin user first" in str(exc)
+    if no_user_yet:
         anonymous.q(f"CREATE USER {_ident(admin, 'admin user')} WITH PASSWORD {_secret(admin_pw)} WITH ALL PRIVILEGES",
                     shown=f"CREATE USER {admin} (admin)")  # fmt: skip
         say(f"segscope-influx-setup: created admin user {admin}")
@@ -94,9 +96,10 @@ def setup(url: str, database: str, env: dict[str, str], timeout_s: float = 120.0
         if not pw:
             raise SetupError(f"SEGSCOPE_INFLUX_{role}_USER is set but SEGSCOPE_INFLUX_{role}_PASSWORD is empty")
         name = _ident(user, f"{role.lower()} user")
-        verb = "SET PASSWORD FOR" if user in existing else "CREATE USER"
-        stmt = f"SET PASSWORD FOR {name} = {_secret(pw)}" if user in existing else f"CREATE USER {name} WITH PASSWORD {_secret(pw)}"
-        db.q(stmt, shown=f"{verb} {user}")
+        if user in existing:
+            db.q(f"SET PASSWORD FOR {name} = {_secret(pw)}", shown=f"SET PASSWORD FOR {user}")
+        else:
+            db.q(f"CREATE USER {name} WITH PASSWORD {_secret(pw)}", shown=f"CREATE USER {user}")
         db.q(f"GRANT {grant} ON {_ident(database, 'database')} TO {name}")
         say(f"segscope-influx-setup: {role.lower()} user {user}: {grant} on {database}")
     say(f"segscope-influx-setup: database {database} ready at {url}")

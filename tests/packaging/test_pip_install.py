@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+import tomllib
 import uuid
 from pathlib import Path
 
@@ -21,17 +22,9 @@ from segscope_schemas.stamp_record import STAMP_RECORD_DTYPE, encode_batch
 from segscope_schemas.version import __version__
 
 REPO = Path(__file__).resolve().parents[2]
-ENTRY_POINTS = (
-    "segscope-agent",
-    "segscope-controller",
-    "segscope-delay-processor",
-    "segscope-loss-processor",
-    "segscope-topology-processor",
-    "segscope-topology-publisher",
-    "segscope-ustamp",
-    "segscope-stack",
-    "segscope-netlab",
-)
+# every console program pyproject.toml declares (the Helm chart's commands are among them:
+# tests/deploy/test_chart.py::test_chart_commands_are_entry_points)
+ENTRY_POINTS = tuple(tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["scripts"])
 NS = 1_000_000_000
 
 

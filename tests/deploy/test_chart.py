@@ -1,0 +1,311 @@
+"""helm/segscope: lint, schema validation of every rendering, kube-score, and the properties an
+operator relies on (least privilege, no default password, replicas = partitions, mTLS material
+that verifies, dashboards as shipped). No cluster: everything offline (tests/deploy/k8s.py)."""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+import subprocess
+
+import pytest
+import yaml
+from cryptography import x509
+from cryptography.x509.oid import ExtendedKeyUsageOID
+
+from segscope_schemas.version import __version__
+from tests.deploy.k8s import (
+    CHART,
+    CRD_KINDS,
+    EXAMPLES,
+    REPO,
+    by_kind,
+    containers,
+    helm_template,
+    helm_template_text,
+    kubeconform,
+    run,
+    tool,
+)
+
+VARIANTS = [[]] + [["-f", str(p)] for p in EXAMPLES]
+VARIANT_IDS = ["defaults"] + [p.stem for p in EXAMPLES]
+
+
+def test_examples_exist():
+    assert {p.stem for p in EXAMPLES} == {"dev", "prod", "jalapeno"}
+
+
+@pytest.mark.parametrize("args", VARIANTS, ids=VARIANT_IDS)
+def test_lint_strict(args):
+    out = run([tool("helm"), "lint", "--strict", str(CHART), *args])
+    assert "0 chart(s) failed" in out.stdout
+
+
+@pytest.mark.parametrize("args", VARIANTS, ids=VARIANT_IDS)
+def test_rendering_is_valid_kubernetes(args):
+    text = helm_template_text(*args)
+    summary = kubeconform(text)
+    n = len([d for d in yaml.safe_load_all(text) if d])
+    crds = len([d for d in yaml.safe_load_all(text) if d and d["kind"] in CRD_KINDS])
+    assert f"Valid: {n - crds}, Invalid: 0, Errors: 0" in summary, summary
+
+
+def test_kubeconform_catches_a_bad_field():
+    """The validation can fail: an unknown field in a rendered Deployment is refused."""
+    text = helm_template_text().replace("terminationGracePeriodSeconds: 30", "terminationGracePeriodSecondz: 30", 1)
+    out = run(
+        [tool("kubeconform"), "-strict", "-kubernetes-version", "1.33.0", "-schema-location",
+         str(REPO / ".local" / "k8s-schemas"), "-"],
+        stdin=text, check=False,
+    )  # fmt: skip
+    assert out.returncode != 0 and "terminationGracePeriodSecondz" in out.stdout
+
+
+@pytest.mark.parametrize("args", VARIANTS, ids=VARIANT_IDS)
+def test_kube_score_has_no_unjustified_critical(args):
+    """Two checks are off, on purpose:
+    - CPU limits (--ignore-container-cpu-limit): CFS throttling delays the sender's timestamps and
+      the processors' flushes; requests give each its share (test_every_container_has_requests).
+    - container-image-pull-policy: images are versioned (appVersion) and pulled IfNotPresent by
+      default; `image.pullPolicy: Always` is one value away for those who want it.
+    The remaining user-id findings are silenced per object with a kube-score/ignore annotation and
+    a comment beside it (the agent is root with three capabilities; bundled images run as their
+    own user)."""
+    text = helm_template_text(*args)
+    out = run(
+        [tool("kube-score"), "score", "--ignore-container-cpu-limit", "--ignore-test",
+         "container-image-pull-policy", "--output-format", "ci", "-"],
+        stdin=text, check=False,
+    )  # fmt: skip
+    critical = [line for line in out.stdout.splitlines() if line.startswith("[CRITICAL]")]
+    assert not critical, "\n".join(critical)
+    assert "[OK]" in out.stdout  # kube-score did score the objects
+
+
+def test_every_container_has_requests_and_memory_limit():
+    for doc, _, c, _ in containers(helm_template()):
+        r = c.get("resources", {})
+        where = f"{doc['kind']}/{doc['metadata']['name']} {c['name']}"
+        assert {"cpu", "memory", "ephemeral-storage"} <= set(r.get("requests", {})), where
+        assert {"memory", "ephemeral-storage"} <= set(r.get("limits", {})), where
+
+
+def test_agent_least_privilege():
+    docs = helm_template()
+    ds = by_kind(docs, "DaemonSet")["segscope-agent"]
+    pod = ds["spec"]["template"]["spec"]
+    assert pod["hostNetwork"] is True and pod["automountServiceAccountToken"] is False
+    (c,) = pod["containers"]
+    sc = c["securityContext"]
+    assert sc["privileged"] is False and sc["allowPrivilegeEscalation"] is False
+    assert sc["capabilities"] == {"drop": ["ALL"], "add": ["BPF", "NET_ADMIN", "PERFMON"]}
+    assert sc["readOnlyRootFilesystem"] is True
+    mounts = {m["mountPath"]: m for m in c["volumeMounts"]}
+    assert "/sys/fs/bpf" in mounts and mounts["/sys/kernel/btf"]["readOnly"] is True
+    assert mounts["/sys/fs/bpf"].get("mountPropagation") != "Bidirectional"  # that would need privileged
+    paths = {v["name"]: v.get("hostPath", {}).get("path") for v in pod["volumes"]}
+    assert paths["bpffs"] == "/sys/fs/bpf" and paths["btf"] == "/sys/kernel/btf"
+    # the probes hit the agent's real health endpoints
+    assert c["livenessProbe"]["httpGet"]["path"] == "/healthz"
+    assert c["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    assert "--health=0.0.0.0:9640" in c["args"]
+
+
+def test_everything_but_the_agent_runs_as_non_root():
+    for doc, pod, c, _ in containers(helm_template()):
+        if doc["metadata"]["name"] == "segscope-agent":
+            continue
+        sc = c["securityContext"]
+        where = f"{doc['metadata']['name']}/{c['name']}"
+        assert sc["runAsNonRoot"] is True and sc["runAsUser"] != 0, where
+        assert sc["allowPrivilegeEscalation"] is False and sc["capabilities"] == {"drop": ["ALL"]}, where
+        assert sc["readOnlyRootFilesystem"] is True, where
+        assert not pod.get("hostNetwork"), where
+
+
+def _secret_values(docs, name):
+    return {k: base64.b64decode(v).decode() for k, v in by_kind(docs, "Secret")[name]["data"].items()}
+
+
+def test_no_default_password():
+    """Every password is generated (differs between two renderings, 32 characters) unless given;
+    values.yaml itself carries none."""
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    assert all(v == "" for k, v in values["credentials"].items() if k.endswith("Password"))
+    a = _secret_values(helm_template(), "segscope-credentials")
+    b = _secret_values(helm_template(), "segscope-credentials")
+    passwords = [k for k in a if k.endswith("-password")]
+    assert len(passwords) == 5
+    for k in passwords:
+        assert len(a[k]) == 32 and a[k] != b[k], k
+    given = _secret_values(helm_template("--set", "credentials.grafanaAdminPassword=s3cret-x"), "segscope-credentials")
+    assert given["grafana-admin-password"] == "s3cret-x"
+    docs = helm_template("--set", "credentials.existingSecret=mine")
+    assert "segscope-credentials" not in by_kind(docs, "Secret")
+    refs = {
+        e["valueFrom"]["secretKeyRef"]["name"]
+        for _, _, c, _ in containers(docs)
+        for e in c.get("env", [])
+        if "secretKeyRef" in e.get("valueFrom", {})
+    }
+    assert refs == {"mine"}
+
+
+def test_secret_keys_match_what_pods_read():
+    docs = helm_template()
+    keys = set(by_kind(docs, "Secret")["segscope-credentials"]["data"])
+    read = {
+        e["valueFrom"]["secretKeyRef"]["key"]
+        for _, _, c, _ in containers(docs)
+        for e in c.get("env", [])
+        if "secretKeyRef" in e.get("valueFrom", {})
+    }
+    assert read <= keys and read, read - keys
+
+
+@pytest.mark.parametrize("stamp,blocks", [(1, 3), (5, 2)])
+def test_processor_replicas_follow_partitions(stamp, blocks):
+    docs = helm_template(
+        "--set", f"topics.stampRecordsPartitions={stamp}", "--set", f"topics.altmarkBlocksPartitions={blocks}"
+    )
+    deps = by_kind(docs, "Deployment")
+    assert deps["segscope-delay"]["spec"]["replicas"] == stamp
+    assert deps["segscope-loss"]["spec"]["replicas"] == blocks
+    assert deps["segscope-topology"]["spec"]["replicas"] == 1
+    for name in ("segscope-delay", "segscope-loss", "segscope-topology"):
+        init = deps[name]["spec"]["template"]["spec"]["initContainers"][0]
+        assert init["command"] == ["segscope-topics"]
+        assert f"--partitions=segscope.stamp.records={stamp}" in init["args"]
+        assert f"--partitions=segscope.altmark.blocks={blocks}" in init["args"]
+
+
+def test_values_schema_names_the_bad_field():
+    for setting, field in (
+        ("tls.mode=bogus", "/tls/mode"),
+        ("topics.stampRecordsPartitions=0", "/topics/stampRecordsPartitions"),
+        ("agent.capabilities=SYS_ADMIN", "agent"),
+        ("kafka.bootstrap=no-port", "/kafka/bootstrap"),
+    ):
+        out = run([tool("helm"), "template", "x", str(CHART), "--set", setting], check=False)
+        assert out.returncode != 0 and field in out.stderr, (setting, out.stderr)
+
+
+def test_external_endpoint_required_when_not_bundled():
+    out = run([tool("helm"), "template", "x", str(CHART), "--set", "kafka.bundled=false"], check=False)
+    assert out.returncode != 0 and "kafka.bootstrap is required" in out.stderr
+
+
+def test_endpoints_bundled_and_external():
+    ep = by_kind(helm_template(), "ConfigMap")["segscope-endpoints"]["data"]
+    assert ep["SEGSCOPE_KAFKA_BOOTSTRAP"] == "segscope-kafka:9092"
+    assert ep["SEGSCOPE_INFLUX_URL"] == "http://segscope-influxdb:8086"
+    ep = by_kind(helm_template("-f", str(CHART / "examples" / "jalapeno.yaml")), "ConfigMap")["segscope-endpoints"]
+    assert ep["data"]["SEGSCOPE_KAFKA_BOOTSTRAP"] == "broker.jalapeno:9092"
+    assert ep["data"]["SEGSCOPE_ARANGO_DB"] == "jalapeno" and ep["data"]["SEGSCOPE_INFLUX_DB"] == "mdt_db"
+
+
+def _pem(docs, name, key):
+    return base64.b64decode(by_kind(docs, "Secret")[name]["data"][key])
+
+
+def test_generated_mtls_material_verifies():
+    """The agent's certificate names tls.agentServerName, both leaf certificates are signed by the
+    CA shipped beside them, and the controller's may authenticate as a client."""
+    docs = helm_template("--set", "tls.agentServerName=agents.example")
+    ca = x509.load_pem_x509_certificate(_pem(docs, "segscope-agent-tls", "ca.crt"))
+    assert _pem(docs, "segscope-controller-tls", "ca.crt") == _pem(docs, "segscope-agent-tls", "ca.crt")
+    agent = x509.load_pem_x509_certificate(_pem(docs, "segscope-agent-tls", "tls.crt"))
+    ctl = x509.load_pem_x509_certificate(_pem(docs, "segscope-controller-tls", "tls.crt"))
+    for cert in (agent, ctl):
+        cert.verify_directly_issued_by(ca)
+    sans = agent.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert sans.get_values_for_type(x509.DNSName) == ["agents.example"]
+    eku = ctl.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value
+    assert ExtendedKeyUsageOID.CLIENT_AUTH in eku
+
+
+def test_cert_manager_mode():
+    docs = helm_template("--set", "tls.mode=certManager")
+    certs = by_kind(docs, "Certificate")
+    assert certs["segscope-agent"]["spec"]["secretName"] == "segscope-agent-tls"
+    assert certs["segscope-agent"]["spec"]["dnsNames"] == ["segscope-agent"]
+    assert "client auth" in certs["segscope-controller"]["spec"]["usages"]
+    assert certs["segscope-agent"]["spec"]["issuerRef"]["name"] == "segscope-ca"  # the chart's own CA
+    assert "segscope-agent-tls" not in by_kind(docs, "Secret")  # cert-manager writes it
+    docs = helm_template("--set", "tls.mode=certManager", "--set", "tls.certManager.issuerRef.name=corp",
+                         "--set", "tls.certManager.issuerRef.kind=ClusterIssuer")  # fmt: skip
+    assert by_kind(docs, "Issuer") == {}
+    assert by_kind(docs, "Certificate")["segscope-controller"]["spec"]["issuerRef"]["kind"] == "ClusterIssuer"
+
+
+def test_grafana_provisioning_is_generated_from_dashboards():
+    docs = helm_template()
+    cms = by_kind(docs, "ConfigMap")
+    dash = cms["segscope-dashboards"]["data"]
+    on_disk = {p.name: p.read_text() for p in (REPO / "dashboards").glob("*.json")}
+    assert dash.keys() == on_disk.keys() and on_disk
+    for name, text in on_disk.items():
+        assert json.loads(dash[name]) == json.loads(text), name
+    for kind in ("datasources", "dashboards"):
+        files = {p.name: p.read_text() for p in (REPO / "dashboards" / "provisioning" / kind).glob("*.yaml")}
+        assert {k: yaml.safe_load(v) for k, v in cms[f"segscope-grafana-{kind}"]["data"].items()} == {
+            k: yaml.safe_load(v) for k, v in files.items()
+        }
+    # the provider's path is where the Deployment mounts the dashboards
+    provider = yaml.safe_load(next(iter(cms["segscope-grafana-dashboards"]["data"].values())))
+    grafana = by_kind(docs, "Deployment")["segscope-grafana"]["spec"]["template"]["spec"]["containers"][0]
+    mounts = {m["name"]: m["mountPath"] for m in grafana["volumeMounts"]}
+    assert provider["providers"][0]["options"]["path"] == mounts["dashboards"]
+
+
+def test_telegraf_config_is_the_local_stacks():
+    cm = by_kind(helm_template(), "ConfigMap")["segscope-telegraf"]["data"]["telegraf.conf"]
+    assert cm.strip() == (REPO / "services" / "telegraf" / "telegraf.conf").read_text().strip()
+
+
+def test_chart_version_is_segscopes():
+    chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
+    assert chart["version"] == chart["appVersion"] == __version__
+    images = {c["image"] for _, _, c, _ in containers(helm_template()) if "/segscope-" in c["image"]}
+    assert images and all(i.endswith(f":{__version__}") for i in images), images
+
+
+def test_network_policies_cover_every_pod():
+    docs = helm_template()
+    deny = by_kind(docs, "NetworkPolicy")["segscope-default-deny"]["spec"]
+    assert deny["policyTypes"] == ["Ingress"] and "ingress" not in deny
+    sel = deny["podSelector"]["matchLabels"]
+    for d in docs:
+        if d["kind"] in ("Deployment", "StatefulSet", "DaemonSet"):
+            labels = d["spec"]["template"]["metadata"]["labels"]
+            assert sel.items() <= labels.items(), d["metadata"]["name"]
+    docs = helm_template("--set", "networkPolicy.routerCIDRs={2001:db8::/32}")
+    kafka = by_kind(docs, "NetworkPolicy")["segscope-kafka"]["spec"]["ingress"][0]["from"]
+    assert {"ipBlock": {"cidr": "2001:db8::/32"}} in kafka
+
+
+def test_helm_package():
+    """The chart packages with the symlinked files resolved (dashboards/, telegraf.conf)."""
+    out = run([tool("helm"), "package", str(CHART), "--destination", "/tmp/segscope-helm-package"])
+    tgz = re.search(r"saved it to: (\S+)", out.stdout).group(1)
+    names = subprocess.run(["tar", "tzf", tgz], capture_output=True, text=True, check=True).stdout.split()
+    assert "segscope/files/telegraf.conf" in names
+    assert "segscope/files/dashboards/stamp_delay.json" in names
+
+
+def test_chart_commands_are_entry_points():
+    """Every segscope program a rendered container runs is a console script `pip install .` makes
+    (tests/packaging runs each with --version and --help); the rest are the images' own."""
+    import tomllib
+
+    scripts = set(tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["scripts"])
+    docs = helm_template("-f", str(CHART / "examples" / "dev.yaml"))
+    commands = {c["command"][0] for _, _, c, _ in containers(docs) if c.get("command")}
+    ours = {c for c in commands if c.startswith("segscope-")}
+    assert ours <= scripts, ours - scripts
+    assert ours >= {"segscope-agent", "segscope-delay-processor", "segscope-topics", "segscope-influx-setup",
+                    "segscope-controller"}  # fmt: skip
+    assert commands - ours == {"telegraf", "influxd", "/opt/kafka/bin/kafka-storage.sh",
+                               "/opt/kafka/bin/kafka-server-start.sh"}  # fmt: skip

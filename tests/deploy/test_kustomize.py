@@ -1,0 +1,129 @@
+"""kustomize/: the generated parts match the chart, every overlay builds and validates, and each
+overlay says what its README promises (bundled or external endpoints, replicas = partitions,
+namespace, TLS source)."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from tests.deploy.k8s import OVERLAYS, REPO, by_kind, containers, kubeconform, run, tool
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory) -> dict[str, list[dict]]:
+    """Every overlay built from a copy of kustomize/ with freshly generated lab secrets."""
+    root = tmp_path_factory.mktemp("kustomize") / "kustomize"
+    shutil.copytree(REPO / "kustomize", root, ignore=shutil.ignore_patterns("secrets"))
+    for overlay in ("dev", "jalapeno"):
+        secrets_dir = root / "overlays" / overlay / "secrets"
+        subprocess.run(
+            [sys.executable, str(REPO / "scripts" / "kustomize_secrets.py"), str(secrets_dir)],
+            check=True,
+            capture_output=True,
+        )
+    out = {}
+    for overlay in OVERLAYS:
+        text = run([tool("kustomize"), "build", str(root / "overlays" / overlay)]).stdout
+        kubeconform(text)
+        out[overlay] = [d for d in yaml.safe_load_all(text) if d]
+    return out
+
+
+def test_generated_parts_match_the_chart():
+    out = subprocess.run(
+        [sys.executable, str(REPO / "scripts" / "render_kustomize.py"), "--check", "--helm", tool("helm")],
+        capture_output=True,
+        text=True,
+    )
+    assert out.returncode == 0, out.stdout[-4000:] + out.stderr
+
+
+def _topics_args(docs, name):
+    return by_kind(docs, "Deployment")[name]["spec"]["template"]["spec"]["initContainers"][0]["args"]
+
+
+def _partitions(docs, topic):
+    arg = next(a for a in _topics_args(docs, "segscope-delay") if a.startswith(f"--partitions={topic}="))
+    return int(arg.rsplit("=", 1)[1])
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_replicas_follow_partitions(built, overlay):
+    docs = built[overlay]
+    deps = by_kind(docs, "Deployment")
+    assert deps["segscope-delay"]["spec"]["replicas"] == _partitions(docs, "segscope.stamp.records")
+    assert deps["segscope-loss"]["spec"]["replicas"] == _partitions(docs, "segscope.altmark.blocks")
+    for name in ("segscope-loss", "segscope-topology"):  # every processor creates the same topics
+        assert _topics_args(docs, name) == _topics_args(docs, "segscope-delay")
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_every_reference_resolves(built, overlay):
+    """Every ConfigMap and Secret a pod reads exists in the build (after kustomize's hash
+    suffixes), except the Secrets the overlay's README says the operator provides."""
+    docs = built[overlay]
+    provided = {"prod": {"segscope-credentials"}, "jalapeno": {"segscope-credentials"}}.get(overlay, set())
+    cert_manager = {d["spec"]["secretName"] for d in docs if d["kind"] == "Certificate"}
+    have = {(d["kind"], d["metadata"]["name"]) for d in docs}
+    for doc, pod, c, _ in containers(docs):
+        refs = [("ConfigMap", e["configMapRef"]["name"]) for e in c.get("envFrom", [])]
+        for e in c.get("env", []):
+            vf = e.get("valueFrom", {})
+            if "secretKeyRef" in vf:
+                refs.append(("Secret", vf["secretKeyRef"]["name"]))
+        for v in pod.get("volumes", []):
+            if "configMap" in v:
+                refs.append(("ConfigMap", v["configMap"]["name"]))
+            if "secret" in v:
+                refs.append(("Secret", v["secret"]["secretName"]))
+        for kind, name in refs:
+            if kind == "Secret" and (name in provided or name in cert_manager):
+                continue
+            assert (kind, name) in have, f"{overlay}: {doc['metadata']['name']} reads missing {kind} {name}"
+
+
+def test_dev_is_self_contained(built):
+    docs = built["dev"]
+    assert {d["metadata"].get("namespace") for d in docs if d["kind"] != "Namespace"} == {"segscope"}
+    sts = by_kind(docs, "StatefulSet")
+    assert set(sts) == {"segscope-kafka", "segscope-influxdb", "segscope-arangodb"}
+    assert "segscope-grafana" in by_kind(docs, "Deployment")
+    assert by_kind(docs, "Deployment")["segscope-delay"]["spec"]["replicas"] == 1
+    ep = next(d for d in docs if d["metadata"]["name"] == "segscope-endpoints")["data"]
+    assert ep["SEGSCOPE_KAFKA_BOOTSTRAP"] == "segscope-kafka:9092"
+    assert {"Job", "CronJob"} <= {d["kind"] for d in docs}
+
+
+def test_prod_uses_external_services_and_cert_manager(built):
+    docs = built["prod"]
+    assert not by_kind(docs, "StatefulSet") and "segscope-grafana" not in by_kind(docs, "Deployment")
+    ep = next(d for d in docs if d["metadata"]["name"] == "segscope-endpoints")["data"]
+    assert ep["SEGSCOPE_INFLUX_URL"].startswith("https://") and ep["SEGSCOPE_ARANGO_URL"].startswith("https://")
+    assert by_kind(docs, "Deployment")["segscope-delay"]["spec"]["replicas"] == 4
+    assert "--replication=3" in _topics_args(docs, "segscope-delay")
+    certs = by_kind(docs, "Certificate")
+    assert {c["spec"]["secretName"] for c in certs.values()} == {"segscope-agent-tls", "segscope-controller-tls"}
+    telegraf = by_kind(docs, "Deployment")["segscope-telegraf"]["spec"]["template"]["spec"]
+    assert "initContainers" not in telegraf  # the users exist already
+    assert "segscope-credentials" not in by_kind(docs, "Secret")  # the operator's, not in git
+
+
+def test_jalapeno_uses_jalapenos_services(built):
+    docs = built["jalapeno"]
+    assert {d["metadata"].get("namespace") for d in docs} == {"jalapeno"}
+    ep = next(d for d in docs if d["metadata"]["name"] == "segscope-endpoints")["data"]
+    assert ep == {
+        "SEGSCOPE_KAFKA_BOOTSTRAP": "broker.jalapeno:9092",
+        "SEGSCOPE_INFLUX_URL": "http://influxdb-np.jalapeno:8086",
+        "SEGSCOPE_INFLUX_DB": "mdt_db",
+        "SEGSCOPE_ARANGO_URL": "http://arangodb.jalapeno:8529",
+        "SEGSCOPE_ARANGO_DB": "jalapeno",
+    }
+    topo = by_kind(docs, "Deployment")["segscope-topology"]["spec"]["template"]["spec"]["containers"][0]
+    env = {e["name"]: e.get("value") for e in topo["env"]}
+    assert env["SEGSCOPE_TOPOLOGY_MODE"] == "jalapeno"

@@ -1,0 +1,55 @@
+"""segscope-topics (the chart's init container) against the real Kafka: creates, grows, refuses
+bad input with the field named, and --check reports a short topic."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+from confluent_kafka.admin import AdminClient
+
+from services.kafka import topics
+
+
+def partitions(bootstrap: str, name: str) -> int:
+    md = AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=10).topics
+    return len(md[name].partitions) if name in md else 0
+
+
+def test_creates_then_grows_and_never_shrinks(stack):
+    name = f"segscope-test.topics.{uuid.uuid4().hex[:8]}"
+    said = []
+    have = topics.ensure(stack.kafka_bootstrap, {name: 1}, replication=1, timeout_s=30, say=said.append)
+    assert have == {name: 1} and partitions(stack.kafka_bootstrap, name) == 1
+    have = topics.ensure(stack.kafka_bootstrap, {name: 3}, replication=1, timeout_s=30, say=said.append)
+    assert have == {name: 3} and partitions(stack.kafka_bootstrap, name) == 3
+    assert said == [f"segscope-topics: {name}: created", f"segscope-topics: {name}: grown"]
+    # asking for fewer leaves the topic alone (Kafka cannot shrink; the deployment's number is a floor)
+    assert topics.ensure(stack.kafka_bootstrap, {name: 2}, replication=1, timeout_s=30, say=said.append) == {name: 3}
+    assert len(said) == 2
+
+
+def test_registry_topics_ready_and_check_mode(stack, capsys):
+    assert topics.main(["--bootstrap", stack.kafka_bootstrap, "--check"]) == 0
+    out = capsys.readouterr().out
+    assert "segscope.stamp.records" in out and "segscope.altmark.blocks" in out
+    # more partitions than the stack made: --check reports the topic short, changes nothing
+    assert topics.main(["--bootstrap", stack.kafka_bootstrap, "--check", "--partitions", "segscope.metrics=7"]) == 1
+    assert partitions(stack.kafka_bootstrap, "segscope.metrics") < 7
+
+
+@pytest.mark.parametrize(
+    "arg,says",
+    [("segscope.stamp.records=0", "N >= 1"), ("segscope.stamp.records", "TOPIC=N"), ("nope=2", "not a segscope topic")],
+)
+def test_bad_partitions_argument_is_named(arg, says, capsys):
+    with pytest.raises(SystemExit) as exc:
+        topics.main(["--bootstrap", "127.0.0.1:1", "--partitions", arg])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert f"--partitions {arg!r}" in err and says in err
+
+
+def test_unreachable_kafka_is_an_error_not_a_hang(capsys):
+    assert topics.main(["--bootstrap", "127.0.0.1:1", "--timeout", "3"]) == 1
+    assert "did not answer within 3 s" in capsys.readouterr().err
