@@ -5,8 +5,8 @@
 #   2. Python venv .local/venv from requirements.txt (re-installed when requirements.txt changes)
 #   3. Kafka jars .local/kafka/lib from services/kafka/pom.xml (Maven Central)
 #   4. Telegraf .local/bin/telegraf, custom build with only the plugins services/telegraf needs
-#   5. Kubernetes tools .local/bin/{helm,kustomize,kubeconform,kube-score} (go install, in parallel)
-#      and offline schemas .local/k8s-schemas (from PyPI's kubernetes-validate) for the deploy tests
+# The Kubernetes tools the deploy tests use are built by scripts/k8s_tools.sh, which the test
+# command starts in the background (they are only needed by the last tests).
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
@@ -154,50 +154,6 @@ setup_telegraf() {
     say "telegraf: built $("$bin" --version) in $(elapsed "$t0")"
 }
 
-# ---------------------------------------------------------------- 5. Kubernetes tools
-# Pinned; the Go module proxy serves them. Built in parallel: they share most of their
-# dependencies (k8s.io/*), and the downloads overlap the compiles. About 3-5 min from cold.
-K8S_TOOLS=(
-    "helm helm.sh/helm/v3/cmd/helm@v3.22.0"
-    "kustomize sigs.k8s.io/kustomize/kustomize/v5@v5.8.2"
-    "kubeconform github.com/yannh/kubeconform/cmd/kubeconform@v0.8.0"
-    "kube-score github.com/zegl/kube-score/cmd/kube-score@v1.20.0"
-)
-K8S_SCHEMA_VERSION=v1.33.0
-setup_k8s_tools() {
-    local stamp=$LOCAL/bin/.k8s-tools.build want t0 tool name pkg pids=() names=() failed=()
-    want="${K8S_TOOLS[*]}"
-    if [ "$(cat "$stamp" 2>/dev/null)" = "$want" ]; then
-        say "kubernetes tools: cached (helm, kustomize, kubeconform, kube-score)"
-    else
-        command -v go >/dev/null || die "go not found (needed to build helm, kustomize, kubeconform, kube-score)"
-        t0=$(date +%s)
-        say "kubernetes tools: building helm, kustomize, kubeconform, kube-score (about 3-5 min)"
-        for tool in "${K8S_TOOLS[@]}"; do
-            read -r name pkg <<< "$tool"
-            mkdir -p "$LOCAL/bin/.$name.tmp"
-            GOTOOLCHAIN=local GOFLAGS=-buildvcs=false GOBIN=$LOCAL/bin/.$name.tmp \
-                go install "$pkg" > "$LOCAL/bin/.$name.log" 2>&1 &
-            pids+=($!); names+=("$name")
-        done
-        for i in "${!pids[@]}"; do
-            name=${names[$i]}
-            if wait "${pids[$i]}"; then
-                mv "$LOCAL/bin/.$name.tmp/$name" "$LOCAL/bin/$name"; rm -rf "$LOCAL/bin/.$name.tmp"
-            else
-                failed+=("$name"); tail -20 "$LOCAL/bin/.$name.log" >&2
-            fi
-        done
-        [ "${#failed[@]}" -eq 0 ] || die "go install failed for: ${failed[*]} (logs: $LOCAL/bin/.<tool>.log)"
-        echo "$want" > "$stamp"
-        say "kubernetes tools: built in $(elapsed "$t0")"
-    fi
-    if [ ! -f "$LOCAL/k8s-schemas/$K8S_SCHEMA_VERSION-standalone-strict/.complete" ]; then
-        "$LOCAL/venv/bin/python" scripts/k8s_schemas.py "$K8S_SCHEMA_VERSION" "$LOCAL/k8s-schemas" >/dev/null
-        say "kubernetes schemas: $K8S_SCHEMA_VERSION converted from kubernetes-validate"
-    fi
-}
-
 T0=$(date +%s)
 mkdir -p "$LOCAL/bin" "$LOCAL/kafka"
 install_debian_packages
@@ -205,5 +161,4 @@ ensure_no_system_influxd
 setup_venv
 setup_kafka_jars
 setup_telegraf
-setup_k8s_tools
 say "done in $(elapsed "$T0")"

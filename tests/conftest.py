@@ -77,3 +77,10 @@ def bpffs() -> Path:
     if not _bpffs_mounted():
         subprocess.run(["mount", "-t", "bpf", "bpf", str(BPFFS)], check=True)
     return BPFFS
+
+
+def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
+    """tests/deploy/ runs last: its tools (helm, kustomize, kubeconform, kube-score) are built in the
+    background while everything else runs (scripts/test.sh, scripts/k8s_tools.sh)."""
+    deploy = REPO / "tests" / "deploy"
+    items.sort(key=lambda item: Path(str(item.path)).is_relative_to(deploy))  # stable: order kept otherwise

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import subprocess
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -22,10 +23,32 @@ KUBE_VERSION = "1.33.0"
 CRD_KINDS = ("Certificate", "Issuer")
 
 
+BUILD_WAIT_S = 1200
+
+
+def _build_running() -> bool:
+    try:
+        pid = int((BIN / ".k8s-tools.pid").read_text())
+        os.kill(pid, 0)
+    except (OSError, ValueError):
+        return False
+    status = (BIN / ".k8s-tools.status").read_text().split() if (BIN / ".k8s-tools.status").exists() else []
+    return not status or status[-1] == "building"
+
+
 def tool(name: str) -> str:
+    """A tool's path, once scripts/k8s_tools.sh (started in the background by scripts/test.sh)
+    has built it."""
+    deadline = time.monotonic() + BUILD_WAIT_S
+    while _build_running() and time.monotonic() < deadline:
+        time.sleep(1.0)
+    status = BIN / ".k8s-tools.status"
+    if status.exists() and status.read_text().strip().splitlines()[-1].startswith("failed"):
+        log = (BIN / ".k8s-tools.log").read_text(errors="replace")[-3000:] if (BIN / ".k8s-tools.log").exists() else ""
+        pytest.fail(f"scripts/k8s_tools.sh {status.read_text().strip().splitlines()[-1]}\n{log}")
     path = BIN / name
-    if not os.access(path, os.X_OK):
-        pytest.fail(f"{path} missing: run `make setup` (scripts/setup.sh builds the Kubernetes tools)")
+    if not os.access(path, os.X_OK) or not (SCHEMAS / f"v{KUBE_VERSION}-standalone-strict" / ".complete").exists():
+        pytest.fail(f"{path} or {SCHEMAS} missing: run `bash scripts/k8s_tools.sh` (scripts/test.sh does)")
     return str(path)
 
 
@@ -64,6 +87,18 @@ def kubeconform(text: str) -> str:
     )  # fmt: skip
     assert out.returncode == 0, f"kubeconform:\n{out.stdout}\n{out.stderr}"
     return out.stdout
+
+
+def kube_score_critical(text: str) -> list[str]:
+    """kube-score's critical findings, with CPU limits and imagePullPolicy Always not required
+    (why: tests/deploy/test_chart.py::test_kube_score_has_no_unjustified_critical)."""
+    out = run(
+        [tool("kube-score"), "score", "--ignore-container-cpu-limit", "--ignore-test",
+         "container-image-pull-policy", "--output-format", "ci", "-"],
+        stdin=text, check=False,
+    )  # fmt: skip
+    assert "[OK]" in out.stdout, out.stdout[-2000:] + out.stderr  # kube-score did score the objects
+    return [line for line in out.stdout.splitlines() if line.startswith("[CRITICAL]")]
 
 
 def by_kind(docs: list[dict], kind: str) -> dict[str, dict]:

@@ -11,7 +11,7 @@ import sys
 import pytest
 import yaml
 
-from tests.deploy.k8s import OVERLAYS, REPO, by_kind, containers, kubeconform, run, tool
+from tests.deploy.k8s import OVERLAYS, REPO, by_kind, containers, kube_score_critical, kubeconform, run, tool
 
 
 @pytest.fixture(scope="module")
@@ -31,7 +31,15 @@ def built(tmp_path_factory) -> dict[str, list[dict]]:
         text = run([tool("kustomize"), "build", str(root / "overlays" / overlay)]).stdout
         kubeconform(text)
         out[overlay] = [d for d in yaml.safe_load_all(text) if d]
+        out[f"{overlay}.yaml"] = text
     return out
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_kube_score_has_no_unjustified_critical(built, overlay):
+    """The chart's kube-score policy (tests/deploy/test_chart.py says why two checks are off)."""
+    critical = kube_score_critical(built[f"{overlay}.yaml"])
+    assert not critical, "\n".join(critical)
 
 
 def test_generated_parts_match_the_chart():
