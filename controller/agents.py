@@ -98,6 +98,7 @@ class _Counter(grpc.UnaryUnaryClientInterceptor, grpc.UnaryStreamClientIntercept
 
     def __init__(self):
         self.calls: collections.Counter[str] = collections.Counter()
+        self.retries = 0  # reads repeated after a broken transport (AgentClient.call)
         self._lock = threading.Lock()
 
     def _count(self, details) -> None:
@@ -317,10 +318,19 @@ class AgentClient:
             ) from None
 
     def call(self, stub, method: str, request, timeout: float = RPC_TIMEOUT_S):
-        try:
-            return getattr(stub, method)(request, timeout=timeout)
-        except grpc.RpcError as exc:
-            raise AgentError(self.name, method, exc.code().name, exc.details() or "") from None
+        for attempt in (1, 2):
+            try:
+                return getattr(stub, method)(request, timeout=timeout)
+            except grpc.RpcError as exc:
+                # A read is retried once after the transport broke under it (the channel reconnects
+                # by itself): a network blip, or gRPC's own TLS stream corruption after a fork in
+                # this process (grpc/grpc#28557: "Stream removed ... TSI_DATA_CORRUPTED"). A change
+                # is never retried: whether it was applied is not known, the next plan finds out.
+                transport = exc.code() == grpc.StatusCode.UNAVAILABLE or "Stream removed" in (exc.details() or "")
+                if attempt == 1 and method in READ_METHODS and transport:
+                    self.counter.retries += 1
+                    continue
+                raise AgentError(self.name, method, exc.code().name, exc.details() or "") from None
 
     @property
     def mutating_calls(self) -> dict[str, int]:

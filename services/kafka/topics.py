@@ -22,7 +22,8 @@ from segscope_schemas.version import VERSION_LINE
 
 
 def parse_partitions(items: list[str]) -> dict[str, int]:
-    """['segscope.stamp.records=4'] -> {'segscope.stamp.records': 4}; names must be registry topics."""
+    """['<topic>=4'] -> {'<topic>': 4, the other registry topics: their registry count}; every
+    name must be a registry topic (schemas/names.toml)."""
     wanted = dict(TOPIC_PARTITIONS)
     for item in items:
         name, sep, count = item.partition("=")

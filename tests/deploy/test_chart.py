@@ -321,3 +321,19 @@ def test_chart_commands_are_entry_points():
                     "segscope-controller"}  # fmt: skip
     assert commands - ours == {"telegraf", "influxd", "/opt/kafka/bin/kafka-storage.sh",
                                "/opt/kafka/bin/kafka-server-start.sh"}  # fmt: skip
+
+
+def test_chart_names_are_the_registrys():
+    """The chart writes topic and group names (Helm cannot read schemas/names.toml): they must be
+    the registry's, or a renamed topic would split the deployment from the code."""
+    from segscope_schemas.names import GROUP_TELEGRAF, TOPIC_ALTMARK_BLOCKS, TOPIC_METRICS, TOPIC_STAMP_RECORDS
+
+    docs = helm_template()
+    deps = by_kind(docs, "Deployment")
+    topics_args = deps["segscope-delay"]["spec"]["template"]["spec"]["initContainers"][0]["args"]
+    named = {a.split("=")[1] for a in topics_args if a.startswith("--partitions=")}
+    assert named == {TOPIC_STAMP_RECORDS, TOPIC_ALTMARK_BLOCKS}
+    env = {
+        e["name"]: e.get("value") for e in deps["segscope-telegraf"]["spec"]["template"]["spec"]["containers"][0]["env"]
+    }
+    assert env["SEGSCOPE_TOPIC_METRICS"] == TOPIC_METRICS and env["SEGSCOPE_TELEGRAF_GROUP"] == GROUP_TELEGRAF
