@@ -182,14 +182,15 @@ def collect(influx: Influx, since_s: int, now_ns: int | None = None) -> dict:
         (s["tags"]["node"], s["tags"]["ssid"]): s["values"][-1][0]
         for s in influx.series(f'SELECT last("count") FROM "stamp_delay" WHERE {window} GROUP BY "node", "ssid"')
     }
-    sessions: dict[tuple[str, str], dict] = {}
+    sessions: dict[str, dict] = {}  # "node/ssid"
     for s in summary:
-        key = (s["tags"]["node"], s["tags"]["ssid"])
+        node, ssid = s["tags"]["node"], s["tags"]["ssid"]
         row = dict(zip(s["columns"], s["values"][0], strict=True))
-        sessions.setdefault(key, {"directions": {}, "chart": [], "last_ns": last.get(key)})
-        sessions[key]["directions"][s["tags"]["direction"]] = row
+        st = sessions.setdefault(f"{node}/{ssid}", {"node": node, "ssid": ssid, "directions": {}, "chart": [],
+                                                      "last_ns": last.get((node, ssid))})  # fmt: skip
+        st["directions"][s["tags"]["direction"]] = row
     for s in delay_series:
-        key = (s["tags"]["node"], s["tags"]["ssid"])
+        key = f"{s['tags']['node']}/{s['tags']['ssid']}"
         if key in sessions:
             sessions[key]["chart"].append((s["tags"]["direction"], as_points(s)))
     fig["sessions"] = dict(sorted(sessions.items()))
@@ -294,8 +295,8 @@ def render_html(fig: dict, influx: Influx) -> str:
     out.append("<h2>Delay per path (STAMP)</h2>")
     if not fig["sessions"]:
         out.append("<p class='empty'>no STAMP results in this window</p>")
-    for (node, ssid), s in fig["sessions"].items():
-        out.append(f"<h3>session {e(ssid)} from {e(node)} · last result {_time(s['last_ns'])}</h3>")
+    for s in fig["sessions"].values():
+        out.append(f"<h3>session {e(s['ssid'])} from {e(s['node'])} · last result {_time(s['last_ns'])}</h3>")
         out.append("<table><tr><th class='l'>direction</th><th>mean µs</th><th>min µs</th><th>p50 µs</th>"
                    "<th>p99 µs</th><th>max µs</th><th>jitter µs</th><th>samples</th><th>clock error µs</th>"
                    "<th>unsync</th></tr>")  # fmt: skip

@@ -110,8 +110,15 @@ def test_single_packet_has_no_ipdv_field():
     agg.ingest("A", make_records([1], [t0], [2_500], [1_500]))
     lines = agg.flush(far_future(agg))
     f = by_direction(lines)[("1", "forward", t0)]
-    assert f == {"count": 1, "min_us": 2.5, "mean_us": 2.5, "max_us": 2.5, "p50_us": 2.5, "p99_us": 2.5,
-                 "unsynchronized": 1}  # fmt: skip  (Error Estimate 0: S bit clear)
+    assert f == {
+        "count": 1,
+        "min_us": 2.5,
+        "mean_us": 2.5,
+        "max_us": 2.5,
+        "p50_us": 2.5,
+        "p99_us": 2.5,
+        "unsynchronized": 1,
+    }  # fmt: skip  (Error Estimate 0: S bit clear)
 
 
 def test_second_boundaries_and_watermark_grace():
