@@ -3,7 +3,8 @@
 One agent per node (python -m
 agent, --kafka so the sender's agent streams its collector's records to
 `segscope.stamp.records`), the intent applied by controller.core.Controller over one mTLS channel
-per agent, and the Faust delay processor downstream (Kafka -> InfluxDB through Telegraf).
+per agent, and the Faust delay processor downstream (Kafka -> InfluxDB through Telegraf); with
+flows in the intent, the loss processor too (`start_processor("loss")`).
 
     with ControlledPipeline(lab, stack, run_dir) as pipe:
         pipe.start()                                    # agents + delay processor
@@ -47,7 +48,7 @@ class ControlledPipeline:
         self.nodes = nodes
         self.agents: AgentSet | None = None
         self.ctl: Controller | None = None
-        self.processor: subprocess.Popen | None = None
+        self.processors: dict[str, subprocess.Popen] = {}
         self._saved_env: dict[str, str | None] = {}
 
     def __enter__(self) -> "ControlledPipeline":
@@ -66,10 +67,11 @@ class ControlledPipeline:
             os.environ[key] = value
         return self.agents
 
-    def start_processor(self) -> None:
-        log = open(self.run_dir / "processor.log", "w")
-        self.processor = subprocess.Popen(
-            [sys.executable, "-m", "processors.delay"],
+    def start_processor(self, kind: str = "delay") -> None:
+        """`python -m processors.<kind>` (delay or loss), logging to <run dir>/<kind>-processor.log."""
+        log = open(self.run_dir / f"{kind}-processor.log", "w")
+        self.processors[kind] = subprocess.Popen(
+            [sys.executable, "-m", f"processors.{kind}"],
             stdout=log,
             stderr=subprocess.STDOUT,
             cwd=REPO,
@@ -90,15 +92,15 @@ class ControlledPipeline:
         if self.agents:
             # SIGTERM: each agent stops its senders, flushes Kafka, detaches its datapath (Reset)
             codes.update({f"agent-{n}": c for n, c in self.agents.stop().items()})
-        if self.processor:
-            if self.processor.poll() is None:
-                os.killpg(self.processor.pid, signal.SIGTERM)
+        for kind, proc in self.processors.items():
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGTERM)
             try:
-                codes["processor"] = self.processor.wait(timeout=20)
+                codes[f"{kind}-processor"] = proc.wait(timeout=20)
             except subprocess.TimeoutExpired:
-                os.killpg(self.processor.pid, signal.SIGKILL)
-                codes["processor"] = self.processor.wait()
-            self.processor = None
+                os.killpg(proc.pid, signal.SIGKILL)
+                codes[f"{kind}-processor"] = proc.wait()
+        self.processors.clear()
         for key, value in self._saved_env.items():
             if value is None:
                 os.environ.pop(key, None)

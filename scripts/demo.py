@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""segscope demo: one STAMP session over an emulated SRv6 network, from XDP to InfluxDB,
-set up by the controller from an intent file.
+"""segscope demo: a STAMP session and an alternate-marked flow over an emulated SRv6 network,
+from XDP to InfluxDB, set up by the controller from an intent file, ending with the HTML report.
 
     make demo                       # what README.md tells a newcomer to run
     .local/venv/bin/python scripts/demo.py --duration 30 --keep-services
@@ -11,9 +11,12 @@ injected on A->B and 1 ms on B->A; start one gRPC agent per SRv6 node (A, R, B; 
 and the Faust delay processor; `controller apply` controller/examples/demo_line5.yaml: local
 SIDs on A, R, B, the SRv6 policies of A and B, the XDP reflector on B and the XDP collector on
 A with a STAMP session sending for --duration seconds (the sender's agent streams the
-collected records to Kafka); read the per-second delays back from InfluxDB and print them
-next to the injected values, then `controller status`. Everything is stopped again at the end,
-also on Ctrl-C (with --keep-services, Kafka/InfluxDB/Telegraf stay up so you can query them).
+collected records to Kafka), and flow 7 (controller/examples/demo_pm.yaml): H1 pings H2 through
+A's policy, the packets are coloured on A and counted on B per 1 s block, and nftables on R
+drops --loss-pct % of them; read the per-second delays and the per-block loss back from InfluxDB
+and print them next to the injected values, then `controller status`, then write the report
+(`segscope-report`, dashboards/report.py) and print its path. Everything is stopped again at
+the end, also on Ctrl-C (with --keep-services, Kafka/InfluxDB/Telegraf stay up so you can query them).
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import signal
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -31,12 +35,14 @@ sys.path[:0] = [str(REPO), str(REPO / "schemas" / "python")]
 from controller.intent import load_intent  # noqa: E402
 from controller.pipeline import ControlledPipeline  # noqa: E402
 from controller.status import collect, render  # noqa: E402
+from dashboards import report  # noqa: E402
 from netlab import Lab, relay_lateness_us, teardown  # noqa: E402
 from scripts.results import StampSessionSpec, read_delay_summary, wait_for_points  # noqa: E402
 from services.stack import Stack  # noqa: E402
 
 TOPOLOGY = REPO / "netlab" / "topologies" / "line5_bare.yaml"
-INTENT = REPO / "controller" / "examples" / "demo_line5.yaml"
+INTENT = REPO / "controller" / "examples" / "demo_pm.yaml"
+FLOW_ID, FLOW_SID = 7, "fc00:3::d6"  # the intent's flow; its packets' destination after R's End
 
 
 def step(msg: str) -> float:
@@ -62,12 +68,38 @@ def progress(elapsed: float, total: float) -> None:
     print(f"\r    [{'#' * n}{'.' * (width - n)}] {elapsed:4.0f}/{total:.0f} s", end="", flush=True)
 
 
+def wait_for_blocks(stack, since_ns: int, duration_s: float, timeout_s: float = 60) -> dict:
+    """Flow 7's complete blocks in InfluxDB once they stop growing (about one per second ran)."""
+    deadline, last = time.monotonic() + timeout_s, None
+    while True:
+        rows = stack.influx_query(
+            f'SELECT sum("tx_packets") AS tx, sum("lost") AS lost, count("lost") AS blocks FROM "altmark_loss" '
+            f'WHERE "flow" = \'{FLOW_ID}\' AND "complete" = true AND time >= {since_ns}'
+        )
+        now = rows[0] if rows else {"tx": 0, "lost": 0, "blocks": 0}
+        if (now == last and now["blocks"] >= duration_s - 3) or time.monotonic() > deadline:
+            break
+        last = now
+        time.sleep(2)
+    inc = stack.influx_query(
+        f'SELECT "reason" FROM "altmark_loss" WHERE "flow" = \'{FLOW_ID}\' AND "complete" = false '
+        f"AND time >= {since_ns}"
+    )
+    reasons: dict[str, int] = {}
+    for r in inc:
+        reasons[r["reason"]] = reasons.get(r["reason"], 0) + 1
+    tx, lost = now["tx"] or 0, now["lost"] or 0
+    return {"tx": tx, "lost": lost, "blocks": now["blocks"], "ratio": lost / tx if tx else 0.0,
+            "incomplete": ", ".join(f"{k} {v}" for k, v in sorted(reasons.items())) or "none"}  # fmt: skip
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--duration", type=float, default=30, help="seconds of STAMP traffic (default 30)")
     ap.add_argument("--rate", type=int, default=100, help="test packets per second (default 100)")
     ap.add_argument("--fwd-delay-us", type=int, default=2000, help="delay injected A->B (default 2000)")
     ap.add_argument("--rev-delay-us", type=int, default=1000, help="delay injected B->A (default 1000)")
+    ap.add_argument("--loss-pct", type=float, default=2.0, help="%% of flow 7's packets dropped on R (default 2)")
     ap.add_argument(
         "--keep-services",
         action="store_true",
@@ -95,10 +127,15 @@ def main() -> int:
         done(t)
 
         pipe = ControlledPipeline(lab, stack, REPO / ".run" / args.prefix)
-        t = step("starting a gRPC agent on A, R and B (mutual TLS) and the Faust delay processor")
+        t = step("starting a gRPC agent on A, R and B (mutual TLS) and the Faust delay and loss processors")
         agents = pipe.start_agents()
-        pipe.start_processor()
+        pipe.start_processor("delay")
+        pipe.start_processor("loss")
         done(t, ", ".join(f"{n} {a}" for n, a in agents.addresses.items()))
+
+        t = step(f"nftables on R drops {args.loss_pct:g} % of flow {FLOW_ID}'s packets (destination {FLOW_SID})")
+        loss = lab.add_loss("R", args.loss_pct, match=f"ip6 daddr {FLOW_SID}")
+        done(t)
 
         # the intent file as written, with this run's rate and a finite run of --duration seconds
         intent = load_intent(INTENT)
@@ -122,12 +159,17 @@ def main() -> int:
 
         t = step(
             f"STAMP session {spec.ssid}: {args.rate} packets/s for {args.duration:.0f} s "
-            f"over SID list {','.join(spec.segs)} (return {','.join(spec.return_segs)})"
+            f"over SID list {','.join(spec.segs)} (return {','.join(spec.return_segs)}); "
+            f"H1 pings H2 at 200 packets/s as flow {FLOW_ID}'s traffic"
         )
+        ping = lab.popen("H1", ["ping", "-6", "-q", "-i", "0.005", "-w", f"{args.duration:.0f}", "fd00:b::1"],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
         pipe.wait_stopped(
             session.sender.node, session.ssid, timeout_s=args.duration + 30, progress=progress, total_s=args.duration
         )
         relay_after = lab.relay_stats("ar")
+        ping.wait(timeout=30)
+        dropped = lab.loss_counter(loss)
         if sys.stdout.isatty():
             print()
         summary = pipe.sender_summary(session.sender.node, session.ssid)
@@ -182,9 +224,28 @@ def main() -> int:
             'SELECT mean("mean_us"), max("p99_us"), sum("count") FROM "stamp_delay" '
             'WHERE time > now() - 5m GROUP BY "direction", time(10s)'
         )
+        t = step(
+            f"waiting for flow {FLOW_ID}'s last blocks (the loss processor publishes a block once both edges reported)"
+        )
+        lost = wait_for_blocks(stack, t_start_ns, args.duration)
+        done(t)
+        print()
+        print(
+            f"Exact loss of flow {FLOW_ID} (alternate marking, measurement altmark_loss): "
+            f"{lost['blocks']} complete blocks, {lost['tx']} packets sent, {lost['lost']} lost "
+            f"({lost['ratio']:.2%}); nftables on R dropped {dropped} (the blocks at the flow's start and end are "
+            f"incomplete: {lost['incomplete']})"
+        )
+        print()
         print(f"python -m controller status {INTENT.relative_to(REPO)}:")
         print(render(collect(pipe.ctl, stack.influx_url, stack.influx_db)))
         print()
+        t = step("writing the report (segscope-report: what the Grafana dashboards show, in one HTML file)")
+        influx = report.Influx(stack.influx_url, stack.influx_db)
+        page = REPO / ".run" / args.prefix / "segscope-report.html"
+        page.write_text(report.render_html(report.collect(influx, int(args.duration) + 120), influx))
+        done(t)
+        print(f"\nReport: {page}\n  open it in a browser, or: chromium --headless --screenshot {page}\n")
         print("Query it yourself (run the demo with --keep-services to keep InfluxDB up):")
         print(
             f"  curl -sG {stack.influx_url}/query --data-urlencode db={stack.influx_db} \\\n"

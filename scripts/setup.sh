@@ -16,7 +16,8 @@ export DEBIAN_FRONTEND=noninteractive
 export PATH=$PATH:/usr/local/go/bin
 
 APT_PACKAGES=(clang llvm libbpf-dev bpftool libelf-dev zlib1g-dev iproute2 tcpdump tshark ethtool gcc
-              make pkg-config nftables iputils-ping librdkafka-dev influxdb)
+              make pkg-config nftables iputils-ping librdkafka-dev influxdb
+              chromium)   # headless, for the report's test (tests/e2e/test_noc_view.py)
 TELEGRAF_VERSION=1.37.2
 # Plugins used by services/telegraf/telegraf.conf (custom build: 40 MB and ~1 min instead of
 # 400 MB and ~18 min for the full one). Change this list together with the config.

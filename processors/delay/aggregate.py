@@ -127,6 +127,27 @@ class DirectionStats:
 
 # A direction a record cannot measure (see mark_partial_records); never a real delay.
 NOT_MEASURED = np.iinfo(np.int64).min
+# Row 3 of the per-record array: the timestamp error bound of the record's one-way delays, ns
+# (sender + reflector Error Estimate, RFC 8762 §4.2.1), or UNSYNCHRONIZED when either side's
+# S bit is clear (its clock is not synchronized to UTC: no bound).
+CLOCK_ERROR_ROW = 3
+UNSYNCHRONIZED = -1
+
+
+def clock_error_ns(sender_ee: np.ndarray, reflector_ee: np.ndarray) -> np.ndarray:
+    """Per record: sender + reflector error in ns (Multiplier * 2^(Scale-32) s each), or
+    UNSYNCHRONIZED. Vectorised segscope_schemas.stamp_error_estimate.ee_to_error_ns."""
+    out = np.zeros(len(sender_ee), dtype=np.int64)
+    synced = np.ones(len(sender_ee), dtype=bool)
+    for ee in (sender_ee.astype(np.int64), reflector_ee.astype(np.int64)):
+        synced &= (ee & 0x8000) != 0
+        scale, mult = (ee >> 8) & 0x3F, ee & 0xFF
+        # ceil(mult * 1e9 * 2^scale / 2^32) ns; float64 is exact enough below 2^53 and the
+        # largest estimates (scale >= 32) are seconds or more: clip to a day, still "huge"
+        err = np.ceil(mult * 1e9 * np.exp2(scale.astype(np.float64) - 32.0))
+        out += np.minimum(err, 86_400e9).astype(np.int64)
+    out[~synced] = UNSYNCHRONIZED
+    return out
 
 
 def mark_partial_records(flags: np.ndarray, t1: np.ndarray, t4: np.ndarray, delays: np.ndarray) -> None:
@@ -135,7 +156,7 @@ def mark_partial_records(flags: np.ndarray, t1: np.ndarray, t4: np.ndarray, dela
     The directions they cannot measure are set to NOT_MEASURED and left out of the stats."""
     one_way = (flags & STAMP_RECORD_F_ONE_WAY) != 0
     loopback = (flags & STAMP_RECORD_F_LOOPBACK) != 0
-    delays[1:, one_way] = NOT_MEASURED
+    delays[1:3, one_way] = NOT_MEASURED
     delays[:2, loopback] = NOT_MEASURED
     delays[2, loopback] = (t4 - t1)[loopback]
 
@@ -170,7 +191,7 @@ class SecondAccumulator:
     def __init__(self, second: int):
         self.second = second
         self.seq = np.empty(0, dtype=np.int64)
-        self.delays = np.empty((3, 0), dtype=np.int64)  # rows: forward, reverse, round_trip
+        self.delays = np.empty((4, 0), dtype=np.int64)  # rows: forward, reverse, round_trip, clock error
         self.pending: list[tuple[np.ndarray, np.ndarray]] = []
         self.emitted = False
         self.dirty = False
@@ -192,10 +213,21 @@ class SecondAccumulator:
         self.seq, keep = np.unique(seq, return_index=True)
         self.delays = delays[:, keep]
         counters.duplicate_records += len(seq) - len(keep)
-        new = delays[:, keep[keep >= n_old]]
+        new = delays[:3, keep[keep >= n_old]]
         measured = new != NOT_MEASURED
         counters.negative_delays += int(np.count_nonzero((new < 0) & measured))
         counters.absurd_delays += int(np.count_nonzero((np.abs(new) > absurd_threshold_ns) & measured))
+
+    def clock_fields(self) -> str:
+        """`,error_estimate_max_us=..,unsynchronized=..i` of the second's records: the largest
+        error bound of a synchronized record, and how many records had an unsynchronized side."""
+        err = self.delays[CLOCK_ERROR_ROW]
+        unsync = int(np.count_nonzero(err == UNSYNCHRONIZED))
+        synced = err[err != UNSYNCHRONIZED]
+        out = f",unsynchronized={unsync}i"
+        if len(synced):
+            out = f",error_estimate_max_us={format_float(float(synced.max()) / NS_PER_US)}" + out
+        return out
 
     def stats(self) -> list[DirectionStats | None]:
         """Per direction; None where no record of the second measures that direction."""
@@ -260,7 +292,8 @@ class DelayAggregator:
         t2 = records["t2_ns"].astype(np.int64)
         t3 = records["t3_ns"].astype(np.int64)
         t4 = records["t4_ns"].astype(np.int64)
-        delays = np.empty((3, n), dtype=np.int64)
+        delays = np.empty((4, n), dtype=np.int64)
+        delays[CLOCK_ERROR_ROW] = clock_error_ns(records["sender_err_est"], records["reflector_err_est"])
         np.subtract(t2, t1, out=delays[0])  # forward  T2 - T1
         np.subtract(t4, t3, out=delays[1])  # reverse  T4 - T3
         np.subtract(t4 - t1, t3 - t2, out=delays[2])  # round trip (T4-T1)-(T3-T2)
@@ -390,16 +423,17 @@ class DelayAggregator:
         if len(acc.seq) == 0:
             return
         ts = (acc.second - self.tai_utc_offset_s) * NS_PER_S
+        clock = acc.clock_fields()
         for direction, d in zip(DIRECTIONS, acc.stats()):
             if d is not None:
-                lines.append(format_line(st.tag_prefix + direction, d, ts))
+                lines.append(format_line(st.tag_prefix + direction, d, ts, clock))
                 self.counters.points_out += 1
 
     def open_seconds(self) -> int:
         return sum(len(st.seconds) for st in self.sessions.values())
 
 
-def format_line(series: str, d: DirectionStats, ts_ns: int) -> str:
+def format_line(series: str, d: DirectionStats, ts_ns: int, extra_fields: str = "") -> str:
     fields_ = (
         f"count={d.count}i,min_us={format_float(d.min_us)},mean_us={format_float(d.mean_us)},"
         f"max_us={format_float(d.max_us)},p50_us={format_float(d.p50_us)},"
@@ -407,7 +441,7 @@ def format_line(series: str, d: DirectionStats, ts_ns: int) -> str:
     )
     if d.ipdv_mean_us is not None:
         fields_ += f",ipdv_mean_us={format_float(d.ipdv_mean_us)}"
-    return f"{series} {fields_} {ts_ns}"
+    return f"{series} {fields_}{extra_fields} {ts_ns}"
 
 
 def counters_line(counters: Counters, processor: str, ts_ns: int, extra: dict[str, int] | None = None) -> str:

@@ -304,7 +304,8 @@ def test_helm_package():
     tgz = re.search(r"saved it to: (\S+)", out.stdout).group(1)
     names = subprocess.run(["tar", "tzf", tgz], capture_output=True, text=True, check=True).stdout.split()
     assert "segscope/files/telegraf.conf" in names
-    assert "segscope/files/dashboards/stamp_delay.json" in names
+    assert "segscope/files/dashboards/overview.json" in names
+    assert "segscope/files/dashboards/provisioning/alerting/segscope.yaml" in names
 
 
 def test_chart_commands_are_entry_points():

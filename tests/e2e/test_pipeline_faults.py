@@ -145,4 +145,4 @@ def test_sender_agent_killed_mid_run_loses_and_doubles_nothing(stack, bpffs, tmp
         codes = pipe.stop()
         lab.down()
     assert agent_children(lab.ns("A")) == []
-    assert codes.get("processor") == 0, codes
+    assert codes.get("delay-processor") == 0, codes

@@ -25,7 +25,6 @@ or doubled delay (each >= 800 us off) and a relay releasing frames late.
 from __future__ import annotations
 
 import dataclasses
-import json
 import time
 from pathlib import Path
 
@@ -171,20 +170,3 @@ def test_measured_delay_matches_injected(e2e_run, stack):
     assert fwd["min_us"] >= FWD_US - 5 and rev["min_us"] >= REV_US - 5
     # one point per second of traffic and direction
     assert DURATION_S - 1 <= fwd["seconds"] <= DURATION_S + 1
-
-
-def test_dashboard_queries_return_the_data(e2e_run, stack):
-    """Grafana can't run here: execute every InfluxQL target of the dashboard against the real
-    InfluxDB instead, with Grafana's macros expanded, and check each panel gets data."""
-    dash = json.loads((REPO / "dashboards" / "stamp_delay.json").read_text())
-    for panel in dash["panels"]:
-        for t in panel["targets"]:
-            q = (
-                t["query"]
-                .replace("$timeFilter", "time > now() - 10m")
-                .replace("$__interval", "1s")
-                .replace("/^$node$/", "/^A$/")
-                .replace("/^$ssid$/", f"/^{e2e_run['specs']['main'].ssid}$/")
-            )
-            rows = stack.influx_query(q)
-            assert rows, f"panel {panel['title']!r} target {t['refId']} returned nothing: {q}"

@@ -110,7 +110,15 @@ def test_single_packet_has_no_ipdv_field():
     agg.ingest("A", make_records([1], [t0], [2_500], [1_500]))
     lines = agg.flush(far_future(agg))
     f = by_direction(lines)[("1", "forward", t0)]
-    assert f == {"count": 1, "min_us": 2.5, "mean_us": 2.5, "max_us": 2.5, "p50_us": 2.5, "p99_us": 2.5}
+    assert f == {
+        "count": 1,
+        "min_us": 2.5,
+        "mean_us": 2.5,
+        "max_us": 2.5,
+        "p50_us": 2.5,
+        "p99_us": 2.5,
+        "unsynchronized": 1,
+    }  # fmt: skip  (Error Estimate 0: S bit clear)
 
 
 def test_second_boundaries_and_watermark_grace():
@@ -232,6 +240,7 @@ def test_roundtrip_through_encode_decode_batch():
         "p50_us": 2.2,
         "p99_us": 2.2,
         "ipdv_mean_us": 0.0,
+        "unsynchronized": 4000,
     }
 
 
@@ -348,3 +357,46 @@ def test_seed_final_skips_replayed_records_of_finished_seconds():
     assert agg.counters.replayed_records_skipped == 2
     lines = agg.flush_all()
     assert [int(line.split("count=")[1].split("i")[0]) for line in lines if "direction=forward" in line] == [2]
+
+
+def test_clock_fields_bound_the_one_way_error_and_count_unsynchronized_records():
+    """error_estimate_max_us = the largest sender + reflector Error Estimate among synchronized
+    records (RFC 8762 §4.2.1, exact as ee_to_error_ns); records with an S bit clear are counted in
+    `unsynchronized` instead, on every direction's line of the second."""
+    from segscope_schemas.stamp_error_estimate import TsFormat, ee_encode, ee_to_error_ns, ee_unpack
+
+    t0 = BASE_S * NS_PER_S
+    recs = make_records(np.arange(4), t0 + np.arange(4) * 1000, np.full(4, 1500), np.full(4, 700))
+    sender = [ee_encode(True, TsFormat.PTP, e) for e in (1_000, 250_000, 1_000, 1_000)]
+    reflector = [ee_encode(True, TsFormat.PTP, e) for e in (2_000, 30_000, 5_000, 7_000)]
+    reflector[3] = ee_encode(False, TsFormat.PTP, 7_000)  # this reflector lost its sync
+    recs["sender_err_est"], recs["reflector_err_est"] = sender, reflector
+    agg = DelayAggregator()
+    agg.ingest("A", recs)
+    got = by_direction(agg.flush(far_future(agg)))
+
+    def ns(ee):
+        f = ee_unpack(ee)
+        return ee_to_error_ns(f.scale, f.multiplier)
+
+    want = max(ns(s) + ns(r) for s, r in zip(sender[:3], reflector[:3])) / 1000
+    for direction in ("forward", "reverse", "round_trip"):
+        line = got[("1", direction, t0)]
+        assert line["unsynchronized"] == 1
+        assert line["error_estimate_max_us"] == pytest.approx(want, abs=0.001)
+    assert want > 250  # the second record's 250 us sender estimate dominates
+
+
+def test_clock_error_matches_the_scalar_decoder_over_the_field():
+    from processors.delay.aggregate import clock_error_ns
+    from segscope_schemas.stamp_error_estimate import ee_to_error_ns
+
+    rng = np.random.default_rng(7)
+    ee = rng.integers(0, 1 << 16, 5000).astype(np.uint16) | 0x8000  # synchronized, every scale
+    ee[ee & 0xFF == 0] |= 1  # Multiplier 0 is malformed
+    zero = np.full(len(ee), 0x8001, dtype=np.uint16)  # the other side: 1 * 2^-32 s -> 1 ns
+    got = clock_error_ns(ee, zero)
+    for e, g in zip(ee.tolist(), got.tolist()):
+        scale, mult = (e >> 8) & 0x3F, e & 0xFF
+        want = min(ee_to_error_ns(scale, mult), 86_400 * 10**9) + 1
+        assert abs(g - want) <= max(1, want * 1e-12), (hex(e), g, want)

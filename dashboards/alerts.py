@@ -1,0 +1,391 @@
+"""segscope's alert rules, as code: the Grafana alerting provisioning file
+dashboards/provisioning/alerting/segscope.yaml is generated from RULES (dashboards/generate.py),
+and `evaluate()` runs a rule the way Grafana's alerting engine does (query over the rule's
+relative time range, reduce each series, threshold, pending for `for`, then firing) against any
+InfluxDB: the tests prove each rule fires and stays silent where it must, and `segscope-report`
+lists what fires now.
+
+Objectives: every STAMP session gets DEFAULT_ONE_WAY_DELAY_US; dashboards/objectives.yaml
+names stricter ones per path (sender node + ssid), each its own rule.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import yaml
+
+HERE = Path(__file__).resolve().parent
+DATASOURCE_UID = "segscope-influxdb"
+DEFAULT_ONE_WAY_DELAY_US = 10_000
+LOSS_RATIO_CRITICAL = 0.01
+INCOMPLETE_BLOCKS_RUN = 5  # a flow starting and stopping makes up to 3 (partial_block, missing_*)
+LAG_MESSAGES = 10_000
+ERROR_ESTIMATE_US = 1_000.0
+
+
+@dataclass
+class Rule:
+    uid: str
+    title: str
+    query: str  # InfluxQL with $timeFilter (and $__interval)
+    reducer: str  # last | mean | sum | max | min | count
+    op: str  # gt | lt
+    threshold: float
+    window_s: int  # relativeTimeRange.from
+    for_s: int
+    severity: str
+    summary: str  # {{ $labels.x }} and {{ $values.B }} as Grafana templates them
+    description: str
+    interval_ms: int = 10_000
+    labels: dict = field(default_factory=dict)
+
+
+def delay_rule(uid: str, title: str, objective_us: float, where: str = "", severity: str = "warning") -> Rule:
+    return Rule(
+        uid=uid,
+        title=title,
+        query='SELECT mean("mean_us") FROM "stamp_delay" WHERE "direction" != \'round_trip\' '
+        f'{where}AND $timeFilter GROUP BY time(10s), "node", "ssid", "direction" fill(none)',
+        reducer="mean",
+        op="gt",
+        threshold=objective_us,
+        window_s=60,
+        for_s=60,
+        severity=severity,
+        summary="{{ $labels.direction }} delay of session {{ $labels.node }}/{{ $labels.ssid }} is "
+        "{{ humanize $values.B.Value }} us, objective " + f"{objective_us:g} us",
+        description="Mean one-way delay over the last minute is above the path's objective. Check the "
+        "path dashboard for when it started and whether loss rose with it (congestion) or the "
+        "path changed (a new SID list, a reroute); the round trip tells whether both directions "
+        "moved. One-way values need synchronised clocks (see the clock alert).",
+    )
+
+
+def objectives() -> list[dict]:
+    path = HERE / "objectives.yaml"
+    return (yaml.safe_load(path.read_text()) or {}).get("paths", []) if path.exists() else []
+
+
+def rules() -> list[Rule]:
+    out = [delay_rule("segscope-delay-default", "One-way delay above objective", DEFAULT_ONE_WAY_DELAY_US)]
+    for o in objectives():
+        node, ssid = str(o["node"]), str(o["ssid"])
+        out.append(
+            delay_rule(
+                f"segscope-delay-{node}-{ssid}".lower(),
+                f"One-way delay above objective ({node}/{ssid})",
+                float(o["one_way_delay_us"]),
+                where=f"AND \"node\" = '{node}' AND \"ssid\" = '{ssid}' ",
+                severity=o.get("severity", "critical"),
+            )
+        )
+    out += [
+        Rule(
+            uid="segscope-loss-any",
+            title="Packet loss on a flow",
+            query='SELECT sum("lost") FROM "altmark_loss" WHERE "complete" = true AND $timeFilter '
+            'GROUP BY "flow", "tx_node", "rx_node"',
+            reducer="last",
+            op="gt",
+            threshold=0,
+            window_s=60,
+            for_s=0,
+            severity="warning",
+            summary="flow {{ $labels.flow }} ({{ $labels.tx_node }} -> {{ $labels.rx_node }}) lost "
+            "{{ $values.B.Value }} packets in the last minute",
+            description="Exact alternate-marking loss: packets coloured at the ingress edge that never "
+            "reached the egress edge. Look at the path dashboard's lost-per-block panel: steady loss "
+            "points at a link or a queue, bursts at a flap or a reroute.",
+        ),
+        Rule(
+            uid="segscope-loss-ratio",
+            title="Loss ratio above threshold",
+            query='SELECT sum("lost") / sum("tx_packets") FROM "altmark_loss" WHERE "complete" = true AND '
+            '$timeFilter GROUP BY "flow", "tx_node", "rx_node"',
+            reducer="last",
+            op="gt",
+            threshold=LOSS_RATIO_CRITICAL,
+            window_s=300,
+            for_s=60,
+            severity="critical",
+            summary="flow {{ $labels.flow }} loses {{ humanizePercentage $values.B.Value }} of its packets "
+            f"(threshold {LOSS_RATIO_CRITICAL:.0%}, 5 minutes)",
+            description="Sustained loss above the threshold on an SRv6 path: customer traffic is being "
+            "dropped. Find the lossy segment with the node dashboards (device drops) and the topology.",
+        ),
+        Rule(
+            uid="segscope-incomplete-blocks",
+            title="Loss blocks incomplete",
+            query='SELECT count("reason") FROM "altmark_loss" WHERE "complete" = false AND $timeFilter GROUP BY "flow"',
+            reducer="last",
+            op="gt",
+            threshold=INCOMPLETE_BLOCKS_RUN - 1,
+            window_s=300,
+            for_s=0,
+            severity="warning",
+            summary="flow {{ $labels.flow }}: {{ $values.B.Value }} blocks without an exact loss number in 5 minutes",
+            description="The path dashboard lists each block's reason. missing_rx/missing_tx: an edge's "
+            "agent or collector is down or cannot reach "
+            "Kafka; agent_restart/partial_block: a restart; conflicting_*: two nodes claim one side. "
+            "Loss is not measured while this lasts.",
+        ),
+        Rule(
+            uid="segscope-session-silent",
+            title="STAMP session silent",
+            query='SELECT count("count") FROM "stamp_delay" WHERE "direction" = \'round_trip\' AND $timeFilter '
+            'GROUP BY time(30s), "node", "ssid" fill(0)',
+            reducer="last",
+            op="lt",
+            threshold=1,
+            window_s=600,
+            for_s=60,
+            severity="critical",
+            summary="STAMP session {{ $labels.node }}/{{ $labels.ssid }} produced no result for 30 s",
+            description="A session that measured in the last 10 minutes has gone quiet: the path may be "
+            "broken (test packets or replies lost), the reflector gone, or the pipeline stalled (see "
+            "the pipeline alert). A session stopped on purpose also ends here: silence it.",
+        ),
+        Rule(
+            uid="segscope-clock-unsynchronized",
+            title="Clock not synchronized",
+            query='SELECT max("unsynchronized") FROM "stamp_delay" WHERE "direction" = \'round_trip\' AND '
+            '$timeFilter GROUP BY "node", "ssid"',
+            reducer="last",
+            op="gt",
+            threshold=0,
+            window_s=120,
+            for_s=60,
+            severity="warning",
+            summary="session {{ $labels.node }}/{{ $labels.ssid }}: a clock is not synchronized (S bit clear "
+            "in {{ $values.B.Value }} test packets of one second)",
+            description="The sender's or the reflector's STAMP Error Estimate says its clock is not "
+            "synchronized (RFC 8762 S bit): one-way delays of this path are meaningless, the round "
+            "trip is still right. Check PTP/NTP (chrony, ptp4l) on the two nodes.",
+        ),
+        Rule(
+            uid="segscope-clock-error",
+            title="Timestamp error estimate large",
+            query='SELECT max("error_estimate_max_us") FROM "stamp_delay" WHERE "direction" = \'round_trip\' AND '
+            '$timeFilter GROUP BY "node", "ssid"',
+            reducer="max",
+            op="gt",
+            threshold=ERROR_ESTIMATE_US,
+            window_s=120,
+            for_s=60,
+            severity="warning",
+            summary="session {{ $labels.node }}/{{ $labels.ssid }}: one-way delays may be off by up to "
+            "{{ $values.B.Value }} us (sender + reflector Error Estimate)",
+            description="The clocks are synchronized but loosely: a one-way delay can be wrong by this "
+            f"much (threshold {ERROR_ESTIMATE_US:g} us). Compare with the round trip, improve the time "
+            "source (PTP with hardware timestamps) before trusting one-way objectives.",
+        ),
+        Rule(
+            uid="segscope-pipeline-lag",
+            title="Pipeline lagging",
+            query='SELECT max("lag_messages") FROM "segscope_consumer" WHERE $timeFilter '
+            'GROUP BY "processor", "topic", "partition"',
+            reducer="last",
+            op="gt",
+            threshold=LAG_MESSAGES,
+            window_s=120,
+            for_s=120,
+            severity="warning",
+            summary="{{ $labels.processor }} processor is {{ $values.B.Value }} messages behind on "
+            "{{ $labels.topic }}[{{ $labels.partition }}]",
+            description="Results reach InfluxDB late. Add processor replicas (up to the topic's "
+            "partitions) or look for a slow InfluxDB/Kafka.",
+        ),
+        Rule(
+            uid="segscope-pipeline-stalled",
+            title="Processor stalled",
+            query='SELECT count("records_in") FROM "segscope_processor" WHERE $timeFilter '
+            'GROUP BY time(30s), "processor" fill(0)',
+            reducer="last",
+            op="lt",
+            threshold=1,
+            window_s=600,
+            for_s=60,
+            severity="critical",
+            summary="the {{ $labels.processor }} processor has not reported for 30 s",
+            description="Processors publish their counters every second while they run: this one is down "
+            "or cannot reach Kafka. Nothing new reaches InfluxDB from it.",
+        ),
+        Rule(
+            uid="segscope-dead-letters",
+            title="Dead letters growing",
+            query='SELECT spread("malformed_batches") FROM "segscope_processor" WHERE $timeFilter GROUP BY "processor"',
+            reducer="last",
+            op="gt",
+            threshold=0,
+            window_s=300,
+            for_s=0,
+            severity="warning",
+            summary="{{ $labels.processor }} processor dead-lettered {{ $values.B.Value }} malformed "
+            "batches in 5 minutes",
+            description="Records that could not be decoded went to segscope.deadletter with the reason: "
+            "read the topic (a producer with another version, a corrupted message).",
+        ),
+    ]
+    return out
+
+
+# --------------------------------------------------------------------------- provisioning file
+def to_grafana(rule: Rule) -> dict:
+    return {
+        "uid": rule.uid,
+        "title": rule.title,
+        "condition": "C",
+        "data": [
+            {
+                "refId": "A",
+                "relativeTimeRange": {"from": rule.window_s, "to": 0},
+                "datasourceUid": DATASOURCE_UID,
+                "model": {
+                    "refId": "A",
+                    "rawQuery": True,
+                    "resultFormat": "time_series",
+                    "query": rule.query,
+                    "intervalMs": rule.interval_ms,
+                    "maxDataPoints": 43200,
+                },
+            },
+            {
+                "refId": "B",
+                "datasourceUid": "__expr__",
+                "model": {
+                    "refId": "B",
+                    "type": "reduce",
+                    "expression": "A",
+                    "reducer": rule.reducer,
+                    "settings": {"mode": "dropNN"},
+                },
+            },
+            {
+                "refId": "C",
+                "datasourceUid": "__expr__",
+                "model": {
+                    "refId": "C",
+                    "type": "threshold",
+                    "expression": "B",
+                    "conditions": [{"evaluator": {"type": rule.op, "params": [rule.threshold]}}],
+                },
+            },
+        ],
+        "noDataState": "OK",
+        "execErrState": "Error",
+        "for": f"{rule.for_s}s",
+        "annotations": {"summary": rule.summary, "description": rule.description},
+        "labels": {"severity": rule.severity, "team": "noc", **rule.labels},
+        "isPaused": False,
+    }
+
+
+def provisioning_yaml() -> str:
+    doc = {
+        "apiVersion": 1,
+        "groups": [
+            {
+                "orgId": 1,
+                "name": "segscope",
+                "folder": "segscope",
+                "interval": "30s",
+                "rules": [to_grafana(r) for r in rules()],
+            },
+        ],  # fmt: skip
+    }
+    head = (
+        "# GENERATED by `python -m dashboards.generate` from dashboards/alerts.py: edit that, then regenerate.\n"
+        "# Grafana alerting provisioning (provisioning/alerting/): query A, reduce B, threshold C, for.\n"
+    )
+    return head + yaml.safe_dump(doc, sort_keys=False, width=120, allow_unicode=True)
+
+
+# --------------------------------------------------------------------------- evaluation
+QueryFn = Callable[[str], list[dict]]  # InfluxQL -> [{"tags": {...}, "values": [[t_ns, v], ...]}]
+
+
+def expand(query: str, start_ns: int, end_ns: int, interval_ms: int) -> str:
+    """Grafana's InfluxQL macros for an absolute range."""
+    return query.replace("$timeFilter", f"time >= {start_ns} AND time <= {end_ns}").replace(
+        "$__interval", f"{max(interval_ms, 1)}ms"
+    )
+
+
+def reduce(values: list, reducer: str) -> float | None:
+    nums = [float(v) for v in values if v is not None and not (isinstance(v, float) and math.isnan(v))]
+    if reducer == "count":
+        return float(len(nums))
+    if not nums:
+        return None
+    return {
+        "last": lambda: nums[-1],
+        "mean": lambda: sum(nums) / len(nums),
+        "sum": lambda: sum(nums),
+        "max": lambda: max(nums),
+        "min": lambda: min(nums),
+    }[reducer]()
+
+
+def crosses(value: float, op: str, threshold: float) -> bool:
+    return value > threshold if op == "gt" else value < threshold
+
+
+@dataclass
+class Instance:
+    labels: dict
+    value: float | None
+    condition: bool
+
+
+def evaluate_once(rule: Rule, query: QueryFn, at_ns: int) -> list[Instance]:
+    """One evaluation at time `at_ns`: one instance per series (label set) the query returns."""
+    q = expand(rule.query, at_ns - rule.window_s * 10**9, at_ns, rule.interval_ms)
+    out = []
+    for series in query(q):
+        v = reduce([row[1] for row in series["values"]], rule.reducer)
+        out.append(Instance(dict(series["tags"]), v, v is not None and crosses(v, rule.op, rule.threshold)))
+    return out
+
+
+def evaluate(rule: Rule, query: QueryFn, times_ns: list[int]) -> dict[tuple, str]:
+    """Evaluate at successive times (ascending, one rule interval apart) with Grafana's state
+    machine: a series whose condition holds becomes Pending, and Alerting once it has held for
+    `for`; a series whose condition fails (or that is gone: noDataState OK) is Normal.
+    Returns {labels as a sorted tuple: state} after the last evaluation."""
+    since: dict[tuple, int] = {}
+    state: dict[tuple, str] = {}
+    for at in times_ns:
+        seen = set()
+        for inst in evaluate_once(rule, query, at):
+            key = tuple(sorted(inst.labels.items()))
+            seen.add(key)
+            if inst.condition:
+                since.setdefault(key, at)
+                state[key] = "Alerting" if at - since[key] >= rule.for_s * 10**9 else "Pending"
+            else:
+                since.pop(key, None)
+                state[key] = "Normal"
+        for key in set(state) - seen:
+            since.pop(key, None)
+            state[key] = "Normal"
+    return state
+
+
+def render_summary(rule: Rule, labels: dict, value: float | None) -> str:
+    """The rule's summary with Grafana's {{ $labels.x }} / {{ $values.B.Value }} filled in."""
+
+    def val(_m=None) -> str:
+        if value is None:
+            return "?"
+        if "humanizePercentage" in (_m.group(0) if _m else ""):
+            return f"{value:.2%}"
+        return f"{value:.6g}"
+
+    text = re.sub(r"\{\{\s*humanizePercentage \$values\.B\.Value\s*\}\}", val, rule.summary)
+    text = re.sub(r"\{\{\s*(humanize )?\$values\.B\.Value\s*\}\}", lambda m: val(), text)
+    return re.sub(r"\{\{\s*\$labels\.(\w+)\s*\}\}", lambda m: str(labels.get(m.group(1), "")), text)
