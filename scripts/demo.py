@@ -68,23 +68,22 @@ def progress(elapsed: float, total: float) -> None:
     print(f"\r    [{'#' * n}{'.' * (width - n)}] {elapsed:4.0f}/{total:.0f} s", end="", flush=True)
 
 
-def wait_for_blocks(stack, since_ns: int, duration_s: float, timeout_s: float = 60) -> dict:
-    """Flow 7's complete blocks in InfluxDB once they stop growing (about one per second ran)."""
-    deadline, last = time.monotonic() + timeout_s, None
-    while True:
-        rows = stack.influx_query(
-            f'SELECT sum("tx_packets") AS tx, sum("lost") AS lost, count("lost") AS blocks FROM "altmark_loss" '
-            f'WHERE "flow" = \'{FLOW_ID}\' AND "complete" = true AND time >= {since_ns}'
-        )
-        now = rows[0] if rows else {"tx": 0, "lost": 0, "blocks": 0}
-        if (now == last and now["blocks"] >= duration_s - 3) or time.monotonic() > deadline:
+def wait_for_blocks(stack, since_ns: int, until_ns: int, timeout_s: float = 60) -> dict:
+    """Flow 7's blocks from since_ns to until_ns (the traffic), once a block after until_ns is in
+    InfluxDB: the monitor keeps publishing (empty) blocks after the traffic, in block order."""
+    window = f'"flow" = \'{FLOW_ID}\' AND time >= {since_ns} AND time <= {until_ns}'
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if stack.influx_query(f'SELECT count("reason") FROM "altmark_loss" WHERE "flow" = \'{FLOW_ID}\' '
+                              f"AND time > {until_ns + 10**9}"):  # fmt: skip
             break
-        last = now
-        time.sleep(2)
-    inc = stack.influx_query(
-        f'SELECT "reason" FROM "altmark_loss" WHERE "flow" = \'{FLOW_ID}\' AND "complete" = false '
-        f"AND time >= {since_ns}"
+        time.sleep(1)
+    rows = stack.influx_query(
+        f'SELECT sum("tx_packets") AS tx, sum("lost") AS lost, count("lost") AS blocks FROM "altmark_loss" '
+        f'WHERE {window} AND "complete" = true'
     )
+    now = rows[0] if rows else {"tx": 0, "lost": 0, "blocks": 0}
+    inc = stack.influx_query(f'SELECT "reason" FROM "altmark_loss" WHERE {window} AND "complete" = false')
     reasons: dict[str, int] = {}
     for r in inc:
         reasons[r["reason"]] = reasons.get(r["reason"], 0) + 1
@@ -169,6 +168,7 @@ def main() -> int:
         )
         relay_after = lab.relay_stats("ar")
         ping.wait(timeout=30)
+        t_traffic_end_ns = time.time_ns()
         dropped = lab.loss_counter(loss)
         if sys.stdout.isatty():
             print()
@@ -227,7 +227,7 @@ def main() -> int:
         t = step(
             f"waiting for flow {FLOW_ID}'s last blocks (the loss processor publishes a block once both edges reported)"
         )
-        lost = wait_for_blocks(stack, t_start_ns, args.duration)
+        lost = wait_for_blocks(stack, t_start_ns, t_traffic_end_ns)
         done(t)
         print()
         print(
