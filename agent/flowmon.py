@@ -218,6 +218,24 @@ class FlowMonAgent:
                 os.killpg(p.pid, signal.SIGKILL)
                 p.wait()
 
+    def flow_lines(self, node_tag: str, ts: int) -> list[str]:
+        """segscope_flow: one line per flow monitor side of this agent, with the flow's SID list
+        (altmark_loss is keyed by flow id only), so a dashboard can pick a flow by its path."""
+        from agent.metrics import escape_tag
+
+        out = []
+        with self.lock:
+            for side_id, side in sorted(self.sides.items()):
+                for flow_id, m in sorted(side.flows.items()):
+                    method = "dscp" if m.method == pb.MARKING_METHOD_DSCP else "rfc9343"
+                    tags = (
+                        f"segscope_flow,node={node_tag},flow={flow_id},side={'tx' if side_id == TX else 'rx'},"
+                        f"path={escape_tag(','.join(m.segments) or 'flowmonid')},method={method},"
+                        f"device={escape_tag(m.device)}"
+                    )
+                    out.append(f"{tags} period_ms={m.period_ms}i,dmark_every={m.dmark_every}i {ts}")
+        return out
+
     def program_devices(self) -> list[tuple[str, str]]:
         """(program, device) of every device an altmark side of this agent runs on."""
         with self.lock:

@@ -200,6 +200,7 @@ class StatsPublisher:
         streamer=None,
         devices=None,
         link_stats=None,
+        inventory=None,
     ):
         self.node, self.bootstrap, self.topic = node, bootstrap, topic
         self.programs = programs  # callable -> [(program, tool, pin_dir)] attached now
@@ -209,6 +210,7 @@ class StatsPublisher:
         self.streamer = streamer  # callable -> segscope_streamer fields, or None (nothing streamed)
         self.devices = devices or (lambda: [])  # callable -> [(program, device)] the datapath runs on
         self.link_stats = link_stats  # callable -> {device: kernel counters} (Rtnl.link_stats)
+        self.inventory = inventory  # callable (node tag, ts) -> segscope_stamp_session / segscope_flow lines
         self.interval_s = interval_s
         self._known: dict[Path, DatapathProgram] = {}
         self._stop = threading.Event()
@@ -279,6 +281,8 @@ class StatsPublisher:
         for gone in [p for p in self._known if p not in live]:
             del self._known[gone]
         out += self.device_lines(node, ts)
+        if self.inventory is not None:
+            out += self.inventory(node, ts)
         streamed = self.streamer() if self.streamer else None
         if streamed is not None:
             out.append(

@@ -179,8 +179,12 @@ class Agent:
             streamer=self.stamp.streamer_counters,
             devices=self._program_devices,
             link_stats=self.rtnl.link_stats,
+            inventory=self._inventory_lines,
         )
         self.stats.start()
+
+    def _inventory_lines(self, node_tag: str, ts: int) -> list[str]:
+        return self.stamp.session_lines(node_tag, ts) + self.flowmon.flow_lines(node_tag, ts)
 
     def _program_devices(self) -> list[tuple[str, str]]:
         return self.stamp.program_devices() + self.flowmon.program_devices()
@@ -206,6 +210,7 @@ class Agent:
                 streamer=self.stamp.streamer_counters,
                 devices=self._program_devices,
                 link_stats=self.rtnl.link_stats,
+                inventory=self._inventory_lines,
             )
         stop = self._health_stop = threading.Event()
 

@@ -319,6 +319,25 @@ class StampAgent:
             out["records_unmatched"] = self.unmatched_records
         return out
 
+    def session_lines(self, node_tag: str, ts: int) -> list[str]:
+        """segscope_stamp_session: one line per STAMP session of this agent, what the session's
+        results (stamp_delay, keyed by node and ssid) cannot say - the SID lists it travels, its
+        peer, its rate - so a dashboard can pick a session by its path (schemas/metrics.md)."""
+        from agent.metrics import escape_tag
+
+        out = []
+        with self.lock:
+            for (role, ssid), s in sorted(self.sessions.items()):
+                sp = s.spec
+                tags = (
+                    f"segscope_stamp_session,node={node_tag},ssid={ssid},role={ROLE_NAME[role]},"
+                    f"path={escape_tag(','.join(sp.segments) or 'direct')},"
+                    f"return_path={escape_tag(','.join(sp.return_segments) or 'direct')}"
+                )
+                running = int(s.state == pb.STAMP_SESSION_STATE_RUNNING)
+                out.append(f"{tags} rate_pps={sp.rate_pps}i,running={running}i {ts}")
+        return out
+
     def program_devices(self) -> list[tuple[str, str]]:
         """(program, device) of every device a STAMP program of this agent runs on."""
         with self.lock:

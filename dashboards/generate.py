@@ -39,6 +39,8 @@ SESSION = '"node" =~ /^$node$/ AND "ssid" =~ /^$ssid$/'
 DIRECTION = '"direction" =~ /^$direction$/'
 FLOW = '"flow" =~ /^$flow$/'
 NODE = '"node" =~ /^$node$/'
+PATH = '"path" =~ /^$path$/'
+SENDER = '"role" = \'sender\''
 T = "$timeFilter"
 DELAY_STEPS = thresholds((None, "green"), (alerts.DEFAULT_ONE_WAY_DELAY_US, "red"))
 LOSS_STEPS = thresholds((None, "green"), (1e-9, "orange"), (alerts.LOSS_RATIO_CRITICAL, "red"))
@@ -209,16 +211,52 @@ def path() -> dict:
         "One SRv6 path: STAMP delay both ways and round trip with percentiles and jitter (session = "
         "sender node + ssid), and the exact loss of the flows on it, per block and per window.",
         [
-            query_variable("node", "sender node", 'SHOW TAG VALUES FROM "stamp_delay" WITH KEY = "node"'),
+            # the agents' inventory lines (segscope_stamp_session, segscope_flow) map a SID list to the
+            # sessions and flows on it: pick a path, get its sessions and flows
+            query_variable(
+                "path",
+                "path (SID list)",
+                f'SHOW TAG VALUES FROM "segscope_stamp_session" WITH KEY = "path" WHERE {SENDER}',
+            ),
+            query_variable(
+                "node",
+                "sender node",
+                f'SHOW TAG VALUES FROM "segscope_stamp_session" WITH KEY = "node" WHERE {SENDER} AND {PATH}',
+            ),
             query_variable(
                 "ssid",
                 "STAMP session",
-                'SHOW TAG VALUES FROM "stamp_delay" WITH KEY = "ssid" WHERE "node" =~ /^$node$/',
+                f'SHOW TAG VALUES FROM "segscope_stamp_session" WITH KEY = "ssid" WHERE {SENDER} AND {PATH} AND {NODE}',
             ),
             custom_variable("direction", "direction", ["forward", "reverse", "round_trip"]),
-            query_variable("flow", "flow", 'SHOW TAG VALUES FROM "altmark_loss" WITH KEY = "flow"'),
+            query_variable(
+                "flow",
+                "flow",
+                f'SHOW TAG VALUES FROM "segscope_flow" WITH KEY = "flow" WHERE "side" = \'tx\' AND {PATH}',
+            ),
         ],
         [
+            Panel(
+                "Sessions and flows on this path",
+                "table",
+                [
+                    target(
+                        "A",
+                        f'SELECT last("rate_pps") AS "test packets/s" FROM "segscope_stamp_session" WHERE {SENDER} '
+                        f'AND {PATH} AND {T} GROUP BY "node", "ssid", "path", "return_path"',
+                        fmt="table",
+                    ),
+                    target(
+                        "B",
+                        f'SELECT last("period_ms") AS "block ms" FROM "segscope_flow" WHERE {PATH} AND {T} '
+                        'GROUP BY "flow", "side", "node", "path", "method"',
+                        fmt="table",
+                    ),
+                ],
+                width=24,
+                height=6,
+                description="what the agents run on the chosen SID list (their inventory lines, every second)",
+            ),
             row("Delay (STAMP)"),
             Panel(
                 "Delay, mean per second",

@@ -101,6 +101,7 @@ def as_grafana(query: str, since_ns: int, ssid: int) -> str:
         .replace("/^$ssid$/", f"/^{ssid}$/")
         .replace("/^$direction$/", "/^(forward|reverse|round_trip)$/")
         .replace("/^$flow$/", "/^7$/")
+        .replace("/^$path$/", "/.*/")
     )
 
 
@@ -120,6 +121,25 @@ def test_every_panel_query_returns_its_series(run, name):
             assert all(tag in s["tags"] for s in series), (title, ref, tag)
         assert any(v is not None for s in series for row in s["values"] for v in row[1:]), (title, ref)
     assert set(e.split(" [")[0] for e in empty) <= TROUBLE_ONLY, empty
+
+
+def test_path_variable_finds_the_sessions_and_flows_on_a_sid_list(run):
+    """The path dashboard's variables, as Grafana runs them: the SID lists come from the agents'
+    inventory lines; choosing one gives the session and the flow that travel it."""
+    dash = json.loads((REPO / "dashboards" / "path.json").read_text())
+    var = {v["name"]: v["query"] for v in dash["templating"]["list"] if v["type"] == "query"}
+
+    def values(name: str, **chosen) -> set[str]:
+        q = var[name]
+        for k, v in chosen.items():
+            q = q.replace(f"/^${k}$/", "/^" + re.escape(v) + "$/")
+        return {row[1] for s in run["influx"].series(q) for row in s["values"]}
+
+    assert "fc00:2::e" in values("path")  # the STAMP session's SID list (reflector address after it)
+    assert values("node", path="fc00:2::e") == {"A"}
+    assert values("ssid", path="fc00:2::e", node="A") == {str(run["ssid"])}
+    assert values("flow", path="fc00:2::e,fc00:3::d6") == {"7"}  # the flow on A's policy
+    assert values("flow", path="fc00:2::e") == set()
 
 
 def test_every_alert_query_returns_series(run):

@@ -122,7 +122,7 @@ def test_the_four_views_exist():
     assert "STAMP datapath drops by reason" in titles["segscope-node"]
     assert "Processor input behind (consumer lag)" in titles["segscope-pipeline"]
     path_vars = {v["name"] for v in load("path.json")["templating"]["list"]}
-    assert {"node", "ssid", "direction", "flow"} <= path_vars
+    assert {"path", "node", "ssid", "direction", "flow"} <= path_vars
 
 
 def test_alert_provisioning_file():
