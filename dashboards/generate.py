@@ -497,6 +497,23 @@ def pipeline() -> dict:
             ),
             row("Behind and broken"),
             Panel(
+                "Freshness: packet to InfluxDB",
+                "timeseries",
+                [
+                    target(
+                        "A",
+                        f'SELECT max("p99_ms") AS "p99", mean("p50_ms") AS "p50" FROM "segscope_freshness" WHERE {T} '
+                        'GROUP BY time($__interval), "measurement" fill(none)',
+                        "$tag_measurement $col",
+                    )
+                ],
+                unit="ms",
+                thresholds=thresholds((None, "green"), (5000, "orange"), (30000, "red")),
+                description="how old a result is when it becomes visible in InfluxDB: from the end of the "
+                "second (or block) it measured to the poll that first saw it (segscope-freshness, error <= its "
+                "poll period)",
+            ),
+            Panel(
                 "Processor input behind (consumer lag)",
                 "timeseries",
                 [

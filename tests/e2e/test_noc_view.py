@@ -58,8 +58,13 @@ def run(stack, bpffs, tmp_path_factory):
     tmp = tmp_path_factory.mktemp("noc")
     lab = Lab.up(TOPOLOGY, prefix=PREFIX, delay_us={"ar": (FWD_US, REV_US)})
     pipe = ControlledPipeline(lab, stack, tmp)
-    ping = None
+    ping = freshness = None
     try:
+        freshness = subprocess.Popen(
+            [sys.executable, "-m", "processors.freshness", "--report-s", "2", "--influx-url", stack.influx_url,
+             "--bootstrap", stack.kafka_bootstrap],
+            cwd=REPO, stdout=open(tmp / "freshness.log", "w"), stderr=subprocess.STDOUT,
+        )  # fmt: skip
         pipe.start_agents()
         pipe.start_processor("delay")
         pipe.start_processor("loss")
@@ -84,12 +89,15 @@ def run(stack, bpffs, tmp_path_factory):
             if rows and rows[0]["values"][0][1] >= DURATION_S - 3 and delay:
                 break
             time.sleep(1)
-        time.sleep(3)  # one more flush of every counter line
+        time.sleep(3)  # one more flush of every counter line and freshness report
         yield {"since": since, "influx": influx, "dropped": dropped, "ping": ping_out, "ssid": session.ssid,
                "tmp": tmp, "stack": stack}  # fmt: skip
     finally:
         if ping and ping.poll() is None:
             ping.kill()
+        if freshness is not None:
+            freshness.terminate()
+            freshness.wait(timeout=10)
         pipe.stop()
         lab.down()
 
@@ -228,3 +236,19 @@ def test_report_in_chromium_shows_the_delay_and_the_loss(run):
     assert f"<td>{flow['lost']:,}</td>" in dom
     assert "Packet loss on a flow" in dom  # the alert that fires is listed
     assert "flow 7 (A → B)" in dom
+
+
+def test_freshness_is_measured_for_delay_and_loss(run, capsys):
+    """segscope-freshness saw the run's points arrive: samples for both measurements, p99 within
+    a few seconds (a second is final 2 s after it ends, plus Kafka, Telegraf's 1 s flush and the
+    0.5 s poll; a block waits for its block end + T/2 at the collector)."""
+    rows = run["influx"].series(
+        f'SELECT sum("samples"), max("p99_ms"), min("p50_ms") FROM "segscope_freshness" WHERE time >= {run["since"]} '
+        'GROUP BY "measurement"'
+    )
+    got = {s["tags"]["measurement"]: s["values"][0][1:] for s in rows}
+    with capsys.disabled():
+        print(f"\n[freshness] samples, worst p99 ms, best p50 ms: {got}")
+    assert set(got) == {"stamp_delay", "altmark_loss"}, got
+    for m, (samples, p99, p50) in got.items():
+        assert samples > 5 and 0 < p50 <= p99 < 15_000, (m, samples, p50, p99)
