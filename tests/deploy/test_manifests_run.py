@@ -176,9 +176,10 @@ def deployed(bpffs, tmp_path_factory):
             ("segscope-delay", "delay", 9641),
             ("segscope-loss", "loss", 9642),
             ("segscope-topology", "topology", 9643),
+            ("segscope-freshness", "freshness", 0),
         ):
             d.ports[container] = free_port()
-            d.start(prep(workload, container, ports={port: d.ports[container]}), container)
+            d.start(prep(workload, container, ports={port: d.ports[container]} if port else {}), container)
         # the agents, each in its router's netns with the DaemonSet's capabilities only
         for node in NODES:
             c = prep("segscope-agent", "agent", node_name=node)
@@ -255,7 +256,7 @@ def test_influx_setup_reruns_and_rotates_a_password(deployed):
 
 def test_probes_answer_on_every_long_running_container(deployed):
     d = deployed
-    for name in ("telegraf", "delay", "loss", "topology"):
+    for name in ("telegraf", "delay", "loss", "topology", "freshness"):
         d.alive(name)
     # the Deployments' probes, on the ports the containers declare
     for doc in by_kind(d.docs, "Deployment").values():
@@ -319,6 +320,21 @@ def test_stamp_delay_reaches_influxdb_through_the_charts_pipeline(deployed):
     )
     nodes = {v[1] for v in r.json()["results"][0].get("series", [{"values": []}])[0]["values"]}
     assert nodes == set(NODES)
+
+
+def test_freshness_reaches_influxdb(deployed):
+    """segscope-freshness with the chart's args and the reader's credentials: its lines come back
+    through Kafka and Telegraf (it reports every 10 s)."""
+    d = deployed
+    if not hasattr(d, "reader"):
+        pytest.skip("needs test_influxdb_has_auth_and_the_users")
+    deadline, series = time.monotonic() + 40, []
+    while time.monotonic() < deadline and not series:
+        r = requests.post(f"{d.influx_url}/query", params={"db": "segscope"}, auth=d.reader, timeout=5,
+                          data={"q": 'SELECT last("query_errors") FROM "segscope_freshness_monitor"'})  # fmt: skip
+        series = r.json()["results"][0].get("series", [])
+        time.sleep(1)
+    assert series and series[0]["values"][0][1] == 0, d.log("freshness")
 
 
 def test_only_grafana_and_arangodb_do_not_run(deployed):
