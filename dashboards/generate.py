@@ -17,7 +17,6 @@ schemas/metrics.md. Every query is run against a real InfluxDB by tests/e2e/test
 from __future__ import annotations
 
 import argparse
-import difflib
 import json
 import sys
 from pathlib import Path
@@ -32,6 +31,7 @@ from dashboards.grafana import (
     target,
     thresholds,
 )
+from segscope_schemas.generated import write_or_check
 
 HERE = Path(__file__).resolve().parent
 
@@ -598,22 +598,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--check", action="store_true", help="exit 1 if a committed file differs")
     args = ap.parse_args()
-    stale = []
-    for path_, text in render().items():
-        if args.check:
-            old = path_.read_text() if path_.exists() else ""
-            if old != text:
-                stale.append(path_.name)
-                diff = difflib.unified_diff(old.splitlines(True), text.splitlines(True), path_.name, "generated")
-                sys.stdout.writelines(list(diff)[:80])
-        else:
-            path_.parent.mkdir(parents=True, exist_ok=True)
-            path_.write_text(text)
-            print(f"wrote {path_.relative_to(HERE.parent)}")
-    if stale:
-        print(f"stale: {', '.join(stale)}; run: .local/venv/bin/python -m dashboards.generate", file=sys.stderr)
-        return 1
-    return 0
+    return write_or_check(render(), args.check, ".local/venv/bin/python -m dashboards.generate")
 
 
 if __name__ == "__main__":

@@ -6,6 +6,7 @@ the alert rules fire and stay silent in tests/dashboards/test_alert_rules.py."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -27,8 +28,9 @@ def load(name: str) -> dict:
 
 
 def test_committed_files_are_generated():
-    out = subprocess.run([sys.executable, "-m", "dashboards.generate", "--check"], cwd=REPO, capture_output=True,
-                         text=True)  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": f"{REPO}:{REPO / 'schemas' / 'python'}"}
+    out = subprocess.run([sys.executable, "-m", "dashboards.generate", "--check"], cwd=REPO, env=env,
+                         capture_output=True, text=True)  # fmt: skip
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr
 
 
