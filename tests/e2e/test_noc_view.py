@@ -178,7 +178,8 @@ def test_loss_alert_fires_and_delay_objectives_stay_silent(run):
     now = time.time_ns()
     rules = {r.uid: r for r in alerts.rules()}
     states = alerts.evaluate(rules["segscope-loss-any"], run["influx"].series, [now])
-    assert list(states.values()) == ["Alerting"], states
+    ours = {k: v for k, v in states.items() if ("flow", "7") in k}  # the shared stack may hold other flows
+    assert list(ours.values()) == ["Alerting"], states
     for uid in ("segscope-delay-default", "segscope-delay-a-1"):
         # evaluated over the run: the series exist (the session measured) and stay Normal
         times = [run["since"] + k * 10 * 10**9 for k in range(1, DURATION_S // 10 + 2)]

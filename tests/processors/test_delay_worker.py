@@ -21,6 +21,7 @@ import pytest
 from confluent_kafka import Consumer, Producer
 
 from processors.delay.topics import ensure_topics
+from segscope_schemas.stamp_error_estimate import ee_to_error_ns
 from segscope_schemas.stamp_record import STAMP_RECORD_DTYPE, encode_batch
 from tests.processors.conftest import stop_worker
 
@@ -56,6 +57,14 @@ def expected_lines(node: str, recs: np.ndarray) -> dict[tuple, dict]:
         sel = recs[(t1 // NS) == second]
         sel = sel[np.argsort(sel["sender_seq"])]
         t = {k: [int(x) for x in sel[k]] for k in ("t1_ns", "t2_ns", "t3_ns", "t4_ns")}
+        ee = list(zip((int(x) for x in sel["sender_err_est"]), (int(x) for x in sel["reflector_err_est"])))
+        synced = [(s, r) for s, r in ee if s & 0x8000 and r & 0x8000]  # RFC 8762 S bit on both sides
+        clock = {"unsynchronized": len(ee) - len(synced)}
+        if synced:
+            err = [
+                ee_to_error_ns((s >> 8) & 0x3F, s & 0xFF) + ee_to_error_ns((r >> 8) & 0x3F, r & 0xFF) for s, r in synced
+            ]
+            clock["error_estimate_max_us"] = max(err) / 1000
         values = {
             "forward": [b - a for a, b in zip(t["t1_ns"], t["t2_ns"])],
             "reverse": [d - c for c, d in zip(t["t3_ns"], t["t4_ns"])],
@@ -71,6 +80,7 @@ def expected_lines(node: str, recs: np.ndarray) -> dict[tuple, dict]:
                 "p50_us": p50 / 1000,
                 "p99_us": p99 / 1000,
                 "ipdv_mean_us": sum(abs(x - y) for x, y in zip(v[1:], v[:-1])) / (len(v) - 1) / 1000,
+                **clock,
             }
     return out
 
@@ -222,7 +232,7 @@ def test_worker_aggregates_two_sessions_and_dead_letters_garbage(kafka_bootstrap
     for key, want in expected.items():
         have = got[key]
         assert set(have) == set(want), key
-        for field in ("count", "min_us", "max_us"):
+        for field in ("count", "min_us", "max_us", "unsynchronized"):
             assert have[field] == want[field], (key, field)
         for field in ("mean_us", "p50_us", "p99_us", "ipdv_mean_us"):
             assert have[field] == pytest.approx(want[field], rel=1e-9), (key, field)
