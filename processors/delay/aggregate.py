@@ -134,19 +134,33 @@ CLOCK_ERROR_ROW = 3
 UNSYNCHRONIZED = -1
 
 
+_CLOCK_TABLE: np.ndarray | None = None
+_MAX_ERROR_NS = 86_400 * 10**9  # a day: any larger estimate is just "huge"
+
+
+def _clock_table() -> np.ndarray:
+    """Error in ns of every 16-bit Error Estimate (segscope_schemas.stamp_error_estimate's exact
+    ee_to_error_ns, capped at a day), UNSYNCHRONIZED where the S bit is clear: built once, then
+    two gathers per record instead of arithmetic per record."""
+    global _CLOCK_TABLE
+    if _CLOCK_TABLE is None:
+        from segscope_schemas.stamp_error_estimate import ee_to_error_ns
+
+        table = np.empty(1 << 16, dtype=np.int64)
+        for ee in range(1 << 16):
+            synced = ee & 0x8000
+            table[ee] = min(ee_to_error_ns((ee >> 8) & 0x3F, ee & 0xFF), _MAX_ERROR_NS) if synced else UNSYNCHRONIZED
+        _CLOCK_TABLE = table
+    return _CLOCK_TABLE
+
+
 def clock_error_ns(sender_ee: np.ndarray, reflector_ee: np.ndarray) -> np.ndarray:
-    """Per record: sender + reflector error in ns (Multiplier * 2^(Scale-32) s each), or
-    UNSYNCHRONIZED. Vectorised segscope_schemas.stamp_error_estimate.ee_to_error_ns."""
-    out = np.zeros(len(sender_ee), dtype=np.int64)
-    synced = np.ones(len(sender_ee), dtype=bool)
-    for ee in (sender_ee.astype(np.int64), reflector_ee.astype(np.int64)):
-        synced &= (ee & 0x8000) != 0
-        scale, mult = (ee >> 8) & 0x3F, ee & 0xFF
-        # ceil(mult * 1e9 * 2^scale / 2^32) ns; float64 is exact enough below 2^53 and the
-        # largest estimates (scale >= 32) are seconds or more: clip to a day, still "huge"
-        err = np.ceil(mult * 1e9 * np.exp2(scale.astype(np.float64) - 32.0))
-        out += np.minimum(err, 86_400e9).astype(np.int64)
-    out[~synced] = UNSYNCHRONIZED
+    """Per record: sender + reflector error in ns (Multiplier * 2^(Scale-32) s each, RFC 8762
+    §4.2.1), or UNSYNCHRONIZED when either side's clock is not synchronized."""
+    table = _clock_table()
+    a, b = table[sender_ee], table[reflector_ee]
+    out = a + b
+    out[(a == UNSYNCHRONIZED) | (b == UNSYNCHRONIZED)] = UNSYNCHRONIZED
     return out
 
 
