@@ -288,6 +288,7 @@ class DelayAggregator:
         # Seconds are binned in TAI (the datapath's clock); points are written in UTC (what
         # InfluxDB's now() and Grafana's time picker use): TAI - UTC = 37 s since 2017.
         self.tai_utc_offset_s = int(tai_utc_offset_s)
+        _clock_table()  # built here, at start, not in the middle of the first batch
         self.sessions: dict[tuple[str, int], SessionState] = {}
         self.counters = Counters()
 

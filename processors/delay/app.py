@@ -121,7 +121,8 @@ def load_progress() -> None:
 async def write_progress() -> None:
     """Each session's eviction horizon, delivered before any message behind it is acked."""
     sent = []
-    for key, st in aggregator.sessions.items():
+    # a snapshot: the await below lets process_batches add sessions to the dict meanwhile
+    for key, st in list(aggregator.sessions.items()):
         if st.horizon_s > progress_written.get(key, -(2**62)):
             value = json.dumps({"node": key[0], "ssid": key[1], "final_below_s": st.horizon_s}).encode()
             sent.append(await progress_topic.send(key=f"{key[0]}/{key[1]}".encode(), value=value))
