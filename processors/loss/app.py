@@ -120,7 +120,8 @@ def load_progress() -> None:
 async def write_progress() -> None:
     """Each flow's highest evicted block, delivered before any message behind it is acked."""
     sent = []
-    for flow, upto in joiner.evicted_upto.items():
+    # a snapshot: the await below lets the stream agent evict more blocks meanwhile
+    for flow, upto in list(joiner.evicted_upto.items()):
         if upto > progress_written.get(flow, -1):
             value = json.dumps({"flow_id": flow[0], "method": flow[1], "period_ms": flow[2], "final_upto": upto})
             # key = the whole flow key: the topic is compacted to the newest value per key
