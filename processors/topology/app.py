@@ -27,7 +27,7 @@ import faust
 
 from processors.delay.topics import ensure_topics
 from processors.topology.config import TopologyConfig
-from processors.topology.model import Identity, MalformedView, TopologyModel
+from processors.topology.model import Identity, MalformedView, Names, TopologyModel
 from processors.topology.sink import TopologySink
 from processors.topology.writer import ArangoWriter
 from processors.worker import ProcessorHealth, dead_letter, faust_app_settings
@@ -165,6 +165,7 @@ async def flush() -> None:
                     cfg.arango_password,
                     mode=cfg.mode,
                     auth_method=cfg.arango_auth,
+                    names=Names(jalapeno_nodes=cfg.jalapeno_nodes, jalapeno_edges=cfg.jalapeno_edges),
                 ),
             )
         except Exception as e:

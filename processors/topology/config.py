@@ -20,6 +20,9 @@ ENV = {
     "mode": ("SEGSCOPE_TOPOLOGY_MODE", "own"),  # own | jalapeno
     "protocol_id": ("SEGSCOPE_TOPOLOGY_PROTOCOL_ID", "200"),
     "domain_id": ("SEGSCOPE_TOPOLOGY_DOMAIN_ID", "0"),
+    # jalapeno mode: Jalapeno's collections (igp-graph's names by default; schemas/topology.md)
+    "jalapeno_nodes": ("SEGSCOPE_TOPOLOGY_JALAPENO_NODES", "igp_node"),
+    "jalapeno_edges": ("SEGSCOPE_TOPOLOGY_JALAPENO_EDGES", "igpv6_graph"),
 }
 
 
@@ -41,6 +44,8 @@ class TopologyConfig(EnvConfig):
     mode: str
     protocol_id: int
     domain_id: int
+    jalapeno_nodes: str
+    jalapeno_edges: str
 
     ENV = ENV
 

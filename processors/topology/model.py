@@ -63,7 +63,9 @@ class Names:
     paths: str = "segscope_path"
     graph: str = "segscope_graph"
     jalapeno_nodes: str = "igp_node"
-    jalapeno_edges: str = "igpv6_graph_edge"
+    # igp-graph names the edge collection like its graph (arangodb/arangodb.go, ensureGraph:
+    # edgeCollectionName := graphName); "igpv6_graph_edge" exists only in its README
+    jalapeno_edges: str = "igpv6_graph"
 
 
 @dataclass(frozen=True)
@@ -665,13 +667,42 @@ class TopologyModel:
         return {n.nodes: nodes, n.links: links, n.sids: sids, n.edges: edges, n.paths: self.path_docs()}
 
     def jalapeno_annotations(self) -> list[dict]:
-        """For jalapeno mode: [{local_ip, remote_ip, fields}] to apply to existing igpv6_graph_edge
-        documents matched by local_link_ip/remote_link_ip (our link keys are not Jalapeno's)."""
+        """For jalapeno mode: [{local_ip, remote_ip, fields}] to apply to existing igpv6_graph
+        edge documents matched by local_link_ip/remote_link_ip (our link keys are not Jalapeno's),
+        with the TE fields typed as igp-graph types them (bgp_ls_fields)."""
         by_key = {self.link_key(l): l for l in self.links()}
         return [
-            {"local_ip": by_key[k].local_ip, "remote_ip": by_key[k].remote_ip, "fields": f}
+            {"local_ip": by_key[k].local_ip, "remote_ip": by_key[k].remote_ip, "fields": bgp_ls_fields(f)}
             for k, f in sorted(self.edge_measurements().items())
         ]
+
+
+# RFC 8570: delays are 24-bit microseconds, loss a 24-bit count of 0.000003 % units (max 50.331642 %)
+RFC8570_MAX = (1 << 24) - 1
+RFC8570_LOSS_UNIT_PCT = 0.000003
+
+
+def _rfc8570_us(value: float) -> int:
+    return min(max(int(round(value)), 0), RFC8570_MAX)
+
+
+def bgp_ls_fields(fields: dict) -> dict:
+    """Our edge fields as igp-graph's IGPGraphObject types them (uint32; Go fails to decode a float
+    into one): delays in whole µs, the loss in RFC 8570 units; the exact values stay beside them
+    (`delay_mean_us`, `unidir_packet_loss_percentage`) for whoever reads floats."""
+    out = dict(fields)
+    if "unidir_link_delay" in fields:
+        out["delay_mean_us"] = fields["unidir_link_delay"]
+        out["latency"] = out["unidir_link_delay"] = _rfc8570_us(fields["unidir_link_delay"])
+    if "unidir_link_delay_min_max" in fields:
+        out["unidir_link_delay_min_max"] = [_rfc8570_us(v) for v in fields["unidir_link_delay_min_max"]]
+    if "unidir_delay_variation" in fields:
+        out["unidir_delay_variation"] = _rfc8570_us(fields["unidir_delay_variation"])
+    if "unidir_packet_loss" in fields:  # our edge field is percent
+        pct = fields["unidir_packet_loss"]
+        out["unidir_packet_loss_percentage"] = pct
+        out["unidir_packet_loss"] = min(max(int(round(pct / RFC8570_LOSS_UNIT_PCT)), 0), RFC8570_MAX)
+    return out
 
 
 def _round(value, digits: int = 3):

@@ -11,7 +11,7 @@ Modes:
             segscope_srv6_sid, segscope_path (documents), segscope_graph_edge (edges) and the
             named graph segscope_graph (segscope_graph_edge: segscope_node -> segscope_node)
   jalapeno  an existing Jalapeno database (`jalapeno`): never creates nodes, links or edges;
-            UPDATEs the measurement fields of existing igpv6_graph_edge documents matched by
+            UPDATEs the measurement fields of existing igpv6_graph edge documents matched by
             local_link_ip/remote_link_ip, and upserts path documents into segscope_path (created
             if missing) whose src/dst point at Jalapeno's igp_node documents found by name.
 """

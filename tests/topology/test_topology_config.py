@@ -24,6 +24,10 @@ def test_defaults_follow_the_contract():
     )
     assert (c.protocol_id, c.domain_id, c.flush_interval_s) == (200, 0, 1.0)
     assert c.datadir == ".run/processors/segscope-topology"
+    # Jalapeno's collections as igp-graph's code creates them (the edges are named like the graph)
+    assert (c.jalapeno_nodes, c.jalapeno_edges) == ("igp_node", "igpv6_graph")
+    c = TopologyConfig.from_env({"SEGSCOPE_TOPOLOGY_JALAPENO_EDGES": "igpv6_graph_edge"})
+    assert c.jalapeno_edges == "igpv6_graph_edge"
 
 
 def test_jalapeno_mode_defaults_to_the_jalapeno_database_unless_told():

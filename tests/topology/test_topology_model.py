@@ -308,6 +308,7 @@ def test_jalapeno_annotations_carry_link_ips_and_measurement_fields_only():
         "unidir_delay_variation",
         "delay_measured_at_ns",
         "delay_source",
+        "delay_mean_us",  # the exact mean beside the whole-µs TE fields (bgp_ls_fields)
     }
     assert not any(k.startswith("_") for k in ann[0]["fields"])
 
@@ -395,3 +396,23 @@ def test_reverse_path_takes_the_return_sids_from_the_reflector():
     # no reflector entry at all: the sender's own (empty) list, as before
     rev = [p for p in model_with(a, r, views(nodes="B")[0]).stamp_paths() if p["direction"] == "reverse"]
     assert rev[0]["return_sids_from"] == "sender"
+
+
+def test_bgp_ls_fields_are_typed_as_igp_graph_reads_them():
+    """Jalapeno's igp-graph decodes the TE fields as uint32 (a float fails in Go): whole µs for the
+    delays, RFC 8570 units of 0.000003 % for the loss, clamped to 24 bits; the exact values beside."""
+    from processors.topology.model import RFC8570_MAX, bgp_ls_fields
+
+    f = bgp_ls_fields(
+        {"latency": 2044.9, "unidir_link_delay": 2044.9, "unidir_link_delay_min_max": [2034.4, 2094.6],
+         "unidir_delay_variation": 6.3, "unidir_packet_loss": 1.0, "delay_measured_at_ns": 7}
+    )  # fmt: skip
+    assert f["latency"] == f["unidir_link_delay"] == 2045 and f["delay_mean_us"] == 2044.9
+    assert f["unidir_link_delay_min_max"] == [2034, 2095] and f["unidir_delay_variation"] == 6
+    assert f["unidir_packet_loss"] == 333333 and f["unidir_packet_loss_percentage"] == 1.0  # 1 % / 0.000003 %
+    assert all(isinstance(f[k], int) for k in ("latency", "unidir_link_delay", "unidir_packet_loss"))
+    assert f["delay_measured_at_ns"] == 7  # the rest untouched
+    # clamped: negative (disagreeing clocks) -> 0, beyond 24 bits / 50.331642 % -> the maximum
+    g = bgp_ls_fields({"unidir_link_delay": -3.0, "unidir_packet_loss": 100.0})
+    assert (g["unidir_link_delay"], g["unidir_packet_loss"]) == (0, RFC8570_MAX)
+    assert bgp_ls_fields({"unidir_packet_loss": 50.331642})["unidir_packet_loss"] == 16777214

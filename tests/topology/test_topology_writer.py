@@ -177,16 +177,17 @@ def test_sink_rewrites_everything_after_the_database_was_lost(arango):
 
 
 def _jalapeno_db(t) -> None:
-    """A small Jalapeno-like database: igp_node + igpv6_graph_edge as igp-graph writes them."""
+    """A small Jalapeno-like database: igp_node + igpv6_graph, the edge collection igp-graph's
+    ensureGraph creates (named like the graph)."""
     sys_db = ArangoClient(hosts=t.url).db("_system", username=t.user, password=t.password)
     sys_db.create_database(t.db_name)
     db = ArangoClient(hosts=t.url).db(t.db_name, username=t.user, password=t.password)
     db.create_collection("igp_node")
-    db.create_collection("igpv6_graph_edge", edge=True)
+    db.create_collection("igpv6_graph", edge=True)
     db.collection("igp_node").insert_many(
         [{"_key": "2_0_0_0000.0000.000a", "name": "A"}, {"_key": "2_0_0_0000.0000.000r", "name": "R"}]
     )
-    db.collection("igpv6_graph_edge").insert_many(
+    db.collection("igpv6_graph").insert_many(
         [
             {
                 "_key": "2_0_2_0_0000.0000.000a_fc00:12::1_0000.0000.000r_fc00:12::2",
@@ -209,13 +210,15 @@ def test_jalapeno_mode_updates_existing_edges_and_creates_no_nodes(arango):
     sink = TopologySink(m, w)
     stats = sink.flush()
     assert stats == {"annotated": 1, "unmatched": 1, "upserted": 2}  # R->A has no Jalapeno edge here
-    edges = w.all_documents("igpv6_graph_edge")
+    edges = w.all_documents("igpv6_graph")
     assert len(edges) == 1
     e = edges[0]
-    assert (e["latency"], e["unidir_link_delay"], e["_from"]) == (2044.9, 2044.9, "igp_node/2_0_0_0000.0000.000a")
+    # igp-graph's uint32 TE fields: whole microseconds; the exact mean beside them
+    assert (e["latency"], e["unidir_link_delay"], e["_from"]) == (2045, 2045, "igp_node/2_0_0_0000.0000.000a")
+    assert e["delay_mean_us"] == 2044.9 and all(isinstance(e[k], int) for k in ("latency", "unidir_link_delay"))
     assert len(w.all_documents("igp_node")) == 2  # no parallel node keys
     cols = {c["name"] for c in w.db.collections() if not c["system"]}
-    assert cols == {"igp_node", "igpv6_graph_edge", "segscope_path"}
+    assert cols == {"igp_node", "igpv6_graph", "segscope_path"}
     paths = {d["_key"]: d for d in w.all_documents("segscope_path")}
     fwd = paths["200_0_0_A_200_0_0_R_fc00:12::2"]
     assert (fwd["src"], fwd["dst"]) == ("igp_node/2_0_0_0000.0000.000a", "igp_node/2_0_0_0000.0000.000r")
