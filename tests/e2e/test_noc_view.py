@@ -255,4 +255,6 @@ def test_freshness_is_measured_for_delay_and_loss(run, capsys):
         print(f"\n[freshness] samples, worst p99 ms, best p50 ms: {got}")
     assert set(got) == {"stamp_delay", "altmark_loss"}, got
     for m, (samples, p99, p50) in got.items():
-        assert samples > 5 and 0 < p50 < 5_000 and p99 >= p50, (m, samples, p50, p99)
+        # the median: a second is final 2 s after it ends, then up to 1 s processor flush, Kafka,
+        # Telegraf's 1 s flush and the 0.5 s poll (measured 2.8-4.3 s for stamp_delay in full runs)
+        assert samples > 5 and 0 < p50 < 10_000 and p99 >= p50, (m, samples, p50, p99)
