@@ -23,10 +23,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import requests
-
 from dashboards import alerts, generate
 from dashboards.grafana import panel_queries
+from segscope_schemas import influxql
 from segscope_schemas.names import INFLUXDB_DATABASE
 from segscope_schemas.version import VERSION_LINE
 
@@ -47,25 +46,9 @@ class Influx:
     def series(self, query: str) -> list[dict]:
         """[{"name", "tags", "columns", "values"}] of every series the query returns."""
         try:
-            r = requests.post(
-                f"{self.url.rstrip('/')}/query",
-                params={"db": self.db, "epoch": "ns"},
-                data={"q": query},
-                auth=self.auth,
-                timeout=30,
-            )
-        except requests.RequestException as exc:
-            raise ReportError(f"InfluxDB at {self.url} did not answer: {exc}") from exc
-        body = r.json() if r.headers.get("content-type", "").startswith("application/json") else {}
-        err = body.get("error") or next((x["error"] for x in body.get("results", []) if "error" in x), None)
-        if r.status_code != 200 or err:
-            raise ReportError(f"InfluxDB refused {query!r}: HTTP {r.status_code} {err or r.text[:200]}")
-        out = []
-        for res in body.get("results", []):
-            for s in res.get("series", []):
-                tags = s.get("tags", {})
-                out.append({"name": s["name"], "tags": tags, "columns": s["columns"], "values": s["values"]})
-        return out
+            return influxql.series(self.url, query, self.db, self.auth)
+        except influxql.InfluxQLError as exc:
+            raise ReportError(f"{query!r}: {exc}") from exc
 
 
 def panel_query(dash: dict, title: str, ref: str = "A") -> str:

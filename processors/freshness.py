@@ -27,8 +27,8 @@ import threading
 import time
 
 import numpy as np
-import requests
 
+from segscope_schemas import influxql
 from segscope_schemas.names import INFLUXDB_DATABASE, TOPIC_METRICS
 from segscope_schemas.version import VERSION_LINE
 
@@ -87,14 +87,7 @@ class Tracker:
 
 
 def query(url: str, db: str, auth, q: str) -> list[dict]:
-    r = requests.post(f"{url.rstrip('/')}/query", params={"db": db, "epoch": "ns"}, data={"q": q}, auth=auth, timeout=5)
-    r.raise_for_status()
-    out = []
-    for res in r.json().get("results", []):
-        if "error" in res:
-            raise RuntimeError(res["error"])
-        out += [{"tags": s.get("tags", {}), "values": s["values"]} for s in res.get("series", [])]
-    return out
+    return influxql.series(url, q, db, auth, timeout=5)
 
 
 def run(args, stop: threading.Event) -> int:
@@ -110,7 +103,7 @@ def run(args, stop: threading.Event) -> int:
         for m, (q, _) in SOURCES.items():
             try:
                 tracker.observe(m, query(args.influx_url, args.db, auth, q), now, first_poll=first)
-            except (requests.RequestException, RuntimeError) as exc:
+            except influxql.InfluxQLError as exc:
                 errors += 1
                 log.warning("InfluxDB %s: %s", args.influx_url, exc)
         first = False

@@ -24,6 +24,7 @@ import time
 
 import requests
 
+from segscope_schemas import influxql
 from segscope_schemas.version import VERSION_LINE
 
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,63}$")
@@ -49,12 +50,12 @@ class Influx:
         self.url, self.auth, self.timeout = url.rstrip("/"), (user, password) if user else None, timeout
 
     def q(self, statement: str, shown: str | None = None) -> list:
-        resp = requests.post(f"{self.url}/query", data={"q": statement}, auth=self.auth, timeout=self.timeout)
-        body = resp.json() if resp.headers.get("content-type", "").startswith("application/json") else {}
-        err = body.get("error") or next((r["error"] for r in body.get("results", []) if "error" in r), None)
-        if resp.status_code != 200 or err:
-            raise SetupError(f"{shown or statement}: HTTP {resp.status_code}: {err or resp.text[:200]}")
-        return [row for r in body.get("results", []) for s in r.get("series", []) for row in s.get("values", [])]
+        """The rows of every series (statements name their database themselves)."""
+        try:
+            found = influxql.series(self.url, statement, auth=self.auth, timeout=self.timeout)
+        except influxql.InfluxQLError as exc:
+            raise SetupError(f"{shown or statement}: {exc}") from exc
+        return [row for s in found for row in s["values"]]
 
 
 def wait_ping(url: str, timeout_s: float) -> None:
