@@ -14,6 +14,7 @@ import base64
 import dataclasses
 import importlib
 import json
+import logging
 import os
 import sys
 from typing import Callable
@@ -21,6 +22,8 @@ from typing import Callable
 from segscope_schemas import names
 from segscope_schemas.health import Health, HealthAddressError, parse_address
 from segscope_schemas.version import VERSION_LINE
+
+log = logging.getLogger("segscope.worker")
 
 # each processor's health endpoint (segscope_schemas/health.py); SEGSCOPE_<NAME>_HEALTH overrides
 HEALTH_PORTS = {"delay": 9641, "loss": 9642, "topology": 9643}
@@ -326,6 +329,14 @@ class InOrderAcks:
     def hold(self, stream, event, state) -> None:
         self.held.append((stream, event, state))
 
+    def forget(self, partitions: set) -> int:
+        """Drop the held messages of partitions this worker no longer owns (a rebalance moved them):
+        they were never committed, so their new owner replays them. Returns how many."""
+        keep = [h for h in self.held if h[1].message.tp not in partitions]
+        dropped = len(self.held) - len(keep)
+        self.held = keep
+        return dropped
+
     async def ack_finished(self, finished: Callable[[object], bool]) -> None:
         blocked: set = set()
         keep = []
@@ -337,3 +348,130 @@ class InOrderAcks:
                 blocked.add(tp)
                 keep.append((stream, event, state))
         self.held = keep
+
+
+class PartitionMoves:
+    """What a worker does when its consumer group rebalances (a worker joins, leaves or dies).
+
+    A Kafka rebalance moves partitions between live workers. The worker that loses a partition
+    still holds, in memory, the open results (seconds, blocks) of the keys that partition carries
+    and the unacked messages that fed them; their new owner replays those messages (never
+    committed) and computes the same results from scratch. If the old owner kept them, it would
+    publish them again later from the part it had (an idle session closes by the wall clock),
+    and InfluxDB would keep whichever came last. So:
+
+    - on revoke (every member of the group, before the new assignment), `paused` is set under
+      `lock`, after any flush in progress ended: the flush timer publishes nothing until the
+      assignment is known;
+    - on assignment, under the same lock: the keys last seen on a partition this worker lost are
+      passed to `on_lost(keys)` (drop their state without publishing), their held messages are
+      forgotten, then `on_assigned()` runs (re-read the progress topic: the old owner wrote there,
+      before it acked anything, what it had made final; its revoke flushed its producer first)
+      and the pause ends.
+
+    Partitions that stay assigned are replayed from their committed offset too (Kafka's eager
+    rebalance resets every position); the processors count those records once (duplicate and
+    final-horizon checks).
+    """
+
+    def __init__(self, app, topic: str, pending: InOrderAcks, on_lost: Callable[[set], int],
+                 on_assigned: Callable[[], None]) -> None:  # fmt: skip
+        import asyncio
+
+        self.topic, self.pending, self.on_lost, self.on_assigned = topic, pending, on_lost, on_assigned
+        self.lock = asyncio.Lock()
+        self.paused = False
+        self.owned: set = set()  # partitions (TP) of the input topic this worker owns
+        self.lost: set = set()  # partitions it owned before the last assignment and not since
+        self.owned_before: set = set()
+        self.uncommitted_start: dict = {}  # TP -> its first offset, for check_start()
+        self.key_partition: dict = {}  # result key (session, flow) -> the TP its records came on
+        self.counts = {
+            "rebalances": 0,
+            "partitions_lost": 0,
+            "keys_dropped": 0,
+            "messages_forgotten": 0,
+            "messages_of_moved_partitions": 0,
+            "partitions_started_past_uncommitted": 0,
+            "messages_skipped_uncommitted": 0,
+        }
+        app.on_partitions_revoked.connect(self._revoked)
+        app.on_partitions_assigned.connect(self._assigned)
+
+    def _note_uncommitted(self, app, gained: set) -> None:
+        """Note the gained partitions the group never committed an offset for (or only offset 0):
+        check_start() looks at where reading them starts.
+
+        Measured here (faust-streaming 0.11 with aiokafka): a worker given such a partition by
+        a rebalance, after its own first assignment, starts near the partition's end, not at
+        `consumer_auto_offset_reset` ("earliest"), and a seek back is undone by Faust's read
+        offsets (messages at or below the highest offset read are dropped). So when a worker dies
+        before the first commit of a partition (the first input is acked retention_s after it
+        arrives), what it had read of that partition is not read again by its successor. This
+        only happens in the first retention_s of a new group; it is counted
+        (partitions_started_past_uncommitted, with the messages skipped) and logged, never silent."""
+        if not gained:
+            return
+        from confluent_kafka import Consumer, TopicPartition
+
+        bootstrap = ",".join(f"{u.host}:{u.port}" for u in app.conf.broker)
+        probe = Consumer({"bootstrap.servers": bootstrap, "group.id": app.conf.id, "enable.auto.commit": False})
+        try:
+            tps = sorted(gained, key=lambda t: t.partition)
+            committed = probe.committed([TopicPartition(tp.topic, tp.partition) for tp in tps], timeout=10)
+            for tp, c in zip(tps, committed):
+                if c.offset <= 0:  # OFFSET_INVALID (nothing committed) or 0
+                    low, _ = probe.get_watermark_offsets(TopicPartition(tp.topic, tp.partition), timeout=10)
+                    self.uncommitted_start[tp] = low
+        finally:
+            probe.close()
+
+    def check_start(self, message) -> None:
+        """The first message of a partition noted by _note_uncommitted(): count what was skipped."""
+        low = self.uncommitted_start.pop(message.tp, None)
+        if low is not None and message.offset > low:
+            self.counts["partitions_started_past_uncommitted"] += 1
+            self.counts["messages_skipped_uncommitted"] += message.offset - low
+            log.warning("rebalance: %s has no committed offset and reading starts at %d, not %d: "
+                        "%d messages are not read", message.tp, message.offset, low, message.offset - low)  # fmt: skip
+
+    def moved_away(self, tp) -> bool:
+        """True for a message of a partition this worker lost: one Faust had fetched before the
+        rebalance and hands over after it. Skip it (no ingest, no ack): its new owner replays
+        it. Ingesting it would recreate the dropped state, and acking it would commit an offset
+        of a partition another worker is still working through (Kafka checks the generation of
+        a commit, not who owns the partition), losing that worker's unfinished results."""
+        if tp in self.lost:
+            self.counts["messages_of_moved_partitions"] += 1
+            return True
+        return False
+
+    def seen(self, keys, tp) -> None:
+        """The keys a message fed, and the partition it came on."""
+        for key in keys:
+            self.key_partition[key] = tp
+
+    async def _revoked(self, sender, revoked, **kwargs) -> None:
+        async with self.lock:
+            self.paused = True
+
+    async def _assigned(self, sender, assigned, **kwargs) -> None:
+        async with self.lock:
+            now = {tp for tp in assigned if tp.topic == self.topic}
+            lost = self.owned - now
+            self.owned_before = self.owned
+            self.owned = now
+            self.lost = (self.lost | lost) - now
+            self.counts["rebalances"] += 1
+            if lost:
+                keys = {k for k, tp in self.key_partition.items() if tp in lost}
+                for k in keys:
+                    del self.key_partition[k]
+                self.counts["partitions_lost"] += len(lost)
+                self.counts["keys_dropped"] += self.on_lost(keys)
+                self.counts["messages_forgotten"] += self.pending.forget(lost)
+                log.info("rebalance: %d partitions of %s moved away, %d keys dropped", len(lost), self.topic, len(keys))
+            self._note_uncommitted(sender, now - self.owned_before)
+            self.on_assigned()
+            self.paused = False
+            log.info("rebalance: own %s of %s", sorted(tp.partition for tp in now), self.topic)

@@ -290,6 +290,7 @@ class DelayAggregator:
         self.tai_utc_offset_s = int(tai_utc_offset_s)
         _clock_table()  # built here, at start, not in the middle of the first batch
         self.sessions: dict[tuple[str, int], SessionState] = {}
+        self.final_seeds: dict[tuple[str, int], int] = {}  # seed_final() of sessions not seen yet
         self.counters = Counters()
 
     # -- per message ------------------------------------------------------
@@ -336,17 +337,24 @@ class DelayAggregator:
             self._add_group(node, int(ssid_o[a]), int(second_o[a]), seq_o[a:b], delays_o[:, a:b], t1_o[a:b], now_tai_ns)
 
     def seed_final(self, node: str, ssid: int, final_below_s: int) -> None:
-        """After a restart: the seconds of this session below final_below_s were evicted (final and
-        published) by the previous worker. Replayed input may still hold a few of their records
-        (a message spanning the boundary); they are skipped instead of making a partial second."""
-        st = self._session(node, ssid)
-        st.final_below_s = max(st.final_below_s, final_below_s)
+        """After a restart or a rebalance: the seconds of this session below final_below_s were
+        evicted (final and published) by an earlier owner. Replayed input may still hold a few of
+        their records (a message spanning the boundary); they are skipped instead of making a
+        partial second. The seed waits until the session's records arrive: a session is never
+        created from a seed, because a worker of a group sees every session's progress, most of
+        them owned by other workers, and an idle session's horizon follows the wall clock (its
+        progress, written here, would then tell the real owner's successor to skip live data)."""
+        key = (node, ssid)
+        self.final_seeds[key] = max(self.final_seeds.get(key, -(2**62)), final_below_s)
+        st = self.sessions.get(key)
+        if st is not None:
+            st.final_below_s = max(st.final_below_s, final_below_s)
 
     def _session(self, node: str, ssid: int) -> SessionState:
         key = (node, ssid)
         st = self.sessions.get(key)
         if st is None:
-            st = SessionState(node=node, ssid=ssid)
+            st = SessionState(node=node, ssid=ssid, final_below_s=self.final_seeds.get(key, -(2**62)))
             st.tag_prefix = f"{MEASUREMENT},node={escape_tag(node)},ssid={ssid},direction="
             self.sessions[key] = st
         return st

@@ -39,7 +39,14 @@ from aiokafka import codec as aiokafka_codec
 from processors.delay.aggregate import NS_PER_S, DelayAggregator, counters_line
 from processors.delay.config import DelayConfig
 from processors.delay.topics import ensure_topics
-from processors.worker import InOrderAcks, ProcessorHealth, dead_letter, faust_app_settings, read_progress
+from processors.worker import (
+    InOrderAcks,
+    PartitionMoves,
+    ProcessorHealth,
+    dead_letter,
+    faust_app_settings,
+    read_progress,
+)
 from segscope_schemas.stamp_record import MalformedBatch, decode_batch
 
 log = logging.getLogger("segscope.delay")
@@ -61,8 +68,7 @@ class DelayApp(faust.App):
         ensure_topics(cfg.bootstrap, [cfg.records_topic, cfg.metrics_topic, cfg.deadletter_topic])
         # the progress topic keeps the newest value per key (session or flow): compacted, it stays small
         ensure_topics(cfg.bootstrap, [PROGRESS_TOPIC], config={"cleanup.policy": "compact"})
-        load_progress()
-        health.serve()
+        health.serve()  # the progress topic is read at each partition assignment (moves.on_assigned)
         log.info(
             "delay processor: %s -> %s (dead letters: %s), broker %s, group %s, grace %.1f s, retention %.0f s",
             cfg.records_topic,
@@ -108,7 +114,8 @@ progress_written: dict[tuple[str, int], int] = {}
 
 
 def load_progress() -> None:
-    """Seed the aggregator with the horizons a previous worker wrote (read once, at start)."""
+    """Seed the aggregator with the horizons earlier owners of its partitions wrote (at each
+    assignment: at start, and when a rebalance moves partitions to this worker)."""
     for v in read_progress(cfg.bootstrap, PROGRESS_TOPIC, f"{cfg.app_id}-progress-reader"):
         key = (v["node"], int(v["ssid"]))
         progress_written[key] = max(progress_written.get(key, -(2**62)), int(v["final_below_s"]))
@@ -116,6 +123,15 @@ def load_progress() -> None:
         aggregator.seed_final(node, ssid, s)
     if progress_written:
         log.info("delay processor: %d sessions resume from %s", len(progress_written), PROGRESS_TOPIC)
+
+
+def drop_sessions(keys: set) -> int:
+    """A rebalance moved these sessions' partition away: forget them without publishing (their new
+    owner replays their unacked input and publishes them whole)."""
+    for key in keys:
+        aggregator.sessions.pop(key, None)
+        progress_written.pop(key, None)
+    return len(keys)
 
 
 async def write_progress() -> None:
@@ -168,6 +184,7 @@ def seconds_touched(node: str, records) -> dict[tuple[str, int], int]:
 # Every input message, held unacked until ack_finished_messages() finds every second it added
 # records to evicted (and every earlier message of its partition acked: InOrderAcks says why).
 pending = InOrderAcks()
+moves = PartitionMoves(app, cfg.records_topic, pending, on_lost=drop_sessions, on_assigned=load_progress)
 
 
 def message_finished(touched: dict[tuple[str, int], int]) -> bool:
@@ -188,7 +205,11 @@ async def ack_finished_messages() -> None:
 async def process_batches(stream) -> None:
     manual = stream.noack()
     async for event in manual.events():
+        if moves.moved_away(event.message.tp):
+            continue
+        moves.check_start(event.message)
         letter, touched = handle_message(event.message)
+        moves.seen(touched, event.message.tp)
         if letter is not None:
             await (await deadletter_topic.send(key=event.message.key, value=letter))  # delivered, then acked
         event.message.value = None  # the records are in the aggregator: keep the offset, not the bytes
@@ -210,6 +231,7 @@ async def publish_counters() -> None:
         "open_seconds": aggregator.open_seconds(),
         "sessions": len(aggregator.sessions),
         "unacked_messages": len(pending),  # input held uncommitted until its seconds are final
+        **moves.counts,
     }
     ts = time.time_ns()
     await health.publish(metrics_topic, b"delay", counters_line(aggregator.counters, "delay", ts, extra=extra), ts)
@@ -221,9 +243,12 @@ _last_log = 0.0
 @app.timer(interval=cfg.flush_interval_s)
 async def flush_closed_seconds() -> None:
     global _last_log
-    await publish_lines(aggregator.flush())
-    await write_progress()
-    await ack_finished_messages()
+    async with moves.lock:
+        if moves.paused:  # a rebalance is under way: which sessions stay here is not known yet
+            return
+        await publish_lines(aggregator.flush())
+        await write_progress()
+        await ack_finished_messages()
     await publish_counters()
     now = time.monotonic()
     if now - _last_log >= 10.0:
