@@ -36,7 +36,7 @@ import faust
 import numpy as np
 from aiokafka import codec as aiokafka_codec
 
-from processors.delay.aggregate import NS_PER_S, DelayAggregator, counters_line
+from processors.delay.aggregate import NS_PER_S, DelayAggregator, clock_tai_ns, counters_line
 from processors.delay.config import DelayConfig
 from processors.delay.topics import ensure_topics
 from processors.worker import (
@@ -125,6 +125,17 @@ def load_progress() -> None:
         log.info("delay processor: %d sessions resume from %s", len(progress_written), PROGRESS_TOPIC)
 
 
+def after_assignment() -> None:
+    """The sessions this worker keeps were silent during the rebalance because the consumer was,
+    not the sender: their idle clocks restart now. Otherwise the first flush after a pause of
+    more than grace_s (retention_s) would close (evict) their open seconds by the wall clock
+    just before the replay from the committed offset delivers the rest of those seconds."""
+    now = clock_tai_ns()
+    for st in aggregator.sessions.values():
+        st.last_ingest_tai_ns = max(st.last_ingest_tai_ns, now)
+    load_progress()
+
+
 def drop_sessions(keys: set) -> int:
     """A rebalance moved these sessions' partition away: forget them without publishing (their new
     owner replays their unacked input and publishes them whole)."""
@@ -184,7 +195,7 @@ def seconds_touched(node: str, records) -> dict[tuple[str, int], int]:
 # Every input message, held unacked until ack_finished_messages() finds every second it added
 # records to evicted (and every earlier message of its partition acked: InOrderAcks says why).
 pending = InOrderAcks()
-moves = PartitionMoves(app, cfg.records_topic, pending, on_lost=drop_sessions, on_assigned=load_progress)
+moves = PartitionMoves(app, cfg.records_topic, pending, on_lost=drop_sessions, on_assigned=after_assignment)
 
 
 def message_finished(touched: dict[tuple[str, int], int]) -> bool:
