@@ -13,7 +13,9 @@ Inputs (Kafka):
                      this topic rather than InfluxDB queries: no polling, the same newest-wins
                      semantics as InfluxDB's overwrite, and no dependency on Telegraf being up.
 Output: ArangoDB through processors/topology/writer.py, every flush interval (1 s), only what
-changed; counters as `segscope_processor,processor=topology ...` lines on segscope.metrics.
+changed (and everything every SEGSCOPE_TOPOLOGY_REFRESH_S in jalapeno mode); counters as
+`segscope_processor,processor=topology ...` lines on segscope.metrics. Optionally (jalapeno_kafka.py)
+link events and the measurement lines to Jalapeno's Kafka.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ import faust
 
 from processors.delay.topics import ensure_topics
 from processors.topology.config import TopologyConfig
+from processors.topology.jalapeno_kafka import JalapenoKafka
 from processors.topology.model import Identity, MalformedView, Names, TopologyModel
 from processors.topology.sink import TopologySink
 from processors.topology.writer import ArangoWriter
@@ -36,7 +39,12 @@ from segscope_schemas.line_protocol import parse_lines
 log = logging.getLogger("segscope.topology")
 
 cfg = TopologyConfig.from_env()
-model = TopologyModel(identity=Identity(protocol_id=cfg.protocol_id, domain_id=cfg.domain_id))
+model = TopologyModel(
+    identity=Identity(protocol_id=cfg.protocol_id, domain_id=cfg.domain_id),
+    names=Names(
+        jalapeno_nodes=cfg.jalapeno_nodes, jalapeno_edges=cfg.jalapeno_edges, jalapeno_ip_edges=cfg.jalapeno_ip_edges
+    ),
+)
 extra_counters = {
     "messages_in": 0,
     "metrics_messages_in": 0,
@@ -45,6 +53,18 @@ extra_counters = {
     "connect_errors": 0,
 }
 sink: TopologySink | None = None
+# optional outputs to Jalapeno's Kafka (both off by default)
+jalapeno_kafka = (
+    JalapenoKafka(
+        cfg.jalapeno_kafka or cfg.bootstrap,
+        link_events_topic=cfg.jalapeno_link_events_topic,
+        telemetry_topic=cfg.jalapeno_telemetry_topic,
+        telemetry_measurements=cfg.telemetry_measurements(),
+    )
+    if cfg.jalapeno_link_events_topic or cfg.jalapeno_telemetry_topic
+    else None
+)
+link_events = jalapeno_kafka.link_events if jalapeno_kafka is not None and cfg.mode == "jalapeno" else None
 
 
 class TopologyApp(faust.App):
@@ -68,6 +88,8 @@ class TopologyApp(faust.App):
             await flush()
         except Exception as e:
             log.warning("final flush on stop failed: %r", e)
+        if jalapeno_kafka is not None:
+            await asyncio.get_running_loop().run_in_executor(None, jalapeno_kafka.flush, 5.0)
         await super().on_stop()
 
 
@@ -113,6 +135,8 @@ def handle_metrics(message) -> None:
     except UnicodeDecodeError:
         model.counters.malformed_lines += 1
         return
+    if jalapeno_kafka is not None:
+        jalapeno_kafka.forward_metrics(text, message.key)
     if "stamp_delay" not in text and "altmark_loss" not in text:  # cheap skip of other producers' lines
         return
     points, bad = parse_lines(text)
@@ -141,6 +165,8 @@ def counters_line() -> str:
     if sink is not None:
         fields.update({k: v for k, v in sink.writer.counters.__dict__.items()})
         fields.update({k: v for k, v in sink.counters.__dict__.items()})
+    if jalapeno_kafka is not None:
+        fields.update(jalapeno_kafka.counters.__dict__)
     return (
         "segscope_processor,processor=topology "
         + ",".join(f"{k}={int(v)}i" for k, v in fields.items())
@@ -165,7 +191,8 @@ async def flush() -> None:
                     cfg.arango_password,
                     mode=cfg.mode,
                     auth_method=cfg.arango_auth,
-                    names=Names(jalapeno_nodes=cfg.jalapeno_nodes, jalapeno_edges=cfg.jalapeno_edges),
+                    names=model.names,
+                    batch_size=cfg.batch_size,
                 ),
             )
         except Exception as e:
@@ -174,7 +201,9 @@ async def flush() -> None:
             health.health.not_ready(f"cannot connect to ArangoDB {cfg.arango_url}: {e!r}")
             await metrics_out.send(key=b"topology", value=counters_line().encode())
             return
-        sink = TopologySink(model, writer)
+        sink = TopologySink(
+            model, writer, refresh_s=cfg.refresh_s, stale_after_s=cfg.stale_after_s or None, link_events=link_events
+        )
     snap = sink.snapshot()  # in the event loop: the model is ours here
     await loop.run_in_executor(None, sink.write, snap)  # blocking HTTP off the event loop
     # alive (it retries every flush) but not ready while its documents are not being written

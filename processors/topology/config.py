@@ -23,6 +23,27 @@ ENV = {
     # jalapeno mode: Jalapeno's collections (igp-graph's names by default; schemas/topology.md)
     "jalapeno_nodes": ("SEGSCOPE_TOPOLOGY_JALAPENO_NODES", "igp_node"),
     "jalapeno_edges": ("SEGSCOPE_TOPOLOGY_JALAPENO_EDGES", "igpv6_graph"),
+    # ip-graph's copies of the igpv6_graph edges (cmd/ip-graph --ipv6-graph); "" = leave it alone
+    "jalapeno_ip_edges": ("SEGSCOPE_TOPOLOGY_JALAPENO_IP_EDGES", "ipv6_graph"),
+    # jalapeno mode: every annotation rewritten this often (igp-graph rewrites the TE fields from
+    # each BGP-LS update); both modes: stale fields removed this often
+    "refresh_s": ("SEGSCOPE_TOPOLOGY_REFRESH_S", "30"),
+    # an edge measurement older than this is removed from the edge (0 = never)
+    "stale_after_s": ("SEGSCOPE_TOPOLOGY_STALE_AFTER_S", "300"),
+    "batch_size": ("SEGSCOPE_ARANGO_BATCH_SIZE", "1000"),
+    # Jalapeno's Kafka ("" = segscope's, SEGSCOPE_KAFKA) for the two optional outputs below
+    "jalapeno_kafka": ("SEGSCOPE_TOPOLOGY_JALAPENO_KAFKA", ""),
+    # gobmp.parsed.ls_link_events-style events for each annotated igpv6_graph edge; "" = off
+    # (processors/topology/link_events.py; gobmp-arango's name is gobmp.parsed.ls_link_events)
+    "jalapeno_link_events_topic": ("SEGSCOPE_TOPOLOGY_JALAPENO_LINK_EVENTS_TOPIC", ""),
+    # segscope.metrics lines forwarded as line protocol to Jalapeno's telegraf-egress topic;
+    # "" = off (processors/topology/telemetry.py; Jalapeno's name is jalapeno.telemetry)
+    "jalapeno_telemetry_topic": ("SEGSCOPE_TOPOLOGY_JALAPENO_TELEMETRY_TOPIC", ""),
+    # which measurements to forward, comma-separated; "*" = every line
+    "jalapeno_telemetry_measurements": (
+        "SEGSCOPE_TOPOLOGY_JALAPENO_TELEMETRY_MEASUREMENTS",
+        "stamp_delay,altmark_loss",
+    ),
 }
 
 
@@ -46,6 +67,14 @@ class TopologyConfig(EnvConfig):
     domain_id: int
     jalapeno_nodes: str
     jalapeno_edges: str
+    jalapeno_ip_edges: str
+    refresh_s: float
+    stale_after_s: float
+    batch_size: int
+    jalapeno_kafka: str
+    jalapeno_link_events_topic: str
+    jalapeno_telemetry_topic: str
+    jalapeno_telemetry_measurements: str
 
     ENV = ENV
 
@@ -60,3 +89,29 @@ class TopologyConfig(EnvConfig):
             raise ConfigError(f"{ENV['arango_auth'][0]}={self.arango_auth!r}: use 'basic' or 'jwt'")
         if self.mode not in ("own", "jalapeno"):
             raise ConfigError(f"{ENV['mode'][0]}={self.mode!r}: use 'own' or 'jalapeno'")
+        if self.refresh_s <= 0:
+            raise ConfigError(f"{ENV['refresh_s'][0]}={self.refresh_s}: use a period > 0 s, e.g. 30")
+        if self.stale_after_s < 0:
+            raise ConfigError(f"{ENV['stale_after_s'][0]}={self.stale_after_s}: use an age >= 0 s (0 = never)")
+        if self.stale_after_s and self.stale_after_s <= self.refresh_s:
+            raise ConfigError(
+                f"{ENV['stale_after_s'][0]}={self.stale_after_s} must exceed {ENV['refresh_s'][0]}={self.refresh_s}"
+                " (a value is expired only at a refresh), e.g. 10 x the refresh period"
+            )
+        if (
+            self.jalapeno_telemetry_topic
+            and not self.telemetry_measurements()
+            and self.jalapeno_telemetry_measurements != "*"
+        ):
+            raise ConfigError(
+                f"{ENV['jalapeno_telemetry_measurements'][0]} is empty: "
+                "list measurements (e.g. stamp_delay,altmark_loss) or '*'"
+            )
+        if self.batch_size < 1:
+            raise ConfigError(f"{ENV['batch_size'][0]}={self.batch_size}: use a batch size >= 1, e.g. 1000")
+
+    def telemetry_measurements(self) -> frozenset[str] | None:
+        """The measurements to forward to jalapeno.telemetry; None = all."""
+        if self.jalapeno_telemetry_measurements.strip() == "*":
+            return None
+        return frozenset(m.strip() for m in self.jalapeno_telemetry_measurements.split(",") if m.strip())

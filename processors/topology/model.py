@@ -43,6 +43,17 @@ ENDPOINT_BEHAVIOR_CODES = {
     "End.DT46": 20,
     "End.DX2": 21,
 }
+# Every edge field segscope writes, by the timestamp that dates it: what expiry removes.
+DELAY_FIELDS = (
+    "latency",
+    "unidir_link_delay",
+    "unidir_link_delay_min_max",
+    "unidir_delay_variation",
+    "delay_mean_us",
+    "delay_measured_at_ns",
+    "delay_source",
+)
+LOSS_FIELDS = ("unidir_packet_loss", "unidir_packet_loss_percentage", "loss_measured_at_ns", "loss_source")
 ARANGO_KEY_RE = re.compile(r"^[A-Za-z0-9_\-:.@()+,=;$!*'%]{1,254}$")
 
 
@@ -66,6 +77,10 @@ class Names:
     # igp-graph names the edge collection like its graph (arangodb/arangodb.go, ensureGraph:
     # edgeCollectionName := graphName); "igpv6_graph_edge" exists only in its README
     jalapeno_edges: str = "igpv6_graph"
+    # ip-graph's full IPv6 topology (cmd/ip-graph/main.go, --ipv6-graph); its IGP edges are copies
+    # of igpv6_graph's (arangodb/igp-sync-processor.go) with the same local/remote_link_ip.
+    # Empty: do not annotate it.
+    jalapeno_ip_edges: str = "ipv6_graph"
 
 
 @dataclass(frozen=True)
@@ -497,13 +512,15 @@ class TopologyModel:
             "table": sid.get("table"),
         }
 
-    def edge_measurements(self) -> dict[str, dict]:
+    def edge_measurements(self, min_measured_at_ns: int | None = None) -> dict[str, dict]:
         """{link key: fields} from single-link STAMP directions and single-link altmark flows.
-        When several sessions (flows) cross the same link, the newest point wins."""
+        When several sessions (flows) cross the same link, the newest point wins. Points older
+        than min_measured_at_ns (expired: the session/flow stopped reporting) are left out."""
+        fresh = (lambda m: True) if min_measured_at_ns is None else (lambda m: m.timestamp_ns >= min_measured_at_ns)
         delay: dict[str, tuple] = {}
         for sp in self.stamp_paths():
             m = self.stamp.get((sp["node"], sp["ssid"], sp["direction"]))
-            if m is None or sp["dst"] is None:
+            if m is None or sp["dst"] is None or not fresh(m):
                 continue
             res = self.resolve_path(sp["src"], sp["sids"])
             if res["links"] is None or len(res["links"]) != 1:
@@ -531,7 +548,7 @@ class TopologyModel:
         loss: dict[str, tuple] = {}
         for fp in self.flow_paths():
             m = self.loss.get((fp["flow"], fp["node"]))
-            if m is None or fp["dst"] is None or "loss_ratio" not in m.fields:
+            if m is None or fp["dst"] is None or "loss_ratio" not in m.fields or not fresh(m):
                 continue
             res = self.resolve_path(fp["src"], fp["sids"])
             if res["links"] is None or len(res["links"]) != 1:
@@ -642,8 +659,10 @@ class TopologyModel:
             k for k in self.loss if k not in known_flow
         ]
 
-    def documents(self) -> dict[str, dict[str, dict]]:
-        """{collection: {_key: document}} of everything the model knows (own mode)."""
+    def documents(self, min_measured_at_ns: int | None = None) -> dict[str, dict[str, dict]]:
+        """{collection: {_key: document}} of everything the model knows (own mode); edge
+        measurements older than min_measured_at_ns are left out (path documents keep theirs:
+        they are segscope's own record of the path, dated by *_measured_at_ns)."""
         n = self.names
         nodes, sids = {}, {}
         for node, view in sorted(self.views.items()):
@@ -653,7 +672,7 @@ class TopologyModel:
                 sdoc = self._sid_doc(node, sid)
                 sids[sdoc["_key"]] = sdoc
         links, edges = {}, {}
-        measured = self.edge_measurements()
+        measured = self.edge_measurements(min_measured_at_ns)
         for link in self.links():
             ldoc = self._link_doc(link)
             links[ldoc["_key"]] = ldoc
@@ -666,14 +685,14 @@ class TopologyModel:
         self.counters.measurements_unmapped = len(self.unmapped_measurements())
         return {n.nodes: nodes, n.links: links, n.sids: sids, n.edges: edges, n.paths: self.path_docs()}
 
-    def jalapeno_annotations(self) -> list[dict]:
+    def jalapeno_annotations(self, min_measured_at_ns: int | None = None) -> list[dict]:
         """For jalapeno mode: [{local_ip, remote_ip, fields}] to apply to existing igpv6_graph
         edge documents matched by local_link_ip/remote_link_ip (our link keys are not Jalapeno's),
         with the TE fields typed as igp-graph types them (bgp_ls_fields)."""
         by_key = {self.link_key(l): l for l in self.links()}
         return [
             {"local_ip": by_key[k].local_ip, "remote_ip": by_key[k].remote_ip, "fields": bgp_ls_fields(f)}
-            for k, f in sorted(self.edge_measurements().items())
+            for k, f in sorted(self.edge_measurements(min_measured_at_ns).items())
         ]
 
 

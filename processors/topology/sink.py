@@ -1,17 +1,28 @@
-"""TopologySink: keep ArangoDB equal to what the document model says, writing only what changed.
+"""TopologySink: keep ArangoDB equal to what the document model says.
 
 flush() computes the model's documents, diffs them against what was last written successfully
 and sends the difference (upserts by _key, deletes of documents the model no longer produces).
-After a failed write the next flush checks (and if need be recreates) the database, collections
-and graph and rewrites every document once (the database may have been dropped or restored);
-everything is idempotent, so a retry or a replay of the input topics never duplicates a document.
-Used by the Faust app (processors/topology/app.py) and directly by the tests.
+After a failed write the next flush checks (and if need be recreates) the database, collections,
+graph and indexes and rewrites every document once (the database may have been dropped or
+restored); everything is idempotent, so a retry or a replay of the input topics never duplicates
+a document. Used by the Faust app (processors/topology/app.py) and directly by the tests.
+
+Every `refresh_s` (and at the first write) the sink also
+- jalapeno mode: rewrites every edge annotation, changed or not: igp-graph rewrites the TE
+  fields (`unidir_link_delay` as 0 when BGP-LS carries none) from each BGP-LS ls_link message,
+  so a value written only on change would be gone after the next one;
+- both modes: removes measurement fields older than `stale_after_s` from the edges
+  (ArangoWriter.expire_measurements), found by their own timestamp field, so edges a previous
+  run of the processor annotated are cleaned too. The model leaves the same points out of what
+  it writes (min_measured_at_ns), so an expired value is never written back.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass
+from typing import Callable
 
 from processors.topology.model import TopologyModel, diff_documents
 from processors.topology.writer import ArangoWriter
@@ -24,24 +35,52 @@ class SinkCounters:
     flushes: int = 0
     flush_errors: int = 0
     schema_ready: int = 0
+    refreshes: int = 0
+    link_events_out: int = 0
 
 
 class TopologySink:
-    def __init__(self, model: TopologyModel, writer: ArangoWriter):
+    def __init__(
+        self,
+        model: TopologyModel,
+        writer: ArangoWriter,
+        refresh_s: float = 30.0,
+        stale_after_s: float | None = None,
+        link_events: Callable[[str, list[str]], int] | None = None,
+        monotonic: Callable[[], float] = time.monotonic,
+        wall_ns: Callable[[], int] = time.time_ns,
+    ):
+        """link_events(collection, keys): called with the igpv6_graph keys annotated by each write
+        (jalapeno mode), e.g. JalapenoKafka.link_events; returns how many events it sent."""
         self.model, self.writer = model, writer
+        self.refresh_s, self.stale_after_s = refresh_s, stale_after_s
+        self.link_events = link_events
+        self.monotonic, self.wall_ns = monotonic, wall_ns
         self.written: dict[str, dict[str, dict]] = {}
         self.written_annotations: dict[tuple[str, str], dict] = {}
         self.schema_ready = False
         self.counters = SinkCounters()
         self.last_error: str | None = None
         self._jalapeno_ids: dict[str, str | None] = {}
+        self._last_refresh: float | None = None
+
+    def cutoff_ns(self) -> int | None:
+        """Measurements dated before this are expired (None: they never expire)."""
+        if self.stale_after_s is None:
+            return None
+        return self.wall_ns() - int(self.stale_after_s * 1e9)
 
     def snapshot(self) -> dict:
         """What to write, computed from the model (call in the thread that mutates the model)."""
+        cutoff = self.cutoff_ns()
+        docs = self.model.documents(cutoff)
         if self.writer.mode == "own":
-            return {"docs": self.model.documents()}
-        docs = self.model.documents()
-        return {"paths": docs[self.model.names.paths], "annotations": self.model.jalapeno_annotations()}
+            return {"docs": docs, "cutoff_ns": cutoff}
+        return {
+            "paths": docs[self.model.names.paths],
+            "annotations": self.model.jalapeno_annotations(cutoff),
+            "cutoff_ns": cutoff,
+        }
 
     def write(self, snap: dict) -> dict[str, int]:
         """Write a snapshot (blocking I/O: the app runs it in an executor thread)."""
@@ -53,7 +92,17 @@ class TopologySink:
                 self.counters.schema_ready += 1
                 # (re)connected: write everything once, the database may have lost documents
                 self.written, self.written_annotations = {}, {}
-            stats = self._write_own(snap["docs"]) if "docs" in snap else self._write_jalapeno(snap)
+                self._last_refresh = None
+            now = self.monotonic()
+            refresh = self._last_refresh is None or now - self._last_refresh >= self.refresh_s
+            if "docs" in snap:
+                stats = self._write_own(snap["docs"])
+            else:
+                stats = self._write_jalapeno(snap, refresh)
+            stats["expired"] = self._expire(snap.get("cutoff_ns")) if refresh else 0
+            if refresh:
+                self._last_refresh = now
+                self.counters.refreshes += 1
             self.last_error = None
             return stats
         except Exception as e:
@@ -68,6 +117,16 @@ class TopologySink:
 
     def flush(self) -> dict[str, int]:
         return self.write(self.snapshot())
+
+    def _expire(self, cutoff_ns: int | None) -> int:
+        if cutoff_ns is None:
+            return 0
+        n = self.model.names
+        if self.writer.mode == "own":
+            colls = [n.edges]
+        else:
+            colls = [n.jalapeno_edges] + ([n.jalapeno_ip_edges] if self.writer.ip_edges_present else [])
+        return sum(self.writer.expire_measurements(c, cutoff_ns) for c in colls)
 
     def _write_own(self, docs: dict[str, dict[str, dict]]) -> dict[str, int]:
         upserts, deletes = diff_documents(self.written, docs)
@@ -87,15 +146,21 @@ class TopologySink:
             self._jalapeno_ids[name] = self.writer.jalapeno_node_id(name)
         return self._jalapeno_ids[name]
 
-    def _write_jalapeno(self, snap: dict) -> dict[str, int]:
-        changed = [
-            a
-            for a in snap["annotations"]
-            if self.written_annotations.get((a["local_ip"], a["remote_ip"])) != a["fields"]
-        ]
-        matched, unmatched = self.writer.annotate_jalapeno_edges(changed)
-        for a in changed:
+    def _write_jalapeno(self, snap: dict, refresh: bool) -> dict[str, int]:
+        if refresh:
+            self.writer.check_ip_edges()  # ip-graph may have started since
+            due = list(snap["annotations"])
+        else:
+            due = [
+                a
+                for a in snap["annotations"]
+                if self.written_annotations.get((a["local_ip"], a["remote_ip"])) != a["fields"]
+            ]
+        res = self.writer.annotate_jalapeno_edges(due)
+        for a in due:
             self.written_annotations[(a["local_ip"], a["remote_ip"])] = a["fields"]
+        if self.link_events is not None and res["keys"]:
+            self.counters.link_events_out += self.link_events(self.model.names.jalapeno_edges, res["keys"])
         paths = []
         for doc in snap["paths"].values():
             # point at Jalapeno's igp_node documents (never our own node keys) when they exist
@@ -105,4 +170,10 @@ class TopologySink:
         upserts, _ = diff_documents(self.written, {self.model.names.paths: {d["_key"]: d for d in paths}})
         up = self.writer.upsert(self.model.names.paths, upserts.get(self.model.names.paths, []))
         self.written = {self.model.names.paths: {d["_key"]: d for d in paths}}
-        return {"annotated": matched, "unmatched": unmatched, "upserted": up}
+        return {
+            "annotated": res["annotated"],
+            "unmatched": res["unmatched"],
+            "ip_annotated": res["ip_annotated"],
+            "ip_unmatched": res["ip_unmatched"],
+            "upserted": up,
+        }

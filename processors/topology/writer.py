@@ -2,18 +2,22 @@
 
 Endpoints it uses (and all the stand-in in tests/topology/arango_standin.py implements):
 HTTP Basic auth (default) or JWT (`auth_method="jwt"`: POST /_open/auth), database list/create,
-collection list/create, gharial get/create, document insert with overwriteMode=update (an upsert
-by _key: a replay rewrites the same documents, never adds one), document delete by key, and
-/_api/cursor for the three AQL texts below.
+collection list/create, index list/create, gharial get/create, document insert with
+overwriteMode=update (an upsert by _key: a replay rewrites the same documents, never adds one),
+document delete by key, and /_api/cursor (create, next batch, delete) for the AQL texts below.
+Every AQL result is read through python-arango's cursor, so results larger than one batch
+(`batch_size`, ArangoDB's default 1000) are fetched batch by batch.
 
 Modes:
   own       database `segscope` (default): collections segscope_node, segscope_link,
             segscope_srv6_sid, segscope_path (documents), segscope_graph_edge (edges) and the
             named graph segscope_graph (segscope_graph_edge: segscope_node -> segscope_node)
   jalapeno  an existing Jalapeno database (`jalapeno`): never creates nodes, links or edges;
-            UPDATEs the measurement fields of existing igpv6_graph edge documents matched by
-            local_link_ip/remote_link_ip, and upserts path documents into segscope_path (created
-            if missing) whose src/dst point at Jalapeno's igp_node documents found by name.
+            UPDATEs the measurement fields of existing igpv6_graph edge documents (and of
+            ip-graph's copies in ipv6_graph) matched by local_link_ip/remote_link_ip, and
+            upserts path documents into segscope_path (created if missing) whose src/dst point
+            at Jalapeno's igp_node documents found by name.
+Both modes remove measurement fields older than a cutoff from the edges (expire_measurements).
 """
 
 from __future__ import annotations
@@ -21,16 +25,36 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from processors.topology.model import Names
+from processors.topology.model import DELAY_FIELDS, LOSS_FIELDS, Names
 
 log = logging.getLogger("segscope.topology.writer")
 
+# The AQL texts. tests/topology/arango_standin.py holds its own literal copies: change one here
+# and the stand-in refuses it (as ArangoDB would refuse a query it cannot parse), so the change
+# has to be made there too, deliberately.
 QUERY_ALL = "FOR d IN @@collection RETURN d"
-QUERY_ANNOTATE_EDGE = (
-    "FOR e IN @@edges FILTER e.local_link_ip == @local_ip AND e.remote_link_ip == @remote_ip "
-    "UPDATE e WITH @patch IN @@edges RETURN NEW._key"
+# one query per collection per flush: every annotation, matched on the link addresses (indexed:
+# INDEX_LINK_IPS); returns what matched so the caller can count what did not
+QUERY_ANNOTATE_EDGES = (
+    "FOR a IN @annotations "
+    "FOR e IN @@edges FILTER e.local_link_ip == a.local_ip AND e.remote_link_ip == a.remote_ip "
+    "UPDATE e WITH a.fields IN @@edges "
+    "RETURN {local_ip: a.local_ip, remote_ip: a.remote_ip, key: NEW._key}"
+)
+# `!= null` first: in AQL null sorts below every number, so `null < @cutoff_ns` would be true
+QUERY_EXPIRE = (
+    "FOR e IN @@edges FILTER e.@stamp_field != null AND e.@stamp_field < @cutoff_ns "
+    "UPDATE e WITH @unset IN @@edges OPTIONS { keepNull: false } RETURN NEW._key"
 )
 QUERY_NODE_BY_NAME = "FOR n IN @@nodes FILTER n.name == @name LIMIT 1 RETURN n._id"
+
+# persistent indexes on what the queries above filter on, created if missing (ensure_schema)
+INDEX_LINK_IPS = {"name": "segscope_link_ips", "fields": ["local_link_ip", "remote_link_ip"], "sparse": False}
+INDEX_DELAY_AT = {"name": "segscope_delay_measured_at", "fields": ["delay_measured_at_ns"], "sparse": True}
+INDEX_LOSS_AT = {"name": "segscope_loss_measured_at", "fields": ["loss_measured_at_ns"], "sparse": True}
+INDEX_NODE_NAME = {"name": "segscope_node_name", "fields": ["name"], "sparse": True}
+# (timestamp field, the fields it dates) for expire_measurements
+EXPIRY = (("delay_measured_at_ns", DELAY_FIELDS), ("loss_measured_at_ns", LOSS_FIELDS))
 
 
 class WriterError(RuntimeError):
@@ -44,6 +68,10 @@ class WriterCounters:
     document_errors: int = 0
     edges_annotated: int = 0
     edges_unmatched: int = 0
+    ip_edges_annotated: int = 0
+    ip_edges_unmatched: int = 0
+    edges_expired: int = 0
+    indexes_created: int = 0
     write_errors: int = 0
 
 
@@ -58,6 +86,7 @@ class ArangoWriter:
         names: Names | None = None,
         timeout_s: float = 10.0,
         auth_method: str = "basic",
+        batch_size: int = 1000,
     ):
         if mode not in ("own", "jalapeno"):
             raise ValueError(f"mode {mode!r}: use 'own' or 'jalapeno'")
@@ -65,6 +94,7 @@ class ArangoWriter:
         from arango.http import DefaultHTTPClient
 
         self.mode, self.db_name, self.names = mode, db_name, names or Names()
+        self.batch_size = batch_size
         # One quick retry: the sink retries a failed flush itself every interval, so urllib3's
         # default 3 retries with backoff would only stall the processor while ArangoDB is away.
         http = DefaultHTTPClient(request_timeout=timeout_s, retry_attempts=1, backoff_factor=0.1)
@@ -72,10 +102,12 @@ class ArangoWriter:
         self._auth = dict(username=username, password=password, auth_method=auth_method)
         self.db = self.client.db(db_name, **self._auth)  # jwt: fetches a token (POST /_open/auth) now
         self.counters = WriterCounters()
+        # jalapeno mode: whether ip-graph's collection exists (checked by ensure_schema)
+        self.ip_edges_present = False
 
     # -- schema -------------------------------------------------------------------------
     def ensure_schema(self) -> None:
-        """Create the database (own mode), collections and graph that are missing."""
+        """Create the database (own mode), collections, graph and indexes that are missing."""
         n = self.names
         if self.mode == "own":
             sys_db = self.client.db("_system", **self._auth)
@@ -95,18 +127,48 @@ class ArangoWriter:
                         }
                     ],
                 )
-        else:
-            for coll in (n.jalapeno_nodes, n.jalapeno_edges):
-                if not self.db.has_collection(coll):
-                    raise WriterError(
-                        f"jalapeno mode: database {self.db_name!r} has no collection {coll!r}; "
-                        f"is this a Jalapeno database (igp-graph running)?"
-                    )
-            self._ensure_collection(n.paths, edge=False)
+            for index in (INDEX_DELAY_AT, INDEX_LOSS_AT):
+                self.ensure_index(n.edges, index)
+            return
+        for coll in (n.jalapeno_nodes, n.jalapeno_edges):
+            if not self.db.has_collection(coll):
+                raise WriterError(
+                    f"jalapeno mode: database {self.db_name!r} has no collection {coll!r}; "
+                    f"is this a Jalapeno database (igp-graph running)? The names are set by "
+                    f"SEGSCOPE_TOPOLOGY_JALAPENO_NODES / SEGSCOPE_TOPOLOGY_JALAPENO_EDGES"
+                )
+        self._ensure_collection(n.paths, edge=False)
+        self.ensure_index(n.jalapeno_nodes, INDEX_NODE_NAME)
+        self.check_ip_edges()
+
+    def check_ip_edges(self) -> bool:
+        """Is ip-graph's edge collection there (it may start after us)? Index it when it is."""
+        n = self.names
+        present = bool(n.jalapeno_ip_edges) and self.db.has_collection(n.jalapeno_ip_edges)
+        if present != self.ip_edges_present:
+            log.info("jalapeno mode: ip-graph collection %r present: %s", n.jalapeno_ip_edges, present)
+        self.ip_edges_present = present
+        for coll in (n.jalapeno_edges, n.jalapeno_ip_edges) if present else (n.jalapeno_edges,):
+            for index in (INDEX_LINK_IPS, INDEX_DELAY_AT, INDEX_LOSS_AT):
+                self.ensure_index(coll, index)
+        return present
 
     def _ensure_collection(self, name: str, edge: bool) -> None:
         if not self.db.has_collection(name):
             self.db.create_collection(name, edge=edge)
+
+    def ensure_index(self, collection: str, index: dict) -> bool:
+        """Create the persistent index if the collection has none on the same fields (ArangoDB
+        would also answer an identical create with the existing index; listing first keeps the
+        counter honest and never touches an index someone else made on those fields)."""
+        existing = self.db.collection(collection).indexes()
+        if any(list(i.get("fields") or []) == index["fields"] for i in existing):
+            return False
+        self.db.collection(collection).add_index(
+            {"type": "persistent", "fields": index["fields"], "sparse": index["sparse"], "name": index["name"]}
+        )
+        self.counters.indexes_created += 1
+        return True
 
     # -- writes -------------------------------------------------------------------------
     def upsert(self, collection: str, docs: list[dict]) -> int:
@@ -129,35 +191,66 @@ class ArangoWriter:
         self.counters.documents_deleted += done
         return done
 
-    def annotate_jalapeno_edges(self, annotations: list[dict]) -> tuple[int, int]:
-        """UPDATE measurement fields of existing Jalapeno edges; returns (matched, unmatched)."""
-        matched = unmatched = 0
-        for a in annotations:
-            keys = list(
-                self.db.aql.execute(
-                    QUERY_ANNOTATE_EDGE,
-                    bind_vars={
-                        "@edges": self.names.jalapeno_edges,
-                        "local_ip": a["local_ip"],
-                        "remote_ip": a["remote_ip"],
-                        "patch": a["fields"],
+    def _query(self, query: str, bind_vars: dict) -> list:
+        """All rows of a query, batch by batch (the cursor fetches the next batch while iterated
+        and is deleted on the server when we leave early)."""
+        with self.db.aql.execute(query, bind_vars=bind_vars, batch_size=self.batch_size) as cursor:
+            return list(cursor)
+
+    def annotate_edges(self, collection: str, annotations: list[dict]) -> tuple[list[str], list[dict]]:
+        """UPDATE the fields of existing edges matched by local/remote link IP; returns (keys
+        updated, annotations that matched no edge). Never creates an edge."""
+        if not annotations:
+            return [], []
+        rows = self._query(
+            QUERY_ANNOTATE_EDGES,
+            {
+                "@edges": collection,
+                "annotations": [
+                    {"local_ip": a["local_ip"], "remote_ip": a["remote_ip"], "fields": a["fields"]} for a in annotations
+                ],
+            },
+        )
+        hit = {(r["local_ip"], r["remote_ip"]) for r in rows}
+        return [r["key"] for r in rows], [a for a in annotations if (a["local_ip"], a["remote_ip"]) not in hit]
+
+    def annotate_jalapeno_edges(self, annotations: list[dict]) -> dict:
+        """igp-graph's edges, then ip-graph's copies (when its collection exists). Returns
+        {"keys": igpv6_graph keys updated, "annotated", "unmatched", "ip_annotated", "ip_unmatched"}."""
+        keys, unmatched = self.annotate_edges(self.names.jalapeno_edges, annotations)
+        self.counters.edges_annotated += len(keys)
+        self.counters.edges_unmatched += len(unmatched)
+        out = {"keys": keys, "annotated": len(keys), "unmatched": len(unmatched), "ip_annotated": 0, "ip_unmatched": 0}
+        if self.ip_edges_present:
+            ip_keys, ip_unmatched = self.annotate_edges(self.names.jalapeno_ip_edges, annotations)
+            self.counters.ip_edges_annotated += len(ip_keys)
+            self.counters.ip_edges_unmatched += len(ip_unmatched)
+            out.update(ip_annotated=len(ip_keys), ip_unmatched=len(ip_unmatched))
+        return out
+
+    def expire_measurements(self, collection: str, cutoff_ns: int) -> int:
+        """Remove segscope's delay (loss) fields from edges whose delay_measured_at_ns
+        (loss_measured_at_ns) is older than cutoff_ns; returns how many edges lost fields."""
+        expired = 0
+        for stamp_field, fields in EXPIRY:
+            expired += len(
+                self._query(
+                    QUERY_EXPIRE,
+                    {
+                        "@edges": collection,
+                        "stamp_field": stamp_field,
+                        "cutoff_ns": cutoff_ns,
+                        "unset": {f: None for f in fields},
                     },
                 )
             )
-            if keys:
-                matched += len(keys)
-            else:
-                unmatched += 1
-        self.counters.edges_annotated += matched
-        self.counters.edges_unmatched += unmatched
-        return matched, unmatched
+        self.counters.edges_expired += expired
+        return expired
 
     def jalapeno_node_id(self, name: str) -> str | None:
-        ids = list(
-            self.db.aql.execute(QUERY_NODE_BY_NAME, bind_vars={"@nodes": self.names.jalapeno_nodes, "name": name})
-        )
+        ids = self._query(QUERY_NODE_BY_NAME, {"@nodes": self.names.jalapeno_nodes, "name": name})
         return ids[0] if ids else None
 
     # -- reads (status, tests) ----------------------------------------------------------
     def all_documents(self, collection: str) -> list[dict]:
-        return list(self.db.aql.execute(QUERY_ALL, bind_vars={"@collection": collection}))
+        return self._query(QUERY_ALL, {"@collection": collection})

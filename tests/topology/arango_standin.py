@@ -12,6 +12,9 @@ codes, error numbers and response bodies, so the real python-arango client code 
   POST   /_db/_system/_api/database              create database         (create_database)
   GET    /_db/{db}/_api/collection               list collections        (has_collection, verify)
   POST   /_db/{db}/_api/collection               create collection (type 2 document, 3 edge)
+  GET    /_db/{db}/_api/index?collection=C       list indexes (primary, edge, persistent)
+  POST   /_db/{db}/_api/index?collection=C       create a persistent index; an identical one
+                                                 answers 200 with the existing index
   GET    /_db/{db}/_api/gharial/{graph}          get graph / 404         (has_graph)
   POST   /_db/{db}/_api/gharial                  create graph (+ its missing collections)
   POST   /_db/{db}/_api/document/{coll}          insert one/many; overwriteMode=update|replace|
@@ -21,6 +24,17 @@ codes, error numbers and response bodies, so the real python-arango client code 
   POST   /_db/{db}/_api/cursor                   AQL: ONLY the query texts in QUERIES below
                                                  (whitespace-insensitive), with bind variables;
                                                  any other query gets 400 / errorNum 1501
+  POST|PUT /_db/{db}/_api/cursor/{id}            next batch (PUT is the pre-3.8 spelling)
+  DELETE /_db/{db}/_api/cursor/{id}              drop a cursor
+
+ArangoDB's rules it enforces (errors as ArangoDB's lib/Basics/errors.dat numbers them):
+  _key      a string of 1..254 bytes of [A-Za-z0-9_-:.@()+,=;$!*'%]: else 1221 "illegal document
+            key" (HTTP 400; per document in a batch insert)
+  bind vars every @name / @@collection the text declares must be given (1551) and no other
+            (1552); a collection bind value must be a string (1553); an unknown collection is
+            404 / 1203
+  cursors   batchSize (default 1000) rows per answer; hasMore + id while rows remain; the cursor
+            is dropped after its last batch; an unknown id is 404 / 1600 "cursor not found"
 
 Anything else answers 501 with a message naming the method and path, so a writer change that
 needs a new endpoint fails loudly instead of being silently accepted.
@@ -56,10 +70,46 @@ if __name__ == "__main__":  # run as a script: make the repository importable
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-# The only AQL implemented: the texts the topology writer sends (imported, so they can't drift).
-from processors.topology.writer import QUERY_ALL, QUERY_ANNOTATE_EDGE, QUERY_NODE_BY_NAME  # noqa: E402
+# The only AQL implemented: the stand-in's OWN copies of the texts the topology writer sends
+# (processors/topology/writer.py). Not imported: a query changed there is refused here (1501),
+# as ArangoDB refuses what it cannot run, until someone implements the new text below too.
+Q_ALL = "FOR d IN @@collection RETURN d"
+Q_ANNOTATE_EDGES = (
+    "FOR a IN @annotations "
+    "FOR e IN @@edges FILTER e.local_link_ip == a.local_ip AND e.remote_link_ip == a.remote_ip "
+    "UPDATE e WITH a.fields IN @@edges "
+    "RETURN {local_ip: a.local_ip, remote_ip: a.remote_ip, key: NEW._key}"
+)
+Q_EXPIRE = (
+    "FOR e IN @@edges FILTER e.@stamp_field != null AND e.@stamp_field < @cutoff_ns "
+    "UPDATE e WITH @unset IN @@edges OPTIONS { keepNull: false } RETURN NEW._key"
+)
+Q_NODE_BY_NAME = "FOR n IN @@nodes FILTER n.name == @name LIMIT 1 RETURN n._id"
+QUERIES = {_norm(q): q for q in (Q_ALL, Q_ANNOTATE_EDGES, Q_EXPIRE, Q_NODE_BY_NAME)}
+BIND_RE = re.compile(r"@(@?[A-Za-z_][A-Za-z0-9_]*)")
+DEFAULT_BATCH_SIZE = 1000  # ArangoDB's default batchSize
 
-QUERIES = {_norm(QUERY_ALL), _norm(QUERY_ANNOTATE_EDGE), _norm(QUERY_NODE_BY_NAME)}
+
+def _aql_rank(v) -> int:
+    """AQL's type order: null < bool < number < string < array < object."""
+    if v is None:
+        return 0
+    if isinstance(v, bool):
+        return 1
+    if isinstance(v, (int, float)):
+        return 2
+    if isinstance(v, str):
+        return 3
+    return 4 if isinstance(v, list) else 5
+
+
+def _aql_lt(a, b) -> bool:
+    ra, rb = _aql_rank(a), _aql_rank(b)
+    return ra < rb if ra != rb else (ra in (1, 2, 3) and a < b)
+
+
+def valid_key(key) -> bool:
+    return isinstance(key, str) and bool(KEY_RE.match(key)) and len(key.encode()) <= 254
 
 
 class ArangoError(Exception):
@@ -76,6 +126,9 @@ class Store:
         self.dbs: dict[str, dict] = {"_system": self._new_db()}
         self.rev = 0
         self.requests: list[tuple[str, str]] = []  # (method, path) of every request, for tests
+        self.cursors: dict[str, dict] = {}  # id -> {"rows": remaining rows, "batch": size, "extra": ...}
+        self.next_id = 0
+        self.queries: list[str] = []  # normalized text of every query run, for tests
 
     @staticmethod
     def _new_db() -> dict:
@@ -102,7 +155,28 @@ class Store:
             raise ArangoError(400, 1208, f"illegal name: {name!r}")
         if name in colls:
             raise ArangoError(409, 1207, "duplicate name")
-        colls[name] = {"id": str(len(colls) + 1000), "name": name, "type": ctype, "docs": {}}
+        indexes = [
+            {
+                "id": f"{name}/0",
+                "type": "primary",
+                "fields": ["_key"],
+                "unique": True,
+                "sparse": False,
+                "name": "primary",
+            }
+        ]
+        if ctype == 3:
+            indexes.append(
+                {
+                    "id": f"{name}/1",
+                    "type": "edge",
+                    "fields": ["_from", "_to"],
+                    "unique": False,
+                    "sparse": False,
+                    "name": "edge",
+                }
+            )
+        colls[name] = {"id": str(len(colls) + 1000), "name": name, "type": ctype, "docs": {}, "indexes": indexes}
         return colls[name]
 
 
@@ -278,6 +352,14 @@ class Handler(BaseHTTPRequestHandler):
             return self._document(method, db, rest, params, body)
         if api == "cursor" and not rest and method == "POST":
             return self._cursor(db, body or {})
+        if api == "cursor" and len(rest) == 1 and method in ("POST", "PUT"):
+            return self._cursor_next(rest[0])
+        if api == "cursor" and len(rest) == 1 and method == "DELETE":
+            if self.store.cursors.pop(rest[0], None) is None:
+                raise ArangoError(404, 1600, "cursor not found")
+            return 202, {"id": rest[0], "error": False, "code": 202}
+        if api == "index" and not rest and method in ("GET", "POST"):
+            return self._index(method, db, params, body)
         raise ArangoError(501, 9, f"stand-in does not implement {method} /_api/{api}/{'/'.join(rest)}")
 
     def _graph_body(self, name: str, g: dict) -> dict:
@@ -362,8 +444,8 @@ class Handler(BaseHTTPRequestHandler):
         mode = params.get("overwriteMode") or ("replace" if params.get("overwrite") == "true" else "conflict")
         merge = params.get("mergeObjects", "true") != "false"
         keep_null = params.get("keepNull", "true") != "false"
-        key = doc.get("_key") or str(self.store.rev + 1_000_000)
-        if not KEY_RE.match(str(key)):
+        key = doc["_key"] if "_key" in doc else str(self.store.rev + 1_000_000)  # no _key: generated
+        if not valid_key(key):
             return {"error": True, "errorNum": 1221, "errorMessage": "illegal document key"}
         old = coll["docs"].get(key)
         if old is not None and mode == "conflict":
@@ -391,36 +473,154 @@ class Handler(BaseHTTPRequestHandler):
             out["_oldRev"] = old["_rev"]
         return out
 
+    # -- indexes --------------------------------------------------------------------------
+    def _index(self, method, db, params, body):
+        coll = self.store.coll(db, params.get("collection", ""))
+        if method == "GET":
+            return 200, {
+                "error": False,
+                "code": 200,
+                "indexes": coll["indexes"],
+                "identifiers": {i["id"]: i for i in coll["indexes"]},
+            }
+        body = body or {}
+        if body.get("type") != "persistent":
+            raise ArangoError(501, 9, f"stand-in implements only persistent indexes, got {body.get('type')!r}")
+        fields = body.get("fields")
+        if not isinstance(fields, list) or not fields or not all(isinstance(f, str) and f for f in fields):
+            raise ArangoError(400, 10, "index fields must be a non-empty array of attribute names")
+        unique, sparse = bool(body.get("unique", False)), bool(body.get("sparse", False))
+        for i in coll["indexes"]:
+            if (i["type"], i["fields"], i["unique"], i["sparse"]) == ("persistent", fields, unique, sparse):
+                return 200, {**i, "isNewlyCreated": False, "error": False, "code": 200}
+        name = body.get("name") or f"idx_{len(coll['indexes'])}"
+        if any(i["name"] == name for i in coll["indexes"]):
+            raise ArangoError(409, 1207, f"duplicate value: index name {name!r} already used")
+        index = {
+            "id": f"{coll['name']}/{100 + len(coll['indexes'])}",
+            "type": "persistent",
+            "fields": fields,
+            "unique": unique,
+            "sparse": sparse,
+            "name": name,
+            "deduplicate": True,
+            "estimates": True,
+            "cacheEnabled": False,
+        }
+        coll["indexes"].append(index)
+        return 201, {**index, "isNewlyCreated": True, "error": False, "code": 201}
+
+    # -- AQL ------------------------------------------------------------------------------
+    def _check_binds(self, db, text: str, bind: dict) -> None:
+        declared = set(BIND_RE.findall(text))
+        for name in sorted(declared - set(bind)):
+            raise ArangoError(
+                400, 1551, f"AQL: no value specified for declared bind parameter '{name}' (while parsing)"
+            )
+        for name in sorted(set(bind) - declared):
+            raise ArangoError(400, 1552, f"AQL: bind parameter '{name}' was not declared in the query (while parsing)")
+        for name in sorted(declared):
+            if name.startswith("@"):
+                if not isinstance(bind[name], str):
+                    raise ArangoError(400, 1553, f"AQL: bind parameter '{name}' has an invalid value or type")
+                if bind[name] not in self.store.db(db)["collections"]:
+                    raise ArangoError(404, 1203, f"AQL: collection or view not found: {bind[name]} (while parsing)")
+
     def _cursor(self, db, body):
         query, bind = _norm(body.get("query", "")), body.get("bindVars") or {}
+        if not query:
+            raise ArangoError(400, 1502, "query is empty")
         if query not in QUERIES:
-            raise ArangoError(400, 1501, "stand-in implements only the topology writer's AQL; got: " + query)
-        stats = {"writesExecuted": 0, "writesIgnored": 0, "scannedFull": 0, "filtered": 0}
-        if query == _norm(QUERY_ALL):
+            raise ArangoError(
+                400, 1501, "AQL: query not implemented by the segscope ArangoDB stand-in (while parsing): " + query
+            )
+        batch = body.get("batchSize", DEFAULT_BATCH_SIZE)
+        if not isinstance(batch, int) or isinstance(batch, bool) or batch < 1:
+            raise ArangoError(400, 10, "expecting non-zero value for <batchSize>")
+        self._check_binds(db, query, bind)
+        self.store.queries.append(query)
+        stats = {"writesExecuted": 0, "writesIgnored": 0, "scannedFull": 0, "scannedIndex": 0, "filtered": 0}
+        if query == _norm(Q_ALL):
             result = list(self.store.coll(db, bind["@collection"])["docs"].values())
-        elif query == _norm(QUERY_NODE_BY_NAME):
+            stats["scannedFull"] = len(result)
+        elif query == _norm(Q_NODE_BY_NAME):
             docs = self.store.coll(db, bind["@nodes"])["docs"].values()
             result = [d["_id"] for d in docs if d.get("name") == bind["name"]][:1]
+        elif query == _norm(Q_ANNOTATE_EDGES):
+            result = self._annotate(db, bind, stats)
         else:
-            coll = self.store.coll(db, bind["@edges"])
-            result = []
-            for d in list(coll["docs"].values()):
-                if d.get("local_link_ip") == bind["local_ip"] and d.get("remote_link_ip") == bind["remote_ip"]:
-                    new = _merge(d, {k: v for k, v in bind["patch"].items() if not k.startswith("_")}, True, True)
-                    new["_rev"] = self.store.next_rev()
-                    coll["docs"][d["_key"]] = new
-                    result.append(new["_key"])
-            stats["writesExecuted"] = len(result)
-        stats["scannedFull"] = len(result)
-        return 201, {
-            "error": False,
-            "code": 201,
-            "result": result,
-            "hasMore": False,
-            "count": len(result),
-            "cached": False,
-            "extra": {"stats": stats, "warnings": []},
-        }
+            result = self._expire(db, bind, stats)
+        extra = {"stats": stats, "warnings": []}
+        out = {"error": False, "code": 201, "cached": False, "extra": extra}
+        if body.get("count"):
+            out["count"] = len(result)
+        return 201, {**out, **self._batch(result, batch, extra)}
+
+    def _batch(self, rows: list, size: int, extra: dict, cursor_id: str | None = None) -> dict:
+        """The first `size` rows; the rest stays in a cursor (dropped with its last batch)."""
+        head, rest = rows[:size], rows[size:]
+        if not rest:
+            if cursor_id is not None:
+                self.store.cursors.pop(cursor_id, None)
+            return {"result": head, "hasMore": False, **({"id": cursor_id} if cursor_id else {})}
+        if cursor_id is None:
+            self.store.next_id += 1
+            cursor_id = str(900_000 + self.store.next_id)
+        self.store.cursors[cursor_id] = {"rows": rest, "batch": size, "extra": extra}
+        return {"result": head, "hasMore": True, "id": cursor_id}
+
+    def _cursor_next(self, cursor_id: str):
+        c = self.store.cursors.get(cursor_id)
+        if c is None:
+            raise ArangoError(404, 1600, "cursor not found")
+        out = self._batch(c["rows"], c["batch"], c["extra"], cursor_id)
+        return 200, {"error": False, "code": 200, "cached": False, "extra": c["extra"], **out}
+
+    def _annotate(self, db, bind, stats) -> list:
+        """Q_ANNOTATE_EDGES: every (annotation, edge) pair with equal link addresses; UPDATE
+        merges a.fields (mergeObjects, keepNull: AQL's defaults). Atomic, as one query is."""
+        coll = self.store.coll(db, bind["@edges"])
+        anns = bind["annotations"]
+        if not isinstance(anns, list):
+            raise ArangoError(400, 1563, "AQL: array expected (while executing)")
+        updates, result = {}, []
+        for a in anns:
+            a = a if isinstance(a, dict) else {}
+            for d in coll["docs"].values():
+                if d.get("local_link_ip") != a.get("local_ip") or d.get("remote_link_ip") != a.get("remote_ip"):
+                    continue
+                if not isinstance(a.get("fields"), dict):
+                    raise ArangoError(400, 1227, "invalid document type (while executing)")
+                base = updates.get(d["_key"], d)
+                updates[d["_key"]] = _merge(
+                    base, {k: v for k, v in a["fields"].items() if not k.startswith("_")}, True, True
+                )
+                result.append({"local_ip": a.get("local_ip"), "remote_ip": a.get("remote_ip"), "key": d["_key"]})
+        for key, new in updates.items():
+            new["_rev"] = self.store.next_rev()
+            coll["docs"][key] = new
+        stats["writesExecuted"] = len(updates)
+        return result
+
+    def _expire(self, db, bind, stats) -> list:
+        """Q_EXPIRE: edges whose e[@stamp_field] is not null and < @cutoff_ns get @unset merged
+        with keepNull false (a null value removes the attribute)."""
+        coll = self.store.coll(db, bind["@edges"])
+        field, cutoff, unset = bind["stamp_field"], bind["cutoff_ns"], bind["unset"]
+        if not isinstance(field, str) or not field:
+            raise ArangoError(400, 1553, "AQL: bind parameter 'stamp_field' has an invalid value or type")
+        if not isinstance(unset, dict):
+            raise ArangoError(400, 1227, "invalid document type (while executing)")
+        result = []
+        for key, d in list(coll["docs"].items()):
+            v = d.get(field)
+            if v is not None and _aql_lt(v, cutoff):
+                new = _merge(d, {k: v for k, v in unset.items() if not k.startswith("_")}, True, False)
+                new["_rev"] = self.store.next_rev()
+                coll["docs"][key] = new
+                result.append(key)
+        stats["writesExecuted"] = len(result)
+        return result
 
 
 class ArangoStandin:
@@ -436,7 +636,10 @@ class ArangoStandin:
         self.server = ThreadingHTTPServer(("127.0.0.1", port), handler)
         self.server.daemon_threads = True
         self.user, self.password = user, password
-        self.thread = threading.Thread(target=self.server.serve_forever, name="arango-standin", daemon=True)
+        # a short poll interval: shutdown() waits for the loop to notice, 0.5 s by default
+        self.thread = threading.Thread(
+            target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, name="arango-standin", daemon=True
+        )
 
     @property
     def url(self) -> str:

@@ -102,7 +102,7 @@ def test_jwt_authentication_works_and_a_wrong_password_gets_no_token(arango):
 def test_sink_writes_the_model_then_only_changes_and_replays_add_nothing(arango):
     m = model_with(*views(sessions=[ONE_HOP]))
     sink = TopologySink(m, writer(arango))
-    assert sink.flush() == {"upserted": 3 + 4 + 3 + 4 + 2, "deleted": 0}
+    assert sink.flush() == {"upserted": 3 + 4 + 3 + 4 + 2, "deleted": 0, "expired": 0}
     assert counts(sink.writer) == {
         "segscope_node": 3,
         "segscope_link": 4,
@@ -110,9 +110,9 @@ def test_sink_writes_the_model_then_only_changes_and_replays_add_nothing(arango)
         "segscope_graph_edge": 4,
         "segscope_path": 2,
     }
-    assert sink.flush() == {"upserted": 0, "deleted": 0}  # nothing changed: nothing sent
+    assert sink.flush() == {"upserted": 0, "deleted": 0, "expired": 0}  # nothing changed: nothing sent
     m.apply_point(stamp("forward", 2044.9))
-    assert sink.flush() == {"upserted": 2, "deleted": 0}  # edge A->R + forward path doc
+    assert sink.flush() == {"upserted": 2, "deleted": 0, "expired": 0}  # edge A->R + forward path doc
     edge = sink.writer.db.collection("segscope_graph_edge").get(AR_KEY)
     assert (edge["_from"], edge["_to"], edge["latency"], edge["unidir_link_delay"]) == (
         "segscope_node/200_0_0_A",
@@ -142,7 +142,7 @@ def test_sink_deletes_links_and_edges_that_disappear(arango):
     r = views(nodes="R", t=2_000_000_000)[0]
     r["interfaces"] = [i for i in r["interfaces"] if i["name"] != "r0"]
     m.apply_view(r)
-    assert sink.flush() == {"upserted": 1, "deleted": 4}  # R's node doc; A<->R link + edge x2
+    assert sink.flush() == {"upserted": 1, "deleted": 4, "expired": 0}  # R's node doc; A<->R link + edge x2
     keys = {d["_key"] for d in sink.writer.all_documents("segscope_graph_edge")}
     assert AR_KEY not in keys and RA_KEY not in keys and len(keys) == 2
 
@@ -169,60 +169,11 @@ def test_sink_rewrites_everything_after_the_database_was_lost(arango):
             arango.db_name
         )
     m.apply_view(views(nodes="R", t=2_000_000_000)[0])  # no content change: nothing to send...
-    assert sink.flush() == {"upserted": 0, "deleted": 0}  # ... so nothing notices yet
+    assert sink.flush() == {"upserted": 0, "deleted": 0, "expired": 0}  # ... so nothing notices yet
     m.apply_point(stamp("forward", 1.0))  # a change: the write fails (no database)
     assert sink.flush() == {"error": 1} and not sink.schema_ready
     assert sink.flush()["upserted"] == 16  # database recreated, everything rewritten
     assert counts(sink.writer)["segscope_graph_edge"] == 4
-
-
-def _jalapeno_db(t) -> None:
-    """A small Jalapeno-like database: igp_node + igpv6_graph, the edge collection igp-graph's
-    ensureGraph creates (named like the graph)."""
-    sys_db = ArangoClient(hosts=t.url).db("_system", username=t.user, password=t.password)
-    sys_db.create_database(t.db_name)
-    db = ArangoClient(hosts=t.url).db(t.db_name, username=t.user, password=t.password)
-    db.create_collection("igp_node")
-    db.create_collection("igpv6_graph", edge=True)
-    db.collection("igp_node").insert_many(
-        [{"_key": "2_0_0_0000.0000.000a", "name": "A"}, {"_key": "2_0_0_0000.0000.000r", "name": "R"}]
-    )
-    db.collection("igpv6_graph").insert_many(
-        [
-            {
-                "_key": "2_0_2_0_0000.0000.000a_fc00:12::1_0000.0000.000r_fc00:12::2",
-                "_from": "igp_node/2_0_0_0000.0000.000a",
-                "_to": "igp_node/2_0_0_0000.0000.000r",
-                "local_link_ip": "fc00:12::1",
-                "remote_link_ip": "fc00:12::2",
-                "unidir_link_delay": 10,
-            }
-        ]
-    )
-
-
-def test_jalapeno_mode_updates_existing_edges_and_creates_no_nodes(arango):
-    _jalapeno_db(arango)
-    m = model_with(*views(sessions=[ONE_HOP]))
-    m.apply_point(stamp("forward", 2044.9))
-    m.apply_point(stamp("reverse", 1033.0))
-    w = writer(arango, mode="jalapeno")
-    sink = TopologySink(m, w)
-    stats = sink.flush()
-    assert stats == {"annotated": 1, "unmatched": 1, "upserted": 2}  # R->A has no Jalapeno edge here
-    edges = w.all_documents("igpv6_graph")
-    assert len(edges) == 1
-    e = edges[0]
-    # igp-graph's uint32 TE fields: whole microseconds; the exact mean beside them
-    assert (e["latency"], e["unidir_link_delay"], e["_from"]) == (2045, 2045, "igp_node/2_0_0_0000.0000.000a")
-    assert e["delay_mean_us"] == 2044.9 and all(isinstance(e[k], int) for k in ("latency", "unidir_link_delay"))
-    assert len(w.all_documents("igp_node")) == 2  # no parallel node keys
-    cols = {c["name"] for c in w.db.collections() if not c["system"]}
-    assert cols == {"igp_node", "igpv6_graph", "segscope_path"}
-    paths = {d["_key"]: d for d in w.all_documents("segscope_path")}
-    fwd = paths["200_0_0_A_200_0_0_R_fc00:12::2"]
-    assert (fwd["src"], fwd["dst"]) == ("igp_node/2_0_0_0000.0000.000a", "igp_node/2_0_0_0000.0000.000r")
-    assert sink.flush() == {"annotated": 0, "unmatched": 0, "upserted": 0}  # nothing new
 
 
 def test_jalapeno_mode_refuses_a_database_without_jalapeno_collections(arango):
@@ -251,6 +202,8 @@ def test_standin_serves_only_the_endpoints_the_writer_uses(arango):
         ("POST", f"/_db/{arango.db_name}/_api/collection"),
         ("GET", f"/_db/{arango.db_name}/_api/gharial"),
         ("POST", f"/_db/{arango.db_name}/_api/gharial"),
+        ("GET", f"/_db/{arango.db_name}/_api/index"),
+        ("POST", f"/_db/{arango.db_name}/_api/index"),
         ("POST", f"/_db/{arango.db_name}/_api/document"),
         ("DELETE", f"/_db/{arango.db_name}/_api/document"),
         ("POST", f"/_db/{arango.db_name}/_api/cursor"),

@@ -1,0 +1,226 @@
+"""Jalapeno mode against a database shaped by Jalapeno's own code (jalapeno_fixture.py): edges
+of igp-graph (igpv6_graph) and their ip-graph copies (ipv6_graph) annotated, refreshed after a
+BGP-LS update rewrote them, stale values removed, indexes created. Also own-mode expiry.
+
+The stand-in by default; a real ArangoDB with SEGSCOPE_ARANGO_URL (conftest.py).
+"""
+
+from __future__ import annotations
+
+import copy
+
+import jalapeno_fixture as jf
+import pytest
+from test_topology_model import ONE_HOP, stamp, views
+
+from processors.topology.model import DELAY_FIELDS, Names, TopologyModel
+from processors.topology.sink import TopologySink
+from processors.topology.writer import INDEX_DELAY_AT, INDEX_LINK_IPS, INDEX_LOSS_AT, ArangoWriter
+
+T0 = 1795306905000000000  # the stamp points' time (test_topology_model.stamp)
+AR = jf.ls_link("A", "fc00:12::1", "R", "fc00:12::2")["_key"]
+RA = jf.ls_link("R", "fc00:12::2", "A", "fc00:12::1")["_key"]
+
+
+class Clocks:
+    """The sink's two clocks, moved by the test (refresh period, measurement age)."""
+
+    def __init__(self):
+        self.mono, self.wall = 1000.0, T0 + 1_000_000_000
+
+    def advance(self, s: float) -> None:
+        self.mono += s
+        self.wall += int(s * 1e9)
+
+
+def model(*points):
+    m = TopologyModel()
+    for v in views(sessions=[ONE_HOP]):
+        m.apply_view(copy.deepcopy(v))
+    for p in points:
+        m.apply_point(p)
+    return m
+
+
+def jalapeno_sink(t, m, clocks, **kw) -> TopologySink:
+    w = ArangoWriter(t.url, t.db_name, t.user, t.password, mode="jalapeno", **kw.pop("writer", {}))
+    return TopologySink(m, w, monotonic=lambda: clocks.mono, wall_ns=lambda: clocks.wall, **kw)
+
+
+def edges(sink, coll="igpv6_graph") -> dict[str, dict]:
+    return {d["_key"]: d for d in sink.writer.all_documents(coll)}
+
+
+def test_both_graphs_are_annotated_with_bgp_ls_types_and_nothing_is_created(arango):
+    stored = jf.build(arango)
+    clocks = Clocks()
+    sink = jalapeno_sink(arango, model(stamp("forward", 2044.9), stamp("reverse", 1033.2)), clocks)
+    stats = sink.flush()
+    assert stats == {"annotated": 2, "unmatched": 0, "ip_annotated": 2, "ip_unmatched": 0, "upserted": 2, "expired": 0}
+    for coll in ("igpv6_graph", "ipv6_graph"):
+        got = edges(sink, coll)
+        assert set(got) == set(stored[coll])  # no edge added, none lost
+        ar, ra = got[AR], got[RA]
+        assert (ar["latency"], ar["unidir_link_delay"], ar["delay_mean_us"]) == (2045, 2045, 2044.9)
+        assert (ra["latency"], ra["unidir_link_delay"], ra["delay_mean_us"]) == (1033, 1033, 1033.2)
+        assert ar["unidir_link_delay_min_max"] == [2035, 2095] and ar["unidir_delay_variation"] == 6
+        assert all(type(ar[f]) is int for f in ("latency", "unidir_link_delay", "unidir_delay_variation"))
+        # igp-graph's own fields untouched
+        for f in ("_from", "_to", "link", "protocol_id", "mt_id", "srv6_endx_sid", "local_link_ip"):
+            assert ar[f] == stored[coll][AR][f]
+        rb = next(e for e in got.values() if e["local_link_ip"] == "fc00:23::1")
+        assert "latency" not in rb and rb["unidir_link_delay"] == 0  # unmeasured: as igp-graph left it
+    assert len(sink.writer.all_documents("igp_node")) == 3
+    cols = {c["name"] for c in sink.writer.db.collections() if not c["system"]}
+    assert cols == {"igp_node", "igpv6_graph", "ipv6_graph", "segscope_path"}
+    paths = {d["_key"]: d for d in sink.writer.all_documents("segscope_path")}
+    fwd = paths["200_0_0_A_200_0_0_R_fc00:12::2"]
+    assert (fwd["src"], fwd["dst"]) == (f"igp_node/{jf.node_key('A')}", f"igp_node/{jf.node_key('R')}")
+
+
+def test_a_bgp_ls_update_that_erased_the_te_fields_is_overwritten_at_the_next_refresh(arango):
+    jf.build(arango)
+    clocks = Clocks()
+    sink = jalapeno_sink(arango, model(stamp("forward", 2044.9)), clocks, refresh_s=30.0)
+    assert sink.flush()["annotated"] == 1
+    jf.bgp_ls_update(arango, "A", "fc00:12::1", "R", "fc00:12::2")  # igp-graph's UpdateDocument
+    e = edges(sink)[AR]
+    assert (e["unidir_link_delay"], e["unidir_link_delay_min_max"]) == (0, None)  # BGP-LS had none
+    assert e["latency"] == 2045  # not an IGPGraphObject field: the PATCH kept it
+    clocks.advance(29)
+    assert sink.flush()["annotated"] == 0  # unchanged model, refresh not due
+    assert edges(sink)[AR]["unidir_link_delay"] == 0
+    clocks.advance(1)
+    assert sink.flush()["annotated"] == 1 and sink.counters.refreshes == 2
+    e = edges(sink)[AR]
+    assert (e["unidir_link_delay"], e["unidir_link_delay_min_max"], e["latency"]) == (2045, [2035, 2095], 2045)
+
+
+@pytest.mark.parametrize("shape", ["same_key", "rekeyed"])
+def test_ip_graph_copies_are_matched_by_link_addresses_whatever_their_key(arango, shape):
+    stored = jf.build(arango, ip_graph=shape)
+    sink = jalapeno_sink(arango, model(stamp("forward", 2044.9)), Clocks())
+    assert sink.flush()["ip_annotated"] == 1
+    key = AR if shape == "same_key" else f"igp_{AR}"
+    assert set(edges(sink, "ipv6_graph")) == set(stored["ipv6_graph"])
+    assert edges(sink, "ipv6_graph")[key]["latency"] == 2045
+
+
+def test_without_ip_graph_only_igp_graph_is_written_until_ip_graph_appears(arango):
+    jf.build(arango, ip_graph=None)
+    clocks = Clocks()
+    sink = jalapeno_sink(arango, model(stamp("forward", 2044.9)), clocks, refresh_s=30.0)
+    assert sink.flush() == {
+        "annotated": 1,
+        "unmatched": 0,
+        "ip_annotated": 0,
+        "ip_unmatched": 0,
+        "upserted": 2,
+        "expired": 0,
+    }
+    sink.writer.db.create_collection("ipv6_graph", edge=True)  # ip-graph starts, copies the edges
+    sink.writer.db.collection("ipv6_graph").insert_many(
+        [jf.copy_same_key(d) for d in sink.writer.all_documents("igpv6_graph")]
+    )
+    clocks.advance(30)
+    assert sink.flush()["ip_annotated"] == 1
+    assert edges(sink, "ipv6_graph")[AR]["latency"] == 2045
+
+
+def test_edges_jalapeno_does_not_have_are_counted_not_created(arango):
+    jf.build(arango, links=jf.LINKS[2:])  # only R<->B
+    sink = jalapeno_sink(arango, model(stamp("forward", 2044.9), stamp("reverse", 1033.0)), Clocks())
+    stats = sink.flush()
+    assert (stats["annotated"], stats["unmatched"], stats["ip_unmatched"]) == (0, 2, 2)
+    assert sink.writer.counters.edges_unmatched == 2 and len(edges(sink)) == 2
+
+
+def test_stale_measurements_are_removed_from_both_graphs_and_not_written_back(arango):
+    stored = jf.build(arango)
+    clocks = Clocks()
+    m = model(stamp("forward", 2044.9), stamp("reverse", 1033.2, ts=T0 + 200_000_000_000))
+    sink = jalapeno_sink(arango, m, clocks, refresh_s=1.0, stale_after_s=300.0)
+    assert sink.flush()["annotated"] == 2
+    clocks.advance(299)  # forward point now 300 s old (not yet expired), reverse 100 s
+    assert sink.flush()["expired"] == 0
+    clocks.advance(2)  # forward 302 s old: expired at this refresh
+    stats = sink.flush()
+    assert (stats["expired"], stats["annotated"]) == (2, 1)  # A->R in both graphs; R->A refreshed
+    for coll in ("igpv6_graph", "ipv6_graph"):
+        ar, ra = edges(sink, coll)[AR], edges(sink, coll)[RA]
+        assert not set(DELAY_FIELDS) & set(ar), f"{coll}: {sorted(set(DELAY_FIELDS) & set(ar))} left"
+        # everything igp-graph wrote is still there
+        assert {k: v for k, v in ar.items() if k != "_rev"} == {
+            k: v for k, v in stored[coll][AR].items() if k not in DELAY_FIELDS and k != "_rev"
+        } | {"_id": f"{coll}/{AR}"}
+        assert ra["latency"] == 1033
+    clocks.advance(30)
+    assert sink.flush() == {**stats, "expired": 0}  # the expired value is not written back
+    assert "latency" not in edges(sink)[AR]
+    clocks.advance(170)  # R->A (measured at T0 + 200 s) expires too
+    assert sink.flush()["expired"] == 2 and "latency" not in edges(sink)[RA]
+
+
+def test_expiry_removes_the_fields_a_previous_run_wrote(arango):
+    jf.build(arango)
+    clocks = Clocks()
+    first = jalapeno_sink(arango, model(stamp("forward", 2044.9)), clocks)
+    first.flush()
+    clocks.advance(600)
+    # a restarted processor that never saw that point still cleans the edge (found by its timestamp)
+    second = jalapeno_sink(arango, model(), clocks, stale_after_s=300.0)
+    assert second.flush()["expired"] == 2
+    assert "delay_measured_at_ns" not in edges(second)[AR]
+
+
+def test_own_mode_edges_lose_stale_values_too(arango):
+    clocks = Clocks()
+    w = ArangoWriter(arango.url, arango.db_name, arango.user, arango.password)
+    m = model(stamp("forward", 2044.9))
+    sink = TopologySink(
+        m, w, refresh_s=0.0, stale_after_s=60.0, monotonic=lambda: clocks.mono, wall_ns=lambda: clocks.wall
+    )
+    sink.flush()
+    key = "200_0_2_0_A_fc00:12::1_R_fc00:12::2"
+    assert w.db.collection("segscope_graph_edge").get(key)["latency"] == 2044.9
+    clocks.advance(61)
+    assert sink.flush()["expired"] == 1
+    e = w.db.collection("segscope_graph_edge").get(key)
+    assert not set(DELAY_FIELDS) & set(e) and e["local_link_ip"] == "fc00:12::1"
+    assert w.db.collection("segscope_path").get("200_0_0_A_200_0_0_R_fc00:12::2")["delay_us"] == 2044.9
+
+
+def test_indexes_on_the_filtered_fields_are_created_once(arango):
+    jf.build(arango)
+    w = ArangoWriter(arango.url, arango.db_name, arango.user, arango.password, mode="jalapeno")
+    w.ensure_schema()
+    for coll in ("igpv6_graph", "ipv6_graph"):
+        persistent = {tuple(i["fields"]): i for i in w.db.collection(coll).indexes() if i["type"] == "persistent"}
+        assert set(persistent) == {tuple(x["fields"]) for x in (INDEX_LINK_IPS, INDEX_DELAY_AT, INDEX_LOSS_AT)}
+        assert persistent[("delay_measured_at_ns",)]["sparse"] is True
+    created = w.counters.indexes_created
+    assert created == 7  # 3 per edge collection + igp_node.name
+    w.ensure_schema()
+    assert w.counters.indexes_created == created
+    own = ArangoWriter(arango.url, arango.db_name + "_own", arango.user, arango.password)
+    try:
+        own.ensure_schema()
+        fields = {tuple(i["fields"]) for i in own.db.collection("segscope_graph_edge").indexes()}
+        assert {("delay_measured_at_ns",), ("loss_measured_at_ns",)} <= fields
+    finally:
+        if arango.standin is None:
+            own.client.db("_system", username=arango.user, password=arango.password).delete_database(own.db_name)
+
+
+def test_names_are_configurable(arango):
+    jf.build(arango, ip_graph=None)
+    w = ArangoWriter(arango.url, arango.db_name, arango.user, arango.password)
+    w.db.create_collection("my_ipv6", edge=True)
+    w.db.collection("my_ipv6").insert_many([jf.copy_same_key(d) for d in w.all_documents("igpv6_graph")])
+    names = Names(jalapeno_ip_edges="my_ipv6")
+    sink = jalapeno_sink(arango, model(stamp("forward", 2044.9)), Clocks(), writer={"names": names})
+    sink.model.names = names
+    assert sink.flush()["ip_annotated"] == 1
+    assert edges(sink, "my_ipv6")[AR]["latency"] == 2045
+    off = jalapeno_sink(arango, model(stamp("forward", 1.0)), Clocks(), writer={"names": Names(jalapeno_ip_edges="")})
+    assert off.flush()["ip_annotated"] == 0 and edges(off, "my_ipv6")[AR]["latency"] == 2045
