@@ -30,7 +30,7 @@ from processors.topology.config import TopologyConfig
 from processors.topology.model import Identity, MalformedView, Names, TopologyModel
 from processors.topology.sink import TopologySink
 from processors.topology.writer import ArangoWriter
-from processors.worker import ProcessorHealth, dead_letter, faust_app_settings
+from processors.worker import ProcessorHealth, dead_letter, escape_instance, faust_app_settings
 from segscope_schemas.line_protocol import parse_lines
 
 log = logging.getLogger("segscope.topology")
@@ -142,7 +142,7 @@ def counters_line() -> str:
         fields.update({k: v for k, v in sink.writer.counters.__dict__.items()})
         fields.update({k: v for k, v in sink.counters.__dict__.items()})
     return (
-        "segscope_processor,processor=topology "
+        f"segscope_processor,processor=topology,instance={escape_instance(health.instance)} "
         + ",".join(f"{k}={int(v)}i" for k, v in fields.items())
         + f" {time.time_ns()}"
     )
