@@ -277,10 +277,14 @@ def _rfc3339(ns: int) -> str:
     return datetime.fromtimestamp(ns // NS, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def backfill(run: Run, database: str, start_ns: int, end_ns: int, chunk_s: int = 86400, say=print) -> int:
+def backfill(
+    run: Run, database: str, start_ns: int, end_ns: int, where: str = "", chunk_s: int = 86400, say=print
+) -> int:
     """Run every CQ's SELECT ... INTO once over [start, end), widened to whole hours, in chunks of
     `chunk_s` (bounded memory per statement): first all 1 m CQs, then the 1 h ones, which read
-    the 1 m rollup. Returns the points written."""
+    the 1 m rollup. `where`: an InfluxQL condition on tags (e.g. `"node" = 'A'`) to roll up only
+    those series (each series is rolled up on its own, so a subset is exact). Returns the points
+    written."""
     if end_ns <= start_ns:
         raise RollupError(f"--backfill: FROM {_rfc3339(start_ns)} is not before TO {_rfc3339(end_ns)}")
     start = start_ns // HOUR_NS * HOUR_NS
@@ -289,7 +293,8 @@ def backfill(run: Run, database: str, start_ns: int, end_ns: int, chunk_s: int =
     for cq in continuous_queries():
         for lo in range(start, end, chunk_s * NS):
             hi = min(end, lo + chunk_s * NS)
-            rows = _rows(run, cq.select(database, f"time >= {lo} AND time < {hi}"))
+            cond = f"time >= {lo} AND time < {hi}" + (f" AND ({where})" if where else "")
+            rows = _rows(run, cq.select(database, cond))
             written += sum(int(r[1]) for r in rows)  # (time, written)
         say(f"segscope-influx-setup: backfill {cq.name}: {_rfc3339(start)} .. {_rfc3339(end)}")
     return written
