@@ -179,6 +179,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--backfill", nargs=2, type=_time_ns, metavar=("FROM", "TO"),
                     help="then run the rollups once over [FROM, TO), RFC 3339 UTC times")  # fmt: skip
     args = ap.parse_args(argv)
+    if args.backfill and args.backfill[0] >= args.backfill[1]:
+        ap.error("--backfill FROM TO: FROM must be before TO")  # exit 2 before touching the server
     env = dict(os.environ)
     try:
         from_env = rollups.Retention.from_env(env)

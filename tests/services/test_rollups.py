@@ -181,6 +181,11 @@ def test_bad_retention_is_refused_with_the_flag_and_the_fix(stack, capsys):
     assert code == 2 and "--raw-retention / SEGSCOPE_INFLUX_RAW_RETENTION = '30 days'" in err and "fix:" in err
     with pytest.raises(rollups.RollupError, match="SEGSCOPE_INFLUX_ROLLUP_1M_RETENTION = '30m'"):
         Retention.from_env({"SEGSCOPE_INFLUX_ROLLUP_1M_RETENTION": "30m"})  # below InfluxDB's 1 h minimum
+    with pytest.raises(SystemExit) as exit_info:  # refused before the server is touched
+        setup.main(["--url", stack.influx_url, "--database", "never_created", "--backfill",
+                    "2026-11-02T00:00:00Z", "2026-11-01T00:00:00Z"])  # fmt: skip
+    assert exit_info.value.code == 2 and "FROM must be before TO" in capsys.readouterr().err
+    assert setup._time_ns("2026-11-01T00:00:00Z") == 1_793_491_200 * NS
     assert "never_created" not in str(stack.influx_query("SHOW DATABASES"))
 
 
