@@ -57,12 +57,13 @@ class PathBook:
     def path_for_flow(self, flow_id: int, tx_node: str | None = None) -> str | None:
         """The path tag of the flow's tx side: tx_node's record if there is one, else the newest
         tx record of the flow (any node); None if none."""
-        by_node = self.flows.get(flow_id)
-        if not by_node:
-            return None
-        if tx_node is not None and tx_node in by_node:
-            return by_node[tx_node][1]
-        return max(by_node.values())[1]
+        with self.lock:  # the reader thread may be changing the flow's entries
+            by_node = self.flows.get(flow_id)
+            if not by_node:
+                return None
+            if tx_node is not None and tx_node in by_node:
+                return by_node[tx_node][1]
+            return max(by_node.values())[1]
 
     # -- the core ---------------------------------------------------------------------------------
 

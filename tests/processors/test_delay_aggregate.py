@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -36,8 +38,8 @@ def make_records(seq, t1, fwd, rev, hold=1_000, ssid=1) -> np.ndarray:
 
 def parse_line(line: str) -> tuple[str, dict[str, str], dict[str, float | int], int]:
     head, fields_s, ts = line.rsplit(" ", 2)
-    parts = head.split(",")
-    tags = dict(p.split("=", 1) for p in parts[1:])
+    parts = re.split(r"(?<!\\),", head)  # a tag value may hold an escaped comma (path)
+    tags = {k: v.replace("\\,", ",") for k, v in (p.split("=", 1) for p in parts[1:])}
     fields = {}
     for kv in fields_s.split(","):
         k, v = kv.split("=", 1)

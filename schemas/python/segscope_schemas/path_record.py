@@ -63,7 +63,12 @@ def record_key(kind: str, node: str, ident: int, role: str) -> str:
 
 def path_tag(record: PathRecord) -> str:
     """The `path` tag value (unescaped): SIDs joined by ',', or `direct` / `flowmonid` without SIDs."""
-    return ",".join(record.path) or NO_SIDS[record.kind]
+    return sids_tag(record.kind, record.path)
+
+
+def sids_tag(kind: str, sids) -> str:
+    """path_tag of a SID list of a `stamp` or `flow` record (the agent's inventory lines use it)."""
+    return ",".join(sids) or NO_SIDS[kind]
 
 
 def encode(record: PathRecord) -> tuple[bytes, bytes]:
