@@ -18,6 +18,7 @@ import os
 import signal
 import subprocess
 import threading
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -29,11 +30,13 @@ from agent.fields import ApiError
 from segscope_proto.segscope.agent.v1 import flowmon_pb2 as pb
 from segscope_proto.segscope.agent.v1 import flowmon_pb2_grpc as pb_grpc
 from segscope_schemas import names
+from segscope_schemas import path_record as pr
 
 log = logging.getLogger("segscope.agent.flowmon")
 
 TX, RX = pb.FLOW_MONITOR_SIDE_TX, pb.FLOW_MONITOR_SIDE_RX
 PROG = {TX: "altmark_tx", RX: "altmark_rx"}
+SIDE_NAME = {TX: "tx", RX: "rx"}
 METHOD_ARG = {pb.MARKING_METHOD_DSCP: "dscp", pb.MARKING_METHOD_RFC9343: "rfc9343"}
 MAX_SIDS = 6
 MAX_FLOWMON_ID = 0xFFFFF
@@ -228,13 +231,26 @@ class FlowMonAgent:
             for side_id, side in sorted(self.sides.items()):
                 for flow_id, m in sorted(side.flows.items()):
                     method = "dscp" if m.method == pb.MARKING_METHOD_DSCP else "rfc9343"
+                    path = pr.sids_tag(pr.FLOW, m.segments)
                     tags = (
-                        f"segscope_flow,node={node_tag},flow={flow_id},side={'tx' if side_id == TX else 'rx'},"
-                        f"path={escape_tag(','.join(m.segments) or 'flowmonid')},method={method},"
+                        f"segscope_flow,node={node_tag},flow={flow_id},side={SIDE_NAME[side_id]},"
+                        f"path={escape_tag(path)},method={method},"
                         f"device={escape_tag(m.device)}"
                     )
                     out.append(f"{tags} period_ms={m.period_ms}i,dmark_every={m.dmark_every}i {ts}")
         return out
+
+    def path_records(self, ts_ns: int | None = None) -> list[pr.PathRecord]:
+        """segscope.paths records of every flow monitor side (schemas/paths.md); same path as flow_lines."""
+        ts = time.time_ns() if ts_ns is None else ts_ns
+        with self.lock:
+            return [
+                pr.PathRecord.flow(
+                    self.node, flow_id, SIDE_NAME[side_id], m.segments, METHOD_ARG[m.method], m.period_ms, ts
+                )
+                for side_id, side in sorted(self.sides.items())
+                for flow_id, m in sorted(side.flows.items())
+            ]
 
     def program_devices(self) -> list[tuple[str, str]]:
         """(program, device) of every device an altmark side of this agent runs on."""

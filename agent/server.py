@@ -17,9 +17,10 @@ from grpc_reflection.v1alpha import reflection
 from agent.fields import ApiError
 from agent.flowmon import FlowMonAgent, FlowMonitorServicer
 from agent.metrics import AgentCounters, StatsPublisher
+from agent.paths import PathPublisher, stamp_records
 from agent.rtnl import Rtnl
 from agent.srv6 import Srv6Servicer, Srv6State
-from agent.stamp import StampAgent, StampServicer, Tools
+from agent.stamp import ROLE_NAME, StampAgent, StampServicer, Tools
 from segscope_proto.segscope.agent.v1 import (
     flowmon_pb2,
     flowmon_pb2_grpc,
@@ -29,6 +30,7 @@ from segscope_proto.segscope.agent.v1 import (
     stamp_pb2_grpc,
 )
 from segscope_schemas import names
+from segscope_schemas import path_record as pr
 from segscope_schemas.health import Health, parse_address
 
 log = logging.getLogger("segscope.agent")
@@ -54,6 +56,7 @@ class AgentConfig:
     workers: int = 16
     topology_interval_s: float = 30.0
     stats_interval_s: float = 1.0  # segscope_datapath / segscope_agent lines (with kafka)
+    paths_interval_s: float = 60.0  # full republication of segscope.paths records (with kafka)
     health: str | None = None  # HOST:PORT of /healthz /readyz /metrics /status (None: off)
 
 
@@ -113,6 +116,7 @@ class Agent:
         self.flowmon.stamp_program_on = self.stamp.xdp_program_on
         self.stamp.altmark_rx_device = self.flowmon.rx_device
         self.publisher = None
+        self.paths: PathPublisher | None = None
         self.counters = AgentCounters()
         self.stats: StatsPublisher | None = None
         self.http_health: Health | None = None
@@ -130,9 +134,28 @@ class Agent:
         self._publish_sections()
         self.publisher.start()
         # SRv6 routes: the publisher's own netlink poll sees them (no per-operation cost here);
-        # sessions and flows are not in netlink, so they are handed over as sections on change.
-        self.stamp.on_change = self._publish_sections
-        self.flowmon.on_change = self._publish_sections
+        # sessions and flows are not in netlink, so they are handed over as sections on change,
+        # and their SID lists as segscope.paths records (the processors' `path` tag).
+        self.paths = PathPublisher(
+            self.cfg.node, self.cfg.kafka, self._path_records, interval_s=self.cfg.paths_interval_s
+        )
+        self.paths.start()
+        self.stamp.on_change = self._on_change
+        self.flowmon.on_change = self._on_change
+
+    def _on_change(self) -> None:
+        self._publish_sections()
+        if self.paths is not None:
+            self.paths.changed()
+
+    def _path_records(self) -> list[pr.PathRecord]:
+        """Every session's and flow monitor side's SID list now (schemas/paths.md)."""
+        with self.stamp.lock:
+            out = stamp_records(self.cfg.node, self.stamp.sessions, ROLE_NAME)
+        ts = out[0].ts_ns if out else None
+        with self.flowmon.lock:
+            out += self.flowmon.path_records(ts)
+        return out
 
     def _publish_sections(self) -> None:
         if self.publisher is None:
@@ -173,7 +196,7 @@ class Agent:
             self.cfg.kafka,
             programs=lambda: self.stamp.attached_programs() + self.flowmon.attached_programs(),
             counters=self.counters,
-            gauges=self.stamp.counters,
+            gauges=self._agent_gauges,
             interval_s=self.cfg.stats_interval_s,
             on_tick=self.stamp.poll_producer,
             streamer=self.stamp.streamer_counters,
@@ -182,6 +205,12 @@ class Agent:
             inventory=self._inventory_lines,
         )
         self.stats.start()
+
+    def _agent_gauges(self) -> dict[str, int]:
+        out = self.stamp.counters()
+        if self.paths is not None:
+            out.update(paths_published=self.paths.sent, paths_failed=self.paths.failed)
+        return out
 
     def _inventory_lines(self, node_tag: str, ts: int) -> list[str]:
         return self.stamp.session_lines(node_tag, ts) + self.flowmon.flow_lines(node_tag, ts)
@@ -315,5 +344,7 @@ class Agent:
         self.flowmon.shutdown()
         if self.publisher is not None:
             self.publisher.stop()
+        if self.paths is not None:
+            self.paths.stop()
         self.rtnl.close()
         log.info("agent stopped (cleanup %.1f s)", time.monotonic() - t0)

@@ -32,6 +32,7 @@ from agent import fields as F
 from agent.fields import ApiError
 from segscope_proto.segscope.agent.v1 import stamp_pb2 as pb
 from segscope_proto.segscope.agent.v1 import stamp_pb2_grpc as pb_grpc
+from segscope_schemas import path_record as pr
 
 log = logging.getLogger("segscope.agent.stamp")
 
@@ -331,7 +332,7 @@ class StampAgent:
                 sp = s.spec
                 tags = (
                     f"segscope_stamp_session,node={node_tag},ssid={ssid},role={ROLE_NAME[role]},"
-                    f"path={escape_tag(','.join(sp.segments) or 'direct')},"
+                    f"path={escape_tag(pr.sids_tag(pr.STAMP, sp.segments))},"
                     f"return_path={escape_tag(','.join(sp.return_segments) or 'direct')}"
                 )
                 running = int(s.state == pb.STAMP_SESSION_STATE_RUNNING)

@@ -16,6 +16,7 @@ import importlib
 import json
 import logging
 import os
+import socket
 import sys
 from typing import Callable
 
@@ -27,6 +28,14 @@ log = logging.getLogger("segscope.worker")
 
 # each processor's health endpoint (segscope_schemas/health.py); SEGSCOPE_<NAME>_HEALTH overrides
 HEALTH_PORTS = {"delay": 9641, "loss": 9642, "topology": 9643}
+
+
+def worker_instance(environ: dict[str, str] | None = None) -> str:
+    """The `instance` tag of this worker's segscope_processor / segscope_consumer lines:
+    SEGSCOPE_INSTANCE (the pod name in Kubernetes, set by the Helm chart), else <hostname>-<pid>,
+    which two workers on one host cannot share (schemas/metrics.md says what to set)."""
+    env = os.environ if environ is None else environ
+    return env.get("SEGSCOPE_INSTANCE", "").strip() or f"{socket.gethostname()}-{os.getpid()}"
 
 
 class ConfigError(ValueError):
@@ -59,6 +68,10 @@ def processor_env(name: str, input_setting: str, input_var: str, input_topic: st
         "app_id": (f"SEGSCOPE_{upper}_APP_ID", names.GROUPS[name]),
         # HOST:PORT of /healthz /readyz /metrics /status; 0.0.0.0:PORT in a pod; 'off'; port 0 = any
         "health": (f"SEGSCOPE_{upper}_HEALTH", f"127.0.0.1:{HEALTH_PORTS[name]}"),
+        # the `instance` tag of the worker's counters (worker_instance(); empty = <hostname>-<pid>)
+        "instance": ("SEGSCOPE_INSTANCE", ""),
+        # SID lists of the sessions and flows (schemas/paths.md), read whole by every worker
+        "paths_topic": ("SEGSCOPE_TOPIC_PATHS", names.TOPIC_PATHS),
     }
 
 
@@ -231,6 +244,7 @@ class ProcessorHealth:
 
     def __init__(self, app, processor: str, cfg: EnvConfig, stale_after_s: float = 15.0):
         self.app, self.processor, self.cfg = app, processor, cfg
+        self.instance = worker_instance()
         self.health = Health(f"processor-{processor}", stale_after_s=stale_after_s)
 
         async def heartbeat() -> None:
@@ -255,7 +269,7 @@ class ProcessorHealth:
         )
 
     def consumer_lines(self, ts_ns: int) -> list[str]:
-        """segscope_consumer,processor=P,topic=T,partition=N highwater=,lag_messages=,uncommitted_messages=
+        """segscope_consumer,processor=P,instance=I,topic=T,partition=N highwater=,lag_messages=,uncommitted_messages=
 
         lag_messages: messages in the partition this worker has not read yet; uncommitted_messages:
         messages after the group's committed offset (read but held until their results are final,
@@ -284,7 +298,8 @@ class ProcessorHealth:
             lag = hw - (last_read + 1) if last_read is not None else (hw - done if done is not None else hw)
             held = hw - done if done is not None else hw
             out.append(
-                f"segscope_consumer,processor={self.processor},topic={tp.topic},partition={tp.partition} "
+                f"segscope_consumer,processor={self.processor},instance={escape_instance(self.instance)},"
+                f"topic={tp.topic},partition={tp.partition} "
                 f"highwater={hw}i,lag_messages={max(lag, 0)}i,uncommitted_messages={max(held, 0)}i {ts_ns}"
             )
         return out
@@ -308,6 +323,13 @@ class ProcessorHealth:
                 self.health.not_ready(f"publishing to Kafka failed: {f.exception()!r}")
 
         fut.add_done_callback(delivered)
+
+
+def escape_instance(value: str) -> str:
+    """Line-protocol escaping of the instance tag value (a pod or host name rarely needs any)."""
+    for ch in ("\\", ",", "=", " "):
+        value = value.replace(ch, "\\" + ch)
+    return value
 
 
 class InOrderAcks:

@@ -2,8 +2,9 @@
 
 Input: the records of one decoded stamp_batch (numpy array of STAMP_RECORD_DTYPE,
 from segscope_schemas.stamp_record.decode_batch) plus the node name of the batch.
-Output: InfluxDB line-protocol lines `stamp_delay,node=..,ssid=..,direction=..`
-(see schemas/metrics.md), one per closed (node, ssid, second) and direction.
+Output: InfluxDB line-protocol lines `stamp_delay,node=..,ssid=..,path=..,direction=..` and
+`stamp_delay_histogram` with the same tags (see schemas/metrics.md), one each per closed
+(node, ssid, second) and direction.
 
 Design (why it looks like this):
 - ingest() is the per-Kafka-message path. It does a handful of vectorised numpy
@@ -27,15 +28,20 @@ Design (why it looks like this):
   their (far-future) second and counted (future_records).
 - Negative delays (clock trouble, e.g. T2 < T1) and absurd ones (|delay| above
   `absurd_threshold`) are kept in the statistics and counted, never dropped silently.
+- The `path` tag (the session's SID list) comes from `path_of(node, ssid)` (the worker's
+  PathBook, processors/paths.py) when a second is first emitted and stays with that second, so
+  a re-emission never lands in another series; `unknown` when path_of does not know it.
 """
 
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field, fields
+from typing import Callable
 
 import numpy as np
 
+from segscope_schemas import delay_histogram
 from segscope_schemas.stamp_record import STAMP_RECORD_F_LOOPBACK, STAMP_RECORD_F_ONE_WAY
 
 NS_PER_S = 1_000_000_000
@@ -43,6 +49,8 @@ NS_PER_US = 1_000.0
 
 DIRECTIONS = ("forward", "reverse", "round_trip")
 MEASUREMENT = "stamp_delay"
+HISTOGRAM = delay_histogram.MEASUREMENT  # stamp_delay_histogram
+UNKNOWN_PATH = "unknown"
 
 
 def host_tai_utc_offset_s() -> int:
@@ -104,6 +112,8 @@ class Counters:
     seconds_reemitted: int = 0  # closed seconds emitted again because late records arrived
     processing_errors: int = 0  # well-formed batches the processor failed on (sent to dead letters)
     future_records: int = 0  # records with T1 beyond CLOCK_TAI now + max_future (kept; do not move the watermark)
+    path_unknown: int = 0  # stamp_delay points emitted with path=unknown (no segscope.paths record yet)
+    histogram_points_out: int = 0  # stamp_delay_histogram lines emitted (re-emits included)
 
     def as_dict(self) -> dict[str, int]:
         return {f.name: getattr(self, f.name) for f in fields(self)}
@@ -117,6 +127,7 @@ class Counters:
 @dataclass
 class DirectionStats:
     count: int
+    sum_us: float  # exact: the int64 ns sum / 1000 (rollups weight means with it)
     min_us: float
     mean_us: float
     max_us: float
@@ -188,6 +199,7 @@ def direction_stats(delays_ns: np.ndarray) -> DirectionStats:
         ipdv = float(np.abs(np.diff(delays_ns)).mean()) / NS_PER_US
     return DirectionStats(
         count=int(len(delays_ns)),
+        sum_us=int(delays_ns.sum()) / NS_PER_US,
         min_us=int(delays_ns.min()) / NS_PER_US,
         mean_us=float(delays_ns.mean()) / NS_PER_US,
         max_us=int(delays_ns.max()) / NS_PER_US,
@@ -200,7 +212,7 @@ def direction_stats(delays_ns: np.ndarray) -> DirectionStats:
 class SecondAccumulator:
     """Records of one (node, ssid, second): merged (deduped, sorted by sender_seq) + pending chunks."""
 
-    __slots__ = ("second", "seq", "delays", "pending", "emitted", "dirty")
+    __slots__ = ("second", "seq", "delays", "pending", "emitted", "dirty", "path")
 
     def __init__(self, second: int):
         self.second = second
@@ -209,6 +221,7 @@ class SecondAccumulator:
         self.pending: list[tuple[np.ndarray, np.ndarray]] = []
         self.emitted = False
         self.dirty = False
+        self.path: str | None = None  # escaped path tag, fixed at the first emission
 
     def add(self, seq: np.ndarray, delays: np.ndarray) -> None:
         self.pending.append((seq, delays))
@@ -243,14 +256,17 @@ class SecondAccumulator:
             out = f",error_estimate_max_us={format_float(float(synced.max()) / NS_PER_US)}" + out
         return out
 
-    def stats(self) -> list[DirectionStats | None]:
-        """Per direction; None where no record of the second measures that direction."""
+    def measured(self) -> list[np.ndarray]:
+        """Per direction the delays (ns, sender_seq order) of the records that measure it."""
         out = []
         for i in range(3):
             d = self.delays[i]
-            d = d[d != NOT_MEASURED]
-            out.append(direction_stats(d) if len(d) else None)
+            out.append(d[d != NOT_MEASURED])
         return out
+
+    def stats(self) -> list[DirectionStats | None]:
+        """Per direction; None where no record of the second measures that direction."""
+        return [direction_stats(d) if len(d) else None for d in self.measured()]
 
 
 @dataclass
@@ -262,7 +278,7 @@ class SessionState:
     horizon_s: int = -(2**62)  # seconds below this were evicted: their records are dropped
     final_below_s: int = -(2**62)  # seconds below this were final before a restart (seed_final)
     seconds: dict[int, SecondAccumulator] = field(default_factory=dict)
-    tag_prefix: str = ""  # "stamp_delay,node=..,ssid=..,direction="
+    tags: str = ""  # "node=..,ssid=.." (escaped)
 
 
 # ---------------------------------------------------------------------------
@@ -278,7 +294,10 @@ class DelayAggregator:
         absurd_threshold_s: float = 10.0,
         max_future_s: float = 10.0,
         tai_utc_offset_s: int = 0,
+        path_of: Callable[[str, int], str | None] | None = None,
     ):
+        """path_of(node, ssid): the session's path tag (unescaped), None if not known (e.g.
+        PathBook.path_for_session); without it every point has path=unknown."""
         if grace_s < 0 or retention_s < grace_s:
             raise ValueError("need 0 <= grace_s <= retention_s")
         self.grace_ns = int(grace_s * NS_PER_S)
@@ -288,6 +307,7 @@ class DelayAggregator:
         # Seconds are binned in TAI (the datapath's clock); points are written in UTC (what
         # InfluxDB's now() and Grafana's time picker use): TAI - UTC = 37 s since 2017.
         self.tai_utc_offset_s = int(tai_utc_offset_s)
+        self.path_of = path_of or (lambda node, ssid: None)
         _clock_table()  # built here, at start, not in the middle of the first batch
         self.sessions: dict[tuple[str, int], SessionState] = {}
         self.final_seeds: dict[tuple[str, int], int] = {}  # seed_final() of sessions not seen yet
@@ -355,7 +375,7 @@ class DelayAggregator:
         st = self.sessions.get(key)
         if st is None:
             st = SessionState(node=node, ssid=ssid, final_below_s=self.final_seeds.get(key, -(2**62)))
-            st.tag_prefix = f"{MEASUREMENT},node={escape_tag(node)},ssid={ssid},direction="
+            st.tags = f"node={escape_tag(node)},ssid={ssid}"
             self.sessions[key] = st
         return st
 
@@ -445,12 +465,20 @@ class DelayAggregator:
         acc.dirty = False
         if len(acc.seq) == 0:
             return
+        if acc.path is None:
+            path = self.path_of(st.node, st.ssid)
+            acc.path = UNKNOWN_PATH if path is None else escape_tag(path)
         ts = (acc.second - self.tai_utc_offset_s) * NS_PER_S
         clock = acc.clock_fields()
-        for direction, d in zip(DIRECTIONS, acc.stats()):
-            if d is not None:
-                lines.append(format_line(st.tag_prefix + direction, d, ts, clock))
+        tags = f"{st.tags},path={acc.path},direction="
+        for direction, d in zip(DIRECTIONS, acc.measured()):
+            if len(d):
+                lines.append(format_line(f"{MEASUREMENT},{tags}{direction}", direction_stats(d), ts, clock))
+                lines.append(f"{HISTOGRAM},{tags}{direction} {delay_histogram.fields_text(d)} {ts}")
                 self.counters.points_out += 1
+                self.counters.histogram_points_out += 1
+                if acc.path == UNKNOWN_PATH:
+                    self.counters.path_unknown += 1
 
     def open_seconds(self) -> int:
         return sum(len(st.seconds) for st in self.sessions.values())
@@ -458,7 +486,7 @@ class DelayAggregator:
 
 def format_line(series: str, d: DirectionStats, ts_ns: int, extra_fields: str = "") -> str:
     fields_ = (
-        f"count={d.count}i,min_us={format_float(d.min_us)},mean_us={format_float(d.mean_us)},"
+        f"count={d.count}i,sum_us={format_float(d.sum_us)},min_us={format_float(d.min_us)},mean_us={format_float(d.mean_us)},"
         f"max_us={format_float(d.max_us)},p50_us={format_float(d.p50_us)},"
         f"p99_us={format_float(d.p99_us)}"
     )
@@ -467,9 +495,14 @@ def format_line(series: str, d: DirectionStats, ts_ns: int, extra_fields: str = 
     return f"{series} {fields_}{extra_fields} {ts_ns}"
 
 
-def counters_line(counters: Counters, processor: str, ts_ns: int, extra: dict[str, int] | None = None) -> str:
+def counters_line(
+    counters: Counters, processor: str, ts_ns: int, extra: dict[str, int] | None = None, instance: str = ""
+) -> str:
+    """segscope_processor,processor=P,instance=I (instance: the worker, processors/worker.py
+    worker_instance(); omitted when empty, e.g. in tests of the pure core)."""
     values = counters.as_dict()
     if extra:
         values.update(extra)
     body = ",".join(f"{k}={v}i" for k, v in values.items())
-    return f"segscope_processor,processor={escape_tag(processor)} {body} {ts_ns}"
+    tags = f"processor={escape_tag(processor)}" + (f",instance={escape_tag(instance)}" if instance else "")
+    return f"segscope_processor,{tags} {body} {ts_ns}"

@@ -39,6 +39,7 @@ from aiokafka import codec as aiokafka_codec
 from processors.delay.aggregate import NS_PER_S, DelayAggregator, clock_tai_ns, counters_line
 from processors.delay.config import DelayConfig
 from processors.delay.topics import ensure_topics
+from processors.paths import PathBook
 from processors.worker import (
     InOrderAcks,
     PartitionMoves,
@@ -47,12 +48,20 @@ from processors.worker import (
     faust_app_settings,
     read_progress,
 )
+from segscope_schemas.names import TOPIC_CONFIG, TOPIC_PATHS
 from segscope_schemas.stamp_record import MalformedBatch, decode_batch
 
 log = logging.getLogger("segscope.delay")
 
 cfg = DelayConfig.from_env()
-aggregator = DelayAggregator(grace_s=cfg.grace_s, retention_s=cfg.retention_s, tai_utc_offset_s=cfg.tai_utc_offset_s)
+# every session's SID list (segscope.paths, schemas/paths.md): the `path` tag of stamp_delay
+paths = PathBook(cfg.bootstrap, cfg.paths_topic)
+aggregator = DelayAggregator(
+    grace_s=cfg.grace_s,
+    retention_s=cfg.retention_s,
+    tai_utc_offset_s=cfg.tai_utc_offset_s,
+    path_of=paths.path_for_session,
+)
 
 
 class DelayApp(faust.App):
@@ -68,6 +77,8 @@ class DelayApp(faust.App):
         ensure_topics(cfg.bootstrap, [cfg.records_topic, cfg.metrics_topic, cfg.deadletter_topic])
         # the progress topic keeps the newest value per key (session or flow): compacted, it stays small
         ensure_topics(cfg.bootstrap, [PROGRESS_TOPIC], config={"cleanup.policy": "compact"})
+        ensure_topics(cfg.bootstrap, [cfg.paths_topic], config=TOPIC_CONFIG[TOPIC_PATHS])
+        paths.start()  # the paths published so far, before the first record is taken
         health.serve()  # the progress topic is read at each partition assignment (moves.on_assigned)
         log.info(
             "delay processor: %s -> %s (dead letters: %s), broker %s, group %s, grace %.1f s, retention %.0f s",
@@ -91,6 +102,7 @@ class DelayApp(faust.App):
             await publish_counters()
         except Exception as e:  # the producer may already be gone; say so, don't hide it
             log.warning("final flush on stop failed: %r", e)
+        paths.stop()
         await super().on_stop()
 
 
@@ -242,10 +254,13 @@ async def publish_counters() -> None:
         "open_seconds": aggregator.open_seconds(),
         "sessions": len(aggregator.sessions),
         "unacked_messages": len(pending),  # input held uncommitted until its seconds are final
+        "path_records": paths.records,
+        "path_records_malformed": paths.malformed,
         **moves.counts,
     }
     ts = time.time_ns()
-    await health.publish(metrics_topic, b"delay", counters_line(aggregator.counters, "delay", ts, extra=extra), ts)
+    line = counters_line(aggregator.counters, "delay", ts, extra=extra, instance=health.instance)
+    await health.publish(metrics_topic, b"delay", line, ts)
 
 
 _last_log = 0.0

@@ -29,6 +29,7 @@ class DelayConfig(EnvConfig):
     records_topic: str
     metrics_topic: str
     deadletter_topic: str
+    paths_topic: str
     app_id: str
     health: str
     grace_s: float

@@ -34,16 +34,22 @@ import time
 import faust
 from aiokafka import codec as aiokafka_codec
 
+from processors.delay.aggregate import counters_line
 from processors.delay.topics import ensure_topics
 from processors.loss.config import LossConfig
 from processors.loss.join import LossJoiner
+from processors.paths import PathBook
 from processors.worker import InOrderAcks, ProcessorHealth, dead_letter, faust_app_settings, read_progress
 from segscope_schemas.altmark_block import MalformedBatch, decode_batch
+from segscope_schemas.names import TOPIC_CONFIG, TOPIC_PATHS
 
 log = logging.getLogger("segscope.loss")
 
 cfg = LossConfig.from_env()
 joiner = LossJoiner(timeout_s=cfg.timeout_s, retention_s=cfg.retention_s, tai_utc_offset_s=cfg.tai_utc_offset_s)
+# every flow's SID list (segscope.paths, schemas/paths.md): the `path` tag of altmark_loss
+paths = PathBook(cfg.bootstrap, cfg.paths_topic)
+joiner.flow_path = paths.path_for_flow
 
 
 def clock_ns() -> int:
@@ -62,7 +68,9 @@ class LossApp(faust.App):
         ensure_topics(cfg.bootstrap, [cfg.blocks_topic, cfg.metrics_topic, cfg.deadletter_topic])
         # the progress topic keeps the newest value per key (session or flow): compacted, it stays small
         ensure_topics(cfg.bootstrap, [PROGRESS_TOPIC], config={"cleanup.policy": "compact"})
+        ensure_topics(cfg.bootstrap, [cfg.paths_topic], config=TOPIC_CONFIG[TOPIC_PATHS])
         load_progress()
+        paths.start()  # the paths published so far, before the first block is published
         health.serve()
         log.info(
             "loss processor: %s -> %s (dead letters: %s), broker %s, group %s, timeout %.1f s, retention %.0f s",
@@ -85,6 +93,7 @@ class LossApp(faust.App):
             await publish_counters()
         except Exception as e:  # the producer may already be gone; say so, don't hide it
             log.warning("final flush on stop failed: %r", e)
+        paths.stop()
         await super().on_stop()
 
 
@@ -193,7 +202,13 @@ async def publish_lines(lines: list[str]) -> None:
 
 async def publish_counters() -> None:
     ts = time.time_ns()
-    await health.publish(metrics_topic, b"loss", joiner.counters_line(ts), ts)
+    extra = {
+        "open_blocks": joiner.open_blocks(),
+        "path_records": paths.records,
+        "path_records_malformed": paths.malformed,
+    }
+    line = counters_line(joiner.counters, "loss", ts, extra=extra, instance=health.instance)
+    await health.publish(metrics_topic, b"loss", line, ts)
 
 
 _last_log = 0.0

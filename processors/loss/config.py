@@ -28,6 +28,7 @@ class LossConfig(EnvConfig):
     blocks_topic: str
     metrics_topic: str
     deadletter_topic: str
+    paths_topic: str
     app_id: str
     health: str
     timeout_s: float

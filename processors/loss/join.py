@@ -119,6 +119,7 @@ class Counters:
     dmark_delays: int = 0  # complete blocks published with a double-marking delay
     dmark_mismatch: int = 0  # complete blocks with D-marked packets but tx != rx count (no delay)
     processing_errors: int = 0  # well-formed batches the app failed on (counted by the app)
+    path_unknown: int = 0  # blocks published with path=unknown (no tx-side record on segscope.paths yet)
 
     def as_dict(self) -> dict[str, int]:
         return {f.name: getattr(self, f.name) for f in fields(self)}
@@ -141,6 +142,7 @@ class Block:
     sides: dict[int, Side] = field(default_factory=dict)
     problem: str | None = None
     last_line: str | None = None
+    path: str | None = None  # the path tag, fixed when the block is first published (loss_path_tag)
     dirty: bool = True  # changed since its line was last computed
 
     def note_problem(self, reason: str) -> None:
@@ -169,6 +171,8 @@ class LossJoiner:
         self.final_upto: dict[FlowKey, int] = {}  # after a restart: blocks final before it (seed_final)
         self.flow_nodes: dict[tuple[int, int], dict[int, str]] = {}  # (flow, method) -> dir -> node
         self.boots: dict[tuple[str, int], set[int]] = {}  # (node, direction) -> boot_ids seen
+        # flow_path(flow_id, tx_node) -> the tx side's path tag or None (the app: PathBook.path_for_flow)
+        self.flow_path = lambda flow_id, tx_node: None
 
     # -- input -------------------------------------------------------------
 
@@ -275,7 +279,7 @@ class LossJoiner:
             f"{MEASUREMENT},flow={flow_id},method={METHOD_NAMES[method]},period_ms={period_ms},"
             f"tx_node={escape_tag(tx.node if tx else known.get(DIR_TX, UNKNOWN_NODE))},"
             f"rx_node={escape_tag(rx.node if rx else known.get(DIR_RX, UNKNOWN_NODE))}"
-        )
+        ) + self.loss_path_tag(flow_id, tx.node if tx else known.get(DIR_TX), block)
         reason = block.problem
         if reason is None and tx is None:
             reason = "missing_tx"
@@ -307,6 +311,16 @@ class LossJoiner:
         fields_out.append(f'reason="{reason or "ok"}"')
         ts = index * period_ms * 1_000_000 - self.tai_utc_offset_ns  # block start, TAI -> UTC
         return f"{tags} {','.join(fields_out)} {ts}"
+
+    def loss_path_tag(self, flow_id: int, tx_node: str | None, block: Block) -> str:
+        """`,path=<tx side's SID list>`: fixed at the block's first publication, so a re-publication
+        stays in its series; `unknown` (counted) while no segscope.paths record names the flow."""
+        if block.path is None:
+            path = self.flow_path(flow_id, tx_node)
+            block.path = UNKNOWN_NODE if path is None else escape_tag(path)
+            if path is None:
+                self.counters.path_unknown += 1
+        return f",path={block.path}"
 
     def _dmark_fields(self, tx: Side, rx: Side, first_time: bool) -> list[str]:
         """Double-marking delay of a complete block (counted once per block, not per re-emission)."""

@@ -33,7 +33,7 @@ from processors.topology.jalapeno_kafka import JalapenoKafka
 from processors.topology.model import Identity, MalformedView, Names, TopologyModel
 from processors.topology.sink import TopologySink
 from processors.topology.writer import ArangoWriter
-from processors.worker import ProcessorHealth, dead_letter, faust_app_settings
+from processors.worker import ProcessorHealth, dead_letter, escape_instance, faust_app_settings
 from segscope_schemas.line_protocol import parse_lines
 
 log = logging.getLogger("segscope.topology")
@@ -168,7 +168,7 @@ def counters_line() -> str:
     if jalapeno_kafka is not None:
         fields.update(jalapeno_kafka.counters.__dict__)
     return (
-        "segscope_processor,processor=topology "
+        f"segscope_processor,processor=topology,instance={escape_instance(health.instance)} "
         + ",".join(f"{k}={int(v)}i" for k, v in fields.items())
         + f" {time.time_ns()}"
     )

@@ -14,6 +14,8 @@
 #define SEGSCOPE_TOPIC_DEADLETTER "segscope.deadletter"
 /* node views from the agents (schemas/topology.md); key <node> */
 #define SEGSCOPE_TOPIC_TOPOLOGY "segscope.topology"
+/* SID list of every STAMP session and flow monitor (schemas/paths.md), compacted; key stamp/<node>/<ssid>/<role> or flow/<node>/<flow_id>/<side> */
+#define SEGSCOPE_TOPIC_PATHS "segscope.paths"
 
 #define SEGSCOPE_GROUP_TELEGRAF "segscope-telegraf"
 #define SEGSCOPE_GROUP_DELAY "segscope-delay"

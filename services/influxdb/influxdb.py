@@ -1,9 +1,13 @@
 """InfluxDB 1.x (Debian's influxd) with influxd.conf from this folder. Ready = /ping answers
-204; then the database of the name registry is created. query() and write() speak the v1 HTTP
-API (InfluxQL, line protocol), which InfluxDB 1.x, 2.x and 3 all accept."""
+204; then the database of the name registry is set up as segscope-influx-setup does it (same code,
+setup.ensure_database): retention policies and the rollups' continuous queries (rollups.py), with
+the raw policy kept forever unless SEGSCOPE_INFLUX_RAW_RETENTION says otherwise (tests write fixed
+vectors with old timestamps). No users: the local stack runs without authentication. query() and
+write() speak the v1 HTTP API (InfluxQL, line protocol), which InfluxDB 1.x, 2.x and 3 all accept."""
 
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
 from typing import Iterable
@@ -11,9 +15,13 @@ from typing import Iterable
 import requests
 
 from segscope_schemas.names import INFLUXDB_DATABASE
+from services.influxdb import rollups
+from services.influxdb.setup import Influx, SetupError, ensure_database
 from services.supervise import Service, StackError
 
 HERE = Path(__file__).resolve().parent
+# the stack's defaults; SEGSCOPE_INFLUX_*_RETENTION override them as they do segscope-influx-setup's
+STACK_RETENTION = rollups.Retention(raw="INF", rollup_1m="400d", rollup_1h="INF")
 
 
 class InfluxDB(Service):
@@ -49,7 +57,11 @@ class InfluxDB(Service):
         self.wait_ready(self.ready_timeout, pid)
 
     def after_ready(self) -> None:
-        self.query(f'CREATE DATABASE "{self.db}"')  # no-op when it exists
+        try:
+            retention = rollups.Retention.from_env(dict(os.environ), STACK_RETENTION)
+            ensure_database(Influx(self.url, None, None), self.db, retention, say=self.say)
+        except (SetupError, rollups.RollupError) as exc:
+            raise StackError(f"influxdb: {exc}") from None
 
     def query(self, query: str, db: str | None = None, timeout: float = 10.0) -> list[dict]:
         """Run InfluxQL via /query (epoch=ns); rows of every series as dicts (columns + GROUP BY tags)."""

@@ -13,7 +13,7 @@ import time
 import uuid
 from pathlib import Path
 
-from segscope_schemas.names import TOPIC_PARTITIONS
+from segscope_schemas.names import TOPIC_CONFIG, TOPIC_PARTITIONS
 from services.supervise import Service, StackError, port_open
 
 HERE = Path(__file__).resolve().parent
@@ -143,7 +143,7 @@ class Kafka(Service):
         admin = self.admin()
         existing = set(admin.list_topics(timeout=10).topics)
         wanted = [
-            NewTopic(name, num_partitions=parts, replication_factor=1)
+            NewTopic(name, num_partitions=parts, replication_factor=1, config=TOPIC_CONFIG.get(name) or {})
             for name, parts in TOPIC_PARTITIONS.items()
             if name not in existing
         ]

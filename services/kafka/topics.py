@@ -17,7 +17,7 @@ import argparse
 import sys
 import time
 
-from segscope_schemas.names import TOPIC_PARTITIONS
+from segscope_schemas.names import TOPIC_CONFIG, TOPIC_PARTITIONS
 from segscope_schemas.version import VERSION_LINE
 
 
@@ -60,8 +60,11 @@ def ensure(bootstrap: str, wanted: dict[str, int], replication: int, timeout_s: 
 
     admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 2})
     topics = _wait_metadata(admin, timeout_s)
+    # topic configs of the registry (segscope.paths: cleanup.policy=compact) are set at creation
     create = [
-        NewTopic(n, num_partitions=p, replication_factor=replication) for n, p in wanted.items() if n not in topics
+        NewTopic(n, num_partitions=p, replication_factor=replication, config=TOPIC_CONFIG.get(n) or {})
+        for n, p in wanted.items()
+        if n not in topics
     ]
     grow = [NewPartitions(n, p) for n, p in wanted.items() if n in topics and len(topics[n].partitions) < p]
     benign = {KafkaError.TOPIC_ALREADY_EXISTS, KafkaError.INVALID_PARTITIONS}  # another pod won the race

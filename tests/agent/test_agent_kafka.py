@@ -1,7 +1,9 @@
 """The agent with --kafka: the STAMP results it collects are published as stamp_batch to
-segscope.stamp.records (key "<node>/<ssid>", what the delay processor consumes), and its node view
+segscope.stamp.records (key "<node>/<ssid>", what the delay processor consumes), its node view
 (collectors/topology's NodeViewPublisher) reaches segscope.topology with the agent's
-`stamp_sessions` section."""
+`stamp_sessions` section, and the session's SID list reaches segscope.paths (schemas/paths.md:
+a record on create, a tombstone on Reset). tests/e2e/test_stamp_pipeline.py reads the `path` it
+gives stamp_delay back from InfluxDB."""
 
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ import pytest
 
 from segscope_proto.segscope.agent.v1 import stamp_pb2 as pb
 from segscope_proto.segscope.agent.v1 import stamp_pb2_grpc
+from segscope_schemas import path_record
 from segscope_schemas.stamp_record import decode_batch
 from tests.agent.agent_env import start_agent
 
@@ -86,6 +89,7 @@ def test_stamp_records_and_node_view_reach_kafka(lab, stack, stubs, tmp_path):
     )
     b = stubs["B"].stamp
     t0_tai = time.clock_gettime_ns(time.CLOCK_TAI) - 1_000_000_000
+    t0_utc = time.time_ns() - 1_000_000_000
     try:
         with agent.channel() as ch:
             a = stamp_pb2_grpc.StampServiceStub(ch)
@@ -143,6 +147,25 @@ def test_stamp_records_and_node_view_reach_kafka(lab, stack, stubs, tmp_path):
             assert sess["role"] == "STAMP_ROLE_SENDER" and sess["segments"] == ["fc00:2::e"]
             check_health_endpoint(agent, len(held))
             a.Reset(pb.ResetRequest())
+
+            # segscope.paths: the sender session's record (published at create), then its tombstone
+            key = f"stamp/A/{SSID}/sender".encode()
+
+            def keep_paths(msg):
+                if msg.key() != key:
+                    return None
+                rec = path_record.decode(msg.key(), msg.value())
+                return "tombstone" if rec is None else rec
+
+            def fresh_then_deleted(got) -> bool:  # the topic may hold earlier runs' records of the key
+                fresh = [i for i, r in enumerate(got) if r != "tombstone" and r.ts_ns >= t0_utc]
+                return bool(fresh) and "tombstone" in got[fresh[0] :]
+
+            got = consume(bootstrap, "segscope.paths", keep_paths, fresh_then_deleted)
+            assert fresh_then_deleted(got), got
+            rec = [r for r in got if r != "tombstone" and r.ts_ns >= t0_utc][0]
+            assert rec.path == ("fc00:2::e",) and rec.role == "sender" and rec.node == "A"
+            assert path_record.path_tag(rec) == "fc00:2::e"
     finally:
         b.Reset(pb.ResetRequest())
         assert agent.stop() == 0

@@ -33,7 +33,7 @@ import pytest
 from controller.intent import load_intent
 from controller.pipeline import ControlledPipeline
 from netlab import Lab, relay_lateness_us, teardown
-from scripts.results import StampSessionSpec, read_delay_summary, records_in_influx
+from scripts.results import StampSessionSpec, delay_points, read_delay_summary, records_in_influx
 
 REPO = Path(__file__).resolve().parents[2]
 TOPOLOGY = REPO / "netlab" / "topologies" / "line5_bare.yaml"
@@ -170,3 +170,34 @@ def test_measured_delay_matches_injected(e2e_run, stack):
     assert fwd["min_us"] >= FWD_US - 5 and rev["min_us"] >= REV_US - 5
     # one point per second of traffic and direction
     assert DURATION_S - 1 <= fwd["seconds"] <= DURATION_S + 1
+
+
+def test_path_tag_sum_and_histogram_read_back(e2e_run, stack):
+    """What analysts query (schemas/metrics.md): the agent published MAIN's SID list on
+    segscope.paths, the delay processor tagged every point with it (`path`, as the inventory line
+    says it), `sum_us` gives the exact packet-weighted mean, and stamp_delay_histogram summed over
+    the whole run with InfluxQL holds every record, its quantiles within the scheme's 2.2 %."""
+    from segscope_schemas import delay_histogram
+
+    spec, since, got = e2e_run["specs"]["main"], e2e_run["since"], e2e_run["got"]
+    path = ",".join(intent_with(True, True).stamp_sessions[1].segs)
+    pts = delay_points(stack, spec, since)
+    assert pts and {p["path"] for p in pts} == {path}
+    fwd = [p for p in pts if p["direction"] == "forward"]
+    n = sum(int(p["count"]) for p in fwd)
+    assert n == got["main"]
+    weighted = sum(p["mean_us"] * p["count"] for p in fwd) / n
+    assert sum(p["sum_us"] for p in fwd) / n == pytest.approx(weighted, rel=1e-9)
+    rows = stack.influx_query(
+        f"SELECT sum(*) FROM \"stamp_delay_histogram\" WHERE \"path\" = '{path}' AND \"node\" = 'A' "
+        f"AND \"ssid\" = '{spec.ssid}' AND \"direction\" = 'forward' AND time >= {since - 2_000_000_000}"
+    )
+    assert len(rows) == 1
+    buckets = {k.removeprefix("sum_"): v for k, v in rows[0].items() if k.startswith("sum_") and v}
+    assert sum(buckets.values()) == n
+    lowest, p50, p99, highest = (delay_histogram.quantile_us(buckets, q) for q in (1e-9, 0.5, 0.99, 1.0))
+    assert lowest == pytest.approx(min(p["min_us"] for p in fwd), rel=0.022)
+    assert highest == pytest.approx(max(p["max_us"] for p in fwd), rel=0.022)
+    assert FWD_US - 5 <= lowest <= p50 <= p99 <= highest
+    # the run's p99 lies within the per-second p99s (it is not their mean, but cannot leave their range)
+    assert min(p["p99_us"] for p in fwd) / 1.022 <= p99 <= max(p["p99_us"] for p in fwd) * 1.022

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -14,6 +16,7 @@ from processors.delay.aggregate import (
     escape_tag,
     format_float,
 )
+from segscope_schemas import delay_histogram
 from segscope_schemas.stamp_record import STAMP_RECORD_DTYPE, decode_batch, encode_batch
 
 BASE_S = 1_700_000_000  # a TAI second in the past (Nov 2023) of any machine running this
@@ -35,8 +38,8 @@ def make_records(seq, t1, fwd, rev, hold=1_000, ssid=1) -> np.ndarray:
 
 def parse_line(line: str) -> tuple[str, dict[str, str], dict[str, float | int], int]:
     head, fields_s, ts = line.rsplit(" ", 2)
-    parts = head.split(",")
-    tags = dict(p.split("=", 1) for p in parts[1:])
+    parts = re.split(r"(?<!\\),", head)  # a tag value may hold an escaped comma (path)
+    tags = {k: v.replace("\\,", ",") for k, v in (p.split("=", 1) for p in parts[1:])}
     fields = {}
     for kv in fields_s.split(","):
         k, v = kv.split("=", 1)
@@ -45,12 +48,28 @@ def parse_line(line: str) -> tuple[str, dict[str, str], dict[str, float | int], 
 
 
 def by_direction(lines: list[str]) -> dict[tuple[str, str, int], dict]:
-    out = {}
+    """{(ssid, direction, ts): fields} of the stamp_delay lines; checks that each has exactly one
+    stamp_delay_histogram line with the same tags and timestamp whose buckets hold `count` delays,
+    all between min_us and max_us (within the scheme's 2.2 %)."""
+    out, hist = {}, {}
     for line in lines:
         meas, tags, fields, ts = parse_line(line)
-        assert meas == "stamp_delay"
-        out[(tags["ssid"], tags["direction"], ts)] = fields
-    return out
+        assert meas in ("stamp_delay", "stamp_delay_histogram")
+        key = (tuple(sorted(tags.items())), ts)
+        target = out if meas == "stamp_delay" else hist
+        assert key not in target, f"two {meas} lines for {key}"
+        target[key] = fields
+    assert set(hist) == set(out)
+    for key, fields in out.items():
+        assert sum(hist[key].values()) == fields["count"]
+        if fields["min_us"] > 0.001:  # above the `low` bucket (<= 1 ns)
+            lowest, highest = delay_histogram.quantile_us(hist[key], 1e-9), delay_histogram.quantile_us(hist[key], 1)
+            assert fields["min_us"] / 1.023 <= lowest <= highest <= fields["max_us"] * 1.023
+    return {(dict(k)["ssid"], dict(k)["direction"], ts): f for (k, ts), f in out.items()}
+
+
+def delay_lines(lines: list[str]) -> list[str]:
+    return [line for line in lines if line.startswith("stamp_delay,")]
 
 
 def far_future(agg: DelayAggregator) -> int:
@@ -69,13 +88,14 @@ def test_exact_stats_of_one_second():
     agg = DelayAggregator()
     agg.ingest("A", make_records(seq, t1, fwd, rev, hold=hold))
     lines = agg.flush(far_future(agg))
-    assert len(lines) == 3
+    assert len(lines) == 6  # stamp_delay + stamp_delay_histogram per direction
     got = by_direction(lines)
     ts = BASE_S * NS_PER_S
     rt = fwd + rev  # (T4-T1)-(T3-T2) = fwd + rev
     for direction, vals in (("forward", fwd), ("reverse", rev), ("round_trip", rt)):
         f = got[("1", direction, ts)]
         assert f["count"] == n
+        assert f["sum_us"] == sum(vals.tolist()) / 1000  # exact
         assert f["min_us"] == min(vals.tolist()) / 1000
         assert f["max_us"] == max(vals.tolist()) / 1000
         assert f["mean_us"] == pytest.approx(sum(vals.tolist()) / n / 1000, rel=1e-12)
@@ -84,6 +104,16 @@ def test_exact_stats_of_one_second():
         assert f["p99_us"] == pytest.approx(p99 / 1000, rel=1e-12)
         ipdv = sum(abs(a - b) for a, b in zip(vals.tolist()[1:], vals.tolist()[:-1])) / (n - 1)
         assert f["ipdv_mean_us"] == pytest.approx(ipdv / 1000, rel=1e-12)
+        # the histogram point: p50 / p99 of nearest rank read back within the stated 2.2 %
+        (hist,) = [
+            parse_line(x)[2]
+            for x in lines
+            if x.startswith(f"stamp_delay_histogram,node=A,ssid=1,path=unknown,direction={direction} ")
+        ]
+        ordered = sorted(vals.tolist())
+        for q in (0.5, 0.99):
+            exact_us = ordered[int(np.ceil(q * n)) - 1] / 1000
+            assert delay_histogram.quantile_us(hist, q) == pytest.approx(exact_us, rel=0.022)
     assert agg.counters.points_out == 3
     assert agg.counters.records_in == n and agg.counters.batches_in == 1
 
@@ -112,6 +142,7 @@ def test_single_packet_has_no_ipdv_field():
     f = by_direction(lines)[("1", "forward", t0)]
     assert f == {
         "count": 1,
+        "sum_us": 2.5,
         "min_us": 2.5,
         "mean_us": 2.5,
         "max_us": 2.5,
@@ -148,7 +179,7 @@ def test_idle_session_flushed_by_wall_clock():
     agg = DelayAggregator(grace_s=2.0)
     agg.ingest("A", make_records([1], [t0], [1000], [1000]), now_tai_ns=t0 + 10_000)
     assert agg.flush(t0 + NS_PER_S) == []  # not idle for 2 s yet
-    assert len(agg.flush(t0 + 3 * NS_PER_S)) == 3  # idle and wall clock past end + grace
+    assert len(delay_lines(agg.flush(t0 + 3 * NS_PER_S))) == 3  # idle and wall clock past end + grace
 
 
 def test_batch_spanning_sessions_and_seconds():
@@ -234,6 +265,7 @@ def test_roundtrip_through_encode_decode_batch():
     got = by_direction(agg.flush(far_future(agg)))
     assert got[("1", "round_trip", t0)] == {
         "count": 4000,
+        "sum_us": 8800.0,
         "min_us": 2.2,
         "mean_us": 2.2,
         "max_us": 2.2,
@@ -254,7 +286,9 @@ def test_line_protocol_escaping():
     agg = DelayAggregator()
     agg.ingest("edge router,1", make_records([1], [t0], [1000], [1000]))
     line = agg.flush(far_future(agg))[0]
-    assert line.startswith(r"stamp_delay,node=edge\ router\,1,ssid=1,direction=forward count=1i,min_us=1.0,")
+    assert line.startswith(
+        r"stamp_delay,node=edge\ router\,1,ssid=1,path=unknown,direction=forward count=1i,sum_us=1.0,min_us=1.0,"
+    )
     assert line.endswith(f" {t0}")
     assert format_float(3.0) == "3.0" and format_float(0.1) == "0.1"
 
@@ -332,7 +366,7 @@ def test_a_second_of_one_way_records_has_no_reverse_point():
     agg = DelayAggregator()
     agg.ingest("A", recs, now_tai_ns=BASE_S * NS_PER_S)
     lines = agg.flush(far_future(agg))
-    assert [parse_line(l)[1]["direction"] for l in lines] == ["forward"]
+    assert [parse_line(l)[1]["direction"] for l in delay_lines(lines)] == ["forward"]
     assert agg.counters.points_out == 1
 
 
@@ -356,7 +390,9 @@ def test_seed_final_skips_replayed_records_of_finished_seconds():
     agg.ingest("A", r, now_tai_ns=1_700_000_007 * 10**9)
     assert agg.counters.replayed_records_skipped == 2
     lines = agg.flush_all()
-    assert [int(line.split("count=")[1].split("i")[0]) for line in lines if "direction=forward" in line] == [2]
+    assert [
+        int(line.split("count=")[1].split("i")[0]) for line in delay_lines(lines) if "direction=forward" in line
+    ] == [2]
 
 
 def test_clock_fields_bound_the_one_way_error_and_count_unsynchronized_records():

@@ -2,7 +2,10 @@
 
 Two sessions over three seconds, a replayed (duplicate) batch and a malformed message. The
 worker runs as a subprocess (`python -m processors.delay`) on topics unique to this test;
-the test reads the metrics and dead-letter topics and checks exact aggregates.
+the test reads the metrics and dead-letter topics and checks exact aggregates. Session A's SID
+list is published on the test's paths topic after the worker started (its PathBook follows the
+topic): A's points carry it as `path`; B has no path record: `unknown`, counted. Each point has
+its stamp_delay_histogram twin; the counters carry the worker's SEGSCOPE_INSTANCE.
 """
 
 from __future__ import annotations
@@ -10,6 +13,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -21,6 +25,7 @@ import pytest
 from confluent_kafka import Consumer, Producer
 
 from processors.delay.topics import ensure_topics
+from segscope_schemas import delay_histogram, path_record
 from segscope_schemas.stamp_error_estimate import ee_to_error_ns
 from segscope_schemas.stamp_record import STAMP_RECORD_DTYPE, encode_batch
 from tests.processors.conftest import stop_worker
@@ -74,6 +79,7 @@ def expected_lines(node: str, recs: np.ndarray) -> dict[tuple, dict]:
             p50, p99 = np.percentile(np.array(v), [50, 99])
             out[(node, str(int(sel["ssid"][0])), direction, int(second) * NS)] = {
                 "count": len(v),
+                "sum_us": sum(v) / 1000,
                 "min_us": min(v) / 1000,
                 "max_us": max(v) / 1000,
                 "mean_us": sum(v) / len(v) / 1000,
@@ -87,8 +93,8 @@ def expected_lines(node: str, recs: np.ndarray) -> dict[tuple, dict]:
 
 def parse_line(line: str):
     head, fields_s, ts = line.rsplit(" ", 2)
-    parts = head.split(",")
-    tags = dict(p.split("=", 1) for p in parts[1:])
+    parts = re.split(r"(?<!\\),", head)  # tag values may hold escaped commas (path)
+    tags = {k: v.replace("\\,", ",") for k, v in (p.split("=", 1) for p in parts[1:])}
     fields = {}
     for kv in fields_s.split(","):
         k, v = kv.split("=", 1)
@@ -104,6 +110,8 @@ def topics(kafka_bootstrap):
         "metrics": f"test.delay.{run}.metrics",
         "deadletter": f"test.delay.{run}.deadletter",
         "app_id": f"test-delay-{run}",
+        "paths": f"test.delay.{run}.paths",
+        "instance": f"delay-test-{run}",
     }
     ensure_topics(kafka_bootstrap, [names["records"]], partitions=2)  # like segscope.stamp.records
     ensure_topics(kafka_bootstrap, [names["metrics"], names["deadletter"]])
@@ -113,7 +121,7 @@ def topics(kafka_bootstrap):
 @pytest.fixture
 def worker(kafka_bootstrap, topics, tmp_path):
     log_path = tmp_path / "worker.log"
-    env = dict(os.environ, PYTHONPATH=f"{REPO}:{REPO / 'schemas' / 'python'}")
+    env = dict(os.environ, PYTHONPATH=f"{REPO}:{REPO / 'schemas' / 'python'}", SEGSCOPE_INSTANCE=topics["instance"])
     with open(log_path, "w") as log:
         proc = subprocess.Popen(
             [
@@ -130,6 +138,8 @@ def worker(kafka_bootstrap, topics, tmp_path):
                 topics["deadletter"],
                 "--app-id",
                 topics["app_id"],
+                "--paths-topic",
+                topics["paths"],
                 "--grace-s",
                 "1",
                 "--datadir",
@@ -156,6 +166,40 @@ def test_worker_aggregates_two_sessions_and_dead_letters_garbage(kafka_bootstrap
     expected = {}
     for (node, _), recs in sessions.items():
         expected.update(expected_lines(node, recs))
+
+    consumer = Consumer(
+        {
+            "bootstrap.servers": kafka_bootstrap,
+            "group.id": f"{topics['app_id']}-reader",
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+        }
+    )
+    consumer.subscribe([topics["metrics"], topics["deadletter"]])
+
+    def counters_seen(until) -> dict:
+        """Read metrics lines until a segscope_processor line satisfies until(fields)."""
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                pytest.fail(f"worker exited with {proc.returncode}:\n{log_path.read_text()[-3000:]}")
+            msg = consumer.poll(0.5)
+            if msg is None or msg.error() or msg.topic() != topics["metrics"]:
+                continue
+            for line in msg.value().decode().split("\n"):
+                meas, _, fields, _ = parse_line(line)
+                if meas == "segscope_processor" and until(fields):
+                    return fields
+        pytest.fail(f"no counters line as wanted:\n{log_path.read_text()[-3000:]}")
+
+    # the worker is up (its PathBook read the empty topic); A's path arrives while it runs
+    assert counters_seen(lambda f: True)["path_records"] == 0
+    path_a = ["fc00:2::e", "fc00:3::d6"]
+    paths_producer = Producer({"bootstrap.servers": kafka_bootstrap})
+    key, value = path_record.encode(path_record.PathRecord.stamp("A", 1, "sender", path_a, ["fc00:1::e"], 1))
+    paths_producer.produce(topics["paths"], key=key, value=value)
+    assert paths_producer.flush(30) == 0
+    counters_seen(lambda f: f["path_records"] == 1)
 
     delivered = []
     # lz4 like collectors/stamp_streamer.c: the worker must have the codec
@@ -184,16 +228,7 @@ def test_worker_aggregates_two_sessions_and_dead_letters_garbage(kafka_bootstrap
     n_records = sum(len(r) for r in sessions.values())
     replayed = sum(len(np.array_split(r, 7)[3]) for r in sessions.values())
 
-    consumer = Consumer(
-        {
-            "bootstrap.servers": kafka_bootstrap,
-            "group.id": f"{topics['app_id']}-reader",
-            "auto.offset.reset": "earliest",
-            "enable.auto.commit": False,
-        }
-    )
-    consumer.subscribe([topics["metrics"], topics["deadletter"]])
-    got, letters, last_counters, consumer_lag = {}, [], None, {}
+    got, hists, paths, letters, last_counters, consumer_lag = {}, {}, {}, [], None, {}
     deadline = time.monotonic() + 90
     try:
         while time.monotonic() < deadline:
@@ -207,13 +242,19 @@ def test_worker_aggregates_two_sessions_and_dead_letters_garbage(kafka_bootstrap
                 continue
             for line in msg.value().decode().split("\n"):
                 meas, tags, fields, ts = parse_line(line)
+                key = (tags.get("node"), tags.get("ssid"), tags.get("direction"), ts)
                 if meas == "stamp_delay":
-                    got[(tags["node"], tags["ssid"], tags["direction"], ts)] = fields
+                    got[key] = fields
+                    paths[key] = tags["path"]
+                elif meas == "stamp_delay_histogram":
+                    hists[key] = (tags["path"], fields)
                 elif meas == "segscope_consumer":  # one line per assigned input partition
                     assert tags["processor"] == "delay" and tags["topic"] == topics["records"]
+                    assert tags["instance"] == topics["instance"]
                     consumer_lag[int(tags["partition"])] = fields
                 else:
-                    assert meas == "segscope_processor" and tags == {"processor": "delay"}
+                    assert meas == "segscope_processor"
+                    assert tags == {"processor": "delay", "instance": topics["instance"]}
                     last_counters = fields
             if (
                 len(got) >= len(expected)
@@ -234,6 +275,12 @@ def test_worker_aggregates_two_sessions_and_dead_letters_garbage(kafka_bootstrap
         assert set(have) == set(want), key
         for field in ("count", "min_us", "max_us", "unsynchronized"):
             assert have[field] == want[field], (key, field)
+        assert have["sum_us"] == pytest.approx(want["sum_us"], rel=1e-15), key  # an exact ns sum / 1000
+        # path: A's SID list as published (the inventory tag's value), B never published: unknown
+        assert paths[key] == (",".join(path_a) if key[0] == "A" else "unknown"), key
+        hist_path, buckets = hists[key]
+        assert hist_path == paths[key] and sum(buckets.values()) == want["count"], key
+        assert delay_histogram.quantile_us(buckets, 1.0) == pytest.approx(want["max_us"], rel=0.022), key
         for field in ("mean_us", "p50_us", "p99_us", "ipdv_mean_us"):
             assert have[field] == pytest.approx(want[field], rel=1e-9), (key, field)
 
@@ -257,4 +304,6 @@ def test_worker_aggregates_two_sessions_and_dead_letters_garbage(kafka_bootstrap
     assert c["malformed_batches"] == 2
     assert c["duplicate_records"] == replayed
     assert c["late_records_dropped"] == 0 and c["negative_delays"] == 0
-    assert c["points_out"] == len(expected)
+    assert c["points_out"] == len(expected) == c["histogram_points_out"]
+    assert c["path_unknown"] == sum(1 for k in expected if k[0] == "B")
+    assert c["path_records"] == 1 and c["path_records_malformed"] == 0

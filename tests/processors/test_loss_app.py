@@ -247,7 +247,7 @@ def test_loss_worker_to_influxdb(stack, run_names, tmp_path, workers):
                         and incomplete_seen_at is None
                     ):
                         incomplete_seen_at = time.monotonic()
-                    if head == "segscope_processor,processor=loss":
+                    if head.startswith("segscope_processor,processor=loss,instance="):
                         c = parse_fields(fields_s)
                         if c["records_in"] == 15:  # ours (another loss worker would differ)
                             counters = c

@@ -34,8 +34,8 @@ def rec(
     return r
 
 
-def head(flow=7, method="dscp", tx="A", rx="B", period=1000):
-    return f"altmark_loss,flow={flow},method={method},period_ms={period},tx_node={tx},rx_node={rx}"
+def head(flow=7, method="dscp", tx="A", rx="B", period=1000, path="unknown"):
+    return f"altmark_loss,flow={flow},method={method},period_ms={period},tx_node={tx},rx_node={rx},path={path}"
 
 
 def joined_ab(j: LossJoiner, tx=1000, rx=990, block=B, now=T0):
@@ -252,7 +252,9 @@ def test_tags_are_escaped():
     j = LossJoiner()
     j.ingest("edge A,1", rec(TX, 2, 2), T0)
     j.ingest("B=2", rec(RX, 2, 2), T0)
-    assert j.flush(T0)[0].startswith(r"altmark_loss,flow=7,method=dscp,period_ms=1000,tx_node=edge\ A\,1,rx_node=B\=2 ")
+    assert j.flush(T0)[0].startswith(
+        r"altmark_loss,flow=7,method=dscp,period_ms=1000,tx_node=edge\ A\,1,rx_node=B\=2,path=unknown "
+    )
 
 
 def test_batch_round_trip_into_joiner():
@@ -273,8 +275,26 @@ def test_counters_line():
         "duplicate_records=1i,conflicting_records=0i,partial_records=0i,agent_restarts=0i,"
         "late_records_dropped=0i,replayed_records_skipped=0i,points_out=1i,points_reemitted=0i,blocks_complete=1i,"
         "blocks_incomplete=0i,"
-        "rx_exceeds_tx=0i,dmark_delays=0i,dmark_mismatch=0i,processing_errors=0i,open_blocks=1i 123"
+        "rx_exceeds_tx=0i,dmark_delays=0i,dmark_mismatch=0i,processing_errors=0i,path_unknown=1i,open_blocks=1i 123"
     )
+
+
+def test_path_tag_is_the_tx_sides_path_fixed_at_first_publication():
+    """path = flow_path(flow, tx node) when the block is first published; a re-publication (late
+    side) keeps it even if the path became known or changed meanwhile (same series, overwritten)."""
+    known: dict[tuple[int, str | None], str] = {}
+    j = LossJoiner(timeout_s=1.0)
+    j.flow_path = lambda flow_id, tx_node: known.get((flow_id, tx_node))
+    j.ingest("A", rec(TX, 500, 600_000), T0)
+    assert j.flush(T0 + NS_PER_S)[0].startswith(f"{head(rx='unknown')} tx_packets=500i,")  # no rx, no path yet
+    known[(7, "A")] = "fc00:2::e,fc00:3::d6"
+    j.ingest("B", rec(RX, 499, 598_800), T0 + NS_PER_S)
+    assert j.flush(T0 + NS_PER_S)[0].startswith(f"{head()} tx_packets=500i,rx_packets=499i,lost=1i,")
+    j.ingest("A", rec(TX, 10, 10, block=B + 1), T0)
+    j.ingest("B", rec(RX, 10, 10, block=B + 1), T0)
+    escaped = r"fc00:2::e\,fc00:3::d6"
+    assert j.flush(T0)[0].startswith(head(path=escaped) + " tx_packets=10i,")
+    assert j.counters.path_unknown == 1  # once per block
 
 
 @pytest.mark.parametrize("timeout_s, retention_s", [(0, 10), (10, 5), (-1, 10)])

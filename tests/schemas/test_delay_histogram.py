@@ -44,3 +44,14 @@ def test_empty_and_non_bucket_fields_ignored():
         np.sqrt(h.bucket_bounds_ns(159)[0] * 1024) / 1000.0
     )
     assert h.quantile_us({"low": 5}, 0.5) == 0.0
+
+
+def test_fields_text_is_counts_as_line_protocol():
+    """The processor's fast writer (bincount) says exactly what counts() says, vectors included."""
+    rng = np.random.default_rng(3)
+    delays = np.concatenate([rng.integers(-10, 3 * 10**6, 5000), [d for d, _ in h.VECTORS], [2**40]]).astype(np.int64)
+    text = h.fields_text(delays)
+    parsed = {k: int(v[:-1]) for k, v in (f.split("=") for f in text.split(","))}
+    assert parsed == h.counts(delays)
+    assert list(parsed) == sorted(parsed, key=h.field_names().index)  # bucket order
+    assert sum(parsed.values()) == delays.size

@@ -29,10 +29,22 @@ def test_creates_then_grows_and_never_shrinks(stack):
     assert len(said) == 2
 
 
+def test_registry_topic_config_is_set_at_creation(stack, monkeypatch):
+    """A registry topic with a config (segscope.paths: compacted) gets it from segscope-topics; the
+    stack made the real segscope.paths the same way."""
+    from tests.processors.conftest import topic_config
+
+    name = f"segscope-test.topics.{uuid.uuid4().hex[:8]}"
+    monkeypatch.setitem(topics.TOPIC_CONFIG, name, {"cleanup.policy": "compact"})
+    topics.ensure(stack.kafka_bootstrap, {name: 1}, replication=1, timeout_s=30, say=lambda s: None)
+    assert topic_config(stack.kafka_bootstrap, name, "cleanup.policy") == "compact"
+    assert topic_config(stack.kafka_bootstrap, "segscope.paths", "cleanup.policy") == "compact"
+
+
 def test_registry_topics_ready_and_check_mode(stack, capsys):
     assert topics.main(["--bootstrap", stack.kafka_bootstrap, "--check"]) == 0
     out = capsys.readouterr().out
-    assert "segscope.stamp.records" in out and "segscope.altmark.blocks" in out
+    assert "segscope.stamp.records" in out and "segscope.altmark.blocks" in out and "segscope.paths" in out
     # more partitions than the stack made: --check reports the topic short, changes nothing
     assert topics.main(["--bootstrap", stack.kafka_bootstrap, "--check", "--partitions", "segscope.metrics=7"]) == 1
     assert partitions(stack.kafka_bootstrap, "segscope.metrics") < 7

@@ -11,7 +11,7 @@ share `high`. Field names are `b<i>` (b0 .. b559), the same in the raw data and 
 
 Wire form (schemas/metrics.md): one line per node, session, second and direction, sparse (only
 buckets that hold a delay are written), integer fields:
-    stamp_delay_histogram,node=A,ssid=1,direction=forward,path=fc00:2::e b330=12i,b331=80i,b332=8i 1795306905000000000
+    stamp_delay_histogram,node=A,ssid=1,path=fc00:2::e,direction=forward b330=12i,b331=80i,b332=8i 1795306905000000000
 """
 
 from __future__ import annotations
@@ -65,6 +65,18 @@ def counts(delays_ns: np.ndarray) -> dict[str, int]:
     for i, c in zip(values.tolist(), n.tolist()):
         out[LOW if i < 0 else HIGH if i > MAX_INDEX else f"b{i}"] = c
     return out
+
+
+_FIELD_NAMES = field_names()  # index i + 1 -> name (low at 0, high at MAX_INDEX + 2)
+
+
+def fields_text(delays_ns: np.ndarray) -> str:
+    """The line-protocol field set of one point, `b330=12i,b331=80i`: counts() as text, buckets
+    in order, via one bincount (the delay processor writes one per second and direction)."""
+    idx = bucket_indexes(delays_ns)
+    n = np.bincount(idx + 1)
+    nz = np.flatnonzero(n)
+    return ",".join(f"{_FIELD_NAMES[i]}={c}i" for i, c in zip(nz.tolist(), n[nz].tolist()))
 
 
 def is_bucket(name: str) -> bool:

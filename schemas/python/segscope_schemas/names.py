@@ -36,8 +36,13 @@ TOPIC_ALTMARK_BLOCKS: str = REGISTRY["topics"]["altmark_blocks"]["name"]
 TOPIC_METRICS: str = REGISTRY["topics"]["metrics"]["name"]
 TOPIC_DEADLETTER: str = REGISTRY["topics"]["deadletter"]["name"]
 TOPIC_TOPOLOGY: str = REGISTRY["topics"]["topology"]["name"]
+TOPIC_PATHS: str = REGISTRY["topics"]["paths"]["name"]
 # partitions the local stack creates each topic with (the processors' parallelism follows them)
 TOPIC_PARTITIONS: dict[str, int] = {t["name"]: int(t["partitions"]) for t in REGISTRY["topics"].values()}
+# topic configs every creator must set (e.g. cleanup.policy=compact); topics without one: {}
+TOPIC_CONFIG: dict[str, dict[str, str]] = {
+    t["name"]: {k: str(v) for k, v in t.get("config", {}).items()} for t in REGISTRY["topics"].values()
+}
 
 GROUP_TELEGRAF: str = REGISTRY["groups"]["telegraf"]
 GROUP_DELAY: str = REGISTRY["groups"]["delay"]

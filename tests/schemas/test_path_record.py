@@ -1,0 +1,69 @@
+"""segscope.paths records (schemas/paths.md): the vectors both ways, and every malformed value is
+refused with its reason (the PathBook counts them instead of crashing)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from segscope_schemas import path_record as pr
+
+
+@pytest.mark.parametrize("key,value,record", pr.VECTORS)
+def test_vectors_decode_and_encode_byte_for_byte(key, value, record):
+    assert pr.decode(key, value) == record
+    if record is not None:
+        assert pr.encode(record) == (key, value)
+    else:
+        kind, node, ident, role = key.decode().split("/")
+        assert pr.tombstone(kind, node, int(ident), role) == (key, None)
+
+
+def test_path_tag_is_the_inventory_value():
+    assert pr.path_tag(pr.decode(*pr.VECTORS[0][:2])) == "fc00:2::e"
+    assert pr.path_tag(pr.decode(*pr.VECTORS[1][:2])) == "direct"  # no SIDs: as segscope_stamp_session
+    assert pr.path_tag(pr.decode(*pr.VECTORS[2][:2])) == "fc00:2::e,fc00:3::d6"
+    assert pr.path_tag(pr.PathRecord.flow("B", 7, "rx", [], "rfc9343", 100, 1)) == "flowmonid"
+
+
+def test_same_route_ignores_only_the_publication_time():
+    a = pr.PathRecord.stamp("A", 1, "sender", ["fc00:2::e"], [], 1)
+    assert a.same_route(pr.PathRecord.stamp("A", 1, "sender", ["fc00:2::e"], [], 99))
+    assert not a.same_route(pr.PathRecord.stamp("A", 1, "sender", ["fc00:3::e"], [], 1))
+    assert not a.same_route(None)
+
+
+GOOD = json.loads(pr.VECTORS[2][1])
+
+
+@pytest.mark.parametrize(
+    "key,value,reason",
+    [
+        (None, pr.VECTORS[2][1], "no_key"),
+        (b"\xff", None, "bad_key"),
+        (b"flow/A/x/tx", None, "bad_key"),
+        (b"session/A/1/tx", None, "bad_key"),
+        (b"flow/A/7", None, "bad_key"),
+        (b"flow/A/7/tx", b"{not json", "bad_json"),
+        (b"flow/A/7/tx", b"[1]", "not_an_object"),
+        (b"flow/A/7/tx", json.dumps({**GOOD, "v": 2}).encode(), "unsupported_version"),
+        (b"flow/A/7/tx", json.dumps({k: v for k, v in GOOD.items() if k != "path"}).encode(), "missing_field"),
+        (b"flow/A/7/tx", json.dumps({**GOOD, "flow_id": "7"}).encode(), "bad_field"),
+        (b"flow/A/7/tx", json.dumps({**GOOD, "path": "fc00::1"}).encode(), "bad_field"),
+        (b"flow/A/7/tx", json.dumps({**GOOD, "path": ["a,b"]}).encode(), "bad_field"),
+        (b"flow/A/7/tx", json.dumps({**GOOD, "method": "colour"}).encode(), "bad_field"),
+        (b"flow/A/7/tx", json.dumps({**GOOD, "kind": "other"}).encode(), "bad_field"),
+        (b"flow/A/8/tx", pr.VECTORS[2][1], "key_mismatch"),
+        (b"stamp/A/70000/sender", json.dumps({**json.loads(pr.VECTORS[0][1]), "ssid": 70000}).encode(), "bad_field"),
+    ],
+)
+def test_malformed_records_are_refused_with_their_reason(key, value, reason):
+    with pytest.raises(pr.MalformedPathRecord) as e:
+        pr.decode(key, value)
+    assert e.value.reason == reason
+
+
+def test_encode_refuses_what_decode_would_refuse():
+    with pytest.raises(pr.MalformedPathRecord):
+        pr.encode(pr.PathRecord.stamp("a/b", 1, "sender", [], [], 1))
