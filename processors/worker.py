@@ -326,6 +326,15 @@ class InOrderAcks:
     def hold(self, stream, event, state) -> None:
         self.held.append((stream, event, state))
 
+    def drop(self, partitions) -> int:
+        """Forget the held messages of revoked partitions, unacked: their new owner replays them
+        from the committed offset (acking them now could commit for a partition this worker no
+        longer owns). Returns how many."""
+        keep = [entry for entry in self.held if entry[1].message.tp not in partitions]
+        dropped = len(self.held) - len(keep)
+        self.held = keep
+        return dropped
+
     async def ack_finished(self, finished: Callable[[object], bool]) -> None:
         blocked: set = set()
         keep = []
