@@ -351,7 +351,7 @@ class InOrderAcks:
     def hold(self, stream, event, state) -> None:
         self.held.append((stream, event, state))
 
-    def forget(self, partitions: set) -> int:
+    def drop(self, partitions) -> int:
         """Drop the held messages of partitions this worker no longer owns (a rebalance moved them):
         they were never committed, so their new owner replays them. Returns how many."""
         keep = [h for h in self.held if h[1].message.tp not in partitions]
@@ -491,7 +491,7 @@ class PartitionMoves:
                     del self.key_partition[k]
                 self.counts["partitions_lost"] += len(lost)
                 self.counts["keys_dropped"] += self.on_lost(keys)
-                self.counts["messages_forgotten"] += self.pending.forget(lost)
+                self.counts["messages_forgotten"] += self.pending.drop(lost)
                 log.info("rebalance: %d partitions of %s moved away, %d keys dropped", len(lost), self.topic, len(keys))
             self._note_uncommitted(sender, now - self.owned_before)
             self.on_assigned()

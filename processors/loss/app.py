@@ -5,23 +5,39 @@ Run from the repository root:
     faust -A processors.loss.app worker --without-web -l info               (same worker)
 
 Settings: processors/loss/config.py (SEGSCOPE_KAFKA_BOOTSTRAP, SEGSCOPE_TOPIC_ALTMARK_BLOCKS,
-SEGSCOPE_TOPIC_METRICS, SEGSCOPE_TOPIC_DEADLETTER, SEGSCOPE_LOSS_APP_ID, SEGSCOPE_LOSS_TIMEOUT_S, ...).
+SEGSCOPE_TOPIC_ALTMARK_BY_FLOW, SEGSCOPE_TOPIC_METRICS, SEGSCOPE_TOPIC_DEADLETTER,
+SEGSCOPE_LOSS_APP_ID, SEGSCOPE_LOSS_TIMEOUT_S, ...).
 
-Per Kafka message the agent decodes the batch (np.frombuffer) and hands its records to the
-LossJoiner (processors/loss/join.py); a message that is not an altmark_batch goes to the
-dead-letter topic with the reason, and so does a batch with unusable records (its good
-records are still used). Everything that is published happens in the flush timer: it sweeps
-blocks whose other side did not come within the timeout (complete=false), publishes joined
-and changed blocks, and the segscope_processor,processor=loss counters.
+Two stages in one worker, N workers in one consumer group (the app id):
+- split_batches (repartition) reads the collectors' messages (keyed by node, so a flow's tx and
+  rx records can be in different partitions), checks the records, and re-sends them to the
+  by-flow topic, partition flow_partition(flow_id) (processors/loss/keying.py), one message per
+  partition a batch touches. A message that is not an altmark_batch goes to the dead-letter
+  topic with the reason, and so does a batch with unusable records (its good records go on).
+  A source message is acked only when Kafka acknowledged every re-keyed message it produced;
+  a worker killed before that is replayed, and the join counts the copies once (duplicates).
+- join_batches reads the by-flow topic: every record of a flow, from both nodes, comes to the
+  one worker that owns the flow's partition. It decodes the batch (np.frombuffer) and hands
+  the records to the LossJoiner (processors/loss/join.py, vectorised). Everything it publishes
+  happens in the flush timer: blocks whose other side did not come within the timeout
+  (complete=false), joined and changed blocks, and the segscope_processor,processor=loss counters.
 
-Crash safety, as in processors/delay: a message is acknowledged (its offset committable) only
-when every block it fed has left the joiner (retention_s after the block was first seen) and
-the lines published before were acknowledged by Kafka. A worker killed with -9 is replaced by
-one that replays those messages, rebuilds the blocks with both sides and publishes the same
-lines again (InfluxDB overwrites them): never a block joined from one side only. A replayed
-message can also hold a record of a block that was already final (a batch spans blocks); so
-before it acks, the worker writes each flow's highest evicted block to <app_id>.progress, and a
-new worker skips replayed records of those blocks (replayed_records_skipped).
+Crash safety, as in processors/delay: a by-flow message is acknowledged (its offset committable)
+only when every block it fed has left the joiner (retention_s after the block was first seen: a
+message ingested at t is done once a flush at t + retention_s evicted) and the lines published
+before were acknowledged by Kafka. A worker killed with -9 is replaced by one that replays those
+messages, rebuilds the blocks with both sides and publishes the same lines again (InfluxDB
+overwrites them): never a block joined from one side only. A replayed message can also hold a
+record of a block that was already final (a batch spans blocks); so before it acks, the worker
+writes each flow's highest evicted block (and the nodes of its sides, for the tags of a later
+missing side) to <app_id>.progress, and a worker skips replayed records of those blocks
+(replayed_records_skipped).
+
+Rebalance (a worker joins, leaves or dies): Kafka revokes partitions and assigns them again; for
+the partitions it loses a worker forgets their held messages (not acked: the new owner replays
+them from the committed offset) and the open blocks of their flows (never published by two
+workers), after the flush in progress (flush_lock); on assignment it reads the progress topic
+again (the previous owner wrote its flows there before it acked).
 """
 
 from __future__ import annotations
@@ -32,15 +48,17 @@ import logging
 import time
 
 import faust
+import numpy as np
 from aiokafka import codec as aiokafka_codec
 
 from processors.delay.aggregate import counters_line
 from processors.delay.topics import ensure_topics
 from processors.loss.config import LossConfig
 from processors.loss.join import LossJoiner
+from processors.loss.keying import by_flow_key, flow_partition, split_by_partition
 from processors.paths import PathBook
 from processors.worker import InOrderAcks, ProcessorHealth, dead_letter, faust_app_settings, read_progress
-from segscope_schemas.altmark_block import MalformedBatch, decode_batch
+from segscope_schemas.altmark_block import DIR_RX, DIR_TX, MalformedBatch, check_records, decode_batch, encode_batch
 from segscope_schemas.names import TOPIC_CONFIG, TOPIC_PATHS
 
 log = logging.getLogger("segscope.loss")
@@ -50,6 +68,9 @@ joiner = LossJoiner(timeout_s=cfg.timeout_s, retention_s=cfg.retention_s, tai_ut
 # every flow's SID list (segscope.paths, schemas/paths.md): the `path` tag of altmark_loss
 paths = PathBook(cfg.bootstrap, cfg.paths_topic)
 joiner.flow_path = paths.path_for_flow
+# partitions of the by-flow topic, read from Kafka at start (every worker must use the same count)
+by_flow_partitions = 0
+PROGRESS_BUCKETS = 16  # progress messages per by-flow partition (each a snapshot of its flows)
 
 
 def clock_ns() -> int:
@@ -57,8 +78,16 @@ def clock_ns() -> int:
     return time.monotonic_ns()
 
 
+def topic_partitions(topic: str) -> int:
+    from confluent_kafka.admin import AdminClient
+
+    meta = AdminClient({"bootstrap.servers": cfg.bootstrap}).list_topics(topic, timeout=30)
+    return len(meta.topics[topic].partitions)
+
+
 class LossApp(faust.App):
     async def on_first_start(self) -> None:
+        global by_flow_partitions
         self.conf.datadir.parent.mkdir(parents=True, exist_ok=True)  # Faust makes only the last level
         await super().on_first_start()
         # The collector compresses with lz4; without cramjam aiokafka fails on the first fetch.
@@ -66,15 +95,32 @@ class LossApp(faust.App):
             raise RuntimeError("aiokafka has no lz4 codec: install cramjam (requirements.txt)")
         # Faust ignores a missing source topic (and then never consumes it).
         ensure_topics(cfg.bootstrap, [cfg.blocks_topic, cfg.metrics_topic, cfg.deadletter_topic])
-        # the progress topic keeps the newest value per key (session or flow): compacted, it stays small
+        ensure_topics(
+            cfg.bootstrap, [cfg.by_flow_topic], partitions=cfg.by_flow_partitions or topic_partitions(cfg.blocks_topic)
+        )
+        by_flow_partitions = topic_partitions(cfg.by_flow_topic)
+        if cfg.by_flow_partitions and by_flow_partitions != cfg.by_flow_partitions:
+            # growing it would move flows to other partitions while blocks are open: an operator's step
+            log.warning(
+                "%s has %d partitions, not %d (SEGSCOPE_LOSS_BY_FLOW_PARTITIONS): using %d; to change it, "
+                "stop every loss worker, let the input drain, then recreate or grow the topic",
+                cfg.by_flow_topic,
+                by_flow_partitions,
+                cfg.by_flow_partitions,
+                by_flow_partitions,
+            )
+        # the progress topic keeps the newest value per key (partition and bucket): compacted, it stays small
         ensure_topics(cfg.bootstrap, [PROGRESS_TOPIC], config={"cleanup.policy": "compact"})
         ensure_topics(cfg.bootstrap, [cfg.paths_topic], config=TOPIC_CONFIG[TOPIC_PATHS])
-        load_progress()
+        load_progress(read_progress(cfg.bootstrap, PROGRESS_TOPIC, f"{cfg.app_id}-progress-reader"))
         paths.start()  # the paths published so far, before the first block is published
         health.serve()
         log.info(
-            "loss processor: %s -> %s (dead letters: %s), broker %s, group %s, timeout %.1f s, retention %.0f s",
+            "loss processor: %s -> %s (%d partitions) -> %s (dead letters: %s), broker %s, group %s, "
+            "timeout %.1f s, retention %.0f s",
             cfg.blocks_topic,
+            cfg.by_flow_topic,
+            by_flow_partitions,
             cfg.metrics_topic,
             cfg.deadletter_topic,
             cfg.bootstrap,
@@ -87,10 +133,8 @@ class LossApp(faust.App):
         # A clean stop publishes what is ready; blocks still waiting for a side are not published
         # as incomplete: their messages stay uncommitted and the next worker joins them.
         try:
-            await publish_lines(joiner.flush(clock_ns()))
-            await write_progress()
-            await ack_finished_messages()
-            await publish_counters()
+            await flush_blocks_locked()
+            await ack_split_messages()
         except Exception as e:  # the producer may already be gone; say so, don't hide it
             log.warning("final flush on stop failed: %r", e)
         paths.stop()
@@ -100,6 +144,7 @@ class LossApp(faust.App):
 app = LossApp(
     cfg.app_id,
     **faust_app_settings(cfg.bootstrap, cfg.datadir),
+    consumer_max_fetch_size=16 * 1024 * 1024,  # default 1 MiB = only a few 4000-record batches
     broker_max_poll_records=2000,
     producer_max_request_size=4 * 1024 * 1024,
 )
@@ -109,40 +154,161 @@ health = ProcessorHealth(app, "loss", cfg, stale_after_s=max(15.0, 5 * cfg.flush
 blocks_topic = app.topic(
     cfg.blocks_topic, key_type=bytes, value_type=bytes, key_serializer="raw", value_serializer="raw"
 )
+by_flow_topic = app.topic(
+    cfg.by_flow_topic, key_type=bytes, value_type=bytes, key_serializer="raw", value_serializer="raw"
+)
 metrics_topic = app.topic(cfg.metrics_topic, key_serializer="raw", value_serializer="raw")
 deadletter_topic = app.topic(cfg.deadletter_topic, key_serializer="raw", value_serializer="raw")
 PROGRESS_TOPIC = f"{cfg.app_id}.progress"
 progress_topic = app.topic(PROGRESS_TOPIC, key_serializer="raw", value_serializer="raw")
-progress_written: dict[tuple[int, int, int], int] = {}
+progress_written: dict[tuple[int, int, int], int] = {}  # flow -> the final_upto Kafka has for it
+# the joiner clock of the flush whose evictions the last progress write covered
+progress_covered_ns: int | None = None
+# a flush (publish, progress, acks) and a rebalance never interleave
+flush_lock = asyncio.Lock()
 
 
-def load_progress() -> None:
-    """Seed the joiner with the flows' final blocks a previous worker wrote (read once, at start)."""
-    for v in read_progress(cfg.bootstrap, PROGRESS_TOPIC, f"{cfg.app_id}-progress-reader"):
-        flow = (int(v["flow_id"]), int(v["method"]), int(v["period_ms"]))
-        progress_written[flow] = max(progress_written.get(flow, -1), int(v["final_upto"]))
-    joiner.final_upto.update(progress_written)
+# -- progress ------------------------------------------------------------------
+
+
+def load_progress(values: list[dict]) -> None:
+    """Seed the joiner with the flows' final blocks (and side nodes) previous owners wrote.
+    Two formats: one flow per message (before the by-flow topic) and a snapshot of the flows of
+    one by-flow partition and bucket ({"flows": [[flow_id, method, period_ms, final_upto,
+    tx_node, rx_node], ...]})."""
+    for v in values:
+        entries = v.get("flows") or [[v["flow_id"], v["method"], v["period_ms"], v["final_upto"], None, None]]
+        for flow_id, method, period_ms, upto, tx_node, rx_node in entries:
+            flow = (int(flow_id), int(method), int(period_ms))
+            if int(upto) > progress_written.get(flow, -1):
+                progress_written[flow] = int(upto)
+            for direction, node in ((DIR_TX, tx_node), (DIR_RX, rx_node)):
+                if node is not None:
+                    joiner.flow_nodes.setdefault((flow[0], flow[1], direction), node)
+    for flow, upto in progress_written.items():
+        if upto > joiner.final_upto.get(flow, -1):
+            joiner.final_upto[flow] = upto
     if progress_written:
         log.info("loss processor: %d flows resume from %s", len(progress_written), PROGRESS_TOPIC)
 
 
 async def write_progress() -> None:
-    """Each flow's highest evicted block, delivered before any message behind it is acked."""
+    """Each flow's highest evicted block, delivered before any message behind it is acked: one
+    snapshot message per by-flow partition and bucket that changed (key p<partition>/b<bucket>,
+    compacted), not one message per flow (10 000 flows at T = 1 s would be 10 000 messages/s)."""
+    changed = [flow for flow, upto in joiner.evicted_upto.items() if upto > progress_written.get(flow, -1)]
+    if not changed:
+        return
+    for flow in changed:
+        progress_written[flow] = joiner.evicted_upto[flow]
+    ids = np.fromiter((f[0] for f in changed), dtype=np.uint64, count=len(changed))
+    dirty = set(zip(flow_partition(ids, by_flow_partitions).tolist(), (ids % PROGRESS_BUCKETS).tolist()))
+    flows = list(progress_written)
+    ids = np.fromiter((f[0] for f in flows), dtype=np.uint64, count=len(flows))
+    snapshot: dict[tuple[int, int], list] = {}
+    nodes = joiner.flow_nodes
+    places = zip(flow_partition(ids, by_flow_partitions).tolist(), (ids % PROGRESS_BUCKETS).tolist())
+    for flow, where in zip(flows, places):
+        if where in dirty:
+            tx_node = nodes.get((flow[0], flow[1], DIR_TX))
+            rx_node = nodes.get((flow[0], flow[1], DIR_RX))
+            snapshot.setdefault(where, []).append([*flow, progress_written[flow], tx_node, rx_node])
     sent = []
-    # a snapshot: the await below lets the stream agent evict more blocks meanwhile
-    for flow, upto in list(joiner.evicted_upto.items()):
-        if upto > progress_written.get(flow, -1):
-            value = json.dumps({"flow_id": flow[0], "method": flow[1], "period_ms": flow[2], "final_upto": upto})
-            # key = the whole flow key: the topic is compacted to the newest value per key
-            key = f"{flow[0]}/{flow[1]}/{flow[2]}".encode()
-            sent.append(await progress_topic.send(key=key, value=value.encode()))
-            progress_written[flow] = upto
-    if sent:
-        await asyncio.gather(*sent)
+    for (partition, bucket), entries in sorted(snapshot.items()):
+        value = json.dumps({"partition": partition, "bucket": bucket, "flows": entries}).encode()
+        sent.append(await progress_topic.send(key=f"p{partition}/b{bucket}".encode(), value=value))
+    await asyncio.gather(*sent)
 
 
-def handle_message(message, now_ns: int) -> tuple[bytes | None, set]:
-    """Decode one message and feed the joiner: (a dead letter or None, the block keys it fed)."""
+# -- stage 1: repartition by flow ----------------------------------------------
+
+# source messages with the delivery futures of their re-keyed messages, acked once all delivered
+split_pending = InOrderAcks()
+
+
+async def split_message(message) -> tuple[bytes | None, list]:
+    """Check one collector message and re-send its good records by flow: (a dead letter or None,
+    the delivery futures)."""
+    c = joiner.counters
+    value = message.value
+    try:
+        if value is None:
+            raise MalformedBatch("null_value", "message has no value (tombstone)")
+        header, records = decode_batch(value)
+    except MalformedBatch as e:
+        c.malformed_batches += 1
+        return dead_letter(e.reason, e.detail, message), []
+    c.batches_in += 1
+    c.records_in += len(records)
+    letter = None
+    try:
+        problems = check_records(records)
+        bad = problems != ""
+        if bad.any():
+            invalid: dict[str, int] = {}
+            for p in problems[bad].tolist():
+                invalid[p] = invalid.get(p, 0) + 1
+            c.invalid_records += int(np.count_nonzero(bad))
+            records = records[~bad]
+            letter = dead_letter("invalid_records", json.dumps(invalid, sort_keys=True), message)
+        sent = []
+        for partition, part in split_by_partition(records, by_flow_partitions):
+            body = encode_batch(part, header.node, header.batch_seq)
+            sent.append(
+                await by_flow_topic.send(key=by_flow_key(header.node, partition), value=body, partition=partition)
+            )
+            c.rekeyed_batches_out += 1
+    except Exception as e:  # a bug or an input we did not foresee: keep the message, count it
+        c.processing_errors += 1
+        log.exception("split failed at %s[%d]@%d", message.topic, message.partition, message.offset)
+        return dead_letter("processing_error", repr(e), message), []
+    return letter, sent
+
+
+@app.agent(blocks_topic)
+async def split_batches(stream) -> None:
+    manual = stream.noack()
+    async for event in manual.events():
+        letter, sent = await split_message(event.message)
+        if letter is not None:
+            await (await deadletter_topic.send(key=event.message.key, value=letter))  # delivered first
+        event.message.value = None  # keep the offset, not the bytes
+        split_pending.hold(manual, event, sent)
+
+
+def all_delivered(sent: list) -> bool:
+    for fut in sent:
+        if not fut.done():
+            return False
+        if fut.exception() is not None:  # Kafka refused it after the producer's retries: stop, replay
+            raise RuntimeError(f"re-keyed batch not delivered to {cfg.by_flow_topic}: {fut.exception()!r}")
+    return True
+
+
+async def ack_split_messages() -> None:
+    async with flush_lock:
+        await split_pending.ack_finished(all_delivered)
+
+
+@app.timer(interval=0.25)
+async def ack_split_timer() -> None:
+    try:
+        await ack_split_messages()
+    except RuntimeError as e:
+        log.error("%s", e)
+        await app.crash(e)  # not acked: the replacement worker replays these messages
+
+
+# -- stage 2: join ---------------------------------------------------------------
+
+# every by-flow message with the joiner clock when it was ingested, held unacked until a flush at
+# least retention_s later evicted its blocks and the progress covering them was written (and every
+# earlier message of its partition acked: InOrderAcks says why)
+pending = InOrderAcks()
+
+
+def join_message(message, now_ns: int) -> bytes | None:
+    """Decode one by-flow message and feed the joiner: a dead letter or None."""
     value = message.value
     try:
         if value is None:
@@ -150,44 +316,33 @@ def handle_message(message, now_ns: int) -> tuple[bytes | None, set]:
         header, records = decode_batch(value)
     except MalformedBatch as e:
         joiner.counters.malformed_batches += 1
-        return dead_letter(e.reason, e.detail, message), set()
+        return dead_letter(e.reason, e.detail, message)
+    joiner.counters.rekeyed_batches_in += 1
     try:
-        invalid = joiner.ingest(header.node, records, now_ns)
+        joiner.ingest_checked(header.node, records, now_ns)
     except Exception as e:  # a bug or an input we did not foresee: keep the message, count it
         joiner.counters.processing_errors += 1
         log.exception("ingest failed at %s[%d]@%d", message.topic, message.partition, message.offset)
-        return dead_letter("processing_error", repr(e), message), set()
-    touched = set(
-        zip(
-            records["flow_id"].tolist(),
-            records["method"].tolist(),
-            records["period_ms"].tolist(),
-            records["block_index"].tolist(),
-        )
-    )
-    if invalid:  # the good records of the batch were used; the bad ones are kept here
-        return dead_letter("invalid_records", json.dumps(invalid, sort_keys=True), message), touched
-    return None, touched
+        return dead_letter("processing_error", repr(e), message)
+    return None
 
 
-# Every input message with the block keys it fed, held unacked until ack_finished_messages() finds
-# every one of them evicted (and every earlier message of its partition acked: InOrderAcks says why).
-pending = InOrderAcks()
-
-
-async def ack_finished_messages() -> None:
-    await pending.ack_finished(lambda touched: touched.isdisjoint(joiner.blocks))
-
-
-@app.agent(blocks_topic)
-async def process_batches(stream) -> None:
+@app.agent(by_flow_topic)
+async def join_batches(stream) -> None:
     manual = stream.noack()
     async for event in manual.events():
-        letter, touched = handle_message(event.message, clock_ns())
+        now = clock_ns()
+        letter = join_message(event.message, now)
         if letter is not None:
             await (await deadletter_topic.send(key=event.message.key, value=letter))  # delivered first
         event.message.value = None  # the records are in the joiner: keep the offset, not the bytes
-        pending.hold(manual, event, touched)
+        pending.hold(manual, event, now)
+
+
+async def ack_finished_messages() -> None:
+    if progress_covered_ns is not None:
+        horizon = progress_covered_ns - joiner.retention_ns
+        await pending.ack_finished(lambda ingested_ns: ingested_ns <= horizon)
 
 
 async def publish_lines(lines: list[str]) -> None:
@@ -211,17 +366,52 @@ async def publish_counters() -> None:
     await health.publish(metrics_topic, b"loss", line, ts)
 
 
+async def flush_blocks_locked() -> None:
+    """Timeout sweep + publication (joined, timed-out and changed blocks), progress, acks, counters."""
+    global progress_covered_ns
+    async with flush_lock:
+        lines = joiner.flush(clock_ns())
+        flushed_at = joiner.last_flush_ns
+        await publish_lines(lines)
+        await write_progress()
+        progress_covered_ns = flushed_at
+        await ack_finished_messages()
+        await publish_counters()
+
+
+# -- rebalance ---------------------------------------------------------------------
+
+
+@app.on_partitions_revoked.connect
+async def on_revoked(sender, revoked, **kwargs) -> None:
+    async with flush_lock:  # after the flush in progress: its lines and acks are for what it owned
+        split_pending.drop(revoked)
+        pending.drop(revoked)
+        lost = {tp.partition for tp in revoked if tp.topic == cfg.by_flow_topic}
+        if lost and by_flow_partitions:
+            forgotten = joiner.forget_flows(
+                lambda flow_ids: np.isin(flow_partition(flow_ids, by_flow_partitions), list(lost))
+            )
+            log.info("%s partitions %s revoked: %d open blocks forgotten", cfg.by_flow_topic, sorted(lost), forgotten)
+
+
+@app.on_partitions_assigned.connect
+async def on_assigned(sender, assigned, **kwargs) -> None:
+    if any(tp.topic == cfg.by_flow_topic for tp in assigned) and by_flow_partitions:
+        # the previous owners of these flows wrote how far they are final before they acked
+        values = await asyncio.get_running_loop().run_in_executor(
+            None, read_progress, cfg.bootstrap, PROGRESS_TOPIC, f"{cfg.app_id}-progress-reader"
+        )
+        load_progress(values)
+
+
 _last_log = 0.0
 
 
 @app.timer(interval=cfg.flush_interval_s)
 async def flush_blocks() -> None:
-    """Timeout sweep + publication: joined blocks, timed-out blocks, re-emissions, counters."""
     global _last_log
-    await publish_lines(joiner.flush(clock_ns()))
-    await write_progress()
-    await ack_finished_messages()
-    await publish_counters()
+    await flush_blocks_locked()
     now = time.monotonic()
     if now - _last_log >= 10.0:
         _last_log = now

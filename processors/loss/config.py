@@ -13,6 +13,12 @@ ENV = {
     **processor_env("loss", "blocks_topic", "SEGSCOPE_TOPIC_ALTMARK_BLOCKS", names.TOPIC_ALTMARK_BLOCKS),
     # a block waits this long (from its first record) for its other side, then it is
     # published complete=false (missing_tx / missing_rx); it is overwritten if the side comes later
+    # the repartition stage re-sends every record to partition flow_partition(flow_id) of this topic
+    # (processors/loss/keying.py); "{blocks_topic}" = the input topic's name
+    "by_flow_topic": ("SEGSCOPE_TOPIC_ALTMARK_BY_FLOW", "{blocks_topic}.by_flow"),
+    # partitions of the by-flow topic when the worker creates it; 0 = as many as the input topic.
+    # Rule: partitions >= the most loss workers you will run (processors/loss/README.md)
+    "by_flow_partitions": ("SEGSCOPE_LOSS_BY_FLOW_PARTITIONS", "0"),
     "timeout_s": ("SEGSCOPE_LOSS_TIMEOUT_S", "10.0"),
     "retention_s": ("SEGSCOPE_LOSS_RETENTION_S", "300.0"),
     "flush_interval_s": ("SEGSCOPE_LOSS_FLUSH_INTERVAL_S", "1.0"),
@@ -26,6 +32,8 @@ ENV = {
 class LossConfig(EnvConfig):
     bootstrap: str
     blocks_topic: str
+    by_flow_topic: str
+    by_flow_partitions: int
     metrics_topic: str
     deadletter_topic: str
     paths_topic: str
@@ -42,6 +50,7 @@ class LossConfig(EnvConfig):
 
     @classmethod
     def adjust(cls, raw, env):
+        raw["by_flow_topic"] = raw["by_flow_topic"].replace("{blocks_topic}", raw["blocks_topic"])
         if raw["tai_utc_offset_s"] == "host":
             raw["tai_utc_offset_s"] = str(host_tai_utc_offset_s())
         return raw
@@ -51,5 +60,9 @@ class LossConfig(EnvConfig):
             raise ConfigError(
                 f"need 0 < {ENV['timeout_s'][0]} <= {ENV['retention_s'][0]} (got {self.timeout_s}, {self.retention_s})"
             )
+        if self.by_flow_partitions < 0:
+            raise ConfigError(f"{ENV['by_flow_partitions'][0]} must be >= 0 (0: as many as the input topic)")
+        if self.by_flow_topic == self.blocks_topic:
+            raise ConfigError(f"{ENV['by_flow_topic'][0]} must differ from {ENV['blocks_topic'][0]}")
         if self.flush_interval_s <= 0 or self.max_lines_per_message < 1:
             raise ConfigError(f"{ENV['flush_interval_s'][0]} must be > 0 and {ENV['max_lines_per_message'][0]} >= 1")

@@ -38,12 +38,18 @@ Design (why it looks like this):
   of real traffic `dmark_delay_mean_us = int64(rx_sum - tx_sum mod 2^64) / n / 1000`. Different
   counts (a D-marked packet was lost or the block is not comparable) give no delay field and
   count `dmark_mismatch`; blocks without any D-marked packet (double marking off) count nothing.
-- Records are few (one per flow, side and period), so the loop is plain Python over .tolist().
+- Vectorised (processors/delay/aggregate.py is the model): the open blocks are columns of numpy
+  arrays (one row per block, both sides side by side), a dict maps a block key to its row, and
+  ingest() classifies and stores a whole batch with array operations (new block, skipped, late,
+  side filled, duplicate, conflict). Only what line protocol needs is per block in Python:
+  formatting the line (loss_fields/loss_line) and the key <-> row bookkeeping. A batch holding
+  the same side of one block twice (a replay packed with its original) is taken record by record,
+  so the outcome is always the sequential one.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, fields
 
 import numpy as np
 
@@ -119,43 +125,83 @@ class Counters:
     dmark_delays: int = 0  # complete blocks published with a double-marking delay
     dmark_mismatch: int = 0  # complete blocks with D-marked packets but tx != rx count (no delay)
     processing_errors: int = 0  # well-formed batches the app failed on (counted by the app)
+    rekeyed_batches_out: int = 0  # altmark_batch messages the repartition stage produced (by flow)
+    rekeyed_batches_in: int = 0  # altmark_batch messages the join stage consumed (by flow)
+    blocks_handed_over: int = 0  # open blocks forgotten when their partition went to another worker
     path_unknown: int = 0  # blocks published with path=unknown (no tx-side record on segscope.paths yet)
 
     def as_dict(self) -> dict[str, int]:
         return {f.name: getattr(self, f.name) for f in fields(self)}
 
 
-@dataclass
-class Side:
-    node: str
-    boot_id: int
-    packets: int
-    bytes: int
-    flags: int
-    dmark_packets: int = 0
-    dmark_ts_sum_ns: int = 0
-
-
-@dataclass
-class Block:
-    first_seen_ns: int
-    sides: dict[int, Side] = field(default_factory=dict)
-    problem: str | None = None
-    last_line: str | None = None
-    path: str | None = None  # the path tag, fixed when the block is first published (loss_path_tag)
-    dirty: bool = True  # changed since its line was last computed
-
-    def note_problem(self, reason: str) -> None:
-        self.dirty = True
-        if self.problem is None:
-            self.problem = reason
-
-
 BlockKey = tuple[int, int, int, int]  # flow_id, method, period_ms, block_index
 FlowKey = tuple[int, int, int]  # flow_id, method, period_ms
 
+# A block's problem (the first one noted wins), as stored in LossJoiner._problem.
+PROBLEM_NAMES = (None, "partial_block", "agent_restart", "conflicting_nodes", "conflicting_records")
+P_PARTIAL, P_RESTART, P_CONFLICTING_NODES, P_CONFLICTING_RECORDS = 1, 2, 3, 4
+SIDES = (DIR_TX, DIR_RX)  # row 0 of the side columns: tx, row 1: rx
+
+
+def loss_tags(flow_id: int, method: int, period_ms: int, tx_node: str, rx_node: str) -> str:
+    """Measurement and tags of an altmark_loss line: with the timestamp, the point's identity (they
+    never change between re-emissions of a block). tx_node, rx_node: escaped tag values."""
+    return (
+        f"{MEASUREMENT},flow={flow_id},method={METHOD_NAMES[method]},period_ms={period_ms},"
+        f"tx_node={tx_node},rx_node={rx_node}"
+    )
+
+
+def loss_fields(
+    tx_packets: int | None,
+    rx_packets: int | None,
+    tx_bytes: int,
+    rx_bytes: int,
+    reason: str | None,
+    dmark: tuple[int, float] | None,
+) -> str:
+    """The field set of an altmark_loss line: a side's packets None when it is missing; reason None
+    for a complete block; dmark (D-marked packets, mean delay in us) or None."""
+    if reason is None:
+        lost = tx_packets - rx_packets
+        ratio = f"loss_ratio={format_float(lost / tx_packets)}," if tx_packets else ""  # none without traffic
+        dm = "" if dmark is None else f"dmark_packets={dmark[0]}i,dmark_delay_mean_us={format_float(dmark[1])},"
+        return (
+            f"tx_packets={tx_packets}i,rx_packets={rx_packets}i,lost={lost}i,{ratio}tx_bytes={tx_bytes}i,"
+            f'rx_bytes={rx_bytes}i,{dm}complete=true,reason="ok"'
+        )
+    out = []
+    if tx_packets is not None:
+        out.append(f"tx_packets={tx_packets}i")
+    if rx_packets is not None:
+        out.append(f"rx_packets={rx_packets}i")
+    if tx_packets is not None:
+        out.append(f"tx_bytes={tx_bytes}i")
+    if rx_packets is not None:
+        out.append(f"rx_bytes={rx_bytes}i")
+    out.append(f'complete=false,reason="{reason}"')
+    return ",".join(out)
+
+
+def dmark_delay_us(tx_sum: int, rx_sum: int, n: int) -> float:
+    """Mean one-way delay of n D-marked packets from the two edges' timestamp sums (mod 2^64, signed)."""
+    diff = (rx_sum - tx_sum) & U64_MASK
+    if diff >= 1 << 63:
+        diff -= 1 << 64  # signed: clocks may disagree
+    return diff / n / 1000
+
 
 class LossJoiner:
+    # per-side columns (shape (2, capacity): row 0 tx, row 1 rx) and their record field
+    _SIDE_COLUMNS = (
+        ("_boot", "boot_id", np.uint64),
+        ("_packets", "packets", np.uint64),
+        ("_bytes", "bytes", np.uint64),
+        ("_flags", "flags", np.uint16),
+        ("_dm_n", "dmark_packets", np.uint16),
+        ("_dm_sum", "dmark_ts_sum_ns", np.uint64),
+    )
+
     def __init__(self, timeout_s: float = 10.0, retention_s: float = 300.0, tai_utc_offset_s: int = 0):
         """timeout_s: how long a block waits for its other side (from its first record) before it is
         published incomplete; retention_s: how long a block is kept for late records; tai_utc_offset_s:
@@ -166,13 +212,65 @@ class LossJoiner:
         self.timeout_ns = int(timeout_s * NS_PER_S)
         self.retention_ns = int(retention_s * NS_PER_S)
         self.counters = Counters()
-        self.blocks: dict[BlockKey, Block] = {}
+        self.blocks: dict[BlockKey, int] = {}  # open block -> its row in the columns
         self.evicted_upto: dict[FlowKey, int] = {}  # highest block_index evicted per flow
         self.final_upto: dict[FlowKey, int] = {}  # after a restart: blocks final before it (seed_final)
-        self.flow_nodes: dict[tuple[int, int], dict[int, str]] = {}  # (flow, method) -> dir -> node
-        self.boots: dict[tuple[str, int], set[int]] = {}  # (node, direction) -> boot_ids seen
+        self.flow_nodes: dict[tuple[int, int, int], str] = {}  # (flow, method, direction) -> node last seen
         # flow_path(flow_id, tx_node) -> the tx side's path tag or None (the app: PathBook.path_for_flow)
         self.flow_path = lambda flow_id, tx_node: None
+        self.boots: dict[tuple[str, int], set[int]] = {}  # (node, direction) -> boot_ids seen
+        self.last_flush_ns: int | None = None  # the clock of the last flush (its evictions are done)
+        self._node_names: list[str] = []  # node number -> name (the side columns hold numbers)
+        self._node_numbers: dict[str, int] = {}
+        self._tags: dict[str, str] = {}  # node name -> escaped tag value
+        self._tags_cache: dict[tuple, str] = {}  # (flow, method, period, tx node, rx node) -> loss_tags()
+        self._free: list[int] = []  # rows of evicted blocks, reused
+        self._alloc(1024)
+
+    def _alloc(self, capacity: int) -> None:
+        """Grow the columns to `capacity` rows (new rows are free)."""
+        old = getattr(self, "_capacity", 0)
+
+        def grow(name: str, dtype, shape: tuple = ()) -> None:
+            new = np.zeros(shape + (capacity,), dtype=dtype)
+            if old:
+                new[..., :old] = getattr(self, name)
+            setattr(self, name, new)
+
+        for name, dtype in (
+            ("_flow", np.uint32),
+            ("_method", np.uint8),
+            ("_period", np.uint32),
+            ("_index", np.uint64),
+            ("_first_seen", np.int64),
+            ("_used", bool),
+            ("_dirty", bool),
+            ("_emitted", bool),  # a line was published (the old last_line is not None)
+            ("_last_complete", bool),  # the last published line said complete=true
+            ("_last_rx_exceeds", bool),  # the last published line said reason rx_exceeds_tx
+            ("_problem", np.int8),
+        ):
+            grow(name, dtype)
+        for name, dtype in (("_has", bool), ("_node", np.int32)) + tuple((c, d) for c, _, d in self._SIDE_COLUMNS):
+            grow(name, dtype, (2,))
+        self._last_line: list[str | None] = getattr(self, "_last_line", []) + [None] * (capacity - old)
+        # the block's `path` tag, fixed at its first publication (a re-publication stays in its series)
+        self._path_tag: list[str | None] = getattr(self, "_path_tag", []) + [None] * (capacity - old)
+        self._free.extend(range(capacity - 1, old - 1, -1))  # pop() hands out low rows first
+        self._capacity = capacity
+
+    def _node_number(self, node: str) -> int:
+        number = self._node_numbers.get(node)
+        if number is None:
+            number = self._node_numbers[node] = len(self._node_names)
+            self._node_names.append(node)
+        return number
+
+    def _tag(self, node: str) -> str:
+        tag = self._tags.get(node)
+        if tag is None:
+            tag = self._tags[node] = escape_tag(node)
+        return tag
 
     # -- input -------------------------------------------------------------
 
@@ -181,160 +279,305 @@ class LossJoiner:
         records = np.asarray(records, dtype=ALTMARK_BLOCK_DTYPE)
         self.counters.batches_in += 1
         self.counters.records_in += len(records)
-        rows = [dict(zip(ALTMARK_BLOCK_DTYPE.names, rec)) for rec in records.tolist()]
-        if len(rows) <= SMALL_BATCH:
-            problems = [record_problem(r) for r in rows]
+        if len(records) == 0:
+            return {}
+        if len(records) <= SMALL_BATCH:
+            problems = [record_problem(dict(zip(ALTMARK_BLOCK_DTYPE.names, r))) for r in records.tolist()]
+            bad = [i for i, p in enumerate(problems) if p]
         else:
-            problems = check_records(records).tolist()
+            checked = check_records(records)
+            bad = np.flatnonzero(checked != "").tolist()
+            problems = checked.tolist() if bad else []
         invalid: dict[str, int] = {}
-        for r, problem in zip(rows, problems):
-            if problem:
-                invalid[problem] = invalid.get(problem, 0) + 1
-                self.counters.invalid_records += 1
-                continue
-            self._add(node, r, now_ns)
+        if bad:
+            for i in bad:
+                invalid[problems[i]] = invalid.get(problems[i], 0) + 1
+            self.counters.invalid_records += len(bad)
+            keep = np.ones(len(records), dtype=bool)
+            keep[bad] = False
+            records = records[keep]
+        self.ingest_checked(node, records, now_ns)
         return invalid
 
-    def _add(self, node: str, r: dict, now_ns: int) -> None:
-        key = (r["flow_id"], r["method"], r["period_ms"], r["block_index"])
-        direction = r["direction"]
-        self._note_boot(node, direction, r["boot_id"])
-        block = self.blocks.get(key)
-        if block is None:
-            if key[3] <= self.final_upto.get(key[:3], -1):  # published by the worker before a restart
-                self.counters.replayed_records_skipped += 1
-                return
-            if key[3] <= self.evicted_upto.get(key[:3], -1):
-                self.counters.late_records_dropped += 1
-                return
-            block = self.blocks[key] = Block(first_seen_ns=now_ns)
-        side = Side(node, r["boot_id"], r["packets"], r["bytes"], r["flags"], r["dmark_packets"], r["dmark_ts_sum_ns"])
-        if r["flags"] & F_PARTIAL:
-            self.counters.partial_records += 1
-            block.note_problem("partial_block")
-        held = block.sides.get(direction)
-        if held is None:
-            block.sides[direction] = side
-            block.dirty = True
-            self.flow_nodes.setdefault(key[:2], {})[direction] = node
-        elif held == side:
-            self.counters.duplicate_records += 1
-        elif held.node != node:
-            self.counters.conflicting_records += 1
-            block.note_problem("conflicting_nodes")
-        elif held.boot_id != side.boot_id:
-            block.note_problem("agent_restart")
+    def ingest_checked(self, node: str, records: np.ndarray, now_ns: int) -> None:
+        """Take records that passed check_records (the repartition stage checked them), without
+        counting them as input again."""
+        n = len(records)
+        if n == 0:
+            return
+        keys = list(
+            zip(
+                records["flow_id"].tolist(),
+                records["method"].tolist(),
+                records["period_ms"].tolist(),
+                records["block_index"].tolist(),
+            )
+        )
+        directions = records["direction"].tolist()
+        if n > 1 and len(set(zip(keys, directions))) < n:
+            # one side of a block twice in the batch: the second copy must see the first one
+            for i in range(n):
+                self._ingest(node, records[i : i + 1], keys[i : i + 1], now_ns)
         else:
-            self.counters.conflicting_records += 1
-            block.note_problem("conflicting_records")
+            self._ingest(node, records, keys, now_ns)
 
-    def _note_boot(self, node: str, direction: int, boot_id: int) -> None:
+    def _note_boots(self, node: str, records: np.ndarray) -> None:
         # a set, not the last value: a late record of the previous boot is not another restart
-        seen = self.boots.setdefault((node, direction), set())
-        if boot_id not in seen:
-            if seen:
-                self.counters.agent_restarts += 1
-            seen.add(boot_id)
+        direction, boot = records["direction"], records["boot_id"]
+        for d in np.unique(direction).tolist():
+            boots = set(np.unique(boot[direction == d]).tolist())
+            seen = self.boots.setdefault((node, d), set())
+            new = boots - seen
+            if new:
+                self.counters.agent_restarts += len(new) - (0 if seen else 1)
+                seen |= new
+
+    def _ingest(self, node: str, records: np.ndarray, keys: list[BlockKey], now_ns: int) -> None:
+        """Records whose (block, side) pairs are all different."""
+        c = self.counters
+        self._note_boots(node, records)
+        get = self.blocks.get
+        rows = np.fromiter((get(k, -1) for k in keys), dtype=np.intp, count=len(keys))
+        new = np.flatnonzero(rows < 0)
+        if len(new):
+            drop = self._place_new_blocks(keys, new.tolist(), rows, now_ns)
+            if drop is not None:
+                keep = rows >= 0
+                records, rows = records[keep], rows[keep]
+                if len(rows) == 0:
+                    return
+        side = records["direction"].astype(np.intp) - 1
+        node_no = self._node_number(node)
+        partial = (records["flags"] & F_PARTIAL) != 0
+        c.partial_records += int(np.count_nonzero(partial))
+        code = np.where(partial, P_PARTIAL, 0).astype(np.int8)
+        held = self._has[side, rows]
+        fill = ~held
+        if fill.all():
+            self._fill(node, node_no, records, side, rows)
+        else:
+            f = np.flatnonzero(fill)
+            if len(f):
+                self._fill(node, node_no, records[f], side[f], rows[f])
+            h = np.flatnonzero(held)
+            hs, hr, hrec = side[h], rows[h], records[h]
+            same_node = self._node[hs, hr] == node_no
+            same_boot = self._boot[hs, hr] == hrec["boot_id"]
+            same_counts = np.ones(len(h), dtype=bool)
+            for column, field_name, _ in self._SIDE_COLUMNS[1:]:
+                same_counts &= getattr(self, column)[hs, hr] == hrec[field_name]
+            duplicate = same_node & same_boot & same_counts
+            conflict = np.select(
+                [~same_node, ~same_boot, ~same_counts], [P_CONFLICTING_NODES, P_RESTART, P_CONFLICTING_RECORDS], 0
+            )
+            c.duplicate_records += int(np.count_nonzero(duplicate))
+            c.conflicting_records += int(np.count_nonzero((conflict == P_CONFLICTING_NODES)))
+            c.conflicting_records += int(np.count_nonzero((conflict == P_CONFLICTING_RECORDS)))
+            code[h] = np.where(code[h] == 0, conflict, code[h])  # F_PARTIAL is noted first
+        noted = np.flatnonzero(code)
+        if len(noted):
+            # first problem wins: per block the first record (batch order) that notes one
+            block_rows, first = np.unique(rows[noted], return_index=True)
+            self._dirty[block_rows] = True
+            current = self._problem[block_rows]
+            self._problem[block_rows] = np.where(current == 0, code[noted][first], current)
+
+    def _place_new_blocks(self, keys: list[BlockKey], new: list[int], rows: np.ndarray, now_ns: int):
+        """Rows for the records of blocks not open: skipped (final before a restart), late (evicted)
+        or a new block. Sets rows[i] (-1 = dropped); returns None when nothing was dropped."""
+        c = self.counters
+        final_upto, evicted_upto = self.final_upto, self.evicted_upto
+        blocks, free = self.blocks, self._free
+        if len(free) < len(new):
+            self._alloc(max(2 * self._capacity, self._capacity + len(new)))
+            free = self._free
+        placed, at, firsts = [], [], []
+        dropped = False
+        for i in new:
+            key = keys[i]
+            row = blocks.get(key)  # the other side of the block, earlier in this batch
+            if row is None:
+                flow, index = key[:3], key[3]
+                if final_upto and index <= final_upto.get(flow, -1):  # published by the worker before a restart
+                    c.replayed_records_skipped += 1
+                    dropped = True
+                    continue
+                if evicted_upto and index <= evicted_upto.get(flow, -1):
+                    c.late_records_dropped += 1
+                    dropped = True
+                    continue
+                row = blocks[key] = free.pop()
+                firsts.append(key)
+                at.append(row)
+            placed.append(i)
+        if not placed:
+            return True
+        rows[placed] = [blocks[keys[i]] for i in placed]
+        if at:
+            flow_id, method, period_ms, index = zip(*firsts)
+            self._flow[at], self._method[at], self._period[at], self._index[at] = flow_id, method, period_ms, index
+            self._first_seen[at] = now_ns
+            self._used[at] = True
+            self._dirty[at] = True
+            self._emitted[at] = self._last_complete[at] = self._last_rx_exceeds[at] = False
+            self._problem[at] = 0
+            self._has[:, at] = False
+        return True if dropped else None
+
+    def _fill(self, node: str, node_no: int, records: np.ndarray, side: np.ndarray, rows: np.ndarray) -> None:
+        """Store sides that were missing."""
+        self._has[side, rows] = True
+        self._node[side, rows] = node_no
+        for column, field_name, _ in self._SIDE_COLUMNS:
+            getattr(self, column)[side, rows] = records[field_name]
+        self._dirty[rows] = True
+        self.flow_nodes.update(
+            dict.fromkeys(
+                zip(records["flow_id"].tolist(), records["method"].tolist(), records["direction"].tolist()), node
+            )
+        )
 
     # -- output ------------------------------------------------------------
 
     def flush(self, now_ns: int) -> list[str]:
         """Lines for blocks that became publishable or changed since last published; evicts old blocks."""
-        lines = []
-        for key in sorted(self.blocks):
-            block = self.blocks[key]
-            ready = len(block.sides) == 2 or now_ns - block.first_seen_ns >= self.timeout_ns
-            if ready and (block.dirty or block.last_line is None):
-                # a block's tags come from what is known when it changes, so an old block is
-                # not re-published under another series when a later block teaches a node
-                block.dirty = False
-                line = self._line(key, block)
-                if line != block.last_line:
-                    self._count_emit(block, line)
-                    block.last_line = line
-                    lines.append(line)
+        n = self._capacity
+        used = self._used[:n]
+        ready = used & ((self._has[0] & self._has[1]) | (now_ns - self._first_seen >= self.timeout_ns))
+        rows = np.flatnonzero(ready & (self._dirty | ~self._emitted))
+        lines: list[str] = []
+        if len(rows):
+            # in key order; a block's tags come from what is known when it changes, so an old block
+            # is not re-published under another series when a later block teaches a node
+            rows = rows[np.lexsort((self._index[rows], self._period[rows], self._method[rows], self._flow[rows]))]
+            self._dirty[rows] = False
+            self._lines(rows, lines)
         self._evict(now_ns)
+        self.last_flush_ns = now_ns
         return lines
 
-    def _count_emit(self, block: Block, line: str) -> None:
-        self.counters.points_out += 1
-        if block.last_line is not None:
-            self.counters.points_reemitted += 1
-        if ",complete=true," in line:
-            self.counters.blocks_complete += 1
-        else:
-            self.counters.blocks_incomplete += 1
+    def _lines(self, rows: np.ndarray, lines: list[str]) -> None:
+        """Compute the lines of `rows`; append those that differ from the block's last line."""
+        c = self.counters
+        has_tx, has_rx = self._has[0, rows], self._has[1, rows]
+        tx_packets, rx_packets = self._packets[0, rows], self._packets[1, rows]
+        reason = self._problem[rows].astype(np.int8)
+        reason[(reason == 0) & ~has_tx] = -1  # missing_tx
+        reason[(reason == 0) & ~has_rx] = -2  # missing_rx
+        rx_exceeds = (reason == 0) & (rx_packets > tx_packets)
+        reason[rx_exceeds] = -3
+        c.rx_exceeds_tx += int(np.count_nonzero(rx_exceeds & ~self._last_rx_exceeds[rows]))
+        reason_names = {0: None, -1: "missing_tx", -2: "missing_rx", -3: "rx_exceeds_tx"}
+        reason_names.update((i, name) for i, name in enumerate(PROBLEM_NAMES) if i)
+        names, known, tag_of, tags_cache = self._node_names, self.flow_nodes, self._tag, self._tags_cache
+        if len(tags_cache) > 1_000_000:  # flows come and go: do not grow without end
+            tags_cache.clear()
+        period = self._period[rows]
+        ts = (self._index[rows].astype(object) * period.astype(object) * 1_000_000 - self.tai_utc_offset_ns).tolist()
+        last_line, path_tag = self._last_line, self._path_tag
+        columns = zip(
+            rows.tolist(),
+            self._flow[rows].tolist(),
+            self._method[rows].tolist(),
+            period.tolist(),
+            has_tx.tolist(),
+            has_rx.tolist(),
+            self._node[0, rows].tolist(),
+            self._node[1, rows].tolist(),
+            tx_packets.tolist(),
+            rx_packets.tolist(),
+            self._bytes[0, rows].tolist(),
+            self._bytes[1, rows].tolist(),
+            reason.tolist(),
+            self._dm_n[0, rows].tolist(),
+            self._dm_n[1, rows].tolist(),
+            self._last_complete[rows].tolist(),
+            ts,
+        )
+        for row, flow, method, period_ms, htx, hrx, ntx, nrx, ptx, prx, btx, brx, why, dtx, drx, was_done, t in columns:
+            dmark = None
+            if why == 0 and (dtx or drx):
+                first_time = not was_done  # counted once per block, not per re-emission
+                if dtx == drx:
+                    dmark = (dtx, dmark_delay_us(int(self._dm_sum[0, row]), int(self._dm_sum[1, row]), dtx))
+                    c.dmark_delays += first_time
+                else:
+                    c.dmark_mismatch += first_time
+            tx_node = names[ntx] if htx else known.get((flow, method, DIR_TX), UNKNOWN_NODE)
+            rx_node = names[nrx] if hrx else known.get((flow, method, DIR_RX), UNKNOWN_NODE)
+            path = path_tag[row]
+            if path is None:
+                path = path_tag[row] = self.loss_path_tag(flow, None if tx_node == UNKNOWN_NODE else tx_node)
+            series = (flow, method, period_ms, tx_node, rx_node, path)
+            tags = tags_cache.get(series)
+            if tags is None:
+                tags = loss_tags(flow, method, period_ms, tag_of(tx_node), tag_of(rx_node)) + f",path={path}"
+                tags_cache[series] = tags
+            fields_s = loss_fields(ptx if htx else None, prx if hrx else None, btx, brx, reason_names[why], dmark)
+            line = f"{tags} {fields_s} {t}"
+            if line != last_line[row]:
+                c.points_out += 1
+                if last_line[row] is not None:
+                    c.points_reemitted += 1
+                if why == 0:
+                    c.blocks_complete += 1
+                else:
+                    c.blocks_incomplete += 1
+                last_line[row] = line
+                if not was_done or why != 0:
+                    self._last_complete[row] = why == 0
+                if why == -3 or self._last_rx_exceeds[row]:
+                    self._last_rx_exceeds[row] = why == -3
+                lines.append(line)
+        self._emitted[rows] = True  # (rows whose line did not change had been emitted before)
 
     def _evict(self, now_ns: int) -> None:
-        for key in [k for k, b in self.blocks.items() if now_ns - b.first_seen_ns >= self.retention_ns]:
-            del self.blocks[key]
-            flow = key[:3]
-            self.evicted_upto[flow] = max(self.evicted_upto.get(flow, -1), key[3])
+        old = np.flatnonzero(self._used & (now_ns - self._first_seen >= self.retention_ns))
+        if len(old):
+            evicted_upto = self.evicted_upto
+            for key in self._release(old):
+                flow = key[:3]
+                if key[3] > evicted_upto.get(flow, -1):
+                    evicted_upto[flow] = key[3]
 
-    def _line(self, key: BlockKey, block: Block) -> str:
-        flow_id, method, period_ms, index = key
-        tx, rx = block.sides.get(DIR_TX), block.sides.get(DIR_RX)
-        known = self.flow_nodes.get((flow_id, method), {})
-        tags = (
-            f"{MEASUREMENT},flow={flow_id},method={METHOD_NAMES[method]},period_ms={period_ms},"
-            f"tx_node={escape_tag(tx.node if tx else known.get(DIR_TX, UNKNOWN_NODE))},"
-            f"rx_node={escape_tag(rx.node if rx else known.get(DIR_RX, UNKNOWN_NODE))}"
-        ) + self.loss_path_tag(flow_id, tx.node if tx else known.get(DIR_TX), block)
-        reason = block.problem
-        if reason is None and tx is None:
-            reason = "missing_tx"
-        if reason is None and rx is None:
-            reason = "missing_rx"
-        if reason is None and rx.packets > tx.packets:
-            reason = "rx_exceeds_tx"
-            if block.last_line is None or "rx_exceeds_tx" not in block.last_line:
-                self.counters.rx_exceeds_tx += 1
-        fields_out = []
-        if tx:
-            fields_out.append(f"tx_packets={tx.packets}i")
-        if rx:
-            fields_out.append(f"rx_packets={rx.packets}i")
-        if reason is None:
-            lost = tx.packets - rx.packets
-            fields_out.append(f"lost={lost}i")
-            if tx.packets:  # a block without traffic has no loss ratio
-                fields_out.append(f"loss_ratio={format_float(lost / tx.packets)}")
-        if tx:
-            fields_out.append(f"tx_bytes={tx.bytes}i")
-        if rx:
-            fields_out.append(f"rx_bytes={rx.bytes}i")
-        if reason is None:
-            fields_out += self._dmark_fields(
-                tx, rx, first_time=block.last_line is None or ",complete=true," not in block.last_line
+    def _release(self, rows: np.ndarray) -> list[BlockKey]:
+        """Free `rows`; returns their block keys."""
+        keys = list(
+            zip(
+                self._flow[rows].tolist(),
+                self._method[rows].tolist(),
+                self._period[rows].tolist(),
+                self._index[rows].tolist(),
             )
-        fields_out.append("complete=true" if reason is None else "complete=false")
-        fields_out.append(f'reason="{reason or "ok"}"')
-        ts = index * period_ms * 1_000_000 - self.tai_utc_offset_ns  # block start, TAI -> UTC
-        return f"{tags} {','.join(fields_out)} {ts}"
+        )
+        blocks, last_line = self.blocks, self._last_line
+        path_tag = self._path_tag
+        for key, row in zip(keys, rows.tolist()):
+            del blocks[key]
+            last_line[row] = None
+            path_tag[row] = None
+        self._used[rows] = False
+        self._free.extend(rows.tolist())
+        return keys
 
-    def loss_path_tag(self, flow_id: int, tx_node: str | None, block: Block) -> str:
-        """`,path=<tx side's SID list>`: fixed at the block's first publication, so a re-publication
-        stays in its series; `unknown` (counted) while no segscope.paths record names the flow."""
-        if block.path is None:
-            path = self.flow_path(flow_id, tx_node)
-            block.path = UNKNOWN_NODE if path is None else escape_tag(path)
-            if path is None:
-                self.counters.path_unknown += 1
-        return f",path={block.path}"
+    def loss_path_tag(self, flow_id: int, tx_node: str | None) -> str:
+        """The escaped `path` tag value of a block: the tx side's SID list from segscope.paths
+        (flow_path, the app's PathBook.path_for_flow), `unknown` (counted) while none names it."""
+        path = self.flow_path(flow_id, tx_node)
+        if path is None:
+            self.counters.path_unknown += 1
+            return UNKNOWN_NODE
+        return escape_tag(path)
 
-    def _dmark_fields(self, tx: Side, rx: Side, first_time: bool) -> list[str]:
-        """Double-marking delay of a complete block (counted once per block, not per re-emission)."""
-        n = tx.dmark_packets
-        if n and n == rx.dmark_packets:
-            diff = (rx.dmark_ts_sum_ns - tx.dmark_ts_sum_ns) & U64_MASK
-            if diff >= 1 << 63:
-                diff -= 1 << 64  # signed: clocks may disagree
-            if first_time:
-                self.counters.dmark_delays += 1
-            return [f"dmark_packets={n}i", f"dmark_delay_mean_us={format_float(diff / n / 1000)}"]
-        if (tx.dmark_packets or rx.dmark_packets) and first_time:
-            self.counters.dmark_mismatch += 1
-        return []
+    def forget_flows(self, drop_flow) -> int:
+        """Forget the open blocks of the flows for which drop_flow(flow_ids array) is True (their
+        partition went to another worker, which replays their input); returns how many."""
+        rows = np.flatnonzero(self._used)
+        rows = rows[drop_flow(self._flow[rows])]
+        if len(rows):
+            self._release(rows)
+            self.counters.blocks_handed_over += len(rows)
+        return len(rows)
 
     # -- introspection -----------------------------------------------------
 

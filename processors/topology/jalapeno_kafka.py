@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from confluent_kafka import Producer
 
 from processors.topology import link_events, telemetry
+from segscope_schemas import names
 
 log = logging.getLogger("segscope.topology.jalapeno_kafka")
 
@@ -40,7 +41,7 @@ class JalapenoKafka:
                 "bootstrap.servers": bootstrap,
                 "linger.ms": 50,
                 "message.timeout.ms": 30000,
-                "client.id": "segscope-topology",
+                "client.id": names.GROUPS["topology"],  # the processor's name, as its group
             }
         )
 

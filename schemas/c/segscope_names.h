@@ -8,6 +8,8 @@
 #define SEGSCOPE_TOPIC_STAMP_RECORDS "segscope.stamp.records"
 /* alternate-marking block counters, altmark_batch (schemas/ALTMARK.md); key <node>/<flow_id> */
 #define SEGSCOPE_TOPIC_ALTMARK_BLOCKS "segscope.altmark.blocks"
+/* the same altmark_batch records re-keyed by flow by the loss processor (processors/loss/keying.py: partition = flow_partition(flow_id)); partitions >= the most loss workers */
+#define SEGSCOPE_TOPIC_ALTMARK_BLOCKS_BY_FLOW "segscope.altmark.blocks.by_flow"
 /* InfluxDB line protocol (schemas/metrics.md): results and every process's counters */
 #define SEGSCOPE_TOPIC_METRICS "segscope.metrics"
 /* records a processor could not decode, with the reason (JSON) */

@@ -13,9 +13,11 @@ import signal
 import time
 import uuid
 
+import numpy as np
 from confluent_kafka import Producer
 
 from processors.delay.topics import ensure_topics
+from processors.loss.keying import flow_partition
 from segscope_schemas import altmark_block as ab
 from segscope_schemas import names
 from tests.processors.conftest import stop_worker, topic_config
@@ -129,8 +131,9 @@ def test_replayed_record_of_an_evicted_block_is_not_joined_again(stack, tmp_path
         t=0    rx(F)                     partition 1 (offset 0)
         t=4.4  tx(W)                     partition 0 (offset 0): W waits (its rx never comes)
         t=4.5  tx(F)                     partition 0 (offset 1): F complete
-        t=5    F evicted (retention 5 s): rx(F) committed; tx(F) acked, held behind tx(W)
-        kill -9 before W is evicted (t=9.4), restart
+        t=5    F evicted (retention 5 s): rx(F) committed on the by-flow topic (offset 0 there; the
+               repartition stage put all three in the flow's partition, offsets 0, 1, 2)
+        kill -9 before W is evicted (t=9.4), restart: tx(W) and tx(F) are replayed
     """
     run = uuid.uuid4().hex[:8]
     topic, dl, app_id = f"test.lossskip.{run}", f"test.lossskip.{run}.dl", f"lossskip-{run}"
@@ -163,7 +166,9 @@ def test_replayed_record_of_an_evicted_block_is_not_joined_again(stack, tmp_path
         send(tx, 0, rec(ab.DIR_TX, w_block, 50, 5000, flow))
         send(tx, 0, rec(ab.DIR_TX, f_block, sent, sent * 100, flow))
         assert offsets == [0, 0, 1], offsets
-        wait_committed(stack.kafka_bootstrap, app_id, topic, 1, 0)  # F evicted, rx(F) committed
+        by_flow_partition = int(flow_partition(np.array([flow]), 2)[0])
+        # F evicted, rx(F) committed on the by-flow topic (the source messages are committed as soon as re-keyed)
+        wait_committed(stack.kafka_bootstrap, app_id, f"{topic}.by_flow", by_flow_partition, 0)
         assert time.monotonic() - t0 < 9.0, "too late: W was evicted too, nothing held to replay"
         proc.send_signal(signal.SIGKILL)
         proc.wait()

@@ -275,7 +275,8 @@ def test_counters_line():
         "duplicate_records=1i,conflicting_records=0i,partial_records=0i,agent_restarts=0i,"
         "late_records_dropped=0i,replayed_records_skipped=0i,points_out=1i,points_reemitted=0i,blocks_complete=1i,"
         "blocks_incomplete=0i,"
-        "rx_exceeds_tx=0i,dmark_delays=0i,dmark_mismatch=0i,processing_errors=0i,path_unknown=1i,open_blocks=1i 123"
+        "rx_exceeds_tx=0i,dmark_delays=0i,dmark_mismatch=0i,processing_errors=0i,rekeyed_batches_out=0i,"
+        "rekeyed_batches_in=0i,blocks_handed_over=0i,path_unknown=1i,open_blocks=1i 123"
     )
 
 

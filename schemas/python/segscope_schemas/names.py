@@ -33,6 +33,7 @@ REGISTRY = _load()
 
 TOPIC_STAMP_RECORDS: str = REGISTRY["topics"]["stamp_records"]["name"]
 TOPIC_ALTMARK_BLOCKS: str = REGISTRY["topics"]["altmark_blocks"]["name"]
+TOPIC_ALTMARK_BY_FLOW: str = REGISTRY["topics"]["altmark_blocks_by_flow"]["name"]
 TOPIC_METRICS: str = REGISTRY["topics"]["metrics"]["name"]
 TOPIC_DEADLETTER: str = REGISTRY["topics"]["deadletter"]["name"]
 TOPIC_TOPOLOGY: str = REGISTRY["topics"]["topology"]["name"]

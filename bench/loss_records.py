@@ -1,0 +1,247 @@
+"""Benchmark: block records/s of the loss processor's Faust worker, before/after, and 1 vs 2 workers.
+
+    .local/venv/bin/python bench/loss_records.py [--flows 10000] [--blocks 10] [--batch 1000]
+        [--before 86064af] [--port-base 29800] [--no-docs]
+
+Input: `flows` flows x `blocks` blocks (T = 1 s, an hour ago), tx records from node A and rx from
+node B, `batch` records per altmark_batch message keyed by node (like collectors with
+--group-flows), lz4, pre-produced into a fresh 2-partition topic: 2 x flows x blocks records,
+flows x blocks altmark_loss points expected.
+
+1. Pure core, one process: decode + LossJoiner.ingest per message + flush, the `--before`
+   commit's join.py against this tree's.
+2. Workers (`python -m processors.loss`, each pinned to one CPU with taskset), started on an
+   empty topic; once they are up and the group has settled the bench reads their CPU time
+   (utime + stime, /proc/<pid>/stat), produces the input, waits for every altmark_loss point on
+   the metrics topic and reads the CPU time again. Wall rate = records / (produce start to last
+   point); CPU rate = records / worker CPU seconds. One worker of the `--before` tree (git
+   archive of that commit into a temporary directory, its own code), one worker of this tree
+   (CPU 1), two workers of this tree in one group (CPU 0 and CPU 1).
+   Records per CPU-second of the worker processes is what other load on the machine does not
+   change much (the machine is shared: wall rates are not comparable between runs).
+
+Kafka: a Kafka-only services.stack.Stack on --port-base (its own run dir), stopped at the end.
+Results go to stdout and, unless --no-docs, to the "loss_records" section of docs/benchmarks.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import os
+import signal
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+import uuid
+from datetime import datetime, timezone
+from io import BytesIO
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(REPO), str(REPO / "schemas" / "python")]
+import numpy as np  # noqa: E402
+
+from bench.processor_records import produce  # noqa: E402
+from bench.report import machine_line, write_section  # noqa: E402
+from processors.delay.topics import ensure_topics  # noqa: E402
+from segscope_schemas import altmark_block as ab  # noqa: E402
+
+NS = 1_000_000_000
+SECTION = "loss_records"
+TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def make_messages(flows: int, blocks: int, batch: int) -> list[tuple[bytes, bytes]]:
+    b0 = time.clock_gettime_ns(time.CLOCK_TAI) // NS - 3600
+    out = []
+    for i in range(blocks):
+        for node, direction, packets in (("benchA", ab.DIR_TX, 1000), ("benchB", ab.DIR_RX, 997)):
+            r = np.zeros(flows, dtype=ab.ALTMARK_BLOCK_DTYPE)
+            r["flow_id"] = np.arange(1, flows + 1)
+            r["block_index"], r["block_start_ns"], r["colour"] = b0 + i, (b0 + i) * NS, (b0 + i) & 1
+            r["period_ms"], r["direction"], r["method"], r["boot_id"] = 1000, direction, ab.METHOD_DSCP, 1
+            r["packets"], r["bytes"] = packets, packets * 100
+            out += [(node.encode(), ab.encode_batch(r[a : a + batch], node, i)) for a in range(0, flows, batch)]
+    return out
+
+
+def load_joiner(path: Path):
+    spec = importlib.util.spec_from_file_location(f"join_{abs(hash(path))}", path)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod  # dataclasses look their module up there
+    spec.loader.exec_module(mod)
+    return mod.LossJoiner
+
+
+def bench_pure(joiner_cls, messages, expected: int) -> float:
+    j = joiner_cls(timeout_s=5, retention_s=5)
+    t0 = time.perf_counter()
+    lines = 0
+    for k, (_, value) in enumerate(messages):
+        hdr, recs = ab.decode_batch(value)
+        j.ingest(hdr.node, recs, 0)
+        if k % 20 == 19:
+            lines += len(j.flush(0))
+    lines += len(j.flush(0))
+    elapsed = time.perf_counter() - t0
+    assert lines == expected, (lines, expected)
+    return j.counters.records_in / elapsed
+
+
+def cpu_s(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICKS  # utime, stime (fields 14, 15)
+
+
+def start_worker(tree: Path, cpu: int, bootstrap: str, topic: str, metrics: str, app_id: str, tmp: Path, name: str):
+    env = dict(os.environ, PYTHONPATH=f"{tree}:{tree / 'schemas' / 'python'}", SEGSCOPE_LOSS_HEALTH="127.0.0.1:0")
+    log = open(tmp / f"{name}.log", "w")
+    return subprocess.Popen(
+        ["taskset", "-c", str(cpu), sys.executable, "-m", "processors.loss", "--bootstrap", bootstrap]
+        + ["--blocks-topic", topic, "--metrics-topic", metrics, "--deadletter-topic", f"{topic}.dl"]
+        + ["--app-id", app_id, "--datadir", str(tmp / name), "--flush-interval-s", "0.25"]
+        + ["--timeout-s", "30", "--retention-s", "60", "-l", "info"],
+        cwd=tree,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+
+
+def stop(procs) -> None:
+    for p in procs:
+        if p.poll() is None:
+            p.send_signal(signal.SIGTERM)
+    for p in procs:
+        try:
+            p.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+
+
+def run_workers(
+    tree: Path, n_workers: int, bootstrap: str, messages, n_records: int, expected: int, timeout_s: float
+) -> dict:
+    from confluent_kafka import Consumer
+
+    run = uuid.uuid4().hex[:8]
+    topic, metrics = f"bench.lossn.{run}.blocks", f"bench.lossn.{run}.metrics"
+    ensure_topics(bootstrap, [topic], partitions=2)
+    ensure_topics(bootstrap, [metrics, f"{topic}.dl"])
+    tmp = Path(tempfile.mkdtemp(prefix="bench-lossn-"))
+    cpus = [1] if n_workers == 1 else [0, 1]
+    workers = [
+        start_worker(tree, cpu, bootstrap, topic, metrics, f"bench-lossn-{run}", tmp, f"w{i}")
+        for i, cpu in enumerate(cpus)
+    ]
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"r-{run}", "auto.offset.reset": "earliest"})
+    c.subscribe([metrics])
+    try:
+        deadline = time.monotonic() + 60
+        while not all("Worker]: Ready" in (tmp / f"w{i}.log").read_text(errors="replace") for i in range(n_workers)):
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"workers not ready: {tmp}")
+            time.sleep(0.2)
+        time.sleep(10)  # the group settles (both members joined, partitions assigned)
+        cpu0 = [cpu_s(w.pid) for w in workers]
+        t0 = time.monotonic()
+        produce(bootstrap, topic, messages)
+        points: set[str] = set()
+        deadline = time.monotonic() + timeout_s
+        while len(points) < expected:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"timeout with {len(points)} of {expected} points: {tmp}")
+            for m in c.consume(num_messages=500, timeout=0.5):
+                for line in m.value().decode().split("\n"):
+                    if line.startswith("altmark_loss,"):
+                        head, _, ts = line.rsplit(" ", 2)
+                        points.add(f"{head} {ts}")
+        wall = time.monotonic() - t0
+        cpu = [cpu_s(w.pid) - a for w, a in zip(workers, cpu0)]
+    finally:
+        c.close()
+        stop(workers)
+    return {"per_cpu_s": n_records / sum(cpu), "cpu_s": cpu, "wall_s": wall, "rate": n_records / wall}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--flows", type=int, default=10_000)
+    ap.add_argument("--blocks", type=int, default=10)
+    ap.add_argument("--batch", type=int, default=1000)
+    ap.add_argument("--before", default="86064af", help="commit of the 'before' loss processor")
+    ap.add_argument("--port-base", type=int, default=29800)
+    ap.add_argument("--timeout", type=float, default=600.0)
+    ap.add_argument("--no-docs", action="store_true")
+    args = ap.parse_args()
+    env_line = machine_line()
+    messages = make_messages(args.flows, args.blocks, args.batch)
+    n_records, expected = 2 * args.flows * args.blocks, args.flows * args.blocks
+
+    before = Path(tempfile.mkdtemp(prefix="bench-loss-before-"))
+    archive = subprocess.run(["git", "archive", args.before], cwd=REPO, capture_output=True, check=True).stdout
+    with tarfile.open(fileobj=BytesIO(archive)) as tar:
+        tar.extractall(before, filter="data")
+    pure_before = bench_pure(load_joiner(before / "processors/loss/join.py"), messages, expected)
+    pure_after = bench_pure(load_joiner(REPO / "processors/loss/join.py"), messages, expected)
+    print(f"pure core: before {pure_before:,.0f}, after {pure_after:,.0f} records/s", flush=True)
+
+    from services.stack import Stack
+
+    stack = Stack(run_dir=Path(tempfile.gettempdir()) / "sco-bench-loss-stack", port_base=args.port_base, fresh=True)
+    stack.up(only=["kafka"])
+    try:
+        bootstrap = stack.kafka_bootstrap
+        w_before = run_workers(before, 1, bootstrap, messages, n_records, expected, args.timeout)
+        print(f"one worker, before: {w_before}", flush=True)
+        one = run_workers(REPO, 1, bootstrap, messages, n_records, expected, args.timeout)
+        print(f"one worker: {one}", flush=True)
+        two = run_workers(REPO, 2, bootstrap, messages, n_records, expected, args.timeout)
+        print(f"two workers: {two}", flush=True)
+    finally:
+        stack.down(only=["kafka"])
+    load = os.getloadavg()[0]
+    date = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    ratio = two["per_cpu_s"] / one["per_cpu_s"]
+    text = f"""## Loss processor: block records/s (`bench/loss_records.py`)
+
+Run {date} on {env_line}; load average {load:.1f} at the end (other engineers' tests);
+broker, workers and driver on the same machine. Input: {args.flows:,} flows x {args.blocks} blocks,
+tx from one node and rx from another, {args.batch}-record altmark_batch messages keyed by node
+(collectors with --group-flows), lz4, a 2-partition topic: {n_records:,} records, {expected:,} points.
+"Before" is commit {args.before} (one stage, per-record Python join), run from a git archive of it in the same run.
+
+| | before ({args.before}) | after (this tree) |
+| --- | --- | --- |
+| pure core: decode + ingest + flush, records/s | {pure_before:,.0f} | {pure_after:,.0f} |
+| one Faust worker (taskset CPU 1), Kafka in and out: records / (produce start to last point), records/s | {w_before["rate"]:,.0f} ({w_before["wall_s"]:.1f} s) | **{one["rate"]:,.0f}** ({one["wall_s"]:.1f} s) |
+| the same worker: records per CPU-second of the worker process | {w_before["per_cpu_s"]:,.0f} | **{one["per_cpu_s"]:,.0f}** |
+
+Scaling (this tree; repartition and join stages both in each worker): records per CPU-second of
+the worker processes, CPU time = utime + stime from /proc/<pid>/stat between "the group has
+settled" and "every point is on the metrics topic"; one worker pinned to CPU 1, two workers of one
+group pinned to CPU 0 and CPU 1 (`taskset -c`), the broker and the driver unpinned:
+
+| workers | records per CPU-second | CPU seconds per worker | wall (produce to last point) |
+| --- | --- | --- | --- |
+| 1 | {one["per_cpu_s"]:,.0f} | {", ".join(f"{x:.2f}" for x in one["cpu_s"])} | {one["wall_s"]:.1f} s |
+| 2 | {two["per_cpu_s"]:,.0f} | {", ".join(f"{x:.2f}" for x in two["cpu_s"])} | {two["wall_s"]:.1f} s |
+
+Two workers on two partitions do {ratio:.2f}x the records per CPU-second of one worker, i.e.
+{2 * ratio:.2f}x one worker's throughput when each has a core of its own (goal ≥ 1.7x; the wall
+times are not that comparison: the machine's two cores also run Kafka, the driver and other work).
+Command: `.local/venv/bin/python bench/loss_records.py --flows {args.flows} --blocks {args.blocks} --batch {args.batch}`.
+"""  # noqa: E501 - markdown report
+    print(text)
+    if not args.no_docs:
+        write_section(SECTION, text)
+        print("updated docs/benchmarks.md", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
