@@ -120,6 +120,8 @@ capabilities:
     - --bootstrap=$(SEGSCOPE_KAFKA_BOOTSTRAP)
     - --partitions=segscope.stamp.records={{ .Values.topics.stampRecordsPartitions }}
     - --partitions=segscope.altmark.blocks={{ .Values.topics.altmarkBlocksPartitions }}
+    # the loss workers' second stage reads the records re-keyed by flow: as many partitions
+    - --partitions=segscope.altmark.blocks.by_flow={{ .Values.topics.altmarkBlocksPartitions }}
     - --replication={{ .Values.topics.replicationFactor }}
     - --timeout=300
   envFrom:
