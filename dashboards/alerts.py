@@ -218,15 +218,17 @@ def rules() -> list[Rule]:
         Rule(
             uid="segscope-dead-letters",
             title="Dead letters growing",
-            query='SELECT spread("malformed_batches") FROM "segscope_processor" WHERE $timeFilter GROUP BY "processor"',
+            # per worker process: N workers' counters are separate series (instance tag)
+            query='SELECT spread("malformed_batches") FROM "segscope_processor" WHERE $timeFilter '
+            'GROUP BY "processor", "instance"',
             reducer="last",
             op="gt",
             threshold=0,
             window_s=300,
             for_s=0,
             severity="warning",
-            summary="{{ $labels.processor }} processor dead-lettered {{ $values.B.Value }} malformed "
-            "batches in 5 minutes",
+            summary="{{ $labels.processor }} processor ({{ $labels.instance }}) dead-lettered "
+            "{{ $values.B.Value }} malformed batches in 5 minutes",
             description="Records that could not be decoded went to segscope.deadletter with the reason: "
             "read the topic (a producer with another version, a corrupted message).",
         ),

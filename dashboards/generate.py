@@ -483,8 +483,8 @@ def pipeline() -> dict:
                     ),
                     target(
                         "B",
-                        rate("segscope_processor", '/^(records_in|points_out)$/', "", '"processor"'),
-                        "$tag_processor processor $col",
+                        rate("segscope_processor", '/^(records_in|points_out)$/', "", '"processor", "instance"'),
+                        "$tag_processor $tag_instance $col",
                     ),
                     target(
                         "C",
@@ -538,9 +538,9 @@ def pipeline() -> dict:
                             "segscope_processor",
                             "/^(malformed_batches|processing_errors|malformed_views|dead_letters)$/",
                             "",
-                            '"processor"',
+                            '"processor", "instance"',  # counters are per worker process
                         ),
-                        "$tag_processor $col",
+                        "$tag_processor $tag_instance $col",
                     )
                 ],
                 unit="short",
@@ -560,9 +560,9 @@ def pipeline() -> dict:
                             "segscope_processor",
                             '/^(late_records_dropped|invalid_records|duplicate_records)$/',
                             "",
-                            '"processor"',
+                            '"processor", "instance"',  # counters are per worker process
                         ),
-                        "$tag_processor $col",
+                        "$tag_processor $tag_instance $col",
                     ),
                     target(
                         "C",
