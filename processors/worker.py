@@ -372,6 +372,37 @@ class InOrderAcks:
         self.held = keep
 
 
+def rewind_uncommitted(app, topics: set) -> None:
+    """Read a partition the group never committed (or committed only offset 0) from its beginning
+    after every rebalance, as `consumer_auto_offset_reset="earliest"` promises.
+
+    Found here (faust-streaming 0.11 with aiokafka): while a rebalance has the flow stopped, Faust
+    drops the records aiokafka fetched meanwhile and calls perform_seek() to go back to the
+    committed offsets; aiokafka seeks only to committed offsets > 0, so a partition without one
+    keeps its advanced position and the records fetched during the pause are never processed. A
+    worker that gains such a partition (a worker joining or dying in the first retention_s of a
+    group, before anything was acked) skipped everything before the end. Wrapping perform_seek
+    (Faust calls it at each assignment and while the flow is stopped) seeks those partitions to
+    their beginning instead; what the group read before is replayed and counted once there."""
+    from faust.transport.drivers.aiokafka import ensure_aiokafka_TP
+
+    consumer = app.consumer
+    if getattr(consumer, "_segscope_rewinds_uncommitted", False):
+        return
+    original = consumer.perform_seek
+
+    async def perform_seek() -> None:
+        await original()
+        tps = [tp for tp in consumer.assignment() if tp.topic in topics and not consumer._committed_offset.get(tp)]
+        if tps:
+            await consumer._thread.seek_to_beginning(*(ensure_aiokafka_TP(tp) for tp in tps))
+            for tp in tps:
+                consumer._read_offset[tp] = None  # else Faust drops the replayed offsets as already read
+
+    consumer.perform_seek = perform_seek
+    consumer._segscope_rewinds_uncommitted = True
+
+
 class PartitionMoves:
     """What a worker does when its consumer group rebalances (a worker joins, leaves or dies).
 
@@ -422,16 +453,9 @@ class PartitionMoves:
 
     def _note_uncommitted(self, app, gained: set) -> None:
         """Note the gained partitions the group never committed an offset for (or only offset 0):
-        check_start() looks at where reading them starts.
-
-        Measured here (faust-streaming 0.11 with aiokafka): a worker given such a partition by
-        a rebalance, after its own first assignment, starts near the partition's end, not at
-        `consumer_auto_offset_reset` ("earliest"), and a seek back is undone by Faust's read
-        offsets (messages at or below the highest offset read are dropped). So when a worker dies
-        before the first commit of a partition (the first input is acked retention_s after it
-        arrives), what it had read of that partition is not read again by its successor. This
-        only happens in the first retention_s of a new group; it is counted
-        (partitions_started_past_uncommitted, with the messages skipped) and logged, never silent."""
+        check_start() checks that reading them starts at their beginning. rewind_uncommitted()
+        makes it so; this guard counts any case it does not cover (partitions_started_past_
+        uncommitted, messages_skipped_uncommitted) and logs it, so a skip is never silent."""
         if not gained:
             return
         from confluent_kafka import Consumer, TopicPartition
@@ -478,6 +502,7 @@ class PartitionMoves:
             self.paused = True
 
     async def _assigned(self, sender, assigned, **kwargs) -> None:
+        rewind_uncommitted(sender, {self.topic})
         async with self.lock:
             now = {tp for tp in assigned if tp.topic == self.topic}
             lost = self.owned - now

@@ -137,14 +137,19 @@ def load_progress() -> None:
         log.info("delay processor: %d sessions resume from %s", len(progress_written), PROGRESS_TOPIC)
 
 
+CATCHUP_S = 10
+
+
 def after_assignment() -> None:
     """The sessions this worker keeps were silent during the rebalance because the consumer was,
     not the sender: their idle clocks restart now. Otherwise the first flush after a pause of
     more than grace_s (retention_s) would close (evict) their open seconds by the wall clock
     just before the replay from the committed offset delivers the rest of those seconds."""
-    now = clock_tai_ns()
+    # and the replay gets CATCHUP_S to arrive before the idle rule applies again (a loaded machine
+    # took more than 2 s): a session that really stopped at the rebalance closes that much later
+    until = clock_tai_ns() + CATCHUP_S * NS_PER_S
     for st in aggregator.sessions.values():
-        st.last_ingest_tai_ns = max(st.last_ingest_tai_ns, now)
+        st.last_ingest_tai_ns = max(st.last_ingest_tai_ns, until)
     load_progress()
 
 

@@ -57,7 +57,14 @@ from processors.loss.config import LossConfig
 from processors.loss.join import LossJoiner
 from processors.loss.keying import by_flow_key, flow_partition, split_by_partition
 from processors.paths import PathBook
-from processors.worker import InOrderAcks, ProcessorHealth, dead_letter, faust_app_settings, read_progress
+from processors.worker import (
+    InOrderAcks,
+    ProcessorHealth,
+    dead_letter,
+    faust_app_settings,
+    read_progress,
+    rewind_uncommitted,
+)
 from segscope_schemas.altmark_block import DIR_RX, DIR_TX, MalformedBatch, check_records, decode_batch, encode_batch
 from segscope_schemas.names import TOPIC_CONFIG, TOPIC_PATHS
 
@@ -397,6 +404,8 @@ async def on_revoked(sender, revoked, **kwargs) -> None:
 
 @app.on_partitions_assigned.connect
 async def on_assigned(sender, assigned, **kwargs) -> None:
+    # a gained partition never committed is read from its beginning (processors/worker.py says why)
+    rewind_uncommitted(sender, {cfg.blocks_topic, cfg.by_flow_topic})
     if any(tp.topic == cfg.by_flow_topic for tp in assigned) and by_flow_partitions:
         # the previous owners of these flows wrote how far they are final before they acked
         values = await asyncio.get_running_loop().run_in_executor(

@@ -7,8 +7,9 @@ each writing to its own metrics topic:
   grow   2 workers, a third joins midway (scale up: the partitions move to a live worker);
   shrink 3 workers, one SIGKILLed midway (its partitions go to the survivors after the session
          timeout), one stopped with SIGTERM later (scale down).
-The retention window is 2 s, so every partition has a committed offset before the kill
-(processors/worker.py PartitionMoves._note_uncommitted says what happens otherwise).
+The retention window is 4 s, so the killed worker dies before its first commit: its successor
+must read the partition from the beginning (processors/worker.py rewind_uncommitted), not from
+where Faust's prefetch left it.
 The final value of every result point (measurement + tags + timestamp, the identity InfluxDB
 overwrites by) must be identical in the three groups, field for field, and every record sent is
 counted exactly once. Counter lines (segscope_*) are per worker and not compared.
@@ -45,7 +46,7 @@ def start_worker(bootstrap, topic, metrics, deadletter, app_id, datadir: Path, l
     env = dict(os.environ, PYTHONPATH=f"{REPO}:{REPO / 'schemas' / 'python'}", SEGSCOPE_DELAY_HEALTH=health)
     args = [sys.executable, "-m", "processors.delay", "--bootstrap", bootstrap, "--records-topic", topic]
     args += ["--metrics-topic", metrics, "--deadletter-topic", deadletter, "--app-id", app_id]
-    args += ["--grace-s", "1", "--retention-s", "2", "--datadir", str(datadir), "-l", "info"]
+    args += ["--grace-s", "1", "--retention-s", "4", "--datadir", str(datadir), "-l", "info"]
     with open(log, "a") as f:
         return subprocess.Popen(args, cwd=REPO, env=env, stdout=f, stderr=subprocess.STDOUT, start_new_session=True)
 
