@@ -66,12 +66,13 @@ def check_health_endpoint(agent, delivered: int) -> None:
         with urllib.request.urlopen(base + "/metrics", timeout=3) as r:
             text = r.read().decode()
         got = re.search(r'^segscope_streamer_records_delivered\{node="A"\} (\d+)$', text, re.M)
-        if got and int(got.group(1)) >= delivered:
+        rpcs = re.search(r'^segscope_agent_rpcs\{node="A"\} (\d+)$', text, re.M)
+        # both come from the agent's stats tick (1 s): the last RPC can be one tick behind the records
+        if got and int(got.group(1)) >= delivered and rpcs and int(rpcs.group(1)) >= 4:
             break
         time.sleep(0.3)
     assert got and int(got.group(1)) == delivered, text
     assert re.search(r'^segscope_streamer_records_failed\{node="A"\} 0$', text, re.M), text
-    rpcs = re.search(r'^segscope_agent_rpcs\{node="A"\} (\d+)$', text, re.M)
     assert rpcs and int(rpcs.group(1)) >= 4, text  # Init, Create, Start, Get at least
     assert re.search(r'^segscope_datapath_\w+\{node="A",program="stamp_collector"\} \d+$', text, re.M), text
     assert 'segscope_up{process="agent-A"} 1' in text
