@@ -4,6 +4,12 @@ Run from the repository root:
     python -m processors.topology [--arango-url http://HOST:8529 --arango-password ...]
     faust -A processors.topology.app worker --without-web -l info     (same, settings from env)
 
+N workers of one consumer group (README.md, "N workers"): every worker reads both input topics
+whole (inputs.py, no group) and keeps the model current; only the leader (leadership.py: owner of
+Faust's one-partition leader topic) writes ArangoDB, sends dead letters and forwards to Jalapeno.
+Killing the leader moves the lease to a warm standby, which reads the database back and writes
+what differs: nothing lost, nothing duplicated.
+
 Inputs (Kafka):
   segscope.topology  node views (JSON, schemas/topology.md), key = node. A malformed view goes to
                      segscope.deadletter (reason bad_json / bad_schema / unsupported_version /
@@ -24,12 +30,15 @@ import asyncio
 import json
 import logging
 import time
+from collections import deque
 
 import faust
 
 from processors.delay.topics import ensure_topics
 from processors.topology.config import TopologyConfig
+from processors.topology.inputs import InputMessage, InputReader
 from processors.topology.jalapeno_kafka import JalapenoKafka
+from processors.topology.leadership import Leadership
 from processors.topology.model import Identity, MalformedView, Names, TopologyModel
 from processors.topology.sink import TopologySink
 from processors.topology.writer import ArangoWriter
@@ -51,7 +60,14 @@ extra_counters = {
     "dead_letters": 0,
     "processing_errors": 0,
     "connect_errors": 0,
+    "dead_letters_sent": 0,
+    "flushes_skipped_standby": 0,
+    "flushes_skipped_catching_up": 0,
 }
+# the dead letters of the last LETTERS_KEEP_S, sent or not: a standby that takes over sends those
+# the old leader did not (it may have died before it read them)
+LETTERS_KEEP_S = 600.0
+recent_letters: deque[tuple[float, InputMessage, bytes]] = deque()
 sink: TopologySink | None = None
 # optional outputs to Jalapeno's Kafka (both off by default)
 jalapeno_kafka = (
@@ -72,6 +88,8 @@ class TopologyApp(faust.App):
         self.conf.datadir.parent.mkdir(parents=True, exist_ok=True)
         await super().on_first_start()
         ensure_topics(cfg.bootstrap, [cfg.topology_topic, cfg.metrics_topic, cfg.deadletter_topic])
+        # measurements older than stale_after_s are left out of the documents: no need to read them
+        reader.start()
         health.serve()
         log.info(
             "topology processor: %s + %s -> ArangoDB %s db %s (mode %s), group %s",
@@ -84,6 +102,7 @@ class TopologyApp(faust.App):
         )
 
     async def on_stop(self) -> None:
+        reader.stop()
         try:
             await flush()
         except Exception as e:
@@ -98,13 +117,16 @@ app = TopologyApp(
     **faust_app_settings(cfg.bootstrap, cfg.datadir),
 )
 health = ProcessorHealth(app, "topology", cfg, stale_after_s=max(15.0, 5 * cfg.flush_interval_s))
-topology_topic = app.topic(cfg.topology_topic, key_serializer="raw", value_serializer="raw")
-metrics_in = app.topic(cfg.metrics_topic, key_serializer="raw", value_serializer="raw")
+reader = InputReader(
+    cfg.bootstrap,
+    [cfg.topology_topic, cfg.metrics_topic],
+    lookback_s={cfg.metrics_topic: cfg.stale_after_s + cfg.refresh_s if cfg.stale_after_s else 0.0},
+)
 metrics_out = app.topic(cfg.metrics_topic, key_serializer="raw", value_serializer="raw")
 deadletter_topic = app.topic(cfg.deadletter_topic, key_serializer="raw", value_serializer="raw")
 
 
-def handle_view(message) -> bytes | None:
+def handle_view(message: InputMessage) -> bytes | None:
     """Fold one node view into the model; return a dead letter or None."""
     extra_counters["messages_in"] += 1
     if message.value is None:
@@ -126,7 +148,7 @@ def handle_view(message) -> bytes | None:
     return None
 
 
-def handle_metrics(message) -> None:
+def handle_metrics(message: InputMessage) -> None:
     extra_counters["metrics_messages_in"] += 1
     if not message.value:
         return
@@ -135,7 +157,7 @@ def handle_metrics(message) -> None:
     except UnicodeDecodeError:
         model.counters.malformed_lines += 1
         return
-    if jalapeno_kafka is not None:
+    if jalapeno_kafka is not None and leadership.leading:  # one copy: the leader's
         jalapeno_kafka.forward_metrics(text, message.key)
     if "stamp_delay" not in text and "altmark_loss" not in text:  # cheap skip of other producers' lines
         return
@@ -145,23 +167,101 @@ def handle_metrics(message) -> None:
         model.apply_point(p)
 
 
-@app.agent(topology_topic)
-async def process_views(stream) -> None:
-    async for event in stream.events():
-        letter = handle_view(event.message)
-        if letter is not None:
-            extra_counters["dead_letters"] += 1
-            await deadletter_topic.send(key=event.message.key, value=letter)
+async def apply_batch(batch: list[InputMessage]) -> None:
+    for message in batch:
+        if message.topic == cfg.topology_topic:
+            letter = handle_view(message)
+            if letter is not None:
+                extra_counters["dead_letters"] += 1
+                recent_letters.append((time.time(), message, letter))
+                if leadership.leading:
+                    await send_dead_letter(message, letter)
+        else:
+            handle_metrics(message)
+    while recent_letters and recent_letters[0][0] < time.time() - LETTERS_KEEP_S:
+        recent_letters.popleft()
 
 
-@app.agent(metrics_in)
-async def process_metrics(stream) -> None:
-    async for event in stream.events():
-        handle_metrics(event.message)
+async def send_dead_letter(message: InputMessage, letter: bytes) -> None:
+    extra_counters["dead_letters_sent"] += 1
+    await deadletter_topic.send(key=message.key, value=letter)
+
+
+@app.task
+async def read_inputs() -> None:
+    """Apply the reader's batches to the model, in the event loop (where flush() snapshots it)."""
+    loop = asyncio.get_running_loop()
+    while True:
+        batch = await loop.run_in_executor(None, reader.take, 0.2)
+        if batch:
+            await apply_batch(batch)
+
+
+def letters_already_sent(since_s: float) -> set[tuple[str, int, int]]:
+    """(source topic, partition, offset) of the dead letters on the dead-letter topic written in
+    the last since_s seconds (blocking; run in an executor)."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    c = Consumer({"bootstrap.servers": cfg.bootstrap, "group.id": f"{cfg.app_id}-letters", "enable.auto.commit": False})
+    out = set()
+    try:
+        topic = cfg.deadletter_topic
+        parts = sorted(c.list_topics(topic, timeout=10).topics[topic].partitions)
+        since_ms = int((time.time() - since_s) * 1000)
+        starts = c.offsets_for_times([TopicPartition(topic, p, since_ms) for p in parts], timeout=10)
+        for tp in starts:
+            _, high = c.get_watermark_offsets(TopicPartition(topic, tp.partition), timeout=10)
+            if tp.offset < 0 or tp.offset >= high:
+                continue
+            c.assign([TopicPartition(topic, tp.partition, tp.offset)])
+            pos = tp.offset
+            while pos < high:
+                for m in c.consume(num_messages=10000, timeout=1.0):
+                    pos = m.offset() + 1
+                    if m.error() is not None:
+                        continue
+                    try:
+                        d = json.loads(m.value())
+                        out.add((d["source_topic"], d["partition"], d["offset"]))
+                    except (ValueError, KeyError, TypeError):
+                        continue  # another processor's letter we cannot read: not ours
+    finally:
+        c.close()
+    return out
+
+
+async def take_over() -> None:
+    """This worker just became the leader: diff against the database, not against what it wrote
+    before (leadership.py calls this under its lock, before the first write as leader)."""
+    if sink is not None:
+        sink.take_over()
+    if not recent_letters:
+        return
+    loop = asyncio.get_running_loop()
+    try:
+        sent = await loop.run_in_executor(None, letters_already_sent, LETTERS_KEEP_S)
+    except Exception as e:  # noqa: BLE001 - Kafka unreachable: send them (a duplicate beats a loss)
+        log.warning("cannot read %s back (%r): sending the recent dead letters again", cfg.deadletter_topic, e)
+        sent = set()
+    for _, message, letter in recent_letters:
+        if (message.topic, message.partition, message.offset) not in sent:
+            await send_dead_letter(message, letter)
+
+
+leadership = Leadership(app, take_over)
 
 
 def counters_line() -> str:
-    fields = {**model.counters.as_dict(), **extra_counters, "nodes": len(model.views)}
+    fields = {
+        **model.counters.as_dict(),
+        **extra_counters,
+        "nodes": len(model.views),
+        "leader": int(leadership.leading),
+        "input_messages_read": reader.messages_read,
+        "input_read_errors": reader.read_errors,
+        "caught_up": int(reader.caught_up),
+        **leadership.counts,
+    }
     if sink is not None:
         fields.update({k: v for k, v in sink.writer.counters.__dict__.items()})
         fields.update({k: v for k, v in sink.counters.__dict__.items()})
@@ -178,6 +278,18 @@ _last_log = 0.0
 
 
 async def flush() -> None:
+    async with leadership.lock:  # a rebalance waits for the write in progress, and vice versa
+        if not leadership.leading:
+            extra_counters["flushes_skipped_standby"] += 1
+        elif not reader.caught_up:
+            extra_counters["flushes_skipped_catching_up"] += 1
+        else:
+            await write()
+            return
+    await health.publish(metrics_out, b"topology", counters_line(), time.time_ns())
+
+
+async def write() -> None:
     global sink, _last_log
     loop = asyncio.get_running_loop()
     if sink is None:

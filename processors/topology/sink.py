@@ -37,6 +37,7 @@ class SinkCounters:
     schema_ready: int = 0
     refreshes: int = 0
     link_events_out: int = 0
+    documents_read_back: int = 0
 
 
 class TopologySink:
@@ -90,8 +91,10 @@ class TopologySink:
                 self.writer.ensure_schema()
                 self.schema_ready = True
                 self.counters.schema_ready += 1
-                # (re)connected: write everything once, the database may have lost documents
-                self.written, self.written_annotations = {}, {}
+                # (re)connected, or this worker just became the leader (app.py): diff against what
+                # the database holds now, not against what this worker wrote last; it may have lost
+                # documents, or another worker wrote (and the model may have dropped some since)
+                self.written, self.written_annotations = self._read_written(), {}
                 self._last_refresh = None
             now = self.monotonic()
             refresh = self._last_refresh is None or now - self._last_refresh >= self.refresh_s
@@ -114,6 +117,25 @@ class TopologySink:
             self.last_error = repr(e)
             log.warning("topology flush failed (will retry): %r", e)
             return {"error": 1}
+
+    def take_over(self) -> None:
+        """Another worker may have written since this one did (app.py: this worker just became the
+        leader): the next write reads the database first and sends what differs from the model."""
+        self.schema_ready = False
+
+    def _read_written(self) -> dict[str, dict[str, dict]]:
+        """Own mode: the documents in the database now, as documents() shapes them (without
+        ArangoDB's _id/_rev), so the next diff updates what differs and deletes what the model
+        no longer has, whoever wrote it. Jalapeno mode: {} (paths are upserted, never deleted)."""
+        if self.writer.mode != "own":
+            return {}
+        n = self.model.names
+        out = {}
+        for coll in (n.nodes, n.links, n.sids, n.edges, n.paths):
+            docs = self.writer.all_documents(coll)
+            out[coll] = {d["_key"]: {k: v for k, v in d.items() if k not in ("_id", "_rev")} for d in docs}
+        self.counters.documents_read_back += sum(len(d) for d in out.values())
+        return out
 
     def flush(self) -> dict[str, int]:
         return self.write(self.snapshot())
