@@ -174,12 +174,17 @@ async def apply_batch(batch: list[InputMessage]) -> None:
             if letter is not None:
                 extra_counters["dead_letters"] += 1
                 recent_letters.append((time.time(), message, letter))
-                if leadership.leading:
+                if leadership.leading and (message.topic, message.partition, message.offset) not in letters_sent_before:
                     await send_dead_letter(message, letter)
         else:
             handle_metrics(message)
     while recent_letters and recent_letters[0][0] < time.time() - LETTERS_KEEP_S:
         recent_letters.popleft()
+
+
+# (topic, partition, offset) of the letters already on the dead-letter topic when this worker took
+# over (the last LETTERS_KEEP_S): not sent again when the replayed view comes by
+letters_sent_before: set[tuple[str, int, int]] = set()
 
 
 async def send_dead_letter(message: InputMessage, letter: bytes) -> None:
@@ -235,14 +240,15 @@ async def take_over() -> None:
     before (leadership.py calls this under its lock, before the first write as leader)."""
     if sink is not None:
         sink.take_over()
-    if not recent_letters:
-        return
     loop = asyncio.get_running_loop()
     try:
         sent = await loop.run_in_executor(None, letters_already_sent, LETTERS_KEEP_S)
     except Exception as e:  # noqa: BLE001 - Kafka unreachable: send them (a duplicate beats a loss)
         log.warning("cannot read %s back (%r): sending the recent dead letters again", cfg.deadletter_topic, e)
         sent = set()
+    # the views still to be read (a restarted worker replays them) may hold letters sent before too
+    letters_sent_before.clear()
+    letters_sent_before.update(sent)
     for _, message, letter in recent_letters:
         if (message.topic, message.partition, message.offset) not in sent:
             await send_dead_letter(message, letter)
