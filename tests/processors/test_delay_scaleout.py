@@ -38,7 +38,7 @@ REPO = Path(__file__).resolve().parents[2]
 NS = 1_000_000_000
 SESSIONS = 12
 RATE = 50  # records per second per session
-DURATION_S = 14
+DURATION_S = 10
 PARTITIONS = 3
 
 
@@ -139,7 +139,12 @@ def test_two_and_three_workers_give_the_results_of_one(stack, tmp_path):
         for group, n in (("one", 1), ("grow", 2), ("shrink", 3)):
             for _ in range(n):
                 start(group)
-        time.sleep(8)  # Faust starts (imports, group join) before the stream does
+        # every worker has its first assignment before the stream starts (later ones rebalance)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not all(
+            "rebalance: own" in log.read_text(errors="replace") for g in groups for _, log in workers[g]
+        ):
+            time.sleep(0.2)
         producer = threading.Thread(target=produce)
         producer.start()
         time.sleep(DURATION_S * 0.35)
