@@ -384,8 +384,6 @@ def rewind_uncommitted(app, topics: set) -> None:
     group, before anything was acked) skipped everything before the end. Wrapping perform_seek
     (Faust calls it at each assignment and while the flow is stopped) seeks those partitions to
     their beginning instead; what the group read before is replayed and counted once there."""
-    from faust.transport.drivers.aiokafka import ensure_aiokafka_TP
-
     consumer = app.consumer
     if getattr(consumer, "_segscope_rewinds_uncommitted", False):
         return
@@ -395,9 +393,11 @@ def rewind_uncommitted(app, topics: set) -> None:
         await original()
         tps = [tp for tp in consumer.assignment() if tp.topic in topics and not consumer._committed_offset.get(tp)]
         if tps:
-            await consumer._thread.seek_to_beginning(*(ensure_aiokafka_TP(tp) for tp in tps))
+            # a concrete offset, not aiokafka's seek_to_beginning: that leaves the position unset
+            # until the reset is done, and Faust's livelock check asserts on it meanwhile
+            earliest = await consumer.earliest_offsets(*tps)
             for tp in tps:
-                consumer._read_offset[tp] = None  # else Faust drops the replayed offsets as already read
+                await consumer.seek(tp, earliest[tp])  # also clears Faust's read offset of tp
 
     consumer.perform_seek = perform_seek
     consumer._segscope_rewinds_uncommitted = True
