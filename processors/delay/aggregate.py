@@ -212,10 +212,11 @@ def direction_stats(delays_ns: np.ndarray) -> DirectionStats:
 class SecondAccumulator:
     """Records of one (node, ssid, second): merged (deduped, sorted by sender_seq) + pending chunks."""
 
-    __slots__ = ("second", "seq", "delays", "pending", "emitted", "dirty", "path")
+    __slots__ = ("second", "seq", "delays", "pending", "emitted", "dirty", "path", "newest_t1_ns")
 
     def __init__(self, second: int):
         self.second = second
+        self.newest_t1_ns = -1  # the largest T1 of the second's records (TAI): the newest_ns field
         self.seq = np.empty(0, dtype=np.int64)
         self.delays = np.empty((4, 0), dtype=np.int64)  # rows: forward, reverse, round_trip, clock error
         self.pending: list[tuple[np.ndarray, np.ndarray]] = []
@@ -398,6 +399,11 @@ class DelayAggregator:
             self.counters.late_records_dropped += len(seq)
             return
         max_t1 = int(seq_t1.max())
+        acc = st.seconds.get(second)
+        if acc is None:
+            acc = st.seconds[second] = SecondAccumulator(second)
+        if max_t1 > acc.newest_t1_ns:
+            acc.newest_t1_ns = max_t1
         # One record with a wild T1 (clock trouble, corruption) must not close and evict
         # everything else: the watermark never runs ahead of the wall clock + max_future.
         limit = now_tai_ns + self.max_future_ns
@@ -406,9 +412,6 @@ class DelayAggregator:
             max_t1 = limit
         if max_t1 > st.watermark_ns:
             st.watermark_ns = max_t1
-        acc = st.seconds.get(second)
-        if acc is None:
-            acc = st.seconds[second] = SecondAccumulator(second)
         acc.add(seq.astype(np.int64), delays)
 
     # -- periodic ---------------------------------------------------------
@@ -469,7 +472,8 @@ class DelayAggregator:
             path = self.path_of(st.node, st.ssid)
             acc.path = UNKNOWN_PATH if path is None else escape_tag(path)
         ts = (acc.second - self.tai_utc_offset_s) * NS_PER_S
-        clock = acc.clock_fields()
+        # newest_ns: how old the second's data is when it becomes visible (segscope-freshness)
+        clock = acc.clock_fields() + f",newest_ns={acc.newest_t1_ns - self.tai_utc_offset_s * NS_PER_S}i"
         tags = f"{st.tags},path={acc.path},direction="
         for direction, d in zip(DIRECTIONS, acc.measured()):
             if len(d):
