@@ -14,7 +14,13 @@ Design (why it looks like this):
 - A second s (TAI seconds, s = floor(T1 / 1e9)) closes when the session's
   watermark passes (s + 1) * 1e9 + grace. The watermark is the largest T1 seen for
   the session, or the CLOCK_TAI wall clock once the session has been idle (no
-  records) for `grace`, so the last second of a session that stops is flushed.
+  records) for `idle` (at least grace), so the last second of a session that stops is
+  flushed. Two settings because they guard against different things: grace is data
+  time (how far a session's records are out of T1 order: they arrive in T4 order, so
+  about the largest round trip), idle is wall-clock time (it must exceed the gap between
+  a slow session's records plus the input's lag, or a lagging worker closes seconds
+  before their records arrive and re-emits them). A small grace makes results fresh;
+  a record later than it re-opens its second (re-emitted, counted), it is not lost.
 - Closed seconds stay in memory for `retention` (data time) after their end. A late
   record for such a second re-opens it, and the next flush re-emits the full,
   updated aggregate with the same measurement, tags and timestamp, so InfluxDB
@@ -292,16 +298,20 @@ class DelayAggregator:
         self,
         grace_s: float = 2.0,
         retention_s: float = 60.0,
+        idle_s: float | None = None,
         absurd_threshold_s: float = 10.0,
         max_future_s: float = 10.0,
         tai_utc_offset_s: int = 0,
         path_of: Callable[[str, int], str | None] | None = None,
     ):
         """path_of(node, ssid): the session's path tag (unescaped), None if not known (e.g.
-        PathBook.path_for_session); without it every point has path=unknown."""
+        PathBook.path_for_session); without it every point has path=unknown. idle_s: wall-clock
+        silence after which a session's seconds close by the clock (None or less than grace_s:
+        grace_s)."""
         if grace_s < 0 or retention_s < grace_s:
             raise ValueError("need 0 <= grace_s <= retention_s")
         self.grace_ns = int(grace_s * NS_PER_S)
+        self.idle_ns = max(self.grace_ns, int((idle_s or 0) * NS_PER_S))
         self.retention_ns = int(retention_s * NS_PER_S)
         self.absurd_threshold_ns = int(absurd_threshold_s * NS_PER_S)
         self.max_future_ns = int(max_future_s * NS_PER_S)
@@ -427,7 +437,7 @@ class DelayAggregator:
         for st in self.sessions.values():
             idle_ns = now_tai_ns - st.last_ingest_tai_ns
             wm = st.watermark_ns
-            if idle_ns >= self.grace_ns:
+            if idle_ns >= self.idle_ns:
                 wm = max(wm, now_tai_ns)
             close_before = (wm - self.grace_ns) // NS_PER_S  # seconds s with (s+1)*1e9+grace <= wm
             for s in sorted(st.seconds):

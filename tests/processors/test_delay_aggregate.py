@@ -201,6 +201,21 @@ def test_idle_session_flushed_by_wall_clock():
     assert len(delay_lines(agg.flush(t0 + 3 * NS_PER_S))) == 3  # idle and wall clock past end + grace
 
 
+def test_small_grace_closes_by_data_time_and_idle_closes_by_wall_clock():
+    t0 = BASE_S * NS_PER_S
+    agg = DelayAggregator(grace_s=0.5, idle_s=2.0)
+    # a busy session: second 0 closes as soon as a record with T1 >= end + 0.5 s has arrived
+    agg.ingest("A", make_records([1, 2], [t0 + 900_000_000, t0 + 1_499_000_000], [1000] * 2, [1000] * 2), t0)
+    assert agg.flush(t0 + 1_600_000_000) == []  # watermark 1.499 s: not yet
+    agg.ingest("A", make_records([3], [t0 + 1_500_000_000], [1000], [1000]), t0 + 1_600_000_000)
+    assert len(delay_lines(agg.flush(t0 + 1_600_000_000))) == 3
+    # then the session falls silent: second 1 waits for 2 s without records (not the 0.5 s grace),
+    # so a lagging input does not make the wall clock close seconds whose records are on their way
+    assert agg.flush(t0 + 3_500_000_000) == []  # silent for 1.9 s
+    assert len(delay_lines(agg.flush(t0 + 3_600_000_000))) == 3
+    assert agg.counters.seconds_reemitted == 0
+
+
 def test_batch_spanning_sessions_and_seconds():
     t0 = BASE_S * NS_PER_S
     a = make_records([1, 2], [t0 + 1, t0 + NS_PER_S + 1], [1000, 2000], [100, 100], ssid=7)
