@@ -316,10 +316,16 @@ def main() -> int:
     loss_target = period_s / 2 + 2
     rate = stamp_out.get("records", 0) / args.duration
     flush = telegraf_setting(stack.run_dir, "flush_interval")
+    from processors.delay.config import DelayConfig
+    from processors.loss.config import LossConfig
+
+    delay_cfg, loss_cfg = DelayConfig.from_env({}), LossConfig.from_env({})  # the defaults
+    grace = delay_cfg.grace_s if args.grace_s is None else args.grace_s
+    delay_flush = delay_cfg.flush_interval_s if args.delay_flush_s is None else args.delay_flush_s
+    loss_flush = loss_cfg.flush_interval_s if args.loss_flush_s is None else args.loss_flush_s
     settings = (
-        f"delay grace {args.grace_s if args.grace_s is not None else 'default'} s, delay flush "
-        f"{args.delay_flush_s if args.delay_flush_s is not None else 'default'} s, loss flush "
-        f"{args.loss_flush_s if args.loss_flush_s is not None else 'default'} s, Telegraf flush_interval {flush}"
+        f"delay grace {grace} s (idle {delay_cfg.idle_s} s), delay flush every {delay_flush} s, loss flush every "
+        f"{loss_flush} s, Telegraf flush_interval {flush}"
     )
     print(f"settings: {settings}")
     load_text = f"1-min load average during the run {min(load):.1f}..{max(load):.1f} (2 cores)"
