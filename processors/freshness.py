@@ -10,7 +10,8 @@ agent, Kafka, processor, Telegraf, InfluxDB). The newest packet time is the poin
 field (schemas/metrics.md): the largest T1 of a stamp_delay second's records, the end of an
 altmark_loss block. Points written before that field existed are estimated from the end of what
 they measured (a stamp_delay second ends 1 s after its timestamp, an altmark_loss block period_ms
-after it) and counted apart (`estimated`). Every --report-s it publishes, per measurement, the
+after it) and counted apart (`estimated`; so is, rarely, a point a poll saw before InfluxDB had
+written all its fields, each field being stored apart). Every --report-s it publishes, per measurement, the
 delays of the points seen in that interval on `segscope.metrics` (schemas/metrics.md,
 segscope_freshness):
 
