@@ -509,9 +509,10 @@ def pipeline() -> dict:
                 ],
                 unit="ms",
                 thresholds=thresholds((None, "green"), (5000, "orange"), (30000, "red")),
-                description="how old a result is when it becomes visible in InfluxDB: from the end of the "
-                "second (or block) it measured to the poll that first saw it (segscope-freshness, error <= its "
-                "poll period)",
+                description="how old a result is when it becomes visible in InfluxDB: from its newest packet "
+                "(newest_ns: the largest T1 of a stamp_delay second, the end of an altmark_loss block) to the poll "
+                "that first saw it (segscope-freshness, error <= its poll period). Target (issue 17): stamp_delay "
+                "p99 <= 2 s; altmark_loss <= T/2 + 2 s",
             ),
             Panel(
                 "Processor input behind (consumer lag)",

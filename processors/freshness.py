@@ -4,14 +4,18 @@
 
 Every --poll-s it asks InfluxDB for the newest point of every `stamp_delay` and `altmark_loss`
 series. A point newer than the series' last one was not there at the previous poll: it became
-visible between the two polls, so its freshness is (now - the end of what it measured) with an
-error of at most --poll-s (what this measures is the whole pipeline: agent, Kafka, processor,
-Telegraf, InfluxDB). The end of what a point measured: a stamp_delay second ends 1 s after its
-timestamp (its newest packet is at most that old); an altmark_loss block ends period_ms after its
-timestamp. Every --report-s it publishes, per measurement, the freshness of the points seen in
-that interval on `segscope.metrics` (schemas/metrics.md, segscope_freshness):
+visible between the two polls, so its packet-to-InfluxDB delay is (poll time - its newest packet
+time), an upper bound too large by at most --poll-s (what this measures is the whole pipeline:
+agent, Kafka, processor, Telegraf, InfluxDB). The newest packet time is the point's `newest_ns`
+field (schemas/metrics.md): the largest T1 of a stamp_delay second's records, the end of an
+altmark_loss block. Points written before that field existed are estimated from the end of what
+they measured (a stamp_delay second ends 1 s after its timestamp, an altmark_loss block period_ms
+after it) and counted apart (`estimated`; so is, rarely, a point a poll saw before InfluxDB had
+written all its fields, each field being stored apart). Every --report-s it publishes, per measurement, the
+delays of the points seen in that interval on `segscope.metrics` (schemas/metrics.md,
+segscope_freshness):
 
-    segscope_freshness,measurement=stamp_delay samples=42i,p50_ms=1830.2,p99_ms=2410.0,max_ms=2512.4 <ns>
+    segscope_freshness,measurement=stamp_delay samples=42i,estimated=0i,p50_ms=1830.2,p99_ms=2410.0,max_ms=2512.4 <ns>
 
 Credentials: SEGSCOPE_INFLUX_USER / SEGSCOPE_INFLUX_PASSWORD (a reader is enough).
 """
@@ -34,41 +38,50 @@ from segscope_schemas.version import VERSION_LINE
 
 log = logging.getLogger("segscope.freshness")
 
-# measurement -> (query of the newest point per series, end of what a point measured after its time)
+# measurement -> (query of the newest point per series and its newest_ns, end of what a point
+# measured after its time: the estimate for points without newest_ns)
 SOURCES = {
     "stamp_delay": (
-        'SELECT last("count") FROM "stamp_delay" WHERE time > now() - 5m GROUP BY "node", "ssid", "direction"',
+        'SELECT last("count"), "newest_ns" FROM "stamp_delay" WHERE time > now() - 5m GROUP BY "node", "ssid", '
+        '"direction"',
         lambda tags: 10**9,
     ),
     "altmark_loss": (
-        'SELECT last("reason") FROM "altmark_loss" WHERE time > now() - 15m GROUP BY "flow", "period_ms"',
+        'SELECT last("reason"), "newest_ns" FROM "altmark_loss" WHERE time > now() - 15m GROUP BY "flow", "period_ms"',
         lambda tags: int(tags.get("period_ms", "1000")) * 10**6,
     ),
 }
 
 
 class Tracker:
-    """The newest point time per series; a newer one yields a freshness sample."""
+    """The newest point time per series; a newer one yields a packet-to-InfluxDB sample."""
 
     def __init__(self) -> None:
         self.newest: dict[tuple, int] = {}
         self.samples: dict[str, list[float]] = {m: [] for m in SOURCES}
+        self.estimated: dict[str, int] = dict.fromkeys(SOURCES, 0)
 
     def observe(self, measurement: str, series: list[dict], now_ns: int, first_poll: bool = False) -> int:
-        """Record the series' newest points seen at now_ns; return the number of new samples.
-        On the first poll nothing is a sample (when those points arrived is not known)."""
+        """Record the series' newest points seen at now_ns (UTC); return the number of new samples.
+        A row is [time, last(..), newest_ns or None]. On the first poll nothing is a sample (when
+        those points arrived is not known)."""
         end_of = SOURCES[measurement][1]
         n = 0
         for s in series:
             key = (measurement, tuple(sorted(s["tags"].items())))
-            t = int(s["values"][-1][0])
+            row = s["values"][-1]
+            t = int(row[0])
             old = self.newest.get(key)
             if old is not None and t <= old:
                 continue
             self.newest[key] = t
             if old is None and first_poll:
                 continue
-            self.samples[measurement].append((now_ns - (t + end_of(s["tags"]))) / 1e6)
+            newest_ns = row[2] if len(row) > 2 else None
+            if newest_ns is None:  # written before the field existed: the end of what it measured
+                newest_ns = t + end_of(s["tags"])
+                self.estimated[measurement] += 1
+            self.samples[measurement].append((now_ns - int(newest_ns)) / 1e6)
             n += 1
         return n
 
@@ -79,10 +92,11 @@ class Tracker:
                 a = np.asarray(values)
                 p50, p99 = np.percentile(a, [50, 99])
                 out.append(
-                    f"segscope_freshness,measurement={m} samples={len(a)}i,p50_ms={p50:.1f},p99_ms={p99:.1f},"
-                    f"max_ms={a.max():.1f} {ts_ns}"
+                    f"segscope_freshness,measurement={m} samples={len(a)}i,estimated={self.estimated[m]}i,"
+                    f"p50_ms={p50:.1f},p99_ms={p99:.1f},max_ms={a.max():.1f} {ts_ns}"
                 )
             self.samples[m] = []
+            self.estimated[m] = 0
         return out
 
 

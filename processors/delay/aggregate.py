@@ -14,7 +14,13 @@ Design (why it looks like this):
 - A second s (TAI seconds, s = floor(T1 / 1e9)) closes when the session's
   watermark passes (s + 1) * 1e9 + grace. The watermark is the largest T1 seen for
   the session, or the CLOCK_TAI wall clock once the session has been idle (no
-  records) for `grace`, so the last second of a session that stops is flushed.
+  records) for `idle` (at least grace), so the last second of a session that stops is
+  flushed. Two settings because they guard against different things: grace is data
+  time (how far a session's records are out of T1 order: they arrive in T4 order, so
+  about the largest round trip), idle is wall-clock time (it must exceed the gap between
+  a slow session's records plus the input's lag, or a lagging worker closes seconds
+  before their records arrive and re-emits them). A small grace makes results fresh;
+  a record later than it re-opens its second (re-emitted, counted), it is not lost.
 - Closed seconds stay in memory for `retention` (data time) after their end. A late
   record for such a second re-opens it, and the next flush re-emits the full,
   updated aggregate with the same measurement, tags and timestamp, so InfluxDB
@@ -212,10 +218,11 @@ def direction_stats(delays_ns: np.ndarray) -> DirectionStats:
 class SecondAccumulator:
     """Records of one (node, ssid, second): merged (deduped, sorted by sender_seq) + pending chunks."""
 
-    __slots__ = ("second", "seq", "delays", "pending", "emitted", "dirty", "path")
+    __slots__ = ("second", "seq", "delays", "pending", "emitted", "dirty", "path", "newest_t1_ns")
 
     def __init__(self, second: int):
         self.second = second
+        self.newest_t1_ns = -1  # the largest T1 of the second's records (TAI): the newest_ns field
         self.seq = np.empty(0, dtype=np.int64)
         self.delays = np.empty((4, 0), dtype=np.int64)  # rows: forward, reverse, round_trip, clock error
         self.pending: list[tuple[np.ndarray, np.ndarray]] = []
@@ -291,16 +298,20 @@ class DelayAggregator:
         self,
         grace_s: float = 2.0,
         retention_s: float = 60.0,
+        idle_s: float | None = None,
         absurd_threshold_s: float = 10.0,
         max_future_s: float = 10.0,
         tai_utc_offset_s: int = 0,
         path_of: Callable[[str, int], str | None] | None = None,
     ):
         """path_of(node, ssid): the session's path tag (unescaped), None if not known (e.g.
-        PathBook.path_for_session); without it every point has path=unknown."""
+        PathBook.path_for_session); without it every point has path=unknown. idle_s: wall-clock
+        silence after which a session's seconds close by the clock (None or less than grace_s:
+        grace_s)."""
         if grace_s < 0 or retention_s < grace_s:
             raise ValueError("need 0 <= grace_s <= retention_s")
         self.grace_ns = int(grace_s * NS_PER_S)
+        self.idle_ns = max(self.grace_ns, int((idle_s or 0) * NS_PER_S))
         self.retention_ns = int(retention_s * NS_PER_S)
         self.absurd_threshold_ns = int(absurd_threshold_s * NS_PER_S)
         self.max_future_ns = int(max_future_s * NS_PER_S)
@@ -398,6 +409,11 @@ class DelayAggregator:
             self.counters.late_records_dropped += len(seq)
             return
         max_t1 = int(seq_t1.max())
+        acc = st.seconds.get(second)
+        if acc is None:
+            acc = st.seconds[second] = SecondAccumulator(second)
+        if max_t1 > acc.newest_t1_ns:
+            acc.newest_t1_ns = max_t1
         # One record with a wild T1 (clock trouble, corruption) must not close and evict
         # everything else: the watermark never runs ahead of the wall clock + max_future.
         limit = now_tai_ns + self.max_future_ns
@@ -406,9 +422,6 @@ class DelayAggregator:
             max_t1 = limit
         if max_t1 > st.watermark_ns:
             st.watermark_ns = max_t1
-        acc = st.seconds.get(second)
-        if acc is None:
-            acc = st.seconds[second] = SecondAccumulator(second)
         acc.add(seq.astype(np.int64), delays)
 
     # -- periodic ---------------------------------------------------------
@@ -424,7 +437,7 @@ class DelayAggregator:
         for st in self.sessions.values():
             idle_ns = now_tai_ns - st.last_ingest_tai_ns
             wm = st.watermark_ns
-            if idle_ns >= self.grace_ns:
+            if idle_ns >= self.idle_ns:
                 wm = max(wm, now_tai_ns)
             close_before = (wm - self.grace_ns) // NS_PER_S  # seconds s with (s+1)*1e9+grace <= wm
             for s in sorted(st.seconds):
@@ -469,7 +482,8 @@ class DelayAggregator:
             path = self.path_of(st.node, st.ssid)
             acc.path = UNKNOWN_PATH if path is None else escape_tag(path)
         ts = (acc.second - self.tai_utc_offset_s) * NS_PER_S
-        clock = acc.clock_fields()
+        # newest_ns: how old the second's data is when it becomes visible (segscope-freshness)
+        clock = acc.clock_fields() + f",newest_ns={acc.newest_t1_ns - self.tai_utc_offset_s * NS_PER_S}i"
         tags = f"{st.tags},path={acc.path},direction="
         for direction, d in zip(DIRECTIONS, acc.measured()):
             if len(d):

@@ -58,6 +58,7 @@ cfg = DelayConfig.from_env()
 paths = PathBook(cfg.bootstrap, cfg.paths_topic)
 aggregator = DelayAggregator(
     grace_s=cfg.grace_s,
+    idle_s=cfg.idle_s,
     retention_s=cfg.retention_s,
     tai_utc_offset_s=cfg.tai_utc_offset_s,
     path_of=paths.path_for_session,

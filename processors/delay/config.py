@@ -11,10 +11,16 @@ from segscope_schemas import names
 
 ENV = {
     **processor_env("delay", "records_topic", "SEGSCOPE_TOPIC_STAMP_RECORDS", names.TOPIC_STAMP_RECORDS),
-    # a second's records are published once the newest T4 is this far past the second's end
-    "grace_s": ("SEGSCOPE_DELAY_GRACE_S", "2.0"),
+    # a second is published once the session's newest T1 is this far past the second's end (data
+    # time: records come in T4 order, so this is about the largest round trip that still lands in
+    # time; a later record re-opens the second and it is published again, counted seconds_reemitted)
+    "grace_s": ("SEGSCOPE_DELAY_GRACE_S", "0.5"),
+    # a session without records for this long (wall clock) has its open seconds closed by the clock
+    # (a session that stopped); must exceed a slow session's packet gap plus the input's lag
+    "idle_s": ("SEGSCOPE_DELAY_IDLE_S", "2.0"),
     "retention_s": ("SEGSCOPE_DELAY_RETENTION_S", "60.0"),
-    "flush_interval_s": ("SEGSCOPE_DELAY_FLUSH_INTERVAL_S", "1.0"),
+    # how often closed seconds are looked for and published: up to this much is added to freshness
+    "flush_interval_s": ("SEGSCOPE_DELAY_FLUSH_INTERVAL_S", "0.25"),
     "max_lines_per_message": ("SEGSCOPE_DELAY_MAX_LINES_PER_MESSAGE", "2000"),
     "datadir": ("SEGSCOPE_DELAY_DATADIR", ".run/processors/{app_id}"),
     # TAI - UTC in seconds for point timestamps; "host" = what this host's kernel says
@@ -33,6 +39,7 @@ class DelayConfig(EnvConfig):
     app_id: str
     health: str
     grace_s: float
+    idle_s: float
     retention_s: float
     flush_interval_s: float
     max_lines_per_message: int

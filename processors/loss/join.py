@@ -159,16 +159,19 @@ def loss_fields(
     rx_bytes: int,
     reason: str | None,
     dmark: tuple[int, float] | None,
+    newest_ns: int | None = None,
 ) -> str:
     """The field set of an altmark_loss line: a side's packets None when it is missing; reason None
-    for a complete block; dmark (D-marked packets, mean delay in us) or None."""
+    for a complete block; dmark (D-marked packets, mean delay in us) or None; newest_ns (the block's
+    end in UTC ns: no packet of the block was sent later) or None for no such field."""
+    newest = "" if newest_ns is None else f",newest_ns={newest_ns}i"
     if reason is None:
         lost = tx_packets - rx_packets
         ratio = f"loss_ratio={format_float(lost / tx_packets)}," if tx_packets else ""  # none without traffic
         dm = "" if dmark is None else f"dmark_packets={dmark[0]}i,dmark_delay_mean_us={format_float(dmark[1])},"
         return (
             f"tx_packets={tx_packets}i,rx_packets={rx_packets}i,lost={lost}i,{ratio}tx_bytes={tx_bytes}i,"
-            f'rx_bytes={rx_bytes}i,{dm}complete=true,reason="ok"'
+            f'rx_bytes={rx_bytes}i,{dm}complete=true,reason="ok"{newest}'
         )
     out = []
     if tx_packets is not None:
@@ -179,7 +182,7 @@ def loss_fields(
         out.append(f"tx_bytes={tx_bytes}i")
     if rx_packets is not None:
         out.append(f"rx_bytes={rx_bytes}i")
-    out.append(f'complete=false,reason="{reason}"')
+    out.append(f'complete=false,reason="{reason}"{newest}')
     return ",".join(out)
 
 
@@ -513,7 +516,8 @@ class LossJoiner:
             if tags is None:
                 tags = loss_tags(flow, method, period_ms, tag_of(tx_node), tag_of(rx_node)) + f",path={path}"
                 tags_cache[series] = tags
-            fields_s = loss_fields(ptx if htx else None, prx if hrx else None, btx, brx, reason_names[why], dmark)
+            end = t + period_ms * 1_000_000  # the block's end (UTC): its newest_ns
+            fields_s = loss_fields(ptx if htx else None, prx if hrx else None, btx, brx, reason_names[why], dmark, end)
             line = f"{tags} {fields_s} {t}"
             if line != last_line[row]:
                 c.points_out += 1

@@ -149,7 +149,26 @@ def test_single_packet_has_no_ipdv_field():
         "p50_us": 2.5,
         "p99_us": 2.5,
         "unsynchronized": 1,
+        "newest_ns": t0,  # the record's T1 (TAI - UTC is 0 here)
     }  # fmt: skip  (Error Estimate 0: S bit clear)
+
+
+def test_newest_ns_is_the_largest_t1_of_the_second_in_utc_and_follows_late_records():
+    t0 = (BASE_S + 37) * NS_PER_S  # TAI
+    agg = DelayAggregator(grace_s=0.5, tai_utc_offset_s=37)
+    # two batches of second t0, out of order; a record of the next second does not count for it
+    agg.ingest("A", make_records([2, 1], [t0 + 700_000_000, t0 + 100_000_000], [1_000] * 2, [1_000] * 2), t0)
+    agg.ingest("A", make_records([3, 4], [t0 + 400_000_000, t0 + 1_600_000_000], [1_000] * 2, [1_000] * 2), t0)
+    first = by_direction(agg.flush(t0 + 1_600_000_000))  # watermark 1.6 s >= end + grace 1.5 s
+    utc = BASE_S * NS_PER_S
+    assert {k: f["newest_ns"] for k, f in first.items()} == {
+        ("1", d, utc): utc + 700_000_000 for d in ("forward", "reverse", "round_trip")
+    }
+    # a late record with a later T1 in the same second: the re-emission carries it
+    agg.ingest("A", make_records([5], [t0 + 900_000_000], [1_000], [1_000]), t0 + 1_700_000_000)
+    again = by_direction(agg.flush(t0 + 1_700_000_000))
+    assert again[("1", "forward", utc)]["newest_ns"] == utc + 900_000_000
+    assert again[("1", "forward", utc)]["count"] == 4  # seq 1, 2, 3 and the late 5
 
 
 def test_second_boundaries_and_watermark_grace():
@@ -180,6 +199,21 @@ def test_idle_session_flushed_by_wall_clock():
     agg.ingest("A", make_records([1], [t0], [1000], [1000]), now_tai_ns=t0 + 10_000)
     assert agg.flush(t0 + NS_PER_S) == []  # not idle for 2 s yet
     assert len(delay_lines(agg.flush(t0 + 3 * NS_PER_S))) == 3  # idle and wall clock past end + grace
+
+
+def test_small_grace_closes_by_data_time_and_idle_closes_by_wall_clock():
+    t0 = BASE_S * NS_PER_S
+    agg = DelayAggregator(grace_s=0.5, idle_s=2.0)
+    # a busy session: second 0 closes as soon as a record with T1 >= end + 0.5 s has arrived
+    agg.ingest("A", make_records([1, 2], [t0 + 900_000_000, t0 + 1_499_000_000], [1000] * 2, [1000] * 2), t0)
+    assert agg.flush(t0 + 1_600_000_000) == []  # watermark 1.499 s: not yet
+    agg.ingest("A", make_records([3], [t0 + 1_500_000_000], [1000], [1000]), t0 + 1_600_000_000)
+    assert len(delay_lines(agg.flush(t0 + 1_600_000_000))) == 3
+    # then the session falls silent: second 1 waits for 2 s without records (not the 0.5 s grace),
+    # so a lagging input does not make the wall clock close seconds whose records are on their way
+    assert agg.flush(t0 + 3_500_000_000) == []  # silent for 1.9 s
+    assert len(delay_lines(agg.flush(t0 + 3_600_000_000))) == 3
+    assert agg.counters.seconds_reemitted == 0
 
 
 def test_batch_spanning_sessions_and_seconds():
@@ -273,6 +307,7 @@ def test_roundtrip_through_encode_decode_batch():
         "p99_us": 2.2,
         "ipdv_mean_us": 0.0,
         "unsynchronized": 4000,
+        "newest_ns": t0 + 3999 * 1000,
     }
 
 

@@ -11,7 +11,7 @@ def test_defaults_follow_the_contract():
         "segscope.metrics",
         "segscope.deadletter",
     )
-    assert c.grace_s == 2.0 and c.retention_s == 60.0 and c.flush_interval_s == 1.0
+    assert c.grace_s == 0.5 and c.idle_s == 2.0 and c.retention_s == 60.0 and c.flush_interval_s == 0.25
     assert c.datadir == ".run/processors/segscope-delay"
 
 
@@ -22,11 +22,11 @@ def test_environment_overrides_and_alias():
             "SEGSCOPE_KAFKA": "127.0.0.1:1",
             "SEGSCOPE_KAFKA_BOOTSTRAP": "127.0.0.1:2",
             "SEGSCOPE_TOPIC_METRICS": "m",
-            "SEGSCOPE_DELAY_GRACE_S": "0.5",
+            "SEGSCOPE_DELAY_GRACE_S": "1.5",
             "SEGSCOPE_DELAY_APP_ID": "x",
         }
     )
-    assert c.bootstrap == "127.0.0.1:2" and c.metrics_topic == "m" and c.grace_s == 0.5
+    assert c.bootstrap == "127.0.0.1:2" and c.metrics_topic == "m" and c.grace_s == 1.5
     assert c.datadir == ".run/processors/x"
 
 

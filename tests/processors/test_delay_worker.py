@@ -64,7 +64,7 @@ def expected_lines(node: str, recs: np.ndarray) -> dict[tuple, dict]:
         t = {k: [int(x) for x in sel[k]] for k in ("t1_ns", "t2_ns", "t3_ns", "t4_ns")}
         ee = list(zip((int(x) for x in sel["sender_err_est"]), (int(x) for x in sel["reflector_err_est"])))
         synced = [(s, r) for s, r in ee if s & 0x8000 and r & 0x8000]  # RFC 8762 S bit on both sides
-        clock = {"unsynchronized": len(ee) - len(synced)}
+        clock = {"unsynchronized": len(ee) - len(synced), "newest_ns": max(t["t1_ns"])}  # TAI = UTC on this host
         if synced:
             err = [
                 ee_to_error_ns((s >> 8) & 0x3F, s & 0xFF) + ee_to_error_ns((r >> 8) & 0x3F, r & 0xFF) for s, r in synced
@@ -273,7 +273,7 @@ def test_worker_aggregates_two_sessions_and_dead_letters_garbage(kafka_bootstrap
     for key, want in expected.items():
         have = got[key]
         assert set(have) == set(want), key
-        for field in ("count", "min_us", "max_us", "unsynchronized"):
+        for field in ("count", "min_us", "max_us", "unsynchronized", "newest_ns"):
             assert have[field] == want[field], (key, field)
         assert have["sum_us"] == pytest.approx(want["sum_us"], rel=1e-15), key  # an exact ns sum / 1000
         # path: A's SID list as published (the inventory tag's value), B never published: unknown

@@ -212,6 +212,7 @@ def test_loss_worker_to_influxdb(stack, run_names, tmp_path, workers):
             dmark_delay_mean_us=1500.25,
             complete=True,
             reason="ok",
+            newest_ns=ts[0] + NS,  # the block's end
         ),
         ts[1]: dict(
             tx_packets=2000,

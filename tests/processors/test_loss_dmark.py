@@ -27,7 +27,8 @@ def test_equal_counts_give_exact_mean_delay():
     mean_us = (2_000_100 + 2_000_300 + 2_000_501) / 3 / 1000
     assert j.flush(T0) == [
         f"{head()} tx_packets=1000i,rx_packets=999i,lost=1i,loss_ratio=0.001,tx_bytes=1200000i,"
-        f'rx_bytes=1198800i,dmark_packets=3i,dmark_delay_mean_us={mean_us!r},complete=true,reason="ok" {TS}'
+        f'rx_bytes=1198800i,dmark_packets=3i,dmark_delay_mean_us={mean_us!r},complete=true,reason="ok",'
+        f"newest_ns={TS + NS_PER_S}i {TS}"
     ]
     assert (j.counters.dmark_delays, j.counters.dmark_mismatch) == (1, 0)
     assert ab.dmark_delay_ns(3, sum(tx_ts), 3, sum(rx_ts)) == int(mean_us * 1000)  # schema helper agrees

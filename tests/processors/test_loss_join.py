@@ -12,6 +12,7 @@ from segscope_schemas import altmark_block as ab
 
 B = 1_795_305_600  # a block index at period 1000 ms (TAI seconds of 2026-11-22)
 TS = B * NS_PER_S  # its block_start_ns = the line timestamp
+END = TS + NS_PER_S  # its end: the line's newest_ns
 T0 = 5_000 * NS_PER_S  # processor clock at the first ingest
 TX, RX = ab.DIR_TX, ab.DIR_RX
 
@@ -50,7 +51,7 @@ def test_complete_block_exact_line_and_no_reemission():
     j.ingest("B", rec(RX, 990, 1_188_000), T0 + NS_PER_S)
     assert j.flush(T0 + NS_PER_S) == [
         f"{head()} tx_packets=1000i,rx_packets=990i,lost=10i,loss_ratio=0.01,tx_bytes=1200000i,"
-        f'rx_bytes=1188000i,complete=true,reason="ok" {TS}'
+        f'rx_bytes=1188000i,complete=true,reason="ok",newest_ns={END}i {TS}'
     ]
     assert j.flush(T0 + 2 * NS_PER_S) == []  # nothing changed, nothing re-published
     c = j.counters
@@ -63,7 +64,7 @@ def test_rfc9343_method_tag_and_max_flowmonid():
     j.ingest("B", rec(RX, 3, 300, flow=0xFFFFF, method=ab.METHOD_RFC9343), T0)
     assert j.flush(T0) == [
         f"{head(flow=1048575, method='rfc9343')} tx_packets=4i,rx_packets=3i,lost=1i,loss_ratio=0.25,"
-        f'tx_bytes=400i,rx_bytes=300i,complete=true,reason="ok" {TS}'
+        f'tx_bytes=400i,rx_bytes=300i,complete=true,reason="ok",newest_ns={END}i {TS}'
     ]
 
 
@@ -71,7 +72,8 @@ def test_zero_traffic_block_has_no_loss_ratio():
     j = LossJoiner()
     joined_ab(j, tx=0, rx=0)
     assert j.flush(T0) == [
-        f"{head()} tx_packets=0i,rx_packets=0i,lost=0i,tx_bytes=0i,rx_bytes=0i,complete=true,reason=\"ok\" {TS}"
+        f"{head()} tx_packets=0i,rx_packets=0i,lost=0i,tx_bytes=0i,rx_bytes=0i,complete=true,reason=\"ok\","
+        f"newest_ns={END}i {TS}"
     ]
 
 
@@ -81,14 +83,14 @@ def test_missing_rx_published_incomplete_after_timeout_then_overwritten_when_rx_
     j.flush(T0)
     j.ingest("A", rec(TX, 500, 600_000), T0)
     assert j.flush(T0 + 10 * NS_PER_S - 1) == []
-    incomplete = f'{head()} tx_packets=500i,tx_bytes=600000i,complete=false,reason="missing_rx" {TS}'
+    incomplete = f'{head()} tx_packets=500i,tx_bytes=600000i,complete=false,reason="missing_rx",newest_ns={END}i {TS}'
     assert j.flush(T0 + 10 * NS_PER_S) == [incomplete]
     assert j.flush(T0 + 11 * NS_PER_S) == []
     # the rx side arrives late (within retention): same measurement, tags, timestamp -> overwrite
     j.ingest("B", rec(RX, 499, 598_800), T0 + 30 * NS_PER_S)
     assert j.flush(T0 + 30 * NS_PER_S) == [
         f"{head()} tx_packets=500i,rx_packets=499i,lost=1i,loss_ratio=0.002,tx_bytes=600000i,"
-        f'rx_bytes=598800i,complete=true,reason="ok" {TS}'
+        f'rx_bytes=598800i,complete=true,reason="ok",newest_ns={END}i {TS}'
     ]
     c = j.counters
     assert (c.points_out, c.points_reemitted, c.blocks_complete, c.blocks_incomplete) == (3, 1, 2, 1)
@@ -98,7 +100,8 @@ def test_missing_tx_of_a_new_flow_names_unknown_node():
     j = LossJoiner(timeout_s=2)
     j.ingest("B", rec(RX, 10, 1000, flow=9), T0)
     assert j.flush(T0 + 2 * NS_PER_S) == [
-        f'{head(flow=9, tx="unknown")} rx_packets=10i,rx_bytes=1000i,complete=false,reason="missing_tx" {TS}'
+        f'{head(flow=9, tx="unknown")} rx_packets=10i,rx_bytes=1000i,complete=false,reason="missing_tx",'
+        f"newest_ns={END}i {TS}"
     ]
 
 
@@ -122,7 +125,7 @@ def test_duplicates_counted_not_double_counted():
     lines = j.flush(T0)
     assert lines == [
         f"{head()} tx_packets=1000i,rx_packets=990i,lost=10i,loss_ratio=0.01,tx_bytes=1200000i,"
-        f'rx_bytes=1188000i,complete=true,reason="ok" {TS}'
+        f'rx_bytes=1188000i,complete=true,reason="ok",newest_ns={END}i {TS}'
     ]
     j.ingest("B", rec(RX, 990, 1_188_000), T0 + NS_PER_S)  # replay after publication
     assert j.flush(T0 + NS_PER_S) == []
@@ -138,7 +141,7 @@ def test_agent_restart_mid_block_is_incomplete_never_a_wrong_loss():
     j.ingest("B", rec(RX, 990, 118_800, boot=5), T0)
     assert j.flush(T0) == [
         f'{head()} tx_packets=400i,rx_packets=990i,tx_bytes=48000i,rx_bytes=118800i,'
-        f'complete=false,reason="agent_restart" {TS}'
+        f'complete=false,reason="agent_restart",newest_ns={END}i {TS}'
     ]
     # the next block, fully counted by boot 2, joins normally; a late replay of boot 1 is no new restart
     j.ingest("A", rec(TX, 1000, 120_000, block=B + 1, boot=2), T0)
@@ -146,7 +149,7 @@ def test_agent_restart_mid_block_is_incomplete_never_a_wrong_loss():
     j.ingest("A", rec(TX, 400, 48_000, boot=1), T0)
     assert j.flush(T0) == [
         f"{head()} tx_packets=1000i,rx_packets=1000i,lost=0i,loss_ratio=0.0,tx_bytes=120000i,"
-        f'rx_bytes=120000i,complete=true,reason="ok" {TS + NS_PER_S}'
+        f'rx_bytes=120000i,complete=true,reason="ok",newest_ns={END + NS_PER_S}i {TS + NS_PER_S}'
     ]
     assert j.counters.agent_restarts == 1 and j.counters.duplicate_records == 1
     assert j.counters.conflicting_records == 0
@@ -159,7 +162,7 @@ def test_partial_block_flag_is_incomplete_even_with_both_sides():
     j.ingest("B", rec(RX, 300, 36_000, boot=8, flags=ab.F_PARTIAL), T0)
     assert j.flush(T0) == [
         f'{head()} tx_packets=1000i,rx_packets=300i,tx_bytes=120000i,rx_bytes=36000i,'
-        f'complete=false,reason="partial_block" {TS}'
+        f'complete=false,reason="partial_block",newest_ns={END}i {TS}'
     ]
     assert j.counters.partial_records == 1
 
@@ -167,11 +170,11 @@ def test_partial_block_flag_is_incomplete_even_with_both_sides():
 def test_restart_evidence_arriving_after_a_complete_line_republishes_incomplete():
     j = LossJoiner()
     joined_ab(j)
-    assert j.flush(T0)[0].endswith(f'complete=true,reason="ok" {TS}')
+    assert j.flush(T0)[0].endswith(f'complete=true,reason="ok",newest_ns={END}i {TS}')
     j.ingest("B", rec(RX, 10, 1200, boot=2), T0 + NS_PER_S)
     assert j.flush(T0 + NS_PER_S) == [
         f'{head()} tx_packets=1000i,rx_packets=990i,tx_bytes=1200000i,rx_bytes=1188000i,'
-        f'complete=false,reason="agent_restart" {TS}'
+        f'complete=false,reason="agent_restart",newest_ns={END}i {TS}'
     ]
     assert j.counters.points_reemitted == 1
 
@@ -181,7 +184,7 @@ def test_rx_exceeding_tx_is_incomplete_not_negative_loss():
     joined_ab(j, tx=100, rx=101)
     assert j.flush(T0) == [
         f'{head()} tx_packets=100i,rx_packets=101i,tx_bytes=120000i,rx_bytes=121200i,'
-        f'complete=false,reason="rx_exceeds_tx" {TS}'
+        f'complete=false,reason="rx_exceeds_tx",newest_ns={END}i {TS}'
     ]
     assert j.counters.rx_exceeds_tx == 1
 
@@ -199,7 +202,7 @@ def test_conflicting_reports_of_one_side(other_node, other_boot, reason):
     j.ingest(other_node, rec(TX, 1001, 1_201_200, boot=other_boot), T0)
     assert j.flush(T0) == [
         f'{head()} tx_packets=1000i,rx_packets=990i,tx_bytes=1200000i,rx_bytes=1188000i,'
-        f'complete=false,reason="{reason}" {TS}'
+        f'complete=false,reason="{reason}",newest_ns={END}i {TS}'
     ]
     assert j.counters.conflicting_records == 1
 
@@ -211,8 +214,9 @@ def test_period_mismatch_never_joins():
     # both blocks start at TS but are different blocks (period is part of the key); the missing
     # side's node tag is the one the flow is known to use, so each point keeps its series
     assert j.flush(T0 + NS_PER_S) == [
-        f'{head(period=500)} rx_packets=500i,rx_bytes=500i,complete=false,reason="missing_tx" {TS}',
-        f'{head()} tx_packets=1000i,tx_bytes=1000i,complete=false,reason="missing_rx" {TS}',
+        f'{head(period=500)} rx_packets=500i,rx_bytes=500i,complete=false,reason="missing_tx",'
+        f"newest_ns={TS + NS_PER_S // 2}i {TS}",
+        f'{head()} tx_packets=1000i,tx_bytes=1000i,complete=false,reason="missing_rx",newest_ns={END}i {TS}',
     ]
 
 
@@ -226,7 +230,7 @@ def test_counter_wrap_in_the_collector_delta_gives_the_right_loss():
     j.ingest("B", rec(RX, rx_delta, 0), T0)
     assert j.flush(T0) == [
         f"{head()} tx_packets=1000i,rx_packets=997i,lost=3i,loss_ratio=0.003,"
-        f'tx_bytes=0i,rx_bytes=0i,complete=true,reason="ok" {TS}'
+        f'tx_bytes=0i,rx_bytes=0i,complete=true,reason="ok",newest_ns={END}i {TS}'
     ]
 
 
@@ -327,7 +331,7 @@ def test_any_arrival_order_with_replays_ends_in_the_same_exact_line(seed):
         ratio = f",loss_ratio={lost / int(tx[i])!r}" if tx[i] else ""
         assert last[TS + i * NS_PER_S] == (
             f"{head()} tx_packets={tx[i]}i,rx_packets={rx[i]}i,lost={lost}i{ratio},tx_bytes={tx[i] * 100}i,"
-            f'rx_bytes={rx[i] * 100}i,complete=true,reason="ok" {TS + i * NS_PER_S}'
+            f'rx_bytes={rx[i] * 100}i,complete=true,reason="ok",newest_ns={END + i * NS_PER_S}i {TS + i * NS_PER_S}'
         )
     assert j.counters.duplicate_records == 20 and j.counters.points_out == 10
 
