@@ -50,6 +50,7 @@ Design (why it looks like this):
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
+from itertools import repeat
 
 import numpy as np
 
@@ -186,6 +187,41 @@ def loss_fields(
     return ",".join(out)
 
 
+def complete_fields(
+    tx_packets: np.ndarray,
+    rx_packets: np.ndarray,
+    tx_bytes: np.ndarray,
+    rx_bytes: np.ndarray,
+    newest_ns: list[int] | None = None,
+) -> list[str]:
+    """loss_fields(tx, rx, tx_bytes, rx_bytes, None, None) for many complete blocks without double
+    marking (rx <= tx), column-wise: the common line of a flush (test_loss_join_differential.py
+    checks that the two agree; a field added to loss_fields must be added here too)."""
+    tx = np.asarray(tx_packets, dtype=np.uint64)
+    lost = tx - np.asarray(rx_packets, dtype=np.uint64)
+    exact = tx < np.uint64(1 << 53)  # float64 division is Python's int / int only below 2^53
+    with np.errstate(divide="ignore", invalid="ignore"):
+        quotient = (lost.astype(np.float64) / tx.astype(np.float64)).tolist()
+    lost_l, tx_l = lost.tolist(), tx.tolist()
+    if not exact.all():
+        for i in np.flatnonzero(~exact).tolist():
+            quotient[i] = lost_l[i] / tx_l[i]
+    ratio = [f"loss_ratio={q!r}," if t else "" for q, t in zip(quotient, tx_l)]
+    newest = [""] * len(tx_l) if newest_ns is None else [f",newest_ns={x}i" for x in newest_ns]
+    return [
+        f'tx_packets={a}i,rx_packets={b}i,lost={c}i,{r}tx_bytes={d}i,rx_bytes={e}i,complete=true,reason="ok"{z}'
+        for a, b, c, r, d, e, z in zip(
+            tx_l,
+            np.asarray(rx_packets).tolist(),
+            lost_l,
+            ratio,
+            np.asarray(tx_bytes).tolist(),
+            np.asarray(rx_bytes).tolist(),
+            newest,
+        )
+    ]
+
+
 def dmark_delay_us(tx_sum: int, rx_sum: int, n: int) -> float:
     """Mean one-way delay of n D-marked packets from the two edges' timestamp sums (mod 2^64, signed)."""
     diff = (rx_sum - tx_sum) & U64_MASK
@@ -235,7 +271,7 @@ class LossJoiner:
         old = getattr(self, "_capacity", 0)
 
         def grow(name: str, dtype, shape: tuple = ()) -> None:
-            new = np.zeros(shape + (capacity,), dtype=dtype)
+            new = np.full(shape + (capacity,), None) if dtype is object else np.zeros(shape + (capacity,), dtype)
             if old:
                 new[..., :old] = getattr(self, name)
             setattr(self, name, new)
@@ -256,9 +292,10 @@ class LossJoiner:
             grow(name, dtype)
         for name, dtype in (("_has", bool), ("_node", np.int32)) + tuple((c, d) for c, _, d in self._SIDE_COLUMNS):
             grow(name, dtype, (2,))
-        self._last_line: list[str | None] = getattr(self, "_last_line", []) + [None] * (capacity - old)
-        # the block's `path` tag, fixed at its first publication (a re-publication stays in its series)
-        self._path_tag: list[str | None] = getattr(self, "_path_tag", []) + [None] * (capacity - old)
+        # the block's last published line (None: none yet), and its `path` tag, fixed at its first
+        # publication (a re-publication stays in its series): object arrays, indexed by row
+        grow("_last_line", object)
+        grow("_path_tag", object)
         self._free.extend(range(capacity - 1, old - 1, -1))  # pop() hands out low rows first
         self._capacity = capacity
 
@@ -339,11 +376,10 @@ class LossJoiner:
         """Records whose (block, side) pairs are all different."""
         c = self.counters
         self._note_boots(node, records)
-        get = self.blocks.get
-        rows = np.fromiter((get(k, -1) for k in keys), dtype=np.intp, count=len(keys))
+        rows = np.fromiter(map(self.blocks.get, keys, repeat(-1)), dtype=np.intp, count=len(keys))
         new = np.flatnonzero(rows < 0)
         if len(new):
-            drop = self._place_new_blocks(keys, new.tolist(), rows, now_ns)
+            drop = self._place_new_blocks(keys, new, records, rows, now_ns)
             if drop is not None:
                 keep = rows >= 0
                 records, rows = records[keep], rows[keep]
@@ -385,47 +421,56 @@ class LossJoiner:
             current = self._problem[block_rows]
             self._problem[block_rows] = np.where(current == 0, code[noted][first], current)
 
-    def _place_new_blocks(self, keys: list[BlockKey], new: list[int], rows: np.ndarray, now_ns: int):
+    def _place_new_blocks(self, keys: list[BlockKey], new: np.ndarray, records: np.ndarray, rows: np.ndarray, now_ns):
         """Rows for the records of blocks not open: skipped (final before a restart), late (evicted)
-        or a new block. Sets rows[i] (-1 = dropped); returns None when nothing was dropped."""
+        or a new block. Sets rows[i] (-1 = dropped); returns None when nothing was dropped.
+        Whether a record is skipped or late depends on its block only, so every record of such a
+        block in the batch is dropped and counted, as one by one."""
         c = self.counters
-        final_upto, evicted_upto = self.final_upto, self.evicted_upto
-        blocks, free = self.blocks, self._free
-        if len(free) < len(new):
-            self._alloc(max(2 * self._capacity, self._capacity + len(new)))
-            free = self._free
-        placed, at, firsts = [], [], []
-        dropped = False
-        for i in new:
-            key = keys[i]
-            row = blocks.get(key)  # the other side of the block, earlier in this batch
-            if row is None:
-                flow, index = key[:3], key[3]
-                if final_upto and index <= final_upto.get(flow, -1):  # published by the worker before a restart
-                    c.replayed_records_skipped += 1
-                    dropped = True
-                    continue
-                if evicted_upto and index <= evicted_upto.get(flow, -1):
-                    c.late_records_dropped += 1
-                    dropped = True
-                    continue
-                row = blocks[key] = free.pop()
-                firsts.append(key)
-                at.append(row)
-            placed.append(i)
-        if not placed:
-            return True
-        rows[placed] = [blocks[keys[i]] for i in placed]
-        if at:
-            flow_id, method, period_ms, index = zip(*firsts)
-            self._flow[at], self._method[at], self._period[at], self._index[at] = flow_id, method, period_ms, index
-            self._first_seen[at] = now_ns
-            self._used[at] = True
-            self._dirty[at] = True
-            self._emitted[at] = self._last_complete[at] = self._last_rx_exceeds[at] = False
-            self._problem[at] = 0
-            self._has[:, at] = False
-        return True if dropped else None
+        new_l = new.tolist()
+        new_keys = [keys[i] for i in new_l] if len(new_l) < len(keys) else keys
+        index = records["block_index"][new]
+        dropped = np.zeros(len(new_l), dtype=bool)
+        for upto, counter in (
+            (self.final_upto, "replayed_records_skipped"),
+            (self.evicted_upto, "late_records_dropped"),
+        ):
+            if upto:  # published by the worker before a restart / evicted: index <= the flow's mark
+                flows = [k[:3] for k in new_keys]
+                mark = np.fromiter(map(upto.get, flows, repeat(-1)), dtype=np.int64, count=len(flows))
+                hit = ~dropped & (mark >= 0) & (index <= mark.astype(np.uint64))
+                if hit.any():
+                    setattr(c, counter, getattr(c, counter) + int(np.count_nonzero(hit)))
+                    dropped |= hit
+        if dropped.any():
+            kept = np.flatnonzero(~dropped)
+            if len(kept) == 0:
+                return True
+            new = new[kept]
+            new_keys = [new_keys[i] for i in kept.tolist()]
+        # one row per block: the first record of each block in the batch fills its key columns
+        first = dict(zip(reversed(new_keys), reversed(new.tolist())))
+        k = len(first)
+        if len(self._free) < k:
+            self._alloc(max(2 * self._capacity, self._capacity + k))
+        free = self._free
+        at = free[len(free) - k :]
+        del free[len(free) - k :]
+        self.blocks.update(zip(first, at))
+        src = np.fromiter(first.values(), dtype=np.intp, count=k)
+        first_records = records[src]
+        self._flow[at] = first_records["flow_id"]
+        self._method[at] = first_records["method"]
+        self._period[at] = first_records["period_ms"]
+        self._index[at] = first_records["block_index"]
+        self._first_seen[at] = now_ns
+        self._used[at] = True
+        self._dirty[at] = True
+        self._emitted[at] = self._last_complete[at] = self._last_rx_exceeds[at] = False
+        self._problem[at] = 0
+        self._has[:, at] = False
+        rows[new] = np.fromiter(map(self.blocks.__getitem__, new_keys), dtype=np.intp, count=len(new_keys))
+        return True if dropped.any() else None
 
     def _fill(self, node: str, node_no: int, records: np.ndarray, side: np.ndarray, rows: np.ndarray) -> None:
         """Store sides that were missing."""
@@ -460,7 +505,8 @@ class LossJoiner:
         return lines
 
     def _lines(self, rows: np.ndarray, lines: list[str]) -> None:
-        """Compute the lines of `rows`; append those that differ from the block's last line."""
+        """Compute the lines of `rows`; append those that differ from the block's last line.
+        Column-wise: the per-row Python left is the tag lookup and the string formatting."""
         c = self.counters
         has_tx, has_rx = self._has[0, rows], self._has[1, rows]
         tx_packets, rx_packets = self._packets[0, rows], self._packets[1, rows]
@@ -469,70 +515,98 @@ class LossJoiner:
         reason[(reason == 0) & ~has_rx] = -2  # missing_rx
         rx_exceeds = (reason == 0) & (rx_packets > tx_packets)
         reason[rx_exceeds] = -3
-        c.rx_exceeds_tx += int(np.count_nonzero(rx_exceeds & ~self._last_rx_exceeds[rows]))
-        reason_names = {0: None, -1: "missing_tx", -2: "missing_rx", -3: "rx_exceeds_tx"}
-        reason_names.update((i, name) for i, name in enumerate(PROBLEM_NAMES) if i)
-        names, known, tag_of, tags_cache = self._node_names, self.flow_nodes, self._tag, self._tags_cache
+        last_rx_exceeds = self._last_rx_exceeds[rows]
+        c.rx_exceeds_tx += int(np.count_nonzero(rx_exceeds & ~last_rx_exceeds))
+        was_done = self._last_complete[rows]
+        complete = reason == 0
+        # double marking, counted once per block (not per re-emission): the first complete line
+        dm_tx, dm_rx = self._dm_n[0, rows], self._dm_n[1, rows]
+        dmark = complete & ((dm_tx > 0) | (dm_rx > 0))
+        dm_equal = dm_tx == dm_rx
+        c.dmark_delays += int(np.count_nonzero(dmark & dm_equal & ~was_done))
+        c.dmark_mismatch += int(np.count_nonzero(dmark & ~dm_equal & ~was_done))
+
+        n = len(rows)
+        row_l = rows.tolist()
+        flow_l, method_l, period = self._flow[rows].tolist(), self._method[rows].tolist(), self._period[rows]
+        period_l = period.tolist()
+        # tags: the side's node, or the node last seen on that side of the flow (missing side)
+        names = np.array(self._node_names + [None], dtype=object)
+        tx_nodes = names[np.where(has_tx, self._node[0, rows], -1)].tolist()
+        rx_nodes = names[np.where(has_rx, self._node[1, rows], -1)].tolist()
+        known = self.flow_nodes
+        for i in np.flatnonzero(~has_tx).tolist():
+            tx_nodes[i] = known.get((flow_l[i], method_l[i], DIR_TX), UNKNOWN_NODE)
+        for i in np.flatnonzero(~has_rx).tolist():
+            rx_nodes[i] = known.get((flow_l[i], method_l[i], DIR_RX), UNKNOWN_NODE)
+        path_tag = self._path_tag
+        paths = path_tag[rows]
+        for i in np.flatnonzero(paths == None).tolist():  # noqa: E711 - elementwise on an object array
+            tx_node = tx_nodes[i]
+            paths[i] = path_tag[row_l[i]] = self.loss_path_tag(flow_l[i], None if tx_node == UNKNOWN_NODE else tx_node)
+        tags_cache, tag_of = self._tags_cache, self._tag
         if len(tags_cache) > 1_000_000:  # flows come and go: do not grow without end
             tags_cache.clear()
-        period = self._period[rows]
-        ts = (self._index[rows].astype(object) * period.astype(object) * 1_000_000 - self.tai_utc_offset_ns).tolist()
-        last_line, path_tag = self._last_line, self._path_tag
-        columns = zip(
-            rows.tolist(),
-            self._flow[rows].tolist(),
-            self._method[rows].tolist(),
-            period.tolist(),
-            has_tx.tolist(),
-            has_rx.tolist(),
-            self._node[0, rows].tolist(),
-            self._node[1, rows].tolist(),
-            tx_packets.tolist(),
-            rx_packets.tolist(),
-            self._bytes[0, rows].tolist(),
-            self._bytes[1, rows].tolist(),
-            reason.tolist(),
-            self._dm_n[0, rows].tolist(),
-            self._dm_n[1, rows].tolist(),
-            self._last_complete[rows].tolist(),
-            ts,
-        )
-        for row, flow, method, period_ms, htx, hrx, ntx, nrx, ptx, prx, btx, brx, why, dtx, drx, was_done, t in columns:
-            dmark = None
-            if why == 0 and (dtx or drx):
-                first_time = not was_done  # counted once per block, not per re-emission
-                if dtx == drx:
-                    dmark = (dtx, dmark_delay_us(int(self._dm_sum[0, row]), int(self._dm_sum[1, row]), dtx))
-                    c.dmark_delays += first_time
-                else:
-                    c.dmark_mismatch += first_time
-            tx_node = names[ntx] if htx else known.get((flow, method, DIR_TX), UNKNOWN_NODE)
-            rx_node = names[nrx] if hrx else known.get((flow, method, DIR_RX), UNKNOWN_NODE)
-            path = path_tag[row]
-            if path is None:
-                path = path_tag[row] = self.loss_path_tag(flow, None if tx_node == UNKNOWN_NODE else tx_node)
-            series = (flow, method, period_ms, tx_node, rx_node, path)
-            tags = tags_cache.get(series)
-            if tags is None:
-                tags = loss_tags(flow, method, period_ms, tag_of(tx_node), tag_of(rx_node)) + f",path={path}"
-                tags_cache[series] = tags
-            end = t + period_ms * 1_000_000  # the block's end (UTC): its newest_ns
-            fields_s = loss_fields(ptx if htx else None, prx if hrx else None, btx, brx, reason_names[why], dmark, end)
-            line = f"{tags} {fields_s} {t}"
-            if line != last_line[row]:
-                c.points_out += 1
-                if last_line[row] is not None:
-                    c.points_reemitted += 1
-                if why == 0:
-                    c.blocks_complete += 1
-                else:
-                    c.blocks_incomplete += 1
-                last_line[row] = line
-                if not was_done or why != 0:
-                    self._last_complete[row] = why == 0
-                if why == -3 or self._last_rx_exceeds[row]:
-                    self._last_rx_exceeds[row] = why == -3
-                lines.append(line)
+        series = list(zip(flow_l, method_l, period_l, tx_nodes, rx_nodes, paths.tolist()))
+        tags = list(map(tags_cache.get, series))
+        for i in [i for i, t in enumerate(tags) if t is None]:
+            flow, method, period_ms, tx_node, rx_node, path = series[i]
+            tags[i] = tags_cache[series[i]] = (
+                loss_tags(flow, method, period_ms, tag_of(tx_node), tag_of(rx_node)) + f",path={path}"
+            )
+        off = self.tai_utc_offset_ns
+        ts = (self._index[rows].astype(object) * period.astype(object) * 1_000_000 - off).tolist()
+        ends = [t + p * 1_000_000 for t, p in zip(ts, period_l)]  # the blocks' ends (UTC): newest_ns
+        # fields: complete blocks without double marking column-wise, the others one by one
+        fields_l: list = [None] * n
+        simple = complete & ~dmark
+        at = np.flatnonzero(simple)
+        if len(at):
+            r = rows[at]
+            for i, f in zip(
+                at.tolist(),
+                complete_fields(
+                    tx_packets[at], rx_packets[at], self._bytes[0, r], self._bytes[1, r], [ends[i] for i in at.tolist()]
+                ),
+            ):
+                fields_l[i] = f
+        reason_names = {0: None, -1: "missing_tx", -2: "missing_rx", -3: "rx_exceeds_tx"}
+        reason_names.update((i, name) for i, name in enumerate(PROBLEM_NAMES) if i)
+        for i in np.flatnonzero(~simple).tolist():
+            row, why = row_l[i], int(reason[i])
+            dm = None
+            if dmark[i] and dm_equal[i]:
+                dm_n = int(dm_tx[i])
+                dm = (dm_n, dmark_delay_us(int(self._dm_sum[0, row]), int(self._dm_sum[1, row]), dm_n))
+            htx, hrx = bool(has_tx[i]), bool(has_rx[i])
+            fields_l[i] = loss_fields(
+                int(tx_packets[i]) if htx else None,
+                int(rx_packets[i]) if hrx else None,
+                int(self._bytes[0, row]),
+                int(self._bytes[1, row]),
+                reason_names[why],
+                dm,
+                ends[i],
+            )
+        new = np.array([f"{t} {f} {s}" for t, f, s in zip(tags, fields_l, ts)], dtype=object)
+        changed = new != self._last_line[rows]
+        ch = np.flatnonzero(changed)
+        if len(ch):
+            crow = rows[ch]
+            c.points_out += len(ch)
+            c.points_reemitted += int(np.count_nonzero(self._emitted[crow]))
+            done = complete[ch]
+            n_done = int(np.count_nonzero(done))
+            c.blocks_complete += n_done
+            c.blocks_incomplete += len(ch) - n_done
+            self._last_line[crow] = new[ch]
+            # a block counts as done at its first complete line; a later incomplete line undoes it
+            set_done = ~was_done[ch] | ~done
+            self._last_complete[crow[set_done]] = done[set_done]
+            exceeds = rx_exceeds[ch]
+            set_exceeds = exceeds | last_rx_exceeds[ch]
+            self._last_rx_exceeds[crow[set_exceeds]] = exceeds[set_exceeds]
+            lines.extend(new[ch].tolist())
         self._emitted[rows] = True  # (rows whose line did not change had been emitted before)
 
     def _evict(self, now_ns: int) -> None:
@@ -554,12 +628,11 @@ class LossJoiner:
                 self._index[rows].tolist(),
             )
         )
-        blocks, last_line = self.blocks, self._last_line
-        path_tag = self._path_tag
-        for key, row in zip(keys, rows.tolist()):
+        blocks = self.blocks
+        for key in keys:
             del blocks[key]
-            last_line[row] = None
-            path_tag[row] = None
+        self._last_line[rows] = None
+        self._path_tag[rows] = None
         self._used[rows] = False
         self._free.extend(rows.tolist())
         return keys

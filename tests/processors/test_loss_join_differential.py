@@ -1,0 +1,127 @@
+"""The loss joiner (processors/loss/join.py) against its reference (loss_join_reference.py, the
+joiner before the int-keyed block index and the column-wise line formatting) on random input:
+batches of every size with duplicates inside and across batches, replays, conflicting sides and
+nodes, agent restarts, partial and invalid records, rx > tx, zero traffic, double marking (equal
+and mismatched counts, clocks both ways), two periods and both methods, escaped node names,
+paths known for some flows, flushes at random times (timeouts, re-emissions, evictions, late
+records), progress seeds (final_upto) and partitions handed over (forget_flows). Every flush must
+return the same lines in the same order, and the counters and the per-flow state must be equal."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from processors.loss.join import NS_PER_S, LossJoiner, complete_fields, loss_fields
+from segscope_schemas import altmark_block as ab
+from tests.processors.loss_join_reference import LossJoiner as ReferenceJoiner
+
+B0 = 1_795_305_600  # a block index at period 1000 ms
+NODES = ("A", "B", "C", "node x,y=z")  # the last one needs tag escaping
+FLOWS = (7, 8, 9, 0xFFFFF, 2**32 - 1)
+
+
+def flow_path(flow_id: int, tx_node: str | None) -> str | None:
+    if flow_id % 2:
+        return None
+    return f"fc00::{flow_id % 7},fc00:{tx_node or 'any'}::1"
+
+
+def random_records(rng: np.random.Generator, n: int, node: str, first_block: int) -> np.ndarray:
+    r = np.zeros(n, dtype=ab.ALTMARK_BLOCK_DTYPE)
+    period = rng.choice([1000, 500], n, p=[0.85, 0.15])
+    index = first_block + rng.integers(0, 6, n)
+    r["period_ms"] = period
+    r["block_index"] = index
+    r["block_start_ns"] = index.astype(np.uint64) * period.astype(np.uint64) * np.uint64(1_000_000)
+    r["colour"] = index & 1
+    r["flow_id"] = rng.choice(FLOWS, n)
+    r["method"] = rng.choice([ab.METHOD_DSCP, ab.METHOD_RFC9343], n, p=[0.8, 0.2])
+    # mostly A sends tx and B rx; the other nodes either (conflicting nodes)
+    r["direction"] = {"A": ab.DIR_TX, "B": ab.DIR_RX}.get(node, 0) or rng.choice([ab.DIR_TX, ab.DIR_RX], n)
+    # counts a function of the block mostly (both sides and re-sends agree), sometimes not (conflicts)
+    key = r["flow_id"].astype(np.int64) % 1000 * 7 + index.astype(np.int64) * 13
+    tx = np.where(key % 11 == 0, 0, key % 5000 + 100) + np.where(rng.random(n) < 0.03, 1, 0)
+    tx[key % 13 == 0] += 2**40
+    rx = tx - (key % 4) + np.where(key % 17 == 0, 5, 0)  # rx > tx now and then
+    r["packets"] = np.where(r["direction"] == ab.DIR_TX, tx, rx.clip(min=0))
+    r["bytes"] = r["packets"] * 100 + np.where(rng.random(n) < 0.02, 7, 0)
+    r["boot_id"] = np.where(rng.random(n) < 0.02, 2, 1)
+    r["flags"] = np.where(rng.random(n) < 0.02, ab.F_PARTIAL, 0)
+    r["dmark_packets"] = np.where(key % 3 == 0, 0, key % 3 + 2) + np.where(rng.random(n) < 0.03, 1, 0)
+    skew = rng.choice(np.array([0, 5_000_000, 2**64 - 7_000], dtype=np.uint64), n)  # the clocks disagree both ways
+    r["dmark_ts_sum_ns"] = r["block_start_ns"] * r["dmark_packets"].astype(np.uint64) + skew
+    bad = rng.random(n) < 0.03
+    r["colour"][bad] ^= 1  # invalid: colour_mismatch
+    return r
+
+
+def assert_same_state(new: LossJoiner, ref: ReferenceJoiner) -> None:
+    assert new.counters.as_dict() == ref.counters.as_dict()
+    assert new.flow_nodes == ref.flow_nodes
+    assert new.evicted_upto == ref.evicted_upto
+    assert new.boots == ref.boots
+    assert new.open_blocks() == ref.open_blocks()
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_joiner_equals_reference_on_random_input(seed):
+    rng = np.random.default_rng(seed)
+    timeout_s, retention_s = (2.0, 6.0) if seed % 2 else (1.0, 1.0)
+    new = LossJoiner(timeout_s=timeout_s, retention_s=retention_s, tai_utc_offset_s=37)
+    ref = ReferenceJoiner(timeout_s=timeout_s, retention_s=retention_s, tai_utc_offset_s=37)
+    new.flow_path = ref.flow_path = flow_path
+    if seed % 3 == 0:  # a restart: the progress topic says these blocks were final before it
+        for flow in FLOWS[:2]:
+            new.final_upto[(flow, ab.METHOD_DSCP, 1000)] = ref.final_upto[(flow, ab.METHOD_DSCP, 1000)] = B0 + 2
+    now = 1_000 * NS_PER_S
+    kept: list[tuple[str, np.ndarray]] = []  # batches to replay later
+    lines_out = 0
+    for step in range(100):
+        if kept and rng.random() < 0.15:
+            node, records = kept[rng.integers(len(kept))]  # a replayed batch
+        else:
+            size = int(rng.choice([1, 2, 5, 31, 32, 33, 80, 200]))
+            node = str(rng.choice(NODES, p=[0.45, 0.45, 0.05, 0.05]))
+            records = random_records(rng, size, node, B0 + step // 8)
+            if size > 1 and rng.random() < 0.3:  # the same side twice in one batch
+                records = np.concatenate([records, records[rng.integers(0, size, 3)]])
+            kept.append((node, records))
+        assert new.ingest(node, records, now) == ref.ingest(node, records, now)
+        now += int(rng.integers(0, NS_PER_S // 4))
+        if rng.random() < 0.3:
+            got, want = new.flush(now), ref.flush(now)
+            assert got == want
+            lines_out += len(got)
+        if rng.random() < 0.03:
+            drop = int(rng.choice(FLOWS))
+            assert new.forget_flows(lambda ids, drop=drop: ids == drop) == ref.forget_flows(
+                lambda ids, drop=drop: ids == drop
+            )
+        assert_same_state(new, ref)
+    now += int(retention_s * NS_PER_S) + 1
+    assert new.flush(now) == ref.flush(now)
+    assert_same_state(new, ref)
+    assert new.open_blocks() == 0 and lines_out > 50
+
+
+def test_complete_fields_is_loss_fields_for_complete_blocks():
+    """The column-wise formatter of complete blocks without double marking writes what
+    loss_fields writes (the one definition of the field set)."""
+    rng = np.random.default_rng(1)
+    tx = np.concatenate([[0, 1, 3, 2**63, 2**64 - 1], rng.integers(0, 2**62, 300, dtype=np.uint64)]).astype(np.uint64)
+    rx = (tx - np.minimum(tx, rng.integers(0, 1000, len(tx)).astype(np.uint64))).astype(np.uint64)
+    tb = rng.integers(0, 2**63, len(tx), dtype=np.uint64)
+    rb = rng.integers(0, 2**63, len(tx), dtype=np.uint64)
+    got = complete_fields(tx, rx, tb, rb)
+    want = [
+        loss_fields(a, b, c, d, None, None) for a, b, c, d in zip(tx.tolist(), rx.tolist(), tb.tolist(), rb.tolist())
+    ]
+    assert got == want
+    ends = [1795306905000000000 + i * 10**9 for i in range(len(tx))]
+    got = complete_fields(tx, rx, tb, rb, ends)
+    want = [
+        loss_fields(a, b, c, d, None, None, e)
+        for a, b, c, d, e in zip(tx.tolist(), rx.tolist(), tb.tolist(), rb.tolist(), ends)
+    ]
+    assert got == want
