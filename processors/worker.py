@@ -185,6 +185,21 @@ def faust_app_settings(bootstrap: str, datadir: str) -> dict:
     )
 
 
+def decode_or_dead_letter(message, decode: Callable, counters) -> tuple:
+    """(header, records, None) of one input message, or (None, None, its dead letter) for a
+    tombstone or a batch `decode` refuses (MalformedBatch), counted in counters.malformed_batches."""
+    from segscope_schemas.batch_envelope import MalformedBatch
+
+    try:
+        if message.value is None:
+            raise MalformedBatch("null_value", "message has no value (tombstone)")
+        header, records = decode(message.value)
+    except MalformedBatch as e:
+        counters.malformed_batches += 1
+        return None, None, dead_letter(e.reason, e.detail, message)
+    return header, records, None
+
+
 def dead_letter(reason: str, detail: str, message) -> bytes:
     """JSON dead letter (segscope.deadletter) that keeps the original key and value (base64),
     with where the message came from, so nothing is lost."""

@@ -45,11 +45,12 @@ from processors.worker import (
     PartitionMoves,
     ProcessorHealth,
     dead_letter,
+    decode_or_dead_letter,
     faust_app_settings,
     read_progress,
 )
 from segscope_schemas.names import TOPIC_CONFIG, TOPIC_PATHS
-from segscope_schemas.stamp_record import MalformedBatch, decode_batch
+from segscope_schemas.stamp_record import decode_batch
 
 log = logging.getLogger("segscope.delay")
 
@@ -182,14 +183,9 @@ deadletter_topic = app.topic(cfg.deadletter_topic, key_serializer="raw", value_s
 def handle_message(message) -> tuple[bytes | None, dict[tuple[str, int], int]]:
     """Decode one message and fold it into the aggregator: (a dead letter or None, the last
     second it added records to, per session)."""
-    value = message.value
-    try:
-        if value is None:
-            raise MalformedBatch("null_value", "message has no value (tombstone)")
-        header, records = decode_batch(value)
-    except MalformedBatch as e:
-        aggregator.counters.malformed_batches += 1
-        return dead_letter(e.reason, e.detail, message), {}
+    header, records, letter = decode_or_dead_letter(message, decode_batch, aggregator.counters)
+    if letter is not None:
+        return letter, {}
     try:
         aggregator.ingest(header.node, records)
     except Exception as e:  # a bug or an input we did not foresee: keep the message, count it

@@ -61,11 +61,12 @@ from processors.worker import (
     InOrderAcks,
     ProcessorHealth,
     dead_letter,
+    decode_or_dead_letter,
     faust_app_settings,
     read_progress,
     rewind_uncommitted,
 )
-from segscope_schemas.altmark_block import DIR_RX, DIR_TX, MalformedBatch, check_records, decode_batch, encode_batch
+from segscope_schemas.altmark_block import DIR_RX, DIR_TX, check_records, decode_batch, encode_batch
 from segscope_schemas.names import TOPIC_CONFIG, TOPIC_PATHS
 
 log = logging.getLogger("segscope.loss")
@@ -237,14 +238,9 @@ async def split_message(message) -> tuple[bytes | None, list]:
     """Check one collector message and re-send its good records by flow: (a dead letter or None,
     the delivery futures)."""
     c = joiner.counters
-    value = message.value
-    try:
-        if value is None:
-            raise MalformedBatch("null_value", "message has no value (tombstone)")
-        header, records = decode_batch(value)
-    except MalformedBatch as e:
-        c.malformed_batches += 1
-        return dead_letter(e.reason, e.detail, message), []
+    header, records, letter = decode_or_dead_letter(message, decode_batch, c)
+    if letter is not None:
+        return letter, []
     c.batches_in += 1
     c.records_in += len(records)
     letter = None
@@ -316,14 +312,9 @@ pending = InOrderAcks()
 
 def join_message(message, now_ns: int) -> bytes | None:
     """Decode one by-flow message and feed the joiner: a dead letter or None."""
-    value = message.value
-    try:
-        if value is None:
-            raise MalformedBatch("null_value", "message has no value (tombstone)")
-        header, records = decode_batch(value)
-    except MalformedBatch as e:
-        joiner.counters.malformed_batches += 1
-        return dead_letter(e.reason, e.detail, message)
+    header, records, letter = decode_or_dead_letter(message, decode_batch, joiner.counters)
+    if letter is not None:
+        return letter
     joiner.counters.rekeyed_batches_in += 1
     try:
         joiner.ingest_checked(header.node, records, now_ns)
