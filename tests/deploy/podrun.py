@@ -136,6 +136,8 @@ def prepare(
             env[e["name"]] = _object(docs, "ConfigMap", ref["name"])["data"][ref["key"]]
         elif vf.get("fieldRef", {}).get("fieldPath") == "spec.nodeName":
             env[e["name"]] = node_name
+        elif vf.get("fieldRef", {}).get("fieldPath") == "metadata.name":  # the pod's name: one pod here
+            env[e["name"]] = f"{workload}-0"
         else:
             raise KeyError(f"{workload}/{container}: env {e['name']}: {vf} is not supported here")
     ports = dict(ports or {})

@@ -327,13 +327,19 @@ def test_chart_commands_are_entry_points():
 def test_chart_names_are_the_registrys():
     """The chart writes topic and group names (Helm cannot read schemas/names.toml): they must be
     the registry's, or a renamed topic would split the deployment from the code."""
-    from segscope_schemas.names import GROUP_TELEGRAF, TOPIC_ALTMARK_BLOCKS, TOPIC_METRICS, TOPIC_STAMP_RECORDS
+    from segscope_schemas.names import (
+        GROUP_TELEGRAF,
+        TOPIC_ALTMARK_BLOCKS,
+        TOPIC_ALTMARK_BY_FLOW,
+        TOPIC_METRICS,
+        TOPIC_STAMP_RECORDS,
+    )
 
     docs = helm_template()
     deps = by_kind(docs, "Deployment")
     topics_args = deps["segscope-delay"]["spec"]["template"]["spec"]["initContainers"][0]["args"]
     named = {a.split("=")[1] for a in topics_args if a.startswith("--partitions=")}
-    assert named == {TOPIC_STAMP_RECORDS, TOPIC_ALTMARK_BLOCKS}
+    assert named == {TOPIC_STAMP_RECORDS, TOPIC_ALTMARK_BLOCKS, TOPIC_ALTMARK_BY_FLOW}
     env = {
         e["name"]: e.get("value") for e in deps["segscope-telegraf"]["spec"]["template"]["spec"]["containers"][0]["env"]
     }

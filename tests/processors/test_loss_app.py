@@ -313,7 +313,7 @@ def test_loss_worker_to_influxdb(stack, run_names, tmp_path, workers):
     ) == (14, 2, 1, 1, 1, 1)
 
 
-@pytest.mark.parametrize("per_message, n_flows", [(1, 4000), (1000, 10_000)])
+@pytest.mark.parametrize("per_message, n_flows", [(1, 1000), (1000, 10_000)])
 def test_loss_worker_throughput(stack, tmp_path, per_message, n_flows, workers):
     """Records/s of one worker: n_flows blocks x tx/rx as 1-record batches (the collector's
     default: one message per flow and tick) or 1000-record batches (--group-flows)."""
