@@ -18,7 +18,7 @@ import logging
 import os
 import socket
 import sys
-from typing import Callable
+from typing import Awaitable, Callable
 
 from segscope_schemas import names
 from segscope_schemas.health import Health, HealthAddressError, parse_address
@@ -433,7 +433,7 @@ class PartitionMoves:
       assignment is known;
     - on assignment, under the same lock: the keys last seen on a partition this worker lost are
       passed to `on_lost(keys)` (drop their state without publishing), their held messages are
-      forgotten, then `on_assigned()` runs (re-read the progress topic: the old owner wrote there,
+      forgotten, then `await on_assigned()` runs (re-read the progress topic: the old owner wrote there,
       before it acked anything, what it had made final; its revoke flushed its producer first)
       and the pause ends.
 
@@ -443,7 +443,7 @@ class PartitionMoves:
     """
 
     def __init__(self, app, topic: str, pending: InOrderAcks, on_lost: Callable[[set], int],
-                 on_assigned: Callable[[], None]) -> None:  # fmt: skip
+                 on_assigned: Callable[[], Awaitable[None]]) -> None:  # fmt: skip
         import asyncio
 
         self.topic, self.pending, self.on_lost, self.on_assigned = topic, pending, on_lost, on_assigned
@@ -451,8 +451,6 @@ class PartitionMoves:
         self.paused = False
         self.owned: set = set()  # partitions (TP) of the input topic this worker owns
         self.lost: set = set()  # partitions it owned before the last assignment and not since
-        self.owned_before: set = set()
-        self.uncommitted_start: dict = {}  # TP -> its first offset, for check_start()
         self.key_partition: dict = {}  # result key (session, flow) -> the TP its records came on
         self.counts = {
             "rebalances": 0,
@@ -460,41 +458,9 @@ class PartitionMoves:
             "keys_dropped": 0,
             "messages_forgotten": 0,
             "messages_of_moved_partitions": 0,
-            "partitions_started_past_uncommitted": 0,
-            "messages_skipped_uncommitted": 0,
         }
         app.on_partitions_revoked.connect(self._revoked)
         app.on_partitions_assigned.connect(self._assigned)
-
-    def _note_uncommitted(self, app, gained: set) -> None:
-        """Note the gained partitions the group never committed an offset for (or only offset 0):
-        check_start() checks that reading them starts at their beginning. rewind_uncommitted()
-        makes it so; this guard counts any case it does not cover (partitions_started_past_
-        uncommitted, messages_skipped_uncommitted) and logs it, so a skip is never silent."""
-        if not gained:
-            return
-        from confluent_kafka import Consumer, TopicPartition
-
-        bootstrap = ",".join(f"{u.host}:{u.port}" for u in app.conf.broker)
-        probe = Consumer({"bootstrap.servers": bootstrap, "group.id": app.conf.id, "enable.auto.commit": False})
-        try:
-            tps = sorted(gained, key=lambda t: t.partition)
-            committed = probe.committed([TopicPartition(tp.topic, tp.partition) for tp in tps], timeout=10)
-            for tp, c in zip(tps, committed):
-                if c.offset <= 0:  # OFFSET_INVALID (nothing committed) or 0
-                    low, _ = probe.get_watermark_offsets(TopicPartition(tp.topic, tp.partition), timeout=10)
-                    self.uncommitted_start[tp] = low
-        finally:
-            probe.close()
-
-    def check_start(self, message) -> None:
-        """The first message of a partition noted by _note_uncommitted(): count what was skipped."""
-        low = self.uncommitted_start.pop(message.tp, None)
-        if low is not None and message.offset > low:
-            self.counts["partitions_started_past_uncommitted"] += 1
-            self.counts["messages_skipped_uncommitted"] += message.offset - low
-            log.warning("rebalance: %s has no committed offset and reading starts at %d, not %d: "
-                        "%d messages are not read", message.tp, message.offset, low, message.offset - low)  # fmt: skip
 
     def moved_away(self, tp) -> bool:
         """True for a message of a partition this worker lost: one Faust had fetched before the
@@ -521,7 +487,6 @@ class PartitionMoves:
         async with self.lock:
             now = {tp for tp in assigned if tp.topic == self.topic}
             lost = self.owned - now
-            self.owned_before = self.owned
             self.owned = now
             self.lost = (self.lost | lost) - now
             self.counts["rebalances"] += 1
@@ -533,7 +498,6 @@ class PartitionMoves:
                 self.counts["keys_dropped"] += self.on_lost(keys)
                 self.counts["messages_forgotten"] += self.pending.drop(lost)
                 log.info("rebalance: %d partitions of %s moved away, %d keys dropped", len(lost), self.topic, len(keys))
-            self._note_uncommitted(sender, now - self.owned_before)
-            self.on_assigned()
+            await self.on_assigned()
             self.paused = False
             log.info("rebalance: own %s of %s", sorted(tp.partition for tp in now), self.topic)

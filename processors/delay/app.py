@@ -127,10 +127,10 @@ progress_topic = app.topic(PROGRESS_TOPIC, key_serializer="raw", value_serialize
 progress_written: dict[tuple[str, int], int] = {}
 
 
-def load_progress() -> None:
-    """Seed the aggregator with the horizons earlier owners of its partitions wrote (at each
+def load_progress(values: list[dict]) -> None:
+    """Seed the aggregator with the horizons earlier owners of its partitions wrote (read at each
     assignment: at start, and when a rebalance moves partitions to this worker)."""
-    for v in read_progress(cfg.bootstrap, PROGRESS_TOPIC, f"{cfg.app_id}-progress-reader"):
+    for v in values:
         key = (v["node"], int(v["ssid"]))
         progress_written[key] = max(progress_written.get(key, -(2**62)), int(v["final_below_s"]))
     for (node, ssid), s in progress_written.items():
@@ -142,7 +142,7 @@ def load_progress() -> None:
 CATCHUP_S = 10
 
 
-def after_assignment() -> None:
+async def after_assignment() -> None:
     """The sessions this worker keeps were silent during the rebalance because the consumer was,
     not the sender: their idle clocks restart now. Otherwise the first flush after a pause of
     more than grace_s (retention_s) would close (evict) their open seconds by the wall clock
@@ -152,7 +152,10 @@ def after_assignment() -> None:
     until = clock_tai_ns() + CATCHUP_S * NS_PER_S
     for st in aggregator.sessions.values():
         st.last_ingest_tai_ns = max(st.last_ingest_tai_ns, until)
-    load_progress()
+    # read in the event loop on purpose: no message may be processed before the seeds are in
+    # place (a replayed record of a final second would make a partial second; reading it in a
+    # thread let the stream run meanwhile and failed the crash and scale-out tests)
+    load_progress(read_progress(cfg.bootstrap, PROGRESS_TOPIC, f"{cfg.app_id}-progress-reader"))
 
 
 def drop_sessions(keys: set) -> int:
@@ -232,7 +235,6 @@ async def process_batches(stream) -> None:
     async for event in manual.events():
         if moves.moved_away(event.message.tp):
             continue
-        moves.check_start(event.message)
         letter, touched = handle_message(event.message)
         moves.seen(touched, event.message.tp)
         if letter is not None:

@@ -399,10 +399,9 @@ async def on_assigned(sender, assigned, **kwargs) -> None:
     rewind_uncommitted(sender, {cfg.blocks_topic, cfg.by_flow_topic})
     if any(tp.topic == cfg.by_flow_topic for tp in assigned) and by_flow_partitions:
         # the previous owners of these flows wrote how far they are final before they acked
-        values = await asyncio.get_running_loop().run_in_executor(
-            None, read_progress, cfg.bootstrap, PROGRESS_TOPIC, f"{cfg.app_id}-progress-reader"
-        )
-        load_progress(values)
+        # read in the event loop on purpose, as the delay processor does: no by-flow message may be
+        # joined before the seeds are in place (a replayed record of a final block would be joined)
+        load_progress(read_progress(cfg.bootstrap, PROGRESS_TOPIC, f"{cfg.app_id}-progress-reader"))
 
 
 _last_log = 0.0
