@@ -123,7 +123,8 @@ class ControlledPipeline:
 
     def session_status(self, node: str, ssid: int, role: int = stamp_pb2.STAMP_ROLE_SENDER):
         client = self.ctl.client(node)
-        for st in client.stamp.ListStampSessions(stamp_pb2.ListStampSessionsRequest()).sessions:
+        # through AgentClient.call: a read, retried once when the transport broke under it
+        for st in client.call(client.stamp, "ListStampSessions", stamp_pb2.ListStampSessionsRequest()).sessions:
             if st.session.role == role and st.session.ssid == ssid:
                 return st
         return None
