@@ -43,7 +43,6 @@ from processors.topology.model import Identity, MalformedView, Names, TopologyMo
 from processors.topology.sink import TopologySink
 from processors.topology.writer import ArangoWriter
 from processors.worker import ProcessorHealth, dead_letter, escape_instance, faust_app_settings
-from segscope_schemas.line_protocol import parse_lines
 
 log = logging.getLogger("segscope.topology")
 
@@ -159,12 +158,9 @@ def handle_metrics(message: InputMessage) -> None:
         return
     if jalapeno_kafka is not None and leadership.leading:  # one copy: the leader's
         jalapeno_kafka.forward_metrics(text, message.key)
-    if "stamp_delay" not in text and "altmark_loss" not in text:  # cheap skip of other producers' lines
+    if "stamp_delay," not in text and "altmark_loss," not in text:  # cheap skip of other producers' messages
         return
-    points, bad = parse_lines(text)
-    model.counters.malformed_lines += len(bad)
-    for p in points:
-        model.apply_point(p)
+    model.apply_metrics_text(text)
 
 
 async def apply_batch(batch: list[InputMessage]) -> None:

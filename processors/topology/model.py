@@ -21,7 +21,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from segscope_schemas.line_protocol import Point
+from segscope_schemas.line_protocol import LineError, Point, parse_line
 
 VIEW_SCHEMA = "segscope.topology.node_view"
 SUPPORTED_VIEW_VERSIONS = (1,)
@@ -55,6 +55,10 @@ DELAY_FIELDS = (
 )
 LOSS_FIELDS = ("unidir_packet_loss", "unidir_packet_loss_percentage", "loss_measured_at_ns", "loss_source")
 ARANGO_KEY_RE = re.compile(r"^[A-Za-z0-9_\-:.@()+,=;$!*'%]{1,254}$")
+
+
+# the measurements the model reads (a line of them starts with the name and its first tag's comma)
+MEASURED_PREFIXES = ("stamp_delay,", "altmark_loss,")
 
 
 class MalformedView(ValueError):
@@ -224,6 +228,28 @@ class TopologyModel:
             return False
         self.views[view["node"]] = view
         return True
+
+    def apply_metrics_text(self, text: str) -> None:
+        """Take one segscope.metrics message (line protocol, any producer's lines).
+
+        Only `stamp_delay` and `altmark_loss` lines are parsed: the topic also carries every
+        process's counters and `stamp_delay_histogram` (as many lines as `stamp_delay`), and parsing
+        them only to ignore them was half of this processor's input work
+        (bench/topology_points.py). Other lines count as points_ignored, unparsed."""
+        for line in text.splitlines():
+            if not line.startswith(MEASURED_PREFIXES):
+                line = line.strip()
+                if not line or line.startswith("#"):
+                    continue
+                if not line.startswith(MEASURED_PREFIXES):
+                    self.counters.points_ignored += 1
+                    continue
+            try:
+                point = parse_line(line)
+            except LineError:
+                self.counters.malformed_lines += 1
+                continue
+            self.apply_point(point)
 
     def apply_point(self, p: Point) -> bool:
         """Take one stamp_delay / altmark_loss point (others are ignored); keeps the newest."""

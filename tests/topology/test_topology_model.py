@@ -154,6 +154,33 @@ def test_one_hop_stamp_session_annotates_both_edges_and_the_path_docs():
     assert (rev["src_node"], rev["dst_node"], rev["delay_us"]) == ("R", "A", 1033.0)
 
 
+def test_a_metrics_message_is_read_line_by_line_and_only_measured_lines_are_parsed():
+    """apply_metrics_text (the app's path for segscope.metrics): stamp_delay / altmark_loss lines are
+    parsed and taken; the histogram and counter lines beside them are counted ignored, unparsed (a
+    broken counter line is not this processor's to judge); a broken stamp_delay line is malformed."""
+    m = model_with(*views(sessions=[ONE_HOP]))
+    fwd = "stamp_delay,node=A,ssid=7,direction=forward count=100i,mean_us=2044.9,ipdv_mean_us=6.3 1795306905000000000"
+    rev = "stamp_delay,node=A,ssid=7,direction=reverse count=100i,mean_us=1033.0 1795306905000000000"
+    text = "\n".join(
+        [
+            "# a comment",
+            fwd,
+            "stamp_delay_histogram,node=A,ssid=7,direction=forward b10=3i,b11=97i 1795306905000000000",
+            "segscope_processor,processor=delay records_in=5i 1795306905000000000",
+            "segscope_processor,processor=delay this is not line protocol",
+            "stamp_delay,node=A,ssid=7,direction=round_trip count=100i,mean_us=",  # broken, ours
+            "   " + rev,  # leading blanks are allowed by line protocol
+            "",
+        ]
+    )
+    m.apply_metrics_text(text)
+    c = m.counters
+    assert (c.points_in, c.points_ignored, c.malformed_lines) == (2, 3, 1)
+    ar = m.documents()["segscope_graph_edge"][AR_KEY]
+    ra = m.documents()["segscope_graph_edge"][RA_KEY]
+    assert (ar["unidir_link_delay"], ra["unidir_link_delay"]) == (2044.9, 1033.0)
+
+
 def test_multi_hop_session_annotates_its_path_doc_only():
     m = model_with(*views(sessions=[VIA_R_TO_B]))
     m.apply_point(stamp("forward", 3000.0, ssid=8))
@@ -329,6 +356,46 @@ def test_line_protocol_parser_reads_segscope_lines_with_escapes_and_types():
     for line in ("m", "m,t v=1", "m v=1 x", 'm v="open 1', "m v= 1"):
         with pytest.raises(LineError):
             parse_line(line)
+
+
+def _split_reference(text: str, sep: str, quotes: bool = False) -> list[str]:
+    """The parser's character loop, kept as the oracle of its str.split fast paths."""
+    parts, cur, i, in_quotes = [], [], 0, False
+    while i < len(text):
+        ch = text[i]
+        if ch == "\\" and i + 1 < len(text):
+            cur.append(text[i : i + 2])
+            i += 2
+            continue
+        if quotes and ch == '"':
+            in_quotes = not in_quotes
+        if ch == sep and not in_quotes:
+            parts.append("".join(cur))
+            cur = []
+        else:
+            cur.append(ch)
+        i += 1
+    if in_quotes:
+        raise LineError("unterminated string field")
+    parts.append("".join(cur))
+    return parts
+
+
+def test_line_protocol_fast_paths_split_exactly_like_the_character_loop():
+    from segscope_schemas.line_protocol import _split_unescaped
+
+    rng = random.Random(5)
+    alphabet = 'ab,= "\\1'
+    for _ in range(20_000):
+        text = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 14)))
+        for sep, quotes in ((" ", True), (",", True), (",", False), ("=", False)):
+            try:
+                want = _split_reference(text, sep, quotes)
+            except LineError:
+                with pytest.raises(LineError):
+                    _split_unescaped(text, sep, quotes)
+                continue
+            assert _split_unescaped(text, sep, quotes) == want, (text, sep, quotes)
 
 
 def test_the_newest_of_several_sessions_on_one_link_wins_on_edge_and_path():
