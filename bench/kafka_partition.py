@@ -142,7 +142,8 @@ def report(rows: list[dict], machine: str, args) -> str:
     out = [
         "## Kafka: records/s per partition of one broker (`bench/kafka_partition.py`)",
         "",
-        f"{machine}; broker (one Kafka 4.3.1, replication factor 1), producer and consumer on the same machine.",
+        f"Run {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} on {machine}; "
+        "broker (one Kafka 4.3.1, replication factor 1), producer and consumer on the same machine.",
         "Messages: `stamp_batch` (64-byte records, realistic T1..T4), one librdkafka producer with the",
         "streamer's settings (collectors/kafka_producer.h: idempotence, acks=all, linger 5 ms, lz4,",
         "batch.size 1 MB), keyed by session; then one consumer reads the topic from the beginning.",
