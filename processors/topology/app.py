@@ -280,6 +280,7 @@ _last_log = 0.0
 
 
 async def flush() -> None:
+    model.settle()  # every worker, standbys too: parse the stamp_delay fields taken since the last flush
     async with leadership.lock:  # a rebalance waits for the write in progress, and vice versa
         if not leadership.leading:
             extra_counters["flushes_skipped_standby"] += 1

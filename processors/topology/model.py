@@ -21,7 +21,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from segscope_schemas.line_protocol import LineError, Point, parse_line
+from segscope_schemas.line_protocol import LineError, Point, parse_fields, parse_line, plain_field
 
 VIEW_SCHEMA = "segscope.topology.node_view"
 SUPPORTED_VIEW_VERSIONS = (1,)
@@ -194,8 +194,10 @@ class _Link:
 @dataclass
 class _Measure:
     timestamp_ns: int
-    fields: dict
+    fields: dict | None  # None while raw_fields is not parsed yet (TopologyModel.settle)
     tags: dict
+    raw_fields: str | None = None  # the field set as the line had it, parsed when a reader needs it
+    previous: _Measure | None = None  # the measure it replaced while unparsed: held again if it is malformed
 
 
 @dataclass
@@ -206,6 +208,7 @@ class TopologyModel:
     stamp: dict[tuple[str, int, str], _Measure] = field(default_factory=dict)  # (node, ssid, dir)
     loss: dict[tuple[int, str], _Measure] = field(default_factory=dict)  # (flow, tx_node)
     counters: Counters = field(default_factory=Counters)
+    unparsed: set = field(default_factory=set)  # (is loss, key) of the measures whose fields are not parsed yet
 
     # -- inputs -----------------------------------------------------------------------
     def apply_view(self, view: Any) -> bool:
@@ -244,12 +247,74 @@ class TopologyModel:
                 if not line.startswith(MEASURED_PREFIXES):
                     self.counters.points_ignored += 1
                     continue
+            if self._take_plain_line(line):
+                continue
             try:
                 point = parse_line(line)
             except LineError:
                 self.counters.malformed_lines += 1
                 continue
             self.apply_point(point)
+
+    def _take_plain_line(self, line: str) -> bool:
+        """A stamp_delay or complete altmark_loss line without escapes (all of segscope's): its tags
+        and timestamp are read here, its fields only when a reader needs the newest of its
+        series (settle): of a busy session's lines, a flush parses one per direction, not one per
+        second. The outcome equals parse_line + apply_point for a well-formed line; False for
+        anything else, which the full parser then reads (and counts if it is malformed)."""
+        if "\\" in line:
+            return False
+        parts = line.split(" ")
+        if len(parts) != 3 or not parts[1] or not parts[2]:
+            return False  # blanks in a string field, no timestamp, doubled blanks: the full parser
+        head, raw_fields, ts_text = parts
+        measurement, *items = head.split(",")
+        tags = {}
+        for item in items:
+            key, _, value = item.partition("=")
+            if not key or not value or "=" in value:
+                return False
+            tags[key] = value
+        try:
+            if measurement == "stamp_delay":
+                store, key = self.stamp, (tags["node"], int(tags["ssid"]), tags["direction"])
+            elif measurement == "altmark_loss" and plain_field(raw_fields, "complete") is True:
+                store, key = self.loss, (int(tags["flow"]), tags["tx_node"])
+            else:
+                return False  # an incomplete block is ignored, a broken line malformed: the full parser says which
+            ts = int(ts_text)
+        except (KeyError, ValueError):  # LineError is a ValueError
+            return False
+        self.counters.points_in += 1
+        held = store.get(key)
+        if held is not None and held.timestamp_ns > ts:
+            self.counters.points_stale += 1
+            return True
+        store[key] = _Measure(ts, None, tags, raw_fields, held)
+        self.unparsed.add((store is self.loss, key))
+        return True
+
+    def settle(self) -> None:
+        """Parse the fields of the points taken unparsed (every reader calls this first,
+        and the app every flush, also on standbys: the chains below stay one flush long). One whose
+        fields are malformed is undone: counted in malformed_lines (it stays counted in points_in:
+        counters never go back), and the measure it replaced is held again (checked the same way),
+        as if the full parser had refused the line."""
+        for is_loss, key in self.unparsed:
+            store = self.loss if is_loss else self.stamp
+            m = store.get(key)
+            while m is not None and m.raw_fields is not None:
+                try:
+                    m.fields, m.raw_fields = parse_fields(m.raw_fields), None
+                except LineError:
+                    self.counters.malformed_lines += 1
+                    m = m.previous
+            if m is None:
+                store.pop(key, None)
+            else:
+                m.previous = None
+                store[key] = m
+        self.unparsed.clear()
 
     def apply_point(self, p: Point) -> bool:
         """Take one stamp_delay / altmark_loss point (others are ignored); keeps the newest."""
@@ -542,6 +607,7 @@ class TopologyModel:
         """{link key: fields} from single-link STAMP directions and single-link altmark flows.
         When several sessions (flows) cross the same link, the newest point wins. Points older
         than min_measured_at_ns (expired: the session/flow stopped reporting) are left out."""
+        self.settle()
         fresh = (lambda m: True) if min_measured_at_ns is None else (lambda m: m.timestamp_ns >= min_measured_at_ns)
         delay: dict[str, tuple] = {}
         for sp in self.stamp_paths():
@@ -620,6 +686,7 @@ class TopologyModel:
     def path_docs(self) -> dict[str, dict]:
         """One document per (src, dst, SID list); several sessions/flows on the same path share
         it and the newest point gives its delay (loss) fields."""
+        self.settle()
         docs: dict[str, dict] = {}
         ranks: dict[tuple[str, str], tuple] = {}
         for sp in self.stamp_paths():
@@ -679,6 +746,7 @@ class TopologyModel:
 
     def unmapped_measurements(self) -> list[tuple]:
         """Measurement keys no declared session/flow explains (visible in counters)."""
+        self.settle()
         known_stamp = {(sp["node"], sp["ssid"]) for sp in self.stamp_paths()}
         known_flow = {(fp["flow"], fp["node"]) for fp in self.flow_paths()}
         return [k for k in self.stamp if (k[0], k[1]) not in known_stamp] + [

@@ -181,6 +181,80 @@ def test_a_metrics_message_is_read_line_by_line_and_only_measured_lines_are_pars
     assert (ar["unidir_link_delay"], ra["unidir_link_delay"]) == (2044.9, 1033.0)
 
 
+def _stamp_line(node, ssid, direction, ts, mean):
+    return (
+        f"stamp_delay,node={node},ssid={ssid},path=fc00:12::2,direction={direction} "
+        f"count=10i,min_us={mean - 1},mean_us={mean},max_us={mean + 1},newest_ns={ts + 900}i {ts}"
+    )
+
+
+def test_stamp_lines_taken_unparsed_end_as_if_every_line_had_been_parsed():
+    """The fast path (tags and time read, fields parsed when a reader needs them) against the full
+    parser + apply_point on the same shuffled lines: re-emissions, out-of-order seconds, escaped
+    node names (full parser), complete and incomplete loss blocks, histogram and counter lines."""
+    rng = random.Random(3)
+    lines = []
+    for node in ("A", "B", "edge\\ 1"):
+        for ssid in range(1, 6):
+            for direction in ("forward", "reverse", "round_trip"):
+                for second in range(20):
+                    ts = 1795306905000000000 + second * 1_000_000_000
+                    lines.append(_stamp_line(node, ssid, direction, ts, rng.randint(100, 5000) / 10))
+                    if rng.random() < 0.2:  # a re-emission of the second, other numbers
+                        lines.append(_stamp_line(node, ssid, direction, ts, rng.randint(100, 5000) / 10))
+    for flow in range(1, 8):
+        for second in range(20):
+            ts = 1795306905000000000 + second * 1_000_000_000
+            tx, rx = 1000, 1000 - rng.randint(0, 5)
+            complete = 'complete=true,reason="ok"' if rng.random() < 0.8 else 'complete=false,reason="missing_rx"'
+            node = "A" if flow < 6 else "edge\\,1"
+            lines.append(
+                f"altmark_loss,flow={flow},method=dscp,period_ms=1000,tx_node={node},rx_node=B,path=fc00:12::2 "
+                f"tx_packets={tx}i,rx_packets={rx}i,lost={tx - rx}i,{complete},newest_ns={ts}i {ts}"
+            )
+    lines += [f"stamp_delay_histogram,node=A,ssid=1,direction=forward b{i}=1i {i}" for i in range(50)]
+    lines += [f"segscope_processor,processor=delay records_in={i}i {i}" for i in range(50)]
+    rng.shuffle(lines)
+    parsed, fast = TopologyModel(), TopologyModel()
+    for start in range(0, len(lines), 97):
+        chunk = lines[start : start + 97]
+        points, bad = parse_lines("\n".join(chunk))
+        assert not bad
+        for p in points:
+            parsed.apply_point(p)
+        fast.apply_metrics_text("\n".join(chunk))
+        if start % 5 == 0:
+            fast.edge_measurements()  # a flush in between settles what was taken so far
+    fast.edge_measurements()
+    assert fast.counters.as_dict() == parsed.counters.as_dict()
+    assert fast.counters.points_stale > 0 and fast.counters.points_ignored > 100  # + incomplete blocks
+
+    def held(m):
+        return {k: (v.timestamp_ns, v.fields, v.tags) for k, v in [*m.stamp.items(), *m.loss.items()]}
+
+    assert held(fast) == held(parsed) and len(held(fast)) == 45 + 7
+
+
+def test_a_stamp_line_with_malformed_fields_is_undone_at_the_next_reading():
+    m = TopologyModel()
+    good = _stamp_line("A", 7, "forward", 1000, 2044.9)
+    broken = good.replace("count=10i", "count=ten").replace(" 1000", " 2000")
+    m.apply_metrics_text(good)
+    m.apply_metrics_text(broken)
+    m.apply_metrics_text(broken.replace(" 2000", " 3000"))  # two in a row: the good one is still kept
+    m.edge_measurements()
+    held = m.stamp[("A", 7, "forward")]
+    assert (held.timestamp_ns, held.fields["mean_us"]) == (1000, 2044.9)
+    assert (m.counters.malformed_lines, m.counters.points_in) == (2, 3)  # each broken line, as the full parser
+    m.apply_metrics_text(broken.replace("ssid=7", "ssid=8"))  # nothing before it: the session is absent
+    m.edge_measurements()
+    assert ("A", 8, "forward") not in m.stamp and m.counters.malformed_lines == 3
+    loss = "altmark_loss,flow=9,tx_node=A,rx_node=B tx_packets={}i,rx_packets=990i,complete=true,reason=\"ok\" {}"
+    m.apply_metrics_text(loss.format(1000, 5) + "\n" + loss.format("x", 6))  # the newer one is broken
+    m.edge_measurements()
+    assert m.loss[(9, "A")].fields["tx_packets"] == 1000 and m.counters.malformed_lines == 4
+
+
 def test_multi_hop_session_annotates_its_path_doc_only():
     m = model_with(*views(sessions=[VIA_R_TO_B]))
     m.apply_point(stamp("forward", 3000.0, ssid=8))

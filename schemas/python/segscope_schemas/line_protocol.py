@@ -103,6 +103,32 @@ def _field_value(raw: str):
         raise LineError(f"bad field value {raw!r}") from None
 
 
+def parse_fields(section: str) -> dict:
+    """The field set of a line (the part between the first and the last blank) as a dict."""
+    fields = {}
+    for item in _split_unescaped(section, ",", quotes=True):
+        key, sep, value = item.partition("=")
+        while key.endswith("\\") and sep:  # an escaped '=' inside the key
+            k2, sep, value = value.partition("=")
+            key = key + "=" + k2
+        if not sep or not key:
+            raise LineError(f"bad field {item!r}")
+        fields[_unescape(key)] = _field_value(value)
+    return fields
+
+
+def plain_field(section: str, name: str):
+    """The value of field `name` in a field set without backslashes (the last one, as parse_fields
+    keeps it), None when it has no such field; LineError when that value (or a quote) is broken."""
+    items = _split_quoted_plain(section, ",") if '"' in section else section.split(",")
+    found = None
+    for item in items:
+        key, sep, value = item.partition("=")
+        if key == name and sep:
+            found = value
+    return None if found is None else _field_value(found)
+
+
 def parse_line(line: str) -> Point:
     line = line.strip()
     if not line or line.startswith("#"):
@@ -121,15 +147,7 @@ def parse_line(line: str) -> Point:
         if len(kv) != 2 or not kv[0] or not kv[1]:
             raise LineError(f"bad tag {item!r}")
         tags[_unescape(kv[0])] = _unescape(kv[1])
-    fields = {}
-    for item in _split_unescaped(sections[1], ",", quotes=True):
-        key, sep, value = item.partition("=")
-        while key.endswith("\\") and sep:  # an escaped '=' inside the key
-            k2, sep, value = value.partition("=")
-            key = key + "=" + k2
-        if not sep or not key:
-            raise LineError(f"bad field {item!r}")
-        fields[_unescape(key)] = _field_value(value)
+    fields = parse_fields(sections[1])
     ts = None
     if len(sections) == 3:
         try:
