@@ -15,7 +15,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from processors.delay.aggregate import NS_PER_S, DelayAggregator
+from processors.delay.aggregate import NS_PER_S, DelayAggregator, bucket_floors, bucket_indexes
+from segscope_schemas import delay_histogram
 from segscope_schemas.stamp_record import STAMP_RECORD_DTYPE, STAMP_RECORD_F_LOOPBACK, STAMP_RECORD_F_ONE_WAY
 from tests.processors.delay_aggregate_reference import DelayAggregator as ReferenceAggregator
 
@@ -24,6 +25,7 @@ NODES = ("A", "B", "node x,y=z")  # the last one needs tag escaping
 SSIDS = (1, 2, 3, 65535)
 SYNCED_EE = 0x8000 | (0x01 << 8) | 0x20  # S bit set, scale 1, multiplier 32
 UNSYNCED_EE = 0x0120
+ZERO_ERROR_EE = 0x8000  # S bit set, scale 0, multiplier 0
 
 
 class Paths:
@@ -65,6 +67,9 @@ def random_records(rng: np.random.Generator, n: int, data_s: int) -> np.ndarray:
     r["flags"] = rng.choice([0, STAMP_RECORD_F_ONE_WAY, STAMP_RECORD_F_LOOPBACK], n, p=[0.85, 0.1, 0.05])
     r["sender_err_est"] = np.where(rng.random(n) < 0.9, SYNCED_EE, UNSYNCED_EE)
     r["reflector_err_est"] = np.where(rng.random(n) < 0.95, SYNCED_EE + rng.integers(0, 200, n), UNSYNCED_EE)
+    zero = r["ssid"] == 65535  # synchronized with an error bound of 0 ns: error_estimate_max_us=0.0
+    r["sender_err_est"][zero] = ZERO_ERROR_EE
+    r["reflector_err_est"][zero] = np.where(rng.random(n) < 0.9, ZERO_ERROR_EE, UNSYNCED_EE)[zero]
     return r
 
 
@@ -102,7 +107,7 @@ def test_new_aggregator_emits_what_the_reference_emits(seed):
     data_s = BASE_S - 3
     kept: list[tuple[str, np.ndarray]] = []
     lines_out = 0
-    for step in range(160):
+    for _step in range(160):
         if kept and rng.random() < 0.1:
             node, records = kept[rng.integers(len(kept))]  # a replayed batch: duplicates
         else:
@@ -177,3 +182,24 @@ def test_busy_sessions_at_100_records_per_second():
     got, want = new.flush_all(), ref.flush_all()
     assert got == want and len(got) > 0
     assert_same_state(new, ref)
+
+
+def test_bucket_table_is_the_histogram_scheme():
+    """The flush's table lookup of histogram buckets (bucket_floors: the smallest integer delay of
+    each bucket, bisected on delay_histogram.bucket_indexes) gives bucket_indexes' answer for every
+    integer up to 2^20, around every bucket floor, and for random delays of every magnitude."""
+    floors = bucket_floors()
+    assert len(floors) == delay_histogram.MAX_INDEX + 2 and np.all(np.diff(floors) >= 0)
+    rng = np.random.default_rng(11)
+    delays = np.concatenate(
+        [
+            np.arange(-100, 2**20),
+            (floors[:, None] + np.arange(-2, 3)).ravel(),
+            rng.integers(-(2**63), 2**63 - 1, 200_000),
+            rng.integers(0, 2**36, 200_000),
+            [np.iinfo(np.int64).min, np.iinfo(np.int64).max],
+        ]
+    )
+    assert np.array_equal(bucket_indexes(delays), delay_histogram.bucket_indexes(delays))
+    for value, name in delay_histogram.VECTORS:
+        assert delay_histogram.field_names()[int(bucket_indexes(np.array([value]))[0]) + 1] == name
