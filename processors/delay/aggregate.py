@@ -209,6 +209,19 @@ def bucket_floors() -> np.ndarray:
     return _BUCKET_FLOORS
 
 
+_PIECE_COUNTS = 64  # histogram_pieces() holds the text of counts below this
+_HISTOGRAM_PIECES: list[str] | None = None
+
+
+def histogram_pieces() -> list[str]:
+    """`<field>=<count>i` for every histogram field and count below _PIECE_COUNTS, at field number *
+    _PIECE_COUNTS + count (2 MB): a list lookup per bucket instead of formatting it."""
+    global _HISTOGRAM_PIECES
+    if _HISTOGRAM_PIECES is None:
+        _HISTOGRAM_PIECES = [f"{name}={c}i" for name in _HISTOGRAM_FIELDS for c in range(_PIECE_COUNTS)]
+    return _HISTOGRAM_PIECES
+
+
 def bucket_indexes(delays_ns: np.ndarray) -> np.ndarray:
     """delay_histogram.bucket_indexes of int64 delays (-1: `low`, MAX_INDEX + 1: `high`), by table."""
     return np.searchsorted(bucket_floors(), delays_ns, "right") - 1
@@ -320,24 +333,26 @@ def direction_fields(values: np.ndarray, starts: np.ndarray) -> tuple[list[str],
         + (f",ipdv_mean_us={ipdv!r}" if c >= 2 else "")
         for c, s, lo, m, hi, p50, p99, ipdv in stats
     ]
-    return fields_text, histogram_fields(ordered, starts, group)
+    return fields_text, histogram_fields(ordered, starts)
 
 
-def histogram_fields(ordered: np.ndarray, starts: np.ndarray, group: np.ndarray) -> list[str]:
+def histogram_fields(ordered: np.ndarray, starts: np.ndarray) -> list[str]:
     """delay_histogram.fields_text of every group of `ordered` (sorted within each group), from the
-    runs of equal bucket index instead of one bincount per group."""
+    runs of equal bucket index (the table lookup keeps them in bucket order) instead of one
+    bincount per group."""
     total = len(ordered)
-    index = bucket_indexes(ordered)
-    group_start = np.zeros(total, dtype=bool)
-    group_start[starts] = True
-    if not np.all((index[1:] >= index[:-1]) | group_start[1:]):  # bucket_indexes not monotonic: sort them
-        index = index[np.lexsort((index, group))]
-    run_start = group_start.copy()
+    index = bucket_indexes(ordered) + 1  # field number: `low` 0, b<i> i + 1, `high` MAX_INDEX + 2
+    run_start = np.zeros(total, dtype=bool)
+    run_start[starts] = True
     run_start[1:] |= index[1:] != index[:-1]
     runs = np.flatnonzero(run_start)
     run_counts = np.diff(np.append(runs, total))
-    names = _HISTOGRAM_FIELDS
-    pieces = [f"{names[i]}={c}i" for i, c in zip((index[runs] + 1).tolist(), run_counts.tolist())]
+    field = index[runs]
+    many = run_counts >= _PIECE_COUNTS
+    table = histogram_pieces()
+    pieces = [table[k] for k in np.where(many, 0, field * _PIECE_COUNTS + run_counts).tolist()]
+    for j in np.flatnonzero(many).tolist():
+        pieces[j] = f"{_HISTOGRAM_FIELDS[field[j]]}={run_counts[j]}i"
     first_run = np.searchsorted(runs, starts).tolist() + [len(runs)]
     return [",".join(pieces[a:b]) for a, b in zip(first_run[:-1], first_run[1:])]
 
@@ -345,20 +360,22 @@ def histogram_fields(ordered: np.ndarray, starts: np.ndarray, group: np.ndarray)
 class SecondAccumulator:
     """Records of one (node, ssid, second): merged (deduped, sorted by sender_seq) + pending chunks."""
 
-    __slots__ = ("second", "seq", "delays", "pending", "emitted", "dirty", "path", "newest_t1_ns")
+    __slots__ = ("second", "seq", "delays", "pending_seq", "pending_delays", "emitted", "dirty", "path", "newest_t1_ns")
 
     def __init__(self, second: int):
         self.second = second
         self.newest_t1_ns = -1  # the largest T1 of the second's records (TAI): the newest_ns field
         self.seq = np.empty(0, dtype=np.int64)
         self.delays = np.empty((4, 0), dtype=np.int64)  # rows: forward, reverse, round_trip, clock error
-        self.pending: list[tuple[np.ndarray, np.ndarray]] = []
+        self.pending_seq: list[np.ndarray] = []  # chunks not merged yet, and their delays
+        self.pending_delays: list[np.ndarray] = []
         self.emitted = False
         self.dirty = False
         self.path: str | None = None  # escaped path tag, fixed at the first emission
 
     def add(self, seq: np.ndarray, delays: np.ndarray) -> None:
-        self.pending.append((seq, delays))
+        self.pending_seq.append(seq)
+        self.pending_delays.append(delays)
         self.dirty = True
 
 
@@ -373,22 +390,22 @@ def merge_seconds(
     Returns (bounds, delays): accumulator i's merged records are columns bounds[i]:bounds[i + 1]
     of delays (rows: forward, reverse, round trip, clock error); acc.seq and acc.delays are views
     of them."""
-    seqs, delays, lengths, merged_before, parts = [], [], [], [], []
+    seqs: list[np.ndarray] = []
+    delays: list[np.ndarray] = []
+    parts = []
     for acc in accs:
         seqs.append(acc.seq)
+        seqs += acc.pending_seq
         delays.append(acc.delays)
-        lengths.append(len(acc.seq))
-        merged_before.append(True)
-        for seq, d in acc.pending:
-            seqs.append(seq)
-            delays.append(d)
-            lengths.append(len(seq))
-            merged_before.append(False)
-        parts.append(len(acc.pending) + 1)
-        acc.pending.clear()
-    lengths_a = np.array(lengths, dtype=np.int64)
-    second = np.repeat(np.repeat(np.arange(len(accs)), parts), lengths_a)
-    old = np.repeat(np.array(merged_before), lengths_a)
+        delays += acc.pending_delays
+        parts.append(len(acc.pending_seq) + 1)
+        acc.pending_seq = []
+        acc.pending_delays = []
+    lengths = np.fromiter(map(len, seqs), dtype=np.int64, count=len(seqs))
+    merged_before = np.zeros(len(seqs), dtype=bool)  # the first part of each accumulator: acc.seq
+    merged_before[np.cumsum(parts) - parts] = True
+    second = np.repeat(np.repeat(np.arange(len(accs)), parts), lengths)
+    old = np.repeat(merged_before, lengths)
     seq = np.concatenate(seqs)
     merged = np.concatenate(delays, axis=1)
     n = len(seq)
@@ -476,6 +493,7 @@ class DelayAggregator:
         self.path_of = path_of or (lambda node, ssid: None)
         _clock_table()  # built here, at start, not in the middle of the first batch
         bucket_floors()  # likewise
+        histogram_pieces()
         self.sessions: dict[tuple[str, int], SessionState] = {}
         self.final_seeds: dict[tuple[str, int], int] = {}  # seed_final() of sessions not seen yet
         self.counters = Counters()
