@@ -137,6 +137,9 @@ NOT_MEASURED = np.iinfo(np.int64).min
 # S bit is clear (its clock is not synchronized to UTC: no bound).
 CLOCK_ERROR_ROW = 3
 UNSYNCHRONIZED = -1
+# Row 4: the record's sender_seq (int64), so that a chunk of records is one array to merge.
+SEQ_ROW = 4
+ROWS = 5
 
 
 _CLOCK_TABLE: np.ndarray | None = None
@@ -227,34 +230,25 @@ def bucket_indexes(delays_ns: np.ndarray) -> np.ndarray:
     return np.searchsorted(bucket_floors(), delays_ns, "right") - 1
 
 
-def direction_groups(delays: np.ndarray, bounds: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The measured delays of every (second, direction) of a flush in one array, grouped.
+def direction_values(row: np.ndarray, bounds: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The measured delays of one direction of every closed second.
 
-    delays: (4, N) merged records of the closed seconds, second i in columns bounds[i]:bounds[i+1]
-    (sender_seq order). Returns (values, starts, group_ids): group j holds values[starts[j]:
-    starts[j + 1]] in sender_seq order, group_ids[j] = i * 3 + direction; groups in (second,
-    direction) order, a direction no record of the second measures has no group."""
-    n = delays.shape[1]
-    if n == 0:
-        empty = np.empty(0, dtype=np.int64)
-        return empty, empty, empty
-    lengths = np.diff(bounds)
-    second = np.repeat(np.arange(len(lengths)), lengths)
-    # second i's block of 3 * length values starts at 3 * bounds[i]; direction r at + r * length
-    col = np.arange(n)
-    pos = (2 * bounds[:-1])[second] + col  # 3 * start + (col - start)
-    step = lengths[second]
-    flat = np.empty(3 * n, dtype=np.int64)
-    group = np.empty(3 * n, dtype=np.int64)
-    for r in range(3):
-        flat[pos + r * step] = delays[r]
-        group[pos + r * step] = second * 3 + r
-    measured = flat != NOT_MEASURED
-    values, group = flat[measured], group[measured]
-    if len(values) == 0:
-        return values, values, values
-    starts = np.flatnonzero(np.concatenate(([True], group[1:] != group[:-1])))
-    return values, starts, group[starts]
+    row: one delay row of the merged records, second i in columns bounds[i]:bounds[i + 1]
+    (sender_seq order). Returns (values, starts, seconds): group j holds the delays of second
+    seconds[j], values[starts[j]:starts[j + 1]] in sender_seq order; a second no record of which
+    measures the direction has no group."""
+    measured = row != NOT_MEASURED
+    if measured.all():
+        values = row
+        counts = np.diff(bounds)
+    else:
+        values = row[measured]
+        seen = np.zeros(len(row) + 1, dtype=np.int64)
+        np.cumsum(measured, out=seen[1:])
+        counts = seen[bounds[1:]] - seen[bounds[:-1]]
+    seconds = np.flatnonzero(counts)
+    starts = (np.cumsum(counts) - counts)[seconds]
+    return values, starts, seconds
 
 
 def sorted_within(values: np.ndarray, group: np.ndarray) -> np.ndarray:
@@ -273,7 +267,7 @@ def sorted_within(values: np.ndarray, group: np.ndarray) -> np.ndarray:
 
 
 def direction_fields(values: np.ndarray, starts: np.ndarray) -> tuple[list[str], list[str]]:
-    """Per group of direction_groups: the stamp_delay fields (count, sum, min, mean, max, p50, p99,
+    """Per group of direction_values: the stamp_delay fields (count, sum, min, mean, max, p50, p99,
     IPDV) and the stamp_delay_histogram fields, as line-protocol text, all groups at once.
 
     The numbers are bit for bit what numpy gives per group (mean, np.percentile's linear
@@ -360,54 +354,58 @@ def histogram_fields(ordered: np.ndarray, starts: np.ndarray) -> list[str]:
 class SecondAccumulator:
     """Records of one (node, ssid, second): merged (deduped, sorted by sender_seq) + pending chunks."""
 
-    __slots__ = ("second", "seq", "delays", "pending_seq", "pending_delays", "emitted", "dirty", "path", "newest_t1_ns")
+    __slots__ = ("second", "rows", "pending", "emitted", "dirty", "path", "newest_t1_ns")
 
     def __init__(self, second: int):
         self.second = second
         self.newest_t1_ns = -1  # the largest T1 of the second's records (TAI): the newest_ns field
-        self.seq = np.empty(0, dtype=np.int64)
-        self.delays = np.empty((4, 0), dtype=np.int64)  # rows: forward, reverse, round_trip, clock error
-        self.pending_seq: list[np.ndarray] = []  # chunks not merged yet, and their delays
-        self.pending_delays: list[np.ndarray] = []
+        # rows: forward, reverse, round_trip, clock error, sender_seq (merged records, one column each)
+        self.rows = np.empty((ROWS, 0), dtype=np.int64)
+        self.pending: list[np.ndarray] = []  # chunks of records (ROWS, n) not merged yet
         self.emitted = False
         self.dirty = False
         self.path: str | None = None  # escaped path tag, fixed at the first emission
 
-    def add(self, seq: np.ndarray, delays: np.ndarray) -> None:
-        self.pending_seq.append(seq)
-        self.pending_delays.append(delays)
+    @property
+    def seq(self) -> np.ndarray:
+        return self.rows[SEQ_ROW]
+
+    @property
+    def delays(self) -> np.ndarray:
+        return self.rows[:SEQ_ROW]
+
+    def add(self, rows: np.ndarray) -> None:
+        self.pending.append(rows)
         self.dirty = True
 
 
 def merge_seconds(
     accs: list[SecondAccumulator], counters: Counters, absurd_threshold_ns: int
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Fold the pending chunks of every accumulator into its merged arrays, all in one pass: sorted
+    """Fold the pending chunks of every accumulator into its merged records, all in one pass: sorted
     by sender_seq, a duplicate sender_seq dropped and counted (duplicate_records) keeping the first
     copy (already merged records come first, so a replayed copy never replaces what was counted
     before); the new records' negative and absurd delays are counted.
 
-    Returns (bounds, delays): accumulator i's merged records are columns bounds[i]:bounds[i + 1]
-    of delays (rows: forward, reverse, round trip, clock error); acc.seq and acc.delays are views
-    of them."""
-    seqs: list[np.ndarray] = []
-    delays: list[np.ndarray] = []
-    parts = []
-    for acc in accs:
-        seqs.append(acc.seq)
-        seqs += acc.pending_seq
-        delays.append(acc.delays)
-        delays += acc.pending_delays
-        parts.append(len(acc.pending_seq) + 1)
-        acc.pending_seq = []
-        acc.pending_delays = []
-    lengths = np.fromiter(map(len, seqs), dtype=np.int64, count=len(seqs))
-    merged_before = np.zeros(len(seqs), dtype=bool)  # the first part of each accumulator: acc.seq
-    merged_before[np.cumsum(parts) - parts] = True
-    second = np.repeat(np.repeat(np.arange(len(accs)), parts), lengths)
-    old = np.repeat(merged_before, lengths)
-    seq = np.concatenate(seqs)
-    merged = np.concatenate(delays, axis=1)
+    Returns (bounds, rows): accumulator i's merged records are columns bounds[i]:bounds[i + 1] of
+    rows (ROWS rows); acc.rows are views of them."""
+    chunks: list[np.ndarray] = []
+    chunk_acc: list[int] = []
+    chunk_old: list[bool] = []
+    for i, acc in enumerate(accs):
+        if acc.rows.shape[1]:  # emitted before: a late record re-opened it
+            chunks.append(acc.rows)
+            chunk_acc.append(i)
+            chunk_old.append(True)
+        chunks += acc.pending
+        chunk_acc += [i] * len(acc.pending)
+        chunk_old += [False] * len(acc.pending)
+        acc.pending = []
+    lengths = [c.shape[1] for c in chunks]
+    second = np.repeat(np.array(chunk_acc, dtype=np.int64), lengths)
+    old = np.repeat(np.array(chunk_old, dtype=bool), lengths)
+    rows = np.concatenate(chunks, axis=1) if chunks else np.empty((ROWS, 0), dtype=np.int64)
+    seq = rows[SEQ_ROW]
     n = len(seq)
     # the usual case, records in sender_seq order without duplicates, needs no sort
     if n > 1 and not np.all((seq[1:] > seq[:-1]) | (second[1:] != second[:-1])):
@@ -417,18 +415,18 @@ def merge_seconds(
         first[1:] = (seq_o[1:] != seq_o[:-1]) | (second_o[1:] != second_o[:-1])
         keep = order[first]
         counters.duplicate_records += n - len(keep)
-        seq, merged, second, old = seq[keep], merged[:, keep], second[keep], old[keep]
-    new = merged[:3, ~old]
-    measured = new != NOT_MEASURED
-    counters.negative_delays += int(np.count_nonzero((new < 0) & measured))
-    counters.absurd_delays += int(np.count_nonzero((np.abs(new) > absurd_threshold_ns) & measured))
+        rows, second, old = rows[:, keep], second[keep], old[keep]
+    new = rows[:3, ~old] if old.any() else rows[:3]
+    not_measured = np.count_nonzero(new == NOT_MEASURED)  # negative, below -absurd: not a delay
+    counters.negative_delays += int(np.count_nonzero(new < 0) - not_measured)
+    absurd = np.count_nonzero(new > absurd_threshold_ns) + np.count_nonzero(new < -absurd_threshold_ns)
+    counters.absurd_delays += int(absurd - not_measured)
     bounds = np.zeros(len(accs) + 1, dtype=np.int64)
     np.cumsum(np.bincount(second, minlength=len(accs)), out=bounds[1:])
     edges = bounds.tolist()
     for acc, a, b in zip(accs, edges[:-1], edges[1:]):
-        acc.seq = seq[a:b]
-        acc.delays = merged[:, a:b]
-    return bounds, merged
+        acc.rows = rows[:, a:b]
+    return bounds, rows
 
 
 def clock_fields(errors: np.ndarray, bounds: np.ndarray) -> list[str | None]:
@@ -513,7 +511,8 @@ class DelayAggregator:
         t2 = records["t2_ns"].astype(np.int64)
         t3 = records["t3_ns"].astype(np.int64)
         t4 = records["t4_ns"].astype(np.int64)
-        delays = np.empty((4, n), dtype=np.int64)
+        delays = np.empty((ROWS, n), dtype=np.int64)
+        delays[SEQ_ROW] = records["sender_seq"]
         delays[CLOCK_ERROR_ROW] = clock_error_ns(records["sender_err_est"], records["reflector_err_est"])
         np.subtract(t2, t1, out=delays[0])  # forward  T2 - T1
         np.subtract(t4, t3, out=delays[1])  # reverse  T4 - T3
@@ -522,7 +521,6 @@ class DelayAggregator:
         if flags.any():
             mark_partial_records(flags, t1, t4, delays)
         second = t1 // NS_PER_S
-        seq = records["sender_seq"]
         ssid = records["ssid"]
 
         if (
@@ -531,15 +529,15 @@ class DelayAggregator:
             and (n <= 2 or (ssid.min() == ssid.max() and second.min() == second.max()))
         ):
             # common case: one session, one second
-            self._add_group(node, int(ssid[0]), int(second[0]), seq, delays, t1, now_tai_ns)
+            self._add_group(node, int(ssid[0]), int(second[0]), delays, t1, now_tai_ns)
             return
         order = np.lexsort((second, ssid))
         ssid_o, second_o = ssid[order], second[order]
         cut = np.flatnonzero((np.diff(ssid_o) != 0) | (np.diff(second_o) != 0)) + 1
         bounds = np.concatenate(([0], cut, [n]))
-        seq_o, delays_o, t1_o = seq[order], delays[:, order], t1[order]
+        delays_o, t1_o = delays[:, order], t1[order]
         for a, b in zip(bounds[:-1], bounds[1:]):
-            self._add_group(node, int(ssid_o[a]), int(second_o[a]), seq_o[a:b], delays_o[:, a:b], t1_o[a:b], now_tai_ns)
+            self._add_group(node, int(ssid_o[a]), int(second_o[a]), delays_o[:, a:b], t1_o[a:b], now_tai_ns)
 
     def seed_final(self, node: str, ssid: int, final_below_s: int) -> None:
         """After a restart or a rebalance: the seconds of this session below final_below_s were
@@ -569,18 +567,17 @@ class DelayAggregator:
         node: str,
         ssid: int,
         second: int,
-        seq: np.ndarray,
-        delays: np.ndarray,
+        rows: np.ndarray,
         seq_t1: np.ndarray,
         now_tai_ns: int,
     ) -> None:
         st = self._session(node, ssid)
         st.last_ingest_tai_ns = now_tai_ns
         if second < st.final_below_s:  # published complete by the worker before a restart
-            self.counters.replayed_records_skipped += len(seq)
+            self.counters.replayed_records_skipped += rows.shape[1]
             return
         if second < st.horizon_s:
-            self.counters.late_records_dropped += len(seq)
+            self.counters.late_records_dropped += rows.shape[1]
             return
         max_t1 = int(seq_t1.max())
         acc = st.seconds.get(second)
@@ -596,7 +593,7 @@ class DelayAggregator:
             max_t1 = limit
         if max_t1 > st.watermark_ns:
             st.watermark_ns = max_t1
-        acc.add(seq.astype(np.int64), delays)
+        acc.add(rows)
 
     # -- periodic ---------------------------------------------------------
 
@@ -654,7 +651,7 @@ class DelayAggregator:
         histograms, clock fields): per second only the line formatting is Python work."""
         if not closing:
             return []
-        bounds, delays = merge_seconds([acc for _, acc in closing], self.counters, self.absurd_threshold_ns)
+        bounds, rows = merge_seconds([acc for _, acc in closing], self.counters, self.absurd_threshold_ns)
         edges = bounds.tolist()
         for (st, acc), a, b in zip(closing, edges[:-1], edges[1:]):
             if acc.emitted:
@@ -663,32 +660,36 @@ class DelayAggregator:
             if a < b and acc.path is None:
                 path = self.path_of(st.node, st.ssid)
                 acc.path = UNKNOWN_PATH if path is None else escape_tag(path)
-        values, starts, group_ids = direction_groups(delays, bounds)
-        if len(values) == 0:
-            return []
-        fields_text, histogram_text = direction_fields(values, starts)
-        clock_text = clock_fields(delays[CLOCK_ERROR_ROW], bounds)
+        # per direction and second: (stamp_delay fields, histogram fields), None where not measured
+        texts: list[list[tuple[str, str] | None]] = []
+        for r in range(3):
+            by_second: list[tuple[str, str] | None] = [None] * len(closing)
+            values, starts, seconds = direction_values(rows[r], bounds)
+            if len(values):
+                for i, fields_ in zip(seconds.tolist(), zip(*direction_fields(values, starts))):
+                    by_second[i] = fields_
+            texts.append(by_second)
+        clock_text = clock_fields(rows[CLOCK_ERROR_ROW], bounds)
         offset_ns = self.tai_utc_offset_s * NS_PER_S
         lines: list[str] = []
-        unknown = 0
-        current = -1
-        for gid, fields_, histogram in zip(group_ids.tolist(), fields_text, histogram_text):
-            i, direction = divmod(gid, 3)
-            if i != current:
-                current = i
-                st, acc = closing[i]
-                ts = acc.second * NS_PER_S - offset_ns
-                # newest_ns: how old the second's data is when it becomes visible (segscope-freshness)
-                clock = f"{clock_text[i]},newest_ns={acc.newest_t1_ns - offset_ns}i"
-                tags = f"{st.tags},path={acc.path},direction="
-                path_unknown = acc.path == UNKNOWN_PATH
-            series = tags + DIRECTIONS[direction]
-            lines.append(f"{MEASUREMENT},{series} {fields_}{clock} {ts}")
-            lines.append(f"{HISTOGRAM},{series} {histogram} {ts}")
-            unknown += path_unknown
-        self.counters.points_out += len(fields_text)
-        self.counters.histogram_points_out += len(fields_text)
-        self.counters.path_unknown += unknown
+        for i, (st, acc) in enumerate(closing):
+            if edges[i] == edges[i + 1]:
+                continue
+            ts = acc.second * NS_PER_S - offset_ns
+            # newest_ns: how old the second's data is when it becomes visible (segscope-freshness)
+            clock = f"{clock_text[i]},newest_ns={acc.newest_t1_ns - offset_ns}i"
+            tags = f"{st.tags},path={acc.path},direction="
+            points = 0
+            for direction, by_second in zip(DIRECTIONS, texts):
+                fields_ = by_second[i]
+                if fields_ is not None:
+                    lines.append(f"{MEASUREMENT},{tags}{direction} {fields_[0]}{clock} {ts}")
+                    lines.append(f"{HISTOGRAM},{tags}{direction} {fields_[1]} {ts}")
+                    points += 1
+            self.counters.points_out += points
+            self.counters.histogram_points_out += points
+            if acc.path == UNKNOWN_PATH:
+                self.counters.path_unknown += points
         return lines
 
     def open_seconds(self) -> int:

@@ -156,7 +156,8 @@ def test_new_aggregator_emits_what_the_reference_emits(seed):
 
 def test_busy_sessions_at_100_records_per_second():
     """The bench's shape: many sessions at 100 records per second in 100-ms batches, closed by data
-    time; plus seconds of exactly one and two records (no IPDV; the percentile of one value)."""
+    time; plus seconds of exactly one and two records (no IPDV; the percentile of one value) and a
+    session whose forward delays all fall in one histogram bucket."""
     rng = np.random.default_rng(5)
     new, ref = DelayAggregator(grace_s=0.5), ReferenceAggregator(grace_s=0.5)
     now = BASE_S * NS_PER_S
@@ -170,7 +171,10 @@ def test_busy_sessions_at_100_records_per_second():
             r["sender_seq"] = tick * 10 + np.arange(n)
             t1 = BASE_S * NS_PER_S + (tick * 10 + np.arange(n)) * 10_000_000 + rng.integers(0, 5_000_000, n)
             r["t1_ns"] = t1
-            r["t2_ns"] = t1 + rng.integers(1_000_000, 3_000_000, n)
+            # session 3: a steady forward delay, 100 delays in one histogram bucket (>= 64: formatted, not looked up)
+            r["t2_ns"] = t1 + (
+                rng.integers(2_000_000, 2_001_000, n) if ssid == 3 else rng.integers(1_000_000, 3_000_000, n)
+            )
             r["t3_ns"] = r["t2_ns"] + 10_000
             r["t4_ns"] = r["t3_ns"] + rng.integers(500_000, 1_500_000, n)
             r["sender_err_est"] = r["reflector_err_est"] = SYNCED_EE
