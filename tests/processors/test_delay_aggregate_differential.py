@@ -97,7 +97,7 @@ def assert_same_state(new: DelayAggregator, ref: ReferenceAggregator) -> None:
                 assert np.array_equal(acc.seq, racc.seq) and np.array_equal(acc.delays, racc.delays)
 
 
-@pytest.mark.parametrize("seed", [1, 2, 3])
+@pytest.mark.parametrize("seed", [1, 2])
 def test_new_aggregator_emits_what_the_reference_emits(seed):
     rng = np.random.default_rng(seed)
     paths = Paths()
