@@ -10,7 +10,14 @@ Design (why it looks like this):
 - ingest() is the per-Kafka-message path. It does a handful of vectorised numpy
   operations on the whole batch (delays, second index, grouping) and only appends
   array slices to per-second accumulators; no per-record Python work. Statistics
-  are computed once, when a second is closed (flush()).
+  are computed once, when a second is closed (flush()), for all the seconds one flush
+  closes together: their records are merged, grouped by (second, direction), sorted and
+  reduced in one pass of numpy operations (merge_seconds, direction_values,
+  direction_fields), because at ~100 records per session-second numpy's per-call overhead,
+  not the arithmetic, was the cost of calling it per second and direction. The numbers
+  are bit for bit those of the per-second numpy calls (np.percentile, mean,
+  delay_histogram.fields_text); tests/processors/test_delay_aggregate_differential.py
+  checks the lines against the earlier aggregator.
 - A second s (TAI seconds, s = floor(T1 / 1e9)) closes when the session's
   watermark passes (s + 1) * 1e9 + grace. The watermark is the largest T1 seen for
   the session, or the CLOCK_TAI wall clock once the session has been idle (no
@@ -130,18 +137,6 @@ class Counters:
 # ---------------------------------------------------------------------------
 
 
-@dataclass
-class DirectionStats:
-    count: int
-    sum_us: float  # exact: the int64 ns sum / 1000 (rollups weight means with it)
-    min_us: float
-    mean_us: float
-    max_us: float
-    p50_us: float
-    p99_us: float
-    ipdv_mean_us: float | None  # None when fewer than 2 packets: IPDV is undefined
-
-
 # A direction a record cannot measure (see mark_partial_records); never a real delay.
 NOT_MEASURED = np.iinfo(np.int64).min
 # Row 3 of the per-record array: the timestamp error bound of the record's one-way delays, ns
@@ -149,6 +144,9 @@ NOT_MEASURED = np.iinfo(np.int64).min
 # S bit is clear (its clock is not synchronized to UTC: no bound).
 CLOCK_ERROR_ROW = 3
 UNSYNCHRONIZED = -1
+# Row 4: the record's sender_seq (int64), so that a chunk of records is one array to merge.
+SEQ_ROW = 4
+ROWS = 5
 
 
 _CLOCK_TABLE: np.ndarray | None = None
@@ -192,88 +190,267 @@ def mark_partial_records(flags: np.ndarray, t1: np.ndarray, t4: np.ndarray, dela
     delays[2, loopback] = (t4 - t1)[loopback]
 
 
-def direction_stats(delays_ns: np.ndarray) -> DirectionStats:
-    """Statistics of one direction; delays_ns must already be ordered by sender_seq.
+# np.percentile(d, [50, 99]) works with q / 100: these exact doubles.
+_QUANTILES = tuple(np.true_divide([50.0, 99.0], 100).tolist())
+# Below this sum of |delay| every partial sum of a direction's delays is an integer below 2^53, so
+# the float64 mean (numpy sums pairwise) and the exact integer sum / count are the same double; at
+# or above it (clock trouble: delays of years) the mean is computed the scalar way, as before.
+_EXACT_SUM_LIMIT = 2.0**52
+_HISTOGRAM_FIELDS = delay_histogram.field_names()  # bucket index + 1 -> field name (`low` at 0)
+_BUCKET_FLOORS: np.ndarray | None = None
 
-    IPDV (RFC 3393 / RFC 5481): difference of one-way delay between consecutive
-    packets; here "consecutive" means adjacent by sender_seq among the packets that
-    arrived in this second. ipdv_mean_us is the mean of |D(i) - D(i-1)|.
-    """
-    p50, p99 = np.percentile(delays_ns, [50.0, 99.0])
-    ipdv = None
-    if len(delays_ns) >= 2:
-        ipdv = float(np.abs(np.diff(delays_ns)).mean()) / NS_PER_US
-    return DirectionStats(
-        count=int(len(delays_ns)),
-        sum_us=int(delays_ns.sum()) / NS_PER_US,
-        min_us=int(delays_ns.min()) / NS_PER_US,
-        mean_us=float(delays_ns.mean()) / NS_PER_US,
-        max_us=int(delays_ns.max()) / NS_PER_US,
-        p50_us=float(p50) / NS_PER_US,
-        p99_us=float(p99) / NS_PER_US,
-        ipdv_mean_us=ipdv,
+
+def bucket_floors() -> np.ndarray:
+    """floors[k]: the smallest integer delay (ns) that delay_histogram.bucket_indexes puts in bucket
+    k or above, for k = 0 .. MAX_INDEX + 1 (`high`), found by bisection on bucket_indexes itself, so
+    that searchsorted(floors, d, "right") - 1 is bucket_indexes(d) for every integer d (it is
+    non-decreasing in d): a binary search in 561 integers instead of a log2 and two exp2 per delay."""
+    global _BUCKET_FLOORS
+    if _BUCKET_FLOORS is None:
+        k = np.arange(delay_histogram.MAX_INDEX + 2)
+        lo = np.full(len(k), 1, dtype=np.int64)  # bucket_indexes(lo) < k (1 ns is `low`, -1)
+        hi = np.full(len(k), np.iinfo(np.int64).max, dtype=np.int64)  # bucket_indexes(hi) >= k
+        while np.any(hi - lo > 1):
+            mid = lo + (hi - lo) // 2
+            up = delay_histogram.bucket_indexes(mid) >= k
+            hi = np.where(up, mid, hi)
+            lo = np.where(up, lo, mid)
+        _BUCKET_FLOORS = hi
+    return _BUCKET_FLOORS
+
+
+_PIECE_COUNTS = 64  # histogram_pieces() holds the text of counts below this
+_HISTOGRAM_PIECES: list[str] | None = None
+
+
+def histogram_pieces() -> list[str]:
+    """`<field>=<count>i` for every histogram field and count below _PIECE_COUNTS, at field number *
+    _PIECE_COUNTS + count (2 MB): a list lookup per bucket instead of formatting it."""
+    global _HISTOGRAM_PIECES
+    if _HISTOGRAM_PIECES is None:
+        _HISTOGRAM_PIECES = [f"{name}={c}i" for name in _HISTOGRAM_FIELDS for c in range(_PIECE_COUNTS)]
+    return _HISTOGRAM_PIECES
+
+
+def bucket_indexes(delays_ns: np.ndarray) -> np.ndarray:
+    """delay_histogram.bucket_indexes of int64 delays (-1: `low`, MAX_INDEX + 1: `high`), by table."""
+    return np.searchsorted(bucket_floors(), delays_ns, "right") - 1
+
+
+def direction_values(row: np.ndarray, bounds: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The measured delays of one direction of every closed second.
+
+    row: one delay row of the merged records, second i in columns bounds[i]:bounds[i + 1]
+    (sender_seq order). Returns (values, starts, seconds): group j holds the delays of second
+    seconds[j], values[starts[j]:starts[j + 1]] in sender_seq order; a second no record of which
+    measures the direction has no group."""
+    measured = row != NOT_MEASURED
+    if measured.all():
+        values = row
+        counts = np.diff(bounds)
+    else:
+        values = row[measured]
+        seen = np.zeros(len(row) + 1, dtype=np.int64)
+        np.cumsum(measured, out=seen[1:])
+        counts = seen[bounds[1:]] - seen[bounds[:-1]]
+    seconds = np.flatnonzero(counts)
+    starts = (np.cumsum(counts) - counts)[seconds]
+    return values, starts, seconds
+
+
+def sorted_within(values: np.ndarray, group: np.ndarray) -> np.ndarray:
+    """values sorted within each group (group: non-decreasing ids 0..G-1, one per value). One sort
+    of group * span + (value - smallest) when that fits in an int64 (delays within a few seconds of
+    each other: always in practice), else a lexsort (a tenth the speed)."""
+    smallest, largest = int(values.min()), int(values.max())
+    span = largest - smallest + 1
+    if span * (int(group[-1]) + 1) < 2**62:
+        key = group * span + (values - smallest)
+        key.sort()
+        key -= group * span
+        key += smallest
+        return key
+    return values[np.lexsort((values, group))]
+
+
+def direction_fields(values: np.ndarray, starts: np.ndarray) -> tuple[list[str], list[str]]:
+    """Per group of direction_values: the stamp_delay fields (count, sum, min, mean, max, p50, p99,
+    IPDV) and the stamp_delay_histogram fields, as line-protocol text, all groups at once.
+
+    The numbers are bit for bit what numpy gives per group (mean, np.percentile's linear
+    interpolation, delay_histogram.fields_text): the same float operations on the same
+    operands, elementwise. IPDV (RFC 3393 / RFC 5481): the mean of |D(i) - D(i-1)| between
+    packets adjacent by sender_seq among those that arrived in the second; none below 2 packets."""
+    total = len(values)
+    counts = np.diff(np.append(starts, total))
+    counts_f = counts.astype(np.float64)
+    sums = np.add.reduceat(values, starts)
+    steps = np.empty(total, dtype=np.int64)
+    steps[1:] = np.abs(np.diff(values))
+    steps[starts] = 0  # no step across two groups
+    ipdv_sums = np.add.reduceat(steps, starts)
+    means = sums.astype(np.float64) / counts_f
+    ipdvs = ipdv_sums.astype(np.float64) / np.maximum(counts_f - 1, 1)
+    inexact = np.flatnonzero(np.add.reduceat(np.abs(values.astype(np.float64)), starts) >= _EXACT_SUM_LIMIT)
+    for j in inexact.tolist():
+        d = values[starts[j] : starts[j] + counts[j]]
+        means[j] = float(d.mean())
+        if len(d) >= 2:
+            ipdvs[j] = float(np.abs(np.diff(d)).mean())
+
+    group = np.repeat(np.arange(len(starts)), counts)
+    ordered = sorted_within(values, group)
+    last = starts + counts - 1
+    minimums, maximums = ordered[starts], ordered[last]
+    quantiles = []
+    top = (counts - 1).astype(np.float64)
+    for q in _QUANTILES:  # numpy's _quantile, method "linear", on every group at once
+        virtual = top * q
+        above = virtual >= top  # one value: numpy takes index -1 for both neighbours
+        floor = np.floor(virtual)
+        previous = np.where(above, -1, floor).astype(np.intp)
+        following = np.where(above, -1, floor + 1).astype(np.intp)
+        gamma = virtual - previous
+        a = ordered[starts + np.where(previous < 0, counts + previous, previous)]
+        b = ordered[starts + np.where(following < 0, counts + following, following)]
+        diff = b - a
+        result = a + diff * gamma
+        high = gamma >= 0.5
+        result[high] = (b - diff * (1 - gamma))[high]
+        quantiles.append(result)
+
+    stats = zip(
+        counts.tolist(),
+        (sums.astype(np.float64) / NS_PER_US).tolist(),
+        (minimums.astype(np.float64) / NS_PER_US).tolist(),
+        (means / NS_PER_US).tolist(),
+        (maximums.astype(np.float64) / NS_PER_US).tolist(),
+        (quantiles[0] / NS_PER_US).tolist(),
+        (quantiles[1] / NS_PER_US).tolist(),
+        (ipdvs / NS_PER_US).tolist(),
     )
+    fields_text = [
+        f"count={c}i,sum_us={s!r},min_us={lo!r},mean_us={m!r},max_us={hi!r},p50_us={p50!r},p99_us={p99!r}"
+        + (f",ipdv_mean_us={ipdv!r}" if c >= 2 else "")
+        for c, s, lo, m, hi, p50, p99, ipdv in stats
+    ]
+    return fields_text, histogram_fields(ordered, starts)
+
+
+def histogram_fields(ordered: np.ndarray, starts: np.ndarray) -> list[str]:
+    """delay_histogram.fields_text of every group of `ordered` (sorted within each group), from the
+    runs of equal bucket index (the table lookup keeps them in bucket order) instead of one
+    bincount per group."""
+    total = len(ordered)
+    index = bucket_indexes(ordered) + 1  # field number: `low` 0, b<i> i + 1, `high` MAX_INDEX + 2
+    run_start = np.zeros(total, dtype=bool)
+    run_start[starts] = True
+    run_start[1:] |= index[1:] != index[:-1]
+    runs = np.flatnonzero(run_start)
+    run_counts = np.diff(np.append(runs, total))
+    field = index[runs]
+    many = run_counts >= _PIECE_COUNTS
+    table = histogram_pieces()
+    pieces = [table[k] for k in np.where(many, 0, field * _PIECE_COUNTS + run_counts).tolist()]
+    for j in np.flatnonzero(many).tolist():
+        pieces[j] = f"{_HISTOGRAM_FIELDS[field[j]]}={run_counts[j]}i"
+    first_run = np.searchsorted(runs, starts).tolist() + [len(runs)]
+    return [",".join(pieces[a:b]) for a, b in zip(first_run[:-1], first_run[1:])]
 
 
 class SecondAccumulator:
     """Records of one (node, ssid, second): merged (deduped, sorted by sender_seq) + pending chunks."""
 
-    __slots__ = ("second", "seq", "delays", "pending", "emitted", "dirty", "path", "newest_t1_ns")
+    __slots__ = ("second", "rows", "pending", "emitted", "dirty", "path", "newest_t1_ns")
 
     def __init__(self, second: int):
         self.second = second
         self.newest_t1_ns = -1  # the largest T1 of the second's records (TAI): the newest_ns field
-        self.seq = np.empty(0, dtype=np.int64)
-        self.delays = np.empty((4, 0), dtype=np.int64)  # rows: forward, reverse, round_trip, clock error
-        self.pending: list[tuple[np.ndarray, np.ndarray]] = []
+        # rows: forward, reverse, round_trip, clock error, sender_seq (merged records, one column each)
+        self.rows = np.empty((ROWS, 0), dtype=np.int64)
+        self.pending: list[np.ndarray] = []  # chunks of records (ROWS, n) not merged yet
         self.emitted = False
         self.dirty = False
         self.path: str | None = None  # escaped path tag, fixed at the first emission
 
-    def add(self, seq: np.ndarray, delays: np.ndarray) -> None:
-        self.pending.append((seq, delays))
+    @property
+    def seq(self) -> np.ndarray:
+        return self.rows[SEQ_ROW]
+
+    @property
+    def delays(self) -> np.ndarray:
+        return self.rows[:SEQ_ROW]
+
+    def add(self, rows: np.ndarray) -> None:
+        self.pending.append(rows)
         self.dirty = True
 
-    def merge(self, counters: Counters, absurd_threshold_ns: int) -> None:
-        """Fold pending chunks into the merged arrays; drop and count duplicate sender_seq."""
-        if not self.pending:
-            return
-        n_old = len(self.seq)
-        seq = np.concatenate([self.seq] + [s for s, _ in self.pending])
-        delays = np.concatenate([self.delays] + [d for _, d in self.pending], axis=1)
-        self.pending.clear()
-        # np.unique returns the first occurrence, and old (already merged) records come
-        # first, so a replayed copy never replaces what was counted before.
-        self.seq, keep = np.unique(seq, return_index=True)
-        self.delays = delays[:, keep]
-        counters.duplicate_records += len(seq) - len(keep)
-        new = delays[:3, keep[keep >= n_old]]
-        measured = new != NOT_MEASURED
-        counters.negative_delays += int(np.count_nonzero((new < 0) & measured))
-        counters.absurd_delays += int(np.count_nonzero((np.abs(new) > absurd_threshold_ns) & measured))
 
-    def clock_fields(self) -> str:
-        """`,error_estimate_max_us=..,unsynchronized=..i` of the second's records: the largest
-        error bound of a synchronized record, and how many records had an unsynchronized side."""
-        err = self.delays[CLOCK_ERROR_ROW]
-        unsync = int(np.count_nonzero(err == UNSYNCHRONIZED))
-        synced = err[err != UNSYNCHRONIZED]
-        out = f",unsynchronized={unsync}i"
-        if len(synced):
-            out = f",error_estimate_max_us={format_float(float(synced.max()) / NS_PER_US)}" + out
+def merge_seconds(
+    accs: list[SecondAccumulator], counters: Counters, absurd_threshold_ns: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """Fold the pending chunks of every accumulator into its merged records, all in one pass: sorted
+    by sender_seq, a duplicate sender_seq dropped and counted (duplicate_records) keeping the first
+    copy (already merged records come first, so a replayed copy never replaces what was counted
+    before); the new records' negative and absurd delays are counted.
+
+    Returns (bounds, rows): accumulator i's merged records are columns bounds[i]:bounds[i + 1] of
+    rows (ROWS rows); acc.rows are views of them."""
+    chunks: list[np.ndarray] = []
+    chunk_acc: list[int] = []
+    chunk_old: list[bool] = []
+    for i, acc in enumerate(accs):
+        if acc.rows.shape[1]:  # emitted before: a late record re-opened it
+            chunks.append(acc.rows)
+            chunk_acc.append(i)
+            chunk_old.append(True)
+        chunks += acc.pending
+        chunk_acc += [i] * len(acc.pending)
+        chunk_old += [False] * len(acc.pending)
+        acc.pending = []
+    lengths = [c.shape[1] for c in chunks]
+    second = np.repeat(np.array(chunk_acc, dtype=np.int64), lengths)
+    old = np.repeat(np.array(chunk_old, dtype=bool), lengths)
+    rows = np.concatenate(chunks, axis=1) if chunks else np.empty((ROWS, 0), dtype=np.int64)
+    seq = rows[SEQ_ROW]
+    n = len(seq)
+    # the usual case, records in sender_seq order without duplicates, needs no sort
+    if n > 1 and not np.all((seq[1:] > seq[:-1]) | (second[1:] != second[:-1])):
+        order = np.lexsort((seq, second))  # stable: the first copy of a sender_seq stays first
+        seq_o, second_o = seq[order], second[order]
+        first = np.ones(n, dtype=bool)
+        first[1:] = (seq_o[1:] != seq_o[:-1]) | (second_o[1:] != second_o[:-1])
+        keep = order[first]
+        counters.duplicate_records += n - len(keep)
+        rows, second, old = rows[:, keep], second[keep], old[keep]
+    new = rows[:3, ~old] if old.any() else rows[:3]
+    not_measured = np.count_nonzero(new == NOT_MEASURED)  # negative, below -absurd: not a delay
+    counters.negative_delays += int(np.count_nonzero(new < 0) - not_measured)
+    absurd = np.count_nonzero(new > absurd_threshold_ns) + np.count_nonzero(new < -absurd_threshold_ns)
+    counters.absurd_delays += int(absurd - not_measured)
+    bounds = np.zeros(len(accs) + 1, dtype=np.int64)
+    np.cumsum(np.bincount(second, minlength=len(accs)), out=bounds[1:])
+    edges = bounds.tolist()
+    for acc, a, b in zip(accs, edges[:-1], edges[1:]):
+        acc.rows = rows[:, a:b]
+    return bounds, rows
+
+
+def clock_fields(errors: np.ndarray, bounds: np.ndarray) -> list[str | None]:
+    """Per second (columns bounds[i]:bounds[i + 1] of the clock error row):
+    `,error_estimate_max_us=..,unsynchronized=..i`, the largest error bound of a synchronized
+    record and how many records had an unsynchronized side; None for a second without records."""
+    lengths = np.diff(bounds)
+    filled = np.flatnonzero(lengths)
+    out: list[str | None] = [None] * len(lengths)
+    if len(filled) == 0:
         return out
-
-    def measured(self) -> list[np.ndarray]:
-        """Per direction the delays (ns, sender_seq order) of the records that measure it."""
-        out = []
-        for i in range(3):
-            d = self.delays[i]
-            out.append(d[d != NOT_MEASURED])
-        return out
-
-    def stats(self) -> list[DirectionStats | None]:
-        """Per direction; None where no record of the second measures that direction."""
-        return [direction_stats(d) if len(d) else None for d in self.measured()]
+    first = bounds[filled]
+    unsynchronized = np.add.reduceat((errors == UNSYNCHRONIZED).astype(np.int64), first)
+    largest = np.maximum.reduceat(errors, first)  # a synchronized error is >= 0 > UNSYNCHRONIZED
+    for i, u, e in zip(filled.tolist(), unsynchronized.tolist(), largest.tolist()):
+        out[i] = (f",error_estimate_max_us={e / NS_PER_US!r}" if e != UNSYNCHRONIZED else "") + f",unsynchronized={u}i"
+    return out
 
 
 @dataclass
@@ -320,6 +497,8 @@ class DelayAggregator:
         self.tai_utc_offset_s = int(tai_utc_offset_s)
         self.path_of = path_of or (lambda node, ssid: None)
         _clock_table()  # built here, at start, not in the middle of the first batch
+        bucket_floors()  # likewise
+        histogram_pieces()
         self.sessions: dict[tuple[str, int], SessionState] = {}
         self.final_seeds: dict[tuple[str, int], int] = {}  # seed_final() of sessions not seen yet
         self.counters = Counters()
@@ -339,7 +518,8 @@ class DelayAggregator:
         t2 = records["t2_ns"].astype(np.int64)
         t3 = records["t3_ns"].astype(np.int64)
         t4 = records["t4_ns"].astype(np.int64)
-        delays = np.empty((4, n), dtype=np.int64)
+        delays = np.empty((ROWS, n), dtype=np.int64)
+        delays[SEQ_ROW] = records["sender_seq"]
         delays[CLOCK_ERROR_ROW] = clock_error_ns(records["sender_err_est"], records["reflector_err_est"])
         np.subtract(t2, t1, out=delays[0])  # forward  T2 - T1
         np.subtract(t4, t3, out=delays[1])  # reverse  T4 - T3
@@ -348,7 +528,6 @@ class DelayAggregator:
         if flags.any():
             mark_partial_records(flags, t1, t4, delays)
         second = t1 // NS_PER_S
-        seq = records["sender_seq"]
         ssid = records["ssid"]
 
         if (
@@ -357,15 +536,15 @@ class DelayAggregator:
             and (n <= 2 or (ssid.min() == ssid.max() and second.min() == second.max()))
         ):
             # common case: one session, one second
-            self._add_group(node, int(ssid[0]), int(second[0]), seq, delays, t1, now_tai_ns)
+            self._add_group(node, int(ssid[0]), int(second[0]), delays, t1, now_tai_ns)
             return
         order = np.lexsort((second, ssid))
         ssid_o, second_o = ssid[order], second[order]
         cut = np.flatnonzero((np.diff(ssid_o) != 0) | (np.diff(second_o) != 0)) + 1
         bounds = np.concatenate(([0], cut, [n]))
-        seq_o, delays_o, t1_o = seq[order], delays[:, order], t1[order]
+        delays_o, t1_o = delays[:, order], t1[order]
         for a, b in zip(bounds[:-1], bounds[1:]):
-            self._add_group(node, int(ssid_o[a]), int(second_o[a]), seq_o[a:b], delays_o[:, a:b], t1_o[a:b], now_tai_ns)
+            self._add_group(node, int(ssid_o[a]), int(second_o[a]), delays_o[:, a:b], t1_o[a:b], now_tai_ns)
 
     def seed_final(self, node: str, ssid: int, final_below_s: int) -> None:
         """After a restart or a rebalance: the seconds of this session below final_below_s were
@@ -395,18 +574,17 @@ class DelayAggregator:
         node: str,
         ssid: int,
         second: int,
-        seq: np.ndarray,
-        delays: np.ndarray,
+        rows: np.ndarray,
         seq_t1: np.ndarray,
         now_tai_ns: int,
     ) -> None:
         st = self._session(node, ssid)
         st.last_ingest_tai_ns = now_tai_ns
         if second < st.final_below_s:  # published complete by the worker before a restart
-            self.counters.replayed_records_skipped += len(seq)
+            self.counters.replayed_records_skipped += rows.shape[1]
             return
         if second < st.horizon_s:
-            self.counters.late_records_dropped += len(seq)
+            self.counters.late_records_dropped += rows.shape[1]
             return
         max_t1 = int(seq_t1.max())
         acc = st.seconds.get(second)
@@ -422,7 +600,7 @@ class DelayAggregator:
             max_t1 = limit
         if max_t1 > st.watermark_ns:
             st.watermark_ns = max_t1
-        acc.add(seq.astype(np.int64), delays)
+        acc.add(rows)
 
     # -- periodic ---------------------------------------------------------
 
@@ -430,10 +608,11 @@ class DelayAggregator:
         """Close every second whose end + grace is behind the watermark; return their lines.
 
         Also evicts seconds older than the retention window. Call it periodically (1 s).
+        The statistics of all seconds closed here are computed together (_emit).
         """
         if now_tai_ns is None:
             now_tai_ns = clock_tai_ns()
-        lines: list[str] = []
+        closing: list[tuple[SessionState, SecondAccumulator]] = []
         for st in self.sessions.values():
             idle_ns = now_tai_ns - st.last_ingest_tai_ns
             wm = st.watermark_ns
@@ -445,7 +624,8 @@ class DelayAggregator:
                     break
                 acc = st.seconds[s]
                 if acc.dirty:
-                    self._emit(st, acc, lines)
+                    acc.dirty = False
+                    closing.append((st, acc))
             # Eviction runs on data time (the watermark), so replayed old data is kept as
             # long as live data would be; only an idle session falls back to the wall clock.
             evict_wm = st.watermark_ns
@@ -456,57 +636,71 @@ class DelayAggregator:
                 for s in [s for s in st.seconds if s < horizon]:
                     acc = st.seconds.pop(s)
                     if acc.dirty:  # never closed (cannot happen while retention >= grace), emit anyway
-                        self._emit(st, acc, lines)
+                        acc.dirty = False
+                        closing.append((st, acc))
                 st.horizon_s = horizon
-        return lines
+        return self._emit(closing)
 
     def flush_all(self) -> list[str]:
         """Emit every dirty second now (shutdown path)."""
-        lines: list[str] = []
+        closing: list[tuple[SessionState, SecondAccumulator]] = []
         for st in self.sessions.values():
             for s in sorted(st.seconds):
                 acc = st.seconds[s]
                 if acc.dirty:
-                    self._emit(st, acc, lines)
-        return lines
+                    acc.dirty = False
+                    closing.append((st, acc))
+        return self._emit(closing)
 
-    def _emit(self, st: SessionState, acc: SecondAccumulator, lines: list[str]) -> None:
-        acc.merge(self.counters, self.absurd_threshold_ns)
-        if acc.emitted:
-            self.counters.seconds_reemitted += 1
-        acc.emitted = True
-        acc.dirty = False
-        if len(acc.seq) == 0:
-            return
-        if acc.path is None:
-            path = self.path_of(st.node, st.ssid)
-            acc.path = UNKNOWN_PATH if path is None else escape_tag(path)
-        ts = (acc.second - self.tai_utc_offset_s) * NS_PER_S
-        # newest_ns: how old the second's data is when it becomes visible (segscope-freshness)
-        clock = acc.clock_fields() + f",newest_ns={acc.newest_t1_ns - self.tai_utc_offset_s * NS_PER_S}i"
-        tags = f"{st.tags},path={acc.path},direction="
-        for direction, d in zip(DIRECTIONS, acc.measured()):
-            if len(d):
-                lines.append(format_line(f"{MEASUREMENT},{tags}{direction}", direction_stats(d), ts, clock))
-                lines.append(f"{HISTOGRAM},{tags}{direction} {delay_histogram.fields_text(d)} {ts}")
-                self.counters.points_out += 1
-                self.counters.histogram_points_out += 1
-                if acc.path == UNKNOWN_PATH:
-                    self.counters.path_unknown += 1
+    def _emit(self, closing: list[tuple[SessionState, SecondAccumulator]]) -> list[str]:
+        """The lines of the closed seconds, in order: per second and direction a stamp_delay and a
+        stamp_delay_histogram line. One vectorised pass over all of them (merge, statistics,
+        histograms, clock fields): per second only the line formatting is Python work."""
+        if not closing:
+            return []
+        bounds, rows = merge_seconds([acc for _, acc in closing], self.counters, self.absurd_threshold_ns)
+        edges = bounds.tolist()
+        for (st, acc), a, b in zip(closing, edges[:-1], edges[1:]):
+            if acc.emitted:
+                self.counters.seconds_reemitted += 1
+            acc.emitted = True
+            if a < b and acc.path is None:
+                path = self.path_of(st.node, st.ssid)
+                acc.path = UNKNOWN_PATH if path is None else escape_tag(path)
+        # per direction and second: (stamp_delay fields, histogram fields), None where not measured
+        texts: list[list[tuple[str, str] | None]] = []
+        for r in range(3):
+            by_second: list[tuple[str, str] | None] = [None] * len(closing)
+            values, starts, seconds = direction_values(rows[r], bounds)
+            if len(values):
+                for i, fields_ in zip(seconds.tolist(), zip(*direction_fields(values, starts))):
+                    by_second[i] = fields_
+            texts.append(by_second)
+        clock_text = clock_fields(rows[CLOCK_ERROR_ROW], bounds)
+        offset_ns = self.tai_utc_offset_s * NS_PER_S
+        lines: list[str] = []
+        for i, (st, acc) in enumerate(closing):
+            if edges[i] == edges[i + 1]:
+                continue
+            ts = acc.second * NS_PER_S - offset_ns
+            # newest_ns: how old the second's data is when it becomes visible (segscope-freshness)
+            clock = f"{clock_text[i]},newest_ns={acc.newest_t1_ns - offset_ns}i"
+            tags = f"{st.tags},path={acc.path},direction="
+            points = 0
+            for direction, by_second in zip(DIRECTIONS, texts):
+                fields_ = by_second[i]
+                if fields_ is not None:
+                    lines.append(f"{MEASUREMENT},{tags}{direction} {fields_[0]}{clock} {ts}")
+                    lines.append(f"{HISTOGRAM},{tags}{direction} {fields_[1]} {ts}")
+                    points += 1
+            self.counters.points_out += points
+            self.counters.histogram_points_out += points
+            if acc.path == UNKNOWN_PATH:
+                self.counters.path_unknown += points
+        return lines
 
     def open_seconds(self) -> int:
         return sum(len(st.seconds) for st in self.sessions.values())
-
-
-def format_line(series: str, d: DirectionStats, ts_ns: int, extra_fields: str = "") -> str:
-    fields_ = (
-        f"count={d.count}i,sum_us={format_float(d.sum_us)},min_us={format_float(d.min_us)},mean_us={format_float(d.mean_us)},"
-        f"max_us={format_float(d.max_us)},p50_us={format_float(d.p50_us)},"
-        f"p99_us={format_float(d.p99_us)}"
-    )
-    if d.ipdv_mean_us is not None:
-        fields_ += f",ipdv_mean_us={format_float(d.ipdv_mean_us)}"
-    return f"{series} {fields_}{extra_fields} {ts_ns}"
 
 
 def counters_line(
