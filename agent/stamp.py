@@ -2,7 +2,7 @@
 datapath (build/datapath/stamp_collector, stamp_reflector) and build/collectors/stamp_sender.
 
 Results: the ring buffer's one reader is build/collectors/stamp_streamer, run by the agent: it
-sends the records to Kafka (`segscope.stamp.records`, stamp_batch, key "<node>/<ssid>"; with
+sends the records to Kafka (`segscope.stamp.records`, stamp_batch, key "<node>"; with
 --kafka) in C, and copies every batch to the agent through a pipe (`--copy-fd 1`). The agent
 decodes those batches (numpy, no per-record text) into StampResults kept per session (the newest
 100 000), served by GetStampSessionResults and pushed to SubscribeStampResults streams. The copy

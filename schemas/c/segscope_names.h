@@ -4,7 +4,7 @@
 #ifndef SEGSCOPE_NAMES_H
 #define SEGSCOPE_NAMES_H
 
-/* STAMP T1-T4 records, stamp_batch (schemas/c/stamp_batch.h); key <node>/<ssid> */
+/* STAMP T1-T4 records, stamp_batch (schemas/c/stamp_batch.h); key <node> (stamp_streamer --key node) or <node>/<ssid> (--key session, ustamp) */
 #define SEGSCOPE_TOPIC_STAMP_RECORDS "segscope.stamp.records"
 /* alternate-marking block counters, altmark_batch (schemas/ALTMARK.md); key <node>/<flow_id> */
 #define SEGSCOPE_TOPIC_ALTMARK_BLOCKS "segscope.altmark.blocks"

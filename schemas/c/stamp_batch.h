@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
 /*
  * stamp_batch: the Kafka message value on topic `segscope.stamp.records`.
- * One message = one streamer poll's records of ONE session (Kafka key
- * "<node>/<ssid>", so a session's records stay ordered in one partition).
+ * One message = the records one streamer held for up to --linger-ms: of one node (Kafka key
+ * "<node>", the default) or of ONE session (--key session: key "<node>/<ssid>"); either way a
+ * session's records stay ordered in one partition.
  *
  *   offset size field
  *   0      4    magic        "SSB1" (segscope stamp batch, layout 1)

@@ -123,10 +123,10 @@ def test_stamp_records_and_node_view_reach_kafka(lab, stack, stubs, tmp_path):
             held = a.GetStampSessionResults(pb.GetStampSessionResultsRequest(ssid=SSID, max_results=10000)).results
 
             def keep_records(msg):
-                if msg.key() != f"A/{SSID}".encode():
+                if msg.key() != b"A":  # the streamer keys by node (--key node, its default)
                     return None
                 hdr, recs = decode_batch(msg.value())
-                return [r for r in recs if r["t1_ns"] >= t0_tai]
+                return [r for r in recs if r["ssid"] == SSID and r["t1_ns"] >= t0_tai]
 
             batches = consume(
                 bootstrap, "segscope.stamp.records", keep_records, lambda got: sum(len(x) for x in got) >= len(held)

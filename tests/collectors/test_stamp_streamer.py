@@ -134,17 +134,22 @@ def ring(collectors_build, co_pins, request) -> Path:
     subprocess.run(["rm", "-rf", str(pin.parent)], check=True)
 
 
-def check_batches(msgs, node: str) -> dict[int, list[int]]:
-    """Decode every message; return ssid -> sender_seq in consumption order (per partition)."""
+def check_batches(msgs, node: str, key: str = "node") -> dict[int, list[int]]:
+    """Decode every message; return ssid -> sender_seq in consumption order (per partition).
+    key "node" (the default): key = node, a batch may hold several sessions; "session": one
+    session per batch, key "<node>/<ssid>"."""
     seqs: dict[int, list[int]] = defaultdict(list)
     for m in msgs:
         hdr, recs = sr.decode_batch(m.value())
         assert hdr.node == node and hdr.record_count == len(recs) > 0
-        ssids = set(recs["ssid"].tolist())
-        assert len(ssids) == 1, "a batch holds one session"
-        ssid = ssids.pop()
-        assert m.key() == f"{node}/{ssid}".encode()
-        seqs[ssid].extend(recs["sender_seq"].tolist())
+        if key == "session":
+            ssids = set(recs["ssid"].tolist())
+            assert len(ssids) == 1, "a batch holds one session"
+            assert m.key() == f"{node}/{ssids.pop()}".encode()
+        else:
+            assert m.key() == node.encode()
+        for ssid, seq in zip(recs["ssid"].tolist(), recs["sender_seq"].tolist()):
+            seqs[ssid].append(seq)
     return seqs
 
 
@@ -189,10 +194,11 @@ def test_every_record_once_in_order_per_session(collectors_build, ring, kafka_bo
     assert re.fullmatch(r"\d{19}", streamer_lines[-1].split(" ")[2])  # ns timestamp
 
 
-def test_max_batch_cuts_messages(collectors_build, ring, kafka_bootstrap, work_dir):
+@pytest.mark.parametrize("key", ["node", "session"])
+def test_max_batch_cuts_messages(collectors_build, ring, kafka_bootstrap, work_dir, key):
     n = 5000
     topic, mtopic = make_topics(kafka_bootstrap, partitions=1)
-    st = Streamer(collectors_build, ring, kafka_bootstrap, topic, mtopic, work_dir, "--max-batch", "100")
+    st = Streamer(collectors_build, ring, kafka_bootstrap, topic, mtopic, work_dir, "--max-batch", "100", "--key", key)
     try:
         time.sleep(0.3)
         gen(collectors_build, ring, n)
@@ -204,7 +210,38 @@ def test_max_batch_cuts_messages(collectors_build, ring, kafka_bootstrap, work_d
     msgs = consume_all(kafka_bootstrap, topic, lambda ms: len(ms) >= final["batches_produced"])
     counts = [sr.decode_header(m.value()).record_count for m in msgs]
     assert sum(counts) == n and max(counts) == 100 and len(msgs) >= n // 100
-    assert check_batches(msgs, NODE) == {1: list(range(n))}
+    assert check_batches(msgs, NODE, key) == {1: list(range(n))}
+
+
+@pytest.mark.parametrize("linger_ms", [0, 3000])
+def test_linger_batches_a_quiet_node_into_few_messages(collectors_build, ring, kafka_bootstrap, work_dir, linger_ms):
+    """Records trickling in (bursts of 3 sessions x 2 records, one ring wake-up each, like sessions
+    at a few packets per second) are held up to --linger-ms and leave as one message per node:
+    a delay worker pays per message (docs/capacity.md). --linger-ms 0 sends each wake-up's records."""
+    bursts, per_burst, k = 6, 6, 3
+    topic, mtopic = make_topics(kafka_bootstrap, partitions=1)
+    st = Streamer(collectors_build, ring, kafka_bootstrap, topic, mtopic, work_dir, "--linger-ms", str(linger_ms))
+    try:
+        time.sleep(0.3)
+        t0 = time.monotonic()
+        for b in range(bursts):
+            gen(collectors_build, ring, per_burst, "--ssids", str(k), "--start-seq", str(b * per_burst // k))
+            time.sleep(0.05)
+        spread = time.monotonic() - t0
+        st.wait_delivered(bursts * per_burst)
+        rc, final, err = st.stop()
+    finally:
+        st.kill()
+    assert rc == 0, err
+    msgs = consume_all(kafka_bootstrap, topic, lambda ms: len(ms) >= final["batches_produced"])
+    assert len(msgs) == final["batches_produced"]
+    seqs = check_batches(msgs, NODE)
+    assert seqs == {ssid: list(range(bursts * per_burst // k)) for ssid in range(1, k + 1)}  # all, in order
+    if linger_ms:
+        assert spread < linger_ms / 1000, f"the bursts took {spread:.1f} s, the test needs them in one linger period"
+        assert len(msgs) <= 2, [sr.decode_header(m.value()).record_count for m in msgs]
+    else:
+        assert len(msgs) >= bursts  # one message (at least) per wake-up
 
 
 def test_malformed_samples_are_counted_and_fail_the_exit_code(collectors_build, ring, kafka_bootstrap, work_dir):
@@ -335,6 +372,8 @@ def test_unreachable_kafka_reports_loss(collectors_build, ring, work_dir):
         (["--ringbuf", "/sys/fs/bpf/co-none"], "--node"),
         (["--ringbuf", "/sys/fs/bpf/co-none", "--node", "a/b"], "--node"),
         (["--ringbuf", "/sys/fs/bpf/co-none", "--node", "x", "--max-batch", "0"], "--max-batch"),
+        (["--ringbuf", "/sys/fs/bpf/co-none", "--node", "x", "--key", "flow"], "--key"),
+        (["--ringbuf", "/sys/fs/bpf/co-none", "--node", "x", "--linger-ms", "-1"], "--linger-ms"),
         (["--ringbuf", "/sys/fs/bpf/co-none", "--node", "x", "--stats-interval", "abc"], "--stats-interval"),
         (
             ["--ringbuf", "/sys/fs/bpf/co-none", "--node", "x", "--datapath-counter-names", "Bad-Name"],
