@@ -461,10 +461,9 @@ time the last second waits for the idle rule (`idle_s`, 2 s) before it is publis
 Per round: {per_round}; median **{ratio:.2f}x** (goal ≥ 1.7x: **{verdict}**).
 Over all rounds: one worker's median CPU time {one_cpu:.2f} s over the median busiest of two
 {two_busiest:.2f} s = {one_cpu / two_busiest:.2f}x; two workers together used (median) {two_total:.2f} CPU-s,
-{two_total / one_cpu - 1:+.0%} against one worker for the same records (not broken down; candidates: each worker's fixed
-cost, the idle column, and both cores shared with the broker and the producer). Identical runs differ: one worker's CPU time for
-the same records ranged {min(ones):.2f}-{max(ones):.2f} s in this run, and the busiest of two noisy workers
-is biased upwards, so the per-round figures scatter. The wall times are
+{two_total / one_cpu - 1:+.0%} against one worker for the same records. Identical runs differ: one
+worker's CPU time for the same records ranged {min(ones):.2f}-{max(ones):.2f} s in this run, and the busiest
+of two noisy workers is biased upwards, so the per-round figures scatter. The wall times are
 not this comparison: the machine's two cores also run Kafka, the driver and other engineers' work
 (load average {load_end[0]:.1f} / {load_end[1]:.1f} / {load_end[2]:.1f} over 1 / 5 / 15 min at the end of the run).
 """  # noqa: E501 - markdown report
