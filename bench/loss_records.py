@@ -29,7 +29,6 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import os
-import signal
 import subprocess
 import sys
 import tarfile
@@ -44,6 +43,8 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(REPO), str(REPO / "schemas" / "python")]
 import numpy as np  # noqa: E402
 
+from bench.process_cpu import cpu_seconds as cpu_s  # noqa: E402
+from bench.process_cpu import stop  # noqa: E402
 from bench.processor_records import produce  # noqa: E402
 from bench.report import machine_line, write_section  # noqa: E402
 from processors.delay.topics import ensure_topics  # noqa: E402
@@ -51,7 +52,6 @@ from segscope_schemas import altmark_block as ab  # noqa: E402
 
 NS = 1_000_000_000
 SECTION = "loss_records"
-TICKS = os.sysconf("SC_CLK_TCK")
 
 
 def make_messages(flows: int, blocks: int, batch: int) -> list[tuple[bytes, bytes]]:
@@ -91,11 +91,6 @@ def bench_pure(joiner_cls, messages, expected: int) -> float:
     return j.counters.records_in / elapsed
 
 
-def cpu_s(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / TICKS  # utime, stime (fields 14, 15)
-
-
 def start_worker(tree: Path, cpu: int, bootstrap: str, topic: str, metrics: str, app_id: str, tmp: Path, name: str):
     env = dict(os.environ, PYTHONPATH=f"{tree}:{tree / 'schemas' / 'python'}", SEGSCOPE_LOSS_HEALTH="127.0.0.1:0")
     log = open(tmp / f"{name}.log", "w")
@@ -109,18 +104,6 @@ def start_worker(tree: Path, cpu: int, bootstrap: str, topic: str, metrics: str,
         stdout=log,
         stderr=subprocess.STDOUT,
     )
-
-
-def stop(procs) -> None:
-    for p in procs:
-        if p.poll() is None:
-            p.send_signal(signal.SIGTERM)
-    for p in procs:
-        try:
-            p.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.wait()
 
 
 def run_workers(
