@@ -37,7 +37,7 @@ from statistics import median
 REPO = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(REPO), str(REPO / "schemas" / "python")]
 
-from bench.loss_records import cpu_s  # noqa: E402
+from bench.process_cpu import cpu_seconds  # noqa: E402
 from bench.processor_records import make_messages  # noqa: E402
 from bench.report import machine_line, write_section  # noqa: E402
 from processors.delay.topics import ensure_topics  # noqa: E402
@@ -114,11 +114,11 @@ def run_row(bootstrap: str, broker_pid: int, messages, batch: int, partitions: i
     topic = f"bench.kp.{uuid.uuid4().hex[:8]}"
     ensure_topics(bootstrap, [topic], partitions=partitions)
     time.sleep(1.0)  # leadership settled
-    c0 = cpu_s(broker_pid)
+    c0 = cpu_seconds(broker_pid)
     produce_s = produce(bootstrap, topic, messages)
-    c1 = cpu_s(broker_pid)
+    c1 = cpu_seconds(broker_pid)
     consume_s = consume(bootstrap, topic, partitions, len(messages))
-    c2 = cpu_s(broker_pid)
+    c2 = cpu_seconds(broker_pid)
     return {
         "batch": batch,
         "partitions": partitions,

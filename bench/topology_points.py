@@ -39,8 +39,8 @@ from statistics import median
 REPO = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(REPO), str(REPO / "schemas" / "python"), str(REPO / "tests" / "topology")]
 
-from bench.loss_records import cpu_s  # noqa: E402
 from bench.loss_records import make_messages as loss_messages  # noqa: E402
+from bench.process_cpu import cpu_seconds  # noqa: E402
 from bench.processor_records import make_messages as stamp_messages  # noqa: E402
 from bench.processor_records import produce  # noqa: E402
 from bench.report import machine_line, write_section  # noqa: E402
@@ -206,7 +206,7 @@ def bench_worker(bootstrap: str, messages: list[str], expected: int, tmp: Path, 
                 if proc.poll() is not None or time.monotonic() > deadline:
                     raise RuntimeError(f"topology worker did not start: see {tmp / 'topology-worker.log'}")
                 time.sleep(0.5)
-            c0, t0 = cpu_s(proc.pid), time.perf_counter()
+            c0, t0 = cpu_seconds(proc.pid), time.perf_counter()
             produce(bootstrap, metrics, [(b"delay", text.encode()) for text in messages])
             deadline = time.monotonic() + 300
             while True:
@@ -217,7 +217,7 @@ def bench_worker(bootstrap: str, messages: list[str], expected: int, tmp: Path, 
                 if proc.poll() is not None or time.monotonic() > deadline:
                     raise RuntimeError(f"worker took {taken} of {expected} points: see {tmp / 'topology-worker.log'}")
                 time.sleep(0.2)
-            wall, cpu_used = time.perf_counter() - t0, cpu_s(proc.pid) - c0
+            wall, cpu_used = time.perf_counter() - t0, cpu_seconds(proc.pid) - c0
         finally:
             if proc.poll() is None:
                 proc.send_signal(signal.SIGTERM)
