@@ -187,51 +187,46 @@ def loss_fields(
 
 
 def _complete_lines(
-    heads: list[str] | None,
+    tags: list[str],
     tx_packets: np.ndarray,
     rx_packets: np.ndarray,
     tx_bytes: np.ndarray,
     rx_bytes: np.ndarray,
-    newest: list[str] | None,
-    tails: list[str] | None,
+    newest: list[str],
+    tails: list[str],
 ) -> list[str]:
-    """The field set of loss_fields(tx, rx, tx_bytes, rx_bytes, None, None, newest_ns) for many
-    complete blocks without double marking (rx <= tx), column-wise, each between heads[i] and
-    tails[i] (the line's "tags " and " timestamp": one string per line, built once); newest:
-    the ",newest_ns=<ns>i" pieces or None."""
+    """Lines "<tags[i]> <fields><newest[i]><tails[i]>" for many complete blocks without double
+    marking (rx <= tx), column-wise: fields as loss_fields(tx, rx, tx_bytes, rx_bytes, None, None)
+    writes them; newest[i]: the ",newest_ns=<ns>i" field or ""; tails[i]: " <timestamp>" or ""."""
     tx = np.asarray(tx_packets, dtype=np.uint64)
     n = len(tx)
     lost = tx - np.asarray(rx_packets, dtype=np.uint64)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        quotient = lost.astype(np.float64) / tx.astype(np.float64)
-    # repr once per distinct ratio (blocks without loss all share "0.0"), exact below 2^53 only
-    exact = tx < np.uint64(1 << 53)  # float64 division is Python's int / int only below 2^53
+    lost_l, tx_l = lost.tolist(), tx.tolist()
+    # repr once per distinct ratio (blocks without loss all share "0.0"); none without traffic
     with_ratio = tx != 0
-    ratio: list[str] = [""] * n
-    if with_ratio.any():
-        at = np.flatnonzero(with_ratio & exact)
-        if len(at):
-            values, inverse = np.unique(quotient[at], return_inverse=True)
-            texts = [f"loss_ratio={q!r}," for q in values.tolist()]
-            for i, u in zip(at.tolist(), inverse.ravel().tolist()):
-                ratio[i] = texts[u]
-        lost_l, tx_l = lost.tolist(), tx.tolist()
-        for i in np.flatnonzero(with_ratio & ~exact).tolist():
-            ratio[i] = f"loss_ratio={lost_l[i] / tx_l[i]!r},"
-    else:
-        lost_l, tx_l = lost.tolist(), tx.tolist()
+    exact = with_ratio & (tx < np.uint64(1 << 53))  # float64 division is Python's int / int only below 2^53
+    ratio = np.full(n, "", dtype=object)
+    at = np.flatnonzero(exact)
+    if len(at):
+        with np.errstate(divide="ignore", invalid="ignore"):
+            quotient = lost[at].astype(np.float64) / tx[at].astype(np.float64)
+        values, inverse = np.unique(quotient, return_inverse=True)
+        texts = np.array([f"loss_ratio={q!r}," for q in values.tolist()], dtype=object)
+        ratio[at] = texts[inverse.ravel()]
+    for i in np.flatnonzero(with_ratio & ~exact).tolist():
+        ratio[i] = f"loss_ratio={lost_l[i] / tx_l[i]!r},"
     return [
-        f'{h}tx_packets={a}i,rx_packets={b}i,lost={c}i,{r}tx_bytes={d}i,rx_bytes={e}i,complete=true,reason="ok"{z}{t}'
+        f'{h} tx_packets={a}i,rx_packets={b}i,lost={c}i,{r}tx_bytes={d}i,rx_bytes={e}i,complete=true,reason="ok"{z}{t}'
         for h, a, b, c, r, d, e, z, t in zip(
-            repeat("") if heads is None else heads,
+            tags,
             tx_l,
             np.asarray(rx_packets).tolist(),
             lost_l,
-            ratio,
+            ratio.tolist(),
             np.asarray(tx_bytes).tolist(),
             np.asarray(rx_bytes).tolist(),
-            repeat("") if newest is None else newest,
-            repeat("") if tails is None else tails,
+            newest,
+            tails,
         )
     ]
 
@@ -243,11 +238,15 @@ def complete_fields(
     rx_bytes: np.ndarray,
     newest_ns: list[int] | None = None,
 ) -> list[str]:
-    """loss_fields(tx, rx, tx_bytes, rx_bytes, None, None) for many complete blocks without double
-    marking (rx <= tx), column-wise: the common line of a flush (test_loss_join_differential.py
-    checks that the two agree; a field added to loss_fields must be added to _complete_lines too)."""
-    newest = None if newest_ns is None else [f",newest_ns={x}i" for x in newest_ns]
-    return _complete_lines(None, tx_packets, rx_packets, tx_bytes, rx_bytes, newest, None)
+    """loss_fields(tx, rx, tx_bytes, rx_bytes, None, None, newest_ns) for many complete blocks
+    without double marking (rx <= tx), column-wise: the common line of a flush is made by the same
+    code (_complete_lines; test_loss_join_differential.py checks that the two agree; a field added
+    to loss_fields must be added there too)."""
+    n = len(tx_packets)
+    newest = [""] * n if newest_ns is None else [f",newest_ns={x}i" for x in newest_ns]
+    return [
+        line[1:] for line in _complete_lines([""] * n, tx_packets, rx_packets, tx_bytes, rx_bytes, newest, [""] * n)
+    ]
 
 
 def dmark_delay_us(tx_sum: int, rx_sum: int, n: int) -> float:
@@ -332,6 +331,8 @@ class LossJoiner:
         ("_fn_path_version", object, (), None),
         ("_fn_path_unknown", bool, (), False),  # (flow_path said None)
     )
+
+    _series_in_numpy = 1 << 19  # block keys of lower series numbers fit 64 bits (64 - 45)
 
     def __init__(self, timeout_s: float = 10.0, retention_s: float = 300.0, tai_utc_offset_s: int = 0):
         """timeout_s: how long a block waits for its other side (from its first record) before it is
@@ -498,13 +499,14 @@ class LossJoiner:
             series = zip(self._fn_flow[:n].tolist(), self._fn_method[:n].tolist(), self._fn_period[:n].tolist())
             self._fn_final[:n] = [final.get(s, -1) for s in series]
 
-    @staticmethod
-    def _block_keys(series: np.ndarray, index: np.ndarray) -> list[int]:
+    def _block_keys(self, series: np.ndarray, index: np.ndarray) -> tuple[list[int], np.ndarray | None]:
         """One Python int per block: series number << 45 | block_index (a checked record's block_index
-        is below 2^45: block_index * period_ms * 10^6 < 2^64). In numpy while it fits 64 bits."""
-        if len(series) and int(series.max()) >= 1 << 19:
-            return [s << 45 | i for s, i in zip(series.tolist(), index.tolist())]
-        return ((series.astype(np.uint64) << np.uint64(45)) | index).tolist()
+        is below 2^45: block_index * period_ms * 10^6 < 2^64); and the keys as a uint64 array while
+        they fit 64 bits (None beyond 2^19 flow series: then they are made by Python)."""
+        if len(series) and int(series.max()) >= self._series_in_numpy:
+            return [s << 45 | i for s, i in zip(series.tolist(), index.tolist())], None
+        keys = (series.astype(np.uint64) << np.uint64(45)) | index
+        return keys.tolist(), keys
 
     # -- input -------------------------------------------------------------
 
@@ -547,8 +549,14 @@ class LossJoiner:
         if self.final_upto.changed:
             self._sync_final()
         series = self._series_numbers(records)
-        keys = self._block_keys(series, index)
-        unique = n == 1 or len(set(keys)) == n  # no block twice in the batch
+        keys, key_array = self._block_keys(series, index)
+        if n == 1:
+            unique = True  # no block twice in the batch
+        elif key_array is not None:
+            key_array.sort()
+            unique = not (key_array[1:] == key_array[:-1]).any()
+        else:
+            unique = len(set(keys)) == n
         if not unique and len(set(zip(keys, records["direction"].tolist()))) < n:
             # one side of a block twice in the batch: the second copy must see the first one
             for i in range(n):
@@ -829,8 +837,7 @@ class LossJoiner:
         for s, p in zip(s_sorted[head].tolist(), p_sorted[head].tolist()):
             ts_u.append(f" {s - off}")
             newest_u.append(f",newest_ns={s + p * NS_PER_MS - off}i")
-        group_l = group.tolist()
-        return [newest_u[g] for g in group_l], [ts_u[g] for g in group_l]
+        return np.array(newest_u, dtype=object)[group].tolist(), np.array(ts_u, dtype=object)[group].tolist()
 
     def _lines(self, rows: np.ndarray, lines: list[str]) -> None:
         """Compute the lines of `rows`; append those that differ from the block's last line.
@@ -861,12 +868,15 @@ class LossJoiner:
         # complete blocks without double marking column-wise, the others one by one
         simple = complete & ~dmark
         at = np.flatnonzero(simple)
-        if len(at):
+        if len(at) == n:
+            new_l = _complete_lines(
+                tags, tx_packets, rx_packets, self._bytes[0, rows], self._bytes[1, rows], newest, ts
+            )
+        elif len(at):
             r = rows[at]
             at_l = at.tolist()
-            heads = [tags[i] + " " for i in at_l]
             made = _complete_lines(
-                heads,
+                [tags[i] for i in at_l],
                 tx_packets[at],
                 rx_packets[at],
                 self._bytes[0, r],
@@ -874,11 +884,8 @@ class LossJoiner:
                 [newest[i] for i in at_l],
                 [ts[i] for i in at_l],
             )
-            if len(at_l) == n:
-                new_l = made
-            else:
-                for i, line in zip(at_l, made):
-                    new_l[i] = line
+            for i, line in zip(at_l, made):
+                new_l[i] = line
         if len(at) < n:
             reason_names = {0: None, -1: "missing_tx", -2: "missing_rx", -3: "rx_exceeds_tx"}
             reason_names.update((i, name) for i, name in enumerate(PROBLEM_NAMES) if i)
@@ -954,7 +961,7 @@ class LossJoiner:
     def _release(self, rows: np.ndarray) -> None:
         """Free `rows`."""
         blocks = self.blocks
-        for key in self._block_keys(self._fn[rows], self._index[rows]):
+        for key in self._block_keys(self._fn[rows], self._index[rows])[0]:
             del blocks[key]
         self._last_line[rows] = None
         self._path_tag[rows] = None
