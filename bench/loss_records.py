@@ -173,12 +173,18 @@ def main() -> int:
     ap.add_argument("--flows", type=int, default=10_000)
     ap.add_argument("--blocks", type=int, default=10)
     ap.add_argument("--batch", type=int, default=1000)
-    ap.add_argument("--before", default="b12db7a", help="commit of the 'before' loss processor")
+    ap.add_argument("--before", default="4edd64a", help="commit of the 'before' loss processor")
     ap.add_argument(
         "--before-what",
-        default="repartition + join stages, vectorised ingest with a per-block Python loop for new blocks, "
-        "lines formatted one by one",
+        default="block keys as 4-tuples in a dict, flow_nodes written per record, tags, paths and "
+        "timestamps looked up and formatted per line",
         help="one line on what the 'before' commit is, for the report",
+    )
+    ap.add_argument(
+        "--after-what",
+        default="flow series numbered by np.searchsorted, one 64-bit int per block key, per-series marks, "
+        "node mirror, tags and paths; timestamps and ratios formatted once per distinct value",
+        help="one line on what this tree does differently, for the report",
     )
     ap.add_argument("--port-base", type=int, default=29800)
     ap.add_argument("--timeout", type=float, default=600.0)
@@ -220,7 +226,7 @@ broker, workers and driver on the same machine. Input: {args.flows:,} flows x {a
 tx from one node and rx from another, {args.batch}-record altmark_batch messages keyed by node
 (collectors with --group-flows), lz4, a 2-partition topic: {n_records:,} records, {expected:,} points.
 "Before" is commit {args.before} ({args.before_what}), run from a git archive of it in the same run;
-"after" is this tree (lines formatted column-wise, new blocks placed without per-record Python).
+"after" is this tree ({args.after_what}).
 
 | | before ({args.before}) | after (this tree) |
 | --- | --- | --- |
@@ -241,8 +247,9 @@ group pinned to CPU 0 and CPU 1 (`taskset -c`), the broker and the driver unpinn
 Two workers on two partitions do {ratio:.2f}x the records per CPU-second of one worker, i.e.
 {2 * ratio:.2f}x one worker's throughput when each has a core of its own (goal ≥ 1.7x; the wall
 times are not that comparison: the machine's two cores also run Kafka, the driver and other work).
-Goal (issue 17): ≥ 200,000 block records/s per worker: **{"met" if one["rate"] >= 200_000 else "NOT met"}**
-({one["rate"]:,.0f} records/s wall, {one["per_cpu_s"]:,.0f} per CPU-second).
+Goal (issue 17): ≥ 200,000 block records/s per worker: per CPU-second of the worker
+**{"met" if one["per_cpu_s"] >= 200_000 else "NOT met"}** ({one["per_cpu_s"]:,.0f}); wall
+**{"met" if one["rate"] >= 200_000 else "NOT met"}** ({one["rate"]:,.0f} records/s, the broker and the driver on the same 2 cores).
 Command: `.local/venv/bin/python bench/loss_records.py --flows {args.flows} --blocks {args.blocks} --batch {args.batch}`.
 """  # noqa: E501 - markdown report
     print(text)

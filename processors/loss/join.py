@@ -39,12 +39,17 @@ Design (why it looks like this):
   counts (a D-marked packet was lost or the block is not comparable) give no delay field and
   count `dmark_mismatch`; blocks without any D-marked packet (double marking off) count nothing.
 - Vectorised (processors/delay/aggregate.py is the model): the open blocks are columns of numpy
-  arrays (one row per block, both sides side by side), a dict maps a block key to its row, and
-  ingest() classifies and stores a whole batch with array operations (new block, skipped, late,
-  side filled, duplicate, conflict). Only what line protocol needs is per block in Python:
-  formatting the line (loss_fields/loss_line) and the key <-> row bookkeeping. A batch holding
-  the same side of one block twice (a replay packed with its original) is taken record by record,
-  so the outcome is always the sequential one.
+  arrays (one row per block, both sides side by side), and ingest() classifies and stores a whole
+  batch with array operations (new block, skipped, late, side filled, duplicate, conflict). A flow
+  series (flow_id, method, period_ms) gets a number from a sorted array (np.searchsorted, new ones
+  added in bulk); what is known per series is columns too: its final_upto and evicted_upto marks,
+  the node last written to flow_nodes per side (so flow_nodes is written only when a node
+  changes), its tags and its path (kept while flow_path_version() says paths did not change). A
+  block key is one Python int, series << 45 | block_index, made by numpy; a dict maps it to the
+  block's row: one C-level dict lookup per record, the only per-record Python left. Per line:
+  the f-string of its fields (timestamps and loss ratios are formatted once per distinct value).
+  A batch holding the same side of one block twice (a replay packed with its original) is taken
+  record by record, so the outcome is always the sequential one.
 """
 
 from __future__ import annotations
