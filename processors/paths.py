@@ -43,6 +43,7 @@ class PathBook:
         self.flows: dict[int, dict[str, tuple[int, str]]] = {}  # flow_id -> tx node -> (ts_ns, tag)
         self.deleted: dict[str, float] = {}  # key -> clock() when its tombstone arrived
         self.records = 0  # messages read (tombstones included)
+        self.version = 0  # changes after every change of what path_for_flow answers (callers cache by it)
         self.malformed = 0  # messages that did not decode (ignored)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -89,6 +90,7 @@ class PathBook:
                 elif rec.kind == pr.FLOW and rec.role == "tx":
                     self.flows.setdefault(rec.ident, {})[rec.node] = (rec.ts_ns, tag)
             self._forget()
+            self.version += 1
 
     def _forget(self) -> None:
         now = self.clock()

@@ -39,12 +39,17 @@ Design (why it looks like this):
   counts (a D-marked packet was lost or the block is not comparable) give no delay field and
   count `dmark_mismatch`; blocks without any D-marked packet (double marking off) count nothing.
 - Vectorised (processors/delay/aggregate.py is the model): the open blocks are columns of numpy
-  arrays (one row per block, both sides side by side), a dict maps a block key to its row, and
-  ingest() classifies and stores a whole batch with array operations (new block, skipped, late,
-  side filled, duplicate, conflict). Only what line protocol needs is per block in Python:
-  formatting the line (loss_fields/loss_line) and the key <-> row bookkeeping. A batch holding
-  the same side of one block twice (a replay packed with its original) is taken record by record,
-  so the outcome is always the sequential one.
+  arrays (one row per block, both sides side by side), and ingest() classifies and stores a whole
+  batch with array operations (new block, skipped, late, side filled, duplicate, conflict). A flow
+  series (flow_id, method, period_ms) gets a number from a sorted array (np.searchsorted, new ones
+  added in bulk); what is known per series is columns too: its final_upto and evicted_upto marks,
+  the node last written to flow_nodes per side (so flow_nodes is written only when a node
+  changes), its tags and its path (kept while flow_path_version() says paths did not change). A
+  block key is one Python int, series << 45 | block_index, made by numpy; a dict maps it to the
+  block's row: one C-level dict lookup per record, the only per-record Python left. Per line:
+  the f-string of its fields (timestamps and loss ratios are formatted once per distinct value).
+  A batch holding the same side of one block twice (a replay packed with its original) is taken
+  record by record, so the outcome is always the sequential one.
 """
 
 from __future__ import annotations
@@ -135,7 +140,6 @@ class Counters:
         return {f.name: getattr(self, f.name) for f in fields(self)}
 
 
-BlockKey = tuple[int, int, int, int]  # flow_id, method, period_ms, block_index
 FlowKey = tuple[int, int, int]  # flow_id, method, period_ms
 
 # A block's problem (the first one noted wins), as stored in LossJoiner._problem.
@@ -187,6 +191,51 @@ def loss_fields(
     return ",".join(out)
 
 
+def _complete_lines(
+    tags: list[str],
+    tx_packets: np.ndarray,
+    rx_packets: np.ndarray,
+    tx_bytes: np.ndarray,
+    rx_bytes: np.ndarray,
+    newest: list[str],
+    tails: list[str],
+) -> list[str]:
+    """Lines "<tags[i]> <fields><newest[i]><tails[i]>" for many complete blocks without double
+    marking (rx <= tx), column-wise: fields as loss_fields(tx, rx, tx_bytes, rx_bytes, None, None)
+    writes them; newest[i]: the ",newest_ns=<ns>i" field or ""; tails[i]: " <timestamp>" or ""."""
+    tx = np.asarray(tx_packets, dtype=np.uint64)
+    n = len(tx)
+    lost = tx - np.asarray(rx_packets, dtype=np.uint64)
+    lost_l, tx_l = lost.tolist(), tx.tolist()
+    # repr once per distinct ratio (blocks without loss all share "0.0"); none without traffic
+    with_ratio = tx != 0
+    exact = with_ratio & (tx < np.uint64(1 << 53))  # float64 division is Python's int / int only below 2^53
+    ratio = np.full(n, "", dtype=object)
+    at = np.flatnonzero(exact)
+    if len(at):
+        with np.errstate(divide="ignore", invalid="ignore"):
+            quotient = lost[at].astype(np.float64) / tx[at].astype(np.float64)
+        values, inverse = np.unique(quotient, return_inverse=True)
+        texts = np.array([f"loss_ratio={q!r}," for q in values.tolist()], dtype=object)
+        ratio[at] = texts[inverse.ravel()]
+    for i in np.flatnonzero(with_ratio & ~exact).tolist():
+        ratio[i] = f"loss_ratio={lost_l[i] / tx_l[i]!r},"
+    return [
+        f'{h} tx_packets={a}i,rx_packets={b}i,lost={c}i,{r}tx_bytes={d}i,rx_bytes={e}i,complete=true,reason="ok"{z}{t}'
+        for h, a, b, c, r, d, e, z, t in zip(
+            tags,
+            tx_l,
+            np.asarray(rx_packets).tolist(),
+            lost_l,
+            ratio.tolist(),
+            np.asarray(tx_bytes).tolist(),
+            np.asarray(rx_bytes).tolist(),
+            newest,
+            tails,
+        )
+    ]
+
+
 def complete_fields(
     tx_packets: np.ndarray,
     rx_packets: np.ndarray,
@@ -194,31 +243,14 @@ def complete_fields(
     rx_bytes: np.ndarray,
     newest_ns: list[int] | None = None,
 ) -> list[str]:
-    """loss_fields(tx, rx, tx_bytes, rx_bytes, None, None) for many complete blocks without double
-    marking (rx <= tx), column-wise: the common line of a flush (test_loss_join_differential.py
-    checks that the two agree; a field added to loss_fields must be added here too)."""
-    tx = np.asarray(tx_packets, dtype=np.uint64)
-    lost = tx - np.asarray(rx_packets, dtype=np.uint64)
-    exact = tx < np.uint64(1 << 53)  # float64 division is Python's int / int only below 2^53
-    with np.errstate(divide="ignore", invalid="ignore"):
-        quotient = (lost.astype(np.float64) / tx.astype(np.float64)).tolist()
-    lost_l, tx_l = lost.tolist(), tx.tolist()
-    if not exact.all():
-        for i in np.flatnonzero(~exact).tolist():
-            quotient[i] = lost_l[i] / tx_l[i]
-    ratio = [f"loss_ratio={q!r}," if t else "" for q, t in zip(quotient, tx_l)]
-    newest = [""] * len(tx_l) if newest_ns is None else [f",newest_ns={x}i" for x in newest_ns]
+    """loss_fields(tx, rx, tx_bytes, rx_bytes, None, None, newest_ns) for many complete blocks
+    without double marking (rx <= tx), column-wise: the common line of a flush is made by the same
+    code (_complete_lines; test_loss_join_differential.py checks that the two agree; a field added
+    to loss_fields must be added there too)."""
+    n = len(tx_packets)
+    newest = [""] * n if newest_ns is None else [f",newest_ns={x}i" for x in newest_ns]
     return [
-        f'tx_packets={a}i,rx_packets={b}i,lost={c}i,{r}tx_bytes={d}i,rx_bytes={e}i,complete=true,reason="ok"{z}'
-        for a, b, c, r, d, e, z in zip(
-            tx_l,
-            np.asarray(rx_packets).tolist(),
-            lost_l,
-            ratio,
-            np.asarray(tx_bytes).tolist(),
-            np.asarray(rx_bytes).tolist(),
-            newest,
-        )
+        line[1:] for line in _complete_lines([""] * n, tx_packets, rx_packets, tx_bytes, rx_bytes, newest, [""] * n)
     ]
 
 
@@ -228,6 +260,54 @@ def dmark_delay_us(tx_sum: int, rx_sum: int, n: int) -> float:
     if diff >= 1 << 63:
         diff -= 1 << 64  # signed: clocks may disagree
     return diff / n / 1000
+
+
+class _Marks(dict):
+    """LossJoiner.final_upto: a dict others write (the app's progress seeds); any change flags the
+    joiner to re-read it into its per-series column."""
+
+    changed = True
+
+    def __setitem__(self, key, value):
+        self.changed = True
+        super().__setitem__(key, value)
+
+    def __delitem__(self, key):
+        self.changed = True
+        super().__delitem__(key)
+
+    def __ior__(self, other):
+        self.changed = True
+        return super().__ior__(other)
+
+    def update(self, *args, **kwargs):
+        self.changed = True
+        super().update(*args, **kwargs)
+
+    def setdefault(self, key, default=None):
+        self.changed = True
+        return super().setdefault(key, default)
+
+    def pop(self, *args):
+        self.changed = True
+        return super().pop(*args)
+
+    def popitem(self):
+        self.changed = True
+        return super().popitem()
+
+    def clear(self):
+        self.changed = True
+        super().clear()
+
+
+def _grow(owner, specs, old: int, capacity: int) -> None:
+    """Grow the columns `specs` ((attribute, dtype, leading shape, fill)) of owner from old to capacity."""
+    for name, dtype, shape, fill in specs:
+        new = np.full(shape + (capacity,), fill, dtype=dtype)
+        if old:
+            new[..., :old] = getattr(owner, name)
+        setattr(owner, name, new)
 
 
 class LossJoiner:
@@ -240,6 +320,24 @@ class LossJoiner:
         ("_dm_n", "dmark_packets", np.uint16),
         ("_dm_sum", "dmark_ts_sum_ns", np.uint64),
     )
+    # per flow series (flow_id, method, period_ms), indexed by its number: what the joiner knows of it
+    _SERIES_COLUMNS = (
+        ("_fn_flow", np.uint32, (), 0),
+        ("_fn_method", np.uint8, (), 0),
+        ("_fn_period", np.uint32, (), 0),
+        ("_fn_fm", np.int64, (), 0),  # number of its (flow_id, method): the flow_nodes mirror's index
+        ("_fn_final", np.int64, (), -1),  # final_upto of the series (-1: none)
+        ("_fn_evicted", np.int64, (), -1),  # evicted_upto of the series (-1: none)
+        ("_fn_tags", object, (), None),  # the series' tags last formatted, for nodes and path:
+        ("_fn_tag_nodes", np.int64, (2,), -1),  # (tx node number, rx node number)
+        ("_fn_tag_path", object, (), None),
+        ("_fn_path", object, (), None),  # its path tag last looked up, for the tx node and version:
+        ("_fn_path_node", np.int64, (), -1),
+        ("_fn_path_version", object, (), None),
+        ("_fn_path_unknown", bool, (), False),  # (flow_path said None)
+    )
+
+    _series_in_numpy = 1 << 19  # block keys of lower series numbers fit 64 bits (64 - 45)
 
     def __init__(self, timeout_s: float = 10.0, retention_s: float = 300.0, tai_utc_offset_s: int = 0):
         """timeout_s: how long a block waits for its other side (from its first record) before it is
@@ -251,51 +349,77 @@ class LossJoiner:
         self.timeout_ns = int(timeout_s * NS_PER_S)
         self.retention_ns = int(retention_s * NS_PER_S)
         self.counters = Counters()
-        self.blocks: dict[BlockKey, int] = {}  # open block -> its row in the columns
-        self.evicted_upto: dict[FlowKey, int] = {}  # highest block_index evicted per flow
-        self.final_upto: dict[FlowKey, int] = {}  # after a restart: blocks final before it (seed_final)
-        self.flow_nodes: dict[tuple[int, int, int], str] = {}  # (flow, method, direction) -> node last seen
+        self.blocks: dict[int, int] = {}  # open block (block_key()) -> its row in the columns
+        self.evicted_upto: dict[FlowKey, int] = {}  # highest block_index evicted per flow (written here only)
+        self.final_upto = {}  # after a restart: blocks final before it (seed_final; others write it)
+        # (flow, method, direction) -> node last seen. Others may only add keys (the app's progress
+        # seeds, setdefault): the joiner writes a key only when its own last write for it differs.
+        self.flow_nodes: dict[tuple[int, int, int], str] = {}
         # flow_path(flow_id, tx_node) -> the tx side's path tag or None (the app: PathBook.path_for_flow)
         self.flow_path = lambda flow_id, tx_node: None
+        # flow_path_version() -> a number that changes whenever flow_path's answers may have changed
+        # (the app: PathBook.version), so answers are kept per flow series until it does; None (what
+        # setting flow_path makes it): ask flow_path at every block's first publication
+        self.flow_path_version = lambda: 0
         self.boots: dict[tuple[str, int], set[int]] = {}  # (node, direction) -> boot_ids seen
         self.last_flush_ns: int | None = None  # the clock of the last flush (its evictions are done)
         self._node_names: list[str] = []  # node number -> name (the side columns hold numbers)
         self._node_numbers: dict[str, int] = {}
         self._tags: dict[str, str] = {}  # node name -> escaped tag value
-        self._tags_cache: dict[tuple, str] = {}  # (flow, method, period, tx node, rx node) -> loss_tags()
+        self._tags_cache: dict[tuple, str] = {}  # (flow, method, period, tx node, rx node, path) -> tags
+        # flow series: per method, the sorted flow_id << 32 | period_ms of its series and their numbers
+        self._series_index: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        self._series_count = 0
+        self._series_capacity = 0
+        self._fm_numbers: dict[tuple[int, int], int] = {}  # (flow_id, method) -> its number
+        self._fm_node = np.full((2, 0), -1, dtype=np.int64)  # per side: the node last written to flow_nodes
         self._free: list[int] = []  # rows of evicted blocks, reused
         self._alloc(1024)
 
+    @property
+    def flow_path(self):
+        return self._flow_path
+
+    @flow_path.setter
+    def flow_path(self, flow_path) -> None:
+        self._flow_path = flow_path
+        self.flow_path_version = None  # a new source: its answers are not known to be stable
+
+    @property
+    def final_upto(self) -> dict[FlowKey, int]:
+        return self._final_upto
+
+    @final_upto.setter
+    def final_upto(self, marks: dict[FlowKey, int]) -> None:
+        self._final_upto = _Marks(marks)
+
     def _alloc(self, capacity: int) -> None:
-        """Grow the columns to `capacity` rows (new rows are free)."""
+        """Grow the block columns to `capacity` rows (new rows are free)."""
         old = getattr(self, "_capacity", 0)
-
-        def grow(name: str, dtype, shape: tuple = ()) -> None:
-            new = np.full(shape + (capacity,), None) if dtype is object else np.zeros(shape + (capacity,), dtype)
-            if old:
-                new[..., :old] = getattr(self, name)
-            setattr(self, name, new)
-
-        for name, dtype in (
-            ("_flow", np.uint32),
-            ("_method", np.uint8),
-            ("_period", np.uint32),
-            ("_index", np.uint64),
-            ("_first_seen", np.int64),
-            ("_used", bool),
-            ("_dirty", bool),
-            ("_emitted", bool),  # a line was published (the old last_line is not None)
-            ("_last_complete", bool),  # the last published line said complete=true
-            ("_last_rx_exceeds", bool),  # the last published line said reason rx_exceeds_tx
-            ("_problem", np.int8),
-        ):
-            grow(name, dtype)
-        for name, dtype in (("_has", bool), ("_node", np.int32)) + tuple((c, d) for c, _, d in self._SIDE_COLUMNS):
-            grow(name, dtype, (2,))
-        # the block's last published line (None: none yet), and its `path` tag, fixed at its first
-        # publication (a re-publication stays in its series): object arrays, indexed by row
-        grow("_last_line", object)
-        grow("_path_tag", object)
+        specs = [
+            (name, dtype, (), None if dtype is object else 0)
+            for name, dtype in (
+                ("_fn", np.int64),  # the block's flow series
+                ("_flow", np.uint32),
+                ("_method", np.uint8),
+                ("_period", np.uint32),
+                ("_index", np.uint64),
+                ("_first_seen", np.int64),
+                ("_used", bool),
+                ("_dirty", bool),
+                ("_emitted", bool),  # a line was published (the old last_line is not None)
+                ("_last_complete", bool),  # the last published line said complete=true
+                ("_last_rx_exceeds", bool),  # the last published line said reason rx_exceeds_tx
+                ("_problem", np.int8),
+                # the block's last published line (None: none yet), and its `path` tag, fixed at its
+                # first publication (a re-publication stays in its series)
+                ("_last_line", object),
+                ("_path_tag", object),
+            )
+        ]
+        specs += [(name, dtype, (2,), 0) for name, dtype in (("_has", bool), ("_node", np.int32))]
+        specs += [(c, d, (2,), 0) for c, _, d in self._SIDE_COLUMNS]
+        _grow(self, specs, old, capacity)
         self._free.extend(range(capacity - 1, old - 1, -1))  # pop() hands out low rows first
         self._capacity = capacity
 
@@ -311,6 +435,83 @@ class LossJoiner:
         if tag is None:
             tag = self._tags[node] = escape_tag(node)
         return tag
+
+    # -- flow series and block keys ----------------------------------------
+
+    def _series_numbers(self, records: np.ndarray) -> np.ndarray:
+        """The number of each record's flow series (flow_id, method, period_ms), new ones added:
+        a sorted array per method and np.searchsorted, no per-record Python."""
+        method = records["method"]
+        hi = (records["flow_id"].astype(np.uint64) << np.uint64(32)) | records["period_ms"].astype(np.uint64)
+        first = int(method[0])
+        if (method == first).all():
+            return self._series_of(first, hi)
+        numbers = np.empty(len(records), dtype=np.int64)
+        for m in np.unique(method).tolist():
+            at = method == m
+            numbers[at] = self._series_of(m, hi[at])
+        return numbers
+
+    def _series_of(self, method: int, hi: np.ndarray) -> np.ndarray:
+        index = self._series_index.get(method)
+        if index is not None:
+            keys, numbers = index
+            pos = np.searchsorted(keys, hi)
+            np.minimum(pos, len(keys) - 1, out=pos)
+            found = keys[pos] == hi
+            if found.all():
+                return numbers[pos]
+            new = np.unique(hi[~found])
+        else:
+            keys, numbers = np.empty(0, np.uint64), np.empty(0, np.int64)
+            new = np.unique(hi)
+        first, k = self._series_count, len(new)
+        if first + k > self._series_capacity:
+            capacity = max(2 * self._series_capacity, first + k, 1024)
+            _grow(self, self._SERIES_COLUMNS, self._series_capacity, capacity)
+            fm_node = np.full((2, capacity), -1, dtype=np.int64)
+            fm_node[:, : self._fm_node.shape[1]] = self._fm_node
+            self._fm_node = fm_node
+            self._series_capacity = capacity
+        at = slice(first, first + k)
+        flows = (new >> np.uint64(32)).astype(np.uint32)
+        periods = (new & np.uint64(0xFFFFFFFF)).astype(np.uint32)
+        self._fn_flow[at], self._fn_method[at], self._fn_period[at] = flows, method, periods
+        fm_numbers, final, evicted = self._fm_numbers, self.final_upto, self.evicted_upto
+        fm, marks, evicted_marks = [], [], []
+        for flow, period in zip(flows.tolist(), periods.tolist()):
+            number = fm_numbers.get((flow, method))
+            if number is None:
+                number = fm_numbers[(flow, method)] = len(fm_numbers)
+            fm.append(number)
+            marks.append(final.get((flow, method, period), -1))
+            evicted_marks.append(evicted.get((flow, method, period), -1))
+        self._fn_fm[at], self._fn_final[at], self._fn_evicted[at] = fm, marks, evicted_marks
+        self._series_count += k
+        keys = np.concatenate([keys, new])
+        numbers = np.concatenate([numbers, np.arange(first, first + k, dtype=np.int64)])
+        order = np.argsort(keys, kind="stable")
+        keys, numbers = keys[order], numbers[order]
+        self._series_index[method] = (keys, numbers)
+        return numbers[np.searchsorted(keys, hi)]
+
+    def _sync_final(self) -> None:
+        """Re-read final_upto into the series column after someone changed it."""
+        final = self.final_upto
+        final.changed = False
+        n = self._series_count
+        if n:
+            series = zip(self._fn_flow[:n].tolist(), self._fn_method[:n].tolist(), self._fn_period[:n].tolist())
+            self._fn_final[:n] = [final.get(s, -1) for s in series]
+
+    def _block_keys(self, series: np.ndarray, index: np.ndarray) -> tuple[list[int], np.ndarray | None]:
+        """One Python int per block: series number << 45 | block_index (a checked record's block_index
+        is below 2^45: block_index * period_ms * 10^6 < 2^64); and the keys as a uint64 array while
+        they fit 64 bits (None beyond 2^19 flow series: then they are made by Python)."""
+        if len(series) and int(series.max()) >= self._series_in_numpy:
+            return [s << 45 | i for s, i in zip(series.tolist(), index.tolist())], None
+        keys = (series.astype(np.uint64) << np.uint64(45)) | index
+        return keys.tolist(), keys
 
     # -- input -------------------------------------------------------------
 
@@ -345,59 +546,75 @@ class LossJoiner:
         n = len(records)
         if n == 0:
             return
-        keys = list(
-            zip(
-                records["flow_id"].tolist(),
-                records["method"].tolist(),
-                records["period_ms"].tolist(),
-                records["block_index"].tolist(),
-            )
-        )
-        directions = records["direction"].tolist()
-        if n > 1 and len(set(zip(keys, directions))) < n:
+        index = records["block_index"]
+        period_ns = records["period_ms"].astype(np.uint64) * np.uint64(NS_PER_MS)
+        if not period_ns.all() or (index > np.uint64(U64_MASK) // np.maximum(period_ns, np.uint64(1))).any():
+            # the block keys and timestamps below rely on block_index * period < 2^64
+            raise ValueError("ingest_checked: records that fail check_records (zero_period, bad_block_start)")
+        if self.final_upto.changed:
+            self._sync_final()
+        series = self._series_numbers(records)
+        keys, key_array = self._block_keys(series, index)
+        if n == 1:
+            unique = True  # no block twice in the batch
+        elif key_array is not None:
+            key_array.sort()
+            unique = not (key_array[1:] == key_array[:-1]).any()
+        else:
+            unique = len(set(keys)) == n
+        if not unique and len(set(zip(keys, records["direction"].tolist()))) < n:
             # one side of a block twice in the batch: the second copy must see the first one
             for i in range(n):
-                self._ingest(node, records[i : i + 1], keys[i : i + 1], now_ns)
+                self._ingest(node, records[i : i + 1], series[i : i + 1], keys[i : i + 1], now_ns, True)
         else:
-            self._ingest(node, records, keys, now_ns)
+            self._ingest(node, records, series, keys, now_ns, unique)
 
     def _note_boots(self, node: str, records: np.ndarray) -> None:
         # a set, not the last value: a late record of the previous boot is not another restart
         direction, boot = records["direction"], records["boot_id"]
-        for d in np.unique(direction).tolist():
-            boots = set(np.unique(boot[direction == d]).tolist())
-            seen = self.boots.setdefault((node, d), set())
+        first = int(direction[0])
+        per_direction = (
+            [(first, boot)] if (direction == first).all() else [(d, boot[direction == d]) for d in np.unique(direction)]
+        )
+        for d, boots_of in per_direction:
+            b0 = int(boots_of[0])
+            boots = {b0} if (boots_of == b0).all() else set(np.unique(boots_of).tolist())
+            seen = self.boots.setdefault((node, int(d)), set())
+            if boots <= seen:
+                continue
             new = boots - seen
-            if new:
-                self.counters.agent_restarts += len(new) - (0 if seen else 1)
-                seen |= new
+            self.counters.agent_restarts += len(new) - (0 if seen else 1)
+            seen |= new
 
-    def _ingest(self, node: str, records: np.ndarray, keys: list[BlockKey], now_ns: int) -> None:
-        """Records whose (block, side) pairs are all different."""
+    def _ingest(
+        self, node: str, records: np.ndarray, series: np.ndarray, keys: list[int], now_ns: int, unique: bool
+    ) -> None:
+        """Records whose (block, side) pairs are all different (unique: their blocks too)."""
         c = self.counters
         self._note_boots(node, records)
         rows = np.fromiter(map(self.blocks.get, keys, repeat(-1)), dtype=np.intp, count=len(keys))
         new = np.flatnonzero(rows < 0)
         if len(new):
-            drop = self._place_new_blocks(keys, new, records, rows, now_ns)
+            drop = self._place_new_blocks(keys, series, new, records, rows, now_ns, unique)
             if drop is not None:
                 keep = rows >= 0
-                records, rows = records[keep], rows[keep]
+                records, rows, series = records[keep], rows[keep], series[keep]
                 if len(rows) == 0:
                     return
         side = records["direction"].astype(np.intp) - 1
         node_no = self._node_number(node)
-        partial = (records["flags"] & F_PARTIAL) != 0
-        c.partial_records += int(np.count_nonzero(partial))
-        code = np.where(partial, P_PARTIAL, 0).astype(np.int8)
+        flags = records["flags"]
+        partial = (flags & F_PARTIAL) != 0
+        n_partial = int(np.count_nonzero(partial))
+        c.partial_records += n_partial
+        code = np.where(partial, P_PARTIAL, 0).astype(np.int8) if n_partial else np.zeros(len(rows), np.int8)
         held = self._has[side, rows]
-        fill = ~held
-        if fill.all():
-            self._fill(node, node_no, records, side, rows)
+        if not held.any():
+            self._fill(node, node_no, records, side, rows, series)
         else:
-            f = np.flatnonzero(fill)
+            f = np.flatnonzero(~held)
             if len(f):
-                self._fill(node, node_no, records[f], side[f], rows[f])
+                self._fill(node, node_no, records[f], side[f], rows[f], series[f])
             h = np.flatnonzero(held)
             hs, hr, hrec = side[h], rows[h], records[h]
             same_node = self._node[hs, hr] == node_no
@@ -421,44 +638,60 @@ class LossJoiner:
             current = self._problem[block_rows]
             self._problem[block_rows] = np.where(current == 0, code[noted][first], current)
 
-    def _place_new_blocks(self, keys: list[BlockKey], new: np.ndarray, records: np.ndarray, rows: np.ndarray, now_ns):
+    def _place_new_blocks(
+        self,
+        keys: list[int],
+        series: np.ndarray,
+        new: np.ndarray,
+        records: np.ndarray,
+        rows: np.ndarray,
+        now_ns: int,
+        unique: bool,
+    ):
         """Rows for the records of blocks not open: skipped (final before a restart), late (evicted)
         or a new block. Sets rows[i] (-1 = dropped); returns None when nothing was dropped.
         Whether a record is skipped or late depends on its block only, so every record of such a
-        block in the batch is dropped and counted, as one by one."""
+        block in the batch is dropped and counted, as one by one. unique: no block twice in keys."""
         c = self.counters
-        new_l = new.tolist()
-        new_keys = [keys[i] for i in new_l] if len(new_l) < len(keys) else keys
-        index = records["block_index"][new]
-        dropped = np.zeros(len(new_l), dtype=bool)
-        for upto, counter in (
-            (self.final_upto, "replayed_records_skipped"),
-            (self.evicted_upto, "late_records_dropped"),
-        ):
-            if upto:  # published by the worker before a restart / evicted: index <= the flow's mark
-                flows = [k[:3] for k in new_keys]
-                mark = np.fromiter(map(upto.get, flows, repeat(-1)), dtype=np.int64, count=len(flows))
-                hit = ~dropped & (mark >= 0) & (index <= mark.astype(np.uint64))
-                if hit.any():
-                    setattr(c, counter, getattr(c, counter) + int(np.count_nonzero(hit)))
-                    dropped |= hit
-        if dropped.any():
+        all_new = len(new) == len(keys)
+        new_series = series if all_new else series[new]
+        index = records["block_index"] if all_new else records["block_index"][new]
+        dropped = None
+        skipped, late = (self._fn_final, "replayed_records_skipped"), (self._fn_evicted, "late_records_dropped")
+        for marks, counter in (skipped, late):
+            # published by the worker before a restart / evicted: index <= the series' mark
+            mark = marks[new_series]
+            hit = (mark >= 0) & (index <= mark.astype(np.uint64))
+            if dropped is not None:
+                hit &= ~dropped
+            if hit.any():
+                setattr(c, counter, getattr(c, counter) + int(np.count_nonzero(hit)))
+                dropped = hit if dropped is None else dropped | hit
+        if dropped is not None:
             kept = np.flatnonzero(~dropped)
             if len(kept) == 0:
                 return True
             new = new[kept]
-            new_keys = [new_keys[i] for i in kept.tolist()]
-        # one row per block: the first record of each block in the batch fills its key columns
-        first = dict(zip(reversed(new_keys), reversed(new.tolist())))
-        k = len(first)
+            all_new = False
+        new_keys = keys if all_new else [keys[i] for i in new.tolist()]
+        if unique:
+            src, place = new, None  # every record is its block's first
+        else:
+            # one row per block: the first record of each block in the batch fills its key columns
+            first = dict(zip(reversed(new_keys), reversed(new.tolist())))
+            src = np.fromiter(first.values(), dtype=np.intp, count=len(first))
+            place = first
+        k = len(src)
         if len(self._free) < k:
             self._alloc(max(2 * self._capacity, self._capacity + k))
         free = self._free
-        at = free[len(free) - k :]
+        at_l = free[len(free) - k :]
         del free[len(free) - k :]
-        self.blocks.update(zip(first, at))
-        src = np.fromiter(first.values(), dtype=np.intp, count=k)
+        blocks = self.blocks
+        blocks.update(zip(new_keys if place is None else place, at_l))
+        at = np.array(at_l, dtype=np.intp)
         first_records = records[src]
+        self._fn[at] = series[src]
         self._flow[at] = first_records["flow_id"]
         self._method[at] = first_records["method"]
         self._period[at] = first_records["period_ms"]
@@ -469,21 +702,30 @@ class LossJoiner:
         self._emitted[at] = self._last_complete[at] = self._last_rx_exceeds[at] = False
         self._problem[at] = 0
         self._has[:, at] = False
-        rows[new] = np.fromiter(map(self.blocks.__getitem__, new_keys), dtype=np.intp, count=len(new_keys))
-        return True if dropped.any() else None
+        if place is None:
+            rows[new] = at
+        else:
+            rows[new] = np.fromiter(map(blocks.__getitem__, new_keys), dtype=np.intp, count=len(new_keys))
+        return True if dropped is not None else None
 
-    def _fill(self, node: str, node_no: int, records: np.ndarray, side: np.ndarray, rows: np.ndarray) -> None:
+    def _fill(
+        self, node: str, node_no: int, records: np.ndarray, side: np.ndarray, rows: np.ndarray, series: np.ndarray
+    ) -> None:
         """Store sides that were missing."""
         self._has[side, rows] = True
         self._node[side, rows] = node_no
         for column, field_name, _ in self._SIDE_COLUMNS:
             getattr(self, column)[side, rows] = records[field_name]
         self._dirty[rows] = True
-        self.flow_nodes.update(
-            dict.fromkeys(
-                zip(records["flow_id"].tolist(), records["method"].tolist(), records["direction"].tolist()), node
+        # flow_nodes: written only where the joiner's own last write for the (flow, method, side) differs
+        fm = self._fn_fm[series]
+        changed = np.flatnonzero(self._fm_node[side, fm] != node_no)
+        if len(changed):
+            self._fm_node[side[changed], fm[changed]] = node_no
+            ch = records[changed]
+            self.flow_nodes.update(
+                dict.fromkeys(zip(ch["flow_id"].tolist(), ch["method"].tolist(), ch["direction"].tolist()), node)
             )
-        )
 
     # -- output ------------------------------------------------------------
 
@@ -504,9 +746,107 @@ class LossJoiner:
         self.last_flush_ns = now_ns
         return lines
 
+    def _series_tags(self, rows: np.ndarray, has_tx: np.ndarray, has_rx: np.ndarray) -> list[str]:
+        """The tags of each row's line: its series, its sides' nodes (a missing side: the node last
+        seen on that side of the flow), its path (looked up at the block's first publication).
+        Kept per flow series with the nodes and path they were made for."""
+        series = self._fn[rows]
+        sides = np.where([has_tx, has_rx], self._node[:, rows], -1).astype(np.int64)
+        missing = np.flatnonzero(~(has_tx & has_rx)).tolist()
+        if missing:
+            known = self.flow_nodes
+            flow_l, method_l = self._flow[rows].tolist(), self._method[rows].tolist()
+            number = self._node_number
+            for side, has, direction in ((0, has_tx, DIR_TX), (1, has_rx, DIR_RX)):
+                for i in np.flatnonzero(~has).tolist():
+                    sides[side, i] = number(known.get((flow_l[i], method_l[i], direction), UNKNOWN_NODE))
+        path_tag = self._path_tag
+        paths = path_tag[rows]
+        fresh = np.flatnonzero(paths == None).tolist()  # noqa: E711 - elementwise on an object array
+        if fresh:
+            version = None if self.flow_path_version is None else self.flow_path_version()
+            if version is None:
+                names = self._node_names
+                flows, tx_nodes, row_l = self._flow[rows].tolist(), sides[0].tolist(), rows.tolist()
+                for i in fresh:
+                    tx_node = names[tx_nodes[i]]
+                    paths[i] = path_tag[row_l[i]] = self.loss_path_tag(
+                        flows[i], None if tx_node == UNKNOWN_NODE else tx_node
+                    )
+            else:
+                self._cached_paths(rows, series, sides[0], np.array(fresh, dtype=np.intp), version, paths)
+        tags = self._fn_tags[series]
+        stale = np.flatnonzero(
+            (self._fn_tag_nodes[0, series] != sides[0])
+            | (self._fn_tag_nodes[1, series] != sides[1])
+            | (self._fn_tag_path[series] != paths)
+        ).tolist()
+        if stale:
+            tags_cache, tag_of, names = self._tags_cache, self._tag, self._node_names
+            if len(tags_cache) > 1_000_000:  # flows come and go: do not grow without end
+                tags_cache.clear()
+            path_l, series_l = paths.tolist(), series.tolist()
+            for i in stale:
+                s = series_l[i]
+                tx_no, rx_no, path = int(sides[0, i]), int(sides[1, i]), path_l[i]
+                key = (s, tx_no, rx_no, path)
+                tag = tags_cache.get(key)
+                if tag is None:
+                    flow, method, period = int(self._fn_flow[s]), int(self._fn_method[s]), int(self._fn_period[s])
+                    tag = tags_cache[key] = (
+                        loss_tags(flow, method, period, tag_of(names[tx_no]), tag_of(names[rx_no])) + f",path={path}"
+                    )
+                tags[i] = self._fn_tags[s] = tag
+                self._fn_tag_nodes[:, s] = tx_no, rx_no
+                self._fn_tag_path[s] = path
+        return tags.tolist()
+
+    def _cached_paths(
+        self, rows: np.ndarray, series: np.ndarray, tx_nodes: np.ndarray, fresh: np.ndarray, version, paths
+    ) -> None:
+        """loss_path_tag() for the rows `fresh` (first publication), asked once per flow series and tx
+        node while flow_path_version() stays `version`; sets paths[fresh] and the rows' path tags."""
+        s, tx = series[fresh], tx_nodes[fresh]
+        found = (self._fn_path_version[s] == version) & (self._fn_path_node[s] == tx)
+        path_of, unknown = self._fn_path[s], self._fn_path_unknown[s]
+        miss = np.flatnonzero(~found).tolist()
+        if miss:
+            names, s_l, tx_l = self._node_names, s.tolist(), tx.tolist()
+            for i in miss:
+                tx_node = names[tx_l[i]]
+                path = self.flow_path(int(self._fn_flow[s_l[i]]), None if tx_node == UNKNOWN_NODE else tx_node)
+                unknown[i] = path is None
+                path_of[i] = UNKNOWN_NODE if path is None else escape_tag(path)
+                at = s_l[i]
+                self._fn_path[at], self._fn_path_node[at], self._fn_path_version[at] = path_of[i], tx_l[i], version
+                self._fn_path_unknown[at] = unknown[i]
+        self.counters.path_unknown += int(np.count_nonzero(unknown))
+        paths[fresh] = path_of
+        self._path_tag[rows[fresh]] = path_of
+
+    def _times(self, rows: np.ndarray) -> tuple[list[str], list[str]]:
+        """Per row: the line's timestamp (block start, UTC ns) and its ",newest_ns=<block end>i" field;
+        formatted once per distinct (start, period): every flow's blocks start at the same instants."""
+        period = self._period[rows]
+        start = self._index[rows] * (period.astype(np.uint64) * np.uint64(NS_PER_MS))  # < 2^64 (ingest_checked)
+        order = np.lexsort((period, start))
+        s_sorted, p_sorted = start[order], period[order]
+        head = np.empty(len(rows), dtype=bool)
+        head[0] = True
+        np.not_equal(s_sorted[1:], s_sorted[:-1], out=head[1:])
+        head[1:] |= p_sorted[1:] != p_sorted[:-1]
+        group = np.empty(len(rows), dtype=np.intp)
+        group[order] = np.cumsum(head) - 1
+        off = self.tai_utc_offset_ns
+        ts_u, newest_u = [], []
+        for s, p in zip(s_sorted[head].tolist(), p_sorted[head].tolist()):
+            ts_u.append(f" {s - off}")
+            newest_u.append(f",newest_ns={s + p * NS_PER_MS - off}i")
+        return np.array(newest_u, dtype=object)[group].tolist(), np.array(ts_u, dtype=object)[group].tolist()
+
     def _lines(self, rows: np.ndarray, lines: list[str]) -> None:
         """Compute the lines of `rows`; append those that differ from the block's last line.
-        Column-wise: the per-row Python left is the tag lookup and the string formatting."""
+        Column-wise: the per-row Python left is the string formatting."""
         c = self.counters
         has_tx, has_rx = self._has[0, rows], self._has[1, rows]
         tx_packets, rx_packets = self._packets[0, rows], self._packets[1, rows]
@@ -527,68 +867,55 @@ class LossJoiner:
         c.dmark_mismatch += int(np.count_nonzero(dmark & ~dm_equal & ~was_done))
 
         n = len(rows)
-        row_l = rows.tolist()
-        flow_l, method_l, period = self._flow[rows].tolist(), self._method[rows].tolist(), self._period[rows]
-        period_l = period.tolist()
-        # tags: the side's node, or the node last seen on that side of the flow (missing side)
-        names = np.array(self._node_names + [None], dtype=object)
-        tx_nodes = names[np.where(has_tx, self._node[0, rows], -1)].tolist()
-        rx_nodes = names[np.where(has_rx, self._node[1, rows], -1)].tolist()
-        known = self.flow_nodes
-        for i in np.flatnonzero(~has_tx).tolist():
-            tx_nodes[i] = known.get((flow_l[i], method_l[i], DIR_TX), UNKNOWN_NODE)
-        for i in np.flatnonzero(~has_rx).tolist():
-            rx_nodes[i] = known.get((flow_l[i], method_l[i], DIR_RX), UNKNOWN_NODE)
-        path_tag = self._path_tag
-        paths = path_tag[rows]
-        for i in np.flatnonzero(paths == None).tolist():  # noqa: E711 - elementwise on an object array
-            tx_node = tx_nodes[i]
-            paths[i] = path_tag[row_l[i]] = self.loss_path_tag(flow_l[i], None if tx_node == UNKNOWN_NODE else tx_node)
-        tags_cache, tag_of = self._tags_cache, self._tag
-        if len(tags_cache) > 1_000_000:  # flows come and go: do not grow without end
-            tags_cache.clear()
-        series = list(zip(flow_l, method_l, period_l, tx_nodes, rx_nodes, paths.tolist()))
-        tags = list(map(tags_cache.get, series))
-        for i in [i for i, t in enumerate(tags) if t is None]:
-            flow, method, period_ms, tx_node, rx_node, path = series[i]
-            tags[i] = tags_cache[series[i]] = (
-                loss_tags(flow, method, period_ms, tag_of(tx_node), tag_of(rx_node)) + f",path={path}"
-            )
-        off = self.tai_utc_offset_ns
-        ts = (self._index[rows].astype(object) * period.astype(object) * 1_000_000 - off).tolist()
-        ends = [t + p * 1_000_000 for t, p in zip(ts, period_l)]  # the blocks' ends (UTC): newest_ns
-        # fields: complete blocks without double marking column-wise, the others one by one
-        fields_l: list = [None] * n
+        tags = self._series_tags(rows, has_tx, has_rx)
+        newest, ts = self._times(rows)
+        new_l: list = [None] * n
+        # complete blocks without double marking column-wise, the others one by one
         simple = complete & ~dmark
         at = np.flatnonzero(simple)
-        if len(at):
-            r = rows[at]
-            for i, f in zip(
-                at.tolist(),
-                complete_fields(
-                    tx_packets[at], rx_packets[at], self._bytes[0, r], self._bytes[1, r], [ends[i] for i in at.tolist()]
-                ),
-            ):
-                fields_l[i] = f
-        reason_names = {0: None, -1: "missing_tx", -2: "missing_rx", -3: "rx_exceeds_tx"}
-        reason_names.update((i, name) for i, name in enumerate(PROBLEM_NAMES) if i)
-        for i in np.flatnonzero(~simple).tolist():
-            row, why = row_l[i], int(reason[i])
-            dm = None
-            if dmark[i] and dm_equal[i]:
-                dm_n = int(dm_tx[i])
-                dm = (dm_n, dmark_delay_us(int(self._dm_sum[0, row]), int(self._dm_sum[1, row]), dm_n))
-            htx, hrx = bool(has_tx[i]), bool(has_rx[i])
-            fields_l[i] = loss_fields(
-                int(tx_packets[i]) if htx else None,
-                int(rx_packets[i]) if hrx else None,
-                int(self._bytes[0, row]),
-                int(self._bytes[1, row]),
-                reason_names[why],
-                dm,
-                ends[i],
+        if len(at) == n:
+            new_l = _complete_lines(
+                tags, tx_packets, rx_packets, self._bytes[0, rows], self._bytes[1, rows], newest, ts
             )
-        new = np.array([f"{t} {f} {s}" for t, f, s in zip(tags, fields_l, ts)], dtype=object)
+        elif len(at):
+            r = rows[at]
+            at_l = at.tolist()
+            made = _complete_lines(
+                [tags[i] for i in at_l],
+                tx_packets[at],
+                rx_packets[at],
+                self._bytes[0, r],
+                self._bytes[1, r],
+                [newest[i] for i in at_l],
+                [ts[i] for i in at_l],
+            )
+            for i, line in zip(at_l, made):
+                new_l[i] = line
+        if len(at) < n:
+            reason_names = {0: None, -1: "missing_tx", -2: "missing_rx", -3: "rx_exceeds_tx"}
+            reason_names.update((i, name) for i, name in enumerate(PROBLEM_NAMES) if i)
+            row_l = rows.tolist()
+            off = self.tai_utc_offset_ns
+            for i in np.flatnonzero(~simple).tolist():
+                row, why = row_l[i], int(reason[i])
+                dm = None
+                if dmark[i] and dm_equal[i]:
+                    dm_n = int(dm_tx[i])
+                    dm = (dm_n, dmark_delay_us(int(self._dm_sum[0, row]), int(self._dm_sum[1, row]), dm_n))
+                htx, hrx = bool(has_tx[i]), bool(has_rx[i])
+                end = int(self._index[row]) * int(self._period[row]) * NS_PER_MS + int(self._period[row]) * NS_PER_MS
+                fields_ = loss_fields(
+                    int(tx_packets[i]) if htx else None,
+                    int(rx_packets[i]) if hrx else None,
+                    int(self._bytes[0, row]),
+                    int(self._bytes[1, row]),
+                    reason_names[why],
+                    dm,
+                    end - off,
+                )
+                new_l[i] = f"{tags[i]} {fields_}{ts[i]}"
+        new = np.empty(n, dtype=object)
+        new[:] = new_l
         changed = new != self._last_line[rows]
         ch = np.flatnonzero(changed)
         if len(ch):
@@ -606,36 +933,45 @@ class LossJoiner:
             exceeds = rx_exceeds[ch]
             set_exceeds = exceeds | last_rx_exceeds[ch]
             self._last_rx_exceeds[crow[set_exceeds]] = exceeds[set_exceeds]
-            lines.extend(new[ch].tolist())
+            lines.extend(new_l if len(ch) == n else new[ch].tolist())
         self._emitted[rows] = True  # (rows whose line did not change had been emitted before)
 
     def _evict(self, now_ns: int) -> None:
         old = np.flatnonzero(self._used & (now_ns - self._first_seen >= self.retention_ns))
         if len(old):
-            evicted_upto = self.evicted_upto
-            for key in self._release(old):
-                flow = key[:3]
-                if key[3] > evicted_upto.get(flow, -1):
-                    evicted_upto[flow] = key[3]
+            series, index = self._fn[old], self._index[old]
+            self._release(old)
+            # per series the highest evicted block, where it is above the mark
+            order = np.lexsort((index, series))
+            s_sorted = series[order]
+            last = np.empty(len(old), dtype=bool)
+            last[-1] = True
+            np.not_equal(s_sorted[1:], s_sorted[:-1], out=last[:-1])
+            top_series, top_index = s_sorted[last], index[order][last]
+            up = np.flatnonzero(top_index.astype(np.int64) > self._fn_evicted[top_series])
+            if len(up):
+                top_series, top_index = top_series[up], top_index[up]
+                self._fn_evicted[top_series] = top_index
+                self.evicted_upto.update(
+                    zip(
+                        zip(
+                            self._fn_flow[top_series].tolist(),
+                            self._fn_method[top_series].tolist(),
+                            self._fn_period[top_series].tolist(),
+                        ),
+                        top_index.tolist(),
+                    )
+                )
 
-    def _release(self, rows: np.ndarray) -> list[BlockKey]:
-        """Free `rows`; returns their block keys."""
-        keys = list(
-            zip(
-                self._flow[rows].tolist(),
-                self._method[rows].tolist(),
-                self._period[rows].tolist(),
-                self._index[rows].tolist(),
-            )
-        )
+    def _release(self, rows: np.ndarray) -> None:
+        """Free `rows`."""
         blocks = self.blocks
-        for key in keys:
+        for key in self._block_keys(self._fn[rows], self._index[rows])[0]:
             del blocks[key]
         self._last_line[rows] = None
         self._path_tag[rows] = None
         self._used[rows] = False
         self._free.extend(rows.tolist())
-        return keys
 
     def loss_path_tag(self, flow_id: int, tx_node: str | None) -> str:
         """The escaped `path` tag value of a block: the tx side's SID list from segscope.paths

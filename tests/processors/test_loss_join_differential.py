@@ -4,8 +4,9 @@ batches of every size with duplicates inside and across batches, replays, confli
 nodes, agent restarts, partial and invalid records, rx > tx, zero traffic, double marking (equal
 and mismatched counts, clocks both ways), two periods and both methods, escaped node names,
 paths known for some flows, flushes at random times (timeouts, re-emissions, evictions, late
-records), progress seeds (final_upto) and partitions handed over (forget_flows). Every flush must
-return the same lines in the same order, and the counters and the per-flow state must be equal."""
+records), progress seeds (final_upto), partitions handed over (forget_flows) and paths kept
+per flow series (flow_path_version). Every flush must return the same lines in the same order,
+and the counters and the per-flow state must be equal."""
 
 from __future__ import annotations
 
@@ -71,6 +72,11 @@ def test_joiner_equals_reference_on_random_input(seed):
     new = LossJoiner(timeout_s=timeout_s, retention_s=retention_s, tai_utc_offset_s=37)
     ref = ReferenceJoiner(timeout_s=timeout_s, retention_s=retention_s, tai_utc_offset_s=37)
     new.flow_path = ref.flow_path = flow_path
+    step = 0
+    if seed % 2 == 0:  # paths kept per flow series while the (here changing) version stays
+        new.flow_path_version = lambda: step // 7
+    if seed % 4 == 1:  # block keys made by Python (beyond 2^19 flow series) from the 3rd series on
+        new._series_in_numpy = 2
     if seed % 3 == 0:  # a restart: the progress topic says these blocks were final before it
         for flow in FLOWS[:2]:
             new.final_upto[(flow, ab.METHOD_DSCP, 1000)] = ref.final_upto[(flow, ab.METHOD_DSCP, 1000)] = B0 + 2
