@@ -418,6 +418,14 @@ def rewind_uncommitted(app, topics: set) -> None:
     consumer._segscope_rewinds_uncommitted = True
 
 
+def _tps(partitions) -> str:
+    """topic[p, ...] for a log line."""
+    by_topic: dict[str, list[int]] = {}
+    for tp in partitions:
+        by_topic.setdefault(tp.topic, []).append(tp.partition)
+    return " ".join(f"{t}{sorted(ps)}" for t, ps in sorted(by_topic.items())) or "nothing"
+
+
 class PartitionMoves:
     """What a worker does when its consumer group rebalances (a worker joins, leaves or dies).
 
@@ -431,25 +439,32 @@ class PartitionMoves:
     - on revoke (every member of the group, before the new assignment), `paused` is set under
       `lock`, after any flush in progress ended: the flush timer publishes nothing until the
       assignment is known;
-    - on assignment, under the same lock: the keys last seen on a partition this worker lost are
-      passed to `on_lost(keys)` (drop their state without publishing), their held messages are
-      forgotten, then `await on_assigned()` runs (re-read the progress topic: the old owner wrote there,
-      before it acked anything, what it had made final; its revoke flushed its producer first)
-      and the pause ends.
+    - on assignment, under the same lock: the partitions this worker lost are passed to
+      `on_lost(partitions)` (drop the state they fed without publishing; `take_keys` gives the
+      result keys `seen` on them), their held messages are forgotten, then `await on_assigned()`
+      runs (re-read the progress topic: the old owner wrote there, before it acked anything, what
+      it had made final; its revoke flushed its producer first) and the pause ends;
+    - a message of a lost partition that Faust fetched before the rebalance and hands over after
+      it is skipped (`moved_away`).
+
+    One mechanism for every processor: the delay processor (one input topic, result keys =
+    sessions) and the loss processor (two stages, the collector topic and the by-flow topic,
+    each with its held messages; its state is dropped by flow partition).
 
     Partitions that stay assigned are replayed from their committed offset too (Kafka's eager
     rebalance resets every position); the processors count those records once (duplicate and
     final-horizon checks).
     """
 
-    def __init__(self, app, topic: str, pending: InOrderAcks, on_lost: Callable[[set], int],
+    def __init__(self, app, pending: dict[str, InOrderAcks], on_lost: Callable[[set], int],
                  on_assigned: Callable[[], Awaitable[None]]) -> None:  # fmt: skip
+        """pending: the held (unacked) messages of each input topic this guards."""
         import asyncio
 
-        self.topic, self.pending, self.on_lost, self.on_assigned = topic, pending, on_lost, on_assigned
+        self.pending, self.on_lost, self.on_assigned = pending, on_lost, on_assigned
         self.lock = asyncio.Lock()
         self.paused = False
-        self.owned: set = set()  # partitions (TP) of the input topic this worker owns
+        self.owned: set = set()  # partitions (TP) of the input topics this worker owns
         self.lost: set = set()  # partitions it owned before the last assignment and not since
         self.key_partition: dict = {}  # result key (session, flow) -> the TP its records came on
         self.counts = {
@@ -478,26 +493,32 @@ class PartitionMoves:
         for key in keys:
             self.key_partition[key] = tp
 
+    def take_keys(self, partitions: set) -> set:
+        """The result keys last seen on these partitions, forgotten here."""
+        keys = {k for k, tp in self.key_partition.items() if tp in partitions}
+        for k in keys:
+            del self.key_partition[k]
+        return keys
+
     async def _revoked(self, sender, revoked, **kwargs) -> None:
         async with self.lock:
             self.paused = True
 
     async def _assigned(self, sender, assigned, **kwargs) -> None:
-        rewind_uncommitted(sender, {self.topic})
+        rewind_uncommitted(sender, set(self.pending))
         async with self.lock:
-            now = {tp for tp in assigned if tp.topic == self.topic}
+            now = {tp for tp in assigned if tp.topic in self.pending}
             lost = self.owned - now
             self.owned = now
             self.lost = (self.lost | lost) - now
             self.counts["rebalances"] += 1
             if lost:
-                keys = {k for k, tp in self.key_partition.items() if tp in lost}
-                for k in keys:
-                    del self.key_partition[k]
+                dropped = self.on_lost(lost)
                 self.counts["partitions_lost"] += len(lost)
-                self.counts["keys_dropped"] += self.on_lost(keys)
-                self.counts["messages_forgotten"] += self.pending.drop(lost)
-                log.info("rebalance: %d partitions of %s moved away, %d keys dropped", len(lost), self.topic, len(keys))
+                self.counts["keys_dropped"] += dropped
+                for topic, held in self.pending.items():
+                    self.counts["messages_forgotten"] += held.drop({tp for tp in lost if tp.topic == topic})
+                log.info("rebalance: partitions %s moved away, %d keys dropped", _tps(lost), dropped)
             await self.on_assigned()
             self.paused = False
-            log.info("rebalance: own %s of %s", sorted(tp.partition for tp in now), self.topic)
+            log.info("rebalance: own %s", _tps(now))

@@ -212,7 +212,12 @@ def seconds_touched(node: str, records) -> dict[tuple[str, int], int]:
 # Every input message, held unacked until ack_finished_messages() finds every second it added
 # records to evicted (and every earlier message of its partition acked: InOrderAcks says why).
 pending = InOrderAcks()
-moves = PartitionMoves(app, cfg.records_topic, pending, on_lost=drop_sessions, on_assigned=after_assignment)
+moves = PartitionMoves(
+    app,
+    {cfg.records_topic: pending},
+    on_lost=lambda partitions: drop_sessions(moves.take_keys(partitions)),
+    on_assigned=after_assignment,
+)
 
 
 def message_finished(touched: dict[tuple[str, int], int]) -> bool:

@@ -33,11 +33,12 @@ writes each flow's highest evicted block (and the nodes of its sides, for the ta
 missing side) to <app_id>.progress, and a worker skips replayed records of those blocks
 (replayed_records_skipped).
 
-Rebalance (a worker joins, leaves or dies): Kafka revokes partitions and assigns them again; for
-the partitions it loses a worker forgets their held messages (not acked: the new owner replays
-them from the committed offset) and the open blocks of their flows (never published by two
-workers), after the flush in progress (flush_lock); on assignment it reads the progress topic
-again (the previous owner wrote its flows there before it acked).
+Rebalance (a worker joins, leaves or dies): processors/worker.py's PartitionMoves, as in the
+delay processor. On revoke the flush pauses (after the flush in progress); on assignment, for the
+partitions it lost, a worker forgets their held messages of both stages (not acked: the new owner
+replays them from the committed offset) and the open blocks of their flows (never published by
+two workers), reads the progress topic again (the previous owner wrote its flows there before
+it acked) and skips what Faust had fetched of a lost partition before the rebalance.
 """
 
 from __future__ import annotations
@@ -59,12 +60,12 @@ from processors.loss.keying import by_flow_key, flow_partition, split_by_partiti
 from processors.paths import PathBook
 from processors.worker import (
     InOrderAcks,
+    PartitionMoves,
     ProcessorHealth,
     dead_letter,
     decode_or_dead_letter,
     faust_app_settings,
     read_progress,
-    rewind_uncommitted,
 )
 from segscope_schemas.altmark_block import DIR_RX, DIR_TX, check_records, decode_batch, encode_batch
 from segscope_schemas.names import TOPIC_CONFIG, TOPIC_PATHS
@@ -173,8 +174,6 @@ progress_topic = app.topic(PROGRESS_TOPIC, key_serializer="raw", value_serialize
 progress_written: dict[tuple[int, int, int], int] = {}  # flow -> the final_upto Kafka has for it
 # the joiner clock of the flush whose evictions the last progress write covered
 progress_covered_ns: int | None = None
-# a flush (publish, progress, acks) and a rebalance never interleave
-flush_lock = asyncio.Lock()
 
 
 # -- progress ------------------------------------------------------------------
@@ -273,6 +272,8 @@ async def split_message(message) -> tuple[bytes | None, list]:
 async def split_batches(stream) -> None:
     manual = stream.noack()
     async for event in manual.events():
+        if moves.moved_away(event.message.tp):
+            continue
         letter, sent = await split_message(event.message)
         if letter is not None:
             await (await deadletter_topic.send(key=event.message.key, value=letter))  # delivered first
@@ -290,7 +291,9 @@ def all_delivered(sent: list) -> bool:
 
 
 async def ack_split_messages() -> None:
-    async with flush_lock:
+    async with moves.lock:
+        if moves.paused:  # a rebalance is under way: which partitions stay here is not known yet
+            return
         await split_pending.ack_finished(all_delivered)
 
 
@@ -330,6 +333,8 @@ def join_message(message, now_ns: int) -> bytes | None:
 async def join_batches(stream) -> None:
     manual = stream.noack()
     async for event in manual.events():
+        if moves.moved_away(event.message.tp):
+            continue
         now = clock_ns()
         letter = join_message(event.message, now)
         if letter is not None:
@@ -360,6 +365,7 @@ async def publish_counters() -> None:
         "open_blocks": joiner.open_blocks(),
         "path_records": paths.records,
         "path_records_malformed": paths.malformed,
+        **moves.counts,
     }
     line = counters_line(joiner.counters, "loss", ts, extra=extra, instance=health.instance)
     await health.publish(metrics_topic, b"loss", line, ts)
@@ -368,7 +374,9 @@ async def publish_counters() -> None:
 async def flush_blocks_locked() -> None:
     """Timeout sweep + publication (joined, timed-out and changed blocks), progress, acks, counters."""
     global progress_covered_ns
-    async with flush_lock:
+    async with moves.lock:
+        if moves.paused:  # a rebalance is under way: which flows stay here is not known yet
+            return
         lines = joiner.flush(clock_ns())
         flushed_at = joiner.last_flush_ns
         await publish_lines(lines)
@@ -381,28 +389,29 @@ async def flush_blocks_locked() -> None:
 # -- rebalance ---------------------------------------------------------------------
 
 
-@app.on_partitions_revoked.connect
-async def on_revoked(sender, revoked, **kwargs) -> None:
-    async with flush_lock:  # after the flush in progress: its lines and acks are for what it owned
-        split_pending.drop(revoked)
-        pending.drop(revoked)
-        lost = {tp.partition for tp in revoked if tp.topic == cfg.by_flow_topic}
-        if lost and by_flow_partitions:
-            forgotten = joiner.forget_flows(
-                lambda flow_ids: np.isin(flow_partition(flow_ids, by_flow_partitions), list(lost))
-            )
-            log.info("%s partitions %s revoked: %d open blocks forgotten", cfg.by_flow_topic, sorted(lost), forgotten)
+def drop_flows(partitions: set) -> int:
+    """A rebalance moved these partitions away: forget the open blocks of the flows of its by-flow
+    partitions without publishing (their new owner replays their unacked input)."""
+    lost = {tp.partition for tp in partitions if tp.topic == cfg.by_flow_topic}
+    if not lost or not by_flow_partitions:
+        return 0
+    forgotten = joiner.forget_flows(lambda flow_ids: np.isin(flow_partition(flow_ids, by_flow_partitions), list(lost)))
+    log.info("%s partitions %s moved away: %d open blocks forgotten", cfg.by_flow_topic, sorted(lost), forgotten)
+    return forgotten
 
 
-@app.on_partitions_assigned.connect
-async def on_assigned(sender, assigned, **kwargs) -> None:
-    # a gained partition never committed is read from its beginning (processors/worker.py says why)
-    rewind_uncommitted(sender, {cfg.blocks_topic, cfg.by_flow_topic})
-    if any(tp.topic == cfg.by_flow_topic for tp in assigned) and by_flow_partitions:
-        # the previous owners of these flows wrote how far they are final before they acked
+async def after_assignment() -> None:
+    if by_flow_partitions and any(tp.topic == cfg.by_flow_topic for tp in moves.owned):
+        # the previous owners of these flows wrote how far they are final before they acked;
         # read in the event loop on purpose, as the delay processor does: no by-flow message may be
         # joined before the seeds are in place (a replayed record of a final block would be joined)
         load_progress(read_progress(cfg.bootstrap, PROGRESS_TOPIC, f"{cfg.app_id}-progress-reader"))
+
+
+# held messages of both stages; a flush (publish, progress, acks) and a rebalance never interleave
+moves = PartitionMoves(
+    app, {cfg.blocks_topic: split_pending, cfg.by_flow_topic: pending}, on_lost=drop_flows, on_assigned=after_assignment
+)
 
 
 _last_log = 0.0
