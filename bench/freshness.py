@@ -1,13 +1,15 @@
 """Benchmark: packet-to-InfluxDB delay (freshness) of stamp_delay and altmark_loss, live.
 
     .local/venv/bin/python bench/freshness.py [--port-base 29850 --run-dir /tmp/fre-stack]
-        [--sessions 100] [--rate 100] [--batch-ms 100] [--duration 60] [--flows 4] [--period-ms 1000]
+        [--sessions 100] [--rate 100] [--batch-ms 200] [--per-session] [--duration 60] [--flows 4]
+        [--period-ms 1000]
         [--grace-s G] [--delay-flush-s F] [--loss-flush-s F] [--poll-s 0.2] [--no-docs]
 
 A driver thread produces synthetic STAMP records with live CLOCK_TAI times, as an agent would:
-every --batch-ms, one stamp_batch message per session (key "<node>/<ssid>", like
-collectors/stamp_streamer.c) holding the records whose T1 fell in the last --batch-ms
-(--sessions x --rate records/s; 10 nodes). A second thread plays the alternate-marking collectors
+every --batch-ms, one stamp_batch message per node (key "<node>", like collectors/stamp_streamer.c
+with its defaults --key node --linger-ms 200) holding the records whose T1 fell in the last
+--batch-ms (--sessions x --rate records/s; 10 nodes); --per-session: one message per session
+(key "<node>/<ssid>", the streamer's --key session). A second thread plays the alternate-marking collectors
 of --flows flows at period T = --period-ms: at each block end + T/2 (the collector's read margin)
 it produces the tx and the rx record of the block that just ended. The real delay and loss
 processors (`python -m processors.delay`, `python -m processors.loss`, one worker each, their
@@ -202,9 +204,13 @@ def main() -> int:
     ap.add_argument("--run-dir", help="run dir of that stack")
     ap.add_argument("--sessions", type=int, default=100)
     ap.add_argument("--rate", type=int, default=100, help="packets/s per session")
-    ap.add_argument("--batch-ms", type=int, default=100, help="the driver's message period per session")
     ap.add_argument(
-        "--per-node", action="store_true", help="one message per node (its 10 sessions) instead of per session"
+        "--batch-ms", type=int, default=200, help="the driver's message period (the streamer's --linger-ms)"
+    )
+    ap.add_argument(
+        "--per-session",
+        action="store_true",
+        help="one message per session (the streamer's --key session) instead of per node (--key node)",
     )
     ap.add_argument("--duration", type=float, default=60.0)
     ap.add_argument("--flows", type=int, default=4)
@@ -251,6 +257,7 @@ def main() -> int:
     threads = []
     tracker = Tracker()
     samples = {m: [] for m in SOURCES}
+    idle_closed = {m: 0 for m in SOURCES}  # samples of the sessions' last second, left out
     cpu0 = {}
     try:
         wait_for(tmp / "delay.log", f"| {records_topic} ")
@@ -265,7 +272,7 @@ def main() -> int:
                     args.sessions,
                     args.rate,
                     args.batch_ms,
-                    args.per_node,
+                    not args.per_session,
                     stop,
                     stamp_out,
                 ),
@@ -280,19 +287,27 @@ def main() -> int:
         load = [os.getloadavg()[0]]
         cpu0 = {p.pid: cpu_s(p.pid) for p in procs[:2]}
         first = True
+        stop_ns = None  # UTC when the driver stopped
         while time.monotonic() - t_start < args.duration + 5:
             now = time.time_ns()
             for m, (q, _) in SOURCES.items():
                 before = len(tracker.samples[m])
                 tracker.observe(m, query(influx, stack.influx_db, None, q), now, first_poll=first)
-                if time.monotonic() - t_start >= WARMUP_S:
-                    samples[m] += tracker.samples[m][before:]
+                for ms in tracker.samples[m][before:] if time.monotonic() - t_start >= WARMUP_S else ():
+                    # A session's last second before the driver stopped never sees a record past its
+                    # end + grace: the idle rule closes it (SEGSCOPE_DELAY_IDLE_S after the last
+                    # record), which is how a stopped session ends, not the freshness of a running one.
+                    if m == "stamp_delay" and stop_ns is not None and now - ms * 1e6 >= stop_ns - NS:
+                        idle_closed[m] += 1
+                    else:
+                        samples[m].append(ms)
                 tracker.samples[m] = []
             first = False
             if time.monotonic() - t_start >= 5 * len(load):
                 load.append(os.getloadavg()[0])  # every 5 s: how busy the others on the machine keep it
-            if time.monotonic() - t_start >= args.duration:
+            if time.monotonic() - t_start >= args.duration and stop_ns is None:
                 stop.set()  # the last 5 s: the pipeline drains while the poll goes on
+                stop_ns = time.time_ns()
             time.sleep(max(0.0, args.poll_s - (time.time_ns() - now) / NS))
         cpu = {p.pid: cpu_s(p.pid) - cpu0[p.pid] for p in procs[:2]}
     finally:
@@ -351,6 +366,7 @@ def main() -> int:
     print("segscope-freshness reports (samples, estimated, p50_ms, p99_ms, max_ms):")
     for line in monitor_lines:
         print("  ", line)
+    print(f"left out: {idle_closed['stamp_delay']} stamp_delay samples of the sessions' last second (idle rule)")
     print(f"logs: {tmp}")
 
     date = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
@@ -359,11 +375,14 @@ def main() -> int:
 Run {date} on {machine_line()}; Kafka, InfluxDB, Telegraf, both processors and the driver on
 the same machine (2 cores, shared with other engineers' test runs). Settings: {settings}.
 Load: {args.sessions} STAMP sessions x {args.rate} pps = {rate:,.0f} records/s for {args.duration:.0f} s
-(live CLOCK_TAI times, one message per {'node (10 sessions)' if args.per_node else 'session'} every {args.batch_ms} ms) through one delay worker;
+(live CLOCK_TAI times, one message per {'session' if args.per_session else 'node (10 sessions)'} every {args.batch_ms} ms) through one delay worker;
 {args.flows} alternate-marking flows at T = {args.period_ms} ms (tx and rx record at block end + T/2)
 through one loss worker. CPU over the run: delay worker {cpu[procs[0].pid]:.1f} s, loss worker
 {cpu[procs[1].pid]:.1f} s; {load_text}. Samples after a {WARMUP_S:.0f} s warm-up, InfluxDB polled every {args.poll_s} s
-(samples are upper bounds, too large by at most that).
+(samples are upper bounds, too large by at most that). Left out: the {idle_closed["stamp_delay"]} `stamp_delay` samples of
+each session's last second when the driver stopped (no later record closes it: the idle rule does,
+`SEGSCOPE_DELAY_IDLE_S` after the session's last record; that is how a stopped session ends, not
+the freshness of a running one).
 
 | measurement | samples | p50 | p99 | max | target |
 | --- | --- | --- | --- | --- | --- |
