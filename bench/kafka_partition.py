@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-import tempfile
 import time
 import uuid
 from pathlib import Path
@@ -39,7 +38,8 @@ sys.path[:0] = [str(REPO), str(REPO / "schemas" / "python")]
 
 from bench.process_cpu import cpu_seconds  # noqa: E402
 from bench.processor_records import make_messages  # noqa: E402
-from bench.report import machine_line, write_section  # noqa: E402
+from bench.processor_records import produce as produce_messages  # noqa: E402
+from bench.report import kafka_only_stack, machine_line, write_section  # noqa: E402
 from processors.delay.topics import ensure_topics  # noqa: E402
 
 SECTION = "kafka_partition"
@@ -59,28 +59,8 @@ STREAMER_PRODUCER = {
 
 
 def produce(bootstrap: str, topic: str, messages) -> float:
-    """Seconds to produce every message and have every delivery acknowledged (acks=all)."""
-    from confluent_kafka import Producer
-
-    p = Producer({"bootstrap.servers": bootstrap, **STREAMER_PRODUCER})
-    failed: list = []
-
-    def on_delivery(err, _msg):
-        if err is not None:
-            failed.append(err)
-
-    t0 = time.perf_counter()
-    for key, value in messages:
-        while True:
-            try:
-                p.produce(topic, key=key, value=value, on_delivery=on_delivery)
-                break
-            except BufferError:
-                p.poll(0.01)
-        p.poll(0)
-    if p.flush(300) != 0 or failed:
-        raise RuntimeError(f"producer could not deliver every message: {failed[:3]}")
-    return time.perf_counter() - t0
+    """Seconds to produce every message and have every delivery acknowledged, as the streamer does."""
+    return produce_messages(bootstrap, topic, messages, settings=STREAMER_PRODUCER)
 
 
 def consume(bootstrap: str, topic: str, partitions: int, n_messages: int, timeout_s: float = 300.0) -> float:
@@ -190,13 +170,9 @@ def main() -> int:
     ap.add_argument("--port-base", type=int, default=29780)
     ap.add_argument("--no-docs", action="store_true")
     args = ap.parse_args()
-    from services.stack import Stack
-
     machine = machine_line()
-    stack = Stack(run_dir=Path(tempfile.gettempdir()) / "sco-bench-kp-stack", port_base=args.port_base, fresh=True)
-    stack.up(only=["kafka"])
     rows = []
-    try:
+    with kafka_only_stack("sco-bench-kp-stack", args.port_base) as stack:
         bootstrap, broker_pid = stack.kafka_bootstrap, stack.running_pid("kafka")
         warm_up(bootstrap)
         batches = [int(x) for x in args.batch.split(",")]
@@ -214,8 +190,6 @@ def main() -> int:
                         f"{row['broker_cpu_produce']:.2f} + {row['broker_cpu_consume']:.2f} s",
                         flush=True,
                     )
-    finally:
-        stack.down(only=["kafka"])
     text = report(rows, machine, args)
     print(text)
     if not args.no_docs:

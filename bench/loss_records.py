@@ -48,7 +48,7 @@ import numpy as np  # noqa: E402
 from bench.process_cpu import cpu_seconds as cpu_s  # noqa: E402
 from bench.process_cpu import stop  # noqa: E402
 from bench.processor_records import produce  # noqa: E402
-from bench.report import machine_line, write_section  # noqa: E402
+from bench.report import kafka_only_stack, machine_line, write_section  # noqa: E402
 from processors.delay.topics import ensure_topics  # noqa: E402
 from segscope_schemas import altmark_block as ab  # noqa: E402
 
@@ -191,11 +191,7 @@ def main() -> int:
     pure_before, pure_after = max(r[0] for r in pure), max(r[1] for r in pure)
     print(f"pure core: before {pure_before:,.0f}, after {pure_after:,.0f} records/s (best of {args.rounds})")
 
-    from services.stack import Stack
-
-    stack = Stack(run_dir=Path(tempfile.gettempdir()) / "sco-bench-loss-stack", port_base=args.port_base, fresh=True)
-    stack.up(only=["kafka"])
-    try:
+    with kafka_only_stack("sco-bench-loss-stack", args.port_base) as stack:
         bootstrap = stack.kafka_bootstrap
         runs: dict[str, list[dict]] = {"before": [], "one": [], "two": []}
         for _ in range(args.worker_rounds):  # alternately; the run with the most records per CPU-second counts
@@ -203,8 +199,6 @@ def main() -> int:
                 runs[name].append(run_workers(tree, n, bootstrap, messages, n_records, expected, args.timeout))
                 print(f"{name}: {runs[name][-1]}", flush=True)
         w_before, one, two = (max(runs[k], key=lambda r: r["per_cpu_s"]) for k in ("before", "one", "two"))
-    finally:
-        stack.down(only=["kafka"])
     load = os.getloadavg()[0]
     date = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     ratio = two["per_cpu_s"] / one["per_cpu_s"]

@@ -102,9 +102,16 @@ def bench_pure(messages: list[tuple[bytes, bytes]]) -> tuple[float, int, float]:
     return agg.counters.records_in / elapsed, points, agg.counters.records_in / t_ingest
 
 
-def produce(bootstrap: str, topic: str, messages, partition_of: Callable[[bytes], int] | None = None) -> float:
+def produce(
+    bootstrap: str,
+    topic: str,
+    messages,
+    partition_of: Callable[[bytes], int] | None = None,
+    settings: dict | None = None,
+) -> float:
     """Send every (key, value) to `topic` and wait for delivery; the seconds it took. partition_of:
-    the partition of a key (default: librdkafka's partitioner on the key)."""
+    the partition of a key (default: librdkafka's partitioner on the key); settings: librdkafka
+    settings over the defaults below."""
     from confluent_kafka import Producer
 
     # Like collectors/stamp_streamer.c: lz4, record batches of at most ~1 MB (the broker's
@@ -116,6 +123,7 @@ def produce(bootstrap: str, topic: str, messages, partition_of: Callable[[bytes]
             "batch.size": 1_000_000,
             "compression.type": "lz4",
             "queue.buffering.max.kbytes": 1024 * 1024,
+            **(settings or {}),
         }
     )
     failed = []
@@ -134,7 +142,7 @@ def produce(bootstrap: str, topic: str, messages, partition_of: Callable[[bytes]
             except BufferError:
                 p.poll(0.05)
         p.poll(0)
-    if p.flush(120) != 0 or failed:
+    if p.flush(300) != 0 or failed:
         raise RuntimeError(f"producer could not deliver every message: {failed[:3]}")
     return time.perf_counter() - t0
 

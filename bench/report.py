@@ -1,5 +1,5 @@
-"""What every benchmark shares: the description of the machine it ran on and the writer of its
-section of docs/benchmarks.md.
+"""What every benchmark shares: the description of the machine it ran on, the writer of its
+section of docs/benchmarks.md, and a Kafka-only stack of its own.
 
 Each benchmark owns one section, between `<!-- NAME:begin -->` and `<!-- NAME:end -->`; a run
 rewrites only its own section (appending it the first time) and leaves the others as they are.
@@ -7,9 +7,11 @@ rewrites only its own section (appending it the first time) and leaves the other
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import os
 import platform
+import tempfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -73,3 +75,17 @@ def write_section(name: str, text: str, doc: Path = DOC) -> Path:
     doc.parent.mkdir(parents=True, exist_ok=True)
     doc.write_text(new)
     return doc
+
+
+@contextlib.contextmanager
+def kafka_only_stack(name: str, port_base: int):
+    """A Kafka-only services.stack.Stack on port_base, in its own run dir (/tmp/<name>), stopped
+    on exit: a benchmark's broker, apart from the tests' shared stack."""
+    from services.stack import Stack
+
+    stack = Stack(run_dir=Path(tempfile.gettempdir()) / name, port_base=port_base, fresh=True)
+    stack.up(only=["kafka"])
+    try:
+        yield stack
+    finally:
+        stack.down(only=["kafka"])

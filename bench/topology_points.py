@@ -43,7 +43,7 @@ from bench.loss_records import make_messages as loss_messages  # noqa: E402
 from bench.process_cpu import cpu_seconds  # noqa: E402
 from bench.processor_records import make_messages as stamp_messages  # noqa: E402
 from bench.processor_records import produce  # noqa: E402
-from bench.report import machine_line, write_section  # noqa: E402
+from bench.report import kafka_only_stack, machine_line, write_section  # noqa: E402
 from processors.delay.aggregate import DelayAggregator  # noqa: E402
 from processors.delay.topics import ensure_topics  # noqa: E402
 from processors.loss.join import LossJoiner  # noqa: E402
@@ -290,17 +290,9 @@ def main() -> int:
         print(f"pure, {name}: {median(rates):,.0f} points/s", flush=True)
     worker = None
     if not args.no_worker:
-        from services.stack import Stack
-
-        stack = Stack(
-            run_dir=Path(tempfile.gettempdir()) / "sco-bench-topo-stack", port_base=args.port_base, fresh=True
-        )
-        stack.up(only=["kafka"])
-        try:
+        with kafka_only_stack("sco-bench-topo-stack", args.port_base) as stack:
             with tempfile.TemporaryDirectory(prefix="bench-topo-") as tmp:
                 worker = bench_worker(stack.kafka_bootstrap, messages, pure["points"], Path(tmp), cpu=1)
-        finally:
-            stack.down(only=["kafka"])
         print(f"worker: {worker['points'] / max(worker['cpu'], 0.01):,.0f} points per CPU-second", flush=True)
     text = report(machine, args, len(lines), len(messages), pure, worker)
     print(text)
