@@ -58,6 +58,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "segscope.metrics (with --kafka; default 1)",
     )
     p.add_argument(
+        "--stamp-linger-ms",
+        type=int,
+        default=200,
+        help="how long stamp_streamer holds STAMP records to send one Kafka message per node "
+        "(default 200; more: fewer messages for the delay workers, results later; 0: each ring wake-up)",
+    )
+    p.add_argument(
         "--health",
         help="HOST:PORT for HTTP /healthz /readyz /metrics /status (Kubernetes probes, Prometheus); default off",
     )
@@ -66,6 +73,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     a = p.parse_args(argv)
     if not 0.05 <= a.stats_interval <= 3600:
         p.error(f"--stats-interval: {a.stats_interval} out of range 0.05..3600 seconds")
+    if not 0 <= a.stamp_linger_ms <= 10000:
+        p.error(f"--stamp-linger-ms: {a.stamp_linger_ms} out of range 0..10000 ms")
     if a.health:
         from segscope_schemas.health import HealthAddressError, parse_address
 
@@ -107,6 +116,7 @@ def main(argv: list[str] | None = None) -> int:
             workers=a.workers,
             topology_interval_s=a.topology_interval,
             stats_interval_s=a.stats_interval,
+            stamp_linger_ms=a.stamp_linger_ms,
             health=a.health,
         )
     )

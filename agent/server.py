@@ -58,6 +58,7 @@ class AgentConfig:
     stats_interval_s: float = 1.0  # segscope_datapath / segscope_agent lines (with kafka)
     paths_interval_s: float = 60.0  # full republication of segscope.paths records (with kafka)
     health: str | None = None  # HOST:PORT of /healthz /readyz /metrics /status (None: off)
+    stamp_linger_ms: int = 200  # stamp_streamer --linger-ms: records held to batch them per node
 
 
 def _wrap(name: str, fn, streaming: bool, counters: AgentCounters):
@@ -107,7 +108,12 @@ class Agent:
         instance = cfg.instance or cfg.netns or cfg.node
         self.rtnl = Rtnl(cfg.netns)
         self.srv6 = Srv6State(self.rtnl, cfg.node)
-        self.stamp = StampAgent(cfg.node, Tools(REPO, cfg.netns, Path(names.BPFFS_PIN_ROOT) / instance), cfg.kafka)
+        self.stamp = StampAgent(
+            cfg.node,
+            Tools(REPO, cfg.netns, Path(names.BPFFS_PIN_ROOT) / instance),
+            cfg.kafka,
+            linger_ms=cfg.stamp_linger_ms,
+        )
         self.stamp.link_stats = self.rtnl.link_stats
         self.flowmon = FlowMonAgent(cfg.node, REPO, cfg.netns, instance, cfg.kafka)
         # altmark_rx and a STAMP program on one device run chained (datapath/README.md,

@@ -129,8 +129,8 @@ def _summary(values: list[int]) -> pb.StampDelaySummary:
 class StampAgent:
     """State of the node's STAMP roles and sessions (one lock)."""
 
-    def __init__(self, node: str, tools: Tools, kafka: str | None = None):
-        self.node, self.tools, self.kafka = node, tools, kafka
+    def __init__(self, node: str, tools: Tools, kafka: str | None = None, linger_ms: int = 200):
+        self.node, self.tools, self.kafka, self.linger_ms = node, tools, kafka, linger_ms
         self.lock = threading.RLock()
         self.cond = threading.Condition(self.lock)
         # the first Init of a role attaches its program (sender_cfg / reflector_cfg: that device);
@@ -207,6 +207,8 @@ class StampAgent:
             "--stats-interval",
             str(self.streamer_stats_interval_s),
             "--no-metrics",  # the agent publishes the streamer's counters with its own (one line per tick)
+            "--linger-ms",
+            str(self.linger_ms),
         ]
         return cmd + (["--brokers", self.kafka] if self.kafka else ["--no-kafka"])
 

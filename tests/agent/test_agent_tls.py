@@ -69,6 +69,7 @@ def test_agent_refuses_to_start_without_tls_or_with_bad_flags(tmp_path):
         (["--insecure", "--netns", "agt-nonexistent"], "--netns: no network namespace"),
         (["--tls-cert", str(tmp_path / "nope.pem"), "--tls-key", "x"], "--tls_cert".replace("_", "-")),
         (["--insecure", "--health", "9644"], "--health='9644' is not HOST:PORT; fix"),
+        (["--insecure", "--stamp-linger-ms", "20000"], "--stamp-linger-ms: 20000 out of range 0..10000 ms"),
     ):
         r = subprocess.run(base + extra, capture_output=True, text=True, cwd=REPO, timeout=30)
         assert r.returncode == 2 and msg in r.stderr, (extra, r.stderr)
