@@ -24,6 +24,7 @@ import socket
 import threading
 import time
 
+from processors.worker import once_led
 from segscope_schemas import path_record as pr
 
 log = logging.getLogger("segscope.paths")
@@ -125,7 +126,8 @@ class PathBook:
             raise RuntimeError(f"topic {self.topic} does not exist (segscope-topics creates it)")
         ends = {}
         for p in parts:
-            low, high = c.get_watermark_offsets(TopicPartition(self.topic, p), timeout=timeout_s)
+            tp = TopicPartition(self.topic, p)
+            low, high = once_led(lambda t, q=tp: c.get_watermark_offsets(q, timeout=t), f"{self.topic}[{p}]", timeout_s)
             if high > low:
                 ends[p] = high
         c.assign([TopicPartition(self.topic, p, OFFSET_BEGINNING) for p in parts])

@@ -18,6 +18,7 @@ import logging
 import os
 import socket
 import sys
+import time
 from typing import Awaitable, Callable
 
 from segscope_schemas import names
@@ -217,6 +218,26 @@ def dead_letter(reason: str, detail: str, message) -> bytes:
     ).encode()
 
 
+def once_led(call, what: str, timeout_s: float):
+    """call(timeout) -> its result, for a read of a topic's offsets. A topic created a moment ago
+    (every worker's ensure_topics at start; seen in a full test run: the topology worker died) may have no
+    leader yet: the broker answers NOT_LEADER_FOR_PARTITION or LEADER_NOT_AVAILABLE until the
+    election ends, so those are retried until timeout_s; any other error is raised."""
+    from confluent_kafka import KafkaError, KafkaException
+
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            return call(max(1.0, deadline - time.monotonic()))
+        except KafkaException as e:
+            code = e.args[0].code() if e.args else None
+            retriable = code in (KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE)
+            if not retriable or time.monotonic() >= deadline:
+                raise
+            log.info("%s has no leader yet (%s); retrying", what, e.args[0].name())
+            time.sleep(0.2)
+
+
 def read_topic(bootstrap: str, topic: str, group_id: str) -> list[tuple[bytes | None, bytes]]:
     """Every (key, value) of a topic up to its end now, oldest first per partition (no commit)."""
     from confluent_kafka import Consumer, TopicPartition
@@ -225,7 +246,8 @@ def read_topic(bootstrap: str, topic: str, group_id: str) -> list[tuple[bytes | 
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": group_id, "enable.auto.commit": False})
     try:
         for p in c.list_topics(topic, timeout=10).topics[topic].partitions:
-            low, high = c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
+            tp = TopicPartition(topic, p)
+            low, high = once_led(lambda t, q=tp: c.get_watermark_offsets(q, timeout=t), f"{topic}[{p}]", 10)
             if high <= low:
                 continue
             c.assign([TopicPartition(topic, p, low)])

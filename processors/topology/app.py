@@ -42,7 +42,7 @@ from processors.topology.leadership import Leadership
 from processors.topology.model import Identity, MalformedView, Names, TopologyModel
 from processors.topology.sink import TopologySink
 from processors.topology.writer import ArangoWriter
-from processors.worker import ProcessorHealth, dead_letter, escape_instance, faust_app_settings
+from processors.worker import ProcessorHealth, dead_letter, escape_instance, faust_app_settings, once_led
 
 log = logging.getLogger("segscope.topology")
 
@@ -209,9 +209,11 @@ def letters_already_sent(since_s: float) -> set[tuple[str, int, int]]:
         topic = cfg.deadletter_topic
         parts = sorted(c.list_topics(topic, timeout=10).topics[topic].partitions)
         since_ms = int((time.time() - since_s) * 1000)
-        starts = c.offsets_for_times([TopicPartition(topic, p, since_ms) for p in parts], timeout=10)
+        wanted = [TopicPartition(topic, p, since_ms) for p in parts]
+        starts = once_led(lambda t: c.offsets_for_times(wanted, timeout=t), topic, 10)
         for tp in starts:
-            _, high = c.get_watermark_offsets(TopicPartition(topic, tp.partition), timeout=10)
+            where = TopicPartition(topic, tp.partition)
+            _, high = once_led(lambda t, q=where: c.get_watermark_offsets(q, timeout=t), f"{topic}[{tp.partition}]", 10)
             if tp.offset < 0 or tp.offset >= high:
                 continue
             c.assign([TopicPartition(topic, tp.partition, tp.offset)])

@@ -29,6 +29,8 @@ import threading
 import time
 from dataclasses import dataclass
 
+from processors.worker import once_led
+
 log = logging.getLogger("segscope.topology.inputs")
 
 
@@ -84,9 +86,12 @@ class InputReader:
             if lookback > 0:
                 by_time = [TopicPartition(topic, p, now_ms - int(lookback * 1000)) for p in sorted(parts)]
                 # offset -1 = no message that new: start at the end (nothing to read)
-                starts = c.offsets_for_times(by_time, timeout=timeout_s)
+                starts = once_led(lambda t, q=by_time: c.offsets_for_times(q, timeout=t), topic, timeout_s)
             for tp in starts:
-                low, high = c.get_watermark_offsets(TopicPartition(topic, tp.partition), timeout=timeout_s)
+                where = TopicPartition(topic, tp.partition)
+                low, high = once_led(
+                    lambda t, q=where: c.get_watermark_offsets(q, timeout=t), f"{topic}[{tp.partition}]", timeout_s
+                )
                 begin = low if tp.offset < 0 and lookback <= 0 else (high if tp.offset < 0 else tp.offset)
                 if high > begin:
                     self.ends[(topic, tp.partition)] = high

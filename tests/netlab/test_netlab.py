@@ -270,14 +270,16 @@ def test_relay_one_way_accuracy(lab):
         assert summary["p50"] < 100, summary  # measured ~10-20 us
         # The tail depends on the machine: the kernel is PREEMPT_NONE, so when other jobs keep
         # both cores busy in kernel mode the relay's wake-up waits (measured up to ~20 ms).
-        # What must hold: every frame that arrived >200 us late was also counted late
-        # (>=100 us) by the relay itself, so its lateness counters tell the truth.
-        late_seen = sum(1 for a in added if a > 200)
+        # What must hold: every frame that arrived >500 us late was also counted late
+        # (>=100 us) by the relay itself, so its lateness counters tell the truth. The margin
+        # between the two is the kernel's path after the relay's send (softirq, the peer's rx
+        # stamp): one CI-like run saw a frame 220 us late that the relay had sent < 100 us late.
+        late_seen = sum(1 for a in added if a > 500)
         late_counted = sum(
             after[name]["lateness_ns"]["hist_lt"][b] - before[name]["lateness_ns"]["hist_lt"][b] for b in ("1ms", "inf")
         )
         assert late_seen <= late_counted, (late_seen, late_counted, summary)
-        report[name]["late_over_200us"] = late_seen
+        report[name]["late_over_500us"] = late_seen
         # every frame the relay received it forwarded; nothing dropped
         got = after[name]["received"] - before[name]["received"]
         assert got >= 200 and after[name]["forwarded"] - before[name]["forwarded"] == got
