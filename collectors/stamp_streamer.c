@@ -10,9 +10,11 @@
  * order survives. Why linger and one key per node: a delay worker pays ~0.7 ms
  * of CPU per Kafka message (Faust), so a router with 10 sessions at 10 pps
  * sent 100 one-record messages a second that cost 70 ms of a worker core; with
- * the defaults it sends 5 (docs/capacity.md). Nothing is dropped silently: a full librdkafka queue blocks the
- * loop (the BPF side then counts ring-buffer-full drops), delivery failures
- * are counted per record, and the exit code says whether anything was lost.
+ * the defaults it sends 5 (docs/capacity.md).
+ *
+ * Nothing is dropped silently: a full librdkafka queue blocks the loop (the
+ * BPF side then counts ring-buffer-full drops), delivery failures are counted
+ * per record, and the exit code says whether anything was lost.
  *
  * Every --stats-interval seconds the counters go to the metrics topic as
  * InfluxDB line protocol, together with the collector's per-CPU counters

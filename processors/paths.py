@@ -24,7 +24,7 @@ import socket
 import threading
 import time
 
-from processors.worker import once_led
+from processors.worker import watermarks
 from segscope_schemas import path_record as pr
 
 log = logging.getLogger("segscope.paths")
@@ -126,8 +126,7 @@ class PathBook:
             raise RuntimeError(f"topic {self.topic} does not exist (segscope-topics creates it)")
         ends = {}
         for p in parts:
-            tp = TopicPartition(self.topic, p)
-            low, high = once_led(lambda t, q=tp: c.get_watermark_offsets(q, timeout=t), f"{self.topic}[{p}]", timeout_s)
+            low, high = watermarks(c, self.topic, p, timeout_s)
             if high > low:
                 ends[p] = high
         c.assign([TopicPartition(self.topic, p, OFFSET_BEGINNING) for p in parts])

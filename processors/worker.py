@@ -238,6 +238,14 @@ def once_led(call, what: str, timeout_s: float):
             time.sleep(0.2)
 
 
+def watermarks(consumer, topic: str, partition: int, timeout_s: float) -> tuple[int, int]:
+    """(low, high) offsets of one partition, waiting out a leader election (once_led)."""
+    from confluent_kafka import TopicPartition
+
+    tp = TopicPartition(topic, partition)
+    return once_led(lambda t: consumer.get_watermark_offsets(tp, timeout=t), f"{topic}[{partition}]", timeout_s)
+
+
 def read_topic(bootstrap: str, topic: str, group_id: str) -> list[tuple[bytes | None, bytes]]:
     """Every (key, value) of a topic up to its end now, oldest first per partition (no commit)."""
     from confluent_kafka import Consumer, TopicPartition
@@ -246,8 +254,7 @@ def read_topic(bootstrap: str, topic: str, group_id: str) -> list[tuple[bytes | 
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": group_id, "enable.auto.commit": False})
     try:
         for p in c.list_topics(topic, timeout=10).topics[topic].partitions:
-            tp = TopicPartition(topic, p)
-            low, high = once_led(lambda t, q=tp: c.get_watermark_offsets(q, timeout=t), f"{topic}[{p}]", 10)
+            low, high = watermarks(c, topic, p, 10)
             if high <= low:
                 continue
             c.assign([TopicPartition(topic, p, low)])

@@ -42,7 +42,7 @@ from processors.topology.leadership import Leadership
 from processors.topology.model import Identity, MalformedView, Names, TopologyModel
 from processors.topology.sink import TopologySink
 from processors.topology.writer import ArangoWriter
-from processors.worker import ProcessorHealth, dead_letter, escape_instance, faust_app_settings, once_led
+from processors.worker import ProcessorHealth, dead_letter, escape_instance, faust_app_settings, once_led, watermarks
 
 log = logging.getLogger("segscope.topology")
 
@@ -212,8 +212,7 @@ def letters_already_sent(since_s: float) -> set[tuple[str, int, int]]:
         wanted = [TopicPartition(topic, p, since_ms) for p in parts]
         starts = once_led(lambda t: c.offsets_for_times(wanted, timeout=t), topic, 10)
         for tp in starts:
-            where = TopicPartition(topic, tp.partition)
-            _, high = once_led(lambda t, q=where: c.get_watermark_offsets(q, timeout=t), f"{topic}[{tp.partition}]", 10)
+            _, high = watermarks(c, topic, tp.partition, 10)
             if tp.offset < 0 or tp.offset >= high:
                 continue
             c.assign([TopicPartition(topic, tp.partition, tp.offset)])

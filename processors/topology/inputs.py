@@ -29,7 +29,7 @@ import threading
 import time
 from dataclasses import dataclass
 
-from processors.worker import once_led
+from processors.worker import once_led, watermarks
 
 log = logging.getLogger("segscope.topology.inputs")
 
@@ -88,10 +88,7 @@ class InputReader:
                 # offset -1 = no message that new: start at the end (nothing to read)
                 starts = once_led(lambda t, q=by_time: c.offsets_for_times(q, timeout=t), topic, timeout_s)
             for tp in starts:
-                where = TopicPartition(topic, tp.partition)
-                low, high = once_led(
-                    lambda t, q=where: c.get_watermark_offsets(q, timeout=t), f"{topic}[{tp.partition}]", timeout_s
-                )
+                low, high = watermarks(c, topic, tp.partition, timeout_s)
                 begin = low if tp.offset < 0 and lookback <= 0 else (high if tp.offset < 0 else tp.offset)
                 if high > begin:
                     self.ends[(topic, tp.partition)] = high
