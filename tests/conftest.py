@@ -18,6 +18,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+# before anything imports grpc: the test process forks (Popen) while its gRPC channels are busy;
+# gRPC core's fork handlers are off, as in the agent and the controller (agent/__init__.py says why)
+os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
+
 import pytest
 
 from services.stack import Stack, StackError
