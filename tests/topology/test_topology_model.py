@@ -235,6 +235,76 @@ def test_stamp_lines_taken_unparsed_end_as_if_every_line_had_been_parsed():
     assert held(fast) == held(parsed) and len(held(fast)) == 45 + 7
 
 
+def _odd_or_plain_line(rng: random.Random, second: int) -> str:
+    """A line of segscope.metrics: mostly what the processors write, sometimes something else."""
+    ts = 1795306905000000000 + second * 1_000_000_000
+    node, ssid, direction = rng.choice("AB"), rng.randint(1, 4), rng.choice(("forward", "reverse"))
+    stamp = _stamp_line(node, ssid, direction, ts, rng.randint(100, 5000) / 10)
+    flow, lost = rng.randint(1, 4), rng.randint(0, 3)
+    complete = rng.choice(("complete=true", "complete=t", "complete=TRUE", "complete=false", "complete=maybe"))
+    reason = rng.choice(
+        ('reason="ok"', 'reason="a b"', 'reason="x,complete=true,y"', 'reason="open', "complete=t", "complete=f")
+    )
+    loss = (
+        f"altmark_loss,flow={flow},method=dscp,period_ms=1000,tx_node={node},rx_node=B,path=p "
+        f"tx_packets=100i,rx_packets={100 - lost}i,lost={lost}i,{complete},{reason},newest_ns={ts}i {ts}"
+    )
+    odd = [
+        stamp,
+        loss,
+        "",  # a blank line
+        "# a comment",
+        "  " + stamp,  # indented: the line loop strips it and takes it
+        "\t" + loss,
+        stamp.replace("ssid=", "ssid=x"),  # a tag the key cannot use
+        stamp.replace(f"node={node},", ""),  # no node tag
+        stamp.replace("count=10i", "count=ten"),  # malformed fields, found at settle
+        stamp.rsplit(" ", 1)[0],  # no timestamp
+        stamp + " ",  # four parts
+        stamp.split(" ")[0] + "  " + str(ts),  # no fields
+        stamp.replace(f" {ts}", f" {ts // 1_000_000_000}_000_000_000"),  # int() reads underscores
+        stamp.replace(",direction=", ",direction=a=b,x="),
+        f"stamp_delay_histogram,node={node},ssid={ssid},direction={direction} b1=3i {ts}",
+        f"segscope_processor,processor=delay records_in={second}i {ts}",
+        "stamp_delay" + stamp[len("stamp_delay,") - 1 :].replace(",", " ", 1),  # no tags
+    ]
+    weights = [30, 20] + [1] * (len(odd) - 2)
+    return rng.choices(odd, weights)[0]
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_a_message_read_in_one_pass_ends_as_if_read_line_by_line(seed):
+    """apply_metrics_text's one pass over a plain message (split once, tag sets cached) against
+    the line loop (_apply_lines) on the same messages: counters and held measures equal, for
+    messages of processor lines mixed with blank, comment, indented, broken, incomplete, unusual
+    lines, with and without a final line break; some messages have an escape or a \\r (line loop)."""
+    rng = random.Random(seed)
+    one_pass, line_loop = TopologyModel(), TopologyModel()
+    plain_messages = 0
+    for message in range(150):
+        lines = [_odd_or_plain_line(rng, rng.randint(0, 30)) for _ in range(rng.randint(1, 40))]
+        text = "\n".join(lines) + ("\n" if rng.random() < 0.5 else "")
+        if rng.random() < 0.1:
+            text = text.replace("node=B", rng.choice(("node=B\\ 2", "node=B\r", "node=B\x0c", "node=B\u2028")))
+        plain_messages += text.isascii() and "\\" not in text and "\r" not in text
+        one_pass.apply_metrics_text(text)
+        line_loop._apply_lines(text)
+        if message % 7 == 0:  # a flush settles what was taken so far
+            one_pass.settle()
+            line_loop.settle()
+    one_pass.settle()
+    line_loop.settle()
+    assert one_pass.counters.as_dict() == line_loop.counters.as_dict()
+    c = one_pass.counters
+    assert c.points_in > 500 and c.points_stale > 0 and c.points_ignored > 50 and c.malformed_lines > 10
+    assert plain_messages > 100  # the one pass was what read most messages
+
+    def held(m):
+        return {k: (v.timestamp_ns, v.fields, v.tags) for k, v in [*m.stamp.items(), *m.loss.items()]}
+
+    assert held(one_pass) == held(line_loop) and len(held(one_pass)) >= 16
+
+
 def test_a_stamp_line_with_malformed_fields_is_undone_at_the_next_reading():
     m = TopologyModel()
     good = _stamp_line("A", 7, "forward", 1000, 2044.9)
