@@ -270,18 +270,18 @@ class TopologyModel:
         Only `stamp_delay` and `altmark_loss` lines are read: the topic also carries every
         process's counters and `stamp_delay_histogram` (as many lines as `stamp_delay`), which
         count as points_ignored, unparsed. A message as segscope's processors write it (ASCII, no
-        escapes, \\n line breaks) is split once on \\n and each measured line on
-        its blanks; each series' tags are parsed once (the `_series` cache, keyed by the line's
-        measurement and tags) and its fields at settle: at 1 000 routers this topic carries 50 k
-        measured points/s, and reading them was this processor's limit (docs/capacity.md,
-        bench/topology_points.py). Any other message is read line by line
-        (_apply_line), with the same outcome: a test holds the two equal."""
+        escapes, \\n line breaks) is split once on \\n and each measured line on its blanks; each
+        series' tags are parsed once (the `_series` cache, keyed by the line's measurement and
+        tags) and its fields at settle: at 1 000 routers this topic carries 50 k measured points/s,
+        and reading them was this processor's limit (docs/capacity.md, bench/topology_points.py).
+        Any other message is read line by line (_apply_lines), with the same outcome: a test holds
+        the two equal."""
         if not text or not _plain_message(text):
             self._apply_lines(text)
             return
         lines = text.split("\n")
         c = self.counters
-        series, unparsed = self._series, self.unparsed
+        series, unparsed, stamp_store, loss_store = self._series, self.unparsed, self.stamp, self.loss
         if len(series) > 4 * (len(self.stamp) + len(self.loss)) + 10_000:
             series.clear()  # tag sets no longer seen (a path changed): parsed again when they come back
         taken = stale = ignored = 0
@@ -303,7 +303,8 @@ class TopologyModel:
             if known is False or (known[0] and not _complete_is_true(raw_fields)):
                 self._apply_line(line)
                 continue
-            is_loss, store, key, tags = known
+            is_loss, key, tags = known
+            store = loss_store if is_loss else stamp_store
             try:
                 ts = int(ts_text)
             except ValueError:
@@ -321,7 +322,7 @@ class TopologyModel:
         c.points_ignored += ignored
 
     def _series_of(self, head: str):
-        """(is loss, store, key, tags) of a measured line's tag set, as _take_plain_line reads it;
+        """(is loss, key, tags) of a measured line's tag set, as _take_plain_line reads it;
         False when _take_plain_line would not take it (the line then goes to _apply_line).
         The tags dict is shared by every measure of the series: nothing changes a held measure's tags."""
         measurement, *items = head.split(",")
@@ -333,8 +334,8 @@ class TopologyModel:
             tags[key] = value
         try:
             if measurement == "stamp_delay":
-                return False, self.stamp, (tags["node"], int(tags["ssid"]), tags["direction"]), tags
-            return True, self.loss, (int(tags["flow"]), tags["tx_node"]), tags
+                return False, (tags["node"], int(tags["ssid"]), tags["direction"]), tags
+            return True, (int(tags["flow"]), tags["tx_node"]), tags
         except (KeyError, ValueError):
             return False
 
