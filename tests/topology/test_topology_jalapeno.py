@@ -1,6 +1,7 @@
 """Jalapeno mode against a database shaped by Jalapeno's own code (jalapeno_fixture.py): edges
-of igp-graph (igpv6_graph) and their ip-graph copies (ipv6_graph) annotated, refreshed after a
-BGP-LS update rewrote them, stale values removed, indexes created. Also own-mode expiry.
+of igp-graph (igpv6_graph) and their ip-graph copies (ipv6_graph) annotated with delay and loss,
+refreshed after a BGP-LS update rewrote them, stale values removed, indexes created. Also
+own-mode expiry.
 
 The stand-in by default; a real ArangoDB with SEGSCOPE_ARANGO_URL (conftest.py).
 """
@@ -13,9 +14,10 @@ import jalapeno_fixture as jf
 import pytest
 from test_topology_model import ONE_HOP, stamp, views
 
-from processors.topology.model import DELAY_FIELDS, Names, TopologyModel
+from processors.topology.model import DELAY_FIELDS, LOSS_FIELDS, Names, TopologyModel
 from processors.topology.sink import TopologySink
 from processors.topology.writer import INDEX_DELAY_AT, INDEX_LINK_IPS, INDEX_LOSS_AT, ArangoWriter
+from segscope_schemas.line_protocol import parse_line
 
 T0 = 1795306905000000000  # the stamp points' time (test_topology_model.stamp)
 AR = jf.ls_link("A", "fc00:12::1", "R", "fc00:12::2")["_key"]
@@ -159,6 +161,53 @@ def test_stale_measurements_are_removed_from_both_graphs_and_not_written_back(ar
     assert "latency" not in edges(sink)[AR]
     clocks.advance(170)  # R->A (measured at T0 + 200 s) expires too
     assert sink.flush()["expired"] == 2 and "latency" not in edges(sink)[RA]
+
+
+# altmark flow 5 from A to R over a0: one hop, so its loss annotates the A->R edge
+ONE_HOP_FLOW = {
+    "side": "FLOW_MONITOR_SIDE_TX",
+    "flow_id": 5,
+    "method": "MARKING_METHOD_DSCP",
+    "segments": ["fc00:2::e"],
+    "device": "a0",
+    "period_ms": 1000,
+}
+
+
+def test_loss_is_written_in_rfc_8570_units_and_percent_and_expires_from_both_graphs(arango):
+    stored = jf.build(arango)
+    clocks = Clocks()
+    m = TopologyModel()
+    for v in views(flows=[ONE_HOP_FLOW]):
+        m.apply_view(copy.deepcopy(v))
+    # 123 of 10 000 lost: 1.23 %, 410 000 units of 0.000003 % (RFC 8570 section 4.4)
+    assert m.apply_point(
+        parse_line(
+            "altmark_loss,flow=5,method=dscp,period_ms=1000,tx_node=A,rx_node=R tx_packets=10000i,"
+            f'rx_packets=9877i,lost=123i,loss_ratio=0.0123,complete=true,reason="ok" {T0}'
+        )
+    )
+    sink = jalapeno_sink(arango, m, clocks, refresh_s=1.0, stale_after_s=300.0)
+    stats = sink.flush()
+    assert (stats["annotated"], stats["ip_annotated"], stats["unmatched"]) == (1, 1, 0)
+    for coll in ("igpv6_graph", "ipv6_graph"):
+        ar = edges(sink, coll)[AR]
+        assert type(ar["unidir_packet_loss"]) is int and ar["unidir_packet_loss"] == 410_000, coll
+        assert ar["unidir_packet_loss_percentage"] == 1.23
+        assert ar["loss_measured_at_ns"] == T0
+        assert ar["loss_source"] == {"kind": "altmark", "flow": 5, "tx_node": "A", "tx_packets": 10000, "lost": 123}
+        assert not set(LOSS_FIELDS) & set(edges(sink, coll)[RA])  # the reverse direction carries no flow
+    clocks.advance(300)  # the point is 301 s old: expired at this refresh
+    assert sink.flush()["expired"] == 2  # A->R in igpv6_graph and in ipv6_graph
+    for coll in ("igpv6_graph", "ipv6_graph"):
+        ar = edges(sink, coll)[AR]
+        assert not set(LOSS_FIELDS) & set(ar), f"{coll}: {sorted(set(LOSS_FIELDS) & set(ar))} left"
+        assert {k: v for k, v in ar.items() if k not in ("_rev", "_id")} == {
+            k: v for k, v in stored[coll][AR].items() if k != "_rev"
+        }
+    clocks.advance(30)
+    assert sink.flush()["annotated"] == 0  # the expired loss is not written back
+    assert "unidir_packet_loss_percentage" not in edges(sink)[AR]
 
 
 def test_expiry_removes_the_fields_a_previous_run_wrote(arango):
