@@ -135,3 +135,8 @@ def test_jalapeno_uses_jalapenos_services(built):
     topo = by_kind(docs, "Deployment")["segscope-topology"]["spec"]["template"]["spec"]["containers"][0]
     env = {e["name"]: e.get("value") for e in topo["env"]}
     assert env["SEGSCOPE_TOPOLOGY_MODE"] == "jalapeno"
+    assert env["SEGSCOPE_TOPOLOGY_JALAPENO_TELEMETRY_TOPIC"] == "jalapeno.telemetry"
+    assert (env["SEGSCOPE_TOPOLOGY_JALAPENO_EDGES"], env["SEGSCOPE_TOPOLOGY_JALAPENO_IP_EDGES"]) == (
+        "igpv6_graph",
+        "ipv6_graph",
+    )
