@@ -233,9 +233,40 @@ def test_topology_settings_reach_the_processors_environment():
     assert (cfg.refresh_s, cfg.jalapeno_ip_edges, cfg.telemetry_measurements()) == (10.0, "", None)
 
 
+def test_influx_setup_full_rollups_only_or_none(capsys):
+    def init_containers(*args: str) -> list[dict]:
+        spec = by_kind(helm_template(*args), "Deployment")["segscope-telegraf"]["spec"]["template"]["spec"]
+        return spec.get("initContainers", [])
+
+    (full,) = init_containers()
+    assert full["name"] == "influx-setup" and "--rollups-only" not in full["args"]
+    assert "--raw-retention=30d" in full["args"]
+    assert {"SEGSCOPE_INFLUX_WRITER_USER", "SEGSCOPE_INFLUX_READER_USER"} <= {e["name"] for e in full["env"]}
+    (only,) = init_containers("-f", str(CHART / "examples" / "jalapeno.yaml"))
+    assert only["command"] == ["segscope-influx-setup"] and "--rollups-only" in only["args"]
+    assert not [a for a in only["args"] if a.startswith("--raw-retention")]  # autogen is Jalapeno's
+    assert "--rollup-1m-retention=400d" in only["args"]
+    assert {e["name"] for e in only["env"]} == {"SEGSCOPE_INFLUX_ADMIN_USER", "SEGSCOPE_INFLUX_ADMIN_PASSWORD"}
+    assert all(e["valueFrom"]["secretKeyRef"]["optional"] is True for e in only["env"])
+    assert init_containers("--set", "influxdb.setup=false") == []
+    # the tool takes the rendered args (a renamed flag fails here, not in the pod): it gets as far as
+    # the server (none listens on port 9: exit 1, not argparse's 2)
+    from services.influxdb import setup
+
+    for init in (full, only):
+        args = [
+            a.replace("$(SEGSCOPE_INFLUX_URL)", "http://127.0.0.1:9").replace("$(SEGSCOPE_INFLUX_DB)", "mdt_db")
+            for a in init["args"]
+        ]
+        env = {"SEGSCOPE_INFLUX_ADMIN_USER": "admin", "SEGSCOPE_INFLUX_ADMIN_PASSWORD": "pw"}
+        code = setup.main([a if not a.startswith("--timeout=") else "--timeout=0" for a in args], env=env)
+        assert code == 1 and "/ping did not answer" in capsys.readouterr().err, init["name"]
+
+
 @pytest.mark.parametrize(
     "settings,message",
     [
+        (["influxdb.rollupsOnly=true"], "influxdb.setup and influxdb.rollupsOnly are both true"),
         (["processors.topology.refreshSeconds=0"], "/processors/topology/refreshSeconds"),
         (["processors.topology.jalapeno.edges=a b"], "/processors/topology/jalapeno/edges"),
         (["processors.topology.jalapeno.kafka=no-port"], "/processors/topology/jalapeno/kafka"),
