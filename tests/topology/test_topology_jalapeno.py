@@ -239,6 +239,39 @@ def test_own_mode_edges_lose_stale_values_too(arango):
     assert w.db.collection("segscope_path").get("200_0_0_A_200_0_0_R_fc00:12::2")["delay_us"] == 2044.9
 
 
+def test_a_newer_second_without_jitter_removes_the_older_jitter(arango):
+    """Each edge carries the fields of one second: a newer point without ipdv_mean_us must not
+    leave the older point's unidir_delay_variation beside its own delay_measured_at_ns."""
+    jf.build(arango)
+    clocks = Clocks()
+    m = model(stamp("forward", 2044.9))
+    sink = jalapeno_sink(arango, m, clocks)
+    assert sink.flush()["annotated"] == 1
+    assert [edges(sink, c)[AR]["unidir_delay_variation"] for c in ("igpv6_graph", "ipv6_graph")] == [6, 6]
+    assert m.apply_point(stamp("forward", 2050.0, ts=T0 + 1_000_000_000, ipdv=None))
+    assert sink.flush()["annotated"] == 1  # changed: written before the refresh is due
+    for coll in ("igpv6_graph", "ipv6_graph"):
+        ar = edges(sink, coll)[AR]
+        assert "unidir_delay_variation" not in ar, coll
+        assert (ar["delay_measured_at_ns"], ar["latency"], ar["delay_mean_us"]) == (T0 + 1_000_000_000, 2050, 2050.0)
+    # own mode: the edge document is replaced whole, so the field goes there too
+    own = ArangoWriter(arango.url, arango.db_name + "_own", arango.user, arango.password)
+    m = model(stamp("forward", 2044.9))
+    sink = TopologySink(m, own, monotonic=lambda: clocks.mono, wall_ns=lambda: clocks.wall)
+    key = "200_0_2_0_A_fc00:12::1_R_fc00:12::2"
+    try:
+        sink.flush()
+        assert own.db.collection("segscope_graph_edge").get(key)["unidir_delay_variation"] == 6.3
+        m.apply_point(stamp("forward", 2050.0, ts=T0 + 1_000_000_000, ipdv=None))
+        assert sink.flush()["upserted"] >= 1
+        e = own.db.collection("segscope_graph_edge").get(key)
+        assert "unidir_delay_variation" not in e and e["delay_measured_at_ns"] == T0 + 1_000_000_000
+        assert e["local_link_ip"] == "fc00:12::1" and e["_from"] == "segscope_node/200_0_0_A"
+    finally:
+        if arango.standin is None:
+            own.client.db("_system", username=arango.user, password=arango.password).delete_database(own.db_name)
+
+
 def test_indexes_on_the_filtered_fields_are_created_once(arango):
     jf.build(arango)
     w = ArangoWriter(arango.url, arango.db_name, arango.user, arango.password, mode="jalapeno")
