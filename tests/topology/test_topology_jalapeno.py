@@ -16,7 +16,7 @@ from test_topology_model import ONE_HOP, stamp, views
 
 from processors.topology.model import DELAY_FIELDS, LOSS_FIELDS, Names, TopologyModel
 from processors.topology.sink import TopologySink
-from processors.topology.writer import INDEX_DELAY_AT, INDEX_LINK_IPS, INDEX_LOSS_AT, ArangoWriter
+from processors.topology.writer import ArangoWriter
 from segscope_schemas.line_protocol import parse_line
 
 T0 = 1795306905000000000  # the stamp points' time (test_topology_model.stamp)
@@ -276,10 +276,21 @@ def test_indexes_on_the_filtered_fields_are_created_once(arango):
     jf.build(arango)
     w = ArangoWriter(arango.url, arango.db_name, arango.user, arango.password, mode="jalapeno")
     w.ensure_schema()
+    # literal field lists, from what the writer's AQL filters on (not from its constants): the
+    # annotate query e.local_link_ip/e.remote_link_ip, the expiry e.@stamp_field (the two
+    # *_measured_at_ns), the node lookup n.name
     for coll in ("igpv6_graph", "ipv6_graph"):
         persistent = {tuple(i["fields"]): i for i in w.db.collection(coll).indexes() if i["type"] == "persistent"}
-        assert set(persistent) == {tuple(x["fields"]) for x in (INDEX_LINK_IPS, INDEX_DELAY_AT, INDEX_LOSS_AT)}
-        assert persistent[("delay_measured_at_ns",)]["sparse"] is True
+        assert set(persistent) == {
+            ("local_link_ip", "remote_link_ip"),
+            ("delay_measured_at_ns",),
+            ("loss_measured_at_ns",),
+        }
+        assert persistent[("local_link_ip", "remote_link_ip")]["sparse"] is False  # every edge has both
+        assert persistent[("delay_measured_at_ns",)]["sparse"] is True  # most edges are not measured
+        assert persistent[("loss_measured_at_ns",)]["sparse"] is True
+    nodes = [tuple(i["fields"]) for i in w.db.collection("igp_node").indexes() if i["type"] == "persistent"]
+    assert nodes == [("name",)]
     created = w.counters.indexes_created
     assert created == 7  # 3 per edge collection + igp_node.name
     w.ensure_schema()
