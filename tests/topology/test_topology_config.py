@@ -26,6 +26,13 @@ def test_defaults_follow_the_contract():
     assert c.datadir == ".run/processors/segscope-topology"
     # Jalapeno's collections as igp-graph's code creates them (the edges are named like the graph)
     assert (c.jalapeno_nodes, c.jalapeno_edges) == ("igp_node", "igpv6_graph")
+    # ip-graph's copies (cmd/ip-graph --ipv6-graph)
+    assert c.jalapeno_ip_edges == "ipv6_graph"
+    # refreshed well within igp-graph's rewrites; expired after 10 refreshes; ArangoDB's batch size
+    assert (c.refresh_s, c.stale_after_s, c.batch_size) == (30.0, 300.0, 1000)
+    # the optional outputs to Jalapeno's Kafka are off
+    assert (c.jalapeno_kafka, c.jalapeno_link_events_topic, c.jalapeno_telemetry_topic) == ("", "", "")
+    assert c.jalapeno_telemetry_measurements == "stamp_delay,altmark_loss"
     c = TopologyConfig.from_env({"SEGSCOPE_TOPOLOGY_JALAPENO_EDGES": "igpv6_graph_edge"})
     assert c.jalapeno_edges == "igpv6_graph_edge"
 
