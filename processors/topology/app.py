@@ -116,10 +116,10 @@ app = TopologyApp(
     **faust_app_settings(cfg.bootstrap, cfg.datadir),
 )
 health = ProcessorHealth(app, "topology", cfg, stale_after_s=max(15.0, 5 * cfg.flush_interval_s))
+# where reading segscope.metrics starts (0: its beginning); forwarded telemetry is read back as far
+METRICS_LOOKBACK_S = cfg.stale_after_s + cfg.refresh_s if cfg.stale_after_s else 0.0
 reader = InputReader(
-    cfg.bootstrap,
-    [cfg.topology_topic, cfg.metrics_topic],
-    lookback_s={cfg.metrics_topic: cfg.stale_after_s + cfg.refresh_s if cfg.stale_after_s else 0.0},
+    cfg.bootstrap, [cfg.topology_topic, cfg.metrics_topic], lookback_s={cfg.metrics_topic: METRICS_LOOKBACK_S}
 )
 metrics_out = app.topic(cfg.metrics_topic, key_serializer="raw", value_serializer="raw")
 deadletter_topic = app.topic(cfg.deadletter_topic, key_serializer="raw", value_serializer="raw")
@@ -156,8 +156,11 @@ def handle_metrics(message: InputMessage) -> None:
     except UnicodeDecodeError:
         model.counters.malformed_lines += 1
         return
-    if jalapeno_kafka is not None and leadership.leading:  # one copy: the leader's
-        jalapeno_kafka.forward_metrics(text, message.key)
+    if jalapeno_kafka is not None and jalapeno_kafka.hold(
+        text, message.key, (message.topic, message.partition, message.offset)
+    ):
+        if leadership.leading:  # one copy: the leader's (standbys hold theirs for a take-over)
+            jalapeno_kafka.send_held()
     if "stamp_delay," not in text and "altmark_loss," not in text:  # cheap skip of other producers' messages
         return
     model.apply_metrics_text(text)
@@ -249,6 +252,10 @@ async def take_over() -> None:
     for _, message, letter in recent_letters:
         if (message.topic, message.partition, message.offset) not in sent:
             await send_dead_letter(message, letter)
+    if jalapeno_kafka is not None and jalapeno_kafka.telemetry_topic:
+        # forward what no leader forwarded while this worker was a standby (jalapeno_kafka.py)
+        await loop.run_in_executor(None, jalapeno_kafka.read_marks, METRICS_LOOKBACK_S or None)
+        jalapeno_kafka.send_held()
 
 
 leadership = Leadership(app, take_over)
@@ -283,6 +290,8 @@ _last_log = 0.0
 async def flush() -> None:
     model.settle()  # every worker, standbys too: parse the stamp_delay fields taken since the last flush
     async with leadership.lock:  # a rebalance waits for the write in progress, and vice versa
+        if leadership.leading and jalapeno_kafka is not None:
+            jalapeno_kafka.send_held()  # lines held while take_over read the telemetry topic back
         if not leadership.leading:
             extra_counters["flushes_skipped_standby"] += 1
         elif not reader.caught_up:

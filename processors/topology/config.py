@@ -107,6 +107,13 @@ class TopologyConfig(EnvConfig):
                 f"{ENV['jalapeno_telemetry_measurements'][0]} is empty: "
                 "list measurements (e.g. stamp_delay,altmark_loss) or '*'"
             )
+        if self.jalapeno_link_events_topic and self.mode != "jalapeno":
+            # the events name igpv6_graph edges, which own mode never writes: nothing would be sent
+            raise ConfigError(
+                f"{ENV['jalapeno_link_events_topic'][0]}={self.jalapeno_link_events_topic!r} is only used in "
+                f"jalapeno mode ({ENV['mode'][0]}={self.mode!r}): set {ENV['mode'][0]}=jalapeno, "
+                f"or unset {ENV['jalapeno_link_events_topic'][0]}"
+            )
         if self.batch_size < 1:
             raise ConfigError(f"{ENV['batch_size'][0]}={self.batch_size}: use a batch size >= 1, e.g. 1000")
 

@@ -712,7 +712,9 @@ class TopologyModel:
     def edge_measurements(self, min_measured_at_ns: int | None = None) -> dict[str, dict]:
         """{link key: fields} from single-link STAMP directions and single-link altmark flows.
         When several sessions (flows) cross the same link, the newest point wins. Points older
-        than min_measured_at_ns (expired: the session/flow stopped reporting) are left out."""
+        than min_measured_at_ns (expired: the session/flow stopped reporting) are left out.
+        A delay field the newest point has no value for (no ipdv_mean_us, no min/max) is None:
+        to be removed from the edge, never left there from an older point."""
         self.settle()
         fresh = (lambda m: True) if min_measured_at_ns is None else (lambda m: m.timestamp_ns >= min_measured_at_ns)
         delay: dict[str, tuple] = {}
@@ -728,10 +730,11 @@ class TopologyModel:
             if key in delay and delay[key][0] >= rank:
                 continue
             f = m.fields
+            min_max = [_round(f.get("min_us")), _round(f.get("max_us"))]
             fields = {
                 "latency": _round(f.get("mean_us")),
                 "unidir_link_delay": _round(f.get("mean_us")),
-                "unidir_link_delay_min_max": [_round(f.get("min_us")), _round(f.get("max_us"))],
+                "unidir_link_delay_min_max": None if None in min_max else min_max,
                 "unidir_delay_variation": _round(f.get("ipdv_mean_us")),
                 "delay_measured_at_ns": m.timestamp_ns,
                 "delay_source": {
@@ -742,7 +745,9 @@ class TopologyModel:
                     "count": f.get("count"),
                 },
             }
-            delay[key] = (rank, {k: v for k, v in fields.items() if v is not None})
+            # a field this second has no value for is None, not absent: the writer removes it from the
+            # edge (an update would keep the previous second's value beside this second's timestamp)
+            delay[key] = (rank, fields)
         loss: dict[str, tuple] = {}
         for fp in self.flow_paths():
             m = self.loss.get((fp["flow"], fp["node"]))
@@ -880,7 +885,8 @@ class TopologyModel:
                 **ldoc,
                 "_from": self.node_id(link.local_node),
                 "_to": self.node_id(link.remote_node),
-                **measured.get(ldoc["_key"], {}),
+                # absent, not null, when unknown: the sink replaces edge documents whole
+                **{k: v for k, v in measured.get(ldoc["_key"], {}).items() if v is not None},
             }
         self.counters.measurements_unmapped = len(self.unmapped_measurements())
         return {n.nodes: nodes, n.links: links, n.sids: sids, n.edges: edges, n.paths: self.path_docs()}
@@ -905,18 +911,22 @@ def _rfc8570_us(value: float) -> int:
     return min(max(int(round(value)), 0), RFC8570_MAX)
 
 
+def _rfc8570_us_or_none(value: float | None) -> int | None:
+    return None if value is None else _rfc8570_us(value)
+
+
 def bgp_ls_fields(fields: dict) -> dict:
     """Our edge fields as igp-graph's IGPGraphObject types them (uint32; Go fails to decode a float
     into one): delays in whole µs, the loss in RFC 8570 units; the exact values stay beside them
     (`delay_mean_us`, `unidir_packet_loss_percentage`) for whoever reads floats."""
-    out = dict(fields)
+    out = dict(fields)  # None stays None: the writer removes that field from the edge
     if "unidir_link_delay" in fields:
         out["delay_mean_us"] = fields["unidir_link_delay"]
-        out["latency"] = out["unidir_link_delay"] = _rfc8570_us(fields["unidir_link_delay"])
-    if "unidir_link_delay_min_max" in fields:
+        out["latency"] = out["unidir_link_delay"] = _rfc8570_us_or_none(fields["unidir_link_delay"])
+    if fields.get("unidir_link_delay_min_max") is not None:
         out["unidir_link_delay_min_max"] = [_rfc8570_us(v) for v in fields["unidir_link_delay_min_max"]]
     if "unidir_delay_variation" in fields:
-        out["unidir_delay_variation"] = _rfc8570_us(fields["unidir_delay_variation"])
+        out["unidir_delay_variation"] = _rfc8570_us_or_none(fields["unidir_delay_variation"])
     if "unidir_packet_loss" in fields:  # our edge field is percent
         pct = fields["unidir_packet_loss"]
         out["unidir_packet_loss_percentage"] = pct

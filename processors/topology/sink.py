@@ -99,10 +99,15 @@ class TopologySink:
             now = self.monotonic()
             refresh = self._last_refresh is None or now - self._last_refresh >= self.refresh_s
             if "docs" in snap:
+                # expire first: the edge documents are replaced whole, so writing first would drop the
+                # stale fields uncounted (and leave only the edges the model no longer has to expiry)
+                expired = self._expire(snap.get("cutoff_ns")) if refresh else 0
                 stats = self._write_own(snap["docs"])
             else:
+                # after: check_ip_edges (at a refresh) may have found ip-graph's collection just now
                 stats = self._write_jalapeno(snap, refresh)
-            stats["expired"] = self._expire(snap.get("cutoff_ns")) if refresh else 0
+                expired = self._expire(snap.get("cutoff_ns")) if refresh else 0
+            stats["expired"] = expired
             if refresh:
                 self._last_refresh = now
                 self.counters.refreshes += 1
@@ -157,7 +162,8 @@ class TopologySink:
         order = [n.nodes, n.sids, n.links, n.edges, n.paths]
         stats = {"upserted": 0, "deleted": 0}
         for coll in order + [c for c in upserts if c not in order]:
-            stats["upserted"] += self.writer.upsert(coll, upserts.get(coll, []))
+            # edges whole: a measured field the newest point lacks (documents() leaves it out) must go
+            stats["upserted"] += self.writer.upsert(coll, upserts.get(coll, []), replace=coll == n.edges)
         for coll in [n.paths, n.edges, n.links, n.sids, n.nodes]:
             stats["deleted"] += self.writer.delete(coll, deletes.get(coll, []))
         self.written = docs

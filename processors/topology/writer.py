@@ -3,7 +3,8 @@
 Endpoints it uses (and all the stand-in in tests/topology/arango_standin.py implements):
 HTTP Basic auth (default) or JWT (`auth_method="jwt"`: POST /_open/auth), database list/create,
 collection list/create, index list/create, gharial get/create, document insert with
-overwriteMode=update (an upsert by _key: a replay rewrites the same documents, never adds one),
+overwriteMode=update or replace (an upsert by _key: a replay rewrites the same documents, never
+adds one),
 document delete by key, and /_api/cursor (create, next batch, delete) for the AQL texts below.
 Every AQL result is read through python-arango's cursor, so results larger than one batch
 (`batch_size`, ArangoDB's default 1000) are fetched batch by batch.
@@ -34,11 +35,12 @@ log = logging.getLogger("segscope.topology.writer")
 # has to be made there too, deliberately.
 QUERY_ALL = "FOR d IN @@collection RETURN d"
 # one query per collection per flush: every annotation, matched on the link addresses (indexed:
-# INDEX_LINK_IPS); returns what matched so the caller can count what did not
+# INDEX_LINK_IPS); returns what matched so the caller can count what did not. keepNull false: a
+# field the newest measurement has no value for comes as null and is removed (model.edge_measurements)
 QUERY_ANNOTATE_EDGES = (
     "FOR a IN @annotations "
     "FOR e IN @@edges FILTER e.local_link_ip == a.local_ip AND e.remote_link_ip == a.remote_ip "
-    "UPDATE e WITH a.fields IN @@edges "
+    "UPDATE e WITH a.fields IN @@edges OPTIONS { keepNull: false } "
     "RETURN {local_ip: a.local_ip, remote_ip: a.remote_ip, key: NEW._key}"
 )
 # `!= null` first: in AQL null sorts below every number, so `null < @cutoff_ns` would be true
@@ -171,11 +173,13 @@ class ArangoWriter:
         return True
 
     # -- writes -------------------------------------------------------------------------
-    def upsert(self, collection: str, docs: list[dict]) -> int:
-        """Insert-or-update by _key (overwriteMode=update: fields not in `docs` are kept)."""
+    def upsert(self, collection: str, docs: list[dict], replace: bool = False) -> int:
+        """Insert-or-update by _key (overwriteMode=update: fields not in `docs` are kept; replace:
+        the stored document becomes `docs`' exactly, a field not there is gone)."""
         if not docs:
             return 0
-        results = self.db.collection(collection).insert_many(docs, overwrite_mode="update", silent=False)
+        mode = "replace" if replace else "update"
+        results = self.db.collection(collection).insert_many(docs, overwrite_mode=mode, silent=False)
         errors = [r for r in results if not isinstance(r, dict)]
         self.counters.documents_upserted += len(results) - len(errors)
         if errors:

@@ -230,16 +230,28 @@ def _rows(run: Run, statement: str) -> list[list]:
     return [row for s in run(statement) for row in s["values"]]
 
 
-def ensure(run: Run, database: str, retention: Retention, every: str | None = None, say=print) -> None:
+def ensure(
+    run: Run, database: str, retention: Retention, every: str | None = None, say=print, raw: bool = True
+) -> None:
     """Create or ALTER the RPs and create or replace the CQs so the database matches the settings;
     a second run with the same settings changes nothing. CQs named segscope_* that are no longer
-    generated are dropped."""
+    generated are dropped. raw=False (--rollups-only, a database someone else owns, e.g.
+    Jalapeno's mdt_db): `autogen` is only checked to exist (the rollups read it), never ALTERed,
+    whatever retention.raw says."""
     db = _q(database)
     # rows: name, duration, shardGroupDuration, replicaN, default
     rps = {row[0]: row for row in _rows(run, f"SHOW RETENTION POLICIES ON {db}")}
     for rp, duration in retention.by_rp().items():
         default = rp == RAW_RP
         have = rps.get(rp)
+        if default and not raw:
+            if have is None:
+                raise RollupError(
+                    f"database {database} has no retention policy {RAW_RP}, which the rollups read; "
+                    f"fix: create it (CREATE RETENTION POLICY {RAW_RP} ON {database} DURATION INF REPLICATION 1 "
+                    "DEFAULT) or run the full setup, which manages it"
+                )
+            continue
         clause = f"DURATION {duration} REPLICATION 1" + (" DEFAULT" if default else "")
         if have is None:
             run(f"CREATE RETENTION POLICY {_q(rp)} ON {db} {clause}")

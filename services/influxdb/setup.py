@@ -14,13 +14,17 @@ Credentials come from the environment (Kubernetes Secrets), never from flags:
 
     segscope-influx-setup --url http://influxdb:8086 --database segscope [--timeout 120]
         [--raw-retention INF] [--rollup-1m-retention 400d] [--rollup-1h-retention INF]
-        [--backfill FROM TO]
+        [--backfill FROM TO] [--rollups-only]
 
 Retentions: INF or <n>h|d|w (at least 1h); each flag's default comes from its variable
 SEGSCOPE_INFLUX_RAW_RETENTION, _ROLLUP_1M_RETENTION, _ROLLUP_1H_RETENTION, else INF, 400d, INF
 (raw INF: this tool never deletes data unless asked to; the chart sets 30d).
 --backfill 2026-11-01T00:00:00Z 2026-11-08T00:00:00Z runs the continuous queries' SELECT ... INTO
 once over that range (whole hours), for points written before the queries existed or changed later.
+
+--rollups-only: in a database segscope shares with another system (Jalapeno's mdt_db), only the
+rollup retention policies and continuous queries: `autogen` is not ALTERed, no user is created or
+changed, and the admin credentials are optional (used when set).
 
 Exit codes: 0 ready, 1 the server refused (message names the statement), 2 bad environment.
 """
@@ -79,11 +83,12 @@ class Influx:
         return [row for s in found for row in s["values"]]
 
 
-def ensure_database(db: Influx, database: str, retention: rollups.Retention, say=print) -> None:
-    """The database with its retention policies and continuous queries, as the settings say."""
+def ensure_database(db: Influx, database: str, retention: rollups.Retention, say=print, raw: bool = True) -> None:
+    """The database with its retention policies and continuous queries, as the settings say
+    (raw=False: `autogen` left as it is, rollups.ensure)."""
     db.q(f"CREATE DATABASE {_ident(database, 'database')}")  # no-op when it exists
     try:
-        rollups.ensure(db.series, database, retention, say=say)
+        rollups.ensure(db.series, database, retention, say=say, raw=raw)
     except (influxql.InfluxQLError, rollups.RollupError) as exc:
         raise SetupError(f"retention policies / continuous queries of {database}: {exc}") from exc
 
@@ -156,6 +161,46 @@ def setup(
         say(f"segscope-influx-setup: backfill wrote {n} rollup points")
 
 
+def setup_rollups_only(
+    url: str,
+    database: str,
+    env: dict[str, str],
+    timeout_s: float = 120.0,
+    say=print,
+    retention: rollups.Retention | None = None,
+    backfill: tuple[int, int] | None = None,
+) -> None:
+    """--rollups-only: in a database segscope shares (Jalapeno's mdt_db) only the rollup retention
+    policies and the continuous queries: `autogen` (its owner's raw retention) is never ALTERed and
+    no user is created or changed. The admin credentials are used when set (creating an RP or a
+    CQ needs an admin where auth is on), else none (auth off)."""
+    if env.get("SEGSCOPE_INFLUX_RAW_RETENTION"):
+        raise BadSetting(
+            "SEGSCOPE_INFLUX_RAW_RETENTION is set but --rollups-only leaves autogen's retention to the "
+            "database's owner: unset it, or run without --rollups-only"
+        )
+    try:
+        retention = retention or rollups.Retention.from_env(env)
+    except rollups.RollupError as exc:
+        raise BadSetting(str(exc)) from None
+    admin, admin_pw = env.get("SEGSCOPE_INFLUX_ADMIN_USER", ""), env.get("SEGSCOPE_INFLUX_ADMIN_PASSWORD", "")
+    if bool(admin) != bool(admin_pw):
+        raise BadSetting(
+            "set both SEGSCOPE_INFLUX_ADMIN_USER and SEGSCOPE_INFLUX_ADMIN_PASSWORD (an admin of the server), "
+            "or neither (a server without authentication)"
+        )
+    wait_ping(url, timeout_s)
+    db = Influx(url, admin or None, admin_pw or None)
+    ensure_database(db, database, retention, say, raw=False)
+    say(f"segscope-influx-setup: rollups of {database} ready at {url} (autogen and users left as they are)")
+    if backfill:
+        try:
+            n = rollups.backfill(db.series, database, *backfill, say=say)
+        except (influxql.InfluxQLError, rollups.RollupError) as exc:
+            raise SetupError(f"backfill: {exc}") from exc
+        say(f"segscope-influx-setup: backfill wrote {n} rollup points")
+
+
 def _time_ns(text: str) -> int:
     """RFC 3339 UTC time (2026-11-01T00:00:00Z) -> epoch ns."""
     try:
@@ -167,7 +212,8 @@ def _time_ns(text: str) -> int:
     return int(t.timestamp()) * 1_000_000_000 + t.microsecond * 1000
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, env: dict[str, str] | None = None) -> int:
+    """env: the environment to read (None: os.environ)."""
     ap = argparse.ArgumentParser(prog="segscope-influx-setup", description=__doc__.split("\n\n")[0])
     ap.add_argument("--version", action="version", version=VERSION_LINE)
     ap.add_argument("--url", required=True, help="InfluxDB v1 HTTP API, e.g. http://influxdb:8086")
@@ -178,16 +224,22 @@ def main(argv: list[str] | None = None) -> int:
                         f"{getattr(rollups.Retention(), name)})")  # fmt: skip
     ap.add_argument("--backfill", nargs=2, type=_time_ns, metavar=("FROM", "TO"),
                     help="then run the rollups once over [FROM, TO), RFC 3339 UTC times")  # fmt: skip
+    ap.add_argument("--rollups-only", action="store_true",
+                    help="only the rollup retention policies and continuous queries, in a database another "
+                         "system owns (Jalapeno's mdt_db): autogen and users are left alone")  # fmt: skip
     args = ap.parse_args(argv)
     if args.backfill and args.backfill[0] >= args.backfill[1]:
         ap.error("--backfill FROM TO: FROM must be before TO")  # exit 2 before touching the server
-    env = dict(os.environ)
+    if args.rollups_only and args.raw:
+        ap.error("--raw-retention with --rollups-only: autogen's retention is left to the database's owner; drop one")
+    env = dict(os.environ if env is None else env)
     try:
         from_env = rollups.Retention.from_env(env)
         retention = rollups.Retention(
             **{name: getattr(args, name) or getattr(from_env, name) for name in rollups.Retention.SOURCES}
         )
-        setup(args.url, args.database, env, args.timeout, retention=retention, backfill=args.backfill)
+        run = setup_rollups_only if args.rollups_only else setup
+        run(args.url, args.database, env, args.timeout, retention=retention, backfill=args.backfill)
     except rollups.RollupError as exc:
         print(f"segscope-influx-setup: ERROR: {exc}", file=sys.stderr)
         return 2

@@ -14,6 +14,7 @@ import yaml
 from cryptography import x509
 from cryptography.x509.oid import ExtendedKeyUsageOID
 
+from processors.topology.config import TopologyConfig
 from segscope_schemas.version import __version__
 from tests.deploy.k8s import (
     CHART,
@@ -184,6 +185,100 @@ def test_values_schema_names_the_bad_field():
     ):
         out = run([tool("helm"), "template", "x", str(CHART), "--set", setting], check=False)
         assert out.returncode != 0 and field in out.stderr, (setting, out.stderr)
+
+
+def _topology_env(*args: str) -> dict[str, str]:
+    topo = by_kind(helm_template(*args), "Deployment")["segscope-topology"]["spec"]["template"]["spec"]
+    return {e["name"]: e.get("value") for e in topo["containers"][0]["env"]}
+
+
+def test_topology_settings_reach_the_processors_environment():
+    # the defaults are processors/topology/config.py's (the processor would use them anyway)
+    env = _topology_env()
+    assert {k: v for k, v in env.items() if k.startswith(("SEGSCOPE_TOPOLOGY_", "SEGSCOPE_ARANGO_BATCH"))} == {
+        "SEGSCOPE_TOPOLOGY_MODE": "own",
+        "SEGSCOPE_TOPOLOGY_PROTOCOL_ID": "200",
+        "SEGSCOPE_TOPOLOGY_DOMAIN_ID": "0",
+        "SEGSCOPE_TOPOLOGY_REFRESH_S": "30",
+        "SEGSCOPE_TOPOLOGY_STALE_AFTER_S": "300",
+        "SEGSCOPE_ARANGO_BATCH_SIZE": "1000",
+        "SEGSCOPE_TOPOLOGY_JALAPENO_NODES": "igp_node",
+        "SEGSCOPE_TOPOLOGY_JALAPENO_EDGES": "igpv6_graph",
+        "SEGSCOPE_TOPOLOGY_JALAPENO_IP_EDGES": "ipv6_graph",
+        "SEGSCOPE_TOPOLOGY_JALAPENO_KAFKA": "",
+        "SEGSCOPE_TOPOLOGY_JALAPENO_LINK_EVENTS_TOPIC": "",
+        "SEGSCOPE_TOPOLOGY_JALAPENO_TELEMETRY_TOPIC": "",
+        "SEGSCOPE_TOPOLOGY_JALAPENO_TELEMETRY_MEASUREMENTS": "stamp_delay,altmark_loss",
+    }
+    env = _topology_env(
+        "-f", str(CHART / "examples" / "jalapeno.yaml"),
+        "--set", "processors.topology.refreshSeconds=10",
+        "--set", "processors.topology.staleAfterSeconds=120",
+        "--set", "processors.topology.jalapeno.kafka=broker.other:9092",
+        "--set", "processors.topology.jalapeno.linkEventsTopic=gobmp.parsed.ls_link_events",
+        "--set", "processors.topology.jalapeno.ipEdges=",
+        "--set", "processors.topology.jalapeno.telemetryMeasurements=*",
+    )  # fmt: skip
+    assert (env["SEGSCOPE_TOPOLOGY_MODE"], env["SEGSCOPE_TOPOLOGY_JALAPENO_TELEMETRY_TOPIC"]) == (
+        "jalapeno",
+        "jalapeno.telemetry",
+    )
+    assert (env["SEGSCOPE_TOPOLOGY_REFRESH_S"], env["SEGSCOPE_TOPOLOGY_STALE_AFTER_S"]) == ("10", "120")
+    assert env["SEGSCOPE_TOPOLOGY_JALAPENO_KAFKA"] == "broker.other:9092"
+    assert env["SEGSCOPE_TOPOLOGY_JALAPENO_LINK_EVENTS_TOPIC"] == "gobmp.parsed.ls_link_events"
+    assert env["SEGSCOPE_TOPOLOGY_JALAPENO_IP_EDGES"] == ""
+    assert env["SEGSCOPE_TOPOLOGY_JALAPENO_TELEMETRY_MEASUREMENTS"] == "*"
+    # and the processor accepts what the chart renders
+    cfg = TopologyConfig.from_env({k: v for k, v in env.items() if v is not None})
+    assert (cfg.refresh_s, cfg.jalapeno_ip_edges, cfg.telemetry_measurements()) == (10.0, "", None)
+
+
+def test_influx_setup_full_rollups_only_or_none(capsys):
+    def init_containers(*args: str) -> list[dict]:
+        spec = by_kind(helm_template(*args), "Deployment")["segscope-telegraf"]["spec"]["template"]["spec"]
+        return spec.get("initContainers", [])
+
+    (full,) = init_containers()
+    assert full["name"] == "influx-setup" and "--rollups-only" not in full["args"]
+    assert "--raw-retention=30d" in full["args"]
+    assert {"SEGSCOPE_INFLUX_WRITER_USER", "SEGSCOPE_INFLUX_READER_USER"} <= {e["name"] for e in full["env"]}
+    (only,) = init_containers("-f", str(CHART / "examples" / "jalapeno.yaml"))
+    assert only["command"] == ["segscope-influx-setup"] and "--rollups-only" in only["args"]
+    assert not [a for a in only["args"] if a.startswith("--raw-retention")]  # autogen is Jalapeno's
+    assert "--rollup-1m-retention=400d" in only["args"]
+    assert {e["name"] for e in only["env"]} == {"SEGSCOPE_INFLUX_ADMIN_USER", "SEGSCOPE_INFLUX_ADMIN_PASSWORD"}
+    assert all(e["valueFrom"]["secretKeyRef"]["optional"] is True for e in only["env"])
+    assert init_containers("--set", "influxdb.setup=false") == []
+    # the tool takes the rendered args (a renamed flag fails here, not in the pod): it gets as far as
+    # the server (none listens on port 9: exit 1, not argparse's 2)
+    from services.influxdb import setup
+
+    for init in (full, only):
+        args = [
+            a.replace("$(SEGSCOPE_INFLUX_URL)", "http://127.0.0.1:9").replace("$(SEGSCOPE_INFLUX_DB)", "mdt_db")
+            for a in init["args"]
+        ]
+        env = {"SEGSCOPE_INFLUX_ADMIN_USER": "admin", "SEGSCOPE_INFLUX_ADMIN_PASSWORD": "pw"}
+        code = setup.main([a if not a.startswith("--timeout=") else "--timeout=0" for a in args], env=env)
+        assert code == 1 and "/ping did not answer" in capsys.readouterr().err, init["name"]
+
+
+@pytest.mark.parametrize(
+    "settings,message",
+    [
+        (["influxdb.rollupsOnly=true"], "influxdb.setup and influxdb.rollupsOnly are both true"),
+        (["processors.topology.refreshSeconds=0"], "/processors/topology/refreshSeconds"),
+        (["processors.topology.jalapeno.edges=a b"], "/processors/topology/jalapeno/edges"),
+        (["processors.topology.jalapeno.kafka=no-port"], "/processors/topology/jalapeno/kafka"),
+        (["processors.topology.jalapeno.unknown=x"], "unknown"),
+        (["processors.topology.staleAfterSeconds=30"], "staleAfterSeconds=30 must exceed"),
+        (["processors.topology.jalapeno.linkEventsTopic=x"], "only used in jalapeno mode"),
+    ],
+)
+def test_bad_topology_settings_are_refused_by_name(settings, message):
+    args = [a for s in settings for a in ("--set", s)]
+    out = run([tool("helm"), "template", "x", str(CHART), *args], check=False)
+    assert out.returncode != 0 and message in out.stderr, (settings, out.stderr)
 
 
 def test_external_endpoint_required_when_not_bundled():

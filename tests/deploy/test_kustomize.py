@@ -135,3 +135,14 @@ def test_jalapeno_uses_jalapenos_services(built):
     topo = by_kind(docs, "Deployment")["segscope-topology"]["spec"]["template"]["spec"]["containers"][0]
     env = {e["name"]: e.get("value") for e in topo["env"]}
     assert env["SEGSCOPE_TOPOLOGY_MODE"] == "jalapeno"
+    assert env["SEGSCOPE_TOPOLOGY_JALAPENO_TELEMETRY_TOPIC"] == "jalapeno.telemetry"
+    # Jalapeno's mdt_db gets segscope's rollups only: autogen and users are Jalapeno's
+    (init,) = by_kind(docs, "Deployment")["segscope-telegraf"]["spec"]["template"]["spec"]["initContainers"]
+    assert init["command"] == ["segscope-influx-setup"] and "--rollups-only" in init["args"]
+    assert not [a for a in init["args"] if a.startswith("--raw-retention")]
+    assert {e["name"] for e in init["env"]} == {"SEGSCOPE_INFLUX_ADMIN_USER", "SEGSCOPE_INFLUX_ADMIN_PASSWORD"}
+    assert all(e["valueFrom"]["secretKeyRef"]["optional"] is True for e in init["env"])
+    assert (env["SEGSCOPE_TOPOLOGY_JALAPENO_EDGES"], env["SEGSCOPE_TOPOLOGY_JALAPENO_IP_EDGES"]) == (
+        "igpv6_graph",
+        "ipv6_graph",
+    )

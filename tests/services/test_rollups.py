@@ -175,6 +175,44 @@ def test_policies_and_queries_are_created_altered_and_replaced_idempotently(stac
     assert "RESAMPLE EVERY 30s FOR 3m" in after["segscope_stamp_delay_1m"]
 
 
+def test_rollups_only_leaves_autogen_and_users_alone(stack, database, monkeypatch, capsys):
+    """A database another system owns (Jalapeno's mdt_db: its autogen, its users): --rollups-only
+    adds the rollup RPs and CQs, ALTERs nothing, creates no user."""
+    db, user = database, f"owner_{database}"
+    for var in ("SEGSCOPE_INFLUX_ADMIN_USER", "SEGSCOPE_INFLUX_ADMIN_PASSWORD", "SEGSCOPE_INFLUX_WRITER_USER",
+                "SEGSCOPE_INFLUX_WRITER_PASSWORD", "SEGSCOPE_INFLUX_READER_USER", "SEGSCOPE_INFLUX_READER_PASSWORD",
+                "SEGSCOPE_INFLUX_RAW_RETENTION", "SEGSCOPE_INFLUX_ROLLUP_1M_RETENTION"):  # fmt: skip
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("SEGSCOPE_INFLUX_WRITER_USER", f"never_{database}")  # not for --rollups-only
+    monkeypatch.setenv("SEGSCOPE_INFLUX_WRITER_PASSWORD", "never-used")
+    stack.influx_query(f'CREATE DATABASE "{db}" WITH DURATION 7d')  # the owner's raw retention
+    stack.influx_query(f"CREATE USER \"{user}\" WITH PASSWORD 'owner-pw'")
+    try:
+        users = stack.influx_query("SHOW USERS")
+        args = ["--url", stack.influx_url, "--database", db, "--rollups-only", "--rollup-1m-retention", "100d"]
+        assert setup.main(args) == 0
+        want = {"autogen": ("168h0m0s", True), RP_1M: ("2400h0m0s", False), RP_1H: ("0s", False)}
+        assert policies(stack, db) == want
+        assert sorted(cqs(stack, db)) == sorted(cq.name for cq in rollups.continuous_queries())
+        assert stack.influx_query("SHOW USERS") == users
+        out = capsys.readouterr().out
+        assert out.count("created") == 2 + 7 and "autogen" not in out.split("ready at")[0]
+        assert setup.main(args) == 0 and "created" not in capsys.readouterr().out  # idempotent
+        # what the owner's autogen must not get: refused before the server is touched, naming the fix
+        with pytest.raises(SystemExit) as exit_info:
+            setup.main([*args, "--raw-retention", "30d"])
+        assert exit_info.value.code == 2 and "--raw-retention with --rollups-only" in capsys.readouterr().err
+        monkeypatch.setenv("SEGSCOPE_INFLUX_RAW_RETENTION", "30d")
+        assert setup.main(args) == 2 and "SEGSCOPE_INFLUX_RAW_RETENTION is set" in capsys.readouterr().err
+        assert policies(stack, db) == want and stack.influx_query("SHOW USERS") == users
+        # the rollups read autogen: a database without it is refused, by name (exit 1: the server's state)
+        stack.influx_query(f'DROP RETENTION POLICY "autogen" ON "{db}"')
+        monkeypatch.delenv("SEGSCOPE_INFLUX_RAW_RETENTION")
+        assert setup.main(args) == 1 and f"database {db} has no retention policy autogen" in capsys.readouterr().err
+    finally:
+        stack.influx_query(f'DROP USER "{user}"')
+
+
 def test_bad_retention_is_refused_with_the_flag_and_the_fix(stack, capsys):
     code = setup.main(["--url", stack.influx_url, "--database", "never_created", "--raw-retention", "30 days"])
     err = capsys.readouterr().err

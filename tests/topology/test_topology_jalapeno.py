@@ -1,6 +1,7 @@
 """Jalapeno mode against a database shaped by Jalapeno's own code (jalapeno_fixture.py): edges
-of igp-graph (igpv6_graph) and their ip-graph copies (ipv6_graph) annotated, refreshed after a
-BGP-LS update rewrote them, stale values removed, indexes created. Also own-mode expiry.
+of igp-graph (igpv6_graph) and their ip-graph copies (ipv6_graph) annotated with delay and loss,
+refreshed after a BGP-LS update rewrote them, stale values removed, indexes created. Also
+own-mode expiry.
 
 The stand-in by default; a real ArangoDB with SEGSCOPE_ARANGO_URL (conftest.py).
 """
@@ -13,9 +14,10 @@ import jalapeno_fixture as jf
 import pytest
 from test_topology_model import ONE_HOP, stamp, views
 
-from processors.topology.model import DELAY_FIELDS, Names, TopologyModel
+from processors.topology.model import DELAY_FIELDS, LOSS_FIELDS, Names, TopologyModel
 from processors.topology.sink import TopologySink
-from processors.topology.writer import INDEX_DELAY_AT, INDEX_LINK_IPS, INDEX_LOSS_AT, ArangoWriter
+from processors.topology.writer import ArangoWriter
+from segscope_schemas.line_protocol import parse_line
 
 T0 = 1795306905000000000  # the stamp points' time (test_topology_model.stamp)
 AR = jf.ls_link("A", "fc00:12::1", "R", "fc00:12::2")["_key"]
@@ -161,6 +163,53 @@ def test_stale_measurements_are_removed_from_both_graphs_and_not_written_back(ar
     assert sink.flush()["expired"] == 2 and "latency" not in edges(sink)[RA]
 
 
+# altmark flow 5 from A to R over a0: one hop, so its loss annotates the A->R edge
+ONE_HOP_FLOW = {
+    "side": "FLOW_MONITOR_SIDE_TX",
+    "flow_id": 5,
+    "method": "MARKING_METHOD_DSCP",
+    "segments": ["fc00:2::e"],
+    "device": "a0",
+    "period_ms": 1000,
+}
+
+
+def test_loss_is_written_in_rfc_8570_units_and_percent_and_expires_from_both_graphs(arango):
+    stored = jf.build(arango)
+    clocks = Clocks()
+    m = TopologyModel()
+    for v in views(flows=[ONE_HOP_FLOW]):
+        m.apply_view(copy.deepcopy(v))
+    # 123 of 10 000 lost: 1.23 %, 410 000 units of 0.000003 % (RFC 8570 section 4.4)
+    assert m.apply_point(
+        parse_line(
+            "altmark_loss,flow=5,method=dscp,period_ms=1000,tx_node=A,rx_node=R tx_packets=10000i,"
+            f'rx_packets=9877i,lost=123i,loss_ratio=0.0123,complete=true,reason="ok" {T0}'
+        )
+    )
+    sink = jalapeno_sink(arango, m, clocks, refresh_s=1.0, stale_after_s=300.0)
+    stats = sink.flush()
+    assert (stats["annotated"], stats["ip_annotated"], stats["unmatched"]) == (1, 1, 0)
+    for coll in ("igpv6_graph", "ipv6_graph"):
+        ar = edges(sink, coll)[AR]
+        assert type(ar["unidir_packet_loss"]) is int and ar["unidir_packet_loss"] == 410_000, coll
+        assert ar["unidir_packet_loss_percentage"] == 1.23
+        assert ar["loss_measured_at_ns"] == T0
+        assert ar["loss_source"] == {"kind": "altmark", "flow": 5, "tx_node": "A", "tx_packets": 10000, "lost": 123}
+        assert not set(LOSS_FIELDS) & set(edges(sink, coll)[RA])  # the reverse direction carries no flow
+    clocks.advance(300)  # the point is 301 s old: expired at this refresh
+    assert sink.flush()["expired"] == 2  # A->R in igpv6_graph and in ipv6_graph
+    for coll in ("igpv6_graph", "ipv6_graph"):
+        ar = edges(sink, coll)[AR]
+        assert not set(LOSS_FIELDS) & set(ar), f"{coll}: {sorted(set(LOSS_FIELDS) & set(ar))} left"
+        assert {k: v for k, v in ar.items() if k not in ("_rev", "_id")} == {
+            k: v for k, v in stored[coll][AR].items() if k != "_rev"
+        }
+    clocks.advance(30)
+    assert sink.flush()["annotated"] == 0  # the expired loss is not written back
+    assert "unidir_packet_loss_percentage" not in edges(sink)[AR]
+
+
 def test_expiry_removes_the_fields_a_previous_run_wrote(arango):
     jf.build(arango)
     clocks = Clocks()
@@ -190,14 +239,58 @@ def test_own_mode_edges_lose_stale_values_too(arango):
     assert w.db.collection("segscope_path").get("200_0_0_A_200_0_0_R_fc00:12::2")["delay_us"] == 2044.9
 
 
+def test_a_newer_second_without_jitter_removes_the_older_jitter(arango):
+    """Each edge carries the fields of one second: a newer point without ipdv_mean_us must not
+    leave the older point's unidir_delay_variation beside its own delay_measured_at_ns."""
+    jf.build(arango)
+    clocks = Clocks()
+    m = model(stamp("forward", 2044.9))
+    sink = jalapeno_sink(arango, m, clocks)
+    assert sink.flush()["annotated"] == 1
+    assert [edges(sink, c)[AR]["unidir_delay_variation"] for c in ("igpv6_graph", "ipv6_graph")] == [6, 6]
+    assert m.apply_point(stamp("forward", 2050.0, ts=T0 + 1_000_000_000, ipdv=None))
+    assert sink.flush()["annotated"] == 1  # changed: written before the refresh is due
+    for coll in ("igpv6_graph", "ipv6_graph"):
+        ar = edges(sink, coll)[AR]
+        assert "unidir_delay_variation" not in ar, coll
+        assert (ar["delay_measured_at_ns"], ar["latency"], ar["delay_mean_us"]) == (T0 + 1_000_000_000, 2050, 2050.0)
+    # own mode: the edge document is replaced whole, so the field goes there too
+    own = ArangoWriter(arango.url, arango.db_name + "_own", arango.user, arango.password)
+    m = model(stamp("forward", 2044.9))
+    sink = TopologySink(m, own, monotonic=lambda: clocks.mono, wall_ns=lambda: clocks.wall)
+    key = "200_0_2_0_A_fc00:12::1_R_fc00:12::2"
+    try:
+        sink.flush()
+        assert own.db.collection("segscope_graph_edge").get(key)["unidir_delay_variation"] == 6.3
+        m.apply_point(stamp("forward", 2050.0, ts=T0 + 1_000_000_000, ipdv=None))
+        assert sink.flush()["upserted"] >= 1
+        e = own.db.collection("segscope_graph_edge").get(key)
+        assert "unidir_delay_variation" not in e and e["delay_measured_at_ns"] == T0 + 1_000_000_000
+        assert e["local_link_ip"] == "fc00:12::1" and e["_from"] == "segscope_node/200_0_0_A"
+    finally:
+        if arango.standin is None:
+            own.client.db("_system", username=arango.user, password=arango.password).delete_database(own.db_name)
+
+
 def test_indexes_on_the_filtered_fields_are_created_once(arango):
     jf.build(arango)
     w = ArangoWriter(arango.url, arango.db_name, arango.user, arango.password, mode="jalapeno")
     w.ensure_schema()
+    # literal field lists, from what the writer's AQL filters on (not from its constants): the
+    # annotate query e.local_link_ip/e.remote_link_ip, the expiry e.@stamp_field (the two
+    # *_measured_at_ns), the node lookup n.name
     for coll in ("igpv6_graph", "ipv6_graph"):
         persistent = {tuple(i["fields"]): i for i in w.db.collection(coll).indexes() if i["type"] == "persistent"}
-        assert set(persistent) == {tuple(x["fields"]) for x in (INDEX_LINK_IPS, INDEX_DELAY_AT, INDEX_LOSS_AT)}
-        assert persistent[("delay_measured_at_ns",)]["sparse"] is True
+        assert set(persistent) == {
+            ("local_link_ip", "remote_link_ip"),
+            ("delay_measured_at_ns",),
+            ("loss_measured_at_ns",),
+        }
+        assert persistent[("local_link_ip", "remote_link_ip")]["sparse"] is False  # every edge has both
+        assert persistent[("delay_measured_at_ns",)]["sparse"] is True  # most edges are not measured
+        assert persistent[("loss_measured_at_ns",)]["sparse"] is True
+    nodes = [tuple(i["fields"]) for i in w.db.collection("igp_node").indexes() if i["type"] == "persistent"]
+    assert nodes == [("name",)]
     created = w.counters.indexes_created
     assert created == 7  # 3 per edge collection + igp_node.name
     w.ensure_schema()

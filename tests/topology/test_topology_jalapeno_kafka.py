@@ -9,12 +9,12 @@ import time
 import uuid
 
 import jalapeno_fixture as jf
-from confluent_kafka import Consumer
+from confluent_kafka import Consumer, TopicPartition
 from test_topology_jalapeno import AR, Clocks, jalapeno_sink, model
 from test_topology_model import stamp
 
 from processors.delay.topics import ensure_topics
-from processors.topology import telemetry
+from processors.topology import jalapeno_kafka, telemetry
 from processors.topology.config import ConfigError, TopologyConfig
 from processors.topology.jalapeno_kafka import JalapenoKafka
 from segscope_schemas.line_protocol import parse_lines
@@ -105,3 +105,37 @@ def test_link_events_and_telemetry_reach_jalapenos_topics(stack, arango):
     assert jk.counters.jalapeno_kafka_errors == 0
     off = JalapenoKafka(stack.kafka_bootstrap)
     assert off.link_events("igpv6_graph", [AR]) == 0 and off.forward_metrics(METRICS) == 0
+
+
+def test_a_new_leader_forwards_what_it_held_beyond_what_was_forwarded_before(stack):
+    run = uuid.uuid4().hex[:8]
+    tele, source = f"jal-{run}.jalapeno.telemetry", f"m-{run}"
+    ensure_topics(stack.kafka_bootstrap, [tele])
+
+    def line(i: int) -> str:
+        return f"stamp_delay,node=A,ssid=7,direction=forward count=100i,mean_us={1000 + i} {1795306905000000000 + i}"
+
+    first = JalapenoKafka(stack.kafka_bootstrap, telemetry_topic=tele)
+    for offset in (0, 1, 2):  # read as a standby: held, nothing sent before the marks are known
+        assert first.hold(line(offset), b"A", (source, 0, offset)) == 1
+    assert first.send_held() == 0
+    assert first.read_marks(None) == {} and first.send_held() == 3 and first.flush(10.0) == 0
+    # a restarted (or new) leader re-read offsets 1 and 2 (its lookback) and read offset 3
+    second = JalapenoKafka(stack.kafka_bootstrap, telemetry_topic=tele)
+    for offset in (1, 2, 3):
+        second.hold(line(offset), b"A", (source, 0, offset))
+    assert second.read_marks(None) == {(source, 0): 2}
+    assert second.send_held() == 1 and second.counters.telemetry_lines_forwarded_before == 2
+    assert second.flush(10.0) == 0
+    got = consume(stack.kafka_bootstrap, tele, 4)
+    assert sorted(m.value().decode() for m in got) == [line(i) for i in range(4)]
+    assert second.producer.list_topics(tele).topics[tele].partitions.keys() == {0}
+    c = Consumer({"bootstrap.servers": stack.kafka_bootstrap, "group.id": f"t-{run}"})
+    assert c.get_watermark_offsets(TopicPartition(tele, 0), timeout=10) == (0, 4)  # each line once, no more
+    c.close()
+    assert dict(got[-1].headers())["segscope_source"] == f"{source}:0:{got[-1].value().decode()[-1]}".encode()
+    # a standby lets go of what it held longer than HOLD_S (the leader of that time sent it)
+    standby = JalapenoKafka(stack.kafka_bootstrap, telemetry_topic=tele)
+    standby.hold(line(5), b"A", (source, 0, 5), now=100.0)
+    standby.hold(line(6), b"A", (source, 0, 6), now=100.0 + jalapeno_kafka.HOLD_S + 1)
+    assert standby.counters.telemetry_lines_unheld == 1 and len(standby.held) == 1

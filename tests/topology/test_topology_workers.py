@@ -86,7 +86,8 @@ def test_three_workers_write_what_one_writes_and_a_killed_leader_loses_nothing(s
     bootstrap = stack.kafka_bootstrap
     topics = {"views": f"topo.w.views.{run}", "metrics": f"topo.w.metrics.{run}"}
     letters = {"one": f"topo.w.dead1.{run}", "many": f"topo.w.deadn.{run}"}
-    ensure_topics(bootstrap, [*topics.values(), *letters.values()])
+    telemetry = {"one": f"topo.w.tel1.{run}", "many": f"topo.w.teln.{run}"}  # as Jalapeno's jalapeno.telemetry
+    ensure_topics(bootstrap, [*topics.values(), *letters.values(), *telemetry.values()])
     prod = Producer({"bootstrap.servers": bootstrap})
     now = time.time_ns()
     for v in views(sessions=[ONE_HOP, VIA_R_TO_B], t=now):
@@ -97,7 +98,7 @@ def test_three_workers_write_what_one_writes_and_a_killed_leader_loses_nothing(s
 
     procs: dict[str, subprocess.Popen] = {}
 
-    def spawn(name: str, group: str, db_name: str, deadletter: str) -> None:
+    def spawn(name: str, group: str, db_name: str, deadletter: str, telemetry_topic: str) -> None:
         env = {
             **os.environ,
             "PYTHONPATH": f"{REPO}:{REPO / 'schemas' / 'python'}",
@@ -113,6 +114,7 @@ def test_three_workers_write_what_one_writes_and_a_killed_leader_loses_nothing(s
             "SEGSCOPE_ARANGO_USER": arango.user,
             "SEGSCOPE_ARANGO_PASSWORD": arango.password,
             "SEGSCOPE_ARANGO_DB": db_name,
+            "SEGSCOPE_TOPOLOGY_JALAPENO_TELEMETRY_TOPIC": telemetry_topic,
         }
         log = open(tmp_path / f"{name}.log", "w")
         procs[name] = subprocess.Popen(
@@ -122,9 +124,9 @@ def test_three_workers_write_what_one_writes_and_a_killed_leader_loses_nothing(s
     one_db, many_db = f"{arango.db_name}_one", f"{arango.db_name}_many"
     client = ArangoClient(hosts=arango.url)
     try:
-        spawn("one", "one", one_db, letters["one"])
+        spawn("one", "one", one_db, letters["one"], telemetry["one"])
         for i in (1, 2, 3):
-            spawn(f"w{i}", "many", many_db, letters["many"])
+            spawn(f"w{i}", "many", many_db, letters["many"], telemetry["many"])
 
         def phase1_written(db):
             docs = documents(client, db, arango.user, arango.password)
@@ -171,6 +173,19 @@ def test_three_workers_write_what_one_writes_and_a_killed_leader_loses_nothing(s
         new_leader = [i for i, f in stats.items() if f["leader"] == 1 and i not in ("one", leaders[0])]
         assert len(new_leader) == 1 and stats[new_leader[0]]["take_overs"] >= 1
         assert stats[new_leader[0]]["documents_read_back"] > 0 and stats[new_leader[0]]["document_errors"] == 0
+        # jalapeno.telemetry: each stamp_delay line of both phases exactly once, from one worker at a
+        # time (phase 1 read by all three before any led, phase 2 while none led, after the kill)
+        sent_lines = sorted(delay_lines(now, 1000.0).decode().split("\n"))
+        sent_lines += sorted(delay_lines(now + 1_000_000_000, 1500.0).decode().split("\n"))
+        for name, topic in telemetry.items():
+
+            def forwarded(topic=topic):
+                lines = [line for v in read_topic(bootstrap, topic, timeout_s=5) for line in v.decode().split("\n")]
+                return lines if len(lines) >= len(sent_lines) else None
+
+            assert sorted(wait_for(f"the lines on {name}'s telemetry topic", forwarded, 10)) == sorted(sent_lines)
+        assert stats[new_leader[0]]["telemetry_lines_sent"] == 4  # phase 2: the old leader was dead by then
+        assert stats["one"]["telemetry_lines_sent"] == 8
         for name, topic in letters.items():
             sent = [json.loads(v) for v in read_topic(bootstrap, topic, timeout_s=5)]
             assert sorted((d["offset"], d["reason"]) for d in sent) == [
