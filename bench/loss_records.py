@@ -54,6 +54,9 @@ from segscope_schemas import altmark_block as ab  # noqa: E402
 
 NS = 1_000_000_000
 SECTION = "loss_records"
+# a sampling profile of each worker over the measured window (collapsed stacks) when both are set:
+# SEGSCOPE_BENCH_PYSPY=<py-spy binary> SEGSCOPE_BENCH_PYSPY_OUT=<directory> (samples holding the GIL only)
+PYSPY, PYSPY_OUT = os.environ.get("SEGSCOPE_BENCH_PYSPY"), os.environ.get("SEGSCOPE_BENCH_PYSPY_OUT", "/tmp")
 
 
 def make_messages(flows: int, blocks: int, batch: int) -> list[tuple[bytes, bytes]]:
@@ -133,6 +136,16 @@ def run_workers(
             time.sleep(0.2)
         time.sleep(10)  # the group settles (both members joined, partitions assigned)
         cpu0 = [cpu_s(w.pid) for w in workers]
+        spies = [
+            subprocess.Popen(
+                [PYSPY, "record", "--nonblocking", "--gil", "-r", "250", "--format", "raw", "-p", str(w.pid)]
+                + ["-o", f"{PYSPY_OUT}/{run}-{tree.name}-w{i}.txt"],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+            for i, w in enumerate(workers)
+            if PYSPY
+        ]
         t0 = time.monotonic()
         produce(bootstrap, topic, messages)
         points: set[str] = set()
@@ -147,6 +160,9 @@ def run_workers(
                         points.add(f"{head} {ts}")
         wall = time.monotonic() - t0
         cpu = [cpu_s(w.pid) - a for w, a in zip(workers, cpu0)]
+        for spy in spies:  # py-spy writes its profile on SIGINT
+            spy.send_signal(2)
+            spy.wait(30)
     finally:
         c.close()
         stop(workers)
@@ -176,6 +192,12 @@ def main() -> int:
     ap.add_argument("--worker-rounds", type=int, default=1, help="worker runs of each kind (the best counts)")
     ap.add_argument("--timeout", type=float, default=600.0)
     ap.add_argument("--no-docs", action="store_true")
+    ap.add_argument(
+        "--kinds",
+        default="before,one,two",
+        help="worker runs to make, comma-separated of before, one, two (the report needs all three)",
+    )
+    ap.add_argument("--no-pure", action="store_true", help="skip the pure-core runs")
     args = ap.parse_args()
     env_line = machine_line()
     messages = make_messages(args.flows, args.blocks, args.batch)
@@ -187,7 +209,8 @@ def main() -> int:
         tar.extractall(before, filter="data")
     # before and after alternately, the best of each: other load on the machine only slows a run down
     joiners = (load_joiner(before / "processors/loss/join.py"), load_joiner(REPO / "processors/loss/join.py"))
-    pure = [[bench_pure(j, messages, expected) for j in joiners] for _ in range(args.rounds)]
+    pure = [[bench_pure(j, messages, expected) for j in joiners] for _ in range(0 if args.no_pure else args.rounds)]
+    pure = pure or [[0.0, 0.0]]
     pure_before, pure_after = max(r[0] for r in pure), max(r[1] for r in pure)
     print(f"pure core: before {pure_before:,.0f}, after {pure_after:,.0f} records/s (best of {args.rounds})")
 
@@ -195,9 +218,12 @@ def main() -> int:
         bootstrap = stack.kafka_bootstrap
         runs: dict[str, list[dict]] = {"before": [], "one": [], "two": []}
         for _ in range(args.worker_rounds):  # alternately; the run with the most records per CPU-second counts
-            for name, tree, n in (("before", before, 1), ("one", REPO, 1), ("two", REPO, 2)):
+            kinds = (("before", before, 1), ("one", REPO, 1), ("two", REPO, 2))
+            for name, tree, n in (k for k in kinds if k[0] in args.kinds.split(",")):
                 runs[name].append(run_workers(tree, n, bootstrap, messages, n_records, expected, args.timeout))
                 print(f"{name}: {runs[name][-1]}", flush=True)
+        if any(not runs[k] for k in runs):  # a partial run (--kinds): the figures above, no report
+            return 0
         w_before, one, two = (max(runs[k], key=lambda r: r["per_cpu_s"]) for k in ("before", "one", "two"))
     load = os.getloadavg()[0]
     date = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
