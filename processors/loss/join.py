@@ -484,15 +484,15 @@ class LossJoiner:
         periods = (new & np.uint64(0xFFFFFFFF)).astype(np.uint32)
         self._fn_flow[at], self._fn_method[at], self._fn_period[at] = flows, method, periods
         fm_numbers, final, evicted = self._fm_numbers, self.final_upto, self.evicted_upto
-        fm, marks, evicted_marks = [], [], []
-        for flow, period in zip(flows.tolist(), periods.tolist()):
-            number = fm_numbers.get((flow, method))
-            if number is None:
-                number = fm_numbers[(flow, method)] = len(fm_numbers)
-            fm.append(number)
-            marks.append(final.get((flow, method, period), -1))
-            evicted_marks.append(evicted.get((flow, method, period), -1))
-        self._fn_fm[at], self._fn_final[at], self._fn_evicted[at] = fm, marks, evicted_marks
+        flow_l = flows.tolist()
+        # a new (flow_id, method) gets the next number
+        self._fn_fm[at] = [fm_numbers.setdefault(pair, len(fm_numbers)) for pair in zip(flow_l, repeat(method))]
+        if final or evicted:
+            flow_keys = list(zip(flow_l, repeat(method), periods.tolist()))
+            self._fn_final[at] = list(map(final.get, flow_keys, repeat(-1))) if final else -1
+            self._fn_evicted[at] = list(map(evicted.get, flow_keys, repeat(-1))) if evicted else -1
+        else:
+            self._fn_final[at] = self._fn_evicted[at] = -1
         self._series_count += k
         keys = np.concatenate([keys, new])
         numbers = np.concatenate([numbers, np.arange(first, first + k, dtype=np.int64)])
@@ -793,16 +793,21 @@ class LossJoiner:
                 tags_cache.clear()
             node_tags = [self._tag(name) for name in self._node_names]
             s_st, tx_st, rx_st, path_st = series[stale], sides[0, stale], sides[1, stale], paths[stale]
-            made = []
-            for key in zip(s_st.tolist(), tx_st.tolist(), rx_st.tolist(), path_st.tolist()):
-                tag = tags_cache.get(key)
-                if tag is None:
-                    s, tx_no, rx_no, path = key
-                    flow, method, period = int(self._fn_flow[s]), int(self._fn_method[s]), int(self._fn_period[s])
-                    tag = tags_cache[key] = (
-                        loss_tags(flow, method, period, node_tags[tx_no], node_tags[rx_no]) + f",path={path}"
-                    )
-                made.append(tag)
+            keys = list(zip(s_st.tolist(), tx_st.tolist(), rx_st.tolist(), path_st.tolist()))
+            made = list(map(tags_cache.get, keys))
+            miss = [i for i, tag in enumerate(made) if tag is None]
+            if miss:
+                at = s_st[miss]
+                columns = (self._fn_flow[at].tolist(), self._fn_method[at].tolist(), self._fn_period[at].tolist())
+                for i, flow, method, period in zip(miss, *columns):
+                    key = keys[i]
+                    tag = tags_cache.get(key)  # the same key twice among the new ones
+                    if tag is None:
+                        _, tx_no, rx_no, path = key
+                        tag = tags_cache[key] = (
+                            loss_tags(flow, method, period, node_tags[tx_no], node_tags[rx_no]) + f",path={path}"
+                        )
+                    made[i] = tag
             made_tags = np.empty(len(made), dtype=object)
             made_tags[:] = made
             tags[stale] = made_tags
