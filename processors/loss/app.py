@@ -11,14 +11,16 @@ SEGSCOPE_LOSS_APP_ID, SEGSCOPE_LOSS_TIMEOUT_S, ...).
 Two stages in one worker, N workers in one consumer group (the app id):
 - split_batches (repartition) reads the collectors' messages (keyed by node, so a flow's tx and
   rx records can be in different partitions), checks the records, and re-sends them to the
-  by-flow topic, partition flow_partition(flow_id) (processors/loss/keying.py), one message per
-  partition a batch touches. A message that is not an altmark_batch goes to the dead-letter
+  by-flow topic, partition flow_partition(flow_id) (processors/loss/keying.py): the collector
+  messages its stream already buffered (up to 16, Gathering) go out as one message per node and
+  partition (at most 8192 records). A message that is not an altmark_batch goes to the dead-letter
   topic with the reason, and so does a batch with unusable records (its good records go on).
-  A source message is acked only when Kafka acknowledged every re-keyed message it produced;
-  a worker killed before that is replayed, and the join counts the copies once (duplicates).
+  A source message is acked only when Kafka acknowledged every re-keyed message its records went
+  to; a worker killed before that is replayed, and the join counts the copies once (duplicates).
 - join_batches reads the by-flow topic: every record of a flow, from both nodes, comes to the
-  one worker that owns the flow's partition. It decodes the batch (np.frombuffer) and hands
-  the records to the LossJoiner (processors/loss/join.py, vectorised). Everything it publishes
+  one worker that owns the flow's partition. It decodes the batches (np.frombuffer) and hands
+  the records of the buffered messages of a node to the LossJoiner in one call
+  (processors/loss/join.py, vectorised). Everything it publishes
   happens in the flush timer: blocks whose other side did not come within the timeout
   (complete=false), joined and changed blocks, and the segscope_processor,processor=loss counters.
 
