@@ -1,7 +1,8 @@
 """Benchmark: block records/s of the loss processor's Faust worker, before/after, and 1 vs 2 workers.
 
     .local/venv/bin/python bench/loss_records.py [--flows 10000] [--blocks 10] [--batch 1000]
-        [--before 4edd64a] [--rounds 3] [--worker-rounds 1] [--port-base 29800] [--no-docs]
+        [--before 0c3e1bf] [--rounds 3] [--worker-rounds 1] [--port-base 29800] [--no-docs]
+        [--warm-blocks 0] [--kinds before,one,two] [--no-pure]
 
 Input: `flows` flows x `blocks` blocks (T = 1 s, an hour ago), tx records from node A and rx from
 node B, `batch` records per altmark_batch message keyed by node (like collectors with
@@ -21,6 +22,9 @@ flows x blocks altmark_loss points expected.
    alternately, the run with the most records per CPU-second of each kind counts.
    Records per CPU-second of the worker processes is what other load on the machine does not
    change much (the machine is shared: wall rates are not comparable between runs).
+   --warm-blocks N: each worker first gets and publishes N blocks of every flow, outside the
+   measured window, so the window measures a worker that already knows the flows (series, tags,
+   paths, grown columns), as one that has been running does; the measured blocks follow them.
 
 Kafka: a Kafka-only services.stack.Stack on --port-base (its own run dir), stopped at the end.
 Results go to stdout and, unless --no-docs, to the "loss_records" section of docs/benchmarks.md.
@@ -53,13 +57,18 @@ from processors.delay.topics import ensure_topics  # noqa: E402
 from segscope_schemas import altmark_block as ab  # noqa: E402
 
 NS = 1_000_000_000
+B0 = time.clock_gettime_ns(time.CLOCK_TAI) // NS - 3600
 SECTION = "loss_records"
+# a sampling profile of each worker over the measured window (collapsed stacks) when both are set:
+# SEGSCOPE_BENCH_PYSPY=<py-spy binary> SEGSCOPE_BENCH_PYSPY_OUT=<directory> (samples holding the GIL only)
+PYSPY, PYSPY_OUT = os.environ.get("SEGSCOPE_BENCH_PYSPY"), os.environ.get("SEGSCOPE_BENCH_PYSPY_OUT", "/tmp")
 
 
-def make_messages(flows: int, blocks: int, batch: int) -> list[tuple[bytes, bytes]]:
-    b0 = time.clock_gettime_ns(time.CLOCK_TAI) // NS - 3600
+def make_messages(flows: int, blocks: int, batch: int, first: int = 0) -> list[tuple[bytes, bytes]]:
+    """Blocks first .. first + blocks - 1 of every flow (block 0: an hour before the bench started)."""
+    b0 = B0
     out = []
-    for i in range(blocks):
+    for i in range(first, first + blocks):
         for node, direction, packets in (("benchA", ab.DIR_TX, 1000), ("benchB", ab.DIR_RX, 997)):
             r = np.zeros(flows, dtype=ab.ALTMARK_BLOCK_DTYPE)
             r["flow_id"] = np.arange(1, flows + 1)
@@ -109,8 +118,9 @@ def start_worker(tree: Path, cpu: int, bootstrap: str, topic: str, metrics: str,
 
 
 def run_workers(
-    tree: Path, n_workers: int, bootstrap: str, messages, n_records: int, expected: int, timeout_s: float
+    tree: Path, n_workers: int, bootstrap: str, messages, n_records: int, expected: int, timeout_s: float, warm=None
 ) -> dict:
+    """warm: (messages, points) the workers get and publish before the measured window (flows known)."""
     from confluent_kafka import Consumer
 
     run = uuid.uuid4().hex[:8]
@@ -132,21 +142,43 @@ def run_workers(
                 raise RuntimeError(f"workers not ready: {tmp}")
             time.sleep(0.2)
         time.sleep(10)  # the group settles (both members joined, partitions assigned)
+        points: set[str] = set()
+
+        def wait_for_points(n: int) -> None:
+            deadline = time.monotonic() + timeout_s
+            while len(points) < n:
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"timeout with {len(points)} of {n} points: {tmp}")
+                for m in c.consume(num_messages=500, timeout=0.5):
+                    for line in m.value().decode().split("\n"):
+                        if line.startswith("altmark_loss,"):
+                            head, _, ts = line.rsplit(" ", 2)
+                            points.add(f"{head} {ts}")
+
+        if warm is not None:
+            produce(bootstrap, topic, warm[0])
+            wait_for_points(warm[1])
+            time.sleep(2)  # the flushes that follow publish nothing new
+        warm_points = len(points)
         cpu0 = [cpu_s(w.pid) for w in workers]
+        spies = [
+            subprocess.Popen(
+                [PYSPY, "record", "--nonblocking", "--gil", "-r", "250", "--format", "raw", "-p", str(w.pid)]
+                + ["-o", f"{PYSPY_OUT}/{run}-{tree.name}-w{i}.txt"],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+            for i, w in enumerate(workers)
+            if PYSPY
+        ]
         t0 = time.monotonic()
         produce(bootstrap, topic, messages)
-        points: set[str] = set()
-        deadline = time.monotonic() + timeout_s
-        while len(points) < expected:
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"timeout with {len(points)} of {expected} points: {tmp}")
-            for m in c.consume(num_messages=500, timeout=0.5):
-                for line in m.value().decode().split("\n"):
-                    if line.startswith("altmark_loss,"):
-                        head, _, ts = line.rsplit(" ", 2)
-                        points.add(f"{head} {ts}")
+        wait_for_points(warm_points + expected)
         wall = time.monotonic() - t0
         cpu = [cpu_s(w.pid) - a for w, a in zip(workers, cpu0)]
+        for spy in spies:  # py-spy writes its profile on SIGINT
+            spy.send_signal(2)
+            spy.wait(30)
     finally:
         c.close()
         stop(workers)
@@ -158,17 +190,17 @@ def main() -> int:
     ap.add_argument("--flows", type=int, default=10_000)
     ap.add_argument("--blocks", type=int, default=10)
     ap.add_argument("--batch", type=int, default=1000)
-    ap.add_argument("--before", default="4edd64a", help="commit of the 'before' loss processor")
+    ap.add_argument("--before", default="0c3e1bf", help="commit of the 'before' loss processor")
     ap.add_argument(
         "--before-what",
-        default="block keys as 4-tuples in a dict, flow_nodes written per record, tags, paths and "
-        "timestamps looked up and formatted per line",
+        default="one by-flow message per collector message and partition, one joiner call per by-flow message",
         help="one line on what the 'before' commit is, for the report",
     )
     ap.add_argument(
         "--after-what",
-        default="flow series numbered by np.searchsorted, one 64-bit int per block key, per-series marks, "
-        "node mirror, tags and paths; timestamps and ratios formatted once per distinct value",
+        default="each stage processes what its stream already buffered together: up to 16 collector messages "
+        "of a node in one by-flow message per partition, the by-flow messages of a node in one joiner call; "
+        "tags and paths of new series made column-wise",
         help="one line on what this tree does differently, for the report",
     )
     ap.add_argument("--port-base", type=int, default=29800)
@@ -176,9 +208,25 @@ def main() -> int:
     ap.add_argument("--worker-rounds", type=int, default=1, help="worker runs of each kind (the best counts)")
     ap.add_argument("--timeout", type=float, default=600.0)
     ap.add_argument("--no-docs", action="store_true")
+    ap.add_argument(
+        "--kinds",
+        default="before,one,two",
+        help="worker runs to make, comma-separated of before, one, two (the report needs all three)",
+    )
+    ap.add_argument("--no-pure", action="store_true", help="skip the pure-core runs")
+    ap.add_argument(
+        "--warm-blocks",
+        type=int,
+        default=0,
+        help="blocks of every flow each worker gets and publishes before the measured window (its flows "
+        "are then known, as in a worker that has been running); the measured blocks follow them",
+    )
     args = ap.parse_args()
     env_line = machine_line()
-    messages = make_messages(args.flows, args.blocks, args.batch)
+    warm = None
+    if args.warm_blocks:
+        warm = (make_messages(args.flows, args.warm_blocks, args.batch), args.flows * args.warm_blocks)
+    messages = make_messages(args.flows, args.blocks, args.batch, first=args.warm_blocks)
     n_records, expected = 2 * args.flows * args.blocks, args.flows * args.blocks
 
     before = Path(tempfile.mkdtemp(prefix="bench-loss-before-"))
@@ -187,7 +235,8 @@ def main() -> int:
         tar.extractall(before, filter="data")
     # before and after alternately, the best of each: other load on the machine only slows a run down
     joiners = (load_joiner(before / "processors/loss/join.py"), load_joiner(REPO / "processors/loss/join.py"))
-    pure = [[bench_pure(j, messages, expected) for j in joiners] for _ in range(args.rounds)]
+    pure = [[bench_pure(j, messages, expected) for j in joiners] for _ in range(0 if args.no_pure else args.rounds)]
+    pure = pure or [[0.0, 0.0]]
     pure_before, pure_after = max(r[0] for r in pure), max(r[1] for r in pure)
     print(f"pure core: before {pure_before:,.0f}, after {pure_after:,.0f} records/s (best of {args.rounds})")
 
@@ -195,13 +244,21 @@ def main() -> int:
         bootstrap = stack.kafka_bootstrap
         runs: dict[str, list[dict]] = {"before": [], "one": [], "two": []}
         for _ in range(args.worker_rounds):  # alternately; the run with the most records per CPU-second counts
-            for name, tree, n in (("before", before, 1), ("one", REPO, 1), ("two", REPO, 2)):
-                runs[name].append(run_workers(tree, n, bootstrap, messages, n_records, expected, args.timeout))
+            kinds = (("before", before, 1), ("one", REPO, 1), ("two", REPO, 2))
+            for name, tree, n in (k for k in kinds if k[0] in args.kinds.split(",")):
+                runs[name].append(run_workers(tree, n, bootstrap, messages, n_records, expected, args.timeout, warm))
                 print(f"{name}: {runs[name][-1]}", flush=True)
+        if any(not runs[k] for k in runs):  # a partial run (--kinds): the figures above, no report
+            return 0
         w_before, one, two = (max(runs[k], key=lambda r: r["per_cpu_s"]) for k in ("before", "one", "two"))
     load = os.getloadavg()[0]
     date = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     ratio = two["per_cpu_s"] / one["per_cpu_s"]
+    warm_note = (
+        f" Each worker first got and published {args.warm_blocks} blocks of every flow, outside the measured window."
+        if args.warm_blocks
+        else " Each worker is fresh: every flow is new to it (series, tags and paths are made in the window)."
+    )
     text = f"""## Loss processor: block records/s (`bench/loss_records.py`)
 
 Run {date} on {env_line}; load average {load:.1f} at the end (other engineers' tests);
@@ -210,7 +267,7 @@ tx from one node and rx from another, {args.batch}-record altmark_batch messages
 (collectors with --group-flows), lz4, a 2-partition topic: {n_records:,} records, {expected:,} points.
 "Before" is commit {args.before} ({args.before_what}), run from a git archive of it in the same run;
 "after" is this tree ({args.after_what}). Pure core: best of {args.rounds} alternating runs; workers:
-best (records per CPU-second) of {args.worker_rounds} alternating round(s).
+best (records per CPU-second) of {args.worker_rounds} alternating round(s).{warm_note}
 
 | | before ({args.before}) | after (this tree) |
 | --- | --- | --- |
@@ -234,7 +291,7 @@ times are not that comparison: the machine's two cores also run Kafka, the drive
 Goal (issue 17): ≥ 200,000 block records/s per worker: per CPU-second of the worker
 **{"met" if one["per_cpu_s"] >= 200_000 else "NOT met"}** ({one["per_cpu_s"]:,.0f}); wall
 **{"met" if one["rate"] >= 200_000 else "NOT met"}** ({one["rate"]:,.0f} records/s, the broker and the driver on the same 2 cores).
-Command: `.local/venv/bin/python bench/loss_records.py --flows {args.flows} --blocks {args.blocks} --batch {args.batch} --rounds {args.rounds} --worker-rounds {args.worker_rounds}`.
+Command: `.local/venv/bin/python bench/loss_records.py --flows {args.flows} --blocks {args.blocks} --batch {args.batch} --rounds {args.rounds} --worker-rounds {args.worker_rounds} --warm-blocks {args.warm_blocks} --before {args.before}`.
 """  # noqa: E501 - markdown report
     print(text)
     if not args.no_docs:

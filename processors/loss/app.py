@@ -11,14 +11,16 @@ SEGSCOPE_LOSS_APP_ID, SEGSCOPE_LOSS_TIMEOUT_S, ...).
 Two stages in one worker, N workers in one consumer group (the app id):
 - split_batches (repartition) reads the collectors' messages (keyed by node, so a flow's tx and
   rx records can be in different partitions), checks the records, and re-sends them to the
-  by-flow topic, partition flow_partition(flow_id) (processors/loss/keying.py), one message per
-  partition a batch touches. A message that is not an altmark_batch goes to the dead-letter
+  by-flow topic, partition flow_partition(flow_id) (processors/loss/keying.py): the collector
+  messages its stream already buffered (up to 16, Gathering) go out as one message per node and
+  partition (at most 8192 records). A message that is not an altmark_batch goes to the dead-letter
   topic with the reason, and so does a batch with unusable records (its good records go on).
-  A source message is acked only when Kafka acknowledged every re-keyed message it produced;
-  a worker killed before that is replayed, and the join counts the copies once (duplicates).
+  A source message is acked only when Kafka acknowledged every re-keyed message its records went
+  to; a worker killed before that is replayed, and the join counts the copies once (duplicates).
 - join_batches reads the by-flow topic: every record of a flow, from both nodes, comes to the
-  one worker that owns the flow's partition. It decodes the batch (np.frombuffer) and hands
-  the records to the LossJoiner (processors/loss/join.py, vectorised). Everything it publishes
+  one worker that owns the flow's partition. It decodes the batches (np.frombuffer) and hands
+  the records of the buffered messages of a node to the LossJoiner in one call
+  (processors/loss/join.py, vectorised). Everything it publishes
   happens in the flush timer: blocks whose other side did not come within the timeout
   (complete=false), joined and changed blocks, and the segscope_processor,processor=loss counters.
 
@@ -47,6 +49,7 @@ import asyncio
 import json
 import logging
 import time
+from collections.abc import Awaitable, Callable
 
 import faust
 import numpy as np
@@ -234,51 +237,130 @@ async def write_progress() -> None:
 split_pending = InOrderAcks()
 
 
-async def split_message(message) -> tuple[bytes | None, list]:
-    """Check one collector message and re-send its good records by flow: (a dead letter or None,
-    the delivery futures)."""
+# A by-flow message holds at most this many records (64 bytes each: 512 KiB, below the broker's
+# default message.max.bytes of 1 MiB).
+BY_FLOW_MAX_RECORDS = 8192
+# Events an agent gathers from its stream before it processes them together (see Gathering).
+GATHER_MAX_EVENTS = 16
+
+
+class Gathering:
+    """The events an agent took from its stream and has not processed yet, processed together.
+
+    Why: Faust and aiokafka cost about as much per message as the joiner does per 1000 records
+    (a task and futures per consumed message, a produce request per sent one). So each stage
+    processes what its stream already buffered in one go: the repartition stage sends one by-flow
+    message per node and partition for several collector messages, and the join stage ingests
+    several by-flow messages per node in one call. An event is processed when the stream has
+    nothing more buffered (no added latency), when GATHER_MAX_EVENTS are gathered, or by
+    gather_timer when the stream said it had more but nothing came (buffered events Faust skips,
+    during a rebalance). Events are processed in arrival order (InOrderAcks needs offset order)."""
+
+    def __init__(self, process: Callable[[list], Awaitable[None]]) -> None:
+        self.process = process  # process(events: [(stream, event), ...])
+        self.events: list = []
+        self.lock = asyncio.Lock()  # the agent and the timer never process at the same time
+        self.last_add = 0.0
+
+    async def add(self, stream, event) -> None:
+        self.events.append((stream, event))
+        self.last_add = time.monotonic()
+        if len(self.events) >= GATHER_MAX_EVENTS or not stream_has_more(stream):
+            await self.run()
+
+    async def run(self) -> None:
+        async with self.lock:
+            events, self.events = self.events, []
+            if events:
+                await self.process(events)
+
+
+def stream_has_more(stream) -> bool:
+    """True when the agent's channel holds events not taken yet (Faust fills it from the fetcher)."""
+    queue = getattr(stream.channel, "queue", None)
+    return queue is not None and not queue.empty()
+
+
+def concat(parts: list[np.ndarray]) -> np.ndarray:
+    return parts[0] if len(parts) == 1 else np.concatenate(parts)
+
+
+async def split_events(events: list) -> None:
+    """Check collector messages and re-send their good records by flow, several messages of a
+    node in one by-flow message per partition; each source message is held with the delivery
+    futures of the messages its records went to. A message that is not an altmark_batch goes to
+    the dead-letter topic, and so does one with unusable records (its good records go on)."""
     c = joiner.counters
-    header, records, letter = decode_or_dead_letter(message, decode_batch, c)
-    if letter is not None:
-        return letter, []
-    c.batches_in += 1
-    c.records_in += len(records)
-    letter = None
-    try:
-        problems = check_records(records)
-        bad = problems != ""
-        if bad.any():
-            invalid: dict[str, int] = {}
-            for p in problems[bad].tolist():
-                invalid[p] = invalid.get(p, 0) + 1
-            c.invalid_records += int(np.count_nonzero(bad))
-            records = records[~bad]
-            letter = dead_letter("invalid_records", json.dumps(invalid, sort_keys=True), message)
-        sent = []
-        for partition, part in split_by_partition(records, by_flow_partitions):
-            body = encode_batch(part, header.node, header.batch_seq)
-            sent.append(
-                await by_flow_topic.send(key=by_flow_key(header.node, partition), value=body, partition=partition)
-            )
-            c.rekeyed_batches_out += 1
-    except Exception as e:  # a bug or an input we did not foresee: keep the message, count it
-        c.processing_errors += 1
-        log.exception("split failed at %s[%d]@%d", message.topic, message.partition, message.offset)
-        return dead_letter("processing_error", repr(e), message), []
-    return letter, sent
+    letters: dict[int, bytes] = {}  # event number -> its dead letter
+    sent_for: dict[int, list] = {}  # event number -> the delivery futures of its records
+    by_node: dict[str, list] = {}  # node -> [(event number, header, records)]
+    for i, (_, event) in enumerate(events):
+        message = event.message
+        if moves.moved_away(message.tp):
+            continue
+        header, records, letter = decode_or_dead_letter(message, decode_batch, c)
+        if letter is not None:
+            letters[i] = letter
+            sent_for[i] = []
+            continue
+        c.batches_in += 1
+        c.records_in += len(records)
+        by_node.setdefault(header.node, []).append((i, header, records))
+    for node, parts in by_node.items():
+        sent: list = []
+        try:
+            records = concat([r for _, _, r in parts])
+            problems = check_records(records)
+            bad = problems != ""
+            if bad.any():
+                start = 0
+                for i, _, part in parts:
+                    mine = problems[start : start + len(part)]
+                    start += len(part)
+                    if (mine != "").any():
+                        invalid: dict[str, int] = {}
+                        for p in mine[mine != ""].tolist():
+                            invalid[p] = invalid.get(p, 0) + 1
+                        letter = json.dumps(invalid, sort_keys=True)
+                        letters[i] = dead_letter("invalid_records", letter, events[i][1].message)
+                c.invalid_records += int(np.count_nonzero(bad))
+                records = records[~bad]
+            batch_seq = parts[0][1].batch_seq
+            for partition, part in split_by_partition(records, by_flow_partitions):
+                for a in range(0, len(part), BY_FLOW_MAX_RECORDS):
+                    body = encode_batch(part[a : a + BY_FLOW_MAX_RECORDS], node, batch_seq)
+                    key = by_flow_key(node, partition)
+                    sent.append(await by_flow_topic.send(key=key, value=body, partition=partition))
+                    c.rekeyed_batches_out += 1
+        except Exception as e:  # a bug or an input we did not foresee: keep the messages, count them
+            c.processing_errors += len(parts)
+            log.exception("split failed at %s", ", ".join(where(events[i][1].message) for i, _, _ in parts))
+            for i, _, _ in parts:
+                letters[i] = dead_letter("processing_error", repr(e), events[i][1].message)
+            sent = []
+        for i, _, _ in parts:
+            sent_for[i] = sent
+    for i, (stream, event) in enumerate(events):
+        if i not in sent_for:  # moved away: not held, not acked (its new owner replays it)
+            continue
+        if i in letters:
+            await (await deadletter_topic.send(key=event.message.key, value=letters[i]))  # delivered first
+        event.message.value = None  # keep the offset, not the bytes
+        split_pending.hold(stream, event, sent_for[i])
+
+
+def where(message) -> str:
+    return f"{message.topic}[{message.partition}]@{message.offset}"
+
+
+split_gathering = Gathering(split_events)
 
 
 @app.agent(blocks_topic)
 async def split_batches(stream) -> None:
     manual = stream.noack()
     async for event in manual.events():
-        if moves.moved_away(event.message.tp):
-            continue
-        letter, sent = await split_message(event.message)
-        if letter is not None:
-            await (await deadletter_topic.send(key=event.message.key, value=letter))  # delivered first
-        event.message.value = None  # keep the offset, not the bytes
-        split_pending.hold(manual, event, sent)
+        await split_gathering.add(manual, event)
 
 
 def all_delivered(sent: list) -> bool:
@@ -314,33 +396,60 @@ async def ack_split_timer() -> None:
 pending = InOrderAcks()
 
 
-def join_message(message, now_ns: int) -> bytes | None:
-    """Decode one by-flow message and feed the joiner: a dead letter or None."""
-    header, records, letter = decode_or_dead_letter(message, decode_batch, joiner.counters)
-    if letter is not None:
-        return letter
-    joiner.counters.rekeyed_batches_in += 1
-    try:
-        joiner.ingest_checked(header.node, records, now_ns)
-    except Exception as e:  # a bug or an input we did not foresee: keep the message, count it
-        joiner.counters.processing_errors += 1
-        log.exception("ingest failed at %s[%d]@%d", message.topic, message.partition, message.offset)
-        return dead_letter("processing_error", repr(e), message)
-    return None
+async def join_events(events: list) -> None:
+    """Decode by-flow messages and feed the joiner, the records of several messages of a node in
+    one call; hold each message with the joiner clock of that call. A message that is not an
+    altmark_batch goes to the dead-letter topic, and so do the messages of a call that failed."""
+    c = joiner.counters
+    now = clock_ns()
+    letters: dict[int, bytes] = {}
+    taken: set[int] = set()
+    by_node: dict[str, list] = {}  # node -> [(event number, records)]
+    for i, (_, event) in enumerate(events):
+        message = event.message
+        if moves.moved_away(message.tp):
+            continue
+        taken.add(i)
+        header, records, letter = decode_or_dead_letter(message, decode_batch, c)
+        if letter is not None:
+            letters[i] = letter
+            continue
+        c.rekeyed_batches_in += 1
+        by_node.setdefault(header.node, []).append((i, records))
+    for node, parts in by_node.items():
+        try:
+            joiner.ingest_checked(node, concat([r for _, r in parts]), now)
+        except Exception as e:  # a bug or an input we did not foresee: keep the messages, count them
+            c.processing_errors += len(parts)
+            log.exception("ingest failed at %s", ", ".join(where(events[i][1].message) for i, _ in parts))
+            for i, _ in parts:
+                letters[i] = dead_letter("processing_error", repr(e), events[i][1].message)
+    for i, (stream, event) in enumerate(events):
+        if i not in taken:  # moved away: not held, not acked (its new owner replays it)
+            continue
+        if i in letters:
+            await (await deadletter_topic.send(key=event.message.key, value=letters[i]))  # delivered first
+        event.message.value = None  # the records are in the joiner: keep the offset, not the bytes
+        pending.hold(stream, event, now)
+
+
+join_gathering = Gathering(join_events)
 
 
 @app.agent(by_flow_topic)
 async def join_batches(stream) -> None:
     manual = stream.noack()
     async for event in manual.events():
-        if moves.moved_away(event.message.tp):
-            continue
-        now = clock_ns()
-        letter = join_message(event.message, now)
-        if letter is not None:
-            await (await deadletter_topic.send(key=event.message.key, value=letter))  # delivered first
-        event.message.value = None  # the records are in the joiner: keep the offset, not the bytes
-        pending.hold(manual, event, now)
+        await join_gathering.add(manual, event)
+
+
+@app.timer(interval=0.1)
+async def gather_timer() -> None:
+    """Process what an agent gathered when its stream said more was buffered but nothing came."""
+    now = time.monotonic()
+    for gathering in (split_gathering, join_gathering):
+        if gathering.events and now - gathering.last_add >= 0.05:
+            await gathering.run()
 
 
 async def ack_finished_messages() -> None:

@@ -262,6 +262,12 @@ def dmark_delay_us(tx_sum: int, rx_sum: int, n: int) -> float:
     return diff / n / 1000
 
 
+def _last_of_each(values: np.ndarray) -> np.ndarray:
+    """Positions of the last occurrence of each distinct value of `values`."""
+    _, first_from_end = np.unique(values[::-1], return_index=True)
+    return len(values) - 1 - first_from_end
+
+
 class _Marks(dict):
     """LossJoiner.final_upto: a dict others write (the app's progress seeds); any change flags the
     joiner to re-read it into its per-series column."""
@@ -478,15 +484,15 @@ class LossJoiner:
         periods = (new & np.uint64(0xFFFFFFFF)).astype(np.uint32)
         self._fn_flow[at], self._fn_method[at], self._fn_period[at] = flows, method, periods
         fm_numbers, final, evicted = self._fm_numbers, self.final_upto, self.evicted_upto
-        fm, marks, evicted_marks = [], [], []
-        for flow, period in zip(flows.tolist(), periods.tolist()):
-            number = fm_numbers.get((flow, method))
-            if number is None:
-                number = fm_numbers[(flow, method)] = len(fm_numbers)
-            fm.append(number)
-            marks.append(final.get((flow, method, period), -1))
-            evicted_marks.append(evicted.get((flow, method, period), -1))
-        self._fn_fm[at], self._fn_final[at], self._fn_evicted[at] = fm, marks, evicted_marks
+        flow_l = flows.tolist()
+        # a new (flow_id, method) gets the next number
+        self._fn_fm[at] = [fm_numbers.setdefault(pair, len(fm_numbers)) for pair in zip(flow_l, repeat(method))]
+        if final or evicted:
+            flow_keys = list(zip(flow_l, repeat(method), periods.tolist()))
+            self._fn_final[at] = list(map(final.get, flow_keys, repeat(-1))) if final else -1
+            self._fn_evicted[at] = list(map(evicted.get, flow_keys, repeat(-1))) if evicted else -1
+        else:
+            self._fn_final[at] = self._fn_evicted[at] = -1
         self._series_count += k
         keys = np.concatenate([keys, new])
         numbers = np.concatenate([numbers, np.arange(first, first + k, dtype=np.int64)])
@@ -780,25 +786,37 @@ class LossJoiner:
             (self._fn_tag_nodes[0, series] != sides[0])
             | (self._fn_tag_nodes[1, series] != sides[1])
             | (self._fn_tag_path[series] != paths)
-        ).tolist()
-        if stale:
-            tags_cache, tag_of, names = self._tags_cache, self._tag, self._node_names
+        )
+        if len(stale):
+            tags_cache = self._tags_cache
             if len(tags_cache) > 1_000_000:  # flows come and go: do not grow without end
                 tags_cache.clear()
-            path_l, series_l = paths.tolist(), series.tolist()
-            for i in stale:
-                s = series_l[i]
-                tx_no, rx_no, path = int(sides[0, i]), int(sides[1, i]), path_l[i]
-                key = (s, tx_no, rx_no, path)
-                tag = tags_cache.get(key)
-                if tag is None:
-                    flow, method, period = int(self._fn_flow[s]), int(self._fn_method[s]), int(self._fn_period[s])
-                    tag = tags_cache[key] = (
-                        loss_tags(flow, method, period, tag_of(names[tx_no]), tag_of(names[rx_no])) + f",path={path}"
-                    )
-                tags[i] = self._fn_tags[s] = tag
-                self._fn_tag_nodes[:, s] = tx_no, rx_no
-                self._fn_tag_path[s] = path
+            node_tags = [self._tag(name) for name in self._node_names]
+            s_st, tx_st, rx_st, path_st = series[stale], sides[0, stale], sides[1, stale], paths[stale]
+            keys = list(zip(s_st.tolist(), tx_st.tolist(), rx_st.tolist(), path_st.tolist()))
+            made = list(map(tags_cache.get, keys))
+            miss = [i for i, tag in enumerate(made) if tag is None]
+            if miss:
+                at = s_st[miss]
+                columns = (self._fn_flow[at].tolist(), self._fn_method[at].tolist(), self._fn_period[at].tolist())
+                for i, flow, method, period in zip(miss, *columns):
+                    key = keys[i]
+                    tag = tags_cache.get(key)  # the same key twice among the new ones
+                    if tag is None:
+                        _, tx_no, rx_no, path = key
+                        tag = tags_cache[key] = (
+                            loss_tags(flow, method, period, node_tags[tx_no], node_tags[rx_no]) + f",path={path}"
+                        )
+                    made[i] = tag
+            made_tags = np.empty(len(made), dtype=object)
+            made_tags[:] = made
+            tags[stale] = made_tags
+            # what each series' tags were last made for: its last stale row's (as row by row)
+            last = _last_of_each(s_st)
+            at = s_st[last]
+            self._fn_tags[at] = made_tags[last]
+            self._fn_tag_nodes[0, at], self._fn_tag_nodes[1, at] = tx_st[last], rx_st[last]
+            self._fn_tag_path[at] = path_st[last]
         return tags.tolist()
 
     def _cached_paths(
@@ -809,17 +827,25 @@ class LossJoiner:
         s, tx = series[fresh], tx_nodes[fresh]
         found = (self._fn_path_version[s] == version) & (self._fn_path_node[s] == tx)
         path_of, unknown = self._fn_path[s], self._fn_path_unknown[s]
-        miss = np.flatnonzero(~found).tolist()
-        if miss:
-            names, s_l, tx_l = self._node_names, s.tolist(), tx.tolist()
-            for i in miss:
-                tx_node = names[tx_l[i]]
-                path = self.flow_path(int(self._fn_flow[s_l[i]]), None if tx_node == UNKNOWN_NODE else tx_node)
-                unknown[i] = path is None
-                path_of[i] = UNKNOWN_NODE if path is None else escape_tag(path)
-                at = s_l[i]
-                self._fn_path[at], self._fn_path_node[at], self._fn_path_version[at] = path_of[i], tx_l[i], version
-                self._fn_path_unknown[at] = unknown[i]
+        miss = np.flatnonzero(~found)
+        if len(miss):
+            names, flow_path = self._node_names, self.flow_path
+            asked: dict[tuple[int, int], tuple[str, bool]] = {}  # (flow, tx node) -> (path tag, unknown)
+            got_path, got_unknown = [], []
+            for flow, tx_no in zip(self._fn_flow[s[miss]].tolist(), tx[miss].tolist()):
+                answer = asked.get((flow, tx_no))
+                if answer is None:
+                    tx_node = names[tx_no]
+                    path = flow_path(flow, None if tx_node == UNKNOWN_NODE else tx_node)
+                    answer = asked[(flow, tx_no)] = (UNKNOWN_NODE, True) if path is None else (escape_tag(path), False)
+                got_path.append(answer[0])
+                got_unknown.append(answer[1])
+            path_of[miss] = got_path
+            unknown[miss] = got_unknown
+            last = miss[_last_of_each(s[miss])]
+            at = s[last]
+            self._fn_path[at], self._fn_path_node[at], self._fn_path_version[at] = path_of[last], tx[last], version
+            self._fn_path_unknown[at] = unknown[last]
         self.counters.path_unknown += int(np.count_nonzero(unknown))
         paths[fresh] = path_of
         self._path_tag[rows[fresh]] = path_of

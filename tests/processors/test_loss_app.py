@@ -370,6 +370,7 @@ def test_loss_worker_throughput(stack, tmp_path, per_message, n_flows, workers):
                             assert producer.flush(60) == 0
                         elif c["records_in"] == 2 * n_flows and c["blocks_complete"] == n_flows:
                             t_done = time.monotonic()
+                            done = c
     finally:
         metrics_c.close()
         stop_worker(proc)
@@ -380,3 +381,8 @@ def test_loss_worker_throughput(stack, tmp_path, per_message, n_flows, workers):
         f"from produce to all lines published (counters every 0.5 s: rate is a lower bound)"
     )
     assert complete_lines == n_flows
+    # the repartition stage sent the records of several collector messages of a node in one by-flow
+    # message (Gathering in processors/loss/app.py), and the join stage took every one of them
+    assert done["rekeyed_batches_in"] == done["rekeyed_batches_out"], done
+    if per_message == 1:  # one record per message: without gathering, one by-flow message per message
+        assert done["rekeyed_batches_out"] < done["batches_in"], done
