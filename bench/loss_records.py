@@ -1,7 +1,7 @@
 """Benchmark: block records/s of the loss processor's Faust worker, before/after, and 1 vs 2 workers.
 
     .local/venv/bin/python bench/loss_records.py [--flows 10000] [--blocks 10] [--batch 1000]
-        [--before 0c3e1bf] [--rounds 3] [--worker-rounds 1] [--port-base 29800] [--no-docs]
+        [--before 0c3e1bf] [--rounds 3] [--worker-rounds 1] [--port-base 29820] [--no-docs]
         [--warm-blocks 0] [--kinds before,one,two] [--no-pure]
 
 Input: `flows` flows x `blocks` blocks (T = 1 s, an hour ago), tx records from node A and rx from
@@ -203,7 +203,7 @@ def main() -> int:
         "tags and paths of new series made column-wise",
         help="one line on what this tree does differently, for the report",
     )
-    ap.add_argument("--port-base", type=int, default=29800)
+    ap.add_argument("--port-base", type=int, default=29820)
     ap.add_argument("--rounds", type=int, default=3, help="pure-core runs of each tree (the best counts)")
     ap.add_argument("--worker-rounds", type=int, default=1, help="worker runs of each kind (the best counts)")
     ap.add_argument("--timeout", type=float, default=600.0)
