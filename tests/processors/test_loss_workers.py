@@ -43,7 +43,11 @@ def start(bootstrap: str, tmp: Path, name: str, blocks: str, app_id: str, metric
             [sys.executable, "-m", "processors.loss", "--bootstrap", bootstrap, "--blocks-topic", blocks]
             + ["--by-flow-topic", f"{app_id}.by_flow", "--by-flow-partitions", str(PARTITIONS)]
             + ["--metrics-topic", metrics, "--deadletter-topic", dl, "--app-id", app_id]
-            + ["--timeout-s", "1.5", "--retention-s", "6", "--flush-interval-s", "0.3"]
+            # retention well above kill -> rebalance done (the 6 s session timeout + the rebalance): an rx
+            # record the rebalance held back must find its block still open, not evicted (then it is
+            # rightly dropped as late and counted, and the block stays missing_rx: a failure of this test
+            # with retention 6 s, not a loss)
+            + ["--timeout-s", "1.5", "--retention-s", "20", "--flush-interval-s", "0.3"]
             + ["--tai-utc-offset-s", str(TAI_UTC), "--datadir", str(tmp / name), "-l", "info"],
             cwd=REPO,
             env=env,
