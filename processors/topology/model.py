@@ -322,9 +322,11 @@ class TopologyModel:
         c.points_ignored += ignored
 
     def _series_of(self, head: str):
-        """(is loss, key, tags) of a measured line's tag set, as _take_plain_line reads it;
-        False when _take_plain_line would not take it (the line then goes to _apply_line).
-        The tags dict is shared by every measure of the series: nothing changes a held measure's tags."""
+        """(is loss, key, tags) of a measured line's head (measurement and tags, no escapes); False
+        when its tags cannot key a measure (a tag without a value, a '=' in a value, no node, ssid and
+        direction or flow and tx_node tag): the full parser then reads the line. apply_metrics_text
+        caches it per series: the tags dict is shared by every measure of the series, and nothing
+        changes a held measure's tags."""
         measurement, *items = head.split(",")
         tags = {}
         for item in items:
@@ -374,30 +376,24 @@ class TopologyModel:
         if len(parts) != 3 or not parts[1] or not parts[2]:
             return False  # blanks in a string field, no timestamp, doubled blanks: the full parser
         head, raw_fields, ts_text = parts
-        measurement, *items = head.split(",")
-        tags = {}
-        for item in items:
-            key, _, value = item.partition("=")
-            if not key or not value or "=" in value:
-                return False
-            tags[key] = value
+        known = self._series_of(head)
+        if known is False:
+            return False
+        is_loss, key, tags = known
         try:
-            if measurement == "stamp_delay":
-                store, key = self.stamp, (tags["node"], int(tags["ssid"]), tags["direction"])
-            elif measurement == "altmark_loss" and plain_field(raw_fields, "complete") is True:
-                store, key = self.loss, (int(tags["flow"]), tags["tx_node"])
-            else:
+            if is_loss and plain_field(raw_fields, "complete") is not True:
                 return False  # an incomplete block is ignored, a broken line malformed: the full parser says which
             ts = int(ts_text)
-        except (KeyError, ValueError):  # LineError is a ValueError
+        except ValueError:  # LineError is a ValueError
             return False
+        store = self.loss if is_loss else self.stamp
         self.counters.points_in += 1
         held = store.get(key)
         if held is not None and held.timestamp_ns > ts:
             self.counters.points_stale += 1
             return True
         store[key] = _Measure(ts, None, tags, raw_fields, held)
-        self.unparsed.add((store is self.loss, key))
+        self.unparsed.add((is_loss, key))
         return True
 
     def settle(self) -> None:
