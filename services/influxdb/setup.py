@@ -106,6 +106,23 @@ def wait_ping(url: str, timeout_s: float) -> None:
         time.sleep(1.0)
 
 
+def _retention(env: dict[str, str], given: rollups.Retention | None) -> rollups.Retention:
+    """The retention durations given, else from SEGSCOPE_INFLUX_*_RETENTION or the defaults."""
+    try:
+        return given or rollups.Retention.from_env(env)
+    except rollups.RollupError as exc:
+        raise BadSetting(str(exc)) from None
+
+
+def _backfill(db, database: str, backfill: tuple[int, int], say) -> None:
+    """Run the rollups once over backfill = (from_ns, to_ns)."""
+    try:
+        n = rollups.backfill(db.series, database, *backfill, say=say)
+    except (influxql.InfluxQLError, rollups.RollupError) as exc:
+        raise SetupError(f"backfill: {exc}") from exc
+    say(f"segscope-influx-setup: backfill wrote {n} rollup points")
+
+
 def setup(
     url: str,
     database: str,
@@ -117,10 +134,7 @@ def setup(
 ) -> None:
     """`retention` None: from the environment (SEGSCOPE_INFLUX_*_RETENTION) or the defaults.
     `backfill` (from_ns, to_ns): run the rollups once over that range after the setup."""
-    try:
-        retention = retention or rollups.Retention.from_env(env)
-    except rollups.RollupError as exc:
-        raise BadSetting(str(exc)) from None
+    retention = _retention(env, retention)
     admin, admin_pw = env.get("SEGSCOPE_INFLUX_ADMIN_USER", ""), env.get("SEGSCOPE_INFLUX_ADMIN_PASSWORD", "")
     if not admin or not admin_pw:
         raise BadSetting("SEGSCOPE_INFLUX_ADMIN_USER and SEGSCOPE_INFLUX_ADMIN_PASSWORD must be set (a Secret)")
@@ -154,11 +168,7 @@ def setup(
         say(f"segscope-influx-setup: {role.lower()} user {user}: {grant} on {database}")
     say(f"segscope-influx-setup: database {database} ready at {url}")
     if backfill:
-        try:
-            n = rollups.backfill(db.series, database, *backfill, say=say)
-        except (influxql.InfluxQLError, rollups.RollupError) as exc:
-            raise SetupError(f"backfill: {exc}") from exc
-        say(f"segscope-influx-setup: backfill wrote {n} rollup points")
+        _backfill(db, database, backfill, say)
 
 
 def setup_rollups_only(
@@ -179,10 +189,7 @@ def setup_rollups_only(
             "SEGSCOPE_INFLUX_RAW_RETENTION is set but --rollups-only leaves autogen's retention to the "
             "database's owner: unset it, or run without --rollups-only"
         )
-    try:
-        retention = retention or rollups.Retention.from_env(env)
-    except rollups.RollupError as exc:
-        raise BadSetting(str(exc)) from None
+    retention = _retention(env, retention)
     admin, admin_pw = env.get("SEGSCOPE_INFLUX_ADMIN_USER", ""), env.get("SEGSCOPE_INFLUX_ADMIN_PASSWORD", "")
     if bool(admin) != bool(admin_pw):
         raise BadSetting(
@@ -194,11 +201,7 @@ def setup_rollups_only(
     ensure_database(db, database, retention, say, raw=False)
     say(f"segscope-influx-setup: rollups of {database} ready at {url} (autogen and users left as they are)")
     if backfill:
-        try:
-            n = rollups.backfill(db.series, database, *backfill, say=say)
-        except (influxql.InfluxQLError, rollups.RollupError) as exc:
-            raise SetupError(f"backfill: {exc}") from exc
-        say(f"segscope-influx-setup: backfill wrote {n} rollup points")
+        _backfill(db, database, backfill, say)
 
 
 def _time_ns(text: str) -> int:
