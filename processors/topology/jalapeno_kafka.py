@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from confluent_kafka import Producer
 
 from processors.topology import link_events, telemetry
+from processors.worker import once_led, watermarks
 from segscope_schemas import names
 
 log = logging.getLogger("segscope.topology.jalapeno_kafka")
@@ -161,9 +162,11 @@ class JalapenoKafka:
             meta = c.list_topics(topic, timeout=timeout_s).topics.get(topic)
             parts = sorted(meta.partitions) if meta is not None and meta.error is None else []
             since_ms = 0 if since_s is None else int((time.time() - since_s) * 1000)
-            starts = c.offsets_for_times([TopicPartition(topic, p, since_ms) for p in parts], timeout=timeout_s)
+            by_time = [TopicPartition(topic, p, since_ms) for p in parts]
+            # a telemetry topic created a moment ago may have no leader yet: wait it out (once_led)
+            starts = once_led(lambda t: c.offsets_for_times(by_time, timeout=t), topic, timeout_s)
             for tp in starts:
-                _, high = c.get_watermark_offsets(TopicPartition(topic, tp.partition), timeout=timeout_s)
+                _, high = watermarks(c, topic, tp.partition, timeout_s)
                 if tp.offset < 0 or tp.offset >= high:
                     continue
                 c.assign([TopicPartition(topic, tp.partition, tp.offset)])
