@@ -191,6 +191,20 @@ def loss_fields(
     return ",".join(out)
 
 
+# the decimal text of 0 .. 2^16 - 1: most blocks' packet counts and losses are below 2^16 (a flow
+# under 65 k packets per block), and a gather of these is ~5x cheaper than uint64 tolist + str
+_SMALL_INT_TEXT = np.array([str(i) for i in range(1 << 16)], dtype=object)
+
+
+def _decimal(column: np.ndarray) -> list:
+    """Each value of a uint64 column as its decimal text (a str, or an int an f-string writes so)."""
+    if len(column) and int(column.max()) < len(_SMALL_INT_TEXT):
+        return _SMALL_INT_TEXT[column.astype(np.intp)].tolist()
+    if len(column) and int(column.max()) < 1 << 63:
+        return column.astype(np.int64).tolist()  # int64 tolist is cheaper than uint64's
+    return column.tolist()
+
+
 def _complete_lines(
     tags: list[str],
     tx_packets: np.ndarray,
@@ -206,7 +220,6 @@ def _complete_lines(
     tx = np.asarray(tx_packets, dtype=np.uint64)
     n = len(tx)
     lost = tx - np.asarray(rx_packets, dtype=np.uint64)
-    lost_l, tx_l = lost.tolist(), tx.tolist()
     # repr once per distinct ratio (blocks without loss all share "0.0"); none without traffic
     with_ratio = tx != 0
     exact = with_ratio & (tx < np.uint64(1 << 53))  # float64 division is Python's int / int only below 2^53
@@ -219,17 +232,17 @@ def _complete_lines(
         texts = np.array([f"loss_ratio={q!r}," for q in values.tolist()], dtype=object)
         ratio[at] = texts[inverse.ravel()]
     for i in np.flatnonzero(with_ratio & ~exact).tolist():
-        ratio[i] = f"loss_ratio={lost_l[i] / tx_l[i]!r},"
+        ratio[i] = f"loss_ratio={int(lost[i]) / int(tx[i])!r},"
     return [
         f'{h} tx_packets={a}i,rx_packets={b}i,lost={c}i,{r}tx_bytes={d}i,rx_bytes={e}i,complete=true,reason="ok"{z}{t}'
         for h, a, b, c, r, d, e, z, t in zip(
             tags,
-            tx_l,
-            np.asarray(rx_packets).tolist(),
-            lost_l,
+            _decimal(tx),
+            _decimal(np.asarray(rx_packets, dtype=np.uint64)),
+            _decimal(lost),
             ratio.tolist(),
-            np.asarray(tx_bytes).tolist(),
-            np.asarray(rx_bytes).tolist(),
+            _decimal(np.asarray(tx_bytes, dtype=np.uint64)),
+            _decimal(np.asarray(rx_bytes, dtype=np.uint64)),
             newest,
             tails,
         )
@@ -307,6 +320,24 @@ class _Marks(dict):
         super().clear()
 
 
+def _ring_size(retention_ns: int) -> int:
+    """Slots per flow series in LossJoiner._slot_rows: the blocks a series keeps open at T = 1 s
+    (retention_s of them) and a margin, a power of two, 64 to 512 (2 KiB per series)."""
+    want = retention_ns // NS_PER_S + 16
+    return min(512, max(64, 1 << (int(want) - 1).bit_length()))
+
+
+def _repeats(series: np.ndarray, index: np.ndarray, direction: np.ndarray | None = None) -> bool:
+    """True when a (series, block index[, direction]) occurs twice."""
+    columns = (index, series) if direction is None else (direction, index, series)
+    order = np.lexsort(columns)
+    same = np.ones(len(series) - 1, dtype=bool)
+    for column in columns:
+        c = column[order]
+        same &= c[1:] == c[:-1]
+    return bool(same.any())
+
+
 def _grow(owner, specs, old: int, capacity: int) -> None:
     """Grow the columns `specs` ((attribute, dtype, leading shape, fill)) of owner from old to capacity."""
     for name, dtype, shape, fill in specs:
@@ -341,6 +372,7 @@ class LossJoiner:
         ("_fn_path_node", np.int64, (), -1),
         ("_fn_path_version", object, (), None),
         ("_fn_path_unknown", bool, (), False),  # (flow_path said None)
+        ("_fn_displaced", np.int64, (), -1),  # the highest block_index of its blocks in _displaced (-1: none)
     )
 
     _series_in_numpy = 1 << 19  # block keys of lower series numbers fit 64 bits (64 - 45)
@@ -355,7 +387,14 @@ class LossJoiner:
         self.timeout_ns = int(timeout_s * NS_PER_S)
         self.retention_ns = int(retention_s * NS_PER_S)
         self.counters = Counters()
-        self.blocks: dict[int, int] = {}  # open block (block_key()) -> its row in the columns
+        # Where an open block's row is: a block of flow series s and index i sits in slot
+        # (s, i mod R) of _slot_rows, unless a newer block of s took that slot while it was still open
+        # (more than R blocks of one series open: periods below retention_s / R); it is then in
+        # _displaced. No per-record Python: a dict of every open block was a quarter of this
+        # worker's time (docs/benchmarks.md, loss_records), its lookups missing the CPU caches.
+        self._ring = _ring_size(self.retention_ns)
+        self._slot_rows = np.full((0, self._ring), -1, dtype=np.int32)
+        self._displaced: dict[int, int] = {}  # block key (_block_keys) -> row, of blocks out of their slot
         self.evicted_upto: dict[FlowKey, int] = {}  # highest block_index evicted per flow (written here only)
         self.final_upto = {}  # after a restart: blocks final before it (seed_final; others write it)
         # (flow, method, direction) -> node last seen. Others may only add keys (the app's progress
@@ -478,6 +517,9 @@ class LossJoiner:
             fm_node = np.full((2, capacity), -1, dtype=np.int64)
             fm_node[:, : self._fm_node.shape[1]] = self._fm_node
             self._fm_node = fm_node
+            slot_rows = np.full((capacity, self._ring), -1, dtype=np.int32)
+            slot_rows[: len(self._slot_rows)] = self._slot_rows
+            self._slot_rows = slot_rows
             self._series_capacity = capacity
         at = slice(first, first + k)
         flows = (new >> np.uint64(32)).astype(np.uint32)
@@ -560,20 +602,13 @@ class LossJoiner:
         if self.final_upto.changed:
             self._sync_final()
         series = self._series_numbers(records)
-        keys, key_array = self._block_keys(series, index)
-        if n == 1:
-            unique = True  # no block twice in the batch
-        elif key_array is not None:
-            key_array.sort()
-            unique = not (key_array[1:] == key_array[:-1]).any()
-        else:
-            unique = len(set(keys)) == n
-        if not unique and len(set(zip(keys, records["direction"].tolist()))) < n:
+        unique = n == 1 or not _repeats(series, index)  # no block twice in the batch
+        if not unique and _repeats(series, index, records["direction"]):
             # one side of a block twice in the batch: the second copy must see the first one
             for i in range(n):
-                self._ingest(node, records[i : i + 1], series[i : i + 1], keys[i : i + 1], now_ns, True)
+                self._ingest(node, records[i : i + 1], series[i : i + 1], now_ns, True)
         else:
-            self._ingest(node, records, series, keys, now_ns, unique)
+            self._ingest(node, records, series, now_ns, unique)
 
     def _note_boots(self, node: str, records: np.ndarray) -> None:
         # a set, not the last value: a late record of the previous boot is not another restart
@@ -592,16 +627,14 @@ class LossJoiner:
             self.counters.agent_restarts += len(new) - (0 if seen else 1)
             seen |= new
 
-    def _ingest(
-        self, node: str, records: np.ndarray, series: np.ndarray, keys: list[int], now_ns: int, unique: bool
-    ) -> None:
+    def _ingest(self, node: str, records: np.ndarray, series: np.ndarray, now_ns: int, unique: bool) -> None:
         """Records whose (block, side) pairs are all different (unique: their blocks too)."""
         c = self.counters
         self._note_boots(node, records)
-        rows = np.fromiter(map(self.blocks.get, keys, repeat(-1)), dtype=np.intp, count=len(keys))
+        rows = self._open_rows(series, records["block_index"])
         new = np.flatnonzero(rows < 0)
         if len(new):
-            drop = self._place_new_blocks(keys, series, new, records, rows, now_ns, unique)
+            drop = self._place_new_blocks(series, new, records, rows, now_ns, unique)
             if drop is not None:
                 keep = rows >= 0
                 records, rows, series = records[keep], rows[keep], series[keep]
@@ -646,7 +679,6 @@ class LossJoiner:
 
     def _place_new_blocks(
         self,
-        keys: list[int],
         series: np.ndarray,
         new: np.ndarray,
         records: np.ndarray,
@@ -657,9 +689,9 @@ class LossJoiner:
         """Rows for the records of blocks not open: skipped (final before a restart), late (evicted)
         or a new block. Sets rows[i] (-1 = dropped); returns None when nothing was dropped.
         Whether a record is skipped or late depends on its block only, so every record of such a
-        block in the batch is dropped and counted, as one by one. unique: no block twice in keys."""
+        block in the batch is dropped and counted, as one by one. unique: no block twice in records."""
         c = self.counters
-        all_new = len(new) == len(keys)
+        all_new = len(new) == len(records)
         new_series = series if all_new else series[new]
         index = records["block_index"] if all_new else records["block_index"][new]
         dropped = None
@@ -679,22 +711,22 @@ class LossJoiner:
                 return True
             new = new[kept]
             all_new = False
-        new_keys = keys if all_new else [keys[i] for i in new.tolist()]
         if unique:
-            src, place = new, None  # every record is its block's first
+            src = new  # every record is its block's first
         else:
             # one row per block: the first record of each block in the batch fills its key columns
-            first = dict(zip(reversed(new_keys), reversed(new.tolist())))
-            src = np.fromiter(first.values(), dtype=np.intp, count=len(first))
-            place = first
+            new_series, new_index = series[new], records["block_index"][new]
+            order = np.lexsort((new, new_index, new_series))
+            s_sorted, i_sorted = new_series[order], new_index[order]
+            first = np.ones(len(new), dtype=bool)
+            first[1:] = (s_sorted[1:] != s_sorted[:-1]) | (i_sorted[1:] != i_sorted[:-1])
+            src = np.sort(new[order[first]])
         k = len(src)
         if len(self._free) < k:
             self._alloc(max(2 * self._capacity, self._capacity + k))
         free = self._free
         at_l = free[len(free) - k :]
         del free[len(free) - k :]
-        blocks = self.blocks
-        blocks.update(zip(new_keys if place is None else place, at_l))
         at = np.array(at_l, dtype=np.intp)
         first_records = records[src]
         self._fn[at] = series[src]
@@ -708,11 +740,44 @@ class LossJoiner:
         self._emitted[at] = self._last_complete[at] = self._last_rx_exceeds[at] = False
         self._problem[at] = 0
         self._has[:, at] = False
-        if place is None:
+        self._enter(at)
+        if unique:
             rows[new] = at
         else:
-            rows[new] = np.fromiter(map(blocks.__getitem__, new_keys), dtype=np.intp, count=len(new_keys))
+            rows[new] = self._open_rows(series[new], records["block_index"][new])
         return True if dropped is not None else None
+
+    def _open_rows(self, series: np.ndarray, index: np.ndarray) -> np.ndarray:
+        """The row of each (flow series, block index)'s open block, -1 where none is open."""
+        rows = self._slot_rows[series, (index & np.uint64(self._ring - 1)).astype(np.intp)].astype(np.intp)
+        held = np.maximum(rows, 0)
+        found = (rows >= 0) & (self._fn[held] == series) & (self._index[held] == index)
+        rows[~found] = -1
+        if self._displaced:
+            # only a series' blocks up to its highest displaced one can be out of their slot
+            maybe = np.flatnonzero(~found & (index.astype(np.int64) <= self._fn_displaced[series]))
+            if len(maybe):
+                keys = self._block_keys(series[maybe], index[maybe])[0]
+                rows[maybe] = list(map(self._displaced.get, keys, repeat(-1)))
+        return rows
+
+    def _enter(self, rows: np.ndarray) -> None:
+        """Put new open blocks (their _fn and _index set) in their slots; a block that held one moves
+        to _displaced (still open: a newer block of its series came within retention_s)."""
+        series, slot = self._fn[rows], (self._index[rows] & np.uint64(self._ring - 1)).astype(np.intp)
+        held = self._slot_rows[series, slot]
+        out = held >= 0
+        if out.any():
+            self._displace(held[out].astype(np.intp))
+        self._slot_rows[series, slot] = rows
+        lost = self._slot_rows[series, slot] != rows  # two new blocks of one series on one slot
+        if lost.any():
+            self._displace(rows[lost])
+
+    def _displace(self, rows: np.ndarray) -> None:
+        series, index = self._fn[rows], self._index[rows]
+        self._displaced.update(zip(self._block_keys(series, index)[0], rows.tolist()))
+        np.maximum.at(self._fn_displaced, series, index.astype(np.int64))
 
     def _fill(
         self, node: str, node_no: int, records: np.ndarray, side: np.ndarray, rows: np.ndarray, series: np.ndarray
@@ -991,9 +1056,17 @@ class LossJoiner:
 
     def _release(self, rows: np.ndarray) -> None:
         """Free `rows`."""
-        blocks = self.blocks
-        for key in self._block_keys(self._fn[rows], self._index[rows])[0]:
-            del blocks[key]
+        series, index = self._fn[rows], self._index[rows]
+        slot = (index & np.uint64(self._ring - 1)).astype(np.intp)
+        in_slot = self._slot_rows[series, slot] == rows
+        self._slot_rows[series[in_slot], slot[in_slot]] = -1
+        if not in_slot.all():
+            displaced = self._displaced
+            out = ~in_slot
+            for key in self._block_keys(series[out], index[out])[0]:
+                del displaced[key]
+            if not displaced:
+                self._fn_displaced[: self._series_count] = -1
         self._last_line[rows] = None
         self._path_tag[rows] = None
         self._used[rows] = False
@@ -1021,7 +1094,13 @@ class LossJoiner:
     # -- introspection -----------------------------------------------------
 
     def open_blocks(self) -> int:
-        return len(self.blocks)
+        return int(np.count_nonzero(self._used))
+
+    @property
+    def blocks(self) -> dict[int, int]:
+        """Every open block's key (_block_keys) -> its row (for tests and introspection: not cheap)."""
+        rows = np.flatnonzero(self._used)
+        return dict(zip(self._block_keys(self._fn[rows], self._index[rows])[0], rows.tolist()))
 
     def counters_line(self, ts_ns: int) -> str:
         return _counters_line(self.counters, "loss", ts_ns, {"open_blocks": self.open_blocks()})

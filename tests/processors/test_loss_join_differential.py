@@ -5,7 +5,8 @@ nodes, agent restarts, partial and invalid records, rx > tx, zero traffic, doubl
 and mismatched counts, clocks both ways), two periods and both methods, escaped node names,
 paths known for some flows, flushes at random times (timeouts, re-emissions, evictions, late
 records), progress seeds (final_upto), partitions handed over (forget_flows) and paths kept
-per flow series (flow_path_version). Every flush must return the same lines in the same order,
+per flow series (flow_path_version), blocks out of their slot (more open blocks of a series than
+slots). Every flush must return the same lines in the same order,
 and the counters and the per-flow state must be equal."""
 
 from __future__ import annotations
@@ -65,7 +66,7 @@ def assert_same_state(new: LossJoiner, ref: ReferenceJoiner) -> None:
     assert new.open_blocks() == ref.open_blocks()
 
 
-@pytest.mark.parametrize("seed", range(8))
+@pytest.mark.parametrize("seed", range(12))
 def test_joiner_equals_reference_on_random_input(seed):
     rng = np.random.default_rng(seed)
     timeout_s, retention_s = (2.0, 6.0) if seed % 2 else (1.0, 1.0)
@@ -77,6 +78,8 @@ def test_joiner_equals_reference_on_random_input(seed):
         new.flow_path_version = lambda: step // 7
     if seed % 4 == 1:  # block keys made by Python (beyond 2^19 flow series) from the 3rd series on
         new._series_in_numpy = 2
+    if seed % 4 >= 2:  # 2 slots per flow series: most open blocks are out of their slot (_displaced)
+        new._ring, new._slot_rows = 2, np.full((0, 2), -1, dtype=np.int32)
     if seed % 3 == 0:  # a restart: the progress topic says these blocks were final before it
         for flow in FLOWS[:2]:
             new.final_upto[(flow, ab.METHOD_DSCP, 1000)] = ref.final_upto[(flow, ab.METHOD_DSCP, 1000)] = B0 + 2
@@ -119,6 +122,14 @@ def test_complete_fields_is_loss_fields_for_complete_blocks():
     rx = (tx - np.minimum(tx, rng.integers(0, 1000, len(tx)).astype(np.uint64))).astype(np.uint64)
     tb = rng.integers(0, 2**63, len(tx), dtype=np.uint64)
     rb = rng.integers(0, 2**63, len(tx), dtype=np.uint64)
+    # counts below 2^16 (written from a table), bytes up to 2^63 - 1 (as int64) and beyond
+    small = np.concatenate([[0, 1, 9, 10, 65535], rng.integers(0, 65536, 300)]).astype(np.uint64)
+    small_rx = small - np.minimum(small, rng.integers(0, 50, len(small)).astype(np.uint64))
+    wide = np.concatenate([np.array([2**63 - 1, 65536], np.uint64), rng.integers(0, 2**63, 303, dtype=np.uint64)])
+    got = complete_fields(small, small_rx, wide, wide[::-1].copy())
+    columns = (c.tolist() for c in (small, small_rx, wide, wide[::-1]))
+    want = [loss_fields(a, b, c, d, None, None) for a, b, c, d in zip(*columns)]
+    assert got == want and "tx_packets=65535i," in "".join(got) and f"{2**63 - 1}i" in got[0]
     got = complete_fields(tx, rx, tb, rb)
     want = [
         loss_fields(a, b, c, d, None, None) for a, b, c, d in zip(tx.tolist(), rx.tolist(), tb.tolist(), rb.tolist())
@@ -131,3 +142,36 @@ def test_complete_fields_is_loss_fields_for_complete_blocks():
         for a, b, c, d, e in zip(tx.tolist(), rx.tolist(), tb.tolist(), rb.tolist(), ends)
     ]
     assert got == want
+
+
+@pytest.mark.parametrize("ring", [2, 64])
+def test_many_new_blocks_of_one_series_in_one_batch(ring):
+    """150 consecutive blocks of each of two flows in one batch per side: with 2 slots per series
+    most blocks of the batch share a slot with another new one, with 64 the later ones displace
+    the earlier (all stay open: retention 300 s); late duplicates of the oldest find them."""
+    new = LossJoiner(timeout_s=10.0, retention_s=300.0)
+    ref = ReferenceJoiner(timeout_s=10.0, retention_s=300.0)
+    assert new._ring == 512  # 300 blocks of 1 s open per series, and a margin
+    new._ring, new._slot_rows = ring, np.full((0, ring), -1, dtype=np.int32)
+    now = 1_000 * NS_PER_S
+
+    def side(node: str, direction: int, packets: int) -> np.ndarray:
+        r = np.zeros(300, dtype=ab.ALTMARK_BLOCK_DTYPE)
+        index = B0 + np.tile(np.arange(150), 2)
+        r["flow_id"], r["period_ms"], r["method"], r["direction"] = np.repeat([7, 8], 150), 1000, 1, direction
+        r["block_index"], r["block_start_ns"] = index, index.astype(np.uint64) * np.uint64(10**9)
+        r["colour"], r["packets"], r["bytes"], r["boot_id"] = index & 1, packets, packets * 100, 1
+        return r
+
+    for node, records in (("A", side("A", ab.DIR_TX, 1000)), ("B", side("B", ab.DIR_RX, 990))):
+        assert new.ingest(node, records, now) == ref.ingest(node, records, now)
+    got = new.flush(now)
+    assert got == ref.flush(now) and len(got) == 300 and all("complete=true" in line for line in got)
+    # late copies of the oldest blocks are duplicates of open blocks, not new ones
+    again = side("A", ab.DIR_TX, 1000)[:20]
+    assert new.ingest("A", again, now) == ref.ingest("A", again, now)
+    assert new.counters.duplicate_records == 20 and new.open_blocks() == 300
+    assert_same_state(new, ref)
+    now += 301 * NS_PER_S
+    assert new.flush(now) == ref.flush(now) == []
+    assert new.open_blocks() == 0 and not new._displaced
