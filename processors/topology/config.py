@@ -140,7 +140,8 @@ class TopologyConfig(EnvConfig):
         if not 0 < self.summary_interval_s < self.refresh_s:
             raise ConfigError(
                 f"{ENV['summary_interval_s'][0]}={self.summary_interval_s} must be below "
-                f"{ENV['refresh_s'][0]}={self.refresh_s} (the measured values are that much older), e.g. 10"
+                f"{ENV['refresh_s'][0]}={self.refresh_s} (the measured values are that much older): "
+                "lower the one or raise the other"
             )
 
     def measures_topic(self) -> str:
