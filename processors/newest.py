@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterable
 from dataclasses import dataclass
 
 from processors.topology.model import MEASURED_PREFIXES, complete_is_true
@@ -94,10 +93,14 @@ class NewestLines:
     def __len__(self) -> int:
         return len(self.held)
 
-    def take(self, lines: Iterable[str]) -> None:
+    def take(self, lines: list[str]) -> None:
         """Hold the newest measured line of each series among `lines` (one publish_lines call's).
-        The per-line work of the common line (a plain head, an integer timestamp) is a prefix test,
-        two partitions and a dict update: bench/topology_points.py measures it."""
+        Every string operation here costs (bench/topology_summary.py: the loss worker hands over a
+        line per block), so the common line - a plain head, an integer timestamp and, for
+        altmark_loss, `,complete=true,` with no quote before it, no other `complete=` after it and
+        its quotes paired, as the loss joiner writes it - takes finds, slices and an int() (the
+        model's complete_is_true splits the field set: twice the cost); any other line takes the
+        exact paths (the same outcome as the model's rule: tests/processors/test_newest_lines.py)."""
         if not self.enabled:
             return
         held = self.held
@@ -105,20 +108,27 @@ class NewestLines:
         for line in lines:
             if not line.startswith(MEASURED_PREFIXES):
                 continue
-            head, _, rest = line.partition(" ")
-            fields, _, ts_text = rest.rpartition(" ")
+            blank, last = line.find(" "), line.rfind(" ")
             try:
-                if head[-1] == "\\" or not fields:
-                    raise ValueError  # an escaped blank in the tags, or no timestamp: parsed in full
-                ts = int(ts_text)
+                if blank == last or line[blank - 1] == "\\":
+                    raise ValueError  # no timestamp, or an escaped blank in the tags: parsed in full
+                ts = int(line[last + 1 :])
             except ValueError:
                 self._take_parsed(line)
                 continue
-            if line.startswith(LOSS_PREFIX):
-                complete = complete_is_true(fields) if "\\" not in fields else self._complete_escaped(fields)
-                if not complete:
-                    incomplete += complete is False  # None: counted malformed
-                    continue
+            if line[0] == "a":  # altmark_loss: complete blocks only (the model's rule)
+                at = line.find(",complete=true,", blank, last)
+                if (
+                    at < 0
+                    or line.find('"', blank, at) >= 0
+                    or line.find("complete=", at + 15, last) >= 0
+                    or line.count('"', at, last) & 1  # an unterminated string: the model refuses the line
+                ):
+                    complete = self._complete(line[blank + 1 : last])
+                    if not complete:
+                        incomplete += complete is False  # None: counted malformed
+                        continue
+            head = line[:blank]
             old = held.get(head)
             if old is not None:
                 if old[0] > ts:
@@ -131,6 +141,13 @@ class NewestLines:
         c.newest_lines_held += taken
         c.newest_lines_older += older
         c.newest_lines_incomplete += incomplete
+
+    def _complete(self, fields: str) -> bool | None:
+        """The model's rule for any field set: complete=true (or t, True, ...) as the last `complete`
+        field; None (counted malformed) when a field set with escapes does not parse."""
+        if "\\" not in fields:
+            return complete_is_true(fields)
+        return self._complete_escaped(fields)
 
     def _complete_escaped(self, fields: str) -> bool | None:
         """complete=true in a field set with escapes; None (counted malformed) when it does not parse."""

@@ -92,6 +92,34 @@ def test_incomplete_blocks_are_not_held_and_do_not_replace_a_complete_one():
     assert held.drain() == [short]
 
 
+@pytest.mark.parametrize(
+    "fields",
+    [
+        'tx_packets=9i,complete=true,reason="ok"',  # the loss joiner's shape
+        'complete=true,reason="ok"',  # first field: no comma before it
+        "tx_packets=9i,complete=true",  # last field: no comma after it
+        'tx_packets=9i,complete=true,reason="ok",complete=false',  # the last one counts
+        'tx_packets=9i,complete=false,reason="ok",complete=true,x=1i',
+        'tx_packets=9i,reason="a,complete=true,b",complete=false',  # inside a string
+        'tx_packets=9i,reason="a,complete=true,b"',
+        'tx_packets=9i,complete=true,reason="ok',  # an unterminated string
+        "tx_packets=9i,complete=True,x=1i",
+        "tx_packets=9i,complete=T,x=1i",
+        "tx_packets=9i,complete=tru,x=1i",
+        'tx_packets=9i,complete=true,reason="a\\"b"',  # an escaped quote
+        'tx_packets=9i,x="a,complete=true,\\"c"',  # inside a string, an escaped quote after it
+    ],
+)
+def test_a_loss_line_is_held_exactly_when_the_model_takes_it(fields):
+    line = f"altmark_loss,flow=7,method=dscp,period_ms=1000,tx_node=A,rx_node=B {fields} {100 * S}"
+    model = TopologyModel()
+    model.apply_metrics_text(line)
+    model.settle()
+    held = NewestLines()
+    held.take([line])
+    assert held.drain() == ([line] if model.loss else [])
+
+
 def test_lines_the_split_cannot_read_go_to_the_parser():
     held = NewestLines()
     escaped_blank = delay_line(1, 100, 1.0, node="a\\ b")  # a blank in a tag value
