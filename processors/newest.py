@@ -19,10 +19,12 @@ one fed from segscope.metrics (tests/processors/test_newest_lines.py holds the t
 - `stamp_delay,` lines (not `stamp_delay_histogram`) and `altmark_loss,` lines with complete=true
   only (the model ignores incomplete blocks: metrics.md, loss numbers only from complete blocks).
 
-Kill/restart: a line held but not published when a worker dies is superseded by its series' next
-point (sessions and flows produce one every second / block), and what a restarted worker re-emits
-passes through publish_lines again: what topology sees is newest-wins, at most one interval + one
-second older than segscope.metrics after a kill. Counted in the worker's segscope_processor line:
+Kill/restart: a clean stop publishes what is held (after the worker's final flush). A line held
+but not published when a worker is killed is superseded by its series' next point (sessions and
+flows produce one every second / block; the partition's new owner publishes it), and what a
+restarted worker re-emits passes through publish_lines again: what topology sees is newest-wins,
+at most one interval + one second older than segscope.metrics after a kill (a session or flow that
+ended just then keeps its previous summary's point). Counted in the worker's segscope_processor line:
 newest_lines_held (taken, replacing or not), newest_lines_older (older than the held line of their
 series: superseded, not sent), newest_lines_incomplete and newest_lines_malformed (the model would
 not take them either), newest_lines_published, newest_messages_published, newest_publish_errors (a
@@ -222,8 +224,8 @@ class NewestLines:
 
 def attach_newest(app, cfg, key: bytes) -> NewestLines:
     """The worker's NewestLines and, when cfg.newest_topic is set, the timer that publishes it every
-    cfg.summary_interval_s (it creates the topic before its first send); off: a holder whose take()
-    does nothing."""
+    cfg.summary_interval_s (it creates the topic before its first send) and once more at a clean
+    stop; off: a holder whose take() does nothing."""
     newest = NewestLines(cfg.max_lines_per_message, enabled=bool(cfg.newest_topic))
     if not newest.enabled:
         return newest
@@ -244,4 +246,15 @@ def attach_newest(app, cfg, key: bytes) -> NewestLines:
             log.warning("summary to %s not sent (%r): held for the next interval", cfg.newest_topic, e)
 
     app.timer(interval=cfg.summary_interval_s)(publish_newest_lines)
+
+    async def publish_at_stop(sender=None, **kwargs) -> None:
+        # faust.App.on_stop sends on_before_shutdown after the consumer stopped and before the
+        # producer's last flush; the processors call it last in their on_stop, after their final
+        # publish_lines: so a clean stop (a rolling update, a scale-down) publishes what is held
+        try:
+            await asyncio.wait_for(publish_newest_lines(), timeout=10.0)
+        except asyncio.TimeoutError:
+            log.warning("summary to %s not sent at stop within 10 s", cfg.newest_topic)
+
+    app.on_before_shutdown.connect(publish_at_stop)
     return newest

@@ -239,6 +239,15 @@ def test_summary_holds_the_newest_line_of_every_series(stack, tmp_path, workers)
             break
         time.sleep(0.5)
     d, lo = counters["delay"], counters["loss"]
+    # a clean stop publishes what is held: session 3's seconds, closed just before SIGTERM
+    producer.produce(t["records"], key=f"{node}/3".encode(), value=encode_batch(
+        session_records(rng, 3, first, 3, 20), node, 4))  # fmt: skip
+    assert producer.flush(30) == 0
+    wait_for("session 3's first two seconds", lambda ls: has(ls, "ssid=3,", utc + 1) == 3)
+    stop_worker(workers[0])
+    assert workers[0].returncode == 0, (tmp_path / "delay.log").read_text()[-3000:]
+    at_stop = [line for _, line in measured(read_all(bootstrap, t["newest"])) if "ssid=3," in line]
+    assert has(at_stop, "ssid=3,", utc + 2) == 3, at_stop  # its newest second, closed and summarised at stop
     assert d["newest_lines_published"] == 6 and lo["newest_lines_published"] == 2
     assert d["newest_lines_older"] == 3  # the re-emitted first second, three directions
     assert lo["newest_lines_older"] >= 1 and lo["newest_lines_incomplete"] >= 1
