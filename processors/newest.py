@@ -61,15 +61,18 @@ def newest_env() -> dict[str, tuple[str, str]]:
 def check_newest(cfg, env: dict[str, tuple[str, str]], retention_s: float) -> None:
     """ConfigError naming the variable and the fix for a summary setting that cannot work."""
     topic_var, interval_var = env["newest_topic"][0], env["summary_interval_s"][0]
-    if cfg.newest_topic and cfg.newest_topic == cfg.metrics_topic:
+    if not cfg.newest_topic:
+        return  # off: the interval is not used
+    if cfg.newest_topic == cfg.metrics_topic:
         raise ConfigError(
             f"{topic_var}={cfg.newest_topic!r} is the metrics topic: use its own topic, e.g. segscope.metrics.newest"
         )
     # below the retention: a held line is published before the input behind it can be acked
-    if not 0 < cfg.summary_interval_s < min(30.0, retention_s):
+    bound = min(30.0, retention_s)
+    if not 0 < cfg.summary_interval_s < bound:
         raise ConfigError(
-            f"{interval_var}={cfg.summary_interval_s}: use 0 < interval < {min(30.0, retention_s):g} s "
-            "(the topology refresh period, 30 s, and the worker's retention), e.g. 10"
+            f"{interval_var}={cfg.summary_interval_s}: use 0 < interval < {bound:g} s "
+            f"(the topology refresh period, 30 s, and the worker's retention), e.g. {min(10.0, bound / 2):g}"
         )
 
 

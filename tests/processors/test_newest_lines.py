@@ -209,11 +209,19 @@ def test_a_model_fed_the_summary_keeps_what_a_model_fed_every_line_keeps(seed):
     assert every_line.stamp or every_line.loss
 
 
+ON = {"SEGSCOPE_TOPIC_METRICS_NEWEST": "segscope.metrics.newest"}
+
+
 @pytest.mark.parametrize(
     "config,env,message",
     [
-        (DelayConfig, {"SEGSCOPE_SUMMARY_INTERVAL_S": "30"}, "SEGSCOPE_SUMMARY_INTERVAL_S=30.0: use 0 < interval < 30"),
-        (DelayConfig, {"SEGSCOPE_SUMMARY_INTERVAL_S": "0"}, "SEGSCOPE_SUMMARY_INTERVAL_S=0.0"),
+        (
+            DelayConfig,
+            {**ON, "SEGSCOPE_SUMMARY_INTERVAL_S": "30"},
+            "SEGSCOPE_SUMMARY_INTERVAL_S=30.0: use 0 < interval < 30",
+        ),
+        (DelayConfig, {**ON, "SEGSCOPE_SUMMARY_INTERVAL_S": "0"}, "SEGSCOPE_SUMMARY_INTERVAL_S=0.0"),
+        (DelayConfig, {**ON, "SEGSCOPE_DELAY_RETENTION_S": "8"}, "use 0 < interval < 8 s .* e.g. 4"),
         (LossConfig, {"SEGSCOPE_TOPIC_METRICS_NEWEST": "segscope.metrics"}, "is the metrics topic"),
         (
             TopologyConfig,
@@ -229,8 +237,14 @@ def test_a_model_fed_the_summary_keeps_what_a_model_fed_every_line_keeps(seed):
     ],
 )
 def test_summary_settings_are_refused_by_name(config, env, message):
-    with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(".", r"\.")):
+    with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(". ", r"\. ")):
         config.from_env({"SEGSCOPE_TAI_UTC_OFFSET_S": "37", **env})
+
+
+def test_summary_off_leaves_the_interval_alone():
+    """Off (the default), the interval is not used: a worker with a short retention still starts."""
+    cfg = DelayConfig.from_env({"SEGSCOPE_TAI_UTC_OFFSET_S": "37", "SEGSCOPE_DELAY_RETENTION_S": "8"})
+    assert (cfg.newest_topic, cfg.summary_interval_s) == ("", 10.0)
 
 
 def test_topology_reads_the_summary_when_it_is_set():
