@@ -39,6 +39,7 @@ from aiokafka import codec as aiokafka_codec
 from processors.delay.aggregate import NS_PER_S, DelayAggregator, clock_tai_ns, counters_line
 from processors.delay.config import DelayConfig
 from processors.delay.topics import ensure_topics
+from processors.newest import attach_newest
 from processors.paths import PathBook
 from processors.worker import (
     InOrderAcks,
@@ -122,6 +123,8 @@ records_topic = app.topic(
     cfg.records_topic, key_type=bytes, value_type=bytes, key_serializer="raw", value_serializer="raw"
 )
 metrics_topic = app.topic(cfg.metrics_topic, key_serializer="raw", value_serializer="raw")
+# the newest stamp_delay line of each series, to SEGSCOPE_TOPIC_METRICS_NEWEST every interval ("": off)
+newest = attach_newest(app, cfg, key=b"delay")
 PROGRESS_TOPIC = f"{cfg.app_id}.progress"
 progress_topic = app.topic(PROGRESS_TOPIC, key_serializer="raw", value_serializer="raw")
 progress_written: dict[tuple[str, int], int] = {}
@@ -249,13 +252,15 @@ async def process_batches(stream) -> None:
 
 
 async def publish_lines(lines: list[str]) -> None:
-    """Send the lines and wait until Kafka acknowledged every message."""
+    """Send the lines and wait until Kafka acknowledged every message; then hold each series' newest
+    for the summary (a line is summarised only once it is on the metrics topic)."""
     step = cfg.max_lines_per_message
     sent = []
     for i in range(0, len(lines), step):
         sent.append(await metrics_topic.send(key=b"delay", value="\n".join(lines[i : i + step]).encode()))
     if sent:
         await asyncio.gather(*sent)
+    newest.take(lines)
 
 
 async def publish_counters() -> None:
@@ -266,6 +271,7 @@ async def publish_counters() -> None:
         "path_records": paths.records,
         "path_records_malformed": paths.malformed,
         **moves.counts,
+        **newest.counts(),
     }
     ts = time.time_ns()
     line = counters_line(aggregator.counters, "delay", ts, extra=extra, instance=health.instance)

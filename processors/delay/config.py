@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from processors.delay.aggregate import host_tai_utc_offset_s
+from processors.newest import check_newest, newest_env
 from processors.worker import ConfigError, EnvConfig, processor_env  # noqa: F401 (ConfigError: this module's API)
 from segscope_schemas import names
 
@@ -26,6 +27,8 @@ ENV = {
     # TAI - UTC in seconds for point timestamps; "host" = what this host's kernel says
     # (right where a PTP/NTP daemon maintains it; set 37 explicitly where none does)
     "tai_utc_offset_s": ("SEGSCOPE_TAI_UTC_OFFSET_S", "host"),
+    # the newest stamp_delay line of each series every interval, for the topology processor (processors/newest.py)
+    **newest_env(),
 }
 
 
@@ -45,6 +48,8 @@ class DelayConfig(EnvConfig):
     max_lines_per_message: int
     datadir: str
     tai_utc_offset_s: int
+    newest_topic: str
+    summary_interval_s: float
 
     ENV = ENV
 
@@ -53,3 +58,6 @@ class DelayConfig(EnvConfig):
         if raw["tai_utc_offset_s"] == "host":
             raw["tai_utc_offset_s"] = str(host_tai_utc_offset_s())
         return raw
+
+    def validate(self) -> None:
+        check_newest(self, ENV, self.retention_s)

@@ -60,6 +60,7 @@ from processors.delay.topics import ensure_topics
 from processors.loss.config import LossConfig
 from processors.loss.join import LossJoiner
 from processors.loss.keying import by_flow_key, flow_partition, split_by_partition
+from processors.newest import attach_newest
 from processors.paths import PathBook
 from processors.worker import (
     InOrderAcks,
@@ -171,6 +172,8 @@ by_flow_topic = app.topic(
     cfg.by_flow_topic, key_type=bytes, value_type=bytes, key_serializer="raw", value_serializer="raw"
 )
 metrics_topic = app.topic(cfg.metrics_topic, key_serializer="raw", value_serializer="raw")
+# the newest complete altmark_loss line of each series, to SEGSCOPE_TOPIC_METRICS_NEWEST every interval ("": off)
+newest = attach_newest(app, cfg, key=b"loss")
 deadletter_topic = app.topic(cfg.deadletter_topic, key_serializer="raw", value_serializer="raw")
 PROGRESS_TOPIC = f"{cfg.app_id}.progress"
 progress_topic = app.topic(PROGRESS_TOPIC, key_serializer="raw", value_serializer="raw")
@@ -459,13 +462,15 @@ async def ack_finished_messages() -> None:
 
 
 async def publish_lines(lines: list[str]) -> None:
-    """Send the lines and wait until Kafka acknowledged every message."""
+    """Send the lines and wait until Kafka acknowledged every message; then hold each series' newest
+    for the summary (a line is summarised only once it is on the metrics topic)."""
     step = cfg.max_lines_per_message
     sent = []
     for i in range(0, len(lines), step):
         sent.append(await metrics_topic.send(key=b"loss", value="\n".join(lines[i : i + step]).encode()))
     if sent:
         await asyncio.gather(*sent)
+    newest.take(lines)
 
 
 async def publish_counters() -> None:
@@ -475,6 +480,7 @@ async def publish_counters() -> None:
         "path_records": paths.records,
         "path_records_malformed": paths.malformed,
         **moves.counts,
+        **newest.counts(),
     }
     line = counters_line(joiner.counters, "loss", ts, extra=extra, instance=health.instance)
     await health.publish(metrics_topic, b"loss", line, ts)

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from processors.delay.aggregate import host_tai_utc_offset_s
+from processors.newest import check_newest, newest_env
 from processors.worker import ConfigError, EnvConfig, processor_env
 from segscope_schemas import names
 
@@ -25,6 +26,8 @@ ENV = {
     "max_lines_per_message": ("SEGSCOPE_LOSS_MAX_LINES_PER_MESSAGE", "2000"),
     "datadir": ("SEGSCOPE_LOSS_DATADIR", ".run/processors/{app_id}"),
     "tai_utc_offset_s": ("SEGSCOPE_TAI_UTC_OFFSET_S", "host"),
+    # the newest complete altmark_loss line of each series every interval, for topology (processors/newest.py)
+    **newest_env(),
 }
 
 
@@ -45,6 +48,8 @@ class LossConfig(EnvConfig):
     max_lines_per_message: int
     datadir: str
     tai_utc_offset_s: int
+    newest_topic: str
+    summary_interval_s: float
 
     ENV = ENV
 
@@ -66,3 +71,4 @@ class LossConfig(EnvConfig):
             raise ConfigError(f"{ENV['by_flow_topic'][0]} must differ from {ENV['blocks_topic'][0]}")
         if self.flush_interval_s <= 0 or self.max_lines_per_message < 1:
             raise ConfigError(f"{ENV['flush_interval_s'][0]} must be > 0 and {ENV['max_lines_per_message'][0]} >= 1")
+        check_newest(self, ENV, self.retention_s)

@@ -18,6 +18,9 @@ Inputs (Kafka):
                      (schemas/metrics.md) and ignores the rest (counted). Measurements come from
                      this topic rather than InfluxDB queries: no polling, the same newest-wins
                      semantics as InfluxDB's overwrite, and no dependency on Telegraf being up.
+                     With SEGSCOPE_TOPIC_METRICS_NEWEST set, the delay and loss processors' summary
+                     of it instead (the newest line of each series every SEGSCOPE_SUMMARY_INTERVAL_S,
+                     processors/newest.py): the same lines, series / interval of them per second.
 Output: ArangoDB through processors/topology/writer.py, every flush interval (1 s), only what
 changed (and everything every SEGSCOPE_TOPOLOGY_REFRESH_S in jalapeno mode); counters as
 `segscope_processor,processor=topology ...` lines on segscope.metrics. Optionally (jalapeno_kafka.py)
@@ -86,14 +89,14 @@ class TopologyApp(faust.App):
     async def on_first_start(self) -> None:
         self.conf.datadir.parent.mkdir(parents=True, exist_ok=True)
         await super().on_first_start()
-        ensure_topics(cfg.bootstrap, [cfg.topology_topic, cfg.metrics_topic, cfg.deadletter_topic])
+        ensure_topics(cfg.bootstrap, [cfg.topology_topic, cfg.metrics_topic, MEASURES_TOPIC, cfg.deadletter_topic])
         # measurements older than stale_after_s are left out of the documents: no need to read them
         reader.start()
         health.serve()
         log.info(
             "topology processor: %s + %s -> ArangoDB %s db %s (mode %s), group %s",
             cfg.topology_topic,
-            cfg.metrics_topic,
+            MEASURES_TOPIC,
             cfg.arango_url,
             cfg.arango_db,
             cfg.mode,
@@ -116,10 +119,13 @@ app = TopologyApp(
     **faust_app_settings(cfg.bootstrap, cfg.datadir),
 )
 health = ProcessorHealth(app, "topology", cfg, stale_after_s=max(15.0, 5 * cfg.flush_interval_s))
-# where reading segscope.metrics starts (0: its beginning); forwarded telemetry is read back as far
+# where the measurements are read: segscope.metrics, or the delay and loss processors' summary of it
+# (SEGSCOPE_TOPIC_METRICS_NEWEST: the newest line of each series every summary interval, processors/newest.py)
+MEASURES_TOPIC = cfg.measures_topic()
+# where reading it starts (0: its beginning); forwarded telemetry is read back as far
 METRICS_LOOKBACK_S = cfg.stale_after_s + cfg.refresh_s if cfg.stale_after_s else 0.0
 reader = InputReader(
-    cfg.bootstrap, [cfg.topology_topic, cfg.metrics_topic], lookback_s={cfg.metrics_topic: METRICS_LOOKBACK_S}
+    cfg.bootstrap, [cfg.topology_topic, MEASURES_TOPIC], lookback_s={MEASURES_TOPIC: METRICS_LOOKBACK_S}
 )
 metrics_out = app.topic(cfg.metrics_topic, key_serializer="raw", value_serializer="raw")
 deadletter_topic = app.topic(cfg.deadletter_topic, key_serializer="raw", value_serializer="raw")

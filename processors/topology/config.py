@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from processors.newest import newest_env
 from processors.worker import ConfigError, EnvConfig, processor_env
 from segscope_schemas import names
 
@@ -44,6 +45,9 @@ ENV = {
         "SEGSCOPE_TOPOLOGY_JALAPENO_TELEMETRY_MEASUREMENTS",
         "stamp_delay,altmark_loss",
     ),
+    # the delay and loss processors' summary (processors/newest.py): when set, the measurements are read
+    # from it instead of segscope.metrics (the newest point of each series every summary interval)
+    **newest_env(),
 }
 
 
@@ -75,6 +79,8 @@ class TopologyConfig(EnvConfig):
     jalapeno_link_events_topic: str
     jalapeno_telemetry_topic: str
     jalapeno_telemetry_measurements: str
+    newest_topic: str
+    summary_interval_s: float
 
     ENV = ENV
 
@@ -114,8 +120,33 @@ class TopologyConfig(EnvConfig):
                 f"jalapeno mode ({ENV['mode'][0]}={self.mode!r}): set {ENV['mode'][0]}=jalapeno, "
                 f"or unset {ENV['jalapeno_link_events_topic'][0]}"
             )
+        if self.newest_topic:
+            self.check_summary()
         if self.batch_size < 1:
             raise ConfigError(f"{ENV['batch_size'][0]}={self.batch_size}: use a batch size >= 1, e.g. 1000")
+
+    def check_summary(self) -> None:
+        topic = f"{ENV['newest_topic'][0]}={self.newest_topic!r}"
+        if self.newest_topic in (self.metrics_topic, self.topology_topic):
+            raise ConfigError(f"{topic} is an input topic already: use its own topic, e.g. segscope.metrics.newest")
+        if self.jalapeno_telemetry_topic:
+            # the forwarding sends every line it reads: from the summary, one point per series and interval
+            raise ConfigError(
+                f"{topic} and {ENV['jalapeno_telemetry_topic'][0]}={self.jalapeno_telemetry_topic!r}: the "
+                "telemetry forwarding needs every segscope.metrics line, the summary holds one per series and "
+                f"interval; unset {ENV['jalapeno_telemetry_topic'][0]} (forward with a Telegraf or MirrorMaker "
+                f"of segscope.metrics instead) or unset {ENV['newest_topic'][0]}"
+            )
+        if not 0 < self.summary_interval_s < self.refresh_s:
+            raise ConfigError(
+                f"{ENV['summary_interval_s'][0]}={self.summary_interval_s} must be below "
+                f"{ENV['refresh_s'][0]}={self.refresh_s} (the measured values are that much older): "
+                "lower the one or raise the other"
+            )
+
+    def measures_topic(self) -> str:
+        """Where the stamp_delay / altmark_loss lines are read: the summary when there is one."""
+        return self.newest_topic or self.metrics_topic
 
     def telemetry_measurements(self) -> frozenset[str] | None:
         """The measurements to forward to jalapeno.telemetry; None = all."""

@@ -76,7 +76,7 @@ def _plain_message(text: str) -> bool:
     return True
 
 
-def _complete_is_true(raw_fields: str) -> bool:
+def complete_is_true(raw_fields: str) -> bool:
     """plain_field(raw_fields, "complete") is True, for a field set without backslashes; False
     for anything else (an incomplete block, a broken field set: the line goes to the full path).
     String values cannot hold a field: they are emptied before splitting."""
@@ -300,7 +300,7 @@ class TopologyModel:
             known = series.get(head)
             if known is None:
                 known = series[head] = self._series_of(head)
-            if known is False or (known[0] and not _complete_is_true(raw_fields)):
+            if known is False or (known[0] and not complete_is_true(raw_fields)):
                 self._apply_line(line)
                 continue
             is_loss, key, tags = known

@@ -12,6 +12,8 @@
 #define SEGSCOPE_TOPIC_ALTMARK_BLOCKS_BY_FLOW "segscope.altmark.blocks.by_flow"
 /* InfluxDB line protocol (schemas/metrics.md): results and every process's counters */
 #define SEGSCOPE_TOPIC_METRICS "segscope.metrics"
+/* the summary of segscope.metrics for the topology processor: the newest stamp_delay and complete altmark_loss line of each series, every SEGSCOPE_SUMMARY_INTERVAL_S, from the delay and loss processors when SEGSCOPE_TOPIC_METRICS_NEWEST names it (processors/newest.py) */
+#define SEGSCOPE_TOPIC_METRICS_NEWEST "segscope.metrics.newest"
 /* records a processor could not decode, with the reason (JSON) */
 #define SEGSCOPE_TOPIC_DEADLETTER "segscope.deadletter"
 /* node views from the agents (schemas/topology.md); key <node> */

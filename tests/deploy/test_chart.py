@@ -233,6 +233,35 @@ def test_topology_settings_reach_the_processors_environment():
     assert (cfg.refresh_s, cfg.jalapeno_ip_edges, cfg.telemetry_measurements()) == (10.0, "", None)
 
 
+def test_summary_topic_reaches_the_three_processors_only_when_enabled():
+    """processors.topology.summary: the same two variables in the delay, loss and topology processors
+    (processors/newest.py), which accept what the chart renders; off by default."""
+    from processors.delay.config import DelayConfig
+    from processors.loss.config import LossConfig
+    from segscope_schemas.names import TOPIC_METRICS_NEWEST
+
+    def envs(*args: str) -> dict[str, dict[str, str]]:
+        deps = by_kind(helm_template(*args), "Deployment")
+        out = {}
+        for name in ("delay", "loss", "topology"):
+            container = deps[f"segscope-{name}"]["spec"]["template"]["spec"]["containers"][0]
+            out[name] = {e["name"]: e.get("value") for e in container["env"]}
+        return out
+
+    assert not any("SEGSCOPE_TOPIC_METRICS_NEWEST" in env for env in envs().values())
+    on = envs(
+        "--set", "processors.topology.summary.enabled=true", "--set", "processors.topology.summary.intervalSeconds=5"
+    )
+    for name, config in (("delay", DelayConfig), ("loss", LossConfig), ("topology", TopologyConfig)):
+        env = on[name]
+        assert (env["SEGSCOPE_TOPIC_METRICS_NEWEST"], env["SEGSCOPE_SUMMARY_INTERVAL_S"]) == (TOPIC_METRICS_NEWEST, "5")
+        cfg = config.from_env({"SEGSCOPE_TAI_UTC_OFFSET_S": "37", **{k: v for k, v in env.items() if v is not None}})
+        assert (cfg.newest_topic, cfg.summary_interval_s) == (TOPIC_METRICS_NEWEST, 5.0)
+    assert (
+        TopologyConfig.from_env({k: v for k, v in on["topology"].items() if v}).measures_topic() == TOPIC_METRICS_NEWEST
+    )
+
+
 def test_influx_setup_full_rollups_only_or_none(capsys):
     def init_containers(*args: str) -> list[dict]:
         spec = by_kind(helm_template(*args), "Deployment")["segscope-telegraf"]["spec"]["template"]["spec"]
@@ -273,6 +302,15 @@ def test_influx_setup_full_rollups_only_or_none(capsys):
         (["processors.topology.jalapeno.unknown=x"], "unknown"),
         (["processors.topology.staleAfterSeconds=30"], "staleAfterSeconds=30 must exceed"),
         (["processors.topology.jalapeno.linkEventsTopic=x"], "only used in jalapeno mode"),
+        (
+            ["processors.topology.summary.enabled=true", "processors.topology.jalapeno.telemetryTopic=j.t"],
+            "leave telemetryTopic empty",
+        ),
+        (
+            ["processors.topology.summary.enabled=true", "processors.topology.refreshSeconds=5"],
+            "summary.intervalSeconds=10 must be below processors.topology.refreshSeconds=5",
+        ),
+        (["processors.topology.summary.intervalSeconds=30"], "/processors/topology/summary/intervalSeconds"),
     ],
 )
 def test_bad_topology_settings_are_refused_by_name(settings, message):

@@ -146,3 +146,36 @@ def test_jalapeno_uses_jalapenos_services(built):
         "igpv6_graph",
         "ipv6_graph",
     )
+
+
+def test_summary_component_sets_the_summary_in_the_three_processors(tmp_path):
+    """kustomize/components/summary: the variables of processors.topology.summary.enabled (the chart's
+    test says the same of Helm), accepted by each processor's settings."""
+    from processors.delay.config import DelayConfig
+    from processors.loss.config import LossConfig
+    from processors.topology.config import TopologyConfig
+    from segscope_schemas.names import TOPIC_METRICS_NEWEST
+
+    root = tmp_path / "kustomize"
+    shutil.copytree(REPO / "kustomize", root, ignore=shutil.ignore_patterns("secrets", "overlays"))
+    overlay = root / "overlays" / "summary"
+    overlay.mkdir(parents=True)
+    (overlay / "kustomization.yaml").write_text(
+        "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources: [../../base]\n"
+        "components: [../../components/summary]\n"
+    )
+    text = run([tool("kustomize"), "build", str(overlay)]).stdout
+    kubeconform(text)
+    deps = by_kind([d for d in yaml.safe_load_all(text) if d], "Deployment")
+    for name, config in (("delay", DelayConfig), ("loss", LossConfig), ("topology", TopologyConfig)):
+        env = {
+            e["name"]: e.get("value")
+            for e in deps[f"segscope-{name}"]["spec"]["template"]["spec"]["containers"][0]["env"]
+        }
+        assert (env["SEGSCOPE_TOPIC_METRICS_NEWEST"], env["SEGSCOPE_SUMMARY_INTERVAL_S"]) == (
+            TOPIC_METRICS_NEWEST,
+            "10",
+        )
+        cfg = config.from_env({"SEGSCOPE_TAI_UTC_OFFSET_S": "37", **{k: v for k, v in env.items() if v is not None}})
+        assert cfg.newest_topic == TOPIC_METRICS_NEWEST
+    assert "SEGSCOPE_TOPIC_METRICS_NEWEST" not in str(deps["segscope-telegraf"])

@@ -5,7 +5,9 @@ packet goes from A's loopback fc00:1::1 to R's r0 address fc00:12::2; XDP reflec
 XDP collector on A's a0), the real streamer and delay processor on per-run topics,
 node view publishers for A, R and B (A declares the sessions in its view), the topology
 processor (`python -m processors.topology`, Faust) and the ArangoDB stand-in (or a real
-ArangoDB with SEGSCOPE_ARANGO_URL).
+ArangoDB with SEGSCOPE_ARANGO_URL). The topology processor reads the measurements from the delay
+processor's summary topic (SEGSCOPE_TOPIC_METRICS_NEWEST, every second), as a large network
+would: the edges must still carry exactly the newest point the metrics topic has.
 
 Phases as in tests/e2e/test_stamp_pipeline.py: BASE (ssid 61) with 200 us each way measures the
 path's own latency (sender syscall, veths, relay wake-up, reflector), then MAIN (ssid 62) with
@@ -172,6 +174,8 @@ def e2e(stack, bpffs, tmp_path_factory):
         "records": f"topo.e2e.records.{run}",
         "metrics": f"topo.e2e.metrics.{run}",
         "topology": f"topo.e2e.topology.{run}",
+        # the delay processor's summary (processors/newest.py): the topology processor reads it, not metrics
+        "newest": f"topo.e2e.newest.{run}",
     }
     ensure_topics(stack.kafka_bootstrap, list(topics.values()) + ["segscope.deadletter"])
     teardown(PREFIX)
@@ -225,6 +229,8 @@ def e2e(stack, bpffs, tmp_path_factory):
                     "SEGSCOPE_TOPIC_METRICS": topics["metrics"],
                     "SEGSCOPE_DELAY_APP_ID": f"topoe-delay-{run}",
                     "SEGSCOPE_DELAY_DATADIR": str(run_dir / "delay"),
+                    "SEGSCOPE_TOPIC_METRICS_NEWEST": topics["newest"],
+                    "SEGSCOPE_SUMMARY_INTERVAL_S": "1",
                 },
                 procs,
             )
@@ -232,6 +238,8 @@ def e2e(stack, bpffs, tmp_path_factory):
                 "SEGSCOPE_KAFKA_BOOTSTRAP": kafka,
                 "SEGSCOPE_TOPIC_TOPOLOGY": topics["topology"],
                 "SEGSCOPE_TOPIC_METRICS": topics["metrics"],
+                "SEGSCOPE_TOPIC_METRICS_NEWEST": topics["newest"],
+                "SEGSCOPE_SUMMARY_INTERVAL_S": "1",
                 "SEGSCOPE_TOPOLOGY_APP_ID": f"topoe-topology-{run}",
                 "SEGSCOPE_TOPOLOGY_DATADIR": str(run_dir / "topology"),
                 "SEGSCOPE_ARANGO_URL": arango.url,
