@@ -9,7 +9,8 @@ STAMP sessions (10 packets/s, three directions, stamp_delay + stamp_delay_histog
 flows (T = 1 s) over `seconds` seconds, with one counter line per 100, in calls of 2000 lines
 (SEGSCOPE_*_MAX_LINES_PER_MESSAGE's default, what one publish_lines call sends per message).
 
-1. Publisher: NewestLines.take over every call (what publish_lines adds when the summary is on),
+1. Publisher: NewestLines.take over every call (what the delay worker's publish_lines adds when the
+   summary is on; the loss worker instead hands take_known the joiner's list of its complete lines),
    in ns per line handed to publish_lines (histograms and counters included: the prefix test
    rejects them) and per measured line; beside it, what publish_lines already does per line
    ("\\n".join + encode of the message). Rounds interleaved, medians.
@@ -47,10 +48,12 @@ SESSIONS_PER_ROUTER, FLOWS_PER_ROUTER = 10, 20  # docs/capacity.md section 2
 INTERVALS_S = (5, 10, 15)
 
 
-def producers_ns_per_line(sessions: int, seconds: int, flows: int) -> tuple[float, float]:
+def producers_ns_per_line(sessions: int, seconds: int, flows: int) -> tuple[float, float, float, float]:
     """What making a line costs the delay aggregator (ingest + flush, per stamp_delay line: its
     histogram twin included) and the loss joiner (ingest + flush, per altmark_loss line), on
-    topology_points' input: the scale for NewestLines.take's cost."""
+    topology_points' input: the scale for NewestLines.take's cost. And the loss worker's path with
+    the summary on: the joiner listing its complete lines (keep_complete, the same run again, the
+    difference per line) and NewestLines.take_known over that list, ns per line."""
     msgs, _ = stamp_messages(sessions * 10 * seconds, 1000, sessions, rate=10)
     batches = [stamp_record.decode_batch(value) for _, value in msgs]
     agg = DelayAggregator()
@@ -60,13 +63,29 @@ def producers_ns_per_line(sessions: int, seconds: int, flows: int) -> tuple[floa
     delay_lines = [line for line in agg.flush_all() if line.startswith("stamp_delay,")]
     delay_s = time.perf_counter() - t0
     blocks = [altmark_block.decode_batch(value) for _, value in loss_messages(flows, seconds, 1000)]
-    joiner = LossJoiner(timeout_s=5, retention_s=5)
+    loss_s = {}
+    for keep in (False, True):
+        joiner = LossJoiner(timeout_s=5, retention_s=5)
+        joiner.keep_complete = keep
+        t0 = time.perf_counter()
+        for hdr, recs in blocks:
+            joiner.ingest(hdr.node, recs, 0)
+        loss_lines = joiner.flush(0)
+        loss_s[keep] = time.perf_counter() - t0
+    entries = joiner.complete_out
+    assert len(entries) == len(loss_lines)  # every block complete
+    held = NewestLines()
     t0 = time.perf_counter()
-    for hdr, recs in blocks:
-        joiner.ingest(hdr.node, recs, 0)
-    loss_lines = joiner.flush(0)
-    loss_s = time.perf_counter() - t0
-    return delay_s / len(delay_lines) * 1e9, loss_s / len(loss_lines) * 1e9
+    held.take_known(entries)
+    known_s = time.perf_counter() - t0
+    assert len(held) == flows
+    per_line = 1e9 / len(loss_lines)
+    return (
+        delay_s / len(delay_lines) * 1e9,
+        loss_s[False] * per_line,
+        (loss_s[True] - loss_s[False]) * per_line,
+        known_s * per_line,
+    )
 
 
 def take_all(calls: list[list[str]]) -> tuple[float, NewestLines]:
@@ -135,6 +154,7 @@ def main() -> int:
     }
     kind_ns: dict[str, list[float]] = {name: [] for name in kinds}
     take_ns, join_ns, read_every, read_summary, delay_make_ns, loss_make_ns = [], [], [], [], [], []
+    keep_ns, known_ns = [], []
     summary_lines: list[str] = []
     for _ in range(args.rounds):
         elapsed, held = take_all(calls)
@@ -145,9 +165,11 @@ def main() -> int:
                 [of_kind[i : i + LINES_PER_MESSAGE] for i in range(0, len(of_kind), LINES_PER_MESSAGE)]
             )
             kind_ns[name].append(elapsed / len(of_kind) * 1e9)
-        delay_make, loss_make = producers_ns_per_line(args.sessions, args.seconds, args.flows)
+        delay_make, loss_make, keep, known = producers_ns_per_line(args.sessions, args.seconds, args.flows)
         delay_make_ns.append(delay_make)
         loss_make_ns.append(loss_make)
+        keep_ns.append(keep)
+        known_ns.append(known)
         summary_lines = held.drain()
         summary_messages = [body.decode() for body in held.messages(summary_lines)]
         elapsed, points = read_all(every_message)
@@ -161,7 +183,8 @@ def main() -> int:
     per_measured = median(take_ns) * len(lines) / measured
     delay_ns, hist_ns, loss_ns = (median(v) for v in kind_ns.values())
     delay_cores = 300_000 * (delay_ns + hist_ns) / 1e9
-    loss_cores = 200_000 * loss_ns / 1e9
+    loss_path_ns = median(keep_ns) + median(known_ns)  # what the loss worker does with the summary on
+    loss_cores = 200_000 * loss_path_ns / 1e9
     text = [
         "## Topology summary topic: the publishers' cost and the leader's load (`bench/topology_summary.py`)",
         "",
@@ -180,6 +203,10 @@ def main() -> int:
             f"| NewestLines.take, {name} lines only | {median(v):,.0f} ({min(v):,.0f}-{max(v):,.0f}) |"
             for name, v in kind_ns.items()
         ],
+        f"| the loss worker's path: the joiner listing its complete lines (keep_complete; run-to-run "
+        f"difference, noisy) | {median(keep_ns):,.0f} ({min(keep_ns):,.0f}-{max(keep_ns):,.0f}) |",
+        f"| the loss worker's path: NewestLines.take_known over that list | **{median(known_ns):,.0f}** "
+        f"({min(known_ns):,.0f}-{max(known_ns):,.0f}) |",
         f"| publish_lines' own join + encode, for scale | {median(join_ns):,.0f} ({min(join_ns):,.0f}-"
         f"{max(join_ns):,.0f}) |",
         f"| the delay aggregator making a stamp_delay line (ingest + flush, its histogram twin included), for scale "
@@ -188,9 +215,10 @@ def main() -> int:
         f"| {median(loss_make_ns):,.0f} ({min(loss_make_ns):,.0f}-{max(loss_make_ns):,.0f}) |",
         "",
         f"So the summary adds {100 * (delay_ns + hist_ns) / median(delay_make_ns):.0f} % to the delay "
-        f"aggregator's cost per line pair and {100 * loss_ns / median(loss_make_ns):.0f} % to the loss joiner's "
-        "per line (measured in the same rounds; the workers' Kafka and Faust work comes on top of both, "
-        "so the share of a worker's CPU is smaller).",
+        f"aggregator's cost per line pair and {100 * loss_path_ns / median(loss_make_ns):.0f} % to the loss joiner's "
+        "per line (the loss worker hands take_known the joiner's own list, not its lines: take() would add "
+        f"{100 * loss_ns / median(loss_make_ns):.0f} %); measured in the same rounds; the workers' Kafka and "
+        "Faust work comes on top of both, so the share of a worker's CPU is smaller.",
         "",
         "| TopologyModel reading (apply_metrics_text + settle) | points/s, median (range) |",
         "| --- | --- |",
@@ -208,7 +236,7 @@ def main() -> int:
         "The publishers' side at 10 000 routers: the delay workers hand publish_lines 300 k stamp_delay and "
         "300 k stamp_delay_histogram lines/s, the loss workers 200 k altmark_loss lines/s (one per flow and "
         f"block, i.e. per two block records): {delay_cores:.2f} + {loss_cores:.2f} cores in all for "
-        "NewestLines.take, spread over the workers.",
+        "NewestLines.take and the loss path, spread over the workers.",
         f"Command: `.local/venv/bin/python bench/topology_summary.py --sessions {args.sessions} "
         f"--seconds {args.seconds} --flows {args.flows} --rounds {args.rounds}`.",
     ]

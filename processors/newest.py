@@ -147,6 +147,29 @@ class NewestLines:
         c.newest_lines_older += older
         c.newest_lines_incomplete += incomplete
 
+    def take_known(self, entries: list[tuple[str, int, str]], incomplete: int = 0) -> None:
+        """Hold (head, timestamp ns, line) entries of complete measured lines whose head and timestamp
+        the producer already knows (the loss joiner's complete_out): take()'s rule without reading
+        the lines, which cost about half of what the joiner spent making them. incomplete: how many
+        lines the producer published beside them that the model would not take (counted as take()
+        counts them)."""
+        if not self.enabled:
+            return
+        held = self.held
+        taken = older = 0
+        for head, ts, line in entries:
+            old = held.get(head)
+            if old is not None:
+                if old[0] > ts:
+                    older += 1
+                    continue
+                del held[head]  # re-inserted at the end, as take() does
+            held[head] = (ts, line)
+            taken += 1
+        self.counters.newest_lines_held += taken
+        self.counters.newest_lines_older += older
+        self.counters.newest_lines_incomplete += incomplete
+
     def _complete(self, fields: str) -> bool | None:
         """The model's rule for any field set: complete=true (or t, True, ...) as the last `complete`
         field; None (counted malformed) when a field set with escapes does not parse."""

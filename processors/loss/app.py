@@ -174,6 +174,7 @@ by_flow_topic = app.topic(
 metrics_topic = app.topic(cfg.metrics_topic, key_serializer="raw", value_serializer="raw")
 # the newest complete altmark_loss line of each series, to SEGSCOPE_TOPIC_METRICS_NEWEST every interval ("": off)
 newest = attach_newest(app, cfg, key=b"loss")
+joiner.keep_complete = newest.enabled  # the joiner lists its complete lines' series and timestamps for it
 deadletter_topic = app.topic(cfg.deadletter_topic, key_serializer="raw", value_serializer="raw")
 PROGRESS_TOPIC = f"{cfg.app_id}.progress"
 progress_topic = app.topic(PROGRESS_TOPIC, key_serializer="raw", value_serializer="raw")
@@ -462,15 +463,13 @@ async def ack_finished_messages() -> None:
 
 
 async def publish_lines(lines: list[str]) -> None:
-    """Send the lines and wait until Kafka acknowledged every message; then hold each series' newest
-    for the summary (a line is summarised only once it is on the metrics topic)."""
+    """Send the lines and wait until Kafka acknowledged every message."""
     step = cfg.max_lines_per_message
     sent = []
     for i in range(0, len(lines), step):
         sent.append(await metrics_topic.send(key=b"loss", value="\n".join(lines[i : i + step]).encode()))
     if sent:
         await asyncio.gather(*sent)
-    newest.take(lines)
 
 
 async def publish_counters() -> None:
@@ -495,6 +494,8 @@ async def flush_blocks_locked() -> None:
         lines = joiner.flush(clock_ns())
         flushed_at = joiner.last_flush_ns
         await publish_lines(lines)
+        # each series' newest complete line for the summary, once it is on the metrics topic
+        newest.take_known(joiner.complete_out, incomplete=len(lines) - len(joiner.complete_out))
         await write_progress()
         progress_covered_ns = flushed_at
         await ack_finished_messages()

@@ -408,6 +408,11 @@ class LossJoiner:
         self.flow_path_version = lambda: 0
         self.boots: dict[tuple[str, int], set[int]] = {}  # (node, direction) -> boot_ids seen
         self.last_flush_ns: int | None = None  # the clock of the last flush (its evictions are done)
+        # keep_complete (the app sets it when the summary topic is on, processors/newest.py): each flush
+        # also lists (tags, timestamp ns, line) of the complete=true lines it returns in complete_out,
+        # so the summary holds them without reading the lines again
+        self.keep_complete = False
+        self.complete_out: list[tuple[str, int, str]] = []
         self._node_names: list[str] = []  # node number -> name (the side columns hold numbers)
         self._node_numbers: dict[str, int] = {}
         self._tags: dict[str, str] = {}  # node name -> escaped tag value
@@ -807,6 +812,7 @@ class LossJoiner:
         ready = used & ((self._has[0] & self._has[1]) | (now_ns - self._first_seen >= self.timeout_ns))
         rows = np.flatnonzero(ready & (self._dirty | ~self._emitted))
         lines: list[str] = []
+        self.complete_out = []
         if len(rows):
             # in key order; a block's tags come from what is known when it changes, so an old block
             # is not re-published under another series when a later block teaches a node
@@ -1025,6 +1031,11 @@ class LossJoiner:
             set_exceeds = exceeds | last_rx_exceeds[ch]
             self._last_rx_exceeds[crow[set_exceeds]] = exceeds[set_exceeds]
             lines.extend(new_l if len(ch) == n else new[ch].tolist())
+            if self.keep_complete and n_done:
+                at = ch[done]
+                start = self._index[rows[at]] * (self._period[rows[at]].astype(np.uint64) * np.uint64(NS_PER_MS))
+                stamps = (start - np.uint64(self.tai_utc_offset_ns)).astype(np.int64).tolist()  # as _times writes
+                self.complete_out.extend(zip(np.array(tags, dtype=object)[at].tolist(), stamps, new[at].tolist()))
         self._emitted[rows] = True  # (rows whose line did not change had been emitted before)
 
     def _evict(self, now_ns: int) -> None:

@@ -6,14 +6,17 @@ from __future__ import annotations
 
 import random
 
+import numpy as np
 import pytest
 
 from processors.delay.config import DelayConfig
 from processors.loss.config import LossConfig
+from processors.loss.join import NS_PER_S, LossJoiner
 from processors.newest import NewestLines
 from processors.topology.config import TopologyConfig
 from processors.topology.model import TopologyModel
 from processors.worker import ConfigError
+from tests.processors.test_loss_join_differential import NODES, flow_path, random_records
 
 S = 1_000_000_000
 
@@ -251,3 +254,32 @@ def test_topology_reads_the_summary_when_it_is_set():
     assert TopologyConfig.from_env({}).measures_topic() == "segscope.metrics"
     cfg = TopologyConfig.from_env({"SEGSCOPE_TOPIC_METRICS_NEWEST": "segscope.metrics.newest"})
     assert (cfg.measures_topic(), cfg.metrics_topic) == ("segscope.metrics.newest", "segscope.metrics")
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_the_loss_joiners_own_entries_hold_what_reading_its_lines_holds(seed):
+    """The loss worker hands the joiner's complete_out (tags, timestamp, line of each complete line
+    of a flush) to take_known instead of its lines to take(): on the joiner's random input (double
+    marking, rx > tx, escaped node names, re-emissions, timeouts) both hold the same lines."""
+    rng = np.random.default_rng(seed)
+    joiner = LossJoiner(timeout_s=2.0, retention_s=6.0, tai_utc_offset_s=37)
+    joiner.flow_path = flow_path
+    joiner.keep_complete = True
+    by_lines, by_entries = NewestLines(), NewestLines()
+    now, summaries, complete_lines = 1_000 * S, 0, 0
+    for step in range(120):
+        node = str(rng.choice(NODES, p=[0.45, 0.45, 0.05, 0.05]))
+        joiner.ingest(node, random_records(rng, int(rng.choice([1, 5, 33, 80])), node, 1_795_305_600 + step // 8), now)
+        now += int(rng.integers(0, NS_PER_S // 4))
+        if rng.random() < 0.3:
+            lines = joiner.flush(now)
+            assert [e[2] for e in joiner.complete_out] == [line for line in lines if ",complete=true," in line]
+            complete_lines += len(joiner.complete_out)
+            by_lines.take(lines)
+            by_entries.take_known(joiner.complete_out, incomplete=len(lines) - len(joiner.complete_out))
+        if rng.random() < 0.1:
+            assert by_entries.drain() == by_lines.drain()
+            summaries += 1
+    assert by_entries.drain() == by_lines.drain()
+    assert by_entries.counters.__dict__ == by_lines.counters.__dict__
+    assert complete_lines > 50 and summaries > 3
