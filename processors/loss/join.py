@@ -1032,10 +1032,16 @@ class LossJoiner:
             self._last_rx_exceeds[crow[set_exceeds]] = exceeds[set_exceeds]
             lines.extend(new_l if len(ch) == n else new[ch].tolist())
             if self.keep_complete and n_done:
-                at = ch[done]
-                start = self._index[rows[at]] * (self._period[rows[at]].astype(np.uint64) * np.uint64(NS_PER_MS))
+                every = n_done == n  # the common flush: every block new and complete
+                at = rows if every else rows[ch[done]]
+                start = self._index[at] * (self._period[at].astype(np.uint64) * np.uint64(NS_PER_MS))
                 stamps = (start - np.uint64(self.tai_utc_offset_ns)).astype(np.int64).tolist()  # as _times writes
-                self.complete_out.extend(zip(np.array(tags, dtype=object)[at].tolist(), stamps, new[at].tolist()))
+                if every:
+                    self.complete_out.extend(zip(tags, stamps, new_l))
+                else:
+                    pick = ch[done]
+                    heads = np.array(tags, dtype=object)[pick].tolist()
+                    self.complete_out.extend(zip(heads, stamps, new[pick].tolist()))
         self._emitted[rows] = True  # (rows whose line did not change had been emitted before)
 
     def _evict(self, now_ns: int) -> None:
