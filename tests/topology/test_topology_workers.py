@@ -187,7 +187,14 @@ def test_three_workers_write_what_one_writes_and_a_killed_leader_loses_nothing(s
         assert stats[new_leader[0]]["telemetry_lines_sent"] == 4  # phase 2: the old leader was dead by then
         assert stats["one"]["telemetry_lines_sent"] == 8
         for name, topic in letters.items():
-            sent = [json.loads(v) for v in read_topic(bootstrap, topic, timeout_s=5)]
+            # the new leader writes phase 2's letter once it has read the views: wait for two, then
+            # check there are exactly these two
+
+            def letters_of(topic=topic):
+                sent = [json.loads(v) for v in read_topic(bootstrap, topic, timeout_s=5)]
+                return sent if len(sent) >= 2 else None
+
+            sent = wait_for(f"the dead letters on {name}'s topic", letters_of, 15)
             assert sorted((d["offset"], d["reason"]) for d in sent) == [
                 (3, "bad_json"),
                 (5, "bad_json"),
