@@ -162,6 +162,9 @@ def run_workers(
                 if time.monotonic() > deadline:
                     raise RuntimeError(f"timeout with {len(points)} of {n} points: {tmp}")
                 for m in c.consume(num_messages=500, timeout=0.5):
+                    if m.error() is not None:  # an event (a topic not known yet, a partition end): no value
+                        print(f"metrics consumer: {m.error()}", file=sys.stderr, flush=True)
+                        continue
                     for line in m.value().decode().split("\n"):
                         if line.startswith("altmark_loss,"):
                             head, _, ts = line.rsplit(" ", 2)
