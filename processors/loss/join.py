@@ -198,9 +198,10 @@ _SMALL_INT_TEXT = np.array([str(i) for i in range(1 << 16)], dtype=object)
 
 def _decimal(column: np.ndarray) -> list:
     """Each value of a uint64 column as its decimal text (a str, or an int an f-string writes so)."""
-    if len(column) and int(column.max()) < len(_SMALL_INT_TEXT):
+    top = int(column.max()) if len(column) else 0
+    if top < len(_SMALL_INT_TEXT):
         return _SMALL_INT_TEXT[column.astype(np.intp)].tolist()
-    if len(column) and int(column.max()) < 1 << 63:
+    if top < 1 << 63:
         return column.astype(np.int64).tolist()  # int64 tolist is cheaper than uint64's
     return column.tolist()
 
@@ -752,9 +753,13 @@ class LossJoiner:
             rows[new] = self._open_rows(series[new], records["block_index"][new])
         return True if dropped is not None else None
 
+    def _slot(self, index: np.ndarray) -> np.ndarray:
+        """The slot of each block index in its series' row of _slot_rows."""
+        return (index & np.uint64(self._ring - 1)).astype(np.intp)
+
     def _open_rows(self, series: np.ndarray, index: np.ndarray) -> np.ndarray:
         """The row of each (flow series, block index)'s open block, -1 where none is open."""
-        rows = self._slot_rows[series, (index & np.uint64(self._ring - 1)).astype(np.intp)].astype(np.intp)
+        rows = self._slot_rows[series, self._slot(index)].astype(np.intp)
         held = np.maximum(rows, 0)
         found = (rows >= 0) & (self._fn[held] == series) & (self._index[held] == index)
         rows[~found] = -1
@@ -769,7 +774,7 @@ class LossJoiner:
     def _enter(self, rows: np.ndarray) -> None:
         """Put new open blocks (their _fn and _index set) in their slots; a block that held one moves
         to _displaced (still open: a newer block of its series came within retention_s)."""
-        series, slot = self._fn[rows], (self._index[rows] & np.uint64(self._ring - 1)).astype(np.intp)
+        series, slot = self._fn[rows], self._slot(self._index[rows])
         held = self._slot_rows[series, slot]
         out = held >= 0
         if out.any():
@@ -921,11 +926,15 @@ class LossJoiner:
         paths[fresh] = path_of
         self._path_tag[rows[fresh]] = path_of
 
-    def _times(self, rows: np.ndarray) -> tuple[list[str], list[str]]:
-        """Per row: the line's timestamp (block start, UTC ns) and its ",newest_ns=<block end>i" field;
-        formatted once per distinct (start, period): every flow's blocks start at the same instants."""
+    def _block_starts(self, rows: np.ndarray) -> np.ndarray:
+        """Each row's block start, TAI ns (uint64: < 2^64, ingest_checked)."""
+        return self._index[rows] * (self._period[rows].astype(np.uint64) * np.uint64(NS_PER_MS))
+
+    def _times(self, rows: np.ndarray, start: np.ndarray) -> tuple[list[str], list[str]]:
+        """Per row: the line's timestamp (block start `start`, as UTC ns) and its ",newest_ns=<block
+        end>i" field; formatted once per distinct (start, period): every flow's blocks start at the
+        same instants."""
         period = self._period[rows]
-        start = self._index[rows] * (period.astype(np.uint64) * np.uint64(NS_PER_MS))  # < 2^64 (ingest_checked)
         order = np.lexsort((period, start))
         s_sorted, p_sorted = start[order], period[order]
         head = np.empty(len(rows), dtype=bool)
@@ -965,7 +974,8 @@ class LossJoiner:
 
         n = len(rows)
         tags = self._series_tags(rows, has_tx, has_rx)
-        newest, ts = self._times(rows)
+        start = self._block_starts(rows)
+        newest, ts = self._times(rows, start)
         new_l: list = [None] * n
         # complete blocks without double marking column-wise, the others one by one
         simple = complete & ~dmark
@@ -1032,16 +1042,14 @@ class LossJoiner:
             self._last_rx_exceeds[crow[set_exceeds]] = exceeds[set_exceeds]
             lines.extend(new_l if len(ch) == n else new[ch].tolist())
             if self.keep_complete and n_done:
-                every = n_done == n  # the common flush: every block new and complete
-                at = rows if every else rows[ch[done]]
-                start = self._index[at] * (self._period[at].astype(np.uint64) * np.uint64(NS_PER_MS))
-                stamps = (start - np.uint64(self.tai_utc_offset_ns)).astype(np.int64).tolist()  # as _times writes
-                if every:
-                    self.complete_out.extend(zip(tags, stamps, new_l))
+                # the line timestamps as _times writes them; every block new and complete: no gathers
+                utc = start - np.uint64(self.tai_utc_offset_ns)
+                if n_done == n:
+                    self.complete_out.extend(zip(tags, utc.astype(np.int64).tolist(), new_l))
                 else:
                     pick = ch[done]
-                    heads = np.array(tags, dtype=object)[pick].tolist()
-                    self.complete_out.extend(zip(heads, stamps, new[pick].tolist()))
+                    heads = [tags[i] for i in pick.tolist()]
+                    self.complete_out.extend(zip(heads, utc[pick].astype(np.int64).tolist(), new[pick].tolist()))
         self._emitted[rows] = True  # (rows whose line did not change had been emitted before)
 
     def _evict(self, now_ns: int) -> None:
@@ -1074,7 +1082,7 @@ class LossJoiner:
     def _release(self, rows: np.ndarray) -> None:
         """Free `rows`."""
         series, index = self._fn[rows], self._index[rows]
-        slot = (index & np.uint64(self._ring - 1)).astype(np.intp)
+        slot = self._slot(index)
         in_slot = self._slot_rows[series, slot] == rows
         self._slot_rows[series[in_slot], slot[in_slot]] = -1
         if not in_slot.all():
