@@ -99,17 +99,16 @@ class NewestLines:
         return len(self.held)
 
     def take(self, lines: list[str]) -> None:
-        """Hold the newest measured line of each series among `lines` (one publish_lines call's).
-        Every string operation here costs (bench/topology_summary.py: the loss worker hands over a
-        line per block), so the common line - a plain head, an integer timestamp and, for
-        altmark_loss, `,complete=true,` with no quote before it, no other `complete=` after it and
-        its quotes paired, as the loss joiner writes it - takes finds, slices and an int() (the
-        model's complete_is_true splits the field set: twice the cost); any other line takes the
-        exact paths (the same outcome as the model's rule: tests/processors/test_newest_lines.py)."""
+        """Hold the newest measured line of each series among `lines` (one publish_lines call's):
+        each line's series (its head) and timestamp are read here, then take_known holds them. A
+        plain line takes finds, slices and an int(); any other goes to the full parser, and an
+        altmark_loss line is held only when the model's rule says complete (the same outcome as
+        the model: tests/processors/test_newest_lines.py). The loss worker does not come here: its
+        joiner hands take_known the heads and timestamps it already has."""
         if not self.enabled:
             return
-        held = self.held
-        taken = older = incomplete = 0
+        entries: list[tuple[object, int, str]] = []
+        incomplete = 0
         for line in lines:
             if not line.startswith(MEASURED_PREFIXES):
                 continue
@@ -119,35 +118,19 @@ class NewestLines:
                     raise ValueError  # no timestamp, or an escaped blank in the tags: parsed in full
                 ts = int(line[last + 1 :])
             except ValueError:
-                self._take_parsed(line)
+                entry = self._parsed_entry(line)
+                if entry is not None:
+                    entries.append(entry)
                 continue
             if line[0] == "a":  # altmark_loss: complete blocks only (the model's rule)
-                at = line.find(",complete=true,", blank, last)
-                if (
-                    at < 0
-                    or line.find('"', blank, at) >= 0
-                    or line.find("complete=", at + 15, last) >= 0
-                    or line.count('"', at, last) & 1  # an unterminated string: the model refuses the line
-                ):
-                    complete = self._complete(line[blank + 1 : last])
-                    if not complete:
-                        incomplete += complete is False  # None: counted malformed
-                        continue
-            head = line[:blank]
-            old = held.get(head)
-            if old is not None:
-                if old[0] > ts:
-                    older += 1
+                complete = self._complete(line[blank + 1 : last])
+                if not complete:
+                    incomplete += complete is False  # None: counted malformed
                     continue
-                del held[head]  # re-inserted at the end: the last replaced series is published last
-            held[head] = (ts, line)
-            taken += 1
-        c = self.counters
-        c.newest_lines_held += taken
-        c.newest_lines_older += older
-        c.newest_lines_incomplete += incomplete
+            entries.append((line[:blank], ts, line))
+        self.take_known(entries, incomplete)
 
-    def take_known(self, entries: list[tuple[str, int, str]], incomplete: int = 0) -> None:
+    def take_known(self, entries: list[tuple[object, int, str]], incomplete: int = 0) -> None:
         """Hold (head, timestamp ns, line) entries of complete measured lines whose head and timestamp
         the producer already knows (the loss joiner's complete_out): take()'s rule without reading
         the lines, which cost about half of what the joiner spent making them. incomplete: how many
@@ -163,7 +146,7 @@ class NewestLines:
                 if old[0] > ts:
                     older += 1
                     continue
-                del held[head]  # re-inserted at the end, as take() does
+                del held[head]  # re-inserted at the end: the last replaced series is published last
             held[head] = (ts, line)
             taken += 1
         self.counters.newest_lines_held += taken
@@ -185,27 +168,20 @@ class NewestLines:
             self.counters.newest_lines_malformed += 1
             return None
 
-    def _take_parsed(self, line: str) -> None:
-        """A line the plain split cannot read: the full parser says its series and timestamp."""
+    def _parsed_entry(self, line: str) -> tuple[object, int, str] | None:
+        """(series, timestamp, line) of a line the plain split cannot read, from the full parser;
+        None (counted) for one the model would not take either."""
         try:
             point = parse_line(line)
         except LineError:
             point = None
         if point is None or point.timestamp_ns is None:
             self.counters.newest_lines_malformed += 1  # the model would count it malformed too
-            return
+            return None
         if point.measurement == "altmark_loss" and point.fields.get("complete") is not True:
             self.counters.newest_lines_incomplete += 1
-            return
-        head = (point.measurement, tuple(sorted(point.tags.items())))
-        old = self.held.get(head)
-        if old is not None:
-            if old[0] > point.timestamp_ns:
-                self.counters.newest_lines_older += 1
-                return
-            del self.held[head]
-        self.held[head] = (point.timestamp_ns, line)
-        self.counters.newest_lines_held += 1
+            return None
+        return (point.measurement, tuple(sorted(point.tags.items()))), point.timestamp_ns, line
 
     def take_back(self, lines: list[str]) -> None:
         """Lines whose publication failed, held again unless a newer line of the series came meanwhile
