@@ -158,6 +158,10 @@ def run_worker(
     app.main()
 
 
+# a worker killed with -9 leaves its consumer group after this (HeartbeatLease relies on it too)
+SESSION_TIMEOUT_S = 6.0
+
+
 def faust_app_settings(bootstrap: str, datadir: str) -> dict:
     """Faust settings every segscope processor uses: raw bytes in and out (the wire formats are
     our own, schemas/), in-memory tables (state is rebuilt from the topics), one local broker
@@ -175,7 +179,7 @@ def faust_app_settings(bootstrap: str, datadir: str) -> dict:
         consumer_auto_offset_reset="earliest",
         # a worker killed with -9 leaves the group after the session timeout; 6 s (the broker's
         # minimum) instead of Faust's 60 s lets the restarted one take its partitions over soon
-        broker_session_timeout=6.0,
+        broker_session_timeout=SESSION_TIMEOUT_S,
         broker_heartbeat_interval=2.0,
         # the processors hold input unacked until its results are final (crash safety); a stop or
         # rebalance must not wait for those acks: what is not acked is replayed by the next owner
@@ -447,6 +451,110 @@ def rewind_uncommitted(app, topics: set) -> None:
     consumer._segscope_rewinds_uncommitted = True
 
 
+class HeartbeatLease:
+    """Whether this worker is surely still a member of its consumer group, so it may publish the
+    results of the partitions it was assigned.
+
+    Why: the broker drops a member whose heartbeats stop for the session timeout (6 s) and gives
+    its partitions to the others. A worker that stalls that long without dying (SIGSTOP, a paused
+    VM, a starved host) runs again with its timers overdue: its flush fires before its consumer
+    thread's next heartbeat learns it was dropped, and publishes the results it holds for
+    partitions another worker owns now, e.g. blocks timed out without their rx side that the new
+    owner has already joined. InfluxDB keeps whichever came last: the stale line. Found by
+    stopping a loss worker for 9 s mid-stream (tests/processors/test_worker_stall.py).
+
+    So publication needs a lease: the send time of the last heartbeat the coordinator answered
+    (or of the last assignment) plus the session timeout, minus a margin for the publish itself.
+    The broker cannot have dropped the member before that. Heartbeats go every 2 s, so a running
+    worker always holds the lease; a stalled one loses it and publishes nothing until a heartbeat
+    says it is still a member, or the rebalance it learns of instead revokes its partitions
+    (PartitionMoves / Leadership then drop what they fed). What is left: a stall of more than the
+    margin between the check and the send of one flush."""
+
+    def __init__(self, session_timeout_s: float = SESSION_TIMEOUT_S, margin_s: float = 1.5) -> None:
+        self.session_timeout_s, self.margin_s = session_timeout_s, margin_s
+        self.renewed_at: float | None = None  # time.monotonic() of the last renewal's request
+        self.installed = False
+        self.held = 0  # flushes that did not publish because the lease had run out
+
+    def renew(self, sent_at: float) -> None:
+        # the heartbeat task runs in Faust's consumer thread: one float store, read by the main loop
+        if self.renewed_at is None or sent_at > self.renewed_at:
+            self.renewed_at = sent_at
+
+    def valid(self, now: float | None = None) -> bool:
+        if self.renewed_at is None:
+            return False
+        now = time.monotonic() if now is None else now
+        return now - self.renewed_at < self.session_timeout_s - self.margin_s
+
+    def allows_publishing(self) -> bool:
+        """valid(), counting the flushes it holds back (the `publish_held_no_lease` counter)."""
+        if self.valid():
+            return True
+        self.held += 1
+        if self.held == 1 or self.held % 100 == 0:
+            log.warning("no heartbeat answered for %.1f s: results held until the group says this worker is still a "
+                        "member (held %d flushes)", time.monotonic() - (self.renewed_at or 0), self.held)  # fmt: skip
+        return False
+
+    def install(self, app) -> None:
+        """Renew on every heartbeat the coordinator accepts (Faust's aiokafka consumer, in its own
+        thread); called at an assignment, when the coordinator exists."""
+        if self.installed:
+            return
+        coordinator = app.consumer._thread._ensure_consumer()._coordinator
+        original = coordinator._do_heartbeat
+
+        async def _do_heartbeat() -> bool:
+            sent_at = time.monotonic()
+            ok = await original()  # True also while the group rebalances: still a member until it rejoins
+            if ok:
+                self.renew(sent_at)
+            return ok
+
+        coordinator._do_heartbeat = _do_heartbeat
+        self.installed = True
+
+
+class ActiveClock:
+    """A monotonic clock (ns) that leaves out the time the worker could not consume: stalls of
+    the process (a gap of more than stall_s between two readings, all of it but the reading
+    interval: the app reads it every 0.1 s)
+    and rebalance pauses (it stands still from revoke to assignment).
+
+    Why: a block's (or second's) timeout says "its other side did not come in timeout_s", and
+    that is only evidence while the worker was reading. After a 9 s stall, or a rebalance that
+    waited 6 s for a dead member, the other side is in the input the worker is about to read
+    (or replay): timed out by the wall clock, the block would be published incomplete and
+    corrected a moment later, a false missing_rx in InfluxDB meanwhile."""
+
+    def __init__(self, stall_s: float = 1.0, reading_interval_s: float = 0.1) -> None:
+        self.stall_ns = int(stall_s * 1e9)
+        self.interval_ns = int(reading_interval_s * 1e9)  # of a stall, this much is counted
+        self.left_out_ns = 0  # stalls and pauses so far
+        self.last_ns = time.monotonic_ns()  # the last reading
+        self.paused_at: int | None = None  # the active time a pause stopped at
+
+    def now_ns(self) -> int:
+        now = time.monotonic_ns()
+        gap = now - self.last_ns
+        if gap > self.stall_ns:
+            self.left_out_ns += gap - self.interval_ns
+        self.last_ns = now
+        active = now - self.left_out_ns
+        return active if self.paused_at is None else self.paused_at
+
+    def pause(self) -> None:
+        if self.paused_at is None:
+            self.paused_at = self.now_ns()
+
+    def resume(self) -> None:
+        if self.paused_at is not None:
+            stopped_at, self.paused_at = self.paused_at, None
+            self.left_out_ns += self.now_ns() - stopped_at
+
+
 def _tps(partitions) -> str:
     """topic[p, ...] for a log line."""
     by_topic: dict[str, list[int]] = {}
@@ -486,18 +594,21 @@ class PartitionMoves:
     """
 
     def __init__(self, app, pending: dict[str, InOrderAcks], on_lost: Callable[[set], int],
-                 on_assigned: Callable[[], Awaitable[None]]) -> None:  # fmt: skip
-        """pending: the held (unacked) messages of each input topic this guards."""
+                 on_assigned: Callable[[], Awaitable[None]], clock: ActiveClock | None = None) -> None:  # fmt: skip
+        """pending: the held (unacked) messages of each input topic this guards; clock: the
+        processor's timeout clock, stopped from revoke to assignment."""
         import asyncio
 
-        self.pending, self.on_lost, self.on_assigned = pending, on_lost, on_assigned
+        self.pending, self.on_lost, self.on_assigned, self.clock = pending, on_lost, on_assigned, clock
         self.lock = asyncio.Lock()
         self.paused = False
         self.owned: set = set()  # partitions (TP) of the input topics this worker owns
         self.lost: set = set()  # partitions it owned before the last assignment and not since
         self.key_partition: dict = {}  # result key (session, flow) -> the TP its records came on
+        self.lease = HeartbeatLease()  # publish only while surely still a member (a stall past the session)
         self.counts = {
             "rebalances": 0,
+            "publish_held_no_lease": 0,
             "partitions_lost": 0,
             "keys_dropped": 0,
             "messages_forgotten": 0,
@@ -529,12 +640,27 @@ class PartitionMoves:
             del self.key_partition[k]
         return keys
 
+    def may_publish(self) -> bool:
+        """Whether a flush may publish (call it under `lock`): not while a rebalance is under way
+        (which keys stay here is not known yet), nor after a stall that may have cost this worker
+        its membership (HeartbeatLease: another worker may own these keys now)."""
+        if self.paused:
+            return False
+        if not self.lease.allows_publishing():
+            self.counts["publish_held_no_lease"] += 1
+            return False
+        return True
+
     async def _revoked(self, sender, revoked, **kwargs) -> None:
         async with self.lock:
             self.paused = True
+            if self.clock is not None:
+                self.clock.pause()
 
     async def _assigned(self, sender, assigned, **kwargs) -> None:
         rewind_uncommitted(sender, set(self.pending))
+        self.lease.install(sender)
+        self.lease.renew(time.monotonic())  # the group just synced: a member now
         async with self.lock:
             now = {tp for tp in assigned if tp.topic in self.pending}
             lost = self.owned - now
@@ -550,4 +676,6 @@ class PartitionMoves:
                 log.info("rebalance: partitions %s moved away, %d keys dropped", _tps(lost), dropped)
             await self.on_assigned()
             self.paused = False
+            if self.clock is not None:
+                self.clock.resume()
             log.info("rebalance: own %s", _tps(now))

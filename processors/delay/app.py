@@ -285,7 +285,7 @@ _last_log = 0.0
 async def flush_closed_seconds() -> None:
     global _last_log
     async with moves.lock:
-        if moves.paused:  # a rebalance is under way: which sessions stay here is not known yet
+        if not moves.may_publish():  # a rebalance is under way, or a stall may have cost the membership
             return
         await publish_lines(aggregator.flush())
         await write_progress()

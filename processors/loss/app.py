@@ -41,6 +41,10 @@ partitions it lost, a worker forgets their held messages of both stages (not ack
 replays them from the committed offset) and the open blocks of their flows (never published by
 two workers), reads the progress topic again (the previous owner wrote its flows there before
 it acked) and skips what Faust had fetched of a lost partition before the rebalance.
+
+A worker that stalls past the session timeout without dying publishes nothing when it runs again
+until a heartbeat says it is still a member (worker.py HeartbeatLease), and the joiner's timeouts
+leave out stalls and rebalance pauses (worker.py ActiveClock): docs/reliability.md.
 """
 
 from __future__ import annotations
@@ -63,6 +67,7 @@ from processors.loss.keying import by_flow_key, flow_partition, split_by_partiti
 from processors.newest import attach_newest
 from processors.paths import PathBook
 from processors.worker import (
+    ActiveClock,
     InOrderAcks,
     PartitionMoves,
     ProcessorHealth,
@@ -87,9 +92,13 @@ by_flow_partitions = 0
 PROGRESS_BUCKETS = 16  # progress messages per by-flow partition (each a snapshot of its flows)
 
 
+# the joiner's clock: only differences matter (timeouts, retention), so monotonic; without the
+# time this worker could not read (stalls, rebalance pauses: worker.py ActiveClock)
+active_clock = ActiveClock()
+
+
 def clock_ns() -> int:
-    """The joiner's clock: only differences matter (timeouts, retention), so monotonic."""
-    return time.monotonic_ns()
+    return active_clock.now_ns()
 
 
 def topic_partitions(topic: str) -> int:
@@ -450,6 +459,7 @@ async def join_batches(stream) -> None:
 @app.timer(interval=0.1)
 async def gather_timer() -> None:
     """Process what an agent gathered when its stream said more was buffered but nothing came."""
+    clock_ns()  # read every 0.1 s: a longer gap is a stall the joiner's timeouts leave out
     now = time.monotonic()
     for gathering in (split_gathering, join_gathering):
         if gathering.events and now - gathering.last_add >= 0.05:
@@ -489,7 +499,7 @@ async def flush_blocks_locked() -> None:
     """Timeout sweep + publication (joined, timed-out and changed blocks), progress, acks, counters."""
     global progress_covered_ns
     async with moves.lock:
-        if moves.paused:  # a rebalance is under way: which flows stay here is not known yet
+        if not moves.may_publish():  # a rebalance is under way, or a stall may have cost the membership
             return
         lines = joiner.flush(clock_ns())
         flushed_at = joiner.last_flush_ns
@@ -526,7 +536,11 @@ async def after_assignment() -> None:
 
 # held messages of both stages; a flush (publish, progress, acks) and a rebalance never interleave
 moves = PartitionMoves(
-    app, {cfg.blocks_topic: split_pending, cfg.by_flow_topic: pending}, on_lost=drop_flows, on_assigned=after_assignment
+    app,
+    {cfg.blocks_topic: split_pending, cfg.by_flow_topic: pending},
+    on_lost=drop_flows,
+    on_assigned=after_assignment,
+    clock=active_clock,
 )
 
 

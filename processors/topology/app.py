@@ -65,6 +65,7 @@ extra_counters = {
     "dead_letters_sent": 0,
     "flushes_skipped_standby": 0,
     "flushes_skipped_catching_up": 0,
+    "flushes_held_no_lease": 0,  # leading, but stalled past the session timeout: maybe not any more
 }
 # the dead letters of the last LETTERS_KEEP_S, sent or not: a standby that takes over sends those
 # the old leader did not (it may have died before it read them)
@@ -296,15 +297,18 @@ _last_log = 0.0
 async def flush() -> None:
     model.settle()  # every worker, standbys too: parse the stamp_delay fields taken since the last flush
     async with leadership.lock:  # a rebalance waits for the write in progress, and vice versa
-        if leadership.leading and jalapeno_kafka is not None:
-            jalapeno_kafka.send_held()  # lines held while take_over read the telemetry topic back
         if not leadership.leading:
             extra_counters["flushes_skipped_standby"] += 1
-        elif not reader.caught_up:
-            extra_counters["flushes_skipped_catching_up"] += 1
+        elif not leadership.lease.allows_publishing():  # worker.py HeartbeatLease
+            extra_counters["flushes_held_no_lease"] += 1
         else:
-            await write()
-            return
+            if jalapeno_kafka is not None:
+                jalapeno_kafka.send_held()  # lines held while take_over read the telemetry topic back
+            if not reader.caught_up:
+                extra_counters["flushes_skipped_catching_up"] += 1
+            else:
+                await write()
+                return
     await health.publish(metrics_out, b"topology", counters_line(), time.time_ns())
 
 

@@ -7,7 +7,8 @@ or was killed and missed the session timeout) may move it:
 
 - on revoke (every member, before the new assignment), `leading` is cleared under `lock`, after
   a write in progress ended: no worker writes until the assignment is known, so two leaders never
-  write at once (a worker that only stalls past the session timeout is the exception: README.md);
+  write at once; a leader that stalls past the session timeout without dying writes nothing more
+  until a heartbeat says it is still a member (`lease`, processors/worker.py HeartbeatLease);
 - on assignment, under the same lock, the new owner sets `leading` and, if it was not leading
   before, calls `on_take_over()` (read the database back before the next diff; send the dead
   letters the old leader may not have sent).
@@ -17,7 +18,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from typing import Awaitable, Callable
+
+from processors.worker import HeartbeatLease
 
 log = logging.getLogger("segscope.topology.leadership")
 
@@ -30,6 +34,7 @@ class Leadership:
         self.on_take_over = on_take_over
         self.lock = asyncio.Lock()
         self.leading = False
+        self.lease = HeartbeatLease()  # write only while surely still a member (flush checks it)
         self.counts = {"rebalances": 0, "take_overs": 0, "hand_overs": 0}
         app.on_partitions_revoked.connect(self._revoked)
         app.on_partitions_assigned.connect(self._assigned)
@@ -41,6 +46,8 @@ class Leadership:
             self.leading = False
 
     async def _assigned(self, sender, assigned, **kwargs) -> None:
+        self.lease.install(sender)
+        self.lease.renew(time.monotonic())  # the group just synced: a member now
         async with self.lock:
             self.counts["rebalances"] += 1
             lead = self.lease in assigned

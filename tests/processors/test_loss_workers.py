@@ -36,18 +36,20 @@ FLOWS, BLOCKS, PARTITIONS = 40, 10, 3
 TAI_UTC = 37
 
 
-def start(bootstrap: str, tmp: Path, name: str, blocks: str, app_id: str, metrics: str, dl: str) -> subprocess.Popen:
+def start(
+    bootstrap: str, tmp: Path, name: str, blocks: str, app_id: str, metrics: str, dl: str, retention_s: float = 60
+) -> subprocess.Popen:
     env = dict(os.environ, PYTHONPATH=f"{REPO}:{REPO / 'schemas' / 'python'}")
     with open(tmp / f"{name}.log", "w") as log:
         return subprocess.Popen(
             [sys.executable, "-m", "processors.loss", "--bootstrap", bootstrap, "--blocks-topic", blocks]
             + ["--by-flow-topic", f"{app_id}.by_flow", "--by-flow-partitions", str(PARTITIONS)]
             + ["--metrics-topic", metrics, "--deadletter-topic", dl, "--app-id", app_id]
-            # retention well above kill -> rebalance done (the 6 s session timeout + the rebalance): an rx
-            # record the rebalance held back must find its block still open, not evicted (then it is
-            # rightly dropped as late and counted, and the block stays missing_rx: a failure of this test
-            # with retention 6 s, not a loss)
-            + ["--timeout-s", "1.5", "--retention-s", "20", "--flush-interval-s", "0.3"]
+            # retention well above kill -> rebalance done (the 6 s session timeout + the rebalance, longer on a
+            # loaded CI machine): an rx record the rebalance held back must find its block still open, not
+            # evicted (then it is rightly dropped as late and counted, and the block stays missing_rx: a
+            # failure of this test with retention 6 s, not a loss)
+            + ["--timeout-s", "1.5", "--retention-s", str(retention_s), "--flush-interval-s", "0.3"]
             + ["--tai-utc-offset-s", str(TAI_UTC), "--datadir", str(tmp / name), "-l", "info"],
             cwd=REPO,
             env=env,
