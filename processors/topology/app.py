@@ -299,7 +299,7 @@ async def flush() -> None:
     async with leadership.lock:  # a rebalance waits for the write in progress, and vice versa
         if not leadership.leading:
             extra_counters["flushes_skipped_standby"] += 1
-        elif not leadership.lease.allows_publishing():  # worker.py HeartbeatLease
+        elif not leadership.membership.allows_publishing():  # worker.py HeartbeatLease
             extra_counters["flushes_held_no_lease"] += 1
         else:
             if jalapeno_kafka is not None:

@@ -8,7 +8,7 @@ or was killed and missed the session timeout) may move it:
 - on revoke (every member, before the new assignment), `leading` is cleared under `lock`, after
   a write in progress ended: no worker writes until the assignment is known, so two leaders never
   write at once; a leader that stalls past the session timeout without dying writes nothing more
-  until a heartbeat says it is still a member (`lease`, processors/worker.py HeartbeatLease);
+  until a heartbeat says it is still a member (`membership`, processors/worker.py HeartbeatLease);
 - on assignment, under the same lock, the new owner sets `leading` and, if it was not leading
   before, calls `on_take_over()` (read the database back before the next diff; send the dead
   letters the old leader may not have sent).
@@ -34,7 +34,7 @@ class Leadership:
         self.on_take_over = on_take_over
         self.lock = asyncio.Lock()
         self.leading = False
-        self.lease = HeartbeatLease()  # write only while surely still a member (flush checks it)
+        self.membership = HeartbeatLease()  # write only while surely still a member (flush checks it)
         self.counts = {"rebalances": 0, "take_overs": 0, "hand_overs": 0}
         app.on_partitions_revoked.connect(self._revoked)
         app.on_partitions_assigned.connect(self._assigned)
@@ -46,8 +46,8 @@ class Leadership:
             self.leading = False
 
     async def _assigned(self, sender, assigned, **kwargs) -> None:
-        self.lease.install(sender)
-        self.lease.renew(time.monotonic())  # the group just synced: a member now
+        self.membership.install(sender)
+        self.membership.renew(time.monotonic())  # the group just synced: a member now
         async with self.lock:
             self.counts["rebalances"] += 1
             lead = self.lease in assigned
