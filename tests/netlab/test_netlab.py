@@ -422,7 +422,12 @@ def test_relay_queue_full_drops_are_counted(tmp_path):
         assert stats["queue_capacity"] == 8 and stats["max_queue_depth"] == 8
         assert stats["dropped_queue_full"] > 50  # 100 frames in 10 ms, 8 fit in a 20 ms queue
         assert stats["received"] == stats["forwarded"] + stats["dropped_queue_full"] + stats["queued"]
-        assert res["burst"]["received"] == 100 - stats["dropped_queue_full"]
+        # the relay queues every frame of the link: a neighbour-discovery frame of A's (a NUD probe)
+        # can arrive in the burst and be one of the drops (seen once: 8 delivered, 93 dropped)
+        other = stats["received"] - 100
+        assert 0 <= other <= 4, stats
+        delivered = res["burst"]["received"]
+        assert 100 - stats["dropped_queue_full"] <= delivered <= 100 - stats["dropped_queue_full"] + other, stats
 
 
 def test_pair_topology(tmp_path):
