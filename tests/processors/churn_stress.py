@@ -27,7 +27,7 @@ from confluent_kafka import Consumer, Producer
 from processors.delay.topics import ensure_topics
 from segscope_schemas import altmark_block as ab
 from tests.processors.conftest import stop_worker
-from tests.processors.test_loss_workers import NS, TAI_UTC, block_batch, start
+from tests.processors.test_loss_workers import NS, block_batch, outcomes, start
 
 FLOWS, BLOCKS, PARTITIONS = 40, 30, 3
 WATCHED = ("late_records_dropped", "replayed_records_skipped", "duplicate_records", "blocks_handed_over")
@@ -109,14 +109,8 @@ def test_churn(stack, tmp_path):
                     head, fields_s, ts = line.rsplit(" ", 2)
                     last[f"{head} {ts}"] = fields_s
 
-    def seen() -> dict:
-        out = {}
-        for ident, fields_s in last.items():
-            flow = int(ident.split(",flow=", 1)[1].split(",", 1)[0])
-            block = int(ident.rsplit(" ", 1)[1]) // NS + TAI_UTC
-            f = dict(kv.split("=", 1) for kv in fields_s.split(","))
-            out[flow, block] = ("ok", int(f["lost"][:-1])) if f["reason"] == '"ok"' else (f["reason"].strip('"'),)
-        return out
+    def seen() -> dict[tuple[int, int], tuple]:
+        return outcomes(last)
 
     try:
         time.sleep(float(os.environ.get("CHURN_WAIT", 2)))

@@ -58,6 +58,20 @@ def start(
         )
 
 
+def outcomes(last: dict[str, str], tx_node: str | None = None) -> dict[tuple[int, int], tuple]:
+    """(flow, block) -> ("ok", lost) or (reason,), from the last altmark_loss line of each point
+    (identity "head timestamp" -> fields); only the points of tx_node's blocks if given."""
+    out = {}
+    for ident, fields_s in last.items():
+        if tx_node is not None and f"tx_node={tx_node}," not in ident:
+            continue
+        flow = int(ident.split(",flow=", 1)[1].split(",", 1)[0])
+        block = int(ident.rsplit(" ", 1)[1]) // NS + TAI_UTC
+        f = dict(kv.split("=", 1) for kv in fields_s.split(","))
+        out[flow, block] = ("ok", int(f["lost"][:-1])) if f["reason"] == '"ok"' else (f["reason"].strip('"'),)
+    return out
+
+
 def block_batch(node: str, direction: int, block: int, counts: dict[int, int]) -> bytes:
     r = np.zeros(len(counts), dtype=ab.ALTMARK_BLOCK_DTYPE)
     r["flow_id"] = list(counts)
@@ -149,16 +163,7 @@ def test_two_and_three_workers_and_a_kill_give_the_one_worker_points(stack, tmp_
             return {k: ("missing_rx",) if k in no_rx else ("ok", lost[k]) for k in sent}
 
         def seen(g: str) -> dict[tuple[int, int], tuple]:
-            out = {}
-            for ident, fields_s in last[g].items():
-                if f"tx_node={tx}," not in ident:
-                    continue
-                flow = int(ident.split(",flow=", 1)[1].split(",", 1)[0])
-                block = int(ident.rsplit(" ", 1)[1]) // NS + TAI_UTC
-                f = dict(kv.split("=", 1) for kv in fields_s.split(","))
-                ok = f["reason"] == '"ok"'
-                out[flow, block] = ("ok", int(f["lost"][:-1])) if ok else (f["reason"].strip('"'),)
-            return out
+            return outcomes(last[g], tx)
 
         want = truth()
         deadline = time.monotonic() + 60

@@ -25,7 +25,7 @@ from confluent_kafka import Consumer, Producer
 from processors.delay.topics import ensure_topics
 from segscope_schemas import altmark_block as ab
 from tests.processors.conftest import stop_worker
-from tests.processors.test_loss_workers import NS, TAI_UTC, block_batch, start
+from tests.processors.test_loss_workers import NS, block_batch, outcomes, start
 
 FLOWS, BLOCKS, PARTITIONS = 30, 8, 3
 STALL_S = 9.0  # > the 6 s session timeout (processors/worker.py SESSION_TIMEOUT_S)
@@ -74,13 +74,7 @@ def test_a_stalled_worker_publishes_nothing_stale(stack, tmp_path):
                     last[f"{head} {ts}"] = fields_s
 
     def seen() -> dict[tuple[int, int], tuple]:
-        out = {}
-        for ident, fields_s in last.items():
-            flow = int(ident.split(",flow=", 1)[1].split(",", 1)[0])
-            block = int(ident.rsplit(" ", 1)[1]) // NS + TAI_UTC
-            f = dict(kv.split("=", 1) for kv in fields_s.split(","))
-            out[flow, block] = ("ok", int(f["lost"][:-1])) if f["reason"] == '"ok"' else (f["reason"].strip('"'),)
-        return out
+        return outcomes(last)
 
     def log(w: str) -> str:
         return (tmp_path / f"{w}.log").read_text(errors="replace")
