@@ -498,6 +498,12 @@ class HeartbeatLease:
                         "member (held %d flushes)", time.monotonic() - (self.renewed_at or 0), self.held)  # fmt: skip
         return False
 
+    def joined(self, app) -> None:
+        """At every assignment: the group just synced, so this worker is a member now; and from
+        then on every heartbeat the coordinator accepts renews the lease (install)."""
+        self.install(app)
+        self.renew(time.monotonic())
+
     def install(self, app) -> None:
         """Renew on every heartbeat the coordinator accepts (Faust's aiokafka consumer, in its own
         thread); called at an assignment, when the coordinator exists."""
@@ -659,8 +665,7 @@ class PartitionMoves:
 
     async def _assigned(self, sender, assigned, **kwargs) -> None:
         rewind_uncommitted(sender, set(self.pending))
-        self.lease.install(sender)
-        self.lease.renew(time.monotonic())  # the group just synced: a member now
+        self.lease.joined(sender)
         async with self.lock:
             now = {tp for tp in assigned if tp.topic in self.pending}
             lost = self.owned - now

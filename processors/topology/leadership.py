@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from typing import Awaitable, Callable
 
 from processors.worker import HeartbeatLease
@@ -46,8 +45,7 @@ class Leadership:
             self.leading = False
 
     async def _assigned(self, sender, assigned, **kwargs) -> None:
-        self.membership.install(sender)
-        self.membership.renew(time.monotonic())  # the group just synced: a member now
+        self.membership.joined(sender)
         async with self.lock:
             self.counts["rebalances"] += 1
             lead = self.lease in assigned
