@@ -19,7 +19,9 @@ Independent of segscope's own datapath, so it can judge it:
 
 from __future__ import annotations
 
+import ctypes
 import json
+import os
 import subprocess
 import threading
 import time
@@ -118,9 +120,8 @@ def h2_ruleset(flows: list[FlowSpec]) -> str:
     )
 
 
-def read_counters(lab, node: str, table: str) -> dict[str, int]:
-    """{rule comment: packets} of every counted rule of our table on node."""
-    out = lab.run(node, ["nft", "-j", "list", "table", "inet", table], check=True).stdout
+def counters_from_json(out: str) -> dict[str, int]:
+    """{rule comment: packets} of every counted rule in `nft -j list table` output."""
     counters: dict[str, int] = {}
     for item in json.loads(out)["nftables"]:
         rule = item.get("rule")
@@ -130,6 +131,59 @@ def read_counters(lab, node: str, table: str) -> dict[str, int]:
             if "counter" in expr:
                 counters[rule["comment"]] = int(expr["counter"]["packets"])
     return counters
+
+
+def read_counters(lab, node: str, table: str) -> dict[str, int]:
+    """{rule comment: packets} of every counted rule of our table on node."""
+    return counters_from_json(lab.run(node, ["nft", "-j", "list", "table", "inet", table], check=True).stdout)
+
+
+class NftInNamespace:
+    """libnftables in the calling thread, moved into a network namespace: a table read costs
+    well under a millisecond and no process. BlockSnapshots reads with it because a fork of
+    `ip netns exec ... nft` per read was once starved past the whole read window on a loaded
+    2-vCPU CI runner, which left a block without ground truth. setns moves only the calling
+    thread, so make and use it in one thread (the snapshot thread), never in the test's own."""
+
+    CLONE_NEWNET = 0x40000000
+    OUTPUT_JSON = 1 << 4  # NFT_CTX_OUTPUT_JSON (nftables/libnftables.h)
+
+    def __init__(self, netns: str):
+        libc = ctypes.CDLL(None, use_errno=True)
+        fd = os.open(f"/run/netns/{netns}", os.O_RDONLY)
+        try:
+            if libc.setns(fd, self.CLONE_NEWNET) != 0:
+                err = ctypes.get_errno()
+                raise OSError(err, f"setns {netns}: {os.strerror(err)}")
+        finally:
+            os.close(fd)
+        lib = self._lib = ctypes.CDLL("libnftables.so.1")
+        lib.nft_ctx_new.restype = ctypes.c_void_p
+        lib.nft_ctx_new.argtypes = [ctypes.c_uint32]
+        for fn in ("nft_ctx_buffer_output", "nft_ctx_buffer_error", "nft_ctx_free"):
+            getattr(lib, fn).argtypes = [ctypes.c_void_p]
+        lib.nft_ctx_output_set_flags.argtypes = [ctypes.c_void_p, ctypes.c_uint]
+        lib.nft_run_cmd_from_buffer.argtypes = [ctypes.c_void_p, ctypes.c_char_p]
+        for fn in ("nft_ctx_get_output_buffer", "nft_ctx_get_error_buffer"):
+            getattr(lib, fn).restype = ctypes.c_char_p
+            getattr(lib, fn).argtypes = [ctypes.c_void_p]
+        self._ctx = lib.nft_ctx_new(0)
+        if not self._ctx:
+            raise OSError(0, "nft_ctx_new failed")
+        lib.nft_ctx_output_set_flags(self._ctx, self.OUTPUT_JSON)
+        lib.nft_ctx_buffer_output(self._ctx)
+        lib.nft_ctx_buffer_error(self._ctx)
+
+    def counters(self, table: str) -> dict[str, int]:
+        lib = self._lib
+        if lib.nft_run_cmd_from_buffer(self._ctx, f"list table inet {table}".encode()) != 0:
+            raise OSError(0, f"nft list table inet {table}: {lib.nft_ctx_get_error_buffer(self._ctx).decode().strip()}")
+        return counters_from_json(lib.nft_ctx_get_output_buffer(self._ctx).decode())
+
+    def close(self) -> None:
+        if self._ctx:
+            self._lib.nft_ctx_free(self._ctx)
+            self._ctx = None
 
 
 @dataclass
@@ -150,24 +204,39 @@ class GroundTruth:
 
 
 # ------------------------------------------------------------------------------- snapshots
+def _realtime_thread() -> bool:
+    """Ask SCHED_FIFO for the calling thread (pid 0 = this thread on Linux): the read must land
+    in a window of T/2 while the rest of the test loads both CPUs. False where it is refused."""
+    try:
+        os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(10))
+        return True
+    except (OSError, AttributeError):
+        return False
+
+
 @dataclass
 class BlockSnapshots:
     """Reads R's counters at TAI (k + 1) * T + margin for every block k, in a thread.
 
     At that moment block k's colour (k & 1) has been inactive for `margin`, so the cumulative
     counters of that colour minus their value at the previous same-colour snapshot are exactly
-    block k (what the collector does with the datapath's counters)."""
+    block k (what the collector does with the datapath's counters). A read that ends after
+    (k + 2) * T, when the colour is active again, is not a snapshot of k: it goes to `missed`.
+    The thread reads through libnftables inside R's namespace and asks for SCHED_FIFO, so a
+    busy machine delays it by little."""
 
     truth: GroundTruth
     period_ns: int
     margin_ns: int
     snaps: dict[int, dict[str, int]] = field(default_factory=dict)  # block k -> counters
     read_lateness_ms: list[float] = field(default_factory=list)
+    missed: dict[int, float] = field(default_factory=dict)  # block k -> ms from due to the read's end
 
     def __post_init__(self) -> None:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="altmark-snapshots", daemon=True)
         self.error: BaseException | None = None
+        self.realtime = False  # whether the thread got SCHED_FIFO
 
     def start(self) -> None:
         self._thread.start()
@@ -178,20 +247,31 @@ class BlockSnapshots:
 
     def _run(self) -> None:
         try:
-            k = (tai_ns() - self.margin_ns) // self.period_ns  # next block whose read time is ahead
-            while not self._stop.is_set():
-                due = (k + 1) * self.period_ns + self.margin_ns
-                wait = (due - tai_ns()) / 1e9
-                if wait > 0 and self._stop.wait(wait):
-                    return
-                started = tai_ns()
-                counters = self.truth.r_counters()
-                self.read_lateness_ms.append((started - due) / 1e6)
-                if started - due < self.period_ns // 2 and tai_ns() - due < self.period_ns // 2:
-                    self.snaps[k] = counters  # read while the colour was still inactive
-                k += 1
+            self.realtime = _realtime_thread()
+            nft = NftInNamespace(self.truth.lab.ns("R"))
+            try:
+                self._read_blocks(nft)
+            finally:
+                nft.close()
         except BaseException as exc:  # surfaced by the test
             self.error = exc
+
+    def _read_blocks(self, nft: NftInNamespace) -> None:
+        k = (tai_ns() - self.margin_ns) // self.period_ns  # next block whose read time is ahead
+        while not self._stop.is_set():
+            due = (k + 1) * self.period_ns + self.margin_ns
+            wait = (due - tai_ns()) / 1e9
+            if wait > 0 and self._stop.wait(wait):
+                return
+            started = tai_ns()
+            counters = nft.counters(GT_TABLE)
+            done = tai_ns()
+            self.read_lateness_ms.append((started - due) / 1e6)
+            if done < (k + 2) * self.period_ns:
+                self.snaps[k] = counters  # read while the colour was still inactive
+            else:  # the colour is active again: no ground truth for k (the test says so)
+                self.missed[k] = (done - due) / 1e6
+            k += 1
 
     def per_block(self, flow: str) -> dict[int, dict[str, int]]:
         """{block k: {"seen": n, "dropped": n}} for every block with a same-colour snapshot before."""
