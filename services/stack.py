@@ -227,6 +227,11 @@ class Stack:
         """InfluxQL via /query (epoch=ns); rows of every series as dicts (columns + GROUP BY tags)."""
         return self.services["influxdb"].query(query, db=db, timeout=timeout)
 
+    def influx_query_settled(self, query: str, db: str | None = None, settle_s: float = 1.0) -> list[dict]:
+        """InfluxQL rows of points that were completely written (see InfluxDB.query_settled): for
+        asserting every field of rows a running writer is still adding to."""
+        return self.services["influxdb"].query_settled(query, db=db, settle_s=settle_s)
+
     def influx_write(
         self, lines: str | Iterable[str], db: str | None = None, precision: str = "ns", timeout: float = 10.0
     ) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import time
 from pathlib import Path
 from typing import Iterable
 
@@ -85,6 +86,19 @@ class InfluxDB(Service):
                     row.update(tags)
                     rows.append(row)
         return rows
+
+    def query_settled(
+        self, query: str, db: str | None = None, settle_s: float = 1.0, timeout: float = 10.0
+    ) -> list[dict]:
+        """query(), for data that is still being written: InfluxDB 1.x applies a point's fields to
+        its cache one by one, so a query racing a write can return that point with some fields
+        null (influxdata/influxdb#8546, closed wontfix). This runs the query, waits settle_s (a
+        write finishes in milliseconds), runs it again and returns the second run's rows at the
+        times the first run returned: each of them was written completely by then. Points that
+        arrived in between are left out, as they may be mid-write themselves."""
+        first = {row["time"] for row in self.query(query, db=db, timeout=timeout)}
+        time.sleep(settle_s)
+        return [row for row in self.query(query, db=db, timeout=timeout) if row["time"] in first]
 
     def write(
         self, lines: str | Iterable[str], db: str | None = None, precision: str = "ns", timeout: float = 10.0

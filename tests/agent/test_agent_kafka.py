@@ -257,11 +257,17 @@ def _stats_json(program: str, pin_dir: str) -> dict[str, int]:
     return json.loads(r.stdout)
 
 
-def _influx_rows(stack, measurement: str, node: str, since_ns: int, program: str | None = None) -> list[dict]:
+def _influx_rows(
+    stack, measurement: str, node: str, since_ns: int, program: str | None = None, settled: bool = False
+) -> list[dict]:
+    """Rows since since_ns; settled: only points written completely (the agents are still writing,
+    and InfluxDB 1.x can return a point mid-write with some fields null: Stack.influx_query_settled)."""
     where = f"\"node\" = '{node}' AND time > {since_ns}"
     if program:
         where += f" AND \"program\" = '{program}'"
-    return sorted(stack.influx_query(f'SELECT * FROM "{measurement}" WHERE {where}'), key=lambda r: r["time"])
+    query = f'SELECT * FROM "{measurement}" WHERE {where}'
+    rows = stack.influx_query_settled(query, settle_s=0.5) if settled else stack.influx_query(query)
+    return sorted(rows, key=lambda r: r["time"])
 
 
 def test_datapath_and_agent_counters_reach_influx(lab, stack, tmp_path):
@@ -388,6 +394,8 @@ def test_datapath_and_agent_counters_reach_influx(lab, stack, tmp_path):
                 ):
                     break
                 time.sleep(1)
+            rows = {p: _influx_rows(stack, "segscope_datapath", node_of[p], since, p, settled=True) for p in pins}
+            agent_rows = _influx_rows(stack, "segscope_agent", node_a, since, settled=True)
             for prog, rs in rows.items():
                 window = [r for r in rs if t1 < r["time"] < t2]
                 assert len(window) >= 2, f"{prog}: {len(window)} lines between the two reads ({len(rs)} in all)"
@@ -414,7 +422,7 @@ def test_datapath_and_agent_counters_reach_influx(lab, stack, tmp_path):
             assert sum(after["altmark_tx"].values()) >= sent, after["altmark_tx"]
 
             # the ring buffer -> Kafka counters under stamp_streamer's names (segscope_streamer)
-            streamer = _influx_rows(stack, "segscope_streamer", node_a, since)
+            streamer = _influx_rows(stack, "segscope_streamer", node_a, since, settled=True)
             assert streamer and streamer[-1]["records_in"] == sent and streamer[-1]["records_delivered"] == sent
             assert streamer[-1]["records_failed"] == 0 and streamer[-1]["batches_failed"] == 0, streamer[-1]
             assert not _influx_rows(stack, "segscope_streamer", node_b, since), "B streams nothing"

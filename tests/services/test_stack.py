@@ -10,6 +10,7 @@ import json
 import os
 import signal
 import subprocess
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -147,6 +148,20 @@ def test_influx_write_and_query_helpers(stack: Stack) -> None:
     assert rows == [{"time": 0, "sum": 3, "run": run}]
     with pytest.raises(Exception, match="400"):
         stack.influx_write("sv_stack_direct no_fields_here")
+
+
+def test_settled_query_returns_only_points_that_were_there_before(stack: Stack) -> None:
+    """influx_query_settled re-reads the rows of its first query after the settle time: a point
+    written during the settle time is left out (it may be mid-write), an earlier one is returned
+    with the fields it has on the second read."""
+    run = uuid.uuid4().hex[:8]
+    stack.influx_write(f"sv_settled,run={run} a=1i,b=2i 1000")
+    later = threading.Timer(0.3, stack.influx_write, args=(f"sv_settled,run={run} a=3i,b=4i 2000",))
+    later.start()
+    rows = stack.influx_query_settled(f"SELECT * FROM sv_settled WHERE run = '{run}'", settle_s=1.0)
+    later.join()
+    assert rows == [{"time": 1000, "a": 1, "b": 2, "run": run}]
+    assert len(stack.influx_query(f"SELECT * FROM sv_settled WHERE run = '{run}'")) == 2  # the later one is in
 
 
 def _pids_gone(pids: dict[str, int]) -> dict[str, str]:
