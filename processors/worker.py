@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import base64
+import bisect
 import dataclasses
 import importlib
 import json
@@ -420,7 +421,7 @@ class InOrderAcks:
         self.held = keep
 
 
-def rewind_uncommitted(app, topics: set) -> None:
+def rewind_uncommitted(app, topics: set, sought: dict | None = None) -> None:
     """Read a partition the group never committed (or committed only offset 0) from its beginning
     after every rebalance, as `consumer_auto_offset_reset="earliest"` promises.
 
@@ -446,9 +447,99 @@ def rewind_uncommitted(app, topics: set) -> None:
             earliest = await consumer.earliest_offsets(*tps)
             for tp in tps:
                 await consumer.seek(tp, earliest[tp])  # also clears Faust's read offset of tp
+                if sought is not None:
+                    sought[tp] = earliest[tp]  # ExactCommits: the first offset to ack there
 
     consumer.perform_seek = perform_seek
     consumer._segscope_rewinds_uncommitted = True
+
+
+class ExactCommits:
+    """Commit an offset only when every message before it was acked here, and fetch again a
+    message Faust never handed to the streams.
+
+    Found by churn (tests/processors/churn_stress.py, 1 of 13 runs with kills, joins and stops
+    1.5 s apart): one collector message (offset 22) was never re-keyed, the worker re-keyed 13-21
+    and 23-29, and the group committed 30. Two things in faust-streaming 0.15 meet there:
+    - its fetch loop hands a message to the streams under `wait_first(callback, suspend_flow)`;
+      when a rebalance starts meanwhile, the hand-over is cancelled and the message is marked
+      read all the same. The seek to the committed offset after the rebalance should bring it
+      back, but messages of the same fetch handed over after that seek mark later offsets read,
+      and the re-fetched message is then dropped as already read;
+    - its commit (Consumer._new_offset) commits the run of consecutive acked offsets from the
+      lowest acked one. Knowing the committed offset c, it refuses only when that lowest one is
+      above c + 1; but c is the next offset to read, not the last one read, so a message at c
+      that was never acked is committed past. A message skipped right at c is lost for good.
+    So _new_offset is replaced: the run must start at c itself (where rewind_uncommitted sought
+    an uncommitted partition, at that offset). A partition of `topics` whose acked offsets start
+    above c lost a message: it is counted (`partitions_refetched`) and read again from c (a seek,
+    at most once per `retry_s` per offset). The processors count the messages read twice once,
+    as after every rebalance (duplicate and final-horizon checks). Other topics just wait.
+
+    Faust's gap filling (offsets a transactional or compacted topic skips) is left out: our
+    topics are written by idempotent producers without transactions and are not compacted, so
+    their offsets have no gaps."""
+
+    def __init__(self, topics: set, counts: dict, retry_s: float = 3.0) -> None:
+        self.topics, self.counts, self.retry_s = topics, counts, retry_s
+        self.sought: dict = {}  # TP -> the offset rewind_uncommitted sought it to (nothing committed)
+        self.refetched: dict = {}  # TP -> (offset, time.monotonic()) of the last seek back
+        self.consumer = None
+
+    def install(self, consumer) -> None:
+        if self.consumer is consumer:
+            return
+        self.consumer = consumer
+        consumer._new_offset = self.new_offset
+
+    def start_of(self, tp) -> int | None:
+        """The first offset this worker must ack in tp before it may commit anything there."""
+        committed = self.consumer._committed_offset.get(tp)
+        return committed if committed else self.sought.get(tp)
+
+    def new_offset(self, tp) -> int | None:
+        """The offset to commit in tp: one past the run of acked offsets that starts at start_of(tp),
+        those offsets forgotten; None when there is none."""
+        consumer = self.consumer
+        acked = consumer._acked[tp]
+        if not acked:
+            return None
+        acked.sort()
+        index = consumer._acked_index[tp]
+        consumer._gap.pop(tp, None)
+        start = self.start_of(tp)
+        if start is not None:
+            done = bisect.bisect_left(acked, start)  # acked below the committed offset: committed already
+            if done:
+                index.difference_update(acked[:done])
+                del acked[:done]
+            if not acked:
+                return None
+            if acked[0] != start:
+                self.missing(tp, start)
+                return None
+        end = 1
+        while end < len(acked) and acked[end] == acked[end - 1] + 1:
+            end += 1
+        offset = acked[end - 1] + 1
+        index.difference_update(acked[:end])
+        del acked[:end]
+        return offset
+
+    def missing(self, tp, offset: int) -> None:
+        """Message `offset` of tp was never acked while later ones were: read tp again from it."""
+        if tp.topic not in self.topics or tp not in self.consumer.assignment():
+            return
+        last = self.refetched.get(tp)
+        now = time.monotonic()
+        if last is not None and last[0] == offset and now - last[1] < self.retry_s:
+            return
+        self.refetched[tp] = (offset, now)
+        self.counts["partitions_refetched"] += 1
+        log.warning("%s: message %d was never handed over while later ones were: reading again from it", tp, offset)
+        import asyncio
+
+        asyncio.get_running_loop().create_task(self.consumer.seek(tp, offset))  # commit runs in the app's loop
 
 
 class HeartbeatLease:
@@ -619,7 +710,9 @@ class PartitionMoves:
             "keys_dropped": 0,
             "messages_forgotten": 0,
             "messages_of_moved_partitions": 0,
+            "partitions_refetched": 0,
         }
+        self.commits = ExactCommits(set(pending), self.counts)  # no commit past a message never acked
         app.on_partitions_revoked.connect(self._revoked)
         app.on_partitions_assigned.connect(self._assigned)
 
@@ -664,7 +757,8 @@ class PartitionMoves:
                 self.clock.pause()
 
     async def _assigned(self, sender, assigned, **kwargs) -> None:
-        rewind_uncommitted(sender, set(self.pending))
+        rewind_uncommitted(sender, set(self.pending), self.commits.sought)
+        self.commits.install(sender.consumer)
         self.lease.joined(sender)
         async with self.lock:
             now = {tp for tp in assigned if tp.topic in self.pending}

@@ -30,7 +30,13 @@ from tests.processors.conftest import stop_worker
 from tests.processors.test_loss_workers import NS, block_batch, outcomes, start
 
 FLOWS, BLOCKS, PARTITIONS = 40, 30, 3
-WATCHED = ("late_records_dropped", "replayed_records_skipped", "duplicate_records", "blocks_handed_over")
+WATCHED = (
+    "late_records_dropped",
+    "replayed_records_skipped",
+    "duplicate_records",
+    "blocks_handed_over",
+    "partitions_refetched",
+)
 
 
 def test_churn(stack, tmp_path):

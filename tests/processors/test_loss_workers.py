@@ -37,12 +37,22 @@ TAI_UTC = 37
 
 
 def start(
-    bootstrap: str, tmp: Path, name: str, blocks: str, app_id: str, metrics: str, dl: str, retention_s: float = 60
+    bootstrap: str,
+    tmp: Path,
+    name: str,
+    blocks: str,
+    app_id: str,
+    metrics: str,
+    dl: str,
+    retention_s: float = 60,
+    module: str = "processors.loss",
+    env: dict | None = None,
 ) -> subprocess.Popen:
-    env = dict(os.environ, PYTHONPATH=f"{REPO}:{REPO / 'schemas' / 'python'}")
+    """A loss worker (`module`: processors.loss, or a test wrapper taking its flags) logging to tmp/<name>.log."""
+    env = dict(os.environ, PYTHONPATH=f"{REPO}:{REPO / 'schemas' / 'python'}", **(env or {}))
     with open(tmp / f"{name}.log", "w") as log:
         return subprocess.Popen(
-            [sys.executable, "-m", "processors.loss", "--bootstrap", bootstrap, "--blocks-topic", blocks]
+            [sys.executable, "-m", module, "--bootstrap", bootstrap, "--blocks-topic", blocks]
             + ["--by-flow-topic", f"{app_id}.by_flow", "--by-flow-partitions", str(PARTITIONS)]
             + ["--metrics-topic", metrics, "--deadletter-topic", dl, "--app-id", app_id]
             # retention well above kill -> rebalance done (the 6 s session timeout + the rebalance, longer on a
