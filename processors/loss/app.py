@@ -554,4 +554,4 @@ async def flush_blocks() -> None:
     now = time.monotonic()
     if now - _last_log >= 10.0:
         _last_log = now
-        log.info("loss counters %s", json.dumps(joiner.counters.as_dict()))
+        log.info("loss counters %s", json.dumps({**joiner.counters.as_dict(), **moves.counts}))
