@@ -474,7 +474,10 @@ class ExactCommits:
     an uncommitted partition, at that offset). A partition of `topics` whose acked offsets start
     above c lost a message: it is counted (`partitions_refetched`) and read again from c (a seek,
     at most once per `retry_s` per offset). The processors count the messages read twice once,
-    as after every rebalance (duplicate and final-horizon checks). Other topics just wait.
+    as after every rebalance (duplicate and final-horizon checks). Other topics just wait. If c
+    is below the partition's first offset, retention deleted those messages before the group
+    read them (a group stopped longer than the topic's retention; Kafka's offset reset skips
+    them too): they are counted (`messages_expired_unread`) and the run starts at the first offset.
 
     Faust's gap filling (offsets a transactional or compacted topic skips) is left out: our
     topics are written by idempotent producers without transactions and are not compacted, so
@@ -484,6 +487,7 @@ class ExactCommits:
         self.topics, self.counts, self.retry_s = topics, counts, retry_s
         self.sought: dict = {}  # TP -> the offset rewind_uncommitted sought it to (nothing committed)
         self.refetched: dict = {}  # TP -> (offset, time.monotonic()) of the last seek back
+        self.floor: dict = {}  # TP -> its first offset, where retention deleted offsets never read
         self.consumer = None
 
     def install(self, consumer) -> None:
@@ -495,7 +499,9 @@ class ExactCommits:
     def start_of(self, tp) -> int | None:
         """The first offset this worker must ack in tp before it may commit anything there."""
         committed = self.consumer._committed_offset.get(tp)
-        return committed if committed else self.sought.get(tp)
+        start = committed if committed else self.sought.get(tp)
+        floor = self.floor.get(tp)
+        return floor if floor is not None and (start is None or floor > start) else start
 
     def new_offset(self, tp) -> int | None:
         """The offset to commit in tp: one past the run of acked offsets that starts at start_of(tp),
@@ -535,11 +541,21 @@ class ExactCommits:
         if last is not None and last[0] == offset and now - last[1] < self.retry_s:
             return
         self.refetched[tp] = (offset, now)
-        self.counts["partitions_refetched"] += 1
-        log.warning("%s: message %d was never handed over while later ones were: reading again from it", tp, offset)
         import asyncio
 
-        asyncio.get_running_loop().create_task(self.consumer.seek(tp, offset))  # commit runs in the app's loop
+        asyncio.get_running_loop().create_task(self.read_again(tp, offset))  # commit runs in the app's loop
+
+    async def read_again(self, tp, offset: int) -> None:
+        first = (await self.consumer.earliest_offsets(tp))[tp]
+        if first > offset:
+            self.floor[tp] = first
+            self.counts["messages_expired_unread"] += first - offset
+            log.warning("%s: messages %d..%d were deleted (topic retention) before this group read them", tp, offset,
+                        first - 1)  # fmt: skip
+            return
+        self.counts["partitions_refetched"] += 1
+        log.warning("%s: message %d was never handed over while later ones were: reading again from it", tp, offset)
+        await self.consumer.seek(tp, offset)
 
 
 class HeartbeatLease:
@@ -711,6 +727,7 @@ class PartitionMoves:
             "messages_forgotten": 0,
             "messages_of_moved_partitions": 0,
             "partitions_refetched": 0,
+            "messages_expired_unread": 0,
         }
         self.commits = ExactCommits(set(pending), self.counts)  # no commit past a message never acked
         app.on_partitions_revoked.connect(self._revoked)
