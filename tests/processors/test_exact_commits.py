@@ -242,3 +242,20 @@ def test_a_lost_hand_over_is_read_again_and_every_block_is_exact(stack, tmp_path
     finally:
         stop_worker(worker)
         tail.close()
+
+
+def test_every_rebalance_counter_is_documented():
+    """PartitionMoves' counters go out on the processors' segscope_processor lines: each has a
+    row in schemas/metrics.md, so an operator can look up what it counts."""
+    from pathlib import Path
+    from types import SimpleNamespace
+
+    from processors.worker import PartitionMoves
+
+    signal = SimpleNamespace(connect=lambda handler: None)
+    app = SimpleNamespace(on_partitions_revoked=signal, on_partitions_assigned=signal)
+    moves = PartitionMoves(app, {"in": None}, on_lost=lambda lost: 0, on_assigned=None)
+    doc = (Path(__file__).resolve().parents[2] / "schemas" / "metrics.md").read_text()
+    assert {"partitions_refetched", "messages_expired_unread"} <= set(moves.counts)
+    undocumented = [name for name in moves.counts if f"`{name}`" not in doc]
+    assert undocumented == []
