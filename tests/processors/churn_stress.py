@@ -1,6 +1,5 @@
 """Churn stress for the loss workers (not in `make test`: run it by name, about 40 s a run).
 
-
     SEGSCOPE_STACK_PORT_BASE=29900 SEGSCOPE_STACK_RUN_DIR=/tmp/churn-stack \\
         .local/venv/bin/python -m pytest tests/processors/churn_stress.py -p no:cacheprovider
     CHURN_ACT=freeze (every change is a 9-s SIGSTOP) | kill | join | term; default: a random mix
