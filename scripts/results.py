@@ -27,16 +27,21 @@ class StampSessionSpec:
 DIRECTIONS = ("forward", "reverse", "round_trip")
 
 
-def delay_points(stack, spec, since_ns: int) -> list[dict]:
+def delay_points(stack, spec, since_ns: int, settled: bool = False) -> list[dict]:
+    """The session's stamp_delay points; settled: only points written completely (InfluxDB 1.x can
+    return a point a writer is still adding fields to with some of them null)."""
     q = (
         f"SELECT * FROM \"stamp_delay\" WHERE \"ssid\" = '{spec.ssid}' AND \"node\" = '{spec.sender_node}' "
         f"AND time >= {since_ns - 2_000_000_000}"
     )
-    return stack.influx_query(q)
+    return stack.influx_query_settled(q, settle_s=0.5) if settled else stack.influx_query(q)
 
 
 def records_in_influx(stack, spec, since_ns: int, direction: str = "forward") -> int:
-    return sum(int(p["count"]) for p in delay_points(stack, spec, since_ns) if p["direction"] == direction)
+    """Records the session's points of one direction account for (a point still mid-write without
+    its count yet adds nothing: a poll asks again)."""
+    points = delay_points(stack, spec, since_ns)
+    return sum(int(p["count"]) for p in points if p["direction"] == direction and p.get("count") is not None)
 
 
 def wait_for_points(stack, spec, since_ns: int, expect_records: int, timeout_s: float = 60) -> int:
@@ -53,7 +58,7 @@ def wait_for_points(stack, spec, since_ns: int, expect_records: int, timeout_s: 
 
 def read_delay_summary(stack, spec, since_ns: int) -> dict[str, dict]:
     out: dict[str, dict] = {}
-    pts = delay_points(stack, spec, since_ns)
+    pts = delay_points(stack, spec, since_ns, settled=True)
     for d in DIRECTIONS:
         ps = [p for p in pts if p["direction"] == d]
         if not ps:

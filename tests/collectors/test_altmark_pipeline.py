@@ -118,14 +118,20 @@ def test_collector_to_influxdb_exact_loss_per_block(stack, collectors_build, pin
         for (side_flow, k), (packets, _, _, _) in blocks.expected.items():
             side, fid = side_flow
             want.setdefault((fid, k), {})[side] = packets
+        query = f"SELECT * FROM altmark_loss WHERE tx_node = '{tx_node}'"
+
+        def by_block(rows: list[dict]) -> dict:
+            return {(int(r["flow"]), (r["time"] + TAI_UTC * 10**9) // T): r for r in rows}
+
         deadline = time.monotonic() + 60
-        points = {}
         while time.monotonic() < deadline:
-            rows = stack.influx_query(f"SELECT * FROM altmark_loss WHERE tx_node = '{tx_node}'")
-            points = {(int(r["flow"]), (r["time"] + TAI_UTC * 10**9) // T): r for r in rows}
+            points = by_block(stack.influx_query(query))
             if all((fid, k) in points for fid, k in want):
                 break
             time.sleep(0.5)
+        # the loop waited for the points' times only: the newest may still be mid-write with some
+        # fields null (InfluxDB 1.x, influxdata/influxdb#8546), the asserts read settled points
+        points = by_block(stack.influx_query_settled(query, settle_s=0.5))
         for (fid, k), sides in sorted(want.items()):
             p = points.get((fid, k))
             assert p is not None, ((fid, k), sorted(points), worker_log.read_text()[-2000:])

@@ -195,8 +195,11 @@ def test_loss_worker_to_influxdb(stack, run_names, tmp_path, workers):
     assert producer.flush(30) == 0
     t_sent = time.monotonic()
 
-    def series(flow: int) -> dict[int, dict]:
-        rows = stack.influx_query(f"SELECT * FROM altmark_loss WHERE tx_node = '{tx}' AND flow = '{flow}'")
+    def series(flow: int, settled: bool = False) -> dict[int, dict]:
+        """settled: only points written completely (the loops below wait for a point's time or its
+        `complete`; InfluxDB 1.x can return a point mid-write with other fields null)."""
+        query = f"SELECT * FROM altmark_loss WHERE tx_node = '{tx}' AND flow = '{flow}'"
+        rows = stack.influx_query_settled(query, settle_s=0.5) if settled else stack.influx_query(query)
         return {r["time"]: r for r in rows}
 
     ts = [(b0 + i - TAI_UTC) * NS for i in range(6)]
@@ -261,7 +264,7 @@ def test_loss_worker_to_influxdb(stack, run_names, tmp_path, workers):
         metrics_tail.close()
         dl.close()
 
-    have = series(f1)
+    have = series(f1, settled=True)
     for t, want in want_f1.items():
         row = have.get(t)
         assert row is not None, (t, sorted(have), log_path.read_text()[-2000:])
@@ -275,7 +278,7 @@ def test_loss_worker_to_influxdb(stack, run_names, tmp_path, workers):
     deadline = time.monotonic() + 30  # Telegraf flushes to InfluxDB on its own interval
     while time.monotonic() < deadline and ts[0] not in series(f2):
         time.sleep(0.3)
-    row = series(f2)[ts[0]]
+    row = series(f2, settled=True)[ts[0]]
     assert row["rx_node"] == rx  # the node last seen on that side: same series later
     assert (row["complete"], row["reason"], row["tx_packets"], row["lost"], row["method"]) == (
         False,
@@ -291,7 +294,7 @@ def test_loss_worker_to_influxdb(stack, run_names, tmp_path, workers):
     while time.monotonic() < deadline and series(f2)[ts[0]]["complete"] is not True:
         time.sleep(0.5)
     assert len(series(f2)) == 2  # b0 - 1 and b0: overwritten, not a second point
-    row = series(f2)[ts[0]]
+    row = series(f2, settled=True)[ts[0]]
     assert (row["complete"], row["reason"], row["lost"], row["rx_packets"]) == (True, "ok", 3, 297)
 
     reasons = sorted(x["reason"] for x in letters)
