@@ -118,7 +118,11 @@ def test_complete_fields_is_loss_fields_for_complete_blocks():
     """The column-wise formatter of complete blocks without double marking writes what
     loss_fields writes (the one definition of the field set)."""
     rng = np.random.default_rng(1)
-    tx = np.concatenate([[0, 1, 3, 2**63, 2**64 - 1], rng.integers(0, 2**62, 300, dtype=np.uint64)]).astype(np.uint64)
+    # the edge counts as uint64 from the start: a Python list holding 2**64 - 1 becomes float64 in
+    # np.concatenate, and its cast back rounds to 2**64 (invalid: the edge was never tested)
+    edges = np.array([0, 1, 3, 2**63, 2**64 - 1], dtype=np.uint64)
+    tx = np.concatenate([edges, rng.integers(0, 2**62, 300, dtype=np.uint64)])
+    assert tx[4] == 2**64 - 1
     rx = (tx - np.minimum(tx, rng.integers(0, 1000, len(tx)).astype(np.uint64))).astype(np.uint64)
     tb = rng.integers(0, 2**63, len(tx), dtype=np.uint64)
     rb = rng.integers(0, 2**63, len(tx), dtype=np.uint64)
