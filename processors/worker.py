@@ -389,7 +389,9 @@ class InOrderAcks:
     Why in order: Faust's commit (Consumer._new_offset, faust-streaming 0.11) takes the acked offsets
     of a partition and, when nothing was committed yet or the first unacked offset is the one right
     after the committed one, commits past that unacked message. A worker killed after such a commit
-    would never see it again. With in-order acks the acked offsets never have a gap at the head."""
+    would never see it again. With in-order acks the acked offsets never have a gap at the head.
+    ExactCommits now replaces that commit rule (a message Faust never handed over leaves a gap
+    in-order acks cannot prevent); in-order acks are still what lets it commit promptly."""
 
     def __init__(self) -> None:
         self.held: list = []  # (stream, event, state) in arrival order = offset order per partition
