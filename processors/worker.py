@@ -500,10 +500,9 @@ class ExactCommits:
 
     def start_of(self, tp) -> int | None:
         """The first offset this worker must ack in tp before it may commit anything there."""
-        committed = self.consumer._committed_offset.get(tp)
-        start = committed if committed else self.sought.get(tp)
-        floor = self.floor.get(tp)
-        return floor if floor is not None and (start is None or floor > start) else start
+        committed = self.consumer._committed_offset.get(tp)  # Faust: None for none and for 0
+        known = [x for x in (committed or self.sought.get(tp), self.floor.get(tp)) if x is not None]
+        return max(known) if known else None
 
     def new_offset(self, tp) -> int | None:
         """The offset to commit in tp: one past the run of acked offsets that starts at start_of(tp),
@@ -526,11 +525,11 @@ class ExactCommits:
             if acked[0] != start:
                 self.missing(tp, start)
                 return None
-        end = 1
+        end = 1  # the run of consecutive offsets from acked[0]
         while end < len(acked) and acked[end] == acked[end - 1] + 1:
             end += 1
-        offset = acked[end - 1] + 1
         index.difference_update(acked[:end])
+        offset = acked[end - 1] + 1
         del acked[:end]
         return offset
 
