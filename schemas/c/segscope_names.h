@@ -8,6 +8,8 @@
 #define SEGSCOPE_TOPIC_STAMP_RECORDS "segscope.stamp.records"
 /* alternate-marking block counters, altmark_batch (schemas/ALTMARK.md); key <node>/<flow_id> */
 #define SEGSCOPE_TOPIC_ALTMARK_BLOCKS "segscope.altmark.blocks"
+/* in-line IOAM records of sampled data packets, ioam_batch (schemas/IOAM.md, schemas/c/ioam_record.h); key <node>/<flow_id> (egress node) */
+#define SEGSCOPE_TOPIC_IOAM_RECORDS "segscope.ioam.records"
 /* the same altmark_batch records re-keyed by flow by the loss processor (processors/loss/keying.py: partition = flow_partition(flow_id)); partitions >= the most loss workers */
 #define SEGSCOPE_TOPIC_ALTMARK_BLOCKS_BY_FLOW "segscope.altmark.blocks.by_flow"
 /* InfluxDB line protocol (schemas/metrics.md): results and every process's counters */
@@ -25,6 +27,7 @@
 #define SEGSCOPE_GROUP_DELAY "segscope-delay"
 #define SEGSCOPE_GROUP_LOSS "segscope-loss"
 #define SEGSCOPE_GROUP_TOPOLOGY "segscope-topology"
+#define SEGSCOPE_GROUP_INLINE "segscope-inline"
 
 #define SEGSCOPE_INFLUXDB_DATABASE "segscope"
 #define SEGSCOPE_BPFFS_PIN_ROOT "/sys/fs/bpf/segscope"

@@ -33,6 +33,7 @@ REGISTRY = _load()
 
 TOPIC_STAMP_RECORDS: str = REGISTRY["topics"]["stamp_records"]["name"]
 TOPIC_ALTMARK_BLOCKS: str = REGISTRY["topics"]["altmark_blocks"]["name"]
+TOPIC_IOAM_RECORDS: str = REGISTRY["topics"]["ioam_records"]["name"]
 TOPIC_ALTMARK_BY_FLOW: str = REGISTRY["topics"]["altmark_blocks_by_flow"]["name"]
 TOPIC_METRICS: str = REGISTRY["topics"]["metrics"]["name"]
 TOPIC_METRICS_NEWEST: str = REGISTRY["topics"]["metrics_newest"]["name"]
@@ -50,6 +51,7 @@ GROUP_TELEGRAF: str = REGISTRY["groups"]["telegraf"]
 GROUP_DELAY: str = REGISTRY["groups"]["delay"]
 GROUP_LOSS: str = REGISTRY["groups"]["loss"]
 GROUP_TOPOLOGY: str = REGISTRY["groups"]["topology"]
+GROUP_INLINE: str = REGISTRY["groups"]["inline"]
 GROUPS: dict[str, str] = dict(REGISTRY["groups"])
 
 INFLUXDB_DATABASE: str = REGISTRY["influxdb"]["database"]
