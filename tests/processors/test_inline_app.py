@@ -171,8 +171,8 @@ def test_inline_worker_to_influxdb(stack, tmp_path, workers):
 
     def query(measurement: str) -> list[dict]:
         return stack.influx_query_settled(
-            f"SELECT * FROM {measurement} WHERE time >= {(base - TAI_UTC - 1) * NS} AND (flow = '{f1}' OR flow = '{f2}')"
-            f" GROUP BY *",
+            f"SELECT * FROM {measurement} WHERE time >= {(base - TAI_UTC - 1) * NS} "
+            f"AND (flow = '{f1}' OR flow = '{f2}') GROUP BY *",
             settle_s=0.5,
         )
 
@@ -230,7 +230,10 @@ def test_inline_worker_to_influxdb(stack, tmp_path, workers):
     assert sorted(x["reason"] for x in letters) == ["bad_magic", "invalid_records", "length_mismatch"]
     invalid = next(x for x in letters if x["reason"] == "invalid_records")
     assert json.loads(invalid["detail"]) == {"bad_trace_type": 1}
-    assert ir.decode_batch(base64.b64decode(invalid["value_b64"]))[1].tobytes() == bad.astype(ir.IOAM_RECORD_DTYPE).tobytes()
+    assert (
+        ir.decode_batch(base64.b64decode(invalid["value_b64"]))[1].tobytes()
+        == bad.astype(ir.IOAM_RECORD_DTYPE).tobytes()
+    )
 
     # the counters line of this worker
     counters = {}
