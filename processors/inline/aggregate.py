@@ -535,7 +535,7 @@ class InlineAggregator:
                 hop_values.append(joined[1])
                 hop_owner.append((i, tags))
         delay_text, histogram_text = _fields(e2e_values)
-        hop_text, _ = _fields(hop_values)
+        hop_text, _ = _fields(hop_values, histograms=False)
         for (_, acc), fields_, hist in zip(out.whole, delay_text, histogram_text):
             ts = acc.second * NS_PER_S - offset_ns
             newest = f",newest_ns={acc.newest_tx_ns - offset_ns}i"
@@ -584,13 +584,13 @@ def _primary(seq: np.ndarray) -> np.ndarray:
     return first
 
 
-def _fields(groups: list[np.ndarray]) -> tuple[list[str], list[str]]:
+def _fields(groups: list[np.ndarray], histograms: bool = True) -> tuple[list[str], list[str] | None]:
     """direction_fields of every group (each in seq order, non-empty), in one vectorised call."""
     if not groups:
         return [], []
     counts = np.array([len(g) for g in groups], dtype=np.int64)
     starts = np.cumsum(counts) - counts
-    return direction_fields(np.concatenate(groups), starts)
+    return direction_fields(np.concatenate(groups), starts, histograms)
 
 
 def loss_of(acc: SecondAccumulator, prev: int | None) -> LossFields:

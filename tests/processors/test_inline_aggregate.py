@@ -479,3 +479,28 @@ def test_a_truncated_trace_gives_delay_and_loss_but_no_hops():
     assert of(pts, "inline_delay", ingress="unknown")[BASE_S]["count"] == 5
     assert not of(pts, "inline_hop_delay")
     assert agg.counters.truncated_records == 5
+
+
+@pytest.mark.parametrize("problem", ir.RECORD_PROBLEMS)
+def test_each_problem_alone_in_a_good_batch_is_found(problem):
+    """One bad record among good ones (the batch a check's fast path would wave through)."""
+    rng = np.random.default_rng(14)
+    seq, tx, t1, t2, rx = two_transit_flow(8, BASE_S, rng)
+    r = records(FLOW, seq, tx, rx, A, [(R1, t1), (R2, t2)])
+    spoil = {
+        "zero_flow_id": lambda x: x.__setitem__("flow_id", 0),
+        "zero_timestamp": lambda x: x.__setitem__("tx_tai_ns", 0),
+        "bad_trace_type": lambda x: x.__setitem__("trace_type", 0xF00001),
+        "no_entries": lambda x: x.__setitem__("filled", 0),
+        "filled_exceeds_slots": lambda x: x.__setitem__("slots", 2),
+        "truncated_mismatch": lambda x: x.__setitem__("flags", ir.IOAM_RECORD_F_TRUNCATED),
+        "unknown_flags": lambda x: x.__setitem__("flags", 0x4),
+        "zero_entry_timestamp": lambda x: x["entries"][0].__setitem__("ts_sec", 0),
+        "bad_subseconds": lambda x: x["entries"][2].__setitem__("ts_subsec", 1_000_000),
+    }[problem]
+    bad = r[5:6].copy()
+    spoil(bad[0])
+    r[5] = bad[0]
+    assert list(ir.check_records(r)) == [""] * 5 + [problem] + [""] * 2
+    invalid, _ = aggregator().ingest("B", r)
+    assert invalid == {problem: 1}

@@ -137,6 +137,20 @@ def problem_codes(records: np.ndarray, words: np.ndarray | None = None) -> np.nd
     filled = records["filled"]
     flags = records["flags"]
     lo, hi = int(filled.min()), int(filled.max())
+    if (
+        0 < lo
+        and hi <= IOAM_RECORD_MAX_NODES
+        and not flags.any()
+        and (filled <= records["slots"]).all()
+        and int(records["flow_id"].min()) > 0
+        and int(records["rx_tai_ns"].min()) > 0
+        and int(records["tx_tai_ns"].min()) > 0
+        and (records["trace_type"] == IOAM_TRACE_TYPE).all()
+    ):  # the usual batch: every record-level field is right; only the entries remain to check
+        if lo == hi:
+            ts = words[:, :lo, 2:4]
+            if int(ts[:, :, 0].min()) > 0 and int(ts[:, :, 1].max()) < US_PER_S:
+                return codes
     if lo == hi:  # the usual batch: one flow, one trace length
         c = min(lo, IOAM_RECORD_MAX_NODES)
         ts = words[:, :c, 2:4]
