@@ -160,20 +160,50 @@ def test_secret_keys_match_what_pods_read():
     assert read <= keys and read, read - keys
 
 
-@pytest.mark.parametrize("stamp,blocks", [(1, 3), (5, 2)])
-def test_processor_replicas_follow_partitions(stamp, blocks):
+@pytest.mark.parametrize("stamp,blocks,ioam", [(1, 3, 2), (5, 2, 7)])
+def test_processor_replicas_follow_partitions(stamp, blocks, ioam):
     docs = helm_template(
-        "--set", f"topics.stampRecordsPartitions={stamp}", "--set", f"topics.altmarkBlocksPartitions={blocks}"
-    )
+        "--set", f"topics.stampRecordsPartitions={stamp}", "--set", f"topics.altmarkBlocksPartitions={blocks}",
+        "--set", f"topics.ioamRecordsPartitions={ioam}",
+    )  # fmt: skip
     deps = by_kind(docs, "Deployment")
     assert deps["segscope-delay"]["spec"]["replicas"] == stamp
     assert deps["segscope-loss"]["spec"]["replicas"] == blocks
+    assert deps["segscope-inline"]["spec"]["replicas"] == ioam
     assert deps["segscope-topology"]["spec"]["replicas"] == 1
-    for name in ("segscope-delay", "segscope-loss", "segscope-topology"):
+    for name in ("segscope-delay", "segscope-loss", "segscope-inline", "segscope-topology"):
         init = deps[name]["spec"]["template"]["spec"]["initContainers"][0]
         assert init["command"] == ["segscope-topics"]
         assert f"--partitions=segscope.stamp.records={stamp}" in init["args"]
         assert f"--partitions=segscope.altmark.blocks={blocks}" in init["args"]
+        assert f"--partitions=segscope.ioam.records={ioam}" in init["args"]
+    # the topics tool takes the rendered partitions (the registry's names)
+    from services.kafka.topics import parse_partitions
+
+    args = [a.split("=", 1)[1] for a in init["args"] if a.startswith("--partitions=")]
+    assert parse_partitions(args)["segscope.ioam.records"] == ioam
+
+
+def test_inline_processor_deployment():
+    """The in-line processor: its command, health port and probes, the reorder window in its
+    environment (accepted by its settings), a PodDisruptionBudget; off with processors.inline.enabled."""
+    from processors.inline.config import InlineConfig
+
+    docs = helm_template("--set", "processors.inline.reorderWindowSeconds=20")
+    dep = by_kind(docs, "Deployment")["segscope-inline"]
+    c = dep["spec"]["template"]["spec"]["containers"][0]
+    assert c["command"] == ["segscope-inline-processor"]
+    assert "--health=0.0.0.0:9644" in c["args"] and c["ports"][0]["containerPort"] == 9644
+    assert c["livenessProbe"]["httpGet"]["path"] == "/healthz" and c["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    assert c["securityContext"]["readOnlyRootFilesystem"] is True and c["securityContext"]["runAsNonRoot"] is True
+    env = {e["name"]: e.get("value") for e in c["env"]}
+    assert env["SEGSCOPE_INLINE_RETENTION_S"] == "20"
+    cfg = InlineConfig.from_env({"SEGSCOPE_TAI_UTC_OFFSET_S": "37", **{k: v for k, v in env.items() if v is not None}})
+    assert cfg.retention_s == 20.0
+    assert "segscope-inline-processor" in by_kind(docs, "PodDisruptionBudget")
+    off = helm_template("--set", "processors.inline.enabled=false")
+    assert "segscope-inline" not in by_kind(off, "Deployment")
+    assert "segscope-inline-processor" not in by_kind(off, "PodDisruptionBudget")
 
 
 def test_values_schema_names_the_bad_field():
@@ -249,6 +279,10 @@ def test_summary_topic_reaches_the_three_processors_only_when_enabled():
         return out
 
     assert not any("SEGSCOPE_TOPIC_METRICS_NEWEST" in env for env in envs().values())
+    inline_on = by_kind(helm_template("--set", "processors.topology.summary.enabled=true"), "Deployment")[
+        "segscope-inline"
+    ]
+    assert "SEGSCOPE_TOPIC_METRICS_NEWEST" not in str(inline_on)  # the in-line processor has no summary
     on = envs(
         "--set", "processors.topology.summary.enabled=true", "--set", "processors.topology.summary.intervalSeconds=5"
     )
