@@ -498,6 +498,7 @@ def test_chart_names_are_the_registrys():
         GROUP_TELEGRAF,
         TOPIC_ALTMARK_BLOCKS,
         TOPIC_ALTMARK_BY_FLOW,
+        TOPIC_IOAM_RECORDS,
         TOPIC_METRICS,
         TOPIC_STAMP_RECORDS,
     )
@@ -506,7 +507,7 @@ def test_chart_names_are_the_registrys():
     deps = by_kind(docs, "Deployment")
     topics_args = deps["segscope-delay"]["spec"]["template"]["spec"]["initContainers"][0]["args"]
     named = {a.split("=")[1] for a in topics_args if a.startswith("--partitions=")}
-    assert named == {TOPIC_STAMP_RECORDS, TOPIC_ALTMARK_BLOCKS, TOPIC_ALTMARK_BY_FLOW}
+    assert named == {TOPIC_STAMP_RECORDS, TOPIC_ALTMARK_BLOCKS, TOPIC_ALTMARK_BY_FLOW, TOPIC_IOAM_RECORDS}
     env = {
         e["name"]: e.get("value") for e in deps["segscope-telegraf"]["spec"]["template"]["spec"]["containers"][0]["env"]
     }
