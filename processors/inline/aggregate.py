@@ -34,6 +34,9 @@ Design (processors/delay/aggregate.py is the model; the statistics are its code)
   (and reordered) and the seconds it changes are emitted again. A received seq at or below the
   accounted one (the monitor was re-installed and started from 0 again, or the ingress clock
   stepped) is not accounted (`seqs_not_accounted`, counted when its second is final).
+- A record refused by ioam_record.problem_codes, or whose transmit time is more than max_future_s
+  beyond CLOCK_TAI (it would hold its second, and the input behind it, open until then), is not
+  taken: ingest() returns the count per reason for the caller's dead letter.
 - Reordered (RFC 4737): a packet whose seq is below the highest seq received before it, in the
   order the egress received them (the input order of the flow: one partition, streamer order),
   flagged at ingest.
@@ -47,7 +50,6 @@ import numpy as np
 
 from processors.delay.aggregate import (
     NS_PER_S,
-    NS_PER_US,
     UNKNOWN_PATH,
     clock_tai_ns,
     direction_fields,
@@ -613,6 +615,3 @@ def loss_of(acc: SecondAccumulator, prev: int | None) -> LossFields:
     out.burst_max = int(holes.max()) if len(holes) else 0
     out.last_seq = int(taken[-1])
     return out
-
-
-__all__ = ["InlineAggregator", "Counters", "NS_PER_US"]
