@@ -26,7 +26,13 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from processors.topology.model import DELAY_FIELDS, LOSS_FIELDS, Names
+from processors.topology.model import (
+    DELAY_FIELDS,
+    INLINE_LINK_DELAY_FIELDS,
+    LOSS_FIELDS,
+    STAMP_LINK_DELAY_FIELDS,
+    Names,
+)
 
 log = logging.getLogger("segscope.topology.writer")
 
@@ -54,9 +60,27 @@ QUERY_NODE_BY_NAME = "FOR n IN @@nodes FILTER n.name == @name LIMIT 1 RETURN n._
 INDEX_LINK_IPS = {"name": "segscope_link_ips", "fields": ["local_link_ip", "remote_link_ip"], "sparse": False}
 INDEX_DELAY_AT = {"name": "segscope_delay_measured_at", "fields": ["delay_measured_at_ns"], "sparse": True}
 INDEX_LOSS_AT = {"name": "segscope_loss_measured_at", "fields": ["loss_measured_at_ns"], "sparse": True}
+INDEX_STAMP_LINK_DELAY_AT = {
+    "name": "segscope_stamp_link_delay_measured_at",
+    "fields": ["stamp_link_delay_measured_at_ns"],
+    "sparse": True,
+}
+INDEX_INLINE_LINK_DELAY_AT = {
+    "name": "segscope_inline_link_delay_measured_at",
+    "fields": ["inline_link_delay_measured_at_ns"],
+    "sparse": True,
+}
 INDEX_NODE_NAME = {"name": "segscope_node_name", "fields": ["name"], "sparse": True}
-# (timestamp field, the fields it dates) for expire_measurements
-EXPIRY = (("delay_measured_at_ns", DELAY_FIELDS), ("loss_measured_at_ns", LOSS_FIELDS))
+# (timestamp field, the fields it dates) for expire_measurements: the link's delay, each source's own
+# delay (one may be stale while the other gives the link's delay), the loss
+EXPIRY = (
+    ("delay_measured_at_ns", DELAY_FIELDS),
+    ("stamp_link_delay_measured_at_ns", STAMP_LINK_DELAY_FIELDS),
+    ("inline_link_delay_measured_at_ns", INLINE_LINK_DELAY_FIELDS),
+    ("loss_measured_at_ns", LOSS_FIELDS),
+)
+# the sparse indexes of the expiry's timestamp fields, on every edge collection written
+EXPIRY_INDEXES = (INDEX_DELAY_AT, INDEX_STAMP_LINK_DELAY_AT, INDEX_INLINE_LINK_DELAY_AT, INDEX_LOSS_AT)
 
 
 class WriterError(RuntimeError):
@@ -129,7 +153,7 @@ class ArangoWriter:
                         }
                     ],
                 )
-            for index in (INDEX_DELAY_AT, INDEX_LOSS_AT):
+            for index in EXPIRY_INDEXES:
                 self.ensure_index(n.edges, index)
             return
         for coll in (n.jalapeno_nodes, n.jalapeno_edges):
@@ -151,7 +175,7 @@ class ArangoWriter:
             log.info("jalapeno mode: ip-graph collection %r present: %s", n.jalapeno_ip_edges, present)
         self.ip_edges_present = present
         for coll in (n.jalapeno_edges, n.jalapeno_ip_edges) if present else (n.jalapeno_edges,):
-            for index in (INDEX_LINK_IPS, INDEX_DELAY_AT, INDEX_LOSS_AT):
+            for index in (INDEX_LINK_IPS, *EXPIRY_INDEXES):
                 self.ensure_index(coll, index)
         return present
 
@@ -234,10 +258,11 @@ class ArangoWriter:
 
     def expire_measurements(self, collection: str, cutoff_ns: int) -> int:
         """Remove segscope's delay (loss) fields from edges whose delay_measured_at_ns
-        (loss_measured_at_ns) is older than cutoff_ns; returns how many edges lost fields."""
-        expired = 0
+        (loss_measured_at_ns) is older than cutoff_ns, and each delay source's value by its own
+        timestamp; returns how many edges lost fields (an edge counts once per collection)."""
+        expired: set[str] = set()
         for stamp_field, fields in EXPIRY:
-            expired += len(
+            expired.update(
                 self._query(
                     QUERY_EXPIRE,
                     {
@@ -248,8 +273,8 @@ class ArangoWriter:
                     },
                 )
             )
-        self.counters.edges_expired += expired
-        return expired
+        self.counters.edges_expired += len(expired)
+        return len(expired)
 
     def jalapeno_node_id(self, name: str) -> str | None:
         ids = self._query(QUERY_NODE_BY_NAME, {"@nodes": self.names.jalapeno_nodes, "name": name})
