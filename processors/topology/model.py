@@ -61,13 +61,6 @@ DELAY_FIELDS = (
 STAMP_LINK_DELAY_FIELDS = ("stamp_link_delay", "stamp_link_delay_measured_at_ns")
 INLINE_LINK_DELAY_FIELDS = ("inline_link_delay", "inline_link_delay_measured_at_ns")
 LOSS_FIELDS = ("unidir_packet_loss", "unidir_packet_loss_percentage", "loss_measured_at_ns", "loss_source")
-# the keys each object field can have: jalapeno mode's UPDATE merges objects (AQL's mergeObjects), so
-# a key the new value lacks is sent as null to be removed rather than kept from the old value
-OBJECT_FIELD_KEYS = {
-    "delay_source": ("kind", "node", "ssid", "direction", "count", "flows"),
-    "stamp_link_delay": ("mean_us", "min_us", "max_us", "variation_us", "count", "node", "ssid", "direction"),
-    "inline_link_delay": ("mean_us", "min_us", "max_us", "variation_us", "count", "flows"),
-}
 # the sources of a link's delay (link_delay_source, delay_source.kind)
 STAMP_SOURCE, INLINE_SOURCE = "stamp", "inline"
 # a single-hop STAMP delay gives the link's delay unless the link's in-line delay is newer by more
@@ -900,7 +893,7 @@ class TopologyModel:
             "unidir_link_delay_min_max": None if None in min_max else min_max,
             "unidir_delay_variation": value["variation_us"],
             "delay_measured_at_ns": measured_at_ns,
-            "delay_source": source,
+            "delay_source": _without_none(source),
             "link_delay_source": STAMP_SOURCE if stamp_wins else INLINE_SOURCE,
             "stamp_link_delay": _without_none(stamp_value),
             "stamp_link_delay_measured_at_ns": stamp_ns,
@@ -1081,14 +1074,13 @@ class TopologyModel:
     def jalapeno_annotations(self, min_measured_at_ns: int | None = None) -> list[dict]:
         """For jalapeno mode: [{local_ip, remote_ip, fields}] to apply to existing igpv6_graph
         edge documents matched by local_link_ip/remote_link_ip (our link keys are not Jalapeno's),
-        with the TE fields typed as igp-graph types them (bgp_ls_fields) and the object fields
-        with every key (jalapeno_object_fields)."""
+        with the TE fields typed as igp-graph types them (bgp_ls_fields)."""
         by_key = {self.link_key(l): l for l in self.links()}
         return [
             {
                 "local_ip": by_key[k].local_ip,
                 "remote_ip": by_key[k].remote_ip,
-                "fields": jalapeno_object_fields(bgp_ls_fields(f)),
+                "fields": bgp_ls_fields(f),
             }
             for k, f in sorted(self.edge_measurements(min_measured_at_ns).items())
         ]
@@ -1156,17 +1148,6 @@ def _inline_aggregate(points: list[tuple[tuple, dict]]) -> dict:
         "count": count,
         "flows": sorted({key[0] for key, _ in points}),
     }
-
-
-def jalapeno_object_fields(fields: dict) -> dict:
-    """fields with each object field (OBJECT_FIELD_KEYS) carrying every key it can have, None for
-    those it has not: jalapeno mode's UPDATE merges objects, so without the nulls a key of the old
-    value (the STAMP session of a delay_source, now from in-line flows) would stay."""
-    out = dict(fields)
-    for name, keys in OBJECT_FIELD_KEYS.items():
-        if isinstance(out.get(name), dict):
-            out[name] = {k: out[name].get(k) for k in keys}
-    return out
 
 
 def diff_documents(

@@ -42,11 +42,13 @@ log = logging.getLogger("segscope.topology.writer")
 QUERY_ALL = "FOR d IN @@collection RETURN d"
 # one query per collection per flush: every annotation, matched on the link addresses (indexed:
 # INDEX_LINK_IPS); returns what matched so the caller can count what did not. keepNull false: a
-# field the newest measurement has no value for comes as null and is removed (model.edge_measurements)
+# field the newest measurement has no value for comes as null and is removed (model.edge_measurements).
+# mergeObjects false: an object field (delay_source, stamp_link_delay, ...) is replaced whole, so a
+# key of the old value (the STAMP session of a delay_source now from in-line flows) does not stay
 QUERY_ANNOTATE_EDGES = (
     "FOR a IN @annotations "
     "FOR e IN @@edges FILTER e.local_link_ip == a.local_ip AND e.remote_link_ip == a.remote_ip "
-    "UPDATE e WITH a.fields IN @@edges OPTIONS { keepNull: false } "
+    "UPDATE e WITH a.fields IN @@edges OPTIONS { keepNull: false, mergeObjects: false } "
     "RETURN {local_ip: a.local_ip, remote_ip: a.remote_ip, key: NEW._key}"
 )
 # `!= null` first: in AQL null sorts below every number, so `null < @cutoff_ns` would be true
