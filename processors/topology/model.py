@@ -912,6 +912,7 @@ class TopologyModel:
         flows' packets form no sequence). Sets the inline_hops_not_measured gauge."""
         self.settle()
         by_pair = self._links_by_pair()
+        link_keys: dict[tuple, list[str]] = {}  # (from_node, from_if, to_node, to_if) -> link keys: flows share links
         newest: dict[str, tuple[int, list]] = {}  # link key -> (timestamp, [(hop key, fields)])
         not_measured = 0
         for key, m in self.inline.items():
@@ -920,8 +921,10 @@ class TopologyModel:
                 continue
             if min_measured_at_ns is not None and m.timestamp_ns < min_measured_at_ns:
                 continue
-            for link in self._hop_links(by_pair, key):
-                lk = self.link_key(link)
+            ends = key[2:]
+            if ends not in link_keys:
+                link_keys[ends] = [self.link_key(link) for link in self._hop_links(by_pair, key)]
+            for lk in link_keys[ends]:
                 held = newest.get(lk)
                 if held is None or m.timestamp_ns > held[0]:
                     newest[lk] = (m.timestamp_ns, [(key, m.fields)])
