@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dashboards import alerts, generate
-from dashboards.grafana import panel_queries
+from dashboards.generate import panel_queries
 from segscope_schemas import influxql
 from segscope_schemas.names import INFLUXDB_DATABASE
 from segscope_schemas.version import VERSION_LINE
@@ -149,7 +149,7 @@ def collect(influx: Influx, since_s: int, now_ns: int | None = None) -> dict:
     now_ns = now_ns or time.time_ns()
     start = now_ns - since_s * 10**9
     interval_ms = max(1000, since_s * 1000 // 400)  # about 400 points per chart, as Grafana would
-    path, overview, pipe = generate.path(), generate.overview(), generate.pipeline()
+    path, overview, pipe = (generate.as_json(make()) for make in (generate.path, generate.overview, generate.pipeline))
     fig: dict = {"since_s": since_s, "start_ns": start, "end_ns": now_ns, "interval_ms": interval_ms}
 
     # delay per session and direction: the path dashboard's panel, and a summary over the window

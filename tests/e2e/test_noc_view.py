@@ -29,7 +29,7 @@ import pytest
 from controller.intent import load_intent
 from controller.pipeline import ControlledPipeline
 from dashboards import alerts, generate
-from dashboards.grafana import panel_queries
+from dashboards.generate import panel_queries
 from dashboards.report import Influx
 from netlab import Lab, teardown
 

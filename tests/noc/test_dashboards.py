@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from dashboards import alerts, generate
-from dashboards.grafana import panel_queries
+from dashboards.generate import panel_queries
 
 REPO = Path(__file__).resolve().parents[2]
 DASH = REPO / "dashboards"
