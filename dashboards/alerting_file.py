@@ -107,7 +107,7 @@ class RuleGroup(cogbuilder.Builder[ProvisionedRuleGroup]):
     def build(self) -> ProvisionedRuleGroup:
         uids = [r.uid for r in self._internal.rules]
         if len(set(uids)) != len(uids):
-            raise ValueError(f"rule group {self._internal.name}: duplicate rule uids {sorted(uids)}")
+            raise ValueError(f"rule group {self._internal.name}: duplicate rule uids {sorted(str(u) for u in uids)}")
         return self._internal
 
     def org_id(self, org_id: int) -> typing.Self:

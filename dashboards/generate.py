@@ -332,7 +332,7 @@ PACKET_MEAN = 'sum("sum_us") / sum("count")'
 # per hop of a path over the whole range; also the report's per-hop table (dashboards/report.py)
 HOPS_OF_THE_PATH = (
     f'SELECT {PACKET_MEAN} AS "mean µs", max("p99_us") AS "p99 µs (worst second)", max("max_us") AS "max µs", '
-    'sum("count") AS "packets", count("mean_us") AS "seconds measured", count("measured") AS "seconds" '
+    'sum("count") AS "packets", count("mean_us") / count("measured") AS "measured" '
     f'FROM "inline_hop_delay" WHERE {INLINE} AND {T} GROUP BY "path", "hop", "link", "from_node", "to_node"'
 )
 
@@ -639,14 +639,13 @@ def path() -> dashboard_sdk.Dashboard:
                 width=24,
                 height=7,
                 description="per hop over the time range: mean = sum of the sampled packets' delays / packets, "
-                "the worst second's p99, the largest delay, packets, and in how many of the seconds with "
-                "results the hop was measured; 'not measured': its node added no IOAM entry",
+                "the worst second's p99, the largest delay, packets, and the share of the flows' seconds in "
+                "which the hop was measured; 'not measured': its node added no IOAM entry",
             )
             .unit("µs")
             .no_value("not measured")
-            .override_by_regexp(
-                "^(packets|seconds.*)$", [dashboard_model.DynamicConfigValue(id_val="unit", value="short")]
-            )
+            .override_by_name("packets", [dashboard_model.DynamicConfigValue(id_val="unit", value="short")])
+            .override_by_name("measured", [dashboard_model.DynamicConfigValue(id_val="unit", value="percentunit")])
             .with_transformation(without_time_column()),
             with_limit_line(
                 series(
