@@ -270,6 +270,18 @@ def dashboard(uid: str, title: str, description: str, variables: list[VariableBu
             .include_vars(True)
             .keep_time(True)
         )
+        # Grafana's own annotations (alert state changes, annotations made by hand), as Grafana writes
+        # them; without them the SDK writes an annotation container with no list
+        .annotation(
+            dashboard_sdk.AnnotationQuery()
+            .name("Annotations & Alerts")
+            .datasource(common.DataSourceRef(type_val="grafana", uid="-- Grafana --"))
+            .built_in(1)
+            .type("dashboard")
+            .enable(True)
+            .hide(True)
+            .icon_color("rgba(0, 211, 255, 1)")
+        )
         .with_variable(datasource_variable())
     )
     for variable in variables:
