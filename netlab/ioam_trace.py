@@ -7,7 +7,8 @@ layout; trace type 0xF00000: hop limit + node id, ingress/egress interface id, t
 and microseconds). The sender's own node fills nothing (the kernel fills on receive only).
 
     python -m netlab.ioam_trace recv --port 9500 --count 5 --timeout 10
-    python -m netlab.ioam_trace send --dst fc00:9::1 --port 9500 --count 5 --slots 4 --namespace 1
+    python -m netlab.ioam_trace send --dst fc00:9::1 --port 9500 --count 5 --slots 4 --namespace 1 \
+        --segs fc00:21::e,fc00:22::e,fc00:23::e
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import time
 
 IPV6_RECVHOPOPTS = 53
 IPV6_HOPOPTS = 54
+IPV6_RTHDR = 57
 IOAM_HBH_OPTION = 0x31
 TRACE_TYPE = 0xF00000  # hop limit + node id, ingress/egress if id, timestamp seconds, subseconds
 NODE_LEN_WORDS = 4  # 16 bytes per node for TRACE_TYPE
@@ -46,6 +48,15 @@ def hop_by_hop(namespace: int, slots: int) -> bytes:
     total = 2 + 2 + len(option)
     assert total % 8 == 0, total
     return bytes([0, total // 8 - 1, 1, 0]) + option  # next header is set by the kernel
+
+
+def segment_routing_header(segs: list[str]) -> bytes:
+    """An SRH (type 4) for IPV6_RTHDR that visits `segs` before the destination given to sendto:
+    the kernel puts that destination in segments[0] and sends to segs[0] first."""
+    n = len(segs) + 1
+    header = struct.pack("!BBBBBBH", 0, 2 * n, 4, n - 1, n - 1, 0, 0)  # nh, len, type, left, last, flags, tag
+    slots = [bytes(16)] + [socket.inet_pton(socket.AF_INET6, sid) for sid in reversed(segs)]
+    return header + b"".join(slots)
 
 
 def parse_trace(hbh: bytes) -> dict:
@@ -105,9 +116,20 @@ def receive(port: int, count: int, timeout: float) -> list[dict]:
     return out
 
 
-def send(dst: str, port: int, count: int, slots: int, namespace: int, interval_s: float, src: str | None) -> int:
+def send(
+    dst: str,
+    port: int,
+    count: int,
+    slots: int,
+    namespace: int,
+    interval_s: float,
+    src: str | None,
+    segs: list[str] | None = None,
+) -> int:
     sock = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
     sock.setsockopt(socket.IPPROTO_IPV6, IPV6_HOPOPTS, hop_by_hop(namespace, slots))
+    if segs:  # the kernel orders them Hop-by-Hop, then the SRH (RFC 8200)
+        sock.setsockopt(socket.IPPROTO_IPV6, IPV6_RTHDR, segment_routing_header(segs))
     if src:
         sock.bind((src, 0))
     for seq in range(count):
@@ -131,11 +153,13 @@ def main() -> int:
     s.add_argument("--namespace", type=int, default=1)
     s.add_argument("--interval", type=float, default=0.05, help="seconds between probes")
     s.add_argument("--src")
+    s.add_argument("--segs", default="", help="SIDs to visit before --dst, comma separated (an SRH)")
     args = parser.parse_args()
     if args.command == "recv":
         print(json.dumps(receive(args.port, args.count, args.timeout)))
     else:
-        sent = send(args.dst, args.port, args.count, args.slots, args.namespace, args.interval, args.src)
+        segs = [sid for sid in args.segs.split(",") if sid]
+        sent = send(args.dst, args.port, args.count, args.slots, args.namespace, args.interval, args.src, segs)
         print(json.dumps({"sent": sent}))
     return 0
 

@@ -8,8 +8,10 @@ the sender's own sequence numbers, as RFC 4737 defines them.
     python -m netlab.seqflow send --dst fd00:b::1 --port 9400 --count 1000 --flows 2 --interval-us 200
 
 Payload: magic "SQF1", flow id (u32), sequence number (u64, from 0), zero padding to --size.
-Every flow is its own socket (own source port), so its 5-tuple and its kernel-chosen IPv6 flow
-label (auto_flowlabels) differ from the other flows'. The receiver reports, per flow id:
+Every flow is its own socket (own source port), so its 5-tuple and its IPv6 flow label differ
+from the other flows': the kernel's choice (a hash of the 5-tuple: two flows collide with
+probability ~1/2**20, about 4 % among 300 flows) or, with --flow-label BASE, BASE + flow id
+exactly (leased from the kernel's flow label manager). The receiver reports, per flow id:
 received, distinct, duplicates, the RFC 4737 Type-P-Reordered count (a packet whose sequence
 number is below NextExp = 1 + the largest one received before it; duplicates excluded), the
 first reordered sequence numbers, the source address and port, and the flow label the packet
@@ -34,6 +36,10 @@ if TYPE_CHECKING:
 HEADER = struct.Struct("!4sIQ")
 MAGIC = b"SQF1"
 IPV6_FLOWINFO = 11  # setsockopt: deliver the flow info (traffic class + label) as a cmsg
+IPV6_FLOWLABEL_MGR = 32  # lease a flow label for a socket (the kernel's flow label manager)
+IPV6_FLOWINFO_SEND = 33  # then sendto's sin6_flowinfo sets the packet's label
+IPV6_FL_S_ANY = 255  # the lease may be shared: a label reused soon after a socket closed is no error
+FLOW_LABEL_MAX = 0x7FFFF  # net.ipv6.flowlabel_state_ranges=1: the upper half is for stateless labels
 SO_RXQ_OVFL = 40  # setsockopt: deliver the socket's count of datagrams dropped (buffer full) as a cmsg
 REORDERED_SEQS_KEPT = 1000
 
@@ -115,11 +121,38 @@ def receive(port: int, expect: int, timeout: float, idle: float = 1.0) -> dict[s
     return {"bad": bad, "socket_drops": socket_drops, "flows": {str(k): v.result() for k, v in sorted(flows.items())}}
 
 
-def send(dst: str, port: int, count: int, flows: int, interval_us: float, size: int, src: str | None) -> dict:
+def _lease_flow_label(sock: socket.socket, dst: str, label: int) -> None:
+    """struct in6_flowlabel_req: dst, label (big endian), action GET, share, flags CREATE, expires,
+    linger, pad."""
+    req = struct.pack(
+        "=16s4sBBHHHI", socket.inet_pton(socket.AF_INET6, dst), label.to_bytes(4, "big"), 0, IPV6_FL_S_ANY, 1, 0, 0, 0
+    )
+    sock.setsockopt(socket.IPPROTO_IPV6, IPV6_FLOWLABEL_MGR, req)
+    sock.setsockopt(socket.IPPROTO_IPV6, IPV6_FLOWINFO_SEND, 1)
+
+
+def send(
+    dst: str,
+    port: int,
+    count: int,
+    flows: int,
+    interval_us: float,
+    size: int,
+    src: str | None,
+    flow_label: int | None = None,
+) -> dict:
+    if flow_label is not None and not (1 <= flow_label and flow_label + flows - 1 <= FLOW_LABEL_MAX):
+        raise ValueError(f"flow labels {flow_label}..{flow_label + flows - 1} must lie in 1..{FLOW_LABEL_MAX:#x}")
     socks = []
-    for _ in range(flows):
+    targets = []
+    for flow_id in range(flows):
         sock = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
         sock.bind((src or "::", 0))
+        if flow_label is None:
+            targets.append((dst, port))
+        else:
+            _lease_flow_label(sock, dst, flow_label + flow_id)
+            targets.append((dst, port, flow_label + flow_id, 0))  # CPython converts flowinfo with htonl
         socks.append(sock)
     sent = [0] * flows
     errors = [0] * flows
@@ -132,7 +165,7 @@ def send(dst: str, port: int, count: int, flows: int, interval_us: float, size: 
             time.sleep(wait)
         for flow_id, sock in enumerate(socks):
             try:
-                sock.sendto(HEADER.pack(MAGIC, flow_id, seq) + pad, (dst, port))
+                sock.sendto(HEADER.pack(MAGIC, flow_id, seq) + pad, targets[flow_id])
                 sent[flow_id] += 1
             except OSError:
                 errors[flow_id] += 1
@@ -155,10 +188,12 @@ def run(
     flows: int = 1,
     size: int = 64,
     src_addr: str | None = None,
+    flow_label: int | None = None,
 ) -> dict[str, Any]:
     """Send `flows` flows of `count` packets each from src_node to dst_addr (in dst_node) and count
-    what arrived. Returns {"sent": {flow_id: n}, "errors": {...}, "flows": {flow_id: receiver's
-    counts (FlowCount.result)}, "bad": n, "socket_drops": n}; flow ids are "0", "1", ..."""
+    what arrived; flow i carries the IPv6 flow label flow_label + i (None: the kernel's choice).
+    Returns {"sent": {flow_id: n}, "errors": {...}, "flows": {flow_id: the receiver's counts
+    (FlowCount.result)}, "bad": n, "socket_drops": n}; flow ids are "0", "1", ..."""
     from .lab import REPO_ROOT
 
     env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
@@ -173,6 +208,8 @@ def run(
         cmd += ["--count", str(count), "--flows", str(flows), "--interval-us", str(interval_us), "--size", str(size)]
         if src_addr:
             cmd += ["--src", src_addr]
+        if flow_label is not None:
+            cmd += ["--flow-label", str(flow_label)]
         sender = lab.run(src_node, cmd, check=True, timeout=duration * 5 + 60, env=env)
         sent = json.loads(sender.stdout)
         got = json.loads(receiver.communicate(timeout=duration + 30)[0])
@@ -199,11 +236,14 @@ def main() -> int:
     s.add_argument("--interval-us", type=float, default=1000)
     s.add_argument("--size", type=int, default=64, help="UDP payload bytes (>= 16)")
     s.add_argument("--src", help="source address (default: the kernel's choice)")
+    s.add_argument("--flow-label", type=lambda v: int(v, 0), help="flow i gets IPv6 flow label BASE + i")
     args = parser.parse_args()
     if args.command == "recv":
         print(json.dumps(receive(args.port, args.expect, args.timeout, args.idle)))
     else:
-        result = send(args.dst, args.port, args.count, args.flows, args.interval_us, args.size, args.src)
+        result = send(
+            args.dst, args.port, args.count, args.flows, args.interval_us, args.size, args.src, args.flow_label
+        )
         print(json.dumps(result))
     return 0
 

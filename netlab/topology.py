@@ -81,6 +81,8 @@ class Reorder:
             if text == "off":
                 return cls()
             mode, amount, hold = text.split(":")
+            if mode == "every" and int(amount) < 1:
+                raise ValueError(f"reorder spec {text!r}: every:K needs K >= 1")
             out = (
                 cls(every=int(amount), hold_us=float(hold))
                 if mode == "every"
