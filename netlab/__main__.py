@@ -34,6 +34,7 @@ def main(argv: list[str] | None = None) -> int:
         default=[],
         help="LINK=A_TO_B_US,B_TO_A_US (puts a delay relay on that link)",
     )
+    p.add_argument("--no-ioam", action="store_true", help="leave the topology's `ioam:` settings unapplied")
     p = sub.add_parser("down", help="remove every namespace, relay and pin of PREFIX (state file optional)")
     p.add_argument("--prefix", required=True)
     p = sub.add_parser("status", help="namespaces and relays of PREFIX, as JSON")
@@ -70,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         if args.command == "up":
-            lab = Lab.up(args.topology, args.prefix, delay_us=dict(args.delay))
+            lab = Lab.up(args.topology, args.prefix, delay_us=dict(args.delay), ioam=not args.no_ioam)
             print(json.dumps(status(args.prefix), indent=2))
             del lab  # relays keep running; `down` stops them by PID file
         elif args.command == "down":

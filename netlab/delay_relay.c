@@ -44,8 +44,8 @@
  *    counted reordered when a frame of its flow that arrived after it was
  *    released before it: exactly RFC 4737's Type-P-Reordered (s < NextExp) with
  *    the relay's arrival order as the sending order, i.e. what a receiver counts
- *    from the sender's sequence numbers when nothing before or after the relay
- *    reorders. Only frames sent without error count as released (a frame whose
+ *    from the sender's sequence numbers when nothing before the relay reorders
+ *    and nothing after it reorders or loses. Only frames sent without error count as released (a frame whose
  *    send failed never arrives, so it cannot make a later one look reordered).
  *  - Counters per direction and per flow, the injected delay of every released
  *    frame (sum: its mean is exact even when the delay changed or frames were
