@@ -43,6 +43,7 @@ from processors.delay.aggregate import NS_PER_S, clock_tai_ns, counters_line
 from processors.delay.topics import ensure_topics
 from processors.inline.aggregate import InlineAggregator
 from processors.inline.config import InlineConfig
+from processors.newest import attach_newest
 from processors.paths import PathBook
 from processors.worker import (
     InOrderAcks,
@@ -124,6 +125,8 @@ records_topic = app.topic(
 )
 metrics_topic = app.topic(cfg.metrics_topic, key_serializer="raw", value_serializer="raw")
 deadletter_topic = app.topic(cfg.deadletter_topic, key_serializer="raw", value_serializer="raw")
+# the newest inline_hop_delay line of each series, to SEGSCOPE_TOPIC_METRICS_NEWEST every interval ("": off)
+newest = attach_newest(app, cfg, key=b"inline")
 PROGRESS_TOPIC = f"{cfg.app_id}.progress"
 progress_topic = app.topic(PROGRESS_TOPIC, key_serializer="raw", value_serializer="raw")
 progress_written: dict[tuple[str, int], int] = {}  # flow -> the final_below_s Kafka has for it
@@ -237,13 +240,15 @@ async def process_batches(stream) -> None:
 
 
 async def publish_lines(lines: list[str]) -> None:
-    """Send the lines and wait until Kafka acknowledged every message."""
+    """Send the lines and wait until Kafka acknowledged every message; then hold each hop series'
+    newest for the summary (a line is summarised only once it is on the metrics topic)."""
     step = cfg.max_lines_per_message
     sent = []
     for i in range(0, len(lines), step):
         sent.append(await metrics_topic.send(key=b"inline", value="\n".join(lines[i : i + step]).encode()))
     if sent:
         await asyncio.gather(*sent)
+    newest.take(lines)
 
 
 async def publish_counters() -> None:
@@ -255,6 +260,7 @@ async def publish_counters() -> None:
         "path_records": paths.records,
         "path_records_malformed": paths.malformed,
         **moves.counts,
+        **newest.counts(),
     }
     ts = time.time_ns()
     line = counters_line(aggregator.counters, "inline", ts, extra=extra, instance=health.instance)

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from processors.delay.aggregate import host_tai_utc_offset_s
+from processors.newest import check_newest, newest_env
 from processors.worker import ConfigError, EnvConfig, processor_env
 from segscope_schemas import names
 
@@ -18,14 +19,18 @@ ENV = {
     # a flow without records for this long (wall clock) has its open seconds closed by the clock
     "idle_s": ("SEGSCOPE_INLINE_IDLE_S", "2.0"),
     # the reorder window: a second stays open to late packets this long (data time) after its end;
-    # a seq not received by then is lost for good, and the input behind it is committed then
-    "retention_s": ("SEGSCOPE_INLINE_RETENTION_S", "10.0"),
+    # a seq not received by then is lost for good, and the input behind it is committed then; above
+    # the summary interval (10 s) so that the summary can be turned on with its defaults
+    "retention_s": ("SEGSCOPE_INLINE_RETENTION_S", "15.0"),
     # how often closed seconds are looked for and published: up to this much is added to freshness
     "flush_interval_s": ("SEGSCOPE_INLINE_FLUSH_INTERVAL_S", "0.25"),
     "max_lines_per_message": ("SEGSCOPE_INLINE_MAX_LINES_PER_MESSAGE", "2000"),
     "datadir": ("SEGSCOPE_INLINE_DATADIR", ".run/processors/{app_id}"),
     # TAI - UTC in seconds for point timestamps; "host" = what this host's kernel says
     "tai_utc_offset_s": ("SEGSCOPE_TAI_UTC_OFFSET_S", "host"),
+    # the newest inline_hop_delay line of each series every interval, for the topology processor
+    # (processors/newest.py; its model keeps the newest point of each hop)
+    **newest_env(),
 }
 
 
@@ -45,6 +50,8 @@ class InlineConfig(EnvConfig):
     max_lines_per_message: int
     datadir: str
     tai_utc_offset_s: int
+    newest_topic: str
+    summary_interval_s: float
 
     ENV = ENV
 
@@ -61,3 +68,4 @@ class InlineConfig(EnvConfig):
             )
         if self.flush_interval_s <= 0 or self.max_lines_per_message < 1:
             raise ConfigError(f"{ENV['flush_interval_s'][0]} must be > 0 and {ENV['max_lines_per_message'][0]} >= 1")
+        check_newest(self, ENV, self.retention_s)

@@ -263,30 +263,29 @@ def test_topology_settings_reach_the_processors_environment():
     assert (cfg.refresh_s, cfg.jalapeno_ip_edges, cfg.telemetry_measurements()) == (10.0, "", None)
 
 
-def test_summary_topic_reaches_the_three_processors_only_when_enabled():
-    """processors.topology.summary: the same two variables in the delay, loss and topology processors
-    (processors/newest.py), which accept what the chart renders; off by default."""
+def test_summary_topic_reaches_the_four_processors_only_when_enabled():
+    """processors.topology.summary: the same two variables in the delay, loss, in-line and topology
+    processors (processors/newest.py), which accept what the chart renders; off by default. An
+    interval not below the in-line reorder window is refused (the worker would refuse it)."""
     from processors.delay.config import DelayConfig
+    from processors.inline.config import InlineConfig
     from processors.loss.config import LossConfig
     from segscope_schemas.names import TOPIC_METRICS_NEWEST
 
     def envs(*args: str) -> dict[str, dict[str, str]]:
         deps = by_kind(helm_template(*args), "Deployment")
         out = {}
-        for name in ("delay", "loss", "topology"):
+        for name in ("delay", "loss", "inline", "topology"):
             container = deps[f"segscope-{name}"]["spec"]["template"]["spec"]["containers"][0]
             out[name] = {e["name"]: e.get("value") for e in container["env"]}
         return out
 
     assert not any("SEGSCOPE_TOPIC_METRICS_NEWEST" in env for env in envs().values())
-    inline_on = by_kind(helm_template("--set", "processors.topology.summary.enabled=true"), "Deployment")[
-        "segscope-inline"
-    ]
-    assert "SEGSCOPE_TOPIC_METRICS_NEWEST" not in str(inline_on)  # the in-line processor has no summary
     on = envs(
         "--set", "processors.topology.summary.enabled=true", "--set", "processors.topology.summary.intervalSeconds=5"
     )
-    for name, config in (("delay", DelayConfig), ("loss", LossConfig), ("topology", TopologyConfig)):
+    for name, config in (("delay", DelayConfig), ("loss", LossConfig), ("inline", InlineConfig),
+                         ("topology", TopologyConfig)):  # fmt: skip
         env = on[name]
         assert (env["SEGSCOPE_TOPIC_METRICS_NEWEST"], env["SEGSCOPE_SUMMARY_INTERVAL_S"]) == (TOPIC_METRICS_NEWEST, "5")
         cfg = config.from_env({"SEGSCOPE_TAI_UTC_OFFSET_S": "37", **{k: v for k, v in env.items() if v is not None}})
@@ -294,6 +293,9 @@ def test_summary_topic_reaches_the_three_processors_only_when_enabled():
     assert (
         TopologyConfig.from_env({k: v for k, v in on["topology"].items() if v}).measures_topic() == TOPIC_METRICS_NEWEST
     )
+    bad = run([tool("helm"), "template", "x", str(CHART), "--set", "processors.topology.summary.enabled=true",
+               "--set", "processors.inline.reorderWindowSeconds=10"], check=False)  # fmt: skip
+    assert bad.returncode != 0 and "processors.inline.reorderWindowSeconds" in bad.stderr, bad.stderr
 
 
 def test_influx_setup_full_rollups_only_or_none(capsys):

@@ -252,3 +252,44 @@ def test_inline_worker_to_influxdb(stack, tmp_path, workers):
     assert counters["path_records"] == 5 and counters["path_records_malformed"] == 0
     dl.close()
     metrics_tail.close()
+
+
+def test_inline_worker_summarises_its_hop_lines_for_the_topology(stack, tmp_path, workers):
+    """With the summary topic set (processors/newest.py), the worker also publishes there the newest
+    inline_hop_delay line of each hop series (measured or not) and nothing else of its own: the
+    topology processor reads that instead of segscope.metrics."""
+    from processors.worker import read_topic
+
+    bootstrap = stack.kafka_bootstrap
+    run = uuid.uuid4().hex[:6]
+    topics = {k: f"test.inline.sum.{run}.{k}" for k in ("records", "deadletter", "paths", "metrics", "newest")}
+    ensure_topics(bootstrap, [topics["records"]], partitions=2)
+    ensure_topics(bootstrap, [topics["deadletter"], topics["metrics"], topics["newest"]])
+    ensure_topics(bootstrap, [topics["paths"]], config={"cleanup.policy": "compact"})
+    workers.append(start_worker(bootstrap, tmp_path, "w", topics, f"test-inline-sum-{run}", "--newest-topic",
+                                topics["newest"], "--summary-interval-s", "1"))  # fmt: skip
+    base = time.clock_gettime_ns(time.CLOCK_TAI) // NS - 600
+    n = 150  # 3 s of one flow over A -> X (no IOAM) -> R -> B: hops 0 and 1 not measured, span 0-1, hop 2
+    seq = np.arange(n)
+    tx = base * NS + seq * (NS // 50)
+    t2 = tx + 700_000
+    p = Producer({"bootstrap.servers": bootstrap})
+    p.produce(topics["records"], ir.encode_batch(records(7, seq, tx, t2 + 100_000, Hop(1, 0xFFFF, 11, 64),
+                                                         [(Hop(8, 80, 81, 62), t2)]), "B", 1), b"B/7")  # fmt: skip
+    assert p.flush(30) == 0
+    want = {f"{h}": None for h in ("0", "1", "0-1", "2")}
+    deadline = time.monotonic() + 60
+    summary: dict[str, str] = {}
+    while time.monotonic() < deadline and len(summary) < len(want):
+        summary = {}
+        for _, value in read_topic(bootstrap, topics["newest"], f"sum-reader-{uuid.uuid4().hex[:6]}"):
+            for line in value.decode().split("\n"):
+                assert line.startswith("inline_hop_delay,"), line  # only hop lines are summarised
+                head, fields, ts = line.rsplit(" ", 2)
+                hop = head.split(",hop=", 1)[1].split(",", 1)[0]
+                summary[hop] = (int(ts), fields)
+        time.sleep(1)
+    assert set(summary) == set(want), summary
+    # the newest second of each hop series: the flow's last second
+    assert {ts for ts, _ in summary.values()} == {(base + 2 - TAI_UTC) * NS}
+    assert "measured=false" in summary["0"][1] and "measured=true" in summary["0-1"][1]

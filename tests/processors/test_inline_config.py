@@ -18,14 +18,18 @@ def test_defaults():
         names.TOPIC_PATHS,
     )
     assert cfg.health_address() == ("127.0.0.1", 9644)
-    assert (cfg.grace_s, cfg.idle_s, cfg.retention_s, cfg.tai_utc_offset_s) == (0.5, 2.0, 10.0, 37)
+    assert (cfg.grace_s, cfg.idle_s, cfg.retention_s, cfg.tai_utc_offset_s) == (0.5, 2.0, 15.0, 37)
     assert cfg.datadir == f".run/processors/{names.GROUP_INLINE}"
 
 
 @pytest.mark.parametrize(
     "env,variable",
     [
-        ({"SEGSCOPE_INLINE_GRACE_S": "11"}, "SEGSCOPE_INLINE_GRACE_S"),
+        ({"SEGSCOPE_INLINE_GRACE_S": "16"}, "SEGSCOPE_INLINE_GRACE_S"),
+        (
+            {"SEGSCOPE_TOPIC_METRICS_NEWEST": "segscope.metrics.newest", "SEGSCOPE_INLINE_RETENTION_S": "8"},
+            "SEGSCOPE_SUMMARY_INTERVAL_S",
+        ),
         ({"SEGSCOPE_INLINE_RETENTION_S": "ten"}, "SEGSCOPE_INLINE_RETENTION_S"),
         ({"SEGSCOPE_INLINE_FLUSH_INTERVAL_S": "0"}, "SEGSCOPE_INLINE_FLUSH_INTERVAL_S"),
         ({"SEGSCOPE_INLINE_HEALTH": "nowhere"}, "SEGSCOPE_INLINE_HEALTH"),
