@@ -74,14 +74,18 @@ struct {
  * Run the members of this packet's device from role `first` on, in order. A
  * tail call into an empty slot returns, so the loop tries the next role; a
  * successful one never returns. Nothing left: the packet goes to the stack.
- * `first` is a constant at every call site, so the loop unrolls.
+ * `first` is a constant at every call site, so the loop unrolls, and the last
+ * role's xdp_chain_next() compiles to a plain XDP_PASS (no device lookup for
+ * nothing: the lookup is a helper call the compiler cannot drop by itself).
  */
 static __always_inline int xdp_chain_from(struct xdp_md *ctx, __u32 first)
 {
 	__u32 ifindex = ctx->ingress_ifindex;
-	__u32 *dev = bpf_map_lookup_elem(&xdp_chain_devs, &ifindex);
-	__u32 base;
+	__u32 *dev, base;
 
+	if (first >= XDP_CHAIN_NR_ROLES)
+		return XDP_PASS;
+	dev = bpf_map_lookup_elem(&xdp_chain_devs, &ifindex);
 	if (!dev || *dev >= XDP_CHAIN_MAX_DEVS)
 		return XDP_PASS;
 	base = *dev * XDP_CHAIN_NR_ROLES;
@@ -98,6 +102,84 @@ static __always_inline int xdp_chain_next(struct xdp_md *ctx, enum xdp_chain_rol
 {
 	return xdp_chain_from(ctx, (__u32)self + 1);
 }
+
+#else /* user space: the loaders' side, xdp_chain.c (documented in datapath/README.md, "Chaining") */
+
+#include <limits.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <bpf/libbpf.h>
+
+/* Role names, as `chain` prints them and as the members' pin directories are named. */
+static const char *const xdp_chain_role_names[XDP_CHAIN_NR_ROLES] = {
+	[XDP_CHAIN_ALTMARK_RX]      = "altmark_rx",
+	[XDP_CHAIN_IOAM_RX]         = "ioam_rx",
+	[XDP_CHAIN_STAMP_COLLECTOR] = "stamp_collector",
+	[XDP_CHAIN_STAMP_REFLECTOR] = "stamp_reflector",
+};
+
+/* Loaders of one instance wait for each other on this lock (flock) between
+ * xdp_chain_open() and xdp_chain_close(). */
+#define XDP_CHAIN_LOCK_DIR "/run/segscope/xdp_chain"
+
+/* One instance's chain as a loader holds it: locked, pins open. */
+struct xdp_chain {
+	char instance_dir[PATH_MAX];  /* /sys/fs/bpf/segscope/<instance> */
+	char dir[PATH_MAX];           /* <instance_dir>/xdp_chain */
+	int lock_fd;
+	int progs_fd, devs_fd, prog_fd;   /* -1 when the chain does not exist (open without create) */
+	uint32_t prog_id;             /* the dispatcher's */
+};
+
+/*
+ * Every XDP loader of an instance calls, in this order (errors are printed,
+ * naming the flag, and returned as -errno):
+ *
+ *   xdp_chain_open(&c, instance_dir, true)   lock the instance's chain, open its pins or create
+ *                                            them (the two maps and the dispatcher)
+ *   xdp_chain_reuse_maps(&c, obj)            before loading a member: its two chain maps become
+ *                                            the pinned ones
+ *   ... load, configure, pin the member ...
+ *   xdp_chain_join(&c, netns, dev, role, fd) the member runs on dev (the dispatcher is attached
+ *                                            to dev if it is not there yet)
+ *   xdp_chain_leave(&c, netns, dev, role, fd) the member stops running on dev (the dispatcher
+ *                                            leaves dev with its last member)
+ *   xdp_chain_close(&c)                      remove the pins if no device is left, unlock
+ *
+ * open(create = false) opens an existing chain only (c.progs_fd < 0 if there
+ * is none), for leave and show.
+ */
+int xdp_chain_open(struct xdp_chain *c, const char *instance_dir, bool create);
+int xdp_chain_reuse_maps(const struct xdp_chain *c, struct bpf_object *obj);
+int xdp_chain_join(struct xdp_chain *c, const char *netns, const char *dev, enum xdp_chain_role role,
+		   int prog_fd);
+/* prog_fd >= 0: refuse unless the slot holds that program (it names the one there). */
+int xdp_chain_leave(struct xdp_chain *c, const char *netns, const char *dev, enum xdp_chain_role role,
+		    int prog_fd);
+void xdp_chain_close(struct xdp_chain *c);
+
+/* The `chain` subcommand: {"<device>": [{"role": ..., "id": N, "name": ...}, ...], ...} in role
+ * order, device names resolved in netns. {} without a chain. 0 or -errno. */
+int xdp_chain_show(const char *instance_dir, const char *netns);
+
+/*
+ * What a member's loader does with the calls above (stamp_reflector.c,
+ * stamp_collector.c, altmark_rx.c; ioam_rx the same):
+ *
+ *   xdp_member_attach   after load: pin obj and prog under pin_dir, join dev; pins removed on error
+ *   xdp_member_attach_dev / xdp_member_detach_dev   the pinned member on one more device / off one
+ *   xdp_member_detach   leave dev and every other device the member still runs on, remove the pins
+ *
+ * The instance directory is the parent of pin_dir. These take the lock themselves except
+ * xdp_member_attach, which runs between the caller's xdp_chain_open() (before load) and
+ * xdp_chain_close().
+ */
+const char *xdp_member_instance_dir(const char *pin_dir, char *out, size_t len);
+int xdp_member_attach(struct xdp_chain *c, struct bpf_object *obj, struct bpf_program *prog,
+		      const char *netns, const char *dev, const char *pin_dir, enum xdp_chain_role role);
+int xdp_member_attach_dev(const char *netns, const char *dev, const char *pin_dir, enum xdp_chain_role role);
+int xdp_member_detach_dev(const char *netns, const char *dev, const char *pin_dir, enum xdp_chain_role role);
+int xdp_member_detach(const char *netns, const char *dev, const char *pin_dir, enum xdp_chain_role role);
 
 #endif /* __VMLINUX_H__ */
 #endif /* SEGSCOPE_XDP_CHAIN_H */
