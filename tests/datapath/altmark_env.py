@@ -217,6 +217,24 @@ def doh(flowmon: int, colour: int, dmark: bool, nexthdr: int = 43) -> bytes:
     return struct.pack("!BBBBI", nexthdr, 0, OPT_TYPE, 4, data)
 
 
+def ioam_hbh(nexthdr: int, slots: int = 2, namespace: int = 1) -> bytes:
+    """In-line IOAM's Hop-by-Hop header (schemas/IOAM.md): PadN(2) + a Pre-allocated Trace option
+    with room for `slots` 16-byte node entries, the ingress's entry (the last one) filled."""
+    data_len = 10 + 16 * slots
+    trace = struct.pack("!BBBBHBB", 0x31, data_len, 0, 0, namespace, 4 << 3, 4 * (slots - 1))
+    trace += bytes([0xF0, 0x00, 0x00, 0])  # trace type: hop limit+node id, if ids, ts sec, ts subsec
+    entries = bytes(16 * (slots - 1)) + struct.pack("!IHHII", 64 << 24 | 7, 1, 2, 1_700_000_000, 5)
+    body = bytes([1, 0]) + trace + entries  # PadN(2): the option starts 4n-aligned
+    return bytes([nexthdr, (2 + len(body)) // 8 - 1]) + body
+
+
+def ioam_e2e_doh(nexthdr: int, seq: int = 1, namespace: int = 1) -> bytes:
+    """In-line IOAM's Destination Options header after the SRH (schemas/IOAM.md): PadN(2) + the
+    Edge-to-Edge option (sequence number, timestamp) + PadN(4), 32 bytes."""
+    opt = struct.pack("!BBBBHHQII", 0x11, 22, 0, 3, namespace, 0xB000, seq, 1_700_000_000, 5)
+    return bytes([nexthdr, 3, 1, 0]) + opt + bytes([1, 2, 0, 0])
+
+
 def inner_udp(payload: bytes, tclass: int = 0) -> bytes:
     udp = struct.pack("!HHHH", 40000, UDP_PORT, 8 + len(payload), 0) + payload
     return ipv6_hdr("fd00:a::1", H2_ADDR, 17, len(udp), tclass=tclass) + udp
