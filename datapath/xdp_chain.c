@@ -223,25 +223,58 @@ static int dev_ifindex(const char *netns, const char *dev, uint32_t *ifindex)
 	return 0;
 }
 
-/* The lowest device slot no device holds (its row emptied), or -ENOSPC. */
-static int alloc_dev_slot(const struct xdp_chain *c, uint32_t *slot)
+static int read_devs(const struct xdp_chain *c, struct xdp_chain_dev_table *t)
 {
-	bool used[XDP_CHAIN_MAX_DEVS] = {};
-	uint32_t key, next, value;
-	void *prev = NULL;
+	uint32_t zero = 0;
 
-	while (!bpf_map_get_next_key(c->devs_fd, prev, &next)) {
-		key = next;
-		prev = &key;
-		if (!bpf_map_lookup_elem(c->devs_fd, &key, &value) && value < XDP_CHAIN_MAX_DEVS)
-			used[value] = true;
+	memset(t, 0, sizeof(*t));
+	if (bpf_map_lookup_elem(c->devs_fd, &zero, t)) {
+		int err = -errno;
+
+		die_msg("cannot read %s/%s: %s", c->dir, XDP_CHAIN_DEVS_MAP, strerror(errno));
+		return err;
 	}
+	return 0;
+}
+
+/* Device slot `slot` serves ifindex from now on (0: the slot is free again). One field changes
+ * per write, so the programs reading the table meanwhile see either value of it, never a mix. */
+static int set_dev_slot(const struct xdp_chain *c, uint32_t slot, uint32_t ifindex)
+{
+	struct xdp_chain_dev_table t;
+	uint32_t zero = 0;
+	int err = read_devs(c, &t);
+
+	if (err)
+		return err;
+	t.ifindex[slot] = ifindex;
+	if (bpf_map_update_elem(c->devs_fd, &zero, &t, BPF_EXIST)) {
+		err = -errno;
+		die_msg("cannot write %s/%s: %s", c->dir, XDP_CHAIN_DEVS_MAP, strerror(errno));
+	}
+	return err;
+}
+
+/* The device slot serving ifindex, or -1. */
+static int dev_slot(const struct xdp_chain_dev_table *t, uint32_t ifindex)
+{
+	for (int slot = 0; ifindex && slot < XDP_CHAIN_MAX_DEVS; slot++)
+		if (t->ifindex[slot] == ifindex)
+			return slot;
+	return -1;
+}
+
+/* The lowest free device slot (its row emptied), or -ENOSPC. Low slots first: the programs'
+ * scan of the table stops at the packet's device. */
+static int alloc_dev_slot(const struct xdp_chain *c, const struct xdp_chain_dev_table *t, uint32_t *slot)
+{
 	for (uint32_t s = 0; s < XDP_CHAIN_MAX_DEVS; s++) {
-		if (used[s])
+		if (t->ifindex[s])
 			continue;
 		/* a row nobody uses is empty; clear what an interrupted leave may have left */
 		for (uint32_t role = 0; role < XDP_CHAIN_NR_ROLES; role++) {
-			key = s * XDP_CHAIN_NR_ROLES + role;
+			uint32_t key = s * XDP_CHAIN_NR_ROLES + role;
+
 			bpf_map_delete_elem(c->progs_fd, &key);
 		}
 		*slot = s;
@@ -298,13 +331,14 @@ static int check_member_maps(const struct xdp_chain *c, int prog_fd)
 int xdp_chain_join(struct xdp_chain *c, const char *netns, const char *dev, enum xdp_chain_role role, int prog_fd)
 {
 	uint32_t ifindex, slot, key, attached = 0, held;
+	struct xdp_chain_dev_table t;
 	bool new_dev = false;
 	char label[128];
-	int err;
+	int err, found;
 
 	if (c->progs_fd < 0 || (unsigned int)role >= XDP_CHAIN_NR_ROLES)
 		return -EINVAL;
-	err = dev_ifindex(netns, dev, &ifindex) ?: check_member_maps(c, prog_fd);
+	err = dev_ifindex(netns, dev, &ifindex) ?: check_member_maps(c, prog_fd) ?: read_devs(c, &t);
 	if (err)
 		return err;
 	err = bpf_xdp_query_id(ifindex, XDP_FLAGS_DRV_MODE, &attached);
@@ -317,8 +351,11 @@ int xdp_chain_join(struct xdp_chain *c, const char *netns, const char *dev, enum
 			dev, prog_label(attached, -1, label, sizeof(label)), c->instance_dir, c->prog_id);
 		return -EBUSY;
 	}
-	if (bpf_map_lookup_elem(c->devs_fd, &ifindex, &slot) || slot >= XDP_CHAIN_MAX_DEVS) {
-		if (alloc_dev_slot(c, &slot)) {
+	found = dev_slot(&t, ifindex);
+	if (found >= 0) {
+		slot = found;
+	} else {
+		if (alloc_dev_slot(c, &t, &slot)) {
 			die_msg("--dev: the XDP chain of %s already serves %d devices", c->instance_dir,
 				XDP_CHAIN_MAX_DEVS);
 			return -ENOSPC;
@@ -338,9 +375,7 @@ int xdp_chain_join(struct xdp_chain *c, const char *netns, const char *dev, enum
 		die_msg("cannot put the program into %s/%s: %s", c->dir, XDP_CHAIN_PROGS_MAP, strerror(errno));
 		return err;
 	}
-	if (new_dev && bpf_map_update_elem(c->devs_fd, &ifindex, &slot, BPF_NOEXIST)) {
-		err = -errno;
-		die_msg("cannot add %s to %s/%s: %s", dev, c->dir, XDP_CHAIN_DEVS_MAP, strerror(errno));
+	if (new_dev && (err = set_dev_slot(c, slot, ifindex))) {
 		bpf_map_delete_elem(c->progs_fd, &key);
 		return err;
 	}
@@ -352,7 +387,7 @@ int xdp_chain_join(struct xdp_chain *c, const char *netns, const char *dev, enum
 				err == -EBUSY || err == -EEXIST ? "another program was attached meanwhile" : strerror(-err));
 			bpf_map_delete_elem(c->progs_fd, &key);
 			if (new_dev)
-				bpf_map_delete_elem(c->devs_fd, &ifindex);
+				set_dev_slot(c, slot, 0);
 			return err;
 		}
 	}
@@ -362,18 +397,21 @@ int xdp_chain_join(struct xdp_chain *c, const char *netns, const char *dev, enum
 int xdp_chain_leave(struct xdp_chain *c, const char *netns, const char *dev, enum xdp_chain_role role, int prog_fd)
 {
 	uint32_t ifindex, slot, key, held, attached = 0, others = 0;
+	struct xdp_chain_dev_table t;
 	char label[128];
-	int err;
+	int err, found;
 
 	if (c->progs_fd < 0 || (unsigned int)role >= XDP_CHAIN_NR_ROLES)
 		return -EINVAL;
-	err = dev_ifindex(netns, dev, &ifindex);
+	err = dev_ifindex(netns, dev, &ifindex) ?: read_devs(c, &t);
 	if (err)
 		return err;
-	if (bpf_map_lookup_elem(c->devs_fd, &ifindex, &slot) || slot >= XDP_CHAIN_MAX_DEVS) {
+	found = dev_slot(&t, ifindex);
+	if (found < 0) {
 		die_msg("--dev: %s is not in the XDP chain of %s", dev, c->instance_dir);
 		return -ENOENT;
 	}
+	slot = found;
 	key = slot * XDP_CHAIN_NR_ROLES + role;
 	held = slot_prog(c, key);
 	if (!held) {
@@ -411,20 +449,19 @@ int xdp_chain_leave(struct xdp_chain *c, const char *netns, const char *dev, enu
 		die_msg("cannot empty slot %u of %s/%s: %s", key, c->dir, XDP_CHAIN_PROGS_MAP, strerror(errno));
 		return err;
 	}
-	if (!others && bpf_map_delete_elem(c->devs_fd, &ifindex) && errno != ENOENT) {
-		err = -errno;
-		die_msg("cannot free the device slot of %s in %s/%s: %s", dev, c->dir, XDP_CHAIN_DEVS_MAP,
-			strerror(errno));
-		return err;
-	}
-	return 0;
+	return others ? 0 : set_dev_slot(c, slot, 0);
 }
 
 static bool chain_empty(const struct xdp_chain *c)
 {
-	uint32_t key;
+	struct xdp_chain_dev_table t;
 
-	return bpf_map_get_next_key(c->devs_fd, NULL, &key) != 0;
+	if (read_devs(c, &t))
+		return false;   /* unreadable: keep the pins rather than guess */
+	for (int slot = 0; slot < XDP_CHAIN_MAX_DEVS; slot++)
+		if (t.ifindex[slot])
+			return false;
+	return true;
 }
 
 void xdp_chain_close(struct xdp_chain *c)
@@ -461,28 +498,31 @@ static int by_name(const void *a, const void *b)
 int xdp_chain_show(const char *instance_dir, const char *netns)
 {
 	struct shown_dev devs[XDP_CHAIN_MAX_DEVS];
+	struct xdp_chain_dev_table t = {};
 	struct xdp_chain c;
-	uint32_t key, next, n = 0;
-	void *prev = NULL;
+	uint32_t n = 0;
 	int err;
 
 	if (check_netns_exists(netns) || (netns && enter_netns(netns)))
 		return -ENOENT;
 	err = xdp_chain_open(&c, instance_dir, false);
-	if (err)
+	if (!err && c.devs_fd >= 0)
+		err = read_devs(&c, &t);
+	if (err) {
+		xdp_chain_close(&c);
 		return err;
-	while (c.devs_fd >= 0 && n < XDP_CHAIN_MAX_DEVS && !bpf_map_get_next_key(c.devs_fd, prev, &next)) {
+	}
+	for (uint32_t slot = 0; slot < XDP_CHAIN_MAX_DEVS; slot++) {
 		char ifname[IF_NAMESIZE];
 
-		key = next;
-		prev = &key;
-		if (bpf_map_lookup_elem(c.devs_fd, &key, &devs[n].slot) || devs[n].slot >= XDP_CHAIN_MAX_DEVS)
+		if (!t.ifindex[slot])
 			continue;
-		devs[n].ifindex = key;
-		if (if_indextoname(key, ifname))
+		devs[n].ifindex = t.ifindex[slot];
+		devs[n].slot = slot;
+		if (if_indextoname(t.ifindex[slot], ifname))
 			snprintf(devs[n].name, sizeof(devs[n].name), "%s", ifname);
 		else   /* not in this netns (or gone): its index is all we know */
-			snprintf(devs[n].name, sizeof(devs[n].name), "ifindex %u", key);
+			snprintf(devs[n].name, sizeof(devs[n].name), "ifindex %u", t.ifindex[slot]);
 		n++;
 	}
 	qsort(devs, n, sizeof(devs[0]), by_name);
@@ -620,15 +660,14 @@ static bool row_empty(const struct xdp_chain *c, uint32_t slot)
 static int find_member(const struct xdp_chain *c, enum xdp_chain_role role, uint32_t prog_id, uint32_t *ifindex,
 		       uint32_t *slot)
 {
-	uint32_t key, next;
-	void *prev = NULL;
+	struct xdp_chain_dev_table t;
 
-	while (!bpf_map_get_next_key(c->devs_fd, prev, &next)) {
-		key = next;
-		prev = &key;
-		if (!bpf_map_lookup_elem(c->devs_fd, &key, slot) && *slot < XDP_CHAIN_MAX_DEVS &&
-		    slot_prog(c, *slot * XDP_CHAIN_NR_ROLES + role) == prog_id) {
-			*ifindex = key;
+	if (read_devs(c, &t))
+		return 0;
+	for (uint32_t s = 0; s < XDP_CHAIN_MAX_DEVS; s++) {
+		if (t.ifindex[s] && slot_prog(c, s * XDP_CHAIN_NR_ROLES + role) == prog_id) {
+			*ifindex = t.ifindex[s];
+			*slot = s;
 			return 1;
 		}
 	}
@@ -654,8 +693,8 @@ static int leave_everywhere(struct xdp_chain *c, const char *netns, enum xdp_cha
 		uint32_t key = slot * XDP_CHAIN_NR_ROLES + role;
 
 		bpf_map_delete_elem(c->progs_fd, &key);
-		if (row_empty(c, slot))
-			bpf_map_delete_elem(c->devs_fd, &ifindex);
+		if (row_empty(c, slot) && set_dev_slot(c, slot, 0))
+			return -EIO;
 	}
 	return 0;
 }
@@ -675,10 +714,10 @@ int xdp_member_detach(const char *netns, const char *dev, const char *pin_dir, e
 		die_msg("warning: %s has no XDP chain, so program %u pinned in %s runs nowhere; removing pins only",
 			c.instance_dir, prog_id, pin_dir);
 	} else if (!err) {
-		uint32_t slot = 0;
+		struct xdp_chain_dev_table t;
+		int slot = read_devs(&c, &t) ? -1 : dev_slot(&t, ifindex);
 
-		if (!bpf_map_lookup_elem(c.devs_fd, &ifindex, &slot) && slot < XDP_CHAIN_MAX_DEVS &&
-		    slot_prog(&c, slot * XDP_CHAIN_NR_ROLES + role) == prog_id)
+		if (slot >= 0 && slot_prog(&c, slot * XDP_CHAIN_NR_ROLES + role) == prog_id)
 			err = xdp_chain_leave(&c, netns, dev, role, prog_fd);
 		else
 			die_msg("warning: program %u pinned in %s does not run on %s; removing it from wherever "

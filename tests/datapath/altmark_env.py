@@ -159,7 +159,8 @@ class TestRun:
         self.opts = _TestRunOpts(sz=ctypes.sizeof(_TestRunOpts))
 
     def run(self, frame: bytes, repeat: int = 1, ctx: bytes | None = None) -> tuple[int, bytes, int]:
-        """ctx: a struct __sk_buff to start from (TC only; e.g. gso_segs/gso_size, see skb_ctx)."""
+        """ctx: the context to start from: a struct __sk_buff (TC; e.g. gso_segs/gso_size, see skb_ctx)
+        or a struct xdp_md (XDP; e.g. the ingress device, see chain_env.xdp_md)."""
         ctypes.memmove(self._in, frame, len(frame))
         o = self.opts
         o.data_in, o.data_size_in = ctypes.addressof(self._in), len(frame)
