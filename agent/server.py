@@ -115,12 +115,9 @@ class Agent:
             linger_ms=cfg.stamp_linger_ms,
         )
         self.stamp.link_stats = self.rtnl.link_stats
+        # altmark_rx and the STAMP programs share the node's devices through the XDP chain of the
+        # instance (datapath/README.md, "Chaining"); the loaders serialise its changes themselves
         self.flowmon = FlowMonAgent(cfg.node, REPO, cfg.netns, instance, cfg.kafka)
-        # altmark_rx and a STAMP program on one device run chained (datapath/README.md,
-        # "Chaining"): one lock for the node's XDP attach/detach, each side asks the other
-        self.flowmon.xdp_lock = self.stamp.xdp_lock
-        self.flowmon.stamp_program_on = self.stamp.xdp_program_on
-        self.stamp.altmark_rx_device = self.flowmon.rx_device
         self.publisher = None
         self.paths: PathPublisher | None = None
         self.counters = AgentCounters()

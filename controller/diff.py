@@ -10,11 +10,11 @@
 - init: a STAMP role must be initialised on a node before its first session is created;
 - remove: on a node the intent names, of a kind the controller manages, not in the intent;
 - reset: a node that keeps no STAMP session at all is Reset instead of destroying its sessions one
-  by one (Reset also detaches the STAMP XDP programs, which frees the device's XDP hook).
+  by one (Reset also detaches the STAMP XDP programs from the node's devices).
 
 Order, in three phases:
 1. measurement teardown: flow monitors and STAMP sessions that go away (TX before RX, sender
-   before reflector) and resets: they may hold an XDP hook that something new needs;
+   before reflector) and resets, before anything new is created;
 2. every create/update/replace/start/stop/init in dependency order: local SIDs, policies,
    reflector sessions, sender sessions, RX flow monitors, TX flow monitors (inside a kind by
    node, then key);

@@ -712,38 +712,9 @@ def _cross_checks(c: _Checker, intent: Intent, indexed: dict[str, list[tuple[int
                 f"use address {srcs[k][0]} for sessions whose replies arrive on {s.sender.dev}",
             )
         srcs.setdefault(k, (s.sender.address, index))
-    # a device's XDP hook: altmark_rx (flow egress dev) chains one STAMP program behind it
-    # (datapath/README.md, "Chaining"; the agent does it in either order), so a STAMP collector or
-    # reflector may share its device with a flow's RX side. The STAMP collector (sender dev) and
-    # the STAMP reflector (reflector dev) cannot share one: one hook, and one slot behind altmark_rx.
-    xdp: dict[tuple[str, str], tuple[str, tuple]] = {}
-    users = [
-        (("stamp_sessions", i, "sender", "dev"), s.sender, "the STAMP collector") for i, s in indexed["stamp_sessions"]
-    ]
-    users += [
-        (("stamp_sessions", i, "reflector", "dev"), s.reflector, "the STAMP reflector")
-        for i, s in indexed["stamp_sessions"]
-    ]
-    for where, end, program in sorted(users, key=lambda u: doc_pos(c, u[0])):
-        k = (end.node, end.dev)
-        if k in xdp and xdp[k][0] != program:
-            c.err(
-                where,
-                f"{end.node}:{end.dev} already runs {xdp[k][0]} ({_fmt(xdp[k][1])}), and a device "
-                f"has one XDP hook (one STAMP program per device, also behind altmark_rx)",
-                f"use another device for {program}, or drop one of the two",
-            )
-        xdp.setdefault(k, (program, where))
-
-
-def doc_pos(c: _Checker, where: tuple) -> tuple[int, int]:
-    return c.doc.pos(where)
-
-
-def _fmt(where: tuple) -> str:
-    from controller.yamlmarks import fmt_path
-
-    return fmt_path(where)
+    # no check of XDP devices: the STAMP collector (sender dev), the STAMP reflector (reflector
+    # dev) and a flow's RX side (egress dev) may share any device of a node in any combination;
+    # the agent's programs run there through the node's XDP chain (datapath/README.md, "Chaining")
 
 
 def parse_intent(text: str, file: str = "intent.yaml", base_dir: Path | None = None) -> Intent:

@@ -89,14 +89,6 @@ static int cmd_attach(struct altmark_args *a)
 	return err ? EXIT_FAIL : EXIT_OK;
 }
 
-static uint32_t prog_id_of(int fd)
-{
-	struct bpf_prog_info info = {};
-	uint32_t len = sizeof(info);
-
-	return bpf_obj_get_info_by_fd(fd, &info, &len) ? 0 : info.id;
-}
-
 /* Detach our pinned program from dev's egress if it is the filter there. 1: detached; 0: it is
  * not attached there (*our_id: its id); -ENODEV: no such netns or device (pins left alone); other
  * < 0: no pins, or the detach failed (said). */

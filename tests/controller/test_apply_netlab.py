@@ -215,9 +215,9 @@ def test_unreachable_agent_is_exit_1(env, tmp_path):
 
 
 def test_switch_to_loss_monitoring_and_back(env, first_apply):
-    """line5_loss.yaml: the demo's SRv6 with an alternate-marking flow instead of STAMP. B's b0 has
-    one XDP hook, so the controller Resets STAMP on A and B first (detaching the reflector), then
-    starts the RX monitor on B before the TX colourer on A; H1 -> H2 traffic is counted on both
+    """line5_loss.yaml: the demo's SRv6 with an alternate-marking flow instead of STAMP. The
+    controller Resets STAMP on A and B first (the intent has no session: the reflector leaves b0),
+    then starts the RX monitor on B before the TX colourer on A; H1 -> H2 traffic is counted on both
     sides; a second apply makes no call; back to the demo, the flows go before STAMP returns."""
     lab, _ = env
     ctl, _ = first_apply
