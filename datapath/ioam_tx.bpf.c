@@ -303,6 +303,7 @@ static __always_inline enum ioam_tx_counter insert(struct __sk_buff *skb, struct
 		return IOTX_SKIP_TOO_LONG;
 	if (bpf_check_mtu(skb, 0, &mtu_len, grow, 0) != BPF_MTU_CHK_RET_SUCCESS)
 		return IOTX_SKIP_MTU;
+	pull(skb, v->srh_end);   /* the block moves with direct access: SRH TLVs included */
 	/* looked up before the packet changes: a failed lookup cannot leave it half written */
 	in_if = if_id(skb->ingress_ifindex);
 	out_if = if_id(skb->ifindex);

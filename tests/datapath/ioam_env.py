@@ -145,11 +145,12 @@ class Trace:
     ioam_type: int = 0
     pre_pad: bytes = b"\x01\x00"  # PadN(2): the option 4n-aligned
     opt_type: int = HBH_OPT
+    data: bytes | None = None  # the node data list as given (for lengths that are no whole entries)
 
     def pack(self) -> bytes:
         rem = 4 * (self.slots - len(self.filled)) if self.remaining is None else self.remaining
         data = bytes(16 * (self.slots - len(self.filled))) + b"".join(n.pack() for n in self.filled)
-        data = data[: 16 * self.slots] if len(data) > 16 * self.slots else data
+        data = data if self.data is None else self.data
         opt_len = 10 + len(data) if self.opt_len is None else self.opt_len
         body = (
             struct.pack("!BBBB", self.opt_type, opt_len, 0, self.ioam_type)
@@ -280,9 +281,7 @@ def decode_hbh(hbh: bytes) -> dict:
 
 
 def decode_e2e(e2e: bytes) -> dict:
-    nh, hlen, p0, p1, otype, olen, _res, itype, ns, etype, seq, sec, nsec = struct.unpack_from(
-        "!BBBBBBBBHHQII", e2e, 0
-    )
+    nh, hlen, p0, p1, otype, olen, _res, itype, ns, etype, seq, sec, nsec = struct.unpack_from("!BBBBBBBBHHQII", e2e, 0)
     return {
         "next_header": nh,
         "hdr_ext_len": hlen,
@@ -317,5 +316,3 @@ def srh_with_tlv(travel: list[str], tlv_len: int, nexthdr: int = 41) -> bytes:
     out = bytearray(base + tlvs)
     out[1] = (len(out) - 8) // 8
     return bytes(out)
-
-
