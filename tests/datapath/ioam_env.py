@@ -316,3 +316,24 @@ def srh_with_tlv(travel: list[str], tlv_len: int, nexthdr: int = 41) -> bytes:
     out = bytearray(base + tlvs)
     out[1] = (len(out) - 8) // 8
     return bytes(out)
+
+
+def udp_seq(frame: bytes, port: int = 9000) -> int | None:
+    """The sequence number of a test datagram (first 8 payload bytes) in a frame: outer IPv6 and
+    up to 8 extension headers (HBH, DOHs, SRH) before the inner IPv6/UDP, or a plain IPv6/UDP frame."""
+    if len(frame) < 54 or frame[12:14] != b"\x86\xdd":
+        return None
+    off, nh = 54, frame[20]
+    for _ in range(8):
+        if nh in (0, 43, 60):
+            if len(frame) < off + 2:
+                return None
+            nh, off = frame[off], off + (frame[off + 1] + 1) * 8
+            continue
+        if nh == 41 and len(frame) >= off + 40:
+            nh, off = frame[off + 6], off + 40
+            continue
+        if nh == 17 and len(frame) >= off + 16 and struct.unpack_from("!H", frame, off + 2)[0] == port:
+            return struct.unpack_from("!Q", frame, off + 8)[0]
+        return None
+    return None
