@@ -162,7 +162,8 @@ __attribute__((noinline)) int NAME(CTX *ctx, __u32 hdr_off, __u32 limit, __u32 o
 		if (st->done)                                                                   \
 			break;                                                                  \
 	}                                                                                       \
-	if (!st->done)                                                                          \
+	/* the 16th option may end the header: the loop had no turn left to see it */          \
+	if (!st->done && st->off < hdr_len)                                                     \
 		return IOAM_WALK_BAD_LENGTH;   /* more than IPV6_OPTS_MAX_TLVS options */       \
 	return st->found_off ? (int)(IOAM_WALK_FOUND | st->found_off << 8) : IOAM_WALK_NO_OPTION; \
 }

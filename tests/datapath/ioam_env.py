@@ -146,6 +146,7 @@ class Trace:
     pre_pad: bytes = b"\x01\x00"  # PadN(2): the option 4n-aligned
     opt_type: int = HBH_OPT
     data: bytes | None = None  # the node data list as given (for lengths that are no whole entries)
+    post: bytes = b""  # options after the trace (before the padding to 8n)
 
     def pack(self) -> bytes:
         rem = 4 * (self.slots - len(self.filled)) if self.remaining is None else self.remaining
@@ -158,7 +159,7 @@ class Trace:
             + struct.pack("!I", self.trace_type << 8)
             + data
         )
-        opts = self.pre_pad + body
+        opts = self.pre_pad + body + self.post
         total = 2 + len(opts)
         pad = (-total) % 8
         if pad == 1:

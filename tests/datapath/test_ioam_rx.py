@@ -109,6 +109,8 @@ def _cases() -> list[tuple[str, bytes, str, int | None, dict | None]]:
     f_over, w_over = good(slots=2, filled=2, flags=0x8)
     f_other, w_other = good(travel=OTHER, ns=200, seq=2**64 - 1, sec=2**32 - 1, nsec=999_999_999)
     f_14, w_14 = good(slots=14, filled=14)
+    # PadN(2), the trace, 13 more options and one of 6 bytes: 16 in all, the most the walk takes
+    f_16, w_16 = good(post=b"\x1e\x00" * 13 + b"\x1e\x04" + bytes(4))
     hbh = f_base[54 : 54 + 16 + 16 * 4]
     e2e_only = outer(
         srh(POLICY, nexthdr=60, segleft=0) + e2e_doh(41, NS, 1, 2, 3) + inner_udp(b"z"), 43, dst=POLICY[-1]
@@ -132,6 +134,8 @@ def _cases() -> list[tuple[str, bytes, str, int | None, dict | None]]:
         ("padding_8_bytes", bad_trace(pre_pad=b"\x01\x06" + bytes(6)), "pass_bad_length", None, None),
         ("padn_content", bad_trace(pre_pad=b"\x01\x02\x00\x07" + b"\x01\x02\x00\x00"), "pass_bad_length", None, None),
         ("misaligned_option", bad_trace(pre_pad=b"\x01\x01\x00"), "pass_bad_length", None, None),
+        # 17 options in the HBH: one more than the walk takes (16 exactly is recorded, below)
+        ("seventeen_options", bad_trace(post=b"\x1e\x00" * 14 + b"\x1e\x02" + bytes(2)), "pass_bad_length", None, None),
         ("remaining_beyond_data", bad_trace(remaining=12), "pass_bad_length", None, None),
         ("remaining_not_entries", bad_trace(remaining=2), "pass_bad_length", None, None),
         ("node_len_3", bad_trace(node_len=3), "pass_bad_length", None, None),
@@ -210,6 +214,7 @@ def _cases() -> list[tuple[str, bytes, str, int | None, dict | None]]:
         ("recorded_other_flow_extremes", f_other, "recorded", 8, w_other),
         ("recorded_trailer", f_base + bytes(6), "recorded", 7, w_base),
         ("recorded_14_of_14", f_14, "recorded_truncated", 7, w_14 | {"flags": 2}),
+        ("recorded_16_options", f_16, "recorded", 7, w_16),
     ]
 
 
