@@ -354,3 +354,54 @@ def test_with_alternate_marking_on_the_same_flow(io_lab, method):
     for rec in records:
         check_path(rec, frames[rec["seq"]], offset)
     assert sorted(struct.unpack_from("!Q", d)[0] for d, _ in got) == list(range(n))
+
+
+def udp6_in_csum_errors(lab, node: str) -> int:
+    text = lab.run(node, ["cat", "/proc/net/snmp6"], check=True).stdout
+    return int(next(line.split()[1] for line in text.splitlines() if line.startswith("Udp6InCsumErrors")))
+
+
+def test_checksum_offload_pending_at_the_sender(io_lab):
+    """H1's veth with tx checksum offload on: A receives the datagrams with their UDP checksum not
+    yet computed (CHECKSUM_PARTIAL), encapsulates and instruments them; the checksum is completed
+    on the way and H2 accepts every datagram (no Udp6InCsumErrors)."""
+    lab, n = io_lab.lab, 30
+    lab.run("H1", ["ethtool", "-K", "h1", "tx", "on"], check=True)
+    try:
+
+        def attempt():
+            dump(io_lab.rx_inst)
+            rx, r0 = Receiver(lab.ns("H2"), H2_ADDR), Capture(lab.ns("R"), "r0")
+            errors = udp6_in_csum_errors(lab, "H2")
+            try:
+                with ioam_flow(io_lab):
+                    sent = send_udp(lab.ns("H1"), H2_ADDR, n, [CPU])
+                    got, frames = rx.drain(n), by_seq(r0.frames(n))
+                    records = dump(io_lab.rx_inst, count=n, timeout_ms=3000)
+            finally:
+                rx.close()
+                r0.close()
+            assert udp6_in_csum_errors(lab, "H2") == errors, "H2 dropped datagrams with a bad checksum"
+            expect_all("datagrams at H2", len(got), n)
+            expect_all("frames on r0", len(frames), n)
+            return sent, got, records, frames
+
+        sent, got, records, frames = retry_on_path_loss(attempt)
+    finally:
+        lab.run("H1", ["ethtool", "-K", "h1", "tx", "off"], check=True)
+    assert sorted(struct.unpack_from("!Q", d)[0] for d, _ in got) == [s.seq for s in sent]
+    assert [r["seq"] for r in records] == list(range(n))
+    for seq, frame in frames.items():  # what left A: instrumented, the inner UDP checksum complete
+        inner = parse_instrumented(frame)["inner"]
+        assert udp6_checksum_ok(inner), f"seq {seq}: inner UDP checksum wrong after the insertion"
+
+
+def udp6_checksum_ok(ip6_packet: bytes) -> bool:
+    """RFC 8200 §8.1: the UDP checksum over the pseudo-header {src, dst, length, 17} and the datagram."""
+    plen = struct.unpack_from("!H", ip6_packet, 4)[0]
+    udp = ip6_packet[40 : 40 + plen]
+    data = ip6_packet[8:40] + struct.pack("!IxxxB", len(udp), 17) + udp + (b"\0" if len(udp) % 2 else b"")
+    total = sum(struct.unpack(f"!{len(data) // 2}H", data))
+    while total >> 16:
+        total = (total & 0xFFFF) + (total >> 16)
+    return total == 0xFFFF and struct.unpack_from("!H", udp, 6)[0] != 0
