@@ -24,8 +24,8 @@
 #include "altmark_parse.bpf.h"
 #include "xdp_chain.h"
 
-#define AM_MAX_EXT_OFF  4200   /* bound for the verifier: Eth + IPv6 + HBH + DOH (<= 2048 B each) */
-#define AM_IPPROTO_HOPOPTS 0
+#define AM_MAX_HBH_END  2200   /* bound for the verifier: Eth + IPv6 + one HBH (<= 2048 B) */
+#define AM_MAX_EXT_OFF  4400   /* ... + one DOH (<= 2048 B) */
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
@@ -97,24 +97,14 @@ step_doh(__u8 *hdr, void *data_end, struct am_rx_view *v, __u8 *next, __u32 *off
 	return AMRX_NR_COUNTERS;
 }
 
-/* The Hop-by-Hop header at hdr: step over it (its options are for the transit nodes, e.g. the
- * IOAM trace of in-line measurement). Returns a counter to stop with or AMRX_NR_COUNTERS. */
-static __always_inline enum altmark_rx_counter step_hbh(__u8 *hdr, void *data_end, __u8 *next, __u32 *off)
-{
-	if ((void *)(hdr + 2) > data_end)
-		return AMRX_PASS_MALFORMED_DOH;   /* an options header cut off, as a DOH would be */
-	*next = hdr[0];
-	*off += ((__u32)hdr[1] + 1) * 8;
-	return AMRX_NR_COUNTERS;
-}
-
 /*
  * The extension headers the edge can see after the IPv6 header, in this
- * order: [HBH] [DOH] [SRH] [DOH] (RFC 8200 order; in-line IOAM inserts its
- * trace in a Hop-by-Hop header first (schemas/IOAM.md), TX inserts its DOH
- * before the SRH, a DOH for the final destination follows it). Written out
- * instead of a loop over any order: that keeps the verifier's path count
- * small. Returns a stats counter to stop with, or AMRX_NR_COUNTERS to go on.
+ * order: [HBH] [DOH] [SRH] [DOH] (RFC 8200 order; the in-line IOAM trace
+ * (ioam_tx) is a Hop-by-Hop header in front of everything, TX inserts its DOH
+ * before the SRH, a DOH for the final destination (e.g. IOAM E2E) follows
+ * it). Written out instead of a loop over any order: that keeps the
+ * verifier's path count small. Returns a stats counter to stop with, or
+ * AMRX_NR_COUNTERS to go on.
  */
 static __always_inline enum altmark_rx_counter
 walk_ext_headers(void *data, void *data_end, struct ipv6hdr *ip6, struct am_rx_view *v,
@@ -125,12 +115,17 @@ walk_ext_headers(void *data, void *data_end, struct ipv6hdr *ip6, struct am_rx_v
 	enum altmark_rx_counter stop;
 	struct ipv6_sr_hdr *srh;
 
-	if (next == AM_IPPROTO_HOPOPTS) {
-		stop = step_hbh(data + off, data_end, &next, &off);
-		if (stop != AMRX_NR_COUNTERS)
-			return stop;
+	if (next == IPPROTO_HOPOPTS_HDR) {
+		__u8 *hbh = data + off;
+
+		if ((void *)(hbh + 2) > data_end)
+			return AMRX_PASS_MALFORMED_HBH;
+		next = hbh[0];
+		off += ((__u32)hbh[1] + 1) * 8;
 	}
 	if (next == IPPROTO_DSTOPTS_HDR) {
+		if (off > AM_MAX_HBH_END)
+			return AMRX_PASS_MALFORMED_HBH;   /* cannot happen: HBH <= 2048 B */
 		stop = step_doh(data + off, data_end, v, &next, &off);
 		if (stop != AMRX_NR_COUNTERS)
 			return stop;

@@ -274,6 +274,71 @@ uint32_t prog_id_of(int fd)
 	return info.id;
 }
 
+/* ---- TC egress filters (see loader_util.h) ---- */
+
+static int tc_hook_for(const char *netns, const char *dev, struct bpf_tc_hook *hook)
+{
+	int ifindex;
+
+	if (enter_netns(netns))
+		return -ENOENT;
+	ifindex = resolve_ifindex(dev);
+	if (ifindex < 0)
+		return ifindex;
+	memset(hook, 0, sizeof(*hook));
+	hook->sz = sizeof(*hook);
+	hook->ifindex = ifindex;
+	hook->attach_point = BPF_TC_EGRESS;
+	return 0;
+}
+
+int tc_egress_attach(const char *netns, const char *dev, int prog_fd, uint32_t handle, uint32_t priority)
+{
+	LIBBPF_OPTS(bpf_tc_opts, opts, .handle = handle, .priority = priority, .prog_fd = prog_fd);
+	struct bpf_tc_hook hook;
+	int err = tc_hook_for(netns, dev, &hook);
+
+	if (err)
+		return err;
+	err = bpf_tc_hook_create(&hook);   /* the clsact qdisc; it may exist already (other filters) */
+	if (err && err != -EEXIST) {
+		die_msg("--dev: cannot create the clsact qdisc on %s: %s", dev, strerror(-err));
+		return err;
+	}
+	err = bpf_tc_attach(&hook, &opts);   /* no BPF_TC_F_REPLACE: refuse to replace another filter */
+	if (err == -EEXIST)
+		die_msg("--dev: %s already has a TC egress filter at handle 0x%x prio 0x%x; detach it first",
+			dev, handle, priority);
+	else if (err)
+		die_msg("--dev: TC egress attach to %s failed: %s", dev, strerror(-err));
+	return err;
+}
+
+int tc_egress_detach_if_ours(const char *netns, const char *dev, const char *dir, uint32_t handle,
+			     uint32_t priority, uint32_t *our_id)
+{
+	LIBBPF_OPTS(bpf_tc_opts, opts, .handle = handle, .priority = priority);
+	struct bpf_tc_hook hook;
+	int prog_fd, err;
+
+	prog_fd = open_pinned(dir, PROG_PIN_NAME);
+	if (prog_fd < 0)
+		return prog_fd;
+	*our_id = prog_id_of(prog_fd);
+	close(prog_fd);
+	if (tc_hook_for(netns, dev, &hook))
+		return -ENODEV;
+	if (bpf_tc_query(&hook, &opts) || opts.prog_id != *our_id)
+		return 0;
+	LIBBPF_OPTS(bpf_tc_opts, del, .handle = handle, .priority = priority);
+	err = bpf_tc_detach(&hook, &del);
+	if (err) {
+		die_msg("--dev: detach from %s failed: %s", dev, strerror(-err));
+		return err;
+	}
+	return 1;
+}
+
 int member_subcommand(const char *cmd, const char *netns, const char *dev, const char *dir, int role)
 {
 	bool show = !strcmp(cmd, "chain");

@@ -63,6 +63,19 @@ uint32_t prog_id_of(int fd);
  */
 int member_subcommand(const char *cmd, const char *netns, const char *dev, const char *dir, int role);
 
+/*
+ * TC egress filters (clsact, direct action) at a fixed handle / priority per
+ * program, so detach finds its own again; the lower priority runs first. The
+ * clsact qdisc is created if missing and never removed (others may share it).
+ * attach refuses to replace another filter at that place. detach: 1 detached,
+ * 0 the program pinned in dir is not the filter there (*our_id: its id),
+ * -ENODEV no such netns or device; other < 0: no pins, or the detach failed
+ * (said).
+ */
+int tc_egress_attach(const char *netns, const char *dev, int prog_fd, uint32_t handle, uint32_t priority);
+int tc_egress_detach_if_ours(const char *netns, const char *dev, const char *dir, uint32_t handle,
+			     uint32_t priority, uint32_t *our_id);
+
 /* Print a per-CPU counter array summed over CPUs, as text or one JSON object. */
 int print_counters(const char *dir, const char *map_name, const char *const *names,
 		   unsigned int n, bool json);

@@ -66,6 +66,7 @@ RX_COUNTERS = [
     "pass_bad_slot",
     "counted_dscp",
     "counted_rfc9343",
+    "pass_malformed_hbh",
 ]
 
 _lib.bpf_map_lookup_elem.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p]
@@ -171,7 +172,8 @@ class TestRun:
         o.ctx_size_in = len(ctx) if ctx else 0
         if _lib.bpf_prog_test_run_opts(self.fd, ctypes.byref(o)) != 0:
             raise OSError(ctypes.get_errno(), "bpf_prog_test_run_opts")
-        return o.retval, self._out.raw[: o.data_size_out], o.duration
+        # signed: a TC program's TC_ACT_UNSPEC is -1 (XDP verdicts are small and positive either way)
+        return ctypes.c_int32(o.retval).value, self._out.raw[: o.data_size_out], o.duration
 
 
 SKB_CTX_SIZE, SKB_GSO_SEGS_OFF, SKB_GSO_SIZE_OFF = 192, 164, 176  # struct __sk_buff (uapi bpf.h)

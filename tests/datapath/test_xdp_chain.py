@@ -92,6 +92,10 @@ def _altmark_setup(fork: "Fork") -> None:
                     "--period-ms", "1000")  # fmt: skip
 
 
+def _ioam_setup(fork: "Fork") -> None:
+    fork.member_run("ioam_rx", "add-flow", "--sids", FLOW_DST, "--flow-id", "7", "--namespace-id", "1")
+
+
 def _collector_setup(fork: "Fork") -> None:
     fork.member_run("stamp_collector", "activate", "--ssid", str(REPLY_SSID), "--port", str(SENDER_PORT))
 
@@ -111,12 +115,16 @@ class Member:
     by_instance: bool  # --instance NAME (alternate-marking loaders) or --pin-dir DIR (STAMP)
     setup: Callable[["Fork"], None]
     verdicts: dict[str, tuple[str, bool]]
+    attach_args: tuple[str, ...] = ()  # what its loader's attach needs besides device and names
 
 
 MEMBERS = sorted(
     [
         Member("altmark_rx", True, _altmark_setup,
                {"flow": ("counted_dscp", False), "test": ("pass_no_srh", False), "reply": ("pass_no_srh", False)}),
+        Member("ioam_rx", True, _ioam_setup,
+               {"flow": ("pass_no_hbh", False), "test": ("pass_no_hbh", False), "reply": ("pass_no_hbh", False)},
+               ("--node-id", "3")),
         Member("stamp_collector", False, _collector_setup,
                {"flow": ("pass_not_stamp_reply", False), "test": ("pass_not_stamp_reply", False),
                 "reply": ("collected", True)}),
@@ -127,7 +135,7 @@ MEMBERS = sorted(
     key=lambda m: role_order().index(m.role),
 )  # fmt: skip
 BY_ROLE = {m.role: m for m in MEMBERS}
-A, C, R = "altmark_rx", "stamp_collector", "stamp_reflector"
+A, I, C, R = "altmark_rx", "ioam_rx", "stamp_collector", "stamp_reflector"
 
 
 class Fork:
@@ -146,7 +154,8 @@ class Fork:
         return ["--instance", self.inst] if BY_ROLE[role].by_instance else ["--pin-dir", str(self.pin(role))]
 
     def loader(self, role: str, cmd: str, dev: str, check: bool = True) -> subprocess.CompletedProcess:
-        return run_tool(BUILD / role, cmd, "--netns", self.ns, "--dev", dev, *self.names(role), check=check)
+        extra = BY_ROLE[role].attach_args if cmd == "attach" else ()
+        return run_tool(BUILD / role, cmd, "--netns", self.ns, "--dev", dev, *self.names(role), *extra, check=check)
 
     def member_run(self, role: str, cmd: str, *args: str) -> subprocess.CompletedProcess:
         return run_tool(BUILD / role, cmd, *self.names(role), *args)
@@ -373,6 +382,26 @@ SEQUENCES = {
     "mixed": [("+", C, "b1"), ("+", C, "b2"), ("+", A, "b2"), ("+", R, "b1"), ("x", C, ""), ("-", R, "b1"),
               ("+", A, "b1"), ("x", A, "")],
 }  # fmt: skip
+
+
+def _gray_walk() -> list[tuple[str, str, str]]:
+    """Every subset of MEMBERS on each device, one join or leave per step: a reflected Gray code
+    over the roles, b1 in role order and b2 in reverse role order, the devices' steps interleaved,
+    then the members still on a device leave."""
+    roles = [m.role for m in MEMBERS]
+    steps: list[tuple[str, str, str]] = []
+    on: dict[str, set[str]] = {d: set() for d in DEVS}
+    for k in range(1, 1 << len(roles)):
+        bit = (k & -k).bit_length() - 1  # the bit the Gray code flips at step k
+        for dev, order in (("b1", roles), ("b2", roles[::-1])):
+            role = order[bit]
+            steps.append(("-" if role in on[dev] else "+", role, dev))
+            on[dev] ^= {role}
+    steps += [("-", role, dev) for dev in DEVS for role in sorted(on[dev])]
+    return steps
+
+
+SEQUENCES["gray"] = _gray_walk()
 SEEN: dict[str, set[tuple[str, ...]]] = {d: set() for d in DEVS}
 
 
@@ -468,7 +497,8 @@ def test_concurrent_loaders_of_one_instance(fork):
     f = fork
 
     def start(cmd: str, role: str, dev: str) -> subprocess.Popen:
-        return subprocess.Popen([str(BUILD / role), cmd, "--netns", f.ns, "--dev", dev, *f.names(role)],
+        extra = BY_ROLE[role].attach_args if cmd == "attach" else ()
+        return subprocess.Popen([str(BUILD / role), cmd, "--netns", f.ns, "--dev", dev, *f.names(role), *extra],
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
 
     procs = [start("attach", m.role, "b1") for m in MEMBERS]
