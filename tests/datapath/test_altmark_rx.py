@@ -128,7 +128,7 @@ def _cases(slots):
             (FLOWMON, 1, True),
         ),
         ("ioam_hbh_no_srh", _frame(ioam_hbh(41), 0), "pass_no_srh", None),
-        ("hbh_truncated", _frame(ioam_hbh(43) + srh(POLICY), 0)[: 14 + 40 + 1], "pass_malformed_doh", None),
+        ("hbh_truncated", _frame(ioam_hbh(43) + srh(POLICY), 0)[: 14 + 40 + 1], "pass_malformed_hbh", None),
         (
             "hbh_then_doh_truncated",
             _frame(ioam_hbh(60) + bytes([43, 5, 1, 4, 0, 0, 0, 0]), 0)[: 14 + 40 + 48 + 20],
