@@ -80,6 +80,8 @@ class PathBook:
                 log.warning("path record %r ignored (%d so far): %s", key, self.malformed, e)
             return
         k = key.decode()
+        if not k.startswith((pr.STAMP + "/", pr.FLOW + "/")):
+            return  # in-line monitors and IOAM identities: for the in-line processor, not these tags
         with self.lock:
             if rec is None:
                 self.deleted[k] = self.clock()  # keep the path for the session's last seconds

@@ -129,3 +129,18 @@ def test_reader_knows_what_was_published_before_start_and_follows_after(kafka_bo
         assert "stamp/A/1/sender" in book.deleted and book.path_for_session("A", 1) == "fc00:1::e"
     finally:
         book.stop()
+
+
+def test_inline_and_ioam_records_leave_the_stamp_and_flow_tags_alone():
+    """The in-line monitors' and IOAM identities' records share the topic; the delay and loss
+    processors' book neither uses nor chokes on them (their tombstones have other key shapes)."""
+    clock = Clock()
+    book = PathBook(forget_after_s=1, clock=clock)
+    book.apply(*flow("A", 101, ["fc00:11::e"]))
+    for key, value, _ in pr.VECTORS[4:]:
+        book.apply(key, value)
+    clock.t = 5
+    book.apply(*stamp("Z", 1, []))  # runs the forgetting over the inline/ioam tombstones' keys
+    assert book.malformed == 0
+    assert book.path_for_flow(101) == "fc00:11::e"  # an inline monitor with the same flow id: not a flow's path
+    assert book.path_for_session("Z", 1) == "direct"
