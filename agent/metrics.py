@@ -2,18 +2,21 @@
 `segscope.metrics` (only with --kafka), every --stats-interval seconds:
 
     segscope_datapath,node=A,program=stamp_collector pass_not_ipv6=0i,...,collected=2000i <ns>
-    segscope_streamer,node=A records_in=2000i,records_delivered=2000i,records_failed=0i,... <ns>
+    segscope_streamer,node=A,records=stamp records_in=2000i,records_delivered=2000i,... <ns>
     segscope_agent,node=A rpcs=12i,rpc_errors=0i,records_read=2000i,... <ns>
 
-segscope_streamer: the agent does stamp_streamer's job (collector ring buffer -> Kafka), so it
-reports those counters under stamp_streamer's names once it has a sender role.
+segscope_streamer: the agent runs stamp_streamer on the collector's ring (records=stamp, once it
+has a sender role) and on ioam_rx's ring (records=ioam, once it has an in-line EGRESS side) and
+reports their counters under stamp_streamer's names, one line per ring.
 
 Programs: every segscope datapath program the agent has attached (stamp_collector,
-stamp_reflector, altmark_tx, altmark_rx). Field names are the loader's own (`<tool> stats
---pin-dir DIR --json`, run once per loaded map: the JSON keys in counter-index order); the values
-are read directly from the pinned per-CPU stats array with the bpf(2) syscall and summed over the
-possible CPUs, exactly as the loaders' `stats` does - one BPF_OBJ_GET plus one lookup per counter,
-no process per tick (schemas/metrics.md, segscope_datapath and segscope_agent).
+stamp_reflector, altmark_tx, altmark_rx, ioam_tx, ioam_rx). Field names are the loader's own
+(`<tool> stats --pin-dir DIR --json`, run once per loaded map: the JSON keys in counter-index order);
+the values are read directly from the pinned per-CPU stats array with the bpf(2) syscall and summed
+over the possible CPUs, exactly as the loaders' `stats` does - one BPF_OBJ_GET plus one lookup per
+counter, no process per tick (schemas/metrics.md, segscope_datapath and segscope_agent). The IOAM
+loaders take their instance instead of a pin dir (`stats --instance NAME --json`) and their stats
+map is not part of their contract, so their counters are the loader's JSON, one process per tick.
 """
 
 from __future__ import annotations
@@ -164,6 +167,33 @@ class DatapathProgram:
         return dict(zip(self.names, sums[: len(self.names)]))
 
 
+class CliStatsProgram:
+    """Counters of a program whose loader is asked each time (`<tool> stats --instance NAME --json`,
+    NAME = the pin dir's parent): the IOAM loaders."""
+
+    def __init__(self, program: str, tool: Path, pin_dir: Path):
+        self.program, self.tool, self.pin_dir = program, tool, pin_dir
+
+    def counters(self) -> dict[str, int]:
+        r = subprocess.run(
+            [str(self.tool), "stats", "--instance", self.pin_dir.parent.name, "--json"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+        )
+        if r.returncode != 0:
+            raise OSError(0, f"{self.tool.name} stats: {(r.stderr or r.stdout).strip()}")
+        try:
+            out = json.loads(r.stdout)
+        except ValueError as e:
+            raise OSError(0, f"{self.tool.name} stats --json: {e}") from None
+        return {k: int(v) for k, v in out.items() if isinstance(v, int) and not isinstance(v, bool)}
+
+
+def datapath_program(program: str, tool: Path, pin_dir: Path):
+    return DatapathProgram(program, tool, pin_dir) if program in STATS_MAP else CliStatsProgram(program, tool, pin_dir)
+
+
 class AgentCounters:
     """The agent's own counters (segscope_agent) kept here; the STAMP results counters come from
     StampAgent.counters() through StatsPublisher's `gauges`."""
@@ -207,7 +237,8 @@ class StatsPublisher:
         self.counters = counters
         self.gauges = gauges or (lambda: {})
         self.on_tick = on_tick  # e.g. poll the STAMP producer so its delivery reports run
-        self.streamer = streamer  # callable -> segscope_streamer fields, or None (nothing streamed)
+        # callable -> [(records kind, segscope_streamer fields)] of every ring the agent streams
+        self.streamer = streamer
         self.devices = devices or (lambda: [])  # callable -> [(program, device)] the datapath runs on
         self.link_stats = link_stats  # callable -> {device: kernel counters} (Rtnl.link_stats)
         self.inventory = inventory  # callable (node tag, ts) -> segscope_stamp_session / segscope_flow lines
@@ -262,7 +293,7 @@ class StatsPublisher:
         for program, tool, pin_dir in attached:
             prog = self._known.get(pin_dir)
             if prog is None or prog.program != program:
-                prog = self._known[pin_dir] = DatapathProgram(program, tool, pin_dir)
+                prog = self._known[pin_dir] = datapath_program(program, tool, pin_dir)
             try:
                 values = prog.counters()
             except OSError as e:
@@ -283,10 +314,11 @@ class StatsPublisher:
         out += self.device_lines(node, ts)
         if self.inventory is not None:
             out += self.inventory(node, ts)
-        streamed = self.streamer() if self.streamer else None
-        if streamed is not None:
+        for kind, fields in self.streamer() if self.streamer else []:
             out.append(
-                f"segscope_streamer,node={node} " + ",".join(f"{k}={v}i" for k, v in streamed.items()) + f" {ts}"
+                f"segscope_streamer,node={node},records={kind} "
+                + ",".join(f"{k}={v}i" for k, v in fields.items())
+                + f" {ts}"
             )
         mine = {**self.counters.snapshot(), **self.gauges()}
         out.append(f"segscope_agent,node={node} " + ",".join(f"{k}={v}i" for k, v in mine.items()) + f" {ts}")

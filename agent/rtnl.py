@@ -287,24 +287,12 @@ def decode_route(buf: bytes, off: int, end: int) -> PolicyRoute | LocalSidRoute 
 
 
 # --- the socket -----------------------------------------------------------------------------
-def _open_in_netns(netns: str | None) -> socket.socket:
-    """A NETLINK_ROUTE socket created inside /run/netns/<netns> (setns on a short-lived thread,
-    so no other thread of the agent ever changes namespace); the socket stays bound to it."""
-
-    def make() -> socket.socket:
-        s = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, socket.NETLINK_ROUTE)
-        s.setsockopt(SOL_NETLINK, NETLINK_EXT_ACK, 1)
-        s.setsockopt(SOL_NETLINK, NETLINK_CAP_ACK, 1)
-        s.setsockopt(SOL_NETLINK, NETLINK_GET_STRICT_CHK, 1)
-        try:
-            s.setsockopt(socket.SOL_SOCKET, 33, 8 << 20)  # SO_RCVBUFFORCE: room for batch acks
-        except OSError:
-            s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 8 << 20)
-        s.bind((0, 0))
-        return s
-
+def in_netns(netns: str | None, fn):
+    """fn() run inside /run/netns/<netns> (None: here), on a short-lived thread that setns()
+    first, so no other thread of the agent ever changes namespace; its result or its exception.
+    What fn opens there (a socket, a /proc/sys/net file) stays bound to that namespace."""
     if not netns:
-        return make()
+        return fn()
     result: dict[str, object] = {}
 
     def worker() -> None:
@@ -317,7 +305,7 @@ def _open_in_netns(netns: str | None) -> socket.socket:
                     raise OSError(e, f"setns({netns}): {os.strerror(e)}")
             finally:
                 os.close(fd)
-            result["sock"] = make()
+            result["value"] = fn()
         except BaseException as e:  # noqa: BLE001 - handed to the caller
             result["err"] = e
 
@@ -326,17 +314,37 @@ def _open_in_netns(netns: str | None) -> socket.socket:
     t.join()
     if "err" in result:
         raise result["err"]  # type: ignore[misc]
-    return result["sock"]  # type: ignore[return-value]
+    return result["value"]
+
+
+def _open_in_netns(netns: str | None, protocol: int = socket.NETLINK_ROUTE) -> socket.socket:
+    """A netlink socket (NETLINK_ROUTE by default) created inside /run/netns/<netns>; the socket
+    stays bound to it."""
+
+    def make() -> socket.socket:
+        s = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, protocol)
+        s.setsockopt(SOL_NETLINK, NETLINK_EXT_ACK, 1)
+        s.setsockopt(SOL_NETLINK, NETLINK_CAP_ACK, 1)
+        s.setsockopt(SOL_NETLINK, NETLINK_GET_STRICT_CHK, 1)
+        try:
+            s.setsockopt(socket.SOL_SOCKET, 33, 8 << 20)  # SO_RCVBUFFORCE: room for batch acks
+        except OSError:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 8 << 20)
+        s.bind((0, 0))
+        return s
+
+    return in_netns(netns, make)
 
 
 class Rtnl:
-    """One rtnetlink socket in one netns. Thread-safe (a lock serialises requests)."""
+    """One rtnetlink socket in one netns. Thread-safe (a lock serialises requests). The framing
+    (request/batch/dump) is netlink's own, so agent/ioam.py uses it for generic netlink too."""
 
     BATCH_CHUNK = 256  # messages per sendmsg in batch()
 
-    def __init__(self, netns: str | None):
+    def __init__(self, netns: str | None, protocol: int = socket.NETLINK_ROUTE):
         self.netns = netns
-        self.sock = _open_in_netns(netns)
+        self.sock = _open_in_netns(netns, protocol)
         self.lock = threading.Lock()
         self.seq = 0
         self.requests = 0  # netlink requests sent (for logs/benchmarks)
