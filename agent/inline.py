@@ -693,6 +693,12 @@ class InlineMonitorServicer(pb_grpc.InlineMonitorServiceServicer):
                 changed = a.ioam.enable(cfg.node_id, tuple(cfg.namespace_ids), ifs)
             except IoamError as e:
                 raise ApiError(grpc.StatusCode.FAILED_PRECONDITION, f"{e.field}: {e.message}") from None
+            except OSError as e:  # the state dir or /proc/sys not writable (a read-only container)
+                raise ApiError(
+                    grpc.StatusCode.FAILED_PRECONDITION,
+                    f"config: the agent cannot change or remember the node's IOAM state: {e} "
+                    "(it needs /proc/sys/net writable and a writable --state-dir)",
+                ) from None
             changed |= a.config != cfg
             a.config = cfg
             a.set_if_ids(ifs, before)
