@@ -415,3 +415,25 @@ def test_monitors_on_real_traffic(ilab, stubs):
         for stub in (a, r, b):
             stub.Reset(pb.ResetInlineRequest(), timeout=30)
     assert "xdp" not in ilab.run("B", ["ip", "link", "show", "b0"], check=True).stdout
+
+
+def test_enable_without_a_writable_state_dir_changes_nothing(ilab, ipki, tmp_path):
+    """The values to restore cannot be kept: EnableIoam refuses before it touches the kernel."""
+    before = sysctls(ilab, "R", "net.ipv6.ioam6_id", *dev_keys("r0"))
+    agent = start_agent(
+        ilab.ns("R"), "R", tmp_path, pki=ipki, instance="inla-Rs", extra_args=["--state-dir", "/proc/inla-no-such-dir"]
+    )
+    try:
+        with agent.channel() as ch:
+            stub = inline_pb2_grpc.InlineMonitorServiceStub(ch)
+            msg = expect_error(
+                stub.EnableIoam,
+                pb.EnableIoamRequest(config=cfg(interfaces=[pb.IoamInterface(device="r0", if_id=3)])),
+                FP,
+                "config:",
+            )
+            assert "cannot change or remember" in msg and "/proc/inla-no-such-dir" in msg
+            assert not stub.GetIoamConfig(pb.GetIoamConfigRequest(), timeout=10).enabled
+        assert sysctls(ilab, "R", "net.ipv6.ioam6_id", *dev_keys("r0")) == before
+    finally:
+        assert agent.stop() == 0
