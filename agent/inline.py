@@ -49,11 +49,12 @@ PROG = {INGRESS: "ioam_tx", EGRESS: "ioam_rx"}
 SIDE_NAME = {INGRESS: "ingress", EGRESS: "egress"}
 MAX_SIDS = 6  # the SID lists the datapaths key flows by (as altmark and STAMP)
 MAX_TRACE_NODES = 12  # IOAM_RECORD_MAX_NODES (schemas/c/ioam_record.h)
-MAX_SAMPLE_EVERY = 1_000_000_000
+MAX_SAMPLE_EVERY = 65535  # the datapath's IOAM_SAMPLE_EVERY_MAX (datapath/ioam.h)
 MAX_SAMPLE_INTERVAL_US = 60_000_000
 MAX_NAMESPACES = 64
-PORT_PROTOCOLS = (6, 17, 132)  # TCP, UDP, SCTP: the inner protocols with ports
-INGRESS_COUNTERS = ("packets", "sampled", "instrumented", "skipped_mtu", "skipped_gso", "skipped_other")
+PORT_PROTOCOLS = (6, 17)  # TCP, UDP: the inner protocols whose ports ioam_tx can match
+# ioam_tx list-flows --json per flow (`seen` is the API's `packets`)
+INGRESS_COUNTERS = ("sampled", "instrumented", "skipped_mtu", "skipped_gso", "skipped_other")
 
 
 def validate_monitor(m: pb.InlineMonitor) -> pb.InlineMonitor:
@@ -100,9 +101,7 @@ def validate_monitor(m: pb.InlineMonitor) -> pb.InlineMonitor:
             value = getattr(mt, name)
             F.in_range(f"monitor.match.{name}", value, 0, 65535)
             if value and mt.protocol not in PORT_PROTOCOLS:
-                raise F.invalid(
-                    f"monitor.match.{name}", f"needs match.protocol 6 (TCP), 17 (UDP) or 132 (SCTP), not {mt.protocol}"
-                )
+                raise F.invalid(f"monitor.match.{name}", f"needs match.protocol 6 (TCP) or 17 (UDP), not {mt.protocol}")
         if out.match == pb.InlineMatch():
             out.ClearField("match")  # an empty match is the whole flow: one form of it
     return out
@@ -662,11 +661,15 @@ class InlineMonitorServicer(pb_grpc.InlineMonitorServiceServicer):
             if side == INGRESS:
                 out.ingress.CopyFrom(
                     pb.InlineIngressCounters(
-                        **{k: int(dp[k]) for k in INGRESS_COUNTERS}, next_sequence=int(dp["next_seq"])
+                        packets=int(dp["seen"]),
+                        **{k: int(dp[k]) for k in INGRESS_COUNTERS},
+                        next_sequence=int(dp["next_seq"]),
                     )
                 )
             else:
-                out.egress.CopyFrom(pb.InlineEgressCounters(records=int(dp["records"])))
+                out.egress.CopyFrom(
+                    pb.InlineEgressCounters(records=int(dp["records"]), ringbuf_full=int(dp["ringbuf_full"]))
+                )
         except (KeyError, TypeError, ValueError) as e:
             raise ApiError(
                 grpc.StatusCode.INTERNAL, f"flow_id: {PROG[side]} list-flows gave no counter {e} for flow {flow_id}"

@@ -14,9 +14,7 @@ stamp_reflector, altmark_tx, altmark_rx, ioam_tx, ioam_rx). Field names are the 
 (`<tool> stats --pin-dir DIR --json`, run once per loaded map: the JSON keys in counter-index order);
 the values are read directly from the pinned per-CPU stats array with the bpf(2) syscall and summed
 over the possible CPUs, exactly as the loaders' `stats` does - one BPF_OBJ_GET plus one lookup per
-counter, no process per tick (schemas/metrics.md, segscope_datapath and segscope_agent). The IOAM
-loaders take their instance instead of a pin dir (`stats --instance NAME --json`) and their stats
-map is not part of their contract, so their counters are the loader's JSON, one process per tick.
+counter, no process per tick (schemas/metrics.md, segscope_datapath and segscope_agent).
 """
 
 from __future__ import annotations
@@ -45,6 +43,8 @@ STATS_MAP = {
     "stamp_reflector": "stamp_reflector_stats",
     "altmark_tx": "altmark_stats",
     "altmark_rx": "altmark_stats",
+    "ioam_tx": "ioam_tx_stats",
+    "ioam_rx": "ioam_rx_stats",
 }
 
 
@@ -167,33 +167,6 @@ class DatapathProgram:
         return dict(zip(self.names, sums[: len(self.names)]))
 
 
-class CliStatsProgram:
-    """Counters of a program whose loader is asked each time (`<tool> stats --instance NAME --json`,
-    NAME = the pin dir's parent): the IOAM loaders."""
-
-    def __init__(self, program: str, tool: Path, pin_dir: Path):
-        self.program, self.tool, self.pin_dir = program, tool, pin_dir
-
-    def counters(self) -> dict[str, int]:
-        r = subprocess.run(
-            [str(self.tool), "stats", "--instance", self.pin_dir.parent.name, "--json"],
-            capture_output=True,
-            text=True,
-            timeout=10,
-        )
-        if r.returncode != 0:
-            raise OSError(0, f"{self.tool.name} stats: {(r.stderr or r.stdout).strip()}")
-        try:
-            out = json.loads(r.stdout)
-        except ValueError as e:
-            raise OSError(0, f"{self.tool.name} stats --json: {e}") from None
-        return {k: int(v) for k, v in out.items() if isinstance(v, int) and not isinstance(v, bool)}
-
-
-def datapath_program(program: str, tool: Path, pin_dir: Path):
-    return DatapathProgram(program, tool, pin_dir) if program in STATS_MAP else CliStatsProgram(program, tool, pin_dir)
-
-
 class AgentCounters:
     """The agent's own counters (segscope_agent) kept here; the STAMP results counters come from
     StampAgent.counters() through StatsPublisher's `gauges`."""
@@ -293,7 +266,7 @@ class StatsPublisher:
         for program, tool, pin_dir in attached:
             prog = self._known.get(pin_dir)
             if prog is None or prog.program != program:
-                prog = self._known[pin_dir] = datapath_program(program, tool, pin_dir)
+                prog = self._known[pin_dir] = DatapathProgram(program, tool, pin_dir)
             try:
                 values = prog.counters()
             except OSError as e:

@@ -49,10 +49,10 @@ MAX_POLICY_SIDS = 16  # policies and End.B6 SIDs: the agent's limit
 MAX_RATE_PPS = 1_000_000
 # in-line (IOAM) monitors (agent/inline.py has the same limits)
 MAX_TRACE_NODES = 12
-MAX_SAMPLE_EVERY = 1_000_000_000
+MAX_SAMPLE_EVERY = 65535
 MAX_SAMPLE_INTERVAL_US = 60_000_000
 MAX_IOAM_ID = 0xFFFFFE  # 24 bits; 0xFFFFFF is the kernel's "no id"
-PORT_PROTOCOLS = (6, 17, 132)  # TCP, UDP, SCTP
+PORT_PROTOCOLS = (6, 17)  # TCP, UDP (the ports ioam_tx can match)
 
 
 def default_ioam_id(node: str) -> int:
@@ -755,8 +755,8 @@ def _parse_match(c: _Checker, where: tuple, raw: Any) -> InlineMatch:
         if name in raw and proto not in PORT_PROTOCOLS:
             c.err(
                 where + (name,),
-                f"{name} needs `proto` 6 (TCP), 17 (UDP) or 132 (SCTP)",
-                "add `proto: 17` (or 6, 132), or remove the port",
+                f"{name} needs `proto` 6 (TCP) or 17 (UDP)",
+                "add `proto: 17` (or 6), or remove the port",
                 at_key=True,
             )
         ports.append(port)

@@ -212,7 +212,7 @@ BAD_MONITORS = [
         pb.InlineMonitor(side=INGRESS, flow_id=7, device="a0", segments=SIDS, namespace_id=1),
         "monitor.sampling: required",
     ),
-    (mon(sample_every=0), "monitor.sample_every: 0 out of range 1..1000000000"),
+    (mon(sample_every=0), "monitor.sample_every: 0 out of range 1..65535"),
     (mon(sample_interval_us=60_000_001), "monitor.sample_interval_us: 60000001 out of range 1..60000000"),
     (mon(match=pb.InlineMatch(src_prefix="fd00:a::1/64")), "monitor.match.src_prefix: 'fd00:a::1/64' has host bits"),
     (mon(match=pb.InlineMatch(dst_prefix="nope")), "monitor.match.dst_prefix: 'nope' is not an IPv6 or IPv4 prefix"),
