@@ -24,6 +24,7 @@ import logging
 import os
 import select
 import signal
+import socket
 import subprocess
 import tempfile
 import threading
@@ -88,14 +89,15 @@ def validate_monitor(m: pb.InlineMonitor) -> pb.InlineMonitor:
         F.in_range("monitor.sample_interval_us", m.sample_interval_us, 1, MAX_SAMPLE_INTERVAL_US)
     if m.HasField("match"):
         mt = m.match
-        fams = []
         for name in ("src_prefix", "dst_prefix"):
             if getattr(mt, name):
                 canon, fam = F.prefix(f"monitor.match.{name}", getattr(mt, name))
+                if fam != socket.AF_INET6:
+                    raise F.invalid(
+                        f"monitor.match.{name}",
+                        f"{getattr(mt, name)!r} is not an IPv6 prefix (ioam_tx matches the inner IPv6 packet)",
+                    )
                 setattr(out.match, name, canon)
-                fams.append(fam)
-        if len(set(fams)) > 1:
-            raise F.invalid("monitor.match.dst_prefix", "not the address family of match.src_prefix")
         F.in_range("monitor.match.protocol", mt.protocol, 0, 255)
         for name in ("src_port", "dst_port"):
             value = getattr(mt, name)

@@ -185,7 +185,7 @@ class Flow:
 class InlineMatch:
     """Which inner packets of the flow may be sampled; empty = all."""
 
-    src: str = ""  # canonical prefix, IPv6 or IPv4
+    src: str = ""  # canonical IPv6 prefix of the inner packet
     dst: str = ""
     proto: int = 0
     sport: int = 0
@@ -728,22 +728,7 @@ def _parse_match(c: _Checker, where: tuple, raw: Any) -> InlineMatch:
     nets = {}
     for name in ("src", "dst"):
         if name in raw:
-            value = raw[name]
-            try:
-                net = ipaddress.ip_network(value if isinstance(value, str) else "", strict=True)
-                nets[name] = net
-            except ValueError:
-                try:
-                    net = ipaddress.ip_network(value, strict=False)
-                    c.err(where + (name,), f"{value!r} has host bits set", f'write "{net}"')
-                except (ValueError, TypeError):
-                    c.err(
-                        where + (name,),
-                        f"{_show(value)} is not a prefix",
-                        'write an inner IPv6 or IPv4 prefix in quotes, like "fd00:a::/64" or "10.1.0.0/16"',
-                    )
-    if len(nets) == 2 and nets["src"].version != nets["dst"].version:
-        c.err(where + ("dst",), "src and dst are of different address families", "use two IPv6 or two IPv4 prefixes")
+            nets[name] = c.prefix(where + (name,), raw[name])  # the inner IPv6 packet (ioam_tx's filter)
     proto = (
         c.integer(where + ("proto",), raw["proto"], "proto", 1, 255, "write an IP protocol number, e.g. 17 for UDP")
         if "proto" in raw
@@ -760,13 +745,7 @@ def _parse_match(c: _Checker, where: tuple, raw: Any) -> InlineMatch:
                 at_key=True,
             )
         ports.append(port)
-    return InlineMatch(
-        src=str(nets["src"]) if "src" in nets else "",
-        dst=str(nets["dst"]) if "dst" in nets else "",
-        proto=proto,
-        sport=ports[0],
-        dport=ports[1],
-    )
+    return InlineMatch(src=nets.get("src", ""), dst=nets.get("dst", ""), proto=proto, sport=ports[0], dport=ports[1])
 
 
 def _parse_inline(c: _Checker, where: tuple, raw: Any, nodes: dict) -> InlineMonitor | None:

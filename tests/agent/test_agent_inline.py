@@ -218,7 +218,7 @@ BAD_MONITORS = [
     (mon(match=pb.InlineMatch(dst_prefix="nope")), "monitor.match.dst_prefix: 'nope' is not an IPv6 or IPv4 prefix"),
     (
         mon(match=pb.InlineMatch(src_prefix="fd00:a::/64", dst_prefix="10.0.0.0/8")),
-        "monitor.match.dst_prefix: not the address family",
+        "monitor.match.dst_prefix: '10.0.0.0/8' is not an IPv6 prefix",
     ),
     (mon(match=pb.InlineMatch(protocol=256)), "monitor.match.protocol: 256 out of range 0..255"),
     (mon(match=pb.InlineMatch(dst_port=53)), "monitor.match.dst_port: needs match.protocol 6"),
