@@ -437,3 +437,65 @@ def test_enable_without_a_writable_state_dir_changes_nothing(ilab, ipki, tmp_pat
         assert sysctls(ilab, "R", "net.ipv6.ioam6_id", *dev_keys("r0")) == before
     finally:
         assert agent.stop() == 0
+
+
+@needs_datapath
+def test_killed_egress_agent_records_reach_kafka_through_the_next_one(ilab, ipki, stubs, stack, tmp_path):
+    """The egress agent is killed while traffic flows: its streamer dies with it, ioam_rx keeps
+    recording into a ring nobody reads. The next agent of the node drains that ring to Kafka before
+    it replaces the program: every sampled packet's record is in Kafka exactly once (the ingress,
+    untouched, numbers them 0..N-1)."""
+    from segscope_schemas import ioam_record as ir
+    from segscope_schemas import names
+    from tests.agent.test_agent_kafka import consume
+
+    a = stubs["A"]
+    node = f"inlaB{int(time.time()) % 100000}"  # a Kafka key of this run only
+    args = ["--state-dir", str(tmp_path / "state")]
+
+    def b_agent():
+        return start_agent(
+            ilab.ns("B"), node, tmp_path, pki=ipki, instance="inla-Bl", kafka=stack.kafka_bootstrap, extra_args=args
+        )
+
+    def b_start(agent):
+        with agent.channel() as ch:
+            stub = inline_pb2_grpc.InlineMonitorServiceStub(ch)
+            enable(stub, 3, (1,), all_devices=True)
+            stub.StartInlineMonitor(pb.StartInlineMonitorRequest(monitor=mon(EGRESS, flow_id=31)), timeout=60)
+
+    def send(n: int) -> None:
+        assert int(ilab.run("H1", [sys.executable, "-c", SENDER, str(n), "40031"], check=True).stdout) == n
+
+    enable(a, 1, (1,), all_devices=True)
+    a.StartInlineMonitor(pb.StartInlineMonitorRequest(monitor=mon(flow_id=31)), timeout=30)
+    agent = b_agent()
+    try:
+        b_start(agent)
+        send(50)
+        time.sleep(0.5)
+        os.killpg(agent.proc.pid, signal.SIGKILL)  # its children have their own sessions: pdeathsig
+        agent.proc.wait()
+        time.sleep(0.5)
+        send(40)  # recorded into the ring, read by nobody
+        agent = b_agent()
+        b_start(agent)  # drains the leftover ring, then attaches afresh
+        assert "ioam_records a previous agent left: 40 to Kafka, 0 lost" in agent.log(), agent.log()[-2000:]
+        send(30)
+        key = f"{node}/31".encode()
+        seqs = consume(
+            stack.kafka_bootstrap,
+            names.TOPIC_IOAM_RECORDS,
+            lambda m: [int(s) for s in ir.decode_batch(m.value())[1]["seq"]] if m.key() == key else None,
+            lambda out: sum(map(len, out)) >= 120,
+            timeout_s=60,
+        )
+        got = [s for batch in seqs for s in batch]
+        assert sorted(got) == list(range(120)), (len(got), sorted(set(range(120)) - set(got))[:10])
+        tx = a.GetInlineMonitorResults(pb.GetInlineMonitorResultsRequest(side=INGRESS, flow_id=31), timeout=10)
+        assert tx.ingress.instrumented == 120
+    finally:
+        a.Reset(pb.ResetInlineRequest(), timeout=30)
+        with agent.channel() as ch:
+            inline_pb2_grpc.InlineMonitorServiceStub(ch).Reset(pb.ResetInlineRequest(), timeout=30)
+        assert agent.stop() == 0
