@@ -350,22 +350,32 @@ def test_ioam_identity_and_monitors_on_segscope_paths(ilab, ipki, stack, tmp_pat
         with agent.channel() as ch:
             stub = inline_pb2_grpc.InlineMonitorServiceStub(ch)
             enable(stub, 321, (9, 3), [("r0", 11), ("r1", 12)])
+            if DATAPATH:  # an egress side on r0: its path record, then its tombstone
+                m = mon(EGRESS, flow_id=41, device="r0", namespace_id=9)
+                stub.StartInlineMonitor(pb.StartInlineMonitorRequest(monitor=m), timeout=30)
+                time.sleep(0.5)
+                stub.StopInlineMonitor(pb.StopInlineMonitorRequest(side=EGRESS, flow_id=41), timeout=30)
             time.sleep(0.5)
             stub.DisableIoam(pb.DisableIoamRequest(), timeout=30)
-        key = f"ioam/{node}".encode()
+        keys = {f"ioam/{node}".encode(), f"inline/{node}/41/egress".encode()}
         msgs = consume(
             stack.kafka_bootstrap,
             names.TOPIC_PATHS,
-            lambda m: (m.value(),) if m.key() == key else None,
-            lambda out: any(v is None for (v,) in out),
+            lambda m: (m.key(), m.value()) if m.key() in keys else None,
+            lambda out: sum(v is None for _, v in out) >= (2 if DATAPATH else 1),
         )
     finally:
         assert agent.stop() == 0
-    values = [v for (v,) in msgs]
-    assert values and values[-1] is None, values  # the tombstone after the record
-    rec = pr.decode(key, values[0])
+    ioam = [v for k, v in msgs if k.startswith(b"ioam/")]
+    assert ioam and ioam[-1] is None, ioam  # the tombstone after the record
+    rec = pr.decode(f"ioam/{node}".encode(), ioam[0])
     assert isinstance(rec, pr.IoamIdentity)
     assert (rec.node_id, dict(rec.interfaces), rec.namespaces) == (321, {"r0": 11, "r1": 12}, (3, 9))
+    if DATAPATH:
+        side = [v for k, v in msgs if k.startswith(b"inline/")]
+        assert len(side) == 2 and side[-1] is None, side
+        rec = pr.decode(f"inline/{node}/41/egress".encode(), side[0])
+        assert (rec.path, rec.namespace, rec.trace_nodes, rec.sample_every) == (tuple(SIDS), 9, 0, 0)
 
 
 # --------------------------------------------------------------------------- with the datapath
