@@ -509,3 +509,51 @@ def test_killed_egress_agent_records_reach_kafka_through_the_next_one(ilab, ipki
         with agent.channel() as ch:
             inline_pb2_grpc.InlineMonitorServiceStub(ch).Reset(pb.ResetInlineRequest(), timeout=30)
         assert agent.stop() == 0
+
+
+@needs_datapath
+def test_inline_counters_reach_influx(ilab, ipki, stubs, stack, tmp_path):
+    """With --kafka the egress agent's lines reach InfluxDB: segscope_datapath program=ioam_rx (the
+    pinned ioam_rx_stats), segscope_streamer records=ioam (its streamer), segscope_inline (the
+    side), and they agree with what was sent: every packet sampled (1 in 1), recorded, delivered."""
+    from tests.agent.test_agent_kafka import _influx_rows
+
+    a = stubs["A"]
+    node = f"inlaC{int(time.time()) % 100000}"
+    since = time.time_ns()
+    agent = start_agent(
+        ilab.ns("B"), node, tmp_path, pki=ipki, instance="inla-Bc", kafka=stack.kafka_bootstrap,
+        extra_args=["--state-dir", str(tmp_path / "state"), "--stats-interval", "0.5"],
+    )  # fmt: skip
+    sent = 60
+    try:
+        enable(a, 1, (1,), all_devices=True)
+        a.StartInlineMonitor(pb.StartInlineMonitorRequest(monitor=mon(flow_id=51)), timeout=30)
+        with agent.channel() as ch:
+            stub = inline_pb2_grpc.InlineMonitorServiceStub(ch)
+            enable(stub, 3, (1,), all_devices=True)
+            stub.StartInlineMonitor(pb.StartInlineMonitorRequest(monitor=mon(EGRESS, flow_id=51)), timeout=60)
+            assert int(ilab.run("H1", [sys.executable, "-c", SENDER, str(sent), "40051"], check=True).stdout) == sent
+            deadline, dp, st = time.monotonic() + 30, [], []
+            while time.monotonic() < deadline:
+                dp = _influx_rows(stack, "segscope_datapath", node, since, program="ioam_rx", settled=True)
+                st = [
+                    r
+                    for r in _influx_rows(stack, "segscope_streamer", node, since, settled=True)
+                    if r["records"] == "ioam"
+                ]
+                if dp and st and dp[-1]["recorded"] == sent and st[-1]["records_delivered"] == sent:
+                    break
+                time.sleep(0.5)
+            eg = stub.GetInlineMonitorResults(pb.GetInlineMonitorResultsRequest(side=EGRESS, flow_id=51), timeout=10)
+            stub.Reset(pb.ResetInlineRequest(), timeout=30)
+        assert eg.egress.records == sent and eg.egress.ringbuf_full == 0
+        assert dp and dp[-1]["recorded"] == sent and dp[-1]["pass_ringbuf_full"] == 0, dp[-1:]
+        assert st and st[-1]["records_in"] == st[-1]["records_delivered"] == sent, st[-1:]
+        assert st[-1]["records_failed"] == 0
+        inv = _influx_rows(stack, "segscope_inline", node, since)
+        assert inv and inv[-1]["flow"] == "51" and inv[-1]["side"] == "egress" and inv[-1]["namespace"] == 1
+        assert inv[-1]["path"] == ",".join(SIDS) and inv[-1]["device"] == "b0"
+    finally:
+        a.Reset(pb.ResetInlineRequest(), timeout=30)
+        assert agent.stop() == 0
