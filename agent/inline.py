@@ -38,6 +38,7 @@ from agent import children
 from agent import fields as F
 from agent.fields import ApiError
 from agent.ioam import MAX_IF_ID, MAX_NODE_ID, IoamError, IoamNode
+from agent.rtnl import LocalSidRoute
 from segscope_proto.segscope.agent.v1 import inline_pb2 as pb
 from segscope_proto.segscope.agent.v1 import inline_pb2_grpc as pb_grpc
 from segscope_schemas import names
@@ -47,7 +48,8 @@ log = logging.getLogger("segscope.agent.inline")
 
 INGRESS, EGRESS = pb.INLINE_SIDE_INGRESS, pb.INLINE_SIDE_EGRESS
 PROG = {INGRESS: "ioam_tx", EGRESS: "ioam_rx"}
-SIDE_NAME = {INGRESS: "ingress", EGRESS: "egress"}
+# the side as segscope.paths and the segscope_inline lines name it (schemas/paths.md: tx = ingress)
+SIDE_NAME = {INGRESS: "tx", EGRESS: "rx"}
 MAX_SIDS = 6  # the SID lists the datapaths key flows by (as altmark and STAMP)
 MAX_TRACE_NODES = 12  # IOAM_RECORD_MAX_NODES (schemas/c/ioam_record.h)
 MAX_SAMPLE_EVERY = 65535  # the datapath's IOAM_SAMPLE_EVERY_MAX (datapath/ioam.h)
@@ -161,10 +163,12 @@ class InlineAgent:
         kafka: str | None,
         ioam: IoamNode,
         linger_ms: int = 200,
+        rtnl=None,
     ):
         self.node, self.netns, self.instance, self.kafka, self.ioam = node, netns, instance, kafka, ioam
         self.build = Path(os.environ.get("SEGSCOPE_BUILD_DIR") or repo / "build")
         self.linger_ms = linger_ms
+        self.rtnl = rtnl  # the node's rtnetlink socket: ifindexes, prefixes and local SIDs for ioam/<node>
         self.lock = threading.RLock()
         self.sides: dict[int, Side] = {}
         self.config: pb.IoamConfig | None = None  # the last EnableIoam (normalised)
@@ -444,7 +448,8 @@ class InlineAgent:
         ts = time.time_ns() if ts_ns is None else ts_ns
         out: list = []
         for side, m in self.monitors():
-            ingress = side == INGRESS
+            tx = side == INGRESS
+            mode = m.WhichOneof("sampling") if tx else None
             out.append(
                 pr.PathRecord.inline(
                     self.node,
@@ -452,17 +457,33 @@ class InlineAgent:
                     SIDE_NAME[side],
                     m.segments,
                     m.namespace_id,
-                    m.trace_nodes if ingress else 0,
-                    m.sample_every if ingress and m.WhichOneof("sampling") == "sample_every" else 0,
-                    m.sample_interval_us if ingress and m.WhichOneof("sampling") == "sample_interval_us" else 0,
+                    m.trace_nodes if tx else 0,
+                    m.sample_every if mode == "sample_every" else 0,
                     ts,
+                    sample_interval_us=m.sample_interval_us if mode == "sample_interval_us" else 0,
                 )
             )
         with self.ioam.lock:
             a = self.ioam.applied
-            if a is not None:
-                out.append(pr.IoamIdentity.of(self.node, a.node_id, a.interfaces, a.namespaces, ts))
+            identity = (a.node_id, dict(a.interfaces), a.namespaces) if a is not None else None
+        if identity is not None:
+            out.append(self._ioam_identity(*identity, ts))
         return out
+
+    def _ioam_identity(self, node_id: int, interfaces: dict[str, int], namespaces, ts: int) -> pr.IoamNode:
+        """`ioam/<node>`: what the in-line processor needs to name a trace's nodes and links - the
+        devices' IOAM ids, ifindexes (the egress record names its device by ifindex) and global
+        prefixes (which device faces which neighbour), and the node's local SIDs."""
+        links, prefixes, sids = {}, {}, ()
+        if self.rtnl is not None:
+            links = self.rtnl.links()
+            prefixes = self.rtnl.global_prefixes()
+            sids = tuple(sorted({r.sid for r in self.rtnl.srv6_routes() if isinstance(r, LocalSidRoute)}))
+        devices = tuple(
+            pr.IoamInterface(dev, if_id, links.get(dev), tuple(sorted(prefixes.get(links.get(dev), []))))
+            for dev, if_id in sorted(interfaces.items())
+        )
+        return pr.IoamNode(self.node, node_id, devices, tuple(namespaces), sids, ts)
 
     def inventory_lines(self, node_tag: str, ts: int) -> list[str]:
         """segscope_inline: one line per in-line monitor side (schemas/metrics.md)."""

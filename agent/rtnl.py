@@ -21,6 +21,8 @@ from dataclasses import dataclass, field
 # netlink / rtnetlink constants
 NLMSG_ERROR, NLMSG_DONE = 2, 3
 RTM_NEWROUTE, RTM_DELROUTE, RTM_GETROUTE, RTM_GETLINK, RTM_NEWLINK = 24, 25, 26, 18, 16
+RTM_NEWADDR, RTM_GETADDR = 20, 22
+IFA_ADDRESS = 1
 NLM_F_REQUEST, NLM_F_ACK, NLM_F_ROOT, NLM_F_MATCH = 0x1, 0x4, 0x100, 0x200
 NLM_F_DUMP = NLM_F_ROOT | NLM_F_MATCH
 NLM_F_REPLACE, NLM_F_EXCL, NLM_F_CREATE = 0x100, 0x200, 0x400
@@ -79,6 +81,7 @@ CLONE_NEWNET = 0x40000000
 _HDR = struct.Struct("=IHHII")  # nlmsghdr
 _RTMSG = struct.Struct("=BBBBBBBBI")  # rtmsg
 _IFINFO = struct.Struct("=BxHiII")  # ifinfomsg
+_IFADDR = struct.Struct("=BBBBI")  # ifaddrmsg: family, prefixlen, flags, scope, index
 _NLA = struct.Struct("=HH")
 
 
@@ -453,6 +456,23 @@ class Rtnl:
             if IFLA_IFNAME in a and IFLA_STATS64 in a and len(a[IFLA_STATS64]) >= 8 * n:
                 values = struct.unpack_from(f"={n}Q", a[IFLA_STATS64])
                 out[a[IFLA_IFNAME].rstrip(b"\0").decode()] = dict(zip(LINK_STATS64_FIELDS, values))
+        return out
+
+    def global_prefixes(self) -> dict[int, list[str]]:
+        """ifindex -> the IPv6 prefixes ("fc00:12::/64") of its global (scope universe) addresses."""
+        out: dict[int, list[str]] = {}
+        for t, buf, off, end in self.dump(RTM_GETADDR, _IFADDR.pack(socket.AF_INET6, 0, 0, 0, 0)):
+            if t != RTM_NEWADDR:
+                continue
+            fam, plen, _flags, scope, idx = _IFADDR.unpack_from(buf, off)
+            a = _attrs(buf, off + _IFADDR.size, end)
+            raw = a.get(IFA_ADDRESS)
+            if fam != socket.AF_INET6 or scope != RT_SCOPE_UNIVERSE or raw is None or len(raw) != 16:
+                continue
+            net = int.from_bytes(raw, "big") >> (128 - plen) << (128 - plen) if plen else 0
+            prefix = f"{socket.inet_ntop(socket.AF_INET6, net.to_bytes(16, 'big'))}/{plen}"
+            if prefix not in out.setdefault(idx, []):
+                out[idx].append(prefix)
         return out
 
     def links(self) -> dict[str, int]:

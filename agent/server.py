@@ -134,7 +134,7 @@ class Agent:
         # a killed agent of this node left IOAM enabled: put back what it had saved, before serving
         self.ioam.restore_leftovers()
         self.inline = InlineAgent(
-            cfg.node, REPO, cfg.netns, instance, cfg.kafka, self.ioam, linger_ms=cfg.stamp_linger_ms
+            cfg.node, REPO, cfg.netns, instance, cfg.kafka, self.ioam, linger_ms=cfg.stamp_linger_ms, rtnl=self.rtnl
         )
         self.inline.xdp_lock = self.stamp.xdp_lock  # one lock for every XDP attach/detach of the node
         self.publisher = None

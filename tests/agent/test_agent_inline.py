@@ -357,7 +357,7 @@ def test_ioam_identity_and_monitors_on_segscope_paths(ilab, ipki, stack, tmp_pat
                 stub.StopInlineMonitor(pb.StopInlineMonitorRequest(side=EGRESS, flow_id=41), timeout=30)
             time.sleep(0.5)
             stub.DisableIoam(pb.DisableIoamRequest(), timeout=30)
-        keys = {f"ioam/{node}".encode(), f"inline/{node}/41/egress".encode()}
+        keys = {f"ioam/{node}".encode(), f"inline/{node}/41/rx".encode()}
         msgs = consume(
             stack.kafka_bootstrap,
             names.TOPIC_PATHS,
@@ -369,13 +369,23 @@ def test_ioam_identity_and_monitors_on_segscope_paths(ilab, ipki, stack, tmp_pat
     ioam = [v for k, v in msgs if k.startswith(b"ioam/")]
     assert ioam and ioam[-1] is None, ioam  # the tombstone after the record
     rec = pr.decode(f"ioam/{node}".encode(), ioam[0])
-    assert isinstance(rec, pr.IoamIdentity)
-    assert (rec.node_id, dict(rec.interfaces), rec.namespaces) == (321, {"r0": 11, "r1": 12}, (3, 9))
+    assert isinstance(rec, pr.IoamNode) and (rec.node_id, rec.namespaces) == (321, (3, 9))
+    # each device with its IOAM id, its ifindex and its global prefix (the lab's addresses)
+    assert [(i.device, i.if_id, i.ifindex, i.prefixes) for i in rec.interfaces] == [
+        ("r0", 11, ifindex(ilab, "R", "r0"), ("fc00:12::/64",)),
+        ("r1", 12, ifindex(ilab, "R", "r1"), ("fc00:23::/64",)),
+    ]
+    sids = {
+        line.split()[0]
+        for line in ilab.run("R", ["ip", "-6", "route", "show", "type", "unicast"], check=True).stdout.splitlines()
+        if "seg6local" in line
+    }
+    assert set(rec.sids) == sids and sids, (rec.sids, sids)  # R's local SIDs (an SRv6 endpoint)
     if DATAPATH:
         side = [v for k, v in msgs if k.startswith(b"inline/")]
         assert len(side) == 2 and side[-1] is None, side
-        rec = pr.decode(f"inline/{node}/41/egress".encode(), side[0])
-        assert (rec.path, rec.namespace, rec.trace_nodes, rec.sample_every) == (tuple(SIDS), 9, 0, 0)
+        rec = pr.decode(f"inline/{node}/41/rx".encode(), side[0])
+        assert (rec.path, rec.namespace, rec.trace_nodes, rec.sampling) == (tuple(SIDS), 9, 0, 0)
 
 
 # --------------------------------------------------------------------------- with the datapath
@@ -552,7 +562,7 @@ def test_inline_counters_reach_influx(ilab, ipki, stubs, stack, tmp_path):
         assert st and st[-1]["records_in"] == st[-1]["records_delivered"] == sent, st[-1:]
         assert st[-1]["records_failed"] == 0
         inv = _influx_rows(stack, "segscope_inline", node, since)
-        assert inv and inv[-1]["flow"] == "51" and inv[-1]["side"] == "egress" and inv[-1]["namespace"] == 1
+        assert inv and inv[-1]["flow"] == "51" and inv[-1]["side"] == "rx" and inv[-1]["namespace"] == 1
         assert inv[-1]["path"] == ",".join(SIDS) and inv[-1]["device"] == "b0"
     finally:
         a.Reset(pb.ResetInlineRequest(), timeout=30)
