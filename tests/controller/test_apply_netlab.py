@@ -28,7 +28,14 @@ REPO = Path(__file__).resolve().parents[2]
 DEMO = REPO / "controller" / "examples" / "demo_line5.yaml"
 TOPOLOGY = REPO / "netlab" / "topologies" / "line5_bare.yaml"
 PREFIX = "ctla"
-READS = {"ListLocalSids": 1, "ListPolicies": 1, "ListStampSessions": 1, "ListFlowMonitors": 1}
+READS = {
+    "ListLocalSids": 1,
+    "ListPolicies": 1,
+    "ListStampSessions": 1,
+    "ListFlowMonitors": 1,
+    "GetIoamConfig": 1,
+    "ListInlineMonitors": 1,
+}
 
 pytestmark = pytest.mark.datapath
 
@@ -121,7 +128,7 @@ def test_applying_twice_makes_no_calls(first_apply):
     again = ctl.apply()
     assert again.ok and again.ops == []
     assert again.mutating_calls == {}
-    # only the four List* reads per node, over the channels opened by the first apply
+    # only the six reads per node, over the channels opened by the first apply
     assert again.calls == {"A": READS, "B": READS, "R": READS}
 
 

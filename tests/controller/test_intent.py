@@ -32,7 +32,7 @@ def test_there_are_enough_bad_files():
 def test_examples_are_valid(path):
     intent = load_intent(path)
     assert {"A", "B"} <= set(intent.nodes)
-    assert (intent.stamp_sessions or intent.flows) and intent.local_sids
+    assert (intent.stamp_sessions or intent.flows or intent.inline_monitors) and intent.local_sids
     if path.name.startswith(("demo_line5", "line5")):  # the line5 examples steer H1 -> H2 as well
         assert set(intent.nodes) == {"A", "R", "B"} and intent.policies
 
