@@ -14,8 +14,9 @@ probability ~1/2**20, about 4 % among 300 flows) or, with --flow-label BASE, BAS
 exactly (leased from the kernel's flow label manager). The receiver reports, per flow id:
 received, distinct, duplicates, the RFC 4737 Type-P-Reordered count (a packet whose sequence
 number is below NextExp = 1 + the largest one received before it; duplicates excluded), the
-first reordered sequence numbers, the source address and port, and the flow label the packet
-arrived with (IPV6_FLOWINFO).
+first reordered sequence numbers, the source address and port, the flow label the packet
+arrived with (IPV6_FLOWINFO), the datagram sizes received (length -> packets) and the packets whose
+padding was not all zero (`pad_errors`: the bytes arrived changed).
 """
 
 from __future__ import annotations
@@ -57,9 +58,13 @@ class FlowCount:
         self.src = ""
         self.src_port = 0
         self.flow_labels: set[int] = set()
+        self.sizes: dict[int, int] = {}  # datagram length -> packets
+        self.pad_errors = 0  # packets whose padding is not the sender's (all zero)
 
-    def add(self, seq: int) -> None:
+    def add(self, seq: int, size: int = 0, pad_ok: bool = True) -> None:
         self.received += 1
+        self.sizes[size] = self.sizes.get(size, 0) + 1
+        self.pad_errors += not pad_ok
         if seq in self.seen:
             self.duplicates += 1
             return
@@ -82,6 +87,8 @@ class FlowCount:
             "src": self.src,
             "src_port": self.src_port,
             "flow_labels": sorted(self.flow_labels),
+            "sizes": {str(k): v for k, v in sorted(self.sizes.items())},
+            "pad_errors": self.pad_errors,
         }
 
 
@@ -114,7 +121,8 @@ def receive(port: int, expect: int, timeout: float, idle: float = 1.0) -> dict[s
                 flow.flow_labels.add(int.from_bytes(value[:4], "big") & 0xFFFFF)
             elif level == socket.SOL_SOCKET and kind == SO_RXQ_OVFL:
                 socket_drops = struct.unpack("I", value[:4])[0]
-        flow.add(seq)
+        pad = len(data) - HEADER.size
+        flow.add(seq, len(data), data.count(0, HEADER.size) == pad)
         total += 1
     # socket_drops: the kernel's count of datagrams this socket could not take (buffer full),
     # as of the last packet received: a lost packet the network did not lose
@@ -140,7 +148,9 @@ def send(
     size: int,
     src: str | None,
     flow_label: int | None = None,
+    start_at: float | None = None,
 ) -> dict:
+    """start_at: wall clock (time.time()) of the first packet (several senders in step); None: now."""
     if flow_label is not None and not (1 <= flow_label and flow_label + flows - 1 <= FLOW_LABEL_MAX):
         raise ValueError(f"flow labels {flow_label}..{flow_label + flows - 1} must lie in 1..{FLOW_LABEL_MAX:#x}")
     socks = []
@@ -157,6 +167,9 @@ def send(
     sent = [0] * flows
     errors = [0] * flows
     pad = bytes(max(0, size - HEADER.size))
+    if start_at is not None:
+        time.sleep(max(0.0, start_at - time.time()))
+    late = time.time() - start_at if start_at is not None else 0.0
     start = time.monotonic()
     for seq in range(count):
         # paced on an absolute schedule so one late wake-up does not shift the rest
@@ -174,6 +187,7 @@ def send(
         "errors": {str(i): n for i, n in enumerate(errors)},
         "src_ports": {str(i): s.getsockname()[1] for i, s in enumerate(socks)},
         "seconds": time.monotonic() - start,
+        "started_late_s": late,
     }
 
 
@@ -237,12 +251,21 @@ def main() -> int:
     s.add_argument("--size", type=int, default=64, help="UDP payload bytes (>= 16)")
     s.add_argument("--src", help="source address (default: the kernel's choice)")
     s.add_argument("--flow-label", type=lambda v: int(v, 0), help="flow i gets IPv6 flow label BASE + i")
+    s.add_argument("--start-at", type=float, help="wall clock (Unix s) of the first packet: senders in step")
     args = parser.parse_args()
     if args.command == "recv":
         print(json.dumps(receive(args.port, args.expect, args.timeout, args.idle)))
     else:
         result = send(
-            args.dst, args.port, args.count, args.flows, args.interval_us, args.size, args.src, args.flow_label
+            args.dst,
+            args.port,
+            args.count,
+            args.flows,
+            args.interval_us,
+            args.size,
+            args.src,
+            args.flow_label,
+            args.start_at,
         )
         print(json.dumps(result))
     return 0
