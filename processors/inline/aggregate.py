@@ -33,7 +33,8 @@ Design (processors/delay/aggregate.py is the model; the statistics are its code)
   (retention_s of data time after its end); until then a late arrival turns it into received
   (and reordered) and the seconds it changes are emitted again. A received seq at or below the
   accounted one (the monitor was re-installed and started from 0 again, or the ingress clock
-  stepped) is not accounted (`seqs_not_accounted`, counted when its second is final).
+  stepped) is not accounted (`seqs_not_accounted`, counted when its second is final): neither
+  received, nor lost, nor reordered.
 - A record refused by ioam_record.problem_codes, or whose transmit time is more than max_future_s
   beyond CLOCK_TAI (it would hold its second, and the input behind it, open until then), is not
   taken: ingest() returns the count per reason for the caller's dead letter.
@@ -135,7 +136,7 @@ class SecondAccumulator:
     """The records of one (flow, second): merged (distinct (seq, rx), sorted) + chunks not merged yet."""
 
     __slots__ = ("second", "merged", "pending", "newest_tx_ns", "emitted", "dirty", "tags", "hop_tags", "plans",
-                 "loss", "loss_emitted", "seqs", "duplicated", "reordered")  # fmt: skip
+                 "loss", "loss_emitted", "seqs", "duplicated", "reordered_flags")  # fmt: skip
 
     def __init__(self, second: int):
         self.second = second
@@ -151,7 +152,7 @@ class SecondAccumulator:
         self.loss_emitted: LossFields | None = None
         self.seqs: np.ndarray | None = None  # distinct seqs received in the second, sorted
         self.duplicated = 0
-        self.reordered = 0
+        self.reordered_flags: np.ndarray | None = None  # per seq of `seqs`: flagged reordered at ingest
 
 
 @dataclass
@@ -455,7 +456,7 @@ class InlineAggregator:
         acc.duplicated = len(seq) - int(np.count_nonzero(primary))
         kept = data if primary.all() else data[:, primary]
         acc.seqs = kept[SEQ]
-        acc.reordered = int(np.count_nonzero(kept[FLAGS] & F_REORDERED))
+        acc.reordered_flags = (kept[FLAGS] & F_REORDERED) != 0
 
     def _evict(self, st: FlowState, horizon: int) -> None:
         for s in sorted(s for s in st.seconds if s < horizon):
@@ -598,13 +599,16 @@ def _fields(groups: list[np.ndarray], histograms: bool = True) -> tuple[list[str
 def loss_of(acc: SecondAccumulator, prev: int | None) -> LossFields:
     """inline_loss of one second given the highest seq accounted before it (None: nothing yet)."""
     seqs = acc.seqs
-    out = LossFields(duplicated=acc.duplicated, reordered=acc.reordered, last_seq=prev)
+    out = LossFields(duplicated=acc.duplicated, last_seq=prev)
     if prev is not None:
         taken = seqs[seqs > prev] if len(seqs) and seqs[0] <= prev else seqs
         out.not_accounted = len(seqs) - len(taken)
     else:
         taken = seqs
         prev = int(seqs[0]) - 1 if len(seqs) else None
+    # reordered among the accounted seqs only: one at or below the accounted one (a re-installed
+    # monitor counting from 0 again) is below the old sequence's highest, not reordered in its own
+    out.reordered = int(np.count_nonzero(acc.reordered_flags[out.not_accounted :]))
     if len(taken) == 0:
         return out
     gaps = np.diff(taken, prepend=prev) - 1

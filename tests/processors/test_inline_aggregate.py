@@ -431,6 +431,29 @@ def test_restart_from_progress_counts_every_seq_once():
     assert two.counters.replayed_records_skipped == len(replay[replay < (st.final_s - BASE_S) * 50])
 
 
+def test_a_reinstalled_monitor_is_no_reordering():
+    """The monitor is installed again (an agent restart, a changed intent): its E2E seqs start from 0
+    once more, all later than the ones accounted. The processor cannot place them in the flow's
+    sequence (not accounted, seqs_not_accounted) until they pass the old ones, then accounts again;
+    they arrived in order, so they are no reordering either (they were all counted reordered: below
+    the highest seq received before them, the old monitor's)."""
+    agg = aggregator(grace_s=0.5, retention_s=2)
+    tx = lambda s: BASE_S * NS + s * 100_000_000  # noqa: E731 - 10 per second
+    send(agg, range(50), [tx(s) for s in range(50)], now_ns=tx(49))  # seconds 0..4, seqs 0..49
+    send(agg, range(70), [tx(80 + s) for s in range(70)], now_ns=tx(149))  # seconds 8..14, seqs 0..69
+    got = loss_of(points(close(agg, 60)))
+    assert [got[BASE_S + s]["received"] for s in range(5)] == [10] * 5
+    for s in range(8, 13):  # seqs 0..49 again: nothing the old accounting can say, and no reordering
+        assert {k: got[BASE_S + s][k] for k in ("received", "lost", "reordered")} == {
+            "received": 0, "lost": 0, "reordered": 0
+        }, (s, got[BASE_S + s])  # fmt: skip
+    for s in (13, 14):  # 50..69: past the old ones, accounted again
+        assert {k: got[BASE_S + s][k] for k in ("received", "lost", "reordered")} == {
+            "received": 10, "lost": 0, "reordered": 0
+        }, (s, got[BASE_S + s])  # fmt: skip
+    assert agg.counters.seqs_not_accounted == 50
+
+
 def test_a_new_flow_starts_its_accounting_at_its_first_received_seq():
     agg = aggregator()
     send(agg, [1000, 1001, 1003], [BASE_S * NS + i for i in range(3)])
