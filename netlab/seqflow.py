@@ -150,7 +150,8 @@ def send(
     flow_label: int | None = None,
     start_at: float | None = None,
 ) -> dict:
-    """start_at: wall clock (time.time()) of the first packet (several senders in step); None: now."""
+    """start_at: wall clock (time.time()) of the first packet (several senders in step; when it is
+    given, a line {"started_late_s": ...} is printed as the first packet leaves); None: now."""
     if flow_label is not None and not (1 <= flow_label and flow_label + flows - 1 <= FLOW_LABEL_MAX):
         raise ValueError(f"flow labels {flow_label}..{flow_label + flows - 1} must lie in 1..{FLOW_LABEL_MAX:#x}")
     socks = []
@@ -167,9 +168,11 @@ def send(
     sent = [0] * flows
     errors = [0] * flows
     pad = bytes(max(0, size - HEADER.size))
+    late = 0.0
     if start_at is not None:
         time.sleep(max(0.0, start_at - time.time()))
-    late = time.time() - start_at if start_at is not None else 0.0
+        late = time.time() - start_at
+        print(json.dumps({"started_late_s": late}), flush=True)  # a line before the summary
     start = time.monotonic()
     for seq in range(count):
         # paced on an absolute schedule so one late wake-up does not shift the rest
@@ -251,7 +254,9 @@ def main() -> int:
     s.add_argument("--size", type=int, default=64, help="UDP payload bytes (>= 16)")
     s.add_argument("--src", help="source address (default: the kernel's choice)")
     s.add_argument("--flow-label", type=lambda v: int(v, 0), help="flow i gets IPv6 flow label BASE + i")
-    s.add_argument("--start-at", type=float, help="wall clock (Unix s) of the first packet: senders in step")
+    s.add_argument(
+        "--start-at", type=float, help="wall clock (Unix s) of the first packet (senders in step); prints a line then"
+    )
     args = parser.parse_args()
     if args.command == "recv":
         print(json.dumps(receive(args.port, args.expect, args.timeout, args.idle)))

@@ -27,6 +27,9 @@ REPO = Path(__file__).resolve().parents[2]
 NS = 1_000_000_000
 INGRESS, EGRESS = inline_pb2.INLINE_SIDE_INGRESS, inline_pb2.INLINE_SIDE_EGRESS
 ENV = {**os.environ, "PYTHONPATH": f"{REPO}:{REPO / 'schemas' / 'python'}"}
+# run as a script: the standard library only, not the netlab package (a sender starts in ~50 ms
+# instead of ~250 ms, which is seconds on a loaded VM)
+SEQFLOW = str(REPO / "netlab" / "seqflow.py")
 
 
 class InlinePipeline(ControlledPipeline):
@@ -101,11 +104,12 @@ class Flow:
     src_addr: str | None = None
     procs: dict = field(default_factory=dict)
     result: dict = field(default_factory=dict)
+    late_s: float = 0.0
 
     def receive(self, lab, wait_s: float = 30) -> None:
         """Start the receiver (RFC 4737 counts from the sender's sequence numbers)."""
         timeout = wait_s + self.count * self.interval_us / 1e6 + 15
-        recv = [sys.executable, "-m", "netlab.seqflow", "recv", "--port", str(self.port), "--expect",
+        recv = [sys.executable, SEQFLOW, "recv", "--port", str(self.port), "--expect",
                 str(self.count), "--timeout", str(timeout), "--idle", "3"]  # fmt: skip
         self.procs["recv"] = lab.popen(self.dst, recv, stdout=subprocess.PIPE, text=True, env=ENV)
         if self.procs["recv"].stdout.readline().strip() != "ready":
@@ -113,19 +117,27 @@ class Flow:
 
     def send(self, lab, start_at: float) -> None:
         """Start the sender; its first packet leaves at wall clock start_at (every flow in step)."""
-        send = [sys.executable, "-m", "netlab.seqflow", "send", "--dst", self.dst_addr, "--port", str(self.port),
+        send = [sys.executable, SEQFLOW, "send", "--dst", self.dst_addr, "--port", str(self.port),
                 "--count", str(self.count), "--interval-us", str(self.interval_us), "--size", str(self.size),
                 "--flow-label", str(self.label), "--start-at", f"{start_at:.6f}"]  # fmt: skip
         if self.src_addr:
             send += ["--src", self.src_addr]
         self.procs["send"] = lab.popen(self.src, send, stdout=subprocess.PIPE, text=True, env=ENV)
 
+    def started(self) -> float:
+        """Block until the sender's first packet left; how late after start_at it was (s)."""
+        line = self.procs["send"].stdout.readline()
+        if not line:
+            raise AssertionError(f"{self.name}: the seqflow sender exited before sending")
+        self.late_s = json.loads(line)["started_late_s"]
+        return self.late_s
+
     def wait(self, timeout_s: float = 120) -> dict:
         out, _ = self.procs["send"].communicate(timeout=timeout_s)
-        sent = json.loads(out)
+        sent = json.loads(out.strip().splitlines()[-1])
         got = json.loads(self.procs["recv"].communicate(timeout=timeout_s)[0])
         flow = got["flows"].get("0", {"received": 0, "distinct": 0, "duplicates": 0, "reordered": 0})
-        self.result = {"sent": sent["sent"]["0"], "errors": sent["errors"]["0"], "late_s": sent["started_late_s"],
+        self.result = {"sent": sent["sent"]["0"], "errors": sent["errors"]["0"], "late_s": self.late_s,
                        **flow, "socket_drops": got["socket_drops"], "bad": got["bad"]}  # fmt: skip
         return self.result
 
@@ -136,15 +148,16 @@ class Flow:
                 p.wait()
 
 
-def start_in_step(lab, flows: list[Flow], lead_s: float = 4.0) -> float:
-    """Every receiver, then every sender with the same first-packet time (returned, wall clock):
-    a sender's Python start under load takes a second or more."""
+def start_in_step(lab, flows: list[Flow], lead_s: float = 3.0) -> tuple[float, float]:
+    """Every receiver, then every sender with the same first-packet time (a sender's Python start
+    takes a second or more under load); returns once every first packet has left: (the common
+    start time, the latest real start), wall clock."""
     for f in flows:
         f.receive(lab)
     start_at = time.time() + lead_s
     for f in flows:
         f.send(lab, start_at)
-    return start_at
+    return start_at, start_at + max(f.started() for f in flows)
 
 
 def run_flow_ids(base: int, n: int) -> list[int]:
@@ -165,7 +178,9 @@ def hop_ground_truth(window: dict, flow: Flow, hops: list[tuple[str, str, str]])
 
 
 def points(stack, measurement: str, flow_id: int, since_ns: int, settled: bool = True) -> list[dict]:
-    q = f"SELECT * FROM \"{measurement}\" WHERE \"flow\" = '{flow_id}' AND time >= {since_ns - 2 * NS}"
+    """The flow's points of the seconds from the one holding since_ns (a point is stamped with the
+    start of its second)."""
+    q = f"SELECT * FROM \"{measurement}\" WHERE \"flow\" = '{flow_id}' AND time >= {since_ns - since_ns % NS}"
     return stack.influx_query_settled(q, settle_s=0.5) if settled else stack.influx_query(q)
 
 
