@@ -75,15 +75,20 @@ class InlinePipeline(ControlledPipeline):
         )
         return res.ingress if side == INGRESS else res.egress
 
-    def status_json(self, intent_name: str, influx_url: str, window_s: int = 120) -> dict:
-        """`python -m controller status --json` on the intent last applied, as an operator runs it."""
+    def status(self, intent_name: str, influx_url: str, json_out: bool = True, window_s: int = 120):
+        """`python -m controller status [--json]` on the intent last applied, as an operator runs it:
+        the parsed JSON, or the text."""
         proc = subprocess.run(
-            [sys.executable, "-m", "controller", "status", "--json", str(self.run_dir / intent_name),
-             "--influx-url", influx_url, "--window", str(window_s)],
-            cwd=REPO, capture_output=True, text=True, timeout=120, env={**os.environ, "PYTHONPATH": ENV["PYTHONPATH"]},
+            [sys.executable, "-m", "controller", "status", *(["--json"] if json_out else []),
+             str(self.run_dir / intent_name), "--influx-url", influx_url, "--window", str(window_s)],
+            cwd=REPO, capture_output=True, text=True, timeout=120,
+            env={**os.environ, "PYTHONPATH": ENV["PYTHONPATH"]},
         )  # fmt: skip
         assert proc.returncode == 0, proc.stderr
-        return json.loads(proc.stdout)
+        return json.loads(proc.stdout) if json_out else proc.stdout
+
+    def status_json(self, intent_name: str, influx_url: str) -> dict:
+        return self.status(intent_name, influx_url)
 
 
 @dataclass

@@ -196,6 +196,7 @@ def run(stack, bpffs, tmp_path_factory):
         wait_for_records(stack, {fid: c[1].records for fid, c in counters.items()}, since)
         time.sleep(1.0)  # the same seconds' loss and hop lines are written with them
         status_end = pipe.status_json("intent.yaml", stack.influx_url)
+        status_text = pipe.status("intent.yaml", stack.influx_url, json_out=False)
         got = {
             fid: {m: points(stack, m, fid, since) for m in ("inline_delay", "inline_hop_delay", "inline_loss")}
             for fid in FLOWS
@@ -226,6 +227,7 @@ def run(stack, bpffs, tmp_path_factory):
             "status_mid": status.get("mid"),
             "lossy_s": lossy_s,
             "status_end": status_end,
+            "status_text": status_text,
             "points": got,
             "stamp": stamp,
             "applied2": applied2,
@@ -368,6 +370,11 @@ def test_controller_status_counters_and_worst_hop(run):
         assert (row["sampled"], row["instrumented"], row["skipped"], row["records"]) == (
             ing.sampled, ing.instrumented, ing.skipped_mtu, eg.records
         ), row  # fmt: skip
+        # the operator's table: flow, ingress, egress, states, sampled, instr., skipped, records | ...
+        line = next(t.split() for t in run["status_text"].splitlines() if t.split()[:1] == [str(fid)])
+        assert line[1:8] == ["I" if fid in (R1, R3) else "E", "E" if fid in (R1, R3) else "I",
+                             "installed/installed", *(str(v) for v in (ing.sampled, ing.instrumented,
+                                                                       ing.skipped_mtu, eg.records))], line  # fmt: skip
         worst = max(hops, key=injected)[3]
         hop = mid[fid]["worst_hop"]
         print(f"\n[inline ring6] flow {fid}: worst hop in the middle of the run {hop} (largest injected: {worst})")
