@@ -919,22 +919,37 @@ static void commit_counters(struct worker *w, const uint64_t *delta)
 	atomic_store_explicit(&w->counters_seq, s + 2, memory_order_release);
 }
 
-/* Sums of every worker's counters, each worker's read consistently (seqcount). */
+/* One worker's counters, read consistently (seqcount). */
+static void worker_counters(struct worker *w, uint64_t *out)
+{
+	uint32_t s1, s2;
+
+	do {
+		s1 = atomic_load_explicit(&w->counters_seq, memory_order_acquire);
+		for (int k = 0; k < UFAST_NR_COUNTERS; k++)
+			out[k] = atomic_load_explicit(&w->counters[k], memory_order_relaxed);
+		atomic_thread_fence(memory_order_acquire);
+		s2 = atomic_load_explicit(&w->counters_seq, memory_order_relaxed);
+	} while ((s1 & 1) || s1 != s2);
+}
+
+/* Worker i's counters (UFAST_NR_COUNTERS values); -EINVAL for a worker that does not exist. */
+int ufast_worker_counters(struct ufast *u, int i, uint64_t *out)
+{
+	if (i < 0 || i >= u->nworkers)
+		return -EINVAL;
+	worker_counters(&u->workers[i], out);
+	return 0;
+}
+
+/* Sums of every worker's counters, each worker's read consistently. */
 void ufast_counters(struct ufast *u, uint64_t *out)
 {
 	memset(out, 0, UFAST_NR_COUNTERS * sizeof(*out));
 	for (int i = 0; i < u->nworkers; i++) {
-		struct worker *w = &u->workers[i];
 		uint64_t snap[UFAST_NR_COUNTERS];
-		uint32_t s1, s2;
 
-		do {
-			s1 = atomic_load_explicit(&w->counters_seq, memory_order_acquire);
-			for (int k = 0; k < UFAST_NR_COUNTERS; k++)
-				snap[k] = atomic_load_explicit(&w->counters[k], memory_order_relaxed);
-			atomic_thread_fence(memory_order_acquire);
-			s2 = atomic_load_explicit(&w->counters_seq, memory_order_relaxed);
-		} while ((s1 & 1) || s1 != s2);
+		worker_counters(&u->workers[i], snap);
 		for (int k = 0; k < UFAST_NR_COUNTERS; k++)
 			out[k] += snap[k];
 	}

@@ -99,6 +99,7 @@ def load_library() -> ctypes.CDLL:
         "ufast_close": (None, [vp]),
         "ufast_publish": (None, [vp, vp]),
         "ufast_counters": (None, [vp, u64p]),
+        "ufast_worker_counters": (ctypes.c_int, [vp, ctypes.c_int, u64p]),
         "ufast_socket_drops": (ctypes.c_uint64, [vp]),
         "ufast_slow_pop": (ctypes.c_int, [vp, ctypes.c_void_p, ctypes.c_uint32, ctypes.POINTER(RxMetaC)]),
         "ufast_table_new": (vp, [ctypes.c_int]),
@@ -309,6 +310,14 @@ class FastReflector(Reflector):
             out[name] = out.get(name, 0) + value
         out["socket_drops"] += self.lib.ufast_socket_drops(self.u)
         return out
+
+    def dump_event(self) -> dict:
+        """SIGUSR1: the counters, and each worker's own (how the steering spread the datagrams)."""
+        workers = []
+        for i in range(self.nworkers):
+            self.lib.ufast_worker_counters(self.u, i, self._cbuf)
+            workers.append(dict(zip(self.counter_names, self._cbuf)))
+        return {**super().dump_event(), "workers": workers}
 
     def shutdown(self) -> None:
         """Stop the workers, then answer what they had handed over: nothing is left unaccounted."""

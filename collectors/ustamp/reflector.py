@@ -265,6 +265,9 @@ class Reflector:
     def ready_event(self) -> dict:
         return {"event": "ready", "port": self.port, "sessions": self.sessions.describe(), "engine": self.engine}
 
+    def dump_event(self) -> dict:
+        return {"counters": self.snapshot()}
+
     def wait_fd(self) -> int:
         """What the loop waits on: readable = there is something for _drain()."""
         return self.sock.fileno()
@@ -314,7 +317,7 @@ class Reflector:
                 self.reload()
             if dump:
                 dump = False
-                print(json.dumps({"counters": self.snapshot()}), flush=True)
+                print(json.dumps(self.dump_event()), flush=True)
             if time.monotonic() >= next_stats:
                 next_stats += stats_interval_s
                 self.refresh_clock()
