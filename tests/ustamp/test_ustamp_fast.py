@@ -35,7 +35,7 @@ from tests.datapath.dp_env import VethPair, udp6_checksum
 pytestmark = pytest.mark.datapath
 
 KEY = bytes(range(32))
-ETH_P_IPV6 = 0x86DD
+ETH_P_ALL, ETH_P_IPV6 = 0x0003, 0x86DD
 PACKET_HOST, PACKET_OUTGOING = 0, 4
 SO_TIMESTAMPNS = 35
 EE_PTP, EE_NTP = 0x4001, 0x0001  # what a sender puts in (Z says its format; the reflector ignores it)
@@ -90,10 +90,11 @@ class Frames:
     """Frames on a device, read by an AF_PACKET socket in its namespace (with kernel timestamps)."""
 
     def __init__(self, ns: str, dev: str):
-        self.sock = socket_in_netns(ns, socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_P_IPV6))
+        # ETH_P_ALL: a tap that sees the frames the device sends too (a protocol-bound one does not)
+        self.sock = socket_in_netns(ns, socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_P_ALL))
         self.sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 8 << 20)
-        self.sock.bind((dev, ETH_P_IPV6))
+        self.sock.bind((dev, ETH_P_ALL))
 
     def read(self, timeout: float, until=None, grace: float = 0.05) -> list[tuple[int, int, bytes]]:
         """(pkttype, realtime ns, IPv6 packet) of every frame until `timeout` s pass without one, or
@@ -102,6 +103,8 @@ class Frames:
         wait = timeout
         while select.select([self.sock], [], [], wait)[0]:
             data, anc, _flags, addr = self.sock.recvmsg(65535, 64)
+            if struct.unpack_from("!H", data, 12)[0] != ETH_P_IPV6:
+                continue
             ts = next(struct.unpack("=qq", d) for lvl, typ, d in anc if typ == SO_TIMESTAMPNS)
             out.append((addr[2], ts[0] * 1_000_000_000 + ts[1], data[14:]))
             if until is not None and until(out[-1]):
@@ -145,7 +148,7 @@ class Udp:
         return udp6_checksum(self.src, self.final_dst, self.raw[self.udp_off :]) == 0
 
 
-def test_packet(seq: int, ssid: int, ee: int = EE_PTP, t1: tuple[int, int] = (1_800_000_000, 123_456_789)) -> bytes:
+def sender_packet(seq: int, ssid: int, ee: int = EE_PTP, t1: tuple[int, int] = (1_800_000_000, 123_456_789)) -> bytes:
     return SenderPacket(seq, t1[0], t1[1], ee, ssid).encode()
 
 
@@ -188,25 +191,27 @@ def scenario() -> list[Send]:
     out: list[Send] = []
     for ssid in (1, 2, 3, 4, 5, 6):  # PTP/NTP x stateless/stateful x return SIDs, exact and any sender
         for i, (hop, dst, ee) in enumerate(((64, "x", EE_PTP), (5, "o", EE_NTP), (255, "x", 0x8123))):
-            out.append(Send(test_packet(100 * ssid + i, ssid, ee, (1_800_000_000 + i, 999_999_999 - i)), "s", dst, hop))
+            t1 = (1_800_000_000 + i, 999_999_999 - i)
+            out.append(Send(sender_packet(100 * ssid + i, ssid, ee, t1), "s", dst, hop))
         # another sender: the {::, ssid} session answers (SSID 6 has only one for fd00:d5::1)
-        out.append(Send(test_packet(7000 + ssid, ssid), "e1", "x", 17, reply=ssid != 6))
-    out.append(Send(test_packet(42, 0, EE_PTP), "s", "x", 33))  # RFC 8762 sender without SSID: {::, 0}
-    out.append(Send(test_packet(43, 99), reply=False))  # unknown SSID
-    out.append(Send(test_packet(44, 1)[:40], reply=False))  # short
+        out.append(Send(sender_packet(7000 + ssid, ssid), "e1", "x", 17, reply=ssid != 6))
+    out.append(Send(sender_packet(42, 0, EE_PTP), "s", "x", 33))  # RFC 8762 sender without SSID: {::, 0}
+    out.append(Send(sender_packet(43, 99), reply=False))  # unknown SSID
+    out.append(Send(sender_packet(44, 1)[:40], reply=False))  # short
     # TLVs (the Python code): Direct Measurement counts this sender's fast-path packets too
-    out.append(Send(test_packet(50, 3) + tlv(T.TYPE_DIRECT_MEASUREMENT, struct.pack("!III", 77, 0, 0))))
-    out.append(Send(test_packet(51, 1) + tlv(T.TYPE_TIMESTAMP_INFO, bytes(4)) + tlv(200, b"abcd")))
-    out.append(Send(test_packet(52, 2) + tlv(T.TYPE_CLASS_OF_SERVICE, struct.pack("!I", 46 << 26)), tclass=0x2A << 2))
-    out.append(Send(test_packet(53, 4) + tlv(T.TYPE_FOLLOW_UP_TELEMETRY, bytes(16)), masks=[(44 + 4 + 4, 44 + 4 + 12)]))
+    out.append(Send(sender_packet(50, 3) + tlv(T.TYPE_DIRECT_MEASUREMENT, struct.pack("!III", 77, 0, 0))))
+    out.append(Send(sender_packet(51, 1) + tlv(T.TYPE_TIMESTAMP_INFO, bytes(4)) + tlv(200, b"abcd")))
+    out.append(Send(sender_packet(52, 2) + tlv(T.TYPE_CLASS_OF_SERVICE, struct.pack("!I", 46 << 26)), tclass=0x2A << 2))
+    fut_t3 = (44 + 4 + 4, 44 + 4 + 12)  # Follow-Up Telemetry's T3 (its value: seq, T3, method)
+    out.append(Send(sender_packet(53, 4) + tlv(T.TYPE_FOLLOW_UP_TELEMETRY, bytes(16)), masks=[fut_t3]))
     ret = tlv(10, T.encode_tlv(3, socket.inet_pton(socket.AF_INET6, "fc00:d5::e2"), 0), 0x80)  # SRv6 segment list
-    out.append(Send(test_packet(54, 1) + ret))
-    out.append(Send(test_packet(55, 1) + tlv(10, T.encode_tlv(1, struct.pack("!I", 0), 0)), reply=False))
-    out.append(Send(test_packet(56, 1) + b"\x00"))  # a broken TLV area: M flag, echoed
+    out.append(Send(sender_packet(54, 1) + ret))
+    out.append(Send(sender_packet(55, 1) + tlv(10, T.encode_tlv(1, struct.pack("!I", 0), 0)), reply=False))
+    out.append(Send(sender_packet(56, 1) + b"\x00"))  # a broken TLV area: M flag, echoed
     out.append(Send(auth_packet(60, 7), masks=AUTH_TIMES, authenticated=True))
     out.append(Send(auth_packet(61, 7, good=False), reply=False, authenticated=True))
-    out.append(Send(test_packet(62, 7), reply=False))  # an unauthenticated packet for it: auth_failed
-    out.append(Send(test_packet(63, 3) + tlv(T.TYPE_DIRECT_MEASUREMENT, struct.pack("!III", 78, 0, 0))))
+    out.append(Send(sender_packet(62, 7), reply=False))  # an unauthenticated packet for it: auth_failed
+    out.append(Send(sender_packet(63, 3) + tlv(T.TYPE_DIRECT_MEASUREMENT, struct.pack("!III", 78, 0, 0))))
     for s in out:
         s.masks = BASE_TIMES + s.masks if not s.authenticated else s.masks
     return out
@@ -321,7 +326,7 @@ def test_follow_up_telemetry_reports_the_previous_fast_path_reply(pair):
         sk.bind((pair.s_addr, 40911))
         replies = []
         for i, pkt in enumerate(
-            [test_packet(0, 11), test_packet(1, 11), test_packet(2, 11) + tlv(7, bytes(16)), test_packet(3, 11)]
+            [sender_packet(0, 11), sender_packet(1, 11), sender_packet(2, 11) + tlv(7, bytes(16)), sender_packet(3, 11)]
         ):
             sk.sendto(pkt, (pair.x_addr, 862))
             got = [Udp.parse(f[2]) for f in frames.read(2.0, is_reply) if f[0] == PACKET_HOST]
@@ -352,7 +357,7 @@ def test_t2_is_the_kernel_receive_timestamp_and_t3_precedes_the_send(pair, engin
     try:
         sk.bind((pair.s_addr, 40912))
         for i in range(n):
-            sk.sendto(test_packet(i, 12), (pair.x_addr, 862))
+            sk.sendto(sender_packet(i, 12), (pair.x_addr, 862))
             time.sleep(0.002)
         seen = frames.read(1.0)
     finally:
@@ -403,7 +408,7 @@ def blast(pair: VethPair, ssid: int, count: int, port: int) -> tuple[list[bytes]
         sk.setsockopt(socket.SOL_SOCKET, 33, 64 << 20)  # SO_RCVBUFFORCE
         sk.bind((pair.s_addr, port))
         dst = (pair.x_addr, 862)
-        pkts = [test_packet(i, ssid) for i in range(count)]
+        pkts = [sender_packet(i, ssid) for i in range(count)]
         for p in pkts:
             sk.sendto(p, dst)
         replies = []
@@ -544,7 +549,7 @@ def test_sighup_keeps_the_shared_counter(pair, tmp_path):
         def seqs(ssid: int, n: int) -> list[int]:
             out = []
             for i in range(n):
-                sk.sendto(test_packet(i, ssid), (pair.x_addr, 862))
+                sk.sendto(sender_packet(i, ssid), (pair.x_addr, 862))
                 out.append(struct.unpack_from("!I", sk.recv(2048))[0])
             return out
 
