@@ -18,14 +18,13 @@ import signal
 import socket
 import struct
 import subprocess
-import threading
 import time
 from dataclasses import dataclass, field
 
 import pytest
-from ustamp_env import PY, REPO, ReflectorProc
+from ustamp_env import PY, REPO, ReflectorProc, socket_in_netns
 
-from collectors.ustamp.netutil import enter_netns, socket_drops
+from collectors.ustamp.netutil import socket_drops
 from segscope_schemas import stamp_hmac
 from segscope_schemas import stamp_tlv as T
 from segscope_schemas.stamp_test_packet import SenderPacket
@@ -45,20 +44,6 @@ CLOCK_TAI = 11
 
 def tai_offset_s() -> int:
     return (time.clock_gettime_ns(CLOCK_TAI) - time.time_ns() + 500_000_000) // 1_000_000_000
-
-
-def socket_in_netns(ns: str, family: int, kind: int, proto: int = 0) -> socket.socket:
-    """A socket of namespace `ns`, opened from a short-lived thread (setns moves that thread only)."""
-    out: dict = {}
-
-    def run() -> None:
-        enter_netns(ns)
-        out["sock"] = socket.socket(family, kind, proto)
-
-    t = threading.Thread(target=run)
-    t.start()
-    t.join()
-    return out["sock"]
 
 
 @pytest.fixture(scope="module")
