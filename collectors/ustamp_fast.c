@@ -61,6 +61,12 @@
 #define REPLY_WORDS (STAMP_BASE_LEN / 4)
 #define RX_CTRL_LEN 256            /* timestamp, hop limit, pktinfo, tclass */
 #define TX_CTRL_LEN CMSG_SPACE(sizeof(struct in6_pktinfo))
+/*
+ * What a reply's msg_controllen says: the one cmsg without its trailing
+ * padding (36 bytes). The kernel copies up to 36 bytes of control data onto
+ * its stack in sendmsg() and kmallocs anything longer, once per datagram.
+ */
+#define TX_CTRL_USED CMSG_LEN(sizeof(struct in6_pktinfo))
 #define IDLE_WAKEUP_MS 200         /* an idle worker looks at the stop flag this often */
 #define SLOW_QUEUE_MAX_ENTRIES 8192
 #define SLOW_QUEUE_MAX_BYTES (32u << 20)
@@ -1029,7 +1035,7 @@ static void send_run(struct worker *w, int nrun, int32_t tai_offset_s, uint64_t 
 			w->tx[k].msg_hdr.msg_iov = &w->tx_iov[r];
 			w->tx[k].msg_hdr.msg_iovlen = 1;
 			w->tx[k].msg_hdr.msg_control = w->reply_has_src[r] ? w->tx_ctrl + (size_t)r * TX_CTRL_LEN : NULL;
-			w->tx[k].msg_hdr.msg_controllen = w->reply_has_src[r] ? TX_CTRL_LEN : 0;
+			w->tx[k].msg_hdr.msg_controllen = w->reply_has_src[r] ? TX_CTRL_USED : 0;
 			w->tx[k].msg_hdr.msg_flags = 0;
 		}
 		t3 = clock_ns(CLOCK_TAI);   /* T3: the last thing before the datagrams leave */
