@@ -18,6 +18,9 @@ Reflectors (each the program users run, as they run it):
   stamp-suite  --peer-binary PATH (github.com/asmie/stamp-suite, `stamp-suite -i -S ::`: open mode)
 CPU per reply = the reflector process's CPU time (all threads, utime + stime, read right before and
 after the flood) / its replies; XDP runs in the softirq of whichever CPU receives (not a process).
+Then, for the fast engine at --send-batch 64, 16 and 1: how early T3 is under the flood, from a packet
+tap on the reflector's veth (the kernel's stamp of each reply frame leaving minus the T3 it carries;
+the tap reads a sample of the frames).
 
     sudo .local/venv/bin/python bench/reflector_userspace_vs_xdp.py [--trials 3] [--seconds 3]
          [--peer-binary /path/to/stamp-suite] [--only xdp,fast,...]
@@ -32,11 +35,15 @@ import argparse
 import datetime as dt
 import json
 import os
+import select
 import shutil
 import signal
+import socket
 import statistics
+import struct
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -171,6 +178,66 @@ def trial(mode: str, pair: VethPair, map_id: int, seconds: int, peer_binary: Pat
     }
 
 
+ETH_P_ALL, ETH_P_IPV6, PACKET_OUTGOING, SO_TIMESTAMPNS = 0x0003, 0x86DD, 4, 35
+SEND_BATCHES = (64, 16, 1)
+
+
+def t3_lead_trial(pair: VethPair, map_id: int, seconds: int, send_batch: int) -> dict:
+    """The fast engine under the flood with a tap on its veth: kernel stamp of each reply frame
+    leaving - its T3 (PTP), over the frames the tap reads."""
+    from tests.ustamp.ustamp_env import socket_in_netns
+
+    tap = socket_in_netns(pair.x_ns, socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_P_ALL))
+    tap.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+    tap.setsockopt(socket.SOL_SOCKET, 33, 32 << 20)  # SO_RCVBUFFORCE
+    tap.bind((pair.x_dev, ETH_P_ALL))
+    tai_ns = (time.clock_gettime_ns(time.CLOCK_TAI) - time.time_ns() + 500_000_000) // 10**9 * 10**9
+    leads: list[int] = []
+    stop = threading.Event()
+
+    def read() -> None:
+        while not stop.is_set():
+            if not select.select([tap], [], [], 0.1)[0]:
+                continue
+            data, anc, _flags, addr = tap.recvmsg(256, 64)
+            if addr[2] != PACKET_OUTGOING or struct.unpack_from("!H", data, 12)[0] != ETH_P_IPV6 or data[20] != 17:
+                continue
+            sec, nsec = next(struct.unpack("=qq", d) for _l, t, d in anc if t == SO_TIMESTAMPNS)
+            t3_sec, t3_nsec = struct.unpack_from("!II", data, 14 + 40 + 8 + 4)
+            leads.append(sec * 10**9 + nsec + tai_ns - (t3_sec * 10**9 + t3_nsec))
+
+    reader = threading.Thread(target=read)
+    reader.start()
+    proc = Ustamp(pair, "--engine", "fast", "--send-batch", str(send_batch))
+    try:
+        before = reply_count(map_id)
+        flood = subprocess.run(
+            [str(FLOOD), "--netns", pair.s_ns, "--src", pair.s_addr, "--dst", pair.x_addr, "--ssid", str(SSID)]
+            + ["--seconds", str(seconds), "--batch", "64"],
+            check=True,
+            capture_output=True,
+            text=True,
+        )
+        time.sleep(0.5)
+        replies = reply_count(map_id) - before
+    finally:
+        proc.stop()
+        stop.set()
+        reader.join()
+        tap.close()
+    leads.sort()
+    pick = lambda q: leads[min(len(leads) - 1, int(q * len(leads)))] / 1000  # noqa: E731
+    return {
+        "send_batch": send_batch,
+        "replies_per_s": replies / json.loads(flood.stdout)["seconds"],
+        "sampled": len(leads),
+        "negative": sum(1 for x in leads if x < 0),
+        "p50_us": pick(0.5),
+        "p99_us": pick(0.99),
+        "max_us": leads[-1] / 1000,
+    }
+
+
 def peer_version(binary: Path) -> str:
     res = subprocess.run([str(binary), "--version"], capture_output=True, text=True)
     return (res.stdout or res.stderr).strip().splitlines()[0] if res.returncode == 0 else "version unknown"
@@ -183,6 +250,7 @@ def main() -> int:
     ap.add_argument("--peer-binary", type=Path, help="stamp-suite's binary (built from its source; not in the repo)")
     ap.add_argument("--peer-source", default="", help="what the peer binary was built from (for the report)")
     ap.add_argument("--only", default="", help=f"comma-separated subset of {','.join(MODES)}")
+    ap.add_argument("--no-t3-lead", action="store_true", help="skip the T3 measurement under the flood")
     ap.add_argument("--no-doc", action="store_true")
     args = ap.parse_args()
     for f in (REFLECTOR, COUNT_DROP_OBJ, FLOOD, FAST_LIB):
@@ -216,11 +284,17 @@ def main() -> int:
                     f"{r['replies_per_s']:>10,.0f}/s  socket drops {r['socket_drops']:>9,d}{per}",
                     flush=True,
                 )
+        leads = []
+        if not args.no_t3_lead and "fast" in modes:
+            for sb in SEND_BATCHES:
+                lead = t3_lead_trial(pair, map_id, args.seconds, sb)
+                leads.append(lead)
+                print(f"  T3 lead, --send-batch {sb:2d}: {json.dumps(lead)}", flush=True)
     finally:
         remove_bench_env(pair, PIN_DIR)
     steal = steal_share(ticks0, cpu_ticks())
     elapsed = time.monotonic() - t0
-    text = report(args, modes, results, steal, elapsed)
+    text = report(args, modes, results, steal, elapsed, leads)
     print()
     print(text)
     if not args.no_doc:
@@ -229,7 +303,7 @@ def main() -> int:
     return 0
 
 
-def report(args, modes: list[str], results: list[dict], steal: float, elapsed: float) -> str:
+def report(args, modes: list[str], results: list[dict], steal: float, elapsed: float, leads: list[dict]) -> str:
     mach = machine()
     load = Path("/proc/loadavg").read_text().split()[:3]
     med = {m: statistics.median(r["replies_per_s"] for r in results if r["mode"] == m) for m in modes}
@@ -267,6 +341,25 @@ def report(args, modes: list[str], results: list[dict], steal: float, elapsed: f
         )
     if "xdp" in med and "fast" in med:
         ratios.append(f"xdp / fast = {med['xdp'] / med['fast']:.2f}x")
+    lead_rows = "\n".join(
+        f"| {x['send_batch']} | {x['replies_per_s']:,.0f} | {x['sampled']:,} | {x['negative']} | "
+        f"{x['p50_us']:.1f} | {x['p99_us']:.1f} | {x['max_us']:.1f} |"
+        for x in leads
+    )
+    lead_text = (
+        f"""
+How early the fast engine's T3 is under this flood (one trial each, after the rounds): a packet tap on the
+reflector's veth stamps each reply frame as it leaves; lead = that stamp − the T3 in the frame (the tap reads a
+sample; "T3 after" counts frames whose T3 was later than their departure, which must stay 0). The tap costs the
+reflector's CPU too, so these replies/s are below the table's.
+
+| --send-batch | replies/s | frames sampled | T3 after | lead p50 µs | lead p99 µs | lead max µs |
+|---|---|---|---|---|---|---|
+{lead_rows}
+"""
+        if leads
+        else ""
+    )
     peer = ""
     if args.peer_binary:
         peer = (
@@ -298,9 +391,9 @@ steering: this one flow goes to one worker); `fast-packet` adds `--steering pack
 {'; '.join(ratios)}.
 On these two shared vCPUs the flood generator needs one CPU, so the second worker of `fast-packet` competes with it
 rather than adding a core; the workers scale where cores are free. The user-space reflectors' T2 is the kernel's
-socket receive stamp; the fast engine's T3 is a CLOCK_TAI read right before each sendmmsg() (at most 64 replies,
-`--send-batch`), the Python engine's one before each sendmsg().
-"""  # noqa: E501 - markdown report: one table row or paragraph per line
+socket receive stamp; the fast engine's T3 is a CLOCK_TAI read right before each sendmmsg() (at most 16 replies by
+default, `--send-batch`), the Python engine's one before each sendmsg().
+{lead_text}"""  # noqa: E501 - markdown report: one table row or paragraph per line
 
 
 if __name__ == "__main__":

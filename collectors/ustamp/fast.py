@@ -205,7 +205,7 @@ class FastReflector(Reflector):
         workers: int = 0,
         steering: str = "session",
         batch: int = 64,
-        send_batch: int = 64,
+        send_batch: int = 16,
         rcvbuf: int = 0,
     ):
         lib = load_library()
