@@ -675,6 +675,19 @@ static void worker_free(struct worker *w)
 
 void ufast_close(struct ufast *u);
 
+/* Can a socket without SO_REUSEADDR/SO_REUSEPORT bind there (nobody else holds the port)? */
+static bool port_free(const struct sockaddr_in6 *sa)
+{
+	int fd = socket(AF_INET6, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+	bool free_port;
+
+	if (fd < 0)
+		return true;   /* the workers' own bind will say what is wrong */
+	free_port = !bind(fd, (const struct sockaddr *)sa, sizeof(*sa)) || errno != EADDRINUSE;
+	close(fd);
+	return free_port;
+}
+
 /*
  * Open `nworkers` sockets on [addr]:port (16-byte address, port 0 = any
  * free port, the same for all) in one SO_REUSEPORT group with the steering
@@ -712,6 +725,13 @@ struct ufast *ufast_open(const uint8_t *addr, uint16_t port, int nworkers, int s
 		return NULL;
 	}
 	memcpy(&sa.sin6_addr, addr, sizeof(sa.sin6_addr));
+	if (port && !port_free(&sa)) {
+		/* joining someone else's SO_REUSEPORT group would split the traffic without a word */
+		if (err && errlen)
+			snprintf(err, errlen, "bind: port %u is already in use (another reflector?)", port);
+		ufast_close(u);
+		return NULL;
+	}
 	for (int i = 0; i < nworkers; i++) {
 		struct worker *w = &u->workers[i];
 

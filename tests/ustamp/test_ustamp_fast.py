@@ -566,3 +566,17 @@ def test_ctypes_mirrors_match_the_library():
     assert ctypes.sizeof(fast.RxMetaC) == lib.ufast_sizeof_rx_meta()
     assert ctypes.sizeof(fast.PeerViewC) == lib.ufast_sizeof_peer_view()
     assert "slow_path_queue_full" in fast.counter_names(lib)
+
+
+def test_a_second_reflector_on_the_port_is_refused(pair):
+    """Two fast engines on one port would share one SO_REUSEPORT group, the second one's workers
+    never picked: the second is refused at start (exit 1, naming the port)."""
+    r = reflector(pair, "fast", "--add-session", "--ssid 18")
+    try:
+        env = {**os.environ, "PYTHONPATH": f"{REPO}:{REPO / 'schemas' / 'python'}"}
+        cmd = [PY, "-m", "collectors.ustamp", "reflector", "--netns", pair.x_ns, "--add-session", "--ssid 18"]
+        res = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=30)
+        assert res.returncode == 1 and "port 862 is already in use" in res.stderr, res.stderr
+        assert r.proc.poll() is None  # the first one runs on
+    finally:
+        r.kill()
