@@ -929,23 +929,27 @@ static void hazard_release(struct worker *w)
 	atomic_store(&w->hazard, NULL);
 }
 
+/*
+ * Seqcount writer: odd while the counters change. Release stores (no fences:
+ * ThreadSanitizer models these) keep every counter store after the odd
+ * sequence and the even one after them.
+ */
 static void commit_counters(struct worker *w, const uint64_t *delta)
 {
 	uint32_t s = atomic_load_explicit(&w->counters_seq, memory_order_relaxed);
 
 	atomic_store_explicit(&w->counters_seq, s + 1, memory_order_relaxed);
-	atomic_thread_fence(memory_order_release);
 	for (int i = 0; i < UFAST_NR_COUNTERS; i++) {
 		if (delta[i]) {
 			uint64_t v = atomic_load_explicit(&w->counters[i], memory_order_relaxed);
 
-			atomic_store_explicit(&w->counters[i], v + delta[i], memory_order_relaxed);
+			atomic_store_explicit(&w->counters[i], v + delta[i], memory_order_release);
 		}
 	}
 	atomic_store_explicit(&w->counters_seq, s + 2, memory_order_release);
 }
 
-/* One worker's counters, read consistently (seqcount). */
+/* One worker's counters, read consistently (seqcount reader: acquire loads, no fences). */
 static void worker_counters(struct worker *w, uint64_t *out)
 {
 	uint32_t s1, s2;
@@ -953,9 +957,8 @@ static void worker_counters(struct worker *w, uint64_t *out)
 	do {
 		s1 = atomic_load_explicit(&w->counters_seq, memory_order_acquire);
 		for (int k = 0; k < UFAST_NR_COUNTERS; k++)
-			out[k] = atomic_load_explicit(&w->counters[k], memory_order_relaxed);
-		atomic_thread_fence(memory_order_acquire);
-		s2 = atomic_load_explicit(&w->counters_seq, memory_order_relaxed);
+			out[k] = atomic_load_explicit(&w->counters[k], memory_order_acquire);
+		s2 = atomic_load_explicit(&w->counters_seq, memory_order_acquire);
 	} while ((s1 & 1) || s1 != s2);
 }
 
