@@ -68,6 +68,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--health",
         help="HOST:PORT for HTTP /healthz /readyz /metrics /status (Kubernetes probes, Prometheus); default off",
     )
+    p.add_argument(
+        "--state-dir",
+        help="where the agent keeps what must outlive it if it is killed (the IOAM values to restore); "
+        "default /run/segscope/INSTANCE",
+    )
     p.add_argument("--workers", type=int, default=16, help="gRPC worker threads (default 16)")
     p.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     a = p.parse_args(argv)
@@ -118,6 +123,7 @@ def main(argv: list[str] | None = None) -> int:
             stats_interval_s=a.stats_interval,
             stamp_linger_ms=a.stamp_linger_ms,
             health=a.health,
+            state_dir=a.state_dir,
         )
     )
     done = threading.Event()

@@ -160,29 +160,6 @@ class StampAgent:
 
         self.streamer_stats_path = Path(tempfile.mkdtemp(prefix=f"segscope-agent-{node}-")) / "stamp_streamer.json"
         self.on_change = None  # topology publisher hook
-        # XDP chaining with the flow monitor's altmark_rx (datapath/README.md, "Chaining"): the
-        # server wires these to the FlowMonAgent. xdp_lock serialises every XDP attach/detach of
-        # the node (the loaders' slot check and insert are two steps); altmark_rx_device() says
-        # where the node's altmark_rx runs (None: nowhere), read under xdp_lock only.
-        self.xdp_lock = threading.Lock()
-        self.altmark_rx_device = lambda: None
-
-    def xdp_program_on(self, device: str) -> str | None:
-        """The STAMP program this agent runs on device (attached or chained), None if none; the
-        flow monitor asks it under xdp_lock before attaching altmark_rx there."""
-        if device in self.sender_devices:
-            return "stamp_collector"
-        if device in self.reflector_devices:
-            return "stamp_reflector"
-        return None
-
-    def _behind(self, device: str) -> list[str]:
-        """`--behind altmark_rx` when the node's altmark_rx runs on device: the STAMP program goes
-        into its chain slot instead of the device's one XDP hook."""
-        if self.altmark_rx_device() == device:
-            log.info("altmark_rx runs on %s: chaining the STAMP program behind it", device)
-            return ["--behind", "altmark_rx"]
-        return []
 
     # -- ring buffer reader -------------------------------------------------------------------
     def _start_reader(self) -> None:
@@ -548,45 +525,18 @@ class StampAgent:
             if self.reader is not None:
                 self._stop_proc(self.reader)
                 self.reader = None
-            # detach finds where the program runs: on the device, or in the chain slot of the
-            # node's altmark_rx (then only the slot is emptied; altmark_rx keeps counting)
-            with self.xdp_lock:
-                for tool, pin, cfg, devices in (
-                    (t.collector, t.collector_pin, self.sender_cfg, self.sender_devices),
-                    (t.reflector, t.reflector_pin, self.reflector_cfg, self.reflector_devices),
-                ):
-                    for dev in [d for d in devices if cfg is None or d != cfg.device]:
-                        cmd = [str(tool), "detach-dev", *t.ns_args(), "--dev", dev, "--pin-dir", str(pin)]
-                        subprocess.run(cmd, capture_output=True)
-                    devices.clear()
-                if self.sender_cfg is not None:
-                    subprocess.run(
-                        [
-                            str(t.collector),
-                            "detach",
-                            *t.ns_args(),
-                            "--dev",
-                            self.sender_cfg.device,
-                            "--pin-dir",
-                            str(t.collector_pin),
-                        ],
-                        capture_output=True,
-                    )
-                    self.sender_cfg = None
-                if self.reflector_cfg is not None:
-                    subprocess.run(
-                        [
-                            str(t.reflector),
-                            "detach",
-                            *t.ns_args(),
-                            "--dev",
-                            self.reflector_cfg.device,
-                            "--pin-dir",
-                            str(t.reflector_pin),
-                        ],
-                        capture_output=True,
-                    )
-                    self.reflector_cfg = None
+            # `detach` takes each program out of the node's XDP chain on every device it runs on;
+            # the other members there (the flow monitor's altmark_rx, the other STAMP role) keep running
+            for tool, pin, cfg, devices in (
+                (t.collector, t.collector_pin, self.sender_cfg, self.sender_devices),
+                (t.reflector, t.reflector_pin, self.reflector_cfg, self.reflector_devices),
+            ):
+                if cfg is not None:
+                    cmd = [str(tool), "detach", *t.ns_args(), "--dev", cfg.device, "--pin-dir", str(pin)]
+                    subprocess.run(cmd, capture_output=True)
+                devices.clear()
+            self.sender_cfg = None
+            self.reflector_cfg = None
         if changed:
             log.info("Reset: %d sessions destroyed, datapath detached", n)
         else:
@@ -721,61 +671,51 @@ class StampServicer(pb_grpc.StampServiceServicer):
                         )
                         a.reflector_cfg.addresses.append(addr)
                         changed = True
+            # the STAMP programs join the node's XDP chain (datapath/README.md, "Chaining"): any
+            # device, beside the flow monitor's altmark_rx and each other, in any order
             if snd is not None and a.sender_cfg is None:
                 a.clear_leftovers(t.collector, t.collector_pin, snd.device)
-                with a.xdp_lock:
-                    t.run(
-                        [
-                            t.collector,
-                            "attach",
-                            *t.ns_args(),
-                            "--dev",
-                            snd.device,
-                            "--pin-dir",
-                            t.collector_pin,
-                            *a._behind(snd.device),
-                        ],
-                        "sender.device",
-                    )
-                    a.sender_cfg = snd
-                    a.sender_devices[snd.device] = snd
+                t.run(
+                    [t.collector, "attach", *t.ns_args(), "--dev", snd.device, "--pin-dir", t.collector_pin],
+                    "sender.device",
+                )
+                a.sender_cfg = snd
+                a.sender_devices[snd.device] = snd
                 a._start_reader()
                 changed = True
                 log.info("Init sender: stamp_collector attached to %s, results reader started", snd.device)
             if rfl is not None and a.reflector_cfg is None:
                 a.clear_leftovers(t.reflector, t.reflector_pin, rfl.device)
-                with a.xdp_lock:
+                t.run(
+                    [
+                        t.reflector,
+                        "attach",
+                        *t.ns_args(),
+                        "--dev",
+                        rfl.device,
+                        "--pin-dir",
+                        t.reflector_pin,
+                        "--port",
+                        rfl.udp_port,
+                    ],
+                    "reflector.device",
+                )
+                try:
+                    for i, addr in enumerate(rfl.addresses):
+                        t.run(
+                            [t.reflector, "add-address", "--pin-dir", t.reflector_pin, addr],
+                            f"reflector.addresses[{i}]",
+                        )
+                except ApiError:
                     t.run(
-                        [
-                            t.reflector,
-                            "attach",
-                            *t.ns_args(),
-                            "--dev",
-                            rfl.device,
-                            "--pin-dir",
-                            t.reflector_pin,
-                            "--port",
-                            rfl.udp_port,
-                            *a._behind(rfl.device),
-                        ],
+                        [t.reflector, "detach", *t.ns_args(), "--dev", rfl.device, "--pin-dir", t.reflector_pin],
                         "reflector.device",
                     )
-                    try:
-                        for i, addr in enumerate(rfl.addresses):
-                            t.run(
-                                [t.reflector, "add-address", "--pin-dir", t.reflector_pin, addr],
-                                f"reflector.addresses[{i}]",
-                            )
-                    except ApiError:
-                        t.run(
-                            [t.reflector, "detach", *t.ns_args(), "--dev", rfl.device, "--pin-dir", t.reflector_pin],
-                            "reflector.device",
-                        )
-                        raise
-                    a.reflector_cfg = pb.StampReflectorConfig()
-                    a.reflector_cfg.CopyFrom(rfl)
-                    a.reflector_devices[rfl.device] = rfl
-                    a.note_reflector_device(rfl.device)
+                    raise
+                a.reflector_cfg = pb.StampReflectorConfig()
+                a.reflector_cfg.CopyFrom(rfl)
+                a.reflector_devices[rfl.device] = rfl
+                a.note_reflector_device(rfl.device)
                 changed = True
                 log.info(
                     "Init reflector: stamp_reflector attached to %s for %s port %d",
@@ -792,17 +732,10 @@ class StampServicer(pb_grpc.StampServiceServicer):
     def _add_device(self, cfg, role: str, tool: Path, pin: Path, devices: dict) -> bool:
         """The role's program, already attached, on one more device (same maps); True when done."""
         a, t = self.a, self.a.tools
-        with a.xdp_lock:
-            if a._behind(cfg.device):
-                raise ApiError(
-                    grpc.StatusCode.FAILED_PRECONDITION,
-                    f"{role}.device: {cfg.device} runs altmark_rx; a STAMP {role} can chain behind it only on "
-                    f"its first device ({sorted(devices)[0]}): Init that device first, or use another one",
-                )
-            t.run([tool, "attach-dev", *t.ns_args(), "--dev", cfg.device, "--pin-dir", pin], f"{role}.device")
-            devices[cfg.device] = cfg
-            if role == "reflector":
-                a.note_reflector_device(cfg.device)
+        t.run([tool, "attach-dev", *t.ns_args(), "--dev", cfg.device, "--pin-dir", pin], f"{role}.device")
+        devices[cfg.device] = cfg
+        if role == "reflector":
+            a.note_reflector_device(cfg.device)
         log.info("Init %s: %s also attached to %s (devices %s)", role, tool.name, cfg.device, sorted(devices))
         return True
 

@@ -13,7 +13,9 @@ REPO = Path(__file__).resolve().parents[2]
 BUILD = REPO / "build" / "collectors"
 PREFIX = "co"  # resource prefix of these tests (netns, veths, pins)
 PIN_ROOT = Path("/sys/fs/bpf") / f"{PREFIX}-test"
-KAFKA_PORT_BASE = 29000  # isolated Kafka: 29000 (controller 29001)
+# isolated Kafka: 29000 (controller 29001); SEGSCOPE_CO_KAFKA_PORT_BASE moves it (two checkouts
+# running these tests at once on one machine would otherwise share one port)
+KAFKA_PORT_BASE = int(os.environ.get("SEGSCOPE_CO_KAFKA_PORT_BASE", "29000"))
 
 
 def sh(*argv: str, check: bool = True) -> subprocess.CompletedProcess:
@@ -129,7 +131,8 @@ def co_pins(bpffs) -> Path:
 
 @pytest.fixture(scope="session")
 def kafka_bootstrap() -> str:
-    """Our own Kafka (services/stack.py, port base 29000, run dir .run/co-stack): the streamer
+    """Our own Kafka (services/stack.py, port base 29000 or SEGSCOPE_CO_KAFKA_PORT_BASE, run dir
+    .run/co-stack): the streamer
     tests create their own topics and must not depend on the suite-wide stack's state."""
     from services.stack import Stack
 

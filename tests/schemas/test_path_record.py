@@ -115,3 +115,27 @@ def test_malformed_inline_and_ioam_records_are_refused(key, value, reason):
 def test_encode_refuses_what_decode_would_refuse():
     with pytest.raises(pr.MalformedPathRecord):
         pr.encode(pr.PathRecord.stamp("a/b", 1, "sender", [], [], 1))
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"sample_interval_us": 5},  # both rules at once
+        {"sampling": 0},  # none (no interval either)
+        {"sample_interval_us": -1, "sampling": 0},
+        {"trace_nodes": 0},  # a tx side sizes the trace
+    ],
+)
+def test_a_tx_inline_record_has_one_sampling_rule_and_a_trace_size(change):
+    with pytest.raises(pr.MalformedPathRecord) as e:
+        pr.decode(b"inline/A/7/tx", json.dumps({**INLINE_GOOD, **change}).encode())
+    assert e.value.reason == "bad_field"
+
+
+def test_rx_inline_records_may_leave_the_ingress_parameters_out():
+    rx = pr.decode(*pr.VECTORS[-1][:2])
+    assert (rx.role, rx.trace_nodes, rx.sampling, rx.sample_interval_us) == ("rx", 0, 0, 0)
+    # and the interval rule reads back (records without it are "1 in N" ones, as before)
+    tx = pr.decode(*pr.VECTORS[-2][:2])
+    assert (tx.sampling, tx.sample_interval_us) == (0, 1000)
+    assert pr.decode(*pr.VECTORS[4][:2]).sample_interval_us == 0

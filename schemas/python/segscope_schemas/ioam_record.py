@@ -86,12 +86,37 @@ def copied_entries(records: np.ndarray) -> np.ndarray:
     return np.minimum(records["filled"], IOAM_RECORD_MAX_NODES)
 
 
-def entries_in_path_order(record: np.ndarray) -> np.ndarray:
-    """The copied node entries of one record oldest first (the ingress edge first, then the transit
-    nodes in the order the packet met them), fields in host order (a plain structured array)."""
-    n = int(min(record["filled"], IOAM_RECORD_MAX_NODES))
-    host = IOAM_NODE_ENTRY_DTYPE.newbyteorder("=")
-    return record["entries"][:n][::-1].astype(host)
+# One node entry in host order (entries_in_path_order).
+IOAM_NODE_HOST_DTYPE = np.dtype(
+    [
+        ("hop_limit", "u1"),
+        ("node_id", "<u4"),
+        ("ingress_if_id", "<u2"),
+        ("egress_if_id", "<u2"),
+        ("ts_sec", "<u4"),
+        ("ts_subsec", "<u4"),
+    ]
+)
+
+
+def entries_in_path_order(record: np.void) -> np.ndarray:
+    """The entries one record holds, oldest first (the ingress edge, then each node the packet
+    reached), host-order fields. A truncated record (IOAM_RECORD_F_TRUNCATED) holds the newest
+    IOAM_RECORD_MAX_NODES only: its first entry here is not the ingress edge's."""
+    n = int(min(int(record["filled"]), IOAM_RECORD_MAX_NODES))
+    wire = record["entries"][:n][::-1]
+    out = np.zeros(n, dtype=IOAM_NODE_HOST_DTYPE)
+    hn = wire["hop_limit_node_id"].astype(np.uint32)
+    out["hop_limit"] = hn >> 24
+    out["node_id"] = hn & 0xFFFFFF
+    for name in ("ingress_if_id", "egress_if_id", "ts_sec", "ts_subsec"):
+        out[name] = wire[name]
+    return out
+
+
+def kafka_key(node: str, flow_id: int) -> bytes:
+    """The message key on segscope.ioam.records: `<node>/<flow_id>` (the egress node)."""
+    return f"{node}/{flow_id}".encode()
 
 
 IOAM_RECORD_F_KNOWN = IOAM_RECORD_F_OVERFLOW | IOAM_RECORD_F_TRUNCATED

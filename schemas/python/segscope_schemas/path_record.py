@@ -47,6 +47,9 @@ class PathRecord:
     namespace: int = 0  # inline only: IOAM Namespace-ID of the trace and E2E options
     trace_nodes: int = 0  # inline only: node entries the ingress reserves (ingress included)
     sampling: int = 0  # inline only: 1 in `sampling` packets of the flow carries the options
+    # inline only: at most one packet per `sample_interval_us` carries them (then sampling is 0);
+    # written only when set, so records of "1 in N" monitors are as before
+    sample_interval_us: int = 0
 
     @classmethod
     def stamp(cls, node: str, ssid: int, role: str, path, return_path, ts_ns: int) -> PathRecord:
@@ -58,11 +61,23 @@ class PathRecord:
 
     @classmethod
     def inline(
-        cls, node: str, flow_id: int, side: str, path, namespace: int, trace_nodes: int, sampling: int, ts_ns: int
+        cls,
+        node: str,
+        flow_id: int,
+        side: str,
+        path,
+        namespace: int,
+        trace_nodes: int,
+        sampling: int,
+        ts_ns: int,
+        sample_interval_us: int = 0,
     ) -> PathRecord:
+        """side "tx" = the ingress (ioam_tx, the monitor's parameters), "rx" = the egress (ioam_rx:
+        trace_nodes and the sampling are the ingress's, 0 when the egress does not know them)."""
         return cls(
             INLINE, node, int(flow_id), side, tuple(path), int(ts_ns),
             namespace=int(namespace), trace_nodes=int(trace_nodes), sampling=int(sampling),
+            sample_interval_us=int(sample_interval_us),
         )  # fmt: skip
 
     @property
@@ -149,6 +164,8 @@ def encode(record: PathRecord | IoamNode) -> tuple[bytes, bytes]:
             flow_id=record.ident, side=record.role, namespace=record.namespace, trace_nodes=record.trace_nodes,
             sampling=record.sampling,
         )  # fmt: skip
+        if record.sample_interval_us:
+            value["sample_interval_us"] = record.sample_interval_us
     else:
         value.update(flow_id=record.ident, side=record.role, method=record.method, period_ms=record.period_ms)
     return record.key.encode(), json.dumps(value, sort_keys=True, separators=(",", ":")).encode()
@@ -198,6 +215,7 @@ def decode(key: bytes | None, value: bytes | None) -> PathRecord | IoamNode | No
             rec = PathRecord.inline(
                 v["node"], _int(v, "flow_id"), v["side"], _sids(v, "path"), _int(v, "namespace"),
                 _int(v, "trace_nodes"), _int(v, "sampling"), _int(v, "ts_ns"),
+                _int(v, "sample_interval_us") if "sample_interval_us" in v else 0,
             )  # fmt: skip
         elif kind == STAMP:
             rec = PathRecord.stamp(
@@ -282,11 +300,22 @@ def _check(r: PathRecord) -> None:
     elif r.kind == INLINE:
         if not 1 <= r.ident <= 0xFFFFFFFF or r.role not in SIDES:
             raise MalformedPathRecord("bad_field", f"flow_id={r.ident} (1..2^32-1), side={r.role!r} {SIDES}")
-        if not 0 <= r.namespace <= 0xFFFF or not 1 <= r.trace_nodes <= IOAM_TRACE_NODES_MAX or r.sampling < 1:
+        # tx (the ingress): its trace size and exactly one sampling rule; rx (the egress) does not
+        # know them: 0, or the ingress's values
+        tx = r.role == "tx"
+        modes = (r.sampling > 0) + (r.sample_interval_us > 0)
+        if (
+            not 0 <= r.namespace <= 0xFFFF
+            or not (1 if tx else 0) <= r.trace_nodes <= IOAM_TRACE_NODES_MAX
+            or r.sampling < 0
+            or r.sample_interval_us < 0
+            or (tx and modes != 1)
+        ):
             raise MalformedPathRecord(
                 "bad_field",
-                f"namespace={r.namespace} (0..65535), trace_nodes={r.trace_nodes} (1..{IOAM_TRACE_NODES_MAX}), "
-                f"sampling={r.sampling} (>= 1)",
+                f"namespace={r.namespace} (0..65535), trace_nodes={r.trace_nodes} ({1 if tx else 0}.."
+                f"{IOAM_TRACE_NODES_MAX}), sampling={r.sampling} / sample_interval_us={r.sample_interval_us} "
+                f"({'exactly one >= 1' if tx else '>= 0'})",
             )
     elif r.kind == FLOW:
         if not 1 <= r.ident <= 0xFFFFFFFF or r.role not in SIDES or r.method not in METHODS:
@@ -343,4 +372,16 @@ VECTORS = [
         ),  # fmt: skip
     ),
     (b"ioam/R", None, None),
+    (
+        b"inline/A/8/tx",
+        b'{"flow_id":8,"kind":"inline","namespace":7,"node":"A","path":["fc00:13::e","fc00:3::d6"],'
+        b'"sample_interval_us":1000,"sampling":0,"side":"tx","trace_nodes":3,"ts_ns":1795306905000000000,"v":1}',
+        PathRecord.inline("A", 8, "tx", ["fc00:13::e", "fc00:3::d6"], 7, 3, 0, 1795306905000000000, 1000),
+    ),
+    (
+        b"inline/B/8/rx",
+        b'{"flow_id":8,"kind":"inline","namespace":7,"node":"B","path":["fc00:13::e","fc00:3::d6"],"sampling":0,'
+        b'"side":"rx","trace_nodes":0,"ts_ns":1795306905000000000,"v":1}',
+        PathRecord.inline("B", 8, "rx", ["fc00:13::e", "fc00:3::d6"], 7, 0, 0, 1795306905000000000),
+    ),
 ]
