@@ -19,8 +19,10 @@ agent that was killed leaves the file behind and the next agent of the node rest
 it starts (restore_leftovers). The file names the network namespace's inode: a file from another
 namespace of the same name (a lab torn down and built again) is discarded, not applied.
 
-Sysctls are read and written through /proc/sys/net on a thread inside the namespace (rtnl.in_netns):
-/proc/sys/net shows the network namespace of the thread that opens it.
+Sysctls are read and written through /proc/sys/net (or the directory --sysctl-net names: the
+agent's pod mounts the host's /proc/sys/net there, the container's own /proc/sys is read-only) on
+a thread inside the namespace (rtnl.in_netns): /proc/sys/net shows the network namespace of the
+thread that opens it.
 """
 
 from __future__ import annotations
@@ -113,14 +115,23 @@ class IoamGenl(Rtnl):
         self.request(self.family, 0, self._ns_msg(IOAM6_CMD_DEL_NAMESPACE, ns_id))
 
 
-def read_sysctls(netns: str | None, keys: list[str]) -> dict[str, str | None]:
+PROC_SYS_NET = Path("/proc/sys/net")
+
+
+def _sysctl_file(root: Path, key: str) -> Path:
+    """The file of key ("net/ipv6/...") under root, a view of /proc/sys/net (a container gets a
+    read-only /proc/sys: the agent's pod mounts the host's /proc/sys/net elsewhere, --sysctl-net)."""
+    return root / key.removeprefix("net/")
+
+
+def read_sysctls(netns: str | None, keys: list[str], root: Path = PROC_SYS_NET) -> dict[str, str | None]:
     """key ("net/ipv6/...") -> its value now, None if the file does not exist (device gone)."""
 
     def read() -> dict[str, str | None]:
         out: dict[str, str | None] = {}
         for k in keys:
             try:
-                out[k] = Path("/proc/sys", k).read_text().strip()
+                out[k] = _sysctl_file(root, k).read_text().strip()
             except FileNotFoundError:
                 out[k] = None
         return out
@@ -128,14 +139,16 @@ def read_sysctls(netns: str | None, keys: list[str]) -> dict[str, str | None]:
     return in_netns(netns, read)
 
 
-def write_sysctls(netns: str | None, values: dict[str, str], missing_ok: bool = False) -> None:
+def write_sysctls(
+    netns: str | None, values: dict[str, str], missing_ok: bool = False, root: Path = PROC_SYS_NET
+) -> None:
     """Write each key in order; OSError (naming the key) at the first failure, unless the file is
     gone and missing_ok (restoring a device that was deleted meanwhile: nothing left to restore)."""
 
     def write() -> None:
         for k, v in values.items():
             try:
-                with open(Path("/proc/sys", k), "w") as f:
+                with open(_sysctl_file(root, k), "w") as f:
                     f.write(str(v))
             except FileNotFoundError:
                 if not missing_ok:
@@ -172,8 +185,9 @@ class IoamError(Exception):
 class IoamNode:
     """The node's IOAM kernel state as this agent set it; one lock."""
 
-    def __init__(self, netns: str | None, state_dir: Path, links):
+    def __init__(self, netns: str | None, state_dir: Path, links, sysctl_net: Path = PROC_SYS_NET):
         self.netns = netns
+        self.sysctl_net = Path(sysctl_net)
         self.state_path = Path(state_dir) / "ioam.json"
         self.links = links  # callable -> {device: ifindex} (Rtnl.links)
         self.lock = threading.RLock()
@@ -292,7 +306,7 @@ class IoamNode:
             back = {k: v for k, v in a.saved.items() if k not in want}
             # save what is there before the first write (and persist it before writing)
             new_keys = [k for k in want if k not in a.saved]
-            for k, v in read_sysctls(self.netns, new_keys).items():
+            for k, v in read_sysctls(self.netns, new_keys, self.sysctl_net).items():
                 if v is None:
                     raise IoamError("config.interfaces", f"no sysctl {k.replace('/', '.')} (device gone?)")
                 a.saved[k] = v
@@ -304,7 +318,7 @@ class IoamNode:
             self._persist(a)
             self.applied = a
             try:
-                write_sysctls(self.netns, want)
+                write_sysctls(self.netns, want, root=self.sysctl_net)
                 for n in to_add:
                     genl.add_namespace(n)
             except OSError as e:
@@ -312,7 +326,7 @@ class IoamNode:
                 self._undo(a)
                 self.applied = None
                 raise IoamError("config", f"the kernel refused it: {e}") from None
-            write_sysctls(self.netns, back, missing_ok=True)
+            write_sysctls(self.netns, back, missing_ok=True, root=self.sysctl_net)
             for k in back:
                 del a.saved[k]
             for n in to_del:
@@ -347,7 +361,7 @@ class IoamNode:
         """Every saved sysctl back, every added namespace deleted, the state file removed."""
         errors = []
         try:
-            write_sysctls(self.netns, a.saved, missing_ok=True)
+            write_sysctls(self.netns, a.saved, missing_ok=True, root=self.sysctl_net)
         except OSError as e:
             errors.append(str(e))
         try:

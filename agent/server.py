@@ -67,6 +67,8 @@ class AgentConfig:
     stamp_linger_ms: int = 200  # stamp_streamer --linger-ms: records held to batch them per node
     # what must outlive a killed agent (the IOAM values to restore): default /run/segscope/<instance>
     state_dir: str | None = None
+    # the host's /proc/sys/net as the agent sees it (a container's own /proc/sys is read-only)
+    sysctl_net: str = "/proc/sys/net"
 
 
 def _wrap(name: str, fn, streaming: bool, counters: AgentCounters):
@@ -127,7 +129,7 @@ class Agent:
         # instance (datapath/README.md, "Chaining"); the loaders serialise its changes themselves
         self.flowmon = FlowMonAgent(cfg.node, REPO, cfg.netns, instance, cfg.kafka)
         state_dir = Path(cfg.state_dir or Path("/run/segscope") / instance)
-        self.ioam = IoamNode(cfg.netns, state_dir, self.rtnl.links)
+        self.ioam = IoamNode(cfg.netns, state_dir, self.rtnl.links, Path(cfg.sysctl_net))
         # a killed agent of this node left IOAM enabled: put back what it had saved, before serving
         self.ioam.restore_leftovers()
         self.inline = InlineAgent(

@@ -30,6 +30,7 @@ import grpc
 from agent import children
 from agent import fields as F
 from agent.fields import ApiError
+from agent.ustamp_reflector import UserspaceReflector
 from segscope_proto.segscope.agent.v1 import stamp_pb2 as pb
 from segscope_proto.segscope.agent.v1 import stamp_pb2_grpc as pb_grpc
 from segscope_schemas import path_record as pr
@@ -46,6 +47,16 @@ MODE_ARG = {
     pb.STAMP_MODE_AUTHENTICATED: "authenticated",
 }
 FOREVER_S = 10 * 365 * 86400  # stamp_sender needs --count or --duration: "until stopped"
+XDP, USERSPACE, AUTO = pb.STAMP_REFLECTOR_MODE_XDP, pb.STAMP_REFLECTOR_MODE_USERSPACE, pb.STAMP_REFLECTOR_MODE_AUTO
+# the loader's words when the kernel or the driver refuses the native XDP attach (datapath/xdp_chain.c)
+XDP_REFUSED = "native XDP attach of the chain dispatcher"
+XDP_BUSY = "another program was attached meanwhile"  # a race with another loader: not a refusal
+
+
+def xdp_refused(message: str) -> bool:
+    """Did the kernel or the driver refuse XDP on the device (no native XDP, a veth peer's MTU too
+    large, ...), as opposed to a missing device, a build problem or another program there?"""
+    return XDP_REFUSED in message and XDP_BUSY not in message
 
 
 class Tools:
@@ -55,6 +66,7 @@ class Tools:
         # the eBPF objects and C tools: the checkout's build/, or SEGSCOPE_BUILD_DIR (an installed
         # package, a container image)
         self.build = Path(os.environ.get("SEGSCOPE_BUILD_DIR") or repo / "build")
+        self.repo = repo
         self.netns = netns
         self.pin_root = pin_root
         self.collector = self.build / "datapath" / "stamp_collector"
@@ -144,6 +156,12 @@ class StampAgent:
         # of each reflector device when it was Init'ed, so a status shows the drops since then
         self.link_stats = lambda: {}
         self.reflector_tx_base: dict[str, int] = {}
+        # what answers the reflector role's test packets: the XDP reflector, or the user-space one
+        # (mode USERSPACE, or AUTO where XDP was refused: reflector_fallback says why)
+        self.reflector_running = pb.STAMP_REFLECTOR_MODE_UNSPECIFIED
+        self.reflector_fallback = ""
+        self.userspace: UserspaceReflector | None = None
+        self.socket_drops_base = 0  # the user-space reflector's socket_drops at Init
         self.sessions: dict[tuple[int, int], Session] = {}
         self.reader: subprocess.Popen | None = None
         self.reader_thread: threading.Thread | None = None
@@ -284,6 +302,7 @@ class StampAgent:
                 "leftover_records_lost": self.leftover_records_lost,
                 "kafka_queue_len": int(st.get("kafka_queue_len", 0)),
                 "stamp_sessions": len(self.sessions),
+                "stamp_reflector_userspace": int(self.reflector_running == USERSPACE),
             }
 
     def streamer_counters(self) -> dict[str, int] | None:
@@ -321,8 +340,9 @@ class StampAgent:
     def program_devices(self) -> list[tuple[str, str]]:
         """(program, device) of every device a STAMP program of this agent runs on."""
         with self.lock:
+            xdp = self.reflector_running == XDP
             return [("stamp_collector", d) for d in sorted(self.sender_devices)] + [
-                ("stamp_reflector", d) for d in sorted(self.reflector_devices)
+                ("stamp_reflector", d) for d in sorted(self.reflector_devices) if xdp
             ]
 
     def note_reflector_device(self, device: str) -> None:
@@ -333,7 +353,7 @@ class StampAgent:
             self.reflector_tx_base[device] = 0
 
     def reflector_tx_dropped(self) -> int:
-        if not self.reflector_devices:
+        if not self.reflector_devices or self.reflector_running != XDP:
             return 0
         try:
             stats = self.link_stats()
@@ -344,13 +364,40 @@ class StampAgent:
             for d in self.reflector_devices
         )
 
+    # -- the user-space reflector -------------------------------------------------------------------
+    def start_userspace_reflector(self, cfg: pb.StampReflectorConfig) -> None:
+        self.userspace = UserspaceReflector(
+            self.tools.repo, self.tools.netns, cfg.udp_port, self.streamer_stats_path.parent, self.node, self.kafka
+        )
+        self.userspace.start()
+        self.socket_drops_base = self.userspace.counters().get("socket_drops", 0)
+
+    def userspace_sessions(self) -> list[dict]:
+        """The running reflector sessions as the user-space reflector's session file holds them."""
+        return [
+            {
+                "ssid": ssid,
+                "sender": s.spec.sender_address,
+                "return_sids": list(s.spec.return_segments),
+                "format": FORMAT_ARG[s.spec.timestamp_format],
+            }
+            for (role, ssid), s in sorted(self.sessions.items())
+            if role == REFLECTOR and s.state == pb.STAMP_SESSION_STATE_RUNNING
+        ]
+
+    def reflector_socket_drops(self) -> int:
+        """Test packets the kernel dropped at the user-space reflector's sockets since Init."""
+        if self.userspace is None:
+            return 0
+        return max(0, self.userspace.counters().get("socket_drops", 0) - self.socket_drops_base)
+
     def attached_programs(self) -> list[tuple[str, Path, Path]]:
         """(program, loader, pin dir) of the STAMP programs attached now."""
         with self.lock:
             out = []
             if self.sender_cfg is not None:
                 out.append(("stamp_collector", self.tools.collector, self.tools.collector_pin))
-            if self.reflector_cfg is not None:
+            if self.reflector_cfg is not None and self.reflector_running == XDP:
                 out.append(("stamp_reflector", self.tools.reflector, self.tools.reflector_pin))
             return out
 
@@ -527,9 +574,14 @@ class StampAgent:
                 self.reader = None
             # `detach` takes each program out of the node's XDP chain on every device it runs on;
             # the other members there (the flow monitor's altmark_rx, the other STAMP role) keep running
+            if self.userspace is not None:
+                final = self.userspace.stop()
+                log.info("Reset: user-space reflector stopped, counters %s", json.dumps(final))
+                self.userspace = None
+            xdp_reflector = self.reflector_cfg if self.reflector_running == XDP else None
             for tool, pin, cfg, devices in (
                 (t.collector, t.collector_pin, self.sender_cfg, self.sender_devices),
-                (t.reflector, t.reflector_pin, self.reflector_cfg, self.reflector_devices),
+                (t.reflector, t.reflector_pin, xdp_reflector, self.reflector_devices),
             ):
                 if cfg is not None:
                     cmd = [str(tool), "detach", *t.ns_args(), "--dev", cfg.device, "--pin-dir", str(pin)]
@@ -537,6 +589,8 @@ class StampAgent:
                 devices.clear()
             self.sender_cfg = None
             self.reflector_cfg = None
+            self.reflector_running = pb.STAMP_REFLECTOR_MODE_UNSPECIFIED
+            self.reflector_fallback = ""
         if changed:
             log.info("Reset: %d sessions destroyed, datapath detached", n)
         else:
@@ -642,6 +696,7 @@ class StampServicer(pb_grpc.StampServiceServicer):
                 device=F.ifname("reflector.device", r.device),
                 addresses=[F.ipv6(f"reflector.addresses[{i}]", x) for i, x in enumerate(r.addresses)],
                 udp_port=r.udp_port or 862,
+                mode=F.enum_value("reflector.mode", r.mode, pb.StampReflectorMode, required=False) or AUTO,
             )
         changed = False
         with a.lock:
@@ -657,18 +712,30 @@ class StampServicer(pb_grpc.StampServiceServicer):
                     f"reflector.udp_port: the reflector already answers on port {a.reflector_cfg.udp_port} "
                     f"(devices {sorted(a.reflector_devices)}); one port per node, or Reset first",
                 )
+            if rfl is not None and a.reflector_cfg is not None and a.reflector_cfg.mode != rfl.mode:
+                raise ApiError(
+                    grpc.StatusCode.FAILED_PRECONDITION,
+                    f"reflector.mode: the reflector was initialised with "
+                    f"{pb.StampReflectorMode.Name(a.reflector_cfg.mode)}; Reset first",
+                )
             if snd is not None and a.sender_cfg is not None and snd.device not in a.sender_devices:
                 changed |= self._add_device(snd, "sender", t.collector, t.collector_pin, a.sender_devices)
             if rfl is not None and a.reflector_cfg is not None:
+                xdp = a.reflector_running == XDP
                 if rfl.device not in a.reflector_devices:
-                    changed |= self._add_device(rfl, "reflector", t.reflector, t.reflector_pin, a.reflector_devices)
+                    if xdp:
+                        changed |= self._add_device(rfl, "reflector", t.reflector, t.reflector_pin, a.reflector_devices)
+                    else:  # the user-space reflector's socket takes every device's packets already
+                        a.reflector_devices[rfl.device] = rfl
+                        changed = True
                 have = set(a.reflector_cfg.addresses)
                 for i, addr in enumerate(rfl.addresses):
                     if addr not in have:
-                        t.run(
-                            [t.reflector, "add-address", "--pin-dir", t.reflector_pin, addr],
-                            f"reflector.addresses[{i}]",
-                        )
+                        if xdp:
+                            t.run(
+                                [t.reflector, "add-address", "--pin-dir", t.reflector_pin, addr],
+                                f"reflector.addresses[{i}]",
+                            )
                         a.reflector_cfg.addresses.append(addr)
                         changed = True
             # the STAMP programs join the node's XDP chain (datapath/README.md, "Chaining"): any
@@ -685,49 +752,64 @@ class StampServicer(pb_grpc.StampServiceServicer):
                 changed = True
                 log.info("Init sender: stamp_collector attached to %s, results reader started", snd.device)
             if rfl is not None and a.reflector_cfg is None:
-                a.clear_leftovers(t.reflector, t.reflector_pin, rfl.device)
-                t.run(
-                    [
-                        t.reflector,
-                        "attach",
-                        *t.ns_args(),
-                        "--dev",
-                        rfl.device,
-                        "--pin-dir",
-                        t.reflector_pin,
-                        "--port",
-                        rfl.udp_port,
-                    ],
-                    "reflector.device",
-                )
-                try:
-                    for i, addr in enumerate(rfl.addresses):
-                        t.run(
-                            [t.reflector, "add-address", "--pin-dir", t.reflector_pin, addr],
-                            f"reflector.addresses[{i}]",
-                        )
-                except ApiError:
-                    t.run(
-                        [t.reflector, "detach", *t.ns_args(), "--dev", rfl.device, "--pin-dir", t.reflector_pin],
-                        "reflector.device",
+                running, reason = USERSPACE, ""
+                if rfl.mode != USERSPACE:
+                    try:
+                        self._attach_xdp_reflector(rfl)
+                        running = XDP
+                    except ApiError as exc:
+                        # AUTO: a device or kernel without native XDP gets the user-space reflector
+                        if rfl.mode == XDP or not xdp_refused(exc.message):
+                            raise
+                        reason = exc.message
+                        log.warning("Init reflector: XDP refused on %s, the user-space reflector answers: %s",
+                                    rfl.device, reason)  # fmt: skip
+                if running == USERSPACE:
+                    a.start_userspace_reflector(rfl)
+                    log.info(
+                        "Init reflector: user-space reflector on port %d (pid %d)", rfl.udp_port, a.userspace.proc.pid
                     )
-                    raise
                 a.reflector_cfg = pb.StampReflectorConfig()
                 a.reflector_cfg.CopyFrom(rfl)
                 a.reflector_devices[rfl.device] = rfl
-                a.note_reflector_device(rfl.device)
+                a.reflector_running, a.reflector_fallback = running, reason
+                if running == XDP:
+                    a.note_reflector_device(rfl.device)
                 changed = True
-                log.info(
-                    "Init reflector: stamp_reflector attached to %s for %s port %d",
-                    rfl.device,
-                    ",".join(rfl.addresses),
-                    rfl.udp_port,
-                )
+            response = pb.InitResponse(changed=changed)
+            if a.reflector_cfg is not None:
+                response.reflector_running = a.reflector_running
+                response.reflector_fallback_reason = a.reflector_fallback
         if not changed:
             log.info("Init: unchanged (same configuration)")
         else:
             self._changed()
-        return pb.InitResponse(changed=changed)
+        return response
+
+    def _attach_xdp_reflector(self, rfl: pb.StampReflectorConfig) -> None:
+        """The XDP reflector on rfl.device (it joins the node's XDP chain) with rfl's addresses."""
+        a, t = self.a, self.a.tools
+        a.clear_leftovers(t.reflector, t.reflector_pin, rfl.device)
+        t.run(
+            [t.reflector, "attach", *t.ns_args(), "--dev", rfl.device, "--pin-dir", t.reflector_pin]
+            + ["--port", rfl.udp_port],
+            "reflector.device",
+        )
+        try:
+            for i, addr in enumerate(rfl.addresses):
+                t.run([t.reflector, "add-address", "--pin-dir", t.reflector_pin, addr], f"reflector.addresses[{i}]")
+        except ApiError:
+            t.run(
+                [t.reflector, "detach", *t.ns_args(), "--dev", rfl.device, "--pin-dir", t.reflector_pin],
+                "reflector.device",
+            )
+            raise
+        log.info(
+            "Init reflector: stamp_reflector attached to %s for %s port %d",
+            rfl.device,
+            ",".join(rfl.addresses),
+            rfl.udp_port,
+        )
 
     def _add_device(self, cfg, role: str, tool: Path, pin: Path, devices: dict) -> bool:
         """The role's program, already attached, on one more device (same maps); True when done."""
@@ -762,6 +844,12 @@ class StampServicer(pb_grpc.StampServiceServicer):
                 raise ApiError(
                     grpc.StatusCode.FAILED_PRECONDITION,
                     f"session.role: the {ROLE_NAME[sp.role]} role is not initialised (call Init first)",
+                )
+            if sp.role == REFLECTOR and a.reflector_running == USERSPACE and sp.mode == pb.STAMP_MODE_AUTHENTICATED:
+                raise ApiError(
+                    grpc.StatusCode.FAILED_PRECONDITION,
+                    "session.mode: the user-space reflector needs a key file for an authenticated session, which "
+                    "the API does not carry (collectors/ustamp/README.md: --sessions with key_file, by hand)",
                 )
             old = a.sessions.get(key)
             if old is not None:
@@ -804,7 +892,18 @@ class StampServicer(pb_grpc.StampServiceServicer):
         return pb.CreateStampSessionResponse(status=s.status(), changed=True)
 
     def _reflector_add(self, sp: pb.StampSession) -> None:
-        t = self.a.tools
+        a, t = self.a, self.a.tools
+        if a.reflector_running == USERSPACE:
+            # the running sessions and this one, in the user-space reflector's session file
+            key = (REFLECTOR, sp.ssid)
+            prev = a.sessions[key].state
+            a.sessions[key].state = pb.STAMP_SESSION_STATE_RUNNING
+            try:
+                a.userspace.set_sessions(a.userspace_sessions(), "session")
+            except ApiError:
+                a.sessions[key].state = prev
+                raise
+            return
         cmd = [
             t.reflector,
             "add-session",
@@ -824,7 +923,12 @@ class StampServicer(pb_grpc.StampServiceServicer):
         t.run(cmd, "session")
 
     def _reflector_del(self, sp: pb.StampSession) -> None:
-        t = self.a.tools
+        a, t = self.a, self.a.tools
+        if a.reflector_running == USERSPACE:
+            key = (REFLECTOR, sp.ssid)
+            a.sessions[key].state = pb.STAMP_SESSION_STATE_STOPPED
+            a.userspace.set_sessions(a.userspace_sessions(), "ssid")
+            return
         t.run(
             [
                 t.reflector,
@@ -905,9 +1009,11 @@ class StampServicer(pb_grpc.StampServiceServicer):
         with self.a.lock:
             out = [s.status() for _, s in sorted(self.a.sessions.items())]
             tx_dropped = self.a.reflector_tx_dropped()
+            socket_drops = self.a.reflector_socket_drops()
         for st in out:
             if st.session.role == REFLECTOR:
                 st.reflector_tx_dropped = tx_dropped
+                st.reflector_socket_drops = socket_drops
         log.info("ListStampSessions: %d sessions", len(out))
         return pb.ListStampSessionsResponse(sessions=out)
 

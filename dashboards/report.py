@@ -170,7 +170,7 @@ def svg_hop_bars(hops: list[dict], end_to_end_us: float | None, width: int = 960
     out.append(f'<text x="{left - 8}" y="{y + 13}" text-anchor="end" font-weight="bold">path, end to end</text>')
     x = left
     for h in measured:
-        colour = HOP_COLOURS[h["hop"] % len(HOP_COLOURS)]
+        colour = HOP_COLOURS[h["first"] % len(HOP_COLOURS)]
         out.append(f'<rect x="{x}" y="{y}" width="{w(h["mean"])}" height="{bar_h}" fill="{colour}"/>')
         x += w(h["mean"])
     if end_to_end_us and end_to_end_us > total:  # the part no measured hop accounts for
@@ -190,7 +190,7 @@ def svg_hop_bars(hops: list[dict], end_to_end_us: float | None, width: int = 960
                        f'stroke-dasharray="4 3"/><text x="{left + 6}" y="{y + 13}" fill="#666666">'
                        f"{NOT_MEASURED}</text>")  # fmt: skip
             continue
-        colour = HOP_COLOURS[h["hop"] % len(HOP_COLOURS)]
+        colour = HOP_COLOURS[h["first"] % len(HOP_COLOURS)]
         out.append(f'<rect x="{left}" y="{y}" width="{w(h["mean"])}" height="{bar_h}" fill="{colour}"/>')
         out.append(f'<text x="{left + w(h["mean"]) + 6}" y="{y + 13}">{_fmt(h["mean"])} µs</text>')
     out.append(f'<text x="{left}" y="{height - 4}" fill="#666666">mean delay of the sampled packets, µs; '
@@ -247,7 +247,9 @@ def collect(influx: Influx, since_s: int, now_ns: int | None = None) -> dict:
         row = dict(zip(s["columns"], s["values"][0], strict=True))
         tags = s["tags"]
         inline_path(tags["path"])["hops"].append(
-            {"hop": int(tags["hop"]), "link": tags["link"], "from_node": tags["from_node"], "to_node": tags["to_node"],
+            # hop=<i>, or <first>-<last> for a span over transit nodes that add no IOAM entry
+            {"hop": tags["hop"], "first": int(tags["hop"].split("-")[0]), "link": tags["link"],
+             "from_node": tags["from_node"], "to_node": tags["to_node"],
              "mean": row["mean µs"], "p99": row["p99 µs (worst second)"], "max": row["max µs"],
              "packets": row["packets"], "measured": row["measured"] or 0.0}
         )  # fmt: skip
@@ -263,7 +265,7 @@ def collect(influx: Influx, since_s: int, now_ns: int | None = None) -> dict:
     ):
         inline_path(s["tags"]["path"])["loss"] = dict(zip(s["columns"], s["values"][0], strict=True))
     for p in paths.values():
-        p["hops"].sort(key=lambda h: h["hop"])
+        p["hops"].sort(key=lambda h: (h["first"], h["hop"]))
     fig["inline_paths"] = dict(sorted(paths.items()))
 
     # loss per flow: the panel "Lost packets per block", and the totals of the window

@@ -39,6 +39,7 @@ pytestmark = [pytest.mark.datapath, pytest.mark.e2e]
 PREFIX = "dpl"
 NODES = ("A", "R", "B")
 TOPOLOGY = REPO / "netlab" / "topologies" / "line5_bare.yaml"
+INLINE_FLOW = 4377
 KAFKA_IP = "10.77.1.1"  # the root side of A's management link: "the Kafka pod's IP"
 
 
@@ -65,6 +66,18 @@ def test_intent(mgmt_ip: dict[str, str]) -> str:
         intent["nodes"][node] = {"agent": f"{mgmt_ip[node]}:50051", "tls": tls}
     for s in intent["stamp_sessions"]:
         s["rate_pps"] = 50
+    # in-line measurement of the H1 -> H2 policy: EnableIoam on A, R and B goes through the agent's
+    # --sysctl-net mount of the chart (a container's own /proc/sys is read-only)
+    intent["inline_monitors"] = [
+        {
+            "flow_id": INLINE_FLOW,
+            "ingress": {"node": "A", "dev": "a0"},
+            "egress": {"node": "B", "dev": "b0"},
+            "segs": ["fc00:2::e", "fc00:3::d6"],
+            "sampling": {"every": 10},
+            "transit": ["R"],
+        }
+    ]
     return yaml.safe_dump(intent, sort_keys=False)
 
 
@@ -281,6 +294,11 @@ def test_controller_job_applies_the_intent_over_mtls(deployed):
     d.run(job, "controller-apply", timeout=120)
     assert "seg6local" in d.lab.run("R", ["ip", "-6", "route"]).stdout
     assert "encap seg6" in d.lab.run("A", ["ip", "-6", "route"]).stdout
+    # IOAM enabled by the chart's agents through their sysctl mount: R's node id and its devices
+    from controller.intent import default_ioam_id
+
+    sysctl = d.lab.run("R", ["sysctl", "-n", "net.ipv6.ioam6_id", "net.ipv6.conf.r0.ioam6_enabled"]).stdout.split()
+    assert sysctl == [str(default_ioam_id("R")), "1"], d.log("agent-R")
 
 
 def test_drift_cronjob_sees_no_drift_then_drift(deployed):

@@ -401,7 +401,7 @@ def test_report_shows_each_hop_of_each_path(minute, tmp_path):
     assert r.returncode == 0, r.stderr
     fig = json.loads(out.with_suffix(".json").read_text())
     one = fig["inline_paths"][P1]
-    assert [h["hop"] for h in one["hops"]] == [0, 1, 2] and one["hops"][1]["mean"] is None
+    assert [h["hop"] for h in one["hops"]] == ["0", "1", "2"] and one["hops"][1]["mean"] is None
     p1_hops = [h for h in minute["hops"] if h.path == P1 and h.count is not None]
     mean = {hop: sum(h.sum_us for h in p1_hops if h.hop == hop) / sum(h.count for h in p1_hops if h.hop == hop)
             for hop in (0, 2)}  # fmt: skip
@@ -436,3 +436,40 @@ def test_report_shows_each_hop_of_each_path(minute, tmp_path):
     rest = browser.runs(img, mid(stacked), "#eeeeee")  # the part of the end-to-end no measured hop explains
     whole = max(x + w for x, w in rest) + 1 - seg0[0]  # up to the dashed outline's right edge
     assert (bar0[1] + bar2[1]) / whole == pytest.approx((mean[0] + mean[2]) / e2e, rel=0.02)
+
+
+def test_report_shows_a_span_over_hops_not_measured(stack, tmp_path):
+    """Where transit nodes add no IOAM entry, the processor writes the span it can measure from the
+    node before them to the node after (`hop=<first>-<last>`, schemas/metrics.md) beside the hops
+    not measured: the report lists it in path order with its own numbers, between hop 0 and hop 3."""
+    name = f"inline_span_{uuid.uuid4().hex[:10]}"
+    stack.influx_query(f'CREATE DATABASE "{name}"')
+    influx = Influx(stack.influx_url, name)
+    t0 = time.time_ns() // S * S - 30 * S
+    path = "fc00:7::e,fc00:3::d6"
+    hops = [("0", "A:1->R:1", 400.0), ("1", "R:2->S:1", None), ("2", "S:2->T:1", None), ("1-2", "R:2->T:1", 900.0),
+            ("3", "T:2->B:1", 250.0)]  # fmt: skip
+    lines = []
+    for k in range(20):
+        for hop, link, mean in hops:
+            a, a_if, b, b_if = ends(link)
+            series = (f"inline_hop_delay,flow=21,path={tag(path)},hop={hop},link={link},from_node={a},to_node={b},"
+                      f"from_if={a_if},to_if={b_if}")  # fmt: skip
+            fields = ("measured=false,unmeasured=10i" if mean is None else f"count=10i,sum_us={10 * mean},"
+                      f"mean_us={mean},p99_us={mean + 30},max_us={mean + 40},measured=true")  # fmt: skip
+            lines.append(f"{series} {fields} {t0 + k * S}")
+    write(influx, lines)
+    out = tmp_path / "report.html"
+    env = {**os.environ, "SEGSCOPE_INFLUX_URL": stack.influx_url}
+    r = subprocess.run([sys.executable, "-m", "dashboards.report", "--since", "10m", "--db", name, "--out", str(out),
+                        "--json"], cwd=REPO, env=env, capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    shown = json.loads(out.with_suffix(".json").read_text())["inline_paths"][path]["hops"]
+    assert [h["hop"] for h in shown] == ["0", "1", "1-2", "2", "3"]
+    span = shown[2]
+    assert (span["from_node"], span["to_node"], span["packets"]) == ("R", "T", 200)
+    assert span["mean"] == pytest.approx(900.0)
+    assert [h["mean"] is None for h in shown] == [False, True, False, True, False]
+    dom = browser.dom(out, tmp_path / "chromium-dom")
+    numbers = "<td>900</td><td>930</td><td>940</td><td>200</td>"
+    assert f'<td>1-2</td><td class="l">R:2-&gt;T:1</td><td class="l">R → T</td>{numbers}' in dom
