@@ -14,6 +14,7 @@ unreachable Kafka is not a refusal: programs wait for it as before.
 from __future__ import annotations
 
 import logging
+import re
 import threading
 import time
 
@@ -41,10 +42,15 @@ def _codes():
     return login, {KafkaError._SSL}, acl
 
 
+# librdkafka's timing suffix, which differs between two otherwise equal refusals
+_TIMING = re.compile(r" \(after \d+ms in state \w+\)")
+
+
 def refusal_message(code: int, text: str, sec: KafkaSecurity, what: str = "") -> str | None:
     """The message for a librdkafka error code that is a refusal; None for any other error.
     `what`: the topic or group the request was for, when known."""
     login, tls, acl = _codes()
+    text = _TIMING.sub("", text)
     if code in login:
         if "SSL" in text and "SASL" not in text:
             return tls_message(text, sec)
