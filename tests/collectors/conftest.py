@@ -13,7 +13,6 @@ REPO = Path(__file__).resolve().parents[2]
 BUILD = REPO / "build" / "collectors"
 PREFIX = "co"  # resource prefix of these tests (netns, veths, pins)
 PIN_ROOT = Path("/sys/fs/bpf") / f"{PREFIX}-test"
-KAFKA_PORT_BASE = 29000  # isolated Kafka: 29000 (controller 29001)
 
 
 def sh(*argv: str, check: bool = True) -> subprocess.CompletedProcess:
@@ -129,10 +128,13 @@ def co_pins(bpffs) -> Path:
 
 @pytest.fixture(scope="session")
 def kafka_bootstrap() -> str:
-    """Our own Kafka (services/stack.py, port base 29000, run dir .run/co-stack): the streamer
-    tests create their own topics and must not depend on the suite-wide stack's state."""
+    """Our own Kafka (services/stack.py, tests/isolation.py slot 1: port base 29000 and run dir
+    .run/co-stack in a lone run): the streamer tests create their own topics and must not depend
+    on the suite-wide stack's state."""
     from services.stack import Stack
+    from tests.isolation import extra_stack
 
-    stack = Stack(run_dir=REPO / ".run" / "co-stack", port_base=KAFKA_PORT_BASE, fresh=True)
+    run_dir, port_base = extra_stack("co-stack", slot=1, default_port_base=29000)
+    stack = Stack(run_dir=run_dir, port_base=port_base, fresh=True)
     with stack.shared(only=["kafka"]):
         yield stack.kafka_bootstrap
