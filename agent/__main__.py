@@ -68,6 +68,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--health",
         help="HOST:PORT for HTTP /healthz /readyz /metrics /status (Kubernetes probes, Prometheus); default off",
     )
+    p.add_argument(
+        "--state-dir",
+        help="where the agent keeps what must outlive it if it is killed (the IOAM values to restore); "
+        "default /run/segscope/INSTANCE",
+    )
+    p.add_argument(
+        "--sysctl-net",
+        default="/proc/sys/net",
+        help="the node's /proc/sys/net as the agent sees it, for the IOAM sysctls (default /proc/sys/net; "
+        "in a container, where /proc/sys is read-only, a mount of the host's /proc/sys/net)",
+    )
     p.add_argument("--workers", type=int, default=16, help="gRPC worker threads (default 16)")
     p.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     a = p.parse_args(argv)
@@ -118,6 +129,8 @@ def main(argv: list[str] | None = None) -> int:
             stats_interval_s=a.stats_interval,
             stamp_linger_ms=a.stamp_linger_ms,
             health=a.health,
+            state_dir=a.state_dir,
+            sysctl_net=a.sysctl_net,
         )
     )
     done = threading.Event()

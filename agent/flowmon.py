@@ -44,7 +44,7 @@ MAX_FLOWMON_ID = 0xFFFFF
 
 @dataclass
 class Side:
-    device: str  # where the side's program was attached first (and where STAMP can chain behind it)
+    device: str  # where the side's program was attached first
     flows: dict[int, pb.FlowMonitor]
     devices: list[str] = field(default_factory=list)  # every device it runs on (device first)
 
@@ -97,16 +97,6 @@ class FlowMonAgent:
         self.sides: dict[int, Side] = {}
         self.collector: subprocess.Popen | None = None
         self.on_change = None
-        # XDP chaining with the STAMP agent (datapath/README.md, "Chaining"): the server wires
-        # these to the StampAgent (its xdp_lock, shared, serialises the node's XDP attach/detach;
-        # stamp_program_on(dev) names the STAMP program this agent runs on dev, or None)
-        self.xdp_lock = threading.Lock()
-        self.stamp_program_on = lambda device: None
-
-    def rx_device(self) -> str | None:
-        """Where altmark_rx runs (None: not attached); read under xdp_lock."""
-        s = self.sides.get(RX)
-        return s.device if s is not None else None
 
     def tool(self, side: int) -> Path:
         return self.build / "datapath" / PROG[side]
@@ -139,61 +129,36 @@ class FlowMonAgent:
                 capture_output=True,
                 timeout=30,
             )
-        with self.xdp_lock:
-            chain = []
-            if side == RX:
-                stamp = self.stamp_program_on(device)
-                if stamp is not None:
-                    # the STAMP program moves into altmark_rx's chain slot (one atomic swap)
-                    log.info("%s runs on %s: attaching altmark_rx with --chain", stamp, device)
-                    chain = ["--chain"]
-            self.run(
-                side,
-                ["attach", "--dev", device, "--instance", self.instance, *self.ns_args(), *chain],
-                "monitor.device",
-            )
-            self.sides[side] = Side(device, {}, [device])
-        log.info(
-            "%s attached to %s (instance %s)%s",
-            PROG[side],
-            device,
-            self.instance,
-            ", STAMP chained behind it" if chain else "",
-        )
+        # altmark_rx joins the node's XDP chain (datapath/README.md, "Chaining"): STAMP programs
+        # on the same device keep running behind it, whichever came first
+        self.run(side, ["attach", "--dev", device, "--instance", self.instance, *self.ns_args()], "monitor.device")
+        self.sides[side] = Side(device, {}, [device])
+        log.info("%s attached to %s (instance %s)", PROG[side], device, self.instance)
         self._restart_collector()
 
     def attach_dev(self, side: int, device: str) -> None:
         """The side's program, already attached, on one more device."""
-        with self.xdp_lock:
-            s = self.sides[side]
-            if side == RX and self.stamp_program_on(device) is not None:
-                raise ApiError(
-                    grpc.StatusCode.FAILED_PRECONDITION,
-                    f"monitor.device: {device} runs {self.stamp_program_on(device)}; altmark_rx can chain a STAMP "
-                    f"program only on its first device ({s.device})",
-                )
-            args = ["attach-dev", "--dev", device, "--instance", self.instance, *self.ns_args()]
-            self.run(side, args, "monitor.device")
-            s.devices.append(device)
+        s = self.sides[side]
+        self.run(side, ["attach-dev", "--dev", device, "--instance", self.instance, *self.ns_args()], "monitor.device")
+        s.devices.append(device)
         log.info("%s also attached to %s (devices %s)", PROG[side], device, s.devices)
 
     def detach_dev(self, side: int, device: str) -> None:
         """Off one device; the others keep the program (and its flows)."""
-        with self.xdp_lock:
-            s = self.sides[side]
-            self.run(side, ["detach-dev", "--dev", device, "--instance", self.instance, *self.ns_args()], "side")
-            s.devices.remove(device)
-            if s.device == device:
-                s.device = s.devices[0]
+        s = self.sides[side]
+        self.run(side, ["detach-dev", "--dev", device, "--instance", self.instance, *self.ns_args()], "side")
+        s.devices.remove(device)
+        if s.device == device:
+            s.device = s.devices[0]
         log.info("%s detached from %s (still on %s)", PROG[side], device, s.devices)
 
     def detach(self, side: int) -> None:
-        # altmark_rx with a STAMP program in its slot hands the device back to that program first
-        with self.xdp_lock:
-            s = self.sides.pop(side)
-            for extra in [d for d in s.devices if d != s.device]:
-                self.run(side, ["detach-dev", "--dev", extra, "--instance", self.instance, *self.ns_args()], "side")
-            self.run(side, ["detach", "--dev", s.device, "--instance", self.instance, *self.ns_args()], "side")
+        # detach-dev / detach: altmark_tx leaves its devices one by one; altmark_rx leaves the node's
+        # XDP chain (detach alone would take it off every device), other members there keep running
+        s = self.sides.pop(side)
+        for extra in [d for d in s.devices if d != s.device]:
+            self.run(side, ["detach-dev", "--dev", extra, "--instance", self.instance, *self.ns_args()], "side")
+        self.run(side, ["detach", "--dev", s.device, "--instance", self.instance, *self.ns_args()], "side")
         log.info("%s detached from %s", PROG[side], s.device)
         self._restart_collector()
 

@@ -2,18 +2,19 @@
 `segscope.metrics` (only with --kafka), every --stats-interval seconds:
 
     segscope_datapath,node=A,program=stamp_collector pass_not_ipv6=0i,...,collected=2000i <ns>
-    segscope_streamer,node=A records_in=2000i,records_delivered=2000i,records_failed=0i,... <ns>
+    segscope_streamer,node=A,records=stamp records_in=2000i,records_delivered=2000i,... <ns>
     segscope_agent,node=A rpcs=12i,rpc_errors=0i,records_read=2000i,... <ns>
 
-segscope_streamer: the agent does stamp_streamer's job (collector ring buffer -> Kafka), so it
-reports those counters under stamp_streamer's names once it has a sender role.
+segscope_streamer: the agent runs stamp_streamer on the collector's ring (records=stamp, once it
+has a sender role) and on ioam_rx's ring (records=ioam, once it has an in-line EGRESS side) and
+reports their counters under stamp_streamer's names, one line per ring.
 
 Programs: every segscope datapath program the agent has attached (stamp_collector,
-stamp_reflector, altmark_tx, altmark_rx). Field names are the loader's own (`<tool> stats
---pin-dir DIR --json`, run once per loaded map: the JSON keys in counter-index order); the values
-are read directly from the pinned per-CPU stats array with the bpf(2) syscall and summed over the
-possible CPUs, exactly as the loaders' `stats` does - one BPF_OBJ_GET plus one lookup per counter,
-no process per tick (schemas/metrics.md, segscope_datapath and segscope_agent).
+stamp_reflector, altmark_tx, altmark_rx, ioam_tx, ioam_rx). Field names are the loader's own
+(`<tool> stats --pin-dir DIR --json`, run once per loaded map: the JSON keys in counter-index order);
+the values are read directly from the pinned per-CPU stats array with the bpf(2) syscall and summed
+over the possible CPUs, exactly as the loaders' `stats` does - one BPF_OBJ_GET plus one lookup per
+counter, no process per tick (schemas/metrics.md, segscope_datapath and segscope_agent).
 """
 
 from __future__ import annotations
@@ -42,6 +43,8 @@ STATS_MAP = {
     "stamp_reflector": "stamp_reflector_stats",
     "altmark_tx": "altmark_stats",
     "altmark_rx": "altmark_stats",
+    "ioam_tx": "ioam_tx_stats",
+    "ioam_rx": "ioam_rx_stats",
 }
 
 
@@ -207,7 +210,8 @@ class StatsPublisher:
         self.counters = counters
         self.gauges = gauges or (lambda: {})
         self.on_tick = on_tick  # e.g. poll the STAMP producer so its delivery reports run
-        self.streamer = streamer  # callable -> segscope_streamer fields, or None (nothing streamed)
+        # callable -> [(records kind, segscope_streamer fields)] of every ring the agent streams
+        self.streamer = streamer
         self.devices = devices or (lambda: [])  # callable -> [(program, device)] the datapath runs on
         self.link_stats = link_stats  # callable -> {device: kernel counters} (Rtnl.link_stats)
         self.inventory = inventory  # callable (node tag, ts) -> segscope_stamp_session / segscope_flow lines
@@ -283,10 +287,11 @@ class StatsPublisher:
         out += self.device_lines(node, ts)
         if self.inventory is not None:
             out += self.inventory(node, ts)
-        streamed = self.streamer() if self.streamer else None
-        if streamed is not None:
+        for kind, fields in self.streamer() if self.streamer else []:
             out.append(
-                f"segscope_streamer,node={node} " + ",".join(f"{k}={v}i" for k, v in streamed.items()) + f" {ts}"
+                f"segscope_streamer,node={node},records={kind} "
+                + ",".join(f"{k}={v}i" for k, v in fields.items())
+                + f" {ts}"
             )
         mine = {**self.counters.snapshot(), **self.gauges()}
         out.append(f"segscope_agent,node={node} " + ",".join(f"{k}={v}i" for k, v in mine.items()) + f" {ts}")

@@ -21,6 +21,8 @@ from dataclasses import dataclass, field
 # netlink / rtnetlink constants
 NLMSG_ERROR, NLMSG_DONE = 2, 3
 RTM_NEWROUTE, RTM_DELROUTE, RTM_GETROUTE, RTM_GETLINK, RTM_NEWLINK = 24, 25, 26, 18, 16
+RTM_NEWADDR, RTM_GETADDR = 20, 22
+IFA_ADDRESS = 1
 NLM_F_REQUEST, NLM_F_ACK, NLM_F_ROOT, NLM_F_MATCH = 0x1, 0x4, 0x100, 0x200
 NLM_F_DUMP = NLM_F_ROOT | NLM_F_MATCH
 NLM_F_REPLACE, NLM_F_EXCL, NLM_F_CREATE = 0x100, 0x200, 0x400
@@ -79,6 +81,7 @@ CLONE_NEWNET = 0x40000000
 _HDR = struct.Struct("=IHHII")  # nlmsghdr
 _RTMSG = struct.Struct("=BBBBBBBBI")  # rtmsg
 _IFINFO = struct.Struct("=BxHiII")  # ifinfomsg
+_IFADDR = struct.Struct("=BBBBI")  # ifaddrmsg: family, prefixlen, flags, scope, index
 _NLA = struct.Struct("=HH")
 
 
@@ -287,24 +290,12 @@ def decode_route(buf: bytes, off: int, end: int) -> PolicyRoute | LocalSidRoute 
 
 
 # --- the socket -----------------------------------------------------------------------------
-def _open_in_netns(netns: str | None) -> socket.socket:
-    """A NETLINK_ROUTE socket created inside /run/netns/<netns> (setns on a short-lived thread,
-    so no other thread of the agent ever changes namespace); the socket stays bound to it."""
-
-    def make() -> socket.socket:
-        s = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, socket.NETLINK_ROUTE)
-        s.setsockopt(SOL_NETLINK, NETLINK_EXT_ACK, 1)
-        s.setsockopt(SOL_NETLINK, NETLINK_CAP_ACK, 1)
-        s.setsockopt(SOL_NETLINK, NETLINK_GET_STRICT_CHK, 1)
-        try:
-            s.setsockopt(socket.SOL_SOCKET, 33, 8 << 20)  # SO_RCVBUFFORCE: room for batch acks
-        except OSError:
-            s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 8 << 20)
-        s.bind((0, 0))
-        return s
-
+def in_netns(netns: str | None, fn):
+    """fn() run inside /run/netns/<netns> (None: here), on a short-lived thread that setns()
+    first, so no other thread of the agent ever changes namespace; its result or its exception.
+    What fn opens there (a socket, a /proc/sys/net file) stays bound to that namespace."""
     if not netns:
-        return make()
+        return fn()
     result: dict[str, object] = {}
 
     def worker() -> None:
@@ -317,7 +308,7 @@ def _open_in_netns(netns: str | None) -> socket.socket:
                     raise OSError(e, f"setns({netns}): {os.strerror(e)}")
             finally:
                 os.close(fd)
-            result["sock"] = make()
+            result["value"] = fn()
         except BaseException as e:  # noqa: BLE001 - handed to the caller
             result["err"] = e
 
@@ -326,17 +317,37 @@ def _open_in_netns(netns: str | None) -> socket.socket:
     t.join()
     if "err" in result:
         raise result["err"]  # type: ignore[misc]
-    return result["sock"]  # type: ignore[return-value]
+    return result["value"]
+
+
+def _open_in_netns(netns: str | None, protocol: int = socket.NETLINK_ROUTE) -> socket.socket:
+    """A netlink socket (NETLINK_ROUTE by default) created inside /run/netns/<netns>; the socket
+    stays bound to it."""
+
+    def make() -> socket.socket:
+        s = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, protocol)
+        s.setsockopt(SOL_NETLINK, NETLINK_EXT_ACK, 1)
+        s.setsockopt(SOL_NETLINK, NETLINK_CAP_ACK, 1)
+        s.setsockopt(SOL_NETLINK, NETLINK_GET_STRICT_CHK, 1)
+        try:
+            s.setsockopt(socket.SOL_SOCKET, 33, 8 << 20)  # SO_RCVBUFFORCE: room for batch acks
+        except OSError:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 8 << 20)
+        s.bind((0, 0))
+        return s
+
+    return in_netns(netns, make)
 
 
 class Rtnl:
-    """One rtnetlink socket in one netns. Thread-safe (a lock serialises requests)."""
+    """One rtnetlink socket in one netns. Thread-safe (a lock serialises requests). The framing
+    (request/batch/dump) is netlink's own, so agent/ioam.py uses it for generic netlink too."""
 
     BATCH_CHUNK = 256  # messages per sendmsg in batch()
 
-    def __init__(self, netns: str | None):
+    def __init__(self, netns: str | None, protocol: int = socket.NETLINK_ROUTE):
         self.netns = netns
-        self.sock = _open_in_netns(netns)
+        self.sock = _open_in_netns(netns, protocol)
         self.lock = threading.Lock()
         self.seq = 0
         self.requests = 0  # netlink requests sent (for logs/benchmarks)
@@ -445,6 +456,23 @@ class Rtnl:
             if IFLA_IFNAME in a and IFLA_STATS64 in a and len(a[IFLA_STATS64]) >= 8 * n:
                 values = struct.unpack_from(f"={n}Q", a[IFLA_STATS64])
                 out[a[IFLA_IFNAME].rstrip(b"\0").decode()] = dict(zip(LINK_STATS64_FIELDS, values))
+        return out
+
+    def global_prefixes(self) -> dict[int, list[str]]:
+        """ifindex -> the IPv6 prefixes ("fc00:12::/64") of its global (scope universe) addresses."""
+        out: dict[int, list[str]] = {}
+        for t, buf, off, end in self.dump(RTM_GETADDR, _IFADDR.pack(socket.AF_INET6, 0, 0, 0, 0)):
+            if t != RTM_NEWADDR:
+                continue
+            fam, plen, _flags, scope, idx = _IFADDR.unpack_from(buf, off)
+            a = _attrs(buf, off + _IFADDR.size, end)
+            raw = a.get(IFA_ADDRESS)
+            if fam != socket.AF_INET6 or scope != RT_SCOPE_UNIVERSE or raw is None or len(raw) != 16:
+                continue
+            net = int.from_bytes(raw, "big") >> (128 - plen) << (128 - plen) if plen else 0
+            prefix = f"{socket.inet_ntop(socket.AF_INET6, net.to_bytes(16, 'big'))}/{plen}"
+            if prefix not in out.setdefault(idx, []):
+                out[idx].append(prefix)
         return out
 
     def links(self) -> dict[str, int]:

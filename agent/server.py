@@ -1,5 +1,6 @@
-"""The agent's gRPC server: Srv6Service, StampService, FlowMonitorService, grpc.health.v1 and
-server reflection, over TLS (optionally mutual TLS) or, only when asked, plaintext."""
+"""The agent's gRPC server: Srv6Service, StampService, FlowMonitorService, InlineMonitorService,
+grpc.health.v1 and server reflection, over TLS (optionally mutual TLS) or, only when asked,
+plaintext."""
 
 from __future__ import annotations
 
@@ -16,6 +17,8 @@ from grpc_reflection.v1alpha import reflection
 
 from agent.fields import ApiError
 from agent.flowmon import FlowMonAgent, FlowMonitorServicer
+from agent.inline import InlineAgent, InlineMonitorServicer
+from agent.ioam import IoamNode
 from agent.metrics import AgentCounters, StatsPublisher
 from agent.paths import PathPublisher, stamp_records
 from agent.rtnl import Rtnl
@@ -24,6 +27,8 @@ from agent.stamp import ROLE_NAME, StampAgent, StampServicer, Tools
 from segscope_proto.segscope.agent.v1 import (
     flowmon_pb2,
     flowmon_pb2_grpc,
+    inline_pb2,
+    inline_pb2_grpc,
     srv6_pb2,
     srv6_pb2_grpc,
     stamp_pb2,
@@ -39,6 +44,7 @@ SERVICES = {
     "Srv6Service": (srv6_pb2, srv6_pb2_grpc.add_Srv6ServiceServicer_to_server),
     "StampService": (stamp_pb2, stamp_pb2_grpc.add_StampServiceServicer_to_server),
     "FlowMonitorService": (flowmon_pb2, flowmon_pb2_grpc.add_FlowMonitorServiceServicer_to_server),
+    "InlineMonitorService": (inline_pb2, inline_pb2_grpc.add_InlineMonitorServiceServicer_to_server),
 }
 
 
@@ -59,6 +65,10 @@ class AgentConfig:
     paths_interval_s: float = 60.0  # full republication of segscope.paths records (with kafka)
     health: str | None = None  # HOST:PORT of /healthz /readyz /metrics /status (None: off)
     stamp_linger_ms: int = 200  # stamp_streamer --linger-ms: records held to batch them per node
+    # what must outlive a killed agent (the IOAM values to restore): default /run/segscope/<instance>
+    state_dir: str | None = None
+    # the host's /proc/sys/net as the agent sees it (a container's own /proc/sys is read-only)
+    sysctl_net: str = "/proc/sys/net"
 
 
 def _wrap(name: str, fn, streaming: bool, counters: AgentCounters):
@@ -115,12 +125,16 @@ class Agent:
             linger_ms=cfg.stamp_linger_ms,
         )
         self.stamp.link_stats = self.rtnl.link_stats
+        # altmark_rx and the STAMP programs share the node's devices through the XDP chain of the
+        # instance (datapath/README.md, "Chaining"); the loaders serialise its changes themselves
         self.flowmon = FlowMonAgent(cfg.node, REPO, cfg.netns, instance, cfg.kafka)
-        # altmark_rx and a STAMP program on one device run chained (datapath/README.md,
-        # "Chaining"): one lock for the node's XDP attach/detach, each side asks the other
-        self.flowmon.xdp_lock = self.stamp.xdp_lock
-        self.flowmon.stamp_program_on = self.stamp.xdp_program_on
-        self.stamp.altmark_rx_device = self.flowmon.rx_device
+        state_dir = Path(cfg.state_dir or Path("/run/segscope") / instance)
+        self.ioam = IoamNode(cfg.netns, state_dir, self.rtnl.links, Path(cfg.sysctl_net))
+        # a killed agent of this node left IOAM enabled: put back what it had saved, before serving
+        self.ioam.restore_leftovers()
+        self.inline = InlineAgent(
+            cfg.node, REPO, cfg.netns, instance, cfg.kafka, self.ioam, linger_ms=cfg.stamp_linger_ms, rtnl=self.rtnl
+        )
         self.publisher = None
         self.paths: PathPublisher | None = None
         self.counters = AgentCounters()
@@ -148,6 +162,7 @@ class Agent:
         self.paths.start()
         self.stamp.on_change = self._on_change
         self.flowmon.on_change = self._on_change
+        self.inline.on_change = self._on_change
 
     def _on_change(self) -> None:
         self._publish_sections()
@@ -161,6 +176,7 @@ class Agent:
         ts = out[0].ts_ns if out else None
         with self.flowmon.lock:
             out += self.flowmon.path_records(ts)
+        out += self.inline.path_records(ts)
         return out
 
     def _publish_sections(self) -> None:
@@ -192,37 +208,68 @@ class Agent:
                 for side in sorted(self.flowmon.sides)
                 for m in self.flowmon.sides[side].flows.values()
             ]
+        inline = [
+            {
+                "side": inline_pb2.InlineSide.Name(side),
+                "flow_id": m.flow_id,
+                "device": m.device,
+                "segments": list(m.segments),
+                "namespace_id": m.namespace_id,
+                "trace_nodes": m.trace_nodes,
+            }
+            for side, m in self.inline.monitors()
+        ]
         self.publisher.set_section("stamp_sessions", sessions)
         self.publisher.set_section("flows", flows)
+        self.publisher.set_section("inline_monitors", inline)
 
     # -- counters on segscope.metrics (only with --kafka) -----------------------------------------
     def _start_stats(self) -> None:
         self.stats = StatsPublisher(
             self.cfg.node,
             self.cfg.kafka,
-            programs=lambda: self.stamp.attached_programs() + self.flowmon.attached_programs(),
+            programs=self._attached_programs,
             counters=self.counters,
             gauges=self._agent_gauges,
             interval_s=self.cfg.stats_interval_s,
-            on_tick=self.stamp.poll_producer,
-            streamer=self.stamp.streamer_counters,
+            on_tick=self._on_stats_tick,
+            streamer=self._streamers,
             devices=self._program_devices,
             link_stats=self.rtnl.link_stats,
             inventory=self._inventory_lines,
         )
         self.stats.start()
 
+    def _attached_programs(self) -> list:
+        return self.stamp.attached_programs() + self.flowmon.attached_programs() + self.inline.attached_programs()
+
+    def _on_stats_tick(self) -> None:
+        self.stamp.poll_producer()
+        self.inline.poll_streamer()
+
+    def _streamers(self) -> list[tuple[str, dict[str, int]]]:
+        """(records kind, counters) of every ring buffer the agent streams (segscope_streamer)."""
+        out = []
+        for kind, fields in (("stamp", self.stamp.streamer_counters()), ("ioam", self.inline.streamer_counters())):
+            if fields is not None:
+                out.append((kind, fields))
+        return out
+
     def _agent_gauges(self) -> dict[str, int]:
-        out = self.stamp.counters()
+        out = {**self.stamp.counters(), **self.inline.counters()}
         if self.paths is not None:
             out.update(paths_published=self.paths.sent, paths_failed=self.paths.failed)
         return out
 
     def _inventory_lines(self, node_tag: str, ts: int) -> list[str]:
-        return self.stamp.session_lines(node_tag, ts) + self.flowmon.flow_lines(node_tag, ts)
+        return (
+            self.stamp.session_lines(node_tag, ts)
+            + self.flowmon.flow_lines(node_tag, ts)
+            + self.inline.inventory_lines(node_tag, ts)
+        )
 
     def _program_devices(self) -> list[tuple[str, str]]:
-        return self.stamp.program_devices() + self.flowmon.program_devices()
+        return self.stamp.program_devices() + self.flowmon.program_devices() + self.inline.program_devices()
 
     # -- HTTP health endpoint (--health) ---------------------------------------------------------
     def _start_health(self) -> None:
@@ -239,10 +286,10 @@ class Agent:
             local = StatsPublisher(
                 self.cfg.node,
                 "",
-                programs=lambda: self.stamp.attached_programs() + self.flowmon.attached_programs(),
+                programs=self._attached_programs,
                 counters=self.counters,
-                gauges=self.stamp.counters,
-                streamer=self.stamp.streamer_counters,
+                gauges=self._agent_gauges,
+                streamer=self._streamers,
                 devices=self._program_devices,
                 link_stats=self.rtnl.link_stats,
                 inventory=self._inventory_lines,
@@ -295,6 +342,7 @@ class Agent:
             "Srv6Service": Srv6Servicer(self.srv6),
             "StampService": StampServicer(self.stamp),
             "FlowMonitorService": FlowMonitorServicer(self.flowmon),
+            "InlineMonitorService": InlineMonitorServicer(self.inline),
         }
         names = [reflection.SERVICE_NAME, health.SERVICE_NAME]
         for svc, servicer in servicers.items():
@@ -348,6 +396,7 @@ class Agent:
             self.stats.stop()  # last counters while the programs are still attached
         self.stamp.shutdown()
         self.flowmon.shutdown()
+        self.inline.shutdown()  # monitors stopped, programs detached, IOAM sysctls and namespaces restored
         if self.publisher is not None:
             self.publisher.stop()
         if self.paths is not None:

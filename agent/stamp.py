@@ -30,6 +30,7 @@ import grpc
 from agent import children
 from agent import fields as F
 from agent.fields import ApiError
+from agent.ustamp_reflector import UserspaceReflector
 from segscope_proto.segscope.agent.v1 import stamp_pb2 as pb
 from segscope_proto.segscope.agent.v1 import stamp_pb2_grpc as pb_grpc
 from segscope_schemas import path_record as pr
@@ -46,6 +47,16 @@ MODE_ARG = {
     pb.STAMP_MODE_AUTHENTICATED: "authenticated",
 }
 FOREVER_S = 10 * 365 * 86400  # stamp_sender needs --count or --duration: "until stopped"
+XDP, USERSPACE, AUTO = pb.STAMP_REFLECTOR_MODE_XDP, pb.STAMP_REFLECTOR_MODE_USERSPACE, pb.STAMP_REFLECTOR_MODE_AUTO
+# the loader's words when the kernel or the driver refuses the native XDP attach (datapath/xdp_chain.c)
+XDP_REFUSED = "native XDP attach of the chain dispatcher"
+XDP_BUSY = "another program was attached meanwhile"  # a race with another loader: not a refusal
+
+
+def xdp_refused(message: str) -> bool:
+    """Did the kernel or the driver refuse XDP on the device (no native XDP, a veth peer's MTU too
+    large, ...), as opposed to a missing device, a build problem or another program there?"""
+    return XDP_REFUSED in message and XDP_BUSY not in message
 
 
 class Tools:
@@ -55,6 +66,7 @@ class Tools:
         # the eBPF objects and C tools: the checkout's build/, or SEGSCOPE_BUILD_DIR (an installed
         # package, a container image)
         self.build = Path(os.environ.get("SEGSCOPE_BUILD_DIR") or repo / "build")
+        self.repo = repo
         self.netns = netns
         self.pin_root = pin_root
         self.collector = self.build / "datapath" / "stamp_collector"
@@ -144,6 +156,12 @@ class StampAgent:
         # of each reflector device when it was Init'ed, so a status shows the drops since then
         self.link_stats = lambda: {}
         self.reflector_tx_base: dict[str, int] = {}
+        # what answers the reflector role's test packets: the XDP reflector, or the user-space one
+        # (mode USERSPACE, or AUTO where XDP was refused: reflector_fallback says why)
+        self.reflector_running = pb.STAMP_REFLECTOR_MODE_UNSPECIFIED
+        self.reflector_fallback = ""
+        self.userspace: UserspaceReflector | None = None
+        self.socket_drops_base = 0  # the user-space reflector's socket_drops at Init
         self.sessions: dict[tuple[int, int], Session] = {}
         self.reader: subprocess.Popen | None = None
         self.reader_thread: threading.Thread | None = None
@@ -160,29 +178,6 @@ class StampAgent:
 
         self.streamer_stats_path = Path(tempfile.mkdtemp(prefix=f"segscope-agent-{node}-")) / "stamp_streamer.json"
         self.on_change = None  # topology publisher hook
-        # XDP chaining with the flow monitor's altmark_rx (datapath/README.md, "Chaining"): the
-        # server wires these to the FlowMonAgent. xdp_lock serialises every XDP attach/detach of
-        # the node (the loaders' slot check and insert are two steps); altmark_rx_device() says
-        # where the node's altmark_rx runs (None: nowhere), read under xdp_lock only.
-        self.xdp_lock = threading.Lock()
-        self.altmark_rx_device = lambda: None
-
-    def xdp_program_on(self, device: str) -> str | None:
-        """The STAMP program this agent runs on device (attached or chained), None if none; the
-        flow monitor asks it under xdp_lock before attaching altmark_rx there."""
-        if device in self.sender_devices:
-            return "stamp_collector"
-        if device in self.reflector_devices:
-            return "stamp_reflector"
-        return None
-
-    def _behind(self, device: str) -> list[str]:
-        """`--behind altmark_rx` when the node's altmark_rx runs on device: the STAMP program goes
-        into its chain slot instead of the device's one XDP hook."""
-        if self.altmark_rx_device() == device:
-            log.info("altmark_rx runs on %s: chaining the STAMP program behind it", device)
-            return ["--behind", "altmark_rx"]
-        return []
 
     # -- ring buffer reader -------------------------------------------------------------------
     def _start_reader(self) -> None:
@@ -307,6 +302,7 @@ class StampAgent:
                 "leftover_records_lost": self.leftover_records_lost,
                 "kafka_queue_len": int(st.get("kafka_queue_len", 0)),
                 "stamp_sessions": len(self.sessions),
+                "stamp_reflector_userspace": int(self.reflector_running == USERSPACE),
             }
 
     def streamer_counters(self) -> dict[str, int] | None:
@@ -344,8 +340,9 @@ class StampAgent:
     def program_devices(self) -> list[tuple[str, str]]:
         """(program, device) of every device a STAMP program of this agent runs on."""
         with self.lock:
+            xdp = self.reflector_running == XDP
             return [("stamp_collector", d) for d in sorted(self.sender_devices)] + [
-                ("stamp_reflector", d) for d in sorted(self.reflector_devices)
+                ("stamp_reflector", d) for d in sorted(self.reflector_devices) if xdp
             ]
 
     def note_reflector_device(self, device: str) -> None:
@@ -356,7 +353,7 @@ class StampAgent:
             self.reflector_tx_base[device] = 0
 
     def reflector_tx_dropped(self) -> int:
-        if not self.reflector_devices:
+        if not self.reflector_devices or self.reflector_running != XDP:
             return 0
         try:
             stats = self.link_stats()
@@ -367,13 +364,40 @@ class StampAgent:
             for d in self.reflector_devices
         )
 
+    # -- the user-space reflector -------------------------------------------------------------------
+    def start_userspace_reflector(self, cfg: pb.StampReflectorConfig) -> None:
+        self.userspace = UserspaceReflector(
+            self.tools.repo, self.tools.netns, cfg.udp_port, self.streamer_stats_path.parent, self.node, self.kafka
+        )
+        self.userspace.start()
+        self.socket_drops_base = self.userspace.counters().get("socket_drops", 0)
+
+    def userspace_sessions(self) -> list[dict]:
+        """The running reflector sessions as the user-space reflector's session file holds them."""
+        return [
+            {
+                "ssid": ssid,
+                "sender": s.spec.sender_address,
+                "return_sids": list(s.spec.return_segments),
+                "format": FORMAT_ARG[s.spec.timestamp_format],
+            }
+            for (role, ssid), s in sorted(self.sessions.items())
+            if role == REFLECTOR and s.state == pb.STAMP_SESSION_STATE_RUNNING
+        ]
+
+    def reflector_socket_drops(self) -> int:
+        """Test packets the kernel dropped at the user-space reflector's sockets since Init."""
+        if self.userspace is None:
+            return 0
+        return max(0, self.userspace.counters().get("socket_drops", 0) - self.socket_drops_base)
+
     def attached_programs(self) -> list[tuple[str, Path, Path]]:
         """(program, loader, pin dir) of the STAMP programs attached now."""
         with self.lock:
             out = []
             if self.sender_cfg is not None:
                 out.append(("stamp_collector", self.tools.collector, self.tools.collector_pin))
-            if self.reflector_cfg is not None:
+            if self.reflector_cfg is not None and self.reflector_running == XDP:
                 out.append(("stamp_reflector", self.tools.reflector, self.tools.reflector_pin))
             return out
 
@@ -548,45 +572,25 @@ class StampAgent:
             if self.reader is not None:
                 self._stop_proc(self.reader)
                 self.reader = None
-            # detach finds where the program runs: on the device, or in the chain slot of the
-            # node's altmark_rx (then only the slot is emptied; altmark_rx keeps counting)
-            with self.xdp_lock:
-                for tool, pin, cfg, devices in (
-                    (t.collector, t.collector_pin, self.sender_cfg, self.sender_devices),
-                    (t.reflector, t.reflector_pin, self.reflector_cfg, self.reflector_devices),
-                ):
-                    for dev in [d for d in devices if cfg is None or d != cfg.device]:
-                        cmd = [str(tool), "detach-dev", *t.ns_args(), "--dev", dev, "--pin-dir", str(pin)]
-                        subprocess.run(cmd, capture_output=True)
-                    devices.clear()
-                if self.sender_cfg is not None:
-                    subprocess.run(
-                        [
-                            str(t.collector),
-                            "detach",
-                            *t.ns_args(),
-                            "--dev",
-                            self.sender_cfg.device,
-                            "--pin-dir",
-                            str(t.collector_pin),
-                        ],
-                        capture_output=True,
-                    )
-                    self.sender_cfg = None
-                if self.reflector_cfg is not None:
-                    subprocess.run(
-                        [
-                            str(t.reflector),
-                            "detach",
-                            *t.ns_args(),
-                            "--dev",
-                            self.reflector_cfg.device,
-                            "--pin-dir",
-                            str(t.reflector_pin),
-                        ],
-                        capture_output=True,
-                    )
-                    self.reflector_cfg = None
+            # `detach` takes each program out of the node's XDP chain on every device it runs on;
+            # the other members there (the flow monitor's altmark_rx, the other STAMP role) keep running
+            if self.userspace is not None:
+                final = self.userspace.stop()
+                log.info("Reset: user-space reflector stopped, counters %s", json.dumps(final))
+                self.userspace = None
+            xdp_reflector = self.reflector_cfg if self.reflector_running == XDP else None
+            for tool, pin, cfg, devices in (
+                (t.collector, t.collector_pin, self.sender_cfg, self.sender_devices),
+                (t.reflector, t.reflector_pin, xdp_reflector, self.reflector_devices),
+            ):
+                if cfg is not None:
+                    cmd = [str(tool), "detach", *t.ns_args(), "--dev", cfg.device, "--pin-dir", str(pin)]
+                    subprocess.run(cmd, capture_output=True)
+                devices.clear()
+            self.sender_cfg = None
+            self.reflector_cfg = None
+            self.reflector_running = pb.STAMP_REFLECTOR_MODE_UNSPECIFIED
+            self.reflector_fallback = ""
         if changed:
             log.info("Reset: %d sessions destroyed, datapath detached", n)
         else:
@@ -692,6 +696,7 @@ class StampServicer(pb_grpc.StampServiceServicer):
                 device=F.ifname("reflector.device", r.device),
                 addresses=[F.ipv6(f"reflector.addresses[{i}]", x) for i, x in enumerate(r.addresses)],
                 udp_port=r.udp_port or 862,
+                mode=F.enum_value("reflector.mode", r.mode, pb.StampReflectorMode, required=False) or AUTO,
             )
         changed = False
         with a.lock:
@@ -707,102 +712,112 @@ class StampServicer(pb_grpc.StampServiceServicer):
                     f"reflector.udp_port: the reflector already answers on port {a.reflector_cfg.udp_port} "
                     f"(devices {sorted(a.reflector_devices)}); one port per node, or Reset first",
                 )
+            if rfl is not None and a.reflector_cfg is not None and a.reflector_cfg.mode != rfl.mode:
+                raise ApiError(
+                    grpc.StatusCode.FAILED_PRECONDITION,
+                    f"reflector.mode: the reflector was initialised with "
+                    f"{pb.StampReflectorMode.Name(a.reflector_cfg.mode)}; Reset first",
+                )
             if snd is not None and a.sender_cfg is not None and snd.device not in a.sender_devices:
                 changed |= self._add_device(snd, "sender", t.collector, t.collector_pin, a.sender_devices)
             if rfl is not None and a.reflector_cfg is not None:
+                xdp = a.reflector_running == XDP
                 if rfl.device not in a.reflector_devices:
-                    changed |= self._add_device(rfl, "reflector", t.reflector, t.reflector_pin, a.reflector_devices)
+                    if xdp:
+                        changed |= self._add_device(rfl, "reflector", t.reflector, t.reflector_pin, a.reflector_devices)
+                    else:  # the user-space reflector's socket takes every device's packets already
+                        a.reflector_devices[rfl.device] = rfl
+                        changed = True
                 have = set(a.reflector_cfg.addresses)
                 for i, addr in enumerate(rfl.addresses):
                     if addr not in have:
-                        t.run(
-                            [t.reflector, "add-address", "--pin-dir", t.reflector_pin, addr],
-                            f"reflector.addresses[{i}]",
-                        )
-                        a.reflector_cfg.addresses.append(addr)
-                        changed = True
-            if snd is not None and a.sender_cfg is None:
-                a.clear_leftovers(t.collector, t.collector_pin, snd.device)
-                with a.xdp_lock:
-                    t.run(
-                        [
-                            t.collector,
-                            "attach",
-                            *t.ns_args(),
-                            "--dev",
-                            snd.device,
-                            "--pin-dir",
-                            t.collector_pin,
-                            *a._behind(snd.device),
-                        ],
-                        "sender.device",
-                    )
-                    a.sender_cfg = snd
-                    a.sender_devices[snd.device] = snd
-                a._start_reader()
-                changed = True
-                log.info("Init sender: stamp_collector attached to %s, results reader started", snd.device)
-            if rfl is not None and a.reflector_cfg is None:
-                a.clear_leftovers(t.reflector, t.reflector_pin, rfl.device)
-                with a.xdp_lock:
-                    t.run(
-                        [
-                            t.reflector,
-                            "attach",
-                            *t.ns_args(),
-                            "--dev",
-                            rfl.device,
-                            "--pin-dir",
-                            t.reflector_pin,
-                            "--port",
-                            rfl.udp_port,
-                            *a._behind(rfl.device),
-                        ],
-                        "reflector.device",
-                    )
-                    try:
-                        for i, addr in enumerate(rfl.addresses):
+                        if xdp:
                             t.run(
                                 [t.reflector, "add-address", "--pin-dir", t.reflector_pin, addr],
                                 f"reflector.addresses[{i}]",
                             )
-                    except ApiError:
-                        t.run(
-                            [t.reflector, "detach", *t.ns_args(), "--dev", rfl.device, "--pin-dir", t.reflector_pin],
-                            "reflector.device",
-                        )
-                        raise
-                    a.reflector_cfg = pb.StampReflectorConfig()
-                    a.reflector_cfg.CopyFrom(rfl)
-                    a.reflector_devices[rfl.device] = rfl
+                        a.reflector_cfg.addresses.append(addr)
+                        changed = True
+            # the STAMP programs join the node's XDP chain (datapath/README.md, "Chaining"): any
+            # device, beside the flow monitor's altmark_rx and each other, in any order
+            if snd is not None and a.sender_cfg is None:
+                a.clear_leftovers(t.collector, t.collector_pin, snd.device)
+                t.run(
+                    [t.collector, "attach", *t.ns_args(), "--dev", snd.device, "--pin-dir", t.collector_pin],
+                    "sender.device",
+                )
+                a.sender_cfg = snd
+                a.sender_devices[snd.device] = snd
+                a._start_reader()
+                changed = True
+                log.info("Init sender: stamp_collector attached to %s, results reader started", snd.device)
+            if rfl is not None and a.reflector_cfg is None:
+                running, reason = USERSPACE, ""
+                if rfl.mode != USERSPACE:
+                    try:
+                        self._attach_xdp_reflector(rfl)
+                        running = XDP
+                    except ApiError as exc:
+                        # AUTO: a device or kernel without native XDP gets the user-space reflector
+                        if rfl.mode == XDP or not xdp_refused(exc.message):
+                            raise
+                        reason = exc.message
+                        log.warning("Init reflector: XDP refused on %s, the user-space reflector answers: %s",
+                                    rfl.device, reason)  # fmt: skip
+                if running == USERSPACE:
+                    a.start_userspace_reflector(rfl)
+                    log.info(
+                        "Init reflector: user-space reflector on port %d (pid %d)", rfl.udp_port, a.userspace.proc.pid
+                    )
+                a.reflector_cfg = pb.StampReflectorConfig()
+                a.reflector_cfg.CopyFrom(rfl)
+                a.reflector_devices[rfl.device] = rfl
+                a.reflector_running, a.reflector_fallback = running, reason
+                if running == XDP:
                     a.note_reflector_device(rfl.device)
                 changed = True
-                log.info(
-                    "Init reflector: stamp_reflector attached to %s for %s port %d",
-                    rfl.device,
-                    ",".join(rfl.addresses),
-                    rfl.udp_port,
-                )
+            response = pb.InitResponse(changed=changed)
+            if a.reflector_cfg is not None:
+                response.reflector_running = a.reflector_running
+                response.reflector_fallback_reason = a.reflector_fallback
         if not changed:
             log.info("Init: unchanged (same configuration)")
         else:
             self._changed()
-        return pb.InitResponse(changed=changed)
+        return response
+
+    def _attach_xdp_reflector(self, rfl: pb.StampReflectorConfig) -> None:
+        """The XDP reflector on rfl.device (it joins the node's XDP chain) with rfl's addresses."""
+        a, t = self.a, self.a.tools
+        a.clear_leftovers(t.reflector, t.reflector_pin, rfl.device)
+        t.run(
+            [t.reflector, "attach", *t.ns_args(), "--dev", rfl.device, "--pin-dir", t.reflector_pin]
+            + ["--port", rfl.udp_port],
+            "reflector.device",
+        )
+        try:
+            for i, addr in enumerate(rfl.addresses):
+                t.run([t.reflector, "add-address", "--pin-dir", t.reflector_pin, addr], f"reflector.addresses[{i}]")
+        except ApiError:
+            t.run(
+                [t.reflector, "detach", *t.ns_args(), "--dev", rfl.device, "--pin-dir", t.reflector_pin],
+                "reflector.device",
+            )
+            raise
+        log.info(
+            "Init reflector: stamp_reflector attached to %s for %s port %d",
+            rfl.device,
+            ",".join(rfl.addresses),
+            rfl.udp_port,
+        )
 
     def _add_device(self, cfg, role: str, tool: Path, pin: Path, devices: dict) -> bool:
         """The role's program, already attached, on one more device (same maps); True when done."""
         a, t = self.a, self.a.tools
-        with a.xdp_lock:
-            if a._behind(cfg.device):
-                raise ApiError(
-                    grpc.StatusCode.FAILED_PRECONDITION,
-                    f"{role}.device: {cfg.device} runs altmark_rx; a STAMP {role} can chain behind it only on "
-                    f"its first device ({sorted(devices)[0]}): Init that device first, or use another one",
-                )
-            t.run([tool, "attach-dev", *t.ns_args(), "--dev", cfg.device, "--pin-dir", pin], f"{role}.device")
-            devices[cfg.device] = cfg
-            if role == "reflector":
-                a.note_reflector_device(cfg.device)
+        t.run([tool, "attach-dev", *t.ns_args(), "--dev", cfg.device, "--pin-dir", pin], f"{role}.device")
+        devices[cfg.device] = cfg
+        if role == "reflector":
+            a.note_reflector_device(cfg.device)
         log.info("Init %s: %s also attached to %s (devices %s)", role, tool.name, cfg.device, sorted(devices))
         return True
 
@@ -829,6 +844,12 @@ class StampServicer(pb_grpc.StampServiceServicer):
                 raise ApiError(
                     grpc.StatusCode.FAILED_PRECONDITION,
                     f"session.role: the {ROLE_NAME[sp.role]} role is not initialised (call Init first)",
+                )
+            if sp.role == REFLECTOR and a.reflector_running == USERSPACE and sp.mode == pb.STAMP_MODE_AUTHENTICATED:
+                raise ApiError(
+                    grpc.StatusCode.FAILED_PRECONDITION,
+                    "session.mode: the user-space reflector needs a key file for an authenticated session, which "
+                    "the API does not carry (collectors/ustamp/README.md: --sessions with key_file, by hand)",
                 )
             old = a.sessions.get(key)
             if old is not None:
@@ -871,7 +892,18 @@ class StampServicer(pb_grpc.StampServiceServicer):
         return pb.CreateStampSessionResponse(status=s.status(), changed=True)
 
     def _reflector_add(self, sp: pb.StampSession) -> None:
-        t = self.a.tools
+        a, t = self.a, self.a.tools
+        if a.reflector_running == USERSPACE:
+            # the running sessions and this one, in the user-space reflector's session file
+            key = (REFLECTOR, sp.ssid)
+            prev = a.sessions[key].state
+            a.sessions[key].state = pb.STAMP_SESSION_STATE_RUNNING
+            try:
+                a.userspace.set_sessions(a.userspace_sessions(), "session")
+            except ApiError:
+                a.sessions[key].state = prev
+                raise
+            return
         cmd = [
             t.reflector,
             "add-session",
@@ -891,7 +923,12 @@ class StampServicer(pb_grpc.StampServiceServicer):
         t.run(cmd, "session")
 
     def _reflector_del(self, sp: pb.StampSession) -> None:
-        t = self.a.tools
+        a, t = self.a, self.a.tools
+        if a.reflector_running == USERSPACE:
+            key = (REFLECTOR, sp.ssid)
+            a.sessions[key].state = pb.STAMP_SESSION_STATE_STOPPED
+            a.userspace.set_sessions(a.userspace_sessions(), "ssid")
+            return
         t.run(
             [
                 t.reflector,
@@ -972,9 +1009,11 @@ class StampServicer(pb_grpc.StampServiceServicer):
         with self.a.lock:
             out = [s.status() for _, s in sorted(self.a.sessions.items())]
             tx_dropped = self.a.reflector_tx_dropped()
+            socket_drops = self.a.reflector_socket_drops()
         for st in out:
             if st.session.role == REFLECTOR:
                 st.reflector_tx_dropped = tx_dropped
+                st.reflector_socket_drops = socket_drops
         log.info("ListStampSessions: %d sessions", len(out))
         return pb.ListStampSessionsResponse(sessions=out)
 

@@ -22,7 +22,7 @@ over the whole run and with a finer poll (--poll-s): every new point of a series
 end ("block end to visible", which contains the T/2 read margin). The poll time is an upper
 bound of the time the point became visible: samples are too large by at most --poll-s. The
 real segscope-freshness runs beside it (default settings) and its segscope_freshness lines are
-read back from InfluxDB as a cross-check. Targets (issue 17): stamp_delay p99 <= 2 s at 10 000
+read back from InfluxDB as a cross-check. Targets: stamp_delay p99 <= 2 s at 10 000
 records/s; altmark_loss <= T/2 + 2 s after the block ends.
 
 The stack: --port-base/--run-dir of a running isolated stack (services.stack up --port-base N

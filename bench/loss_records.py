@@ -334,7 +334,7 @@ Two workers on two partitions do {ratio:.2f}x the records per CPU-second of one 
 {2 * ratio:.2f}x one worker's throughput when each has a core of its own ({2 * medians["two"] / medians["one"]:.2f}x from the
 medians; goal ≥ 1.7x; the wall
 times are not that comparison: the machine's two cores also run Kafka, the driver and other work).
-Goal (issue 17): ≥ 200,000 block records/s per worker: per CPU-second of the worker
+Goal: ≥ 200,000 block records/s per worker: per CPU-second of the worker
 **{"met" if one["per_cpu_s"] >= 200_000 else "NOT met"}** ({one["per_cpu_s"]:,.0f} best round, {medians["one"]:,.0f}
 median); wall
 **{"met" if one["rate"] >= 200_000 else "NOT met"}** ({one["rate"]:,.0f} records/s, the broker and the driver on the same 2 cores).

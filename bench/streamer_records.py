@@ -15,6 +15,11 @@ whether anything was lost. The result is printed and written into
 docs/benchmarks.md (section between the streamer_records markers).
 
     .local/venv/bin/python bench/streamer_records.py [--records 5000000] [--ssids 4]
+        [--compare-with OTHER_STAMP_STREAMER [--rounds 2]]
+
+--compare-with runs the built streamer and another binary (e.g. the one before a change) in
+alternation against the same Kafka, `--rounds` times each, prints every run and the medians, and
+leaves docs/benchmarks.md alone: a before/after comparison in one run, on one machine state.
 """
 
 from __future__ import annotations
@@ -52,7 +57,9 @@ def read_stats(path: Path) -> dict:
         return {}
 
 
-def run(records: int, ssids: int, streamer_cpu: int, gen_cpu: int, kafka: str) -> dict:
+def run(
+    records: int, ssids: int, streamer_cpu: int, gen_cpu: int, kafka: str, streamer_exe: Path | None = None
+) -> dict:
     from agent.stamp import SENDER, Session, StampAgent, Tools
     from segscope_proto.segscope.agent.v1 import stamp_pb2 as pb
 
@@ -63,6 +70,8 @@ def run(records: int, ssids: int, streamer_cpu: int, gen_cpu: int, kafka: str) -
     subprocess.run([*gen, "--count", "0", "--ring-size", str(64 << 20)], check=True, capture_output=True)
 
     agent = StampAgent("co-bench", Tools(REPO, None, PIN_DIR), kafka)
+    if streamer_exe is not None:
+        agent.tools.streamer = streamer_exe
     agent.streamer_stats_interval_s = 0.05
     for ssid in range(1, ssids + 1):  # results are built for these, as for a node's sender sessions
         agent.sessions[(SENDER, ssid)] = Session(pb.StampSession(role=SENDER, ssid=ssid))
@@ -180,6 +189,28 @@ Every process on the machine shares the same 2 cores, so expect ±20 % between r
     write_section("streamer_records", section)
 
 
+def compare(args, kafka: str) -> int:
+    """The built streamer and args.compare_with in alternation; medians of records/s and records per
+    CPU-second. Exit 1 if any run lost a record."""
+    import statistics
+
+    built = BUILD / "stamp_streamer"
+    runs: dict[str, list[dict]] = {str(built): [], str(args.compare_with): []}
+    for _ in range(args.rounds):
+        for exe in runs:
+            res = run(args.records, args.ssids, args.streamer_cpu, args.generator_cpu, kafka, Path(exe))
+            runs[exe].append(res)
+            print(json.dumps({"streamer": exe, **res}), flush=True)
+    lost = False
+    print(f"{'streamer':<60} {'records/s (median)':>20} {'records/CPU-s (median)':>24}")
+    for exe, results in runs.items():
+        lost |= any(r["records_delivered"] != r["records"] or r["exit_code"] != 0 for r in results)
+        rate = statistics.median(r["records_per_s"] for r in results)
+        per_cpu = statistics.median(r["records_per_cpu_s"] for r in results)
+        print(f"{exe:<60} {rate:>20,.0f} {per_cpu:>24,.0f}")
+    return 1 if lost else 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--records", type=int, default=5_000_000)
@@ -188,6 +219,8 @@ def main() -> int:
     ap.add_argument("--generator-cpu", type=int, default=0)
     ap.add_argument("--port-base", type=int, default=29000, help="isolated Kafka (29000, controller 29001)")
     ap.add_argument("--no-doc", action="store_true", help="print only, leave docs/benchmarks.md alone")
+    ap.add_argument("--compare-with", type=Path, help="another stamp_streamer binary, run in alternation")
+    ap.add_argument("--rounds", type=int, default=2, help="with --compare-with: runs of each binary")
     args = ap.parse_args()
 
     subprocess.run(["make", "-C", str(REPO / "collectors"), "-s"], check=True)
@@ -196,6 +229,11 @@ def main() -> int:
     RUN_DIR.mkdir(parents=True, exist_ok=True)
     stack = Stack(run_dir=REPO / ".run" / "co-stack", port_base=args.port_base, fresh=True)
     stack.up(only=["kafka"])
+    if args.compare_with is not None:
+        try:
+            return compare(args, stack.kafka_bootstrap)
+        finally:
+            stack.down()
     try:
         res = run(args.records, args.ssids, args.streamer_cpu, args.generator_cpu, stack.kafka_bootstrap)
     finally:

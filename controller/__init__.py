@@ -13,7 +13,8 @@ from pathlib import Path
 _os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
 
 # The generated gRPC modules live in schemas/python/segscope_proto (make -C schemas proto); make
-# `python -m controller` work from the repository without a PYTHONPATH.
+# `python -m controller` work from the repository without a PYTHONPATH. First on the path: this
+# checkout's generated API must win over another checkout's a shared venv may point at (a .pth).
 _SCHEMAS = str(Path(__file__).resolve().parent.parent / "schemas" / "python")
 if _SCHEMAS not in sys.path:
-    sys.path.append(_SCHEMAS)
+    sys.path.insert(0, _SCHEMAS)

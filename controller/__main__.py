@@ -38,13 +38,14 @@ def cmd_validate(args, intent) -> int:
                 "policies": len(intent.policies),
                 "stamp_sessions": len(intent.stamp_sessions),
                 "flows": len(intent.flows),
+                "inline_monitors": len(intent.inline_monitors),
             }
         )
     else:
         print(
             f"{args.file}: valid ({len(intent.nodes)} nodes, {len(intent.local_sids)} local SIDs, "
             f"{len(intent.policies)} policies, {len(intent.stamp_sessions)} STAMP sessions, "
-            f"{len(intent.flows)} flows)"
+            f"{len(intent.flows)} flows, {len(intent.inline_monitors)} in-line monitors)"
         )
     return EXIT_OK
 

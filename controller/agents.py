@@ -18,11 +18,15 @@ import grpc
 from controller.diff import Op
 from controller.intent import NodeSpec
 from controller.model import (
+    IOAM_KEY,
     MAIN_TABLE,
     Resource,
     canon_ip,
     canon_prefix,
     flow_spec,
+    inline_match,
+    inline_spec,
+    ioam_spec,
     local_sid_spec,
     policy_spec,
     reflector_spec,
@@ -31,6 +35,8 @@ from controller.model import (
 from segscope_proto.segscope.agent.v1 import (
     flowmon_pb2,
     flowmon_pb2_grpc,
+    inline_pb2,
+    inline_pb2_grpc,
     srv6_pb2,
     srv6_pb2_grpc,
     stamp_pb2,
@@ -47,6 +53,9 @@ READ_METHODS = {
     "GetLocalSid",
     "GetStampSessionResults",
     "GetFlowMonitorResults",
+    "ListInlineMonitors",
+    "GetInlineMonitorResults",
+    "GetIoamConfig",
 }
 
 MODE_TO_PB = {
@@ -82,6 +91,8 @@ ROLE_TO_PB = {"sender": stamp_pb2.STAMP_ROLE_SENDER, "reflector": stamp_pb2.STAM
 METHOD_TO_PB = {"dscp": flowmon_pb2.MARKING_METHOD_DSCP, "rfc9343": flowmon_pb2.MARKING_METHOD_RFC9343}
 METHOD_FROM_PB = {v: k for k, v in METHOD_TO_PB.items()}
 SIDE_TO_PB = {"tx": flowmon_pb2.FLOW_MONITOR_SIDE_TX, "rx": flowmon_pb2.FLOW_MONITOR_SIDE_RX}
+INLINE_SIDE_TO_PB = {"ingress": inline_pb2.INLINE_SIDE_INGRESS, "egress": inline_pb2.INLINE_SIDE_EGRESS}
+INLINE_SIDE_FROM_PB = {v: k for k, v in INLINE_SIDE_TO_PB.items()}
 
 
 class AgentError(RuntimeError):
@@ -269,6 +280,75 @@ def flow_msg(r: Resource) -> flowmon_pb2.FlowMonitor:
     )
 
 
+def ioam_resource(node: str, r: inline_pb2.GetIoamConfigResponse) -> Resource | None:
+    if not r.enabled:
+        return None
+    c = r.config
+    return Resource(
+        "ioam_node",
+        node,
+        IOAM_KEY,
+        ioam_spec(c.node_id, c.namespace_ids, c.all_devices, [(i.device, i.if_id) for i in c.interfaces]),
+    )
+
+
+def ioam_config_msg(r: Resource) -> inline_pb2.IoamConfig:
+    f = r.fields
+    return inline_pb2.IoamConfig(
+        node_id=f["node_id"],
+        namespace_ids=list(f["namespaces"]),
+        interfaces=[inline_pb2.IoamInterface(device=d, if_id=i) for d, i in f["interfaces"]],
+        all_devices=f["all_devices"],
+    )
+
+
+def inline_resource(node: str, st: inline_pb2.InlineMonitorStatus) -> Resource:
+    m = st.monitor
+    side = INLINE_SIDE_FROM_PB.get(m.side, str(m.side))
+    mode = m.WhichOneof("sampling")
+    mt = m.match
+    return Resource(
+        f"inline_{side}",
+        node,
+        (side, m.flow_id),
+        inline_spec(
+            side,
+            m.device,
+            m.segments,
+            m.namespace_id,
+            st.node_id,
+            m.trace_nodes,
+            m.sample_every if mode == "sample_every" else 0,
+            m.sample_interval_us if mode == "sample_interval_us" else 0,
+            inline_match(mt.src_prefix, mt.dst_prefix, mt.protocol, mt.src_port, mt.dst_port),
+        ),
+    )
+
+
+def inline_msg(r: Resource) -> inline_pb2.InlineMonitor:
+    side, flow_id = r.key
+    f = r.fields
+    m = inline_pb2.InlineMonitor(
+        side=INLINE_SIDE_TO_PB[side],
+        flow_id=flow_id,
+        device=f["dev"],
+        segments=list(f["segs"]),
+        namespace_id=f["namespace"],
+    )
+    if side == "ingress":
+        m.trace_nodes = f["trace_nodes"]
+        if f["sample_every"]:
+            m.sample_every = f["sample_every"]
+        else:
+            m.sample_interval_us = f["sample_interval_us"]
+        src, dst, proto, sport, dport = f["match"]
+        if any(f["match"]):
+            m.match.CopyFrom(
+                inline_pb2.InlineMatch(src_prefix=src, dst_prefix=dst, protocol=proto, src_port=sport, dst_port=dport)
+            )
+    return m
+
+
 CODE_NAMES = {code.value[0]: code.name for code in grpc.StatusCode}
 
 
@@ -298,6 +378,7 @@ class AgentClient:
         self.srv6 = srv6_pb2_grpc.Srv6ServiceStub(self.channel)
         self.stamp = stamp_pb2_grpc.StampServiceStub(self.channel)
         self.flowmon = flowmon_pb2_grpc.FlowMonitorServiceStub(self.channel)
+        self.inline = inline_pb2_grpc.InlineMonitorServiceStub(self.channel)
 
     @property
     def name(self) -> str:
@@ -338,7 +419,9 @@ class AgentClient:
 
     # -------------------------------------------------------------- read what the node has
     def read_state(self) -> dict[tuple, Resource]:
-        """Everything this node reports, as model.Resource by ident (4 List* RPCs)."""
+        """Everything this node reports, as model.Resource by ident (6 read RPCs: 4 List*,
+        ListInlineMonitors and GetIoamConfig; an agent without InlineMonitorService (an older one)
+        reports no in-line state: UNIMPLEMENTED is taken as none)."""
         node = self.name
         found = [
             local_sid_resource(node, st)
@@ -356,6 +439,18 @@ class AgentClient:
             flow_resource(node, st)
             for st in self.call(self.flowmon, "ListFlowMonitors", flowmon_pb2.ListFlowMonitorsRequest()).monitors
         ]
+        try:
+            ioam = ioam_resource(node, self.call(self.inline, "GetIoamConfig", inline_pb2.GetIoamConfigRequest()))
+            found += [
+                inline_resource(node, st)
+                for st in self.call(self.inline, "ListInlineMonitors", inline_pb2.ListInlineMonitorsRequest()).monitors
+            ]
+        except AgentError as exc:
+            if exc.code != "UNIMPLEMENTED":
+                raise
+            ioam = None
+        if ioam is not None:
+            found.append(ioam)
         return {r.ident: r for r in found}
 
     # -------------------------------------------------------------- carry out one op
@@ -490,3 +585,24 @@ class AgentClient:
 
     _op_flow_rx = _op_flow
     _op_flow_tx = _op_flow
+
+    def _op_ioam_node(self, op: Op) -> list[str]:
+        if op.action == "remove":
+            self.call(self.inline, "DisableIoam", inline_pb2.DisableIoamRequest())
+            return ["DisableIoam"]
+        self.call(self.inline, "EnableIoam", inline_pb2.EnableIoamRequest(config=ioam_config_msg(op.desired)))
+        return ["EnableIoam"]
+
+    def _op_inline(self, op: Op) -> list[str]:
+        side, flow_id = op.key
+        if op.action == "remove":
+            req = inline_pb2.StopInlineMonitorRequest(side=INLINE_SIDE_TO_PB[side], flow_id=flow_id)
+            self.call(self.inline, "StopInlineMonitor", req)
+            return ["StopInlineMonitor"]
+        self.call(
+            self.inline, "StartInlineMonitor", inline_pb2.StartInlineMonitorRequest(monitor=inline_msg(op.desired))
+        )
+        return ["StartInlineMonitor"]
+
+    _op_inline_egress = _op_inline
+    _op_inline_ingress = _op_inline

@@ -5,16 +5,21 @@
 - update: same key, different content, and the agent can change it in place (local SIDs and
   policies: one hitless netlink replace);
 - replace: same key, different content, no in-place update (STAMP sessions, flow monitors):
-  destroy/stop then create (and start);
+  destroy/stop then create (and start); an in-line monitor is stopped in the teardown phase and
+  started in the second (a new IOAM node id of its node can only be set once it is stopped);
 - start / stop: a STAMP session whose configuration is right but whose run state is not;
 - init: a STAMP role must be initialised on a node before its first session is created;
 - remove: on a node the intent names, of a kind the controller manages, not in the intent;
 - reset: a node that keeps no STAMP session at all is Reset instead of destroying its sessions one
-  by one (Reset also detaches the STAMP XDP programs, which frees the device's XDP hook).
+  by one (Reset also detaches the STAMP XDP programs from the node's devices);
+- the node's IOAM configuration (ioam_node) is created/updated with EnableIoam before the in-line
+  monitors are started, and removed (DisableIoam: the agent restores what it changed) after the
+  last of the node's in-line monitors is stopped.
 
 Order, in three phases:
-1. measurement teardown: flow monitors and STAMP sessions that go away (TX before RX, sender
-   before reflector) and resets: they may hold an XDP hook that something new needs;
+1. measurement teardown: in-line monitors, flow monitors and STAMP sessions that go away (ingress
+   before egress, TX before RX, sender before reflector), resets, then IOAM configurations that
+   go away, before anything new is created;
 2. every create/update/replace/start/stop/init in dependency order: local SIDs, policies,
    reflector sessions, sender sessions, RX flow monitors, TX flow monitors (inside a kind by
    node, then key);
@@ -29,7 +34,9 @@ from dataclasses import dataclass
 from controller.model import KIND_RANK, STAMP_ROLE_OF, UPDATABLE, DesiredState, Resource, StampInit
 
 ACTIONS = ("init", "create", "update", "replace", "start", "stop", "remove", "reset")
-MEASUREMENT = ("stamp_reflector", "stamp_sender", "flow_rx", "flow_tx")
+MEASUREMENT = ("ioam_node", "stamp_reflector", "stamp_sender", "flow_rx", "flow_tx", "inline_egress", "inline_ingress")
+# replaced by a stop in the teardown phase and a start in the second (not one op in the second)
+REPLACE_BY_TEARDOWN = {"inline_egress", "inline_ingress"}
 
 
 @dataclass(frozen=True)
@@ -50,6 +57,9 @@ class Op:
             "stamp_sender": "STAMP sender session",
             "flow_rx": "flow monitor RX",
             "flow_tx": "flow monitor TX",
+            "ioam_node": "IOAM configuration",
+            "inline_egress": "in-line monitor EGRESS",
+            "inline_ingress": "in-line monitor INGRESS",
             "stamp_init": "STAMP init",
             "stamp_reset": "STAMP reset (every session, datapath detached)",
         }[self.kind]
@@ -93,12 +103,16 @@ def _needs_start(want: Resource, have: Resource) -> bool:
 def plan(desired: DesiredState, actual: dict[tuple, Resource]) -> list[Op]:
     """Operations that turn `actual` (what the agents of desired.nodes report) into `desired`."""
     forward: list[tuple[tuple, Op]] = []
+    replaced_by_teardown: list[Resource] = []
     for ident, want in desired.resources.items():
         have = actual.get(ident)
         if have is None:
             forward.append((_rank(want, 1), Op("create", want.kind, want.node, want.key, desired=want)))
             if want.running:
                 forward.append((_rank(want, 3), Op("start", want.kind, want.node, want.key, desired=want)))
+        elif have.spec != want.spec and want.kind in REPLACE_BY_TEARDOWN:
+            forward.append((_rank(want, 1), Op("create", want.kind, want.node, want.key, desired=want)))
+            replaced_by_teardown.append(have)
         elif have.spec != want.spec:
             action = "update" if want.kind in UPDATABLE else "replace"
             forward.append((_rank(want, 1), Op(action, want.kind, want.node, want.key, desired=want, actual=have)))
@@ -128,6 +142,7 @@ def plan(desired: DesiredState, actual: dict[tuple, Resource]) -> list[Op]:
     managed = set(desired.nodes)
     stamp_nodes_wanted = {r.node for r in desired.resources.values() if r.kind in STAMP_ROLE_OF}
     removals = [have for ident, have in actual.items() if ident not in desired.resources and have.node in managed]
+    removals += replaced_by_teardown
     reset_nodes = sorted({r.node for r in removals if r.kind in STAMP_ROLE_OF} - stamp_nodes_wanted)
     backward: list[tuple[tuple, Op]] = []
     for node in reset_nodes:

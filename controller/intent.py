@@ -12,6 +12,7 @@ Format: controller/README.md.
 from __future__ import annotations
 
 import difflib
+import hashlib
 import ipaddress
 import os
 import re
@@ -46,6 +47,19 @@ FLOW_METHODS = ("dscp", "rfc9343")
 MAX_SIDS = 6  # STAMP sessions and monitored flows: the datapaths cap SID lists here
 MAX_POLICY_SIDS = 16  # policies and End.B6 SIDs: the agent's limit
 MAX_RATE_PPS = 1_000_000
+# in-line (IOAM) monitors (agent/inline.py has the same limits)
+MAX_TRACE_NODES = 12
+MAX_SAMPLE_EVERY = 65535
+MAX_SAMPLE_INTERVAL_US = 60_000_000
+MAX_IOAM_ID = 0xFFFFFE  # 24 bits; 0xFFFFFF is the kernel's "no id"
+PORT_PROTOCOLS = (6, 17)  # TCP, UDP (the ports ioam_tx can match)
+
+
+def default_ioam_id(node: str) -> int:
+    """A node's IOAM node id when the intent gives none: the first 4 bytes of SHA-256 of its name
+    (UTF-8), big-endian, modulo 16777214, plus 1 (1..16777214). Stable: the same name always gets
+    the same id, whoever applies the intent."""
+    return int.from_bytes(hashlib.sha256(node.encode()).digest()[:4], "big") % MAX_IOAM_ID + 1
 
 
 class IntentError(ValueError):
@@ -77,6 +91,11 @@ class NodeSpec:
     name: str
     agent: str  # host:port of the node's agent
     tls: TlsFiles
+    ioam_id: int | None = None  # IOAM node id from the file (None: default_ioam_id(name))
+
+    @property
+    def ioam_node_id(self) -> int:
+        return self.ioam_id if self.ioam_id is not None else default_ioam_id(self.name)
 
 
 MAIN_TABLE = 254
@@ -162,6 +181,35 @@ class Flow:
         return (self.flow_id,)
 
 
+@dataclass(frozen=True)
+class InlineMatch:
+    """Which inner packets of the flow may be sampled; empty = all."""
+
+    src: str = ""  # canonical IPv6 prefix of the inner packet
+    dst: str = ""
+    proto: int = 0
+    sport: int = 0
+    dport: int = 0
+
+
+@dataclass(frozen=True)
+class InlineMonitor:
+    flow_id: int
+    ingress: StampEnd  # ioam_tx (node, dev = the policy's egress device): inserts the IOAM options
+    egress: StampEnd  # ioam_rx (node, dev = where the flow arrives at the egress edge): records
+    segs: tuple[str, ...]  # the policy's SID list (travel order) that defines the flow
+    sample_every: int = 0  # one of sample_every / sample_interval_us is > 0
+    sample_interval_us: int = 0
+    namespace: int = 1
+    trace_nodes: int = 0  # 1..12 (default len(segs) + 1)
+    transit: tuple[str, ...] = ()  # nodes where IOAM is enabled for this flow (`all` resolved)
+    match: InlineMatch = InlineMatch()
+
+    @property
+    def key(self) -> tuple:
+        return (self.flow_id,)
+
+
 @dataclass
 class Intent:
     file: str
@@ -170,12 +218,13 @@ class Intent:
     policies: list[Policy] = field(default_factory=list)
     stamp_sessions: list[StampSession] = field(default_factory=list)
     flows: list[Flow] = field(default_factory=list)
+    inline_monitors: list[InlineMonitor] = field(default_factory=list)
 
 
 # ---------------------------------------------------------------------------- key sets
 
-TOP_KEYS = ("version", "nodes", "local_sids", "policies", "stamp_sessions", "flows")
-NODE_KEYS = ("agent", "tls")
+TOP_KEYS = ("version", "nodes", "local_sids", "policies", "stamp_sessions", "flows", "inline_monitors")
+NODE_KEYS = ("agent", "tls", "ioam_id")
 TLS_KEYS = ("ca", "cert", "key", "server_name")
 LOCAL_SID_KEYS = ("node", "sid", "action", "dev", "table", "lookup_table", "nh6", "nh4", "segs", "count")
 POLICY_KEYS = ("node", "destination", "mode", "segs", "dev", "table", "metric")
@@ -195,6 +244,19 @@ SESSION_KEYS = (
 STAMP_END_KEYS = ("node", "address", "dev")
 FLOW_KEYS = ("flow_id", "ingress", "egress", "segs", "method", "period_ms", "dmark_every", "dscp_l_bit", "dscp_d_bit")
 FLOW_END_KEYS = ("node", "dev")
+INLINE_KEYS = (
+    "flow_id",
+    "ingress",
+    "egress",
+    "segs",
+    "sampling",
+    "namespace",
+    "trace_nodes",
+    "transit",
+    "match",
+)
+SAMPLING_KEYS = ("every", "interval_us")
+MATCH_KEYS = ("src", "dst", "proto", "sport", "dport")
 
 
 class _Checker:
@@ -413,9 +475,20 @@ def _parse_node(c: _Checker, where: tuple, name: Any, raw: Any) -> NodeSpec | No
             if "server_name" in t
             else None,
         )
+    ioam_id = None
+    if "ioam_id" in raw:
+        ioam_id = c.integer(
+            where + ("ioam_id",),
+            raw["ioam_id"],
+            "ioam_id",
+            1,
+            MAX_IOAM_ID,
+            f"write the node's IOAM node id in 1..{MAX_IOAM_ID}, or leave it out for the default "
+            "derived from the node name",
+        )
     if tls is None:
         return None
-    return NodeSpec(name=str(name), agent=agent, tls=tls)
+    return NodeSpec(name=str(name), agent=agent, tls=tls, ioam_id=ioam_id)
 
 
 def _parse_local_sid(c: _Checker, where: tuple, raw: Any, nodes: dict) -> LocalSid | None:
@@ -639,6 +712,148 @@ def _parse_flow(c: _Checker, where: tuple, raw: Any, nodes: dict) -> Flow | None
     )
 
 
+def _parse_inline_end(c: _Checker, where: tuple, raw: Any, nodes: dict) -> StampEnd | None:
+    if not c.mapping(where, raw, FLOW_END_KEYS, required=("node", "dev")):
+        return None
+    return StampEnd(
+        node=c.node_ref(where + ("node",), raw.get("node"), nodes) if "node" in raw else "",
+        address="",
+        dev=c.ifname(where + ("dev",), raw["dev"]) if "dev" in raw else "",
+    )
+
+
+def _parse_match(c: _Checker, where: tuple, raw: Any) -> InlineMatch:
+    if not c.mapping(where, raw, MATCH_KEYS):
+        return InlineMatch()
+    nets = {}
+    for name in ("src", "dst"):
+        if name in raw:
+            nets[name] = c.prefix(where + (name,), raw[name])  # the inner IPv6 packet (ioam_tx's filter)
+    proto = (
+        c.integer(where + ("proto",), raw["proto"], "proto", 1, 255, "write an IP protocol number, e.g. 17 for UDP")
+        if "proto" in raw
+        else 0
+    )
+    ports = []
+    for name in ("sport", "dport"):
+        port = c.integer(where + (name,), raw[name], name, 1, 65535) if name in raw else 0
+        if name in raw and proto not in PORT_PROTOCOLS:
+            c.err(
+                where + (name,),
+                f"{name} needs `proto` 6 (TCP) or 17 (UDP)",
+                "add `proto: 17` (or 6), or remove the port",
+                at_key=True,
+            )
+        ports.append(port)
+    return InlineMatch(src=nets.get("src", ""), dst=nets.get("dst", ""), proto=proto, sport=ports[0], dport=ports[1])
+
+
+def _parse_inline(c: _Checker, where: tuple, raw: Any, nodes: dict) -> InlineMonitor | None:
+    if not c.mapping(where, raw, INLINE_KEYS, required=("flow_id", "ingress", "egress", "segs", "sampling")):
+        return None
+    flow_id = c.integer(where + ("flow_id",), raw.get("flow_id"), "flow_id", 1, 2**32 - 1) if "flow_id" in raw else 0
+    ingress = _parse_inline_end(c, where + ("ingress",), raw["ingress"], nodes) if "ingress" in raw else None
+    egress = _parse_inline_end(c, where + ("egress",), raw["egress"], nodes) if "egress" in raw else None
+    segs = c.sid_list(where + ("segs",), raw.get("segs"), allow_empty=False) if "segs" in raw else ()
+    every = interval = 0
+    if "sampling" in raw and c.mapping(where + ("sampling",), raw["sampling"], SAMPLING_KEYS):
+        smp = raw["sampling"]
+        known = [k for k in smp if k in SAMPLING_KEYS]
+        if len(known) == 2 or not smp:
+            c.err(
+                where + ("sampling",),
+                "sampling needs exactly one of `every` and `interval_us`" if smp else "sampling is empty",
+                "write `sampling: {every: 100}` (one packet in 100) or `sampling: {interval_us: 1000}` "
+                "(at most one packet per 1000 us)",
+            )
+        elif not known:
+            pass  # only unknown keys: reported by mapping() with a did-you-mean
+        elif "every" in smp:
+            every = c.integer(
+                where + ("sampling", "every"),
+                smp["every"],
+                "sampling.every",
+                1,
+                MAX_SAMPLE_EVERY,
+                f"write N in 1..{MAX_SAMPLE_EVERY}: one packet in N carries the IOAM options (1 = every packet)",
+            )
+        else:
+            interval = c.integer(
+                where + ("sampling", "interval_us"),
+                smp["interval_us"],
+                "sampling.interval_us",
+                1,
+                MAX_SAMPLE_INTERVAL_US,
+                f"write M in 1..{MAX_SAMPLE_INTERVAL_US}: at most one packet per M microseconds",
+            )
+    namespace = (
+        c.integer(
+            where + ("namespace",),
+            raw["namespace"],
+            "namespace",
+            1,
+            0xFFFF,
+            "write an IOAM Namespace-ID in 1..65535 (default 1)",
+        )
+        if "namespace" in raw
+        else 1
+    )
+    default_slots = min(len(segs) + 1, MAX_TRACE_NODES)
+    trace_nodes = (
+        c.integer(
+            where + ("trace_nodes",),
+            raw["trace_nodes"],
+            "trace_nodes",
+            1,
+            MAX_TRACE_NODES,
+            f"write the trace's capacity in nodes, the ingress included, in 1..{MAX_TRACE_NODES} "
+            f"(default len(segs) + 1 = {default_slots})",
+        )
+        if "trace_nodes" in raw
+        else default_slots
+    )
+    transit: tuple[str, ...] = ()
+    if "transit" in raw:
+        t = raw["transit"]
+        if t == "all":
+            transit = tuple(sorted(nodes))
+        elif isinstance(t, list):
+            seen: set[str] = set()
+            for i, name in enumerate(t):
+                node = c.node_ref(where + ("transit", i), name, nodes)
+                if node in seen:
+                    c.err(where + ("transit", i), f"node {node} is listed twice", "list each transit node once")
+                seen.add(node)
+            transit = tuple(sorted(n for n in seen if n))
+        else:
+            c.err(
+                where + ("transit",),
+                f"expected `all` or a list of nodes, got {_show(t)}",
+                "write `transit: [R1, R2]` (the nodes that fill the trace) or `transit: all`",
+            )
+    match = _parse_match(c, where + ("match",), raw["match"]) if "match" in raw else InlineMatch()
+    if ingress and egress and ingress.node and ingress.node == egress.node:
+        c.err(
+            where + ("egress", "node"),
+            f"ingress and egress are both node {ingress.node}",
+            "the egress is the node at the other end of the SID list",
+        )
+    if ingress is None or egress is None:
+        return None
+    return InlineMonitor(
+        flow_id=flow_id,
+        ingress=ingress,
+        egress=egress,
+        segs=segs,
+        sample_every=every,
+        sample_interval_us=interval,
+        namespace=namespace,
+        trace_nodes=trace_nodes,
+        transit=transit,
+        match=match,
+    )
+
+
 def _check_unique(c: _Checker, section: str, items: list[tuple[int, Any]], label) -> None:
     seen: dict[Any, int] = {}
     for index, item in items:
@@ -712,38 +927,43 @@ def _cross_checks(c: _Checker, intent: Intent, indexed: dict[str, list[tuple[int
                 f"use address {srcs[k][0]} for sessions whose replies arrive on {s.sender.dev}",
             )
         srcs.setdefault(k, (s.sender.address, index))
-    # a device's XDP hook: altmark_rx (flow egress dev) chains one STAMP program behind it
-    # (datapath/README.md, "Chaining"; the agent does it in either order), so a STAMP collector or
-    # reflector may share its device with a flow's RX side. The STAMP collector (sender dev) and
-    # the STAMP reflector (reflector dev) cannot share one: one hook, and one slot behind altmark_rx.
-    xdp: dict[tuple[str, str], tuple[str, tuple]] = {}
-    users = [
-        (("stamp_sessions", i, "sender", "dev"), s.sender, "the STAMP collector") for i, s in indexed["stamp_sessions"]
-    ]
-    users += [
-        (("stamp_sessions", i, "reflector", "dev"), s.reflector, "the STAMP reflector")
-        for i, s in indexed["stamp_sessions"]
-    ]
-    for where, end, program in sorted(users, key=lambda u: doc_pos(c, u[0])):
-        k = (end.node, end.dev)
-        if k in xdp and xdp[k][0] != program:
-            c.err(
-                where,
-                f"{end.node}:{end.dev} already runs {xdp[k][0]} ({_fmt(xdp[k][1])}), and a device "
-                f"has one XDP hook (one STAMP program per device, also behind altmark_rx)",
-                f"use another device for {program}, or drop one of the two",
-            )
-        xdp.setdefault(k, (program, where))
+    # no check of XDP devices: the STAMP collector (sender dev), the STAMP reflector (reflector
+    # dev) and a flow's RX side (egress dev) may share any device of a node in any combination;
+    # the agent's programs run there through the node's XDP chain (datapath/README.md, "Chaining")
 
 
-def doc_pos(c: _Checker, where: tuple) -> tuple[int, int]:
-    return c.doc.pos(where)
-
-
-def _fmt(where: tuple) -> str:
-    from controller.yamlmarks import fmt_path
-
-    return fmt_path(where)
+def _inline_checks(c: _Checker, intent: Intent, indexed: dict[str, list[tuple[int, Any]]]) -> None:
+    _check_unique(c, "inline_monitors", indexed["inline_monitors"], lambda m: f"in-line monitor flow_id {m.flow_id}")
+    # each side's datapath finds a flow by its SID list: a second monitor with the same list on the
+    # same node would take the first one over (the agent refuses it)
+    seen: dict[tuple, tuple[int, int]] = {}
+    for index, m in indexed["inline_monitors"]:
+        for side, end in (("egress", m.egress), ("ingress", m.ingress)):
+            k = (side, end.node, tuple(m.segs))
+            if k in seen and seen[k][0] != m.flow_id:
+                c.err(
+                    ("inline_monitors", index, "segs"),
+                    f"the in-line monitor flow_id {seen[k][0]} (inline_monitors[{seen[k][1]}]) already has "
+                    f"{','.join(m.segs)} at its {side} node {end.node}",
+                    "monitor each SID list once (one in-line monitor per path); to sample differently, "
+                    "change that monitor",
+                )
+                break
+            seen.setdefault(k, (m.flow_id, index))
+    # one IOAM node id per node: a trace names its nodes by id
+    if indexed["inline_monitors"]:
+        ids: dict[int, str] = {}
+        for name, node in sorted(intent.nodes.items()):
+            nid = node.ioam_node_id
+            if nid in ids:
+                where = ("nodes", name, "ioam_id") if node.ioam_id is not None else ("nodes", name)
+                c.err(
+                    where,
+                    f"IOAM node id {nid} is also node {ids[nid]}'s"
+                    + ("" if node.ioam_id is not None else " (the default derived from the name)"),
+                    f"set `ioam_id:` on node {name} to an id no other node has",
+                )
+            ids.setdefault(nid, name)
 
 
 def parse_intent(text: str, file: str = "intent.yaml", base_dir: Path | None = None) -> Intent:
@@ -751,7 +971,9 @@ def parse_intent(text: str, file: str = "intent.yaml", base_dir: Path | None = N
     raw, doc = load_marked(text, file)
     c = _Checker(doc, base_dir or Path(file).resolve().parent)
     intent = Intent(file=file)
-    indexed: dict[str, list[tuple[int, Any]]] = {k: [] for k in ("local_sids", "policies", "stamp_sessions", "flows")}
+    indexed: dict[str, list[tuple[int, Any]]] = {
+        k: [] for k in ("local_sids", "policies", "stamp_sessions", "flows", "inline_monitors")
+    }
     if doc.problems and raw is None:  # YAML syntax: nothing to validate
         raise IntentError(file, doc.problems)
     if raw is None:
@@ -789,6 +1011,7 @@ def parse_intent(text: str, file: str = "intent.yaml", base_dir: Path | None = N
             "policies": _parse_policy,
             "stamp_sessions": _parse_session,
             "flows": _parse_flow,
+            "inline_monitors": _parse_inline,
         }
         for section, parse in parsers.items():
             what = section.rstrip("s").replace("_", " ")
@@ -798,6 +1021,7 @@ def parse_intent(text: str, file: str = "intent.yaml", base_dir: Path | None = N
                     getattr(intent, section).append(item)
                     indexed[section].append((index, item))
         _cross_checks(c, intent, indexed)
+        _inline_checks(c, intent, indexed)
     if doc.problems:
         raise IntentError(file, doc.problems)
     return intent

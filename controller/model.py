@@ -1,8 +1,9 @@
 """Desired state: the intent flattened into per-node resources, in the agents' own terms.
 
 A Resource is one object an agent keeps, under the key the agent uses for it (srv6.proto,
-stamp.proto, flowmon.proto): a local SID (sid, table), a policy (destination, table), a STAMP
-session (role, ssid), a flow monitor (side, flow_id). `spec` holds every field the controller
+stamp.proto, flowmon.proto, inline.proto): a local SID (sid, table), a policy (destination,
+table), a STAMP session (role, ssid), a flow monitor (side, flow_id), the node's IOAM
+configuration (one per node), an in-line monitor (side, flow_id). `spec` holds every field the controller
 sets, normalised (canonical addresses, defaults filled in) so that a Resource built from the
 intent and one built from what an agent reports compare equal exactly when nothing needs doing.
 """
@@ -17,10 +18,25 @@ from controller.intent import Intent
 
 # Kinds in dependency order: SIDs before the policies that steer onto them, policies before the
 # sessions and flows that travel over them; a reflector before its sender, an RX side (egress,
-# counting) before its TX side (ingress, colouring). Removals go in the reverse order.
-KINDS = ("local_sid", "policy", "stamp_reflector", "stamp_sender", "flow_rx", "flow_tx")
+# counting) before its TX side (ingress, colouring); a node's IOAM configuration (its node id goes
+# into the in-line monitors' records) before the in-line monitors, the egress side (recording)
+# before the ingress side (instrumenting). Removals go in the reverse order.
+KINDS = (
+    "local_sid",
+    "policy",
+    "ioam_node",
+    "stamp_reflector",
+    "stamp_sender",
+    "flow_rx",
+    "flow_tx",
+    "inline_egress",
+    "inline_ingress",
+)
 KIND_RANK = {k: i for i, k in enumerate(KINDS)}
-UPDATABLE = {"local_sid", "policy"}  # the agent has a hitless Update for these
+# the agent changes these in place (hitless netlink replace; EnableIoam makes the node's IOAM
+# state exactly the new one)
+UPDATABLE = {"local_sid", "policy", "ioam_node"}
+IOAM_KEY = ("ioam",)
 STAMP_ROLE_OF = {"stamp_reflector": "reflector", "stamp_sender": "sender"}
 MAIN_TABLE = 254
 DEFAULT_METRIC = 1024  # what the kernel gives an IPv6 route with metric 0
@@ -166,6 +182,50 @@ def flow_spec(
     )
 
 
+def ioam_spec(node_id: int, namespaces, all_devices: bool, interfaces=()) -> tuple:
+    """The node's EnableIoam configuration. The controller enables every device of a node
+    (all_devices: interface id = ifindex; the agent publishes device -> id on segscope.paths)."""
+    return spec(
+        node_id=int(node_id),
+        namespaces=tuple(sorted(int(n) for n in namespaces)),
+        all_devices=bool(all_devices),
+        interfaces=tuple(sorted((str(d), int(i)) for d, i in interfaces)),
+    )
+
+
+def inline_match(src: str, dst: str, proto: int, sport: int, dport: int) -> tuple:
+    return (canon_prefix(src) if src else "", canon_prefix(dst) if dst else "", int(proto), int(sport), int(dport))
+
+
+NO_MATCH = ("", "", 0, 0, 0)
+
+
+def inline_spec(
+    side: str,
+    dev: str,
+    sids,
+    namespace: int,
+    node_id: int,
+    trace_nodes: int = 0,
+    sample_every: int = 0,
+    sample_interval_us: int = 0,
+    match: tuple = NO_MATCH,
+) -> tuple:
+    """An in-line monitor side; node_id is the node's IOAM id the datapath writes (a new id means
+    the monitor must be started again: its records carry it)."""
+    ingress = side == "ingress"
+    return spec(
+        dev=dev,
+        segs=segs(sids),
+        namespace=int(namespace),
+        node_id=int(node_id),
+        trace_nodes=int(trace_nodes) if ingress else 0,
+        sample_every=int(sample_every) if ingress else 0,
+        sample_interval_us=int(sample_interval_us) if ingress else 0,
+        match=tuple(match) if ingress else NO_MATCH,
+    )
+
+
 # ------------------------------------------------------------------ intent -> desired
 
 
@@ -250,4 +310,40 @@ def desired_state(intent: Intent) -> DesiredState:
                 ),
             )
         )
+    # in-line monitors: every node a monitored flow crosses with IOAM (its edges and the transit
+    # nodes it names) gets its IOAM configuration: node id, the namespaces of those flows, every
+    # device enabled
+    ioam_namespaces: dict[str, set[int]] = {}
+    for m in intent.inline_monitors:
+        for node in {m.ingress.node, m.egress.node, *m.transit}:
+            ioam_namespaces.setdefault(node, set()).add(m.namespace)
+        mt = m.match
+        d.add(
+            Resource(
+                "inline_egress",
+                m.egress.node,
+                ("egress", m.flow_id),
+                inline_spec("egress", m.egress.dev, m.segs, m.namespace, intent.nodes[m.egress.node].ioam_node_id),
+            )
+        )
+        d.add(
+            Resource(
+                "inline_ingress",
+                m.ingress.node,
+                ("ingress", m.flow_id),
+                inline_spec(
+                    "ingress",
+                    m.ingress.dev,
+                    m.segs,
+                    m.namespace,
+                    intent.nodes[m.ingress.node].ioam_node_id,
+                    m.trace_nodes,
+                    m.sample_every,
+                    m.sample_interval_us,
+                    inline_match(mt.src, mt.dst, mt.proto, mt.sport, mt.dport),
+                ),
+            )
+        )
+    for node, namespaces in sorted(ioam_namespaces.items()):
+        d.add(Resource("ioam_node", node, IOAM_KEY, ioam_spec(intent.nodes[node].ioam_node_id, namespaces, True)))
     return d

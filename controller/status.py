@@ -1,5 +1,6 @@
-"""`status`: each session and flow of the intent, its state on the agents, its latest delay
-(`stamp_delay`) and loss (`altmark_loss`) from InfluxDB (InfluxQL over the v1 HTTP API).
+"""`status`: each session, flow and in-line monitor of the intent, its state on the agents, its
+latest delay (`stamp_delay`), loss (`altmark_loss`) and worst hop (`inline_hop_delay`) from
+InfluxDB (InfluxQL over the v1 HTTP API).
 """
 
 from __future__ import annotations
@@ -75,6 +76,25 @@ def window_loss(url: str, db: str, flow_id: int, window_s: float) -> dict:
     }
 
 
+def worst_hop(url: str, db: str, flow_id: int, window_s: float) -> dict | None:
+    """The hop with the highest mean delay in the newest second of the flow's inline_hop_delay
+    points (measured hops only; every hop series' newest point within window_s, those of the
+    newest second compared), or None when there is none."""
+    q = (
+        f"SELECT \"mean_us\", \"count\", \"measured\" FROM \"inline_hop_delay\" WHERE \"flow\" = '{flow_id}' "
+        f"AND time > now() - {int(window_s * 1000)}ms GROUP BY * ORDER BY time DESC LIMIT 1"
+    )
+    rows = [r for r in influx_query(url, db, q) if r.get("measured") is True and r.get("mean_us") is not None]
+    if not rows:
+        return None
+    newest = max(r["time"] for r in rows)
+    second = [r for r in rows if newest - r["time"] < 1_000_000_000]
+    top = max(second, key=lambda r: r["mean_us"])
+    return {
+        k: top.get(k) for k in ("hop", "link", "from_node", "to_node", "from_if", "to_if", "mean_us", "count", "time")
+    }
+
+
 def session_loss(snd) -> dict:
     """Packets received by the sender's agent, and, once the run has stopped, the exact loss
     (sent - received). While the sender runs its live `sent` is at most a second old and replies
@@ -90,9 +110,11 @@ def session_loss(snd) -> dict:
 
 def collect(ctl: Controller, influx_url: str, influx_db: str, window_s: float = 60.0) -> dict:
     """Everything status shows, as one JSON-able dict (also what --json prints)."""
-    out: dict[str, Any] = {"nodes": {}, "sessions": [], "flows": [], "influx_error": None}
+    out: dict[str, Any] = {"nodes": {}, "sessions": [], "flows": [], "inline_monitors": [], "influx_error": None}
     sessions_by_node: dict[str, dict] = {}
     flows_by_node: dict[str, dict] = {}
+    inline_by_node: dict[str, dict] = {}
+    clients = {}
     for name, node in sorted(ctl.intent.nodes.items()):
         try:
             client = ctl.client(name)
@@ -102,6 +124,12 @@ def collect(ctl: Controller, influx_url: str, influx_db: str, window_s: float = 
             mons = client.call(client.flowmon, "ListFlowMonitors", flowmon_pb2.ListFlowMonitorsRequest()).monitors
             sessions_by_node[name] = {(s.session.role, s.session.ssid): s for s in sess}
             flows_by_node[name] = {(m.monitor.side, m.monitor.flow_id): m for m in mons}
+            clients[name] = client
+            if ctl.intent.inline_monitors:
+                from segscope_proto.segscope.agent.v1 import inline_pb2
+
+                inl = client.call(client.inline, "ListInlineMonitors", inline_pb2.ListInlineMonitorsRequest()).monitors
+                inline_by_node[name] = {(m.monitor.side, m.monitor.flow_id): m for m in inl}
             out["nodes"][name] = {"agent": node.agent, "reachable": True}
         except AgentError as exc:
             out["nodes"][name] = {"agent": node.agent, "reachable": False, "error": str(exc)}
@@ -163,7 +191,65 @@ def collect(ctl: Controller, influx_url: str, influx_db: str, window_s: float = 
         except (requests.RequestException, RuntimeError) as exc:
             out["influx_error"] = str(exc)
         out["flows"].append(row)
+    for m in ctl.intent.inline_monitors:
+        out["inline_monitors"].append(
+            _inline_row(m, clients, inline_by_node, influx_url, influx_db, window_s, now_ns, out)
+        )
     return out
+
+
+def _inline_row(m, clients, inline_by_node, influx_url, influx_db, window_s, now_ns, out) -> dict:
+    """One in-line monitor: its sides on the agents, their counters, the worst hop in InfluxDB."""
+    from segscope_proto.segscope.agent.v1 import inline_pb2
+
+    row: dict[str, Any] = {
+        "flow_id": m.flow_id,
+        "ingress": m.ingress.node,
+        "egress": m.egress.node,
+        "segs": list(m.segs),
+        "sampling": {"every": m.sample_every} if m.sample_every else {"interval_us": m.sample_interval_us},
+        "ingress_state": "absent",
+        "egress_state": "absent",
+        "sampled": None,
+        "instrumented": None,
+        "skipped": None,
+        "records": None,
+        "worst_hop": None,
+    }
+    for side, node in (
+        (inline_pb2.INLINE_SIDE_INGRESS, m.ingress.node),
+        (inline_pb2.INLINE_SIDE_EGRESS, m.egress.node),
+    ):
+        name = "ingress" if side == inline_pb2.INLINE_SIDE_INGRESS else "egress"
+        if (side, m.flow_id) not in inline_by_node.get(node, {}):
+            continue
+        row[f"{name}_state"] = "installed"
+        client = clients[node]
+        try:
+            res = client.call(
+                client.inline,
+                "GetInlineMonitorResults",
+                inline_pb2.GetInlineMonitorResultsRequest(side=side, flow_id=m.flow_id),
+            )
+        except AgentError as exc:
+            row[f"{name}_state"] = f"error: {exc.code}"
+            continue
+        if res.WhichOneof("counters") == "ingress":
+            c = res.ingress
+            row.update(
+                sampled=c.sampled, instrumented=c.instrumented, skipped=c.skipped_mtu + c.skipped_gso + c.skipped_other
+            )
+            row["skipped_by_reason"] = {"mtu": c.skipped_mtu, "gso": c.skipped_gso, "other": c.skipped_other}
+        elif res.WhichOneof("counters") == "egress":
+            row["records"] = res.egress.records
+    try:
+        hop = worst_hop(influx_url, influx_db, m.flow_id, window_s)
+        if hop is not None:
+            hop["age_s"] = round((now_ns - hop.pop("time")) / 1e9, 1)
+        row["worst_hop"] = hop
+    except (requests.RequestException, RuntimeError) as exc:
+        out["influx_error"] = str(exc)
+    return row
 
 
 def _fmt(value, unit: str = "", digits: int = 1) -> str:
@@ -229,6 +315,26 @@ def render(status: dict) -> str:
         )
     if not status["flows"]:
         lines.append("(no monitored flows in the intent)")
+    lines.append("")
+    hdr = (
+        f"{'flow':>6} {'ingress':<8}{'egress':<8}{'state (i/e)':<22}{'sampled':>9} {'instr.':>9} {'skipped':>8} "
+        f"{'records':>9} | {'worst hop (newest second)':<28}{'mean':>11}{'age':>7}"
+    )
+    lines += ["In-line monitors (IOAM; counters from the agents; inline_hop_delay)", hdr, "-" * len(hdr)]
+    for m in status.get("inline_monitors", []):
+        hop = m.get("worst_hop")
+        if hop:
+            where = f"{hop.get('from_node')}->{hop.get('to_node')}" + (f" ({hop['link']})" if hop.get("link") else "")
+            worst, mean, age = where, _fmt(hop.get("mean_us"), " us"), _fmt(hop.get("age_s"), " s")
+        else:
+            worst, mean, age = "n/a", "n/a", "-"
+        lines.append(
+            f"{m['flow_id']:>6} {m['ingress']:<8}{m['egress']:<8}{m['ingress_state'] + '/' + m['egress_state']:<22}"
+            f"{_fmt(m['sampled']):>9} {_fmt(m['instrumented']):>9} {_fmt(m['skipped']):>8} {_fmt(m['records']):>9} | "
+            f"{worst[:28]:<28}{mean:>11}{age:>7}"
+        )
+    if not status.get("inline_monitors"):
+        lines.append("(no in-line monitors in the intent)")
     if status.get("influx_error"):
         lines += ["", f"InfluxDB not readable: {status['influx_error']}"]
     return "\n".join(lines)

@@ -6,26 +6,50 @@ InfluxDB: the tests prove each rule fires and stays silent where it must, and `s
 lists what fires now.
 
 Objectives: every STAMP session gets DEFAULT_ONE_WAY_DELAY_US; dashboards/objectives.yaml
-names stricter ones per path (sender node + ssid), each its own rule.
+names stricter ones per path (sender node + ssid), each its own rule. Every link measured in-line
+(IOAM, `inline_hop_delay`) gets DEFAULT_LINK_DELAY_US; objectives.yaml names other ones per link,
+each its own rule (and the default rule leaves those links to it).
+
+The provisioning file is built with grafana-foundation-sdk's alert rule builders (query A is an
+InfluxQL query, dashboards/influxdb.py; B and C are the SDK's reduce and threshold expressions)
+and written in Grafana's file layout (dashboards/alerting_file.py).
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
 import re
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Literal
 
 import yaml
+from grafana_foundation_sdk.builders import alerting as alerting_sdk
+from grafana_foundation_sdk.cog.encoder import JSONEncoder
+from grafana_foundation_sdk.models import alerting as alerting_model
+
+with warnings.catch_warnings():
+    # the expressions' module loads the SDK's v2 dashboard models, which warn on import
+    warnings.simplefilter("ignore", DeprecationWarning)
+    from grafana_foundation_sdk.builders import expr
+
+from dashboards import alerting_file, influxdb
 
 HERE = Path(__file__).resolve().parent
 DATASOURCE_UID = "segscope-influxdb"
 DEFAULT_ONE_WAY_DELAY_US = 10_000
+DEFAULT_LINK_DELAY_US = 5_000
 LOSS_RATIO_CRITICAL = 0.01
 INCOMPLETE_BLOCKS_RUN = 5  # a flow starting and stopping makes up to 3 (partial_block, missing_*)
 LAG_MESSAGES = 10_000
 ERROR_ESTIMATE_US = 1_000.0
+
+
+Reducer = Literal["last", "mean", "sum", "max", "min", "count"]  # Grafana's reduce expression
+Comparison = Literal["gt", "lt"]  # of Grafana's threshold expression, the two the rules use
 
 
 @dataclass
@@ -33,8 +57,8 @@ class Rule:
     uid: str
     title: str
     query: str  # InfluxQL with $timeFilter (and $__interval)
-    reducer: str  # last | mean | sum | max | min | count
-    op: str  # gt | lt
+    reducer: Reducer
+    op: Comparison
     threshold: float
     window_s: int  # relativeTimeRange.from
     for_s: int
@@ -66,9 +90,58 @@ def delay_rule(uid: str, title: str, objective_us: float, where: str = "", sever
     )
 
 
-def objectives() -> list[dict]:
+def _objectives_file() -> dict:
     path = HERE / "objectives.yaml"
-    return (yaml.safe_load(path.read_text()) or {}).get("paths", []) if path.exists() else []
+    return (yaml.safe_load(path.read_text()) or {}) if path.exists() else {}
+
+
+def objectives() -> list[dict]:
+    """Per-path one-way delay objectives: [{node, ssid, one_way_delay_us, severity}]."""
+    return _objectives_file().get("paths", [])
+
+
+def link_objectives() -> list[dict]:
+    """Per-link delay objectives: [{link, delay_us, severity}], link as inline_hop_delay names it."""
+    return _objectives_file().get("links", [])
+
+
+def influxql_string(value: str) -> str:
+    """A string literal in InfluxQL."""
+    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def link_rule_uid(link: str) -> str:
+    """segscope-link-<link as a slug>; Grafana's uids have at most 40 characters, so a long link
+    keeps the start of its slug and gets a hash of the whole link."""
+    slug = re.sub(r"[^a-z0-9]+", "-", link.lower()).strip("-")
+    uid = f"segscope-link-{slug}"
+    if len(uid) <= 40:
+        return uid
+    return f"segscope-link-{slug[:17].rstrip('-')}-{hashlib.sha1(link.encode()).hexdigest()[:8]}"
+
+
+def link_delay_rule(uid: str, title: str, objective_us: float, where: str = "", severity: str = "warning") -> Rule:
+    """Mean delay of the sampled real packets on a link (IOAM, one hop of a path) over the last
+    minute, packet-weighted (sum of delays / packets), per link and path."""
+    return Rule(
+        uid=uid,
+        title=title,
+        query='SELECT sum("sum_us") / sum("count") FROM "inline_hop_delay" WHERE "measured" = true '
+        f'{where}AND $timeFilter GROUP BY "link", "path"',
+        reducer="last",
+        op="gt",
+        threshold=objective_us,
+        window_s=60,
+        for_s=60,
+        severity=severity,
+        summary="link {{ $labels.link }} on path {{ $labels.path }}: mean delay {{ humanize $values.B.Value }} us "
+        "over the last minute, objective " + f"{objective_us:g} us",
+        description="Sampled real packets (in-line IOAM measurement) took longer than the link's objective "
+        "between these two nodes. The path dashboard's per-hop chart shows when it started and whether "
+        "the path's other links moved with it (a queue or a reroute under this link) or only this one "
+        "(also a clock step at one of its two nodes: per-hop delays need both clocks synchronized). The "
+        "overview lists the worst links; a hop shown as not measured has no IOAM entry from its node.",
+    )
 
 
 def rules() -> list[Rule]:
@@ -81,6 +154,27 @@ def rules() -> list[Rule]:
                 f"One-way delay above objective ({node}/{ssid})",
                 float(o["one_way_delay_us"]),
                 where=f"AND \"node\" = '{node}' AND \"ssid\" = '{ssid}' ",
+                severity=o.get("severity", "critical"),
+            )
+        )
+    linked = [str(o["link"]) for o in link_objectives()]
+    out.append(
+        link_delay_rule(
+            "segscope-link-delay-default",
+            "Link delay above objective",
+            DEFAULT_LINK_DELAY_US,
+            # a link with its own objective is its own rule's business
+            where="".join(f'AND "link" != {influxql_string(link)} ' for link in linked),
+        )
+    )
+    for o in link_objectives():
+        link = str(o["link"])
+        out.append(
+            link_delay_rule(
+                link_rule_uid(link),
+                f"Link delay above objective ({link})",
+                float(o["delay_us"]),
+                where=f'AND "link" = {influxql_string(link)} ',
                 severity=o.get("severity", "critical"),
             )
         )
@@ -237,69 +331,65 @@ def rules() -> list[Rule]:
 
 
 # --------------------------------------------------------------------------- provisioning file
-def to_grafana(rule: Rule) -> dict:
-    return {
-        "uid": rule.uid,
-        "title": rule.title,
-        "condition": "C",
-        "data": [
-            {
-                "refId": "A",
-                "relativeTimeRange": {"from": rule.window_s, "to": 0},
-                "datasourceUid": DATASOURCE_UID,
-                "model": {
-                    "refId": "A",
-                    "rawQuery": True,
-                    "resultFormat": "time_series",
-                    "query": rule.query,
-                    "intervalMs": rule.interval_ms,
-                    "maxDataPoints": 43200,
-                },
-            },
-            {
-                "refId": "B",
-                "datasourceUid": "__expr__",
-                "model": {
-                    "refId": "B",
-                    "type": "reduce",
-                    "expression": "A",
-                    "reducer": rule.reducer,
-                    "settings": {"mode": "dropNN"},
-                },
-            },
-            {
-                "refId": "C",
-                "datasourceUid": "__expr__",
-                "model": {
-                    "refId": "C",
-                    "type": "threshold",
-                    "expression": "B",
-                    "conditions": [{"evaluator": {"type": rule.op, "params": [rule.threshold]}}],
-                },
-            },
-        ],
-        "noDataState": "OK",
-        "execErrState": "Error",
-        "for": f"{rule.for_s}s",
-        "annotations": {"summary": rule.summary, "description": rule.description},
-        "labels": {"severity": rule.severity, "team": "noc", **rule.labels},
-        "isPaused": False,
-    }
+def to_grafana(rule: Rule) -> alerting_sdk.Rule:
+    """The rule as Grafana alerting runs it: query A (InfluxQL over the rule's window), B reduces
+    each series to one number, C compares it with the threshold; firing after `for`."""
+    query = (
+        influxdb.InfluxQLQuery()
+        .ref_id("A")
+        .query(rule.query)
+        .result_format(influxdb.ResultFormat.TIME_SERIES)
+        .interval_ms(rule.interval_ms)
+        .max_data_points(43200)
+    )
+    reduce_each = (
+        expr.TypeReduce()
+        .ref_id("B")
+        .expression("A")
+        .reducer(rule.reducer)
+        .settings(expr.ExprTypeReduceSettings().mode("dropNN"))  # empty seconds are no evidence
+    )
+    threshold = (
+        expr.TypeThreshold()
+        .ref_id("C")
+        .expression("B")
+        .conditions(
+            [expr.ExprTypeThresholdConditions().evaluator(
+                expr.ExprTypeThresholdConditionsEvaluator().type(rule.op).params([float(rule.threshold)]))]
+        )
+    )  # fmt: skip
+    return (
+        alerting_sdk.Rule(rule.title)
+        .uid(rule.uid)
+        .condition("C")
+        .queries(
+            [
+                alerting_sdk.Query("A")
+                .relative_time_range(alerting_model.RelativeTimeRange(from_val=rule.window_s, to=0))
+                .datasource_uid(DATASOURCE_UID)
+                .model(query),
+                alerting_sdk.Query("B").datasource_uid("__expr__").model(reduce_each),
+                alerting_sdk.Query("C").datasource_uid("__expr__").model(threshold),
+            ]
+        )
+        .no_data_state("OK")  # a series that is gone is not an alert (silence: its own rule)
+        .exec_err_state("Error")
+        .for_val(f"{rule.for_s}s")
+        .annotations({"summary": rule.summary, "description": rule.description})
+        .labels({"severity": rule.severity, "team": "noc", **rule.labels})
+        .is_paused(False)
+    )
+
+
+def provisioning() -> alerting_file.AlertingFile:
+    group = alerting_file.RuleGroup("segscope").org_id(1).folder("segscope").interval("30s")
+    for rule in rules():
+        group = group.with_rule(to_grafana(rule))
+    return alerting_file.AlertingFile().with_group(group)
 
 
 def provisioning_yaml() -> str:
-    doc = {
-        "apiVersion": 1,
-        "groups": [
-            {
-                "orgId": 1,
-                "name": "segscope",
-                "folder": "segscope",
-                "interval": "30s",
-                "rules": [to_grafana(r) for r in rules()],
-            },
-        ],  # fmt: skip
-    }
+    doc = json.loads(json.dumps(provisioning().build(), cls=JSONEncoder))
     head = (
         "# GENERATED by `python -m dashboards.generate` from dashboards/alerts.py: edit that, then regenerate.\n"
         "# Grafana alerting provisioning (provisioning/alerting/): query A, reduce B, threshold C, for.\n"

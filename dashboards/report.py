@@ -6,8 +6,10 @@ Grafana and for tickets.
 What it shows, from InfluxDB (the same queries as the Grafana panels, dashboards/generate.py,
 with Grafana's macros filled in): the alerts that fire now (dashboards/alerts.py, evaluated as
 Grafana would), per STAMP session the delay per direction (mean, percentiles, jitter, samples,
-last result) and a chart of it, per flow the exact loss (blocks, lost, ratio, D-mark delay) and a
-chart of the loss per block, and the pipeline's counters. Charts are inline SVG: the file needs
+last result) and a chart of it, per path measured in-line (IOAM on sampled real packets) each
+hop's delay (a table and bars: how the path's delay splits by link; hops not measured say so)
+with the end-to-end delay and the sequence loss, per flow the exact loss (blocks, lost, ratio,
+D-mark delay) and a chart of the loss per block, and the pipeline's counters. Charts are inline SVG: the file needs
 nothing else to open, offline. Credentials: SEGSCOPE_INFLUX_USER / SEGSCOPE_INFLUX_PASSWORD.
 """
 
@@ -24,13 +26,17 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dashboards import alerts, generate
-from dashboards.grafana import panel_queries
+from dashboards.generate import panel_queries
 from segscope_schemas import influxql
 from segscope_schemas.names import INFLUXDB_DATABASE
 from segscope_schemas.version import VERSION_LINE
 
 DIRECTIONS = ("forward", "reverse", "round_trip")
 COLOURS = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf")
+# the hops of a path: a palette of their own, so a hop's bar is never mistaken for a chart's line
+HOP_COLOURS = ("#4e79a7", "#f28e2b", "#59a14f", "#b07aa1", "#edc948", "#76b7b2", "#ff9da7", "#9c755f",
+               "#e15759", "#bab0ac", "#86bcb6", "#d37295")  # fmt: skip
+NOT_MEASURED = "not measured"
 
 
 class ReportError(RuntimeError):
@@ -61,7 +67,7 @@ def panel_query(dash: dict, title: str, ref: str = "A") -> str:
 def grafana(query: str, start_ns: int, end_ns: int, interval_ms: int) -> str:
     """A panel query as Grafana sends it with every variable at All."""
     q = alerts.expand(query, start_ns, end_ns, interval_ms)
-    for var in ("node", "ssid", "direction", "flow"):
+    for var in ("node", "ssid", "direction", "flow", "path"):
         q = q.replace(f"/^${var}$/", "/.*/")
     return q
 
@@ -140,6 +146,58 @@ def svg_chart(series: list[tuple[str, list[tuple[int, float]]]], unit: str, bars
     return "\n".join(out)
 
 
+def svg_hop_bars(hops: list[dict], end_to_end_us: float | None, width: int = 960) -> str:
+    """How one path's delay splits by hop: a stacked bar of the measured hops' means (the rest of
+    the end-to-end delay, if any, is what the hops not measured took), then one bar per hop on the
+    same scale, labelled with its link; a hop not measured is an empty dashed box."""
+    measured = [h for h in hops if h["mean"] is not None]
+    total = sum(h["mean"] for h in measured)
+    scale_us = max(total, end_to_end_us or 0.0)
+    if not hops or scale_us <= 0:
+        return '<p class="empty">no hop measured in this window</p>'
+    left, bar_h, gap, label_w = 250, 18, 8, 110
+    span = width - left - label_w
+    rows = len(hops) + 1
+    height = 14 + rows * (bar_h + gap) + 16
+
+    def w(us: float) -> int:
+        return max(1, round(us / scale_us * span))
+
+    e = html.escape
+    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" role="img" '
+           'font-family="sans-serif" font-size="12" shape-rendering="crispEdges">']  # fmt: skip
+    y = 10
+    out.append(f'<text x="{left - 8}" y="{y + 13}" text-anchor="end" font-weight="bold">path, end to end</text>')
+    x = left
+    for h in measured:
+        colour = HOP_COLOURS[h["first"] % len(HOP_COLOURS)]
+        out.append(f'<rect x="{x}" y="{y}" width="{w(h["mean"])}" height="{bar_h}" fill="{colour}"/>')
+        x += w(h["mean"])
+    if end_to_end_us and end_to_end_us > total:  # the part no measured hop accounts for
+        rest = w(end_to_end_us) - (x - left)
+        if rest > 0:
+            out.append(f'<rect x="{x}" y="{y}" width="{rest}" height="{bar_h}" fill="#eeeeee" stroke="#999999" '
+                       'stroke-dasharray="4 3"/>')  # fmt: skip
+            x += rest
+    shown = end_to_end_us if end_to_end_us is not None else total
+    out.append(f'<text x="{x + 6}" y="{y + 13}">{_fmt(shown)} µs</text>')
+    for h in hops:
+        y += bar_h + gap
+        label = f"hop {h['hop']} {h['link']}"
+        out.append(f'<text x="{left - 8}" y="{y + 13}" text-anchor="end">{e(label)}</text>')
+        if h["mean"] is None:
+            out.append(f'<rect x="{left}" y="{y}" width="{span // 4}" height="{bar_h}" fill="none" stroke="#999999" '
+                       f'stroke-dasharray="4 3"/><text x="{left + 6}" y="{y + 13}" fill="#666666">'
+                       f"{NOT_MEASURED}</text>")  # fmt: skip
+            continue
+        colour = HOP_COLOURS[h["first"] % len(HOP_COLOURS)]
+        out.append(f'<rect x="{left}" y="{y}" width="{w(h["mean"])}" height="{bar_h}" fill="{colour}"/>')
+        out.append(f'<text x="{left + w(h["mean"]) + 6}" y="{y + 13}">{_fmt(h["mean"])} µs</text>')
+    out.append(f'<text x="{left}" y="{height - 4}" fill="#666666">mean delay of the sampled packets, µs; '
+               "dashed: not measured hop by hop</text></svg>")  # fmt: skip
+    return "\n".join(out)
+
+
 def as_points(s: dict, column: int = 1) -> list[tuple[int, float]]:
     return [(row[0], row[column]) for row in s["values"] if row[column] is not None]
 
@@ -149,7 +207,7 @@ def collect(influx: Influx, since_s: int, now_ns: int | None = None) -> dict:
     now_ns = now_ns or time.time_ns()
     start = now_ns - since_s * 10**9
     interval_ms = max(1000, since_s * 1000 // 400)  # about 400 points per chart, as Grafana would
-    path, overview, pipe = generate.path(), generate.overview(), generate.pipeline()
+    path, overview, pipe = (generate.as_json(make()) for make in (generate.path, generate.overview, generate.pipeline))
     fig: dict = {"since_s": since_s, "start_ns": start, "end_ns": now_ns, "interval_ms": interval_ms}
 
     # delay per session and direction: the path dashboard's panel, and a summary over the window
@@ -177,6 +235,38 @@ def collect(influx: Influx, since_s: int, now_ns: int | None = None) -> dict:
         if key in sessions:
             sessions[key]["chart"].append((s["tags"]["direction"], as_points(s)))
     fig["sessions"] = dict(sorted(sessions.items()))
+
+    # in-line measurement per path: each hop (the path dashboard's table "Hops of the path
+    # (in-line)"), the end-to-end delay and the sequence loss of the sampled packets
+    paths: dict[str, dict] = {}
+
+    def inline_path(name: str) -> dict:
+        return paths.setdefault(name, {"hops": [], "end_to_end": {}, "loss": {}})
+
+    for s in influx.series(grafana(panel_query(path, "Hops of the path (in-line)"), start, now_ns, interval_ms)):
+        row = dict(zip(s["columns"], s["values"][0], strict=True))
+        tags = s["tags"]
+        inline_path(tags["path"])["hops"].append(
+            # hop=<i>, or <first>-<last> for a span over transit nodes that add no IOAM entry
+            {"hop": tags["hop"], "first": int(tags["hop"].split("-")[0]), "link": tags["link"],
+             "from_node": tags["from_node"], "to_node": tags["to_node"],
+             "mean": row["mean µs"], "p99": row["p99 µs (worst second)"], "max": row["max µs"],
+             "packets": row["packets"], "measured": row["measured"] or 0.0}
+        )  # fmt: skip
+    for s in influx.series(
+        'SELECT sum("sum_us") / sum("count") AS "mean", max("p99_us") AS "p99", sum("count") AS "packets" '
+        f'FROM "inline_delay" WHERE {window} GROUP BY "path"'
+    ):
+        inline_path(s["tags"]["path"])["end_to_end"] = dict(zip(s["columns"], s["values"][0], strict=True))
+    for s in influx.series(
+        'SELECT sum("received") AS "received", sum("lost") AS "lost", sum("reordered") AS "reordered", '
+        'sum("duplicated") AS "duplicated", max("loss_burst_max") AS "longest_burst" FROM "inline_loss" '
+        f'WHERE {window} GROUP BY "path"'
+    ):
+        inline_path(s["tags"]["path"])["loss"] = dict(zip(s["columns"], s["values"][0], strict=True))
+    for p in paths.values():
+        p["hops"].sort(key=lambda h: (h["first"], h["hop"]))
+    fig["inline_paths"] = dict(sorted(paths.items()))
 
     # loss per flow: the panel "Lost packets per block", and the totals of the window
     flows: dict[str, dict] = {}
@@ -244,6 +334,7 @@ h3{font-size:15px;margin-bottom:4px} .meta{color:#666;font-size:13px}
 table{border-collapse:collapse;font-size:13px;margin:6px 0 10px} th,td{border:1px solid #ddd;padding:3px 8px;
 text-align:right} th{background:#f2f2f2} td.l,th.l{text-align:left}
 .alert-critical{background:#fde2e1} .alert-warning{background:#fff4d6} .ok{color:#2a7a2a} .empty{color:#888}
+td.not-measured{color:#666;font-style:italic}
 """
 
 
@@ -293,6 +384,33 @@ def render_html(fig: dict, influx: Influx) -> str:
         out.append("</table>")
         chart = sorted(s["chart"], key=lambda c: DIRECTIONS.index(c[0]) if c[0] in DIRECTIONS else 9)
         out.append(svg_chart(chart, "delay, µs (mean per interval)"))
+
+    out.append("<h2>Delay per hop (in-line measurement of real traffic)</h2>")
+    if not fig["inline_paths"]:
+        out.append("<p class='empty'>no in-line results in this window</p>")
+    for name, p in fig["inline_paths"].items():
+        e2e, loss = p["end_to_end"], p["loss"]
+        head = f"path {e(name)}"
+        if e2e.get("mean") is not None:
+            head += f" · end to end {_num(e2e['mean'])} µs over {_num(e2e['packets'])} sampled packets"
+        if loss.get("received") is not None:
+            sent = (loss["received"] or 0) + (loss["lost"] or 0)
+            head += f" · lost {_num(loss['lost'])} of {_num(sent)}, reordered {_num(loss['reordered'])}"
+        out.append(f"<h3>{head}</h3>")
+        out.append("<table><tr><th>hop</th><th class='l'>link</th><th class='l'>from → to</th><th>mean µs</th>"
+                   "<th>p99 µs (worst second)</th><th>max µs</th><th>packets</th>"
+                   "<th>measured</th></tr>")  # fmt: skip
+        for h in p["hops"]:
+            ends = f"{h['from_node']} → {h['to_node']}"
+            if h["mean"] is None:
+                cells = f"<td colspan='4' class='l not-measured'>{NOT_MEASURED}</td>"
+            else:
+                cells = (f"<td>{_num(h['mean'])}</td><td>{_num(h['p99'])}</td><td>{_num(h['max'])}</td>"
+                         f"<td>{_num(h['packets'])}</td>")  # fmt: skip
+            out.append(f"<tr><td>{h['hop']}</td><td class='l'>{e(h['link'])}</td><td class='l'>{e(ends)}</td>{cells}"
+                       f"<td>{h['measured']:.0%}</td></tr>")  # fmt: skip
+        out.append("</table>")
+        out.append(svg_hop_bars(p["hops"], e2e.get("mean")))
 
     out.append("<h2>Loss per flow (alternate marking, exact)</h2>")
     if not fig["flows"]:
@@ -359,7 +477,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         out.with_suffix(".json").write_text(json.dumps(fig, indent=1, default=str))
     n_alerts = len(fig["alerts"])
-    print(f"{out.resolve()}  ({len(fig['sessions'])} sessions, {len(fig['flows'])} flows, {n_alerts} alerts)")
+    print(f"{out.resolve()}  ({len(fig['sessions'])} sessions, {len(fig['inline_paths'])} paths in-line, "
+          f"{len(fig['flows'])} flows, {n_alerts} alerts)")  # fmt: skip
     return 0
 
 

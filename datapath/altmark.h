@@ -49,6 +49,7 @@
 #define ALTMARK_OPT_D_FLAG     0x400
 #define ALTMARK_OPT_FLOWMON_SHIFT 12
 
+#define IPPROTO_HOPOPTS_HDR    0
 #define IPPROTO_ROUTING_HDR    43
 #define IPPROTO_DSTOPTS_HDR    60
 #define IPV6_SRH_TYPE          4
@@ -131,6 +132,7 @@ enum altmark_rx_counter {
 	AMRX_PASS_BAD_SLOT,            /* flow entry with slot >= ALTMARK_MAX_FLOWS */
 	AMRX_COUNTED_DSCP,             /* dscp flow counted */
 	AMRX_COUNTED_RFC9343,          /* rfc9343 flow counted */
+	AMRX_PASS_MALFORMED_HBH,       /* a Hop-by-Hop header (e.g. the in-line IOAM trace) cut off */
 	AMRX_NR_COUNTERS,
 };
 
@@ -146,6 +148,7 @@ static const char *const altmark_rx_counter_names[AMRX_NR_COUNTERS] = {
 	[AMRX_PASS_BAD_SLOT]        = "pass_bad_slot",
 	[AMRX_COUNTED_DSCP]         = "counted_dscp",
 	[AMRX_COUNTED_RFC9343]      = "counted_rfc9343",
+	[AMRX_PASS_MALFORMED_HBH]   = "pass_malformed_hbh",
 };
 
 #endif /* SEGSCOPE_ALTMARK_H */

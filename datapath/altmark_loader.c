@@ -25,7 +25,7 @@
 #include "loader_util.h"
 
 enum { OPT_NETNS = 256, OPT_DEV, OPT_INSTANCE, OPT_PIN_DIR, OPT_SIDS, OPT_FLOW_ID, OPT_FLOWMON_ID,
-       OPT_METHOD, OPT_PERIOD_MS, OPT_DMARK_EVERY, OPT_L_BIT, OPT_D_BIT, OPT_JSON, OPT_CHAIN };
+       OPT_METHOD, OPT_PERIOD_MS, OPT_DMARK_EVERY, OPT_L_BIT, OPT_D_BIT, OPT_JSON };
 
 static const struct option long_opts[] = {
 	{ "netns", required_argument, NULL, OPT_NETNS },
@@ -41,7 +41,6 @@ static const struct option long_opts[] = {
 	{ "dscp-l-bit", required_argument, NULL, OPT_L_BIT },
 	{ "dscp-d-bit", required_argument, NULL, OPT_D_BIT },
 	{ "json", no_argument, NULL, OPT_JSON },
-	{ "chain", no_argument, NULL, OPT_CHAIN },
 	{ "help", no_argument, NULL, 'h' },
 	{},
 };
@@ -52,7 +51,7 @@ static void usage(const struct altmark_prog *p, FILE *f)
 {
 	fprintf(f,
 		"usage:\n"
-		"  %1$s attach --dev IF --instance NAME [--netns NS] [--pin-dir DIR]%6$s\n"
+		"  %1$s attach --dev IF --instance NAME [--netns NS] [--pin-dir DIR]\n"
 		"  %1$s detach --dev IF --instance NAME [--netns NS] [--pin-dir DIR]\n"
 		"  %1$s attach-dev|detach-dev --dev IF --instance NAME [--netns NS]   (one more device / off one)\n"
 		"  %1$s add-flow --instance NAME %2$s --flow-id N --method dscp|rfc9343\n"
@@ -60,15 +59,17 @@ static void usage(const struct altmark_prog *p, FILE *f)
 		"  %1$s del-flow --instance NAME (--sids A,B,..%3$s | --flow-id N)\n"
 		"  %1$s list-flows --instance NAME [--json]\n"
 		"  %1$s stats --instance NAME [--json]\n"
+		"%5$s"
 		"--sids: the policy's SIDs in travel order (as in `ip route ... encap seg6 segs A,B`), <= %4$d;\n"
 		"pins in " ALTMARK_PIN_ROOT "/NAME/%1$s unless --pin-dir.\n"
-		"%5$s",
+		"%6$s",
 		p->name, p->is_rx ? "(--sids A,B,.. [dscp] | --flowmon-id N [rfc9343])" : "--sids A,B,..",
 		p->is_rx ? " | --flowmon-id N" : "", ALTMARK_MAX_SIDS,
-		p->is_rx ? "--chain: the stamp_reflector/stamp_collector of NAME already on IF runs behind altmark_rx\n"
-			   "(altmark_rx_next, atomic swap); detach gives IF back to it. Or attach that one later with\n"
-			   "`stamp_reflector|stamp_collector attach ... --behind altmark_rx`.\n" : "",
-		p->is_rx ? " [--chain]" : "");
+		p->chain ? "  altmark_rx chain --instance NAME [--netns NS]   (JSON: the instance's XDP chain per device)\n"
+			 : "",
+		p->chain ? "attach joins the XDP chain of IF (<instance>/xdp_chain): altmark_rx sees every packet\n"
+			   "first, then ioam_rx, stamp_collector, stamp_reflector of the instance on that device.\n"
+			 : "");
 }
 
 static int parse_args(const struct altmark_prog *p, int argc, char **argv, struct altmark_args *a)
@@ -88,13 +89,6 @@ static int parse_args(const struct altmark_prog *p, int argc, char **argv, struc
 		case OPT_SIDS: a->sids = optarg; break;
 		case OPT_METHOD: a->method = optarg; break;
 		case OPT_JSON: a->json = true; break;
-		case OPT_CHAIN:
-			if (!p->is_rx) {
-				die_msg("--chain: only altmark_rx (XDP) chains programs");
-				return -1;
-			}
-			a->chain = true;
-			break;
 		case OPT_FLOW_ID:
 			if (!parse_u64_arg("--flow-id", optarg, 0, UINT32_MAX, &a->flow_id))
 				return -1;
@@ -599,6 +593,20 @@ static int run_add_flow(void *a, const void *p) { return cmd_add_flow(p, a); }
 static int run_del_flow(void *a, const void *p) { return cmd_del_flow(p, a); }
 static int run_list_flows(void *a, const void *p) { return cmd_list_flows(p, a); }
 
+static int run_chain(void *args, const void *prog)
+{
+	const struct altmark_prog *p = prog;
+	struct altmark_args *a = args;
+
+	if (!p->chain) {
+		die_msg("chain: %s is a TC program, not a member of the XDP chain", p->name);
+		return EXIT_USAGE;
+	}
+	if (!resolve_pin_dir(p, a))
+		return EXIT_USAGE;
+	return p->chain(a);
+}
+
 static int run_stats(void *args, const void *prog)
 {
 	const struct altmark_prog *p = prog;
@@ -619,6 +627,7 @@ static const struct loader_cmd commands[] = {
 	{"del-flow", run_del_flow},
 	{"list-flows", run_list_flows},
 	{"stats", run_stats},
+	{"chain", run_chain},
 	{NULL, NULL},
 };
 

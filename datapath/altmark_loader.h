@@ -20,7 +20,6 @@ struct altmark_args {
 	char pin_dir_buf[512];
 	uint64_t flow_id, flowmon_id, period_ms, dmark_every, l_bit, d_bit;
 	bool have_flow_id, have_flowmon_id, have_period, have_l_bit, have_d_bit, json;
-	bool chain;   /* rx attach --chain: put the instance's STAMP program already on --dev behind us */
 };
 
 struct altmark_prog {
@@ -31,6 +30,8 @@ struct altmark_prog {
 	/* the attached program (same pins, flows, counters) on one more device / off one device */
 	int (*attach_dev)(struct altmark_args *a);
 	int (*detach_dev)(struct altmark_args *a);
+	/* rx: print the instance's XDP chain (JSON); NULL for tx (TC, not in the chain). Exit code. */
+	int (*chain)(struct altmark_args *a);
 	const char *const *counter_names;
 	unsigned int n_counters;
 };

@@ -12,19 +12,20 @@
  * the (slot, colour) sum, for the double-marking delay. Every packet lands in
  * exactly one stats counter.
  *
- * Chaining: a device has one native XDP program, so a STAMP reflector or
- * collector on the same device runs behind this one: after counting, the
- * program tail-calls slot 0 of altmark_rx_next (filled by
- * `stamp_reflector|stamp_collector attach --behind altmark_rx`). An empty slot
- * makes bpf_tail_call return, and the packet is passed as without a chain.
+ * Chaining (xdp_chain.h): altmark_rx is the first role of the XDP chain, so
+ * it sees every packet of its device first; after counting it hands the
+ * packet to the next member on the device (in-line IOAM extraction, a STAMP
+ * collector or reflector), or to the stack when there is none.
  */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_endian.h>
 #include "altmark.h"
 #include "altmark_parse.bpf.h"
+#include "xdp_chain.h"
 
-#define AM_MAX_EXT_OFF  2200   /* bound for the verifier: Eth + IPv6 + one DOH (<= 2048 B) */
+#define AM_MAX_HBH_END  2200   /* bound for the verifier: Eth + IPv6 + one HBH (<= 2048 B) */
+#define AM_MAX_EXT_OFF  4400   /* ... + one DOH (<= 2048 B) */
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
@@ -53,18 +54,6 @@ struct {
 	__type(key, __u32);
 	__type(value, __u64);
 } altmark_stats SEC(".maps");
-
-/*
- * The program that sees the packet after this one (slot 0; empty: none).
- * Pinned as altmark_rx_next beside the other maps; the STAMP loaders insert
- * their program's fd. A prog array is emptied when its last pin or fd goes.
- */
-struct {
-	__uint(type, BPF_MAP_TYPE_PROG_ARRAY);
-	__uint(max_entries, 1);
-	__type(key, __u32);
-	__type(value, __u32);
-} altmark_rx_next SEC(".maps");
 
 static __always_inline void count(enum altmark_rx_counter counter)
 {
@@ -110,10 +99,12 @@ step_doh(__u8 *hdr, void *data_end, struct am_rx_view *v, __u8 *next, __u32 *off
 
 /*
  * The extension headers the edge can see after the IPv6 header, in this
- * order: [DOH] [SRH] [DOH] (RFC 8200 order; TX inserts its DOH before the
- * SRH, a DOH for the final destination follows it). Written out instead of
- * a loop over any order: that keeps the verifier's path count small.
- * Returns a stats counter to stop with, or AMRX_NR_COUNTERS to go on.
+ * order: [HBH] [DOH] [SRH] [DOH] (RFC 8200 order; the in-line IOAM trace
+ * (ioam_tx) is a Hop-by-Hop header in front of everything, TX inserts its DOH
+ * before the SRH, a DOH for the final destination (e.g. IOAM E2E) follows
+ * it). Written out instead of a loop over any order: that keeps the
+ * verifier's path count small. Returns a stats counter to stop with, or
+ * AMRX_NR_COUNTERS to go on.
  */
 static __always_inline enum altmark_rx_counter
 walk_ext_headers(void *data, void *data_end, struct ipv6hdr *ip6, struct am_rx_view *v,
@@ -124,7 +115,17 @@ walk_ext_headers(void *data, void *data_end, struct ipv6hdr *ip6, struct am_rx_v
 	enum altmark_rx_counter stop;
 	struct ipv6_sr_hdr *srh;
 
+	if (next == IPPROTO_HOPOPTS_HDR) {
+		__u8 *hbh = data + off;
+
+		if ((void *)(hbh + 2) > data_end)
+			return AMRX_PASS_MALFORMED_HBH;
+		next = hbh[0];
+		off += ((__u32)hbh[1] + 1) * 8;
+	}
 	if (next == IPPROTO_DSTOPTS_HDR) {
+		if (off > AM_MAX_HBH_END)
+			return AMRX_PASS_MALFORMED_HBH;   /* cannot happen: HBH <= 2048 B */
 		stop = step_doh(data + off, data_end, v, &next, &off);
 		if (stop != AMRX_NR_COUNTERS)
 			return stop;
@@ -144,8 +145,8 @@ walk_ext_headers(void *data, void *data_end, struct ipv6hdr *ip6, struct am_rx_v
 	off += ((__u32)srh->hdrlen + 1) * 8;
 	if (next != IPPROTO_DSTOPTS_HDR || v->has_altmark)
 		return AMRX_NR_COUNTERS;
-	if (off > AM_MAX_EXT_OFF * 3)
-		return AMRX_NR_COUNTERS;   /* cannot happen: DOH <= 2048 B, SRH <= 2048 B */
+	if (off > AM_MAX_EXT_OFF * 2)
+		return AMRX_NR_COUNTERS;   /* cannot happen: HBH, DOH and SRH are <= 2048 B each */
 	return step_doh(data + off, data_end, v, &next, &off);
 }
 
@@ -221,14 +222,7 @@ SEC("xdp")
 int altmark_rx(struct xdp_md *ctx)
 {
 	count(classify(ctx));
-	/*
-	 * Hand the packet to the chained program, which decides its fate. With an
-	 * empty slot the call returns: that is the normal unchained case, so it is
-	 * not counted (a second per-packet map write that would only repeat what
-	 * the slot says) and the packet goes on to the stack as before.
-	 */
-	bpf_tail_call(ctx, &altmark_rx_next, 0);
-	return XDP_PASS;
+	return xdp_chain_next(ctx, XDP_CHAIN_ALTMARK_RX);
 }
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";

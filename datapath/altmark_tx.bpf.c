@@ -21,7 +21,15 @@
 #include "altmark.h"
 #include "altmark_parse.bpf.h"
 
-#define TC_ACT_OK 0
+/*
+ * The verdict of every packet: in direct-action cls_bpf, TC_ACT_OK ends the
+ * clsact filter chain (net/sched/cls_bpf.c: only TC_ACT_UNSPEC makes
+ * tcf_classify try the next filter), so the in-line IOAM inserter ioam_tx,
+ * a later filter on the same device, would never see the packet. With
+ * TC_ACT_UNSPEC the next filter runs, and at the end of the chain the packet
+ * goes out as with TC_ACT_OK.
+ */
+#define TC_ACT_UNSPEC (-1)
 /* headers the program reads: Ethernet + IPv6 + DOH + SRH with ALTMARK_MAX_SIDS */
 #define AM_PULL_LEN (14 + 40 + 8 + 8 + 16 * ALTMARK_MAX_SIDS)
 /* GSO: also the inner IPv6 header and the start of its TCP header (data offset byte) */
@@ -56,7 +64,7 @@ static __always_inline int count(enum altmark_tx_counter counter)
 
 	if (value)
 		*value += 1;   /* per-CPU slot: no atomic needed */
-	return TC_ACT_OK;
+	return TC_ACT_UNSPEC;
 }
 
 /* D-mark this packet? One in dmark_every of the (slot, colour) per-CPU count. */

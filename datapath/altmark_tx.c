@@ -25,43 +25,9 @@ const char *loader_name = "altmark_tx";
 #define ALTMARK_TC_HANDLE   0xa17
 #define ALTMARK_TC_PRIORITY 0xa17
 
-static int tc_hook_for(const char *netns, const char *dev, struct bpf_tc_hook *hook)
-{
-	int ifindex;
-
-	if (enter_netns(netns))
-		return -ENOENT;
-	ifindex = resolve_ifindex(dev);
-	if (ifindex < 0)
-		return ifindex;
-	memset(hook, 0, sizeof(*hook));
-	hook->sz = sizeof(*hook);
-	hook->ifindex = ifindex;
-	hook->attach_point = BPF_TC_EGRESS;
-	return 0;
-}
-
 static int attach_tc(const char *netns, const char *dev, int prog_fd)
 {
-	LIBBPF_OPTS(bpf_tc_opts, opts, .handle = ALTMARK_TC_HANDLE, .priority = ALTMARK_TC_PRIORITY,
-		    .prog_fd = prog_fd);
-	struct bpf_tc_hook hook;
-	int err = tc_hook_for(netns, dev, &hook);
-
-	if (err)
-		return err;
-	err = bpf_tc_hook_create(&hook);   /* the clsact qdisc; it may exist already (other filters) */
-	if (err && err != -EEXIST) {
-		die_msg("--dev: cannot create the clsact qdisc on %s: %s", dev, strerror(-err));
-		return err;
-	}
-	err = bpf_tc_attach(&hook, &opts);   /* no BPF_TC_F_REPLACE: refuse to replace another filter */
-	if (err == -EEXIST)
-		die_msg("--dev: %s already has a TC egress filter at handle 0x%x prio 0x%x; detach it first",
-			dev, ALTMARK_TC_HANDLE, ALTMARK_TC_PRIORITY);
-	else if (err)
-		die_msg("--dev: TC egress attach to %s failed: %s", dev, strerror(-err));
-	return err;
+	return tc_egress_attach(netns, dev, prog_fd, ALTMARK_TC_HANDLE, ALTMARK_TC_PRIORITY);
 }
 
 static int cmd_attach(struct altmark_args *a)
@@ -89,39 +55,10 @@ static int cmd_attach(struct altmark_args *a)
 	return err ? EXIT_FAIL : EXIT_OK;
 }
 
-static uint32_t prog_id_of(int fd)
-{
-	struct bpf_prog_info info = {};
-	uint32_t len = sizeof(info);
-
-	return bpf_obj_get_info_by_fd(fd, &info, &len) ? 0 : info.id;
-}
-
-/* Detach our pinned program from dev's egress if it is the filter there. 1: detached; 0: it is
- * not attached there (*our_id: its id); -ENODEV: no such netns or device (pins left alone); other
- * < 0: no pins, or the detach failed (said). */
+/* Detach our pinned program from dev's egress if it is the filter there (loader_util.h). */
 static int tc_detach_if_ours(struct altmark_args *a, uint32_t *our_id)
 {
-	LIBBPF_OPTS(bpf_tc_opts, opts, .handle = ALTMARK_TC_HANDLE, .priority = ALTMARK_TC_PRIORITY);
-	struct bpf_tc_hook hook;
-	int prog_fd, err;
-
-	prog_fd = open_pinned(a->pin_dir, PROG_PIN_NAME);
-	if (prog_fd < 0)
-		return prog_fd;
-	*our_id = prog_id_of(prog_fd);
-	close(prog_fd);
-	if (tc_hook_for(a->netns, a->dev, &hook))
-		return -ENODEV;
-	if (bpf_tc_query(&hook, &opts) || opts.prog_id != *our_id)
-		return 0;
-	LIBBPF_OPTS(bpf_tc_opts, del, .handle = ALTMARK_TC_HANDLE, .priority = ALTMARK_TC_PRIORITY);
-	err = bpf_tc_detach(&hook, &del);
-	if (err) {
-		die_msg("--dev: detach from %s failed: %s", a->dev, strerror(-err));
-		return err;
-	}
-	return 1;
+	return tc_egress_detach_if_ours(a->netns, a->dev, a->pin_dir, ALTMARK_TC_HANDLE, ALTMARK_TC_PRIORITY, our_id);
 }
 
 static int cmd_detach(struct altmark_args *a)

@@ -21,6 +21,7 @@
 #include <bpf/bpf.h>
 #include <bpf/libbpf.h>
 #include "loader_util.h"
+#include "xdp_chain.h"
 
 #define BPF_FS_ROOT  "/sys/fs/bpf"
 #define BPF_FS_MAGIC_NR 0xcafe4a11
@@ -189,7 +190,8 @@ int pin_object(struct bpf_object *obj, struct bpf_program *prog, const char *dir
 	int err;
 
 	bpf_object__for_each_map(map, obj) {
-		if (is_internal_map(map))
+		/* the chain's maps are pinned once, in <instance>/xdp_chain (xdp_chain.c) */
+		if (is_internal_map(map) || !strncmp(bpf_map__name(map), "xdp_chain_", 10))
 			continue;
 		snprintf(path, sizeof(path), "%s/%s", dir, bpf_map__name(map));
 		err = bpf_map__pin(map, path);
@@ -262,24 +264,7 @@ int open_pinned(const char *dir, const char *name)
 	return fd;
 }
 
-int attach_pinned_xdp(const char *netns, const char *dev, int prog_fd)
-{
-	int ifindex, err;
-
-	if (enter_netns(netns))
-		return -ENOENT;
-	ifindex = resolve_ifindex(dev);
-	if (ifindex < 0)
-		return ifindex;
-	err = bpf_xdp_attach(ifindex, prog_fd, XDP_FLAGS_DRV_MODE | XDP_FLAGS_UPDATE_IF_NOEXIST, NULL);
-	if (err == -EBUSY || err == -EEXIST)
-		die_msg("--dev: %s already has an XDP program; detach it first", dev);
-	else if (err)
-		die_msg("--dev: native XDP attach to %s failed: %s", dev, strerror(-err));
-	return err;
-}
-
-static uint32_t prog_id_of(int fd)
+uint32_t prog_id_of(int fd)
 {
 	struct bpf_prog_info info = {};
 	uint32_t len = sizeof(info);
@@ -289,218 +274,64 @@ static uint32_t prog_id_of(int fd)
 	return info.id;
 }
 
-/* ---- XDP chaining behind altmark_rx (see loader_util.h) ---- */
+/* ---- TC egress filters (see loader_util.h) ---- */
 
-int chain_head_dir(const char *dir, const char *behind, char *out, size_t len)
+static int tc_hook_for(const char *netns, const char *dev, struct bpf_tc_hook *hook)
 {
-	const char *slash;
+	int ifindex;
 
-	if (strchr(behind, '/')) {
-		snprintf(out, len, "%s", behind);
-		return 0;
-	}
-	if (strcmp(behind, CHAIN_HEAD_PROG)) {
-		die_msg("--behind: expected %s or the pin directory of an %s, got '%s'", CHAIN_HEAD_PROG,
-			CHAIN_HEAD_PROG, behind);
-		return -EINVAL;
-	}
-	slash = strrchr(dir, '/');
-	if (!slash || slash == dir) {
-		die_msg("--pin-dir: '%s' has no parent directory to find %s in", dir, CHAIN_HEAD_PROG);
-		return -EINVAL;
-	}
-	snprintf(out, len, "%.*s/%s", (int)(slash - dir), dir, CHAIN_HEAD_PROG);
+	if (enter_netns(netns))
+		return -ENOENT;
+	ifindex = resolve_ifindex(dev);
+	if (ifindex < 0)
+		return ifindex;
+	memset(hook, 0, sizeof(*hook));
+	hook->sz = sizeof(*hook);
+	hook->ifindex = ifindex;
+	hook->attach_point = BPF_TC_EGRESS;
 	return 0;
 }
 
-uint32_t pinned_prog_id(const char *dir)
+int tc_egress_attach(const char *netns, const char *dev, int prog_fd, uint32_t handle, uint32_t priority)
 {
-	char path[PATH_MAX];
-	uint32_t id;
-	int fd;
+	LIBBPF_OPTS(bpf_tc_opts, opts, .handle = handle, .priority = priority, .prog_fd = prog_fd);
+	struct bpf_tc_hook hook;
+	int err = tc_hook_for(netns, dev, &hook);
 
-	snprintf(path, sizeof(path), "%s/%s", dir, PROG_PIN_NAME);
-	fd = bpf_obj_get(path);
-	if (fd < 0)
-		return 0;
-	id = prog_id_of(fd);
-	close(fd);
-	return id;
-}
-
-static int open_chain_map(const char *head_dir)
-{
-	char path[PATH_MAX];
-
-	if (snprintf(path, sizeof(path), "%s/%s", head_dir, CHAIN_MAP_NAME) >= (int)sizeof(path)) {
-		errno = ENAMETOOLONG;
-		return -1;
-	}
-	return bpf_obj_get(path);
-}
-
-int64_t chain_next_id(const char *head_dir)
-{
-	uint32_t zero = 0, id = 0;
-	int fd = open_chain_map(head_dir);
-
-	if (fd < 0)
-		return -errno;
-	/* a prog array answers a lookup from user space with the program's id */
-	if (bpf_map_lookup_elem(fd, &zero, &id))
-		id = 0;   /* ENOENT: empty slot */
-	close(fd);
-	return id;
-}
-
-/* Empty the slot of the altmark_rx beside dir if it holds prog id. 1 done, 0 not there, <0 error. */
-static int chain_remove_if(const char *dir, uint32_t id)
-{
-	char head[PATH_MAX];
-	uint32_t zero = 0;
-	int fd, rc = 0;
-
-	if (chain_head_dir(dir, CHAIN_HEAD_PROG, head, sizeof(head)) || chain_next_id(head) != id || !id)
-		return 0;
-	fd = open_chain_map(head);
-	if (fd < 0)
-		return -errno;
-	if (bpf_map_delete_elem(fd, &zero)) {
-		die_msg("cannot empty %s/%s: %s", head, CHAIN_MAP_NAME, strerror(errno));
-		rc = -errno;
-	} else {
-		rc = 1;
-	}
-	close(fd);
-	return rc;
-}
-
-int xdp_attached_id(const char *netns, const char *dev, uint32_t *id)
-{
-	int ifindex, err;
-
-	*id = 0;
-	if (enter_netns(netns) || (ifindex = resolve_ifindex(dev)) < 0)
-		return -ENOENT;
-	err = bpf_xdp_query_id(ifindex, XDP_FLAGS_DRV_MODE, id);   /* 0 and id 0: no program */
 	if (err)
-		die_msg("--dev: cannot query the XDP program of %s: %s", dev, strerror(-err));
+		return err;
+	err = bpf_tc_hook_create(&hook);   /* the clsact qdisc; it may exist already (other filters) */
+	if (err && err != -EEXIST) {
+		die_msg("--dev: cannot create the clsact qdisc on %s: %s", dev, strerror(-err));
+		return err;
+	}
+	err = bpf_tc_attach(&hook, &opts);   /* no BPF_TC_F_REPLACE: refuse to replace another filter */
+	if (err == -EEXIST)
+		die_msg("--dev: %s already has a TC egress filter at handle 0x%x prio 0x%x; detach it first",
+			dev, handle, priority);
+	else if (err)
+		die_msg("--dev: TC egress attach to %s failed: %s", dev, strerror(-err));
 	return err;
 }
 
-int xdp_replace(const char *netns, const char *dev, int new_fd, int old_fd)
+int tc_egress_detach_if_ours(const char *netns, const char *dev, const char *dir, uint32_t handle,
+			     uint32_t priority, uint32_t *our_id)
 {
-	LIBBPF_OPTS(bpf_xdp_attach_opts, opts, .old_prog_fd = old_fd);
-	int ifindex, err;
+	LIBBPF_OPTS(bpf_tc_opts, opts, .handle = handle, .priority = priority);
+	struct bpf_tc_hook hook;
+	int prog_fd, err;
 
-	if (enter_netns(netns) || (ifindex = resolve_ifindex(dev)) < 0)
-		return -ENOENT;
-	/* REPLACE + old_prog_fd: the kernel swaps only if old is still the attached one */
-	err = bpf_xdp_attach(ifindex, new_fd, XDP_FLAGS_DRV_MODE | XDP_FLAGS_REPLACE, &opts);
-	if (err)
-		die_msg("--dev: replacing the XDP program of %s failed: %s", dev, strerror(-err));
-	return err;
-}
-
-/* "stamp_reflector" if <dirname(head)>/stamp_reflector/prog has this id, etc.; else "another program". */
-static const char *chained_name(const char *head, uint32_t id)
-{
-	static const char *const names[] = { "stamp_reflector", "stamp_collector" };
-	const char *slash = strrchr(head, '/');
-	char dir[PATH_MAX];
-
-	for (unsigned int i = 0; slash && i < sizeof(names) / sizeof(names[0]); i++) {
-		snprintf(dir, sizeof(dir), "%.*s/%s", (int)(slash - head), head, names[i]);
-		if (pinned_prog_id(dir) == id)
-			return names[i];
-	}
-	return "a program of another instance";
-}
-
-/* The head is pinned, chainable, has an empty slot and runs on dev. Errors say what to run. */
-static int check_chain_head(const char *head, const char *netns, const char *dev)
-{
-	uint32_t head_id = pinned_prog_id(head), attached_id = 0;
-	int64_t next_id;
-
-	if (!head_id) {
-		/* head = .../<instance>/altmark_rx: name the instance in the command to run */
-		char inst[PATH_MAX], *slash;
-
-		snprintf(inst, sizeof(inst), "%s", head);
-		slash = strrchr(inst, '/');
-		if (slash)
-			*slash = '\0';
-		slash = strrchr(inst, '/');
-		die_msg("--behind: no %s pinned in %s; run `%s attach --dev %s --instance %s%s%s` first "
-			"(or attach without --behind)", CHAIN_HEAD_PROG, head, CHAIN_HEAD_PROG, dev,
-			slash ? slash + 1 : inst, netns ? " --netns " : "", netns ? netns : "");
-		return -ENOENT;
-	}
-	next_id = chain_next_id(head);
-	if (next_id < 0) {
-		die_msg("--behind: %s in %s has no %s (loaded by an older build); detach it and attach it again",
-			CHAIN_HEAD_PROG, head, CHAIN_MAP_NAME);
-		return -ENOENT;
-	}
-	if (next_id) {
-		die_msg("--behind: %s/%s already holds program %lld (%s); one program runs behind %s: "
-			"detach that one first", head, CHAIN_MAP_NAME, (long long)next_id,
-			chained_name(head, (uint32_t)next_id), CHAIN_HEAD_PROG);
-		return -EBUSY;
-	}
-	if (xdp_attached_id(netns, dev, &attached_id))
-		return -ENOENT;
-	if (attached_id != head_id) {
-		die_msg("--dev: %s of %s (program %u) is not the XDP program of %s (attached: %u)",
-			CHAIN_HEAD_PROG, head, head_id, dev, attached_id);
-		return -EINVAL;
-	}
-	return 0;
-}
-
-int pin_and_chain(struct bpf_object *obj, struct bpf_program *prog, const char *netns,
-		  const char *dev, const char *dir, const char *behind)
-{
-	char head[PATH_MAX];
-	uint32_t zero = 0;
-	int map_fd = -1, prog_fd = bpf_program__fd(prog), err;
-
-	err = chain_head_dir(dir, behind, head, sizeof(head));
-	if (!err)
-		err = check_chain_head(head, netns, dev);
-	if (!err)
-		err = pin_object(obj, prog, dir);
-	if (!err) {
-		map_fd = open_chain_map(head);
-		/* prog arrays take BPF_ANY only: the slot was checked empty above */
-		if (map_fd < 0 || bpf_map_update_elem(map_fd, &zero, &prog_fd, BPF_ANY)) {
-			err = -errno;
-			die_msg("cannot insert the program into %s/%s: %s", head, CHAIN_MAP_NAME, strerror(errno));
-		}
-	}
-	if (map_fd >= 0)
-		close(map_fd);
-	if (err)
-		unpin_dir(dir);
-	return err;
-}
-
-/* Detach the program of prog_fd from dev if it is the one attached there (REPLACE + old fd: the
- * kernel checks that too). 1: detached; 0: dev runs another program or none (*attached: its id);
- * -ENODEV: no such netns or device; other < 0: the detach failed (said). */
-static int xdp_detach_if_ours(const char *netns, const char *dev, int prog_fd, uint32_t *attached)
-{
-	LIBBPF_OPTS(bpf_xdp_attach_opts, opts, .old_prog_fd = prog_fd);
-	int ifindex, err;
-
-	*attached = 0;
-	if (enter_netns(netns) || (ifindex = resolve_ifindex(dev)) < 0)
+	prog_fd = open_pinned(dir, PROG_PIN_NAME);
+	if (prog_fd < 0)
+		return prog_fd;
+	*our_id = prog_id_of(prog_fd);
+	close(prog_fd);
+	if (tc_hook_for(netns, dev, &hook))
 		return -ENODEV;
-	bpf_xdp_query_id(ifindex, XDP_FLAGS_DRV_MODE, attached);
-	if (!*attached || *attached != prog_id_of(prog_fd))
+	if (bpf_tc_query(&hook, &opts) || opts.prog_id != *our_id)
 		return 0;
-	err = bpf_xdp_detach(ifindex, XDP_FLAGS_DRV_MODE | XDP_FLAGS_REPLACE, &opts);
+	LIBBPF_OPTS(bpf_tc_opts, del, .handle = handle, .priority = priority);
+	err = bpf_tc_detach(&hook, &del);
 	if (err) {
 		die_msg("--dev: detach from %s failed: %s", dev, strerror(-err));
 		return err;
@@ -508,69 +339,33 @@ static int xdp_detach_if_ours(const char *netns, const char *dev, int prog_fd, u
 	return 1;
 }
 
-int detach_and_unpin(const char *netns, const char *dev, const char *dir)
+int member_subcommand(const char *cmd, const char *netns, const char *dev, const char *dir, int role)
 {
-	uint32_t attached_id, our_id;
-	int prog_fd, r, rc = 0;
+	bool show = !strcmp(cmd, "chain");
+	char inst[PATH_MAX];
+	int err;
 
-	prog_fd = open_pinned(dir, PROG_PIN_NAME);
-	if (prog_fd < 0)
-		return prog_fd;
-	our_id = prog_id_of(prog_fd);
-	r = xdp_detach_if_ours(netns, dev, prog_fd, &attached_id);
-	if (r == -ENODEV) {
-		close(prog_fd);
-		return -ENOENT;
-	}
-	if (r < 0)
-		rc = r;
-	else if (r == 0 && chain_remove_if(dir, our_id) == 1)
-		printf("%s removed from the chain behind %s (slot emptied); %s keeps counting\n", loader_name,
-		       CHAIN_HEAD_PROG, CHAIN_HEAD_PROG);
-	else if (r == 0)
-		die_msg("warning: program %u pinned in %s is not attached to %s (attached: %u); removing pins only",
-			our_id, dir, dev, attached_id);
-	close(prog_fd);
-	if (unpin_dir(dir))
-		rc = rc ? rc : -EIO;
-	return rc;
-}
-
-int attach_dev_pinned(const char *netns, const char *dev, const char *dir)
-{
-	int prog_fd = open_pinned(dir, PROG_PIN_NAME), err;
-
-	if (prog_fd < 0)
-		return prog_fd;
-	err = attach_pinned_xdp(netns, dev, prog_fd);
-	close(prog_fd);
-	if (!err)
-		printf("%s (pinned in %s) also attached to %s\n", loader_name, dir, dev);
-	return err;
-}
-
-int detach_dev_pinned(const char *netns, const char *dev, const char *dir)
-{
-	uint32_t attached_id;
-	int prog_fd = open_pinned(dir, PROG_PIN_NAME), r;
-
-	if (prog_fd < 0)
-		return prog_fd;
-	r = xdp_detach_if_ours(netns, dev, prog_fd, &attached_id);
-	if (r == 0)
-		die_msg("--dev: program %u pinned in %s is not attached to %s (attached: %u)", prog_id_of(prog_fd), dir,
-			dev, attached_id);
-	else if (r == 1)
-		printf("%s detached from %s; still pinned in %s\n", loader_name, dev, dir);
-	close(prog_fd);
-	return r == 1 ? 0 : r == 0 || r == -ENODEV ? -ENOENT : r;
-}
-
-int dev_subcommand(const char *netns, const char *dev, const char *dir, bool attach)
-{
-	if (!require_arg(dev, "--dev") || !require_arg(dir, "--pin-dir"))
+	if ((!show && !require_arg(dev, "--dev")) || !require_arg(dir, "--pin-dir"))
 		return EXIT_USAGE;
-	return (attach ? attach_dev_pinned(netns, dev, dir) : detach_dev_pinned(netns, dev, dir)) ? EXIT_FAIL : EXIT_OK;
+	if (check_netns_exists(netns))
+		return EXIT_FAIL;
+	if (show)
+		err = xdp_member_instance_dir(dir, inst, sizeof(inst)) ? xdp_chain_show(inst, netns) : -EINVAL;
+	else if (!strcmp(cmd, "attach-dev"))
+		err = xdp_member_attach_dev(netns, dev, dir, role);
+	else if (!strcmp(cmd, "detach-dev"))
+		err = xdp_member_detach_dev(netns, dev, dir, role);
+	else
+		err = xdp_member_detach(netns, dev, dir, role);
+	if (err || show)
+		return err ? EXIT_FAIL : EXIT_OK;
+	if (!strcmp(cmd, "attach-dev"))
+		printf("%s (pinned in %s) also runs on %s\n", loader_name, dir, dev);
+	else if (!strcmp(cmd, "detach-dev"))
+		printf("%s left %s; still pinned in %s\n", loader_name, dev, dir);
+	else
+		printf("%s left %s, pins removed\n", loader_name, dev);
+	return EXIT_OK;
 }
 
 int print_counters(const char *dir, const char *map_name, const char *const *names,
@@ -712,28 +507,6 @@ int prepare_pin_dir(const char *netns, const char *dir, const char *what)
 		return -1;
 	}
 	return 0;
-}
-
-int pin_and_attach(struct bpf_object *obj, struct bpf_program *prog, const char *netns,
-		   const char *dev, const char *dir)
-{
-	int err = pin_object(obj, prog, dir);
-
-	if (!err)
-		err = attach_pinned_xdp(netns, dev, bpf_program__fd(prog));
-	if ((err == -EBUSY || err == -EEXIST) && strcmp(loader_name, CHAIN_HEAD_PROG)) {
-		char head[PATH_MAX];
-		uint32_t attached = 0;
-
-		/* the device's program is the altmark_rx of this instance: say how to run beside it */
-		if (!chain_head_dir(dir, CHAIN_HEAD_PROG, head, sizeof(head)) &&
-		    !xdp_attached_id(netns, dev, &attached) && attached && attached == pinned_prog_id(head))
-			die_msg("--dev: %s runs %s of this instance (%s): add --behind %s to run behind it",
-				dev, CHAIN_HEAD_PROG, head, CHAIN_HEAD_PROG);
-	}
-	if (err)
-		unpin_dir(dir);
-	return err;
 }
 
 int write_config_map(int fd, const void *cfg, const char *map_name)

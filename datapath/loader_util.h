@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
-/* Helpers shared by the datapath loaders (stamp_reflector, stamp_collector). */
+/* Helpers shared by the datapath loaders (stamp_reflector, stamp_collector, altmark_tx, altmark_rx). */
 #ifndef SEGSCOPE_LOADER_UTIL_H
 #define SEGSCOPE_LOADER_UTIL_H
 
@@ -42,53 +42,39 @@ int resolve_ifindex(const char *dev);            /* in the current netns; <0 on 
  * dir holds no attached program yet, and dir exists. Errors name the flag.
  */
 int prepare_pin_dir(const char *netns, const char *dir, const char *what);
-/* Pin obj's maps and prog under dir, attach prog to dev; on failure remove the pins. */
-int pin_and_attach(struct bpf_object *obj, struct bpf_program *prog, const char *netns,
-		   const char *dev, const char *dir);
 /* Write slot 0 of an array map holding one config struct; error names the map. */
 int write_config_map(int fd, const void *cfg, const char *map_name);
 
-/* Pin all user maps of obj as <dir>/<map name> and prog as <dir>/prog. */
+/* Pin all user maps of obj as <dir>/<map name> (the XDP chain's excepted) and prog as <dir>/prog. */
 int pin_object(struct bpf_object *obj, struct bpf_program *prog, const char *dir);
 /* Remove every pin in dir and dir itself. */
 int unpin_dir(const char *dir);
 int open_pinned(const char *dir, const char *name);
 
-/* Attach <dir>/prog (already pinned) in native mode; refuses to replace another program. */
-int attach_pinned_xdp(const char *netns, const char *dev, int prog_fd);
-/* Detach the pinned program from dev (only if it is the one attached) or, if it runs behind
- * altmark_rx of the same instance, empty that slot; then remove the pins. */
-int detach_and_unpin(const char *netns, const char *dev, const char *dir);
-/* One program on several devices (a multi-homed node): attach the program pinned in dir to one
- * more device, sharing its maps (sessions, ring buffer, counters); and detach it from one device
- * only, keeping the pins for the others. Direct attach only (not behind altmark_rx). */
-int attach_dev_pinned(const char *netns, const char *dev, const char *dir);
-int detach_dev_pinned(const char *netns, const char *dev, const char *dir);
-/* The `attach-dev` / `detach-dev` subcommands: check --dev and --pin-dir, run one of the two; exit code. */
-int dev_subcommand(const char *netns, const char *dev, const char *dir, bool attach);
+/* Id of the BPF program behind fd (0 if unknown). */
+uint32_t prog_id_of(int fd);
 
 /*
- * XDP chaining (one native XDP program per device): altmark_rx tail-calls
- * slot 0 of its pinned prog array CHAIN_MAP_NAME after counting. A STAMP
- * program attached "--behind altmark_rx" is loaded and pinned, not attached:
- * its fd goes into that slot. The head's pin dir is the sibling
- * <dirname(pin dir)>/altmark_rx (same instance) or a given directory.
+ * The subcommands every XDP member (stamp_reflector, stamp_collector,
+ * altmark_rx) shares, through the XDP chain (xdp_chain.h): cmd "attach-dev",
+ * "detach-dev", "detach" (--dev and --pin-dir required) or "chain" (prints
+ * the instance's chain as JSON). role: enum xdp_chain_role. Returns the exit
+ * code.
  */
-#define CHAIN_HEAD_PROG "altmark_rx"
-#define CHAIN_MAP_NAME  "altmark_rx_next"
-/* behind = "altmark_rx" (sibling of dir) or a directory holding altmark_rx's pins. */
-int chain_head_dir(const char *dir, const char *behind, char *out, size_t len);
-/* Id of the program pinned as <dir>/prog, 0 if none. */
-uint32_t pinned_prog_id(const char *dir);
-/* Id of the program in the head's slot: 0 empty; <0 if the head has no CHAIN_MAP_NAME. */
-int64_t chain_next_id(const char *head_dir);
-/* Pin obj under dir and put prog into the head's (empty) slot; altmark_rx must be on dev. */
-int pin_and_chain(struct bpf_object *obj, struct bpf_program *prog, const char *netns,
-		  const char *dev, const char *dir, const char *behind);
-/* Id of the native XDP program on dev in netns (0: none); <0 on error. */
-int xdp_attached_id(const char *netns, const char *dev, uint32_t *id);
-/* Atomically replace old_fd (must be the one attached) with new_fd on dev. */
-int xdp_replace(const char *netns, const char *dev, int new_fd, int old_fd);
+int member_subcommand(const char *cmd, const char *netns, const char *dev, const char *dir, int role);
+
+/*
+ * TC egress filters (clsact, direct action) at a fixed handle / priority per
+ * program, so detach finds its own again; the lower priority runs first. The
+ * clsact qdisc is created if missing and never removed (others may share it).
+ * attach refuses to replace another filter at that place. detach: 1 detached,
+ * 0 the program pinned in dir is not the filter there (*our_id: its id),
+ * -ENODEV no such netns or device; other < 0: no pins, or the detach failed
+ * (said).
+ */
+int tc_egress_attach(const char *netns, const char *dev, int prog_fd, uint32_t handle, uint32_t priority);
+int tc_egress_detach_if_ours(const char *netns, const char *dev, const char *dir, uint32_t handle,
+			     uint32_t priority, uint32_t *our_id);
 
 /* Print a per-CPU counter array summed over CPUs, as text or one JSON object. */
 int print_counters(const char *dir, const char *map_name, const char *const *names,

@@ -7,9 +7,10 @@
  * the session's (record flag STAMP_RECORD_F_NTP), T2 and T3 in the one the
  * reflector names with the Z bit of its Error Estimate (RFC 8762 §4.3.1; flag
  * STAMP_RECORD_F_REFLECTOR_NTP), so a PTP session against an NTP reflector
- * measures one-way delays right. Everything else goes on to the stack. Each packet bumps exactly
- * one counter; a record that does not fit into the ring is counted, never
- * lost silently.
+ * measures one-way delays right. Everything else goes on: to the next member
+ * of the XDP chain on the device (xdp_chain.h; a STAMP reflector), else to the
+ * stack. Each packet bumps exactly one counter; a record that does not fit
+ * into the ring is counted, never lost silently.
  */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
@@ -19,6 +20,7 @@
 #include "stamp_collector.h"
 #include "stamp_time.h"
 #include "stamp_parse.bpf.h"
+#include "xdp_chain.h"
 
 /* STAMP UDP port the replies come from, set by the loader before load. */
 const volatile __u16 stamp_port = STAMP_PORT;
@@ -131,8 +133,8 @@ static __always_inline int check_reply(struct xdp_md *ctx, struct pkt_view *v)
 	return payload_len;
 }
 
-SEC("xdp")
-int stamp_collector(struct xdp_md *ctx)
+/* The collector's verdict on one packet (counted). */
+static __always_inline int collector_verdict(struct xdp_md *ctx)
 {
 	struct stamp_reflector_packet *rp;
 	struct collector_session *sess;
@@ -198,6 +200,15 @@ int stamp_collector(struct xdp_md *ctx)
 	fill_record(rec, rp, &v, ctx, t4, sess->flags & COLL_SESS_F_NTP);
 	bpf_ringbuf_submit(rec, 0);
 	return count(csum == CSUM_PARTIAL ? COLL_COLLECTED_PARTIAL_CSUM : COLL_COLLECTED, XDP_DROP);
+}
+
+SEC("xdp")
+int stamp_collector(struct xdp_md *ctx)
+{
+	int verdict = collector_verdict(ctx);
+
+	/* one call site: the chain's code is inlined once, not at every XDP_PASS above */
+	return verdict == XDP_PASS ? xdp_chain_next(ctx, XDP_CHAIN_STAMP_COLLECTOR) : verdict;
 }
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";

@@ -4,7 +4,7 @@
  * (Session-Sender receive side).
  *
  *   stamp_collector attach --netns NS --dev IF --pin-dir DIR [--port 862] [--ringbuf-size BYTES]
- *                   [--tai-offset S] [--behind altmark_rx|ALTMARK_RX_PIN_DIR] [--partial-csum accept|drop]
+ *                   [--tai-offset S] [--partial-csum accept|drop]
  *   stamp_collector activate --pin-dir DIR --ssid N --port P [--format ptp|ntp]
  *   stamp_collector set-tai-offset --pin-dir DIR [--tai-offset S]   (default: adjtimex)
  *   stamp_collector deactivate --pin-dir DIR --ssid N
@@ -14,14 +14,18 @@
  *   stamp_collector detach --netns NS --dev IF --pin-dir DIR
  *   stamp_collector attach-dev --netns NS --dev IF --pin-dir DIR
  *   stamp_collector detach-dev --netns NS --dev IF --pin-dir DIR
+ *   stamp_collector chain [--netns NS] --pin-dir DIR
  *
  * DIR holds this program's pins, by convention
  * /sys/fs/bpf/segscope/<instance>/stamp_collector; the records ring buffer is
- * DIR/stamp_records (struct stamp_record, schemas/c/stamp_record.h).
+ * DIR/stamp_records (struct stamp_record, schemas/c/stamp_record.h). The
+ * program runs in the XDP chain of the instance (xdp_chain.h:
+ * <instance>/xdp_chain), after altmark_rx and ioam_rx, before stamp_reflector.
  * For attach, --port is the STAMP port replies come from; for activate it
  * is the Session-Sender's local UDP port.
  */
 #include <errno.h>
+#include <limits.h>
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -35,11 +39,11 @@
 #include "stamp_test_packet.h"
 #include "stamp_collector.skel.h"
 #include "loader_util.h"
+#include "xdp_chain.h"
 
 const char *loader_name = "stamp_collector";
 
 struct args {
-	const char *behind;   /* attach --behind: chain behind altmark_rx instead of attaching */
 	const char *netns, *dev, *pin_dir, *hex;
 	uint64_t port, ssid, ringbuf_size, count, timeout_ms, repeat;
 	int64_t tai_offset;
@@ -47,14 +51,13 @@ struct args {
 	bool drop_partial_csum;   /* attach --partial-csum drop */
 };
 
-enum { OPT_BEHIND = 200, OPT_NETNS = 256, OPT_DEV, OPT_PIN_DIR, OPT_PORT, OPT_SSID, OPT_RINGBUF_SIZE, OPT_JSON,
+enum { OPT_NETNS = 256, OPT_DEV, OPT_PIN_DIR, OPT_PORT, OPT_SSID, OPT_RINGBUF_SIZE, OPT_JSON,
        OPT_COUNT, OPT_TIMEOUT, OPT_HEX, OPT_REPEAT, OPT_FORMAT, OPT_TAI_OFFSET, OPT_PARTIAL_CSUM };
 
 static const char *const format_names[] = { "ptp", "ntp" };
 static const char *const partial_csum_names[] = { "accept", "drop" };
 
 static const struct option long_opts[] = {
-	{ "behind", required_argument, NULL, OPT_BEHIND },
 	{ "netns", required_argument, NULL, OPT_NETNS },
 	{ "dev", required_argument, NULL, OPT_DEV },
 	{ "pin-dir", required_argument, NULL, OPT_PIN_DIR },
@@ -78,9 +81,9 @@ static void usage(FILE *f)
 	fprintf(f,
 		"usage:\n"
 		"  stamp_collector attach --netns NS --dev IF --pin-dir DIR [--port 862] [--ringbuf-size BYTES]\n"
-		"                  [--tai-offset S] [--behind altmark_rx|ALTMARK_RX_PIN_DIR] [--partial-csum accept|drop]\n"
-		"      --behind: run behind the altmark_rx already on IF (its tail call), not attached to IF;\n"
-		"      altmark_rx is looked for in <dirname DIR>/altmark_rx; detach empties its slot\n"
+		"                  [--tai-offset S] [--partial-csum accept|drop]\n"
+		"      joins the XDP chain of IF (<dirname DIR>/xdp_chain: altmark_rx and ioam_rx run before it,\n"
+		"      stamp_reflector after it on the same device, in any order of attach)\n"
 		"      --partial-csum accept (default): collect replies whose UDP checksum is the pseudo-header\n"
 		"      sum only (a kernel-socket reflector behind a veth), counted collected_partial_csum;\n"
 		"      drop: count them drop_malformed_udp_csum\n"
@@ -90,9 +93,11 @@ static void usage(FILE *f)
 		"  stamp_collector stats --pin-dir DIR [--json]\n"
 		"  stamp_collector dump --pin-dir DIR [--count N] [--timeout-ms T]   (JSON lines)\n"
 		"  stamp_collector test-run --pin-dir DIR --hex FRAME [--repeat N]\n"
-		"  stamp_collector detach --netns NS --dev IF --pin-dir DIR\n"
+		"  stamp_collector detach --netns NS --dev IF --pin-dir DIR   (leaves IF and every other device, removes pins)\n"
 		"  stamp_collector attach-dev --netns NS --dev IF --pin-dir DIR   (the attached program on one more device)\n"
 		"  stamp_collector detach-dev --netns NS --dev IF --pin-dir DIR   (from that device only; pins stay)\n"
+		"  stamp_collector chain [--netns NS] --pin-dir DIR   (JSON: every device of the instance's XDP chain\n"
+		"                  and its members in the order they see a packet)\n"
 		"exit codes: 0 ok, 1 failed (dump: fewer than --count records before the timeout), 2 bad arguments\n");
 }
 
@@ -108,7 +113,6 @@ static int parse_args(int argc, char **argv, struct args *a)
 	optind = 1;
 	while ((opt = getopt_long(argc, argv, "h", long_opts, NULL)) != -1) {
 		switch (opt) {
-		case OPT_BEHIND: a->behind = optarg; break;
 		case OPT_NETNS: a->netns = optarg; break;
 		case OPT_DEV: a->dev = optarg; break;
 		case OPT_PIN_DIR: a->pin_dir = optarg; break;
@@ -215,16 +219,12 @@ static int cmd_attach(struct args *a)
 {
 	struct stamp_collector_bpf *skel;
 	struct collector_config cfg;
+	struct xdp_chain chain;
+	char inst[PATH_MAX];
 	int err;
 
 	if (!require_arg(a->dev, "--dev") || !require_arg(a->pin_dir, "--pin-dir"))
 		return EXIT_USAGE;
-	{
-		char head[4096];   /* --behind names something usable before anything is loaded */
-
-		if (a->behind && chain_head_dir(a->pin_dir, a->behind, head, sizeof(head)))
-			return EXIT_USAGE;
-	}
 	if (config_from_args(a, &cfg))
 		return EXIT_FAIL;
 	if (prepare_pin_dir(a->netns, a->pin_dir, "collector"))
@@ -232,28 +232,36 @@ static int cmd_attach(struct args *a)
 	skel = stamp_collector_bpf__open();
 	if (!skel) {
 		die_msg("cannot open BPF object: %s", strerror(errno));
+		unpin_dir(a->pin_dir);
 		return EXIT_FAIL;
 	}
 	skel->rodata->stamp_port = a->port;
 	skel->rodata->accept_partial_csum = !a->drop_partial_csum;
-	err = bpf_map__set_max_entries(skel->maps.stamp_records, a->ringbuf_size);
-	if (!err)
-		err = stamp_collector_bpf__load(skel);
+	/* the chain is locked from here to its close: no other loader of the instance changes it meanwhile */
+	err = xdp_member_instance_dir(a->pin_dir, inst, sizeof(inst)) ? xdp_chain_open(&chain, inst, true) : -EINVAL;
 	if (err) {
-		die_msg("cannot load BPF program (verifier log above): %s", strerror(-err));
+		unpin_dir(a->pin_dir);
 		goto out;
 	}
+	err = bpf_map__set_max_entries(skel->maps.stamp_records, a->ringbuf_size) ?: xdp_chain_reuse_maps(&chain, skel->obj);
+	if (!err) {
+		err = stamp_collector_bpf__load(skel);
+		if (err)
+			die_msg("cannot load BPF program (verifier log above): %s", strerror(-err));
+	}
 	/* the config is in place before the program sees a packet */
-	err = write_config_map(bpf_map__fd(skel->maps.collector_config), &cfg, "collector_config");
 	if (!err)
-		err = a->behind ? pin_and_chain(skel->obj, skel->progs.stamp_collector, a->netns, a->dev, a->pin_dir,
-						 a->behind)
-			       : pin_and_attach(skel->obj, skel->progs.stamp_collector, a->netns, a->dev, a->pin_dir);
+		err = write_config_map(bpf_map__fd(skel->maps.collector_config), &cfg, "collector_config");
 	if (!err)
-		printf("stamp_collector %s %s%s%s (STAMP port %llu, ring %llu bytes, TAI-UTC %d s, partial checksums %s), "
-		       "pins in %s\n",
-		       a->behind ? "chained behind altmark_rx on" : "attached to", a->dev,
-		       a->netns ? " in netns " : "", a->netns ? a->netns : "",
+		err = xdp_member_attach(&chain, skel->obj, skel->progs.stamp_collector, a->netns, a->dev, a->pin_dir,
+					XDP_CHAIN_STAMP_COLLECTOR);
+	else
+		unpin_dir(a->pin_dir);
+	xdp_chain_close(&chain);
+	if (!err)
+		printf("stamp_collector attached to %s%s%s (STAMP port %llu, ring %llu bytes, TAI-UTC %d s, "
+		       "partial checksums %s), pins in %s\n",
+		       a->dev, a->netns ? " in netns " : "", a->netns ? a->netns : "",
 		       (unsigned long long)a->port, (unsigned long long)a->ringbuf_size,
 		       cfg.tai_utc_offset_s, a->drop_partial_csum ? "dropped" : "accepted", a->pin_dir);
 out:
@@ -383,16 +391,6 @@ static int run_deactivate(void *a, const void *ctx) { (void)ctx; return cmd_set_
 static int run_dump(void *a, const void *ctx) { (void)ctx; return cmd_dump(a); }
 static int run_set_tai_offset(void *a, const void *ctx) { (void)ctx; return cmd_set_tai_offset(a); }
 
-static int run_detach(void *args, const void *ctx)
-{
-	struct args *a = args;
-
-	(void)ctx;
-	if (!require_arg(a->dev, "--dev") || !require_arg(a->pin_dir, "--pin-dir"))
-		return EXIT_USAGE;
-	return detach_and_unpin(a->netns, a->dev, a->pin_dir) ? EXIT_FAIL : EXIT_OK;
-}
-
 static int run_stats(void *args, const void *ctx)
 {
 	struct args *a = args;
@@ -414,28 +412,25 @@ static int run_test_run(void *args, const void *ctx)
 	return test_run_pinned(a->pin_dir, a->hex, a->repeat) ? EXIT_FAIL : EXIT_OK;
 }
 
-/* attach-dev / detach-dev: one program, its maps shared, on several devices (multi-homed node) */
-static int run_attach_dev(void *args, const void *ctx)
+/* detach, attach-dev, detach-dev, chain: the XDP chain's member commands (loader_util.c) */
+static int run_member(const char *cmd, void *args)
 {
 	struct args *a = args;
 
-	(void)ctx;
-	return dev_subcommand(a->netns, a->dev, a->pin_dir, true);
+	return member_subcommand(cmd, a->netns, a->dev, a->pin_dir, XDP_CHAIN_STAMP_COLLECTOR);
 }
 
-static int run_detach_dev(void *args, const void *ctx)
-{
-	struct args *a = args;
-
-	(void)ctx;
-	return dev_subcommand(a->netns, a->dev, a->pin_dir, false);
-}
+static int run_detach(void *a, const void *ctx) { (void)ctx; return run_member("detach", a); }
+static int run_attach_dev(void *a, const void *ctx) { (void)ctx; return run_member("attach-dev", a); }
+static int run_detach_dev(void *a, const void *ctx) { (void)ctx; return run_member("detach-dev", a); }
+static int run_chain(void *a, const void *ctx) { (void)ctx; return run_member("chain", a); }
 
 static const struct loader_cmd commands[] = {
 	{"attach", run_attach},
 	{"detach", run_detach},
 	{"attach-dev", run_attach_dev},
 	{"detach-dev", run_detach_dev},
+	{"chain", run_chain},
 	{"activate", run_activate},
 	{"deactivate", run_deactivate},
 	{"dump", run_dump},

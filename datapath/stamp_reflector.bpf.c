@@ -9,6 +9,10 @@
  * sessions, authenticated sessions, and test packets with TLVs unless the
  * session echoes them. Malformed STAMP for us is dropped. Each packet bumps
  * exactly one counter.
+ *
+ * It runs as the last member of the XDP chain (xdp_chain.h): what it passes
+ * goes on to the next member of the device if a role is ever added after it,
+ * else to the stack.
  */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
@@ -17,6 +21,7 @@
 #include "stamp_reflector.h"
 #include "stamp_time.h"
 #include "stamp_parse.bpf.h"
+#include "xdp_chain.h"
 
 /* STAMP UDP port, set by the loader before load (--port). */
 const volatile __u16 stamp_port = STAMP_PORT;
@@ -374,8 +379,8 @@ static __always_inline int check_test_packet(struct xdp_md *ctx, struct pkt_view
 	return payload_len;
 }
 
-SEC("xdp")
-int stamp_reflector(struct xdp_md *ctx)
+/* The reflector's verdict on one packet (counted). */
+static __always_inline int reflector_verdict(struct xdp_md *ctx)
 {
 	struct reflector_session *sess;
 	struct stamp_sender_packet *sp;
@@ -438,6 +443,15 @@ int stamp_reflector(struct xdp_md *ctx)
 		return count(REFL_DROP_MALFORMED_UDP_CSUM, XDP_DROP);
 	return reflect(ctx, &v, sess, t2, csum_seed,
 		       csum == CSUM_PARTIAL ? REFL_REFLECTED_PARTIAL_CSUM : REFL_REFLECTED);
+}
+
+SEC("xdp")
+int stamp_reflector(struct xdp_md *ctx)
+{
+	int verdict = reflector_verdict(ctx);
+
+	/* one call site: the chain's code is inlined once, not at every XDP_PASS above */
+	return verdict == XDP_PASS ? xdp_chain_next(ctx, XDP_CHAIN_STAMP_REFLECTOR) : verdict;
 }
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";

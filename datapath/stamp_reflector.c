@@ -3,7 +3,7 @@
  * stamp_reflector: loader and control tool of the XDP STAMP Session-Reflector.
  *
  *   stamp_reflector attach --netns NS --dev IF --pin-dir DIR [--port 862] [--tai-offset S]
- *                   [--behind altmark_rx|ALTMARK_RX_PIN_DIR] [--partial-csum accept|drop]
+ *                   [--partial-csum accept|drop]
  *                   [--base-senders on|off]
  *   stamp_reflector add-address --pin-dir DIR ADDR
  *   stamp_reflector del-address --pin-dir DIR ADDR
@@ -18,12 +18,16 @@
  *   stamp_reflector detach --netns NS --dev IF --pin-dir DIR
  *   stamp_reflector attach-dev --netns NS --dev IF --pin-dir DIR
  *   stamp_reflector detach-dev --netns NS --dev IF --pin-dir DIR
+ *   stamp_reflector chain [--netns NS] --pin-dir DIR
  *
  * DIR holds this program's pins, by convention
- * /sys/fs/bpf/segscope/<instance>/stamp_reflector. The program stays attached
- * after the loader exits; maps are pinned so later commands find them.
+ * /sys/fs/bpf/segscope/<instance>/stamp_reflector. The program runs in the XDP
+ * chain of the instance (xdp_chain.h: <instance>/xdp_chain), last of the
+ * roles, and stays there after the loader exits; maps are pinned so later
+ * commands find them.
  */
 #include <errno.h>
+#include <limits.h>
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -36,11 +40,11 @@
 #include "stamp_error_estimate.h"
 #include "stamp_reflector.skel.h"
 #include "loader_util.h"
+#include "xdp_chain.h"
 
 const char *loader_name = "stamp_reflector";
 
 struct args {
-	const char *behind;   /* attach --behind: chain behind altmark_rx instead of attaching */
 	const char *netns, *dev, *pin_dir, *sender, *return_sids, *hex;
 	uint64_t port, ssid, err_est, repeat;
 	int64_t tai_offset;
@@ -51,7 +55,7 @@ struct args {
 	const char *positional;
 };
 
-enum { OPT_BEHIND = 200, OPT_NETNS = 256, OPT_DEV, OPT_PIN_DIR, OPT_PORT, OPT_SSID, OPT_SENDER, OPT_RETURN_SIDS,
+enum { OPT_NETNS = 256, OPT_DEV, OPT_PIN_DIR, OPT_PORT, OPT_SSID, OPT_SENDER, OPT_RETURN_SIDS,
        OPT_ERR_EST, OPT_JSON, OPT_HEX, OPT_REPEAT, OPT_FORMAT, OPT_STATEFUL, OPT_TLV, OPT_MODE,
        OPT_TAI_OFFSET, OPT_PARTIAL_CSUM, OPT_BASE_SENDERS };
 
@@ -62,7 +66,6 @@ static const char *const partial_csum_names[] = { "accept", "drop" };
 static const char *const on_off_names[] = { "on", "off" };
 
 static const struct option long_opts[] = {
-	{ "behind", required_argument, NULL, OPT_BEHIND },
 	{ "netns", required_argument, NULL, OPT_NETNS },
 	{ "dev", required_argument, NULL, OPT_DEV },
 	{ "pin-dir", required_argument, NULL, OPT_PIN_DIR },
@@ -90,10 +93,10 @@ static void usage(FILE *f)
 	fprintf(f,
 		"usage:\n"
 		"  stamp_reflector attach --netns NS --dev IF --pin-dir DIR [--port 862] [--tai-offset S]\n"
-		"                  [--behind altmark_rx|ALTMARK_RX_PIN_DIR] [--partial-csum accept|drop]\n"
+		"                  [--partial-csum accept|drop]\n"
 		"                  [--base-senders on|off]\n"
-		"      --behind: run behind the altmark_rx already on IF (its tail call), not attached to IF;\n"
-		"      altmark_rx is looked for in <dirname DIR>/altmark_rx; detach empties its slot\n"
+		"      joins the XDP chain of IF (<dirname DIR>/xdp_chain: altmark_rx, ioam_rx, stamp_collector\n"
+		"      run before it on the same device, in any order of attach)\n"
 		"      --partial-csum accept (default): answer test packets whose UDP checksum is the\n"
 		"      pseudo-header sum only (kernel-socket senders behind a veth: pods, containers), with a\n"
 		"      full checksum, counted reflected_partial_csum; drop: count drop_malformed_udp_csum\n"
@@ -109,9 +112,11 @@ static void usage(FILE *f)
 		"  stamp_reflector set-tai-offset --pin-dir DIR [--tai-offset S]   (TAI-UTC; default from adjtimex)\n"
 		"  stamp_reflector stats --pin-dir DIR [--json]\n"
 		"  stamp_reflector test-run --pin-dir DIR --hex FRAME [--repeat N]\n"
-		"  stamp_reflector detach --netns NS --dev IF --pin-dir DIR\n"
+		"  stamp_reflector detach --netns NS --dev IF --pin-dir DIR   (leaves IF and every other device, removes pins)\n"
 		"  stamp_reflector attach-dev --netns NS --dev IF --pin-dir DIR   (the attached program on one more device)\n"
 		"  stamp_reflector detach-dev --netns NS --dev IF --pin-dir DIR   (from that device only; pins stay)\n"
+		"  stamp_reflector chain [--netns NS] --pin-dir DIR   (JSON: every device of the instance's XDP chain\n"
+		"                  and its members in the order they see a packet)\n"
 		"exit codes: 0 ok, 1 failed, 2 bad arguments\n");
 }
 
@@ -125,7 +130,6 @@ static int parse_args(int argc, char **argv, struct args *a)
 	optind = 1;
 	while ((opt = getopt_long(argc, argv, "h", long_opts, NULL)) != -1) {
 		switch (opt) {
-		case OPT_BEHIND: a->behind = optarg; break;
 		case OPT_NETNS: a->netns = optarg; break;
 		case OPT_DEV: a->dev = optarg; break;
 		case OPT_PIN_DIR: a->pin_dir = optarg; break;
@@ -220,16 +224,12 @@ static int cmd_attach(struct args *a)
 {
 	struct reflector_config cfg = {};
 	struct stamp_reflector_bpf *skel;
+	struct xdp_chain chain;
+	char inst[PATH_MAX];
 	int err;
 
 	if (!require_arg(a->dev, "--dev") || !require_arg(a->pin_dir, "--pin-dir"))
 		return EXIT_USAGE;
-	{
-		char head[4096];   /* --behind names something usable before anything is loaded */
-
-		if (a->behind && chain_head_dir(a->pin_dir, a->behind, head, sizeof(head)))
-			return EXIT_USAGE;
-	}
 	if (tai_offset_arg_or_host(a, &cfg.tai_utc_offset_s))
 		return EXIT_FAIL;
 	/* An honest Error Estimate from the first packet on (RFC 8762 §4.2.1: S from the
@@ -249,17 +249,26 @@ static int cmd_attach(struct args *a)
 	skel = stamp_reflector_bpf__open();
 	if (!skel) {
 		die_msg("cannot open BPF object: %s", strerror(errno));
+		unpin_dir(a->pin_dir);
 		return EXIT_FAIL;
 	}
 	skel->rodata->stamp_port = a->port;
 	skel->rodata->accept_partial_csum = !a->drop_partial_csum;
-	err = stamp_reflector_bpf__load(skel);
+	/* the chain is locked from here to its close: no other loader of the instance changes it meanwhile */
+	err = xdp_member_instance_dir(a->pin_dir, inst, sizeof(inst)) ? xdp_chain_open(&chain, inst, true) : -EINVAL;
 	if (err) {
-		die_msg("cannot load BPF program (verifier log above): %s", strerror(-err));
+		unpin_dir(a->pin_dir);
 		goto out;
 	}
+	err = xdp_chain_reuse_maps(&chain, skel->obj);
+	if (!err) {
+		err = stamp_reflector_bpf__load(skel);
+		if (err)
+			die_msg("cannot load BPF program (verifier log above): %s", strerror(-err));
+	}
 	/* the config is in place before the program sees a packet */
-	err = write_config_map(bpf_map__fd(skel->maps.reflector_config), &cfg, "reflector_config");
+	if (!err)
+		err = write_config_map(bpf_map__fd(skel->maps.reflector_config), &cfg, "reflector_config");
 	if (!err && !a->no_base_senders) {
 		/* RFC 8762 senders (no RFC 8972 SSID: bytes 14-15 zero) get answers from the
 		 * first packet on: {any sender, ssid 0}, stateless, NTP (RFC 8762's default
@@ -273,26 +282,20 @@ static int cmd_attach(struct args *a)
 			die_msg("insert of the base-sender session {::, ssid 0} failed: %s", strerror(errno));
 	}
 	if (!err)
-		err = a->behind ? pin_and_chain(skel->obj, skel->progs.stamp_reflector, a->netns, a->dev, a->pin_dir,
-						 a->behind)
-			       : pin_and_attach(skel->obj, skel->progs.stamp_reflector, a->netns, a->dev, a->pin_dir);
+		err = xdp_member_attach(&chain, skel->obj, skel->progs.stamp_reflector, a->netns, a->dev, a->pin_dir,
+					XDP_CHAIN_STAMP_REFLECTOR);
+	else
+		unpin_dir(a->pin_dir);
+	xdp_chain_close(&chain);
 	if (!err)
-		printf("stamp_reflector %s %s%s%s (port %llu, TAI-UTC %d s, partial checksums %s, base senders %s), "
+		printf("stamp_reflector attached to %s%s%s (port %llu, TAI-UTC %d s, partial checksums %s, base senders %s), "
 		       "pins in %s\n",
-		       a->behind ? "chained behind altmark_rx on" : "attached to", a->dev,
-		       a->netns ? " in netns " : "", a->netns ? a->netns : "",
+		       a->dev, a->netns ? " in netns " : "", a->netns ? a->netns : "",
 		       (unsigned long long)a->port, cfg.tai_utc_offset_s,
 		       a->drop_partial_csum ? "dropped" : "accepted", a->no_base_senders ? "off" : "on", a->pin_dir);
 out:
 	stamp_reflector_bpf__destroy(skel);
 	return err ? EXIT_FAIL : EXIT_OK;
-}
-
-static int cmd_detach(struct args *a)
-{
-	if (!require_arg(a->dev, "--dev") || !require_arg(a->pin_dir, "--pin-dir"))
-		return EXIT_USAGE;
-	return detach_and_unpin(a->netns, a->dev, a->pin_dir) ? EXIT_FAIL : EXIT_OK;
 }
 
 /* Index of addr in set->addrs[0..n), or -1. */
@@ -482,7 +485,6 @@ static int update_config(struct args *a, bool err_est)
 
 /* Subcommand handlers of the dispatch table (args is struct args *). */
 static int run_attach(void *a, const void *ctx) { (void)ctx; return cmd_attach(a); }
-static int run_detach(void *a, const void *ctx) { (void)ctx; return cmd_detach(a); }
 static int run_add_address(void *a, const void *ctx) { (void)ctx; return cmd_address(a, true); }
 static int run_del_address(void *a, const void *ctx) { (void)ctx; return cmd_address(a, false); }
 static int run_add_session(void *a, const void *ctx) { (void)ctx; return cmd_add_session(a); }
@@ -511,28 +513,25 @@ static int run_test_run(void *args, const void *ctx)
 	return test_run_pinned(a->pin_dir, a->hex, a->repeat) ? EXIT_FAIL : EXIT_OK;
 }
 
-/* attach-dev / detach-dev: one program, its maps shared, on several devices (multi-homed node) */
-static int run_attach_dev(void *args, const void *ctx)
+/* detach, attach-dev, detach-dev, chain: the XDP chain's member commands (loader_util.c) */
+static int run_member(const char *cmd, void *args)
 {
 	struct args *a = args;
 
-	(void)ctx;
-	return dev_subcommand(a->netns, a->dev, a->pin_dir, true);
+	return member_subcommand(cmd, a->netns, a->dev, a->pin_dir, XDP_CHAIN_STAMP_REFLECTOR);
 }
 
-static int run_detach_dev(void *args, const void *ctx)
-{
-	struct args *a = args;
-
-	(void)ctx;
-	return dev_subcommand(a->netns, a->dev, a->pin_dir, false);
-}
+static int run_detach(void *a, const void *ctx) { (void)ctx; return run_member("detach", a); }
+static int run_attach_dev(void *a, const void *ctx) { (void)ctx; return run_member("attach-dev", a); }
+static int run_detach_dev(void *a, const void *ctx) { (void)ctx; return run_member("detach-dev", a); }
+static int run_chain(void *a, const void *ctx) { (void)ctx; return run_member("chain", a); }
 
 static const struct loader_cmd commands[] = {
 	{"attach", run_attach},
 	{"detach", run_detach},
 	{"attach-dev", run_attach_dev},
 	{"detach-dev", run_detach_dev},
+	{"chain", run_chain},
 	{"add-address", run_add_address},
 	{"del-address", run_del_address},
 	{"add-session", run_add_session},

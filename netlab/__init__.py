@@ -5,16 +5,19 @@ with Lab.up("netlab/topologies/line5.yaml", prefix="e2e", delay_us={"ar": (2000,
     lab.run("H1", ["ping", "-6", "-c", "3", "fd00:b::1"], check=True)
 """
 
-from .lab import Lab, LabError, LossHandle, relay_lateness_us, status, teardown
-from .topology import Topology, TopologyError, load
+from .lab import Lab, LabError, LossHandle, relay_flow, relay_ground_truth, relay_lateness_us, status, teardown
+from .topology import Reorder, Topology, TopologyError, load
 
 __all__ = [
     "Lab",
     "LabError",
     "LossHandle",
+    "Reorder",
     "Topology",
     "TopologyError",
     "load",
+    "relay_flow",
+    "relay_ground_truth",
     "relay_lateness_us",
     "status",
     "teardown",

@@ -1,4 +1,4 @@
-"""CLI: python -m netlab up|down|status|exec|delay|loss|stats|check ..."""
+"""CLI: python -m netlab up|down|status|exec|delay|loss|reorder|stats|check ..."""
 
 from __future__ import annotations
 
@@ -34,6 +34,7 @@ def main(argv: list[str] | None = None) -> int:
         default=[],
         help="LINK=A_TO_B_US,B_TO_A_US (puts a delay relay on that link)",
     )
+    p.add_argument("--no-ioam", action="store_true", help="leave the topology's `ioam:` settings unapplied")
     p = sub.add_parser("down", help="remove every namespace, relay and pin of PREFIX (state file optional)")
     p.add_argument("--prefix", required=True)
     p = sub.add_parser("status", help="namespaces and relays of PREFIX, as JSON")
@@ -52,6 +53,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("link")
     p.add_argument("a_to_b_pct", type=float)
     p.add_argument("b_to_a_pct", type=float)
+    p = sub.add_parser(
+        "reorder",
+        help="make a relay reorder: reorder --prefix P LINK A_TO_B B_TO_A, each off, every:K:HOLD_US "
+        "(hold the K-th, 2K-th, ... frame of each flow HOLD_US longer) or random:PCT:HOLD_US",
+    )
+    p.add_argument("--prefix", required=True)
+    p.add_argument("link")
+    p.add_argument("a_to_b")
+    p.add_argument("b_to_a")
     p = sub.add_parser("stats", help="a relay's counters as JSON: stats --prefix P LINK")
     p.add_argument("--prefix", required=True)
     p.add_argument("link")
@@ -61,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         if args.command == "up":
-            lab = Lab.up(args.topology, args.prefix, delay_us=dict(args.delay))
+            lab = Lab.up(args.topology, args.prefix, delay_us=dict(args.delay), ioam=not args.no_ioam)
             print(json.dumps(status(args.prefix), indent=2))
             del lab  # relays keep running; `down` stops them by PID file
         elif args.command == "down":
@@ -75,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
                 parser.error("exec needs a command after --")
             ns = f"{args.prefix}-{args.node}"
             os.execvp("ip", ["ip", "netns", "exec", ns] + cmd)
-        elif args.command in ("delay", "loss", "stats"):
+        elif args.command in ("delay", "loss", "reorder", "stats"):
             lab = Lab.attach(args.prefix)
             if args.command == "delay":
                 reply = lab.set_delay(args.link, args.a_to_b_us, args.b_to_a_us)
@@ -83,6 +93,8 @@ def main(argv: list[str] | None = None) -> int:
                 if not (0 <= args.a_to_b_pct <= 100 and 0 <= args.b_to_a_pct <= 100):
                     parser.error("loss: percentages must be in [0, 100]")
                 reply = lab.set_loss(args.link, args.a_to_b_pct, args.b_to_a_pct)
+            elif args.command == "reorder":
+                reply = lab.set_reorder(args.link, args.a_to_b, args.b_to_a)
             else:
                 reply = lab.relay_stats(args.link)
             print(json.dumps(reply, indent=2))

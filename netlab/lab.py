@@ -24,7 +24,7 @@ from typing import Any, Sequence
 from segscope_schemas.names import BPFFS_PIN_ROOT
 
 from . import topology as topo_mod
-from .topology import Endpoint, Link, Topology
+from .topology import Endpoint, Link, Reorder, Topology
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 BUILD_DIR = REPO_ROOT / "build" / "netlab"
@@ -37,6 +37,7 @@ RELAY_IF_A, RELAY_IF_B = "ra", "rb"  # relay veths: ra faces link end a, rb face
 RELAY_OFFLOADS_OFF = ["tx", "off", "tso", "off", "gso", "off", "gro", "off"]
 # Relay timing options; NETLAB_RELAY_ARGS overrides them (for measuring alternatives).
 # Measured (README): SCHED_FIFO + waking 30 us early and spinning cuts p99 lateness from ms to ~0.1 ms.
+RELAY_REPLY_BYTES = 1 << 20  # the relay's stats JSON is at most 512 KiB (STATS_BYTES in delay_relay.c)
 RELAY_TIMING_ARGS = os.environ.get("NETLAB_RELAY_ARGS", "--rt-prio 10 --spin-ns 30000 --keep-awake").split()
 
 
@@ -148,6 +149,7 @@ class Lab:
         self._relay_procs: dict[str, subprocess.Popen] = {}
         self._loss_seq = 0
         self.final_relay_stats: dict[str, Any] = {}
+        self.ioam = True  # apply the topology's `ioam:` settings
 
     # ------------------------------------------------------------ names
     def ns(self, node: str) -> str:
@@ -180,6 +182,10 @@ class Lab:
             t.delay_a_to_b_us, t.delay_b_to_a_us = link["delay_us"]["a_to_b"], link["delay_us"]["b_to_a"]
             if "loss_pct" in link:
                 t.loss_a_to_b_pct, t.loss_b_to_a_pct = link["loss_pct"]["a_to_b"], link["loss_pct"]["b_to_a"]
+            if "reorder" in link:
+                t.reorder_a_to_b = Reorder.parse(link["reorder"]["a_to_b"])
+                t.reorder_b_to_a = Reorder.parse(link["reorder"]["b_to_a"])
+        lab.ioam = state.get("ioam", True)
         return lab
 
     @classmethod
@@ -189,10 +195,12 @@ class Lab:
         prefix: str,
         delay_us: dict[str, tuple[float, float]] | None = None,
         relay_links: Sequence[str] = (),
+        ioam: bool = True,
     ) -> "Lab":
         """Create the lab. delay_us overrides link delays: {"ar": (a_to_b_us, b_to_a_us)};
         relay_links splices a relay into these links even at zero delay, so set_delay() can
-        change them later (e.g. measure a baseline first, then inject)."""
+        change them later (e.g. measure a baseline first, then inject). ioam=False leaves the
+        topology's `ioam:` settings unapplied (for a test where the agent configures IOAM)."""
         if not PREFIX_RE.match(prefix):
             raise LabError(f"prefix {prefix!r} is not valid: use 1-16 characters [A-Za-z0-9_] (no '-')")
         topo = topo_mod.load(topology_path)
@@ -211,6 +219,7 @@ class Lab:
             )
         ensure_built()
         lab = cls(topo, prefix)
+        lab.ioam = ioam
         try:
             lab._create()
         except BaseException:
@@ -257,6 +266,18 @@ class Lab:
 
     def _apply_ns_sysctls(self, node) -> None:
         values = {**self.topo.sysctl, **node.sysctl}
+        if node.ioam and self.ioam:
+            values["net.ipv6.ioam6_id"] = str(node.ioam.node_id)
+            if node.ioam.node_id_wide is not None:
+                values["net.ipv6.ioam6_id_wide"] = str(node.ioam.node_id_wide)
+            batch = []
+            for ns in node.ioam.namespaces:
+                extra = (f" data {ns.data}" if ns.data is not None else "") + (
+                    f" wide {ns.data_wide}" if ns.data_wide is not None else ""
+                )
+                batch.append(f"ioam namespace add {ns.id}{extra}")
+            if batch:
+                sh(["ip", "-n", self.ns(node.name), "-batch", "-"], input="\n".join(batch) + "\n")
         if values:
             sh(
                 ["ip", "netns", "exec", self.ns(node.name), "sysctl", "-q", "-w"]
@@ -303,8 +324,9 @@ class Lab:
         # xdp_pass on both relay ends: a node's XDP program that answers with XDP_TX (the STAMP
         # reflector) sends into its veth peer, and veth drops XDP_TX frames when the peer has no
         # XDP program; the relay's AF_PACKET sockets still see every frame (XDP_PASS)
+        mtu = f" mtu {link.mtu}" if link.mtu else ""
         script = "set -e\n" + "".join(
-            f"ethtool -K {dev} {' '.join(RELAY_OFFLOADS_OFF)} >/dev/null\nip link set dev {dev} up\n"
+            f"ethtool -K {dev} {' '.join(RELAY_OFFLOADS_OFF)} >/dev/null\nip link set dev {dev}{mtu} up\n"
             f"ip link set dev {dev} xdpdrv obj {XDP_PASS_OBJ} sec xdp\n"
             for dev in (RELAY_IF_A, RELAY_IF_B)
         )
@@ -315,6 +337,17 @@ class Lab:
         lines = ["set -e"]
         devices = ["lo"] + [end.ifname for _, end, _ in self.topo.endpoints_of(node.name)]
         settings = [f"net.ipv6.conf.{dev}.{k}={v}" for dev in devices for k, v in self.topo.device_sysctl.items()]
+        for _link, end, _far in self.topo.endpoints_of(node.name):
+            if not self.ioam:
+                break
+            enabled = end.ioam_enabled if end.ioam_enabled is not None else node.ioam is not None
+            conf = f"net.ipv6.conf.{end.ifname}"
+            if enabled:
+                settings.append(f"{conf}.ioam6_enabled=1")
+            if end.ioam_id is not None:
+                settings.append(f"{conf}.ioam6_id={end.ioam_id}")
+            if end.ioam_id_wide is not None:
+                settings.append(f"{conf}.ioam6_id_wide={end.ioam_id_wide}")
         if settings:
             lines.append("sysctl -q -w " + " ".join(settings))
         for link, end, _far in self.topo.endpoints_of(node.name):
@@ -339,7 +372,8 @@ class Lab:
         for addr in node.loopback:
             batch.append(f"addr replace {addr} dev lo nodad")
         for link, end, far in self.topo.endpoints_of(node.name):
-            batch.append(f"link set dev {end.ifname} up")
+            mtu = f" mtu {link.mtu}" if link.mtu else ""
+            batch.append(f"link set dev {end.ifname}{mtu} up")
             for addr in end.addrs:
                 batch.append(f"addr replace {addr} dev {end.ifname} nodad")
             far_mac = self._end_mac(link, far)
@@ -384,6 +418,10 @@ class Lab:
             f"{link.loss_a_to_b_pct}",
             "--b-to-a-loss",
             f"{link.loss_b_to_a_pct}",
+            "--a-to-b-reorder",
+            link.reorder_a_to_b.spec(),
+            "--b-to-a-reorder",
+            link.reorder_b_to_a.spec(),
             "--control",
             paths["control"],
             "--stats",
@@ -418,7 +456,7 @@ class Lab:
             sock.settimeout(2)
             sock.connect(self.relays[link_name]["control"])
             sock.send(request.encode())
-            reply = json.loads(sock.recv(16384).decode())
+            reply = json.loads(sock.recv(RELAY_REPLY_BYTES).decode())
         if "error" in reply:
             raise LabError(f"relay {link_name}: {reply['error']}")
         return reply
@@ -428,6 +466,7 @@ class Lab:
         reply = self._relay_request(link_name, f"delay {float(a_to_b_us)} {float(b_to_a_us)}")
         link = self.topo.link(link_name)
         link.delay_a_to_b_us, link.delay_b_to_a_us = float(a_to_b_us), float(b_to_a_us)
+        self._write_state()
         return reply
 
     def set_loss(self, link_name: str, a_to_b_pct: float, b_to_a_pct: float) -> dict[str, Any]:
@@ -435,6 +474,25 @@ class Lab:
         reply = self._relay_request(link_name, f"loss {float(a_to_b_pct)} {float(b_to_a_pct)}")
         link = self.topo.link(link_name)
         link.loss_a_to_b_pct, link.loss_b_to_a_pct = float(a_to_b_pct), float(b_to_a_pct)
+        self._write_state()
+        return reply
+
+    def set_reorder(
+        self, link_name: str, a_to_b: Reorder | str | None = None, b_to_a: Reorder | str | None = None
+    ) -> dict[str, Any]:
+        """Make a relay reorder at run time, per direction: a Reorder(every=K | pct=P, hold_us=H),
+        a spec string ("every:K:HOLD_US", "random:PCT:HOLD_US", "off") or None (off). Frames
+        already held keep their release time. The relay counts, per flow, the frames it released
+        after a later-arrived frame of the same flow (RFC 4737): stats[dir]["reorder"]["reordered"]
+        and stats[dir]["flows"][i]["reordered"]."""
+        try:
+            specs = [Reorder.parse(a_to_b), Reorder.parse(b_to_a)]
+        except ValueError as exc:
+            raise LabError(str(exc)) from None
+        reply = self._relay_request(link_name, f"reorder {specs[0].spec()} {specs[1].spec()}")
+        link = self.topo.link(link_name)
+        link.reorder_a_to_b, link.reorder_b_to_a = specs
+        self._write_state()
         return reply
 
     def relay_stats(self, link_name: str) -> dict[str, Any]:
@@ -516,12 +574,15 @@ class Lab:
             "name": self.topo.name,
             "nodes": {n: self.ns(n) for n in self.topo.nodes},
             "relays": self.relays,
+            "ioam": self.ioam,
             "links": {
                 l.name: {
                     "a": f"{l.a.node}:{l.a.ifname}",
                     "b": f"{l.b.node}:{l.b.ifname}",
                     "delay_us": {"a_to_b": l.delay_a_to_b_us, "b_to_a": l.delay_b_to_a_us},
                     "loss_pct": {"a_to_b": l.loss_a_to_b_pct, "b_to_a": l.loss_b_to_a_pct},
+                    "reorder": {"a_to_b": l.reorder_a_to_b.spec(), "b_to_a": l.reorder_b_to_a.spec()},
+                    "mtu": l.mtu,
                     "relay": l.name in self.relays,
                 }
                 for l in self.topo.links
@@ -559,6 +620,106 @@ def relay_lateness_us(before: dict[str, Any], after: dict[str, Any]) -> dict[str
         n = a["count"] - b["count"]
         out[d] = (a["mean"] * a["count"] - b["mean"] * b["count"]) / n / 1000 if n else 0.0
     return out
+
+
+FLOW_COUNTERS = (
+    "received",
+    "dropped_loss",
+    "dropped_queue_full",
+    "dropped_oversize",
+    "released",
+    "send_errors",
+    "held",
+    "reordered",
+    "delay_ns_sum",
+    "late_ns_sum",
+)
+DIRECTION_COUNTERS = (
+    "received",
+    "forwarded",
+    "dropped_queue_full",
+    "dropped_oversize",
+    "dropped_socket",
+    "send_errors",
+    "dropped_loss",
+)
+
+
+def _quantiles_ns(hist: dict[int, int], qs: Sequence[float]) -> dict[float, int]:
+    """Quantiles of a lateness histogram {bucket upper bound ns: count}: the upper bound of the
+    bucket holding rank ceil(q * n), so at most one bucket (3.2 %) above the true value."""
+    total = sum(hist.values())
+    out = {}
+    for q in qs:
+        rank, seen = max(1, -(-int(q * total * 1_000_000) // 1_000_000)), 0
+        for upper in sorted(hist):
+            seen += hist[upper]
+            if seen >= rank:
+                out[q] = upper
+                break
+        else:
+            out[q] = 0
+    return out
+
+
+def relay_ground_truth(before: dict[str, Any], after: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """What a relay did between two relay_stats() snapshots, per direction ("a_to_b", "b_to_a"):
+    the link's per-direction ground truth for a test.
+
+    Per direction: the counters' differences (received, forwarded, dropped_*, send_errors), and
+      injected_mean_us  mean injected delay of the forwarded frames (delay, plus the hold of held
+                        frames), exact: from the relay's per-frame sum
+      lateness_us       {count, mean, p50, p90, p99, p999}: how late the relay released frames after
+                        their due time; mean exact, percentiles the upper bound of a 3.2 % bucket
+      relay_mean_us     injected_mean_us + lateness mean: the mean time the relay added per frame
+      held, reordered   frames held back, and frames released after a later-arrived frame of their
+                        own flow (RFC 4737, summed over flows)
+      flows             [{src, dst, flow_label, <FLOW_COUNTERS differences>, relay_mean_us}], the flows
+                        the relay lists (the first 256 it saw per direction)
+    """
+    out: dict[str, dict[str, Any]] = {}
+    for d in ("a_to_b", "b_to_a"):
+        b, a = before[d], after[d]
+        res: dict[str, Any] = {k: a[k] - b[k] for k in DIRECTION_COUNTERS}
+        n_inj = a["injected_ns"]["count"] - b["injected_ns"]["count"]
+        inj_sum = a["injected_ns"]["sum"] - b["injected_ns"]["sum"]
+        res["injected_mean_us"] = inj_sum / n_inj / 1000 if n_inj else 0.0
+        la, lb = a["lateness_ns"], b["lateness_ns"]
+        n_late = la["count"] - lb["count"]
+        hist = {upper: count for upper, count in la["hist_log"]}
+        for upper, count in lb["hist_log"]:
+            hist[upper] -= count
+        q = _quantiles_ns({k: v for k, v in hist.items() if v}, (0.5, 0.9, 0.99, 0.999))
+        res["lateness_us"] = {
+            "count": n_late,
+            "mean": (la["sum"] - lb["sum"]) / n_late / 1000 if n_late else 0.0,
+            **{name: q[v] / 1000 for name, v in (("p50", 0.5), ("p90", 0.9), ("p99", 0.99), ("p999", 0.999))},
+        }
+        res["relay_mean_us"] = res["injected_mean_us"] + res["lateness_us"]["mean"]
+        res["held"] = a["reorder"]["held"] - b["reorder"]["held"]
+        res["reordered"] = a["reorder"]["reordered"] - b["reorder"]["reordered"]
+        old = {(f["src"], f["dst"], f["flow_label"]): f for f in b["flows"]}
+        res["flows"] = []
+        for f in a["flows"]:
+            key = (f["src"], f["dst"], f["flow_label"])
+            prev = old.get(key, {})
+            row: dict[str, Any] = {"src": key[0], "dst": key[1], "flow_label": key[2]}
+            row.update({k: f[k] - prev.get(k, 0) for k in FLOW_COUNTERS})
+            released = row["released"]
+            row["relay_mean_us"] = (row["delay_ns_sum"] + row["late_ns_sum"]) / released / 1000 if released else 0.0
+            res["flows"].append(row)
+        out[d] = res
+    return out
+
+
+def relay_flow(window: dict[str, Any], direction: str, **match: Any) -> dict[str, Any]:
+    """The one flow of relay_ground_truth(...)[direction] (or of relay_stats()[direction]) whose
+    fields equal `match` (e.g. dst="fc00:21::e", flow_label=0x12345); LabError if not exactly one."""
+    found = [f for f in window[direction]["flows"] if all(f.get(k) == v for k, v in match.items())]
+    if len(found) != 1:
+        listed = [(f["src"], f["dst"], f["flow_label"]) for f in window[direction]["flows"]]
+        raise LabError(f"{len(found)} flows {direction} match {match}; listed: {listed}")
+    return found[0]
 
 
 def teardown(prefix: str) -> dict[str, Any]:

@@ -140,7 +140,8 @@ class Flow:
 
 
 def measure(lab: "Lab", flows: list[Flow], count: int = 200, interval_us: float = 10000) -> dict[str, dict]:
-    """Run every flow at once; returns {flow name: {"sent", "received", "delays_ns", "summary_us"}}."""
+    """Run every flow at once; returns {flow name: {"sent", "received", "delays_ns", "delays_ns_by_seq",
+    "summary_us"}} (delays_ns: kernel tx stamp -> kernel rx stamp, for the packets with both)."""
     from .lab import REPO_ROOT
 
     py = sys.executable
@@ -201,6 +202,7 @@ def measure(lab: "Lab", flows: list[Flow], count: int = 200, interval_us: float 
         results[flow.name] = {
             "sent": sent["sent"],
             "received": got["received"],
+            "delays_ns_by_seq": {int(seq): rx[seq] - tx[seq] for seq in rx if seq in tx},
             "app_delays_ns": got["delays_ns"],
             "delays_ns": wire,
             "summary_us": summarize(wire),

@@ -40,6 +40,61 @@ SEG6LOCAL_ACTIONS = {  # action -> required parameter (or None)
     "End.BPF": "endpoint",
 }
 SUPPORTED_SEG6LOCAL = ("End", "End.X", "End.T", "End.DX6", "End.DT6")
+RELAY_MAX_MTU = 2048 - 14  # the relay's frame slot (2048 B) minus the Ethernet header
+REORDER_SPEC_RE = re.compile(r"^(off|every:\d+:[0-9.]+|random:[0-9.]+:[0-9.]+)$")
+
+
+@dataclass
+class Reorder:
+    """What the delay relay holds back in one direction of a link, so that later frames overtake it.
+
+    every=K: the K-th, 2K-th, ... frame of each flow; pct=P: each frame with probability P %.
+    A held frame leaves hold_us after the link's delay. Spec string (relay option, control socket,
+    CLI): "off", "every:K:HOLD_US" or "random:PCT:HOLD_US"."""
+
+    every: int = 0
+    pct: float = 0.0
+    hold_us: float = 0.0
+
+    @property
+    def on(self) -> bool:
+        return self.hold_us > 0 and (self.every > 0 or self.pct > 0)
+
+    def spec(self) -> str:
+        if not self.on:
+            return "off"
+        if self.every:
+            return f"every:{self.every}:{self.hold_us:g}"
+        return f"random:{self.pct:g}:{self.hold_us:g}"
+
+    @classmethod
+    def parse(cls, value: "Reorder | str | None") -> "Reorder":
+        """A Reorder from itself, None ("off") or a spec string; ValueError says what is wrong."""
+        if value is None:
+            return cls()
+        if isinstance(value, Reorder):
+            out = value
+        else:
+            text = str(value).strip()
+            if not REORDER_SPEC_RE.match(text):
+                raise ValueError(f"reorder spec {text!r}: write off, every:K:HOLD_US or random:PCT:HOLD_US")
+            if text == "off":
+                return cls()
+            mode, amount, hold = text.split(":")
+            if mode == "every" and int(amount) < 1:
+                raise ValueError(f"reorder spec {text!r}: every:K needs K >= 1")
+            out = (
+                cls(every=int(amount), hold_us=float(hold))
+                if mode == "every"
+                else cls(pct=float(amount), hold_us=float(hold))
+            )
+        if out.every and out.pct:
+            raise ValueError("reorder: give every or pct, not both")
+        if out.every < 0 or not 0 <= out.pct <= 100 or not 0 <= out.hold_us < 1e7:
+            raise ValueError("reorder: every >= 1, 0 <= pct <= 100, 0 < hold_us < 1e7")
+        if (out.every or out.pct) and out.hold_us <= 0:
+            raise ValueError("reorder: hold_us must be > 0 (the extra delay of a held frame)")
+        return out
 
 
 class TopologyError(ValueError):
@@ -57,6 +112,9 @@ class Endpoint:
     addrs: list[str] = field(default_factory=list)
     xdp_pass: bool = False
     mac: str | None = None
+    ioam_enabled: bool | None = None  # None: on when the node has `ioam:`
+    ioam_id: int | None = None  # net.ipv6.conf.<dev>.ioam6_id (short interface id)
+    ioam_id_wide: int | None = None
 
 
 @dataclass
@@ -71,6 +129,9 @@ class Link:
     queue_frames: int = 4096
     loss_a_to_b_pct: float = 0.0  # injected by the relay, counted per direction and Traffic Class
     loss_b_to_a_pct: float = 0.0
+    reorder_a_to_b: Reorder = field(default_factory=Reorder)  # held back by the relay, counted per flow
+    reorder_b_to_a: Reorder = field(default_factory=Reorder)
+    mtu: int | None = None  # on both ends (and the relay's veths); None: the kernel's 1500
 
     @property
     def wants_relay(self) -> bool:
@@ -79,7 +140,8 @@ class Link:
         if self.relay == "never":
             return False
         delay = self.delay_a_to_b_us > 0 or self.delay_b_to_a_us > 0
-        return delay or self.loss_a_to_b_pct > 0 or self.loss_b_to_a_pct > 0
+        reorder = self.reorder_a_to_b.on or self.reorder_b_to_a.on
+        return delay or reorder or self.loss_a_to_b_pct > 0 or self.loss_b_to_a_pct > 0
 
 
 @dataclass
@@ -114,11 +176,29 @@ class Route:
 
 
 @dataclass
+class IoamNamespace:
+    id: int
+    data: int | None = None  # namespace data (32 bit), what `ip ioam namespace add ID data D` sets
+    data_wide: int | None = None  # 64 bit
+
+
+@dataclass
+class Ioam:
+    """A node's IOAM (RFC 9197) settings: the kernel fills trace entries for known namespaces on
+    the devices with ioam6_enabled (every link device of the node unless an end says otherwise)."""
+
+    node_id: int  # net.ipv6.ioam6_id (24 bit in the short format)
+    node_id_wide: int | None = None  # net.ipv6.ioam6_id_wide (56 bit)
+    namespaces: list[IoamNamespace] = field(default_factory=list)
+
+
+@dataclass
 class Node:
     name: str
     loopback: list[str] = field(default_factory=list)
     routes: list[Route] = field(default_factory=list)
     sysctl: dict[str, str] = field(default_factory=dict)
+    ioam: Ioam | None = None
 
 
 @dataclass
@@ -308,7 +388,23 @@ TOP_KEYS = {
     "nodes": "mapping of node name -> node",
     "links": "list of links",
 }
-NODE_KEYS = {"loopback": "addresses on lo", "routes": "list of IPv6 routes", "sysctl": "extra sysctls for this node"}
+NODE_KEYS = {
+    "loopback": "addresses on lo",
+    "routes": "list of IPv6 routes",
+    "sysctl": "extra sysctls for this node",
+    "ioam": "{node_id, node_id_wide, namespaces}: IOAM transit/egress filling by the kernel",
+}
+IOAM_KEYS = {
+    "node_id": "net.ipv6.ioam6_id, 0..16777215",
+    "node_id_wide": "net.ipv6.ioam6_id_wide, 0..2**56-1",
+    "namespaces": "list of namespace ids (0..65534) or {id, data, data_wide}",
+}
+IOAM_NS_KEYS = {"id": "namespace id 0..65534", "data": "32-bit namespace data", "data_wide": "64-bit namespace data"}
+END_IOAM_KEYS = {
+    "enabled": "net.ipv6.conf.<dev>.ioam6_enabled (default: true on a node with ioam)",
+    "id": "net.ipv6.conf.<dev>.ioam6_id, 0..65535",
+    "id_wide": "net.ipv6.conf.<dev>.ioam6_id_wide, 0..2**32-1",
+}
 ROUTE_KEYS = {
     "dst": "prefix or default",
     "via": "next-hop address",
@@ -324,8 +420,10 @@ LINK_KEYS = {
     "b": "second endpoint",
     "delay_us": "{a_to_b, b_to_a} in microseconds",
     "loss_pct": "{a_to_b, b_to_a} in percent (the relay drops and counts them)",
+    "reorder": "{a_to_b, b_to_a}: each {every: K | pct: P, hold_us: H} (the relay holds frames back)",
     "relay": "auto|always|never",
     "queue_frames": "relay queue length per direction",
+    "mtu": "MTU of both ends (and the relay's veths), 1280..65535",
 }
 END_KEYS = {
     "node": "node name",
@@ -333,6 +431,7 @@ END_KEYS = {
     "addrs": "IPv6 address/prefix list",
     "xdp_pass": "attach xdp_pass natively (peer runs XDP_TX)",
     "mac": "fixed MAC address",
+    "ioam": "{enabled, id, id_wide} of this device",
 }
 
 
@@ -447,6 +546,16 @@ def _parse_endpoint(doc: _Doc, where: tuple, raw: Any, node_names: set[str]) -> 
             doc.error(where + ("mac",), f"{mac!r} is not a unicast MAC", "write e.g. \"02:00:00:00:00:01\"")
         else:
             end.mac = mac
+    if "ioam" in raw:
+        io = raw["ioam"]
+        if _check_keys(doc, where + ("ioam",), io, END_IOAM_KEYS):
+            if "enabled" in io:
+                end.ioam_enabled = _bool(doc, where + ("ioam", "enabled"), io["enabled"])
+            if "id" in io:
+                end.ioam_id = _integer(doc, where + ("ioam", "id"), io["id"], "ioam.id", 0, 0xFFFF)
+            if "id_wide" in io:
+                wide = io["id_wide"]
+                end.ioam_id_wide = _integer(doc, where + ("ioam", "id_wide"), wide, "ioam.id_wide", 0, 2**32 - 1)
     return end
 
 
@@ -487,7 +596,76 @@ def _parse_link(doc: _Doc, where: tuple, raw: Any, node_names: set[str]) -> Link
         link.queue_frames = int(
             _number(doc, where + ("queue_frames",), raw["queue_frames"], "queue_frames", 1, 1 << 20)
         )
+    if "reorder" in raw:
+        value = raw["reorder"]
+        directions = {"a_to_b": "frames from a to b", "b_to_a": "frames from b to a"}
+        if _check_keys(doc, where + ("reorder",), value, directions):
+            for d in directions:
+                if d in value:
+                    setattr(link, f"reorder_{d}", _parse_reorder(doc, where + ("reorder", d), value[d]))
+    if "mtu" in raw:
+        link.mtu = _integer(doc, where + ("mtu",), raw["mtu"], "mtu", 1280, 65535)
+        if link.mtu > RELAY_MAX_MTU and link.wants_relay:
+            doc.error(
+                where + ("mtu",),
+                f"mtu {link.mtu} is larger than a delay relay relays ({RELAY_MAX_MTU} + 14 B Ethernet header)",
+                f"use an mtu <= {RELAY_MAX_MTU} on a link with a delay, loss or reorder",
+            )
     return link
+
+
+REORDER_KEYS = {
+    "every": "hold the K-th, 2K-th, ... frame of each flow",
+    "pct": "hold each frame with this probability (percent)",
+    "hold_us": "extra delay of a held frame, microseconds (> 0)",
+}
+
+
+def _parse_reorder(doc: _Doc, where: tuple, raw: Any) -> Reorder:
+    if not _check_keys(doc, where, raw, REORDER_KEYS, required=("hold_us",)):
+        return Reorder()
+    if ("every" in raw) == ("pct" in raw):
+        doc.error(where, "give exactly one of `every` and `pct`", "write e.g. {every: 10, hold_us: 500}")
+        return Reorder()
+    hold = _number(doc, where + ("hold_us",), raw.get("hold_us", 0), "hold_us", 0, 1e7)
+    if "hold_us" in raw and hold <= 0:
+        doc.error(where + ("hold_us",), "hold_us must be > 0", "write the extra delay of a held frame, e.g. 500")
+    if "every" in raw:
+        return Reorder(every=_integer(doc, where + ("every",), raw["every"], "every", 1, 10**9), hold_us=hold)
+    return Reorder(pct=_number(doc, where + ("pct",), raw["pct"], "pct", 0, 100), hold_us=hold)
+
+
+def _integer(doc: _Doc, where: tuple, value: Any, what: str, lo: int, hi: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
+        doc.error(where, f"{what} must be an integer in [{lo}, {hi}], got {value!r}", f"write an integer {lo}..{hi}")
+        return lo
+    return value
+
+
+def _parse_ioam(doc: _Doc, where: tuple, raw: Any) -> Ioam | None:
+    if not _check_keys(doc, where, raw, IOAM_KEYS, required=("node_id",)):
+        return None
+    ioam = Ioam(node_id=_integer(doc, where + ("node_id",), raw.get("node_id", 0), "node_id", 0, 2**24 - 1))
+    if "node_id_wide" in raw:
+        ioam.node_id_wide = _integer(doc, where + ("node_id_wide",), raw["node_id_wide"], "node_id_wide", 0, 2**56 - 1)
+    seen: set[int] = set()
+    for i, item in enumerate(_check_str_list(doc, where + ("namespaces",), raw.get("namespaces"), "namespaces")):
+        at = where + ("namespaces", i)
+        if isinstance(item, dict):
+            if not _check_keys(doc, at, item, IOAM_NS_KEYS, required=("id",)):
+                continue
+            ns = IoamNamespace(id=_integer(doc, at + ("id",), item.get("id", 0), "namespace id", 0, 65534))
+            if "data" in item:
+                ns.data = _integer(doc, at + ("data",), item["data"], "data", 0, 2**32 - 2)
+            if "data_wide" in item:
+                ns.data_wide = _integer(doc, at + ("data_wide",), item["data_wide"], "data_wide", 0, 2**64 - 2)
+        else:
+            ns = IoamNamespace(id=_integer(doc, at, item, "namespace id", 0, 65534))
+        if ns.id in seen:
+            doc.error(at, f"namespace {ns.id} is listed twice", "list each namespace once")
+        seen.add(ns.id)
+        ioam.namespaces.append(ns)
+    return ioam
 
 
 def _per_direction(doc: _Doc, where: tuple, raw: dict, key: str, unit: str, hi: float) -> tuple | None:
@@ -571,6 +749,8 @@ def _validate(doc: _Doc, raw: Any) -> Topology | None:
             route = _parse_route(doc, where + ("routes", i), route_raw)
             if route:
                 node.routes.append(route)
+        if "ioam" in node_raw:
+            node.ioam = _parse_ioam(doc, where + ("ioam",), node_raw["ioam"])
         nodes[node_name] = node
 
     links: list[Link] = []
@@ -618,6 +798,15 @@ def _cross_check(doc: _Doc, nodes: dict[str, Node], links: list[Link]) -> None:
                     "use a different ifname for this link end",
                 )
             seen_ifnames[key] = i
+    for i, link in enumerate(links):
+        for side, end in (("a", link.a), ("b", link.b)):
+            node = nodes.get(end.node)
+            if end.ioam_enabled and node is not None and node.ioam is None:
+                doc.error(
+                    ("links", i, side, "ioam", "enabled"),
+                    f"node {end.node} has no `ioam:` (node id, namespaces)",
+                    f"add `ioam: {{node_id: N, namespaces: [1]}}` to node {end.node}",
+                )
     for node in nodes.values():
         devices = {"lo"} | {ifname for (n, ifname) in seen_ifnames if n == node.name}
         for i, route in enumerate(node.routes):

@@ -1,5 +1,9 @@
-"""NewestLines: the newest `stamp_delay` / complete `altmark_loss` line of every series a delay or
-loss worker published since its last summary, sent to the summary topic every interval.
+"""NewestLines: the newest `stamp_delay` / complete `altmark_loss` / `inline_hop_delay` line of
+every series a delay, loss or in-line worker published since its last summary, sent to the summary
+topic every interval (the measurements are the topology model's MEASURED_PREFIXES; an
+`inline_hop_delay` line with measured=false is held like any other: the model keeps the newest
+point of a hop, measured or not; tests/topology/test_topology_inline.py holds a model fed from the
+summary equal to one fed every line).
 
 Why (docs/capacity.md sections 3 and 5): the topology processor's leader keeps, per series, only
 the newest point (processors/topology/model.py), yet it read every point of segscope.metrics:

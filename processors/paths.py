@@ -1,5 +1,6 @@
-"""PathBook: every STAMP session's and flow monitor's SID list, from `segscope.paths`
-(schemas/paths.md), for the `path` tag of stamp_delay and altmark_loss.
+"""PathBook: every STAMP session's, flow monitor's and in-line monitor's SID list and every node's
+IOAM identity, from `segscope.paths` (schemas/paths.md), for the `path` tag of stamp_delay,
+altmark_loss and the inline_* measurements, and the node and interface names of in-line hops.
 
 Every processor worker reads the whole topic itself (start(): assign all partitions, read from the
 beginning to the end, then follow in a background thread). Not a Faust agent: the processors'
@@ -11,6 +12,8 @@ in no group (confluent-kafka insists on a group.id all the same).
     book.start()                           # blocks until the topic's current end was read
     book.path_for_session("A", 1)          # "fc00:2::e" or None (not known)
     book.path_for_flow(7, tx_node="A")     # the tx side's path, or None
+    book.inline_tx(7, tx_node="A")         # the in-line monitor's tx record (PathRecord), or None
+    book.node_name(7)                      # "R": the node whose ioam/<node> record has node id 7
     book.stop()
 
 apply(key, value) is the Kafka-free core (tests feed it directly).
@@ -42,6 +45,10 @@ class PathBook:
         self.lock = threading.Lock()
         self.sessions: dict[tuple[str, int], str] = {}  # (node, ssid) of a sender -> path tag
         self.flows: dict[int, dict[str, tuple[int, str]]] = {}  # flow_id -> tx node -> (ts_ns, tag)
+        self.inline_flows: dict[int, dict[str, pr.PathRecord]] = {}  # flow_id -> tx node -> its inline record
+        self.ioam_nodes: dict[str, pr.IoamNode] = {}  # node name -> its ioam/<node> record
+        self.node_names: dict[int, str] = {}  # IOAM node id -> node name (the newest record claiming it)
+        self.sid_owners: dict[str, str] = {}  # local SID -> the node whose ioam record lists it
         self.deleted: dict[str, float] = {}  # key -> clock() when its tombstone arrived
         self.records = 0  # messages read (tombstones included)
         self.version = 0  # changes after every change of what path_for_flow answers (callers cache by it)
@@ -67,6 +74,38 @@ class PathBook:
                 return by_node[tx_node][1]
             return max(by_node.values())[1]
 
+    def inline_tx(self, flow_id: int, tx_node: str | None = None) -> pr.PathRecord | None:
+        """The in-line monitor's tx-side record of the flow (its ingress): tx_node's if there is one,
+        else the newest of the flow (any node); None if none."""
+        with self.lock:
+            by_node = self.inline_flows.get(flow_id)
+            if not by_node:
+                return None
+            if tx_node is not None and tx_node in by_node:
+                return by_node[tx_node]
+            return max(by_node.values(), key=lambda r: (r.ts_ns, r.node))
+
+    def node_name(self, node_id: int) -> str | None:
+        """The name of the node with this IOAM node id (its ioam/<node> record), None if none says it."""
+        return self.node_names.get(node_id)
+
+    def ioam_node(self, name: str) -> pr.IoamNode | None:
+        return self.ioam_nodes.get(name)
+
+    def sid_owner(self, sid: str) -> str | None:
+        """The node that lists `sid` among its local SIDs in its ioam record, None if none does."""
+        return self.sid_owners.get(sid)
+
+    def _index_ioam(self) -> None:
+        """node_names and sid_owners from ioam_nodes (newest record wins a conflict)."""
+        names: dict[int, str] = {}
+        owners: dict[str, str] = {}
+        for rec in sorted(self.ioam_nodes.values(), key=lambda r: (r.ts_ns, r.node)):
+            names[rec.node_id] = rec.node
+            for sid in rec.sids:
+                owners[sid] = rec.node
+        self.node_names, self.sid_owners = names, owners
+
     # -- the core ---------------------------------------------------------------------------------
 
     def apply(self, key: bytes | None, value: bytes | None) -> None:
@@ -83,6 +122,10 @@ class PathBook:
         with self.lock:
             if rec is None:
                 self.deleted[k] = self.clock()  # keep the path for the session's last seconds
+            elif rec.kind == pr.IOAM:
+                self.deleted.pop(k, None)
+                self.ioam_nodes[rec.node] = rec
+                self._index_ioam()
             else:
                 self.deleted.pop(k, None)
                 tag = pr.path_tag(rec)
@@ -90,6 +133,8 @@ class PathBook:
                     self.sessions[(rec.node, rec.ident)] = tag
                 elif rec.kind == pr.FLOW and rec.role == "tx":
                     self.flows.setdefault(rec.ident, {})[rec.node] = (rec.ts_ns, tag)
+                elif rec.kind == pr.INLINE and rec.role == "tx":
+                    self.inline_flows.setdefault(rec.ident, {})[rec.node] = rec
             self._forget()
             self.version += 1
 
@@ -97,8 +142,17 @@ class PathBook:
         now = self.clock()
         for k in [k for k, t in self.deleted.items() if now - t >= self.forget_after_s]:
             del self.deleted[k]
+            if k.startswith(pr.IOAM + "/"):
+                if self.ioam_nodes.pop(k.split("/", 1)[1], None) is not None:
+                    self._index_ioam()
+                continue
             kind, node, ident, role = k.split("/")
-            if kind == pr.STAMP and role == "sender":
+            if kind == pr.INLINE and role == "tx":
+                by_inline = self.inline_flows.get(int(ident), {})
+                by_inline.pop(node, None)
+                if not by_inline:
+                    self.inline_flows.pop(int(ident), None)
+            elif kind == pr.STAMP and role == "sender":
                 self.sessions.pop((node, int(ident)), None)
             elif kind == pr.FLOW and role == "tx":
                 by_node = self.flows.get(int(ident), {})

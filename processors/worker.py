@@ -1,4 +1,4 @@
-"""What the Faust processors (delay, loss, topology) share: settings from the environment and
+"""What the Faust processors (delay, loss, topology, inline) share: settings from the environment and
 the `python -m processors.<name>` command line.
 
 Environment variables are the one channel that works both for `faust -A processors.<name>.app
@@ -29,7 +29,7 @@ from segscope_schemas.version import VERSION_LINE
 log = logging.getLogger("segscope.worker")
 
 # each processor's health endpoint (segscope_schemas/health.py); SEGSCOPE_<NAME>_HEALTH overrides
-HEALTH_PORTS = {"delay": 9641, "loss": 9642, "topology": 9643}
+HEALTH_PORTS = {"delay": 9641, "loss": 9642, "topology": 9643, "inline": 9644}
 
 
 def worker_instance(environ: dict[str, str] | None = None) -> str:

@@ -33,7 +33,7 @@ BPFFS = Path("/sys/fs/bpf")
 def pytest_sessionstart(session: pytest.Session) -> None:
     # Processors the tests start answer health probes on any free port (their fixed defaults would
     # collide with a running demo or with each other); tests of the endpoint set their own.
-    for name in ("DELAY", "LOSS", "TOPOLOGY"):
+    for name in ("DELAY", "LOSS", "TOPOLOGY", "INLINE"):
         os.environ.setdefault(f"SEGSCOPE_{name}_HEALTH", "127.0.0.1:0")
     if os.geteuid() != 0:
         pytest.exit(

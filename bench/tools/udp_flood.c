@@ -6,6 +6,12 @@
  *
  *   udp_flood --src ADDR --dst ADDR [--port 862] [--sport 40000] [--ssid 1]
  *             [--seconds 3] [--max-packets N] [--batch 64] [--netns NS]
+ *             [--padding-tlv BYTES]
+ *
+ * --padding-tlv appends an RFC 8972 Extra Padding TLV (Type 1, U flag set as a
+ * sender sends it) with BYTES zero octets of value: packets with a TLV area,
+ * which a reflector handles on its full path (the user-space reflector's Python
+ * code, the XDP reflector's pass to user space).
  *
  * Prints one JSON line: {"sent": N, "seconds": S, "pps": P, "send_errors": E}.
  * Sequence numbers count up; T1 (PTP, CLOCK_TAI) is taken once per batch.
@@ -27,6 +33,16 @@
 #include "stamp_test_packet.h"
 
 #define MAX_BATCH 256
+#define MAX_PADDING 1400
+#define TLV_HDR_LEN 4
+#define TLV_TYPE_EXTRA_PADDING 1
+#define TLV_FLAG_U 0x80
+
+/* One test packet: the base packet and, with --padding-tlv, the TLV after it. */
+struct flood_packet {
+	struct stamp_sender_packet base;
+	uint8_t tlv[TLV_HDR_LEN + MAX_PADDING];
+} __attribute__((packed));
 
 static uint64_t clock_ns(clockid_t clk)
 {
@@ -61,13 +77,13 @@ int main(int argc, char **argv)
 		{ "port", required_argument, NULL, 'p' }, { "sport", required_argument, NULL, 'P' },
 		{ "ssid", required_argument, NULL, 'i' }, { "seconds", required_argument, NULL, 't' },
 		{ "max-packets", required_argument, NULL, 'n' }, { "batch", required_argument, NULL, 'b' },
-		{ "netns", required_argument, NULL, 'N' }, {},
+		{ "netns", required_argument, NULL, 'N' }, { "padding-tlv", required_argument, NULL, 'T' }, {},
 	};
 	unsigned long long port = STAMP_PORT, sport = 40000, ssid = 1, seconds = 3, max_packets = 100000000,
-			   batch = 64;
+			   batch = 64, padding = 0, has_padding = 0;
 	const char *src = NULL, *dst = NULL, *netns = NULL;
 	struct sockaddr_in6 src_sa = { .sin6_family = AF_INET6 }, dst_sa = { .sin6_family = AF_INET6 };
-	struct stamp_sender_packet pkts[MAX_BATCH];
+	static struct flood_packet pkts[MAX_BATCH];
 	struct mmsghdr msgs[MAX_BATCH];
 	struct iovec iovs[MAX_BATCH];
 	uint64_t sent = 0, errors = 0, start, deadline, elapsed;
@@ -87,6 +103,7 @@ int main(int argc, char **argv)
 		case 't': rc = parse_num("--seconds", optarg, 1, 60, &seconds); break;
 		case 'n': rc = parse_num("--max-packets", optarg, 1, 1ULL << 40, &max_packets); break;
 		case 'b': rc = parse_num("--batch", optarg, 1, MAX_BATCH, &batch); break;
+		case 'T': rc = parse_num("--padding-tlv", optarg, 0, MAX_PADDING, &padding); has_padding = 1; break;
 		default: return 2;
 		}
 		if (rc)
@@ -119,10 +136,14 @@ int main(int argc, char **argv)
 	memset(pkts, 0, sizeof(pkts));
 	memset(msgs, 0, sizeof(msgs));
 	for (unsigned int i = 0; i < batch; i++) {
-		pkts[i].err_est = htons(STAMP_EE_Z);
-		pkts[i].ssid = htons(ssid);
+		pkts[i].base.err_est = htons(STAMP_EE_Z);
+		pkts[i].base.ssid = htons(ssid);
+		pkts[i].tlv[0] = TLV_FLAG_U;
+		pkts[i].tlv[1] = TLV_TYPE_EXTRA_PADDING;
+		pkts[i].tlv[2] = (uint8_t)(padding >> 8);
+		pkts[i].tlv[3] = (uint8_t)padding;
 		iovs[i].iov_base = &pkts[i];
-		iovs[i].iov_len = sizeof(pkts[i]);
+		iovs[i].iov_len = sizeof(pkts[i].base) + (has_padding ? TLV_HDR_LEN + padding : 0);
 		msgs[i].msg_hdr.msg_iov = &iovs[i];
 		msgs[i].msg_hdr.msg_iovlen = 1;
 	}
@@ -137,9 +158,9 @@ int main(int argc, char **argv)
 			n = max_packets - sent;
 		stamp_ptp_from_ns(clock_ns(CLOCK_TAI), &sec, &nsec);
 		for (unsigned int i = 0; i < n; i++) {
-			pkts[i].seq = htonl(seq + i);
-			pkts[i].ts.sec = htonl(sec);
-			pkts[i].ts.frac = htonl(nsec);
+			pkts[i].base.seq = htonl(seq + i);
+			pkts[i].base.ts.sec = htonl(sec);
+			pkts[i].base.ts.frac = htonl(nsec);
 		}
 		rc = sendmmsg(fd, msgs, n, 0);
 		if (rc < 0) {

@@ -1,20 +1,26 @@
 // SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
 /*
- * ringbuf_gen: writes synthetic struct stamp_record into its own ring buffer
- * `stamp_records` (same name and record layout as the XDP collector's),
+ * ringbuf_gen: writes synthetic struct stamp_record (or, with kind = 1,
+ * struct ioam_record) into its own ring buffer, pinned where the loader says
+ * (the collector's `stamp_records` / ioam_rx's `ioam_records` layout),
  * per_run records per program run. Driven by BPF_PROG_TEST_RUN with
  * repeat=N, so tests and benchmarks can feed the streamer without a network.
  *
  * Record k (k = 0, 1, ...) belongs to SSID first_ssid + k % n_ssids and has
  * sender_seq = start_seq + k / n_ssids, so each session's sequence numbers
- * are consecutive and a consumer can check completeness and order.
+ * are consecutive and a consumer can check completeness and order. IOAM
+ * records: flow_id = first_ssid + k % n_ssids, seq = start_seq + k / n_ssids,
+ * and every other field a function of (flow_id, seq) (ringbuf_gen.h) so a
+ * consumer can check each record byte for byte.
  * Back-pressure: when more than high_water bytes wait in the ring the run
  * writes nothing (counted in `throttled`) and the loader retries later;
  * `rb_full` counts reservations that failed anyway (real drops).
  */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
+#include <bpf/bpf_endian.h>
 #include "stamp_record.h"
+#include "ioam_record.h"
 #include "ringbuf_gen.h"
 
 const volatile __u32 n_ssids = 1;
@@ -23,6 +29,7 @@ const volatile __u32 start_seq = 0;
 const volatile __u64 high_water = RINGBUF_GEN_DEFAULT_SIZE / 2;
 const volatile __u32 malformed_every = 0;   /* >0: every Nth record is a 48-byte sample instead */
 const volatile __u32 per_run = 1;           /* records per run, 1..RINGBUF_GEN_MAX_PER_RUN */
+const volatile __u32 kind = RINGBUF_GEN_STAMP;   /* RINGBUF_GEN_STAMP | RINGBUF_GEN_IOAM */
 
 __u64 generated;   /* records (and malformed samples) written */
 __u64 limit;       /* stop after this many (set by the loader) */
@@ -34,6 +41,42 @@ struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
 	__uint(max_entries, RINGBUF_GEN_DEFAULT_SIZE);
 } stamp_records SEC(".maps");
+
+/* IOAM record number k (a 3-node trace: ingress, one transit, one more transit). */
+static __always_inline int emit_ioam(struct xdp_md *ctx, __u64 k)
+{
+	struct ioam_record *r = bpf_ringbuf_reserve(&stamp_records, sizeof(*r), 0);
+	__u32 flow = first_ssid + (__u32)(k % n_ssids);
+	__u64 seq = start_seq + k / n_ssids;
+
+	if (!r) {
+		rb_full++;
+		return -1;
+	}
+	__builtin_memset(r, 0, sizeof(*r));
+	r->rx_tai_ns = RINGBUF_GEN_IOAM_RX_NS(flow, seq);
+	r->tx_tai_ns = RINGBUF_GEN_IOAM_TX_NS(flow, seq);
+	r->seq = seq;
+	r->flow_id = flow;
+	r->ifindex = ctx->ingress_ifindex;
+	r->node_id = RINGBUF_GEN_IOAM_EGRESS_NODE;
+	r->namespace_id = RINGBUF_GEN_IOAM_NAMESPACE;
+	r->slots = 4;
+	r->filled = 3;
+	r->trace_type = 0xF00000;
+	r->hop_limit = 61;
+	r->tai_utc_offset_s = 37;
+	for (int i = 0; i < 3; i++) {
+		/* entries[0] is the newest (nearest the egress); wire (big-endian) order */
+		r->entries[i].hop_limit_node_id = bpf_htonl(((64 - 2 + i) << 24) | (RINGBUF_GEN_IOAM_NODE0 + 2 - i));
+		r->entries[i].ingress_if_id = bpf_htons(10 + i);
+		r->entries[i].egress_if_id = bpf_htons(20 + i);
+		r->entries[i].ts_sec = bpf_htonl((__u32)(seq + 1000));
+		r->entries[i].ts_subsec = bpf_htonl((__u32)(100 * (3 - i)));
+	}
+	bpf_ringbuf_submit(r, 0);
+	return 0;
+}
 
 /* Write record number k; returns 0 when written, -1 when it could not be (counted). */
 static __always_inline int emit_one(struct xdp_md *ctx, __u64 k)
@@ -52,6 +95,8 @@ static __always_inline int emit_one(struct xdp_md *ctx, __u64 k)
 		malformed++;
 		return 0;
 	}
+	if (kind == RINGBUF_GEN_IOAM)
+		return emit_ioam(ctx, k);
 	r = bpf_ringbuf_reserve(&stamp_records, sizeof(*r), 0);
 	if (!r) {
 		rb_full++;

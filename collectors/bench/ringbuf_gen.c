@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
 /*
- * ringbuf_gen: loads ringbuf_gen.bpf.o, pins (or reuses) its `stamp_records`
- * ring buffer at --pin, and fills it with --count synthetic stamp_records by
+ * ringbuf_gen: loads ringbuf_gen.bpf.o, pins (or reuses) its ring buffer at
+ * --pin, and fills it with --count synthetic stamp_records (--records ioam:
+ * ioam_records, ringbuf_gen.h says what each holds) by
  * BPF_PROG_TEST_RUN (repeat = --chunk per call). With --count 0 it only
  * creates and pins the ring, so a consumer can attach before any record is
  * written. Prints one JSON line: generated, throttled, rb_full, elapsed_s.
@@ -26,7 +27,7 @@
 struct gen_opts {
 	const char *pin;
 	unsigned long long count;
-	unsigned n_ssids, first_ssid, start_seq, chunk, malformed_every, per_run;
+	unsigned n_ssids, first_ssid, start_seq, chunk, malformed_every, per_run, kind;
 	unsigned long long ring_size;
 	double timeout_s;
 };
@@ -36,7 +37,8 @@ static void die_arg(const char *flag, const char *why, const char *value)
 	fprintf(stderr, "ringbuf_gen: %s: %s%s%s\n", flag, why, value ? ": " : "", value ? value : "");
 	fprintf(stderr, "usage: ringbuf_gen --pin PATH [--count N] [--ssids K] [--first-ssid S]\n"
 			"                   [--start-seq Q] [--chunk C] [--ring-size BYTES] [--timeout SEC]\n"
-			"                   [--malformed-every N] [--per-run 1..64]\n");
+			"                   [--malformed-every N] [--per-run 1..64] [--records stamp|ioam]\n"
+			"(--records ioam: --ssids/--first-ssid are the flows and their first flow_id)\n");
 	exit(2);
 }
 
@@ -66,6 +68,7 @@ static void parse_args(int argc, char **argv, struct gen_opts *o)
 		{ "timeout", required_argument, NULL, 't' },
 		{ "malformed-every", required_argument, NULL, 'm' },
 		{ "per-run", required_argument, NULL, 'b' },
+		{ "records", required_argument, NULL, 'R' },
 		{ 0 },
 	};
 	int c;
@@ -85,6 +88,14 @@ static void parse_args(int argc, char **argv, struct gen_opts *o)
 		case 'm': o->malformed_every = parse_u("--malformed-every", optarg, 0, 1 << 30); break;
 		case 'b': o->per_run = parse_u("--per-run", optarg, 1, RINGBUF_GEN_MAX_PER_RUN); break;
 		case 't': o->timeout_s = parse_u("--timeout", optarg, 1, 3600); break;
+		case 'R':
+			if (strcmp(optarg, "stamp") == 0)
+				o->kind = RINGBUF_GEN_STAMP;
+			else if (strcmp(optarg, "ioam") == 0)
+				o->kind = RINGBUF_GEN_IOAM;
+			else
+				die_arg("--records", "expected stamp or ioam", optarg);
+			break;
 		default: die_arg(argv[optind - 1], "unknown flag or missing value", NULL);
 		}
 	}
@@ -155,6 +166,7 @@ int main(int argc, char **argv)
 	skel->rodata->high_water = o.ring_size / 2;
 	skel->rodata->malformed_every = o.malformed_every;
 	skel->rodata->per_run = o.per_run;
+	skel->rodata->kind = o.kind;
 	bpf_map__set_max_entries(skel->maps.stamp_records, o.ring_size);
 	bpf_map__set_pin_path(skel->maps.stamp_records, o.pin);
 	err = ringbuf_gen__load(skel);

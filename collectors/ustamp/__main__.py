@@ -50,6 +50,11 @@ def _tlv(text: str) -> bytes:
     return encode_tlv(tlv_type, value, flags)
 
 
+# replies per sendmmsg(): one T3 read per call; 16 bounds how early T3 gets under a flood (about
+# 16 kernel sends) for a few % of throughput against 64 (bench/reflector_userspace_vs_xdp.py)
+SEND_BATCH_DEFAULT = 16
+
+
 def reflector_main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(prog="ustamp reflector", description="user-space STAMP Session-Reflector")
     p.add_argument("--netns", help="run inside /run/netns/NETNS")
@@ -75,9 +80,49 @@ def reflector_main(argv: list[str]) -> int:
         help="on (default): answer RFC 8762 senders without an SSID (session {::, 0}, stateless, NTP) "
         "unless a session for SSID 0 is configured; off: count them unknown_session",
     )
+    p.add_argument(
+        "--engine",
+        default="auto",
+        choices=["auto", "fast", "python"],
+        help="fast: C workers (build/collectors/libustamp_fast.so) answer base packets, Python the rest; "
+        "python: everything in Python; auto (default): fast when the library is built (the ready line says which)",
+    )
+    p.add_argument(
+        "--workers",
+        type=int,
+        default=0,
+        help="fast engine: worker threads, one socket each (default: the CPUs this process may use, at most 8)",
+    )
+    p.add_argument(
+        "--steering",
+        default="session",
+        choices=["session", "packet"],
+        help="fast engine: session (default) = one worker per (sender, SSID), a session's replies stay in "
+        "order; packet = any datagram to any worker, one session can use every worker (replies may reorder)",
+    )
+    p.add_argument("--batch", type=int, default=64, help="fast engine: datagrams per recvmmsg (1..256)")
+    p.add_argument(
+        "--send-batch",
+        type=int,
+        default=SEND_BATCH_DEFAULT,
+        help=f"fast engine: replies per sendmmsg (1..256, default {SEND_BATCH_DEFAULT}); T3 is read once per "
+        "call, right before it, so a reply's T3 is early by the time the kernel spends on the replies before it "
+        "in the call (1: exact, a few %% fewer replies/s under a flood)",
+    )
+    p.add_argument(
+        "--rcvbuf", type=int, default=0, help="fast engine: socket receive buffer bytes per worker (0: kernel default)"
+    )
     a = p.parse_args(argv)
     if not 1 <= a.port <= 65535:
         die(f"--port: expected 1..65535, got {a.port}")
+    if not 0 <= a.workers <= 64:
+        die(f"--workers: expected 1..64 (0: one per CPU), got {a.workers}")
+    if not 1 <= a.batch <= 256:
+        die(f"--batch: expected 1..256, got {a.batch}")
+    if not 1 <= a.send_batch <= 256:
+        die(f"--send-batch: expected 1..256, got {a.send_batch}")
+    if not 0 <= a.rcvbuf <= 1 << 30:
+        die(f"--rcvbuf: expected 0..{1 << 30} bytes, got {a.rcvbuf}")
 
     def load_sessions() -> SessionTable:
         sessions = sessions_from_file(a.sessions) if a.sessions else []
@@ -104,6 +149,17 @@ def reflector_main(argv: list[str]) -> int:
     from .kafka_out import KafkaOut
     from .reflector import Reflector
 
+    engine = a.engine
+    if engine != "python":
+        from .fast import FastEngineUnavailable, load_library
+
+        try:
+            load_library()
+            engine = "fast"
+        except (FastEngineUnavailable, OSError) as exc:
+            if engine == "fast":
+                die(f"--engine fast: {exc}", 1)
+            engine = "python"
     try:
         # Kafka first: librdkafka's threads start now and stay in our netns (setns() moves only
         # the calling thread), so the brokers are reached from here while the STAMP socket,
@@ -111,10 +167,31 @@ def reflector_main(argv: list[str]) -> int:
         kafka = KafkaOut(a.kafka, a.node, metrics_topic=a.metrics_topic) if a.kafka else None
         if a.netns:
             enter_netns(a.netns)
-        refl = Reflector(table, _ipv6("--address", a.address), a.port, a.node, kafka, reload_sessions)
+        address = _ipv6("--address", a.address)
+        if engine == "fast":
+            from .fast import FastReflector
+
+            refl = FastReflector(
+                table,
+                address,
+                a.port,
+                a.node,
+                kafka,
+                reload_sessions,
+                workers=a.workers,
+                steering=a.steering,
+                batch=a.batch,
+                send_batch=a.send_batch,
+                rcvbuf=a.rcvbuf,
+            )
+        else:
+            refl = Reflector(table, address, a.port, a.node, kafka, reload_sessions)
     except OSError as exc:
         die(f"setup: {exc}", 1)
-    refl.run(a.stats_interval)
+    try:
+        refl.run(a.stats_interval)
+    finally:
+        refl.close()
     return 0
 
 

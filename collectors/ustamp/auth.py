@@ -42,6 +42,14 @@ class KeyRing:
             raise stamp_hmac.NoKey(f"{self.source}: no key valid at {now_ns} ns")
         return max(valid, key=lambda k: (k.not_before_ns, k.id)).id
 
+    def can_sign(self, now_ns: int) -> bool:
+        """Is there a key to sign with at now_ns (the `current` key must be valid too)?"""
+        try:
+            key = self.table.keys[self._signing_id(now_ns)]
+        except stamp_hmac.HmacError:
+            return False
+        return key.valid(now_ns)
+
     def sign(self, msg: bytes, now_ns: int) -> bytes:
         self.table.set_current(self._signing_id(now_ns))
         return self.table.sign(msg, now_ns)[0]

@@ -100,6 +100,16 @@ def parse_ancillary(ancdata) -> RxMeta:
     return meta
 
 
+SO_MEMINFO = getattr(socket, "SO_MEMINFO", 55)
+SK_MEMINFO_DROPS = 8  # index in the u32 array SO_MEMINFO returns (include/uapi/linux/sock_diag.h)
+
+
+def socket_drops(sock: socket.socket) -> int:
+    """Datagrams the kernel dropped at this socket (sk_drops: receive buffer full, bad checksum)."""
+    mem = sock.getsockopt(socket.SOL_SOCKET, SO_MEMINFO, 4 * (SK_MEMINFO_DROPS + 1))
+    return struct.unpack_from("=I", mem, 4 * SK_MEMINFO_DROPS)[0] if len(mem) > 4 * SK_MEMINFO_DROPS else 0
+
+
 def pktinfo_cmsg(src: str, ifindex: int = 0) -> tuple[int, int, bytes]:
     """Source address (and, if ifindex != 0, the outgoing interface) of one datagram."""
     return (

@@ -41,10 +41,12 @@ from .clock import TimestampFormat, clock_state, encode_ts, error_estimate, tai_
 from .kafka_out import KafkaOut, counters_line, escape_tag
 from .netutil import (
     ANC_BUFSIZE,
+    RxMeta,
     enable_rx_ancillary,
     hoplimit_cmsg,
     parse_ancillary,
     pktinfo_cmsg,
+    socket_drops,
     srh_option,
     tclass_cmsg,
 )
@@ -73,6 +75,7 @@ class Reflector:
         node: str = "",
         kafka: KafkaOut | None = None,
         load_sessions=None,
+        reuse_port: bool = False,
     ):
         self.sessions = sessions
         self.load_sessions = load_sessions  # () -> SessionTable, for SIGHUP (None: keys only)
@@ -91,6 +94,8 @@ class Reflector:
         }
         self.sock = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if reuse_port:  # the fast engine's group (fast.py): this socket only sends
+            self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
         enable_rx_ancillary(self.sock)
         self.sock.bind((address, port))
         self.port = self.sock.getsockname()[1]
@@ -108,7 +113,10 @@ class Reflector:
     # -- one datagram -------------------------------------------------------
 
     def handle(self, payload: bytes, ancdata, peer) -> str:
-        meta = parse_ancillary(ancdata)
+        return self.handle_meta(payload, parse_ancillary(ancdata), peer)
+
+    def handle_meta(self, payload: bytes, meta: RxMeta, peer) -> str:
+        """One datagram with its receive metadata; returns its outcome counter."""
         if meta.rx_realtime_ns is not None:
             t2 = meta.rx_realtime_ns + self.tai_offset_s * 1_000_000_000
         else:  # no kernel stamp (should not happen): read the clock, count it
@@ -146,27 +154,11 @@ class Reflector:
         scope_id: int = 0,
     ) -> str:
         fmt = session.format
-        peer = session.peer(sender_addr, sender_port)
-        peer.rx_count += 1
-        if session.stateful:
-            seq = session.next_seq
-        else:
-            seq = test.packet.seq
-        rx_sec, rx_frac = encode_ts(t2, fmt, self.tai_offset_s)
-        sender_ttl = meta.hop_limit if meta.hop_limit is not None else 0
+        state = session.state
+        peer = state.peer_received(sender_addr, sender_port)
         auth = session.keys
         base_len = AUTH_LEN if auth else codec.BASE_LEN
-        reply = codec.encode_reply_base(
-            seq,
-            self.err_est[fmt],
-            test.packet.ssid,
-            rx_sec,
-            rx_frac,
-            test.packet,
-            sender_ttl,
-            authenticated=auth is not None,
-        )
-        dst, sids, ifindex, tclass = sender_addr, session.return_sids, 0, None
+        dst, sids, ifindex, tclass, res = sender_addr, session.return_sids, 0, None, None
         if test.tlv_area:
             ctx = tlvs.TlvContext(
                 sender_addr,
@@ -195,7 +187,6 @@ class Reflector:
             sids = res.return_sids if res.return_sids is not None else sids
             ifindex = meta.ifindex if res.same_link else 0
             tclass = res.reply_tclass
-            reply += res.reply_area
         cmsgs = [hoplimit_cmsg(REPLY_HOP_LIMIT)]
         if meta.local_addr or ifindex:
             cmsgs.append(pktinfo_cmsg(meta.local_addr or "::", ifindex))
@@ -206,13 +197,33 @@ class Reflector:
         except (OSError, ValueError) as exc:
             print(f"ustamp reflector: setsockopt(IPV6_RTHDR, {sids}): {exc}", file=sys.stderr)
             return "send_error"
+        if auth is not None and not auth.can_sign(tai_ns()):
+            # before the stateful number is taken: a reply that cannot be signed costs no number
+            print(f"ustamp reflector: ssid {session.ssid}: no key valid for signing now", file=sys.stderr)
+            return "auth_no_key"
+        # RFC 8762 §4.3: stateful = the session's own counter (shared with the fast engine's workers)
+        seq = state.seq_for_reply() if session.stateful else test.packet.seq
+        rx_sec, rx_frac = encode_ts(t2, fmt, self.tai_offset_s)
+        sender_ttl = meta.hop_limit if meta.hop_limit is not None else 0
+        reply = codec.encode_reply_base(
+            seq,
+            self.err_est[fmt],
+            test.packet.ssid,
+            rx_sec,
+            rx_frac,
+            test.packet,
+            sender_ttl,
+            authenticated=auth is not None,
+        )
+        if res is not None:
+            reply += res.reply_area
         t3_words = encode_ts(tai_ns(), fmt, self.tai_offset_s)
         codec.stamp_t3(reply, *t3_words, authenticated=auth is not None)
         if auth is not None:  # sign after T3: the HMAC covers it (RFC 8762 §4.4)
             try:
                 now = tai_ns()
                 auth.sign_packet(reply, now)
-                if test.tlv_area and res.hmac_offset is not None and not res.integrity_failed:
+                if res is not None and res.hmac_offset is not None and not res.integrity_failed:
                     text = stamp_tlv_hmac.covered_text(reply, base_len, res.hmac_offset)
                     reply[res.hmac_offset + 4 : res.hmac_offset + 20] = auth.sign(text, now)
             except HmacError as exc:
@@ -223,10 +234,7 @@ class Reflector:
         except OSError as exc:
             print(f"ustamp reflector: sendmsg to [{dst}]:{sender_port}: {exc}", file=sys.stderr)
             return "send_error"
-        peer.tx_count += 1
-        if session.stateful:
-            session.next_seq = (session.next_seq + 1) & 0xFFFFFFFF
-        peer.prev_seq, peer.prev_t3 = seq, t3_words
+        state.replied(sender_addr, sender_port, peer, seq, t3_words, session.stateful)
         return "reflected"
 
     def _install_srh(self, sids: list[str]) -> None:
@@ -247,8 +255,28 @@ class Reflector:
 
     # -- loop -----------------------------------------------------------------
 
+    engine = "python"
+
     def snapshot(self) -> dict[str, int]:
-        return dict(self.counters)
+        """The counters now; socket_drops: datagrams the kernel dropped at our socket (receive
+        buffer full, bad checksum), which never reached `received`."""
+        return {**self.counters, "socket_drops": socket_drops(self.sock)}
+
+    def ready_event(self) -> dict:
+        return {"event": "ready", "port": self.port, "sessions": self.sessions.describe(), "engine": self.engine}
+
+    def dump_event(self) -> dict:
+        return {"counters": self.snapshot()}
+
+    def wait_fd(self) -> int:
+        """What the loop waits on: readable = there is something for _drain()."""
+        return self.sock.fileno()
+
+    def shutdown(self) -> None:
+        """After the loop, before the final counters."""
+
+    def close(self) -> None:
+        self.sock.close()
 
     def metrics_line(self) -> str:
         tags = f"segscope_datapath,node={escape_tag(self.node or 'unknown')},program=ustamp_reflector"
@@ -276,11 +304,12 @@ class Reflector:
             reload = True
 
         signal.signal(signal.SIGHUP, on_hup)
-        print(json.dumps({"event": "ready", "port": self.port, "sessions": self.sessions.describe()}), flush=True)
+        print(json.dumps(self.ready_event()), flush=True)
         next_stats = time.monotonic() + stats_interval_s
+        wait_fd = self.wait_fd()
         while not stop:
             timeout = max(0.0, min(0.2, next_stats - time.monotonic()))
-            readable, _, _ = select.select([self.sock], [], [], timeout)
+            readable, _, _ = select.select([wait_fd], [], [], timeout)
             if readable:
                 self._drain()
             if reload:
@@ -288,12 +317,13 @@ class Reflector:
                 self.reload()
             if dump:
                 dump = False
-                print(json.dumps({"counters": self.snapshot()}), flush=True)
+                print(json.dumps(self.dump_event()), flush=True)
             if time.monotonic() >= next_stats:
                 next_stats += stats_interval_s
                 self.refresh_clock()
                 if self.kafka:
                     self.kafka.produce_metrics(self.metrics_line())
+        self.shutdown()
         if self.kafka:
             self.kafka.produce_metrics(self.metrics_line())
             self.kafka.flush()
@@ -313,9 +343,13 @@ class Reflector:
             print(f"ustamp reflector: SIGHUP: {exc} (configuration unchanged)", file=sys.stderr)
             return
         new.adopt_state(self.sessions)
-        self.sessions = new
-        self.has_auth = new.any_authenticated
+        self.install_sessions(new)
         print(json.dumps({"event": "reloaded", "sessions": new.describe()}), flush=True)
+
+    def install_sessions(self, table: SessionTable) -> None:
+        """Make `table` (its states adopted from the running one) the configuration."""
+        self.sessions = table
+        self.has_auth = table.any_authenticated
 
     def _drain(self) -> None:
         """Everything queued on the socket, without blocking."""
@@ -324,11 +358,15 @@ class Reflector:
                 payload, ancdata, _flags, peer = self.sock.recvmsg(MAX_DATAGRAM, ANC_BUFSIZE, socket.MSG_DONTWAIT)
             except BlockingIOError:
                 return
-            self.counters["received"] += 1
-            try:
-                outcome = self.handle(payload, ancdata, peer)
-            except Exception:  # noqa: BLE001 - a bug must not stop the reflector; counted, logged
-                if self.counters["internal_error"] == 0:
-                    traceback.print_exc()
-                outcome = "internal_error"
-            self.counters[outcome] += 1
+            self.account(payload, parse_ancillary(ancdata), peer)
+
+    def account(self, payload: bytes, meta: RxMeta, peer) -> None:
+        """Handle one datagram and count it received and in its outcome."""
+        self.counters["received"] += 1
+        try:
+            outcome = self.handle_meta(payload, meta, peer)
+        except Exception:  # noqa: BLE001 - a bug must not stop the reflector; counted, logged
+            if self.counters["internal_error"] == 0:
+                traceback.print_exc()
+            outcome = "internal_error"
+        self.counters[outcome] += 1

@@ -4,7 +4,8 @@ A session is keyed by (sender address, SSID); sender `::` matches any sender (lo
 after the exact key, like datapath/stamp_reflector). SSID 0 is a plain RFC 8762 sender (no SSID:
 its bytes 14-15 are MBZ); `base_sender_session()` is the default {::, 0} session for them.
 Per-sender state (Direct Measurement counters, Follow-Up Telemetry) lives in PeerState, one per
-(sender address, sender port): a new sender of an any-sender session starts from zero. Sources: a JSON or YAML file
+(sender address, sender port): a new sender of an any-sender session starts from zero. A session's
+run-time state (that and the stateful Sequence Number) is its SessionState. Sources: a JSON or YAML file
 (a list of objects, or {"sessions": [...]}) with keys ssid, sender, return_sids, format,
 stateful, mode, key_file; or `--add-session "--ssid N [--sender ADDR] [--return-sids A,B]
 [--format ptp|ntp] [--stateful] [--mode authenticated --key-file FILE]"` on the command line.
@@ -49,23 +50,19 @@ class PeerState:
     prev_t3: tuple[int, int] = (0, 0)
 
 
-@dataclass
-class Session:
-    ssid: int
-    sender: str = ANY_SENDER
-    return_sids: list[str] = field(default_factory=list)
-    format: TimestampFormat = TimestampFormat.PTP
-    stateful: bool = False
-    keys: Optional["KeyRing"] = None  # authenticated mode (RFC 8762 §4.2.2): the session's key ring
-    key_file: str = ""
-    next_seq: int = 0  # stateful only: Sequence Number of the next reply (shared, as in the XDP reflector)
-    peers: "collections.OrderedDict[tuple[str, int], PeerState]" = field(
-        default_factory=collections.OrderedDict, repr=False
-    )
-    peers_forgotten: int = 0  # senders dropped from `peers` by the MAX_PEERS_PER_SESSION bound
+class SessionState:
+    """Run-time state of one session, kept across SIGHUP while the session's settings do not change:
+    the stateful Sequence Number and the per-sender state. The fast engine keeps the same state in C
+    (fast.NativeSessionState, same methods), where its workers and this Python code share it."""
 
-    def peer(self, addr: str, port: int) -> PeerState:
-        """This sender's state (created empty on its first packet; least recently used first out)."""
+    def __init__(self) -> None:
+        self.next_seq = 0  # stateful only: Sequence Number of the next reply (shared, as in the XDP reflector)
+        self.peers: collections.OrderedDict[tuple[str, int], PeerState] = collections.OrderedDict()
+        self.peers_forgotten = 0  # senders dropped from `peers` by the MAX_PEERS_PER_SESSION bound
+
+    def peer_received(self, addr: str, port: int) -> PeerState:
+        """Count a test packet of this sender that reached the reply stage; its state now (created
+        empty on its first packet; the least recently seen sender is forgotten first)."""
         key = (addr, port)
         st = self.peers.get(key)
         if st is None:
@@ -75,7 +72,32 @@ class Session:
                 self.peers_forgotten += 1
         else:
             self.peers.move_to_end(key)
+        st.rx_count += 1
         return st
+
+    def seq_for_reply(self) -> int:
+        """The stateful Sequence Number of the reply being built; replied() commits it (a reply that
+        is not sent leaves no gap)."""
+        return self.next_seq
+
+    def replied(self, addr: str, port: int, peer: PeerState, seq: int, t3: tuple[int, int], stateful: bool) -> None:
+        """A reply went out: R_TxC, the Follow-Up Telemetry of the next one, the stateful counter."""
+        peer.tx_count += 1
+        peer.prev_seq, peer.prev_t3 = seq, t3
+        if stateful:
+            self.next_seq = (self.next_seq + 1) & 0xFFFFFFFF
+
+
+@dataclass
+class Session:
+    ssid: int
+    sender: str = ANY_SENDER
+    return_sids: list[str] = field(default_factory=list)
+    format: TimestampFormat = TimestampFormat.PTP
+    stateful: bool = False
+    keys: Optional["KeyRing"] = None  # authenticated mode (RFC 8762 §4.2.2): the session's key ring
+    key_file: str = ""
+    state: SessionState = field(default_factory=SessionState, repr=False)
 
     @property
     def key(self) -> tuple[str, int]:
@@ -223,7 +245,7 @@ class SessionTable:
         for key, s in self._by_key.items():
             prev = old._by_key.get(key)
             if prev is not None and prev.describe() == s.describe():
-                s.next_seq, s.peers, s.peers_forgotten = prev.next_seq, prev.peers, prev.peers_forgotten
+                s.state = prev.state
 
     def has(self, sender: str, ssid: int) -> bool:
         return (sender, ssid) in self._by_key
@@ -233,6 +255,9 @@ class SessionTable:
 
     def __len__(self) -> int:
         return len(self._by_key)
+
+    def __iter__(self):
+        return iter(self._by_key.values())
 
     def describe(self) -> list[dict]:
         return [s.describe() for s in self._by_key.values()]

@@ -273,9 +273,12 @@ def sorted_within(values: np.ndarray, group: np.ndarray) -> np.ndarray:
     return values[np.lexsort((values, group))]
 
 
-def direction_fields(values: np.ndarray, starts: np.ndarray) -> tuple[list[str], list[str]]:
+def direction_fields(
+    values: np.ndarray, starts: np.ndarray, histograms: bool = True
+) -> tuple[list[str], list[str] | None]:
     """Per group of direction_values: the stamp_delay fields (count, sum, min, mean, max, p50, p99,
-    IPDV) and the stamp_delay_histogram fields, as line-protocol text, all groups at once.
+    IPDV) and the stamp_delay_histogram fields (None with histograms=False: the in-line
+    processor's hop delays have none), as line-protocol text, all groups at once.
 
     The numbers are bit for bit what numpy gives per group (mean, np.percentile's linear
     interpolation, delay_histogram.fields_text): the same float operations on the same
@@ -334,7 +337,7 @@ def direction_fields(values: np.ndarray, starts: np.ndarray) -> tuple[list[str],
         + (f",ipdv_mean_us={ipdv!r}" if c >= 2 else "")
         for c, s, lo, m, hi, p50, p99, ipdv in stats
     ]
-    return fields_text, histogram_fields(ordered, starts)
+    return fields_text, histogram_fields(ordered, starts) if histograms else None
 
 
 def histogram_fields(ordered: np.ndarray, starts: np.ndarray) -> list[str]:

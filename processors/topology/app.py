@@ -14,11 +14,12 @@ Inputs (Kafka):
   segscope.topology  node views (JSON, schemas/topology.md), key = node. A malformed view goes to
                      segscope.deadletter (reason bad_json / bad_schema / unsupported_version /
                      bad_node / bad_field / not_an_object / null_value) and is counted.
-  segscope.metrics   line protocol; the processor reads `stamp_delay` and `altmark_loss` points
-                     (schemas/metrics.md) and ignores the rest (counted). Measurements come from
-                     this topic rather than InfluxDB queries: no polling, the same newest-wins
-                     semantics as InfluxDB's overwrite, and no dependency on Telegraf being up.
-                     With SEGSCOPE_TOPIC_METRICS_NEWEST set, the delay and loss processors' summary
+  segscope.metrics   line protocol; the processor reads `stamp_delay`, `altmark_loss` and
+                     `inline_hop_delay` points (schemas/metrics.md) and ignores the rest
+                     (counted). Measurements come from this topic rather than InfluxDB queries:
+                     no polling, the same newest-wins semantics as InfluxDB's overwrite, and no
+                     dependency on Telegraf being up.
+                     With SEGSCOPE_TOPIC_METRICS_NEWEST set, the delay, loss and in-line processors' summary
                      of it instead (the newest line of each series every SEGSCOPE_SUMMARY_INTERVAL_S,
                      processors/newest.py): the same lines, series / interval of them per second.
 Output: ArangoDB through processors/topology/writer.py, every flush interval (1 s), only what
@@ -42,7 +43,7 @@ from processors.topology.config import TopologyConfig
 from processors.topology.inputs import InputMessage, InputReader
 from processors.topology.jalapeno_kafka import JalapenoKafka
 from processors.topology.leadership import Leadership
-from processors.topology.model import Identity, MalformedView, Names, TopologyModel
+from processors.topology.model import MEASURED_PREFIXES, Identity, MalformedView, Names, TopologyModel
 from processors.topology.sink import TopologySink
 from processors.topology.writer import ArangoWriter
 from processors.worker import ProcessorHealth, dead_letter, escape_instance, faust_app_settings, once_led, watermarks
@@ -55,6 +56,7 @@ model = TopologyModel(
     names=Names(
         jalapeno_nodes=cfg.jalapeno_nodes, jalapeno_edges=cfg.jalapeno_edges, jalapeno_ip_edges=cfg.jalapeno_ip_edges
     ),
+    stamp_precedence_ns=int(cfg.stamp_precedence_s * 1e9),
 )
 extra_counters = {
     "messages_in": 0,
@@ -168,7 +170,7 @@ def handle_metrics(message: InputMessage) -> None:
     ):
         if leadership.leading:  # one copy: the leader's (standbys hold theirs for a take-over)
             jalapeno_kafka.send_held()
-    if "stamp_delay," not in text and "altmark_loss," not in text:  # cheap skip of other producers' messages
+    if not any(prefix in text for prefix in MEASURED_PREFIXES):  # cheap skip of other producers' messages
         return
     model.apply_metrics_text(text)
 

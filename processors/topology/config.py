@@ -31,6 +31,9 @@ ENV = {
     "refresh_s": ("SEGSCOPE_TOPOLOGY_REFRESH_S", "30"),
     # an edge measurement older than this is removed from the edge (0 = never)
     "stale_after_s": ("SEGSCOPE_TOPOLOGY_STALE_AFTER_S", "300"),
+    # a single-hop STAMP delay gives a link's delay unless the link's in-line delay is newer by more
+    # than this (schemas/topology.md, "Link delay: STAMP and in-line")
+    "stamp_precedence_s": ("SEGSCOPE_TOPOLOGY_STAMP_PRECEDENCE_S", "30"),
     "batch_size": ("SEGSCOPE_ARANGO_BATCH_SIZE", "1000"),
     # Jalapeno's Kafka ("" = segscope's, SEGSCOPE_KAFKA) for the two optional outputs below
     "jalapeno_kafka": ("SEGSCOPE_TOPOLOGY_JALAPENO_KAFKA", ""),
@@ -74,6 +77,7 @@ class TopologyConfig(EnvConfig):
     jalapeno_ip_edges: str
     refresh_s: float
     stale_after_s: float
+    stamp_precedence_s: float
     batch_size: int
     jalapeno_kafka: str
     jalapeno_link_events_topic: str
@@ -99,6 +103,11 @@ class TopologyConfig(EnvConfig):
             raise ConfigError(f"{ENV['refresh_s'][0]}={self.refresh_s}: use a period > 0 s, e.g. 30")
         if self.stale_after_s < 0:
             raise ConfigError(f"{ENV['stale_after_s'][0]}={self.stale_after_s}: use an age >= 0 s (0 = never)")
+        if self.stamp_precedence_s <= 0:
+            raise ConfigError(
+                f"{ENV['stamp_precedence_s'][0]}={self.stamp_precedence_s}: use an age > 0 s, e.g. 30"
+                " (a running session's newest point is a few seconds behind the in-line one)"
+            )
         if self.stale_after_s and self.stale_after_s <= self.refresh_s:
             raise ConfigError(
                 f"{ENV['stale_after_s'][0]}={self.stale_after_s} must exceed {ENV['refresh_s'][0]}={self.refresh_s}"
@@ -136,6 +145,14 @@ class TopologyConfig(EnvConfig):
                 "telemetry forwarding needs every segscope.metrics line, the summary holds one per series and "
                 f"interval; unset {ENV['jalapeno_telemetry_topic'][0]} (forward with a Telegraf or MirrorMaker "
                 f"of segscope.metrics instead) or unset {ENV['newest_topic'][0]}"
+            )
+        if self.summary_interval_s >= self.stamp_precedence_s:
+            # the delay and in-line workers' summaries come up to an interval apart: a running STAMP
+            # session's newest point can be that much older than the in-line one
+            raise ConfigError(
+                f"{ENV['summary_interval_s'][0]}={self.summary_interval_s} must be below "
+                f"{ENV['stamp_precedence_s'][0]}={self.stamp_precedence_s} (else a running STAMP session "
+                "can lose the link's delay to the in-line one between two summaries): lower the one or raise the other"
             )
         if not 0 < self.summary_interval_s < self.refresh_s:
             raise ConfigError(

@@ -1,7 +1,8 @@
 """Document model: node views + measurements -> ArangoDB documents shaped like Jalapeno's.
 
 Pure Python (no I/O): the Faust app feeds it node views (segscope.topology) and measurement
-points (stamp_delay / altmark_loss from segscope.metrics), and asks for documents(); the writer
+points (stamp_delay / altmark_loss / inline_hop_delay from segscope.metrics), and asks for
+documents(); the writer
 upserts them by _key. The same inputs always give the same documents (no wall-clock values),
 so a replay rewrites identical documents and never duplicates one. Shapes, keys and units:
 schemas/topology.md.
@@ -44,6 +45,7 @@ ENDPOINT_BEHAVIOR_CODES = {
     "End.DX2": 21,
 }
 # Every edge field segscope writes, by the timestamp that dates it: what expiry removes.
+# The link's delay (from the source the precedence rule picks: schemas/topology.md) ...
 DELAY_FIELDS = (
     "latency",
     "unidir_link_delay",
@@ -52,13 +54,27 @@ DELAY_FIELDS = (
     "delay_mean_us",
     "delay_measured_at_ns",
     "delay_source",
+    "link_delay_source",
 )
+# ... and each source's own value beside it, dated by its own point (one source may be stale while
+# the other gives the delay)
+STAMP_LINK_DELAY_FIELDS = ("stamp_link_delay", "stamp_link_delay_measured_at_ns")
+INLINE_LINK_DELAY_FIELDS = ("inline_link_delay", "inline_link_delay_measured_at_ns")
 LOSS_FIELDS = ("unidir_packet_loss", "unidir_packet_loss_percentage", "loss_measured_at_ns", "loss_source")
+# the sources of a link's delay (link_delay_source, delay_source.kind)
+STAMP_SOURCE, INLINE_SOURCE = "stamp", "inline"
+# a single-hop STAMP delay gives the link's delay unless the link's in-line delay is newer by more
+# than this (the session stopped): TopologyModel.stamp_precedence_ns, SEGSCOPE_TOPOLOGY_STAMP_PRECEDENCE_S
+STAMP_PRECEDENCE_S = 30.0
 ARANGO_KEY_RE = re.compile(r"^[A-Za-z0-9_\-:.@()+,=;$!*'%]{1,254}$")
 
 
 # the measurements the model reads (a line of them starts with the name and its first tag's comma)
-MEASURED_PREFIXES = ("stamp_delay,", "altmark_loss,")
+MEASURED_PREFIXES = ("stamp_delay,", "altmark_loss,", "inline_hop_delay,")
+# which store a measured line goes to (TopologyModel.stamp, .loss, .inline)
+STAMP, LOSS, INLINE = 0, 1, 2
+# inline_hop_delay's tags that identify a hop of a flow (the model's key, with the flow as an int)
+INLINE_KEY_TAGS = ("flow", "hop", "from_node", "from_if", "to_node", "to_if")
 # What makes apply_metrics_text read a message line by line: an escape, or a line break other than
 # \n (str.splitlines, the line loop's split, breaks lines on these too). Each is a one-character
 # test over the message, in C; non-ASCII text (more line breaks) is always read line by line.
@@ -90,6 +106,38 @@ def complete_is_true(raw_fields: str) -> bool:
         if item.startswith("complete="):
             value = item[9:]  # the last one counts, as in parse_fields
     return value is not None and value.lower() in ("t", "true")
+
+
+def inline_key(tags: dict) -> tuple[int, str, str, str, str, str]:
+    """The model's key of an inline_hop_delay point: (flow, hop, from_node, from_if, to_node, to_if).
+    KeyError / ValueError when a tag is missing or the flow is not an integer (a malformed line)."""
+    flow, *rest = (tags[t] for t in INLINE_KEY_TAGS)
+    return (int(flow), *rest)
+
+
+def is_span(key: tuple) -> bool:
+    """A hop tag that is not a hop number ("1-2": a span over nodes that did not fill the trace)."""
+    hop = key[1]
+    return not (hop.isascii() and hop.isdigit())
+
+
+def _number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def inline_fields_valid(fields: dict) -> bool:
+    """An inline_hop_delay field set as schemas/metrics.md has it: `measured` a boolean; when true, a
+    packet count (integer > 0), their delay sum, and any of the other delay fields numbers. A point
+    that fails is malformed (counted, never written)."""
+    measured = fields.get("measured")
+    if not isinstance(measured, bool):
+        return False
+    if not measured:
+        return True
+    count = fields.get("count")
+    if not isinstance(count, int) or isinstance(count, bool) or count < 1 or not _number(fields.get("sum_us")):
+        return False
+    return all(_number(fields[f]) for f in ("min_us", "max_us", "ipdv_mean_us") if f in fields)
 
 
 class MalformedView(ValueError):
@@ -137,6 +185,11 @@ class Counters:
     malformed_lines: int = 0
     measurements_unmapped: int = 0
     invalid_entries: int = 0
+    # inline_hop_delay points of a span (hop "<first>-<last>": from a node before nodes that did not
+    # fill the trace to the node after them): not one link, so on no edge
+    inline_span_points: int = 0
+    # held in-line hops whose newest point says measured=false (a gauge, like measurements_unmapped)
+    inline_hops_not_measured: int = 0
 
     def as_dict(self) -> dict[str, int]:
         return dict(self.__dict__)
@@ -238,8 +291,12 @@ class TopologyModel:
     views: dict[str, dict] = field(default_factory=dict)
     stamp: dict[tuple[str, int, str], _Measure] = field(default_factory=dict)  # (node, ssid, dir)
     loss: dict[tuple[int, str], _Measure] = field(default_factory=dict)  # (flow, tx_node)
+    # (flow, hop, from_node, from_if, to_node, to_if): the newest inline_hop_delay point of each hop of a flow
+    inline: dict[tuple[int, str, str, str, str, str], _Measure] = field(default_factory=dict)
+    # schemas/topology.md, "Link delay: STAMP and in-line": STAMP_PRECEDENCE_S in ns
+    stamp_precedence_ns: int = int(STAMP_PRECEDENCE_S * 1e9)
     counters: Counters = field(default_factory=Counters)
-    unparsed: set = field(default_factory=set)  # (is loss, key) of the measures whose fields are not parsed yet
+    unparsed: set = field(default_factory=set)  # (store, key) of the measures whose fields are not parsed yet
     _series: dict = field(default_factory=dict, repr=False)  # measurement and tags text -> _series_of(...)
 
     # -- inputs -----------------------------------------------------------------------
@@ -267,7 +324,7 @@ class TopologyModel:
     def apply_metrics_text(self, text: str) -> None:
         """Take one segscope.metrics message (line protocol, any producer's lines).
 
-        Only `stamp_delay` and `altmark_loss` lines are read: the topic also carries every
+        Only `stamp_delay`, `altmark_loss` and `inline_hop_delay` lines are read: the topic also carries every
         process's counters and `stamp_delay_histogram` (as many lines as `stamp_delay`), which
         count as points_ignored, unparsed. A message as segscope's processors write it (ASCII, no
         escapes, \\n line breaks) is split once on \\n and each measured line on its blanks; each
@@ -281,8 +338,8 @@ class TopologyModel:
             return
         lines = text.split("\n")
         c = self.counters
-        series, unparsed, stamp_store, loss_store = self._series, self.unparsed, self.stamp, self.loss
-        if len(series) > 4 * (len(self.stamp) + len(self.loss)) + 10_000:
+        series, unparsed, stores = self._series, self.unparsed, (self.stamp, self.loss, self.inline)
+        if len(series) > 4 * (len(self.stamp) + len(self.loss) + len(self.inline)) + 10_000:
             series.clear()  # tag sets no longer seen (a path changed): parsed again when they come back
         taken = stale = ignored = 0
         for line in lines:
@@ -300,11 +357,11 @@ class TopologyModel:
             known = series.get(head)
             if known is None:
                 known = series[head] = self._series_of(head)
-            if known is False or (known[0] and not complete_is_true(raw_fields)):
+            if known is False or (known[0] == LOSS and not complete_is_true(raw_fields)):
                 self._apply_line(line)
                 continue
-            is_loss, key, tags = known
-            store = loss_store if is_loss else stamp_store
+            kind, key, tags = known
+            store = stores[kind]
             try:
                 ts = int(ts_text)
             except ValueError:
@@ -316,17 +373,17 @@ class TopologyModel:
                 stale += 1
                 continue
             store[key] = _Measure(ts, None, tags, raw_fields, held)
-            unparsed.add((is_loss, key))
+            unparsed.add((kind, key))
         c.points_in += taken
         c.points_stale += stale
         c.points_ignored += ignored
 
     def _series_of(self, head: str):
-        """(is loss, key, tags) of a measured line's head (measurement and tags, no escapes); False
+        """(store, key, tags) of a measured line's head (measurement and tags, no escapes); False
         when its tags cannot key a measure (a tag without a value, a '=' in a value, no node, ssid and
-        direction or flow and tx_node tag): the full parser then reads the line. apply_metrics_text
-        caches it per series: the tags dict is shared by every measure of the series, and nothing
-        changes a held measure's tags."""
+        direction, flow and tx_node, or hop tags), or it is an in-line span: the full parser then
+        reads the line (and counts it). apply_metrics_text caches it per series: the tags dict is
+        shared by every measure of the series, and nothing changes a held measure's tags."""
         measurement, *items = head.split(",")
         tags = {}
         for item in items:
@@ -336,8 +393,11 @@ class TopologyModel:
             tags[key] = value
         try:
             if measurement == "stamp_delay":
-                return False, (tags["node"], int(tags["ssid"]), tags["direction"]), tags
-            return True, (int(tags["flow"]), tags["tx_node"]), tags
+                return STAMP, (tags["node"], int(tags["ssid"]), tags["direction"]), tags
+            if measurement == "altmark_loss":
+                return LOSS, (int(tags["flow"]), tags["tx_node"]), tags
+            key = inline_key(tags)
+            return False if is_span(key) else (INLINE, key, tags)
         except (KeyError, ValueError):
             return False
 
@@ -354,7 +414,7 @@ class TopologyModel:
             self._apply_line(line)
 
     def _apply_line(self, line: str) -> None:
-        """One stamp_delay / altmark_loss line: taken unparsed when plain, else parsed in full."""
+        """One measured line: taken unparsed when plain, else parsed in full."""
         if self._take_plain_line(line):
             return
         try:
@@ -365,7 +425,7 @@ class TopologyModel:
         self.apply_point(point)
 
     def _take_plain_line(self, line: str) -> bool:
-        """A stamp_delay or complete altmark_loss line without escapes (all of segscope's): its tags
+        """A stamp_delay, complete altmark_loss or inline_hop_delay line without escapes (all of segscope's): its tags
         and timestamp are read here, its fields only when a reader needs the newest of its
         series (settle): of a busy session's lines, a flush parses one per direction, not one per
         second. The outcome equals parse_line + apply_point for a well-formed line; False for
@@ -379,22 +439,25 @@ class TopologyModel:
         known = self._series_of(head)
         if known is False:
             return False
-        is_loss, key, tags = known
+        kind, key, tags = known
         try:
-            if is_loss and plain_field(raw_fields, "complete") is not True:
+            if kind == LOSS and plain_field(raw_fields, "complete") is not True:
                 return False  # an incomplete block is ignored, a broken line malformed: the full parser says which
             ts = int(ts_text)
         except ValueError:  # LineError is a ValueError
             return False
-        store = self.loss if is_loss else self.stamp
+        store = self._store(kind)
         self.counters.points_in += 1
         held = store.get(key)
         if held is not None and held.timestamp_ns > ts:
             self.counters.points_stale += 1
             return True
         store[key] = _Measure(ts, None, tags, raw_fields, held)
-        self.unparsed.add((is_loss, key))
+        self.unparsed.add((kind, key))
         return True
+
+    def _store(self, kind: int) -> dict:
+        return (self.stamp, self.loss, self.inline)[kind]
 
     def settle(self) -> None:
         """Parse the fields of the points taken unparsed (every reader calls this first,
@@ -402,12 +465,15 @@ class TopologyModel:
         fields are malformed is undone: counted in malformed_lines (it stays counted in points_in:
         counters never go back), and the measure it replaced is held again (checked the same way),
         as if the full parser had refused the line."""
-        for is_loss, key in self.unparsed:
-            store = self.loss if is_loss else self.stamp
+        for kind, key in self.unparsed:
+            store = self._store(kind)
             m = store.get(key)
             while m is not None and m.raw_fields is not None:
                 try:
-                    m.fields, m.raw_fields = parse_fields(m.raw_fields), None
+                    fields = parse_fields(m.raw_fields)
+                    if kind == INLINE and not inline_fields_valid(fields):
+                        raise LineError("inline_hop_delay fields do not match schemas/metrics.md")
+                    m.fields, m.raw_fields = fields, None
                 except LineError:
                     self.counters.malformed_lines += 1
                     m = m.previous
@@ -419,7 +485,8 @@ class TopologyModel:
         self.unparsed.clear()
 
     def apply_point(self, p: Point) -> bool:
-        """Take one stamp_delay / altmark_loss point (others are ignored); keeps the newest."""
+        """Take one stamp_delay / altmark_loss / inline_hop_delay point (others are ignored); keeps
+        the newest of its series."""
         if p.measurement == "stamp_delay":
             try:
                 key = (p.tags["node"], int(p.tags["ssid"]), p.tags["direction"])
@@ -437,6 +504,19 @@ class TopologyModel:
                 self.counters.malformed_lines += 1
                 return False
             store = self.loss
+        elif p.measurement == "inline_hop_delay":
+            try:
+                key = inline_key(p.tags)
+            except (KeyError, ValueError):
+                self.counters.malformed_lines += 1
+                return False
+            if is_span(key):
+                self.counters.inline_span_points += 1
+                return False
+            if not inline_fields_valid(p.fields):
+                self.counters.malformed_lines += 1
+                return False
+            store = self.inline
         else:
             self.counters.points_ignored += 1
             return False
@@ -706,14 +786,16 @@ class TopologyModel:
         }
 
     def edge_measurements(self, min_measured_at_ns: int | None = None) -> dict[str, dict]:
-        """{link key: fields} from single-link STAMP directions and single-link altmark flows.
-        When several sessions (flows) cross the same link, the newest point wins. Points older
-        than min_measured_at_ns (expired: the session/flow stopped reporting) are left out.
-        A delay field the newest point has no value for (no ipdv_mean_us, no min/max) is None:
-        to be removed from the edge, never left there from an older point."""
+        """{link key: fields} from single-link STAMP directions, the in-line hops of the flows
+        (inline_hop_delay) and single-link altmark flows. When several sessions (flows) cross the
+        same link, the newest point wins; the in-line delay is the newest second of the link over
+        all flows crossing it; which of the two gives the link's delay: link_delay (the precedence
+        rule). Points older than min_measured_at_ns (expired: the session/flow stopped reporting)
+        are left out. A delay field the newest point has no value for (no ipdv_mean_us, no
+        min/max) is None: to be removed from the edge, never left there from an older point."""
         self.settle()
         fresh = (lambda m: True) if min_measured_at_ns is None else (lambda m: m.timestamp_ns >= min_measured_at_ns)
-        delay: dict[str, tuple] = {}
+        stamp_delay: dict[str, tuple] = {}  # link key -> (rank, measure, stamp path)
         for sp in self.stamp_paths():
             m = self.stamp.get((sp["node"], sp["ssid"], sp["direction"]))
             if m is None or sp["dst"] is None or not fresh(m):
@@ -723,27 +805,14 @@ class TopologyModel:
                 continue
             key = self.link_key(res["links"][0])
             rank = (m.timestamp_ns, sp["node"], sp["ssid"])
-            if key in delay and delay[key][0] >= rank:
+            if key in stamp_delay and stamp_delay[key][0] >= rank:
                 continue
-            f = m.fields
-            min_max = [_round(f.get("min_us")), _round(f.get("max_us"))]
-            fields = {
-                "latency": _round(f.get("mean_us")),
-                "unidir_link_delay": _round(f.get("mean_us")),
-                "unidir_link_delay_min_max": None if None in min_max else min_max,
-                "unidir_delay_variation": _round(f.get("ipdv_mean_us")),
-                "delay_measured_at_ns": m.timestamp_ns,
-                "delay_source": {
-                    "kind": "stamp",
-                    "node": sp["node"],
-                    "ssid": sp["ssid"],
-                    "direction": sp["direction"],
-                    "count": f.get("count"),
-                },
-            }
-            # a field this second has no value for is None, not absent: the writer removes it from the
-            # edge (an update would keep the previous second's value beside this second's timestamp)
-            delay[key] = (rank, fields)
+            stamp_delay[key] = (rank, m, sp)
+        inline_delay = self.inline_link_delays(min_measured_at_ns)
+        delay = {
+            key: (None, self.link_delay(stamp_delay.get(key), inline_delay.get(key)))
+            for key in sorted(stamp_delay.keys() | inline_delay.keys())
+        }
         loss: dict[str, tuple] = {}
         for fp in self.flow_paths():
             m = self.loss.get((fp["flow"], fp["node"]))
@@ -775,6 +844,120 @@ class TopologyModel:
             for key, (_, fields) in source.items():
                 by_key.setdefault(key, {}).update(fields)
         return by_key
+
+    def link_delay(self, stamp: tuple | None, inline: tuple | None) -> dict:
+        """The delay fields of one directed link from its single-hop STAMP measure (rank, measure,
+        stamp path) and its in-line delay (timestamp, aggregate), either may be None.
+
+        Precedence (schemas/topology.md, "Link delay: STAMP and in-line"): the STAMP delay gives the
+        link's delay (latency, unidir_link_delay, ...) unless the in-line delay is newer than it by
+        more than stamp_precedence_ns; else the in-line delay does. Both are decided on the points'
+        own timestamps, never on the wall clock, so the same inputs give the same documents. Each
+        source's value is kept beside it (stamp_link_delay, inline_link_delay) while it is fresh."""
+        stamp_ns = None if stamp is None else stamp[1].timestamp_ns
+        inline_ns = None if inline is None else inline[0]
+        stamp_wins = stamp is not None and (inline is None or stamp_ns >= inline_ns - self.stamp_precedence_ns)
+        stamp_value = None
+        if stamp is not None:
+            _, m, sp = stamp
+            f = m.fields
+            stamp_value = {
+                "mean_us": _round(f.get("mean_us")),
+                "min_us": _round(f.get("min_us")),
+                "max_us": _round(f.get("max_us")),
+                "variation_us": _round(f.get("ipdv_mean_us")),
+                "count": f.get("count"),
+                "node": sp["node"],
+                "ssid": sp["ssid"],
+                "direction": sp["direction"],
+            }
+        inline_value = None if inline is None else inline[1]
+        if stamp_wins:
+            value, measured_at_ns = stamp_value, stamp_ns
+            source = {
+                "kind": STAMP_SOURCE,
+                "node": sp["node"],
+                "ssid": sp["ssid"],
+                "direction": sp["direction"],
+                "count": stamp_value["count"],
+            }
+        else:
+            value, measured_at_ns = inline_value, inline_ns
+            source = {"kind": INLINE_SOURCE, "flows": inline_value["flows"], "count": inline_value["count"]}
+        min_max = [value["min_us"], value["max_us"]]
+        # a field this second has no value for is None, not absent: the writer removes it from the
+        # edge (an update would keep the previous second's value beside this second's timestamp)
+        return {
+            "latency": value["mean_us"],
+            "unidir_link_delay": value["mean_us"],
+            "unidir_link_delay_min_max": None if None in min_max else min_max,
+            "unidir_delay_variation": value["variation_us"],
+            "delay_measured_at_ns": measured_at_ns,
+            "delay_source": _without_none(source),
+            "link_delay_source": STAMP_SOURCE if stamp_wins else INLINE_SOURCE,
+            "stamp_link_delay": _without_none(stamp_value),
+            "stamp_link_delay_measured_at_ns": stamp_ns,
+            "inline_link_delay": _without_none(inline_value),
+            "inline_link_delay_measured_at_ns": inline_ns,
+        }
+
+    def inline_link_delays(self, min_measured_at_ns: int | None = None) -> dict[str, tuple[int, dict]]:
+        """{link key: (timestamp ns, in-line delay)} of every link some flow's hop measured: the
+        newest second of the link over all flows crossing it (each flow's newest point per hop; a
+        hop whose newest point says measured=false gives nothing; points older than
+        min_measured_at_ns are left out), aggregated over the flows' points of that second: the
+        packet-weighted mean (sum of sum_us / sum of count), the smallest min, the largest max, and
+        the variation as the pair-weighted mean of the flows' IPDV (ipdv_mean_us weighted by
+        count - 1: the mean |D(i) - D(i-1)| over consecutive sampled packets of each flow; two
+        flows' packets form no sequence). Sets the inline_hops_not_measured gauge."""
+        self.settle()
+        by_pair = self._links_by_pair()
+        link_keys: dict[tuple, list[str]] = {}  # (from_node, from_if, to_node, to_if) -> link keys: flows share links
+        newest: dict[str, tuple[int, list]] = {}  # link key -> (timestamp, [(hop key, fields)])
+        not_measured = 0
+        for key, m in self.inline.items():
+            if not m.fields["measured"]:
+                not_measured += 1
+                continue
+            if min_measured_at_ns is not None and m.timestamp_ns < min_measured_at_ns:
+                continue
+            ends = key[2:]
+            if ends not in link_keys:
+                link_keys[ends] = [self.link_key(link) for link in self._hop_links(by_pair, key)]
+            for lk in link_keys[ends]:
+                held = newest.get(lk)
+                if held is None or m.timestamp_ns > held[0]:
+                    newest[lk] = (m.timestamp_ns, [(key, m.fields)])
+                elif m.timestamp_ns == held[0]:
+                    held[1].append((key, m.fields))
+        self.counters.inline_hops_not_measured = not_measured
+        # the points in key order: the float sums do not depend on the order the lines came in
+        return {lk: (ts, _inline_aggregate(sorted(points))) for lk, (ts, points) in sorted(newest.items())}
+
+    def _links_by_pair(self) -> dict[tuple[str, str], list[_Link]]:
+        by_pair: dict[tuple[str, str], list[_Link]] = {}
+        for link in self.links():
+            by_pair.setdefault((link.local_node, link.remote_node), []).append(link)
+        return by_pair
+
+    def _hop_links(self, by_pair: dict, key: tuple) -> list[_Link]:
+        """The link (directed) an in-line hop crossed: from from_node to to_node, arriving on to_if
+        and leaving from_if when they name an interface of their node (the device name, or
+        `ifindex-<n>`: the in-line processor names the egress device so without a record). An
+        interface it cannot name (`unknown`, a bare IOAM id) does not narrow the choice: the hop is
+        on a link only when one remains, or when several remain between the same two named
+        interfaces (one wire, addresses in several subnets: each of its edges). [] otherwise."""
+        _, _, from_node, from_if, to_node, to_if = key
+        cands = by_pair.get((from_node, to_node), [])
+        if not cands:
+            return []
+        to_named = any(_names(i, to_if) for i in self.views[to_node]["interfaces"])
+        from_named = any(_names(i, from_if) for i in self.views[from_node]["interfaces"])
+        if to_named:
+            cands = [l for l in cands if _names(l.remote_if, to_if)]
+        if from_named:
+            cands = [l for l in cands if _names(l.local_if, from_if)]
+        return cands if len(cands) == 1 or (to_named and from_named) else []
 
     def _path_base(self, src: str, dst: str, sids: list[str]) -> dict:
         res = self.resolve_path(src, sids)
@@ -852,13 +1035,17 @@ class TopologyModel:
         return {k: {kk: vv for kk, vv in d.items() if vv is not None or kk == "links"} for k, d in docs.items()}
 
     def unmapped_measurements(self) -> list[tuple]:
-        """Measurement keys no declared session/flow explains (visible in counters)."""
+        """Measurement keys no declared session/flow explains, and in-line hops on no known link
+        (visible in counters)."""
         self.settle()
         known_stamp = {(sp["node"], sp["ssid"]) for sp in self.stamp_paths()}
         known_flow = {(fp["flow"], fp["node"]) for fp in self.flow_paths()}
-        return [k for k in self.stamp if (k[0], k[1]) not in known_stamp] + [
-            k for k in self.loss if k not in known_flow
-        ]
+        by_pair = self._links_by_pair()
+        return (
+            [k for k in self.stamp if (k[0], k[1]) not in known_stamp]
+            + [k for k in self.loss if k not in known_flow]
+            + [k for k in self.inline if not self._hop_links(by_pair, k)]
+        )
 
     def documents(self, min_measured_at_ns: int | None = None) -> dict[str, dict[str, dict]]:
         """{collection: {_key: document}} of everything the model knows (own mode); edge
@@ -893,7 +1080,11 @@ class TopologyModel:
         with the TE fields typed as igp-graph types them (bgp_ls_fields)."""
         by_key = {self.link_key(l): l for l in self.links()}
         return [
-            {"local_ip": by_key[k].local_ip, "remote_ip": by_key[k].remote_ip, "fields": bgp_ls_fields(f)}
+            {
+                "local_ip": by_key[k].local_ip,
+                "remote_ip": by_key[k].remote_ip,
+                "fields": bgp_ls_fields(f),
+            }
             for k, f in sorted(self.edge_measurements(min_measured_at_ns).items())
         ]
 
@@ -932,6 +1123,34 @@ def bgp_ls_fields(fields: dict) -> dict:
 
 def _round(value, digits: int = 3):
     return None if value is None else round(float(value), digits)
+
+
+def _without_none(obj: dict | None) -> dict | None:
+    """An object field's value with its unknown keys absent (own mode's rule: absent, never null)."""
+    return None if obj is None else {k: v for k, v in obj.items() if v is not None}
+
+
+def _names(iface: dict, name: str) -> bool:
+    """Does an interface name (as inline_hop_delay's from_if / to_if carry it) name this interface?"""
+    return iface["name"] == name or (iface.get("ifindex") is not None and name == f"ifindex-{iface['ifindex']}")
+
+
+def _inline_aggregate(points: list[tuple[tuple, dict]]) -> dict:
+    """One link's in-line delay from the flows' points of one second (TopologyModel.inline_link_delays)."""
+    count = sum(f["count"] for _, f in points)
+    total_us = sum(f["sum_us"] for _, f in points)
+    mins = [f.get("min_us") for _, f in points]
+    maxes = [f.get("max_us") for _, f in points]
+    pairs = [(f["ipdv_mean_us"], f["count"] - 1) for _, f in points if "ipdv_mean_us" in f and f["count"] >= 2]
+    pair_count = sum(w for _, w in pairs)
+    return {
+        "mean_us": _round(total_us / count),
+        "min_us": None if None in mins else _round(min(mins)),
+        "max_us": None if None in maxes else _round(max(maxes)),
+        "variation_us": _round(sum(v * w for v, w in pairs) / pair_count) if pair_count else None,
+        "count": count,
+        "flows": sorted({key[0] for key, _ in points}),
+    }
 
 
 def diff_documents(

@@ -26,7 +26,13 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from processors.topology.model import DELAY_FIELDS, LOSS_FIELDS, Names
+from processors.topology.model import (
+    DELAY_FIELDS,
+    INLINE_LINK_DELAY_FIELDS,
+    LOSS_FIELDS,
+    STAMP_LINK_DELAY_FIELDS,
+    Names,
+)
 
 log = logging.getLogger("segscope.topology.writer")
 
@@ -36,11 +42,13 @@ log = logging.getLogger("segscope.topology.writer")
 QUERY_ALL = "FOR d IN @@collection RETURN d"
 # one query per collection per flush: every annotation, matched on the link addresses (indexed:
 # INDEX_LINK_IPS); returns what matched so the caller can count what did not. keepNull false: a
-# field the newest measurement has no value for comes as null and is removed (model.edge_measurements)
+# field the newest measurement has no value for comes as null and is removed (model.edge_measurements).
+# mergeObjects false: an object field (delay_source, stamp_link_delay, ...) is replaced whole, so a
+# key of the old value (the STAMP session of a delay_source now from in-line flows) does not stay
 QUERY_ANNOTATE_EDGES = (
     "FOR a IN @annotations "
     "FOR e IN @@edges FILTER e.local_link_ip == a.local_ip AND e.remote_link_ip == a.remote_ip "
-    "UPDATE e WITH a.fields IN @@edges OPTIONS { keepNull: false } "
+    "UPDATE e WITH a.fields IN @@edges OPTIONS { keepNull: false, mergeObjects: false } "
     "RETURN {local_ip: a.local_ip, remote_ip: a.remote_ip, key: NEW._key}"
 )
 # `!= null` first: in AQL null sorts below every number, so `null < @cutoff_ns` would be true
@@ -54,9 +62,27 @@ QUERY_NODE_BY_NAME = "FOR n IN @@nodes FILTER n.name == @name LIMIT 1 RETURN n._
 INDEX_LINK_IPS = {"name": "segscope_link_ips", "fields": ["local_link_ip", "remote_link_ip"], "sparse": False}
 INDEX_DELAY_AT = {"name": "segscope_delay_measured_at", "fields": ["delay_measured_at_ns"], "sparse": True}
 INDEX_LOSS_AT = {"name": "segscope_loss_measured_at", "fields": ["loss_measured_at_ns"], "sparse": True}
+INDEX_STAMP_LINK_DELAY_AT = {
+    "name": "segscope_stamp_link_delay_measured_at",
+    "fields": ["stamp_link_delay_measured_at_ns"],
+    "sparse": True,
+}
+INDEX_INLINE_LINK_DELAY_AT = {
+    "name": "segscope_inline_link_delay_measured_at",
+    "fields": ["inline_link_delay_measured_at_ns"],
+    "sparse": True,
+}
 INDEX_NODE_NAME = {"name": "segscope_node_name", "fields": ["name"], "sparse": True}
-# (timestamp field, the fields it dates) for expire_measurements
-EXPIRY = (("delay_measured_at_ns", DELAY_FIELDS), ("loss_measured_at_ns", LOSS_FIELDS))
+# (timestamp field, the fields it dates) for expire_measurements: the link's delay, each source's own
+# delay (one may be stale while the other gives the link's delay), the loss
+EXPIRY = (
+    ("delay_measured_at_ns", DELAY_FIELDS),
+    ("stamp_link_delay_measured_at_ns", STAMP_LINK_DELAY_FIELDS),
+    ("inline_link_delay_measured_at_ns", INLINE_LINK_DELAY_FIELDS),
+    ("loss_measured_at_ns", LOSS_FIELDS),
+)
+# the sparse indexes of the expiry's timestamp fields, on every edge collection written
+EXPIRY_INDEXES = (INDEX_DELAY_AT, INDEX_STAMP_LINK_DELAY_AT, INDEX_INLINE_LINK_DELAY_AT, INDEX_LOSS_AT)
 
 
 class WriterError(RuntimeError):
@@ -129,7 +155,7 @@ class ArangoWriter:
                         }
                     ],
                 )
-            for index in (INDEX_DELAY_AT, INDEX_LOSS_AT):
+            for index in EXPIRY_INDEXES:
                 self.ensure_index(n.edges, index)
             return
         for coll in (n.jalapeno_nodes, n.jalapeno_edges):
@@ -151,7 +177,7 @@ class ArangoWriter:
             log.info("jalapeno mode: ip-graph collection %r present: %s", n.jalapeno_ip_edges, present)
         self.ip_edges_present = present
         for coll in (n.jalapeno_edges, n.jalapeno_ip_edges) if present else (n.jalapeno_edges,):
-            for index in (INDEX_LINK_IPS, INDEX_DELAY_AT, INDEX_LOSS_AT):
+            for index in (INDEX_LINK_IPS, *EXPIRY_INDEXES):
                 self.ensure_index(coll, index)
         return present
 
@@ -234,10 +260,11 @@ class ArangoWriter:
 
     def expire_measurements(self, collection: str, cutoff_ns: int) -> int:
         """Remove segscope's delay (loss) fields from edges whose delay_measured_at_ns
-        (loss_measured_at_ns) is older than cutoff_ns; returns how many edges lost fields."""
-        expired = 0
+        (loss_measured_at_ns) is older than cutoff_ns, and each delay source's value by its own
+        timestamp; returns how many edges lost fields (an edge counts once per collection)."""
+        expired: set[str] = set()
         for stamp_field, fields in EXPIRY:
-            expired += len(
+            expired.update(
                 self._query(
                     QUERY_EXPIRE,
                     {
@@ -248,8 +275,8 @@ class ArangoWriter:
                     },
                 )
             )
-        self.counters.edges_expired += expired
-        return expired
+        self.counters.edges_expired += len(expired)
+        return len(expired)
 
     def jalapeno_node_id(self, name: str) -> str | None:
         ids = self._query(QUERY_NODE_BY_NAME, {"@nodes": self.names.jalapeno_nodes, "name": name})

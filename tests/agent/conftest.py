@@ -4,6 +4,7 @@ one agent per node (A, R, B) under mutual TLS, started with tests/agent/agent_en
 from __future__ import annotations
 
 import json
+import os
 import sys
 
 import grpc
@@ -14,13 +15,15 @@ from netlab.lab import teardown
 from segscope_proto.segscope.agent.v1 import flowmon_pb2_grpc, srv6_pb2_grpc, stamp_pb2_grpc
 from tests.agent.agent_env import AgentHandle, make_test_pki, start_agent
 
-PREFIX = "agt"
+# netns and bpffs instances of these tests start with it; another value runs a second copy of the
+# suite beside one that runs (SEGSCOPE_AGENT_TEST_PREFIX)
+PREFIX = os.environ.get("SEGSCOPE_AGENT_TEST_PREFIX", "agt")
 TOPOLOGY = "netlab/topologies/line5_two_paths.yaml"
 
 
 @pytest.fixture(scope="session")
 def lab(bpffs):
-    teardown(PREFIX)  # leftovers of an interrupted run of these tests (only the agt-* lab)
+    teardown(PREFIX)  # leftovers of an interrupted run of these tests (only the PREFIX-* lab)
     lab = Lab.up(TOPOLOGY, prefix=PREFIX)
     try:
         yield lab
@@ -39,7 +42,7 @@ def agents(lab, pki, tmp_path_factory) -> dict[str, AgentHandle]:
     out: dict[str, AgentHandle] = {}
     try:
         for node in ("A", "R", "B"):
-            out[node] = start_agent(lab.ns(node), node, run_dir, pki=pki, instance=f"agt-{node}")
+            out[node] = start_agent(lab.ns(node), node, run_dir, pki=pki, instance=f"{PREFIX}-{node}")
         yield out
     finally:
         codes = {n: a.stop() for n, a in out.items()}

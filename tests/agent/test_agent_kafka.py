@@ -65,14 +65,14 @@ def check_health_endpoint(agent, delivered: int) -> None:
     while time.monotonic() < deadline:
         with urllib.request.urlopen(base + "/metrics", timeout=3) as r:
             text = r.read().decode()
-        got = re.search(r'^segscope_streamer_records_delivered\{node="A"\} (\d+)$', text, re.M)
+        got = re.search(r'^segscope_streamer_records_delivered\{node="A",records="stamp"\} (\d+)$', text, re.M)
         rpcs = re.search(r'^segscope_agent_rpcs\{node="A"\} (\d+)$', text, re.M)
         # both come from the agent's stats tick (1 s): the last RPC can be one tick behind the records
         if got and int(got.group(1)) >= delivered and rpcs and int(rpcs.group(1)) >= 4:
             break
         time.sleep(0.3)
     assert got and int(got.group(1)) == delivered, text
-    assert re.search(r'^segscope_streamer_records_failed\{node="A"\} 0$', text, re.M), text
+    assert re.search(r'^segscope_streamer_records_failed\{node="A",records="stamp"\} 0$', text, re.M), text
     assert rpcs and int(rpcs.group(1)) >= 4, text  # Init, Create, Start, Get at least
     assert re.search(r'^segscope_datapath_\w+\{node="A",program="stamp_collector"\} \d+$', text, re.M), text
     assert 'segscope_up{process="agent-A"} 1' in text
@@ -425,6 +425,7 @@ def test_datapath_and_agent_counters_reach_influx(lab, stack, tmp_path):
             streamer = _influx_rows(stack, "segscope_streamer", node_a, since, settled=True)
             assert streamer and streamer[-1]["records_in"] == sent and streamer[-1]["records_delivered"] == sent
             assert streamer[-1]["records_failed"] == 0 and streamer[-1]["batches_failed"] == 0, streamer[-1]
+            assert {r["records"] for r in streamer} == {"stamp"}, "the collector's ring: tagged records=stamp"
             assert not _influx_rows(stack, "segscope_streamer", node_b, since), "B streams nothing"
             last_a = agent_rows[-1]
             assert last_a["rpcs"] == rpcs_a and last_a["rpc_errors"] == 1, last_a

@@ -17,7 +17,7 @@ import pytest
 from segscope_proto.segscope.agent.v1 import srv6_pb2
 from segscope_proto.segscope.agent.v1 import stamp_pb2 as pb
 from tests.agent.agent_env import REPO
-from tests.agent.conftest import drop_counters, expect_error, link_rx_drops, moved
+from tests.agent.conftest import PREFIX, drop_counters, expect_error, link_rx_drops, moved
 
 IA, NF, AE, FP = (
     grpc.StatusCode.INVALID_ARGUMENT,
@@ -166,7 +166,7 @@ def test_session_produces_results(roles, stubs, lab):
                 str(REPO / "build" / "datapath" / "stamp_collector"),
                 "stats",
                 "--pin-dir",
-                "/sys/fs/bpf/segscope/agt-A/stamp_collector",
+                f"/sys/fs/bpf/segscope/{PREFIX}-A/stamp_collector",
                 "--json",
             ],
             capture_output=True,

@@ -12,7 +12,12 @@ from segscope_proto.segscope.agent.v1 import srv6_pb2 as pb
 from segscope_proto.segscope.agent.v1 import srv6_pb2_grpc
 from tests.agent.agent_env import start_agent
 
-SERVICES = {"segscope.agent.v1.Srv6Service", "segscope.agent.v1.StampService", "segscope.agent.v1.FlowMonitorService"}
+SERVICES = {
+    "segscope.agent.v1.Srv6Service",
+    "segscope.agent.v1.StampService",
+    "segscope.agent.v1.FlowMonitorService",
+    "segscope.agent.v1.InlineMonitorService",
+}
 
 
 def list_policies(channel: grpc.Channel) -> list[str]:

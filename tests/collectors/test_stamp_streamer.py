@@ -187,7 +187,7 @@ def test_every_record_once_in_order_per_session(collectors_build, ring, kafka_bo
         for m in consume_all(kafka_bootstrap, mtopic, lambda ms: len(ms) >= 3)
         for line in m.value().decode().splitlines()
     ]
-    streamer_lines = [line for line in lines if line.startswith(f"segscope_streamer,node={NODE} ")]
+    streamer_lines = [line for line in lines if line.startswith(f"segscope_streamer,node={NODE},records=stamp ")]
     assert len(streamer_lines) >= 3
     fields = dict(kv.split("=") for kv in streamer_lines[-1].split(" ")[1].split(","))
     assert fields["records_in"] == f"{n}i"

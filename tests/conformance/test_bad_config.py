@@ -99,6 +99,13 @@ ROWS = [
     Row("ssid_65536", "ustamp_reflector", ("--add-session", "--ssid 65536"), "ssid"),
     Row("ssid_65536", "ustamp_sender", ("--ssid", "65536"), "--ssid"),
     Row("ssid_65536", "c_sender", ("--ssid", "65536"), "--ssid"),
+    # the user-space reflector's engine options (a good session, so the flag is what is wrong)
+    Row("workers_65", "ustamp_reflector", ("--add-session", "--ssid 5", "--workers", "65"), "--workers"),
+    Row("batch_0", "ustamp_reflector", ("--add-session", "--ssid 5", "--batch", "0"), "--batch"),
+    Row("send_batch_257", "ustamp_reflector", ("--add-session", "--ssid 5", "--send-batch", "257"), "--send-batch"),
+    Row("rcvbuf_negative", "ustamp_reflector", ("--add-session", "--ssid 5", "--rcvbuf", "-1"), "--rcvbuf"),
+    Row("steering_unknown", "ustamp_reflector", ("--add-session", "--ssid 5", "--steering", "flow"), "--steering"),
+    Row("engine_unknown", "ustamp_reflector", ("--add-session", "--ssid 5", "--engine", "rust"), "--engine"),
 ]
 
 

@@ -28,7 +28,14 @@ REPO = Path(__file__).resolve().parents[2]
 DEMO = REPO / "controller" / "examples" / "demo_line5.yaml"
 TOPOLOGY = REPO / "netlab" / "topologies" / "line5_bare.yaml"
 PREFIX = "ctla"
-READS = {"ListLocalSids": 1, "ListPolicies": 1, "ListStampSessions": 1, "ListFlowMonitors": 1}
+READS = {
+    "ListLocalSids": 1,
+    "ListPolicies": 1,
+    "ListStampSessions": 1,
+    "ListFlowMonitors": 1,
+    "GetIoamConfig": 1,
+    "ListInlineMonitors": 1,
+}
 
 pytestmark = pytest.mark.datapath
 
@@ -121,7 +128,7 @@ def test_applying_twice_makes_no_calls(first_apply):
     again = ctl.apply()
     assert again.ok and again.ops == []
     assert again.mutating_calls == {}
-    # only the four List* reads per node, over the channels opened by the first apply
+    # only the six reads per node, over the channels opened by the first apply
     assert again.calls == {"A": READS, "B": READS, "R": READS}
 
 
@@ -215,9 +222,9 @@ def test_unreachable_agent_is_exit_1(env, tmp_path):
 
 
 def test_switch_to_loss_monitoring_and_back(env, first_apply):
-    """line5_loss.yaml: the demo's SRv6 with an alternate-marking flow instead of STAMP. B's b0 has
-    one XDP hook, so the controller Resets STAMP on A and B first (detaching the reflector), then
-    starts the RX monitor on B before the TX colourer on A; H1 -> H2 traffic is counted on both
+    """line5_loss.yaml: the demo's SRv6 with an alternate-marking flow instead of STAMP. The
+    controller Resets STAMP on A and B first (the intent has no session: the reflector leaves b0),
+    then starts the RX monitor on B before the TX colourer on A; H1 -> H2 traffic is counted on both
     sides; a second apply makes no call; back to the demo, the flows go before STAMP returns."""
     lab, _ = env
     ctl, _ = first_apply

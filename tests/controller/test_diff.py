@@ -222,3 +222,95 @@ def test_non_canonical_reports_compare_equal():
     )
     actual[ident] = policy_resource("A", p)
     assert plan(d, actual) == []
+
+
+INLINE = REPO / "controller" / "examples" / "mesh8_inline.yaml"
+
+
+def test_inline_from_nothing_ioam_before_monitors_egress_before_ingress():
+    intent = load_intent(INLINE)
+    ops = plan(desired_state(intent), {})
+    inline = [s for s in summary(ops) if s[1] in ("ioam_node", "inline_egress", "inline_ingress")]
+    assert inline == [
+        ("create", "ioam_node", "A", ("ioam",)),
+        ("create", "ioam_node", "B", ("ioam",)),
+        ("create", "ioam_node", "R1", ("ioam",)),
+        ("create", "ioam_node", "R2", ("ioam",)),
+        ("create", "ioam_node", "R3", ("ioam",)),
+        ("create", "ioam_node", "R4", ("ioam",)),
+        ("create", "inline_egress", "B", ("egress", 201)),
+        ("create", "inline_egress", "B", ("egress", 202)),
+        ("create", "inline_ingress", "A", ("ingress", 201)),
+        ("create", "inline_ingress", "A", ("ingress", 202)),
+    ]
+    # SRv6 first (the monitored flows travel the policies), then IOAM
+    assert [s[1] for s in summary(ops)].index("ioam_node") > [s[1] for s in summary(ops)].index("policy")
+    by = {(op.kind, op.node): op.desired.fields for op in ops if op.kind == "ioam_node"}
+    # flow 201 crosses R1, R2 (namespace 1); flow 202 names every node (namespace 7)
+    assert by[("ioam_node", "R1")]["namespaces"] == (1, 7) and by[("ioam_node", "R3")]["namespaces"] == (7,)
+    assert (
+        by[("ioam_node", "B")]["node_id"] == 3 and by[("ioam_node", "A")]["node_id"] == intent.nodes["A"].ioam_node_id
+    )
+    assert all(f["all_devices"] for f in by.values())
+
+
+def test_inline_in_place_needs_nothing_and_reads_back_equal():
+    from controller.agents import inline_msg, inline_resource, ioam_config_msg, ioam_resource
+    from segscope_proto.segscope.agent.v1 import inline_pb2
+
+    d = desired_state(load_intent(INLINE))
+    assert plan(d, reported(d)) == []
+    for r in d.resources.values():
+        if r.kind == "ioam_node":
+            back = ioam_resource(r.node, inline_pb2.GetIoamConfigResponse(enabled=True, config=ioam_config_msg(r)))
+        elif r.kind.startswith("inline"):
+            back = inline_resource(
+                r.node, inline_pb2.InlineMonitorStatus(monitor=inline_msg(r), node_id=r.fields["node_id"])
+            )
+        else:
+            continue
+        assert back.ident == r.ident and back.spec == r.spec, (r, back)
+    assert ioam_resource("A", inline_pb2.GetIoamConfigResponse(enabled=False)) is None
+
+
+def test_inline_change_is_stop_in_teardown_then_start():
+    """Another sampling: the monitor is stopped with the teardown and started after the IOAM
+    configurations; a node's new IOAM id also restarts its monitors (their records carry it), after
+    EnableIoam could not have been given it while they ran."""
+    text = INLINE.read_text()
+    d_old = desired_state(load_intent(INLINE))
+    new = parse_intent(
+        text.replace("sampling: {every: 10}", "sampling: {every: 20}").replace("ioam_id: 3", "ioam_id: 4"),
+        "x.yaml",
+        INLINE.parent,
+    )
+    ops = plan(desired_state(new), reported(d_old))
+    assert summary(ops) == [
+        ("remove", "inline_ingress", "A", ("ingress", 201)),
+        ("remove", "inline_egress", "B", ("egress", 201)),
+        ("remove", "inline_egress", "B", ("egress", 202)),
+        ("update", "ioam_node", "B", ("ioam",)),
+        ("create", "inline_egress", "B", ("egress", 201)),
+        ("create", "inline_egress", "B", ("egress", 202)),
+        ("create", "inline_ingress", "A", ("ingress", 201)),
+    ]
+    assert "node_id: 3 -> 4" in ops[3].describe()
+
+
+def test_inline_removed_monitors_go_before_the_ioam_configuration():
+    d_old = desired_state(load_intent(INLINE))
+    text = INLINE.read_text()
+    cut = text.index("  # path 2")
+    new = parse_intent(text[:cut], "x.yaml", INLINE.parent)  # flow 202 gone: R3, R4 lose IOAM
+    ops = plan(desired_state(new), reported(d_old))
+    assert summary(ops) == [
+        ("remove", "inline_ingress", "A", ("ingress", 202)),
+        ("remove", "inline_egress", "B", ("egress", 202)),
+        ("remove", "ioam_node", "R3", ("ioam",)),
+        ("remove", "ioam_node", "R4", ("ioam",)),
+        ("update", "ioam_node", "A", ("ioam",)),
+        ("update", "ioam_node", "B", ("ioam",)),
+        ("update", "ioam_node", "R1", ("ioam",)),
+        ("update", "ioam_node", "R2", ("ioam",)),
+    ]
+    assert "namespaces: (1, 7) -> (1,)" in ops[4].describe()

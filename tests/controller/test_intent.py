@@ -32,7 +32,7 @@ def test_there_are_enough_bad_files():
 def test_examples_are_valid(path):
     intent = load_intent(path)
     assert {"A", "B"} <= set(intent.nodes)
-    assert (intent.stamp_sessions or intent.flows) and intent.local_sids
+    assert (intent.stamp_sessions or intent.flows or intent.inline_monitors) and intent.local_sids
     if path.name.startswith(("demo_line5", "line5")):  # the line5 examples steer H1 -> H2 as well
         assert set(intent.nodes) == {"A", "R", "B"} and intent.policies
 
@@ -144,9 +144,10 @@ flows:
 """
 
 
-def test_stamp_program_and_altmark_rx_may_share_a_device():
-    """The agent chains the STAMP reflector (or collector) behind altmark_rx on one device: a flow
-    whose RX side is the reflector's device (and the collector's device as a flow's egress) is valid."""
+def test_stamp_programs_and_altmark_rx_may_share_a_device():
+    """The agent's XDP programs share a node's devices through the XDP chain: a flow whose RX side
+    is the reflector's device, or the collector's, is valid, and so is a STAMP collector AND a
+    reflector on one device (sessions in both directions over b0 and a0), with a flow there or not."""
     intent = parse_intent(STAMP_AND_RX_ON_B0, "chain.yaml", REPO)
     assert (intent.flows[0].egress.node, intent.flows[0].egress.dev) == ("B", "b0")
     assert (intent.stamp_sessions[0].reflector.node, intent.stamp_sessions[0].reflector.dev) == ("B", "b0")
@@ -154,7 +155,6 @@ def test_stamp_program_and_altmark_rx_may_share_a_device():
         "egress: {node: B, dev: b0}", "egress: {node: A, dev: a0}"
     )
     assert parse_intent(reverse, "chain_collector.yaml", REPO).flows[0].egress.dev == "a0"
-    # a collector and a reflector on one device stay refused, with the flow there or not
     both = (
         STAMP_AND_RX_ON_B0
         + """\
@@ -163,8 +163,7 @@ def test_stamp_program_and_altmark_rx_may_share_a_device():
     egress: {node: A, dev: a0}
     segs: ["fc00:2::e", "fc00:1::d6"]
 """
-    )
-    both = both.replace(
+    ).replace(
         "flows:\n",
         """\
   - ssid: 2
@@ -173,12 +172,12 @@ def test_stamp_program_and_altmark_rx_may_share_a_device():
 flows:
 """,
     )
-    with pytest.raises(IntentError) as info:
-        parse_intent(both, "both.yaml", REPO)
-    assert any(
-        "stamp_sessions[1].sender.dev: B:b0 already runs the STAMP reflector" in line for line in info.value.lines
-    ), info.value.lines
-    assert not any(line.split(": ", 2)[1].startswith("flows") for line in info.value.lines), info.value.lines
+    intent = parse_intent(both, "both.yaml", REPO)
+    on_b0 = {(s.sender.node, s.sender.dev) for s in intent.stamp_sessions} & {
+        (s.reflector.node, s.reflector.dev) for s in intent.stamp_sessions
+    }
+    assert on_b0 == {("B", "b0"), ("A", "a0")}  # each device: a collector and a reflector
+    assert {(f.egress.node, f.egress.dev) for f in intent.flows} == {("B", "b0"), ("A", "a0")}
 
 
 MULTIHOMED = """version: 1

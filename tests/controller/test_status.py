@@ -108,3 +108,45 @@ def test_session_loss_is_exact_once_stopped():
     running = pb.StampSessionStatus(state=pb.STAMP_SESSION_STATE_RUNNING, packets_sent=500, results_collected=503)
     assert session_loss(running) == {"packets_received": 503, "packets_lost": None, "loss_ratio": None}
     assert session_loss(None)["packets_lost"] is None
+
+
+def test_worst_hop_is_the_highest_mean_of_the_newest_second(stack):
+    from controller.status import worst_hop
+
+    now = time.time_ns() // 1_000_000_000 * 1_000_000_000
+    flow = 800000 + now % 90000
+    lines = []
+    hops = {0: ("A", "R1", 310.0), 1: ("R1", "R2", 1250.5), 2: ("R2", "B", 505.0)}
+    for age, factor in ((2, 3.0), (1, 1.0)):  # an older second where hop 0 was worst: not it
+        t = now - age * 1_000_000_000
+        for hop, (a, b, mean) in hops.items():
+            m = mean * (factor if hop == 0 else 1.0)
+            lines.append(
+                f"inline_hop_delay,flow={flow},path=fc00:11::e\\,fc00:12::e,hop={hop},link={a}-{b},from_node={a},"
+                f"to_node={b},from_if=1,to_if=2 count=10i,mean_us={m},measured=true {t}"
+            )
+    # an unmeasured hop with a larger value does not count
+    lines.append(
+        f"inline_hop_delay,flow={flow},path=x,hop=9,link=X-Y,from_node=X,to_node=Y,from_if=1,to_if=2 "
+        f"count=0i,mean_us=99999.0,measured=false {now - 1_000_000_000}"
+    )
+    stack.influx_write(lines)
+    hop = worst_hop(stack.influx_url, stack.influx_db, flow, 60)
+    assert (hop["from_node"], hop["to_node"], hop["mean_us"], hop["link"]) == ("R1", "R2", 1250.5, "R1-R2")
+    assert worst_hop(stack.influx_url, stack.influx_db, flow + 1, 60) is None
+    row = {
+        "flow_id": flow, "ingress": "A", "egress": "B", "ingress_state": "installed", "egress_state": "installed",
+        "sampled": 100, "instrumented": 99, "skipped": 1, "records": 99, "worst_hop": {**hop, "age_s": 1.0},
+    }  # fmt: skip
+    table = render({"nodes": {}, "sessions": [], "flows": [], "inline_monitors": [row], "influx_error": None})
+    assert "R1->R2 (R1-R2)" in table and "1250.5 us" in table
+    table = render(
+        {
+            "nodes": {},
+            "sessions": [],
+            "flows": [],
+            "inline_monitors": [{**row, "worst_hop": None}],
+            "influx_error": None,
+        }
+    )
+    assert "n/a" in table.splitlines()[-1]

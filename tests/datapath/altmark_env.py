@@ -66,6 +66,7 @@ RX_COUNTERS = [
     "pass_bad_slot",
     "counted_dscp",
     "counted_rfc9343",
+    "pass_malformed_hbh",
 ]
 
 _lib.bpf_map_lookup_elem.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p]
@@ -159,7 +160,8 @@ class TestRun:
         self.opts = _TestRunOpts(sz=ctypes.sizeof(_TestRunOpts))
 
     def run(self, frame: bytes, repeat: int = 1, ctx: bytes | None = None) -> tuple[int, bytes, int]:
-        """ctx: a struct __sk_buff to start from (TC only; e.g. gso_segs/gso_size, see skb_ctx)."""
+        """ctx: the context to start from: a struct __sk_buff (TC; e.g. gso_segs/gso_size, see skb_ctx)
+        or a struct xdp_md (XDP; e.g. the ingress device, see chain_env.xdp_md)."""
         ctypes.memmove(self._in, frame, len(frame))
         o = self.opts
         o.data_in, o.data_size_in = ctypes.addressof(self._in), len(frame)
@@ -170,7 +172,8 @@ class TestRun:
         o.ctx_size_in = len(ctx) if ctx else 0
         if _lib.bpf_prog_test_run_opts(self.fd, ctypes.byref(o)) != 0:
             raise OSError(ctypes.get_errno(), "bpf_prog_test_run_opts")
-        return o.retval, self._out.raw[: o.data_size_out], o.duration
+        # signed: a TC program's TC_ACT_UNSPEC is -1 (XDP verdicts are small and positive either way)
+        return ctypes.c_int32(o.retval).value, self._out.raw[: o.data_size_out], o.duration
 
 
 SKB_CTX_SIZE, SKB_GSO_SEGS_OFF, SKB_GSO_SIZE_OFF = 192, 164, 176  # struct __sk_buff (uapi bpf.h)
@@ -215,6 +218,24 @@ def srh(
 def doh(flowmon: int, colour: int, dmark: bool, nexthdr: int = 43) -> bytes:
     data = flowmon << 12 | (L_FLAG if colour else 0) | (D_FLAG if dmark else 0)
     return struct.pack("!BBBBI", nexthdr, 0, OPT_TYPE, 4, data)
+
+
+def ioam_hbh(nexthdr: int, slots: int = 2, namespace: int = 1) -> bytes:
+    """In-line IOAM's Hop-by-Hop header (schemas/IOAM.md): PadN(2) + a Pre-allocated Trace option
+    with room for `slots` 16-byte node entries, the ingress's entry (the last one) filled."""
+    data_len = 10 + 16 * slots
+    trace = struct.pack("!BBBBHBB", 0x31, data_len, 0, 0, namespace, 4 << 3, 4 * (slots - 1))
+    trace += bytes([0xF0, 0x00, 0x00, 0])  # trace type: hop limit+node id, if ids, ts sec, ts subsec
+    entries = bytes(16 * (slots - 1)) + struct.pack("!IHHII", 64 << 24 | 7, 1, 2, 1_700_000_000, 5)
+    body = bytes([1, 0]) + trace + entries  # PadN(2): the option starts 4n-aligned
+    return bytes([nexthdr, (2 + len(body)) // 8 - 1]) + body
+
+
+def ioam_e2e_doh(nexthdr: int, seq: int = 1, namespace: int = 1) -> bytes:
+    """In-line IOAM's Destination Options header after the SRH (schemas/IOAM.md): PadN(2) + the
+    Edge-to-Edge option (sequence number, timestamp) + PadN(4), 32 bytes."""
+    opt = struct.pack("!BBBBHHQII", 0x11, 22, 0, 3, namespace, 0xB000, seq, 1_700_000_000, 5)
+    return bytes([nexthdr, 3, 1, 0]) + opt + bytes([1, 2, 0, 0])
 
 
 def inner_udp(payload: bytes, tclass: int = 0) -> bytes:

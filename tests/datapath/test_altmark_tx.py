@@ -49,7 +49,7 @@ from tests.datapath.altmark_env import (
 )
 from tests.datapath.altmark_fixtures import UNMONITORED_DST
 
-TC_ACT_OK = 0
+TC_ACT_UNSPEC = -1  # the next TC filter (ioam_tx) runs too; the packet goes out
 PERIOD_MS = 200
 PERIOD_NS = PERIOD_MS * 1_000_000
 CPUS = sorted(os.sched_getaffinity(0))[:2]
@@ -412,7 +412,7 @@ def test_testrun_every_packet_class(tx_flows):
     for name, frame, counter in cases:
         before, flows_before = stats(TX, tr.inst), [tr.tx_maps.summed(s, c) for s in slots.values() for c in (0, 1)]
         retval, out, _ = tr.tx.run(frame)
-        assert retval == TC_ACT_OK, name
+        assert retval == TC_ACT_UNSPEC, name
         assert out == frame, f"{name}: must pass unchanged"
         assert delta(before, stats(TX, tr.inst)) == {counter: 1}, name
         assert [tr.tx_maps.summed(s, c) for s in slots.values() for c in (0, 1)] == flows_before, name
@@ -437,7 +437,7 @@ def test_testrun_dscp_and_custom_bits(tx_flows):
     frame = encapped(tclass=0xFF)  # every TC bit set: L/D must be rewritten, rest kept
     per_colour = [0, 0]
     for t0, t1, retval, out in _run_marked(tr, frame, 9):
-        assert retval == TC_ACT_OK and len(out) == len(frame)
+        assert retval == TC_ACT_UNSPEC and len(out) == len(frame)
         c = colour_at(t0, PERIOD_NS)
         if c != colour_at(t1, PERIOD_NS):
             continue
@@ -460,7 +460,7 @@ def test_testrun_rfc9343_inserts_the_doh(tx_flows):
     per_colour = [0, 0]
     results = _run_marked(tr, frame, 6)
     for t0, t1, retval, out in results:
-        assert retval == TC_ACT_OK and len(out) == len(frame) + 8
+        assert retval == TC_ACT_UNSPEC and len(out) == len(frame) + 8
         assert out[20] == 60 and struct.unpack_from("!H", out, 18)[0] == struct.unpack_from("!H", frame, 18)[0] + 8
         assert out[:18] == frame[:18] and out[21:54] == frame[21:54] and out[62:] == frame[54:]
         c = colour_at(t0, PERIOD_NS)
@@ -489,13 +489,13 @@ def test_testrun_gso_packets_counted_per_segment(tx_flows):
         retval, out, _ = tr.tx.run(frame, ctx=skb_ctx(segs_in_ctx, gso_size))
         after = [tr.tx_maps.summed(slot, c) for c in (0, 1)]
         d = [tuple(a - b for a, b in zip(x, y)) for x, y in zip(after, before)]
-        assert retval == TC_ACT_OK and len(out) == len(frame)
+        assert retval == TC_ACT_UNSPEC and len(out) == len(frame)
         assert tclass_of(out) & D_WORD == 0  # never D-marked
         assert sorted(d) == sorted([(segs, ip_len + (segs - 1) * hdr, 0, 0), (0, 0, 0, 0)]), d
     before = stats(TX, tr.inst)
     frame = encapped(DOH_SIDS, payload=b"g" * 2000)
     retval, out, _ = tr.tx.run(frame, ctx=skb_ctx(2, 1000))
-    assert retval == TC_ACT_OK and out == frame
+    assert retval == TC_ACT_UNSPEC and out == frame
     assert delta(before, stats(TX, tr.inst)) == {"pass_gso_not_marked": 1}
 
 
@@ -549,7 +549,7 @@ def test_testrun_inconsistent_flow_entry_counted(tx_flows):
             before = stats(TX, tr.inst)
             frame = encapped(sids, tclass=0x04)
             retval, out, _ = tr.tx.run(frame)
-            assert retval == TC_ACT_OK and out == frame
+            assert retval == TC_ACT_UNSPEC and out == frame
             assert delta(before, stats(TX, tr.inst)) == {"pass_bad_slot": 1}, (slot, period, method, l_bit)
         finally:
             tr.tx_maps.del_flow(key)

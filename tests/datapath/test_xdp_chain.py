@@ -1,19 +1,21 @@
-"""XDP chaining: altmark_rx and a STAMP program on the same device (one native XDP program each).
+"""The XDP chain (datapath/xdp_chain.h, datapath/README.md "Chaining"): every XDP program of a node
+on any of its devices, in any combination and any order of attach and detach.
 
-altmark_rx counts, then tail-calls slot 0 of its pinned prog array altmark_rx_next; a STAMP program
-attached with `--behind altmark_rx` sits in that slot. Real programs on netlab line5
-(H1–A–R–B–H2, prefix `chain`, override with SEGSCOPE_CHAIN_TEST_PREFIX):
+On netlab fork3 (P1 —p1/b1— B —b2/p2— P2, prefix `xch`, override with SEGSCOPE_CHAIN_TEST_PREFIX)
+the members of MEMBERS join and leave B's two devices in three orders. After every step P1 and
+P2 each send, over their own link, packets of three kinds: a monitored flow (UDP with an SRH,
+both colours), STAMP test packets to B's reflector address and STAMP replies to B's sender
+port. What must happen follows from the members on each device, in role order, alone: each
+counts every packet it sees in exactly one counter and passes it on, or consumes it (the
+reflector answers a test packet, the collector collects a reply); what no member consumes
+reaches B's stack (no listener: Udp6NoPorts). Checked exactly, per program and per device:
+the stats counters, the replies P1/P2 receive (field by field), the collector's records, the
+flow's per-colour counters, B's Udp6NoPorts, the chain the loaders report, and that the
+dispatcher is on a device exactly while a member is. A role is one line of MEMBERS.
 
-- altmark_tx colours the monitored flow on A's a0 (A->B) and B's b0 (B->A); altmark_rx counts it on
-  B's b0 and A's a0;
-- the STAMP Session-Sender is a UDP socket on A (fc00:1::1, SRH via R), the reflector on B's b0 replies
-  via R (return SIDs [fc00:2::e]), and the collector on A's a0 consumes the replies.
-
-Checked: with the chain, the flow is counted exactly (tx == rx == sent, per colour) AND the STAMP
-program does its work (replies field by field, its counters); detaching the chained program gives
-altmark-only behaviour back (STAMP packets reach the stack); both orders of attaching work; the loaders'
-errors name the command to run; without --behind/--chain
-the loaders refuse a busy device as they always did.
+Also BPF_PROG_TEST_RUN through the dispatcher (a member's verdict and rewritten frame come out
+of the dispatcher's run, STAMP packets with a Hop-by-Hop header are counted and passed on), the
+loaders' refusals, and concurrent loaders of one instance.
 """
 
 from __future__ import annotations
@@ -23,527 +25,631 @@ import os
 import socket
 import subprocess
 import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 from collectors.ustamp.netutil import srh_option
 from segscope_schemas.stamp_test_packet import ReflectorPacket, ptp_to_ns
-from tests.datapath.altmark_env import RX, TX, Receiver, expect_all, list_flows, retry_on_path_loss, send_udp
-from tests.datapath.altmark_env import stats as am_stats
+from tests.datapath.altmark_env import (
+    POLICY,
+    encapped,
+    expect_all,
+    iface_counter,
+    ioam_hbh,
+    retry_on_path_loss,
+)
+from tests.datapath.altmark_env import (
+    TestRun as PinnedTestRun,
+)
+from tests.datapath.chain_env import (
+    XDP_DROP,
+    XDP_PASS,
+    XDP_TX,
+    DispatcherRun,
+    chain_of,
+    prog_id,
+    role_order,
+    xdp_program,
+)
 from tests.datapath.dp_env import (
-    COLLECTOR,
+    BUILD,
     PIN_ROOT,
-    REFLECTOR,
+    eth_ipv6,
+    parse_frame,
     recv_reply,
     run_tool,
     stamp_sender_payload,
     tai_ns,
     udp6_counter,
+    udp_datagram,
     udp_socket,
 )
 
 pytestmark = pytest.mark.datapath
 
-PREFIX = os.environ.get("SEGSCOPE_CHAIN_TEST_PREFIX", "chain")
-FWD_SIDS = "fc00:2::e,fc00:3::d6"  # A's policy to H2 (fd00:b::/64)
-REV_SIDS = "fc00:2::e,fc00:1::d6"  # B's policy to H1 (fd00:a::/64)
-FWD_FLOW, REV_FLOW = 11, 12
-PERIOD_MS = 50  # short blocks: a round of 60 packets 3.5 ms apart sees both colours
-SENDER_ADDR, REFLECTOR_ADDR, RETURN_SID = "fc00:1::1", "fc00:3::1", "fc00:2::e"
-HOPS = 57
+PREFIX = os.environ.get("SEGSCOPE_CHAIN_TEST_PREFIX", "xch")
+DEVS = ("b1", "b2")
+PEER = {"b1": ("P1", "fd00:31::1"), "b2": ("P2", "fd00:32::1")}  # who sends over which device of B
+REFLECTOR_ADDR, SENDER_ADDR, FLOW_DST = "fc00:3::1", "fc00:3::2", "fc00:3::f"  # on B's loopback
+TEST_SSID, REPLY_SSID, SENDER_PORT, FLOW_PORT = 21, 22, 50022, 9000
+HOPS = 50
+# packets per round and device, different everywhere: one counted on the wrong device shows
+SENT = {
+    "b1": {"flow0": 3, "flow1": 4, "test": 5, "reply": 6},
+    "b2": {"flow0": 4, "flow1": 2, "test": 3, "reply": 5},
+}
 
 
-class ChainLab:
+# ---------------------------------------------------------------- the members
+
+
+def _altmark_setup(fork: "Fork") -> None:
+    fork.member_run("altmark_rx", "add-flow", "--sids", FLOW_DST, "--flow-id", "7", "--method", "dscp",
+                    "--period-ms", "1000")  # fmt: skip
+
+
+def _ioam_setup(fork: "Fork") -> None:
+    fork.member_run("ioam_rx", "add-flow", "--sids", FLOW_DST, "--flow-id", "7", "--namespace-id", "1")
+
+
+def _collector_setup(fork: "Fork") -> None:
+    fork.member_run("stamp_collector", "activate", "--ssid", str(REPLY_SSID), "--port", str(SENDER_PORT))
+
+
+def _reflector_setup(fork: "Fork") -> None:
+    fork.member_run("stamp_reflector", "add-address", REFLECTOR_ADDR)
+    fork.member_run("stamp_reflector", "add-session", "--ssid", str(TEST_SSID))
+
+
+@dataclass(frozen=True)
+class Member:
+    """A role of the chain as these tests drive it: how its loader names the instance, what it needs
+    after its first attach, and its verdict on each kind of packet the test sends: (the one stats
+    counter the packet lands in, whether the member consumes it)."""
+
+    role: str  # xdp_chain.h role name = loader = pin directory
+    by_instance: bool  # --instance NAME (alternate-marking loaders) or --pin-dir DIR (STAMP)
+    setup: Callable[["Fork"], None]
+    verdicts: dict[str, tuple[str, bool]]
+    attach_args: tuple[str, ...] = ()  # what its loader's attach needs besides device and names
+
+
+MEMBERS = sorted(
+    [
+        Member("altmark_rx", True, _altmark_setup,
+               {"flow": ("counted_dscp", False), "test": ("pass_no_srh", False), "reply": ("pass_no_srh", False)}),
+        Member("ioam_rx", True, _ioam_setup,
+               {"flow": ("pass_no_hbh", False), "test": ("pass_no_hbh", False), "reply": ("pass_no_hbh", False)},
+               ("--node-id", "3")),
+        Member("stamp_collector", False, _collector_setup,
+               {"flow": ("pass_not_stamp_reply", False), "test": ("pass_not_stamp_reply", False),
+                "reply": ("collected", True)}),
+        Member("stamp_reflector", False, _reflector_setup,
+               {"flow": ("pass_not_local_addr", False), "test": ("reflected", True),
+                "reply": ("pass_not_local_addr", False)}),
+    ],
+    key=lambda m: role_order().index(m.role),
+)  # fmt: skip
+BY_ROLE = {m.role: m for m in MEMBERS}
+A, I, C, R = "altmark_rx", "ioam_rx", "stamp_collector", "stamp_reflector"
+
+
+class Fork:
+    """B of the fork3 lab and its instance's members."""
+
     def __init__(self, lab):
         self.lab = lab
-        self.inst = {"A": f"{PREFIX}-A", "B": f"{PREFIX}-B"}
-        self.dev = {"A": "a0", "B": "b0"}
+        self.ns = lab.ns("B")
+        self.inst = f"{PREFIX}-B"
+        self.on: dict[str, set[str]] = {m.role: set() for m in MEMBERS}  # role -> devices it runs on
 
-    def ns(self, node: str) -> str:
-        return self.lab.ns(node)
+    def pin(self, role: str) -> Path:
+        return PIN_ROOT / self.inst / role
 
-    def pin_dir(self, node: str, prog: str) -> Path:
-        return PIN_ROOT / self.inst[node] / prog
+    def names(self, role: str) -> list[str]:
+        return ["--instance", self.inst] if BY_ROLE[role].by_instance else ["--pin-dir", str(self.pin(role))]
 
-    def where(self, node: str) -> list[str]:
-        return ["--netns", self.ns(node), "--dev", self.dev[node]]
+    def loader(self, role: str, cmd: str, dev: str, check: bool = True) -> subprocess.CompletedProcess:
+        extra = BY_ROLE[role].attach_args if cmd == "attach" else ()
+        return run_tool(BUILD / role, cmd, "--netns", self.ns, "--dev", dev, *self.names(role), *extra, check=check)
 
-    def attach_rx(self, node: str) -> None:
-        """altmark_rx on the node's SRv6 device, with the flow arriving there."""
-        run_tool(RX, "attach", *self.where(node), "--instance", self.inst[node])
-        sids, flow = (FWD_SIDS, FWD_FLOW) if node == "B" else (REV_SIDS, REV_FLOW)
-        run_tool(
-            RX,
-            "add-flow",
-            "--instance",
-            self.inst[node],
-            "--sids",
-            sids,
-            "--flow-id",
-            str(flow),
-            "--method",
-            "dscp",
-            "--period-ms",
-            str(PERIOD_MS),
-        )
+    def member_run(self, role: str, cmd: str, *args: str) -> subprocess.CompletedProcess:
+        return run_tool(BUILD / role, cmd, *self.names(role), *args)
 
-    def detach_rx(self, node: str, check: bool = True):
-        return run_tool(RX, "detach", *self.where(node), "--instance", self.inst[node], check=check)
+    def join(self, role: str, dev: str) -> None:
+        first = not self.on[role]
+        self.loader(role, "attach" if first else "attach-dev", dev)
+        if first:
+            BY_ROLE[role].setup(self)
+        self.on[role].add(dev)
 
-    def stamp(self, node: str, *extra: str, check: bool = True):
-        """attach the node's STAMP program (reflector on B, collector on A), extra e.g. --behind altmark_rx."""
-        tool, prog = (REFLECTOR, "stamp_reflector") if node == "B" else (COLLECTOR, "stamp_collector")
-        p = run_tool(tool, "attach", *self.where(node), "--pin-dir", str(self.pin_dir(node, prog)), *extra, check=check)
-        if p.returncode == 0 and node == "B":
-            d = str(self.pin_dir("B", "stamp_reflector"))
-            run_tool(REFLECTOR, "add-address", "--pin-dir", d, REFLECTOR_ADDR)
-            for ssid in (21, 22):
-                run_tool(
-                    REFLECTOR,
-                    "add-session",
-                    "--pin-dir",
-                    d,
-                    "--ssid",
-                    str(ssid),
-                    "--sender",
-                    SENDER_ADDR,
-                    "--return-sids",
-                    RETURN_SID,
-                )
-        return p
+    def leave(self, role: str, dev: str) -> None:
+        """detach-dev while the member runs on another device too, else detach (pins go)."""
+        last = self.on[role] == {dev}
+        self.loader(role, "detach" if last else "detach-dev", dev)
+        self.on[role].discard(dev)
+        assert self.pin(role).exists() != last
 
-    def unstamp(self, node: str, check: bool = True):
-        tool, prog = (REFLECTOR, "stamp_reflector") if node == "B" else (COLLECTOR, "stamp_collector")
-        return run_tool(tool, "detach", *self.where(node), "--pin-dir", str(self.pin_dir(node, prog)), check=check)
+    def leave_all(self, role: str) -> None:
+        """`detach` on one device takes the member off every device it runs on."""
+        p = self.loader(role, "detach", sorted(self.on[role])[0])
+        for dev in sorted(self.on[role])[1:]:
+            assert f"{role} also left {dev}" in p.stdout
+        self.on[role] = set()
+        assert not self.pin(role).exists()
 
-    def xdp_prog_name(self, node: str) -> str:
-        out = self.lab.run(node, ["ip", "-j", "link", "show", "dev", self.dev[node]], check=True).stdout
-        link = json.loads(out)[0]
-        return link.get("xdp", {}).get("prog", {}).get("name", "")
+    def state(self) -> dict[str, list[str]]:
+        """device -> the roles on it, in the order a packet visits them."""
+        return {d: [m.role for m in MEMBERS if d in self.on[m.role]] for d in DEVS}
 
-    def chained_id(self, node: str) -> int | None:
-        """The program id in altmark_rx_next of the node (None: empty)."""
-        rows = bpftool("map", "dump", "pinned", str(self.pin_dir(node, "altmark_rx") / "altmark_rx_next"))
-        if not rows:
-            return None
-        value = rows[0]["value"]  # hex bytes (the prog array has no BTF), little endian
-        return int.from_bytes(bytes(int(b, 16) for b in value), "little") if isinstance(value, list) else value
-
-
-def bpftool(*args: str):
-    return json.loads(subprocess.run(["bpftool", "-j", *args], capture_output=True, text=True, check=True).stdout)
+    def stats(self, role: str) -> dict[str, int]:
+        return json.loads(self.member_run(role, "stats", "--json").stdout)
 
 
 @pytest.fixture(scope="module")
-def chain(am_build):
+def fork(datapath_build):
     from netlab import Lab
 
-    with Lab.up("netlab/topologies/line5.yaml", prefix=PREFIX) as lab:
-        c = ChainLab(lab)
-        for node, sids, flow in (("A", FWD_SIDS, FWD_FLOW), ("B", REV_SIDS, REV_FLOW)):
-            run_tool(TX, "attach", *c.where(node), "--instance", c.inst[node])
-            run_tool(
-                TX,
-                "add-flow",
-                "--instance",
-                c.inst[node],
-                "--sids",
-                sids,
-                "--flow-id",
-                str(flow),
-                "--method",
-                "dscp",
-                "--period-ms",
-                str(PERIOD_MS),
-            )
-        for node in ("A", "B"):
-            c.attach_rx(node)
-        lab.run("H1", ["ping", "-6", "-c", "1", "-W", "2", "fd00:b::1"])  # neighbours warm
-        lab.run("H2", ["ping", "-6", "-c", "1", "-W", "2", "fd00:a::1"])
+    with Lab.up("netlab/topologies/fork3.yaml", prefix=PREFIX) as lab:
+        f = Fork(lab)
+        time.sleep(1.0)  # let the address setup's MLD reports pass before counting packets
         try:
-            yield c
+            yield f
         finally:
-            for node in ("A", "B"):
-                c.unstamp(node, check=False)
-                c.detach_rx(node, check=False)
-                run_tool(TX, "detach", *c.where(node), "--instance", c.inst[node], check=False)
+            for m in reversed(MEMBERS):
+                if f.on[m.role]:
+                    f.loader(m.role, "detach", sorted(f.on[m.role])[0], check=False)
 
 
-# ---------------------------------------------------------------- altmark: exact counts
+# ---------------------------------------------------------------- traffic and its ground truth
 
 
-def flow_packets(tool: Path, inst: str) -> list[int]:
-    """Packets per colour of the instance's only flow."""
-    (flow,) = list_flows(tool, inst)
-    return [flow["counters"][0]["packets"], flow["counters"][1]["packets"]]
+class Peers:
+    """The sockets of P1 and P2: flow (with an SRH, both colours), STAMP test packets (and their
+    replies from B's reflector), STAMP replies to B's Session-Sender port."""
+
+    def __init__(self, fork: Fork):
+        self.flow, self.test, self.reply = {}, {}, {}
+        for dev, (node, addr) in PEER.items():
+            ns = fork.lab.ns(node)
+            self.flow[dev] = udp_socket(ns, addr, 40000)
+            self.flow[dev].setsockopt(socket.IPPROTO_IPV6, socket.IPV6_RTHDR, srh_option(FLOW_DST, []))
+            self.test[dev] = udp_socket(ns, addr, 50000 + TEST_SSID)
+            self.test[dev].setsockopt(socket.IPPROTO_IPV6, socket.IPV6_UNICAST_HOPS, HOPS)
+            self.reply[dev] = udp_socket(ns, addr, 862)
+        self.seq = 0
+
+    def close(self) -> None:
+        for group in (self.flow, self.test, self.reply):
+            for s in group.values():
+                s.close()
+
+    def send(self, dev: str, sent: dict[str, int]) -> dict:
+        """Send one round over dev; returns what was sent that the answers must match."""
+        self.seq += 1000
+        out = {"t1": {}, "replies": {}}
+        for colour in (0, 1):
+            self.flow[dev].setsockopt(socket.IPPROTO_IPV6, socket.IPV6_TCLASS, 0x04 * colour)
+            for _ in range(sent[f"flow{colour}"]):
+                self.flow[dev].sendto(b"f" * 64, (FLOW_DST, FLOW_PORT))
+                time.sleep(0.0005)
+        for i in range(sent["test"]):
+            seq = self.seq + i
+            out["t1"][seq] = tai_ns()
+            self.test[dev].sendto(stamp_sender_payload(seq, TEST_SSID, out["t1"][seq]), (REFLECTOR_ADDR, 862))
+            time.sleep(0.0005)
+        for i in range(sent["reply"]):
+            seq = self.seq + 500 + i
+            t1 = tai_ns() - 3_000_000
+            r = ReflectorPacket(seq, (t1 // 10**9) + 1, 2000, 0x8001, REPLY_SSID, t1 // 10**9 + 1, 1000, seq,
+                                t1 // 10**9, t1 % 10**9, 0x8001, 63)  # fmt: skip
+            out["replies"][seq] = (t1 // 10**9) * 10**9 + t1 % 10**9
+            self.reply[dev].sendto(r.encode(), (SENDER_ADDR, SENDER_PORT))
+            time.sleep(0.0005)
+        return out
+
+    def replies(self, dev: str, want: int, wait_s: float) -> list[tuple[ReflectorPacket, tuple, int]]:
+        got = []
+        sock = self.test[dev]
+        end = time.monotonic() + wait_s
+        while time.monotonic() < end and (len(got) < want or want == 0):
+            sock.settimeout(max(0.01, end - time.monotonic()))
+            try:
+                data, peer, hop, _rthdr = recv_reply(sock)
+            except socket.timeout:
+                break
+            got.append((ReflectorPacket.decode(data[:44]), peer, hop))
+        return got
 
 
-def softnet_drops() -> int:
-    """Packets the kernel dropped because a CPU's backlog was full (all namespaces: other users' load)."""
-    rows = Path("/proc/net/softnet_stat").read_text().splitlines()
-    return sum(int(r.split()[1], 16) for r in rows)
-
-
-def check_altmark_exact(c: ChainLab, direction: str = "fwd", n: int = 60) -> None:
-    """n datagrams over a monitored policy, across >= 2 colour periods: per colour, tx == rx, and the
-    sums == n (every one delivered, else the whole measurement is repeated)."""
-    src, dst, sink, tx_node, rx_node = (
-        ("H1", "fd00:b::1", "H2", "A", "B") if direction == "fwd" else ("H2", "fd00:a::1", "H1", "B", "A")
-    )
-
-    def once() -> None:
-        tx0, rx0 = flow_packets(TX, c.inst[tx_node]), flow_packets(RX, c.inst[rx_node])
-        drops0 = softnet_drops()
-        rx_stats0 = am_stats(RX, c.inst[rx_node])
-        recv = Receiver(c.ns(sink))
-        try:
-            # gap: the n packets span > 4 colour periods (both colours counted)
-            send_udp(c.ns(src), dst, n, cpus=[0, 1], gap_s=0.0035)
-            got = recv.drain(n)
-        finally:
-            recv.close()
-        tx = [a - b for a, b in zip(flow_packets(TX, c.inst[tx_node]), tx0)]
-        rx = [a - b for a, b in zip(flow_packets(RX, c.inst[rx_node]), rx0)]
-        expect_all(
-            f"{direction} datagrams delivered (tx {tx}, rx {rx}, backlog drops {softnet_drops() - drops0})", len(got), n
-        )
-        assert tx == rx, (tx, rx)
-        assert sum(tx) == n and min(tx) > 0, tx  # both colours seen
-        assert am_stats(RX, c.inst[rx_node])["counted_dscp"] - rx_stats0["counted_dscp"] == n
-
-    retry_on_path_loss(once, attempts=6)
-
-
-# ---------------------------------------------------------------- STAMP
-
-
-def stamp_sender(c: ChainLab, ssid: int) -> socket.socket:
-    """Session-Sender on A: fc00:1::1 port 50000+ssid, to fc00:3::1 through R (SRH [fc00:2::e])."""
-    s = udp_socket(c.ns("A"), SENDER_ADDR, 50000 + ssid)
-    s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_UNICAST_HOPS, HOPS)
-    s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_RTHDR, srh_option(REFLECTOR_ADDR, [RETURN_SID]))
-    return s
-
-
-def send_stamp(sock: socket.socket, ssid: int, n: int, seq0: int = 0) -> list[int]:
-    t1s = []
-    for seq in range(seq0, seq0 + n):
-        t1 = tai_ns()
-        sock.sendto(stamp_sender_payload(seq, ssid, t1), (REFLECTOR_ADDR, 862))
-        t1s.append(t1)
-        time.sleep(0.001)
-    return t1s
-
-
-def drain(sock: socket.socket) -> None:
-    """Drop late replies of an earlier attempt."""
-    while not no_reply(sock, 0.05):
-        pass
-
-
-_seq_base = [0]
-
-
-def next_seq0() -> int:
-    """A fresh sequence range per round, so a late reply of a repeated round is never taken for one of this."""
-    _seq_base[0] += 1000
-    return _seq_base[0]
-
-
-def reflect_round(c: ChainLab, sock: socket.socket, ssid: int, n: int) -> None:
-    """n test packets from A; n replies come back through R to A's socket as the reflector wrote them,
-    and its `reflected` counter moves by n. A packet lost outside the programs (a veth backlog
-    overflow while the shared cores are busy) repeats the round; the checks are never loosened."""
-
-    def once() -> None:
-        drain(sock)
-        before = refl_stats(c)["reflected"]
-        seq0 = next_seq0()
-        t1s = send_stamp(sock, ssid, n, seq0)
-        got: set[int] = set()
-        sock.settimeout(1.0)
-        try:
-            while len(got) < n:
-                try:
-                    data, peer, hop, rthdr = recv_reply(sock)
-                except socket.timeout:
+def expected(state: dict[str, list[str]]) -> dict:
+    """What the round must produce, from the members on each device in role order alone."""
+    counters = {m.role: Counter() for m in MEMBERS}
+    out = {"counters": counters, "stack": 0, "replies": {}, "records": 0, "flow": [0, 0]}
+    for dev, sent in SENT.items():
+        out["replies"][dev] = 0
+        for kind, n in sent.items():
+            base = kind.rstrip("01")
+            for role in state[dev]:
+                counter, consumed = BY_ROLE[role].verdicts[base]
+                counters[role][counter] += n
+                if counter == "counted_dscp":
+                    out["flow"][int(kind[-1])] += n
+                if consumed:
+                    out["replies"][dev] += n if counter == "reflected" else 0
+                    out["records"] += n if counter == "collected" else 0
                     break
-                t_recv = tai_ns()
-                r = ReflectorPacket.decode(data[:44])
-                assert r.ssid == ssid and r.seq == r.sender_seq and seq0 <= r.seq < seq0 + n, (r.seq, seq0)
-                assert peer[:2] == (REFLECTOR_ADDR, 862)
-                # hop limits: the sender's 57 minus R (End) on the way in; 255 minus R on the way back
-                assert r.sender_ttl == HOPS - 1 and hop == 254
-                assert rthdr is not None  # the return SRH the reflector wrote ([sender, fc00:2::e])
-                t1 = t1s[r.seq - seq0]
-                t2, t3 = ptp_to_ns(r.rx_sec, r.rx_frac, t_recv), ptp_to_ns(r.ts_sec, r.ts_frac, t_recv)
-                assert t1 <= t2 <= t3 <= t_recv
-                got.add(r.seq)
+            else:
+                out["stack"] += n
+    return out
+
+
+def flow_packets(fork: Fork) -> list[int]:
+    if not fork.on["altmark_rx"]:
+        return [0, 0]
+    flows = json.loads(fork.member_run("altmark_rx", "list-flows", "--json").stdout)["flows"]
+    return [c["packets"] for c in flows[0]["counters"]]
+
+
+def check_round(fork: Fork, peers: Peers) -> None:
+    """One round of traffic over both devices against the current chain; exact. A packet the kernel
+    drops outside the programs (a veth backlog under other load: the device's rx count says so)
+    repeats the round, never loosens it."""
+    state = fork.state()
+    want = expected(state)
+    pinned = [m.role for m in MEMBERS if fork.on[m.role]]
+
+    def once() -> None:
+        if fork.on["stamp_collector"]:  # records of an earlier attempt
+            fork.member_run("stamp_collector", "dump", "--timeout-ms", "50")
+        for dev in DEVS:
+            while peers.replies(dev, 0, 0.02):
+                pass
+        before = {role: fork.stats(role) for role in pinned}
+        rx0 = {d: iface_counter(fork.ns, d, "rx_packets") for d in DEVS}
+        no_ports0, flow0 = udp6_counter(fork.ns, "Udp6NoPorts"), flow_packets(fork)
+        sent = {dev: peers.send(dev, SENT[dev]) for dev in DEVS}
+        replies = {dev: peers.replies(dev, want["replies"][dev], 1.5 if want["replies"][dev] else 0.2) for dev in DEVS}
+        time.sleep(0.1)
+        rx = {d: iface_counter(fork.ns, d, "rx_packets") - rx0[d] for d in DEVS}
+        for dev in DEVS:  # every packet sent reached B's device, and nothing else did
+            expect_all(f"packets received on {dev}", rx[dev], sum(SENT[dev].values()))
+        records = []
+        if fork.on["stamp_collector"]:
+            out = run_tool(BUILD / "stamp_collector", "dump", *fork.names("stamp_collector"), "--count",
+                           str(want["records"]), "--timeout-ms", "1000", check=False).stdout  # fmt: skip
+            records = [json.loads(line) for line in out.splitlines()]
+        got = {
+            role: {k: v - before[role][k] for k, v in fork.stats(role).items() if v != before[role][k]}
+            for role in pinned
+        }
+        for dev in DEVS:
+            expect_all(
+                f"STAMP replies on {dev} ({got.get('stamp_reflector')})", len(replies[dev]), want["replies"][dev]
+            )
+        expect_all(f"collector records ({got.get('stamp_collector')})", len(records), want["records"])
+        # every packet in exactly one counter of each program, the one its role gives it
+        assert got == {role: dict(want["counters"][role]) for role in pinned}, (state, got)
+        assert udp6_counter(fork.ns, "Udp6NoPorts") - no_ports0 == want["stack"], state
+        assert [a - b for a, b in zip(flow_packets(fork), flow0)] == want["flow"], state
+        for dev in DEVS:  # the reflector's answers, field by field
+            t_recv = tai_ns()
+            assert {r.sender_seq for r, _, _ in replies[dev]} == (set(sent[dev]["t1"]) if R in state[dev] else set())
+            for r, peer, hop in replies[dev]:
+                t1 = sent[dev]["t1"][r.sender_seq]
+                assert (r.ssid, r.seq, peer[:2], hop) == (TEST_SSID, r.sender_seq, (REFLECTOR_ADDR, 862), 255)
+                assert r.sender_ttl == HOPS
+                assert t1 <= ptp_to_ns(r.rx_sec, r.rx_frac, t_recv) <= ptp_to_ns(r.ts_sec, r.ts_frac, t_recv) <= t_recv
+        # the collector's records: one per reply sent to a device it runs on, with that reply's T1
+        collected = {seq: (dev, t1) for dev in DEVS if C in state[dev] for seq, t1 in sent[dev]["replies"].items()}
+        assert sorted(r["sender_seq"] for r in records) == sorted(collected)
+        for r in records:
+            dev, t1 = collected[r["sender_seq"]]
+            assert (r["ssid"], r["t1_ns"], r["ifindex"]) == (REPLY_SSID, t1, fork.lab.ifindex("B", dev)), r
+
+    retry_on_path_loss(once, attempts=5)
+
+
+def check_chain(fork: Fork) -> None:
+    """The loaders' view of the chain and the devices' XDP program follow the members exactly."""
+    state = fork.state()
+    ids = {m.role: prog_id(fork.pin(m.role) / "prog") for m in MEMBERS if fork.on[m.role]}
+    shown = chain_of(fork.ns, fork.inst)
+    assert {dev: [(e["role"], e["id"]) for e in members] for dev, members in shown.items()} == {
+        dev: [(role, ids[role]) for role in roles] for dev, roles in state.items() if roles
+    }
+    for dev, roles in state.items():
+        assert xdp_program(fork.ns, dev) == ("xdp_chain" if roles else None), (dev, roles)
+    assert (PIN_ROOT / fork.inst / "xdp_chain").exists() == any(state.values())
+
+
+# ---------------------------------------------------------------- (a) every combination, several orders
+
+SEQUENCES = {
+    # role order, device by device; the first member leaves first
+    "in_role_order": [("+", A, "b1"), ("+", C, "b1"), ("+", R, "b1"), ("+", A, "b2"), ("+", C, "b2"),
+                      ("+", R, "b2"), ("-", A, "b1"), ("-", C, "b1"), ("-", R, "b1"), ("-", A, "b2"),
+                      ("-", C, "b2"), ("-", R, "b2")],
+    # reverse role order, devices interleaved; the middle member leaves first
+    "reverse_interleaved": [("+", R, "b2"), ("+", R, "b1"), ("+", C, "b2"), ("+", C, "b1"), ("+", A, "b2"),
+                            ("+", A, "b1"), ("-", C, "b1"), ("-", C, "b2"), ("-", A, "b2"), ("-", R, "b1"),
+                            ("x", R, ""), ("-", A, "b1")],
+    # members alone and in pairs; `detach` of a member on both devices at once
+    "mixed": [("+", C, "b1"), ("+", C, "b2"), ("+", A, "b2"), ("+", R, "b1"), ("x", C, ""), ("-", R, "b1"),
+              ("+", A, "b1"), ("x", A, "")],
+}  # fmt: skip
+
+
+def _gray_walk() -> list[tuple[str, str, str]]:
+    """Every subset of MEMBERS on each device, one join or leave per step: a reflected Gray code
+    over the roles, b1 in role order and b2 in reverse role order, the devices' steps interleaved,
+    then the members still on a device leave."""
+    roles = [m.role for m in MEMBERS]
+    steps: list[tuple[str, str, str]] = []
+    on: dict[str, set[str]] = {d: set() for d in DEVS}
+    for k in range(1, 1 << len(roles)):
+        bit = (k & -k).bit_length() - 1  # the bit the Gray code flips at step k
+        for dev, order in (("b1", roles), ("b2", roles[::-1])):
+            role = order[bit]
+            steps.append(("-" if role in on[dev] else "+", role, dev))
+            on[dev] ^= {role}
+    steps += [("-", role, dev) for dev in DEVS for role in sorted(on[dev])]
+    return steps
+
+
+SEQUENCES["gray"] = _gray_walk()
+SEEN: dict[str, set[tuple[str, ...]]] = {d: set() for d in DEVS}
+
+
+@pytest.mark.parametrize("order", list(SEQUENCES))
+def test_every_member_combination_on_both_devices(fork, order):
+    peers = Peers(fork)
+    try:
+        check_chain(fork)
+        check_round(fork, peers)
+        for op, role, dev in SEQUENCES[order]:
+            {"+": fork.join, "-": fork.leave}[op](role, dev) if op != "x" else fork.leave_all(role)
+            check_chain(fork)
+            check_round(fork, peers)
+            for d, roles in fork.state().items():
+                SEEN[d].add(tuple(roles))
+        assert fork.state() == {d: [] for d in DEVS}
+        assert not (PIN_ROOT / fork.inst).exists()  # the chain's pins went with its last device
+    finally:
+        peers.close()
+
+
+def test_every_subset_of_members_ran_on_each_device(fork):
+    """The orders above put every subset of the members on each device at some step."""
+    if any(not SEEN[d] for d in DEVS):
+        pytest.skip("needs test_every_member_combination_on_both_devices in the same session")
+    roles = [m.role for m in MEMBERS]
+    subsets = {tuple(r for i, r in enumerate(roles) if mask >> i & 1) for mask in range(1 << len(roles))}
+    for dev in DEVS:
+        assert SEEN[dev] | {()} >= subsets, (dev, subsets - SEEN[dev])
+
+
+# ---------------------------------------------------------------- refusals and concurrency
+
+
+def test_refusals_name_what_is_there(fork):
+    f = fork
+    f.join(R, "b1")
+    try:
+        refl = prog_id(f.pin(R) / "prog")
+        # a role's slot holds one program per device
+        p = f.loader(R, "attach-dev", "b1", check=False)
+        assert p.returncode == 1 and f"b1 already runs stamp_reflector (program {refl})" in p.stderr, p.stderr
+        # a device running another XDP program is not taken over: named, nothing left behind
+        f.lab.run("B", ["ip", "link", "set", "dev", "b2", "xdpdrv", "obj", "build/netlab/xdp_pass.bpf.o", "sec", "xdp"],
+                  check=True)  # fmt: skip
+        try:
+            other = json.loads(f.lab.run("B", ["ip", "-j", "link", "show", "dev", "b2"], check=True).stdout)[0]["xdp"][
+                "prog"
+            ]["id"]
+            for role in (A, C):
+                p = f.loader(role, "attach", "b2", check=False)
+                assert p.returncode == 1 and f"b2 runs program {other} (xdp_pass), not the XDP chain" in p.stderr
+                assert not f.pin(role).exists()
+            p = f.loader(R, "attach-dev", "b2", check=False)
+            assert p.returncode == 1 and f"program {other} (xdp_pass)" in p.stderr
         finally:
-            sock.settimeout(2.0)
-        reflected = refl_stats(c)["reflected"] - before
-        expect_all(f"STAMP replies (reflected {reflected})", len(got), n)
-        assert reflected == n
-
-    retry_on_path_loss(once)
-
-
-def refl_stats(c: ChainLab) -> dict[str, int]:
-    return json.loads(
-        run_tool(REFLECTOR, "stats", "--pin-dir", str(c.pin_dir("B", "stamp_reflector")), "--json").stdout
-    )
-
-
-def no_reply(sock: socket.socket, wait_s: float = 0.3) -> bool:
-    sock.settimeout(wait_s)
-    try:
-        recv_reply(sock)
-    except socket.timeout:
-        return True
+            f.lab.run("B", ["ip", "link", "set", "dev", "b2", "xdpdrv", "off"], check=True)
+        # another instance's chain on b1 is another program too
+        other_pin = PIN_ROOT / f"{PREFIX}-Bx" / "stamp_collector"
+        p = run_tool(BUILD / C, "attach", "--netns", f.ns, "--dev", "b1", "--pin-dir", str(other_pin), check=False)
+        assert p.returncode == 1 and "(xdp_chain), not the XDP chain of" in p.stderr, p.stderr
+        assert not other_pin.parent.exists()
+        # leaving where the member does not run
+        p = f.loader(R, "detach-dev", "b2", check=False)
+        assert p.returncode == 1 and "b2 is not in the XDP chain" in p.stderr
+        f.join(A, "b2")
+        p = f.loader(R, "detach-dev", "b2", check=False)
+        assert p.returncode == 1 and "no stamp_reflector runs on b2" in p.stderr
+        check_chain(f)
     finally:
-        sock.settimeout(2.0)
-    return False
+        for role in (A, R):
+            if f.on[role]:
+                f.leave_all(role)
+    check_chain(f)
+    # bad arguments name the flag (exit 2); the old chaining options are gone
+    p = run_tool(BUILD / R, "attach", "--netns", f.ns, "--pin-dir", str(f.pin(R)), check=False)
+    assert p.returncode == 2 and "missing required --dev" in p.stderr
+    p = run_tool(BUILD / R, "attach", "--netns", f.ns, "--dev", "b1", "--pin-dir", str(f.pin(R)), "--behind",
+                 "altmark_rx", check=False)  # fmt: skip
+    assert p.returncode == 2 and not f.pin(R).exists()
+    p = run_tool(BUILD / A, "attach", "--netns", f.ns, "--dev", "b1", "--instance", f.inst, "--chain", check=False)
+    assert p.returncode == 2 and not f.pin(A).exists()
+    p = run_tool(BUILD / "altmark_tx", "chain", "--instance", f.inst, check=False)
+    assert p.returncode == 2 and "altmark_tx is a TC program" in p.stderr
+    p = run_tool(BUILD / R, "chain", "--netns", f"{PREFIX}-nope", "--pin-dir", str(f.pin(R)), check=False)
+    assert p.returncode == 1 and "--netns" in p.stderr
+    assert chain_of(f.ns, f.inst) == {}
 
 
-# ---------------------------------------------------------------- tests
+def test_concurrent_loaders_of_one_instance(fork):
+    """Loaders of one instance started at the same moment wait for each other (the chain's lock):
+    every attach and every detach succeeds, and the chain is whole in between."""
+    f = fork
 
+    def start(cmd: str, role: str, dev: str) -> subprocess.Popen:
+        extra = BY_ROLE[role].attach_args if cmd == "attach" else ()
+        return subprocess.Popen([str(BUILD / role), cmd, "--netns", f.ns, "--dev", dev, *f.names(role), *extra],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
 
-def test_reflector_behind_altmark_rx(chain):
-    c = chain
-    check_altmark_exact(c)  # altmark only, as before
-    p = c.stamp("B", "--behind", "altmark_rx")
-    assert "chained behind altmark_rx on b0" in p.stdout
-    assert c.xdp_prog_name("B") == "altmark_rx"  # the device still runs altmark_rx ...
-    refl_id = bpftool("prog", "show", "pinned", str(c.pin_dir("B", "stamp_reflector") / "prog"))["id"]
-    assert c.chained_id("B") == refl_id  # ... and the reflector in its slot
+    procs = [start("attach", m.role, "b1") for m in MEMBERS]
+    assert [p.wait() for p in procs] == [0] * len(procs), [p.stderr.read() for p in procs]
+    for m in MEMBERS:
+        f.on[m.role].add("b1")
+        m.setup(f)
+    procs = [start("attach-dev", m.role, "b2") for m in MEMBERS]
+    assert [p.wait() for p in procs] == [0] * len(procs), [p.stderr.read() for p in procs]
+    for m in MEMBERS:
+        f.on[m.role].add("b2")
+    check_chain(f)
+    peers = Peers(f)
     try:
-        before_rx = am_stats(RX, c.inst["B"])
-        sock = stamp_sender(c, 21)
-        reflect_round(c, sock, 21, 20)
-        after_refl, after_rx = refl_stats(c), am_stats(RX, c.inst["B"])
-        # altmark_rx saw them first: SRH [fc00:3::1, fc00:2::e] is not a monitored SID list
-        assert after_rx["pass_unmonitored"] - before_rx["pass_unmonitored"] >= 20
-        check_altmark_exact(c)  # and the flow is still counted exactly
-        # all the flow's packets went through the reflector too: foreign traffic, passed by it
-        assert refl_stats(c)["pass_not_local_addr"] - after_refl["pass_not_local_addr"] >= 60
+        check_round(f, peers)
     finally:
-        p = c.unstamp("B")
-    assert "removed from the chain" in p.stdout
-    assert c.chained_id("B") is None and not c.pin_dir("B", "stamp_reflector").exists()
-
-    # altmark-only again: STAMP packets reach B's stack (nobody listens on 862), no reply
-    def to_stack() -> None:
-        no_ports0 = udp6_counter(c.ns("B"), "Udp6NoPorts")
-        send_stamp(sock, 21, 5, next_seq0())
-        assert no_reply(sock)
-        expect_all("STAMP packets at B's stack", udp6_counter(c.ns("B"), "Udp6NoPorts") - no_ports0, 5)
-
-    retry_on_path_loss(to_stack)
-    sock.close()
-    check_altmark_exact(c)
+        peers.close()
+    procs = [start("detach", m.role, "b1") for m in MEMBERS]
+    assert [p.wait() for p in procs] == [0] * len(procs), [p.stderr.read() for p in procs]
+    for m in MEMBERS:
+        f.on[m.role] = set()
+    check_chain(f)
+    assert not (PIN_ROOT / f.inst).exists()
 
 
-def test_collector_behind_altmark_rx(chain):
-    c = chain
-    c.stamp("B", "--behind", "altmark_rx")  # reflector chained on B, collector on A
-    coll = str(c.pin_dir("A", "stamp_collector"))
-    try:
-        p = c.stamp("A", "--behind", "altmark_rx")
-        assert "chained behind altmark_rx on a0" in p.stdout
-        assert c.xdp_prog_name("A") == "altmark_rx"
-        run_tool(COLLECTOR, "activate", "--pin-dir", coll, "--ssid", "22", "--port", "50022")
-        sock = stamp_sender(c, 22)
-
-        def collect() -> None:
-            run_tool(COLLECTOR, "dump", "--pin-dir", coll, "--timeout-ms", "50", check=False)  # stale ones
-            before = json.loads(run_tool(COLLECTOR, "stats", "--pin-dir", coll, "--json").stdout)
-            seq0 = next_seq0()
-            t1s = send_stamp(sock, 22, 15, seq0)
-            out = run_tool(
-                COLLECTOR, "dump", "--pin-dir", coll, "--count", "15", "--timeout-ms", "2000", check=False
-            ).stdout
-            recs = [json.loads(line) for line in out.splitlines()]
-            for r in recs:
-                assert seq0 <= r["sender_seq"] < seq0 + 15 and r["ssid"] == 22
-                t1 = t1s[r["sender_seq"] - seq0]
-                assert r["t1_ns"] == t1 and t1 <= r["t2_ns"] <= r["t3_ns"] <= r["t4_ns"]
-            assert len({r["sender_seq"] for r in recs}) == len(recs)  # one record each
-            after = json.loads(run_tool(COLLECTOR, "stats", "--pin-dir", coll, "--json").stdout)
-            assert after["collected"] - before["collected"] == len(recs)
-            expect_all("STAMP records", len(recs), 15)
-
-        retry_on_path_loss(collect)
-        assert no_reply(sock)  # consumed in XDP behind altmark_rx
-        check_altmark_exact(c, "rev")  # B->A flow counted exactly on A's a0
-        check_altmark_exact(c, "fwd")
-    finally:
-        c.unstamp("A")
-    assert c.chained_id("A") is None
-    reflect_round(c, sock, 22, 3)  # collector gone: replies reach the socket
-    sock.close()
-    c.unstamp("B")
-    check_altmark_exact(c, "rev")
+# ---------------------------------------------------------------- (b) BPF_PROG_TEST_RUN through the dispatcher
 
 
-def test_stamp_first_then_altmark_rx(chain):
-    """The other order: the reflector is on b0 alone; altmark_rx attach --chain slots it behind
-    itself (atomic swap), detach hands the device back to it. Without --chain: refused as before."""
-    c = chain
-    c.detach_rx("B")
-    try:
-        c.stamp("B")  # attached to b0 directly, as today
-        assert c.xdp_prog_name("B") == "stamp_reflector"
-        p = run_tool(RX, "attach", *c.where("B"), "--instance", c.inst["B"], check=False)
-        assert p.returncode == 1 and "already runs stamp_reflector" in p.stderr and "add --chain" in p.stderr
-        assert c.xdp_prog_name("B") == "stamp_reflector" and not c.pin_dir("B", "altmark_rx").exists()
-        p = run_tool(RX, "attach", *c.where("B"), "--instance", c.inst["B"], "--chain")
-        assert "stamp_reflector (already on b0) now runs behind altmark_rx" in p.stdout
-        run_tool(
-            RX,
-            "add-flow",
-            "--instance",
-            c.inst["B"],
-            "--sids",
-            FWD_SIDS,
-            "--flow-id",
-            str(FWD_FLOW),
-            "--method",
-            "dscp",
-            "--period-ms",
-            str(PERIOD_MS),
-        )
-        assert c.xdp_prog_name("B") == "altmark_rx" and c.chained_id("B")
-        sock = stamp_sender(c, 21)
-        reflect_round(c, sock, 21, 10)
-        check_altmark_exact(c)
-        # altmark_rx leaves: the reflector gets b0 back and keeps reflecting
-        p = c.detach_rx("B")
-        assert "now attached to b0 directly" in p.stdout
-        assert c.xdp_prog_name("B") == "stamp_reflector"
-        reflect_round(c, sock, 21, 5)
-        sock.close()
-    finally:
-        c.unstamp("B", check=False)
-        if c.xdp_prog_name("B") != "altmark_rx":
-            c.attach_rx("B")
-
-
-def test_errors_name_the_command(chain):
-    c = chain
-    # no altmark_rx on A's ah: says which attach to run
-    c.detach_rx("A")
-    try:
-        p = c.stamp("A", "--behind", "altmark_rx", check=False)
-        assert p.returncode == 1
-        assert f"run `altmark_rx attach --dev a0 --instance {c.inst['A']} --netns {c.ns('A')}` first" in p.stderr
-        assert not c.pin_dir("A", "stamp_collector").exists()  # nothing left behind
-    finally:
-        c.attach_rx("A")
-    # a bad --behind is a usage error; --chain is altmark_rx's only
-    p = c.stamp("A", "--behind", "altmark_tx", check=False)
-    assert p.returncode == 2 and "--behind: expected altmark_rx" in p.stderr
-    p = run_tool(TX, "attach", *c.where("A"), "--instance", c.inst["A"], "--chain", check=False)
-    assert p.returncode == 2 and "--chain: only altmark_rx" in p.stderr
-    # the STAMP program without --behind on altmark_rx's device: refused as before, with the flag to add
-    p = c.stamp("A", check=False)
-    assert p.returncode == 1 and "add --behind altmark_rx" in p.stderr
-    assert not c.pin_dir("A", "stamp_collector").exists() and c.xdp_prog_name("A") == "altmark_rx"
-    # one program per slot: the second is refused, naming the first
-    c.stamp("B", "--behind", "altmark_rx")
-    try:
-        p = run_tool(
-            COLLECTOR,
-            "attach",
-            *c.where("B"),
-            "--pin-dir",
-            str(c.pin_dir("B", "stamp_collector")),
-            "--behind",
-            "altmark_rx",
-            check=False,
-        )
-        assert p.returncode == 1 and "already holds program" in p.stderr and "(stamp_reflector)" in p.stderr
-        assert not c.pin_dir("B", "stamp_collector").exists()
-    finally:
-        c.unstamp("B")
-
-
-def test_tail_call_in_test_run(am_build):
-    """BPF_PROG_TEST_RUN of altmark_rx on a scratch veth (no lab traffic in the counters): an empty slot
-    passes, a chained reflector's verdict and rewritten frame come out of altmark_rx's run, and
-    altmark_rx counts either way. Prints ns/packet (-s) of altmark_rx alone vs chained."""
-    from tests.datapath.altmark_env import POLICY, TestRun, encapped
-    from tests.datapath.dp_env import eth_ipv6, parse_frame, udp_datagram
-
-    ns, inst = f"{PREFIX}tr", f"{PREFIX}tr"
-    rx_dir, refl_dir = PIN_ROOT / inst / "altmark_rx", PIN_ROOT / inst / "stamp_reflector"
-    where = ["--netns", ns, "--dev", f"{PREFIX}tr0"]
+@pytest.fixture
+def scratch(datapath_build):
+    """Two veths in a throwaway netns (up, no IPv6: nothing of their own reaches the counters)."""
+    ns = inst = f"{PREFIX}tr"
     subprocess.run(["ip", "netns", "del", ns], capture_output=True)
     subprocess.run(["ip", "netns", "add", ns], check=True)
+    for cmd in (
+        ["sysctl", "-qw", "net.ipv6.conf.all.disable_ipv6=1"],
+        ["sysctl", "-qw", "net.ipv6.conf.default.disable_ipv6=1"],
+        ["ip", "link", "add", f"{ns}0", "type", "veth", "peer", "name", f"{ns}1"],
+        ["ip", "link", "set", f"{ns}0", "up"],
+        ["ip", "link", "set", f"{ns}1", "up"],
+    ):
+        subprocess.run(["ip", "netns", "exec", ns, *cmd], check=True)
+    ifindex = {
+        d: int(
+            subprocess.run(
+                ["ip", "netns", "exec", ns, "cat", f"/sys/class/net/{d}/ifindex"],
+                capture_output=True,
+                text=True,
+                check=True,
+            ).stdout
+        )  # fmt: skip
+        for d in (f"{ns}0", f"{ns}1")
+    }
     try:
-        subprocess.run(
-            ["ip", "-n", ns, "link", "add", f"{PREFIX}tr0", "type", "veth", "peer", "name", f"{PREFIX}tr1"], check=True
-        )
-        run_tool(RX, "attach", *where, "--instance", inst)
-        run_tool(
-            RX,
-            "add-flow",
-            "--instance",
-            inst,
-            "--sids",
-            ",".join(POLICY),
-            "--flow-id",
-            "1",
-            "--method",
-            "dscp",
-            "--period-ms",
-            "1000",
-        )
-        monitored = encapped(POLICY, tclass=0x04)  # colour 1
-        stamp = eth_ipv6(
-            SENDER_ADDR,
-            REFLECTOR_ADDR,
-            17,
-            udp_datagram(SENDER_ADDR, REFLECTOR_ADDR, 50021, 862, stamp_sender_payload(1, 21, 10**18)),
-        )
-        rx = TestRun(rx_dir / "prog")
-        XDP_PASS, XDP_TX = 2, 3
-
-        s0 = am_stats(RX, inst)
-        assert rx.run(monitored)[0] == XDP_PASS and rx.run(stamp)[0] == XDP_PASS  # empty slot: as before
-        assert {k: v - s0[k] for k, v in am_stats(RX, inst).items() if v != s0[k]} == {
-            "counted_dscp": 1,
-            "pass_no_srh": 1,
-        }
-        alone = min(rx.run(monitored, repeat=20_000)[2] for _ in range(3))
-
-        run_tool(REFLECTOR, "attach", *where, "--pin-dir", str(refl_dir), "--behind", "altmark_rx")
-        run_tool(REFLECTOR, "add-address", "--pin-dir", str(refl_dir), REFLECTOR_ADDR)
-        run_tool(REFLECTOR, "add-session", "--pin-dir", str(refl_dir), "--ssid", "21")
-        s1, r1 = am_stats(RX, inst), refl_stats_at(refl_dir)
-        verdict, out, _ = rx.run(stamp)
-        assert verdict == XDP_TX  # the reflector's verdict ...
-        reply = parse_frame(out)  # ... and its reply frame
-        assert (reply.src, reply.dst, reply.sport, reply.dport) == (REFLECTOR_ADDR, SENDER_ADDR, 862, 50021)
-        assert rx.run(monitored)[0] == XDP_PASS  # foreign to the reflector: passed
-        assert {k: v - s1[k] for k, v in am_stats(RX, inst).items() if v != s1[k]} == {
-            "counted_dscp": 1,
-            "pass_no_srh": 1,
-        }  # altmark_rx counted both first
-        r2 = refl_stats_at(refl_dir)
-        assert {k: v - r1[k] for k, v in r2.items() if v != r1[k]} == {"reflected": 1, "pass_not_local_addr": 1}
-        chained = min(rx.run(monitored, repeat=20_000)[2] for _ in range(3))
-        print(
-            f"\naltmark_rx on a monitored dscp packet: {alone} ns alone (empty slot), {chained} ns chained "
-            f"into the reflector (which passes it)"
-        )
-        run_tool(REFLECTOR, "detach", *where, "--pin-dir", str(refl_dir))
-        assert rx.run(stamp)[0] == XDP_PASS  # slot emptied: altmark-only again
+        yield ns, inst, ifindex
     finally:
-        run_tool(REFLECTOR, "detach", *where, "--pin-dir", str(refl_dir), check=False)
-        run_tool(RX, "detach", *where, "--instance", inst, check=False)
+        for role in role_order()[::-1]:
+            if (PIN_ROOT / inst / role).exists():
+                args = (
+                    ["--instance", inst] if role.startswith("altmark") else ["--pin-dir", str(PIN_ROOT / inst / role)]
+                )
+                run_tool(BUILD / role, "detach", "--netns", ns, "--dev", f"{ns}0", *args, check=False)
         subprocess.run(["ip", "netns", "del", ns], capture_output=True)
 
 
-def refl_stats_at(pin_dir: Path) -> dict[str, int]:
-    return json.loads(run_tool(REFLECTOR, "stats", "--pin-dir", str(pin_dir), "--json").stdout)
+def _stamp_test_frame(hbh: bool = False) -> bytes:
+    udp = udp_datagram("fd00:31::1", REFLECTOR_ADDR, 50021, 862, stamp_sender_payload(7, TEST_SSID, 10**18))
+    return eth_ipv6("fd00:31::1", REFLECTOR_ADDR, 0 if hbh else 17, (ioam_hbh(17) if hbh else b"") + udp)
+
+
+def _stamp_reply_frame(hbh: bool = False) -> bytes:
+    r = ReflectorPacket(
+        9, 1_700_000_001, 2000, 0x8001, REPLY_SSID, 1_700_000_001, 1000, 9, 1_700_000_000, 5, 0x8001, 63
+    )
+    udp = udp_datagram("fd00:31::1", SENDER_ADDR, 862, SENDER_PORT, r.encode())
+    return eth_ipv6("fd00:31::1", SENDER_ADDR, 0 if hbh else 17, (ioam_hbh(17) if hbh else b"") + udp)
+
+
+def test_members_verdicts_come_out_of_the_dispatcher(scratch):
+    ns, inst, ifindex = scratch
+    dev0, dev1 = f"{ns}0", f"{ns}1"
+    refl, coll = PIN_ROOT / inst / R, PIN_ROOT / inst / C
+    amrx = ["--instance", inst]
+
+    def stats(role: str) -> dict[str, int]:
+        args = amrx if role == A else ["--pin-dir", str(PIN_ROOT / inst / role)]
+        return json.loads(run_tool(BUILD / role, "stats", *args, "--json").stdout)
+
+    def moved(before: dict[str, dict], roles) -> dict[str, dict[str, int]]:
+        out = {}
+        for role in roles:
+            now = stats(role)
+            out[role] = {k: v - before[role][k] for k, v in now.items() if v != before[role][k]}
+        return out
+
+    # dev0: altmark_rx, then the reflector; dev1: altmark_rx, then the collector
+    run_tool(BUILD / R, "attach", "--netns", ns, "--dev", dev0, "--pin-dir", str(refl))
+    run_tool(BUILD / R, "add-address", "--pin-dir", str(refl), REFLECTOR_ADDR)
+    run_tool(BUILD / R, "add-session", "--pin-dir", str(refl), "--ssid", str(TEST_SSID))
+    run_tool(BUILD / C, "attach", "--netns", ns, "--dev", dev1, "--pin-dir", str(coll))
+    run_tool(BUILD / C, "activate", "--pin-dir", str(coll), "--ssid", str(REPLY_SSID), "--port", str(SENDER_PORT))
+    run_tool(BUILD / A, "attach", "--netns", ns, "--dev", dev1, *amrx)
+    run_tool(BUILD / A, "attach-dev", "--netns", ns, "--dev", dev0, *amrx)
+    run_tool(BUILD / A, "add-flow", *amrx, "--sids", ",".join(POLICY), "--flow-id", "7", "--method", "dscp",
+             "--period-ms", "1000")  # fmt: skip
+    assert [e["role"] for e in chain_of(ns, inst)[dev0]] == [A, R]
+    assert [e["role"] for e in chain_of(ns, inst)[dev1]] == [A, C]
+    d = DispatcherRun(ns, inst)
+    roles = (A, C, R)
+    cases = [
+        # (device, frame, verdict, {role: counter}); the reflector's verdict and reply come out
+        (dev0, _stamp_test_frame(), XDP_TX, {A: "pass_no_srh", R: "reflected"}),
+        (dev0, encapped(tclass=0x04), XDP_PASS, {A: "counted_dscp", R: "pass_not_local_addr"}),
+        (dev0, _stamp_reply_frame(), XDP_PASS, {A: "pass_no_srh", R: "pass_not_local_addr"}),
+        # a Hop-by-Hop header (in-line IOAM's trace) before the UDP: counted and passed on by each
+        (dev0, _stamp_test_frame(hbh=True), XDP_PASS, {A: "pass_no_srh", R: "pass_other_ext_header"}),
+        (dev1, _stamp_reply_frame(), XDP_DROP, {A: "pass_no_srh", C: "collected"}),
+        (dev1, _stamp_test_frame(), XDP_PASS, {A: "pass_no_srh", C: "pass_not_stamp_reply"}),
+        (dev1, _stamp_reply_frame(hbh=True), XDP_PASS, {A: "pass_no_srh", C: "pass_other_ext_header"}),
+        (dev1, encapped(tclass=0x00), XDP_PASS, {A: "counted_dscp", C: "pass_srh_not_final"}),  # as A encaps it
+    ]
+    for dev, frame, verdict, counters in cases:
+        before = {role: stats(role) for role in roles}
+        got, out, _ = d.run(frame, ifindex[dev])
+        assert got == verdict, (dev, counters)
+        assert moved(before, roles) == {role: ({counters[role]: 1} if role in counters else {}) for role in roles}
+        if verdict == XDP_TX:
+            reply = parse_frame(out)
+            assert (reply.src, reply.dst, reply.sport, reply.dport, reply.hlim) == (
+                REFLECTOR_ADDR, "fd00:31::1", 862, 50021, 255)  # fmt: skip
+            assert ReflectorPacket.decode(reply.udp[8:52]).sender_seq == 7
+        elif verdict == XDP_PASS:
+            assert out == frame  # passed on untouched
+    rec = json.loads(run_tool(BUILD / C, "dump", "--pin-dir", str(coll), "--count", "1").stdout)
+    assert (rec["ssid"], rec["sender_seq"], rec["ifindex"]) == (REPLY_SSID, 9, ifindex[dev1])
+    # a device not in the chain (the test run's default, lo): nothing runs, the packet passes
+    before = {role: stats(role) for role in roles}
+    assert d.run(_stamp_test_frame(), 1)[0] == XDP_PASS
+    assert moved(before, roles) == {role: {} for role in roles}
+    # what the dispatcher adds (-s): the member alone (its own test run finds no device and
+    # passes on to nobody) vs the dispatcher and the member, a monitored packet, looped in the kernel
+    dscp = encapped(tclass=0x04)
+    alone = min(PinnedTestRun(PIN_ROOT / inst / A / "prog").run(dscp, repeat=20_000)[2] for _ in range(3))
+    chained = min(d.run(dscp, ifindex[dev0], repeat=20_000)[2] for _ in range(3))
+    print(f"\naltmark_rx on a monitored packet: {alone} ns alone, {chained} ns through the dispatcher "
+          f"(and the reflector, which passes it)")  # fmt: skip
+    # a member that leaves stops there at once; the others on the device keep their verdicts
+    run_tool(BUILD / A, "detach-dev", "--netns", ns, "--dev", dev0, *amrx)
+    before = {role: stats(role) for role in roles}
+    assert d.run(_stamp_test_frame(), ifindex[dev0])[0] == XDP_TX
+    assert moved(before, roles) == {A: {}, C: {}, R: {"reflected": 1}}
+    run_tool(BUILD / R, "detach", "--netns", ns, "--dev", dev0, "--pin-dir", str(refl))
+    assert xdp_program(ns, dev0) is None and xdp_program(ns, dev1) == "xdp_chain"
+    assert d.run(_stamp_test_frame(), ifindex[dev0])[0] == XDP_PASS

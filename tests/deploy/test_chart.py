@@ -160,20 +160,50 @@ def test_secret_keys_match_what_pods_read():
     assert read <= keys and read, read - keys
 
 
-@pytest.mark.parametrize("stamp,blocks", [(1, 3), (5, 2)])
-def test_processor_replicas_follow_partitions(stamp, blocks):
+@pytest.mark.parametrize("stamp,blocks,ioam", [(1, 3, 2), (5, 2, 7)])
+def test_processor_replicas_follow_partitions(stamp, blocks, ioam):
     docs = helm_template(
-        "--set", f"topics.stampRecordsPartitions={stamp}", "--set", f"topics.altmarkBlocksPartitions={blocks}"
-    )
+        "--set", f"topics.stampRecordsPartitions={stamp}", "--set", f"topics.altmarkBlocksPartitions={blocks}",
+        "--set", f"topics.ioamRecordsPartitions={ioam}",
+    )  # fmt: skip
     deps = by_kind(docs, "Deployment")
     assert deps["segscope-delay"]["spec"]["replicas"] == stamp
     assert deps["segscope-loss"]["spec"]["replicas"] == blocks
+    assert deps["segscope-inline"]["spec"]["replicas"] == ioam
     assert deps["segscope-topology"]["spec"]["replicas"] == 1
-    for name in ("segscope-delay", "segscope-loss", "segscope-topology"):
+    for name in ("segscope-delay", "segscope-loss", "segscope-inline", "segscope-topology"):
         init = deps[name]["spec"]["template"]["spec"]["initContainers"][0]
         assert init["command"] == ["segscope-topics"]
         assert f"--partitions=segscope.stamp.records={stamp}" in init["args"]
         assert f"--partitions=segscope.altmark.blocks={blocks}" in init["args"]
+        assert f"--partitions=segscope.ioam.records={ioam}" in init["args"]
+    # the topics tool takes the rendered partitions (the registry's names)
+    from services.kafka.topics import parse_partitions
+
+    args = [a.split("=", 1)[1] for a in init["args"] if a.startswith("--partitions=")]
+    assert parse_partitions(args)["segscope.ioam.records"] == ioam
+
+
+def test_inline_processor_deployment():
+    """The in-line processor: its command, health port and probes, the reorder window in its
+    environment (accepted by its settings), a PodDisruptionBudget; off with processors.inline.enabled."""
+    from processors.inline.config import InlineConfig
+
+    docs = helm_template("--set", "processors.inline.reorderWindowSeconds=20")
+    dep = by_kind(docs, "Deployment")["segscope-inline"]
+    c = dep["spec"]["template"]["spec"]["containers"][0]
+    assert c["command"] == ["segscope-inline-processor"]
+    assert "--health=0.0.0.0:9644" in c["args"] and c["ports"][0]["containerPort"] == 9644
+    assert c["livenessProbe"]["httpGet"]["path"] == "/healthz" and c["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    assert c["securityContext"]["readOnlyRootFilesystem"] is True and c["securityContext"]["runAsNonRoot"] is True
+    env = {e["name"]: e.get("value") for e in c["env"]}
+    assert env["SEGSCOPE_INLINE_RETENTION_S"] == "20"
+    cfg = InlineConfig.from_env({"SEGSCOPE_TAI_UTC_OFFSET_S": "37", **{k: v for k, v in env.items() if v is not None}})
+    assert cfg.retention_s == 20.0
+    assert "segscope-inline-processor" in by_kind(docs, "PodDisruptionBudget")
+    off = helm_template("--set", "processors.inline.enabled=false")
+    assert "segscope-inline" not in by_kind(off, "Deployment")
+    assert "segscope-inline-processor" not in by_kind(off, "PodDisruptionBudget")
 
 
 def test_values_schema_names_the_bad_field():
@@ -233,17 +263,19 @@ def test_topology_settings_reach_the_processors_environment():
     assert (cfg.refresh_s, cfg.jalapeno_ip_edges, cfg.telemetry_measurements()) == (10.0, "", None)
 
 
-def test_summary_topic_reaches_the_three_processors_only_when_enabled():
-    """processors.topology.summary: the same two variables in the delay, loss and topology processors
-    (processors/newest.py), which accept what the chart renders; off by default."""
+def test_summary_topic_reaches_the_four_processors_only_when_enabled():
+    """processors.topology.summary: the same two variables in the delay, loss, in-line and topology
+    processors (processors/newest.py), which accept what the chart renders; off by default. An
+    interval not below the in-line reorder window is refused (the worker would refuse it)."""
     from processors.delay.config import DelayConfig
+    from processors.inline.config import InlineConfig
     from processors.loss.config import LossConfig
     from segscope_schemas.names import TOPIC_METRICS_NEWEST
 
     def envs(*args: str) -> dict[str, dict[str, str]]:
         deps = by_kind(helm_template(*args), "Deployment")
         out = {}
-        for name in ("delay", "loss", "topology"):
+        for name in ("delay", "loss", "inline", "topology"):
             container = deps[f"segscope-{name}"]["spec"]["template"]["spec"]["containers"][0]
             out[name] = {e["name"]: e.get("value") for e in container["env"]}
         return out
@@ -252,7 +284,8 @@ def test_summary_topic_reaches_the_three_processors_only_when_enabled():
     on = envs(
         "--set", "processors.topology.summary.enabled=true", "--set", "processors.topology.summary.intervalSeconds=5"
     )
-    for name, config in (("delay", DelayConfig), ("loss", LossConfig), ("topology", TopologyConfig)):
+    for name, config in (("delay", DelayConfig), ("loss", LossConfig), ("inline", InlineConfig),
+                         ("topology", TopologyConfig)):  # fmt: skip
         env = on[name]
         assert (env["SEGSCOPE_TOPIC_METRICS_NEWEST"], env["SEGSCOPE_SUMMARY_INTERVAL_S"]) == (TOPIC_METRICS_NEWEST, "5")
         cfg = config.from_env({"SEGSCOPE_TAI_UTC_OFFSET_S": "37", **{k: v for k, v in env.items() if v is not None}})
@@ -260,6 +293,9 @@ def test_summary_topic_reaches_the_three_processors_only_when_enabled():
     assert (
         TopologyConfig.from_env({k: v for k, v in on["topology"].items() if v}).measures_topic() == TOPIC_METRICS_NEWEST
     )
+    bad = run([tool("helm"), "template", "x", str(CHART), "--set", "processors.topology.summary.enabled=true",
+               "--set", "processors.inline.reorderWindowSeconds=10"], check=False)  # fmt: skip
+    assert bad.returncode != 0 and "processors.inline.reorderWindowSeconds" in bad.stderr, bad.stderr
 
 
 def test_influx_setup_full_rollups_only_or_none(capsys):
@@ -465,6 +501,7 @@ def test_chart_names_are_the_registrys():
         GROUP_TELEGRAF,
         TOPIC_ALTMARK_BLOCKS,
         TOPIC_ALTMARK_BY_FLOW,
+        TOPIC_IOAM_RECORDS,
         TOPIC_METRICS,
         TOPIC_STAMP_RECORDS,
     )
@@ -473,7 +510,7 @@ def test_chart_names_are_the_registrys():
     deps = by_kind(docs, "Deployment")
     topics_args = deps["segscope-delay"]["spec"]["template"]["spec"]["initContainers"][0]["args"]
     named = {a.split("=")[1] for a in topics_args if a.startswith("--partitions=")}
-    assert named == {TOPIC_STAMP_RECORDS, TOPIC_ALTMARK_BLOCKS, TOPIC_ALTMARK_BY_FLOW}
+    assert named == {TOPIC_STAMP_RECORDS, TOPIC_ALTMARK_BLOCKS, TOPIC_ALTMARK_BY_FLOW, TOPIC_IOAM_RECORDS}
     env = {
         e["name"]: e.get("value") for e in deps["segscope-telegraf"]["spec"]["template"]["spec"]["containers"][0]["env"]
     }

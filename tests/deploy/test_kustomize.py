@@ -152,6 +152,7 @@ def test_summary_component_sets_the_summary_in_the_three_processors(tmp_path):
     """kustomize/components/summary: the variables of processors.topology.summary.enabled (the chart's
     test says the same of Helm), accepted by each processor's settings."""
     from processors.delay.config import DelayConfig
+    from processors.inline.config import InlineConfig
     from processors.loss.config import LossConfig
     from processors.topology.config import TopologyConfig
     from segscope_schemas.names import TOPIC_METRICS_NEWEST
@@ -167,7 +168,8 @@ def test_summary_component_sets_the_summary_in_the_three_processors(tmp_path):
     text = run([tool("kustomize"), "build", str(overlay)]).stdout
     kubeconform(text)
     deps = by_kind([d for d in yaml.safe_load_all(text) if d], "Deployment")
-    for name, config in (("delay", DelayConfig), ("loss", LossConfig), ("topology", TopologyConfig)):
+    for name, config in (("delay", DelayConfig), ("loss", LossConfig), ("inline", InlineConfig),
+                         ("topology", TopologyConfig)):  # fmt: skip
         env = {
             e["name"]: e.get("value")
             for e in deps[f"segscope-{name}"]["spec"]["template"]["spec"]["containers"][0]["env"]

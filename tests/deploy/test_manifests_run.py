@@ -39,6 +39,7 @@ pytestmark = [pytest.mark.datapath, pytest.mark.e2e]
 PREFIX = "dpl"
 NODES = ("A", "R", "B")
 TOPOLOGY = REPO / "netlab" / "topologies" / "line5_bare.yaml"
+INLINE_FLOW = 4377
 KAFKA_IP = "10.77.1.1"  # the root side of A's management link: "the Kafka pod's IP"
 
 
@@ -65,6 +66,18 @@ def test_intent(mgmt_ip: dict[str, str]) -> str:
         intent["nodes"][node] = {"agent": f"{mgmt_ip[node]}:50051", "tls": tls}
     for s in intent["stamp_sessions"]:
         s["rate_pps"] = 50
+    # in-line measurement of the H1 -> H2 policy: EnableIoam on A, R and B goes through the agent's
+    # --sysctl-net mount of the chart (a container's own /proc/sys is read-only)
+    intent["inline_monitors"] = [
+        {
+            "flow_id": INLINE_FLOW,
+            "ingress": {"node": "A", "dev": "a0"},
+            "egress": {"node": "B", "dev": "b0"},
+            "segs": ["fc00:2::e", "fc00:3::d6"],
+            "sampling": {"every": 10},
+            "transit": ["R"],
+        }
+    ]
     return yaml.safe_dump(intent, sort_keys=False)
 
 
@@ -175,6 +188,7 @@ def deployed(bpffs, tmp_path_factory):
             ("segscope-telegraf", "telegraf", 8080),
             ("segscope-delay", "delay", 9641),
             ("segscope-loss", "loss", 9642),
+            ("segscope-inline", "inline", 9644),
             ("segscope-topology", "topology", 9643),
             ("segscope-freshness", "freshness", 0),
         ):
@@ -190,7 +204,7 @@ def deployed(bpffs, tmp_path_factory):
                 wait_http(f"http://{mgmt_ip[node]}:9640/readyz", 30)
             except AssertionError as exc:
                 raise AssertionError(f"{exc}\n{d.log(f'agent-{node}')}") from None
-        for name in ("delay", "loss"):
+        for name in ("delay", "loss", "inline"):
             wait_http(f"http://127.0.0.1:{d.ports[name]}/readyz", 60)
         d.prep = prep
         yield d
@@ -256,7 +270,7 @@ def test_influx_setup_reruns_and_rotates_a_password(deployed):
 
 def test_probes_answer_on_every_long_running_container(deployed):
     d = deployed
-    for name in ("telegraf", "delay", "loss", "topology", "freshness"):
+    for name in ("telegraf", "delay", "loss", "inline", "topology", "freshness"):
         d.alive(name)
     # the Deployments' probes, on the ports the containers declare
     for doc in by_kind(d.docs, "Deployment").values():
@@ -280,6 +294,11 @@ def test_controller_job_applies_the_intent_over_mtls(deployed):
     d.run(job, "controller-apply", timeout=120)
     assert "seg6local" in d.lab.run("R", ["ip", "-6", "route"]).stdout
     assert "encap seg6" in d.lab.run("A", ["ip", "-6", "route"]).stdout
+    # IOAM enabled by the chart's agents through their sysctl mount: R's node id and its devices
+    from controller.intent import default_ioam_id
+
+    sysctl = d.lab.run("R", ["sysctl", "-n", "net.ipv6.ioam6_id", "net.ipv6.conf.r0.ioam6_enabled"]).stdout.split()
+    assert sysctl == [str(default_ioam_id("R")), "1"], d.log("agent-R")
 
 
 def test_drift_cronjob_sees_no_drift_then_drift(deployed):
@@ -320,6 +339,37 @@ def test_stamp_delay_reaches_influxdb_through_the_charts_pipeline(deployed):
     )
     nodes = {v[1] for v in r.json()["results"][0].get("series", [{"values": []}])[0]["values"]}
     assert nodes == set(NODES)
+
+
+def test_inline_delay_reaches_influxdb_through_the_charts_pipeline(deployed):
+    """An ioam_batch on the chart's Kafka (what an egress streamer sends) -> the in-line processor
+    (the chart's command, args and environment) -> Telegraf (writer) -> InfluxDB (reader): the
+    one-way delays the records were built with."""
+    d = deployed
+    if not hasattr(d, "reader"):
+        pytest.skip("needs test_influxdb_has_auth_and_the_users")
+    import numpy as np
+    from confluent_kafka import Producer
+
+    from segscope_schemas import ioam_record as ir
+    from segscope_schemas.names import TOPIC_IOAM_RECORDS
+    from tests.processors.inline_records import NS, Hop, records
+
+    second = time.clock_gettime_ns(time.CLOCK_TAI) // NS - 120
+    tx = second * NS + np.arange(10, dtype=np.int64) * 50_000_000
+    delays = np.arange(10, dtype=np.int64) * 1_000 + 2_000_000
+    recs = records(4242, np.arange(10), tx, tx + delays, Hop(1, 0xFFFF, 11, 64), [])
+    p = Producer({"bootstrap.servers": d.kafka})
+    p.produce(TOPIC_IOAM_RECORDS, ir.encode_batch(recs, "B", 1), b"B/4242")
+    assert p.flush(30) == 0
+    q = 'SELECT "count", "sum_us" FROM "inline_delay" WHERE "flow" = \'4242\''
+    want = [10, int(delays.sum()) / 1000]
+    deadline, rows = time.monotonic() + 60, []
+    while time.monotonic() < deadline and not (rows and rows[0][1:] == want):  # a point mid-write: read again
+        r = requests.post(f"{d.influx_url}/query", params={"db": "segscope"}, data={"q": q}, auth=d.reader, timeout=5)
+        rows = r.json()["results"][0].get("series", [{"values": []}])[0]["values"]
+        time.sleep(1)
+    assert rows and rows[0][1:] == want, f"{rows}\n--- inline\n{d.log('inline')}"
 
 
 def test_freshness_reaches_influxdb(deployed):

@@ -28,6 +28,29 @@ def counter(series: str, field: str, values: list[int], now: int, step_s: int = 
     return [f"{series} {field}={v}i {now - (n - 1 - i) * step_s * S}" for i, v in enumerate(values)]
 
 
+def hop(link: str, count: int, mean_us: float, hop_index: int = 1, path: str = "fc00:2::e\\,fc00:3::d6") -> str:
+    """inline_hop_delay series and fields of one measured second of one hop (schemas: the in-line
+    processor's spec): `count` sampled packets, all `mean_us` (sum_us = count * mean_us)."""
+    (from_node, from_if), (to_node, to_if) = (end.split(":") for end in link.split("->"))
+    series = (
+        f"inline_hop_delay,flow=9,path={path},hop={hop_index},link={link},from_node={from_node},to_node={to_node},"
+        f"from_if={from_if},to_if={to_if}"
+    )
+    fields = (
+        f"count={count}i,sum_us={count * mean_us},min_us={mean_us},mean_us={mean_us},p50_us={mean_us},"
+        f"p99_us={mean_us},max_us={mean_us},ipdv_mean_us=0.0,measured=true"
+    )
+    return f"{series} {fields}"
+
+
+def hop_seconds(link: str, count: int, mean_us: float, now: int, **kw) -> list[str]:
+    """One measured point every 10 s over the last 3 minutes (every evaluation's window)."""
+    return [f"{hop(link, count, mean_us, **kw)} {now - ago * S}" for ago in range(170, -1, -10)]
+
+
+NOT_MEASURED = (
+    "inline_hop_delay,flow=9,path=fc00:2::e\\,fc00:3::d6,hop=2,link=S:2->B:1,from_node=S,to_node=B,from_if=2,to_if=1"
+)
 LOSS = "altmark_loss,flow=7,method=dscp,period_ms=1000,tx_node=A,rx_node=B"
 FWD, RT = "stamp_delay,node={},ssid={},direction=forward", "stamp_delay,node={},ssid={},direction=round_trip"
 CONSUMER = "segscope_consumer,processor=delay,topic=segscope.stamp.records,partition=0"
@@ -84,6 +107,23 @@ def scenario(uid: str, now: int) -> dict[str, list[str]]:
         "segscope-pipeline-stalled": (
             every("segscope_processor,processor=delay", "records_in=5i", 590, 180, now),  # gone 3 minutes ago
             every("segscope_processor,processor=delay", "records_in=5i", 590, 0, now),
+        ),
+        "segscope-link-delay-default": (
+            hop_seconds("R:2->B:1", 100, 6000.0, now),
+            # below the default objective; the link with its own objective (objectives.yaml) is left
+            # to its rule; a hop not measured has no delay; and the mean is per packet: one second of
+            # a single 100 ms packet among 600 packets at 3 ms is 3.2 ms (a mean of the seconds'
+            # means would say 17 ms and fire)
+            hop_seconds("R:2->B:1", 100, 4000.0, now)
+            + hop_seconds("A:1->R:1", 100, 6000.0, now, hop_index=0)
+            + [f"{NOT_MEASURED} measured=false {now - ago * S}" for ago in range(170, -1, -10)]
+            + [f"{hop('R:3->C:1', 100, 3000.0)} {now - ago * S}" for ago in range(170, 0, -10)]
+            + [f"{hop('R:3->C:1', 1, 100_000.0)} {now}"],
+        ),
+        "segscope-link-a-1-r-1": (  # objectives.yaml: A:1->R:1 at 3 ms
+            hop_seconds("A:1->R:1", 100, 3500.0, now, hop_index=0),
+            # another link at the same delay is not this rule's business
+            hop_seconds("A:1->R:1", 100, 2500.0, now, hop_index=0) + hop_seconds("R:2->B:1", 100, 3500.0, now),
         ),
         "segscope-dead-letters": (
             counter("segscope_processor,processor=loss", "malformed_batches", [0] * 20 + [3] * 5, now),
@@ -147,3 +187,37 @@ def test_pending_before_for_has_passed(uid, database):
     write(database, scenario(uid, now)["fire"])
     states = alerts.evaluate(rule, database.series, [now])
     assert list(states.values()) == ["Pending"], states
+
+
+def test_link_delay_alert_names_the_link_and_the_path(database):
+    """What the NOC reads of a slow link: the link and the path it is on, in the instance's labels
+    and its summary, the packet-weighted mean over the minute and the objective."""
+    import time
+
+    rule = RULES["segscope-link-delay-default"]
+    now = time.time_ns() // S * S
+    # a second every 10 s: 100 packets at 6 ms, the last three 300 packets at 5.5 ms; the last
+    # minute (both ends included) holds 4 of the first kind and the 3 others
+    write(database, [f"{hop('R:2->B:1', 100, 6000.0)} {now - ago * S}" for ago in range(170, 20, -10)]
+          + [f"{hop('R:2->B:1', 300, 5500.0)} {now - ago * S}" for ago in (20, 10, 0)])  # fmt: skip
+    states = alerts.evaluate(rule, database.series, eval_times(rule, now))
+    assert states == {(("link", "R:2->B:1"), ("path", "fc00:2::e,fc00:3::d6")): "Alerting"}, states
+    (inst,) = alerts.evaluate_once(rule, database.series, now)
+    per_packet = (4 * 100 * 6000 + 3 * 300 * 5500) / (4 * 100 + 3 * 300)  # 5653.8
+    assert inst.value == pytest.approx(per_packet)
+    text = alerts.render_summary(rule, inst.labels, inst.value)
+    assert text == (
+        f"link R:2->B:1 on path fc00:2::e,fc00:3::d6: mean delay {per_packet:.6g} us over the last minute, "
+        "objective 5000 us"
+    ), text
+
+
+def test_link_rule_uids_fit_grafana():
+    """Grafana's rule uids have at most 40 characters: a long link name keeps a readable start and
+    a hash of the whole name, so two long links never share a uid."""
+    short = alerts.link_rule_uid("A:1->R:1")
+    long_a = alerts.link_rule_uid("edge-router-frankfurt-01:1021->core-router-paris-02:7")
+    long_b = alerts.link_rule_uid("edge-router-frankfurt-01:1021->core-router-paris-02:8")
+    assert short == "segscope-link-a-1-r-1"
+    assert len(long_a) <= 40 and len(long_b) <= 40 and long_a != long_b
+    assert long_a.startswith("segscope-link-edge-router-fran")

@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from dashboards import alerts, generate
-from dashboards.grafana import panel_queries
+from dashboards.generate import panel_queries
 
 REPO = Path(__file__).resolve().parents[2]
 DASH = REPO / "dashboards"
@@ -156,3 +156,83 @@ def test_summary_templates_are_filled():
     rule = next(r for r in alerts.rules() if r.uid == "segscope-loss-ratio")
     text = alerts.render_summary(rule, {"flow": "7"}, 0.0312)
     assert text.startswith("flow 7 loses 3.12% of its packets") and "{{" not in text
+
+
+# --------------------------------------------------------------------------- Grafana's schema types
+def _without_link_placement(doc, in_links: bool = False):
+    """The SDK writes placement "inControlsMenu" on every link it reads back (the generator drops
+    it, dashboards/generate.py LinkAbovePanels): not a key of the file."""
+    if isinstance(doc, dict):
+        return {
+            k: _without_link_placement(v, k == "links") for k, v in doc.items() if not (in_links and k == "placement")
+        }
+    if isinstance(doc, list):
+        return [_without_link_placement(v, in_links) for v in doc]
+    return doc
+
+
+@pytest.mark.parametrize("name", FILES)
+def test_files_read_back_through_grafanas_schema_types(name):
+    """Every key of the file is a field of the SDK's types (Grafana's dashboard schema, each panel
+    plugin's options and field config): read into them and written out, the file comes back
+    unchanged. A misspelt or unknown option would be dropped on the way and show here."""
+    import warnings
+
+    from grafana_foundation_sdk.cog.encoder import JSONEncoder
+    from grafana_foundation_sdk.cog.plugins import register_default_plugins
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        from grafana_foundation_sdk.models.dashboard import Dashboard
+
+    register_default_plugins()
+    written = load(name)
+    typed = Dashboard.from_json(written)
+    assert all(type(t).__name__ == "Dataquery" for p in typed.panels or [] for t in getattr(p, "targets", None) or [])
+    assert _without_link_placement(json.loads(json.dumps(typed, cls=JSONEncoder))) == written
+
+
+def test_alerting_file_reads_back_through_grafanas_schema_types():
+    """The provisioning file's rules are the SDK's alert rule type (the file's layout around it:
+    dashboards/alerting_file.py): read back, every rule is unchanged."""
+    from grafana_foundation_sdk.cog.encoder import JSONEncoder
+
+    from dashboards.alerting_file import AlertingProvisioning
+
+    written = yaml.safe_load((DASH / "provisioning" / "alerting" / "segscope.yaml").read_text())
+    typed = AlertingProvisioning.from_json(written)
+    assert [r.uid for g in typed.groups for r in g.rules] == [r.uid for r in alerts.rules()]
+    assert json.loads(json.dumps(typed, cls=JSONEncoder)) == written
+
+
+MYPY = [sys.executable, "-m", "mypy", "--follow-imports=silent", "--ignore-missing-imports", "--no-error-summary"]
+
+
+def test_generator_type_checks_against_grafanas_schema_types(tmp_path):
+    """mypy over the generator with the SDK's types (Grafana's schemas: enums, literals such as a
+    reducer's name, which builder goes where): what no running Grafana checks here."""
+    sources = [
+        "dashboards/generate.py",
+        "dashboards/alerts.py",
+        "dashboards/influxdb.py",
+        "dashboards/alerting_file.py",
+    ]
+    out = subprocess.run([*MYPY, "--cache-dir", str(tmp_path / "cache"), *sources], cwd=REPO,
+                         capture_output=True, text=True)  # fmt: skip
+    assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_the_type_check_sees_the_sdk(tmp_path):
+    """The same check refuses what Grafana would: without the SDK's types in view (not installed,
+    or imports silenced to Any) the test above would pass on anything."""
+    bad = tmp_path / "bad_rule.py"
+    bad.write_text(
+        "from grafana_foundation_sdk.builders import expr, timeseries\n"
+        'expr.TypeReduce().reducer("avg")\n'  # Grafana's reducers: sum mean min max count last median
+        'timeseries.Panel().repeat_direction("vertical")\n'  # "h" or "v"
+    )
+    out = subprocess.run([*MYPY, "--cache-dir", str(tmp_path / "cache"), str(bad)], cwd=REPO,
+                         capture_output=True, text=True)  # fmt: skip
+    assert out.returncode == 1
+    assert 'Argument 1 to "reducer" of "TypeReduce" has incompatible type "Literal[\'avg\']"' in out.stdout, out.stdout
+    assert 'Argument 1 to "repeat_direction" of "Panel"' in out.stdout, out.stdout

@@ -73,6 +73,35 @@ def test_sessions_flows_tombstones_and_malformed_records():
     assert book.records == 16
 
 
+def test_inline_monitors_and_ioam_nodes():
+    """In-line tx records name a flow's path and ingress; ioam records name node ids, their devices
+    and their SIDs; a newer record claiming a node id or SID wins; tombstones forget after a while."""
+    clock = Clock()
+    book = PathBook(forget_after_s=600, clock=clock)
+    book.apply(*pr.encode(pr.PathRecord.inline("A", 7, "tx", ["fc00:2::e", "fc00:3::d6"], 1, 4, 100, 5)))
+    book.apply(*pr.encode(pr.PathRecord.inline("B", 7, "rx", [], 1, 4, 100, 9)))  # rx sides name no path
+    book.apply(*pr.encode(pr.PathRecord.inline("C", 7, "tx", ["fc00:4::e"], 1, 4, 100, 9)))
+    r = pr.IoamNode("R", 7, (pr.IoamInterface("r0", 70), pr.IoamInterface("r1", 71)), (1,), ("fc00:2::e",), 1)
+    book.apply(*pr.encode(r))
+    assert book.inline_tx(7, tx_node="A").path == ("fc00:2::e", "fc00:3::d6")
+    assert book.inline_tx(7).node == "C"  # no tx node known: the newest tx record
+    assert book.inline_tx(8) is None and book.path_for_flow(7) is None  # not an altmark flow
+    assert book.node_name(7) == "R" and book.node_name(8) is None
+    assert book.sid_owner("fc00:2::e") == "R" and book.ioam_node("R") == r
+    # R2 now claims node id 7 and the SID (re-numbered, newer): it wins
+    book.apply(*pr.encode(pr.IoamNode("R2", 7, (), (1,), ("fc00:2::e",), 2)))
+    assert book.node_name(7) == "R2" and book.sid_owner("fc00:2::e") == "R2"
+    book.apply(*pr.tombstone(pr.IOAM, "R2"))
+    book.apply(*pr.tombstone(pr.INLINE, "C", 7, "tx"))
+    clock.t = 599
+    book.apply(*stamp("Z", 1, []))
+    assert book.node_name(7) == "R2" and book.inline_tx(7).node == "C"
+    clock.t = 601
+    book.apply(*stamp("Z", 1, []))
+    assert book.node_name(7) == "R" and book.sid_owner("fc00:2::e") == "R"  # R's record is still there
+    assert book.inline_tx(7).node == "A" and book.malformed == 0
+
+
 def test_aggregator_fixes_the_path_of_a_second_at_its_first_emission():
     """A second emitted as unknown stays unknown when late records re-emit it after the path became
     known (same series: InfluxDB overwrites, never a second point); later seconds get the path."""

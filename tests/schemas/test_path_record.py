@@ -16,8 +16,12 @@ def test_vectors_decode_and_encode_byte_for_byte(key, value, record):
     if record is not None:
         assert pr.encode(record) == (key, value)
     else:
-        kind, node, ident, role = key.decode().split("/")
-        assert pr.tombstone(kind, node, int(ident), role) == (key, None)
+        parts = key.decode().split("/")
+        if parts[0] == pr.IOAM:
+            assert pr.tombstone(pr.IOAM, parts[1]) == (key, None)
+        else:
+            kind, node, ident, role = parts
+            assert pr.tombstone(kind, node, int(ident), role) == (key, None)
 
 
 def test_path_tag_is_the_inventory_value():
@@ -64,6 +68,74 @@ def test_malformed_records_are_refused_with_their_reason(key, value, reason):
     assert e.value.reason == reason
 
 
+INLINE_GOOD = json.loads(pr.VECTORS[4][1])
+IOAM_GOOD = json.loads(pr.VECTORS[5][1])
+
+
+def test_ioam_interfaces_may_be_given_as_bare_ids():
+    value = json.dumps({**IOAM_GOOD, "interfaces": {"r1": 71, "r0": 70}}).encode()
+    rec = pr.decode(b"ioam/R", value)
+    got = [(i.device, i.if_id, i.ifindex, i.prefixes) for i in rec.interfaces]
+    assert got == [("r0", 70, None, ()), ("r1", 71, None, ())]
+    assert pr.path_tag(pr.decode(*pr.VECTORS[4][:2])) == "fc00:2::e,fc00:3::d6"
+
+
+@pytest.mark.parametrize(
+    "key,value,reason",
+    [
+        (b"inline/A/7/tx", json.dumps({**INLINE_GOOD, "trace_nodes": 13}).encode(), "bad_field"),
+        (b"inline/A/7/tx", json.dumps({**INLINE_GOOD, "sampling": 0}).encode(), "bad_field"),
+        (
+            b"inline/A/7/tx",
+            json.dumps({k: v for k, v in INLINE_GOOD.items() if k != "sampling"}).encode(),
+            "missing_field",
+        ),
+        (b"inline/A/7/up", None, None),  # the key is well-formed: a tombstone of a side name the value would refuse
+        (b"ioam/", None, "bad_key"),
+        (b"ioam/R/1", None, "bad_key"),
+        (b"ioam/S", pr.VECTORS[5][1], "key_mismatch"),
+        (b"ioam/R", json.dumps({**IOAM_GOOD, "node_id": 1 << 24}).encode(), "bad_field"),
+        (b"ioam/R", json.dumps({**IOAM_GOOD, "interfaces": {"r0": 70, "r1": 70}}).encode(), "bad_field"),
+        (b"ioam/R", json.dumps({**IOAM_GOOD, "interfaces": {"r0": 65535}}).encode(), "bad_field"),
+        (b"ioam/R", json.dumps({**IOAM_GOOD, "interfaces": {"r0": {"id": 1, "ifindex": 0}}}).encode(), "bad_field"),
+        (b"ioam/R", json.dumps({**IOAM_GOOD, "namespaces": ["1"]}).encode(), "bad_field"),
+        (b"ioam/R", json.dumps({**IOAM_GOOD, "kind": "flow"}).encode(), "bad_field"),
+        (b"flow/R/7/tx", pr.VECTORS[5][1], "key_mismatch"),
+    ],
+)
+def test_malformed_inline_and_ioam_records_are_refused(key, value, reason):
+    if reason is None:
+        assert pr.decode(key, value) is None
+        return
+    with pytest.raises(pr.MalformedPathRecord) as e:
+        pr.decode(key, value)
+    assert e.value.reason == reason
+
+
 def test_encode_refuses_what_decode_would_refuse():
     with pytest.raises(pr.MalformedPathRecord):
         pr.encode(pr.PathRecord.stamp("a/b", 1, "sender", [], [], 1))
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"sample_interval_us": 5},  # both rules at once
+        {"sampling": 0},  # none (no interval either)
+        {"sample_interval_us": -1, "sampling": 0},
+        {"trace_nodes": 0},  # a tx side sizes the trace
+    ],
+)
+def test_a_tx_inline_record_has_one_sampling_rule_and_a_trace_size(change):
+    with pytest.raises(pr.MalformedPathRecord) as e:
+        pr.decode(b"inline/A/7/tx", json.dumps({**INLINE_GOOD, **change}).encode())
+    assert e.value.reason == "bad_field"
+
+
+def test_rx_inline_records_may_leave_the_ingress_parameters_out():
+    rx = pr.decode(*pr.VECTORS[-1][:2])
+    assert (rx.role, rx.trace_nodes, rx.sampling, rx.sample_interval_us) == ("rx", 0, 0, 0)
+    # and the interval rule reads back (records without it are "1 in N" ones, as before)
+    tx = pr.decode(*pr.VECTORS[-2][:2])
+    assert (tx.sampling, tx.sample_interval_us) == (0, 1000)
+    assert pr.decode(*pr.VECTORS[4][:2]).sample_interval_us == 0

@@ -77,7 +77,7 @@ Q_ALL = "FOR d IN @@collection RETURN d"
 Q_ANNOTATE_EDGES = (
     "FOR a IN @annotations "
     "FOR e IN @@edges FILTER e.local_link_ip == a.local_ip AND e.remote_link_ip == a.remote_ip "
-    "UPDATE e WITH a.fields IN @@edges OPTIONS { keepNull: false } "
+    "UPDATE e WITH a.fields IN @@edges OPTIONS { keepNull: false, mergeObjects: false } "
     "RETURN {local_ip: a.local_ip, remote_ip: a.remote_ip, key: NEW._key}"
 )
 Q_EXPIRE = (
@@ -578,8 +578,9 @@ class Handler(BaseHTTPRequestHandler):
 
     def _annotate(self, db, bind, stats) -> list:
         """Q_ANNOTATE_EDGES: every (annotation, edge) pair with equal link addresses; UPDATE
-        merges a.fields (mergeObjects: AQL's default) with keepNull false (a null value removes
-        the attribute). Atomic, as one query is."""
+        sets each attribute of a.fields, an object value replacing the stored one whole
+        (mergeObjects false), with keepNull false (a null value removes the attribute). Atomic,
+        as one query is."""
         coll = self.store.coll(db, bind["@edges"])
         anns = bind["annotations"]
         if not isinstance(anns, list):
@@ -594,7 +595,7 @@ class Handler(BaseHTTPRequestHandler):
                     raise ArangoError(400, 1227, "invalid document type (while executing)")
                 base = updates.get(d["_key"], d)
                 updates[d["_key"]] = _merge(
-                    base, {k: v for k, v in a["fields"].items() if not k.startswith("_")}, True, False
+                    base, {k: v for k, v in a["fields"].items() if not k.startswith("_")}, False, False
                 )
                 result.append({"local_ip": a.get("local_ip"), "remote_ip": a.get("remote_ip"), "key": d["_key"]})
         for key, new in updates.items():

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import jalapeno_fixture as jf
 import pytest
+from test_topology_inline import hop
 from test_topology_model import ONE_HOP, stamp, views
 
 from processors.topology.model import TopologyModel
@@ -66,11 +67,30 @@ def populate(t, mode: str) -> ArangoWriter:
             f'rx_packets=990i,lost=10i,loss_ratio=0.01,complete=true,reason="ok" {T0}'
         )
     )
+    # in-line hops: A -> R (STAMP measures it too) and R -> B (only in-line)
+    m.apply_metrics_text(
+        "\n".join(
+            [
+                hop(1, 0, "A:a0->R:r0", T0, count=10, sum_us=20600.0, min_us=2050.0, max_us=2090.0, ipdv=4.0),
+                hop(1, 1, "R:r1->B:b0", T0, count=10, sum_us=5120.0, min_us=500.0, max_us=530.0, ipdv=2.0),
+            ]
+        )
+    )
     if mode == "jalapeno":
         jf.build(t)
     w = ArangoWriter(t.url, t.db_name, t.user, t.password, mode=mode)
     assert "error" not in TopologySink(m, w).flush()
     return w
+
+
+def attribute_names(doc: dict) -> set[str]:
+    """Every attribute name of a document, nested objects' included (e.stamp_link_delay.mean_us)."""
+    names = set()
+    for k, v in doc.items():
+        names.add(k)
+        if isinstance(v, dict):
+            names |= attribute_names(v)
+    return names
 
 
 def referenced(aql: str) -> tuple[set[str], set[str]]:
@@ -91,6 +111,9 @@ def test_the_doc_has_the_recipes_it_promises():
     assert len(RECIPES) >= 4 and {"own", "jalapeno"} <= set(modes)
     assert any("SHORTEST_PATH" in r["aql"] for r in RECIPES) and any("K_SHORTEST_PATHS" in r["aql"] for r in RECIPES)
     assert all('weightAttribute: "latency"' in r["aql"] for r in RECIPES if "SHORTEST" in r["aql"])
+    # links by delay with the source of their delay (STAMP or in-line), in both modes
+    by_source = {r["mode"] for r in RECIPES if "SORT" in r["aql"] and "e.link_delay_source" in r["aql"]}
+    assert by_source == {"own", "jalapeno"}
 
 
 @pytest.mark.parametrize("mode", ["own", "jalapeno"])
@@ -107,7 +130,7 @@ def test_recipes_name_only_collections_and_fields_the_writer_writes(arango, mode
             docs = w.all_documents(c)
             assert docs, f"{c}: the writer stored nothing there"
             for d in docs:
-                keys |= set(d)
+                keys |= attribute_names(d)
         missing = fields - keys
         assert not missing, f"recipe uses fields the writer never stores: {sorted(missing)}\n{r['aql']}"
 

@@ -30,6 +30,8 @@ def test_defaults_follow_the_contract():
     assert c.jalapeno_ip_edges == "ipv6_graph"
     # refreshed well within igp-graph's rewrites; expired after 10 refreshes; ArangoDB's batch size
     assert (c.refresh_s, c.stale_after_s, c.batch_size) == (30.0, 300.0, 1000)
+    # a single-hop STAMP delay gives a link's delay until the in-line one is 30 s newer
+    assert c.stamp_precedence_s == 30.0
     # the optional outputs to Jalapeno's Kafka are off
     assert (c.jalapeno_kafka, c.jalapeno_link_events_topic, c.jalapeno_telemetry_topic) == ("", "", "")
     assert c.jalapeno_telemetry_measurements == "stamp_delay,altmark_loss"
@@ -53,6 +55,13 @@ def test_jalapeno_mode_defaults_to_the_jalapeno_database_unless_told():
         ({"SEGSCOPE_ARANGO_AUTH": "token"}, "SEGSCOPE_ARANGO_AUTH"),
         ({"SEGSCOPE_TOPOLOGY_PROTOCOL_ID": "x"}, "SEGSCOPE_TOPOLOGY_PROTOCOL_ID"),
         ({"SEGSCOPE_TOPOLOGY_FLUSH_INTERVAL_S": "soon"}, "SEGSCOPE_TOPOLOGY_FLUSH_INTERVAL_S"),
+        ({"SEGSCOPE_TOPOLOGY_STAMP_PRECEDENCE_S": "0"}, "SEGSCOPE_TOPOLOGY_STAMP_PRECEDENCE_S=0.0: use an age > 0"),
+        ({"SEGSCOPE_TOPOLOGY_STAMP_PRECEDENCE_S": "half"}, "SEGSCOPE_TOPOLOGY_STAMP_PRECEDENCE_S"),
+        # with the summary, the delay and in-line workers' lines come up to an interval apart
+        (
+            {"SEGSCOPE_TOPIC_METRICS_NEWEST": "s.n", "SEGSCOPE_TOPOLOGY_STAMP_PRECEDENCE_S": "10"},
+            "SEGSCOPE_SUMMARY_INTERVAL_S=10.0 must be below SEGSCOPE_TOPOLOGY_STAMP_PRECEDENCE_S=10.0",
+        ),
         # own mode annotates no igpv6_graph edge: a link events topic would silently send nothing
         (
             {"SEGSCOPE_TOPOLOGY_JALAPENO_LINK_EVENTS_TOPIC": "gobmp.parsed.ls_link_events"},

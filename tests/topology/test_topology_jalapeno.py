@@ -277,29 +277,31 @@ def test_indexes_on_the_filtered_fields_are_created_once(arango):
     w = ArangoWriter(arango.url, arango.db_name, arango.user, arango.password, mode="jalapeno")
     w.ensure_schema()
     # literal field lists, from what the writer's AQL filters on (not from its constants): the
-    # annotate query e.local_link_ip/e.remote_link_ip, the expiry e.@stamp_field (the two
-    # *_measured_at_ns), the node lookup n.name
+    # annotate query e.local_link_ip/e.remote_link_ip, the expiry e.@stamp_field (the four
+    # *_measured_at_ns: the link's delay, each delay source's, the loss), the node lookup n.name
+    stamps = [
+        ("delay_measured_at_ns",),
+        ("stamp_link_delay_measured_at_ns",),
+        ("inline_link_delay_measured_at_ns",),
+        ("loss_measured_at_ns",),
+    ]
     for coll in ("igpv6_graph", "ipv6_graph"):
         persistent = {tuple(i["fields"]): i for i in w.db.collection(coll).indexes() if i["type"] == "persistent"}
-        assert set(persistent) == {
-            ("local_link_ip", "remote_link_ip"),
-            ("delay_measured_at_ns",),
-            ("loss_measured_at_ns",),
-        }
+        assert set(persistent) == {("local_link_ip", "remote_link_ip"), *stamps}
         assert persistent[("local_link_ip", "remote_link_ip")]["sparse"] is False  # every edge has both
-        assert persistent[("delay_measured_at_ns",)]["sparse"] is True  # most edges are not measured
-        assert persistent[("loss_measured_at_ns",)]["sparse"] is True
+        for fields in stamps:
+            assert persistent[fields]["sparse"] is True, fields  # most edges are not measured
     nodes = [tuple(i["fields"]) for i in w.db.collection("igp_node").indexes() if i["type"] == "persistent"]
     assert nodes == [("name",)]
     created = w.counters.indexes_created
-    assert created == 7  # 3 per edge collection + igp_node.name
+    assert created == 11  # 5 per edge collection + igp_node.name
     w.ensure_schema()
     assert w.counters.indexes_created == created
     own = ArangoWriter(arango.url, arango.db_name + "_own", arango.user, arango.password)
     try:
         own.ensure_schema()
         fields = {tuple(i["fields"]) for i in own.db.collection("segscope_graph_edge").indexes()}
-        assert {("delay_measured_at_ns",), ("loss_measured_at_ns",)} <= fields
+        assert set(stamps) <= fields
     finally:
         if arango.standin is None:
             own.client.db("_system", username=arango.user, password=arango.password).delete_database(own.db_name)

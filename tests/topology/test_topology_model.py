@@ -480,6 +480,11 @@ def test_jalapeno_annotations_carry_link_ips_and_measurement_fields_only():
         "delay_measured_at_ns",
         "delay_source",
         "delay_mean_us",  # the exact mean beside the whole-µs TE fields (bgp_ls_fields)
+        "link_delay_source",  # which source gives the link's delay, and each source's own value
+        "stamp_link_delay",
+        "stamp_link_delay_measured_at_ns",
+        "inline_link_delay",
+        "inline_link_delay_measured_at_ns",
     }
     assert not any(k.startswith("_") for k in ann[0]["fields"])
 

@@ -448,6 +448,9 @@ def test_kafka_outputs(lab, kafka_bootstrap):
     assert last.startswith("segscope_datapath,node=usB,program=ustamp_reflector ")
     fields = dict(kv.split("=") for kv in last.split(" ")[1].split(","))
     assert fields["received"] == fields["reflected"] == f"{counters['reflected']}i" == f"{N}i"
+    # the fast engine's (the default) counters are in the line too: no drop at its sockets or queue
+    assert fields["socket_drops"] == fields["slow_path_queue_full"] == fields["slow_path"] == "0i"
+    assert 1 <= int(fields["batches"][:-1]) <= N
 
 
 def test_return_path_tlv_steers_the_reply(lab, reflector):

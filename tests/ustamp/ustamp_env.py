@@ -7,6 +7,7 @@ import os
 import queue
 import re
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -91,3 +92,19 @@ def sid_packets(lab, node: str = "R") -> dict[str, int]:
         m.group(1): int(m.group(2))
         for m in re.finditer(r"^(\S+)\s+encap seg6local action \S+ packets (\d+)", out, re.M)
     }
+
+
+def socket_in_netns(ns: str, family: int, kind: int, proto: int = 0) -> socket.socket:
+    """A socket of namespace `ns`, opened from a short-lived thread (setns moves that thread only)."""
+    from collectors.ustamp.netutil import enter_netns
+
+    out: dict = {}
+
+    def run() -> None:
+        enter_netns(ns)
+        out["sock"] = socket.socket(family, kind, proto)
+
+    t = threading.Thread(target=run)
+    t.start()
+    t.join()
+    return out["sock"]

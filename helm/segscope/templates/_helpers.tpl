@@ -122,6 +122,7 @@ capabilities:
     - --partitions=segscope.altmark.blocks={{ .Values.topics.altmarkBlocksPartitions }}
     # the loss workers' second stage reads the records re-keyed by flow: as many partitions
     - --partitions=segscope.altmark.blocks.by_flow={{ .Values.topics.altmarkBlocksPartitions }}
+    - --partitions=segscope.ioam.records={{ .Values.topics.ioamRecordsPartitions }}
     - --replication={{ .Values.topics.replicationFactor }}
     - --timeout=300
   envFrom:

@@ -1,0 +1,781 @@
+"""InlineMonitorService: in-line (IOAM) monitors of this node and its IOAM identity.
+
+Drives build/datapath/ioam_tx (INGRESS side: TC egress after the seg6 encap, inserts the IOAM
+trace and E2E options into sampled packets) and build/datapath/ioam_rx (EGRESS side: XDP, one
+ioam_record per sampled packet into the pinned ring buffer `ioam_records`) of the agent's bpffs
+instance (/sys/fs/bpf/segscope/<instance>/ioam_{tx,rx}); agent/ioam.py does the kernel's part
+(EnableIoam: node id, interface ids, namespaces).
+
+A side's program is attached to a device with the side's first monitor there (`attach`, then
+`attach-dev` for more devices: one program, its flows and counters shared) and detached with the
+last. ioam_rx joins the node's XDP chain through its loader (datapath/xdp_chain.h); the node's XDP
+attaches and detaches are serialised with the STAMP and alternate-marking ones (one lock). The
+INGRESS side writes the packet's ingress and egress interface ids into its own trace entry: the
+agent gives ioam_tx every interface id of the node's IOAM configuration (`set-if-id`) when it
+attaches and whenever EnableIoam changes them. With --kafka the agent runs stamp_streamer
+--records ioam on the ring (key "<node>/<flow_id>", topic segscope.ioam.records); without Kafka
+nothing reads the ring and ioam_rx counts the records it cannot store.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import select
+import signal
+import socket
+import subprocess
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import grpc
+
+from agent import children
+from agent import fields as F
+from agent.fields import ApiError
+from agent.ioam import MAX_IF_ID, MAX_NODE_ID, IoamError, IoamNode
+from agent.rtnl import LocalSidRoute
+from segscope_proto.segscope.agent.v1 import inline_pb2 as pb
+from segscope_proto.segscope.agent.v1 import inline_pb2_grpc as pb_grpc
+from segscope_schemas import names
+from segscope_schemas import path_record as pr
+
+log = logging.getLogger("segscope.agent.inline")
+
+INGRESS, EGRESS = pb.INLINE_SIDE_INGRESS, pb.INLINE_SIDE_EGRESS
+PROG = {INGRESS: "ioam_tx", EGRESS: "ioam_rx"}
+# the side as segscope.paths and the segscope_inline lines name it (schemas/paths.md: tx = ingress)
+SIDE_NAME = {INGRESS: "tx", EGRESS: "rx"}
+MAX_SIDS = 6  # the SID lists the datapaths key flows by (as altmark and STAMP)
+MAX_TRACE_NODES = 12  # IOAM_RECORD_MAX_NODES (schemas/c/ioam_record.h)
+MAX_SAMPLE_EVERY = 65535  # the datapath's IOAM_SAMPLE_EVERY_MAX (datapath/ioam.h)
+MAX_SAMPLE_INTERVAL_US = 60_000_000
+MAX_NAMESPACES = 64
+PORT_PROTOCOLS = (6, 17)  # TCP, UDP: the inner protocols whose ports ioam_tx can match
+# ioam_tx list-flows --json per flow (`seen` is the API's `packets`)
+INGRESS_COUNTERS = ("sampled", "instrumented", "skipped_mtu", "skipped_gso", "skipped_other")
+
+
+def validate_monitor(m: pb.InlineMonitor) -> pb.InlineMonitor:
+    """The monitor normalised (canonical SIDs and prefixes, trace_nodes default), or INVALID_ARGUMENT
+    naming the field."""
+    side = F.enum_value("monitor.side", m.side, pb.InlineSide)
+    if m.flow_id == 0:
+        raise F.invalid("monitor.flow_id", "required (1..4294967295)")
+    out = pb.InlineMonitor()
+    out.CopyFrom(m)
+    out.device = F.ifname("monitor.device", m.device)
+    del out.segments[:]
+    out.segments.extend(F.segments("monitor.segments", m.segments, max_len=MAX_SIDS))
+    if m.namespace_id == 0:
+        raise F.invalid("monitor.namespace_id", "required (an IOAM Namespace-ID, 1..65535)")
+    F.in_range("monitor.namespace_id", m.namespace_id, 1, 0xFFFF)
+    sampling = m.WhichOneof("sampling")
+    if side == EGRESS:
+        F.refuse("monitor.trace_nodes", m.trace_nodes != 0, "with INLINE_SIDE_EGRESS (the ingress sizes the trace)")
+        F.refuse("monitor.sampling", sampling is not None, "with INLINE_SIDE_EGRESS (the ingress samples)")
+        F.refuse("monitor.match", m.HasField("match"), "with INLINE_SIDE_EGRESS (the ingress selects the packets)")
+        return out
+    if m.trace_nodes == 0:
+        out.trace_nodes = min(len(out.segments) + 1, MAX_TRACE_NODES)
+    F.in_range("monitor.trace_nodes", out.trace_nodes, 1, MAX_TRACE_NODES, "nodes (the ingress included)")
+    if sampling is None:
+        raise F.invalid("monitor.sampling", "required (sample_every or sample_interval_us)")
+    if sampling == "sample_every":
+        F.in_range("monitor.sample_every", m.sample_every, 1, MAX_SAMPLE_EVERY)
+    else:
+        F.in_range("monitor.sample_interval_us", m.sample_interval_us, 1, MAX_SAMPLE_INTERVAL_US)
+    if m.HasField("match"):
+        mt = m.match
+        for name in ("src_prefix", "dst_prefix"):
+            if getattr(mt, name):
+                canon, fam = F.prefix(f"monitor.match.{name}", getattr(mt, name))
+                if fam != socket.AF_INET6:
+                    raise F.invalid(
+                        f"monitor.match.{name}",
+                        f"{getattr(mt, name)!r} is not an IPv6 prefix (ioam_tx matches the inner IPv6 packet)",
+                    )
+                setattr(out.match, name, canon)
+        F.in_range("monitor.match.protocol", mt.protocol, 0, 255)
+        for name in ("src_port", "dst_port"):
+            value = getattr(mt, name)
+            F.in_range(f"monitor.match.{name}", value, 0, 65535)
+            if value and mt.protocol not in PORT_PROTOCOLS:
+                raise F.invalid(f"monitor.match.{name}", f"needs match.protocol 6 (TCP) or 17 (UDP), not {mt.protocol}")
+        if out.match == pb.InlineMatch():
+            out.ClearField("match")  # an empty match is the whole flow: one form of it
+    return out
+
+
+def validate_config(c: pb.IoamConfig) -> pb.IoamConfig:
+    """EnableIoam's configuration normalised (namespaces sorted, interfaces sorted by device)."""
+    if c.node_id == 0:
+        raise F.invalid("config.node_id", f"required (an IOAM node id, 1..{MAX_NODE_ID})")
+    F.in_range("config.node_id", c.node_id, 1, MAX_NODE_ID, "(24 bits; 16777215 is the kernel's 'no id')")
+    if not c.namespace_ids:
+        raise F.invalid("config.namespace_ids", f"required (1..{MAX_NAMESPACES} IOAM Namespace-IDs in 1..65535)")
+    if len(c.namespace_ids) > MAX_NAMESPACES:
+        raise F.invalid("config.namespace_ids", f"{len(c.namespace_ids)} namespaces, at most {MAX_NAMESPACES}")
+    for i, n in enumerate(c.namespace_ids):
+        F.in_range(f"config.namespace_ids[{i}]", n, 1, 0xFFFF)
+        if n in c.namespace_ids[:i]:
+            raise F.invalid(f"config.namespace_ids[{i}]", f"{n} appears twice")
+    devices: dict[str, int] = {}
+    ids: dict[int, str] = {}
+    for i, itf in enumerate(c.interfaces):
+        dev = F.ifname(f"config.interfaces[{i}].device", itf.device)
+        if itf.if_id == 0:
+            raise F.invalid(f"config.interfaces[{i}].if_id", f"required (1..{MAX_IF_ID})")
+        F.in_range(f"config.interfaces[{i}].if_id", itf.if_id, 1, MAX_IF_ID, "(65535 means 'unavailable')")
+        if dev in devices:
+            raise F.invalid(f"config.interfaces[{i}].device", f"{dev} appears twice")
+        if itf.if_id in ids:
+            raise F.invalid(f"config.interfaces[{i}].if_id", f"{itf.if_id} is also {ids[itf.if_id]}'s interface id")
+        devices[dev], ids[itf.if_id] = itf.if_id, dev
+    return pb.IoamConfig(
+        node_id=c.node_id,
+        namespace_ids=sorted(c.namespace_ids),
+        interfaces=[pb.IoamInterface(device=d, if_id=i) for d, i in sorted(devices.items())],
+        all_devices=c.all_devices,
+    )
+
+
+@dataclass
+class Side:
+    devices: list[str]  # where the side's program runs (the first is where it was attached)
+    monitors: dict[int, pb.InlineMonitor] = field(default_factory=dict)
+    node_id: int = 0  # the IOAM node id the side's monitors were started with
+
+
+class InlineAgent:
+    """The node's in-line monitor sides, its IOAM identity, the ioam_records streamer; one lock."""
+
+    def __init__(
+        self,
+        node: str,
+        repo: Path,
+        netns: str | None,
+        instance: str,
+        kafka: str | None,
+        ioam: IoamNode,
+        linger_ms: int = 200,
+        rtnl=None,
+    ):
+        self.node, self.netns, self.instance, self.kafka, self.ioam = node, netns, instance, kafka, ioam
+        self.build = Path(os.environ.get("SEGSCOPE_BUILD_DIR") or repo / "build")
+        self.linger_ms = linger_ms
+        self.rtnl = rtnl  # the node's rtnetlink socket: ifindexes, prefixes and local SIDs for ioam/<node>
+        self.lock = threading.RLock()
+        self.sides: dict[int, Side] = {}
+        self.config: pb.IoamConfig | None = None  # the last EnableIoam (normalised)
+        self.on_change = None
+        self.xdp_lock = threading.Lock()  # this agent's attach/detach; the loaders lock the node's XDP chain
+        self.streamer: subprocess.Popen | None = None
+        self._streamer_stop = threading.Event()
+        self._streamer_thread: threading.Thread | None = None
+        self._streamer_stats: dict = {}
+        self.streamer_restarts = 0  # the streamer exited on its own and was started again
+        self.leftover_records_streamed = 0  # in a killed agent's ring at the first attach, sent to Kafka
+        self.leftover_records_lost = 0  # found there, not delivered
+        self.run_dir = Path(tempfile.mkdtemp(prefix=f"segscope-agent-{node}-inline-"))
+        self.stats_path = self.run_dir / "ioam_streamer.json"
+
+    # -- tools -----------------------------------------------------------------------------------
+    def tool(self, side: int) -> Path:
+        return self.build / "datapath" / PROG[side]
+
+    def pin_dir(self, side: int) -> Path:
+        return Path(names.BPFFS_PIN_ROOT) / self.instance / PROG[side]
+
+    def ns_args(self) -> list[str]:
+        return ["--netns", self.netns] if self.netns else []
+
+    def run(self, side: int, args: list, what: str) -> str:
+        exe = self.tool(side)
+        if not exe.exists():
+            raise ApiError(grpc.StatusCode.FAILED_PRECONDITION, f"{what}: {exe} is not built (make build)")
+        cmd = [str(exe), *[str(a) for a in args]]
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=30)
+        log.debug("ran %s -> %d", " ".join(cmd), r.returncode)
+        if r.returncode != 0:
+            raise ApiError(
+                grpc.StatusCode.FAILED_PRECONDITION,
+                f"{what}: {exe.name} {args[0]} failed: {(r.stderr or r.stdout).strip()}",
+            )
+        return r.stdout
+
+    # -- attach / detach -------------------------------------------------------------------------
+    def attach(self, side: int, device: str, node_id: int) -> None:
+        self._clear_leftovers(side, device)
+        args = ["attach", "--dev", device, "--instance", self.instance, *self.ns_args()]
+        if side == EGRESS:
+            args += ["--node-id", node_id]
+        with self.xdp_lock:
+            self.run(side, args, "monitor.device")
+        self.sides[side] = Side([device], node_id=node_id)
+        log.info("%s attached to %s (instance %s, node id %d)", PROG[side], device, self.instance, node_id)
+        try:
+            if side == INGRESS:
+                self.set_if_ids(self.ioam.interfaces_now(), {})
+            elif self.kafka:
+                self._start_streamer()
+        except ApiError:
+            self.detach(side)
+            raise
+
+    def attach_dev(self, side: int, device: str) -> None:
+        with self.xdp_lock:
+            self.run(
+                side, ["attach-dev", "--dev", device, "--instance", self.instance, *self.ns_args()], "monitor.device"
+            )
+        self.sides[side].devices.append(device)
+        log.info("%s also attached to %s (devices %s)", PROG[side], device, self.sides[side].devices)
+
+    def detach_dev(self, side: int, device: str) -> None:
+        with self.xdp_lock:
+            self.run(side, ["detach-dev", "--dev", device, "--instance", self.instance, *self.ns_args()], "side")
+        self.sides[side].devices.remove(device)
+        log.info("%s detached from %s (still on %s)", PROG[side], device, self.sides[side].devices)
+
+    def detach(self, side: int) -> None:
+        s = self.sides.pop(side)
+        if side == EGRESS:
+            self._stop_streamer()  # it drains the ring first (SIGTERM)
+        with self.xdp_lock:
+            for extra in s.devices[1:]:
+                self.run(side, ["detach-dev", "--dev", extra, "--instance", self.instance, *self.ns_args()], "side")
+            self.run(side, ["detach", "--dev", s.devices[0], "--instance", self.instance, *self.ns_args()], "side")
+        log.info("%s detached from %s", PROG[side], s.devices[0])
+
+    def set_if_ids(self, now: dict[str, int], before: dict[str, int]) -> None:
+        """ioam_tx writes these interface ids; devices no longer configured go back to 65535."""
+        if INGRESS not in self.sides:
+            return
+        for dev, if_id in sorted({**{d: 0xFFFF for d in before if d not in now}, **now}.items()):
+            if before.get(dev) == if_id:
+                continue
+            args = ["set-if-id", "--instance", self.instance, *self.ns_args(), "--dev", dev, "--if-id", if_id]
+            self.run(INGRESS, args, "config.interfaces")
+
+    def _clear_leftovers(self, side: int, device: str) -> None:
+        """Pins of this instance that this agent did not make: a previous agent of the node was
+        killed. Its ioam_rx ring may still hold records: a streamer drains them to Kafka (counted
+        leftover_records_streamed / leftover_records_lost) while the leftover is detached."""
+        pin = self.pin_dir(side)
+        if not pin.exists():
+            return
+        log.warning("%s exists from a previous agent; detaching it first", pin)
+        drain = None
+        ring = pin / "ioam_records"
+        if side == EGRESS and ring.exists() and self._streamer_exe().exists():
+            drain = self._open_leftover_ring(ring)
+        with self.xdp_lock:
+            subprocess.run(
+                [str(self.tool(side)), "detach", "--dev", device, "--instance", self.instance, *self.ns_args()],
+                capture_output=True,
+                timeout=30,
+            )
+        if drain is not None:
+            self._finish_leftover_ring(drain)
+
+    # -- the ioam_records streamer ---------------------------------------------------------------
+    def _streamer_exe(self) -> Path:
+        return self.build / "collectors" / "stamp_streamer"
+
+    def _streamer_cmd(self) -> list[str]:
+        return [
+            str(self._streamer_exe()),
+            "--records",
+            "ioam",
+            "--ringbuf",
+            str(self.pin_dir(EGRESS) / "ioam_records"),
+            "--node",
+            self.node,
+            "--brokers",
+            self.kafka,
+            "--stats-json",
+            str(self.stats_path),
+            "--stats-interval",
+            "0.5",
+            "--no-metrics",  # the agent publishes its counters with its own (records=ioam)
+            "--linger-ms",
+            str(self.linger_ms),
+        ]
+
+    def _start_streamer(self) -> None:
+        if not self._streamer_exe().exists():
+            raise ApiError(grpc.StatusCode.FAILED_PRECONDITION, f"monitor: {self._streamer_exe()} is not built")
+        self._streamer_stop = threading.Event()
+        self._streamer_thread = threading.Thread(
+            target=self._streamer_loop, args=(self._streamer_stop,), name="ioam-streamer", daemon=True
+        )
+        self._streamer_thread.start()
+
+    def _streamer_loop(self, stop: threading.Event) -> None:
+        """Runs the streamer; one that exits on its own (e.g. Kafka client error) is restarted."""
+        while not stop.is_set():
+            errlog = open(self.stats_path.with_suffix(".log"), "ab")  # noqa: SIM115
+            p = children.spawn(self._streamer_cmd(), stdout=subprocess.DEVNULL, stderr=errlog)
+            errlog.close()
+            self.streamer = p
+            log.info("ioam streamer started (pid %d): %s", p.pid, " ".join(self._streamer_cmd()))
+            p.wait()
+            self._read_streamer_stats()
+            if stop.is_set():
+                break
+            self.streamer_restarts += 1
+            err = self.stats_path.with_suffix(".log").read_text(errors="replace")
+            log.warning("ioam streamer exited %s: %s; restarting", p.returncode, err[-500:])
+            stop.wait(0.5)
+
+    def _stop_streamer(self) -> None:
+        self._streamer_stop.set()
+        p = self.streamer
+        if p is not None and p.poll() is None:
+            try:
+                os.killpg(p.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+            try:
+                p.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                os.killpg(p.pid, signal.SIGKILL)
+                p.wait()
+        if self._streamer_thread is not None:
+            self._streamer_thread.join(timeout=5)
+            self._streamer_thread = None
+        self.streamer = None
+        self._read_streamer_stats()
+
+    def _read_streamer_stats(self) -> dict:
+        try:
+            self._streamer_stats = json.loads(self.stats_path.read_text())
+        except (OSError, ValueError):
+            pass
+        return self._streamer_stats
+
+    def poll_streamer(self) -> None:
+        if self.streamer is not None:
+            self._read_streamer_stats()
+
+    def streamer_counters(self) -> dict[str, int] | None:
+        """The ioam streamer's counters (segscope_streamer,records=ioam); None before it first ran."""
+        st = self._streamer_stats
+        if not st:
+            return None
+        out = {k: int(v) for k, v in st.items() if isinstance(v, int) and not isinstance(v, bool)}
+        out.pop("batch_seq", None)
+        return out
+
+    def _open_leftover_ring(self, ring: Path) -> subprocess.Popen | None:
+        cmd = [str(self._streamer_exe()), "--records", "ioam", "--ringbuf", str(ring), "--node", self.node]
+        cmd += ["--no-metrics", "--stats-interval", "3600"]
+        devnull = None
+        if self.kafka:
+            cmd += ["--brokers", self.kafka]
+        else:  # nowhere to send them: read them (to /dev/null) so they are counted as lost
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            cmd += ["--no-kafka", "--copy-fd", str(devnull)]
+        try:
+            p = children.spawn(
+                cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, pass_fds=(devnull,) if devnull else ()
+            )
+        finally:
+            if devnull is not None:
+                os.close(devnull)
+        ready, _, _ = select.select([p.stderr], [], [], 10.0)
+        line = p.stderr.readline() if ready else b""
+        if not line.startswith(b"stamp_streamer: "):
+            p.kill()
+            p.wait()
+            log.warning("cannot read the previous agent's ring %s: %r", ring, line[:200])
+            return None
+        return p
+
+    def _finish_leftover_ring(self, p: subprocess.Popen) -> None:
+        p.send_signal(signal.SIGTERM)
+        try:
+            out, _ = p.communicate(timeout=60)
+            st = json.loads(out.decode().strip().splitlines()[-1])
+        except (subprocess.TimeoutExpired, ValueError, IndexError):
+            p.kill()
+            p.wait()
+            log.warning("the previous agent's ioam_records ring did not drain")
+            return
+        read = int(st.get("records_in", 0))
+        delivered = int(st.get("records_delivered", 0)) if self.kafka else 0
+        self.leftover_records_streamed += delivered
+        self.leftover_records_lost += read - delivered
+        if read:
+            log.warning(
+                "%d ioam_records a previous agent left: %d to Kafka, %d lost", read, delivered, read - delivered
+            )
+
+    # -- reads -----------------------------------------------------------------------------------
+    def datapath_flows(self, side: int) -> dict[int, dict]:
+        out = json.loads(self.run(side, ["list-flows", "--instance", self.instance, "--json"], "side"))
+        flows = out.get("flows", []) if isinstance(out, dict) else out
+        return {int(f["flow_id"]): f for f in flows}
+
+    def counters(self) -> dict[str, int]:
+        """segscope_agent gauges of the in-line part."""
+        with self.lock:
+            return {
+                "inline_monitors": sum(len(s.monitors) for s in self.sides.values()),
+                "ioam_streamer_restarts": self.streamer_restarts,
+                "ioam_leftover_records_streamed": self.leftover_records_streamed,
+                "ioam_leftover_records_lost": self.leftover_records_lost,
+            }
+
+    def attached_programs(self) -> list[tuple[str, Path, Path]]:
+        with self.lock:
+            return [(PROG[side], self.tool(side), self.pin_dir(side)) for side in sorted(self.sides)]
+
+    def program_devices(self) -> list[tuple[str, str]]:
+        with self.lock:
+            return [(PROG[side], d) for side in sorted(self.sides) for d in self.sides[side].devices]
+
+    def monitors(self) -> list[tuple[int, pb.InlineMonitor]]:
+        with self.lock:
+            return [(side, m) for side in sorted(self.sides) for _, m in sorted(self.sides[side].monitors.items())]
+
+    def path_records(self, ts_ns: int | None = None) -> list:
+        """segscope.paths: one `inline` record per monitor side, and the node's `ioam` identity."""
+        ts = time.time_ns() if ts_ns is None else ts_ns
+        out: list = []
+        for side, m in self.monitors():
+            tx = side == INGRESS
+            mode = m.WhichOneof("sampling") if tx else None
+            out.append(
+                pr.PathRecord.inline(
+                    self.node,
+                    m.flow_id,
+                    SIDE_NAME[side],
+                    m.segments,
+                    m.namespace_id,
+                    m.trace_nodes if tx else 0,
+                    m.sample_every if mode == "sample_every" else 0,
+                    ts,
+                    sample_interval_us=m.sample_interval_us if mode == "sample_interval_us" else 0,
+                )
+            )
+        with self.ioam.lock:
+            a = self.ioam.applied
+            identity = (a.node_id, dict(a.interfaces), a.namespaces) if a is not None else None
+        if identity is not None:
+            out.append(self._ioam_identity(*identity, ts))
+        return out
+
+    def _ioam_identity(self, node_id: int, interfaces: dict[str, int], namespaces, ts: int) -> pr.IoamNode:
+        """`ioam/<node>`: what the in-line processor needs to name a trace's nodes and links - the
+        devices' IOAM ids, ifindexes (the egress record names its device by ifindex) and global
+        prefixes (which device faces which neighbour), and the node's local SIDs."""
+        links, prefixes, sids = {}, {}, ()
+        if self.rtnl is not None:
+            links = self.rtnl.links()
+            prefixes = self.rtnl.global_prefixes()
+            sids = tuple(sorted({r.sid for r in self.rtnl.srv6_routes() if isinstance(r, LocalSidRoute)}))
+        devices = tuple(
+            pr.IoamInterface(dev, if_id, links.get(dev), tuple(sorted(prefixes.get(links.get(dev), []))))
+            for dev, if_id in sorted(interfaces.items())
+        )
+        return pr.IoamNode(self.node, node_id, devices, tuple(namespaces), sids, ts)
+
+    def inventory_lines(self, node_tag: str, ts: int) -> list[str]:
+        """segscope_inline: one line per in-line monitor side (schemas/metrics.md)."""
+        from agent.metrics import escape_tag
+
+        out = []
+        for side, m in self.monitors():
+            mode = m.WhichOneof("sampling") if side == INGRESS else None
+            tags = (
+                f"segscope_inline,node={node_tag},flow={m.flow_id},side={SIDE_NAME[side]},"
+                f"path={escape_tag(pr.sids_tag(pr.INLINE, m.segments))},device={escape_tag(m.device)}"
+            )
+            out.append(
+                f"{tags} namespace={m.namespace_id}i,trace_nodes={m.trace_nodes}i,"
+                f"sample_every={m.sample_every if mode == 'sample_every' else 0}i,"
+                f"sample_interval_us={m.sample_interval_us if mode == 'sample_interval_us' else 0}i {ts}"
+            )
+        return out
+
+    # -- teardown --------------------------------------------------------------------------------
+    def reset(self) -> tuple[int, bool]:
+        """Every monitor stopped, both programs detached, the streamer stopped, IOAM restored."""
+        with self.lock:
+            n = sum(len(s.monitors) for s in self.sides.values())
+            changed = bool(self.sides)
+            errors = []
+            for side in list(self.sides):
+                try:
+                    self.detach(side)
+                except ApiError as e:
+                    errors.append(e.message)
+            self._stop_streamer()
+            self.config = None
+            changed |= self.ioam.disable()
+            if errors:
+                raise ApiError(grpc.StatusCode.FAILED_PRECONDITION, "; ".join(errors))
+            return n, changed
+
+    def shutdown(self) -> None:
+        try:
+            self.reset()
+        except ApiError as e:
+            log.warning("shutdown: %s", e.message)
+        self.ioam.close()
+
+
+def _status(m: pb.InlineMonitor, node_id: int) -> pb.InlineMonitorStatus:
+    return pb.InlineMonitorStatus(monitor=m, node_id=node_id)
+
+
+class InlineMonitorServicer(pb_grpc.InlineMonitorServiceServicer):
+    def __init__(self, agent: InlineAgent):
+        self.a = agent
+
+    def _changed(self) -> None:
+        if self.a.on_change:
+            try:
+                self.a.on_change()
+            except Exception:  # noqa: BLE001
+                log.exception("on_change hook failed")
+
+    # -- monitors --------------------------------------------------------------------------------
+    def StartInlineMonitor(self, req, ctx):
+        m = validate_monitor(req.monitor)
+        a = self.a
+        with a.lock:
+            s = a.sides.get(m.side)
+            if s is not None and m.flow_id in s.monitors:
+                if s.monitors[m.flow_id] == m:
+                    log.info("StartInlineMonitor %s flow %d: unchanged", PROG[m.side], m.flow_id)
+                    return pb.StartInlineMonitorResponse(status=_status(m, s.node_id), changed=False)
+                raise ApiError(
+                    grpc.StatusCode.ALREADY_EXISTS,
+                    f"monitor.flow_id: {PROG[m.side]} flow {m.flow_id} exists with different parameters; "
+                    "StopInlineMonitor first",
+                )
+            same = [f for f in (s.monitors.values() if s else []) if list(f.segments) == list(m.segments)]
+            if same:  # the datapath finds a flow by its SID list: a second one would take it over
+                raise ApiError(
+                    grpc.StatusCode.ALREADY_EXISTS,
+                    f"monitor.segments: {PROG[m.side]} flow {same[0].flow_id} already monitors "
+                    f"{','.join(m.segments)}; one in-line monitor per SID list and side",
+                )
+            applied = a.ioam.applied
+            if applied is None:
+                raise ApiError(
+                    grpc.StatusCode.FAILED_PRECONDITION,
+                    "monitor: the node's IOAM identity is not configured (EnableIoam first: its node id goes "
+                    "into the trace entry and the records)",
+                )
+            fresh = s is None
+            added_device = not fresh and m.device not in s.devices
+            if fresh:
+                a.attach(m.side, m.device, applied.node_id)
+                s = a.sides[m.side]
+            elif added_device:
+                a.attach_dev(m.side, m.device)
+            args = [
+                "add-flow",
+                "--instance",
+                a.instance,
+                "--sids",
+                ",".join(m.segments),
+                "--flow-id",
+                m.flow_id,
+                "--namespace-id",
+                m.namespace_id,
+            ]
+            if m.side == INGRESS:
+                args += ["--node-id", s.node_id, "--trace-nodes", m.trace_nodes]
+                if m.WhichOneof("sampling") == "sample_every":
+                    args += ["--sample-every", m.sample_every]
+                else:
+                    args += ["--sample-interval-us", m.sample_interval_us]
+                if m.HasField("match"):
+                    mt = m.match
+                    for flag, value in (
+                        ("--match-src", mt.src_prefix),
+                        ("--match-dst", mt.dst_prefix),
+                        ("--match-proto", mt.protocol),
+                        ("--match-sport", mt.src_port),
+                        ("--match-dport", mt.dst_port),
+                    ):
+                        if value:
+                            args += [flag, value]
+            try:
+                a.run(m.side, args, "monitor")
+            except ApiError:
+                if fresh:
+                    a.detach(m.side)
+                elif added_device:
+                    a.detach_dev(m.side, m.device)
+                raise
+            s.monitors[m.flow_id] = m
+            log.info(
+                "StartInlineMonitor %s flow %d on %s: sids %s namespace %d%s: started",
+                PROG[m.side],
+                m.flow_id,
+                m.device,
+                ",".join(m.segments),
+                m.namespace_id,
+                f" trace_nodes {m.trace_nodes} {m.WhichOneof('sampling')} {getattr(m, m.WhichOneof('sampling'))}"
+                if m.side == INGRESS
+                else "",
+            )
+            status = _status(m, s.node_id)
+        self._changed()
+        return pb.StartInlineMonitorResponse(status=status, changed=True)
+
+    def _key(self, req) -> tuple[int, int]:
+        side = F.enum_value("side", req.side, pb.InlineSide)
+        if req.flow_id == 0:
+            raise F.invalid("flow_id", "required (1..4294967295)")
+        return side, req.flow_id
+
+    def StopInlineMonitor(self, req, ctx):
+        side, flow_id = self._key(req)
+        a = self.a
+        with a.lock:
+            s = a.sides.get(side)
+            if s is None or flow_id not in s.monitors:
+                if req.allow_missing:
+                    log.info("StopInlineMonitor %s flow %d: absent, allow_missing", PROG[side], flow_id)
+                    return pb.StopInlineMonitorResponse(changed=False)
+                raise ApiError(grpc.StatusCode.NOT_FOUND, f"flow_id: no {PROG[side]} flow {flow_id}")
+            a.run(side, ["del-flow", "--instance", a.instance, "--flow-id", flow_id], "flow_id")
+            device = s.monitors.pop(flow_id).device
+            log.info("StopInlineMonitor %s flow %d: stopped", PROG[side], flow_id)
+            if not s.monitors:
+                a.detach(side)
+            elif device not in {m.device for m in s.monitors.values()}:
+                a.detach_dev(side, device)  # that device's last monitor
+        self._changed()
+        return pb.StopInlineMonitorResponse(changed=True)
+
+    def ListInlineMonitors(self, req, ctx):
+        want = F.enum_value("side", req.side, pb.InlineSide, required=False)
+        with self.a.lock:
+            out = [_status(m, self.a.sides[side].node_id) for side, m in self.a.monitors() if not want or side == want]
+        log.info("ListInlineMonitors: %d monitors", len(out))
+        return pb.ListInlineMonitorsResponse(monitors=out)
+
+    def GetInlineMonitorResults(self, req, ctx):
+        side, flow_id = self._key(req)
+        with self.a.lock:
+            s = self.a.sides.get(side)
+            if s is None or flow_id not in s.monitors:
+                raise ApiError(grpc.StatusCode.NOT_FOUND, f"flow_id: no {PROG[side]} flow {flow_id}")
+            m, node_id = s.monitors[flow_id], s.node_id
+            dp = self.a.datapath_flows(side).get(flow_id)
+        if dp is None:
+            raise ApiError(
+                grpc.StatusCode.FAILED_PRECONDITION,
+                f"flow_id: {PROG[side]} flow {flow_id} is no longer in the datapath",
+            )
+        out = pb.GetInlineMonitorResultsResponse(status=_status(m, node_id))
+        try:
+            if side == INGRESS:
+                out.ingress.CopyFrom(
+                    pb.InlineIngressCounters(
+                        packets=int(dp["seen"]),
+                        **{k: int(dp[k]) for k in INGRESS_COUNTERS},
+                        next_sequence=int(dp["next_seq"]),
+                    )
+                )
+            else:
+                out.egress.CopyFrom(
+                    pb.InlineEgressCounters(records=int(dp["records"]), ringbuf_full=int(dp["ringbuf_full"]))
+                )
+        except (KeyError, TypeError, ValueError) as e:
+            raise ApiError(
+                grpc.StatusCode.INTERNAL, f"flow_id: {PROG[side]} list-flows gave no counter {e} for flow {flow_id}"
+            ) from None
+        log.info("GetInlineMonitorResults %s flow %d", PROG[side], flow_id)
+        return out
+
+    # -- the node's IOAM identity ----------------------------------------------------------------
+    def EnableIoam(self, req, ctx):
+        cfg = validate_config(req.config)
+        a = self.a
+        with a.lock:
+            running = {side: s for side, s in a.sides.items() if s.monitors}
+            for side, s in running.items():
+                if s.node_id != cfg.node_id:
+                    raise ApiError(
+                        grpc.StatusCode.FAILED_PRECONDITION,
+                        f"config.node_id: {PROG[side]} monitors run with node id {s.node_id}; stop them "
+                        f"(StopInlineMonitor or Reset) before changing it to {cfg.node_id}",
+                    )
+            try:
+                ifs = a.ioam.resolve(cfg.node_id, {i.device: i.if_id for i in cfg.interfaces}, cfg.all_devices)
+                before = a.ioam.interfaces_now()
+                changed = a.ioam.enable(cfg.node_id, tuple(cfg.namespace_ids), ifs)
+            except IoamError as e:
+                raise ApiError(grpc.StatusCode.FAILED_PRECONDITION, f"{e.field}: {e.message}") from None
+            except OSError as e:  # the state dir or /proc/sys not writable (a read-only container)
+                raise ApiError(
+                    grpc.StatusCode.FAILED_PRECONDITION,
+                    f"config: the agent cannot change or remember the node's IOAM state: {e} "
+                    "(it needs /proc/sys/net writable and a writable --state-dir)",
+                ) from None
+            changed |= a.config != cfg
+            a.config = cfg
+            a.set_if_ids(ifs, before)
+            log.info(
+                "EnableIoam node id %d namespaces %s devices %s%s: %s",
+                cfg.node_id,
+                list(cfg.namespace_ids),
+                ifs,
+                " (all devices)" if cfg.all_devices else "",
+                "changed" if changed else "unchanged",
+            )
+            resp = pb.EnableIoamResponse(
+                config=cfg,
+                interfaces=[pb.IoamInterface(device=d, if_id=i) for d, i in ifs.items()],
+                changed=changed,
+            )
+        if changed:
+            self._changed()
+        return resp
+
+    def DisableIoam(self, req, ctx):
+        a = self.a
+        with a.lock:
+            running = sorted(f"{PROG[side]} flow {fid}" for side, s in a.sides.items() for fid in s.monitors)
+            if running:
+                raise ApiError(
+                    grpc.StatusCode.FAILED_PRECONDITION,
+                    f"in-line monitors run on this node ({', '.join(running)}): stop them first, or Reset",
+                )
+            changed = a.ioam.disable()
+            a.config = None
+            log.info("DisableIoam: %s", "restored" if changed else "was not enabled")
+        if changed:
+            self._changed()
+        return pb.DisableIoamResponse(changed=changed)
+
+    def GetIoamConfig(self, req, ctx):
+        a = self.a
+        with a.lock:
+            if a.config is None or a.ioam.applied is None:
+                return pb.GetIoamConfigResponse(enabled=False)
+            ifs = a.ioam.interfaces_now()
+            return pb.GetIoamConfigResponse(
+                enabled=True,
+                config=a.config,
+                interfaces=[pb.IoamInterface(device=d, if_id=i) for d, i in ifs.items()],
+            )
+
+    def Reset(self, req, ctx):
+        n, changed = self.a.reset()
+        log.info("Reset: %d in-line monitors stopped%s", n, ", IOAM restored" if changed else "")
+        if changed:
+            self._changed()
+        return pb.ResetInlineResponse(monitors_stopped=n, changed=changed)

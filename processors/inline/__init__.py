@@ -1,0 +1,1 @@
+"""The in-line processor: IOAM records of sampled data packets -> inline_* measurements."""
