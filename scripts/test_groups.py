@@ -51,7 +51,7 @@ SCHEDULE = REPO / "tests" / "schedule.toml"
 DURATIONS = REPO / "tests" / "durations.json"
 OUT_DIR = REPO / ".run" / "test-groups"
 PY = sys.executable
-PORT_RANGE = (30000, 40000)  # the suite's port blocks; a group's block is 100 ports
+PORT_RANGE = (21000, 29000)  # the suite's port blocks (below the ephemeral ports, 32768-); a group's block is 100 ports
 BLOCK_SIZE = 100
 FULL_GROUPS = 4  # measured: tests/README.md
 QUICK_GROUPS = 2  # the quick tests compute rather than wait: one group per CPU
@@ -291,7 +291,7 @@ def run_phase(runs: list[Run], extra_args: list[str], stop: dict) -> None:
         run.start(extra_args)
         say(f"{run.group.name} started: {len(run.group.modules)} modules, ~{run.group.seconds:.0f} s recorded")
     interrupted_at = None
-    while not all(run.poll() for run in runs):
+    while not all([run.poll() for run in runs]):  # a list: every run polled (its end time taken) each turn
         if stop["signal"] and interrupted_at is None:
             interrupted_at = time.monotonic()
             for run in runs:
