@@ -12,12 +12,16 @@ time. What a group gets for itself (tests/isolation.py reads it from the environ
 
     SEGSCOPE_STACK_PORT_BASE / SEGSCOPE_STACK_RUN_DIR   its own Kafka, InfluxDB and Telegraf
     SEGSCOPE_TEST_PORT_BLOCK   100 ports for the group (the stack at +0, the tests' extra stacks
-                               at +10, +20, ...); blocks are taken in 30000-39999 under a lock
+                               at +10, +20, ...); blocks are taken in 21000-28999 under a lock
                                that lives as long as this process (two runs never share one)
     SEGSCOPE_TEST_GROUP_DIR    .run/test-groups/<group>/: the group's stacks and scratch files
+    SEGSCOPE_TEST_TAG          `_<n>`, n the block's number: appended to the group's netlab
+                               prefixes, netns, veth and bpffs instance names (tests/isolation.py
+                               own_name), so that another checkout running the same tests on this
+                               machine at the same time never meets them
 
-Netlab prefixes, netns and bpffs names are not per group: tests that share one run in the same
-group (tests/schedule.toml, [together]), and every other test module uses names of its own.
+Within a group the names are the modules' own: modules that share one (or a session fixture)
+run in the same group (tests/schedule.toml, [together]); every other module uses names of its own.
 
 How modules are split: tests/schedule.toml groups modules that must run in one process into units;
 tests/durations.json holds each module's measured seconds; units go, longest first, to the group
@@ -143,7 +147,7 @@ def plan(count: int, quick: bool) -> tuple[list[Group], list[Group]]:
 
 # --------------------------------------------------------------------------- ports
 class PortBlocks:
-    """Blocks of 100 ports in 30000-39999, each held by an abstract unix socket named after it:
+    """Blocks of 100 ports in 21000-28999, each held by an abstract unix socket named after it:
     the kernel releases it when this process ends, however it ends (no file left behind), and a
     second run on the machine takes other blocks."""
 
@@ -200,6 +204,7 @@ class Run:
             SEGSCOPE_TEST_PORT_BLOCK=str(self.port_base),
             SEGSCOPE_TEST_GROUP_DIR=str(self.dir),
             SEGSCOPE_TEST_GROUP=self.group.name,
+            SEGSCOPE_TEST_TAG=f"_{(self.port_base - PORT_RANGE[0]) // BLOCK_SIZE}",
             **({"SEGSCOPE_TEST_QUICK": "1"} if self.quick else {}),
         )
 

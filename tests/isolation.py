@@ -46,3 +46,17 @@ def closed_port(default: int) -> int:
     """A loopback port no service of the group listens on (slot 9's last port)."""
     block = _block()
     return default if block is None else block + 99
+
+
+def tag() -> str:
+    """What the runner appends to this group's netlab prefixes, netns, veth and bpffs instance names
+    (SEGSCOPE_TEST_TAG, `_<n>` from the group's port block: unique on the machine while the run
+    lasts); empty outside the runner. Another checkout running the same tests on the same machine,
+    with the historical names or another run's tag, then never meets ours (every lab's teardown
+    removes only `<prefix>-*`)."""
+    return os.environ.get("SEGSCOPE_TEST_TAG", "")
+
+
+def own_name(base: str) -> str:
+    """`base` with the group's tag: `own_name("agt")` is "agt" in a lone run, "agt_3" in group block 3."""
+    return base + tag()

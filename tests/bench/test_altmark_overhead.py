@@ -28,6 +28,7 @@ from bench.altmark_overhead import (
     sidlist_key,
 )
 from bench.pdr import PKTGEN, REPO, Line5Bench, PathSpec
+from tests.isolation import own_name
 
 LO, HI = 4_000.0, 24_000.0
 
@@ -108,7 +109,7 @@ def test_smallest_run_produces_sane_numbers(tmp_path):
             sys.executable,
             str(REPO / "bench" / "altmark_overhead.py"),
             "--prefix",
-            "ambtest",
+            own_name("ambtest"),
             "--flows",
             "1",
             "--reps",

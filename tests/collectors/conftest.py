@@ -9,9 +9,11 @@ from pathlib import Path
 
 import pytest
 
+from tests.isolation import own_name
+
 REPO = Path(__file__).resolve().parents[2]
 BUILD = REPO / "build" / "collectors"
-PREFIX = "co"  # resource prefix of these tests (netns, veths, pins)
+PREFIX = own_name("co")  # resource prefix of these tests (netns, veths, pins)
 PIN_ROOT = Path("/sys/fs/bpf") / f"{PREFIX}-test"
 # isolated Kafka outside the test runner: 29000 (controller 29001); SEGSCOPE_CO_KAFKA_PORT_BASE
 # moves it (two checkouts running these tests at once on one machine would otherwise share one

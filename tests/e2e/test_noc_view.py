@@ -34,12 +34,13 @@ from dashboards import alerts, generate
 from dashboards.generate import panel_queries
 from dashboards.report import Influx
 from netlab import Lab, teardown
+from tests.isolation import own_name
 from tests.noc import browser
 
 REPO = Path(__file__).resolve().parents[2]
 TOPOLOGY = REPO / "netlab" / "topologies" / "line5_bare.yaml"
 INTENT = REPO / "controller" / "examples" / "demo_pm.yaml"
-PREFIX = "noc"
+PREFIX = own_name("noc")
 DURATION_S, RATE = 15, 100
 FWD_US, REV_US = 2000, 1000
 LOSS_PCT = 3.0

@@ -32,6 +32,7 @@ from controller.intent import load_intent
 from controller.pipeline import ControlledPipeline
 from netlab import Lab, teardown
 from scripts.results import StampSessionSpec, delay_points, records_in_influx
+from tests.isolation import own_name
 
 REPO = Path(__file__).resolve().parents[2]
 TOPOLOGY = REPO / "netlab" / "topologies" / "line5_bare.yaml"
@@ -59,8 +60,8 @@ def agent_children(instance: str) -> list[str]:
 
 
 def test_sender_agent_killed_mid_run_loses_and_doubles_nothing(stack, bpffs, tmp_path):
-    teardown("tflt")
-    lab = Lab.up(TOPOLOGY, prefix="tflt")
+    teardown(own_name("tflt"))
+    lab = Lab.up(TOPOLOGY, prefix=own_name("tflt"))
     spec = StampSessionSpec(ssid=SSID, rate_pps=RATE)
     pipe = ControlledPipeline(lab, stack, tmp_path)
     try:

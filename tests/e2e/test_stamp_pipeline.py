@@ -35,6 +35,7 @@ from controller.intent import load_intent
 from controller.pipeline import ControlledPipeline
 from netlab import Lab, relay_lateness_us, teardown
 from scripts.results import StampSessionSpec, delay_points, read_delay_summary, records_in_influx
+from tests.isolation import own_name
 
 REPO = Path(__file__).resolve().parents[2]
 TOPOLOGY = REPO / "netlab" / "topologies" / "line5_bare.yaml"
@@ -61,8 +62,8 @@ def intent_with(base_start: bool, main_start: bool):
 @pytest.fixture(scope="module")
 def e2e_run(stack, bpffs, tmp_path_factory):
     """Run both sessions once for the whole module; tests below assert on what they produced."""
-    teardown("te2e")
-    lab = Lab.up(TOPOLOGY, prefix="te2e", delay_us={"ar": BASE_INJECTED_US})
+    teardown(own_name("te2e"))
+    lab = Lab.up(TOPOLOGY, prefix=own_name("te2e"), delay_us={"ar": BASE_INJECTED_US})
     base = StampSessionSpec(ssid=40, rate_pps=RATE)
     main = StampSessionSpec(ssid=41, rate_pps=RATE)
     pipe = ControlledPipeline(lab, stack, tmp_path_factory.mktemp("e2e"))

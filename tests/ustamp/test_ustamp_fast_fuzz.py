@@ -26,6 +26,7 @@ from fuzz_reflector import TLV_SAMPLES, key_ring, mutate
 from ustamp_env import REPO, ReflectorProc, socket_in_netns
 
 from tests.datapath.dp_env import VethPair
+from tests.isolation import own_name
 
 pytestmark = pytest.mark.datapath
 
@@ -127,7 +128,8 @@ def run(pair: VethPair, engine: str, key_file: str, datagrams: list[bytes]) -> t
 @pytest.fixture(scope="module")
 def pair(bpffs):
     subprocess.run(["make", "-s", "-C", str(REPO / "collectors")], check=True)
-    p = VethPair(s_ns="usd-s", x_ns="usd-x", s_dev="usd-s0", x_dev="usd-x0")
+    usd = own_name("usd")
+    p = VethPair(s_ns=f"{usd}-s", x_ns=f"{usd}-x", s_dev=f"{usd}-s0", x_dev=f"{usd}-x0")
     p.setup()
     try:
         yield p

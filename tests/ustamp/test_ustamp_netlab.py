@@ -21,10 +21,11 @@ from segscope_schemas.stamp_record import (
     STAMP_RECORD_F_REFLECTOR_NTP,
     STAMP_RECORD_F_SRH,
 )
+from tests.isolation import own_name
 
 pytestmark = pytest.mark.datapath
 
-PREFIX = "ust"
+PREFIX = own_name("ust")
 N = 20
 EE_Z = 0x4000
 XDP_REFLECTOR = REPO / "build" / "datapath" / "stamp_reflector"
