@@ -43,9 +43,19 @@ def run_once(a, b, duration_s: float) -> int:
     """One finite run of the session; the results the sender got from it."""
     before = len(a.GetStampSessionResults(pb.GetStampSessionResultsRequest(ssid=SSID, max_results=100000)).results)
     a.StartStampSession(pb.StartStampSessionRequest(role=S, ssid=SSID, duration_s=duration_s))
-    time.sleep(duration_s + 1.0)
+    # until the sender has sent its last packet (its process ended: the session is STOPPED), not a
+    # fixed time: on a busy machine the sender starts late and catches up after its duration
+    deadline = time.monotonic() + duration_s + 30
+    while time.monotonic() < deadline and sender_state(a) == pb.STAMP_SESSION_STATE_RUNNING:
+        time.sleep(0.1)
+    time.sleep(1.0)  # the last replies: 300 us through the relay
     res = a.GetStampSessionResults(pb.GetStampSessionResultsRequest(ssid=SSID, max_results=100000))
     return len(res.results) - before
+
+
+def sender_state(a) -> int:
+    sessions = a.ListStampSessions(pb.ListStampSessionsRequest()).sessions
+    return {x.session.ssid: x for x in sessions if x.session.role == S}[SSID].state
 
 
 def test_reflector_behind_a_relay_answers_and_lost_replies_are_reported(relay_lab, pki, tmp_path):
