@@ -27,6 +27,7 @@ from bench.pdr import (
     sweep_points,
     t975,
 )
+from tests.isolation import own_name
 
 # ---------------------------------------------------------------- statistics
 
@@ -148,7 +149,7 @@ TRIAL_S = 0.5
 def bench():
     if not PKTGEN.exists():
         pytest.fail("build/bench/pktgen_udp missing: run `make -C bench`")
-    b = Line5Bench("pdtest", dut="xdp", spec=PathSpec())
+    b = Line5Bench(own_name("pdtest"), dut="xdp", spec=PathSpec())
     b.up()
     try:
         # A deterministic rate limiter on R (after A's encap and R's End, daddr is B's End.DT6 SID):

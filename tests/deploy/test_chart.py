@@ -467,9 +467,10 @@ def test_network_policies_cover_every_pod():
     assert {"ipBlock": {"cidr": "2001:db8::/32"}} in kafka
 
 
-def test_helm_package():
+def test_helm_package(tmp_path):
     """The chart packages with the symlinked files resolved (dashboards/, telegraf.conf)."""
-    out = run([tool("helm"), "package", str(CHART), "--destination", "/tmp/segscope-helm-package"])
+    # into this session's tmp_path: a fixed /tmp path would be shared by concurrent runs
+    out = run([tool("helm"), "package", str(CHART), "--destination", str(tmp_path)])
     tgz = re.search(r"saved it to: (\S+)", out.stdout).group(1)
     names = subprocess.run(["tar", "tzf", tgz], capture_output=True, text=True, check=True).stdout.split()
     assert "segscope/files/telegraf.conf" in names

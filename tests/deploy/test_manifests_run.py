@@ -33,10 +33,11 @@ import yaml
 from netlab import Lab, teardown
 from tests.deploy import podrun
 from tests.deploy.k8s import CHART, REPO, by_kind, containers, helm_template
+from tests.isolation import own_name
 
 pytestmark = [pytest.mark.datapath, pytest.mark.e2e]
 
-PREFIX = "dpl"
+PREFIX = own_name("dpl")
 NODES = ("A", "R", "B")
 TOPOLOGY = REPO / "netlab" / "topologies" / "line5_bare.yaml"
 INLINE_FLOW = 4377
