@@ -55,6 +55,7 @@ from typing import Callable
 import numpy as np
 
 from segscope_schemas import delay_histogram
+from segscope_schemas.batch_envelope import join_records
 from segscope_schemas.stamp_record import STAMP_RECORD_F_LOOPBACK, STAMP_RECORD_F_ONE_WAY
 
 NS_PER_S = 1_000_000_000
@@ -523,7 +524,7 @@ class DelayAggregator:
         self.counters.batches_in += len(parts)
         if not parts:
             return {}
-        records = parts[0][1] if len(parts) == 1 else np.concatenate([r for _, r in parts])
+        records = join_records([r for _, r in parts])
         n = len(records)
         self.counters.records_in += n
         if n == 0:

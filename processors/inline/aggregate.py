@@ -58,6 +58,7 @@ from processors.delay.aggregate import (
     format_float,
 )
 from processors.inline import hops as hp
+from segscope_schemas.batch_envelope import join_records
 from segscope_schemas.ioam_record import (
     IOAM_RECORD_F_TRUNCATED,
     IOAM_RECORD_MAX_NODES,
@@ -217,7 +218,7 @@ class InlineAggregator:
         the problems of the records refused: reason -> count; per flow the latest second the
         records were added to)."""
         self.counters.batches_in += len(parts)
-        records = parts[0] if len(parts) == 1 else np.concatenate(parts)
+        records = join_records(parts)
         n = len(records)
         self.counters.records_in += n
         invalid: list[dict[str, int]] = [{} for _ in parts]

@@ -75,6 +75,7 @@ from processors.runtime.intake import BatchIntake
 from processors.runtime.moves import PartitionMoves
 from processors.runtime.topics import read_progress
 from segscope_schemas.altmark_block import DIR_RX, DIR_TX, check_records, decode_batch, encode_batch
+from segscope_schemas.batch_envelope import join_records
 from segscope_schemas.names import TOPIC_CONFIG, TOPIC_PATHS
 
 log = logging.getLogger("segscope.loss")
@@ -254,10 +255,6 @@ split_pending = InOrderAcks(lambda: app.consumer)
 BY_FLOW_MAX_RECORDS = 8192
 
 
-def concat(parts: list[np.ndarray]) -> np.ndarray:
-    return parts[0] if len(parts) == 1 else np.concatenate(parts)
-
-
 async def split_messages(messages: list) -> None:
     """Check the collector messages of one fetch and re-send their good records by flow, the
     messages of a node in one by-flow message per partition; the messages of each partition are
@@ -280,7 +277,7 @@ async def split_messages(messages: list) -> None:
     for node, parts in by_node.items():
         sent: list = []
         try:
-            records = concat([r for _, _, r in parts])
+            records = join_records([r for _, _, r in parts])
             problems = check_records(records)
             bad = problems != ""
             if bad.any():
@@ -385,7 +382,7 @@ async def join_messages(messages: list) -> None:
         by_node.setdefault(header.node, []).append((i, records))
     for node, parts in by_node.items():
         try:
-            joiner.ingest_checked(node, concat([r for _, r in parts]), now)
+            joiner.ingest_checked(node, join_records([r for _, r in parts]), now)
         except Exception as e:  # a bug or an input we did not foresee: keep the messages, count them
             c.processing_errors += len(parts)
             log.exception("ingest failed at %s", ", ".join(where(messages[i]) for i, _ in parts))
