@@ -738,7 +738,7 @@ class DelayAggregator:
 def counters_line(
     counters: Counters, processor: str, ts_ns: int, extra: dict[str, int] | None = None, instance: str = ""
 ) -> str:
-    """segscope_processor,processor=P,instance=I (instance: the worker, processors/worker.py
+    """segscope_processor,processor=P,instance=I (instance: the worker, processors/runtime/config.py
     worker_instance(); omitted when empty, e.g. in tests of the pure core)."""
     values = counters.as_dict()
     if extra:

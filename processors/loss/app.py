@@ -36,7 +36,7 @@ writes each flow's highest evicted block (and the nodes of its sides, for the ta
 missing side) to <app_id>.progress, and a worker skips replayed records of those blocks
 (replayed_records_skipped).
 
-Rebalance (a worker joins, leaves or dies): processors/worker.py's PartitionMoves, as in the
+Rebalance (a worker joins, leaves or dies): processors/runtime/moves.py's PartitionMoves, as in the
 delay processor. On revoke the flush pauses (after the flush in progress); on assignment, for the
 partitions it lost, a worker forgets their held messages of both stages (not acked: the new owner
 replays them from the committed offset) and the open blocks of their flows (never published by
@@ -44,8 +44,8 @@ two workers), reads the progress topic again (the previous owner wrote its flows
 it acked) and skips what Faust had fetched of a lost partition before the rebalance.
 
 A worker that stalls past the session timeout without dying publishes nothing when it runs again
-until a heartbeat says it is still a member (worker.py HeartbeatLease), and the joiner's timeouts
-leave out stalls and rebalance pauses (worker.py ActiveClock): docs/reliability.md.
+until a heartbeat says it is still a member (runtime/lease.py HeartbeatLease), and the joiner's timeouts
+leave out stalls and rebalance pauses (runtime/clock.py ActiveClock): docs/reliability.md.
 """
 
 from __future__ import annotations
@@ -92,7 +92,7 @@ PROGRESS_BUCKETS = 16  # progress messages per by-flow partition (each a snapsho
 
 
 # the joiner's clock: only differences matter (timeouts, retention), so monotonic; without the
-# time this worker could not read (stalls, rebalance pauses: worker.py ActiveClock)
+# time this worker could not read (stalls, rebalance pauses: runtime/clock.py ActiveClock)
 active_clock = ActiveClock()
 
 
