@@ -295,13 +295,22 @@ def owned_partitions(log: Path, topic: str) -> tuple[set[int] | None, int]:
 
 
 def run_scaling(
-    bootstrap: str, messages, n_records: int, expected_points: int, n_workers: int, timeout_s: float, tree: Path = REPO
+    bootstrap: str,
+    messages,
+    n_records: int,
+    expected_points: int,
+    n_workers: int,
+    timeout_s: float,
+    tree: Path = REPO,
+    backlog: bool = False,
 ):
     """n_workers workers of one group on a fresh 2-partition topic, worker i pinned to CPU
     SCALING_CPUS[n_workers][i]. Once every partition has its owner and each worker owns only its
     share (the group has settled), the bench reads the workers' CPU time, waits IDLE_WINDOW_S and
     reads it again (what the idle workers use: timers, heartbeats), produces the input with each
-    session on its partition, waits for every stamp_delay point and reads the CPU time again."""
+    session on its partition, waits for every stamp_delay point and reads the CPU time again.
+    backlog: the workers are stopped (SIGSTOP) while the input is produced and continued after it:
+    they work through a backlog at full speed, whatever the producer's pace on a loaded machine."""
     from confluent_kafka import Consumer
 
     run = uuid.uuid4().hex[:8]
@@ -376,8 +385,17 @@ def run_scaling(
             read_metrics(0.2)
         idle_cpu_per_s = [(cpu_seconds(w.pid) - a) / (time.monotonic() - t_idle) for w, a in zip(workers, cpu_settled)]
         cpu_start = [cpu_seconds(w.pid) for w in workers]
+        if backlog:  # stopped while the input is produced: they work through it at full speed
+            for w in workers:
+                os.kill(w.pid, signal.SIGSTOP)
         t0 = time.monotonic()
         produce_s = produce(bootstrap, topics["records"], messages, session_partition)
+        if backlog:
+            if time.monotonic() - t0 > 4.0:  # the group's session timeout is 6 s
+                raise RuntimeError(f"producing the backlog took {time.monotonic() - t0:.1f} s: the group would move")
+            for w in workers:
+                os.kill(w.pid, signal.SIGCONT)
+            t0 = time.monotonic()
         deadline = time.monotonic() + timeout_s
         while len(points) < expected_points:
             if time.monotonic() > deadline:
@@ -533,7 +551,8 @@ The product worker (`python -m processors.delay`, pinned to CPU 1, one worker of
 fresh 2-partition topic, {args.sessions} sessions) of this tree and of commit {args.before or "-"} (its tree
 from `git archive`, the per-event path: one Faust event, one aggregator call and one held ack per
 message), alternately, {args.message_rounds} rounds. CPU = utime + stime of the worker from "the group has
-settled" to "every stamp_delay point is on the metrics topic", net of what the worker uses idle
+settled" to "every stamp_delay point is on the metrics topic" (the worker stopped while the input is
+produced and continued after it: it works through a backlog at full speed), net of what it uses idle
 (timers, heartbeats: measured for {IDLE_WINDOW_S:.0f} s before, times the window); {args.message_records:,} records per run.
 
 | worker | records per message | messages | CPU µs per message, net of idle: median (range) | with idle | records per CPU-second |
@@ -600,7 +619,7 @@ def main() -> int:
                 messages, seconds = make_messages(args.message_records, size, args.sessions, args.rate)
                 n_records = sum(len(v) - 56 for _, v in messages) // 64
                 for name, tree in trees:
-                    res = run_scaling(bootstrap, messages, n_records, 3 * seconds, 1, args.timeout, tree)
+                    res = run_scaling(bootstrap, messages, n_records, 3 * seconds, 1, args.timeout, tree, backlog=True)
                     assert res["points"] == 3 * seconds and sum(res["records_in"]) == n_records, res
                     assert res["rebalances_during"] == 0, res
                     res.update(round=r + 1, size=size, tree=name, messages=len(messages), records=n_records)

@@ -50,14 +50,15 @@ Handler = Callable[[list], Awaitable[None]]
 
 class BatchIntake:
     def __init__(self, app, counts: dict | None = None) -> None:
-        """counts: where `messages_released_at_rebalance` is counted (PartitionMoves.counts)."""
+        """counts: where `input_batches` and `messages_released_at_rebalance` are counted (the
+        processor's PartitionMoves.counts, on its segscope_processor line)."""
         self.app = app
         self.topics: dict[str, object] = {}  # name -> the Faust topic (subscribed through the conductor)
         self.handlers: dict[str, Handler] = {}
         self.batches: dict[str, list] = {}  # name -> messages of the fetch being handed over
         self.counts = counts if counts is not None else {}
         self.counts.setdefault("messages_released_at_rebalance", 0)
-        self.fetches = 0  # fetches that handed over at least one message
+        self.counts.setdefault("input_batches", 0)  # handler calls: one per topic and fetch
         self.installed = False
 
     def take(self, topic, handler: Handler) -> None:
@@ -109,6 +110,7 @@ class BatchIntake:
         for name, batch in self.batches.items():
             if batch:
                 self.batches[name] = []
+                self.counts["input_batches"] += 1
                 await self.handlers[name](batch)
 
     async def drain(self, fetcher) -> None:
@@ -169,7 +171,6 @@ class BatchIntake:
                 if not handed:
                     pass
                 elif consumer.flow_active and app.consumer_generation_id == generation:
-                    self.fetches += 1
                     await self.process()
                 else:
                     self.release()
