@@ -53,6 +53,7 @@ from segscope_schemas.stamp_record import STAMP_RECORD_DTYPE, decode_batch, enco
 
 NS = 1_000_000_000
 SECTION = "processor_records"
+MESSAGES_SECTION = "processor_messages"
 FLUSH_INTERVAL_S = 0.25  # counter lines 4x per second: finer start/end of the measured window
 SCALING_PARTITIONS = 2
 SCALING_CPUS = {1: [1], 2: [0, 1]}  # like bench/loss_records.py: one worker on CPU 1, two on CPU 0 and 1
@@ -515,6 +516,18 @@ def per_message_fit(runs: list[dict], small: int, large: int) -> tuple[float, fl
     return (c1 - b * r1) / m1, b
 
 
+def per_message_section(per_message_md: str, env_line: str, date: str, load, args) -> str:
+    body = per_message_md.strip().split("\n", 1)[1]  # without its ### title
+    return f"""## Delay processor: CPU per input message (`bench/processor_records.py`)
+
+Run {date} on {env_line}; broker, worker and driver on the same machine, other engineers' test
+suites running (load average {load[0]:.1f} / {load[1]:.1f} / {load[2]:.1f} over 1 / 5 / 15 min at the end).
+{body}
+Command: `.local/venv/bin/python bench/processor_records.py --batch "" --scaling-rounds 0 --message-sizes
+{args.message_sizes} --message-records {args.message_records} --message-rounds {args.message_rounds} --before {args.before}`.
+"""  # noqa: E501 - markdown report
+
+
 def per_message_report(runs: list[dict], sizes: list[int], trees, args) -> str:
     rows = []
     fits = []
@@ -681,7 +694,10 @@ def main() -> int:
     print(scaling_md, flush=True)
     per_message_md = per_message_report(per_message, sizes, trees, args) if per_message else ""
     print(per_message_md, flush=True)
-    if not rows:  # the section has every part; a partial run just prints
+    if per_message_md and not args.no_docs:  # a section of its own: the runs above may be skipped
+        write_section(MESSAGES_SECTION, per_message_section(per_message_md, env_line, date, load_end, args))
+        print("updated docs/benchmarks.md", flush=True)
+    if not rows:  # the records/s section has the batch rows and the scaling runs; without rows: printed only
         return 0
     table = "\n".join(
         f"| {b} | {m:,} | **{r['rate']:,.0f}** ({r['counted']:,} in {r['span_s']:.2f} s) | {p:,.0f} | {i:,.0f} |"
