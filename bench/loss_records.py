@@ -61,6 +61,7 @@ from segscope_schemas import altmark_block as ab  # noqa: E402
 NS = 1_000_000_000
 B0 = time.clock_gettime_ns(time.CLOCK_TAI) // NS - 3600
 SECTION = "loss_records"
+IDLE_WINDOW_S = 3.0
 # a sampling profile of each worker over the measured window (collapsed stacks) when both are set:
 # SEGSCOPE_BENCH_PYSPY=<py-spy binary> SEGSCOPE_BENCH_PYSPY_OUT=<directory> (samples holding the GIL only)
 PYSPY, PYSPY_OUT = os.environ.get("SEGSCOPE_BENCH_PYSPY"), os.environ.get("SEGSCOPE_BENCH_PYSPY_OUT", "/tmp")
@@ -176,6 +177,11 @@ def run_workers(
             wait_for_points(warm[1])
             time.sleep(2)  # the flushes that follow publish nothing new
         warm_points = len(points)
+        # what the workers use idle (flush and clock timers, heartbeats) per second: left out of the
+        # window's CPU below as "net", so runs with longer waits for their last point compare fairly
+        idle0, t_idle = [cpu_s(w.pid) for w in workers], time.monotonic()
+        time.sleep(IDLE_WINDOW_S)
+        idle_per_s = sum(cpu_s(w.pid) - a for w, a in zip(workers, idle0)) / (time.monotonic() - t_idle)
         cpu0 = [cpu_s(w.pid) for w in workers]
         spies = [
             subprocess.Popen(
@@ -210,7 +216,15 @@ def run_workers(
     finally:
         c.close()
         stop(workers)
-    return {"per_cpu_s": n_records / sum(cpu), "cpu_s": cpu, "wall_s": wall, "rate": n_records / wall}
+    net = max(sum(cpu) - idle_per_s * wall, 1e-9)
+    return {
+        "per_cpu_s": n_records / sum(cpu),
+        "per_net_cpu_s": n_records / net,
+        "idle_cpu_per_s": idle_per_s,
+        "cpu_s": cpu,
+        "wall_s": wall,
+        "rate": n_records / wall,
+    }
 
 
 def main() -> int:
