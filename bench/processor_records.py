@@ -2,6 +2,7 @@
 
     .local/venv/bin/python bench/processor_records.py [--records 2000000] [--batch 2000]
         [--sessions 4] [--rate 25000] [--bootstrap HOST:PORT] [--no-docs]
+        [--message-sizes 20,1000] [--message-records 200000] [--message-rounds 3] [--before 3839679]
 
 1. Pure core: decode_batch + DelayAggregator.ingest for every message, then flush, in one
    process without Kafka.
@@ -18,6 +19,12 @@
    has settled" to "every point is out". Scaling figure = records / the busiest of two workers'
    CPU seconds over records / one worker's CPU seconds (throughput if each had a core of its own;
    imbalance counts against it). Every run must deliver each expected point exactly once.
+
+4. CPU per input message (--message-sizes 20,1000, --message-rounds): one worker of this tree and
+   one of the --before commit (bench/trees.py: its tree from git archive), alternately, each working
+   through a backlog of --message-records records (stopped while they are produced); CPU net of what
+   the worker uses idle, per message at each size, and the line through the two sizes' medians: CPU
+   per message and per record. Its own section, "processor_messages".
 
 Without --bootstrap it starts a Kafka-only services.stack.Stack on its own port base and run
 dir and stops it at the end. Results go to stdout and, unless --no-docs, to the
