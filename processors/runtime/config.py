@@ -17,6 +17,8 @@ import socket
 import sys
 from typing import Callable
 
+from segscope_kafka import KafkaConfigError, faust_credentials
+from segscope_kafka import from_env as kafka_security_from_env
 from segscope_schemas import names
 from segscope_schemas.health import HealthAddressError, parse_address
 from segscope_schemas.version import VERSION_LINE
@@ -145,7 +147,8 @@ def run_worker(
     if check is not None:
         try:
             check()
-        except ConfigError as e:
+            kafka_security_from_env()  # SEGSCOPE_KAFKA_* (segscope_kafka): TLS, SASL
+        except (ConfigError, KafkaConfigError) as e:
             ap.error(str(e))
     app = importlib.import_module(f"{package}.app").app  # after the environment is final
     sys.argv = [sys.argv[0], "worker", "--without-web", "-l", args.loglevel]
@@ -181,4 +184,6 @@ def faust_app_settings(bootstrap: str, datadir: str) -> dict:
         # acked offsets are committed every second (Faust: 2.8 s): less to replay after a crash
         broker_commit_interval=1.0,
         producer_linger_ms=5,
+        # TLS / SASL from SEGSCOPE_KAFKA_* (segscope_kafka); None: PLAINTEXT
+        broker_credentials=faust_credentials(),
     )

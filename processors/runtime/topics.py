@@ -7,6 +7,8 @@ import json
 import logging
 import time
 
+from segscope_kafka import kafka_config
+
 log = logging.getLogger("segscope.worker")
 
 
@@ -43,7 +45,7 @@ def read_topic(bootstrap: str, topic: str, group_id: str) -> list[tuple[bytes | 
     from confluent_kafka import Consumer, TopicPartition
 
     out: list[tuple[bytes | None, bytes]] = []
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": group_id, "enable.auto.commit": False})
+    c = Consumer(kafka_config({"bootstrap.servers": bootstrap, "group.id": group_id, "enable.auto.commit": False}))
     try:
         for p in c.list_topics(topic, timeout=10).topics[topic].partitions:
             low, high = watermarks(c, topic, p, 10)
