@@ -27,7 +27,7 @@ import socket
 import threading
 import time
 
-from processors.worker import watermarks
+from processors.runtime.topics import watermarks
 from segscope_schemas import path_record as pr
 
 log = logging.getLogger("segscope.paths")

@@ -39,6 +39,10 @@ from collections import deque
 import faust
 
 from processors.delay.topics import ensure_topics
+from processors.runtime.config import faust_app_settings
+from processors.runtime.deadletters import dead_letter
+from processors.runtime.health import ProcessorHealth, escape_instance
+from processors.runtime.topics import once_led, watermarks
 from processors.topology.config import TopologyConfig
 from processors.topology.inputs import InputMessage, InputReader
 from processors.topology.jalapeno_kafka import JALAPENO_SECURITY_PREFIX, JalapenoKafka
@@ -46,7 +50,6 @@ from processors.topology.leadership import Leadership
 from processors.topology.model import MEASURED_PREFIXES, Identity, MalformedView, Names, TopologyModel
 from processors.topology.sink import TopologySink
 from processors.topology.writer import ArangoWriter
-from processors.worker import ProcessorHealth, dead_letter, escape_instance, faust_app_settings, once_led, watermarks
 
 log = logging.getLogger("segscope.topology")
 
@@ -309,7 +312,7 @@ async def flush() -> None:
     async with leadership.lock:  # a rebalance waits for the write in progress, and vice versa
         if not leadership.leading:
             extra_counters["flushes_skipped_standby"] += 1
-        elif not leadership.membership.allows_publishing():  # worker.py HeartbeatLease
+        elif not leadership.membership.allows_publishing():  # runtime/lease.py HeartbeatLease
             extra_counters["flushes_held_no_lease"] += 1
         else:
             if jalapeno_kafka is not None:

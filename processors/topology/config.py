@@ -1,4 +1,4 @@
-"""Settings of the topology processor, from environment variables (processors/worker.py says
+"""Settings of the topology processor, from environment variables (processors/runtime/config.py says
 why environment; `python -m processors.topology --help` lists them with their defaults)."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from processors.newest import newest_env
-from processors.worker import ConfigError, EnvConfig, processor_env
+from processors.runtime.config import ConfigError, EnvConfig, processor_env
 from segscope_schemas import names
 
 ENV = {

@@ -29,14 +29,14 @@ import threading
 import time
 from dataclasses import dataclass
 
-from processors.worker import once_led, watermarks
+from processors.runtime.topics import once_led, watermarks
 
 log = logging.getLogger("segscope.topology.inputs")
 
 
 @dataclass(frozen=True)
 class InputMessage:
-    """One Kafka message, with the attributes processors.worker.dead_letter() reads."""
+    """One Kafka message, with the attributes processors.runtime.deadletters.dead_letter() reads."""
 
     topic: str
     partition: int

@@ -29,8 +29,8 @@ from dataclasses import dataclass
 
 from confluent_kafka import Producer
 
+from processors.runtime.topics import once_led, watermarks
 from processors.topology import link_events, telemetry
-from processors.worker import once_led, watermarks
 from segscope_kafka import ENV_PREFIX, kafka_config
 from segscope_schemas import names
 
