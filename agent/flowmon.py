@@ -241,7 +241,7 @@ class FlowMonAgent:
         with self.lock:
             for sd in doc.get("sides", []):
                 side = pb.FlowMonitorSide.Value(sd["side"])
-                if not self.pin_dir(side).exists():
+                if not (self.pin_dir(side) / "altmark_flows").exists():
                     notes.append(f"{PROG[side]} NOT adopted: its pins are gone")
                     continue
                 flows = {

@@ -259,7 +259,7 @@ class Keeper:
         except (OSError, ValueError) as e:
             log.warning("adoption: %s unreadable (%s): nothing adopted", self.path, e)
             return None
-        self.orphans_stopped = int(doc.get("orphans_stopped", 0) or 0)
+        self.orphans_stopped += int(doc.get("orphans_stopped", 0) or 0)  # plus those just reported
         if doc.get("format") != FORMAT:
             log.warning(
                 "adoption: %s has format %r, this agent (version %s) knows %d: nothing adopted",

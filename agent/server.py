@@ -131,7 +131,15 @@ class Agent:
         # the node's state directory: the lock every data-path process watches, datapath.json
         self.keeper = Keeper(state_dir, cfg.adopt_timeout_s, cfg.node, instance, AGENT_VERSION)
         if self.keeper.enabled:
-            self.keeper.lock()  # AgentLockError: another agent of this instance runs
+            try:
+                self.keeper.lock()  # AgentLockError: another agent of this instance runs
+            except OSError as e:  # no writable state directory: the agent runs, its children die with it
+                log.error(
+                    "state directory %s not usable (%s): no hitless restarts, the data path dies with this agent",
+                    state_dir,
+                    e,
+                )
+                self.keeper.adopt_timeout_s = 0
         self.rtnl = Rtnl(cfg.netns)
         self.srv6 = Srv6State(self.rtnl, cfg.node)
         self.stamp = StampAgent(

@@ -643,7 +643,11 @@ class StampAgent:
         notes: list[str] = []
         with self.lock:
             sender = doc.get("sender")
-            if sender and t.collector_pin.exists():
+            if (
+                sender
+                and (t.collector_pin / "stamp_sessions").exists()
+                and (t.collector_pin / "stamp_records").exists()
+            ):
                 cfgs = [json_format.ParseDict(c, pb.StampSenderConfig()) for c in sender["devices"]]
                 self.sender_cfg = cfgs[0]
                 self.sender_devices = {c.device: c for c in cfgs}
@@ -651,7 +655,8 @@ class StampAgent:
             elif sender:
                 notes.append("sender role NOT adopted: the collector's pins are gone")
             refl = doc.get("reflector")
-            if refl and refl.get("running") == "STAMP_REFLECTOR_MODE_XDP" and t.reflector_pin.exists():
+            xdp = refl and refl.get("running") == "STAMP_REFLECTOR_MODE_XDP"
+            if xdp and (t.reflector_pin / "reflector_sessions").exists():
                 self.reflector_cfg = json_format.ParseDict(refl["config"], pb.StampReflectorConfig())
                 self.reflector_devices = {
                     c.device: c for c in (json_format.ParseDict(d, pb.StampReflectorConfig()) for d in refl["devices"])
