@@ -94,6 +94,14 @@ class Replica:
             for m in re.finditer(r"^segscope_controller_(\w+)\{[^}]*\} (\S+)$", text, re.M)
         }
 
+    def wait_metrics(self, ok, timeout_s: float = 15.0) -> dict[str, float]:
+        """The counters once ok(counters) holds (they are a line the replica refreshes every second)."""
+        deadline = time.monotonic() + timeout_s
+        while not ok(m := self.metrics()):
+            assert time.monotonic() < deadline, m
+            time.sleep(0.2)
+        return m
+
     def wait_log(self, pattern: str, timeout_s: float) -> float:
         """Seconds until `pattern` appears in the log (AssertionError after timeout_s)."""
         t0 = time.monotonic()
@@ -175,7 +183,8 @@ def a_state(w) -> dict:
         c.close()
     s1 = next((s for s in sess if s.session.ssid == 1 and s.session.role == stamp_pb2.STAMP_ROLE_SENDER), None)
     doc = json.loads((Path("/run/segscope") / w["lab"].ns("A") / "datapath.json").read_text())
-    pid = next((sd["sender"] for sd in doc["stamp"]["sessions"] if sd["spec"]["ssid"] == 1 and sd.get("sender")), None)
+    sessions = (doc.get("stamp") or {}).get("sessions", [])
+    pid = next((sd["sender"] for sd in sessions if sd["spec"]["ssid"] == 1 and sd.get("sender")), None)
     return {
         "running": s1 is not None and s1.state == stamp_pb2.STAMP_SESSION_STATE_RUNNING,
         "sender": ProcRef.from_json(pid),
@@ -189,12 +198,23 @@ def a_runs(st: dict) -> bool:
     return st["running"] and st["sender"] is not None and st["sender"].alive() and st["flow_tx"] and st["policy"]
 
 
-def agent_started_at(agents: AgentSet, node: str) -> float:
-    """Wall-clock time of the newest agent of `node` started serving (its own log line)."""
+def agent_starts(agents: AgentSet, node: str) -> list[float]:
+    """Wall-clock times at which the agents of `node` started serving (their own log lines)."""
     found = re.findall(rf"^(\S+ \S+) agent\[{node}\] INFO segscope.agent: agent \S+ for node {node} .*listening on",
                        agents.logs[node].read_text(errors="replace"), re.M)  # fmt: skip
-    assert found, agents.logs[node].read_text()[-2000:]
-    return dt.datetime.strptime(found[-1], "%Y-%m-%d %H:%M:%S,%f").timestamp()
+    return [dt.datetime.strptime(t, "%Y-%m-%d %H:%M:%S,%f").timestamp() for t in found]
+
+
+def respawn(w, node: str) -> float:
+    """Start `node`'s agent again; returns when it started serving (its log line, written just after
+    its health service says SERVING, so wait for it)."""
+    n = len(agent_starts(w["agents"], node))
+    w["agents"].respawn(node)
+    deadline = time.monotonic() + 10
+    while len(starts := agent_starts(w["agents"], node)) <= n:
+        assert time.monotonic() < deadline, w["agents"].logs[node].read_text()[-2000:]
+        time.sleep(0.02)
+    return starts[-1]
 
 
 def kill_agent_and_children(w, node: str) -> list[int]:
@@ -222,8 +242,7 @@ def test_run_repairs_a_rebooted_node_within_5_s(world, stack):
     while not a_runs(a_state(w)):
         assert time.monotonic() < deadline, r1.log()[-3000:]
         time.sleep(0.5)
-    before = r1.metrics()
-    assert before["leader"] == 1 and before["repairs"] >= 8, before  # the first convergence: 8+ changes
+    before = r1.wait_metrics(lambda m: m["leader"] == 1 and m["repairs"] >= 8 and m["agents_up"] == 3)
 
     # the reboot of A: processes, programs, pins, state dir (/run is a tmpfs) and its SRv6 routes gone
     lab, inst = w["lab"], w["lab"].ns("A")
@@ -241,8 +260,7 @@ def test_run_repairs_a_rebooted_node_within_5_s(world, stack):
     assert "xdp" not in lab.run("A", ["ip", "link", "show", "a0"], check=True).stdout
     time.sleep(1.0)
 
-    w["agents"].respawn("A")
-    started = agent_started_at(w["agents"], "A")
+    started = respawn(w, "A")
     deadline = time.monotonic() + 30
     while not a_runs(st := a_state(w)):
         assert time.monotonic() < deadline, (st, r1.log()[-3000:])
@@ -251,13 +269,14 @@ def test_run_repairs_a_rebooted_node_within_5_s(world, stack):
     print(f"\n[run] A rebooted: session, flow, policy and SID back {took:.2f} s after the new agent started")
     assert st["sid"]
     assert took <= REPAIR_BUDGET_S, r1.log()[-3000:]
+    r1.wait_log(r"repair on A: create .*flow monitor TX tx 7 .*agent_back", 5)  # logged once the call returned
     log = r1.log()
     repairs = re.findall(r"repair on A: (.*) \[(.*)\] \(agent_back, ([\d.]+) s after the agent came back", log)
     rpcs = {rpc for _, calls, _ in repairs for rpc in calls.split(", ")}
     assert {"CreatePolicy", "CreateLocalSid", "Init", "CreateStampSession", "StartStampSession",
             "StartFlowMonitor"} <= rpcs, repairs  # fmt: skip
     print(f"[run] repairs: {[(what.split()[0], calls, after) for what, calls, after in repairs]}")
-    after = r1.metrics()
+    after = r1.wait_metrics(lambda m: m["repairs"] - before["repairs"] >= len(repairs))
     assert after["repairs"] - before["repairs"] == len(repairs) and after["repair_errors"] == 0, after
 
     # status: the repairs, from InfluxDB (segscope.metrics -> Telegraf)
@@ -288,7 +307,8 @@ def test_second_replica_stands_by_then_takes_over(world, stack):
         pytest.skip("needs test_run_repairs_a_rebooted_node_within_5_s's leader")
     r2 = w["replicas"]["r2"] = Replica("r2", w["intent"], w["run_dir"], stack.kafka_bootstrap, w["env"])
     r2.wait_log(r"standby: replica r2 waits", 30)
-    time.sleep(INTERVAL_S + 1)  # a periodic reconcile of the leader happens meanwhile
+    reconciles = r1.metrics()["reconciles"]
+    r1.wait_metrics(lambda m: m["reconciles"] > reconciles, INTERVAL_S + 10)  # the leader works meanwhile
     m2 = r2.metrics()
     assert m2["leader"] == 0 and m2["rpcs"] == 0 and m2["repairs"] == 0, m2  # not one call to an agent
     assert r1.metrics()["leader"] == 1
@@ -304,8 +324,7 @@ def test_second_replica_stands_by_then_takes_over(world, stack):
     old = a_state(w)["sender"]
     kill_agent_and_children(w, "A")
     time.sleep(1.0)
-    w["agents"].respawn("A")
-    started = agent_started_at(w["agents"], "A")
+    started = respawn(w, "A")
     deadline = time.monotonic() + 30
     while not (a_runs(st := a_state(w)) and st["sender"] != old):
         assert time.monotonic() < deadline, (st, r2.log()[-3000:])
@@ -314,8 +333,8 @@ def test_second_replica_stands_by_then_takes_over(world, stack):
     print(f"[run] r2 restarted A's session {took:.2f} s after A's agent started")
     assert took <= REPAIR_BUDGET_S, r2.log()[-3000:]
     assert re.search(r"repair on A: start .*\[StartStampSession\] \(agent_back", r2.log()), r2.log()[-3000:]
-    m2 = r2.metrics()
-    assert m2["leader"] == 1 and m2["repairs"] >= 1 and m2["take_overs"] == 1, m2
+    m2 = r2.wait_metrics(lambda m: m["repairs"] >= 1)
+    assert m2["leader"] == 1 and m2["take_overs"] == 1, m2
 
 
 def test_run_leaves_alone_what_it_does_not_own(world, stack):
