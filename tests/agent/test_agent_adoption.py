@@ -3,19 +3,26 @@
 One lab (netlab line5_bare, prefix `hlx`, SEGSCOPE_HITLESS_TEST_PREFIX) for the module: agents on A,
 R and B with Kafka (--on-stop handover, --adopt-timeout 15), the Faust delay processor, Telegraf
 and InfluxDB (the `stack` fixture). controller/examples/demo_line5.yaml's SRv6 objects and one
-STAMP session A -> B (100 packets/s, a finite run) per test, applied once through the controller;
+STAMP session A -> B (100 packets/s, a 30 s run) per test, applied once through the controller;
 never again during the run.
 
-- kill -9 of A's agent 8 s into the run, a new agent 5 s later; and an upgrade: SIGTERM (handover)
-  and a new agent calling itself another version (SEGSCOPE_AGENT_VERSION: the same code). Asserted,
-  each: the sender that was running is the one that ends the run (same pid), every reply B's
-  reflector sent is a record in InfluxDB (forward, reverse and round trip, exactly), the sequence
-  numbers of the session's records in Kafka are 0..N-1 with N the packets the sender says it sent
-  (no gap, nothing twice), nothing counted lost, and the new agent said what it adopted.
+- kill -9 of A's agent 8 s into the run, a new agent 5 s later; and a rolling upgrade: SIGTERM
+  (--on-stop handover) of A's agent and at once a new agent calling itself another version
+  (SEGSCOPE_AGENT_VERSION: the same code), then the same for B (the reflector's node). Asserted,
+  each: the sender outlived its agent and is the one that ends the run (same pid, adopted); every
+  record A's collector made is in Kafka once (no duplicate) and in InfluxDB (forward, reverse and
+  round trip: exactly as many); the sender's sequence numbers missing from Kafka are no more than
+  the test packets and replies the lab's veths dropped (the kernel's counters; on a quiet machine
+  none: reflected = collected = sent and the sequence numbers are exactly 0..N-1) and never a run
+  of more than 3 (a restart's gap would be hundreds); the new agent said what it adopted and
+  counts nothing lost (segscope_agent in InfluxDB).
 - orphans: an agent on H1 (its own bpffs instance, --adopt-timeout 3) with a sender, its streamer
   and an altmark collector is killed and not restarted: the three outlive it, then stop themselves
   3 s later saying so (stderr, orphans.jsonl); the next agent there counts them (orphans_stopped)
   and reports the cut run FAILED (senders_ended_unadopted), which the controller would restart.
+
+Without hitless restarts (--adopt-timeout 0) the first assertion after the kill fails: the sender
+died with its agent.
 """
 
 from __future__ import annotations
@@ -24,6 +31,7 @@ import dataclasses
 import json
 import os
 import re
+import shutil
 import subprocess
 import time
 import urllib.request
@@ -48,7 +56,7 @@ PREFIX = os.environ.get("SEGSCOPE_HITLESS_TEST_PREFIX", "hlx")
 TOPOLOGY = REPO / "netlab" / "topologies" / "line5_bare.yaml"
 INTENT = REPO / "controller" / "examples" / "demo_line5.yaml"
 ADOPT_S = 15
-RATE, DURATION_S, STOP_AFTER_S, DOWN_S = 100, 24, 8.0, 5.0
+RATE, DURATION_S, STOP_AFTER_S, DOWN_S = 100, 30, 8.0, 5.0
 
 pytestmark = [pytest.mark.e2e, pytest.mark.datapath]
 
@@ -199,7 +207,8 @@ def test_restart_mid_run_leaves_no_gap_and_loses_nothing(pipe, stack, how):
     assert sender.alive(), "the sender died with its agent"
     streamer = ProcRef.from_json(datapath_doc(a_inst)["stamp"]["streamer"])
     assert streamer is not None and streamer.alive(), "the streamer died with its agent"
-    time.sleep(max(0.0, DOWN_S - (time.monotonic() - t_down)))
+    if how == "kill9":  # restarted 5 s later; an upgrade starts the new version at once
+        time.sleep(max(0.0, DOWN_S - (time.monotonic() - t_down)))
     env = {"SEGSCOPE_AGENT_VERSION": "0.0.0+upgrade-test"} if how == "upgrade" else None
     pipe.agents.respawn("A", env=env)
     down_s = time.monotonic() - t_down
@@ -213,7 +222,6 @@ def test_restart_mid_run_leaves_no_gap_and_loses_nothing(pipe, stack, how):
     assert "1 senders running and adopted" in notes and "streamer pid" in notes, notes
     if how == "upgrade":
         assert now_version == "0.0.0+upgrade-test" and version != now_version
-    assert sender.alive() and sender_ref(a_inst, ssid) == sender, "not the same sender after the restart"
     if how == "upgrade":  # a rolling upgrade: the reflector's node next, the same way
         assert pipe.agents.stop_node("B") == 0
         pipe.agents.respawn("B", env=env)
@@ -223,6 +231,9 @@ def test_restart_mid_run_leaves_no_gap_and_loses_nothing(pipe, stack, how):
         print(f"[{how}] B re-adopted in {found[-1][0]} ms: {found[-1][1]}")
 
     pipe.wait_stopped("A", ssid, timeout_s=DURATION_S + 30)
+    # the sender that ended the run is the one that started it, adopted by the new agent
+    ended = re.findall(rf"stamp_sender ssid {ssid} ended \(pid (\d+), adopted\)", pipe.agents.logs["A"].read_text())
+    assert ended == [str(sender.pid)], (ended, sender)
     summary = pipe.sender_summary("A", ssid)
     sent = summary["sent"]
     assert sent == RATE * DURATION_S and summary["send_errors"] == 0, summary
@@ -271,6 +282,7 @@ def test_orphans_stop_themselves_and_are_counted(pipe, tmp_path):
     lab, timeout = pipe.lab, 3.0
     inst = f"{PREFIX}-H1-orphans"
     state = Path("/run/segscope") / inst
+    shutil.rmtree(state, ignore_errors=True)  # this test's own instance: its counters start at 0
     args = ["--adopt-timeout", str(timeout), "--health", "127.0.0.1:0"]
     kafka = pipe.stack.kafka_bootstrap
     agent = start_agent(lab.ns("H1"), "H1", tmp_path / "first", kafka=kafka, instance=inst, extra_args=args)
