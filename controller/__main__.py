@@ -155,7 +155,7 @@ def cmd_run(args, intent) -> int:
     return EXIT_OK
 
 
-def main(argv: list[str] | None = None) -> int:
+def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(
         prog="python -m controller", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -196,6 +196,11 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--health", help="run: HOST:PORT for HTTP /healthz /readyz /metrics /status (default off)")
     run.add_argument("--stats-interval", type=float, default=2.0, help="run: seconds between counter lines (default 2)")
     run.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = parser()
     args = ap.parse_args(argv)
     if args.interval < 1:
         ap.error(f"--interval: {args.interval:g} must be >= 1 second")

@@ -2,7 +2,7 @@
 
     kustomize/base/segscope.yaml                 agent, processors, Telegraf, endpoints, policies
     kustomize/components/bundled/bundled.yaml    Kafka, InfluxDB, ArangoDB, Grafana + their policies
-    kustomize/components/controller/controller.yaml   the apply Job and the drift CronJob
+    kustomize/components/controller/controller.yaml   the apply Job and the `run` Deployment (+ its PDB)
 
     .local/venv/bin/python scripts/render_kustomize.py [--helm PATH] [--out DIR] [--check]
 
@@ -108,10 +108,16 @@ def render(helm: str) -> dict[str, str]:
     everything = [relabel(d) for d in helm_template(helm, "--set", "controller.intent=")]
     bundled = [d for d in everything if is_bundled(d)]
     with_controller = [relabel(d) for d in helm_template(helm, *external, "--set", "controller.intent=version: 1")]
-    controller = [d for d in with_controller if d["kind"] in ("Job", "CronJob")]
+    controller = [
+        d
+        for d in with_controller
+        if d["kind"] == "Job" or d["metadata"]["name"] in ("segscope-controller", "segscope-controller-run")
+    ]
     base = [d for d in base if not is_bundled(d)]
     for d in controller:  # the overlay's configMapGenerator makes the intent; the hash changes with it
-        tmpl = d["spec"]["template"] if d["kind"] == "Job" else d["spec"]["jobTemplate"]["spec"]["template"]
+        if d["kind"] not in ("Job", "Deployment"):
+            continue
+        tmpl = d["spec"]["template"]
         tmpl["metadata"].get("annotations", {}).pop("checksum/intent", None)
         if not tmpl["metadata"].get("annotations"):
             tmpl["metadata"].pop("annotations", None)
