@@ -391,8 +391,16 @@ def render(status: dict) -> str:
         )
     if not status.get("inline_monitors"):
         lines.append("(no in-line monitors in the intent)")
-    run = status.get("run") or {}
-    lines.append("")
+    if "run" in status:
+        lines += _render_run(status["run"])
+    if status.get("influx_error"):
+        lines += ["", f"InfluxDB not readable: {status['influx_error']}"]
+    return "\n".join(lines)
+
+
+def _render_run(run: dict) -> list[str]:
+    """Which replica of `controller run` leads, and its newest repairs."""
+    lines = [""]
     leaders = [r["replica"] for r in run.get("replicas", []) if r.get("leader")]
     lines.append(
         f"controller run: {len(run.get('replicas', []))} replica(s) seen in the last minute"
@@ -410,6 +418,4 @@ def render(status: dict) -> str:
             f"  {_fmt(r.get('age_s'), ' s'):>8} ago  {r.get('node') or '-':<6} {r.get('action') or '':<8}"
             f"{r.get('kind') or '':<16} {r.get('key') or '':<14} [{r.get('rpcs')}] {r.get('reason')}{after}: {state}"
         )
-    if status.get("influx_error"):
-        lines += ["", f"InfluxDB not readable: {status['influx_error']}"]
-    return "\n".join(lines)
+    return lines
