@@ -118,6 +118,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         p.error("--tls-cert and --tls-key are required (or --insecure for plaintext)")
     if a.insecure and (a.tls_cert or a.tls_key or a.tls_client_ca):
         p.error("--insecure and --tls-* are exclusive")
+    if a.kafka:
+        from segscope_kafka import KafkaConfigError, from_env
+
+        try:
+            from_env()  # SEGSCOPE_KAFKA_*: the agent's and its C tools' Kafka security (docs/security.md)
+        except KafkaConfigError as e:
+            p.error(str(e))
     if a.netns and not os.path.exists(f"/run/netns/{a.netns}"):
         p.error(f"--netns: no network namespace {a.netns!r} (/run/netns/{a.netns})")
     for flag in ("tls_cert", "tls_key", "tls_client_ca"):
@@ -127,6 +134,27 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return a
 
 
+def kafka_refused(bootstrap: str) -> bool:
+    """With Kafka security set, log in once before serving: a refusal (wrong password, CA, ACL) is a
+    configuration error, said once and the agent exits 1, instead of every STAMP and flow tool it
+    starts failing later. An unreachable Kafka is only said: the agent starts, its producers wait."""
+    from segscope_kafka import KafkaRefused, from_env, login_check
+
+    sec = from_env()
+    if sec.protocol == "PLAINTEXT":
+        return False
+    log = logging.getLogger("agent")
+    try:
+        if login_check(bootstrap, sec, timeout_s=10.0):
+            log.info("Kafka %s: logged in (%s)", bootstrap, sec.describe())
+        else:
+            log.warning("Kafka %s did not answer within 10 s (%s); starting anyway", bootstrap, sec.describe())
+    except KafkaRefused as e:
+        log.error("Kafka %s: %s", bootstrap, e)
+        return True
+    return False
+
+
 def main(argv: list[str] | None = None) -> int:
     a = parse_args(argv)
     logging.basicConfig(
@@ -134,6 +162,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     from agent.keeper import AgentLockError
     from agent.server import Agent, AgentConfig
+
+    if a.kafka and kafka_refused(a.kafka):
+        return 1
 
     try:
         agent = Agent(

@@ -32,6 +32,9 @@
  * Every --stats-interval seconds the counters go to the metrics topic as
  * segscope_altmark_collector line protocol. --stdout writes JSON lines instead
  * of Kafka (tests, debugging).
+ *
+ * Kafka security (TLS, SASL) from SEGSCOPE_KAFKA_* (kafka_security.h, docs/security.md): a setting
+ * that cannot be used exits 2; Kafka refusing the login or an ACL stops the collector, exit 3.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -305,6 +308,8 @@ static void on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaqu
 	uint64_t records = tag >> 1;
 
 	(void)rk;
+	if (m->err)   /* a refusal (ACL, login) stops the tool; other errors are counted and retried */
+		kafka_note_refusal("altmark_collector", m->err, rd_kafka_err2str(m->err), rd_kafka_topic_name(m->rkt));
 	if (tag & 1) {
 		if (m->err) {
 			s->c.metrics_failed++;
@@ -843,7 +848,7 @@ static void run(struct collector *s)
 	uint64_t now = clock_ns(CLOCK_TAI);
 	uint64_t next_stats = now + stats_ns, next_scan = now, wake = now;
 
-	while (!stop_requested) {
+	while (!stop_requested && !kafka_refusal[0]) {
 		uint64_t next = next_stats;
 
 		now = clock_ns(CLOCK_TAI);
@@ -906,6 +911,8 @@ int main(int argc, char **argv)
 	uint64_t lost;
 
 	parse_args(argc, argv, &s.opts);
+	if (!s.opts.to_stdout && kafka_security_load("altmark_collector") < 0)
+		return 2;   /* the message names the SEGSCOPE_KAFKA_* variable and the fix */
 	sigaction(SIGINT, &sa, NULL);
 	sigaction(SIGTERM, &sa, NULL);
 	s.ncpus = libbpf_num_possible_cpus();
@@ -943,8 +950,10 @@ int main(int argc, char **argv)
 	run(&s);
 
 	publish_stats(&s, true);
-	if (s.rk)
+	if (s.rk) {
+		kafka_refused_purge(s.rk);   /* refused: what is queued is failed (counted), not waited for */
 		rd_kafka_flush(s.rk, s.opts.flush_timeout_ms);
+	}
 	format_counters_json(&s, json, sizeof(json), true);
 	if (!s.opts.to_stdout)
 		printf("%s\n", json);
@@ -961,6 +970,10 @@ int main(int argc, char **argv)
 		rd_kafka_topic_destroy(s.blocks_topic);
 		rd_kafka_topic_destroy(s.metrics_topic);
 		rd_kafka_destroy(s.rk);
+	}
+	if (kafka_refusal[0]) {
+		fprintf(stderr, "altmark_collector: stopped, Kafka refused this client: %s\n", kafka_refusal);
+		return KAFKA_EXIT_REFUSED;
 	}
 	return lost ? 1 : 0;
 }

@@ -35,6 +35,9 @@
  * The copy never slows the Kafka path: a batch that does not fit into the
  * pipe's free space is not copied, and counted (records_copy_dropped).
  * --no-kafka streams to the copy only (an agent without --kafka).
+ *
+ * Kafka security (TLS, SASL) from SEGSCOPE_KAFKA_* (kafka_security.h, docs/security.md): a setting
+ * that cannot be used exits 2; Kafka refusing the login or an ACL stops the streamer, exit 3.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -342,6 +345,8 @@ static void on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaqu
 	uint64_t records = tag >> 1;
 
 	(void)rk;
+	if (m->err)   /* a refusal (ACL, login) stops the tool; other errors are counted and retried */
+		kafka_note_refusal("stamp_streamer", m->err, rd_kafka_err2str(m->err), rd_kafka_topic_name(m->rkt));
 	if (tag & 1) {
 		if (m->err) {
 			s->c.metrics_failed++;
@@ -704,7 +709,7 @@ static void run(struct streamer *s)
 {
 	double next_stats = monotonic_s() + s->opts.stats_interval_s;
 
-	while (!stop_requested) {
+	while (!stop_requested && !kafka_refusal[0]) {
 		int timeout_ms = s->opts.poll_timeout_ms;
 
 		if (s->held_since > 0) {   /* wake up when the held records are due */
@@ -742,8 +747,10 @@ static void shutdown_streamer(struct streamer *s)
 		flush_groups(s);
 	flush_groups(s);
 	publish_stats(s);
-	if (s->rk)
+	if (s->rk) {
+		kafka_refused_purge(s->rk);   /* refused: what is queued is failed (counted), not waited for */
 		rd_kafka_flush(s->rk, s->opts.flush_timeout_ms);
+	}
 	write_stats_json(s, true);
 }
 
@@ -755,6 +762,8 @@ int main(int argc, char **argv)
 	uint64_t lost;
 
 	parse_args(argc, argv, &s.opts);
+	if (!s.opts.no_kafka && kafka_security_load("stamp_streamer") < 0)
+		return 2;   /* the message names the SEGSCOPE_KAFKA_* variable and the fix */
 	sigaction(SIGINT, &sa, NULL);
 	sigaction(SIGTERM, &sa, NULL);
 	if (ringbuf_open(&s) < 0 || datapath_open(&s) < 0 || (!s.opts.no_kafka && kafka_open(&s) < 0))
@@ -784,6 +793,10 @@ int main(int argc, char **argv)
 		rd_kafka_topic_destroy(s.records_topic);
 		rd_kafka_topic_destroy(s.metrics_topic);
 		rd_kafka_destroy(s.rk);
+	}
+	if (kafka_refusal[0]) {
+		fprintf(stderr, "stamp_streamer: stopped, Kafka refused this client: %s\n", kafka_refusal);
+		return KAFKA_EXIT_REFUSED;
 	}
 	return lost ? 1 : 0;
 }

@@ -67,7 +67,18 @@ class ControlledPipeline:
         self.stop()
 
     # ------------------------------------------------------------------ start / stop
+    def _set_env(self, values: dict[str, str]) -> None:
+        for key, value in values.items():  # restored by stop()
+            self._saved_env.setdefault(key, os.environ.get(key))
+            os.environ[key] = value
+
+    def kafka_env(self, role: str) -> dict[str, str]:
+        """SEGSCOPE_KAFKA_* of a program of `role` on the stack's Kafka ({} when it is plaintext)."""
+        return self.stack.kafka_env(role) if hasattr(self.stack, "kafka_env") else {}
+
     def start_agents(self) -> AgentSet:
+        # the agents (and the C tools they start) log in to Kafka as the agent role
+        self._set_env(self.kafka_env("agent"))
         self.agents = AgentSet.start(
             self.lab,
             list(self.nodes),
@@ -75,9 +86,7 @@ class ControlledPipeline:
             kafka=self.stack.kafka_bootstrap,
             extra_args=self.agent_args,
         )
-        for key, value in self.agents.env.items():  # the intent file reads these
-            self._saved_env.setdefault(key, os.environ.get(key))
-            os.environ[key] = value
+        self._set_env(self.agents.env)  # the intent file reads these
         return self.agents
 
     def start_processor(self, kind: str = "delay") -> None:
@@ -89,7 +98,7 @@ class ControlledPipeline:
             stderr=subprocess.STDOUT,
             cwd=REPO,
             start_new_session=True,
-            env={**os.environ, "SEGSCOPE_KAFKA": self.stack.kafka_bootstrap},
+            env={**os.environ, "SEGSCOPE_KAFKA": self.stack.kafka_bootstrap, **self.kafka_env("processor")},
         )
         log.close()
 

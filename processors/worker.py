@@ -22,6 +22,8 @@ import sys
 import time
 from typing import Awaitable, Callable
 
+from segscope_kafka import KafkaConfigError, faust_credentials, kafka_config
+from segscope_kafka import from_env as kafka_security_from_env
 from segscope_schemas import names
 from segscope_schemas.health import Health, HealthAddressError, parse_address
 from segscope_schemas.version import VERSION_LINE
@@ -152,7 +154,8 @@ def run_worker(
     if check is not None:
         try:
             check()
-        except ConfigError as e:
+            kafka_security_from_env()  # SEGSCOPE_KAFKA_* (segscope_kafka): TLS, SASL
+        except (ConfigError, KafkaConfigError) as e:
             ap.error(str(e))
     app = importlib.import_module(f"{package}.app").app  # after the environment is final
     sys.argv = [sys.argv[0], "worker", "--without-web", "-l", args.loglevel]
@@ -188,6 +191,8 @@ def faust_app_settings(bootstrap: str, datadir: str) -> dict:
         # acked offsets are committed every second (Faust: 2.8 s): less to replay after a crash
         broker_commit_interval=1.0,
         producer_linger_ms=5,
+        # TLS / SASL from SEGSCOPE_KAFKA_* (segscope_kafka); None: PLAINTEXT
+        broker_credentials=faust_credentials(),
     )
 
 
@@ -256,7 +261,7 @@ def read_topic(bootstrap: str, topic: str, group_id: str) -> list[tuple[bytes | 
     from confluent_kafka import Consumer, TopicPartition
 
     out: list[tuple[bytes | None, bytes]] = []
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": group_id, "enable.auto.commit": False})
+    c = Consumer(kafka_config({"bootstrap.servers": bootstrap, "group.id": group_id, "enable.auto.commit": False}))
     try:
         for p in c.list_topics(topic, timeout=10).topics[topic].partitions:
             low, high = watermarks(c, topic, p, 10)

@@ -17,7 +17,7 @@ sweep() {
   # the background build of the Kubernetes tools, if it still runs (its own process group)
   [ -n "${K8S_PID:-}" ] && kill -- "-$K8S_PID" 2>/dev/null
   $PY -m services.stack down --if-unused >/dev/null 2>&1 || true
-  for p in te2e ctla ctlbt amlab_gt amlab_e2e agt dpl; do $PY -m netlab down --prefix "$p" >/dev/null 2>&1 || true; done
+  for p in te2e ctla ctlbt amlab_gt amlab_e2e agt dpl tsec; do $PY -m netlab down --prefix "$p" >/dev/null 2>&1 || true; done
 }
 trap sweep EXIT INT TERM
 

@@ -104,7 +104,9 @@ def clock_ns() -> int:
 def topic_partitions(topic: str) -> int:
     from confluent_kafka.admin import AdminClient
 
-    meta = AdminClient({"bootstrap.servers": cfg.bootstrap}).list_topics(topic, timeout=30)
+    from segscope_kafka import kafka_config
+
+    meta = AdminClient(kafka_config({"bootstrap.servers": cfg.bootstrap})).list_topics(topic, timeout=30)
     return len(meta.topics[topic].partitions)
 
 

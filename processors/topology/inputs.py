@@ -67,13 +67,17 @@ class InputReader:
         """Assign every partition of the topics at their start offsets, then read in a daemon thread."""
         from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
+        from segscope_kafka import kafka_config
+
         self._consumer = c = Consumer(
-            {
-                "bootstrap.servers": self.bootstrap,
-                "group.id": f"segscope-topology-inputs-{socket.gethostname()}-{os.getpid()}",  # never joined
-                "enable.auto.commit": False,
-                "enable.auto.offset.store": False,
-            }
+            kafka_config(
+                {
+                    "bootstrap.servers": self.bootstrap,
+                    "group.id": f"segscope-topology-inputs-{socket.gethostname()}-{os.getpid()}",  # never joined
+                    "enable.auto.commit": False,
+                    "enable.auto.offset.store": False,
+                }
+            )
         )
         assign = []
         now_ms = int(time.time() * 1000)
