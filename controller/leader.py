@@ -1,7 +1,9 @@
 """Which replica of `segscope-controller run` acts: leader election through Kafka.
 
 Every replica joins the consumer group `segscope-controller` (schemas/names.toml) on the topic
-`segscope.controller.leader`, which has one partition and no records. Kafka's group coordinator
+`segscope-controller.leader`, which has one partition and no records. With a secured Kafka (TLS,
+SASL: segscope_kafka, SEGSCOPE_KAFKA_*) the controller logs in as the processor role, whose ACLs
+(prefix segscope-controller, and segscope.metrics) cover what it does. Kafka's group coordinator
 assigns that partition to exactly one member: that replica leads, the others stand by (they make
 no call to any agent). The same mechanism as the topology processors' leader (Faust's leader
 partition, processors/topology/leadership.py), without Faust: a plain librdkafka consumer. It works
@@ -92,6 +94,8 @@ class KafkaLeadership:
     def start(self) -> None:
         from confluent_kafka import Consumer
 
+        from segscope_kafka import kafka_config
+
         conf = {
             "bootstrap.servers": self.bootstrap,
             "group.id": self.group,
@@ -104,7 +108,7 @@ class KafkaLeadership:
             "partition.assignment.strategy": "range",
             **self.client_config,
         }
-        conf = {k: v for k, v in conf.items() if v is not None}
+        conf = kafka_config({k: v for k, v in conf.items() if v is not None})  # TLS / SASL from SEGSCOPE_KAFKA_*
         self._consumer = Consumer(conf)
         self._consumer.subscribe(
             [self.topic], on_assign=self._on_assign, on_revoke=self._on_revoke, on_lost=self._on_revoke

@@ -449,15 +449,19 @@ class Reconciler:
         if self.kafka:
             from confluent_kafka import Producer
 
+            from segscope_kafka import kafka_config
+
             self._producer = Producer(
-                {
-                    "bootstrap.servers": self.kafka,
-                    "linger.ms": 5,
-                    "enable.idempotence": True,
-                    "acks": "all",
-                    "message.timeout.ms": 600000,
-                    **self.kafka_config,
-                }
+                kafka_config(  # TLS / SASL from SEGSCOPE_KAFKA_* (segscope_kafka)
+                    {
+                        "bootstrap.servers": self.kafka,
+                        "linger.ms": 5,
+                        "enable.idempotence": True,
+                        "acks": "all",
+                        "message.timeout.ms": 600000,
+                        **self.kafka_config,
+                    }
+                )
             )
         if self.health_addr:
             from segscope_schemas.health import Health, parse_address
