@@ -352,7 +352,7 @@ def test_run_leaves_alone_what_it_does_not_own(world, stack):
     print(f"\n[run] R's deleted End SID re-created {time.monotonic() - t0:.1f} s later (periodic reconcile)")
     leader.wait_log(r"left alone on A: policy \('fd00:99::/64', 254\)", 5)
     assert "fd00:99::/64" in lab.run("A", ["ip", "-6", "route"], check=True).stdout
-    assert leader.metrics()["left_alone"] >= 1
+    leader.wait_metrics(lambda m: m["left_alone"] >= 1, 5)
     diff = subprocess.run([sys.executable, "-m", "controller", "diff", str(w["intent"])], env=w["env"], cwd=REPO,
                           capture_output=True, text=True, timeout=60)  # fmt: skip
     assert diff.returncode == 3 and re.search(r"remove\s+A\s+policy fd00:99::/64", diff.stdout), diff.stdout
