@@ -213,9 +213,13 @@ class Agent:
         """Stop the processes a previous agent left running that this one will not adopt."""
         if not doc:
             return
-        refs = [ProcRef.from_json((doc.get("stamp") or {}).get("streamer"))]
-        refs += [ProcRef.from_json(sd.get("sender")) for sd in (doc.get("stamp") or {}).get("sessions", [])]
-        refs.append(ProcRef.from_json((doc.get("flowmon") or {}).get("collector")))
+        try:
+            refs = [ProcRef.from_json((doc.get("stamp") or {}).get("streamer"))]
+            refs += [ProcRef.from_json(sd.get("sender")) for sd in (doc.get("stamp") or {}).get("sessions", [])]
+            refs.append(ProcRef.from_json((doc.get("flowmon") or {}).get("collector")))
+        except (AttributeError, TypeError) as e:  # a layout this version does not know
+            log.error("cannot read the processes a previous agent left (%s): they stop by themselves unadopted", e)
+            return
         handles = [h for h in (Adopted.open(r) for r in refs) if h is not None]
         for h in handles:
             log.warning("stopping pid %d a previous agent left running: %s", h.pid, why)
