@@ -59,6 +59,7 @@
 #include "altmark_block.h"    /* schemas/c: record + AMB1 batch */
 #include "cli.h"
 #include "kafka_producer.h"
+#include "tether.h"
 
 #define MAX_INSTANCES   16
 #define NS_PER_MS       1000000ULL
@@ -86,6 +87,7 @@ struct collector_opts {
 	bool to_stdout;
 	bool group_flows;            /* one message per instance and tick, key "<node>" */
 	uint32_t max_batch;          /* records per message with group_flows */
+	struct tether tether;        /* --agent-dir / --adopt-timeout (collectors/tether.h) */
 };
 
 /* Collector counters; published as segscope_altmark_collector fields (schemas/metrics.md). */
@@ -171,12 +173,14 @@ static void usage(FILE *f)
 		"        [--brokers 127.0.0.1:19092] [--topic " SEGSCOPE_TOPIC_ALTMARK_BLOCKS "]\n"
 		"        [--metrics-topic " SEGSCOPE_TOPIC_METRICS "] [--stats-interval 1] [--margin-ms T/2]\n"
 		"        [--scan-interval-ms 500] [--flush-timeout-ms 10000] [--stdout]\n"
-		"        [--group-flows [--max-batch 4096]]\n"
+		"        [--group-flows [--max-batch 4096]] [--agent-dir DIR --adopt-timeout S]\n"
 		"DIR: pinned maps of one program instance, e.g. /sys/fs/bpf/segscope/<instance>/altmark_tx\n"
 		"(altmark_flows, altmark_counters; rx also altmark_flowmon). @NODE overrides --node for\n"
 		"that instance's records. --stdout: JSON lines on stdout instead of Kafka.\n"
 		"Default: one message per flow and tick, key \"<node>/<flow_id>\". --group-flows: one\n"
 		"message per instance and tick with every flow's records (cut at --max-batch), key \"<node>\".\n"
+		"--agent-dir/--adopt-timeout: started by the node agent, whose state is in DIR: stops by\n"
+		"itself (as on SIGTERM) once no agent has run for S seconds.\n"
 		"SIGINT/SIGTERM: flush, print counters as JSON; exit 1 if records were lost.\n");
 }
 
@@ -216,7 +220,7 @@ static void parse_args(int argc, char **argv, struct collector_opts *o)
 	cli_prog = "altmark_collector";
 	cli_usage = usage;
 	enum { O_TX = 1, O_RX, O_NODE, O_BROKERS, O_TOPIC, O_MTOPIC, O_INTERVAL, O_MARGIN,
-	       O_SCAN, O_FLUSH, O_STDOUT, O_GROUP, O_MAXBATCH, O_HELP };
+	       O_SCAN, O_FLUSH, O_STDOUT, O_GROUP, O_MAXBATCH, O_AGENT_DIR, O_ADOPT_TIMEOUT, O_HELP };
 	static const struct option longopts[] = {
 		{ "tx-pin-dir", required_argument, NULL, O_TX },
 		{ "rx-pin-dir", required_argument, NULL, O_RX },
@@ -231,6 +235,8 @@ static void parse_args(int argc, char **argv, struct collector_opts *o)
 		{ "stdout", no_argument, NULL, O_STDOUT },
 		{ "group-flows", no_argument, NULL, O_GROUP },
 		{ "max-batch", required_argument, NULL, O_MAXBATCH },
+		{ "agent-dir", required_argument, NULL, O_AGENT_DIR },
+		{ "adopt-timeout", required_argument, NULL, O_ADOPT_TIMEOUT },
 		{ "help", no_argument, NULL, O_HELP },
 		{ 0 },
 	};
@@ -238,6 +244,7 @@ static void parse_args(int argc, char **argv, struct collector_opts *o)
 	int c;
 
 	memset(o, 0, sizeof(*o));
+	tether_init(&o->tether, "altmark_collector");
 	o->brokers = "127.0.0.1:19092";
 	o->topic = SEGSCOPE_TOPIC_ALTMARK_BLOCKS;
 	o->metrics_topic = SEGSCOPE_TOPIC_METRICS;
@@ -272,6 +279,8 @@ static void parse_args(int argc, char **argv, struct collector_opts *o)
 		case O_STDOUT: o->to_stdout = true; break;
 		case O_GROUP: o->group_flows = true; break;
 		case O_MAXBATCH: o->max_batch = parse_int("--max-batch", optarg, MAX_BATCH_RECS, 1 << 17); break;
+		case O_AGENT_DIR: tether_set_dir(&o->tether, optarg); break;
+		case O_ADOPT_TIMEOUT: tether_set_timeout(&o->tether, optarg); break;
 		case O_HELP: usage(stdout); exit(0);
 		default:
 			die_arg(argv[optind - 1], "unknown flag or missing value", NULL);
@@ -286,6 +295,7 @@ static void parse_args(int argc, char **argv, struct collector_opts *o)
 	for (int i = 0; i < o->ninst; i++)
 		if (!o->inst[i].node)
 			o->inst[i].node = o->node;
+	tether_open(&o->tether, "altmark blocks");
 }
 
 /* ------------------------------------------------------------------ kafka */
@@ -851,6 +861,8 @@ static void run(struct collector *s)
 		}
 		s->c.ticks++;
 		uint64_t t0 = clock_ns(CLOCK_MONOTONIC);
+		if (tether_orphaned(&s->opts.tether, t0 / 1e9))
+			break;   /* no agent: flush and stop as on SIGTERM */
 		/* rescan before reading: a flow removed or reinstalled must not be read as the old one */
 		for (int i = 0; i < s->opts.ninst; i++)
 			scan_instance(s, &s->inst[i], now);

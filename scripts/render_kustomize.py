@@ -2,9 +2,11 @@
 
     kustomize/base/segscope.yaml                 agent, processors, Telegraf, endpoints, policies
     kustomize/components/bundled/bundled.yaml    Kafka, InfluxDB, ArangoDB, Grafana + their policies
-    kustomize/components/controller/controller.yaml   the apply Job and the drift CronJob
+    kustomize/components/controller/controller.yaml   the apply Job and the `run` Deployment (+ its PDB)
     kustomize/components/kafka-sasl-ssl/patches.yaml  Kafka over SASL_SSL, a principal per role
                                                        (strategic-merge patches of the Kafka clients)
+    kustomize/components/controller-kafka-sasl-ssl/patches.yaml   the same for the controller's
+                                                       `run` Deployment (with both components above)
 
     .local/venv/bin/python scripts/render_kustomize.py [--helm PATH] [--out DIR] [--check]
 
@@ -163,12 +165,24 @@ def render(helm: str) -> dict[str, str]:
     everything = [relabel(d) for d in helm_template(helm, "--set", "controller.intent=")]
     bundled = [d for d in everything if is_bundled(d)]
     with_controller = [relabel(d) for d in helm_template(helm, *external, "--set", "controller.intent=version: 1")]
-    controller = [d for d in with_controller if d["kind"] in ("Job", "CronJob")]
+    def runs_controller(d: dict) -> bool:  # the `run` Deployment and its PDB
+        return d["metadata"].get("labels", {}).get("app.kubernetes.io/component") == "controller-run"
+
+    controller = [d for d in with_controller if d["kind"] == "Job" or runs_controller(d)]
     secured = [relabel(d) for d in helm_template(helm, *external, *KAFKA_SASL_SSL, "--set", "controller.intent=")]
     patches = kafka_patches(base, secured)
+    secured_ctl = [
+        relabel(d) for d in helm_template(helm, *external, *KAFKA_SASL_SSL, "--set", "controller.intent=version: 1")
+    ]
+    ctl_patches = kafka_patches(
+        [d for d in controller if d["kind"] == "Deployment"],
+        [d for d in secured_ctl if d["kind"] == "Deployment" and runs_controller(d)],
+    )
     base = [d for d in base if not is_bundled(d)]
     for d in controller:  # the overlay's configMapGenerator makes the intent; the hash changes with it
-        tmpl = d["spec"]["template"] if d["kind"] == "Job" else d["spec"]["jobTemplate"]["spec"]["template"]
+        if d["kind"] not in ("Job", "Deployment"):
+            continue
+        tmpl = d["spec"]["template"]
         tmpl["metadata"].get("annotations", {}).pop("checksum/intent", None)
         if not tmpl["metadata"].get("annotations"):
             tmpl["metadata"].pop("annotations", None)
@@ -177,6 +191,7 @@ def render(helm: str) -> dict[str, str]:
         "components/bundled/bundled.yaml": dump(bundled),
         "components/controller/controller.yaml": dump(controller),
         "components/kafka-sasl-ssl/patches.yaml": dump(patches),
+        "components/controller-kafka-sasl-ssl/patches.yaml": dump(ctl_patches),
     }
 
 

@@ -6,7 +6,8 @@
     processor  the delay, loss, in-line and topology processors: read their inputs, write
                segscope.metrics, the summary, dead letters and the re-keyed altmark blocks; own the
                topics and consumer groups named after their app ids (progress topics, Faust's
-               internal topics, helper groups)
+               internal topics, helper groups); also `segscope-controller run` (its leader
+               election's group and topic segscope-controller*, its lines on segscope.metrics)
     telegraf   reads segscope.metrics in its consumer group
     admin      creates topics and users (segscope-topics, the local stack): a super user or a
                principal with CREATE / ALTER on the cluster

@@ -258,9 +258,10 @@ def _children_of_instance(instance: str, netns: str) -> list[str]:
 
 
 def test_a_killed_agent_is_replaced_cleanly(lab, pki, tmp_path):
-    """SIGKILL leaves the XDP collector attached and pinned; the next agent's Init clears it. The
-    agent's children (ring-buffer reader, stamp_sender) die with it (PDEATHSIG), so the next agent's
-    sender gets its UDP port; a sender that cannot start is FAILED with its error."""
+    """With --adopt-timeout 0 (no hitless restarts: test_agent_adoption.py has those) SIGKILL leaves
+    the XDP collector attached and pinned; the next agent's Init clears it. The agent's children
+    (ring-buffer reader, stamp_sender) die with it (PDEATHSIG), so the next agent's sender gets its
+    UDP port; a sender that cannot start is FAILED with its error."""
     import os
     import signal as sig
     import socket
@@ -276,7 +277,10 @@ def test_a_killed_agent_is_replaced_cleanly(lab, pki, tmp_path):
 
     init = pb.InitRequest(sender=pb.StampSenderConfig(device="ah", source_address="fd00:a::2"))
     session = sender_session(ssid=91, sender_port=50091, rate_pps=50, segments=[])
-    first = start_agent(lab.ns("A"), "A", tmp_path / "first", pki=pki, instance=f"{lab.prefix}-A-kill")
+    no_adoption = ["--adopt-timeout", "0"]
+    first = start_agent(
+        lab.ns("A"), "A", tmp_path / "first", pki=pki, instance=f"{lab.prefix}-A-kill", extra_args=no_adoption
+    )
     with first.channel() as ch:
         a = stamp_pb2_grpc.StampServiceStub(ch)
         assert a.Init(init).changed
@@ -293,7 +297,9 @@ def test_a_killed_agent_is_replaced_cleanly(lab, pki, tmp_path):
         time.sleep(0.1)
     assert _children_of_instance(f"{lab.prefix}-A-kill", lab.ns("A")) == []  # reader and sender went with the agent
     assert "xdp" in lab.run("A", ["ip", "link", "show", "ah"], check=True).stdout  # left behind
-    second = start_agent(lab.ns("A"), "A", tmp_path / "second", pki=pki, instance=f"{lab.prefix}-A-kill")
+    second = start_agent(
+        lab.ns("A"), "A", tmp_path / "second", pki=pki, instance=f"{lab.prefix}-A-kill", extra_args=no_adoption
+    )
     blocker = None
     try:
         with second.channel() as ch:
