@@ -16,7 +16,7 @@ What `up --agents` starts, in this order (on any error, everything started so fa
 and writes .run/netlab/P/env.sh (what the intent files' ${VAR}s read) and pipeline.json (the PIDs
 `down` stops: each only if its command line is still the one started).
 
-An SRv6 node is one with a loopback address, a seg6 / seg6local route or more than one link;
+An SRv6 node is one with more than one link or a seg6 / seg6local route (every node if none is);
 `--agents A,B,...` names them instead.
 """
 
@@ -39,15 +39,18 @@ PROCESSORS = ("delay", "loss", "inline")
 
 
 def srv6_nodes(topo: Topology) -> list[str]:
+    """Nodes that route SRv6: more than one link, or a seg6 / seg6local route (hosts have one link
+    and a default route); every node if none does."""
     links: dict[str, int] = {}
     for link in topo.links:
         for end in (link.a, link.b):
             links[end.node] = links.get(end.node, 0) + 1
-    return [
+    found = [
         name
         for name, node in topo.nodes.items()
-        if node.loopback or links.get(name, 0) > 1 or any(r.seg6 or r.seg6local for r in node.routes)
+        if links.get(name, 0) > 1 or any(r.seg6 or r.seg6local for r in node.routes)
     ]
+    return found or list(topo.nodes)
 
 
 def _state_path(prefix: str) -> Path:
@@ -155,13 +158,14 @@ def down(prefix: str) -> dict:
     file (then it is a plain netlab teardown)."""
     state_path = _state_path(prefix)
     state = json.loads(state_path.read_text()) if state_path.exists() else {}
-    stopped: dict[str, int | None] = {}
+    stopped: dict[str, str] = {}
     for group in ("processors", "agents"):
-        for info in state.get(group, {}).values():
-            if _alive(info):
-                os.killpg(info["pid"], signal.SIGTERM)
+        running = {name: info for name, info in state.get(group, {}).items() if _alive(info)}
+        for info in running.values():
+            os.killpg(info["pid"], signal.SIGTERM)
         for name, info in state.get(group, {}).items():
-            stopped[f"{group[:-1]} {name}"] = _wait_gone(info, timeout_s=30)
+            how = _wait_gone(info, timeout_s=30) if name in running else "was not running"
+            stopped[f"{group[:-1]} {name}"] = how
     stack_info = state.get("stack")
     if stack_info and stack_info.get("started"):
         from services.stack import Stack
@@ -195,15 +199,12 @@ def _alive(info: dict) -> bool:
     return bool(info.get("cmdline")) and _cmdline(info["pid"]) == info["cmdline"]
 
 
-def _wait_gone(info: dict, timeout_s: float) -> int | None:
-    """Wait for it to exit after SIGTERM, SIGKILL its process group past timeout_s; the signal that
-    ended it (None: it was not running)."""
-    if not _alive(info):
-        return None
+def _wait_gone(info: dict, timeout_s: float) -> str:
+    """Wait for it to exit after SIGTERM, SIGKILL its process group past timeout_s; how it ended."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if not _alive(info):
-            return signal.SIGTERM
+            return "stopped (SIGTERM)"
         time.sleep(0.1)
     try:
         os.killpg(info["pid"], signal.SIGKILL)
@@ -211,4 +212,4 @@ def _wait_gone(info: dict, timeout_s: float) -> int | None:
         pass
     while _alive(info) and time.monotonic() < deadline + 5:
         time.sleep(0.1)
-    return signal.SIGKILL
+    return "killed (SIGKILL after SIGTERM)"

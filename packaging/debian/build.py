@@ -278,7 +278,7 @@ def processors_package(out: Path, work: Path, wheel: Path, py: str, version: str
 
 def build_deb(stage: Path, out: Path, package: str, version: str) -> Path:
     deb = out / f"{package}_{version}_{arch()}.deb"
-    run(["dpkg-deb", "--root-owner-group", "-Zxz", "-z3", "--build", str(stage), str(deb)])
+    run(["dpkg-deb", "--root-owner-group", "-Zzstd", "--build", str(stage), str(deb)])
     return deb
 
 

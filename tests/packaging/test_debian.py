@@ -72,6 +72,9 @@ def installed(debs, tmp_path_factory):
             debroot.in_root(root, ["apt-get", "-q", "update"])
             fix = debroot.in_root(root, ["apt-get", "-q", "-y", "--no-install-recommends", "-f", "install"])
         assert fix.returncode == 0, fix.stdout[-3000:] + fix.stderr[-3000:]
+        # what a router has, and what `systemd-analyze verify --root` checks the units against
+        sd = debroot.in_root(root, ["apt-get", "-q", "-y", "--no-install-recommends", "install", "systemd"])
+        assert sd.returncode == 0, sd.stdout[-3000:] + sd.stderr[-3000:]
         debroot.keep_downloads(root)
         yield root, alone
     finally:
