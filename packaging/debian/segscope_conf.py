@@ -198,7 +198,8 @@ def processor_env(name: str, paths: list[Path]) -> tuple[dict[str, str], Problem
         cls.from_env({**os.environ, **env})
     except Exception as exc:  # noqa: BLE001 - the processor's own words, placed at its variable's line
         text = str(exc)
-        hits = [k for k in where if k in text]
+        # the variable the message names (the longest: SEGSCOPE_X_S, not SEGSCOPE_X)
+        hits = sorted((k for k in where if re.search(rf"\b{re.escape(k)}\b", text)), key=len, reverse=True)
         if hits:
             path, n = where[hits[0]]
             problems.add(n, f"{hits[0]}: {text}", path)

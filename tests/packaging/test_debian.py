@@ -137,7 +137,7 @@ def test_package_contents(debs):
     ):
         assert path in paths, path
     # the venv's interpreter is Debian's python3.X, which the package depends on
-    assert re.search(r"opt/segscope/agent/bin/python3 -> /usr/bin/python3\.\d+", listing), listing[:2000]
+    assert re.search(r"opt/segscope/agent/bin/python3\.\d+ -> /usr/bin/python3\.\d+\n", listing), listing[-3000:]
     conffiles = subprocess.run(
         ["dpkg-deb", "--ctrl-tarfile", str(debs["segscope-agent"])], capture_output=True
     ).stdout  # a tar; the conffiles list is in it
@@ -347,7 +347,15 @@ def test_installed_agent_measures_stamp_to_influxdb(installed, stack, bpffs, tmp
         argv = [a.replace("%i", "delay") for a in exec_start]
         plog = tmp_path / "delay.log"
         procs["delay"] = start_in_root(root, "segscope-processor@.service", argv, plog, None)
-        assert caps_of(procs["delay"].pid)["CapEff"] == 0
+        wait_for(
+            lambda: b"segscope-delay-processor" in Path(f"/proc/{procs['delay'].pid}/cmdline").read_bytes(),
+            30,
+            "the delay processor's exec",
+            plog,
+        )
+        caps = caps_of(procs["delay"].pid)
+        assert caps["CapEff"] == caps["CapPrm"] == caps["CapBnd"] == 0, caps  # a dynamic user, no capability
+        assert Path(f"/proc/{procs['delay'].pid}").stat().st_uid == 65534
         os.environ.update({f"SEGSCOPE_AGENT_{n}": a for n, a in agents.items()})
         os.environ["SEGSCOPE_CERTS"] = str(pki["ca"].parent)
         intent_file = tmp_path / "intent.yaml"
