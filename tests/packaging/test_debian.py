@@ -313,6 +313,9 @@ def test_installed_agent_measures_stamp_to_influxdb(installed, stack, bpffs, tmp
                 f"tls_client_ca = /etc/segscope/tls/ca.pem\nkafka = {stack.kafka_bootstrap}\n"
                 f"instance = {lab.ns(node)}\n"
             )
+            # getaddrinfo(AI_ADDRCONFIG), as librdkafka calls it, resolves an IPv4 literal only where an
+            # IPv4 address other than 127.0.0.1 exists: a router has one, this IPv6-only node gets one
+            subprocess.run(["ip", "-n", lab.ns(node), "addr", "add", "127.0.0.2/32", "dev", "lo"], check=True)
             # Kafka (root namespace) as the router would reach it: at its advertised address
             forwards.append(Forward(lab.ns(node), ("127.0.0.1", int(kafka_port)), None, (kafka_host, int(kafka_port))))
             _, exec_start = unit_exec(root, "segscope-agent.service")
