@@ -79,6 +79,9 @@ def installed(debs, tmp_path_factory):
         sd = debroot.in_root(root, ["apt-get", "-q", "-y", "--no-install-recommends", "install", "systemd"])
         assert sd.returncode == 0, sd.stdout[-3000:] + sd.stderr[-3000:]
         debroot.keep_downloads(root)
+        # with the dependencies there, dpkg -i alone installs both (again)
+        again = debroot.in_root(root, ["dpkg", "-i", *names])
+        assert again.returncode == 0, again.stdout[-2000:] + again.stderr[-2000:]
         yield root, alone
     finally:
         shutil.rmtree(root.parent, ignore_errors=True)
@@ -90,6 +93,7 @@ def test_dpkg_names_the_missing_dependencies_then_installs(installed):
     assert alone.returncode != 0, "dpkg -i into a bare root should have lacked the dependencies"
     for dep in ("python3.11", "libbpf1", "librdkafka1", "iproute2"):
         assert re.search(rf"segscope-agent depends on {re.escape(dep)}\b", alone.stderr), (dep, alone.stderr)
+    assert (root / "etc" / "segscope" / "tls").stat().st_mode & 0o777 == 0o700  # the key directory
     status = debroot.in_root(root, ["dpkg-query", "-W", "-f=${Package} ${Version} ${Status}\\n", "segscope-*"])
     rows = sorted(status.stdout.splitlines())
     assert rows == [
