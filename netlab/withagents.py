@@ -116,16 +116,18 @@ def up(
                 f"SEGSCOPE_{kind.upper()}_HEALTH": "127.0.0.1:0",
                 f"SEGSCOPE_{kind.upper()}_DATADIR": str(run / "processors" / "{app_id}"),
             }
+            argv = [sys.executable, "-m", f"processors.{kind}"]
             with open(log_path, "w") as log:
                 proc = subprocess.Popen(
-                    [sys.executable, "-m", f"processors.{kind}"],
+                    argv,
                     stdout=log,
                     stderr=subprocess.STDOUT,
                     cwd=REPO,
                     env=env,
                     start_new_session=True,
                 )
-            state["processors"][kind] = {"pid": proc.pid, "log": str(log_path), "cmdline": _cmdline(proc.pid)}
+            # what /proc shows once it has exec'd (read now, it could still be this process's fork)
+            state["processors"][kind] = {"pid": proc.pid, "log": str(log_path), "cmdline": " ".join(argv)}
             _write_state(prefix, state)
         time.sleep(2)
         for kind, info in state["processors"].items():

@@ -405,3 +405,108 @@ def test_installed_agent_measures_stamp_to_influxdb(installed, stack, bpffs, tmp
     # SIGTERM: each agent detached what it attached and exited 0 (the unit's stop)
     assert codes.get("A") == 0 and codes.get("B") == 0, codes
     assert not list((bpffs / "segscope").glob(f"{PREFIX}-*"))
+
+
+# ------------------------------------------------------------------ the unit under systemd itself
+def test_agent_unit_runs_under_systemd(installed, bpffs, tmp_path):
+    """systemd (the installed root booted with systemd-nspawn, systemd.unit=segscope-agent.service)
+    runs the agent with the unit's whole sandbox: capabilities, seccomp filter, read-only system,
+    MemoryDenyWriteExecute. Through gRPC it attaches an XDP STAMP reflector and pins its maps.
+    nspawn's own filter passes bpf(2) and adjtimex only when told (--system-call-filter=bpf,
+    CAP_SYS_TIME in the container's set, which the unit drops again)."""
+    import grpc
+
+    from controller.pki import make_pki
+    from segscope_proto.segscope.agent.v1 import stamp_pb2, stamp_pb2_grpc
+
+    root, _ = installed
+    machine, netns, instance = f"{PREFIX}sd", f"{PREFIX}-sd", f"{PREFIX}-sd"
+    make_pki(root / "etc" / "segscope" / "tls", ["P"])
+    shipped = (root / "etc" / "segscope" / "agent.conf").read_text()
+    (root / "etc" / "segscope" / "agent.conf").write_text(
+        "node = P\nlisten = 127.0.0.1:50051\ntls_cert = /etc/segscope/tls/agent-P.pem\n"
+        "tls_key = /etc/segscope/tls/agent-P.key\ntls_client_ca = /etc/segscope/tls/ca.pem\n"
+        f"instance = {instance}\n"
+    )
+    log = tmp_path / "nspawn.log"
+    with open(log, "w") as out:
+        nspawn = subprocess.Popen(
+            ["systemd-nspawn", "-q", "-D", str(root), f"--machine={machine}", "--register=no", "--keep-unit",
+             "--private-network", "--network-veth", "--console=pipe", "--bind=/sys/fs/bpf",
+             "--capability=CAP_BPF,CAP_PERFMON,CAP_SYS_TIME", "--system-call-filter=bpf", "-b",
+             "systemd.unit=segscope-agent.service", "systemd.journald.forward_to_console=1"],
+            stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+        )  # fmt: skip
+    fwd = None
+    try:
+
+        def agent_pid() -> int | None:
+            for pid in filter(str.isdigit, os.listdir("/proc")):
+                try:
+                    if (
+                        os.readlink(f"/proc/{pid}/root") == str(root)
+                        and b"bin/segscope-agent" in Path(f"/proc/{pid}/cmdline").read_bytes()
+                    ):
+                        return int(pid)
+                except OSError:
+                    pass
+            return None
+
+        pid = wait_for(agent_pid, 90, "the agent started by systemd", log)
+        status = Path(f"/proc/{pid}/status").read_text()
+        want = sum(1 << b for b in CAP_BITS.values())
+        caps = caps_of(pid)
+        assert caps["CapEff"] == caps["CapBnd"] == caps["CapAmb"] == want, caps
+        assert re.search(r"^NoNewPrivs:\s+1$", status, re.M) and re.search(r"^Seccomp:\s+2$", status, re.M), status
+        mounts = {ln.split()[4]: ln.split()[5] for ln in Path(f"/proc/{pid}/mountinfo").read_text().splitlines()}
+        assert mounts["/"].startswith("ro") and mounts["/sys/fs/bpf"].startswith("rw"), mounts
+        subprocess.run(["ip", "netns", "attach", netns, str(pid)], check=True)
+        fwd = Forward(None, ("127.0.0.1", 0), netns, ("127.0.0.1", 50051))
+        tls = root / "etc" / "segscope" / "tls"
+        creds = grpc.ssl_channel_credentials(
+            (tls / "ca.pem").read_bytes(), (tls / "controller.key").read_bytes(), (tls / "controller.pem").read_bytes()
+        )
+        with grpc.secure_channel(f"127.0.0.1:{fwd.port}", creds) as channel:
+            stub = stamp_pb2_grpc.StampServiceStub(channel)
+            request = stamp_pb2.InitRequest(
+                reflector=stamp_pb2.StampReflectorConfig(
+                    device="host0", addresses=["fc00:99::1"], udp_port=8620, mode=stamp_pb2.STAMP_REFLECTOR_MODE_XDP
+                )
+            )
+            reply = wait_for(lambda: _try(stub.Init, request), 60, "the agent's gRPC service", log)
+            assert reply.reflector_running == stamp_pb2.STAMP_REFLECTOR_MODE_XDP, reply
+            assert (bpffs / "segscope" / instance / "stamp_reflector").is_dir()
+            stub.Reset(stamp_pb2.ResetRequest(), timeout=30)
+    finally:
+        if fwd:
+            fwd.close()
+        subprocess.run(["ip", "netns", "del", netns], capture_output=True)
+        nspawn.send_signal(signal.SIGTERM)  # nspawn powers the container off: the agent gets SIGTERM
+        try:
+            nspawn.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(nspawn.pid, signal.SIGKILL)
+            nspawn.wait()
+        left = []
+        for p in filter(str.isdigit, os.listdir("/proc")):
+            try:
+                if os.readlink(f"/proc/{p}/root") == str(root):
+                    left.append(int(p))
+                    os.kill(int(p), signal.SIGKILL)
+            except OSError:
+                pass
+        shutil.rmtree(bpffs / "segscope" / instance, ignore_errors=True)
+        (root / "etc" / "segscope" / "agent.conf").write_text(shipped)
+    assert nspawn.returncode == 0 and not left, (nspawn.returncode, left, log.read_text()[-2000:])
+
+
+def _try(call, request):
+    """call(request), or None while the server is not there yet."""
+    import grpc
+
+    try:
+        return call(request, timeout=10)
+    except grpc.RpcError as exc:
+        if exc.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
+            return None
+        raise
