@@ -24,7 +24,8 @@ APT_CACHE = CACHE / "apt-archives"
 
 
 def ensure_tools() -> None:
-    missing = [t for t in ("mmdebstrap", "dpkg-deb", "systemd-analyze", "systemd-nspawn", "unshare", "setpriv") if not shutil.which(t)]
+    tools = ("mmdebstrap", "dpkg-deb", "systemd-analyze", "systemd-nspawn", "unshare", "setpriv")
+    missing = [t for t in tools if not shutil.which(t)]
     if missing:
         raise RuntimeError(f"{', '.join(missing)} not installed: run `make setup` (scripts/setup.sh installs them)")
 
