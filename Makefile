@@ -4,7 +4,7 @@ VENV   := .local/venv
 PY     := $(VENV)/bin/python
 PARTS  := datapath collectors netlab schemas bench tests/e2e/tools
 
-.PHONY: setup build demo test test-quick test-durations bench images clean
+.PHONY: setup build demo test test-quick test-durations bench images debs clean
 
 setup:                       ## install everything from the package registries (idempotent)
 	bash scripts/setup.sh
@@ -29,6 +29,9 @@ bench: setup build           ## benchmarks; figures go to docs/benchmarks.md
 
 images: setup build         ## container images with buildah from Debian packages (no daemon, no registry)
 	bash scripts/images.sh
+
+debs: setup build           ## Debian packages segscope-agent and segscope-processors in build/debs (dpkg-deb)
+	$(PY) packaging/debian/build.py
 
 clean:
 	for p in $(PARTS); do $(MAKE) -C $$p clean; done

@@ -169,8 +169,12 @@ def parser() -> argparse.ArgumentParser:
         help="apply: send each run of SRv6 operations of one kind on one node as one ApplyBatch call",
     )
     ap.add_argument("--timeout", type=float, default=10.0, help="seconds to wait for each agent's TLS channel")
-    ap.add_argument("--influx-url", default="http://127.0.0.1:18086", help="status: InfluxDB v1 HTTP API")
-    ap.add_argument("--influx-db", default="segscope", help="status: database")
+    ap.add_argument(
+        "--influx-url",
+        default=os.environ.get("SEGSCOPE_INFLUX_URL", "http://127.0.0.1:18086"),
+        help="status: InfluxDB v1 HTTP API (default $SEGSCOPE_INFLUX_URL, else http://127.0.0.1:18086)",
+    )
+    ap.add_argument("--influx-db", default=os.environ.get("SEGSCOPE_INFLUX_DB", "segscope"), help="status: database")
     ap.add_argument(
         "--window", type=float, default=60.0, help="status: seconds of loss blocks summed per flow (default 60)"
     )

@@ -5,9 +5,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import sys
 
-from .lab import Lab, LabError, status, teardown
+from .lab import Lab, LabError, status
 from .topology import TopologyError, load
 
 
@@ -35,7 +36,22 @@ def main(argv: list[str] | None = None) -> int:
         help="LINK=A_TO_B_US,B_TO_A_US (puts a delay relay on that link)",
     )
     p.add_argument("--no-ioam", action="store_true", help="leave the topology's `ioam:` settings unapplied")
-    p = sub.add_parser("down", help="remove every namespace, relay and pin of PREFIX (state file optional)")
+    p.add_argument(
+        "--agents",
+        nargs="?",
+        const="auto",
+        metavar="NODE,...",
+        help="also start Kafka/InfluxDB/Telegraf, an agent per SRv6 node (or per NODE listed) with a fresh "
+        "lab PKI and the processors; writes .run/netlab/PREFIX/env.sh for the intent file (netlab/withagents.py)",
+    )
+    p.add_argument(
+        "--port-base",
+        type=int,
+        help="with --agents: a stack of its own on ports N..N+3 (default: the default stack, reused if it runs)",
+    )
+    p = sub.add_parser(
+        "down", help="remove every namespace, relay and pin of PREFIX (state file optional), and what --agents started"
+    )
     p.add_argument("--prefix", required=True)
     p = sub.add_parser("status", help="namespaces and relays of PREFIX, as JSON")
     p.add_argument("--prefix", required=True)
@@ -70,13 +86,23 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     try:
-        if args.command == "up":
+        if args.command == "up" and args.agents:
+            from .withagents import env_file, up
+
+            env = up(args.topology, args.prefix, agents=args.agents, delay_us=dict(args.delay),
+                     ioam=not args.no_ioam, port_base=args.port_base)  # fmt: skip
+            print("".join(f"export {k}={shlex.quote(v)}\n" for k, v in env.items()), end="")
+            print(f"# written to {env_file(args.prefix)}: source it, then `segscope-controller apply INTENT`")
+        elif args.command == "up":
+            if args.port_base is not None:
+                parser.error("--port-base goes with --agents")
             lab = Lab.up(args.topology, args.prefix, delay_us=dict(args.delay), ioam=not args.no_ioam)
             print(json.dumps(status(args.prefix), indent=2))
             del lab  # relays keep running; `down` stops them by PID file
         elif args.command == "down":
-            final = teardown(args.prefix)
-            print(json.dumps({"down": args.prefix, "relay_final_stats": final}, indent=2))
+            from .withagents import down
+
+            print(json.dumps(down(args.prefix), indent=2))
         elif args.command == "status":
             print(json.dumps(status(args.prefix), indent=2))
         elif args.command == "exec":

@@ -18,6 +18,10 @@ export PATH=$PATH:/usr/local/go/bin
 APT_PACKAGES=(clang llvm libbpf-dev bpftool libelf-dev zlib1g-dev iproute2 tcpdump tshark ethtool gcc
               make pkg-config nftables iputils-ping librdkafka-dev influxdb
               chromium)   # headless, for the report's test (tests/e2e/test_noc_view.py)
+# the Debian packages (`make debs`, packaging/debian/) and their tests: a venv on Debian's own
+# python3, dpkg-shlibdeps, a clean root to install into (mmdebstrap), systemd-analyze for the units,
+# systemd-nspawn to run the agent unit under systemd itself
+APT_PACKAGES+=(python3-venv dpkg-dev mmdebstrap systemd systemd-container)
 TELEGRAF_VERSION=1.37.2
 # Plugins used by services/telegraf/telegraf.conf (custom build: 40 MB and ~1 min instead of
 # 400 MB and ~18 min for the full one). Change this list together with the config.
