@@ -165,6 +165,7 @@ def render(helm: str) -> dict[str, str]:
     everything = [relabel(d) for d in helm_template(helm, "--set", "controller.intent=")]
     bundled = [d for d in everything if is_bundled(d)]
     with_controller = [relabel(d) for d in helm_template(helm, *external, "--set", "controller.intent=version: 1")]
+
     def runs_controller(d: dict) -> bool:  # the `run` Deployment and its PDB
         return d["metadata"].get("labels", {}).get("app.kubernetes.io/component") == "controller-run"
 
