@@ -50,9 +50,10 @@ from segscope_schemas import names
 from segscope_schemas.stamp_record import decode_batch
 from tests.agent.agent_env import start_agent
 from tests.agent.conftest import drop_counters, moved
+from tests.isolation import own_name
 
 REPO = Path(__file__).resolve().parents[2]
-PREFIX = os.environ.get("SEGSCOPE_HITLESS_TEST_PREFIX", "hlx")
+PREFIX = os.environ.get("SEGSCOPE_HITLESS_TEST_PREFIX") or own_name("hlx")  # tagged per test group (tests/isolation.py)
 TOPOLOGY = REPO / "netlab" / "topologies" / "line5_bare.yaml"
 INTENT = REPO / "controller" / "examples" / "demo_line5.yaml"
 ADOPT_S = 15

@@ -39,9 +39,10 @@ from controller.launch import AgentSet
 from netlab import Lab, teardown
 from segscope_proto.segscope.agent.v1 import flowmon_pb2, srv6_pb2, stamp_pb2
 from segscope_schemas import names
+from tests.isolation import own_name
 
 REPO = Path(__file__).resolve().parents[2]
-PREFIX = os.environ.get("SEGSCOPE_RUN_TEST_PREFIX", "rcn")
+PREFIX = os.environ.get("SEGSCOPE_RUN_TEST_PREFIX") or own_name("rcn")  # tagged per test group (tests/isolation.py)
 TOPOLOGY = REPO / "netlab" / "topologies" / "line5_bare.yaml"
 INTERVAL_S = 5  # the periodic reconcile (drift without a restart)
 REPAIR_BUDGET_S = 5.0
