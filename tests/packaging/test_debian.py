@@ -441,13 +441,10 @@ def test_agent_unit_runs_under_systemd(installed, bpffs, tmp_path):
     try:
 
         def agent_pid() -> int | None:
-            for pid in filter(str.isdigit, os.listdir("/proc")):
+            for pid in descendants(nspawn.pid):
                 try:
-                    if (
-                        os.readlink(f"/proc/{pid}/root") == str(root)
-                        and b"bin/segscope-agent" in Path(f"/proc/{pid}/cmdline").read_bytes()
-                    ):
-                        return int(pid)
+                    if b"bin/segscope-agent" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                        return pid
                 except OSError:
                     pass
             return None
@@ -481,20 +478,16 @@ def test_agent_unit_runs_under_systemd(installed, bpffs, tmp_path):
         if fwd:
             fwd.close()
         subprocess.run(["ip", "netns", "del", netns], capture_output=True)
+        inside = {p: _cmdline(p) for p in descendants(nspawn.pid)}  # before nspawn exits: orphans move to 1
         nspawn.send_signal(signal.SIGTERM)  # nspawn powers the container off: the agent gets SIGTERM
         try:
             nspawn.wait(timeout=60)
         except subprocess.TimeoutExpired:
             os.killpg(nspawn.pid, signal.SIGKILL)
             nspawn.wait()
-        left = []
-        for p in filter(str.isdigit, os.listdir("/proc")):
-            try:
-                if os.readlink(f"/proc/{p}/root") == str(root):
-                    left.append(int(p))
-                    os.kill(int(p), signal.SIGKILL)
-            except OSError:
-                pass
+        left = [p for p, cmd in inside.items() if cmd and _cmdline(p) == cmd]  # still that process
+        for p in left:
+            os.kill(p, signal.SIGKILL)
         shutil.rmtree(bpffs / "segscope" / instance, ignore_errors=True)
         (root / "etc" / "segscope" / "agent.conf").write_text(shipped)
     assert nspawn.returncode == 0 and not left, (nspawn.returncode, left, log.read_text()[-2000:])
@@ -510,3 +503,27 @@ def _try(call, request):
         if exc.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
             return None
         raise
+
+
+def descendants(pid: int) -> list[int]:
+    """Every process below pid (the container's init and all it started)."""
+    children: dict[int, list[int]] = {}
+    for p in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            ppid = int(re.search(r"^PPid:\s+(\d+)", Path(f"/proc/{p}/status").read_text(), re.M).group(1))
+        except (OSError, AttributeError):
+            continue
+        children.setdefault(ppid, []).append(int(p))
+    out, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            out.append(child)
+            todo.append(child)
+    return out
+
+
+def _cmdline(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""
