@@ -112,6 +112,14 @@ def test_apply_shipped_intent_then_delay_and_report(lab, tmp_path):
     assert "session 1 from A" in text and "session 2 from A" in text, text[:3000]
 
 
+def running(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
 def test_down_leaves_nothing(lab):
     state = lab["state"]
     pids = [info["pid"] for group in ("agents", "processors") for info in state[group].values()]
@@ -129,7 +137,10 @@ def test_down_leaves_nothing(lab):
     assert sorted(report["services_stopped"]) == ["influxdb", "kafka", "telegraf"]
     netns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
     assert not [ln for ln in netns.splitlines() if ln.startswith(f"{PREFIX}-")], netns
-    alive = [pid for pid in pids + stack_pids if Path(f"/proc/{pid}").exists()]
+    # a process `down` saw end can stay in /proc for a moment (a zombie until init reaps it)
+    deadline = time.monotonic() + 10
+    while (alive := [pid for pid in pids + stack_pids if running(pid)]) and time.monotonic() < deadline:
+        time.sleep(0.2)
     assert not alive, alive
     assert not list(Path("/sys/fs/bpf/segscope").glob(f"{PREFIX}-*"))
     assert all(port_free(lab["base"] + i) for i in (0, 2)), "Kafka or InfluxDB still listens"
