@@ -132,7 +132,8 @@ def balance(units: list[Unit], count: int) -> list[Group]:
 
 
 def plan(count: int, quick: bool) -> tuple[list[Group], list[Group]]:
-    """(parallel groups, groups of the alone phase: one after the other)."""
+    """(parallel groups, the alone phase: one group, its modules one after the other in one pytest
+    process and one stack, after the parallel groups have ended)."""
     schedule = load_schedule()
     durations = load_durations()
     modules = all_modules()
@@ -141,7 +142,7 @@ def plan(count: int, quick: bool) -> tuple[list[Group], list[Group]]:
         return balance(make_units(quick_mods, schedule, durations), count), []
     alone = [m for m in modules if covered(m, schedule.get("alone", {}).get("modules", []))]
     rest = [m for m in modules if m not in alone]
-    alone_groups = [Group(f"alone{i + 1}", [u]) for i, u in enumerate(make_units(alone, schedule, durations))]
+    alone_groups = [Group("alone", make_units(alone, schedule, durations))] if alone else []
     return balance(make_units(rest, schedule, durations), count), alone_groups
 
 

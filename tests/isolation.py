@@ -14,6 +14,8 @@ Slots in use (add a new one here, never reuse one: two modules of one group may 
     2 co-outage     tests/collectors/test_stamp_streamer.py (Kafka stopped and restarted)
     3 sv-test-isolated  tests/services/test_stack.py (a second, isolated stack)
     4 sv-faults     tests/services/test_stack_faults.py (services killed and restarted)
+    5 sec-stack     tests/e2e/test_kafka_security.py (SASL_SSL Kafka)
+    6 nwa-stack     tests/netlab/test_withagents.py (`netlab up --agents --port-base`)
     9 (no stack)    closed_port(): a port nothing listens on
 """
 

@@ -27,6 +27,7 @@ from bench.ioam_overhead import (
 )
 from bench.pdr import PKTGEN, REPO, Trial
 from bench.softirq_time import OBJ as SOFTIRQ_OBJ
+from tests.isolation import own_name
 
 
 def trial(sent: int = 1000, received: int = 1000, ingress_drops: int = 0, offered: float = 1000.0) -> Trial:
@@ -135,7 +136,8 @@ def test_smallest_run_produces_sane_numbers(tmp_path):
         if not f.exists():
             pytest.fail(f"{f.relative_to(REPO)} missing: run `make build`")
     out = tmp_path / "ioam.json"
-    args = ["--prefix", "iobtest", "--reps", "3", "--steps", "3", "--seconds", "0.3", "--lo", "4000", "--hi", "24000"]
+    args = ["--prefix", own_name("iobtest"), "--reps", "3", "--steps", "3", "--seconds", "0.3"]
+    args += ["--lo", "4000", "--hi", "24000"]
     args += ["--cost-rate", "8000", "--cost-seconds", "0.3", "--no-doc", "--json-out", str(out)]
     proc = subprocess.run(
         [sys.executable, str(REPO / "bench" / "ioam_overhead.py"), *args],

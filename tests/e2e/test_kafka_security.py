@@ -42,13 +42,17 @@ from segscope_kafka.telegraf import write_config
 from segscope_schemas import names
 from services.kafka.security import user_of
 from services.stack import Stack
+from tests.isolation import extra_stack, own_name
 
 REPO = Path(__file__).resolve().parents[2]
 TOPOLOGY = REPO / "netlab" / "topologies" / "line5_bare.yaml"
 INTENT = REPO / "controller" / "examples" / "demo_pm.yaml"
 BUILD = REPO / "build" / "collectors"
-PORT_BASE = int(os.environ.get("SEGSCOPE_SEC_STACK_PORT_BASE", "33400"))
-PREFIX = "tsec"
+# its own stack: tests/isolation.py slot 5 under the test runner, else 33400 (or the variable)
+PORT_BASE = int(
+    os.environ.get("SEGSCOPE_SEC_STACK_PORT_BASE") or extra_stack("sec-stack", slot=5, default_port_base=33400)[1]
+)
+PREFIX = own_name("tsec")
 FLOW_ID, FLOW_SID = 7, "fc00:3::d6"
 FWD_US, REV_US = 2000, 1000
 DURATION_S, RATE, LOSS_PCT = 10, 100, 5.0

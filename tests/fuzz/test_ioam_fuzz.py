@@ -37,7 +37,7 @@ REPO = Path(__file__).resolve().parents[2]
 IOAM_RX = REPO / "build" / "datapath" / "ioam_rx"
 FRAMES = int(os.environ.get("SEGSCOPE_FUZZ_FRAMES", "100000"))
 SEED = int(os.environ.get("SEGSCOPE_FUZZ_SEED", "862"))
-# a guard against a hang, not a speed check: 100 000 frames take ~15 s on a quiet 2-core machine, 3 min under a load of 20
+# a hang guard, not a speed check: 100 000 frames take ~15 s on a quiet 2-core machine, minutes under load
 SECONDS = float(os.environ.get("SEGSCOPE_FUZZ_SECONDS", "600"))
 PREFIX = os.environ.get("SEGSCOPE_IOAM_FUZZ_PREFIX") or own_name("ioamfz")
 NODE_ID, TAI_OFFSET = 9, 37

@@ -18,12 +18,13 @@ import pytest
 import requests
 
 from netlab.lab import RUN_ROOT
+from tests.isolation import extra_stack, own_name
 
 pytestmark = [pytest.mark.datapath, pytest.mark.e2e]
 
 REPO = Path(__file__).resolve().parents[2]
 PY = str(REPO / ".local" / "venv" / "bin" / "python")
-PREFIX = os.environ.get("SEGSCOPE_NETLAB_AGENTS_TEST_PREFIX", "nwa")
+PREFIX = os.environ.get("SEGSCOPE_NETLAB_AGENTS_TEST_PREFIX") or own_name("nwa")
 TOPOLOGY = "netlab/topologies/mesh8_two_paths.yaml"
 INTENT = "controller/examples/mesh8_two_paths.yaml"
 SRV6_NODES = {"A", "R1", "R2", "R3", "R4", "B"}
@@ -36,8 +37,8 @@ def port_free(port: int) -> bool:
 
 def port_base() -> int:
     """Four free ports for the lab's own stack: next to this session's stack if it has a base."""
-    base = os.environ.get("SEGSCOPE_STACK_PORT_BASE")
-    candidates = [int(base) + 10] if base else []
+    block = os.environ.get("SEGSCOPE_TEST_PORT_BLOCK")  # the test runner's: slot 6 (tests/isolation.py)
+    candidates = [extra_stack("nwa-stack", slot=6, default_port_base=0)[1]] if block else []
     candidates += list(range(35900, 35990, 4))
     for b in candidates:
         if all(port_free(b + i) for i in range(4)):

@@ -30,13 +30,14 @@ import pytest
 
 from netlab import Lab
 from segscope_schemas.version import __version__
+from tests.isolation import own_name
 from tests.packaging import debroot
 from tests.packaging.netns_forward import Forward
 
 pytestmark = [pytest.mark.datapath, pytest.mark.e2e]
 
 REPO = Path(__file__).resolve().parents[2]
-PREFIX = os.environ.get("SEGSCOPE_DEB_TEST_PREFIX", "dpk")
+PREFIX = os.environ.get("SEGSCOPE_DEB_TEST_PREFIX") or own_name("dpk")
 CAP_BITS = {"CAP_NET_ADMIN": 12, "CAP_PERFMON": 38, "CAP_BPF": 39}
 AGENT_PORT = 50051
 
@@ -420,7 +421,7 @@ def test_agent_unit_runs_under_systemd(installed, bpffs, tmp_path):
     from segscope_proto.segscope.agent.v1 import stamp_pb2, stamp_pb2_grpc
 
     root, _ = installed
-    machine, netns, instance = f"{PREFIX}sd", f"{PREFIX}-sd", f"{PREFIX}-sd"
+    machine, netns, instance = f"{PREFIX.replace('_', '')}sd", f"{PREFIX}-sd", f"{PREFIX}-sd"  # no _ in a machine name
     make_pki(root / "etc" / "segscope" / "tls", ["P"])
     shipped = (root / "etc" / "segscope" / "agent.conf").read_text()
     (root / "etc" / "segscope" / "agent.conf").write_text(
