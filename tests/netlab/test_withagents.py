@@ -34,6 +34,14 @@ def port_free(port: int) -> bool:
         return s.connect_ex(("127.0.0.1", port)) != 0
 
 
+def running(pid: int) -> bool:
+    """pid is a live process (a zombie, exited and not yet reaped by its new parent, is not)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
 def port_base() -> int:
     """Four free ports for the lab's own stack: next to this session's stack if it has a base."""
     base = os.environ.get("SEGSCOPE_STACK_PORT_BASE")
@@ -129,7 +137,7 @@ def test_down_leaves_nothing(lab):
     assert sorted(report["services_stopped"]) == ["influxdb", "kafka", "telegraf"]
     netns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
     assert not [ln for ln in netns.splitlines() if ln.startswith(f"{PREFIX}-")], netns
-    alive = [pid for pid in pids + stack_pids if Path(f"/proc/{pid}").exists()]
+    alive = [pid for pid in pids + stack_pids if running(pid)]
     assert not alive, alive
     assert not list(Path("/sys/fs/bpf/segscope").glob(f"{PREFIX}-*"))
     assert all(port_free(lab["base"] + i) for i in (0, 2)), "Kafka or InfluxDB still listens"
