@@ -2,21 +2,27 @@
 # Each part has its own Makefile; this one only orders them.
 VENV   := .local/venv
 PY     := $(VENV)/bin/python
-PARTS  := datapath collectors netlab schemas bench
+PARTS  := datapath collectors netlab schemas bench tests/e2e/tools
 
-.PHONY: setup build demo test bench images debs clean
+.PHONY: setup build demo test test-quick test-durations bench images debs clean
 
 setup:                       ## install everything from the package registries (idempotent)
 	bash scripts/setup.sh
 
-build:                      ## build eBPF objects, loaders, sender, streamer, delay relay, C tests
+build:                      ## build eBPF objects, loaders, sender, streamer, delay relay, C tests, test tools
 	for p in $(PARTS); do $(MAKE) -C $$p || exit 1; done
 
 demo: setup build            ## the whole pipeline on an emulated SRv6 network, ~1 min
 	$(PY) scripts/demo.py
 
-test: setup build            ## every test, as root (CI runs exactly this)
+test: setup build            ## every test, as root (CI runs exactly this), in parallel groups
 	bash scripts/test.sh
+
+test-quick: setup build      ## units, codecs, BPF_PROG_TEST_RUN: no services, < 3 min (tests/schedule.toml)
+	bash scripts/test.sh --quick
+
+test-durations: setup build  ## every test, then tests/durations.json (balances the groups) rewritten
+	bash scripts/test.sh --save-durations
 
 bench: setup build           ## benchmarks; figures go to docs/benchmarks.md
 	bash bench/run_all.sh

@@ -1,8 +1,10 @@
 """python -m agent --node A --netns demo-A --listen 127.0.0.1:20100 \
        --tls-cert agent.crt --tls-key agent.key [--tls-client-ca ca.crt] [--kafka 127.0.0.1:19092]
 
-Runs until SIGINT/SIGTERM; then stops the STAMP senders, detaches the datapath it attached and
-exits 0. Exit 2: bad arguments. See agent/README.md.
+Runs until SIGINT/SIGTERM; then (--on-stop teardown, the default) stops the STAMP senders, detaches
+the datapath it attached and exits 0, or (--on-stop handover) leaves them measuring for the next
+agent of the node, which adopts them. Exit 2: bad arguments, or another agent of the same instance
+runs. See agent/README.md ("Restarts and adoption").
 """
 
 from __future__ import annotations
@@ -79,11 +81,30 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="the node's /proc/sys/net as the agent sees it, for the IOAM sysctls (default /proc/sys/net; "
         "in a container, where /proc/sys is read-only, a mount of the host's /proc/sys/net)",
     )
+    p.add_argument(
+        "--adopt-timeout",
+        type=float,
+        default=30.0,
+        help="the data-path processes (STAMP senders, the streamer, the altmark collector) outlive the "
+        "agent and the next agent of the node adopts them; one that no agent adopts within this many "
+        "seconds stops itself (default 30; 0: they die with the agent and nothing is adopted)",
+    )
+    p.add_argument(
+        "--on-stop",
+        choices=("teardown", "handover"),
+        default="teardown",
+        help="SIGTERM/SIGINT: teardown (default) stops the senders and detaches the datapath; handover "
+        "leaves them measuring for the next agent (an upgrade or a restart without a gap)",
+    )
     p.add_argument("--workers", type=int, default=16, help="gRPC worker threads (default 16)")
     p.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     a = p.parse_args(argv)
     if not 0.05 <= a.stats_interval <= 3600:
         p.error(f"--stats-interval: {a.stats_interval} out of range 0.05..3600 seconds")
+    if a.adopt_timeout != 0 and not 0.1 <= a.adopt_timeout <= 86400:
+        p.error(f"--adopt-timeout: {a.adopt_timeout:g} out of range 0 (off) or 0.1..86400 seconds")
+    if a.on_stop == "handover" and a.adopt_timeout == 0:
+        p.error("--on-stop handover: needs --adopt-timeout > 0 (the processes left running must wait for an agent)")
     if not 0 <= a.stamp_linger_ms <= 10000:
         p.error(f"--stamp-linger-ms: {a.stamp_linger_ms} out of range 0..10000 ms")
     if a.health:
@@ -97,6 +118,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         p.error("--tls-cert and --tls-key are required (or --insecure for plaintext)")
     if a.insecure and (a.tls_cert or a.tls_key or a.tls_client_ca):
         p.error("--insecure and --tls-* are exclusive")
+    if a.kafka:
+        from segscope_kafka import KafkaConfigError, from_env
+
+        try:
+            from_env()  # SEGSCOPE_KAFKA_*: the agent's and its C tools' Kafka security (docs/security.md)
+        except KafkaConfigError as e:
+            p.error(str(e))
     if a.netns and not os.path.exists(f"/run/netns/{a.netns}"):
         p.error(f"--netns: no network namespace {a.netns!r} (/run/netns/{a.netns})")
     for flag in ("tls_cert", "tls_key", "tls_client_ca"):
@@ -106,33 +134,64 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return a
 
 
+def kafka_refused(bootstrap: str) -> bool:
+    """With Kafka security set, log in once before serving: a refusal (wrong password, CA, ACL) is a
+    configuration error, said once and the agent exits 1, instead of every STAMP and flow tool it
+    starts failing later. An unreachable Kafka is only said: the agent starts, its producers wait."""
+    from segscope_kafka import KafkaRefused, from_env, login_check
+
+    sec = from_env()
+    if sec.protocol == "PLAINTEXT":
+        return False
+    log = logging.getLogger("agent")
+    try:
+        if login_check(bootstrap, sec, timeout_s=10.0):
+            log.info("Kafka %s: logged in (%s)", bootstrap, sec.describe())
+        else:
+            log.warning("Kafka %s did not answer within 10 s (%s); starting anyway", bootstrap, sec.describe())
+    except KafkaRefused as e:
+        log.error("Kafka %s: %s", bootstrap, e)
+        return True
+    return False
+
+
 def main(argv: list[str] | None = None) -> int:
     a = parse_args(argv)
     logging.basicConfig(
         level=a.log_level, stream=sys.stderr, format=f"%(asctime)s agent[{a.node}] %(levelname)s %(name)s: %(message)s"
     )
+    from agent.keeper import AgentLockError
     from agent.server import Agent, AgentConfig
 
-    agent = Agent(
-        AgentConfig(
-            node=a.node,
-            listen=a.listen,
-            netns=a.netns,
-            instance=a.instance,
-            tls_cert=a.tls_cert,
-            tls_key=a.tls_key,
-            tls_client_ca=a.tls_client_ca,
-            insecure=a.insecure,
-            kafka=a.kafka,
-            workers=a.workers,
-            topology_interval_s=a.topology_interval,
-            stats_interval_s=a.stats_interval,
-            stamp_linger_ms=a.stamp_linger_ms,
-            health=a.health,
-            state_dir=a.state_dir,
-            sysctl_net=a.sysctl_net,
+    if a.kafka and kafka_refused(a.kafka):
+        return 1
+
+    try:
+        agent = Agent(
+            AgentConfig(
+                node=a.node,
+                listen=a.listen,
+                netns=a.netns,
+                instance=a.instance,
+                tls_cert=a.tls_cert,
+                tls_key=a.tls_key,
+                tls_client_ca=a.tls_client_ca,
+                insecure=a.insecure,
+                kafka=a.kafka,
+                workers=a.workers,
+                topology_interval_s=a.topology_interval,
+                stats_interval_s=a.stats_interval,
+                stamp_linger_ms=a.stamp_linger_ms,
+                health=a.health,
+                state_dir=a.state_dir,
+                sysctl_net=a.sysctl_net,
+                adopt_timeout_s=a.adopt_timeout,
+                on_stop=a.on_stop,
+            )
         )
-    )
+    except AgentLockError as e:
+        print(f"python -m agent: {e}", file=sys.stderr)
+        return 2
     done = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: done.set())
     signal.signal(signal.SIGINT, lambda *_: done.set())

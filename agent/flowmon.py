@@ -8,6 +8,11 @@ its flows and counters shared; a multi-homed node), detached from it with that d
 agent runs build/collectors/altmark_collector for the attached sides, so per-block records reach
 `segscope.altmark.blocks` (-> processors/loss). GetFlowMonitorResults returns the cumulative
 per-colour counters the datapath holds now (`list-flows --json`).
+
+Restarts (agent/keeper.py): the collector outlives the agent (tethered to the node's state
+directory); the next agent adopts the sides whose pins are still there, their flows (those the
+datapath still has) and the collector as it runs (by pid and start time), or starts a collector when
+none runs any more.
 """
 
 from __future__ import annotations
@@ -15,7 +20,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import signal
 import subprocess
 import threading
 import time
@@ -23,10 +27,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import grpc
+from google.protobuf import json_format
 
 from agent import children
 from agent import fields as F
 from agent.fields import ApiError
+from agent.keeper import Adopted, Keeper, ProcRef, stop_proc
 from segscope_proto.segscope.agent.v1 import flowmon_pb2 as pb
 from segscope_proto.segscope.agent.v1 import flowmon_pb2_grpc as pb_grpc
 from segscope_schemas import names
@@ -88,14 +94,26 @@ def validate_monitor(m: pb.FlowMonitor) -> pb.FlowMonitor:
 
 
 class FlowMonAgent:
-    def __init__(self, node: str, repo: Path, netns: str | None, instance: str, kafka: str | None = None):
+    def __init__(
+        self,
+        node: str,
+        repo: Path,
+        netns: str | None,
+        instance: str,
+        kafka: str | None = None,
+        keeper: Keeper | None = None,
+    ):
         self.node, self.netns, self.instance, self.kafka = node, netns, instance, kafka
+        self.keeper = keeper if keeper is not None and keeper.enabled else None
         # the eBPF objects and C tools: the checkout's build/, or SEGSCOPE_BUILD_DIR (an installed
         # package, a container image)
         self.build = Path(os.environ.get("SEGSCOPE_BUILD_DIR") or repo / "build")
         self.lock = threading.RLock()
         self.sides: dict[int, Side] = {}
-        self.collector: subprocess.Popen | None = None
+        self.collector: subprocess.Popen | Adopted | None = None
+        self.collector_ref: ProcRef | None = None
+        self.collector_cmd: list[str] = []
+        self.collectors_adopted = 0  # altmark_collectors taken over from a previous agent
         self.on_change = None
 
     def tool(self, side: int) -> Path:
@@ -169,22 +187,102 @@ class FlowMonAgent:
         self._stop_collector()
         if not self.sides:
             return
+        cmd = self._collector_cmd()
+        if self.keeper is not None:  # it outlives the agent: what it says goes to a file the next agent finds
+            with open(self.keeper.run_dir("flowmon") / "altmark_collector.log", "ab") as err:
+                self.collector = children.spawn(
+                    cmd, outlive=self.keeper.tether_args(), stdout=subprocess.DEVNULL, stderr=err
+                )
+        else:
+            self.collector = children.spawn(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.collector_ref, self.collector_cmd = ProcRef.of(self.collector.pid), cmd
+        log.info("altmark_collector started (pid %d): %s", self.collector.pid, " ".join(cmd))
+
+    def _collector_cmd(self) -> list[str]:
         exe = self.build / "collectors" / "altmark_collector"
         cmd = [str(exe), "--node", self.node, "--brokers", self.kafka]
         for side in sorted(self.sides):
             cmd += ["--tx-pin-dir" if side == TX else "--rx-pin-dir", str(self.pin_dir(side))]
-        self.collector = children.spawn(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        log.info("altmark_collector started (pid %d): %s", self.collector.pid, " ".join(cmd))
+        return cmd
 
     def _stop_collector(self) -> None:
-        p, self.collector = self.collector, None
-        if p is not None and p.poll() is None:
-            os.killpg(p.pid, signal.SIGTERM)
-            try:
-                p.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                os.killpg(p.pid, signal.SIGKILL)
-                p.wait()
+        p, self.collector, self.collector_ref = self.collector, None, None
+        stop_proc(p, 15.0)
+
+    # -- restarts: what the next agent adopts (agent/keeper.py) ---------------------------------
+    def persist(self) -> None:
+        if self.keeper is not None:
+            self.keeper.put("flowmon", self.snapshot())
+
+    def snapshot(self) -> dict:
+        with self.lock:
+            out: dict = {
+                "sides": [
+                    {
+                        "side": pb.FlowMonitorSide.Name(side),
+                        "device": s.device,
+                        "devices": list(s.devices),
+                        "flows": [
+                            json_format.MessageToDict(m, preserving_proto_field_name=True)
+                            for _, m in sorted(s.flows.items())
+                        ],
+                    }
+                    for side, s in sorted(self.sides.items())
+                ]
+            }
+            if self.collector is not None and self.collector_ref is not None and self.collector.poll() is None:
+                out["collector"] = {**self.collector_ref.to_json(), "cmd": self.collector_cmd}
+            return out
+
+    def adopt(self, doc: dict) -> list[str]:
+        """Take over the sides a previous agent left whose pins are still there, the flows the
+        datapath still has, and its altmark_collector if it still runs with the same arguments."""
+        notes: list[str] = []
+        with self.lock:
+            for sd in doc.get("sides", []):
+                side = pb.FlowMonitorSide.Value(sd["side"])
+                if not (self.pin_dir(side) / "altmark_flows").exists():
+                    notes.append(f"{PROG[side]} NOT adopted: its pins are gone")
+                    continue
+                flows = {
+                    m.flow_id: m for m in (json_format.ParseDict(f, pb.FlowMonitor()) for f in sd.get("flows", []))
+                }
+                try:
+                    present = self.datapath_flows(side)
+                except ApiError as e:
+                    notes.append(f"{PROG[side]} NOT adopted: {e.message}")
+                    continue
+                gone = sorted(set(flows) - set(present))
+                for fid in gone:
+                    flows.pop(fid)
+                self.sides[side] = Side(sd["device"], flows, list(sd.get("devices") or [sd["device"]]))
+                notes.append(
+                    f"{PROG[side]} on {','.join(self.sides[side].devices)} with flows {sorted(flows)}"
+                    + (f" ({gone} no longer in the datapath)" if gone else "")
+                )
+            if not self.kafka or not self.sides:
+                old = Adopted.open(ProcRef.from_json(doc.get("collector")))
+                stop_proc(old, 15.0)
+                return notes
+            c = doc.get("collector") or {}
+            old = Adopted.open(ProcRef.from_json(c))
+            if old is not None and c.get("cmd") == self._collector_cmd():
+                self.collector, self.collector_ref, self.collector_cmd = old, old.ref, c["cmd"]
+                self.collectors_adopted += 1
+                notes.append(f"altmark_collector pid {old.pid} adopted")
+            else:
+                if old is not None:
+                    notes.append(f"altmark_collector pid {old.pid} replaced (other arguments)")
+                else:
+                    notes.append("altmark_collector started (none ran)")
+                stop_proc(old, 15.0)
+                self._restart_collector()
+        self.persist()
+        return notes
+
+    def handover(self) -> None:
+        """--on-stop handover: the sides, their flows and the collector stay for the next agent."""
+        self.persist()
 
     def flow_lines(self, node_tag: str, ts: int) -> list[str]:
         """segscope_flow: one line per flow monitor side of this agent, with the flow's SID list
@@ -254,6 +352,7 @@ class FlowMonitorServicer(pb_grpc.FlowMonitorServiceServicer):
         self.a = agent
 
     def _changed(self) -> None:
+        self.a.persist()
         if self.a.on_change:
             try:
                 self.a.on_change()

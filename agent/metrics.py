@@ -226,18 +226,22 @@ class StatsPublisher:
     def start(self) -> None:
         from confluent_kafka import Producer
 
+        from segscope_kafka import kafka_config
+
         # idempotent, acks=all: a retry after a broker restart neither loses nor doubles a line;
         # message.timeout.ms 10 min: a Kafka outage of minutes is buffered (bounded by librdkafka's
         # queue; a line that does not fit is counted metrics_failed)
         self._producer = Producer(
-            {
-                "bootstrap.servers": self.bootstrap,
-                "linger.ms": 5,
-                "enable.idempotence": True,
-                "acks": "all",
-                "compression.type": "lz4",
-                "message.timeout.ms": 600000,
-            }
+            kafka_config(
+                {
+                    "bootstrap.servers": self.bootstrap,
+                    "linger.ms": 5,
+                    "enable.idempotence": True,
+                    "acks": "all",
+                    "compression.type": "lz4",
+                    "message.timeout.ms": 600000,
+                }
+            )
         )
         self._thread = threading.Thread(target=self._loop, name="stats", daemon=True)
         self._thread.start()

@@ -36,9 +36,13 @@ class PathPublisher:
     def start(self) -> None:
         from confluent_kafka import Producer
 
+        from segscope_kafka import kafka_config
+
         # idempotent, acks=all as the stats publisher: a retry neither loses nor reorders a record
         self._producer = Producer(
-            {"bootstrap.servers": self.bootstrap, "linger.ms": 5, "enable.idempotence": True, "acks": "all"}
+            kafka_config(
+                {"bootstrap.servers": self.bootstrap, "linger.ms": 5, "enable.idempotence": True, "acks": "all"}
+            )
         )
         self.publish(everything=True)
         self._thread = threading.Thread(target=self._loop, name="paths", daemon=True)

@@ -5,6 +5,7 @@ plaintext."""
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from concurrent import futures
@@ -19,6 +20,7 @@ from agent.fields import ApiError
 from agent.flowmon import FlowMonAgent, FlowMonitorServicer
 from agent.inline import InlineAgent, InlineMonitorServicer
 from agent.ioam import IoamNode
+from agent.keeper import Adopted, Keeper, ProcRef, stop_proc
 from agent.metrics import AgentCounters, StatsPublisher
 from agent.paths import PathPublisher, stamp_records
 from agent.rtnl import Rtnl
@@ -37,6 +39,11 @@ from segscope_proto.segscope.agent.v1 import (
 from segscope_schemas import names
 from segscope_schemas import path_record as pr
 from segscope_schemas.health import Health, parse_address
+from segscope_schemas.version import __version__
+
+# what this agent calls its version in its logs and in datapath.json: the package's, unless
+# SEGSCOPE_AGENT_VERSION says otherwise (how the tests play an upgrade with the same code)
+AGENT_VERSION = os.environ.get("SEGSCOPE_AGENT_VERSION") or __version__
 
 log = logging.getLogger("segscope.agent")
 REPO = Path(__file__).resolve().parents[1]
@@ -69,6 +76,10 @@ class AgentConfig:
     state_dir: str | None = None
     # the host's /proc/sys/net as the agent sees it (a container's own /proc/sys is read-only)
     sysctl_net: str = "/proc/sys/net"
+    # the data-path processes outlive the agent; one no agent adopts within this stops (0: they die
+    # with the agent, nothing is adopted)
+    adopt_timeout_s: float = 30.0
+    on_stop: str = "teardown"  # SIGTERM/SIGINT: "teardown" (stop and detach) or "handover" (leave running)
 
 
 def _wrap(name: str, fn, streaming: bool, counters: AgentCounters):
@@ -116,6 +127,19 @@ class Agent:
     def __init__(self, cfg: AgentConfig):
         self.cfg = cfg
         instance = cfg.instance or cfg.netns or cfg.node
+        state_dir = Path(cfg.state_dir or Path("/run/segscope") / instance)
+        # the node's state directory: the lock every data-path process watches, datapath.json
+        self.keeper = Keeper(state_dir, cfg.adopt_timeout_s, cfg.node, instance, AGENT_VERSION)
+        if self.keeper.enabled:
+            try:
+                self.keeper.lock()  # AgentLockError: another agent of this instance runs
+            except OSError as e:  # no writable state directory: the agent runs, its children die with it
+                log.error(
+                    "state directory %s not usable (%s): no hitless restarts, the data path dies with this agent",
+                    state_dir,
+                    e,
+                )
+                self.keeper.adopt_timeout_s = 0
         self.rtnl = Rtnl(cfg.netns)
         self.srv6 = Srv6State(self.rtnl, cfg.node)
         self.stamp = StampAgent(
@@ -123,12 +147,14 @@ class Agent:
             Tools(REPO, cfg.netns, Path(names.BPFFS_PIN_ROOT) / instance),
             cfg.kafka,
             linger_ms=cfg.stamp_linger_ms,
+            keeper=self.keeper,
         )
         self.stamp.link_stats = self.rtnl.link_stats
         # altmark_rx and the STAMP programs share the node's devices through the XDP chain of the
         # instance (datapath/README.md, "Chaining"); the loaders serialise its changes themselves
-        self.flowmon = FlowMonAgent(cfg.node, REPO, cfg.netns, instance, cfg.kafka)
-        state_dir = Path(cfg.state_dir or Path("/run/segscope") / instance)
+        self.flowmon = FlowMonAgent(cfg.node, REPO, cfg.netns, instance, cfg.kafka, keeper=self.keeper)
+        self.adopted: dict = {}  # what this agent took over from the previous one (adopt_ms, notes)
+        self._adopt_previous()
         self.ioam = IoamNode(cfg.netns, state_dir, self.rtnl.links, Path(cfg.sysctl_net))
         # a killed agent of this node left IOAM enabled: put back what it had saved, before serving
         self.ioam.restore_leftovers()
@@ -143,6 +169,61 @@ class Agent:
         self.server: grpc.Server | None = None
         self.port = 0
         self.health = health.HealthServicer()
+
+    # -- restarts: adopt what the previous agent of the node left running (agent/keeper.py) -------
+    def _adopt_previous(self) -> None:
+        k = self.keeper
+        for o in k.take_orphan_reports():
+            log.warning(
+                "while no agent ran, %s (pid %s, %s) stopped itself after %s s without an agent: nobody adopted it",
+                o.get("program", "?"),
+                o.get("pid", "?"),
+                o.get("what", ""),
+                o.get("unadopted_s", "?"),
+            )
+        if not k.enabled:
+            self._stop_unadoptable(k.leftovers(), "this agent adopts nothing (--adopt-timeout 0)")
+            return
+        t0 = time.monotonic()
+        doc = k.load()
+        if doc is None:
+            if k.previous is not None:  # a format this agent does not know (a downgrade)
+                self._stop_unadoptable(k.previous, "its state has a format this agent does not know")
+            k.clear()
+            return
+        notes = self.stamp.adopt(doc.get("stamp") or {}) + self.flowmon.adopt(doc.get("flowmon") or {})
+        ms = (time.monotonic() - t0) * 1e3
+        self.adopted = {
+            "from_pid": doc.get("agent_pid"),
+            "from_version": doc.get("agent_version"),
+            "adopt_ms": round(ms, 1),
+            "notes": notes,
+        }
+        log.warning(
+            "adopted the data path of the previous agent (pid %s, version %s; this is version %s) in %.0f ms: %s",
+            doc.get("agent_pid"),
+            doc.get("agent_version"),
+            AGENT_VERSION,
+            ms,
+            "; ".join(notes) or "nothing was running",
+        )
+
+    @staticmethod
+    def _stop_unadoptable(doc: dict | None, why: str) -> None:
+        """Stop the processes a previous agent left running that this one will not adopt."""
+        if not doc:
+            return
+        try:
+            refs = [ProcRef.from_json((doc.get("stamp") or {}).get("streamer"))]
+            refs += [ProcRef.from_json(sd.get("sender")) for sd in (doc.get("stamp") or {}).get("sessions", [])]
+            refs.append(ProcRef.from_json((doc.get("flowmon") or {}).get("collector")))
+        except (AttributeError, TypeError) as e:  # a layout this version does not know
+            log.error("cannot read the processes a previous agent left (%s): they stop by themselves unadopted", e)
+            return
+        handles = [h for h in (Adopted.open(r) for r in refs) if h is not None]
+        for h in handles:
+            log.warning("stopping pid %d a previous agent left running: %s", h.pid, why)
+            stop_proc(h, 20.0)
 
     # -- topology publisher (collectors/topology, only with --kafka) ------------------------------
     def _start_publisher(self) -> None:
@@ -257,6 +338,11 @@ class Agent:
 
     def _agent_gauges(self) -> dict[str, int]:
         out = {**self.stamp.counters(), **self.inline.counters()}
+        out.update(
+            orphans_stopped=self.keeper.orphans_stopped,
+            collectors_adopted=self.flowmon.collectors_adopted,
+            state_write_errors=self.keeper.write_errors,
+        )
         if self.paths is not None:
             out.update(paths_published=self.paths.sent, paths_failed=self.paths.failed)
         return out
@@ -369,8 +455,9 @@ class Agent:
             self._start_health()
         mode = "plaintext" if creds is None else ("mutual TLS" if c.tls_client_ca else "TLS")
         log.info(
-            "agent for node %s (netns %s, bpffs instance %s) listening on %s (port %d, %s); "
+            "agent %s for node %s (netns %s, bpffs instance %s) listening on %s (port %d, %s); "
             "%d policies and %d local SIDs in the kernel",
+            AGENT_VERSION,
             c.node,
             c.netns or "-",
             self.stamp.tools.pin_root.name,
@@ -394,8 +481,17 @@ class Agent:
         t0 = time.monotonic()
         if self.stats is not None:
             self.stats.stop()  # last counters while the programs are still attached
-        self.stamp.shutdown()
-        self.flowmon.shutdown()
+        if self.cfg.on_stop == "handover" and self.keeper.enabled:
+            # the next agent of the node adopts them; until then (or --adopt-timeout) they measure on
+            self.stamp.handover()
+            self.flowmon.handover()
+            log.info(
+                "handover: STAMP roles, sessions, senders, streamer and flow monitors left running for the next agent"
+            )
+        else:
+            self.stamp.shutdown()
+            self.flowmon.shutdown()
+            self.keeper.clear()
         self.inline.shutdown()  # monitors stopped, programs detached, IOAM sysctls and namespaces restored
         if self.publisher is not None:
             self.publisher.stop()

@@ -9,6 +9,13 @@ decodes those batches (numpy, no per-record text) into StampResults kept per ses
 never slows the Kafka path: a batch the agent is too slow to take is not copied, and counted
 (records_copy_dropped in the segscope_streamer line the agent publishes from the streamer's
 counters).
+
+Restarts (agent/keeper.py): with --kafka the streamer and every stamp_sender outlive the agent
+(tethered to the node's state directory) and the next agent adopts them from datapath.json: the
+roles whose pins are still there, the sessions, the running senders (by pid and start time). The
+adopted streamer is replaced at once by a fresh one (SIGTERM: it drains the ring to Kafka and waits
+for the acks; the new one reads on from the ring's consumer position, so nothing is lost or sent
+twice): its copy pipe went with the old agent.
 """
 
 from __future__ import annotations
@@ -26,10 +33,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import grpc
+from google.protobuf import json_format
 
 from agent import children
 from agent import fields as F
 from agent.fields import ApiError
+from agent.keeper import Adopted, Keeper, ProcRef, stop_proc
 from agent.ustamp_reflector import UserspaceReflector
 from segscope_proto.segscope.agent.v1 import stamp_pb2 as pb
 from segscope_proto.segscope.agent.v1 import stamp_pb2_grpc as pb_grpc
@@ -107,6 +116,9 @@ class Session:
     proc: subprocess.Popen | None = None
     packets_sent: int = 0  # finished runs (their summaries)
     stats_file: Path | None = None  # the running sender's live counters (--stats-file)
+    out_file: Path | None = None  # the running sender's stdout (its JSON summary at exit) and stderr
+    err_file: Path | None = None
+    proc_ref: ProcRef | None = None  # pid + start time of the running sender (datapath.json)
     results: collections.deque = field(default_factory=lambda: collections.deque(maxlen=KEEP_RESULTS))
     next_index: int = 0
     dropped: int = 0
@@ -141,8 +153,11 @@ def _summary(values: list[int]) -> pb.StampDelaySummary:
 class StampAgent:
     """State of the node's STAMP roles and sessions (one lock)."""
 
-    def __init__(self, node: str, tools: Tools, kafka: str | None = None, linger_ms: int = 200):
+    def __init__(
+        self, node: str, tools: Tools, kafka: str | None = None, linger_ms: int = 200, keeper: Keeper | None = None
+    ):
         self.node, self.tools, self.kafka, self.linger_ms = node, tools, kafka, linger_ms
+        self.keeper = keeper if keeper is not None and keeper.enabled else None
         self.lock = threading.RLock()
         self.cond = threading.Condition(self.lock)
         # the first Init of a role attaches its program (sender_cfg / reflector_cfg: that device);
@@ -163,7 +178,8 @@ class StampAgent:
         self.userspace: UserspaceReflector | None = None
         self.socket_drops_base = 0  # the user-space reflector's socket_drops at Init
         self.sessions: dict[tuple[int, int], Session] = {}
-        self.reader: subprocess.Popen | None = None
+        self.reader: subprocess.Popen | Adopted | None = None
+        self.reader_ref: ProcRef | None = None
         self.reader_thread: threading.Thread | None = None
         self.stopping = threading.Event()
         self.unmatched_records = 0
@@ -172,11 +188,21 @@ class StampAgent:
         self.leftover_records_lost = 0  # found there and not delivered (no Kafka, or it failed)
         self.results_evicted = 0  # results pushed out of a session's KEEP_RESULTS window
         self.malformed_records = 0  # copied batches that did not decode (the streamer is restarted)
+        self.senders_adopted = 0  # running stamp_senders this agent took over from the previous one
+        self.senders_ended_unadopted = 0  # senders that ended while no agent ran (their run was cut)
+        self.handover_records_lost = 0  # records the replaced streamer of a previous agent did not deliver
         self._streamer_stats: dict = {}  # stamp_streamer's last --stats-json
         self.streamer_stats_interval_s = 0.2
         import tempfile
 
-        self.streamer_stats_path = Path(tempfile.mkdtemp(prefix=f"segscope-agent-{node}-")) / "stamp_streamer.json"
+        # where the children's files are: the state directory when they outlive the agent (the next
+        # agent finds them there), else a temporary directory
+        run_dir = (
+            self.keeper.run_dir("stamp")
+            if self.keeper is not None
+            else Path(tempfile.mkdtemp(prefix=f"segscope-agent-{node}-"))
+        )
+        self.streamer_stats_path = run_dir / "stamp_streamer.json"
         self.on_change = None  # topology publisher hook
 
     # -- ring buffer reader -------------------------------------------------------------------
@@ -213,9 +239,17 @@ class StampAgent:
         while not stopping.is_set():
             # stderr to a file: a pipe nobody reads would stall the streamer once full
             errlog = open(self.streamer_stats_path.with_suffix(".log"), "ab")  # noqa: SIM115
-            p = children.spawn(self._streamer_cmd(), stdout=subprocess.PIPE, stderr=errlog)
+            # without Kafka the copy is the only way out: a streamer left behind would read the ring
+            # into a dead pipe, so that one dies with the agent (the ring keeps the records)
+            p = children.spawn(
+                self._streamer_cmd(), outlive=self._outlive() if self.kafka else None, stdout=subprocess.PIPE,
+                stderr=errlog,
+            )  # fmt: skip
             errlog.close()
-            self.reader = p
+            with self.lock:
+                self.reader = p
+                self.reader_ref = ProcRef.of(p.pid)
+            self.persist()
             assert p.stdout is not None
             stream = p.stdout
             while True:
@@ -300,6 +334,9 @@ class StampAgent:
                 "results_evicted": self.results_evicted,
                 "leftover_records_streamed": self.leftover_records_streamed,
                 "leftover_records_lost": self.leftover_records_lost,
+                "senders_adopted": self.senders_adopted,
+                "senders_ended_unadopted": self.senders_ended_unadopted,
+                "handover_records_lost": self.handover_records_lost,
                 "kafka_queue_len": int(st.get("kafka_queue_len", 0)),
                 "stamp_sessions": len(self.sessions),
                 "stamp_reflector_userspace": int(self.reflector_running == USERSPACE),
@@ -507,55 +544,221 @@ class StampAgent:
             cmd += ["--segs", ",".join(sp.segments)]
         if sp.padding_bytes:
             cmd += ["--padding", str(sp.padding_bytes)]
-        s.stats_file = self.streamer_stats_path.parent / f"sender-{sp.ssid}.json"
+        run_dir = self.streamer_stats_path.parent
+        s.stats_file = run_dir / f"sender-{sp.ssid}.json"
         s.stats_file.unlink(missing_ok=True)
         cmd += ["--stats-file", str(s.stats_file)]
         if not self.tools.sender.exists():
             raise ApiError(grpc.StatusCode.FAILED_PRECONDITION, f"ssid: {self.tools.sender} is not built (make build)")
-        s.proc = children.spawn(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        # files, not pipes: a sender that outlives the agent must not write into a dead pipe
+        s.out_file, s.err_file = run_dir / f"sender-{sp.ssid}.out", run_dir / f"sender-{sp.ssid}.err"
+        with open(s.out_file, "wb") as out, open(s.err_file, "wb") as err:
+            s.proc = children.spawn(cmd, outlive=self._outlive(), stdout=out, stderr=err)
+        s.proc_ref = ProcRef.of(s.proc.pid)
         log.info("stamp_sender ssid %d started (pid %d): %s", sp.ssid, s.proc.pid, " ".join(cmd))
         threading.Thread(target=self._reap_sender, args=(s, s.proc), daemon=True).start()
 
-    def _reap_sender(self, s: Session, p: subprocess.Popen) -> None:
-        out, err = p.communicate()
-        summary = {}
-        for line in reversed((out or "").strip().splitlines()):
-            try:
-                summary = json.loads(line)
-                break
-            except ValueError:
-                continue
+    def _reap_sender(self, s: Session, p) -> None:
+        """Wait for a sender (ours or adopted) to end; its summary and stderr from its files."""
+        p.wait()
+        out, err = _read(s.out_file), _read(s.err_file)
+        summary = _last_json(out)
+        adopted = getattr(p, "adopted", False)
+        if adopted:  # not our child: its exit status is not ours to read, its summary says how it ended
+            ok = bool(summary) and not summary.get("orphaned")
+            how = "ended" if summary else "ended without a summary (killed?)"
+        else:
+            ok = p.returncode in (0, -signal.SIGTERM)
+            how = f"exited {p.returncode}"
         with self.lock:
             s.packets_sent += int(summary.get("sent", summary.get("packets_sent", 0)) or 0)
             if s.proc is p:
                 s.proc = None
+                s.proc_ref = None
                 if s.state == pb.STAMP_SESSION_STATE_RUNNING:
-                    if p.returncode in (0, -signal.SIGTERM):
+                    if ok:
                         s.state = pb.STAMP_SESSION_STATE_STOPPED
                     else:  # e.g. "Address already in use": the controller sees it and fails
                         s.state = pb.STAMP_SESSION_STATE_FAILED
-                        s.error = f"stamp_sender exited {p.returncode}: {(err or '').strip()[-300:]}"
+                        s.error = f"stamp_sender {how}: {err.strip()[-300:]}"
+        self.persist()
         log.info(
-            "stamp_sender ssid %d exited %s: %s%s",
+            "stamp_sender ssid %d %s%s: %s%s",
             s.spec.ssid,
-            p.returncode,
+            how,
+            f" (pid {p.pid}, adopted)" if adopted else "",
             json.dumps(summary),
-            f" stderr: {err.strip()[:300]}" if p.returncode not in (0, -signal.SIGTERM) else "",
+            f" stderr: {err.strip()[:300]}" if not ok else "",
         )
 
+    def _outlive(self) -> list[str] | None:
+        """The tether arguments of a child that outlives the agent; None: it dies with the agent."""
+        return self.keeper.tether_args() if self.keeper is not None else None
+
+    # -- restarts: what the next agent adopts (agent/keeper.py) ---------------------------------
+    def persist(self) -> None:
+        """This part of datapath.json, now."""
+        if self.keeper is not None:
+            self.keeper.put("stamp", self.snapshot())
+
+    def snapshot(self) -> dict:
+        def js(m) -> dict:
+            return json_format.MessageToDict(m, preserving_proto_field_name=True)
+
+        with self.lock:
+            out: dict = {}
+            if self.sender_cfg is not None:
+                out["sender"] = {"devices": [js(c) for c in self.sender_devices.values()]}
+            if self.reflector_cfg is not None:
+                out["reflector"] = {
+                    "config": js(self.reflector_cfg),
+                    "devices": [js(c) for c in self.reflector_devices.values()],
+                    "running": pb.StampReflectorMode.Name(self.reflector_running),
+                    "fallback_reason": self.reflector_fallback,
+                }
+            if self.reader_ref is not None and self.reader is not None and self.reader.poll() is None:
+                out["streamer"] = self.reader_ref.to_json()
+            out["sessions"] = [
+                {
+                    "spec": js(s.spec),
+                    "state": pb.StampSessionState.Name(s.state),
+                    "error": s.error,
+                    "packets_sent": s.packets_sent,
+                    "sender": s.proc_ref.to_json() if s.proc is not None and s.proc_ref is not None else None,
+                    "files": {
+                        k: str(v)
+                        for k, v in (("stats", s.stats_file), ("out", s.out_file), ("err", s.err_file))
+                        if v is not None
+                    },  # fmt: skip
+                }
+                for _, s in sorted(self.sessions.items())
+            ]
+            return out
+
+    def adopt(self, doc: dict) -> list[str]:
+        """Take over the STAMP part a previous agent of the node left (datapath.json "stamp"): each
+        role whose program is still pinned, its sessions, the senders that still run. Returns what
+        was done, for the log."""
+        t = self.tools
+        notes: list[str] = []
+        with self.lock:
+            sender = doc.get("sender")
+            if (
+                sender
+                and (t.collector_pin / "stamp_sessions").exists()
+                and (t.collector_pin / "stamp_records").exists()
+            ):
+                cfgs = [json_format.ParseDict(c, pb.StampSenderConfig()) for c in sender["devices"]]
+                self.sender_cfg = cfgs[0]
+                self.sender_devices = {c.device: c for c in cfgs}
+                notes.append(f"sender role on {','.join(self.sender_devices)}")
+            elif sender:
+                notes.append("sender role NOT adopted: the collector's pins are gone")
+            refl = doc.get("reflector")
+            xdp = refl and refl.get("running") == "STAMP_REFLECTOR_MODE_XDP"
+            if xdp and (t.reflector_pin / "reflector_sessions").exists():
+                self.reflector_cfg = json_format.ParseDict(refl["config"], pb.StampReflectorConfig())
+                self.reflector_devices = {
+                    c.device: c for c in (json_format.ParseDict(d, pb.StampReflectorConfig()) for d in refl["devices"])
+                }
+                self.reflector_running, self.reflector_fallback = XDP, refl.get("fallback_reason", "")
+                for dev in self.reflector_devices:
+                    self.note_reflector_device(dev)
+                notes.append(f"XDP reflector on {','.join(self.reflector_devices)}")
+            elif refl:
+                notes.append(
+                    f"reflector role NOT adopted ({refl.get('running')}: "
+                    + (
+                        "its pins are gone"
+                        if refl.get("running") == "STAMP_REFLECTOR_MODE_XDP"
+                        else "the user-space reflector dies with its agent"
+                    )
+                    + ")"  # fmt: skip
+                )
+            roles = {SENDER: self.sender_cfg is not None, REFLECTOR: self.reflector_cfg is not None}
+            running = ended = dropped = 0
+            for sd in doc.get("sessions", []):
+                spec = json_format.ParseDict(sd["spec"], pb.StampSession())
+                if not roles.get(spec.role):
+                    dropped += 1
+                    continue
+                s = Session(spec, state=pb.StampSessionState.Value(sd.get("state", "STAMP_SESSION_STATE_CREATED")))
+                s.error, s.packets_sent = sd.get("error", ""), int(sd.get("packets_sent", 0))
+                files = sd.get("files", {})
+                s.stats_file, s.out_file, s.err_file = (
+                    Path(files[k]) if k in files else None for k in ("stats", "out", "err")
+                )
+                if spec.role == SENDER and s.state == pb.STAMP_SESSION_STATE_RUNNING:
+                    handle = Adopted.open(ProcRef.from_json(sd.get("sender")))
+                    if handle is not None:
+                        s.proc, s.proc_ref = handle, handle.ref
+                        threading.Thread(target=self._reap_sender, args=(s, handle), daemon=True).start()
+                        running += 1
+                    else:
+                        ended += 1
+                        self._ended_unadopted(s, sd.get("sender"))
+                self.sessions[(spec.role, spec.ssid)] = s
+            self.senders_adopted += running
+            notes.append(f"{len(self.sessions)} sessions ({running} senders running and adopted"
+                         + (f", {ended} ended while no agent ran" if ended else "") + ")"  # fmt: skip
+                         + (f", {dropped} of roles not adopted dropped" if dropped else ""))  # fmt: skip
+            old = Adopted.open(ProcRef.from_json(doc.get("streamer")))
+        if old is not None:
+            lost = self._replace_streamer(old)
+            notes.append(f"streamer pid {old.pid} replaced (it delivered all but {lost} records)")
+        if self.sender_cfg is not None:
+            self._start_reader()
+        self.persist()
+        return notes
+
+    def _ended_unadopted(self, s: Session, ref: dict | None) -> None:
+        """A sender that was running when its agent went and ended before this one came."""
+        summary = _last_json(_read(s.out_file))
+        s.packets_sent += int(summary.get("sent", 0) or 0)
+        pid = (ref or {}).get("pid", "?")
+        if summary and not summary.get("orphaned"):  # it ran its course (duration_s) meanwhile
+            s.state = pb.STAMP_SESSION_STATE_STOPPED
+            return
+        self.senders_ended_unadopted += 1
+        s.state = pb.STAMP_SESSION_STATE_FAILED
+        s.error = (
+            f"stamp_sender (pid {pid}) stopped itself: no agent adopted it in time"
+            if summary.get("orphaned")
+            else f"stamp_sender (pid {pid}) ended while no agent ran: {_read(s.err_file).strip()[-200:] or 'killed'}"
+        )
+        log.warning("adoption: session ssid %d: %s", s.spec.ssid, s.error)
+
+    def _replace_streamer(self, old: Adopted) -> int:
+        """Stop a previous agent's streamer gracefully (it drains the ring to Kafka, waits for the
+        acks); returns the records it read and did not deliver (its final counters, in its log)."""
+        stop_proc(old, 60.0)
+        final = {}
+        for line in reversed(_read(self.streamer_stats_path.with_suffix(".log")).splitlines()):
+            candidate = _last_json(line)
+            if candidate.get("final"):
+                final = candidate
+                break
+        lost = max(0, int(final.get("records_in", 0)) - int(final.get("records_delivered", 0))) if final else 0
+        with self.lock:
+            self.handover_records_lost += lost
+        if not final:
+            log.warning("adoption: the previous streamer (pid %d) left no final counters", old.pid)
+        return lost
+
+    def handover(self) -> None:
+        """--on-stop handover: leave the roles, sessions, senders and the streamer to the next agent
+        (they keep measuring meanwhile); only the user-space reflector, which cannot be adopted,
+        stops."""
+        with self.lock:
+            self.stopping.set()  # the reader thread does not start another streamer
+            if self.userspace is not None:
+                self.userspace.stop()
+                self.userspace = None
+        self.persist()
+
     @staticmethod
-    def _stop_proc(p: subprocess.Popen | None) -> None:
-        if p is None or p.poll() is not None:
-            return
-        try:
-            os.killpg(p.pid, signal.SIGTERM)
-        except ProcessLookupError:
-            return
-        try:
-            p.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            os.killpg(p.pid, signal.SIGKILL)
-            p.wait()
+    def _stop_proc(p) -> None:
+        stop_proc(p, 5.0)
 
     def reset(self) -> tuple[int, bool]:
         """Stop and destroy every session, stop the results reader, detach the datapath."""
@@ -591,6 +794,7 @@ class StampAgent:
             self.reflector_cfg = None
             self.reflector_running = pb.STAMP_REFLECTOR_MODE_UNSPECIFIED
             self.reflector_fallback = ""
+        self.persist()
         if changed:
             log.info("Reset: %d sessions destroyed, datapath detached", n)
         else:
@@ -601,7 +805,28 @@ class StampAgent:
         try:
             self.reset()
         finally:
-            shutil.rmtree(self.streamer_stats_path.parent, ignore_errors=True)
+            if self.keeper is None:  # a temporary directory; the state directory's files stay
+                shutil.rmtree(self.streamer_stats_path.parent, ignore_errors=True)
+
+
+def _read(path: Path | None) -> str:
+    if path is None:
+        return ""
+    try:
+        return path.read_text(errors="replace")
+    except OSError:
+        return ""
+
+
+def _last_json(text: str) -> dict:
+    for line in reversed(text.strip().splitlines()):
+        try:
+            value = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(value, dict):
+            return value
+    return {}
 
 
 def _role(path: str, v: int) -> int:
@@ -669,6 +894,7 @@ class StampServicer(pb_grpc.StampServiceServicer):
         self.a = agent
 
     def _changed(self) -> None:
+        self.a.persist()
         if self.a.on_change:
             try:
                 self.a.on_change()
@@ -965,7 +1191,9 @@ class StampServicer(pb_grpc.StampServiceServicer):
                 ssid,
                 f" for {req.duration_s} s" if req.duration_s else "",
             )
-            return pb.StartStampSessionResponse(status=s.status(), changed=True)
+            status = s.status()
+        self.a.persist()
+        return pb.StartStampSessionResponse(status=status, changed=True)
 
     def _stop(self, s: Session) -> bool:
         if s.state != pb.STAMP_SESSION_STATE_RUNNING:
@@ -985,7 +1213,10 @@ class StampServicer(pb_grpc.StampServiceServicer):
             s = self._get(role, ssid)
             changed = self._stop(s)
             log.info("StopStampSession %s ssid %d: %s", ROLE_NAME[role], ssid, "stopped" if changed else "not running")
-            return pb.StopStampSessionResponse(status=s.status(), changed=changed)
+            status = s.status()
+        if changed:
+            self.a.persist()
+        return pb.StopStampSessionResponse(status=status, changed=changed)
 
     def DestroyStampSession(self, req, ctx):
         role, ssid = _role("role", req.role), _ssid("ssid", req.ssid)

@@ -45,6 +45,7 @@ import numpy as np  # noqa: E402
 from bench.process_cpu import cpu_seconds, pinned, stop  # noqa: E402
 from bench.processor_records import produce  # noqa: E402
 from bench.report import kafka_only_stack, machine_line, write_section  # noqa: E402
+from bench.trees import archived_tree, short_commit  # noqa: E402
 from processors.delay.topics import ensure_topics  # noqa: E402
 from processors.inline.aggregate import InlineAggregator  # noqa: E402
 from segscope_schemas import ioam_record as ir  # noqa: E402
@@ -115,7 +116,9 @@ def worker_argv(bootstrap: str, topics: dict, app_id: str, datadir: Path) -> lis
             "--flush-interval-s", str(FLUSH_INTERVAL_S), "-l", "info"]  # fmt: skip
 
 
-def run(bootstrap: str, messages, n_records: int, expected: int, n_workers: int, timeout_s: float) -> dict:
+def run(
+    bootstrap: str, messages, n_records: int, expected: int, n_workers: int, timeout_s: float, tree: Path = REPO
+) -> dict:
     """n_workers workers of one group (CPU 1; two: CPU 0 and 1) on a fresh 2-partition topic;
     their CPU time from "the group has settled" to "every inline_delay point is out"."""
     from confluent_kafka import Consumer
@@ -127,13 +130,13 @@ def run(bootstrap: str, messages, n_records: int, expected: int, n_workers: int,
     ensure_topics(bootstrap, [topics["paths"]], config={"cleanup.policy": "compact"})
     tmp = Path(tempfile.mkdtemp(prefix="bench-inline-"))
     cpus = {1: [1], 2: [0, 1]}[n_workers]
-    env = dict(os.environ, PYTHONPATH=f"{REPO}:{REPO / 'schemas' / 'python'}", SEGSCOPE_INLINE_HEALTH="127.0.0.1:0")
+    env = dict(os.environ, PYTHONPATH=f"{tree}:{tree / 'schemas' / 'python'}", SEGSCOPE_INLINE_HEALTH="127.0.0.1:0")
     logs = [tmp / f"w{i}.log" for i in range(n_workers)]
     workers = []
     for i, cpu in enumerate(cpus):
         with open(logs[i], "w") as log:
             argv = pinned(cpu, worker_argv(bootstrap, topics, f"bench-inline-{run_id}", tmp / f"faust{i}"))
-            workers.append(subprocess.Popen(argv, cwd=REPO, env={**env, "SEGSCOPE_INSTANCE": f"w{i}"}, stdout=log,
+            workers.append(subprocess.Popen(argv, cwd=tree, env={**env, "SEGSCOPE_INSTANCE": f"w{i}"}, stdout=log,
                                             stderr=subprocess.STDOUT))  # fmt: skip
     reader = Consumer({"bootstrap.servers": bootstrap, "group.id": f"bench-inline-{run_id}-reader",
                        "auto.offset.reset": "earliest", "enable.auto.commit": False})  # fmt: skip
@@ -229,6 +232,11 @@ def main() -> int:
     ap.add_argument("--bootstrap", help="use this Kafka instead of starting one")
     ap.add_argument("--port-base", type=int, default=29460)
     ap.add_argument("--timeout", type=float, default=600.0)
+    ap.add_argument(
+        "--before",
+        default="3839679",
+        help="commit whose worker runs next to this tree's in the per-size runs ('': this tree only)",
+    )
     ap.add_argument("--no-docs", action="store_true")
     args = ap.parse_args()
     if args.flows % PARTITIONS:
@@ -236,6 +244,9 @@ def main() -> int:
     batches = [int(b) for b in args.batch.split(",") if b.strip()]
     env_line = machine_line()
     rows, scaling = [], []
+    trees = [("after", REPO)]
+    if args.before:
+        trees.insert(0, (f"before ({short_commit(args.before)})", archived_tree(args.before)))
 
     def measure(bootstrap: str) -> None:
         for batch in batches:
@@ -243,12 +254,13 @@ def main() -> int:
             n = sum(len(v) - 56 for _, v, _ in messages) // ir.IOAM_RECORD_SIZE
             pure, pure_ingest = bench_pure(messages)
             print(f"[batch {batch}] pure: {pure:,.0f} records/CPU-s (ingest alone {pure_ingest:,.0f})", flush=True)
-            runs = []
+            runs: dict[str, list] = {name: [] for name, _ in trees}
             for r in range(args.rounds):
-                res = run(bootstrap, messages, n, expected, 1, args.timeout)
-                check(res, n, expected)
-                print(f"[batch {batch} round {r + 1}] {res}", flush=True)
-                runs.append(res)
+                for name, tree in trees:  # alternately: the same machine load for both
+                    res = run(bootstrap, messages, n, expected, 1, args.timeout, tree)
+                    check(res, n, expected)
+                    print(f"[batch {batch} round {r + 1} {name}] {res}", flush=True)
+                    runs[name].append(res)
             rows.append((batch, len(messages), n, expected, runs, pure, pure_ingest))
         if args.scaling_rounds:
             messages, expected = make_messages(args.records, args.scaling_batch, args.flows, args.rate, args.transit)
@@ -277,15 +289,16 @@ def main() -> int:
 def report(rows, scaling, args, env_line: str, load) -> str:
     date = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     table = []
-    for batch, messages, _, _, runs, pure, pure_ingest in rows:
-        per_cpu = [r["per_cpu_s"] for r in runs]
-        us_per_msg = [r["cpu_s"][0] / messages * 1e6 for r in runs]
-        spread = f"{min(per_cpu):,.0f}-{max(per_cpu):,.0f}"
-        table.append(
-            f"| {batch} | {messages:,} | **{statistics.median(per_cpu):,.0f}** ({spread}) "
-            f"| {statistics.median(us_per_msg):,.0f} | {statistics.median(r['wall_s'] for r in runs):.1f} s "
-            f"| {pure:,.0f} | {pure_ingest:,.0f} |"
-        )
+    for batch, messages, _, _, by_tree, pure, pure_ingest in rows:
+        for name, runs in by_tree.items():
+            per_cpu = [r["per_cpu_s"] for r in runs]
+            us_per_msg = [r["cpu_s"][0] / messages * 1e6 for r in runs]
+            spread = f"{min(per_cpu):,.0f}-{max(per_cpu):,.0f}"
+            table.append(
+                f"| {name} | {batch} | {messages:,} | **{statistics.median(per_cpu):,.0f}** ({spread}) "
+                f"| {statistics.median(us_per_msg):,.0f} | {statistics.median(r['wall_s'] for r in runs):.1f} s "
+                f"| {pure:,.0f} | {pure_ingest:,.0f} |"
+            )
     text = f"""## In-line processor: IOAM records per CPU-second (`bench/inline_records.py`)
 
 Run {date} on {env_line}; broker, worker and driver on the same machine (load average
@@ -296,10 +309,13 @@ records (as the egress streamer batches them), lz4, produced while the worker ru
 points expected and received per run (with their histogram, loss and {args.transit + 1} hop points each).
 The worker is the product one (`python -m processors.inline`) pinned to CPU 1; its CPU time
 (utime + stime of all its threads) from "it owns its partitions" to "every point is out",
-idle timers included; {args.rounds} runs per row, each with a fresh worker and topic.
+idle timers included; {args.rounds} runs per row, each with a fresh worker and topic. "before" is
+commit {args.before or "-"} (its tree from `git archive`: Faust's per-event path, one aggregator call per
+message), "after" this tree (the batch intake: a fetch's messages in one batch, one aggregator call
+per partition and node), alternately in each round.
 
-| records per message | messages | records per CPU-second of the worker, median (range) | worker CPU µs per message, median | wall, produce start to last point | pure core: decode + ingest + flush, per CPU-second | pure: decode + ingest |
-| --- | --- | --- | --- | --- | --- | --- |
+| worker | records per message | messages | records per CPU-second of the worker, median (range) | worker CPU µs per message, median | wall, produce start to last point | pure core: decode + ingest + flush, per CPU-second | pure: decode + ingest |
+| --- | --- | --- | --- | --- | --- | --- | --- |
 {chr(10).join(table)}
 
 Goal: ≥ 300 k records per CPU-second per worker at the streamer's batch size: one flow's records

@@ -33,6 +33,7 @@ Results go to stdout and, unless --no-docs, to the "loss_records" section of doc
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib.util
 import os
 import signal
@@ -60,6 +61,7 @@ from segscope_schemas import altmark_block as ab  # noqa: E402
 NS = 1_000_000_000
 B0 = time.clock_gettime_ns(time.CLOCK_TAI) // NS - 3600
 SECTION = "loss_records"
+IDLE_WINDOW_S = 3.0
 # a sampling profile of each worker over the measured window (collapsed stacks) when both are set:
 # SEGSCOPE_BENCH_PYSPY=<py-spy binary> SEGSCOPE_BENCH_PYSPY_OUT=<directory> (samples holding the GIL only)
 PYSPY, PYSPY_OUT = os.environ.get("SEGSCOPE_BENCH_PYSPY"), os.environ.get("SEGSCOPE_BENCH_PYSPY_OUT", "/tmp")
@@ -148,7 +150,7 @@ def run_workers(
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"r-{run}", "auto.offset.reset": "earliest"})
     c.subscribe([metrics])
     try:
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + 300  # a worker's start (imports) takes long on a loaded machine
         while not all("Worker]: Ready" in (tmp / f"w{i}.log").read_text(errors="replace") for i in range(n_workers)):
             if time.monotonic() > deadline:
                 raise RuntimeError(f"workers not ready: {tmp}")
@@ -175,6 +177,11 @@ def run_workers(
             wait_for_points(warm[1])
             time.sleep(2)  # the flushes that follow publish nothing new
         warm_points = len(points)
+        # what the workers use idle (flush and clock timers, heartbeats) per second: left out of the
+        # window's CPU below as "net", so runs with longer waits for their last point compare fairly
+        idle0, t_idle = [cpu_s(w.pid) for w in workers], time.monotonic()
+        time.sleep(IDLE_WINDOW_S)
+        idle_per_s = sum(cpu_s(w.pid) - a for w, a in zip(workers, idle0)) / (time.monotonic() - t_idle)
         cpu0 = [cpu_s(w.pid) for w in workers]
         spies = [
             subprocess.Popen(
@@ -192,7 +199,7 @@ def run_workers(
             t_stop = time.monotonic()
             produce(bootstrap, topic, messages)
             stopped_s = time.monotonic() - t_stop
-            if stopped_s > 4.0:  # the group's session timeout is 6 s (processors/worker.py)
+            if stopped_s > 4.0:  # the group's session timeout is 6 s (processors/runtime/config.py)
                 raise RuntimeError(f"producing the backlog took {stopped_s:.1f} s: the workers would leave the group")
             for w in workers:
                 os.kill(w.pid, signal.SIGCONT)
@@ -209,7 +216,15 @@ def run_workers(
     finally:
         c.close()
         stop(workers)
-    return {"per_cpu_s": n_records / sum(cpu), "cpu_s": cpu, "wall_s": wall, "rate": n_records / wall}
+    net = max(sum(cpu) - idle_per_s * wall, 1e-9)
+    return {
+        "per_cpu_s": n_records / sum(cpu),
+        "per_net_cpu_s": n_records / net,
+        "idle_cpu_per_s": idle_per_s,
+        "cpu_s": cpu,
+        "wall_s": wall,
+        "rate": n_records / wall,
+    }
 
 
 def main() -> int:
@@ -217,19 +232,19 @@ def main() -> int:
     ap.add_argument("--flows", type=int, default=10_000)
     ap.add_argument("--blocks", type=int, default=10)
     ap.add_argument("--batch", type=int, default=1000)
-    ap.add_argument("--before", default="0c3e1bf", help="commit of the 'before' loss processor")
+    ap.add_argument("--before", default="3839679", help="commit of the 'before' loss processor")
     ap.add_argument(
         "--before-what",
-        default="one by-flow message per collector message and partition, one joiner call per by-flow message",
+        default="Faust's per-event path: each stage gathers what its stream already buffered, up to 16 messages",
         help="one line on what the 'before' commit is, for the report",
     )
     ap.add_argument(
         "--after-what",
-        default="each stage processes what its stream already buffered together: up to 16 collector messages "
-        "of a node in one by-flow message per partition, the by-flow messages of a node in one joiner call; "
-        "tags and paths of new series made column-wise",
+        default="the batch intake (processors/runtime/intake.py): the messages of a fetch in one batch per stage, "
+        "no per-event work of Faust's, batches held and acked whole",
         help="one line on what this tree does differently, for the report",
     )
+    ap.add_argument("--bootstrap", help="use this Kafka instead of starting one on --port-base")
     ap.add_argument("--port-base", type=int, default=29820)
     ap.add_argument("--rounds", type=int, default=3, help="pure-core runs of each tree (the best counts)")
     ap.add_argument("--worker-rounds", type=int, default=1, help="worker runs of each kind (the best counts)")
@@ -273,16 +288,19 @@ def main() -> int:
     pure_before, pure_after = max(r[0] for r in pure), max(r[1] for r in pure)
     print(f"pure core: before {pure_before:,.0f}, after {pure_after:,.0f} records/s (best of {args.rounds})")
 
-    with kafka_only_stack("sco-bench-loss-stack", args.port_base) as stack:
-        bootstrap = stack.kafka_bootstrap
+    with contextlib.ExitStack() as services:
+        if args.bootstrap:
+            bootstrap = args.bootstrap
+        else:
+            bootstrap = services.enter_context(kafka_only_stack("sco-bench-loss-stack", args.port_base)).kafka_bootstrap
         runs: dict[str, list[dict]] = {"before": [], "one": [], "two": []}
         for _ in range(args.worker_rounds):  # alternately; the run with the most records per CPU-second counts
             kinds = (("before", before, 1), ("one", REPO, 1), ("two", REPO, 2))
             for name, tree, n in (k for k in kinds if k[0] in args.kinds.split(",")):
-                runs[name].append(
-                    run_workers(tree, n, bootstrap, messages, n_records, expected, args.timeout, warm, args.backlog)
-                )
-                print(f"{name}: {runs[name][-1]}", flush=True)
+                res = run_workers(tree, n, bootstrap, messages, n_records, expected, args.timeout, warm, args.backlog)
+                res["us_per_message"] = sum(res["cpu_s"]) / len(messages) * 1e6
+                runs[name].append(res)
+                print(f"{name}: {res}", flush=True)
         if any(not runs[k] for k in runs):  # a partial run (--kinds): the figures above, no report
             return 0
         w_before, one, two = (max(runs[k], key=lambda r: r["per_cpu_s"]) for k in ("before", "one", "two"))
@@ -318,6 +336,7 @@ best (records per CPU-second) of {args.worker_rounds} alternating round(s).{warm
 | one Faust worker (taskset CPU 1), Kafka in and out: records / ({window}), records/s | {w_before["rate"]:,.0f} ({w_before["wall_s"]:.1f} s) | **{one["rate"]:,.0f}** ({one["wall_s"]:.1f} s) |
 | the same worker: records per CPU-second of the worker process | {w_before["per_cpu_s"]:,.0f} | **{one["per_cpu_s"]:,.0f}** |
 | the same, median of the {args.worker_rounds} round(s) | {medians["before"]:,.0f} | **{medians["one"]:,.0f}** |
+| the same worker: CPU µs per input (collector) message, {args.batch} records each, both stages | {w_before["us_per_message"]:,.1f} | **{one["us_per_message"]:,.1f}** |
 
 Scaling (this tree; repartition and join stages both in each worker): records per CPU-second of
 the worker processes, CPU time = utime + stime from /proc/<pid>/stat between "the group has

@@ -12,7 +12,10 @@ Method (seed 003, PASTRAMI; seed 000, SRPerf/TRex as the traffic generator):
   generator could not keep up with is reported as `sender_limited` and counts as a failure.
 - *PDR search*: bounded binary search on O between `lo` and `hi` (`steps` trials in all); the PDR is
   the highest passing rate seen. One search = one repetition; repetitions give mean and a 95 %
-  confidence interval with Student's t (n-1 degrees of freedom), as in PASTRAMI §IV-A.
+  confidence interval with Student's t (n-1 degrees of freedom), as in PASTRAMI §IV-A. To compare
+  configurations on a noisy machine, `find_pdr_lockstep` runs their searches side by side (one
+  trial of each per step, order rotating), and `ratio_ci95` / `bootstrap_ratio_ci95` give the
+  paired ratio with a 95 % interval.
 - *PASTRAMI check* (§V): a load sweep around the PDR; the first load whose PLR exceeds 0.5 % is the
   potential saturation point; from there on, every Throughput Increase Ratio
   TIR = ΔT/ΔO between consecutive loads must stay <= 0.1 (further load turns into loss, not into
@@ -49,6 +52,7 @@ import argparse
 import json
 import math
 import os
+import random
 import shutil
 import signal
 import statistics
@@ -146,6 +150,36 @@ def ci95(values: Sequence[float]) -> CI95:
     s = statistics.stdev(values)
     half = t975(n - 1) * s / math.sqrt(n)
     return CI95(n, mean, s, half, mean - half, mean + half, half / mean if mean else float("inf"))
+
+
+def ratio_ci95(ratios: Sequence[float]) -> tuple[float, float, float]:
+    """Geometric mean of paired ratios with a 95 % interval: Student's t on their logarithms (n-1 df),
+    back-transformed. Ratios average in log space (a ratio and its inverse weigh the same).
+    Returns (geometric mean, low, high); low/high are nan with fewer than 2 ratios."""
+    if not ratios or min(ratios) <= 0:
+        raise ValueError("need positive ratios")
+    c = ci95([math.log(r) for r in ratios])
+    return math.exp(c.mean), math.exp(c.low), math.exp(c.high)
+
+
+def bootstrap_ratio_ci95(
+    num: Sequence[float], den: Sequence[float], resamples: int = 10_000, seed: int = 1
+) -> tuple[float, float, float]:
+    """sum(num) / sum(den) over paired samples (num[i] and den[i] measured together), with the 2.5th
+    and 97.5th percentiles of the same ratio over `resamples` resamplings of the pairs with replacement
+    (percentile bootstrap; fixed seed, so a report is reproducible from its numbers). Returns
+    (ratio, low, high)."""
+    if len(num) != len(den) or len(num) < 2:
+        raise ValueError("need at least 2 pairs")
+    rng, n = random.Random(seed), len(num)
+    point = sum(num) / sum(den)
+    stats = []
+    for _ in range(resamples):
+        idx = [rng.randrange(n) for _ in range(n)]
+        d = sum(den[i] for i in idx)
+        stats.append(sum(num[i] for i in idx) / d if d else float("inf"))
+    stats.sort()
+    return point, stats[int(0.025 * (resamples - 1))], stats[int(0.975 * (resamples - 1))]
 
 
 # ---------------------------------------------------------------- trials, search, check
@@ -252,6 +286,61 @@ def find_pdr(
         else:
             bad = mid
     return SearchResult(good, trials)
+
+
+def find_pdr_lockstep(
+    trials: Sequence[TrialFn],
+    lo: float,
+    hi: float,
+    steps: int = 7,
+    plr_limit: float = PLR_LIMIT,
+    first: int = 0,
+    log: Callable[[str], None] | None = None,
+) -> list[SearchResult]:
+    """The bounded binary search of find_pdr for several configurations at once, in lockstep: step k
+    runs the k-th trial of every configuration's own search back to back, so the shared machine's load
+    changes (seconds to minutes here) fall on the same steps of every search, instead of on one
+    configuration's whole search. The order within a step rotates (step k starts with configuration
+    (first + k) mod n: with two, A B | B A | A B ..., each switch of configuration followed by two
+    trials of the other). A search that ends early (`lo` failed, or `hi` passed) leaves the others to go on.
+    """
+    if not 0 < lo < hi:
+        raise ValueError(f"need 0 < lo < hi, got lo={lo} hi={hi}")
+    if steps < 2:
+        raise ValueError("steps must be >= 2 (lo and hi)")
+    n = len(trials)
+    done: list[SearchResult | None] = [None] * n
+    ran: list[list[Trial]] = [[] for _ in range(n)]
+    good, bad = [lo] * n, [hi] * n
+
+    def run(i: int, rate: float) -> bool:
+        t = trials[i](rate)
+        ran[i].append(t)
+        if log:
+            log(
+                f"    [{i}] {rate:>10,.0f} pps: offered {t.offered_pps:>10,.0f} plr {t.plr * 100:7.3f} % "
+                f"{'pass' if t.passed(plr_limit) else 'FAIL'}{' (sender limited)' if t.sender_limited else ''}"
+            )
+        return t.passed(plr_limit)
+
+    for step in range(steps):
+        start = (first + step) % n
+        for i in [(start + j) % n for j in range(n)]:
+            if done[i] is not None:
+                continue
+            if step == 0:
+                if not run(i, lo):
+                    done[i] = SearchResult(0.0, ran[i], below_lower_bound=True)
+            elif step == 1:
+                if run(i, hi):
+                    done[i] = SearchResult(hi, ran[i], at_upper_bound=True)
+            else:
+                mid = (good[i] + bad[i]) / 2
+                if run(i, mid):
+                    good[i] = mid
+                else:
+                    bad[i] = mid
+    return [d if d is not None else SearchResult(good[i], ran[i]) for i, d in enumerate(done)]
 
 
 @dataclass

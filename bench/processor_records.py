@@ -2,6 +2,7 @@
 
     .local/venv/bin/python bench/processor_records.py [--records 2000000] [--batch 2000]
         [--sessions 4] [--rate 25000] [--bootstrap HOST:PORT] [--no-docs]
+        [--message-sizes 20,1000] [--message-records 200000] [--message-rounds 3] [--before 3839679]
 
 1. Pure core: decode_batch + DelayAggregator.ingest for every message, then flush, in one
    process without Kafka.
@@ -18,6 +19,12 @@
    has settled" to "every point is out". Scaling figure = records / the busiest of two workers'
    CPU seconds over records / one worker's CPU seconds (throughput if each had a core of its own;
    imbalance counts against it). Every run must deliver each expected point exactly once.
+
+4. CPU per input message (--message-sizes 20,1000, --message-rounds): one worker of this tree and
+   one of the --before commit (bench/trees.py: its tree from git archive), alternately, each working
+   through a backlog of --message-records records (stopped while they are produced); CPU net of what
+   the worker uses idle, per message at each size, and the line through the two sizes' medians: CPU
+   per message and per record. Its own section, "processor_messages".
 
 Without --bootstrap it starts a Kafka-only services.stack.Stack on its own port base and run
 dir and stops it at the end. Results go to stdout and, unless --no-docs, to the
@@ -46,16 +53,20 @@ import numpy as np  # noqa: E402
 
 from bench.process_cpu import cpu_seconds, pinned, stop  # noqa: E402
 from bench.report import machine_line, write_section  # noqa: E402
+from bench.trees import archived_tree, short_commit  # noqa: E402
 from processors.delay.aggregate import DelayAggregator  # noqa: E402
 from processors.delay.topics import ensure_topics  # noqa: E402
 from segscope_schemas.stamp_record import STAMP_RECORD_DTYPE, decode_batch, encode_batch  # noqa: E402
 
 NS = 1_000_000_000
 SECTION = "processor_records"
+MESSAGES_SECTION = "processor_messages"
 FLUSH_INTERVAL_S = 0.25  # counter lines 4x per second: finer start/end of the measured window
 SCALING_PARTITIONS = 2
 SCALING_CPUS = {1: [1], 2: [0, 1]}  # like bench/loss_records.py: one worker on CPU 1, two on CPU 0 and 1
 IDLE_WINDOW_S = 3.0
+# the last commit before the batch intake (processors/runtime/intake.py): Faust's per-event path
+BEFORE = "3839679"
 
 
 def make_messages(n_records: int, batch: int, sessions: int, rate: int) -> tuple[list[tuple[bytes, bytes]], int]:
@@ -153,12 +164,13 @@ def parse_fields(line: str) -> tuple[str, dict[str, int], int]:
     return head.split(",", 1)[0], values, int(ts)
 
 
-def worker_env(instance: str) -> dict[str, str]:
-    """The worker imports this tree's code, names itself `instance` in its counters and binds its
-    health endpoint to any free port (9641 may be taken by another worker on this machine)."""
+def worker_env(instance: str, tree: Path = REPO) -> dict[str, str]:
+    """The worker imports `tree`'s code (this tree, or an earlier commit's: bench/trees.py), names
+    itself `instance` in its counters and binds its health endpoint to any free port (9641 may be
+    taken by another worker on this machine)."""
     return dict(
         os.environ,
-        PYTHONPATH=f"{REPO}:{REPO / 'schemas' / 'python'}",
+        PYTHONPATH=f"{tree}:{tree / 'schemas' / 'python'}",
         SEGSCOPE_INSTANCE=instance,
         SEGSCOPE_DELAY_HEALTH="127.0.0.1:0",
     )
@@ -279,24 +291,34 @@ def session_partition(key: bytes, partitions: int = SCALING_PARTITIONS) -> int:
     return (int(key.rsplit(b"/", 1)[1]) - 1) % partitions
 
 
-OWN_LINE = re.compile(r"rebalance: own \[([0-9, ]*)\] of (\S+)")
-
-
 def owned_partitions(log: Path, topic: str) -> tuple[set[int] | None, int]:
     """(the partitions of `topic` the worker's last assignment gave it, or None before the first
-    one; how many assignments it has logged so far), from PartitionMoves' log line."""
-    own = [m.group(1) for m in OWN_LINE.finditer(log.read_text(errors="replace")) if m.group(2) == topic]
-    if not own:
+    one; how many assignments it has logged so far), from PartitionMoves' `rebalance: own
+    <topic>[0, 1] ...` lines (the same parser as bench/inline_records.py)."""
+    owns = re.findall(r"rebalance: own (.*)", log.read_text(errors="replace"))
+    if not owns:
         return None, 0
-    return {int(x) for x in own[-1].split(",") if x.strip()}, len(own)
+    mine = re.search(re.escape(topic) + r"\[([0-9, ]*)\]", owns[-1])
+    return ({int(x) for x in mine.group(1).split(",") if x.strip()} if mine else set()), len(owns)
 
 
-def run_scaling(bootstrap: str, messages, n_records: int, expected_points: int, n_workers: int, timeout_s: float):
+def run_scaling(
+    bootstrap: str,
+    messages,
+    n_records: int,
+    expected_points: int,
+    n_workers: int,
+    timeout_s: float,
+    tree: Path = REPO,
+    backlog: bool = False,
+):
     """n_workers workers of one group on a fresh 2-partition topic, worker i pinned to CPU
     SCALING_CPUS[n_workers][i]. Once every partition has its owner and each worker owns only its
     share (the group has settled), the bench reads the workers' CPU time, waits IDLE_WINDOW_S and
     reads it again (what the idle workers use: timers, heartbeats), produces the input with each
-    session on its partition, waits for every stamp_delay point and reads the CPU time again."""
+    session on its partition, waits for every stamp_delay point and reads the CPU time again.
+    backlog: the workers are stopped (SIGSTOP) while the input is produced and continued after it:
+    they work through a backlog at full speed, whatever the producer's pace on a loaded machine."""
     from confluent_kafka import Consumer
 
     run = uuid.uuid4().hex[:8]
@@ -316,8 +338,8 @@ def run_scaling(bootstrap: str, messages, n_records: int, expected_points: int, 
             workers.append(
                 subprocess.Popen(
                     pinned(cpu, worker_argv(bootstrap, topics, f"bench-delayn-{run}", tmp / f"faust{i}")),
-                    cwd=REPO,
-                    env=worker_env(f"w{i}"),
+                    cwd=tree,
+                    env=worker_env(f"w{i}", tree),
                     stdout=log,
                     stderr=subprocess.STDOUT,
                 )
@@ -371,8 +393,17 @@ def run_scaling(bootstrap: str, messages, n_records: int, expected_points: int, 
             read_metrics(0.2)
         idle_cpu_per_s = [(cpu_seconds(w.pid) - a) / (time.monotonic() - t_idle) for w, a in zip(workers, cpu_settled)]
         cpu_start = [cpu_seconds(w.pid) for w in workers]
+        if backlog:  # stopped while the input is produced: they work through it at full speed
+            for w in workers:
+                os.kill(w.pid, signal.SIGSTOP)
         t0 = time.monotonic()
         produce_s = produce(bootstrap, topics["records"], messages, session_partition)
+        if backlog:
+            if time.monotonic() - t0 > 4.0:  # the group's session timeout is 6 s
+                raise RuntimeError(f"producing the backlog took {time.monotonic() - t0:.1f} s: the group would move")
+            for w in workers:
+                os.kill(w.pid, signal.SIGCONT)
+            t0 = time.monotonic()
         deadline = time.monotonic() + timeout_s
         while len(points) < expected_points:
             if time.monotonic() > deadline:
@@ -399,7 +430,10 @@ def run_scaling(bootstrap: str, messages, n_records: int, expected_points: int, 
         "produce_s": produce_s,
         "per_cpu_s": n_records / sum(cpu),
         "per_busiest_cpu_s": n_records / max(cpu),
+        # the CPU the workers use idle (timers, heartbeats) for the time of the window left out
+        "net_cpu_s": sum(cpu) - sum(idle_cpu_per_s) * wall,
         "records_in": [c.get("records_in", 0) for c in per_worker],
+        "batches_in": [c.get("batches_in", 0) for c in per_worker],
         "reemitted": sum(c.get("seconds_reemitted", 0) for c in per_worker),
         "lines_out": lines_out,
         "points": len(points),
@@ -477,6 +511,80 @@ not this comparison: the machine's two cores also run Kafka, the driver and othe
 """  # noqa: E501 - markdown report
 
 
+def per_message_fit(runs: list[dict], small: int, large: int) -> tuple[float, float]:
+    """(CPU per message, CPU per record), seconds: the line CPU = a * messages + b * records through
+    the median net CPU of the runs at two message sizes."""
+    at = {}
+    for size in (small, large):
+        mine = [r for r in runs if r["size"] == size]
+        at[size] = (statistics.median(r["net_cpu_s"] for r in mine), mine[0]["messages"], mine[0]["records"])
+    (c1, m1, r1), (c2, m2, r2) = at[small], at[large]
+    b = (c1 * m2 - c2 * m1) / (r1 * m2 - r2 * m1)
+    return (c1 - b * r1) / m1, b
+
+
+def per_message_section(per_message_md: str, env_line: str, date: str, load, args) -> str:
+    body = per_message_md.strip().split("\n", 1)[1]  # without its ### title
+    return f"""## Delay processor: CPU per input message (`bench/processor_records.py`)
+
+Run {date} on {env_line}; broker, worker and driver on the same machine, other engineers' test
+suites running (load average {load[0]:.1f} / {load[1]:.1f} / {load[2]:.1f} over 1 / 5 / 15 min at the end).
+{body}
+Command: `.local/venv/bin/python bench/processor_records.py --batch "" --scaling-rounds 0 --message-sizes
+{args.message_sizes} --message-records {args.message_records} --message-rounds {args.message_rounds} --before {args.before}`.
+"""  # noqa: E501 - markdown report
+
+
+def per_message_report(runs: list[dict], sizes: list[int], trees, args) -> str:
+    rows = []
+    fits = []
+    for name, _ in trees:
+        mine = [r for r in runs if r["tree"] == name]
+        for size in sizes:
+            at = [r for r in mine if r["size"] == size]
+            per_msg = [r["net_cpu_s"] / r["messages"] * 1e6 for r in at]
+            with_idle = [r["cpu_s"][0] / r["messages"] * 1e6 for r in at]
+            per_cpu_s = [r["records"] / r["net_cpu_s"] for r in at]
+            rows.append(
+                f"| {name} | {size} | {at[0]['messages']:,} | **{statistics.median(per_msg):,.1f}** "
+                f"({min(per_msg):,.1f}-{max(per_msg):,.1f}) | {statistics.median(with_idle):,.1f} "
+                f"| {statistics.median(per_cpu_s):,.0f} |"
+            )
+        if len(sizes) >= 2:
+            a, b = per_message_fit(mine, min(sizes), max(sizes))
+            fits.append(f"{name}: **{a * 1e6:,.1f} µs per message** + {b * 1e6:.2f} µs per record")
+    table = "\n".join(rows)
+    ratio = ""
+    if len(trees) == 2 and len(sizes) >= 2:
+        before = per_message_fit([r for r in runs if r["tree"] == trees[0][0]], min(sizes), max(sizes))[0]
+        after = per_message_fit([r for r in runs if r["tree"] == trees[1][0]], min(sizes), max(sizes))[0]
+        ratio = f" The per-message cost is {before / after:.1f}x lower (goal: 10x)."
+    small = min(sizes)
+    after_small = statistics.median(
+        r["net_cpu_s"] / r["messages"] * 1e6 for r in runs if r["tree"] == "after" and r["size"] == small
+    )
+    verdict = "met" if after_small <= 50 else "NOT met"
+    return f"""
+### CPU per input message: the batch intake against Faust's per-event path
+
+The product worker (`python -m processors.delay`, pinned to CPU 1, one worker of its group on a
+fresh 2-partition topic, {args.sessions} sessions) of this tree and of commit {args.before or "-"} (its tree
+from `git archive`, the per-event path: one Faust event, one aggregator call and one held ack per
+message), alternately, {args.message_rounds} rounds. CPU = utime + stime of the worker from "the group has
+settled" to "every stamp_delay point is on the metrics topic" (the worker stopped while the input is
+produced and continued after it: it works through a backlog at full speed), net of what it uses idle
+(timers, heartbeats: measured for {IDLE_WINDOW_S:.0f} s before, times the window); {args.message_records:,} records per run.
+
+| worker | records per message | messages | CPU µs per message, net of idle: median (range) | with idle | records per CPU-second |
+| --- | --- | --- | --- | --- | --- |
+{table}
+
+Split into per-message and per-record cost (the line through the medians at {min(sizes)} and {max(sizes)}
+records per message): {"; ".join(fits)}.{ratio} Goal: ≤ 50 µs CPU per message at {small} records per
+message: **{verdict}** ({after_small:,.1f} µs).
+"""  # noqa: E501 - markdown report
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--records", type=int, default=3_000_000)
@@ -490,9 +598,22 @@ def main() -> int:
     ap.add_argument("--timeout", type=float, default=300.0)
     ap.add_argument("--scaling-batch", type=int, default=1000, help="records per message in the scaling runs")
     ap.add_argument("--scaling-rounds", type=int, default=7, help="rounds of (1 worker, 2 workers); 0: no scaling runs")
+    ap.add_argument(
+        "--message-sizes",
+        default="20,1000",
+        help="records per message of the CPU-per-message runs (two sizes: per-message and per-record cost); '': none",
+    )
+    ap.add_argument("--message-records", type=int, default=200_000, help="records of each CPU-per-message run")
+    ap.add_argument("--message-rounds", type=int, default=3, help="rounds of the CPU-per-message runs")
+    ap.add_argument(
+        "--before",
+        default=BEFORE,
+        help="commit whose worker the CPU-per-message runs measure next to this tree's ('': this tree only)",
+    )
     ap.add_argument("--no-docs", action="store_true")
     args = ap.parse_args()
     batches = [int(b) for b in args.batch.split(",") if b.strip()]
+    sizes = [int(b) for b in args.message_sizes.split(",") if b.strip()]
     if args.scaling_rounds and args.sessions % SCALING_PARTITIONS:
         ap.error(f"--sessions must be a multiple of {SCALING_PARTITIONS}: each partition gets the same sessions")
 
@@ -508,7 +629,28 @@ def main() -> int:
     rows = []
     scaling: list[tuple[int, dict]] = []
     scaling_data = (0, 0, 0)
+    per_message: list[dict] = []
+    trees = [("after", REPO)]
+    if sizes and args.before:
+        trees.insert(0, (f"before ({short_commit(args.before)})", archived_tree(args.before)))
     try:
+        for r in range(args.message_rounds if sizes else 0):
+            for size in sizes:
+                messages, seconds = make_messages(args.message_records, size, args.sessions, args.rate)
+                n_records = sum(len(v) - 56 for _, v in messages) // 64
+                for name, tree in trees:
+                    res = run_scaling(bootstrap, messages, n_records, 3 * seconds, 1, args.timeout, tree, backlog=True)
+                    assert res["points"] == 3 * seconds and sum(res["records_in"]) == n_records, res
+                    assert res["rebalances_during"] == 0, res
+                    res.update(round=r + 1, size=size, tree=name, messages=len(messages), records=n_records)
+                    per_message.append(res)
+                    print(
+                        f"[per message, round {r + 1}, {size} records/message, {name}] "
+                        f"{res['net_cpu_s'] / len(messages) * 1e6:,.1f} µs CPU per message net of idle "
+                        f"({res['cpu_s'][0] / len(messages) * 1e6:,.1f} with it), "
+                        f"{n_records / res['net_cpu_s']:,.0f} records per CPU-second",
+                        flush=True,
+                    )
         for batch in batches:
             messages, seconds = make_messages(args.records, batch, args.sessions, args.rate)
             n_records = sum(len(v) - 56 for _, v in messages) // 64
@@ -557,7 +699,12 @@ def main() -> int:
     date = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     scaling_md = scaling_report(scaling, scaling_data, args, load_end) if scaling else ""
     print(scaling_md, flush=True)
-    if not rows:  # the section has both parts; a scaling-only run just prints
+    per_message_md = per_message_report(per_message, sizes, trees, args) if per_message else ""
+    print(per_message_md, flush=True)
+    if per_message_md and not args.no_docs:  # a section of its own: the runs above may be skipped
+        write_section(MESSAGES_SECTION, per_message_section(per_message_md, env_line, date, load_end, args))
+        print("updated docs/benchmarks.md", flush=True)
+    if not rows:  # the records/s section has the batch rows and the scaling runs; without rows: printed only
         return 0
     table = "\n".join(
         f"| {b} | {m:,} | **{r['rate']:,.0f}** ({r['counted']:,} in {r['span_s']:.2f} s) | {p:,.0f} | {i:,.0f} |"
@@ -581,9 +728,12 @@ records and the first that shows all of them, divided by the time between the tw
 The pure numbers show that the aggregation itself is not the limit: the worker's time goes
 to Faust/aiokafka (fetch, lz4, per-message stream overhead). On this shared 2-core machine
 repeated runs of the same row differ by up to 2x.
+{per_message_md}
 {scaling_md}
 Command: `.local/venv/bin/python bench/processor_records.py --records {args.records} --batch {args.batch}
---scaling-batch {args.scaling_batch} --scaling-rounds {args.scaling_rounds} --port-base {args.port_base}`.
+--scaling-batch {args.scaling_batch} --scaling-rounds {args.scaling_rounds} --message-sizes {args.message_sizes}
+--message-records {args.message_records} --message-rounds {args.message_rounds} --before {args.before}
+--port-base {args.port_base}`.
 """  # noqa: E501 - markdown report: one table row or paragraph per line
     if not args.no_docs:
         write_section(SECTION, text)

@@ -32,6 +32,9 @@
  * Every --stats-interval seconds the counters go to the metrics topic as
  * segscope_altmark_collector line protocol. --stdout writes JSON lines instead
  * of Kafka (tests, debugging).
+ *
+ * Kafka security (TLS, SASL) from SEGSCOPE_KAFKA_* (kafka_security.h, docs/security.md): a setting
+ * that cannot be used exits 2; Kafka refusing the login or an ACL stops the collector, exit 3.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -56,6 +59,7 @@
 #include "altmark_block.h"    /* schemas/c: record + AMB1 batch */
 #include "cli.h"
 #include "kafka_producer.h"
+#include "tether.h"
 
 #define MAX_INSTANCES   16
 #define NS_PER_MS       1000000ULL
@@ -83,6 +87,7 @@ struct collector_opts {
 	bool to_stdout;
 	bool group_flows;            /* one message per instance and tick, key "<node>" */
 	uint32_t max_batch;          /* records per message with group_flows */
+	struct tether tether;        /* --agent-dir / --adopt-timeout (collectors/tether.h) */
 };
 
 /* Collector counters; published as segscope_altmark_collector fields (schemas/metrics.md). */
@@ -168,12 +173,14 @@ static void usage(FILE *f)
 		"        [--brokers 127.0.0.1:19092] [--topic " SEGSCOPE_TOPIC_ALTMARK_BLOCKS "]\n"
 		"        [--metrics-topic " SEGSCOPE_TOPIC_METRICS "] [--stats-interval 1] [--margin-ms T/2]\n"
 		"        [--scan-interval-ms 500] [--flush-timeout-ms 10000] [--stdout]\n"
-		"        [--group-flows [--max-batch 4096]]\n"
+		"        [--group-flows [--max-batch 4096]] [--agent-dir DIR --adopt-timeout S]\n"
 		"DIR: pinned maps of one program instance, e.g. /sys/fs/bpf/segscope/<instance>/altmark_tx\n"
 		"(altmark_flows, altmark_counters; rx also altmark_flowmon). @NODE overrides --node for\n"
 		"that instance's records. --stdout: JSON lines on stdout instead of Kafka.\n"
 		"Default: one message per flow and tick, key \"<node>/<flow_id>\". --group-flows: one\n"
 		"message per instance and tick with every flow's records (cut at --max-batch), key \"<node>\".\n"
+		"--agent-dir/--adopt-timeout: started by the node agent, whose state is in DIR: stops by\n"
+		"itself (as on SIGTERM) once no agent has run for S seconds.\n"
 		"SIGINT/SIGTERM: flush, print counters as JSON; exit 1 if records were lost.\n");
 }
 
@@ -213,7 +220,7 @@ static void parse_args(int argc, char **argv, struct collector_opts *o)
 	cli_prog = "altmark_collector";
 	cli_usage = usage;
 	enum { O_TX = 1, O_RX, O_NODE, O_BROKERS, O_TOPIC, O_MTOPIC, O_INTERVAL, O_MARGIN,
-	       O_SCAN, O_FLUSH, O_STDOUT, O_GROUP, O_MAXBATCH, O_HELP };
+	       O_SCAN, O_FLUSH, O_STDOUT, O_GROUP, O_MAXBATCH, O_AGENT_DIR, O_ADOPT_TIMEOUT, O_HELP };
 	static const struct option longopts[] = {
 		{ "tx-pin-dir", required_argument, NULL, O_TX },
 		{ "rx-pin-dir", required_argument, NULL, O_RX },
@@ -228,6 +235,8 @@ static void parse_args(int argc, char **argv, struct collector_opts *o)
 		{ "stdout", no_argument, NULL, O_STDOUT },
 		{ "group-flows", no_argument, NULL, O_GROUP },
 		{ "max-batch", required_argument, NULL, O_MAXBATCH },
+		{ "agent-dir", required_argument, NULL, O_AGENT_DIR },
+		{ "adopt-timeout", required_argument, NULL, O_ADOPT_TIMEOUT },
 		{ "help", no_argument, NULL, O_HELP },
 		{ 0 },
 	};
@@ -235,6 +244,7 @@ static void parse_args(int argc, char **argv, struct collector_opts *o)
 	int c;
 
 	memset(o, 0, sizeof(*o));
+	tether_init(&o->tether, "altmark_collector");
 	o->brokers = "127.0.0.1:19092";
 	o->topic = SEGSCOPE_TOPIC_ALTMARK_BLOCKS;
 	o->metrics_topic = SEGSCOPE_TOPIC_METRICS;
@@ -269,6 +279,8 @@ static void parse_args(int argc, char **argv, struct collector_opts *o)
 		case O_STDOUT: o->to_stdout = true; break;
 		case O_GROUP: o->group_flows = true; break;
 		case O_MAXBATCH: o->max_batch = parse_int("--max-batch", optarg, MAX_BATCH_RECS, 1 << 17); break;
+		case O_AGENT_DIR: tether_set_dir(&o->tether, optarg); break;
+		case O_ADOPT_TIMEOUT: tether_set_timeout(&o->tether, optarg); break;
 		case O_HELP: usage(stdout); exit(0);
 		default:
 			die_arg(argv[optind - 1], "unknown flag or missing value", NULL);
@@ -283,6 +295,7 @@ static void parse_args(int argc, char **argv, struct collector_opts *o)
 	for (int i = 0; i < o->ninst; i++)
 		if (!o->inst[i].node)
 			o->inst[i].node = o->node;
+	tether_open(&o->tether, "altmark blocks");
 }
 
 /* ------------------------------------------------------------------ kafka */
@@ -295,6 +308,8 @@ static void on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaqu
 	uint64_t records = tag >> 1;
 
 	(void)rk;
+	if (m->err)   /* a refusal (ACL, login) stops the tool; other errors are counted and retried */
+		kafka_note_refusal("altmark_collector", m->err, rd_kafka_err2str(m->err), rd_kafka_topic_name(m->rkt));
 	if (tag & 1) {
 		if (m->err) {
 			s->c.metrics_failed++;
@@ -833,7 +848,7 @@ static void run(struct collector *s)
 	uint64_t now = clock_ns(CLOCK_TAI);
 	uint64_t next_stats = now + stats_ns, next_scan = now, wake = now;
 
-	while (!stop_requested) {
+	while (!stop_requested && !kafka_refusal[0]) {
 		uint64_t next = next_stats;
 
 		now = clock_ns(CLOCK_TAI);
@@ -846,6 +861,8 @@ static void run(struct collector *s)
 		}
 		s->c.ticks++;
 		uint64_t t0 = clock_ns(CLOCK_MONOTONIC);
+		if (tether_orphaned(&s->opts.tether, t0 / 1e9))
+			break;   /* no agent: flush and stop as on SIGTERM */
 		/* rescan before reading: a flow removed or reinstalled must not be read as the old one */
 		for (int i = 0; i < s->opts.ninst; i++)
 			scan_instance(s, &s->inst[i], now);
@@ -894,6 +911,8 @@ int main(int argc, char **argv)
 	uint64_t lost;
 
 	parse_args(argc, argv, &s.opts);
+	if (!s.opts.to_stdout && kafka_security_load("altmark_collector") < 0)
+		return 2;   /* the message names the SEGSCOPE_KAFKA_* variable and the fix */
 	sigaction(SIGINT, &sa, NULL);
 	sigaction(SIGTERM, &sa, NULL);
 	s.ncpus = libbpf_num_possible_cpus();
@@ -931,8 +950,10 @@ int main(int argc, char **argv)
 	run(&s);
 
 	publish_stats(&s, true);
-	if (s.rk)
+	if (s.rk) {
+		kafka_refused_purge(s.rk);   /* refused: what is queued is failed (counted), not waited for */
 		rd_kafka_flush(s.rk, s.opts.flush_timeout_ms);
+	}
 	format_counters_json(&s, json, sizeof(json), true);
 	if (!s.opts.to_stdout)
 		printf("%s\n", json);
@@ -949,6 +970,10 @@ int main(int argc, char **argv)
 		rd_kafka_topic_destroy(s.blocks_topic);
 		rd_kafka_topic_destroy(s.metrics_topic);
 		rd_kafka_destroy(s.rk);
+	}
+	if (kafka_refusal[0]) {
+		fprintf(stderr, "altmark_collector: stopped, Kafka refused this client: %s\n", kafka_refusal);
+		return KAFKA_EXIT_REFUSED;
 	}
 	return lost ? 1 : 0;
 }

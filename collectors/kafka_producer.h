@@ -9,7 +9,8 @@
  * 10-minute message timeout absorb a broker outage of minutes without dropping; a full queue
  * makes kafka_produce_retry() serve delivery reports and try again (counted), never drop: the
  * ring buffer behind it fills instead, and the BPF program counts what it cannot store
- * (drop_ringbuf_full, by name, on the pipeline dashboard).
+ * (drop_ringbuf_full, by name, on the pipeline dashboard). Security (TLS, SASL) comes from
+ * kafka_security.h: a tool calls kafka_security_load() after its arguments, and a refusal stops it.
  */
 #include <stdlib.h>
 #ifndef SEGSCOPE_KAFKA_PRODUCER_H
@@ -18,6 +19,8 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <librdkafka/rdkafka.h>
+
+#include "kafka_security.h"   /* SEGSCOPE_KAFKA_*: TLS, SASL; refusals */
 
 static inline int kafka_conf_set(rd_kafka_conf_t *conf, const char *prog, const char *k, const char *v)
 {
@@ -62,6 +65,9 @@ static inline rd_kafka_t *kafka_producer_new(const char *prog, const char *broke
 	if (queue_kbytes && *queue_kbytes &&
 	    kafka_conf_set(conf, prog, "queue.buffering.max.kbytes", queue_kbytes) < 0)
 		goto fail;   /* the message names SEGSCOPE_KAFKA_QUEUE_KBYTES' value and librdkafka's range */
+	if (kafka_security_apply(conf, prog) < 0)
+		goto fail;
+	rd_kafka_conf_set_error_cb(conf, kafka_on_error);
 	rd_kafka_conf_set_dr_msg_cb(conf, on_delivery);
 	rd_kafka_conf_set_opaque(conf, opaque);
 	rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, err, sizeof(err));
@@ -93,6 +99,19 @@ static inline int kafka_produce_retry(rd_kafka_t *rk, rd_kafka_topic_t *t, const
 		(*queue_full_retries)++;
 		rd_kafka_poll(rk, 10);
 	}
+}
+
+/* After a refusal: drop what is queued (its delivery reports count it failed), so the tool exits
+ * now instead of after its flush timeout; returns KAFKA_EXIT_REFUSED, or 0 when there was none. */
+static inline int kafka_refused_purge(rd_kafka_t *rk)
+{
+	if (!kafka_refusal[0])
+		return 0;
+	if (rk) {
+		rd_kafka_purge(rk, RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT);
+		rd_kafka_poll(rk, 0);
+	}
+	return KAFKA_EXIT_REFUSED;
 }
 
 #endif /* SEGSCOPE_KAFKA_PRODUCER_H */

@@ -34,6 +34,7 @@
 #include "stamp_error_estimate.h"
 #include "stamp_tlv.h"
 #include "cli.h"
+#include "tether.h"
 
 #define MAX_SEGS 16
 #define MAX_PACKET 9000      /* UDP payload bytes: base packet + padding or TLVs */
@@ -58,6 +59,7 @@ struct sender_opts {
 	size_t tlv_len;
 	int ntlvs;
 	const char *stats_file;           /* --stats-file: live counters, rewritten every second */
+	struct tether tether;             /* --agent-dir / --adopt-timeout (collectors/tether.h) */
 };
 
 static volatile sig_atomic_t stop_requested;
@@ -75,9 +77,11 @@ static void usage(FILE *f)
 		"                    [--sport P] [--dport 862] --ssid N --rate PPS\n"
 		"                    [--count N] [--duration SEC] [--padding BYTES]\n"
 		"                    [--format ptp|ntp] [--tai-offset S] [--tlv TYPE:HEX[:FLAGS]]...\n"
-		"                    [--stats-file PATH]\n"
+		"                    [--stats-file PATH] [--agent-dir DIR --adopt-timeout S]\n"
 		"At least one of --count/--duration. Prints one JSON summary line on exit;\n"
-		"--stats-file: {\"sent\":N,\"send_errors\":N} rewritten every second while sending.\n");
+		"--stats-file: {\"sent\":N,\"send_errors\":N} rewritten every second while sending;\n"
+		"--agent-dir/--adopt-timeout: started by the node agent, whose state is in DIR: stops by\n"
+		"itself (\"orphaned\":true in the summary) once no agent has run for S seconds.\n");
 }
 
 static double parse_positive(const char *flag, const char *s)
@@ -179,7 +183,7 @@ static void parse_args(int argc, char **argv, struct sender_opts *o)
 	cli_prog = "stamp_sender";
 	cli_usage = usage;
 	enum { O_NETNS = 1, O_SRC, O_DST, O_SEGS, O_SPORT, O_DPORT, O_SSID, O_RATE,
-	       O_COUNT, O_DURATION, O_PADDING, O_FORMAT, O_TAI_OFFSET, O_TLV, O_STATS_FILE, O_HELP };
+	       O_COUNT, O_DURATION, O_PADDING, O_FORMAT, O_TAI_OFFSET, O_TLV, O_STATS_FILE, O_AGENT_DIR, O_ADOPT_TIMEOUT, O_HELP };
 	static const struct option longopts[] = {
 		{ "netns", required_argument, NULL, O_NETNS },
 		{ "src", required_argument, NULL, O_SRC },
@@ -196,6 +200,8 @@ static void parse_args(int argc, char **argv, struct sender_opts *o)
 		{ "tai-offset", required_argument, NULL, O_TAI_OFFSET },
 		{ "tlv", required_argument, NULL, O_TLV },
 		{ "stats-file", required_argument, NULL, O_STATS_FILE },
+		{ "agent-dir", required_argument, NULL, O_AGENT_DIR },
+		{ "adopt-timeout", required_argument, NULL, O_ADOPT_TIMEOUT },
 		{ "help", no_argument, NULL, O_HELP },
 		{ 0 },
 	};
@@ -203,6 +209,7 @@ static void parse_args(int argc, char **argv, struct sender_opts *o)
 	int c;
 
 	memset(o, 0, sizeof(*o));
+	tether_init(&o->tether, "stamp_sender");
 	o->sport = -1;
 	o->dport = STAMP_PORT;
 	o->ssid = -1;
@@ -225,6 +232,8 @@ static void parse_args(int argc, char **argv, struct sender_opts *o)
 		case O_COUNT: o->count = parse_int("--count", optarg, 1, INT64_MAX); break;
 		case O_DURATION: o->duration_s = parse_positive("--duration", optarg); break;
 		case O_STATS_FILE: o->stats_file = optarg; break;
+		case O_AGENT_DIR: tether_set_dir(&o->tether, optarg); break;
+		case O_ADOPT_TIMEOUT: tether_set_timeout(&o->tether, optarg); break;
 		case O_PADDING: o->padding = parse_int("--padding", optarg, 0, MAX_PACKET - STAMP_BASE_LEN); break;
 		case O_FORMAT:
 			if (!strcmp(optarg, "ptp"))
@@ -263,6 +272,10 @@ static void parse_args(int argc, char **argv, struct sender_opts *o)
 			die_arg("--sport", "default 50000+ssid exceeds 65535; give --sport", NULL);
 		o->sport = 50000 + o->ssid;
 	}
+	char what[32];
+
+	snprintf(what, sizeof(what), "ssid %ld", o->ssid);
+	tether_open(&o->tether, what);
 }
 
 static int enter_netns(const char *name)
@@ -479,6 +492,8 @@ int main(int argc, char **argv)
 			break;
 		if (deadline >= end_deadline)
 			break;
+		if (tether_orphaned(&o.tether, deadline / 1e9))   /* no agent: stop as on SIGTERM */
+			break;
 		while (!stop_requested &&
 		       clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR)
 			;
@@ -500,8 +515,9 @@ int main(int argc, char **argv)
 		printf("\"last_seq\":null,");
 	printf("\"duration_s\":%.6f,\"rate_pps\":%.3f,\"error_estimate\":%u,",
 	       (t_end - start) / 1e9, o.rate_pps, err_est);
-	printf("\"format\":\"%s\",\"tai_offset_s\":%d,\"length\":%zu,\"tlvs\":%d}\n",
-	       o.format == STAMP_TS_NTP ? "ntp" : "ptp", wf.tai_offset_s, len, o.ntlvs);
+	printf("\"format\":\"%s\",\"tai_offset_s\":%d,\"length\":%zu,\"tlvs\":%d%s}\n",
+	       o.format == STAMP_TS_NTP ? "ntp" : "ptp", wf.tai_offset_s, len, o.ntlvs,
+	       o.tether.orphaned ? ",\"orphaned\":true" : "");
 	fflush(stdout);
 	close(fd);
 	free(buf);

@@ -35,6 +35,9 @@
  * The copy never slows the Kafka path: a batch that does not fit into the
  * pipe's free space is not copied, and counted (records_copy_dropped).
  * --no-kafka streams to the copy only (an agent without --kafka).
+ *
+ * Kafka security (TLS, SASL) from SEGSCOPE_KAFKA_* (kafka_security.h, docs/security.md): a setting
+ * that cannot be used exits 2; Kafka refusing the login or an ACL stops the streamer, exit 3.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -61,6 +64,7 @@
 #include "segscope_names.h"
 #include "cli.h"
 #include "kafka_producer.h"
+#include "tether.h"
 #include "stamp_collector.h"   /* datapath/: collector_counter_names */
 
 #define MAX_GROUPS        64      /* distinct keys (SSIDs, flows) held at once before flushing */
@@ -109,6 +113,7 @@ struct streamer_opts {
 	int copy_fd;                   /* --copy-fd: every batch also goes here; -1: none */
 	bool no_kafka;                 /* --no-kafka: the copy only */
 	bool no_metrics;               /* --no-metrics: counters to --stats-json only (the agent publishes them) */
+	struct tether tether;          /* --agent-dir / --adopt-timeout (collectors/tether.h) */
 };
 
 /* Counters. Records are counted when they enter and when Kafka acknowledges them. */
@@ -174,12 +179,15 @@ static void usage(FILE *f)
 		"        [--datapath-stats PATH [--datapath-counter-names a,b,c]]\n"
 		"        [--flush-timeout-ms 10000] [--copy-fd N] [--no-kafka] [--no-metrics]\n"
 		"        [--linger-ms 200] [--key node|session (stamp) | flow (ioam)]\n"
+		"        [--agent-dir DIR --adopt-timeout S]\n"
 		"--records: stamp_records (64-byte stamp_record, stamp_batch) or ioam_records\n"
 		"  (256-byte ioam_record, ioam_batch, key \"<node>/<flow_id>\");\n"
 		"--linger-ms: hold records up to this long (0: send what each poll brought);\n"
 		"--key (stamp): Kafka key per node (one message per linger period) or per SSID (\"<node>/<ssid>\");\n"
 		"--copy-fd N: every batch also to fd N (skipped and counted when the reader is behind);\n"
-		"--no-kafka: to the copy only.\n"
+		"--no-kafka: to the copy only;\n"
+		"--agent-dir/--adopt-timeout: started by the node agent, whose state is in DIR: stops by\n"
+		"itself (drain, flush) once no agent has run for S seconds.\n"
 		"SIGINT/SIGTERM: drain, flush, print counters as JSON; exit 1 if records were lost.\n");
 }
 
@@ -204,7 +212,7 @@ static void parse_args(int argc, char **argv, struct streamer_opts *o)
 	cli_usage = usage;
 	enum { O_RINGBUF = 1, O_NODE, O_BROKERS, O_TOPIC, O_MTOPIC, O_MAXBATCH, O_INTERVAL,
 	       O_STATSJSON, O_DPSTATS, O_DPNAMES, O_FLUSH, O_COPYFD, O_NOKAFKA, O_NOMETRICS, O_LINGER, O_KEY,
-	       O_RECORDS, O_HELP };
+	       O_RECORDS, O_AGENT_DIR, O_ADOPT_TIMEOUT, O_HELP };
 	static const struct option longopts[] = {
 		{ "ringbuf", required_argument, NULL, O_RINGBUF },
 		{ "node", required_argument, NULL, O_NODE },
@@ -223,6 +231,8 @@ static void parse_args(int argc, char **argv, struct streamer_opts *o)
 		{ "linger-ms", required_argument, NULL, O_LINGER },
 		{ "key", required_argument, NULL, O_KEY },
 		{ "records", required_argument, NULL, O_RECORDS },
+		{ "agent-dir", required_argument, NULL, O_AGENT_DIR },
+		{ "adopt-timeout", required_argument, NULL, O_ADOPT_TIMEOUT },
 		{ "help", no_argument, NULL, O_HELP },
 		{ 0 },
 	};
@@ -231,6 +241,7 @@ static void parse_args(int argc, char **argv, struct streamer_opts *o)
 	int c;
 
 	memset(o, 0, sizeof(*o));
+	tether_init(&o->tether, "stamp_streamer");
 	o->kind = RECORDS_STAMP;
 	o->brokers = "127.0.0.1:19092";
 	o->metrics_topic = SEGSCOPE_TOPIC_METRICS;
@@ -272,6 +283,8 @@ static void parse_args(int argc, char **argv, struct streamer_opts *o)
 		case O_NOMETRICS: o->no_metrics = true; break;
 		case O_LINGER: o->linger_ms = parse_int("--linger-ms", optarg, 0, 10000); break;
 		case O_KEY: key_arg = optarg; break;
+		case O_AGENT_DIR: tether_set_dir(&o->tether, optarg); break;
+		case O_ADOPT_TIMEOUT: tether_set_timeout(&o->tether, optarg); break;
 		case O_HELP: usage(stdout); exit(0);
 		default:
 			die_arg(argv[optind - 1], "unknown flag or missing value", NULL);
@@ -319,6 +332,7 @@ static void parse_args(int argc, char **argv, struct streamer_opts *o)
 	for (const char *p = o->node; *p; p++)   /* goes into a line-protocol tag and a Kafka key */
 		if (*p == ',' || *p == ' ' || *p == '=' || *p == '/' || *p == '\\')
 			die_arg("--node", "must not contain , space = / or \\", o->node);
+	tether_open(&o->tether, o->rk->ring);
 }
 
 /* ------------------------------------------------------------------ kafka */
@@ -331,6 +345,8 @@ static void on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaqu
 	uint64_t records = tag >> 1;
 
 	(void)rk;
+	if (m->err)   /* a refusal (ACL, login) stops the tool; other errors are counted and retried */
+		kafka_note_refusal("stamp_streamer", m->err, rd_kafka_err2str(m->err), rd_kafka_topic_name(m->rkt));
 	if (tag & 1) {
 		if (m->err) {
 			s->c.metrics_failed++;
@@ -693,7 +709,7 @@ static void run(struct streamer *s)
 {
 	double next_stats = monotonic_s() + s->opts.stats_interval_s;
 
-	while (!stop_requested) {
+	while (!stop_requested && !kafka_refusal[0]) {
 		int timeout_ms = s->opts.poll_timeout_ms;
 
 		if (s->held_since > 0) {   /* wake up when the held records are due */
@@ -709,6 +725,8 @@ static void run(struct streamer *s)
 		}
 		if (s->held_since > 0 && (monotonic_s() - s->held_since) * 1e3 >= s->opts.linger_ms)
 			flush_groups(s);
+		if (tether_orphaned(&s->opts.tether, monotonic_s()))
+			break;   /* no agent: drain and flush as on SIGTERM */
 		if (s->rk)
 			rd_kafka_poll(s->rk, 0);    /* serve delivery reports */
 		if (monotonic_s() >= next_stats) {
@@ -729,8 +747,10 @@ static void shutdown_streamer(struct streamer *s)
 		flush_groups(s);
 	flush_groups(s);
 	publish_stats(s);
-	if (s->rk)
+	if (s->rk) {
+		kafka_refused_purge(s->rk);   /* refused: what is queued is failed (counted), not waited for */
 		rd_kafka_flush(s->rk, s->opts.flush_timeout_ms);
+	}
 	write_stats_json(s, true);
 }
 
@@ -742,6 +762,8 @@ int main(int argc, char **argv)
 	uint64_t lost;
 
 	parse_args(argc, argv, &s.opts);
+	if (!s.opts.no_kafka && kafka_security_load("stamp_streamer") < 0)
+		return 2;   /* the message names the SEGSCOPE_KAFKA_* variable and the fix */
 	sigaction(SIGINT, &sa, NULL);
 	sigaction(SIGTERM, &sa, NULL);
 	if (ringbuf_open(&s) < 0 || datapath_open(&s) < 0 || (!s.opts.no_kafka && kafka_open(&s) < 0))
@@ -771,6 +793,10 @@ int main(int argc, char **argv)
 		rd_kafka_topic_destroy(s.records_topic);
 		rd_kafka_topic_destroy(s.metrics_topic);
 		rd_kafka_destroy(s.rk);
+	}
+	if (kafka_refusal[0]) {
+		fprintf(stderr, "stamp_streamer: stopped, Kafka refused this client: %s\n", kafka_refusal);
+		return KAFKA_EXIT_REFUSED;
 	}
 	return lost ? 1 : 0;
 }

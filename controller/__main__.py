@@ -1,4 +1,8 @@
-"""segscope controller: python -m controller validate|diff|apply|status FILE [--json]
+"""segscope controller: python -m controller validate|diff|apply|status|run FILE [--json]
+
+run: keep every node at the intent until SIGTERM/SIGINT (controller/README.md, "run"): watch the
+agents, repair what one lost within seconds of it coming back, never touch what it does not own,
+report each repair; with --kafka, one leader among its replicas.
 
 Exit codes:
   0  ok (validate: the file is valid; diff: nothing to do; apply: every call succeeded and every
@@ -96,7 +100,7 @@ def cmd_status(args, intent) -> int:
     from controller.status import collect, render
 
     with Controller(intent, connect_timeout_s=args.timeout) as ctl:
-        status = collect(ctl, args.influx_url, args.influx_db, args.window)
+        status = collect(ctl, args.influx_url, args.influx_db, args.window, args.repairs_window)
     if args.json:
         _print_json(status)
     else:
@@ -104,12 +108,59 @@ def cmd_status(args, intent) -> int:
     return EXIT_OK if all(n["reachable"] for n in status["nodes"].values()) else EXIT_AGENT
 
 
-def main(argv: list[str] | None = None) -> int:
+def cmd_run(args, intent) -> int:
+    import logging
+    import signal
+    import socket
+    import threading
+
+    from controller.leader import KafkaLeadership, NoElection
+    from controller.reconcile import Reconciler
+
+    logging.basicConfig(
+        level=args.log_level,
+        stream=sys.stderr,
+        format="%(asctime)s controller[%(threadName)s] %(levelname)s %(name)s: %(message)s",
+    )
+    replica = args.replica or f"{socket.gethostname()}-{os.getpid()}"
+    election = args.leader_election or ("kafka" if args.kafka else "none")
+    if election == "kafka":
+        if not args.kafka:
+            print("error: --leader-election kafka needs --kafka BROKERS", file=sys.stderr)
+            return EXIT_INVALID
+        leadership = KafkaLeadership(args.kafka, replica)
+    else:
+        leadership = NoElection()
+    rec = Reconciler(
+        args.file,
+        leadership,
+        replica=replica,
+        interval_s=args.interval,
+        kafka=args.kafka,
+        stats_interval_s=args.stats_interval,
+        health=args.health,
+    )
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    logging.getLogger("segscope.controller.run").info(
+        "run %s: replica %s, leader election %s, %d nodes, every node reconciled every %g s",
+        args.file,
+        replica,
+        election,
+        len(intent.nodes),
+        args.interval,
+    )
+    rec.run(stop)
+    return EXIT_OK
+
+
+def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(
         prog="python -m controller", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     ap.add_argument("--version", action="version", version=f"segscope {segscope_version()}")
-    ap.add_argument("command", choices=("validate", "diff", "apply", "status"))
+    ap.add_argument("command", choices=("validate", "diff", "apply", "status", "run"))
     ap.add_argument("file", help="intent YAML (controller/README.md)")
     ap.add_argument("--json", action="store_true", help="machine-readable output")
     ap.add_argument(
@@ -127,7 +178,36 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--window", type=float, default=60.0, help="status: seconds of loss blocks summed per flow (default 60)"
     )
+    ap.add_argument(
+        "--repairs-window", type=float, default=3600.0, help="status: seconds of `run`'s repairs listed (default 3600)"
+    )
+    run = ap.add_argument_group("run")
+    run.add_argument(
+        "--interval", type=float, default=30.0, help="run: every node is reconciled at least this often (s, default 30)"
+    )
+    run.add_argument(
+        "--kafka",
+        default=os.environ.get("SEGSCOPE_KAFKA"),
+        help="run: Kafka bootstrap HOST:PORT (default $SEGSCOPE_KAFKA): leader election among replicas, "
+        "repairs and counters on segscope.metrics",
+    )
+    run.add_argument(
+        "--leader-election",
+        choices=("kafka", "none"),
+        help="run: kafka (the default with --kafka): one replica of the group leads; none: this one always does",
+    )
+    run.add_argument("--replica", help="run: this replica's name in logs and metrics (default HOSTNAME-PID)")
+    run.add_argument("--health", help="run: HOST:PORT for HTTP /healthz /readyz /metrics /status (default off)")
+    run.add_argument("--stats-interval", type=float, default=2.0, help="run: seconds between counter lines (default 2)")
+    run.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = parser()
     args = ap.parse_args(argv)
+    if args.interval < 1:
+        ap.error(f"--interval: {args.interval:g} must be >= 1 second")
     if args.window <= 0:
         ap.error(f"--window: {args.window:g} must be > 0 seconds")
     try:
@@ -140,7 +220,9 @@ def main(argv: list[str] | None = None) -> int:
                 print(line, file=sys.stderr)
             print(f"{len(exc.lines)} problem(s) in {args.file}", file=sys.stderr)
         return EXIT_INVALID
-    handler = {"validate": cmd_validate, "diff": cmd_diff, "apply": cmd_apply, "status": cmd_status}[args.command]
+    handler = {"validate": cmd_validate, "diff": cmd_diff, "apply": cmd_apply, "status": cmd_status, "run": cmd_run}[
+        args.command
+    ]
     try:
         return handler(args, intent)
     except AgentError as exc:

@@ -367,9 +367,10 @@ class AgentClient:
 
     node: NodeSpec
     counter: _Counter = field(default_factory=_Counter)
+    channel_options: list = field(default_factory=list)  # more gRPC channel options (`run`: fast reconnect)
 
     def __post_init__(self):
-        options = [("grpc.keepalive_time_ms", 30000)]
+        options = [("grpc.keepalive_time_ms", 30000), *self.channel_options]
         if self.node.tls.server_name:
             options.append(("grpc.ssl_target_name_override", self.node.tls.server_name))
         raw = grpc.secure_channel(self.node.agent, credentials(self.node), options=options)

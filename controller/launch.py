@@ -79,21 +79,39 @@ class AgentSet:
         return agents
 
     def kill(self, node: str) -> int:
-        """SIGKILL one agent (a crash: no cleanup; its children die with it, PDEATHSIG)."""
+        """SIGKILL one agent (a crash: no cleanup). Its data-path processes outlive it and wait for
+        the next agent (agent/README.md, "Restarts and adoption"); with --adopt-timeout 0 they die
+        with it (PDEATHSIG)."""
         proc = self.procs[node]
         proc.kill()
         return proc.wait()
 
-    def respawn(self, node: str, ready_timeout_s: float = 30.0) -> None:
-        """Start `node`'s agent again on the same address, with the same arguments; its log
-        continues in the same file (after a marker line)."""
+    def stop_node(self, node: str, timeout_s: float = 30.0) -> int:
+        """SIGTERM one agent and wait (with --on-stop handover: an upgrade's first half)."""
+        proc = self.procs[node]
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGTERM)
+        return proc.wait(timeout=timeout_s)
+
+    def respawn(self, node: str, ready_timeout_s: float = 30.0, env: dict[str, str] | None = None) -> None:
+        """Start `node`'s agent again on the same address, with the same arguments (and `env` on
+        top of this process's environment); its log continues in the same file (after a marker line)."""
         if self.procs[node].poll() is None:
             raise LaunchError(f"agent {node} is still running (pid {self.procs[node].pid})")
         lab, run_dir, kafka, extra = self.spawn_args[node]
-        self._spawn(lab, node, run_dir, kafka, extra, append=True)
+        self._spawn(lab, node, run_dir, kafka, extra, append=True, env=env)
         self._wait_serving(node, ready_timeout_s)
 
-    def _spawn(self, lab, node: str, run_dir: Path, kafka: str | None, extra: list[str], append: bool = False) -> None:
+    def _spawn(
+        self,
+        lab,
+        node: str,
+        run_dir: Path,
+        kafka: str | None,
+        extra: list[str],
+        append: bool = False,
+        env: dict[str, str] | None = None,
+    ) -> None:
         self.spawn_args[node] = (lab, run_dir, kafka, extra)
         cmd = [
             sys.executable,
@@ -122,7 +140,11 @@ class AgentSet:
         if append:
             log.write("--- agent restarted ---\n")
             log.flush()
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "schemas" / "python")])}
+        env = {
+            **os.environ,
+            **(env or {}),
+            "PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "schemas" / "python")]),
+        }
         self.procs[node] = subprocess.Popen(
             cmd, stdout=log, stderr=subprocess.STDOUT, cwd=REPO, env=env, start_new_session=True
         )

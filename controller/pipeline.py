@@ -33,7 +33,8 @@ from segscope_schemas.names import BPFFS_PIN_ROOT
 
 REPO = Path(__file__).resolve().parent.parent
 BPFFS_ROOT = Path(BPFFS_PIN_ROOT)
-SENDER_EXIT_RE = re.compile(r"stamp_sender ssid (\d+) exited (-?\d+): (\{.*?\})(?: stderr:.*)?$", re.M)
+# "exited N" for a sender this agent started, "ended (pid N, adopted)" for one it adopted
+SENDER_EXIT_RE = re.compile(r"stamp_sender ssid (\d+) (?:exited (-?\d+)|ended[^{]*?): (\{.*?\})(?: stderr:.*)?$", re.M)
 
 
 class PipelineError(RuntimeError):
@@ -41,8 +42,16 @@ class PipelineError(RuntimeError):
 
 
 class ControlledPipeline:
-    def __init__(self, lab, stack, run_dir: str | Path, nodes: tuple[str, ...] = ("A", "R", "B")):
+    def __init__(
+        self,
+        lab,
+        stack,
+        run_dir: str | Path,
+        nodes: tuple[str, ...] = ("A", "R", "B"),
+        agent_args: list[str] | None = None,
+    ):
         self.lab, self.stack = lab, stack
+        self.agent_args = agent_args or []  # extra arguments of every agent (e.g. --on-stop handover)
         self.run_dir = Path(run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.nodes = nodes
@@ -58,13 +67,26 @@ class ControlledPipeline:
         self.stop()
 
     # ------------------------------------------------------------------ start / stop
-    def start_agents(self) -> AgentSet:
-        self.agents = AgentSet.start(
-            self.lab, list(self.nodes), self.run_dir / "agents", kafka=self.stack.kafka_bootstrap
-        )
-        for key, value in self.agents.env.items():  # the intent file reads these
+    def _set_env(self, values: dict[str, str]) -> None:
+        for key, value in values.items():  # restored by stop()
             self._saved_env.setdefault(key, os.environ.get(key))
             os.environ[key] = value
+
+    def kafka_env(self, role: str) -> dict[str, str]:
+        """SEGSCOPE_KAFKA_* of a program of `role` on the stack's Kafka ({} when it is plaintext)."""
+        return self.stack.kafka_env(role) if hasattr(self.stack, "kafka_env") else {}
+
+    def start_agents(self) -> AgentSet:
+        # the agents (and the C tools they start) log in to Kafka as the agent role
+        self._set_env(self.kafka_env("agent"))
+        self.agents = AgentSet.start(
+            self.lab,
+            list(self.nodes),
+            self.run_dir / "agents",
+            kafka=self.stack.kafka_bootstrap,
+            extra_args=self.agent_args,
+        )
+        self._set_env(self.agents.env)  # the intent file reads these
         return self.agents
 
     def start_processor(self, kind: str = "delay") -> None:
@@ -76,7 +98,7 @@ class ControlledPipeline:
             stderr=subprocess.STDOUT,
             cwd=REPO,
             start_new_session=True,
-            env={**os.environ, "SEGSCOPE_KAFKA": self.stack.kafka_bootstrap},
+            env={**os.environ, "SEGSCOPE_KAFKA": self.stack.kafka_bootstrap, **self.kafka_env("processor")},
         )
         log.close()
 

@@ -1,6 +1,7 @@
 """`status`: each session, flow and in-line monitor of the intent, its state on the agents, its
 latest delay (`stamp_delay`), loss (`altmark_loss`) and worst hop (`inline_hop_delay`) from
-InfluxDB (InfluxQL over the v1 HTTP API).
+InfluxDB (InfluxQL over the v1 HTTP API); and what `controller run` repaired
+(`segscope_controller_repair`) and which of its replicas leads (`segscope_controller`).
 """
 
 from __future__ import annotations
@@ -95,6 +96,24 @@ def worst_hop(url: str, db: str, flow_id: int, window_s: float) -> dict | None:
     }
 
 
+def recent_repairs(url: str, db: str, window_s: float, limit: int = 20) -> list[dict]:
+    """The newest repairs of `controller run` (any replica) within window_s, newest first."""
+    q = (
+        f'SELECT * FROM "segscope_controller_repair" WHERE time > now() - {int(window_s * 1000)}ms '
+        f"ORDER BY time DESC LIMIT {int(limit)}"
+    )
+    return influx_query(url, db, q)
+
+
+def run_replicas(url: str, db: str, window_s: float = 60.0) -> list[dict]:
+    """Each replica of `controller run` seen within window_s: its newest counter line."""
+    q = (
+        f'SELECT * FROM "segscope_controller" WHERE time > now() - {int(window_s * 1000)}ms '
+        f'GROUP BY "replica" ORDER BY time DESC LIMIT 1'
+    )
+    return influx_query(url, db, q)
+
+
 def session_loss(snd) -> dict:
     """Packets received by the sender's agent, and, once the run has stopped, the exact loss
     (sent - received). While the sender runs its live `sent` is at most a second old and replies
@@ -108,9 +127,18 @@ def session_loss(snd) -> dict:
     return {"packets_received": got, "packets_lost": lost, "loss_ratio": (lost / sent) if sent else None}
 
 
-def collect(ctl: Controller, influx_url: str, influx_db: str, window_s: float = 60.0) -> dict:
+def collect(
+    ctl: Controller, influx_url: str, influx_db: str, window_s: float = 60.0, repairs_window_s: float = 3600.0
+) -> dict:
     """Everything status shows, as one JSON-able dict (also what --json prints)."""
-    out: dict[str, Any] = {"nodes": {}, "sessions": [], "flows": [], "inline_monitors": [], "influx_error": None}
+    out: dict[str, Any] = {
+        "nodes": {},
+        "sessions": [],
+        "flows": [],
+        "inline_monitors": [],
+        "run": {"window_s": repairs_window_s, "replicas": [], "repairs": []},
+        "influx_error": None,
+    }
     sessions_by_node: dict[str, dict] = {}
     flows_by_node: dict[str, dict] = {}
     inline_by_node: dict[str, dict] = {}
@@ -166,6 +194,34 @@ def collect(ctl: Controller, influx_url: str, influx_db: str, window_s: float = 
         except (requests.RequestException, RuntimeError) as exc:
             out["influx_error"] = str(exc)
         out["sessions"].append(row)
+    try:
+        now = time.time_ns()
+        out["run"]["replicas"] = [
+            {
+                "replica": r.get("replica"),
+                "leader": bool(r.get("leader")),
+                "repairs": r.get("repairs"),
+                "repair_errors": r.get("repair_errors"),
+                "left_alone": r.get("left_alone"),
+                "agents_up": r.get("agents_up"),
+                "agents": r.get("agents"),
+                "age_s": round((now - r["time"]) / 1e9, 1),
+            }
+            for r in run_replicas(influx_url, influx_db)
+        ]
+        out["run"]["repairs"] = [
+            {
+                "age_s": round((now - r["time"]) / 1e9, 1),
+                **{
+                    k: r.get(k) for k in ("node", "action", "kind", "key", "rpcs", "reason", "after_agent_s", "replica")
+                },
+                "ok": bool(r.get("ok")),
+                "error": r.get("error"),
+            }
+            for r in recent_repairs(influx_url, influx_db, repairs_window_s)
+        ]
+    except (requests.RequestException, RuntimeError) as exc:
+        out["influx_error"] = str(exc)
     for f in ctl.intent.flows:
         tx = flows_by_node.get(f.ingress.node, {}).get((1, f.flow_id))
         rx = flows_by_node.get(f.egress.node, {}).get((2, f.flow_id))
@@ -335,6 +391,31 @@ def render(status: dict) -> str:
         )
     if not status.get("inline_monitors"):
         lines.append("(no in-line monitors in the intent)")
+    if "run" in status:
+        lines += _render_run(status["run"])
     if status.get("influx_error"):
         lines += ["", f"InfluxDB not readable: {status['influx_error']}"]
     return "\n".join(lines)
+
+
+def _render_run(run: dict) -> list[str]:
+    """Which replica of `controller run` leads, and its newest repairs."""
+    lines = [""]
+    leaders = [r["replica"] for r in run.get("replicas", []) if r.get("leader")]
+    lines.append(
+        f"controller run: {len(run.get('replicas', []))} replica(s) seen in the last minute"
+        + (f", leader {', '.join(leaders)}" if leaders else ", none leads")
+    )
+    repairs = run.get("repairs", [])
+    lines.append(
+        f"repairs in the last {_fmt(run.get('window_s'), ' s', 0)}: {len(repairs)}"
+        + (" (newest first)" if repairs else "")
+    )
+    for r in repairs:
+        after = f", {r['after_agent_s']:.2f} s after the agent came back" if r.get("after_agent_s") is not None else ""
+        state = "ok" if r.get("ok") else f"FAILED: {r.get('error')}"
+        lines.append(
+            f"  {_fmt(r.get('age_s'), ' s'):>8} ago  {r.get('node') or '-':<6} {r.get('action') or '':<8}"
+            f"{r.get('kind') or '':<16} {r.get('key') or '':<14} [{r.get('rpcs')}] {r.get('reason')}{after}: {state}"
+        )
+    return lines

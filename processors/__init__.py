@@ -1,5 +1,5 @@
 """Faust stream processors: delay (STAMP records -> delay statistics), loss (altmark blocks ->
-block loss), topology (node views + measurements -> ArangoDB). worker.py holds what they share.
+block loss), topology (node views + measurements -> ArangoDB). runtime/ holds what they share.
 
 The wire-format package lives in schemas/python (pytest adds it via pytest.ini); a worker run
 from the repository root without installing it finds it here."""

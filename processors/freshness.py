@@ -109,7 +109,9 @@ def run(args, stop: threading.Event) -> int:
 
     user = os.environ.get("SEGSCOPE_INFLUX_USER")
     auth = (user, os.environ.get("SEGSCOPE_INFLUX_PASSWORD", "")) if user else None
-    producer = Producer({"bootstrap.servers": args.bootstrap, "linger.ms": 5, "acks": "all"})
+    from segscope_kafka import kafka_config
+
+    producer = Producer(kafka_config({"bootstrap.servers": args.bootstrap, "linger.ms": 5, "acks": "all"}))
     tracker, first, errors = Tracker(), True, 0
     next_report = time.monotonic() + args.report_s
     while not stop.is_set():

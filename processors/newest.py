@@ -41,8 +41,8 @@ import asyncio
 import logging
 from dataclasses import dataclass
 
+from processors.runtime.config import ConfigError
 from processors.topology.model import MEASURED_PREFIXES, complete_is_true
-from processors.worker import ConfigError
 from segscope_schemas.line_protocol import LineError, parse_fields, parse_line
 
 log = logging.getLogger("segscope.newest")

@@ -27,7 +27,7 @@ import socket
 import threading
 import time
 
-from processors.worker import watermarks
+from processors.runtime.topics import watermarks
 from segscope_schemas import path_record as pr
 
 log = logging.getLogger("segscope.paths")
@@ -167,13 +167,17 @@ class PathBook:
         started), then follow it in a daemon thread. The topic must exist (ensure_topics)."""
         from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
+        from segscope_kafka import kafka_config
+
         self._consumer = c = Consumer(
-            {
-                "bootstrap.servers": self.bootstrap,
-                "group.id": f"segscope-paths-{socket.gethostname()}-{os.getpid()}",  # never joined
-                "enable.auto.commit": False,
-                "enable.auto.offset.store": False,
-            }
+            kafka_config(
+                {
+                    "bootstrap.servers": self.bootstrap,
+                    "group.id": f"segscope-paths-{socket.gethostname()}-{os.getpid()}",  # never joined
+                    "enable.auto.commit": False,
+                    "enable.auto.offset.store": False,
+                }
+            )
         )
         parts = c.list_topics(self.topic, timeout=timeout_s).topics[self.topic].partitions
         if not parts:

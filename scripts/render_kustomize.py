@@ -2,7 +2,11 @@
 
     kustomize/base/segscope.yaml                 agent, processors, Telegraf, endpoints, policies
     kustomize/components/bundled/bundled.yaml    Kafka, InfluxDB, ArangoDB, Grafana + their policies
-    kustomize/components/controller/controller.yaml   the apply Job and the drift CronJob
+    kustomize/components/controller/controller.yaml   the apply Job and the `run` Deployment (+ its PDB)
+    kustomize/components/kafka-sasl-ssl/patches.yaml  Kafka over SASL_SSL, a principal per role
+                                                       (strategic-merge patches of the Kafka clients)
+    kustomize/components/controller-kafka-sasl-ssl/patches.yaml   the same for the controller's
+                                                       `run` Deployment (with both components above)
 
     .local/venv/bin/python scripts/render_kustomize.py [--helm PATH] [--out DIR] [--check]
 
@@ -42,6 +46,15 @@ COMMON = [
     "--set", "tls.existing.controllerSecret=segscope-controller-tls",
 ]  # fmt: skip
 BUNDLED_KINDS = ("kafka", "influxdb", "arangodb", "grafana")
+# the Kafka security of the kafka-sasl-ssl component: the chart's prod example's (Secrets per role)
+KAFKA_SASL_SSL = [
+    "--set", "kafka.security.protocol=SASL_SSL",
+    "--set", "kafka.security.caSecret=kafka-cluster-ca",
+    *[a for r in ("agent", "processor", "telegraf", "admin")
+      for a in ("--set", f"kafka.security.users.{r}.secret=segscope-kafka-{r}")],
+    # Debian 12's librdkafka 2.0.2 (the agent's C tools) cannot SCRAM with Kafka 4.x: PLAIN over TLS
+    "--set", "kafka.security.users.agent.mechanism=PLAIN",
+]  # fmt: skip
 
 
 def helm_template(helm: str, *args: str) -> list[dict]:
@@ -97,6 +110,50 @@ def dump(docs: list[dict]) -> str:
     return HEADER + "".join("---\n" + yaml.safe_dump(d, sort_keys=False, width=120) for d in docs)
 
 
+def kafka_patches(plain: list[dict], secured: list[dict]) -> list[dict]:
+    """Strategic-merge patches that turn the plaintext base's Kafka clients into the secured ones:
+    per workload, the containers' added env and mounts (and changed args), the added init containers
+    and volumes. Lists merge by name (mountPath for mounts), so the base's entries stay."""
+    before = {(d["kind"], d["metadata"]["name"]): d for d in plain}
+    out = []
+    for d in secured:
+        old = before.get((d["kind"], d["metadata"]["name"]))
+        if old is None or "template" not in d.get("spec", {}):
+            continue
+        new_ps, old_ps = d["spec"]["template"]["spec"], old["spec"]["template"]["spec"]
+        ps: dict = {}
+        for key in ("initContainers", "containers"):
+            olds = {c["name"]: c for c in old_ps.get(key, [])}
+            items = []
+            for c in new_ps.get(key, []):
+                o = olds.get(c["name"])
+                if o is None:
+                    items.append(c)  # a container of its own (Telegraf's config renderer)
+                    continue
+                item: dict = {"name": c["name"]}
+                env = [e for e in c.get("env", []) if e not in o.get("env", [])]
+                mounts = [m for m in c.get("volumeMounts", []) if m not in o.get("volumeMounts", [])]
+                if env:
+                    item["env"] = env
+                if mounts:
+                    item["volumeMounts"] = mounts
+                if c.get("args") != o.get("args"):
+                    item["args"] = c["args"]
+                if len(item) > 1:
+                    items.append(item)
+            if items:
+                ps[key] = items
+        volumes = [v for v in new_ps.get("volumes", []) if v not in old_ps.get("volumes", [])]
+        if volumes:
+            ps["volumes"] = volumes
+        if ps:
+            meta = {"name": d["metadata"]["name"]}
+            out.append(
+                {"apiVersion": d["apiVersion"], "kind": d["kind"], "metadata": meta, "spec": {"template": {"spec": ps}}}
+            )
+    return out
+
+
 def render(helm: str) -> dict[str, str]:
     external = [
         "--set", "kafka.bundled=false", "--set", "kafka.bootstrap=segscope-kafka:9092",
@@ -108,10 +165,25 @@ def render(helm: str) -> dict[str, str]:
     everything = [relabel(d) for d in helm_template(helm, "--set", "controller.intent=")]
     bundled = [d for d in everything if is_bundled(d)]
     with_controller = [relabel(d) for d in helm_template(helm, *external, "--set", "controller.intent=version: 1")]
-    controller = [d for d in with_controller if d["kind"] in ("Job", "CronJob")]
+
+    def runs_controller(d: dict) -> bool:  # the `run` Deployment and its PDB
+        return d["metadata"].get("labels", {}).get("app.kubernetes.io/component") == "controller-run"
+
+    controller = [d for d in with_controller if d["kind"] == "Job" or runs_controller(d)]
+    secured = [relabel(d) for d in helm_template(helm, *external, *KAFKA_SASL_SSL, "--set", "controller.intent=")]
+    patches = kafka_patches(base, secured)
+    secured_ctl = [
+        relabel(d) for d in helm_template(helm, *external, *KAFKA_SASL_SSL, "--set", "controller.intent=version: 1")
+    ]
+    ctl_patches = kafka_patches(
+        [d for d in controller if d["kind"] == "Deployment"],
+        [d for d in secured_ctl if d["kind"] == "Deployment" and runs_controller(d)],
+    )
     base = [d for d in base if not is_bundled(d)]
     for d in controller:  # the overlay's configMapGenerator makes the intent; the hash changes with it
-        tmpl = d["spec"]["template"] if d["kind"] == "Job" else d["spec"]["jobTemplate"]["spec"]["template"]
+        if d["kind"] not in ("Job", "Deployment"):
+            continue
+        tmpl = d["spec"]["template"]
         tmpl["metadata"].get("annotations", {}).pop("checksum/intent", None)
         if not tmpl["metadata"].get("annotations"):
             tmpl["metadata"].pop("annotations", None)
@@ -119,6 +191,8 @@ def render(helm: str) -> dict[str, str]:
         "base/segscope.yaml": dump(base),
         "components/bundled/bundled.yaml": dump(bundled),
         "components/controller/controller.yaml": dump(controller),
+        "components/kafka-sasl-ssl/patches.yaml": dump(patches),
+        "components/controller-kafka-sasl-ssl/patches.yaml": dump(ctl_patches),
     }
 
 

@@ -2,8 +2,15 @@
 # The test command (README, .ci/run via `make test`). Runs every test as root:
 # codec tests in C and Python, datapath tests with real XDP programs in network
 # namespaces, and the end-to-end pipeline through real Kafka, InfluxDB and
-# Telegraf. Services and namespaces the tests start are stopped by the tests;
-# the trap below only sweeps up after a crash.
+# Telegraf. Lint first, then scripts/test_groups.py: the suite in parallel groups,
+# each with its own service stack (tests/README.md). Services and namespaces the
+# tests start are stopped by the tests; the runner sweeps up after a crash or an
+# interrupt, and the trap below after the runner.
+#
+#   bash scripts/test.sh                    everything (make test)
+#   bash scripts/test.sh --quick            units, codecs, BPF_PROG_TEST_RUN; no services (make test-quick)
+#   bash scripts/test.sh tests/agent -x     these pytest arguments, as one group with its own stack
+#   bash scripts/test.sh --plan             how the suite is split, without running it
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PY=.local/venv/bin/python
@@ -13,24 +20,47 @@ if [ "$(id -u)" != 0 ]; then
   exit 2
 fi
 
+quick=0
+for arg in "$@"; do [ "$arg" = --quick ] && quick=1; done
+
 sweep() {
   # the background build of the Kubernetes tools, if it still runs (its own process group)
   [ -n "${K8S_PID:-}" ] && kill -- "-$K8S_PID" 2>/dev/null
+  # the runner, if a signal ended this script first: it interrupts its groups and sweeps them
+  if [ -n "${RUNNER_PID:-}" ] && kill -0 "$RUNNER_PID" 2>/dev/null; then
+    kill -TERM "$RUNNER_PID" 2>/dev/null
+    wait "$RUNNER_PID" 2>/dev/null
+  fi
+  # the default stack and labs of this checkout, should a plain pytest run have left them
   $PY -m services.stack down --if-unused >/dev/null 2>&1 || true
-  for p in te2e ctla ctlbt amlab_gt amlab_e2e agt dpl; do $PY -m netlab down --prefix "$p" >/dev/null 2>&1 || true; done
+  for state in .run/netlab/*/state.json; do
+    [ -e "$state" ] && $PY -m netlab down --prefix "$(basename "$(dirname "$state")")" >/dev/null 2>&1
+  done
+  return 0
 }
-trap sweep EXIT INT TERM
+trap sweep EXIT
+# a signal: the EXIT trap does the sweeping (the runner gets the signal and tears its groups down)
+trap 'exit 130' INT
+trap 'exit 143' TERM
 
 # The Kubernetes tools of tests/deploy/ (helm, kustomize, kubeconform, kube-score: 3-5 min of
 # `go install` from cold) build in the background at the lowest priority while the other tests
-# run; the deploy tests run last (tests/conftest.py) and wait for it (tests/deploy/k8s.py).
-mkdir -p .local/bin
-nice -n 19 setsid bash scripts/k8s_tools.sh > .local/bin/.k8s-tools.log 2>&1 &
-K8S_PID=$!
-echo "$K8S_PID" > .local/bin/.k8s-tools.pid
+# run; the deploy tests run last in their group (tests/conftest.py) and wait for it (tests/deploy/k8s.py).
+if [ "$quick" = 0 ]; then
+  mkdir -p .local/bin
+  nice -n 19 setsid bash scripts/k8s_tools.sh > .local/bin/.k8s-tools.log 2>&1 &
+  K8S_PID=$!
+  echo "$K8S_PID" > .local/bin/.k8s-tools.pid
+fi
 
 # Lint and format first (ruff.toml): a minute of pytest is not spent on code that fails them.
 .local/venv/bin/ruff check . || exit 1
 .local/venv/bin/ruff format --check . || { echo "run: .local/venv/bin/ruff format ." >&2; exit 1; }
 
-$PY -m pytest "$@"
+# In the background and waited for, so that a signal to this script runs its trap at once.
+$PY scripts/test_groups.py "$@" &
+RUNNER_PID=$!
+wait "$RUNNER_PID"
+rc=$?
+RUNNER_PID=
+exit "$rc"

@@ -2,6 +2,7 @@
 
     .local/venv/bin/python -m services.stack up|down|status [--only kafka,influxdb,telegraf]
                                                            [--run-dir DIR] [--port-base N]
+                                                           [--kafka-security plaintext|sasl_ssl]
 
 Each service gets a directory under the run dir (default .run/services) with its rendered
 config, a PID file, a log file and its data. Default endpoints (port_base None):
@@ -24,6 +25,9 @@ Python API:
 from stopped keeps its data (Kafka's topics and offsets, InfluxDB's database), also after a crash;
 fresh=True (`--fresh`) wipes it first (the tests start so: empty topics, an empty database).
 `status` says Kafka is ready only when every registry topic has a serving leader.
+kafka_security="sasl_ssl" (`--kafka-security sasl_ssl`) starts Kafka with a SASL_SSL listener, ACLs and
+a user per role (services/kafka/security.py); stack.kafka_env(role) gives a program of that role its
+SEGSCOPE_KAFKA_* settings, and Telegraf logs in as the telegraf role.
 Progress goes to stderr, one line per step with its duration.
 
 This file only orders the services and holds the CLI; each service's start and readiness is in
@@ -54,6 +58,8 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_RUN_DIR = REPO_ROOT / ".run" / "services"
 
 SERVICE_NAMES = ("kafka", "influxdb", "telegraf")  # start order; stop order is the reverse
+# plaintext: no TLS, no login, no ACLs; sasl_ssl: services/kafka/security.py (a user per role, ACLs)
+KAFKA_SECURITY_MODES = ("plaintext", "sasl_ssl")
 # re-exported for callers of this module (the registry is the one place they are defined)
 METRICS_TOPIC = TOPIC_METRICS
 TELEGRAF_GROUP = GROUP_TELEGRAF
@@ -94,13 +100,24 @@ class Stack:
         *,
         fresh: bool = False,
         quiet: bool = False,
+        kafka_security: str | None = None,
     ) -> None:
         self.run_dir = Path(run_dir).resolve() if run_dir else DEFAULT_RUN_DIR
         self.port_base = port_base
         self.ports = Ports.for_base(port_base)
         self.fresh = fresh
         self.quiet = quiet
-        kafka = Kafka(self.run_dir, self._say, self.ports.kafka, self.ports.kafka_controller, fresh=fresh)
+        self.kafka_security = (kafka_security or "plaintext").lower()
+        if self.kafka_security not in KAFKA_SECURITY_MODES:
+            raise StackError(f"kafka_security={kafka_security!r}: use one of {', '.join(KAFKA_SECURITY_MODES)}")
+        kafka = Kafka(
+            self.run_dir,
+            self._say,
+            self.ports.kafka,
+            self.ports.kafka_controller,
+            fresh=fresh,
+            security=self.kafka_security == "sasl_ssl",
+        )
         influxdb = InfluxDB(self.run_dir, self._say, self.ports.influx_http, self.ports.influx_rpc, keep_data=not fresh)
         self.services: dict[str, Service] = {
             "kafka": kafka,
@@ -205,13 +222,26 @@ class Stack:
         result["telegraf"]["consumer_group"] = TELEGRAF_GROUP
         return result
 
-    def endpoints(self) -> dict[str, str]:
-        return {
+    def kafka_env(self, role: str = "admin") -> dict[str, str]:
+        """The SEGSCOPE_KAFKA_* settings of a program of `role` (agent, processor, telegraf, admin)
+        on this stack's Kafka: {} when it is plaintext."""
+        return self.services["kafka"].client_env(role)
+
+    def endpoints(self) -> dict:
+        out = {
             "kafka_bootstrap": self.kafka_bootstrap,
             "influx_url": self.influx_url,
             "influx_db": self.influx_db,
             "run_dir": str(self.run_dir),
         }
+        sec = self.services["kafka"].security
+        if sec is not None:
+            from segscope_kafka.acls import ROLES
+
+            out["kafka_security"] = self.kafka_security
+            # `set -a; . FILE; set +a` gives a shell the settings of a program of that role
+            out["kafka_client_settings"] = {r: str(sec.role_dir(r) / "kafka.env") for r in ROLES}
+        return out
 
     def __enter__(self) -> "Stack":
         try:
@@ -307,9 +337,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--if-unused", action="store_true", help="down: do nothing while a test session holds a lease on the run dir"
     )
+    parser.add_argument(
+        "--kafka-security",
+        choices=KAFKA_SECURITY_MODES,
+        default=os.environ.get("SEGSCOPE_STACK_KAFKA_SECURITY", "plaintext"),
+        help="Kafka's listener: plaintext (default), or sasl_ssl: TLS, SASL, ACLs and a user per role "
+        "(services/kafka/security.py; env SEGSCOPE_STACK_KAFKA_SECURITY)",
+    )
     args = parser.parse_args(argv)
     only = args.only.split(",") if args.only else None
-    stack = Stack(run_dir=args.run_dir, port_base=args.port_base, fresh=args.fresh)
+    try:
+        stack = Stack(
+            run_dir=args.run_dir, port_base=args.port_base, fresh=args.fresh, kafka_security=args.kafka_security
+        )
+    except StackError as exc:
+        print(f"[stack] ERROR: {exc}", file=sys.stderr)
+        return 2
     try:
         if args.command == "up":
             stack.up(only)

@@ -53,6 +53,9 @@ def _stack_from_env() -> Stack:
 @pytest.fixture(scope="session")
 def stack():
     """Kafka + InfluxDB + Telegraf, ready (Telegraf's consumer group has a member), for the session."""
+    if os.environ.get("SEGSCOPE_TEST_QUICK"):
+        # `make test-quick` promises no services: a module that needs them is not a quick one
+        pytest.fail("this test uses the service stack: remove its module from [quick] in tests/schedule.toml")
     stack = _stack_from_env()
     session = stack.shared()
     try:

@@ -139,7 +139,9 @@ class NodeViewPublisher:
         if self._producer is None:
             from confluent_kafka import Producer
 
-            self._producer = Producer(self._producer_conf)
+            from segscope_kafka import kafka_config
+
+            self._producer = Producer(kafka_config(self._producer_conf))
 
     def _run(self) -> None:
         while not self._stop.wait(self.poll_s):

@@ -28,15 +28,19 @@ class KafkaOut:
     def __init__(self, brokers: str, node: str, topic: str = RECORDS_TOPIC, metrics_topic: str = METRICS_TOPIC):
         from confluent_kafka import Producer
 
+        from segscope_kafka import kafka_config
+
         self.node, self.topic, self.metrics_topic = node, topic, metrics_topic
         self.producer = Producer(
-            {
-                "bootstrap.servers": brokers,
-                "enable.idempotence": True,
-                "acks": "all",
-                "linger.ms": 5,
-                "compression.type": "lz4",
-            }
+            kafka_config(
+                {
+                    "bootstrap.servers": brokers,
+                    "enable.idempotence": True,
+                    "acks": "all",
+                    "linger.ms": 5,
+                    "compression.type": "lz4",
+                }
+            )
         )
         self.batch_seq = 0
         self.counters = {

@@ -8,10 +8,11 @@ Settings come from the environment (processors/delay/config.py): SEGSCOPE_KAFKA_
 SEGSCOPE_TOPIC_STAMP_RECORDS, SEGSCOPE_TOPIC_METRICS, SEGSCOPE_TOPIC_DEADLETTER,
 SEGSCOPE_DELAY_APP_ID (consumer group), SEGSCOPE_DELAY_GRACE_S, SEGSCOPE_DELAY_RETENTION_S, ...
 
-Per Kafka message the agent does one decode (np.frombuffer) and one vectorised fold into
-the aggregator, nothing else; statistics and all output happen in the 1 s timer, which
-batches many lines into one Kafka message. Faust itself handles a few thousand messages
-per second here, so the record rate comes from the records per message.
+Input comes in batches (processors/runtime/intake.py): the messages of one fetch, without
+Faust's per-event work. Per message the worker decodes (np.frombuffer); the records of all the
+messages of a partition in the batch go into the aggregator in one vectorised call, and the batch
+is held (and later acked) as one. Statistics and all output happen in the 1 s timer, which
+batches many lines into one Kafka message.
 
 Crash safety (kill -9 loses nothing, counts nothing twice): an input message is acknowledged,
 so its offset may be committed, only when every second it added records to has left the
@@ -28,6 +29,7 @@ The cost: on restart, up to retention_s (60 s) of input is read again.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import logging
 import time
@@ -41,15 +43,13 @@ from processors.delay.config import DelayConfig
 from processors.delay.topics import ensure_topics
 from processors.newest import attach_newest
 from processors.paths import PathBook
-from processors.worker import (
-    InOrderAcks,
-    PartitionMoves,
-    ProcessorHealth,
-    dead_letter,
-    decode_or_dead_letter,
-    faust_app_settings,
-    read_progress,
-)
+from processors.runtime.acks import InOrderAcks
+from processors.runtime.config import faust_app_settings
+from processors.runtime.deadletters import dead_letter, decode_or_dead_letter
+from processors.runtime.health import ProcessorHealth
+from processors.runtime.intake import BatchIntake
+from processors.runtime.moves import PartitionMoves
+from processors.runtime.topics import read_progress
 from segscope_schemas.names import TOPIC_CONFIG, TOPIC_PATHS
 from segscope_schemas.stamp_record import decode_batch
 
@@ -82,6 +82,7 @@ class DelayApp(faust.App):
         ensure_topics(cfg.bootstrap, [PROGRESS_TOPIC], config={"cleanup.policy": "compact"})
         ensure_topics(cfg.bootstrap, [cfg.paths_topic], config=TOPIC_CONFIG[TOPIC_PATHS])
         paths.start()  # the paths published so far, before the first record is taken
+        intake.install()  # before the consumer's fetcher starts
         health.serve()  # the progress topic is read at each partition assignment (moves.on_assigned)
         log.info(
             "delay processor: %s -> %s (dead letters: %s), broker %s, group %s, grace %.1f s, retention %.0f s",
@@ -186,35 +187,45 @@ async def write_progress() -> None:
 deadletter_topic = app.topic(cfg.deadletter_topic, key_serializer="raw", value_serializer="raw")
 
 
-def handle_message(message) -> tuple[bytes | None, dict[tuple[str, int], int]]:
-    """Decode one message and fold it into the aggregator: (a dead letter or None, the last
-    second it added records to, per session)."""
-    header, records, letter = decode_or_dead_letter(message, decode_batch, aggregator.counters)
-    if letter is not None:
-        return letter, {}
+def handle_messages(messages: list) -> tuple[list[tuple[object, bytes]], dict[tuple[str, int], int]]:
+    """Decode messages and fold their records into the aggregator in one call: ([(message, its dead
+    letter)], per session the last second the records belong to, which their acks wait for)."""
+    letters = []
+    parts: list[tuple[str, np.ndarray]] = []
+    taken = []
+    for message in messages:
+        header, records, letter = decode_or_dead_letter(message, decode_batch, aggregator.counters)
+        if letter is not None:
+            letters.append((message, letter))
+        else:
+            parts.append((header.node, records))
+            taken.append(message)
+    if not parts:
+        return letters, {}
+    before = dataclasses.replace(aggregator.counters)
     try:
-        aggregator.ingest(header.node, records)
-    except Exception as e:  # a bug or an input we did not foresee: keep the message, count it
-        aggregator.counters.processing_errors += 1
-        log.exception("ingest failed at %s[%d]@%d", message.topic, message.partition, message.offset)
-        return dead_letter("processing_error", repr(e), message), {}
-    return None, seconds_touched(header.node, records)
+        return letters, aggregator.ingest_parts(parts)
+    except Exception:  # noqa: BLE001 - found below, message by message
+        pass
+    # a bug or an input we did not foresee: fold the messages one by one to find the ones it fails
+    # on; those are kept as dead letters, counted. The counters restart from before the failed
+    # call; what it had added to the seconds is there twice now and merged once (duplicate_records).
+    aggregator.counters = before
+    touched: dict[tuple[str, int], int] = {}
+    for (node, records), message in zip(parts, taken):
+        try:
+            for key, second in aggregator.ingest(node, records).items():
+                touched[key] = max(second, touched.get(key, second))
+        except Exception as e:
+            aggregator.counters.processing_errors += 1
+            log.exception("ingest failed at %s[%d]@%d", message.topic, message.partition, message.offset)
+            letters.append((message, dead_letter("processing_error", repr(e), message)))
+    return letters, touched
 
 
-def seconds_touched(node: str, records) -> dict[tuple[str, int], int]:
-    """{(node, ssid): the latest second (TAI, the aggregator's binning) of the message's records}."""
-    if len(records) == 0:
-        return {}
-    ssid = records["ssid"]
-    second = records["t1_ns"] // NS_PER_S
-    if ssid.min() == ssid.max():
-        return {(node, int(ssid[0])): int(second.max())}
-    return {(node, int(u)): int(second[ssid == u].max()) for u in np.unique(ssid)}
-
-
-# Every input message, held unacked until ack_finished_messages() finds every second it added
-# records to evicted (and every earlier message of its partition acked: InOrderAcks says why).
-pending = InOrderAcks()
+# Every input message, held unacked until ack_finished_messages() finds every second its batch
+# added records to evicted (and every earlier message of its partition acked: InOrderAcks says why).
+pending = InOrderAcks(lambda: app.consumer)
 moves = PartitionMoves(
     app,
     {cfg.records_topic: pending},
@@ -237,18 +248,28 @@ async def ack_finished_messages() -> None:
     await pending.ack_finished(message_finished)
 
 
-@app.agent(records_topic)
-async def process_batches(stream) -> None:
-    manual = stream.noack()
-    async for event in manual.events():
-        if moves.moved_away(event.message.tp):
-            continue
-        letter, touched = handle_message(event.message)
-        moves.seen(touched, event.message.tp)
-        if letter is not None:
-            await (await deadletter_topic.send(key=event.message.key, value=letter))  # delivered, then acked
-        event.message.value = None  # the records are in the aggregator: keep the offset, not the bytes
-        pending.hold(manual, event, touched)
+async def process_batch(messages: list) -> None:
+    """The messages of one fetch (BatchIntake), under moves.lock: per partition one aggregator
+    call and one held batch; dead letters are delivered before the batch is held."""
+    by_partition: dict = {}
+    for message in messages:
+        by_partition.setdefault(message.tp, []).append(message)
+    held = []
+    sent = []
+    for tp, part in by_partition.items():
+        letters, touched = handle_messages(part)
+        moves.seen(touched, tp)
+        for message, letter in letters:
+            sent.append(await deadletter_topic.send(key=message.key, value=letter))
+        held.append((tp, [m.offset for m in part], touched))
+    if sent:
+        await asyncio.gather(*sent)  # delivered, then held (acked later)
+    for tp, offsets, touched in held:
+        pending.hold(tp, offsets, touched)
+
+
+intake = BatchIntake(app, moves.counts)
+intake.take(records_topic, moves.batches(process_batch))
 
 
 async def publish_lines(lines: list[str]) -> None:

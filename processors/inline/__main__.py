@@ -7,7 +7,7 @@ runs without Faust's web server (it would bind 0.0.0.0:6066).
 from __future__ import annotations
 
 from processors.inline.config import ENV, InlineConfig
-from processors.worker import run_worker
+from processors.runtime.config import run_worker
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -10,9 +10,11 @@ SEGSCOPE_INLINE_RETENTION_S, ...).
 
 One stage, as the delay processor: the streamers key their messages <egress node>/<flow_id>, so
 every record of a flow is in one partition, in the order the egress received them, and one worker
-owns the flow. Per Kafka message: one decode (np.frombuffer), one check and one vectorised fold
-into the aggregator (processors/inline/aggregate.py); statistics and all output happen in the
-flush timer, which batches many lines into one Kafka message. A message that is not an ioam_batch
+owns the flow. Input comes in batches (processors/runtime/intake.py: the messages of one fetch,
+without Faust's per-event work): per message one decode (np.frombuffer), then per partition and
+node one check and one vectorised fold of all their records into the aggregator
+(processors/inline/aggregate.py); statistics and all output happen in the flush timer, which
+batches many lines into one Kafka message. A message that is not an ioam_batch
 goes to the dead-letter topic with the reason, and so does one with unusable records (reason
 `invalid_records`, the count per problem; its good records go on).
 
@@ -25,13 +27,15 @@ by Kafka. Before acking, the worker writes each flow's progress to the compacted
 flows with it: replayed records of final seconds are skipped (replayed_records_skipped), and the
 loss accounting continues at base_seq + 1, so no seq is counted twice or missed; the seconds still
 open are rebuilt from the replayed input and emitted again with the same identity (InfluxDB
-overwrites). Rebalances, stalls and the commit rule: processors/worker.py (PartitionMoves,
-HeartbeatLease, InOrderAcks, ExactCommits), exactly as the delay processor uses them.
+overwrites). Rebalances, stalls and the commit rule: the processors' runtime (PartitionMoves,
+HeartbeatLease, InOrderAcks, ExactCommits in processors/runtime/), exactly as the delay processor
+uses them.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import logging
 import time
@@ -45,15 +49,13 @@ from processors.inline.aggregate import InlineAggregator
 from processors.inline.config import InlineConfig
 from processors.newest import attach_newest
 from processors.paths import PathBook
-from processors.worker import (
-    InOrderAcks,
-    PartitionMoves,
-    ProcessorHealth,
-    dead_letter,
-    decode_or_dead_letter,
-    faust_app_settings,
-    read_progress,
-)
+from processors.runtime.acks import InOrderAcks
+from processors.runtime.config import faust_app_settings
+from processors.runtime.deadletters import dead_letter, decode_or_dead_letter
+from processors.runtime.health import ProcessorHealth
+from processors.runtime.intake import BatchIntake
+from processors.runtime.moves import PartitionMoves
+from processors.runtime.topics import read_progress
 from segscope_schemas.ioam_record import decode_batch
 from segscope_schemas.names import TOPIC_CONFIG, TOPIC_PATHS
 
@@ -84,6 +86,7 @@ class InlineApp(faust.App):
         ensure_topics(cfg.bootstrap, [PROGRESS_TOPIC], config={"cleanup.policy": "compact"})
         ensure_topics(cfg.bootstrap, [cfg.paths_topic], config=TOPIC_CONFIG[TOPIC_PATHS])
         paths.start()  # the paths and IOAM nodes published so far, before the first record is taken
+        intake.install()  # before the consumer's fetcher starts
         health.serve()  # the progress topic is read at each partition assignment (moves.on_assigned)
         log.info(
             "inline processor: %s -> %s (dead letters: %s), broker %s, group %s, grace %.1f s, retention %.0f s",
@@ -185,26 +188,50 @@ async def write_progress() -> None:
         await asyncio.gather(*sent)
 
 
-def handle_message(message) -> tuple[bytes | None, dict[tuple[str, int], int]]:
-    """Decode one message and fold it into the aggregator: (a dead letter or None, the last second
-    it added records to, per flow)."""
-    header, records, letter = decode_or_dead_letter(message, decode_batch, aggregator.counters)
-    if letter is not None:
-        return letter, {}
-    try:
-        invalid, touched = aggregator.ingest(header.node, records)
-    except Exception as e:  # a bug or an input we did not foresee: keep the message, count it
-        aggregator.counters.processing_errors += 1
-        log.exception("ingest failed at %s[%d]@%d", message.topic, message.partition, message.offset)
-        return dead_letter("processing_error", repr(e), message), {}
-    if invalid:  # the good records went on; the message is kept whole with the count per problem
-        return dead_letter("invalid_records", json.dumps(invalid, sort_keys=True), message), touched
-    return None, touched
+def handle_messages(messages: list) -> tuple[list[tuple[object, bytes]], dict[tuple[str, int], int]]:
+    """Decode messages (of one partition, in offset order) and fold the records of each node into
+    the aggregator in one call: ([(message, its dead letter)], per flow the last second the records
+    were added to, which their acks wait for)."""
+    letters = []
+    by_node: dict[str, list] = {}  # node -> [(message, records)]
+    for message in messages:
+        header, records, letter = decode_or_dead_letter(message, decode_batch, aggregator.counters)
+        if letter is not None:
+            letters.append((message, letter))
+        else:
+            by_node.setdefault(header.node, []).append((message, records))
+    touched: dict[tuple[str, int], int] = {}
+    for node, parts in by_node.items():
+        try:
+            before = dataclasses.replace(aggregator.counters)
+            invalid, flows = aggregator.ingest_parts(node, [records for _, records in parts])
+        except Exception:  # noqa: BLE001 - found below, message by message
+            # a bug or an input we did not foresee: fold the messages one by one to find the ones it
+            # fails on (dead letters, counted); the counters restart from before the failed call
+            aggregator.counters = before
+            invalid, flows = [], {}
+            for message, records in parts:
+                try:
+                    problems, mine = aggregator.ingest(node, records)
+                except Exception as e:
+                    aggregator.counters.processing_errors += 1
+                    log.exception("ingest failed at %s[%d]@%d", message.topic, message.partition, message.offset)
+                    letters.append((message, dead_letter("processing_error", repr(e), message)))
+                    problems, mine = {}, {}
+                invalid.append(problems)
+                for key, second in mine.items():
+                    flows[key] = max(second, flows.get(key, second))
+        for (message, _), problems in zip(parts, invalid):
+            if problems:  # the good records went on; the message is kept whole with the count per problem
+                letters.append((message, dead_letter("invalid_records", json.dumps(problems, sort_keys=True), message)))
+        for key, second in flows.items():
+            touched[key] = max(second, touched.get(key, second))
+    return letters, touched
 
 
-# Every input message, held unacked until ack_finished_messages() finds every second it added
-# records to evicted (and every earlier message of its partition acked: worker.InOrderAcks).
-pending = InOrderAcks()
+# Every input message, held unacked until ack_finished_messages() finds every second its batch
+# added records to evicted (and every earlier message of its partition acked: runtime/acks.py).
+pending = InOrderAcks(lambda: app.consumer)
 moves = PartitionMoves(
     app,
     {cfg.records_topic: pending},
@@ -225,18 +252,28 @@ async def ack_finished_messages() -> None:
     await pending.ack_finished(message_finished)
 
 
-@app.agent(records_topic)
-async def process_batches(stream) -> None:
-    manual = stream.noack()
-    async for event in manual.events():
-        if moves.moved_away(event.message.tp):
-            continue
-        letter, touched = handle_message(event.message)
-        moves.seen(touched, event.message.tp)
-        if letter is not None:
-            await (await deadletter_topic.send(key=event.message.key, value=letter))  # delivered, then acked
-        event.message.value = None  # the records are in the aggregator: keep the offset, not the bytes
-        pending.hold(manual, event, touched)
+async def process_batch(messages: list) -> None:
+    """The messages of one fetch (BatchIntake), under moves.lock: per partition one held batch;
+    dead letters are delivered before the batch is held."""
+    by_partition: dict = {}
+    for message in messages:
+        by_partition.setdefault(message.tp, []).append(message)
+    held = []
+    sent = []
+    for tp, part in by_partition.items():
+        letters, touched = handle_messages(part)
+        moves.seen(touched, tp)
+        for message, letter in letters:
+            sent.append(await deadletter_topic.send(key=message.key, value=letter))
+        held.append((tp, [m.offset for m in part], touched))
+    if sent:
+        await asyncio.gather(*sent)  # delivered, then held (acked later)
+    for tp, offsets, touched in held:
+        pending.hold(tp, offsets, touched)
+
+
+intake = BatchIntake(app, moves.counts)
+intake.take(records_topic, moves.batches(process_batch))
 
 
 async def publish_lines(lines: list[str]) -> None:

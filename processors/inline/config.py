@@ -1,4 +1,4 @@
-"""Settings of the in-line processor, from environment variables (processors/worker.py says why
+"""Settings of the in-line processor, from environment variables (processors/runtime/config.py says why
 environment; `python -m processors.inline --help` lists them with their defaults)."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from processors.delay.aggregate import host_tai_utc_offset_s
 from processors.newest import check_newest, newest_env
-from processors.worker import ConfigError, EnvConfig, processor_env
+from processors.runtime.config import ConfigError, EnvConfig, processor_env
 from segscope_schemas import names
 
 ENV = {

@@ -9,17 +9,18 @@ SEGSCOPE_TOPIC_ALTMARK_BY_FLOW, SEGSCOPE_TOPIC_METRICS, SEGSCOPE_TOPIC_DEADLETTE
 SEGSCOPE_LOSS_APP_ID, SEGSCOPE_LOSS_TIMEOUT_S, ...).
 
 Two stages in one worker, N workers in one consumer group (the app id):
-- split_batches (repartition) reads the collectors' messages (keyed by node, so a flow's tx and
+- split_messages (repartition) reads the collectors' messages (keyed by node, so a flow's tx and
   rx records can be in different partitions), checks the records, and re-sends them to the
   by-flow topic, partition flow_partition(flow_id) (processors/loss/keying.py): the collector
-  messages its stream already buffered (up to 16, Gathering) go out as one message per node and
-  partition (at most 8192 records). A message that is not an altmark_batch goes to the dead-letter
-  topic with the reason, and so does a batch with unusable records (its good records go on).
+  messages of one fetch (processors/runtime/intake.py BatchIntake: no per-event work of Faust's)
+  go out as one message per node and partition (at most 8192 records). A message that is not an
+  altmark_batch goes to the dead-letter topic with the reason, and so does a batch with unusable
+  records (its good records go on).
   A source message is acked only when Kafka acknowledged every re-keyed message its records went
   to; a worker killed before that is replayed, and the join counts the copies once (duplicates).
-- join_batches reads the by-flow topic: every record of a flow, from both nodes, comes to the
+- join_messages reads the by-flow topic: every record of a flow, from both nodes, comes to the
   one worker that owns the flow's partition. It decodes the batches (np.frombuffer) and hands
-  the records of the buffered messages of a node to the LossJoiner in one call
+  the records of a fetch's messages of a node to the LossJoiner in one call
   (processors/loss/join.py, vectorised). Everything it publishes
   happens in the flush timer: blocks whose other side did not come within the timeout
   (complete=false), joined and changed blocks, and the segscope_processor,processor=loss counters.
@@ -35,7 +36,7 @@ writes each flow's highest evicted block (and the nodes of its sides, for the ta
 missing side) to <app_id>.progress, and a worker skips replayed records of those blocks
 (replayed_records_skipped).
 
-Rebalance (a worker joins, leaves or dies): processors/worker.py's PartitionMoves, as in the
+Rebalance (a worker joins, leaves or dies): processors/runtime/moves.py's PartitionMoves, as in the
 delay processor. On revoke the flush pauses (after the flush in progress); on assignment, for the
 partitions it lost, a worker forgets their held messages of both stages (not acked: the new owner
 replays them from the committed offset) and the open blocks of their flows (never published by
@@ -43,8 +44,8 @@ two workers), reads the progress topic again (the previous owner wrote its flows
 it acked) and skips what Faust had fetched of a lost partition before the rebalance.
 
 A worker that stalls past the session timeout without dying publishes nothing when it runs again
-until a heartbeat says it is still a member (worker.py HeartbeatLease), and the joiner's timeouts
-leave out stalls and rebalance pauses (worker.py ActiveClock): docs/reliability.md.
+until a heartbeat says it is still a member (runtime/lease.py HeartbeatLease), and the joiner's timeouts
+leave out stalls and rebalance pauses (runtime/clock.py ActiveClock): docs/reliability.md.
 """
 
 from __future__ import annotations
@@ -53,7 +54,6 @@ import asyncio
 import json
 import logging
 import time
-from collections.abc import Awaitable, Callable
 
 import faust
 import numpy as np
@@ -66,17 +66,16 @@ from processors.loss.join import LossJoiner
 from processors.loss.keying import by_flow_key, flow_partition, split_by_partition
 from processors.newest import attach_newest
 from processors.paths import PathBook
-from processors.worker import (
-    ActiveClock,
-    InOrderAcks,
-    PartitionMoves,
-    ProcessorHealth,
-    dead_letter,
-    decode_or_dead_letter,
-    faust_app_settings,
-    read_progress,
-)
+from processors.runtime.acks import InOrderAcks
+from processors.runtime.clock import ActiveClock
+from processors.runtime.config import faust_app_settings
+from processors.runtime.deadletters import dead_letter, decode_or_dead_letter
+from processors.runtime.health import ProcessorHealth
+from processors.runtime.intake import BatchIntake
+from processors.runtime.moves import PartitionMoves
+from processors.runtime.topics import read_progress
 from segscope_schemas.altmark_block import DIR_RX, DIR_TX, check_records, decode_batch, encode_batch
+from segscope_schemas.batch_envelope import join_records
 from segscope_schemas.names import TOPIC_CONFIG, TOPIC_PATHS
 
 log = logging.getLogger("segscope.loss")
@@ -93,7 +92,7 @@ PROGRESS_BUCKETS = 16  # progress messages per by-flow partition (each a snapsho
 
 
 # the joiner's clock: only differences matter (timeouts, retention), so monotonic; without the
-# time this worker could not read (stalls, rebalance pauses: worker.py ActiveClock)
+# time this worker could not read (stalls, rebalance pauses: runtime/clock.py ActiveClock)
 active_clock = ActiveClock()
 
 
@@ -104,7 +103,9 @@ def clock_ns() -> int:
 def topic_partitions(topic: str) -> int:
     from confluent_kafka.admin import AdminClient
 
-    meta = AdminClient({"bootstrap.servers": cfg.bootstrap}).list_topics(topic, timeout=30)
+    from segscope_kafka import kafka_config
+
+    meta = AdminClient(kafka_config({"bootstrap.servers": cfg.bootstrap})).list_topics(topic, timeout=30)
     return len(meta.topics[topic].partitions)
 
 
@@ -137,6 +138,7 @@ class LossApp(faust.App):
         ensure_topics(cfg.bootstrap, [cfg.paths_topic], config=TOPIC_CONFIG[TOPIC_PATHS])
         load_progress(read_progress(cfg.bootstrap, PROGRESS_TOPIC, f"{cfg.app_id}-progress-reader"))
         paths.start()  # the paths published so far, before the first block is published
+        intake.install()  # before the consumer's fetcher starts
         health.serve()
         log.info(
             "loss processor: %s -> %s (%d partitions) -> %s (dead letters: %s), broker %s, group %s, "
@@ -247,70 +249,25 @@ async def write_progress() -> None:
 # -- stage 1: repartition by flow ----------------------------------------------
 
 # source messages with the delivery futures of their re-keyed messages, acked once all delivered
-split_pending = InOrderAcks()
+split_pending = InOrderAcks(lambda: app.consumer)
 
 
 # A by-flow message holds at most this many records (64 bytes each: 512 KiB, below the broker's
 # default message.max.bytes of 1 MiB).
 BY_FLOW_MAX_RECORDS = 8192
-# Events an agent gathers from its stream before it processes them together (see Gathering).
-GATHER_MAX_EVENTS = 16
 
 
-class Gathering:
-    """The events an agent took from its stream and has not processed yet, processed together.
-
-    Why: Faust and aiokafka cost about as much per message as the joiner does per 1000 records
-    (a task and futures per consumed message, a produce request per sent one). So each stage
-    processes what its stream already buffered in one go: the repartition stage sends one by-flow
-    message per node and partition for several collector messages, and the join stage ingests
-    several by-flow messages per node in one call. An event is processed when the stream has
-    nothing more buffered (no added latency), when GATHER_MAX_EVENTS are gathered, or by
-    gather_timer when the stream said it had more but nothing came (buffered events Faust skips,
-    during a rebalance). Events are processed in arrival order (InOrderAcks needs offset order)."""
-
-    def __init__(self, process: Callable[[list], Awaitable[None]]) -> None:
-        self.process = process  # process(events: [(stream, event), ...])
-        self.events: list = []
-        self.lock = asyncio.Lock()  # the agent and the timer never process at the same time
-        self.last_add = 0.0
-
-    async def add(self, stream, event) -> None:
-        self.events.append((stream, event))
-        self.last_add = time.monotonic()
-        if len(self.events) >= GATHER_MAX_EVENTS or not stream_has_more(stream):
-            await self.run()
-
-    async def run(self) -> None:
-        async with self.lock:
-            events, self.events = self.events, []
-            if events:
-                await self.process(events)
-
-
-def stream_has_more(stream) -> bool:
-    """True when the agent's channel holds events not taken yet (Faust fills it from the fetcher)."""
-    queue = getattr(stream.channel, "queue", None)
-    return queue is not None and not queue.empty()
-
-
-def concat(parts: list[np.ndarray]) -> np.ndarray:
-    return parts[0] if len(parts) == 1 else np.concatenate(parts)
-
-
-async def split_events(events: list) -> None:
-    """Check collector messages and re-send their good records by flow, several messages of a
-    node in one by-flow message per partition; each source message is held with the delivery
-    futures of the messages its records went to. A message that is not an altmark_batch goes to
-    the dead-letter topic, and so does one with unusable records (its good records go on)."""
+async def split_messages(messages: list) -> None:
+    """Check the collector messages of one fetch and re-send their good records by flow, the
+    messages of a node in one by-flow message per partition; the messages of each partition are
+    held with the delivery futures of the messages their records went to. A message that is not
+    an altmark_batch goes to the dead-letter topic, and so does one with unusable records (its
+    good records go on)."""
     c = joiner.counters
-    letters: dict[int, bytes] = {}  # event number -> its dead letter
-    sent_for: dict[int, list] = {}  # event number -> the delivery futures of its records
-    by_node: dict[str, list] = {}  # node -> [(event number, header, records)]
-    for i, (_, event) in enumerate(events):
-        message = event.message
-        if moves.moved_away(message.tp):
-            continue
+    letters: dict[int, bytes] = {}  # message number -> its dead letter
+    sent_for: dict[int, list] = {}  # message number -> the delivery futures of its records
+    by_node: dict[str, list] = {}  # node -> [(message number, header, records)]
+    for i, message in enumerate(messages):
         header, records, letter = decode_or_dead_letter(message, decode_batch, c)
         if letter is not None:
             letters[i] = letter
@@ -322,7 +279,7 @@ async def split_events(events: list) -> None:
     for node, parts in by_node.items():
         sent: list = []
         try:
-            records = concat([r for _, _, r in parts])
+            records = join_records([r for _, _, r in parts])
             problems = check_records(records)
             bad = problems != ""
             if bad.any():
@@ -335,7 +292,7 @@ async def split_events(events: list) -> None:
                         for p in mine[mine != ""].tolist():
                             invalid[p] = invalid.get(p, 0) + 1
                         letter = json.dumps(invalid, sort_keys=True)
-                        letters[i] = dead_letter("invalid_records", letter, events[i][1].message)
+                        letters[i] = dead_letter("invalid_records", letter, messages[i])
                 c.invalid_records += int(np.count_nonzero(bad))
                 records = records[~bad]
             batch_seq = parts[0][1].batch_seq
@@ -347,33 +304,33 @@ async def split_events(events: list) -> None:
                     c.rekeyed_batches_out += 1
         except Exception as e:  # a bug or an input we did not foresee: keep the messages, count them
             c.processing_errors += len(parts)
-            log.exception("split failed at %s", ", ".join(where(events[i][1].message) for i, _, _ in parts))
+            log.exception("split failed at %s", ", ".join(where(messages[i]) for i, _, _ in parts))
             for i, _, _ in parts:
-                letters[i] = dead_letter("processing_error", repr(e), events[i][1].message)
+                letters[i] = dead_letter("processing_error", repr(e), messages[i])
             sent = []
         for i, _, _ in parts:
             sent_for[i] = sent
-    for i, (stream, event) in enumerate(events):
-        if i not in sent_for:  # moved away: not held, not acked (its new owner replays it)
-            continue
-        if i in letters:
-            await (await deadletter_topic.send(key=event.message.key, value=letters[i]))  # delivered first
-        event.message.value = None  # keep the offset, not the bytes
-        split_pending.hold(stream, event, sent_for[i])
+    await send_dead_letters(messages, letters)
+    held: dict = {}  # tp -> (offsets, the delivery futures of their records)
+    for i, message in enumerate(messages):
+        offsets, futures = held.setdefault(message.tp, ([], {}))
+        offsets.append(message.offset)
+        for fut in sent_for[i]:
+            futures[id(fut)] = fut
+    for tp, (offsets, futures) in held.items():
+        split_pending.hold(tp, offsets, list(futures.values()))
+
+
+async def send_dead_letters(messages: list, letters: dict[int, bytes]) -> None:
+    """Send the dead letters of messages (message number -> letter) and wait until Kafka has them:
+    a message is held (acked later) only after its dead letter is delivered."""
+    sent = [await deadletter_topic.send(key=messages[i].key, value=letter) for i, letter in sorted(letters.items())]
+    if sent:
+        await asyncio.gather(*sent)
 
 
 def where(message) -> str:
     return f"{message.topic}[{message.partition}]@{message.offset}"
-
-
-split_gathering = Gathering(split_events)
-
-
-@app.agent(blocks_topic)
-async def split_batches(stream) -> None:
-    manual = stream.noack()
-    async for event in manual.events():
-        await split_gathering.add(manual, event)
 
 
 def all_delivered(sent: list) -> bool:
@@ -406,23 +363,19 @@ async def ack_split_timer() -> None:
 # every by-flow message with the joiner clock when it was ingested, held unacked until a flush at
 # least retention_s later evicted its blocks and the progress covering them was written (and every
 # earlier message of its partition acked: InOrderAcks says why)
-pending = InOrderAcks()
+pending = InOrderAcks(lambda: app.consumer)
 
 
-async def join_events(events: list) -> None:
-    """Decode by-flow messages and feed the joiner, the records of several messages of a node in
-    one call; hold each message with the joiner clock of that call. A message that is not an
-    altmark_batch goes to the dead-letter topic, and so do the messages of a call that failed."""
+async def join_messages(messages: list) -> None:
+    """Decode the by-flow messages of one fetch and feed the joiner, the records of a node in one
+    call; hold the messages of each partition with the joiner clock of that call. A message that
+    is not an altmark_batch goes to the dead-letter topic, and so do the messages of a call that
+    failed."""
     c = joiner.counters
     now = clock_ns()
     letters: dict[int, bytes] = {}
-    taken: set[int] = set()
-    by_node: dict[str, list] = {}  # node -> [(event number, records)]
-    for i, (_, event) in enumerate(events):
-        message = event.message
-        if moves.moved_away(message.tp):
-            continue
-        taken.add(i)
+    by_node: dict[str, list] = {}  # node -> [(message number, records)]
+    for i, message in enumerate(messages):
         header, records, letter = decode_or_dead_letter(message, decode_batch, c)
         if letter is not None:
             letters[i] = letter
@@ -431,39 +384,24 @@ async def join_events(events: list) -> None:
         by_node.setdefault(header.node, []).append((i, records))
     for node, parts in by_node.items():
         try:
-            joiner.ingest_checked(node, concat([r for _, r in parts]), now)
+            joiner.ingest_checked(node, join_records([r for _, r in parts]), now)
         except Exception as e:  # a bug or an input we did not foresee: keep the messages, count them
             c.processing_errors += len(parts)
-            log.exception("ingest failed at %s", ", ".join(where(events[i][1].message) for i, _ in parts))
+            log.exception("ingest failed at %s", ", ".join(where(messages[i]) for i, _ in parts))
             for i, _ in parts:
-                letters[i] = dead_letter("processing_error", repr(e), events[i][1].message)
-    for i, (stream, event) in enumerate(events):
-        if i not in taken:  # moved away: not held, not acked (its new owner replays it)
-            continue
-        if i in letters:
-            await (await deadletter_topic.send(key=event.message.key, value=letters[i]))  # delivered first
-        event.message.value = None  # the records are in the joiner: keep the offset, not the bytes
-        pending.hold(stream, event, now)
-
-
-join_gathering = Gathering(join_events)
-
-
-@app.agent(by_flow_topic)
-async def join_batches(stream) -> None:
-    manual = stream.noack()
-    async for event in manual.events():
-        await join_gathering.add(manual, event)
+                letters[i] = dead_letter("processing_error", repr(e), messages[i])
+    await send_dead_letters(messages, letters)
+    offsets: dict = {}
+    for message in messages:
+        offsets.setdefault(message.tp, []).append(message.offset)
+    for tp, taken in offsets.items():
+        pending.hold(tp, taken, now)
 
 
 @app.timer(interval=0.1)
-async def gather_timer() -> None:
-    """Process what an agent gathered when its stream said more was buffered but nothing came."""
-    clock_ns()  # read every 0.1 s: a longer gap is a stall the joiner's timeouts leave out
-    now = time.monotonic()
-    for gathering in (split_gathering, join_gathering):
-        if gathering.events and now - gathering.last_add >= 0.05:
-            await gathering.run()
+async def clock_reading() -> None:
+    """Read the joiner's clock every 0.1 s: a longer gap is a stall its timeouts leave out."""
+    clock_ns()
 
 
 async def ack_finished_messages() -> None:
@@ -542,6 +480,9 @@ moves = PartitionMoves(
     on_assigned=after_assignment,
     clock=active_clock,
 )
+intake = BatchIntake(app, moves.counts)
+intake.take(blocks_topic, moves.batches(split_messages))
+intake.take(by_flow_topic, moves.batches(join_messages))
 
 
 _last_log = 0.0

@@ -6,8 +6,8 @@ runs without Faust's web server (it would bind 0.0.0.0:6066).
 
 from __future__ import annotations
 
+from processors.runtime.config import run_worker
 from processors.topology.config import ENV, TopologyConfig
-from processors.worker import run_worker
 
 
 def main(argv: list[str] | None = None) -> None:

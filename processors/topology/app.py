@@ -39,14 +39,17 @@ from collections import deque
 import faust
 
 from processors.delay.topics import ensure_topics
+from processors.runtime.config import faust_app_settings
+from processors.runtime.deadletters import dead_letter
+from processors.runtime.health import ProcessorHealth, escape_instance
+from processors.runtime.topics import once_led, watermarks
 from processors.topology.config import TopologyConfig
 from processors.topology.inputs import InputMessage, InputReader
-from processors.topology.jalapeno_kafka import JalapenoKafka
+from processors.topology.jalapeno_kafka import JALAPENO_SECURITY_PREFIX, JalapenoKafka
 from processors.topology.leadership import Leadership
 from processors.topology.model import MEASURED_PREFIXES, Identity, MalformedView, Names, TopologyModel
 from processors.topology.sink import TopologySink
 from processors.topology.writer import ArangoWriter
-from processors.worker import ProcessorHealth, dead_letter, escape_instance, faust_app_settings, once_led, watermarks
 
 log = logging.getLogger("segscope.topology")
 
@@ -81,6 +84,8 @@ jalapeno_kafka = (
         link_events_topic=cfg.jalapeno_link_events_topic,
         telemetry_topic=cfg.jalapeno_telemetry_topic,
         telemetry_measurements=cfg.telemetry_measurements(),
+        # Jalapeno's own cluster has its own security settings (jalapeno_kafka.py)
+        **({"security_prefix": JALAPENO_SECURITY_PREFIX} if cfg.jalapeno_kafka else {}),
     )
     if cfg.jalapeno_link_events_topic or cfg.jalapeno_telemetry_topic
     else None
@@ -215,7 +220,13 @@ def letters_already_sent(since_s: float) -> set[tuple[str, int, int]]:
     the last since_s seconds (blocking; run in an executor)."""
     from confluent_kafka import Consumer, TopicPartition
 
-    c = Consumer({"bootstrap.servers": cfg.bootstrap, "group.id": f"{cfg.app_id}-letters", "enable.auto.commit": False})
+    from segscope_kafka import kafka_config
+
+    c = Consumer(
+        kafka_config(
+            {"bootstrap.servers": cfg.bootstrap, "group.id": f"{cfg.app_id}-letters", "enable.auto.commit": False}
+        )
+    )
     out = set()
     try:
         topic = cfg.deadletter_topic
@@ -301,7 +312,7 @@ async def flush() -> None:
     async with leadership.lock:  # a rebalance waits for the write in progress, and vice versa
         if not leadership.leading:
             extra_counters["flushes_skipped_standby"] += 1
-        elif not leadership.membership.allows_publishing():  # worker.py HeartbeatLease
+        elif not leadership.membership.allows_publishing():  # runtime/lease.py HeartbeatLease
             extra_counters["flushes_held_no_lease"] += 1
         else:
             if jalapeno_kafka is not None:

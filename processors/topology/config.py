@@ -1,4 +1,4 @@
-"""Settings of the topology processor, from environment variables (processors/worker.py says
+"""Settings of the topology processor, from environment variables (processors/runtime/config.py says
 why environment; `python -m processors.topology --help` lists them with their defaults)."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from processors.newest import newest_env
-from processors.worker import ConfigError, EnvConfig, processor_env
+from processors.runtime.config import ConfigError, EnvConfig, processor_env
 from segscope_schemas import names
 
 ENV = {
@@ -133,6 +133,14 @@ class TopologyConfig(EnvConfig):
             self.check_summary()
         if self.batch_size < 1:
             raise ConfigError(f"{ENV['batch_size'][0]}={self.batch_size}: use a batch size >= 1, e.g. 1000")
+        if self.jalapeno_kafka:  # Jalapeno's own cluster: its own security settings (jalapeno_kafka.py)
+            from processors.topology.jalapeno_kafka import JALAPENO_SECURITY_PREFIX
+            from segscope_kafka import KafkaConfigError, from_env
+
+            try:
+                from_env(prefix=JALAPENO_SECURITY_PREFIX)
+            except KafkaConfigError as e:
+                raise ConfigError(str(e)) from None
 
     def check_summary(self) -> None:
         topic = f"{ENV['newest_topic'][0]}={self.newest_topic!r}"

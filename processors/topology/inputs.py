@@ -29,14 +29,14 @@ import threading
 import time
 from dataclasses import dataclass
 
-from processors.worker import once_led, watermarks
+from processors.runtime.topics import once_led, watermarks
 
 log = logging.getLogger("segscope.topology.inputs")
 
 
 @dataclass(frozen=True)
 class InputMessage:
-    """One Kafka message, with the attributes processors.worker.dead_letter() reads."""
+    """One Kafka message, with the attributes processors.runtime.deadletters.dead_letter() reads."""
 
     topic: str
     partition: int
@@ -67,13 +67,17 @@ class InputReader:
         """Assign every partition of the topics at their start offsets, then read in a daemon thread."""
         from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
+        from segscope_kafka import kafka_config
+
         self._consumer = c = Consumer(
-            {
-                "bootstrap.servers": self.bootstrap,
-                "group.id": f"segscope-topology-inputs-{socket.gethostname()}-{os.getpid()}",  # never joined
-                "enable.auto.commit": False,
-                "enable.auto.offset.store": False,
-            }
+            kafka_config(
+                {
+                    "bootstrap.servers": self.bootstrap,
+                    "group.id": f"segscope-topology-inputs-{socket.gethostname()}-{os.getpid()}",  # never joined
+                    "enable.auto.commit": False,
+                    "enable.auto.offset.store": False,
+                }
+            )
         )
         assign = []
         now_ms = int(time.time() * 1000)

@@ -14,6 +14,10 @@ worker led (before the first assignment, between a leader's death and the rebala
 by the new leader, the ones the old leader sent are not sent again (a restarted worker re-reads
 the metrics of its lookback window: the marks keep it from forwarding them twice). Only messages
 still in the old leader's producer queue when it died (linger.ms) can be lost.
+
+Security: segscope's settings (SEGSCOPE_KAFKA_*) when the output goes to segscope's Kafka; when
+SEGSCOPE_TOPOLOGY_JALAPENO_KAFKA names Jalapeno's own cluster, its settings have the prefix
+SEGSCOPE_TOPOLOGY_JALAPENO_KAFKA_ (..._SECURITY_PROTOCOL, ..._SASL_USERNAME, ...; docs/security.md).
 """
 
 from __future__ import annotations
@@ -25,8 +29,9 @@ from dataclasses import dataclass
 
 from confluent_kafka import Producer
 
+from processors.runtime.topics import once_led, watermarks
 from processors.topology import link_events, telemetry
-from processors.worker import once_led, watermarks
+from segscope_kafka import ENV_PREFIX, kafka_config
 from segscope_schemas import names
 
 log = logging.getLogger("segscope.topology.jalapeno_kafka")
@@ -37,6 +42,8 @@ SOURCE_HEADER = "segscope_source"
 HOLD_S = 30.0
 # and at most this many lines (a worker catching up on its lookback window reads minutes of lines at once)
 HOLD_MAX_LINES = 1_000_000
+# the Kafka security settings of Jalapeno's own cluster (SEGSCOPE_TOPOLOGY_JALAPENO_KAFKA set)
+JALAPENO_SECURITY_PREFIX = "SEGSCOPE_TOPOLOGY_JALAPENO_KAFKA_"
 
 
 @dataclass
@@ -59,10 +66,12 @@ class JalapenoKafka:
         link_events_topic: str = "",
         telemetry_topic: str = "",
         telemetry_measurements: frozenset[str] | None = frozenset(telemetry.DEFAULT_MEASUREMENTS),
+        security_prefix: str = ENV_PREFIX,
     ):
         self.link_events_topic, self.telemetry_topic = link_events_topic, telemetry_topic
         self.telemetry_measurements = telemetry_measurements
         self.bootstrap = bootstrap
+        self.security_prefix = security_prefix
         self.counters = JalapenoKafkaCounters()
         # (read at, source topic, partition, offset, key, lines) not sent yet, oldest first
         self.held: deque[tuple[float, str, int, int, bytes | None, list[str]]] = deque()
@@ -70,12 +79,15 @@ class JalapenoKafka:
         # (source topic, partition) -> newest source offset on the telemetry topic; None until read
         self.marks: dict[tuple[str, int], int] | None = None
         self.producer = Producer(
-            {
-                "bootstrap.servers": bootstrap,
-                "linger.ms": 50,
-                "message.timeout.ms": 30000,
-                "client.id": names.GROUPS["topology"],  # the processor's name, as its group
-            }
+            kafka_config(
+                {
+                    "bootstrap.servers": bootstrap,
+                    "linger.ms": 50,
+                    "message.timeout.ms": 30000,
+                    "client.id": names.GROUPS["topology"],  # the processor's name, as its group
+                },
+                prefix=security_prefix,
+            )
         )
 
     def _delivered(self, err, msg) -> None:
@@ -151,11 +163,14 @@ class JalapenoKafka:
 
         marks: dict[tuple[str, int], int] = {}
         c = Consumer(
-            {
-                "bootstrap.servers": self.bootstrap,
-                "group.id": f"{names.GROUPS['topology']}-marks",
-                "enable.auto.commit": False,
-            }
+            kafka_config(
+                {
+                    "bootstrap.servers": self.bootstrap,
+                    "group.id": f"{names.GROUPS['topology']}-marks",
+                    "enable.auto.commit": False,
+                },
+                prefix=self.security_prefix,
+            )
         )
         try:
             topic = self.telemetry_topic

@@ -8,7 +8,7 @@ or was killed and missed the session timeout) may move it:
 - on revoke (every member, before the new assignment), `leading` is cleared under `lock`, after
   a write in progress ended: no worker writes until the assignment is known, so two leaders never
   write at once; a leader that stalls past the session timeout without dying writes nothing more
-  until a heartbeat says it is still a member (`membership`, processors/worker.py HeartbeatLease);
+  until a heartbeat says it is still a member (`membership`, processors/runtime/lease.py HeartbeatLease);
 - on assignment, under the same lock, the new owner sets `leading` and, if it was not leading
   before, calls `on_take_over()` (read the database back before the next diff; send the dead
   letters the old leader may not have sent).
@@ -20,7 +20,7 @@ import asyncio
 import logging
 from typing import Awaitable, Callable
 
-from processors.worker import HeartbeatLease
+from processors.runtime.lease import HeartbeatLease
 
 log = logging.getLogger("segscope.topology.leadership")
 

@@ -22,12 +22,15 @@
 #define SEGSCOPE_TOPIC_TOPOLOGY "segscope.topology"
 /* SID list of every STAMP session and flow monitor (schemas/paths.md), compacted; key stamp/<node>/<ssid>/<role> or flow/<node>/<flow_id>/<side> */
 #define SEGSCOPE_TOPIC_PATHS "segscope.paths"
+/* no records: the replicas of `segscope-controller run` join the consumer group segscope-controller on it; the one Kafka assigns its one partition leads (controller/leader.py). Named after its group, like the processors' own topics, so the processor role's ACLs (prefix segscope-controller) cover it */
+#define SEGSCOPE_TOPIC_CONTROLLER_LEADER "segscope-controller.leader"
 
 #define SEGSCOPE_GROUP_TELEGRAF "segscope-telegraf"
 #define SEGSCOPE_GROUP_DELAY "segscope-delay"
 #define SEGSCOPE_GROUP_LOSS "segscope-loss"
 #define SEGSCOPE_GROUP_TOPOLOGY "segscope-topology"
 #define SEGSCOPE_GROUP_INLINE "segscope-inline"
+#define SEGSCOPE_GROUP_CONTROLLER "segscope-controller"
 
 #define SEGSCOPE_INFLUXDB_DATABASE "segscope"
 #define SEGSCOPE_BPFFS_PIN_ROOT "/sys/fs/bpf/segscope"

@@ -2,11 +2,13 @@
 `make setup` puts in .local/kafka/lib (pom.xml beside this file), with server.properties and
 log4j2.properties from this folder. Ready = the broker answers a metadata request; then every
 topic of the name registry (schemas/names.toml) is created with its partition count and
-waited for until each partition's leader serves it."""
+waited for until each partition's leader serves it. With security=True the listener is SASL_SSL
+with ACLs, a user per role (security.py); client_env(role) gives a program's SEGSCOPE_KAFKA_*."""
 
 from __future__ import annotations
 
 import base64
+import os
 import shutil
 import subprocess
 import time
@@ -14,6 +16,7 @@ import uuid
 from pathlib import Path
 
 from segscope_schemas.names import TOPIC_CONFIG, TOPIC_PARTITIONS
+from services.kafka.security import StackKafkaSecurity
 from services.supervise import Service, StackError, port_open
 
 HERE = Path(__file__).resolve().parent
@@ -35,19 +38,33 @@ class Kafka(Service):
     ready_timeout = 90.0
     stop_timeout = 30.0
 
-    def __init__(self, run_dir, say, port: int, controller_port: int, fresh: bool = False) -> None:
+    def __init__(
+        self, run_dir, say, port: int, controller_port: int, fresh: bool = False, security: bool = False
+    ) -> None:
         super().__init__(run_dir, say)
         self.port = port
         self.controller_port = controller_port
         self.fresh = fresh  # wipe the data dir (topics, offsets, cluster id) when starting
         self.bootstrap = f"127.0.0.1:{port}"
+        # SASL_SSL, ACLs, a user per role (services/kafka/security.py); None: PLAINTEXT, no ACLs
+        self.security = StackKafkaSecurity(self.dir) if security else None
+
+    def client_env(self, role: str = "admin") -> dict[str, str]:
+        """SEGSCOPE_KAFKA_* of a program of `role` (agent, processor, telegraf, admin); {} for PLAINTEXT."""
+        return self.security.client_env(role) if self.security else {}
+
+    def client_config(self, base: dict, role: str = "admin") -> dict:
+        """A confluent-kafka config for this broker as `role`."""
+        return {**base, **(self.security.security(role).librdkafka() if self.security else {})}
 
     def admin(self):
         from confluent_kafka.admin import AdminClient
 
         # log_level 2 keeps librdkafka's "connection refused" chatter out of stderr while polling.
         return AdminClient(
-            {"bootstrap.servers": self.bootstrap, "log_level": 2, "socket.connection.setup.timeout.ms": 3000}
+            self.client_config(
+                {"bootstrap.servers": self.bootstrap, "log_level": 2, "socket.connection.setup.timeout.ms": 3000}
+            )
         )
 
     def check_ready(self, timeout: float) -> bool:
@@ -71,12 +88,19 @@ class Kafka(Service):
             shutil.rmtree(data_dir, ignore_errors=True)
             data_dir.mkdir(parents=True)
         props = self.config_path
+        listener = {"LISTENER": "PLAINTEXT", "CONTROLLER_PROTOCOL": "PLAINTEXT", "SECURITY": ""}
+        if self.security:
+            self.security.prepare(fresh=not reuse)  # the users' credentials live in the data dir
+            listener = self.security.server_properties()
+        props.touch(mode=0o600)
+        os.chmod(props, 0o600)  # with security it holds passwords (the PLAIN users, the broker's login)
         self.render(
             HERE / "server.properties",
             props,
             KAFKA_PORT=self.port,
             CONTROLLER_PORT=self.controller_port,
             DATA_DIR=data_dir,
+            **listener,
         )
         log4j = self.dir / "log4j2.properties"
         shutil.copyfile(HERE / "log4j2.properties", log4j)
@@ -93,27 +117,33 @@ class Kafka(Service):
     def format_storage(self, java: str, log4j: Path, classpath: str, props: Path) -> None:
         """KRaft storage format with a new cluster id (a new, empty cluster)."""
         t0 = time.monotonic()
-        fmt = subprocess.run(
-            [
-                java,
-                "-Xmx256m",
-                "-XX:TieredStopAtLevel=1",
-                f"-Dlog4j2.configurationFile={log4j}",
-                "-Dlog4j2.level=WARN",
-                "-cp",
-                classpath,
-                "kafka.tools.StorageTool",
-                "format",
-                "-t",
-                kafka_cluster_id(),
-                "-c",
-                str(props),
-            ],
-            stdin=subprocess.DEVNULL,
-            capture_output=True,
-            text=True,
-            timeout=180,
-        )
+        tool = ["kafka.tools.StorageTool", "format", "-t", kafka_cluster_id(), "-c", str(props)]
+        argfile = self.dir / "format.args"
+        if self.security:
+            # the SCRAM users' passwords go in a 0600 argument file (`java @file`), never on the command line
+            argfile.touch(mode=0o600)
+            os.chmod(argfile, 0o600)
+            argfile.write_text("\n".join([*tool, *self.security.format_arguments()]) + "\n")
+            tool = [f"@{argfile}"]
+        try:
+            fmt = subprocess.run(
+                [
+                    java,
+                    "-Xmx256m",
+                    "-XX:TieredStopAtLevel=1",
+                    f"-Dlog4j2.configurationFile={log4j}",
+                    "-Dlog4j2.level=WARN",
+                    "-cp",
+                    classpath,
+                    *tool,
+                ],
+                stdin=subprocess.DEVNULL,
+                capture_output=True,
+                text=True,
+                timeout=180,
+            )
+        finally:
+            argfile.unlink(missing_ok=True)
         with open(self.log_path, "a") as log:
             log.write(f"\n=== storage format (rc {fmt.returncode})\n{fmt.stdout}{fmt.stderr}")
         if fmt.returncode != 0:
@@ -134,6 +164,10 @@ class Kafka(Service):
 
     def after_ready(self) -> None:
         self.ensure_topics()
+        if self.security:
+            t0 = time.monotonic()
+            n = self.security.apply_acls(self.admin())
+            self.say(f"kafka: SASL_SSL, {n} ACLs of the roles in place in {time.monotonic() - t0:.1f} s")
 
     def ensure_topics(self) -> None:
         from confluent_kafka import KafkaError, KafkaException
@@ -184,7 +218,9 @@ class Kafka(Service):
         from confluent_kafka import Consumer, KafkaException, TopicPartition
 
         consumer = Consumer(
-            {"bootstrap.servers": self.bootstrap, "group.id": "segscope-stack-ready", "enable.auto.commit": False}
+            self.client_config(
+                {"bootstrap.servers": self.bootstrap, "group.id": "segscope-stack-ready", "enable.auto.commit": False}
+            )
         )
         try:
             not_served = []

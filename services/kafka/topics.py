@@ -8,15 +8,18 @@ so the input topics have as many partitions as there are processor replicas befo
 
 Every topic of the name registry (schemas/names.toml) is ensured, with its registry partition count
 unless --partitions names it. --check only reports and exits 1 when a topic is missing or short.
-Exit codes: 0 every topic ready, 1 a topic missing or short (--check) or an error (named).
+Kafka security (TLS, SASL) from SEGSCOPE_KAFKA_* (segscope_kafka, docs/security.md); the principal
+needs CREATE and ALTER on the topics (the admin role). Exit codes: 0 every topic ready, 1 a topic
+missing or short (--check) or an error (named; a refusal by Kafka names the setting to check),
+2 a bad flag or Kafka setting.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
-import time
 
+from segscope_kafka import KafkaConfigError, KafkaRefused, RefusalWatch, from_env, kafka_config, metadata
 from segscope_schemas.names import TOPIC_CONFIG, TOPIC_PARTITIONS
 from segscope_schemas.version import VERSION_LINE
 
@@ -35,31 +38,32 @@ def parse_partitions(items: list[str]) -> dict[str, int]:
     return wanted
 
 
-def _wait_metadata(admin, timeout_s: float) -> dict:
-    """Topic metadata once the cluster answers (a pod may start before its broker)."""
+def admin_client(bootstrap: str):
+    """(AdminClient as this program's principal, the RefusalWatch of its error callback)."""
+    from confluent_kafka.admin import AdminClient
+
+    watch = RefusalWatch(from_env())
+    return AdminClient(kafka_config({"bootstrap.servers": bootstrap, "log_level": 2}, error_cb=watch)), watch
+
+
+def _wait_metadata(admin, timeout_s: float, watch: RefusalWatch | None = None) -> dict:
+    """Topic metadata once the cluster answers (a pod may start before its broker); KafkaRefused
+    as soon as Kafka refuses the login (waiting cannot fix that)."""
     from confluent_kafka import KafkaException
 
-    deadline = time.monotonic() + timeout_s
-    while True:
-        try:
-            md = admin.list_topics(timeout=min(10.0, max(1.0, deadline - time.monotonic())))
-            if md.brokers:
-                return md.topics
-        except KafkaException as exc:
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"Kafka did not answer within {timeout_s:.0f} s: {exc}") from exc
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"Kafka did not answer within {timeout_s:.0f} s")
-        time.sleep(1.0)
+    try:
+        return metadata(admin, watch or RefusalWatch(from_env()), timeout_s).topics
+    except KafkaException as exc:
+        raise RuntimeError(f"Kafka did not answer within {timeout_s:.0f} s: {exc}") from exc
 
 
 def ensure(bootstrap: str, wanted: dict[str, int], replication: int, timeout_s: float, say=print) -> dict[str, int]:
     """Create missing topics and grow short ones; return {topic: partitions} as the cluster has them."""
     from confluent_kafka import KafkaError, KafkaException
-    from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
+    from confluent_kafka.admin import NewPartitions, NewTopic
 
-    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 2})
-    topics = _wait_metadata(admin, timeout_s)
+    admin, watch = admin_client(bootstrap)
+    topics = _wait_metadata(admin, timeout_s, watch)
     # topic configs of the registry (segscope.paths: cleanup.policy=compact) are set at creation
     create = [
         NewTopic(n, num_partitions=p, replication_factor=replication, config=TOPIC_CONFIG.get(n) or {})
@@ -75,12 +79,13 @@ def ensure(bootstrap: str, wanted: dict[str, int], replication: int, timeout_s: 
                 say(f"segscope-topics: {name}: {'created' if name in {t.topic for t in create} else 'grown'}")
             except KafkaException as exc:
                 if exc.args[0].code() not in benign:
-                    raise RuntimeError(f"{name}: {exc.args[0].str()}") from exc
-    return current(admin, wanted, timeout_s)
+                    refused = watch.note(exc.args[0].code(), exc.args[0].str(), name)
+                    raise (KafkaRefused(refused) if refused else RuntimeError(f"{name}: {exc.args[0].str()}")) from exc
+    return current(admin, wanted, timeout_s, watch)
 
 
-def current(admin, wanted: dict[str, int], timeout_s: float) -> dict[str, int]:
-    topics = _wait_metadata(admin, timeout_s)
+def current(admin, wanted: dict[str, int], timeout_s: float, watch: RefusalWatch | None = None) -> dict[str, int]:
+    topics = _wait_metadata(admin, timeout_s, watch)
     return {n: len(topics[n].partitions) if n in topics else 0 for n in wanted}
 
 
@@ -98,13 +103,16 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:
         ap.error(str(exc))
     try:
+        from_env()  # a Kafka setting that cannot be used: named, exit 2
+    except KafkaConfigError as exc:
+        ap.error(str(exc))
+    try:
         if args.check:
-            from confluent_kafka.admin import AdminClient
-
-            have = current(AdminClient({"bootstrap.servers": args.bootstrap, "log_level": 2}), wanted, args.timeout)
+            admin, watch = admin_client(args.bootstrap)
+            have = current(admin, wanted, args.timeout, watch)
         else:
             have = ensure(args.bootstrap, wanted, args.replication, args.timeout)
-    except RuntimeError as exc:
+    except (RuntimeError, KafkaRefused) as exc:
         print(f"segscope-topics: ERROR: {exc}", file=sys.stderr)
         return 1
     short = {n: (have[n], p) for n, p in wanted.items() if have[n] < p}

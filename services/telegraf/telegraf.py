@@ -1,15 +1,17 @@
 """Telegraf (built by `make setup` into .local/bin/telegraf with the kafka_consumer input and
 influxdb output only) with telegraf.conf from this folder: it consumes the metrics topic as
 consumer group GROUP_TELEGRAF and writes InfluxDB. The topic, group and database come from the
-name registry through the environment (telegraf.conf reads ${SEGSCOPE_...}). Ready = the
-group has a member assigned the metrics topic."""
+name registry through the environment (telegraf.conf reads ${SEGSCOPE_...}); the Kafka security of
+the telegraf role, when the stack's Kafka has it, is rendered into the run dir's copy (0600,
+segscope_kafka/telegraf.py). Ready = the group has a member assigned the metrics topic."""
 
 from __future__ import annotations
 
 import os
-import shutil
 from pathlib import Path
 
+from segscope_kafka import from_env
+from segscope_kafka.telegraf import write_config
 from segscope_schemas.names import GROUP_TELEGRAF, TOPIC_METRICS
 from services.supervise import Service, StackError
 
@@ -48,8 +50,9 @@ class Telegraf(Service):
                 )
         self.dir.mkdir(parents=True, exist_ok=True)
         # A copy in the run dir: the running config sits next to the log, and the path in the
-        # command line tells this stack's Telegraf apart from another stack's.
-        shutil.copyfile(HERE / "telegraf.conf", self.config_path)
+        # command line tells this stack's Telegraf apart from another stack's. With a secured Kafka
+        # it holds the telegraf role's login (mode 0600), never the command line or the environment.
+        write_config(HERE / "telegraf.conf", self.config_path, from_env(self.kafka.client_env("telegraf")))
         env = dict(
             os.environ,
             SEGSCOPE_KAFKA_BOOTSTRAP=self.kafka.bootstrap,

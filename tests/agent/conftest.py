@@ -14,10 +14,11 @@ from netlab import Lab
 from netlab.lab import teardown
 from segscope_proto.segscope.agent.v1 import flowmon_pb2_grpc, srv6_pb2_grpc, stamp_pb2_grpc
 from tests.agent.agent_env import AgentHandle, make_test_pki, start_agent
+from tests.isolation import own_name
 
 # netns and bpffs instances of these tests start with it; another value runs a second copy of the
 # suite beside one that runs (SEGSCOPE_AGENT_TEST_PREFIX)
-PREFIX = os.environ.get("SEGSCOPE_AGENT_TEST_PREFIX", "agt")
+PREFIX = os.environ.get("SEGSCOPE_AGENT_TEST_PREFIX") or own_name("agt")
 TOPOLOGY = "netlab/topologies/line5_two_paths.yaml"
 
 

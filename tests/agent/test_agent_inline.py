@@ -24,8 +24,9 @@ from segscope_proto.segscope.agent.v1 import inline_pb2 as pb
 from segscope_proto.segscope.agent.v1 import inline_pb2_grpc
 from tests.agent.agent_env import make_test_pki, start_agent
 from tests.agent.conftest import expect_error
+from tests.isolation import own_name
 
-PREFIX = "inla"
+PREFIX = own_name("inla")
 TOPOLOGY = "netlab/topologies/line5_two_paths.yaml"
 REPO = Path(__file__).resolve().parents[2]
 BUILD = Path(os.environ.get("SEGSCOPE_BUILD_DIR") or REPO / "build")
@@ -67,7 +68,7 @@ def iagents(ilab, ipki, tmp_path_factory):
                 node,
                 run_dir,
                 pki=ipki,
-                instance=f"inla-{node}",
+                instance=f"{PREFIX}-{node}",
                 extra_args=["--state-dir", str(run_dir / f"state-{node}")],
             )
         yield out
@@ -308,7 +309,7 @@ def test_killed_agent_leftovers_are_restored_by_the_next_one(ilab, ipki, tmp_pat
     before, ns_before = sysctls(ilab, "B", *keys), namespaces(ilab, "B")
     state = tmp_path / "state"
     args = ["--state-dir", str(state)]
-    agent = start_agent(ilab.ns("B"), "B", tmp_path, pki=ipki, instance="inla-Bk", extra_args=args)
+    agent = start_agent(ilab.ns("B"), "B", tmp_path, pki=ipki, instance=f"{PREFIX}-Bk", extra_args=args)
     with agent.channel() as ch:
         enable(inline_pb2_grpc.InlineMonitorServiceStub(ch), 4242, (77,), [("bh", 9)], all_devices=True)
     os.killpg(agent.proc.pid, signal.SIGKILL)
@@ -318,7 +319,7 @@ def test_killed_agent_leftovers_are_restored_by_the_next_one(ilab, ipki, tmp_pat
     saved = json.loads((state / "ioam.json").read_text())
     assert saved["saved"]["net/ipv6/ioam6_id"] == before["net.ipv6.ioam6_id"]
 
-    agent = start_agent(ilab.ns("B"), "B", tmp_path, pki=ipki, instance="inla-Bk", extra_args=args)
+    agent = start_agent(ilab.ns("B"), "B", tmp_path, pki=ipki, instance=f"{PREFIX}-Bk", extra_args=args)
     try:
         assert sysctls(ilab, "B", *keys) == before and namespaces(ilab, "B") == ns_before
         assert not (state / "ioam.json").exists()
@@ -343,7 +344,7 @@ def test_ioam_identity_and_monitors_on_segscope_paths(ilab, ipki, stack, tmp_pat
 
     node = f"inla_R_{int(time.time())}"  # a key of this run only
     agent = start_agent(
-        ilab.ns("R"), node, tmp_path, pki=ipki, instance="inla-Rk", kafka=stack.kafka_bootstrap,
+        ilab.ns("R"), node, tmp_path, pki=ipki, instance=f"{PREFIX}-Rk", kafka=stack.kafka_bootstrap,
         extra_args=["--state-dir", str(tmp_path / "state")],
     )  # fmt: skip
     try:
@@ -441,7 +442,12 @@ def test_enable_without_a_writable_state_dir_changes_nothing(ilab, ipki, tmp_pat
     """The values to restore cannot be kept: EnableIoam refuses before it touches the kernel."""
     before = sysctls(ilab, "R", "net.ipv6.ioam6_id", *dev_keys("r0"))
     agent = start_agent(
-        ilab.ns("R"), "R", tmp_path, pki=ipki, instance="inla-Rs", extra_args=["--state-dir", "/proc/inla-no-such-dir"]
+        ilab.ns("R"),
+        "R",
+        tmp_path,
+        pki=ipki,
+        instance=f"{PREFIX}-Rs",
+        extra_args=["--state-dir", "/proc/inla-no-such-dir"],
     )
     try:
         with agent.channel() as ch:
@@ -475,7 +481,13 @@ def test_killed_egress_agent_records_reach_kafka_through_the_next_one(ilab, ipki
 
     def b_agent():
         return start_agent(
-            ilab.ns("B"), node, tmp_path, pki=ipki, instance="inla-Bl", kafka=stack.kafka_bootstrap, extra_args=args
+            ilab.ns("B"),
+            node,
+            tmp_path,
+            pki=ipki,
+            instance=f"{PREFIX}-Bl",
+            kafka=stack.kafka_bootstrap,
+            extra_args=args,
         )
 
     def b_start(agent):
@@ -532,7 +544,7 @@ def test_inline_counters_reach_influx(ilab, ipki, stubs, stack, tmp_path):
     node = f"inlaC{int(time.time()) % 100000}"
     since = time.time_ns()
     agent = start_agent(
-        ilab.ns("B"), node, tmp_path, pki=ipki, instance="inla-Bc", kafka=stack.kafka_bootstrap,
+        ilab.ns("B"), node, tmp_path, pki=ipki, instance=f"{PREFIX}-Bc", kafka=stack.kafka_bootstrap,
         extra_args=["--state-dir", str(tmp_path / "state"), "--stats-interval", "0.5"],
     )  # fmt: skip
     sent = 60

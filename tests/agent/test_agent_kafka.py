@@ -19,6 +19,9 @@ from segscope_proto.segscope.agent.v1 import stamp_pb2_grpc
 from segscope_schemas import path_record
 from segscope_schemas.stamp_record import decode_batch
 from tests.agent.agent_env import start_agent
+from tests.isolation import own_name
+
+AGM = own_name("agm")  # the agents' instances (pin dirs) of the Kafka test
 
 SSID = 4711
 pytestmark = pytest.mark.e2e
@@ -85,7 +88,7 @@ def test_stamp_records_and_node_view_reach_kafka(lab, stack, stubs, tmp_path):
         "A",
         tmp_path,
         kafka=bootstrap,
-        instance="agt-A-kafka",
+        instance=f"{lab.prefix}-A-kafka",
         extra_args=["--topology-interval", "5", "--health", "127.0.0.1:0"],
     )
     b = stubs["B"].stamp
@@ -183,7 +186,7 @@ def test_altmark_blocks_reach_kafka(lab, stack, tmp_path):
 
     fid = 4712
     t0_tai = time.clock_gettime_ns(time.CLOCK_TAI)
-    agent = start_agent(lab.ns("A"), "A", tmp_path, kafka=stack.kafka_bootstrap, instance="agt-A-kafka2")
+    agent = start_agent(lab.ns("A"), "A", tmp_path, kafka=stack.kafka_bootstrap, instance=f"{lab.prefix}-A-kafka2")
     try:
         with agent.channel() as ch:
             f = flowmon_pb2_grpc.FlowMonitorServiceStub(ch)
@@ -290,7 +293,7 @@ def test_datapath_and_agent_counters_reach_influx(lab, stack, tmp_path):
         node_a,
         tmp_path,
         kafka=stack.kafka_bootstrap,
-        instance="agm-A",
+        instance=f"{AGM}-A",
         extra_args=["--stats-interval", "0.5"],
     )
     b_agent = start_agent(
@@ -298,14 +301,14 @@ def test_datapath_and_agent_counters_reach_influx(lab, stack, tmp_path):
         node_b,
         tmp_path,
         kafka=stack.kafka_bootstrap,
-        instance="agm-B",
+        instance=f"{AGM}-B",
         extra_args=["--stats-interval", "0.5"],
     )
     pins = {
-        "stamp_collector": "/sys/fs/bpf/segscope/agm-A/stamp_collector",
-        "altmark_tx": "/sys/fs/bpf/segscope/agm-A/altmark_tx",
-        "stamp_reflector": "/sys/fs/bpf/segscope/agm-B/stamp_reflector",
-        "altmark_rx": "/sys/fs/bpf/segscope/agm-B/altmark_rx",
+        "stamp_collector": f"/sys/fs/bpf/segscope/{AGM}-A/stamp_collector",
+        "altmark_tx": f"/sys/fs/bpf/segscope/{AGM}-A/altmark_tx",
+        "stamp_reflector": f"/sys/fs/bpf/segscope/{AGM}-B/stamp_reflector",
+        "altmark_rx": f"/sys/fs/bpf/segscope/{AGM}-B/altmark_rx",
     }
     node_of = {"stamp_collector": node_a, "altmark_tx": node_a, "stamp_reflector": node_b, "altmark_rx": node_b}
     try:

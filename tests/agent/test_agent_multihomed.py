@@ -36,8 +36,8 @@ def xdp_on(lab, node: str, dev: str) -> bool:
 
 def test_senders_and_reflectors_on_two_devices_of_one_node(lab, stubs, pki, tmp_path):
     a, b = stubs["A"].stamp, stubs["B"].stamp
-    h1 = start_agent(lab.ns("H1"), "H1", tmp_path, pki=pki, instance="agt-H1")
-    h2 = start_agent(lab.ns("H2"), "H2", tmp_path, pki=pki, instance="agt-H2")
+    h1 = start_agent(lab.ns("H1"), "H1", tmp_path, pki=pki, instance=f"{lab.prefix}-H1")
+    h2 = start_agent(lab.ns("H2"), "H2", tmp_path, pki=pki, instance=f"{lab.prefix}-H2")
     try:
         with h1.channel() as c1, h2.channel() as c2:
             r1, s2 = stamp_pb2_grpc.StampServiceStub(c1), stamp_pb2_grpc.StampServiceStub(c2)

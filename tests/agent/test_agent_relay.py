@@ -23,6 +23,7 @@ from netlab.lab import teardown
 from segscope_proto.segscope.agent.v1 import stamp_pb2 as pb
 from segscope_proto.segscope.agent.v1 import stamp_pb2_grpc
 from tests.agent.agent_env import start_agent
+from tests.isolation import own_name
 
 S, RF = pb.STAMP_ROLE_SENDER, pb.STAMP_ROLE_REFLECTOR
 SSID, RATE, RUN_S = 91, 100, 1.5
@@ -30,8 +31,8 @@ SSID, RATE, RUN_S = 91, 100, 1.5
 
 @pytest.fixture
 def relay_lab(bpffs):
-    teardown("agr")
-    lab = Lab.up("netlab/topologies/line5_two_paths.yaml", prefix="agr", delay_us={"rb": (300, 300)})
+    teardown(own_name("agr"))
+    lab = Lab.up("netlab/topologies/line5_two_paths.yaml", prefix=own_name("agr"), delay_us={"rb": (300, 300)})
     try:
         yield lab
     finally:
@@ -42,9 +43,19 @@ def run_once(a, b, duration_s: float) -> int:
     """One finite run of the session; the results the sender got from it."""
     before = len(a.GetStampSessionResults(pb.GetStampSessionResultsRequest(ssid=SSID, max_results=100000)).results)
     a.StartStampSession(pb.StartStampSessionRequest(role=S, ssid=SSID, duration_s=duration_s))
-    time.sleep(duration_s + 1.0)
+    # until the sender has sent its last packet (its process ended: the session is STOPPED), not a
+    # fixed time: on a busy machine the sender starts late and catches up after its duration
+    deadline = time.monotonic() + duration_s + 30
+    while time.monotonic() < deadline and sender_state(a) == pb.STAMP_SESSION_STATE_RUNNING:
+        time.sleep(0.1)
+    time.sleep(1.0)  # the last replies: 300 us through the relay
     res = a.GetStampSessionResults(pb.GetStampSessionResultsRequest(ssid=SSID, max_results=100000))
     return len(res.results) - before
+
+
+def sender_state(a) -> int:
+    sessions = a.ListStampSessions(pb.ListStampSessionsRequest()).sessions
+    return {x.session.ssid: x for x in sessions if x.session.role == S}[SSID].state
 
 
 def test_reflector_behind_a_relay_answers_and_lost_replies_are_reported(relay_lab, pki, tmp_path):
@@ -53,8 +64,10 @@ def test_reflector_behind_a_relay_answers_and_lost_replies_are_reported(relay_la
     for end in ("ra", "rb"):  # both relay ends run xdp_pass
         shown = subprocess.run(["ip", "-n", relay_ns, "link", "show", end], capture_output=True, text=True, check=True)
         assert "xdp" in shown.stdout, shown.stdout
-    a_agent = start_agent(lab.ns("A"), "A", tmp_path, pki=pki, instance="agr-A")
-    b_agent = start_agent(lab.ns("B"), "B", tmp_path, pki=pki, instance="agr-B", extra_args=["--health", "127.0.0.1:0"])
+    a_agent = start_agent(lab.ns("A"), "A", tmp_path, pki=pki, instance=f"{lab.prefix}-A")
+    b_agent = start_agent(
+        lab.ns("B"), "B", tmp_path, pki=pki, instance=f"{lab.prefix}-B", extra_args=["--health", "127.0.0.1:0"]
+    )
     try:
         with a_agent.channel() as ca, b_agent.channel() as cb:
             a, b = stamp_pb2_grpc.StampServiceStub(ca), stamp_pb2_grpc.StampServiceStub(cb)

@@ -239,8 +239,9 @@ def test_bad_requests_name_the_field(roles):
     assert e.value.code() == IA and e.value.details().startswith("ssids[0]: required")
 
 
-def _children_of_instance(instance: str) -> list[str]:
-    """Command lines of running processes that belong to an agent instance (pin dir, or our sender ports)."""
+def _children_of_instance(instance: str, netns: str) -> list[str]:
+    """Command lines of running processes that belong to an agent instance (pin dir, or our sender ports
+    in its namespace: another checkout's senders on this machine use the same ports in theirs)."""
     import pathlib
 
     found = []
@@ -251,15 +252,16 @@ def _children_of_instance(instance: str) -> list[str]:
             cmd = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
         except OSError:
             continue
-        if f"/{instance}/" in cmd or ("stamp_sender" in cmd and "--sport 5009" in cmd):
+        if f"/{instance}/" in cmd or ("stamp_sender" in cmd and f"--netns {netns} " in cmd and "--sport 5009" in cmd):
             found.append(cmd.strip())
     return found
 
 
 def test_a_killed_agent_is_replaced_cleanly(lab, pki, tmp_path):
-    """SIGKILL leaves the XDP collector attached and pinned; the next agent's Init clears it. The
-    agent's children (ring-buffer reader, stamp_sender) die with it (PDEATHSIG), so the next agent's
-    sender gets its UDP port; a sender that cannot start is FAILED with its error."""
+    """With --adopt-timeout 0 (no hitless restarts: test_agent_adoption.py has those) SIGKILL leaves
+    the XDP collector attached and pinned; the next agent's Init clears it. The agent's children
+    (ring-buffer reader, stamp_sender) die with it (PDEATHSIG), so the next agent's sender gets its
+    UDP port; a sender that cannot start is FAILED with its error."""
     import os
     import signal as sig
     import socket
@@ -275,22 +277,29 @@ def test_a_killed_agent_is_replaced_cleanly(lab, pki, tmp_path):
 
     init = pb.InitRequest(sender=pb.StampSenderConfig(device="ah", source_address="fd00:a::2"))
     session = sender_session(ssid=91, sender_port=50091, rate_pps=50, segments=[])
-    first = start_agent(lab.ns("A"), "A", tmp_path / "first", pki=pki, instance="agt-A-kill")
+    no_adoption = ["--adopt-timeout", "0"]
+    first = start_agent(
+        lab.ns("A"), "A", tmp_path / "first", pki=pki, instance=f"{lab.prefix}-A-kill", extra_args=no_adoption
+    )
     with first.channel() as ch:
         a = stamp_pb2_grpc.StampServiceStub(ch)
         assert a.Init(init).changed
         a.CreateStampSession(pb.CreateStampSessionRequest(session=session))
         a.StartStampSession(pb.StartStampSessionRequest(role=S, ssid=91))
     time.sleep(0.5)
-    assert any("stamp_sender" in c for c in _children_of_instance("agt-A-kill")), "the sender did not start"
+    assert any("stamp_sender" in c for c in _children_of_instance(f"{lab.prefix}-A-kill", lab.ns("A"))), (
+        "the sender did not start"
+    )
     os.killpg(first.proc.pid, sig.SIGKILL)
     first.proc.wait()
     deadline = time.monotonic() + 5
-    while _children_of_instance("agt-A-kill") and time.monotonic() < deadline:
+    while _children_of_instance(f"{lab.prefix}-A-kill", lab.ns("A")) and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert _children_of_instance("agt-A-kill") == []  # reader and sender went with the agent
+    assert _children_of_instance(f"{lab.prefix}-A-kill", lab.ns("A")) == []  # reader and sender went with the agent
     assert "xdp" in lab.run("A", ["ip", "link", "show", "ah"], check=True).stdout  # left behind
-    second = start_agent(lab.ns("A"), "A", tmp_path / "second", pki=pki, instance="agt-A-kill")
+    second = start_agent(
+        lab.ns("A"), "A", tmp_path / "second", pki=pki, instance=f"{lab.prefix}-A-kill", extra_args=no_adoption
+    )
     blocker = None
     try:
         with second.channel() as ch:
@@ -318,4 +327,4 @@ def test_a_killed_agent_is_replaced_cleanly(lab, pki, tmp_path):
         if blocker is not None:
             blocker.close()
         assert second.stop() == 0
-    assert _children_of_instance("agt-A-kill") == []
+    assert _children_of_instance(f"{lab.prefix}-A-kill", lab.ns("A")) == []

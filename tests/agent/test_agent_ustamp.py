@@ -19,11 +19,12 @@ import pytest
 from segscope_proto.segscope.agent.v1 import stamp_pb2 as pb
 from tests.agent.agent_env import start_agent
 from tests.agent.conftest import Stubs, expect_error
+from tests.isolation import own_name
 from tests.ustamp.ustamp_env import sid_packets
 
 pytestmark = pytest.mark.datapath
 
-PREFIX = "agu"
+PREFIX = own_name("agu")
 TOPOLOGY = "netlab/topologies/line5_two_paths.yaml"
 IA, FP = grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.FAILED_PRECONDITION
 S, RF = pb.STAMP_ROLE_SENDER, pb.STAMP_ROLE_REFLECTOR

@@ -28,6 +28,7 @@ from bench.altmark_overhead import (
     sidlist_key,
 )
 from bench.pdr import PKTGEN, REPO, Line5Bench, PathSpec
+from tests.isolation import own_name
 
 LO, HI = 4_000.0, 24_000.0
 
@@ -108,7 +109,7 @@ def test_smallest_run_produces_sane_numbers(tmp_path):
             sys.executable,
             str(REPO / "bench" / "altmark_overhead.py"),
             "--prefix",
-            "ambtest",
+            own_name("ambtest"),
             "--flows",
             "1",
             "--reps",
@@ -163,7 +164,9 @@ def test_smallest_run_produces_sane_numbers(tmp_path):
     assert configs["base K=1"]["marked"] == {}
     # the programs' own per-packet time (BPF_PROG_TEST_RUN) is reported for both instances
     costs = result["program_cost_ns"]
-    assert set(costs) == {"ambtest-A-n1/tx", "ambtest-B-n1/rx"} and all(0 < v < 100_000 for v in costs.values())
+    assert set(costs) == {f"{own_name('ambtest')}-A-n1/tx", f"{own_name('ambtest')}-B-n1/rx"} and all(
+        0 < v < 100_000 for v in costs.values()
+    )
     report = proc.stdout
     assert "| tx N=1 / base K=1 |" in report and "| tx+rx N=1 / tx N=1 |" in report
     assert "PASTRAMI verdict for this run" in report
@@ -173,7 +176,7 @@ def test_filler_flows_written_to_the_maps_are_read_back_by_the_loader():
     """10 flows: 8 through the loader's add-flow, 2 written in bulk; the loader lists all 10, with
     their SID lists and distinct slots (the layout of sidlist_key/flow_value matches datapath/altmark.h)."""
     _need_tools()
-    bench = Line5Bench("ambtest2", dut="none", spec=PathSpec())
+    bench = Line5Bench(own_name("ambtest2"), dut="none", spec=PathSpec())
     bench.up()
     progs = [ProgramSet("tx", 10, "dscp", bench), ProgramSet("rx", 10, "rfc9343", bench)]
     try:

@@ -7,6 +7,7 @@ import json
 import pytest
 
 from bench import config_ops
+from tests.isolation import own_name
 
 pytestmark = pytest.mark.datapath
 
@@ -15,7 +16,19 @@ def test_config_ops_harness_runs(tmp_path):
     out = tmp_path / "res.json"
     assert (
         config_ops.main(
-            ["--ops", "30", "--batch", "16", "--window", "4", "--no-doc", "--prefix", "ctlbt", "--json", str(out)]
+            [
+                "--ops",
+                "30",
+                "--batch",
+                "16",
+                "--window",
+                "4",
+                "--no-doc",
+                "--prefix",
+                own_name("ctlbt"),
+                "--json",
+                str(out),
+            ]
         )
         == 0
     )

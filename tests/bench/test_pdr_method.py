@@ -13,7 +13,21 @@ import subprocess
 
 import pytest
 
-from bench.pdr import PKTGEN, Line5Bench, PathSpec, Trial, ci95, find_pdr, pastrami_check, sweep_points, t975
+from bench.pdr import (
+    PKTGEN,
+    Line5Bench,
+    PathSpec,
+    Trial,
+    bootstrap_ratio_ci95,
+    ci95,
+    find_pdr,
+    find_pdr_lockstep,
+    pastrami_check,
+    ratio_ci95,
+    sweep_points,
+    t975,
+)
+from tests.isolation import own_name
 
 # ---------------------------------------------------------------- statistics
 
@@ -135,7 +149,7 @@ TRIAL_S = 0.5
 def bench():
     if not PKTGEN.exists():
         pytest.fail("build/bench/pktgen_udp missing: run `make -C bench`")
-    b = Line5Bench("pdtest", dut="xdp", spec=PathSpec())
+    b = Line5Bench(own_name("pdtest"), dut="xdp", spec=PathSpec())
     b.up()
     try:
         # A deterministic rate limiter on R (after A's encap and R's End, daddr is B's End.DT6 SID):
@@ -226,3 +240,58 @@ def test_socket_generator_sends_stamp_with_srh_that_the_reflector_answers(bench)
     assert bench.reflector_stats()["reflected"] - refl_before["reflected"] == 100
     assert t.stamp_sent <= t.stamp_received <= t.stamp_sent + 3
     assert t.data_sent <= t.data_received <= t.data_sent + 3  # under the limiter: all delivered
+
+
+# ---------------------------------------------------------------- paired comparisons
+
+
+def test_ratio_ci95_is_the_geometric_mean_with_t_on_the_logs():
+    gm, lo, hi = ratio_ci95([0.5, 2.0])  # logs -l, +l: mean 0
+    assert gm == pytest.approx(1.0)
+    half = t975(1) * math.log(2) * math.sqrt(2) / math.sqrt(2)  # s of (-l, l) = l * sqrt(2)
+    assert (lo, hi) == pytest.approx((math.exp(-half), math.exp(half)))
+    assert ratio_ci95([0.9, 0.9, 0.9]) == pytest.approx((0.9, 0.9, 0.9))
+    with pytest.raises(ValueError):
+        ratio_ci95([1.0, 0.0])
+
+
+def test_bootstrap_ratio_ci95_point_interval_and_seed():
+    num, den = [90.0, 100.0, 95.0, 85.0], [100.0, 100.0, 100.0, 100.0]
+    point, lo, hi = bootstrap_ratio_ci95(num, den)
+    assert point == pytest.approx(sum(num) / sum(den))
+    assert 0.85 <= lo <= point <= hi <= 1.0
+    assert bootstrap_ratio_ci95(num, den) == (point, lo, hi)  # fixed seed: reproducible
+    assert bootstrap_ratio_ci95([2.0, 4.0], [1.0, 2.0]) == pytest.approx((2.0, 2.0, 2.0))  # constant ratio
+    with pytest.raises(ValueError):
+        bootstrap_ratio_ci95([1.0], [1.0])
+
+
+def test_lockstep_searches_find_each_pdr_and_alternate_the_order():
+    calls: list[int] = []
+
+    def tagged(i: int, capacity: float):
+        dut = synthetic(capacity)
+
+        def trial(rate: float) -> Trial:
+            calls.append(i)
+            return dut(rate)
+
+        return trial
+
+    a, b = find_pdr_lockstep([tagged(0, 73_000), tagged(1, 61_000)], lo=10_000, hi=200_000, steps=12)
+    assert a.pdr_pps == find_pdr(synthetic(73_000), 10_000, 200_000, 12).pdr_pps
+    assert b.pdr_pps == find_pdr(synthetic(61_000), 10_000, 200_000, 12).pdr_pps
+    assert len(a.trials) == len(b.trials) == 12
+    assert calls[:6] == [0, 1, 1, 0, 0, 1]  # A B | B A | A B: one switch per step
+    calls.clear()
+    find_pdr_lockstep([tagged(0, 73_000), tagged(1, 61_000)], lo=10_000, hi=200_000, steps=4, first=1)
+    assert calls == [1, 0, 0, 1, 1, 0, 0, 1]
+
+
+def test_lockstep_search_that_ends_early_leaves_the_other_going():
+    low, top, mid = find_pdr_lockstep(
+        [synthetic(5_000), synthetic(1e6), synthetic(50_000)], lo=10_000, hi=100_000, steps=6
+    )
+    assert low.below_lower_bound and len(low.trials) == 1
+    assert top.at_upper_bound and top.pdr_pps == 100_000 and len(top.trials) == 2
+    assert not mid.at_upper_bound and 40_000 < mid.pdr_pps <= 50_000 / 0.995 and len(mid.trials) == 6

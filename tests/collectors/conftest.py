@@ -9,12 +9,15 @@ from pathlib import Path
 
 import pytest
 
+from tests.isolation import own_name
+
 REPO = Path(__file__).resolve().parents[2]
 BUILD = REPO / "build" / "collectors"
-PREFIX = "co"  # resource prefix of these tests (netns, veths, pins)
+PREFIX = own_name("co")  # resource prefix of these tests (netns, veths, pins)
 PIN_ROOT = Path("/sys/fs/bpf") / f"{PREFIX}-test"
-# isolated Kafka: 29000 (controller 29001); SEGSCOPE_CO_KAFKA_PORT_BASE moves it (two checkouts
-# running these tests at once on one machine would otherwise share one port)
+# isolated Kafka outside the test runner: 29000 (controller 29001); SEGSCOPE_CO_KAFKA_PORT_BASE
+# moves it (two checkouts running these tests at once on one machine would otherwise share one
+# port). Under scripts/test_groups.py the group's port block decides (tests/isolation.py).
 KAFKA_PORT_BASE = int(os.environ.get("SEGSCOPE_CO_KAFKA_PORT_BASE", "29000"))
 
 
@@ -131,11 +134,13 @@ def co_pins(bpffs) -> Path:
 
 @pytest.fixture(scope="session")
 def kafka_bootstrap() -> str:
-    """Our own Kafka (services/stack.py, port base 29000 or SEGSCOPE_CO_KAFKA_PORT_BASE, run dir
-    .run/co-stack): the streamer
-    tests create their own topics and must not depend on the suite-wide stack's state."""
+    """Our own Kafka (services/stack.py, tests/isolation.py slot 1; in a lone run port base 29000
+    or SEGSCOPE_CO_KAFKA_PORT_BASE and run dir .run/co-stack): the streamer tests create their own
+    topics and must not depend on the suite-wide stack's state."""
     from services.stack import Stack
+    from tests.isolation import extra_stack
 
-    stack = Stack(run_dir=REPO / ".run" / "co-stack", port_base=KAFKA_PORT_BASE, fresh=True)
+    run_dir, port_base = extra_stack("co-stack", slot=1, default_port_base=KAFKA_PORT_BASE)
+    stack = Stack(run_dir=run_dir, port_base=port_base, fresh=True)
     with stack.shared(only=["kafka"]):
         yield stack.kafka_bootstrap

@@ -25,12 +25,13 @@ from confluent_kafka import Consumer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from segscope_schemas import altmark_block as ab
+from tests.isolation import own_name
 
 pytestmark = pytest.mark.datapath  # real BPF maps in the kernel
 
 PERIOD_MS = 400
 T = PERIOD_MS * 1_000_000
-PIN_ROOT = Path("/sys/fs/bpf/amcol-test")
+PIN_ROOT = Path("/sys/fs/bpf") / own_name("amcol-test")
 SIDS_A = ["fc00:2::e", "fc00:3::d6"]
 SIDS_B = ["fc00:2::e", "fc00:5::1", "fc00:3::d6"]
 SIDS_C = ["fc00:9::1"]

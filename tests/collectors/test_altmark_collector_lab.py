@@ -19,10 +19,11 @@ import pytest
 from test_altmark_collector import Collector
 
 from tests.datapath.altmark_env import POLICY, RX, TX, Receiver, run, send_udp, tai_ns
+from tests.isolation import own_name
 
 pytestmark = pytest.mark.datapath
 
-PREFIX = "amcol"
+PREFIX = own_name("amcol")
 PERIOD_MS = 500
 T = PERIOD_MS * 1_000_000
 PIN_ROOT = Path("/sys/fs/bpf/segscope")

@@ -17,10 +17,11 @@ from collectors_pcap import capture
 from scapy.all import UDP, ICMPv6DestUnreach, IPv6, IPv6ExtHdrSegmentRouting, rdpcap  # type: ignore
 
 from segscope_schemas import stamp_test_packet as tp
+from tests.isolation import own_name
 
 pytestmark = pytest.mark.datapath
 
-PREFIX = "coSR"  # netns coSR-A, coSR-R, ... (ours: starts with "co")
+PREFIX = own_name("coSR")  # netns coSR-A, coSR-R, ... (ours: starts with "co")
 
 
 @pytest.fixture(scope="module")

@@ -348,9 +348,10 @@ def test_datapath_counters_published(collectors_build, ring, kafka_bootstrap, wo
 
 def test_unreachable_kafka_reports_loss(collectors_build, ring, work_dir):
     """Nothing listens on the broker port: records stay unacknowledged and the exit code says so."""
-    st = Streamer(
-        collectors_build, ring, "127.0.0.1:29099", "co.none", "co.none.metrics", work_dir, "--flush-timeout-ms", "1000"
-    )
+    from tests.isolation import closed_port
+
+    broker = f"127.0.0.1:{closed_port(29099)}"
+    st = Streamer(collectors_build, ring, broker, "co.none", "co.none.metrics", work_dir, "--flush-timeout-ms", "1000")
     try:
         time.sleep(0.3)
         gen(collectors_build, ring, 500)
@@ -404,8 +405,9 @@ def test_kafka_killed_and_down_35s_loses_no_record(collectors_build, ring, work_
     back with its data. The streamer buffers (librdkafka: 10-minute message timeout, 1 GiB queue)
     and delivers: every record exactly once (idempotent producer), nothing failed."""
     from services.stack import Stack
+    from tests.isolation import extra_stack
 
-    run_dir, base = REPO / ".run" / "co-outage", 29700
+    run_dir, base = extra_stack("co-outage", slot=2, default_port_base=29700)
     stack = Stack(run_dir=run_dir, port_base=base, fresh=True, quiet=True)
     stack.up(only=["kafka"])
     st = None

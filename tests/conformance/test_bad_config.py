@@ -21,9 +21,11 @@ from dataclasses import dataclass
 import pytest
 from conformance_env import C_SENDER, ENV, PY, REPO, XDP_COLLECTOR, XDP_REFLECTOR, build, run_tool
 
+from tests.isolation import own_name
+
 pytestmark = pytest.mark.datapath
 
-NETNS = "cmc-bad"
+NETNS = own_name("cmc") + "-bad"
 PIN = f"/sys/fs/bpf/segscope/{NETNS}"
 SIDS_9 = ",".join(f"fc00:9::{i}" for i in range(1, 10))  # one more than the XDP reflector holds
 SIDS_8 = ",".join(f"fc00:9::{i}" for i in range(1, 9))

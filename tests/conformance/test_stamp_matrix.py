@@ -53,10 +53,11 @@ from conformance_env import (
 from segscope_schemas import stamp_error_estimate as ee
 from segscope_schemas.stamp_record import STAMP_RECORD_F_NTP, STAMP_RECORD_F_REFLECTOR_NTP, STAMP_RECORD_F_SRH
 from segscope_schemas.stamp_timestamp import TsFormat
+from tests.isolation import own_name
 
 pytestmark = pytest.mark.datapath
 
-PREFIX = "cmx"
+PREFIX = own_name("cmx")
 N = 20
 EE_Z = 0x4000
 # the Python engine's address on B: a socket bound to it wins over the fast engine's [::]:862

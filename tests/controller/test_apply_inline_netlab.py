@@ -29,11 +29,12 @@ from segscope_proto.segscope.agent.v1 import inline_pb2
 from segscope_schemas import ioam_record as ir
 from segscope_schemas import names
 from tests.agent.agent_env import make_test_pki, start_agent
+from tests.isolation import own_name
 
 REPO = Path(__file__).resolve().parents[2]
 INTENT = REPO / "controller" / "examples" / "mesh8_inline.yaml"
 TOPOLOGY = REPO / "netlab" / "topologies" / "mesh8_two_paths.yaml"
-PREFIX = "ctlinl"
+PREFIX = own_name("ctlinl")
 NODES = ("A", "R1", "R2", "R3", "R4", "B")
 BUILD = Path(os.environ.get("SEGSCOPE_BUILD_DIR") or REPO / "build")
 

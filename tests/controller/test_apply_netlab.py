@@ -23,11 +23,12 @@ from controller.intent import load_intent, parse_intent
 from netlab import Lab, teardown
 from segscope_proto.segscope.agent.v1 import flowmon_pb2, stamp_pb2
 from tests.agent.agent_env import make_test_pki, start_agent
+from tests.isolation import own_name
 
 REPO = Path(__file__).resolve().parents[2]
 DEMO = REPO / "controller" / "examples" / "demo_line5.yaml"
 TOPOLOGY = REPO / "netlab" / "topologies" / "line5_bare.yaml"
-PREFIX = "ctla"
+PREFIX = own_name("ctla")
 READS = {
     "ListLocalSids": 1,
     "ListPolicies": 1,

@@ -20,13 +20,14 @@ from pathlib import Path
 
 from tests.datapath.dp_env import in_netns
 from tests.fuzz.bpf_testrun import _lib, _TestRunOpts, obj_get
+from tests.isolation import own_name
 
 REPO = Path(__file__).resolve().parents[2]
 BUILD = REPO / "build" / "datapath"
 TX = BUILD / "altmark_tx"
 RX = BUILD / "altmark_rx"
 PIN_ROOT = Path("/sys/fs/bpf/segscope")
-PREFIX = os.environ.get("SEGSCOPE_ALTMARK_TEST_PREFIX", "amdp")
+PREFIX = os.environ.get("SEGSCOPE_ALTMARK_TEST_PREFIX") or own_name("amdp")
 
 MAX_SIDS = 6
 MAX_FLOWS = 65536

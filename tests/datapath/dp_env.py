@@ -17,6 +17,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from tests.isolation import own_name
+
 REPO = Path(__file__).resolve().parents[2]
 BUILD = REPO / "build" / "datapath"
 REFLECTOR = BUILD / "stamp_reflector"
@@ -24,7 +26,7 @@ COLLECTOR = BUILD / "stamp_collector"
 XDP_COUNT_OBJ = BUILD / "xdp_count_pass.bpf.o"
 PIN_ROOT = Path("/sys/fs/bpf/segscope")
 # netns, veth and pin names start with this (override to run two suites side by side)
-PREFIX = os.environ.get("SEGSCOPE_DP_TEST_PREFIX", "dp")
+PREFIX = os.environ.get("SEGSCOPE_DP_TEST_PREFIX") or own_name("dp")
 
 CLONE_NEWNET = 0x40000000
 IPV6_RTHDR = 57

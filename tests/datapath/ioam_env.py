@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tests.datapath.altmark_env import eth, inner_udp, ipv6_hdr, srh
+from tests.isolation import own_name
 
 REPO = Path(__file__).resolve().parents[2]
 BUILD = REPO / "build" / "datapath"
@@ -24,7 +25,7 @@ IOAM_RX = BUILD / "ioam_rx"
 ALTMARK_TX = BUILD / "altmark_tx"
 ALTMARK_RX = BUILD / "altmark_rx"
 PIN_ROOT = Path("/sys/fs/bpf/segscope")
-PREFIX = os.environ.get("SEGSCOPE_IOAM_TEST_PREFIX", "ioamdp")
+PREFIX = os.environ.get("SEGSCOPE_IOAM_TEST_PREFIX") or own_name("ioamdp")
 
 TX_COUNTERS = [
     "pass_not_ipv6",

@@ -68,10 +68,11 @@ from tests.datapath.dp_env import (
     udp_datagram,
     udp_socket,
 )
+from tests.isolation import own_name
 
 pytestmark = pytest.mark.datapath
 
-PREFIX = os.environ.get("SEGSCOPE_CHAIN_TEST_PREFIX", "xch")
+PREFIX = os.environ.get("SEGSCOPE_CHAIN_TEST_PREFIX") or own_name("xch")
 DEVS = ("b1", "b2")
 PEER = {"b1": ("P1", "fd00:31::1"), "b2": ("P2", "fd00:32::1")}  # who sends over which device of B
 REFLECTOR_ADDR, SENDER_ADDR, FLOW_DST = "fc00:3::1", "fc00:3::2", "fc00:3::f"  # on B's loopback

@@ -206,6 +206,50 @@ def test_inline_processor_deployment():
     assert "segscope-inline-processor" not in by_kind(off, "PodDisruptionBudget")
 
 
+def test_controller_run_deployment():
+    """`segscope-controller run` as a Deployment instead of a drift CronJob: two replicas (Kafka leader
+    election on the chart's Kafka), mutual TLS to the agents with the controller's certificate, health
+    port and probes, spread over nodes, a PodDisruptionBudget; the apply Job stays; one replica: no PDB."""
+    from controller.__main__ import parser
+
+    intent = "version: 1\nnodes: {}\n"
+    docs = helm_template("--set", f"controller.intent={intent}")
+    assert "CronJob" not in {d["kind"] for d in docs} and "segscope-apply" in by_kind(docs, "Job")
+    dep = by_kind(docs, "Deployment")["segscope-controller"]
+    spec = dep["spec"]["template"]["spec"]
+    c = spec["containers"][0]
+    assert dep["spec"]["replicas"] == 2 and spec.get("restartPolicy", "Always") == "Always"
+    assert c["command"] == ["segscope-controller"] and c["args"][:2] == ["run", "/etc/segscope/intent/intent.yaml"]
+    assert {"--kafka=$(SEGSCOPE_KAFKA_BOOTSTRAP)", "--leader-election=kafka", "--replica=$(POD_NAME)",
+            "--interval=30", "--health=0.0.0.0:9645"} <= set(c["args"])  # fmt: skip
+    assert {e["configMapRef"]["name"] for e in c["envFrom"]} == {"segscope-endpoints"}
+    tls = next(v for v in spec["volumes"] if v["name"] == "tls")
+    assert tls["secret"]["secretName"] == "segscope-controller-tls"  # mTLS to the agents, as the Job
+    assert c["ports"][0]["containerPort"] == 9645
+    assert c["livenessProbe"]["httpGet"]["path"] == "/healthz" and c["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    assert c["securityContext"]["readOnlyRootFilesystem"] is True and c["securityContext"]["runAsNonRoot"] is True
+    assert spec["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
+    selector = dep["spec"]["selector"]["matchLabels"]
+    job_labels = by_kind(docs, "Job")["segscope-apply"]["spec"]["template"]["metadata"]["labels"]
+    assert not selector.items() <= job_labels.items(), "the Deployment would select the apply Job's pod"
+    assert "segscope-controller-run" in by_kind(docs, "PodDisruptionBudget")
+    one = helm_template("--set", f"controller.intent={intent}", "--set", "controller.replicas=1")
+    assert "segscope-controller-run" not in by_kind(one, "PodDisruptionBudget")
+    # the arguments are the controller's own (argparse exits 2 on one it does not know)
+    args = parser().parse_args(
+        [a.replace("$(SEGSCOPE_KAFKA_BOOTSTRAP)", "k:9092").replace("$(POD_NAME)", "p") for a in c["args"]]
+    )
+    assert (args.command, args.kafka, args.leader_election, args.replica, args.interval) == (
+        "run",
+        "k:9092",
+        "kafka",
+        "p",
+        30,
+    )
+    none = helm_template("--set", "controller.intent=")
+    assert "segscope-controller" not in by_kind(none, "Deployment")
+
+
 def test_values_schema_names_the_bad_field():
     for setting, field in (
         ("tls.mode=bogus", "/tls/mode"),
@@ -467,9 +511,10 @@ def test_network_policies_cover_every_pod():
     assert {"ipBlock": {"cidr": "2001:db8::/32"}} in kafka
 
 
-def test_helm_package():
+def test_helm_package(tmp_path):
     """The chart packages with the symlinked files resolved (dashboards/, telegraf.conf)."""
-    out = run([tool("helm"), "package", str(CHART), "--destination", "/tmp/segscope-helm-package"])
+    # into this session's tmp_path: a fixed /tmp path would be shared by concurrent runs
+    out = run([tool("helm"), "package", str(CHART), "--destination", str(tmp_path)])
     tgz = re.search(r"saved it to: (\S+)", out.stdout).group(1)
     names = subprocess.run(["tar", "tzf", tgz], capture_output=True, text=True, check=True).stdout.split()
     assert "segscope/files/telegraf.conf" in names

@@ -75,7 +75,8 @@ def test_every_reference_resolves(built, overlay):
     """Every ConfigMap and Secret a pod reads exists in the build (after kustomize's hash
     suffixes), except the Secrets the overlay's README says the operator provides."""
     docs = built[overlay]
-    provided = {"prod": {"segscope-credentials"}, "jalapeno": {"segscope-credentials"}}.get(overlay, set())
+    kafka = {f"segscope-kafka-{r}" for r in ("agent", "processor", "telegraf", "admin")} | {"kafka-cluster-ca"}
+    provided = {"prod": {"segscope-credentials"} | kafka, "jalapeno": {"segscope-credentials"}}.get(overlay, set())
     cert_manager = {d["spec"]["secretName"] for d in docs if d["kind"] == "Certificate"}
     have = {(d["kind"], d["metadata"]["name"]) for d in docs}
     for doc, pod, c, _ in containers(docs):
@@ -104,7 +105,8 @@ def test_dev_is_self_contained(built):
     assert by_kind(docs, "Deployment")["segscope-delay"]["spec"]["replicas"] == 1
     ep = next(d for d in docs if d["metadata"]["name"] == "segscope-endpoints")["data"]
     assert ep["SEGSCOPE_KAFKA_BOOTSTRAP"] == "segscope-kafka:9092"
-    assert {"Job", "CronJob"} <= {d["kind"] for d in docs}
+    assert "segscope-apply" in by_kind(docs, "Job") and "segscope-controller" in by_kind(docs, "Deployment")
+    assert "CronJob" not in {d["kind"] for d in docs}  # `controller run` replaced the drift CronJob
 
 
 def test_prod_uses_external_services_and_cert_manager(built):
@@ -117,7 +119,8 @@ def test_prod_uses_external_services_and_cert_manager(built):
     certs = by_kind(docs, "Certificate")
     assert {c["spec"]["secretName"] for c in certs.values()} == {"segscope-agent-tls", "segscope-controller-tls"}
     telegraf = by_kind(docs, "Deployment")["segscope-telegraf"]["spec"]["template"]["spec"]
-    assert "initContainers" not in telegraf  # the users exist already
+    # the users exist already: no influx-setup; Kafka's login is rendered (components/kafka-sasl-ssl)
+    assert [c["name"] for c in telegraf["initContainers"]] == ["kafka-config"]
     assert "segscope-credentials" not in by_kind(docs, "Secret")  # the operator's, not in git
 
 

@@ -9,7 +9,8 @@ machine with exactly its command, args, environment, mounts and capabilities
     InfluxDB         the bundled StatefulSet's influxdb.conf (authentication on)
     topics, influx-setup   the init containers, run to completion
     delay, loss, topology processors, Telegraf   the Deployments' containers
-    controller       the Job (apply) and the CronJob (diff) with the chart's generated mTLS files
+    controller       the Job (apply) and the Deployment (run, two replicas) with the chart's generated
+                     mTLS files
 
 The intent is controller/examples/demo_line5.yaml with its TLS block as the chart mounts it
 (${SEGSCOPE_TLS_DIR}, server_name ${SEGSCOPE_AGENT_SERVER_NAME}) and the agents' management
@@ -21,6 +22,9 @@ containers are listed, not run (test_only_grafana_and_arangodb_do_not_run).
 
 from __future__ import annotations
 
+import os
+import re
+import signal
 import socket
 import subprocess
 import time
@@ -33,10 +37,11 @@ import yaml
 from netlab import Lab, teardown
 from tests.deploy import podrun
 from tests.deploy.k8s import CHART, REPO, by_kind, containers, helm_template
+from tests.isolation import own_name
 
 pytestmark = [pytest.mark.datapath, pytest.mark.e2e]
 
-PREFIX = "dpl"
+PREFIX = own_name("dpl")
 NODES = ("A", "R", "B")
 TOPOLOGY = REPO / "netlab" / "topologies" / "line5_bare.yaml"
 INLINE_FLOW = 4377
@@ -301,15 +306,70 @@ def test_controller_job_applies_the_intent_over_mtls(deployed):
     assert sysctl == [str(default_ioam_id("R")), "1"], d.log("agent-R")
 
 
-def test_drift_cronjob_sees_no_drift_then_drift(deployed):
+def _controller_metrics(port: int) -> dict[str, float]:
+    text = requests.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
+    return {
+        m.group(1): float(m.group(2)) for m in re.finditer(r"^segscope_controller_(\w+)\{[^}]*\} (\S+)$", text, re.M)
+    }
+
+
+def _wait(what: str, ok, timeout: float):
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            value = ok()
+        except requests.RequestException:
+            value = None
+        if value:
+            return value
+        assert time.monotonic() < deadline, f"no {what} within {timeout} s"
+        time.sleep(0.3)
+
+
+def test_controller_run_repairs_drift_and_fails_over(deployed):
+    """The Deployment's container (`segscope-controller run`), as two replicas: one leads (the
+    chart's Kafka elects it), the other makes no call; R's End SID deleted by hand is re-created at
+    the next reconcile; the leader SIGKILLed, the other leads and repairs the same drift again."""
     d = deployed
-    drift = d.prep("segscope-drift", "controller")
-    assert drift.argv[-2] == "diff"
-    d.run(drift, "controller-diff-clean")
+    ports, names_ = {}, {}
+    for i in (0, 1):
+        ports[i] = free_port()
+        c = d.prep("segscope-controller", "controller", ports={9645: ports[i]})
+        at = c.argv.index("run")
+        assert c.argv[at + 1] == str(c.mounts["/etc/segscope/intent"] / "intent.yaml"), c.argv
+        # one pod name per replica; a reconcile every 5 s here (the chart's default is 30)
+        c.argv = [
+            f"--replica=segscope-controller-{i}" if a.startswith("--replica=")
+            else "--interval=5" if a.startswith("--interval=") else a
+            for a in c.argv
+        ]  # fmt: skip
+        names_[i] = f"controller-run-{i}"
+        d.start(c, names_[i])
+    leaders = _wait(
+        "one leader",
+        lambda: [i for i in (0, 1) if _controller_metrics(ports[i]).get("leader") == 1]
+        if sum(_controller_metrics(ports[i]).get("leader", 0) for i in (0, 1)) == 1
+        else None,
+        60,
+    )
+    leader, standby = leaders[0], 1 - leaders[0]
+    assert _controller_metrics(ports[standby])["rpcs"] == 0, d.log(names_[standby])
+
+    def end_sid_back() -> bool:
+        return "fc00:2::e" in d.lab.run("R", ["ip", "-6", "route"]).stdout
+
     subprocess.run(["ip", "-n", d.lab.ns("R"), "-6", "route", "del", "fc00:2::e"], check=True)
-    rc = podrun.run_to_end(drift, d.logs / "controller-diff-drift.log", timeout=60).returncode
-    assert rc == 3, d.log("controller-diff-drift")  # 3 = changes to apply: the CronJob's run fails
-    d.run(d.prep("segscope-apply", "controller"), "controller-reapply")
+    _wait("the End SID re-created by the leader", end_sid_back, 30)
+    assert re.search(r"repair on R: create .*local SID fc00:2::e", d.log(names_[leader])), d.log(names_[leader])
+
+    proc = d.procs.pop(names_[leader])  # SIGKILL: the other takes over after the session timeout
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    podrun.stop(proc)
+    _wait("the standby leading", lambda: _controller_metrics(ports[standby]).get("leader") == 1, 30)
+    subprocess.run(["ip", "-n", d.lab.ns("R"), "-6", "route", "del", "fc00:2::e"], check=True)
+    _wait("the End SID re-created by the new leader", end_sid_back, 30)
+    assert re.search(r"repair on R: create .*local SID fc00:2::e", d.log(names_[standby])), d.log(names_[standby])
 
 
 def test_stamp_delay_reaches_influxdb_through_the_charts_pipeline(deployed):

@@ -20,10 +20,11 @@ import pytest
 from netlab import Lab, teardown
 from tests.groundtruth import altmark_lab as al
 from tests.groundtruth.altmark_flows import FLOWS, topology_yaml
+from tests.isolation import own_name
 
 REPO = Path(__file__).resolve().parents[2]
 TOPOLOGY = REPO / "netlab" / "topologies" / "line5_flows.yaml"
-PREFIX = "amlab_gt"
+PREFIX = own_name("amlab_gt")
 RATE_PPS, SECONDS = 300, 4
 PERIOD_NS, MARGIN_NS = 1_000_000_000, 500_000_000
 

@@ -42,10 +42,11 @@ import pytest
 from netlab import Lab, relay_lateness_us, teardown
 from tests.groundtruth import altmark_lab as al
 from tests.groundtruth.altmark_flows import FLOWS, LOSS_LEVELS_PCT, UNMONITORED_DST, UNMONITORED_TCLASS
+from tests.isolation import own_name
 
 REPO = Path(__file__).resolve().parents[2]
 TOPOLOGY = REPO / "netlab" / "topologies" / "line5_flows.yaml"
-PREFIX = "amlab_e2e"
+PREFIX = own_name("amlab_e2e")
 PERIOD_MS = 1000  # the minimum colour period
 PERIOD_NS = PERIOD_MS * 1_000_000
 MARGIN_NS = PERIOD_NS // 2  # the collector's default margin T/2

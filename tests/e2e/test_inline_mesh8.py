@@ -48,10 +48,11 @@ from tests.e2e.inline_lab import (
     wait_for_records,
     weighted,
 )
+from tests.isolation import own_name
 
 REPO = Path(__file__).resolve().parents[2]
 TOPOLOGY = REPO / "netlab" / "topologies" / "mesh8_two_paths.yaml"
-PREFIX = "tinm8"
+PREFIX = own_name("tinm8")
 NODES = ("A", "R1", "R2", "R3", "R4", "B")
 LINKS = ("a1", "c1", "b1", "a2", "c2", "b2")
 INTERVAL_US, DURATION_S, LEAD_S, TAIL_S = 5000, 14, 1.0, 2.0  # 200 packets/s per flow; loss from 1 s after

@@ -51,10 +51,11 @@ from tests.e2e.inline_lab import (
     wait_for_records,
     weighted,
 )
+from tests.isolation import own_name
 
 REPO = Path(__file__).resolve().parents[2]
 TOPOLOGY = REPO / "netlab" / "topologies" / "ring6_inline.yaml"
-PREFIX = "tinr6"
+PREFIX = own_name("tinr6")
 NODES = ("I", "P1", "P2", "P3", "Q1", "E")
 LINKS = ("ip1", "p12", "p23", "p3e", "iq1", "q1e")
 INTERVAL_US, DURATION_S, LEAD_S, TAIL_S, PHASE2_S = 5000, 12, 1.0, 2.0, 6

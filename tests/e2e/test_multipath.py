@@ -36,6 +36,7 @@ from controller.intent import load_intent
 from controller.pipeline import ControlledPipeline
 from netlab import Lab, relay_lateness_us, teardown
 from scripts.results import StampSessionSpec, delay_points
+from tests.isolation import own_name
 
 REPO = Path(__file__).resolve().parents[2]
 TOPOLOGY = REPO / "netlab" / "topologies" / "mesh8_two_paths.yaml"
@@ -103,8 +104,8 @@ def injected_and_late(lab, hops, before, after) -> tuple[float, float]:
 
 @pytest.fixture(scope="module")
 def run(stack, bpffs, tmp_path_factory):
-    teardown("tmesh")
-    lab = Lab.up(TOPOLOGY, prefix="tmesh")
+    teardown(own_name("tmesh"))
+    lab = Lab.up(TOPOLOGY, prefix=own_name("tmesh"))
     pipe = ControlledPipeline(lab, stack, tmp_path_factory.mktemp("mesh"), nodes=NODES)
     links = sorted({link for p in PATHS.values() for d in p.values() for link, _ in d})
     try:

@@ -26,6 +26,7 @@ import pytest
 from controller.intent import load_intent
 from controller.pipeline import ControlledPipeline
 from netlab import Lab, teardown
+from tests.isolation import own_name
 
 REPO = Path(__file__).resolve().parents[2]
 TOPOLOGY = REPO / "netlab" / "topologies" / "mesh8_two_paths.yaml"
@@ -77,8 +78,8 @@ def tai_offset_s() -> int:
 
 @pytest.fixture(scope="module")
 def run(stack, bpffs, tmp_path_factory):
-    teardown("tmflw")
-    lab = Lab.up(TOPOLOGY, prefix="tmflw")
+    teardown(own_name("tmflw"))
+    lab = Lab.up(TOPOLOGY, prefix=own_name("tmflw"))
     tmp = tmp_path_factory.mktemp("mesh-flows")
     pipe = ControlledPipeline(lab, stack, tmp, nodes=NODES)
     loss_proc = None

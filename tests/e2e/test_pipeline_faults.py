@@ -32,6 +32,7 @@ from controller.intent import load_intent
 from controller.pipeline import ControlledPipeline
 from netlab import Lab, teardown
 from scripts.results import StampSessionSpec, delay_points, records_in_influx
+from tests.isolation import own_name
 
 REPO = Path(__file__).resolve().parents[2]
 TOPOLOGY = REPO / "netlab" / "topologies" / "line5_bare.yaml"
@@ -59,10 +60,12 @@ def agent_children(instance: str) -> list[str]:
 
 
 def test_sender_agent_killed_mid_run_loses_and_doubles_nothing(stack, bpffs, tmp_path):
-    teardown("tflt")
-    lab = Lab.up(TOPOLOGY, prefix="tflt")
+    teardown(own_name("tflt"))
+    lab = Lab.up(TOPOLOGY, prefix=own_name("tflt"))
     spec = StampSessionSpec(ssid=SSID, rate_pps=RATE)
-    pipe = ControlledPipeline(lab, stack, tmp_path)
+    # the agents of before hitless restarts (their children die with them): tests/agent/test_agent_adoption.py
+    # has the same crash with the default, where nothing stops
+    pipe = ControlledPipeline(lab, stack, tmp_path, agent_args=["--adopt-timeout", "0"])
     try:
         pipe.start()
         since = time.time_ns()
@@ -136,11 +139,17 @@ def test_sender_agent_killed_mid_run_loses_and_doubles_nothing(stack, bpffs, tmp
             time.sleep(1)
         print(f"[faults] reflected by B {expect}, records in InfluxDB {got}, collector {coll}")
         assert got == dict.fromkeys(got, expect), (got, expect, refl)
-        per_second = {}
+        # a second counted twice would be a second point of that second (another series: the
+        # processor writes one point per second and direction, a re-emission replaces it): every
+        # second has exactly one, and their counts add up to the replies. (Not a per-second rate
+        # bound: the sender keeps an absolute schedule, so after a stall on a busy machine it catches
+        # up and a second legitimately holds more than RATE.)
+        per_second: dict[int, list[int]] = {}
         for p in delay_points(stack, spec, since):
             if p["direction"] == "forward":
-                per_second[p["time"]] = per_second.get(p["time"], 0) + int(p["count"])
-        assert max(per_second.values()) <= RATE + 1, per_second  # a second counted twice would exceed it
+                per_second.setdefault(p["time"], []).append(int(p["count"]))
+        assert all(len(counts) == 1 for counts in per_second.values()), per_second
+        assert sum(c for counts in per_second.values() for c in counts) == expect, per_second
     finally:
         codes = pipe.stop()
         lab.down()

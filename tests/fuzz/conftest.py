@@ -16,12 +16,13 @@ from pathlib import Path
 import pytest
 
 from tests.fuzz.report import SUMMARY
+from tests.isolation import own_name
 
 REPO = Path(__file__).resolve().parents[2]
 BUILD = REPO / "build" / "datapath"
 REFLECTOR = BUILD / "stamp_reflector"
 COLLECTOR = BUILD / "stamp_collector"
-PREFIX = os.environ.get("SEGSCOPE_FUZZ_PREFIX", "fz")
+PREFIX = os.environ.get("SEGSCOPE_FUZZ_PREFIX") or own_name("fz")
 NETNS = f"{PREFIX}-fuzz"
 DEV_REFL, DEV_COLL = f"{PREFIX}-fx0", f"{PREFIX}-fs0"
 PIN_BASE = Path("/sys/fs/bpf/segscope") / NETNS

@@ -29,6 +29,7 @@ from tests.fuzz.ioam_frames import FLOWS, FLOWS_CLI, frames
 from tests.fuzz.ioam_oracle import REFUSED, verdict
 from tests.fuzz.report import SUMMARY
 from tests.fuzz.test_xdp_fuzz import dmesg_lines, kernel_complaints
+from tests.isolation import own_name
 
 pytestmark = pytest.mark.datapath
 
@@ -37,7 +38,7 @@ IOAM_RX = REPO / "build" / "datapath" / "ioam_rx"
 FRAMES = int(os.environ.get("SEGSCOPE_FUZZ_FRAMES", "100000"))
 SEED = int(os.environ.get("SEGSCOPE_FUZZ_SEED", "862"))
 SECONDS = float(os.environ.get("SEGSCOPE_FUZZ_SECONDS", "120"))
-PREFIX = os.environ.get("SEGSCOPE_IOAM_FUZZ_PREFIX", "ioamfz")
+PREFIX = os.environ.get("SEGSCOPE_IOAM_FUZZ_PREFIX") or own_name("ioamfz")
 NODE_ID, TAI_OFFSET = 9, 37
 COUNTERS = [
     "pass_not_ipv6",

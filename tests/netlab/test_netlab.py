@@ -20,10 +20,11 @@ import pytest
 
 from netlab import Lab, TopologyError, load, owd, teardown
 from netlab.lab import BPFFS_SEGSCOPE, RUN_ROOT, _netns_names, _own_netns
+from tests.isolation import own_name
 
 REPO = Path(__file__).resolve().parents[2]
 LINE5 = REPO / "netlab" / "topologies" / "line5.yaml"
-PREFIX = os.environ.get("NETLAB_TEST_PREFIX", "nltest")
+PREFIX = os.environ.get("NETLAB_TEST_PREFIX") or own_name("nltest")
 PY = sys.executable
 DELAY_A_TO_B_US, DELAY_B_TO_A_US = 2000, 1000
 

@@ -24,10 +24,11 @@ import pytest
 
 from netlab import Lab, LabError, Reorder, TopologyError, load, owd, relay_flow, relay_ground_truth, seqflow, teardown
 from netlab.lab import _netns_names, _own_netns
+from tests.isolation import own_name
 
 REPO = Path(__file__).resolve().parents[2]
 LINE5 = REPO / "netlab" / "topologies" / "line5.yaml"
-PREFIX = os.environ.get("NETLAB_REORDER_TEST_PREFIX", "nlreo")
+PREFIX = os.environ.get("NETLAB_REORDER_TEST_PREFIX") or own_name("nlreo")
 PY = sys.executable
 DELAY_A_TO_B_US, DELAY_B_TO_A_US = 2000, 1000
 AR_LINE = "    delay_us: {a_to_b: 0, b_to_a: 0}"  # link ar in line5.yaml

@@ -26,10 +26,11 @@ import pytest
 
 from netlab import Lab, TopologyError, load, owd, relay_flow, relay_ground_truth, seqflow, status, teardown
 from netlab.lab import REPO_ROOT, _netns_names, _own_netns
+from tests.isolation import own_name
 
 REPO = Path(__file__).resolve().parents[2]
 RING6 = REPO / "netlab" / "topologies" / "ring6_inline.yaml"
-PREFIX = os.environ.get("NETLAB_RING_TEST_PREFIX", "nlring")
+PREFIX = os.environ.get("NETLAB_RING_TEST_PREFIX") or own_name("nlring")
 PY = sys.executable
 CORE = ("ip1", "p12", "p23", "p3e", "iq1", "q1e")
 END_SIDS = {"P1": "fc00:21::e", "P2": "fc00:22::e", "P3": "fc00:23::e", "Q1": "fc00:31::e"}

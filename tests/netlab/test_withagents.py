@@ -34,14 +34,6 @@ def port_free(port: int) -> bool:
         return s.connect_ex(("127.0.0.1", port)) != 0
 
 
-def running(pid: int) -> bool:
-    """pid is a live process (a zombie, exited and not yet reaped by its new parent, is not)."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
-
-
 def port_base() -> int:
     """Four free ports for the lab's own stack: next to this session's stack if it has a base."""
     base = os.environ.get("SEGSCOPE_STACK_PORT_BASE")
@@ -120,6 +112,14 @@ def test_apply_shipped_intent_then_delay_and_report(lab, tmp_path):
     assert "session 1 from A" in text and "session 2 from A" in text, text[:3000]
 
 
+def running(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
 def test_down_leaves_nothing(lab):
     state = lab["state"]
     pids = [info["pid"] for group in ("agents", "processors") for info in state[group].values()]
@@ -137,7 +137,10 @@ def test_down_leaves_nothing(lab):
     assert sorted(report["services_stopped"]) == ["influxdb", "kafka", "telegraf"]
     netns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
     assert not [ln for ln in netns.splitlines() if ln.startswith(f"{PREFIX}-")], netns
-    alive = [pid for pid in pids + stack_pids if running(pid)]
+    # a process `down` saw end can stay in /proc for a moment (a zombie until init reaps it)
+    deadline = time.monotonic() + 10
+    while (alive := [pid for pid in pids + stack_pids if running(pid)]) and time.monotonic() < deadline:
+        time.sleep(0.2)
     assert not alive, alive
     assert not list(Path("/sys/fs/bpf/segscope").glob(f"{PREFIX}-*"))
     assert all(port_free(lab["base"] + i) for i in (0, 2)), "Kafka or InfluxDB still listens"

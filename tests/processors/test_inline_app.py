@@ -278,9 +278,14 @@ def test_inline_worker_summarises_its_hop_lines_for_the_topology(stack, tmp_path
                                                          [(Hop(8, 80, 81, 62), t2)]), "B", 1), b"B/7")  # fmt: skip
     assert p.flush(30) == 0
     want = {f"{h}": None for h in ("0", "1", "0-1", "2")}
+    newest_ts = (base + 2 - TAI_UTC) * NS
     deadline = time.monotonic() + 60
     summary: dict[str, str] = {}
-    while time.monotonic() < deadline and len(summary) < len(want):
+    # seconds base and base + 1 close as soon as the records are read (grace 0.5 s), the last one
+    # idle_s later: a summary in between holds base + 1 as the newest, rightly; wait for the last
+    while time.monotonic() < deadline and (
+        len(summary) < len(want) or {ts for ts, _ in summary.values()} != {newest_ts}
+    ):
         summary = {}
         for _, value in read_topic(bootstrap, topics["newest"], f"sum-reader-{uuid.uuid4().hex[:6]}"):
             for line in value.decode().split("\n"):
@@ -291,5 +296,5 @@ def test_inline_worker_summarises_its_hop_lines_for_the_topology(stack, tmp_path
         time.sleep(1)
     assert set(summary) == set(want), summary
     # the newest second of each hop series: the flow's last second
-    assert {ts for ts, _ in summary.values()} == {(base + 2 - TAI_UTC) * NS}
+    assert {ts for ts, _ in summary.values()} == {newest_ts}
     assert "measured=false" in summary["0"][1] and "measured=true" in summary["0-1"][1]

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
 from processors.delay.topics import ensure_topics
 from processors.topology.model import TopologyModel
@@ -37,6 +37,11 @@ from tests.processors.test_loss_app import rec
 REPO = Path(__file__).resolve().parents[2]
 NS = 1_000_000_000
 TAI_UTC = 37
+NOT_SERVED_YET = {
+    KafkaError.NOT_LEADER_FOR_PARTITION,
+    KafkaError.LEADER_NOT_AVAILABLE,
+    KafkaError.UNKNOWN_TOPIC_OR_PART,
+}
 # long enough for the whole input to land in the workers' first summary interval (checked below)
 INTERVAL_S = 24
 
@@ -52,13 +57,28 @@ def start(module: str, args: list[str], env: dict, log_path: Path) -> subprocess
         )
 
 
+def watermark(consumer: Consumer, topic: str, timeout_s: float = 20) -> int:
+    """The end offset of partition 0. A topic created a moment ago may not be served by its leader
+    yet (NOT_LEADER_FOR_PARTITION, LEADER_NOT_AVAILABLE on a busy broker): asked again until it is."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            return consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)[1]
+        except KafkaException as exc:
+            if not exc.args[0].retriable() and exc.args[0].code() not in NOT_SERVED_YET:
+                raise
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+
+
 def read_all(bootstrap: str, topic: str) -> list[tuple[int, bytes, bytes]]:
     """(broker timestamp ms, key, value) of every message now in the one-partition topic."""
     c = Consumer(
         {"bootstrap.servers": bootstrap, "group.id": f"nsum-{uuid.uuid4().hex[:8]}", "enable.auto.commit": False}
     )
     try:
-        _, end = c.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)
+        end = watermark(c, topic)
         c.assign([TopicPartition(topic, 0, 0)])
         out, deadline = [], time.monotonic() + 20
         while len(out) < end and time.monotonic() < deadline:

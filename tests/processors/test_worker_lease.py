@@ -1,5 +1,5 @@
-"""processors/worker.py HeartbeatLease and ActiveClock, on their own (the worker test with a real
-stall is test_worker_stall.py)."""
+"""processors/runtime/lease.py HeartbeatLease and runtime/clock.py ActiveClock, on their own (the
+worker test with a real stall is test_worker_stall.py)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,10 @@ from types import SimpleNamespace
 
 import pytest
 
-from processors import worker
-from processors.worker import ActiveClock, HeartbeatLease
+from processors.runtime import clock as clock_module
+from processors.runtime import lease as lease_module
+from processors.runtime.clock import ActiveClock
+from processors.runtime.lease import HeartbeatLease
 
 S = 1_000_000_000
 
@@ -30,7 +32,7 @@ def test_lease_runs_out_a_margin_before_the_session_timeout():
 def test_allows_publishing_counts_what_it_holds(monkeypatch):
     lease = HeartbeatLease(session_timeout_s=6.0, margin_s=1.5)
     now = [50.0]
-    monkeypatch.setattr(worker.time, "monotonic", lambda: now[0])
+    monkeypatch.setattr(lease_module.time, "monotonic", lambda: now[0])
     lease.renew(50.0)
     assert lease.allows_publishing() and lease.held == 0
     now[0] = 59.0  # a 9 s stall
@@ -43,7 +45,7 @@ def test_allows_publishing_counts_what_it_holds(monkeypatch):
 def test_install_renews_on_accepted_heartbeats_only(monkeypatch):
     answers = iter([True, False, True])
     now = [10.0]
-    monkeypatch.setattr(worker.time, "monotonic", lambda: now[0])
+    monkeypatch.setattr(lease_module.time, "monotonic", lambda: now[0])
 
     class Coordinator:
         async def _do_heartbeat(self) -> bool:
@@ -66,7 +68,7 @@ def test_install_renews_on_accepted_heartbeats_only(monkeypatch):
 @pytest.fixture
 def fake_ns(monkeypatch):
     now = [1000 * S]
-    monkeypatch.setattr(worker.time, "monotonic_ns", lambda: now[0])
+    monkeypatch.setattr(clock_module.time, "monotonic_ns", lambda: now[0])
     return now
 
 

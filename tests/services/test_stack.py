@@ -19,10 +19,14 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from services.stack import METRICS_TOPIC, SERVICE_NAMES, TELEGRAF_GROUP, TOPIC_PARTITIONS, Stack, port_open
+from tests.isolation import extra_stack
 
 REPO = Path(__file__).resolve().parents[2]
 POINT_WAIT = 30.0  # s; Telegraf flushes every second, typically seen in 1-3 s
-ISOLATED_PORT_BASE = int(os.environ.get("SEGSCOPE_TEST_SERVICES_PORT_BASE", "29600"))
+# a second, isolated stack (tests/isolation.py slot 3; 29600 and .run/sv-test-isolated in a lone run)
+ISOLATED_RUN_DIR, ISOLATED_PORT_BASE = extra_stack("sv-test-isolated", slot=3, default_port_base=29600)
+if os.environ.get("SEGSCOPE_TEST_SERVICES_PORT_BASE"):
+    ISOLATED_PORT_BASE = int(os.environ["SEGSCOPE_TEST_SERVICES_PORT_BASE"])
 
 
 def produce(bootstrap: str, topic: str, values: list[bytes]) -> None:
@@ -184,7 +188,7 @@ def test_isolated_second_stack_up_down(stack: Stack, capsys) -> None:
     ports = [base, base + 1, base + 2, base + 3]
     busy = [p for p in ports if port_open(p)]
     assert not busy, f"ports {busy} in use; set SEGSCOPE_TEST_SERVICES_PORT_BASE"
-    run_dir = REPO / ".run" / "sv-test-isolated"
+    run_dir = ISOLATED_RUN_DIR
     default_pids = {n: stack.read_pid(n) for n in SERVICE_NAMES}
     other = Stack(run_dir=run_dir, port_base=base, fresh=True)
     assert other.kafka_bootstrap == f"127.0.0.1:{base}"

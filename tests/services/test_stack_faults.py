@@ -18,13 +18,13 @@ from confluent_kafka import Producer
 
 from segscope_schemas import names
 from services.stack import Stack
-from tests.services.test_stack import REPO
+from tests.isolation import extra_stack
 
 N, RATE = 3000, 200
 
 
 def test_telegraf_kill_and_influxdb_restart_lose_no_point():
-    run_dir, base = REPO / ".run" / "sv-faults", 29800
+    run_dir, base = extra_stack("sv-faults", slot=4, default_port_base=29800)
     stack = Stack(run_dir=run_dir, port_base=base, fresh=True, quiet=True)
     stack.up()
     run = uuid.uuid4().hex[:8]

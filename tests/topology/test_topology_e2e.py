@@ -43,11 +43,12 @@ from netlab.lab import RELAY_IF_B
 from processors.delay.topics import ensure_topics
 from processors.topology.writer import ArangoWriter
 from segscope_schemas.line_protocol import parse_lines
+from tests.isolation import own_name
 
 REPO = Path(__file__).resolve().parents[2]
 LINE5 = REPO / "netlab" / "topologies" / "line5.yaml"
 BUILD = REPO / "build"
-PREFIX = "topoe"
+PREFIX = own_name("topoe")
 BASE, MAIN = 61, 62
 BASE_US, FWD_US, REV_US = 200, 2000, 1000
 BASE_S, MAIN_S, RATE = 6, 10, 100

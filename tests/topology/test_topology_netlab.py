@@ -16,10 +16,11 @@ from collectors.topology import NodeViewError, NodeViewPublisher, build_node_vie
 from netlab import Lab, teardown
 from processors.delay.topics import ensure_topics
 from processors.topology.model import TopologyModel
+from tests.isolation import own_name
 
 REPO = Path(__file__).resolve().parents[2]
 LINE5 = REPO / "netlab" / "topologies" / "line5.yaml"
-PREFIX = "topo"
+PREFIX = own_name("topo")
 
 
 @pytest.fixture(scope="module")

@@ -30,6 +30,7 @@ from segscope_schemas import stamp_tlv as T
 from segscope_schemas.stamp_test_packet import SenderPacket
 from segscope_schemas.stamp_timestamp import ntp_to_tai_ns, ptp_to_tai_ns
 from tests.datapath.dp_env import VethPair, udp6_checksum
+from tests.isolation import own_name
 
 pytestmark = pytest.mark.datapath
 
@@ -50,7 +51,8 @@ def tai_offset_s() -> int:
 def pair(bpffs):
     subprocess.run(["make", "-s", "-C", str(REPO / "collectors")], check=True)
     subprocess.run(["make", "-s", "-C", str(REPO / "bench")], check=True)
-    p = VethPair(s_ns="usf-s", x_ns="usf-x", s_dev="usf-s0", x_dev="usf-x0")
+    usf = own_name("usf")
+    p = VethPair(s_ns=f"{usf}-s", x_ns=f"{usf}-x", s_dev=f"{usf}-s0", x_dev=f"{usf}-x0")
     p.setup()
     try:
         yield p

@@ -26,6 +26,7 @@ from fuzz_reflector import TLV_SAMPLES, key_ring, mutate
 from ustamp_env import REPO, ReflectorProc, socket_in_netns
 
 from tests.datapath.dp_env import VethPair
+from tests.isolation import own_name
 
 pytestmark = pytest.mark.datapath
 
@@ -33,6 +34,9 @@ KEY = bytes(range(32))  # fuzz_reflector.key_ring()'s key
 SESSIONS = ["--ssid 1", "--ssid 3 --format ntp --return-sids fc00:d5::e1"]
 FAST_ONLY = {"slow_path", "slow_path_queue_full", "srh_switches", "batches"}
 PER_SENDER_TLVS = (5, 7)  # Direct Measurement, Follow-Up Telemetry: values depend on the order
+# datagrams sent but not yet counted `received` by the reflector, at most (checked every CHECK_EVERY):
+# 100 of these datagrams fit a default 208 KiB socket buffer many times over
+WINDOW, CHECK_EVERY = 100, 50
 
 
 def corpus(count: int, seed: int) -> list[bytes]:
@@ -101,10 +105,16 @@ def run(pair: VethPair, engine: str, key_file: str, datagrams: list[bytes]) -> t
         start = time.monotonic()
         for i, d in enumerate(datagrams):
             sk.sendto(d, (pair.x_addr, 862))
-            # paced (2000/s): neither engine's socket nor the fast engine's queue to Python overflows
+            # paced (2000/s) and at most WINDOW datagrams ahead of what the reflector has accounted for
+            # (a starved engine on a busy machine): neither engine's socket nor the fast engine's queue
+            # to Python overflows
             delay = start + (i + 1) / 2000 - time.monotonic()
             if delay > 0:
                 time.sleep(delay)
+            if (i + 1) % CHECK_EVERY == 0:
+                deadline = time.monotonic() + 60
+                while i + 1 - r.counters()["received"] > WINDOW and time.monotonic() < deadline:
+                    time.sleep(0.02)
         while select.select([sk], [], [], 1.5)[0]:
             reply = sk.recv(65535)
             key_off = 48 if len(reply) >= 112 and reply[4:16] == bytes(12) else 24
@@ -118,7 +128,8 @@ def run(pair: VethPair, engine: str, key_file: str, datagrams: list[bytes]) -> t
 @pytest.fixture(scope="module")
 def pair(bpffs):
     subprocess.run(["make", "-s", "-C", str(REPO / "collectors")], check=True)
-    p = VethPair(s_ns="usd-s", x_ns="usd-x", s_dev="usd-s0", x_dev="usd-x0")
+    usd = own_name("usd")
+    p = VethPair(s_ns=f"{usd}-s", x_ns=f"{usd}-x", s_dev=f"{usd}-s0", x_dev=f"{usd}-x0")
     p.setup()
     try:
         yield p

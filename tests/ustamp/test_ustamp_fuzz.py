@@ -14,7 +14,9 @@ import subprocess
 
 from ustamp_env import PY, REPO
 
-NETNS = "usfz"
+from tests.isolation import own_name
+
+NETNS = own_name("usfz")
 
 
 def test_fuzz_reflector_accounts_for_every_datagram():

@@ -21,10 +21,11 @@ from segscope_schemas.stamp_record import (
     STAMP_RECORD_F_REFLECTOR_NTP,
     STAMP_RECORD_F_SRH,
 )
+from tests.isolation import own_name
 
 pytestmark = pytest.mark.datapath
 
-PREFIX = "ust"
+PREFIX = own_name("ust")
 N = 20
 EE_Z = 0x4000
 XDP_REFLECTOR = REPO / "build" / "datapath" / "stamp_reflector"
@@ -309,11 +310,14 @@ def test_ustamp_sender_to_xdp_reflector(lab, bpffs, tmp_path):
 
 @pytest.fixture(scope="module")
 def kafka_bootstrap():
-    """The collectors tests' own Kafka (port base 29000, run dir .run/co-stack), shared by lease:
-    one broker for every test session that needs an isolated one."""
+    """The collectors tests' own Kafka (tests/isolation.py slot 1: port base 29000, run dir
+    .run/co-stack in a lone run), shared by lease: one broker for every test session of a group
+    that needs an isolated one."""
     from services.stack import Stack
+    from tests.isolation import extra_stack
 
-    stack = Stack(run_dir=REPO / ".run" / "co-stack", port_base=29000, fresh=True)
+    run_dir, port_base = extra_stack("co-stack", slot=1, default_port_base=29000)
+    stack = Stack(run_dir=run_dir, port_base=port_base, fresh=True)
     with stack.shared(only=["kafka"]):
         yield stack.kafka_bootstrap
 

@@ -128,6 +128,10 @@ capabilities:
   envFrom:
     - configMapRef:
         name: {{ include "segscope.fullname" . }}-endpoints
+  {{- with include "segscope.kafkaEnv" (list . "admin") }}
+  env: {{- . | nindent 4 }}
+  volumeMounts: {{- include "segscope.kafkaMounts" (list $ "admin") | nindent 4 }}
+  {{- end }}
   securityContext:
     {{- include "segscope.containerSecurityContext" . | nindent 4 }}
   resources:
@@ -187,4 +191,64 @@ runAsUser: {{ . }}
 runAsGroup: {{ . }}
 capabilities:
   drop: [ALL]
+{{- end -}}
+
+{{/* Kafka security (values kafka.security, docs/security.md) of one role: (list $ "agent"|"processor"|"telegraf"|"admin").
+The SEGSCOPE_KAFKA_* environment (nothing for PLAINTEXT); the secrets are files under /etc/segscope/kafka. */}}
+{{- define "segscope.kafkaSasl" -}}
+{{- $ks := (index . 0).Values.kafka.security -}}
+{{- if hasPrefix "SASL_" $ks.protocol }}true{{ end -}}
+{{- end -}}
+{{- define "segscope.kafkaSsl" -}}
+{{- $ks := (index . 0).Values.kafka.security -}}
+{{- if hasSuffix "SSL" $ks.protocol }}true{{ end -}}
+{{- end -}}
+{{- define "segscope.kafkaEnv" -}}
+{{- $ := index . 0 -}}{{- $role := index . 1 -}}
+{{- $ks := $.Values.kafka.security -}}
+{{- $u := index $ks.users $role -}}
+{{- if ne $ks.protocol "PLAINTEXT" }}
+- {name: SEGSCOPE_KAFKA_SECURITY_PROTOCOL, value: {{ $ks.protocol | quote }}}
+{{- if include "segscope.kafkaSasl" (list $) }}
+- {name: SEGSCOPE_KAFKA_SASL_MECHANISM, value: {{ default $ks.saslMechanism $u.mechanism | quote }}}
+- {name: SEGSCOPE_KAFKA_SASL_USERNAME, value: {{ $u.username | quote }}}
+- {name: SEGSCOPE_KAFKA_SASL_PASSWORD_FILE, value: /etc/segscope/kafka/user/password}
+{{- end }}
+{{- if and (include "segscope.kafkaSsl" (list $)) $ks.caSecret }}
+- {name: SEGSCOPE_KAFKA_SSL_CA_FILE, value: /etc/segscope/kafka/ca/{{ $ks.caKey }}}
+{{- end }}
+{{- if and (include "segscope.kafkaSsl" (list $)) $ks.clientCertificates }}
+- {name: SEGSCOPE_KAFKA_SSL_CERT_FILE, value: /etc/segscope/kafka/user/tls.crt}
+- {name: SEGSCOPE_KAFKA_SSL_KEY_FILE, value: /etc/segscope/kafka/user/tls.key}
+{{- end }}
+{{- end }}
+{{- end -}}
+{{- define "segscope.kafkaMounts" -}}
+{{- $ := index . 0 -}}{{- $role := index . 1 -}}
+{{- $ks := $.Values.kafka.security -}}
+{{- if and (include "segscope.kafkaSasl" (list $)) }}
+- {name: kafka-{{ $role }}, mountPath: /etc/segscope/kafka/user, readOnly: true}
+{{- else if and (include "segscope.kafkaSsl" (list $)) $ks.clientCertificates }}
+- {name: kafka-{{ $role }}, mountPath: /etc/segscope/kafka/user, readOnly: true}
+{{- end }}
+{{- if and (include "segscope.kafkaSsl" (list $)) $ks.caSecret }}
+- {name: kafka-ca, mountPath: /etc/segscope/kafka/ca, readOnly: true}
+{{- end }}
+{{- end -}}
+{{- define "segscope.kafkaVolumes" -}}
+{{- $ := index . 0 -}}{{- $roles := index . 1 -}}
+{{- $ks := $.Values.kafka.security -}}
+{{- range $role := $roles }}
+{{- $u := index $ks.users $role }}
+{{- if or (include "segscope.kafkaSasl" (list $)) (and (include "segscope.kafkaSsl" (list $)) $ks.clientCertificates) }}
+- name: kafka-{{ $role }}
+  secret:
+    secretName: {{ required (printf "kafka.security.users.%s.secret is required with kafka.security.protocol=%s (a Secret with the role's password)" $role $ks.protocol) $u.secret }}
+    defaultMode: 0440   # root (the agent) or the pod's fsGroup (everything else)
+{{- end }}
+{{- end }}
+{{- if and (include "segscope.kafkaSsl" (list $)) $ks.caSecret }}
+- name: kafka-ca
+  secret: {secretName: {{ $ks.caSecret }}}
+{{- end }}
 {{- end -}}

@@ -97,3 +97,15 @@ def decode(buf: bytes | memoryview, dtype: np.dtype, magic: bytes) -> tuple[Batc
     hdr = decode_header(buf, magic, dtype.itemsize)
     recs = np.frombuffer(buf, dtype=dtype, count=hdr.record_count, offset=hdr.header_size)
     return hdr, recs
+
+
+def join_records(parts: list[np.ndarray]) -> np.ndarray:
+    """The records of several decoded batches (one record dtype) as one array, in order.
+
+    As bytes, not np.concatenate of the record arrays: numpy promotes the fields of structured
+    arrays one array at a time (~40 µs each), which at 20 records per message cost more than all
+    the rest of folding a fetch's messages; joined as uint8 it is a memory copy."""
+    if len(parts) == 1:
+        return parts[0]
+    dtype = parts[0].dtype
+    return np.concatenate([np.ascontiguousarray(p).view(np.uint8) for p in parts]).view(dtype)

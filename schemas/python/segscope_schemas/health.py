@@ -1,5 +1,5 @@
 """Health and counters of one segscope process over HTTP: what a Kubernetes probe, Prometheus or
-an operator with curl reads. Shared by the processors (processors/worker.py) and the agent.
+an operator with curl reads. Shared by the processors (processors/runtime/health.py) and the agent.
 
     GET /healthz   200 while the process's loop is alive (ticked within stale_after_s), else 503
     GET /readyz    200 while it is alive and did its job recently (e.g. a processor's last

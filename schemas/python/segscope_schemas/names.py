@@ -40,6 +40,7 @@ TOPIC_METRICS_NEWEST: str = REGISTRY["topics"]["metrics_newest"]["name"]
 TOPIC_DEADLETTER: str = REGISTRY["topics"]["deadletter"]["name"]
 TOPIC_TOPOLOGY: str = REGISTRY["topics"]["topology"]["name"]
 TOPIC_PATHS: str = REGISTRY["topics"]["paths"]["name"]
+TOPIC_CONTROLLER_LEADER: str = REGISTRY["topics"]["controller_leader"]["name"]
 # partitions the local stack creates each topic with (the processors' parallelism follows them)
 TOPIC_PARTITIONS: dict[str, int] = {t["name"]: int(t["partitions"]) for t in REGISTRY["topics"].values()}
 # topic configs every creator must set (e.g. cleanup.policy=compact); topics without one: {}
@@ -52,6 +53,7 @@ GROUP_DELAY: str = REGISTRY["groups"]["delay"]
 GROUP_LOSS: str = REGISTRY["groups"]["loss"]
 GROUP_TOPOLOGY: str = REGISTRY["groups"]["topology"]
 GROUP_INLINE: str = REGISTRY["groups"]["inline"]
+GROUP_CONTROLLER: str = REGISTRY["groups"]["controller"]
 GROUPS: dict[str, str] = dict(REGISTRY["groups"])
 
 INFLUXDB_DATABASE: str = REGISTRY["influxdb"]["database"]

@@ -1,0 +1,519 @@
+"""The test command's runner: the suite split into groups that run in parallel, each group one
+pytest process with its own service stack, then the tests that must run alone.
+
+    .local/venv/bin/python scripts/test_groups.py [--groups K] [--plan] [--save-durations]
+    .local/venv/bin/python scripts/test_groups.py --quick
+
+scripts/test.sh runs it after lint (`make test`, CI); `make test-quick` runs it with --quick.
+
+Why groups: the suite mostly waits (Kafka, InfluxDB, Telegraf, timers, traffic of a fixed
+duration), not on the CPU, so K pytest processes side by side finish in a fraction of the serial
+time. What a group gets for itself (tests/isolation.py reads it from the environment):
+
+    SEGSCOPE_STACK_PORT_BASE / SEGSCOPE_STACK_RUN_DIR   its own Kafka, InfluxDB and Telegraf
+    SEGSCOPE_TEST_PORT_BLOCK   100 ports for the group (the stack at +0, the tests' extra stacks
+                               at +10, +20, ...); blocks are taken in 21000-28999 under a lock
+                               that lives as long as this process (two runs never share one)
+    SEGSCOPE_TEST_GROUP_DIR    .run/test-groups/<group>/: the group's stacks and scratch files
+    SEGSCOPE_TEST_TAG          `_<n>`, n the block's number: appended to the group's netlab
+                               prefixes, netns, veth and bpffs instance names (tests/isolation.py
+                               own_name), so that another checkout running the same tests on this
+                               machine at the same time never meets them
+
+Within a group the names are the modules' own: modules that share one (or a session fixture)
+run in the same group (tests/schedule.toml, [together]); every other module uses names of its own.
+
+How modules are split: tests/schedule.toml groups modules that must run in one process into units;
+tests/durations.json holds each module's measured seconds; units go, longest first, to the group
+with the least work so far (a module without a recorded duration goes last to the lightest group).
+--save-durations writes this run's measured durations to tests/durations.json (`make
+test-durations`). Output: one log, one JUnit XML per group under .run/test-groups/; at the end
+the failures of each failed group, one summary and one exit code (0 only if every group passed).
+On SIGINT/SIGTERM the groups are interrupted (pytest tears its fixtures down), and whatever a
+group left behind (its stacks, its labs, any process of ours) is stopped before this exits.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+import tomllib
+import xml.etree.ElementTree as ET
+from dataclasses import dataclass, field
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+SCHEDULE = REPO / "tests" / "schedule.toml"
+DURATIONS = REPO / "tests" / "durations.json"
+OUT_DIR = REPO / ".run" / "test-groups"
+PY = sys.executable
+PORT_RANGE = (21000, 29000)  # the suite's port blocks (below the ephemeral ports, 32768-); a group's block is 100 ports
+BLOCK_SIZE = 100
+FULL_GROUPS = 4  # measured: tests/README.md
+QUICK_GROUPS = 2  # the quick tests compute rather than wait: one group per CPU
+NEW_MODULE_S = 30.0  # a module without a recorded duration counts this much when balancing
+INTERRUPT_GRACE_S = 90.0  # after SIGINT: the fixtures' teardown (stacks, labs, agents) time
+FAILURE_LINES = 400  # a failed group's failures shown at the end, at most this many lines
+
+
+# --------------------------------------------------------------------------- the plan
+@dataclass
+class Unit:
+    """Modules that run whole in one group (one module, or what [together] ties)."""
+
+    name: str
+    modules: list[str]
+    seconds: float
+    known: bool  # every module has a recorded duration
+
+
+@dataclass
+class Group:
+    name: str
+    units: list[Unit] = field(default_factory=list)
+
+    @property
+    def seconds(self) -> float:
+        return sum(u.seconds for u in self.units)
+
+    @property
+    def modules(self) -> list[str]:
+        return [m for u in self.units for m in u.modules]
+
+
+def all_modules() -> list[str]:
+    return sorted(str(p.relative_to(REPO)) for p in (REPO / "tests").rglob("test_*.py"))
+
+
+def load_schedule() -> dict:
+    return tomllib.loads(SCHEDULE.read_text())
+
+
+def load_durations() -> dict[str, float]:
+    try:
+        return {k: float(v) for k, v in json.loads(DURATIONS.read_text())["modules"].items()}
+    except (OSError, ValueError, KeyError):
+        return {}
+
+
+def covered(module: str, prefixes: list[str]) -> bool:
+    return any(module == p or module.startswith(p.rstrip("/") + "/") for p in prefixes)
+
+
+def make_units(modules: list[str], schedule: dict, durations: dict[str, float]) -> list[Unit]:
+    together: dict[str, str] = schedule.get("together", {})
+    by_key: dict[str, list[str]] = {}
+    for module in modules:
+        key = next((p for p in together if covered(module, [p])), module)
+        by_key.setdefault(key, []).append(module)
+    units = []
+    for key, mods in by_key.items():
+        known = all(m in durations for m in mods)
+        seconds = sum(durations.get(m, NEW_MODULE_S) for m in mods)
+        units.append(Unit(key, mods, seconds, known))
+    return units
+
+
+def balance(units: list[Unit], count: int) -> list[Group]:
+    """Longest processing time first: each unit to the group with the least work so far; units
+    with an unrecorded module after all the others (the lightest groups get the new tests)."""
+    groups = [Group(f"g{i + 1}") for i in range(count)]
+    for unit in sorted(units, key=lambda u: (not u.known, -u.seconds, u.name)):
+        min(groups, key=lambda g: (g.seconds, g.name)).units.append(unit)
+    return [g for g in groups if g.units]
+
+
+def plan(count: int, quick: bool) -> tuple[list[Group], list[Group]]:
+    """(parallel groups, groups of the alone phase: one after the other)."""
+    schedule = load_schedule()
+    durations = load_durations()
+    modules = all_modules()
+    if quick:
+        quick_mods = [m for m in modules if covered(m, schedule["quick"]["modules"])]
+        return balance(make_units(quick_mods, schedule, durations), count), []
+    alone = [m for m in modules if covered(m, schedule.get("alone", {}).get("modules", []))]
+    rest = [m for m in modules if m not in alone]
+    alone_groups = [Group(f"alone{i + 1}", [u]) for i, u in enumerate(make_units(alone, schedule, durations))]
+    return balance(make_units(rest, schedule, durations), count), alone_groups
+
+
+# --------------------------------------------------------------------------- ports
+class PortBlocks:
+    """Blocks of 100 ports in 21000-28999, each held by an abstract unix socket named after it:
+    the kernel releases it when this process ends, however it ends (no file left behind), and a
+    second run on the machine takes other blocks."""
+
+    def __init__(self) -> None:
+        self.held: list[socket.socket] = []
+
+    def take(self) -> int:
+        for base in range(PORT_RANGE[0], PORT_RANGE[1], BLOCK_SIZE):
+            lock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            try:
+                lock.bind(f"\0segscope-test-ports-{base}")
+            except OSError:
+                lock.close()
+                continue
+            if any(port_busy(base + off) for off in (0, 1, 2, 3, 10, 11, 20, 21, 30, 31, 32, 33, 40, 41, 42, 43)):
+                lock.close()  # someone outside the suite listens in this block: leave it to them
+                continue
+            self.held.append(lock)
+            return base
+        raise SystemExit(f"no free block of {BLOCK_SIZE} ports in {PORT_RANGE[0]}-{PORT_RANGE[1] - 1}")
+
+
+def port_busy(port: int) -> bool:
+    with socket.socket() as s:
+        s.settimeout(0.2)
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+# --------------------------------------------------------------------------- running
+@dataclass
+class Run:
+    group: Group
+    port_base: int
+    dir: Path
+    proc: subprocess.Popen | None = None
+    started: float = 0.0
+    ended: float = 0.0
+    rc: int | None = None
+    quick: bool = False
+
+    @property
+    def log(self) -> Path:
+        return self.dir.with_suffix(".log")
+
+    @property
+    def junit(self) -> Path:
+        return self.dir.with_suffix(".xml")
+
+    def env(self) -> dict[str, str]:
+        return dict(
+            os.environ,
+            SEGSCOPE_STACK_PORT_BASE=str(self.port_base),
+            SEGSCOPE_STACK_RUN_DIR=str(self.dir / "stack"),
+            SEGSCOPE_TEST_PORT_BLOCK=str(self.port_base),
+            SEGSCOPE_TEST_GROUP_DIR=str(self.dir),
+            SEGSCOPE_TEST_GROUP=self.group.name,
+            SEGSCOPE_TEST_TAG=f"_{(self.port_base - PORT_RANGE[0]) // BLOCK_SIZE}",
+            **({"SEGSCOPE_TEST_QUICK": "1"} if self.quick else {}),
+        )
+
+    def start(self, extra_args: list[str]) -> None:
+        self.dir.mkdir(parents=True, exist_ok=True)
+        cmd = [
+            PY, "-m", "pytest", "-p", "no:cacheprovider", f"--junitxml={self.junit}",
+            "-o", "junit_family=xunit1", *extra_args, *self.group.modules,
+        ]  # fmt: skip
+        with open(self.log, "w") as log:
+            log.write(f"# {self.group.name}: {' '.join(cmd)}\n# port block {self.port_base}, dir {self.dir}\n")
+            log.flush()
+            # its own session: the terminal's Ctrl-C reaches this runner, which interrupts each
+            # group itself (and waits for its teardown) instead of every process at once
+            self.proc = subprocess.Popen(
+                cmd, cwd=REPO, env=self.env(), stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+            )
+        self.started = time.monotonic()
+
+    def poll(self) -> bool:
+        if self.rc is None and self.proc is not None and self.proc.poll() is not None:
+            self.rc, self.ended = self.proc.returncode, time.monotonic()
+        return self.rc is not None
+
+    def signal(self, sig: int) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, sig)
+            except ProcessLookupError:
+                pass
+
+    @property
+    def wall(self) -> float:
+        return (self.ended or time.monotonic()) - self.started if self.started else 0.0
+
+    def counts(self) -> dict[str, int]:
+        """passed/failed/errors/skipped from the JUnit XML (pytest's own count of the group)."""
+        out = {"passed": 0, "failed": 0, "errors": 0, "skipped": 0}
+        try:
+            root = ET.parse(self.junit).getroot()
+        except (OSError, ET.ParseError):
+            return out
+        for case in root.iter("testcase"):
+            kinds = {child.tag for child in case}
+            if "failure" in kinds:
+                out["failed"] += 1
+            elif "error" in kinds:
+                out["errors"] += 1
+            elif "skipped" in kinds:
+                out["skipped"] += 1
+            else:
+                out["passed"] += 1
+        return out
+
+    def durations(self) -> dict[str, float]:
+        """Seconds per module (setup + call + teardown of each test, as JUnit reports them)."""
+        out: dict[str, float] = {}
+        try:
+            root = ET.parse(self.junit).getroot()
+        except (OSError, ET.ParseError):
+            return out
+        for case in root.iter("testcase"):
+            module = case.get("file")
+            if module:
+                out[module] = out.get(module, 0.0) + float(case.get("time") or 0.0)
+        return out
+
+    def failures(self) -> str:
+        """The group's failures as pytest printed them (FAILURES/ERRORS and the short summary)."""
+        lines = self.log.read_text(errors="replace").splitlines()
+        start = next(
+            (i for i, line in enumerate(lines) if re.match(r"^=+ (FAILURES|ERRORS) =+$", line)), max(0, len(lines) - 60)
+        )
+        shown = lines[start:]
+        if len(shown) > FAILURE_LINES:
+            cut = len(shown) - FAILURE_LINES
+            half = FAILURE_LINES // 2
+            shown = shown[:half] + [f"... ({cut} lines cut: see {self.log})"] + shown[-half:]
+        return "\n".join(shown)
+
+
+class Interrupted(Exception):
+    pass
+
+
+def run_phase(runs: list[Run], extra_args: list[str], stop: dict) -> None:
+    """Start every run, wait for all; on a stop request interrupt them and wait for teardown."""
+    for run in runs:
+        run.start(extra_args)
+        say(f"{run.group.name} started: {len(run.group.modules)} modules, ~{run.group.seconds:.0f} s recorded")
+    interrupted_at = None
+    while not all([run.poll() for run in runs]):  # a list: every run polled (its end time taken) each turn
+        if stop["signal"] and interrupted_at is None:
+            interrupted_at = time.monotonic()
+            for run in runs:
+                run.signal(signal.SIGINT)
+        if interrupted_at is not None and time.monotonic() - interrupted_at > INTERRUPT_GRACE_S:
+            for run in runs:
+                run.signal(signal.SIGKILL)
+        for run in runs:
+            if run.rc is not None and not getattr(run, "_said", False):
+                run._said = True  # type: ignore[attr-defined]
+                say(f"{run.group.name} finished in {run.wall:.0f} s: {summary_of(run)}")
+        time.sleep(0.5)
+    for run in runs:
+        if not getattr(run, "_said", False):
+            say(f"{run.group.name} finished in {run.wall:.0f} s: {summary_of(run)}")
+    if stop["signal"]:
+        raise Interrupted()
+
+
+def summary_of(run: Run) -> str:
+    c = run.counts()
+    text = ", ".join(f"{v} {k}" for k, v in c.items() if v) or "no tests reported"
+    return text + ("" if run.rc == 0 else f" (pytest exit {run.rc}, log {run.log.relative_to(REPO)})")
+
+
+def say(msg: str) -> None:
+    print(f"[tests {time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+# --------------------------------------------------------------------------- sweeping up
+def become_subreaper() -> None:
+    """Processes our tests start and lose (their parent died first) become our children, so the
+    sweep can still find them: nothing of ours outlives the test command unnoticed."""
+    PR_SET_CHILD_SUBREAPER = 36
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+
+
+def descendants(root: int) -> list[int]:
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    out, todo = [], list(children.get(root, []))
+    while todo:
+        pid = todo.pop()
+        out.append(pid)
+        todo += children.get(pid, [])
+    return out
+
+
+def cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+    except OSError:
+        return ""
+
+
+def sweep(runs: list[Run]) -> list[str]:
+    """Stop what the groups left: stacks under their dirs, labs with state in .run/netlab, then
+    any process still below this one. Returns what it had to stop (empty after a clean run)."""
+    left: list[str] = []
+    stack_dirs = sorted({lock.parent for run in runs for lock in run.dir.glob("**/.lock")})
+    for run_dir in stack_dirs:
+        if any((run_dir / s / f"{s}.pid").exists() for s in ("kafka", "influxdb", "telegraf")):
+            out = subprocess.run(
+                [PY, "-m", "services.stack", "down", "--if-unused", "--run-dir", str(run_dir)],
+                cwd=REPO,
+                capture_output=True,
+                text=True,
+            )
+            stopped = re.findall(r"\[stack\] (\w+): stopped pid", out.stderr)
+            if stopped:
+                left.append(f"stack {run_dir.relative_to(REPO)}: {', '.join(stopped)}")
+    netlab_root = REPO / ".run" / "netlab"
+    for state in sorted(netlab_root.glob("*/state.json")) if netlab_root.is_dir() else []:
+        prefix = state.parent.name
+        subprocess.run([PY, "-m", "netlab", "down", "--prefix", prefix], cwd=REPO, capture_output=True)
+        left.append(f"netlab lab {prefix}")
+    for pid in descendants(os.getpid()):
+        what = cmdline(pid)
+        if not what:
+            continue  # a zombie or gone
+        try:
+            os.kill(pid, signal.SIGKILL)
+            left.append(f"process {pid}: {what[:160]}")
+        except ProcessLookupError:
+            pass
+    reap_orphans(set())
+    return left
+
+
+def reap_orphans(keep: set[int]) -> None:
+    """Reap zombies that were reparented to us (never our own pytest children: Popen does)."""
+    for pid in descendants(os.getpid()):
+        if pid in keep:
+            continue
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if state == "Z":
+            try:
+                os.waitpid(pid, os.WNOHANG)
+            except ChildProcessError:
+                pass
+
+
+# --------------------------------------------------------------------------- main
+def show_plan(groups: list[Group], alone: list[Group]) -> None:
+    for g in groups + alone:
+        mods = ", ".join(u.name.removeprefix("tests/") + ("" if u.known else " (new)") for u in g.units)
+        say(f"{g.name} ~{g.seconds:.0f} s: {mods}")
+
+
+def save_durations(runs: list[Run]) -> None:
+    measured = {}
+    for run in runs:
+        measured.update(run.durations())
+    record = {
+        "about": "seconds per test module, measured by scripts/test_groups.py in a parallel run "
+        "(`make test-durations` refreshes it); used only to balance the groups",
+        "modules": {k: round(v, 1) for k, v in sorted(measured.items())},
+    }
+    DURATIONS.write_text(json.dumps(record, indent=1) + "\n")
+    say(f"wrote {DURATIONS.relative_to(REPO)} ({len(measured)} modules)")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument(
+        "--groups",
+        type=int,
+        default=int(os.environ.get("SEGSCOPE_TEST_GROUPS", "0")) or None,
+        help=f"parallel groups (default {FULL_GROUPS}; --quick: {QUICK_GROUPS}, its tests keep the CPUs busy)",
+    )
+    ap.add_argument("--quick", action="store_true", help="only the tests of tests/schedule.toml [quick]")
+    ap.add_argument("--plan", action="store_true", help="print the split and exit")
+    ap.add_argument("--save-durations", action="store_true", help="write tests/durations.json after the run")
+    # anything else goes to pytest: options (-x, -k EXPR) to every group; with test paths among
+    # them the paths replace the split (one group runs exactly what was asked, on its own stack)
+    args, pytest_args = ap.parse_known_args(argv)
+
+    paths = [a for a in pytest_args if not a.startswith("-") and Path(a.split("::")[0]).exists()]
+    if paths:
+        groups, alone = [Group("g1", [Unit("as asked: " + " ".join(pytest_args), [], 0.0, True)])], []
+    else:
+        count = args.groups or (QUICK_GROUPS if args.quick else FULL_GROUPS)
+        groups, alone = plan(max(1, count), args.quick)
+    show_plan(groups, alone)
+    if args.plan:
+        return 0
+
+    # what session fixtures `make` (datapath, collectors, the e2e tools) is built once here, so
+    # that their `make` calls in parallel groups find nothing to do instead of racing
+    if subprocess.run(["make", "-s", "build"], cwd=REPO).returncode != 0:
+        say("make build failed")
+        return 2
+
+    stop = {"signal": 0}
+
+    def on_signal(signum, _frame):
+        if not stop["signal"]:
+            say(f"{signal.Signals(signum).name}: interrupting every group (their teardown runs first)")
+        stop["signal"] = signum
+
+    signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGTERM, on_signal)
+    become_subreaper()
+    OUT_DIR.mkdir(parents=True, exist_ok=True)
+    blocks = PortBlocks()
+    t0 = time.monotonic()
+    runs = [Run(g, blocks.take(), OUT_DIR / g.name, quick=args.quick) for g in groups]
+    done: list[Run] = []
+    interrupted = False
+    try:
+        run_phase(runs, pytest_args, stop)
+        done += runs
+        for g in alone:
+            run = Run(g, blocks.take(), OUT_DIR / g.name)
+            say(f"{g.name}: alone on the machine (tests/schedule.toml [alone])")
+            done.append(run)
+            run_phase([run], pytest_args, stop)
+    except Interrupted:
+        interrupted = True
+        done = runs + [r for r in done if r not in runs]
+    finally:
+        left = sweep(runs + [r for r in done if r not in runs])
+    wall = time.monotonic() - t0
+
+    print()
+    failed = [r for r in done if r.rc != 0]
+    for run in failed:
+        print(f"{'=' * 30} {run.group.name}: failures (full log {run.log.relative_to(REPO)}) {'=' * 30}")
+        print(run.failures())
+        print()
+    print(f"{'=' * 30} summary {'=' * 30}")
+    totals: dict[str, int] = {}
+    for run in done:
+        for k, v in run.counts().items():
+            totals[k] = totals.get(k, 0) + v
+        status = "ok" if run.rc == 0 else f"FAILED (exit {run.rc})"
+        mods = len(run.group.modules)
+        print(f"{run.group.name:8} {run.wall:6.0f} s  {mods:3} modules  {status:18} {summary_of(run)}")
+    print(f"{'all':8} {wall:6.0f} s  " + ", ".join(f"{v} {k}" for k, v in totals.items() if v))
+    if left:
+        print("swept up after the groups (a test or fixture did not stop these):")
+        for what in left:
+            print(f"  {what}")
+    if args.save_durations and not failed and not interrupted:
+        save_durations(done)
+    if interrupted:
+        return 130
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,62 @@
+"""Where a test puts a service stack of its own (beside the session `stack`), so that test groups
+running in parallel (scripts/test_groups.py) never share one.
+
+The runner gives each group a block of 100 ports (SEGSCOPE_TEST_PORT_BLOCK; the group's session
+stack is at +0) and a directory (SEGSCOPE_TEST_GROUP_DIR). A test's extra stack takes a slot:
+ports block + 10 * slot (Kafka, controller, InfluxDB, rpc: 4 ports) and a directory named after
+it in the group's directory. Without a runner (plain pytest) the historical fixed ports and
+.run/<name> apply, so a lone run behaves as before.
+
+    run_dir, port_base = extra_stack("co-stack", slot=1, default_port_base=29000)
+
+Slots in use (add a new one here, never reuse one: two modules of one group may run them together):
+    1 co-stack      tests/collectors (Kafka of the streamer tests), tests/ustamp (shared by lease)
+    2 co-outage     tests/collectors/test_stamp_streamer.py (Kafka stopped and restarted)
+    3 sv-test-isolated  tests/services/test_stack.py (a second, isolated stack)
+    4 sv-faults     tests/services/test_stack_faults.py (services killed and restarted)
+    9 (no stack)    closed_port(): a port nothing listens on
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _block() -> int | None:
+    block = os.environ.get("SEGSCOPE_TEST_PORT_BLOCK")
+    return int(block) if block else None
+
+
+def group_dir() -> Path:
+    """The group's own directory (.run/test-groups/<group>), or .run outside the runner."""
+    return Path(os.environ.get("SEGSCOPE_TEST_GROUP_DIR") or REPO / ".run")
+
+
+def extra_stack(name: str, slot: int, default_port_base: int) -> tuple[Path, int]:
+    """(run dir, port base) of a test's own stack called `name` in slot `slot` (1-9)."""
+    assert 1 <= slot <= 9, slot
+    block = _block()
+    return group_dir() / name, (default_port_base if block is None else block + 10 * slot)
+
+
+def closed_port(default: int) -> int:
+    """A loopback port no service of the group listens on (slot 9's last port)."""
+    block = _block()
+    return default if block is None else block + 99
+
+
+def tag() -> str:
+    """What the runner appends to this group's netlab prefixes, netns, veth and bpffs instance names
+    (SEGSCOPE_TEST_TAG, `_<n>` from the group's port block: unique on the machine while the run
+    lasts); empty outside the runner. Another checkout running the same tests on the same machine,
+    with the historical names or another run's tag, then never meets ours (every lab's teardown
+    removes only `<prefix>-*`)."""
+    return os.environ.get("SEGSCOPE_TEST_TAG", "")
+
+
+def own_name(base: str) -> str:
+    """`base` with the group's tag: `own_name("agt")` is "agt" in a lone run, "agt_3" in group block 3."""
+    return base + tag()
