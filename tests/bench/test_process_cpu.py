@@ -7,9 +7,13 @@ import os
 import subprocess
 import sys
 import time
+from collections import namedtuple
 
 from bench.process_cpu import cpu_seconds, pinned, stop
 from bench.processor_records import owned_partitions, session_partition
+from processors.runtime.moves import _tps
+
+TP = namedtuple("TP", "topic partition")
 
 # busy for 0.4 s of its own CPU time, then idle until stopped
 BURN = """
@@ -41,11 +45,11 @@ def test_partition_share_from_worker_log(tmp_path):
     log = tmp_path / "w0.log"
     log.write_text("starting\n")
     assert owned_partitions(log, "t.records") == (None, 0)
-    log.write_text(
-        "[2026] rebalance: own [0, 1] of t.records\n"
-        "[2026] rebalance: own [1] of other.topic\n"
-        "[2026] rebalance: own [1] of t.records\n"
-    )
-    assert owned_partitions(log, "t.records") == ({1}, 2)
+    # the lines as the workers' PartitionMoves writes them
+    own = [[TP("t.records", 0), TP("t.records", 1)], [TP("other.topic", 1)], [TP("other.topic", 0), TP("t.records", 1)]]
+    log.write_text("".join(f"[2026] rebalance: own {_tps(tps)}\n" for tps in own))
+    assert owned_partitions(log, "t.records") == ({1}, 3)
+    assert owned_partitions(log, "other.topic") == ({0}, 3)
+    assert owned_partitions(log, "missing") == (set(), 3)
     # four sessions: two per partition
     assert [session_partition(f"bench/{s}".encode()) for s in range(1, 5)] == [0, 1, 0, 1]

@@ -213,3 +213,18 @@ def weighted(rows: list[dict]) -> tuple[float, int]:
     """(mean over every packet, packets) of per-second points: sum of sum_us / sum of count."""
     n = sum(int(r["count"]) for r in rows)
     return (sum(r["sum_us"] for r in rows) / n if n else float("nan")), n
+
+
+# In-line delay against STAMP over the same seconds. The two instruments stamp at different
+# places: STAMP's T1 is read in user space just before sendto(), the in-line ingress stamp is taken
+# at TC egress after the seg6 encap. So a STAMP forward delay also holds the sender's way through
+# the kernel, which on a loaded 2-core runner averages tens of microseconds (the thread can be
+# preempted between the clock read and the send): in-line forward may be below STAMP by that much,
+# never above. The reverse direction starts at the reflector's XDP on both sides: symmetric bound.
+STAMP_AGREEMENT_US = 50
+SENDER_STACK_ALLOWANCE_US = 150
+
+
+def agrees_with_stamp(direction: str, inline_minus_stamp_us: float) -> bool:
+    low = -(STAMP_AGREEMENT_US + (SENDER_STACK_ALLOWANCE_US if direction == "forward" else 0))
+    return low <= inline_minus_stamp_us <= STAMP_AGREEMENT_US
