@@ -32,6 +32,8 @@ Configurations:
                    dispatcher), one monitored flow carrying all the traffic; a consumer drains the ring
                    buffer, as the agent's streamer does, pinned to CPU 0 (its CPU time reported apart)
   - ioam_tx only, ioam_rx only   one of the two (fixed-rate trials only; --no-decompose leaves them out)
+  - empty hooks    programs that do nothing (bench/tools/hook_floor.bpf.c) where ioam_tx and ioam_rx go:
+                   what the hooks themselves cost a packet (fixed-rate trials only, with the two above)
 ioam_rx also stays on B's bh for the whole run (no packet of the benchmark arrives there): the XDP chain
 is removed when its last device leaves, and a member program cannot join a new one, so this anchor is
 what lets b0 leave and rejoin between trials; it is there in every configuration.
@@ -89,8 +91,10 @@ from bench.stamp_forwarding_capacity import cpu_ticks, steal_share  # noqa: E402
 from segscope_schemas.names import BPFFS_PIN_ROOT  # noqa: E402
 
 SECTION = "ioam_overhead"
+SECTION_COST = "ioam_overhead_cost"  # --cost-only: where the per-packet cost goes (hooks, programs)
 TX_LOADER = REPO / "build" / "datapath" / "ioam_tx"
 RX_LOADER = REPO / "build" / "datapath" / "ioam_rx"
+HOOK_FLOOR = REPO / "build" / "bench" / "hook_floor.bpf.o"
 GOAL = 0.97
 SLOTS, NAMESPACE = 4, 123
 GEN_CPU, DUT_CPU = 0, 1  # PathSpec's defaults: the generator's CPU, the one RPS steers A's receive path to
@@ -107,6 +111,7 @@ class Ioam:
     bench: Line5Bench
     tx_on: bool = False
     rx_on: bool = False
+    empty_on: bool = False
     consumer: subprocess.Popen | None = None
 
     @property
@@ -144,10 +149,15 @@ class Ioam:
         )
         self.set(False, False)
 
-    def set(self, tx: bool, rx: bool) -> None:
+    def set(self, tx: bool, rx: bool, empty: bool = False) -> None:
         """Put each program on its device or take it off; off means nothing left on the device (no
-        clsact qdisc on a0, no XDP program on b0), as in the baseline, and that is checked."""
+        clsact qdisc on a0, no XDP program on b0), as in the baseline, and that is checked. empty:
+        the hook floor instead, programs that do nothing where ioam_tx and ioam_rx go."""
         lab = self.bench.lab
+        if self.empty_on and not empty:  # before the programs come: they need the hooks
+            lab.run("A", ["tc", "qdisc", "del", "dev", "a0", "clsact"], check=True)
+            lab.run("B", ["ip", "link", "set", "dev", "b0", "xdpdrv", "off"], check=True)
+            self.empty_on = False
         if tx != self.tx_on:
             if tx:
                 self._tx("attach-dev", "--netns", lab.ns("A"), "--dev", "a0", "--instance", self.tx_inst)
@@ -165,6 +175,12 @@ class Ioam:
             ):
                 raise RuntimeError("b0 still has an XDP program after ioam_rx left it")
             self.rx_on = rx
+        if empty and not self.empty_on:  # after the programs left: the hooks are free
+            lab.run("A", ["tc", "qdisc", "add", "dev", "a0", "clsact"], check=True)
+            lab.run("A", ["tc", "filter", "add", "dev", "a0", "egress", "bpf", "direct-action",
+                          "obj", str(HOOK_FLOOR), "sec", "tc"], check=True)  # fmt: skip
+            lab.run("B", ["ip", "link", "set", "dev", "b0", "xdpdrv", "obj", str(HOOK_FLOOR), "sec", "xdp"], check=True)
+            self.empty_on = True
 
     def consumer_cpu_s(self) -> float:
         return cpu_seconds(self.consumer.pid) if self.consumer and self.consumer.poll() is None else float("nan")
@@ -204,6 +220,7 @@ class Config:
     name: str
     tx: bool
     rx: bool
+    empty: bool = False  # the hook floor: programs that do nothing on a0 (TC egress) and b0 (XDP)
     search: bool = True  # in the PDR searches and sweeps (else only in the fixed-rate cost trials)
     searches: list[SearchResult] = field(default_factory=list)
     sweep: list[Trial] = field(default_factory=list)
@@ -220,6 +237,7 @@ def build_configs(decompose: bool) -> list[Config]:
         configs += [
             Config("ioam_tx only", True, False, search=False),
             Config("ioam_rx only", False, True, search=False),
+            Config("empty hooks", False, False, empty=True, search=False),
         ]
     return configs
 
@@ -281,7 +299,7 @@ class Harness:
         if cfg is self.current:
             return
         self._leave()
-        self.ioam.set(cfg.tx, cfg.rx)
+        self.ioam.set(cfg.tx, cfg.rx, cfg.empty)
         self.bench.trial(self.warmup_pps, share=0.0, seconds=WARMUP_S)
         cfg.mark = self.ioam.counters()
         cfg.periods += 1
@@ -357,14 +375,17 @@ def cost_order(n: int, trials: int, rep: int) -> list[int]:
 
 
 def run(args, configs: list[Config], h: Harness, monitor: LoadMonitor, log) -> None:
-    searched = [c for c in configs if c.search]
+    searched = [] if args.cost_only else [c for c in configs if c.search]
     for rep in range(args.reps):
         monitor.sample()
-        log(f"rep {rep + 1}/{args.reps}: lockstep PDR searches ({', '.join(c.name for c in searched)})")
-        fns = [lambda r, c=c, k=rep: h.trial(c, r, args.seconds, "search", k) for c in searched]
-        for c, res in zip(searched, find_pdr_lockstep(fns, args.lo, args.hi, args.steps, first=rep, log=log)):
-            c.searches.append(res)
-        log(f"  PDR {', '.join(f'{c.name} {c.searches[-1].pdr_pps:,.0f}' for c in searched)} pps")
+        if searched:
+            log(f"rep {rep + 1}/{args.reps}: lockstep PDR searches ({', '.join(c.name for c in searched)})")
+            fns = [lambda r, c=c, k=rep: h.trial(c, r, args.seconds, "search", k) for c in searched]
+            for c, res in zip(searched, find_pdr_lockstep(fns, args.lo, args.hi, args.steps, first=rep, log=log)):
+                c.searches.append(res)
+            log(f"  PDR {', '.join(f'{c.name} {c.searches[-1].pdr_pps:,.0f}' for c in searched)} pps")
+        else:
+            log(f"rep {rep + 1}/{args.reps}: cost trials")
         for i in cost_order(len(configs), args.cost_trials, rep):
             t = h.trial(configs[i], args.cost_rate, args.cost_seconds, "cost", rep)
             log(
@@ -372,6 +393,9 @@ def run(args, configs: list[Config], h: Harness, monitor: LoadMonitor, log) -> N
                 f"CPU {DUT_CPU} NET_RX {h.samples[-1].ns_per_packet():,.0f} ns/packet"
             )
     monitor.sample()
+    if not searched:
+        h.finish()
+        return
     centres = [max(statistics.median([s.pdr_pps for s in c.searches]), args.lo) for c in searched]
     log("PASTRAMI sweeps around " + ", ".join(f"{c.name} {m:,.0f}" for c, m in zip(searched, centres)) + " pps")
     for k, f in enumerate(SWEEP_FACTORS):
@@ -403,6 +427,11 @@ def main() -> int:
         help="leave out the cost trials with only one of the two programs on (ioam_tx only, ioam_rx only)",
     )
     ap.add_argument("--no-doc", action="store_true")
+    ap.add_argument(
+        "--cost-only",
+        action="store_true",
+        help="only the fixed-rate CPU-cost trials (no PDR searches or sweeps): a cost table, docs untouched",
+    )
     ap.add_argument("--json-out")
     args = ap.parse_args()
     if args.quick:
@@ -437,6 +466,13 @@ def main() -> int:
         monitor.busiest(),
     )
     args.switches = h.switches
+    if args.cost_only:
+        text = cost_report(args, configs, h.samples, problems)
+        print("\n" + text)
+        if not args.no_doc:
+            write_section(SECTION_COST, text)
+            print("updated docs/benchmarks.md")
+        return 1 if problems else 0
     text = report(args, configs, h.samples, problems)
     print()
     print(text)
@@ -557,6 +593,52 @@ def _ci(xs: list[float]):
 
 def fmt_ci(t: tuple[float, float, float], digits: int = 3) -> str:
     return f"**{t[0]:.{digits}f}** ({t[1]:.{digits}f}–{t[2]:.{digits}f})"
+
+
+def cost_table(args, configs: list[Config], samples: list[Sample]) -> str:
+    """Every configuration's CPU 1 NET_RX ns per packet against off, paired by repetition."""
+    off = configs[0]
+    rows = [
+        f"CPU {DUT_CPU} NET_RX ns per packet at {args.cost_rate / 1e3:g} kpps, {args.reps} repetitions",
+        "| configuration | pairs | ns per packet (mean) | − off, ns (CI95) | off / configuration (CI95, t) |",
+        "|---|---|---|---|---|",
+    ]
+    for c in configs[1:]:
+        cp, _, _ = cost_pairs(samples, off.name, c.name, args.reps)
+        d = _ci([b - a for a, b in cp])
+        rows.append(
+            f"| {c.name} | {len(cp)} | {_mean(b for _, b in cp):,.0f} | {d.mean:+,.0f} ± {d.half_width:,.0f} | "
+            f"{fmt_ci(t_ratio([a / b for a, b in cp]))} |"
+        )
+    return "\n".join(rows)
+
+
+def cost_report(args, configs: list[Config], samples: list[Sample], problems: list[str]) -> str:
+    m, load = machine(), Path("/proc/loadavg").read_text().split()[:3]
+    cmd = (
+        f"sudo .local/venv/bin/python bench/ioam_overhead.py --cost-only --reps {args.reps} "
+        f"--cost-rate {args.cost_rate:g} --cost-seconds {args.cost_seconds:g} --cost-trials {args.cost_trials} "
+        f"--every {args.every}"
+    )
+    title = "In-line IOAM: where a packet's extra cost goes, hooks and programs (bench/ioam_overhead.py --cost-only)"
+    when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    worked = "; ".join(problems) if problems else "every configuration's programs did their work (checks as above)"
+    return f"""## {title}
+
+{when}; {m}; load average at the end {" ".join(load)}; {args.elapsed:.0f} s.
+Command: `{cmd}`. The lab and the CPU-cost method are the ones of the section above (fixed rate, CPU 1's
+NET_RX time per delivered packet, the configurations interleaved trial by trial, paired by repetition);
+no PDR searches. **empty hooks** puts programs that do nothing (bench/tools/hook_floor.bpf.c) where the two
+programs go: a clsact qdisc with one TC egress classifier on A's a0, a native XDP program on B's b0. On a
+veth, an XDP program on the receiving device moves its receive path to the veth's NAPI ring and converts
+every skb to an xdp_buff (a copy for a locally built skb); a physical NIC runs XDP on its DMA buffers
+without either. So the hooks' share here is the veth's, and what the programs add is the part a router
+with a NIC pays too.
+
+{cost_table(args, configs, samples)}
+
+Work check: {worked}.
+"""
 
 
 def report(args, configs: list[Config], samples: list[Sample], problems: list[str]) -> str:

@@ -16,7 +16,9 @@ import pytest
 
 from bench.ioam_overhead import (
     DUT_CPU,
+    HOOK_FLOOR,
     RX_LOADER,
+    STRAYS,
     TX_LOADER,
     Config,
     Sample,
@@ -132,7 +134,7 @@ def test_work_check_rejects_missing_or_stray_work(c):
 
 def test_smallest_run_produces_sane_numbers(tmp_path):
     """3 repetitions of 3-trial searches and 0.3 s fixed-rate trials in a low range, no doc update."""
-    for f in (PKTGEN, TX_LOADER, RX_LOADER, SOFTIRQ_OBJ):
+    for f in (PKTGEN, TX_LOADER, RX_LOADER, SOFTIRQ_OBJ, HOOK_FLOOR):
         if not f.exists():
             pytest.fail(f"{f.relative_to(REPO)} missing: run `make build`")
     out = tmp_path / "ioam.json"
@@ -149,11 +151,14 @@ def test_smallest_run_produces_sane_numbers(tmp_path):
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     result = json.loads(out.read_text())
     assert result["problems"] == []
-    assert set(result) >= {"off", "on", "ioam_tx only", "ioam_rx only", "samples"}
+    assert set(result) >= {"off", "on", "ioam_tx only", "ioam_rx only", "empty hooks", "samples"}
     assert len(result["off"]["pdrs"]) == len(result["on"]["pdrs"]) == 3
     assert result["ioam_tx only"]["pdrs"] == []  # fixed-rate trials only
     cost = [s for s in result["samples"] if s["phase"] == "cost"]
-    assert len(cost) == 3 * 4 * 2  # repetitions x configurations x trials each
+    assert len(cost) == 3 * 5 * 2  # repetitions x configurations x trials each
+    # the hook floor ran with the hooks taken and neither program on them
+    assert result["empty hooks"]["periods"] >= 3 and result["empty hooks"]["done"]["seen"] == 0
+    assert result["empty hooks"]["done"]["rx_seen"] <= STRAYS
     assert all(s["netrx_ns"][DUT_CPU] > 0 for s in cost if s["data_received"])  # the softirq clock ran
     on = result["on"]["done"]
     assert on["instrumented"] > 0 and on["recorded"] > 0
