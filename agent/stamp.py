@@ -402,10 +402,19 @@ class StampAgent:
         )
 
     # -- the user-space reflector -------------------------------------------------------------------
-    def start_userspace_reflector(self, cfg: pb.StampReflectorConfig) -> None:
-        self.userspace = UserspaceReflector(
-            self.tools.repo, self.tools.netns, cfg.udp_port, self.streamer_stats_path.parent, self.node, self.kafka
+    def _userspace_reflector(self, cfg: pb.StampReflectorConfig) -> UserspaceReflector:
+        return UserspaceReflector(
+            self.tools.repo,
+            self.tools.netns,
+            cfg.udp_port,
+            self.streamer_stats_path.parent,
+            self.node,
+            self.kafka,
+            outlive=self._outlive(),
         )
+
+    def start_userspace_reflector(self, cfg: pb.StampReflectorConfig) -> None:
+        self.userspace = self._userspace_reflector(cfg)
         self.userspace.start()
         self.socket_drops_base = self.userspace.counters().get("socket_drops", 0)
 
@@ -616,6 +625,9 @@ class StampAgent:
                     "running": pb.StampReflectorMode.Name(self.reflector_running),
                     "fallback_reason": self.reflector_fallback,
                 }
+                if self.userspace is not None and self.userspace.snapshot() is not None:
+                    out["reflector"]["userspace"] = self.userspace.snapshot()
+                    out["reflector"]["socket_drops_base"] = self.socket_drops_base
             if self.reader_ref is not None and self.reader is not None and self.reader.poll() is None:
                 out["streamer"] = self.reader_ref.to_json()
             out["sessions"] = [
@@ -665,16 +677,10 @@ class StampAgent:
                 for dev in self.reflector_devices:
                     self.note_reflector_device(dev)
                 notes.append(f"XDP reflector on {','.join(self.reflector_devices)}")
+            elif refl and refl.get("running") == "STAMP_REFLECTOR_MODE_USERSPACE":
+                notes.append(self._adopt_userspace(refl))
             elif refl:
-                notes.append(
-                    f"reflector role NOT adopted ({refl.get('running')}: "
-                    + (
-                        "its pins are gone"
-                        if refl.get("running") == "STAMP_REFLECTOR_MODE_XDP"
-                        else "the user-space reflector dies with its agent"
-                    )
-                    + ")"  # fmt: skip
-                )
+                notes.append(f"reflector role NOT adopted ({refl.get('running')}: its pins are gone)")
             roles = {SENDER: self.sender_cfg is not None, REFLECTOR: self.reflector_cfg is not None}
             running = ended = dropped = 0
             for sd in doc.get("sessions", []):
@@ -711,6 +717,28 @@ class StampAgent:
         self.persist()
         return notes
 
+    def _adopt_userspace(self, refl: dict) -> str:
+        """The user-space reflector a previous agent left answering: adopted if that very process
+        still runs with the arguments this agent would give it (the role with it), else the role is
+        dropped (and a process with other arguments stopped)."""
+        u = refl.get("userspace") or {}
+        handle = Adopted.open(ProcRef.from_json(u))
+        cfg = json_format.ParseDict(refl["config"], pb.StampReflectorConfig())
+        mine = self._userspace_reflector(cfg)
+        if handle is None:
+            return "reflector role NOT adopted (the user-space reflector ended while no agent ran)"
+        if u.get("cmd") != mine.command():
+            stop_proc(handle, 10.0)
+            return f"reflector role NOT adopted (user-space reflector pid {handle.pid} had other arguments: stopped)"
+        mine.adopt(handle, int(refl.get("socket_drops_base", 0)))
+        self.userspace, self.socket_drops_base = mine, int(refl.get("socket_drops_base", 0))
+        self.reflector_cfg = cfg
+        self.reflector_devices = {
+            c.device: c for c in (json_format.ParseDict(d, pb.StampReflectorConfig()) for d in refl["devices"])
+        }
+        self.reflector_running, self.reflector_fallback = USERSPACE, refl.get("fallback_reason", "")
+        return f"user-space reflector pid {handle.pid} on port {cfg.udp_port} adopted"
+
     def _ended_unadopted(self, s: Session, ref: dict | None) -> None:
         """A sender that was running when its agent went and ended before this one came."""
         summary = _last_json(_read(s.out_file))
@@ -746,14 +774,10 @@ class StampAgent:
         return lost
 
     def handover(self) -> None:
-        """--on-stop handover: leave the roles, sessions, senders and the streamer to the next agent
-        (they keep measuring meanwhile); only the user-space reflector, which cannot be adopted,
-        stops."""
+        """--on-stop handover: leave the roles, sessions, senders, the streamer and the user-space
+        reflector to the next agent (they keep measuring meanwhile)."""
         with self.lock:
             self.stopping.set()  # the reader thread does not start another streamer
-            if self.userspace is not None:
-                self.userspace.stop()
-                self.userspace = None
         self.persist()
 
     @staticmethod
