@@ -7,7 +7,7 @@ Two ways to run one:
   keeps measuring while no agent runs, the next agent of the node adopts it (by pid and start time,
   from DIR/datapath.json), and one that no agent adopts within S seconds stops itself and says so.
 - `spawn(cmd)`: the child dies with the agent (--adopt-timeout 0, and children that cannot be
-  adopted: the user-space reflector, the ioam streamer, an agent without Kafka's streamer). A
+  adopted: an agent without Kafka's stamp streamer, whose only way out is the copy to the agent). A
   SIGKILLed agent runs no cleanup, so the kernel does it: the child is started under `setpriv
   --pdeathsig TERM` (util-linux, always present on Debian), which sets PR_SET_PDEATHSIG before exec;
   the child gets SIGTERM when the thread that started it exits, and the agent starts children only

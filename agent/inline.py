@@ -15,6 +15,13 @@ agent gives ioam_tx every interface id of the node's IOAM configuration (`set-if
 attaches and whenever EnableIoam changes them. With --kafka the agent runs stamp_streamer
 --records ioam on the ring (key "<node>/<flow_id>", topic segscope.ioam.records); without Kafka
 nothing reads the ring and ioam_rx counts the records it cannot store.
+
+Restarts (agent/keeper.py): with the node's state directory the streamer outlives the agent
+(tethered: `--agent-dir --adopt-timeout`) and goes on delivering the ring to Kafka; the sides, their
+monitors, the IOAM identity and the streamer are in datapath.json ("inline"), and the next agent
+adopts them: each side whose pins are still there with the flows its datapath still lists, the
+IOAM identity as the previous agent left it (ioam.json: not restored, the monitors need it), and
+the streamer as it runs (a pidfd on it: no copy pipe to replace, so nothing read twice or lost).
 """
 
 from __future__ import annotations
@@ -33,11 +40,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import grpc
+from google.protobuf import json_format
 
 from agent import children
 from agent import fields as F
 from agent.fields import ApiError
 from agent.ioam import MAX_IF_ID, MAX_NODE_ID, IoamError, IoamNode
+from agent.keeper import Adopted, Keeper, ProcRef, stop_proc
 from agent.rtnl import LocalSidRoute
 from segscope_proto.segscope.agent.v1 import inline_pb2 as pb
 from segscope_proto.segscope.agent.v1 import inline_pb2_grpc as pb_grpc
@@ -164,6 +173,7 @@ class InlineAgent:
         ioam: IoamNode,
         linger_ms: int = 200,
         rtnl=None,
+        keeper: Keeper | None = None,
     ):
         self.node, self.netns, self.instance, self.kafka, self.ioam = node, netns, instance, kafka, ioam
         self.build = Path(os.environ.get("SEGSCOPE_BUILD_DIR") or repo / "build")
@@ -174,14 +184,23 @@ class InlineAgent:
         self.config: pb.IoamConfig | None = None  # the last EnableIoam (normalised)
         self.on_change = None
         self.xdp_lock = threading.Lock()  # this agent's attach/detach; the loaders lock the node's XDP chain
-        self.streamer: subprocess.Popen | None = None
+        self.keeper = keeper if keeper is not None and keeper.enabled else None
+        self.streamer: subprocess.Popen | Adopted | None = None
+        self.streamer_ref: ProcRef | None = None
+        self.streamers_adopted = 0  # ioam streamers taken over from a previous agent
         self._streamer_stop = threading.Event()
         self._streamer_thread: threading.Thread | None = None
         self._streamer_stats: dict = {}
         self.streamer_restarts = 0  # the streamer exited on its own and was started again
         self.leftover_records_streamed = 0  # in a killed agent's ring at the first attach, sent to Kafka
         self.leftover_records_lost = 0  # found there, not delivered
-        self.run_dir = Path(tempfile.mkdtemp(prefix=f"segscope-agent-{node}-inline-"))
+        # the streamer's files: in the state directory when it outlives the agent (the next agent
+        # finds them there), else a temporary directory
+        self.run_dir = (
+            self.keeper.run_dir("inline")
+            if self.keeper is not None
+            else Path(tempfile.mkdtemp(prefix=f"segscope-agent-{node}-inline-"))
+        )
         self.stats_path = self.run_dir / "ioam_streamer.json"
 
     # -- tools -----------------------------------------------------------------------------------
@@ -306,23 +325,33 @@ class InlineAgent:
             str(self.linger_ms),
         ]
 
-    def _start_streamer(self) -> None:
-        if not self._streamer_exe().exists():
+    def _start_streamer(self, adopted: Adopted | None = None) -> None:
+        """The streamer's thread: it runs `adopted` (a previous agent's streamer) or starts one."""
+        if adopted is None and not self._streamer_exe().exists():
             raise ApiError(grpc.StatusCode.FAILED_PRECONDITION, f"monitor: {self._streamer_exe()} is not built")
         self._streamer_stop = threading.Event()
+        if adopted is not None:
+            self.streamer, self.streamer_ref = adopted, adopted.ref
         self._streamer_thread = threading.Thread(
-            target=self._streamer_loop, args=(self._streamer_stop,), name="ioam-streamer", daemon=True
+            target=self._streamer_loop, args=(self._streamer_stop, adopted), name="ioam-streamer", daemon=True
         )
         self._streamer_thread.start()
 
-    def _streamer_loop(self, stop: threading.Event) -> None:
+    def _spawn_streamer(self) -> subprocess.Popen:
+        outlive = self.keeper.tether_args() if self.keeper is not None else None
+        with open(self.stats_path.with_suffix(".log"), "ab") as errlog:
+            p = children.spawn(self._streamer_cmd(), outlive=outlive, stdout=subprocess.DEVNULL, stderr=errlog)
+        with self.lock:
+            self.streamer, self.streamer_ref = p, ProcRef.of(p.pid)
+        self.persist()
+        log.info("ioam streamer started (pid %d): %s", p.pid, " ".join(self._streamer_cmd()))
+        return p
+
+    def _streamer_loop(self, stop: threading.Event, adopted: Adopted | None) -> None:
         """Runs the streamer; one that exits on its own (e.g. Kafka client error) is restarted."""
         while not stop.is_set():
-            errlog = open(self.stats_path.with_suffix(".log"), "ab")  # noqa: SIM115
-            p = children.spawn(self._streamer_cmd(), stdout=subprocess.DEVNULL, stderr=errlog)
-            errlog.close()
-            self.streamer = p
-            log.info("ioam streamer started (pid %d): %s", p.pid, " ".join(self._streamer_cmd()))
+            p = adopted or self._spawn_streamer()
+            adopted = None
             p.wait()
             self._read_streamer_stats()
             if stop.is_set():
@@ -334,22 +363,94 @@ class InlineAgent:
 
     def _stop_streamer(self) -> None:
         self._streamer_stop.set()
-        p = self.streamer
-        if p is not None and p.poll() is None:
-            try:
-                os.killpg(p.pid, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
-            try:
-                p.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                os.killpg(p.pid, signal.SIGKILL)
-                p.wait()
+        stop_proc(self.streamer, 20.0)  # SIGTERM: it drains the ring and waits for Kafka's acks
         if self._streamer_thread is not None:
             self._streamer_thread.join(timeout=5)
             self._streamer_thread = None
-        self.streamer = None
+        self.streamer, self.streamer_ref = None, None
         self._read_streamer_stats()
+
+    # -- restarts: what the next agent adopts (agent/keeper.py) ---------------------------------
+    def persist(self) -> None:
+        """This part of datapath.json, now."""
+        if self.keeper is not None:
+            self.keeper.put("inline", self.snapshot())
+
+    def snapshot(self) -> dict:
+        def js(m) -> dict:
+            return json_format.MessageToDict(m, preserving_proto_field_name=True)
+
+        with self.lock:
+            out: dict = {
+                "sides": [
+                    {
+                        "side": pb.InlineSide.Name(side),
+                        "devices": list(s.devices),
+                        "node_id": s.node_id,
+                        "monitors": [js(m) for _, m in sorted(s.monitors.items())],
+                    }
+                    for side, s in sorted(self.sides.items())
+                ],
+                "config": js(self.config) if self.config is not None else None,
+            }
+            p = self.streamer
+            if p is not None and self.streamer_ref is not None and p.poll() is None:
+                out["streamer"] = {**self.streamer_ref.to_json(), "cmd": self._streamer_cmd()}
+            return out
+
+    def adopt(self, doc: dict) -> list[str]:
+        """Take over the in-line part a previous agent left (datapath.json "inline"): the IOAM
+        identity it set (with what to restore later), each side whose pins are still there with the
+        monitors its datapath still lists, and the ioam streamer if it runs with the arguments this
+        agent would give it. Returns what was done, for the log."""
+        notes: list[str] = []
+        with self.lock:
+            if doc.get("config") and self.ioam.adopt_leftovers():
+                self.config = json_format.ParseDict(doc["config"], pb.IoamConfig())
+                notes.append(f"IOAM identity (node id {self.config.node_id}) kept")
+            for sd in doc.get("sides", []):
+                side = pb.InlineSide.Value(sd["side"])
+                notes.append(self._adopt_side(side, sd))
+            old = Adopted.open(ProcRef.from_json(doc.get("streamer")))
+            if EGRESS in self.sides and self.kafka:
+                if old is not None and (doc.get("streamer") or {}).get("cmd") == self._streamer_cmd():
+                    self.streamers_adopted += 1
+                    self._start_streamer(old)
+                    notes.append(f"ioam streamer pid {old.pid} adopted")
+                else:
+                    stop_proc(old, 20.0)
+                    self._start_streamer()
+                    notes.append("ioam streamer started" + (f" (pid {old.pid} had other arguments)" if old else ""))
+            else:
+                stop_proc(old, 20.0)
+        self.persist()
+        return notes
+
+    def _adopt_side(self, side: int, sd: dict) -> str:
+        flows_pin = self.pin_dir(side) / f"{PROG[side]}_flows"
+        if not flows_pin.exists():
+            return f"{PROG[side]} NOT adopted: its pins are gone"
+        monitors = {
+            m.flow_id: m for m in (json_format.ParseDict(d, pb.InlineMonitor()) for d in sd.get("monitors", []))
+        }
+        try:
+            present = self.datapath_flows(side)
+        except ApiError as e:
+            return f"{PROG[side]} NOT adopted: {e.message}"
+        gone = sorted(set(monitors) - set(present))
+        for fid in gone:
+            monitors.pop(fid)
+        self.sides[side] = Side(list(sd["devices"]), monitors, node_id=int(sd.get("node_id", 0)))
+        return f"{PROG[side]} on {','.join(sd['devices'])} with monitors {sorted(monitors)}" + (
+            f" ({gone} no longer in the datapath)" if gone else ""
+        )
+
+    def handover(self) -> None:
+        """--on-stop handover: the sides, their monitors, the IOAM identity and the streamer stay for
+        the next agent."""
+        self._streamer_stop.set()  # the streamer thread does not start another one
+        self.persist()
+        self.ioam.close()
 
     def _read_streamer_stats(self) -> dict:
         try:
@@ -427,6 +528,7 @@ class InlineAgent:
             return {
                 "inline_monitors": sum(len(s.monitors) for s in self.sides.values()),
                 "ioam_streamer_restarts": self.streamer_restarts,
+                "ioam_streamers_adopted": self.streamers_adopted,
                 "ioam_leftover_records_streamed": self.leftover_records_streamed,
                 "ioam_leftover_records_lost": self.leftover_records_lost,
             }
@@ -539,6 +641,7 @@ class InlineMonitorServicer(pb_grpc.InlineMonitorServiceServicer):
         self.a = agent
 
     def _changed(self) -> None:
+        self.a.persist()
         if self.a.on_change:
             try:
                 self.a.on_change()

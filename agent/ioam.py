@@ -224,28 +224,50 @@ class IoamNode:
         )
         os.replace(tmp, self.state_path)  # a reader (the next agent) never sees half a file
 
-    def restore_leftovers(self) -> bool:
-        """At start: a state file means an agent of this node was killed with IOAM enabled; put
-        back what it saved. True if something was restored."""
+    def _read_leftovers(self) -> IoamApplied | None:
+        """What a previous agent of this node applied (its state file), None if none (a file that is
+        unreadable or of another network namespace is removed)."""
         try:
             st = json.loads(self.state_path.read_text())
         except FileNotFoundError:
-            return False
+            return None
         except ValueError as e:
             log.warning("%s unreadable (%s): removed, nothing restored", self.state_path, e)
             self.state_path.unlink(missing_ok=True)
-            return False
+            return None
         if st.get("netns") != self.netns or st.get("netns_inode") != netns_inode(self.netns):
             log.warning("%s belongs to another network namespace: removed, nothing restored", self.state_path)
             self.state_path.unlink(missing_ok=True)
-            return False
-        left = IoamApplied(
-            int(st["node_id"]),
-            tuple(st["namespaces"]),
-            dict(st["interfaces"]),
-            dict(st["saved"]),
-            list(st["added"]),
+            return None
+        return IoamApplied(
+            int(st["node_id"]), tuple(st["namespaces"]), dict(st["interfaces"]), dict(st["saved"]), list(st["added"])
         )
+
+    def adopt_leftovers(self) -> bool:
+        """At start, when the previous agent's in-line monitors are adopted: its IOAM configuration
+        stays as it is (the monitors' trace entries need it) and becomes this agent's, with what to
+        restore at DisableIoam/Reset. True if there was one."""
+        left = self._read_leftovers()
+        if left is None:
+            return False
+        with self.lock:
+            self.applied = left
+        log.info(
+            "IOAM configuration of the previous agent adopted (node id %d, devices %s)",
+            left.node_id,
+            sorted(left.interfaces),
+        )
+        return True
+
+    def restore_leftovers(self) -> bool:
+        """At start: a state file means an agent of this node was killed with IOAM enabled; put
+        back what it saved. True if something was restored."""
+        with self.lock:
+            if self.applied is not None:  # adopted (adopt_leftovers): it stays
+                return False
+        left = self._read_leftovers()
+        if left is None:
+            return False
         log.warning(
             "IOAM configuration left by a previous agent (node id %d, devices %s, namespaces added %s): restoring",
             left.node_id,

@@ -112,6 +112,9 @@ class Adopted:
         self.ref, self.pid, self._fd = ref, ref.pid, pidfd
         self.returncode: int | None = None
         self.adopted = True
+        # several threads may wait at once (a reader thread, a stop): the pidfd is closed once,
+        # by whichever sees the end first, and never polled or signalled after that
+        self._fd_lock = threading.Lock()
 
     @classmethod
     def open(cls, ref: ProcRef | None) -> "Adopted | None":
@@ -133,15 +136,22 @@ class Adopted:
         return self.returncode
 
     def _wait(self, timeout: float | None) -> bool:
-        if self.returncode is not None:
-            return True
-        p = select.poll()
-        p.register(self._fd, select.POLLIN)
-        if p.poll(None if timeout is None else int(timeout * 1000)) or not self.ref.alive():
-            self.returncode = self.ENDED
-            os.close(self._fd)
-            return True
-        return False
+        with self._fd_lock:
+            if self.returncode is not None:
+                return True
+            fd = os.dup(self._fd)  # this waiter's own: another may close the shared one meanwhile
+        try:
+            p = select.poll()
+            p.register(fd, select.POLLIN)
+            ended = bool(p.poll(None if timeout is None else int(timeout * 1000))) or not self.ref.alive()
+        finally:
+            os.close(fd)
+        if ended:
+            with self._fd_lock:
+                if self.returncode is None:
+                    self.returncode = self.ENDED
+                    os.close(self._fd)
+        return ended
 
     def wait(self, timeout: float | None = None) -> int:
         if not self._wait(timeout):
@@ -149,11 +159,12 @@ class Adopted:
         return self.returncode
 
     def send_signal(self, sig: int) -> None:
-        if self.returncode is None:
-            try:
-                signal.pidfd_send_signal(self._fd, sig)
-            except ProcessLookupError:
-                pass
+        with self._fd_lock:
+            if self.returncode is None:
+                try:
+                    signal.pidfd_send_signal(self._fd, sig)
+                except ProcessLookupError:
+                    pass
 
     def terminate(self) -> None:
         self.send_signal(signal.SIGTERM)

@@ -153,14 +153,23 @@ class Agent:
         # altmark_rx and the STAMP programs share the node's devices through the XDP chain of the
         # instance (datapath/README.md, "Chaining"); the loaders serialise its changes themselves
         self.flowmon = FlowMonAgent(cfg.node, REPO, cfg.netns, instance, cfg.kafka, keeper=self.keeper)
+        self.ioam = IoamNode(cfg.netns, state_dir, self.rtnl.links, Path(cfg.sysctl_net))
+        self.inline = InlineAgent(
+            cfg.node,
+            REPO,
+            cfg.netns,
+            instance,
+            cfg.kafka,
+            self.ioam,
+            linger_ms=cfg.stamp_linger_ms,
+            rtnl=self.rtnl,
+            keeper=self.keeper,
+        )
         self.adopted: dict = {}  # what this agent took over from the previous one (adopt_ms, notes)
         self._adopt_previous()
-        self.ioam = IoamNode(cfg.netns, state_dir, self.rtnl.links, Path(cfg.sysctl_net))
-        # a killed agent of this node left IOAM enabled: put back what it had saved, before serving
+        # a killed agent of this node left IOAM enabled and its in-line monitors were not adopted:
+        # put back what it had saved, before serving
         self.ioam.restore_leftovers()
-        self.inline = InlineAgent(
-            cfg.node, REPO, cfg.netns, instance, cfg.kafka, self.ioam, linger_ms=cfg.stamp_linger_ms, rtnl=self.rtnl
-        )
         self.publisher = None
         self.paths: PathPublisher | None = None
         self.counters = AgentCounters()
@@ -191,7 +200,11 @@ class Agent:
                 self._stop_unadoptable(k.previous, "its state has a format this agent does not know")
             k.clear()
             return
-        notes = self.stamp.adopt(doc.get("stamp") or {}) + self.flowmon.adopt(doc.get("flowmon") or {})
+        notes = (
+            self.stamp.adopt(doc.get("stamp") or {})
+            + self.flowmon.adopt(doc.get("flowmon") or {})
+            + self.inline.adopt(doc.get("inline") or {})
+        )
         ms = (time.monotonic() - t0) * 1e3
         self.adopted = {
             "from_pid": doc.get("agent_pid"),
@@ -217,6 +230,8 @@ class Agent:
             refs = [ProcRef.from_json((doc.get("stamp") or {}).get("streamer"))]
             refs += [ProcRef.from_json(sd.get("sender")) for sd in (doc.get("stamp") or {}).get("sessions", [])]
             refs.append(ProcRef.from_json((doc.get("flowmon") or {}).get("collector")))
+            refs.append(ProcRef.from_json(((doc.get("stamp") or {}).get("reflector") or {}).get("userspace")))
+            refs.append(ProcRef.from_json((doc.get("inline") or {}).get("streamer")))
         except (AttributeError, TypeError) as e:  # a layout this version does not know
             log.error("cannot read the processes a previous agent left (%s): they stop by themselves unadopted", e)
             return
@@ -485,14 +500,16 @@ class Agent:
             # the next agent of the node adopts them; until then (or --adopt-timeout) they measure on
             self.stamp.handover()
             self.flowmon.handover()
+            self.inline.handover()
             log.info(
-                "handover: STAMP roles, sessions, senders, streamer and flow monitors left running for the next agent"
+                "handover: STAMP roles, sessions, senders, streamers, the user-space reflector, flow and in-line "
+                "monitors and the IOAM identity left running for the next agent"
             )
         else:
             self.stamp.shutdown()
             self.flowmon.shutdown()
+            self.inline.shutdown()  # monitors stopped, programs detached, IOAM sysctls and namespaces restored
             self.keeper.clear()
-        self.inline.shutdown()  # monitors stopped, programs detached, IOAM sysctls and namespaces restored
         if self.publisher is not None:
             self.publisher.stop()
         if self.paths is not None:

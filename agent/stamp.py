@@ -120,8 +120,19 @@ class Session:
     err_file: Path | None = None
     proc_ref: ProcRef | None = None  # pid + start time of the running sender (datapath.json)
     results: collections.deque = field(default_factory=lambda: collections.deque(maxlen=KEEP_RESULTS))
-    next_index: int = 0
+    next_index: int = 0  # the session's replies so far (results_collected), and the next result's index
     dropped: int = 0
+    # The session's replies as the streamers counted them (their records_by_ssid), for the next
+    # agent: an agent restart replaces the streamer, and the replies the old one read after the
+    # agent went never reach the new agent's copy. streamed_before: read by streamers that have
+    # ended; streamer_offset: what the running streamer had counted for this SSID when the session
+    # was created (an SSID used before by a destroyed session).
+    streamed_before: int = 0
+    streamer_offset: int = 0
+
+    def streamed(self, ssid_records: dict) -> int:
+        """Replies of this session the streamers read so far, given the running one's per-SSID counts."""
+        return self.streamed_before + max(0, int(ssid_records.get(str(self.spec.ssid), 0)) - self.streamer_offset)
 
     def live_sent(self) -> int:
         """Packets the running sender has sent so far (its stats file, rewritten every second)."""
@@ -266,7 +277,9 @@ class StampAgent:
                     break
                 self._ingest(recs)
             p.wait()
-            self._read_streamer_stats()
+            self._fold_streamer_counts(self._read_streamer_stats())
+            # counted: the next streamer's file must not be mistaken for this one's before it writes
+            self.streamer_stats_path.unlink(missing_ok=True)
             if stopping.is_set():
                 break
             if p.returncode not in (0, -signal.SIGTERM):
@@ -306,6 +319,23 @@ class StampAgent:
                 )
                 s.next_index += 1
             self.cond.notify_all()
+
+    def _fold_streamer_counts(self, final: dict) -> None:
+        """A streamer ended: its per-SSID counts go into each sender session's streamed_before (the
+        next streamer counts from 0)."""
+        by_ssid = final.get("records_by_ssid") or {}
+        with self.lock:
+            for (role, _), s in self.sessions.items():
+                if role == SENDER:
+                    s.streamed_before, s.streamer_offset = s.streamed(by_ssid), 0
+        self.persist()
+
+    def _ssid_records_now(self) -> dict:
+        """The running streamer's per-SSID counts, read now (its stats file)."""
+        try:
+            return json.loads(self.streamer_stats_path.read_text()).get("records_by_ssid") or {}
+        except (OSError, ValueError):
+            return {}
 
     def _read_streamer_stats(self) -> dict:
         """The streamer's counters (its --stats-json, rewritten every 0.2 s); {} before the first."""
@@ -402,10 +432,19 @@ class StampAgent:
         )
 
     # -- the user-space reflector -------------------------------------------------------------------
-    def start_userspace_reflector(self, cfg: pb.StampReflectorConfig) -> None:
-        self.userspace = UserspaceReflector(
-            self.tools.repo, self.tools.netns, cfg.udp_port, self.streamer_stats_path.parent, self.node, self.kafka
+    def _userspace_reflector(self, cfg: pb.StampReflectorConfig) -> UserspaceReflector:
+        return UserspaceReflector(
+            self.tools.repo,
+            self.tools.netns,
+            cfg.udp_port,
+            self.streamer_stats_path.parent,
+            self.node,
+            self.kafka,
+            outlive=self._outlive(),
         )
+
+    def start_userspace_reflector(self, cfg: pb.StampReflectorConfig) -> None:
+        self.userspace = self._userspace_reflector(cfg)
         self.userspace.start()
         self.socket_drops_base = self.userspace.counters().get("socket_drops", 0)
 
@@ -616,6 +655,9 @@ class StampAgent:
                     "running": pb.StampReflectorMode.Name(self.reflector_running),
                     "fallback_reason": self.reflector_fallback,
                 }
+                if self.userspace is not None and self.userspace.snapshot() is not None:
+                    out["reflector"]["userspace"] = self.userspace.snapshot()
+                    out["reflector"]["socket_drops_base"] = self.socket_drops_base
             if self.reader_ref is not None and self.reader is not None and self.reader.poll() is None:
                 out["streamer"] = self.reader_ref.to_json()
             out["sessions"] = [
@@ -624,6 +666,8 @@ class StampAgent:
                     "state": pb.StampSessionState.Name(s.state),
                     "error": s.error,
                     "packets_sent": s.packets_sent,
+                    "streamed_before": s.streamed_before,
+                    "streamer_offset": s.streamer_offset,
                     "sender": s.proc_ref.to_json() if s.proc is not None and s.proc_ref is not None else None,
                     "files": {
                         k: str(v)
@@ -665,16 +709,10 @@ class StampAgent:
                 for dev in self.reflector_devices:
                     self.note_reflector_device(dev)
                 notes.append(f"XDP reflector on {','.join(self.reflector_devices)}")
+            elif refl and refl.get("running") == "STAMP_REFLECTOR_MODE_USERSPACE":
+                notes.append(self._adopt_userspace(refl))
             elif refl:
-                notes.append(
-                    f"reflector role NOT adopted ({refl.get('running')}: "
-                    + (
-                        "its pins are gone"
-                        if refl.get("running") == "STAMP_REFLECTOR_MODE_XDP"
-                        else "the user-space reflector dies with its agent"
-                    )
-                    + ")"  # fmt: skip
-                )
+                notes.append(f"reflector role NOT adopted ({refl.get('running')}: its pins are gone)")
             roles = {SENDER: self.sender_cfg is not None, REFLECTOR: self.reflector_cfg is not None}
             running = ended = dropped = 0
             for sd in doc.get("sessions", []):
@@ -684,6 +722,8 @@ class StampAgent:
                     continue
                 s = Session(spec, state=pb.StampSessionState.Value(sd.get("state", "STAMP_SESSION_STATE_CREATED")))
                 s.error, s.packets_sent = sd.get("error", ""), int(sd.get("packets_sent", 0))
+                s.streamed_before = int(sd.get("streamed_before", 0))
+                s.streamer_offset = int(sd.get("streamer_offset", 0))
                 files = sd.get("files", {})
                 s.stats_file, s.out_file, s.err_file = (
                     Path(files[k]) if k in files else None for k in ("stats", "out", "err")
@@ -706,10 +746,45 @@ class StampAgent:
         if old is not None:
             lost = self._replace_streamer(old)
             notes.append(f"streamer pid {old.pid} replaced (it delivered all but {lost} records)")
+        self._continue_counts(self._ssid_records_now() if doc.get("streamer") else {})
         if self.sender_cfg is not None:
             self._start_reader()
         self.persist()
         return notes
+
+    def _adopt_userspace(self, refl: dict) -> str:
+        """The user-space reflector a previous agent left answering: adopted if that very process
+        still runs with the arguments this agent would give it (the role with it), else the role is
+        dropped (and a process with other arguments stopped)."""
+        u = refl.get("userspace") or {}
+        handle = Adopted.open(ProcRef.from_json(u))
+        cfg = json_format.ParseDict(refl["config"], pb.StampReflectorConfig())
+        mine = self._userspace_reflector(cfg)
+        if handle is None:
+            return "reflector role NOT adopted (the user-space reflector ended while no agent ran)"
+        if u.get("cmd") != mine.command():
+            stop_proc(handle, 10.0)
+            return f"reflector role NOT adopted (user-space reflector pid {handle.pid} had other arguments: stopped)"
+        mine.adopt(handle, int(refl.get("socket_drops_base", 0)))
+        self.userspace, self.socket_drops_base = mine, int(refl.get("socket_drops_base", 0))
+        self.reflector_cfg = cfg
+        self.reflector_devices = {
+            c.device: c for c in (json_format.ParseDict(d, pb.StampReflectorConfig()) for d in refl["devices"])
+        }
+        self.reflector_running, self.reflector_fallback = USERSPACE, refl.get("fallback_reason", "")
+        return f"user-space reflector pid {handle.pid} on port {cfg.udp_port} adopted"
+
+    def _continue_counts(self, last_streamer: dict) -> None:
+        """Each adopted sender session's results_collected goes on from what the streamers read
+        (the previous agent's, until this agent's streamer starts), not from 0: replies the old
+        streamer delivered while no agent ran count (they are in Kafka), so `controller status`
+        does not call them lost. The results this agent holds start at that index."""
+        with self.lock:
+            for (role, _), s in self.sessions.items():
+                if role != SENDER:
+                    continue
+                s.streamed_before, s.streamer_offset = s.streamed(last_streamer), 0
+                s.next_index = max(s.next_index, s.streamed_before)
 
     def _ended_unadopted(self, s: Session, ref: dict | None) -> None:
         """A sender that was running when its agent went and ended before this one came."""
@@ -746,14 +821,10 @@ class StampAgent:
         return lost
 
     def handover(self) -> None:
-        """--on-stop handover: leave the roles, sessions, senders and the streamer to the next agent
-        (they keep measuring meanwhile); only the user-space reflector, which cannot be adopted,
-        stops."""
+        """--on-stop handover: leave the roles, sessions, senders, the streamer and the user-space
+        reflector to the next agent (they keep measuring meanwhile)."""
         with self.lock:
             self.stopping.set()  # the reader thread does not start another streamer
-            if self.userspace is not None:
-                self.userspace.stop()
-                self.userspace = None
         self.persist()
 
     @staticmethod
@@ -1104,6 +1175,8 @@ class StampServicer(pb_grpc.StampServiceServicer):
                     "session",
                 )
             s = a.sessions[key] = Session(sp)
+            if sp.role == SENDER:  # the running streamer may have counted this SSID for an earlier session
+                s.streamer_offset = int(a._ssid_records_now().get(str(sp.ssid), 0))
             log.info(
                 "CreateStampSession %s ssid %d: created (%s -> %s, segs %s, return %s, rate %d)",
                 ROLE_NAME[sp.role],

@@ -4,11 +4,16 @@ where the kernel or the driver refuses XDP): one `python -m collectors.ustamp re
 port, its sessions in a JSON session file the agent rewrites, applied with SIGHUP.
 
 The child prints JSON lines on stdout (collectors/ustamp/README.md): `ready`, `reloaded`,
-`counters` (on SIGUSR1) and the final counters; a reader thread hands them over through a queue,
-so every request waits for its own answer. With the agent's --kafka the child publishes its own
-counter line (`segscope_datapath,program=ustamp_reflector`, schemas/metrics.md) every stats
-interval. Its stderr goes to a log file next to the session file (the last lines are quoted in
-errors).
+`counters` (on SIGUSR1) and the final counters. Its stdout is a file next to the session file, not
+a pipe (a child that outlives the agent must not write into a dead pipe); a reader thread follows
+the file and hands the lines over through a queue, so every request waits for its own answer.
+With the agent's --kafka the child publishes its own counter line
+(`segscope_datapath,program=ustamp_reflector`, schemas/metrics.md) every stats interval. Its
+stderr goes to a log file next to the session file (the last lines are quoted in errors).
+
+Restarts (agent/keeper.py): with a state directory the child outlives the agent (`--agent-dir
+--adopt-timeout`, collectors/ustamp/tether.py) and keeps answering; the next agent adopts it
+(adopt(): a pidfd on it, the stdout file followed from its end) and drives it as its own.
 """
 
 from __future__ import annotations
@@ -21,27 +26,42 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import grpc
 
 from agent import children
 from agent.fields import ApiError
+from agent.keeper import Adopted, ProcRef, stop_proc
 
 log = logging.getLogger("segscope.agent.stamp")
 
 READY_TIMEOUT_S = 20.0
 ANSWER_TIMEOUT_S = 10.0
+FOLLOW_EVERY_S = 0.01  # how often the reader looks for new lines in the stdout file
 
 
 class UserspaceReflector:
     """One running user-space reflector (start() ... stop())."""
 
-    def __init__(self, repo: Path, netns: str | None, port: int, work_dir: Path, node: str, kafka: str | None):
+    def __init__(
+        self,
+        repo: Path,
+        netns: str | None,
+        port: int,
+        work_dir: Path,
+        node: str,
+        kafka: str | None,
+        outlive: list[str] | None = None,
+    ):
         self.repo, self.netns, self.port, self.node, self.kafka = repo, netns, port, node, kafka
+        self.outlive = outlive  # the keeper's tether arguments; None: it dies with the agent
         self.sessions_file = work_dir / "ustamp_sessions.json"
         self.log_file = work_dir / "ustamp_reflector.log"
-        self.proc: subprocess.Popen | None = None
+        self.out_file = work_dir / "ustamp_reflector.out"
+        self.proc: subprocess.Popen | Adopted | None = None
+        self.ref: ProcRef | None = None
         self.lines: queue.Queue = queue.Queue()
         self.ready: dict = {}
         self.last_counters: dict[str, int] = {}
@@ -60,11 +80,12 @@ class UserspaceReflector:
         XDP reflector's attach does); raises ApiError with its stderr if it does not come up."""
         self._write_sessions([])
         env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(self.repo), str(self.repo / "schemas" / "python")])}
-        with open(self.log_file, "ab") as err:
+        with open(self.log_file, "ab") as err, open(self.out_file, "wb") as out:
             self.proc = children.spawn(
-                self.command(), stdout=subprocess.PIPE, stderr=err, text=True, cwd=self.repo, env=env
+                self.command(), outlive=self.outlive, stdout=out, stderr=err, cwd=self.repo, env=env
             )
-        threading.Thread(target=self._read, args=(self.proc,), name="ustamp-reflector", daemon=True).start()
+        self.ref = ProcRef.of(self.proc.pid)
+        self._follow(0)
         first = self._next(READY_TIMEOUT_S)
         if first is None or first.get("event") != "ready":
             self.kill()
@@ -81,14 +102,48 @@ class UserspaceReflector:
             first.get("workers", 1),
         )
 
-    def _read(self, proc: subprocess.Popen) -> None:
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            try:
-                self.lines.put(json.loads(line))
-            except ValueError:
-                log.warning("user-space reflector: unexpected output %r", line[:200])
+    def adopt(self, handle: Adopted, socket_drops_base: int) -> None:
+        """Drive a reflector a previous agent started (still running: `handle`); its stdout file is
+        followed from where it is now (what it said before was for the previous agent)."""
+        self.proc, self.ref = handle, handle.ref
+        try:
+            offset = self.out_file.stat().st_size
+        except OSError:
+            offset = 0
+        self._follow(offset)
+        log.info("user-space reflector (pid %d) on port %d adopted", handle.pid, self.port)
+        self.last_counters = {"socket_drops": socket_drops_base}
+
+    def _follow(self, offset: int) -> None:
+        threading.Thread(target=self._read, args=(self.ref, offset), name="ustamp-reflector", daemon=True).start()
+
+    def _read(self, ref: ProcRef | None, offset: int) -> None:
+        """Follow the stdout file from `offset` until the process has ended and all it wrote is read."""
+        with open(self.out_file, "rb") as f:
+            f.seek(offset)
+            pending = b""
+            while True:
+                chunk = f.read()
+                if chunk:
+                    pending += chunk
+                    *lines, pending = pending.split(b"\n")
+                    for line in lines:
+                        self._put(line)
+                    continue
+                if ref is None or not ref.alive():
+                    pending += f.read()  # what it wrote between the last read and its end
+                    for line in pending.split(b"\n"):
+                        if line.strip():
+                            self._put(line)
+                    break
+                time.sleep(FOLLOW_EVERY_S)
         self.lines.put(None)  # it exited
+
+    def _put(self, line: bytes) -> None:
+        try:
+            self.lines.put(json.loads(line))
+        except ValueError:
+            log.warning("user-space reflector: unexpected output %r", line[:200])
 
     def _next(self, timeout: float) -> dict | None:
         try:
@@ -162,11 +217,7 @@ class UserspaceReflector:
     def stop(self) -> dict[str, int]:
         """SIGTERM, its final counters (it answers what its workers had handed over first)."""
         if self.running():
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=ANSWER_TIMEOUT_S)
-            except subprocess.TimeoutExpired:
-                self.kill()
+            stop_proc(self.proc, ANSWER_TIMEOUT_S)
             while True:
                 line = self._next(1.0)
                 if line is None:
@@ -180,3 +231,9 @@ class UserspaceReflector:
         if self.proc is not None and self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait()
+
+    def snapshot(self) -> dict | None:
+        """What datapath.json records of it (the next agent adopts it from this), None if not running."""
+        if not self.running() or self.ref is None:
+            return None
+        return {**self.ref.to_json(), "cmd": self.command(), "port": self.port}

@@ -157,6 +157,9 @@ struct streamer {
 	int last_group;                /* cache: consecutive records are usually the same SSID */
 	double held_since;             /* monotonic time of the first record held; 0: none held */
 	int copy_pipe_size;            /* bytes the copy pipe holds; 0: not a pipe (writes block) */
+	/* stamp: records read per SSID, in --stats-json ("records_by_ssid"): the agent counts a
+	 * session's replies across streamers (an agent restart replaces its streamer) from these */
+	uint64_t *ssid_records;        /* 65536 entries; NULL for ioam */
 };
 
 static volatile sig_atomic_t stop_requested;
@@ -526,6 +529,8 @@ static int on_stamp_record(void *ctx, void *data, size_t size)
 
 	if (size != STAMP_RECORD_SIZE)
 		return malformed_sample(s, size);
+	if (s->ssid_records)
+		s->ssid_records[r->ssid]++;
 	return hold_record(s, r, STAMP_RECORD_SIZE, s->opts.key == KEY_SESSION ? r->ssid : 0);  /* node: one group */
 }
 
@@ -639,6 +644,23 @@ static int format_datapath_lp(const struct streamer *s, char *buf, size_t n, uin
 	return len;
 }
 
+/* ,"records_by_ssid":{"5":120,...} (the SSIDs seen so far) into f */
+static void write_ssid_records(const struct streamer *s, FILE *f)
+{
+	const char *sep = "";
+
+	if (!s->ssid_records)
+		return;
+	fputs(",\"records_by_ssid\":{", f);
+	for (uint32_t ssid = 0; ssid <= 0xffff; ssid++) {
+		if (!s->ssid_records[ssid])
+			continue;
+		fprintf(f, "%s\"%u\":%llu", sep, ssid, (unsigned long long)s->ssid_records[ssid]);
+		sep = ",";
+	}
+	fputc('}', f);
+}
+
 static void write_stats_json(const struct streamer *s, bool final)
 {
 	char buf[1024], tmp[4096];
@@ -653,7 +675,10 @@ static void write_stats_json(const struct streamer *s, bool final)
 		fprintf(stderr, "stamp_streamer: --stats-json %s: %s\n", tmp, strerror(errno));
 		return;
 	}
-	fprintf(f, "%s\n", buf);
+	buf[strlen(buf) - 1] = '\0';   /* the closing brace: the per-SSID counts go before it */
+	fprintf(f, "%s", buf);
+	write_ssid_records(s, f);
+	fputs("}\n", f);
 	fclose(f);
 	rename(tmp, s->opts.stats_json_path);   /* readers never see a half-written file */
 }
@@ -762,6 +787,13 @@ int main(int argc, char **argv)
 	uint64_t lost;
 
 	parse_args(argc, argv, &s.opts);
+	if (s.opts.kind == RECORDS_STAMP && s.opts.stats_json_path) {
+		s.ssid_records = calloc(0x10000, sizeof(*s.ssid_records));
+		if (!s.ssid_records) {
+			fprintf(stderr, "stamp_streamer: out of memory\n");
+			return 1;
+		}
+	}
 	if (!s.opts.no_kafka && kafka_security_load("stamp_streamer") < 0)
 		return 2;   /* the message names the SEGSCOPE_KAFKA_* variable and the fix */
 	sigaction(SIGINT, &sa, NULL);
@@ -789,6 +821,7 @@ int main(int argc, char **argv)
 			(unsigned long long)(s.c.records_in - s.c.records_delivered - s.c.records_failed),
 			(unsigned long long)s.c.malformed_records);
 	ring_buffer__free(s.rb);
+	free(s.ssid_records);
 	if (s.rk) {
 		rd_kafka_topic_destroy(s.records_topic);
 		rd_kafka_topic_destroy(s.metrics_topic);

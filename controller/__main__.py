@@ -12,6 +12,8 @@ Exit codes:
      or a program the apply started exited with an error (node, session and the program's message)
   2  the intent file is invalid (every problem printed as FILE:LINE:COLUMN: path: what. Fix: how)
   3  diff only: there are changes to apply
+  4  run only: Kafka refused this replica (its login, TLS or ACLs: the message names the
+     SEGSCOPE_KAFKA_* setting to check), or those settings are unusable; retrying cannot fix it
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from controller.agents import AgentError
 from controller.core import Controller
 from controller.intent import IntentError, load_intent
 
-EXIT_OK, EXIT_AGENT, EXIT_INVALID, EXIT_CHANGES = 0, 1, 2, 3
+EXIT_OK, EXIT_AGENT, EXIT_INVALID, EXIT_CHANGES, EXIT_KAFKA_REFUSED = 0, 1, 2, 3, 4
 
 
 def _print_json(obj) -> None:
@@ -124,11 +126,25 @@ def cmd_run(args, intent) -> int:
     )
     replica = args.replica or f"{socket.gethostname()}-{os.getpid()}"
     election = args.leader_election or ("kafka" if args.kafka else "none")
+    stop = threading.Event()
+    watch = None
+    if args.kafka:  # SEGSCOPE_KAFKA_* (segscope_kafka), as every program of segscope reads them
+        from segscope_kafka import KafkaConfigError, RefusalWatch, from_env
+
+        try:
+            sec = from_env()
+        except KafkaConfigError as e:
+            print(f"controller run: {e}", file=sys.stderr)
+            return EXIT_KAFKA_REFUSED
+        # a refusal (wrong password, CA, missing ACL) is said once and stops the replica: retrying
+        # cannot fix it, and a replica that never joins the election would stand by silently
+        watch = RefusalWatch(sec, on_refused=lambda _msg: stop.set(), program="controller run")
+        logging.getLogger("segscope.controller.run").info("Kafka %s", sec.describe())
     if election == "kafka":
         if not args.kafka:
             print("error: --leader-election kafka needs --kafka BROKERS", file=sys.stderr)
             return EXIT_INVALID
-        leadership = KafkaLeadership(args.kafka, replica)
+        leadership = KafkaLeadership(args.kafka, replica, error_cb=watch)
     else:
         leadership = NoElection()
     rec = Reconciler(
@@ -139,8 +155,8 @@ def cmd_run(args, intent) -> int:
         kafka=args.kafka,
         stats_interval_s=args.stats_interval,
         health=args.health,
+        kafka_error_cb=watch,
     )
-    stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     logging.getLogger("segscope.controller.run").info(
@@ -152,6 +168,9 @@ def cmd_run(args, intent) -> int:
         args.interval,
     )
     rec.run(stop)
+    if watch is not None and watch.refused:
+        print(f"controller run: stopped, Kafka refused this replica: {watch.refused}", file=sys.stderr)
+        return EXIT_KAFKA_REFUSED
     return EXIT_OK
 
 

@@ -2,8 +2,9 @@
 
 Every replica joins the consumer group `segscope-controller` (schemas/names.toml) on the topic
 `segscope-controller.leader`, which has one partition and no records. With a secured Kafka (TLS,
-SASL: segscope_kafka, SEGSCOPE_KAFKA_*) the controller logs in as the processor role, whose ACLs
-(prefix segscope-controller, and segscope.metrics) cover what it does. Kafka's group coordinator
+SASL: segscope_kafka, SEGSCOPE_KAFKA_*) the controller logs in as its own role, `controller`
+(segscope_kafka/acls.py: its group, its leader topic and its lines on segscope.metrics, nothing
+else). Kafka's group coordinator
 assigns that partition to exactly one member: that replica leads, the others stand by (they make
 no call to any agent). The same mechanism as the topology processors' leader (Faust's leader
 partition, processors/topology/leadership.py), without Faust: a plain librdkafka consumer. It works
@@ -74,8 +75,10 @@ class KafkaLeadership:
         session_timeout_ms: int = SESSION_TIMEOUT_MS,
         heartbeat_ms: int = HEARTBEAT_MS,
         client_config: dict | None = None,
+        error_cb=None,
     ) -> None:
         self.bootstrap, self.replica, self.topic, self.group = bootstrap, replica, topic, group
+        self.error_cb = error_cb  # a segscope_kafka.RefusalWatch: a refused login stops the replica
         self.session_timeout_s, self.heartbeat_s = session_timeout_ms / 1e3, heartbeat_ms / 1e3
         self.client_config = client_config or {}
         self._state = threading.Lock()  # _assigned, _probation_until
@@ -108,7 +111,8 @@ class KafkaLeadership:
             "partition.assignment.strategy": "range",
             **self.client_config,
         }
-        conf = kafka_config({k: v for k, v in conf.items() if v is not None})  # TLS / SASL from SEGSCOPE_KAFKA_*
+        # TLS / SASL from SEGSCOPE_KAFKA_*
+        conf = kafka_config({k: v for k, v in conf.items() if v is not None}, error_cb=self.error_cb)
         self._consumer = Consumer(conf)
         self._consumer.subscribe(
             [self.topic], on_assign=self._on_assign, on_revoke=self._on_revoke, on_lost=self._on_revoke

@@ -175,6 +175,7 @@ class Reconciler:
         stats_interval_s: float = 2.0,
         health: str | None = None,
         kafka_config: dict | None = None,
+        kafka_error_cb=None,
     ) -> None:
         self.path = Path(intent_path)
         self.leadership = leadership
@@ -182,6 +183,7 @@ class Reconciler:
         self.interval_s = interval_s
         self.kafka = kafka
         self.kafka_config = kafka_config or {}
+        self.kafka_error_cb = kafka_error_cb  # a segscope_kafka.RefusalWatch (refusals stop `run`)
         self.stats_interval_s = stats_interval_s
         self.health_addr = health
         self.intent: Intent = load_intent(self.path)  # IntentError at start: exit 2
@@ -460,7 +462,8 @@ class Reconciler:
                         "acks": "all",
                         "message.timeout.ms": 600000,
                         **self.kafka_config,
-                    }
+                    },
+                    error_cb=self.kafka_error_cb,
                 )
             )
         if self.health_addr:

@@ -50,7 +50,7 @@ BUNDLED_KINDS = ("kafka", "influxdb", "arangodb", "grafana")
 KAFKA_SASL_SSL = [
     "--set", "kafka.security.protocol=SASL_SSL",
     "--set", "kafka.security.caSecret=kafka-cluster-ca",
-    *[a for r in ("agent", "processor", "telegraf", "admin")
+    *[a for r in ("agent", "processor", "controller", "telegraf", "admin")
       for a in ("--set", f"kafka.security.users.{r}.secret=segscope-kafka-{r}")],
     # Debian 12's librdkafka 2.0.2 (the agent's C tools) cannot SCRAM with Kafka 4.x: PLAIN over TLS
     "--set", "kafka.security.users.agent.mechanism=PLAIN",

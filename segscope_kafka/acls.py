@@ -6,8 +6,11 @@
     processor  the delay, loss, in-line and topology processors: read their inputs, write
                segscope.metrics, the summary, dead letters and the re-keyed altmark blocks; own the
                topics and consumer groups named after their app ids (progress topics, Faust's
-               internal topics, helper groups); also `segscope-controller run` (its leader
-               election's group and topic segscope-controller*, its lines on segscope.metrics)
+               internal topics, helper groups)
+    controller `segscope-controller run`: its leader election (the consumer group
+               segscope-controller on the topic segscope-controller.leader: read, never written)
+               and its counter and repair lines on segscope.metrics (written; `controller status`
+               reads them from InfluxDB); nothing else
     telegraf   reads segscope.metrics in its consumer group
     admin      creates topics and users (segscope-topics, the local stack): a super user or a
                principal with CREATE / ALTER on the cluster
@@ -22,7 +25,7 @@ from dataclasses import dataclass
 
 from segscope_schemas import names
 
-ROLES = ("agent", "processor", "telegraf", "admin")
+ROLES = ("agent", "processor", "controller", "telegraf", "admin")
 
 
 @dataclass(frozen=True)
@@ -71,11 +74,15 @@ def role_acls(role: str) -> list[Acl]:
             names.TOPIC_DEADLETTER,
         )
         for name, group in sorted(names.GROUPS.items()):
-            if name != "telegraf":
+            if name not in ("telegraf", "controller"):
                 # <app id>.progress, Faust's <app id>-__assignor-__leader and changelogs; <app id>-* groups
                 out.append(Acl("topic", group, "prefixed", "ALL"))
                 out.append(Acl("group", group, "prefixed", "ALL"))
         out.append(Acl("group", "segscope-paths-", "prefixed", "ALL"))  # processors/paths.py (never joined)
+    elif role == "controller":
+        topics(("READ", "DESCRIBE"), names.TOPIC_CONTROLLER_LEADER)
+        topics(("WRITE", "DESCRIBE"), names.TOPIC_METRICS)
+        out.append(Acl("group", names.GROUP_CONTROLLER, "literal", "READ"))
     elif role == "telegraf":
         topics(("READ", "DESCRIBE"), names.TOPIC_METRICS)
         out.append(Acl("group", names.GROUP_TELEGRAF, "literal", "READ"))

@@ -112,6 +112,15 @@ def reflector_main(argv: list[str]) -> int:
     p.add_argument(
         "--rcvbuf", type=int, default=0, help="fast engine: socket receive buffer bytes per worker (0: kernel default)"
     )
+    p.add_argument(
+        "--agent-dir",
+        help="outlive the agent (collectors/ustamp/tether.py): DIR/agent.lock is held by the node's running agent",
+    )
+    p.add_argument(
+        "--adopt-timeout",
+        type=float,
+        help="with --agent-dir: stop (and say so in DIR/orphans.jsonl) once no agent has run for this many seconds",
+    )
     a = p.parse_args(argv)
     if not 1 <= a.port <= 65535:
         die(f"--port: expected 1..65535, got {a.port}")
@@ -146,6 +155,12 @@ def reflector_main(argv: list[str]) -> int:
         die("no sessions: give --sessions FILE or --add-session SPEC (or --base-senders on)")
     if a.kafka and not a.node:
         die("--node: required with --kafka")
+    from .tether import Tether, TetherError
+
+    try:
+        tether = Tether(a.agent_dir, a.adopt_timeout, what=f"port {a.port}")
+    except TetherError as exc:
+        die(str(exc))
     from .kafka_out import KafkaOut
     from .reflector import Reflector
 
@@ -189,7 +204,7 @@ def reflector_main(argv: list[str]) -> int:
     except OSError as exc:
         die(f"setup: {exc}", 1)
     try:
-        refl.run(a.stats_interval)
+        refl.run(a.stats_interval, tether)
     finally:
         refl.close()
     return 0

@@ -282,7 +282,9 @@ class Reflector:
         tags = f"segscope_datapath,node={escape_tag(self.node or 'unknown')},program=ustamp_reflector"
         return counters_line(tags, self.snapshot())
 
-    def run(self, stats_interval_s: float = 1.0) -> None:
+    def run(self, stats_interval_s: float = 1.0, tether=None) -> None:
+        """Answer until SIGTERM/SIGINT, or until no agent has adopted this process within the
+        tether's timeout (tether.py; it says so, the rest is as on SIGTERM)."""
         stop = False
         dump = False
 
@@ -308,6 +310,8 @@ class Reflector:
         next_stats = time.monotonic() + stats_interval_s
         wait_fd = self.wait_fd()
         while not stop:
+            if tether is not None and tether.orphaned_now():
+                break
             timeout = max(0.0, min(0.2, next_stats - time.monotonic()))
             readable, _, _ = select.select([wait_fd], [], [], timeout)
             if readable:
@@ -327,7 +331,10 @@ class Reflector:
         if self.kafka:
             self.kafka.produce_metrics(self.metrics_line())
             self.kafka.flush()
-        print(json.dumps({"counters": self.snapshot(), "final": True}), flush=True)
+        final = {"counters": self.snapshot(), "final": True}
+        if tether is not None and tether.orphaned:
+            final["orphaned"] = True
+        print(json.dumps(final), flush=True)
 
     def reload(self) -> None:
         """SIGHUP: re-read the session file and the key files. A session whose (sender, ssid) and

@@ -35,7 +35,13 @@ from pathlib import Path
 from segscope_kafka import KafkaSecurity, from_env
 from segscope_kafka.acls import ROLES, acl_bindings
 
-ROLE_MECHANISM = {"admin": "SCRAM-SHA-512", "agent": "PLAIN", "processor": "SCRAM-SHA-512", "telegraf": "SCRAM-SHA-512"}
+ROLE_MECHANISM = {
+    "admin": "SCRAM-SHA-512",
+    "agent": "PLAIN",
+    "processor": "SCRAM-SHA-512",
+    "controller": "SCRAM-SHA-512",
+    "telegraf": "SCRAM-SHA-512",
+}
 BROKER_CN = "segscope-stack-broker"
 
 
@@ -65,8 +71,9 @@ class StackKafkaSecurity:
         """Make the CA, certificates and passwords, unless they exist (and not fresh)."""
         if fresh:
             shutil.rmtree(self.dir, ignore_errors=True)
-        if (self.dir / "done.json").exists():
-            return
+        done = self.dir / "done.json"
+        if done.exists() and json.loads(done.read_text()).get("roles") == list(ROLES):
+            return  # made before, for these roles (a new role remakes them all: its user and ACLs too)
         shutil.rmtree(self.dir, ignore_errors=True)
         self.dir.mkdir(parents=True)
         os.chmod(self.dir, 0o700)

@@ -43,6 +43,7 @@ import pytest
 from agent.keeper import ProcRef
 from controller.intent import load_intent
 from controller.pipeline import ControlledPipeline
+from controller.status import session_loss
 from netlab import Lab, teardown
 from scripts.results import StampSessionSpec, records_in_influx
 from segscope_proto.segscope.agent.v1 import flowmon_pb2, flowmon_pb2_grpc, stamp_pb2, stamp_pb2_grpc
@@ -255,6 +256,12 @@ def test_restart_mid_run_leaves_no_gap_and_loses_nothing(pipe, stack, how):
     assert longest_run(missing) <= 3, f"a gap: {missing}"  # a restart's gap would be hundreds at 100/s
     if net_lost == 0:
         assert reflected == got_back == sent and seqs and sorted(seqs) == list(range(sent))
+
+    # `controller status`: the session's received and lost across the adoption are what A's
+    # collector counted (the new agent goes on from the streamers' counts, not from 0)
+    row = session_loss(pipe.session_status("A", ssid))
+    print(f"[{how}] controller status: received {row['packets_received']}, lost {row['packets_lost']}")
+    assert row["packets_received"] == got_back and row["packets_lost"] == sent - got_back, (row, sent, got_back)
 
     got = {}
     deadline = time.monotonic() + 90

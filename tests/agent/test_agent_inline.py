@@ -304,11 +304,13 @@ def test_a_monitor_needs_the_node_ioam_identity(stubs):
 
 def test_killed_agent_leftovers_are_restored_by_the_next_one(ilab, ipki, tmp_path):
     """SIGKILL: the agent restores nothing, its state file stays; the next agent of the node (same
-    state dir) restores the saved values before it serves. SIGTERM: the agent restores itself."""
+    state dir) restores the saved values before it serves. SIGTERM: the agent restores itself.
+    With --adopt-timeout 0 (no hitless restarts): an adopting agent keeps the identity instead
+    (test_agent_adoption_ustamp_inline.py)."""
     keys = ["net.ipv6.ioam6_id", *dev_keys("bh", "b0")]
     before, ns_before = sysctls(ilab, "B", *keys), namespaces(ilab, "B")
     state = tmp_path / "state"
-    args = ["--state-dir", str(state)]
+    args = ["--state-dir", str(state), "--adopt-timeout", "0"]
     agent = start_agent(ilab.ns("B"), "B", tmp_path, pki=ipki, instance=f"{PREFIX}-Bk", extra_args=args)
     with agent.channel() as ch:
         enable(inline_pb2_grpc.InlineMonitorServiceStub(ch), 4242, (77,), [("bh", 9)], all_devices=True)
@@ -467,17 +469,17 @@ def test_enable_without_a_writable_state_dir_changes_nothing(ilab, ipki, tmp_pat
 
 @needs_datapath
 def test_killed_egress_agent_records_reach_kafka_through_the_next_one(ilab, ipki, stubs, stack, tmp_path):
-    """The egress agent is killed while traffic flows: its streamer dies with it, ioam_rx keeps
-    recording into a ring nobody reads. The next agent of the node drains that ring to Kafka before
-    it replaces the program: every sampled packet's record is in Kafka exactly once (the ingress,
-    untouched, numbers them 0..N-1)."""
+    """The egress agent (--adopt-timeout 0: no hitless restarts) is killed while traffic flows: its
+    streamer dies with it, ioam_rx keeps recording into a ring nobody reads. The next agent of the
+    node drains that ring to Kafka before it replaces the program: every sampled packet's record is
+    in Kafka exactly once (the ingress, untouched, numbers them 0..N-1)."""
     from segscope_schemas import ioam_record as ir
     from segscope_schemas import names
     from tests.agent.test_agent_kafka import consume
 
     a = stubs["A"]
     node = f"inlaB{int(time.time()) % 100000}"  # a Kafka key of this run only
-    args = ["--state-dir", str(tmp_path / "state")]
+    args = ["--state-dir", str(tmp_path / "state"), "--adopt-timeout", "0"]
 
     def b_agent():
         return start_agent(

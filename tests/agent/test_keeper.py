@@ -120,3 +120,66 @@ def test_the_tether_of_a_data_path_process(tmp_path):
     assert "ssid 9: no agent adopted this process within 1 s" in err
     report = json.loads((tmp_path / "orphans.jsonl").read_text())
     assert report["program"] == "stamp_sender" and report["pid"] == p.pid and report["what"] == "ssid 9"
+
+
+def test_an_adopted_process_waited_for_by_two_threads_at_once(tmp_path):
+    """A reader thread blocks in wait() while a stop waits too: the pidfd is closed once (a second
+    close would be EBADF, or close a descriptor another part of the agent opened since)."""
+    import threading
+
+    for _ in range(20):
+        p = sleeper()
+        h = Adopted.open(ProcRef.of(p.pid))
+        errors: list[BaseException] = []
+
+        def waiter(handle=h, errs=errors):
+            try:
+                handle.wait()
+            except BaseException as e:  # noqa: BLE001 - handed to the assertion below
+                errs.append(e)
+
+        t = threading.Thread(target=waiter)
+        t.start()
+        stop_proc(h, 5.0)
+        t.join(5)
+        p.wait(5)
+        assert not t.is_alive() and errors == [] and h.returncode == Adopted.ENDED
+
+
+def test_the_tether_of_the_userspace_reflector(tmp_path):
+    """collectors/ustamp/tether.py: the user-space reflector answers while an agent holds the lock,
+    for the timeout after it lets go, then stops as on SIGTERM saying so (stderr, orphans.jsonl,
+    its final counters marked orphaned)."""
+    env = {"PYTHONPATH": f"{REPO}:{REPO / 'schemas' / 'python'}"}
+    base = [sys.executable, "-m", "collectors.ustamp", "reflector", "--address", "::1", "--engine", "python"]
+    bad = subprocess.run([*base, "--adopt-timeout", "3"], capture_output=True, text=True, cwd=REPO, env=env)
+    assert bad.returncode == 2 and "--adopt-timeout: needs --agent-dir" in bad.stderr
+    bad = subprocess.run(
+        [*base, "--agent-dir", str(tmp_path / "none"), "--adopt-timeout", "3"],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env=env,
+    )
+    assert bad.returncode == 2 and "--agent-dir: cannot open" in bad.stderr
+    lock = open(tmp_path / "agent.lock", "a")  # noqa: SIM115
+    fcntl.flock(lock, fcntl.LOCK_EX)
+    cmd = [*base, "--port", "41862", "--agent-dir", str(tmp_path), "--adopt-timeout", "1"]
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO, env=env)
+    try:
+        assert json.loads(p.stdout.readline())["event"] == "ready"
+        time.sleep(2.5)  # > the timeout: an agent holds the lock
+        assert p.poll() is None
+        lock.close()  # the agent goes
+        t0 = time.monotonic()
+        out, err = p.communicate(timeout=10)
+        took = time.monotonic() - t0
+    finally:
+        if p.poll() is None:
+            p.kill()
+    assert p.returncode == 0 and 1.0 <= took <= 2.6, (p.returncode, took, err)
+    final = json.loads(out.strip().splitlines()[-1])
+    assert final["final"] is True and final["orphaned"] is True
+    assert "ustamp_reflector: port 41862: no agent adopted this process within 1 s" in err
+    report = json.loads((tmp_path / "orphans.jsonl").read_text())
+    assert report["program"] == "ustamp_reflector" and report["pid"] == p.pid and report["what"] == "port 41862"

@@ -171,6 +171,9 @@ def test_every_record_once_in_order_per_session(collectors_build, ring, kafka_bo
     assert final["records_failed"] == final["malformed_records"] == final["produce_errors"] == 0
     assert final["batches_produced"] == final["batches_delivered"] == final["batch_seq"]
     assert final["final"] is True
+    # --stats-json also counts per SSID (the agent carries a session's count across an agent restart)
+    assert st.stats()["records_by_ssid"] == {str(100 + i): n // k for i in range(k)}
+    assert st.stats()["records_in"] == n and st.stats()["final"] is True
 
     msgs = consume_all(kafka_bootstrap, topic, lambda ms: len(ms) >= final["batches_produced"])
     assert len(msgs) == final["batches_produced"]

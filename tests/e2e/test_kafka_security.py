@@ -64,7 +64,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.datapath]
 
 def passwords(stack: Stack) -> dict[str, str]:
     sec = stack.services["kafka"].security
-    return {role: sec.password(role) for role in ("admin", "agent", "processor", "telegraf")}
+    return {role: sec.password(role) for role in ("admin", "agent", "processor", "controller", "telegraf")}
 
 
 def cmdlines_with(secrets: list[str]) -> list[str]:
@@ -422,3 +422,134 @@ def test_each_mechanism_logs_in(sec_stack, mechanism):
             await cons.stop()
 
     assert asyncio.run(aio()) == marker + b"-aio"
+
+
+# ------------------------------------------------------------------ the controller's own role
+def lone_intent(directory: Path) -> Path:
+    """An intent of one node whose agent does not run (the election is Kafka's alone)."""
+    from tests.agent.agent_env import make_test_pki
+
+    path = directory / "intent.yaml"
+    if not path.exists():
+        pki = make_test_pki(directory / "pki")
+        tls = f'{{ca: "{pki.ca_pem}", cert: "{pki.client_pem}", key: "{pki.client_key}"}}'
+        path.write_text(f'version: 1\nnodes:\n  A:\n    agent: "127.0.0.1:9"\n    tls: {tls}\n')
+    return path
+
+
+def start_controller(stack, replica: str, log_dir: Path, **override) -> tuple[subprocess.Popen, Path]:
+    """`controller run` as the controller role, its log in log_dir."""
+    env = _role_env(stack, "controller", **override)
+    log = log_dir / f"controller-{replica}.log"
+    intent = lone_intent(log_dir)
+    argv = [PY, "-m", "controller", "run", str(intent), "--kafka", stack.kafka_bootstrap, "--replica", replica]
+    with open(log, "w") as out:
+        proc = subprocess.Popen(
+            [*argv, "--stats-interval", "1"], env=env, stdout=out, stderr=subprocess.STDOUT, cwd=REPO
+        )
+    return proc, log
+
+
+def leading(logs: dict[str, Path]) -> dict[str, bool]:
+    """Replica -> whether it leads now, by its log's last take-over or hand-over."""
+    out = {}
+    for r, p in logs.items():
+        text = p.read_text(errors="replace")
+        took, gave = text.rfind(f"leader: replica {r} leads from now on"), text.rfind(f"replica {r} no longer leads")
+        out[r] = took > gave
+    return out
+
+
+def test_two_controllers_elect_one_leader(sec_stack, tmp_path):
+    """Two replicas log in as the controller role (SCRAM-SHA-512 over TLS): Kafka makes one the
+    leader; when it stops, the other leads. No password on their command lines or in their logs."""
+    procs, logs = {}, {}
+    try:
+        for r in ("c1", "c2"):
+            procs[r], logs[r] = start_controller(sec_stack, r, tmp_path)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not any(leading(logs).values()):
+            assert all(p.poll() is None for p in procs.values()), {r: p.read_text()[-2000:] for r, p in logs.items()}
+            time.sleep(0.5)
+        # the second joins: the group rebalances (no leader for a moment, the lead may move), then
+        # one leader, steady; never two at any look
+        seen, steady_since = [], None
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and (steady_since is None or time.monotonic() - steady_since < 6):
+            seen.append(leading(logs))
+            one = sum(seen[-1].values()) == 1 and (len(seen) < 2 or seen[-1] == seen[-2])
+            steady_since = (steady_since or time.monotonic()) if one else None
+            time.sleep(0.25)
+        assert max(sum(x.values()) for x in seen) == 1, seen
+        assert steady_since is not None and time.monotonic() - steady_since >= 6, seen[-10:]
+        assert all("joins group" in p.read_text() for p in logs.values())
+        hits = cmdlines_with([passwords(sec_stack)["controller"]])
+        leader = next(r for r, x in seen[-1].items() if x)
+        other = next(r for r in procs if r != leader)
+        procs[leader].send_signal(signal.SIGTERM)
+        assert procs[leader].wait(30) == 0
+        t_stop = time.monotonic()
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not leading(logs)[other]:
+            time.sleep(0.2)
+        assert leading(logs)[other], logs[other].read_text()[-3000:]
+        print(f"\n[controller] {other} leads {time.monotonic() - t_stop:.1f} s after {leader} stopped")
+        assert hits == []
+        text = {r: p.read_text(errors="replace") for r, p in logs.items()}
+        assert all(f"SCRAM-SHA-512 user '{user_of('controller')}'" in t for t in text.values()), text
+        pw = passwords(sec_stack)["controller"]
+        assert not [r for r, t in text.items() if pw in t]
+    finally:
+        for p in procs.values():
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+                p.wait(30)
+
+
+def test_wrong_password_stops_the_controller(sec_stack, wrong_password, tmp_path):
+    proc, log = start_controller(sec_stack, "cwrong", tmp_path, SEGSCOPE_KAFKA_SASL_PASSWORD_FILE=wrong_password)
+    try:
+        code = proc.wait(60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        raise AssertionError(
+            f"controller run still running after 60 s (a silent retry loop): {log.read_text()}"
+        ) from None
+    text = log.read_text()
+    assert code == 4, text[-2000:]
+    assert f"Kafka refused the login of user '{user_of('controller')}' with SCRAM-SHA-512" in text
+    assert "controller run: stopped, Kafka refused this replica" in text
+    assert "not-the-password" not in text
+
+
+def test_controller_principal_may_not_write_another_roles_topic(sec_stack):
+    """Least privilege: the controller role writes its lines on segscope.metrics, and nothing of the
+    other roles (the agent's records topics); nor may it join another role's consumer group."""
+    from confluent_kafka import Consumer, Producer
+
+    env = sec_stack.kafka_env("controller")
+    watch = RefusalWatch(sec_stack.services["kafka"].security.security("controller"))
+    results: dict[str, object] = {}
+
+    def delivered(err, msg):
+        results[msg.topic()] = None if err is None else watch.note(err.code(), err.str(), msg.topic())
+
+    p = Producer(kafka_config({"bootstrap.servers": sec_stack.kafka_bootstrap}, env))
+    for topic in (names.TOPIC_METRICS, names.TOPIC_STAMP_RECORDS, names.TOPIC_CONTROLLER_LEADER):
+        p.produce(topic, b"segscope_controller_acl_test v=1i 1", on_delivery=delivered)
+    p.flush(30)
+    assert results[names.TOPIC_METRICS] is None
+    for topic in (names.TOPIC_STAMP_RECORDS, names.TOPIC_CONTROLLER_LEADER):  # its leader topic: read only
+        assert f"refused user '{user_of('controller')}' access to topic {topic}" in (results[topic] or ""), results
+    group = names.GROUPS["delay"]
+    c = Consumer(kafka_config({"bootstrap.servers": sec_stack.kafka_bootstrap, "group.id": group}, env))
+    try:
+        c.subscribe([names.TOPIC_CONTROLLER_LEADER])
+        deadline, err = time.monotonic() + 30, None
+        while time.monotonic() < deadline and err is None:
+            m = c.poll(0.5)
+            if m is not None and m.error():
+                err = m.error()
+        assert err is not None and "GROUP_AUTHORIZATION_FAILED" in err.name(), err
+    finally:
+        c.close()
