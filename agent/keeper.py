@@ -113,6 +113,14 @@ class Adopted:
         self.returncode: int | None = None
         self.adopted = True
 
+    def __del__(self):
+        # closed only here: a thread that waits (the agent's reaper) and one that stops it (Reset)
+        # both see the end, and a pidfd closed by one could be another file by the other's next look
+        try:
+            os.close(self._fd)
+        except OSError:
+            pass
+
     @classmethod
     def open(cls, ref: ProcRef | None) -> "Adopted | None":
         """The handle of `ref` if that very process still runs, else None."""
@@ -139,7 +147,6 @@ class Adopted:
         p.register(self._fd, select.POLLIN)
         if p.poll(None if timeout is None else int(timeout * 1000)) or not self.ref.alive():
             self.returncode = self.ENDED
-            os.close(self._fd)
             return True
         return False
 

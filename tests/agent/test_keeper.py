@@ -120,3 +120,29 @@ def test_the_tether_of_a_data_path_process(tmp_path):
     assert "ssid 9: no agent adopted this process within 1 s" in err
     report = json.loads((tmp_path / "orphans.jsonl").read_text())
     assert report["program"] == "stamp_sender" and report["pid"] == p.pid and report["what"] == "ssid 9"
+
+
+def test_an_adopted_process_waited_for_by_several_threads_ends_once_for_all():
+    """The agent's reaper thread waits on an adopted sender while Reset stops it: every waiter sees
+    the end, none fails (a pidfd closed by the first to wake was EBADF for the others)."""
+    import threading
+
+    p = sleeper()
+    h = Adopted.open(ProcRef.of(p.pid))
+    errors, ended = [], []
+
+    def waiter():
+        try:
+            ended.append(h.wait(10))
+        except Exception as e:  # noqa: BLE001 - what the test looks for
+            errors.append(repr(e))
+
+    threads = [threading.Thread(target=waiter) for _ in range(4)]
+    for t in threads:
+        t.start()
+    time.sleep(0.2)
+    stop_proc(h, 5.0)  # SIGTERM through the pidfd, waits too
+    for t in threads:
+        t.join(10)
+    assert errors == [] and ended == [Adopted.ENDED] * 4, (errors, ended)
+    assert p.wait(5) == -15
