@@ -186,6 +186,13 @@ def common_files(stage: Path, package: str) -> None:
 
 
 SYSTEMD_RELOAD = 'if [ -d /run/systemd/system ]; then systemctl daemon-reload >/dev/null || true; fi\n'
+# an upgrade (configure with the old version in $2) restarts a running agent into the new version:
+# the unit's KillMode=process and the agent's on_stop = handover make that restart hitless (the new
+# agent adopts the data path the old one left); prerm does not stop the agent on upgrade
+AGENT_UPGRADE_RESTART = (
+    'if [ "$1" = configure ] && [ -n "$2" ] && [ -d /run/systemd/system ]; then\n'
+    "    systemctl try-restart segscope-agent.service >/dev/null || true\nfi\n"
+)
 
 
 def agent_package(out: Path, work: Path, wheel: Path, py: str, version: str) -> Path:
@@ -225,7 +232,7 @@ def agent_package(out: Path, work: Path, wheel: Path, py: str, version: str) -> 
             " CAP_NET_ADMIN and CAP_PERFMON only; configure /etc/segscope/agent.conf.",
         },
         {
-            "postinst": "#!/bin/sh\nset -e\nchmod 0700 /etc/segscope/tls\n" + SYSTEMD_RELOAD,
+            "postinst": "#!/bin/sh\nset -e\nchmod 0700 /etc/segscope/tls\n" + SYSTEMD_RELOAD + AGENT_UPGRADE_RESTART,
             "prerm": "#!/bin/sh\nset -e\nif [ \"$1\" = remove ] && [ -d /run/systemd/system ]; then\n"
             "    systemctl stop segscope-agent.service >/dev/null 2>&1 || true\nfi\n",
             "postrm": "#!/bin/sh\nset -e\n" + SYSTEMD_RELOAD,

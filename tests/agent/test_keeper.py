@@ -183,3 +183,29 @@ def test_the_tether_of_the_userspace_reflector(tmp_path):
     assert "ustamp_reflector: port 41862: no agent adopted this process within 1 s" in err
     report = json.loads((tmp_path / "orphans.jsonl").read_text())
     assert report["program"] == "ustamp_reflector" and report["pid"] == p.pid and report["what"] == "port 41862"
+
+
+def test_an_adopted_process_waited_for_by_several_threads_ends_once_for_all():
+    """The agent's reaper thread waits on an adopted sender while Reset stops it: every waiter sees
+    the end, none fails (a pidfd closed by the first to wake was EBADF for the others)."""
+    import threading
+
+    p = sleeper()
+    h = Adopted.open(ProcRef.of(p.pid))
+    errors, ended = [], []
+
+    def waiter():
+        try:
+            ended.append(h.wait(10))
+        except Exception as e:  # noqa: BLE001 - what the test looks for
+            errors.append(repr(e))
+
+    threads = [threading.Thread(target=waiter) for _ in range(4)]
+    for t in threads:
+        t.start()
+    time.sleep(0.2)
+    stop_proc(h, 5.0)  # SIGTERM through the pidfd, waits too
+    for t in threads:
+        t.join(10)
+    assert errors == [] and ended == [Adopted.ENDED] * 4, (errors, ended)
+    assert p.wait(5) == -15

@@ -184,6 +184,11 @@ def prepare(
     if not c.get("command"):
         raise KeyError(f"{workload}/{container}: the image's own entrypoint runs (no command)")
     argv = command_for(c["command"][0], env) + args[1:]
+    if "--" in args[1:]:  # a wrapper's command (segscope-agent-supervise -- segscope-agent ...): the same lookup
+        cut = args.index("--", 1)
+        if cut + 1 < len(args) and args[cut + 1] in entry_points():
+            inner = command_for(args[cut + 1], env) + args[cut + 2 :]
+            argv = command_for(c["command"][0], env) + args[1 : cut + 1] + inner
     sc = c.get("securityContext", {})
     caps = sc.get("capabilities", {})
     added = caps.get("add", []) if "ALL" in caps.get("drop", []) else None

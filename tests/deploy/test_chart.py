@@ -106,6 +106,8 @@ def test_agent_least_privilege():
     assert c["livenessProbe"]["httpGet"]["path"] == "/healthz"
     assert c["readinessProbe"]["httpGet"]["path"] == "/readyz"
     assert "--health=0.0.0.0:9640" in c["args"]
+    # PID 1 is the supervisor: an agent that dies is restarted in the container, its data path adopted
+    assert c["command"] == ["segscope-agent-supervise", "--", "segscope-agent"]
 
 
 def test_everything_but_the_agent_runs_as_non_root():
@@ -532,7 +534,7 @@ def test_chart_commands_are_entry_points():
     commands = {c["command"][0] for _, _, c, _ in containers(docs) if c.get("command")}
     ours = {c for c in commands if c.startswith("segscope-")}
     assert ours <= scripts, ours - scripts
-    assert ours >= {"segscope-agent", "segscope-delay-processor", "segscope-topics", "segscope-influx-setup",
+    assert ours >= {"segscope-agent-supervise", "segscope-delay-processor", "segscope-topics", "segscope-influx-setup",
                     "segscope-controller"}  # fmt: skip
     assert commands - ours == {"telegraf", "influxd", "/opt/kafka/bin/kafka-storage.sh",
                                "/opt/kafka/bin/kafka-server-start.sh"}  # fmt: skip

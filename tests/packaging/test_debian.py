@@ -317,6 +317,9 @@ def test_installed_agent_measures_stamp_to_influxdb(installed, stack, bpffs, tmp
                 f"tls_cert = /etc/segscope/tls/agent-{node}.pem\ntls_key = /etc/segscope/tls/agent-{node}.key\n"
                 f"tls_client_ca = /etc/segscope/tls/ca.pem\nkafka = {stack.kafka_bootstrap}\n"
                 f"instance = {lab.ns(node)}\n"
+                # this run checks a stop for good: the agent detaches everything (the default,
+                # handover, leaves the data path for the next agent: tests/agent/test_agent_restarts.py)
+                "on_stop = teardown\n"
             )
             # getaddrinfo(AI_ADDRCONFIG), as librdkafka calls it, resolves an IPv4 literal only where an
             # IPv4 address other than 127.0.0.1 exists: a router has one, this IPv6-only node gets one
