@@ -55,6 +55,13 @@ SERVICES = {
 }
 
 
+def supervisor_restarts() -> int | None:
+    """How often the container's supervisor (agent/supervise.py) restarted a dead agent before
+    this one; None when no supervisor started this agent."""
+    value = os.environ.get("SEGSCOPE_AGENT_SUPERVISOR_RESTARTS", "")
+    return int(value) if value.isdigit() else None
+
+
 @dataclass
 class AgentConfig:
     node: str
@@ -360,6 +367,9 @@ class Agent:
         )
         if self.paths is not None:
             out.update(paths_published=self.paths.sent, paths_failed=self.paths.failed)
+        restarts = supervisor_restarts()
+        if restarts is not None:
+            out.update(supervisor_restarts=restarts)
         return out
 
     def _inventory_lines(self, node_tag: str, ts: int) -> list[str]:

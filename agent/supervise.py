@@ -7,7 +7,9 @@ every session would have a gap. Under this supervisor an agent's death ends only
 
 - it starts the agent, and starts it again when it exits abnormally (killed by a signal, or a
   non-zero status), after a backoff (0.5 s doubling to --backoff-max, back to 0.5 s once an agent
-  ran --stable seconds); every restart is logged with its count and the agent's status;
+  ran --stable seconds); every restart is logged with its count and the agent's status, and the
+  agent started gets the count (SEGSCOPE_AGENT_SUPERVISOR_RESTARTS), which it reports as the
+  gauge supervisor_restarts (segscope_agent, /metrics);
 - the new agent adopts the data path the dead one left (agent/README.md, "Restarts and adoption");
 - it reaps every process that ends below it: the data-path processes become its children when
   their agent dies (PID 1 inherits orphans; not PID 1, it makes itself their subreaper), so
@@ -33,6 +35,7 @@ import time
 from dataclasses import dataclass
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+RESTARTS_ENV = "SEGSCOPE_AGENT_SUPERVISOR_RESTARTS"  # the restarts before this agent, for its gauges
 WATCHED = {signal.SIGCHLD, *STOP_SIGNALS}
 
 
@@ -76,7 +79,10 @@ class Supervisor:
         self.stopping: int | None = None  # the stop signal received
 
     def spawn(self) -> None:
-        self.agent_pid = os.posix_spawn(self.argv[0], self.argv, os.environ, setsigmask=())
+        # the agent reports how often it was restarted (segscope_agent supervisor_restarts, /metrics):
+        # a crash loop is then visible where the node's other counters are, not only in this log
+        env = {**os.environ, RESTARTS_ENV: str(self.restarts)}
+        self.agent_pid = os.posix_spawn(self.argv[0], self.argv, env, setsigmask=())
         self.started = time.monotonic()
         log(f"agent started (pid {self.agent_pid}): {' '.join(self.argv)}")
 

@@ -297,7 +297,10 @@ def test_debian_unit_restart_leaves_the_data_path_running(pipe, stack, tmp_path)
 
     before, net_before, since = start_run(pipe, ssid)
     sender = sender_ref(lab.ns("A"), ssid)
-    streamer = ProcRef.from_json(datapath_doc(lab.ns("A"))["stamp"]["streamer"])
+    # the agent rewrites datapath.json at every change: the streamer appears there once it runs
+    streamer = ProcRef.from_json(
+        wait_for(lambda: datapath_doc(lab.ns("A"))["stamp"].get("streamer"), 10, "the streamer in datapath.json")
+    )
     assert sender.alive() and {sender.pid, streamer.pid} <= cg.pids(), (sender, streamer, cg.pids())
     time.sleep(STOP_AFTER_S - 1.0)
 
@@ -318,7 +321,9 @@ def test_debian_unit_restart_leaves_the_data_path_running(pipe, stack, tmp_path)
     assert old_pid == first.pid and "1 senders running and adopted" in notes, adopted
     # the unit's processes, as systemd sees them: the adopted sender, the new agent and its streamer
     # (the adopted one is replaced: it drains the ring and goes)
-    new_streamer = ProcRef.from_json(datapath_doc(lab.ns("A"))["stamp"]["streamer"])
+    new_streamer = ProcRef.from_json(
+        wait_for(lambda: datapath_doc(lab.ns("A"))["stamp"].get("streamer"), 10, "the new streamer in datapath.json")
+    )
     assert {sender.pid, new_streamer.pid, second.pid} <= cg.pids(), (sender, new_streamer, cg.pids())
     print(f"\n[unit] KillMode={kill_mode}: stop {stop_s:.2f} s, agent down {down_s:.1f} s, "
           f"adopted in {adopt_ms} ms: {notes}")  # fmt: skip
@@ -429,6 +434,9 @@ def test_supervisor_restarts_a_killed_agent_and_stops_everything_on_sigterm(pipe
         assert sender_outer in children(supervisor), (sender_outer, children(supervisor))
         print(f"\n[supervisor] agent down {down_s:.1f} s (new pid {new_agent}), adopted in {adopt_ms} ms: {notes}")
         numbers = account(pipe, stack, ssid, sender.pid, before, net_before, since, "supervisor")
+        # the restart is a counter of the node, not only a log line (segscope_agent via Kafka, InfluxDB)
+        wait_for(lambda: agent_line(pipe, "A").get("supervisor_restarts") == 1, 30,
+                 "supervisor_restarts = 1 in the new agent's segscope_agent point")  # fmt: skip
 
         # the sender ended (the run is over): reaped by PID 1, no zombie anywhere in the namespace
         wait_for(lambda: f"reaped pid {sender.pid} (exit 0)" in log.read_text(errors="replace"), 10,

@@ -75,7 +75,8 @@ def test_every_reference_resolves(built, overlay):
     """Every ConfigMap and Secret a pod reads exists in the build (after kustomize's hash
     suffixes), except the Secrets the overlay's README says the operator provides."""
     docs = built[overlay]
-    kafka = {f"segscope-kafka-{r}" for r in ("agent", "processor", "telegraf", "admin")} | {"kafka-cluster-ca"}
+    roles = ("agent", "processor", "controller", "telegraf", "admin")  # components/kafka-sasl-ssl lists them
+    kafka = {f"segscope-kafka-{r}" for r in roles} | {"kafka-cluster-ca"}
     provided = {"prod": {"segscope-credentials"} | kafka, "jalapeno": {"segscope-credentials"}}.get(overlay, set())
     cert_manager = {d["spec"]["secretName"] for d in docs if d["kind"] == "Certificate"}
     have = {(d["kind"], d["metadata"]["name"]) for d in docs}
