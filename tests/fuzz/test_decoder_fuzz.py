@@ -28,10 +28,11 @@ from hypothesis import strategies as st
 
 from segscope_schemas import stamp_record as rec_mod
 from segscope_schemas import stamp_test_packet as pkt_mod
+from tests.budget import fuzz_count
 from tests.fuzz.report import SUMMARY
 
-TOTAL = int(os.environ.get("SEGSCOPE_FUZZ_EXAMPLES", "3000"))
-BULK = int(os.environ.get("SEGSCOPE_FUZZ_DECODER_INPUTS", "100000"))
+TOTAL = fuzz_count("SEGSCOPE_FUZZ_EXAMPLES", 3000)
+BULK = fuzz_count("SEGSCOPE_FUZZ_DECODER_INPUTS", 100_000)
 SEED = int(os.environ.get("SEGSCOPE_FUZZ_SEED", "862"))
 # share of the total per test (sums to 1.0)
 SHARE = {

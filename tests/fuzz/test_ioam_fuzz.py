@@ -24,6 +24,7 @@ import numpy as np
 import pytest
 
 from segscope_schemas.ioam_record import IOAM_RECORD_DTYPE
+from tests.budget import fuzz_count
 from tests.fuzz.bpf_testrun import PinnedProgram, RingReader
 from tests.fuzz.ioam_frames import FLOWS, FLOWS_CLI, frames
 from tests.fuzz.ioam_oracle import REFUSED, verdict
@@ -35,7 +36,7 @@ pytestmark = pytest.mark.datapath
 
 REPO = Path(__file__).resolve().parents[2]
 IOAM_RX = REPO / "build" / "datapath" / "ioam_rx"
-FRAMES = int(os.environ.get("SEGSCOPE_FUZZ_FRAMES", "100000"))
+FRAMES = fuzz_count("SEGSCOPE_FUZZ_FRAMES", 100_000)
 SEED = int(os.environ.get("SEGSCOPE_FUZZ_SEED", "862"))
 # a hang guard, not a speed check: 100 000 frames take ~15 s on a quiet 2-core machine, minutes under load
 SECONDS = float(os.environ.get("SEGSCOPE_FUZZ_SECONDS", "600"))

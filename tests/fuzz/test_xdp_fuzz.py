@@ -26,6 +26,7 @@ import numpy as np
 import pytest
 
 from segscope_schemas.stamp_record import STAMP_RECORD_DTYPE
+from tests.budget import fuzz_count
 from tests.fuzz import frames as fr
 from tests.fuzz.bpf_testrun import PinnedProgram, RingReader
 from tests.fuzz.conftest import COLLECTOR, REFLECTOR, stats, tool
@@ -47,7 +48,7 @@ from tests.fuzz.stamp_oracle import (
 
 pytestmark = pytest.mark.datapath
 
-FRAMES = int(os.environ.get("SEGSCOPE_FUZZ_FRAMES", "100000"))
+FRAMES = fuzz_count("SEGSCOPE_FUZZ_FRAMES", 100_000)
 SEED = int(os.environ.get("SEGSCOPE_FUZZ_SEED", "862"))
 SECONDS = float(os.environ.get("SEGSCOPE_FUZZ_SECONDS", "120"))
 ERR_EST = 0x8000 | 3 << 8 | 5  # S=1, scale 3, multiplier 5 (set-err-est); Z comes from the format
