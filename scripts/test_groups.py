@@ -365,9 +365,11 @@ def say(msg: str) -> None:
 
 
 def start_packaging_prep() -> subprocess.Popen:
-    """tests/packaging/prepare.py in the background, niced: the Debian root, the .debs and the pip
-    venv the packaging tests need are built (mostly waiting on the package registries) while the
-    groups run, instead of inside one group; their fixtures wait for it. The sweep stops it."""
+    """tests/packaging/prepare.py in the background: the Debian root, the .debs and the pip venv
+    the packaging tests need are built (much of it waiting on the package registries) while the
+    groups run, instead of inside one group; their fixtures wait for it. Not niced: it is work a
+    group would otherwise do at normal priority, and a starved build only makes its group wait
+    (niced 10 under a load of 20 it took over 10 minutes). The sweep stops it."""
     out = OUT_DIR / "packaging-prep"
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)
@@ -376,7 +378,7 @@ def start_packaging_prep() -> subprocess.Popen:
     os.environ["SEGSCOPE_PACKAGING_PREP_DIR"] = str(out)
     with open(out / "prepare.log", "w") as log:
         return subprocess.Popen(
-            ["nice", "-n", "10", PY, "-m", "tests.packaging.prepare", str(out)],
+            [PY, "-m", "tests.packaging.prepare", str(out)],
             cwd=REPO, stdout=log, stderr=subprocess.STDOUT,
         )  # fmt: skip
 
