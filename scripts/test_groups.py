@@ -29,6 +29,9 @@ with the least work so far (a module without a recorded duration goes last to th
 --save-durations writes this run's measured durations to tests/durations.json (`make
 test-durations`). Output: one log, one JUnit XML per group under .run/test-groups/; at the end
 the failures of each failed group, one summary and one exit code (0 only if every group passed).
+What the packaging tests need (a Debian root, the .debs, a pip venv) is built beside the groups
+(tests/packaging/prepare.py); they run last in their group and wait for it. The summary gives each
+group's CPU seconds and how busy the machine was per phase (whether more groups could help).
 On SIGINT/SIGTERM the groups are interrupted (pytest tears its fixtures down), and whatever a
 group left behind (its stacks, its labs, any process of ours) is stopped before this exits.
 """

@@ -12,6 +12,7 @@ Two engines, the same properties:
   so 100 k of them would take minutes;
 - a seeded random/mutation loop (test_decoders_bulk): SEGSCOPE_FUZZ_DECODER_INPUTS inputs (default
   100000, seed SEGSCOPE_FUZZ_SEED) spread over every decoder, ~10 us each.
+`make test-quick` runs a fifth of both budgets (tests/budget.py).
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """Fuzzing the in-line IOAM extractor ioam_rx (XDP) through BPF_PROG_TEST_RUN against an
 independent oracle (ioam_oracle.py, written from the RFCs and schemas/IOAM.md).
 
->= 100 000 frames (SEGSCOPE_FUZZ_FRAMES, seed SEGSCOPE_FUZZ_SEED, time bound SEGSCOPE_FUZZ_SECONDS):
+>= 100 000 frames (a fifth in `make test-quick`, tests/budget.py; SEGSCOPE_FUZZ_FRAMES, seed
+SEGSCOPE_FUZZ_SEED, time bound SEGSCOPE_FUZZ_SECONDS):
 instrumented packets of monitored and unmonitored flows (AltMark DOH or not, 1..15 slots, empty
 and full traces, overflow, foreign option layouts, trailers), every length of three of them, and
 mutants aimed at the option and header fields (lengths, types, namespaces, next headers,

@@ -1,6 +1,7 @@
 """Fuzzing the XDP reflector and collector through BPF_PROG_TEST_RUN.
 
->= 100 000 frames per program (SEGSCOPE_FUZZ_FRAMES), fixed seed (SEGSCOPE_FUZZ_SEED), time bound
+>= 100 000 frames per program (SEGSCOPE_FUZZ_FRAMES; a fifth in `make test-quick`, tests/budget.py),
+fixed seed (SEGSCOPE_FUZZ_SEED), time bound
 (SEGSCOPE_FUZZ_SECONDS per program). Seeds are valid STAMP test packets / replies (no SRH, final SRH,
 transit SRH, return-SID sessions, TLVs, authenticated layout); mutants flip bits, truncate, lie in
 IPv6 payload_len / SRH fields / UDP length, change next headers, add VLAN tags, turn to IPv4, ...
