@@ -29,6 +29,9 @@ with the least work so far (a module without a recorded duration goes last to th
 --save-durations writes this run's measured durations to tests/durations.json (`make
 test-durations`). Output: one log, one JUnit XML per group under .run/test-groups/; at the end
 the failures of each failed group, one summary and one exit code (0 only if every group passed).
+What the packaging tests need (a Debian root, the .debs, a pip venv) is built beside the groups
+(tests/packaging/prepare.py); they run last in their group and wait for it. The summary gives each
+group's CPU seconds and how busy the machine was per phase (whether more groups could help).
 On SIGINT/SIGTERM the groups are interrupted (pytest tears its fixtures down), and whatever a
 group left behind (its stacks, its labs, any process of ours) is stopped before this exits.
 """
@@ -40,6 +43,7 @@ import ctypes
 import json
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -97,11 +101,20 @@ def load_schedule() -> dict:
     return tomllib.loads(SCHEDULE.read_text())
 
 
-def load_durations() -> dict[str, float]:
+def durations_key(quick: bool) -> str:
+    """The section of tests/durations.json for this kind of run: a module of the quick tests takes
+    a fraction of its full-run time in `make test-quick` (two CPU-bound groups, no stacks beside
+    it), so each kind balances by its own measurements."""
+    return "quick_modules" if quick else "modules"
+
+
+def load_durations(quick: bool = False) -> dict[str, float]:
     try:
-        return {k: float(v) for k, v in json.loads(DURATIONS.read_text())["modules"].items()}
-    except (OSError, ValueError, KeyError):
+        record = json.loads(DURATIONS.read_text())
+    except (OSError, ValueError):
         return {}
+    section = record.get(durations_key(quick)) or record.get("modules") or {}
+    return {k: float(v) for k, v in section.items()}
 
 
 def covered(module: str, prefixes: list[str]) -> bool:
@@ -135,7 +148,7 @@ def plan(count: int, quick: bool) -> tuple[list[Group], list[Group]]:
     """(parallel groups, the alone phase: one group, its modules one after the other in one pytest
     process and one stack, after the parallel groups have ended)."""
     schedule = load_schedule()
-    durations = load_durations()
+    durations = load_durations(quick)
     modules = all_modules()
     if quick:
         quick_mods = [m for m in modules if covered(m, schedule["quick"]["modules"])]
@@ -188,6 +201,7 @@ class Run:
     ended: float = 0.0
     rc: int | None = None
     quick: bool = False
+    cpu_s: float = 0.0  # CPU seconds of the group's pytest and the children it waited for
 
     @property
     def log(self) -> Path:
@@ -226,7 +240,17 @@ class Run:
         self.started = time.monotonic()
 
     def poll(self) -> bool:
-        if self.rc is None and self.proc is not None and self.proc.poll() is not None:
+        if self.rc is None and self.proc is not None and self.proc.returncode is None:
+            # wait4, not Popen.poll: the rusage says what the group cost in CPU (the summary)
+            try:
+                pid, status, usage = os.wait4(self.proc.pid, os.WNOHANG)
+            except ChildProcessError:
+                pid = 0
+                self.proc.poll()
+            if pid:
+                self.proc.returncode = os.waitstatus_to_exitcode(status)
+                self.cpu_s = usage.ru_utime + usage.ru_stime
+        if self.rc is None and self.proc is not None and self.proc.returncode is not None:
             self.rc, self.ended = self.proc.returncode, time.monotonic()
         return self.rc is not None
 
@@ -291,8 +315,17 @@ class Interrupted(Exception):
     pass
 
 
+def cpu_times() -> tuple[float, float]:
+    """(busy, total) jiffies of the machine since boot (/proc/stat's cpu line)."""
+    fields = [float(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    idle = fields[3] + fields[4]  # idle + iowait
+    return sum(fields) - idle, sum(fields)
+
+
 def run_phase(runs: list[Run], extra_args: list[str], stop: dict) -> None:
     """Start every run, wait for all; on a stop request interrupt them and wait for teardown."""
+    busy0, total0 = cpu_times()
+    load0 = os.getloadavg()[0]
     for run in runs:
         run.start(extra_args)
         say(f"{run.group.name} started: {len(run.group.modules)} modules, ~{run.group.seconds:.0f} s recorded")
@@ -313,6 +346,13 @@ def run_phase(runs: list[Run], extra_args: list[str], stop: dict) -> None:
     for run in runs:
         if not getattr(run, "_said", False):
             say(f"{run.group.name} finished in {run.wall:.0f} s: {summary_of(run)}")
+    busy1, total1 = cpu_times()
+    # whether more groups could help: a machine busy ~100% of the phase gains nothing from them
+    say(
+        f"phase {'+'.join(r.group.name for r in runs)}: machine CPU busy "
+        f"{100 * (busy1 - busy0) / max(1.0, total1 - total0):.0f}% (all processes, ours and others'), "
+        f"load average {load0:.1f} at the start, {os.getloadavg()[0]:.1f} at the end"
+    )
     if stop["signal"]:
         raise Interrupted()
 
@@ -325,6 +365,25 @@ def summary_of(run: Run) -> str:
 
 def say(msg: str) -> None:
     print(f"[tests {time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+def start_packaging_prep() -> subprocess.Popen:
+    """tests/packaging/prepare.py in the background: the Debian root, the .debs and the pip venv
+    the packaging tests need are built (much of it waiting on the package registries) while the
+    groups run, instead of inside one group; their fixtures wait for it. Not niced: it is work a
+    group would otherwise do at normal priority, and a starved build only makes its group wait
+    (niced 10 under a load of 20 it took over 10 minutes). The sweep stops it."""
+    out = OUT_DIR / "packaging-prep"
+    shutil.rmtree(out, ignore_errors=True)
+    out.mkdir(parents=True)
+    for step in ("root", "debs", "venv"):  # before any group can look (prepare.py rewrites them)
+        (out / f"{step}.status").write_text("building\n")
+    os.environ["SEGSCOPE_PACKAGING_PREP_DIR"] = str(out)
+    with open(out / "prepare.log", "w") as log:
+        return subprocess.Popen(
+            [PY, "-m", "tests.packaging.prepare", str(out)],
+            cwd=REPO, stdout=log, stderr=subprocess.STDOUT,
+        )  # fmt: skip
 
 
 # --------------------------------------------------------------------------- sweeping up
@@ -415,17 +474,24 @@ def show_plan(groups: list[Group], alone: list[Group]) -> None:
         say(f"{g.name} ~{g.seconds:.0f} s: {mods}")
 
 
-def save_durations(runs: list[Run]) -> None:
+def save_durations(runs: list[Run], quick: bool) -> None:
+    """This run's seconds per module into its section of tests/durations.json (the other kind's
+    section is kept)."""
     measured = {}
     for run in runs:
         measured.update(run.durations())
-    record = {
-        "about": "seconds per test module, measured by scripts/test_groups.py in a parallel run "
-        "(`make test-durations` refreshes it); used only to balance the groups",
-        "modules": {k: round(v, 1) for k, v in sorted(measured.items())},
-    }
+    try:
+        record = json.loads(DURATIONS.read_text())
+    except (OSError, ValueError):
+        record = {}
+    record["about"] = (
+        "seconds per test module, measured by scripts/test_groups.py in a parallel run: `modules` by "
+        "`make test-durations`, `quick_modules` by `bash scripts/test.sh --quick --save-durations`; "
+        "used only to balance the groups"
+    )
+    record[durations_key(quick)] = {k: round(v, 1) for k, v in sorted(measured.items())}
     DURATIONS.write_text(json.dumps(record, indent=1) + "\n")
-    say(f"wrote {DURATIONS.relative_to(REPO)} ({len(measured)} modules)")
+    say(f"wrote {DURATIONS.relative_to(REPO)} [{durations_key(quick)}] ({len(measured)} modules)")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -458,6 +524,9 @@ def main(argv: list[str] | None = None) -> int:
     if subprocess.run(["make", "-s", "build"], cwd=REPO).returncode != 0:
         say("make build failed")
         return 2
+
+    if not args.quick and not paths and any(m.startswith("tests/packaging/") for g in groups for m in g.modules):
+        start_packaging_prep()
 
     stop = {"signal": 0}
 
@@ -503,14 +572,17 @@ def main(argv: list[str] | None = None) -> int:
             totals[k] = totals.get(k, 0) + v
         status = "ok" if run.rc == 0 else f"FAILED (exit {run.rc})"
         mods = len(run.group.modules)
-        print(f"{run.group.name:8} {run.wall:6.0f} s  {mods:3} modules  {status:18} {summary_of(run)}")
+        print(
+            f"{run.group.name:8} {run.wall:6.0f} s  {run.cpu_s:6.0f} CPU-s  {mods:3} modules  {status:18} "
+            f"{summary_of(run)}"
+        )
     print(f"{'all':8} {wall:6.0f} s  " + ", ".join(f"{v} {k}" for k, v in totals.items() if v))
     if left:
         print("swept up after the groups (a test or fixture did not stop these):")
         for what in left:
             print(f"  {what}")
     if args.save_durations and not failed and not interrupted:
-        save_durations(done)
+        save_durations(done, args.quick)
     if interrupted:
         return 130
     return 1 if failed else 0

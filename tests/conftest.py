@@ -86,8 +86,20 @@ def bpffs() -> Path:
     return BPFFS
 
 
+# what runs last in a group, in this order: each waits for something built in the background while
+# the group's other tests run
+LAST = (
+    REPO / "tests" / "packaging",  # the Debian root, the .debs, the pip venv (tests/packaging/prepare.py)
+    REPO / "tests" / "deploy",  # helm, kustomize, kubeconform, kube-score (scripts/k8s_tools.sh)
+)
+
+
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
-    """tests/deploy/ runs last: its tools (helm, kustomize, kubeconform, kube-score) are built in the
-    background while everything else runs (scripts/test.sh, scripts/k8s_tools.sh)."""
-    deploy = REPO / "tests" / "deploy"
-    items.sort(key=lambda item: Path(str(item.path)).is_relative_to(deploy))  # stable: order kept otherwise
+    """tests/packaging/ and tests/deploy/ run last: what they need is built in the background while
+    everything else runs (scripts/test_groups.py, scripts/test.sh)."""
+
+    def rank(item: pytest.Item) -> int:
+        path = Path(str(item.path))
+        return next((i + 1 for i, folder in enumerate(LAST) if path.is_relative_to(folder)), 0)
+
+    items.sort(key=rank)  # stable: the order is kept otherwise

@@ -121,6 +121,8 @@ mkdir -p {target}
 mount --bind {dest} {target}
 {python} -m venv {target}
 export PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_CACHE_DIR=1
+# a PYTHONPATH with a checkout on it shows pip segscope as installed (its egg-info): nothing would be
+unset PYTHONPATH
 if ! {pip} install -q --no-index --find-links {WHEELS} {common} 2>/dev/null; then
     {pip} download -q --only-binary=:all: -d {WHEELS} {common}
     {pip} install -q --no-index --find-links {WHEELS} {common}

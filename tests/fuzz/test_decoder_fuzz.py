@@ -12,6 +12,7 @@ Two engines, the same properties:
   so 100 k of them would take minutes;
 - a seeded random/mutation loop (test_decoders_bulk): SEGSCOPE_FUZZ_DECODER_INPUTS inputs (default
   100000, seed SEGSCOPE_FUZZ_SEED) spread over every decoder, ~10 us each.
+`make test-quick` runs a fifth of both budgets (tests/budget.py).
 """
 
 from __future__ import annotations
@@ -28,10 +29,11 @@ from hypothesis import strategies as st
 
 from segscope_schemas import stamp_record as rec_mod
 from segscope_schemas import stamp_test_packet as pkt_mod
+from tests.budget import fuzz_count
 from tests.fuzz.report import SUMMARY
 
-TOTAL = int(os.environ.get("SEGSCOPE_FUZZ_EXAMPLES", "3000"))
-BULK = int(os.environ.get("SEGSCOPE_FUZZ_DECODER_INPUTS", "100000"))
+TOTAL = fuzz_count("SEGSCOPE_FUZZ_EXAMPLES", 3000)
+BULK = fuzz_count("SEGSCOPE_FUZZ_DECODER_INPUTS", 100_000)
 SEED = int(os.environ.get("SEGSCOPE_FUZZ_SEED", "862"))
 # share of the total per test (sums to 1.0)
 SHARE = {

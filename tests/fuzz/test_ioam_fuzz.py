@@ -1,7 +1,8 @@
 """Fuzzing the in-line IOAM extractor ioam_rx (XDP) through BPF_PROG_TEST_RUN against an
 independent oracle (ioam_oracle.py, written from the RFCs and schemas/IOAM.md).
 
->= 100 000 frames (SEGSCOPE_FUZZ_FRAMES, seed SEGSCOPE_FUZZ_SEED, time bound SEGSCOPE_FUZZ_SECONDS):
+>= 100 000 frames (a fifth in `make test-quick`, tests/budget.py; SEGSCOPE_FUZZ_FRAMES, seed
+SEGSCOPE_FUZZ_SEED, time bound SEGSCOPE_FUZZ_SECONDS):
 instrumented packets of monitored and unmonitored flows (AltMark DOH or not, 1..15 slots, empty
 and full traces, overflow, foreign option layouts, trailers), every length of three of them, and
 mutants aimed at the option and header fields (lengths, types, namespaces, next headers,
@@ -24,6 +25,7 @@ import numpy as np
 import pytest
 
 from segscope_schemas.ioam_record import IOAM_RECORD_DTYPE
+from tests.budget import fuzz_count
 from tests.fuzz.bpf_testrun import PinnedProgram, RingReader
 from tests.fuzz.ioam_frames import FLOWS, FLOWS_CLI, frames
 from tests.fuzz.ioam_oracle import REFUSED, verdict
@@ -35,7 +37,7 @@ pytestmark = pytest.mark.datapath
 
 REPO = Path(__file__).resolve().parents[2]
 IOAM_RX = REPO / "build" / "datapath" / "ioam_rx"
-FRAMES = int(os.environ.get("SEGSCOPE_FUZZ_FRAMES", "100000"))
+FRAMES = fuzz_count("SEGSCOPE_FUZZ_FRAMES", 100_000)
 SEED = int(os.environ.get("SEGSCOPE_FUZZ_SEED", "862"))
 # a hang guard, not a speed check: 100 000 frames take ~15 s on a quiet 2-core machine, minutes under load
 SECONDS = float(os.environ.get("SEGSCOPE_FUZZ_SECONDS", "600"))

@@ -1,6 +1,7 @@
 """Fuzzing the XDP reflector and collector through BPF_PROG_TEST_RUN.
 
->= 100 000 frames per program (SEGSCOPE_FUZZ_FRAMES), fixed seed (SEGSCOPE_FUZZ_SEED), time bound
+>= 100 000 frames per program (SEGSCOPE_FUZZ_FRAMES; a fifth in `make test-quick`, tests/budget.py),
+fixed seed (SEGSCOPE_FUZZ_SEED), time bound
 (SEGSCOPE_FUZZ_SECONDS per program). Seeds are valid STAMP test packets / replies (no SRH, final SRH,
 transit SRH, return-SID sessions, TLVs, authenticated layout); mutants flip bits, truncate, lie in
 IPv6 payload_len / SRH fields / UDP length, change next headers, add VLAN tags, turn to IPv4, ...
@@ -26,6 +27,7 @@ import numpy as np
 import pytest
 
 from segscope_schemas.stamp_record import STAMP_RECORD_DTYPE
+from tests.budget import fuzz_count
 from tests.fuzz import frames as fr
 from tests.fuzz.bpf_testrun import PinnedProgram, RingReader
 from tests.fuzz.conftest import COLLECTOR, REFLECTOR, stats, tool
@@ -47,7 +49,7 @@ from tests.fuzz.stamp_oracle import (
 
 pytestmark = pytest.mark.datapath
 
-FRAMES = int(os.environ.get("SEGSCOPE_FUZZ_FRAMES", "100000"))
+FRAMES = fuzz_count("SEGSCOPE_FUZZ_FRAMES", 100_000)
 SEED = int(os.environ.get("SEGSCOPE_FUZZ_SEED", "862"))
 SECONDS = float(os.environ.get("SEGSCOPE_FUZZ_SECONDS", "120"))
 ERR_EST = 0x8000 | 3 << 8 | 5  # S=1, scale 3, multiplier 5 (set-err-est); Z comes from the format

@@ -17,6 +17,8 @@ import shutil
 import subprocess
 from pathlib import Path
 
+from tests.packaging.prepare import wait_for_step
+
 REPO = Path(__file__).resolve().parents[2]
 CACHE = REPO / ".local" / "debs"
 ROOT_TAR = CACHE / "bookworm-minbase.tar"
@@ -49,11 +51,20 @@ def _make_tar() -> None:
     tmp.rename(ROOT_TAR)
 
 
-def fresh_root(dest: Path) -> Path:
-    """An unpacked minbase root at dest (made once, then from the cached tarball)."""
+def ensure_root_tar() -> None:
+    """The cached minbase root tarball, made if missing (tests/packaging/prepare.py runs this
+    while the other tests run)."""
     ensure_tools()
     if not ROOT_TAR.exists():
         _make_tar()
+
+
+def fresh_root(dest: Path) -> Path:
+    """An unpacked minbase root at dest (made once, then from the cached tarball)."""
+    prepared = wait_for_step("root")
+    if prepared is not None and not prepared[0]:
+        raise RuntimeError(f"the minbase root was not made:\n{prepared[1]}")
+    ensure_root_tar()
     dest.mkdir(parents=True)
     subprocess.run(["tar", "-C", str(dest), "-xf", str(ROOT_TAR)], check=True)
     shutil.copyfile("/etc/resolv.conf", dest / "etc" / "resolv.conf")

@@ -1,6 +1,7 @@
 """The Debian packages (`make debs`, packaging/debian/build.py) in a clean Debian root:
 
-build        both packages, once per module (the venvs' wheels cached in .local/debs/wheels)
+build        both packages, once per module (the venvs' wheels cached in .local/debs/wheels); in
+             `make test` built with the root by tests/packaging/prepare.py while other tests run
 install      a minbase bookworm root (mmdebstrap, cached); `dpkg -i` alone must fail naming
              the missing dependencies (they are declared), apt-get then installs them and
              dpkg reports both packages installed
@@ -33,6 +34,7 @@ from segscope_schemas.version import __version__
 from tests.isolation import own_name
 from tests.packaging import debroot
 from tests.packaging.netns_forward import Forward
+from tests.packaging.prepare import prep_dir, wait_for_step
 
 pytestmark = [pytest.mark.datapath, pytest.mark.e2e]
 
@@ -48,13 +50,20 @@ def debs(tmp_path_factory) -> dict[str, Path]:
     """Built by packaging/debian/build.py here; SEGSCOPE_DEBS_DIR=DIR tests the packages already in
     DIR instead (e.g. build/debs after `make debs`)."""
     given = os.environ.get("SEGSCOPE_DEBS_DIR")
-    out = Path(given) if given else tmp_path_factory.mktemp("debs")
-    r = subprocess.CompletedProcess([], 0) if given else subprocess.run(
-        [str(REPO / ".local" / "venv" / "bin" / "python"), str(REPO / "packaging" / "debian" / "build.py"),
-         "--out", str(out)],
-        capture_output=True, text=True, timeout=1800,
-    )  # fmt: skip
-    assert r.returncode == 0, r.stderr[-4000:]
+    prepared = None if given else wait_for_step("debs")  # built by the runner while other tests ran
+    if given:
+        out = Path(given)
+    elif prepared is not None:
+        assert prepared[0], prepared[1]
+        out = prep_dir() / "debs"
+    else:
+        out = tmp_path_factory.mktemp("debs")
+        r = subprocess.run(
+            [str(REPO / ".local" / "venv" / "bin" / "python"), str(REPO / "packaging" / "debian" / "build.py"),
+             "--out", str(out)],
+            capture_output=True, text=True, timeout=1800,
+        )  # fmt: skip
+        assert r.returncode == 0, r.stderr[-4000:]
     found = {p.name.split("_")[0]: p for p in out.glob("*.deb")}
     assert set(found) == {"segscope-agent", "segscope-processors"}, found
     for deb in found.values():

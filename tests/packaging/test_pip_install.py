@@ -20,6 +20,7 @@ from confluent_kafka import Consumer, Producer
 from processors.delay.topics import ensure_topics
 from segscope_schemas.stamp_record import STAMP_RECORD_DTYPE, encode_batch
 from segscope_schemas.version import __version__
+from tests.packaging.prepare import prep_dir, wait_for_step
 
 REPO = Path(__file__).resolve().parents[2]
 # every console program pyproject.toml declares (the Helm chart's commands are among them:
@@ -30,6 +31,10 @@ NS = 1_000_000_000
 
 @pytest.fixture(scope="module")
 def venv(tmp_path_factory) -> Path:
+    prepared = wait_for_step("venv")  # in `make test` the runner installs it while other tests run
+    if prepared is not None:
+        assert prepared[0], prepared[1]
+        return prep_dir() / "pip-venv"
     root = tmp_path_factory.mktemp("fresh-venv")
     subprocess.run([sys.base_prefix + "/bin/python3", "-m", "venv", str(root)], check=True)
     pip = subprocess.run(
