@@ -34,6 +34,8 @@ import sys
 import time
 from dataclasses import dataclass
 
+from segscope_schemas.version import VERSION_LINE
+
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 RESTARTS_ENV = "SEGSCOPE_AGENT_SUPERVISOR_RESTARTS"  # the restarts before this agent, for its gauges
 WATCHED = {signal.SIGCHLD, *STOP_SIGNALS}
@@ -149,6 +151,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         description="Run the agent as a container's PID 1: restart it when it dies (its data path "
         "stays and is adopted), reap orphans, pass SIGTERM/SIGINT on.",
     )
+    p.add_argument("--version", action="version", version=VERSION_LINE)
     p.add_argument("--backoff-max", type=float, default=30.0, help="longest wait before a restart, s (default 30)")
     p.add_argument(
         "--stable", type=float, default=60.0, help="an agent that ran this long resets the backoff, s (default 60)"

@@ -22,7 +22,7 @@
 #define SEGSCOPE_TOPIC_TOPOLOGY "segscope.topology"
 /* SID list of every STAMP session and flow monitor (schemas/paths.md), compacted; key stamp/<node>/<ssid>/<role> or flow/<node>/<flow_id>/<side> */
 #define SEGSCOPE_TOPIC_PATHS "segscope.paths"
-/* no records: the replicas of `segscope-controller run` join the consumer group segscope-controller on it; the one Kafka assigns its one partition leads (controller/leader.py). Named after its group, like the processors' own topics, so the processor role's ACLs (prefix segscope-controller) cover it */
+/* no records: the replicas of `segscope-controller run` join the consumer group segscope-controller on it; the one Kafka assigns its one partition leads (controller/leader.py). Named after its group; the controller role's ACLs (segscope_kafka/acls.py) allow reading it and that group, nothing else */
 #define SEGSCOPE_TOPIC_CONTROLLER_LEADER "segscope-controller.leader"
 
 #define SEGSCOPE_GROUP_TELEGRAF "segscope-telegraf"

@@ -228,3 +228,11 @@ SENDER_STACK_ALLOWANCE_US = 150
 def agrees_with_stamp(direction: str, inline_minus_stamp_us: float) -> bool:
     low = -(STAMP_AGREEMENT_US + (SENDER_STACK_ALLOWANCE_US if direction == "forward" else 0))
     return low <= inline_minus_stamp_us <= STAMP_AGREEMENT_US
+
+
+def median_difference(inline_rows: list[dict], stamp_rows: list[dict]) -> float:
+    """Median over the seconds of (in-line p50 - STAMP p50), µs: robust to the few packets a
+    stalled relay holds for milliseconds, which the per-second means of one side only carry."""
+    diffs = sorted(float(i["p50_us"]) - float(s["p50_us"]) for i, s in zip(inline_rows, stamp_rows, strict=True))
+    mid = len(diffs) // 2
+    return diffs[mid] if len(diffs) % 2 else (diffs[mid - 1] + diffs[mid]) / 2

@@ -45,6 +45,7 @@ from tests.e2e.inline_lab import (
     InlinePipeline,
     agrees_with_stamp,
     hop_ground_truth,
+    median_difference,
     points,
     run_flow_ids,
     stamp_points,
@@ -324,9 +325,14 @@ def test_e2e_delay_equals_stamp_over_the_same_seconds(run):
         assert len(seconds) >= DURATION_S - 2, (fid, len(seconds))
         mean_i, n_i = weighted([inline[s] for s in seconds])
         mean_s, n_s = weighted([stamp[s] for s in seconds])
+        # the two instruments sample different packets: one relay stall of a loaded runner (ms)
+        # moves a 15-s mean by tens of us on one side only. The median over the seconds of the
+        # per-second median difference is what both must agree on.
+        error = median_difference([inline[s] for s in seconds], [stamp[s] for s in seconds])
         print(f"\n[inline ring6] flow {fid} {flow.name}: inline_delay {mean_i:.1f} us ({n_i} packets), STAMP "
-              f"{ssid} {direction} {mean_s:.1f} us ({n_s}) over {len(seconds)} s: {mean_i - mean_s:+.1f}")  # fmt: skip
-        errors[fid] = (direction, mean_i - mean_s)
+              f"{ssid} {direction} {mean_s:.1f} us ({n_s}) over {len(seconds)} s: means {mean_i - mean_s:+.1f}, "
+              f"medians {error:+.1f}")  # fmt: skip
+        errors[fid] = (direction, error)
     assert all(agrees_with_stamp(d, e) for d, e in errors.values()), errors
 
 
