@@ -27,6 +27,7 @@ died with its agent.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -159,13 +160,15 @@ def agent_line(pipe, node: str) -> dict:
     return rows[0] if rows else {}
 
 
-@pytest.fixture(scope="module")
-def pipe(stack, bpffs, tmp_path_factory):
-    teardown(PREFIX)
-    lab = Lab.up(TOPOLOGY, prefix=PREFIX)
-    run_dir = tmp_path_factory.mktemp("hlx")
+@contextlib.contextmanager
+def handover_pipeline(stack, prefix: str, run_dir, adopt_s: int, before_down=lambda pipe: None):
+    """The line5 lab with agents that hand over on SIGTERM and adopt within adopt_s, the stack's
+    processors; afterwards no process of the lab outlives it and the delay processor exited 0.
+    before_down(pipe) runs after the pipeline stopped, before the lab goes."""
+    teardown(prefix)
+    lab = Lab.up(TOPOLOGY, prefix=prefix)
     pipe = ControlledPipeline(
-        lab, stack, run_dir, agent_args=["--on-stop", "handover", "--adopt-timeout", str(ADOPT_S)]
+        lab, stack, run_dir, agent_args=["--on-stop", "handover", "--adopt-timeout", str(adopt_s)]
     )
     marks = tuple(f"/{lab.ns(n)}/" for n in ("A", "R", "B")) + tuple(f"--netns {lab.ns(n)} " for n in ("A", "R", "B"))
     try:
@@ -177,12 +180,19 @@ def pipe(stack, bpffs, tmp_path_factory):
                 pipe.apply(intent(None))
         finally:
             codes = pipe.stop()
+            before_down(pipe)
             lab.down()
         left = project_processes(marks)
         for line in left:
             os.kill(int(line.split()[0]), 9)
         assert left == [], f"processes outlived the test: {left}"
         assert codes.get("delay-processor") == 0, codes
+
+
+@pytest.fixture(scope="module")
+def pipe(stack, bpffs, tmp_path_factory):
+    with handover_pipeline(stack, PREFIX, tmp_path_factory.mktemp("hlx"), ADOPT_S) as pipe:
+        yield pipe
 
 
 @pytest.mark.parametrize("how", ["kill9", "upgrade"])

@@ -38,8 +38,6 @@ from pathlib import Path
 import pytest
 
 from agent.keeper import ProcRef
-from controller.pipeline import ControlledPipeline
-from netlab import Lab, teardown
 from scripts.results import StampSessionSpec, records_in_influx
 from segscope_proto.segscope.agent.v1 import stamp_pb2
 from segscope_schemas import names
@@ -49,17 +47,16 @@ from tests.agent.test_agent_adoption import (
     agent_line,
     collected,
     datapath_doc,
+    handover_pipeline,
     intent,
     kafka_seqs,
     longest_run,
-    project_processes,
     sender_ref,
 )
 from tests.isolation import own_name
 
 REPO = Path(__file__).resolve().parents[2]
 PREFIX = os.environ.get("SEGSCOPE_RESTART_TEST_PREFIX") or own_name("hlr")
-TOPOLOGY = REPO / "netlab" / "topologies" / "line5_bare.yaml"
 UNIT = REPO / "packaging" / "debian" / "agent" / "segscope-agent.service"
 LAUNCHER = REPO / "packaging" / "debian" / "segscope_conf.py"
 CGROUP_ROOT = Path("/sys/fs/cgroup/unified")
@@ -75,31 +72,13 @@ pytestmark = [pytest.mark.e2e, pytest.mark.datapath]
 # ------------------------------------------------------------------ the lab
 @pytest.fixture(scope="module")
 def pipe(stack, bpffs, tmp_path_factory):
-    teardown(PREFIX)
-    lab = Lab.up(TOPOLOGY, prefix=PREFIX)
-    run_dir = tmp_path_factory.mktemp("hlr")
-    pipe = ControlledPipeline(
-        lab, stack, run_dir, agent_args=["--on-stop", "handover", "--adopt-timeout", str(ADOPT_S)]
-    )
-    pipe.cgroups = []
-    marks = tuple(f"/{lab.ns(n)}/" for n in ("A", "R", "B")) + tuple(f"--netns {lab.ns(n)} " for n in ("A", "R", "B"))
-    try:
-        pipe.start()
+    def remove_cgroups(pipe):
+        for cg in pipe.cgroups:
+            cg.remove()
+
+    with handover_pipeline(stack, PREFIX, tmp_path_factory.mktemp("hlr"), ADOPT_S, remove_cgroups) as pipe:
+        pipe.cgroups = []
         yield pipe
-    finally:
-        try:  # the measurement down through the API, so the agents' SIGTERM hands over nothing
-            if pipe.agents is not None and all(p.poll() is None for p in pipe.agents.procs.values()):
-                pipe.apply(intent(None))
-        finally:
-            codes = pipe.stop()
-            for cg in pipe.cgroups:
-                cg.remove()
-            lab.down()
-        left = project_processes(marks)
-        for line in left:
-            os.kill(int(line.split()[0]), 9)
-        assert left == [], f"processes outlived the test: {left}"
-        assert codes.get("delay-processor") == 0, codes
 
 
 def replace_agent(pipe, node: str, proc: subprocess.Popen, log: Path) -> None:
