@@ -146,7 +146,7 @@ def balance(units: list[Unit], count: int) -> list[Group]:
 
 def plan(count: int, quick: bool) -> tuple[list[Group], list[Group]]:
     """(parallel groups, the alone phase: one group, its modules one after the other in one pytest
-    process and one stack, after the parallel groups have ended)."""
+    process and one stack; it prepares beside the last parallel groups and measures after them)."""
     schedule = load_schedule()
     durations = load_durations(quick)
     modules = all_modules()
@@ -202,6 +202,7 @@ class Run:
     rc: int | None = None
     quick: bool = False
     cpu_s: float = 0.0  # CPU seconds of the group's pytest and the children it waited for
+    alone_file: Path | None = None  # an [alone] group: exists once the parallel groups have ended
 
     @property
     def log(self) -> Path:
@@ -221,6 +222,7 @@ class Run:
             SEGSCOPE_TEST_GROUP=self.group.name,
             SEGSCOPE_TEST_TAG=f"_{(self.port_base - PORT_RANGE[0]) // BLOCK_SIZE}",
             **({"SEGSCOPE_TEST_QUICK": "1"} if self.quick else {}),
+            **({"SEGSCOPE_TEST_ALONE_FILE": str(self.alone_file)} if self.alone_file else {}),
         )
 
     def start(self, extra_args: list[str]) -> None:
@@ -322,34 +324,65 @@ def cpu_times() -> tuple[float, float]:
     return sum(fields) - idle, sum(fields)
 
 
-def run_phase(runs: list[Run], extra_args: list[str], stop: dict) -> None:
-    """Start every run, wait for all; on a stop request interrupt them and wait for teardown."""
+def run_phase(runs: list[Run], extra_args: list[str], stop: dict, alone: list[Run] | None = None) -> None:
+    """Start every run, wait for all; on a stop request interrupt them and wait for teardown.
+
+    `alone`: the [alone] groups. They start when the first of `runs` has ended, so that their
+    stack, labs and agents come up beside the last parallel groups, and they measure only once
+    every group of `runs` has ended: their modules wait for the file `alone_file` (tests/isolation.py
+    wait_until_alone) before their traffic starts. Their wall time then costs only what follows."""
+    alone = alone or []
     busy0, total0 = cpu_times()
     load0 = os.getloadavg()[0]
     for run in runs:
         run.start(extra_args)
         say(f"{run.group.name} started: {len(run.group.modules)} modules, ~{run.group.seconds:.0f} s recorded")
     interrupted_at = None
-    while not all([run.poll() for run in runs]):  # a list: every run polled (its end time taken) each turn
+    alone_started = alone_signalled = False
+    while True:
+        polled = [run.poll() for run in runs]  # a list: every run polled (its end time taken) each turn
+        if alone and not alone_started and any(polled) and not stop["signal"]:
+            alone_started = True
+            for run in alone:
+                run.start(extra_args)
+                say(f"{run.group.name} started beside the last groups: {len(run.group.modules)} modules, "
+                    f"~{run.group.seconds:.0f} s recorded; it measures once they have ended")  # fmt: skip
+        if all(polled) and not alone_signalled:
+            alone_signalled = True
+            if alone:
+                busy1, total1 = cpu_times()
+                say(
+                    f"phase {'+'.join(r.group.name for r in runs)}: machine CPU busy "
+                    f"{100 * (busy1 - busy0) / max(1.0, total1 - total0):.0f}%, load average {load0:.1f} at the "
+                    f"start, {os.getloadavg()[0]:.1f} at the end; {'+'.join(r.group.name for r in alone)} alone now"
+                )
+                busy0, total0, load0 = busy1, total1, os.getloadavg()[0]
+                for run in alone:
+                    run.alone_file.touch()
+                    if not run.started and not stop["signal"]:  # every group ended at once: nothing to overlap
+                        run.start(extra_args)
+                        say(f"{run.group.name} started: {len(run.group.modules)} modules")
+        if all(polled) and all([run.poll() or not run.started for run in alone]):
+            break
         if stop["signal"] and interrupted_at is None:
             interrupted_at = time.monotonic()
-            for run in runs:
+            for run in runs + alone:
                 run.signal(signal.SIGINT)
         if interrupted_at is not None and time.monotonic() - interrupted_at > INTERRUPT_GRACE_S:
-            for run in runs:
+            for run in runs + alone:
                 run.signal(signal.SIGKILL)
-        for run in runs:
+        for run in runs + alone:
             if run.rc is not None and not getattr(run, "_said", False):
                 run._said = True  # type: ignore[attr-defined]
                 say(f"{run.group.name} finished in {run.wall:.0f} s: {summary_of(run)}")
         time.sleep(0.5)
-    for run in runs:
+    for run in runs + alone:
         if not getattr(run, "_said", False):
             say(f"{run.group.name} finished in {run.wall:.0f} s: {summary_of(run)}")
     busy1, total1 = cpu_times()
     # whether more groups could help: a machine busy ~100% of the phase gains nothing from them
     say(
-        f"phase {'+'.join(r.group.name for r in runs)}: machine CPU busy "
+        f"phase {'+'.join(r.group.name for r in (alone or runs))}: machine CPU busy "
         f"{100 * (busy1 - busy0) / max(1.0, total1 - total0):.0f}% (all processes, ours and others'), "
         f"load average {load0:.1f} at the start, {os.getloadavg()[0]:.1f} at the end"
     )
@@ -545,13 +578,11 @@ def main(argv: list[str] | None = None) -> int:
     done: list[Run] = []
     interrupted = False
     try:
-        run_phase(runs, pytest_args, stop)
-        done += runs
-        for g in alone:
-            run = Run(g, blocks.take(), OUT_DIR / g.name)
-            say(f"{g.name}: alone on the machine (tests/schedule.toml [alone])")
-            done.append(run)
-            run_phase([run], pytest_args, stop)
+        alone_runs = [Run(g, blocks.take(), OUT_DIR / g.name, alone_file=OUT_DIR / f"{g.name}.go") for g in alone]
+        for run in alone_runs:
+            run.alone_file.unlink(missing_ok=True)
+        done += runs + alone_runs
+        run_phase(runs, pytest_args, stop, alone=alone_runs)
     except Interrupted:
         interrupted = True
         done = runs + [r for r in done if r not in runs]

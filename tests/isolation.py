@@ -22,6 +22,7 @@ Slots in use (add a new one here, never reuse one: two modules of one group may 
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -62,3 +63,22 @@ def tag() -> str:
 def own_name(base: str) -> str:
     """`base` with the group's tag: `own_name("agt")` is "agt" in a lone run, "agt_3" in group block 3."""
     return base + tag()
+
+
+def wait_until_alone(timeout_s: float = 3600.0) -> float:
+    """Block until this group has the machine to itself; returns the seconds waited.
+
+    The runner starts the [alone] group (tests/schedule.toml) beside the last parallel groups, so
+    that its stack, labs and agents come up while they finish; a module of that group calls this
+    after its preparation and before its timed traffic. The runner creates SEGSCOPE_TEST_ALONE_FILE
+    once every parallel group has ended. Outside the runner (or in a parallel group) it returns at
+    once."""
+    path = os.environ.get("SEGSCOPE_TEST_ALONE_FILE")
+    if not path:
+        return 0.0
+    t0 = time.monotonic()
+    while not Path(path).exists():
+        if time.monotonic() - t0 > timeout_s:
+            raise TimeoutError(f"the parallel test groups did not end within {timeout_s:.0f} s ({path} not created)")
+        time.sleep(0.2)
+    return time.monotonic() - t0

@@ -53,7 +53,7 @@ from tests.e2e.inline_lab import (
     wait_for_records,
     weighted,
 )
-from tests.isolation import own_name
+from tests.isolation import own_name, wait_until_alone
 
 REPO = Path(__file__).resolve().parents[2]
 TOPOLOGY = REPO / "netlab" / "topologies" / "ring6_inline.yaml"
@@ -161,6 +161,8 @@ def run(stack, bpffs, tmp_path_factory):
         lab.set_reorder(REORDER[0], None, REORDER[1])
         applied = pipe.apply_text(INTENT, "intent.yaml")
         pipe.wait_processors()
+        waited = wait_until_alone()  # prepared beside the last parallel groups; the traffic runs alone
+        print(f"\n[{PREFIX}] prepared in {time.monotonic() - t_start - waited:.0f} s, waited {waited:.0f} s")
         time.sleep(1.0)
         before = {link: lab.relay_stats(link) for link in LINKS}
         start_at, started = start_in_step(lab, flows)  # every flow's first packet has left

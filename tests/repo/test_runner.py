@@ -1,0 +1,79 @@
+"""The test command's runner (scripts/test_groups.py): the [alone] group prepares beside the last
+parallel groups and measures only once they have all ended."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import re
+import sys
+import tomllib
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def load_runner():
+    spec = importlib.util.spec_from_file_location("test_groups_under_test", REPO / "scripts" / "test_groups.py")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod  # its dataclasses look their module up
+    spec.loader.exec_module(mod)
+    return mod
+
+
+# A module that writes when it starts and when wait_until_alone returned; `sleep_s` of work before.
+PROBE = """
+import json, os, sys, time
+from pathlib import Path
+sys.path.insert(0, {repo!r})
+from tests.isolation import wait_until_alone
+
+def test_probe():
+    t0 = time.time()
+    time.sleep({sleep_s})
+    waited = wait_until_alone()
+    Path({out!r}).write_text(json.dumps({{"start": t0, "alone": time.time(), "waited": waited}}))
+"""
+
+
+def write_probe(tmp: Path, name: str, sleep_s: float) -> tuple[Path, Path]:
+    out = tmp / f"{name}.json"
+    mod = tmp / f"test_{name}.py"
+    mod.write_text(PROBE.format(repo=str(REPO), sleep_s=sleep_s, out=str(out)))
+    return mod, out
+
+
+def test_alone_group_prepares_beside_the_last_groups_and_measures_after_them(tmp_path):
+    tg = load_runner()
+    fast, fast_out = write_probe(tmp_path, "fast", 0.2)
+    slow, slow_out = write_probe(tmp_path, "slow", 4.0)
+    alone, alone_out = write_probe(tmp_path, "alone", 0.0)
+    out_dir = tmp_path / "groups"
+
+    def run(name: str, module: Path, port: int, **kw):
+        group = tg.Group(name, [tg.Unit(name, [str(module)], 1.0, True)])
+        return tg.Run(group, port, out_dir / name, **kw)
+
+    runs = [run("g1", fast, 28700), run("g2", slow, 28800)]
+    alone_run = run("alone", alone, 28900, alone_file=out_dir / "alone.go")
+    tg.run_phase(runs, [], {"signal": 0}, alone=[alone_run])
+
+    assert [r.rc for r in runs + [alone_run]] == [0, 0, 0], [r.log.read_text()[-2000:] for r in runs + [alone_run]]
+    slow_end = runs[1].ended
+    got = json.loads(alone_out.read_text())
+    slow_start = json.loads(slow_out.read_text())["start"]
+    # started while g2 still ran (after g1 ended), and went on only after g2 had ended
+    assert got["start"] < slow_start + 4.0, (got, slow_start)
+    assert got["waited"] > 1.0, got
+    assert alone_run.started < slow_end
+    # the parallel groups see no alone file: they never wait
+    assert json.loads(fast_out.read_text())["waited"] == 0.0
+
+
+def test_every_alone_module_waits_until_alone_before_its_traffic():
+    schedule = tomllib.loads((REPO / "tests" / "schedule.toml").read_text())
+    modules = schedule["alone"]["modules"]
+    assert modules
+    for module in modules:
+        text = (REPO / module).read_text()
+        assert re.search(r"\bwait_until_alone\(", text), f"{module}: [alone] modules call wait_until_alone()"
