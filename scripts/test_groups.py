@@ -65,6 +65,7 @@ FULL_GROUPS = 4  # measured: tests/README.md
 QUICK_GROUPS = 2  # the quick tests compute rather than wait: one group per CPU
 NEW_MODULE_S = 30.0  # a module without a recorded duration counts this much when balancing
 INTERRUPT_GRACE_S = 90.0  # after SIGINT: the fixtures' teardown (stacks, labs, agents) time
+CPU_TOP = 12  # the summary's list of the modules that used the most CPU
 FAILURE_LINES = 400  # a failed group's failures shown at the end, at most this many lines
 
 
@@ -203,6 +204,7 @@ class Run:
     quick: bool = False
     cpu_s: float = 0.0  # CPU seconds of the group's pytest and the children it waited for
     alone_file: Path | None = None  # an [alone] group: exists once the parallel groups have ended
+    cgroup: Path | None = None  # the group's processes, for their CPU seconds (cpu_cgroup)
 
     @property
     def log(self) -> Path:
@@ -223,6 +225,7 @@ class Run:
             SEGSCOPE_TEST_TAG=f"_{(self.port_base - PORT_RANGE[0]) // BLOCK_SIZE}",
             **({"SEGSCOPE_TEST_QUICK": "1"} if self.quick else {}),
             **({"SEGSCOPE_TEST_ALONE_FILE": str(self.alone_file)} if self.alone_file else {}),
+            **({"SEGSCOPE_TEST_CPU_CGROUP": str(self.cgroup)} if self.cgroup else {}),
         )
 
     def start(self, extra_args: list[str]) -> None:
@@ -236,9 +239,17 @@ class Run:
             log.flush()
             # its own session: the terminal's Ctrl-C reaches this runner, which interrupts each
             # group itself (and waits for its teardown) instead of every process at once
+            self.cgroup = cpu_cgroup(self.group.name)
+            procs = self.cgroup / "cgroup.procs" if self.cgroup else None
+
+            def enter_cgroup() -> None:  # in the child, before pytest: all it starts is counted
+                if procs is not None:
+                    procs.write_text(str(os.getpid()))
+
             self.proc = subprocess.Popen(
-                cmd, cwd=REPO, env=self.env(), stdout=log, stderr=subprocess.STDOUT, start_new_session=True
-            )
+                cmd, cwd=REPO, env=self.env(), stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                preexec_fn=enter_cgroup,
+            )  # fmt: skip
         self.started = time.monotonic()
 
     def poll(self) -> bool:
@@ -252,6 +263,8 @@ class Run:
             if pid:
                 self.proc.returncode = os.waitstatus_to_exitcode(status)
                 self.cpu_s = usage.ru_utime + usage.ru_stime
+                if self.cgroup is not None:  # with its stack and every daemon it started
+                    self.cpu_s = max(self.cpu_s, cgroup_cpu_s(self.cgroup))
         if self.rc is None and self.proc is not None and self.proc.returncode is not None:
             self.rc, self.ended = self.proc.returncode, time.monotonic()
         return self.rc is not None
@@ -322,6 +335,70 @@ def cpu_times() -> tuple[float, float]:
     fields = [float(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
     idle = fields[3] + fields[4]  # idle + iowait
     return sum(fields) - idle, sum(fields)
+
+
+# --------------------------------------------------------------------------- CPU per group and module
+CGROUP_ROOTS = (Path("/sys/fs/cgroup/cpuacct"), Path("/sys/fs/cgroup/unified"), Path("/sys/fs/cgroup"))
+
+
+def cpu_cgroup(name: str) -> Path | None:
+    """A cgroup of this run for one group (v1 cpuacct, or v2), or None where none can be made: every
+    process the group starts (its stack, agents, labs' processes, daemons that outlive their
+    parent) is counted in it, which the rusage of the group's pytest cannot do."""
+    for root in CGROUP_ROOTS:
+        usage = "cpuacct.usage" if root.name == "cpuacct" else "cpu.stat"
+        if not (root / "cgroup.procs").exists():
+            continue
+        path = root / f"segscope-tests-{os.getpid()}" / name
+        try:
+            path.mkdir(parents=True, exist_ok=True)
+        except OSError:
+            continue
+        if (path / usage).exists():
+            return path
+    return None
+
+
+def cgroup_cpu_s(path: Path | None) -> float:
+    """CPU seconds used so far by the processes of cgroup `path` (and those that have left it)."""
+    if path is None:
+        return 0.0
+    try:
+        if (path / "cpuacct.usage").exists():
+            return int((path / "cpuacct.usage").read_text()) / 1e9
+        stat = dict(line.split() for line in (path / "cpu.stat").read_text().splitlines())
+        return int(stat["usage_usec"]) / 1e6
+    except (OSError, ValueError, KeyError):
+        return 0.0
+
+
+def remove_cgroups() -> None:
+    for root in CGROUP_ROOTS:
+        top = root / f"segscope-tests-{os.getpid()}"
+        if top.is_dir():
+            for child in top.iterdir():
+                if child.is_dir():
+                    try:
+                        child.rmdir()
+                    except OSError:
+                        pass
+            try:
+                top.rmdir()
+            except OSError:
+                pass
+
+
+def cpu_by_module(runs: list[Run]) -> dict[str, float]:
+    """CPU seconds per module, from each group's cgroup as its conftest read it at every test's
+    start and end (tests/conftest.py: setup, call and teardown, with what a module's fixtures
+    start); the session fixtures' stack is counted in the group's first module."""
+    out: dict[str, float] = {}
+    for run in runs:
+        try:
+            out.update(json.loads((run.dir / "cpu.json").read_text()))
+        except (OSError, ValueError):
+            pass
+    return out
 
 
 def run_phase(runs: list[Run], extra_args: list[str], stop: dict, alone: list[Run] | None = None) -> None:
@@ -608,6 +685,13 @@ def main(argv: list[str] | None = None) -> int:
             f"{summary_of(run)}"
         )
     print(f"{'all':8} {wall:6.0f} s  " + ", ".join(f"{v} {k}" for k, v in totals.items() if v))
+    cpu = cpu_by_module(done)
+    if cpu:
+        top = sorted(cpu.items(), key=lambda kv: -kv[1])[:CPU_TOP]
+        print(f"most CPU (of {sum(cpu.values()):.0f} CPU-s in modules; per group: {OUT_DIR.name}/<group>/cpu.json):")
+        for module, seconds in top:
+            print(f"  {seconds:7.1f} CPU-s  {module}")
+    remove_cgroups()
     if left:
         print("swept up after the groups (a test or fixture did not stop these):")
         for what in left:

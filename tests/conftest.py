@@ -13,6 +13,7 @@ were already running before (a manual `python -m services.stack up`) are left ru
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -103,3 +104,41 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
         return next((i + 1 for i, folder in enumerate(LAST) if path.is_relative_to(folder)), 0)
 
     items.sort(key=rank)  # stable: the order is kept otherwise
+
+
+# CPU seconds per module: the runner (scripts/test_groups.py) puts each group in a cgroup of its own,
+# so that what a test's processes use (its stacks, agents, labs, daemons) is counted; each test's
+# setup, call and teardown are added to its module, in .run/test-groups/<group>/cpu.json
+_CPU_CGROUP = os.environ.get("SEGSCOPE_TEST_CPU_CGROUP")
+_cpu_by_module: dict[str, float] = {}
+
+
+def _cgroup_cpu_s(path: Path) -> float:
+    try:
+        if (path / "cpuacct.usage").exists():
+            return int((path / "cpuacct.usage").read_text()) / 1e9
+        stat = dict(line.split() for line in (path / "cpu.stat").read_text().splitlines())
+        return int(stat["usage_usec"]) / 1e6
+    except (OSError, ValueError, KeyError):
+        return 0.0
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
+    if not _CPU_CGROUP:
+        yield
+        return
+    before = _cgroup_cpu_s(Path(_CPU_CGROUP))
+    yield
+    path = Path(str(item.path))
+    module = str(path.relative_to(REPO)) if path.is_relative_to(REPO) else str(path)
+    _cpu_by_module[module] = _cpu_by_module.get(module, 0.0) + _cgroup_cpu_s(Path(_CPU_CGROUP)) - before
+    if nextitem is None or nextitem.path != item.path:  # the module's teardown is in: write it out
+        _write_cpu()
+
+
+def _write_cpu() -> None:
+    group_dir = os.environ.get("SEGSCOPE_TEST_GROUP_DIR")
+    if group_dir:
+        out = Path(group_dir) / "cpu.json"
+        out.write_text(json.dumps({k: round(v, 1) for k, v in sorted(_cpu_by_module.items())}, indent=1) + "\n")

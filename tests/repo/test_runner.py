@@ -7,6 +7,7 @@ import importlib.util
 import json
 import re
 import sys
+import time
 import tomllib
 from pathlib import Path
 
@@ -30,22 +31,29 @@ from tests.isolation import wait_until_alone
 
 def test_probe():
     t0 = time.time()
+    if {burn}:  # a daemon (its parent exits at once) that burns 0.5 s of CPU: no rusage sees it
+        import subprocess
+        subprocess.run(["sh", "-c", "{python} {burner} &"], check=True)
     time.sleep({sleep_s})
     waited = wait_until_alone()
     Path({out!r}).write_text(json.dumps({{"start": t0, "alone": time.time(), "waited": waited}}))
 """
 
 
-def write_probe(tmp: Path, name: str, sleep_s: float) -> tuple[Path, Path]:
+def write_probe(tmp: Path, name: str, sleep_s: float, burn: bool = False) -> tuple[Path, Path]:
     out = tmp / f"{name}.json"
     mod = tmp / f"test_{name}.py"
-    mod.write_text(PROBE.format(repo=str(REPO), sleep_s=sleep_s, out=str(out)))
+    burner = tmp / "burn.py"
+    burner.write_text("import time\nt = time.process_time()\nwhile time.process_time() - t < 0.5:\n    pass\n")
+    mod.write_text(
+        PROBE.format(repo=str(REPO), sleep_s=sleep_s, out=str(out), burn=burn, python=sys.executable, burner=burner)
+    )
     return mod, out
 
 
 def test_alone_group_prepares_beside_the_last_groups_and_measures_after_them(tmp_path):
     tg = load_runner()
-    fast, fast_out = write_probe(tmp_path, "fast", 0.2)
+    fast, fast_out = write_probe(tmp_path, "fast", 0.2, burn=True)
     slow, slow_out = write_probe(tmp_path, "slow", 4.0)
     alone, alone_out = write_probe(tmp_path, "alone", 0.0)
     out_dir = tmp_path / "groups"
@@ -56,7 +64,12 @@ def test_alone_group_prepares_beside_the_last_groups_and_measures_after_them(tmp
 
     runs = [run("g1", fast, 28700), run("g2", slow, 28800)]
     alone_run = run("alone", alone, 28900, alone_file=out_dir / "alone.go")
-    tg.run_phase(runs, [], {"signal": 0}, alone=[alone_run])
+    try:
+        tg.run_phase(runs, [], {"signal": 0}, alone=[alone_run])
+    finally:
+        time.sleep(1.0)  # the daemon's last CPU
+        burnt = tg.cgroup_cpu_s(runs[0].cgroup)
+        tg.remove_cgroups()
 
     assert [r.rc for r in runs + [alone_run]] == [0, 0, 0], [r.log.read_text()[-2000:] for r in runs + [alone_run]]
     slow_end = runs[1].ended
@@ -68,6 +81,10 @@ def test_alone_group_prepares_beside_the_last_groups_and_measures_after_them(tmp
     assert alone_run.started < slow_end
     # the parallel groups see no alone file: they never wait
     assert json.loads(fast_out.read_text())["waited"] == 0.0
+    # the group's cgroup counts what its daemon burnt, which the rusage of its pytest cannot
+    assert runs[0].cgroup is not None, "no cgroup (cpuacct or v2) could be made here"
+    if runs[0].cgroup:
+        assert burnt >= 0.5 and burnt >= runs[0].cpu_s, (burnt, runs[0].cpu_s)
 
 
 def test_every_alone_module_waits_until_alone_before_its_traffic():
