@@ -431,7 +431,7 @@ def run_phase(runs: list[Run], extra_args: list[str], stop: dict, alone: list[Ru
                 say(
                     f"phase {'+'.join(r.group.name for r in runs)}: machine CPU busy "
                     f"{100 * (busy1 - busy0) / max(1.0, total1 - total0):.0f}%, load average {load0:.1f} at the "
-                    f"start, {os.getloadavg()[0]:.1f} at the end; {'+'.join(r.group.name for r in alone)} alone now"
+                    f"start, {os.getloadavg()[0]:.1f} at the end; the [alone] group measures now"
                 )
                 busy0, total0, load0 = busy1, total1, os.getloadavg()[0]
                 for run in alone:
