@@ -249,20 +249,16 @@ def flavors_from_msg(m: pb.LocalSid, path: str) -> dict:
         if FLAVOR_TO_KERNEL[f] in flavors:
             raise F.invalid(f"{path}.flavors[{i}]", f"{pb.LocalSidFlavor.Name(f)} is listed twice")
         flavors.append(FLAVOR_TO_KERNEL[f])
-    addr, plen = R.sid_route_prefix(sid_text(f"{path}.sid", m.sid))
     if R.FLV_NEXT_CSID not in flavors:
         for name in ("lblen", "nflen"):
             if getattr(m, name):
                 raise F.invalid(f"{path}.{name}", "only with the LOCAL_SID_FLAVOR_NEXT_CSID flavour")
-        if plen != 128:
-            raise F.invalid(
-                f"{path}.sid", f"a prefix (/{plen}) is a NEXT-C-SID locator; write an address or add NEXT_CSID"
-            )
         return {"flavors": tuple(sorted(flavors))}
     lblen = csid_length(f"{path}.lblen", m.lblen, R.CSID_DEFAULT_LBLEN)
     nflen = csid_length(f"{path}.nflen", m.nflen, R.CSID_DEFAULT_NFLEN)
     if lblen + nflen > 128:
         raise F.invalid(f"{path}.nflen", f"lblen {lblen} + nflen {nflen} is more than 128 bits")
+    plen = R.sid_route_prefix(sid_text(f"{path}.sid", m.sid))[1]
     if plen != lblen + nflen:
         raise F.invalid(
             f"{path}.sid",

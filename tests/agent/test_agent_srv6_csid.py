@@ -47,6 +47,13 @@ ACCEPTED = [  # (sid, action kwargs, flavour kwargs, what iproute2 shows after t
     ),
     ("fc00:1::81", {}, dict(flavors=[PSP]), "End flavors psp dev a0"),
     ("fcbb:bbbb:101::/48", {}, dict(flavors=[NEXT_CSID, PSP]), "End flavors psp,next-csid lblen 32 nflen 16 dev a0"),
+    # a function in the node's locator (uDT6): a prefix SID without a flavour
+    (
+        "fcbb:bbbb:100:d6::/64",
+        dict(action=pb.LOCAL_SID_ACTION_END_DT6, lookup_table=254),
+        {},
+        "End.DT6 table main dev a0",
+    ),
 ]
 
 
@@ -97,7 +104,6 @@ BAD = [  # (sid, flavour kwargs, expected message start)
     ("fcbb:bbbb:100::/48", dict(flavors=[NEXT_CSID], nflen=32), "local_sid.sid: a NEXT-C-SID SID is the prefix"),
     ("fcbb:bbbb:100::/48", dict(flavors=[NEXT_CSID], lblen=20, nflen=28), "local_sid.lblen: 20 bits"),
     ("fcbb:bbbb:100::/48", dict(flavors=[NEXT_CSID], lblen=120, nflen=16), "local_sid.nflen: lblen 120 + nflen 16"),
-    ("fcbb:bbbb:100::/48", dict(flavors=[]), "local_sid.sid: a prefix (/48) is a NEXT-C-SID locator"),
     ("fc00:1::85", dict(flavors=[PSP], lblen=32), "local_sid.lblen: only with the LOCAL_SID_FLAVOR_NEXT_CSID"),
     (
         "fcbb:bbbb:100::/48",
