@@ -1,0 +1,131 @@
+"""STAMP over compressed SIDs (RFC 9800 NEXT-C-SID, "uSID") on netlab usid_line4.
+
+A (micro-SID 100) measures B (micro-SID 400) across R1 (200) and R2 (300), which run NEXT-C-SID
+End: one 3-micro-SID container each way, A -> B fcbb:bbbb:200:300:400:: and the RFC 9503 return
+path B -> A fcbb:bbbb:300:200:100::. Sender and reflector use their micro-SID addresses (block +
+micro-SID: what the destination is after the last shift), which are also the SRH's segments[0].
+Delay relays on links ar and rb inject a different delay per link and direction; from a base
+phase to the main one, the one-way delays STAMP measures must change by the change of the injected
+sums, after the relays' own lateness, within 100 us (as tests/e2e/test_stamp_pipeline.py: the
+sender's own time to the wire, tens of us, is in both phases), with the XDP reflector and with the
+user-space one.
+"""
+
+from __future__ import annotations
+
+import re
+import statistics
+import time
+
+import pytest
+
+from netlab import Lab, relay_lateness_us, teardown
+from segscope_proto.segscope.agent.v1 import stamp_pb2 as pb
+from segscope_proto.segscope.agent.v1 import stamp_pb2_grpc
+from tests.agent.agent_env import start_agent
+from tests.isolation import own_name
+
+S, RF = pb.STAMP_ROLE_SENDER, pb.STAMP_ROLE_REFLECTOR
+SENDER, REFLECTOR = "fcbb:bbbb:100::", "fcbb:bbbb:400::"
+TO_B, TO_A = "fcbb:bbbb:200:300:400::", "fcbb:bbbb:300:200:100::"
+DELAY_US = {"ar": (700, 300), "rb": (500, 900)}  # (a_to_b, b_to_a) per relay link, main phase
+BASE_US = {"ar": (100, 100), "rb": (100, 100)}  # the base phase: what the path costs besides
+RATE, RUN_S, TOLERANCE_US = 100, 1.5, 100
+PREFIX = own_name("usd")
+
+
+@pytest.fixture(scope="module")
+def usid_lab(bpffs):
+    teardown(PREFIX)
+    lab = Lab.up("netlab/topologies/usid_line4.yaml", prefix=PREFIX, delay_us=DELAY_US)
+    try:
+        yield lab
+    finally:
+        lab.down()
+
+
+@pytest.fixture(scope="module")
+def agents(usid_lab, pki, tmp_path_factory):
+    run_dir = tmp_path_factory.mktemp("usid-agents")
+    started = {n: start_agent(usid_lab.ns(n), n, run_dir, pki=pki, instance=f"{PREFIX}-{n}") for n in ("A", "B")}
+    try:
+        yield started
+    finally:
+        assert all(a.stop() == 0 for a in started.values())
+
+
+def run_session(a, b, ssid: int, mode: int) -> list:
+    """One finite run with B's reflector in `mode`: the results the sender got."""
+    a.Init(pb.InitRequest(sender=pb.StampSenderConfig(device="a0", source_address=SENDER)))
+    init = b.Init(pb.InitRequest(reflector=pb.StampReflectorConfig(device="b0", addresses=[REFLECTOR], mode=mode)))
+    assert init.reflector_running == mode, init
+    reflector = pb.StampSession(role=RF, ssid=ssid, sender_address=SENDER, return_segments=[TO_A])
+    b.CreateStampSession(pb.CreateStampSessionRequest(session=reflector))
+    b.StartStampSession(pb.StartStampSessionRequest(role=RF, ssid=ssid))
+    sender = pb.StampSession(role=S, ssid=ssid, reflector_address=REFLECTOR, segments=[TO_B], rate_pps=RATE)
+    a.CreateStampSession(pb.CreateStampSessionRequest(session=sender))
+    a.StartStampSession(pb.StartStampSessionRequest(role=S, ssid=ssid, duration_s=RUN_S))
+    deadline = time.monotonic() + RUN_S + 30
+    while time.monotonic() < deadline and sender_running(a, ssid):
+        time.sleep(0.1)
+    time.sleep(0.5)  # the last replies: 1.2 ms through the relays
+    return list(a.GetStampSessionResults(pb.GetStampSessionResultsRequest(ssid=ssid, max_results=100000)).results)
+
+
+SHIFTERS = {"R1": "fcbb:bbbb:200::/48", "R2": "fcbb:bbbb:300::/48"}
+
+
+def shifted(lab, node: str) -> int:
+    """Packets the node's NEXT-C-SID SID processed (its seg6local counter)."""
+    line = lab.run(node, ["ip", "-6", "-s", "route", "show", SHIFTERS[node]], check=True).stdout
+    assert "flavors next-csid lblen 32 nflen 16" in line, line
+    return int(re.search(r"packets (\d+)", line).group(1))
+
+
+def sender_running(a, ssid: int) -> bool:
+    sessions = a.ListStampSessions(pb.ListStampSessionsRequest()).sessions
+    state = {x.session.ssid: x.state for x in sessions if x.session.role == S}[ssid]
+    return state == pb.STAMP_SESSION_STATE_RUNNING
+
+
+def measured_phase(lab, agents, mode: int, ssid: int, delays: dict) -> dict:
+    """One run with the relays at `delays`: median one-way delays and the injected sums (us)."""
+    for link, (a_to_b, b_to_a) in delays.items():
+        lab.set_delay(link, a_to_b, b_to_a)
+    before = {link: lab.relay_stats(link) for link in delays}
+    shifts_before = {node: shifted(lab, node) for node in SHIFTERS}
+    with agents["A"].channel() as ca, agents["B"].channel() as cb:
+        a, b = stamp_pb2_grpc.StampServiceStub(ca), stamp_pb2_grpc.StampServiceStub(cb)
+        try:
+            results = run_session(a, b, ssid, mode)
+        finally:
+            a.Reset(pb.ResetRequest())
+            b.Reset(pb.ResetRequest())
+    late = {link: relay_lateness_us(before[link], lab.relay_stats(link)) for link in delays}
+    assert len(results) == int(RATE * RUN_S), len(results)  # every test packet answered
+    # the shifts happened where the containers say: R1 and R2 each shifted every test packet
+    # and every reply (both containers carry both micro-SIDs)
+    for node in SHIFTERS:
+        assert shifted(lab, node) - shifts_before[node] == 2 * len(results), node
+    return {
+        "fwd": statistics.median(r.forward_delay_ns for r in results) / 1000,
+        "rev": statistics.median(r.reverse_delay_ns for r in results) / 1000,
+        "want_fwd": sum(delays[k][0] + late[k]["a_to_b"] for k in delays),
+        "want_rev": sum(delays[k][1] + late[k]["b_to_a"] for k in delays),
+    }
+
+
+@pytest.mark.parametrize(
+    "mode,ssid", [(pb.STAMP_REFLECTOR_MODE_XDP, 41), (pb.STAMP_REFLECTOR_MODE_USERSPACE, 42)], ids=["xdp", "userspace"]
+)
+def test_one_way_delays_over_containers(usid_lab, agents, mode, ssid):
+    base = measured_phase(usid_lab, agents, mode, ssid, BASE_US)
+    main = measured_phase(usid_lab, agents, mode, ssid + 10, DELAY_US)
+    name = pb.StampReflectorMode.Name(mode)
+    for d in ("fwd", "rev"):
+        got, want = main[d] - base[d], main[f"want_{d}"] - base[f"want_{d}"]
+        print(
+            f"usid STAMP {name} {d}: measured change {got:.1f} us, injected change {want:.1f} us, "
+            f"main {main[d]:.1f} us (injected {main[f'want_{d}']:.1f})"
+        )
+        assert abs(got - want) <= TOLERANCE_US, (d, got, want, base, main)
