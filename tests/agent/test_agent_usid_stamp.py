@@ -15,7 +15,10 @@ from __future__ import annotations
 
 import re
 import statistics
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -129,3 +132,47 @@ def test_one_way_delays_over_containers(usid_lab, agents, mode, ssid):
             f"main {main[d]:.1f} us (injected {main[f'want_{d}']:.1f})"
         )
         assert abs(got - want) <= TOLERANCE_US, (d, got, want, base, main)
+
+
+PLAIN_REFLECTOR = Path(__file__).with_name("plain_stamp_reflector.py")
+
+
+def test_plain_stamp_peer_over_a_container(usid_lab, agents):
+    """A STAMP reflector that is not segscope (RFC 8762 + the RFC 8972 SSID, NTP timestamps, a
+    plain socket on B, answering straight back) is reached over the A -> B container; segscope's
+    sender measures it. Its timestamps are taken in Python: the delays are checked for being the
+    injected ones plus at most 1 ms of that."""
+    lab, ssid = usid_lab, 43
+    for link, (a_to_b, b_to_a) in DELAY_US.items():
+        lab.set_delay(link, a_to_b, b_to_a)
+    peer = lab.popen("B", [sys.executable, str(PLAIN_REFLECTOR), REFLECTOR, "862"], stdout=subprocess.PIPE, text=True)
+    try:
+        assert peer.stdout.readline().strip() == "ready"
+        with agents["A"].channel() as ca:
+            a = stamp_pb2_grpc.StampServiceStub(ca)
+            try:
+                a.Init(pb.InitRequest(sender=pb.StampSenderConfig(device="a0", source_address=SENDER)))
+                sender = pb.StampSession(role=S, ssid=ssid, reflector_address=REFLECTOR, segments=[TO_B], rate_pps=RATE)
+                a.CreateStampSession(pb.CreateStampSessionRequest(session=sender))
+                a.StartStampSession(pb.StartStampSessionRequest(role=S, ssid=ssid, duration_s=RUN_S))
+                deadline = time.monotonic() + RUN_S + 30
+                while time.monotonic() < deadline and sender_running(a, ssid):
+                    time.sleep(0.1)
+                time.sleep(0.5)
+                res = a.GetStampSessionResults(pb.GetStampSessionResultsRequest(ssid=ssid, max_results=100000))
+            finally:
+                a.Reset(pb.ResetRequest())
+    finally:
+        peer.kill()
+        peer.wait()
+    results = list(res.results)
+    assert len(results) == int(RATE * RUN_S), len(results)
+    fwd = statistics.median(r.forward_delay_ns for r in results) / 1000
+    rev = statistics.median(r.reverse_delay_ns for r in results) / 1000
+    injected_fwd, injected_rev = (sum(d[i] for d in DELAY_US.values()) for i in (0, 1))
+    print(
+        f"plain STAMP peer over uSID: forward {fwd:.1f} us (injected {injected_fwd}), reverse {rev:.1f} us "
+        f"(injected {injected_rev})"
+    )
+    assert injected_fwd <= fwd <= injected_fwd + 1000, fwd
+    assert injected_rev <= rev <= injected_rev + 1000, rev
