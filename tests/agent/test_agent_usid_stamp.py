@@ -35,12 +35,13 @@ DELAY_US = {"ar": (700, 300), "rb": (500, 900)}  # (a_to_b, b_to_a) per relay li
 BASE_US = {"ar": (100, 100), "rb": (100, 100)}  # the base phase: what the path costs besides
 RATE, RUN_S, TOLERANCE_US = 100, 1.5, 100
 PREFIX = own_name("usd")
+TOPOLOGY = Path(__file__).resolve().parents[2] / "netlab" / "topologies" / "usid_line4.yaml"
 
 
 @pytest.fixture(scope="module")
 def usid_lab(bpffs):
     teardown(PREFIX)
-    lab = Lab.up("netlab/topologies/usid_line4.yaml", prefix=PREFIX, delay_us=DELAY_US)
+    lab = Lab.up(TOPOLOGY, prefix=PREFIX, delay_us=DELAY_US)
     try:
         yield lab
     finally:
@@ -176,3 +177,21 @@ def test_plain_stamp_peer_over_a_container(usid_lab, agents):
     )
     assert injected_fwd <= fwd <= injected_fwd + 1000, fwd
     assert injected_rev <= rev <= injected_rev + 1000, rev
+
+
+def test_node_views_read_the_flavours_from_the_kernel(usid_lab):
+    """The topology view (pyroute2 does not decode SEG6_LOCAL_FLAVORS; the view reads its bytes)
+    reports each NEXT-C-SID SID with its lengths, as the topology file installed it; the topology
+    model then expands the containers into the nodes they visit."""
+    from collectors.topology.view import build_node_view
+    from processors.topology.model import TopologyModel
+    from tests.topology.topo_views import expected_views
+
+    want = expected_views(TOPOLOGY)
+    model = TopologyModel()
+    for node in ("A", "R1", "R2", "B"):
+        view = build_node_view(node, usid_lab.ns(node))
+        got = [(s["sid"], s["prefixlen"], s["action"], s["params"]) for s in view["local_sids"]]
+        assert got == [(s["sid"], s["prefixlen"], s["action"], s["params"]) for s in want[node]["local_sids"]], node
+        model.apply_view(view)
+    assert model.resolve_path("A", [TO_B, REFLECTOR])["hops"] == ["A", "R1", "R2", "B"]
