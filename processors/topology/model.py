@@ -284,6 +284,18 @@ class _Measure:
     previous: _Measure | None = None  # the measure it replaced while unparsed: held again if it is malformed
 
 
+def sid_structure(lblen: int, nflen: int) -> dict:
+    """A NEXT-C-SID SID's structure as Jalapeno's ls_srv6_sid holds it (gobmp's SIDStructure, the
+    BGP-LS SRv6 SID Structure TLV): block, the micro-SID as the node, no function, and the rest of
+    the container as the argument (the micro-SIDs that follow)."""
+    return {
+        "locator_block_length": lblen,
+        "locator_node_length": nflen,
+        "function_length": 0,
+        "argument_length": 128 - lblen - nflen,
+    }
+
+
 @dataclass
 class TopologyModel:
     identity: Identity = field(default_factory=Identity)
@@ -808,6 +820,13 @@ class TopologyModel:
         }
 
     def _sid_doc(self, node: str, sid: dict) -> dict:
+        doc = self._sid_doc_base(node, sid)
+        flv = (sid.get("params") or {}).get("flavors") or {}
+        if "next-csid" in flv.get("operations", ()) and flv.get("lblen"):
+            doc["srv6_sid_structure"] = sid_structure(flv["lblen"], flv["nflen"])
+        return doc
+
+    def _sid_doc_base(self, node: str, sid: dict) -> dict:
         return {
             "_key": self.sid_key(node, sid["sid"]),
             "srv6_sid": sid["sid"],

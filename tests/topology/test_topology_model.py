@@ -655,3 +655,20 @@ def test_containers_expand_into_the_nodes_of_their_micro_sids():
     # a micro-SID no node holds leaves the path unresolved, naming the address after the shift
     bad = m.resolve_path("A", ["fcbb:bbbb:200:777:400::"])
     assert bad["links"] is None and bad["unresolved_sids"] == ["fcbb:bbbb:777:400::"]
+
+
+def test_next_csid_sids_carry_jalapenos_sid_structure():
+    """segscope_srv6_sid documents of NEXT-C-SID SIDs hold srv6_sid_structure with the field names
+    of Jalapeno's ls_srv6_sid (gobmp's SIDStructure): block 32, micro-SID 16, the other 80 bits the
+    argument; a SID without the flavour has none."""
+    docs = model_with(*expected_views(USID_LINE4, generated_at_ns=1_000_000_000).values()).documents()
+    sids = docs["segscope_srv6_sid"]
+    assert sids["0_R1_fcbb:bbbb:200::"]["srv6_sid_structure"] == {
+        "locator_block_length": 32,
+        "locator_node_length": 16,
+        "function_length": 0,
+        "argument_length": 80,
+    }
+    assert sids["0_R1_fcbb:bbbb:200::"]["params"]["flavors"] == {"operations": ["next-csid"], "lblen": 32, "nflen": 16}
+    plain = model_with(*views()).documents()["segscope_srv6_sid"]["0_R_fc00:2::e"]
+    assert "srv6_sid_structure" not in plain
