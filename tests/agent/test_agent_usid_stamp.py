@@ -58,7 +58,7 @@ def agents(usid_lab, pki, tmp_path_factory):
         assert all(a.stop() == 0 for a in started.values())
 
 
-def run_session(a, b, ssid: int, mode: int) -> list:
+def run_session(a, b, ssid: int, mode: int, segments: tuple[str, ...] = (TO_B,)) -> list:
     """One finite run with B's reflector in `mode`: the results the sender got."""
     a.Init(pb.InitRequest(sender=pb.StampSenderConfig(device="a0", source_address=SENDER)))
     init = b.Init(pb.InitRequest(reflector=pb.StampReflectorConfig(device="b0", addresses=[REFLECTOR], mode=mode)))
@@ -66,7 +66,7 @@ def run_session(a, b, ssid: int, mode: int) -> list:
     reflector = pb.StampSession(role=RF, ssid=ssid, sender_address=SENDER, return_segments=[TO_A])
     b.CreateStampSession(pb.CreateStampSessionRequest(session=reflector))
     b.StartStampSession(pb.StartStampSessionRequest(role=RF, ssid=ssid))
-    sender = pb.StampSession(role=S, ssid=ssid, reflector_address=REFLECTOR, segments=[TO_B], rate_pps=RATE)
+    sender = pb.StampSession(role=S, ssid=ssid, reflector_address=REFLECTOR, segments=list(segments), rate_pps=RATE)
     a.CreateStampSession(pb.CreateStampSessionRequest(session=sender))
     a.StartStampSession(pb.StartStampSessionRequest(role=S, ssid=ssid, duration_s=RUN_S))
     deadline = time.monotonic() + RUN_S + 30
@@ -92,7 +92,7 @@ def sender_running(a, ssid: int) -> bool:
     return state == pb.STAMP_SESSION_STATE_RUNNING
 
 
-def measured_phase(lab, agents, mode: int, ssid: int, delays: dict) -> dict:
+def measured_phase(lab, agents, mode: int, ssid: int, delays: dict, segments=(TO_B,)) -> dict:
     """One run with the relays at `delays`: median one-way delays and the injected sums (us)."""
     for link, (a_to_b, b_to_a) in delays.items():
         lab.set_delay(link, a_to_b, b_to_a)
@@ -101,7 +101,7 @@ def measured_phase(lab, agents, mode: int, ssid: int, delays: dict) -> dict:
     with agents["A"].channel() as ca, agents["B"].channel() as cb:
         a, b = stamp_pb2_grpc.StampServiceStub(ca), stamp_pb2_grpc.StampServiceStub(cb)
         try:
-            results = run_session(a, b, ssid, mode)
+            results = run_session(a, b, ssid, mode, segments)
         finally:
             a.Reset(pb.ResetRequest())
             b.Reset(pb.ResetRequest())
@@ -195,3 +195,78 @@ def test_node_views_read_the_flavours_from_the_kernel(usid_lab):
         assert got == [(s["sid"], s["prefixlen"], s["action"], s["params"]) for s in want[node]["local_sids"]], node
         model.apply_view(view)
     assert model.resolve_path("A", [TO_B, REFLECTOR])["hops"] == ["A", "R1", "R2", "B"]
+
+
+# H.Encaps.Red on A: probes to H2 (behind B) are encapsulated, the outer destination the container
+# with B's uDT6 (d6) as a fourth micro-SID, no SRH; B decapsulates toward H2
+TO_H2_RED = "fcbb:bbbb:200:300:400:d6::"
+H2_ADDRESS = "fd00:b::1"
+
+
+@pytest.mark.parametrize(
+    "mode,ssid", [(pb.STAMP_REFLECTOR_MODE_XDP, 44), (pb.STAMP_REFLECTOR_MODE_USERSPACE, 45)], ids=["xdp", "userspace"]
+)
+def test_one_way_delays_over_h_encaps_red(usid_lab, agents, pki, tmp_path, mode, ssid):
+    """The sender's own SID list is empty: A's encap.red policy for H2's prefix carries the probe
+    (outer header to the container, no SRH), B's uDT6 decapsulates, H2's reflector answers over
+    the return container. The delays change with the injected ones as over an SRH."""
+    lab = usid_lab
+    policy = ["fd00:b::/64", "encap", "seg6", "mode", "encap.red", "segs", TO_H2_RED, "dev", "a0"]
+    lab.run("A", ["ip", "-6", "route", "replace", *policy], check=True)
+    h2 = start_agent(lab.ns("H2"), "H2", tmp_path, pki=pki, instance=f"{PREFIX}-H2")
+    try:
+        phases = {
+            name: measured_h2_phase(lab, agents["A"], h2, mode, ssid + offset, delays)
+            for name, offset, delays in (("base", 0, BASE_US), ("main", 10, DELAY_US))
+        }
+    finally:
+        assert h2.stop() == 0
+        lab.run("A", ["ip", "-6", "route", "del", "fd00:b::/64"], check=True)
+    base, main = phases["base"], phases["main"]
+    for d in ("fwd", "rev"):
+        got, want = main[d] - base[d], main[f"want_{d}"] - base[f"want_{d}"]
+        print(
+            f"usid STAMP encap.red {pb.StampReflectorMode.Name(mode)} {d}: measured change {got:.1f} us, "
+            f"injected change {want:.1f} us"
+        )
+        assert abs(got - want) <= TOLERANCE_US, (d, got, want, base, main)
+
+
+def measured_h2_phase(lab, a_agent, h2_agent, mode: int, ssid: int, delays: dict) -> dict:
+    for link, (a_to_b, b_to_a) in delays.items():
+        lab.set_delay(link, a_to_b, b_to_a)
+    before = {link: lab.relay_stats(link) for link in delays}
+    shifts_before = {node: shifted(lab, node) for node in SHIFTERS}
+    with a_agent.channel() as ca, h2_agent.channel() as ch:
+        a, h = stamp_pb2_grpc.StampServiceStub(ca), stamp_pb2_grpc.StampServiceStub(ch)
+        try:
+            a.Init(pb.InitRequest(sender=pb.StampSenderConfig(device="a0", source_address=SENDER)))
+            init = h.Init(
+                pb.InitRequest(reflector=pb.StampReflectorConfig(device="h2", addresses=[H2_ADDRESS], mode=mode))
+            )
+            assert init.reflector_running == mode, init
+            refl = pb.StampSession(role=RF, ssid=ssid, sender_address=SENDER, return_segments=[TO_A])
+            h.CreateStampSession(pb.CreateStampSessionRequest(session=refl))
+            h.StartStampSession(pb.StartStampSessionRequest(role=RF, ssid=ssid))
+            sender = pb.StampSession(role=S, ssid=ssid, reflector_address=H2_ADDRESS, rate_pps=RATE)
+            a.CreateStampSession(pb.CreateStampSessionRequest(session=sender))
+            a.StartStampSession(pb.StartStampSessionRequest(role=S, ssid=ssid, duration_s=RUN_S))
+            deadline = time.monotonic() + RUN_S + 30
+            while time.monotonic() < deadline and sender_running(a, ssid):
+                time.sleep(0.1)
+            time.sleep(0.5)
+            res = a.GetStampSessionResults(pb.GetStampSessionResultsRequest(ssid=ssid, max_results=100000))
+        finally:
+            a.Reset(pb.ResetRequest())
+            h.Reset(pb.ResetRequest())
+    results = list(res.results)
+    assert len(results) == int(RATE * RUN_S), len(results)
+    for node in SHIFTERS:  # out in the encap.red container, back in the return container
+        assert shifted(lab, node) - shifts_before[node] == 2 * len(results), node
+    late = {link: relay_lateness_us(before[link], lab.relay_stats(link)) for link in delays}
+    return {
+        "fwd": statistics.median(r.forward_delay_ns for r in results) / 1000,
+        "rev": statistics.median(r.reverse_delay_ns for r in results) / 1000,
+        "want_fwd": sum(delays[k][0] + late[k]["a_to_b"] for k in delays),
+        "want_rev": sum(delays[k][1] + late[k]["b_to_a"] for k in delays),
+    }
