@@ -270,3 +270,70 @@ def measured_h2_phase(lab, a_agent, h2_agent, mode: int, ssid: int, delays: dict
         "want_fwd": sum(delays[k][0] + late[k]["a_to_b"] for k in delays),
         "want_rev": sum(delays[k][1] + late[k]["b_to_a"] for k in delays),
     }
+
+
+# Alternate marking (RFC 9343 FlowMonID) over the container: A steers fd00:b::/64 with H.Encaps
+# into [fcbb:bbbb:200:300:400:d6::] (an SRH holding the container); the TX side keys the flow by
+# that SID list, the RX side on B by the FlowMonID, although the destination has shifted twice.
+FLOW_SENDER = r"""
+import socket, sys, time
+n = int(sys.argv[1]); s = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
+for i in range(n):
+    s.sendto(b"y" * 100, ("fd00:b::1", 40001))
+    if i % 50 == 49: time.sleep(0.01)
+print(n)
+"""
+FLOW_COUNT, FLOW_ID, LOSS_PCT = 1200, 21, 10
+
+
+def test_altmark_loss_over_a_container_is_the_drops(usid_lab, agents):
+    from segscope_proto.segscope.agent.v1 import flowmon_pb2 as fm
+    from segscope_proto.segscope.agent.v1 import flowmon_pb2_grpc
+
+    lab = usid_lab
+    policy = ["fd00:b::/64", "encap", "seg6", "mode", "encap", "segs", TO_H2_RED, "dev", "a0"]
+    lab.run("A", ["ip", "-6", "route", "replace", *policy], check=True)
+    # R1 drops 10 % of what it forwards toward R2 after its shift (nft counts each drop)
+    loss = lab.add_loss("R1", LOSS_PCT, match=f"ip6 daddr {fm_shifted(TO_H2_RED)}")
+    tx_mon = fm.FlowMonitor(
+        side=fm.FLOW_MONITOR_SIDE_TX,
+        flow_id=FLOW_ID,
+        device="a0",
+        method=fm.MARKING_METHOD_RFC9343,
+        segments=[TO_H2_RED],
+        period_ms=200,
+    )
+    rx_mon = fm.FlowMonitor(
+        side=fm.FLOW_MONITOR_SIDE_RX, flow_id=FLOW_ID, device="b0", method=fm.MARKING_METHOD_RFC9343, period_ms=200
+    )
+    with agents["A"].channel() as ca, agents["B"].channel() as cb:
+        a, b = flowmon_pb2_grpc.FlowMonitorServiceStub(ca), flowmon_pb2_grpc.FlowMonitorServiceStub(cb)
+        try:
+            a.StartFlowMonitor(fm.StartFlowMonitorRequest(monitor=tx_mon))
+            b.StartFlowMonitor(fm.StartFlowMonitorRequest(monitor=rx_mon))
+            out = lab.run("A", [sys.executable, "-c", FLOW_SENDER, str(FLOW_COUNT)], check=True).stdout
+            assert int(out) == FLOW_COUNT
+            time.sleep(0.5)
+            tx = a.GetFlowMonitorResults(fm.GetFlowMonitorResultsRequest(side=fm.FLOW_MONITOR_SIDE_TX, flow_id=FLOW_ID))
+            rx = b.GetFlowMonitorResults(fm.GetFlowMonitorResultsRequest(side=fm.FLOW_MONITOR_SIDE_RX, flow_id=FLOW_ID))
+        finally:
+            for stub, side in ((a, fm.FLOW_MONITOR_SIDE_TX), (b, fm.FLOW_MONITOR_SIDE_RX)):
+                stub.StopFlowMonitor(fm.StopFlowMonitorRequest(side=side, flow_id=FLOW_ID, allow_missing=True))
+            dropped = lab.loss_counter(loss)
+            lab.remove_loss(loss)
+            lab.run("A", ["ip", "-6", "route", "del", "fd00:b::/64"], check=True)
+    per_colour = [t.packets - r.packets for t, r in zip(tx.colours, rx.colours)]
+    print(
+        f"altmark over uSID: sent {FLOW_COUNT}, tx {tx.total_packets}, rx {rx.total_packets}, "
+        f"nft drops {dropped}, lost per colour {per_colour}"
+    )
+    assert tx.total_packets == FLOW_COUNT and dropped > 0
+    assert tx.total_packets - rx.total_packets == dropped  # every drop, and nothing else
+    assert len(tx.colours) == len(rx.colours) >= 2 and all(x >= 0 for x in per_colour)
+
+
+def fm_shifted(container: str) -> str:
+    """The container as it leaves R1: its first micro-SID shifted out (F3216)."""
+    from controller.usid import CsidFormat
+
+    return CsidFormat.parse("fcbb:bbbb::/32", 16).shifts(container)[1]
