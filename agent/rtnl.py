@@ -58,7 +58,14 @@ SEG6_IPTUN_MODE_INLINE, SEG6_IPTUN_MODE_ENCAP, SEG6_IPTUN_MODE_ENCAP_RED = 0, 1,
     SEG6_LOCAL_BPF,
     SEG6_LOCAL_VRFTABLE,
     SEG6_LOCAL_COUNTERS,
-) = range(1, 11)
+    SEG6_LOCAL_FLAVORS,
+) = range(1, 12)
+# SEG6_LOCAL_FLAVORS nest: an operation bitmask (bit = 1 << SEG6_LOCAL_FLV_OP_*) and the
+# NEXT-C-SID lengths (u8 bits)
+SEG6_LOCAL_FLV_OPERATION, SEG6_LOCAL_FLV_LCBLOCK_BITS, SEG6_LOCAL_FLV_LCNODE_FN_BITS = 1, 2, 3
+FLV_PSP, FLV_USP, FLV_USD, FLV_NEXT_CSID = 1, 2, 3, 4
+FLAVOR_NAMES = {FLV_PSP: "psp", FLV_USP: "usp", FLV_USD: "usd", FLV_NEXT_CSID: "next-csid"}
+CSID_DEFAULT_LBLEN, CSID_DEFAULT_NFLEN = 32, 16  # the kernel's defaults (RFC 9800 F3216)
 SEG6_LOCAL_CNT_PACKETS, SEG6_LOCAL_CNT_BYTES, SEG6_LOCAL_CNT_ERRORS = 2, 3, 4
 # seg6local actions (kernel numbers)
 ACT_END, ACT_END_X, ACT_END_T, ACT_END_DX6, ACT_END_DX4 = 1, 2, 3, 5, 6
@@ -111,7 +118,8 @@ class PolicyRoute:
 
 @dataclass(frozen=True)
 class LocalSidRoute:
-    """A seg6local route for sid/128."""
+    """A seg6local route for sid/128; sid is "addr/len" when the route is shorter (the locator
+    prefix of a NEXT-C-SID SID)."""
 
     sid: str
     table: int
@@ -123,6 +131,9 @@ class LocalSidRoute:
     segments: tuple[str, ...] = ()
     count: bool = False
     metric: int = V6_DEFAULT_METRIC
+    flavors: tuple[int, ...] = ()  # FLV_* ascending
+    lblen: int = 0  # NEXT-C-SID locator-block bits (0 without NEXT-C-SID)
+    nflen: int = 0  # NEXT-C-SID micro-SID bits
     counters: tuple[int, int, int] | None = field(default=None, compare=False)
 
     @property
@@ -185,6 +196,31 @@ def encode_policy(p: PolicyRoute) -> bytes:
     )
 
 
+def _flavors_nla(s: LocalSidRoute) -> bytes:
+    ops = sum(1 << f for f in s.flavors)
+    attrs = _u32(SEG6_LOCAL_FLV_OPERATION, ops)
+    if FLV_NEXT_CSID in s.flavors:
+        attrs += _nla(SEG6_LOCAL_FLV_LCBLOCK_BITS, bytes([s.lblen])) + _nla(
+            SEG6_LOCAL_FLV_LCNODE_FN_BITS, bytes([s.nflen])
+        )
+    return _nla(SEG6_LOCAL_FLAVORS | NLA_F_NESTED, attrs)
+
+
+def _decode_flavors(raw: bytes) -> tuple[tuple[int, ...], int, int]:
+    f = _attrs(raw, 0, len(raw))
+    ops = struct.unpack("=I", f[SEG6_LOCAL_FLV_OPERATION][:4])[0] if SEG6_LOCAL_FLV_OPERATION in f else 0
+    flavors = tuple(op for op in sorted(FLAVOR_NAMES) if ops & (1 << op))
+    lblen = f[SEG6_LOCAL_FLV_LCBLOCK_BITS][0] if SEG6_LOCAL_FLV_LCBLOCK_BITS in f else 0
+    nflen = f[SEG6_LOCAL_FLV_LCNODE_FN_BITS][0] if SEG6_LOCAL_FLV_LCNODE_FN_BITS in f else 0
+    return flavors, lblen, nflen
+
+
+def sid_route_prefix(sid: str) -> tuple[str, int]:
+    """The route destination of a local SID: ("fc00:2::e", 128) or ("fcbb:bbbb:100::", 48)."""
+    addr, _, plen = sid.partition("/")
+    return addr, int(plen) if plen else 128
+
+
 def encode_local_sid(s: LocalSidRoute) -> bytes:
     attrs = _u32(SEG6_LOCAL_ACTION, s.action)
     if s.nh6:
@@ -202,9 +238,12 @@ def encode_local_sid(s: LocalSidRoute) -> bytes:
             _nla(k, bytes(8)) for k in (SEG6_LOCAL_CNT_PACKETS, SEG6_LOCAL_CNT_BYTES, SEG6_LOCAL_CNT_ERRORS)
         )
         attrs += _nla(SEG6_LOCAL_COUNTERS | NLA_F_NESTED, zero)
+    if s.flavors:
+        attrs += _flavors_nla(s)
+    addr, plen = sid_route_prefix(s.sid)
     return (
-        _route_header(socket.AF_INET6, 128, s.table)
-        + _nla(RTA_DST, socket.inet_pton(socket.AF_INET6, s.sid))
+        _route_header(socket.AF_INET6, plen, s.table)
+        + _nla(RTA_DST, socket.inet_pton(socket.AF_INET6, addr))
         + _u32(RTA_TABLE, s.table)
         + _u32(RTA_OIF, s.oif)
         + _u32(RTA_PRIORITY, s.metric)
@@ -263,7 +302,7 @@ def decode_route(buf: bytes, off: int, end: int) -> PolicyRoute | LocalSidRoute 
         return PolicyRoute(
             f"{dst}/{plen}", table, mode, _decode_srh(raw[4:], drop_first=mode == SEG6_IPTUN_MODE_INLINE), oif, metric
         )
-    if enc_type == LWTUNNEL_ENCAP_SEG6_LOCAL and fam == socket.AF_INET6 and plen == 128:
+    if enc_type == LWTUNNEL_ENCAP_SEG6_LOCAL and fam == socket.AF_INET6:
         action = struct.unpack("=I", e[SEG6_LOCAL_ACTION])[0] if SEG6_LOCAL_ACTION in e else 0
         lookup = e.get(SEG6_LOCAL_TABLE) or e.get(SEG6_LOCAL_VRFTABLE)
         counters = None
@@ -273,8 +312,9 @@ def decode_route(buf: bytes, off: int, end: int) -> PolicyRoute | LocalSidRoute 
                 struct.unpack("=Q", c[k])[0] if k in c else 0
                 for k in (SEG6_LOCAL_CNT_PACKETS, SEG6_LOCAL_CNT_BYTES, SEG6_LOCAL_CNT_ERRORS)
             )
+        flavors, lblen, nflen = _decode_flavors(e[SEG6_LOCAL_FLAVORS]) if SEG6_LOCAL_FLAVORS in e else ((), 0, 0)
         return LocalSidRoute(
-            sid=dst,
+            sid=dst if plen == 128 else f"{dst}/{plen}",
             table=table,
             action=action,
             oif=oif,
@@ -284,6 +324,9 @@ def decode_route(buf: bytes, off: int, end: int) -> PolicyRoute | LocalSidRoute 
             segments=_decode_srh(e[SEG6_LOCAL_SRH], drop_first=action == ACT_END_B6) if SEG6_LOCAL_SRH in e else (),
             count=counters is not None,
             metric=metric,
+            flavors=flavors,
+            lblen=lblen,
+            nflen=nflen,
             counters=counters,
         )
     return None

@@ -53,6 +53,13 @@ ACTION_TO_KERNEL = {
     pb.LOCAL_SID_ACTION_END_B6_ENCAPS: R.ACT_END_B6_ENCAP,
 }
 ACTION_FROM_KERNEL = {v: k for k, v in ACTION_TO_KERNEL.items()}
+FLAVOR_TO_KERNEL = {
+    pb.LOCAL_SID_FLAVOR_PSP: R.FLV_PSP,
+    pb.LOCAL_SID_FLAVOR_USP: R.FLV_USP,
+    pb.LOCAL_SID_FLAVOR_USD: R.FLV_USD,
+    pb.LOCAL_SID_FLAVOR_NEXT_CSID: R.FLV_NEXT_CSID,
+}
+FLAVOR_FROM_KERNEL = {v: k for k, v in FLAVOR_TO_KERNEL.items()}
 # which optional parameter each action requires (every other one is refused)
 ACTION_PARAMS = {
     R.ACT_END: "",
@@ -179,7 +186,7 @@ def policy_to_msg(st: Srv6State, p: R.PolicyRoute) -> pb.Policy:
 
 
 def sid_from_msg(st: Srv6State, m: pb.LocalSid, path: str) -> R.LocalSidRoute:
-    sid = F.ipv6(f"{path}.sid", m.sid)
+    sid = sid_text(f"{path}.sid", m.sid)
     table = F.table(f"{path}.table", m.table)
     action_pb = F.enum_value(f"{path}.action", m.action, pb.LocalSidAction)
     action = ACTION_TO_KERNEL[action_pb]
@@ -211,7 +218,54 @@ def sid_from_msg(st: Srv6State, m: pb.LocalSid, path: str) -> R.LocalSidRoute:
         lookup_table=lookup,
         segments=segs,
         count=m.count,
+        **flavors_from_msg(m, path),
     )
+
+
+def sid_text(path: str, value: str) -> str:
+    """A local SID's key text: an address (route /128) or "addr/len" for a locator prefix."""
+    if "/" not in value:
+        return F.ipv6(path, value)
+    text, fam = F.prefix(path, value)
+    if fam != socket.AF_INET6:
+        raise F.invalid(path, f"{value!r} is not an IPv6 prefix")
+    addr, plen = R.sid_route_prefix(text)
+    return addr if plen == 128 else text
+
+
+def csid_length(path: str, value: int, default: int) -> int:
+    bits = value or default
+    if bits % 8 or not 8 <= bits <= 120:
+        raise F.invalid(path, f"{bits} bits: the kernel takes a multiple of 8 in 8..120")
+    return bits
+
+
+def flavors_from_msg(m: pb.LocalSid, path: str) -> dict:
+    """flavors/lblen/nflen of a LocalSid, checked; NEXT-C-SID lengths are explicit (the kernel's
+    defaults filled in) so that the index equals what a dump reads back."""
+    flavors: list[int] = []
+    for i, f in enumerate(m.flavors):
+        F.enum_value(f"{path}.flavors[{i}]", f, pb.LocalSidFlavor)
+        if FLAVOR_TO_KERNEL[f] in flavors:
+            raise F.invalid(f"{path}.flavors[{i}]", f"{pb.LocalSidFlavor.Name(f)} is listed twice")
+        flavors.append(FLAVOR_TO_KERNEL[f])
+    if R.FLV_NEXT_CSID not in flavors:
+        for name in ("lblen", "nflen"):
+            if getattr(m, name):
+                raise F.invalid(f"{path}.{name}", "only with the LOCAL_SID_FLAVOR_NEXT_CSID flavour")
+        return {"flavors": tuple(sorted(flavors))}
+    lblen = csid_length(f"{path}.lblen", m.lblen, R.CSID_DEFAULT_LBLEN)
+    nflen = csid_length(f"{path}.nflen", m.nflen, R.CSID_DEFAULT_NFLEN)
+    if lblen + nflen > 128:
+        raise F.invalid(f"{path}.nflen", f"lblen {lblen} + nflen {nflen} is more than 128 bits")
+    plen = R.sid_route_prefix(sid_text(f"{path}.sid", m.sid))[1]
+    if plen != lblen + nflen:
+        raise F.invalid(
+            f"{path}.sid",
+            f"a NEXT-C-SID SID is the prefix locator-block + micro-SID: /{lblen + nflen} "
+            f"(lblen {lblen} + nflen {nflen}), not /{plen}",
+        )
+    return {"flavors": tuple(sorted(flavors)), "lblen": lblen, "nflen": nflen}
 
 
 def sid_to_msg(st: Srv6State, s: R.LocalSidRoute) -> pb.LocalSid:
@@ -225,6 +279,9 @@ def sid_to_msg(st: Srv6State, s: R.LocalSidRoute) -> pb.LocalSid:
         lookup_table=s.lookup_table,
         segments=s.segments,
         count=s.count,
+        flavors=[FLAVOR_FROM_KERNEL[f] for f in s.flavors if f in FLAVOR_FROM_KERNEL],
+        lblen=s.lblen,
+        nflen=s.nflen,
     )
 
 
@@ -240,7 +297,7 @@ def key_from(path: str, destination: str, table: int) -> tuple[str, int]:
 
 
 def sid_key_from(path: str, sid: str, table: int) -> tuple[str, int]:
-    return F.ipv6(f"{path}sid", sid), F.table(f"{path}table", table)
+    return sid_text(f"{path}sid", sid), F.table(f"{path}table", table)
 
 
 def _fmt_policy(p: R.PolicyRoute, st: Srv6State) -> str:
@@ -248,6 +305,17 @@ def _fmt_policy(p: R.PolicyRoute, st: Srv6State) -> str:
         f"{p.destination} table {p.table} encap seg6 mode {MODE_NAMES.get(p.mode, p.mode)} "
         f"segs {','.join(p.segments)} dev {st.devname(p.oif)} metric {p.metric}"
     )
+
+
+def route_prefix(sid: str) -> str:
+    return sid if "/" in sid else f"{sid}/128"
+
+
+def _fmt_flavors(s: R.LocalSidRoute) -> str:
+    if not s.flavors:
+        return ""
+    text = " flavors " + ",".join(R.FLAVOR_NAMES[f] for f in s.flavors)
+    return text + (f" lblen {s.lblen} nflen {s.nflen}" if s.lblen else "")
 
 
 def _fmt_sid(s: R.LocalSidRoute, st: Srv6State) -> str:
@@ -258,7 +326,7 @@ def _fmt_sid(s: R.LocalSidRoute, st: Srv6State) -> str:
     )
     return (
         f"{s.sid} table {s.table} seg6local action {R.ACTION_NAMES.get(s.action, s.action)}"
-        f"{extra}{' count' if s.count else ''} dev {st.devname(s.oif)}"
+        f"{extra}{_fmt_flavors(s)}{' count' if s.count else ''} dev {st.devname(s.oif)}"
     )
 
 
@@ -474,7 +542,7 @@ def plan_remove_sid(st: Srv6State, req: pb.RemoveLocalSidRequest, path: str = ""
                 grpc.StatusCode.NOT_FOUND, f"{path}sid: local SID {key[0]} table {key[1]}: no such local SID"
             )
         return Plan(
-            [(R.RTM_DELROUTE, 0, R.encode_delete(f"{old.sid}/128", old.table, old.metric))],
+            [(R.RTM_DELROUTE, 0, R.encode_delete(route_prefix(old.sid), old.table, old.metric))],
             lambda: st.sids.pop(key, None),
             lambda: pb.RemoveLocalSidResponse(changed=True),
             True,

@@ -21,8 +21,8 @@ from controller.model import (
     IOAM_KEY,
     MAIN_TABLE,
     Resource,
-    canon_ip,
     canon_prefix,
+    canon_sid,
     flow_spec,
     inline_match,
     inline_spec,
@@ -77,6 +77,13 @@ ACTION_TO_PB = {
     "End.B6.Encaps": srv6_pb2.LOCAL_SID_ACTION_END_B6_ENCAPS,
 }
 ACTION_FROM_PB = {v: k for k, v in ACTION_TO_PB.items()}
+FLAVOR_TO_PB = {  # the intent's words (iproute2's) -> the agent's enum
+    "psp": srv6_pb2.LOCAL_SID_FLAVOR_PSP,
+    "usp": srv6_pb2.LOCAL_SID_FLAVOR_USP,
+    "usd": srv6_pb2.LOCAL_SID_FLAVOR_USD,
+    "next-csid": srv6_pb2.LOCAL_SID_FLAVOR_NEXT_CSID,
+}
+FLAVOR_FROM_PB = {v: k for k, v in FLAVOR_TO_PB.items()}
 FORMAT_TO_PB = {"ptp": stamp_pb2.TIMESTAMP_FORMAT_PTP, "ntp": stamp_pb2.TIMESTAMP_FORMAT_NTP}
 FORMAT_FROM_PB = {**{v: k for k, v in FORMAT_TO_PB.items()}, stamp_pb2.TIMESTAMP_FORMAT_UNSPECIFIED: "ptp"}
 STAMP_MODE_TO_PB = {
@@ -138,9 +145,18 @@ def local_sid_resource(node: str, st: srv6_pb2.LocalSidState) -> Resource:
     return Resource(
         "local_sid",
         node,
-        (canon_ip(s.sid), s.table or MAIN_TABLE),
+        (canon_sid(s.sid), s.table or MAIN_TABLE),
         local_sid_spec(
-            ACTION_FROM_PB.get(s.action, str(s.action)), s.device, s.lookup_table, s.nh6, s.nh4, s.segments, s.count
+            ACTION_FROM_PB.get(s.action, str(s.action)),
+            s.device,
+            s.lookup_table,
+            s.nh6,
+            s.nh4,
+            s.segments,
+            s.count,
+            tuple(FLAVOR_FROM_PB.get(f, str(f)) for f in s.flavors),
+            s.lblen,
+            s.nflen,
         ),
     )
 
@@ -157,6 +173,9 @@ def local_sid_msg(r: Resource) -> srv6_pb2.LocalSid:
         lookup_table=f["lookup_table"],
         segments=list(f["segs"]),
         count=f["count"],
+        flavors=[FLAVOR_TO_PB[x] for x in f.get("flavors", ())],
+        lblen=f.get("lblen", 0),
+        nflen=f.get("nflen", 0),
     )
 
 

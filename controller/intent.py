@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from controller.usid import DEFAULT_LBLEN, DEFAULT_NFLEN, CsidFormat, length_problem
 from controller.yamlmarks import MarkedDoc, Problem, load_marked
 
 NODE_NAME_RE = re.compile(r"^[A-Za-z0-9_]{1,32}$")
@@ -41,6 +42,8 @@ LOCAL_SID_ACTIONS: dict[str, tuple[str, ...]] = {
     "End.B6.Encaps": ("segs",),
 }
 ACTION_PARAMS = ("lookup_table", "nh6", "nh4", "segs")
+# local SID flavours, iproute2's words, in the kernel's order (RFC 8986 PSP/USP/USD, RFC 9800)
+FLAVORS = ("psp", "usp", "usd", "next-csid")
 STAMP_MODES = ("unauthenticated", "authenticated")  # RFC 8762 mode
 STAMP_FORMATS = ("ptp", "ntp")  # timestamp format
 FLOW_METHODS = ("dscp", "rfc9343")
@@ -113,6 +116,9 @@ class LocalSid:
     nh4: str = ""
     segs: tuple[str, ...] = ()  # End.B6 / End.B6.Encaps
     count: bool = False  # per-SID counters
+    flavors: tuple[str, ...] = ()  # FLAVORS, in that order
+    lblen: int = 0  # next-csid: locator-block bits (the sid is then the prefix block + micro-SID)
+    nflen: int = 0  # next-csid: micro-SID bits
 
     @property
     def key(self) -> tuple:
@@ -128,6 +134,7 @@ class Policy:
     dev: str = ""
     table: int = MAIN_TABLE
     metric: int = 0  # 0: kernel default
+    written: tuple[str, ...] = field(default=(), compare=False)  # segs as the operator wrote them
 
     @property
     def key(self) -> tuple:
@@ -219,14 +226,31 @@ class Intent:
     stamp_sessions: list[StampSession] = field(default_factory=list)
     flows: list[Flow] = field(default_factory=list)
     inline_monitors: list[InlineMonitor] = field(default_factory=list)
+    usid: CsidFormat | None = None  # the compressed-SID (NEXT-C-SID) domain, when declared
 
 
 # ---------------------------------------------------------------------------- key sets
 
-TOP_KEYS = ("version", "nodes", "local_sids", "policies", "stamp_sessions", "flows", "inline_monitors")
+TOP_KEYS = ("version", "nodes", "usid", "local_sids", "policies", "stamp_sessions", "flows", "inline_monitors")
+USID_KEYS = ("block", "nflen")
+CONTAINER_KEYS = ("usids", "block")
 NODE_KEYS = ("agent", "tls", "ioam_id")
 TLS_KEYS = ("ca", "cert", "key", "server_name")
-LOCAL_SID_KEYS = ("node", "sid", "action", "dev", "table", "lookup_table", "nh6", "nh4", "segs", "count")
+LOCAL_SID_KEYS = (
+    "node",
+    "sid",
+    "action",
+    "dev",
+    "table",
+    "lookup_table",
+    "nh6",
+    "nh4",
+    "segs",
+    "count",
+    "flavors",
+    "lblen",
+    "nflen",
+)
 POLICY_KEYS = ("node", "destination", "mode", "segs", "dev", "table", "metric")
 SESSION_KEYS = (
     "ssid",
@@ -265,6 +289,7 @@ class _Checker:
     def __init__(self, doc: MarkedDoc, base_dir: Path):
         self.doc = doc
         self.base_dir = base_dir
+        self.usid: CsidFormat | None = None  # the `usid:` domain, parsed before every section
 
     def err(self, where: tuple, what: str, fix: str = "", at_key: bool = False) -> None:
         self.doc.error(where, what, fix, at_key)
@@ -385,7 +410,73 @@ class _Checker:
             return ()
         if len(value) > limit:
             self.err(where, f"{len(value)} SIDs, at most {limit} are supported here", f"use at most {limit} SIDs")
-        return tuple(self.ipv6(where + (i,), sid, "SID") for i, sid in enumerate(value))
+        return tuple(self.segment(where + (i,), sid) for i, sid in enumerate(value))
+
+    def segment(self, where: tuple, value: Any) -> str:
+        """One SID of a list: a full SID, a container written as an address (checked when it is
+        in the `usid:` block), or a container written as `{usids: [...]}`; the address."""
+        if isinstance(value, dict):
+            return self.container(where, value)
+        addr = self.ipv6(where, value, "SID")
+        if addr and self.usid and self.usid.in_block(addr):
+            problem = self.usid.container_problem(addr)
+            if problem:
+                self.err(where, f"container {addr} {problem}", "write the micro-SIDs in travel order, no zero between")
+        return addr
+
+    def container(self, where: tuple, raw: dict) -> str:
+        """`{usids: ["100", "200"], block: "fcbb:bbbb::/32"}` -> the container address."""
+        if not self.mapping(where, raw, CONTAINER_KEYS, required=("usids",)):
+            return ""
+        fmt = self.usid
+        if fmt is None:
+            self.err(
+                where, "a uSID container needs the `usid:` domain", 'add `usid: {block: "fcbb:bbbb::/32", nflen: 16}`'
+            )
+            return ""
+        if "block" in raw:
+            block = self.prefix(where + ("block",), raw["block"])
+            if block and block != str(fmt.block):
+                self.err(
+                    where + ("block",),
+                    f"block {block} is not the uSID block {fmt.block}",
+                    f'write `block: "{fmt.block}"` or leave it out',
+                )
+        usids = raw.get("usids")
+        if not isinstance(usids, list) or not usids:
+            self.err(
+                where + ("usids",), f"expected a list of micro-SIDs, got {_show(usids)}", 'write ["100", "200"] (hex)'
+            )
+            return ""
+        if len(usids) > fmt.capacity:
+            self.err(
+                where + ("usids",),
+                f"{len(usids)} micro-SIDs do not fit in one container: block /{fmt.lblen} leaves "
+                f"{128 - fmt.lblen} bits = {fmt.capacity} micro-SIDs of {fmt.nflen} bits",
+                f"split them into containers of at most {fmt.capacity} micro-SIDs",
+            )
+            return ""
+        values = [self.usid_value(where + ("usids", i), u, fmt.nflen) for i, u in enumerate(usids)]
+        return fmt.pack(values) if all(values) else ""
+
+    def usid_value(self, where: tuple, value: Any, nflen: int) -> int:
+        """One micro-SID, written in hex as in an address ("100"); 0 when it is not valid."""
+        hi = (1 << nflen) - 1
+        fix = f'write 1..{hi:x} in hex, in quotes ("100")'
+        try:
+            number = int(value, 16) if isinstance(value, str) else None
+        except ValueError:
+            number = None
+        if number is None:
+            self.err(where, f"micro-SID {_show(value)} is not a hex number", fix)
+            return 0
+        if number == 0:
+            self.err(where, "micro-SID 0 is the end of a container", f"{fix}; end the list instead")
+            return 0
+        if number > hi:
+            self.err(where, f"micro-SID {value} is wider than {nflen} bits", fix)
+            return 0
+        return number
 
     def ifname(self, where: tuple, value: Any) -> str:
         if not isinstance(value, str) or not IFNAME_RE.match(value):
@@ -495,10 +586,19 @@ def _parse_local_sid(c: _Checker, where: tuple, raw: Any, nodes: dict) -> LocalS
     if not c.mapping(where, raw, LOCAL_SID_KEYS, required=("node", "sid", "action", "dev")):
         return None
     node = c.node_ref(where + ("node",), raw.get("node"), nodes) if "node" in raw else ""
+    flavors = _parse_flavors(c, where, raw)
+    csid = _parse_csid_lengths(c, where, raw) if "next-csid" in flavors else {}
     sid = ""
-    if "sid" in raw:
+    if "next-csid" in flavors:
+        sid = _parse_csid_locator(c, where + ("sid",), raw.get("sid"), csid) if "sid" in raw else ""
+    elif "sid" in raw:
         text = raw["sid"][:-4] if isinstance(raw["sid"], str) and raw["sid"].endswith("/128") else raw["sid"]
-        sid = c.ipv6(where + ("sid",), text, "SID")
+        # a prefix is a function in a locator (a uDT6 "fcbb:bbbb:300:d6::/64"), else an address
+        sid = (
+            c.prefix(where + ("sid",), text)
+            if isinstance(text, str) and "/" in text
+            else c.ipv6(where + ("sid",), text, "SID")
+        )
     action = (
         c.choice(where + ("action",), raw.get("action"), tuple(LOCAL_SID_ACTIONS), "action")
         if "action" in raw
@@ -547,7 +647,103 @@ def _parse_local_sid(c: _Checker, where: tuple, raw: Any, nodes: dict) -> LocalS
         nh4=nh4,
         segs=segs,
         count=count,
+        flavors=flavors,
+        **csid,
     )
+
+
+def _parse_flavors(c: _Checker, where: tuple, raw: dict) -> tuple[str, ...]:
+    for name in ("lblen", "nflen"):
+        if name in raw and "next-csid" not in (raw.get("flavors") or ()):
+            c.err(where + (name,), f"`{name}` is a next-csid length", "add `flavors: [next-csid]` or remove it", True)
+    if "flavors" not in raw:
+        return ()
+    chosen: list[str] = []
+    for i, f in enumerate(c.listing(where + ("flavors",), raw["flavors"], "flavour")):
+        if f not in FLAVORS:
+            c.choice(where + ("flavors", i), f, FLAVORS, "flavour")  # records the problem
+            continue
+        if f in chosen:
+            c.err(where + ("flavors", i), f"flavour {f} is listed twice", "list each flavour once")
+        chosen.append(f)
+    return tuple(f for f in FLAVORS if f in chosen)
+
+
+def _parse_csid_lengths(c: _Checker, where: tuple, raw: dict) -> dict:
+    """lblen/nflen of a next-csid SID: written, else the `usid:` domain's, else the kernel's."""
+    fmt = c.usid
+    lblen = raw.get("lblen", fmt.lblen if fmt else DEFAULT_LBLEN)
+    nflen = raw.get("nflen", fmt.nflen if fmt else DEFAULT_NFLEN)
+    lblen = _csid_bits(c, where + ("lblen",), lblen, "lblen")
+    nflen = _csid_bits(c, where + ("nflen",), nflen, "nflen")
+    if not (lblen and nflen):
+        return {"lblen": 0, "nflen": 0}
+    if lblen + nflen > 128:
+        c.err(where + ("nflen",), f"lblen {lblen} + nflen {nflen} is more than 128 bits", "make them add up to <= 128")
+    if fmt and (lblen, nflen) != (fmt.lblen, fmt.nflen):
+        c.err(
+            where + ("lblen" if lblen != fmt.lblen else "nflen",),
+            f"lblen {lblen} / nflen {nflen} differ from the uSID domain ({fmt.block}, nflen {fmt.nflen})",
+            "leave lblen and nflen out (the domain's apply)",
+        )
+    return {"lblen": lblen, "nflen": nflen}
+
+
+def _csid_bits(c: _Checker, where: tuple, value: Any, name: str) -> int:
+    """A NEXT-C-SID length the kernel takes, or 0 (the problem recorded)."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        c.err(where, f"{name} must be an integer, got {_show(value)}", "write a multiple of 8 in 8..120")
+        return 0
+    if length_problem(value, name):
+        c.err(where, length_problem(value, name), "write a multiple of 8 in 8..120")
+        return 0
+    return value
+
+
+def _parse_csid_locator(c: _Checker, where: tuple, value: Any, csid: dict) -> str:
+    """A next-csid SID's prefix: block + the node's micro-SID, length lblen + nflen."""
+    want = csid.get("lblen", 0) + csid.get("nflen", 0)
+    if isinstance(value, str) and "/" not in value:
+        c.err(where, f"a next-csid SID is a locator prefix, not the address {value!r}", f'write "{value}/{want}"')
+        return ""
+    text = c.prefix(where, value)
+    if not text or not want:
+        return text
+    net = ipaddress.IPv6Network(text)
+    if net.prefixlen != want:
+        c.err(
+            where,
+            f"{text} is a /{net.prefixlen}, the next-csid locator is block + micro-SID = /{want}",
+            f"write {net.network_address}/{want}",
+        )
+    elif c.usid and not c.usid.in_block(str(net.network_address)):
+        c.err(where, f"{text} is not in the uSID block {c.usid.block}", f"use a micro-SID of block {c.usid.block}")
+    elif int(net.network_address) >> (128 - want) & ((1 << csid["nflen"]) - 1) == 0:
+        c.err(where, f"{text} has micro-SID 0 (the end of a container)", "give the node a non-zero micro-SID")
+    return text
+
+
+def _parse_usid(c: _Checker, raw: Any) -> CsidFormat | None:
+    """The `usid:` domain: the locator block (its length is lblen) and the micro-SID width."""
+    where = ("usid",)
+    if not c.mapping(where, raw, USID_KEYS, required=("block",)):
+        return None
+    block = c.prefix(where + ("block",), raw.get("block")) if "block" in raw else ""
+    nflen = _csid_bits(c, where + ("nflen",), raw.get("nflen", DEFAULT_NFLEN), "nflen")
+    lblen = ipaddress.IPv6Network(block).prefixlen if block else 0
+    if lblen and length_problem(lblen, "block length"):
+        c.err(
+            where + ("block",), length_problem(lblen, "block length"), "write a block whose length is a multiple of 8"
+        )
+        return None
+    if not (lblen and nflen):
+        return None
+    if lblen + nflen > 128:
+        c.err(
+            where + ("nflen",), f"block /{lblen} + nflen {nflen} is more than 128 bits", "use a shorter block or nflen"
+        )
+        return None
+    return CsidFormat.parse(block, nflen)
 
 
 def _parse_policy(c: _Checker, where: tuple, raw: Any, nodes: dict) -> Policy | None:
@@ -564,7 +760,17 @@ def _parse_policy(c: _Checker, where: tuple, raw: Any, nodes: dict) -> Policy | 
     dev = c.ifname(where + ("dev",), raw["dev"]) if "dev" in raw else ""
     table = c.integer(where + ("table",), raw["table"], "table", 1, 2**32 - 2) if "table" in raw else MAIN_TABLE
     metric = c.integer(where + ("metric",), raw["metric"], "metric", 0, 2**32 - 1) if "metric" in raw else 0
-    return Policy(node=node, destination=destination, mode=mode, segs=segs, dev=dev, table=table, metric=metric)
+    written = tuple(written_segment(s) for s in raw.get("segs") or ()) if isinstance(raw.get("segs"), list) else ()
+    return Policy(
+        node=node, destination=destination, mode=mode, segs=segs, dev=dev, table=table, metric=metric, written=written
+    )
+
+
+def written_segment(raw: Any) -> str:
+    """A segment as the operator wrote it: the address, or usid(100,200,300) for a container."""
+    if isinstance(raw, dict):
+        return f"usid({','.join(str(u) for u in raw.get('usids') or ())})"
+    return str(raw)
 
 
 def _parse_stamp_end(c: _Checker, where: tuple, raw: Any, nodes: dict) -> StampEnd | None:
@@ -1006,6 +1212,8 @@ def parse_intent(text: str, file: str = "intent.yaml", base_dir: Path | None = N
                         )
                     agents.setdefault(node.agent, node.name)
         known = nodes_raw if isinstance(nodes_raw, dict) else {}
+        if "usid" in raw:
+            intent.usid = c.usid = _parse_usid(c, raw["usid"])
         parsers = {
             "local_sids": _parse_local_sid,
             "policies": _parse_policy,

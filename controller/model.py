@@ -111,7 +111,9 @@ def segs(values) -> tuple[str, ...]:
 # Each takes plain values, so the intent side and the agent side share one definition.
 
 
-def local_sid_spec(action: str, dev: str, lookup_table: int, nh6: str, nh4: str, sids, count: bool) -> tuple:
+def local_sid_spec(
+    action: str, dev: str, lookup_table: int, nh6: str, nh4: str, sids, count: bool, flavors=(), lblen=0, nflen=0
+) -> tuple:
     return spec(
         action=action,
         dev=dev,
@@ -120,7 +122,15 @@ def local_sid_spec(action: str, dev: str, lookup_table: int, nh6: str, nh4: str,
         nh4=nh4 or "",
         segs=segs(sids),
         count=bool(count),
+        flavors=tuple(flavors),
+        lblen=int(lblen),
+        nflen=int(nflen),
     )
+
+
+def canon_sid(text: str) -> str:
+    """A local SID key: the address, or the locator prefix of a NEXT-C-SID SID."""
+    return canon_prefix(text) if "/" in text else canon_ip(text)
 
 
 def policy_spec(mode: str, sids, dev: str, metric: int) -> tuple:
@@ -237,8 +247,10 @@ def desired_state(intent: Intent) -> DesiredState:
             Resource(
                 "local_sid",
                 s.node,
-                (canon_ip(s.sid), s.table),
-                local_sid_spec(s.action, s.dev, s.lookup_table, s.nh6, s.nh4, s.segs, s.count),
+                (canon_sid(s.sid), s.table),
+                local_sid_spec(
+                    s.action, s.dev, s.lookup_table, s.nh6, s.nh4, s.segs, s.count, s.flavors, s.lblen, s.nflen
+                ),
             )
         )
     for p in intent.policies:

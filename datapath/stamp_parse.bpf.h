@@ -22,7 +22,7 @@ enum parse_outcome {
 	PARSE_OK = 0,
 	PARSE_OTHER_EXT_HEADER,  /* HBH/dest opts/fragment/non-SRH routing header */
 	PARSE_BAD_SRH,           /* truncated or inconsistent SRH */
-	PARSE_SRH_NOT_FINAL,     /* segments_left > 0 */
+	PARSE_SRH_NOT_FINAL,     /* segments_left > 0, the destination not yet segments[0] */
 	PARSE_NOT_UDP,
 	PARSE_SHORT_UDP,         /* UDP header beyond the frame */
 };
@@ -46,6 +46,24 @@ static __always_inline bool parse_ipv6(struct xdp_md *ctx, struct pkt_view *v)
 	if ((void *)(v->ip6 + 1) > data_end)
 		return false;
 	return v->eth->h_proto == ETH_P_IPV6_BE;
+}
+
+/*
+ * A compressed path (RFC 9800 NEXT-C-SID): the last micro-SID of a container
+ * shifted into place is the node's own address, which is also segments[0] of
+ * the SRH (segments_left 1). The node's End would now only decrement
+ * segments_left and copy segments[0] into the destination, which it already
+ * holds: the packet is at its final destination.
+ */
+static __always_inline bool at_final_segment(const struct ipv6hdr *ip6, struct ipv6_sr_hdr *srh,
+					     void *data_end)
+{
+	const __u32 *seg0 = (const void *)(srh + 1);
+	const __u32 *d = (const void *)&ip6->daddr;
+
+	if (srh->segments_left != 1 || (void *)(seg0 + 4) > data_end)
+		return false;
+	return d[0] == seg0[0] && d[1] == seg0[1] && d[2] == seg0[2] && d[3] == seg0[3];
 }
 
 /*
@@ -75,7 +93,7 @@ static __always_inline enum parse_outcome parse_srh_udp(struct xdp_md *ctx, stru
 			return PARSE_BAD_SRH;
 		if ((void *)srh + srh_len > data_end)
 			return PARSE_BAD_SRH;
-		if (srh->segments_left != 0)
+		if (srh->segments_left != 0 && !at_final_segment(v->ip6, srh, data_end))
 			return PARSE_SRH_NOT_FINAL;
 		v->srh = srh;
 		v->srh_len = srh_len;

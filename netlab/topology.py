@@ -164,6 +164,11 @@ class Route:
             for key in ("table", "nh6"):
                 if key in self.seg6local:
                     args += [key, str(self.seg6local[key])]
+            if "flavors" in self.seg6local:  # e.g. "next-csid" (RFC 9800), lengths default 32/16
+                args += ["flavors", self.seg6local["flavors"]]
+                for key in ("lblen", "nflen"):
+                    if key in self.seg6local:
+                        args += [key, str(self.seg6local[key])]
             if self.count:
                 args.append("count")
         if self.via:
@@ -410,7 +415,7 @@ ROUTE_KEYS = {
     "via": "next-hop address",
     "dev": "device",
     "seg6": "{mode, segs}",
-    "seg6local": "{action, table|nh6}",
+    "seg6local": "{action, table|nh6, flavors, lblen, nflen}",
     "count": "per-route seg6local counters",
     "metric": "route metric",
 }
@@ -481,7 +486,14 @@ def _parse_route(doc: _Doc, where: tuple, raw: Any) -> Route | None:
             doc,
             where + ("seg6local",),
             local,
-            {"action": "|".join(SUPPORTED_SEG6LOCAL), "table": "table id", "nh6": "next hop"},
+            {
+                "action": "|".join(SUPPORTED_SEG6LOCAL),
+                "table": "table id",
+                "nh6": "next hop",
+                "flavors": "iproute2 flavors, e.g. next-csid",
+                "lblen": "next-csid locator-block bits",
+                "nflen": "next-csid micro-SID bits",
+            },
             required=("action",),
         ):
             action = local.get("action")

@@ -20,6 +20,7 @@ import ipaddress
 import json
 import os
 import socket
+import struct
 import time
 from typing import Any
 
@@ -55,6 +56,10 @@ SEG6LOCAL_PARAMS = {
     "SEG6_LOCAL_OIF": "oif",
 }
 ENCAP_SEG6, ENCAP_SEG6LOCAL = 5, 7  # linux/lwtunnel.h LWTUNNEL_ENCAP_*
+# linux/seg6_local.h SEG6_LOCAL_FLAVORS (pyroute2 0.8 does not decode it: read from its bytes)
+SEG6_LOCAL_FLAVORS = 11
+FLV_OPERATION, FLV_LCBLOCK_BITS, FLV_LCNODE_FN_BITS = 1, 2, 3
+FLAVOR_OPS = {1: "psp", 2: "usp", 3: "usd", 4: "next-csid"}  # SEG6_LOCAL_FLV_OP_* -> iproute2 names
 IFF_UP = 0x1
 NUD_STATES = {
     0x01: "incomplete",
@@ -148,11 +153,39 @@ def _srh_segments_visiting_order(srh: dict) -> list[str]:
     return list(reversed(srh.get("segs") or []))
 
 
+def _nested(raw: bytes) -> dict[int, bytes]:
+    """type -> payload of the netlink attributes in raw."""
+    out, off = {}, 0
+    while off + 4 <= len(raw):
+        length, kind = struct.unpack_from("=HH", raw, off)
+        if length < 4:
+            break
+        out[kind & 0x3FFF] = raw[off + 4 : off + length]
+        off += (length + 3) & ~3
+    return out
+
+
+def _flavors(nla) -> dict[str, Any] | None:
+    """A SEG6_LOCAL_FLAVORS attribute pyroute2 left undecoded: {"operations": [...], "lblen",
+    "nflen"} (the lengths with next-csid only), or None when the attribute is another one."""
+    raw = bytes(nla.data[nla.offset : nla.offset + nla.length])
+    if len(raw) < 4 or struct.unpack_from("=H", raw, 2)[0] & 0x3FFF != SEG6_LOCAL_FLAVORS:
+        return None
+    attrs = _nested(raw[4:])
+    ops = struct.unpack("=I", attrs[FLV_OPERATION][:4])[0] if FLV_OPERATION in attrs else 0
+    out: dict[str, Any] = {"operations": [name for bit, name in sorted(FLAVOR_OPS.items()) if ops & (1 << bit)]}
+    if FLV_LCBLOCK_BITS in attrs and FLV_LCNODE_FN_BITS in attrs:
+        out["lblen"], out["nflen"] = attrs[FLV_LCBLOCK_BITS][0], attrs[FLV_LCNODE_FN_BITS][0]
+    return out
+
+
 def _local_sid(route, names: dict[int, str]) -> dict:
     params: dict[str, Any] = {}
     action = None
     for name, value in route.get_attr("RTA_ENCAP")["attrs"]:
-        if name == "SEG6_LOCAL_ACTION":
+        if name == "UNKNOWN" and _flavors(value) is not None:
+            params["flavors"] = _flavors(value)
+        elif name == "SEG6_LOCAL_ACTION":
             action = SEG6LOCAL_ACTIONS.get(value, f"action-{value}")
         elif name in SEG6LOCAL_PARAMS:
             key = SEG6LOCAL_PARAMS[name]

@@ -284,6 +284,18 @@ class _Measure:
     previous: _Measure | None = None  # the measure it replaced while unparsed: held again if it is malformed
 
 
+def sid_structure(lblen: int, nflen: int) -> dict:
+    """A NEXT-C-SID SID's structure as Jalapeno's ls_srv6_sid holds it (gobmp's SIDStructure, the
+    BGP-LS SRv6 SID Structure TLV): block, the micro-SID as the node, no function, and the rest of
+    the container as the argument (the micro-SIDs that follow)."""
+    return {
+        "locator_block_length": lblen,
+        "locator_node_length": nflen,
+        "function_length": 0,
+        "argument_length": 128 - lblen - nflen,
+    }
+
+
 @dataclass
 class TopologyModel:
     identity: Identity = field(default_factory=Identity)
@@ -581,6 +593,14 @@ class TopologyModel:
                 return node
             if any(_ip(s["sid"]) == a for s in view["local_sids"]):
                 return node
+        owners = [  # prefix SIDs (a NEXT-C-SID locator, a uDT6 in one): the longest one containing a
+            (int(s.get("prefixlen") or 128), node)
+            for node, view in sorted(self.views.items())
+            for s in view["local_sids"]
+            if int(s.get("prefixlen") or 128) < 128 and a in ipaddress.IPv6Network(f"{s['sid']}/{s['prefixlen']}")
+        ]
+        if owners:
+            return max(owners, key=lambda o: o[0])[1]
         for node, view in sorted(self.views.items()):
             for loc in view.get("locators") or []:
                 if a in ipaddress.IPv6Network(loc):
@@ -606,12 +626,45 @@ class TopologyModel:
             and _ip(s["params"]["nh6"]) == _ip(link.remote_ip)
         ]
 
+    def csid_format(self, addr: str) -> tuple[int, int] | None:
+        """(lblen, nflen) when addr is a NEXT-C-SID container: it lies in the block of a node's
+        next-csid SID (the view's params.flavors), else None."""
+        a = _ip(addr)
+        for view in self.views.values():
+            for s in view["local_sids"]:
+                flv = (s.get("params") or {}).get("flavors") or {}
+                if "next-csid" in flv.get("operations", ()) and flv.get("lblen"):
+                    block = ipaddress.IPv6Network(f"{s['sid']}/{flv['lblen']}", strict=False)
+                    if a in block:
+                        return flv["lblen"], flv["nflen"]
+        return None
+
+    def expand_sid(self, sid: str) -> list[str]:
+        """A SID as the addresses the packet carries on its way: a container gives one address
+        per micro-SID (the destination after each shift: block + the micro-SIDs left), any
+        other SID itself."""
+        fmt = self.csid_format(sid)
+        if fmt is None:
+            return [sid]
+        lblen, nflen = fmt
+        value, slots = int(_ip(sid)), (128 - lblen) // nflen
+        block = value >> (128 - lblen) << (128 - lblen)
+        mask = (1 << nflen) - 1
+        usids = [(value >> (128 - lblen - (i + 1) * nflen)) & mask for i in range(slots)]
+        usids = usids[: usids.index(0)] if 0 in usids else usids
+        out = []
+        for i in range(len(usids)):
+            rest = sum(u << (128 - lblen - (j + 1) * nflen) for j, u in enumerate(usids[i:]))
+            out.append(str(ipaddress.IPv6Address(block | rest)))
+        return out or [sid]
+
     def resolve_path(self, src: str, sids: list[str]) -> dict:
         """Nodes visited (src, then the owner of each SID, repeats collapsed) and, when every
         consecutive pair is adjacent, the links between them. A hop is matched to the link whose
-        remote address is the next SID if there is one, else to the only link between the pair."""
+        remote address is the next SID if there is one, else to the only link between the pair.
+        A NEXT-C-SID container stands for every node of its micro-SIDs (expand_sid)."""
         hops, unresolved = [src], []
-        for sid in sids:
+        for sid in (addr for s in sids for addr in self.expand_sid(s)):
             owner = self.owner_of(sid)
             if owner is None:
                 unresolved.append(sid)
@@ -767,6 +820,13 @@ class TopologyModel:
         }
 
     def _sid_doc(self, node: str, sid: dict) -> dict:
+        doc = self._sid_doc_base(node, sid)
+        flv = (sid.get("params") or {}).get("flavors") or {}
+        if "next-csid" in flv.get("operations", ()) and flv.get("lblen"):
+            doc["srv6_sid_structure"] = sid_structure(flv["lblen"], flv["nflen"])
+        return doc
+
+    def _sid_doc_base(self, node: str, sid: dict) -> dict:
         return {
             "_key": self.sid_key(node, sid["sid"]),
             "srv6_sid": sid["sid"],

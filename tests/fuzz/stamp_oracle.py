@@ -116,7 +116,10 @@ def parse_transport(f: bytes) -> Transport:
         # Segments Left <= Last Entry
         if (last + 1) * 2 > hdrlen or segleft > last or l4 + srh_len > len(f):
             return Transport("bad_srh")
-        if segleft != 0:
+        # final also with Segments Left 1 when the destination already is segments[0]: the last
+        # micro-SID of a NEXT-C-SID container shifted in (RFC 9800); the End would only copy it
+        at_final = segleft == 1 and f[38:54] == f[l4 + 8 : l4 + 24]
+        if segleft != 0 and not at_final:
             return Transport("srh_not_final")
         nexthdr, l4 = nh, l4 + srh_len
     if nexthdr in EXT_HEADERS_NOT_PARSED:

@@ -632,3 +632,43 @@ def test_bgp_ls_fields_are_typed_as_igp_graph_reads_them():
     g = bgp_ls_fields({"unidir_link_delay": -3.0, "unidir_packet_loss": 100.0})
     assert (g["unidir_link_delay"], g["unidir_packet_loss"]) == (0, RFC8570_MAX)
     assert bgp_ls_fields({"unidir_packet_loss": 50.331642})["unidir_packet_loss"] == 16777214
+
+
+USID_LINE4 = REPO / "netlab" / "topologies" / "usid_line4.yaml"
+
+
+def test_containers_expand_into_the_nodes_of_their_micro_sids():
+    """netlab usid_line4: R1 and R2 hold NEXT-C-SID locators (micro-SIDs 200, 300), B holds
+    fcbb:bbbb:400:: and A fcbb:bbbb:100::; one container each way."""
+    m = model_with(*expected_views(USID_LINE4, generated_at_ns=1_000_000_000).values())
+    assert m.expand_sid("fcbb:bbbb:200:300:400::") == [
+        "fcbb:bbbb:200:300:400::",
+        "fcbb:bbbb:300:400::",
+        "fcbb:bbbb:400::",
+    ]
+    assert m.expand_sid("fc00:12::2") == ["fc00:12::2"]  # not in a NEXT-C-SID block
+    fwd = m.resolve_path("A", ["fcbb:bbbb:200:300:400::", "fcbb:bbbb:400::"])
+    assert fwd["hops"] == ["A", "R1", "R2", "B"] and fwd["unresolved_sids"] == []
+    assert [(l.local_node, l.remote_node) for l in fwd["links"]] == [("A", "R1"), ("R1", "R2"), ("R2", "B")]
+    back = m.resolve_path("B", ["fcbb:bbbb:300:200:100::", "fcbb:bbbb:100::"])
+    assert back["hops"] == ["B", "R2", "R1", "A"] and len(back["links"]) == 3
+    # a micro-SID no node holds leaves the path unresolved, naming the address after the shift
+    bad = m.resolve_path("A", ["fcbb:bbbb:200:777:400::"])
+    assert bad["links"] is None and bad["unresolved_sids"] == ["fcbb:bbbb:777:400::"]
+
+
+def test_next_csid_sids_carry_jalapenos_sid_structure():
+    """segscope_srv6_sid documents of NEXT-C-SID SIDs hold srv6_sid_structure with the field names
+    of Jalapeno's ls_srv6_sid (gobmp's SIDStructure): block 32, micro-SID 16, the other 80 bits the
+    argument; a SID without the flavour has none."""
+    docs = model_with(*expected_views(USID_LINE4, generated_at_ns=1_000_000_000).values()).documents()
+    sids = docs["segscope_srv6_sid"]
+    assert sids["0_R1_fcbb:bbbb:200::"]["srv6_sid_structure"] == {
+        "locator_block_length": 32,
+        "locator_node_length": 16,
+        "function_length": 0,
+        "argument_length": 80,
+    }
+    assert sids["0_R1_fcbb:bbbb:200::"]["params"]["flavors"] == {"operations": ["next-csid"], "lblen": 32, "nflen": 16}
+    plain = model_with(*views()).documents()["segscope_srv6_sid"]["0_R_fc00:2::e"]
+    assert "srv6_sid_structure" not in plain

@@ -72,6 +72,12 @@ def expected_views(topology_path, generated_at_ns: int = 1_000_000_000) -> dict[
         for r in node.routes:
             if r.seg6local:
                 params = {k: r.seg6local[k] for k in ("table", "nh6") if k in r.seg6local}
+                if "flavors" in r.seg6local:  # as the kernel reports it: next-csid lengths filled in
+                    ops = r.seg6local["flavors"].split(",")
+                    params["flavors"] = {"operations": [o for o in ("psp", "usp", "usd", "next-csid") if o in ops]}
+                    if "next-csid" in ops:
+                        params["flavors"]["lblen"] = r.seg6local.get("lblen", 32)
+                        params["flavors"]["nflen"] = r.seg6local.get("nflen", 16)
                 sids.append(
                     {
                         "sid": r.dst.split("/")[0],
