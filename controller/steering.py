@@ -6,6 +6,8 @@ segscope measures (docs/steering.md).
         destination: "fd00:b::/64"                # the policy (an entry of `policies:`)
         candidates:                               # the SID lists it may use
           - {name: p1, segs: [...], return_segs: [...], sender_dev: a1, reflector_dev: b1}
+            # probe_segs: the probe's SID list (default: segs without its last SID, the egress's
+            # decapsulation SID; the probe goes to the reflector's address instead)
         probe: {ssid: 101, rate_pps: 20, source: "fc00:1::1",
                 reflector: {node: B, address: "fc00:3::1"}}   # one STAMP session per candidate
         objective: lowest_delay                   # lowest_loss | {bounded: ..} (below)
@@ -41,7 +43,7 @@ STEERING_KEYS = (
     "verify_s",
     "dry_run",
 )
-CANDIDATE_KEYS = ("name", "segs", "return_segs", "sender_dev", "reflector_dev")
+CANDIDATE_KEYS = ("name", "segs", "probe_segs", "return_segs", "sender_dev", "reflector_dev")
 PROBE_KEYS = ("ssid", "rate_pps", "source", "reflector", "direction")
 PROBE_REFLECTOR_KEYS = ("node", "address")
 OBJECTIVE_KEYS = ("kind", "max_delay_us", "max_loss_pct", "prefer")
@@ -57,6 +59,7 @@ class Candidate:
     ssid: int  # the STAMP session that measures it (probe.ssid + index)
     return_segs: tuple[str, ...] = ()
     sender_dev: str = ""  # where the probe's replies arrive on the policy's node
+    probe_segs: tuple[str, ...] = ()  # the probe's SID list: segs without the egress's decap SID
     reflector_dev: str = ""  # where the probes arrive on the reflector node
 
 
@@ -148,7 +151,9 @@ def parse_steering(c, where: tuple, raw: Any, nodes: dict, policies: dict) -> St
     if probe is None or not candidates:
         return None
     candidates = tuple(
-        Candidate(cand.name, cand.segs, probe.ssid + i, cand.return_segs, cand.sender_dev, cand.reflector_dev)
+        Candidate(
+            cand.name, cand.segs, probe.ssid + i, cand.return_segs, cand.sender_dev, cand.reflector_dev, cand.probe_segs
+        )
         for i, cand in enumerate(candidates)
     )
     return Steering(
@@ -194,6 +199,13 @@ def _parse_candidates(c, where: tuple, raw: Any, probe_raw: Any) -> list[Candida
         name = c.string(here + ("name",), item.get("name"), "candidate name") if "name" in item else f"c{i}"
         segs = c.sid_list(here + ("segs",), item.get("segs"), allow_empty=False) if "segs" in item else ()
         back = c.sid_list(here + ("return_segs",), item.get("return_segs"), allow_empty=True)
+        # the policy's last SID decapsulates at the egress (End.DT6 ...): a probe ends at the
+        # reflector's address instead, so by default it carries the SIDs before that one
+        probe = (
+            c.sid_list(here + ("probe_segs",), item["probe_segs"], allow_empty=True)
+            if "probe_segs" in item
+            else segs[:-1]
+        )
         sender_dev = c.ifname(here + ("sender_dev",), item["sender_dev"]) if "sender_dev" in item else ""
         refl_dev = c.ifname(here + ("reflector_dev",), item["reflector_dev"]) if "reflector_dev" in item else ""
         if name in seen_names:
@@ -206,7 +218,7 @@ def _parse_candidates(c, where: tuple, raw: Any, probe_raw: Any) -> list[Candida
             c.err(here + ("segs",), f"same SID list as candidates[{seen_segs[segs]}]", "list each SID list once")
         seen_names.setdefault(name, i)
         seen_segs.setdefault(segs, i)
-        out.append(Candidate(name, segs, 0, back, sender_dev, refl_dev))
+        out.append(Candidate(name, segs, 0, back, sender_dev, refl_dev, probe))
     return out
 
 
@@ -295,7 +307,7 @@ def probe_sessions(s: Steering, stamp_session_cls, stamp_end_cls) -> list:
             ssid=cand.ssid,
             sender=stamp_end_cls(s.node, s.probe.source, cand.sender_dev),
             reflector=stamp_end_cls(s.probe.reflector_node, s.probe.reflector_address, cand.reflector_dev),
-            segs=cand.segs,
+            segs=cand.probe_segs,
             return_segs=cand.return_segs,
             rate_pps=s.probe.rate_pps,
         )

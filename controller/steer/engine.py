@@ -45,6 +45,7 @@ class Numbers:
     delay_us: float
     loss_pct: float
     seconds: int
+    last_second: int = 0  # the newest second of the window (UTC, s)
 
     def as_fields(self, side: str) -> dict[str, float]:
         return {f"{side}_delay_us": round(self.delay_us, 1), f"{side}_loss_pct": round(self.loss_pct, 3)}
@@ -190,7 +191,9 @@ class Engine:
                     best = (value, cand, rule)
         if best is None:
             return None
-        return Decision("switch", spec, active, best[1], _numbers(a), _numbers(measured[best[1].name]), best[2])
+        return Decision(
+            "switch", spec, active, best[1], self._numbers(st, active), self._numbers(st, best[1]), best[2]
+        )
 
     @staticmethod
     def _better(spec: Steering, kind: str, a: list[Sample], c: list[Sample]) -> str:
@@ -227,8 +230,15 @@ class Engine:
                 return None  # the active one broke a limit in some seconds only: not N consecutive
             why = "more preferred candidate meets the limits" if active_meets else "active broke the limits"
             rule = f"bounded: {why} in each of {spec.hysteresis.seconds} s ({_limits(spec)})"
-            return Decision("switch", spec, active, cand, _numbers(a), _numbers(c), rule)
+            return Decision("switch", spec, active, cand, self._numbers(st, active), self._numbers(st, cand), rule)
         return None
+
+    def _numbers(self, st: PolicyState, cand: Candidate) -> Numbers:
+        """The candidate's numbers over the window just judged (its newest n seconds)."""
+        owner = (st.spec.key, cand.name)
+        newest, n = self.newest[owner], st.spec.hysteresis.seconds
+        window = [self.series[owner][s] for s in range(newest - n + 1, newest + 1)]
+        return _numbers(window, newest)
 
     @staticmethod
     def _within_limits(spec: Steering, window: list[Sample]) -> bool:
@@ -269,11 +279,11 @@ class Engine:
         st.verify = None
         seconds = [s for s in sorted(series) if s >= v.from_second][: st.spec.verify_s]
         window = [series[s] for s in seconds]
-        now_numbers = _numbers(window)
+        now_numbers = _numbers(window, seconds[-1])
         # the old path over the same seconds: when everything got worse, going back helps nothing
         old_series = self.series[(key, v.from_.name)]
         old_now = [old_series[s] for s in seconds if s in old_series]
-        old_numbers = _numbers(old_now) if len(old_now) == len(seconds) else v.before
+        old_numbers = _numbers(old_now, seconds[-1]) if len(old_now) == len(seconds) else v.before
         if not (self._worse(st.spec, v.before, now_numbers) and self._worse(st.spec, old_numbers, now_numbers)):
             st.counts["verified"] += 1
             return None
@@ -322,9 +332,12 @@ def _mean(window: list[Sample], kind: str) -> float:
     return sum(values) / len(values)
 
 
-def _numbers(window: list[Sample]) -> Numbers:
+def _numbers(window: list[Sample], last_second: int = 0) -> Numbers:
     return Numbers(
-        sum(s.delay_us for s in window) / len(window), sum(s.loss_pct for s in window) / len(window), len(window)
+        sum(s.delay_us for s in window) / len(window),
+        sum(s.loss_pct for s in window) / len(window),
+        len(window),
+        last_second,
     )
 
 

@@ -71,6 +71,8 @@ def decision_line(
         **{k: f"{v}" for k, v in d.from_numbers.as_fields("from").items()},
         **{k: f"{v}" for k, v in d.to_numbers.as_fields("to").items()},
         "seconds": f"{d.from_numbers.seconds}i",
+        "from_last_second": f"{d.from_numbers.last_second}i",
+        "to_last_second": f"{d.to_numbers.last_second}i",
         "rule": _str(d.rule),
         "dry_run": f"{int(dry_run)}i",
         "ok": f"{int(ok)}i",
@@ -145,14 +147,15 @@ class SteerService:
         if owner is None:
             return 0
         spec = self.policies[owner[0]]
-        if tags.get("direction") != spec.probe.direction or point.timestamp is None:
+        if tags.get("direction") != spec.probe.direction or point.timestamp_ns is None:
             return 0
         count = int(fields.get("count", 0))
         delay = fields.get("mean_us")
         if count <= 0 or delay is None:
             self.counts["incomplete_points"] += 1  # a point still mid-write, or no packet
             return 0
-        key = self.engine.observe(tags["node"], ssid, point.timestamp // 1_000_000_000, float(delay), count)
+        key = self.engine.observe(tags["node"], ssid, point.timestamp_ns // 1_000_000_000, float(delay), count)
+        self.counts["points"] += 1
         self._pending.setdefault(key, kafka_ts_s)
         return 1
 
@@ -345,6 +348,7 @@ class SteerService:
                         self._produce(self.policy_line(key, outcome, time.time_ns()))
                 if tick:
                     next_tick = time.monotonic() + 1.0
+                    self._log_progress()
                     if self._leading and not self._synced:
                         with self.leadership.acting() as ok:
                             if ok:
@@ -355,6 +359,21 @@ class SteerService:
             self._producer.flush(5)
             for client in self.clients.values():
                 client.close()
+
+    def _log_progress(self) -> None:
+        """Every 10 s: what was read and what the evaluations found (the log says why nothing moves)."""
+        now = time.monotonic()
+        if now < getattr(self, "_next_progress", 0.0):
+            return
+        self._next_progress = now + 10.0
+        states = {k[6:]: v for k, v in sorted(self.counts.items()) if k.startswith("state_")}
+        log.info(
+            "points used %d, incomplete %d, bad lines %d; evaluations %s",
+            self.counts["points"],
+            self.counts["incomplete_points"],
+            self.counts["bad_lines"],
+            states,
+        )
 
     def _follow_leadership(self) -> None:
         leading = self.leadership.leading()
