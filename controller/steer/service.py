@@ -20,6 +20,7 @@ from __future__ import annotations
 import collections
 import logging
 import os
+import re
 import threading
 import time
 
@@ -40,6 +41,8 @@ UNREACHABLE = {"UNAVAILABLE", "DEADLINE_EXCEEDED"}
 BACKOFF_S = (1.0, 2.0, 4.0, 8.0, 16.0, 30.0)  # an unreachable agent is tried again after these
 CALL_TIMEOUT_S = 5.0
 STAMP_PREFIX = b"stamp_delay,"
+COUNT_RE = re.compile(rb"(?:^|,)count=(\d+)i")
+MEAN_RE = re.compile(rb"(?:^|,)mean_us=([-+0-9.eE]+)")
 
 
 def _tag(value: str) -> str:
@@ -108,6 +111,13 @@ class SteerService:
         self.clock = clock  # UTC seconds: the time base of the measurements' seconds
         self.kafka_config = kafka_config or {}
         self.engine = Engine(list(intent.steering))
+        self._wanted_directions = tuple({f"direction={s.probe.direction}".encode() for s in intent.steering})
+        # a stamp_delay line of a wanted direction, tags in the delay processor's order (schemas/metrics.md)
+        wanted = b"|".join(d.split(b"=")[1] for d in self._wanted_directions)
+        self._line_re = re.compile(
+            rb"^stamp_delay,node=([^,\\\n ]*),ssid=(\d+),path=[^ \n]*,direction=(" + wanted + rb") ([^ \n]*) (\d+)$",
+            re.M,
+        )
         self.clients: dict[str, AgentClient] = {}
         self.counts: collections.Counter = collections.Counter()
         self.latencies_ms: list[float] = []  # Kafka arrival -> agent call, per carried-out decision
@@ -122,20 +132,45 @@ class SteerService:
 
     # ------------------------------------------------------------------ input
     def handle_message(self, value: bytes, kafka_ts_s: float) -> int:
-        """Feeds a segscope.metrics message's stamp_delay lines of our probes to the engine."""
+        """Feeds a segscope.metrics message's stamp_delay lines of our probes to the engine.
+
+        Fast path (bench/steer_evaluate.py): one regex pass over the whole message finds the lines
+        of the wanted directions and their tags; only the lines of our probes have their fields
+        read. A message where that pass finds fewer such lines than the message has (a tag with an
+        escape, e.g. a node name with a space) goes line by line through the full parser."""
         if STAMP_PREFIX not in value:
             return 0
+        expected = sum(value.count(d + b" ") for d in self._wanted_directions)
+        found = self._line_re.findall(value)
+        if len(found) != expected:
+            return sum(
+                self._observe_parsed(raw, kafka_ts_s) for raw in value.split(b"\n") if raw.startswith(STAMP_PREFIX)
+            )
         used = 0
-        for raw in value.split(b"\n"):
-            if not raw.startswith(STAMP_PREFIX):
+        by_session = self.engine.by_session
+        for node_b, ssid_b, direction, fields, ts in found:
+            node, ssid = node_b.decode(), int(ssid_b)
+            if (node, ssid) not in by_session:
                 continue
-            try:
-                point = parse_line(raw.decode())
-            except (LineError, UnicodeDecodeError):
-                self.counts["bad_lines"] += 1
-                continue
-            used += self.observe_point(point, kafka_ts_s)
+            count, mean = COUNT_RE.search(fields), MEAN_RE.search(fields)
+            used += self._observe(
+                node,
+                ssid,
+                direction.decode(),
+                int(ts),
+                int(count.group(1)) if count else 0,
+                float(mean.group(1)) if mean else None,
+                kafka_ts_s,
+            )
         return used
+
+    def _observe_parsed(self, raw: bytes, kafka_ts_s: float) -> int:
+        try:
+            point = parse_line(raw.decode())
+        except (LineError, UnicodeDecodeError, ValueError):
+            self.counts["bad_lines"] += 1
+            return 0
+        return self.observe_point(point, kafka_ts_s)
 
     def observe_point(self, point, kafka_ts_s: float) -> int:
         tags, fields = point.tags, point.fields
@@ -143,18 +178,30 @@ class SteerService:
             ssid = int(tags.get("ssid", ""))
         except ValueError:
             return 0
-        owner = self.engine.by_session.get((tags.get("node", ""), ssid))
+        count = int(fields.get("count", 0))
+        return self._observe(
+            tags.get("node", ""),
+            ssid,
+            tags.get("direction", ""),
+            point.timestamp_ns,
+            count,
+            fields.get("mean_us"),
+            kafka_ts_s,
+        )
+
+    def _observe(
+        self, node: str, ssid: int, direction: str, ts_ns: int | None, count: int, delay, kafka_ts_s: float
+    ) -> int:
+        owner = self.engine.by_session.get((node, ssid))
         if owner is None:
             return 0
         spec = self.policies[owner[0]]
-        if tags.get("direction") != spec.probe.direction or point.timestamp_ns is None:
+        if direction != spec.probe.direction or ts_ns is None:
             return 0
-        count = int(fields.get("count", 0))
-        delay = fields.get("mean_us")
         if count <= 0 or delay is None:
             self.counts["incomplete_points"] += 1  # a point still mid-write, or no packet
             return 0
-        key = self.engine.observe(tags["node"], ssid, point.timestamp_ns // 1_000_000_000, float(delay), count)
+        key = self.engine.observe(node, ssid, ts_ns // 1_000_000_000, float(delay), count)
         self.counts["points"] += 1
         self._pending.setdefault(key, kafka_ts_s)
         return 1
@@ -333,7 +380,9 @@ class SteerService:
         try:
             while not stop.is_set():
                 self._follow_leadership()
-                for msg in consumer.consume(500, 0.1):
+                first = consumer.poll(0.1)  # wakes at the first message: the decision latency starts there
+                batch = [first, *consumer.consume(500, 0)] if first is not None else []
+                for msg in batch:
                     if msg.error() is None:
                         self.handle_message(msg.value() or b"", msg.timestamp()[1] / 1000.0)
                 now = self.clock()

@@ -69,3 +69,12 @@ def test_decision_record_holds_both_sides_and_the_rule():
     assert (f["from"], f["to"], f["from_delay_us"], f["to_delay_us"], f["seconds"]) == ("p1", "p2", 6300.0, 2000.0, 5)
     assert f["to_segs"] == "fc00:12::e,fc00:3::d6" and f["ok"] == 1 and f["latency_ms"] == 41.0
     assert f["rule"].startswith("lowest_delay: better by >= 10 % and >= 200 us in each of 5 s")
+
+
+def test_a_message_with_an_escaped_tag_is_read_by_the_full_parser():
+    s = service()
+    other = point("edge\\ router", 101, "forward", T0, 9999.0)  # a node name with a space: escaped
+    msg = b"\n".join([other, point("A", 101, "forward", T0, 1300.0), point("A", 102, "forward", T0, 2000.0)])
+    assert s.handle_message(msg, T0 + 1) == 2
+    key = s.intent.steering[0].key
+    assert s.engine.series[(key, "p1")][T0].delay_us == 1300.0 and s.counts["bad_lines"] == 0

@@ -47,10 +47,19 @@ STARTED: list = []  # every replica a test started: the fixture stops what is le
 class Steer:
     """One segscope-steer replica, a process of its own (kill -9 must be real)."""
 
-    def __init__(self, run_dir: Path, kafka: str, replica: str, policy_set: str, *args: str, env: dict | None = None):
+    def __init__(
+        self,
+        run_dir: Path,
+        kafka: str,
+        replica: str,
+        policy_set: str,
+        *args: str,
+        env: dict | None = None,
+        intent: Path = INTENT,
+    ):
         self.log_path = run_dir / f"steer-{replica}.log"
         self.replica = replica
-        cmd = [sys.executable, "-m", "controller.steer", str(INTENT), "--kafka", kafka, "--replica", replica]
+        cmd = [sys.executable, "-m", "controller.steer", str(intent), "--kafka", kafka, "--replica", replica]
         cmd += ["--policy-set", policy_set, *args]
         with open(self.log_path, "w") as log:
             self.proc = subprocess.Popen(
@@ -266,9 +275,38 @@ def test_stopped_measurements_never_switch_and_raise_the_alert(setup):
         set_forward_delay(lab, "a2", BASE_US["a2"])  # p1 keeps its +5 ms: p2 stays the best
 
 
-def test_leader_killed_during_a_decision_the_standby_acts_once(setup):
+def test_a_sid_list_the_agent_refuses_leaves_the_previous_path(setup, tmp_path):
+    """p3's SID list made uninstallable (a multicast first SID: the agent refuses it) in a copy of
+    the intent; its probe still measures the path over R3 (probe_segs)."""
     lab, kafka = setup["lab"], setup["kafka"]
     setup["leader"].stop()
+    text = INTENT.read_text().replace(
+        'segs: ["fc00:13::e", "fc00:3::d6"], return_segs',
+        'segs: ["ff0e::13", "fc00:3::d6"], probe_segs: ["fc00:13::e"], return_segs',
+    )
+    bad = tmp_path / "tri3_refused.yaml"
+    bad.write_text(text.replace("${SEGSCOPE_CERTS:-../../.run/tri/certs}", os.environ["SEGSCOPE_CERTS"]))
+    steer = Steer(setup["run_dir"], kafka, "x1", setup["set"] + "x", intent=bad)
+    watch = RouteWatch(lab)
+    try:
+        steer.wait_log(r"leads the policy set", 30)
+        time.sleep(5)
+        assert active_path(lab) == "p2"
+        set_forward_delay(lab, "a2", 9000)  # p3 (1500 us) is now the best, and cannot be installed
+        steer.wait_log(r"switch A:fd00:b::/64: p2 -> p3 not done: refused: INVALID_ARGUMENT", 20)
+        time.sleep(2)
+        changes = watch.stop()
+        assert changes == [] and active_path(lab) == "p2"  # the previous path stays
+        refused = [p for p in steer_points(kafka, "steering_decision") if p.tags["replica"] == "x1"]
+        assert [(p.tags["kind"], p.fields["ok"], p.fields["to"]) for p in refused] == [("refused", 0, "p3")]
+        assert "multicast" in refused[0].fields["error"]
+    finally:
+        set_forward_delay(lab, "a2", BASE_US["a2"])
+        steer.stop()
+
+
+def test_leader_killed_during_a_decision_the_standby_acts_once(setup):
+    lab, kafka = setup["lab"], setup["kafka"]
     pause = {"SEGSCOPE_STEER_TEST_PAUSE_S": "3"}
     first = Steer(setup["run_dir"], kafka, "k1", setup["set"] + "k", env=pause)
     first.wait_log(r"leads the policy set", 30)
