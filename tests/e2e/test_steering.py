@@ -11,6 +11,7 @@ and the probes' forward delay take). Which SID list the policy has is read from 
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -169,7 +170,14 @@ def setup(stack, bpffs, tmp_path_factory):
         pipe.start()
         pipe.apply(load_intent(INTENT))
         assert active_path(lab) == "p1"
-        yield {"lab": lab, "pipe": pipe, "kafka": stack.kafka_bootstrap, "run_dir": run_dir, "set": own_name("tri3")}
+        yield {
+            "lab": lab,
+            "pipe": pipe,
+            "kafka": stack.kafka_bootstrap,
+            "influx": stack.influx_url,
+            "run_dir": run_dir,
+            "set": own_name("tri3"),
+        }
     finally:
         for steer in STARTED:
             steer.stop()
@@ -332,3 +340,22 @@ def test_leader_killed_during_a_decision_the_standby_acts_once(setup):
         set_forward_delay(lab, "a1", BASE_US["a1"])
         second.stop()
         first.proc.wait()
+
+
+def test_controller_status_lists_the_decisions_from_influxdb(setup):
+    """Telegraf wrote the steer's lines to InfluxDB; `controller status` shows them."""
+    env = {**os.environ, "PYTHONPATH": f"{REPO}:{REPO / 'schemas' / 'python'}"}
+    cmd = [sys.executable, "-m", "controller", "status", "--json", str(INTENT), "--influx-url", setup["influx"]]
+    deadline = time.monotonic() + 30
+    while True:
+        out = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, env=env, timeout=60)
+        steering = json.loads(out.stdout).get("steering", {})
+        kinds = {(d["kind"], d["from"], d["to"], d["ok"]) for d in steering.get("decisions", [])}
+        if ("switch", "p2", "p3", True) in kinds or time.monotonic() > deadline:
+            break
+        time.sleep(2)
+    assert {("switch", "p1", "p2", True), ("rollback", "p3", "p2", True), ("refused", "p2", "p3", False)} <= kinds
+    policy = steering["policies"][0]
+    assert (policy["node"], policy["policy"], policy["active"]) == ("A", "fd00:b::/64", "p3")
+    text = subprocess.run(cmd[:4] + cmd[5:], capture_output=True, text=True, cwd=REPO, env=env, timeout=60).stdout
+    assert "steering (segscope-steer):" in text and "rollback p3 (" in text
