@@ -132,8 +132,9 @@ active path +5 ms for 20 s: {r["decisions"]} decisions.
 |---|---|---|---|---|
 {row}
 
-The CPU is mostly parsing the 9 lines per policy (3 candidates x 3 directions) the delay processor
-writes; the decision itself is a small part (the engine alone: `tests/controller/test_steer_engine.py`).
+Before the worker read a message in one regex pass (the full line-protocol parser only for lines
+with an escaped tag) and the engine's hot path was trimmed, the same run gave 2,556 policies per
+CPU-second (load 13); the goal is met with little margin, at load 1.
 """
 
 

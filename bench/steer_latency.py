@@ -5,7 +5,7 @@
 A Kafka broker of its own, a netlab `pair` lab with a real agent on X (mutual TLS) that holds the
 steered policy fd00:99::/64, and segscope-steer's SteerService (the code `segscope-steer` runs)
 consuming `segscope.metrics`. A producer publishes, once a second, the stamp_delay lines of the
-policy's three candidates as the delay processor does (one message); every 4 s another
+policy's three candidates as the delay processor does (one message); every 3 s another
 candidate's delay rises by 5 ms, so the policy moves every few seconds (hysteresis 10 % /
 200 us / 2 s, no hold-down). Latency = agent call start - the Kafka timestamp (CreateTime) of the
 message that completed the decision's window; every call must succeed and the node's policy must
@@ -17,6 +17,7 @@ end on the SID list of the last decision.
 from __future__ import annotations
 
 import argparse
+import math
 import statistics
 import sys
 import threading
@@ -89,7 +90,9 @@ def run(seconds: int, port_base: int) -> dict:
         try:
             intent = parse_intent(intent_text(agents.addresses["X"], agents.certs), "bench.yaml")
             client = AgentClient(intent.nodes["X"])
-            policy = srv6_pb2.Policy(destination="fd00:99::/64", segments=[SEGS["p1"]], device="x0")
+            policy = srv6_pb2.Policy(
+                destination="fd00:99::/64", segments=[SEGS["p1"]], device="x0", mode=srv6_pb2.ENCAP_MODE_ENCAP
+            )
             client.call(client.srv6, "CreatePolicy", srv6_pb2.CreatePolicyRequest(policy=policy))
             service = SteerService(intent, stack.kafka_bootstrap, NoElection(), "bench")
             stop = threading.Event()
@@ -102,7 +105,7 @@ def run(seconds: int, port_base: int) -> dict:
             while time.time() < t_end:
                 now = time.time()
                 second = int(now) - 1  # the second that just closed, as the delay processor emits it
-                publish(producer, second, order[(second // 4) % 3])
+                publish(producer, second, order[(second // 3) % 3])
                 time.sleep(max(0.0, int(now) + 1.05 - time.time()))
             time.sleep(2)
             stop.set()
@@ -123,7 +126,7 @@ def run(seconds: int, port_base: int) -> dict:
         "decisions": len(done),
         "kinds": {k: sum(1 for d in done if d["kind"] == k) for k in ("switch", "rollback")},
         "p50": statistics.median(lat),
-        "p99": lat[min(len(lat) - 1, int(0.99 * len(lat)))],
+        "p99": lat[min(len(lat) - 1, math.ceil(0.99 * len(lat)) - 1)],
         "max": lat[-1],
         "mean_call_ms": statistics.mean(d["call_ms"] for d in done),
     }
@@ -131,21 +134,26 @@ def run(seconds: int, port_base: int) -> dict:
 
 def report(r: dict, m: dict) -> str:
     ok = "meets" if r["p99"] <= GOAL_P99_MS else "MISSES"
+    row = (
+        f"| {r['decisions']} | {r['p50']:.1f} ms | {r['p99']:.1f} ms | {r['max']:.1f} ms | "
+        f"<= {GOAL_P99_MS:.0f} ms ({ok}) | {r['mean_call_ms']:.1f} ms |"
+    )
     return f"""## Steering: decision latency, Kafka arrival -> agent call (`bench/steer_latency.py`)
 
 {machine_line(m)}, {m.get("date", "")}. A broker of its own, a real agent on netlab `pair` (mutual
 TLS), SteerService consuming `segscope.metrics`; one stamp_delay message a second for three
-candidates, the worst one changing every 4 s (hysteresis 10 % / 200 us / 2 s, no hold-down), for
-{r["seconds"]} s: {r["decisions"]} decisions ({r["kinds"]["switch"]} switches, {r["kinds"]["rollback"]}
-rollbacks), every UpdatePolicy succeeded and the node ended on the last decision's SID list.
+candidates, the worst one changing every 3 s (hysteresis 10 % / 200 us / 2 s, no hold-down), for
+{r["seconds"]} s: {r["decisions"]} decisions ({r["kinds"]["switch"]} switches, {r["kinds"]["rollback"]} rollbacks),
+every UpdatePolicy succeeded and the node ended on the last decision's SID list.
 Latency = the agent call's start - the Kafka timestamp (CreateTime, ms) of the message that
 completed the window.
 
 | decisions | p50 | p99 | max | goal p99 | UpdatePolicy call (mean) |
 |---|---|---|---|---|---|
-| {r["decisions"]} | {r["p50"]:.1f} ms | {r["p99"]:.1f} ms | {r["max"]:.1f} ms | <= {GOAL_P99_MS:.0f} ms ({ok}) | {r["mean_call_ms"]:.1f} ms |
+{row}
 
-With {r["decisions"]} samples the p99 is the second largest value or the largest.
+With {r["decisions"]} samples the p99 is the value of rank ceil(0.99 x {r["decisions"]}) (below 100 samples:
+the largest).
 """
 
 

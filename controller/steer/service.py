@@ -123,7 +123,7 @@ class SteerService:
         self.latencies_ms: list[float] = []  # Kafka arrival -> agent call, per carried-out decision
         self.decisions: list[dict] = []  # what this replica decided (for tests and the status)
         self._leading = False
-        self._synced = False
+        self._synced: set[tuple] = set()  # policies read from their node since this replica leads
         self._unreachable: dict[tuple, int] = {}  # policy -> consecutive failed calls
         self._pending: dict[tuple, float] = {}  # policy -> Kafka time (s) of the data that woke it
         self._producer = None
@@ -228,11 +228,10 @@ class SteerService:
         with self.leadership.acting() as ok:
             if not ok:
                 return
-            if not self._synced:
-                self._sync_active()
-                if self.engine.policies[key].active != d.from_:
-                    return  # the node already has another candidate (a predecessor's switch): decide again
-            if self._pause_before_call_s:
+            error = None if key in self._synced else self._sync_one(key)
+            if error is None and self.engine.policies[key].active != d.from_:
+                return  # the node already has another candidate (a predecessor's switch): decide again
+            if self._pause_before_call_s and error is None:
                 log.warning(
                     "decided %s -> %s for %s; pausing %.1f s before the call (test)",
                     d.from_.name,
@@ -243,7 +242,8 @@ class SteerService:
                 time.sleep(self._pause_before_call_s)
             t_call = time.time()
             latency_ms = (t_call - woke_at) * 1000 if woke_at else None
-            error = self._update_policy(spec, d.to.segs)
+            if error is None:
+                error = self._update_policy(spec, d.to.segs)
             call_ms = (time.time() - t_call) * 1000
         if error is None:
             self.engine.switched(key, d, now)
@@ -289,25 +289,33 @@ class SteerService:
         return None
 
     def _sync_active(self) -> None:
-        """What every steered policy's node really has: the engine follows it (take-over)."""
-        for key, spec in self.policies.items():
-            client = self._client(spec.node)
-            try:
-                got = client.call(
-                    client.srv6,
-                    "GetPolicy",
-                    srv6_pb2.GetPolicyRequest(destination=spec.destination, table=spec.table),
-                    timeout=CALL_TIMEOUT_S,
-                )
-            except AgentError as e:
-                log.error("take-over: cannot read %s from %s's agent: %s", spec.label, spec.node, e)
-                return
-            cand = self.engine.set_active(key, tuple(got.policy.segments))
-            if cand is None:
-                log.error(
-                    "take-over: %s has %s, no candidate of it: left alone", spec.label, ",".join(got.policy.segments)
-                )
-        self._synced = True
+        """What every steered policy's node really has: the engine follows it (take-over). A node
+        that cannot be read is read again before its policy's next decision."""
+        for key in self.policies:
+            if key not in self._synced:
+                error = self._sync_one(key)
+                if error:
+                    log.error("take-over: %s: %s", self.policies[key].label, error)
+
+    def _sync_one(self, key: tuple) -> str | None:
+        """Reads one steered policy from its node; None, or why it cannot be steered now."""
+        spec = self.policies[key]
+        client = self._client(spec.node)
+        try:
+            got = client.call(
+                client.srv6,
+                "GetPolicy",
+                srv6_pb2.GetPolicyRequest(destination=spec.destination, table=spec.table),
+                timeout=CALL_TIMEOUT_S,
+            )
+        except AgentError as e:
+            return f"{e.code}: reading the policy: {e.detail}"
+        segs = ",".join(got.policy.segments)
+        if self.engine.set_active(key, tuple(got.policy.segments)) is None:
+            # someone else's SID list: not ours to replace (FAILED_PRECONDITION counts as refused)
+            return f"FAILED_PRECONDITION: the node has {segs}, no candidate of this policy: left alone"
+        self._synced.add(key)
+        return None
 
     # ------------------------------------------------------------------ output
     def _record(self, d: Decision, **kw) -> None:
@@ -398,7 +406,7 @@ class SteerService:
                 if tick:
                     next_tick = time.monotonic() + 1.0
                     self._log_progress()
-                    if self._leading and not self._synced:
+                    if self._leading and len(self._synced) < len(self.policies):
                         with self.leadership.acting() as ok:
                             if ok:
                                 self._sync_active()
@@ -428,7 +436,7 @@ class SteerService:
         leading = self.leadership.leading()
         if leading and not self._leading:
             log.warning("replica %s leads the policy set: reading the steered policies from their agents", self.replica)
-            self._synced = False
+            self._synced.clear()
         elif not leading and self._leading:
             log.warning("replica %s stands by", self.replica)
         self._leading = leading

@@ -29,7 +29,7 @@ from netlab import Lab, seqflow, teardown
 from processors.runtime.topics import read_topic
 from segscope_schemas import names
 from segscope_schemas.line_protocol import parse_line
-from tests.isolation import own_name
+from tests.isolation import closed_port, own_name
 
 REPO = Path(__file__).resolve().parents[2]
 TOPOLOGY = REPO / "netlab" / "topologies" / "tri3_steer.yaml"
@@ -311,6 +311,31 @@ def test_a_sid_list_the_agent_refuses_leaves_the_previous_path(setup, tmp_path):
     finally:
         set_forward_delay(lab, "a2", BASE_US["a2"])
         steer.stop()
+
+
+def test_an_unreachable_agent_is_retried_with_backoff_and_reported(setup, tmp_path):
+    """A's agent address in a copy of the intent points at a port nothing listens on."""
+    lab, kafka = setup["lab"], setup["kafka"]
+    text = INTENT.read_text().replace("${SEGSCOPE_AGENT_A:-127.0.0.1:50081}", f"127.0.0.1:{closed_port(29999)}")
+    unreachable = tmp_path / "tri3_unreachable.yaml"
+    unreachable.write_text(text)
+    steer = Steer(setup["run_dir"], kafka, "u1", setup["set"] + "u", intent=unreachable)
+    watch = RouteWatch(lab)
+    try:
+        steer.wait_log(r"leads the policy set", 30)
+        time.sleep(5)
+        set_forward_delay(lab, "a2", 9000)  # p3 is now the best: the steer wants to move
+        steer.wait_log(r"(?s)(not done: UNAVAILABLE.*){3}", 40)  # retried after 1 s, then 2 s
+        changes = watch.stop()
+        assert changes == [] and active_path(lab) == "p2"
+    finally:
+        set_forward_delay(lab, "a2", BASE_US["a2"])
+        steer.stop()
+    tries = [p for p in steer_points(kafka, "steering_decision") if p.tags["replica"] == "u1"]
+    assert len(tries) >= 3 and {(p.tags["kind"], p.fields["ok"]) for p in tries} == {("agent_unreachable", 0)}
+    gaps = [(b.timestamp_ns - a.timestamp_ns) / 1e9 for a, b in zip(tries, tries[1:])]
+    assert gaps[0] >= 0.9 and gaps[1] >= 1.9, gaps  # backoff 1 s, 2 s, ... (plus the call's own time)
+    assert "retry in 1 s" in tries[0].fields["error"] and "retry in 2 s" in tries[1].fields["error"]
 
 
 def test_leader_killed_during_a_decision_the_standby_acts_once(setup):
