@@ -63,6 +63,7 @@ def decision_line(
     call_ms: float | None,
     latency_ms: float | None,
     error: str = "",
+    failure: str = "",
 ) -> str:
     """One steering_decision point: the policy, from, to, both sides' numbers, the rule that fired."""
     p = d.policy
@@ -86,7 +87,7 @@ def decision_line(
         fields["latency_ms"] = f"{latency_ms:.2f}"
     if error:
         fields["error"] = _str(error[:300])
-    kind = d.kind if ok or dry_run else ("refused" if "refused" in error else "agent_unreachable")
+    kind = failure or d.kind
     tags = (
         f"{DECISION_MEASUREMENT},node={_tag(p.node)},policy={_tag(p.destination)},kind={kind},replica={_tag(replica)}"
     )
@@ -260,7 +261,8 @@ class SteerService:
         retry = BACKOFF_S[min(tries, len(BACKOFF_S) - 1)]
         self.engine.failed(key, now, retry_in_s=retry, refused=refused)
         text = f"refused: {error}" if refused else f"{error} (retry in {retry:g} s)"
-        self._record(d, dry_run=False, ok=False, call_ms=call_ms, latency_ms=latency_ms, error=text)
+        failure = "refused" if refused else "agent_unreachable"
+        self._record(d, dry_run=False, ok=False, call_ms=call_ms, latency_ms=latency_ms, error=text, failure=failure)
         log.error("%s %s: %s -> %s not done: %s", d.kind, spec.label, d.from_.name, d.to.name, text)
 
     def _client(self, node: str) -> AgentClient:

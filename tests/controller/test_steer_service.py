@@ -69,6 +69,20 @@ def test_decision_record_holds_both_sides_and_the_rule():
     assert (f["from"], f["to"], f["from_delay_us"], f["to_delay_us"], f["seconds"]) == ("p1", "p2", 6300.0, 2000.0, 5)
     assert f["to_segs"] == "fc00:12::e,fc00:3::d6" and f["ok"] == 1 and f["latency_ms"] == 41.0
     assert f["rule"].startswith("lowest_delay: better by >= 10 % and >= 200 us in each of 5 s")
+    # a failed call is tagged by what failed, whatever its message says ("Connection refused")
+    err = "UNAVAILABLE: failed to connect: Connection refused (retry in 1 s)"
+    down = decision_line(
+        out.decision,
+        "t1",
+        124,
+        dry_run=False,
+        ok=False,
+        call_ms=0.4,
+        latency_ms=None,
+        error=err,
+        failure="agent_unreachable",
+    )
+    assert parse_line(down).tags["kind"] == "agent_unreachable" and parse_line(down).fields["ok"] == 0
 
 
 def test_a_message_with_an_escaped_tag_is_read_by_the_full_parser():

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import re
 import signal
 import subprocess
@@ -384,3 +385,32 @@ def test_controller_status_lists_the_decisions_from_influxdb(setup):
     assert (policy["node"], policy["policy"], policy["active"]) == ("A", "fd00:b::/64", "p3")
     text = subprocess.run(cmd[:4] + cmd[5:], capture_output=True, text=True, cwd=REPO, env=env, timeout=60).stdout
     assert "steering (segscope-steer):" in text and "rollback p3 (" in text
+
+
+def test_twenty_percent_noise_on_two_equal_candidates_moves_nothing(setup):
+    """p2 and p3 at the same 1500 us, each relay's delay redrawn within +-20 % every 200 ms, for a
+    real window of 40 s (the 5-minute version is the replay in tests/controller/test_steer_engine.py:
+    the same engine, minutes in milliseconds); p1 far off."""
+    lab, kafka = setup["lab"], setup["kafka"]
+    assert active_path(lab) == "p3"
+    set_forward_delay(lab, "a1", 9000)
+    set_forward_delay(lab, "a2", 1500)
+    steer = Steer(setup["run_dir"], kafka, "n1", setup["set"] + "n")
+    rng = random.Random(84)
+    try:
+        steer.wait_log(r"leads the policy set", 30)
+        watch = RouteWatch(lab)
+        deadline = time.monotonic() + 40
+        while time.monotonic() < deadline:
+            for link in ("a2", "a3"):
+                lab.set_delay(link, int(1500 * (1 + rng.uniform(-0.2, 0.2))), BASE_US[link])
+            time.sleep(0.2)
+        changes = watch.stop()
+    finally:
+        for link in ("a1", "a2", "a3"):
+            set_forward_delay(lab, link, BASE_US[link])
+        steer.stop()
+    assert changes == [] and active_path(lab) == "p3"
+    assert [p for p in steer_points(kafka, "steering_decision") if p.tags["replica"] == "n1"] == []
+    states = re.findall(r"evaluations (\{.*\})", steer.log())
+    assert states and "no_better" in states[-1]  # it was judging, not starved of measurements
