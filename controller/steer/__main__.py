@@ -44,6 +44,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from controller.leader import KafkaLeadership, NoElection
     from controller.steer.service import SteerService
+    from segscope_kafka.acls import STEER_GROUP_PREFIX
 
     args = parser().parse_args(argv)
     logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -58,7 +59,7 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_INVALID
     policy_set = args.policy_set or Path(args.file).stem
     if args.leader_election == "kafka":
-        leadership = KafkaLeadership(args.kafka, args.replica, group=f"segscope-steer.{policy_set}")
+        leadership = KafkaLeadership(args.kafka, args.replica, group=f"{STEER_GROUP_PREFIX}.{policy_set}")
     else:
         leadership = NoElection()
     service = SteerService(intent, args.kafka, leadership, args.replica, dry_run=args.dry_run)

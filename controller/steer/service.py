@@ -366,7 +366,7 @@ class SteerService:
         conf = kafka_config(
             {
                 "bootstrap.servers": self.kafka,
-                "group.id": f"segscope-steer-reader-{self.replica}",  # offsets are never committed
+                "group.id": f"segscope-steer-reader-{self.replica}",  # offsets never committed; the ACLs' group prefix
                 "enable.auto.commit": False,
                 "fetch.wait.max.ms": 10,
                 **self.kafka_config,
