@@ -25,10 +25,17 @@ from controller.intent import IntentError, load_intent
 EXIT_INVALID = 2
 
 
+def _version() -> str:
+    from segscope_schemas.version import __version__
+
+    return __version__
+
+
 def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(
         prog="segscope-steer", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
+    ap.add_argument("--version", action="version", version=f"segscope {_version()}")
     ap.add_argument("file", help="intent YAML with `steering:` entries (controller/README.md)")
     ap.add_argument("--kafka", default=os.environ.get("SEGSCOPE_KAFKA", "127.0.0.1:9092"), help="bootstrap servers")
     ap.add_argument("--dry-run", action="store_true", help="decide and report only, for every entry")

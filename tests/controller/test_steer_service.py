@@ -92,3 +92,18 @@ def test_a_message_with_an_escaped_tag_is_read_by_the_full_parser():
     assert s.handle_message(msg, T0 + 1) == 2
     key = s.intent.steering[0].key
     assert s.engine.series[(key, "p1")][T0].delay_us == 1300.0 and s.counts["bad_lines"] == 0
+
+
+def test_the_command_refuses_an_invalid_intent_with_its_line():
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[2]
+    env = {"PYTHONPATH": f"{repo}:{repo / 'schemas' / 'python'}", "PATH": "/usr/bin:/bin"}
+    bad = repo / "tests" / "controller" / "bad" / "steering_no_policy.yaml"
+    r = subprocess.run([sys.executable, "-m", "controller.steer", str(bad)], capture_output=True, text=True, env=env)
+    assert r.returncode == 2 and f"{bad}:13:18: steering[0].destination: no policy for fd00:c::/64" in r.stderr
+    plain = repo / "controller" / "examples" / "demo_line5.yaml"
+    r = subprocess.run([sys.executable, "-m", "controller.steer", str(plain)], capture_output=True, text=True, env=env)
+    assert r.returncode == 2 and "no `steering:` entry" in r.stderr
