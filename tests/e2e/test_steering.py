@@ -28,6 +28,7 @@ from controller.intent import load_intent
 from controller.pipeline import ControlledPipeline
 from netlab import Lab, seqflow, teardown
 from processors.runtime.topics import read_topic
+from segscope_proto.segscope.agent.v1 import stamp_pb2
 from segscope_schemas import names
 from segscope_schemas.line_protocol import parse_line
 from tests.isolation import closed_port, own_name
@@ -139,6 +140,36 @@ def probe_mean(kafka: str, ssid: int, last_second: int, n: int) -> float:
     return sum(window) / n
 
 
+def altmark_totals(influx: str, since_ns: int, expect_tx: int, timeout_s: float = 40.0) -> dict:
+    """Sums of the complete altmark_loss blocks of flows 11-13 since since_ns (the incomplete ones
+    with packets counted apart), once their tx reaches expect_tx or the timeout passes."""
+    from controller.status import influx_query
+
+    where = f"time >= {since_ns - 2_000_000_000} AND \"flow\" =~ /^1[123]$/"
+    deadline = time.monotonic() + timeout_s
+    while True:
+        rows = influx_query(
+            influx,
+            "segscope",
+            f'SELECT sum("tx_packets"), sum("rx_packets"), sum("lost") FROM "altmark_loss" WHERE {where} '
+            'AND "complete" = true GROUP BY "flow"',
+        )
+        bad = influx_query(
+            influx, "segscope", f'SELECT count("tx_packets") FROM "altmark_loss" WHERE {where} AND "complete" = false'
+        )
+        tx = sum(r.get("sum") or 0 for r in rows)
+        if tx >= expect_tx or time.monotonic() > deadline:
+            break
+        time.sleep(2)
+    return {
+        "tx": tx,
+        "rx": sum(r.get("sum_1") or 0 for r in rows),
+        "lost": sum(r.get("sum_2") or 0 for r in rows),
+        "incomplete": sum(r.get("count") or 0 for r in bad),
+        "by_flow": {r["flow"]: r.get("sum") for r in rows},
+    }
+
+
 class RouteWatch:
     """`ip -6 monitor route` in A: every change of fd00:b::/64 the kernel announces."""
 
@@ -169,6 +200,7 @@ def setup(stack, bpffs, tmp_path_factory):
     pipe = ControlledPipeline(lab, stack, run_dir, nodes=NODES)
     try:
         pipe.start()
+        pipe.start_processor("loss")  # the altmark flows of the three candidate SID lists
         pipe.apply(load_intent(INTENT))
         assert active_path(lab) == "p1"
         yield {
@@ -221,6 +253,7 @@ def test_delay_on_the_active_path_moves_it_within_10_s_without_losing_a_packet(s
     sender = threading.Thread(
         target=lambda: flow.update(seqflow.run(lab, "H1", "H2", "fd00:b::1", 5600, count=15000, interval_us=1000))
     )
+    flow_since = time.time_ns()
     sender.start()
     time.sleep(2)
     injected = time.monotonic()
@@ -232,6 +265,12 @@ def test_delay_on_the_active_path_moves_it_within_10_s_without_losing_a_packet(s
     assert switched_at - injected <= SWITCH_WITHIN_S, took
     got = flow["flows"]["0"]
     assert flow["sent"]["0"] == 15000 and got["distinct"] == 15000, flow  # no packet lost by the switch
+    # alternate marking says the same: every block of the flows of p1 and p2 complete, 15 000
+    # packets coloured at A, 15 000 counted at B, none lost, some on each path
+    blocks = altmark_totals(setup["influx"], flow_since, expect_tx=15000)
+    print(f"\n[steer] alternate marking across the switch: {blocks}")
+    assert blocks["incomplete"] == 0 and blocks["tx"] == blocks["rx"] == 15000 and blocks["lost"] == 0, blocks
+    assert blocks["by_flow"].get("11", 0) > 0 and blocks["by_flow"].get("12", 0) > 0, blocks
     decisions = [p for p in steer_points(kafka, "steering_decision") if p.tags["replica"] == "r1"]
     assert len(decisions) == 1, decisions
     d = decisions[0]
@@ -265,11 +304,18 @@ def test_a_switch_that_made_it_worse_is_rolled_back(setup):
     steer.wait_log(r"rollback A:fd00:b::/64: p3 -> p2", 1)
 
 
+def probes(pipe, call: str) -> None:
+    """Stop or start the three candidates' STAMP senders on A (the agent's StampService)."""
+    client = pipe.ctl.client("A")
+    for ssid in (101, 102, 103):
+        request = getattr(stamp_pb2, f"{call}Request")(role=stamp_pb2.STAMP_ROLE_SENDER, ssid=ssid)
+        client.call(client.stamp, call, request)
+
+
 def test_stopped_measurements_never_switch_and_raise_the_alert(setup):
     lab, kafka, pipe = setup["lab"], setup["kafka"], setup["pipe"]
     time.sleep(10)  # the hold-down of the rollback
-    processor = pipe.processors["delay"]
-    os.killpg(processor.pid, signal.SIGSTOP)  # no more stamp_delay points
+    probes(pipe, "StopStampSession")  # no more stamp_delay points of the candidates
     watch = RouteWatch(lab)
     try:
         set_forward_delay(lab, "a2", 9000)  # would move the policy off p2 if it were measured
@@ -280,8 +326,8 @@ def test_stopped_measurements_never_switch_and_raise_the_alert(setup):
         assert recent and all(p.fields["alert"] == 1 and p.fields["state"] == "stale" for p in recent), recent
         assert recent[-1].fields["alert_text"].startswith("no candidate is measured")
     finally:
-        os.killpg(processor.pid, signal.SIGCONT)
         set_forward_delay(lab, "a2", BASE_US["a2"])  # p1 keeps its +5 ms: p2 stays the best
+        probes(pipe, "StartStampSession")
 
 
 def test_a_sid_list_the_agent_refuses_leaves_the_previous_path(setup, tmp_path):
