@@ -110,6 +110,8 @@ def plan(desired: DesiredState, actual: dict[tuple, Resource]) -> list[Op]:
             forward.append((_rank(want, 1), Op("create", want.kind, want.node, want.key, desired=want)))
             if want.running:
                 forward.append((_rank(want, 3), Op("start", want.kind, want.node, want.key, desired=want)))
+        elif have.spec in desired.steered.get(ident, ()):
+            continue  # a steered policy on one of its candidates: segscope-steer's choice stands
         elif have.spec != want.spec and want.kind in REPLACE_BY_TEARDOWN:
             forward.append((_rank(want, 1), Op("create", want.kind, want.node, want.key, desired=want)))
             replaced_by_teardown.append(have)

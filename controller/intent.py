@@ -227,11 +227,22 @@ class Intent:
     flows: list[Flow] = field(default_factory=list)
     inline_monitors: list[InlineMonitor] = field(default_factory=list)
     usid: CsidFormat | None = None  # the compressed-SID (NEXT-C-SID) domain, when declared
+    steering: list = field(default_factory=list)  # controller.steering.Steering
 
 
 # ---------------------------------------------------------------------------- key sets
 
-TOP_KEYS = ("version", "nodes", "usid", "local_sids", "policies", "stamp_sessions", "flows", "inline_monitors")
+TOP_KEYS = (
+    "version",
+    "nodes",
+    "usid",
+    "local_sids",
+    "policies",
+    "stamp_sessions",
+    "flows",
+    "inline_monitors",
+    "steering",
+)
 USID_KEYS = ("block", "nflen")
 CONTAINER_KEYS = ("usids", "block")
 NODE_KEYS = ("agent", "tls", "ioam_id")
@@ -1228,11 +1239,43 @@ def parse_intent(text: str, file: str = "intent.yaml", base_dir: Path | None = N
                 if item is not None:
                     getattr(intent, section).append(item)
                     indexed[section].append((index, item))
+        _parse_steering_section(c, intent, raw.get("steering"), known)
         _cross_checks(c, intent, indexed)
         _inline_checks(c, intent, indexed)
     if doc.problems:
         raise IntentError(file, doc.problems)
     return intent
+
+
+def _parse_steering_section(c: _Checker, intent: Intent, raw: Any, nodes: dict) -> None:
+    """`steering:` entries; each candidate's STAMP session joins intent.stamp_sessions (checked
+    here against the listed sessions: the same sender ssid twice is refused at the entry)."""
+    from controller.steering import parse_steering, probe_sessions
+
+    policies = {p.key: p for p in intent.policies}
+    taken = {s.key: f"stamp_sessions[{i}]" for i, s in enumerate(intent.stamp_sessions)}
+    steered: dict[tuple, int] = {}
+    for index, item_raw in enumerate(c.listing(("steering",), raw, "steering entry")):
+        s = parse_steering(c, ("steering", index), item_raw, nodes, policies)
+        if s is None:
+            continue
+        if s.key in steered:
+            c.err(
+                ("steering", index),
+                f"policy {s.label} is steered by steering[{steered[s.key]}] too",
+                "keep one entry per policy",
+            )
+        steered.setdefault(s.key, index)
+        for session in probe_sessions(s, StampSession, StampEnd):
+            if session.key in taken:
+                c.err(
+                    ("steering", index, "probe", "ssid"),
+                    f"ssid {session.ssid} from node {session.sender.node} is also {taken[session.key]}'s",
+                    f"choose a probe ssid whose {len(s.candidates)} consecutive values are free",
+                )
+            taken.setdefault(session.key, f"steering[{index}]")
+            intent.stamp_sessions.append(session)
+        intent.steering.append(s)
 
 
 def load_intent(path: str | Path) -> Intent:

@@ -80,6 +80,9 @@ class DesiredState:
     nodes: list[str]
     resources: dict[tuple, Resource] = field(default_factory=dict)
     inits: dict[tuple[str, str, str], StampInit] = field(default_factory=dict)  # (node, role, device)
+    # steered policies (ident -> every spec it may have: one per candidate SID list): segscope-steer
+    # moves them between candidates, the plan leaves any of those alone
+    steered: dict[tuple, set[tuple]] = field(default_factory=dict)
 
     def add(self, r: Resource) -> None:
         self.resources[r.ident] = r
@@ -259,6 +262,10 @@ def desired_state(intent: Intent) -> DesiredState:
                 "policy", p.node, (canon_prefix(p.destination), p.table), policy_spec(p.mode, p.segs, p.dev, p.metric)
             )
         )
+    for s in getattr(intent, "steering", ()):
+        policy = next(p for p in intent.policies if (p.node, canon_prefix(p.destination), p.table) == s.key)
+        ident = ("policy", s.node, (canon_prefix(s.destination), s.table))
+        d.steered[ident] = {policy_spec(policy.mode, c.segs, policy.dev, policy.metric) for c in s.candidates}
     reflector_addrs: dict[str, set[str]] = {}
     for s in intent.stamp_sessions:
         finite = s.duration_s > 0

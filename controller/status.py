@@ -105,6 +105,24 @@ def recent_repairs(url: str, db: str, window_s: float, limit: int = 20) -> list[
     return influx_query(url, db, q)
 
 
+def recent_steering(url: str, db: str, window_s: float, limit: int = 20) -> list[dict]:
+    """The newest steering decisions of segscope-steer (any replica) within window_s, newest first."""
+    q = (
+        f'SELECT * FROM "steering_decision" WHERE time > now() - {int(window_s * 1000)}ms '
+        f"ORDER BY time DESC LIMIT {int(limit)}"
+    )
+    return influx_query(url, db, q)
+
+
+def steering_states(url: str, db: str, window_s: float = 60.0) -> list[dict]:
+    """Each steered policy's newest steering_policy point within window_s (active path, alert)."""
+    q = (
+        f'SELECT * FROM "steering_policy" WHERE time > now() - {int(window_s * 1000)}ms '
+        f'GROUP BY "node", "policy" ORDER BY time DESC LIMIT 1'
+    )
+    return influx_query(url, db, q)
+
+
 def run_replicas(url: str, db: str, window_s: float = 60.0) -> list[dict]:
     """Each replica of `controller run` seen within window_s: its newest counter line."""
     q = (
@@ -112,6 +130,24 @@ def run_replicas(url: str, db: str, window_s: float = 60.0) -> list[dict]:
         f'GROUP BY "replica" ORDER BY time DESC LIMIT 1'
     )
     return influx_query(url, db, q)
+
+
+def _steering_status(url: str, db: str, window_s: float, now: int) -> dict:
+    fields = ("from", "to", "from_delay_us", "to_delay_us", "from_loss_pct", "to_loss_pct", "rule", "error")
+    return {
+        "window_s": window_s,
+        "policies": [
+            {k: r.get(k) for k in ("node", "policy", "active", "state", "alert_text", "switch", "rollback")}
+            | {"alert": bool(r.get("alert")), "age_s": round((now - r["time"]) / 1e9, 1)}
+            for r in steering_states(url, db)
+        ],
+        "decisions": [
+            {"age_s": round((now - r["time"]) / 1e9, 1), **{k: r.get(k) for k in ("node", "policy", "kind", "replica")}}
+            | {k: r.get(k) for k in fields}
+            | {"dry_run": bool(r.get("dry_run")), "ok": bool(r.get("ok"))}
+            for r in recent_steering(url, db, window_s)
+        ],
+    }
 
 
 def session_loss(snd) -> dict:
@@ -220,6 +256,8 @@ def collect(
             }
             for r in recent_repairs(influx_url, influx_db, repairs_window_s)
         ]
+        if ctl.intent.steering:
+            out["steering"] = _steering_status(influx_url, influx_db, repairs_window_s, now)
     except (requests.RequestException, RuntimeError) as exc:
         out["influx_error"] = str(exc)
     for f in ctl.intent.flows:
@@ -393,6 +431,8 @@ def render(status: dict) -> str:
         lines.append("(no in-line monitors in the intent)")
     if "run" in status:
         lines += _render_run(status["run"])
+    if "steering" in status:
+        lines += _render_steering(status["steering"])
     if status.get("influx_error"):
         lines += ["", f"InfluxDB not readable: {status['influx_error']}"]
     return "\n".join(lines)
@@ -417,5 +457,28 @@ def _render_run(run: dict) -> list[str]:
         lines.append(
             f"  {_fmt(r.get('age_s'), ' s'):>8} ago  {r.get('node') or '-':<6} {r.get('action') or '':<8}"
             f"{r.get('kind') or '':<16} {r.get('key') or '':<14} [{r.get('rpcs')}] {r.get('reason')}{after}: {state}"
+        )
+    return lines
+
+
+def _render_steering(steering: dict) -> list[str]:
+    """Each steered policy's active path and alert, and segscope-steer's newest decisions."""
+    lines = ["", "steering (segscope-steer):"]
+    for p in steering.get("policies", []):
+        alert = f"  ALERT: {p.get('alert_text')}" if p.get("alert") else ""
+        lines.append(
+            f"  {p.get('node')} {p.get('policy')}: on {p.get('active')} ({p.get('state')}), "
+            f"{_fmt(p.get('switch'))} switches, {_fmt(p.get('rollback'))} rollbacks{alert}"
+        )
+    decisions = steering.get("decisions", [])
+    lines.append(f"decisions in the last {_fmt(steering.get('window_s'), ' s', 0)}: {len(decisions)}")
+    for d in decisions:
+        what = "dry-run " if d.get("dry_run") else ""
+        state = "ok" if d.get("ok") else f"NOT DONE: {d.get('error')}"
+        lines.append(
+            f"  {_fmt(d.get('age_s'), ' s'):>8} ago  {d.get('node')} {d.get('policy')} {what}{d.get('kind')} "
+            f"{d.get('from')} ({_fmt(d.get('from_delay_us'), ' us', 0)}, {_fmt(d.get('from_loss_pct'), ' %', 2)}) -> "
+            f"{d.get('to')} ({_fmt(d.get('to_delay_us'), ' us', 0)}, {_fmt(d.get('to_loss_pct'), ' %', 2)}): "
+            f"{d.get('rule')}: {state}"
         )
     return lines

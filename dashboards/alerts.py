@@ -295,6 +295,23 @@ def rules() -> list[Rule]:
             "partitions) or look for a slow InfluxDB/Kafka.",
         ),
         Rule(
+            uid="segscope-steering-no-candidate",
+            title="Steering: no candidate meets the objective",
+            query='SELECT max("alert") FROM "steering_policy" WHERE $timeFilter '
+            'GROUP BY time(10s), "node", "policy" fill(none)',
+            reducer="last",
+            op="gt",
+            threshold=0,
+            window_s=60,
+            for_s=30,
+            severity="critical",
+            summary="policy {{ $labels.policy }} on {{ $labels.node }}: no candidate path meets its objective, "
+            "or none is measured",
+            description="segscope-steer cannot find a path for this policy within the objective's limits, "
+            "or no candidate's probe has fresh measurements (a stopped delay processor, probes that "
+            "stopped): it does not move traffic. `controller status` shows the policy's state and text.",
+        ),
+        Rule(
             uid="segscope-pipeline-stalled",
             title="Processor stalled",
             query='SELECT count("records_in") FROM "segscope_processor" WHERE $timeFilter '

@@ -250,7 +250,8 @@ VariableBuilder = Union[dashboard_sdk.QueryVariable, dashboard_sdk.CustomVariabl
 
 
 def dashboard(uid: str, title: str, description: str, variables: list[VariableBuilder],
-              layout: list[LayoutItem]) -> dashboard_sdk.Dashboard:  # fmt: skip
+              layout: list[LayoutItem],
+              annotations: tuple[dashboard_sdk.AnnotationQuery, ...] = ()) -> dashboard_sdk.Dashboard:  # fmt: skip
     """layout: panels and rows, placed left to right on Grafana's 24 columns; a panel that does
     not fit on the line starts the next one, a row always does."""
     dash = (
@@ -284,6 +285,8 @@ def dashboard(uid: str, title: str, description: str, variables: list[VariableBu
         )
         .with_variable(datasource_variable())
     )
+    for annotation in annotations:
+        dash = dash.annotation(annotation)
     for variable in variables:
         dash = dash.with_variable(variable)
     x = y = line_h = 0
@@ -474,6 +477,33 @@ def overview() -> dashboard_sdk.Dashboard:
             .with_transformation(without_time_column())
             .data_links(to_path("var-path=${__data.fields.path}")),
         ],
+    )
+
+
+def steering_annotation() -> dashboard_sdk.AnnotationQuery:
+    """segscope-steer's decisions on the policies of the selected node: when traffic moved, from
+    which candidate to which, and the rule that fired (schemas/metrics.md, steering_decision)."""
+    query = (
+        'SELECT "rule", "from", "to", "kind", "from_delay_us", "to_delay_us" FROM "steering_decision" '
+        f'WHERE "node" =~ /^$node$/ AND {T}'
+    )
+    return (
+        dashboard_sdk.AnnotationQuery()
+        .name("Steering decisions")
+        .datasource(DATASOURCE)
+        .enable(True)
+        .icon_color("rgba(255, 152, 48, 1)")
+        .target(influxql("A", query, fmt=influxdb.ResultFormat.TABLE))
+        .mappings(
+            {
+                "text": dashboard_sdk.AnnotationEventFieldMapping()
+                .source(dashboard_model.AnnotationEventFieldSource.FIELD)
+                .value("rule"),
+                "tags": dashboard_sdk.AnnotationEventFieldMapping()
+                .source(dashboard_model.AnnotationEventFieldSource.FIELD)
+                .value("kind"),
+            }
+        )
     )
 
 
@@ -734,6 +764,7 @@ def path() -> dashboard_sdk.Dashboard:
             .override_by_name("loss ratio", [dashboard_model.DynamicConfigValue(id_val="unit", value="percentunit")])
             .with_transformation(without_time_column()),
         ],
+        annotations=(steering_annotation(),),
     )
 
 

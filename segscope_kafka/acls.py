@@ -10,7 +10,9 @@
     controller `segscope-controller run`: its leader election (the consumer group
                segscope-controller on the topic segscope-controller.leader: read, never written)
                and its counter and repair lines on segscope.metrics (written; `controller status`
-               reads them from InfluxDB); nothing else
+               reads them from InfluxDB); and `segscope-steer` (docs/steering.md), which logs in
+               as this role: segscope.metrics read (the probes' stamp_delay points), its leader
+               groups segscope-steer.<set> on the same leader topic (group prefix segscope-steer)
     telegraf   reads segscope.metrics in its consumer group
     admin      creates topics and users (segscope-topics, the local stack): a super user or a
                principal with CREATE / ALTER on the cluster
@@ -26,6 +28,7 @@ from dataclasses import dataclass
 from segscope_schemas import names
 
 ROLES = ("agent", "processor", "controller", "telegraf", "admin")
+STEER_GROUP_PREFIX = "segscope-steer"  # segscope-steer.<policy set> (controller/steer/__main__.py)
 
 
 @dataclass(frozen=True)
@@ -81,8 +84,9 @@ def role_acls(role: str) -> list[Acl]:
         out.append(Acl("group", "segscope-paths-", "prefixed", "ALL"))  # processors/paths.py (never joined)
     elif role == "controller":
         topics(("READ", "DESCRIBE"), names.TOPIC_CONTROLLER_LEADER)
-        topics(("WRITE", "DESCRIBE"), names.TOPIC_METRICS)
+        topics(("READ", "WRITE", "DESCRIBE"), names.TOPIC_METRICS)  # read: segscope-steer's input
         out.append(Acl("group", names.GROUP_CONTROLLER, "literal", "READ"))
+        out.append(Acl("group", STEER_GROUP_PREFIX, "prefixed", "READ"))  # segscope-steer's leader groups
     elif role == "telegraf":
         topics(("READ", "DESCRIBE"), names.TOPIC_METRICS)
         out.append(Acl("group", names.GROUP_TELEGRAF, "literal", "READ"))

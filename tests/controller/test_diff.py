@@ -314,3 +314,20 @@ def test_inline_removed_monitors_go_before_the_ioam_configuration():
         ("update", "ioam_node", "R2", ("ioam",)),
     ]
     assert "namespaces: (1, 7) -> (1,)" in ops[4].describe()
+
+
+def test_a_steered_policy_on_any_of_its_candidates_is_left_alone():
+    """segscope-steer moves the policy between its candidates; the controller's plan (apply, run)
+    must not move it back to the file's segs, but still repairs a SID list that is no candidate."""
+    from controller.intent import load_intent
+    from controller.model import desired_state, policy_spec
+
+    intent = load_intent(Path(__file__).resolve().parents[2] / "controller" / "examples" / "tri3_steering.yaml")
+    desired = desired_state(intent)
+    ident = ("policy", "A", ("fd00:b::/64", 254))
+    want = desired.resources[ident]
+    on_p3 = dataclasses.replace(want, spec=policy_spec("encap", ("fc00:13::e", "fc00:3::d6"), "a1", 0))
+    assert [op for op in plan(desired, {ident: on_p3}) if op.kind == "policy" and op.node == "A"] == []
+    elsewhere = dataclasses.replace(want, spec=policy_spec("encap", ("fc00:99::e",), "a1", 0))
+    ops = [op for op in plan(desired, {ident: elsewhere}) if op.kind == "policy" and op.node == "A"]
+    assert [(op.action, op.desired.fields["segs"]) for op in ops] == [("update", ("fc00:11::e", "fc00:3::d6"))]

@@ -240,3 +240,20 @@ flows:
     lines = info.value.lines
     assert len(lines) == 1 and lines[0].startswith("x.yaml:7:"), lines
     assert "node A already monitors fc00:2::e,fc00:3::d6 (dscp) as flow_id 7 (flows[0])" in lines[0], lines
+
+
+def test_steering_entry_adds_one_probe_session_per_candidate():
+    intent = load_intent(REPO / "controller" / "examples" / "tri3_steering.yaml")
+    (s,) = intent.steering
+    assert s.key == ("A", "fd00:b::/64", 254) and [c.ssid for c in s.candidates] == [101, 102, 103]
+    assert (s.objective.kind, s.objective.max_delay_us, s.hysteresis.seconds, s.hold_down_s) == (
+        "lowest_delay",
+        20000,
+        3,
+        10,
+    )
+    probes = {x.ssid: x for x in intent.stamp_sessions}
+    assert sorted(probes) == [101, 102, 103]
+    p2 = probes[102]
+    assert (p2.sender.node, p2.sender.dev, p2.reflector.node, p2.reflector.dev) == ("A", "a2", "B", "b2")
+    assert p2.segs == ("fc00:12::e",) and p2.return_segs == ("fc00:12::e",) and p2.rate_pps == 20

@@ -306,13 +306,15 @@ def test_role_acls():
     }
     cmds = kafka_acls_commands({"telegraf": "User:tg"})
     assert len(cmds) == 3 and all("--allow-principal User:tg" in c for c in cmds)
-    ctl = role_acls("controller")  # its election and its lines, nothing else (least privilege)
+    ctl = role_acls("controller")  # its election, its lines and segscope-steer's input, nothing else
     assert {(a.resource, a.name, a.pattern, a.operation) for a in ctl} == {
         ("topic", names.TOPIC_CONTROLLER_LEADER, "literal", "READ"),
         ("topic", names.TOPIC_CONTROLLER_LEADER, "literal", "DESCRIBE"),
         ("group", names.GROUP_CONTROLLER, "literal", "READ"),
+        ("topic", names.TOPIC_METRICS, "literal", "READ"),
         ("topic", names.TOPIC_METRICS, "literal", "WRITE"),
         ("topic", names.TOPIC_METRICS, "literal", "DESCRIBE"),
+        ("group", "segscope-steer", "prefixed", "READ"),
     }
     # the processor role no longer covers the controller's group and topic
     assert not [a for a in proc if a.name.startswith(names.GROUP_CONTROLLER)]

@@ -104,6 +104,12 @@ def scenario(uid: str, now: int) -> dict[str, list[str]]:
             every(CONSUMER, "lag_messages=20000i", 170, 0, now),
             every(CONSUMER, "lag_messages=10i", 170, 0, now),
         ),
+        "segscope-steering-no-candidate": (
+            every("steering_policy,node=A,policy=fd00:b::/64,replica=r1", "alert=1i,active=\"p1\"", 110, 0, now, 1),
+            # an alert that ended a minute ago, the policy fine since
+            every("steering_policy,node=A,policy=fd00:b::/64,replica=r1", "alert=1i,active=\"p1\"", 110, 61, now, 1)
+            + every("steering_policy,node=A,policy=fd00:b::/64,replica=r1", "alert=0i,active=\"p1\"", 60, 0, now, 1),
+        ),
         "segscope-pipeline-stalled": (
             every("segscope_processor,processor=delay", "records_in=5i", 590, 180, now),  # gone 3 minutes ago
             every("segscope_processor,processor=delay", "records_in=5i", 590, 0, now),
