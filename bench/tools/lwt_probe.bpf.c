@@ -101,6 +101,25 @@ int i_seg6(struct __sk_buff *skb)
 	return BPF_OK;
 }
 
+/* lwt_in may also push a whole outer IPv6 + SRH as IP encap (the sampled packets' path) */
+SEC("s_i_ip")
+int i_ip(struct __sk_buff *skb)
+{
+	struct outer_v6_srh outer;
+
+	__builtin_memset(&outer, 0, sizeof(outer));
+	fill_srh(&outer.srh);
+	outer.ip.version = 6;
+	outer.ip.nexthdr = 43; /* routing header */
+	outer.ip.hop_limit = 64;
+	outer.ip.payload_len = bpf_htons(skb->len + sizeof(outer.srh));
+	outer.ip.saddr.in6_u.u6_addr8[0] = 0xfc;
+	outer.ip.saddr.in6_u.u6_addr8[15] = 9;
+	outer.ip.daddr = outer.srh.segments[1];
+	note(1, bpf_lwt_push_encap(skb, BPF_LWT_ENCAP_IP, &outer, sizeof(outer)));
+	return BPF_LWT_REROUTE;
+}
+
 #ifdef REJECTED
 SEC("s_x_adjust")
 int x_adjust(struct __sk_buff *skb)
