@@ -90,7 +90,7 @@ int x_head(struct __sk_buff *skb)
 	return BPF_DROP;
 }
 
-/* lwt_in (input of forwarded packets) may push the seg6 encap (loads) */
+/* lwt_in (input of forwarded packets) may push the kernel's seg6 encap: works */
 SEC("s_i_seg6")
 int i_seg6(struct __sk_buff *skb)
 {
