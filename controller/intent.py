@@ -11,12 +11,13 @@ Format: controller/README.md.
 
 from __future__ import annotations
 
+import copy
 import difflib
 import hashlib
 import ipaddress
 import os
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -161,6 +162,7 @@ class StampSession:
     padding_bytes: int = 0
     start: bool = True  # running (true) or configured but not sending (false)
     duration_s: float = 0.0  # > 0: a finite run; once it has run its course it is not restarted
+    link: str = ""  # a link probe (`link_probes:`): the name of the one link it measures
 
     @property
     def key(self) -> tuple:
@@ -231,7 +233,17 @@ class Intent:
 
 # ---------------------------------------------------------------------------- key sets
 
-TOP_KEYS = ("version", "nodes", "usid", "local_sids", "policies", "stamp_sessions", "flows", "inline_monitors")
+TOP_KEYS = (
+    "version",
+    "nodes",
+    "usid",
+    "local_sids",
+    "policies",
+    "stamp_sessions",
+    "link_probes",
+    "flows",
+    "inline_monitors",
+)
 USID_KEYS = ("block", "nflen")
 CONTAINER_KEYS = ("usids", "block")
 NODE_KEYS = ("agent", "tls", "ioam_id")
@@ -266,6 +278,7 @@ SESSION_KEYS = (
     "duration_s",
 )
 STAMP_END_KEYS = ("node", "address", "dev")
+LINK_PROBE_KEYS = ("link", "ssid", "from", "to", "rate_pps", "format", "start", "duration_s")
 FLOW_KEYS = ("flow_id", "ingress", "egress", "segs", "method", "period_ms", "dmark_every", "dscp_l_bit", "dscp_d_bit")
 FLOW_END_KEYS = ("node", "dev")
 INLINE_KEYS = (
@@ -855,6 +868,45 @@ def _parse_session(c: _Checker, where: tuple, raw: Any, nodes: dict) -> StampSes
     )
 
 
+def _renamed(c: _Checker, names: dict[str, str]) -> _Checker:
+    """A checker that reports a problem under the key the operator wrote: a link probe is parsed
+    as a STAMP session whose `from`/`to` are the session's sender/reflector."""
+    out = copy.copy(c)
+
+    def err(where: tuple, what: str, fix: str = "", at_key: bool = False) -> None:
+        c.err(tuple(names.get(k, k) if isinstance(k, str) else k for k in where), what, fix, at_key)
+
+    out.err = err
+    return out
+
+
+def _parse_link_probe(c: _Checker, where: tuple, raw: Any, nodes: dict) -> StampSession | None:
+    """A STAMP session over one link: from one end's address on the link to the other end's
+    address on it (a connected route, so the probe cannot take another link). Its dev on both
+    ends is the link's interface: the reflector answers out of the interface the probe came in
+    on, so the reply crosses the same link back."""
+    if not c.mapping(where, raw, LINK_PROBE_KEYS, required=("link", "ssid", "from", "to")):
+        return None
+    link = raw.get("link")
+    if "link" in raw and (not isinstance(link, str) or not link.strip()):
+        c.err(where + ("link",), f"{_show(link)} is not a link name", "write the link's name, e.g. `link: a1`")
+        return None
+    if not all(k in raw for k in ("link", "ssid", "from", "to")):
+        return None  # reported by mapping()
+    session_raw = {k: v for k, v in raw.items() if k not in ("link", "from", "to")}
+    session_raw.update(sender=raw["from"], reflector=raw["to"])
+    session = _parse_session(_renamed(c, {"sender": "from", "reflector": "to"}), where, session_raw, nodes)
+    if session is None:
+        return None
+    if _same_ip(session.sender.address, session.reflector.address):
+        c.err(
+            where + ("to", "address"),
+            f"both ends of link {link} have address {session.sender.address}",
+            "write each end's own address on the link",
+        )
+    return replace(session, link=link.strip())
+
+
 def _parse_flow(c: _Checker, where: tuple, raw: Any, nodes: dict) -> Flow | None:
     if not c.mapping(where, raw, FLOW_KEYS, required=("flow_id", "ingress", "egress", "segs")):
         return None
@@ -1088,12 +1140,16 @@ def _cross_checks(c: _Checker, intent: Intent, indexed: dict[str, list[tuple[int
         lambda p: f"policy for {p.destination} on node {p.node}"
         + (f" table {p.table}" if p.table != MAIN_TABLE else ""),
     )
-    _check_unique(
-        c,
-        "stamp_sessions",
-        indexed["stamp_sessions"],
-        lambda s: f"STAMP session ssid {s.ssid} from node {s.sender.node}",
-    )
+    sessions_seen: dict[tuple, tuple] = {}
+    for where, s in _sessions(indexed):
+        if s.key in sessions_seen:
+            first = sessions_seen[s.key]
+            c.err(
+                where,
+                f"duplicate STAMP session ssid {s.ssid} from node {s.sender.node} (also {first[0]}[{first[1]}])",
+                "keep one entry per key, or change one of them",
+            )
+        sessions_seen.setdefault(s.key, where)
     _check_unique(c, "flows", indexed["flows"], lambda f: f"flow_id {f.flow_id}")
     # the datapath keys a flow by its SID list (and method) on each side: a second flow with the
     # same list on the same node would replace the first one there (the agent refuses it)
@@ -1111,28 +1167,30 @@ def _cross_checks(c: _Checker, intent: Intent, indexed: dict[str, list[tuple[int
                 break
             seen_flows.setdefault(k, (f.flow_id, index))
     # an agent keys STAMP sessions by (role, ssid): one ssid per reflector node too
-    refl_seen: dict[tuple, int] = {}
-    for index, s in indexed["stamp_sessions"]:
+    refl_seen: dict[tuple, tuple] = {}
+    for where, s in _sessions(indexed):
         k = (s.reflector.node, s.ssid)
         if k in refl_seen:
+            first = refl_seen[k]
             c.err(
-                ("stamp_sessions", index, "ssid"),
-                f"reflector node {s.reflector.node} already reflects ssid {s.ssid} (stamp_sessions[{refl_seen[k]}])",
+                where + ("ssid",),
+                f"reflector node {s.reflector.node} already reflects ssid {s.ssid} ({first[0]}[{first[1]}])",
                 "use another ssid",
             )
-        refl_seen.setdefault(k, index)
+        refl_seen.setdefault(k, where)
     # a node may send and reflect on several devices (one program per role, attached to each of
     # them); one source address per sender device, since the agent's Init keys the role by device
-    srcs: dict[tuple[str, str], tuple[str, int]] = {}
-    for index, s in indexed["stamp_sessions"]:
+    srcs: dict[tuple[str, str], tuple[str, tuple]] = {}
+    for where, s in _sessions(indexed):
         k = (s.sender.node, s.sender.dev)
         if k in srcs and _same_ip(srcs[k][0], s.sender.address) is False:
+            first = srcs[k][1]
             c.err(
-                ("stamp_sessions", index, "sender", "address"),
-                f"{s.sender.node}:{s.sender.dev} already sends from {srcs[k][0]} (stamp_sessions[{srcs[k][1]}])",
+                _role_key(where, "sender") + ("address",),
+                f"{s.sender.node}:{s.sender.dev} already sends from {srcs[k][0]} ({first[0]}[{first[1]}])",
                 f"use address {srcs[k][0]} for sessions whose replies arrive on {s.sender.dev}",
             )
-        srcs.setdefault(k, (s.sender.address, index))
+        srcs.setdefault(k, (s.sender.address, where))
     # no check of XDP devices: the STAMP collector (sender dev), the STAMP reflector (reflector
     # dev) and a flow's RX side (egress dev) may share any device of a node in any combination;
     # the agent's programs run there through the node's XDP chain (datapath/README.md, "Chaining")
@@ -1172,13 +1230,26 @@ def _inline_checks(c: _Checker, intent: Intent, indexed: dict[str, list[tuple[in
             ids.setdefault(nid, name)
 
 
+SECTION_FIELD = {"link_probes": "stamp_sessions"}  # a link probe is a STAMP session of the Intent
+
+
+def _sessions(indexed: dict[str, list[tuple[int, Any]]]) -> list[tuple[tuple, StampSession]]:
+    """Every STAMP session with where it was written: stamp_sessions[i] or link_probes[i]."""
+    return [((section, index), s) for section in ("stamp_sessions", "link_probes") for index, s in indexed[section]]
+
+
+def _role_key(where: tuple, role: str) -> tuple:
+    """The key of a session's sender/reflector end as written (`from`/`to` in a link probe)."""
+    return where + ({"sender": "from", "reflector": "to"}[role] if where[0] == "link_probes" else role,)
+
+
 def parse_intent(text: str, file: str = "intent.yaml", base_dir: Path | None = None) -> Intent:
     """Validate text; returns the Intent or raises IntentError with every problem."""
     raw, doc = load_marked(text, file)
     c = _Checker(doc, base_dir or Path(file).resolve().parent)
     intent = Intent(file=file)
     indexed: dict[str, list[tuple[int, Any]]] = {
-        k: [] for k in ("local_sids", "policies", "stamp_sessions", "flows", "inline_monitors")
+        k: [] for k in ("local_sids", "policies", "stamp_sessions", "link_probes", "flows", "inline_monitors")
     }
     if doc.problems and raw is None:  # YAML syntax: nothing to validate
         raise IntentError(file, doc.problems)
@@ -1218,6 +1289,7 @@ def parse_intent(text: str, file: str = "intent.yaml", base_dir: Path | None = N
             "local_sids": _parse_local_sid,
             "policies": _parse_policy,
             "stamp_sessions": _parse_session,
+            "link_probes": _parse_link_probe,
             "flows": _parse_flow,
             "inline_monitors": _parse_inline,
         }
@@ -1226,7 +1298,7 @@ def parse_intent(text: str, file: str = "intent.yaml", base_dir: Path | None = N
             for index, item_raw in enumerate(c.listing((section,), raw.get(section), what)):
                 item = parse(c, (section, index), item_raw, known)
                 if item is not None:
-                    getattr(intent, section).append(item)
+                    getattr(intent, SECTION_FIELD.get(section, section)).append(item)
                     indexed[section].append((index, item))
         _cross_checks(c, intent, indexed)
         _inline_checks(c, intent, indexed)

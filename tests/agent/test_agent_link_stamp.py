@@ -14,12 +14,16 @@ of its link's injected delay, after the relay's own lateness, within 100 us, per
 
 from __future__ import annotations
 
+import dataclasses
+import os
 import statistics
 import time
 from pathlib import Path
 
 import pytest
 
+from controller.core import Controller
+from controller.intent import load_intent
 from netlab import Lab, relay_lateness_us, teardown
 from segscope_proto.segscope.agent.v1 import stamp_pb2 as pb
 from segscope_proto.segscope.agent.v1 import stamp_pb2_grpc
@@ -27,7 +31,9 @@ from tests.agent.agent_env import start_agent
 from tests.isolation import own_name
 
 S, RF = pb.STAMP_ROLE_SENDER, pb.STAMP_ROLE_REFLECTOR
-TOPOLOGY = Path(__file__).resolve().parents[2] / "netlab" / "topologies" / "mesh8_two_paths.yaml"
+REPO = Path(__file__).resolve().parents[2]
+TOPOLOGY = REPO / "netlab" / "topologies" / "mesh8_two_paths.yaml"
+INTENT = REPO / "controller" / "examples" / "mesh8_link_probes.yaml"
 PREFIX = own_name("lnk")
 NODES = ("A", "R1", "R2", "R3", "R4", "B")
 RATE, RUN_S, TOLERANCE_US, BASE_US = 100, 1.5, 100, 100.0
@@ -61,12 +67,22 @@ def mesh(bpffs):
 @pytest.fixture(scope="module")
 def agents(mesh, pki, tmp_path_factory):
     run_dir = tmp_path_factory.mktemp("link-agents")
+    # the example intent reaches the agents through SEGSCOPE_AGENT_<node> and names the
+    # controller's client files controller.pem/.key under SEGSCOPE_CERTS
+    (pki.dir / "controller.pem").write_bytes(pki.client_pem.read_bytes())
+    (pki.dir / "controller.key").write_bytes(pki.client_key.read_bytes())
     started = {}
+    old = dict(os.environ)
     try:
         for n in NODES:
             started[n] = start_agent(mesh.ns(n), n, run_dir, pki=pki, instance=f"{PREFIX}-{n}")
+            os.environ[f"SEGSCOPE_AGENT_{n}"] = started[n].address
+        os.environ["SEGSCOPE_CERTS"] = str(pki.dir)
+        mesh.agents = started
         yield started
     finally:
+        os.environ.clear()
+        os.environ.update(old)
         assert all(a.stop() == 0 for a in started.values())
 
 
@@ -109,17 +125,37 @@ def results_request(ssid: int) -> pb.GetStampSessionResultsRequest:
     return pb.GetStampSessionResultsRequest(ssid=ssid, max_results=100000)
 
 
-def measured_phase(lab, agents, mode: int, ssid_offset: int) -> dict[int, dict[str, float]]:
-    """One run of the six link sessions at the relays' current delays: per session, the median
-    one-way delays and the delay each direction's relay injected plus its lateness (us)."""
+def by_agent_api(mode: int):
+    def start(stubs: dict, ssid_offset: int) -> None:
+        init_ends(stubs, mode)
+        start_sessions(stubs, ssid_offset)
+
+    return start
+
+
+def by_controller(stubs: dict, ssid_offset: int) -> None:
+    """The example intent's link probes, as finite runs, applied by the controller."""
+    intent = load_intent(INTENT)
+    intent.stamp_sessions = [
+        dataclasses.replace(s, ssid=s.ssid + ssid_offset, duration_s=RUN_S, rate_pps=RATE)
+        for s in intent.stamp_sessions
+    ]
+    with Controller(intent) as ctl:
+        result = ctl.apply()
+    assert result.ok, result.to_json()
+
+
+def measured_phase(lab, agents, start, ssid_offset: int) -> dict[int, dict[str, float]]:
+    """One run of the six link sessions at the relays' current delays, started by `start`: per
+    session, the median one-way delays and the delay each direction's relay injected plus its
+    lateness (us)."""
     links = [link for link, *_ in LINK_SESSIONS.values()]
     before = {link: lab.relay_stats(link) for link in links}
     channels = {n: agents[n].channel() for n in NODES}
     try:
         stubs = {n: stamp_pb2_grpc.StampServiceStub(c) for n, c in channels.items()}
         try:
-            init_ends(stubs, mode)
-            start_sessions(stubs, ssid_offset)
+            start(stubs, ssid_offset)
             deadline = time.monotonic() + RUN_S + 30
             while time.monotonic() < deadline and any_sender_running(stubs):
                 time.sleep(0.1)
@@ -153,32 +189,45 @@ def measured_phase(lab, agents, mode: int, ssid_offset: int) -> dict[int, dict[s
 MODES = [pb.STAMP_REFLECTOR_MODE_XDP, pb.STAMP_REFLECTOR_MODE_USERSPACE]
 
 
-@pytest.mark.parametrize("mode", MODES, ids=["xdp", "userspace"])
-def test_each_link_delay_per_direction(mesh, agents, mode):
+def assert_link_delays(mesh, start, offset: int, label: str) -> None:
+    """A base phase (every link BASE_US each way), then the topology's delays: per link and
+    direction, the measured change must be the injected change within TOLERANCE_US."""
     main_delays = {
         link: (mesh.topo.link(link).delay_a_to_b_us, mesh.topo.link(link).delay_b_to_a_us)
         for link, *_ in LINK_SESSIONS.values()
     }
-    offset = 100 if mode == pb.STAMP_REFLECTOR_MODE_XDP else 200
     try:
         for link in main_delays:
             mesh.set_delay(link, BASE_US, BASE_US)
-        base = measured_phase(mesh, agents, mode, offset)
+        base = measured_phase(mesh, mesh.agents, start, offset)
     finally:
         for link, (ab, ba) in main_delays.items():
             mesh.set_delay(link, ab, ba)
-    main = measured_phase(mesh, agents, mode, offset + 10)
-    name = pb.StampReflectorMode.Name(mode)
+    main = measured_phase(mesh, mesh.agents, start, offset + 10)
     errors = []
     for ssid, (link, fwd_dir, _, _) in LINK_SESSIONS.items():
         for d in ("fwd", "rev"):
             got = main[ssid][d] - base[ssid][d]
             want = main[ssid][f"want_{d}"] - base[ssid][f"want_{d}"]
             print(
-                f"link STAMP {name} {link} {fwd_dir if d == 'fwd' else OTHER[fwd_dir]}: measured "
+                f"link STAMP {label} {link} {fwd_dir if d == 'fwd' else OTHER[fwd_dir]}: measured "
                 f"{main[ssid][d]:.1f} us (change {got:.1f}), injected {main[ssid][f'want_{d}']:.1f} us "
                 f"(change {want:.1f}), error {got - want:+.1f} us"
             )
             if abs(got - want) > TOLERANCE_US:
                 errors.append((link, d, got, want))
     assert not errors, errors
+
+
+@pytest.mark.parametrize("mode", MODES, ids=["xdp", "userspace"])
+def test_each_link_delay_per_direction(mesh, agents, mode):
+    offset = 100 if mode == pb.STAMP_REFLECTOR_MODE_XDP else 200
+    assert_link_delays(mesh, by_agent_api(mode), offset, pb.StampReflectorMode.Name(mode))
+
+
+def test_link_probes_applied_by_the_controller(mesh, agents):
+    """controller/examples/mesh8_link_probes.yaml: the controller installs the links' End.X SIDs
+    and creates the six sessions; the same per-direction check."""
+    assert_link_delays(mesh, by_controller, 300, "controller")
+    end_x = mesh.run("A", ["ip", "-6", "route", "show", "fc00:1::a1"], check=True).stdout
+    assert "seg6local action End.X nh6 fc00:a1::2" in end_x and "dev a1" in end_x, end_x
