@@ -337,3 +337,47 @@ def fm_shifted(container: str) -> str:
     from controller.usid import CsidFormat
 
     return CsidFormat.parse("fcbb:bbbb::/32", 16).shifts(container)[1]
+
+
+SENDER_BIN = Path(__file__).resolve().parents[2] / "build" / "collectors" / "stamp_sender"
+NO_SRH_COUNT = 100
+
+
+def udp6_counters(lab, node: str) -> dict[str, int]:
+    text = lab.run(node, ["cat", "/proc/net/snmp6"], check=True).stdout
+    return {k: int(v) for k, v in (line.split() for line in text.splitlines()) if k.startswith("Udp6In")}
+
+
+def send_container_without_srh(lab, ssid: int, final_dst: bool) -> dict[str, int]:
+    """segscope's sender on A to the A -> B container as the destination, no SRH (the packet R1
+    and R2 shift on the way); a plain STAMP peer listens on B. What B's UDP counted."""
+    peer = lab.popen("B", [sys.executable, str(PLAIN_REFLECTOR), REFLECTOR, "862"], stdout=subprocess.PIPE, text=True)
+    try:
+        assert peer.stdout.readline().strip() == "ready"
+        before = udp6_counters(lab, "B")
+        cmd = [str(SENDER_BIN), "--src", SENDER, "--dst", TO_B, "--ssid", str(ssid), "--rate", "500"]
+        cmd += ["--count", str(NO_SRH_COUNT)] + (["--final-dst", REFLECTOR] if final_dst else [])
+        sent = lab.run("A", cmd, check=True)
+        assert f'"sent":{NO_SRH_COUNT},' in sent.stdout, sent.stdout
+        time.sleep(0.5)  # the last probes cross the relays (1.2 ms)
+        after = udp6_counters(lab, "B")
+    finally:
+        peer.kill()
+        peer.wait()
+    return {k: after[k] - before.get(k, 0) for k in after}
+
+
+def test_sender_checksums_a_container_without_srh_for_its_final_destination(usid_lab):
+    """RFC 8200 §8.1: the UDP checksum covers the final destination, here the container after its
+    last shift (fcbb:bbbb:400::), not the container A sends to. With --final-dst the sender
+    computes it (raw socket): B's kernel delivers every probe. Without it (the kernel's UDP socket
+    checksums for the container) B's kernel counts every probe as a checksum error."""
+    for link, (a_to_b, b_to_a) in BASE_US.items():
+        usid_lab.set_delay(link, a_to_b, b_to_a)
+    shifts_before = {node: shifted(usid_lab, node) for node in SHIFTERS}
+    fixed = send_container_without_srh(usid_lab, 47, final_dst=True)
+    assert fixed["Udp6InCsumErrors"] == 0 and fixed["Udp6InDatagrams"] == NO_SRH_COUNT, fixed
+    for node in SHIFTERS:  # the probes went through the container's shifts, one each
+        assert shifted(usid_lab, node) - shifts_before[node] == NO_SRH_COUNT, node
+    kernel_socket = send_container_without_srh(usid_lab, 48, final_dst=False)
+    assert kernel_socket["Udp6InCsumErrors"] == NO_SRH_COUNT and kernel_socket["Udp6InDatagrams"] == 0, kernel_socket
