@@ -58,7 +58,7 @@ def agents(usid_lab, pki, tmp_path_factory):
         assert all(a.stop() == 0 for a in started.values())
 
 
-def run_session(a, b, ssid: int, mode: int, segments: tuple[str, ...] = (TO_B,)) -> list:
+def run_session(a, b, ssid: int, mode: int, segments: tuple[str, ...] = (TO_B,), reduced: bool = False) -> list:
     """One finite run with B's reflector in `mode`: the results the sender got."""
     a.Init(pb.InitRequest(sender=pb.StampSenderConfig(device="a0", source_address=SENDER)))
     init = b.Init(pb.InitRequest(reflector=pb.StampReflectorConfig(device="b0", addresses=[REFLECTOR], mode=mode)))
@@ -66,7 +66,9 @@ def run_session(a, b, ssid: int, mode: int, segments: tuple[str, ...] = (TO_B,))
     reflector = pb.StampSession(role=RF, ssid=ssid, sender_address=SENDER, return_segments=[TO_A])
     b.CreateStampSession(pb.CreateStampSessionRequest(session=reflector))
     b.StartStampSession(pb.StartStampSessionRequest(role=RF, ssid=ssid))
-    sender = pb.StampSession(role=S, ssid=ssid, reflector_address=REFLECTOR, segments=list(segments), rate_pps=RATE)
+    sender = pb.StampSession(
+        role=S, ssid=ssid, reflector_address=REFLECTOR, segments=list(segments), rate_pps=RATE, reduced=reduced
+    )
     a.CreateStampSession(pb.CreateStampSessionRequest(session=sender))
     a.StartStampSession(pb.StartStampSessionRequest(role=S, ssid=ssid, duration_s=RUN_S))
     deadline = time.monotonic() + RUN_S + 30
@@ -92,7 +94,7 @@ def sender_running(a, ssid: int) -> bool:
     return state == pb.STAMP_SESSION_STATE_RUNNING
 
 
-def measured_phase(lab, agents, mode: int, ssid: int, delays: dict, segments=(TO_B,)) -> dict:
+def measured_phase(lab, agents, mode: int, ssid: int, delays: dict, segments=(TO_B,), reduced=False) -> dict:
     """One run with the relays at `delays`: median one-way delays and the injected sums (us)."""
     for link, (a_to_b, b_to_a) in delays.items():
         lab.set_delay(link, a_to_b, b_to_a)
@@ -101,7 +103,7 @@ def measured_phase(lab, agents, mode: int, ssid: int, delays: dict, segments=(TO
     with agents["A"].channel() as ca, agents["B"].channel() as cb:
         a, b = stamp_pb2_grpc.StampServiceStub(ca), stamp_pb2_grpc.StampServiceStub(cb)
         try:
-            results = run_session(a, b, ssid, mode, segments)
+            results = run_session(a, b, ssid, mode, segments, reduced)
         finally:
             a.Reset(pb.ResetRequest())
             b.Reset(pb.ResetRequest())
@@ -381,3 +383,21 @@ def test_sender_checksums_a_container_without_srh_for_its_final_destination(usid
         assert shifted(usid_lab, node) - shifts_before[node] == NO_SRH_COUNT, node
     kernel_socket = send_container_without_srh(usid_lab, 48, final_dst=False)
     assert kernel_socket["Udp6InCsumErrors"] == NO_SRH_COUNT and kernel_socket["Udp6InDatagrams"] == 0, kernel_socket
+
+
+@pytest.mark.parametrize(
+    "mode,ssid", [(pb.STAMP_REFLECTOR_MODE_XDP, 51), (pb.STAMP_REFLECTOR_MODE_USERSPACE, 52)], ids=["xdp", "userspace"]
+)
+def test_one_way_delays_with_the_sender_itself_reducing(usid_lab, agents, mode, ssid):
+    """`reduced`: the sender puts the container in the destination with no SRH (H.Encaps.Red at
+    the sender) and checksums for the address after the last shift; both reflectors answer every
+    probe, and the delays change with the injected ones as over an SRH."""
+    base = measured_phase(usid_lab, agents, mode, ssid, BASE_US, reduced=True)
+    main = measured_phase(usid_lab, agents, mode, ssid + 10, DELAY_US, reduced=True)
+    for d in ("fwd", "rev"):
+        got, want = main[d] - base[d], main[f"want_{d}"] - base[f"want_{d}"]
+        print(
+            f"usid STAMP reduced at the sender {pb.StampReflectorMode.Name(mode)} {d}: measured change "
+            f"{got:.1f} us, injected change {want:.1f} us"
+        )
+        assert abs(got - want) <= TOLERANCE_US, (d, got, want, base, main)
