@@ -221,6 +221,7 @@ def stamp_resource(node: str, st: stamp_pb2.StampSessionStatus) -> Resource:
                 FORMAT_FROM_PB.get(s.timestamp_format, "ptp"),
                 mode,
                 s.padding_bytes,
+                s.reduced,
             ),
             running=running,
             finished=finished,
@@ -251,6 +252,7 @@ def stamp_session_msg(r: Resource) -> stamp_pb2.StampSession:
             timestamp_format=FORMAT_TO_PB[f["format"]],
             mode=STAMP_MODE_TO_PB[f["mode"]],
             padding_bytes=f["padding_bytes"],
+            reduced=f["reduced"],
         )
     return stamp_pb2.StampSession(
         role=ROLE_TO_PB[role],

@@ -163,6 +163,7 @@ class StampSession:
     start: bool = True  # running (true) or configured but not sending (false)
     duration_s: float = 0.0  # > 0: a finite run; once it has run its course it is not restarted
     link: str = ""  # a link probe (`link_probes:`): the name of the one link it measures
+    reduced: bool = False  # H.Encaps.Red at the sender: segs[0], a container, in the destination, no SRH
 
     @property
     def key(self) -> tuple:
@@ -276,6 +277,7 @@ SESSION_KEYS = (
     "padding_bytes",
     "start",
     "duration_s",
+    "reduced",
 )
 STAMP_END_KEYS = ("node", "address", "dev")
 LINK_PROBE_KEYS = ("link", "ssid", "from", "to", "rate_pps", "format", "start", "duration_s")
@@ -834,6 +836,7 @@ def _parse_session(c: _Checker, where: tuple, raw: Any, nodes: dict) -> StampSes
         else 0
     )
     start = c.boolean(where + ("start",), raw["start"]) if "start" in raw else True
+    reduced = c.boolean(where + ("reduced",), raw["reduced"]) if "reduced" in raw else False
     duration = 0.0
     if "duration_s" in raw:
         d = raw["duration_s"]
@@ -853,6 +856,8 @@ def _parse_session(c: _Checker, where: tuple, raw: Any, nodes: dict) -> StampSes
         )
     if sender is None or reflector is None:
         return None
+    if reduced:
+        _check_reduced(c, where, segs, reflector.address)
     return StampSession(
         ssid=ssid,
         sender=sender,
@@ -865,7 +870,39 @@ def _parse_session(c: _Checker, where: tuple, raw: Any, nodes: dict) -> StampSes
         padding_bytes=padding,
         start=start,
         duration_s=duration,
+        reduced=reduced,
     )
+
+
+def _check_reduced(c: _Checker, where: tuple, segs: tuple[str, ...], reflector_address: str) -> None:
+    """A reduced session sends to one uSID container with no SRH; the reflector answers at the
+    address the container has after its last shift (the UDP checksum is computed for it)."""
+    if c.usid is None:
+        c.err(
+            where + ("reduced",), "a reduced session needs the usid: domain", "declare `usid: {block: ..., nflen: 16}`"
+        )
+        return
+    if len(segs) != 1:
+        c.err(
+            where + ("segs",),
+            f"{len(segs)} SIDs with reduced: true",
+            "give exactly one, the uSID container the destination holds",
+        )
+        return
+    if not c.usid.in_block(segs[0]) or c.usid.container_problem(segs[0]):
+        c.err(
+            where + ("segs", 0),
+            f"{segs[0]} is not a uSID container of block {c.usid.block}",
+            "write the container as {usids: [...]} or its address in the block",
+        )
+        return
+    last = c.usid.shifts(segs[0])[-1]
+    if _same_ip(last, reflector_address) is False:
+        c.err(
+            where + ("reflector", "address"),
+            f"{reflector_address} is not where container {segs[0]} ends: after its last shift it is {last}",
+            f"write address: \"{last}\" (the reflector's micro-SID address)",
+        )
 
 
 def _renamed(c: _Checker, names: dict[str, str]) -> _Checker:

@@ -148,6 +148,7 @@ def sender_spec(
     fmt: str,
     mode: str,
     padding: int,
+    reduced: bool = False,
 ) -> tuple:
     return spec(
         sender_address=canon_ip(sender_address),
@@ -159,6 +160,7 @@ def sender_spec(
         format=fmt or "ptp",
         mode=mode or "unauthenticated",
         padding_bytes=int(padding),
+        reduced=bool(reduced),
     )
 
 
@@ -287,6 +289,7 @@ def desired_state(intent: Intent) -> DesiredState:
                     s.format,
                     "unauthenticated",
                     s.padding_bytes,
+                    s.reduced,
                 ),  # the sender sends unauthenticated packets (stamp.proto)
                 running=s.start,
                 finite=finite,
