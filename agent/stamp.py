@@ -399,6 +399,7 @@ class StampAgent:
                     f"segscope_stamp_session,node={node_tag},ssid={ssid},role={ROLE_NAME[role]},"
                     f"path={escape_tag(pr.sids_tag(pr.STAMP, sp.segments))},"
                     f"return_path={escape_tag(','.join(sp.return_segments) or 'direct')}"
+                    + (f",written={escape_tag(sp.written)}" if sp.written else "")
                 )
                 running = int(s.state == pb.STAMP_SESSION_STATE_RUNNING)
                 out.append(f"{tags} rate_pps={sp.rate_pps}i,running={running}i {ts}")

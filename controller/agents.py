@@ -222,6 +222,7 @@ def stamp_resource(node: str, st: stamp_pb2.StampSessionStatus) -> Resource:
                 mode,
                 s.padding_bytes,
                 s.reduced,
+                s.written,
             ),
             running=running,
             finished=finished,
@@ -253,6 +254,7 @@ def stamp_session_msg(r: Resource) -> stamp_pb2.StampSession:
             mode=STAMP_MODE_TO_PB[f["mode"]],
             padding_bytes=f["padding_bytes"],
             reduced=f["reduced"],
+            written=f["written"],
         )
     return stamp_pb2.StampSession(
         role=ROLE_TO_PB[role],

@@ -164,6 +164,7 @@ class StampSession:
     duration_s: float = 0.0  # > 0: a finite run; once it has run its course it is not restarted
     link: str = ""  # a link probe (`link_probes:`): the name of the one link it measures
     reduced: bool = False  # H.Encaps.Red at the sender: segs[0], a container, in the destination, no SRH
+    written: str = ""  # the forward path as the operator wrote it: "usid(200,300,400)", "link:a1"
 
     @property
     def key(self) -> tuple:
@@ -871,6 +872,7 @@ def _parse_session(c: _Checker, where: tuple, raw: Any, nodes: dict) -> StampSes
         start=start,
         duration_s=duration,
         reduced=reduced,
+        written=",".join(written_segment(x) for x in raw["segs"]) if isinstance(raw.get("segs"), list) else "",
     )
 
 
@@ -941,7 +943,7 @@ def _parse_link_probe(c: _Checker, where: tuple, raw: Any, nodes: dict) -> Stamp
             f"both ends of link {link} have address {session.sender.address}",
             "write each end's own address on the link",
         )
-    return replace(session, link=link.strip())
+    return replace(session, link=link.strip(), written=f"link:{link.strip()}")
 
 
 def _parse_flow(c: _Checker, where: tuple, raw: Any, nodes: dict) -> Flow | None:

@@ -149,6 +149,7 @@ def sender_spec(
     mode: str,
     padding: int,
     reduced: bool = False,
+    written: str = "",
 ) -> tuple:
     return spec(
         sender_address=canon_ip(sender_address),
@@ -161,6 +162,7 @@ def sender_spec(
         mode=mode or "unauthenticated",
         padding_bytes=int(padding),
         reduced=bool(reduced),
+        written=written,
     )
 
 
@@ -290,6 +292,7 @@ def desired_state(intent: Intent) -> DesiredState:
                     "unauthenticated",
                     s.padding_bytes,
                     s.reduced,
+                    s.written,
                 ),  # the sender sends unauthenticated packets (stamp.proto)
                 running=s.start,
                 finite=finite,

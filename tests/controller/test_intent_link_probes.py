@@ -81,3 +81,8 @@ def test_ssid_taken_by_a_stamp_session():
     want = "link_probes[0]: duplicate STAMP session ssid 7 from node A (also stamp_sessions[0])"
     lines = problems(body)
     assert any(line.startswith("links.yaml:6:") and want in line for line in lines), lines
+
+
+def test_a_link_probe_is_written_as_its_link():
+    a1 = next(s for s in load_intent(EXAMPLE).stamp_sessions if s.link == "a1")
+    assert a1.written == "link:a1"

@@ -148,6 +148,8 @@ def test_a_reduced_session_sends_to_its_container_and_the_model_carries_it():
     assert (s.reduced, s.segs) == (True, ("fcbb:bbbb:200:300:400::",))
     sender = next(r for r in desired_state(got).resources.values() if r.kind == "stamp_sender")
     assert sender.fields["reduced"] is True and sender.fields["segs"] == ("fcbb:bbbb:200:300:400::",)
+    # the path as the operator wrote it goes to the agent with the session
+    assert s.written == sender.fields["written"] == "usid(200,300,400)"
 
 
 @pytest.mark.parametrize(
