@@ -147,8 +147,9 @@ def by_controller(stubs: dict, ssid_offset: int) -> None:
 
 def measured_phase(lab, agents, start, ssid_offset: int) -> dict[int, dict[str, float]]:
     """One run of the six link sessions at the relays' current delays, started by `start`: per
-    session, the median one-way delays and the delay each direction's relay injected plus its
-    lateness (us)."""
+    session, the mean one-way delays and the delay each direction's relay injected plus its mean
+    lateness (us). Means on both sides: a frame the relay released late (a loaded machine) is in
+    both, where a median would leave it out of the measured side only."""
     links = [link for link, *_ in LINK_SESSIONS.values()]
     before = {link: lab.relay_stats(link) for link in links}
     channels = {n: agents[n].channel() for n in NODES}
@@ -178,8 +179,8 @@ def measured_phase(lab, agents, start, ssid_offset: int) -> dict[int, dict[str, 
         t = lab.topo.link(link)
         injected = {"a_to_b": t.delay_a_to_b_us, "b_to_a": t.delay_b_to_a_us}
         out[ssid] = {
-            "fwd": statistics.median(r.forward_delay_ns for r in got) / 1000,
-            "rev": statistics.median(r.reverse_delay_ns for r in got) / 1000,
+            "fwd": statistics.fmean(r.forward_delay_ns for r in got) / 1000,
+            "rev": statistics.fmean(r.reverse_delay_ns for r in got) / 1000,
             "want_fwd": injected[fwd_dir] + late[fwd_dir],
             "want_rev": injected[OTHER[fwd_dir]] + late[OTHER[fwd_dir]],
         }
