@@ -282,6 +282,7 @@ def flow_resource(node: str, st: flowmon_pb2.FlowMonitorStatus) -> Resource:
             m.dmark_every,
             m.dscp_l_bit,
             m.dscp_d_bit,
+            m.written,
         ),
     )
 
@@ -300,6 +301,7 @@ def flow_msg(r: Resource) -> flowmon_pb2.FlowMonitor:
         dmark_every=f["dmark_every"],
         dscp_l_bit=l_bit,
         dscp_d_bit=d_bit,
+        written=f["written"],
     )
 
 

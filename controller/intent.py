@@ -186,6 +186,7 @@ class Flow:
     dmark_every: int = 0
     dscp_l_bit: int = 0
     dscp_d_bit: int = 1
+    written: str = ""  # segs as the operator wrote them: "usid(200,300,400,d6)"
 
     @property
     def key(self) -> tuple:
@@ -1006,6 +1007,7 @@ def _parse_flow(c: _Checker, where: tuple, raw: Any, nodes: dict) -> Flow | None
         dmark_every=dmark,
         dscp_l_bit=bits[0],
         dscp_d_bit=bits[1],
+        written=",".join(written_segment(x) for x in raw["segs"]) if isinstance(raw.get("segs"), list) else "",
     )
 
 

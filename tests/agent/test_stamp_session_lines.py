@@ -28,3 +28,18 @@ def test_the_written_path_is_a_tag_of_the_session_line():
     ), got[0]
     assert ",path=direct,return_path=direct,written=link:a1 " in got[1], got[1]
     assert "written" not in got[2], got[2]
+
+
+def test_the_written_path_is_a_tag_of_the_flow_line():
+    from agent.flowmon import RX, TX, FlowMonAgent, Side
+    from segscope_proto.segscope.agent.v1 import flowmon_pb2 as fm
+
+    container = "fcbb:bbbb:200:300:400:d6::"
+    tx = fm.FlowMonitor(
+        side=TX, flow_id=21, device="a0", segments=[container], period_ms=1000, written="usid(200,300,400,d6)"
+    )
+    rx = fm.FlowMonitor(side=RX, flow_id=21, device="b0", period_ms=1000)
+    sides = {TX: Side("a0", {21: tx}), RX: Side("b0", {21: rx})}
+    got = FlowMonAgent.flow_lines(SimpleNamespace(lock=threading.Lock(), sides=sides), "A", 7)
+    assert ",device=a0,written=usid(200\\,300\\,400\\,d6) " in got[0], got
+    assert "written" not in got[1], got

@@ -169,3 +169,17 @@ def test_a_reduced_session_needs_the_domain():
     body = REDUCED_SESSION.format(reflector="fcbb:bbbb:400::", segs='"fcbb:bbbb:200:300:400::"')
     lines = problems(HEAD.replace('usid: {block: "fcbb:bbbb::/32", nflen: 16}\n', "") + body)
     assert any("reduced: a reduced session needs the usid: domain" in line for line in lines), lines
+
+
+def test_a_flow_over_a_container_keeps_it_as_written():
+    from controller.model import desired_state
+
+    got = intent(
+        """flows:
+  - {flow_id: 21, ingress: {node: A, dev: a0}, egress: {node: B, dev: b0}, segs: [{usids: ["200", "300", "d6"]}]}
+"""
+    )
+    f = got.flows[0]
+    assert (f.segs, f.written) == (("fcbb:bbbb:200:300:d6::",), "usid(200,300,d6)")
+    sides = [r for r in desired_state(got).resources.values() if r.kind.startswith("flow_")]
+    assert sorted(r.fields["written"] for r in sides) == ["usid(200,300,d6)"] * 2
