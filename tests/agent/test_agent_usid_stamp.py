@@ -288,12 +288,16 @@ print(n)
 FLOW_COUNT, FLOW_ID, LOSS_PCT = 1200, 21, 10
 
 
-def test_altmark_loss_over_a_container_is_the_drops(usid_lab, agents):
+@pytest.mark.parametrize("encap", ["encap", "encap.red"], ids=["srh", "reduced"])
+def test_altmark_loss_over_a_container_is_the_drops(usid_lab, agents, encap):
+    """`encap`: an SRH holds the container, the TX side keys the flow by that SID list. `encap.red`:
+    no SRH, the container is the outer destination; the TX side keys the flow by it, as the SID
+    list [container]: the same flow spec. RX finds the flow by FlowMonID after the shifts."""
     from segscope_proto.segscope.agent.v1 import flowmon_pb2 as fm
     from segscope_proto.segscope.agent.v1 import flowmon_pb2_grpc
 
     lab = usid_lab
-    policy = ["fd00:b::/64", "encap", "seg6", "mode", "encap", "segs", TO_H2_RED, "dev", "a0"]
+    policy = ["fd00:b::/64", "encap", "seg6", "mode", encap, "segs", TO_H2_RED, "dev", "a0"]
     lab.run("A", ["ip", "-6", "route", "replace", *policy], check=True)
     # R1 drops 10 % of what it forwards toward R2 after its shift (nft counts each drop)
     loss = lab.add_loss("R1", LOSS_PCT, match=f"ip6 daddr {fm_shifted(TO_H2_RED)}")
@@ -326,7 +330,7 @@ def test_altmark_loss_over_a_container_is_the_drops(usid_lab, agents):
             lab.run("A", ["ip", "-6", "route", "del", "fd00:b::/64"], check=True)
     per_colour = [t.packets - r.packets for t, r in zip(tx.colours, rx.colours)]
     print(
-        f"altmark over uSID: sent {FLOW_COUNT}, tx {tx.total_packets}, rx {rx.total_packets}, "
+        f"altmark over uSID ({encap}): sent {FLOW_COUNT}, tx {tx.total_packets}, rx {rx.total_packets}, "
         f"nft drops {dropped}, lost per colour {per_colour}"
     )
     assert tx.total_packets == FLOW_COUNT and dropped > 0
