@@ -298,7 +298,7 @@ class FlowMonAgent:
                     tags = (
                         f"segscope_flow,node={node_tag},flow={flow_id},side={SIDE_NAME[side_id]},"
                         f"path={escape_tag(path)},method={method},"
-                        f"device={escape_tag(m.device)}"
+                        f"device={escape_tag(m.device)}" + (f",written={escape_tag(m.written)}" if m.written else "")
                     )
                     out.append(f"{tags} period_ms={m.period_ms}i,dmark_every={m.dmark_every}i {ts}")
         return out

@@ -399,6 +399,7 @@ class StampAgent:
                     f"segscope_stamp_session,node={node_tag},ssid={ssid},role={ROLE_NAME[role]},"
                     f"path={escape_tag(pr.sids_tag(pr.STAMP, sp.segments))},"
                     f"return_path={escape_tag(','.join(sp.return_segments) or 'direct')}"
+                    + (f",written={escape_tag(sp.written)}" if sp.written else "")
                 )
                 running = int(s.state == pb.STAMP_SESSION_STATE_RUNNING)
                 out.append(f"{tags} rate_pps={sp.rate_pps}i,running={running}i {ts}")
@@ -565,7 +566,7 @@ class StampAgent:
             "--src",
             sp.sender_address or self.sender_cfg.source_address,
             "--dst",
-            sp.reflector_address,
+            sp.segments[0] if sp.reduced else sp.reflector_address,
             "--ssid",
             str(sp.ssid),
             "--sport",
@@ -579,7 +580,9 @@ class StampAgent:
             "--format",
             FORMAT_ARG[sp.timestamp_format],
         ]
-        if sp.segments:
+        if sp.reduced:  # the container is the destination; the checksum is for the last shift's
+            cmd += ["--final-dst", sp.reflector_address]
+        elif sp.segments:
             cmd += ["--segs", ",".join(sp.segments)]
         if sp.padding_bytes:
             cmd += ["--padding", str(sp.padding_bytes)]
@@ -931,6 +934,12 @@ def validate_session(sp: pb.StampSession) -> pb.StampSession:
             len(sp.return_segments) > 0,
             "with STAMP_ROLE_SENDER (the reflector's return path is set on the reflector)",
         )
+        if sp.reduced and len(out.segments) != 1:
+            raise F.invalid(
+                "session.segments",
+                f"{len(out.segments)} SIDs with reduced: give exactly one, the uSID container the "
+                "destination holds (its address after the last shift is reflector_address)",
+            )
         if sp.rate_pps == 0:
             raise F.invalid("session.rate_pps", "required with STAMP_ROLE_SENDER (1..1000000)")
         F.in_range("session.rate_pps", sp.rate_pps, 1, 1_000_000)
@@ -950,6 +959,7 @@ def validate_session(sp: pb.StampSession) -> pb.StampSession:
         del out.return_segments[:]
         out.return_segments.extend(F.segments("session.return_segments", sp.return_segments, min_len=0))
         F.refuse("session.rate_pps", sp.rate_pps != 0, "with STAMP_ROLE_REFLECTOR")
+        F.refuse("session.reduced", sp.reduced, "with STAMP_ROLE_REFLECTOR (it is the sender's encapsulation)")
         F.refuse("session.padding_bytes", sp.padding_bytes != 0, "with STAMP_ROLE_REFLECTOR")
         F.refuse(
             "session.reflector_port",

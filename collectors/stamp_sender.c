@@ -5,6 +5,11 @@
  *
  * A plain UDP socket; the SRv6 segment list is a sticky IPV6_RTHDR option
  * holding a type-4 SRH, so the kernel builds the SRH for every packet.
+ * A uSID container as the destination without an SRH (--final-dst) goes out
+ * on a raw socket instead: the kernel's UDP socket would checksum for the
+ * container, but the reflector checks the checksum for the address the
+ * container has after its last shift (RFC 8200 §8.1: the final destination),
+ * so the sender writes the UDP header and that checksum itself.
  * T1 is CLOCK_TAI read immediately before sendto(), written as PTPv2
  * truncated (Z=1). Packets are paced on CLOCK_MONOTONIC absolute deadlines
  * (start + i * interval) so the long-run rate is exact even when a single
@@ -23,6 +28,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/filter.h>
 #include <sys/socket.h>
 #include <sys/timex.h>
 #include <time.h>
@@ -44,6 +50,8 @@ struct sender_opts {
 	const char *netns;
 	struct in6_addr src, dst;
 	struct in6_addr segs[MAX_SEGS];   /* in visiting order */
+	bool have_final;                  /* --final-dst: dst is a container, no SRH */
+	struct in6_addr final_dst;        /* what dst becomes after its last shift */
 	int nsegs;
 	int sport;                        /* -1: 50000 + ssid */
 	int dport;
@@ -73,12 +81,14 @@ static void on_signal(int sig)
 static void usage(FILE *f)
 {
 	fprintf(f,
-		"usage: stamp_sender [--netns NS] --src ADDR --dst ADDR [--segs SID1,SID2,...]\n"
+		"usage: stamp_sender [--netns NS] --src ADDR --dst ADDR [--segs SID1,SID2,... | --final-dst ADDR]\n"
 		"                    [--sport P] [--dport 862] --ssid N --rate PPS\n"
 		"                    [--count N] [--duration SEC] [--padding BYTES]\n"
 		"                    [--format ptp|ntp] [--tai-offset S] [--tlv TYPE:HEX[:FLAGS]]...\n"
 		"                    [--stats-file PATH] [--agent-dir DIR --adopt-timeout S]\n"
 		"At least one of --count/--duration. Prints one JSON summary line on exit;\n"
+		"--final-dst: --dst is a uSID container sent without an SRH, ADDR the address it has after\n"
+		"its last shift (the reflector's); the UDP checksum is computed for ADDR (raw socket).\n"
 		"--stats-file: {\"sent\":N,\"send_errors\":N} rewritten every second while sending;\n"
 		"--agent-dir/--adopt-timeout: started by the node agent, whose state is in DIR: stops by\n"
 		"itself (\"orphaned\":true in the summary) once no agent has run for S seconds.\n");
@@ -183,12 +193,13 @@ static void parse_args(int argc, char **argv, struct sender_opts *o)
 	cli_prog = "stamp_sender";
 	cli_usage = usage;
 	enum { O_NETNS = 1, O_SRC, O_DST, O_SEGS, O_SPORT, O_DPORT, O_SSID, O_RATE,
-	       O_COUNT, O_DURATION, O_PADDING, O_FORMAT, O_TAI_OFFSET, O_TLV, O_STATS_FILE, O_AGENT_DIR, O_ADOPT_TIMEOUT, O_HELP };
+	       O_COUNT, O_DURATION, O_PADDING, O_FORMAT, O_TAI_OFFSET, O_TLV, O_STATS_FILE, O_AGENT_DIR, O_ADOPT_TIMEOUT, O_FINAL_DST, O_HELP };
 	static const struct option longopts[] = {
 		{ "netns", required_argument, NULL, O_NETNS },
 		{ "src", required_argument, NULL, O_SRC },
 		{ "dst", required_argument, NULL, O_DST },
 		{ "segs", required_argument, NULL, O_SEGS },
+		{ "final-dst", required_argument, NULL, O_FINAL_DST },
 		{ "sport", required_argument, NULL, O_SPORT },
 		{ "dport", required_argument, NULL, O_DPORT },
 		{ "ssid", required_argument, NULL, O_SSID },
@@ -224,6 +235,7 @@ static void parse_args(int argc, char **argv, struct sender_opts *o)
 		case O_SRC: parse_addr("--src", optarg, &o->src); have_src = true; break;
 		case O_DST: parse_addr("--dst", optarg, &o->dst); have_dst = true; break;
 		case O_SEGS: parse_segs(optarg, o); break;
+		case O_FINAL_DST: parse_addr("--final-dst", optarg, &o->final_dst); o->have_final = true; break;
 		case O_SPORT: o->sport = parse_int("--sport", optarg, 1, 65535); break;
 		case O_DPORT: o->dport = parse_int("--dport", optarg, 1, 65535); break;
 		/* 0: a plain RFC 8762 sender (bytes 14-15 MBZ, no RFC 8972 SSID) */
@@ -259,6 +271,9 @@ static void parse_args(int argc, char **argv, struct sender_opts *o)
 		die_arg("--src", "required", NULL);
 	if (!have_dst)
 		die_arg("--dst", "required", NULL);
+	if (o->have_final && o->nsegs)
+		die_arg("--final-dst", "only without --segs (with an SRH the kernel checksums for its last segment)",
+			NULL);
 	if (o->ssid < 0)
 		die_arg("--ssid", "required (0..65535; 0: plain RFC 8762, no SSID)", NULL);
 	if (o->rate_pps <= 0)
@@ -334,6 +349,66 @@ static int open_socket(const struct sender_opts *o)
 	return fd;
 }
 
+/* For --final-dst: a raw UDP socket whose packets the sender builds from the UDP header on. It
+ * would also get a copy of every UDP packet the node receives: a filter that keeps none. */
+static int open_raw_socket(const struct sender_opts *o)
+{
+	struct sockaddr_in6 sa = { .sin6_family = AF_INET6, .sin6_addr = o->src };
+	struct sock_filter keep_none = BPF_STMT(BPF_RET | BPF_K, 0);
+	struct sock_fprog prog = { .len = 1, .filter = &keep_none };
+	int fd = socket(AF_INET6, SOCK_RAW | SOCK_CLOEXEC, IPPROTO_UDP);
+
+	if (fd < 0) {
+		fprintf(stderr, "stamp_sender: raw socket (--final-dst): %s\n", strerror(errno));
+		return -1;
+	}
+	if (setsockopt(fd, SOL_SOCKET, SO_ATTACH_FILTER, &prog, sizeof(prog)) < 0 ||
+	    bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
+		char a[INET6_ADDRSTRLEN];
+
+		inet_ntop(AF_INET6, &o->src, a, sizeof(a));
+		fprintf(stderr, "stamp_sender: raw socket from %s: %s\n", a, strerror(errno));
+		close(fd);
+		return -1;
+	}
+	return fd;
+}
+
+static uint32_t sum16(uint32_t sum, const void *data, size_t len)
+{
+	const uint8_t *p = data;
+
+	for (; len > 1; p += 2, len -= 2)
+		sum += (uint32_t)p[0] << 8 | p[1];
+	if (len)
+		sum += (uint32_t)p[0] << 8;
+	return sum;
+}
+
+/* The UDP header in front of the STAMP payload, its checksum over the IPv6 pseudo-header with the
+ * final destination (RFC 8200 §8.1). */
+static void write_udp_header(uint8_t *udp, size_t udp_len, const struct sender_opts *o)
+{
+	uint32_t sum = 0;
+	uint8_t pseudo_tail[8] = { 0 };
+
+	udp[0] = o->sport >> 8, udp[1] = o->sport & 0xff;
+	udp[2] = o->dport >> 8, udp[3] = o->dport & 0xff;
+	udp[4] = udp_len >> 8, udp[5] = udp_len & 0xff;
+	udp[6] = udp[7] = 0;
+	pseudo_tail[2] = udp_len >> 8, pseudo_tail[3] = udp_len & 0xff, pseudo_tail[7] = IPPROTO_UDP;
+	sum = sum16(sum, &o->src, sizeof(o->src));
+	sum = sum16(sum, &o->final_dst, sizeof(o->final_dst));
+	sum = sum16(sum, pseudo_tail, sizeof(pseudo_tail));
+	sum = sum16(sum, udp, udp_len);
+	while (sum >> 16)
+		sum = (sum & 0xffff) + (sum >> 16);
+	sum = ~sum & 0xffff;
+	if (sum == 0)   /* RFC 8200 §8.1: a computed zero is sent as all ones */
+		sum = 0xffff;
+	udp[6] = sum >> 8, udp[7] = sum & 0xff;
+}
+
 /*
  * Error Estimate (RFC 8762 §4.2.1) from the kernel clock: S iff adjtimex
  * says the clock is disciplined, Z from the format, Scale/Multiplier the
@@ -394,12 +469,15 @@ struct wire_fmt {
 	enum stamp_ts_format format;
 	int tai_offset_s;
 	uint16_t ssid;
+	size_t udp_header;                /* 8: a raw socket, the sender writes the UDP header (--final-dst) */
+	const struct sender_opts *opts;
 };
 
+/* buf: the UDP header's room (wf->udp_header bytes), then the STAMP payload; len: all of it */
 static void send_one(int fd, const struct sockaddr_in6 *dst, uint8_t *buf, size_t len,
 		     uint32_t seq, uint16_t err_est, const struct wire_fmt *wf, struct send_stats *st)
 {
-	struct stamp_sender_packet *p = (struct stamp_sender_packet *)buf;
+	struct stamp_sender_packet *p = (struct stamp_sender_packet *)(buf + wf->udp_header);
 	struct timespec t1;
 
 	p->seq = htonl(seq);
@@ -409,6 +487,8 @@ static void send_one(int fd, const struct sockaddr_in6 *dst, uint8_t *buf, size_
 	/* only fails for an NTP time before 1970 UTC (a TAI clock < the offset) */
 	if (stamp_ts_from_tai_ns(wf->format, ts_ns(&t1), wf->tai_offset_s, &p->ts) < 0)
 		memset(&p->ts, 0, sizeof(p->ts));
+	if (wf->udp_header)
+		write_udp_header(buf, len, wf->opts);
 	st->attempts++;
 	if (sendto(fd, buf, len, 0, (const struct sockaddr *)dst, sizeof(*dst)) == (ssize_t)len) {
 		st->sent++;
@@ -454,17 +534,20 @@ int main(int argc, char **argv)
 	parse_args(argc, argv, &o);
 	if (o.netns && enter_netns(o.netns) < 0)
 		return 1;
-	fd = open_socket(&o);
+	fd = o.have_final ? open_raw_socket(&o) : open_socket(&o);
 	if (fd < 0)
 		return 1;
 	sigaction(SIGINT, &sa, NULL);
 	sigaction(SIGTERM, &sa, NULL);
 
 	dst.sin6_addr = o.dst;
-	dst.sin6_port = htons(o.dport);
+	dst.sin6_port = o.have_final ? 0 : htons(o.dport);   /* raw: the port field must be 0 */
+	wf.udp_header = o.have_final ? 8 : 0;
+	wf.opts = &o;
 	len = STAMP_BASE_LEN + o.padding + o.tlv_len;
-	buf = calloc(1, len);
-	memcpy(buf + STAMP_BASE_LEN, o.tlvs, o.tlv_len);
+	buf = calloc(1, wf.udp_header + len);
+	memcpy(buf + wf.udp_header + STAMP_BASE_LEN, o.tlvs, o.tlv_len);
+	len += wf.udp_header;
 	wf.format = o.format;
 	wf.ssid = (uint16_t)o.ssid;
 	wf.tai_offset_s = o.tai_offset_given ? o.tai_offset_s : kernel_tai_offset();
@@ -516,7 +599,7 @@ int main(int argc, char **argv)
 	printf("\"duration_s\":%.6f,\"rate_pps\":%.3f,\"error_estimate\":%u,",
 	       (t_end - start) / 1e9, o.rate_pps, err_est);
 	printf("\"format\":\"%s\",\"tai_offset_s\":%d,\"length\":%zu,\"tlvs\":%d%s}\n",
-	       o.format == STAMP_TS_NTP ? "ntp" : "ptp", wf.tai_offset_s, len, o.ntlvs,
+	       o.format == STAMP_TS_NTP ? "ntp" : "ptp", wf.tai_offset_s, len - wf.udp_header, o.ntlvs,
 	       o.tether.orphaned ? ",\"orphaned\":true" : "");
 	fflush(stdout);
 	close(fd);

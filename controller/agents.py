@@ -221,6 +221,8 @@ def stamp_resource(node: str, st: stamp_pb2.StampSessionStatus) -> Resource:
                 FORMAT_FROM_PB.get(s.timestamp_format, "ptp"),
                 mode,
                 s.padding_bytes,
+                s.reduced,
+                s.written,
             ),
             running=running,
             finished=finished,
@@ -251,6 +253,8 @@ def stamp_session_msg(r: Resource) -> stamp_pb2.StampSession:
             timestamp_format=FORMAT_TO_PB[f["format"]],
             mode=STAMP_MODE_TO_PB[f["mode"]],
             padding_bytes=f["padding_bytes"],
+            reduced=f["reduced"],
+            written=f["written"],
         )
     return stamp_pb2.StampSession(
         role=ROLE_TO_PB[role],
@@ -278,6 +282,7 @@ def flow_resource(node: str, st: flowmon_pb2.FlowMonitorStatus) -> Resource:
             m.dmark_every,
             m.dscp_l_bit,
             m.dscp_d_bit,
+            m.written,
         ),
     )
 
@@ -296,6 +301,7 @@ def flow_msg(r: Resource) -> flowmon_pb2.FlowMonitor:
         dmark_every=f["dmark_every"],
         dscp_l_bit=l_bit,
         dscp_d_bit=d_bit,
+        written=f["written"],
     )
 
 

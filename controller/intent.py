@@ -11,12 +11,13 @@ Format: controller/README.md.
 
 from __future__ import annotations
 
+import copy
 import difflib
 import hashlib
 import ipaddress
 import os
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -161,6 +162,9 @@ class StampSession:
     padding_bytes: int = 0
     start: bool = True  # running (true) or configured but not sending (false)
     duration_s: float = 0.0  # > 0: a finite run; once it has run its course it is not restarted
+    link: str = ""  # a link probe (`link_probes:`): the name of the one link it measures
+    reduced: bool = False  # H.Encaps.Red at the sender: segs[0], a container, in the destination, no SRH
+    written: str = ""  # the forward path as the operator wrote it: "usid(200,300,400)", "link:a1"
 
     @property
     def key(self) -> tuple:
@@ -182,6 +186,7 @@ class Flow:
     dmark_every: int = 0
     dscp_l_bit: int = 0
     dscp_d_bit: int = 1
+    written: str = ""  # segs as the operator wrote them: "usid(200,300,400,d6)"
 
     @property
     def key(self) -> tuple:
@@ -239,6 +244,7 @@ TOP_KEYS = (
     "local_sids",
     "policies",
     "stamp_sessions",
+    "link_probes",
     "flows",
     "inline_monitors",
     "steering",
@@ -275,8 +281,10 @@ SESSION_KEYS = (
     "padding_bytes",
     "start",
     "duration_s",
+    "reduced",
 )
 STAMP_END_KEYS = ("node", "address", "dev")
+LINK_PROBE_KEYS = ("link", "ssid", "from", "to", "rate_pps", "format", "start", "duration_s")
 FLOW_KEYS = ("flow_id", "ingress", "egress", "segs", "method", "period_ms", "dmark_every", "dscp_l_bit", "dscp_d_bit")
 FLOW_END_KEYS = ("node", "dev")
 INLINE_KEYS = (
@@ -832,6 +840,7 @@ def _parse_session(c: _Checker, where: tuple, raw: Any, nodes: dict) -> StampSes
         else 0
     )
     start = c.boolean(where + ("start",), raw["start"]) if "start" in raw else True
+    reduced = c.boolean(where + ("reduced",), raw["reduced"]) if "reduced" in raw else False
     duration = 0.0
     if "duration_s" in raw:
         d = raw["duration_s"]
@@ -851,6 +860,8 @@ def _parse_session(c: _Checker, where: tuple, raw: Any, nodes: dict) -> StampSes
         )
     if sender is None or reflector is None:
         return None
+    if reduced:
+        _check_reduced(c, where, segs, reflector.address)
     return StampSession(
         ssid=ssid,
         sender=sender,
@@ -863,7 +874,79 @@ def _parse_session(c: _Checker, where: tuple, raw: Any, nodes: dict) -> StampSes
         padding_bytes=padding,
         start=start,
         duration_s=duration,
+        reduced=reduced,
+        written=",".join(written_segment(x) for x in raw["segs"]) if isinstance(raw.get("segs"), list) else "",
     )
+
+
+def _check_reduced(c: _Checker, where: tuple, segs: tuple[str, ...], reflector_address: str) -> None:
+    """A reduced session sends to one uSID container with no SRH; the reflector answers at the
+    address the container has after its last shift (the UDP checksum is computed for it)."""
+    if c.usid is None:
+        c.err(
+            where + ("reduced",), "a reduced session needs the usid: domain", "declare `usid: {block: ..., nflen: 16}`"
+        )
+        return
+    if len(segs) != 1:
+        c.err(
+            where + ("segs",),
+            f"{len(segs)} SIDs with reduced: true",
+            "give exactly one, the uSID container the destination holds",
+        )
+        return
+    if not c.usid.in_block(segs[0]) or c.usid.container_problem(segs[0]):
+        c.err(
+            where + ("segs", 0),
+            f"{segs[0]} is not a uSID container of block {c.usid.block}",
+            "write the container as {usids: [...]} or its address in the block",
+        )
+        return
+    last = c.usid.shifts(segs[0])[-1]
+    if _same_ip(last, reflector_address) is False:
+        c.err(
+            where + ("reflector", "address"),
+            f"{reflector_address} is not where container {segs[0]} ends: after its last shift it is {last}",
+            f"write address: \"{last}\" (the reflector's micro-SID address)",
+        )
+
+
+def _renamed(c: _Checker, names: dict[str, str]) -> _Checker:
+    """A checker that reports a problem under the key the operator wrote: a link probe is parsed
+    as a STAMP session whose `from`/`to` are the session's sender/reflector."""
+    out = copy.copy(c)
+
+    def err(where: tuple, what: str, fix: str = "", at_key: bool = False) -> None:
+        c.err(tuple(names.get(k, k) if isinstance(k, str) else k for k in where), what, fix, at_key)
+
+    out.err = err
+    return out
+
+
+def _parse_link_probe(c: _Checker, where: tuple, raw: Any, nodes: dict) -> StampSession | None:
+    """A STAMP session over one link: from one end's address on the link to the other end's
+    address on it (a connected route, so the probe cannot take another link). Its dev on both
+    ends is the link's interface: the reflector answers out of the interface the probe came in
+    on, so the reply crosses the same link back."""
+    if not c.mapping(where, raw, LINK_PROBE_KEYS, required=("link", "ssid", "from", "to")):
+        return None
+    link = raw.get("link")
+    if "link" in raw and (not isinstance(link, str) or not link.strip()):
+        c.err(where + ("link",), f"{_show(link)} is not a link name", "write the link's name, e.g. `link: a1`")
+        return None
+    if not all(k in raw for k in ("link", "ssid", "from", "to")):
+        return None  # reported by mapping()
+    session_raw = {k: v for k, v in raw.items() if k not in ("link", "from", "to")}
+    session_raw.update(sender=raw["from"], reflector=raw["to"])
+    session = _parse_session(_renamed(c, {"sender": "from", "reflector": "to"}), where, session_raw, nodes)
+    if session is None:
+        return None
+    if _same_ip(session.sender.address, session.reflector.address):
+        c.err(
+            where + ("to", "address"),
+            f"both ends of link {link} have address {session.sender.address}",
+            "write each end's own address on the link",
+        )
+    return replace(session, link=link.strip(), written=f"link:{link.strip()}")
 
 
 def _parse_flow(c: _Checker, where: tuple, raw: Any, nodes: dict) -> Flow | None:
@@ -926,6 +1009,7 @@ def _parse_flow(c: _Checker, where: tuple, raw: Any, nodes: dict) -> Flow | None
         dmark_every=dmark,
         dscp_l_bit=bits[0],
         dscp_d_bit=bits[1],
+        written=",".join(written_segment(x) for x in raw["segs"]) if isinstance(raw.get("segs"), list) else "",
     )
 
 
@@ -1099,12 +1183,16 @@ def _cross_checks(c: _Checker, intent: Intent, indexed: dict[str, list[tuple[int
         lambda p: f"policy for {p.destination} on node {p.node}"
         + (f" table {p.table}" if p.table != MAIN_TABLE else ""),
     )
-    _check_unique(
-        c,
-        "stamp_sessions",
-        indexed["stamp_sessions"],
-        lambda s: f"STAMP session ssid {s.ssid} from node {s.sender.node}",
-    )
+    sessions_seen: dict[tuple, tuple] = {}
+    for where, s in _sessions(indexed):
+        if s.key in sessions_seen:
+            first = sessions_seen[s.key]
+            c.err(
+                where,
+                f"duplicate STAMP session ssid {s.ssid} from node {s.sender.node} (also {first[0]}[{first[1]}])",
+                "keep one entry per key, or change one of them",
+            )
+        sessions_seen.setdefault(s.key, where)
     _check_unique(c, "flows", indexed["flows"], lambda f: f"flow_id {f.flow_id}")
     # the datapath keys a flow by its SID list (and method) on each side: a second flow with the
     # same list on the same node would replace the first one there (the agent refuses it)
@@ -1122,28 +1210,30 @@ def _cross_checks(c: _Checker, intent: Intent, indexed: dict[str, list[tuple[int
                 break
             seen_flows.setdefault(k, (f.flow_id, index))
     # an agent keys STAMP sessions by (role, ssid): one ssid per reflector node too
-    refl_seen: dict[tuple, int] = {}
-    for index, s in indexed["stamp_sessions"]:
+    refl_seen: dict[tuple, tuple] = {}
+    for where, s in _sessions(indexed):
         k = (s.reflector.node, s.ssid)
         if k in refl_seen:
+            first = refl_seen[k]
             c.err(
-                ("stamp_sessions", index, "ssid"),
-                f"reflector node {s.reflector.node} already reflects ssid {s.ssid} (stamp_sessions[{refl_seen[k]}])",
+                where + ("ssid",),
+                f"reflector node {s.reflector.node} already reflects ssid {s.ssid} ({first[0]}[{first[1]}])",
                 "use another ssid",
             )
-        refl_seen.setdefault(k, index)
+        refl_seen.setdefault(k, where)
     # a node may send and reflect on several devices (one program per role, attached to each of
     # them); one source address per sender device, since the agent's Init keys the role by device
-    srcs: dict[tuple[str, str], tuple[str, int]] = {}
-    for index, s in indexed["stamp_sessions"]:
+    srcs: dict[tuple[str, str], tuple[str, tuple]] = {}
+    for where, s in _sessions(indexed):
         k = (s.sender.node, s.sender.dev)
         if k in srcs and _same_ip(srcs[k][0], s.sender.address) is False:
+            first = srcs[k][1]
             c.err(
-                ("stamp_sessions", index, "sender", "address"),
-                f"{s.sender.node}:{s.sender.dev} already sends from {srcs[k][0]} (stamp_sessions[{srcs[k][1]}])",
+                _role_key(where, "sender") + ("address",),
+                f"{s.sender.node}:{s.sender.dev} already sends from {srcs[k][0]} ({first[0]}[{first[1]}])",
                 f"use address {srcs[k][0]} for sessions whose replies arrive on {s.sender.dev}",
             )
-        srcs.setdefault(k, (s.sender.address, index))
+        srcs.setdefault(k, (s.sender.address, where))
     # no check of XDP devices: the STAMP collector (sender dev), the STAMP reflector (reflector
     # dev) and a flow's RX side (egress dev) may share any device of a node in any combination;
     # the agent's programs run there through the node's XDP chain (datapath/README.md, "Chaining")
@@ -1183,13 +1273,26 @@ def _inline_checks(c: _Checker, intent: Intent, indexed: dict[str, list[tuple[in
             ids.setdefault(nid, name)
 
 
+SECTION_FIELD = {"link_probes": "stamp_sessions"}  # a link probe is a STAMP session of the Intent
+
+
+def _sessions(indexed: dict[str, list[tuple[int, Any]]]) -> list[tuple[tuple, StampSession]]:
+    """Every STAMP session with where it was written: stamp_sessions[i] or link_probes[i]."""
+    return [((section, index), s) for section in ("stamp_sessions", "link_probes") for index, s in indexed[section]]
+
+
+def _role_key(where: tuple, role: str) -> tuple:
+    """The key of a session's sender/reflector end as written (`from`/`to` in a link probe)."""
+    return where + ({"sender": "from", "reflector": "to"}[role] if where[0] == "link_probes" else role,)
+
+
 def parse_intent(text: str, file: str = "intent.yaml", base_dir: Path | None = None) -> Intent:
     """Validate text; returns the Intent or raises IntentError with every problem."""
     raw, doc = load_marked(text, file)
     c = _Checker(doc, base_dir or Path(file).resolve().parent)
     intent = Intent(file=file)
     indexed: dict[str, list[tuple[int, Any]]] = {
-        k: [] for k in ("local_sids", "policies", "stamp_sessions", "flows", "inline_monitors")
+        k: [] for k in ("local_sids", "policies", "stamp_sessions", "link_probes", "flows", "inline_monitors")
     }
     if doc.problems and raw is None:  # YAML syntax: nothing to validate
         raise IntentError(file, doc.problems)
@@ -1229,6 +1332,7 @@ def parse_intent(text: str, file: str = "intent.yaml", base_dir: Path | None = N
             "local_sids": _parse_local_sid,
             "policies": _parse_policy,
             "stamp_sessions": _parse_session,
+            "link_probes": _parse_link_probe,
             "flows": _parse_flow,
             "inline_monitors": _parse_inline,
         }
@@ -1237,7 +1341,7 @@ def parse_intent(text: str, file: str = "intent.yaml", base_dir: Path | None = N
             for index, item_raw in enumerate(c.listing((section,), raw.get(section), what)):
                 item = parse(c, (section, index), item_raw, known)
                 if item is not None:
-                    getattr(intent, section).append(item)
+                    getattr(intent, SECTION_FIELD.get(section, section)).append(item)
                     indexed[section].append((index, item))
         _parse_steering_section(c, intent, raw.get("steering"), known)
         _cross_checks(c, intent, indexed)

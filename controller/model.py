@@ -151,6 +151,8 @@ def sender_spec(
     fmt: str,
     mode: str,
     padding: int,
+    reduced: bool = False,
+    written: str = "",
 ) -> tuple:
     return spec(
         sender_address=canon_ip(sender_address),
@@ -162,6 +164,8 @@ def sender_spec(
         format=fmt or "ptp",
         mode=mode or "unauthenticated",
         padding_bytes=int(padding),
+        reduced=bool(reduced),
+        written=written,
     )
 
 
@@ -175,7 +179,15 @@ def reflector_spec(sender_address: str, return_sids, mode: str, fmt: str) -> tup
 
 
 def flow_spec(
-    side: str, dev: str, method: str, sids, period_ms: int, dmark_every: int, l_bit: int, d_bit: int
+    side: str,
+    dev: str,
+    method: str,
+    sids,
+    period_ms: int,
+    dmark_every: int,
+    l_bit: int,
+    d_bit: int,
+    written: str = "",
 ) -> tuple:
     if method == "dscp":
         if l_bit == 0 and d_bit == 0:
@@ -192,6 +204,7 @@ def flow_spec(
         period_ms=int(period_ms),
         dmark_every=int(dmark_every) if side == "tx" else 0,
         dscp_bits=bits,
+        written=written,
     )
 
 
@@ -294,6 +307,8 @@ def desired_state(intent: Intent) -> DesiredState:
                     s.format,
                     "unauthenticated",
                     s.padding_bytes,
+                    s.reduced,
+                    s.written,
                 ),  # the sender sends unauthenticated packets (stamp.proto)
                 running=s.start,
                 finite=finite,
@@ -316,7 +331,7 @@ def desired_state(intent: Intent) -> DesiredState:
                 "flow_rx",
                 f.egress.node,
                 ("rx", f.flow_id),
-                flow_spec("rx", f.egress.dev, f.method, f.segs, f.period_ms, 0, f.dscp_l_bit, f.dscp_d_bit),
+                flow_spec("rx", f.egress.dev, f.method, f.segs, f.period_ms, 0, f.dscp_l_bit, f.dscp_d_bit, f.written),
             )
         )
         d.add(
@@ -325,7 +340,15 @@ def desired_state(intent: Intent) -> DesiredState:
                 f.ingress.node,
                 ("tx", f.flow_id),
                 flow_spec(
-                    "tx", f.ingress.dev, f.method, f.segs, f.period_ms, f.dmark_every, f.dscp_l_bit, f.dscp_d_bit
+                    "tx",
+                    f.ingress.dev,
+                    f.method,
+                    f.segs,
+                    f.period_ms,
+                    f.dmark_every,
+                    f.dscp_l_bit,
+                    f.dscp_d_bit,
+                    f.written,
                 ),
             )
         )

@@ -52,6 +52,7 @@
 #define IPPROTO_HOPOPTS_HDR    0
 #define IPPROTO_ROUTING_HDR    43
 #define IPPROTO_DSTOPTS_HDR    60
+#define IPPROTO_IPV6_ENCAP     41     /* IPv6-in-IPv6: the inner packet right after the outer header */
 #define IPV6_SRH_TYPE          4
 
 /* Key of altmark_flows (both programs). */

@@ -54,6 +54,15 @@ am_srh_key(struct ipv6_sr_hdr *srh, void *data_end, struct altmark_sidlist_key *
 	return AM_SRH_OK;
 }
 
+/* The key of a packet without an SRH whose destination is its one SID (a uSID container sent
+ * with reduced encapsulation): the SID list [destination]. */
+static __always_inline void am_da_key(struct ipv6hdr *ip6, struct altmark_sidlist_key *key)
+{
+	__builtin_memset(key, 0, sizeof(*key));
+	key->nsids = 1;
+	__builtin_memcpy(&key->sids[0], &ip6->daddr, sizeof(key->sids[0]));
+}
+
 /* The AltMark option's 32-bit data (host order), if the DOH at doh holds one. */
 enum am_doh_outcome {
 	AM_DOH_ALTMARK = 0,

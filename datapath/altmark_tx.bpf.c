@@ -3,7 +3,9 @@
  * Alternate-marking colourer at the ingress edge (TC egress, clsact).
  * Runs after the SRv6 encapsulation (`encap seg6 mode encap`), so a packet of a
  * monitored SRv6 policy is Ethernet | IPv6 | SRH | inner packet. The SID list
- * of the SRH selects the flow (one hash lookup); the colour is the parity of
+ * of the SRH selects the flow (one hash lookup). With reduced encapsulation of
+ * one uSID container (`mode encap.red`, Ethernet | IPv6 | inner packet) the
+ * outer destination is the SID list [container]. The colour is the parity of
  * the CLOCK_TAI block, so the egress edge needs no messages to agree:
  *
  *   colour = (tai_ns / period_ns) & 1
@@ -187,7 +189,7 @@ int altmark_tx(struct __sk_buff *skb)
 	void *data, *data_end;
 	struct ipv6hdr *ip6;
 	__u64 tai_ns, bytes;
-	__u32 idx, colour, segs = 1, want;
+	__u32 idx, colour, segs = 1, want, srh_len = 0;
 	bool dmark, is_gso;
 
 	/* the headers we read must be in the linear part: pull only when they are not (a helper
@@ -213,20 +215,28 @@ int altmark_tx(struct __sk_buff *skb)
 			return count(AMTX_PASS_ALREADY_MARKED);
 		return count(AMTX_PASS_NO_SRH);
 	}
-	if (ip6->nexthdr != IPPROTO_ROUTING_HDR)
+	if (ip6->nexthdr == IPPROTO_IPV6_ENCAP) {
+		/* reduced encapsulation with one SID (H.Encaps.Red of a uSID container): no SRH, the
+		 * container is the outer destination. Keyed as the SID list [container], the key an SRH
+		 * holding that one container gives, so one flow spec covers both. */
+		am_da_key(ip6, &key);
+	} else if (ip6->nexthdr != IPPROTO_ROUTING_HDR) {
 		return count(AMTX_PASS_NO_SRH);
-	srh = (void *)(ip6 + 1);
-	if ((void *)srh + 8 > data_end)
-		return count(AMTX_PASS_MALFORMED_SRH);
-	switch (am_srh_key(srh, data_end, &key)) {
-	case AM_SRH_OK:
-		break;
-	case AM_SRH_NOT_SRH:
-		return count(AMTX_PASS_NOT_SRH);
-	case AM_SRH_TOO_MANY_SIDS:
-		return count(AMTX_PASS_TOO_MANY_SIDS);
-	default:
-		return count(AMTX_PASS_MALFORMED_SRH);
+	} else {
+		srh = (void *)(ip6 + 1);
+		if ((void *)srh + 8 > data_end)
+			return count(AMTX_PASS_MALFORMED_SRH);
+		switch (am_srh_key(srh, data_end, &key)) {
+		case AM_SRH_OK:
+			break;
+		case AM_SRH_NOT_SRH:
+			return count(AMTX_PASS_NOT_SRH);
+		case AM_SRH_TOO_MANY_SIDS:
+			return count(AMTX_PASS_TOO_MANY_SIDS);
+		default:
+			return count(AMTX_PASS_MALFORMED_SRH);
+		}
+		srh_len = ((__u32)srh->hdrlen + 1) * 8;
 	}
 	flow = bpf_map_lookup_elem(&altmark_flows, &key);
 	if (!flow)
@@ -244,7 +254,7 @@ int altmark_tx(struct __sk_buff *skb)
 	if (flow->method == ALTMARK_METHOD_DSCP) {
 		mark_dscp(ip6, flow, colour, dmark);
 		if (is_gso)
-			bytes = gso_account(skb, ip6, data_end, ((__u32)srh->hdrlen + 1) * 8, &segs);
+			bytes = gso_account(skb, ip6, data_end, srh_len, &segs);
 		else
 			bytes = 40 + bpf_ntohs(ip6->payload_len);
 		account(ctr, segs, bytes, dmark, tai_ns);

@@ -55,6 +55,7 @@ DELAY_FIELDS = (
     "delay_measured_at_ns",
     "delay_source",
     "link_delay_source",
+    "stamp_minus_inline_us",
 )
 # ... and each source's own value beside it, dated by its own point (one source may be stale while
 # the other gives the delay)
@@ -959,6 +960,7 @@ class TopologyModel:
             "stamp_link_delay_measured_at_ns": stamp_ns,
             "inline_link_delay": _without_none(inline_value),
             "inline_link_delay_measured_at_ns": inline_ns,
+            "stamp_minus_inline_us": _stamp_minus_inline(stamp_value, inline_value),
         }
 
     def inline_link_delays(self, min_measured_at_ns: int | None = None) -> dict[str, tuple[int, dict]]:
@@ -1183,6 +1185,17 @@ def bgp_ls_fields(fields: dict) -> dict:
 
 def _round(value, digits: int = 3):
     return None if value is None else round(float(value), digits)
+
+
+def _stamp_minus_inline(stamp_value: dict | None, inline_value: dict | None) -> float | None:
+    """The link's STAMP mean minus its in-line mean, when both measure it: the in-line hop also
+    holds the upstream node's forwarding of real traffic (schemas/topology.md), so a difference
+    that grows says where a link's delay comes from."""
+    if not stamp_value or not inline_value:
+        return None
+    if stamp_value.get("mean_us") is None or inline_value.get("mean_us") is None:
+        return None
+    return _round(stamp_value["mean_us"] - inline_value["mean_us"])
 
 
 def _without_none(obj: dict | None) -> dict | None:

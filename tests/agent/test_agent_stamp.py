@@ -212,6 +212,9 @@ BAD_SESSIONS = [
     (reflector_session(segments=["fc00:2::e"]), "session.segments: not allowed with STAMP_ROLE_REFLECTOR"),
     (reflector_session(rate_pps=5), "session.rate_pps: not allowed with STAMP_ROLE_REFLECTOR"),
     (reflector_session(return_segments=["zz"]), "session.return_segments[0]: 'zz' is not"),
+    (sender_session(segments=[], reduced=True), "session.segments: 0 SIDs with reduced: give exactly one"),
+    (sender_session(segments=["fc00:2::e", "fc00:3::e"], reduced=True), "session.segments: 2 SIDs with reduced"),
+    (reflector_session(reduced=True), "session.reduced: not allowed with STAMP_ROLE_REFLECTOR"),
 ]
 
 

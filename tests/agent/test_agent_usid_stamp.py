@@ -58,7 +58,7 @@ def agents(usid_lab, pki, tmp_path_factory):
         assert all(a.stop() == 0 for a in started.values())
 
 
-def run_session(a, b, ssid: int, mode: int, segments: tuple[str, ...] = (TO_B,)) -> list:
+def run_session(a, b, ssid: int, mode: int, segments: tuple[str, ...] = (TO_B,), reduced: bool = False) -> list:
     """One finite run with B's reflector in `mode`: the results the sender got."""
     a.Init(pb.InitRequest(sender=pb.StampSenderConfig(device="a0", source_address=SENDER)))
     init = b.Init(pb.InitRequest(reflector=pb.StampReflectorConfig(device="b0", addresses=[REFLECTOR], mode=mode)))
@@ -66,7 +66,9 @@ def run_session(a, b, ssid: int, mode: int, segments: tuple[str, ...] = (TO_B,))
     reflector = pb.StampSession(role=RF, ssid=ssid, sender_address=SENDER, return_segments=[TO_A])
     b.CreateStampSession(pb.CreateStampSessionRequest(session=reflector))
     b.StartStampSession(pb.StartStampSessionRequest(role=RF, ssid=ssid))
-    sender = pb.StampSession(role=S, ssid=ssid, reflector_address=REFLECTOR, segments=list(segments), rate_pps=RATE)
+    sender = pb.StampSession(
+        role=S, ssid=ssid, reflector_address=REFLECTOR, segments=list(segments), rate_pps=RATE, reduced=reduced
+    )
     a.CreateStampSession(pb.CreateStampSessionRequest(session=sender))
     a.StartStampSession(pb.StartStampSessionRequest(role=S, ssid=ssid, duration_s=RUN_S))
     deadline = time.monotonic() + RUN_S + 30
@@ -92,8 +94,9 @@ def sender_running(a, ssid: int) -> bool:
     return state == pb.STAMP_SESSION_STATE_RUNNING
 
 
-def measured_phase(lab, agents, mode: int, ssid: int, delays: dict, segments=(TO_B,)) -> dict:
-    """One run with the relays at `delays`: median one-way delays and the injected sums (us)."""
+def measured_phase(lab, agents, mode: int, ssid: int, delays: dict, segments=(TO_B,), reduced=False) -> dict:
+    """One run with the relays at `delays`: mean one-way delays and the injected sums (us). Means,
+    as the relays' lateness is a mean: a frame released late on a loaded machine is then in both."""
     for link, (a_to_b, b_to_a) in delays.items():
         lab.set_delay(link, a_to_b, b_to_a)
     before = {link: lab.relay_stats(link) for link in delays}
@@ -101,7 +104,7 @@ def measured_phase(lab, agents, mode: int, ssid: int, delays: dict, segments=(TO
     with agents["A"].channel() as ca, agents["B"].channel() as cb:
         a, b = stamp_pb2_grpc.StampServiceStub(ca), stamp_pb2_grpc.StampServiceStub(cb)
         try:
-            results = run_session(a, b, ssid, mode, segments)
+            results = run_session(a, b, ssid, mode, segments, reduced)
         finally:
             a.Reset(pb.ResetRequest())
             b.Reset(pb.ResetRequest())
@@ -112,8 +115,8 @@ def measured_phase(lab, agents, mode: int, ssid: int, delays: dict, segments=(TO
     for node in SHIFTERS:
         assert shifted(lab, node) - shifts_before[node] == 2 * len(results), node
     return {
-        "fwd": statistics.median(r.forward_delay_ns for r in results) / 1000,
-        "rev": statistics.median(r.reverse_delay_ns for r in results) / 1000,
+        "fwd": statistics.fmean(r.forward_delay_ns for r in results) / 1000,
+        "rev": statistics.fmean(r.reverse_delay_ns for r in results) / 1000,
         "want_fwd": sum(delays[k][0] + late[k]["a_to_b"] for k in delays),
         "want_rev": sum(delays[k][1] + late[k]["b_to_a"] for k in delays),
     }
@@ -265,8 +268,8 @@ def measured_h2_phase(lab, a_agent, h2_agent, mode: int, ssid: int, delays: dict
         assert shifted(lab, node) - shifts_before[node] == 2 * len(results), node
     late = {link: relay_lateness_us(before[link], lab.relay_stats(link)) for link in delays}
     return {
-        "fwd": statistics.median(r.forward_delay_ns for r in results) / 1000,
-        "rev": statistics.median(r.reverse_delay_ns for r in results) / 1000,
+        "fwd": statistics.fmean(r.forward_delay_ns for r in results) / 1000,
+        "rev": statistics.fmean(r.reverse_delay_ns for r in results) / 1000,
         "want_fwd": sum(delays[k][0] + late[k]["a_to_b"] for k in delays),
         "want_rev": sum(delays[k][1] + late[k]["b_to_a"] for k in delays),
     }
@@ -286,12 +289,16 @@ print(n)
 FLOW_COUNT, FLOW_ID, LOSS_PCT = 1200, 21, 10
 
 
-def test_altmark_loss_over_a_container_is_the_drops(usid_lab, agents):
+@pytest.mark.parametrize("encap", ["encap", "encap.red"], ids=["srh", "reduced"])
+def test_altmark_loss_over_a_container_is_the_drops(usid_lab, agents, encap):
+    """`encap`: an SRH holds the container, the TX side keys the flow by that SID list. `encap.red`:
+    no SRH, the container is the outer destination; the TX side keys the flow by it, as the SID
+    list [container]: the same flow spec. RX finds the flow by FlowMonID after the shifts."""
     from segscope_proto.segscope.agent.v1 import flowmon_pb2 as fm
     from segscope_proto.segscope.agent.v1 import flowmon_pb2_grpc
 
     lab = usid_lab
-    policy = ["fd00:b::/64", "encap", "seg6", "mode", "encap", "segs", TO_H2_RED, "dev", "a0"]
+    policy = ["fd00:b::/64", "encap", "seg6", "mode", encap, "segs", TO_H2_RED, "dev", "a0"]
     lab.run("A", ["ip", "-6", "route", "replace", *policy], check=True)
     # R1 drops 10 % of what it forwards toward R2 after its shift (nft counts each drop)
     loss = lab.add_loss("R1", LOSS_PCT, match=f"ip6 daddr {fm_shifted(TO_H2_RED)}")
@@ -324,7 +331,7 @@ def test_altmark_loss_over_a_container_is_the_drops(usid_lab, agents):
             lab.run("A", ["ip", "-6", "route", "del", "fd00:b::/64"], check=True)
     per_colour = [t.packets - r.packets for t, r in zip(tx.colours, rx.colours)]
     print(
-        f"altmark over uSID: sent {FLOW_COUNT}, tx {tx.total_packets}, rx {rx.total_packets}, "
+        f"altmark over uSID ({encap}): sent {FLOW_COUNT}, tx {tx.total_packets}, rx {rx.total_packets}, "
         f"nft drops {dropped}, lost per colour {per_colour}"
     )
     assert tx.total_packets == FLOW_COUNT and dropped > 0
@@ -337,3 +344,65 @@ def fm_shifted(container: str) -> str:
     from controller.usid import CsidFormat
 
     return CsidFormat.parse("fcbb:bbbb::/32", 16).shifts(container)[1]
+
+
+SENDER_BIN = Path(__file__).resolve().parents[2] / "build" / "collectors" / "stamp_sender"
+NO_SRH_COUNT = 100
+
+
+def udp6_counters(lab, node: str) -> dict[str, int]:
+    text = lab.run(node, ["cat", "/proc/net/snmp6"], check=True).stdout
+    return {k: int(v) for k, v in (line.split() for line in text.splitlines()) if k.startswith("Udp6In")}
+
+
+def send_container_without_srh(lab, ssid: int, final_dst: bool) -> dict[str, int]:
+    """segscope's sender on A to the A -> B container as the destination, no SRH (the packet R1
+    and R2 shift on the way); a plain STAMP peer listens on B. What B's UDP counted."""
+    peer = lab.popen("B", [sys.executable, str(PLAIN_REFLECTOR), REFLECTOR, "862"], stdout=subprocess.PIPE, text=True)
+    try:
+        assert peer.stdout.readline().strip() == "ready"
+        before = udp6_counters(lab, "B")
+        cmd = [str(SENDER_BIN), "--src", SENDER, "--dst", TO_B, "--ssid", str(ssid), "--rate", "500"]
+        cmd += ["--count", str(NO_SRH_COUNT)] + (["--final-dst", REFLECTOR] if final_dst else [])
+        sent = lab.run("A", cmd, check=True)
+        assert f'"sent":{NO_SRH_COUNT},' in sent.stdout, sent.stdout
+        time.sleep(0.5)  # the last probes cross the relays (1.2 ms)
+        after = udp6_counters(lab, "B")
+    finally:
+        peer.kill()
+        peer.wait()
+    return {k: after[k] - before.get(k, 0) for k in after}
+
+
+def test_sender_checksums_a_container_without_srh_for_its_final_destination(usid_lab):
+    """RFC 8200 §8.1: the UDP checksum covers the final destination, here the container after its
+    last shift (fcbb:bbbb:400::), not the container A sends to. With --final-dst the sender
+    computes it (raw socket): B's kernel delivers every probe. Without it (the kernel's UDP socket
+    checksums for the container) B's kernel counts every probe as a checksum error."""
+    for link, (a_to_b, b_to_a) in BASE_US.items():
+        usid_lab.set_delay(link, a_to_b, b_to_a)
+    shifts_before = {node: shifted(usid_lab, node) for node in SHIFTERS}
+    fixed = send_container_without_srh(usid_lab, 47, final_dst=True)
+    assert fixed["Udp6InCsumErrors"] == 0 and fixed["Udp6InDatagrams"] == NO_SRH_COUNT, fixed
+    for node in SHIFTERS:  # the probes went through the container's shifts, one each
+        assert shifted(usid_lab, node) - shifts_before[node] == NO_SRH_COUNT, node
+    kernel_socket = send_container_without_srh(usid_lab, 48, final_dst=False)
+    assert kernel_socket["Udp6InCsumErrors"] == NO_SRH_COUNT and kernel_socket["Udp6InDatagrams"] == 0, kernel_socket
+
+
+@pytest.mark.parametrize(
+    "mode,ssid", [(pb.STAMP_REFLECTOR_MODE_XDP, 51), (pb.STAMP_REFLECTOR_MODE_USERSPACE, 52)], ids=["xdp", "userspace"]
+)
+def test_one_way_delays_with_the_sender_itself_reducing(usid_lab, agents, mode, ssid):
+    """`reduced`: the sender puts the container in the destination with no SRH (H.Encaps.Red at
+    the sender) and checksums for the address after the last shift; both reflectors answer every
+    probe, and the delays change with the injected ones as over an SRH."""
+    base = measured_phase(usid_lab, agents, mode, ssid, BASE_US, reduced=True)
+    main = measured_phase(usid_lab, agents, mode, ssid + 10, DELAY_US, reduced=True)
+    for d in ("fwd", "rev"):
+        got, want = main[d] - base[d], main[f"want_{d}"] - base[f"want_{d}"]
+        print(
+            f"usid STAMP reduced at the sender {pb.StampReflectorMode.Name(mode)} {d}: measured change "
+            f"{got:.1f} us, injected change {want:.1f} us"
+        )
+        assert abs(got - want) <= TOLERANCE_US, (d, got, want, base, main)

@@ -370,6 +370,8 @@ _BASE = ["--src", "fd00::1", "--dst", "fc00::1", "--ssid", "1", "--rate", "10", 
         (_BASE + ["--tlv", "1:00:0x100"], "--tlv"),
         (_BASE + ["--tlv", "1:" + "00" * 9000], "--tlv"),
         (_BASE + ["--tlv", "1:00", "--padding", "4"], "--padding"),
+        (_BASE + ["--final-dst", "fc00::zz"], "--final-dst"),
+        (_BASE + ["--segs", "fc00::2", "--final-dst", "fc00::3"], "--final-dst"),  # an SRH: the kernel's checksum
     ],
 )
 def test_bad_arguments_exit_2_naming_the_flag(collectors_build, args, flag):

@@ -129,3 +129,57 @@ def test_container_without_domain():
 def test_bad_domain():
     lines = problems(HEAD.replace("/32", "/36").replace("nflen: 16", "nflen: 16"))
     assert any(line.startswith("usid.yaml:6:") and "block length 36 bits" in line for line in lines), lines
+
+
+REDUCED_SESSION = """stamp_sessions:
+  - ssid: 9
+    sender: {{node: A, address: "fcbb:bbbb:100::", dev: a0}}
+    reflector: {{node: B, address: "{reflector}", dev: b0}}
+    segs: [{segs}]
+    reduced: true
+"""  # the session starts on line 8; segs on line 11, reduced on line 12
+
+
+def test_a_reduced_session_sends_to_its_container_and_the_model_carries_it():
+    from controller.model import desired_state
+
+    got = intent(REDUCED_SESSION.format(reflector="fcbb:bbbb:400::", segs='{usids: ["200", "300", "400"]}'))
+    s = got.stamp_sessions[0]
+    assert (s.reduced, s.segs) == (True, ("fcbb:bbbb:200:300:400::",))
+    sender = next(r for r in desired_state(got).resources.values() if r.kind == "stamp_sender")
+    assert sender.fields["reduced"] is True and sender.fields["segs"] == ("fcbb:bbbb:200:300:400::",)
+    # the path as the operator wrote it goes to the agent with the session
+    assert s.written == sender.fields["written"] == "usid(200,300,400)"
+
+
+@pytest.mark.parametrize(
+    "reflector,segs,where,message",
+    [
+        ("fcbb:bbbb:300::", '{usids: ["200", "300", "400"]}', "usid.yaml:10:", "is not where container"),
+        ("fcbb:bbbb:400::", '"fcbb:bbbb:200::", "fcbb:bbbb:400::"', "usid.yaml:11:", "2 SIDs with reduced: true"),
+        ("fcbb:bbbb:400::", '"fc00:2::e"', "usid.yaml:11:", "is not a uSID container of block fcbb:bbbb::/32"),
+    ],
+)
+def test_a_reduced_session_is_checked_against_its_container(reflector, segs, where, message):
+    lines = problems(HEAD + REDUCED_SESSION.format(reflector=reflector, segs=segs))
+    assert len(lines) == 1 and lines[0].startswith(where) and message in lines[0], lines
+
+
+def test_a_reduced_session_needs_the_domain():
+    body = REDUCED_SESSION.format(reflector="fcbb:bbbb:400::", segs='"fcbb:bbbb:200:300:400::"')
+    lines = problems(HEAD.replace('usid: {block: "fcbb:bbbb::/32", nflen: 16}\n', "") + body)
+    assert any("reduced: a reduced session needs the usid: domain" in line for line in lines), lines
+
+
+def test_a_flow_over_a_container_keeps_it_as_written():
+    from controller.model import desired_state
+
+    got = intent(
+        """flows:
+  - {flow_id: 21, ingress: {node: A, dev: a0}, egress: {node: B, dev: b0}, segs: [{usids: ["200", "300", "d6"]}]}
+"""
+    )
+    f = got.flows[0]
+    assert (f.segs, f.written) == (("fcbb:bbbb:200:300:d6::",), "usid(200,300,d6)")
+    sides = [r for r in desired_state(got).resources.values() if r.kind.startswith("flow_")]
+    assert sorted(r.fields["written"] for r in sides) == ["usid(200,300,d6)"] * 2

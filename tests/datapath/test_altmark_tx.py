@@ -389,6 +389,8 @@ def test_testrun_every_packet_class(tx_flows):
     cases = [
         ("unmonitored", encapped(["fc00:2::e", "fc00:3::d7"], tclass=0xB9), "pass_unmonitored"),
         ("plain_ipv6", eth() + inner_udp(b"z" * 20, tclass=0xB9), "pass_no_srh"),
+        # reduced encapsulation (no SRH, IPv6 in IPv6): keyed by the outer destination as [DA]
+        ("reduced_unmonitored", encapped(["fc00:8::1"], ext=b"", outer_next=41), "pass_unmonitored"),
         ("ipv4", eth(0x0800) + bytes(60), "pass_not_ipv6"),
         # (an IPv6 frame shorter than the IPv6 header: the skb test run refuses it, EINVAL; the XDP
         # test in test_altmark_rx.py covers the same check)

@@ -388,6 +388,8 @@ def test_precedence_between_stamp_and_in_line(case):
     assert ar.get("stamp_link_delay_measured_at_ns") == (stamp_s if keeps_stamp else None)
     assert ar.get("inline_link_delay") == (INLINE_VALUE if keeps_inline else None)
     assert ar.get("inline_link_delay_measured_at_ns") == (inline_s if keeps_inline else None)
+    # the comparison of the two, when both are kept: 2044.9 - 2050.25
+    assert ar.get("stamp_minus_inline_us") == (-5.35 if keeps_stamp and keeps_inline else None)
 
 
 def test_a_multi_hop_stamp_session_never_competes_with_the_in_line_hop():
@@ -439,6 +441,7 @@ def test_jalapeno_edges_switch_from_stamp_to_in_line_and_expire_each_source(aran
     assert (ar["link_delay_source"], ar["latency"], ar["delay_mean_us"]) == ("stamp", 2045, 2044.9)
     assert ar["delay_source"] == {"kind": "stamp", "node": "A", "ssid": 7, "direction": "forward", "count": 100}
     assert (ar["stamp_link_delay"], ar["inline_link_delay"]) == (STAMP_VALUE, INLINE_VALUE)
+    assert ar["stamp_minus_inline_us"] == -5.35  # 2044.9 - 2050.25
     # the session stopped at T; the flows go on: 40 s later the in-line delay is the link's
     clocks.advance(40)
     m.apply_metrics_text(inline_ar(T + 40 * S))
@@ -456,6 +459,7 @@ def test_jalapeno_edges_switch_from_stamp_to_in_line_and_expire_each_source(aran
     for coll in ("igpv6_graph", "ipv6_graph"):
         ar = edges(sink, coll)[AR]
         assert "stamp_link_delay" not in ar and "stamp_link_delay_measured_at_ns" not in ar, coll
+        assert "stamp_minus_inline_us" not in ar, coll  # one source left: nothing to compare
         assert (ar["link_delay_source"], ar["inline_link_delay"]) == ("inline", INLINE_VALUE)
     # T + 141 s: the in-line point (T + 40 s) is stale too: every delay field goes, from both graphs
     clocks.advance(40)

@@ -485,6 +485,7 @@ def test_jalapeno_annotations_carry_link_ips_and_measurement_fields_only():
         "stamp_link_delay_measured_at_ns",
         "inline_link_delay",
         "inline_link_delay_measured_at_ns",
+        "stamp_minus_inline_us",  # STAMP mean minus in-line mean, when both measure the link
     }
     assert not any(k.startswith("_") for k in ann[0]["fields"])
 

@@ -1,0 +1,234 @@
+"""Per-link STAMP on every core link of netlab mesh8_two_paths (the multi-path topology of
+tests/e2e/test_multipath.py): one session per link, the way routers' SR-PM measures a link.
+
+The sender on one end of a link sends from its address on that link to the neighbour's address
+on the same link (a connected one-hop route: the probe cannot take another link). The XDP
+reflector on the neighbour's interface answers with XDP_TX, back out of the interface the probe
+came in on, so the reply crosses the same link the other way. Every node of the ring A-R1-R2-B-
+R4-R3-A sends on one link and reflects on the other, so all six links are measured at once.
+
+Each link has a delay relay with its own delay per direction. From a base phase (100 us per link
+and direction) to the topology's delays, each session's one-way delays must change by the change
+of its link's injected delay, after the relay's own lateness, within 100 us, per direction.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import statistics
+import time
+from pathlib import Path
+
+import pytest
+
+from controller.core import Controller
+from controller.intent import load_intent
+from netlab import Lab, relay_lateness_us, teardown
+from segscope_proto.segscope.agent.v1 import stamp_pb2 as pb
+from segscope_proto.segscope.agent.v1 import stamp_pb2_grpc
+from tests.agent.agent_env import start_agent
+from tests.isolation import own_name
+
+S, RF = pb.STAMP_ROLE_SENDER, pb.STAMP_ROLE_REFLECTOR
+REPO = Path(__file__).resolve().parents[2]
+TOPOLOGY = REPO / "netlab" / "topologies" / "mesh8_two_paths.yaml"
+INTENT = REPO / "controller" / "examples" / "mesh8_link_probes.yaml"
+PREFIX = own_name("lnk")
+NODES = ("A", "R1", "R2", "R3", "R4", "B")
+RATE, RUN_S, TOLERANCE_US, BASE_US = 100, 1.5, 100, 100.0
+# ssid: (link, the link's direction the probes take, sender (node, dev, address), reflector (...))
+# around the ring A -> R1 -> R2 -> B -> R4 -> R3 -> A: each node sends once and reflects once
+LINK_SESSIONS = {
+    61: ("a1", "a_to_b", ("A", "a1", "fc00:a1::1"), ("R1", "r1b", "fc00:a1::2")),
+    62: ("c1", "a_to_b", ("R1", "r1c", "fc00:c1::1"), ("R2", "r2a", "fc00:c1::2")),
+    63: ("b1", "a_to_b", ("R2", "r2c", "fc00:b1::1"), ("B", "b1", "fc00:b1::2")),
+    64: ("b2", "b_to_a", ("B", "b2", "fc00:b2::2"), ("R4", "r4c", "fc00:b2::1")),
+    65: ("c2", "b_to_a", ("R4", "r4a", "fc00:c2::2"), ("R3", "r3c", "fc00:c2::1")),
+    66: ("a2", "b_to_a", ("R3", "r3a", "fc00:a2::2"), ("A", "a2", "fc00:a2::1")),
+}  # fmt: skip
+OTHER = {"a_to_b": "b_to_a", "b_to_a": "a_to_b"}
+
+pytestmark = [pytest.mark.datapath]
+
+
+@pytest.fixture(scope="module")
+def mesh(bpffs):
+    teardown(PREFIX)
+    lab = Lab.up(TOPOLOGY, prefix=PREFIX)
+    try:
+        for link, *_ in LINK_SESSIONS.values():
+            lab.set_loss(link, 0, 0)  # every probe and reply must come back: the counts are exact
+        yield lab
+    finally:
+        lab.down()
+
+
+@pytest.fixture(scope="module")
+def agents(mesh, pki, tmp_path_factory):
+    run_dir = tmp_path_factory.mktemp("link-agents")
+    # the example intent reaches the agents through SEGSCOPE_AGENT_<node> and names the
+    # controller's client files controller.pem/.key under SEGSCOPE_CERTS
+    (pki.dir / "controller.pem").write_bytes(pki.client_pem.read_bytes())
+    (pki.dir / "controller.key").write_bytes(pki.client_key.read_bytes())
+    started = {}
+    old = dict(os.environ)
+    try:
+        for n in NODES:
+            started[n] = start_agent(mesh.ns(n), n, run_dir, pki=pki, instance=f"{PREFIX}-{n}")
+            os.environ[f"SEGSCOPE_AGENT_{n}"] = started[n].address
+        os.environ["SEGSCOPE_CERTS"] = str(pki.dir)
+        mesh.agents = started
+        yield started
+    finally:
+        os.environ.clear()
+        os.environ.update(old)
+        assert all(a.stop() == 0 for a in started.values())
+
+
+def init_ends(stubs: dict, mode: int) -> None:
+    """Each node: its sender on one link, its reflector on the other."""
+    senders = {s[0]: s for _, _, s, _ in LINK_SESSIONS.values()}
+    reflectors = {r[0]: r for _, _, _, r in LINK_SESSIONS.values()}
+    for node, stub in stubs.items():
+        _, sdev, saddr = senders[node]
+        _, rdev, raddr = reflectors[node]
+        init = stub.Init(
+            pb.InitRequest(
+                sender=pb.StampSenderConfig(device=sdev, source_address=saddr),
+                reflector=pb.StampReflectorConfig(device=rdev, addresses=[raddr], mode=mode),
+            )
+        )
+        assert init.reflector_running == mode, (node, init)
+
+
+def start_sessions(stubs: dict, ssid_offset: int) -> None:
+    for ssid, (_, _, (_, _, saddr), (rnode, _, _)) in LINK_SESSIONS.items():
+        reflector = pb.StampSession(role=RF, ssid=ssid + ssid_offset, sender_address=saddr)
+        stubs[rnode].CreateStampSession(pb.CreateStampSessionRequest(session=reflector))
+        stubs[rnode].StartStampSession(pb.StartStampSessionRequest(role=RF, ssid=ssid + ssid_offset))
+    for ssid, (_, _, (snode, _, _), (_, _, raddr)) in LINK_SESSIONS.items():
+        sender = pb.StampSession(role=S, ssid=ssid + ssid_offset, reflector_address=raddr, rate_pps=RATE)
+        stubs[snode].CreateStampSession(pb.CreateStampSessionRequest(session=sender))
+        stubs[snode].StartStampSession(pb.StartStampSessionRequest(role=S, ssid=ssid + ssid_offset, duration_s=RUN_S))
+
+
+def any_sender_running(stubs: dict) -> bool:
+    for stub in stubs.values():
+        for x in stub.ListStampSessions(pb.ListStampSessionsRequest()).sessions:
+            if x.session.role == S and x.state == pb.STAMP_SESSION_STATE_RUNNING:
+                return True
+    return False
+
+
+def results_request(ssid: int) -> pb.GetStampSessionResultsRequest:
+    return pb.GetStampSessionResultsRequest(ssid=ssid, max_results=100000)
+
+
+def by_agent_api(mode: int):
+    def start(stubs: dict, ssid_offset: int) -> None:
+        init_ends(stubs, mode)
+        start_sessions(stubs, ssid_offset)
+
+    return start
+
+
+def by_controller(stubs: dict, ssid_offset: int) -> None:
+    """The example intent's link probes, as finite runs, applied by the controller."""
+    intent = load_intent(INTENT)
+    intent.stamp_sessions = [
+        dataclasses.replace(s, ssid=s.ssid + ssid_offset, duration_s=RUN_S, rate_pps=RATE)
+        for s in intent.stamp_sessions
+    ]
+    with Controller(intent) as ctl:
+        result = ctl.apply()
+    assert result.ok, result.to_json()
+
+
+def measured_phase(lab, agents, start, ssid_offset: int) -> dict[int, dict[str, float]]:
+    """One run of the six link sessions at the relays' current delays, started by `start`: per
+    session, the mean one-way delays and the delay each direction's relay injected plus its mean
+    lateness (us). Means on both sides: a frame the relay released late (a loaded machine) is in
+    both, where a median would leave it out of the measured side only."""
+    links = [link for link, *_ in LINK_SESSIONS.values()]
+    before = {link: lab.relay_stats(link) for link in links}
+    channels = {n: agents[n].channel() for n in NODES}
+    try:
+        stubs = {n: stamp_pb2_grpc.StampServiceStub(c) for n, c in channels.items()}
+        try:
+            start(stubs, ssid_offset)
+            deadline = time.monotonic() + RUN_S + 30
+            while time.monotonic() < deadline and any_sender_running(stubs):
+                time.sleep(0.1)
+            time.sleep(0.5)  # the last replies: up to 3.1 ms through a relay
+            results = {
+                ssid: list(stubs[snode].GetStampSessionResults(results_request(ssid + ssid_offset)).results)
+                for ssid, (_, _, (snode, _, _), _) in LINK_SESSIONS.items()
+            }
+        finally:
+            for stub in stubs.values():
+                stub.Reset(pb.ResetRequest())
+    finally:
+        for c in channels.values():
+            c.close()
+    out = {}
+    for ssid, (link, fwd_dir, _, _) in LINK_SESSIONS.items():
+        got = results[ssid]
+        assert len(got) == int(RATE * RUN_S), (link, len(got))  # every probe answered
+        late = relay_lateness_us(before[link], lab.relay_stats(link))
+        t = lab.topo.link(link)
+        injected = {"a_to_b": t.delay_a_to_b_us, "b_to_a": t.delay_b_to_a_us}
+        out[ssid] = {
+            "fwd": statistics.fmean(r.forward_delay_ns for r in got) / 1000,
+            "rev": statistics.fmean(r.reverse_delay_ns for r in got) / 1000,
+            "want_fwd": injected[fwd_dir] + late[fwd_dir],
+            "want_rev": injected[OTHER[fwd_dir]] + late[OTHER[fwd_dir]],
+        }
+    return out
+
+
+MODES = [pb.STAMP_REFLECTOR_MODE_XDP, pb.STAMP_REFLECTOR_MODE_USERSPACE]
+
+
+def assert_link_delays(mesh, start, offset: int, label: str) -> None:
+    """A base phase (every link BASE_US each way), then the topology's delays: per link and
+    direction, the measured change must be the injected change within TOLERANCE_US."""
+    main_delays = {
+        link: (mesh.topo.link(link).delay_a_to_b_us, mesh.topo.link(link).delay_b_to_a_us)
+        for link, *_ in LINK_SESSIONS.values()
+    }
+    try:
+        for link in main_delays:
+            mesh.set_delay(link, BASE_US, BASE_US)
+        base = measured_phase(mesh, mesh.agents, start, offset)
+    finally:
+        for link, (ab, ba) in main_delays.items():
+            mesh.set_delay(link, ab, ba)
+    main = measured_phase(mesh, mesh.agents, start, offset + 10)
+    errors = []
+    for ssid, (link, fwd_dir, _, _) in LINK_SESSIONS.items():
+        for d in ("fwd", "rev"):
+            got = main[ssid][d] - base[ssid][d]
+            want = main[ssid][f"want_{d}"] - base[ssid][f"want_{d}"]
+            print(
+                f"link STAMP {label} {link} {fwd_dir if d == 'fwd' else OTHER[fwd_dir]}: measured "
+                f"{main[ssid][d]:.1f} us (change {got:.1f}), injected {main[ssid][f'want_{d}']:.1f} us "
+                f"(change {want:.1f}), error {got - want:+.1f} us"
+            )
+            if abs(got - want) > TOLERANCE_US:
+                errors.append((link, d, got, want))
+    assert not errors, errors
+
+
+@pytest.mark.parametrize("mode", MODES, ids=["xdp", "userspace"])
+def test_each_link_delay_per_direction(mesh, agents, mode):
+    offset = 100 if mode == pb.STAMP_REFLECTOR_MODE_XDP else 200
+    assert_link_delays(mesh, by_agent_api(mode), offset, pb.StampReflectorMode.Name(mode))
+
+
+def test_link_probes_applied_by_the_controller(mesh, agents):
+    """controller/examples/mesh8_link_probes.yaml: the controller installs the links' End.X SIDs
+    and creates the six sessions; the same per-direction check."""
+    assert_link_delays(mesh, by_controller, 300, "controller")
+    end_x = mesh.run("A", ["ip", "-6", "route", "show", "fc00:1::a1"], check=True).stdout
+    assert "seg6local action End.X nh6 fc00:a1::2" in end_x and "dev a1" in end_x, end_x
