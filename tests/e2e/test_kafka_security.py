@@ -667,6 +667,7 @@ def test_chart_steer_runs_as_the_controller_role(sec_stack, tmp_path):
     consumer.consume(100, 2.0)  # the assignment takes effect: from here on, everything new
     procs, logs, ports = {}, {}, {}
     try:
+        t_start = time.monotonic()
         for r in ("s1", "s2"):
             procs[r], logs[r], ports[r] = start_steer(sec_stack, docs, tmp_path, r)
         deadline = time.monotonic() + 60
@@ -681,6 +682,7 @@ def test_chart_steer_runs_as_the_controller_role(sec_stack, tmp_path):
                     pass
             time.sleep(0.5)
         assert ready == {"s1", "s2"}, {r: p.read_text()[-2000:] for r, p in logs.items()}
+        print(f"\n[steer] both replicas ready {time.monotonic() - t_start:.1f} s after their start")
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline and sum(steer_leading(logs).values()) != 1:
             time.sleep(0.5)
