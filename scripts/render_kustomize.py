@@ -7,6 +7,9 @@
                                                        (strategic-merge patches of the Kafka clients)
     kustomize/components/controller-kafka-sasl-ssl/patches.yaml   the same for the controller's
                                                        `run` Deployment (with both components above)
+    kustomize/components/steer/steer.yaml        segscope-steer's Deployment (+ its PDB)
+    kustomize/components/steer-kafka-sasl-ssl/patches.yaml   segscope-steer over SASL_SSL (the
+                                                       controller role)
 
     .local/venv/bin/python scripts/render_kustomize.py [--helm PATH] [--out DIR] [--check]
 
@@ -179,8 +182,9 @@ def render(helm: str) -> dict[str, str]:
         [d for d in controller if d["kind"] == "Deployment"],
         [d for d in secured_ctl if d["kind"] == "Deployment" and runs_controller(d)],
     )
+    steer, steer_patches = render_steer(helm, external)
     base = [d for d in base if not is_bundled(d)]
-    for d in controller:  # the overlay's configMapGenerator makes the intent; the hash changes with it
+    for d in controller + steer:  # the overlay's configMapGenerator makes the intent; the hash changes with it
         if d["kind"] not in ("Job", "Deployment"):
             continue
         tmpl = d["spec"]["template"]
@@ -193,7 +197,24 @@ def render(helm: str) -> dict[str, str]:
         "components/controller/controller.yaml": dump(controller),
         "components/kafka-sasl-ssl/patches.yaml": dump(patches),
         "components/controller-kafka-sasl-ssl/patches.yaml": dump(ctl_patches),
+        "components/steer/steer.yaml": dump(steer),
+        "components/steer-kafka-sasl-ssl/patches.yaml": dump(steer_patches),
     }
+
+
+def render_steer(helm: str, external: list[str]) -> tuple[list[dict], list[dict]]:
+    """segscope-steer's Deployment and PDB (the chart's steer.enabled), and its SASL_SSL patch."""
+    on = ["--set", "steer.enabled=true", "--set", "controller.intent=version: 1"]
+
+    def steer_docs(*extra: str) -> list[dict]:
+        return [relabel(d) for d in helm_template(helm, *external, *on, *extra) if component_of(d) == "steer"]
+
+    plain = steer_docs()
+    secured = steer_docs(*KAFKA_SASL_SSL)
+    patches = kafka_patches(
+        [d for d in plain if d["kind"] == "Deployment"], [d for d in secured if d["kind"] == "Deployment"]
+    )
+    return plain, patches
 
 
 def main() -> int:

@@ -105,12 +105,17 @@ class SteerService:
         dry_run: bool = False,
         clock=time.time,
         kafka_config: dict | None = None,
+        health: tuple[str, int] | None = None,
+        kafka_error_cb=None,
     ):
         self.intent, self.kafka, self.leadership, self.replica = intent, kafka, leadership, replica
         self.policies: dict[tuple, Steering] = {s.key: s for s in intent.steering}
         self.dry_run_all = dry_run
         self.clock = clock  # UTC seconds: the time base of the measurements' seconds
         self.kafka_config = kafka_config or {}
+        self.health_addr = health  # (host, port) of /healthz /readyz /metrics /status, or None
+        self.kafka_error_cb = kafka_error_cb  # a segscope_kafka.RefusalWatch: a refused login stops the replica
+        self._health = None
         self.engine = Engine(list(intent.steering))
         self._wanted_directions = tuple({f"direction={s.probe.direction}".encode() for s in intent.steering})
         # a stamp_delay line of a wanted direction, tags in the delay processor's order (schemas/metrics.md)
@@ -358,7 +363,7 @@ class SteerService:
             log.warning("metrics line not queued: %s", e)
 
     # ------------------------------------------------------------------ the loop
-    def _consumer(self):
+    def _consumer(self, stop: threading.Event):
         from confluent_kafka import OFFSET_END, Consumer, TopicPartition
 
         from segscope_kafka import kafka_config
@@ -370,21 +375,50 @@ class SteerService:
                 "enable.auto.commit": False,
                 "fetch.wait.max.ms": 10,
                 **self.kafka_config,
-            }
+            },
+            error_cb=self.kafka_error_cb,
         )
         consumer = Consumer(conf)
-        meta = consumer.list_topics(names.TOPIC_METRICS, timeout=10)
-        parts = meta.topics[names.TOPIC_METRICS].partitions
+        parts = self._metrics_partitions(consumer, stop)
+        if parts is None:
+            consumer.close()
+            return None
         consumer.assign([TopicPartition(names.TOPIC_METRICS, p, OFFSET_END) for p in parts])
         return consumer
+
+    def _metrics_partitions(self, consumer, stop: threading.Event):
+        """The partitions of segscope.metrics; None when stopped first or Kafka refused this replica
+        (a wrong password or ACL is not retried: the caller says why and exits)."""
+        from confluent_kafka import KafkaException
+
+        while not stop.is_set():
+            try:
+                meta = consumer.list_topics(names.TOPIC_METRICS, timeout=10)
+                return list(meta.topics[names.TOPIC_METRICS].partitions)
+            except KafkaException as e:
+                consumer.poll(0.5)  # error callbacks (a refused login) are served by poll(), not list_topics()
+                if getattr(self.kafka_error_cb, "refused", None):
+                    return None
+                log.warning("reading the partitions of %s: %s; trying again", names.TOPIC_METRICS, e)
+                stop.wait(1.0)
+        return None
 
     def run(self, stop: threading.Event) -> None:
         from confluent_kafka import Producer
 
         from segscope_kafka import kafka_config
 
-        self._producer = Producer(kafka_config({"bootstrap.servers": self.kafka, "linger.ms": 5, **self.kafka_config}))
-        consumer = self._consumer()
+        conf = kafka_config(
+            {"bootstrap.servers": self.kafka, "linger.ms": 5, **self.kafka_config}, error_cb=self.kafka_error_cb
+        )
+        self._producer = Producer(conf)
+        self._start_health()
+        consumer = self._consumer(stop)
+        if consumer is None:
+            self._producer.flush(1)
+            if self._health is not None:
+                self._health.close()
+            return
         self.leadership.start()
         next_tick = 0.0
         try:
@@ -400,13 +434,15 @@ class SteerService:
                 self._pending.clear()
                 tick = time.monotonic() >= next_tick
                 keys = list(self.policies) if tick else list(woke)
-                for key, outcome in self.evaluate(keys, now):
+                keys_outcomes = self.evaluate(keys, now)
+                for key, outcome in keys_outcomes:
                     if outcome.decision is not None and self._leading:
                         self.act(key, outcome, now, woke.get(key))
                     if tick and self._leading:
                         self._produce(self.policy_line(key, outcome, time.time_ns()))
                 if tick:
                     next_tick = time.monotonic() + 1.0
+                    self._report_health(keys_outcomes)
                     self._log_progress()
                     if self._leading and len(self._synced) < len(self.policies):
                         with self.leadership.acting() as ok:
@@ -418,6 +454,33 @@ class SteerService:
             self._producer.flush(5)
             for client in self.clients.values():
                 client.close()
+            if self._health is not None:
+                self._health.close()
+
+    def _start_health(self) -> None:
+        if self.health_addr is None:
+            return
+        from segscope_schemas.health import Health
+
+        self._health = Health(f"steer-{self.replica}")
+        host, port = self._health.serve(self.health_addr, "--health")
+        log.info("steer health on http://%s:%d/healthz (/readyz /metrics /status)", host, port)
+
+    def _report_health(self, outcomes: list[tuple[tuple, Outcome]]) -> None:
+        """Once a second: alive (the loop turns), ready (the leader election talks to Kafka: a
+        standby is ready too), /metrics = this replica's steering_policy lines, the leader's included."""
+        if self._health is None:
+            return
+        self._health.tick()
+        now_ns = time.time_ns()
+        self._health.set_lines("steer", [self.policy_line(key, outcome, now_ns) for key, outcome in outcomes])
+        error = getattr(self.leadership, "error", None)
+        if error:
+            self._health.not_ready(f"leader election: {error}")
+        elif getattr(self.leadership, "joined_at", 0.0) is None:
+            self._health.not_ready("joining the leader election (its Kafka group)")
+        else:
+            self._health.ok()
 
     def _log_progress(self) -> None:
         """Every 10 s: what was read and what the evaluations found (the log says why nothing moves)."""

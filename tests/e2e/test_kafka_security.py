@@ -25,6 +25,7 @@ import asyncio
 import dataclasses
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -553,3 +554,180 @@ def test_controller_principal_may_not_write_another_roles_topic(sec_stack):
         assert err is not None and "GROUP_AUTHORIZATION_FAILED" in err.name(), err
     finally:
         c.close()
+
+
+# ------------------------------------------------------------------ segscope-steer, as the chart runs it
+def steer_intent(directory: Path) -> Path:
+    """controller/examples/tri3_steering.yaml with the chart's TLS layout; no agent runs (the
+    steer's Kafka side is under test: election, input, output)."""
+    import yaml
+
+    intent = yaml.safe_load((REPO / "controller" / "examples" / "tri3_steering.yaml").read_text())
+    tls = {
+        "ca": "${SEGSCOPE_TLS_DIR}/ca.crt",
+        "cert": "${SEGSCOPE_TLS_DIR}/tls.crt",
+        "key": "${SEGSCOPE_TLS_DIR}/tls.key",
+        "server_name": "${SEGSCOPE_AGENT_SERVER_NAME}",
+    }
+    for i, node in enumerate(intent["nodes"]):  # ports nothing listens on, one per node
+        intent["nodes"][node] = {"agent": f"127.0.0.1:{9 + i}", "tls": tls}
+    path = directory / "steer-intent.yaml"
+    path.write_text(yaml.safe_dump(intent, sort_keys=False))
+    return path
+
+
+def steer_rendering(stack, directory: Path, password_file: Path | None = None) -> list[dict]:
+    """The chart with steer.enabled and Kafka over SASL_SSL with client certificates (what this
+    stack's broker requires); the Kafka Secrets an operator creates are added from the stack's files."""
+    import base64
+
+    from tests.deploy.k8s import helm_template
+
+    roles = ("agent", "processor", "controller", "telegraf", "admin")
+    docs = helm_template(
+        "--set", "steer.enabled=true", "--set-file", f"controller.intent={steer_intent(directory)}",
+        "--set", "kafka.bundled=false", "--set", "kafka.bootstrap=kafka.example:9093",
+        "--set", "kafka.security.protocol=SASL_SSL", "--set", "kafka.security.caSecret=kafka-ca",
+        "--set", "kafka.security.clientCertificates=true",
+        *[a for r in roles for a in ("--set", f"kafka.security.users.{r}.secret=kafka-{r}")],
+    )  # fmt: skip
+    sec = stack.services["kafka"].security
+
+    def secret(name: str, files: dict[str, Path]) -> dict:
+        data = {k: base64.b64encode(p.read_bytes()).decode() for k, p in files.items()}
+        return {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name}, "data": data}
+
+    d = sec.role_dir("controller")
+    docs.append(
+        secret(
+            "kafka-controller",
+            {"password": password_file or d / "password", "tls.crt": d / "client.pem", "tls.key": d / "client.key"},
+        )
+    )
+    docs.append(secret("kafka-ca", {"ca.crt": sec.dir / "ca.pem"}))
+    return docs
+
+
+def start_steer(stack, docs, directory: Path, replica: str):
+    """The Deployment's container (command, args, env, mounts) as a process; -> (proc, log, health port)."""
+    import socket
+
+    from tests.deploy import podrun
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    c = podrun.prepare(
+        docs,
+        "segscope-steer",
+        "steer",
+        directory / replica,
+        endpoints={"kafka.example:9093": stack.kafka_bootstrap},
+        ports={9646: port},
+    )
+    c.argv = [f"--replica={replica}" if a.startswith("--replica=") else a for a in c.argv]
+    assert c.env["SEGSCOPE_KAFKA_SASL_USERNAME"] == user_of("controller")
+    log = directory / f"steer-{replica}.log"
+    return podrun.start(c, log), log, port
+
+
+def steer_leading(logs: dict[str, Path]) -> dict[str, bool]:
+    out = {}
+    for r, p in logs.items():
+        text = p.read_text(errors="replace")
+        took, gave = text.rfind(f"replica {r} leads the policy set"), text.rfind(f"replica {r} stands by")
+        out[r] = took > gave
+    return out
+
+
+def test_chart_steer_runs_as_the_controller_role(sec_stack, tmp_path):
+    """Two replicas of the chart's segscope-steer container (its command, args, environment and
+    mounts, Kafka over SASL_SSL as the controller role): both ready (/readyz: joined the leader
+    election), exactly one leads, and only the leader's steering_policy lines reach segscope.metrics
+    (read back as the admin role): the ACLs let the controller role join segscope-steer.<set>, read
+    segscope.metrics and write its lines. No password on a command line or in a log."""
+    import requests
+    from confluent_kafka import OFFSET_END, Consumer, TopicPartition
+
+    from tests.deploy import podrun
+
+    docs = steer_rendering(sec_stack, tmp_path)
+    consumer = Consumer(
+        sec_stack.services["kafka"].client_config(
+            {
+                "bootstrap.servers": sec_stack.kafka_bootstrap,
+                "group.id": "segscope-steer-test",
+                "enable.auto.commit": False,
+            },
+            "admin",
+        )
+    )
+    parts = consumer.list_topics(names.TOPIC_METRICS, timeout=10).topics[names.TOPIC_METRICS].partitions
+    consumer.assign([TopicPartition(names.TOPIC_METRICS, p, OFFSET_END) for p in parts])
+    consumer.consume(100, 2.0)  # the assignment takes effect: from here on, everything new
+    procs, logs, ports = {}, {}, {}
+    try:
+        t_start = time.monotonic()
+        for r in ("s1", "s2"):
+            procs[r], logs[r], ports[r] = start_steer(sec_stack, docs, tmp_path, r)
+        deadline = time.monotonic() + 60
+        ready = set()
+        while time.monotonic() < deadline and len(ready) < 2:
+            assert all(p.poll() is None for p in procs.values()), {r: p.read_text()[-2000:] for r, p in logs.items()}
+            for r, port in ports.items():
+                try:
+                    if requests.get(f"http://127.0.0.1:{port}/readyz", timeout=2).status_code == 200:
+                        ready.add(r)
+                except requests.RequestException:
+                    pass
+            time.sleep(0.5)
+        assert ready == {"s1", "s2"}, {r: p.read_text()[-2000:] for r, p in logs.items()}
+        print(f"\n[steer] both replicas ready {time.monotonic() - t_start:.1f} s after their start")
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and sum(steer_leading(logs).values()) != 1:
+            time.sleep(0.5)
+        time.sleep(3.0)  # steady: the second join's rebalance is over
+        lead = steer_leading(logs)
+        assert sum(lead.values()) == 1, lead
+        leader = next(r for r, x in lead.items() if x)
+        steady_ns = time.time_ns()  # lines from before (the first replica led alone until the join) are not counted
+        lines, deadline = [], time.monotonic() + 15
+        while time.monotonic() < deadline and len(lines) < 5:
+            for msg in consumer.consume(100, 1.0):
+                value = msg.value() if msg.error() is None else b""
+                if value.startswith(b"steering_policy,") and int(value.rsplit(b" ", 1)[1]) > steady_ns:
+                    lines.append(value.decode())
+        assert len(lines) >= 5, {r: p.read_text()[-2000:] for r, p in logs.items()}
+        assert {re.search(r",replica=([^ ,]+)", x).group(1) for x in lines} == {leader}, lines[:3]
+        # nothing is measured (no agent runs): the policy is stale and the alert says so
+        assert all('alert=1i' in x and 'active="p1"' in x for x in lines), lines[:3]
+        metrics = requests.get(f"http://127.0.0.1:{ports[leader]}/metrics", timeout=5).text
+        assert 'steering_policy_alert{node="A",policy="fd00:b::/64"' in metrics, metrics[:2000]
+        assert cmdlines_with([passwords(sec_stack)["controller"]]) == []
+        text = {r: p.read_text(errors="replace") for r, p in logs.items()}
+        assert all(f"SCRAM-SHA-512 user '{user_of('controller')}'" in t for t in text.values()), text
+        assert not [r for r, t in text.items() if passwords(sec_stack)["controller"] in t]
+    finally:
+        consumer.close()
+        codes = {r: podrun.stop(p) for r, p in procs.items()}
+    assert codes == {"s1": 0, "s2": 0}, codes  # SIGTERM: each replica leaves the group and exits 0
+
+
+def test_wrong_password_stops_the_charts_steer(sec_stack, wrong_password, tmp_path):
+    from tests.deploy import podrun
+
+    docs = steer_rendering(sec_stack, tmp_path, password_file=Path(wrong_password))
+    proc, log, _port = start_steer(sec_stack, docs, tmp_path, "swrong")
+    try:
+        code = proc.wait(60)
+    except subprocess.TimeoutExpired:
+        podrun.stop(proc)
+        raise AssertionError(
+            f"segscope-steer still running after 60 s (a silent retry loop): {log.read_text()}"
+        ) from None
+    podrun.stop(proc)
+    text = log.read_text()
+    assert code == 4, text[-2000:]
+    assert f"Kafka refused the login of user '{user_of('controller')}' with SCRAM-SHA-512" in text
+    assert "segscope-steer: stopped, Kafka refused this replica" in text
+    assert "not-the-password" not in text
