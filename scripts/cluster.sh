@@ -292,7 +292,29 @@ up() {
     alive dns || start dns "$REPO/.local/venv/bin/python" -m cluster.dns --listen "$NODE_IP:53" \
         --server "https://$NODE_IP:$API_PORT" --ca "$PKI/ca.crt" --cert "$PKI/admin.crt" --key "$PKI/admin.key"
     wait_for "node $NODE Ready" "$UP_TIMEOUT_S" node_ready
+    volumes
     say "up in $((SECONDS - t0)) s: export KUBECONFIG=$DIR/admin.kubeconfig"
+}
+# Storage: no provisioner; PersistentVolumes on host folders, without a class, which a claim without
+# a class binds (there is no default StorageClass). Mode 0777: the chart's StatefulSets run as uid
+# 1000 and the kubelet applies no fsGroup to hostPath volumes.
+VOLUMES=4
+volumes() {
+    local i
+    for i in $(seq 1 $VOLUMES); do
+        mkdir -p "$DIR/volumes/pv$i" && chmod 0777 "$DIR/volumes/pv$i"
+        cat <<EOF
+apiVersion: v1
+kind: PersistentVolume
+metadata: {name: local-pv$i}
+spec:
+  capacity: {storage: 10Gi}
+  accessModes: [ReadWriteOnce]
+  persistentVolumeReclaimPolicy: Retain
+  hostPath: {path: "$DIR/volumes/pv$i", type: Directory}
+---
+EOF
+    done | kubectl apply -f - >/dev/null || die "PersistentVolumes"
 }
 node_ready() {
     [ "$(kubectl get node "$NODE" -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}' 2>/dev/null)" = True ]
@@ -363,7 +385,7 @@ down() {
         [ -d "$cg" ] && find "$cg" -depth -type d -exec rmdir {} \; 2>/dev/null
     done
     # state (logs are kept: $LOGS)
-    rm -rf "$DIR/etcd" "$DIR/containerd" "$DIR/kubelet" "$DIR/cni" "$DIR/pki" "$PIDS"
+    rm -rf "$DIR/etcd" "$DIR/volumes" "$DIR/containerd" "$DIR/kubelet" "$DIR/cni" "$DIR/pki" "$PIDS"
     [ "$(cat "$LOCK" 2>/dev/null)" = "$DIR" ] && rm -f "$LOCK"
     say "down in $((SECONDS - t0)) s"
 }
