@@ -46,9 +46,14 @@ trap 'exit 143' TERM
 # The Kubernetes tools of tests/deploy/ (helm, kustomize, kubeconform, kube-score: 3-5 min of
 # `go install` from cold) build in the background at the lowest priority while the other tests
 # run; the deploy tests run last in their group (tests/conftest.py) and wait for it (tests/deploy/k8s.py).
+# The local cluster's binaries (scripts/cluster_build.sh: Kubernetes, etcd, containerd; about
+# 10 min of both cores from cold) build after them in the same background job, one build at a
+# time; tests/deploy/test_cluster.py runs alone after the parallel phase and waits for it.
 if [ "$quick" = 0 ]; then
-  mkdir -p .local/bin
-  nice -n 19 setsid bash scripts/k8s_tools.sh > .local/bin/.k8s-tools.log 2>&1 &
+  mkdir -p .local/bin .local/k8s
+  grep -qx ok .local/k8s/.build.status 2>/dev/null || echo pending > .local/k8s/.build.status
+  nice -n 19 setsid bash -c 'bash scripts/k8s_tools.sh > .local/bin/.k8s-tools.log 2>&1;
+    bash scripts/cluster_build.sh > .local/k8s/build.log 2>&1' &
   K8S_PID=$!
   echo "$K8S_PID" > .local/bin/.k8s-tools.pid
 fi
