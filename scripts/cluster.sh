@@ -145,7 +145,7 @@ node_network() {
 write_configs() {
     mkdir -p "$DIR/cni/net.d" "$DIR/containerd" "$DIR/kubelet"
     local version
-    version=$(.local/venv/bin/python -c 'import sys; sys.path.insert(0, "schemas/python"); from segscope_schemas.version import __version__; print(__version__)')
+    version=$(image_version)
     PAUSE_IMAGE=localhost/segscope-pause:$version
     cat > "$DIR/cni/net.d/10-segscope.conflist" <<EOF
 {"cniVersion": "1.0.0", "name": "segscope-local",
@@ -320,7 +320,7 @@ node_ready() {
     [ "$(kubectl get node "$NODE" -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}' 2>/dev/null)" = True ]
 }
 image_version() {
-    .local/venv/bin/python -c 'import sys; sys.path.insert(0, "schemas/python"); from segscope_schemas.version import __version__; print(__version__)'
+    "$REPO"/.local/venv/bin/python -c 'import sys; sys.path.insert(0, "'"$REPO"'/schemas/python"); from segscope_schemas.version import __version__; print(__version__)'
 }
 
 import_images() {  # image... (buildah's names, e.g. localhost/segscope-agent:0.1.0)
