@@ -34,6 +34,14 @@ mkdir -p "$BIN" "$K8S/src"
 echo "building" > "$STATUS"
 want="kubernetes=$KUBE_VERSION etcd=$ETCD_VERSION containerd=$CONTAINERD_VERSION"
 stamp=$K8S/.build.stamp
+# one stamp per part (kubernetes, etcd, containerd): a part is rebuilt only when its version
+# changed or one of its binaries is missing (linking the six Kubernetes binaries alone is minutes)
+part_done() {  # part version binary...
+    local part=$1 version=$2; shift 2
+    [ "$(cat "$K8S/.build.$part" 2>/dev/null)" = "$version" ] || return 1
+    local b
+    for b in "$@"; do [ -x "$BIN/$b" ] || return 1; done
+}
 
 missing_debs=()
 for deb in "${DEBS[@]}"; do
@@ -60,6 +68,7 @@ command -v go >/dev/null || fail "go not found"
 t_all=$(date +%s)
 
 # --- Kubernetes: the wrapper module ---
+build_kubernetes() {
 kube_src=$K8S/src/kubernetes
 minor=${KUBE_VERSION#v1.}   # 34.4
 if [ ! -f "$kube_src/go.sum" ] || ! grep -q "k8s.io/kubernetes $KUBE_VERSION" "$kube_src/go.mod"; then
@@ -100,8 +109,11 @@ for c in "${KUBE_CMDS[@]}"; do pkgs+=("k8s.io/kubernetes/cmd/$c"); done
 (cd "$kube_src" && nice -n 10 go build -tags tools -ldflags "$ldflags" -o "$BIN/" "${pkgs[@]}") \
     > "$K8S/kube-build.log" 2>&1 || fail "go build kubernetes (log: $K8S/kube-build.log)"
 say "kubernetes built in $(($(date +%s) - t0)) s"
+}
+part_done kubernetes "$KUBE_VERSION" "${KUBE_CMDS[@]}" || { build_kubernetes && echo "$KUBE_VERSION" > "$K8S/.build.kubernetes"; }
 
 # --- etcd: etcdmain behind a main of our own (the etcd root module is not served) ---
+build_etcd() {
 etcd_src=$K8S/src/etcd
 if [ ! -f "$etcd_src/go.sum" ] || ! grep -q "go.etcd.io/etcd/server/v3 $ETCD_VERSION" "$etcd_src/go.mod"; then
     rm -rf "$etcd_src" && mkdir -p "$etcd_src"
@@ -126,8 +138,11 @@ say "go build etcd ($ETCD_VERSION)"
 (cd "$etcd_src" && nice -n 10 go build -ldflags "-s -w" -o "$BIN/etcd" .) > "$K8S/etcd-build.log" 2>&1 \
     || fail "go build etcd (log: $K8S/etcd-build.log)"
 say "etcd built in $(($(date +%s) - t0)) s"
+}
+part_done etcd "$ETCD_VERSION" etcd || { build_etcd && echo "$ETCD_VERSION" > "$K8S/.build.etcd"; }
 
 # --- containerd and its runc shim ---
+build_containerd() {
 t0=$(date +%s)
 say "go install containerd, containerd-shim-runc-v2, ctr ($CONTAINERD_VERSION)"
 for c in containerd containerd-shim-runc-v2 ctr; do
@@ -136,6 +151,9 @@ for c in containerd containerd-shim-runc-v2 ctr; do
         || fail "go install $c (log: $K8S/$c-build.log)"
 done
 say "containerd built in $(($(date +%s) - t0)) s"
+}
+part_done containerd "$CONTAINERD_VERSION" containerd containerd-shim-runc-v2 ctr \
+    || { build_containerd && echo "$CONTAINERD_VERSION" > "$K8S/.build.containerd"; }
 
 all_built || fail "a binary is missing from $BIN"
 echo "$want" > "$stamp"
