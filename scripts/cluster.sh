@@ -23,12 +23,11 @@ PB=${SEGSCOPE_CLUSTER_PORT_BASE:-30650}
 TAG=${SEGSCOPE_CLUSTER_TAG:-k8s}
 LOCK=/run/segscope-cluster.lock
 NODE=segscope-node
-NODE_IP=172.30.0.1            # on a dummy interface of its own: the node's, the API server's, the DNS's
+NODE_IP=172.30.0.1            # on lo: the node's, the API server's, the DNS's
 POD_CIDR=10.244.0.0/24
 SERVICE_CIDR=10.96.0.0/16
 API_SERVICE_IP=10.96.0.1
 BRIDGE=cbr-$TAG
-NODE_DEV=node-$TAG
 ETCD_PORT=$PB API_PORT=$((PB + 2)) KUBELET_PORT=$((PB + 3)) KUBELET_HEALTH=$((PB + 4))
 KCM_PORT=$((PB + 5)) SCHED_PORT=$((PB + 6)) PROXY_METRICS=$((PB + 7)) PROXY_HEALTH=$((PB + 8))
 ETCD_PEER=$((PB + 9))
@@ -131,12 +130,12 @@ take_lock() {
 }
 
 node_network() {
-    ip link show "$NODE_DEV" >/dev/null 2>&1 || ip link add "$NODE_DEV" type dummy
-    ip addr replace "$NODE_IP/32" dev "$NODE_DEV"
-    ip link set "$NODE_DEV" up
+    # the node's address on the root namespace's loopback (this kernel has no dummy links, and the
+    # CNI bridge plugin refuses a bridge with an address it did not set)
+    ip addr replace "$NODE_IP/32" dev lo
     # the bridge the CNI plugin then uses, made first so that forwarding is on for it alone (a pod's
-    # packet to a ClusterIP comes in here and is forwarded back to the pod kube-proxy chose); the
-    # machine's net.ipv4.ip_forward stays as it is
+    # packet to a ClusterIP comes in here and is forwarded back to the pod kube-proxy chose);
+    # net.ipv4.ip_forward stays as it is
     ip link show "$BRIDGE" >/dev/null 2>&1 || ip link add "$BRIDGE" type bridge
     ip link set "$BRIDGE" up
     sysctl -qw "net.ipv4.conf.$BRIDGE.forwarding=1"
@@ -331,8 +330,8 @@ import_images() {  # image... (buildah's names, e.g. localhost/segscope-agent:0.
         fi
         say "import $img"
         rm -f "$tar"
-        buildah --storage-driver vfs push -q "$img" "oci-archive:$tar:$img" >/dev/null || die "buildah push $img (make images first)"
-        "$BIN/ctr" --address "$CTR_SOCK" -n k8s.io images import --no-unpack=false --index-name "$img" "$tar" >/dev/null \
+        buildah --storage-driver vfs push -q "$img" "docker-archive:$tar:$img" >/dev/null || die "buildah push $img (make images first)"
+        "$BIN/ctr" --address "$CTR_SOCK" -n k8s.io images import "$tar" >/dev/null \
             || die "ctr import $img"
         rm -f "$tar"
     done
@@ -349,7 +348,7 @@ unmount_below() {
 shim_pids() {
     local p
     for p in /proc/[0-9]*; do
-        tr '\0' ' ' < "$p/cmdline" 2>/dev/null | grep -q -- "-address $CTR_SOCK" && echo "${p#/proc/}"
+        { tr "\0" " " < "$p/cmdline"; } 2>/dev/null | grep -q -- "-address $CTR_SOCK" && echo "${p#/proc/}"
     done
 }
 
@@ -376,7 +375,7 @@ down() {
     # what the containers left: their mounts, sandbox netns, the CNI's bridge and addresses
     unmount_below "$DIR/"
     ip link del "$BRIDGE" 2>/dev/null
-    ip link del "$NODE_DEV" 2>/dev/null
+    ip addr del "$NODE_IP/32" dev lo 2>/dev/null
     nft delete table ip kube-proxy 2>/dev/null
     nft delete table ip6 kube-proxy 2>/dev/null
     # veths of pods whose netns went away go with them; cgroups of the kubelet, deepest first

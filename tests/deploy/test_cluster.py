@@ -9,7 +9,7 @@ kube-proxy in nftables mode, the cluster DNS), built from source by scripts/clus
     agent pod   the DaemonSet's pod on the node (hostNetwork, bpffs/BTF hostPath, only CAP_BPF,
                 CAP_NET_ADMIN, CAP_PERFMON, RuntimeDefault seccomp: checked in /proc of its process)
                 sends STAMP to a reflector agent outside the cluster, in a network namespace of
-                this test behind a veth whose node side delays by DELAY_US (netem); the forward
+                this test behind a veth through netlab's delay relay, DELAY_US towards the reflector; the forward
                 delay is read back from the chart's InfluxDB (agent -> Kafka -> delay processor ->
                 Telegraf -> InfluxDB) within TOLERANCE_US
     upgrade     helm upgrade with a changed processor value: the processors roll; every STAMP
@@ -48,6 +48,7 @@ GRPC_PORT, HEALTH_PORT, REFLECTOR_PORT = AGENT_PORTS, AGENT_PORTS + 1, AGENT_POR
 NS, RELEASE, NODE = "segscope", "segscope", "segscope-node"
 NODE_IP = "172.30.0.1"
 REFLECTOR_NS = own_name("k8srefl")
+RELAY_NS = own_name("k8srelay")
 LINK = (own_name("k8ss"), own_name("k8sr"))  # node side (sender), reflector side
 LINK_V4 = ("172.30.84.1", "172.30.84.2")
 LINK_V6 = ("fc00:84::1", "fc00:84::2")
@@ -227,13 +228,23 @@ def sh(*cmd: str, check: bool = True) -> None:
 
 @pytest.fixture(scope="module")
 def reflector_link():
-    """The reflector's netns and the delayed veth from the node (the root namespace) to it."""
+    """The reflector's netns and a link to it from the node (the root namespace) through netlab's
+    delay relay (netlab/delay_relay.c, in a netns of its own): DELAY_US node -> reflector, 0 back.
+    This kernel has no netem; the relay is what the project's labs delay with."""
     node_dev, refl_dev = LINK
-    sh("ip", "netns", "del", REFLECTOR_NS, check=False)
+    relay_a, relay_b = own_name("k8sra"), own_name("k8srb")
+    for ns in (REFLECTOR_NS, RELAY_NS):
+        sh("ip", "netns", "del", ns, check=False)
     sh("ip", "link", "del", node_dev, check=False)
-    sh("ip", "netns", "add", REFLECTOR_NS)
+    relay = None
     try:
-        sh("ip", "link", "add", node_dev, "type", "veth", "peer", "name", refl_dev, "netns", REFLECTOR_NS)
+        for ns in (REFLECTOR_NS, RELAY_NS):
+            sh("ip", "netns", "add", ns)
+        sh("ip", "link", "add", node_dev, "type", "veth", "peer", "name", relay_a, "netns", RELAY_NS)
+        inrelay = ("ip", "netns", "exec", RELAY_NS)
+        sh(*inrelay, "ip", "link", "add", relay_b, "type", "veth", "peer", "name", refl_dev, "netns", REFLECTOR_NS)
+        for dev in (relay_a, relay_b):
+            sh(*inrelay, "ip", "link", "set", dev, "up")
         sh("ip", "addr", "add", f"{LINK_V4[0]}/30", "dev", node_dev)
         sh("ip", "addr", "add", f"{LINK_V6[0]}/64", "dev", node_dev, "nodad")
         sh("ip", "link", "set", node_dev, "up")
@@ -242,12 +253,38 @@ def reflector_link():
         sh(*inns, "ip", "addr", "add", f"{LINK_V6[1]}/64", "dev", refl_dev, "nodad")
         sh(*inns, "ip", "link", "set", refl_dev, "up")
         sh(*inns, "ip", "link", "set", "lo", "up")
-        # the forward direction only: STAMP's forward delay is the sender's egress to the reflector
-        sh("tc", "qdisc", "add", "dev", node_dev, "root", "netem", "delay", f"{DELAY_US}us")
+        run_dir = CLUSTER_DIR.parent / "k8s-relay"
+        run_dir.mkdir(parents=True, exist_ok=True)
+        relay = subprocess.Popen(
+            [
+                *inrelay,
+                str(REPO / "build" / "netlab" / "delay_relay"),
+                "--if-a",
+                relay_a,
+                "--if-b",
+                relay_b,
+                "--a-to-b-us",
+                str(DELAY_US),
+                "--b-to-a-us",
+                "0",
+                "--control",
+                str(run_dir / "control.sock"),
+                "--stats",
+                str(run_dir / "stats.json"),
+                *"--rt-prio 10 --spin-ns 30000 --keep-awake".split(),
+            ],
+            stdout=open(run_dir / "relay.log", "wb"),
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
         yield
     finally:
+        if relay is not None:
+            relay.terminate()
+            relay.wait(timeout=10)
         sh("ip", "link", "del", node_dev, check=False)
-        sh("ip", "netns", "del", REFLECTOR_NS, check=False)
+        for ns in (REFLECTOR_NS, RELAY_NS):
+            sh("ip", "netns", "del", ns, check=False)
 
 
 def helm(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
@@ -357,10 +394,26 @@ def installed(cluster, reflector_link):
     (CLUSTER_DIR / "intent.yaml").write_text(intent())
     t0 = time.time()
     kubectl("label", "node", NODE, "segscope.io/router=true", "--overwrite")
-    helm("install", RELEASE, str(CHART), "-n", NS, "--create-namespace", *helm_values())
+    t_install = time.monotonic()
+    # the controller's apply Job is a post-install hook that helm waits for: it needs the reflector
+    # agent, which needs the agent certificate the install creates; so helm runs in the background
+    # and the reflector starts as soon as the Secret exists
+    install = subprocess.Popen(
+        [tool("helm"), "install", RELEASE, str(CHART), "-n", NS, "--create-namespace", "--timeout", "8m"]
+        + helm_values(),
+        env=env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    deadline = time.monotonic() + 120
+    while kubectl("get", "secret", "-n", NS, f"{RELEASE}-agent-tls", check=False).returncode != 0:
+        assert install.poll() is None and time.monotonic() < deadline, install.stdout.read() if install.stdout else ""
+        time.sleep(1)
     reflector = Reflector()
     reflector.start()
-    t_install = time.monotonic()
+    out, _ = install.communicate(timeout=600)
+    assert install.returncode == 0, f"helm install: {out[-3000:]}"
     items = wait_ready(READY_WITHIN_S)
     ready_s = time.monotonic() - t_install
     print(f"every pod Ready {ready_s:.1f} s after helm install")
