@@ -113,10 +113,9 @@ stop_proc() {  # name [signal wait]
 
 check_binaries() {
     local b
-    for b in etcd kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy kubectl containerd containerd-shim-runc-v2; do
+    for b in etcd kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy kubectl containerd containerd-shim-runc-v2 ctr runc; do
         [ -x "$BIN/$b" ] || die "$BIN/$b missing: run bash scripts/cluster_build.sh"
     done
-    command -v runc >/dev/null || die "runc missing (Debian package runc; scripts/cluster_build.sh installs it)"
     [ -x /usr/lib/cni/bridge ] || die "/usr/lib/cni/bridge missing (Debian package containernetworking-plugins)"
 }
 
@@ -174,7 +173,7 @@ state = "$DIR/containerd/state"
   [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc]
     runtime_type = "io.containerd.runc.v2"
     [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc.options]
-      BinaryName = "$(command -v runc)"
+      BinaryName = "$BIN/runc"
       SystemdCgroup = false
   [plugins.'io.containerd.cri.v1.runtime'.cni]
     bin_dirs = ["/usr/lib/cni"]

@@ -406,20 +406,24 @@ def installed(cluster, reflector_link):
         stderr=subprocess.STDOUT,
         text=True,
     )
-    deadline = time.monotonic() + 120
-    while kubectl("get", "secret", "-n", NS, f"{RELEASE}-agent-tls", check=False).returncode != 0:
-        assert install.poll() is None and time.monotonic() < deadline, install.stdout.read() if install.stdout else ""
-        time.sleep(1)
     reflector = Reflector()
-    reflector.start()
-    out, _ = install.communicate(timeout=600)
-    assert install.returncode == 0, f"helm install: {out[-3000:]}"
-    items = wait_ready(READY_WITHIN_S)
-    ready_s = time.monotonic() - t_install
-    print(f"every pod Ready {ready_s:.1f} s after helm install")
+    state = {"t0": t0, "reflector": reflector}
     try:
-        yield {"t0": t0, "pods": items, "ready_s": ready_s, "reflector": reflector}
+        deadline = time.monotonic() + 120
+        while kubectl("get", "secret", "-n", NS, f"{RELEASE}-agent-tls", check=False).returncode != 0:
+            assert install.poll() is None and time.monotonic() < deadline, install.communicate()[0]
+            time.sleep(1)
+        reflector.start()
+        out, _ = install.communicate(timeout=600)
+        assert install.returncode == 0, f"helm install: {out[-3000:]}"
+        state["pods"] = wait_ready(READY_WITHIN_S)
+        state["ready_s"] = time.monotonic() - t_install
+        print(f"every pod Ready {state['ready_s']:.1f} s after helm install")
+        yield state
     finally:
+        if install.poll() is None:
+            install.kill()
+            install.wait()
         reflector.stop()
         run([tool("helm"), "uninstall", RELEASE, "-n", NS, "--wait", "--timeout", "120s"], check=False)
         kubectl("delete", "namespace", NS, "--ignore-not-found", "--wait=true", "--timeout=120s", check=False)
