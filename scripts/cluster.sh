@@ -170,6 +170,9 @@ state = "$DIR/containerd/state"
 [plugins.'io.containerd.cri.v1.runtime']
   enable_selinux = false
   netns_mounts_under_state_dir = true
+  # this machine's processes lack CAP_SYS_RESOURCE (runc init cannot lower oom_score_adj to the
+  # sandbox's -998): containerd clamps every container's value to its own
+  restrict_oom_score_adj = true
   [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc]
     runtime_type = "io.containerd.runc.v2"
     [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc.options]
