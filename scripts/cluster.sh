@@ -138,6 +138,10 @@ node_network() {
     ip link show "$BRIDGE" >/dev/null 2>&1 || ip link add "$BRIDGE" type bridge
     ip link set "$BRIDGE" up
     sysctl -qw "net.ipv4.conf.$BRIDGE.forwarding=1"
+    # the agent's bpffs volume has mountPropagation HostToContainer, which containerd refuses on
+    # a private mount; systemd makes it shared, this machine's init does not
+    mountpoint -q /sys/fs/bpf || mount -t bpf bpf /sys/fs/bpf
+    mount --make-shared /sys/fs/bpf
 }
 
 write_configs() {
@@ -270,6 +274,7 @@ up() {
         --service-account-key-file "$PKI/sa.pub" --service-account-signing-key-file "$PKI/sa.key" \
         --service-cluster-ip-range "$SERVICE_CIDR" --authorization-mode Node,RBAC \
         --enable-admission-plugins NodeRestriction --allow-privileged=false \
+        --kubelet-preferred-address-types InternalIP \
         --profiling=false --event-ttl 2h
     wait_for kube-apiserver "$UP_TIMEOUT_S" api_ready
     alive kube-controller-manager || start kube-controller-manager "$BIN/kube-controller-manager" \
