@@ -89,6 +89,9 @@ class Names:
     def __init__(self, server: str, tls: tuple[str, str], ca: str, domain: str) -> None:
         self.session = requests.Session()
         self.session.cert, self.session.verify = tls, ca
+        # requests lets REQUESTS_CA_BUNDLE (and proxy variables) of the environment override the
+        # session's own CA: the API server is signed by the cluster's CA alone, and is local.
+        self.session.trust_env = False
         self.server, self.domain = server, domain
         self.table: dict[str, list[str]] = {}
 
