@@ -15,9 +15,19 @@
 # segscope's wheel and every dependency's are made on this host (`pip wheel .`, after `make build`:
 # generated protobuf code, C tools) and installed offline in the image: no network in the build.
 # Not part of `make test` (about 3-4 min); tests/packaging checks the wheel the images install.
+# `images.sh sources-hash` prints the hash of the sources the images are built from; a build writes
+# it to .run/images/sources.sha256, so that a caller (tests/deploy) rebuilds only when they changed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 REPO=$PWD
+sources_hash() {  # every tracked file but the tests and the docs, as it is in the work tree
+    local spec=(-- . ':!tests' ':!docs' ':!*.md')
+    { git ls-files -s "${spec[@]}" && git diff HEAD "${spec[@]}"; } | sha256sum | cut -d' ' -f1
+}
+if [ "${1:-}" = sources-hash ]; then
+    sources_hash
+    exit 0
+fi
 VERSION=$(.local/venv/bin/python -c 'import sys; sys.path.insert(0, "schemas/python"); from segscope_schemas.version import __version__; print(__version__)')
 WORK=$REPO/.run/images
 BUILDAH=(buildah --storage-driver vfs)
@@ -26,6 +36,7 @@ say() { echo "[images] $*"; }
 command -v mmdebstrap >/dev/null || apt-get install -y -q mmdebstrap
 command -v buildah >/dev/null || apt-get install -y -q buildah
 mkdir -p "$WORK"
+SOURCES_HASH=$(sources_hash)  # before the build: a source changed during it makes the next run rebuild
 
 # 1. base image: the Debian runtime packages the programs need, nothing to build with
 if ! "${BUILDAH[@]}" inspect --type image "localhost/segscope-base:$VERSION" >/dev/null 2>&1; then
@@ -84,3 +95,4 @@ for spec in kafka:services/kafka influxdb:services/influxdb pause:cluster/pause;
         -f "$file" -t "localhost/segscope-$name:$VERSION" "$WORK/context"
 done
 "${BUILDAH[@]}" images --filter reference='localhost/segscope-*'
+echo "$SOURCES_HASH" > "$WORK/sources.sha256"

@@ -45,7 +45,7 @@ BUILD_WAIT_S = 3600  # the build from a cold Go cache on a loaded machine (docs/
 CLUSTER_DIR, PORT_BASE = extra_stack("k8s-cluster", slot=7, default_port_base=29700)
 _, AGENT_PORTS = extra_stack("k8s-agent", slot=8, default_port_base=29800)
 GRPC_PORT, HEALTH_PORT, REFLECTOR_PORT = AGENT_PORTS, AGENT_PORTS + 1, AGENT_PORTS + 2
-NS, RELEASE, NODE = "segscope", "segscope", "segscope-node"
+NS, RELEASE, NODE = "segscope", "segscope", "segscopenode"
 NODE_IP = "172.30.0.1"
 REFLECTOR_NS = own_name("k8srefl")
 RELAY_NS = own_name("k8srelay")
@@ -135,9 +135,13 @@ def wait_for_build() -> None:
 
 
 def ensure_images() -> None:
+    """Built by scripts/images.sh when missing or built from other sources than the tree's."""
     version = image_version()
     have = run(["buildah", "--storage-driver", "vfs", "images", "--format", "{{.Name}}:{{.Tag}}"], check=False).stdout
-    if all(f"localhost/segscope-{name}:{version}" in have for name in IMAGES):
+    stamp = REPO / ".run" / "images" / "sources.sha256"
+    built_from = stamp.read_text().strip() if stamp.exists() else ""
+    current = run(["bash", str(REPO / "scripts" / "images.sh"), "sources-hash"]).stdout.strip()
+    if built_from == current and all(f"localhost/segscope-{name}:{version}" in have for name in IMAGES):
         return
     run(["bash", str(REPO / "scripts" / "images.sh")], timeout=1800)
 
