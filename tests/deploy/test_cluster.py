@@ -444,7 +444,7 @@ def test_every_pod_ready_and_init_containers_done(installed):
         for st in p["status"].get("initContainerStatuses", []):
             term = st["state"].get("terminated") or {}
             inits.setdefault(st["name"], []).append(term.get("exitCode"))
-    assert {"segscope-topics", "segscope-influx-setup", "format"} <= set(inits), inits
+    assert {"topics", "influx-setup", "format"} <= set(inits), inits  # container names
     assert all(code == 0 for codes in inits.values() for code in codes), inits
     job_pods = {p["metadata"]["name"]: p["status"].get("phase") for p in items if "job-name" in p["metadata"]["labels"]}
     assert "Succeeded" in job_pods.values(), f"the controller's apply Job did not complete: {job_pods}"
