@@ -4,7 +4,7 @@ VENV   := .local/venv
 PY     := $(VENV)/bin/python
 PARTS  := datapath collectors netlab schemas bench tests/e2e/tools
 
-.PHONY: setup build demo test test-quick test-durations bench images debs clean
+.PHONY: setup build demo test test-quick test-cluster test-durations bench images debs clean
 
 setup:                       ## install everything from the package registries (idempotent)
 	bash scripts/setup.sh
@@ -20,6 +20,9 @@ test: setup build            ## every test, as root (CI runs exactly this), in p
 
 test-quick: setup build      ## units, codecs, BPF_PROG_TEST_RUN: no services, < 3 min (tests/schedule.toml)
 	bash scripts/test.sh --quick
+
+test-cluster: setup build    ## the chart on a local single-node Kubernetes (docs/kubernetes-local.md), alone
+	$(PY) -m pytest -p no:cacheprovider -q tests/deploy/cluster_install.py
 
 test-durations: setup build  ## every test, then tests/durations.json (balances the groups) rewritten
 	bash scripts/test.sh --save-durations

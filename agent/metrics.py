@@ -335,10 +335,21 @@ class StatsPublisher:
             log.exception("stats lines failed")
             self.counters.add("stats_read_errors")
             return
+        from confluent_kafka import KafkaException
+
         try:
             self._producer.produce(self.topic, payload, key=self.node.encode(), on_delivery=self._delivered)
         except BufferError:
             self.counters.add("metrics_failed")
+        except KafkaException as e:
+            # e.g. the topic does not exist yet (a pod started before the topics are made): the line
+            # is counted and the next tick tries again; the thread must live on (it feeds /readyz)
+            self.counters.add("metrics_failed")
+            if "produce" not in self._warned:
+                self._warned.add("produce")
+                log.warning(
+                    "stats: produce to %s failed (counted metrics_failed, retried each tick): %s", self.topic, e
+                )
         self._producer.poll(0)
 
     def _delivered(self, err, msg) -> None:

@@ -7,12 +7,32 @@
 #        processors/Containerfile  localhost/segscope-processors:VERSION  (delay, loss, topology; non-root)
 #        controller/Containerfile  localhost/segscope-controller:VERSION  (non-root)
 #        services/telegraf/Containerfile  localhost/segscope-telegraf:VERSION  (on the base; non-root)
+#   3. the chart's bundled services and the pod sandbox, for a cluster with no registry
+#      (scripts/cluster.sh imports them): a second Debian base with OpenJDK 17 and influxdb 1.6, then
+#        services/kafka/Containerfile     localhost/segscope-kafka:VERSION     (Maven Central's jars)
+#        services/influxdb/Containerfile  localhost/segscope-influxdb:VERSION  (Debian's influxd)
+#        cluster/pause.Containerfile      localhost/segscope-pause:VERSION     (cluster/pause.c, static)
 # segscope's wheel and every dependency's are made on this host (`pip wheel .`, after `make build`:
 # generated protobuf code, C tools) and installed offline in the image: no network in the build.
 # Not part of `make test` (about 3-4 min); tests/packaging checks the wheel the images install.
+# `images.sh sources-hash` prints the hash of the sources the images are built from; a build writes
+# it to .run/images/sources.sha256, so that a caller (tests/deploy) rebuilds only when they changed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 REPO=$PWD
+sources_hash() {  # every tracked file but the tests and the docs, as it is in the work tree
+    # (a scratch index: the same hash before and after a commit of the same content)
+    local index
+    index=$(mktemp)
+    GIT_INDEX_FILE=$index git read-tree HEAD
+    GIT_INDEX_FILE=$index git add -u
+    GIT_INDEX_FILE=$index git ls-files -s -- . ':!tests' ':!docs' ':!*.md' | sha256sum | cut -d' ' -f1
+    rm -f "$index"
+}
+if [ "${1:-}" = sources-hash ]; then
+    sources_hash
+    exit 0
+fi
 VERSION=$(.local/venv/bin/python -c 'import sys; sys.path.insert(0, "schemas/python"); from segscope_schemas.version import __version__; print(__version__)')
 WORK=$REPO/.run/images
 BUILDAH=(buildah --storage-driver vfs)
@@ -21,6 +41,7 @@ say() { echo "[images] $*"; }
 command -v mmdebstrap >/dev/null || apt-get install -y -q mmdebstrap
 command -v buildah >/dev/null || apt-get install -y -q buildah
 mkdir -p "$WORK"
+SOURCES_HASH=$(sources_hash)  # before the build: a source changed during it makes the next run rebuild
 
 # 1. base image: the Debian runtime packages the programs need, nothing to build with
 if ! "${BUILDAH[@]}" inspect --type image "localhost/segscope-base:$VERSION" >/dev/null 2>&1; then
@@ -52,4 +73,31 @@ for name in agent processors controller; do
     "${BUILDAH[@]}" bud -q --isolation chroot --build-arg "VERSION=$VERSION" \
         -f "$REPO/$name/Containerfile" -t "localhost/segscope-$name:$VERSION" "$WORK/context"
 done
+
+# 3. the bundled services' images and the pause image
+if ! "${BUILDAH[@]}" inspect --type image "localhost/segscope-bundled-base:$VERSION" >/dev/null 2>&1; then
+    say "bundled base: mmdebstrap bookworm (minbase + openjdk-17-jre-headless + influxdb)"
+    mmdebstrap --variant=minbase --include=openjdk-17-jre-headless,influxdb \
+        bookworm "$WORK/rootfs-bundled.tar"
+    ctr=$("${BUILDAH[@]}" from scratch)
+    tar -C "$("${BUILDAH[@]}" mount "$ctr")" -xf "$WORK/rootfs-bundled.tar"
+    "${BUILDAH[@]}" umount "$ctr" >/dev/null
+    "${BUILDAH[@]}" config --env PATH=/usr/sbin:/usr/bin:/sbin:/bin "$ctr"
+    "${BUILDAH[@]}" commit -q "$ctr" "localhost/segscope-bundled-base:$VERSION" >/dev/null
+    "${BUILDAH[@]}" rm "$ctr" >/dev/null
+    rm -f "$WORK/rootfs-bundled.tar"
+fi
+[ -d .local/kafka/lib ] || { echo "[images] .local/kafka/lib missing: run make setup" >&2; exit 1; }
+cp -r .local/kafka/lib "$WORK/context/kafka-libs"
+cp -r services/kafka/image-bin "$WORK/context/kafka-bin"
+cp services/kafka/log4j2.properties "$WORK/context/"
+gcc -static -O2 -Wall -o "$WORK/context/pause" cluster/pause.c
+for spec in kafka:services/kafka influxdb:services/influxdb pause:cluster/pause; do
+    name=${spec%%:*} file=${spec#*:}
+    [ "$name" = pause ] && file=$REPO/cluster/pause.Containerfile || file=$REPO/$file/Containerfile
+    say "$name: buildah bud ${file#"$REPO"/}"
+    "${BUILDAH[@]}" bud -q --isolation chroot --build-arg "VERSION=$VERSION" \
+        -f "$file" -t "localhost/segscope-$name:$VERSION" "$WORK/context"
+done
 "${BUILDAH[@]}" images --filter reference='localhost/segscope-*'
+echo "$SOURCES_HASH" > "$WORK/sources.sha256"

@@ -16,6 +16,8 @@ Slots in use (add a new one here, never reuse one: two modules of one group may 
     4 sv-faults     tests/services/test_stack_faults.py (services killed and restarted)
     5 sec-stack     tests/e2e/test_kafka_security.py (SASL_SSL Kafka)
     6 nwa-stack     tests/netlab/test_withagents.py (`netlab up --agents --port-base`)
+    7 k8s-cluster   tests/deploy/cluster_install.py (scripts/cluster.sh: etcd, API server, kubelet ... 10 ports)
+    8 k8s-agent     tests/deploy/cluster_install.py (the agent pod's gRPC and health ports, the reflector's)
     9 (no stack)    closed_port(): a port nothing listens on
 """
 

@@ -1,0 +1,610 @@
+"""The chart installed on a real single-node Kubernetes cluster (scripts/cluster.sh: etcd,
+kube-apiserver, controller-manager, scheduler, containerd with runc and the bridge CNI, kubelet,
+kube-proxy in nftables mode, the cluster DNS), built from source by scripts/cluster_build.sh:
+
+    images      `make images` (buildah), imported into containerd; the bundled Kafka and InfluxDB
+                images are built here too; pullPolicy Never: nothing is pulled
+    install     helm install -f tests/deploy/cluster_values.yaml: every pod Ready, the init containers
+                (segscope-topics, segscope-influx-setup, Kafka's format) exited 0
+    agent pod   the DaemonSet's pod on the node (hostNetwork, bpffs/BTF hostPath, only CAP_BPF,
+                CAP_NET_ADMIN, CAP_PERFMON, RuntimeDefault seccomp: checked in /proc of its process)
+                sends STAMP to a reflector agent outside the cluster, in a network namespace of
+                this test behind a veth through netlab's delay relay, DELAY_US towards the reflector; the forward
+                delay is read back from the chart's InfluxDB (agent -> Kafka -> delay processor ->
+                Telegraf -> InfluxDB) within TOLERANCE_US
+    upgrade     helm upgrade with a changed processor value: the processors roll; every STAMP
+                second across the rollout reaches InfluxDB with all its records
+    uninstall   nothing of the chart is left: no pods, no pins under the agent's bpffs instance, no
+                XDP program on the link, the namespace deleted
+    down        scripts/cluster.sh down: no process, mount, interface or nftables table left
+
+kubectl's view is asserted, not only exit codes: a Warning event fails the test unless its reason
+is in EXPECTED_WARNINGS with why.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+import requests
+import yaml
+
+from tests.deploy.k8s import CHART, REPO, tool
+from tests.isolation import extra_stack, group_dir, own_name
+
+pytestmark = [pytest.mark.datapath, pytest.mark.e2e]
+
+K8S = REPO / ".local" / "k8s"
+BUILD_STATUS = K8S / ".build.status"
+BUILD_WAIT_S = 3600  # the build from a cold Go cache on a loaded machine (docs/kubernetes-local.md)
+CLUSTER_DIR, PORT_BASE = extra_stack("k8s-cluster", slot=7, default_port_base=29700)
+_, AGENT_PORTS = extra_stack("k8s-agent", slot=8, default_port_base=29800)
+GRPC_PORT, HEALTH_PORT, REFLECTOR_PORT = AGENT_PORTS, AGENT_PORTS + 1, AGENT_PORTS + 2
+NS, RELEASE, NODE = "segscope", "segscope", "segscopenode"
+NODE_IP = "172.30.0.1"
+REFLECTOR_NS = own_name("k8srefl")
+RELAY_NS = own_name("k8srelay")
+LINK = (own_name("k8ss"), own_name("k8sr"))  # node side (sender), reflector side
+LINK_V4 = ("172.30.84.1", "172.30.84.2")
+LINK_V6 = ("fc00:84::1", "fc00:84::2")
+DELAY_US = 5000
+TOLERANCE_US = 100
+RATE_PPS = 20
+READY_WITHIN_S = 300
+IMAGES = ("agent", "processors", "controller", "telegraf", "kafka", "influxdb", "pause")
+# Warning events that a healthy install shows, each with why it is expected
+EXPECTED_WARNINGS = {
+    # the processors' and Telegraf's readiness probes fail until Kafka and InfluxDB answer
+    "Unhealthy": "readiness probes before the bundled Kafka/InfluxDB are up",
+    # the scheduler retries a pod whose claim is not bound yet (the PV controller binds it within seconds)
+    "FailedScheduling": "a StatefulSet pod before its PersistentVolumeClaim is bound",
+}
+
+
+def env() -> dict[str, str]:
+    e = dict(os.environ)
+    e.update(
+        SEGSCOPE_CLUSTER_DIR=str(CLUSTER_DIR),
+        SEGSCOPE_CLUSTER_PORT_BASE=str(PORT_BASE),
+        KUBECONFIG=str(CLUSTER_DIR / "admin.kubeconfig"),
+        HELM_CACHE_HOME=str(group_dir() / "k8s-helm" / "cache"),
+        HELM_CONFIG_HOME=str(group_dir() / "k8s-helm" / "config"),
+        HELM_DATA_HOME=str(group_dir() / "k8s-helm" / "data"),
+    )
+    return e
+
+
+def run(cmd: list[str], timeout: float = 300, check: bool = True) -> subprocess.CompletedProcess:
+    out = subprocess.run(cmd, capture_output=True, text=True, env=env(), timeout=timeout)
+    if check and out.returncode != 0:
+        pytest.fail(f"{' '.join(cmd[:4])} ... rc {out.returncode}\n{out.stdout[-3000:]}\n{out.stderr[-3000:]}")
+    return out
+
+
+def kubectl(*args: str, check: bool = True) -> subprocess.CompletedProcess:
+    return run([str(K8S / "bin" / "kubectl"), *args], timeout=60, check=check)
+
+
+def kget(*args: str) -> dict:
+    return json.loads(kubectl("get", *args, "-o", "json").stdout)
+
+
+def image_version() -> str:
+    from segscope_schemas.version import __version__
+
+    return __version__
+
+
+def build_status() -> str:
+    lines = BUILD_STATUS.read_text().split() if BUILD_STATUS.exists() else []
+    return lines[-1] if lines else ""
+
+
+def background_build_running() -> bool:
+    """scripts/test.sh's background job (the Kubernetes tools, then scripts/cluster_build.sh)."""
+    try:
+        os.kill(int((REPO / ".local" / "bin" / ".k8s-tools.pid").read_text()), 0)
+    except (OSError, ValueError):
+        return False
+    return True
+
+
+def wait_for_build() -> None:
+    """The binaries of scripts/cluster_build.sh: from the test command's background job, or built
+    here when no such job runs (a plain pytest run); never skipped."""
+    deadline = time.monotonic() + BUILD_WAIT_S
+    while build_status() != "ok" and background_build_running() and time.monotonic() < deadline:
+        time.sleep(2)
+    if build_status() != "ok":
+        K8S.mkdir(parents=True, exist_ok=True)
+        subprocess.run(
+            ["bash", str(REPO / "scripts" / "cluster_build.sh")],
+            stdout=open(K8S / "build.log", "w"),
+            stderr=subprocess.STDOUT,
+            timeout=BUILD_WAIT_S,
+            check=False,
+        )
+    if build_status() != "ok":
+        log = (K8S / "build.log").read_text(errors="replace")[-3000:] if (K8S / "build.log").exists() else ""
+        pytest.fail(f"scripts/cluster_build.sh: {build_status()}\n{log}")
+
+
+def ensure_images() -> None:
+    """Built by scripts/images.sh when missing or built from other sources than the tree's."""
+    version = image_version()
+    have = run(["buildah", "--storage-driver", "vfs", "images", "--format", "{{.Name}}:{{.Tag}}"], check=False).stdout
+    stamp = REPO / ".run" / "images" / "sources.sha256"
+    built_from = stamp.read_text().strip() if stamp.exists() else ""
+    current = run(["bash", str(REPO / "scripts" / "images.sh"), "sources-hash"]).stdout.strip()
+    if built_from == current and all(f"localhost/segscope-{name}:{version}" in have for name in IMAGES):
+        return
+    run(["bash", str(REPO / "scripts" / "images.sh")], timeout=1800)
+
+
+def warnings(since: float) -> list[str]:
+    events = kget("events", "-A", "--field-selector", "type=Warning")["items"]
+    out = []
+    for ev in events:
+        stamp = ev.get("lastTimestamp") or ev.get("eventTime") or ev["metadata"]["creationTimestamp"]
+        when = time.mktime(time.strptime(stamp[:19], "%Y-%m-%dT%H:%M:%S")) - time.timezone
+        if when + 1 < since or ev.get("reason") in EXPECTED_WARNINGS:
+            continue
+        obj = ev["involvedObject"]
+        out.append(f"{obj.get('kind')}/{obj.get('name')}: {ev.get('reason')}: {ev.get('message')}")
+    return out
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    if os.geteuid() != 0:
+        pytest.fail("root needed: containerd, kubelet, network")
+    wait_for_build()
+    ensure_images()
+    sh = ["bash", str(REPO / "scripts" / "cluster.sh")]
+    run([*sh, "down"], timeout=120, check=False)  # what a crashed run left
+    t0 = time.monotonic()
+    try:
+        run([*sh, "up"], timeout=300)
+        print(f"cluster up in {time.monotonic() - t0:.1f} s")
+        version = image_version()
+        t1 = time.monotonic()
+        run([*sh, "import", *(f"localhost/segscope-{n}:{version}" for n in IMAGES)], timeout=900)
+        print(f"images imported in {time.monotonic() - t1:.1f} s")
+        yield
+    finally:
+        run([*sh, "down"], timeout=180, check=False)
+    assert_cluster_gone()
+
+
+def assert_cluster_gone() -> None:
+    left = []
+    for p in Path("/proc").glob("[0-9]*"):
+        try:
+            cmd = (p / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if str(CLUSTER_DIR) in cmd or str(K8S / "bin") in cmd:
+            left.append(f"{p.name}: {cmd[:160]}")
+    assert not left, f"processes left after cluster.sh down: {left}"
+    mounts = [m for m in Path("/proc/self/mounts").read_text().splitlines() if str(CLUSTER_DIR) in m]
+    assert not mounts, f"mounts left: {mounts[:5]}"
+    links = subprocess.run(["ip", "-br", "link"], capture_output=True, text=True).stdout
+    assert "cbr-k8s" not in links and "node-k8s" not in links, links
+    tables = subprocess.run(["nft", "list", "tables"], capture_output=True, text=True).stdout
+    assert "kube-proxy" not in tables, tables
+
+
+def intent() -> str:
+    tls = {
+        "ca": "${SEGSCOPE_TLS_DIR}/ca.crt",
+        "cert": "${SEGSCOPE_TLS_DIR}/tls.crt",
+        "key": "${SEGSCOPE_TLS_DIR}/tls.key",
+        "server_name": "${SEGSCOPE_AGENT_SERVER_NAME}",
+    }
+    doc = {
+        "version": 1,
+        "nodes": {
+            NODE: {"agent": f"{NODE_IP}:{GRPC_PORT}", "tls": tls},
+            "refl": {"agent": f"{LINK_V4[0]}:{REFLECTOR_PORT}", "tls": tls},
+        },
+        "stamp_sessions": [
+            {
+                "ssid": 7,
+                "sender": {"node": NODE, "address": LINK_V6[0], "dev": LINK[0]},
+                "reflector": {"node": "refl", "address": LINK_V6[1], "dev": LINK[1]},
+                "segs": [],
+                "return_segs": [],
+                "rate_pps": RATE_PPS,
+            }
+        ],
+    }
+    return yaml.safe_dump(doc, sort_keys=False)
+
+
+def sh(*cmd: str, check: bool = True) -> None:
+    subprocess.run(cmd, check=check, capture_output=True)
+
+
+@pytest.fixture(scope="module")
+def reflector_link():
+    """The reflector's netns and a link to it from the node (the root namespace) through netlab's
+    delay relay (netlab/delay_relay.c, in a netns of its own): DELAY_US node -> reflector, 0 back.
+    This kernel has no netem; the relay is what the project's labs delay with."""
+    node_dev, refl_dev = LINK
+    relay_a, relay_b = own_name("k8sra"), own_name("k8srb")
+    for ns in (REFLECTOR_NS, RELAY_NS):
+        sh("ip", "netns", "del", ns, check=False)
+    sh("ip", "link", "del", node_dev, check=False)
+    relay = None
+    try:
+        for ns in (REFLECTOR_NS, RELAY_NS):
+            sh("ip", "netns", "add", ns)
+        sh("ip", "link", "add", node_dev, "type", "veth", "peer", "name", relay_a, "netns", RELAY_NS)
+        inrelay = ("ip", "netns", "exec", RELAY_NS)
+        sh(*inrelay, "ip", "link", "add", relay_b, "type", "veth", "peer", "name", refl_dev, "netns", REFLECTOR_NS)
+        for dev in (relay_a, relay_b):
+            sh(*inrelay, "ip", "link", "set", dev, "up")
+        sh("ip", "addr", "add", f"{LINK_V4[0]}/30", "dev", node_dev)
+        sh("ip", "addr", "add", f"{LINK_V6[0]}/64", "dev", node_dev, "nodad")
+        sh("ip", "link", "set", node_dev, "up")
+        inns = ("ip", "netns", "exec", REFLECTOR_NS)
+        sh(*inns, "ip", "addr", "add", f"{LINK_V4[1]}/30", "dev", refl_dev)
+        sh(*inns, "ip", "addr", "add", f"{LINK_V6[1]}/64", "dev", refl_dev, "nodad")
+        sh(*inns, "ip", "link", "set", refl_dev, "up")
+        sh(*inns, "ip", "link", "set", "lo", "up")
+        run_dir = CLUSTER_DIR.parent / "k8s-relay"
+        run_dir.mkdir(parents=True, exist_ok=True)
+        relay = subprocess.Popen(
+            [
+                *inrelay,
+                str(REPO / "build" / "netlab" / "delay_relay"),
+                "--if-a",
+                relay_a,
+                "--if-b",
+                relay_b,
+                "--a-to-b-us",
+                str(DELAY_US),
+                "--b-to-a-us",
+                "0",
+                "--control",
+                str(run_dir / "control.sock"),
+                "--stats",
+                str(run_dir / "stats.json"),
+                *"--rt-prio 10 --spin-ns 30000 --keep-awake".split(),
+            ],
+            stdout=open(run_dir / "relay.log", "wb"),
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        yield
+    finally:
+        if relay is not None:
+            relay.terminate()
+            relay.wait(timeout=10)
+        sh("ip", "link", "del", node_dev, check=False)
+        for ns in (REFLECTOR_NS, RELAY_NS):
+            sh("ip", "netns", "del", ns, check=False)
+
+
+def helm(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    return run([tool("helm"), *args], timeout=timeout)
+
+
+def helm_values() -> list[str]:
+    v = image_version()
+    return [
+        "-f",
+        str(REPO / "tests" / "deploy" / "cluster_values.yaml"),
+        "--set",
+        f"image.tag={v},kafka.image=localhost/segscope-kafka:{v},influxdb.image=localhost/segscope-influxdb:{v}",
+        "--set",
+        f"agent.grpcPort={GRPC_PORT},agent.healthPort={HEALTH_PORT}",
+        "--set-file",
+        f"controller.intent={CLUSTER_DIR / 'intent.yaml'}",
+    ]
+
+
+def pods() -> list[dict]:
+    return kget("pods", "-n", NS)["items"]
+
+
+def not_ready(items: list[dict]) -> list[str]:
+    bad = []
+    for p in items:
+        conds = {c["type"]: c["status"] for c in p["status"].get("conditions", [])}
+        if p["metadata"].get("labels", {}).get("job-name") and p["status"].get("phase") == "Succeeded":
+            continue  # the controller's apply Job: done, never Ready (its completion is asserted)
+        if conds.get("Ready") != "True":
+            bad.append(f"{p['metadata']['name']} ({p['status'].get('phase')})")
+    return bad
+
+
+def wait_ready(within: float) -> list[dict]:
+    deadline = time.monotonic() + within
+    while True:
+        items = pods()
+        bad = not_ready(items)
+        if items and not bad:
+            return items
+        if time.monotonic() > deadline:
+            desc = kubectl("describe", "pods", "-n", NS, check=False).stdout[-6000:]
+            pytest.fail(f"not Ready within {within} s: {bad}\n{desc}")
+        time.sleep(2)
+
+
+class Reflector:
+    """The reflector's agent: outside the cluster, a plain process with the chart's agent
+    certificate (read from its Secret), operating the reflector netns."""
+
+    def __init__(self) -> None:
+        self.dir = CLUSTER_DIR / "reflector"
+        self.proc: subprocess.Popen | None = None
+
+    def start(self) -> None:
+        self.dir.mkdir(parents=True, exist_ok=True)
+        secret = next(
+            s
+            for s in kget("secrets", "-n", NS)["items"]
+            if "ca.crt" in s.get("data", {}) and "agent" in s["metadata"]["name"]
+        )
+        import base64
+
+        for key in ("ca.crt", "tls.crt", "tls.key"):
+            (self.dir / key).write_bytes(base64.b64decode(secret["data"][key]))
+        self.log = open(self.dir / "agent.log", "w")
+        self.proc = subprocess.Popen(
+            [
+                str(REPO / ".local" / "venv" / "bin" / "python"),
+                "-m",
+                "agent",
+                "--node",
+                "refl",
+                "--netns",
+                REFLECTOR_NS,
+                "--listen",
+                f"{LINK_V4[0]}:{REFLECTOR_PORT}",
+                "--tls-cert",
+                str(self.dir / "tls.crt"),
+                "--tls-key",
+                str(self.dir / "tls.key"),
+                "--tls-client-ca",
+                str(self.dir / "ca.crt"),
+                "--instance",
+                REFLECTOR_NS,
+                "--state-dir",
+                str(self.dir / "state"),
+            ],
+            cwd=REPO,
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, "PYTHONPATH": f"{REPO}:{REPO / 'schemas' / 'python'}"},
+        )
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+@pytest.fixture(scope="module")
+def installed(cluster, reflector_link):
+    (CLUSTER_DIR / "intent.yaml").write_text(intent())
+    t0 = time.time()
+    kubectl("label", "node", NODE, "segscope.io/router=true", "--overwrite")
+    t_install = time.monotonic()
+    # the controller's apply Job is a post-install hook that helm waits for: it needs the reflector
+    # agent, which needs the agent certificate the install creates; so helm runs in the background
+    # and the reflector starts as soon as the Secret exists
+    install = subprocess.Popen(
+        [tool("helm"), "install", RELEASE, str(CHART), "-n", NS, "--create-namespace", "--timeout", "8m"]
+        + helm_values(),
+        env=env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    reflector = Reflector()
+    state = {"t0": t0, "reflector": reflector}
+    try:
+        deadline = time.monotonic() + 120
+        while kubectl("get", "secret", "-n", NS, f"{RELEASE}-agent-tls", check=False).returncode != 0:
+            assert install.poll() is None and time.monotonic() < deadline, install.communicate()[0]
+            time.sleep(1)
+        reflector.start()
+        out, _ = install.communicate(timeout=600)
+        assert install.returncode == 0, f"helm install: {out[-3000:]}"
+        state["pods"] = wait_ready(READY_WITHIN_S)
+        state["ready_s"] = time.monotonic() - t_install
+        print(f"every pod Ready {state['ready_s']:.1f} s after helm install")
+        yield state
+    finally:
+        if install.poll() is None:
+            install.kill()
+            install.wait()
+        reflector.stop()
+        run([tool("helm"), "uninstall", RELEASE, "-n", NS, "--wait", "--timeout", "120s"], check=False)
+        kubectl("delete", "namespace", NS, "--ignore-not-found", "--wait=true", "--timeout=120s", check=False)
+
+
+def test_every_pod_ready_and_init_containers_done(installed):
+    items = pods()
+    assert not not_ready(items)
+    names = {p["metadata"]["name"].rsplit("-", 2)[0] for p in items}
+    inits = {}
+    for p in items:
+        for st in p["status"].get("initContainerStatuses", []):
+            term = st["state"].get("terminated") or {}
+            inits.setdefault(st["name"], []).append(term.get("exitCode"))
+    assert {"topics", "influx-setup", "format"} <= set(inits), inits  # container names
+    assert all(code == 0 for codes in inits.values() for code in codes), inits
+    job_pods = {p["metadata"]["name"]: p["status"].get("phase") for p in items if "job-name" in p["metadata"]["labels"]}
+    assert "Succeeded" in job_pods.values(), f"the controller's apply Job did not complete: {job_pods}"
+    kinds = " ".join(sorted(names))
+    for part in ("agent", "kafka", "influxdb", "delay", "loss", "telegraf", "controller"):
+        assert part in kinds, kinds
+    restarts = {
+        p["metadata"]["name"]: st["restartCount"]
+        for p in items
+        for st in p["status"]["containerStatuses"]
+        if st["restartCount"]
+    }
+    print(f"container restarts during the install: {restarts}")
+    assert not warnings(installed["t0"]), warnings(installed["t0"])
+
+
+# CAP_NET_ADMIN, CAP_PERFMON, CAP_BPF (linux/capability.h)
+AGENT_CAPS = (1 << 12) | (1 << 38) | (1 << 39)
+
+
+def container_pid(pod: dict, container: str) -> int:
+    cid = next(s["containerID"] for s in pod["status"]["containerStatuses"] if s["name"] == container)
+    cid = cid.split("://", 1)[1]
+    out = run(
+        [
+            str(K8S / "bin" / "ctr"),
+            "--address",
+            str(CLUSTER_DIR / "containerd" / "containerd.sock"),
+            "-n",
+            "k8s.io",
+            "tasks",
+            "ls",
+        ]
+    ).stdout
+    for line in out.splitlines()[1:]:
+        parts = line.split()
+        if parts and parts[0] == cid:
+            return int(parts[1])
+    raise AssertionError(f"no task {cid} in ctr tasks ls:\n{out}")
+
+
+def status_fields(pid: int) -> dict[str, str]:
+    fields = {}
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        key, _, value = line.partition(":")
+        fields[key] = value.strip()
+    return fields
+
+
+def agent_pod() -> dict:
+    return next(p for p in pods() if "-agent-" in p["metadata"]["name"])
+
+
+def test_agent_pod_runs_with_three_capabilities_and_the_runtime_default_seccomp(installed):
+    """What the runtime applied to the agent's process, read in /proc, not the manifest."""
+    pod = agent_pod()
+    assert pod["spec"]["hostNetwork"] is True and pod["spec"]["nodeName"] == NODE
+    pid = container_pid(pod, "agent")
+    st = status_fields(pid)
+    assert int(st["CapEff"], 16) == AGENT_CAPS, st["CapEff"]
+    assert int(st["CapBnd"], 16) == AGENT_CAPS, st["CapBnd"]
+    assert int(st["CapAmb"], 16) == 0
+    assert st["Seccomp"] == "2", f"seccomp mode {st['Seccomp']} (2 = filter: RuntimeDefault)"
+    assert st["NoNewPrivs"] == "1"
+    root = next(m for m in Path(f"/proc/{pid}/mountinfo").read_text().splitlines() if m.split()[4] == "/")
+    assert " ro," in f" {root.split()[5]}," or root.split()[5].startswith("ro"), root
+    # the host network: the pod's process sees the node's link to the reflector
+    assert os.readlink(f"/proc/{pid}/ns/net") == os.readlink("/proc/self/ns/net")
+    # and it loaded its programs: the sender's XDP collector on the node's side of the link
+    link = subprocess.run(["ip", "-d", "link", "show", LINK[0]], capture_output=True, text=True).stdout
+    assert "xdp" in link, link
+
+
+def influx() -> tuple[str, tuple[str, str]]:
+    import base64
+
+    pod = next(p for p in pods() if "-influxdb-" in p["metadata"]["name"])
+    secret = next(s for s in kget("secrets", "-n", NS)["items"] if "influxdb-reader-password" in s.get("data", {}))
+    data = {k: base64.b64decode(v).decode() for k, v in secret["data"].items()}
+    return f"http://{pod['status']['podIP']}:8086", (data["influxdb-reader-user"], data["influxdb-reader-password"])
+
+
+def query(q: str) -> list[list]:
+    url, auth = influx()
+    r = requests.post(f"{url}/query", params={"db": "segscope", "epoch": "s"}, data={"q": q}, auth=auth, timeout=10)
+    r.raise_for_status()
+    series = r.json()["results"][0].get("series")
+    return series[0]["values"] if series else []
+
+
+def wait_seconds_of_delay(n: int, within: float) -> list[list]:
+    q = (
+        'SELECT "count", "mean_us" FROM "stamp_delay" WHERE "direction" = \'forward\' '
+        f"AND \"node\" = '{NODE}' AND time > now() - 1h"
+    )
+    deadline = time.monotonic() + within
+    rows: list[list] = []
+    while time.monotonic() < deadline:
+        rows = query(q)
+        if len(rows) >= n:
+            return rows
+        time.sleep(2)
+    return rows
+
+
+def test_stamp_delay_from_the_agent_pod_reaches_the_charts_influxdb(installed):
+    rows = wait_seconds_of_delay(10, within=180)
+    logs = kubectl("logs", "-n", NS, agent_pod()["metadata"]["name"], "--tail=40", check=False).stdout
+    assert len(rows) >= 10, f"stamp_delay seconds: {rows}\n--- agent pod\n{logs}"
+    steady = rows[2:]  # the first seconds of a session may be partial
+    means = [r[2] for r in steady]
+    mean = sum(m * r[1] for m, r in zip(means, steady)) / sum(r[1] for r in steady)
+    print(f"forward delay: {mean:.1f} us over {len(steady)} s (netem {DELAY_US} us)")
+    assert abs(mean - DELAY_US) <= TOLERANCE_US, (mean, rows[-5:])
+    installed["delay_us"] = mean
+
+
+def test_helm_upgrade_rolls_the_processors_without_losing_records(installed):
+    before = {p["metadata"]["name"] for p in pods() if "-delay-" in p["metadata"]["name"]}
+    wait_seconds_of_delay(5, within=120)
+    t_start = int(time.time())
+    t0 = time.monotonic()
+    helm("upgrade", RELEASE, str(CHART), "-n", NS, *helm_values(), "--set", "processors.logLevel=debug")
+    deadline = time.monotonic() + READY_WITHIN_S
+    while True:
+        items = pods()
+        delay_pods = {p["metadata"]["name"] for p in items if "-delay-" in p["metadata"]["name"]}
+        if delay_pods and not (delay_pods & before) and not not_ready(items):
+            break
+        assert time.monotonic() < deadline, f"processors not rolled within {READY_WITHIN_S} s: {delay_pods}"
+        time.sleep(2)
+    print(f"processors rolled in {time.monotonic() - t0:.1f} s")
+    time.sleep(15)  # the new workers catch up from the committed offsets; a closed second is flushed
+    t_end = int(time.time()) - 5
+    rows = query(
+        'SELECT "count" FROM "stamp_delay" WHERE "direction" = \'forward\' '
+        f"AND \"node\" = '{NODE}' AND time >= {t_start}s AND time < {t_end}s"
+    )
+    seconds = {r[0]: r[1] for r in rows}
+    missing = [t for t in range(t_start, t_end) if t not in seconds]
+    assert not missing, f"seconds without a stamp_delay point across the upgrade: {missing}"
+    short = {t: c for t, c in seconds.items() if abs(c - RATE_PPS) > 1}
+    assert not short, f"seconds whose record count is not {RATE_PPS} (+-1): {short}"
+    assert not warnings(installed["t0"]), warnings(installed["t0"])
+
+
+def test_helm_uninstall_leaves_nothing(installed):
+    instance_pins = Path("/sys/fs/bpf/segscope") / NODE
+    assert instance_pins.exists(), "the agent pod pinned nothing (checked before uninstall)"
+    installed["reflector"].stop()
+    helm("uninstall", RELEASE, "-n", NS, "--wait", "--timeout", "180s")
+    deadline = time.monotonic() + 120
+    while pods() and time.monotonic() < deadline:
+        time.sleep(2)
+    assert not pods(), [p["metadata"]["name"] for p in pods()]
+    left = kubectl("get", "all,configmaps,secrets,networkpolicies,pdb", "-n", NS, "-o", "name").stdout.split()
+    left = [x for x in left if x != "configmap/kube-root-ca.crt"]
+    assert not left, left
+    kubectl("delete", "namespace", NS, "--wait=true", "--timeout=120s")
+    assert not instance_pins.exists() or not any(instance_pins.rglob("*")), list(instance_pins.rglob("*"))
+    link = subprocess.run(["ip", "-d", "link", "show", LINK[0]], capture_output=True, text=True).stdout
+    assert "prog/xdp" not in link, link
+    assert not warnings(installed["t0"]), warnings(installed["t0"])
