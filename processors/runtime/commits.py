@@ -8,6 +8,8 @@ import bisect
 import logging
 import time
 
+from aiokafka.errors import IllegalStateError
+
 log = logging.getLogger("segscope.worker")
 
 
@@ -79,6 +81,8 @@ class ExactCommits:
         self.refetched: dict = {}  # TP -> (offset, time.monotonic()) of the last seek back
         self.floor: dict = {}  # TP -> its first offset, where retention deleted offsets never read
         self.consumer = None
+        self.reading_again: set = set()  # read_again tasks under way
+        counts.setdefault("refetches_moved_away", 0)
 
     def install(self, consumer) -> None:
         if self.consumer is consumer:
@@ -130,16 +134,42 @@ class ExactCommits:
         if last is not None and last[0] == offset and now - last[1] < self.retry_s:
             return
         self.refetched[tp] = (offset, now)
-        asyncio.get_running_loop().create_task(self.read_again(tp, offset))  # commit runs in the app's loop
+        task = asyncio.get_running_loop().create_task(self.read_again(tp, offset))  # commit runs in the app's loop
+        self.reading_again.add(task)  # a reference until done: the loop keeps only a weak one
+        task.add_done_callback(self.reading_again.discard)
+
+    def forget(self, partitions) -> None:
+        """A rebalance took these partitions: what was known of them (sought, refetched, floor) is
+        stale; the next assignment finds it again."""
+        for tp in partitions:
+            self.sought.pop(tp, None)
+            self.refetched.pop(tp, None)
+            self.floor.pop(tp, None)
 
     async def read_again(self, tp, offset: int) -> None:
-        first = (await self.consumer.earliest_offsets(tp))[tp]
+        """Seek tp back to `offset`, unless a rebalance took tp meanwhile.
+
+        Found by a stall past the session timeout (tests/processors/test_delay_sigstop.py): the
+        commit that found the gap ran right before the rejoin, the rebalance revoked tp while
+        earliest_offsets was awaited, and the seek raised IllegalStateError ("No current
+        assignment") in a task nobody awaited. The new owner reads tp from the committed offset,
+        which is not past `offset` (ExactCommits refused it): nothing to do here then."""
+        try:
+            first = (await self.consumer.earliest_offsets(tp))[tp]
+            if tp not in self.consumer.assignment():
+                self.counts["refetches_moved_away"] += 1
+                return
+            await self._seek_back(tp, offset, first)
+        except IllegalStateError:  # revoked between the check and the seek (the consumer's thread)
+            self.counts["refetches_moved_away"] += 1
+
+    async def _seek_back(self, tp, offset: int, first: int) -> None:
         if first > offset:
             self.floor[tp] = first
             self.counts["messages_expired_unread"] += first - offset
             log.warning("%s: messages %d..%d were deleted (topic retention) before this group read them", tp, offset,
                         first - 1)  # fmt: skip
             return
+        await self.consumer.seek(tp, offset)
         self.counts["partitions_refetched"] += 1
         log.warning("%s: message %d was never handed over while later ones were: reading again from it", tp, offset)
-        await self.consumer.seek(tp, offset)

@@ -72,6 +72,7 @@ class PartitionMoves:
             "messages_of_moved_partitions": 0,
             "partitions_refetched": 0,
             "messages_expired_unread": 0,
+            "refetches_moved_away": 0,
             "messages_released_at_rebalance": 0,
         }
         self.commits = ExactCommits(set(pending), self.counts)  # no commit past a message never acked
@@ -132,6 +133,7 @@ class PartitionMoves:
         return True
 
     async def _revoked(self, sender, revoked, **kwargs) -> None:
+        self.commits.forget(revoked)
         async with self.lock:
             self.paused = True
             if self.clock is not None:

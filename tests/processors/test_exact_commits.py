@@ -15,6 +15,7 @@ import time
 import uuid
 from collections import defaultdict
 
+from aiokafka.errors import IllegalStateError
 from confluent_kafka import Consumer, Producer, TopicPartition
 from faust.types import TP
 
@@ -259,3 +260,51 @@ def test_every_rebalance_counter_is_documented():
     assert {"partitions_refetched", "messages_expired_unread"} <= set(moves.counts)
     undocumented = [name for name in moves.counts if f"`{name}`" not in doc]
     assert undocumented == []
+
+
+class RevokedDuringLookup(FaustBookkeeping):
+    """A rebalance revokes the partitions while earliest_offsets is awaited (a worker resumed
+    after a stall past the session timeout: its commit timer and the rejoin run together); a seek
+    of an unassigned partition raises as aiokafka's does."""
+
+    def __init__(self, assigned, revoke_at_lookup=True):
+        super().__init__(assigned)
+        self.revoke_at_lookup = revoke_at_lookup
+
+    async def earliest_offsets(self, *tps):
+        if self.revoke_at_lookup:
+            self.assigned = set()
+        return await super().earliest_offsets(*tps)
+
+    async def seek(self, tp, offset):
+        if tp not in self.assigned:
+            raise IllegalStateError(f"No current assignment for partition {tp}")
+        await super().seek(tp, offset)
+
+
+def test_a_read_again_whose_partition_a_rebalance_took_meanwhile_does_nothing():
+    """Found by test_delay_sigstop: the seek back raised IllegalStateError in a task nobody
+    awaited. The new owner reads the partition from the committed offset (never past the gap)."""
+
+    async def run():
+        tp = TP("in", 0)
+        counts = {"partitions_refetched": 0, "messages_expired_unread": 0}
+        g = ExactCommits({"in"}, counts)
+        for revoke_at_lookup in (True, False):  # revoked during the lookup; between check and seek
+            consumer = RevokedDuringLookup([tp], revoke_at_lookup)
+            g.install(consumer)
+            if not revoke_at_lookup:
+                consumer.assignment = lambda: {tp}  # the check still sees it, the seek does not
+                consumer.assigned = set()
+            await g.read_again(tp, 22)
+            assert consumer.seeks == []
+        assert counts["refetches_moved_away"] == 2 and counts["partitions_refetched"] == 0
+
+    asyncio.run(run())
+
+
+def test_a_revoke_forgets_what_was_known_of_the_partition():
+    g, consumer, counts, tp = guard()
+    g.sought[tp], g.refetched[tp], g.floor[tp] = 5, (7, time.monotonic()), 3
+    g.forget({tp})
+    assert tp not in g.sought and tp not in g.refetched and tp not in g.floor
