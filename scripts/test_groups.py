@@ -77,7 +77,7 @@ class Unit:
     name: str
     modules: list[str]
     seconds: float
-    known: bool  # every module has a recorded duration
+    known: bool  # some module of it has a recorded duration
 
 
 @dataclass
@@ -130,7 +130,9 @@ def make_units(modules: list[str], schedule: dict, durations: dict[str, float]) 
         by_key.setdefault(key, []).append(module)
     units = []
     for key, mods in by_key.items():
-        known = all(m in durations for m in mods)
+        # known: some module of it has a recorded duration (a [together] folder that gained a new
+        # module is still placed by its recorded seconds, the new one counted NEW_MODULE_S)
+        known = any(m in durations for m in mods)
         seconds = sum(durations.get(m, NEW_MODULE_S) for m in mods)
         units.append(Unit(key, mods, seconds, known))
     return units
@@ -138,7 +140,7 @@ def make_units(modules: list[str], schedule: dict, durations: dict[str, float]) 
 
 def balance(units: list[Unit], count: int) -> list[Group]:
     """Longest processing time first: each unit to the group with the least work so far; units
-    with an unrecorded module after all the others (the lightest groups get the new tests)."""
+    of only unrecorded modules after all the others (the lightest groups get the new tests)."""
     groups = [Group(f"g{i + 1}") for i in range(count)]
     for unit in sorted(units, key=lambda u: (not u.known, -u.seconds, u.name)):
         min(groups, key=lambda g: (g.seconds, g.name)).units.append(unit)
