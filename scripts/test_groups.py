@@ -55,6 +55,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+from tests.isolation import cgroup_cpu_s  # noqa: E402 - the runner and the groups' conftest read it alike
+
 SCHEDULE = REPO / "tests" / "schedule.toml"
 DURATIONS = REPO / "tests" / "durations.json"
 OUT_DIR = REPO / ".run" / "test-groups"
@@ -359,19 +362,6 @@ def cpu_cgroup(name: str) -> Path | None:
         if (path / usage).exists():
             return path
     return None
-
-
-def cgroup_cpu_s(path: Path | None) -> float:
-    """CPU seconds used so far by the processes of cgroup `path` (and those that have left it)."""
-    if path is None:
-        return 0.0
-    try:
-        if (path / "cpuacct.usage").exists():
-            return int((path / "cpuacct.usage").read_text()) / 1e9
-        stat = dict(line.split() for line in (path / "cpu.stat").read_text().splitlines())
-        return int(stat["usage_usec"]) / 1e6
-    except (OSError, ValueError, KeyError):
-        return 0.0
 
 
 def remove_cgroups() -> None:

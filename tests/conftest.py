@@ -26,6 +26,7 @@ os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
 import pytest
 
 from services.stack import Stack, StackError
+from tests.isolation import cgroup_cpu_s
 
 REPO = Path(__file__).resolve().parents[1]
 BPFFS = Path("/sys/fs/bpf")
@@ -113,26 +114,16 @@ _CPU_CGROUP = os.environ.get("SEGSCOPE_TEST_CPU_CGROUP")
 _cpu_by_module: dict[str, float] = {}
 
 
-def _cgroup_cpu_s(path: Path) -> float:
-    try:
-        if (path / "cpuacct.usage").exists():
-            return int((path / "cpuacct.usage").read_text()) / 1e9
-        stat = dict(line.split() for line in (path / "cpu.stat").read_text().splitlines())
-        return int(stat["usage_usec"]) / 1e6
-    except (OSError, ValueError, KeyError):
-        return 0.0
-
-
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
     if not _CPU_CGROUP:
         yield
         return
-    before = _cgroup_cpu_s(Path(_CPU_CGROUP))
+    before = cgroup_cpu_s(Path(_CPU_CGROUP))
     yield
     path = Path(str(item.path))
     module = str(path.relative_to(REPO)) if path.is_relative_to(REPO) else str(path)
-    _cpu_by_module[module] = _cpu_by_module.get(module, 0.0) + _cgroup_cpu_s(Path(_CPU_CGROUP)) - before
+    _cpu_by_module[module] = _cpu_by_module.get(module, 0.0) + cgroup_cpu_s(Path(_CPU_CGROUP)) - before
     if nextitem is None or nextitem.path != item.path:  # the module's teardown is in: write it out
         _write_cpu()
 

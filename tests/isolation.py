@@ -84,3 +84,17 @@ def wait_until_alone(timeout_s: float = 3600.0) -> float:
             raise TimeoutError(f"the parallel test groups did not end within {timeout_s:.0f} s ({path} not created)")
         time.sleep(0.2)
     return time.monotonic() - t0
+
+
+def cgroup_cpu_s(path: Path | None) -> float:
+    """CPU seconds used so far by the processes of cgroup `path` (v1 cpuacct or v2), and by those
+    that have left it; 0 without one. The runner (scripts/test_groups.py) puts each group in one."""
+    if path is None:
+        return 0.0
+    try:
+        if (path / "cpuacct.usage").exists():
+            return int((path / "cpuacct.usage").read_text()) / 1e9
+        stat = dict(line.split() for line in (path / "cpu.stat").read_text().splitlines())
+        return int(stat["usage_usec"]) / 1e6
+    except (OSError, ValueError, KeyError):
+        return 0.0
