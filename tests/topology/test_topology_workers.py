@@ -194,7 +194,7 @@ def test_three_workers_write_what_one_writes_and_a_killed_leader_loses_nothing(s
                 sent = [json.loads(v) for v in read_topic(bootstrap, topic, timeout_s=5)]
                 return sent if len(sent) >= 2 else None
 
-            sent = wait_for(f"the dead letters on {name}'s topic", letters_of, 15)
+            sent = wait_for(f"the dead letters on {name}'s topic", letters_of, 45)  # a loaded runner is late
             assert sorted((d["offset"], d["reason"]) for d in sent) == [
                 (3, "bad_json"),
                 (5, "bad_json"),
