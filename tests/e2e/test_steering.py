@@ -254,8 +254,12 @@ def test_delay_on_the_active_path_moves_it_within_10_s_without_losing_a_packet(s
         target=lambda: flow.update(seqflow.run(lab, "H1", "H2", "fd00:b::1", 5600, count=15000, interval_us=1000))
     )
     flow_since = time.time_ns()
+    on_a1 = lab.relay_stats("a1")["a_to_b"]["forwarded"]
     sender.start()
-    time.sleep(2)
+    # 1.5 s of the flow on p1 before the injection, however late a loaded machine starts the sender
+    deadline = time.monotonic() + 30
+    while lab.relay_stats("a1")["a_to_b"]["forwarded"] - on_a1 < 1500 and time.monotonic() < deadline:
+        time.sleep(0.1)
     injected = time.monotonic()
     set_forward_delay(lab, "a1", 5300)
     took = wait_active(lab, "p2", 20)
