@@ -32,6 +32,20 @@ REPO = Path(__file__).resolve().parents[2]
 NS = 1_000_000_000
 RATE = 200  # records per second, in batches of BATCH
 BATCH = 20
+
+
+def stamp_batch(seq: int, t0: int, batch: int = BATCH, rate: int = RATE) -> np.ndarray:
+    """`batch` records of session 1 from sender_seq `seq`, T1 from `t0` at `rate` per second, 3 ms round trip."""
+    r = np.zeros(batch, dtype=STAMP_RECORD_DTYPE)
+    r["ssid"] = 1
+    r["sender_seq"] = np.arange(seq, seq + batch)
+    r["t1_ns"] = t0 + np.arange(batch) * (NS // rate)
+    r["t2_ns"] = r["t1_ns"] + 2_000_000
+    r["t3_ns"] = r["t2_ns"] + 10_000
+    r["t4_ns"] = r["t3_ns"] + 1_000_000
+    return r
+
+
 DURATION_S = 16
 KILL_AT_S, DOWN_S = 7, 3
 
@@ -73,13 +87,7 @@ def test_delay_processor_survives_kill_9(stack, tmp_path):
         t_end = time.monotonic() + DURATION_S
         while time.monotonic() < t_end and not stop.is_set():
             t0 = time.clock_gettime_ns(time.CLOCK_TAI)
-            r = np.zeros(BATCH, dtype=STAMP_RECORD_DTYPE)
-            r["ssid"] = 1
-            r["sender_seq"] = np.arange(seq, seq + BATCH)
-            r["t1_ns"] = t0 + np.arange(BATCH) * (NS // RATE)
-            r["t2_ns"] = r["t1_ns"] + 2_000_000
-            r["t3_ns"] = r["t2_ns"] + 10_000
-            r["t4_ns"] = r["t3_ns"] + 1_000_000
+            r = stamp_batch(seq, t0)
             seconds, counts = np.unique(r["t1_ns"] // NS, return_counts=True)
             for s, c in zip(seconds.tolist(), counts.tolist()):
                 sent_per_second[s] = sent_per_second.get(s, 0) + c

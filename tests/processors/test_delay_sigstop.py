@@ -23,8 +23,8 @@ import pytest
 from confluent_kafka import Producer
 
 from processors.delay.topics import ensure_topics
-from segscope_schemas.stamp_record import STAMP_RECORD_DTYPE, encode_batch
-from tests.processors.test_delay_crash import NS, start_worker, wait_consuming
+from segscope_schemas.stamp_record import encode_batch
+from tests.processors.test_delay_crash import NS, stamp_batch, start_worker, wait_consuming
 
 RATE, BATCH = 200, 20  # records per second, in batches of BATCH
 DURATION_S = 30
@@ -40,13 +40,7 @@ def produce(bootstrap: str, topic: str, run: str, sent: dict, errors: list, stop
         for n in range(NODES):
             node = f"stall{run}n{n}"
             t0 = time.clock_gettime_ns(time.CLOCK_TAI)
-            r = np.zeros(BATCH, dtype=STAMP_RECORD_DTYPE)
-            r["ssid"] = 1
-            r["sender_seq"] = np.arange(seq, seq + BATCH)
-            r["t1_ns"] = t0 + np.arange(BATCH) * (NS // RATE)
-            r["t2_ns"] = r["t1_ns"] + 2_000_000
-            r["t3_ns"] = r["t2_ns"] + 10_000
-            r["t4_ns"] = r["t3_ns"] + 1_000_000
+            r = stamp_batch(seq, t0, BATCH, RATE)
             seconds, counts = np.unique(r["t1_ns"] // NS, return_counts=True)
             for s, c in zip(seconds.tolist(), counts.tolist()):
                 sent[node, s] = sent.get((node, s), 0) + c
