@@ -17,12 +17,17 @@
  *  - One thread, one ppoll() whose timeout is the earliest release time; the
  *    timer slack is set to 1 ns so the kernel does not batch our wake-ups.
  *    A short optional spin (--spin-ns) trades CPU for wake-up jitter.
- *  - --keep-awake: one SCHED_IDLE spinning thread per CPU. On VMs whose idle
- *    vCPUs halt (HLT, no cpuidle polling), the host takes milliseconds to wake
- *    a halted vCPU for our timer: measured here, an idle 2-vCPU VM released
- *    frames 8 ms late on average (max 100 ms); with the spinners 0.2 us (max
- *    11 us). SCHED_IDLE threads run only when nothing else wants the CPU and
- *    are preempted on every wake-up, so they cost the other programs nothing.
+ *  - --keep-awake: one SCHED_IDLE spinning thread per CPU, named "keep-awake".
+ *    On VMs whose idle vCPUs halt (HLT, no cpuidle polling), the host takes
+ *    milliseconds to wake a halted vCPU for our timer: measured here, an idle
+ *    2-vCPU VM released frames 8 ms late on average (max 100 ms); with the
+ *    spinners 0.2 us (max 11 us). SCHED_IDLE threads run only when nothing else
+ *    wants the CPU, but only among the tasks of their own task group: with
+ *    autogroup scheduling a relay started in a session of its own is a group
+ *    of its own, and its spinners take a full fair share from everything else
+ *    (measured: a CPU-bound job ran 3x slower beside six such relays). The
+ *    launcher therefore moves the spinners into an idle cpu cgroup
+ *    (netlab/keep_awake.py); `ip netns exec` hides /sys/fs/cgroup from us.
  *  - A bounded FIFO per direction; a full queue drops and counts the frame.
  *  - Optional loss per direction (--a-to-b-loss / --b-to-a-loss percent, or
  *    "loss <a_to_b_pct> <b_to_a_pct>" on the control socket): a frame is dropped
@@ -782,6 +787,7 @@ static void *keep_cpu_awake(void *arg)
 	CPU_SET(cpu, &set);
 	pthread_setaffinity_np(pthread_self(), sizeof(set), &set);
 	pthread_setschedparam(pthread_self(), SCHED_IDLE, &sp);
+	prctl(PR_SET_NAME, "keep-awake");  /* the launcher finds the spinners by this name */
 	while (!awake_stop)
 		__builtin_ia32_pause();   /* spin: the vCPU never executes HLT while we run */
 	return NULL;
@@ -794,12 +800,24 @@ static int start_keep_awake(pthread_t *threads, int max)
 	int started = 0;
 	sigset_t all, old;
 
+	pthread_attr_t attr;
+	struct sched_param sp = { .sched_priority = 0 };
+
+	/* Born SCHED_OTHER (glibc's attributes take no SCHED_IDLE; the thread switches
+	 * itself), never for a moment SCHED_FIFO like the main thread: an RT thread
+	 * cannot join a cpu cgroup without RT runtime, so the launcher's move into the
+	 * idle cgroup would fail if it came before that switch. */
+	pthread_attr_init(&attr);
+	pthread_attr_setinheritsched(&attr, PTHREAD_EXPLICIT_SCHED);
+	pthread_attr_setschedpolicy(&attr, SCHED_OTHER);
+	pthread_attr_setschedparam(&attr, &sp);
 	sigfillset(&all);                 /* signals stay with the main thread */
 	pthread_sigmask(SIG_BLOCK, &all, &old);
 	for (long cpu = 0; cpu < ncpu && started < max; cpu++)
-		if (pthread_create(&threads[started], NULL, keep_cpu_awake, (void *)cpu) == 0)
+		if (pthread_create(&threads[started], &attr, keep_cpu_awake, (void *)cpu) == 0)
 			started++;
 	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	pthread_attr_destroy(&attr);
 	return started;
 }
 

@@ -23,6 +23,7 @@ from typing import Any, Sequence
 
 from segscope_schemas.names import BPFFS_PIN_ROOT
 
+from . import keep_awake
 from . import topology as topo_mod
 from .topology import Endpoint, Link, Reorder, Topology
 
@@ -445,6 +446,8 @@ class Lab:
             if time.monotonic() > deadline:
                 raise LabError(f"delay relay for link {link.name} not ready after 5 s; see {paths['log']}")
             time.sleep(0.01)
+        # The spinners exist once the control socket does (the relay starts them first).
+        self.relays[link.name]["keep_awake"] = keep_awake.make_spinners_idle(proc.pid)
 
     def _relay_request(self, link_name: str, request: str) -> dict[str, Any]:
         if link_name not in self.relays:
@@ -753,6 +756,7 @@ def teardown(prefix: str) -> dict[str, Any]:
     # 3. namespaces (their veths, routes, nft tables and XDP attachments go with them)
     for ns in own:
         sh(["ip", "netns", "del", ns], check=False)
+    keep_awake.remove_idle_cgroup()  # gone with the last lab's relays; kept while others run
     # 4. temporary veths left in the root namespace by an interrupted `up`
     tag = _tmp_tag(prefix)
     links = json.loads(sh(["ip", "-j", "link", "show"]).stdout or "[]")

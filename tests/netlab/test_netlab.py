@@ -19,7 +19,8 @@ from pathlib import Path
 import pytest
 
 from netlab import Lab, TopologyError, load, owd, teardown
-from netlab.lab import BPFFS_SEGSCOPE, RUN_ROOT, _netns_names, _own_netns
+from netlab import keep_awake
+from netlab.lab import BPFFS_SEGSCOPE, RELAY_TIMING_ARGS, RUN_ROOT, _netns_names, _own_netns
 from tests.isolation import own_name
 
 REPO = Path(__file__).resolve().parents[2]
@@ -239,6 +240,40 @@ def test_relay_delay_seen_by_ping(lab):
     assert -0.1 < excess < 0.25
     times = ping_times_ms(lab, "H1", "fd00:b::1", count=50)  # the SRv6 path crosses the relay too
     assert statistics.median(times) >= configured_ms
+
+
+def _thread_cpu_s(tids: list[int]) -> float:
+    total = 0
+    for tid in tids:
+        fields = Path(f"/proc/{tid}/stat").read_text().rsplit(")", 1)[1].split()
+        total += int(fields[11]) + int(fields[12])  # utime + stime, in clock ticks
+    return total / os.sysconf("SC_CLK_TCK")
+
+
+def test_relay_spinners_take_no_share_from_other_sessions(lab):
+    """The relay's keep-awake spinners are SCHED_IDLE, but the relay runs in a session (an
+    autogroup) of its own: unless moved to an idle cgroup they take a full fair share of the
+    CPUs from every other session. With a busy loop per CPU in this session they must get
+    (almost) nothing; left in their autogroup they took about half."""
+    assert "--keep-awake" in RELAY_TIMING_ARGS, RELAY_TIMING_ARGS
+    relay = lab.relays["ar"]
+    ncpu = os.cpu_count() or 1
+    tids = keep_awake.spinner_tids(relay["pid"])
+    assert len(tids) == ncpu, f"one spinner per CPU expected, threads: {tids}"
+    assert relay["keep_awake"] == "cgroup", relay
+    tasks = set((keep_awake.CPU_CGROUP_V1 / keep_awake.IDLE_CGROUP_NAME / "tasks").read_text().split())
+    assert {str(t) for t in tids} <= tasks
+    busy = [subprocess.Popen([PY, "-c", "while True: pass"]) for _ in range(ncpu)]
+    try:
+        time.sleep(0.3)
+        before, t0 = _thread_cpu_s(tids), time.monotonic()
+        time.sleep(2.0)
+        share = (_thread_cpu_s(tids) - before) / ((time.monotonic() - t0) * ncpu)
+    finally:
+        for p in busy:
+            p.kill()
+            p.wait()
+    assert share < 0.05, f"the spinners took {share:.0%} of the CPUs from a busy session"
 
 
 def test_relay_one_way_accuracy(lab):
