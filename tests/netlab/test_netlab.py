@@ -18,8 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from netlab import Lab, TopologyError, load, owd, teardown
-from netlab import keep_awake
+from netlab import Lab, TopologyError, keep_awake, load, owd, teardown
 from netlab.lab import BPFFS_SEGSCOPE, RELAY_TIMING_ARGS, RUN_ROOT, _netns_names, _own_netns
 from tests.isolation import own_name
 
