@@ -67,6 +67,7 @@ class PartitionMoves:
             "rebalances": 0,
             "publish_held_no_lease": 0,
             "partitions_lost": 0,
+            "partitions_reset_after_stall": 0,
             "keys_dropped": 0,
             "messages_forgotten": 0,
             "messages_of_moved_partitions": 0,
@@ -140,15 +141,32 @@ class PartitionMoves:
                 self.clock.pause()
 
     async def _assigned(self, sender, assigned, **kwargs) -> None:
+        # Read before joined() renews it: had the lease run out, the group may have dropped this
+        # worker meanwhile and given its partitions to another, which published and committed past
+        # the state held here (a stall past the session timeout). Assigned them again, this worker
+        # would publish that stale state over the other's results: a partial second written over a
+        # complete one, found with one of two delay workers stopped 12 s. So the partitions it keeps
+        # are reset like lost ones, and rebuilt from the committed offset and the progress topic.
+        was_member = self.lease.valid()
         rewind_uncommitted(sender, set(self.pending), self.commits.sought)
         self.commits.install(sender.consumer)
         self.lease.joined(sender)
         async with self.lock:
             now = {tp for tp in assigned if tp.topic in self.pending}
+            kept_stale = set() if was_member else self.owned & now
             lost = self.owned - now
             self.owned = now
             self.lost = (self.lost | lost) - now
             self.counts["rebalances"] += 1
+            if kept_stale:
+                dropped = self.on_lost(kept_stale)
+                self.counts["partitions_reset_after_stall"] += len(kept_stale)
+                self.counts["keys_dropped"] += dropped
+                for topic, held in self.pending.items():
+                    self.counts["messages_forgotten"] += held.drop({tp for tp in kept_stale if tp.topic == topic})
+                log.info(
+                    "rebalance after a stall: partitions %s kept but reset, %d keys dropped", _tps(kept_stale), dropped
+                )
             if lost:
                 dropped = self.on_lost(lost)
                 self.counts["partitions_lost"] += len(lost)

@@ -65,9 +65,7 @@ def stop_all(workers: list) -> None:
                 w.wait()
 
 
-# One of two workers stopped ("one-of-two", workers_n=2) still ends with a partial line over a complete
-# one in about 1 run of 4 (docs/reliability.md, "Not yet fixed"): not in the suite until that is fixed.
-@pytest.mark.parametrize("workers_n", [1], ids=["alone"])
+@pytest.mark.parametrize("workers_n", [1, 2], ids=["alone", "one-of-two"])
 def test_delay_processor_survives_a_stall(stack, tmp_path, workers_n):
     run = uuid.uuid4().hex[:8]
     topic, deadletter, app_id = f"test.stall.{run}", f"test.stall.{run}.dl", f"stall-{run}"
