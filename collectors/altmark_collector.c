@@ -97,7 +97,8 @@ struct collector_opts {
 	X(records_partial) X(blocks_read_late) X(dmark_overflows) X(records_delivered) \
 	X(records_failed) X(batches_produced) X(batches_delivered) X(batches_failed) \
 	X(produce_errors) X(queue_full_retries) X(metrics_produced) X(metrics_failed) \
-	X(map_reopens) X(margin_clamped) X(wake_late_us_sum) X(wake_late_us_max) X(read_us_sum) X(scan_us_sum)
+	X(map_reopens) X(margin_clamped) X(wake_late_us_sum) X(wake_late_us_max) X(read_us_sum) X(scan_us_sum) \
+	X(producer_restarts) X(records_resent)
 
 struct collector_counters {
 #define X(f) uint64_t f;
@@ -140,6 +141,7 @@ struct collector {
 	struct instance inst[MAX_INSTANCES];
 	rd_kafka_t *rk;
 	rd_kafka_topic_t *blocks_topic, *metrics_topic;
+	struct kafka_resend resend;          /* messages a fatal producer error failed, for the next producer */
 	int ncpus;
 	struct altmark_counter *percpu;      /* ncpus values of one counters entry */
 	uint64_t batch_seq;
@@ -307,7 +309,8 @@ static void on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaqu
 	uintptr_t tag = (uintptr_t)m->_private;
 	uint64_t records = tag >> 1;
 
-	(void)rk;
+	if (kafka_keep_for_resend(rk, m, &s->resend))
+		return;   /* the producer failed for good: the next one sends it (kafka_recover_producer) */
 	if (m->err)   /* a refusal (ACL, login) stops the tool; other errors are counted and retried */
 		kafka_note_refusal("altmark_collector", m->err, rd_kafka_err2str(m->err), rd_kafka_topic_name(m->rkt));
 	if (tag & 1) {
@@ -341,8 +344,23 @@ static int kafka_open(struct collector *s)
 static int kafka_produce(struct collector *s, rd_kafka_topic_t *t, const void *val, size_t len,
 			 const char *key, size_t keylen, uintptr_t tag)
 {
-	return kafka_produce_retry(s->rk, t, "altmark_collector", val, len, key, keylen, (void *)tag,
-				   &s->c.queue_full_retries);
+	return kafka_produce_or_keep(s->rk, t, "altmark_collector", val, len, key, keylen, (void *)tag,
+				     &s->c.queue_full_retries, &s->resend);
+}
+
+static int kafka_reopen(void *ctx)
+{
+	return kafka_open(ctx);
+}
+
+/* The producer failed for good (kafka_producer.h): replace it and send again what it had not
+ * delivered. False if no new producer could be made (the tool stops; the kept records counted failed). */
+static bool kafka_recover_producer(struct collector *s)
+{
+	return kafka_recover(&s->rk, &s->blocks_topic, &s->metrics_topic, "altmark_collector", kafka_reopen, s,
+			     &s->resend,
+			     (struct kafka_recovery_counts){ &s->c.producer_restarts, &s->c.records_resent,
+							     &s->c.records_failed, &s->c.queue_full_retries });
 }
 
 /* ------------------------------------------------------------ pinned maps */
@@ -885,6 +903,8 @@ static void run(struct collector *s)
 		}
 		if (s->rk)
 			rd_kafka_poll(s->rk, 0);   /* serve delivery reports */
+		if (!kafka_recover_producer(s))
+			break;
 		now = clock_ns(CLOCK_TAI);
 		if (now >= next_stats) {
 			publish_stats(s, false);
@@ -953,6 +973,8 @@ int main(int argc, char **argv)
 	if (s.rk) {
 		kafka_refused_purge(s.rk);   /* refused: what is queued is failed (counted), not waited for */
 		rd_kafka_flush(s.rk, s.opts.flush_timeout_ms);
+		if (rd_kafka_fatal_error(s.rk, NULL, 0) != RD_KAFKA_RESP_ERR_NO_ERROR && kafka_recover_producer(&s) && s.rk)
+			rd_kafka_flush(s.rk, s.opts.flush_timeout_ms);   /* once: a second failure is counted */
 	}
 	format_counters_json(&s, json, sizeof(json), true);
 	if (!s.opts.to_stdout)

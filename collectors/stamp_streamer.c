@@ -131,6 +131,8 @@ struct streamer_counters {
 	uint64_t metrics_failed;
 	uint64_t records_copied;       /* written to --copy-fd */
 	uint64_t records_copy_dropped; /* not copied: the reader was behind (pipe full) or gone */
+	uint64_t producer_restarts;    /* Kafka producers replaced after a fatal error (kafka_producer.h) */
+	uint64_t records_resent;       /* records a replaced producer had not delivered, sent again */
 };
 
 /* The records held for one key (one SSID, one flow, or the whole node), behind room for the
@@ -147,6 +149,7 @@ struct streamer {
 	rd_kafka_t *rk;
 	rd_kafka_topic_t *records_topic;
 	rd_kafka_topic_t *metrics_topic;
+	struct kafka_resend resend;    /* messages a fatal producer error failed, for the next producer */
 	struct ring_buffer *rb;
 	int datapath_fd;
 	uint32_t datapath_entries;
@@ -347,7 +350,8 @@ static void on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaqu
 	uintptr_t tag = (uintptr_t)m->_private;
 	uint64_t records = tag >> 1;
 
-	(void)rk;
+	if (kafka_keep_for_resend(rk, m, &s->resend))
+		return;   /* the producer failed for good: the next one sends it (kafka_recover_producer) */
 	if (m->err)   /* a refusal (ACL, login) stops the tool; other errors are counted and retried */
 		kafka_note_refusal("stamp_streamer", m->err, rd_kafka_err2str(m->err), rd_kafka_topic_name(m->rkt));
 	if (tag & 1) {
@@ -424,8 +428,23 @@ static void copy_batch(struct streamer *s, const uint8_t *buf, size_t len, uint3
 static int kafka_produce(struct streamer *s, rd_kafka_topic_t *t, const void *val, size_t len,
 			 const char *key, size_t keylen, uintptr_t tag)
 {
-	return kafka_produce_retry(s->rk, t, "stamp_streamer", val, len, key, keylen, (void *)tag,
-				   &s->c.queue_full_retries);
+	return kafka_produce_or_keep(s->rk, t, "stamp_streamer", val, len, key, keylen, (void *)tag,
+				     &s->c.queue_full_retries, &s->resend);
+}
+
+static int kafka_reopen(void *ctx)
+{
+	return kafka_open(ctx);
+}
+
+/* The producer failed for good (kafka_producer.h): replace it and send again what it had not
+ * delivered. False if no new producer could be made (the tool stops; the kept records counted failed). */
+static bool kafka_recover_producer(struct streamer *s)
+{
+	return kafka_recover(&s->rk, &s->records_topic, &s->metrics_topic, "stamp_streamer", kafka_reopen, s,
+			     &s->resend,
+			     (struct kafka_recovery_counts){ &s->c.producer_restarts, &s->c.records_resent,
+							     &s->c.records_failed, &s->c.queue_full_retries });
 }
 
 /* ------------------------------------------------------- batching records */
@@ -565,7 +584,8 @@ static double monotonic_s(void)
 #define COUNTER_FIELDS(X) \
 	X(records_in) X(records_delivered) X(records_failed) X(batches_produced) \
 	X(batches_delivered) X(batches_failed) X(queue_full_retries) X(malformed_records) \
-	X(produce_errors) X(metrics_produced) X(metrics_failed) X(records_copied) X(records_copy_dropped)
+	X(produce_errors) X(metrics_produced) X(metrics_failed) X(records_copied) X(records_copy_dropped) \
+	X(producer_restarts) X(records_resent)
 
 static int format_counters_lp(const struct streamer *s, char *buf, size_t n, uint64_t ts)
 {
@@ -754,6 +774,8 @@ static void run(struct streamer *s)
 			break;   /* no agent: drain and flush as on SIGTERM */
 		if (s->rk)
 			rd_kafka_poll(s->rk, 0);    /* serve delivery reports */
+		if (!kafka_recover_producer(s))
+			break;
 		if (monotonic_s() >= next_stats) {
 			publish_stats(s);
 			next_stats += s->opts.stats_interval_s;
@@ -775,6 +797,8 @@ static void shutdown_streamer(struct streamer *s)
 	if (s->rk) {
 		kafka_refused_purge(s->rk);   /* refused: what is queued is failed (counted), not waited for */
 		rd_kafka_flush(s->rk, s->opts.flush_timeout_ms);
+		if (s->rk && rd_kafka_fatal_error(s->rk, NULL, 0) != RD_KAFKA_RESP_ERR_NO_ERROR && kafka_recover_producer(s) && s->rk)
+			rd_kafka_flush(s->rk, s->opts.flush_timeout_ms);   /* once: a second failure is counted */
 	}
 	write_stats_json(s, true);
 }

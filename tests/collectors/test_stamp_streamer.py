@@ -197,6 +197,45 @@ def test_every_record_once_in_order_per_session(collectors_build, ring, kafka_bo
     assert re.fullmatch(r"\d{19}", streamer_lines[-1].split(" ")[2])  # ns timestamp
 
 
+def test_a_fatal_producer_error_replaces_the_producer_and_loses_no_record(
+    collectors_build, ring, kafka_bootstrap, work_dir, monkeypatch
+):
+    """librdkafka's idempotent producer gives up for good on some broker answers (Debian's 2.0.2
+    raised OUT_OF_ORDER_SEQUENCE_NUMBER once after a broker was killed mid-batch); every message
+    after that failed. Raised here with librdkafka's own test hook after the 40th message: the
+    streamer replaces the producer and sends again what the old one had not delivered. Every
+    record arrives; a record the broker had already written may arrive twice, at most
+    `records_resent` of them (the delay processor drops such duplicates)."""
+    n, k = 40_000, 4
+    topic, mtopic = make_topics(kafka_bootstrap)
+    monkeypatch.setenv("SEGSCOPE_KAFKA_TEST_FATAL_AFTER", "40")
+    st = Streamer(collectors_build, ring, kafka_bootstrap, topic, mtopic, work_dir, "--max-batch", "200")
+    try:
+        time.sleep(0.5)
+        g = gen(collectors_build, ring, n, "--ssids", str(k), "--first-ssid", "20")
+        assert (g["generated"], g["rb_full"]) == (n, 0)
+        st.wait_delivered(n)
+        rc, final, err = st.stop()
+    finally:
+        st.kill()
+    assert rc == 0, err
+    assert "kafka producer failed for good" in err and "SEGSCOPE_KAFKA_TEST_FATAL_AFTER" in err, err
+    assert final["producer_restarts"] == 1, final
+    assert final["records_in"] == final["records_delivered"] == n, final
+    assert final["records_failed"] == final["produce_errors"] == 0, final
+    assert 0 < final["records_resent"] < n, final
+    msgs = consume_all(
+        kafka_bootstrap, topic, lambda ms: sum(sr.decode_header(m.value()).record_count for m in ms) >= n
+    )
+    seqs = check_batches(msgs, NODE)
+    assert sorted(seqs) == list(range(20, 20 + k))
+    duplicates = 0
+    for ssid, got in seqs.items():
+        assert sorted(set(got)) == list(range(n // k)), f"ssid {ssid}: records missing"
+        duplicates += len(got) - len(set(got))
+    assert duplicates <= final["records_resent"], (duplicates, final["records_resent"])
+
+
 @pytest.mark.parametrize("key", ["node", "session"])
 def test_max_batch_cuts_messages(collectors_build, ring, kafka_bootstrap, work_dir, key):
     n = 5000
