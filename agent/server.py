@@ -282,6 +282,15 @@ class Agent:
         out += self.inline.path_records(ts)
         return out
 
+    def _sender_address(self, spec) -> str:
+        """The address a sender session sends from: its own, else its Init source (what the
+        sender process is given). The topology processor needs it to find the path: a sender
+        entry without it was dropped as invalid."""
+        cfg = self.stamp.sender_cfg
+        if spec.sender_address or spec.role != stamp_pb2.STAMP_ROLE_SENDER or cfg is None:
+            return spec.sender_address
+        return cfg.source_address
+
     def _publish_sections(self) -> None:
         if self.publisher is None:
             return
@@ -290,7 +299,7 @@ class Agent:
                 {
                     "role": stamp_pb2.StampRole.Name(s.spec.role),
                     "ssid": s.spec.ssid,
-                    "sender_address": s.spec.sender_address,
+                    "sender_address": self._sender_address(s.spec),
                     "reflector_address": s.spec.reflector_address,
                     "segments": list(s.spec.segments),
                     "return_segments": list(s.spec.return_segments),

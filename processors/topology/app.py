@@ -57,7 +57,10 @@ cfg = TopologyConfig.from_env()
 model = TopologyModel(
     identity=Identity(protocol_id=cfg.protocol_id, domain_id=cfg.domain_id),
     names=Names(
-        jalapeno_nodes=cfg.jalapeno_nodes, jalapeno_edges=cfg.jalapeno_edges, jalapeno_ip_edges=cfg.jalapeno_ip_edges
+        jalapeno_nodes=cfg.jalapeno_nodes,
+        jalapeno_edges=cfg.jalapeno_edges,
+        jalapeno_ip_edges=cfg.jalapeno_ip_edges,
+        jalapeno_sids=cfg.jalapeno_sids,
     ),
     stamp_precedence_ns=int(cfg.stamp_precedence_s * 1e9),
 )
@@ -352,6 +355,7 @@ async def write() -> None:
         sink = TopologySink(
             model, writer, refresh_s=cfg.refresh_s, stale_after_s=cfg.stale_after_s or None, link_events=link_events
         )
+    await loop.run_in_executor(None, sink.load_jalapeno_sids)  # when due; blocking HTTP off the event loop
     snap = sink.snapshot()  # in the event loop: the model is ours here
     await loop.run_in_executor(None, sink.write, snap)  # blocking HTTP off the event loop
     # alive (it retries every flush) but not ready while its documents are not being written

@@ -26,6 +26,9 @@ ENV = {
     "jalapeno_edges": ("SEGSCOPE_TOPOLOGY_JALAPENO_EDGES", "igpv6_graph"),
     # ip-graph's copies of the igpv6_graph edges (cmd/ip-graph --ipv6-graph); "" = leave it alone
     "jalapeno_ip_edges": ("SEGSCOPE_TOPOLOGY_JALAPENO_IP_EDGES", "ipv6_graph"),
+    # gobmp-arango's SRv6 SIDs (with their SID structure): uSID containers of routers without an
+    # agent are expanded from them; "" = do not read them
+    "jalapeno_sids": ("SEGSCOPE_TOPOLOGY_JALAPENO_SIDS", "ls_srv6_sid"),
     # jalapeno mode: every annotation rewritten this often (igp-graph rewrites the TE fields from
     # each BGP-LS update); both modes: stale fields removed this often
     "refresh_s": ("SEGSCOPE_TOPOLOGY_REFRESH_S", "30"),
@@ -75,6 +78,7 @@ class TopologyConfig(EnvConfig):
     jalapeno_nodes: str
     jalapeno_edges: str
     jalapeno_ip_edges: str
+    jalapeno_sids: str
     refresh_s: float
     stale_after_s: float
     stamp_precedence_s: float

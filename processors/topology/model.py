@@ -22,6 +22,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from processors.topology.jalapeno_sids import NOT_EXPANDED_REASONS, SidTable
 from segscope_schemas.line_protocol import LineError, Point, parse_fields, parse_line, plain_field
 
 VIEW_SCHEMA = "segscope.topology.node_view"
@@ -165,6 +166,8 @@ class Names:
     # of igpv6_graph's (arangodb/igp-sync-processor.go) with the same local/remote_link_ip.
     # Empty: do not annotate it.
     jalapeno_ip_edges: str = "ipv6_graph"
+    # gobmp-arango's SRv6 SID documents (gobmp LSSRv6SID, with srv6_sid_structure); empty: not read
+    jalapeno_sids: str = "ls_srv6_sid"
 
 
 @dataclass(frozen=True)
@@ -191,6 +194,12 @@ class Counters:
     inline_span_points: int = 0
     # held in-line hops whose newest point says measured=false (a gauge, like measurements_unmapped)
     inline_hops_not_measured: int = 0
+    # jalapeno mode: SIDs of path documents that Jalapeno's SRv6 SIDs could not expand, by reason
+    # (jalapeno_sids.NOT_EXPANDED_REASONS; gauges, counted at each documents())
+    not_expanded_no_sid_structure: int = 0
+    not_expanded_sid_structure_inconsistent: int = 0
+    not_expanded_no_locator: int = 0
+    not_expanded_ambiguous_locator: int = 0
 
     def as_dict(self) -> dict[str, int]:
         return dict(self.__dict__)
@@ -311,6 +320,9 @@ class TopologyModel:
     counters: Counters = field(default_factory=Counters)
     unparsed: set = field(default_factory=set)  # (store, key) of the measures whose fields are not parsed yet
     _series: dict = field(default_factory=dict, repr=False)  # measurement and tags text -> _series_of(...)
+    # jalapeno mode: the routers' SIDs in Jalapeno's ls_srv6_sid (TopologySink.load_jalapeno_sids);
+    # SIDs no node view explains are expanded from them (resolve_path)
+    jalapeno_sids: SidTable | None = None
 
     # -- inputs -----------------------------------------------------------------------
     def apply_view(self, view: Any) -> bool:
@@ -664,15 +676,23 @@ class TopologyModel:
         consecutive pair is adjacent, the links between them. A hop is matched to the link whose
         remote address is the next SID if there is one, else to the only link between the pair.
         A NEXT-C-SID container stands for every node of its micro-SIDs (expand_sid)."""
-        hops, unresolved = [src], []
-        for sid in (addr for s in sids for addr in self.expand_sid(s)):
-            owner = self.owner_of(sid)
-            if owner is None:
-                unresolved.append(sid)
-            elif owner != hops[-1]:
-                hops.append(owner)
+        hops, unresolved, unexpanded = [src], [], []
+        for sid in sids:
+            for addr in self.expand_sid(sid):
+                owner = self.owner_of(addr)
+                if owner is None and self.jalapeno_sids is not None and addr == sid:
+                    got = self.jalapeno_sids.expand(sid, previous=hops[-1])
+                    if got.reason is None:
+                        # the expansion collapses its own repeats; the node before may be its first
+                        hops += got.nodes[1:] if got.nodes[:1] == hops[-1:] else got.nodes
+                        continue
+                    unexpanded.append({"sid": sid, "reason": got.reason, "detail": got.detail})
+                if owner is None:
+                    unresolved.append(addr)
+                elif owner != hops[-1]:
+                    hops.append(owner)
         if unresolved:
-            return {"hops": hops, "links": None, "unresolved_sids": unresolved}
+            return {"hops": hops, "links": None, "unresolved_sids": unresolved, "unexpanded": unexpanded}
         all_links = self.links()
         links = []
         for a, b in zip(hops, hops[1:]):
@@ -1033,6 +1053,8 @@ class TopologyModel:
             "hops": res["hops"],
             "links": [self.link_key(l) for l in res["links"]] if res["links"] is not None else None,
             "unresolved_sids": res["unresolved_sids"],
+            # jalapeno mode: [{sid, reason, detail}] of the SIDs Jalapeno's SIDs could not expand
+            "unexpanded": res.get("unexpanded") or [],
         }
 
     def path_docs(self) -> dict[str, dict]:
@@ -1094,7 +1116,17 @@ class TopologyModel:
                 }
             )
         # absent rather than null when a value is unknown (an `update` upsert then keeps the last one)
+        self._count_not_expanded(docs.values())
         return {k: {kk: vv for kk, vv in d.items() if vv is not None or kk == "links"} for k, d in docs.items()}
+
+    def _count_not_expanded(self, docs) -> None:
+        """The not_expanded_* gauges: SIDs of the path documents left unexpanded, by reason."""
+        by_reason = dict.fromkeys(NOT_EXPANDED_REASONS, 0)
+        for doc in docs:
+            for u in doc["unexpanded"]:
+                by_reason[u["reason"]] += 1
+        for reason, count in by_reason.items():
+            setattr(self.counters, f"not_expanded_{reason}", count)
 
     def unmapped_measurements(self) -> list[tuple]:
         """Measurement keys no declared session/flow explains, and in-line hops on no known link

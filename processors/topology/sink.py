@@ -24,6 +24,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable
 
+from processors.topology.jalapeno_sids import SidTable
 from processors.topology.model import TopologyModel, diff_documents
 from processors.topology.writer import ArangoWriter
 
@@ -38,6 +39,12 @@ class SinkCounters:
     refreshes: int = 0
     link_events_out: int = 0
     documents_read_back: int = 0
+    # jalapeno mode: SRv6 SID documents read from Jalapeno at the last load, those whose structure
+    # cannot expand a container (missing, inconsistent), those of no named igp_node; load failures
+    jalapeno_sids_read: int = 0
+    jalapeno_sids_unusable: int = 0
+    jalapeno_sids_unnamed: int = 0
+    jalapeno_sid_load_errors: int = 0
 
 
 class TopologySink:
@@ -64,6 +71,7 @@ class TopologySink:
         self.last_error: str | None = None
         self._jalapeno_ids: dict[str, str | None] = {}
         self._last_refresh: float | None = None
+        self._last_sid_load: float | None = None
 
     def cutoff_ns(self) -> int | None:
         """Measurements dated before this are expired (None: they never expire)."""
@@ -143,7 +151,29 @@ class TopologySink:
         return out
 
     def flush(self) -> dict[str, int]:
+        self.load_jalapeno_sids()
         return self.write(self.snapshot())
+
+    def load_jalapeno_sids(self) -> None:
+        """Jalapeno mode, first and every refresh_s: read the routers' SRv6 SIDs into the model
+        (blocking I/O; before snapshot(), so a snapshot's paths use them). A failed read keeps the
+        table held and is tried again at the next call."""
+        if self.writer.mode != "jalapeno":
+            return
+        now = self.monotonic()
+        if self._last_sid_load is not None and now - self._last_sid_load < self.refresh_s:
+            return
+        try:
+            table = SidTable.from_documents(*self.writer.jalapeno_srv6_sids())
+        except Exception as e:
+            self.counters.jalapeno_sid_load_errors += 1
+            log.warning("reading Jalapeno's SRv6 SIDs failed (will retry): %r", e)
+            return
+        self.model.jalapeno_sids = table  # one reference swap: the event loop's readers see old or new
+        self._last_sid_load = now
+        self.counters.jalapeno_sids_read = len(table.locators) + len(table.bad) + table.unnamed
+        self.counters.jalapeno_sids_unusable = len(table.bad)
+        self.counters.jalapeno_sids_unnamed = table.unnamed
 
     def _expire(self, cutoff_ns: int | None) -> int:
         if cutoff_ns is None:

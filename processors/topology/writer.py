@@ -17,7 +17,8 @@ Modes:
             UPDATEs the measurement fields of existing igpv6_graph edge documents (and of
             ip-graph's copies in ipv6_graph) matched by local_link_ip/remote_link_ip, and
             upserts path documents into segscope_path (created if missing) whose src/dst point
-            at Jalapeno's igp_node documents found by name.
+            at Jalapeno's igp_node documents found by name; reads ls_srv6_sid and igp_node
+            (whole, QUERY_ALL) to expand uSID containers of routers without an agent.
 Both modes remove measurement fields older than a cutoff from the edges (expire_measurements).
 """
 
@@ -277,6 +278,15 @@ class ArangoWriter:
             )
         self.counters.edges_expired += len(expired)
         return len(expired)
+
+    def jalapeno_srv6_sids(self) -> tuple[list[dict], list[dict]]:
+        """(ls_srv6_sid documents, igp_node documents): the routers' SRv6 SIDs and the nodes they
+        belong to (jalapeno_sids.SidTable joins them). No SIDs when the collection is absent (a
+        Jalapeno without SRv6, or names.jalapeno_sids empty)."""
+        n = self.names
+        if not n.jalapeno_sids or not self.db.has_collection(n.jalapeno_sids):
+            return [], []
+        return self.all_documents(n.jalapeno_sids), self.all_documents(n.jalapeno_nodes)
 
     def jalapeno_node_id(self, name: str) -> str | None:
         ids = self._query(QUERY_NODE_BY_NAME, {"@nodes": self.names.jalapeno_nodes, "name": name})

@@ -10,14 +10,23 @@ R4-R3-A sends on one link and reflects on the other, so all six links are measur
 Each link has a delay relay with its own delay per direction. From a base phase (100 us per link
 and direction) to the topology's delays, each session's one-way delays must change by the change
 of its link's injected delay, after the relay's own lateness, within 100 us, per direction.
+
+The agents run with --kafka: their records go through the real Kafka of the session stack to the
+delay processor, and their node views to the topology processor, which writes the graph edges to
+the ArangoDB stand-in (tests/topology/arango_standin.py, ArangoDB's REST contract); the edges
+must carry each link's delay per direction the same way (test_link_probe_delays_on_the_edges).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import os
+import signal
 import statistics
+import subprocess
+import sys
 import time
+import uuid
 from pathlib import Path
 
 import pytest
@@ -25,10 +34,13 @@ import pytest
 from controller.core import Controller
 from controller.intent import load_intent
 from netlab import Lab, relay_lateness_us, teardown
+from processors.topology.model import Identity
+from processors.topology.writer import ArangoWriter
 from segscope_proto.segscope.agent.v1 import stamp_pb2 as pb
 from segscope_proto.segscope.agent.v1 import stamp_pb2_grpc
 from tests.agent.agent_env import start_agent
 from tests.isolation import own_name
+from tests.topology.arango_standin import ArangoStandin
 
 S, RF = pb.STAMP_ROLE_SENDER, pb.STAMP_ROLE_REFLECTOR
 REPO = Path(__file__).resolve().parents[2]
@@ -65,7 +77,7 @@ def mesh(bpffs):
 
 
 @pytest.fixture(scope="module")
-def agents(mesh, pki, tmp_path_factory):
+def agents(mesh, pki, stack, tmp_path_factory):
     run_dir = tmp_path_factory.mktemp("link-agents")
     # the example intent reaches the agents through SEGSCOPE_AGENT_<node> and names the
     # controller's client files controller.pem/.key under SEGSCOPE_CERTS
@@ -75,7 +87,9 @@ def agents(mesh, pki, tmp_path_factory):
     old = dict(os.environ)
     try:
         for n in NODES:
-            started[n] = start_agent(mesh.ns(n), n, run_dir, pki=pki, instance=f"{PREFIX}-{n}")
+            started[n] = start_agent(
+                mesh.ns(n), n, run_dir, pki=pki, instance=f"{PREFIX}-{n}", kafka=stack.kafka_bootstrap
+            )
             os.environ[f"SEGSCOPE_AGENT_{n}"] = started[n].address
         os.environ["SEGSCOPE_CERTS"] = str(pki.dir)
         mesh.agents = started
@@ -145,11 +159,13 @@ def by_controller(stubs: dict, ssid_offset: int) -> None:
     assert result.ok, result.to_json()
 
 
-def measured_phase(lab, agents, start, ssid_offset: int) -> dict[int, dict[str, float]]:
+def measured_phase(lab, agents, start, ssid_offset: int, edges=None) -> dict[int, dict[str, float]]:
     """One run of the six link sessions at the relays' current delays, started by `start`: per
     session, the mean one-way delays and the delay each direction's relay injected plus its mean
     lateness (us). Means on both sides: a frame the relay released late (a loaded machine) is in
-    both, where a median would leave it out of the measured side only."""
+    both, where a median would leave it out of the measured side only. With `edges` (a Pipeline),
+    also the delay the topology processor wrote on the link's edge per direction ("edge_fwd",
+    "edge_rev"), read before the sessions are reset (a reset session leaves the views)."""
     links = [link for link, *_ in LINK_SESSIONS.values()]
     before = {link: lab.relay_stats(link) for link in links}
     channels = {n: agents[n].channel() for n in NODES}
@@ -165,6 +181,7 @@ def measured_phase(lab, agents, start, ssid_offset: int) -> dict[int, dict[str, 
                 ssid: list(stubs[snode].GetStampSessionResults(results_request(ssid + ssid_offset)).results)
                 for ssid, (_, _, (snode, _, _), _) in LINK_SESSIONS.items()
             }
+            on_edges = edges.wait_for_phase(ssid_offset) if edges is not None else {}
         finally:
             for stub in stubs.values():
                 stub.Reset(pb.ResetRequest())
@@ -183,6 +200,7 @@ def measured_phase(lab, agents, start, ssid_offset: int) -> dict[int, dict[str, 
             "rev": statistics.fmean(r.reverse_delay_ns for r in got) / 1000,
             "want_fwd": injected[fwd_dir] + late[fwd_dir],
             "want_rev": injected[OTHER[fwd_dir]] + late[OTHER[fwd_dir]],
+            **on_edges.get(ssid, {}),
         }
     return out
 
@@ -190,9 +208,10 @@ def measured_phase(lab, agents, start, ssid_offset: int) -> dict[int, dict[str, 
 MODES = [pb.STAMP_REFLECTOR_MODE_XDP, pb.STAMP_REFLECTOR_MODE_USERSPACE]
 
 
-def assert_link_delays(mesh, start, offset: int, label: str) -> None:
+def assert_link_delays(mesh, start, offset: int, label: str, edges=None) -> None:
     """A base phase (every link BASE_US each way), then the topology's delays: per link and
-    direction, the measured change must be the injected change within TOLERANCE_US."""
+    direction, the measured change must be the injected change within TOLERANCE_US; with `edges`
+    (a Pipeline), the change of the delay on the link's edge too."""
     main_delays = {
         link: (mesh.topo.link(link).delay_a_to_b_us, mesh.topo.link(link).delay_b_to_a_us)
         for link, *_ in LINK_SESSIONS.values()
@@ -200,19 +219,21 @@ def assert_link_delays(mesh, start, offset: int, label: str) -> None:
     try:
         for link in main_delays:
             mesh.set_delay(link, BASE_US, BASE_US)
-        base = measured_phase(mesh, mesh.agents, start, offset)
+        base = measured_phase(mesh, mesh.agents, start, offset, edges)
     finally:
         for link, (ab, ba) in main_delays.items():
             mesh.set_delay(link, ab, ba)
-    main = measured_phase(mesh, mesh.agents, start, offset + 10)
+    main = measured_phase(mesh, mesh.agents, start, offset + 10, edges)
     errors = []
+    measured = ("fwd", "rev") if edges is None else ("fwd", "rev", "edge_fwd", "edge_rev")
     for ssid, (link, fwd_dir, _, _) in LINK_SESSIONS.items():
-        for d in ("fwd", "rev"):
+        for d in measured:
+            want_key = f"want_{d.removeprefix('edge_')}"
             got = main[ssid][d] - base[ssid][d]
-            want = main[ssid][f"want_{d}"] - base[ssid][f"want_{d}"]
+            want = main[ssid][want_key] - base[ssid][want_key]
             print(
-                f"link STAMP {label} {link} {fwd_dir if d == 'fwd' else OTHER[fwd_dir]}: measured "
-                f"{main[ssid][d]:.1f} us (change {got:.1f}), injected {main[ssid][f'want_{d}']:.1f} us "
+                f"link STAMP {label} {link} {fwd_dir if d.endswith('fwd') else OTHER[fwd_dir]} {d}: measured "
+                f"{main[ssid][d]:.1f} us (change {got:.1f}), injected {main[ssid][want_key]:.1f} us "
                 f"(change {want:.1f}), error {got - want:+.1f} us"
             )
             if abs(got - want) > TOLERANCE_US:
@@ -232,3 +253,127 @@ def test_link_probes_applied_by_the_controller(mesh, agents):
     assert_link_delays(mesh, by_controller, 300, "controller")
     end_x = mesh.run("A", ["ip", "-6", "route", "show", "fc00:1::a1"], check=True).stdout
     assert "seg6local action End.X nh6 fc00:a1::2" in end_x and "dev a1" in end_x, end_x
+
+
+# -- the same delays on the graph edges, through Kafka and the processors ---------------------------
+EDGE_STABLE_S = 2.5  # no newer point for this long: the delay processor closed the run's last second
+EDGE_WAIT_S = 40.0
+
+
+def edge_keys() -> dict[int, tuple[str, str]]:
+    """Per session, the keys of its link's edges (sender -> reflector, reflector -> sender), as the
+    topology processor names them in own mode (model.link_key: Jalapeno's ls_link convention)."""
+    ident, out = Identity(), {}
+    for ssid, (_, _, (snode, _, saddr), (rnode, _, raddr)) in LINK_SESSIONS.items():
+        key = f"{ident.protocol_id}_{ident.domain_id}_{ident.mt_id}_{ident.area_id}"
+        out[ssid] = (f"{key}_{snode}_{saddr}_{rnode}_{raddr}", f"{key}_{rnode}_{raddr}_{snode}_{saddr}")
+    return out
+
+
+class Pipeline:
+    """The delay and the topology processor on the stack's Kafka (the agents' default topics; their
+    own consumer groups), the topology processor writing to an ArangoDB stand-in."""
+
+    def __init__(self, kafka: str, run_dir: Path, arango: ArangoStandin):
+        self.run_dir, self.arango, self.procs = run_dir, arango, {}
+        run = uuid.uuid4().hex[:8]
+        common = {"SEGSCOPE_KAFKA_BOOTSTRAP": kafka}
+        self.spawn(
+            "delay",
+            {
+                **common,
+                "SEGSCOPE_DELAY_APP_ID": f"{PREFIX}-delay-{run}",
+                "SEGSCOPE_DELAY_DATADIR": str(run_dir / "delay"),
+            },
+        )
+        self.spawn(
+            "topology",
+            {
+                **common,
+                "SEGSCOPE_TOPOLOGY_APP_ID": f"{PREFIX}-topology-{run}",
+                "SEGSCOPE_TOPOLOGY_DATADIR": str(run_dir / "topology"),
+                "SEGSCOPE_ARANGO_URL": arango.url,
+                "SEGSCOPE_ARANGO_USER": arango.user,
+                "SEGSCOPE_ARANGO_PASSWORD": arango.password,
+                "SEGSCOPE_ARANGO_DB": f"{PREFIX}_links",
+            },
+        )
+        self.writer = None
+        self.keys = edge_keys()
+
+    def spawn(self, name: str, env: dict) -> None:
+        log = open(self.run_dir / f"{name}.log", "w")
+        self.procs[name] = subprocess.Popen(
+            [sys.executable, "-m", f"processors.{name}"],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            cwd=REPO,
+            env={**os.environ, **env},
+            start_new_session=True,
+        )
+
+    def stop(self) -> list[int]:
+        codes = []
+        for p in self.procs.values():
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGTERM)
+            try:
+                codes.append(p.wait(timeout=20))
+            except subprocess.TimeoutExpired:
+                os.killpg(p.pid, signal.SIGKILL)
+                codes.append(p.wait())
+        return codes
+
+    def edges(self) -> dict[str, dict]:
+        if self.writer is None:
+            self.writer = ArangoWriter(self.arango.url, f"{PREFIX}_links", self.arango.user, self.arango.password)
+        try:
+            return {d["_key"]: d for d in self.writer.all_documents("segscope_graph_edge")}
+        except Exception:  # the processor has not created the database yet
+            return {}
+
+    def logs(self) -> str:
+        return "".join((self.run_dir / f"{n}.log").read_text()[-1500:] for n in self.procs)
+
+    def wait_for_phase(self, ssid_offset: int) -> dict[int, dict[str, float]]:
+        """Per session, the STAMP delay on its link's two edges once every edge carries this
+        phase's session (its own ssid) and none changed for EDGE_STABLE_S."""
+        want = {k: ssid + ssid_offset for ssid, pair in self.keys.items() for k in pair}
+        last, since, deadline = None, time.monotonic(), time.monotonic() + EDGE_WAIT_S
+        while time.monotonic() < deadline:
+            edges = self.edges()
+            now = {k: (edges.get(k) or {}).get("stamp_link_delay") for k in want}
+            if all(v is not None and v.get("ssid") == want[k] for k, v in now.items()):
+                if now != last:
+                    last, since = now, time.monotonic()
+                elif time.monotonic() - since >= EDGE_STABLE_S:
+                    return {
+                        ssid: {"edge_fwd": now[fwd]["mean_us"], "edge_rev": now[rev]["mean_us"]}
+                        for ssid, (fwd, rev) in self.keys.items()
+                    }
+            time.sleep(0.5)
+        raise AssertionError(f"edges never carried phase {ssid_offset}: {last or now}\n{self.logs()}")
+
+
+@pytest.fixture(scope="module")
+def pipeline(agents, stack, tmp_path_factory):
+    with ArangoStandin() as arango:
+        p = Pipeline(stack.kafka_bootstrap, tmp_path_factory.mktemp("link-pipeline"), arango)
+        try:
+            yield p
+        finally:
+            assert p.stop() == [0, 0], p.logs()
+
+
+def test_link_probe_delays_on_the_edges(mesh, agents, pipeline):
+    """Each link's STAMP delay per direction, through the agents' records on Kafka, the delay
+    processor's stamp_delay and the topology processor's edge writes: on the edge of that link and
+    direction (`stamp_link_delay`, which gives `unidir_link_delay`), its change from the base phase
+    is the injected change within TOLERANCE_US, as the agents' own results are."""
+    assert_link_delays(mesh, by_agent_api(pb.STAMP_REFLECTOR_MODE_XDP), 400, "edges", edges=pipeline)
+    edges = pipeline.edges()
+    for ssid, (fwd, rev) in pipeline.keys.items():
+        for key, direction in ((fwd, "forward"), (rev, "reverse")):
+            e = edges[key]
+            assert e["link_delay_source"] == "stamp" and e["unidir_link_delay"] == e["stamp_link_delay"]["mean_us"]
+            assert (e["stamp_link_delay"]["ssid"], e["stamp_link_delay"]["direction"]) == (ssid + 410, direction)

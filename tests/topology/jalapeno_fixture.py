@@ -15,6 +15,11 @@ Jalapeno does not produce:
   (graph-edge-processor.go `IGPGraphObject`: `_key` = `link` = the ls_link key, `_from`/`_to` =
   the igp_node `_id`s, the TE fields uint32 with 0 for absent ones, `unidir_link_delay_min_max`
   null when BGP-LS has none, `omitempty` fields left out when zero);
+- ls_srv6_sid documents as gobmp publishes them (json tags of gobmp's `LSSRv6SID`,
+  pkg/message/types.go; `srv6_sid_structure` is pkg/srv6 `SIDStructure`, `srv6_endpoint_behavior`
+  is `EndpointBehavior`) keyed as gobmp-arango's srv6sid handler does:
+  `{domain_id}_{igp_router_id}_{srv6_sid}`; igp-graph finds a SID's node by `igp_router_id` and
+  `domain_id` (srv6-processor.go addSRv6SIDToIGPNode);
 - ipv6_graph edges as ip-graph copies them (igp-sync-processor.go syncAllIGPEdges:
   `INSERT UNSET(edge, "_id", "_rev") INTO ipv6_graph OPTIONS { overwriteMode: "update" }`:
   the same `_key` and every field). ip-graph's older igp-copy-processor.go re-keys the copy
@@ -31,6 +36,9 @@ from arango import ArangoClient
 PROTOCOL_ID, PROTOCOL, DOMAIN_ID, AREA_ID, MT_ID = 2, "IS-IS Level 2", 0, "0", 2
 # netlab line5's routers with IS-IS system ids; names as the hostname TLV carries them
 ROUTERS = {"A": "0000.0000.000a", "R": "0000.0000.0002", "B": "0000.0000.000b"}
+# routers that run no segscope agent: Jalapeno knows them (BGP-LS), segscope has no view of them
+AGENTLESS = {"P1": "0000.0000.0101", "P2": "0000.0000.0102"}
+SYSTEM_IDS = {**ROUTERS, **AGENTLESS}
 # line5's router links (netlab/topologies/line5.yaml): (local, local ip, remote, remote ip)
 LINKS = [
     ("A", "fc00:12::1", "R", "fc00:12::2"),
@@ -55,7 +63,49 @@ OMITEMPTY = {
 
 
 def node_key(router: str) -> str:
-    return f"{PROTOCOL_ID}_{DOMAIN_ID}_{AREA_ID}_{ROUTERS[router]}"
+    return f"{PROTOCOL_ID}_{DOMAIN_ID}_{AREA_ID}_{SYSTEM_IDS[router]}"
+
+
+def sid_structure(block: int, node: int, function: int, argument: int) -> dict:
+    """gobmp's SIDStructure as JSON (Type/Length are omitempty and 0 when parsed from BGP-LS)."""
+    return {
+        "locator_block_length": block,
+        "locator_node_length": node,
+        "function_length": function,
+        "argument_length": argument,
+    }
+
+
+# RFC 8986 / IANA codes gobmp reports in srv6_endpoint_behavior.endpoint_behavior
+UN_NEXT_CSID, UDT6 = 43, 18  # End with NEXT-C-SID (uN), End.DT6
+
+
+def ls_srv6_sid(router: str, sid: str, structure: dict | None, behavior: int = UN_NEXT_CSID) -> dict:
+    """An ls_srv6_sid document as gobmp sends it (LSSRv6SID json tags) with gobmp-arango's key;
+    structure None: the message had no SRv6 SID Structure TLV (omitempty: no field)."""
+    doc = {
+        "action": "add",
+        "router_ip": "192.0.2.1",
+        "domain_id": DOMAIN_ID,
+        "peer_ip": "192.0.2.254",
+        "peer_type": 0,
+        "igp_router_id": SYSTEM_IDS[router],
+        "protocol_id": PROTOCOL_ID,
+        "protocol": PROTOCOL,
+        "mt_id_tlv": {"o_flag": False, "a_flag": False, "mt_id": MT_ID},
+        "igp_flags": 0,
+        "srv6_sid": sid,
+        "srv6_endpoint_behavior": {"endpoint_behavior": behavior, "flag": 0, "algo": 0},
+        "is_adj_rib_in_post_policy": False,
+        "is_adj_rib_out_post_policy": False,
+        "is_adj_rib_out": False,
+        "is_loc_rib": False,
+        "is_loc_rib_filtered": False,
+    }
+    if structure is not None:
+        doc["srv6_sid_structure"] = structure
+    doc["_key"] = f"{DOMAIN_ID}_{SYSTEM_IDS[router]}_{sid}"
+    return doc
 
 
 def ls_link(local: str, local_ip: str, remote: str, remote_ip: str, te: dict | None = None) -> dict:
@@ -131,8 +181,8 @@ def igp_node(router: str) -> dict:
     return {
         "_key": node_key(router),
         "domain_id": DOMAIN_ID,
-        "igp_router_id": ROUTERS[router],
-        "router_id": f"10.0.0.{list(ROUTERS).index(router) + 1}",
+        "igp_router_id": SYSTEM_IDS[router],
+        "router_id": f"10.0.0.{list(SYSTEM_IDS).index(router) + 1}",
         "protocol": PROTOCOL,
         "protocol_id": PROTOCOL_ID,
         "name": router,
@@ -173,20 +223,33 @@ def copy_rekeyed(edge: dict) -> dict:
     }
 
 
-def build(target, links=LINKS, ip_graph: str | None = "same_key", te: dict | None = None) -> dict[str, dict]:
-    """Create database `target.db_name` with igp_node, igpv6_graph (+ ipv6_graph unless
-    ip_graph is None; "same_key" or "rekeyed" copies) as igp-graph/ip-graph would; returns
-    {collection: {_key: doc}} of what it stored."""
+def build(
+    target,
+    links=LINKS,
+    ip_graph: str | None = "same_key",
+    te: dict | None = None,
+    srv6_sids: list[dict] | None = None,
+    routers=tuple(ROUTERS),
+) -> dict[str, dict]:
+    """Create database `target.db_name` with igp_node (of `routers`), igpv6_graph (+ ipv6_graph
+    unless ip_graph is None; "same_key" or "rekeyed" copies) as igp-graph/ip-graph would, and
+    ls_srv6_sid with `srv6_sids` (ls_srv6_sid documents) unless None; returns {collection: {_key:
+    doc}} of what it stored."""
     client = ArangoClient(hosts=target.url)
     client.db("_system", username=target.user, password=target.password).create_database(target.db_name)
     db = client.db(target.db_name, username=target.user, password=target.password)
     db.create_collection("igp_node")
     db.create_collection("igpv6_graph", edge=True)
-    nodes = {r: igp_node(r) for r in ROUTERS}
+    nodes = {r: igp_node(r) for r in routers}
     edges = [igp_edge(ls_link(*link, te=te)) for link in links]
     db.collection("igp_node").insert_many(list(nodes.values()))
     db.collection("igpv6_graph").insert_many(edges)
     out = {"igp_node": {n["_key"]: n for n in nodes.values()}, "igpv6_graph": {e["_key"]: e for e in edges}}
+    if srv6_sids is not None:
+        db.create_collection("ls_srv6_sid")
+        if srv6_sids:
+            db.collection("ls_srv6_sid").insert_many(srv6_sids)
+        out["ls_srv6_sid"] = {d["_key"]: d for d in srv6_sids}
     if ip_graph is not None:
         copy = copy_same_key if ip_graph == "same_key" else copy_rekeyed
         copies = [copy(e) for e in edges]

@@ -14,6 +14,7 @@ import jalapeno_fixture as jf
 import pytest
 from test_topology_model import ONE_HOP, stamp, views
 
+from processors.topology.jalapeno_sids import NOT_EXPANDED_REASONS
 from processors.topology.model import DELAY_FIELDS, LOSS_FIELDS, Names, TopologyModel
 from processors.topology.sink import TopologySink
 from processors.topology.writer import ArangoWriter
@@ -319,3 +320,112 @@ def test_names_are_configurable(arango):
     assert edges(sink, "my_ipv6")[AR]["latency"] == 2045
     off = jalapeno_sink(arango, model(stamp("forward", 1.0)), Clocks(), writer={"names": Names(jalapeno_ip_edges="")})
     assert off.flush()["ip_annotated"] == 0 and edges(off, "my_ipv6")[AR]["latency"] == 2045
+
+
+# -- uSID containers of routers without an agent, expanded from Jalapeno's ls_srv6_sid ---------------
+F3216_UN = jf.sid_structure(32, 16, 0, 80)  # a uN SID of an F3216 locator, as BGP-LS reports it
+OVERFLOW = jf.sid_structure(96, 32, 16, 0)  # block + node + function = 144 bits
+FORWARD = "fcbb:bbbb:200:300:400::"  # A -> P1 -> P2 -> B (B's uN 400), then B's loopback
+REVERSE = "fcbb:bbbb:300:200:100::"  # B -> P2 -> P1 -> A
+USID_SESSION = dict(ONE_HOP, ssid=21, reflector_address="fc00:3::1", segments=[FORWARD], return_segments=[REVERSE])
+
+
+def usid_sids(p2_structure=F3216_UN) -> list[dict]:
+    """Every router's uN SID as gobmp publishes it; P1 and P2 run no segscope agent."""
+    return [
+        jf.ls_srv6_sid("A", "fcbb:bbbb:100::", F3216_UN),
+        jf.ls_srv6_sid("P1", "fcbb:bbbb:200::", F3216_UN),
+        jf.ls_srv6_sid("P2", "fcbb:bbbb:300::", p2_structure),
+        jf.ls_srv6_sid("B", "fcbb:bbbb:400::", F3216_UN),
+        jf.ls_srv6_sid("B", "fcbb:bbbb:400:d6::", jf.sid_structure(32, 16, 16, 64), behavior=jf.UDT6),
+    ]
+
+
+def usid_paths(arango, session=USID_SESSION, sids=None, clocks=None):
+    jf.build(arango, srv6_sids=usid_sids() if sids is None else sids, routers=(*jf.ROUTERS, *jf.AGENTLESS))
+    m = TopologyModel()
+    for v in views(sessions=[session]):
+        m.apply_view(copy.deepcopy(v))
+    sink = jalapeno_sink(arango, m, clocks or Clocks())
+    assert sink.flush()["upserted"] == 2
+    return sink, {d["direction"]: d for d in stored_paths(sink)}
+
+
+def stored_paths(sink) -> list[dict]:
+    """segscope_path documents as the stand-in holds them, one per session direction."""
+    return [
+        {**d, "direction": s["direction"]}
+        for d in sink.writer.all_documents("segscope_path")
+        for s in d["stamp_sessions"]
+    ]
+
+
+def test_a_usid_container_of_agentless_routers_is_expanded_from_jalapenos_sid_structure(arango):
+    sink, paths = usid_paths(arango)
+    fwd, rev = paths["forward"], paths["reverse"]
+    assert fwd["sid_list"] == [FORWARD, "fc00:3::1"] and fwd["hops"] == ["A", "P1", "P2", "B"]
+    assert rev["sid_list"] == [REVERSE, "fc00:1::1"] and rev["hops"] == ["B", "P2", "P1", "A"]
+    for p in (fwd, rev):
+        assert (p["unresolved_sids"], p["unexpanded"]) == ([], [])
+    # P1/P2 have no agent: no link of segscope's between them, so no link list (never guessed)
+    assert fwd["links"] is None and fwd["dst"] == f"igp_node/{jf.node_key('B')}"
+    assert sink.model.counters.not_expanded_no_sid_structure == 0
+    c = sink.counters
+    assert (c.jalapeno_sids_read, c.jalapeno_sids_unusable, c.jalapeno_sids_unnamed) == (5, 0, 0)
+
+
+def test_a_function_micro_sid_is_executed_by_the_router_that_holds_it(arango):
+    """B's uDT6 (block 32, node 16, function 16): 400 then d6 are both B's; nothing after."""
+    s = dict(USID_SESSION, segments=["fcbb:bbbb:200:400:d6::"], return_segments=[])
+    _, paths = usid_paths(arango, session=s)
+    assert paths["forward"]["hops"] == ["A", "P1", "B"] and paths["forward"]["unexpanded"] == []
+
+
+@pytest.mark.parametrize(
+    "case, p2_structure, forward, reason, forward_detail",
+    [
+        ("missing", None, FORWARD, "no_sid_structure", "P2's SID fcbb:bbbb:300::: no srv6_sid_structure"),
+        ("overflow", OVERFLOW, FORWARD, "sid_structure_inconsistent", "function 16 + argument 0 bits > 128"),
+        (
+            "other_width",
+            jf.sid_structure(32, 32, 0, 64),
+            FORWARD,
+            "sid_structure_inconsistent",
+            "disagree on block/micro-SID lengths: 32/16, 32/32",
+        ),
+        ("no_locator", F3216_UN, "fcbb:bbbb:200:777:400::", "no_locator", "micro-SID 777"),
+        ("other_block", F3216_UN, "fcbb:cccc:200:300::", "no_locator", "no router's SRv6 SID has its locator block"),
+    ],
+)
+def test_a_container_that_jalapenos_sids_cannot_expand_is_reported_with_its_reason(
+    arango, case, p2_structure, forward, reason, forward_detail
+):
+    s = dict(USID_SESSION, segments=[forward])
+    sink, paths = usid_paths(arango, session=s, sids=usid_sids(p2_structure))
+    fwd = paths["forward"]
+    assert [(u["sid"], u["reason"]) for u in fwd["unexpanded"]] == [(forward, reason)]
+    assert forward_detail in fwd["unexpanded"][0]["detail"]
+    # not expanded, so none of its routers is named and the container stays unresolved
+    assert fwd["hops"] == ["A", "B"] and fwd["unresolved_sids"] == [forward] and fwd["links"] is None
+    # the reverse container crosses P2 too: it fails alike when P2's SID is the problem
+    p2_broken = case in ("missing", "overflow", "other_width")
+    assert len(paths["reverse"]["unexpanded"]) == int(p2_broken)
+    counted = {r: getattr(sink.model.counters, f"not_expanded_{r}") for r in NOT_EXPANDED_REASONS}
+    assert counted == {r: (1 + p2_broken if r == reason else 0) for r in NOT_EXPANDED_REASONS}
+    assert sink.counters.jalapeno_sids_unusable == int(case in ("missing", "overflow"))
+
+
+def test_a_structure_jalapeno_learns_later_expands_the_path_at_the_next_refresh(arango):
+    clocks = Clocks()
+    sink, paths = usid_paths(arango, sids=usid_sids(None), clocks=clocks)
+    assert paths["forward"]["unexpanded"][0]["reason"] == "no_sid_structure"
+    fixed = jf.ls_srv6_sid("P2", "fcbb:bbbb:300::", F3216_UN)
+    sink.writer.db.collection("ls_srv6_sid").insert(fixed, overwrite_mode="replace")
+    clocks.advance(29)
+    sink.flush()
+    assert {p["direction"]: p["unexpanded"] for p in stored_paths(sink)}["forward"] != []  # refresh not due
+    clocks.advance(1)
+    sink.flush()
+    paths = {p["direction"]: p for p in stored_paths(sink)}
+    assert paths["forward"]["hops"] == ["A", "P1", "P2", "B"] and paths["forward"]["unexpanded"] == []
+    assert sink.model.counters.not_expanded_no_sid_structure == 0
