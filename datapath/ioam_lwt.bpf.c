@@ -239,6 +239,7 @@ static __always_inline enum ioam_lwt_counter instrument(struct __sk_buff *skb, c
 	struct scratch *s = bpf_map_lookup_elem(&ioam_lwt_scratch, &zero);
 	struct ipv6hdr *outer;
 	__u64 tai_ns, utc_ns, seq;
+	__u32 first_sid;
 	__u8 *srh;
 
 	if (skb->gso_size)
@@ -256,7 +257,11 @@ static __always_inline enum ioam_lwt_counter instrument(struct __sk_buff *skb, c
 	outer->nexthdr = IPV6_NH_HOPOPTS;
 	outer->hop_limit = ip6->hop_limit;
 	__builtin_memcpy(&outer->saddr, rt->tunsrc, 16);
-	__builtin_memcpy(&outer->daddr, rt->srh + 8 + 16 * ((nsids - 1) & 7), 16);
+	first_sid = nsids - 1;
+	asm volatile("" : "+r"(first_sid));   /* the verifier sees the bound checked here, not an earlier copy */
+	if (first_sid >= ALTMARK_MAX_SIDS)
+		return IOLWT_SKIP_TOO_LONG;
+	__builtin_memcpy(&outer->daddr, &rt->sids.sids[first_sid], 16);   /* the first SID: the last entry */
 
 	srh = s->buf + sizeof(struct ipv6hdr) + (hbh_len & 0xff);
 	for (__u32 i = 0; i < IOAM_LWT_SRH_MAX / 8; i++) {
