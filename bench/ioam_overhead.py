@@ -67,7 +67,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
-from bench.altmark_overhead import FIRST_DST, WARMUP_S, LoadMonitor, add_policies, flow_sids  # noqa: E402
+from bench.altmark_overhead import FIRST_DST, TX_DEV, WARMUP_S, LoadMonitor, add_policies, dst, flow_sids  # noqa: E402
 from bench.pdr import (  # noqa: E402
     PLR_LIMIT,
     SWEEP_FACTORS,
@@ -94,6 +94,7 @@ SECTION = "ioam_overhead"
 SECTION_COST = "ioam_overhead_cost"  # --cost-only: where the per-packet cost goes (hooks, programs)
 TX_LOADER = REPO / "build" / "datapath" / "ioam_tx"
 RX_LOADER = REPO / "build" / "datapath" / "ioam_rx"
+LWT_LOADER = REPO / "build" / "datapath" / "ioam_lwt"
 HOOK_FLOOR = REPO / "build" / "bench" / "hook_floor.bpf.o"
 GOAL = 0.97
 SLOTS, NAMESPACE = 4, 123
@@ -109,7 +110,8 @@ class Ioam:
 
     every: int
     bench: Line5Bench
-    tx_on: bool = False
+    tx_on: bool = False  # ioam_tx on a0's TC egress
+    route_on: bool = False  # ioam_lwt on the monitored policy's route (else the route is the seg6 encap)
     rx_on: bool = False
     empty_on: bool = False
     consumer: subprocess.Popen | None = None
@@ -128,6 +130,33 @@ class Ioam:
     def _rx(self, *args: str, check: bool = True) -> subprocess.CompletedProcess:
         return sh([str(RX_LOADER), *args], check=check)
 
+    def _lwt(self, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+        return sh([str(LWT_LOADER), *args], check=check)
+
+    @property
+    def route(self) -> list[str]:
+        """ioam_lwt's arguments for the monitored policy's route (add_policies: dst(0)/128 via a0)."""
+        lab = self.bench.lab
+        return ["--netns", lab.ns("A"), "--instance", self.tx_inst, "--prefix", f"{dst(0)}/128", "--dev", TX_DEV,
+                "--sids", ",".join(flow_sids(0))]  # fmt: skip
+
+    def _route_to(self, program: bool) -> None:
+        """The policy's route to the route program or back to the kernel's seg6 encap, in place
+        (`ip route replace`: the pins, flow and counters stay); checked with `ip route show`."""
+        lab, prefix = self.bench.lab, f"{dst(0)}/128"
+        encap = (
+            ["bpf", "in", "pinned", str(Path(BPFFS_PIN_ROOT) / self.tx_inst / "ioam_lwt" / "prog")]
+            if program
+            else ["seg6", "mode", "encap", "segs", ",".join(flow_sids(0))]
+        )
+        # nsenter, not `ip netns exec` (lab.run): that mounts a sysfs of its own, without the bpffs pins
+        in_a = ["nsenter", f"--net=/run/netns/{lab.ns('A')}", "ip", "-6", "route"]
+        sh([*in_a, "replace", prefix, "dev", TX_DEV, "encap", *encap])
+        shown = sh([*in_a, "show", prefix]).stdout
+        if ("encap bpf" in shown) != program or ("encap seg6" in shown) == program:
+            raise RuntimeError(f"A's route {prefix} is not the {'program' if program else 'seg6 encap'}: {shown}")
+        self.route_on = program
+
     def load(self) -> None:
         lab, sids = self.bench.lab, ",".join(flow_sids(0))
         a, b = lab.ns("A"), lab.ns("B")
@@ -141,19 +170,29 @@ class Ioam:
         self._rx(
             "add-flow", "--instance", self.rx_inst, "--sids", sids, "--flow-id", "7", "--namespace-id", str(NAMESPACE)
         )
+        # the route program, in its own pin directory beside ioam_tx's, with the same flow
+        self._lwt("attach-route", *self.route)
+        self.route_on = True
+        self._lwt(
+            "add-flow", "--instance", self.tx_inst, "--sids", sids, "--flow-id", "7", "--namespace-id", str(NAMESPACE),
+            "--node-id", "5", "--trace-nodes", str(SLOTS), "--sample-every", str(self.every),
+        )  # fmt: skip
         # the agent's streamer reads the ring: here a reader that throws the records away, on the
         # generator's CPU (not the forwarding CPU: its CPU time is measured and reported apart)
         self.consumer = subprocess.Popen(
             pinned(GEN_CPU, [str(RX_LOADER), "dump", "--instance", self.rx_inst, "--timeout-ms", "3600000"]),
             stdout=subprocess.DEVNULL,
         )
-        self.set(False, False)
+        self.set("", False)
 
-    def set(self, tx: bool, rx: bool, empty: bool = False) -> None:
+    def set(self, ingress: str, rx: bool, empty: bool = False) -> None:
         """Put each program on its device or take it off; off means nothing left on the device (no
         clsact qdisc on a0, no XDP program on b0), as in the baseline, and that is checked. empty:
-        the hook floor instead, programs that do nothing where ioam_tx and ioam_rx go."""
-        lab = self.bench.lab
+        the hook floor instead, programs that do nothing where ioam_tx and ioam_rx go. ingress: "tc"
+        (ioam_tx on a0), "route" (ioam_lwt on the policy's route) or "" (neither)."""
+        lab, tx = self.bench.lab, ingress == "tc"
+        if (ingress == "route") != self.route_on:
+            self._route_to(ingress == "route")
         if self.empty_on and not empty:  # before the programs come: they need the hooks
             lab.run("A", ["tc", "qdisc", "del", "dev", "a0", "clsact"], check=True)
             lab.run("B", ["ip", "link", "set", "dev", "b0", "xdpdrv", "off"], check=True)
@@ -191,6 +230,9 @@ class Ioam:
             self.consumer.wait(10)
         lab = self.bench.lab
         if lab is not None:
+            if not self.route_on:  # detach-route puts the seg6 route back and takes the pins
+                self._route_to(True)
+            self._lwt("detach-route", *self.route, check=False)
             # the loaders' detach removes the pins of an attached program: put ioam_tx back on a0 first
             if not self.tx_on:
                 self._tx("attach-dev", "--netns", lab.ns("A"), "--dev", "a0", "--instance", self.tx_inst, check=False)
@@ -202,12 +244,16 @@ class Ioam:
 
     def counters(self) -> dict[str, int]:
         rx = json.loads(self._rx("stats", "--instance", self.rx_inst, "--json").stdout)
-        (flow,) = json.loads(self._tx("list-flows", "--instance", self.tx_inst, "--json").stdout)["flows"]
+        # the two inserters' flows: only the one in the path moves (check_worked)
+        flows = [
+            json.loads(tool("list-flows", "--instance", self.tx_inst, "--json").stdout)["flows"][0]
+            for tool in (self._tx, self._lwt)
+        ]
         return {
-            "seen": flow["seen"],
-            "sampled": flow["sampled"],
-            "instrumented": flow["instrumented"],
-            "skipped": flow["skipped_mtu"] + flow["skipped_gso"] + flow["skipped_other"],
+            "seen": sum(f["seen"] for f in flows),
+            "sampled": sum(f["sampled"] for f in flows),
+            "instrumented": sum(f["instrumented"] for f in flows),
+            "skipped": sum(f["skipped_mtu"] + f["skipped_gso"] + f["skipped_other"] for f in flows),
             "rx_seen": sum(rx.values()),  # every packet through ioam_rx ends in one counter
             "recorded": rx["recorded"] + rx["recorded_truncated"],
             "ringbuf_full": rx["pass_ringbuf_full"],
@@ -218,7 +264,7 @@ class Ioam:
 @dataclass
 class Config:
     name: str
-    tx: bool
+    tx: str  # the ingress inserter: "tc" (ioam_tx), "route" (ioam_lwt) or "" (none)
     rx: bool
     empty: bool = False  # the hook floor: programs that do nothing on a0 (TC egress) and b0 (XDP)
     search: bool = True  # in the PDR searches and sweeps (else only in the fixed-rate cost trials)
@@ -231,14 +277,19 @@ class Config:
     mark: dict[str, int] = field(default_factory=dict)
 
 
-def build_configs(decompose: bool) -> list[Config]:
-    configs = [Config("off", False, False), Config("on", True, True)]
+def build_configs(decompose: bool, ingress: str) -> list[Config]:
+    """off and on (the ingress inserter `ingress` + ioam_rx); --decompose adds the parts; with the route
+    program as the ingress, also "on, TC" (ioam_tx + ioam_rx) for the comparison in the same run."""
+    configs = [Config("off", "", False), Config("on", ingress, True)]
+    if ingress == "route":
+        configs.append(Config("on, TC", "tc", True, search=False))
     if decompose:
         configs += [
-            Config("ioam_tx only", True, False, search=False),
-            Config("ioam_rx only", False, True, search=False),
-            Config("empty hooks", False, False, empty=True, search=False),
+            Config("ioam_lwt only" if ingress == "route" else "ioam_tx only", ingress, False, search=False),
+            Config("ioam_rx only", "", True, search=False),
         ]
+        if ingress == "tc":
+            configs.append(Config("empty hooks", "", False, empty=True, search=False))
     return configs
 
 
@@ -308,7 +359,7 @@ class Harness:
 
     def finish(self) -> None:
         self._leave()
-        self.ioam.set(False, False)
+        self.ioam.set("", False)
 
     def trial(self, cfg: Config, rate: float, seconds: float, phase: str, rep: int) -> Trial:
         self.switch_to(cfg)
@@ -433,18 +484,24 @@ def main() -> int:
         help="only the fixed-rate CPU-cost trials (no PDR searches or sweeps): a cost table, docs untouched",
     )
     ap.add_argument("--json-out")
+    ap.add_argument(
+        "--ingress",
+        choices=("tc", "route"),
+        default="route",
+        help="the ingress inserter of 'on': the route program ioam_lwt (default) or ioam_tx on TC egress",
+    )
     args = ap.parse_args()
     if args.quick:
         args.reps, args.seconds, args.steps, args.cost_seconds = 3, 0.5, 7, 1.0
     if args.reps < 3:
         sys.exit("--reps must be >= 3 (paired confidence intervals)")
-    for f in (TX_LOADER, RX_LOADER):
+    for f in (TX_LOADER, RX_LOADER, LWT_LOADER):
         if not f.exists():
             sys.exit(f"missing {f.relative_to(REPO)}: run `make -C datapath`")
     log = lambda s: print(s, flush=True)  # noqa: E731
     started, ticks0, monitor = time.monotonic(), cpu_ticks(), LoadMonitor()
-    monitor.OWN = monitor.OWN | {"ioam_tx", "ioam_rx", "taskset"}
-    configs = build_configs(not args.no_decompose)
+    monitor.OWN = monitor.OWN | {"ioam_tx", "ioam_rx", "ioam_lwt", "taskset"}
+    configs = build_configs(not args.no_decompose, args.ingress)
     with SoftirqClock() as clock, Line5Bench(args.prefix, "none", PathSpec(data_dst=FIRST_DST)) as bench:
         assert (bench.spec.generator_cpu, bench.spec.dut_cpu) == (GEN_CPU, DUT_CPU)
         add_policies(bench)

@@ -178,6 +178,43 @@ static int routes_left(const char *pin_dir)
 	return n;
 }
 
+/*
+ * The route attach-route replaces must be the policy's seg6 encap route with these SIDs on --dev
+ * (or already this program's, from an earlier attach-route): 0, or -1 after a message saying what
+ * `ip -6 route show` has instead.
+ */
+static int check_route(const struct ioam_args *a, const struct altmark_sidlist_key *sids, bool ours)
+{
+	char cmd[256], line[1024] = "", want[16 * INET6_ADDRSTRLEN + 64], dev[64];
+	size_t n;
+	FILE *f;
+
+	snprintf(cmd, sizeof(cmd), "ip -6 route show table %llu exact '%s' 2>&1", (unsigned long long)a->table,
+		 a->prefix);
+	f = popen(cmd, "r");
+	if (!f || !fgets(line, sizeof(line), f)) {
+		if (f)
+			pclose(f);
+		die_msg("--prefix: no route %s in table %llu to take over", a->prefix, (unsigned long long)a->table);
+		return -1;
+	}
+	pclose(f);
+	line[strcspn(line, "\n")] = '\0';
+	n = (size_t)snprintf(want, sizeof(want), "encap seg6 mode encap segs %u [ ", sids->nsids);
+	for (int i = (int)sids->nsids - 1; i >= 0 && n < sizeof(want); i--) {   /* travel order */
+		inet_ntop(AF_INET6, &sids->sids[i], want + n, (socklen_t)(sizeof(want) - n));
+		n = strlen(want);
+		n += (size_t)snprintf(want + n, sizeof(want) - n, " ");
+	}
+	snprintf(want + n, sizeof(want) - n, "]");
+	snprintf(dev, sizeof(dev), " dev %s ", a->dev);
+	if (strstr(line, dev) && (strstr(line, want) || (ours && strstr(line, "encap bpf in"))))
+		return 0;
+	die_msg("--prefix/--sids/--dev: the route is `%s`, not `%s ... dev %s`: ioam_lwt takes over only the "
+		"policy's seg6 encap route (other modes: ioam_tx on TC egress)", line, want, a->dev);
+	return -1;
+}
+
 static int run_attach_route(void *args, const void *prog)
 {
 	struct ioam_args *a = args;
@@ -194,6 +231,11 @@ static int run_attach_route(void *args, const void *prog)
 		return EXIT_FAIL;
 	fd = open_pinned(a->pin_dir, "ioam_lwt_routes");
 	if (fd < 0 || enter_netns(a->netns) || (ifindex = resolve_ifindex(a->dev)) < 0)
+		goto fail;
+	if (check_route(a, &rt.sids, !bpf_map_lookup_elem(fd, &key, &rt)))
+		goto fail;
+	memset(&rt, 0, sizeof(rt));
+	if (!parse_route(a, &key, &rt.sids) || (a->tunsrc && !parse_ipv6_arg("--tunsrc", a->tunsrc, rt.tunsrc)))
 		goto fail;
 	build_srh(&rt.sids, &rt);
 	rt.oif = (__u32)ifindex;

@@ -7,10 +7,10 @@ a small MTU for the MTU check (a TC test run takes skb->dev from the context's i
 
 from __future__ import annotations
 
+import contextlib
 import os
 import struct
 import subprocess
-import contextlib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -119,7 +119,7 @@ class IoLab:
 
 # A's policy route in line5, as `ip -6 route show` prints it before and after attach-route
 A_ROUTE = "fd00:b::/64"
-A_SEG6 = f"{A_ROUTE} encap seg6 mode encap segs 2 [ {' '.join(POLICY)} ] dev a0"
+A_SEG6 = f"{A_ROUTE}  encap seg6 mode encap segs 2 [ {' '.join(POLICY)} ] dev a0"
 
 
 def a_route(io_lab) -> str:
