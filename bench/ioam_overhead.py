@@ -92,6 +92,7 @@ from segscope_schemas.names import BPFFS_PIN_ROOT  # noqa: E402
 
 SECTION = "ioam_overhead"
 SECTION_COST = "ioam_overhead_cost"  # --cost-only: where the per-packet cost goes (hooks, programs)
+SECTION_ROUTE = "ioam_overhead_route"  # --cost-only --ingress route: the route program against TC and off
 TX_LOADER = REPO / "build" / "datapath" / "ioam_tx"
 RX_LOADER = REPO / "build" / "datapath" / "ioam_rx"
 LWT_LOADER = REPO / "build" / "datapath" / "ioam_lwt"
@@ -527,7 +528,7 @@ def main() -> int:
         text = cost_report(args, configs, h.samples, problems)
         print("\n" + text)
         if not args.no_doc:
-            write_section(SECTION_COST, text)
+            write_section(SECTION_ROUTE if args.ingress == "route" else SECTION_COST, text)
             print("updated docs/benchmarks.md")
         return 1 if problems else 0
     text = report(args, configs, h.samples, problems)
@@ -670,27 +671,41 @@ def cost_table(args, configs: list[Config], samples: list[Sample]) -> str:
     return "\n".join(rows)
 
 
+TC_CONFIGS = """no PDR searches. **empty hooks** puts programs that do nothing (bench/tools/hook_floor.bpf.c)
+where the two programs go: a clsact qdisc with one TC egress classifier on A's a0, a native XDP program on B's b0. On a
+veth, an XDP program on the receiving device moves its receive path to the veth's NAPI ring and converts
+every skb to an xdp_buff (a copy for a locally built skb); a physical NIC runs XDP on its DMA buffers
+without either. So the hooks' share here is the veth's, and what the programs add is the part a router
+with a NIC pays too."""
+ROUTE_CONFIGS = """no PDR searches. **on**: ioam_lwt on A's policy route (`encap bpf in`, in place of the seg6 encap
+route: the kernel's seg6 encapsulation through bpf_lwt_push_encap for the packets not sampled, the built
+IPv6 + HBH + SRH + E2E header for 1 in N) and ioam_rx on B's b0; **on, TC**: the seg6 encap route with
+ioam_tx on a0's TC egress and ioam_rx (the path before the route program); **off**: the seg6 encap
+route, no program. The route is switched with `ip route replace` (the pins, flow and counters stay)."""
+
+
 def cost_report(args, configs: list[Config], samples: list[Sample], problems: list[str]) -> str:
     m, load = machine(), Path("/proc/loadavg").read_text().split()[:3]
     cmd = (
         f"sudo .local/venv/bin/python bench/ioam_overhead.py --cost-only --reps {args.reps} "
         f"--cost-rate {args.cost_rate:g} --cost-seconds {args.cost_seconds:g} --cost-trials {args.cost_trials} "
-        f"--every {args.every}"
+        f"--every {args.every} --ingress {args.ingress}{' --no-decompose' if args.no_decompose else ''}"
     )
-    title = "In-line IOAM: where a packet's extra cost goes, hooks and programs (bench/ioam_overhead.py --cost-only)"
+    title = (
+        "In-line IOAM on the route (ioam_lwt) against TC (ioam_tx) and off, CPU per packet "
+        "(bench/ioam_overhead.py --cost-only --ingress route)"
+        if args.ingress == "route"
+        else "In-line IOAM: where a packet's extra cost goes, hooks and programs (bench/ioam_overhead.py --cost-only)"
+    )
     when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     worked = "; ".join(problems) if problems else "every configuration's programs did their work (checks as above)"
+    configs_text = ROUTE_CONFIGS if args.ingress == "route" else TC_CONFIGS
     return f"""## {title}
 
 {when}; {m}; load average at the end {" ".join(load)}; {args.elapsed:.0f} s.
 Command: `{cmd}`. The lab and the CPU-cost method are the ones of the section above (fixed rate, CPU 1's
 NET_RX time per delivered packet, the configurations interleaved trial by trial, paired by repetition);
-no PDR searches. **empty hooks** puts programs that do nothing (bench/tools/hook_floor.bpf.c) where the two
-programs go: a clsact qdisc with one TC egress classifier on A's a0, a native XDP program on B's b0. On a
-veth, an XDP program on the receiving device moves its receive path to the veth's NAPI ring and converts
-every skb to an xdp_buff (a copy for a locally built skb); a physical NIC runs XDP on its DMA buffers
-without either. So the hooks' share here is the veth's, and what the programs add is the part a router
-with a NIC pays too.
+{configs_text}
 
 {cost_table(args, configs, samples)}
 
@@ -711,7 +726,7 @@ def report(args, configs: list[Config], samples: list[Sample], problems: list[st
         f"sudo .local/venv/bin/python bench/ioam_overhead.py{' --quick' if args.quick else ''} --reps {args.reps} "
         f"--seconds {args.seconds:g} --steps {args.steps} --lo {args.lo:g} --hi {args.hi:g} "
         f"--cost-rate {args.cost_rate:g} --cost-seconds {args.cost_seconds:g} --cost-trials {args.cost_trials} "
-        f"--every {args.every}{' --no-decompose' if args.no_decompose else ''}"
+        f"--every {args.every} --ingress {args.ingress}{' --no-decompose' if args.no_decompose else ''}"
     )
     worked = (
         "in every configuration with ioam_tx on, it saw the delivered packets as packets of the flow, "

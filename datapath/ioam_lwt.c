@@ -30,6 +30,16 @@
 
 const char *loader_name = "ioam_lwt";
 
+/*
+ * Packets this node sends itself never pass an `encap bpf in` program (lwt_in runs on input), and
+ * an lwt_xmit program cannot call the kernel's seg6 encapsulation (-EINVAL, datapath/README.md):
+ * they keep the seg6 route, a copy of it in LOCAL_TABLE that the rule `iif lo lookup LOCAL_TABLE`
+ * (preference LOCAL_PREF, before main's 32766) gives every locally sent packet. A destination not
+ * in that table falls through to the next rule.
+ */
+#define LOCAL_TABLE "3355"
+#define LOCAL_PREF  "30055"
+
 static const char usage[] =
 	"usage:\n"
 	"  ioam_lwt attach-route --instance NAME --prefix PFX/LEN --dev IF --sids A,B,.. [--netns NS]\n"
@@ -59,6 +69,53 @@ static int run_ip(char *const argv[])
 	}
 	if (waitpid(pid, &status, 0) < 0 || !WIFEXITED(status) || WEXITSTATUS(status)) {
 		die_msg("'%s %s %s %s ...' failed (its message above)", argv[0], argv[1], argv[2], argv[3]);
+		return -1;
+	}
+	return 0;
+}
+
+/* Run `ip` quietly: 0 if it succeeded (for what may already be there or be gone). */
+static int run_ip_quiet(const char *cmd)
+{
+	char full[1100];
+
+	snprintf(full, sizeof(full), "ip %s >/dev/null 2>&1", cmd);
+	return system(full) == 0 ? 0 : -1;
+}
+
+/* The local copy of the seg6 route (LOCAL_TABLE) and its rule in place (add) or gone (!add). */
+static int local_route(const struct ioam_args *a, bool add)
+{
+	char cmd[1024], left[64];
+	FILE *f;
+
+	if (!add) {
+		snprintf(cmd, sizeof(cmd), "-6 route del '%s' table " LOCAL_TABLE " metric %llu dev '%s'", a->prefix,
+			 (unsigned long long)a->metric, a->dev);
+		run_ip_quiet(cmd);
+		/* the rule goes with the table's last route */
+		f = popen("ip -6 route show table " LOCAL_TABLE " 2>/dev/null", "r");
+		left[0] = '\0';
+		if (f) {
+			if (!fgets(left, sizeof(left), f))
+				left[0] = '\0';
+			pclose(f);
+		}
+		if (!left[0])
+			while (!run_ip_quiet("-6 rule del pref " LOCAL_PREF " iif lo lookup " LOCAL_TABLE))
+				;
+		return 0;
+	}
+	snprintf(cmd, sizeof(cmd), "ip -6 route replace '%s' table " LOCAL_TABLE " metric %llu dev '%s' encap seg6 "
+		 "mode encap segs '%s'", a->prefix, (unsigned long long)a->metric, a->dev, a->sids);
+	if (system(cmd)) {
+		die_msg("cannot install the seg6 route for locally sent packets (table " LOCAL_TABLE "): '%s' failed", cmd);
+		return -1;
+	}
+	/* one rule for every route this node's instances take over */
+	if (system("ip -6 rule show pref " LOCAL_PREF " 2>/dev/null | grep -q 'lookup " LOCAL_TABLE "'") &&
+	    run_ip_quiet("-6 rule add pref " LOCAL_PREF " iif lo lookup " LOCAL_TABLE)) {
+		die_msg("cannot add the rule `iif lo lookup " LOCAL_TABLE "` (pref " LOCAL_PREF ")");
 		return -1;
 	}
 	return 0;
@@ -251,9 +308,13 @@ static int run_attach_route(void *args, const void *prog)
 	snprintf(table, sizeof(table), "%llu", (unsigned long long)a->table);
 	snprintf(metric, sizeof(metric), "%llu", (unsigned long long)a->metric);
 	snprintf(pinned, sizeof(pinned), "%s/" PROG_PIN_NAME, a->pin_dir);
-	err = run_ip((char *const[]){"ip", "-6", "route", "replace", (char *)a->prefix, "table", table, "metric",
+	/* first the locally sent packets' copy of the seg6 route, then the route itself */
+	err = local_route(a, true);
+	if (!err)
+		err = run_ip((char *const[]){"ip", "-6", "route", "replace", (char *)a->prefix, "table", table, "metric",
 				     metric, "dev", (char *)a->dev, "encap", "bpf", "in", "pinned", pinned, NULL});
 	if (err) {
+		local_route(a, false);
 		bpf_map_delete_elem(fd, &key);
 		goto fail;
 	}
@@ -292,8 +353,10 @@ static int run_detach_route(void *args, const void *prog)
 				     metric, "dev", (char *)a->dev, "encap", "seg6", "mode", "encap", "segs", segs,
 				     NULL});
 	/* the entry goes after the route: no packet reaches the program without one */
-	if (!err)
+	if (!err) {
 		bpf_map_delete_elem(fd, &key);
+		err = local_route(a, false);
+	}
 	close(fd);
 	if (!err && routes_left(a->pin_dir) == 0 && unpin_dir(a->pin_dir))
 		err = -1;

@@ -144,6 +144,7 @@ def route_program(io_lab, extra: tuple[str, ...] = ()):
         io_lab.tx_tool = IOAM_TX
         run(IOAM_LWT, "detach-route", *route)
     assert a_route(io_lab) == before, "the seg6 route is back as it was"
+    assert "3355" not in io_lab.lab.run("A", ["ip", "-6", "rule", "show"], check=True).stdout, "the local rule is gone"
     assert not (PIN_ROOT / inst / "ioam_lwt").exists(), "the last route took the pins with it"
 
 

@@ -161,3 +161,29 @@ def test_attach_route_refuses_a_route_that_is_not_the_policy(io_lab, bad, field)
     assert a_route(io_lab) == before
     assert not (PIN_ROOT / inst / "ioam_lwt").exists(), "a refused route leaves no pins"
     assert IOAM_RX.exists()
+
+
+def test_packets_a_sends_itself_keep_the_seg6_route(io_lab):
+    """lwt_in never sees what A sends itself: those packets take the copy of the seg6 route in
+    table 3355 (rule `iif lo lookup 3355`) and arrive; the program counts none of them."""
+    lab, n = io_lab.lab, 10
+
+    def attempt():
+        rx = Receiver(lab.ns("H2"), H2_ADDR)
+        try:
+            with route_program(io_lab):
+                rules = lab.run("A", ["ip", "-6", "rule", "show"], check=True).stdout
+                local = lab.run("A", ["ip", "-6", "route", "show", "table", "3355"], check=True).stdout
+                before = stats(IOAM_LWT, io_lab.tx_inst)
+                send_udp(lab.ns("A"), H2_ADDR, n, CPUS[:1])
+                got = rx.drain(n)
+                d = delta(before, stats(IOAM_LWT, io_lab.tx_inst))
+        finally:
+            rx.close()
+        expect_all("datagrams from A at H2", len(got), n)
+        return rules, local, d
+
+    rules, local, d = retry_on_path_loss(attempt)
+    assert "30055:\tfrom all iif lo lookup 3355" in rules, rules
+    assert local.strip() == A_SEG6.replace(f"{A_ROUTE}  ", f"{A_ROUTE} ") + " metric 1024 pref medium"
+    assert d == {}
