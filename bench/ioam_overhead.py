@@ -112,7 +112,7 @@ class Ioam:
     every: int
     bench: Line5Bench
     tx_on: bool = False  # ioam_tx on a0's TC egress
-    route_on: bool = False  # ioam_lwt on the monitored policy's route (else the route is the seg6 encap)
+    route_on: str = ""  # the route program on the monitored policy's route: "route", "route_floor" or "" (seg6)
     rx_on: bool = False
     empty_on: bool = False
     consumer: subprocess.Popen | None = None
@@ -141,12 +141,24 @@ class Ioam:
         return ["--netns", lab.ns("A"), "--instance", self.tx_inst, "--prefix", f"{dst(0)}/128", "--dev", TX_DEV,
                 "--sids", ",".join(flow_sids(0))]  # fmt: skip
 
-    def _route_to(self, program: bool) -> None:
-        """The policy's route to the route program or back to the kernel's seg6 encap, in place
-        (`ip route replace`: the pins, flow and counters stay); checked with `ip route show`."""
-        lab, prefix = self.bench.lab, f"{dst(0)}/128"
+    def _floor_route(self) -> list[str]:
+        args = self.route
+        return [*args[: args.index("--instance") + 1], self.floor_inst, *args[args.index("--instance") + 2 :]]
+
+    @property
+    def floor_inst(self) -> str:
+        """A second ioam_lwt with the route and no flow: the route program's floor (LPM lookup, flow
+        lookup that misses, the kernel's seg6 encap through the helper)."""
+        return f"{self.tx_inst}-floor"
+
+    def _route_to(self, which: str) -> None:
+        """The policy's route to a route program ("route": ioam_lwt with the flow, "route_floor": the
+        one without) or back to the kernel's seg6 encap (""), in place (`ip route replace`: the pins,
+        flow and counters stay); checked with `ip route show`."""
+        lab, prefix, program = self.bench.lab, f"{dst(0)}/128", bool(which)
+        inst = self.floor_inst if which == "route_floor" else self.tx_inst
         encap = (
-            ["bpf", "in", "pinned", str(Path(BPFFS_PIN_ROOT) / self.tx_inst / "ioam_lwt" / "prog")]
+            ["bpf", "in", "pinned", str(Path(BPFFS_PIN_ROOT) / inst / "ioam_lwt" / "prog")]
             if program
             else ["seg6", "mode", "encap", "segs", ",".join(flow_sids(0))]
         )
@@ -156,7 +168,7 @@ class Ioam:
         shown = sh([*in_a, "show", prefix]).stdout
         if ("encap bpf" in shown) != program or ("encap seg6" in shown) == program:
             raise RuntimeError(f"A's route {prefix} is not the {'program' if program else 'seg6 encap'}: {shown}")
-        self.route_on = program
+        self.route_on = which
 
     def load(self) -> None:
         lab, sids = self.bench.lab, ",".join(flow_sids(0))
@@ -173,11 +185,14 @@ class Ioam:
         )
         # the route program, in its own pin directory beside ioam_tx's, with the same flow
         self._lwt("attach-route", *self.route)
-        self.route_on = True
+        self.route_on = "route"
         self._lwt(
             "add-flow", "--instance", self.tx_inst, "--sids", sids, "--flow-id", "7", "--namespace-id", str(NAMESPACE),
             "--node-id", "5", "--trace-nodes", str(SLOTS), "--sample-every", str(self.every),
         )  # fmt: skip
+        self._route_to("")
+        self._lwt("attach-route", *self._floor_route())
+        self.route_on = "route_floor"
         # the agent's streamer reads the ring: here a reader that throws the records away, on the
         # generator's CPU (not the forwarding CPU: its CPU time is measured and reported apart)
         self.consumer = subprocess.Popen(
@@ -192,8 +207,9 @@ class Ioam:
         the hook floor instead, programs that do nothing where ioam_tx and ioam_rx go. ingress: "tc"
         (ioam_tx on a0), "route" (ioam_lwt on the policy's route) or "" (neither)."""
         lab, tx = self.bench.lab, ingress == "tc"
-        if (ingress == "route") != self.route_on:
-            self._route_to(ingress == "route")
+        want = ingress if ingress.startswith("route") else ""
+        if want != self.route_on:
+            self._route_to(want)
         if self.empty_on and not empty:  # before the programs come: they need the hooks
             lab.run("A", ["tc", "qdisc", "del", "dev", "a0", "clsact"], check=True)
             lab.run("B", ["ip", "link", "set", "dev", "b0", "xdpdrv", "off"], check=True)
@@ -231,16 +247,18 @@ class Ioam:
             self.consumer.wait(10)
         lab = self.bench.lab
         if lab is not None:
-            if not self.route_on:  # detach-route puts the seg6 route back and takes the pins
-                self._route_to(True)
-            self._lwt("detach-route", *self.route, check=False)
+            # detach-route puts the seg6 route back and takes the pins: each program on the route in turn
+            for which, args in (("route_floor", self._floor_route()), ("route", self.route)):
+                if self.route_on != which:
+                    self._route_to(which)
+                self._lwt("detach-route", *args, check=False)
             # the loaders' detach removes the pins of an attached program: put ioam_tx back on a0 first
             if not self.tx_on:
                 self._tx("attach-dev", "--netns", lab.ns("A"), "--dev", "a0", "--instance", self.tx_inst, check=False)
             self._tx("detach", "--netns", lab.ns("A"), "--dev", "a0", "--instance", self.tx_inst, check=False)
             # leaves b0 too if it is still there
             self._rx("detach", "--netns", lab.ns("B"), "--dev", ANCHOR_DEV, "--instance", self.rx_inst, check=False)
-        for inst in (self.tx_inst, self.rx_inst):  # whatever a failed step left behind
+        for inst in (self.tx_inst, self.rx_inst, self.floor_inst):  # whatever a failed step left behind
             shutil.rmtree(Path(BPFFS_PIN_ROOT) / inst, ignore_errors=True)
 
     def counters(self) -> dict[str, int]:
@@ -291,6 +309,9 @@ def build_configs(decompose: bool, ingress: str) -> list[Config]:
         ]
         if ingress == "tc":
             configs.append(Config("empty hooks", "", False, empty=True, search=False))
+        else:  # the two inserters alone, side by side, and the route program's floor
+            configs.append(Config("ioam_tx only", "tc", False, search=False))
+            configs.append(Config("route program, no flow", "route_floor", False, search=False))
     return configs
 
 
@@ -387,7 +408,10 @@ def check_worked(cfg: Config, every: int) -> list[str]:
     if not d:
         return [f"{name}: never run"]
     problems = []
-    if cfg.tx:
+    if cfg.tx == "route_floor":  # no flow there: the flow counters must not move
+        if d["seen"] or d["instrumented"]:
+            problems.append(f"{name}: the flows saw {d['seen']}, instrumented {d['instrumented']}")
+    elif cfg.tx:
         if not cfg.data_received <= d["seen"] <= cfg.data_sent:
             problems.append(f"{name}: ioam_tx saw {d['seen']}, delivered {cfg.data_received}, sent {cfg.data_sent}")
         # 1 in N of what was seen, over periods that each start anywhere in the flow's count
@@ -405,7 +429,7 @@ def check_worked(cfg: Config, every: int) -> list[str]:
                 f"ring full {d['ringbuf_full']}, malformed at the egress {d['rx_bad']}"
             )
         lost = cfg.data_sent - cfg.data_received
-        lo = d["instrumented"] - lost if cfg.tx else 0
+        lo = d["instrumented"] - lost if cfg.tx in ("tc", "route") else 0
         if not lo <= d["recorded"] <= d["instrumented"]:
             problems.append(
                 f"{name}: recorded {d['recorded']} of {d['instrumented']} instrumented ({lost} packets lost)"
@@ -681,7 +705,10 @@ ROUTE_CONFIGS = """no PDR searches. **on**: ioam_lwt on A's policy route (`encap
 route: the kernel's seg6 encapsulation through bpf_lwt_push_encap for the packets not sampled, the built
 IPv6 + HBH + SRH + E2E header for 1 in N) and ioam_rx on B's b0; **on, TC**: the seg6 encap route with
 ioam_tx on a0's TC egress and ioam_rx (the path before the route program); **off**: the seg6 encap
-route, no program. The route is switched with `ip route replace` (the pins, flow and counters stay)."""
+route, no program; **ioam_lwt only**, **ioam_tx only**, **ioam_rx only**: one program; **route program, no
+flow**: a second ioam_lwt with the route and no flow (its LPM lookup, a flow lookup that misses, the
+kernel's seg6 encap through the helper: what replacing the seg6 route costs before any IOAM work). The
+route is switched with `ip route replace` (the pins, flow and counters stay)."""
 
 
 def cost_report(args, configs: list[Config], samples: list[Sample], problems: list[str]) -> str:
