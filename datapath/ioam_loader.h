@@ -27,7 +27,7 @@ struct ioam_args {
 	int64_t tai_offset;
 	bool have_flow_id, have_namespace_id, have_node_id, have_trace_nodes, have_sample_every;
 	bool have_sample_interval, have_match_proto, have_match_sport, have_match_dport, have_if_id;
-	bool have_tai_offset, json;
+	bool have_tai_offset, json, fixed_next_hop;
 };
 
 struct ioam_prog {

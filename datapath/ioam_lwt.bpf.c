@@ -223,13 +223,52 @@ static __always_inline void write_e2e(__u8 *b, __u16 namespace_id, __u64 seq, __
 }
 
 /*
+ * The first 8 bytes of the packet's IPv6 header, copied before any helper may move the packet (a
+ * failed push leaves the verifier no valid packet pointer): version, traffic class, flow label,
+ * payload length, next header, hop limit.
+ */
+struct inner_head {
+	__u8 vtf[4];
+	__u16 payload_len;
+	__u8 nexthdr;
+	__u8 hop_limit;
+};
+
+/* The outer IPv6 header seg6_do_srh_encap writes for an IPv6 packet; false if the SID count is off. */
+static __always_inline bool write_outer(struct ipv6hdr *outer, const struct inner_head *ip6,
+					const struct ioam_lwt_route *rt, __u32 payload_len, __u8 nexthdr)
+{
+	__u32 first_sid = rt->sids.nsids - 1;
+
+	asm volatile("" : "+r"(first_sid));   /* the verifier sees the bound checked here, not an earlier copy */
+	if (first_sid >= ALTMARK_MAX_SIDS)
+		return false;
+	__builtin_memcpy(outer, ip6, 4);   /* version, traffic class, flow label */
+	outer->payload_len = bpf_htons(payload_len);
+	outer->nexthdr = nexthdr;
+	outer->hop_limit = ip6->hop_limit;
+	__builtin_memcpy(&outer->saddr, rt->tunsrc, 16);
+	__builtin_memcpy(&outer->daddr, &rt->sids.sids[first_sid], 16);   /* the first SID: the last entry */
+	return true;
+}
+
+static __always_inline void copy_srh(__u8 *to, const struct ioam_lwt_route *rt, __u32 srh_len)
+{
+	for (__u32 i = 0; i < IOAM_LWT_SRH_MAX / 8; i++) {
+		if (i * 8 >= srh_len)
+			break;
+		*(__u64 *)(to + i * 8) = *(__u64 *)(rt->srh + i * 8);
+	}
+}
+
+/*
  * Build IPv6 | HBH | SRH | E2E DOH for this packet in the per-CPU scratch buffer and push it. The
  * checks that can fail run before the sequence number is taken: a sample not instrumented uses
  * none. The outer IPv6 header is what seg6_do_srh_encap writes for an IPv6 packet: version,
  * traffic class and flow label of the inner header, its hop limit, the tunnel source, the first
  * SID as destination (the SRH's last entry).
  */
-static __always_inline enum ioam_lwt_counter instrument(struct __sk_buff *skb, const struct ipv6hdr *ip6,
+static __always_inline enum ioam_lwt_counter instrument(struct __sk_buff *skb, const struct inner_head *ip6,
 							 const struct ioam_lwt_route *rt, struct ioam_tx_flow *f)
 {
 	__u32 slots = f->trace_nodes & 0xf, zero = 0, nsids = rt->sids.nsids;
@@ -237,9 +276,7 @@ static __always_inline enum ioam_lwt_counter instrument(struct __sk_buff *skb, c
 	__u32 total = sizeof(struct ipv6hdr) + hbh_len + srh_len + IOAM_E2E_DOH_LEN;
 	struct ioam_tx_config *cfg = bpf_map_lookup_elem(&ioam_tx_config, &zero);
 	struct scratch *s = bpf_map_lookup_elem(&ioam_lwt_scratch, &zero);
-	struct ipv6hdr *outer;
 	__u64 tai_ns, utc_ns, seq;
-	__u32 first_sid;
 	__u8 *srh;
 
 	if (skb->gso_size)
@@ -251,24 +288,11 @@ static __always_inline enum ioam_lwt_counter instrument(struct __sk_buff *skb, c
 	if (!s)
 		return IOLWT_SKIP_PUSH_FAILED;
 
-	outer = (struct ipv6hdr *)s->buf;
-	__builtin_memcpy(outer, ip6, 4);   /* version, traffic class, flow label */
-	outer->payload_len = bpf_htons(skb->len + total - sizeof(struct ipv6hdr));
-	outer->nexthdr = IPV6_NH_HOPOPTS;
-	outer->hop_limit = ip6->hop_limit;
-	__builtin_memcpy(&outer->saddr, rt->tunsrc, 16);
-	first_sid = nsids - 1;
-	asm volatile("" : "+r"(first_sid));   /* the verifier sees the bound checked here, not an earlier copy */
-	if (first_sid >= ALTMARK_MAX_SIDS)
+	if (!write_outer((struct ipv6hdr *)s->buf, ip6, rt, skb->len + total - sizeof(struct ipv6hdr),
+			 IPV6_NH_HOPOPTS))
 		return IOLWT_SKIP_TOO_LONG;
-	__builtin_memcpy(&outer->daddr, &rt->sids.sids[first_sid], 16);   /* the first SID: the last entry */
-
 	srh = s->buf + sizeof(struct ipv6hdr) + (hbh_len & 0xff);
-	for (__u32 i = 0; i < IOAM_LWT_SRH_MAX / 8; i++) {
-		if (i * 8 >= srh_len)
-			break;
-		*(__u64 *)(srh + i * 8) = *(__u64 *)(rt->srh + i * 8);
-	}
+	copy_srh(srh, rt, srh_len);
 	srh[0] = IPV6_NH_DSTOPTS;
 
 	tai_ns = bpf_ktime_get_tai_ns();
@@ -285,19 +309,34 @@ static __always_inline enum ioam_lwt_counter instrument(struct __sk_buff *skb, c
 	return IOLWT_INSTRUMENTED;
 }
 
-/* The kernel's seg6 encapsulation with the route's SRH: BPF_OK, or BPF_DROP counted. */
-static __always_inline int kernel_encap(struct __sk_buff *skb, const struct ioam_lwt_route *rt,
-					enum ioam_lwt_counter c)
+/*
+ * A packet not instrumented: with a fixed next hop the outer IPv6 + SRH built here, pushed as IP
+ * encap (forwarded by this route); otherwise, and for GSO packets (the IP-encap helper segments only
+ * TCP under GRE/UDP), the kernel's seg6 encapsulation with the route's SRH. BPF_OK, or BPF_DROP counted.
+ */
+static __always_inline int kernel_encap(struct __sk_buff *skb, const struct inner_head *ip6,
+					const struct ioam_lwt_route *rt, enum ioam_lwt_counter c)
 {
-	__u32 len = rt->srh_len;
+	__u32 len = rt->srh_len, zero = 0;
+	struct scratch *s;
 
-	if (len < 24 || len > IOAM_LWT_SRH_MAX ||
-	    bpf_lwt_push_encap(skb, BPF_LWT_ENCAP_SEG6, (void *)rt->srh, len)) {
-		count(IOLWT_DROP_ENCAP_FAILED);
-		return BPF_DROP;
+	if (len < 24 || len > IOAM_LWT_SRH_MAX)
+		goto failed;
+	if ((rt->flags & IOAM_LWT_FIXED_NEXT_HOP) && !skb->gso_size) {
+		s = bpf_map_lookup_elem(&ioam_lwt_scratch, &zero);
+		if (!s || !write_outer((struct ipv6hdr *)s->buf, ip6, rt, skb->len + len, IPV6_NH_ROUTING))
+			goto failed;
+		copy_srh(s->buf + sizeof(struct ipv6hdr), rt, len);
+		if (bpf_lwt_push_encap(skb, BPF_LWT_ENCAP_IP, s->buf, (sizeof(struct ipv6hdr) + len) & 0xff))
+			goto failed;
+	} else if (bpf_lwt_push_encap(skb, BPF_LWT_ENCAP_SEG6, (void *)rt->srh, len)) {
+		goto failed;
 	}
 	count(c);
 	return BPF_OK;
+failed:
+	count(IOLWT_DROP_ENCAP_FAILED);
+	return BPF_DROP;
 }
 
 static __always_inline void flow_counted(struct ioam_tx_flow *f, enum ioam_lwt_counter c)
@@ -325,6 +364,7 @@ int ioam_lwt(struct __sk_buff *skb)
 	void *data = (void *)(long)skb->data, *data_end = (void *)(long)skb->data_end;
 	struct ipv6hdr *ip6 = data;
 	struct ioam_lwt_route_key rkey = {.prefixlen = 128};
+	struct inner_head head;
 	struct ioam_lwt_route *rt;
 	struct ioam_tx_flow *f;
 	enum ioam_lwt_counter c;
@@ -334,6 +374,7 @@ int ioam_lwt(struct __sk_buff *skb)
 		return BPF_DROP;
 	}
 	__builtin_memcpy(rkey.addr, &ip6->daddr, 16);
+	__builtin_memcpy(&head, ip6, sizeof(head));
 	rt = bpf_map_lookup_elem(&ioam_lwt_routes, &rkey);
 	if (!rt) {
 		count(IOLWT_DROP_NO_ROUTE);
@@ -341,20 +382,21 @@ int ioam_lwt(struct __sk_buff *skb)
 	}
 	f = bpf_map_lookup_elem(&ioam_tx_flows, &rt->sids);
 	if (!f)
-		return kernel_encap(skb, rt, IOLWT_PASS_UNMONITORED);
+		return kernel_encap(skb, &head, rt, IOLWT_PASS_UNMONITORED);
 	if (f->trace_nodes < 1 || f->trace_nodes > IOAM_TRACE_MAX_SLOTS ||
 	    (f->sample_mode == IOAM_SAMPLE_EVERY ? !f->sample_every : f->sample_mode != IOAM_SAMPLE_INTERVAL))
-		return kernel_encap(skb, rt, IOLWT_PASS_BAD_FLOW);
+		return kernel_encap(skb, &head, rt, IOLWT_PASS_BAD_FLOW);
 	if (!filter_match(skb, ip6, &f->match))
-		return kernel_encap(skb, rt, IOLWT_PASS_FILTERED);
+		return kernel_encap(skb, &head, rt, IOLWT_PASS_FILTERED);
 	if (!sampled(f))
-		return kernel_encap(skb, rt, IOLWT_PASS_NOT_SAMPLED);
-	c = instrument(skb, ip6, rt, f);
+		return kernel_encap(skb, &head, rt, IOLWT_PASS_NOT_SAMPLED);
+	c = instrument(skb, &head, rt, f);
 	flow_counted(f, c);
 	if (c != IOLWT_INSTRUMENTED)
-		return kernel_encap(skb, rt, c);
+		return kernel_encap(skb, &head, rt, c);
 	count(c);
-	return BPF_LWT_REROUTE;
+	/* the built header's first SID: this route's fixed next hop, else a lookup of it */
+	return rt->flags & IOAM_LWT_FIXED_NEXT_HOP ? BPF_OK : BPF_LWT_REROUTE;
 }
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";

@@ -43,7 +43,7 @@ const char *loader_name = "ioam_lwt";
 static const char usage[] =
 	"usage:\n"
 	"  ioam_lwt attach-route --instance NAME --prefix PFX/LEN --dev IF --sids A,B,.. [--netns NS]\n"
-	"      [--table T] [--metric M] [--mtu N] [--tunsrc ADDR] [--tai-offset S] [--pin-dir DIR]\n"
+	"      [--table T] [--metric M] [--mtu N] [--tunsrc ADDR] [--tai-offset S] [--pin-dir DIR] [--fixed-next-hop]\n"
 	"  ioam_lwt detach-route --instance NAME --prefix PFX/LEN --dev IF --sids A,B,.. [--netns NS]\n"
 	"      [--table T] [--metric M]          (the route back to encap seg6 mode encap segs A,B,..)\n"
 	"  ioam_lwt list-routes --instance NAME [--json]\n"
@@ -51,7 +51,8 @@ static const char usage[] =
 	"attach-route replaces the route PFX/LEN (table T, default 254; metric M, default 1024) that\n"
 	"must be `encap seg6 mode encap segs A,B,.. dev IF` by the route program; --mtu: the MTU an\n"
 	"instrumented packet must fit (default IF's), --tunsrc: the outer source (default `ip sr tunsrc`,\n"
-	"else the address the kernel picks on IF for the first SID).\n"
+	"else the address the kernel picks on IF for the first SID); --fixed-next-hop: the route forwards by the\n"
+	"first SID's gateway as resolved now (no route lookup per packet; attach again when that route changes).\n"
 	"Pins in " IOAM_PIN_ROOT "/NAME/ioam_lwt unless --pin-dir.\n";
 
 /* Run argv (ip ...) in this process's netns; 0 or -1 after a message with its output. */
@@ -183,6 +184,33 @@ static int device_mtu(const char *dev, __u32 *mtu)
 	return err ? -1 : 0;
 }
 
+/*
+ * --fixed-next-hop: the first SID's next hop as the kernel resolves it now (`ip -6 route get`): the
+ * gateway into gw, the device into dev; -1 after a message if the SID is on-link or unreachable.
+ */
+static int first_sid_next_hop(const struct in6_addr *sid, char gw[INET6_ADDRSTRLEN], char dev[IF_NAMESIZE])
+{
+	char cmd[128], line[512], text[INET6_ADDRSTRLEN], *via, *on;
+	FILE *f;
+
+	inet_ntop(AF_INET6, sid, text, sizeof(text));
+	snprintf(cmd, sizeof(cmd), "ip -6 route get %s 2>&1", text);
+	f = popen(cmd, "r");
+	if (!f)
+		return -1;
+	if (!fgets(line, sizeof(line), f))
+		line[0] = '\0';
+	pclose(f);
+	via = strstr(line, " via ");
+	on = strstr(line, " dev ");
+	if (!via || !on || sscanf(via, " via %45s", gw) != 1 || sscanf(on, " dev %15s", dev) != 1) {
+		line[strcspn(line, "\n")] = '\0';
+		die_msg("--fixed-next-hop: the first SID %s has no gateway to fix (`ip -6 route get`: %s)", text, line);
+		return -1;
+	}
+	return 0;
+}
+
 /* --prefix, --dev, --sids: the route's key and the value attach-route writes. */
 static bool parse_route(struct ioam_args *a, struct ioam_lwt_route_key *key, struct altmark_sidlist_key *sids)
 {
@@ -277,7 +305,8 @@ static int run_attach_route(void *args, const void *prog)
 	struct ioam_args *a = args;
 	struct ioam_lwt_route_key key = {};
 	struct ioam_lwt_route rt = {};
-	char table[16], metric[16], pinned[600];
+	char table[16], metric[16], pinned[600], gw[INET6_ADDRSTRLEN] = "", gw_dev[IF_NAMESIZE] = "";
+	const char *out_dev;
 	int fd, ifindex, err;
 
 	if (!ioam_resolve_pin_dir(prog, a) || !parse_route(a, &key, &rt.sids))
@@ -295,9 +324,18 @@ static int run_attach_route(void *args, const void *prog)
 	if (!parse_route(a, &key, &rt.sids) || (a->tunsrc && !parse_ipv6_arg("--tunsrc", a->tunsrc, rt.tunsrc)))
 		goto fail;
 	build_srh(&rt.sids, &rt);
+	out_dev = a->dev;
+	if (a->fixed_next_hop) {
+		/* the packets leave by the first SID's route, fixed now: its device is the trace's egress */
+		if (first_sid_next_hop(&rt.sids.sids[rt.sids.nsids - 1], gw, gw_dev) ||
+		    (ifindex = resolve_ifindex(gw_dev)) < 0)
+			goto fail;
+		out_dev = gw_dev;
+		rt.flags |= IOAM_LWT_FIXED_NEXT_HOP;
+	}
 	rt.oif = (__u32)ifindex;
 	rt.mtu = (__u32)a->mtu;
-	if ((!a->mtu && device_mtu(a->dev, &rt.mtu)) ||
+	if ((!a->mtu && device_mtu(out_dev, &rt.mtu)) ||
 	    (!a->tunsrc && find_tunsrc(a->dev, &rt.sids.sids[rt.sids.nsids - 1], rt.tunsrc)))
 		goto fail;
 	/* the entry first: the program finds it from the first packet the new route gives it */
@@ -311,8 +349,13 @@ static int run_attach_route(void *args, const void *prog)
 	/* first the locally sent packets' copy of the seg6 route, then the route itself */
 	err = local_route(a, true);
 	if (!err)
-		err = run_ip((char *const[]){"ip", "-6", "route", "replace", (char *)a->prefix, "table", table, "metric",
-				     metric, "dev", (char *)a->dev, "encap", "bpf", "in", "pinned", pinned, NULL});
+		err = a->fixed_next_hop
+			      ? run_ip((char *const[]){"ip", "-6", "route", "replace", (char *)a->prefix, "table", table,
+						       "metric", metric, "via", gw, "dev", gw_dev, "encap", "bpf", "in",
+						       "pinned", pinned, NULL})
+			      : run_ip((char *const[]){"ip", "-6", "route", "replace", (char *)a->prefix, "table", table,
+						       "metric", metric, "dev", (char *)a->dev, "encap", "bpf", "in",
+						       "pinned", pinned, NULL});
 	if (err) {
 		local_route(a, false);
 		bpf_map_delete_elem(fd, &key);

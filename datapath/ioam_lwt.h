@@ -25,6 +25,15 @@
 #define IOAM_LWT_MAX_HEADER   256
 #define IOAM_LWT_SCRATCH      512
 
+/*
+ * struct ioam_lwt_route.flags: the route carries the first SID's next hop (`via GW dev D`, resolved
+ * by attach-route --fixed-next-hop): every packet gets an outer header built by the program, pushed
+ * as IP encap, and is forwarded by this route (BPF_OK) - no route lookup per packet. Without it the
+ * kernel's seg6 encap (and its lookup of the first SID) serves the packets not instrumented, and the
+ * instrumented ones are re-routed on their outer destination.
+ */
+#define IOAM_LWT_FIXED_NEXT_HOP 0x1
+
 /* Key of ioam_lwt_routes: the route's destination prefix (LPM: the packet's inner destination finds it). */
 struct ioam_lwt_route_key {
 	__u32 prefixlen;
@@ -37,7 +46,7 @@ struct ioam_lwt_route {
 	__u32 oif;                        /* the route's device: the trace entry's egress interface */
 	__u32 mtu;                        /* the route's MTU: an instrumented packet must fit */
 	__u32 srh_len;                    /* 8 + 16 * nsids */
-	__u32 pad;
+	__u32 flags;                      /* IOAM_LWT_FIXED_NEXT_HOP */
 	__u8  tunsrc[16];                 /* the outer source the kernel's seg6 encap uses on this route */
 	__u8  srh[IOAM_LWT_SRH_MAX];      /* the SRH of `encap seg6 mode encap segs ...` (next header 41) */
 };

@@ -148,14 +148,16 @@ def route_program(io_lab, extra: tuple[str, ...] = ()):
     assert not (PIN_ROOT / inst / "ioam_lwt").exists(), "the last route took the pins with it"
 
 
-@pytest.fixture(params=["tc", "route"])
+@pytest.fixture(params=["tc", "route", "route-fixed-next-hop"])
 def inserter(io_lab, request):
-    """The lab's ingress insertion: ioam_tx on a0's TC egress, or ioam_lwt on A's policy route."""
+    """The lab's ingress insertion: ioam_tx on a0's TC egress, or ioam_lwt on A's policy route (the
+    kernel's seg6 encap for the packets not instrumented, or, with --fixed-next-hop, the program's
+    header for every packet and the first SID's gateway in the route)."""
     if request.param == "tc":
         yield "tc"
         return
-    with route_program(io_lab):
-        yield "route"
+    with route_program(io_lab, ("--fixed-next-hop",) if request.param.endswith("fixed-next-hop") else ()):
+        yield request.param
 
 
 def lab_enable_ioam(lab) -> None:

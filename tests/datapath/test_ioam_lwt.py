@@ -185,5 +185,5 @@ def test_packets_a_sends_itself_keep_the_seg6_route(io_lab):
 
     rules, local, d = retry_on_path_loss(attempt)
     assert "30055:\tfrom all iif lo lookup 3355" in rules, rules
-    assert local.strip() == A_SEG6.replace(f"{A_ROUTE}  ", f"{A_ROUTE} ") + " metric 1024 pref medium"
+    assert local.strip() == A_SEG6 + " metric 1024 pref medium", "a copy of the seg6 route"
     assert d == {}
