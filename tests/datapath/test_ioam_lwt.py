@@ -42,11 +42,16 @@ def test_route_taken_over_and_given_back(io_lab):
         }
         assert sorted(stats(IOAM_LWT, io_lab.tx_inst)) == sorted(LWT_COUNTERS)
     # route_program checked: the seg6 route back as it was, no pins
+    with route_program(io_lab, ("--fixed-next-hop",)):
+        # line5: A reaches R's locator fc00:2::/64 via fc00:12::2 on a0
+        assert a_route(io_lab).startswith(f"{A_ROUTE} via fc00:12::2 dev a0 ") and "encap bpf in" in a_route(io_lab)
 
 
-def test_packets_not_instrumented_leave_a_as_with_the_seg6_route(io_lab):
-    """Without a flow every packet gets the kernel's seg6 encapsulation from the program: the
-    frames on r0 are byte for byte those of the plain seg6 route (same socket: same flow label)."""
+@pytest.mark.parametrize("extra", [(), ("--fixed-next-hop",)], ids=["kernel-encap", "fixed-next-hop"])
+def test_packets_not_instrumented_leave_a_as_with_the_seg6_route(io_lab, extra):
+    """Without a flow every packet gets the kernel's seg6 encapsulation from the program (or, with
+    --fixed-next-hop, the header the program builds): the frames on r0 are byte for byte those of
+    the plain seg6 route (same socket: same flow label)."""
     lab, n = io_lab.lab, 30
     sock = udp_sender(lab.ns("H1"))
 
@@ -55,7 +60,7 @@ def test_packets_not_instrumented_leave_a_as_with_the_seg6_route(io_lab):
         try:
             send_udp(lab.ns("H1"), H2_ADDR, n, CPUS[:1], sock=sock)
             base = by_seq(r0.frames(n))
-            with route_program(io_lab):
+            with route_program(io_lab, extra):
                 before = stats(IOAM_LWT, io_lab.tx_inst)
                 send_udp(lab.ns("H1"), H2_ADDR, n, CPUS[:1], sock=sock)
                 got = by_seq(r0.frames(n))
