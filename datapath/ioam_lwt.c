@@ -378,13 +378,18 @@ static int run_detach_route(void *args, const void *prog)
 	struct ioam_args *a = args;
 	struct ioam_lwt_route_key key = {};
 	struct altmark_sidlist_key sids;
-	char table[16], metric[16], segs[8 * INET6_ADDRSTRLEN];
+	char table[16], metric[16], segs[8 * INET6_ADDRSTRLEN], pinned[600];
 	int fd, err;
 
 	if (!ioam_resolve_pin_dir(prog, a) || !parse_route(a, &key, &sids))
 		return EXIT_USAGE;
-	fd = open_pinned(a->pin_dir, "ioam_lwt_routes");
-	if (fd < 0 || enter_netns(a->netns)) {
+	/* pins gone (a lost bpffs, a crash that took them): the route holds the program and still
+	 * works; it is given back all the same */
+	snprintf(pinned, sizeof(pinned), "%s/ioam_lwt_routes", a->pin_dir);
+	fd = access(pinned, F_OK) ? -1 : open_pinned(a->pin_dir, "ioam_lwt_routes");
+	if (fd < 0)
+		die_msg("warning: no pins in %s; giving the route back without them", a->pin_dir);
+	if (enter_netns(a->netns)) {
 		if (fd >= 0)
 			close(fd);
 		return EXIT_FAIL;
@@ -397,11 +402,13 @@ static int run_detach_route(void *args, const void *prog)
 				     NULL});
 	/* the entry goes after the route: no packet reaches the program without one */
 	if (!err) {
-		bpf_map_delete_elem(fd, &key);
+		if (fd >= 0)
+			bpf_map_delete_elem(fd, &key);
 		err = local_route(a, false);
 	}
-	close(fd);
-	if (!err && routes_left(a->pin_dir) == 0 && unpin_dir(a->pin_dir))
+	if (fd >= 0)
+		close(fd);
+	if (!err && fd >= 0 && routes_left(a->pin_dir) == 0 && unpin_dir(a->pin_dir))
 		err = -1;
 	if (!err)
 		printf("route %s dev %s: encap seg6 mode encap segs %s again\n", a->prefix, a->dev, a->sids);

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import threading
 
 import pytest
@@ -192,3 +193,27 @@ def test_packets_a_sends_itself_keep_the_seg6_route(io_lab):
     assert "30055:\tfrom all iif lo lookup 3355" in rules, rules
     assert local.strip() == A_SEG6 + " metric 1024 pref medium", "a copy of the seg6 route"
     assert d == {}
+
+
+def test_pins_lost_the_route_goes_on_and_is_given_back(io_lab):
+    """The pins removed under an attached route (a crash that lost the bpffs state): the route holds
+    the program and its maps, so every packet is still instrumented (records 0..n-1 at B);
+    detach-route gives the seg6 route back without the pins (route_program checks it)."""
+    lab, n = io_lab.lab, 20
+
+    def attempt():
+        dump(io_lab.rx_inst)
+        rx = Receiver(lab.ns("H2"), H2_ADDR)
+        try:
+            with route_program(io_lab), ioam_flow(io_lab, every=1):
+                shutil.rmtree(PIN_ROOT / io_lab.tx_inst / "ioam_lwt")
+                send_udp(lab.ns("H1"), H2_ADDR, n, CPUS[:1])
+                got = rx.drain(n)
+                records = dump(io_lab.rx_inst, count=len(got), timeout_ms=3000)
+        finally:
+            rx.close()
+        expect_all("datagrams at H2", len(got), n)
+        return records
+
+    records = retry_on_path_loss(attempt)
+    assert [r["seq"] for r in records] == list(range(n))
