@@ -517,6 +517,7 @@ def main() -> int:
         help="only the fixed-rate CPU-cost trials (no PDR searches or sweeps): a cost table, docs untouched",
     )
     ap.add_argument("--json-out")
+    ap.add_argument("--only", help="configuration names to run besides off, separated by ; (cost trials)")
     ap.add_argument(
         "--ingress",
         choices=("tc", "route"),
@@ -535,6 +536,12 @@ def main() -> int:
     started, ticks0, monitor = time.monotonic(), cpu_ticks(), LoadMonitor()
     monitor.OWN = monitor.OWN | {"ioam_tx", "ioam_rx", "ioam_lwt", "taskset"}
     configs = build_configs(not args.no_decompose, args.ingress)
+    if args.only:  # off and the named ones, for more repetitions of fewer configurations
+        keep = {"off", *(n.strip() for n in args.only.split(";"))}
+        unknown = keep - {c.name for c in configs}
+        if unknown:
+            sys.exit(f"--only: no configuration {sorted(unknown)} (have {[c.name for c in configs]})")
+        configs = [c for c in configs if c.name in keep]
     with SoftirqClock() as clock, Line5Bench(args.prefix, "none", PathSpec(data_dst=FIRST_DST)) as bench:
         assert (bench.spec.generator_cpu, bench.spec.dut_cpu) == (GEN_CPU, DUT_CPU)
         add_policies(bench)
@@ -725,6 +732,7 @@ def cost_report(args, configs: list[Config], samples: list[Sample], problems: li
         f"sudo .local/venv/bin/python bench/ioam_overhead.py --cost-only --reps {args.reps} "
         f"--cost-rate {args.cost_rate:g} --cost-seconds {args.cost_seconds:g} --cost-trials {args.cost_trials} "
         f"--every {args.every} --ingress {args.ingress}{' --no-decompose' if args.no_decompose else ''}"
+        + (f" --only '{args.only}'" if args.only else "")
     )
     title = (
         "In-line IOAM on the route (ioam_lwt) against TC (ioam_tx) and off, CPU per packet "
