@@ -67,7 +67,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
-from bench.altmark_overhead import FIRST_DST, WARMUP_S, LoadMonitor, add_policies, flow_sids  # noqa: E402
+from bench.altmark_overhead import FIRST_DST, TX_DEV, WARMUP_S, LoadMonitor, add_policies, dst, flow_sids  # noqa: E402
 from bench.pdr import (  # noqa: E402
     PLR_LIMIT,
     SWEEP_FACTORS,
@@ -92,8 +92,10 @@ from segscope_schemas.names import BPFFS_PIN_ROOT  # noqa: E402
 
 SECTION = "ioam_overhead"
 SECTION_COST = "ioam_overhead_cost"  # --cost-only: where the per-packet cost goes (hooks, programs)
+SECTION_ROUTE = "ioam_overhead_route"  # --cost-only --ingress route: the route program against TC and off
 TX_LOADER = REPO / "build" / "datapath" / "ioam_tx"
 RX_LOADER = REPO / "build" / "datapath" / "ioam_rx"
+LWT_LOADER = REPO / "build" / "datapath" / "ioam_lwt"
 HOOK_FLOOR = REPO / "build" / "bench" / "hook_floor.bpf.o"
 GOAL = 0.97
 SLOTS, NAMESPACE = 4, 123
@@ -109,7 +111,8 @@ class Ioam:
 
     every: int
     bench: Line5Bench
-    tx_on: bool = False
+    tx_on: bool = False  # ioam_tx on a0's TC egress
+    route_on: str = ""  # the route program on the monitored policy's route: "route", "route_fixed" or "" (seg6)
     rx_on: bool = False
     empty_on: bool = False
     consumer: subprocess.Popen | None = None
@@ -128,6 +131,51 @@ class Ioam:
     def _rx(self, *args: str, check: bool = True) -> subprocess.CompletedProcess:
         return sh([str(RX_LOADER), *args], check=check)
 
+    def _lwt(self, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+        return sh([str(LWT_LOADER), *args], check=check)
+
+    @property
+    def route(self) -> list[str]:
+        """ioam_lwt's arguments for the monitored policy's route (add_policies: dst(0)/128 via a0)."""
+        lab = self.bench.lab
+        return ["--netns", lab.ns("A"), "--instance", self.tx_inst, "--prefix", f"{dst(0)}/128", "--dev", TX_DEV,
+                "--sids", ",".join(flow_sids(0))]  # fmt: skip
+
+    def _fixed_route(self) -> list[str]:
+        args = self.route
+        return [*args[: args.index("--instance") + 1], self.fixed_inst, *args[args.index("--instance") + 2 :]]
+
+    @property
+    def fixed_inst(self) -> str:
+        """A second ioam_lwt with the same flow, attached with --fixed-next-hop: the program's header
+        for every packet, forwarded by the route's gateway (no route lookup per packet)."""
+        return f"{self.tx_inst}-fixed"
+
+    def _first_sid_via(self) -> list[str]:
+        """`via GW dev D` of the first SID's route at A (what --fixed-next-hop puts into the route)."""
+        got = self.bench.lab.run("A", ["ip", "-6", "route", "get", flow_sids(0)[0]], check=True).stdout.split()
+        return ["via", got[got.index("via") + 1], "dev", got[got.index("dev") + 1]]
+
+    def _route_to(self, which: str) -> None:
+        """The policy's route to a route program ("route": ioam_lwt, "route_fixed": the one with the
+        fixed next hop) or back to the kernel's seg6 encap (""), in place (`ip route replace`: the pins,
+        flow and counters stay); checked with `ip route show`."""
+        lab, prefix, program = self.bench.lab, f"{dst(0)}/128", bool(which)
+        inst = self.fixed_inst if which == "route_fixed" else self.tx_inst
+        encap = (
+            ["bpf", "in", "pinned", str(Path(BPFFS_PIN_ROOT) / inst / "ioam_lwt" / "prog")]
+            if program
+            else ["seg6", "mode", "encap", "segs", ",".join(flow_sids(0))]
+        )
+        # nsenter, not `ip netns exec` (lab.run): that mounts a sysfs of its own, without the bpffs pins
+        in_a = ["nsenter", f"--net=/run/netns/{lab.ns('A')}", "ip", "-6", "route"]
+        dev = self._first_sid_via() if which == "route_fixed" else ["dev", TX_DEV]
+        sh([*in_a, "replace", prefix, *dev, "encap", *encap])
+        shown = sh([*in_a, "show", prefix]).stdout
+        if ("encap bpf" in shown) != program or ("encap seg6" in shown) == program:
+            raise RuntimeError(f"A's route {prefix} is not the {'program' if program else 'seg6 encap'}: {shown}")
+        self.route_on = which
+
     def load(self) -> None:
         lab, sids = self.bench.lab, ",".join(flow_sids(0))
         a, b = lab.ns("A"), lab.ns("B")
@@ -141,19 +189,37 @@ class Ioam:
         self._rx(
             "add-flow", "--instance", self.rx_inst, "--sids", sids, "--flow-id", "7", "--namespace-id", str(NAMESPACE)
         )
+        # the route program, in its own pin directory beside ioam_tx's, with the same flow
+        self._lwt("attach-route", *self.route)
+        self.route_on = "route"
+        self._lwt(
+            "add-flow", "--instance", self.tx_inst, "--sids", sids, "--flow-id", "7", "--namespace-id", str(NAMESPACE),
+            "--node-id", "5", "--trace-nodes", str(SLOTS), "--sample-every", str(self.every),
+        )  # fmt: skip
+        self._route_to("")
+        self._lwt("attach-route", *self._fixed_route(), "--fixed-next-hop")
+        self.route_on = "route_fixed"
+        self._lwt(
+            "add-flow", "--instance", self.fixed_inst, "--sids", sids, "--flow-id", "7", "--namespace-id",
+            str(NAMESPACE), "--node-id", "5", "--trace-nodes", str(SLOTS), "--sample-every", str(self.every),
+        )  # fmt: skip
         # the agent's streamer reads the ring: here a reader that throws the records away, on the
         # generator's CPU (not the forwarding CPU: its CPU time is measured and reported apart)
         self.consumer = subprocess.Popen(
             pinned(GEN_CPU, [str(RX_LOADER), "dump", "--instance", self.rx_inst, "--timeout-ms", "3600000"]),
             stdout=subprocess.DEVNULL,
         )
-        self.set(False, False)
+        self.set("", False)
 
-    def set(self, tx: bool, rx: bool, empty: bool = False) -> None:
+    def set(self, ingress: str, rx: bool, empty: bool = False) -> None:
         """Put each program on its device or take it off; off means nothing left on the device (no
         clsact qdisc on a0, no XDP program on b0), as in the baseline, and that is checked. empty:
-        the hook floor instead, programs that do nothing where ioam_tx and ioam_rx go."""
-        lab = self.bench.lab
+        the hook floor instead, programs that do nothing where ioam_tx and ioam_rx go. ingress: "tc"
+        (ioam_tx on a0), "route" (ioam_lwt on the policy's route) or "" (neither)."""
+        lab, tx = self.bench.lab, ingress == "tc"
+        want = ingress if ingress.startswith("route") else ""
+        if want != self.route_on:
+            self._route_to(want)
         if self.empty_on and not empty:  # before the programs come: they need the hooks
             lab.run("A", ["tc", "qdisc", "del", "dev", "a0", "clsact"], check=True)
             lab.run("B", ["ip", "link", "set", "dev", "b0", "xdpdrv", "off"], check=True)
@@ -191,23 +257,32 @@ class Ioam:
             self.consumer.wait(10)
         lab = self.bench.lab
         if lab is not None:
+            # detach-route puts the seg6 route back and takes the pins: each program on the route in turn
+            for which, args in (("route_fixed", self._fixed_route()), ("route", self.route)):
+                if self.route_on != which:
+                    self._route_to(which)
+                self._lwt("detach-route", *args, check=False)
             # the loaders' detach removes the pins of an attached program: put ioam_tx back on a0 first
             if not self.tx_on:
                 self._tx("attach-dev", "--netns", lab.ns("A"), "--dev", "a0", "--instance", self.tx_inst, check=False)
             self._tx("detach", "--netns", lab.ns("A"), "--dev", "a0", "--instance", self.tx_inst, check=False)
             # leaves b0 too if it is still there
             self._rx("detach", "--netns", lab.ns("B"), "--dev", ANCHOR_DEV, "--instance", self.rx_inst, check=False)
-        for inst in (self.tx_inst, self.rx_inst):  # whatever a failed step left behind
+        for inst in (self.tx_inst, self.rx_inst, self.fixed_inst):  # whatever a failed step left behind
             shutil.rmtree(Path(BPFFS_PIN_ROOT) / inst, ignore_errors=True)
 
     def counters(self) -> dict[str, int]:
         rx = json.loads(self._rx("stats", "--instance", self.rx_inst, "--json").stdout)
-        (flow,) = json.loads(self._tx("list-flows", "--instance", self.tx_inst, "--json").stdout)["flows"]
+        # the two inserters' flows: only the one in the path moves (check_worked)
+        flows = [
+            json.loads(tool("list-flows", "--instance", inst, "--json").stdout)["flows"][0]
+            for tool, inst in ((self._tx, self.tx_inst), (self._lwt, self.tx_inst), (self._lwt, self.fixed_inst))
+        ]
         return {
-            "seen": flow["seen"],
-            "sampled": flow["sampled"],
-            "instrumented": flow["instrumented"],
-            "skipped": flow["skipped_mtu"] + flow["skipped_gso"] + flow["skipped_other"],
+            "seen": sum(f["seen"] for f in flows),
+            "sampled": sum(f["sampled"] for f in flows),
+            "instrumented": sum(f["instrumented"] for f in flows),
+            "skipped": sum(f["skipped_mtu"] + f["skipped_gso"] + f["skipped_other"] for f in flows),
             "rx_seen": sum(rx.values()),  # every packet through ioam_rx ends in one counter
             "recorded": rx["recorded"] + rx["recorded_truncated"],
             "ringbuf_full": rx["pass_ringbuf_full"],
@@ -218,7 +293,7 @@ class Ioam:
 @dataclass
 class Config:
     name: str
-    tx: bool
+    tx: str  # the ingress inserter: "tc" (ioam_tx), "route" (ioam_lwt) or "" (none)
     rx: bool
     empty: bool = False  # the hook floor: programs that do nothing on a0 (TC egress) and b0 (XDP)
     search: bool = True  # in the PDR searches and sweeps (else only in the fixed-rate cost trials)
@@ -231,14 +306,23 @@ class Config:
     mark: dict[str, int] = field(default_factory=dict)
 
 
-def build_configs(decompose: bool) -> list[Config]:
-    configs = [Config("off", False, False), Config("on", True, True)]
+def build_configs(decompose: bool, ingress: str) -> list[Config]:
+    """off and on (the ingress inserter `ingress` + ioam_rx); --decompose adds the parts; with the route
+    program as the ingress, also "on, TC" (ioam_tx + ioam_rx) for the comparison in the same run."""
+    configs = [Config("off", "", False), Config("on", ingress, True)]
+    if ingress == "route":
+        configs.append(Config("on, fixed next hop", "route_fixed", True, search=False))
+        configs.append(Config("on, TC", "tc", True, search=False))
     if decompose:
         configs += [
-            Config("ioam_tx only", True, False, search=False),
-            Config("ioam_rx only", False, True, search=False),
-            Config("empty hooks", False, False, empty=True, search=False),
+            Config("ioam_lwt only" if ingress == "route" else "ioam_tx only", ingress, False, search=False),
+            Config("ioam_rx only", "", True, search=False),
         ]
+        if ingress == "tc":
+            configs.append(Config("empty hooks", "", False, empty=True, search=False))
+        else:  # the two inserters alone, side by side, and the route program's floor
+            configs.append(Config("ioam_tx only", "tc", False, search=False))
+            configs.append(Config("ioam_lwt fixed next hop only", "route_fixed", False, search=False))
     return configs
 
 
@@ -308,7 +392,7 @@ class Harness:
 
     def finish(self) -> None:
         self._leave()
-        self.ioam.set(False, False)
+        self.ioam.set("", False)
 
     def trial(self, cfg: Config, rate: float, seconds: float, phase: str, rep: int) -> Trial:
         self.switch_to(cfg)
@@ -433,18 +517,31 @@ def main() -> int:
         help="only the fixed-rate CPU-cost trials (no PDR searches or sweeps): a cost table, docs untouched",
     )
     ap.add_argument("--json-out")
+    ap.add_argument("--only", help="configuration names to run besides off, separated by ; (cost trials)")
+    ap.add_argument(
+        "--ingress",
+        choices=("tc", "route"),
+        default="route",
+        help="the ingress inserter of 'on': the route program ioam_lwt (default) or ioam_tx on TC egress",
+    )
     args = ap.parse_args()
     if args.quick:
         args.reps, args.seconds, args.steps, args.cost_seconds = 3, 0.5, 7, 1.0
     if args.reps < 3:
         sys.exit("--reps must be >= 3 (paired confidence intervals)")
-    for f in (TX_LOADER, RX_LOADER):
+    for f in (TX_LOADER, RX_LOADER, LWT_LOADER):
         if not f.exists():
             sys.exit(f"missing {f.relative_to(REPO)}: run `make -C datapath`")
     log = lambda s: print(s, flush=True)  # noqa: E731
     started, ticks0, monitor = time.monotonic(), cpu_ticks(), LoadMonitor()
-    monitor.OWN = monitor.OWN | {"ioam_tx", "ioam_rx", "taskset"}
-    configs = build_configs(not args.no_decompose)
+    monitor.OWN = monitor.OWN | {"ioam_tx", "ioam_rx", "ioam_lwt", "taskset"}
+    configs = build_configs(not args.no_decompose, args.ingress)
+    if args.only:  # off and the named ones, for more repetitions of fewer configurations
+        keep = {"off", *(n.strip() for n in args.only.split(";"))}
+        unknown = keep - {c.name for c in configs}
+        if unknown:
+            sys.exit(f"--only: no configuration {sorted(unknown)} (have {[c.name for c in configs]})")
+        configs = [c for c in configs if c.name in keep]
     with SoftirqClock() as clock, Line5Bench(args.prefix, "none", PathSpec(data_dst=FIRST_DST)) as bench:
         assert (bench.spec.generator_cpu, bench.spec.dut_cpu) == (GEN_CPU, DUT_CPU)
         add_policies(bench)
@@ -470,7 +567,7 @@ def main() -> int:
         text = cost_report(args, configs, h.samples, problems)
         print("\n" + text)
         if not args.no_doc:
-            write_section(SECTION_COST, text)
+            write_section(SECTION_ROUTE if args.ingress == "route" else SECTION_COST, text)
             print("updated docs/benchmarks.md")
         return 1 if problems else 0
     text = report(args, configs, h.samples, problems)
@@ -613,27 +710,45 @@ def cost_table(args, configs: list[Config], samples: list[Sample]) -> str:
     return "\n".join(rows)
 
 
+TC_CONFIGS = """no PDR searches. **empty hooks** puts programs that do nothing (bench/tools/hook_floor.bpf.c)
+where the two programs go: a clsact qdisc with one TC egress classifier on A's a0, a native XDP program on B's b0. On a
+veth, an XDP program on the receiving device moves its receive path to the veth's NAPI ring and converts
+every skb to an xdp_buff (a copy for a locally built skb); a physical NIC runs XDP on its DMA buffers
+without either. So the hooks' share here is the veth's, and what the programs add is the part a router
+with a NIC pays too."""
+ROUTE_CONFIGS = """no PDR searches. **on**: ioam_lwt on A's policy route (`encap bpf in`, in place of the seg6 encap
+route: the kernel's seg6 encapsulation through bpf_lwt_push_encap for the packets not sampled, the built
+IPv6 + HBH + SRH + E2E header for 1 in N) and ioam_rx on B's b0; **on, TC**: the seg6 encap route with
+ioam_tx on a0's TC egress and ioam_rx (the path before the route program); **off**: the seg6 encap
+route, no program; **on, fixed next hop**: ioam_lwt attached with --fixed-next-hop (the route `via` the
+first SID's gateway: every packet gets the program's outer header as IP encap and is forwarded by the
+route, no route lookup per packet) and ioam_rx; **… only**: one program alone. The route is switched with
+`ip route replace` (the pins, flow and counters stay)."""
+
+
 def cost_report(args, configs: list[Config], samples: list[Sample], problems: list[str]) -> str:
     m, load = machine(), Path("/proc/loadavg").read_text().split()[:3]
     cmd = (
         f"sudo .local/venv/bin/python bench/ioam_overhead.py --cost-only --reps {args.reps} "
         f"--cost-rate {args.cost_rate:g} --cost-seconds {args.cost_seconds:g} --cost-trials {args.cost_trials} "
-        f"--every {args.every}"
+        f"--every {args.every} --ingress {args.ingress}{' --no-decompose' if args.no_decompose else ''}"
+        + (f" --only '{args.only}'" if args.only else "")
     )
-    title = "In-line IOAM: where a packet's extra cost goes, hooks and programs (bench/ioam_overhead.py --cost-only)"
+    title = (
+        "In-line IOAM on the route (ioam_lwt) against TC (ioam_tx) and off, CPU per packet "
+        "(bench/ioam_overhead.py --cost-only --ingress route)"
+        if args.ingress == "route"
+        else "In-line IOAM: where a packet's extra cost goes, hooks and programs (bench/ioam_overhead.py --cost-only)"
+    )
     when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     worked = "; ".join(problems) if problems else "every configuration's programs did their work (checks as above)"
+    configs_text = ROUTE_CONFIGS if args.ingress == "route" else TC_CONFIGS
     return f"""## {title}
 
 {when}; {m}; load average at the end {" ".join(load)}; {args.elapsed:.0f} s.
 Command: `{cmd}`. The lab and the CPU-cost method are the ones of the section above (fixed rate, CPU 1's
 NET_RX time per delivered packet, the configurations interleaved trial by trial, paired by repetition);
-no PDR searches. **empty hooks** puts programs that do nothing (bench/tools/hook_floor.bpf.c) where the two
-programs go: a clsact qdisc with one TC egress classifier on A's a0, a native XDP program on B's b0. On a
-veth, an XDP program on the receiving device moves its receive path to the veth's NAPI ring and converts
-every skb to an xdp_buff (a copy for a locally built skb); a physical NIC runs XDP on its DMA buffers
-without either. So the hooks' share here is the veth's, and what the programs add is the part a router
-with a NIC pays too.
+{configs_text}
 
 {cost_table(args, configs, samples)}
 
@@ -654,7 +769,7 @@ def report(args, configs: list[Config], samples: list[Sample], problems: list[st
         f"sudo .local/venv/bin/python bench/ioam_overhead.py{' --quick' if args.quick else ''} --reps {args.reps} "
         f"--seconds {args.seconds:g} --steps {args.steps} --lo {args.lo:g} --hi {args.hi:g} "
         f"--cost-rate {args.cost_rate:g} --cost-seconds {args.cost_seconds:g} --cost-trials {args.cost_trials} "
-        f"--every {args.every}{' --no-decompose' if args.no_decompose else ''}"
+        f"--every {args.every} --ingress {args.ingress}{' --no-decompose' if args.no_decompose else ''}"
     )
     worked = (
         "in every configuration with ioam_tx on, it saw the delivered packets as packets of the flow, "

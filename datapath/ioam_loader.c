@@ -19,7 +19,7 @@
 enum { OPT_NETNS = 256, OPT_DEV, OPT_INSTANCE, OPT_PIN_DIR, OPT_SIDS, OPT_FLOW_ID, OPT_NAMESPACE_ID, OPT_NODE_ID,
        OPT_TRACE_NODES, OPT_SAMPLE_EVERY, OPT_SAMPLE_INTERVAL_US, OPT_MATCH_SRC, OPT_MATCH_DST, OPT_MATCH_PROTO,
        OPT_MATCH_SPORT, OPT_MATCH_DPORT, OPT_IF_ID, OPT_TAI_OFFSET, OPT_RINGBUF_SIZE, OPT_COUNT, OPT_TIMEOUT_MS,
-       OPT_HEX, OPT_REPEAT, OPT_JSON };
+       OPT_HEX, OPT_REPEAT, OPT_JSON, OPT_PREFIX, OPT_TUNSRC, OPT_TABLE, OPT_METRIC, OPT_MTU, OPT_FIXED_NEXT_HOP };
 
 static const struct option long_opts[] = {
 	{ "netns", required_argument, NULL, OPT_NETNS },
@@ -46,6 +46,12 @@ static const struct option long_opts[] = {
 	{ "hex", required_argument, NULL, OPT_HEX },
 	{ "repeat", required_argument, NULL, OPT_REPEAT },
 	{ "json", no_argument, NULL, OPT_JSON },
+	{ "prefix", required_argument, NULL, OPT_PREFIX },
+	{ "tunsrc", required_argument, NULL, OPT_TUNSRC },
+	{ "table", required_argument, NULL, OPT_TABLE },
+	{ "metric", required_argument, NULL, OPT_METRIC },
+	{ "mtu", required_argument, NULL, OPT_MTU },
+	{ "fixed-next-hop", no_argument, NULL, OPT_FIXED_NEXT_HOP },
 	{ "help", no_argument, NULL, 'h' },
 	{},
 };
@@ -70,6 +76,8 @@ static int parse_args(const struct ioam_prog *p, int argc, char **argv, struct i
 	a->ringbuf_size = IOAM_DEFAULT_RINGBUF;
 	a->timeout_ms = 2000;
 	a->repeat = 1;
+	a->table = 254;   /* main */
+	a->metric = 1024; /* the kernel's default for IPv6 routes */
 	optind = 1;
 	while (ok && (opt = getopt_long(argc, argv, "h", long_opts, NULL)) != -1) {
 		switch (opt) {
@@ -82,6 +90,12 @@ static int parse_args(const struct ioam_prog *p, int argc, char **argv, struct i
 		case OPT_MATCH_DST: a->match_dst = optarg; break;
 		case OPT_HEX: a->hex = optarg; break;
 		case OPT_JSON: a->json = true; break;
+		case OPT_PREFIX: a->prefix = optarg; break;
+		case OPT_TUNSRC: a->tunsrc = optarg; break;
+		case OPT_FIXED_NEXT_HOP: a->fixed_next_hop = true; break;
+		case OPT_TABLE: ok = num("--table", 1, UINT32_MAX, &a->table, NULL); break;
+		case OPT_METRIC: ok = num("--metric", 0, UINT32_MAX, &a->metric, NULL); break;
+		case OPT_MTU: ok = num("--mtu", 1280, 65535, &a->mtu, NULL); break;
 		case OPT_FLOW_ID: ok = num("--flow-id", 0, UINT32_MAX, &a->flow_id, &a->have_flow_id); break;
 		case OPT_NAMESPACE_ID:
 			ok = num("--namespace-id", 0, UINT16_MAX, &a->namespace_id, &a->have_namespace_id);

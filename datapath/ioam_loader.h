@@ -19,13 +19,15 @@
 
 struct ioam_args {
 	const char *netns, *dev, *instance, *pin_dir, *sids, *match_src, *match_dst, *hex;
+	const char *prefix, *tunsrc;          /* ioam_lwt: the route */
 	char pin_dir_buf[512];
 	uint64_t flow_id, namespace_id, node_id, trace_nodes, sample_every, sample_interval_us;
 	uint64_t match_proto, match_sport, match_dport, if_id, ringbuf_size, count, timeout_ms, repeat;
+	uint64_t table, metric, mtu;          /* ioam_lwt: the route (mtu 0: the device's) */
 	int64_t tai_offset;
 	bool have_flow_id, have_namespace_id, have_node_id, have_trace_nodes, have_sample_every;
 	bool have_sample_interval, have_match_proto, have_match_sport, have_match_dport, have_if_id;
-	bool have_tai_offset, json;
+	bool have_tai_offset, json, fixed_next_hop;
 };
 
 struct ioam_prog {

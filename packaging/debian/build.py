@@ -66,7 +66,7 @@ KEEP_SCRIPTS = {
     "processors": [f"segscope-{n}-processor" for n in ("delay", "loss", "inline", "topology")]
     + ["segscope-freshness", "segscope-topics", "segscope-influx-setup"],
 }
-DATAPATH_TOOLS = ["stamp_collector", "stamp_reflector", "altmark_tx", "altmark_rx", "ioam_tx", "ioam_rx"]
+DATAPATH_TOOLS = ["stamp_collector", "stamp_reflector", "altmark_tx", "altmark_rx", "ioam_tx", "ioam_rx", "ioam_lwt"]
 COLLECTOR_TOOLS = ["stamp_sender", "stamp_streamer", "altmark_collector", "libustamp_fast.so"]
 PROCESSOR_NAMES = ("delay", "loss", "inline", "topology")
 

@@ -46,4 +46,4 @@ def reflector_and_collector(veth):
 from tests.datapath.altmark_fixtures import am_build, am_lab, am_testrun  # noqa: E402,F401
 
 # in-line IOAM datapath fixtures (io_build, io_testrun, io_lab), shared by test_ioam_*.py
-from tests.datapath.ioam_fixtures import io_build, io_lab, io_testrun  # noqa: E402,F401
+from tests.datapath.ioam_fixtures import inserter, io_build, io_lab, io_testrun  # noqa: E402,F401

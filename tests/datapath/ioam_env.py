@@ -22,6 +22,7 @@ REPO = Path(__file__).resolve().parents[2]
 BUILD = REPO / "build" / "datapath"
 IOAM_TX = BUILD / "ioam_tx"
 IOAM_RX = BUILD / "ioam_rx"
+IOAM_LWT = BUILD / "ioam_lwt"
 ALTMARK_TX = BUILD / "altmark_tx"
 ALTMARK_RX = BUILD / "altmark_rx"
 PIN_ROOT = Path("/sys/fs/bpf/segscope")
@@ -42,6 +43,20 @@ TX_COUNTERS = [
     "skip_too_long",
     "skip_mtu",
     "skip_adjust_failed",
+    "instrumented",
+]
+LWT_COUNTERS = [
+    "drop_not_ipv6",
+    "drop_no_route",
+    "drop_encap_failed",
+    "pass_unmonitored",
+    "pass_bad_flow",
+    "pass_filtered",
+    "pass_not_sampled",
+    "skip_gso",
+    "skip_too_long",
+    "skip_mtu",
+    "skip_push_failed",
     "instrumented",
 ]
 RX_COUNTERS = [

@@ -7,16 +7,18 @@ a small MTU for the MTU check (a TC test run takes skb->dev from the context's i
 
 from __future__ import annotations
 
+import contextlib
 import os
 import struct
 import subprocess
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 
 from tests.datapath.altmark_env import TestRun
 from tests.datapath.dp_env import in_netns
-from tests.datapath.ioam_env import IOAM_RX, IOAM_TX, PIN_ROOT, PREFIX, REPO, run
+from tests.datapath.ioam_env import IOAM_LWT, IOAM_RX, IOAM_TX, PIN_ROOT, POLICY, PREFIX, REPO, run
 
 SKB_CTX_SIZE = 192  # struct __sk_buff (uapi bpf.h)
 SKB_INGRESS_IFINDEX_OFF, SKB_IFINDEX_OFF, SKB_GSO_SEGS_OFF, SKB_GSO_SIZE_OFF = 36, 40, 164, 176
@@ -112,6 +114,50 @@ class IoLab:
     lab: object
     tx_inst: str
     rx_inst: str
+    tx_tool: Path = IOAM_TX  # the inserter the flows go to: ioam_tx (TC) or ioam_lwt (the route program)
+
+
+# A's policy route in line5, as `ip -6 route show` prints it before and after attach-route
+A_ROUTE = "fd00:b::/64"
+A_SEG6 = f"{A_ROUTE}  encap seg6 mode encap segs 2 [ {' '.join(POLICY)} ] dev a0"
+
+
+def a_route(io_lab) -> str:
+    return io_lab.lab.run("A", ["ip", "-6", "route", "show", A_ROUTE], check=True).stdout.strip()
+
+
+@contextlib.contextmanager
+def route_program(io_lab, extra: tuple[str, ...] = ()):
+    """ioam_lwt on A's policy route in place of its seg6 encap (interface ids as ioam_tx's); the
+    flows of the block go to it. After: the seg6 route back, byte for byte, and no pins left."""
+    lab, inst = io_lab.lab, io_lab.tx_inst
+    route = ["--netns", lab.ns("A"), "--instance", inst, "--prefix", A_ROUTE, "--dev", "a0", "--sids", ",".join(POLICY)]
+    before = a_route(io_lab)
+    run(IOAM_LWT, "attach-route", *route, *extra)
+    try:
+        for dev in ("ah", "a0"):
+            run(IOAM_LWT, "set-if-id", "--instance", inst, "--netns", lab.ns("A"), "--dev", dev,
+                "--if-id", str(LAB_IF_IDS[("A", dev)]))  # fmt: skip
+        io_lab.tx_tool = IOAM_LWT
+        yield
+    finally:
+        io_lab.tx_tool = IOAM_TX
+        run(IOAM_LWT, "detach-route", *route)
+    assert a_route(io_lab) == before, "the seg6 route is back as it was"
+    assert "3355" not in io_lab.lab.run("A", ["ip", "-6", "rule", "show"], check=True).stdout, "the local rule is gone"
+    assert not (PIN_ROOT / inst / "ioam_lwt").exists(), "the last route took the pins with it"
+
+
+@pytest.fixture(params=["tc", "route", "route-fixed-next-hop"])
+def inserter(io_lab, request):
+    """The lab's ingress insertion: ioam_tx on a0's TC egress, or ioam_lwt on A's policy route (the
+    kernel's seg6 encap for the packets not instrumented, or, with --fixed-next-hop, the program's
+    header for every packet and the first SID's gateway in the route)."""
+    if request.param == "tc":
+        yield "tc"
+        return
+    with route_program(io_lab, ("--fixed-next-hop",) if request.param.endswith("fixed-next-hop") else ()):
+        yield request.param
 
 
 def lab_enable_ioam(lab) -> None:

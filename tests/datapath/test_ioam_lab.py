@@ -62,7 +62,7 @@ def tai_utc_offset_s() -> int:
 @contextlib.contextmanager
 def ioam_flow(io_lab, every: int = 1, flow_id: int = 7):
     run(
-        IOAM_TX, "add-flow", "--instance", io_lab.tx_inst, "--sids", ",".join(POLICY), "--flow-id", str(flow_id),
+        io_lab.tx_tool, "add-flow", "--instance", io_lab.tx_inst, "--sids", ",".join(POLICY), "--flow-id", str(flow_id),
         "--namespace-id", str(LAB_NAMESPACE), "--node-id", str(LAB_NODES["A"]), "--trace-nodes", str(SLOTS),
         "--sample-every", str(every),
     )  # fmt: skip
@@ -73,7 +73,7 @@ def ioam_flow(io_lab, every: int = 1, flow_id: int = 7):
     try:
         yield
     finally:
-        run(IOAM_TX, "del-flow", "--instance", io_lab.tx_inst, "--flow-id", str(flow_id), check=False)
+        run(io_lab.tx_tool, "del-flow", "--instance", io_lab.tx_inst, "--flow-id", str(flow_id), check=False)
         run(IOAM_RX, "del-flow", "--instance", io_lab.rx_inst, "--flow-id", str(flow_id), check=False)
 
 
@@ -117,15 +117,15 @@ def baseline_and_measured(io_lab, n, every=1, payload_len=64):
                 send_udp(lab.ns("H1"), H2_ADDR, n, [CPU], payload_len=payload_len, sock=sock)
                 base_r0, base_h2 = by_seq(r0.frames(n)), by_seq(h2.frames(n))
                 with ioam_flow(io_lab, every):
-                    before_tx, before_rx = stats(IOAM_TX, io_lab.tx_inst), stats(IOAM_RX, io_lab.rx_inst)
+                    before_tx, before_rx = stats(io_lab.tx_tool, io_lab.tx_inst), stats(IOAM_RX, io_lab.rx_inst)
                     send_udp(lab.ns("H1"), H2_ADDR, n, [CPU], payload_len=payload_len, sock=sock)
                     got_r0, got_h2 = by_seq(r0.frames(n)), by_seq(h2.frames(n))
                     datagrams = rx.drain(2 * n)
                     n_rec = len(range(0, n, every))
                     records = dump(io_lab.rx_inst, count=n_rec, timeout_ms=3000) if n_rec else []
-                    d_tx = delta(before_tx, stats(IOAM_TX, io_lab.tx_inst))
+                    d_tx = delta(before_tx, stats(io_lab.tx_tool, io_lab.tx_inst))
                     d_rx = delta(before_rx, stats(IOAM_RX, io_lab.rx_inst))
-                    tx_flow = flow(IOAM_TX, io_lab.tx_inst, 7)
+                    tx_flow = flow(io_lab.tx_tool, io_lab.tx_inst, 7)
             finally:
                 for c in (r0, h2, rx):
                     c.close()
@@ -194,7 +194,7 @@ ENTRY_KEYS = {
 }
 
 
-def test_every_packet_instrumented_recorded_and_delivered_unchanged(io_lab):
+def test_every_packet_instrumented_recorded_and_delivered_unchanged(io_lab, inserter):
     n = 40
     base_r0, base_h2, got_r0, got_h2, datagrams, records, d_tx, d_rx, tx_flow = baseline_and_measured(io_lab, n)
     offset = tai_utc_offset_s()
@@ -214,7 +214,7 @@ def test_every_packet_instrumented_recorded_and_delivered_unchanged(io_lab):
     assert (tx_flow["seen"], tx_flow["sampled"], tx_flow["instrumented"], tx_flow["next_seq"]) == (n, n, n, n)
 
 
-def test_one_in_ten_sampled_by_the_documented_rule(io_lab):
+def test_one_in_ten_sampled_by_the_documented_rule(io_lab, inserter):
     """--sample-every 10: packet k of the flow (one sender, one CPU: the send order) is
     instrumented iff k % 10 == 0, with E2E sequence number k / 10."""
     n, every = 95, 10
@@ -234,7 +234,7 @@ def test_one_in_ten_sampled_by_the_documented_rule(io_lab):
     assert (tx_flow["seen"], tx_flow["sampled"], tx_flow["next_seq"]) == (n, 10, 10)
 
 
-def test_mtu_sized_packets_pass_uninstrumented_and_counted(io_lab):
+def test_mtu_sized_packets_pass_uninstrumented_and_counted(io_lab, inserter):
     """a0 has MTU 1500; the encapsulation adds 80 bytes (IPv6 + SRH of 2 SIDs), ioam_tx 112 (trace
     of 4 slots + E2E). A packet that leaves A at 1388 bytes fits after the insertion; 1389 and the
     full 1500 do not: they go out unchanged, are delivered and counted."""
@@ -246,12 +246,12 @@ def test_mtu_sized_packets_pass_uninstrumented_and_counted(io_lab):
         r0, rx = Capture(lab.ns("R"), "r0"), Receiver(lab.ns("H2"), H2_ADDR)
         try:
             with ioam_flow(io_lab):
-                before = stats(IOAM_TX, io_lab.tx_inst)
+                before = stats(io_lab.tx_tool, io_lab.tx_inst)
                 for i, size in enumerate(sizes):
                     send_udp(lab.ns("H1"), H2_ADDR, 1, [CPU], payload_len=size, seq0=i)
                 frames, got = by_seq(r0.frames(3)), rx.drain(3)
-                d = delta(before, stats(IOAM_TX, io_lab.tx_inst))
-                f = flow(IOAM_TX, io_lab.tx_inst, 7)
+                d = delta(before, stats(io_lab.tx_tool, io_lab.tx_inst))
+                f = flow(io_lab.tx_tool, io_lab.tx_inst, 7)
                 records = dump(io_lab.rx_inst, count=1, timeout_ms=3000)
         finally:
             r0.close()
