@@ -576,7 +576,7 @@ def thread_cpu_s(cgroup: str | None) -> dict[int, tuple[str, float]]:
     tick = os.sysconf("SC_CLK_TCK")
     for tid in listing.read_text().split() if listing else []:
         try:
-            head, tail = Path(f"/proc/{tid}/stat").read_text().rsplit(")", 1)
+            head, tail = Path(f"/proc/{tid}/task/{tid}/stat").read_text().rsplit(")", 1)  # the thread's own
         except OSError:
             continue  # ended meanwhile
         fields = tail.split()
