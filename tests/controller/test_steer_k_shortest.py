@@ -127,3 +127,25 @@ def test_a_member_gone_from_the_graph_is_replaced_at_once():
     gone = tri3()
     del gone.graph["A"]["R2"]  # the A-R2 link lost its measurement
     assert [(s, p.nodes[1]) for s, p in kept.update(paths(gone), kept.slots[0].segs)] == [(1, "R3")]
+
+
+def test_validate_and_status_list_the_resolved_candidates():
+    from controller.status import _render_steering
+    from controller.steering import describe_candidates
+
+    entry = describe_candidates(load_intent(K_SHORTEST, graph=tri3).steering[0])
+    assert entry["source"] == "k_shortest 3"
+    assert entry["candidates"][1] == {
+        "name": "k2",
+        "ssid": 102,
+        "segs": ["fc00:12::e", "fc00:3::d6"],
+        "nodes": ["A", "R2", "B"],
+        "graph_delay_us": 1020.0,
+    }
+    lines = _render_steering({"entries": [entry], "policies": [], "decisions": [], "window_s": 3600})
+    assert lines[2:6] == [
+        "  A fd00:b::/64: candidates k_shortest 3",
+        "    k1   ssid 101   [fc00:11::e, fc00:3::d6]  path A-R1-B, 320 us in the graph",
+        "    k2   ssid 102   [fc00:12::e, fc00:3::d6]  path A-R2-B, 1020 us in the graph",
+        "    k3   ssid 103   [fc00:13::e, fc00:3::d6]  path A-R3-B, 1520 us in the graph",
+    ]
