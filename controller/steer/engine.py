@@ -160,7 +160,8 @@ class Engine:
             return Outcome(active_window, alert=alert, detail=f"active {st.active.name}: {active_window}")
         decision = self._choose(st, measured)
         if decision is None:
-            return Outcome("no_better", alert=alert, detail=self._skipped(windows))
+            skipped = self._skipped(windows) if len(measured) < len(windows) else ""  # the usual case: none
+            return Outcome("no_better", alert=alert, detail=skipped)
         while st.switches and st.switches[0] <= now - 3600:
             st.switches.popleft()
         if len(st.switches) >= spec.max_switches_per_hour:
