@@ -26,6 +26,7 @@ import sys
 from controller.agents import AgentError
 from controller.core import Controller
 from controller.intent import IntentError, load_intent
+from controller.steering import describe_candidates, render_candidates
 
 EXIT_OK, EXIT_AGENT, EXIT_INVALID, EXIT_CHANGES, EXIT_KAFKA_REFUSED = 0, 1, 2, 3, 4
 
@@ -46,6 +47,7 @@ def cmd_validate(args, intent) -> int:
                 "stamp_sessions": len(intent.stamp_sessions),
                 "flows": len(intent.flows),
                 "inline_monitors": len(intent.inline_monitors),
+                "steering": [describe_candidates(s) for s in intent.steering],
             }
         )
     else:
@@ -54,6 +56,8 @@ def cmd_validate(args, intent) -> int:
             f"{len(intent.policies)} policies, {len(intent.stamp_sessions)} STAMP sessions, "
             f"{len(intent.flows)} flows, {len(intent.inline_monitors)} in-line monitors)"
         )
+        for s in intent.steering:
+            print("\n".join(render_candidates(describe_candidates(s))))
     return EXIT_OK
 
 

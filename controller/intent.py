@@ -305,10 +305,20 @@ MATCH_KEYS = ("src", "dst", "proto", "sport", "dport")
 class _Checker:
     """Validation helpers that record problems on the doc instead of raising."""
 
-    def __init__(self, doc: MarkedDoc, base_dir: Path):
+    def __init__(self, doc: MarkedDoc, base_dir: Path, graph=None):
         self.doc = doc
         self.base_dir = base_dir
         self.usid: CsidFormat | None = None  # the `usid:` domain, parsed before every section
+        self._graph_reader = graph  # () -> Topology, for `candidates: {k_shortest: K}`
+        self._topology = None
+
+    def topology(self):
+        """The topology graph, read once per file (every k_shortest entry resolves on the same)."""
+        if self._topology is None:
+            from controller.steer.resolve import graph_from_env
+
+            self._topology = (self._graph_reader or graph_from_env)()
+        return self._topology
 
     def err(self, where: tuple, what: str, fix: str = "", at_key: bool = False) -> None:
         self.doc.error(where, what, fix, at_key)
@@ -1286,10 +1296,12 @@ def _role_key(where: tuple, role: str) -> tuple:
     return where + ({"sender": "from", "reflector": "to"}[role] if where[0] == "link_probes" else role,)
 
 
-def parse_intent(text: str, file: str = "intent.yaml", base_dir: Path | None = None) -> Intent:
-    """Validate text; returns the Intent or raises IntentError with every problem."""
+def parse_intent(text: str, file: str = "intent.yaml", base_dir: Path | None = None, graph=None) -> Intent:
+    """Validate text; returns the Intent or raises IntentError with every problem. `graph`: a
+    callable giving the topology graph for k_shortest candidates (default: ArangoDB, the
+    SEGSCOPE_ARANGO_* settings; read only when an entry has k_shortest)."""
     raw, doc = load_marked(text, file)
-    c = _Checker(doc, base_dir or Path(file).resolve().parent)
+    c = _Checker(doc, base_dir or Path(file).resolve().parent, graph)
     intent = Intent(file=file)
     indexed: dict[str, list[tuple[int, Any]]] = {
         k: [] for k in ("local_sids", "policies", "stamp_sessions", "link_probes", "flows", "inline_monitors")
@@ -1382,7 +1394,7 @@ def _parse_steering_section(c: _Checker, intent: Intent, raw: Any, nodes: dict) 
         intent.steering.append(s)
 
 
-def load_intent(path: str | Path) -> Intent:
+def load_intent(path: str | Path, graph=None) -> Intent:
     """Read and validate an intent file (paths in it are relative to the file's directory)."""
     path = Path(path)
     try:
@@ -1391,7 +1403,7 @@ def load_intent(path: str | Path) -> Intent:
         raise IntentError(
             str(path), [Problem(1, 1, "", f"cannot read the file: {exc.strerror}", "check the path")]
         ) from None
-    return parse_intent(text, str(path), path.resolve().parent)
+    return parse_intent(text, str(path), path.resolve().parent, graph)
 
 
 def _same_ip(a: str, b: str) -> bool | None:

@@ -13,6 +13,7 @@ import requests
 
 from controller.agents import AgentError
 from controller.core import Controller
+from controller.steering import describe_candidates, render_candidates
 
 STATE_NAMES = {0: "unknown", 1: "created", 2: "running", 3: "stopped"}
 
@@ -258,6 +259,7 @@ def collect(
         ]
         if ctl.intent.steering:
             out["steering"] = _steering_status(influx_url, influx_db, repairs_window_s, now)
+            out["steering"]["entries"] = [describe_candidates(s) for s in ctl.intent.steering]
     except (requests.RequestException, RuntimeError) as exc:
         out["influx_error"] = str(exc)
     for f in ctl.intent.flows:
@@ -464,6 +466,8 @@ def _render_run(run: dict) -> list[str]:
 def _render_steering(steering: dict) -> list[str]:
     """Each steered policy's active path and alert, and segscope-steer's newest decisions."""
     lines = ["", "steering (segscope-steer):"]
+    for entry in steering.get("entries", []):
+        lines += render_candidates(entry)
     for p in steering.get("policies", []):
         alert = f"  ALERT: {p.get('alert_text')}" if p.get("alert") else ""
         lines.append(

@@ -4,7 +4,8 @@ segscope measures (docs/steering.md).
     steering:
       - node: A                                   # the policy's node (head end)
         destination: "fd00:b::/64"                # the policy (an entry of `policies:`)
-        candidates:                               # the SID lists it may use
+        candidates:                               # the SID lists it may use, listed or
+                                                  # {k_shortest: K, avoid: [node, ..]} (below)
           - {name: p1, segs: [...], return_segs: [...], sender_dev: a1, reflector_dev: b1}
             # probe_segs: the probe's SID list (default: segs without its last SID, the egress's
             # decapsulation SID; the probe goes to the reflector's address instead)
@@ -16,6 +17,9 @@ segscope measures (docs/steering.md).
         max_switches_per_hour: 6
         dry_run: false
 
+`candidates: {k_shortest: K}`: the K shortest paths by measured delay over the topology graph,
+resolved when the intent is read (controller/steer/resolve.py); `avoid` leaves nodes out.
+
 Parsed with the intent's checker, so every problem is reported as FILE:LINE:COLUMN like the rest
 of the file. Each candidate becomes a STAMP session (ssid = probe.ssid + its index) that the
 controller creates like any other, so every candidate is measured all the time, not only the
@@ -24,7 +28,7 @@ active one.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 OBJECTIVES = ("lowest_delay", "lowest_loss", "bounded")
@@ -48,6 +52,8 @@ PROBE_KEYS = ("ssid", "rate_pps", "source", "reflector", "direction")
 PROBE_REFLECTOR_KEYS = ("node", "address")
 OBJECTIVE_KEYS = ("kind", "max_delay_us", "max_loss_pct", "prefer")
 HYSTERESIS_KEYS = ("pct", "us", "seconds", "loss_pp")
+K_SHORTEST_KEYS = ("k_shortest", "avoid")
+MIN_CANDIDATES = 2
 MAX_CANDIDATES = 8
 MAX_HYSTERESIS_S = 600
 
@@ -61,6 +67,8 @@ class Candidate:
     sender_dev: str = ""  # where the probe's replies arrive on the policy's node
     probe_segs: tuple[str, ...] = ()  # the probe's SID list: segs without the egress's decap SID
     reflector_dev: str = ""  # where the probes arrive on the reflector node
+    nodes: tuple[str, ...] = ()  # k_shortest: the graph's path (policy node ... reflector node)
+    graph_delay_us: float | None = None  # k_shortest: the path's delay in the graph when resolved
 
 
 @dataclass(frozen=True)
@@ -103,6 +111,8 @@ class Steering:
     stale_after_s: float = 3.0  # a candidate whose newest second is older than this is stale
     verify_s: int = 5  # seconds measured on the new path after a switch before it is judged
     dry_run: bool = False
+    k_shortest: int = 0  # > 0: the candidates are the graph's K shortest paths, not listed
+    avoid: tuple[str, ...] = ()  # k_shortest: nodes no candidate may cross
 
     @property
     def key(self) -> tuple:
@@ -134,7 +144,12 @@ def parse_steering(c, where: tuple, raw: Any, nodes: dict, policies: dict) -> St
             f"no policy for {destination} on node {node} (table {table}) under `policies:`",
             "add the policy under `policies:` (its segs: the candidate to start with), or fix node/destination",
         )
-    candidates = _parse_candidates(c, where + ("candidates",), raw.get("candidates"), raw.get("probe"))
+    k_shortest, avoid = 0, ()
+    if isinstance(raw.get("candidates"), dict):
+        k_shortest, avoid = _parse_k_shortest(c, where + ("candidates",), raw["candidates"], nodes)
+        candidates = []
+    else:
+        candidates = _parse_candidates(c, where + ("candidates",), raw.get("candidates"), raw.get("probe"))
     probe = _parse_probe(c, where + ("probe",), raw.get("probe"), nodes, MAX_RATE_PPS) if "probe" in raw else None
     names = tuple(cand.name for cand in candidates)
     objective = _parse_objective(c, where + ("objective",), raw.get("objective", "lowest_delay"), names)
@@ -148,14 +163,12 @@ def parse_steering(c, where: tuple, raw: Any, nodes: dict, policies: dict) -> St
     stale = _number(c, where + ("stale_after_s",), raw.get("stale_after_s", 3), 1, 600, "stale_after_s")
     verify = c.integer(where + ("verify_s",), raw["verify_s"], "verify_s", 1, 600) if "verify_s" in raw else 5
     dry_run = c.boolean(where + ("dry_run",), raw["dry_run"]) if "dry_run" in raw else False
+    if k_shortest and probe is not None and not c.doc.problems:
+        policy = policies.get((node, destination, table))
+        candidates = _resolve(c, where + ("candidates",), k_shortest, avoid, node, probe, policy, hysteresis)
     if probe is None or not candidates:
         return None
-    candidates = tuple(
-        Candidate(
-            cand.name, cand.segs, probe.ssid + i, cand.return_segs, cand.sender_dev, cand.reflector_dev, cand.probe_segs
-        )
-        for i, cand in enumerate(candidates)
-    )
+    candidates = tuple(replace(cand, ssid=probe.ssid + i) for i, cand in enumerate(candidates))
     return Steering(
         node=node,
         destination=destination,
@@ -169,7 +182,63 @@ def parse_steering(c, where: tuple, raw: Any, nodes: dict, policies: dict) -> St
         stale_after_s=stale,
         verify_s=verify,
         dry_run=dry_run,
+        k_shortest=k_shortest,
+        avoid=avoid,
     )
+
+
+def _parse_k_shortest(c, where: tuple, raw: dict, nodes: dict) -> tuple[int, tuple[str, ...]]:
+    """`candidates: {k_shortest: K, avoid: [node, ...]}`."""
+    if not c.mapping(where, raw, K_SHORTEST_KEYS, required=("k_shortest",)):
+        return 0, ()
+    k = (
+        c.integer(where + ("k_shortest",), raw["k_shortest"], "k_shortest", MIN_CANDIDATES, MAX_CANDIDATES)
+        if "k_shortest" in raw
+        else 0
+    )
+    avoid = tuple(
+        c.node_ref(where + ("avoid", i), name, nodes)
+        for i, name in enumerate(c.listing(where + ("avoid",), raw.get("avoid"), "node"))
+    )
+    return k, avoid
+
+
+def _resolve(c, where: tuple, k: int, avoid, node: str, probe: Probe, policy, hysteresis) -> list[Candidate]:
+    """The graph's k shortest usable paths from the policy's node to the reflector node."""
+    from controller.steer.resolve import CandidateSet, GraphError, ranked_paths
+
+    if policy is None:
+        return []
+    h = hysteresis or Hysteresis()
+    try:
+        ranked = ranked_paths(c.topology(), node, probe.reflector_node, policy.segs[-1], avoid)
+    except GraphError as exc:
+        c.err(where, str(exc), "check the graph (SEGSCOPE_ARANGO_URL, the topology processor) or list the candidates")
+        return []
+    if len(ranked) < MIN_CANDIDATES:
+        c.err(
+            where,
+            f"the topology graph has {len(ranked)} usable path(s) from {node} to {probe.reflector_node}"
+            f"{' avoiding ' + ', '.join(avoid) if avoid else ''}: steering needs at least {MIN_CANDIDATES}",
+            "measure more links (a path needs each link's delay and End SIDs on its transit nodes), or list them",
+        )
+        return []
+    kept = CandidateSet(k, h.pct, h.us, h.seconds)
+    kept.update(ranked)
+    return [
+        Candidate(
+            f"k{i + 1}",
+            p.segs,
+            0,
+            return_segs=p.return_segs,
+            sender_dev=p.sender_dev,
+            probe_segs=p.segs[:-1],
+            reflector_dev=p.reflector_dev,
+            nodes=p.nodes,
+            graph_delay_us=p.delay_us,
+        )
+        for i, p in enumerate(kept.slots)
+    ]
 
 
 def _number(c, where: tuple, value: Any, lo: float, hi: float, what: str) -> float:
@@ -183,6 +252,15 @@ def _number(c, where: tuple, value: Any, lo: float, hi: float, what: str) -> flo
 
 def _parse_candidates(c, where: tuple, raw: Any, probe_raw: Any) -> list[Candidate]:
     items = c.listing(where, raw, "candidate")
+    for i, item in enumerate(items):
+        if isinstance(item, dict) and "k_shortest" in item:
+            c.err(
+                where + (i, "k_shortest"),
+                "k_shortest among listed candidates: the candidates are either listed or the graph's K shortest",
+                "write `candidates: {k_shortest: 3}` alone, or list every SID list without k_shortest",
+                at_key=True,
+            )
+            return []
     if raw is not None and isinstance(raw, list) and len(items) < 2:
         c.err(
             where, f"{len(items)} candidate(s): steering needs at least 2", "list two or more SID lists to choose from"
@@ -218,7 +296,9 @@ def _parse_candidates(c, where: tuple, raw: Any, probe_raw: Any) -> list[Candida
             c.err(here + ("segs",), f"same SID list as candidates[{seen_segs[segs]}]", "list each SID list once")
         seen_names.setdefault(name, i)
         seen_segs.setdefault(segs, i)
-        out.append(Candidate(name, segs, 0, back, sender_dev, refl_dev, probe))
+        out.append(
+            Candidate(name, segs, 0, return_segs=back, sender_dev=sender_dev, probe_segs=probe, reflector_dev=refl_dev)
+        )
     return out
 
 
@@ -298,6 +378,29 @@ def _parse_hysteresis(c, where: tuple, raw: Any) -> Hysteresis | None:
         else d.seconds,
         loss_pp=_number(c, where + ("loss_pp",), raw.get("loss_pp", d.loss_pp), 0, 100, "loss_pp"),
     )
+
+
+def describe_candidates(s: Steering) -> dict:
+    """An entry's candidates as `controller validate` / `status` show them (JSON)."""
+    return {
+        "node": s.node,
+        "policy": s.destination,
+        "source": f"k_shortest {s.k_shortest}" if s.k_shortest else "listed",
+        "candidates": [
+            {"name": c.name, "ssid": c.ssid, "segs": list(c.segs)}
+            | ({"nodes": list(c.nodes), "graph_delay_us": c.graph_delay_us} if c.nodes else {})
+            for c in s.candidates
+        ],
+    }
+
+
+def render_candidates(entry: dict) -> list[str]:
+    """describe_candidates() as text lines."""
+    lines = [f"  {entry['node']} {entry['policy']}: candidates {entry['source']}"]
+    for c in entry["candidates"]:
+        path = f"  path {'-'.join(c['nodes'])}, {c['graph_delay_us']:.0f} us in the graph" if "nodes" in c else ""
+        lines.append(f"    {c['name']:<4} ssid {c['ssid']:<5} [{', '.join(c['segs'])}]{path}")
+    return lines
 
 
 def probe_sessions(s: Steering, stamp_session_cls, stamp_end_cls) -> list:

@@ -78,14 +78,18 @@ def sid_list(path: list[str], end_sids: dict[str, str], decap_sid: str) -> tuple
     return tuple(end_sids[node] for node in transit) + (decap_sid,)
 
 
-def read_graph(db) -> tuple[Graph, dict[str, str]]:
-    """(measured links, each node's End SID) from the topology processor's own-mode collections."""
+def read_graph(db, interfaces: dict | None = None) -> tuple[Graph, dict[str, str]]:
+    """(measured links, each node's End SID) from the topology processor's own-mode collections;
+    `interfaces`, when given, gets each measured link's (local, remote) interface names."""
     graph: Graph = {}
     for edge in db.aql.execute(QUERY_ALL, bind_vars={"@collection": EDGES}):
         delay = edge.get("latency")
         if delay is None:
             continue  # not measured: no weight to give it
-        graph.setdefault(edge["router_id"], {})[edge["remote_router_id"]] = float(delay)
+        a, b = edge["router_id"], edge["remote_router_id"]
+        graph.setdefault(a, {})[b] = float(delay)
+        if interfaces is not None:
+            interfaces[(a, b)] = (edge.get("local_interface") or "", edge.get("remote_interface") or "")
     end_sids: dict[str, str] = {}
     for sid in db.aql.execute(QUERY_ALL, bind_vars={"@collection": SIDS}):
         if (sid.get("srv6_endpoint_behavior") or {}).get("name") == "End":

@@ -91,6 +91,7 @@ class PolicyState:
     backoff_until: float = 0.0
     verify: Verify | None = None
     counts: collections.Counter = field(default_factory=collections.Counter)
+    owners: tuple = ()  # (candidate name, (policy key, candidate name)) of each candidate, in order
 
 
 class Engine:
@@ -104,7 +105,7 @@ class Engine:
         for s in policies:
             segs = (initial or {}).get(s.key)
             active = (s.candidate_for_segs(segs) if segs else None) or s.candidates[0]
-            self.policies[s.key] = PolicyState(s, active)
+            self.policies[s.key] = PolicyState(s, active, owners=tuple((c.name, (s.key, c.name)) for c in s.candidates))
             for cand in s.candidates:
                 self.by_session[(s.node, cand.ssid)] = (s.key, cand.name)
                 self.series[(s.key, cand.name)] = {}
@@ -116,6 +117,10 @@ class Engine:
         owner = self.by_session.get((node, ssid))
         if owner is None:
             return None
+        return self.observe_owner(owner, second, delay_us, count)
+
+    def observe_owner(self, owner: tuple, second: int, delay_us: float, count: int) -> tuple:
+        """observe() for a caller that knows the (policy, candidate) the session measures."""
         series = self.series[owner]
         series[second] = Sample(delay_us, max(0.0, 100.0 * (1 - count / self.rate[owner])))
         key = owner[0]
@@ -139,7 +144,7 @@ class Engine:
         st = self.policies[key]
         spec = st.spec
         n = spec.hysteresis.seconds
-        windows = {c.name: self._window(key, c, now, n) for c in spec.candidates}
+        windows = self._windows(st, now, n)
         measured = {name: w for name, w in windows.items() if isinstance(w, list)}
         alert = self._alert(spec, measured)
         if st.verify is not None:
@@ -155,7 +160,8 @@ class Engine:
             return Outcome(active_window, alert=alert, detail=f"active {st.active.name}: {active_window}")
         decision = self._choose(st, measured)
         if decision is None:
-            return Outcome("no_better", alert=alert, detail=self._skipped(windows))
+            skipped = self._skipped(windows) if len(measured) < len(windows) else ""  # the usual case: none
+            return Outcome("no_better", alert=alert, detail=skipped)
         while st.switches and st.switches[0] <= now - 3600:
             st.switches.popleft()
         if len(st.switches) >= spec.max_switches_per_hour:
@@ -163,15 +169,20 @@ class Engine:
             return Outcome("rate_limited", alert=alert, detail=f"{len(st.switches)} switches in the last hour")
         return Outcome("decide", decision, alert)
 
-    def _window(self, key: tuple, cand: Candidate, now: float, n: int) -> list[Sample] | str:
-        """The candidate's last n seconds, or why they cannot be judged: stale / incomplete."""
-        owner = (key, cand.name)
-        newest = self.newest.get(owner)
-        if newest is None or now - (newest + 1) > self.policies[key].spec.stale_after_s:
-            return "stale"
-        series = self.series[owner]
-        got = [series.get(s) for s in range(newest - n + 1, newest + 1)]
-        return "incomplete" if None in got else got
+    def _windows(self, st: PolicyState, now: float, n: int) -> dict[str, list[Sample] | str]:
+        """Each candidate's last n seconds, or why they cannot be judged: stale / incomplete."""
+        out: dict[str, list[Sample] | str] = {}
+        newest_of, series_of = self.newest, self.series
+        oldest_fresh = now - 1 - st.spec.stale_after_s  # an older newest second is stale
+        for name, owner in st.owners:
+            newest = newest_of.get(owner)
+            if newest is None or newest < oldest_fresh:
+                out[name] = "stale"
+                continue
+            get = series_of[owner].get
+            got = [get(s) for s in range(newest - n + 1, newest + 1)]
+            out[name] = "incomplete" if None in got else got
+        return out
 
     def _choose(self, st: PolicyState, measured: dict[str, list[Sample]]) -> Decision | None:
         spec, active = st.spec, st.active

@@ -41,6 +41,11 @@ UNREACHABLE = {"UNAVAILABLE", "DEADLINE_EXCEEDED"}
 BACKOFF_S = (1.0, 2.0, 4.0, 8.0, 16.0, 30.0)  # an unreachable agent is tried again after these
 CALL_TIMEOUT_S = 5.0
 STAMP_PREFIX = b"stamp_delay,"
+# the counter of each evaluation state, named once rather than formatted per evaluation
+STATE_COUNTER = {
+    state: f"state_{state}"
+    for state in ("decide", "hold_down", "rate_limited", "stale", "incomplete", "no_better", "verifying", "backoff")
+}
 COUNT_RE = re.compile(rb"(?:^|,)count=(\d+)i")
 MEAN_RE = re.compile(rb"(?:^|,)mean_us=([-+0-9.eE]+)")
 
@@ -124,6 +129,13 @@ class SteerService:
             rb"^stamp_delay,node=([^,\\\n ]*),ssid=(\d+),path=[^ \n]*,direction=(" + wanted + rb") ([^ \n]*) (\d+)$",
             re.M,
         )
+        # (node, ssid, direction) as the line's bytes -> the engine's owner of our probes' points:
+        # the message loop looks a line up without decoding it
+        self._owner_by_raw = {
+            (s.node.encode(), str(c.ssid).encode(), s.probe.direction.encode()): (s.key, c.name)
+            for s in intent.steering
+            for c in s.candidates
+        }
         self.clients: dict[str, AgentClient] = {}
         self.counts: collections.Counter = collections.Counter()
         self.latencies_ms: list[float] = []  # Kafka arrival -> agent call, per carried-out decision
@@ -153,21 +165,21 @@ class SteerService:
                 self._observe_parsed(raw, kafka_ts_s) for raw in value.split(b"\n") if raw.startswith(STAMP_PREFIX)
             )
         used = 0
-        by_session = self.engine.by_session
+        owners = self._owner_by_raw
+        observe = self.engine.observe_owner
+        pending = self._pending
         for node_b, ssid_b, direction, fields, ts in found:
-            node, ssid = node_b.decode(), int(ssid_b)
-            if (node, ssid) not in by_session:
-                continue
+            owner = owners.get((node_b, ssid_b, direction))
+            if owner is None:
+                continue  # not our probe, or not the direction its policy is judged on
             count, mean = COUNT_RE.search(fields), MEAN_RE.search(fields)
-            used += self._observe(
-                node,
-                ssid,
-                direction.decode(),
-                int(ts),
-                int(count.group(1)) if count else 0,
-                float(mean.group(1)) if mean else None,
-                kafka_ts_s,
-            )
+            if count is None or mean is None or int(count.group(1)) <= 0:
+                self.counts["incomplete_points"] += 1  # a point still mid-write, or no packet
+                continue
+            observe(owner, int(ts) // 1_000_000_000, float(mean.group(1)), int(count.group(1)))
+            pending.setdefault(owner[0], kafka_ts_s)
+            used += 1
+        self.counts["points"] += used
         return used
 
     def _observe_parsed(self, raw: bytes, kafka_ts_s: float) -> int:
@@ -215,9 +227,10 @@ class SteerService:
     # ------------------------------------------------------------------ deciding
     def evaluate(self, keys, now: float) -> list[tuple[tuple, Outcome]]:
         out = []
+        evaluate, counts = self.engine.evaluate, self.counts
         for key in keys:
-            outcome = self.engine.evaluate(key, now)
-            self.counts[f"state_{outcome.state}"] += 1
+            outcome = evaluate(key, now)
+            counts[STATE_COUNTER.get(outcome.state) or f"state_{outcome.state}"] += 1
             out.append((key, outcome))
         return out
 
