@@ -27,7 +27,7 @@ from bench.pdr import (
     sweep_points,
     t975,
 )
-from tests.isolation import own_name
+from tests.isolation import own_name, wait_until_alone
 
 # ---------------------------------------------------------------- statistics
 
@@ -155,6 +155,7 @@ def bench():
         # A deterministic rate limiter on R (after A's encap and R's End, daddr is B's End.DT6 SID):
         # above LIMIT_PPS every packet is dropped and counted.
         _nft(b)
+        wait_until_alone()  # prepared beside the last parallel groups; the searches run alone
         yield b
     finally:
         b.down()
