@@ -141,7 +141,7 @@ def test_smallest_run_produces_sane_numbers(tmp_path):
     args = ["--prefix", own_name("iobtest"), "--reps", "3", "--steps", "3", "--seconds", "0.3"]
     args += ["--lo", "4000", "--hi", "24000"]
     args += ["--cost-rate", "8000", "--cost-seconds", "0.3", "--no-doc", "--json-out", str(out)]
-    args += ["--ingress", "tc"]  # the TC inserter and its decomposition (empty hooks); the route program has its own tests
+    args += ["--ingress", "tc"]  # TC and its decomposition (empty hooks); the route program: test_ioam_lwt.py
     proc = subprocess.run(
         [sys.executable, str(REPO / "bench" / "ioam_overhead.py"), *args],
         cwd=REPO,
