@@ -25,6 +25,7 @@
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_endian.h>
 #include "ioam_lwt.h"
+#include "ioam_sample.bpf.h"
 
 #define ETH_P_IPV6_BE bpf_htons(0x86DD)
 
@@ -85,60 +86,24 @@ static __always_inline void count(enum ioam_lwt_counter counter)
 		*value += 1;   /* per-CPU slot: no atomic needed */
 }
 
-static __always_inline bool prefix_match(const __u8 *addr, const __u8 *want, const __u8 *mask)
-{
-	__u64 a0, a1, w0, w1, m0, m1;
-
-	__builtin_memcpy(&a0, addr, 8);
-	__builtin_memcpy(&a1, addr + 8, 8);
-	__builtin_memcpy(&w0, want, 8);
-	__builtin_memcpy(&w1, want + 8, 8);
-	__builtin_memcpy(&m0, mask, 8);
-	__builtin_memcpy(&m1, mask + 8, 8);
-	return (a0 & m0) == w0 && (a1 & m1) == w1;
-}
-
 /* The flow's filter on the packet (its IPv6 header; TCP/UDP ports right after it). */
 static __always_inline bool filter_match(struct __sk_buff *skb, const struct ipv6hdr *ip6, const struct ioam_match *m)
 {
-	__u32 fields = m->fields;
 	__u8 ports[4];
 
-	if (!fields)
+	if (!m->fields)
 		return true;
-	if ((fields & IOAM_MATCH_SRC) && !prefix_match((__u8 *)&ip6->saddr, m->src, m->src_mask))
+	if (!ioam_match_addrs(m, ip6))
 		return false;
-	if ((fields & IOAM_MATCH_DST) && !prefix_match((__u8 *)&ip6->daddr, m->dst, m->dst_mask))
-		return false;
-	if ((fields & IOAM_MATCH_PROTO) && ip6->nexthdr != m->proto)
-		return false;
-	if (fields & (IOAM_MATCH_SPORT | IOAM_MATCH_DPORT)) {
-		if (ip6->nexthdr != IPPROTO_TCP && ip6->nexthdr != IPPROTO_UDP)
+	if (ioam_match_wants_ports(m)) {
+		if (!ioam_has_ports(ip6->nexthdr))
 			return false;
 		/* the ports may lie outside the linear part: copied, not read in place */
 		if (bpf_skb_load_bytes(skb, sizeof(*ip6), ports, sizeof(ports)))
 			return false;
-		if ((fields & IOAM_MATCH_SPORT) && (ports[0] << 8 | ports[1]) != m->sport)
-			return false;
-		if ((fields & IOAM_MATCH_DPORT) && (ports[2] << 8 | ports[3]) != m->dport)
-			return false;
+		return ioam_match_ports(m, ports);
 	}
 	return true;
-}
-
-/* ioam_tx's sampling rule; every call counts the packet in `seen`. */
-static __always_inline bool sampled(struct ioam_tx_flow *f)
-{
-	__u64 k = __sync_fetch_and_add(&f->seen, 1), now, last;
-
-	if (f->sample_mode == IOAM_SAMPLE_EVERY)
-		return k % f->sample_every == 0;
-	now = bpf_ktime_get_tai_ns();
-	last = *(volatile __u64 *)&f->last_sample_tai_ns;
-	/* signed: another CPU may have stored a time later than ours */
-	if ((__s64)(now - last) < (__s64)f->sample_interval_ns)
-		return false;
-	return __sync_val_compare_and_swap(&f->last_sample_tai_ns, last, now) == last;
 }
 
 static __always_inline __u16 if_id(__u32 ifindex)
@@ -146,20 +111,6 @@ static __always_inline __u16 if_id(__u32 ifindex)
 	__u16 *id = ifindex ? bpf_map_lookup_elem(&ioam_if_ids, &ifindex) : NULL;
 
 	return id ? *id : IOAM_IF_ID_UNAVAILABLE;
-}
-
-static __always_inline void put16(__u8 *p, __u16 v)
-{
-	p[0] = v >> 8;
-	p[1] = (__u8)v;
-}
-
-static __always_inline void put32(__u8 *p, __u32 v)
-{
-	p[0] = v >> 24;
-	p[1] = (__u8)(v >> 16);
-	p[2] = (__u8)(v >> 8);
-	p[3] = (__u8)v;
 }
 
 /* The HBH with the trace option at b (hbh_len bytes): empty slots, our entry in the last one. */
@@ -388,7 +339,7 @@ int ioam_lwt(struct __sk_buff *skb)
 		return kernel_encap(skb, &head, rt, IOLWT_PASS_BAD_FLOW);
 	if (!filter_match(skb, ip6, &f->match))
 		return kernel_encap(skb, &head, rt, IOLWT_PASS_FILTERED);
-	if (!sampled(f))
+	if (!ioam_sampled(f))
 		return kernel_encap(skb, &head, rt, IOLWT_PASS_NOT_SAMPLED);
 	c = instrument(skb, &head, rt, f);
 	flow_counted(f, c);

@@ -30,6 +30,7 @@
 #include "ioam.h"
 #include "altmark_parse.bpf.h"
 #include "ioam_parse.bpf.h"
+#include "ioam_sample.bpf.h"
 
 #define TC_ACT_UNSPEC (-1)
 /* the DOH + SRH block moved 32 bytes forward: an AltMark DOH (8) + an SRH of 6 SIDs (104) with room for TLVs */
@@ -185,18 +186,6 @@ static __always_inline enum ioam_tx_counter walk(struct __sk_buff *skb, struct t
 	return IOTX_NR_COUNTERS;
 }
 
-static __always_inline bool prefix_match(const __u8 *addr, const __u8 *want, const __u8 *mask)
-{
-	__u64 a0, a1, w0, w1, m0, m1;
-
-	__builtin_memcpy(&a0, addr, 8);
-	__builtin_memcpy(&a1, addr + 8, 8);
-	__builtin_memcpy(&w0, want, 8);
-	__builtin_memcpy(&w1, want + 8, 8);
-	__builtin_memcpy(&m0, mask, 8);
-	__builtin_memcpy(&m1, mask + 8, 8);
-	return (a0 & m0) == w0 && (a1 & m1) == w1;
-}
 
 /* The flow's filter on the inner IPv6 packet (its own next header; TCP/UDP ports). */
 static __always_inline bool filter_match(struct __sk_buff *skb, const struct tx_view *v, const struct ioam_match *m)
@@ -216,39 +205,17 @@ static __always_inline bool filter_match(struct __sk_buff *skb, const struct tx_
 	in6 = data + (v->inner_off & IOAM_OFF_MASK);
 	if ((void *)(in6 + 1) > data_end || v->inner_off + 40 > v->limit)
 		return false;
-	if ((fields & IOAM_MATCH_SRC) && !prefix_match((__u8 *)&in6->saddr, m->src, m->src_mask))
+	if (!ioam_match_addrs(m, in6))
 		return false;
-	if ((fields & IOAM_MATCH_DST) && !prefix_match((__u8 *)&in6->daddr, m->dst, m->dst_mask))
-		return false;
-	if ((fields & IOAM_MATCH_PROTO) && in6->nexthdr != m->proto)
-		return false;
-	if (fields & (IOAM_MATCH_SPORT | IOAM_MATCH_DPORT)) {
+	if (ioam_match_wants_ports(m)) {
 		l4 = (__u8 *)(in6 + 1);
-		if (in6->nexthdr != IPPROTO_TCP && in6->nexthdr != IPPROTO_UDP)
+		if (!ioam_has_ports(in6->nexthdr))
 			return false;
 		if ((void *)(l4 + 4) > data_end || v->inner_off + 44 > v->limit)
 			return false;
-		if ((fields & IOAM_MATCH_SPORT) && (l4[0] << 8 | l4[1]) != m->sport)
-			return false;
-		if ((fields & IOAM_MATCH_DPORT) && (l4[2] << 8 | l4[3]) != m->dport)
-			return false;
+		return ioam_match_ports(m, l4);
 	}
 	return true;
-}
-
-/* The sampling rule (top of file); every call counts the packet in `seen`. */
-static __always_inline bool sampled(struct ioam_tx_flow *f)
-{
-	__u64 k = __sync_fetch_and_add(&f->seen, 1), now, last;
-
-	if (f->sample_mode == IOAM_SAMPLE_EVERY)
-		return k % f->sample_every == 0;
-	now = bpf_ktime_get_tai_ns();
-	last = *(volatile __u64 *)&f->last_sample_tai_ns;
-	/* signed: another CPU may have stored a time later than ours */
-	if ((__s64)(now - last) < (__s64)f->sample_interval_ns)
-		return false;
-	return __sync_val_compare_and_swap(&f->last_sample_tai_ns, last, now) == last;
 }
 
 /* Does the options header at off carry an IOAM option of type opt_type? */
@@ -262,20 +229,6 @@ static __always_inline __u16 if_id(__u32 ifindex)
 	__u16 *id = ifindex ? bpf_map_lookup_elem(&ioam_if_ids, &ifindex) : NULL;
 
 	return id ? *id : IOAM_IF_ID_UNAVAILABLE;
-}
-
-static __always_inline void put16(__u8 *p, __u16 v)
-{
-	p[0] = v >> 8;
-	p[1] = (__u8)v;
-}
-
-static __always_inline void put32(__u8 *p, __u32 v)
-{
-	p[0] = v >> 24;
-	p[1] = (__u8)(v >> 16);
-	p[2] = (__u8)(v >> 8);
-	p[3] = (__u8)v;
 }
 
 /*
@@ -438,7 +391,7 @@ int ioam_tx(struct __sk_buff *skb)
 		return count(IOTX_PASS_BAD_FLOW);
 	if (!filter_match(skb, &v, &f->match))
 		return count(IOTX_PASS_FILTERED);
-	if (!sampled(f))
+	if (!ioam_sampled(f))
 		return count(IOTX_PASS_NOT_SAMPLED);
 	__sync_fetch_and_add(&f->sampled, 1);
 	c = instrument(skb, f, &v);
