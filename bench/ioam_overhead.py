@@ -521,8 +521,9 @@ def main() -> int:
     ap.add_argument(
         "--ingress",
         choices=("tc", "route"),
-        default="route",
-        help="the ingress inserter of 'on': the route program ioam_lwt (default) or ioam_tx on TC egress",
+        default="tc",
+        help="the ingress inserter of 'on': ioam_tx on TC egress (default: what the agent installs) or the "
+        "route program ioam_lwt (its runs also measure 'on, TC' side by side)",
     )
     args = ap.parse_args()
     if args.quick:
