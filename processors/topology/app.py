@@ -33,6 +33,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 import time
 from collections import deque
 
@@ -78,6 +79,7 @@ extra_counters = {
 # the dead letters of the last LETTERS_KEEP_S, sent or not: a standby that takes over sends those
 # the old leader did not (it may have died before it read them)
 LETTERS_KEEP_S = 600.0
+TAKE_OVER_PAUSE_S = float(os.environ.get("SEGSCOPE_TOPOLOGY_TEST_TAKE_OVER_PAUSE_S", "0") or 0)
 recent_letters: deque[tuple[float, InputMessage, bytes]] = deque()
 sink: TopologySink | None = None
 # optional outputs to Jalapeno's Kafka (both off by default)
@@ -260,7 +262,12 @@ def letters_already_sent(since_s: float) -> set[tuple[str, int, int]]:
 
 async def take_over() -> None:
     """This worker just became the leader: diff against the database, not against what it wrote
-    before (leadership.py calls this under its lock, before the first write as leader)."""
+    before (leadership.py calls this under its lock, before the first write as leader).
+
+    The reader task keeps applying views while this runs (every await below yields to it), and
+    `leading` is set only when this returns: a malformed view read meanwhile is kept in
+    recent_letters but not sent by apply_batch. So the kept letters are sent last, until none is
+    left unsent, with no await between the final check and the return."""
     if sink is not None:
         sink.take_over()
     loop = asyncio.get_running_loop()
@@ -269,16 +276,29 @@ async def take_over() -> None:
     except Exception as e:  # noqa: BLE001 - Kafka unreachable: send them (a duplicate beats a loss)
         log.warning("cannot read %s back (%r): sending the recent dead letters again", cfg.deadletter_topic, e)
         sent = set()
-    # the views still to be read (a restarted worker replays them) may hold letters sent before too
-    letters_sent_before.clear()
-    letters_sent_before.update(sent)
-    for _, message, letter in recent_letters:
-        if (message.topic, message.partition, message.offset) not in sent:
-            await send_dead_letter(message, letter)
     if jalapeno_kafka is not None and jalapeno_kafka.telemetry_topic:
         # forward what no leader forwarded while this worker was a standby (jalapeno_kafka.py)
         await loop.run_in_executor(None, jalapeno_kafka.read_marks, METRICS_LOOKBACK_S or None)
         jalapeno_kafka.send_held()
+    if TAKE_OVER_PAUSE_S:  # test hook: a take-over whose reads are slow (a loaded runner, a slow Kafka)
+        log.warning("test hook: taking over, pausing %.1f s before the dead letters", TAKE_OVER_PAUSE_S)
+        await asyncio.sleep(TAKE_OVER_PAUSE_S)
+    # the views still to be read (a restarted worker replays them) may hold letters sent before too
+    letters_sent_before.clear()
+    letters_sent_before.update(sent)
+    await send_kept_letters(letters_sent_before)
+
+
+async def send_kept_letters(on_topic: set[tuple[str, int, int]]) -> None:
+    """Send each kept letter whose view is not in on_topic, adding it there; again while sending
+    let the reader keep more (a snapshot per round: the deque may grow under an await)."""
+    while True:
+        todo = [(m, letter) for _, m, letter in recent_letters if (m.topic, m.partition, m.offset) not in on_topic]
+        if not todo:
+            return
+        for message, letter in todo:
+            on_topic.add((message.topic, message.partition, message.offset))
+            await send_dead_letter(message, letter)
 
 
 leadership = Leadership(app, take_over)

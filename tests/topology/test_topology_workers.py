@@ -209,3 +209,61 @@ def test_three_workers_write_what_one_writes_and_a_killed_leader_loses_nothing(s
             except subprocess.TimeoutExpired:
                 p.kill()
                 p.wait(5)
+
+
+def test_a_malformed_view_read_while_taking_over_is_dead_lettered_once(stack, arango, tmp_path):
+    """A worker taking over keeps reading views while its reads (the database, the dead-letter
+    topic, Jalapeno's telemetry marks) go on; it leads only when they end. A malformed view read
+    in that time is neither the old leader's (dead) nor sent by the reader (not leading yet): the
+    take-over must send it. The test hook makes the take-over's reads last 2.5 s (well within the session timeout:
+    a longer callback would be a new rebalance, whose take-over sends the kept letters anyway)."""
+    run = uuid.uuid4().hex[:8]
+    bootstrap = stack.kafka_bootstrap
+    views_topic, metrics, letters = f"topo.t.views.{run}", f"topo.t.metrics.{run}", f"topo.t.dead.{run}"
+    ensure_topics(bootstrap, [views_topic, metrics, letters])
+    env = {
+        **os.environ,
+        "PYTHONPATH": f"{REPO}:{REPO / 'schemas' / 'python'}",
+        "SEGSCOPE_KAFKA_BOOTSTRAP": bootstrap,
+        "SEGSCOPE_TOPIC_TOPOLOGY": views_topic,
+        "SEGSCOPE_TOPIC_METRICS": metrics,
+        "SEGSCOPE_TOPIC_DEADLETTER": letters,
+        "SEGSCOPE_TOPOLOGY_APP_ID": f"topo-t-{run}",
+        "SEGSCOPE_TOPOLOGY_DATADIR": str(tmp_path / "w"),
+        "SEGSCOPE_TOPOLOGY_HEALTH": "off",
+        "SEGSCOPE_INSTANCE": "w",
+        "SEGSCOPE_ARANGO_URL": arango.url,
+        "SEGSCOPE_ARANGO_USER": arango.user,
+        "SEGSCOPE_ARANGO_PASSWORD": arango.password,
+        "SEGSCOPE_ARANGO_DB": f"{arango.db_name}_t",
+        "SEGSCOPE_TOPOLOGY_TEST_TAKE_OVER_PAUSE_S": "2.5",
+    }
+    log_path = tmp_path / "w.log"
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "processors.topology", "-l", "warn"], cwd=REPO, env=env, stdout=log, stderr=log
+        )
+    try:
+        wait_for("the take-over's pause", lambda: "pausing" in log_path.read_text(), 60)
+        prod = Producer({"bootstrap.servers": bootstrap})
+        prod.produce(views_topic, key=b"X", value=b"{during the take-over")
+        prod.flush(10)
+        wait_for("the worker to lead", lambda: counters(bootstrap, metrics).get("w", {}).get("leader") == 1, 30)
+        prod.produce(views_topic, key=b"Y", value=b"{once leading")
+        prod.flush(10)
+
+        def letters_of():
+            sent = [json.loads(v) for v in read_topic(bootstrap, letters, timeout_s=5)]
+            return sent if len(sent) >= 2 else None
+
+        sent = wait_for("both dead letters", letters_of, 30)
+        time.sleep(2)  # a duplicate would come right after
+        sent = [json.loads(v) for v in read_topic(bootstrap, letters, timeout_s=5)]
+        assert sorted((d["offset"], d["reason"]) for d in sent) == [(0, "bad_json"), (1, "bad_json")]
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)
