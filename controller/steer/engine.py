@@ -16,6 +16,8 @@ The model (docs/steering.md):
 - hysteresis: a candidate must be better than the active one in EACH of those seconds, by at least
   `pct` % and `us` microseconds (lowest_delay) or `loss_pp` points (lowest_loss); bounded: the
   active one broke a limit in each of them, or a more preferred candidate met the limits in each;
+- after the first evaluation (a start or restart), no switch for one window plus `stale_after_s`
+  while some candidate is still not measured: it would move to the first better one, then again;
 - hold-down after a switch, at most `max_switches_per_hour`;
 - after a switch the new path is measured for `verify_s` seconds: worse than the old path was
   (by the same margins) -> rolled back, counted;
@@ -66,7 +68,7 @@ class Decision:
 class Outcome:
     """What one evaluation found: a decision, or why there is none (state), and the alert."""
 
-    state: str  # decide | hold_down | rate_limited | stale | incomplete | no_better | verifying | backoff
+    state: str  # decide | hold_down | rate_limited | stale | incomplete | warming_up | no_better | verifying | backoff
     decision: Decision | None = None
     alert: str = ""  # "" or why no candidate meets the objective / none is measured
     detail: str = ""
@@ -92,6 +94,7 @@ class PolicyState:
     verify: Verify | None = None
     counts: collections.Counter = field(default_factory=collections.Counter)
     owners: tuple = ()  # (candidate name, (policy key, candidate name)) of each candidate, in order
+    warm_until: float | None = None  # set at the first evaluation: see Engine.evaluate
 
 
 class Engine:
@@ -158,6 +161,14 @@ class Engine:
         active_window = windows[st.active.name]
         if not isinstance(active_window, list):
             return Outcome(active_window, alert=alert, detail=f"active {st.active.name}: {active_window}")
+        if st.warm_until is None:
+            # a steer that starts (or restarts) reads from now: its candidates' first full windows
+            # come in one by one, as the delay processor closes each probe's seconds. Choosing before
+            # all are in would switch to the first better one, then again to the best one; so for
+            # one window plus the staleness limit it waits for every candidate
+            st.warm_until = now + spec.hysteresis.seconds + spec.stale_after_s
+        if now < st.warm_until and len(measured) < len(windows):
+            return Outcome("warming_up", alert=alert, detail=self._skipped(windows))
         decision = self._choose(st, measured)
         if decision is None:
             skipped = self._skipped(windows) if len(measured) < len(windows) else ""  # the usual case: none

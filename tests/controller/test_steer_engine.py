@@ -245,3 +245,21 @@ def test_engine_follows_what_the_node_has():
     assert e.policies[spec.key].active.name == "p3"
     assert e.set_active(spec.key, spec.candidates[1].segs).name == "p2"
     assert e.set_active(spec.key, ("fc00:99::e",)) is None and e.policies[spec.key].active.name == "p2"
+
+
+def test_a_started_steer_waits_for_every_candidate_before_its_first_switch():
+    """Started on p3, p2's seconds come in first and p1's (the best) 3 s later, as the delay
+    processor closes each probe's seconds: one switch, to p1, not p3 -> p2 -> p1. A candidate
+    that never comes does not hold the others back past one window plus stale_after_s."""
+    spec = steering()
+    for late, expect in ((3, ["p1"]), (None, ["p2"])):
+        r = Replay()
+        r.engine = Engine([spec], initial={spec.key: spec.candidates[2].segs})
+        r.run(3 if late else 0, {"p2": 2000.0, "p3": 2500.0})
+        r.run(40, {"p2": 2000.0, "p3": 2500.0, **({"p1": 1300.0} if late else {})})
+        assert [d.to.name for _, d in r.decisions] == expect, (late, r.decisions)
+        states = [o.state for o in r.outcomes]
+        assert "warming_up" in states
+        if late is None:  # p2 wins once the warm-up (5 s window + 3 s stale) is over, not before
+            first = states.index("decide")
+            assert states[first - 1] == "warming_up" and first == 4 + 5 + 3
