@@ -18,6 +18,7 @@ from pathlib import Path
 import grpc
 import pytest
 
+from collectors.topology.view import build_node_view
 from netlab import Lab
 from netlab.lab import teardown
 from segscope_proto.segscope.agent.v1 import inline_pb2 as pb
@@ -148,6 +149,9 @@ def test_monitor_runs_on_the_policy_route_and_gives_it_back(rlab, rpki, transit,
             now = policies(ch)
             assert [p for p in now if p.destination == POLICY] == before and list(before[0].segments) == SIDS
             assert not [p for p in now if p.table == 3355]
+            # the topology view reads it the same way (its own pyroute2 dump)
+            view = [p for p in build_node_view("A", rlab.ns("A"))["policies"] if p["prefix"] == POLICY]
+            assert [(p["table"], p["segments"], p["interface"]) for p in view] == [(254, SIDS, "a0")]
             listed = a.ListInlineMonitors(pb.ListInlineMonitorsRequest(), timeout=10).monitors
             assert [(m.monitor.flow_id, m.program) for m in listed] == [(7, "ioam_lwt")]
             sent = 300
