@@ -10,9 +10,11 @@ Own lab (prefix `inlr`) and bpffs instances (`inlr-*`)."""
 from __future__ import annotations
 
 import os
+import re
 import signal
 import sys
 import time
+import urllib.request
 from pathlib import Path
 
 import grpc
@@ -100,6 +102,7 @@ def mon(side=INGRESS, flow_id=7, **kw) -> pb.InlineMonitor:
 
 def a_agent(lab, pki, tmp_path, state: bool = True):
     args = ["--state-dir", str(tmp_path / "state-A")] if state else ["--adopt-timeout", "0"]
+    args += ["--health", "127.0.0.1:0"]
     return start_agent(lab.ns("A"), "A", tmp_path, pki=pki, instance=f"{PREFIX}-A", extra_args=args)
 
 
@@ -128,6 +131,16 @@ def ingress(stub) -> pb.InlineIngressCounters:
 def records(transit) -> int:
     req = pb.GetInlineMonitorResultsRequest(side=EGRESS, flow_id=7)
     return transit["B"].GetInlineMonitorResults(req, timeout=10).egress.records
+
+
+def metrics(agent, *want: str) -> str:
+    """The agent's /metrics once every regex of `want` matches (its stats tick is 1 s), or after 15 s."""
+    port = re.search(r"agent health on http://127.0.0.1:(\d+)/healthz", agent.log()).group(1)
+    deadline, text = time.monotonic() + 15, ""
+    while time.monotonic() < deadline and not all(re.search(w, text) for w in want):
+        text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+        time.sleep(0.5)
+    return text
 
 
 def policies(ch) -> list:
@@ -159,6 +172,13 @@ def test_monitor_runs_on_the_policy_route_and_gives_it_back(rlab, rpki, transit,
             tx = ingress(a)
             assert tx.packets == tx.sampled == tx.instrumented == tx.next_sequence == sent
             assert records(transit) == sent  # every sequence number 0..299 once at B
+            want = (
+                r'segscope_inline_\w+\{[^}]*flow="7"[^}]*program="ioam_lwt"',
+                r"segscope_agent_inline_monitors_on_route\{[^}]*\} 1\b",
+                r'segscope_datapath_instrumented\{[^}]*program="ioam_lwt"[^}]*\} 300\b',
+            )
+            text = metrics(agent, *want)
+            assert [w for w in want if not re.search(w, text)] == [], text[-3000:]
             a.StopInlineMonitor(pb.StopInlineMonitorRequest(side=INGRESS, flow_id=7), timeout=30)
             assert_plain_seg6(rlab)
             assert [p for p in policies(ch) if p.destination == POLICY] == before
