@@ -26,6 +26,7 @@ the streamer as it runs (a pidfd on it: no copy pipe to replace, so nothing read
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -47,7 +48,8 @@ from agent import fields as F
 from agent.fields import ApiError
 from agent.ioam import MAX_IF_ID, MAX_NODE_ID, IoamError, IoamNode
 from agent.keeper import Adopted, Keeper, ProcRef, stop_proc
-from agent.rtnl import LocalSidRoute
+from agent.rtnl import SEG6_IPTUN_MODE_ENCAP, LocalSidRoute
+from agent.srv6 import LWT_LOCAL_TABLE
 from segscope_proto.segscope.agent.v1 import inline_pb2 as pb
 from segscope_proto.segscope.agent.v1 import inline_pb2_grpc as pb_grpc
 from segscope_schemas import names
@@ -57,6 +59,9 @@ log = logging.getLogger("segscope.agent.inline")
 
 INGRESS, EGRESS = pb.INLINE_SIDE_INGRESS, pb.INLINE_SIDE_EGRESS
 PROG = {INGRESS: "ioam_tx", EGRESS: "ioam_rx"}
+# the INGRESS inserter on the policy's route (`encap bpf in`, datapath/README.md "In-line IOAM on the
+# route"): used when the node has the monitor's policy route; ioam_tx on TC is the fallback
+ROUTE_PROG = "ioam_lwt"
 # the side as segscope.paths and the segscope_inline lines name it (schemas/paths.md: tx = ingress)
 SIDE_NAME = {INGRESS: "tx", EGRESS: "rx"}
 MAX_SIDS = 6  # the SID lists the datapaths key flows by (as altmark and STAMP)
@@ -154,6 +159,15 @@ def validate_config(c: pb.IoamConfig) -> pb.IoamConfig:
 
 
 @dataclass
+class RouteMonitor:
+    """An INGRESS monitor that ioam_lwt runs on its policies' routes (taken over from the seg6 routes)."""
+
+    monitor: pb.InlineMonitor
+    policies: list[dict]  # prefix, table, metric, device, fixed_next_hop: what detach-route needs
+    node_id: int
+
+
+@dataclass
 class Side:
     devices: list[str]  # where the side's program runs (the first is where it was attached)
     monitors: dict[int, pb.InlineMonitor] = field(default_factory=dict)
@@ -181,6 +195,8 @@ class InlineAgent:
         self.rtnl = rtnl  # the node's rtnetlink socket: ifindexes, prefixes and local SIDs for ioam/<node>
         self.lock = threading.RLock()
         self.sides: dict[int, Side] = {}
+        self.routes: dict[int, RouteMonitor] = {}  # INGRESS monitors on ioam_lwt, by flow id
+        self.srv6 = None  # the node's Srv6State: which policy routes carry a monitor's SID list
         self.config: pb.IoamConfig | None = None  # the last EnableIoam (normalised)
         self.on_change = None
         self.xdp_lock = threading.Lock()  # this agent's attach/detach; the loaders lock the node's XDP chain
@@ -214,7 +230,9 @@ class InlineAgent:
         return ["--netns", self.netns] if self.netns else []
 
     def run(self, side: int, args: list, what: str) -> str:
-        exe = self.tool(side)
+        return self.run_exe(self.tool(side), args, what)
+
+    def run_exe(self, exe: Path, args: list, what: str) -> str:
         if not exe.exists():
             raise ApiError(grpc.StatusCode.FAILED_PRECONDITION, f"{what}: {exe} is not built (make build)")
         cmd = [str(exe), *[str(a) for a in args]]
@@ -271,14 +289,14 @@ class InlineAgent:
         log.info("%s detached from %s", PROG[side], s.devices[0])
 
     def set_if_ids(self, now: dict[str, int], before: dict[str, int]) -> None:
-        """ioam_tx writes these interface ids; devices no longer configured go back to 65535."""
-        if INGRESS not in self.sides:
-            return
+        """ioam_tx and ioam_lwt write these interface ids; devices no longer configured go back to 65535."""
+        tools = ([self.tool(INGRESS)] if INGRESS in self.sides else []) + ([self.route_tool()] if self.routes else [])
         for dev, if_id in sorted({**{d: 0xFFFF for d in before if d not in now}, **now}.items()):
             if before.get(dev) == if_id:
                 continue
             args = ["set-if-id", "--instance", self.instance, *self.ns_args(), "--dev", dev, "--if-id", if_id]
-            self.run(INGRESS, args, "config.interfaces")
+            for exe in tools:
+                self.run_exe(exe, args, "config.interfaces")
 
     def _clear_leftovers(self, side: int, device: str) -> None:
         """Pins of this instance that this agent did not make: a previous agent of the node was
@@ -370,6 +388,268 @@ class InlineAgent:
         self.streamer, self.streamer_ref = None, None
         self._read_streamer_stats()
 
+    # -- monitors: which program runs each --------------------------------------------------------
+    def add_flow_args(self, m: pb.InlineMonitor, node_id: int) -> list:
+        args = ["add-flow", "--instance", self.instance, "--sids", ",".join(m.segments)]
+        args += ["--flow-id", m.flow_id, "--namespace-id", m.namespace_id]
+        if m.side != INGRESS:
+            return args
+        args += ["--node-id", node_id, "--trace-nodes", m.trace_nodes]
+        if m.WhichOneof("sampling") == "sample_every":
+            args += ["--sample-every", m.sample_every]
+        else:
+            args += ["--sample-interval-us", m.sample_interval_us]
+        if m.HasField("match"):
+            mt = m.match
+            for flag, value in (
+                ("--match-src", mt.src_prefix),
+                ("--match-dst", mt.dst_prefix),
+                ("--match-proto", mt.protocol),
+                ("--match-sport", mt.src_port),
+                ("--match-dport", mt.dst_port),
+            ):
+                if value:
+                    args += [flag, value]
+        return args
+
+    def start_tc(self, m: pb.InlineMonitor, node_id: int) -> None:
+        """The monitor on its side's program: ioam_tx on TC (INGRESS without a policy route) or ioam_rx."""
+        s = self.sides.get(m.side)
+        fresh = s is None
+        added_device = not fresh and m.device not in s.devices
+        if fresh:
+            self.attach(m.side, m.device, node_id)
+            s = self.sides[m.side]
+        elif added_device:
+            self.attach_dev(m.side, m.device)
+        try:
+            self.run(m.side, self.add_flow_args(m, s.node_id), "monitor")
+        except ApiError:
+            if fresh:
+                self.detach(m.side)
+            elif added_device:
+                self.detach_dev(m.side, m.device)
+            raise
+        s.monitors[m.flow_id] = m
+
+    def stop_tc(self, side: int, flow_id: int) -> None:
+        s = self.sides[side]
+        self.run(side, ["del-flow", "--instance", self.instance, "--flow-id", flow_id], "flow_id")
+        device = s.monitors.pop(flow_id).device
+        log.info("StopInlineMonitor %s flow %d: stopped", PROG[side], flow_id)
+        if not s.monitors:
+            self.detach(side)
+        elif device not in {m.device for m in s.monitors.values()}:
+            self.detach_dev(side, device)  # that device's last monitor
+
+    def monitor(self, side: int, flow_id: int) -> pb.InlineMonitor | None:
+        if side == INGRESS and flow_id in self.routes:
+            return self.routes[flow_id].monitor
+        s = self.sides.get(side)
+        return s.monitors.get(flow_id) if s is not None else None
+
+    def program_of(self, side: int, flow_id: int) -> str:
+        """The datapath program that serves the monitor: ioam_lwt (on the policy's route), ioam_tx, ioam_rx."""
+        return ROUTE_PROG if side == INGRESS and flow_id in self.routes else PROG[side]
+
+    def status(self, side: int, flow_id: int) -> pb.InlineMonitorStatus:
+        if side == INGRESS and flow_id in self.routes:
+            rm = self.routes[flow_id]
+            return pb.InlineMonitorStatus(
+                monitor=rm.monitor,
+                node_id=rm.node_id,
+                program=ROUTE_PROG,
+                routes=[f"{p['prefix']} table {p['table']}" for p in rm.policies],
+                fixed_next_hop=all(p.get("fixed_next_hop") for p in rm.policies),
+            )
+        return pb.InlineMonitorStatus(
+            monitor=self.sides[side].monitors[flow_id], node_id=self.sides[side].node_id, program=PROG[side]
+        )
+
+    # -- the INGRESS inserter on the policy's route (ioam_lwt) ------------------------------------
+    def route_tool(self) -> Path:
+        return self.build / "datapath" / ROUTE_PROG
+
+    def route_pin_dir(self) -> Path:
+        return Path(names.BPFFS_PIN_ROOT) / self.instance / ROUTE_PROG
+
+    def run_route(self, args: list, what: str) -> str:
+        return self.run_exe(self.route_tool(), args, what)
+
+    def locks(self):
+        """The Srv6 index's lock, then this agent's: RemovePolicy holds the first when it calls
+        release_policy, so every path that takes both takes them in this order."""
+        outer = self.srv6.lock if self.srv6 is not None else contextlib.nullcontext()
+        return _Both(outer, self.lock)
+
+    def policies_for(self, m: pb.InlineMonitor) -> list:
+        """The node's seg6 encap policies that send the monitor's SID list out of its device, not
+        yet taken over: the routes ioam_lwt can run in their place (mode encap only)."""
+        if self.srv6 is None or m.side != INGRESS or not self.route_tool().exists():
+            return []
+        st = self.srv6
+        st.resync(None)
+        return [
+            p
+            for p in sorted(st.policies.values(), key=lambda p: (p.table, p.destination))
+            if p.mode == SEG6_IPTUN_MODE_ENCAP
+            and list(p.segments) == list(m.segments)
+            and st.devname(p.oif) == m.device
+            and st.route_program_of(p.key) is None
+            and p.table != LWT_LOCAL_TABLE
+        ]
+
+    def _route_args(self, pol: dict) -> list:
+        return [
+            "--instance",
+            self.instance,
+            *self.ns_args(),
+            "--prefix",
+            pol["prefix"],
+            "--dev",
+            pol["device"],
+            "--sids",
+            ",".join(pol["sids"]),
+            "--table",
+            pol["table"],
+            "--metric",
+            pol["metric"],
+        ]
+
+    def take_over(self, p, m: pb.InlineMonitor) -> dict:
+        """The policy's seg6 route replaced by ioam_lwt's (in place, never absent): with the fixed next
+        hop when the first SID has a gateway to fix, the kernel's seg6 encap through the helper else."""
+        pol = {
+            "prefix": p.destination,
+            "table": p.table,
+            "metric": p.metric,
+            "device": m.device,
+            "sids": list(m.segments),
+            "fixed_next_hop": True,
+        }
+        try:
+            self.run_route(["attach-route", *self._route_args(pol), "--fixed-next-hop"], "monitor")
+        except ApiError as e:
+            log.info("ioam_lwt %s: no fixed next hop (%s); the kernel's seg6 encap", p.destination, e.message)
+            pol["fixed_next_hop"] = False
+            self.run_route(["attach-route", *self._route_args(pol)], "monitor")
+        log.info(
+            "ioam_lwt took over %s table %d (%s)",
+            p.destination,
+            p.table,
+            "fixed next hop" if pol["fixed_next_hop"] else "seg6 encap helper",
+        )
+        return pol
+
+    def give_back(self, pol: dict) -> None:
+        """The plain seg6 route back in place of ioam_lwt's; the last route removes the program's pins."""
+        self.run_route(["detach-route", *self._route_args(pol)], "monitor")
+        log.info("ioam_lwt gave %s table %d back to the seg6 route", pol["prefix"], pol["table"])
+
+    def start_route(self, m: pb.InlineMonitor, policies: list, node_id: int) -> None:
+        taken: list[dict] = []
+        try:
+            for p in policies:
+                taken.append(self.take_over(p, m))
+            for dev, if_id in sorted(self.ioam.interfaces_now().items()):
+                args = ["set-if-id", "--instance", self.instance, *self.ns_args(), "--dev", dev, "--if-id", if_id]
+                self.run_route(args, "config.interfaces")
+            self.run_route(self.add_flow_args(m, node_id), "monitor")
+        except ApiError:
+            for pol in taken:
+                self.give_back(pol)
+            raise
+        finally:
+            self.srv6.resync(None)
+        self.routes[m.flow_id] = RouteMonitor(m, taken, node_id)
+
+    def stop_route(self, flow_id: int) -> None:
+        rm = self.routes.pop(flow_id)
+        errors = []
+        try:
+            self.run_route(["del-flow", "--instance", self.instance, "--flow-id", flow_id], "flow_id")
+        except ApiError as e:
+            errors.append(e.message)
+        for pol in rm.policies:
+            try:
+                self.give_back(pol)
+            except ApiError as e:
+                errors.append(e.message)
+        if self.srv6 is not None:
+            self.srv6.resync(None)
+        if errors:
+            raise ApiError(grpc.StatusCode.FAILED_PRECONDITION, "; ".join(errors))
+
+    def monitor_of(self, key: tuple[str, int]) -> int | None:
+        """The flow id of the route monitor running on this policy (Srv6Service names it)."""
+        with self.lock:
+            for fid, rm in self.routes.items():
+                if any((p["prefix"], p["table"]) == key for p in rm.policies):
+                    return fid
+        return None
+
+    def release_policy(self, policy) -> None:
+        """RemovePolicy of a policy ioam_lwt runs: its route is given back (the route entry, the copy in
+        table 3355 and its rule go), then Srv6Service removes it. A monitor left without a policy
+        route goes on with ioam_tx on TC, the inserter for a SID list without a policy route."""
+        with self.lock:
+            fid = self.monitor_of(policy.key)
+            if fid is None:
+                self.give_back(self._leftover_policy(policy))
+                return
+            rm = self.routes[fid]
+            pol = next(p for p in rm.policies if (p["prefix"], p["table"]) == policy.key)
+            if len(rm.policies) > 1:
+                self.give_back(pol)
+                rm.policies.remove(pol)
+            else:  # the flow first: the last route's give-back removes the program's pins
+                self.stop_route(fid)
+                log.info("flow %d: its policy %s was removed; ioam_tx on TC takes over", fid, policy.destination)
+                self.start_tc(rm.monitor, rm.node_id)
+        self._changed_hook()
+
+    def _leftover_policy(self, policy) -> dict:
+        return {
+            "prefix": policy.destination,
+            "table": policy.table,
+            "metric": policy.metric,
+            "device": self.srv6.devname(policy.oif),
+            "sids": list(policy.segments),
+        }
+
+    def release_leftover_routes(self) -> list[str]:
+        """Routes this instance's ioam_lwt runs that no monitor of this agent owns (a killed agent's,
+        not adopted): the seg6 routes back."""
+        if self.srv6 is None or not (self.route_pin_dir() / "ioam_lwt_routes").exists():
+            return []
+        try:
+            listed = json.loads(self.run_route(["list-routes", "--instance", self.instance, "--json"], "routes"))
+        except (ApiError, ValueError) as e:
+            log.warning("cannot list ioam_lwt's routes: %s", e)
+            return []
+        mine = {p["prefix"] for rm in self.routes.values() for p in rm.policies}
+        prefixes = {r["prefix"] for r in listed.get("routes", [])} - mine
+        notes = []
+        with self.srv6.lock:
+            self.srv6.resync(None)
+            for key, _bpf in sorted(self.srv6.taken_over.items()):
+                if key[0] in prefixes and key in self.srv6.policies:
+                    try:
+                        self.give_back(self._leftover_policy(self.srv6.policies[key]))
+                        notes.append(f"ioam_lwt route {key[0]} table {key[1]} given back (no monitor owns it)")
+                    except ApiError as e:
+                        log.warning("%s", e.message)
+            self.srv6.resync(None)
+        return notes
+
+    def _changed_hook(self) -> None:
+        self.persist()
+        if self.on_change:
+            try:
+                self.on_change()
+            except Exception:  # noqa: BLE001
+                log.exception("on_change hook failed")
+
     # -- restarts: what the next agent adopts (agent/keeper.py) ---------------------------------
     def persist(self) -> None:
         """This part of datapath.json, now."""
@@ -392,6 +672,10 @@ class InlineAgent:
                     for side, s in sorted(self.sides.items())
                 ],
                 "config": js(self.config) if self.config is not None else None,
+                "routes": [
+                    {"monitor": js(rm.monitor), "policies": rm.policies, "node_id": rm.node_id}
+                    for _, rm in sorted(self.routes.items())
+                ],
             }
             p = self.streamer
             if p is not None and self.streamer_ref is not None and p.poll() is None:
@@ -411,6 +695,7 @@ class InlineAgent:
             for sd in doc.get("sides", []):
                 side = pb.InlineSide.Value(sd["side"])
                 notes.append(self._adopt_side(side, sd))
+            notes += self._adopt_routes(doc.get("routes", []))
             old = Adopted.open(ProcRef.from_json(doc.get("streamer")))
             if EGRESS in self.sides and self.kafka:
                 if old is not None and (doc.get("streamer") or {}).get("cmd") == self._streamer_cmd():
@@ -424,6 +709,28 @@ class InlineAgent:
             else:
                 stop_proc(old, 20.0)
         self.persist()
+        return notes
+
+    def _adopt_routes(self, docs: list[dict]) -> list[str]:
+        """ioam_lwt's monitors whose flow its datapath still lists: kept on their routes (the routes
+        never stopped forwarding and instrumenting). Their routes whose flow is gone are given back
+        by release_leftover_routes."""
+        if not docs:
+            return []
+        if not (self.route_pin_dir() / "ioam_tx_flows").exists():
+            return [f"{ROUTE_PROG} NOT adopted: its pins are gone"]
+        try:
+            present = self.datapath_flows(INGRESS, on_route=True)
+        except ApiError as e:
+            return [f"{ROUTE_PROG} NOT adopted: {e.message}"]
+        notes = []
+        for d in docs:
+            m = json_format.ParseDict(d["monitor"], pb.InlineMonitor())
+            if m.flow_id not in present:
+                notes.append(f"{ROUTE_PROG} flow {m.flow_id} NOT adopted: no longer in the datapath")
+                continue
+            self.routes[m.flow_id] = RouteMonitor(m, list(d["policies"]), int(d.get("node_id", 0)))
+            notes.append(f"{ROUTE_PROG} flow {m.flow_id} on {', '.join(p['prefix'] for p in d['policies'])} adopted")
         return notes
 
     def _adopt_side(self, side: int, sd: dict) -> str:
@@ -517,8 +824,9 @@ class InlineAgent:
             )
 
     # -- reads -----------------------------------------------------------------------------------
-    def datapath_flows(self, side: int) -> dict[int, dict]:
-        out = json.loads(self.run(side, ["list-flows", "--instance", self.instance, "--json"], "side"))
+    def datapath_flows(self, side: int, on_route: bool = False) -> dict[int, dict]:
+        args = ["list-flows", "--instance", self.instance, "--json"]
+        out = json.loads(self.run_route(args, "side") if on_route else self.run(side, args, "side"))
         flows = out.get("flows", []) if isinstance(out, dict) else out
         return {int(f["flow_id"]): f for f in flows}
 
@@ -526,7 +834,8 @@ class InlineAgent:
         """segscope_agent gauges of the in-line part."""
         with self.lock:
             return {
-                "inline_monitors": sum(len(s.monitors) for s in self.sides.values()),
+                "inline_monitors": sum(len(s.monitors) for s in self.sides.values()) + len(self.routes),
+                "inline_monitors_on_route": len(self.routes),
                 "ioam_streamer_restarts": self.streamer_restarts,
                 "ioam_streamers_adopted": self.streamers_adopted,
                 "ioam_leftover_records_streamed": self.leftover_records_streamed,
@@ -535,15 +844,21 @@ class InlineAgent:
 
     def attached_programs(self) -> list[tuple[str, Path, Path]]:
         with self.lock:
-            return [(PROG[side], self.tool(side), self.pin_dir(side)) for side in sorted(self.sides)]
+            out = [(PROG[side], self.tool(side), self.pin_dir(side)) for side in sorted(self.sides)]
+            if self.routes:
+                out.append((ROUTE_PROG, self.route_tool(), self.route_pin_dir()))
+            return out
 
     def program_devices(self) -> list[tuple[str, str]]:
         with self.lock:
             return [(PROG[side], d) for side in sorted(self.sides) for d in self.sides[side].devices]
 
     def monitors(self) -> list[tuple[int, pb.InlineMonitor]]:
+        """Every monitor (ioam_lwt's among the INGRESS ones), by side and flow id."""
         with self.lock:
-            return [(side, m) for side in sorted(self.sides) for _, m in sorted(self.sides[side].monitors.items())]
+            out = [(side, m) for side in sorted(self.sides) for _, m in sorted(self.sides[side].monitors.items())]
+            out += [(INGRESS, rm.monitor) for rm in self.routes.values()]
+            return sorted(out, key=lambda sm: (sm[0], sm[1].flow_id))
 
     def path_records(self, ts_ns: int | None = None) -> list:
         """segscope.paths: one `inline` record per monitor side, and the node's `ioam` identity."""
@@ -596,7 +911,8 @@ class InlineAgent:
             mode = m.WhichOneof("sampling") if side == INGRESS else None
             tags = (
                 f"segscope_inline,node={node_tag},flow={m.flow_id},side={SIDE_NAME[side]},"
-                f"path={escape_tag(pr.sids_tag(pr.INLINE, m.segments))},device={escape_tag(m.device)}"
+                f"path={escape_tag(pr.sids_tag(pr.INLINE, m.segments))},device={escape_tag(m.device)},"
+                f"program={self.program_of(side, m.flow_id)}"
             )
             out.append(
                 f"{tags} namespace={m.namespace_id}i,trace_nodes={m.trace_nodes}i,"
@@ -608,10 +924,15 @@ class InlineAgent:
     # -- teardown --------------------------------------------------------------------------------
     def reset(self) -> tuple[int, bool]:
         """Every monitor stopped, both programs detached, the streamer stopped, IOAM restored."""
-        with self.lock:
-            n = sum(len(s.monitors) for s in self.sides.values())
-            changed = bool(self.sides)
+        with self.locks():
+            n = sum(len(s.monitors) for s in self.sides.values()) + len(self.routes)
+            changed = bool(self.sides) or bool(self.routes)
             errors = []
+            for flow_id in list(self.routes):
+                try:
+                    self.stop_route(flow_id)
+                except ApiError as e:
+                    errors.append(e.message)
             for side in list(self.sides):
                 try:
                     self.detach(side)
@@ -632,8 +953,21 @@ class InlineAgent:
         self.ioam.close()
 
 
-def _status(m: pb.InlineMonitor, node_id: int) -> pb.InlineMonitorStatus:
-    return pb.InlineMonitorStatus(monitor=m, node_id=node_id)
+class _Both:
+    """Two locks taken in order, released in reverse."""
+
+    def __init__(self, first, second):
+        self.first, self.second = first, second
+
+    def __enter__(self):
+        self.first.__enter__()
+        self.second.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        self.second.__exit__(*exc)
+        self.first.__exit__(*exc)
+        return False
 
 
 class InlineMonitorServicer(pb_grpc.InlineMonitorServiceServicer):
@@ -652,18 +986,18 @@ class InlineMonitorServicer(pb_grpc.InlineMonitorServiceServicer):
     def StartInlineMonitor(self, req, ctx):
         m = validate_monitor(req.monitor)
         a = self.a
-        with a.lock:
-            s = a.sides.get(m.side)
-            if s is not None and m.flow_id in s.monitors:
-                if s.monitors[m.flow_id] == m:
+        with a.locks():
+            known = a.monitor(m.side, m.flow_id)
+            if known is not None:
+                if known == m:
                     log.info("StartInlineMonitor %s flow %d: unchanged", PROG[m.side], m.flow_id)
-                    return pb.StartInlineMonitorResponse(status=_status(m, s.node_id), changed=False)
+                    return pb.StartInlineMonitorResponse(status=a.status(m.side, m.flow_id), changed=False)
                 raise ApiError(
                     grpc.StatusCode.ALREADY_EXISTS,
                     f"monitor.flow_id: {PROG[m.side]} flow {m.flow_id} exists with different parameters; "
                     "StopInlineMonitor first",
                 )
-            same = [f for f in (s.monitors.values() if s else []) if list(f.segments) == list(m.segments)]
+            same = [f for s, f in a.monitors() if s == m.side and list(f.segments) == list(m.segments)]
             if same:  # the datapath finds a flow by its SID list: a second one would take it over
                 raise ApiError(
                     grpc.StatusCode.ALREADY_EXISTS,
@@ -677,53 +1011,14 @@ class InlineMonitorServicer(pb_grpc.InlineMonitorServiceServicer):
                     "monitor: the node's IOAM identity is not configured (EnableIoam first: its node id goes "
                     "into the trace entry and the records)",
                 )
-            fresh = s is None
-            added_device = not fresh and m.device not in s.devices
-            if fresh:
-                a.attach(m.side, m.device, applied.node_id)
-                s = a.sides[m.side]
-            elif added_device:
-                a.attach_dev(m.side, m.device)
-            args = [
-                "add-flow",
-                "--instance",
-                a.instance,
-                "--sids",
-                ",".join(m.segments),
-                "--flow-id",
-                m.flow_id,
-                "--namespace-id",
-                m.namespace_id,
-            ]
-            if m.side == INGRESS:
-                args += ["--node-id", s.node_id, "--trace-nodes", m.trace_nodes]
-                if m.WhichOneof("sampling") == "sample_every":
-                    args += ["--sample-every", m.sample_every]
-                else:
-                    args += ["--sample-interval-us", m.sample_interval_us]
-                if m.HasField("match"):
-                    mt = m.match
-                    for flag, value in (
-                        ("--match-src", mt.src_prefix),
-                        ("--match-dst", mt.dst_prefix),
-                        ("--match-proto", mt.protocol),
-                        ("--match-sport", mt.src_port),
-                        ("--match-dport", mt.dst_port),
-                    ):
-                        if value:
-                            args += [flag, value]
-            try:
-                a.run(m.side, args, "monitor")
-            except ApiError:
-                if fresh:
-                    a.detach(m.side)
-                elif added_device:
-                    a.detach_dev(m.side, m.device)
-                raise
-            s.monitors[m.flow_id] = m
+            policies = a.policies_for(m)
+            if policies:
+                a.start_route(m, policies, applied.node_id)
+            else:
+                a.start_tc(m, applied.node_id)
             log.info(
                 "StartInlineMonitor %s flow %d on %s: sids %s namespace %d%s: started",
-                PROG[m.side],
+                a.program_of(m.side, m.flow_id),
                 m.flow_id,
                 m.device,
                 ",".join(m.segments),
@@ -732,7 +1027,7 @@ class InlineMonitorServicer(pb_grpc.InlineMonitorServiceServicer):
                 if m.side == INGRESS
                 else "",
             )
-            status = _status(m, s.node_id)
+            status = a.status(m.side, m.flow_id)
         self._changed()
         return pb.StartInlineMonitorResponse(status=status, changed=True)
 
@@ -745,44 +1040,40 @@ class InlineMonitorServicer(pb_grpc.InlineMonitorServiceServicer):
     def StopInlineMonitor(self, req, ctx):
         side, flow_id = self._key(req)
         a = self.a
-        with a.lock:
-            s = a.sides.get(side)
-            if s is None or flow_id not in s.monitors:
+        with a.locks():
+            if a.monitor(side, flow_id) is None:
                 if req.allow_missing:
                     log.info("StopInlineMonitor %s flow %d: absent, allow_missing", PROG[side], flow_id)
                     return pb.StopInlineMonitorResponse(changed=False)
                 raise ApiError(grpc.StatusCode.NOT_FOUND, f"flow_id: no {PROG[side]} flow {flow_id}")
-            a.run(side, ["del-flow", "--instance", a.instance, "--flow-id", flow_id], "flow_id")
-            device = s.monitors.pop(flow_id).device
-            log.info("StopInlineMonitor %s flow %d: stopped", PROG[side], flow_id)
-            if not s.monitors:
-                a.detach(side)
-            elif device not in {m.device for m in s.monitors.values()}:
-                a.detach_dev(side, device)  # that device's last monitor
+            if side == INGRESS and flow_id in a.routes:
+                a.stop_route(flow_id)
+                log.info("StopInlineMonitor %s flow %d: stopped, routes given back", ROUTE_PROG, flow_id)
+            else:
+                a.stop_tc(side, flow_id)
         self._changed()
         return pb.StopInlineMonitorResponse(changed=True)
 
     def ListInlineMonitors(self, req, ctx):
         want = F.enum_value("side", req.side, pb.InlineSide, required=False)
         with self.a.lock:
-            out = [_status(m, self.a.sides[side].node_id) for side, m in self.a.monitors() if not want or side == want]
+            out = [self.a.status(side, m.flow_id) for side, m in self.a.monitors() if not want or side == want]
         log.info("ListInlineMonitors: %d monitors", len(out))
         return pb.ListInlineMonitorsResponse(monitors=out)
 
     def GetInlineMonitorResults(self, req, ctx):
         side, flow_id = self._key(req)
         with self.a.lock:
-            s = self.a.sides.get(side)
-            if s is None or flow_id not in s.monitors:
+            if self.a.monitor(side, flow_id) is None:
                 raise ApiError(grpc.StatusCode.NOT_FOUND, f"flow_id: no {PROG[side]} flow {flow_id}")
-            m, node_id = s.monitors[flow_id], s.node_id
-            dp = self.a.datapath_flows(side).get(flow_id)
+            status = self.a.status(side, flow_id)
+            dp = self.a.datapath_flows(side, on_route=side == INGRESS and flow_id in self.a.routes).get(flow_id)
         if dp is None:
             raise ApiError(
                 grpc.StatusCode.FAILED_PRECONDITION,
-                f"flow_id: {PROG[side]} flow {flow_id} is no longer in the datapath",
+                f"flow_id: {status.program} flow {flow_id} is no longer in the datapath",
             )
-        out = pb.GetInlineMonitorResultsResponse(status=_status(m, node_id))
+        out = pb.GetInlineMonitorResultsResponse(status=status)
         try:
             if side == INGRESS:
                 out.ingress.CopyFrom(
@@ -808,12 +1099,13 @@ class InlineMonitorServicer(pb_grpc.InlineMonitorServiceServicer):
         cfg = validate_config(req.config)
         a = self.a
         with a.lock:
-            running = {side: s for side, s in a.sides.items() if s.monitors}
-            for side, s in running.items():
-                if s.node_id != cfg.node_id:
+            running = [(PROG[side], s.node_id) for side, s in a.sides.items() if s.monitors]
+            running += [(ROUTE_PROG, rm.node_id) for rm in a.routes.values()]
+            for prog, node_id in running:
+                if node_id != cfg.node_id:
                     raise ApiError(
                         grpc.StatusCode.FAILED_PRECONDITION,
-                        f"config.node_id: {PROG[side]} monitors run with node id {s.node_id}; stop them "
+                        f"config.node_id: {prog} monitors run with node id {node_id}; stop them "
                         f"(StopInlineMonitor or Reset) before changing it to {cfg.node_id}",
                     )
             try:
@@ -851,7 +1143,7 @@ class InlineMonitorServicer(pb_grpc.InlineMonitorServiceServicer):
     def DisableIoam(self, req, ctx):
         a = self.a
         with a.lock:
-            running = sorted(f"{PROG[side]} flow {fid}" for side, s in a.sides.items() for fid in s.monitors)
+            running = sorted(f"{a.program_of(side, m.flow_id)} flow {m.flow_id}" for side, m in a.monitors())
             if running:
                 raise ApiError(
                     grpc.StatusCode.FAILED_PRECONDITION,

@@ -45,6 +45,7 @@ STATS_MAP = {
     "altmark_rx": "altmark_stats",
     "ioam_tx": "ioam_tx_stats",
     "ioam_rx": "ioam_rx_stats",
+    "ioam_lwt": "ioam_lwt_stats",
 }
 
 

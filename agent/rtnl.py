@@ -44,7 +44,7 @@ LINK_STATS64_FIELDS = (
     "tx_dropped",
 )
 RTPROT_STATIC, RT_SCOPE_UNIVERSE, RTN_UNICAST, RT_TABLE_MAIN, RT_TABLE_COMPAT = 4, 0, 1, 254, 252
-LWTUNNEL_ENCAP_SEG6, LWTUNNEL_ENCAP_SEG6_LOCAL = 5, 7
+LWTUNNEL_ENCAP_SEG6, LWTUNNEL_ENCAP_BPF, LWTUNNEL_ENCAP_SEG6_LOCAL = 5, 6, 7
 SEG6_IPTUNNEL_SRH = 1
 SEG6_IPTUN_MODE_INLINE, SEG6_IPTUN_MODE_ENCAP, SEG6_IPTUN_MODE_ENCAP_RED = 0, 1, 3
 (
@@ -108,6 +108,21 @@ class PolicyRoute:
     table: int
     mode: int  # SEG6_IPTUN_MODE_*
     segments: tuple[str, ...]
+    oif: int
+    metric: int
+
+    @property
+    def key(self) -> tuple[str, int]:
+        return (self.destination, self.table)
+
+
+@dataclass(frozen=True)
+class BpfRoute:
+    """An `encap bpf` route: a route program (datapath/ioam_lwt) in place of a policy's seg6 route.
+    Its SID list is not in the route: the program's copy of the seg6 route (table 3355) has it."""
+
+    destination: str
+    table: int
     oif: int
     metric: int
 
@@ -282,8 +297,8 @@ def _decode_srh(raw: bytes, drop_first: bool) -> tuple[str, ...]:
     return tuple(reversed(wire))
 
 
-def decode_route(buf: bytes, off: int, end: int) -> PolicyRoute | LocalSidRoute | None:
-    """One RTM_NEWROUTE payload -> PolicyRoute / LocalSidRoute, None for any other route."""
+def decode_route(buf: bytes, off: int, end: int) -> PolicyRoute | LocalSidRoute | BpfRoute | None:
+    """One RTM_NEWROUTE payload -> PolicyRoute / LocalSidRoute / BpfRoute, None for any other route."""
     fam, plen, _, _, table8, _, _, rtype, _ = _RTMSG.unpack_from(buf, off)
     a = _attrs(buf, off + _RTMSG.size, end)
     enc_type = a.get(RTA_ENCAP_TYPE)
@@ -294,6 +309,8 @@ def decode_route(buf: bytes, off: int, end: int) -> PolicyRoute | LocalSidRoute 
     oif = struct.unpack("=I", a[RTA_OIF])[0] if RTA_OIF in a else 0
     metric = struct.unpack("=I", a[RTA_PRIORITY])[0] if RTA_PRIORITY in a else 0
     dst = socket.inet_ntop(fam, a[RTA_DST]) if RTA_DST in a else ("::" if fam == socket.AF_INET6 else "0.0.0.0")
+    if enc_type == LWTUNNEL_ENCAP_BPF:
+        return BpfRoute(f"{dst}/{plen}", table, oif, metric)
     enc = a[RTA_ENCAP]
     e = _attrs(enc, 0, len(enc))
     if enc_type == LWTUNNEL_ENCAP_SEG6 and SEG6_IPTUNNEL_SRH in e:
@@ -472,10 +489,10 @@ class Rtnl:
                     off += (n + 3) & ~3
 
     # -- higher level ------------------------------------------------------------------------
-    def srv6_routes(self, table: int | None = None) -> list[PolicyRoute | LocalSidRoute]:
-        """Every seg6 / seg6local route (IPv6 and IPv4), optionally of one table only
+    def srv6_routes(self, table: int | None = None) -> list[PolicyRoute | LocalSidRoute | BpfRoute]:
+        """Every seg6 / seg6local / bpf-encap route (IPv6 and IPv4), optionally of one table only
         (filtered by the kernel: strict dump with RTA_TABLE)."""
-        routes: list[PolicyRoute | LocalSidRoute] = []
+        routes: list[PolicyRoute | LocalSidRoute | BpfRoute] = []
         for fam in (socket.AF_INET6, socket.AF_INET):
             body = _RTMSG.pack(fam, 0, 0, 0, 0, 0, 0, 0, 0)
             if table is not None:

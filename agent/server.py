@@ -172,8 +172,13 @@ class Agent:
             rtnl=self.rtnl,
             keeper=self.keeper,
         )
+        # the in-line agent takes policy routes over (ioam_lwt) and gives them back on RemovePolicy
+        self.inline.srv6, self.srv6.route_program = self.srv6, self.inline
         self.adopted: dict = {}  # what this agent took over from the previous one (adopt_ms, notes)
         self._adopt_previous()
+        # a killed agent's ioam_lwt routes that no adopted monitor owns: the plain seg6 routes back
+        for note in self.inline.release_leftover_routes():
+            log.warning("%s", note)
         # a killed agent of this node left IOAM enabled and its in-line monitors were not adopted:
         # put back what it had saved, before serving
         self.ioam.restore_leftovers()

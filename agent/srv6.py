@@ -75,6 +75,9 @@ ACTION_PARAMS = {
 }
 
 OK = grpc.StatusCode.OK
+# datapath/ioam_lwt.c LOCAL_TABLE: the route program's copy of a taken-over seg6 route, for the
+# packets the node sends itself (rule `iif lo lookup 3355`)
+LWT_LOCAL_TABLE = 3355
 
 
 def describe_policy(p: R.PolicyRoute) -> str:
@@ -111,6 +114,9 @@ class Srv6State:
         self.sids: dict[tuple[str, int], R.LocalSidRoute] = {}
         self.ifindex: dict[str, int] = {}
         self.ifname: dict[int, str] = {}
+        self.taken_over: dict[tuple[str, int], R.BpfRoute] = {}  # policies the route program runs
+        # the in-line agent: it gives a taken-over route back before the policy is removed
+        self.route_program = None
         self.on_change: Callable[[], None] | None = None  # e.g. topology publisher
         self.refresh_links()
         self.resync(None)
@@ -121,21 +127,35 @@ class Srv6State:
         self.ifname = {v: k for k, v in self.ifindex.items()}
 
     def resync(self, table: int | None) -> None:
-        """Re-read SRv6 routes (one table or all) from the kernel into the index."""
+        """Re-read SRv6 routes (one table or all) from the kernel into the index. A policy whose route
+        the route program (ioam_lwt) has taken over is read from its copy in LWT_LOCAL_TABLE: the
+        policy keeps its SID list while monitored, and the copy is no policy of that table."""
+        if table == LWT_LOCAL_TABLE:
+            table = None  # which copies are copies depends on the bpf routes of every table
         routes = self.rtnl.srv6_routes(table)
+        if table is not None:
+            routes += [r for r in self.rtnl.srv6_routes(LWT_LOCAL_TABLE) if isinstance(r, R.PolicyRoute)]
+        policies, taken_over = policies_of(routes, table)
         with self.lock:
             if table is None:
                 self.policies.clear()
                 self.sids.clear()
+                self.taken_over.clear()
             else:
-                for d in (self.policies, self.sids):
+                for d in (self.policies, self.sids, self.taken_over):
                     for k in [k for k in d if k[1] == table]:
                         del d[k]
-            for r in routes:
+            self.taken_over.update(taken_over)
+            for r in [*policies, *(r for r in routes if isinstance(r, R.LocalSidRoute))]:
                 d = self.policies if isinstance(r, R.PolicyRoute) else self.sids
                 old = d.get(r.key)
                 if old is None or r.metric < old.metric:  # lowest metric wins, as in the FIB
                     d[r.key] = r
+
+    def route_program_of(self, key: tuple[str, int]) -> R.BpfRoute | None:
+        """The route program's route in place of this policy's seg6 route, if it is taken over."""
+        with self.lock:
+            return self.taken_over.get(key)
 
     def oif(self, path: str, name: str) -> int:
         idx = self.ifindex.get(name)
@@ -159,6 +179,30 @@ class Srv6State:
                 self.on_change()
             except Exception:  # noqa: BLE001 - a publisher problem must not fail the RPC
                 log.exception("on_change hook failed")
+
+
+def policies_of(routes: list, table: int | None) -> tuple[list[R.PolicyRoute], dict]:
+    """The policies in a route dump: the seg6 routes, except ioam_lwt's copies in LWT_LOCAL_TABLE,
+    and for every bpf route with such a copy the policy it stands for (its table and metric, the
+    copy's mode, SID list and device). Also the bpf routes by policy key."""
+    copies = {r.destination: r for r in routes if isinstance(r, R.PolicyRoute) and r.table == LWT_LOCAL_TABLE}
+    taken_over = {
+        r.key: r
+        for r in routes
+        if isinstance(r, R.BpfRoute) and r.destination in copies and (table is None or r.table == table)
+    }
+    copied = {k[0] for k in taken_over}
+    out = [
+        r
+        for r in routes
+        if isinstance(r, R.PolicyRoute)
+        and not (r.table == LWT_LOCAL_TABLE and r.destination in copied)
+        and (table is None or r.table == table)
+    ]
+    for key, bpf in taken_over.items():
+        c = copies[key[0]]
+        out.append(R.PolicyRoute(bpf.destination, bpf.table, c.mode, c.segments, c.oif, bpf.metric))
+    return out, taken_over
 
 
 # --- proto <-> routes -------------------------------------------------------------------------
@@ -392,6 +436,7 @@ def plan_update_policy(st: Srv6State, req: pb.UpdatePolicyRequest, path: str = "
                 "policy",
                 p.key,
             )
+        refuse_if_monitored(st, p.key, f"{path}policy")
         if old.metric == p.metric:
             # hitless: one RTM_NEWROUTE with NLM_F_REPLACE, the FIB entry is swapped in place
             msgs = [(R.RTM_NEWROUTE, R.NLM_F_REPLACE, R.encode_policy(p))]
@@ -416,6 +461,20 @@ def plan_update_policy(st: Srv6State, req: pb.UpdatePolicyRequest, path: str = "
     return decide()
 
 
+def refuse_if_monitored(st: Srv6State, key: tuple[str, int], path: str) -> None:
+    """A policy the route program runs for an in-line monitor keeps its SID list: the monitor is the
+    SID list's (its flow, its sequence numbers), so a new one would silently end it."""
+    if st.route_program_of(key) is None:
+        return
+    who = st.route_program.monitor_of(key) if st.route_program is not None else None
+    raise ApiError(
+        grpc.StatusCode.FAILED_PRECONDITION,
+        f"{path}: policy {key[0]} table {key[1]} is monitored in-line"
+        + (f" (flow {who}, route program ioam_lwt)" if who else " (route program ioam_lwt)")
+        + "; StopInlineMonitor first, update the policy, then start a monitor of the new SID list",
+    )
+
+
 def plan_remove_policy(st: Srv6State, req: pb.RemovePolicyRequest, path: str = "", pre=None) -> Plan:
     key = pre or key_from(path, req.destination, req.table)
 
@@ -435,6 +494,11 @@ def plan_remove_policy(st: Srv6State, req: pb.RemovePolicyRequest, path: str = "
             raise ApiError(
                 grpc.StatusCode.NOT_FOUND, f"{path}destination: policy {key[0]} table {key[1]}: no such policy"
             )
+        if st.route_program_of(key) is not None and st.route_program is not None:
+            # the route program's state (its route entry, the copy in LWT_LOCAL_TABLE, the rule) goes
+            # first: the seg6 route is given back, then removed like any policy
+            st.route_program.release_policy(old)
+            st.resync(key[1])
         return Plan(
             [(R.RTM_DELROUTE, 0, R.encode_delete(old.destination, old.table, old.metric))],
             lambda: st.policies.pop(key, None),

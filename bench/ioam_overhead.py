@@ -522,8 +522,9 @@ def main() -> int:
         "--ingress",
         choices=("tc", "route"),
         default="tc",
-        help="the ingress inserter of 'on': ioam_tx on TC egress (default: what the agent installs) or the "
-        "route program ioam_lwt (its runs also measure 'on, TC' side by side)",
+        help="the ingress inserter of 'on': ioam_tx on TC egress (default; what the agent installs for a SID "
+        "list without a policy route) or the route program ioam_lwt (its runs also measure 'on, TC' side by "
+        "side; 'on, fixed next hop' is what the agent installs on a policy route whose first SID has a gateway)",
     )
     args = ap.parse_args()
     if args.quick:

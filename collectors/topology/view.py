@@ -55,7 +55,10 @@ SEG6LOCAL_PARAMS = {
     "SEG6_LOCAL_IIF": "iif",
     "SEG6_LOCAL_OIF": "oif",
 }
-ENCAP_SEG6, ENCAP_SEG6LOCAL = 5, 7  # linux/lwtunnel.h LWTUNNEL_ENCAP_*
+ENCAP_SEG6, ENCAP_BPF, ENCAP_SEG6LOCAL = 5, 6, 7  # linux/lwtunnel.h LWTUNNEL_ENCAP_*
+# datapath/ioam_lwt.c LOCAL_TABLE: where the in-line route program keeps a copy of the seg6 route it
+# took over (for the packets the node sends itself)
+LWT_LOCAL_TABLE = 3355
 # linux/seg6_local.h SEG6_LOCAL_FLAVORS (pyroute2 0.8 does not decode it: read from its bytes)
 SEG6_LOCAL_FLAVORS = 11
 FLV_OPERATION, FLV_LCBLOCK_BITS, FLV_LCNODE_FN_BITS = 1, 2, 3
@@ -219,14 +222,28 @@ def _policy(route, names: dict[int, str]) -> dict:
     }
 
 
+def _with_route_programs(policies: list[dict], bpf: list[tuple[str, int]]) -> list[dict]:
+    """A policy the in-line route program (ioam_lwt) runs is an `encap bpf` route; its SID list is in
+    the program's copy in LWT_LOCAL_TABLE: the policy as the copy has it, in the bpf route's table,
+    and the copy is no policy of its own."""
+    copies = {p["prefix"]: p for p in policies if p["table"] == LWT_LOCAL_TABLE}
+    taken = [(prefix, table) for prefix, table in bpf if prefix in copies]
+    out = [p for p in policies if not (p["table"] == LWT_LOCAL_TABLE and p["prefix"] in {t[0] for t in taken})]
+    return out + [{**copies[prefix], "table": table} for prefix, table in taken]
+
+
 def _srv6_routes(ipr, names: dict[int, str]) -> tuple[list[dict], list[dict]]:
-    sids, policies = [], []
+    sids, policies, bpf = [], [], []
     for r in ipr.route("dump", family=socket.AF_INET6):  # every table
         kind = r.get_attr("RTA_ENCAP_TYPE")
         if kind == ENCAP_SEG6LOCAL:
             sids.append(_local_sid(r, names))
         elif kind == ENCAP_SEG6:
             policies.append(_policy(r, names))
+        elif kind == ENCAP_BPF:
+            dst = r.get_attr("RTA_DST")
+            bpf.append((f"{dst}/{r['dst_len']}" if dst else "default", r.get_attr("RTA_TABLE")))
+    policies = _with_route_programs(policies, bpf)
     sids.sort(key=lambda s: (ipaddress.IPv6Address(s["sid"]), s["prefixlen"], s["table"] or 0))
     policies.sort(key=lambda p: (p["table"] or 0, p["prefix"]))
     return sids, policies

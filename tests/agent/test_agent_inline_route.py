@@ -1,0 +1,305 @@
+"""The agent runs an INGRESS in-line monitor on its policy's route (ioam_lwt, `encap bpf in`) where the
+node has the policy, and gives the plain seg6 route back on StopInlineMonitor, on agent stop and,
+after kill -9, through the next agent (adopted with its state, given back without). Srv6Service sees
+the monitored policy with its SID list and never the route program's copy in table 3355. Real agents
+on netlab line5_two_paths: H1 -> A -> R -> B -> H2, ingress on A (policy fd00:b::/64 via SIDS), IOAM
+transit on R, egress on B; routes read back with ip(8), independent of the agent's netlink code.
+
+Own lab (prefix `inlr`) and bpffs instances (`inlr-*`)."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import grpc
+import pytest
+
+from collectors.topology.view import build_node_view
+from netlab import Lab
+from netlab.lab import teardown
+from segscope_proto.segscope.agent.v1 import inline_pb2 as pb
+from segscope_proto.segscope.agent.v1 import inline_pb2_grpc, srv6_pb2_grpc
+from segscope_proto.segscope.agent.v1 import srv6_pb2 as spb
+from segscope_schemas import names
+from tests.agent.agent_env import make_test_pki, start_agent
+from tests.agent.conftest import expect_error
+from tests.isolation import own_name
+
+PREFIX = own_name("inlr")
+TOPOLOGY = "netlab/topologies/line5_two_paths.yaml"
+REPO = Path(__file__).resolve().parents[2]
+BUILD = Path(os.environ.get("SEGSCOPE_BUILD_DIR") or REPO / "build")
+pytestmark = pytest.mark.skipif(
+    not all((BUILD / "datapath" / p).exists() for p in ("ioam_tx", "ioam_rx", "ioam_lwt")),
+    reason="build/datapath/ioam_tx, ioam_rx and ioam_lwt are not built",
+)
+FP = grpc.StatusCode.FAILED_PRECONDITION
+INGRESS, EGRESS = pb.INLINE_SIDE_INGRESS, pb.INLINE_SIDE_EGRESS
+SIDS = ["fc00:2::e", "fc00:3::d6"]  # A's policy fd00:b::/64 in line5_two_paths
+POLICY = "fd00:b::/64"
+SENDER = r"""
+import socket, sys, time
+n = int(sys.argv[1]); s = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
+for i in range(n):
+    s.sendto(b"y" * 100, ("fd00:b::1", 40007))
+    if i % 50 == 49: time.sleep(0.01)
+print(n)
+"""
+
+
+@pytest.fixture(scope="module")
+def rlab(bpffs):
+    teardown(PREFIX)
+    lab = Lab.up(TOPOLOGY, prefix=PREFIX)
+    try:
+        yield lab
+    finally:
+        lab.down()
+
+
+@pytest.fixture(scope="module")
+def rpki(tmp_path_factory):
+    return make_test_pki(tmp_path_factory.mktemp("inlr-pki"))
+
+
+@pytest.fixture(scope="module")
+def transit(rlab, rpki, tmp_path_factory):
+    """R (IOAM transit) and B (egress monitor) for the whole module; A's agent is per test."""
+    run_dir = tmp_path_factory.mktemp("inlr-agents")
+    agents = {n: start_agent(rlab.ns(n), n, run_dir, pki=rpki, instance=f"{PREFIX}-{n}") for n in ("R", "B")}
+    chans = {n: a.channel() for n, a in agents.items()}
+    stubs = {n: inline_pb2_grpc.InlineMonitorServiceStub(c) for n, c in chans.items()}
+    try:
+        enable(stubs["R"], 2)
+        enable(stubs["B"], 3)
+        stubs["B"].StartInlineMonitor(pb.StartInlineMonitorRequest(monitor=mon(EGRESS)), timeout=30)
+        yield stubs
+    finally:
+        for c in chans.values():
+            c.close()
+        codes = {n: a.stop() for n, a in agents.items()}
+        sys.stderr.write(f"\n[inlr agents] exit codes {codes}, logs in {run_dir}\n")
+
+
+def enable(stub, node_id: int) -> None:
+    cfg = pb.IoamConfig(node_id=node_id, namespace_ids=[1], all_devices=True)
+    stub.EnableIoam(pb.EnableIoamRequest(config=cfg), timeout=30)
+
+
+def mon(side=INGRESS, flow_id=7, **kw) -> pb.InlineMonitor:
+    d = dict(side=side, flow_id=flow_id, device="a0" if side == INGRESS else "b0", segments=SIDS, namespace_id=1)
+    if side == INGRESS:
+        d["sample_every"] = 1
+    d.update(kw)
+    return pb.InlineMonitor(**d)
+
+
+def a_agent(lab, pki, tmp_path, state: bool = True):
+    args = ["--state-dir", str(tmp_path / "state-A")] if state else ["--adopt-timeout", "0"]
+    args += ["--health", "127.0.0.1:0"]
+    return start_agent(lab.ns("A"), "A", tmp_path, pki=pki, instance=f"{PREFIX}-A", extra_args=args)
+
+
+def route(lab, table: str = "main") -> str:
+    return lab.run("A", ["ip", "-6", "route", "show", POLICY, "table", table], check=True).stdout.strip()
+
+
+def assert_plain_seg6(lab) -> None:
+    """The policy's own seg6 route, no copy in table 3355, no rule, no pins of the route program."""
+    r = route(lab)
+    assert "encap seg6 mode encap segs 2 [ fc00:2::e fc00:3::d6 ]" in r and "bpf" not in r, r
+    assert lab.run("A", ["ip", "-6", "route", "show", "table", "3355"]).stdout.strip() == ""
+    assert "lookup 3355" not in lab.run("A", ["ip", "-6", "rule", "show"], check=True).stdout
+    assert not (Path(names.BPFFS_PIN_ROOT) / f"{PREFIX}-A" / "ioam_lwt").exists()
+
+
+def send(lab, n: int) -> None:
+    assert int(lab.run("H1", [sys.executable, "-c", SENDER, str(n)], check=True).stdout) == n
+    time.sleep(0.5)
+
+
+def ingress(stub) -> pb.InlineIngressCounters:
+    return stub.GetInlineMonitorResults(pb.GetInlineMonitorResultsRequest(side=INGRESS, flow_id=7), timeout=10).ingress
+
+
+def records(transit) -> int:
+    req = pb.GetInlineMonitorResultsRequest(side=EGRESS, flow_id=7)
+    return transit["B"].GetInlineMonitorResults(req, timeout=10).egress.records
+
+
+def metrics(agent, *want: str) -> str:
+    """The agent's /metrics once every regex of `want` matches (its stats tick is 1 s), or after 15 s."""
+    port = re.search(r"agent health on http://127.0.0.1:(\d+)/healthz", agent.log()).group(1)
+    deadline, text = time.monotonic() + 15, ""
+    while time.monotonic() < deadline and not all(re.search(w, text) for w in want):
+        text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+        time.sleep(0.5)
+    return text
+
+
+def policies(ch) -> list:
+    return list(srv6_pb2_grpc.Srv6ServiceStub(ch).ListPolicies(spb.ListPoliciesRequest(), timeout=10).policies)
+
+
+def test_monitor_runs_on_the_policy_route_and_gives_it_back(rlab, rpki, transit, tmp_path):
+    assert_plain_seg6(rlab)
+    enable_a, agent = None, a_agent(rlab, rpki, tmp_path)
+    try:
+        with agent.channel() as ch:
+            a = inline_pb2_grpc.InlineMonitorServiceStub(ch)
+            enable(a, 1)
+            before = [p for p in policies(ch) if p.destination == POLICY]
+            st = a.StartInlineMonitor(pb.StartInlineMonitorRequest(monitor=mon()), timeout=30).status
+            assert st.program == "ioam_lwt" and st.routes == [f"{POLICY} table 254"] and st.fixed_next_hop
+            assert "encap bpf" in route(rlab) and POLICY in route(rlab, "3355")
+            # ListPolicies: the same policy, SID list included, and no policy of table 3355
+            now = policies(ch)
+            assert [p for p in now if p.destination == POLICY] == before and list(before[0].segments) == SIDS
+            assert not [p for p in now if p.table == 3355]
+            # the topology view reads it the same way (its own pyroute2 dump)
+            view = [p for p in build_node_view("A", rlab.ns("A"))["policies"] if p["prefix"] == POLICY]
+            assert [(p["table"], p["segments"], p["interface"]) for p in view] == [(254, SIDS, "a0")]
+            listed = a.ListInlineMonitors(pb.ListInlineMonitorsRequest(), timeout=10).monitors
+            assert [(m.monitor.flow_id, m.program) for m in listed] == [(7, "ioam_lwt")]
+            sent = 300
+            send(rlab, sent)
+            tx = ingress(a)
+            assert tx.packets == tx.sampled == tx.instrumented == tx.next_sequence == sent
+            assert records(transit) == sent  # every sequence number 0..299 once at B
+            want = (
+                r'segscope_inline_\w+\{[^}]*flow="7"[^}]*program="ioam_lwt"',
+                r"segscope_agent_inline_monitors_on_route\{[^}]*\} 1\b",
+                r'segscope_datapath_instrumented\{[^}]*program="ioam_lwt"[^}]*\} 300\b',
+            )
+            text = metrics(agent, *want)
+            assert [w for w in want if not re.search(w, text)] == [], text[-3000:]
+            a.StopInlineMonitor(pb.StopInlineMonitorRequest(side=INGRESS, flow_id=7), timeout=30)
+            assert_plain_seg6(rlab)
+            assert [p for p in policies(ch) if p.destination == POLICY] == before
+            enable_a = a
+    finally:
+        assert agent.stop() == 0
+    assert enable_a is not None
+    assert_plain_seg6(rlab)
+
+
+def test_agent_stop_gives_the_route_back(rlab, rpki, transit, tmp_path):
+    agent = a_agent(rlab, rpki, tmp_path)
+    try:
+        with agent.channel() as ch:
+            a = inline_pb2_grpc.InlineMonitorServiceStub(ch)
+            enable(a, 1)
+            a.StartInlineMonitor(pb.StartInlineMonitorRequest(monitor=mon()), timeout=30)
+            assert "encap bpf" in route(rlab)
+    finally:
+        assert agent.stop() == 0
+    assert_plain_seg6(rlab)
+
+
+def test_a_sid_list_without_policy_route_runs_on_tc(rlab, rpki, transit, tmp_path):
+    agent = a_agent(rlab, rpki, tmp_path)
+    try:
+        with agent.channel() as ch:
+            a = inline_pb2_grpc.InlineMonitorServiceStub(ch)
+            enable(a, 1)
+            m = mon(flow_id=9, segments=["fc00:2::e", "fc00:3::99"])
+            st = a.StartInlineMonitor(pb.StartInlineMonitorRequest(monitor=m), timeout=30).status
+            assert st.program == "ioam_tx" and not st.routes
+            assert "encap bpf" not in route(rlab)
+            a.Reset(pb.ResetInlineRequest(), timeout=30)
+    finally:
+        assert agent.stop() == 0
+    assert_plain_seg6(rlab)
+
+
+def test_update_refused_remove_gives_state_back(rlab, rpki, transit, tmp_path):
+    """UpdatePolicy (what the steer calls) on a monitored policy is refused, naming the monitor; the
+    policy and its monitor stay as they were. RemovePolicy gives the route program's state back
+    (route entry, copy, rule) and the monitor goes on with ioam_tx on TC."""
+    agent = a_agent(rlab, rpki, tmp_path)
+    try:
+        with agent.channel() as ch:
+            a, s = inline_pb2_grpc.InlineMonitorServiceStub(ch), srv6_pb2_grpc.Srv6ServiceStub(ch)
+            enable(a, 1)
+            a.StartInlineMonitor(pb.StartInlineMonitorRequest(monitor=mon()), timeout=30)
+            pol = next(p for p in policies(ch) if p.destination == POLICY)
+            moved = spb.Policy()
+            moved.CopyFrom(pol)
+            moved.segments[:] = ["fc00:2::e", "fc00:3::d7"]
+            expect_error(
+                s.UpdatePolicy,
+                spb.UpdatePolicyRequest(policy=moved),
+                FP,
+                "policy: policy fd00:b::/64 table 254 is monitored in-line (flow 7, route program ioam_lwt)",
+            )
+            assert not s.UpdatePolicy(spb.UpdatePolicyRequest(policy=pol), timeout=10).changed  # same: fine
+            assert "encap bpf" in route(rlab)
+            send(rlab, 100)
+            assert ingress(a).next_sequence == 100
+            assert s.RemovePolicy(spb.RemovePolicyRequest(destination=POLICY, table=254), timeout=30).changed
+            assert route(rlab) == "" and route(rlab, "3355") == ""
+            assert "lookup 3355" not in rlab.run("A", ["ip", "-6", "rule", "show"], check=True).stdout
+            st = a.ListInlineMonitors(pb.ListInlineMonitorsRequest(), timeout=10).monitors
+            assert [(m.monitor.flow_id, m.program) for m in st] == [(7, "ioam_tx")]
+            a.Reset(pb.ResetInlineRequest(), timeout=30)
+            assert s.CreatePolicy(spb.CreatePolicyRequest(policy=pol), timeout=10).changed
+    finally:
+        assert agent.stop() == 0
+    assert_plain_seg6(rlab)
+
+
+def kill9(agent) -> None:
+    os.killpg(agent.proc.pid, signal.SIGKILL)
+    agent.proc.wait()
+
+
+def test_kill9_then_the_next_agent_adopts_the_route(rlab, rpki, transit, tmp_path):
+    """With its state: the route forwards and instruments while no agent runs, the next agent adopts
+    the monitor on the route, sequence numbers go on without a gap, and Stop gives the route back."""
+    agent = a_agent(rlab, rpki, tmp_path)
+    with agent.channel() as ch:
+        a = inline_pb2_grpc.InlineMonitorServiceStub(ch)
+        enable(a, 1)
+        a.StartInlineMonitor(pb.StartInlineMonitorRequest(monitor=mon()), timeout=30)
+    base = records(transit)
+    send(rlab, 100)
+    kill9(agent)
+    send(rlab, 100)  # no agent: the route still forwards and instruments
+    assert "encap bpf" in route(rlab)
+    agent = a_agent(rlab, rpki, tmp_path)
+    try:
+        with agent.channel() as ch:
+            a = inline_pb2_grpc.InlineMonitorServiceStub(ch)
+            listed = a.ListInlineMonitors(pb.ListInlineMonitorsRequest(), timeout=10).monitors
+            assert [(m.monitor.flow_id, m.program) for m in listed] == [(7, "ioam_lwt")]
+            assert [p.segments for p in policies(ch) if p.destination == POLICY] == [SIDS]
+            send(rlab, 100)
+            tx = ingress(a)
+            assert tx.instrumented == tx.next_sequence == 300 and records(transit) - base == 300
+            a.StopInlineMonitor(pb.StopInlineMonitorRequest(side=INGRESS, flow_id=7), timeout=30)
+            assert_plain_seg6(rlab)
+    finally:
+        assert agent.stop() == 0
+
+
+def test_kill9_then_an_agent_without_its_state_gives_the_route_back(rlab, rpki, transit, tmp_path):
+    agent = a_agent(rlab, rpki, tmp_path, state=False)
+    with agent.channel() as ch:
+        a = inline_pb2_grpc.InlineMonitorServiceStub(ch)
+        enable(a, 1)
+        a.StartInlineMonitor(pb.StartInlineMonitorRequest(monitor=mon()), timeout=30)
+    kill9(agent)
+    assert "encap bpf" in route(rlab)
+    agent = a_agent(rlab, rpki, tmp_path, state=False)
+    try:
+        assert_plain_seg6(rlab)  # before the first RPC
+        assert "given back (no monitor owns it)" in agent.log()
+    finally:
+        assert agent.stop() == 0
+    assert_plain_seg6(rlab)
