@@ -347,8 +347,10 @@ def test_summary_topic_reaches_the_four_processors_only_when_enabled():
 
 def test_influx_setup_full_rollups_only_or_none(capsys):
     def init_containers(*args: str) -> list[dict]:
+        """Telegraf's InfluxDB init containers (its first one waits for Kafka, whatever the database)."""
         spec = by_kind(helm_template(*args), "Deployment")["segscope-telegraf"]["spec"]["template"]["spec"]
-        return spec.get("initContainers", [])
+        assert spec["initContainers"][0]["name"] == "kafka-wait"
+        return spec["initContainers"][1:]
 
     (full,) = init_containers()
     assert full["name"] == "influx-setup" and "--rollups-only" not in full["args"]
