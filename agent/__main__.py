@@ -24,10 +24,26 @@ if str(_REPO / "schemas" / "python") not in sys.path:  # segscope_proto / segsco
     sys.path.insert(0, str(_REPO / "schemas" / "python"))
 
 
+def node_name(value: str) -> str:
+    """--node: the key of the node's records, Influx tag and topology documents; one the batch
+    header holds (a longer name would stop the streamer on every record, long after the start)."""
+    from segscope_schemas.batch_envelope import node_name_problem
+
+    problem = node_name_problem(value)
+    if problem:
+        raise argparse.ArgumentTypeError(problem)
+    return value
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m agent", description="segscope southbound gRPC agent for one node")
     p.add_argument("--version", action="version", version=VERSION_LINE)
-    p.add_argument("--node", required=True, help="node name (e.g. A); used in logs, Kafka keys, topology")
+    p.add_argument(
+        "--node",
+        required=True,
+        type=node_name,
+        help="node name (e.g. A, or a Kubernetes node's: worker-1.example); used in logs, Kafka keys, topology",
+    )
     p.add_argument("--netns", help="network namespace of the node (/run/netns/NAME); omit on a real router")
     p.add_argument("--listen", required=True, help="HOST:PORT to listen on (e.g. 127.0.0.1:20100)")
     p.add_argument("--tls-cert", help="server certificate (PEM)")

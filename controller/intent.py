@@ -23,8 +23,9 @@ from typing import Any
 
 from controller.usid import DEFAULT_LBLEN, DEFAULT_NFLEN, CsidFormat, length_problem
 from controller.yamlmarks import MarkedDoc, Problem, load_marked
+from segscope_schemas import batch_envelope
 
-NODE_NAME_RE = re.compile(r"^[A-Za-z0-9_]{1,32}$")
+NODE_NAME_RE = batch_envelope.NODE_NAME_RE  # Kubernetes' node names (with '-', '.') and the labs'
 IFNAME_RE = re.compile(r"^[A-Za-z0-9_.-]{1,15}$")
 ENV_RE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 
@@ -567,7 +568,7 @@ def _show(value: Any) -> str:
 
 def _parse_node(c: _Checker, where: tuple, name: Any, raw: Any) -> NodeSpec | None:
     if not isinstance(name, str) or not NODE_NAME_RE.match(name):
-        c.err(where, f"node name {name!r} is not valid", "use 1-32 characters [A-Za-z0-9_]", at_key=True)
+        c.err(where, f"node name {name!r} is not valid", batch_envelope.NODE_NAME_RULE, at_key=True)
     if not c.mapping(where, raw, NODE_KEYS, required=("agent", "tls")):
         return None
     agent = ""

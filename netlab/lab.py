@@ -132,6 +132,19 @@ def _terminate(pid: int, timeout: float = 3.0) -> None:
         pass
 
 
+def relay_ends_script(devices: tuple[str, ...], mtu: int | None = None) -> str:
+    """Shell lines (run in the relay's netns) that make its veth ends fit for the delay relay: no
+    offloads, so the relay sees real-size frames; xdp_pass attached, because a node's XDP program
+    that answers with XDP_TX (the STAMP reflector) sends into its veth peer, and veth drops XDP_TX
+    frames when the peer has no XDP program (the relay's AF_PACKET sockets still see every frame)."""
+    mtu_arg = f" mtu {mtu}" if mtu else ""
+    return "set -e\n" + "".join(
+        f"ethtool -K {dev} {' '.join(RELAY_OFFLOADS_OFF)} >/dev/null\nip link set dev {dev}{mtu_arg} up\n"
+        f"ip link set dev {dev} xdpdrv obj {XDP_PASS_OBJ} sec xdp\n"
+        for dev in devices
+    )
+
+
 def ensure_built() -> None:
     """Build the relay and xdp_pass object if they are missing (make is quick and idempotent)."""
     if RELAY_BIN.exists() and XDP_PASS_OBJ.exists():
@@ -322,16 +335,7 @@ class Lab:
         sh(["ip", "link", "set", "dev", tmp[1], "netns", relay_ns, "name", RELAY_IF_A])
         sh(["ip", "link", "set", "dev", tmp[2], "netns", relay_ns, "name", RELAY_IF_B])
         sh(["ip", "link", "set", "dev", tmp[3], "netns", self.ns(link.b.node), "name", link.b.ifname])
-        # xdp_pass on both relay ends: a node's XDP program that answers with XDP_TX (the STAMP
-        # reflector) sends into its veth peer, and veth drops XDP_TX frames when the peer has no
-        # XDP program; the relay's AF_PACKET sockets still see every frame (XDP_PASS)
-        mtu = f" mtu {link.mtu}" if link.mtu else ""
-        script = "set -e\n" + "".join(
-            f"ethtool -K {dev} {' '.join(RELAY_OFFLOADS_OFF)} >/dev/null\nip link set dev {dev}{mtu} up\n"
-            f"ip link set dev {dev} xdpdrv obj {XDP_PASS_OBJ} sec xdp\n"
-            for dev in (RELAY_IF_A, RELAY_IF_B)
-        )
-        sh(["ip", "netns", "exec", relay_ns, "sh", "-c", script])
+        sh(["ip", "netns", "exec", relay_ns, "sh", "-c", relay_ends_script((RELAY_IF_A, RELAY_IF_B), link.mtu)])
 
     def _configure_devices(self, node) -> None:
         """Per-device sysctls and offloads (one shell per namespace keeps this fast)."""

@@ -34,7 +34,7 @@ import pytest
 import requests
 import yaml
 
-from netlab import keep_awake
+from netlab import keep_awake, lab
 from tests.deploy.k8s import CHART, REPO, tool
 from tests.isolation import extra_stack, group_dir, own_name
 
@@ -46,7 +46,7 @@ BUILD_WAIT_S = 3600  # the build from a cold Go cache on a loaded machine (docs/
 CLUSTER_DIR, PORT_BASE = extra_stack("k8s-cluster", slot=7, default_port_base=29700)
 _, AGENT_PORTS = extra_stack("k8s-agent", slot=8, default_port_base=29800)
 GRPC_PORT, HEALTH_PORT, REFLECTOR_PORT = AGENT_PORTS, AGENT_PORTS + 1, AGENT_PORTS + 2
-NS, RELEASE, NODE = "segscope", "segscope", "segscopenode"
+NS, RELEASE, NODE = "segscope", "segscope", "segscope-node"  # scripts/cluster.sh's: a name with '-', as nodes have
 NODE_IP = "172.30.0.1"
 REFLECTOR_NS = own_name("k8srefl")
 RELAY_NS = own_name("k8srelay")
@@ -64,6 +64,13 @@ EXPECTED_WARNINGS = {
     "Unhealthy": "readiness probes before the bundled Kafka/InfluxDB are up",
     # the scheduler retries a pod whose claim is not bound yet (the PV controller binds it within seconds)
     "FailedScheduling": "a StatefulSet pod before its PersistentVolumeClaim is bound",
+}
+# Warning events expected only with this message (the same reason with another message fails)
+EXPECTED_WARNING_MESSAGES = {
+    # a pod's volume set up before the kubelet's watch of that Secret/ConfigMap has synced: on a
+    # node that is starting a dozen pods at once the kubelet times out, retries, and the pod starts
+    # (a missing Secret says "not found" instead)
+    ("FailedMount", "cache: timed out waiting for the condition"): "a kubelet cache sync under load, retried",
 }
 
 
@@ -154,6 +161,9 @@ def warnings(since: float) -> list[str]:
         stamp = ev.get("lastTimestamp") or ev.get("eventTime") or ev["metadata"]["creationTimestamp"]
         when = time.mktime(time.strptime(stamp[:19], "%Y-%m-%dT%H:%M:%S")) - time.timezone
         if when + 1 < since or ev.get("reason") in EXPECTED_WARNINGS:
+            continue
+        message = ev.get("message") or ""
+        if any(ev.get("reason") == r and text in message for r, text in EXPECTED_WARNING_MESSAGES):
             continue
         obj = ev["involvedObject"]
         out.append(f"{obj.get('kind')}/{obj.get('name')}: {ev.get('reason')}: {ev.get('message')}")
@@ -248,14 +258,18 @@ def reflector_link():
         sh("ip", "link", "add", node_dev, "type", "veth", "peer", "name", relay_a, "netns", RELAY_NS)
         inrelay = ("ip", "netns", "exec", RELAY_NS)
         sh(*inrelay, "ip", "link", "add", relay_b, "type", "veth", "peer", "name", refl_dev, "netns", REFLECTOR_NS)
-        for dev in (relay_a, relay_b):
-            sh(*inrelay, "ip", "link", "set", dev, "up")
+        # the relay's ends as netlab makes them: without xdp_pass on them, veth drops every reply
+        # the reflector's XDP_TX sends (the sender saw 28 of 1431 packets come back)
+        sh(*inrelay, "sh", "-c", lab.relay_ends_script((relay_a, relay_b)))
+        # the link ends next to a relay: no offloads (full checksums for what XDP rewrites, real-size frames)
+        sh("ethtool", "-K", node_dev, *lab.RELAY_OFFLOADS_OFF)
         sh("ip", "addr", "add", f"{LINK_V4[0]}/30", "dev", node_dev)
         sh("ip", "addr", "add", f"{LINK_V6[0]}/64", "dev", node_dev, "nodad")
         sh("ip", "link", "set", node_dev, "up")
         inns = ("ip", "netns", "exec", REFLECTOR_NS)
         sh(*inns, "ip", "addr", "add", f"{LINK_V4[1]}/30", "dev", refl_dev)
         sh(*inns, "ip", "addr", "add", f"{LINK_V6[1]}/64", "dev", refl_dev, "nodad")
+        sh(*inns, "ethtool", "-K", refl_dev, *lab.RELAY_OFFLOADS_OFF)
         sh(*inns, "ip", "link", "set", refl_dev, "up")
         sh(*inns, "ip", "link", "set", "lo", "up")
         run_dir = CLUSTER_DIR.parent / "k8s-relay"
@@ -430,6 +444,7 @@ def installed(cluster, reflector_link):
         assert install.returncode == 0, f"helm install: {out[-3000:]}"
         state["pods"] = wait_ready(READY_WITHIN_S)
         state["ready_s"] = time.monotonic() - t_install
+        state["ready_at"] = time.time()
         print(f"every pod Ready {state['ready_s']:.1f} s after helm install")
         yield state
     finally:
@@ -441,10 +456,33 @@ def installed(cluster, reflector_link):
         kubectl("delete", "namespace", NS, "--ignore-not-found", "--wait=true", "--timeout=120s", check=False)
 
 
+def chart_workloads() -> dict[str, str]:
+    """{name: kind} of the Deployments, StatefulSets and DaemonSets the chart renders with the test's
+    values (helm's hooks aside: the apply Job)."""
+    text = helm("template", RELEASE, str(CHART), "-n", NS, *helm_values()).stdout
+    return {
+        d["metadata"]["name"]: d["kind"]
+        for d in yaml.safe_load_all(text)
+        if d
+        and d["kind"] in ("Deployment", "StatefulSet", "DaemonSet")
+        and "helm.sh/hook" not in d["metadata"].get("annotations", {})
+    }
+
+
+def pod_workload(pod: dict) -> tuple[str, str] | None:
+    """(kind, name) of the workload that owns a pod: a ReplicaSet's Deployment is its name without
+    the template hash; a Job's pod: None."""
+    owner = (pod["metadata"].get("ownerReferences") or [{}])[0]
+    if owner.get("kind") == "ReplicaSet":
+        return "Deployment", owner["name"].rsplit("-", 1)[0]
+    if owner.get("kind") in ("StatefulSet", "DaemonSet"):
+        return owner["kind"], owner["name"]
+    return None
+
+
 def test_every_pod_ready_and_init_containers_done(installed):
     items = pods()
     assert not not_ready(items)
-    names = {p["metadata"]["name"].rsplit("-", 2)[0] for p in items}
     inits = {}
     for p in items:
         for st in p["status"].get("initContainerStatuses", []):
@@ -452,11 +490,18 @@ def test_every_pod_ready_and_init_containers_done(installed):
             inits.setdefault(st["name"], []).append(term.get("exitCode"))
     assert {"topics", "influx-setup", "format"} <= set(inits), inits  # container names
     assert all(code == 0 for codes in inits.values() for code in codes), inits
-    job_pods = {p["metadata"]["name"]: p["status"].get("phase") for p in items if "job-name" in p["metadata"]["labels"]}
-    assert "Succeeded" in job_pods.values(), f"the controller's apply Job did not complete: {job_pods}"
-    kinds = " ".join(sorted(names))
-    for part in ("agent", "kafka", "influxdb", "delay", "loss", "telegraf", "controller"):
-        assert part in kinds, kinds
+    # the apply Job completed (helm install waited for it), then helm deleted it (hook-succeeded)
+    completed = [
+        e
+        for e in kget("events", "-n", NS, "--field-selector", "involvedObject.kind=Job,reason=Completed")["items"]
+        if e["involvedObject"]["name"] == f"{RELEASE}-apply"
+    ]
+    assert completed, "no Completed event of the controller's apply Job"
+    assert not kget("jobs", "-n", NS)["items"], "helm left the apply Job that succeeded"
+    # one Ready pod of each workload the chart renders, and no pod of anything else
+    workloads = {(kind, name) for name, kind in chart_workloads().items()}
+    running = {pod_workload(p) for p in items} - {None}
+    assert running == workloads, f"pods of {sorted(running)}; the chart renders {sorted(workloads)}"
     restarts = {
         p["metadata"]["name"]: st["restartCount"]
         for p in items
@@ -541,10 +586,12 @@ def query(q: str) -> list[list]:
     return series[0]["values"] if series else []
 
 
-def wait_seconds_of_delay(n: int, within: float) -> list[list]:
+def wait_seconds_of_delay(n: int, within: float, since: float | None = None) -> list[list]:
+    """At least n seconds of the forward delay (time, count, mean_us), from `since` (epoch s) on."""
+    start = f"{int(since)}s" if since else "now() - 1h"
     q = (
         'SELECT "count", "mean_us" FROM "stamp_delay" WHERE "direction" = \'forward\' '
-        f"AND \"node\" = '{NODE}' AND time > now() - 1h"
+        f"AND \"node\" = '{NODE}' AND time >= {start}"
     )
     deadline = time.monotonic() + within
     rows: list[list] = []
@@ -557,13 +604,19 @@ def wait_seconds_of_delay(n: int, within: float) -> list[list]:
 
 
 def test_stamp_delay_from_the_agent_pod_reaches_the_charts_influxdb(installed):
-    rows = wait_seconds_of_delay(10, within=180)
+    """The link's delay, measured once every pod is Ready: while the install starts a dozen pods
+    (two JVMs among them) on the 2 cores, the sender's timestamps wait for a CPU (the first run's
+    seconds during the install averaged 5309 us, those after it 5077 us)."""
+    during = [r for r in wait_seconds_of_delay(1, within=180) if r[0] < installed["ready_at"]]
+    print(f"forward delay seconds before every pod was Ready: {[round(r[2]) for r in during]}")
+    rows = wait_seconds_of_delay(12, within=180, since=installed["ready_at"] + 2)
     logs = kubectl("logs", "-n", NS, agent_pod()["metadata"]["name"], "--tail=40", check=False).stdout
-    assert len(rows) >= 10, f"stamp_delay seconds: {rows}\n--- agent pod\n{logs}"
-    steady = rows[2:]  # the first seconds of a session may be partial
+    assert len(rows) >= 12, f"stamp_delay seconds: {rows}\n--- agent pod\n{logs}"
+    steady = rows[2:]  # the seconds at the start of the query may be partial
+    print(f"forward delay seconds after it: {[round(r[2]) for r in steady]}")
     means = [r[2] for r in steady]
     mean = sum(m * r[1] for m, r in zip(means, steady)) / sum(r[1] for r in steady)
-    print(f"forward delay: {mean:.1f} us over {len(steady)} s (netem {DELAY_US} us)")
+    print(f"forward delay: {mean:.1f} us over {len(steady)} s (relay {DELAY_US} us)")
     assert abs(mean - DELAY_US) <= TOLERANCE_US, (mean, rows[-5:])
     installed["delay_us"] = mean
 
@@ -597,6 +650,16 @@ def test_helm_upgrade_rolls_the_processors_without_losing_records(installed):
     assert not warnings(installed["t0"]), warnings(installed["t0"])
 
 
+def kept_by_policy() -> list[str]:
+    """kind/name of what the rendered chart marks helm.sh/resource-policy: keep."""
+    text = helm("template", RELEASE, str(CHART), "-n", NS, *helm_values()).stdout
+    return [
+        f"{d['kind'].lower()}/{d['metadata']['name']}"
+        for d in yaml.safe_load_all(text)
+        if d and d["metadata"].get("annotations", {}).get("helm.sh/resource-policy") == "keep"
+    ]
+
+
 def test_helm_uninstall_leaves_nothing(installed):
     instance_pins = Path("/sys/fs/bpf/segscope") / NODE
     assert instance_pins.exists(), "the agent pod pinned nothing (checked before uninstall)"
@@ -608,7 +671,9 @@ def test_helm_uninstall_leaves_nothing(installed):
     assert not pods(), [p["metadata"]["name"] for p in pods()]
     left = kubectl("get", "all,configmaps,secrets,networkpolicies,pdb", "-n", NS, "-o", "name").stdout.split()
     left = [x for x in left if x != "configmap/kube-root-ca.crt"]
-    assert not left, left
+    # what the chart keeps on purpose (helm.sh/resource-policy: keep; the credentials, which the
+    # InfluxDB volume's users were made with) stays, and nothing else
+    assert sorted(left) == sorted(kept_by_policy()), left
     kubectl("delete", "namespace", NS, "--wait=true", "--timeout=120s")
     assert not instance_pins.exists() or not any(instance_pins.rglob("*")), list(instance_pins.rglob("*"))
     link = subprocess.run(["ip", "-d", "link", "show", LINK[0]], capture_output=True, text=True).stdout

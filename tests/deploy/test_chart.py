@@ -8,6 +8,7 @@ import base64
 import json
 import re
 import subprocess
+import time
 
 import pytest
 import yaml
@@ -346,8 +347,10 @@ def test_summary_topic_reaches_the_four_processors_only_when_enabled():
 
 def test_influx_setup_full_rollups_only_or_none(capsys):
     def init_containers(*args: str) -> list[dict]:
+        """Telegraf's InfluxDB init containers (its first one waits for Kafka, whatever the database)."""
         spec = by_kind(helm_template(*args), "Deployment")["segscope-telegraf"]["spec"]["template"]["spec"]
-        return spec.get("initContainers", [])
+        assert spec["initContainers"][0]["name"] == "kafka-wait"
+        return spec["initContainers"][1:]
 
     (full,) = init_containers()
     assert full["name"] == "influx-setup" and "--rollups-only" not in full["args"]
@@ -561,3 +564,48 @@ def test_chart_names_are_the_registrys():
         e["name"]: e.get("value") for e in deps["segscope-telegraf"]["spec"]["template"]["spec"]["containers"][0]["env"]
     }
     assert env["SEGSCOPE_TOPIC_METRICS"] == TOPIC_METRICS and env["SEGSCOPE_TELEGRAF_GROUP"] == GROUP_TELEGRAF
+
+
+def test_apply_job_is_deleted_by_helm_once_it_succeeded():
+    """helm uninstall never deletes hook objects: the apply Job (a post-install/post-upgrade hook)
+    must be deleted by helm as soon as it succeeded, or it and its pod outlive the release; a failed
+    one is kept for its logs until the next install/upgrade replaces it, or its TTL ends."""
+    docs = helm_template("--set", "controller.intent=version: 1\nnodes: {}\n")
+    job = by_kind(docs, "Job")["segscope-apply"]
+    notes = job["metadata"]["annotations"]
+    assert notes["helm.sh/hook"] == "post-install,post-upgrade"
+    assert set(notes["helm.sh/hook-delete-policy"].split(",")) == {"before-hook-creation", "hook-succeeded"}
+    assert 0 < job["spec"]["ttlSecondsAfterFinished"] <= 3600  # kustomize has no hooks: the TTL removes it
+
+
+@pytest.mark.parametrize("args", VARIANTS, ids=VARIANT_IDS)
+def test_telegraf_waits_for_kafka_in_an_init_container(args):
+    """Telegraf exits when its Kafka input cannot start (no broker answers): while a bundled Kafka
+    starts, that is a crash loop. Its first init container waits for Kafka with Telegraf's own login
+    (a refused one ends the pod with the reason, as Telegraf itself does)."""
+    spec = by_kind(helm_template(*args), "Deployment")["segscope-telegraf"]["spec"]["template"]["spec"]
+    wait = spec["initContainers"][0]
+    assert wait["name"] == "kafka-wait" and wait["command"] == ["segscope-kafka"]
+    assert wait["args"] == ["check", "--bootstrap=$(SEGSCOPE_KAFKA_BOOTSTRAP)", "--timeout=300"]
+    assert {e["configMapRef"]["name"] for e in wait["envFrom"]} == {"segscope-endpoints"}
+    kafka_env = {e["name"]: e for e in wait.get("env", [])}
+    secured = any(c["name"] == "kafka-config" for c in spec["initContainers"])
+    if secured:  # the same login as the config Telegraf runs with
+        config = next(c for c in spec["initContainers"] if c["name"] == "kafka-config")
+        assert kafka_env == {e["name"]: e for e in config["env"]}
+        assert wait["volumeMounts"] == [m for m in config["volumeMounts"] if m["name"].startswith("kafka-")]
+    else:
+        assert not kafka_env and "volumeMounts" not in wait
+    assert wait["securityContext"]["readOnlyRootFilesystem"] is True
+
+
+def test_the_kafka_wait_fails_when_no_broker_answers(capsys):
+    """The init container's command, as the chart calls it: it exits non-zero (the pod does not go
+    on to start Telegraf) when nothing answers within its timeout."""
+    from segscope_kafka.__main__ import main
+    from tests.isolation import closed_port
+
+    t0 = time.monotonic()
+    assert main(["check", f"--bootstrap=127.0.0.1:{closed_port(29999)}", "--timeout=2"]) == 1
+    assert 1.5 < time.monotonic() - t0 < 15, "it waited for the timeout, not returned at the first refusal"
+    assert "did not answer within 2 s" in capsys.readouterr().err

@@ -7,7 +7,7 @@ machine with exactly its command, args, environment, mounts and capabilities
                      with only CAP_BPF, CAP_NET_ADMIN, CAP_PERFMON (setpriv bounding set)
     Kafka            the bundled StatefulSet's server.properties, format init container first
     InfluxDB         the bundled StatefulSet's influxdb.conf (authentication on)
-    topics, influx-setup   the init containers, run to completion
+    topics, influx-setup, kafka-wait   the init containers, run to completion
     delay, loss, topology processors, Telegraf   the Deployments' containers
     controller       the Job (apply) and the Deployment (run, two replicas) with the chart's generated
                      mTLS files
@@ -188,6 +188,8 @@ def deployed(bpffs, tmp_path_factory):
         # the init containers: topics (every processor has the same one), then InfluxDB's users
         d.run(prep("segscope-delay", "topics"), "topics", timeout=180)
         d.run(prep("segscope-telegraf", "influx-setup"), "influx-setup")
+        # Telegraf's wait for Kafka, with its login: passes once the broker answers
+        d.run(prep("segscope-telegraf", "kafka-wait"), "kafka-wait")
         d.ports = {}
         for workload, container, port in (
             ("segscope-telegraf", "telegraf", 8080),

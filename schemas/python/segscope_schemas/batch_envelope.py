@@ -18,6 +18,7 @@ this module holds the one implementation of the header checks.
 
 from __future__ import annotations
 
+import re
 import struct
 from dataclasses import dataclass
 
@@ -25,6 +26,19 @@ import numpy as np
 
 BATCH_HEADER_SIZE = 56
 BATCH_NODE_LEN = 32
+# A node's name: the key of its records (Kafka keys "<node>/<ssid>"), its Influx tag, its topology
+# documents' keys. Kubernetes node names (RFC 1123: lowercase letters, digits, '-', '.') and the
+# labs' names (A, R1, core_1) both fit; at most BATCH_NODE_LEN bytes, the batch header's field.
+NODE_NAME_RE = re.compile(rf"^(?=.{{1,{BATCH_NODE_LEN}}}$)[A-Za-z0-9_]([A-Za-z0-9_.-]*[A-Za-z0-9_])?$")
+NODE_NAME_RULE = f"use 1-{BATCH_NODE_LEN} characters [A-Za-z0-9_.-], starting and ending with a letter, a digit or '_'"
+
+
+def node_name_problem(name: object) -> str | None:
+    """None if `name` is a valid node name, else what is wrong and how to fix it."""
+    if isinstance(name, str) and NODE_NAME_RE.match(name):
+        return None
+    return f"node name {name!r} is not valid: {NODE_NAME_RULE}"
+
 
 _HEADER = struct.Struct("<4sHHIIQ32s")
 assert _HEADER.size == BATCH_HEADER_SIZE
