@@ -17,7 +17,9 @@ missing or short (--check) or an error (named; a refusal by Kafka names the sett
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import sys
+import time
 
 from segscope_kafka import KafkaConfigError, KafkaRefused, RefusalWatch, from_env, kafka_config, metadata
 from segscope_schemas.names import TOPIC_CONFIG, TOPIC_PARTITIONS
@@ -72,16 +74,25 @@ def ensure(bootstrap: str, wanted: dict[str, int], replication: int, timeout_s: 
     ]
     grow = [NewPartitions(n, p) for n, p in wanted.items() if n in topics and len(topics[n].partitions) < p]
     benign = {KafkaError.TOPIC_ALREADY_EXISTS, KafkaError.INVALID_PARTITIONS}  # another pod won the race
+    deadline = time.monotonic() + timeout_s
     for futures in (admin.create_topics(create) if create else {}, admin.create_partitions(grow) if grow else {}):
         for name, future in futures.items():
             try:
-                future.result(timeout=timeout_s)
+                future.result(timeout=max(1.0, deadline - time.monotonic()))
                 say(f"segscope-topics: {name}: {'created' if name in {t.topic for t in create} else 'grown'}")
+            except concurrent.futures.TimeoutError as exc:
+                raise RuntimeError(f"{name}: Kafka did not create it within {timeout_s:.0f} s") from exc
             except KafkaException as exc:
                 if exc.args[0].code() not in benign:
                     refused = watch.note(exc.args[0].code(), exc.args[0].str(), name)
                     raise (KafkaRefused(refused) if refused else RuntimeError(f"{name}: {exc.args[0].str()}")) from exc
-    return current(admin, wanted, timeout_s, watch)
+    # a broker that has just started answers metadata from a cache the controller updates a moment
+    # after it acknowledged the creation: read until the topics show (or the time is up)
+    while True:
+        have = current(admin, wanted, max(1.0, deadline - time.monotonic()), watch)
+        if all(have[n] >= p for n, p in wanted.items()) or time.monotonic() >= deadline:
+            return have
+        time.sleep(0.2)
 
 
 def current(admin, wanted: dict[str, int], timeout_s: float, watch: RefusalWatch | None = None) -> dict[str, int]:

@@ -65,3 +65,40 @@ def test_bad_partitions_argument_is_named(arg, says, capsys):
 def test_unreachable_kafka_is_an_error_not_a_hang(capsys):
     assert topics.main(["--bootstrap", "127.0.0.1:1", "--timeout", "3"]) == 1
     assert "did not answer within 3 s" in capsys.readouterr().err
+
+
+def test_started_before_its_broker_waits_and_finds_the_topics_created(tmp_path):
+    """The chart starts the init container beside the Kafka pod. A broker that has just started
+    acknowledges a creation before its metadata cache shows the topic: segscope-topics must read
+    until the topics show, not report them missing. Without that wait it reported them missing in
+    3 of 10 early starts with other test runs loading the machine, and in none of 12 on a quiet one:
+    this test guards the fix, it cannot show the race every time. Three early starts, each on a fresh
+    broker; all must exit 0 with every topic at its partitions."""
+    import os
+    import re
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    from services.kafka.kafka import Kafka
+    from tests.isolation import extra_stack
+
+    run_dir, base = extra_stack("sv-topics-early", slot=4, default_port_base=29900)
+    repo = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "PYTHONPATH": f"{repo}:{repo / 'schemas' / 'python'}"}
+    for _ in range(3):
+        kafka = Kafka(run_dir, lambda line: None, port=base, controller_port=base + 1, fresh=True)
+        cmd = [sys.executable, "-m", "services.kafka.topics", "--bootstrap", kafka.bootstrap, "--timeout", "60",
+               "--partitions", "segscope.stamp.records=2"]  # fmt: skip
+        tool = subprocess.Popen(cmd, cwd=repo, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        try:
+            time.sleep(2)  # the tool is waiting for the broker (backing off between its tries)
+            kafka.start()
+            out, _ = tool.communicate(timeout=90)
+        finally:
+            if tool.poll() is None:
+                tool.kill()
+            kafka.stop()
+        assert tool.returncode == 0, out
+        assert re.search(r"segscope\.stamp\.records +2 partitions \(wanted 2\)", out), out
