@@ -44,7 +44,17 @@ STAMP_PREFIX = b"stamp_delay,"
 # the counter of each evaluation state, named once rather than formatted per evaluation
 STATE_COUNTER = {
     state: f"state_{state}"
-    for state in ("decide", "hold_down", "rate_limited", "stale", "incomplete", "warming_up", "no_better", "verifying", "backoff")
+    for state in (
+        "decide",
+        "hold_down",
+        "rate_limited",
+        "stale",
+        "incomplete",
+        "warming_up",
+        "no_better",
+        "verifying",
+        "backoff",
+    )
 }
 COUNT_RE = re.compile(rb"(?:^|,)count=(\d+)i")
 MEAN_RE = re.compile(rb"(?:^|,)mean_us=([-+0-9.eE]+)")
