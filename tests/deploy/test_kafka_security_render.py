@@ -29,10 +29,15 @@ ROLES = {
 
 def role_of(container: str) -> str:
     """The role a container logs in as: the topics init container is admin, the processors and
-    segscope-freshness (it writes segscope.metrics) are the processor role, `controller run` its own."""
-    return {"agent": "agent", "topics": "admin", "kafka-config": "telegraf", "controller": "controller"}.get(
-        container, "processor"
-    )
+    segscope-freshness (it writes segscope.metrics) are the processor role, `controller run` its own;
+    Telegraf's containers (its config and its wait for Kafka) the telegraf role."""
+    return {
+        "agent": "agent",
+        "topics": "admin",
+        "kafka-config": "telegraf",
+        "kafka-wait": "telegraf",
+        "controller": "controller",
+    }.get(container, "processor")
 
 
 def kafka_clients(docs: list[dict]) -> dict[tuple[str, str], tuple[dict, dict]]:

@@ -121,7 +121,7 @@ def test_prod_uses_external_services_and_cert_manager(built):
     assert {c["spec"]["secretName"] for c in certs.values()} == {"segscope-agent-tls", "segscope-controller-tls"}
     telegraf = by_kind(docs, "Deployment")["segscope-telegraf"]["spec"]["template"]["spec"]
     # the users exist already: no influx-setup; Kafka's login is rendered (components/kafka-sasl-ssl)
-    assert [c["name"] for c in telegraf["initContainers"]] == ["kafka-config"]
+    assert [c["name"] for c in telegraf["initContainers"]] == ["kafka-wait", "kafka-config"]
     assert "segscope-credentials" not in by_kind(docs, "Secret")  # the operator's, not in git
 
 
@@ -141,7 +141,8 @@ def test_jalapeno_uses_jalapenos_services(built):
     assert env["SEGSCOPE_TOPOLOGY_MODE"] == "jalapeno"
     assert env["SEGSCOPE_TOPOLOGY_JALAPENO_TELEMETRY_TOPIC"] == "jalapeno.telemetry"
     # Jalapeno's mdt_db gets segscope's rollups only: autogen and users are Jalapeno's
-    (init,) = by_kind(docs, "Deployment")["segscope-telegraf"]["spec"]["template"]["spec"]["initContainers"]
+    wait, init = by_kind(docs, "Deployment")["segscope-telegraf"]["spec"]["template"]["spec"]["initContainers"]
+    assert (wait["name"], init["name"]) == ("kafka-wait", "influx-rollups")  # Kafka first, then the rollups
     assert init["command"] == ["segscope-influx-setup"] and "--rollups-only" in init["args"]
     assert not [a for a in init["args"] if a.startswith("--raw-retention")]
     assert {e["name"] for e in init["env"]} == {"SEGSCOPE_INFLUX_ADMIN_USER", "SEGSCOPE_INFLUX_ADMIN_PASSWORD"}

@@ -519,12 +519,17 @@ NOISE_PPS = 10  # the probes' rate during it: a 5-minute window must cost little
 
 def test_twenty_percent_noise_on_two_equal_candidates_for_5_minutes_moves_nothing(setup, tmp_path):
     """p2 and p3 at the same 1500 us, each relay's delay redrawn within +-20 % every 200 ms, for
-    5 real minutes, the probes at 10 pps; p1 far off. No route change, no decision, and the steer
-    judged every second of it (its evaluation counters). Last in the module: it leaves the
-    probes at 10 pps."""
+    5 real minutes, the probes at 10 pps, the hysteresis window the docs give (5 s); p1 far off.
+    No route change, no decision, and the steer judged every second of it (its evaluation
+    counters). Last in the module: it leaves the probes at 10 pps."""
     lab, kafka, pipe = setup["lab"], setup["kafka"], setup["pipe"]
     slow = tmp_path / "tri3_10pps.yaml"
-    slow.write_text(INTENT.read_text().replace("rate_pps: 20", f"rate_pps: {NOISE_PPS}"))
+    # the documented window (docs/steering.md: 5 s); the lab's 3 s switch fast for the tests above, and on
+    # a loaded runner a relay late by 300 us for 3 s in a row is a real, measured difference (it happened)
+    text = INTENT.read_text().replace("rate_pps: 20", f"rate_pps: {NOISE_PPS}")
+    slow.write_text(
+        text.replace("hysteresis: {pct: 10, us: 200, seconds: 3}", "hysteresis: {pct: 10, us: 200, seconds: 5}")
+    )
     pipe.apply(load_intent(slow))  # the three probe senders replaced at 10 pps
     start = active_path(lab)
     assert start in ("p2", "p3")

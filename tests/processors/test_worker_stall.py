@@ -117,8 +117,11 @@ def test_a_stalled_worker_publishes_nothing_stale(stack, tmp_path):
             read()
         wrong = {k: v for k, v in seen().items() if want[k] != v}
         assert not wrong, (len(wrong), sorted(wrong.items())[:5], tmp_path)
-        # the lease is what held A's results back: it says so (a warning and the counter)
-        assert "results held until the group says this worker is still a member" in log("a"), tmp_path
+        # what held A's results back says so: the lease (a flush came before the rebalance) or the
+        # reset at the rebalance (it came first: the partitions A kept were emptied)
+        held = "results held until the group says this worker is still a member" in log("a")
+        reset = "rebalance after a stall: partitions" in log("a") or "moved away" in log("a")
+        assert held or reset, tmp_path
         assert a.poll() is None and b.poll() is None
     finally:
         if stopped:
