@@ -349,7 +349,11 @@ def test_unadopted_reflector_and_ioam_streamer_stop_themselves(lab, stack, tmp_p
             inl = inline_pb2_grpc.InlineMonitorServiceStub(ch)
             enable(inl, 3)
             inl.StartInlineMonitor(ipb.StartInlineMonitorRequest(monitor=monitor(EGRESS, 62)), timeout=60)
+        deadline = time.monotonic() + 15
         doc = datapath_doc(inst)
+        while "streamer" not in doc["inline"] and time.monotonic() < deadline:  # its thread starts it
+            time.sleep(0.1)
+            doc = datapath_doc(inst)
         refs = {
             "ustamp_reflector": ProcRef.from_json(doc["stamp"]["reflector"]["userspace"]),
             "stamp_streamer": ProcRef.from_json(doc["inline"]["streamer"]),

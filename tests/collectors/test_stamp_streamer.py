@@ -223,7 +223,8 @@ def test_a_fatal_producer_error_replaces_the_producer_and_loses_no_record(
     assert final["producer_restarts"] == 1, final
     assert final["records_in"] == final["records_delivered"] == n, final
     assert final["records_failed"] == final["produce_errors"] == 0, final
-    assert 0 < final["records_resent"] < n, final
+    # some, or all when the broker had acknowledged nothing yet at the error (a loaded runner)
+    assert 0 < final["records_resent"] <= n, final
     msgs = consume_all(
         kafka_bootstrap, topic, lambda ms: sum(sr.decode_header(m.value()).record_count for m in ms) >= n
     )

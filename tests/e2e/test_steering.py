@@ -145,6 +145,27 @@ def probe_mean(kafka: str, ssid: int, last_second: int, n: int) -> float:
     return sum(window) / n
 
 
+def wait_probe_settled(kafka: str, ssid: int, below_us: float, n: int, timeout_s: float) -> list[float]:
+    """Until the newest n seconds the delay processor published for A's probe `ssid` (forward) are
+    all below below_us; returns them. A steer started now reads from the newest point on: an earlier
+    test's delay still in those seconds would be its first numbers."""
+    deadline = time.monotonic() + timeout_s
+    newest: list[float] = []
+    while time.monotonic() < deadline:
+        by_second: dict[int, float] = {}
+        for _key, value in read_topic(kafka, names.TOPIC_METRICS, f"steer-test-{time.monotonic_ns()}"):
+            for line in value.decode(errors="replace").splitlines():
+                if line.startswith("stamp_delay,") and f",ssid={ssid}," in line and "direction=forward" in line:
+                    p = parse_line(line)
+                    if p.tags["node"] == "A":
+                        by_second[p.timestamp_ns // 1_000_000_000] = p.fields["mean_us"]
+        newest = [by_second[sec] for sec in sorted(by_second)[-n:]]
+        if len(newest) == n and max(newest) < below_us:
+            return newest
+        time.sleep(1)
+    raise AssertionError(f"probe {ssid}'s newest seconds not below {below_us} us after {timeout_s} s: {newest}")
+
+
 def altmark_totals(influx: str, since_ns: int, expect_tx: int, timeout_s: float = 40.0) -> dict:
     """Sums of the complete altmark_loss blocks of flows 11-13 since since_ns (the incomplete ones
     with packets counted apart), once their tx reaches expect_tx or the timeout passes."""
@@ -491,6 +512,7 @@ def test_k_shortest_candidates_resolve_to_the_three_paths_and_steer_like_listed_
                               env=env | graph_env, timeout=120)  # fmt: skip
         assert diff.returncode == 0 and "no changes" in diff.stdout, diff.stdout + diff.stderr
         assert active_path(lab) == "p3"  # where the tests before left it: k3, the slowest
+        wait_probe_settled(kafka, 101, 800, 5, 60)  # k1 back at 300 us since the test before
         steer = Steer(setup["run_dir"], kafka, "g1", setup["set"] + "g", env=graph_env, intent=K_SHORTEST)
         try:
             steer.wait_log(r"leads the policy set", 30)
@@ -506,10 +528,13 @@ def test_k_shortest_candidates_resolve_to_the_three_paths_and_steer_like_listed_
     print(f"\n[steer] k_shortest: +5 ms on k1: on k2 {took:.2f} s after the injection")
     assert took <= SWITCH_WITHIN_S
     decisions = [p for p in steer_points(kafka, "steering_decision") if p.tags["replica"] == "g1"]
+    numbers = [
+        (p.fields["from"], p.fields["from_delay_us"], p.fields["to"], p.fields["to_delay_us"]) for p in decisions
+    ]
     assert [(p.tags["kind"], p.fields["from"], p.fields["to"], p.fields["ok"]) for p in decisions] == [
         ("switch", "k3", "k1", 1),
         ("switch", "k1", "k2", 1),
-    ]
+    ], numbers
     assert decisions[1].fields["to_segs"] == "fc00:12::e,fc00:3::d6"
 
 
