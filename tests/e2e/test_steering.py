@@ -131,9 +131,9 @@ def steer_points(kafka: str, measurement: str) -> list:
     return out
 
 
-def probe_mean(kafka: str, ssid: int, last_second: int, n: int) -> float:
-    """The mean of the forward mean_us the delay processor published for A's probe `ssid` over the
-    n seconds ending at last_second (the newest publication of each second: a re-emission replaces)."""
+def probe_seconds(kafka: str, ssid: int) -> dict[int, float]:
+    """second -> the forward mean_us the delay processor published for A's probe `ssid` (the newest
+    publication of each second: a re-emission replaces)."""
     by_second: dict[int, float] = {}
     for _key, value in read_topic(kafka, names.TOPIC_METRICS, f"steer-test-{time.monotonic_ns()}"):
         for line in value.decode(errors="replace").splitlines():
@@ -141,6 +141,12 @@ def probe_mean(kafka: str, ssid: int, last_second: int, n: int) -> float:
                 p = parse_line(line)
                 if p.tags["node"] == "A":
                     by_second[p.timestamp_ns // 1_000_000_000] = p.fields["mean_us"]
+    return by_second
+
+
+def probe_mean(kafka: str, ssid: int, last_second: int, n: int) -> float:
+    """The mean of the forward mean_us of A's probe `ssid` over the n seconds ending at last_second."""
+    by_second = probe_seconds(kafka, ssid)
     window = [by_second[s] for s in range(last_second - n + 1, last_second + 1)]
     return sum(window) / n
 
@@ -152,13 +158,7 @@ def wait_probe_settled(kafka: str, ssid: int, below_us: float, n: int, timeout_s
     deadline = time.monotonic() + timeout_s
     newest: list[float] = []
     while time.monotonic() < deadline:
-        by_second: dict[int, float] = {}
-        for _key, value in read_topic(kafka, names.TOPIC_METRICS, f"steer-test-{time.monotonic_ns()}"):
-            for line in value.decode(errors="replace").splitlines():
-                if line.startswith("stamp_delay,") and f",ssid={ssid}," in line and "direction=forward" in line:
-                    p = parse_line(line)
-                    if p.tags["node"] == "A":
-                        by_second[p.timestamp_ns // 1_000_000_000] = p.fields["mean_us"]
+        by_second = probe_seconds(kafka, ssid)
         newest = [by_second[sec] for sec in sorted(by_second)[-n:]]
         if len(newest) == n and max(newest) < below_us:
             return newest
