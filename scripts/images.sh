@@ -14,7 +14,9 @@
 #        cluster/pause.Containerfile      localhost/segscope-pause:VERSION     (cluster/pause.c, static)
 # segscope's wheel and every dependency's are made on this host (`pip wheel .`, after `make build`:
 # generated protobuf code, C tools) and installed offline in the image: no network in the build.
-# Not part of `make test` (about 3-4 min); tests/packaging checks the wheel the images install.
+# The test command builds them in the background (`images.sh --if-stale`: only when an image is
+# missing or the sources changed; about 3-4 min, more from cold) for the cluster test, which runs last.
+# tests/packaging checks the wheel the images install.
 # `images.sh sources-hash` prints the hash of the sources the images are built from; a build writes
 # it to .run/images/sources.sha256, so that a caller (tests/deploy) rebuilds only when they changed.
 set -euo pipefail
@@ -36,11 +38,33 @@ fi
 VERSION=$(.local/venv/bin/python -c 'import sys; sys.path.insert(0, "schemas/python"); from segscope_schemas.version import __version__; print(__version__)')
 WORK=$REPO/.run/images
 BUILDAH=(buildah --storage-driver vfs)
+IMAGES=(agent processors controller telegraf kafka influxdb pause)
 say() { echo "[images] $*"; }
-
-command -v mmdebstrap >/dev/null || apt-get install -y -q mmdebstrap
-command -v buildah >/dev/null || apt-get install -y -q buildah
 mkdir -p "$WORK"
+# The last line of $WORK/build.status: "building", "ok" or "failed: <what>" (scripts/test_builds.sh
+# runs this in the background of the test command; tests/deploy/cluster_install.py waits for it).
+STATUS=$WORK/build.status
+echo building > "$STATUS"
+trap 'rc=$?; [ "$rc" = 0 ] || echo "failed: exit $rc (the output of scripts/images.sh says why)" >> "$STATUS"' EXIT
+
+current() {  # every image there, built from the tree's sources as they are now
+    [ "$(cat "$WORK/sources.sha256" 2>/dev/null)" = "$(sources_hash)" ] || return 1
+    local have name
+    have=$("${BUILDAH[@]}" images --format '{{.Name}}:{{.Tag}}' 2>/dev/null) || return 1
+    for name in "${IMAGES[@]}"; do
+        grep -qx "localhost/segscope-$name:$VERSION" <<< "$have" || return 1
+    done
+}
+apt_install() {  # beside other builds of the test command: wait for dpkg's lock, do not fail on it
+    DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=900 install -y -q "$@"
+}
+command -v mmdebstrap >/dev/null || apt_install mmdebstrap
+command -v buildah >/dev/null || apt_install buildah
+if [ "${1:-}" = --if-stale ] && current; then
+    say "current (built from these sources: $(cat "$WORK/sources.sha256"))"
+    echo ok >> "$STATUS"
+    exit 0
+fi
 SOURCES_HASH=$(sources_hash)  # before the build: a source changed during it makes the next run rebuild
 
 # 1. base image: the Debian runtime packages the programs need, nothing to build with
@@ -59,7 +83,13 @@ fi
 
 # 2. the wheel and the C tools the images copy (build context: $WORK/context)
 rm -rf "$WORK/context" && mkdir -p "$WORK/context"
-.local/venv/bin/pip wheel -q -w "$WORK/context/wheels" .
+# from a copy of the tree: setuptools writes build/lib and build/bdist.* into the folder it builds,
+# and the packaging tests build from the tree at the same time (the test command runs both)
+rm -rf "$WORK/src" && mkdir -p "$WORK/src"
+tar -C "$REPO" --exclude=./.git --exclude=./.local --exclude=./.run --exclude=./build/lib \
+    --exclude='./build/bdist.*' --exclude='./*.egg-info' -cf - . | tar -C "$WORK/src" -xf -
+.local/venv/bin/pip wheel -q -w "$WORK/context/wheels" "$WORK/src"
+rm -rf "$WORK/src"
 mkdir -p "$WORK/context/build" && cp -r build/datapath build/collectors "$WORK/context/build/"
 cp .local/bin/telegraf services/telegraf/telegraf.conf "$WORK/context/"
 say "python layer: buildah bud scripts/python.Containerfile (venv, wheels installed offline)"
@@ -101,3 +131,4 @@ for spec in kafka:services/kafka influxdb:services/influxdb pause:cluster/pause;
 done
 "${BUILDAH[@]}" images --filter reference='localhost/segscope-*'
 echo "$SOURCES_HASH" > "$WORK/sources.sha256"
+echo ok >> "$STATUS"

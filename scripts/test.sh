@@ -24,7 +24,7 @@ quick=0
 for arg in "$@"; do [ "$arg" = --quick ] && quick=1; done
 
 sweep() {
-  # the background build of the Kubernetes tools, if it still runs (its own process group)
+  # the background builds (scripts/test_builds.sh), if they still run (their own process group)
   [ -n "${K8S_PID:-}" ] && kill -- "-$K8S_PID" 2>/dev/null
   # the runner, if a signal ended this script first: it interrupts its groups and sweeps them
   if [ -n "${RUNNER_PID:-}" ] && kill -0 "$RUNNER_PID" 2>/dev/null; then
@@ -43,12 +43,13 @@ trap sweep EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
-# The Kubernetes tools of tests/deploy/ (helm, kustomize, kubeconform, kube-score: 3-5 min of
-# `go install` from cold) build in the background at the lowest priority while the other tests
-# run; the deploy tests run last in their group (tests/conftest.py) and wait for it (tests/deploy/k8s.py).
+# What the slowest tests need builds in the background at the lowest priority while the other
+# tests run (scripts/test_builds.sh): the Kubernetes tools of tests/deploy/ (3-5 min of `go install`
+# from cold), then the local cluster's binaries (about 10 min of both cores from cold) and the
+# images (several minutes) of the cluster test, which runs last. The tests wait for their part.
 if [ "$quick" = 0 ]; then
   mkdir -p .local/bin
-  nice -n 19 setsid bash scripts/k8s_tools.sh > .local/bin/.k8s-tools.log 2>&1 &
+  nice -n 19 setsid bash scripts/test_builds.sh > .local/bin/.test-builds.log 2>&1 &
   K8S_PID=$!
   echo "$K8S_PID" > .local/bin/.k8s-tools.pid
 fi

@@ -1,5 +1,6 @@
 """The test command's runner: the suite split into groups that run in parallel, each group one
-pytest process with its own service stack, then the tests that must run alone.
+pytest process with its own service stack, then the tests that must run alone, then the [last]
+group (the local Kubernetes cluster's test), which needs the machine to itself from its start.
 
     .local/venv/bin/python scripts/test_groups.py [--groups K] [--plan] [--save-durations]
     .local/venv/bin/python scripts/test_groups.py --quick
@@ -163,6 +164,17 @@ def plan(count: int, quick: bool) -> tuple[list[Group], list[Group]]:
     rest = [m for m in modules if m not in alone]
     alone_groups = [Group("alone", make_units(alone, schedule, durations))] if alone else []
     return balance(make_units(rest, schedule, durations), count), alone_groups
+
+
+def last_phase(quick: bool) -> list[Group]:
+    """The [last] group (tests/schedule.toml): modules that need the whole machine for themselves
+    from their start, not only while they measure, run after every other group has ended. They are
+    named in the schedule, not found by name: `make test-cluster` and this runner are what runs them."""
+    if quick:
+        return []
+    schedule = load_schedule()
+    modules = [m for m in schedule.get("last", {}).get("modules", []) if (REPO / m).exists()]
+    return [Group("last", make_units(modules, schedule, load_durations()))] if modules else []
 
 
 # --------------------------------------------------------------------------- ports
@@ -613,11 +625,12 @@ def main(argv: list[str] | None = None) -> int:
 
     paths = [a for a in pytest_args if not a.startswith("-") and Path(a.split("::")[0]).exists()]
     if paths:
-        groups, alone = [Group("g1", [Unit("as asked: " + " ".join(pytest_args), [], 0.0, True)])], []
+        groups, alone, last = [Group("g1", [Unit("as asked: " + " ".join(pytest_args), [], 0.0, True)])], [], []
     else:
         count = args.groups or (QUICK_GROUPS if args.quick else FULL_GROUPS)
         groups, alone = plan(max(1, count), args.quick)
-    show_plan(groups, alone)
+        last = last_phase(args.quick)
+    show_plan(groups, alone + last)
     if args.plan:
         return 0
 
@@ -652,6 +665,12 @@ def main(argv: list[str] | None = None) -> int:
             run.alone_file.unlink(missing_ok=True)
         done += runs + alone_runs
         run_phase(runs, pytest_args, stop, alone=alone_runs)
+        # the [last] group: alone on the machine from its start (its stack, cluster and labs too)
+        last_runs = [Run(g, blocks.take(), OUT_DIR / g.name) for g in last]
+        if last_runs:
+            say(f"the [last] phase: {', '.join(m for r in last_runs for m in r.group.modules)}")
+            done += last_runs
+            run_phase(last_runs, pytest_args, stop)
     except Interrupted:
         interrupted = True
         done = runs + [r for r in done if r not in runs]

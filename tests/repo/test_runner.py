@@ -105,3 +105,16 @@ def test_every_alone_module_waits_until_alone_before_its_traffic():
     for module in modules:
         text = (REPO / module).read_text()
         assert re.search(r"\bwait_until_alone\(", text), f"{module}: [alone] modules call wait_until_alone()"
+
+
+def test_the_cluster_test_runs_in_the_last_phase_and_nowhere_else():
+    """The local cluster's test is in the test command (never skipped), once: in the [last] group,
+    after every other group; no parallel or [alone] group collects it."""
+    tg = load_runner()
+    last = tg.last_phase(quick=False)
+    assert [m for g in last for m in g.modules] == ["tests/deploy/cluster_install.py"]
+    groups, alone = tg.plan(4, quick=False)
+    elsewhere = [m for g in groups + alone for m in g.modules]
+    assert "tests/deploy/cluster_install.py" not in elsewhere
+    assert not any(Path(m).name == "cluster_install.py" for m in tg.all_modules())
+    assert tg.last_phase(quick=True) == []  # make test-quick: no services, no cluster
