@@ -127,7 +127,7 @@ def wait_for_build() -> None:
     """The binaries of scripts/cluster_build.sh: from the test command's background job, or built
     here when no such job runs (a plain pytest run); never skipped."""
     deadline = time.monotonic() + BUILD_WAIT_S
-    while build_status() != "ok" and background_build_running() and time.monotonic() < deadline:
+    while build_status() in ("", "queued", "building") and background_build_running() and time.monotonic() < deadline:
         time.sleep(2)
     if build_status() != "ok":
         K8S.mkdir(parents=True, exist_ok=True)
