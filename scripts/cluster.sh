@@ -330,18 +330,30 @@ image_version() {
 }
 
 import_images() {  # image... (buildah's names, e.g. localhost/segscope-agent:0.1.0)
-    local img tar=$DIR/import.tar
+    local img id tar
     for img in "$@"; do
         if "$BIN/ctr" --address "$CTR_SOCK" -n k8s.io images check "name==$img" 2>/dev/null | grep -q "$img"; then
             continue
         fi
-        say "import $img"
-        rm -f "$tar"
-        buildah --storage-driver vfs push -q "$img" "docker-archive:$tar:$img" >/dev/null || die "buildah push $img (make images first)"
+        # the archive scripts/images.sh wrote of this very image (its ID in the name), else one now
+        id=$(buildah --storage-driver vfs images --noheading --no-trunc --format '{{.ID}}' "$img" 2>/dev/null | head -1)
+        tar=$REPO/.run/images/archives/$(archive_name "$img" "$id")
+        if [ -z "$id" ] || [ ! -s "$tar" ]; then
+            say "import $img (buildah push)"
+            tar=$DIR/import.tar
+            rm -f "$tar"
+            buildah --storage-driver vfs push -q "$img" "docker-archive:$tar:$img" >/dev/null || die "buildah push $img (make images first)"
+        else
+            say "import $img (from its archive)"
+        fi
         "$BIN/ctr" --address "$CTR_SOCK" -n k8s.io images import "$tar" >/dev/null \
             || die "ctr import $img"
-        rm -f "$tar"
+        rm -f "$DIR/import.tar"
     done
+}
+archive_name() {  # image id: the file name scripts/images.sh gives an image's docker-archive
+    local name=${1##*/}
+    echo "${name%%:*}-${2#sha256:}.tar"
 }
 
 # every mount below a folder, deepest first

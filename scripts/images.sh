@@ -60,8 +60,30 @@ apt_install() {  # beside other builds of the test command: wait for dpkg's lock
 }
 command -v mmdebstrap >/dev/null || apt_install mmdebstrap
 command -v buildah >/dev/null || apt_install buildah
+# Each image as a docker-archive named after its ID (.run/images/archives/), which scripts/cluster.sh
+# imports into containerd: pushed here, in the background of the test command, not in the cluster
+# test's time. Archives of images that are no longer current are removed.
+write_archives() {
+    local keep=() name img id tar
+    mkdir -p "$WORK/archives"
+    for name in "${IMAGES[@]}"; do
+        img=localhost/segscope-$name:$VERSION
+        id=$("${BUILDAH[@]}" images --noheading --no-trunc --format '{{.ID}}' "$img" | head -1)
+        tar=segscope-$name-${id#sha256:}.tar
+        keep+=("$tar")
+        [ -s "$WORK/archives/$tar" ] && continue
+        "${BUILDAH[@]}" push -q "$img" "docker-archive:$WORK/archives/.$tar:$img" >/dev/null
+        mv "$WORK/archives/.$tar" "$WORK/archives/$tar"
+    done
+    for tar in "$WORK"/archives/*.tar; do
+        [ -e "$tar" ] || continue
+        [[ " ${keep[*]} " == *" ${tar##*/} "* ]] || rm -f "$tar"
+    done
+    rm -f "$WORK"/archives/.*.tar
+}
 if [ "${1:-}" = --if-stale ] && current; then
     say "current (built from these sources: $(cat "$WORK/sources.sha256"))"
+    write_archives
     echo ok >> "$STATUS"
     exit 0
 fi
@@ -130,5 +152,6 @@ for spec in kafka:services/kafka influxdb:services/influxdb pause:cluster/pause;
         -f "$file" -t "localhost/segscope-$name:$VERSION" "$WORK/context"
 done
 "${BUILDAH[@]}" images --filter reference='localhost/segscope-*'
+write_archives
 echo "$SOURCES_HASH" > "$WORK/sources.sha256"
 echo ok >> "$STATUS"
