@@ -33,6 +33,11 @@ from tests.processors.conftest import stop_worker
 REPO = Path(__file__).resolve().parents[2]
 NS = 1_000_000_000
 FLOWS, BLOCKS, PARTITIONS = 40, 10, 3
+# A full run beside other work (load 12-16) once left one block missing_rx in the killed group at the
+# old 60 s: the kill, the 6 s session timeout, the replacement's start and the rebalance all
+# stretch on a loaded 2-core runner. Both bounds only wait longer; the points must still be exact.
+RETENTION_S = 150.0  # a block stays open this long (active time) for a late side
+RESULTS_WITHIN_S = 150.0
 TAI_UTC = 37
 
 
@@ -66,6 +71,19 @@ def start(
             stdout=log,
             stderr=subprocess.STDOUT,
         )
+
+
+def worker_warnings(tmp: Path, group: str) -> list[str]:
+    """The warnings and errors a group's workers logged (what a failed join needs explained: a
+    rebalance, a record dropped as late, a held publication), the last 20."""
+    lines = []
+    for log in sorted(tmp.glob(f"{group}*.log")):
+        lines += [
+            f"{log.stem}: {line}"
+            for line in log.read_text(errors="replace").splitlines()
+            if "WARN" in line or "ERROR" in line
+        ]
+    return lines[-20:]
 
 
 def outcomes(last: dict[str, str], tx_node: str | None = None) -> dict[tuple[int, int], tuple]:
@@ -113,7 +131,8 @@ def test_two_and_three_workers_and_a_kill_give_the_one_worker_points(stack, tmp_
     try:
         for g, n in groups.items():
             workers[g] = [
-                start(bootstrap, tmp_path, f"{g}{i}", blocks, f"lossn-{run}-{g}", metrics[g], dl) for i in range(n)
+                start(bootstrap, tmp_path, f"{g}{i}", blocks, f"lossn-{run}-{g}", metrics[g], dl, RETENTION_S)
+                for i in range(n)
             ]
         producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "enable.idempotence": True})
 
@@ -163,7 +182,7 @@ def test_two_and_three_workers_and_a_kill_give_the_one_worker_points(stack, tmp_
         victim.send_signal(signal.SIGKILL)  # mid-stream: no flush, no commit, no leave-group
         victim.wait()
         workers["three"].append(
-            start(bootstrap, tmp_path, "three3", blocks, f"lossn-{run}-three", metrics["three"], dl)
+            start(bootstrap, tmp_path, "three3", blocks, f"lossn-{run}-three", metrics["three"], dl, RETENTION_S)
         )
         for i in range(BLOCKS // 2, BLOCKS + 1):
             send_block(i)
@@ -176,7 +195,7 @@ def test_two_and_three_workers_and_a_kill_give_the_one_worker_points(stack, tmp_
             return outcomes(last[g], tx)
 
         want = truth()
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + RESULTS_WITHIN_S
         while time.monotonic() < deadline and not all(seen(g) == want for g in groups):
             for g, procs in workers.items():
                 for p in procs[1:] if g == "three" else procs:
@@ -187,7 +206,11 @@ def test_two_and_three_workers_and_a_kill_give_the_one_worker_points(stack, tmp_
         read()
         print(f"\n[loss workers] workers up {t_up - t_start:.1f} s, stream and results {t_done - t_up:.1f} s")
         for g in groups:
-            assert seen(g) == want, (g, {k: v for k, v in seen(g).items() if want.get(k) != v})
+            assert seen(g) == want, (
+                g,
+                {k: v for k, v in seen(g).items() if want.get(k) != v},
+                worker_warnings(tmp_path, g),
+            )
         ours = {g: {k: v for k, v in last[g].items() if f"tx_node={tx}," in k} for g in groups}
         assert len(ours["one"]) == FLOWS * BLOCKS
         for g in ("two", "three"):
