@@ -80,6 +80,21 @@ EXPECTED_WARNING_MESSAGES = {
 }
 
 
+MEASURED = group_dir() / "cluster_install.json"  # what each step measured, kept after a passing run too
+
+
+def say(key: str, value, text: str) -> None:
+    """Print a measurement (pytest shows it for a failed test) and keep it in MEASURED."""
+    print(text)
+    try:
+        record = json.loads(MEASURED.read_text())
+    except (OSError, ValueError):
+        record = {}
+    record[key] = value
+    MEASURED.parent.mkdir(parents=True, exist_ok=True)
+    MEASURED.write_text(json.dumps(record, indent=1) + "\n")
+
+
 def env() -> dict[str, str]:
     e = dict(os.environ)
     e.update(
@@ -191,11 +206,12 @@ def cluster():
     t0 = time.monotonic()
     try:
         run([*sh, "up"], timeout=300)
-        print(f"cluster up in {time.monotonic() - t0:.1f} s")
+        MEASURED.unlink(missing_ok=True)
+        say("up_s", round(time.monotonic() - t0, 1), f"cluster up in {time.monotonic() - t0:.1f} s")
         version = image_version()
         t1 = time.monotonic()
         run([*sh, "import", *(f"localhost/segscope-{n}:{version}" for n in IMAGES)], timeout=900)
-        print(f"images imported in {time.monotonic() - t1:.1f} s")
+        say("import_s", round(time.monotonic() - t1, 1), f"images imported in {time.monotonic() - t1:.1f} s")
         yield
     finally:
         run([*sh, "down"], timeout=180, check=False)
@@ -455,7 +471,7 @@ def installed(cluster, reflector_link):
         state["pods"] = wait_ready(READY_WITHIN_S)
         state["ready_s"] = time.monotonic() - t_install
         state["ready_at"] = time.time()
-        print(f"every pod Ready {state['ready_s']:.1f} s after helm install")
+        say("ready_s", round(state["ready_s"], 1), f"every pod Ready {state['ready_s']:.1f} s after helm install")
         yield state
     finally:
         if install.poll() is None:
@@ -642,11 +658,20 @@ def test_stamp_delay_from_the_agent_pod_reaches_the_charts_influxdb(installed):
     assert len(rows) >= MEASURE_S - 3, f"stamp_delay seconds {first}-{last}: {rows}\n--- agent pod\n{logs}"
     truth = lab.relay_ground_truth(before, after)["a_to_b"]
     mean = sum(r[2] * r[1] for r in rows) / sum(r[1] for r in rows)
-    print(
+    say(
+        "delay",
+        {
+            "seconds": [round(r[2], 1) for r in rows],
+            "mean_us": round(mean, 1),
+            "relay_injected_us": round(truth["injected_mean_us"], 1),
+            "relay_late_us": round(truth["lateness_us"]["mean"], 1),
+            "relay_late_p99_us": truth["lateness_us"]["p99"],
+            "frames": truth["forwarded"],
+        },
         f"forward delay seconds after it: {[round(r[2]) for r in rows]}\n"
         f"forward delay: {mean:.1f} us over {len(rows)} s; the relay: {truth['injected_mean_us']:.1f} us injected "
         f"+ {truth['lateness_us']['mean']:.1f} us late (p99 {truth['lateness_us']['p99']:.0f} us) over "
-        f"{truth['forwarded']} frames"
+        f"{truth['forwarded']} frames",
     )
     assert abs(truth["injected_mean_us"] - DELAY_US) < 1, truth["injected_mean_us"]
     assert abs(mean - truth["relay_mean_us"]) <= TOLERANCE_US, (mean, truth["relay_mean_us"], rows[-5:])
@@ -667,7 +692,7 @@ def test_helm_upgrade_rolls_the_processors_without_losing_records(installed):
             break
         assert time.monotonic() < deadline, f"processors not rolled within {READY_WITHIN_S} s: {delay_pods}"
         time.sleep(2)
-    print(f"processors rolled in {time.monotonic() - t0:.1f} s")
+    say("upgrade_rolled_s", round(time.monotonic() - t0, 1), f"processors rolled in {time.monotonic() - t0:.1f} s")
     time.sleep(15)  # the new workers catch up from the committed offsets; a closed second is flushed
     t_end = int(time.time()) - 5
     rows = query(
