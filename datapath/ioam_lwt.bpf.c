@@ -222,7 +222,7 @@ static __always_inline void copy_srh(__u8 *to, const struct ioam_lwt_route *rt, 
 static __always_inline enum ioam_lwt_counter instrument(struct __sk_buff *skb, const struct inner_head *ip6,
 							 const struct ioam_lwt_route *rt, struct ioam_tx_flow *f)
 {
-	__u32 slots = f->trace_nodes & 0xf, zero = 0, nsids = rt->sids.nsids;
+	__u32 slots = (rt->trace_nodes ? rt->trace_nodes : f->trace_nodes) & 0xf, zero = 0, nsids = rt->sids.nsids;
 	__u32 hbh_len = IOAM_TRACE_HBH_LEN(slots), srh_len = rt->srh_len;
 	__u32 total = sizeof(struct ipv6hdr) + hbh_len + srh_len + IOAM_E2E_DOH_LEN;
 	struct ioam_tx_config *cfg = bpf_map_lookup_elem(&ioam_tx_config, &zero);
@@ -331,10 +331,10 @@ int ioam_lwt(struct __sk_buff *skb)
 		count(IOLWT_DROP_NO_ROUTE);
 		return BPF_DROP;
 	}
-	f = bpf_map_lookup_elem(&ioam_tx_flows, &rt->sids);
+	f = bpf_map_lookup_elem(&ioam_tx_flows, &rt->flow);
 	if (!f)
 		return kernel_encap(skb, &head, rt, IOLWT_PASS_UNMONITORED);
-	if (f->trace_nodes < 1 || f->trace_nodes > IOAM_TRACE_MAX_SLOTS ||
+	if (f->trace_nodes < 1 || f->trace_nodes > IOAM_TRACE_MAX_SLOTS || rt->trace_nodes > IOAM_TRACE_MAX_SLOTS ||
 	    (f->sample_mode == IOAM_SAMPLE_EVERY ? !f->sample_every : f->sample_mode != IOAM_SAMPLE_INTERVAL))
 		return kernel_encap(skb, &head, rt, IOLWT_PASS_BAD_FLOW);
 	if (!filter_match(skb, ip6, &f->match))

@@ -44,6 +44,7 @@ static const char usage[] =
 	"usage:\n"
 	"  ioam_lwt attach-route --instance NAME --prefix PFX/LEN --dev IF --sids A,B,.. [--netns NS]\n"
 	"      [--table T] [--metric M] [--mtu N] [--tunsrc ADDR] [--tai-offset S] [--pin-dir DIR] [--fixed-next-hop]\n"
+	"      [--flow-sids A,B,..] [--trace-nodes N]\n"
 	"  ioam_lwt detach-route --instance NAME --prefix PFX/LEN --dev IF --sids A,B,.. [--netns NS]\n"
 	"      [--table T] [--metric M]          (the route back to encap seg6 mode encap segs A,B,..)\n"
 	"  ioam_lwt list-routes --instance NAME [--json]\n"
@@ -53,6 +54,9 @@ static const char usage[] =
 	"instrumented packet must fit (default IF's), --tunsrc: the outer source (default `ip sr tunsrc`,\n"
 	"else the address the kernel picks on IF for the first SID); --fixed-next-hop: the route forwards by the\n"
 	"first SID's gateway as resolved now (no route lookup per packet; attach again when that route changes).\n"
+	"attach-route on a route ioam_lwt already runs rewrites it in place (a steer: new --sids, the next hop\n"
+	"again); --flow-sids A,B,..: the flow its packets count in (default --sids: a steered policy keeps its\n"
+	"monitor's flow and sequence numbers), --trace-nodes N: the trace slots for this route (default the flow's).\n"
 	"Pins in " IOAM_PIN_ROOT "/NAME/ioam_lwt unless --pin-dir.\n";
 
 /* Run argv (ip ...) in this process's netns; 0 or -1 after a message with its output. */
@@ -224,6 +228,18 @@ static bool parse_route(struct ioam_args *a, struct ioam_lwt_route_key *key, str
 	return true;
 }
 
+/* --flow-sids (default --sids): the flow the route's packets count in; --trace-nodes: its trace size. */
+static bool parse_flow(struct ioam_args *a, struct ioam_lwt_route *rt)
+{
+	if (!a->flow_sids) {
+		rt->flow = rt->sids;
+	} else if (!ioam_parse_sids(a->flow_sids, &rt->flow)) {
+		return false;
+	}
+	rt->trace_nodes = a->have_trace_nodes ? (__u32)a->trace_nodes : 0;
+	return true;
+}
+
 /* The pinned program and maps, loaded and pinned by the first route. */
 static int load_once(struct ioam_args *a)
 {
@@ -308,8 +324,9 @@ static int run_attach_route(void *args, const void *prog)
 	char table[16], metric[16], pinned[600], gw[INET6_ADDRSTRLEN] = "", gw_dev[IF_NAMESIZE] = "";
 	const char *out_dev;
 	int fd, ifindex, err;
+	bool ours;
 
-	if (!ioam_resolve_pin_dir(prog, a) || !parse_route(a, &key, &rt.sids))
+	if (!ioam_resolve_pin_dir(prog, a) || !parse_route(a, &key, &rt.sids) || !parse_flow(a, &rt))
 		return EXIT_USAGE;
 	if (a->tunsrc && !parse_ipv6_arg("--tunsrc", a->tunsrc, rt.tunsrc))
 		return EXIT_USAGE;
@@ -318,10 +335,12 @@ static int run_attach_route(void *args, const void *prog)
 	fd = open_pinned(a->pin_dir, "ioam_lwt_routes");
 	if (fd < 0 || enter_netns(a->netns) || (ifindex = resolve_ifindex(a->dev)) < 0)
 		goto fail;
-	if (check_route(a, &rt.sids, !bpf_map_lookup_elem(fd, &key, &rt)))
+	ours = !bpf_map_lookup_elem(fd, &key, &rt);
+	if (check_route(a, &rt.sids, ours))
 		goto fail;
 	memset(&rt, 0, sizeof(rt));
-	if (!parse_route(a, &key, &rt.sids) || (a->tunsrc && !parse_ipv6_arg("--tunsrc", a->tunsrc, rt.tunsrc)))
+	if (!parse_route(a, &key, &rt.sids) || !parse_flow(a, &rt) ||
+	    (a->tunsrc && !parse_ipv6_arg("--tunsrc", a->tunsrc, rt.tunsrc)))
 		goto fail;
 	build_srh(&rt.sids, &rt);
 	out_dev = a->dev;
@@ -356,6 +375,11 @@ static int run_attach_route(void *args, const void *prog)
 			      : run_ip((char *const[]){"ip", "-6", "route", "replace", (char *)a->prefix, "table", table,
 						       "metric", metric, "dev", (char *)a->dev, "encap", "bpf", "in",
 						       "pinned", pinned, NULL});
+	if (err && ours) {
+		/* a rewrite: the route still runs the program, with the entry just written */
+		close(fd);
+		return EXIT_FAIL;
+	}
 	if (err) {
 		local_route(a, false);
 		bpf_map_delete_elem(fd, &key);
@@ -443,9 +467,12 @@ static int run_list_routes(void *args, const void *prog)
 			printf("%s/%u oif %u mtu %u tunsrc %s\n", addr, key.prefixlen, rt.oif, rt.mtu, src);
 			continue;
 		}
-		printf("%s{\"prefix\": \"%s/%u\", \"oif\": %u, \"mtu\": %u, \"tunsrc\": \"%s\", \"sids\": ",
-		       first ? "" : ", ", addr, key.prefixlen, rt.oif, rt.mtu, src);
+		printf("%s{\"prefix\": \"%s/%u\", \"oif\": %u, \"mtu\": %u, \"tunsrc\": \"%s\", \"fixed_next_hop\": %s, "
+		       "\"trace_nodes\": %u, \"sids\": ", first ? "" : ", ", addr, key.prefixlen, rt.oif, rt.mtu, src,
+		       rt.flags & IOAM_LWT_FIXED_NEXT_HOP ? "true" : "false", rt.trace_nodes);
 		ioam_print_sids_json(&rt.sids);
+		printf(", \"flow_sids\": ");
+		ioam_print_sids_json(&rt.flow);
 		printf("}");
 		first = false;
 	}

@@ -42,7 +42,14 @@ struct ioam_lwt_route_key {
 
 /* Value of ioam_lwt_routes: what the route's seg6 encap was, written by attach-route. */
 struct ioam_lwt_route {
-	struct altmark_sidlist_key sids;  /* the flow key in ioam_tx_flows (SRH wire order) */
+	struct altmark_sidlist_key sids;  /* the route's SID list (SRH wire order) */
+	/*
+	 * The flow key in ioam_tx_flows: the SID list the monitor was started on. A policy steered to
+	 * another SID list keeps it, so its packets count in the same flow (sampling position, sequence
+	 * numbers) while they carry the new SRH.
+	 */
+	struct altmark_sidlist_key flow;
+	__u32 trace_nodes;                /* trace slots for this route's path; 0: the flow's */
 	__u32 oif;                        /* the route's device: the trace entry's egress interface */
 	__u32 mtu;                        /* the route's MTU: an instrumented packet must fit */
 	__u32 srh_len;                    /* 8 + 16 * nsids */

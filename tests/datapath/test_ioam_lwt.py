@@ -40,6 +40,9 @@ def test_route_taken_over_and_given_back(io_lab):
             "mtu": 1500,
             "tunsrc": "fc00:12::1",
             "sids": POLICY,
+            "flow_sids": POLICY,  # the flow the route's packets count in: its own SID list unless steered
+            "trace_nodes": 0,  # the flow's trace size
+            "fixed_next_hop": False,
         }
         assert sorted(stats(IOAM_LWT, io_lab.tx_inst)) == sorted(LWT_COUNTERS)
     # route_program checked: the seg6 route back as it was, no pins
