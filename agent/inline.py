@@ -69,6 +69,9 @@ MAX_TRACE_NODES = 12  # IOAM_RECORD_MAX_NODES (schemas/c/ioam_record.h)
 # the kernel's limit on a header a route program pushes (LWT_BPF_MAX_HEADROOM) and what ioam_lwt puts in it:
 # outer IPv6 40, HBH with the trace 16 + 16 per slot, SRH 8 + 16 per SID, DOH with the E2E option 32
 LWT_MAX_HEADER = 256
+# How often the agent checks the first SID's next hop of the routes it runs with a fixed next hop: a
+# route change is followed within this (plus one attach-route, ~20 ms)
+NEXT_HOP_CHECK_S = 1.0
 MAX_SAMPLE_EVERY = 65535  # the datapath's IOAM_SAMPLE_EVERY_MAX (datapath/ioam.h)
 MAX_SAMPLE_INTERVAL_US = 60_000_000
 MAX_NAMESPACES = 64
@@ -171,6 +174,7 @@ class RouteMonitor:
     # the datapath's flow key: the SID list the monitor was started on. A steer moves the policy (and
     # monitor.segments) to another SID list; the route's packets keep counting in this flow.
     flow_sids: list[str] = field(default_factory=list)
+    reattachments: int = 0  # its routes attached again: the first SID's next hop changed
 
 
 @dataclass
@@ -206,6 +210,10 @@ class InlineAgent:
         self.notes: dict[int, str] = {}  # INGRESS flow id -> where its policy's update moved the monitor
         self.route_steers = 0  # UpdatePolicy moved a route monitor's policy to another SID list on the route
         self.route_fallbacks = 0  # ... and the new policy could not stay on the route: ioam_tx on TC took over
+        self.next_hop_reattachments = 0  # routes attached again: the first SID's next hop changed
+        self.next_hop_lost = 0  # ... of those, to the kernel's seg6 encap: the first SID had no gateway any more
+        self._watch_stop = threading.Event()
+        self._watch_thread: threading.Thread | None = None
         self.config: pb.IoamConfig | None = None  # the last EnableIoam (normalised)
         self.on_change = None
         self.xdp_lock = threading.Lock()  # this agent's attach/detach; the loaders lock the node's XDP chain
@@ -473,6 +481,7 @@ class InlineAgent:
                 routes=[f"{p['prefix']} table {p['table']}" for p in rm.policies],
                 fixed_next_hop=all(p.get("fixed_next_hop") for p in rm.policies),
                 note=self.notes.get(flow_id, ""),
+                next_hop_reattachments=rm.reattachments,
             )
         return pb.InlineMonitorStatus(
             monitor=self.sides[side].monitors[flow_id],
@@ -541,6 +550,86 @@ class InlineAgent:
             log.info("ioam_lwt %s: no fixed next hop (%s); the kernel's seg6 encap", pol["prefix"], e.message)
             pol["fixed_next_hop"] = False
             self.run_route(["attach-route", *self._route_args(pol), *extra], "monitor")
+        # what the watch compares with (the loader resolved it a moment ago: a change in between is
+        # seen at the next check and attached again)
+        pol["next_hop"] = self.first_sid_next_hop(pol["sids"])
+        self._start_next_hop_watch()
+
+    # -- the fixed next hop follows the route to the first SID -------------------------------------
+    def first_sid_next_hop(self, sids: list[str]) -> str | None:
+        """`via GW dev D` of the route the kernel uses now for the first SID, None when it has none
+        with a gateway (unreachable, on-link): what attach-route --fixed-next-hop would fix."""
+        cmd = ["ip", *(["-n", self.netns] if self.netns else []), "-6", "route", "get", sids[0]]
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=10)
+        words = r.stdout.split() if r.returncode == 0 else []
+        if "via" not in words or "dev" not in words:
+            return None
+        return f"via {words[words.index('via') + 1]} dev {words[words.index('dev') + 1]}"
+
+    def _start_next_hop_watch(self) -> None:
+        """One thread for the agent's life, from its first route monitor. Why polling `ip -6 route
+        get` and not a netlink route monitor: the next hop of the first SID changes with any route
+        that covers it, a neighbour or a device going down, and only the kernel's own lookup says
+        which one it picks now; one lookup per monitored route and second is cheap (~2 ms) and bounds
+        the time packets go to the old neighbour at NEXT_HOP_CHECK_S."""
+        if self._watch_thread is None:
+            self._watch_thread = threading.Thread(target=self._next_hop_loop, name="inline-next-hop", daemon=True)
+            self._watch_thread.start()
+
+    def _next_hop_loop(self) -> None:
+        while not self._watch_stop.wait(NEXT_HOP_CHECK_S):
+            try:
+                self.check_next_hops()
+            except Exception:  # noqa: BLE001 - the watch goes on; the next round tries again
+                log.exception("next hop check failed")
+
+    def _moved(self) -> list[tuple[RouteMonitor, dict, str | None]]:
+        with self.lock:
+            pols = [(rm, pol) for rm in self.routes.values() for pol in rm.policies if "next_hop" in pol]
+        out = []
+        for rm, pol in pols:
+            now = self.first_sid_next_hop(pol["sids"])
+            if now != pol["next_hop"]:
+                out.append((rm, pol, now))
+        return out
+
+    def check_next_hops(self) -> int:
+        """Attach again every route whose first SID's next hop is not the one it was attached with:
+        the new gateway fixed (flow and sequence numbers kept: the same entry, rewritten), or the
+        kernel's seg6 encap where there is no gateway any more. Returns how many were attached."""
+        if not self._moved():
+            return 0
+        n = 0
+        with self.locks():
+            for rm, pol, now in self._moved():
+                if rm.monitor.flow_id not in self.routes or pol not in rm.policies:
+                    continue
+                self._reattach(rm, pol, now)
+                n += 1
+            if n:
+                self.srv6.resync(None)
+        if n:
+            self._changed_hook()
+        return n
+
+    def _reattach(self, rm: RouteMonitor, pol: dict, now: str | None) -> None:
+        was = pol["next_hop"]
+        extra = ["--flow-sids", ",".join(rm.flow_sids), "--trace-nodes", rm.monitor.trace_nodes]
+        self.attach_route(pol, extra)
+        self.next_hop_reattachments += 1
+        rm.reattachments += 1
+        fid = rm.monitor.flow_id
+        if pol["fixed_next_hop"]:
+            self.notes[fid] = (
+                f"{pol['prefix']}: the first SID's next hop moved from {was or 'none'} to {now}; attached again"
+            )
+        else:
+            self.next_hop_lost += 1
+            self.notes[fid] = (
+                f"{pol['prefix']}: the first SID {pol['sids'][0]} has no route with a gateway now (was {was}): "
+                "the kernel's seg6 encap, no fixed next hop"
+            )
+        log.warning("ioam_lwt flow %d: %s", fid, self.notes[fid])
 
     def take_over(self, p, m: pb.InlineMonitor) -> dict:
         """The policy's seg6 route replaced by ioam_lwt's (in place, never absent): with the fixed next
@@ -838,6 +927,7 @@ class InlineAgent:
                 continue
             flow_sids = list(d.get("flow_sids") or m.segments)
             self.routes[m.flow_id] = RouteMonitor(m, list(d["policies"]), int(d.get("node_id", 0)), flow_sids)
+            self._start_next_hop_watch()
             notes.append(f"{ROUTE_PROG} flow {m.flow_id} on {', '.join(p['prefix'] for p in d['policies'])} adopted")
         return notes
 
@@ -864,6 +954,7 @@ class InlineAgent:
         """--on-stop handover: the sides, their monitors, the IOAM identity and the streamer stay for
         the next agent."""
         self._streamer_stop.set()  # the streamer thread does not start another one
+        self._stop_next_hop_watch()
         self.persist()
         self.ioam.close()
 
@@ -946,6 +1037,8 @@ class InlineAgent:
                 "inline_monitors_on_route": len(self.routes),
                 "inline_route_steers": self.route_steers,
                 "inline_route_fallbacks": self.route_fallbacks,
+                "inline_route_next_hop_reattachments": self.next_hop_reattachments,
+                "inline_route_next_hop_lost": self.next_hop_lost,
                 "ioam_streamer_restarts": self.streamer_restarts,
                 "ioam_streamers_adopted": self.streamers_adopted,
                 "ioam_leftover_records_streamed": self.leftover_records_streamed,
@@ -1055,7 +1148,13 @@ class InlineAgent:
                 raise ApiError(grpc.StatusCode.FAILED_PRECONDITION, "; ".join(errors))
             return n, changed
 
+    def _stop_next_hop_watch(self) -> None:
+        self._watch_stop.set()
+        if self._watch_thread is not None:
+            self._watch_thread.join(timeout=15)
+
     def shutdown(self) -> None:
+        self._stop_next_hop_watch()
         try:
             self.reset()
         except ApiError as e:

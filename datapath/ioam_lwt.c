@@ -309,7 +309,8 @@ static int check_route(const struct ioam_args *a, const struct altmark_sidlist_k
 	}
 	snprintf(want + n, sizeof(want) - n, "]");
 	snprintf(dev, sizeof(dev), " dev %s ", a->dev);
-	if (strstr(line, dev) && (strstr(line, want) || (ours && strstr(line, "encap bpf in"))))
+	/* ours: a fixed next hop may have put it on another device (the first SID's gateway's) */
+	if ((strstr(line, dev) && strstr(line, want)) || (ours && strstr(line, "encap bpf in")))
 		return 0;
 	die_msg("--prefix/--sids/--dev: the route is `%s`, not `%s ... dev %s`: ioam_lwt takes over only the "
 		"policy's seg6 encap route (other modes: ioam_tx on TC egress)", line, want, a->dev);
@@ -323,6 +324,7 @@ static int run_attach_route(void *args, const void *prog)
 	struct ioam_lwt_route rt = {};
 	char table[16], metric[16], pinned[600], gw[INET6_ADDRSTRLEN] = "", gw_dev[IF_NAMESIZE] = "";
 	const char *out_dev;
+	__u8 old_tunsrc[16] = {};
 	int fd, ifindex, err;
 	bool ours;
 
@@ -338,7 +340,11 @@ static int run_attach_route(void *args, const void *prog)
 	ours = !bpf_map_lookup_elem(fd, &key, &rt);
 	if (check_route(a, &rt.sids, ours))
 		goto fail;
+	/* a rewrite keeps the outer source: the flow's packets keep theirs when the next hop moves */
+	if (ours && !a->tunsrc)
+		memcpy(old_tunsrc, rt.tunsrc, sizeof(old_tunsrc));
 	memset(&rt, 0, sizeof(rt));
+	memcpy(rt.tunsrc, old_tunsrc, sizeof(rt.tunsrc));
 	if (!parse_route(a, &key, &rt.sids) || !parse_flow(a, &rt) ||
 	    (a->tunsrc && !parse_ipv6_arg("--tunsrc", a->tunsrc, rt.tunsrc)))
 		goto fail;
@@ -355,7 +361,7 @@ static int run_attach_route(void *args, const void *prog)
 	rt.oif = (__u32)ifindex;
 	rt.mtu = (__u32)a->mtu;
 	if ((!a->mtu && device_mtu(out_dev, &rt.mtu)) ||
-	    (!a->tunsrc && find_tunsrc(a->dev, &rt.sids.sids[rt.sids.nsids - 1], rt.tunsrc)))
+	    (!a->tunsrc && !ours && find_tunsrc(a->dev, &rt.sids.sids[rt.sids.nsids - 1], rt.tunsrc)))
 		goto fail;
 	/* the entry first: the program finds it from the first packet the new route gives it */
 	if (bpf_map_update_elem(fd, &key, &rt, BPF_ANY)) {

@@ -9,7 +9,6 @@ Own lab (prefix `inlr`) and bpffs instances (`inlr-*`)."""
 
 from __future__ import annotations
 
-import ipaddress
 import os
 import re
 import signal
@@ -29,6 +28,7 @@ from segscope_proto.segscope.agent.v1 import inline_pb2_grpc, srv6_pb2_grpc
 from segscope_proto.segscope.agent.v1 import srv6_pb2 as spb
 from segscope_schemas import names
 from tests.agent.agent_env import make_test_pki, start_agent
+from tests.agent.ioam_pcap import e2e_packets
 from tests.collectors.collectors_pcap import capture
 from tests.isolation import own_name
 
@@ -229,30 +229,6 @@ print(n)
 """
 
 
-def e2e_packets(pcap: Path) -> list[tuple[list[str], int, int]]:
-    """(SRH SID list in travel order, HBH length, E2E sequence number) of every IOAM packet in a
-    nanosecond pcap (Ethernet): read here from the bytes, independently of the datapath's code."""
-    data, out, off = pcap.read_bytes(), [], 24
-    while off + 16 <= len(data):
-        caplen = int.from_bytes(data[off + 8 : off + 12], "little")
-        frame, off = data[off + 16 : off + 16 + caplen], off + 16 + caplen
-        ip = frame[14:]
-        if frame[12:14] != b"\x86\xdd" or ip[6] != 0:  # IPv6 with a Hop-by-Hop header only
-            continue
-        hbh_len = (ip[41] + 1) * 8
-        srh = ip[40 + hbh_len :]
-        if ip[40] != 43 or srh[2] != 4:
-            continue
-        srh_len = (srh[1] + 1) * 8
-        last = srh[4]
-        sids = [str(ipaddress.IPv6Address(srh[8 + 16 * i : 24 + 16 * i])) for i in range(last, -1, -1)]
-        doh = srh[srh_len:]
-        if srh[0] != 60 or doh[4] != 0x11 or doh[7] != 3:  # the DOH with the IOAM E2E option
-            continue
-        out.append((sids, hbh_len, int.from_bytes(doh[12:20], "big")))
-    return out
-
-
 def end_counter(lab, sid: str) -> int:
     """Packets R's End SID has processed (`ip -s -6 route show`, `count` on the route)."""
     out = lab.run("R", ["ip", "-s", "-6", "route", "show", f"{sid}/128"], check=True).stdout
@@ -304,9 +280,9 @@ def test_steer_keeps_the_monitor_mid_traffic(rlab, rpki, transit, tmp_path):
             tx = ingress(a)
             assert tx.packets == tx.sampled == tx.instrumented == tx.next_sequence == sent
             seen = e2e_packets(pcap)
-            assert sorted(q for _, _, q in seen) == list(range(sent))  # every number once: no reset, no gap
-            old = [q for sids, hbh, q in seen if sids == SIDS and hbh == 16 + 16 * 3]
-            new = [q for sids, hbh, q in seen if sids == STEERED and hbh == 16 + 16 * 4]
+            assert sorted(p.seq for p in seen) == list(range(sent))  # every number once: no reset, no gap
+            old = [p.seq for p in seen if p.sids == SIDS and p.hbh_len == 16 + 16 * 3]
+            new = [p.seq for p in seen if p.sids == STEERED and p.hbh_len == 16 + 16 * 4]
             assert len(old) + len(new) == sent and old and new, (len(old), len(new))
             assert max(old) < min(new) and old == sorted(old) and new == sorted(new)  # one switch, in order
             assert end_counter(rlab, "fc00:2::e2") - e2_before == len(new)
