@@ -39,6 +39,11 @@ const char *loader_name = "ioam_lwt";
  */
 #define LOCAL_TABLE "3355"
 #define LOCAL_PREF  "30055"
+/* GSO packets the program re-routes (IOAM_LWT_GSO_MARK) find the same copy: the kernel's seg6 encap */
+#define GSO_PREF    "30054"
+#define GSO_RULE    "pref " GSO_PREF " fwmark " STR(IOAM_LWT_GSO_MARK) " lookup " LOCAL_TABLE
+#define STR_(x) #x
+#define STR(x) STR_(x)
 
 static const char usage[] =
 	"usage:\n"
@@ -106,9 +111,12 @@ static int local_route(const struct ioam_args *a, bool add)
 				left[0] = '\0';
 			pclose(f);
 		}
-		if (!left[0])
+		if (!left[0]) {
 			while (!run_ip_quiet("-6 rule del pref " LOCAL_PREF " iif lo lookup " LOCAL_TABLE))
 				;
+			while (!run_ip_quiet("-6 rule del " GSO_RULE))
+				;
+		}
 		return 0;
 	}
 	snprintf(cmd, sizeof(cmd), "ip -6 route replace '%s' table " LOCAL_TABLE " metric %llu dev '%s' encap seg6 "
@@ -121,6 +129,11 @@ static int local_route(const struct ioam_args *a, bool add)
 	if (system("ip -6 rule show pref " LOCAL_PREF " 2>/dev/null | grep -q 'lookup " LOCAL_TABLE "'") &&
 	    run_ip_quiet("-6 rule add pref " LOCAL_PREF " iif lo lookup " LOCAL_TABLE)) {
 		die_msg("cannot add the rule `iif lo lookup " LOCAL_TABLE "` (pref " LOCAL_PREF ")");
+		return -1;
+	}
+	if (system("ip -6 rule show pref " GSO_PREF " 2>/dev/null | grep -q 'lookup " LOCAL_TABLE "'") &&
+	    run_ip_quiet("-6 rule add " GSO_RULE)) {
+		die_msg("cannot add the rule `" GSO_RULE "`");
 		return -1;
 	}
 	return 0;
