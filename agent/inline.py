@@ -66,6 +66,12 @@ ROUTE_PROG = "ioam_lwt"
 SIDE_NAME = {INGRESS: "tx", EGRESS: "rx"}
 MAX_SIDS = 6  # the SID lists the datapaths key flows by (as altmark and STAMP)
 MAX_TRACE_NODES = 12  # IOAM_RECORD_MAX_NODES (schemas/c/ioam_record.h)
+# the kernel's limit on a header a route program pushes (LWT_BPF_MAX_HEADROOM) and what ioam_lwt puts in it:
+# outer IPv6 40, HBH with the trace 16 + 16 per slot, SRH 8 + 16 per SID, DOH with the E2E option 32
+LWT_MAX_HEADER = 256
+# How often the agent checks the first SID's next hop of the routes it runs with a fixed next hop: a
+# route change is followed within this (plus one attach-route, ~20 ms)
+NEXT_HOP_CHECK_S = 1.0
 MAX_SAMPLE_EVERY = 65535  # the datapath's IOAM_SAMPLE_EVERY_MAX (datapath/ioam.h)
 MAX_SAMPLE_INTERVAL_US = 60_000_000
 MAX_NAMESPACES = 64
@@ -165,6 +171,10 @@ class RouteMonitor:
     monitor: pb.InlineMonitor
     policies: list[dict]  # prefix, table, metric, device, fixed_next_hop: what detach-route needs
     node_id: int
+    # the datapath's flow key: the SID list the monitor was started on. A steer moves the policy (and
+    # monitor.segments) to another SID list; the route's packets keep counting in this flow.
+    flow_sids: list[str] = field(default_factory=list)
+    reattachments: int = 0  # its routes attached again: the first SID's next hop changed
 
 
 @dataclass
@@ -197,6 +207,13 @@ class InlineAgent:
         self.sides: dict[int, Side] = {}
         self.routes: dict[int, RouteMonitor] = {}  # INGRESS monitors on ioam_lwt, by flow id
         self.srv6 = None  # the node's Srv6State: which policy routes carry a monitor's SID list
+        self.notes: dict[int, str] = {}  # INGRESS flow id -> where its policy's update moved the monitor
+        self.route_steers = 0  # UpdatePolicy moved a route monitor's policy to another SID list on the route
+        self.route_fallbacks = 0  # ... and the new policy could not stay on the route: ioam_tx on TC took over
+        self.next_hop_reattachments = 0  # routes attached again: the first SID's next hop changed
+        self.next_hop_lost = 0  # ... of those, to the kernel's seg6 encap: the first SID had no gateway any more
+        self._watch_stop = threading.Event()
+        self._watch_thread: threading.Thread | None = None
         self.config: pb.IoamConfig | None = None  # the last EnableIoam (normalised)
         self.on_change = None
         self.xdp_lock = threading.Lock()  # this agent's attach/detach; the loaders lock the node's XDP chain
@@ -436,6 +453,8 @@ class InlineAgent:
         s = self.sides[side]
         self.run(side, ["del-flow", "--instance", self.instance, "--flow-id", flow_id], "flow_id")
         device = s.monitors.pop(flow_id).device
+        if side == INGRESS:
+            self.notes.pop(flow_id, None)
         log.info("StopInlineMonitor %s flow %d: stopped", PROG[side], flow_id)
         if not s.monitors:
             self.detach(side)
@@ -461,9 +480,14 @@ class InlineAgent:
                 program=ROUTE_PROG,
                 routes=[f"{p['prefix']} table {p['table']}" for p in rm.policies],
                 fixed_next_hop=all(p.get("fixed_next_hop") for p in rm.policies),
+                note=self.notes.get(flow_id, ""),
+                next_hop_reattachments=rm.reattachments,
             )
         return pb.InlineMonitorStatus(
-            monitor=self.sides[side].monitors[flow_id], node_id=self.sides[side].node_id, program=PROG[side]
+            monitor=self.sides[side].monitors[flow_id],
+            node_id=self.sides[side].node_id,
+            program=PROG[side],
+            note=self.notes.get(flow_id, "") if side == INGRESS else "",
         )
 
     # -- the INGRESS inserter on the policy's route (ioam_lwt) ------------------------------------
@@ -516,6 +540,97 @@ class InlineAgent:
             pol["metric"],
         ]
 
+    def attach_route(self, pol: dict, extra: list) -> None:
+        """attach-route with the fixed next hop when the first SID has a gateway to fix, else the
+        kernel's seg6 encap through the helper; pol["fixed_next_hop"] says which."""
+        try:
+            self.run_route(["attach-route", *self._route_args(pol), *extra, "--fixed-next-hop"], "monitor")
+            pol["fixed_next_hop"] = True
+        except ApiError as e:
+            log.info("ioam_lwt %s: no fixed next hop (%s); the kernel's seg6 encap", pol["prefix"], e.message)
+            pol["fixed_next_hop"] = False
+            self.run_route(["attach-route", *self._route_args(pol), *extra], "monitor")
+        # what the watch compares with (the loader resolved it a moment ago: a change in between is
+        # seen at the next check and attached again)
+        pol["next_hop"] = self.first_sid_next_hop(pol["sids"])
+        self._start_next_hop_watch()
+
+    # -- the fixed next hop follows the route to the first SID -------------------------------------
+    def first_sid_next_hop(self, sids: list[str]) -> str | None:
+        """`via GW dev D` of the route the kernel uses now for the first SID, None when it has none
+        with a gateway (unreachable, on-link): what attach-route --fixed-next-hop would fix."""
+        cmd = ["ip", *(["-n", self.netns] if self.netns else []), "-6", "route", "get", sids[0]]
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=10)
+        words = r.stdout.split() if r.returncode == 0 else []
+        if "via" not in words or "dev" not in words:
+            return None
+        return f"via {words[words.index('via') + 1]} dev {words[words.index('dev') + 1]}"
+
+    def _start_next_hop_watch(self) -> None:
+        """One thread for the agent's life, from its first route monitor. Why polling `ip -6 route
+        get` and not a netlink route monitor: the next hop of the first SID changes with any route
+        that covers it, a neighbour or a device going down, and only the kernel's own lookup says
+        which one it picks now; one lookup per monitored route and second is cheap (~2 ms) and bounds
+        the time packets go to the old neighbour at NEXT_HOP_CHECK_S."""
+        if self._watch_thread is None:
+            self._watch_thread = threading.Thread(target=self._next_hop_loop, name="inline-next-hop", daemon=True)
+            self._watch_thread.start()
+
+    def _next_hop_loop(self) -> None:
+        while not self._watch_stop.wait(NEXT_HOP_CHECK_S):
+            try:
+                self.check_next_hops()
+            except Exception:  # noqa: BLE001 - the watch goes on; the next round tries again
+                log.exception("next hop check failed")
+
+    def _moved(self) -> list[tuple[RouteMonitor, dict, str | None]]:
+        with self.lock:
+            pols = [(rm, pol) for rm in self.routes.values() for pol in rm.policies if "next_hop" in pol]
+        out = []
+        for rm, pol in pols:
+            now = self.first_sid_next_hop(pol["sids"])
+            if now != pol["next_hop"]:
+                out.append((rm, pol, now))
+        return out
+
+    def check_next_hops(self) -> int:
+        """Attach again every route whose first SID's next hop is not the one it was attached with:
+        the new gateway fixed (flow and sequence numbers kept: the same entry, rewritten), or the
+        kernel's seg6 encap where there is no gateway any more. Returns how many were attached."""
+        if not self._moved():
+            return 0
+        n = 0
+        with self.locks():
+            for rm, pol, now in self._moved():
+                if rm.monitor.flow_id not in self.routes or pol not in rm.policies:
+                    continue
+                self._reattach(rm, pol, now)
+                n += 1
+            if n:
+                self.srv6.resync(None)
+        if n:
+            self._changed_hook()
+        return n
+
+    def _reattach(self, rm: RouteMonitor, pol: dict, now: str | None) -> None:
+        was = pol["next_hop"]
+        extra = ["--flow-sids", ",".join(rm.flow_sids), "--trace-nodes", rm.monitor.trace_nodes]
+        self.attach_route(pol, extra)
+        self.next_hop_reattachments += 1
+        rm.reattachments += 1
+        fid = rm.monitor.flow_id
+        if pol["fixed_next_hop"]:
+            self.notes[fid] = (
+                f"{pol['prefix']}: the first SID's next hop moved from {was or 'none'} to {now}; attached again"
+            )
+        else:
+            self.next_hop_lost += 1
+            self.notes[fid] = (
+                f"{pol['prefix']}: the first SID {pol['sids'][0]} has no route with a gateway now (was {was}): "
+                "the kernel's seg6 encap, no fixed next hop"
+            )
+        log.warning("ioam_lwt flow %d: %s", fid, self.notes[fid])
+
     def take_over(self, p, m: pb.InlineMonitor) -> dict:
         """The policy's seg6 route replaced by ioam_lwt's (in place, never absent): with the fixed next
         hop when the first SID has a gateway to fix, the kernel's seg6 encap through the helper else."""
@@ -527,12 +642,7 @@ class InlineAgent:
             "sids": list(m.segments),
             "fixed_next_hop": True,
         }
-        try:
-            self.run_route(["attach-route", *self._route_args(pol), "--fixed-next-hop"], "monitor")
-        except ApiError as e:
-            log.info("ioam_lwt %s: no fixed next hop (%s); the kernel's seg6 encap", p.destination, e.message)
-            pol["fixed_next_hop"] = False
-            self.run_route(["attach-route", *self._route_args(pol)], "monitor")
+        self.attach_route(pol, [])
         log.info(
             "ioam_lwt took over %s table %d (%s)",
             p.destination,
@@ -561,10 +671,11 @@ class InlineAgent:
             raise
         finally:
             self.srv6.resync(None)
-        self.routes[m.flow_id] = RouteMonitor(m, taken, node_id)
+        self.routes[m.flow_id] = RouteMonitor(m, taken, node_id, list(m.segments))
 
     def stop_route(self, flow_id: int) -> None:
         rm = self.routes.pop(flow_id)
+        self.notes.pop(flow_id, None)
         errors = []
         try:
             self.run_route(["del-flow", "--instance", self.instance, "--flow-id", flow_id], "flow_id")
@@ -607,6 +718,86 @@ class InlineAgent:
                 log.info("flow %d: its policy %s was removed; ioam_tx on TC takes over", fid, policy.destination)
                 self.start_tc(rm.monitor, rm.node_id)
         self._changed_hook()
+
+    def steer_policy(self, old, new) -> bool:
+        """UpdatePolicy of a policy ioam_lwt runs (what segscope-steer calls). The monitor follows its
+        policy: on the route, its entry rewritten with the new SID list (one map update: the packets
+        after it carry the new SRH) while they keep counting in the monitor's flow, so the sampling
+        position and the sequence numbers go on; the trace sized for the new path; the copy in table
+        3355 and the route's next hop follow. True: done, nothing left for Srv6Service to send.
+        Where the new policy cannot stay on the route (another mode, device or metric, a header over
+        the kernel's 256 bytes, a monitor with other routes), its route is given back and False
+        returned: Srv6Service updates the plain seg6 route, and a monitor left without a route goes
+        on with ioam_tx on TC with the new SID list (sequence numbers from 0 there), said in its
+        status and counted (route_fallbacks). An update is never refused for a monitor."""
+        with self.lock:
+            fid = self.monitor_of(old.key)
+            if fid is None:
+                self.give_back(self._leftover_policy(old))
+                return False
+            rm = self.routes[fid]
+            pol = next(p for p in rm.policies if (p["prefix"], p["table"]) == old.key)
+            trace_nodes = min(len(new.segments) + 1, MAX_TRACE_NODES)
+            why = self._cannot_stay_on_route(rm, old, new, trace_nodes)
+            if why is None:
+                self._retarget(rm, pol, list(new.segments), trace_nodes)
+                return True
+            self._fall_back(fid, rm, pol, new, trace_nodes, why)
+        self._changed_hook()
+        return False
+
+    def _cannot_stay_on_route(self, rm: RouteMonitor, old, new, trace_nodes: int) -> str | None:
+        """Why the updated policy cannot stay on ioam_lwt with its monitor, or None."""
+        header = 40 + (16 + 16 * trace_nodes) + (8 + 16 * len(new.segments)) + 32
+        if new.mode != SEG6_IPTUN_MODE_ENCAP:
+            return "the new policy is not mode encap"
+        if new.oif != old.oif or new.metric != old.metric:
+            return "the new policy has another device or metric"
+        if len(new.segments) > MAX_SIDS or header > LWT_MAX_HEADER:
+            return (
+                f"{len(new.segments)} SIDs with a trace of {trace_nodes} nodes need a {header}-byte header, over the "
+                f"route program's {LWT_MAX_HEADER}"
+            )
+        if len(rm.policies) > 1:
+            return "the monitor runs on other policy routes of its SID list"
+        return None
+
+    def _retarget(self, rm: RouteMonitor, pol: dict, sids: list[str], trace_nodes: int) -> None:
+        was = ",".join(pol["sids"])
+        moved = {**pol, "sids": sids}
+        extra = ["--flow-sids", ",".join(rm.flow_sids), "--trace-nodes", trace_nodes]
+        self.attach_route(moved, extra)
+        pol.update(moved)
+        rm.monitor.segments[:] = sids
+        rm.monitor.trace_nodes = trace_nodes
+        self.route_steers += 1
+        self.notes[rm.monitor.flow_id] = (
+            f"steered from {was} to {','.join(sids)} on the route (flow and sequence numbers kept, "
+            f"trace of {trace_nodes} nodes)"
+        )
+        log.info("ioam_lwt flow %d: %s", rm.monitor.flow_id, self.notes[rm.monitor.flow_id])
+        self.srv6.resync(None)
+        self._changed_hook()
+
+    def _fall_back(self, fid: int, rm: RouteMonitor, pol: dict, new, trace_nodes: int, why: str) -> None:
+        self.route_fallbacks += 1
+        if len(rm.policies) > 1:
+            self.give_back(pol)
+            rm.policies.remove(pol)
+            log.warning("ioam_lwt flow %d: policy %s leaves the monitor (%s)", fid, pol["prefix"], why)
+            return
+        self.stop_route(fid)
+        m = pb.InlineMonitor()
+        m.CopyFrom(rm.monitor)
+        m.segments[:] = list(new.segments)
+        m.trace_nodes = trace_nodes
+        m.device = self.srv6.devname(new.oif)
+        self.start_tc(m, rm.node_id)
+        self.notes[fid] = (
+            f"fell back to ioam_tx on TC when its policy was updated to {','.join(new.segments)}: {why}; "
+            "sequence numbers start again at 0"
+        )
+        log.warning("flow %d: %s", fid, self.notes[fid])
 
     def _leftover_policy(self, policy) -> dict:
         return {
@@ -673,7 +864,12 @@ class InlineAgent:
                 ],
                 "config": js(self.config) if self.config is not None else None,
                 "routes": [
-                    {"monitor": js(rm.monitor), "policies": rm.policies, "node_id": rm.node_id}
+                    {
+                        "monitor": js(rm.monitor),
+                        "policies": rm.policies,
+                        "node_id": rm.node_id,
+                        "flow_sids": rm.flow_sids,
+                    }
                     for _, rm in sorted(self.routes.items())
                 ],
             }
@@ -729,7 +925,9 @@ class InlineAgent:
             if m.flow_id not in present:
                 notes.append(f"{ROUTE_PROG} flow {m.flow_id} NOT adopted: no longer in the datapath")
                 continue
-            self.routes[m.flow_id] = RouteMonitor(m, list(d["policies"]), int(d.get("node_id", 0)))
+            flow_sids = list(d.get("flow_sids") or m.segments)
+            self.routes[m.flow_id] = RouteMonitor(m, list(d["policies"]), int(d.get("node_id", 0)), flow_sids)
+            self._start_next_hop_watch()
             notes.append(f"{ROUTE_PROG} flow {m.flow_id} on {', '.join(p['prefix'] for p in d['policies'])} adopted")
         return notes
 
@@ -756,6 +954,7 @@ class InlineAgent:
         """--on-stop handover: the sides, their monitors, the IOAM identity and the streamer stay for
         the next agent."""
         self._streamer_stop.set()  # the streamer thread does not start another one
+        self._stop_next_hop_watch()
         self.persist()
         self.ioam.close()
 
@@ -836,6 +1035,10 @@ class InlineAgent:
             return {
                 "inline_monitors": sum(len(s.monitors) for s in self.sides.values()) + len(self.routes),
                 "inline_monitors_on_route": len(self.routes),
+                "inline_route_steers": self.route_steers,
+                "inline_route_fallbacks": self.route_fallbacks,
+                "inline_route_next_hop_reattachments": self.next_hop_reattachments,
+                "inline_route_next_hop_lost": self.next_hop_lost,
                 "ioam_streamer_restarts": self.streamer_restarts,
                 "ioam_streamers_adopted": self.streamers_adopted,
                 "ioam_leftover_records_streamed": self.leftover_records_streamed,
@@ -945,7 +1148,13 @@ class InlineAgent:
                 raise ApiError(grpc.StatusCode.FAILED_PRECONDITION, "; ".join(errors))
             return n, changed
 
+    def _stop_next_hop_watch(self) -> None:
+        self._watch_stop.set()
+        if self._watch_thread is not None:
+            self._watch_thread.join(timeout=15)
+
     def shutdown(self) -> None:
+        self._stop_next_hop_watch()
         try:
             self.reset()
         except ApiError as e:
@@ -998,6 +1207,7 @@ class InlineMonitorServicer(pb_grpc.InlineMonitorServiceServicer):
                     "StopInlineMonitor first",
                 )
             same = [f for s, f in a.monitors() if s == m.side and list(f.segments) == list(m.segments)]
+            same += [rm.monitor for rm in a.routes.values() if m.side == INGRESS and rm.flow_sids == list(m.segments)]
             if same:  # the datapath finds a flow by its SID list: a second one would take it over
                 raise ApiError(
                     grpc.StatusCode.ALREADY_EXISTS,

@@ -436,7 +436,23 @@ def plan_update_policy(st: Srv6State, req: pb.UpdatePolicyRequest, path: str = "
                 "policy",
                 p.key,
             )
-        refuse_if_monitored(st, p.key, f"{path}policy")
+        if st.route_program_of(p.key) is not None and st.route_program is not None:
+            # an in-line monitor runs on this policy's route: the route program moves with it (the
+            # steer keeps the monitor), or gives the route back and the plain seg6 route is updated
+            if st.route_program.steer_policy(old, p):
+                st.resync(None)
+                return Plan(
+                    [],
+                    lambda: None,
+                    resp(True),
+                    True,
+                    lambda: f"UpdatePolicy {_fmt_policy(p, st)}: steered on the route program ioam_lwt "
+                    f"(was segs {','.join(old.segments)}), its in-line monitor kept",
+                    f"{path}policy",
+                    p.key,
+                )
+            st.resync(p.key[1])
+            old = st.policies.get(p.key, old)
         if old.metric == p.metric:
             # hitless: one RTM_NEWROUTE with NLM_F_REPLACE, the FIB entry is swapped in place
             msgs = [(R.RTM_NEWROUTE, R.NLM_F_REPLACE, R.encode_policy(p))]
@@ -459,20 +475,6 @@ def plan_update_policy(st: Srv6State, req: pb.UpdatePolicyRequest, path: str = "
         )
 
     return decide()
-
-
-def refuse_if_monitored(st: Srv6State, key: tuple[str, int], path: str) -> None:
-    """A policy the route program runs for an in-line monitor keeps its SID list: the monitor is the
-    SID list's (its flow, its sequence numbers), so a new one would silently end it."""
-    if st.route_program_of(key) is None:
-        return
-    who = st.route_program.monitor_of(key) if st.route_program is not None else None
-    raise ApiError(
-        grpc.StatusCode.FAILED_PRECONDITION,
-        f"{path}: policy {key[0]} table {key[1]} is monitored in-line"
-        + (f" (flow {who}, route program ioam_lwt)" if who else " (route program ioam_lwt)")
-        + "; StopInlineMonitor first, update the policy, then start a monitor of the new SID list",
-    )
 
 
 def plan_remove_policy(st: Srv6State, req: pb.RemovePolicyRequest, path: str = "", pre=None) -> Plan:
@@ -867,8 +869,8 @@ class Srv6Servicer(pb_grpc.Srv6ServiceServicer):
                 continue
             if plan.msgs:
                 pending.append((i, plan))
-            else:
-                results[i].changed = False
+            else:  # nothing to send: unchanged, or done already (a steer the route program applied)
+                results[i].changed = plan.changed
             plan.commit()  # optimistic: later operations see this one's effect; re-read below on failure
             if len(pending) >= 4096:
                 flush()

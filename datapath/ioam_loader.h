@@ -20,6 +20,7 @@
 struct ioam_args {
 	const char *netns, *dev, *instance, *pin_dir, *sids, *match_src, *match_dst, *hex;
 	const char *prefix, *tunsrc;          /* ioam_lwt: the route */
+	const char *flow_sids;                /* ioam_lwt: the flow the route's packets count in (default --sids) */
 	char pin_dir_buf[512];
 	uint64_t flow_id, namespace_id, node_id, trace_nodes, sample_every, sample_interval_us;
 	uint64_t match_proto, match_sport, match_dport, if_id, ringbuf_size, count, timeout_ms, repeat;

@@ -222,7 +222,7 @@ static __always_inline void copy_srh(__u8 *to, const struct ioam_lwt_route *rt, 
 static __always_inline enum ioam_lwt_counter instrument(struct __sk_buff *skb, const struct inner_head *ip6,
 							 const struct ioam_lwt_route *rt, struct ioam_tx_flow *f)
 {
-	__u32 slots = f->trace_nodes & 0xf, zero = 0, nsids = rt->sids.nsids;
+	__u32 slots = (rt->trace_nodes ? rt->trace_nodes : f->trace_nodes) & 0xf, zero = 0, nsids = rt->sids.nsids;
 	__u32 hbh_len = IOAM_TRACE_HBH_LEN(slots), srh_len = rt->srh_len;
 	__u32 total = sizeof(struct ipv6hdr) + hbh_len + srh_len + IOAM_E2E_DOH_LEN;
 	struct ioam_tx_config *cfg = bpf_map_lookup_elem(&ioam_tx_config, &zero);
@@ -262,8 +262,10 @@ static __always_inline enum ioam_lwt_counter instrument(struct __sk_buff *skb, c
 
 /*
  * A packet not instrumented: with a fixed next hop the outer IPv6 + SRH built here, pushed as IP
- * encap (forwarded by this route); otherwise, and for GSO packets (the IP-encap helper segments only
- * TCP under GRE/UDP), the kernel's seg6 encapsulation with the route's SRH. BPF_OK, or BPF_DROP counted.
+ * encap (forwarded by this route); otherwise the kernel's seg6 encapsulation with the route's SRH
+ * (BPF_OK, or BPF_DROP counted). A GSO packet can take neither (the IP-encap helper segments only TCP
+ * under GRE/UDP, the seg6 one leaves its GSO type untunnelled): marked and re-routed to the seg6 route's
+ * copy in table 3355 (IOAM_LWT_GSO_MARK).
  */
 static __always_inline int kernel_encap(struct __sk_buff *skb, const struct inner_head *ip6,
 					const struct ioam_lwt_route *rt, enum ioam_lwt_counter c)
@@ -273,7 +275,13 @@ static __always_inline int kernel_encap(struct __sk_buff *skb, const struct inne
 
 	if (len < 24 || len > IOAM_LWT_SRH_MAX)
 		goto failed;
-	if ((rt->flags & IOAM_LWT_FIXED_NEXT_HOP) && !skb->gso_size) {
+	if (skb->gso_size) {
+		/* the seg6 route's copy in table 3355, by the mark's rule (ioam_lwt.h) */
+		skb->mark = IOAM_LWT_GSO_MARK;
+		count(c);
+		return BPF_LWT_REROUTE;
+	}
+	if (rt->flags & IOAM_LWT_FIXED_NEXT_HOP) {
 		s = bpf_map_lookup_elem(&ioam_lwt_scratch, &zero);
 		if (!s || !write_outer((struct ipv6hdr *)s->buf, ip6, rt, skb->len + len, IPV6_NH_ROUTING))
 			goto failed;
@@ -331,10 +339,10 @@ int ioam_lwt(struct __sk_buff *skb)
 		count(IOLWT_DROP_NO_ROUTE);
 		return BPF_DROP;
 	}
-	f = bpf_map_lookup_elem(&ioam_tx_flows, &rt->sids);
+	f = bpf_map_lookup_elem(&ioam_tx_flows, &rt->flow);
 	if (!f)
 		return kernel_encap(skb, &head, rt, IOLWT_PASS_UNMONITORED);
-	if (f->trace_nodes < 1 || f->trace_nodes > IOAM_TRACE_MAX_SLOTS ||
+	if (f->trace_nodes < 1 || f->trace_nodes > IOAM_TRACE_MAX_SLOTS || rt->trace_nodes > IOAM_TRACE_MAX_SLOTS ||
 	    (f->sample_mode == IOAM_SAMPLE_EVERY ? !f->sample_every : f->sample_mode != IOAM_SAMPLE_INTERVAL))
 		return kernel_encap(skb, &head, rt, IOLWT_PASS_BAD_FLOW);
 	if (!filter_match(skb, ip6, &f->match))

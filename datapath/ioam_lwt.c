@@ -39,11 +39,17 @@ const char *loader_name = "ioam_lwt";
  */
 #define LOCAL_TABLE "3355"
 #define LOCAL_PREF  "30055"
+/* GSO packets the program re-routes (IOAM_LWT_GSO_MARK) find the same copy: the kernel's seg6 encap */
+#define GSO_PREF    "30054"
+#define GSO_RULE    "pref " GSO_PREF " fwmark " STR(IOAM_LWT_GSO_MARK) " lookup " LOCAL_TABLE
+#define STR_(x) #x
+#define STR(x) STR_(x)
 
 static const char usage[] =
 	"usage:\n"
 	"  ioam_lwt attach-route --instance NAME --prefix PFX/LEN --dev IF --sids A,B,.. [--netns NS]\n"
 	"      [--table T] [--metric M] [--mtu N] [--tunsrc ADDR] [--tai-offset S] [--pin-dir DIR] [--fixed-next-hop]\n"
+	"      [--flow-sids A,B,..] [--trace-nodes N]\n"
 	"  ioam_lwt detach-route --instance NAME --prefix PFX/LEN --dev IF --sids A,B,.. [--netns NS]\n"
 	"      [--table T] [--metric M]          (the route back to encap seg6 mode encap segs A,B,..)\n"
 	"  ioam_lwt list-routes --instance NAME [--json]\n"
@@ -53,6 +59,9 @@ static const char usage[] =
 	"instrumented packet must fit (default IF's), --tunsrc: the outer source (default `ip sr tunsrc`,\n"
 	"else the address the kernel picks on IF for the first SID); --fixed-next-hop: the route forwards by the\n"
 	"first SID's gateway as resolved now (no route lookup per packet; attach again when that route changes).\n"
+	"attach-route on a route ioam_lwt already runs rewrites it in place (a steer: new --sids, the next hop\n"
+	"again); --flow-sids A,B,..: the flow its packets count in (default --sids: a steered policy keeps its\n"
+	"monitor's flow and sequence numbers), --trace-nodes N: the trace slots for this route (default the flow's).\n"
 	"Pins in " IOAM_PIN_ROOT "/NAME/ioam_lwt unless --pin-dir.\n";
 
 /* Run argv (ip ...) in this process's netns; 0 or -1 after a message with its output. */
@@ -102,9 +111,12 @@ static int local_route(const struct ioam_args *a, bool add)
 				left[0] = '\0';
 			pclose(f);
 		}
-		if (!left[0])
+		if (!left[0]) {
 			while (!run_ip_quiet("-6 rule del pref " LOCAL_PREF " iif lo lookup " LOCAL_TABLE))
 				;
+			while (!run_ip_quiet("-6 rule del " GSO_RULE))
+				;
+		}
 		return 0;
 	}
 	snprintf(cmd, sizeof(cmd), "ip -6 route replace '%s' table " LOCAL_TABLE " metric %llu dev '%s' encap seg6 "
@@ -117,6 +129,11 @@ static int local_route(const struct ioam_args *a, bool add)
 	if (system("ip -6 rule show pref " LOCAL_PREF " 2>/dev/null | grep -q 'lookup " LOCAL_TABLE "'") &&
 	    run_ip_quiet("-6 rule add pref " LOCAL_PREF " iif lo lookup " LOCAL_TABLE)) {
 		die_msg("cannot add the rule `iif lo lookup " LOCAL_TABLE "` (pref " LOCAL_PREF ")");
+		return -1;
+	}
+	if (system("ip -6 rule show pref " GSO_PREF " 2>/dev/null | grep -q 'lookup " LOCAL_TABLE "'") &&
+	    run_ip_quiet("-6 rule add " GSO_RULE)) {
+		die_msg("cannot add the rule `" GSO_RULE "`");
 		return -1;
 	}
 	return 0;
@@ -224,6 +241,18 @@ static bool parse_route(struct ioam_args *a, struct ioam_lwt_route_key *key, str
 	return true;
 }
 
+/* --flow-sids (default --sids): the flow the route's packets count in; --trace-nodes: its trace size. */
+static bool parse_flow(struct ioam_args *a, struct ioam_lwt_route *rt)
+{
+	if (!a->flow_sids) {
+		rt->flow = rt->sids;
+	} else if (!ioam_parse_sids(a->flow_sids, &rt->flow)) {
+		return false;
+	}
+	rt->trace_nodes = a->have_trace_nodes ? (__u32)a->trace_nodes : 0;
+	return true;
+}
+
 /* The pinned program and maps, loaded and pinned by the first route. */
 static int load_once(struct ioam_args *a)
 {
@@ -293,7 +322,8 @@ static int check_route(const struct ioam_args *a, const struct altmark_sidlist_k
 	}
 	snprintf(want + n, sizeof(want) - n, "]");
 	snprintf(dev, sizeof(dev), " dev %s ", a->dev);
-	if (strstr(line, dev) && (strstr(line, want) || (ours && strstr(line, "encap bpf in"))))
+	/* ours: a fixed next hop may have put it on another device (the first SID's gateway's) */
+	if ((strstr(line, dev) && strstr(line, want)) || (ours && strstr(line, "encap bpf in")))
 		return 0;
 	die_msg("--prefix/--sids/--dev: the route is `%s`, not `%s ... dev %s`: ioam_lwt takes over only the "
 		"policy's seg6 encap route (other modes: ioam_tx on TC egress)", line, want, a->dev);
@@ -307,9 +337,11 @@ static int run_attach_route(void *args, const void *prog)
 	struct ioam_lwt_route rt = {};
 	char table[16], metric[16], pinned[600], gw[INET6_ADDRSTRLEN] = "", gw_dev[IF_NAMESIZE] = "";
 	const char *out_dev;
+	__u8 old_tunsrc[16] = {};
 	int fd, ifindex, err;
+	bool ours;
 
-	if (!ioam_resolve_pin_dir(prog, a) || !parse_route(a, &key, &rt.sids))
+	if (!ioam_resolve_pin_dir(prog, a) || !parse_route(a, &key, &rt.sids) || !parse_flow(a, &rt))
 		return EXIT_USAGE;
 	if (a->tunsrc && !parse_ipv6_arg("--tunsrc", a->tunsrc, rt.tunsrc))
 		return EXIT_USAGE;
@@ -318,10 +350,16 @@ static int run_attach_route(void *args, const void *prog)
 	fd = open_pinned(a->pin_dir, "ioam_lwt_routes");
 	if (fd < 0 || enter_netns(a->netns) || (ifindex = resolve_ifindex(a->dev)) < 0)
 		goto fail;
-	if (check_route(a, &rt.sids, !bpf_map_lookup_elem(fd, &key, &rt)))
+	ours = !bpf_map_lookup_elem(fd, &key, &rt);
+	if (check_route(a, &rt.sids, ours))
 		goto fail;
+	/* a rewrite keeps the outer source: the flow's packets keep theirs when the next hop moves */
+	if (ours && !a->tunsrc)
+		memcpy(old_tunsrc, rt.tunsrc, sizeof(old_tunsrc));
 	memset(&rt, 0, sizeof(rt));
-	if (!parse_route(a, &key, &rt.sids) || (a->tunsrc && !parse_ipv6_arg("--tunsrc", a->tunsrc, rt.tunsrc)))
+	memcpy(rt.tunsrc, old_tunsrc, sizeof(rt.tunsrc));
+	if (!parse_route(a, &key, &rt.sids) || !parse_flow(a, &rt) ||
+	    (a->tunsrc && !parse_ipv6_arg("--tunsrc", a->tunsrc, rt.tunsrc)))
 		goto fail;
 	build_srh(&rt.sids, &rt);
 	out_dev = a->dev;
@@ -336,7 +374,7 @@ static int run_attach_route(void *args, const void *prog)
 	rt.oif = (__u32)ifindex;
 	rt.mtu = (__u32)a->mtu;
 	if ((!a->mtu && device_mtu(out_dev, &rt.mtu)) ||
-	    (!a->tunsrc && find_tunsrc(a->dev, &rt.sids.sids[rt.sids.nsids - 1], rt.tunsrc)))
+	    (!a->tunsrc && !ours && find_tunsrc(a->dev, &rt.sids.sids[rt.sids.nsids - 1], rt.tunsrc)))
 		goto fail;
 	/* the entry first: the program finds it from the first packet the new route gives it */
 	if (bpf_map_update_elem(fd, &key, &rt, BPF_ANY)) {
@@ -356,6 +394,11 @@ static int run_attach_route(void *args, const void *prog)
 			      : run_ip((char *const[]){"ip", "-6", "route", "replace", (char *)a->prefix, "table", table,
 						       "metric", metric, "dev", (char *)a->dev, "encap", "bpf", "in",
 						       "pinned", pinned, NULL});
+	if (err && ours) {
+		/* a rewrite: the route still runs the program, with the entry just written */
+		close(fd);
+		return EXIT_FAIL;
+	}
 	if (err) {
 		local_route(a, false);
 		bpf_map_delete_elem(fd, &key);
@@ -443,9 +486,12 @@ static int run_list_routes(void *args, const void *prog)
 			printf("%s/%u oif %u mtu %u tunsrc %s\n", addr, key.prefixlen, rt.oif, rt.mtu, src);
 			continue;
 		}
-		printf("%s{\"prefix\": \"%s/%u\", \"oif\": %u, \"mtu\": %u, \"tunsrc\": \"%s\", \"sids\": ",
-		       first ? "" : ", ", addr, key.prefixlen, rt.oif, rt.mtu, src);
+		printf("%s{\"prefix\": \"%s/%u\", \"oif\": %u, \"mtu\": %u, \"tunsrc\": \"%s\", \"fixed_next_hop\": %s, "
+		       "\"trace_nodes\": %u, \"sids\": ", first ? "" : ", ", addr, key.prefixlen, rt.oif, rt.mtu, src,
+		       rt.flags & IOAM_LWT_FIXED_NEXT_HOP ? "true" : "false", rt.trace_nodes);
 		ioam_print_sids_json(&rt.sids);
+		printf(", \"flow_sids\": ");
+		ioam_print_sids_json(&rt.flow);
 		printf("}");
 		first = false;
 	}

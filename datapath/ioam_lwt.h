@@ -34,6 +34,17 @@
  */
 #define IOAM_LWT_FIXED_NEXT_HOP 0x1
 
+/*
+ * GSO packets cannot take the kernel's seg6 encap through bpf_lwt_push_encap: the helper does not
+ * mark the packet's GSO type as tunnelled (iptunnel_handle_offloads, which the seg6 route calls), so
+ * the packet cannot be segmented later and is dropped at transmit (measured: a TCP flow with TSO on
+ * the sender stalls). The program marks them and re-routes them instead: the rule
+ * `fwmark IOAM_LWT_GSO_MARK lookup 3355` (attach-route) gives them the copy of the seg6 route there,
+ * the kernel's own seg6 encapsulation with its GSO handling. The mark stays on the packet inside this
+ * node only (it is not sent, and crossing a network namespace clears it).
+ */
+#define IOAM_LWT_GSO_MARK 0x5e610a3
+
 /* Key of ioam_lwt_routes: the route's destination prefix (LPM: the packet's inner destination finds it). */
 struct ioam_lwt_route_key {
 	__u32 prefixlen;
@@ -42,7 +53,14 @@ struct ioam_lwt_route_key {
 
 /* Value of ioam_lwt_routes: what the route's seg6 encap was, written by attach-route. */
 struct ioam_lwt_route {
-	struct altmark_sidlist_key sids;  /* the flow key in ioam_tx_flows (SRH wire order) */
+	struct altmark_sidlist_key sids;  /* the route's SID list (SRH wire order) */
+	/*
+	 * The flow key in ioam_tx_flows: the SID list the monitor was started on. A policy steered to
+	 * another SID list keeps it, so its packets count in the same flow (sampling position, sequence
+	 * numbers) while they carry the new SRH.
+	 */
+	struct altmark_sidlist_key flow;
+	__u32 trace_nodes;                /* trace slots for this route's path; 0: the flow's */
 	__u32 oif;                        /* the route's device: the trace entry's egress interface */
 	__u32 mtu;                        /* the route's MTU: an instrumented packet must fit */
 	__u32 srh_len;                    /* 8 + 16 * nsids */

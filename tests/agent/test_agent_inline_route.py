@@ -12,12 +12,12 @@ from __future__ import annotations
 import os
 import re
 import signal
+import subprocess
 import sys
 import time
 import urllib.request
 from pathlib import Path
 
-import grpc
 import pytest
 
 from collectors.topology.view import build_node_view
@@ -28,7 +28,8 @@ from segscope_proto.segscope.agent.v1 import inline_pb2_grpc, srv6_pb2_grpc
 from segscope_proto.segscope.agent.v1 import srv6_pb2 as spb
 from segscope_schemas import names
 from tests.agent.agent_env import make_test_pki, start_agent
-from tests.agent.conftest import expect_error
+from tests.agent.ioam_pcap import e2e_packets
+from tests.collectors.collectors_pcap import capture
 from tests.isolation import own_name
 
 PREFIX = own_name("inlr")
@@ -39,7 +40,6 @@ pytestmark = pytest.mark.skipif(
     not all((BUILD / "datapath" / p).exists() for p in ("ioam_tx", "ioam_rx", "ioam_lwt")),
     reason="build/datapath/ioam_tx, ioam_rx and ioam_lwt are not built",
 )
-FP = grpc.StatusCode.FAILED_PRECONDITION
 INGRESS, EGRESS = pb.INLINE_SIDE_INGRESS, pb.INLINE_SIDE_EGRESS
 SIDS = ["fc00:2::e", "fc00:3::d6"]  # A's policy fd00:b::/64 in line5_two_paths
 POLICY = "fd00:b::/64"
@@ -218,10 +218,92 @@ def test_a_sid_list_without_policy_route_runs_on_tc(rlab, rpki, transit, tmp_pat
     assert_plain_seg6(rlab)
 
 
-def test_update_refused_remove_gives_state_back(rlab, rpki, transit, tmp_path):
-    """UpdatePolicy (what the steer calls) on a monitored policy is refused, naming the monitor; the
-    policy and its monitor stay as they were. RemovePolicy gives the route program's state back
-    (route entry, copy, rule) and the monitor goes on with ioam_tx on TC."""
+STEERED = ["fc00:2::e", "fc00:2::e2", "fc00:3::d6"]  # R twice (End e, then End e2): another path, 3 SIDs
+PACED_SENDER = r"""
+import socket, sys, time
+n = int(sys.argv[1]); s = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
+for i in range(n):
+    s.sendto(b"y" * 100, ("fd00:b::1", 40007))
+    if i % 10 == 9: time.sleep(0.005)
+print(n)
+"""
+
+
+def end_counter(lab, sid: str) -> int:
+    """Packets R's End SID has processed (`ip -s -6 route show`, `count` on the route)."""
+    out = lab.run("R", ["ip", "-s", "-6", "route", "show", f"{sid}/128"], check=True).stdout
+    return int(re.search(r"packets (\d+)", out).group(1))
+
+
+def steer(s, pol, segments: list[str]):
+    moved = spb.Policy()
+    moved.CopyFrom(pol)
+    moved.segments[:] = segments
+    return s.UpdatePolicy(spb.UpdatePolicyRequest(policy=moved), timeout=30)
+
+
+def test_steer_keeps_the_monitor_mid_traffic(rlab, rpki, transit, tmp_path):
+    """UpdatePolicy (what segscope-steer calls) on the monitored policy, while H1 sends: the route
+    program stays (entry rewritten: one map update), the packets after it go the new path (R's End
+    e2 counts them) still instrumented, with a trace of 4 slots for the 3-SID path, and the E2E
+    sequence numbers captured on R's egress are exactly 0..N-1, old SID list first, then the new one
+    (no reset, no gap); B's egress records account for every packet. ListPolicies and the copy in
+    table 3355 show the new SID list; Stop gives the new route back. Before this, the update was
+    refused (FAILED_PRECONDITION)."""
+    agent = a_agent(rlab, rpki, tmp_path)
+    b, new_egress = transit["B"], mon(EGRESS, flow_id=8, segments=STEERED)
+    b.StartInlineMonitor(pb.StartInlineMonitorRequest(monitor=new_egress), timeout=30)
+    base7, e2_before = records(transit), end_counter(rlab, "fc00:2::e2")
+    try:
+        with agent.channel() as ch:
+            a, s = inline_pb2_grpc.InlineMonitorServiceStub(ch), srv6_pb2_grpc.Srv6ServiceStub(ch)
+            enable(a, 1)
+            a.StartInlineMonitor(pb.StartInlineMonitorRequest(monitor=mon()), timeout=30)
+            pol = next(p for p in policies(ch) if p.destination == POLICY)
+            sent, pcap = 3000, tmp_path / "r1.pcap"
+            with capture(rlab.ns("R"), "r1", pcap):
+                sender = rlab.popen("H1", [sys.executable, "-c", PACED_SENDER, str(sent)], stdout=subprocess.PIPE)
+                time.sleep(0.6)
+                r = steer(s, pol, STEERED)
+                assert int(sender.communicate(timeout=60)[0]) == sent
+                time.sleep(0.5)
+            assert r.changed and list(r.policy.segments) == STEERED and list(r.previous.segments) == SIDS
+            # the route program still runs the policy; the kernel's copy and ListPolicies have the new list
+            assert "encap bpf" in route(rlab)
+            assert "segs 3 [ fc00:2::e fc00:2::e2 fc00:3::d6 ]" in route(rlab, "3355")
+            assert [list(p.segments) for p in policies(ch) if p.destination == POLICY] == [STEERED]
+            st = a.ListInlineMonitors(pb.ListInlineMonitorsRequest(), timeout=10).monitors
+            assert [(m.monitor.flow_id, m.program, list(m.monitor.segments), m.monitor.trace_nodes) for m in st] == [
+                (7, "ioam_lwt", STEERED, 4)
+            ]
+            assert "steered from fc00:2::e,fc00:3::d6 to" in st[0].note
+            tx = ingress(a)
+            assert tx.packets == tx.sampled == tx.instrumented == tx.next_sequence == sent
+            seen = e2e_packets(pcap)
+            assert sorted(p.seq for p in seen) == list(range(sent))  # every number once: no reset, no gap
+            old = [p.seq for p in seen if p.sids == SIDS and p.hbh_len == 16 + 16 * 3]
+            new = [p.seq for p in seen if p.sids == STEERED and p.hbh_len == 16 + 16 * 4]
+            assert len(old) + len(new) == sent and old and new, (len(old), len(new))
+            assert max(old) < min(new) and old == sorted(old) and new == sorted(new)  # one switch, in order
+            assert end_counter(rlab, "fc00:2::e2") - e2_before == len(new)
+            eg8 = b.GetInlineMonitorResults(pb.GetInlineMonitorResultsRequest(side=EGRESS, flow_id=8), timeout=10)
+            assert (records(transit) - base7, eg8.egress.records) == (len(old), len(new))
+            text = metrics(agent, r"segscope_agent_inline_route_steers\{[^}]*\} 1\b")
+            assert re.search(r"segscope_agent_inline_route_steers\{[^}]*\} 1\b", text), text[-2000:]
+            a.StopInlineMonitor(pb.StopInlineMonitorRequest(side=INGRESS, flow_id=7), timeout=30)
+            assert "encap seg6 mode encap segs 3 [ fc00:2::e fc00:2::e2 fc00:3::d6 ]" in route(rlab)
+            assert steer(s, pol, SIDS).changed
+    finally:
+        b.StopInlineMonitor(pb.StopInlineMonitorRequest(side=EGRESS, flow_id=8), timeout=30)
+        assert agent.stop() == 0
+    assert_plain_seg6(rlab)
+
+
+def test_steer_to_a_list_too_long_falls_back_remove_gives_state_back(rlab, rpki, transit, tmp_path):
+    """A new SID list whose header would exceed the route program's 256 bytes (5 SIDs and a trace of
+    6): the update happens, the monitor goes on with ioam_tx on TC on the new list, said in its status
+    and counted. RemovePolicy on a monitored policy gives the route program's state back."""
+    five = ["fc00:2::e", "fc00:2::e2", "fc00:2::e", "fc00:2::e2", "fc00:3::d6"]
     agent = a_agent(rlab, rpki, tmp_path)
     try:
         with agent.channel() as ch:
@@ -229,19 +311,22 @@ def test_update_refused_remove_gives_state_back(rlab, rpki, transit, tmp_path):
             enable(a, 1)
             a.StartInlineMonitor(pb.StartInlineMonitorRequest(monitor=mon()), timeout=30)
             pol = next(p for p in policies(ch) if p.destination == POLICY)
-            moved = spb.Policy()
-            moved.CopyFrom(pol)
-            moved.segments[:] = ["fc00:2::e", "fc00:3::d7"]
-            expect_error(
-                s.UpdatePolicy,
-                spb.UpdatePolicyRequest(policy=moved),
-                FP,
-                "policy: policy fd00:b::/64 table 254 is monitored in-line (flow 7, route program ioam_lwt)",
-            )
             assert not s.UpdatePolicy(spb.UpdatePolicyRequest(policy=pol), timeout=10).changed  # same: fine
-            assert "encap bpf" in route(rlab)
+            assert steer(s, pol, five).changed
+            assert "encap seg6 mode encap segs 5" in route(rlab) and route(rlab, "3355") == ""
+            st = a.ListInlineMonitors(pb.ListInlineMonitorsRequest(), timeout=10).monitors
+            assert [(m.monitor.flow_id, m.program, list(m.monitor.segments)) for m in st] == [(7, "ioam_tx", five)]
+            assert "fell back to ioam_tx on TC" in st[0].note and "272-byte header" in st[0].note, st[0].note
             send(rlab, 100)
-            assert ingress(a).next_sequence == 100
+            assert ingress(a).packets == 100  # the new list's packets, counted by ioam_tx on TC
+            text = metrics(agent, r"segscope_agent_inline_route_fallbacks\{[^}]*\} 1\b")
+            assert re.search(r"segscope_agent_inline_route_fallbacks\{[^}]*\} 1\b", text), text[-2000:]
+            a.Reset(pb.ResetInlineRequest(), timeout=30)
+            assert steer(s, pol, SIDS).changed
+            # RemovePolicy of a monitored policy: route entry, copy and rule go first
+            enable(a, 1)  # Reset cleared the IOAM identity
+            a.StartInlineMonitor(pb.StartInlineMonitorRequest(monitor=mon()), timeout=30)
+            assert "encap bpf" in route(rlab)
             assert s.RemovePolicy(spb.RemovePolicyRequest(destination=POLICY, table=254), timeout=30).changed
             assert route(rlab) == "" and route(rlab, "3355") == ""
             assert "lookup 3355" not in rlab.run("A", ["ip", "-6", "rule", "show"], check=True).stdout

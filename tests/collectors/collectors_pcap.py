@@ -10,8 +10,9 @@ from pathlib import Path
 
 
 @contextmanager
-def capture(netns: str, dev: str, path: Path):
-    """tcpdump of IPv6 on `dev` in `netns` into `path` (nanosecond timestamps), stopped cleanly.
+def capture(netns: str, dev: str, path: Path, expr: str = "ip6"):
+    """tcpdump of IPv6 (or what `expr` selects) on `dev` in `netns` into `path` (nanosecond
+    timestamps), stopped cleanly.
 
     --immediate-mode: without it, packets still in a partly filled capture block when tcpdump
     is stopped are never written (seen: an empty pcap after a short burst)."""
@@ -33,7 +34,7 @@ def capture(netns: str, dev: str, path: Path):
             "nano",
             "-w",
             str(path),
-            "ip6",
+            expr,
         ],
         stderr=subprocess.PIPE,
         text=True,

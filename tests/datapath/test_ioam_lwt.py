@@ -11,13 +11,19 @@ number in the payload) and the route table as `ip -6 route show` prints it."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
+import subprocess
+import sys
 import threading
+import time
+from pathlib import Path
 
 import pytest
 
+from tests.collectors.collectors_pcap import capture
 from tests.datapath.altmark_env import Capture, Receiver, expect_all, retry_on_path_loss, send_udp, udp_sender
 from tests.datapath.ioam_env import IOAM_LWT, IOAM_RX, LWT_COUNTERS, PIN_ROOT, POLICY, delta, dump, flow, run, stats
 from tests.datapath.ioam_fixtures import A_ROUTE, A_SEG6, a_route, route_program
@@ -40,6 +46,9 @@ def test_route_taken_over_and_given_back(io_lab):
             "mtu": 1500,
             "tunsrc": "fc00:12::1",
             "sids": POLICY,
+            "flow_sids": POLICY,  # the flow the route's packets count in: its own SID list unless steered
+            "trace_nodes": 0,  # the flow's trace size
+            "fixed_next_hop": False,
         }
         assert sorted(stats(IOAM_LWT, io_lab.tx_inst)) == sorted(LWT_COUNTERS)
     # route_program checked: the seg6 route back as it was, no pins
@@ -217,3 +226,142 @@ def test_pins_lost_the_route_goes_on_and_is_given_back(io_lab):
 
     records = retry_on_path_loss(attempt)
     assert [r["seq"] for r in records] == list(range(n))
+
+
+TCP_SERVER = r"""
+import socket, sys
+s = socket.socket(socket.AF_INET6, socket.SOCK_STREAM); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("fd00:b::1", 40009)); s.listen(1); print("ready", flush=True)
+c, _ = s.accept(); n = 0
+while True:
+    b = c.recv(1 << 16)
+    if not b: break
+    n += len(b)
+print(n, flush=True)
+"""
+TCP_CLIENT = r"""
+import socket, sys
+s = socket.socket(socket.AF_INET6, socket.SOCK_STREAM)
+s.setsockopt(socket.IPPROTO_TCP, socket.TCP_MAXSEG, 1000)  # segments fit a0's MTU with the encap
+s.connect(("fd00:b::1", 40009)); data = b"z" * int(sys.argv[1]); s.sendall(data); s.close(); print(len(data))
+"""
+
+
+def frames_in(pcap: Path) -> list[bytes]:
+    data, out, off = pcap.read_bytes(), [], 24
+    while off + 16 <= len(data):
+        caplen = int.from_bytes(data[off + 8 : off + 12], "little")
+        out.append(data[off + 16 : off + 16 + caplen])
+        off += 16 + caplen
+    return out
+
+
+def test_gso_packets_get_the_kernel_encap_counted_none_lost(io_lab, tmp_path):
+    """A TCP sender on H1 with TSO/GSO on h1 (veth hands A the GSO packets whole): every packet of the
+    flow sampled (1 in 1); the GSO ones get the kernel's seg6 encap, counted skip_gso in the stats and
+    the flow, none instrumented (on R's r0 no frame over the MTU carries a Hop-by-Hop header), none
+    dropped; the others instrumented, B's records 0..k-1; every byte arrives at H2."""
+    lab, size = io_lab.lab, 4_000_000
+    # netlab turns checksum offload off on every device (TSO needs it): on for this test only
+    lab.run("H1", ["ethtool", "-K", "h1", "tx", "on", "sg", "on", "tso", "on", "gso", "on"], check=True)
+    assert "tcp-segmentation-offload: on" in lab.run("H1", ["ethtool", "-k", "h1"], check=True).stdout
+    dump(io_lab.rx_inst)
+    pcap = tmp_path / "r0.pcap"
+    with contextlib.ExitStack() as undo, route_program(io_lab), ioam_flow(io_lab, every=1):
+        undo.callback(lab.run, "H1", ["ethtool", "-K", "h1", "tx", "off"], check=True)
+        before = stats(IOAM_LWT, io_lab.tx_inst)
+        server = lab.popen("H2", [sys.executable, "-c", TCP_SERVER], stdout=subprocess.PIPE, text=True)
+        try:
+            assert server.stdout.readline().strip() == "ready"
+            with capture(lab.ns("R"), "r0", pcap, "ip6[6] == 0 and ip6[40] == 43"):
+                # GSO packets given the seg6 encap through the helper were lost: the transfer stalled
+                sent = lab.run("H1", [sys.executable, "-c", TCP_CLIENT, str(size)], check=True, timeout=30).stdout
+                got = int(server.communicate(timeout=30)[0])
+        finally:
+            server.kill()
+        d = delta(before, stats(IOAM_LWT, io_lab.tx_inst))
+        f = flow(IOAM_LWT, io_lab.tx_inst, 7)
+        records = dump(io_lab.rx_inst, count=f["instrumented"], timeout_ms=3000)
+    assert int(sent) == got == size
+    sys.stderr.write(f"\n[gso] stats {d}\n")
+    assert d.get("skip_gso", 0) > 0 and not [k for k in d if k.startswith("drop_")], d
+    assert f["seen"] == f["sampled"] == sum(d.values())  # every packet of the flow, each counted once
+    assert (f["skipped_gso"], f["instrumented"], f["skipped_mtu"], f["skipped_other"]) == (
+        d["skip_gso"],
+        d.get("instrumented", 0),
+        0,
+        0,
+    )
+    assert sorted(r["seq"] for r in records) == list(range(f["instrumented"]))
+    # on R only the instrumented packets carry a Hop-by-Hop header before the SRH (the capture takes
+    # only those: a capture of the whole transfer drops frames on a loaded runner)
+    hbh = [fr for fr in frames_in(pcap) if fr[12:14] == b"\x86\xdd" and fr[14 + 6] == 0 and fr[14 + 40] == 43]
+    assert len(hbh) == f["instrumented"]
+
+
+@contextlib.contextmanager
+def interval_flow(io_lab, m_us: int):
+    """Flow 7 on the route program, one packet per m_us µs; B's ioam_rx records it."""
+    run(
+        IOAM_LWT, "add-flow", "--instance", io_lab.tx_inst, "--sids", ",".join(POLICY), "--flow-id", "7",
+        "--namespace-id", "123", "--node-id", "5", "--trace-nodes", "4", "--sample-interval-us", str(m_us),
+    )  # fmt: skip
+    run(IOAM_RX, "add-flow", "--instance", io_lab.rx_inst, "--sids", ",".join(POLICY), "--flow-id", "7",
+        "--namespace-id", "123")  # fmt: skip
+    try:
+        yield
+    finally:
+        run(IOAM_LWT, "del-flow", "--instance", io_lab.tx_inst, "--flow-id", "7", check=False)
+        run(IOAM_RX, "del-flow", "--instance", io_lab.rx_inst, "--flow-id", "7", check=False)
+
+
+PACED = r"""
+import socket, sys, time
+secs = float(sys.argv[1]); s = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM); n = 0
+t0 = time.monotonic()
+while time.monotonic() - t0 < secs:
+    for _ in range(5):
+        s.sendto(b"x" * 64, ("fd00:b::1", 40011)); n += 1
+    time.sleep(0.0005)
+print(n, time.monotonic() - t0)
+"""
+
+
+def test_sample_interval_rate_on_the_route(io_lab):
+    """--sample-interval-us 20000 with H1 sending far faster (thousands of packets a second for 3 s):
+    instrumented packets at 1e6/M = 50 per second of the sender's own clock, within -10 % (a sample
+    waits for the first packet after M: at most one inter-packet gap late) and +1 (the first packet);
+    B records each one, sequence numbers 0..k-1."""
+    lab, m_us = io_lab.lab, 20_000
+    dump(io_lab.rx_inst)
+    with route_program(io_lab), interval_flow(io_lab, m_us):
+        n, secs = lab.run("H1", [sys.executable, "-c", PACED, "3"], check=True).stdout.split()
+        time.sleep(0.3)
+        f = flow(IOAM_LWT, io_lab.tx_inst, 7)
+        records = dump(io_lab.rx_inst, count=f["instrumented"], timeout_ms=3000)
+    n, secs = int(n), float(secs)
+    want = secs * 1e6 / m_us
+    sys.stderr.write(f"\n[interval] {n} packets in {secs:.2f} s ({n / secs:.0f}/s): {f['instrumented']} sampled, "
+                     f"expected {want:.1f}\n")  # fmt: skip
+    assert n / secs > 20 * 1e6 / m_us, "the sender is well above the sampling rate"
+    assert f["seen"] == n and f["sampled"] == f["instrumented"]
+    assert 0.9 * want <= f["instrumented"] <= want + 1, (f["instrumented"], want)
+    assert sorted(r["seq"] for r in records) == list(range(f["instrumented"]))
+
+
+def test_sample_interval_below_the_gap_samples_every_packet(io_lab):
+    """M = 1000 µs, packets 10 ms apart: every packet sampled and instrumented, B records each."""
+    lab, n = io_lab.lab, 100
+    dump(io_lab.rx_inst)
+    rx = Receiver(lab.ns("H2"), H2_ADDR)
+    try:
+        with route_program(io_lab), interval_flow(io_lab, 1000):
+            send_udp(lab.ns("H1"), H2_ADDR, n, CPUS[:1], gap_s=0.01)
+            got = rx.drain(n)
+            f = flow(IOAM_LWT, io_lab.tx_inst, 7)
+            records = dump(io_lab.rx_inst, count=n, timeout_ms=3000)
+    finally:
+        rx.close()
+    expect_all("datagrams at H2", len(got), n)
+    assert (f["seen"], f["sampled"], f["instrumented"], f["next_seq"]) == (n, n, n, n)
+    assert sorted(r["seq"] for r in records) == list(range(n))
