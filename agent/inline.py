@@ -75,6 +75,7 @@ NEXT_HOP_CHECK_S = 1.0
 MAX_SAMPLE_EVERY = 65535  # the datapath's IOAM_SAMPLE_EVERY_MAX (datapath/ioam.h)
 MAX_SAMPLE_INTERVAL_US = 60_000_000
 MAX_NAMESPACES = 64
+MAX_ALTERNATE_PATHS = 15  # an EGRESS monitor's other SID lists (a steered policy's candidates)
 PORT_PROTOCOLS = (6, 17)  # TCP, UDP: the inner protocols whose ports ioam_tx can match
 # ioam_tx list-flows --json per flow (`seen` is the API's `packets`)
 INGRESS_COUNTERS = ("sampled", "instrumented", "skipped_mtu", "skipped_gso", "skipped_other")
@@ -95,6 +96,7 @@ def validate_monitor(m: pb.InlineMonitor) -> pb.InlineMonitor:
         raise F.invalid("monitor.namespace_id", "required (an IOAM Namespace-ID, 1..65535)")
     F.in_range("monitor.namespace_id", m.namespace_id, 1, 0xFFFF)
     sampling = m.WhichOneof("sampling")
+    _validate_alternate_paths(out, side)
     if side == EGRESS:
         F.refuse("monitor.trace_nodes", m.trace_nodes != 0, "with INLINE_SIDE_EGRESS (the ingress sizes the trace)")
         F.refuse("monitor.sampling", sampling is not None, "with INLINE_SIDE_EGRESS (the ingress samples)")
@@ -129,6 +131,32 @@ def validate_monitor(m: pb.InlineMonitor) -> pb.InlineMonitor:
         if out.match == pb.InlineMatch():
             out.ClearField("match")  # an empty match is the whole flow: one form of it
     return out
+
+
+def _validate_alternate_paths(out: pb.InlineMonitor, side: int) -> None:
+    """monitor.alternate_paths canonical in `out`: EGRESS only (the ingress follows its policy), each a
+    SID list of its own, none the monitor's `segments`."""
+    paths = out.alternate_paths
+    F.refuse(
+        "monitor.alternate_paths",
+        side != EGRESS and len(paths) > 0,
+        "with INLINE_SIDE_INGRESS (the ingress monitor follows its policy's SID list on the route)",
+    )
+    if len(paths) > MAX_ALTERNATE_PATHS:
+        raise F.invalid("monitor.alternate_paths", f"{len(paths)} SID lists, at most {MAX_ALTERNATE_PATHS}")
+    seen = {tuple(out.segments): "monitor.segments"}
+    for i, path in enumerate(paths):
+        where = f"monitor.alternate_paths[{i}].segments"
+        sids = F.segments(where, path.segments, max_len=MAX_SIDS)
+        if sids in seen:
+            raise F.invalid(where, f"{','.join(sids)} is {seen[sids]} already; give each SID list once")
+        seen[sids] = where
+        path.segments[:] = sids
+
+
+def sid_lists(m: pb.InlineMonitor) -> list[list[str]]:
+    """Every SID list the monitor's datapath entry keys: its own, then its alternate paths."""
+    return [list(m.segments), *(list(p.segments) for p in m.alternate_paths)]
 
 
 def validate_config(c: pb.IoamConfig) -> pb.IoamConfig:
@@ -182,6 +210,20 @@ class Side:
     devices: list[str]  # where the side's program runs (the first is where it was attached)
     monitors: dict[int, pb.InlineMonitor] = field(default_factory=dict)
     node_id: int = 0  # the IOAM node id the side's monitors were started with
+
+
+def _egress_flows(entries: list[dict]) -> dict[int, dict]:
+    """ioam_rx list-flows has one entry per SID list: a flow with alternate paths has several, its
+    counters the sums."""
+    flows: dict[int, dict] = {}
+    for e in entries:
+        fid = int(e["flow_id"])
+        if fid not in flows:
+            flows[fid] = dict(e)
+            continue
+        for counter in ("records", "ringbuf_full"):
+            flows[fid][counter] = int(flows[fid][counter]) + int(e[counter])
+    return flows
 
 
 class InlineAgent:
@@ -441,6 +483,7 @@ class InlineAgent:
             self.attach_dev(m.side, m.device)
         try:
             self.run(m.side, self.add_flow_args(m, s.node_id), "monitor")
+            self._add_alternate_paths(m)
         except ApiError:
             if fresh:
                 self.detach(m.side)
@@ -448,6 +491,17 @@ class InlineAgent:
                 self.detach_dev(m.side, m.device)
             raise
         s.monitors[m.flow_id] = m
+
+    def _add_alternate_paths(self, m: pb.InlineMonitor) -> None:
+        """ioam_rx keys its flows by SID list: each alternate path one more entry of the flow (the
+        packets of a steered policy recorded in it). On a failure the flow goes, all its entries."""
+        base = ["add-flow", "--instance", self.instance, "--flow-id", m.flow_id, "--namespace-id", m.namespace_id]
+        try:
+            for i, path in enumerate(m.alternate_paths):
+                self.run(m.side, [*base, "--sids", ",".join(path.segments), "--alternate"], f"alternate_paths[{i}]")
+        except ApiError:
+            self.run(m.side, ["del-flow", "--instance", self.instance, "--flow-id", m.flow_id], "flow_id")
+            raise
 
     def stop_tc(self, side: int, flow_id: int) -> None:
         s = self.sides[side]
@@ -1027,6 +1081,8 @@ class InlineAgent:
         args = ["list-flows", "--instance", self.instance, "--json"]
         out = json.loads(self.run_route(args, "side") if on_route else self.run(side, args, "side"))
         flows = out.get("flows", []) if isinstance(out, dict) else out
+        if side == EGRESS:
+            return _egress_flows(flows)
         return {int(f["flow_id"]): f for f in flows}
 
     def counters(self) -> dict[str, int]:
@@ -1179,6 +1235,21 @@ class _Both:
         return False
 
 
+def _sid_list_taken(a: InlineAgent, m: pb.InlineMonitor) -> tuple[str, list[str], int] | None:
+    """The first SID list of `m` another monitor of its side already keys: (field, SIDs, its flow)."""
+    held: dict[tuple, int] = {}
+    for side, other in a.monitors():
+        if side == m.side:
+            held.update({tuple(sids): other.flow_id for sids in sid_lists(other)})
+    if m.side == INGRESS:
+        held.update({tuple(rm.flow_sids): fid for fid, rm in a.routes.items()})
+    for i, sids in enumerate(sid_lists(m)):
+        if tuple(sids) in held:
+            field_name = "monitor.segments" if i == 0 else f"monitor.alternate_paths[{i - 1}].segments"
+            return field_name, sids, held[tuple(sids)]
+    return None
+
+
 class InlineMonitorServicer(pb_grpc.InlineMonitorServiceServicer):
     def __init__(self, agent: InlineAgent):
         self.a = agent
@@ -1206,13 +1277,13 @@ class InlineMonitorServicer(pb_grpc.InlineMonitorServiceServicer):
                     f"monitor.flow_id: {PROG[m.side]} flow {m.flow_id} exists with different parameters; "
                     "StopInlineMonitor first",
                 )
-            same = [f for s, f in a.monitors() if s == m.side and list(f.segments) == list(m.segments)]
-            same += [rm.monitor for rm in a.routes.values() if m.side == INGRESS and rm.flow_sids == list(m.segments)]
-            if same:  # the datapath finds a flow by its SID list: a second one would take it over
+            taken = _sid_list_taken(a, m)
+            if taken:  # the datapath finds a flow by its SID list: a second one would take it over
+                where, sids, flow_id = taken
                 raise ApiError(
                     grpc.StatusCode.ALREADY_EXISTS,
-                    f"monitor.segments: {PROG[m.side]} flow {same[0].flow_id} already monitors "
-                    f"{','.join(m.segments)}; one in-line monitor per SID list and side",
+                    f"{where}: {PROG[m.side]} flow {flow_id} already monitors {','.join(sids)}; one in-line "
+                    "monitor per SID list and side",
                 )
             applied = a.ioam.applied
             if applied is None:

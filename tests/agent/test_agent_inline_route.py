@@ -9,6 +9,7 @@ Own lab (prefix `inlr`) and bpffs instances (`inlr-*`)."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -18,6 +19,7 @@ import time
 import urllib.request
 from pathlib import Path
 
+import grpc
 import pytest
 
 from collectors.topology.view import build_node_view
@@ -242,18 +244,70 @@ def steer(s, pol, segments: list[str]):
     return s.UpdatePolicy(spb.UpdatePolicyRequest(policy=moved), timeout=30)
 
 
-def test_steer_keeps_the_monitor_mid_traffic(rlab, rpki, transit, tmp_path):
+def egress_ring() -> list[dict]:
+    """Every record in B's ioam_rx ring, in ring order (consumed: `ioam_rx dump` until 1.5 s of quiet
+    ends it; without --kafka nothing else reads the ring)."""
+    out = subprocess.run(
+        [str(BUILD / "datapath" / "ioam_rx"), "dump", "--instance", f"{PREFIX}-B", "--timeout-ms", "1500"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    return [json.loads(line) for line in out.splitlines() if line.strip()]
+
+
+def sequence_accounting(seqs: list[int]) -> tuple[int, int, int]:
+    """(lost, duplicated, reordered) of one flow's sequence numbers 0.., in arrival order."""
+    highest, reordered = -1, 0
+    for seq in seqs:
+        reordered += seq < highest
+        highest = max(highest, seq)
+    return highest + 1 - len(set(seqs)), len(seqs) - len(set(seqs)), reordered
+
+
+def restart_egress(b, **kw) -> None:
+    """B's egress monitor of flow 7 started again (its counters from 0) with `kw`."""
+    b.StopInlineMonitor(pb.StopInlineMonitorRequest(side=EGRESS, flow_id=7), timeout=30)
+    b.StartInlineMonitor(pb.StartInlineMonitorRequest(monitor=mon(EGRESS, **kw)), timeout=30)
+
+
+def test_egress_alternate_paths_are_validated(transit):
+    """alternate_paths: EGRESS only, each SID list once, none another monitor's: errors name the field."""
+    b, steered = transit["B"], [pb.InlinePath(segments=STEERED)]
+    cases = [
+        (mon(flow_id=11, alternate_paths=steered), "monitor.alternate_paths: not allowed with INLINE_SIDE_INGRESS"),
+        (mon(EGRESS, flow_id=11, alternate_paths=[pb.InlinePath(segments=SIDS)]), "monitor.alternate_paths[0]"),
+        (mon(EGRESS, flow_id=11, segments=STEERED, alternate_paths=steered), "monitor.alternate_paths[0]"),
+        (mon(EGRESS, flow_id=11, segments=STEERED, alternate_paths=[pb.InlinePath()]), "alternate_paths[0].segments"),
+    ]
+    for m, want in cases:
+        with pytest.raises(grpc.RpcError) as e:
+            b.StartInlineMonitor(pb.StartInlineMonitorRequest(monitor=m), timeout=30)
+        assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT and want in e.value.details(), e.value.details()
+    # flow 7 (SIDS) runs on B: another flow may not take SIDS as an alternate path
+    taken = mon(EGRESS, flow_id=11, segments=STEERED, alternate_paths=[pb.InlinePath(segments=SIDS)])
+    with pytest.raises(grpc.RpcError) as e:
+        b.StartInlineMonitor(pb.StartInlineMonitorRequest(monitor=taken), timeout=30)
+    assert e.value.code() == grpc.StatusCode.ALREADY_EXISTS, e.value.details()
+    assert "monitor.alternate_paths[0].segments: ioam_rx flow 7 already monitors" in e.value.details()
+    listed = b.ListInlineMonitors(pb.ListInlineMonitorsRequest(side=EGRESS), timeout=10).monitors
+    assert [m.monitor.flow_id for m in listed] == [7]
+
+
+def test_steer_keeps_one_flow_end_to_end_mid_traffic(rlab, rpki, transit, tmp_path):
     """UpdatePolicy (what segscope-steer calls) on the monitored policy, while H1 sends: the route
     program stays (entry rewritten: one map update), the packets after it go the new path (R's End
     e2 counts them) still instrumented, with a trace of 4 slots for the 3-SID path, and the E2E
     sequence numbers captured on R's egress are exactly 0..N-1, old SID list first, then the new one
-    (no reset, no gap); B's egress records account for every packet. ListPolicies and the copy in
-    table 3355 show the new SID list; Stop gives the new route back. Before this, the update was
-    refused (FAILED_PRECONDITION)."""
-    agent = a_agent(rlab, rpki, tmp_path)
-    b, new_egress = transit["B"], mon(EGRESS, flow_id=8, segments=STEERED)
-    b.StartInlineMonitor(pb.StartInlineMonitorRequest(monitor=new_egress), timeout=30)
-    base7, e2_before = records(transit), end_counter(rlab, "fc00:2::e2")
+    (no reset, no gap). The egress monitor of flow 7 has the new SID list as an alternate path: B's
+    ring holds one record per packet, all of flow 7, the sequence numbers in the order R sent them
+    (lost 0, duplicated 0, reordered as on the wire: 0). ListPolicies and the copy in table 3355 show
+    the new SID list; Stop gives the new route back. Without alternate paths the egress recorded the
+    new path's packets only under a second flow started by hand."""
+    agent, b = a_agent(rlab, rpki, tmp_path), transit["B"]
+    restart_egress(b, alternate_paths=[pb.InlinePath(segments=STEERED)])
+    egress_ring()  # the records of the tests before
+    e2_before = end_counter(rlab, "fc00:2::e2")
     try:
         with agent.channel() as ch:
             a, s = inline_pb2_grpc.InlineMonitorServiceStub(ch), srv6_pb2_grpc.Srv6ServiceStub(ch)
@@ -286,15 +340,21 @@ def test_steer_keeps_the_monitor_mid_traffic(rlab, rpki, transit, tmp_path):
             assert len(old) + len(new) == sent and old and new, (len(old), len(new))
             assert max(old) < min(new) and old == sorted(old) and new == sorted(new)  # one switch, in order
             assert end_counter(rlab, "fc00:2::e2") - e2_before == len(new)
-            eg8 = b.GetInlineMonitorResults(pb.GetInlineMonitorResultsRequest(side=EGRESS, flow_id=8), timeout=10)
-            assert (records(transit) - base7, eg8.egress.records) == (len(old), len(new))
+            # the egress: one flow across the switch, every packet once, in the order R sent them
+            ring = egress_ring()
+            assert [r["flow_id"] for r in ring] == [7] * sent
+            assert [r["seq"] for r in ring] == [p.seq for p in seen]
+            assert [r["slots"] for r in ring] == [3] * len(old) + [4] * len(new)
+            truth = sequence_accounting([p.seq for p in seen])
+            assert sequence_accounting([r["seq"] for r in ring]) == truth == (0, 0, 0)
+            assert records(transit) == sent  # flow 7's counters: its two SID lists' together
             text = metrics(agent, r"segscope_agent_inline_route_steers\{[^}]*\} 1\b")
             assert re.search(r"segscope_agent_inline_route_steers\{[^}]*\} 1\b", text), text[-2000:]
             a.StopInlineMonitor(pb.StopInlineMonitorRequest(side=INGRESS, flow_id=7), timeout=30)
             assert "encap seg6 mode encap segs 3 [ fc00:2::e fc00:2::e2 fc00:3::d6 ]" in route(rlab)
             assert steer(s, pol, SIDS).changed
     finally:
-        b.StopInlineMonitor(pb.StopInlineMonitorRequest(side=EGRESS, flow_id=8), timeout=30)
+        restart_egress(b)
         assert agent.stop() == 0
     assert_plain_seg6(rlab)
 
