@@ -20,14 +20,17 @@ import urllib.request
 from pathlib import Path
 
 import grpc
+import numpy as np
 import pytest
 
 from collectors.topology.view import build_node_view
 from netlab import Lab
 from netlab.lab import teardown
+from processors.inline.aggregate import InlineAggregator
 from segscope_proto.segscope.agent.v1 import inline_pb2 as pb
 from segscope_proto.segscope.agent.v1 import inline_pb2_grpc, srv6_pb2_grpc
 from segscope_proto.segscope.agent.v1 import srv6_pb2 as spb
+from segscope_schemas import ioam_record as ir
 from segscope_schemas import names
 from tests.agent.agent_env import make_test_pki, start_agent
 from tests.agent.ioam_pcap import e2e_packets
@@ -265,6 +268,42 @@ def sequence_accounting(seqs: list[int]) -> tuple[int, int, int]:
     return highest + 1 - len(set(seqs)), len(seqs) - len(set(seqs)), reordered
 
 
+def as_records(ring: list[dict]) -> np.ndarray:
+    """`ioam_rx dump`'s JSON lines back into ioam_records (entries big-endian, as on the wire)."""
+    out = np.zeros(len(ring), dtype=ir.IOAM_RECORD_DTYPE)
+    for i, r in enumerate(ring):
+        for name in ir.IOAM_RECORD_DTYPE.names:
+            if name in r and name != "entries":
+                out[i][name] = r[name]
+        for k, e in enumerate(r["entries"]):
+            out[i]["entries"][k] = (
+                e["hop_limit"] << 24 | e["node_id"],
+                e["ingress_if_id"],
+                e["egress_if_id"],
+                e["ts_sec"],
+                e["ts_subsec"],
+            )
+    return out
+
+
+def processor_loss(ring: list[dict]) -> dict:
+    """The in-line processor's core on the egress records: its inline_loss lines summed per flow tag."""
+    agg = InlineAggregator(grace_s=0, retention_s=60)
+    invalid, _ = agg.ingest("B", as_records(ring))
+    assert invalid == {}
+    totals: dict = {}
+    for line in agg.flush_all():
+        if line.startswith("inline_loss,"):
+            tags, fields, _ = line.split(" ")
+            flow = next(t for t in tags.split(",") if t.startswith("flow="))
+            into = totals.setdefault(flow, dict.fromkeys(("received", "lost", "duplicated", "reordered"), 0))
+            for kv in fields.split(","):
+                key, value = kv.split("=")
+                if key in into:
+                    into[key] += int(value.rstrip("i"))
+    return totals
+
+
 def restart_egress(b, **kw) -> None:
     """B's egress monitor of flow 7 started again (its counters from 0) with `kw`."""
     b.StopInlineMonitor(pb.StopInlineMonitorRequest(side=EGRESS, flow_id=7), timeout=30)
@@ -347,6 +386,8 @@ def test_steer_keeps_one_flow_end_to_end_mid_traffic(rlab, rpki, transit, tmp_pa
             assert [r["slots"] for r in ring] == [3] * len(old) + [4] * len(new)
             truth = sequence_accounting([p.seq for p in seen])
             assert sequence_accounting([r["seq"] for r in ring]) == truth == (0, 0, 0)
+            # the in-line processor: one flow, every packet received once across the switch
+            assert processor_loss(ring) == {"flow=7": {"received": sent, "lost": 0, "duplicated": 0, "reordered": 0}}
             assert records(transit) == sent  # flow 7's counters: its two SID lists' together
             text = metrics(agent, r"segscope_agent_inline_route_steers\{[^}]*\} 1\b")
             assert re.search(r"segscope_agent_inline_route_steers\{[^}]*\} 1\b", text), text[-2000:]
