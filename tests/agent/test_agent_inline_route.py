@@ -24,6 +24,9 @@ import numpy as np
 import pytest
 
 from collectors.topology.view import build_node_view
+from controller.intent import parse_intent
+from controller.leader import NoElection
+from controller.steer.service import SteerService
 from netlab import Lab
 from netlab.lab import teardown
 from processors.inline.aggregate import InlineAggregator
@@ -400,10 +403,104 @@ def test_steer_keeps_one_flow_end_to_end_mid_traffic(rlab, rpki, transit, tmp_pa
     assert_plain_seg6(rlab)
 
 
+STEER_INTENT = """
+version: 1
+nodes:
+  A: {{agent: "{address}", tls: {tls}}}
+  B: {{agent: "127.0.0.1:1", tls: {tls}}}
+policies:
+  - {{node: A, destination: "{policy}", mode: encap, segs: {sids}, dev: a0}}
+steering:
+  - node: A
+    destination: "{policy}"
+    candidates:
+      - {{name: direct, segs: {sids}, return_segs: ["fc00:2::e2"], sender_dev: a0, reflector_dev: b0}}
+      - {{name: via_e2, segs: {steered}, return_segs: ["fc00:2::e2"], sender_dev: a0, reflector_dev: b0}}
+    probe: {{ssid: 301, rate_pps: 10, source: "fc00:12::1", reflector: {{node: B, address: "fc00:23::2"}}}}
+    objective: lowest_delay
+"""
+
+
+def steer_service(agent, pki) -> SteerService:
+    """segscope-steer for A's policy, its agent client on A's test agent (no Kafka: only its calls)."""
+    tls = json.dumps({"ca": str(pki.ca_pem), "cert": str(pki.client_pem), "key": str(pki.client_key)})
+    text = STEER_INTENT.format(
+        address=agent.address, tls=tls, policy=POLICY, sids=json.dumps(SIDS), steered=json.dumps(STEERED)
+    )
+    return SteerService(parse_intent(text, "steer.yaml"), "unused:9092", NoElection(), "t1")
+
+
+def test_segscope_steer_and_apply_batch_keep_one_flow(rlab, rpki, transit, tmp_path):
+    """The calls that move a monitored policy, mid-traffic: segscope-steer's own (SteerService:
+    UpdatePolicy built from the intent's policy and the candidate) to the 3-SID path, then
+    ApplyBatch (controller apply --batch: the update among other operations, pipelined) back to the
+    2-SID list. The monitor stays on the route both times; captured on R's egress the sequence
+    numbers are exactly 0..N-1 in three runs (old, new, old list, the trace sized for each); B's ring
+    has every one of them in flow 7 in that order and the in-line processor's core counts one flow:
+    received N, lost 0, duplicated 0, reordered 0."""
+    agent, b = a_agent(rlab, rpki, tmp_path), transit["B"]
+    restart_egress(b, alternate_paths=[pb.InlinePath(segments=STEERED)])
+    egress_ring()  # the records of the tests before
+    try:
+        with agent.channel() as ch:
+            a, s = inline_pb2_grpc.InlineMonitorServiceStub(ch), srv6_pb2_grpc.Srv6ServiceStub(ch)
+            enable(a, 1)
+            a.StartInlineMonitor(pb.StartInlineMonitorRequest(monitor=mon()), timeout=30)
+            svc = steer_service(agent, rpki)
+            spec = svc.policies[("A", POLICY, 254)]
+            back = next(p for p in policies(ch) if p.destination == POLICY)
+            other = spb.Policy()  # another policy on the same path, created in the same batch
+            other.CopyFrom(back)
+            other.destination = "fd00:b:9::/64"
+            batch = spb.ApplyBatchRequest(
+                operations=[
+                    spb.Srv6Operation(create_policy=spb.CreatePolicyRequest(policy=other)),
+                    spb.Srv6Operation(update_policy=spb.UpdatePolicyRequest(policy=back)),
+                ]
+            )
+            sent, pcap = 4500, tmp_path / "r1.pcap"
+            with capture(rlab.ns("R"), "r1", pcap):
+                sender = rlab.popen("H1", [sys.executable, "-c", PACED_SENDER, str(sent)], stdout=subprocess.PIPE)
+                time.sleep(0.6)
+                assert svc._update_policy(spec, tuple(STEERED)) is None
+                time.sleep(0.8)
+                done = s.ApplyBatch(batch, timeout=30)
+                assert int(sender.communicate(timeout=60)[0]) == sent
+                time.sleep(0.5)
+            assert [(r.code, r.changed) for r in done.results] == [(0, True), (0, True)], done
+            assert [list(p.segments) for p in policies(ch) if p.destination == POLICY] == [SIDS]
+            st = a.ListInlineMonitors(pb.ListInlineMonitorsRequest(), timeout=10).monitors
+            assert [(m.monitor.flow_id, m.program, list(m.monitor.segments), m.monitor.trace_nodes) for m in st] == [
+                (7, "ioam_lwt", SIDS, 3)
+            ]
+            tx = ingress(a)
+            assert tx.packets == tx.instrumented == tx.next_sequence == sent
+            seen = e2e_packets(pcap)
+            assert [p.seq for p in seen] == list(range(sent))  # in order, no reset, no gap
+            runs = [(p.sids, p.hbh_len) for p in seen]
+            switches = [k for k in range(1, sent) if runs[k] != runs[k - 1]]
+            assert len(switches) == 2, switches
+            first, second = switches
+            assert runs[0] == runs[-1] == (SIDS, 16 + 16 * 3) and runs[first] == (STEERED, 16 + 16 * 4)
+            ring = egress_ring()
+            assert [(r["flow_id"], r["seq"]) for r in ring] == [(7, p.seq) for p in seen]
+            assert processor_loss(ring) == {"flow=7": {"received": sent, "lost": 0, "duplicated": 0, "reordered": 0}}
+            text = metrics(agent, r"segscope_agent_inline_route_steers\{[^}]*\} 2\b")
+            assert re.search(r"segscope_agent_inline_route_steers\{[^}]*\} 2\b", text), text[-2000:]
+            assert s.RemovePolicy(spb.RemovePolicyRequest(destination=other.destination, table=254), timeout=30).changed
+            a.StopInlineMonitor(pb.StopInlineMonitorRequest(side=INGRESS, flow_id=7), timeout=30)
+    finally:
+        restart_egress(b)
+        assert agent.stop() == 0
+    assert_plain_seg6(rlab)
+
+
 def test_steer_to_a_list_too_long_falls_back_remove_gives_state_back(rlab, rpki, transit, tmp_path):
     """A new SID list whose header would exceed the route program's 256 bytes (5 SIDs and a trace of
     6): the update happens, the monitor goes on with ioam_tx on TC on the new list, said in its status
-    and counted. RemovePolicy on a monitored policy gives the route program's state back."""
+    and counted; captured at the next hop (R's r0), every packet carries the trace of 6 slots and the
+    E2E option, sequence numbers 0..99 in order. RemovePolicy on a monitored policy gives the route
+    program's state back."""
     five = ["fc00:2::e", "fc00:2::e2", "fc00:2::e", "fc00:2::e2", "fc00:3::d6"]
     agent = a_agent(rlab, rpki, tmp_path)
     try:
@@ -418,8 +515,13 @@ def test_steer_to_a_list_too_long_falls_back_remove_gives_state_back(rlab, rpki,
             st = a.ListInlineMonitors(pb.ListInlineMonitorsRequest(), timeout=10).monitors
             assert [(m.monitor.flow_id, m.program, list(m.monitor.segments)) for m in st] == [(7, "ioam_tx", five)]
             assert "fell back to ioam_tx on TC" in st[0].note and "272-byte header" in st[0].note, st[0].note
-            send(rlab, 100)
-            assert ingress(a).packets == 100  # the new list's packets, counted by ioam_tx on TC
+            with capture(rlab.ns("R"), "r0", tmp_path / "r0.pcap"):  # the next hop: what A sends
+                send(rlab, 100)
+            tx = ingress(a)  # the new list's packets, instrumented by ioam_tx on TC
+            assert tx.packets == tx.sampled == tx.instrumented == tx.next_sequence == 100
+            seen = e2e_packets(tmp_path / "r0.pcap")
+            # every packet with the trace (6 slots: 5 SIDs + 1) and the E2E option, numbered from 0
+            assert [(p.seq, p.sids, p.hbh_len) for p in seen] == [(i, five, 16 + 16 * 6) for i in range(100)]
             text = metrics(agent, r"segscope_agent_inline_route_fallbacks\{[^}]*\} 1\b")
             assert re.search(r"segscope_agent_inline_route_fallbacks\{[^}]*\} 1\b", text), text[-2000:]
             a.Reset(pb.ResetInlineRequest(), timeout=30)
