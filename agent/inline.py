@@ -72,6 +72,9 @@ LWT_MAX_HEADER = 256
 # How often the agent checks the first SID's next hop of the routes it runs with a fixed next hop: a
 # route change is followed within this (plus one attach-route, ~20 ms)
 NEXT_HOP_CHECK_S = 1.0
+# a paused route's packets that read its entry before the pause finish within microseconds (the
+# program runs to completion under RCU); after this their sequence numbers are all taken
+ROUTE_PAUSE_SETTLE_S = 0.05
 MAX_SAMPLE_EVERY = 65535  # the datapath's IOAM_SAMPLE_EVERY_MAX (datapath/ioam.h)
 MAX_SAMPLE_INTERVAL_US = 60_000_000
 MAX_NAMESPACES = 64
@@ -210,6 +213,10 @@ class Side:
     devices: list[str]  # where the side's program runs (the first is where it was attached)
     monitors: dict[int, pb.InlineMonitor] = field(default_factory=dict)
     node_id: int = 0  # the IOAM node id the side's monitors were started with
+
+
+def _first_seq_args(first_seq: int) -> list:
+    return ["--first-seq", first_seq] if first_seq else []
 
 
 def _egress_flows(entries: list[dict]) -> dict[int, dict]:
@@ -471,8 +478,9 @@ class InlineAgent:
                     args += [flag, value]
         return args
 
-    def start_tc(self, m: pb.InlineMonitor, node_id: int) -> None:
-        """The monitor on its side's program: ioam_tx on TC (INGRESS without a policy route) or ioam_rx."""
+    def start_tc(self, m: pb.InlineMonitor, node_id: int, first_seq: int = 0) -> None:
+        """The monitor on its side's program: ioam_tx on TC (INGRESS without a policy route) or ioam_rx.
+        first_seq: where an INGRESS monitor moving from the route program goes on numbering."""
         s = self.sides.get(m.side)
         fresh = s is None
         added_device = not fresh and m.device not in s.devices
@@ -482,7 +490,7 @@ class InlineAgent:
         elif added_device:
             self.attach_dev(m.side, m.device)
         try:
-            self.run(m.side, self.add_flow_args(m, s.node_id), "monitor")
+            self.run(m.side, [*self.add_flow_args(m, s.node_id), *_first_seq_args(first_seq)], "monitor")
             self._add_alternate_paths(m)
         except ApiError:
             if fresh:
@@ -840,18 +848,27 @@ class InlineAgent:
             rm.policies.remove(pol)
             log.warning("ioam_lwt flow %d: policy %s leaves the monitor (%s)", fid, pol["prefix"], why)
             return
+        next_seq = self._pause_route(rm, pol)
         self.stop_route(fid)
         m = pb.InlineMonitor()
         m.CopyFrom(rm.monitor)
         m.segments[:] = list(new.segments)
         m.trace_nodes = trace_nodes
         m.device = self.srv6.devname(new.oif)
-        self.start_tc(m, rm.node_id)
+        self.start_tc(m, rm.node_id, next_seq)
         self.notes[fid] = (
             f"fell back to ioam_tx on TC when its policy was updated to {','.join(new.segments)}: {why}; "
-            "sequence numbers start again at 0"
+            f"sequence numbers go on from {next_seq}"
         )
         log.warning("flow %d: %s", fid, self.notes[fid])
+
+    def _pause_route(self, rm: RouteMonitor, pol: dict) -> int:
+        """The route only encapsulates from now on (its entry rewritten with --paused: one map
+        update), then the flow's next sequence number, which no packet moves any more: where ioam_tx
+        on TC goes on, so the egress sees one series of numbers across the move."""
+        self.attach_route(dict(pol), ["--flow-sids", ",".join(rm.flow_sids), "--paused"])
+        time.sleep(ROUTE_PAUSE_SETTLE_S)
+        return int(self.datapath_flows(INGRESS, on_route=True)[rm.monitor.flow_id]["next_seq"])
 
     def _leftover_policy(self, policy) -> dict:
         return {

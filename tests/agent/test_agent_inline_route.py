@@ -498,11 +498,16 @@ def test_segscope_steer_and_apply_batch_keep_one_flow(rlab, rpki, transit, tmp_p
 def test_steer_to_a_list_too_long_falls_back_remove_gives_state_back(rlab, rpki, transit, tmp_path):
     """A new SID list whose header would exceed the route program's 256 bytes (5 SIDs and a trace of
     6): the update happens, the monitor goes on with ioam_tx on TC on the new list, said in its status
-    and counted; captured at the next hop (R's r0), every packet carries the trace of 6 slots and the
-    E2E option, sequence numbers 0..99 in order. RemovePolicy on a monitored policy gives the route
+    and counted. 100 packets on the route, then 100 after the fallback: captured at the next hop (R's
+    r0) these carry the trace of 6 slots and the E2E option with the sequence numbers 100..199 in
+    order (the route paused, its next number read, the TC flow started there); B's egress (the five
+    SIDs an alternate path) has 200 records of flow 7, numbers 0..199, one flow for the processor.
+    Before, the TC flow started again at 0. RemovePolicy on a monitored policy gives the route
     program's state back."""
     five = ["fc00:2::e", "fc00:2::e2", "fc00:2::e", "fc00:2::e2", "fc00:3::d6"]
-    agent = a_agent(rlab, rpki, tmp_path)
+    agent, b = a_agent(rlab, rpki, tmp_path), transit["B"]
+    restart_egress(b, alternate_paths=[pb.InlinePath(segments=five)])
+    egress_ring()  # the records of the tests before
     try:
         with agent.channel() as ch:
             a, s = inline_pb2_grpc.InlineMonitorServiceStub(ch), srv6_pb2_grpc.Srv6ServiceStub(ch)
@@ -510,18 +515,24 @@ def test_steer_to_a_list_too_long_falls_back_remove_gives_state_back(rlab, rpki,
             a.StartInlineMonitor(pb.StartInlineMonitorRequest(monitor=mon()), timeout=30)
             pol = next(p for p in policies(ch) if p.destination == POLICY)
             assert not s.UpdatePolicy(spb.UpdatePolicyRequest(policy=pol), timeout=10).changed  # same: fine
+            send(rlab, 100)
+            assert ingress(a).next_sequence == 100  # on the route
             assert steer(s, pol, five).changed
             assert "encap seg6 mode encap segs 5" in route(rlab) and route(rlab, "3355") == ""
             st = a.ListInlineMonitors(pb.ListInlineMonitorsRequest(), timeout=10).monitors
             assert [(m.monitor.flow_id, m.program, list(m.monitor.segments)) for m in st] == [(7, "ioam_tx", five)]
-            assert "fell back to ioam_tx on TC" in st[0].note and "272-byte header" in st[0].note, st[0].note
+            note = st[0].note
+            assert "fell back to ioam_tx on TC" in note and "272-byte header" in note and "go on from 100" in note, note
             with capture(rlab.ns("R"), "r0", tmp_path / "r0.pcap"):  # the next hop: what A sends
                 send(rlab, 100)
             tx = ingress(a)  # the new list's packets, instrumented by ioam_tx on TC
-            assert tx.packets == tx.sampled == tx.instrumented == tx.next_sequence == 100
+            assert tx.packets == tx.sampled == tx.instrumented == 100 and tx.next_sequence == 200
             seen = e2e_packets(tmp_path / "r0.pcap")
-            # every packet with the trace (6 slots: 5 SIDs + 1) and the E2E option, numbered from 0
-            assert [(p.seq, p.sids, p.hbh_len) for p in seen] == [(i, five, 16 + 16 * 6) for i in range(100)]
+            # every packet with the trace (6 slots: 5 SIDs + 1) and the E2E option, numbered on
+            assert [(p.seq, p.sids, p.hbh_len) for p in seen] == [(i, five, 16 + 16 * 6) for i in range(100, 200)]
+            ring = egress_ring()
+            assert [(r["flow_id"], r["seq"]) for r in ring] == [(7, i) for i in range(200)]
+            assert processor_loss(ring) == {"flow=7": {"received": 200, "lost": 0, "duplicated": 0, "reordered": 0}}
             text = metrics(agent, r"segscope_agent_inline_route_fallbacks\{[^}]*\} 1\b")
             assert re.search(r"segscope_agent_inline_route_fallbacks\{[^}]*\} 1\b", text), text[-2000:]
             a.Reset(pb.ResetInlineRequest(), timeout=30)
@@ -538,6 +549,7 @@ def test_steer_to_a_list_too_long_falls_back_remove_gives_state_back(rlab, rpki,
             a.Reset(pb.ResetInlineRequest(), timeout=30)
             assert s.CreatePolicy(spb.CreatePolicyRequest(policy=pol), timeout=10).changed
     finally:
+        restart_egress(b)
         assert agent.stop() == 0
     assert_plain_seg6(rlab)
 
