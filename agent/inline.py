@@ -257,6 +257,9 @@ class InlineAgent:
         self.routes: dict[int, RouteMonitor] = {}  # INGRESS monitors on ioam_lwt, by flow id
         self.srv6 = None  # the node's Srv6State: which policy routes carry a monitor's SID list
         self.notes: dict[int, str] = {}  # INGRESS flow id -> where its policy's update moved the monitor
+        # INGRESS flow id on ioam_tx (TC) -> the policy (prefix, table) it fell back from: it follows
+        # that policy's later updates (follow_policy)
+        self.fell_back: dict[int, tuple[str, int]] = {}
         self.route_steers = 0  # UpdatePolicy moved a route monitor's policy to another SID list on the route
         self.route_fallbacks = 0  # ... and the new policy could not stay on the route: ioam_tx on TC took over
         self.next_hop_reattachments = 0  # routes attached again: the first SID's next hop changed
@@ -517,6 +520,7 @@ class InlineAgent:
         device = s.monitors.pop(flow_id).device
         if side == INGRESS:
             self.notes.pop(flow_id, None)
+            self.fell_back.pop(flow_id, None)
         log.info("StopInlineMonitor %s flow %d: stopped", PROG[side], flow_id)
         if not s.monitors:
             self.detach(side)
@@ -718,7 +722,7 @@ class InlineAgent:
         self.run_route(["detach-route", *self._route_args(pol)], "monitor")
         log.info("ioam_lwt gave %s table %d back to the seg6 route", pol["prefix"], pol["table"])
 
-    def start_route(self, m: pb.InlineMonitor, policies: list, node_id: int) -> None:
+    def start_route(self, m: pb.InlineMonitor, policies: list, node_id: int, first_seq: int = 0) -> None:
         taken: list[dict] = []
         try:
             for p in policies:
@@ -726,7 +730,7 @@ class InlineAgent:
             for dev, if_id in sorted(self.ioam.interfaces_now().items()):
                 args = ["set-if-id", "--instance", self.instance, *self.ns_args(), "--dev", dev, "--if-id", if_id]
                 self.run_route(args, "config.interfaces")
-            self.run_route(self.add_flow_args(m, node_id), "monitor")
+            self.run_route([*self.add_flow_args(m, node_id), *_first_seq_args(first_seq)], "monitor")
         except ApiError:
             for pol in taken:
                 self.give_back(pol)
@@ -842,6 +846,7 @@ class InlineAgent:
         self._changed_hook()
 
     def _fall_back(self, fid: int, rm: RouteMonitor, pol: dict, new, trace_nodes: int, why: str) -> None:
+        old_key = (pol["prefix"], pol["table"])
         self.route_fallbacks += 1
         if len(rm.policies) > 1:
             self.give_back(pol)
@@ -856,11 +861,59 @@ class InlineAgent:
         m.trace_nodes = trace_nodes
         m.device = self.srv6.devname(new.oif)
         self.start_tc(m, rm.node_id, next_seq)
+        self.fell_back[fid] = old_key
         self.notes[fid] = (
             f"fell back to ioam_tx on TC when its policy was updated to {','.join(new.segments)}: {why}; "
             f"sequence numbers go on from {next_seq}"
         )
         log.warning("flow %d: %s", fid, self.notes[fid])
+
+    def follower_of(self, key: tuple[str, int]) -> int | None:
+        """The ioam_tx (TC) monitor that fell back from this policy, if any: it follows its updates."""
+        with self.lock:
+            return next((fid for fid, k in self.fell_back.items() if k == key), None)
+
+    def follow_policy(self, old, new) -> None:
+        """After the kernel has the updated policy (Srv6Service calls it on commit): the monitor that
+        fell back to ioam_tx on TC from it moves to the new SID list, onto the policy's route again
+        when the header fits, with its numbering going on: the old list's flow no longer sees
+        packets once the packets encapsulated before the update have passed TC, so its next
+        sequence number is final then."""
+        with self.lock:
+            fid = self.follower_of(old.key)
+            if fid is None:
+                return
+            side = self.sides[INGRESS]
+            node_id, was = side.node_id, ",".join(side.monitors[fid].segments)
+            time.sleep(ROUTE_PAUSE_SETTLE_S)
+            next_seq = int(self.datapath_flows(INGRESS)[fid]["next_seq"])
+            m = pb.InlineMonitor()
+            m.CopyFrom(side.monitors[fid])
+            m.segments[:] = list(new.segments)
+            m.trace_nodes = min(len(new.segments) + 1, MAX_TRACE_NODES)
+            m.device = self.srv6.devname(new.oif)
+            self.stop_tc(INGRESS, fid)
+            where = self._start_following(m, node_id, next_seq, new.key)
+            self.notes[fid] = (
+                f"followed its policy from {was} to {','.join(new.segments)} {where}; "
+                f"sequence numbers go on from {next_seq}"
+            )
+            log.warning("flow %d: %s", fid, self.notes[fid])
+        self._changed_hook()
+
+    def _start_following(self, m: pb.InlineMonitor, node_id: int, next_seq: int, key: tuple[str, int]) -> str:
+        """The moved monitor on the policy's route when its header fits, else on TC; where it went."""
+        header = 40 + (16 + 16 * m.trace_nodes) + (8 + 16 * len(m.segments)) + 32
+        policies = self.policies_for(m) if len(m.segments) <= MAX_SIDS and header <= LWT_MAX_HEADER else []
+        if policies:
+            try:
+                self.start_route(m, policies, node_id, next_seq)
+                return "on the route (ioam_lwt)"
+            except ApiError as e:
+                log.warning("flow %d: cannot go back onto the route (%s): ioam_tx on TC", m.flow_id, e.message)
+        self.start_tc(m, node_id, next_seq)
+        self.fell_back[m.flow_id] = key
+        return "on ioam_tx on TC"
 
     def _pause_route(self, rm: RouteMonitor, pol: dict) -> int:
         """The route only encapsulates from now on (its entry rewritten with --paused: one map
@@ -934,6 +987,7 @@ class InlineAgent:
                     for side, s in sorted(self.sides.items())
                 ],
                 "config": js(self.config) if self.config is not None else None,
+                "fell_back": [[fid, *key] for fid, key in sorted(self.fell_back.items())],
                 "routes": [
                     {
                         "monitor": js(rm.monitor),
@@ -963,6 +1017,10 @@ class InlineAgent:
                 side = pb.InlineSide.Value(sd["side"])
                 notes.append(self._adopt_side(side, sd))
             notes += self._adopt_routes(doc.get("routes", []))
+            ingress = self.sides.get(INGRESS)
+            for fid, prefix, table in doc.get("fell_back", []):
+                if ingress is not None and fid in ingress.monitors:
+                    self.fell_back[fid] = (prefix, table)
             old = Adopted.open(ProcRef.from_json(doc.get("streamer")))
             if EGRESS in self.sides and self.kafka:
                 if old is not None and (doc.get("streamer") or {}).get("cmd") == self._streamer_cmd():

@@ -500,10 +500,11 @@ def test_steer_to_a_list_too_long_falls_back_remove_gives_state_back(rlab, rpki,
     6): the update happens, the monitor goes on with ioam_tx on TC on the new list, said in its status
     and counted. 100 packets on the route, then 100 after the fallback: captured at the next hop (R's
     r0) these carry the trace of 6 slots and the E2E option with the sequence numbers 100..199 in
-    order (the route paused, its next number read, the TC flow started there); B's egress (the five
-    SIDs an alternate path) has 200 records of flow 7, numbers 0..199, one flow for the processor.
-    Before, the TC flow started again at 0. RemovePolicy on a monitored policy gives the route
-    program's state back."""
+    order (the route paused, its next number read, the TC flow started there). Steered back, the
+    monitor follows its policy onto the route again: the next 100 carry 200..299. B's egress (the
+    five SIDs an alternate path) has 300 records of flow 7, numbers 0..299, one flow for the
+    processor. Before, the TC flow started again at 0 and stayed on the five SIDs. RemovePolicy on
+    a monitored policy gives the route program's state back."""
     five = ["fc00:2::e", "fc00:2::e2", "fc00:2::e", "fc00:2::e2", "fc00:3::d6"]
     agent, b = a_agent(rlab, rpki, tmp_path), transit["B"]
     restart_egress(b, alternate_paths=[pb.InlinePath(segments=five)])
@@ -530,13 +531,25 @@ def test_steer_to_a_list_too_long_falls_back_remove_gives_state_back(rlab, rpki,
             seen = e2e_packets(tmp_path / "r0.pcap")
             # every packet with the trace (6 slots: 5 SIDs + 1) and the E2E option, numbered on
             assert [(p.seq, p.sids, p.hbh_len) for p in seen] == [(i, five, 16 + 16 * 6) for i in range(100, 200)]
-            ring = egress_ring()
-            assert [(r["flow_id"], r["seq"]) for r in ring] == [(7, i) for i in range(200)]
-            assert processor_loss(ring) == {"flow=7": {"received": 200, "lost": 0, "duplicated": 0, "reordered": 0}}
             text = metrics(agent, r"segscope_agent_inline_route_fallbacks\{[^}]*\} 1\b")
             assert re.search(r"segscope_agent_inline_route_fallbacks\{[^}]*\} 1\b", text), text[-2000:]
-            a.Reset(pb.ResetInlineRequest(), timeout=30)
+            # steered back: the monitor follows its policy onto the route again, numbering on from 200
             assert steer(s, pol, SIDS).changed
+            st = a.ListInlineMonitors(pb.ListInlineMonitorsRequest(), timeout=10).monitors
+            assert [(m.monitor.flow_id, m.program, list(m.monitor.segments), m.monitor.trace_nodes) for m in st] == [
+                (7, "ioam_lwt", SIDS, 3)
+            ]
+            assert "followed its policy" in st[0].note and "go on from 200" in st[0].note, st[0].note
+            assert "encap bpf" in route(rlab)
+            with capture(rlab.ns("R"), "r0", tmp_path / "r0-back.pcap"):
+                send(rlab, 100)
+            seen = e2e_packets(tmp_path / "r0-back.pcap")
+            assert [(p.seq, p.sids, p.hbh_len) for p in seen] == [(i, SIDS, 16 + 16 * 3) for i in range(200, 300)]
+            ring = egress_ring()
+            assert [(r["flow_id"], r["seq"]) for r in ring] == [(7, i) for i in range(300)]
+            assert processor_loss(ring) == {"flow=7": {"received": 300, "lost": 0, "duplicated": 0, "reordered": 0}}
+            a.Reset(pb.ResetInlineRequest(), timeout=30)
+            assert_plain_seg6(rlab)
             # RemovePolicy of a monitored policy: route entry, copy and rule go first
             enable(a, 1)  # Reset cleared the IOAM identity
             a.StartInlineMonitor(pb.StartInlineMonitorRequest(monitor=mon()), timeout=30)
