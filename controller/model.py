@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from controller.intent import MAX_TRACE_NODES as MAX_INLINE_TRACE_NODES
-from controller.intent import Intent
+from controller.intent import Intent, steered_sid_lists
 
 # Kinds in dependency order: SIDs before the policies that steer onto them, policies before the
 # sessions and flows that travel over them; a reflector before its sender, an RX side (egress,
@@ -260,14 +260,8 @@ def inline_spec(
 
 
 def _steered_paths(intent: Intent) -> dict[tuple, tuple[tuple[str, ...], ...]]:
-    """(node, SID list) -> every SID list segscope-steer can give that node's steered policy: the
-    intent's list and each candidate's, for each of those lists."""
-    out: dict[tuple, tuple[tuple[str, ...], ...]] = {}
-    for s in getattr(intent, "steering", ()):
-        policy = next(p for p in intent.policies if (p.node, canon_prefix(p.destination), p.table) == s.key)
-        paths = tuple(dict.fromkeys([segs(policy.segs), *(segs(c.segs) for c in s.candidates)]))
-        out.update({(s.node, p): paths for p in paths})
-    return out
+    """controller.intent.steered_sid_lists with canonical SIDs (the agents' form)."""
+    return {(node, segs(k)): tuple(segs(p) for p in paths) for (node, k), paths in steered_sid_lists(intent).items()}
 
 
 def _inline_ingress(intent: Intent, m, steered_to: tuple[str, ...] | None = None) -> Resource:
