@@ -768,7 +768,8 @@ class InlineAgent:
     def release_policy(self, policy) -> None:
         """RemovePolicy of a policy ioam_lwt runs: its route is given back (the route entry, the copy in
         table 3355 and its rule go), then Srv6Service removes it. A monitor left without a policy
-        route goes on with ioam_tx on TC, the inserter for a SID list without a policy route."""
+        route goes on with ioam_tx on TC, the inserter for a SID list without a policy route, its
+        numbering going on (the route paused first, as for a fallback)."""
         with self.lock:
             fid = self.monitor_of(policy.key)
             if fid is None:
@@ -780,9 +781,15 @@ class InlineAgent:
                 self.give_back(pol)
                 rm.policies.remove(pol)
             else:  # the flow first: the last route's give-back removes the program's pins
+                next_seq = self._pause_route(rm, pol)
                 self.stop_route(fid)
-                log.info("flow %d: its policy %s was removed; ioam_tx on TC takes over", fid, policy.destination)
-                self.start_tc(rm.monitor, rm.node_id)
+                log.info(
+                    "flow %d: its policy %s was removed; ioam_tx on TC takes over from sequence number %d",
+                    fid,
+                    policy.destination,
+                    next_seq,
+                )
+                self.start_tc(rm.monitor, rm.node_id, next_seq)
         self._changed_hook()
 
     def steer_policy(self, old, new) -> bool:

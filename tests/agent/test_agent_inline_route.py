@@ -554,11 +554,13 @@ def test_steer_to_a_list_too_long_falls_back_remove_gives_state_back(rlab, rpki,
             enable(a, 1)  # Reset cleared the IOAM identity
             a.StartInlineMonitor(pb.StartInlineMonitorRequest(monitor=mon()), timeout=30)
             assert "encap bpf" in route(rlab)
+            send(rlab, 50)
             assert s.RemovePolicy(spb.RemovePolicyRequest(destination=POLICY, table=254), timeout=30).changed
             assert route(rlab) == "" and route(rlab, "3355") == ""
             assert "lookup 3355" not in rlab.run("A", ["ip", "-6", "rule", "show"], check=True).stdout
             st = a.ListInlineMonitors(pb.ListInlineMonitorsRequest(), timeout=10).monitors
             assert [(m.monitor.flow_id, m.program) for m in st] == [(7, "ioam_tx")]
+            assert ingress(a).next_sequence == 50  # TC numbers on from the route's (before: from 0)
             a.Reset(pb.ResetInlineRequest(), timeout=30)
             assert s.CreatePolicy(spb.CreatePolicyRequest(policy=pol), timeout=10).changed
     finally:
