@@ -533,8 +533,20 @@ def test_steer_to_a_list_too_long_falls_back_remove_gives_state_back(rlab, rpki,
             assert [(p.seq, p.sids, p.hbh_len) for p in seen] == [(i, five, 16 + 16 * 6) for i in range(100, 200)]
             text = metrics(agent, r"segscope_agent_inline_route_fallbacks\{[^}]*\} 1\b")
             assert re.search(r"segscope_agent_inline_route_fallbacks\{[^}]*\} 1\b", text), text[-2000:]
-            # steered back: the monitor follows its policy onto the route again, numbering on from 200
-            assert steer(s, pol, SIDS).changed
+            # steered back (ApplyBatch, pipelined, after another operation): the monitor follows its
+            # policy onto the route again once the kernel has it, numbering on from 200
+            other = spb.Policy()
+            other.CopyFrom(pol)
+            other.destination, other.segments[:] = "fd00:b:9::/64", five
+            batch = spb.ApplyBatchRequest(
+                operations=[
+                    spb.Srv6Operation(create_policy=spb.CreatePolicyRequest(policy=other)),
+                    spb.Srv6Operation(update_policy=spb.UpdatePolicyRequest(policy=pol)),
+                ]
+            )
+            done = s.ApplyBatch(batch, timeout=30)
+            assert [(r.code, r.changed) for r in done.results] == [(0, True), (0, True)], done
+            assert s.RemovePolicy(spb.RemovePolicyRequest(destination=other.destination, table=254), timeout=30).changed
             st = a.ListInlineMonitors(pb.ListInlineMonitorsRequest(), timeout=10).monitors
             assert [(m.monitor.flow_id, m.program, list(m.monitor.segments), m.monitor.trace_nodes) for m in st] == [
                 (7, "ioam_lwt", SIDS, 3)
