@@ -262,6 +262,7 @@ class InlineAgent:
         self.fell_back: dict[int, tuple[str, int]] = {}
         self.route_steers = 0  # UpdatePolicy moved a route monitor's policy to another SID list on the route
         self.route_fallbacks = 0  # ... and the new policy could not stay on the route: ioam_tx on TC took over
+        self.tc_follows = 0  # a monitor that fell back to TC followed a later update of its policy
         self.next_hop_reattachments = 0  # routes attached again: the first SID's next hop changed
         self.next_hop_lost = 0  # ... of those, to the kernel's seg6 encap: the first SID had no gateway any more
         self._watch_stop = threading.Event()
@@ -901,6 +902,7 @@ class InlineAgent:
             m.device = self.srv6.devname(new.oif)
             self.stop_tc(INGRESS, fid)
             where = self._start_following(m, node_id, next_seq, new.key)
+            self.tc_follows += 1
             self.notes[fid] = (
                 f"followed its policy from {was} to {','.join(new.segments)} {where}; "
                 f"sequence numbers go on from {next_seq}"
@@ -1175,6 +1177,7 @@ class InlineAgent:
                 "inline_monitors_on_route": len(self.routes),
                 "inline_route_steers": self.route_steers,
                 "inline_route_fallbacks": self.route_fallbacks,
+                "inline_tc_follows": self.tc_follows,
                 "inline_route_next_hop_reattachments": self.next_hop_reattachments,
                 "inline_route_next_hop_lost": self.next_hop_lost,
                 "ioam_streamer_restarts": self.streamer_restarts,

@@ -552,6 +552,8 @@ def test_steer_to_a_list_too_long_falls_back_remove_gives_state_back(rlab, rpki,
                 (7, "ioam_lwt", SIDS, 3)
             ]
             assert "followed its policy" in st[0].note and "go on from 200" in st[0].note, st[0].note
+            text = metrics(agent, r"segscope_agent_inline_tc_follows\{[^}]*\} 1\b")
+            assert re.search(r"segscope_agent_inline_tc_follows\{[^}]*\} 1\b", text), text[-2000:]
             assert "encap bpf" in route(rlab)
             with capture(rlab.ns("R"), "r0", tmp_path / "r0-back.pcap"):
                 send(rlab, 100)
