@@ -72,9 +72,13 @@ LWT_MAX_HEADER = 256
 # How often the agent checks the first SID's next hop of the routes it runs with a fixed next hop: a
 # route change is followed within this (plus one attach-route, ~20 ms)
 NEXT_HOP_CHECK_S = 1.0
+# a paused route's packets that read its entry before the pause finish within microseconds (the
+# program runs to completion under RCU); after this their sequence numbers are all taken
+ROUTE_PAUSE_SETTLE_S = 0.05
 MAX_SAMPLE_EVERY = 65535  # the datapath's IOAM_SAMPLE_EVERY_MAX (datapath/ioam.h)
 MAX_SAMPLE_INTERVAL_US = 60_000_000
 MAX_NAMESPACES = 64
+MAX_ALTERNATE_PATHS = 15  # an EGRESS monitor's other SID lists (a steered policy's candidates)
 PORT_PROTOCOLS = (6, 17)  # TCP, UDP: the inner protocols whose ports ioam_tx can match
 # ioam_tx list-flows --json per flow (`seen` is the API's `packets`)
 INGRESS_COUNTERS = ("sampled", "instrumented", "skipped_mtu", "skipped_gso", "skipped_other")
@@ -95,6 +99,7 @@ def validate_monitor(m: pb.InlineMonitor) -> pb.InlineMonitor:
         raise F.invalid("monitor.namespace_id", "required (an IOAM Namespace-ID, 1..65535)")
     F.in_range("monitor.namespace_id", m.namespace_id, 1, 0xFFFF)
     sampling = m.WhichOneof("sampling")
+    _validate_alternate_paths(out, side)
     if side == EGRESS:
         F.refuse("monitor.trace_nodes", m.trace_nodes != 0, "with INLINE_SIDE_EGRESS (the ingress sizes the trace)")
         F.refuse("monitor.sampling", sampling is not None, "with INLINE_SIDE_EGRESS (the ingress samples)")
@@ -129,6 +134,32 @@ def validate_monitor(m: pb.InlineMonitor) -> pb.InlineMonitor:
         if out.match == pb.InlineMatch():
             out.ClearField("match")  # an empty match is the whole flow: one form of it
     return out
+
+
+def _validate_alternate_paths(out: pb.InlineMonitor, side: int) -> None:
+    """monitor.alternate_paths canonical in `out`: EGRESS only (the ingress follows its policy), each a
+    SID list of its own, none the monitor's `segments`."""
+    paths = out.alternate_paths
+    F.refuse(
+        "monitor.alternate_paths",
+        side != EGRESS and len(paths) > 0,
+        "with INLINE_SIDE_INGRESS (the ingress monitor follows its policy's SID list on the route)",
+    )
+    if len(paths) > MAX_ALTERNATE_PATHS:
+        raise F.invalid("monitor.alternate_paths", f"{len(paths)} SID lists, at most {MAX_ALTERNATE_PATHS}")
+    seen = {tuple(out.segments): "monitor.segments"}
+    for i, path in enumerate(paths):
+        where = f"monitor.alternate_paths[{i}].segments"
+        sids = F.segments(where, path.segments, max_len=MAX_SIDS)
+        if sids in seen:
+            raise F.invalid(where, f"{','.join(sids)} is {seen[sids]} already; give each SID list once")
+        seen[sids] = where
+        path.segments[:] = sids
+
+
+def sid_lists(m: pb.InlineMonitor) -> list[list[str]]:
+    """Every SID list the monitor's datapath entry keys: its own, then its alternate paths."""
+    return [list(m.segments), *(list(p.segments) for p in m.alternate_paths)]
 
 
 def validate_config(c: pb.IoamConfig) -> pb.IoamConfig:
@@ -184,6 +215,24 @@ class Side:
     node_id: int = 0  # the IOAM node id the side's monitors were started with
 
 
+def _first_seq_args(first_seq: int) -> list:
+    return ["--first-seq", first_seq] if first_seq else []
+
+
+def _egress_flows(entries: list[dict]) -> dict[int, dict]:
+    """ioam_rx list-flows has one entry per SID list: a flow with alternate paths has several, its
+    counters the sums."""
+    flows: dict[int, dict] = {}
+    for e in entries:
+        fid = int(e["flow_id"])
+        if fid not in flows:
+            flows[fid] = dict(e)
+            continue
+        for counter in ("records", "ringbuf_full"):
+            flows[fid][counter] = int(flows[fid][counter]) + int(e[counter])
+    return flows
+
+
 class InlineAgent:
     """The node's in-line monitor sides, its IOAM identity, the ioam_records streamer; one lock."""
 
@@ -208,8 +257,12 @@ class InlineAgent:
         self.routes: dict[int, RouteMonitor] = {}  # INGRESS monitors on ioam_lwt, by flow id
         self.srv6 = None  # the node's Srv6State: which policy routes carry a monitor's SID list
         self.notes: dict[int, str] = {}  # INGRESS flow id -> where its policy's update moved the monitor
+        # INGRESS flow id on ioam_tx (TC) -> the policy (prefix, table) it fell back from: it follows
+        # that policy's later updates (follow_policy)
+        self.fell_back: dict[int, tuple[str, int]] = {}
         self.route_steers = 0  # UpdatePolicy moved a route monitor's policy to another SID list on the route
         self.route_fallbacks = 0  # ... and the new policy could not stay on the route: ioam_tx on TC took over
+        self.tc_follows = 0  # a monitor that fell back to TC followed a later update of its policy
         self.next_hop_reattachments = 0  # routes attached again: the first SID's next hop changed
         self.next_hop_lost = 0  # ... of those, to the kernel's seg6 encap: the first SID had no gateway any more
         self._watch_stop = threading.Event()
@@ -429,8 +482,9 @@ class InlineAgent:
                     args += [flag, value]
         return args
 
-    def start_tc(self, m: pb.InlineMonitor, node_id: int) -> None:
-        """The monitor on its side's program: ioam_tx on TC (INGRESS without a policy route) or ioam_rx."""
+    def start_tc(self, m: pb.InlineMonitor, node_id: int, first_seq: int = 0) -> None:
+        """The monitor on its side's program: ioam_tx on TC (INGRESS without a policy route) or ioam_rx.
+        first_seq: where an INGRESS monitor moving from the route program goes on numbering."""
         s = self.sides.get(m.side)
         fresh = s is None
         added_device = not fresh and m.device not in s.devices
@@ -440,7 +494,8 @@ class InlineAgent:
         elif added_device:
             self.attach_dev(m.side, m.device)
         try:
-            self.run(m.side, self.add_flow_args(m, s.node_id), "monitor")
+            self.run(m.side, [*self.add_flow_args(m, s.node_id), *_first_seq_args(first_seq)], "monitor")
+            self._add_alternate_paths(m)
         except ApiError:
             if fresh:
                 self.detach(m.side)
@@ -449,12 +504,24 @@ class InlineAgent:
             raise
         s.monitors[m.flow_id] = m
 
+    def _add_alternate_paths(self, m: pb.InlineMonitor) -> None:
+        """ioam_rx keys its flows by SID list: each alternate path one more entry of the flow (the
+        packets of a steered policy recorded in it). On a failure the flow goes, all its entries."""
+        base = ["add-flow", "--instance", self.instance, "--flow-id", m.flow_id, "--namespace-id", m.namespace_id]
+        try:
+            for i, path in enumerate(m.alternate_paths):
+                self.run(m.side, [*base, "--sids", ",".join(path.segments), "--alternate"], f"alternate_paths[{i}]")
+        except ApiError:
+            self.run(m.side, ["del-flow", "--instance", self.instance, "--flow-id", m.flow_id], "flow_id")
+            raise
+
     def stop_tc(self, side: int, flow_id: int) -> None:
         s = self.sides[side]
         self.run(side, ["del-flow", "--instance", self.instance, "--flow-id", flow_id], "flow_id")
         device = s.monitors.pop(flow_id).device
         if side == INGRESS:
             self.notes.pop(flow_id, None)
+            self.fell_back.pop(flow_id, None)
         log.info("StopInlineMonitor %s flow %d: stopped", PROG[side], flow_id)
         if not s.monitors:
             self.detach(side)
@@ -656,7 +723,7 @@ class InlineAgent:
         self.run_route(["detach-route", *self._route_args(pol)], "monitor")
         log.info("ioam_lwt gave %s table %d back to the seg6 route", pol["prefix"], pol["table"])
 
-    def start_route(self, m: pb.InlineMonitor, policies: list, node_id: int) -> None:
+    def start_route(self, m: pb.InlineMonitor, policies: list, node_id: int, first_seq: int = 0) -> None:
         taken: list[dict] = []
         try:
             for p in policies:
@@ -664,7 +731,7 @@ class InlineAgent:
             for dev, if_id in sorted(self.ioam.interfaces_now().items()):
                 args = ["set-if-id", "--instance", self.instance, *self.ns_args(), "--dev", dev, "--if-id", if_id]
                 self.run_route(args, "config.interfaces")
-            self.run_route(self.add_flow_args(m, node_id), "monitor")
+            self.run_route([*self.add_flow_args(m, node_id), *_first_seq_args(first_seq)], "monitor")
         except ApiError:
             for pol in taken:
                 self.give_back(pol)
@@ -702,7 +769,8 @@ class InlineAgent:
     def release_policy(self, policy) -> None:
         """RemovePolicy of a policy ioam_lwt runs: its route is given back (the route entry, the copy in
         table 3355 and its rule go), then Srv6Service removes it. A monitor left without a policy
-        route goes on with ioam_tx on TC, the inserter for a SID list without a policy route."""
+        route goes on with ioam_tx on TC, the inserter for a SID list without a policy route, its
+        numbering going on (the route paused first, as for a fallback)."""
         with self.lock:
             fid = self.monitor_of(policy.key)
             if fid is None:
@@ -714,9 +782,15 @@ class InlineAgent:
                 self.give_back(pol)
                 rm.policies.remove(pol)
             else:  # the flow first: the last route's give-back removes the program's pins
+                next_seq = self._pause_route(rm, pol)
                 self.stop_route(fid)
-                log.info("flow %d: its policy %s was removed; ioam_tx on TC takes over", fid, policy.destination)
-                self.start_tc(rm.monitor, rm.node_id)
+                log.info(
+                    "flow %d: its policy %s was removed; ioam_tx on TC takes over from sequence number %d",
+                    fid,
+                    policy.destination,
+                    next_seq,
+                )
+                self.start_tc(rm.monitor, rm.node_id, next_seq)
         self._changed_hook()
 
     def steer_policy(self, old, new) -> bool:
@@ -780,24 +854,83 @@ class InlineAgent:
         self._changed_hook()
 
     def _fall_back(self, fid: int, rm: RouteMonitor, pol: dict, new, trace_nodes: int, why: str) -> None:
+        old_key = (pol["prefix"], pol["table"])
         self.route_fallbacks += 1
         if len(rm.policies) > 1:
             self.give_back(pol)
             rm.policies.remove(pol)
             log.warning("ioam_lwt flow %d: policy %s leaves the monitor (%s)", fid, pol["prefix"], why)
             return
+        next_seq = self._pause_route(rm, pol)
         self.stop_route(fid)
         m = pb.InlineMonitor()
         m.CopyFrom(rm.monitor)
         m.segments[:] = list(new.segments)
         m.trace_nodes = trace_nodes
         m.device = self.srv6.devname(new.oif)
-        self.start_tc(m, rm.node_id)
+        self.start_tc(m, rm.node_id, next_seq)
+        self.fell_back[fid] = old_key
         self.notes[fid] = (
             f"fell back to ioam_tx on TC when its policy was updated to {','.join(new.segments)}: {why}; "
-            "sequence numbers start again at 0"
+            f"sequence numbers go on from {next_seq}"
         )
         log.warning("flow %d: %s", fid, self.notes[fid])
+
+    def follower_of(self, key: tuple[str, int]) -> int | None:
+        """The ioam_tx (TC) monitor that fell back from this policy, if any: it follows its updates."""
+        with self.lock:
+            return next((fid for fid, k in self.fell_back.items() if k == key), None)
+
+    def follow_policy(self, old, new) -> None:
+        """After the kernel has the updated policy (Srv6Service calls it on commit): the monitor that
+        fell back to ioam_tx on TC from it moves to the new SID list, onto the policy's route again
+        when the header fits, with its numbering going on: the old list's flow no longer sees
+        packets once the packets encapsulated before the update have passed TC, so its next
+        sequence number is final then."""
+        with self.lock:
+            fid = self.follower_of(old.key)
+            if fid is None:
+                return
+            side = self.sides[INGRESS]
+            node_id, was = side.node_id, ",".join(side.monitors[fid].segments)
+            time.sleep(ROUTE_PAUSE_SETTLE_S)
+            next_seq = int(self.datapath_flows(INGRESS)[fid]["next_seq"])
+            m = pb.InlineMonitor()
+            m.CopyFrom(side.monitors[fid])
+            m.segments[:] = list(new.segments)
+            m.trace_nodes = min(len(new.segments) + 1, MAX_TRACE_NODES)
+            m.device = self.srv6.devname(new.oif)
+            self.stop_tc(INGRESS, fid)
+            where = self._start_following(m, node_id, next_seq, new.key)
+            self.tc_follows += 1
+            self.notes[fid] = (
+                f"followed its policy from {was} to {','.join(new.segments)} {where}; "
+                f"sequence numbers go on from {next_seq}"
+            )
+            log.warning("flow %d: %s", fid, self.notes[fid])
+        self._changed_hook()
+
+    def _start_following(self, m: pb.InlineMonitor, node_id: int, next_seq: int, key: tuple[str, int]) -> str:
+        """The moved monitor on the policy's route when its header fits, else on TC; where it went."""
+        header = 40 + (16 + 16 * m.trace_nodes) + (8 + 16 * len(m.segments)) + 32
+        policies = self.policies_for(m) if len(m.segments) <= MAX_SIDS and header <= LWT_MAX_HEADER else []
+        if policies:
+            try:
+                self.start_route(m, policies, node_id, next_seq)
+                return "on the route (ioam_lwt)"
+            except ApiError as e:
+                log.warning("flow %d: cannot go back onto the route (%s): ioam_tx on TC", m.flow_id, e.message)
+        self.start_tc(m, node_id, next_seq)
+        self.fell_back[m.flow_id] = key
+        return "on ioam_tx on TC"
+
+    def _pause_route(self, rm: RouteMonitor, pol: dict) -> int:
+        """The route only encapsulates from now on (its entry rewritten with --paused: one map
+        update), then the flow's next sequence number, which no packet moves any more: where ioam_tx
+        on TC goes on, so the egress sees one series of numbers across the move."""
+        self.attach_route(dict(pol), ["--flow-sids", ",".join(rm.flow_sids), "--paused"])
+        time.sleep(ROUTE_PAUSE_SETTLE_S)
+        return int(self.datapath_flows(INGRESS, on_route=True)[rm.monitor.flow_id]["next_seq"])
 
     def _leftover_policy(self, policy) -> dict:
         return {
@@ -863,6 +996,7 @@ class InlineAgent:
                     for side, s in sorted(self.sides.items())
                 ],
                 "config": js(self.config) if self.config is not None else None,
+                "fell_back": [[fid, *key] for fid, key in sorted(self.fell_back.items())],
                 "routes": [
                     {
                         "monitor": js(rm.monitor),
@@ -892,6 +1026,10 @@ class InlineAgent:
                 side = pb.InlineSide.Value(sd["side"])
                 notes.append(self._adopt_side(side, sd))
             notes += self._adopt_routes(doc.get("routes", []))
+            ingress = self.sides.get(INGRESS)
+            for fid, prefix, table in doc.get("fell_back", []):
+                if ingress is not None and fid in ingress.monitors:
+                    self.fell_back[fid] = (prefix, table)
             old = Adopted.open(ProcRef.from_json(doc.get("streamer")))
             if EGRESS in self.sides and self.kafka:
                 if old is not None and (doc.get("streamer") or {}).get("cmd") == self._streamer_cmd():
@@ -1027,6 +1165,8 @@ class InlineAgent:
         args = ["list-flows", "--instance", self.instance, "--json"]
         out = json.loads(self.run_route(args, "side") if on_route else self.run(side, args, "side"))
         flows = out.get("flows", []) if isinstance(out, dict) else out
+        if side == EGRESS:
+            return _egress_flows(flows)
         return {int(f["flow_id"]): f for f in flows}
 
     def counters(self) -> dict[str, int]:
@@ -1037,6 +1177,7 @@ class InlineAgent:
                 "inline_monitors_on_route": len(self.routes),
                 "inline_route_steers": self.route_steers,
                 "inline_route_fallbacks": self.route_fallbacks,
+                "inline_tc_follows": self.tc_follows,
                 "inline_route_next_hop_reattachments": self.next_hop_reattachments,
                 "inline_route_next_hop_lost": self.next_hop_lost,
                 "ioam_streamer_restarts": self.streamer_restarts,
@@ -1179,6 +1320,21 @@ class _Both:
         return False
 
 
+def _sid_list_taken(a: InlineAgent, m: pb.InlineMonitor) -> tuple[str, list[str], int] | None:
+    """The first SID list of `m` another monitor of its side already keys: (field, SIDs, its flow)."""
+    held: dict[tuple, int] = {}
+    for side, other in a.monitors():
+        if side == m.side:
+            held.update({tuple(sids): other.flow_id for sids in sid_lists(other)})
+    if m.side == INGRESS:
+        held.update({tuple(rm.flow_sids): fid for fid, rm in a.routes.items()})
+    for i, sids in enumerate(sid_lists(m)):
+        if tuple(sids) in held:
+            field_name = "monitor.segments" if i == 0 else f"monitor.alternate_paths[{i - 1}].segments"
+            return field_name, sids, held[tuple(sids)]
+    return None
+
+
 class InlineMonitorServicer(pb_grpc.InlineMonitorServiceServicer):
     def __init__(self, agent: InlineAgent):
         self.a = agent
@@ -1206,13 +1362,13 @@ class InlineMonitorServicer(pb_grpc.InlineMonitorServiceServicer):
                     f"monitor.flow_id: {PROG[m.side]} flow {m.flow_id} exists with different parameters; "
                     "StopInlineMonitor first",
                 )
-            same = [f for s, f in a.monitors() if s == m.side and list(f.segments) == list(m.segments)]
-            same += [rm.monitor for rm in a.routes.values() if m.side == INGRESS and rm.flow_sids == list(m.segments)]
-            if same:  # the datapath finds a flow by its SID list: a second one would take it over
+            taken = _sid_list_taken(a, m)
+            if taken:  # the datapath finds a flow by its SID list: a second one would take it over
+                where, sids, flow_id = taken
                 raise ApiError(
                     grpc.StatusCode.ALREADY_EXISTS,
-                    f"monitor.segments: {PROG[m.side]} flow {same[0].flow_id} already monitors "
-                    f"{','.join(m.segments)}; one in-line monitor per SID list and side",
+                    f"{where}: {PROG[m.side]} flow {flow_id} already monitors {','.join(sids)}; one in-line "
+                    "monitor per SID list and side",
                 )
             applied = a.ioam.applied
             if applied is None:

@@ -436,6 +436,9 @@ def plan_update_policy(st: Srv6State, req: pb.UpdatePolicyRequest, path: str = "
                 "policy",
                 p.key,
             )
+        # an in-line monitor that fell back to ioam_tx on TC from this policy (before this update)
+        # follows it once the kernel has the new SID list (commit runs after the kernel's ack)
+        follows = st.route_program is not None and st.route_program.follower_of(p.key) is not None
         if st.route_program_of(p.key) is not None and st.route_program is not None:
             # an in-line monitor runs on this policy's route: the route program moves with it (the
             # steer keeps the monitor), or gives the route back and the plain seg6 route is updated
@@ -453,6 +456,13 @@ def plan_update_policy(st: Srv6State, req: pb.UpdatePolicyRequest, path: str = "
                 )
             st.resync(p.key[1])
             old = st.policies.get(p.key, old)
+        before = old
+
+        def commit() -> None:
+            st.policies[p.key] = p
+            if follows:
+                st.route_program.follow_policy(before, p)
+
         if old.metric == p.metric:
             # hitless: one RTM_NEWROUTE with NLM_F_REPLACE, the FIB entry is swapped in place
             msgs = [(R.RTM_NEWROUTE, R.NLM_F_REPLACE, R.encode_policy(p))]
@@ -464,7 +474,7 @@ def plan_update_policy(st: Srv6State, req: pb.UpdatePolicyRequest, path: str = "
             ]
         return Plan(
             msgs,
-            lambda: st.policies.__setitem__(p.key, p),
+            commit,
             resp(True),
             True,
             lambda: f"UpdatePolicy {_fmt_policy(p, st)}: replaced (was segs {','.join(old.segments)} "
@@ -472,6 +482,7 @@ def plan_update_policy(st: Srv6State, req: pb.UpdatePolicyRequest, path: str = "
             f"{path}policy",
             p.key,
             retry=decide,
+            extra={"after_the_kernel": True} if follows else {},
         )
 
     return decide()
@@ -859,7 +870,7 @@ class Srv6Servicer(pb_grpc.Srv6ServiceServicer):
         for i, (kind, sub, path, pre) in enumerate(ops):
             try:
                 plan = PLANNERS[kind](self.st, sub, path, pre)
-                if len(plan.msgs) > 1:
+                if len(plan.msgs) > 1 or plan.extra.get("after_the_kernel"):
                     flush()
                     plan = execute(self.st, plan)
                     results[i].changed = plan.changed

@@ -346,6 +346,7 @@ def inline_resource(node: str, st: inline_pb2.InlineMonitorStatus) -> Resource:
             m.sample_every if mode == "sample_every" else 0,
             m.sample_interval_us if mode == "sample_interval_us" else 0,
             inline_match(mt.src_prefix, mt.dst_prefix, mt.protocol, mt.src_port, mt.dst_port),
+            tuple(tuple(p.segments) for p in m.alternate_paths),
         ),
     )
 
@@ -359,6 +360,7 @@ def inline_msg(r: Resource) -> inline_pb2.InlineMonitor:
         device=f["dev"],
         segments=list(f["segs"]),
         namespace_id=f["namespace"],
+        alternate_paths=[inline_pb2.InlinePath(segments=list(p)) for p in f["alternates"]],
     )
     if side == "ingress":
         m.trace_nodes = f["trace_nodes"]

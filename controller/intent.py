@@ -1250,11 +1250,25 @@ def _cross_checks(c: _Checker, intent: Intent, indexed: dict[str, list[tuple[int
     # the agent's programs run there through the node's XDP chain (datapath/README.md, "Chaining")
 
 
+def steered_sid_lists(intent: Intent) -> dict[tuple, tuple[tuple[str, ...], ...]]:
+    """(node, SID list) -> every SID list segscope-steer can give that node's steered policy: the
+    policy's own and each candidate's, for each of those lists. An in-line monitor of one of them
+    is one flow over all of them (its egress records the others as alternate paths)."""
+    out: dict[tuple, tuple[tuple[str, ...], ...]] = {}
+    for s in intent.steering:
+        policy = next((p for p in intent.policies if p.key == s.key), None)
+        own = [tuple(policy.segs)] if policy is not None else []
+        paths = tuple(dict.fromkeys([*own, *(tuple(c.segs) for c in s.candidates)]))
+        out.update({(s.node, p): paths for p in paths})
+    return out
+
+
 def _inline_checks(c: _Checker, intent: Intent, indexed: dict[str, list[tuple[int, Any]]]) -> None:
     _check_unique(c, "inline_monitors", indexed["inline_monitors"], lambda m: f"in-line monitor flow_id {m.flow_id}")
     # each side's datapath finds a flow by its SID list: a second monitor with the same list on the
     # same node would take the first one over (the agent refuses it)
     seen: dict[tuple, tuple[int, int]] = {}
+    reported: set[int] = set()
     for index, m in indexed["inline_monitors"]:
         for side, end in (("egress", m.egress), ("ingress", m.ingress)):
             k = (side, end.node, tuple(m.segs))
@@ -1266,8 +1280,10 @@ def _inline_checks(c: _Checker, intent: Intent, indexed: dict[str, list[tuple[in
                     "monitor each SID list once (one in-line monitor per path); to sample differently, "
                     "change that monitor",
                 )
+                reported.add(index)
                 break
             seen.setdefault(k, (m.flow_id, index))
+    _steered_inline_checks(c, intent, indexed, reported)
     # one IOAM node id per node: a trace names its nodes by id
     if indexed["inline_monitors"]:
         ids: dict[int, str] = {}
@@ -1282,6 +1298,31 @@ def _inline_checks(c: _Checker, intent: Intent, indexed: dict[str, list[tuple[in
                     f"set `ioam_id:` on node {name} to an id no other node has",
                 )
             ids.setdefault(nid, name)
+
+
+def _steered_inline_checks(
+    c: _Checker, intent: Intent, indexed: dict[str, list[tuple[int, Any]]], reported: set[int]
+) -> None:
+    """A monitor of a steered policy's SID list records every candidate's list at its egress: no
+    other monitor of that egress node may have one of them (ioam_rx finds a flow by its SID list)."""
+    paths = steered_sid_lists(intent)
+    held: dict[tuple, tuple[int, int]] = {}  # (egress node, SID list) -> (flow_id, index)
+    for index, m in indexed["inline_monitors"]:
+        mine = paths.get((m.ingress.node, tuple(m.segs)), (tuple(m.segs),))
+        keys = [(m.egress.node, p) for p in dict.fromkeys([tuple(m.segs), *mine])]  # its own list first
+        clash = next((k for k in keys if k in held and held[k][0] != m.flow_id), None)
+        if clash is not None and index not in reported:
+            flow_id, at = held[clash]
+            c.err(
+                ("inline_monitors", index, "segs"),
+                f"{','.join(clash[1])} is recorded at {m.egress.node} by the in-line monitor flow_id {flow_id} "
+                f"(inline_monitors[{at}]): a monitor of a steered policy records every candidate's SID list",
+                "monitor a steered policy once (its monitor follows the policy over its candidates), or give "
+                "this monitor a SID list that is no candidate",
+            )
+            continue
+        for k in keys:
+            held.setdefault(k, (m.flow_id, index))
 
 
 SECTION_FIELD = {"link_probes": "stamp_sessions"}  # a link probe is a STAMP session of the Intent

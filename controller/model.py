@@ -14,7 +14,8 @@ import ipaddress
 from dataclasses import dataclass, field
 from typing import Any
 
-from controller.intent import Intent
+from controller.intent import MAX_TRACE_NODES as MAX_INLINE_TRACE_NODES
+from controller.intent import Intent, steered_sid_lists
 
 # Kinds in dependency order: SIDs before the policies that steer onto them, policies before the
 # sessions and flows that travel over them; a reflector before its sender, an RX side (egress,
@@ -236,13 +237,16 @@ def inline_spec(
     sample_every: int = 0,
     sample_interval_us: int = 0,
     match: tuple = NO_MATCH,
+    alternates: tuple = (),
 ) -> tuple:
     """An in-line monitor side; node_id is the node's IOAM id the datapath writes (a new id means
-    the monitor must be started again: its records carry it)."""
+    the monitor must be started again: its records carry it). alternates (egress only): the other
+    SID lists of the flow's steered policy, recorded as the same flow."""
     ingress = side == "ingress"
     return spec(
         dev=dev,
         segs=segs(sids),
+        alternates=() if ingress else tuple(segs(a) for a in alternates),
         namespace=int(namespace),
         node_id=int(node_id),
         trace_nodes=int(trace_nodes) if ingress else 0,
@@ -253,6 +257,35 @@ def inline_spec(
 
 
 # ------------------------------------------------------------------ intent -> desired
+
+
+def _steered_paths(intent: Intent) -> dict[tuple, tuple[tuple[str, ...], ...]]:
+    """controller.intent.steered_sid_lists with canonical SIDs (the agents' form)."""
+    return {(node, segs(k)): tuple(segs(p) for p in paths) for (node, k), paths in steered_sid_lists(intent).items()}
+
+
+def _inline_ingress(intent: Intent, m, steered_to: tuple[str, ...] | None = None) -> Resource:
+    """The INGRESS side of in-line monitor m; steered_to: as the agent reports it once its policy was
+    steered to that SID list (the monitor follows the policy, its trace sized for the new path)."""
+    mt = m.match
+    sids = steered_to if steered_to is not None else m.segs
+    trace_nodes = min(len(sids) + 1, MAX_INLINE_TRACE_NODES) if steered_to is not None else m.trace_nodes
+    return Resource(
+        "inline_ingress",
+        m.ingress.node,
+        ("ingress", m.flow_id),
+        inline_spec(
+            "ingress",
+            m.ingress.dev,
+            sids,
+            m.namespace,
+            intent.nodes[m.ingress.node].ioam_node_id,
+            trace_nodes,
+            m.sample_every,
+            m.sample_interval_us,
+            inline_match(mt.src, mt.dst, mt.proto, mt.sport, mt.dport),
+        ),
+    )
 
 
 def desired_state(intent: Intent) -> DesiredState:
@@ -356,36 +389,31 @@ def desired_state(intent: Intent) -> DesiredState:
     # nodes it names) gets its IOAM configuration: node id, the namespaces of those flows, every
     # device enabled
     ioam_namespaces: dict[str, set[int]] = {}
+    steered_paths = _steered_paths(intent)
     for m in intent.inline_monitors:
         for node in {m.ingress.node, m.egress.node, *m.transit}:
             ioam_namespaces.setdefault(node, set()).add(m.namespace)
-        mt = m.match
+        # a monitor of a steered policy's SID list: one flow over every path the steer can give it
+        paths = steered_paths.get((m.ingress.node, segs(m.segs)), ())
         d.add(
             Resource(
                 "inline_egress",
                 m.egress.node,
                 ("egress", m.flow_id),
-                inline_spec("egress", m.egress.dev, m.segs, m.namespace, intent.nodes[m.egress.node].ioam_node_id),
-            )
-        )
-        d.add(
-            Resource(
-                "inline_ingress",
-                m.ingress.node,
-                ("ingress", m.flow_id),
                 inline_spec(
-                    "ingress",
-                    m.ingress.dev,
+                    "egress",
+                    m.egress.dev,
                     m.segs,
                     m.namespace,
-                    intent.nodes[m.ingress.node].ioam_node_id,
-                    m.trace_nodes,
-                    m.sample_every,
-                    m.sample_interval_us,
-                    inline_match(mt.src, mt.dst, mt.proto, mt.sport, mt.dport),
+                    intent.nodes[m.egress.node].ioam_node_id,
+                    alternates=tuple(p for p in paths if p != segs(m.segs)),
                 ),
             )
         )
+        ingress = _inline_ingress(intent, m)
+        d.add(ingress)
+        if paths:
+            d.steered[ingress.ident] = {_inline_ingress(intent, m, p).spec for p in paths}
     for node, namespaces in sorted(ioam_namespaces.items()):
         d.add(Resource("ioam_node", node, IOAM_KEY, ioam_spec(intent.nodes[node].ioam_node_id, namespaces, True)))
     return d

@@ -20,7 +20,7 @@ enum { OPT_NETNS = 256, OPT_DEV, OPT_INSTANCE, OPT_PIN_DIR, OPT_SIDS, OPT_FLOW_I
        OPT_TRACE_NODES, OPT_SAMPLE_EVERY, OPT_SAMPLE_INTERVAL_US, OPT_MATCH_SRC, OPT_MATCH_DST, OPT_MATCH_PROTO,
        OPT_MATCH_SPORT, OPT_MATCH_DPORT, OPT_IF_ID, OPT_TAI_OFFSET, OPT_RINGBUF_SIZE, OPT_COUNT, OPT_TIMEOUT_MS,
        OPT_HEX, OPT_REPEAT, OPT_JSON, OPT_PREFIX, OPT_TUNSRC, OPT_TABLE, OPT_METRIC, OPT_MTU, OPT_FIXED_NEXT_HOP,
-       OPT_FLOW_SIDS };
+       OPT_FLOW_SIDS, OPT_ALTERNATE, OPT_PAUSED, OPT_FIRST_SEQ };
 
 static const struct option long_opts[] = {
 	{ "netns", required_argument, NULL, OPT_NETNS },
@@ -54,6 +54,9 @@ static const struct option long_opts[] = {
 	{ "mtu", required_argument, NULL, OPT_MTU },
 	{ "fixed-next-hop", no_argument, NULL, OPT_FIXED_NEXT_HOP },
 	{ "flow-sids", required_argument, NULL, OPT_FLOW_SIDS },
+	{ "alternate", no_argument, NULL, OPT_ALTERNATE },
+	{ "paused", no_argument, NULL, OPT_PAUSED },
+	{ "first-seq", required_argument, NULL, OPT_FIRST_SEQ },
 	{ "help", no_argument, NULL, 'h' },
 	{},
 };
@@ -96,6 +99,9 @@ static int parse_args(const struct ioam_prog *p, int argc, char **argv, struct i
 		case OPT_TUNSRC: a->tunsrc = optarg; break;
 		case OPT_FIXED_NEXT_HOP: a->fixed_next_hop = true; break;
 		case OPT_FLOW_SIDS: a->flow_sids = optarg; break;
+		case OPT_ALTERNATE: a->alternate = true; break;
+		case OPT_PAUSED: a->paused = true; break;
+		case OPT_FIRST_SEQ: ok = num("--first-seq", 0, UINT64_MAX, &a->first_seq, NULL); break;
 		case OPT_TABLE: ok = num("--table", 1, UINT32_MAX, &a->table, NULL); break;
 		case OPT_METRIC: ok = num("--metric", 0, UINT32_MAX, &a->metric, NULL); break;
 		case OPT_MTU: ok = num("--mtu", 1280, 65535, &a->mtu, NULL); break;

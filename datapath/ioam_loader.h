@@ -29,6 +29,9 @@ struct ioam_args {
 	bool have_flow_id, have_namespace_id, have_node_id, have_trace_nodes, have_sample_every;
 	bool have_sample_interval, have_match_proto, have_match_sport, have_match_dport, have_if_id;
 	bool have_tai_offset, json, fixed_next_hop;
+	bool alternate;                       /* ioam_rx add-flow: another SID list of an existing flow */
+	bool paused;                          /* ioam_lwt attach-route: encapsulate only */
+	uint64_t first_seq;                   /* ioam_tx add-flow: the first E2E sequence number (default 0) */
 };
 
 struct ioam_prog {

@@ -339,6 +339,8 @@ int ioam_lwt(struct __sk_buff *skb)
 		count(IOLWT_DROP_NO_ROUTE);
 		return BPF_DROP;
 	}
+	if (rt->flags & IOAM_LWT_PAUSED)
+		return kernel_encap(skb, &head, rt, IOLWT_PASS_UNMONITORED);
 	f = bpf_map_lookup_elem(&ioam_tx_flows, &rt->flow);
 	if (!f)
 		return kernel_encap(skb, &head, rt, IOLWT_PASS_UNMONITORED);

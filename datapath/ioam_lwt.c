@@ -49,7 +49,7 @@ static const char usage[] =
 	"usage:\n"
 	"  ioam_lwt attach-route --instance NAME --prefix PFX/LEN --dev IF --sids A,B,.. [--netns NS]\n"
 	"      [--table T] [--metric M] [--mtu N] [--tunsrc ADDR] [--tai-offset S] [--pin-dir DIR] [--fixed-next-hop]\n"
-	"      [--flow-sids A,B,..] [--trace-nodes N]\n"
+	"      [--flow-sids A,B,..] [--trace-nodes N] [--paused]\n"
 	"  ioam_lwt detach-route --instance NAME --prefix PFX/LEN --dev IF --sids A,B,.. [--netns NS]\n"
 	"      [--table T] [--metric M]          (the route back to encap seg6 mode encap segs A,B,..)\n"
 	"  ioam_lwt list-routes --instance NAME [--json]\n"
@@ -61,7 +61,8 @@ static const char usage[] =
 	"first SID's gateway as resolved now (no route lookup per packet; attach again when that route changes).\n"
 	"attach-route on a route ioam_lwt already runs rewrites it in place (a steer: new --sids, the next hop\n"
 	"again); --flow-sids A,B,..: the flow its packets count in (default --sids: a steered policy keeps its\n"
-	"monitor's flow and sequence numbers), --trace-nodes N: the trace slots for this route (default the flow's).\n"
+	"monitor's flow and sequence numbers), --trace-nodes N: the trace slots for this route (default the flow's),\n"
+	"--paused: the route only encapsulates (its flow's sampling and sequence numbers stand still).\n"
 	"Pins in " IOAM_PIN_ROOT "/NAME/ioam_lwt unless --pin-dir.\n";
 
 /* Run argv (ip ...) in this process's netns; 0 or -1 after a message with its output. */
@@ -371,6 +372,8 @@ static int run_attach_route(void *args, const void *prog)
 		out_dev = gw_dev;
 		rt.flags |= IOAM_LWT_FIXED_NEXT_HOP;
 	}
+	if (a->paused)
+		rt.flags |= IOAM_LWT_PAUSED;
 	rt.oif = (__u32)ifindex;
 	rt.mtu = (__u32)a->mtu;
 	if ((!a->mtu && device_mtu(out_dev, &rt.mtu)) ||
@@ -487,8 +490,9 @@ static int run_list_routes(void *args, const void *prog)
 			continue;
 		}
 		printf("%s{\"prefix\": \"%s/%u\", \"oif\": %u, \"mtu\": %u, \"tunsrc\": \"%s\", \"fixed_next_hop\": %s, "
-		       "\"trace_nodes\": %u, \"sids\": ", first ? "" : ", ", addr, key.prefixlen, rt.oif, rt.mtu, src,
-		       rt.flags & IOAM_LWT_FIXED_NEXT_HOP ? "true" : "false", rt.trace_nodes);
+		       "\"paused\": %s, \"trace_nodes\": %u, \"sids\": ", first ? "" : ", ", addr, key.prefixlen, rt.oif,
+		       rt.mtu, src, rt.flags & IOAM_LWT_FIXED_NEXT_HOP ? "true" : "false",
+		       rt.flags & IOAM_LWT_PAUSED ? "true" : "false", rt.trace_nodes);
 		ioam_print_sids_json(&rt.sids);
 		printf(", \"flow_sids\": ");
 		ioam_print_sids_json(&rt.flow);

@@ -33,6 +33,13 @@
  * instrumented ones are re-routed on their outer destination.
  */
 #define IOAM_LWT_FIXED_NEXT_HOP 0x1
+/*
+ * The route only encapsulates (attach-route --paused): its packets take the kernel's seg6 encap,
+ * counted pass_unmonitored, and its flow's sampling position and sequence number stand still. The
+ * agent pauses a route before its monitor moves to ioam_tx on TC, reads the flow's next sequence
+ * number once no packet can move it any more, and starts the TC flow there (add-flow --first-seq).
+ */
+#define IOAM_LWT_PAUSED 0x2
 
 /*
  * GSO packets cannot take the kernel's seg6 encap through bpf_lwt_push_encap: the helper does not

@@ -35,15 +35,16 @@ static const char usage[] =
 	"  ioam_rx detach --dev IF --instance NAME [--netns NS]\n"
 	"  ioam_rx attach-dev|detach-dev --dev IF --instance NAME [--netns NS]   (one more device / off one)\n"
 	"  ioam_rx chain --instance NAME [--netns NS]   (the XDP chain of the instance, JSON)\n"
-	"  ioam_rx add-flow --instance NAME --sids A,B,.. --flow-id N --namespace-id NS\n"
-	"  ioam_rx del-flow --instance NAME (--sids A,B,.. | --flow-id N)\n"
+	"  ioam_rx add-flow --instance NAME --sids A,B,.. --flow-id N --namespace-id NS [--alternate]\n"
+	"  ioam_rx del-flow --instance NAME (--sids A,B,.. | --flow-id N)   (--flow-id: all its SID lists)\n"
 	"  ioam_rx list-flows --instance NAME [--json]\n"
 	"  ioam_rx stats --instance NAME [--json]\n"
 	"  ioam_rx dump --instance NAME [--count N] [--timeout-ms 2000]   (JSON line per record; consumes them)\n"
 	"  ioam_rx set-tai-offset --instance NAME [--tai-offset S]   (TAI-UTC; default from adjtimex)\n"
 	"  ioam_rx test-run --instance NAME --hex FRAME [--repeat N]\n"
 	"--sids: the policy's SIDs in travel order, <= 6; --ringbuf-size: a power of two multiple of the page\n"
-	"size (default 4 MiB).\n"
+	"size (default 4 MiB). add-flow --alternate: one more SID list of flow N (a path its policy can be\n"
+	"steered to): its packets are recorded in flow N; list-flows shows one line per SID list.\n"
 	"Pins in " IOAM_PIN_ROOT "/NAME/ioam_rx unless --pin-dir.\n";
 
 static int write_config(int fd, const struct ioam_args *a, uint32_t node_id)
@@ -125,10 +126,42 @@ static int run_attach_dev(void *a, const void *prog) { return run_member("attach
 static int run_detach_dev(void *a, const void *prog) { return run_member("detach-dev", a, prog); }
 static int run_chain(void *a, const void *prog) { return run_member("chain", a, prog); }
 
+/*
+ * Whether flow.flow_id may key `key`: a flow id names one flow, on one SID list, unless --alternate:
+ * then `key` is one more SID list of that flow (a path a steer can move its policy to; the ingress
+ * keeps its sequence numbers, so the records of every path make one series), in its namespace.
+ */
+static bool flow_id_free(int fd, const struct ioam_args *a, const struct altmark_sidlist_key *key,
+			 const struct ioam_rx_flow *flow)
+{
+	struct altmark_sidlist_key other;
+	struct ioam_rx_flow first;
+
+	if (ioam_find_flow_id(fd, sizeof(*flow), flow->flow_id, &other) <= 0) {
+		if (a->alternate)
+			die_msg("--alternate: no flow %u in %s to add a SID list to; add-flow it without --alternate "
+				"first", flow->flow_id, a->pin_dir);
+		return !a->alternate;
+	}
+	if (!memcmp(&other, key, sizeof(*key)))
+		return true;   /* this SID list of the flow again */
+	if (!a->alternate) {
+		die_msg("--flow-id: %u is already used by another flow of %s; del-flow it first, or give --alternate "
+			"to add this SID list to it", flow->flow_id, a->pin_dir);
+		return false;
+	}
+	if (bpf_map_lookup_elem(fd, &other, &first) || first.namespace_id != flow->namespace_id) {
+		die_msg("--namespace-id: flow %u has namespace %u; its SID lists share it", flow->flow_id,
+			first.namespace_id);
+		return false;
+	}
+	return true;
+}
+
 static int run_add_flow(void *args, const void *prog)
 {
 	struct ioam_args *a = args;
-	struct altmark_sidlist_key key, other;
+	struct altmark_sidlist_key key;
 	struct ioam_rx_flow flow = {};
 	int fd, rc = EXIT_FAIL;
 
@@ -145,11 +178,8 @@ static int run_add_flow(void *args, const void *prog)
 	fd = open_pinned(a->pin_dir, "ioam_rx_flows");
 	if (fd < 0)
 		return EXIT_FAIL;
-	if (ioam_find_flow_id(fd, sizeof(flow), flow.flow_id, &other) > 0 && memcmp(&other, &key, sizeof(key))) {
-		die_msg("--flow-id: %u is already used by another flow of %s; del-flow it first", flow.flow_id,
-			a->pin_dir);
+	if (!flow_id_free(fd, a, &key, &flow))
 		goto out;
-	}
 	flow.installed_tai_ns = ioam_tai_now_ns();
 	if (bpf_map_update_elem(fd, &key, &flow, BPF_ANY)) {
 		die_msg("cannot install the flow in %s: %s", a->pin_dir, strerror(errno));
@@ -160,6 +190,24 @@ static int run_add_flow(void *args, const void *prog)
 out:
 	close(fd);
 	return rc;
+}
+
+/* del-flow --flow-id: every SID list of the flow (its own and its --alternate ones); closes fd. */
+static int del_flow_id(int fd, const struct ioam_args *a)
+{
+	struct altmark_sidlist_key key;
+	unsigned int deleted = 0;
+
+	while (ioam_find_flow_id(fd, sizeof(struct ioam_rx_flow), (uint32_t)a->flow_id, &key) > 0 &&
+	       !bpf_map_delete_elem(fd, &key))
+		deleted++;
+	close(fd);
+	if (!deleted) {
+		die_msg("--flow-id: no flow %llu in %s", (unsigned long long)a->flow_id, a->pin_dir);
+		return EXIT_FAIL;
+	}
+	printf("flow deleted from %s (%u SID lists)\n", a->pin_dir, deleted);
+	return EXIT_OK;
 }
 
 static int run_del_flow(void *args, const void *prog)
@@ -180,12 +228,10 @@ static int run_del_flow(void *args, const void *prog)
 	fd = open_pinned(a->pin_dir, "ioam_rx_flows");
 	if (fd < 0)
 		return EXIT_FAIL;
-	if (!a->sids && ioam_find_flow_id(fd, sizeof(struct ioam_rx_flow), (uint32_t)a->flow_id, &key) <= 0) {
-		die_msg("--flow-id: no flow %llu in %s", (unsigned long long)a->flow_id, a->pin_dir);
-		goto out;
-	}
+	if (!a->sids)
+		return del_flow_id(fd, a);
 	if (bpf_map_delete_elem(fd, &key)) {
-		die_msg("%s: no such flow in %s", a->sids ? "--sids" : "--flow-id", a->pin_dir);
+		die_msg("--sids: no such flow in %s", a->pin_dir);
 		goto out;
 	}
 	printf("flow deleted from %s\n", a->pin_dir);

@@ -31,6 +31,7 @@ static const char usage[] =
 	"  ioam_tx add-flow --instance NAME --sids A,B,.. --flow-id N --namespace-id NS --node-id ID\n"
 	"      --trace-nodes K (--sample-every N | --sample-interval-us M)\n"
 	"      [--match-src PFX/LEN] [--match-dst PFX/LEN] [--match-proto N] [--match-sport N] [--match-dport N]\n"
+	"      [--first-seq S]   (the first E2E sequence number, default 0)\n"
 	"  ioam_tx del-flow --instance NAME (--sids A,B,.. | --flow-id N)\n"
 	"  ioam_tx list-flows --instance NAME [--json]\n"
 	"  ioam_tx stats --instance NAME [--json]\n"

@@ -125,7 +125,9 @@ int ioam_tx_add_flow(void *args, const void *prog)
 			a->pin_dir);
 		goto out;
 	}
-	/* a flow reinstalled restarts from 0: sampling position, counters and sequence number */
+	/* a flow reinstalled restarts from 0: sampling position, counters and sequence number (from
+	 * --first-seq: a monitor that moves here from another program goes on with its numbers) */
+	flow.next_seq = a->first_seq;
 	flow.installed_tai_ns = ioam_tai_now_ns();
 	if (bpf_map_update_elem(fd, &key, &flow, BPF_ANY)) {
 		die_msg("cannot install the flow in %s: %s", a->pin_dir, strerror(errno));

@@ -9,6 +9,7 @@ Own lab (prefix `inlr`) and bpffs instances (`inlr-*`)."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -18,14 +19,21 @@ import time
 import urllib.request
 from pathlib import Path
 
+import grpc
+import numpy as np
 import pytest
 
 from collectors.topology.view import build_node_view
+from controller.intent import parse_intent
+from controller.leader import NoElection
+from controller.steer.service import SteerService
 from netlab import Lab
 from netlab.lab import teardown
+from processors.inline.aggregate import InlineAggregator
 from segscope_proto.segscope.agent.v1 import inline_pb2 as pb
 from segscope_proto.segscope.agent.v1 import inline_pb2_grpc, srv6_pb2_grpc
 from segscope_proto.segscope.agent.v1 import srv6_pb2 as spb
+from segscope_schemas import ioam_record as ir
 from segscope_schemas import names
 from tests.agent.agent_env import make_test_pki, start_agent
 from tests.agent.ioam_pcap import e2e_packets
@@ -242,18 +250,106 @@ def steer(s, pol, segments: list[str]):
     return s.UpdatePolicy(spb.UpdatePolicyRequest(policy=moved), timeout=30)
 
 
-def test_steer_keeps_the_monitor_mid_traffic(rlab, rpki, transit, tmp_path):
+def egress_ring() -> list[dict]:
+    """Every record in B's ioam_rx ring, in ring order (consumed: `ioam_rx dump` until 1.5 s of quiet
+    ends it; without --kafka nothing else reads the ring)."""
+    out = subprocess.run(
+        [str(BUILD / "datapath" / "ioam_rx"), "dump", "--instance", f"{PREFIX}-B", "--timeout-ms", "1500"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    return [json.loads(line) for line in out.splitlines() if line.strip()]
+
+
+def sequence_accounting(seqs: list[int]) -> tuple[int, int, int]:
+    """(lost, duplicated, reordered) of one flow's sequence numbers 0.., in arrival order."""
+    highest, reordered = -1, 0
+    for seq in seqs:
+        reordered += seq < highest
+        highest = max(highest, seq)
+    return highest + 1 - len(set(seqs)), len(seqs) - len(set(seqs)), reordered
+
+
+def as_records(ring: list[dict]) -> np.ndarray:
+    """`ioam_rx dump`'s JSON lines back into ioam_records (entries big-endian, as on the wire)."""
+    out = np.zeros(len(ring), dtype=ir.IOAM_RECORD_DTYPE)
+    for i, r in enumerate(ring):
+        for name in ir.IOAM_RECORD_DTYPE.names:
+            if name in r and name != "entries":
+                out[i][name] = r[name]
+        for k, e in enumerate(r["entries"]):
+            out[i]["entries"][k] = (
+                e["hop_limit"] << 24 | e["node_id"],
+                e["ingress_if_id"],
+                e["egress_if_id"],
+                e["ts_sec"],
+                e["ts_subsec"],
+            )
+    return out
+
+
+def processor_loss(ring: list[dict]) -> dict:
+    """The in-line processor's core on the egress records: its inline_loss lines summed per flow tag."""
+    agg = InlineAggregator(grace_s=0, retention_s=60)
+    invalid, _ = agg.ingest("B", as_records(ring))
+    assert invalid == {}
+    totals: dict = {}
+    for line in agg.flush_all():
+        if line.startswith("inline_loss,"):
+            tags, fields, _ = line.split(" ")
+            flow = next(t for t in tags.split(",") if t.startswith("flow="))
+            into = totals.setdefault(flow, dict.fromkeys(("received", "lost", "duplicated", "reordered"), 0))
+            for kv in fields.split(","):
+                key, value = kv.split("=")
+                if key in into:
+                    into[key] += int(value.rstrip("i"))
+    return totals
+
+
+def restart_egress(b, **kw) -> None:
+    """B's egress monitor of flow 7 started again (its counters from 0) with `kw`."""
+    b.StopInlineMonitor(pb.StopInlineMonitorRequest(side=EGRESS, flow_id=7), timeout=30)
+    b.StartInlineMonitor(pb.StartInlineMonitorRequest(monitor=mon(EGRESS, **kw)), timeout=30)
+
+
+def test_egress_alternate_paths_are_validated(transit):
+    """alternate_paths: EGRESS only, each SID list once, none another monitor's: errors name the field."""
+    b, steered = transit["B"], [pb.InlinePath(segments=STEERED)]
+    cases = [
+        (mon(flow_id=11, alternate_paths=steered), "monitor.alternate_paths: not allowed with INLINE_SIDE_INGRESS"),
+        (mon(EGRESS, flow_id=11, alternate_paths=[pb.InlinePath(segments=SIDS)]), "monitor.alternate_paths[0]"),
+        (mon(EGRESS, flow_id=11, segments=STEERED, alternate_paths=steered), "monitor.alternate_paths[0]"),
+        (mon(EGRESS, flow_id=11, segments=STEERED, alternate_paths=[pb.InlinePath()]), "alternate_paths[0].segments"),
+    ]
+    for m, want in cases:
+        with pytest.raises(grpc.RpcError) as e:
+            b.StartInlineMonitor(pb.StartInlineMonitorRequest(monitor=m), timeout=30)
+        assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT and want in e.value.details(), e.value.details()
+    # flow 7 (SIDS) runs on B: another flow may not take SIDS as an alternate path
+    taken = mon(EGRESS, flow_id=11, segments=STEERED, alternate_paths=[pb.InlinePath(segments=SIDS)])
+    with pytest.raises(grpc.RpcError) as e:
+        b.StartInlineMonitor(pb.StartInlineMonitorRequest(monitor=taken), timeout=30)
+    assert e.value.code() == grpc.StatusCode.ALREADY_EXISTS, e.value.details()
+    assert "monitor.alternate_paths[0].segments: ioam_rx flow 7 already monitors" in e.value.details()
+    listed = b.ListInlineMonitors(pb.ListInlineMonitorsRequest(side=EGRESS), timeout=10).monitors
+    assert [m.monitor.flow_id for m in listed] == [7]
+
+
+def test_steer_keeps_one_flow_end_to_end_mid_traffic(rlab, rpki, transit, tmp_path):
     """UpdatePolicy (what segscope-steer calls) on the monitored policy, while H1 sends: the route
     program stays (entry rewritten: one map update), the packets after it go the new path (R's End
     e2 counts them) still instrumented, with a trace of 4 slots for the 3-SID path, and the E2E
     sequence numbers captured on R's egress are exactly 0..N-1, old SID list first, then the new one
-    (no reset, no gap); B's egress records account for every packet. ListPolicies and the copy in
-    table 3355 show the new SID list; Stop gives the new route back. Before this, the update was
-    refused (FAILED_PRECONDITION)."""
-    agent = a_agent(rlab, rpki, tmp_path)
-    b, new_egress = transit["B"], mon(EGRESS, flow_id=8, segments=STEERED)
-    b.StartInlineMonitor(pb.StartInlineMonitorRequest(monitor=new_egress), timeout=30)
-    base7, e2_before = records(transit), end_counter(rlab, "fc00:2::e2")
+    (no reset, no gap). The egress monitor of flow 7 has the new SID list as an alternate path: B's
+    ring holds one record per packet, all of flow 7, the sequence numbers in the order R sent them
+    (lost 0, duplicated 0, reordered as on the wire: 0). ListPolicies and the copy in table 3355 show
+    the new SID list; Stop gives the new route back. Without alternate paths the egress recorded the
+    new path's packets only under a second flow started by hand."""
+    agent, b = a_agent(rlab, rpki, tmp_path), transit["B"]
+    restart_egress(b, alternate_paths=[pb.InlinePath(segments=STEERED)])
+    egress_ring()  # the records of the tests before
+    e2_before = end_counter(rlab, "fc00:2::e2")
     try:
         with agent.channel() as ch:
             a, s = inline_pb2_grpc.InlineMonitorServiceStub(ch), srv6_pb2_grpc.Srv6ServiceStub(ch)
@@ -286,15 +382,115 @@ def test_steer_keeps_the_monitor_mid_traffic(rlab, rpki, transit, tmp_path):
             assert len(old) + len(new) == sent and old and new, (len(old), len(new))
             assert max(old) < min(new) and old == sorted(old) and new == sorted(new)  # one switch, in order
             assert end_counter(rlab, "fc00:2::e2") - e2_before == len(new)
-            eg8 = b.GetInlineMonitorResults(pb.GetInlineMonitorResultsRequest(side=EGRESS, flow_id=8), timeout=10)
-            assert (records(transit) - base7, eg8.egress.records) == (len(old), len(new))
+            # the egress: one flow across the switch, every packet once, in the order R sent them
+            ring = egress_ring()
+            assert [r["flow_id"] for r in ring] == [7] * sent
+            assert [r["seq"] for r in ring] == [p.seq for p in seen]
+            assert [r["slots"] for r in ring] == [3] * len(old) + [4] * len(new)
+            truth = sequence_accounting([p.seq for p in seen])
+            assert sequence_accounting([r["seq"] for r in ring]) == truth == (0, 0, 0)
+            # the in-line processor: one flow, every packet received once across the switch
+            assert processor_loss(ring) == {"flow=7": {"received": sent, "lost": 0, "duplicated": 0, "reordered": 0}}
+            assert records(transit) == sent  # flow 7's counters: its two SID lists' together
             text = metrics(agent, r"segscope_agent_inline_route_steers\{[^}]*\} 1\b")
             assert re.search(r"segscope_agent_inline_route_steers\{[^}]*\} 1\b", text), text[-2000:]
             a.StopInlineMonitor(pb.StopInlineMonitorRequest(side=INGRESS, flow_id=7), timeout=30)
             assert "encap seg6 mode encap segs 3 [ fc00:2::e fc00:2::e2 fc00:3::d6 ]" in route(rlab)
             assert steer(s, pol, SIDS).changed
     finally:
-        b.StopInlineMonitor(pb.StopInlineMonitorRequest(side=EGRESS, flow_id=8), timeout=30)
+        restart_egress(b)
+        assert agent.stop() == 0
+    assert_plain_seg6(rlab)
+
+
+STEER_INTENT = """
+version: 1
+nodes:
+  A: {{agent: "{address}", tls: {tls}}}
+  B: {{agent: "127.0.0.1:1", tls: {tls}}}
+policies:
+  - {{node: A, destination: "{policy}", mode: encap, segs: {sids}, dev: a0}}
+steering:
+  - node: A
+    destination: "{policy}"
+    candidates:
+      - {{name: direct, segs: {sids}, return_segs: ["fc00:2::e2"], sender_dev: a0, reflector_dev: b0}}
+      - {{name: via_e2, segs: {steered}, return_segs: ["fc00:2::e2"], sender_dev: a0, reflector_dev: b0}}
+    probe: {{ssid: 301, rate_pps: 10, source: "fc00:12::1", reflector: {{node: B, address: "fc00:23::2"}}}}
+    objective: lowest_delay
+"""
+
+
+def steer_service(agent, pki) -> SteerService:
+    """segscope-steer for A's policy, its agent client on A's test agent (no Kafka: only its calls)."""
+    tls = json.dumps({"ca": str(pki.ca_pem), "cert": str(pki.client_pem), "key": str(pki.client_key)})
+    text = STEER_INTENT.format(
+        address=agent.address, tls=tls, policy=POLICY, sids=json.dumps(SIDS), steered=json.dumps(STEERED)
+    )
+    return SteerService(parse_intent(text, "steer.yaml"), "unused:9092", NoElection(), "t1")
+
+
+def test_segscope_steer_and_apply_batch_keep_one_flow(rlab, rpki, transit, tmp_path):
+    """The calls that move a monitored policy, mid-traffic: segscope-steer's own (SteerService:
+    UpdatePolicy built from the intent's policy and the candidate) to the 3-SID path, then
+    ApplyBatch (controller apply --batch: the update among other operations, pipelined) back to the
+    2-SID list. The monitor stays on the route both times; captured on R's egress the sequence
+    numbers are exactly 0..N-1 in three runs (old, new, old list, the trace sized for each); B's ring
+    has every one of them in flow 7 in that order and the in-line processor's core counts one flow:
+    received N, lost 0, duplicated 0, reordered 0."""
+    agent, b = a_agent(rlab, rpki, tmp_path), transit["B"]
+    restart_egress(b, alternate_paths=[pb.InlinePath(segments=STEERED)])
+    egress_ring()  # the records of the tests before
+    try:
+        with agent.channel() as ch:
+            a, s = inline_pb2_grpc.InlineMonitorServiceStub(ch), srv6_pb2_grpc.Srv6ServiceStub(ch)
+            enable(a, 1)
+            a.StartInlineMonitor(pb.StartInlineMonitorRequest(monitor=mon()), timeout=30)
+            svc = steer_service(agent, rpki)
+            spec = svc.policies[("A", POLICY, 254)]
+            back = next(p for p in policies(ch) if p.destination == POLICY)
+            other = spb.Policy()  # another policy on the same path, created in the same batch
+            other.CopyFrom(back)
+            other.destination = "fd00:b:9::/64"
+            batch = spb.ApplyBatchRequest(
+                operations=[
+                    spb.Srv6Operation(create_policy=spb.CreatePolicyRequest(policy=other)),
+                    spb.Srv6Operation(update_policy=spb.UpdatePolicyRequest(policy=back)),
+                ]
+            )
+            sent, pcap = 4500, tmp_path / "r1.pcap"
+            with capture(rlab.ns("R"), "r1", pcap):
+                sender = rlab.popen("H1", [sys.executable, "-c", PACED_SENDER, str(sent)], stdout=subprocess.PIPE)
+                time.sleep(0.6)
+                assert svc._update_policy(spec, tuple(STEERED)) is None
+                time.sleep(0.8)
+                done = s.ApplyBatch(batch, timeout=30)
+                assert int(sender.communicate(timeout=60)[0]) == sent
+                time.sleep(0.5)
+            assert [(r.code, r.changed) for r in done.results] == [(0, True), (0, True)], done
+            assert [list(p.segments) for p in policies(ch) if p.destination == POLICY] == [SIDS]
+            st = a.ListInlineMonitors(pb.ListInlineMonitorsRequest(), timeout=10).monitors
+            assert [(m.monitor.flow_id, m.program, list(m.monitor.segments), m.monitor.trace_nodes) for m in st] == [
+                (7, "ioam_lwt", SIDS, 3)
+            ]
+            tx = ingress(a)
+            assert tx.packets == tx.instrumented == tx.next_sequence == sent
+            seen = e2e_packets(pcap)
+            assert [p.seq for p in seen] == list(range(sent))  # in order, no reset, no gap
+            runs = [(p.sids, p.hbh_len) for p in seen]
+            switches = [k for k in range(1, sent) if runs[k] != runs[k - 1]]
+            assert len(switches) == 2, switches
+            first, second = switches
+            assert runs[0] == runs[-1] == (SIDS, 16 + 16 * 3) and runs[first] == (STEERED, 16 + 16 * 4)
+            ring = egress_ring()
+            assert [(r["flow_id"], r["seq"]) for r in ring] == [(7, p.seq) for p in seen]
+            assert processor_loss(ring) == {"flow=7": {"received": sent, "lost": 0, "duplicated": 0, "reordered": 0}}
+            text = metrics(agent, r"segscope_agent_inline_route_steers\{[^}]*\} 2\b")
+            assert re.search(r"segscope_agent_inline_route_steers\{[^}]*\} 2\b", text), text[-2000:]
+            assert s.RemovePolicy(spb.RemovePolicyRequest(destination=other.destination, table=254), timeout=30).changed
+            a.StopInlineMonitor(pb.StopInlineMonitorRequest(side=INGRESS, flow_id=7), timeout=30)
+    finally:
+        restart_egress(b)
         assert agent.stop() == 0
     assert_plain_seg6(rlab)
 
@@ -302,9 +498,17 @@ def test_steer_keeps_the_monitor_mid_traffic(rlab, rpki, transit, tmp_path):
 def test_steer_to_a_list_too_long_falls_back_remove_gives_state_back(rlab, rpki, transit, tmp_path):
     """A new SID list whose header would exceed the route program's 256 bytes (5 SIDs and a trace of
     6): the update happens, the monitor goes on with ioam_tx on TC on the new list, said in its status
-    and counted. RemovePolicy on a monitored policy gives the route program's state back."""
+    and counted. 100 packets on the route, then 100 after the fallback: captured at the next hop (R's
+    r0) these carry the trace of 6 slots and the E2E option with the sequence numbers 100..199 in
+    order (the route paused, its next number read, the TC flow started there). Steered back, the
+    monitor follows its policy onto the route again: the next 100 carry 200..299. B's egress (the
+    five SIDs an alternate path) has 300 records of flow 7, numbers 0..299, one flow for the
+    processor. Before, the TC flow started again at 0 and stayed on the five SIDs. RemovePolicy on
+    a monitored policy gives the route program's state back."""
     five = ["fc00:2::e", "fc00:2::e2", "fc00:2::e", "fc00:2::e2", "fc00:3::d6"]
-    agent = a_agent(rlab, rpki, tmp_path)
+    agent, b = a_agent(rlab, rpki, tmp_path), transit["B"]
+    restart_egress(b, alternate_paths=[pb.InlinePath(segments=five)])
+    egress_ring()  # the records of the tests before
     try:
         with agent.channel() as ch:
             a, s = inline_pb2_grpc.InlineMonitorServiceStub(ch), srv6_pb2_grpc.Srv6ServiceStub(ch)
@@ -312,29 +516,69 @@ def test_steer_to_a_list_too_long_falls_back_remove_gives_state_back(rlab, rpki,
             a.StartInlineMonitor(pb.StartInlineMonitorRequest(monitor=mon()), timeout=30)
             pol = next(p for p in policies(ch) if p.destination == POLICY)
             assert not s.UpdatePolicy(spb.UpdatePolicyRequest(policy=pol), timeout=10).changed  # same: fine
+            send(rlab, 100)
+            assert ingress(a).next_sequence == 100  # on the route
             assert steer(s, pol, five).changed
             assert "encap seg6 mode encap segs 5" in route(rlab) and route(rlab, "3355") == ""
             st = a.ListInlineMonitors(pb.ListInlineMonitorsRequest(), timeout=10).monitors
             assert [(m.monitor.flow_id, m.program, list(m.monitor.segments)) for m in st] == [(7, "ioam_tx", five)]
-            assert "fell back to ioam_tx on TC" in st[0].note and "272-byte header" in st[0].note, st[0].note
-            send(rlab, 100)
-            assert ingress(a).packets == 100  # the new list's packets, counted by ioam_tx on TC
+            note = st[0].note
+            assert "fell back to ioam_tx on TC" in note and "272-byte header" in note and "go on from 100" in note, note
+            with capture(rlab.ns("R"), "r0", tmp_path / "r0.pcap"):  # the next hop: what A sends
+                send(rlab, 100)
+            tx = ingress(a)  # the new list's packets, instrumented by ioam_tx on TC
+            assert tx.packets == tx.sampled == tx.instrumented == 100 and tx.next_sequence == 200
+            seen = e2e_packets(tmp_path / "r0.pcap")
+            # every packet with the trace (6 slots: 5 SIDs + 1) and the E2E option, numbered on
+            assert [(p.seq, p.sids, p.hbh_len) for p in seen] == [(i, five, 16 + 16 * 6) for i in range(100, 200)]
             text = metrics(agent, r"segscope_agent_inline_route_fallbacks\{[^}]*\} 1\b")
             assert re.search(r"segscope_agent_inline_route_fallbacks\{[^}]*\} 1\b", text), text[-2000:]
+            # steered back (ApplyBatch, pipelined, after another operation): the monitor follows its
+            # policy onto the route again once the kernel has it, numbering on from 200
+            other = spb.Policy()
+            other.CopyFrom(pol)
+            other.destination, other.segments[:] = "fd00:b:9::/64", five
+            batch = spb.ApplyBatchRequest(
+                operations=[
+                    spb.Srv6Operation(create_policy=spb.CreatePolicyRequest(policy=other)),
+                    spb.Srv6Operation(update_policy=spb.UpdatePolicyRequest(policy=pol)),
+                ]
+            )
+            done = s.ApplyBatch(batch, timeout=30)
+            assert [(r.code, r.changed) for r in done.results] == [(0, True), (0, True)], done
+            assert s.RemovePolicy(spb.RemovePolicyRequest(destination=other.destination, table=254), timeout=30).changed
+            st = a.ListInlineMonitors(pb.ListInlineMonitorsRequest(), timeout=10).monitors
+            assert [(m.monitor.flow_id, m.program, list(m.monitor.segments), m.monitor.trace_nodes) for m in st] == [
+                (7, "ioam_lwt", SIDS, 3)
+            ]
+            assert "followed its policy" in st[0].note and "go on from 200" in st[0].note, st[0].note
+            text = metrics(agent, r"segscope_agent_inline_tc_follows\{[^}]*\} 1\b")
+            assert re.search(r"segscope_agent_inline_tc_follows\{[^}]*\} 1\b", text), text[-2000:]
+            assert "encap bpf" in route(rlab)
+            with capture(rlab.ns("R"), "r0", tmp_path / "r0-back.pcap"):
+                send(rlab, 100)
+            seen = e2e_packets(tmp_path / "r0-back.pcap")
+            assert [(p.seq, p.sids, p.hbh_len) for p in seen] == [(i, SIDS, 16 + 16 * 3) for i in range(200, 300)]
+            ring = egress_ring()
+            assert [(r["flow_id"], r["seq"]) for r in ring] == [(7, i) for i in range(300)]
+            assert processor_loss(ring) == {"flow=7": {"received": 300, "lost": 0, "duplicated": 0, "reordered": 0}}
             a.Reset(pb.ResetInlineRequest(), timeout=30)
-            assert steer(s, pol, SIDS).changed
+            assert_plain_seg6(rlab)
             # RemovePolicy of a monitored policy: route entry, copy and rule go first
             enable(a, 1)  # Reset cleared the IOAM identity
             a.StartInlineMonitor(pb.StartInlineMonitorRequest(monitor=mon()), timeout=30)
             assert "encap bpf" in route(rlab)
+            send(rlab, 50)
             assert s.RemovePolicy(spb.RemovePolicyRequest(destination=POLICY, table=254), timeout=30).changed
             assert route(rlab) == "" and route(rlab, "3355") == ""
             assert "lookup 3355" not in rlab.run("A", ["ip", "-6", "rule", "show"], check=True).stdout
             st = a.ListInlineMonitors(pb.ListInlineMonitorsRequest(), timeout=10).monitors
             assert [(m.monitor.flow_id, m.program) for m in st] == [(7, "ioam_tx")]
+            assert ingress(a).next_sequence == 50  # TC numbers on from the route's (before: from 0)
             a.Reset(pb.ResetInlineRequest(), timeout=30)
             assert s.CreatePolicy(spb.CreatePolicyRequest(policy=pol), timeout=10).changed
     finally:
+        restart_egress(b)
         assert agent.stop() == 0
     assert_plain_seg6(rlab)
 

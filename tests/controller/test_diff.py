@@ -331,3 +331,49 @@ def test_a_steered_policy_on_any_of_its_candidates_is_left_alone():
     elsewhere = dataclasses.replace(want, spec=policy_spec("encap", ("fc00:99::e",), "a1", 0))
     ops = [op for op in plan(desired, {ident: elsewhere}) if op.kind == "policy" and op.node == "A"]
     assert [(op.action, op.desired.fields["segs"]) for op in ops] == [("update", ("fc00:11::e", "fc00:3::d6"))]
+
+
+TRI3_STEERING = REPO / "controller" / "examples" / "tri3_steering.yaml"
+MONITOR_OF_STEERED_POLICY = """
+inline_monitors:
+  - {flow_id: 31, ingress: {node: A, dev: a1}, egress: {node: B, dev: b1}, segs: ["fc00:11::e", "fc00:3::d6"],
+     sampling: {every: 1}}
+"""
+
+
+def test_a_steered_policy_monitor_is_one_flow_over_every_candidate():
+    """An in-line monitor of a steered policy's SID list: its egress side records the other
+    candidates' SID lists as the same flow (alternate_paths, read back equal from the agent's
+    message); its ingress side, which follows the policy on the agent (the SID list segscope-steer
+    chose, a trace sized for it), is left alone, so its sequence numbers go on; an ingress on a SID
+    list that is no candidate is still replaced. Without steering, no alternate paths."""
+    from controller.agents import inline_msg, inline_resource
+    from controller.model import inline_spec
+    from segscope_proto.segscope.agent.v1 import inline_pb2
+
+    text = TRI3_STEERING.read_text() + MONITOR_OF_STEERED_POLICY
+    desired = desired_state(parse_intent(text, "x.yaml", TRI3_STEERING.parent))
+    egress = desired.resources[("inline_egress", "B", ("egress", 31))]
+    assert egress.fields["alternates"] == (("fc00:12::e", "fc00:3::d6"), ("fc00:13::e", "fc00:3::d6"))
+    msg = inline_msg(egress)
+    assert [tuple(p.segments) for p in msg.alternate_paths] == list(egress.fields["alternates"])
+    back = inline_resource("B", inline_pb2.InlineMonitorStatus(monitor=msg, node_id=egress.fields["node_id"]))
+    assert back.spec == egress.spec
+    ident = ("inline_ingress", "A", ("ingress", 31))
+    want = desired.resources[ident]
+
+    def ingress_on(sids: tuple, trace_nodes: int) -> Resource:
+        f = want.fields
+        spec = inline_spec("ingress", "a1", sids, f["namespace"], f["node_id"], trace_nodes, sample_every=1)
+        return dataclasses.replace(want, spec=spec)
+
+    on_p3 = plan(desired, {ident: ingress_on(("fc00:13::e", "fc00:3::d6"), 3)})
+    assert [op for op in on_p3 if op.kind == ident[0]] == []
+    ops = [op for op in plan(desired, {ident: ingress_on(("fc00:99::e", "fc00:3::d6"), 3)}) if op.kind == ident[0]]
+    assert sorted((op.action, (op.desired or op.actual).fields["segs"]) for op in ops) == [
+        ("create", ("fc00:11::e", "fc00:3::d6")),
+        ("remove", ("fc00:99::e", "fc00:3::d6")),
+    ]
+    plain = text[: text.index("steering:")] + MONITOR_OF_STEERED_POLICY
+    unsteered = desired_state(parse_intent(plain, "x.yaml", TRI3_STEERING.parent))
+    assert unsteered.resources[("inline_egress", "B", ("egress", 31))].fields["alternates"] == ()

@@ -49,6 +49,7 @@ def test_route_taken_over_and_given_back(io_lab):
             "flow_sids": POLICY,  # the flow the route's packets count in: its own SID list unless steered
             "trace_nodes": 0,  # the flow's trace size
             "fixed_next_hop": False,
+            "paused": False,
         }
         assert sorted(stats(IOAM_LWT, io_lab.tx_inst)) == sorted(LWT_COUNTERS)
     # route_program checked: the seg6 route back as it was, no pins
@@ -122,6 +123,43 @@ def test_sequence_numbers_exact_when_two_cpus_forward_the_flow(io_lab):
 
     records, f = retry_on_path_loss(attempt)
     assert sorted(r["seq"] for r in records) == list(range(2 * n))
+    assert (f["seen"], f["instrumented"], f["next_seq"]) == (2 * n, 2 * n, 2 * n)
+
+
+def test_a_paused_route_only_encapsulates_and_its_flow_stands_still(io_lab):
+    """attach-route --paused in place: the route's packets take the kernel's seg6 encap
+    (pass_unmonitored, every one delivered, none recorded) and the flow's next_seq stands where it
+    was; attached again without it, the numbering goes on. What the agent relies on to hand a
+    monitor to ioam_tx on TC with its next sequence number."""
+    lab, n = io_lab.lab, 50
+    route = ["--netns", lab.ns("A"), "--instance", io_lab.tx_inst, "--prefix", A_ROUTE, "--dev", "a0"]
+    route += ["--sids", ",".join(POLICY)]
+
+    def attempt():
+        dump(io_lab.rx_inst)
+        rx = Receiver(lab.ns("H2"), H2_ADDR)
+        try:
+            with route_program(io_lab), ioam_flow(io_lab, every=1):
+                send_udp(lab.ns("H1"), H2_ADDR, n, CPUS[:1])
+                run(IOAM_LWT, "attach-route", *route, "--paused")
+                listed = json.loads(run(IOAM_LWT, "list-routes", "--instance", io_lab.tx_inst, "--json").stdout)
+                before = stats(IOAM_LWT, io_lab.tx_inst)
+                send_udp(lab.ns("H1"), H2_ADDR, n, CPUS[:1], seq0=n)
+                paused = delta(before, stats(IOAM_LWT, io_lab.tx_inst)), flow(IOAM_LWT, io_lab.tx_inst, 7)
+                run(IOAM_LWT, "attach-route", *route)
+                send_udp(lab.ns("H1"), H2_ADDR, n, CPUS[:1], seq0=2 * n)
+                got = rx.drain(3 * n)
+                records = dump(io_lab.rx_inst, count=2 * n, timeout_ms=3000)
+                f = flow(IOAM_LWT, io_lab.tx_inst, 7)
+        finally:
+            rx.close()
+        expect_all("datagrams at H2", len(got), 3 * n)
+        return [r["paused"] for r in listed["routes"]], paused, records, f
+
+    listed, (d, f_paused), records, f = retry_on_path_loss(attempt)
+    assert listed == [True] and d == {"pass_unmonitored": n}
+    assert (f_paused["seen"], f_paused["instrumented"], f_paused["next_seq"]) == (n, n, n)
+    assert [r["seq"] for r in records] == list(range(2 * n))  # on from n after the pause
     assert (f["seen"], f["instrumented"], f["next_seq"]) == (2 * n, 2 * n, 2 * n)
 
 

@@ -388,3 +388,34 @@ def test_loader_cli(io_testrun):
     assert list(stats(IOAM_RX, inst)) == RX_COUNTERS
     out = run(IOAM_RX, "test-run", "--instance", inst, "--hex", good()[0].hex()).stdout
     assert '"action": "XDP_PASS"' in out
+
+
+def test_alternate_sid_lists_record_in_one_flow(io_testrun):
+    """add-flow --alternate: another SID list of flow 7 (a path its policy can be steered to). Its
+    packets are recorded with flow id 7 and their own counter; the flow must exist, in the same
+    namespace; del-flow --flow-id removes every SID list of the flow. Without --alternate the flow id
+    stays one SID list's."""
+    tr, steered = io_testrun, ["fc00:2::e", "fc00:2::e2", "fc00:3::d6"]
+    add = ["add-flow", "--instance", tr.inst, "--sids", ",".join(steered), "--alternate"]
+    ring = RingReader(PIN_ROOT / tr.inst / "ioam_rx" / "ioam_records")
+    try:
+        ring.drain()
+        with rx_flows(tr.inst):
+            for args, text in [
+                (["--flow-id", "9", "--namespace-id", str(NS)], "--alternate: no flow 9"),
+                (["--flow-id", "7", "--namespace-id", "200"], f"--namespace-id: flow 7 has namespace {NS}"),
+            ]:
+                p = run(IOAM_RX, *add, *args, check=False)
+                assert p.returncode == 1 and text in p.stderr, (args, p.returncode, p.stderr)
+            run(IOAM_RX, *add, "--flow-id", "7", "--namespace-id", str(NS))
+            for travel, seq in ((POLICY, 5), (steered, 6)):
+                retval, _, _ = tr.rx.run(good(travel=travel, seq=seq)[0])
+                assert retval == XDP_PASS
+            got = [np.frombuffer(r, dtype=IOAM_RECORD_DTYPE)[0] for r in ring.drain()]
+            assert [(int(r["flow_id"]), int(r["seq"])) for r in got] == [(7, 5), (7, 6)]
+            entries = sorted((tuple(f["sids"]), f["flow_id"], f["records"]) for f in list_flows(IOAM_RX, tr.inst))
+            assert entries == sorted([(tuple(POLICY), 7, 1), (tuple(steered), 7, 1), (tuple(OTHER), 8, 0)])
+            assert "2 SID lists" in run(IOAM_RX, "del-flow", "--instance", tr.inst, "--flow-id", "7").stdout
+            assert [f["flow_id"] for f in list_flows(IOAM_RX, tr.inst)] == [8]
+    finally:
+        ring.close()
