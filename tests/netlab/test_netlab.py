@@ -253,7 +253,7 @@ def test_relay_spinners_take_no_share_from_other_sessions(lab):
     """The relay's keep-awake spinners are SCHED_IDLE, but the relay runs in a session (an
     autogroup) of its own: unless moved to an idle cgroup they take a full fair share of the
     CPUs from every other session. With a busy loop per CPU in this session they must get
-    (almost) nothing; left in their autogroup they took about half."""
+    little (under a fifth of the CPUs, a few % here); left in their autogroup they took about half."""
     assert "--keep-awake" in RELAY_TIMING_ARGS, RELAY_TIMING_ARGS
     relay = lab.relays["ar"]
     ncpu = os.cpu_count() or 1
@@ -272,7 +272,10 @@ def test_relay_spinners_take_no_share_from_other_sessions(lab):
         for p in busy:
             p.kill()
             p.wait()
-    assert share < 0.05, f"the spinners took {share:.0%} of the CPUs from a busy session"
+    # 0-3 % on a machine with only this test; 8 % once in a full run beside another engineer's tests
+    # (load 15-18: the busy loops were a few of 15 runnable tasks, and the idle group's minimal weight
+    # still gets slices); left in their autogroup the spinners take about half
+    assert share < 0.2, f"the spinners took {share:.0%} of the CPUs from a busy session"
 
 
 def test_relay_one_way_accuracy(lab):
