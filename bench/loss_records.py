@@ -66,6 +66,9 @@ IDLE_WINDOW_S = 3.0
 # a sampling profile of each worker over the measured window (collapsed stacks) when both are set:
 # SEGSCOPE_BENCH_PYSPY=<py-spy binary> SEGSCOPE_BENCH_PYSPY_OUT=<directory> (samples holding the GIL only)
 PYSPY, PYSPY_OUT = os.environ.get("SEGSCOPE_BENCH_PYSPY"), os.environ.get("SEGSCOPE_BENCH_PYSPY_OUT", "/tmp")
+# a deterministic profile of each worker from start to stop (cProfile, its overhead included):
+# SEGSCOPE_BENCH_CPROFILE=<directory> (one <name>.prof per worker; read with python -m pstats)
+CPROFILE = os.environ.get("SEGSCOPE_BENCH_CPROFILE")
 
 
 # The tx and the rx node. Messages are keyed by node, and librdkafka's default partitioner puts a
@@ -125,8 +128,9 @@ def bench_pure(joiner_cls, messages, expected: int) -> float:
 def start_worker(tree: Path, cpu: int, bootstrap: str, topic: str, metrics: str, app_id: str, tmp: Path, name: str):
     env = dict(os.environ, PYTHONPATH=f"{tree}:{tree / 'schemas' / 'python'}", SEGSCOPE_LOSS_HEALTH="127.0.0.1:0")
     log = open(tmp / f"{name}.log", "w")
+    profile = ["-m", "cProfile", "-o", f"{CPROFILE}/{name}.prof"] if CPROFILE else []
     return subprocess.Popen(
-        ["taskset", "-c", str(cpu), sys.executable, "-m", "processors.loss", "--bootstrap", bootstrap]
+        ["taskset", "-c", str(cpu), sys.executable, *profile, "-m", "processors.loss", "--bootstrap", bootstrap]
         + ["--blocks-topic", topic, "--metrics-topic", metrics, "--deadletter-topic", f"{topic}.dl"]
         + ["--app-id", app_id, "--datadir", str(tmp / name), "--flush-interval-s", "0.25"]
         + ["--timeout-s", "30", "--retention-s", "60", "-l", "info"],

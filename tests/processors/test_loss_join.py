@@ -302,6 +302,28 @@ def test_path_tag_is_the_tx_sides_path_fixed_at_first_publication():
     assert j.counters.path_unknown == 1  # once per block
 
 
+def test_one_flush_keeps_each_blocks_own_path_within_a_series():
+    """The tags are made once per flow series and nodes in a flush; two blocks of one series whose
+    paths differ (one re-published with the path of its first publication, one published first
+    after the path changed) still get each its own path in the same flush."""
+    known: dict[tuple[int, str | None], str] = {}
+    version = [0]
+    j = LossJoiner(timeout_s=1.0)
+    j.flow_path = lambda flow_id, tx_node: known.get((flow_id, tx_node))
+    j.flow_path_version = lambda: version[0]
+    j.ingest("A", rec(TX, 500, 600_000), T0)
+    assert j.flush(T0 + NS_PER_S)[0].startswith(f"{head(rx='unknown')} tx_packets=500i,")  # no path yet
+    known[(7, "A")] = "fc00:2::e,fc00:3::d6"
+    version[0] += 1
+    j.ingest("B", rec(RX, 499, 598_800), T0 + NS_PER_S)  # block B again: its first path stays
+    j.ingest("A", rec(TX, 10, 10, block=B + 1), T0 + NS_PER_S)
+    j.ingest("B", rec(RX, 10, 10, block=B + 1), T0 + NS_PER_S)
+    lines = j.flush(T0 + NS_PER_S)
+    assert len(lines) == 2
+    assert lines[0].startswith(f"{head()} tx_packets=500i,rx_packets=499i,lost=1i,")
+    assert lines[1].startswith(head(path=r"fc00:2::e\,fc00:3::d6") + " tx_packets=10i,")
+
+
 @pytest.mark.parametrize("timeout_s, retention_s", [(0, 10), (10, 5), (-1, 10)])
 def test_bad_timeouts_rejected(timeout_s, retention_s):
     with pytest.raises(ValueError, match="timeout_s"):
