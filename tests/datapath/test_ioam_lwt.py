@@ -355,35 +355,44 @@ def interval_flow(io_lab, m_us: int):
 
 PACED = r"""
 import socket, sys, time
-secs = float(sys.argv[1]); s = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM); n = 0
+secs, m_s = float(sys.argv[1]), float(sys.argv[2]) / 1e6
+s = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM); n = 0; due = 0
+last = None  # the sampling rule on the sender's own clock: the first packet at least M after the last sample
 t0 = time.monotonic()
 while time.monotonic() - t0 < secs:
+    now = time.monotonic()
+    if last is None or now - last >= m_s:
+        due += 1; last = now
     for _ in range(5):
         s.sendto(b"x" * 64, ("fd00:b::1", 40011)); n += 1
     time.sleep(0.0005)
-print(n, time.monotonic() - t0)
+print(n, time.monotonic() - t0, due)
 """
 
 
 def test_sample_interval_rate_on_the_route(io_lab):
     """--sample-interval-us 20000 with H1 sending far faster (thousands of packets a second for 3 s):
-    instrumented packets at 1e6/M = 50 per second of the sender's own clock, within -10 % (a sample
-    waits for the first packet after M: at most one inter-packet gap late) and +1 (the first packet);
-    B records each one, sequence numbers 0..k-1."""
+    instrumented packets at most 1e6/M = 50 per second of the sender's own clock (+1, the first
+    packet), and as many as the sampling rule gives for the times H1 really sent (a sender that
+    waits for a CPU leaves gaps with nothing to sample: in one full run 133 for 150 by the rate
+    alone), within 5 % or 2; B records each one, sequence numbers 0..k-1."""
     lab, m_us = io_lab.lab, 20_000
     dump(io_lab.rx_inst)
     with route_program(io_lab), interval_flow(io_lab, m_us):
-        n, secs = lab.run("H1", [sys.executable, "-c", PACED, "3"], check=True).stdout.split()
+        out = lab.run("H1", [sys.executable, "-c", PACED, "3", str(m_us)], check=True).stdout.split()
         time.sleep(0.3)
         f = flow(IOAM_LWT, io_lab.tx_inst, 7)
         records = dump(io_lab.rx_inst, count=f["instrumented"], timeout_ms=3000)
-    n, secs = int(n), float(secs)
-    want = secs * 1e6 / m_us
-    sys.stderr.write(f"\n[interval] {n} packets in {secs:.2f} s ({n / secs:.0f}/s): {f['instrumented']} sampled, "
-                     f"expected {want:.1f}\n")  # fmt: skip
+    n, secs, due = int(out[0]), float(out[1]), int(out[2])
+    rate_bound = secs * 1e6 / m_us + 1
+    sys.stderr.write(
+        f"\n[interval] {n} packets in {secs:.2f} s ({n / secs:.0f}/s): {f['instrumented']} sampled, "
+        f"{due} by the rule on the sender's send times, at most {rate_bound:.1f} by the rate\n"
+    )
     assert n / secs > 20 * 1e6 / m_us, "the sender is well above the sampling rate"
     assert f["seen"] == n and f["sampled"] == f["instrumented"]
-    assert 0.9 * want <= f["instrumented"] <= want + 1, (f["instrumented"], want)
+    assert f["instrumented"] <= rate_bound, (f["instrumented"], rate_bound)
+    assert abs(f["instrumented"] - due) <= max(2, 0.05 * due), (f["instrumented"], due)
     assert sorted(r["seq"] for r in records) == list(range(f["instrumented"]))
 
 
