@@ -172,9 +172,12 @@ def test_exact_blocks_partial_install_block_zero_blocks_percpu_and_dmark(collect
     tx = AltmarkMaps.create(pins / "altmark_tx", "tx")
     blocks = Blocks()
     with Collector(collector_bin, work_dir, *collector_args("--tx-pin-dir", str(pins / "altmark_tx"))) as col:
-        k0 = blocks.next()
+        planned = blocks.next()
         installed = tx.install_flow(7, 101, PERIOD_MS, sids=SIDS_A)
-        assert installed // T == k0
+        # the block the flow was really installed in: on a loaded runner the install once came more
+        # than the 300 ms left of the planned block later
+        k0 = installed // T
+        assert k0 >= planned
         blocks.add(tx, 101, 7, 3, 300)  # counted in the install block (partial)
         pattern = [(5, 0), (0, 0), (12, 1), (0, 0), (7, 1)]  # (packets, cpu); 0 = a block without traffic
         for packets, cpu in pattern:
