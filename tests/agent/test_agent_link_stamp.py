@@ -33,7 +33,7 @@ import pytest
 
 from controller.core import Controller
 from controller.intent import load_intent
-from netlab import Lab, relay_lateness_us, teardown
+from netlab import Lab, relay_ground_truth, teardown
 from processors.topology.model import Identity
 from processors.topology.writer import ArangoWriter
 from segscope_proto.segscope.agent.v1 import stamp_pb2 as pb
@@ -161,9 +161,12 @@ def by_controller(stubs: dict, ssid_offset: int) -> None:
 
 def measured_phase(lab, agents, start, ssid_offset: int, edges=None) -> dict[int, dict[str, float]]:
     """One run of the six link sessions at the relays' current delays, started by `start`: per
-    session, the mean one-way delays and the delay each direction's relay injected plus its mean
-    lateness (us). Means on both sides: a frame the relay released late (a loaded machine) is in
-    both, where a median would leave it out of the measured side only. With `edges` (a Pipeline),
+    session, the median one-way delays and the delay each direction's relay injected plus the
+    median of its lateness over the same frames (us). Medians on both sides: a frame the relay
+    released late (a loaded machine) counts on both, and a probe held up outside the relay (a
+    sender preempted between T1 and its send, a reflector's softirq deferred to ksoftirqd, at
+    95 % CPU) moves neither, where it moved a mean by 100 us of a delay nobody injected. With
+    `edges` (a Pipeline),
     also the delay the topology processor wrote on the link's edge per direction ("edge_fwd",
     "edge_rev"), read before the sessions are reset (a reset session leaves the views)."""
     links = [link for link, *_ in LINK_SESSIONS.values()]
@@ -193,12 +196,13 @@ def measured_phase(lab, agents, start, ssid_offset: int, edges=None) -> dict[int
     for ssid, (link, fwd_dir, _, _) in LINK_SESSIONS.items():
         got = results[ssid]
         assert len(got) == int(RATE * RUN_S), (link, len(got))  # every probe answered
-        late = relay_lateness_us(before[link], lab.relay_stats(link))
+        window = relay_ground_truth(before[link], lab.relay_stats(link))
+        late = {d: window[d]["lateness_us"]["p50"] for d in ("a_to_b", "b_to_a")}
         t = lab.topo.link(link)
         injected = {"a_to_b": t.delay_a_to_b_us, "b_to_a": t.delay_b_to_a_us}
         out[ssid] = {
-            "fwd": statistics.fmean(r.forward_delay_ns for r in got) / 1000,
-            "rev": statistics.fmean(r.reverse_delay_ns for r in got) / 1000,
+            "fwd": statistics.median(r.forward_delay_ns for r in got) / 1000,
+            "rev": statistics.median(r.reverse_delay_ns for r in got) / 1000,
             "want_fwd": injected[fwd_dir] + late[fwd_dir],
             "want_rev": injected[OTHER[fwd_dir]] + late[OTHER[fwd_dir]],
             **on_edges.get(ssid, {}),
@@ -235,8 +239,8 @@ def assert_link_delays(mesh, start, offset: int, label: str, edges=None) -> None
     for ssid, (link, fwd_dir, _, _) in LINK_SESSIONS.items():
         for d in ("fwd", "rev") if edges is None else ("fwd", "rev", "edge_fwd", "edge_rev"):
             if d.startswith("edge_"):
-                # An edge holds the newest second's mean; the injected side is the run's mean with the
-                # run's mean lateness, and one late second of a relay (a loaded machine) moved an edge
+                # An edge holds the newest second's mean; the injected side is the run's median with the
+                # run's median lateness, and one late second of a relay (a loaded machine) moved an edge
                 # 170 us from it. So an edge must carry exactly the mean of the agent's own records of
                 # that second: the pipeline changes nothing. The agent's records themselves are held
                 # to TOLERANCE_US of the injected delays just above ("fwd", "rev").
