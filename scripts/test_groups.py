@@ -347,11 +347,28 @@ class Interrupted(Exception):
     pass
 
 
-def cpu_times() -> tuple[float, float]:
-    """(busy, total) jiffies of the machine since boot (/proc/stat's cpu line)."""
+def cpu_times() -> tuple[float, float, float]:
+    """(busy, total, spinners) CPU seconds of the machine since boot (/proc/stat's cpu line), and of
+    the delay relays' keep-awake spinners since this run began (their cgroup, SPINNERS)."""
     fields = [float(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
     idle = fields[3] + fields[4]  # idle + iowait
-    return sum(fields) - idle, sum(fields)
+    hz = os.sysconf("SC_CLK_TCK")
+    return (sum(fields) - idle) / hz, sum(fields) / hz, cgroup_cpu_s(SPINNERS["cgroup"])
+
+
+# The delay relays' keep-awake spinners (netlab/keep_awake.py) run only on CPU time nothing else
+# wants, at SCHED_IDLE in an idle cpu cgroup. They still count as busy in /proc/stat, and in the
+# cpuacct cgroup of the group that started them: one lab with relays made a 2-core machine look
+# 100% busy. They go to a cpuacct cgroup of their own (SEGSCOPE_SPINNER_CPUACCT, which keep_awake
+# reads), so a module's CPU seconds are its work and a phase's busy share says whether the
+# machine has CPU left for another group.
+SPINNERS: dict[str, Path | None] = {"cgroup": None}
+
+
+def busy_text(t0: tuple[float, float, float], t1: tuple[float, float, float]) -> str:
+    busy, total, spin = (b - a for a, b in zip(t0, t1))
+    total = max(1.0, total)
+    return f"{100 * (busy - spin) / total:.0f}% (the relays' idle spinners another {100 * spin / total:.0f}%)"
 
 
 # --------------------------------------------------------------------------- CPU per group and module
@@ -413,7 +430,7 @@ def run_phase(runs: list[Run], extra_args: list[str], stop: dict, alone: list[Ru
     every group of `runs` has ended: their modules wait for the file `alone_file` (tests/isolation.py
     wait_until_alone) before their traffic starts. Their wall time then costs only what follows."""
     alone = alone or []
-    busy0, total0 = cpu_times()
+    cpu0 = cpu_times()
     load0 = os.getloadavg()[0]
     for run in runs:
         run.start(extra_args)
@@ -431,13 +448,13 @@ def run_phase(runs: list[Run], extra_args: list[str], stop: dict, alone: list[Ru
         if all(polled) and not alone_signalled:
             alone_signalled = True
             if alone:
-                busy1, total1 = cpu_times()
+                cpu1 = cpu_times()
                 say(
-                    f"phase {'+'.join(r.group.name for r in runs)}: machine CPU busy "
-                    f"{100 * (busy1 - busy0) / max(1.0, total1 - total0):.0f}%, load average {load0:.1f} at the "
-                    f"start, {os.getloadavg()[0]:.1f} at the end; the [alone] group measures now"
+                    f"phase {'+'.join(r.group.name for r in runs)}: machine CPU busy {busy_text(cpu0, cpu1)}, "
+                    f"load average {load0:.1f} at the start, {os.getloadavg()[0]:.1f} at the end; the [alone] "
+                    "group measures now"
                 )
-                busy0, total0, load0 = busy1, total1, os.getloadavg()[0]
+                cpu0, load0 = cpu1, os.getloadavg()[0]
                 for run in alone:
                     run.alone_file.touch()
                     if not run.started and not stop["signal"]:  # every group ended at once: nothing to overlap
@@ -460,12 +477,11 @@ def run_phase(runs: list[Run], extra_args: list[str], stop: dict, alone: list[Ru
     for run in runs + alone:
         if not getattr(run, "_said", False):
             say(f"{run.group.name} finished in {run.wall:.0f} s: {summary_of(run)}")
-    busy1, total1 = cpu_times()
     # whether more groups could help: a machine busy ~100% of the phase gains nothing from them
     say(
         f"phase {'+'.join(r.group.name for r in (alone or runs))}: machine CPU busy "
-        f"{100 * (busy1 - busy0) / max(1.0, total1 - total0):.0f}% (all processes, ours and others'), "
-        f"load average {load0:.1f} at the start, {os.getloadavg()[0]:.1f} at the end"
+        f"{busy_text(cpu0, cpu_times())}, all processes, ours and others'; load average {load0:.1f} at "
+        f"the start, {os.getloadavg()[0]:.1f} at the end"
     )
     if stop["signal"]:
         raise Interrupted()
@@ -655,6 +671,9 @@ def main(argv: list[str] | None = None) -> int:
     become_subreaper()
     OUT_DIR.mkdir(parents=True, exist_ok=True)
     blocks = PortBlocks()
+    SPINNERS["cgroup"] = cpu_cgroup("keep-awake-spinners")
+    if SPINNERS["cgroup"] is not None:
+        os.environ["SEGSCOPE_SPINNER_CPUACCT"] = str(SPINNERS["cgroup"])  # every group inherits it
     t0 = time.monotonic()
     runs = [Run(g, blocks.take(), OUT_DIR / g.name, quick=args.quick) for g in groups]
     done: list[Run] = []
@@ -696,6 +715,9 @@ def main(argv: list[str] | None = None) -> int:
             f"{summary_of(run)}"
         )
     print(f"{'all':8} {wall:6.0f} s  " + ", ".join(f"{v} {k}" for k, v in totals.items() if v))
+    if SPINNERS["cgroup"] is not None:
+        print(f"the relays' keep-awake spinners: {cgroup_cpu_s(SPINNERS['cgroup']):.0f} CPU-s of idle time, "
+              "counted in no group")  # fmt: skip
     cpu = cpu_by_module(done)
     if cpu:
         top = sorted(cpu.items(), key=lambda kv: -kv[1])[:CPU_TOP]

@@ -278,6 +278,41 @@ def test_relay_spinners_take_no_share_from_other_sessions(lab):
     assert share < 0.2, f"the spinners took {share:.0%} of the CPUs from a busy session"
 
 
+def _cpuacct_of(tid: int) -> Path:
+    for line in Path(f"/proc/{tid}/cgroup").read_text().splitlines():
+        _, controllers, path = line.split(":", 2)
+        if "cpuacct" in controllers.split(","):
+            return Path("/sys/fs/cgroup/cpuacct") / path.lstrip("/")
+    raise AssertionError(f"thread {tid} is in no cpuacct cgroup")
+
+
+def test_relay_spinners_counted_apart(lab, monkeypatch):
+    """With SEGSCOPE_SPINNER_CPUACCT set (the test runner sets it), the spinners' CPU time is counted
+    in that cpuacct cgroup and no longer in the cgroup of the test that started the relay: it is idle
+    time, and it made every module with a relay look CPU-bound."""
+    root = Path("/sys/fs/cgroup/cpuacct")
+    if not (root / "tasks").exists():
+        pytest.skip("no cgroup v1 cpuacct hierarchy on this machine")
+    tids = keep_awake.spinner_tids(lab.relays["ar"]["pid"])
+    assert tids
+    home = _cpuacct_of(tids[0])
+    apart = root / f"segscope-spinner-test-{os.getpid()}"
+    apart.mkdir()
+    try:
+        monkeypatch.setenv("SEGSCOPE_SPINNER_CPUACCT", str(apart))
+        keep_awake.account_spinners(tids)
+        assert {str(t) for t in tids} <= set((apart / "tasks").read_text().split())
+        before = int((apart / "cpuacct.usage").read_text())
+        deadline = time.monotonic() + 5  # they run whenever a CPU has nothing else to do
+        while int((apart / "cpuacct.usage").read_text()) == before and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert int((apart / "cpuacct.usage").read_text()) > before
+    finally:
+        for tid in tids:
+            (home / "tasks").write_text(f"{tid}\n")
+        apart.rmdir()
+
+
 def test_relay_one_way_accuracy(lab):
     """Kernel tx stamp -> kernel rx stamp, each direction, relay vs the plain veth link A-H1.
 
