@@ -24,6 +24,7 @@ from segscope_proto.segscope.agent.v1 import inline_pb2 as pb
 from segscope_proto.segscope.agent.v1 import inline_pb2_grpc
 from tests.agent.agent_env import make_test_pki, start_agent
 from tests.agent.conftest import expect_error
+from tests.built import require
 from tests.isolation import own_name
 
 PREFIX = own_name("inla")
@@ -31,7 +32,14 @@ TOPOLOGY = "netlab/topologies/line5_two_paths.yaml"
 REPO = Path(__file__).resolve().parents[2]
 BUILD = Path(os.environ.get("SEGSCOPE_BUILD_DIR") or REPO / "build")
 DATAPATH = (BUILD / "datapath" / "ioam_tx").exists() and (BUILD / "datapath" / "ioam_rx").exists()
-needs_datapath = pytest.mark.skipif(not DATAPATH, reason="build/datapath/ioam_tx and ioam_rx are not built")
+needs_datapath = pytest.mark.usefixtures("datapath_built")
+
+
+@pytest.fixture
+def datapath_built() -> None:
+    require("datapath/ioam_tx", "datapath/ioam_rx")
+
+
 IA, NF, AE, FP = (
     grpc.StatusCode.INVALID_ARGUMENT,
     grpc.StatusCode.NOT_FOUND,

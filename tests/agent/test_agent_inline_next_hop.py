@@ -25,6 +25,7 @@ from segscope_proto.segscope.agent.v1 import inline_pb2 as pb
 from segscope_proto.segscope.agent.v1 import inline_pb2_grpc
 from tests.agent.agent_env import make_test_pki, start_agent
 from tests.agent.ioam_pcap import e2e_packets
+from tests.built import required
 from tests.collectors.collectors_pcap import capture
 from tests.isolation import own_name
 
@@ -32,9 +33,7 @@ PREFIX = own_name("inlnh")
 TOPOLOGY = "netlab/topologies/tri3_steer.yaml"
 REPO = Path(__file__).resolve().parents[2]
 BUILD = Path(os.environ.get("SEGSCOPE_BUILD_DIR") or REPO / "build")
-pytestmark = pytest.mark.skipif(
-    not (BUILD / "datapath" / "ioam_lwt").exists(), reason="build/datapath/ioam_lwt is not built"
-)
+_built = required("datapath/ioam_lwt")
 INGRESS = pb.INLINE_SIDE_INGRESS
 SID = "fc00:3::d6"  # B's End.DT6, added by the fixture
 POLICY = "fd00:b::/64"

@@ -37,6 +37,7 @@ from segscope_schemas import ioam_record as ir
 from segscope_schemas import names
 from tests.agent.agent_env import make_test_pki, start_agent
 from tests.agent.ioam_pcap import e2e_packets
+from tests.built import required
 from tests.collectors.collectors_pcap import capture
 from tests.isolation import own_name
 
@@ -44,10 +45,7 @@ PREFIX = own_name("inlr")
 TOPOLOGY = "netlab/topologies/line5_two_paths.yaml"
 REPO = Path(__file__).resolve().parents[2]
 BUILD = Path(os.environ.get("SEGSCOPE_BUILD_DIR") or REPO / "build")
-pytestmark = pytest.mark.skipif(
-    not all((BUILD / "datapath" / p).exists() for p in ("ioam_tx", "ioam_rx", "ioam_lwt")),
-    reason="build/datapath/ioam_tx, ioam_rx and ioam_lwt are not built",
-)
+_built = required("datapath/ioam_tx", "datapath/ioam_rx", "datapath/ioam_lwt")
 INGRESS, EGRESS = pb.INLINE_SIDE_INGRESS, pb.INLINE_SIDE_EGRESS
 SIDS = ["fc00:2::e", "fc00:3::d6"]  # A's policy fd00:b::/64 in line5_two_paths
 POLICY = "fd00:b::/64"

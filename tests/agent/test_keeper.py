@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from agent.keeper import Adopted, AgentLockError, Keeper, ProcRef, boot_id, stop_proc
+from tests.built import require
 
 REPO = Path(__file__).resolve().parents[2]
 SENDER = REPO / "build" / "collectors" / "stamp_sender"
@@ -87,10 +88,10 @@ def test_orphan_reports_are_counted_once_and_kept_across_agents(tmp_path):
     assert nxt.orphans_stopped == 4
 
 
-@pytest.mark.skipif(not SENDER.exists(), reason="make build")
 def test_the_tether_of_a_data_path_process(tmp_path):
     """stamp_sender (the same tether.h in the streamer and the collector) keeps sending while an agent
     holds the lock, for the timeout after it lets go, then stops saying so."""
+    require("collectors/stamp_sender")
     base = [str(SENDER), "--src", "::1", "--dst", "::1", "--rate", "1", "--count", "1"]
     bad = subprocess.run([*base, "--ssid", "1", "--adopt-timeout", "3"], capture_output=True, text=True)
     assert bad.returncode == 2 and "--adopt-timeout: needs --agent-dir" in bad.stderr

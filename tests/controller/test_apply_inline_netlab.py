@@ -29,6 +29,7 @@ from segscope_proto.segscope.agent.v1 import inline_pb2
 from segscope_schemas import ioam_record as ir
 from segscope_schemas import names
 from tests.agent.agent_env import make_test_pki, start_agent
+from tests.built import required
 from tests.isolation import own_name
 
 REPO = Path(__file__).resolve().parents[2]
@@ -41,11 +42,8 @@ BUILD = Path(os.environ.get("SEGSCOPE_BUILD_DIR") or REPO / "build")
 pytestmark = [
     pytest.mark.datapath,
     pytest.mark.e2e,
-    pytest.mark.skipif(
-        not ((BUILD / "datapath" / "ioam_tx").exists() and (BUILD / "datapath" / "ioam_rx").exists()),
-        reason="build/datapath/ioam_tx and ioam_rx are not built",
-    ),
 ]
+_built = required("datapath/ioam_tx", "datapath/ioam_rx")
 
 SENDER = r"""
 import socket, sys, time
