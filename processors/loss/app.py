@@ -86,6 +86,7 @@ joiner = LossJoiner(timeout_s=cfg.timeout_s, retention_s=cfg.retention_s, tai_ut
 # every flow's SID list (segscope.paths, schemas/paths.md): the `path` tag of altmark_loss
 paths = PathBook(cfg.bootstrap, cfg.paths_topic)
 joiner.flow_path = paths.path_for_flow
+joiner.flow_paths = paths.paths_for_flows  # the same for many flows (a flush's new ones), the lock taken once
 joiner.flow_path_version = lambda: paths.version  # the joiner keeps each flow's path until it changes
 # partitions of the by-flow topic, read from Kafka at start (every worker must use the same count)
 by_flow_partitions = 0

@@ -434,6 +434,9 @@ class LossJoiner:
         self.flow_nodes: dict[tuple[int, int, int], str] = {}
         # flow_path(flow_id, tx_node) -> the tx side's path tag or None (the app: PathBook.path_for_flow)
         self.flow_path = lambda flow_id, tx_node: None
+        # flow_paths([(flow_id, tx_node), ...]) -> flow_path's answer for each, or None (what setting
+        # flow_path makes it): ask flow_path one by one (the app: PathBook.paths_for_flows, one lock)
+        self.flow_paths = None
         # flow_path_version() -> a number that changes whenever flow_path's answers may have changed
         # (the app: PathBook.version), so answers are kept per flow series until it does; None (what
         # setting flow_path makes it): ask flow_path at every block's first publication
@@ -466,6 +469,7 @@ class LossJoiner:
     def flow_path(self, flow_path) -> None:
         self._flow_path = flow_path
         self.flow_path_version = None  # a new source: its answers are not known to be stable
+        self.flow_paths = None  # a bulk form of the old source would answer for it
 
     @property
     def final_upto(self) -> dict[FlowKey, int]:
@@ -834,6 +838,10 @@ class LossJoiner:
         changed = np.flatnonzero(self._fm_node[side, fm] != node_no)
         if len(changed):
             self._fm_node[side[changed], fm[changed]] = node_no
+            if len(changed) > 64:
+                # one key per (flow, method, side), not per record: a fresh flow's blocks of a batch all
+                # differ from the mirror (it is written above, after the comparison)
+                changed = changed[np.unique(fm[changed] * 2 + side[changed], return_index=True)[1]]
             ch = records[changed]
             self.flow_nodes.update(
                 dict.fromkeys(zip(ch["flow_id"].tolist(), ch["method"].tolist(), ch["direction"].tolist()), node)
@@ -949,20 +957,30 @@ class LossJoiner:
         path_of, unknown = self._fn_path[s], self._fn_path_unknown[s]
         miss = np.flatnonzero(~found)
         if len(miss):
-            names, flow_path = self._node_names, self.flow_path
-            asked: dict[tuple[int, int], tuple[str, bool]] = {}  # (flow, tx node) -> (path tag, unknown)
-            got_path, got_unknown = [], []
-            # once per run of one (series, tx node) among the rows, not per row
+            names = self._node_names
+            # once per run of one (series, tx node) among the rows, not per row; once per (flow, tx node)
             first, group = _runs(s[miss], tx[miss])
             one = miss[first]
-            for flow, tx_no in zip(self._fn_flow[s[one]].tolist(), tx[one].tolist()):
-                answer = asked.get((flow, tx_no))
-                if answer is None:
-                    tx_node = names[tx_no]
-                    path = flow_path(flow, None if tx_node == UNKNOWN_NODE else tx_node)
-                    answer = asked[(flow, tx_no)] = (UNKNOWN_NODE, True) if path is None else (escape_tag(path), False)
-                got_path.append(answer[0])
-                got_unknown.append(answer[1])
+            keys = list(zip(self._fn_flow[s[one]].tolist(), tx[one].tolist()))
+            asked: dict[tuple[int, int], tuple[str, bool] | None] = dict.fromkeys(keys)  # -> (path tag, unknown)
+            questions = [(flow, None if names[t] == UNKNOWN_NODE else names[t]) for flow, t in asked]
+            if self.flow_paths is not None:
+                answers = self.flow_paths(questions)
+            else:
+                flow_path = self.flow_path
+                answers = [flow_path(flow, tx_node) for flow, tx_node in questions]
+            escaped: dict[str, str] = {}  # flows share their paths
+            for key, path in zip(list(asked), answers):
+                if path is None:
+                    asked[key] = (UNKNOWN_NODE, True)
+                else:
+                    tag = escaped.get(path)
+                    if tag is None:
+                        tag = escaped[path] = escape_tag(path)
+                    asked[key] = (tag, False)
+            got = [asked[key] for key in keys]
+            got_path = [answer[0] for answer in got]
+            got_unknown = [answer[1] for answer in got]
             path_of[miss] = _objects(got_path)[group]
             unknown[miss] = np.array(got_unknown, dtype=bool)[group]
             last = miss[_run_ends(s[miss])]
