@@ -4,10 +4,10 @@ app.timer for timers that tick often.
 Why: a Faust timer (mode's Timer over Service.sleep) sleeps through
 asyncio.wait_for(stopped.wait(), timeout): every tick makes a task for the event wait, a timeout
 handle and a waiter, and cancels and awaits the task again, several turns of the event loop.
-Measured on this machine (bench/loss_records.py's worker, idle between inputs): ~140 µs of CPU
-per tick against ~60 µs for an asyncio.sleep; the loss worker's own timers tick 18 times a
-second (clock reading every 0.1 s, flush and ack every 0.25 s), CPU a waiting worker burns and a
-busy one pays besides its work (docs/benchmarks.md, "Loss worker: idle CPU").
+Measured on the 2-core test machine: ~140 µs of CPU per tick against ~60 µs for an asyncio.sleep;
+the loss worker's own timers tick 18 times a second (clock reading every 0.1 s, flush and ack
+every 0.25 s), CPU a waiting worker burns and a busy one pays besides its work (docs/benchmarks.md,
+"Fresh flows: idle timers, runs, paths in one call").
 
 Kept from app.timer: the first run one interval after the app's tasks start, a full interval of
 sleep after each run (a long run is never followed by a burst of catch-up runs; mode's Timer only
