@@ -12,6 +12,7 @@ in no group (confluent-kafka insists on a group.id all the same).
     book.start()                           # blocks until the topic's current end was read
     book.path_for_session("A", 1)          # "fc00:2::e" or None (not known)
     book.path_for_flow(7, tx_node="A")     # the tx side's path, or None
+    book.paths_for_flows([(7, "A"), (8, None)])  # the same for many flows, the lock taken once
     book.inline_tx(7, tx_node="A")         # the in-line monitor's tx record (PathRecord), or None
     book.node_name(7)                      # "R": the node whose ioam/<node> record has node id 7
     book.stop()
@@ -73,6 +74,23 @@ class PathBook:
             if tx_node is not None and tx_node in by_node:
                 return by_node[tx_node][1]
             return max(by_node.values())[1]
+
+    def paths_for_flows(self, flows: list[tuple[int, str | None]]) -> list[str | None]:
+        """path_for_flow(flow_id, tx_node) of each (flow_id, tx_node), the lock taken once: a fresh
+        loss worker's first flush asks for every new flow at once (10 000 calls, each taking the
+        lock, were a tenth of that flush)."""
+        out: list[str | None] = []
+        with self.lock:
+            known = self.flows
+            for flow_id, tx_node in flows:
+                by_node = known.get(flow_id)
+                if not by_node:
+                    out.append(None)
+                elif tx_node is not None and tx_node in by_node:
+                    out.append(by_node[tx_node][1])
+                else:
+                    out.append(max(by_node.values())[1])
+        return out
 
     def inline_tx(self, flow_id: int, tx_node: str | None = None) -> pr.PathRecord | None:
         """The in-line monitor's tx-side record of the flow (its ingress): tx_node's if there is one,

@@ -73,6 +73,7 @@ from processors.runtime.deadletters import dead_letter, decode_or_dead_letter
 from processors.runtime.health import ProcessorHealth
 from processors.runtime.intake import BatchIntake
 from processors.runtime.moves import PartitionMoves
+from processors.runtime.timers import every
 from processors.runtime.topics import read_progress
 from segscope_schemas.altmark_block import DIR_RX, DIR_TX, check_records, decode_batch, encode_batch
 from segscope_schemas.batch_envelope import join_records
@@ -85,6 +86,7 @@ joiner = LossJoiner(timeout_s=cfg.timeout_s, retention_s=cfg.retention_s, tai_ut
 # every flow's SID list (segscope.paths, schemas/paths.md): the `path` tag of altmark_loss
 paths = PathBook(cfg.bootstrap, cfg.paths_topic)
 joiner.flow_path = paths.path_for_flow
+joiner.flow_paths = paths.paths_for_flows  # the same for many flows (a flush's new ones), the lock taken once
 joiner.flow_path_version = lambda: paths.version  # the joiner keeps each flow's path until it changes
 # partitions of the by-flow topic, read from Kafka at start (every worker must use the same count)
 by_flow_partitions = 0
@@ -349,7 +351,8 @@ async def ack_split_messages() -> None:
         await split_pending.ack_finished(all_delivered)
 
 
-@app.timer(interval=0.25)
+# every(): one asyncio.sleep per tick, not Faust's app.timer (runtime/timers.py: the CPU an idle worker burns)
+@every(app, 0.25)
 async def ack_split_timer() -> None:
     try:
         await ack_split_messages()
@@ -398,7 +401,7 @@ async def join_messages(messages: list) -> None:
         pending.hold(tp, taken, now)
 
 
-@app.timer(interval=0.1)
+@every(app, 0.1)
 async def clock_reading() -> None:
     """Read the joiner's clock every 0.1 s: a longer gap is a stall its timeouts leave out."""
     clock_ns()
@@ -488,7 +491,7 @@ intake.take(by_flow_topic, moves.batches(join_messages))
 _last_log = 0.0
 
 
-@app.timer(interval=cfg.flush_interval_s)
+@every(app, cfg.flush_interval_s)
 async def flush_blocks() -> None:
     global _last_log
     await flush_blocks_locked()

@@ -276,24 +276,34 @@ def dmark_delay_us(tx_sum: int, rx_sum: int, n: int) -> float:
     return diff / n / 1000
 
 
-def _groups(*columns: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Rows of equal values in every column (int arrays of one length): the position of each group's
-    first row, and each row's group. A flush's rows of one flow series share their tags and path,
-    so the per-row Python work is done once per group (a fresh worker's first flush: 10 blocks of
-    every new flow, 10 rows per group)."""
-    key = np.zeros(len(columns[0]), dtype=np.int64)
-    span = 1
-    for column in columns:  # one int64 key of the columns (mixed radix) while it fits in 62 bits
-        column = column.astype(np.int64)
-        low, high = (int(column.min()), int(column.max())) if len(column) else (0, 0)
-        span *= high - low + 1
-        if span >= 1 << 62:
-            keys = np.stack([c.astype(np.int64) for c in columns], axis=1)
-            _, first, inverse = np.unique(keys, axis=0, return_index=True, return_inverse=True)
-            return first, inverse.reshape(-1)
-        key = key * (high - low + 1) + (column - low)
-    _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
-    return first, inverse.reshape(-1)
+def _runs(*columns: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Runs of consecutive rows with equal values in every column (arrays of one length; object
+    arrays compare by value): the position of each run's first row, and each row's run. A flush's
+    rows are in key order, so the rows of one flow series are consecutive: a series' rows with the
+    same tags and path make one run, and the per-row Python work is done once per run (a fresh
+    worker's first flush: 10 blocks of every new flow, 10 rows per run), found in one pass where a
+    sort (np.unique) cost ~5 ms per 100 000 rows. Rows with equal values that are not consecutive
+    make several runs: the same answers, asked once more."""
+    n = len(columns[0])
+    head = np.ones(n, dtype=bool)
+    if n > 1:
+        step = head[1:]
+        step[:] = False
+        for column in columns:
+            step |= column[1:] != column[:-1]
+    return np.flatnonzero(head), np.cumsum(head) - 1
+
+
+def _run_ends(values: np.ndarray) -> np.ndarray:
+    """Positions of the last row of each run of equal consecutive values: the last occurrence of each
+    value where equal values are consecutive (a flush's flow series); otherwise more positions, in
+    ascending order, so a fancy assignment by them (the last one wins) still leaves each value's
+    last occurrence."""
+    n = len(values)
+    end = np.ones(n, dtype=bool)
+    if n > 1:
+        np.not_equal(values[1:], values[:-1], out=end[:-1])
+    return np.flatnonzero(end)
 
 
 def _objects(values: list) -> np.ndarray:
@@ -301,12 +311,6 @@ def _objects(values: list) -> np.ndarray:
     out = np.empty(len(values), dtype=object)
     out[:] = values
     return out
-
-
-def _last_of_each(values: np.ndarray) -> np.ndarray:
-    """Positions of the last occurrence of each distinct value of `values`."""
-    _, first_from_end = np.unique(values[::-1], return_index=True)
-    return len(values) - 1 - first_from_end
 
 
 class _Marks(dict):
@@ -430,6 +434,9 @@ class LossJoiner:
         self.flow_nodes: dict[tuple[int, int, int], str] = {}
         # flow_path(flow_id, tx_node) -> the tx side's path tag or None (the app: PathBook.path_for_flow)
         self.flow_path = lambda flow_id, tx_node: None
+        # flow_paths([(flow_id, tx_node), ...]) -> flow_path's answer for each, or None (what setting
+        # flow_path makes it): ask flow_path one by one (the app: PathBook.paths_for_flows, one lock)
+        self.flow_paths = None
         # flow_path_version() -> a number that changes whenever flow_path's answers may have changed
         # (the app: PathBook.version), so answers are kept per flow series until it does; None (what
         # setting flow_path makes it): ask flow_path at every block's first publication
@@ -462,6 +469,7 @@ class LossJoiner:
     def flow_path(self, flow_path) -> None:
         self._flow_path = flow_path
         self.flow_path_version = None  # a new source: its answers are not known to be stable
+        self.flow_paths = None  # a bulk form of the old source would answer for it
 
     @property
     def final_upto(self) -> dict[FlowKey, int]:
@@ -830,6 +838,10 @@ class LossJoiner:
         changed = np.flatnonzero(self._fm_node[side, fm] != node_no)
         if len(changed):
             self._fm_node[side[changed], fm[changed]] = node_no
+            if len(changed) > 64:
+                # one key per (flow, method, side), not per record: a fresh flow's blocks of a batch all
+                # differ from the mirror (it is written above, after the comparison)
+                changed = changed[np.unique(fm[changed] * 2 + side[changed], return_index=True)[1]]
             ch = records[changed]
             self.flow_nodes.update(
                 dict.fromkeys(zip(ch["flow_id"].tolist(), ch["method"].tolist(), ch["direction"].tolist()), node)
@@ -871,19 +883,19 @@ class LossJoiner:
                     sides[side, i] = number(known.get((flow_l[i], method_l[i], direction), UNKNOWN_NODE))
         path_tag = self._path_tag
         paths = path_tag[rows]
-        fresh = np.flatnonzero(paths == None).tolist()  # noqa: E711 - elementwise on an object array
-        if fresh:
+        fresh = np.flatnonzero(paths == None)  # noqa: E711 - elementwise on an object array
+        if len(fresh):
             version = None if self.flow_path_version is None else self.flow_path_version()
             if version is None:
                 names = self._node_names
                 flows, tx_nodes, row_l = self._flow[rows].tolist(), sides[0].tolist(), rows.tolist()
-                for i in fresh:
+                for i in fresh.tolist():
                     tx_node = names[tx_nodes[i]]
                     paths[i] = path_tag[row_l[i]] = self.loss_path_tag(
                         flows[i], None if tx_node == UNKNOWN_NODE else tx_node
                     )
             else:
-                self._cached_paths(rows, series, sides[0], np.array(fresh, dtype=np.intp), version, paths)
+                self._cached_paths(rows, series, sides[0], fresh, version, paths)
         tags = self._fn_tags[series]
         stale = np.flatnonzero(
             (self._fn_tag_nodes[0, series] != sides[0])
@@ -900,7 +912,7 @@ class LossJoiner:
             made_tags = _objects(made)[rep_of]
             tags[stale] = made_tags
             # what each series' tags were last made for: its last stale row's (as row by row)
-            last = _last_of_each(s_st)
+            last = _run_ends(s_st)
             at = s_st[last]
             self._fn_tags[at] = made_tags[last]
             self._fn_tag_nodes[0, at], self._fn_tag_nodes[1, at] = tx_st[last], rx_st[last]
@@ -909,15 +921,10 @@ class LossJoiner:
 
     @staticmethod
     def _tag_groups(series, tx_nodes, rx_nodes, paths) -> tuple[np.ndarray, np.ndarray]:
-        """Rows whose tags are the same (series, nodes and path): the representative rows, sorted,
-        and each row's representative's number among them. A row whose path differs from its
-        (series, nodes) group's first row's (the path changed between its blocks) stands alone."""
-        first, group = _groups(series, tx_nodes, rx_nodes)
-        rep_of = first[group]
-        alone = np.flatnonzero(paths != paths[rep_of])
-        rep_of[alone] = alone
-        rep = np.unique(rep_of)
-        return rep, np.searchsorted(rep, rep_of)
+        """Rows whose tags are the same (series, nodes and path), as runs of consecutive rows: the
+        first row of each run, sorted, and each row's run. A row whose path differs from the row
+        before it in its series (the path changed between its blocks) starts a run."""
+        return _runs(series, tx_nodes, rx_nodes, paths)
 
     def _made_tags(self, series, tx_nodes, rx_nodes, paths) -> list[str]:
         """The tags of each (series, tx node, rx node, path): from the tags cache, or formatted."""
@@ -950,23 +957,33 @@ class LossJoiner:
         path_of, unknown = self._fn_path[s], self._fn_path_unknown[s]
         miss = np.flatnonzero(~found)
         if len(miss):
-            names, flow_path = self._node_names, self.flow_path
-            asked: dict[tuple[int, int], tuple[str, bool]] = {}  # (flow, tx node) -> (path tag, unknown)
-            got_path, got_unknown = [], []
-            # once per (series, tx node) among the rows, not per row
-            first, group = _groups(s[miss], tx[miss])
+            names = self._node_names
+            # once per run of one (series, tx node) among the rows, not per row; once per (flow, tx node)
+            first, group = _runs(s[miss], tx[miss])
             one = miss[first]
-            for flow, tx_no in zip(self._fn_flow[s[one]].tolist(), tx[one].tolist()):
-                answer = asked.get((flow, tx_no))
-                if answer is None:
-                    tx_node = names[tx_no]
-                    path = flow_path(flow, None if tx_node == UNKNOWN_NODE else tx_node)
-                    answer = asked[(flow, tx_no)] = (UNKNOWN_NODE, True) if path is None else (escape_tag(path), False)
-                got_path.append(answer[0])
-                got_unknown.append(answer[1])
+            keys = list(zip(self._fn_flow[s[one]].tolist(), tx[one].tolist()))
+            asked: dict[tuple[int, int], tuple[str, bool] | None] = dict.fromkeys(keys)  # -> (path tag, unknown)
+            questions = [(flow, None if names[t] == UNKNOWN_NODE else names[t]) for flow, t in asked]
+            if self.flow_paths is not None:
+                answers = self.flow_paths(questions)
+            else:
+                flow_path = self.flow_path
+                answers = [flow_path(flow, tx_node) for flow, tx_node in questions]
+            escaped: dict[str, str] = {}  # flows share their paths
+            for key, path in zip(list(asked), answers):
+                if path is None:
+                    asked[key] = (UNKNOWN_NODE, True)
+                else:
+                    tag = escaped.get(path)
+                    if tag is None:
+                        tag = escaped[path] = escape_tag(path)
+                    asked[key] = (tag, False)
+            got = [asked[key] for key in keys]
+            got_path = [answer[0] for answer in got]
+            got_unknown = [answer[1] for answer in got]
             path_of[miss] = _objects(got_path)[group]
             unknown[miss] = np.array(got_unknown, dtype=bool)[group]
-            last = miss[_last_of_each(s[miss])]
+            last = miss[_run_ends(s[miss])]
             at = s[last]
             self._fn_path[at], self._fn_path_node[at], self._fn_path_version[at] = path_of[last], tx[last], version
             self._fn_path_unknown[at] = unknown[last]

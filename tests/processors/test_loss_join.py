@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from processors.loss.join import NS_PER_S, LossJoiner
+from processors.loss.join import NS_PER_S, LossJoiner, _run_ends, _runs
 from segscope_schemas import altmark_block as ab
 
 B = 1_795_305_600  # a block index at period 1000 ms (TAI seconds of 2026-11-22)
@@ -322,6 +322,83 @@ def test_one_flush_keeps_each_blocks_own_path_within_a_series():
     assert len(lines) == 2
     assert lines[0].startswith(f"{head()} tx_packets=500i,rx_packets=499i,lost=1i,")
     assert lines[1].startswith(head(path=r"fc00:2::e\,fc00:3::d6") + " tx_packets=10i,")
+
+
+def test_runs_group_consecutive_equal_rows_only():
+    """_runs / _run_ends: the one-pass grouping a flush uses for paths and tags (its rows are in key
+    order). Equal rows that are not consecutive make runs of their own, object columns compare by
+    value, and the run ends of a value are in ascending order (the last one wins an assignment)."""
+    series = np.array([4, 4, 4, 9, 9, 4, 2], dtype=np.int64)
+    nodes = np.array([0, 0, 1, 1, 1, 0, 0], dtype=np.int64)
+    paths = np.empty(7, dtype=object)
+    paths[:] = ["p", "p", "p", "p", "q", "p", "p"]
+    first, run = _runs(series, nodes, paths)
+    assert first.tolist() == [0, 2, 3, 4, 5, 6]
+    assert run.tolist() == [0, 0, 1, 2, 3, 4, 5]
+    assert _run_ends(series).tolist() == [2, 4, 5, 6]
+    column = np.full(10, -1)
+    column[series[_run_ends(series)]] = _run_ends(series)
+    assert column[4] == 5  # the last row of series 4
+    assert _runs(np.array([], dtype=np.int64))[0].tolist() == []
+    assert _runs(np.array([3]))[1].tolist() == [0]
+
+
+def test_one_flush_with_a_series_tx_node_changing_back_and_forth():
+    """Three blocks of one series in one flush whose tx nodes go A, C, A: each line names its own
+    block's tx node and that node's path, and the path source is asked once per (flow, tx node)."""
+    asked: list[tuple[int, str | None]] = []
+
+    def flow_path(flow_id, tx_node):
+        asked.append((flow_id, tx_node))
+        return f"fc00::{tx_node}"
+
+    j = LossJoiner(timeout_s=1.0)
+    j.flow_path = flow_path
+    j.flow_path_version = lambda: 0
+    for block, tx_node in ((B, "A"), (B + 1, "C"), (B + 2, "A")):
+        j.ingest(tx_node, rec(TX, 100, 1000, block=block), T0)
+        j.ingest("B", rec(RX, 100, 1000, block=block), T0)
+    lines = j.flush(T0)
+    assert [line.split(" ")[0] for line in lines] == [
+        head(tx="A", path="fc00::A"),
+        head(tx="C", path="fc00::C"),
+        head(tx="A", path="fc00::A"),
+    ]
+    assert sorted(asked) == [(7, "A"), (7, "C")]
+
+
+def test_bulk_path_source_gives_the_same_lines_and_is_dropped_with_its_source():
+    """flow_paths (the app's PathBook.paths_for_flows: many flows, one lock) answers for flow_path:
+    asked once per flush with each (flow, tx node) once, the same lines as flow_path one by one.
+    Setting another flow_path drops it (it answered for the old source)."""
+    paths = {(7, "A"): "fc00:2::e,fc00:3::d6", (8, "A"): "fc00:8::1"}
+    bulk_calls: list[list] = []
+
+    def flow_paths(questions):
+        bulk_calls.append(list(questions))
+        return [paths.get(q) for q in questions]
+
+    def joiner(bulk: bool) -> LossJoiner:
+        j = LossJoiner(timeout_s=1.0)
+        j.flow_path = lambda flow_id, tx_node: paths.get((flow_id, tx_node))
+        j.flow_path_version = lambda: 0
+        if bulk:
+            j.flow_paths = flow_paths
+        for flow in (7, 8, 9):
+            for block in (B, B + 1):
+                j.ingest("A", rec(TX, 100, 1000, block=block, flow=flow), T0)
+                j.ingest("B", rec(RX, 99, 990, block=block, flow=flow), T0)
+        return j
+
+    with_bulk, one_by_one = joiner(True), joiner(False)
+    lines = with_bulk.flush(T0)
+    assert lines == one_by_one.flush(T0)
+    assert len(lines) == 6 and lines[0].startswith(head(path=r"fc00:2::e\,fc00:3::d6") + " ")
+    assert lines[-1].startswith(head(flow=9) + " ")  # no record: unknown
+    assert bulk_calls == [[(7, "A"), (8, "A"), (9, "A")]]
+    assert with_bulk.counters.as_dict() == one_by_one.counters.as_dict()
+    with_bulk.flow_path = lambda flow_id, tx_node: None
+    assert with_bulk.flow_paths is None
 
 
 @pytest.mark.parametrize("timeout_s, retention_s", [(0, 10), (10, 5), (-1, 10)])

@@ -73,6 +73,22 @@ def test_sessions_flows_tombstones_and_malformed_records():
     assert book.records == 16
 
 
+def test_paths_for_flows_answers_as_path_for_flow_one_by_one():
+    """The bulk look-up a loss flush uses (one lock for many flows): each answer is path_for_flow's,
+    the tx node's record, the newest tx record without a tx node (or with one that has none), None
+    for a flow nobody named."""
+    book = PathBook()
+    book.apply(*flow("A", 7, ["fc00:2::e"], ts=5))
+    book.apply(*flow("C", 7, ["fc00:4::e"], ts=9))
+    book.apply(*flow("A", 8, [], ts=1))
+    book.apply(*flow("B", 9, ["fc00:7::1"], side="rx"))
+    questions = [(7, "A"), (7, "C"), (7, None), (7, "Q"), (8, "A"), (9, "B"), (10, None), (7, "A")]
+    answers = book.paths_for_flows(questions)
+    assert answers == [book.path_for_flow(f, n) for f, n in questions]
+    assert answers == ["fc00:2::e", "fc00:4::e", "fc00:4::e", "fc00:4::e", "flowmonid", None, None, "fc00:2::e"]
+    assert book.paths_for_flows([]) == []
+
+
 def test_inline_monitors_and_ioam_nodes():
     """In-line tx records name a flow's path and ingress; ioam records name node ids, their devices
     and their SIDs; a newer record claiming a node id or SID wins; tombstones forget after a while."""
