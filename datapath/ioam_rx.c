@@ -54,6 +54,11 @@ static const char usage[] =
 	"--sids: the policy's SIDs in travel order, <= 6; --ringbuf-size: a power of two multiple of the page\n"
 	"size (default 4 MiB). add-flow --alternate: one more SID list of flow N (a path its policy can be\n"
 	"steered to): its packets are recorded in flow N; list-flows shows one line per SID list.\n"
+	"--hook: native XDP on a physical NIC (it runs on the DMA buffer, before any skb); tc on a veth or a\n"
+	"pod's interface, where native XDP switches the device's receive to NAPI and copies every skb into an\n"
+	"xdp_buff (measured on a veth lab: an empty native XDP program cost 340-590 ns a packet more than an empty\n"
+	"TC ingress filter; docs/benchmarks.md). The same records and counters either way; the commands after\n"
+	"attach follow the instance's hook (its pinned program), and --hook there must match it.\n"
 	"Pins in " IOAM_PIN_ROOT "/NAME/ioam_rx unless --pin-dir.\n";
 
 static int write_config(int fd, const struct ioam_args *a, uint32_t node_id)
