@@ -34,6 +34,11 @@ Configurations:
   - ioam_tx only, ioam_rx only   one of the two (fixed-rate trials only; --no-decompose leaves them out)
   - empty hooks    programs that do nothing (bench/tools/hook_floor.bpf.c) where ioam_tx and ioam_rx go:
                    what the hooks themselves cost a packet (fixed-rate trials only, with the two above)
+  Run only when --only names them (fixed-rate trials):
+  - empty XDP on b0, empty TC ingress on b0   the empty native XDP program, or a clsact qdisc with the
+                   empty TC classifier on ingress, on B's b0 alone: the two hooks ioam_rx can use
+  - ioam_rx on TC only, on, fixed next hop, rx on TC   ioam_rx attached with --hook tc (a TC ingress
+                   filter on b0, its own instance and ring reader) alone, or with the route program
 ioam_rx also stays on B's bh for the whole run (no packet of the benchmark arrives there): the XDP chain
 is removed when its last device leaves, and a member program cannot join a new one, so this anchor is
 what lets b0 leave and rejoin between trials; it is there in every configuration.
@@ -47,7 +52,8 @@ the script fails.
 
     sudo .local/venv/bin/python bench/ioam_overhead.py [--quick] [--reps 16] [--seconds 1] [--steps 9]
          [--lo 20000] [--hi 220000] [--cost-rate 40000] [--cost-seconds 2] [--cost-trials 2]
-         [--every 100] [--no-decompose] [--no-doc] [--json-out FILE]
+         [--every 100] [--no-decompose] [--no-doc] [--json-out FILE] [--cost-only] [--ingress tc|route]
+         [--only 'NAME;NAME']
 
 Full run ~20 min, --quick ~2 min (this 2-vCPU VM). Own resources: netns iobench-*, pins
 /sys/fs/bpf/segscope/iobench-*.
@@ -113,9 +119,10 @@ class Ioam:
     bench: Line5Bench
     tx_on: bool = False  # ioam_tx on a0's TC egress
     route_on: str = ""  # the route program on the monitored policy's route: "route", "route_fixed" or "" (seg6)
-    rx_on: bool = False
-    empty_on: bool = False
+    rx_on: str = ""  # ioam_rx on b0: "xdp" (native XDP, the XDP chain), "tc" (TC ingress, --hook tc) or ""
+    empty_on: str = ""  # the hook floor in place: "", "hooks", "xdp_b0" or "tc_b0" (set)
     consumer: subprocess.Popen | None = None
+    consumer_tc: subprocess.Popen | None = None
 
     @property
     def tx_inst(self) -> str:
@@ -124,6 +131,14 @@ class Ioam:
     @property
     def rx_inst(self) -> str:
         return f"{self.bench.prefix}-B-n{self.every}"
+
+    @property
+    def rx_tc_inst(self) -> str:
+        """ioam_rx attached with --hook tc: its own instance (an instance is XDP or TC), the same flow."""
+        return f"{self.rx_inst}-tc"
+
+    def _rx_instance(self, hook: str) -> str:
+        return self.rx_tc_inst if hook == "tc" else self.rx_inst
 
     def _tx(self, *args: str, check: bool = True) -> subprocess.CompletedProcess:
         return sh([str(TX_LOADER), *args], check=check)
@@ -189,6 +204,13 @@ class Ioam:
         self._rx(
             "add-flow", "--instance", self.rx_inst, "--sids", sids, "--flow-id", "7", "--namespace-id", str(NAMESPACE)
         )
+        # the TC ingress instance: attached to b0 once (that creates it), then off b0 until a configuration wants it
+        self._rx("attach", "--netns", b, "--dev", "b0", "--instance", self.rx_tc_inst, "--node-id", "9", "--hook", "tc")
+        self.rx_on = "tc"
+        self._rx(
+            "add-flow", "--instance", self.rx_tc_inst, "--sids", sids, "--flow-id", "7", "--namespace-id",
+            str(NAMESPACE),
+        )  # fmt: skip
         # the route program, in its own pin directory beside ioam_tx's, with the same flow
         self._lwt("attach-route", *self.route)
         self.route_on = "route"
@@ -205,25 +227,37 @@ class Ioam:
         )  # fmt: skip
         # the agent's streamer reads the ring: here a reader that throws the records away, on the
         # generator's CPU (not the forwarding CPU: its CPU time is measured and reported apart)
-        self.consumer = subprocess.Popen(
-            pinned(GEN_CPU, [str(RX_LOADER), "dump", "--instance", self.rx_inst, "--timeout-ms", "3600000"]),
-            stdout=subprocess.DEVNULL,
+        self.consumer, self.consumer_tc = (
+            subprocess.Popen(
+                pinned(GEN_CPU, [str(RX_LOADER), "dump", "--instance", inst, "--timeout-ms", "3600000"]),
+                stdout=subprocess.DEVNULL,
+            )
+            for inst in (self.rx_inst, self.rx_tc_inst)
         )
-        self.set("", False)
+        self.set("", "")
 
-    def set(self, ingress: str, rx: bool, empty: bool = False) -> None:
+    def set(self, ingress: str, rx: str, empty: str = "") -> None:
         """Put each program on its device or take it off; off means nothing left on the device (no
         clsact qdisc on a0, no XDP program on b0), as in the baseline, and that is checked. empty:
-        the hook floor instead, programs that do nothing where ioam_tx and ioam_rx go. ingress: "tc"
-        (ioam_tx on a0), "route" (ioam_lwt on the policy's route) or "" (neither)."""
+        a hook floor instead (programs that do nothing, bench/tools/hook_floor.bpf.c): "hooks" where
+        ioam_tx and ioam_rx go (TC egress on a0, native XDP on b0), "xdp_b0" native XDP on b0 alone,
+        "tc_b0" a clsact qdisc with one TC ingress classifier on b0 alone. ingress: "tc" (ioam_tx on
+        a0), "route" (ioam_lwt on the policy's route) or "" (neither). rx: "xdp", "tc" (ioam_rx on b0's
+        native XDP or TC ingress) or "" (off: no XDP program and no clsact qdisc on b0)."""
         lab, tx = self.bench.lab, ingress == "tc"
         want = ingress if ingress.startswith("route") else ""
         if want != self.route_on:
             self._route_to(want)
-        if self.empty_on and not empty:  # before the programs come: they need the hooks
-            lab.run("A", ["tc", "qdisc", "del", "dev", "a0", "clsact"], check=True)
-            lab.run("B", ["ip", "link", "set", "dev", "b0", "xdpdrv", "off"], check=True)
-            self.empty_on = False
+        if self.empty_on and self.empty_on != empty:  # before the programs come: they need the hooks
+            if self.empty_on == "hooks":
+                lab.run("A", ["tc", "qdisc", "del", "dev", "a0", "clsact"], check=True)
+            if self.empty_on in ("hooks", "xdp_b0"):
+                lab.run("B", ["ip", "link", "set", "dev", "b0", "xdpdrv", "off"], check=True)
+            if self.empty_on == "tc_b0":
+                lab.run("B", ["tc", "qdisc", "del", "dev", "b0", "clsact"], check=True)
+                if "clsact" in lab.run("B", ["tc", "qdisc", "show", "dev", "b0"], check=True).stdout:
+                    raise RuntimeError("b0 still has a clsact qdisc after the empty TC ingress left it")
+            self.empty_on = ""
         if tx != self.tx_on:
             if tx:
                 self._tx("attach-dev", "--netns", lab.ns("A"), "--dev", "a0", "--instance", self.tx_inst)
@@ -234,27 +268,45 @@ class Ioam:
                     raise RuntimeError("a0 still has a clsact qdisc after ioam_tx left it")
             self.tx_on = tx
         if rx != self.rx_on:
-            verb = "attach-dev" if rx else "detach-dev"
-            self._rx(verb, "--netns", lab.ns("B"), "--dev", "b0", "--instance", self.rx_inst)
-            if not rx and json.loads(lab.run("B", ["ip", "-j", "link", "show", "dev", "b0"], check=True).stdout)[0].get(
-                "xdp"
-            ):
+            if self.rx_on:
+                self._rx("detach-dev", "--netns", lab.ns("B"), "--dev", "b0", "--instance",
+                         self._rx_instance(self.rx_on))  # fmt: skip
+            if self.rx_on == "xdp" and json.loads(
+                lab.run("B", ["ip", "-j", "link", "show", "dev", "b0"], check=True).stdout
+            )[0].get("xdp"):
                 raise RuntimeError("b0 still has an XDP program after ioam_rx left it")
+            if self.rx_on == "tc":
+                lab.run("B", ["tc", "qdisc", "del", "dev", "b0", "clsact"])
+                if "clsact" in lab.run("B", ["tc", "qdisc", "show", "dev", "b0"], check=True).stdout:
+                    raise RuntimeError("b0 still has a clsact qdisc after ioam_rx left its TC ingress")
+            if rx:
+                self._rx("attach-dev", "--netns", lab.ns("B"), "--dev", "b0", "--instance", self._rx_instance(rx))
             self.rx_on = rx
         if empty and not self.empty_on:  # after the programs left: the hooks are free
-            lab.run("A", ["tc", "qdisc", "add", "dev", "a0", "clsact"], check=True)
-            lab.run("A", ["tc", "filter", "add", "dev", "a0", "egress", "bpf", "direct-action",
-                          "obj", str(HOOK_FLOOR), "sec", "tc"], check=True)  # fmt: skip
-            lab.run("B", ["ip", "link", "set", "dev", "b0", "xdpdrv", "obj", str(HOOK_FLOOR), "sec", "xdp"], check=True)
-            self.empty_on = True
+            if empty == "hooks":
+                lab.run("A", ["tc", "qdisc", "add", "dev", "a0", "clsact"], check=True)
+                lab.run("A", ["tc", "filter", "add", "dev", "a0", "egress", "bpf", "direct-action",
+                              "obj", str(HOOK_FLOOR), "sec", "tc"], check=True)  # fmt: skip
+            if empty in ("hooks", "xdp_b0"):
+                lab.run("B", ["ip", "link", "set", "dev", "b0", "xdpdrv", "obj", str(HOOK_FLOOR), "sec", "xdp"],
+                        check=True)  # fmt: skip
+            if empty == "tc_b0":
+                lab.run("B", ["tc", "qdisc", "add", "dev", "b0", "clsact"], check=True)
+                lab.run("B", ["tc", "filter", "add", "dev", "b0", "ingress", "bpf", "direct-action",
+                              "obj", str(HOOK_FLOOR), "sec", "tc"], check=True)  # fmt: skip
+            self.empty_on = empty
 
     def consumer_cpu_s(self) -> float:
-        return cpu_seconds(self.consumer.pid) if self.consumer and self.consumer.poll() is None else float("nan")
+        """The two ring readers' CPU time (one reads the XDP instance's ring, one the TC instance's)."""
+        return sum(
+            cpu_seconds(c.pid) if c and c.poll() is None else float("nan") for c in (self.consumer, self.consumer_tc)
+        )
 
     def unload(self) -> None:
-        if self.consumer is not None:
-            self.consumer.terminate()
-            self.consumer.wait(10)
+        for consumer in (self.consumer, self.consumer_tc):
+            if consumer is not None:
+                consumer.terminate()
+                consumer.wait(10)
         lab = self.bench.lab
         if lab is not None:
             # detach-route puts the seg6 route back and takes the pins: each program on the route in turn
@@ -268,11 +320,21 @@ class Ioam:
             self._tx("detach", "--netns", lab.ns("A"), "--dev", "a0", "--instance", self.tx_inst, check=False)
             # leaves b0 too if it is still there
             self._rx("detach", "--netns", lab.ns("B"), "--dev", ANCHOR_DEV, "--instance", self.rx_inst, check=False)
-        for inst in (self.tx_inst, self.rx_inst, self.fixed_inst):  # whatever a failed step left behind
+            self._rx("detach", "--netns", lab.ns("B"), "--dev", "b0", "--instance", self.rx_tc_inst, check=False)
+        for inst in (
+            self.tx_inst,
+            self.rx_inst,
+            self.rx_tc_inst,
+            self.fixed_inst,
+        ):  # whatever a failed step left behind
             shutil.rmtree(Path(BPFFS_PIN_ROOT) / inst, ignore_errors=True)
 
     def counters(self) -> dict[str, int]:
-        rx = json.loads(self._rx("stats", "--instance", self.rx_inst, "--json").stdout)
+        # the two ioam_rx instances: only the one on b0 moves (check_worked)
+        rx_both = [
+            json.loads(self._rx("stats", "--instance", i, "--json").stdout) for i in (self.rx_inst, self.rx_tc_inst)
+        ]
+        rx = {k: sum(r[k] for r in rx_both) for k in rx_both[0]}
         # the two inserters' flows: only the one in the path moves (check_worked)
         flows = [
             json.loads(tool("list-flows", "--instance", inst, "--json").stdout)["flows"][0]
@@ -294,9 +356,10 @@ class Ioam:
 class Config:
     name: str
     tx: str  # the ingress inserter: "tc" (ioam_tx), "route" (ioam_lwt) or "" (none)
-    rx: bool
-    empty: bool = False  # the hook floor: programs that do nothing on a0 (TC egress) and b0 (XDP)
+    rx: str  # ioam_rx on b0: "xdp", "tc" (TC ingress, --hook tc) or ""
+    empty: str = ""  # a hook floor, programs that do nothing (Ioam.set): "hooks", "xdp_b0" or "tc_b0"
     search: bool = True  # in the PDR searches and sweeps (else only in the fixed-rate cost trials)
+    named_only: bool = False  # run only when --only names it
     searches: list[SearchResult] = field(default_factory=list)
     sweep: list[Trial] = field(default_factory=list)
     data_sent: int = 0
@@ -309,20 +372,26 @@ class Config:
 def build_configs(decompose: bool, ingress: str) -> list[Config]:
     """off and on (the ingress inserter `ingress` + ioam_rx); --decompose adds the parts; with the route
     program as the ingress, also "on, TC" (ioam_tx + ioam_rx) for the comparison in the same run."""
-    configs = [Config("off", "", False), Config("on", ingress, True)]
+    configs = [Config("off", "", ""), Config("on", ingress, "xdp")]
     if ingress == "route":
-        configs.append(Config("on, fixed next hop", "route_fixed", True, search=False))
-        configs.append(Config("on, TC", "tc", True, search=False))
+        configs.append(Config("on, fixed next hop", "route_fixed", "xdp", search=False))
+        configs.append(Config("on, TC", "tc", "xdp", search=False))
+        configs.append(Config("on, fixed next hop, rx on TC", "route_fixed", "tc", search=False, named_only=True))
     if decompose:
         configs += [
-            Config("ioam_lwt only" if ingress == "route" else "ioam_tx only", ingress, False, search=False),
-            Config("ioam_rx only", "", True, search=False),
+            Config("ioam_lwt only" if ingress == "route" else "ioam_tx only", ingress, "", search=False),
+            Config("ioam_rx only", "", "xdp", search=False),
+            Config("ioam_rx on TC only", "", "tc", search=False, named_only=True),
         ]
         if ingress == "tc":
-            configs.append(Config("empty hooks", "", False, empty=True, search=False))
+            configs.append(Config("empty hooks", "", "", empty="hooks", search=False))
         else:  # the two inserters alone, side by side, and the route program's floor
-            configs.append(Config("ioam_tx only", "tc", False, search=False))
-            configs.append(Config("ioam_lwt fixed next hop only", "route_fixed", False, search=False))
+            configs.append(Config("ioam_tx only", "tc", "", search=False))
+            configs.append(Config("ioam_lwt fixed next hop only", "route_fixed", "", search=False))
+        # B's receive hooks alone, empty: native XDP on b0 (the veth's NAPI receive and the skb copy)
+        # against a TC ingress classifier on b0 (the skb as it comes)
+        configs.append(Config("empty XDP on b0", "", "", empty="xdp_b0", search=False, named_only=True))
+        configs.append(Config("empty TC ingress on b0", "", "", empty="tc_b0", search=False, named_only=True))
     return configs
 
 
@@ -392,7 +461,7 @@ class Harness:
 
     def finish(self) -> None:
         self._leave()
-        self.ioam.set("", False)
+        self.ioam.set("", "")
 
     def trial(self, cfg: Config, rate: float, seconds: float, phase: str, rep: int) -> Trial:
         self.switch_to(cfg)
@@ -544,6 +613,8 @@ def main() -> int:
         if unknown:
             sys.exit(f"--only: no configuration {sorted(unknown)} (have {[c.name for c in configs]})")
         configs = [c for c in configs if c.name in keep]
+    else:
+        configs = [c for c in configs if not c.named_only]
     with SoftirqClock() as clock, Line5Bench(args.prefix, "none", PathSpec(data_dst=FIRST_DST)) as bench:
         assert (bench.spec.generator_cpu, bench.spec.dut_cpu) == (GEN_CPU, DUT_CPU)
         add_policies(bench)
@@ -709,7 +780,31 @@ def cost_table(args, configs: list[Config], samples: list[Sample]) -> str:
             f"| {c.name} | {len(cp)} | {_mean(b for _, b in cp):,.0f} | {d.mean:+,.0f} ± {d.half_width:,.0f} | "
             f"{fmt_ci(t_ratio([a / b for a, b in cp]))} |"
         )
+    # the same hook or program in two places, against each other in the same repetitions
+    names = {c.name for c in configs}
+    versus = [(a, b) for a, b in HEAD_TO_HEAD if a in names and b in names]
+    if versus:
+        rows += [
+            "",
+            "| compared, paired by repetition | pairs | second − first, ns (CI95) | first / second (CI95, t) |",
+            "|---|---|---|---|",
+        ]
+    for a, b in versus:
+        cp, _, _ = cost_pairs(samples, a, b, args.reps)
+        d = _ci([y - x for x, y in cp])
+        rows.append(
+            f"| {b} against {a} | {len(cp)} | {d.mean:+,.0f} ± {d.half_width:,.0f} | "
+            f"{fmt_ci(t_ratio([x / y for x, y in cp]))} |"
+        )
     return "\n".join(rows)
+
+
+# configurations compared with each other, not only with off (cost_table)
+HEAD_TO_HEAD = [
+    ("empty XDP on b0", "empty TC ingress on b0"),
+    ("ioam_rx only", "ioam_rx on TC only"),
+    ("on, fixed next hop", "on, fixed next hop, rx on TC"),
+]
 
 
 TC_CONFIGS = """no PDR searches. **empty hooks** puts programs that do nothing (bench/tools/hook_floor.bpf.c)

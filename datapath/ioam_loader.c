@@ -20,7 +20,7 @@ enum { OPT_NETNS = 256, OPT_DEV, OPT_INSTANCE, OPT_PIN_DIR, OPT_SIDS, OPT_FLOW_I
        OPT_TRACE_NODES, OPT_SAMPLE_EVERY, OPT_SAMPLE_INTERVAL_US, OPT_MATCH_SRC, OPT_MATCH_DST, OPT_MATCH_PROTO,
        OPT_MATCH_SPORT, OPT_MATCH_DPORT, OPT_IF_ID, OPT_TAI_OFFSET, OPT_RINGBUF_SIZE, OPT_COUNT, OPT_TIMEOUT_MS,
        OPT_HEX, OPT_REPEAT, OPT_JSON, OPT_PREFIX, OPT_TUNSRC, OPT_TABLE, OPT_METRIC, OPT_MTU, OPT_FIXED_NEXT_HOP,
-       OPT_FLOW_SIDS, OPT_ALTERNATE, OPT_PAUSED, OPT_FIRST_SEQ };
+       OPT_FLOW_SIDS, OPT_ALTERNATE, OPT_PAUSED, OPT_FIRST_SEQ, OPT_HOOK };
 
 static const struct option long_opts[] = {
 	{ "netns", required_argument, NULL, OPT_NETNS },
@@ -57,6 +57,7 @@ static const struct option long_opts[] = {
 	{ "alternate", no_argument, NULL, OPT_ALTERNATE },
 	{ "paused", no_argument, NULL, OPT_PAUSED },
 	{ "first-seq", required_argument, NULL, OPT_FIRST_SEQ },
+	{ "hook", required_argument, NULL, OPT_HOOK },
 	{ "help", no_argument, NULL, 'h' },
 	{},
 };
@@ -101,6 +102,14 @@ static int parse_args(const struct ioam_prog *p, int argc, char **argv, struct i
 		case OPT_FLOW_SIDS: a->flow_sids = optarg; break;
 		case OPT_ALTERNATE: a->alternate = true; break;
 		case OPT_PAUSED: a->paused = true; break;
+		case OPT_HOOK: {
+			static const char *const hooks[] = { "xdp", "tc" };
+			int h = parse_choice_arg("--hook", optarg, hooks, 2);
+
+			ok = h >= 0;
+			a->hook = h == 1 ? IOAM_HOOK_TC : IOAM_HOOK_XDP;
+			break;
+		}
 		case OPT_FIRST_SEQ: ok = num("--first-seq", 0, UINT64_MAX, &a->first_seq, NULL); break;
 		case OPT_TABLE: ok = num("--table", 1, UINT32_MAX, &a->table, NULL); break;
 		case OPT_METRIC: ok = num("--metric", 0, UINT32_MAX, &a->metric, NULL); break;
@@ -299,6 +308,7 @@ int ioam_run_test_run(void *args, const void *prog)
 	size_t hex_len, len;
 	unsigned char *in = NULL, *out = NULL;
 	int prog_fd, err = EXIT_FAIL;
+	bool tc = p->is_tc;
 
 	if (!ioam_resolve_pin_dir(p, a) || !require_arg(a->hex, "--hex"))
 		return EXIT_USAGE;
@@ -325,13 +335,21 @@ int ioam_run_test_run(void *args, const void *prog)
 	prog_fd = open_pinned(a->pin_dir, PROG_PIN_NAME);
 	if (prog_fd < 0)
 		goto out;
+	{
+		struct bpf_prog_info info = {};
+		__u32 info_len = sizeof(info);
+
+		/* ioam_rx's instance may be either: its pinned program's type names the verdicts */
+		if (!bpf_obj_get_info_by_fd(prog_fd, &info, &info_len) && info.type == BPF_PROG_TYPE_SCHED_CLS)
+			tc = true;
+	}
 	LIBBPF_OPTS(bpf_test_run_opts, opts, .data_in = in, .data_size_in = len, .data_out = out,
 		    .data_size_out = len + 1024, .repeat = (int)a->repeat);
 	if (bpf_prog_test_run_opts(prog_fd, &opts)) {
 		die_msg("BPF_PROG_TEST_RUN failed: %s", strerror(errno));
 	} else {
 		printf("{\"retval\": %d, \"action\": \"%s\", \"duration_ns\": %u, \"data_out\": \"", (int32_t)opts.retval,
-		       verdict_name(p->is_tc, (int32_t)opts.retval), opts.duration);
+		       verdict_name(tc, (int32_t)opts.retval), opts.duration);
 		for (uint32_t i = 0; i < opts.data_size_out && i < len + 1024; i++)
 			printf("%02x", out[i]);
 		printf("\"}\n");

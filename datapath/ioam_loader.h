@@ -17,6 +17,9 @@
 
 #define IOAM_PIN_ROOT SEGSCOPE_BPFFS_PIN_ROOT
 
+/* ioam_rx's hook (--hook): none given, native XDP in the XDP chain, or a TC ingress classifier */
+enum ioam_hook { IOAM_HOOK_UNSET = 0, IOAM_HOOK_XDP, IOAM_HOOK_TC };
+
 struct ioam_args {
 	const char *netns, *dev, *instance, *pin_dir, *sids, *match_src, *match_dst, *hex;
 	const char *prefix, *tunsrc;          /* ioam_lwt: the route */
@@ -32,6 +35,7 @@ struct ioam_args {
 	bool alternate;                       /* ioam_rx add-flow: another SID list of an existing flow */
 	bool paused;                          /* ioam_lwt attach-route: encapsulate only */
 	uint64_t first_seq;                   /* ioam_tx add-flow: the first E2E sequence number (default 0) */
+	enum ioam_hook hook;                  /* ioam_rx attach: where (default XDP); other commands: a check */
 };
 
 struct ioam_prog {

@@ -1,12 +1,21 @@
 // SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
 /*
- * In-line IOAM extraction at the egress edge (XDP, before End.DT6): for every
- * packet of a monitored flow that carries segscope's two IOAM options, one
- * struct ioam_record (schemas/c/ioam_record.h) into the `ioam_records` ring
- * buffer. It only reads: the packet always goes on (xdp_chain_next: the next
- * member of the node's XDP chain, or the stack), End.DT6 then removes the
- * outer header with both options, and the kernel fills this node's own trace
- * entry only after XDP (the record carries the receive time instead).
+ * In-line IOAM extraction at the egress edge (XDP or TC ingress, before
+ * End.DT6): for every packet of a monitored flow that carries segscope's two
+ * IOAM options, one struct ioam_record (schemas/c/ioam_record.h) into the
+ * `ioam_records` ring buffer. It only reads: the packet always goes on
+ * (XDP: xdp_chain_next, the next member of the node's XDP chain, or the
+ * stack; TC: TC_ACT_UNSPEC, the next filter), End.DT6 then removes the outer
+ * header with both options, and the kernel fills this node's own trace entry
+ * only after this hook (the record carries the receive time instead).
+ *
+ * Two entries, one parser: `ioam_rx` (SEC("xdp"), native XDP behind the XDP
+ * chain: a real NIC runs it on its DMA buffer) and `ioam_rx_tc` (SEC("tc"),
+ * a clsact ingress classifier: on a veth, native XDP switches the device's
+ * receive to NAPI and copies every skb into an xdp_buff, which costs more
+ * than the program; at TC ingress the skb is read where it is). The same
+ * checks, counters and records for the same packet (tests/fuzz: a
+ * differential test run); the loader attaches one of the two (--hook).
  *
  *   IPv6 | HBH (IOAM trace) | [DOH, e.g. AltMark] | SRH | DOH (IOAM E2E) | inner
  *
@@ -52,7 +61,29 @@ struct {
 	__uint(max_entries, IOAM_DEFAULT_RINGBUF);
 } ioam_records SEC(".maps");
 
+#define TC_ACT_UNSPEC (-1)
+
 IOAM_DEFINE_OPTS_FIND(ioam_opts_find_xdp, struct xdp_md)
+IOAM_DEFINE_OPTS_FIND(ioam_opts_find_tc, struct __sk_buff)
+
+/*
+ * The parser below takes the context as `void *` and the hook it came from as a constant: every
+ * function is inlined into one entry, so the compiler keeps only that hook's branch of each of
+ * these, and the verifier sees a plain xdp_md or __sk_buff program.
+ */
+enum rx_hook { RX_XDP, RX_TC };
+#define RX_DATA(ctx, hook) \
+	((hook) == RX_TC ? IOAM_DATA((struct __sk_buff *)(ctx)) : IOAM_DATA((struct xdp_md *)(ctx)))
+#define RX_DATA_END(ctx, hook) \
+	((hook) == RX_TC ? IOAM_DATA_END((struct __sk_buff *)(ctx)) : IOAM_DATA_END((struct xdp_md *)(ctx)))
+#define RX_OPTS_FIND(ctx, hook, off, limit, type)                                       \
+	((hook) == RX_TC ? ioam_opts_find_tc((struct __sk_buff *)(ctx), off, limit, type) \
+			 : ioam_opts_find_xdp((struct xdp_md *)(ctx), off, limit, type))
+#define RX_LOAD_BYTES(ctx, hook, off, to, len)                                    \
+	((hook) == RX_TC ? bpf_skb_load_bytes((struct __sk_buff *)(ctx), off, to, len) \
+			 : bpf_xdp_load_bytes((struct xdp_md *)(ctx), off, to, len))
+#define RX_IFINDEX(ctx, hook) \
+	((hook) == RX_TC ? ((struct __sk_buff *)(ctx))->ingress_ifindex : ((struct xdp_md *)(ctx))->ingress_ifindex)
 
 static __always_inline void count(enum ioam_rx_counter counter)
 {
@@ -79,12 +110,12 @@ struct rx_trace {
 };
 
 /* The HBH at 54: the trace option's checks (ioam_trace_option.h, decode rules). */
-static __always_inline enum ioam_rx_counter read_trace(struct xdp_md *ctx, __u32 limit, struct rx_trace *t)
+static __always_inline enum ioam_rx_counter read_trace(void *ctx, enum rx_hook hook, __u32 limit, struct rx_trace *t)
 {
-	void *data = IOAM_DATA(ctx), *data_end = IOAM_DATA_END(ctx);
+	void *data, *data_end;
 	__u32 opt_off, data_len, opt_len;
-	__u8 *hbh = data + IOAM_L4_OFF, *p;
-	int r = ioam_opts_find_xdp(ctx, IOAM_L4_OFF, limit, IOAM_HBH_OPT_TYPE);
+	__u8 *hbh, *p;
+	int r = RX_OPTS_FIND(ctx, hook, IOAM_L4_OFF, limit, IOAM_HBH_OPT_TYPE);
 
 	switch (IOAM_WALK_OUTCOME(r)) {
 	case IOAM_WALK_FOUND:
@@ -96,8 +127,8 @@ static __always_inline enum ioam_rx_counter read_trace(struct xdp_md *ctx, __u32
 	default:
 		return IORX_PASS_BAD_LENGTH;
 	}
-	data = IOAM_DATA(ctx);
-	data_end = IOAM_DATA_END(ctx);
+	data = RX_DATA(ctx, hook);
+	data_end = RX_DATA_END(ctx, hook);
 	hbh = data + IOAM_L4_OFF;
 	if ((void *)(hbh + 2) > data_end)
 		return IORX_PASS_TRUNCATED;   /* the walk checked it; for the verifier */
@@ -135,10 +166,11 @@ static __always_inline enum ioam_rx_counter read_trace(struct xdp_md *ctx, __u32
 }
 
 /* [DOH] SRH after the HBH: the SID list into key, *after_srh = the frame offset behind the SRH. */
-static __always_inline enum ioam_rx_counter read_srh(struct xdp_md *ctx, __u32 limit, const struct rx_trace *t,
-						      struct altmark_sidlist_key *key, __u32 *after_srh, __u8 *srh_next)
+static __always_inline enum ioam_rx_counter read_srh(void *ctx, enum rx_hook hook, __u32 limit,
+						      const struct rx_trace *t, struct altmark_sidlist_key *key,
+						      __u32 *after_srh, __u8 *srh_next)
 {
-	void *data = IOAM_DATA(ctx), *data_end = IOAM_DATA_END(ctx);
+	void *data = RX_DATA(ctx, hook), *data_end = RX_DATA_END(ctx, hook);
 	__u32 off = t->after_hbh & 0xfff;
 	struct ipv6_sr_hdr *srh;
 	__u8 nh = t->hbh_next, *doh;
@@ -181,10 +213,10 @@ struct rx_e2e {
 };
 
 /* The DOH behind the SRH: the E2E option's checks (ioam_e2e_option.h, decode rules). */
-static __always_inline enum ioam_rx_counter read_e2e(struct xdp_md *ctx, __u32 limit, __u32 off, __u16 namespace_id,
-						      struct rx_e2e *e)
+static __always_inline enum ioam_rx_counter read_e2e(void *ctx, enum rx_hook hook, __u32 limit, __u32 off,
+						      __u16 namespace_id, struct rx_e2e *e)
 {
-	int r = ioam_opts_find_xdp(ctx, off, limit, IOAM_DOH_OPT_TYPE);
+	int r = RX_OPTS_FIND(ctx, hook, off, limit, IOAM_DOH_OPT_TYPE);
 	void *data, *data_end;
 	__u8 *p;
 
@@ -198,8 +230,8 @@ static __always_inline enum ioam_rx_counter read_e2e(struct xdp_md *ctx, __u32 l
 	default:
 		return IORX_PASS_BAD_LENGTH;
 	}
-	data = IOAM_DATA(ctx);
-	data_end = IOAM_DATA_END(ctx);
+	data = RX_DATA(ctx, hook);
+	data_end = RX_DATA_END(ctx, hook);
 	p = data + ((off + IOAM_WALK_OFF(r)) & IOAM_OFF_MASK);
 	if ((void *)(p + 4) > data_end)
 		return IORX_PASS_TRUNCATED;
@@ -224,7 +256,7 @@ static __always_inline enum ioam_rx_counter read_e2e(struct xdp_md *ctx, __u32 l
 }
 
 /* One record into the ring buffer; the counter it lands in. */
-static __always_inline enum ioam_rx_counter record(struct xdp_md *ctx, struct ioam_rx_flow *flow,
+static __always_inline enum ioam_rx_counter record(void *ctx, enum rx_hook hook, struct ioam_rx_flow *flow,
 						    const struct rx_trace *t, const struct rx_e2e *e, __u8 hop_limit)
 {
 	__u64 rx_tai_ns = bpf_ktime_get_tai_ns();
@@ -244,7 +276,7 @@ static __always_inline enum ioam_rx_counter record(struct xdp_md *ctx, struct io
 	rec->tx_tai_ns = (__u64)e->ts_sec * IOAM_E2E_NS_PER_SEC + e->ts_nsec;
 	rec->seq = e->seq;
 	rec->flow_id = flow->flow_id;
-	rec->ifindex = ctx->ingress_ifindex;
+	rec->ifindex = RX_IFINDEX(ctx, hook);
 	rec->node_id = cfg ? cfg->node_id : 0;
 	rec->tai_utc_offset_s = cfg ? cfg->tai_utc_offset_s : 0;
 	rec->namespace_id = t->namespace_id;
@@ -263,8 +295,9 @@ static __always_inline enum ioam_rx_counter record(struct xdp_md *ctx, struct io
 	}
 	/* the filled entries start RemainingLen * 4 bytes into the data list */
 	len = n * IOAM_TRACE_ENTRY_SIZE;
+	barrier_var(len);   /* the bounds below on len itself: clang would test n, which the verifier does not link */
 	if (len >= IOAM_TRACE_ENTRY_SIZE && len <= sizeof(rec->entries) &&
-	    bpf_xdp_load_bytes(ctx, t->data_off + (__u32)t->remaining_len * 4, rec->entries, len)) {
+	    RX_LOAD_BYTES(ctx, hook, t->data_off + (__u32)t->remaining_len * 4, rec->entries, len)) {
 		bpf_ringbuf_discard(rec, 0);
 		return IORX_PASS_TRUNCATED;   /* inside the checked header: cannot happen */
 	}
@@ -273,9 +306,9 @@ static __always_inline enum ioam_rx_counter record(struct xdp_md *ctx, struct io
 	return truncated ? IORX_RECORDED_TRUNCATED : IORX_RECORDED;
 }
 
-static __always_inline enum ioam_rx_counter classify(struct xdp_md *ctx)
+static __always_inline enum ioam_rx_counter classify(void *ctx, enum rx_hook hook)
 {
-	void *data = IOAM_DATA(ctx), *data_end = IOAM_DATA_END(ctx);
+	void *data = RX_DATA(ctx, hook), *data_end = RX_DATA_END(ctx, hook);
 	struct ipv6hdr *ip6 = data + IOAM_L3_OFF;
 	struct altmark_sidlist_key key;
 	struct ioam_rx_flow *flow;
@@ -294,10 +327,10 @@ static __always_inline enum ioam_rx_counter classify(struct xdp_md *ctx)
 	limit = IOAM_L4_OFF + bpf_ntohs(ip6->payload_len);
 	if (limit > (__u32)(data_end - data))
 		limit = data_end - data;
-	c = read_trace(ctx, limit, &t);
+	c = read_trace(ctx, hook, limit, &t);
 	if (c != IORX_NR_COUNTERS)
 		return c;
-	c = read_srh(ctx, limit, &t, &key, &after_srh, &srh_next);
+	c = read_srh(ctx, hook, limit, &t, &key, &after_srh, &srh_next);
 	if (c != IORX_NR_COUNTERS)
 		return c;
 	flow = bpf_map_lookup_elem(&ioam_rx_flows, &key);
@@ -307,17 +340,55 @@ static __always_inline enum ioam_rx_counter classify(struct xdp_md *ctx)
 		return IORX_PASS_UNKNOWN_NAMESPACE;
 	if (srh_next != IPV6_NH_DSTOPTS)
 		return IORX_PASS_NO_E2E;
-	c = read_e2e(ctx, limit, after_srh, flow->namespace_id, &e);
+	c = read_e2e(ctx, hook, limit, after_srh, flow->namespace_id, &e);
 	if (c != IORX_NR_COUNTERS)
 		return c;
-	return record(ctx, flow, &t, &e, hop_limit);
+	return record(ctx, hook, flow, &t, &e, hop_limit);
 }
 
 SEC("xdp")
 int ioam_rx(struct xdp_md *ctx)
 {
-	count(classify(ctx));
+	count(classify(ctx, RX_XDP));
 	return xdp_chain_next(ctx, XDP_CHAIN_IOAM_RX);
+}
+
+/*
+ * The part of the skb the parser reads made linear, as XDP sees the whole frame: the Ethernet and
+ * IPv6 headers, and for a packet with a Hop-by-Hop header the IPv6 payload (its headers end there;
+ * the parser reads nothing past it). Only what is not linear yet is pulled: an skb that is linear,
+ * the usual case, is not touched (bpf_skb_pull_data would unshare a cloned one). A failed pull
+ * leaves the packet shorter to the parser: counted as truncated, as XDP counts a short frame.
+ */
+static __always_inline void pull_headers(struct __sk_buff *skb)
+{
+	void *data = IOAM_DATA(skb), *data_end = IOAM_DATA_END(skb);
+	__u32 linear = data_end - data, want = IOAM_L4_OFF;
+	struct ipv6hdr *ip6;
+
+	if (linear < want && skb->len > linear) {
+		bpf_skb_pull_data(skb, skb->len < want ? skb->len : want);
+		data = IOAM_DATA(skb);
+		data_end = IOAM_DATA_END(skb);
+		linear = data_end - data;
+	}
+	ip6 = data + IOAM_L3_OFF;
+	if ((void *)(ip6 + 1) > data_end || ((struct ethhdr *)data)->h_proto != IOAM_ETH_P_IPV6_BE ||
+	    ip6->nexthdr != IPV6_NH_HOPOPTS)
+		return;   /* classify stops at the IPv6 header */
+	want = IOAM_L4_OFF + bpf_ntohs(ip6->payload_len);
+	if (want > skb->len)
+		want = skb->len;
+	if (linear < want)
+		bpf_skb_pull_data(skb, want);
+}
+
+SEC("tc")
+int ioam_rx_tc(struct __sk_buff *skb)
+{
+	pull_headers(skb);
+	count(classify(skb, RX_TC));
+	return TC_ACT_UNSPEC;   /* never the verdict: the next filter runs, or the stack */
 }
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";

@@ -1,15 +1,19 @@
 // SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
 /*
- * Loader of the in-line IOAM extractor ioam_rx.bpf.c (XDP, native, a member
- * of the node's XDP chain with role XDP_CHAIN_IOAM_RX). Pins in
+ * Loader of the in-line IOAM extractor ioam_rx.bpf.c: native XDP, a member
+ * of the node's XDP chain with role XDP_CHAIN_IOAM_RX (the default), or with
+ * `attach --hook tc` a TC ingress classifier (clsact). Pins in
  * /sys/fs/bpf/segscope/<instance>/ioam_rx/, the ring buffer as
  * `ioam_records` (the agent's streamer reads it). Commands: see usage below
  * and datapath/README.md.
  *
- * Devices are joined and left through the XDP chain (xdp_chain.h,
+ * XDP: devices are joined and left through the XDP chain (xdp_chain.h,
  * datapath/README.md "Chaining"): on any device of the node, with any of the
  * other members (altmark_rx before it, the STAMP programs after it), in any
- * order of attach.
+ * order of attach. TC: the pinned program is the filter at IORX_TC_HANDLE /
+ * IORX_TC_PRIORITY of each device's ingress, as ioam_tx's on egress. An
+ * instance is one or the other (its pinned program's type says which); the
+ * commands after attach find out by themselves.
  */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
@@ -28,13 +32,18 @@
 
 const char *loader_name = "ioam_rx";
 
+/* the TC ingress filter's place (--hook tc); altmark_rx has no TC mode, so nothing runs before it */
+#define IORX_TC_HANDLE   0xa19
+#define IORX_TC_PRIORITY 0xa19
+
 static const char usage[] =
 	"usage:\n"
 	"  ioam_rx attach --dev IF --instance NAME --node-id ID [--netns NS] [--pin-dir DIR]\n"
-	"      [--ringbuf-size BYTES] [--tai-offset S]   (joins the XDP chain of IF: <dirname DIR>/xdp_chain)\n"
+	"      [--ringbuf-size BYTES] [--tai-offset S] [--hook xdp|tc]\n"
+	"      (xdp, the default: joins the XDP chain of IF, <dirname DIR>/xdp_chain; tc: a clsact ingress filter)\n"
 	"  ioam_rx detach --dev IF --instance NAME [--netns NS]\n"
 	"  ioam_rx attach-dev|detach-dev --dev IF --instance NAME [--netns NS]   (one more device / off one)\n"
-	"  ioam_rx chain --instance NAME [--netns NS]   (the XDP chain of the instance, JSON)\n"
+	"  ioam_rx chain --instance NAME [--netns NS]   (the XDP chain of the instance, JSON; XDP only)\n"
 	"  ioam_rx add-flow --instance NAME --sids A,B,.. --flow-id N --namespace-id NS [--alternate]\n"
 	"  ioam_rx del-flow --instance NAME (--sids A,B,.. | --flow-id N)   (--flow-id: all its SID lists)\n"
 	"  ioam_rx list-flows --instance NAME [--json]\n"
@@ -45,6 +54,11 @@ static const char usage[] =
 	"--sids: the policy's SIDs in travel order, <= 6; --ringbuf-size: a power of two multiple of the page\n"
 	"size (default 4 MiB). add-flow --alternate: one more SID list of flow N (a path its policy can be\n"
 	"steered to): its packets are recorded in flow N; list-flows shows one line per SID list.\n"
+	"--hook: native XDP on a physical NIC (it runs on the DMA buffer, before any skb); tc on a veth or a\n"
+	"pod's interface, where native XDP switches the device's receive to NAPI and copies every skb into an\n"
+	"xdp_buff (measured on a veth lab: an empty native XDP program cost 340-590 ns a packet more than an empty\n"
+	"TC ingress filter; docs/benchmarks.md). The same records and counters either way; the commands after\n"
+	"attach follow the instance's hook (its pinned program), and --hook there must match it.\n"
 	"Pins in " IOAM_PIN_ROOT "/NAME/ioam_rx unless --pin-dir.\n";
 
 static int write_config(int fd, const struct ioam_args *a, uint32_t node_id)
@@ -58,12 +72,87 @@ static int write_config(int fd, const struct ioam_args *a, uint32_t node_id)
 	return write_config_map(fd, &cfg, "ioam_rx_config");
 }
 
+/* The hook of the instance's pinned program (IOAM_HOOK_TC for a TC classifier); -1: no pins (said). */
+static int pinned_hook(const char *dir)
+{
+	struct bpf_prog_info info = {};
+	__u32 len = sizeof(info);
+	int fd = open_pinned(dir, PROG_PIN_NAME), err;
+
+	if (fd < 0)
+		return -1;
+	err = bpf_obj_get_info_by_fd(fd, &info, &len);
+	close(fd);
+	if (err) {
+		die_msg("cannot read the program pinned in %s: %s", dir, strerror(errno));
+		return -1;
+	}
+	return info.type == BPF_PROG_TYPE_SCHED_CLS ? IOAM_HOOK_TC : IOAM_HOOK_XDP;
+}
+
+static const char *hook_name(int hook) { return hook == IOAM_HOOK_TC ? "tc" : "xdp"; }
+
+/* attach --hook tc: load the TC entry alone, pin it with the maps, the filter on IF's ingress. */
+static int attach_tc(struct ioam_args *a, struct ioam_rx_bpf *skel)
+{
+	int err;
+
+	err = bpf_program__set_autoload(skel->progs.ioam_rx, false) ?:
+	      bpf_map__set_max_entries(skel->maps.ioam_records, (__u32)a->ringbuf_size);
+	if (!err) {
+		err = ioam_rx_bpf__load(skel);
+		if (err)
+			die_msg("cannot load BPF program (verifier log above): %s", strerror(-err));
+	}
+	/* the config is in place before the program sees a packet */
+	if (!err)
+		err = write_config(bpf_map__fd(skel->maps.ioam_rx_config), a, (uint32_t)a->node_id) ?:
+		      pin_object(skel->obj, skel->progs.ioam_rx_tc, a->pin_dir) ?:
+		      tc_filter_attach(a->netns, a->dev, true, bpf_program__fd(skel->progs.ioam_rx_tc), IORX_TC_HANDLE,
+				       IORX_TC_PRIORITY);
+	if (err)
+		unpin_dir(a->pin_dir);
+	return err;
+}
+
+/* attach (--hook xdp, the default): the XDP entry alone, a member of IF's XDP chain. */
+static int attach_xdp(struct ioam_args *a, struct ioam_rx_bpf *skel)
+{
+	struct xdp_chain chain;
+	char inst[PATH_MAX];
+	int err;
+
+	/* the chain is locked from here to its close: no other loader of the instance changes it meanwhile */
+	err = xdp_member_instance_dir(a->pin_dir, inst, sizeof(inst)) ? xdp_chain_open(&chain, inst, true) : -EINVAL;
+	if (err) {
+		unpin_dir(a->pin_dir);
+		return err;
+	}
+	err = bpf_program__set_autoload(skel->progs.ioam_rx_tc, false) ?:
+	      bpf_map__set_max_entries(skel->maps.ioam_records, (__u32)a->ringbuf_size) ?:
+	      xdp_chain_reuse_maps(&chain, skel->obj);
+	if (!err) {
+		err = ioam_rx_bpf__load(skel);
+		if (err)
+			die_msg("cannot load BPF program (verifier log above): %s", strerror(-err));
+	}
+	/* the config is in place before the program sees a packet */
+	if (!err)
+		err = write_config(bpf_map__fd(skel->maps.ioam_rx_config), a, (uint32_t)a->node_id);
+	if (!err)
+		err = xdp_member_attach(&chain, skel->obj, skel->progs.ioam_rx, a->netns, a->dev, a->pin_dir,
+					XDP_CHAIN_IOAM_RX);   /* removes the pins itself on failure */
+	else
+		unpin_dir(a->pin_dir);
+	xdp_chain_close(&chain);
+	return err;
+}
+
 static int run_attach(void *args, const void *prog)
 {
 	struct ioam_args *a = args;
 	struct ioam_rx_bpf *skel;
-	struct xdp_chain chain;
-	char inst[PATH_MAX];
+	bool tc = a->hook == IOAM_HOOK_TC;
 	int err;
 
 	if (!require_arg(a->dev, "--dev") || !ioam_resolve_pin_dir(prog, a))
@@ -80,45 +169,77 @@ static int run_attach(void *args, const void *prog)
 		unpin_dir(a->pin_dir);
 		return EXIT_FAIL;
 	}
-	/* the chain is locked from here to its close: no other loader of the instance changes it meanwhile */
-	err = xdp_member_instance_dir(a->pin_dir, inst, sizeof(inst)) ? xdp_chain_open(&chain, inst, true) : -EINVAL;
-	if (err) {
-		unpin_dir(a->pin_dir);
-		goto out;
-	}
-	err = bpf_map__set_max_entries(skel->maps.ioam_records, (__u32)a->ringbuf_size) ?:
-	      xdp_chain_reuse_maps(&chain, skel->obj);
-	if (!err) {
-		err = ioam_rx_bpf__load(skel);
-		if (err)
-			die_msg("cannot load BPF program (verifier log above): %s", strerror(-err));
-	}
-	/* the config is in place before the program sees a packet */
+	err = tc ? attach_tc(a, skel) : attach_xdp(a, skel);
 	if (!err)
-		err = write_config(bpf_map__fd(skel->maps.ioam_rx_config), a, (uint32_t)a->node_id);
-	if (!err)
-		err = xdp_member_attach(&chain, skel->obj, skel->progs.ioam_rx, a->netns, a->dev, a->pin_dir,
-					XDP_CHAIN_IOAM_RX);   /* removes the pins itself on failure */
-	else
-		unpin_dir(a->pin_dir);
-	xdp_chain_close(&chain);
-	if (!err)
-		printf("ioam_rx attached to %s%s%s (node id %llu, ring %llu bytes), pins in %s\n", a->dev,
-		       a->netns ? " in netns " : "", a->netns ? a->netns : "", (unsigned long long)a->node_id,
-		       (unsigned long long)a->ringbuf_size, a->pin_dir);
-out:
+		printf("ioam_rx attached to %s %s%s%s (node id %llu, ring %llu bytes), pins in %s\n", a->dev,
+		       tc ? "TC ingress" : "XDP", a->netns ? " in netns " : "", a->netns ? a->netns : "",
+		       (unsigned long long)a->node_id, (unsigned long long)a->ringbuf_size, a->pin_dir);
 	ioam_rx_bpf__destroy(skel);
 	return err ? EXIT_FAIL : EXIT_OK;
 }
 
-/* detach, attach-dev, detach-dev, chain: the XDP chain's member commands (loader_util.c) */
+/* detach, attach-dev, detach-dev of a TC instance: its filter on --dev's ingress, as ioam_tx's on egress. */
+static int tc_member(const char *cmd, struct ioam_args *a)
+{
+	uint32_t our_id = 0;
+	int prog_fd, r;
+
+	if (!require_arg(a->dev, "--dev"))
+		return EXIT_USAGE;
+	if (check_netns_exists(a->netns))
+		return EXIT_FAIL;
+	if (!strcmp(cmd, "attach-dev")) {
+		prog_fd = open_pinned(a->pin_dir, PROG_PIN_NAME);
+		if (prog_fd < 0)
+			return EXIT_FAIL;
+		r = tc_filter_attach(a->netns, a->dev, true, prog_fd, IORX_TC_HANDLE, IORX_TC_PRIORITY);
+		close(prog_fd);
+		if (!r)
+			printf("ioam_rx (pinned in %s) also runs on %s TC ingress\n", a->pin_dir, a->dev);
+		return r ? EXIT_FAIL : EXIT_OK;
+	}
+	r = tc_filter_detach_if_ours(a->netns, a->dev, true, a->pin_dir, IORX_TC_HANDLE, IORX_TC_PRIORITY, &our_id);
+	if (!strcmp(cmd, "detach-dev")) {
+		if (r == 0)
+			die_msg("--dev: program %u pinned in %s is not attached to %s ingress", our_id, a->pin_dir, a->dev);
+		if (r == 1)
+			printf("ioam_rx left %s; still pinned in %s\n", a->dev, a->pin_dir);
+		return r == 1 ? EXIT_OK : EXIT_FAIL;
+	}
+	if (r == -ENODEV)
+		return EXIT_FAIL;
+	if (r == 0)
+		die_msg("warning: program %u pinned in %s is not attached to %s ingress; removing pins only", our_id,
+			a->pin_dir, a->dev);
+	if (r < 0 || unpin_dir(a->pin_dir))
+		return EXIT_FAIL;
+	printf("ioam_rx left %s, pins removed\n", a->dev);
+	return EXIT_OK;
+}
+
+/* detach, attach-dev, detach-dev, chain: the XDP chain's member commands (loader_util.c), or the TC filter's */
 static int run_member(const char *cmd, void *args, const void *prog)
 {
 	struct ioam_args *a = args;
+	int hook;
 
 	if (!ioam_resolve_pin_dir(prog, a))
 		return EXIT_USAGE;
-	return member_subcommand(cmd, a->netns, a->dev, a->pin_dir, XDP_CHAIN_IOAM_RX);
+	hook = pinned_hook(a->pin_dir);
+	if (hook < 0)
+		return EXIT_FAIL;
+	if (a->hook && (int)a->hook != hook) {
+		die_msg("--hook %s: the instance in %s is attached with --hook %s", hook_name(a->hook), a->pin_dir,
+			hook_name(hook));
+		return EXIT_USAGE;
+	}
+	if (hook == IOAM_HOOK_XDP)
+		return member_subcommand(cmd, a->netns, a->dev, a->pin_dir, XDP_CHAIN_IOAM_RX);
+	if (!strcmp(cmd, "chain")) {
+		die_msg("chain: the instance in %s runs on TC ingress, in no XDP chain", a->pin_dir);
+		return EXIT_USAGE;
+	}
+	return tc_member(cmd, a);
 }
 
 static int run_detach(void *a, const void *prog) { return run_member("detach", a, prog); }

@@ -274,9 +274,9 @@ uint32_t prog_id_of(int fd)
 	return info.id;
 }
 
-/* ---- TC egress filters (see loader_util.h) ---- */
+/* ---- TC filters, egress or ingress (see loader_util.h) ---- */
 
-static int tc_hook_for(const char *netns, const char *dev, struct bpf_tc_hook *hook)
+static int tc_hook_for(const char *netns, const char *dev, bool ingress, struct bpf_tc_hook *hook)
 {
 	int ifindex;
 
@@ -288,15 +288,17 @@ static int tc_hook_for(const char *netns, const char *dev, struct bpf_tc_hook *h
 	memset(hook, 0, sizeof(*hook));
 	hook->sz = sizeof(*hook);
 	hook->ifindex = ifindex;
-	hook->attach_point = BPF_TC_EGRESS;
+	hook->attach_point = ingress ? BPF_TC_INGRESS : BPF_TC_EGRESS;
 	return 0;
 }
 
-int tc_egress_attach(const char *netns, const char *dev, int prog_fd, uint32_t handle, uint32_t priority)
+int tc_filter_attach(const char *netns, const char *dev, bool ingress, int prog_fd, uint32_t handle,
+		     uint32_t priority)
 {
 	LIBBPF_OPTS(bpf_tc_opts, opts, .handle = handle, .priority = priority, .prog_fd = prog_fd);
+	const char *where = ingress ? "ingress" : "egress";
 	struct bpf_tc_hook hook;
-	int err = tc_hook_for(netns, dev, &hook);
+	int err = tc_hook_for(netns, dev, ingress, &hook);
 
 	if (err)
 		return err;
@@ -307,14 +309,14 @@ int tc_egress_attach(const char *netns, const char *dev, int prog_fd, uint32_t h
 	}
 	err = bpf_tc_attach(&hook, &opts);   /* no BPF_TC_F_REPLACE: refuse to replace another filter */
 	if (err == -EEXIST)
-		die_msg("--dev: %s already has a TC egress filter at handle 0x%x prio 0x%x; detach it first",
-			dev, handle, priority);
+		die_msg("--dev: %s already has a TC %s filter at handle 0x%x prio 0x%x; detach it first",
+			dev, where, handle, priority);
 	else if (err)
-		die_msg("--dev: TC egress attach to %s failed: %s", dev, strerror(-err));
+		die_msg("--dev: TC %s attach to %s failed: %s", where, dev, strerror(-err));
 	return err;
 }
 
-int tc_egress_detach_if_ours(const char *netns, const char *dev, const char *dir, uint32_t handle,
+int tc_filter_detach_if_ours(const char *netns, const char *dev, bool ingress, const char *dir, uint32_t handle,
 			     uint32_t priority, uint32_t *our_id)
 {
 	LIBBPF_OPTS(bpf_tc_opts, opts, .handle = handle, .priority = priority);
@@ -326,7 +328,7 @@ int tc_egress_detach_if_ours(const char *netns, const char *dev, const char *dir
 		return prog_fd;
 	*our_id = prog_id_of(prog_fd);
 	close(prog_fd);
-	if (tc_hook_for(netns, dev, &hook))
+	if (tc_hook_for(netns, dev, ingress, &hook))
 		return -ENODEV;
 	if (bpf_tc_query(&hook, &opts) || opts.prog_id != *our_id)
 		return 0;
@@ -337,6 +339,17 @@ int tc_egress_detach_if_ours(const char *netns, const char *dev, const char *dir
 		return err;
 	}
 	return 1;
+}
+
+int tc_egress_attach(const char *netns, const char *dev, int prog_fd, uint32_t handle, uint32_t priority)
+{
+	return tc_filter_attach(netns, dev, false, prog_fd, handle, priority);
+}
+
+int tc_egress_detach_if_ours(const char *netns, const char *dev, const char *dir, uint32_t handle,
+			     uint32_t priority, uint32_t *our_id)
+{
+	return tc_filter_detach_if_ours(netns, dev, false, dir, handle, priority, our_id);
 }
 
 int member_subcommand(const char *cmd, const char *netns, const char *dev, const char *dir, int role)

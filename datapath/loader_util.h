@@ -64,7 +64,7 @@ uint32_t prog_id_of(int fd);
 int member_subcommand(const char *cmd, const char *netns, const char *dev, const char *dir, int role);
 
 /*
- * TC egress filters (clsact, direct action) at a fixed handle / priority per
+ * TC filters (clsact, direct action) at a fixed handle / priority per
  * program, so detach finds its own again; the lower priority runs first. The
  * clsact qdisc is created if missing and never removed (others may share it).
  * attach refuses to replace another filter at that place. detach: 1 detached,
@@ -72,6 +72,11 @@ int member_subcommand(const char *cmd, const char *netns, const char *dev, const
  * -ENODEV no such netns or device; other < 0: no pins, or the detach failed
  * (said).
  */
+int tc_filter_attach(const char *netns, const char *dev, bool ingress, int prog_fd, uint32_t handle,
+		     uint32_t priority);
+int tc_filter_detach_if_ours(const char *netns, const char *dev, bool ingress, const char *dir, uint32_t handle,
+			     uint32_t priority, uint32_t *our_id);
+/* the same on egress */
 int tc_egress_attach(const char *netns, const char *dev, int prog_fd, uint32_t handle, uint32_t priority);
 int tc_egress_detach_if_ours(const char *netns, const char *dev, const char *dir, uint32_t handle,
 			     uint32_t priority, uint32_t *our_id);

@@ -4,7 +4,9 @@
  * filter (the clsact qdisc and one classifier call) and a native XDP program (on veth: the
  * receive side switched to NAPI, the skb converted to an xdp_buff) cost a packet before any
  * program work. bench/ioam_overhead.py's "empty hooks" configuration attaches them where
- * ioam_tx and ioam_rx go.
+ * ioam_tx and ioam_rx go; "empty XDP on b0" and "empty TC ingress on b0" put one of them on
+ * the egress edge's device alone (the classifier on ingress there: TC_ACT_UNSPEC with no other
+ * filter passes the packet as TC_ACT_OK does).
  */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>

@@ -3,7 +3,8 @@
 H1 sends kernel-socket UDP to H2 through A's policy `encap seg6 mode encap segs fc00:2::e,fc00:3::d6`.
 ioam_tx on A's a0 (TC egress, after the encap) instruments sampled packets; R (End) is an IOAM
 transit node: its kernel fills its trace entry (net.ipv6.ioam6_id=7, r0 id 70, r1 id 71,
-namespace 123); ioam_rx on B's b0 (XDP, before End.DT6) records them; End.DT6 decapsulates.
+namespace 123); ioam_rx on B's b0 (XDP, before End.DT6; one test with --hook tc, a TC ingress
+filter) records them; End.DT6 decapsulates.
 
 Ground truth: the datagrams the test sends (sequence number in the payload), the frames captured
 on R's r0 (what left A) and H2's h2 (what H2 got) with and without the flow installed, the node and
@@ -195,6 +196,44 @@ ENTRY_KEYS = {
 
 
 def test_every_packet_instrumented_recorded_and_delivered_unchanged(io_lab, inserter):
+    every_packet_instrumented_recorded_and_delivered_unchanged(io_lab)
+
+
+def b0_hooks(io_lab) -> tuple[bool, str]:
+    """Whether b0 has an XDP program, and its TC ingress filters as `tc filter show` lists them."""
+    lab = io_lab.lab
+    xdp = "prog/xdp" in lab.run("B", ["ip", "link", "show", "dev", "b0"], check=True).stdout
+    return xdp, lab.run("B", ["tc", "filter", "show", "dev", "b0", "ingress"], check=True).stdout
+
+
+@contextlib.contextmanager
+def rx_on_tc_ingress(io_lab):
+    """ioam_rx's instance on B's b0 re-attached with --hook tc (a TC ingress filter, no XDP on b0),
+    then back on XDP as the session's fixture attached it."""
+    b = ["--netns", io_lab.lab.ns("B"), "--dev", "b0", "--instance", io_lab.rx_inst]
+    run(IOAM_RX, "detach", *b)
+    run(IOAM_RX, "attach", *b, "--node-id", str(LAB_NODES["B"]), "--hook", "tc")
+    try:
+        yield
+    finally:
+        run(IOAM_RX, "detach", *b, check=False)
+        run(IOAM_RX, "attach", *b, "--node-id", str(LAB_NODES["B"]))
+    assert b0_hooks(io_lab) == (True, ""), "b0 back on XDP, no TC ingress filter left"
+
+
+def test_tc_ingress_hook_records_every_packet_as_xdp_does(io_lab):
+    """ioam_rx attached with --hook tc, on real traffic (ioam_tx at A, R's kernel filling its
+    entry): the same checks as on XDP, the same records, H2 gets what it got without measurement;
+    the hook really is TC (no XDP program on b0, ioam_rx_tc the ingress filter)."""
+    with rx_on_tc_ingress(io_lab):
+        xdp, filters = b0_hooks(io_lab)
+        assert not xdp and "ioam_rx_tc" in filters and "direct-action" in filters
+        every_packet_instrumented_recorded_and_delivered_unchanged(io_lab)
+        json_stats = stats(IOAM_RX, io_lab.rx_inst)
+        assert json_stats["recorded"] >= 40 and not json_stats["pass_truncated"]
+
+
+def every_packet_instrumented_recorded_and_delivered_unchanged(io_lab) -> None:
     n = 40
     base_r0, base_h2, got_r0, got_h2, datagrams, records, d_tx, d_rx, tx_flow = baseline_and_measured(io_lab, n)
     offset = tai_utc_offset_s()

@@ -338,6 +338,22 @@ def test_loader_cli(io_testrun):
         (["attach", "--instance", inst, "--dev", "x"], "--node-id"),
         (["attach", "--instance", inst, "--dev", "x", "--node-id", "1", "--ringbuf-size", "5000"], "--ringbuf-size"),
         (["attach", "--instance", inst, "--dev", "x", "--node-id", "1", "--behind", "stamp"], "--behind"),
+        (["attach", "--instance", inst, "--dev", "x", "--node-id", "1", "--hook", "ebpf"], "--hook"),
+        # the instance's hook is its pinned program's: a --hook that says otherwise is refused
+        (
+            [
+                "detach-dev",
+                "--instance",
+                inst,
+                "--netns",
+                io_testrun.ns,
+                "--dev",
+                io_testrun.devs["t1"],
+                "--hook",
+                "tc",
+            ],
+            "is attached with --hook xdp",
+        ),
         (["dump", "--instance", inst, "--count", "-1"], "--count"),
         (["del-flow", "--instance", inst], "--sids or --flow-id"),
     ]
@@ -362,6 +378,22 @@ def test_loader_cli(io_testrun):
                 "1",
             ],
             "(xdp_chain), not the XDP chain of",
+        ),
+        (
+            [
+                "attach",
+                "--instance",
+                f"{inst}x",
+                "--netns",
+                io_testrun.ns,
+                "--dev",
+                "nosuch",
+                "--node-id",
+                "1",
+                "--hook",
+                "tc",
+            ],
+            "no interface 'nosuch'",
         ),
     ]:
         p = run(IOAM_RX, *args, check=False)

@@ -65,7 +65,7 @@ class RunResult:
 
 
 class PinnedProgram:
-    """A pinned XDP program and its pinned per-CPU counter array."""
+    """A pinned XDP or TC program and its pinned per-CPU counter array."""
 
     def __init__(self, prog_pin: Path, stats_pin: Path, n_counters: int):
         self.prog_fd = obj_get(prog_pin)
@@ -81,13 +81,19 @@ class PinnedProgram:
         self._out_batch = ctypes.c_uint32()
         self._batch_opts = _BatchOpts(sz=ctypes.sizeof(_BatchOpts))
 
-    def run(self, frame: bytes) -> RunResult:
+    def run(self, frame: bytes, ctx: bytes | None = None) -> RunResult:
+        """One test run; ctx: the context to run with (a struct __sk_buff for a TC program), else none."""
         if len(frame) > MAX_FRAME:
             raise ValueError(f"frame of {len(frame)} bytes, harness limit {MAX_FRAME}")
         ctypes.memmove(self._in, frame, len(frame))
         o = self._opts
         o.data_in, o.data_size_in = ctypes.addressof(self._in), len(frame)
         o.data_out, o.data_size_out = ctypes.addressof(self._out), OUT_CAP
+        if ctx is not None:
+            self._ctx = ctypes.create_string_buffer(ctx, len(ctx))  # kept until the next run
+            o.ctx_in, o.ctx_size_in = ctypes.addressof(self._ctx), len(ctx)
+        else:
+            o.ctx_in, o.ctx_size_in = None, 0
         o.retval = 0xFFFFFFFF
         if _lib.bpf_prog_test_run_opts(self.prog_fd, ctypes.byref(o)) != 0:
             return RunResult(ctypes.get_errno(), 0xFFFFFFFF, b"")
