@@ -112,6 +112,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="SIGTERM/SIGINT: teardown (default) stops the senders and detaches the datapath; handover "
         "leaves them measuring for the next agent (an upgrade or a restart without a gap)",
     )
+    p.add_argument(
+        "--inline-egress-hook",
+        choices=("xdp", "tc"),
+        default="xdp",
+        help="where ioam_rx reads an EGRESS in-line monitor's packets: xdp (default; native XDP in the XDP chain "
+        "with the node's other programs, the cheapest on a real NIC) or tc (a TC ingress filter: on veth and "
+        "pod interfaces where ioam_rx is the only XDP program, native XDP switches the device to NAPI and "
+        "copies every packet, and TC ingress measured 340-590 ns per packet cheaper; docs/benchmarks.md)",
+    )
     p.add_argument("--workers", type=int, default=16, help="gRPC worker threads (default 16)")
     p.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     a = p.parse_args(argv)
@@ -198,6 +207,7 @@ def main(argv: list[str] | None = None) -> int:
                 topology_interval_s=a.topology_interval,
                 stats_interval_s=a.stats_interval,
                 stamp_linger_ms=a.stamp_linger_ms,
+                inline_egress_hook=a.inline_egress_hook,
                 health=a.health,
                 state_dir=a.state_dir,
                 sysctl_net=a.sysctl_net,
