@@ -78,6 +78,9 @@ def test_good_file_gives_handover_and_the_kafka_environment(etc):
     r = launch(etc, base(etc) + "on_stop = teardown\nadopt_timeout = 10\n", "--check")
     assert r.returncode == 0, r.stderr
     assert "--on-stop teardown --adopt-timeout 10" in r.stdout and "--on-stop handover" not in r.stdout
+    r = launch(etc, base(etc) + "inline_egress_hook = tc\n", "--check")
+    assert r.returncode == 0, r.stderr
+    assert "--inline-egress-hook tc" in r.stdout, r.stdout
 
 
 def test_the_agent_gets_the_settings_as_its_environment_never_as_arguments(etc):
@@ -148,6 +151,11 @@ BAD = {
         "kafka_key: missing: a client certificate needs both its certificate and its key. Fix:",
     ),
     "on_stop": ("on_stop = later\n", 7, "on_stop: 'later' is neither handover nor teardown. Fix: write on_stop = "),
+    "inline_egress_hook": (
+        "inline_egress_hook = ebpf\n",
+        7,
+        "inline_egress_hook: 'ebpf' is neither xdp nor tc. Fix: write inline_egress_hook = xdp",
+    ),
     "handover_without_adoption": ("adopt_timeout = 0\n", 7, "adopt_timeout: 0 makes the data path die with the agent"),
     "adopt_timeout_range": ("adopt_timeout = 0.01\n", 7, "adopt_timeout: 0.01 is out of range. Fix:"),
 }
