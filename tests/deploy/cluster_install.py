@@ -78,6 +78,14 @@ EXPECTED_WARNING_MESSAGES = {
     # pod's binding in its graph (it learns it from a watch): refused once, retried; the pod starts
     # (seen for the Kafka pod at load 11; a Secret the pod does not name gives "not found" instead)
     ("FailedMount", "no relationship found between node"): "the node authorizer's graph behind the binding, retried",
+    # the same kubelet cache sync for a container's environment from a Secret/ConfigMap (envFrom,
+    # secretKeyRef): the container is not created on that sync, the next sync creates it
+    ("Failed", "failed to sync secret cache: timed out waiting for the condition"): "a kubelet cache sync, retried",
+    ("Failed", "failed to sync configmap cache: timed out waiting for the condition"): "a kubelet cache sync, retried",
+    # the API server's ClusterIP repair loop ran between a new Service's IP allocation and the record
+    # of it (allocation and Service are not one transaction): it records that same IP for the Service
+    # ("repairing"); the Service's address never changes (seen once, for the Kafka Service)
+    ("ClusterIPNotAllocated", "is not allocated; repairing"): "the IP repair loop racing a new Service",
 }
 
 
