@@ -10,6 +10,7 @@ runs. See agent/README.md ("Restarts and adoption").
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import logging
 import os
 import signal
@@ -218,6 +219,9 @@ def main(argv: list[str] | None = None) -> int:
     except AgentLockError as e:
         print(f"python -m agent: {e}", file=sys.stderr)
         return 2
+    # `kill -USR1 <agent>` writes every thread's Python stack to stderr (the log): for an agent that
+    # does not answer, or does not stop on SIGTERM. faulthandler's handler runs in C, without the GIL.
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
     done = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: done.set())
     signal.signal(signal.SIGINT, lambda *_: done.set())

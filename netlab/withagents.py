@@ -209,6 +209,10 @@ def _wait_gone(info: dict, timeout_s: float) -> str:
             return "stopped (SIGTERM)"
         time.sleep(0.1)
     try:
+        # before the kill, its threads' stacks into its log (python -m agent registers SIGUSR1 with
+        # faulthandler): why it did not stop is then there to read
+        os.kill(info["pid"], signal.SIGUSR1)
+        time.sleep(0.5)
         os.killpg(info["pid"], signal.SIGKILL)
     except ProcessLookupError:
         pass
