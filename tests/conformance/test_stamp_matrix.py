@@ -307,13 +307,14 @@ def send_ustamp(m: Matrix, case: Case) -> tuple[list[dict], int]:
     return records, summary["error_estimate"]
 
 
-# Median one-way delay bounds: 100 µs where both timestamps of a direction come from C or the
-# kernel (C sender T1 / kernel T2; XDP T3 / XDP T4; the fast engine's C T3 / kernel or XDP T4),
+# One-way delay bounds, on the lower decile (check_records): 100 µs where both timestamps of a
+# direction come from C or the kernel (C sender T1 / kernel T2; XDP T3 / XDP T4; the fast engine's
+# C T3 / kernel or XDP T4),
 # 1 ms where Python takes one before its sendmsg (ustamp sender T1; T3 of the Python engine and of
 # what the fast engine hands to Python: TLVs, authenticated packets) on these 2 shared cores. A timestamp read in the
 # wrong format (NTP as PTP or back) is off by 2.2e18 ns.
-ONE_WAY_MEDIAN_BOUND_NS = 100_000
-ONE_WAY_MEDIAN_BOUND_PYTHON_NS = 1_000_000
+ONE_WAY_LOW_BOUND_NS = 100_000
+ONE_WAY_LOW_BOUND_PYTHON_NS = 1_000_000
 
 
 def check_records(records: list[dict], case: Case, sender_err_est: int, a0_ifindex: int) -> None:
@@ -342,11 +343,14 @@ def check_records(records: list[dict], case: Case, sender_err_est: int, a0_ifind
     # one-way delays in both directions: a timestamp read in the wrong format is off by 70 years
     forward = [r["t2_ns"] - r["t1_ns"] for r in records]
     reverse = [r["t4_ns"] - r["t3_ns"] for r in records]
-    fwd_bound = ONE_WAY_MEDIAN_BOUND_NS if case.sender == "c" else ONE_WAY_MEDIAN_BOUND_PYTHON_NS
+    fwd_bound = ONE_WAY_LOW_BOUND_NS if case.sender == "c" else ONE_WAY_LOW_BOUND_PYTHON_NS
     c_t3 = case.reflector in ("xdp", "xdp-echo", "ustamp")
-    rev_bound = ONE_WAY_MEDIAN_BOUND_NS if c_t3 else ONE_WAY_MEDIAN_BOUND_PYTHON_NS
-    assert abs(statistics.median(forward)) < fwd_bound, forward
-    assert abs(statistics.median(reverse)) < rev_bound, reverse
+    rev_bound = ONE_WAY_LOW_BOUND_NS if c_t3 else ONE_WAY_LOW_BOUND_PYTHON_NS
+    # the lower decile: which side takes a timestamp (C or the kernel against Python) and its format
+    # show in every packet, a loaded runner's preemptions only in some (a median of 107-118 us was
+    # seen for C/kernel timestamps at load 6-16, with a tenth of the packets under 20 us)
+    assert abs(statistics.quantiles(forward, n=10)[0]) < fwd_bound, forward
+    assert abs(statistics.quantiles(reverse, n=10)[0]) < rev_bound, reverse
 
 
 def expected_deltas(case: Case) -> tuple[dict, dict, dict, dict]:
