@@ -178,43 +178,15 @@ static int run_attach(void *args, const void *prog)
 	return err ? EXIT_FAIL : EXIT_OK;
 }
 
-/* detach, attach-dev, detach-dev of a TC instance: its filter on --dev's ingress, as ioam_tx's on egress. */
+/* detach, attach-dev, detach-dev of a TC instance: its filter on --dev's ingress (loader_util.c), as ioam_tx's on egress. */
 static int tc_member(const char *cmd, struct ioam_args *a)
 {
-	uint32_t our_id = 0;
-	int prog_fd, r;
-
 	if (!require_arg(a->dev, "--dev"))
 		return EXIT_USAGE;
 	if (check_netns_exists(a->netns))
 		return EXIT_FAIL;
-	if (!strcmp(cmd, "attach-dev")) {
-		prog_fd = open_pinned(a->pin_dir, PROG_PIN_NAME);
-		if (prog_fd < 0)
-			return EXIT_FAIL;
-		r = tc_filter_attach(a->netns, a->dev, true, prog_fd, IORX_TC_HANDLE, IORX_TC_PRIORITY);
-		close(prog_fd);
-		if (!r)
-			printf("ioam_rx (pinned in %s) also runs on %s TC ingress\n", a->pin_dir, a->dev);
-		return r ? EXIT_FAIL : EXIT_OK;
-	}
-	r = tc_filter_detach_if_ours(a->netns, a->dev, true, a->pin_dir, IORX_TC_HANDLE, IORX_TC_PRIORITY, &our_id);
-	if (!strcmp(cmd, "detach-dev")) {
-		if (r == 0)
-			die_msg("--dev: program %u pinned in %s is not attached to %s ingress", our_id, a->pin_dir, a->dev);
-		if (r == 1)
-			printf("ioam_rx left %s; still pinned in %s\n", a->dev, a->pin_dir);
-		return r == 1 ? EXIT_OK : EXIT_FAIL;
-	}
-	if (r == -ENODEV)
-		return EXIT_FAIL;
-	if (r == 0)
-		die_msg("warning: program %u pinned in %s is not attached to %s ingress; removing pins only", our_id,
-			a->pin_dir, a->dev);
-	if (r < 0 || unpin_dir(a->pin_dir))
-		return EXIT_FAIL;
-	printf("ioam_rx left %s, pins removed\n", a->dev);
-	return EXIT_OK;
+	return tc_member_subcommand("ioam_rx", cmd, a->netns, a->dev, a->pin_dir, true, IORX_TC_HANDLE,
+				    IORX_TC_PRIORITY);
 }
 
 /* detach, attach-dev, detach-dev, chain: the XDP chain's member commands (loader_util.c), or the TC filter's */

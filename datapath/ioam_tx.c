@@ -75,52 +75,20 @@ static int run_attach(void *args, const void *prog)
 	return err ? EXIT_FAIL : EXIT_OK;
 }
 
-static int run_detach(void *args, const void *prog)
+/* detach, attach-dev, detach-dev: the TC egress filter's member commands (loader_util.c) */
+static int run_member(const char *cmd, void *args, const void *prog)
 {
 	struct ioam_args *a = args;
-	uint32_t our_id = 0;
-	int r, rc = 0;
 
 	if (!require_arg(a->dev, "--dev") || !ioam_resolve_pin_dir(prog, a))
 		return EXIT_USAGE;
-	r = tc_egress_detach_if_ours(a->netns, a->dev, a->pin_dir, IOAM_TC_HANDLE, IOAM_TC_PRIORITY, &our_id);
-	if (r == -ENODEV || (r < 0 && !our_id))   /* no such device, or no pins (said) */
-		return EXIT_FAIL;
-	if (r < 0)
-		rc = r;
-	else if (r == 0)
-		die_msg("warning: program %u pinned in %s is not attached to %s egress; removing pins only", our_id,
-			a->pin_dir, a->dev);
-	if (unpin_dir(a->pin_dir))
-		rc = rc ? rc : -EIO;
-	return rc ? EXIT_FAIL : EXIT_OK;
+	return tc_member_subcommand("ioam_tx", cmd, a->netns, a->dev, a->pin_dir, false, IOAM_TC_HANDLE,
+				    IOAM_TC_PRIORITY);
 }
 
-static int run_dev(struct ioam_args *a, const void *prog, bool attach)
-{
-	uint32_t our_id = 0;
-	int prog_fd, r;
-
-	if (!require_arg(a->dev, "--dev") || !ioam_resolve_pin_dir(prog, a))
-		return EXIT_USAGE;
-	if (attach) {
-		prog_fd = open_pinned(a->pin_dir, PROG_PIN_NAME);
-		if (prog_fd < 0)
-			return EXIT_FAIL;
-		r = tc_egress_attach(a->netns, a->dev, prog_fd, IOAM_TC_HANDLE, IOAM_TC_PRIORITY);
-		close(prog_fd);
-		if (!r)
-			printf("ioam_tx (pinned in %s) also attached to %s egress\n", a->pin_dir, a->dev);
-		return r ? EXIT_FAIL : EXIT_OK;
-	}
-	r = tc_egress_detach_if_ours(a->netns, a->dev, a->pin_dir, IOAM_TC_HANDLE, IOAM_TC_PRIORITY, &our_id);
-	if (r == 0)
-		die_msg("--dev: program %u pinned in %s is not attached to %s egress", our_id, a->pin_dir, a->dev);
-	return r == 1 ? EXIT_OK : EXIT_FAIL;
-}
-
-static int run_attach_dev(void *a, const void *p) { return run_dev(a, p, true); }
-static int run_detach_dev(void *a, const void *p) { return run_dev(a, p, false); }
+static int run_detach(void *a, const void *p) { return run_member("detach", a, p); }
+static int run_attach_dev(void *a, const void *p) { return run_member("attach-dev", a, p); }
+static int run_detach_dev(void *a, const void *p) { return run_member("detach-dev", a, p); }
 
 static const struct loader_cmd commands[] = {
 	{"attach", run_attach},

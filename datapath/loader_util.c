@@ -341,6 +341,41 @@ int tc_filter_detach_if_ours(const char *netns, const char *dev, bool ingress, c
 	return 1;
 }
 
+int tc_member_subcommand(const char *name, const char *cmd, const char *netns, const char *dev, const char *dir,
+			 bool ingress, uint32_t handle, uint32_t priority)
+{
+	const char *where = ingress ? "ingress" : "egress";
+	uint32_t our_id = 0;
+	int prog_fd, r, rc = 0;
+
+	if (!strcmp(cmd, "attach-dev")) {
+		prog_fd = open_pinned(dir, PROG_PIN_NAME);
+		if (prog_fd < 0)
+			return EXIT_FAIL;
+		r = tc_filter_attach(netns, dev, ingress, prog_fd, handle, priority);
+		close(prog_fd);
+		if (!r)
+			printf("%s (pinned in %s) also attached to %s %s\n", name, dir, dev, where);
+		return r ? EXIT_FAIL : EXIT_OK;
+	}
+	r = tc_filter_detach_if_ours(netns, dev, ingress, dir, handle, priority, &our_id);
+	if (!strcmp(cmd, "detach-dev")) {
+		if (r == 0)
+			die_msg("--dev: program %u pinned in %s is not attached to %s %s", our_id, dir, dev, where);
+		return r == 1 ? EXIT_OK : EXIT_FAIL;
+	}
+	if (r == -ENODEV || (r < 0 && !our_id))   /* no such device, or no pins (said) */
+		return EXIT_FAIL;
+	if (r < 0)
+		rc = r;
+	else if (r == 0)
+		die_msg("warning: program %u pinned in %s is not attached to %s %s; removing pins only", our_id, dir,
+			dev, where);
+	if (unpin_dir(dir))
+		rc = rc ? rc : -EIO;
+	return rc ? EXIT_FAIL : EXIT_OK;
+}
+
 int tc_egress_attach(const char *netns, const char *dev, int prog_fd, uint32_t handle, uint32_t priority)
 {
 	return tc_filter_attach(netns, dev, false, prog_fd, handle, priority);

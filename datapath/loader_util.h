@@ -81,6 +81,16 @@ int tc_egress_attach(const char *netns, const char *dev, int prog_fd, uint32_t h
 int tc_egress_detach_if_ours(const char *netns, const char *dev, const char *dir, uint32_t handle,
 			     uint32_t priority, uint32_t *our_id);
 
+/*
+ * detach, attach-dev, detach-dev of a loader whose program is pinned in `dir` and runs as the TC
+ * filter at handle/priority (ioam_tx on egress, ioam_rx --hook tc on ingress): attach-dev puts the
+ * pinned program on --dev too; detach-dev takes it off --dev (an error if it is not ours there);
+ * detach takes it off --dev and removes the pins (a warning if it was not attached there). The
+ * clsact qdisc stays: other filters may share it. Returns the loader's exit code.
+ */
+int tc_member_subcommand(const char *name, const char *cmd, const char *netns, const char *dev, const char *dir,
+			 bool ingress, uint32_t handle, uint32_t priority);
+
 /* Print a per-CPU counter array summed over CPUs, as text or one JSON object. */
 int print_counters(const char *dir, const char *map_name, const char *const *names,
 		   unsigned int n, bool json);

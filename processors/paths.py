@@ -68,29 +68,22 @@ class PathBook:
         """The path tag of the flow's tx side: tx_node's record if there is one, else the newest
         tx record of the flow (any node); None if none."""
         with self.lock:  # the reader thread may be changing the flow's entries
-            by_node = self.flows.get(flow_id)
-            if not by_node:
-                return None
-            if tx_node is not None and tx_node in by_node:
-                return by_node[tx_node][1]
-            return max(by_node.values())[1]
+            return self._flow_path_locked(flow_id, tx_node)
 
     def paths_for_flows(self, flows: list[tuple[int, str | None]]) -> list[str | None]:
         """path_for_flow(flow_id, tx_node) of each (flow_id, tx_node), the lock taken once: a fresh
         loss worker's first flush asks for every new flow at once (10 000 calls, each taking the
         lock, were a tenth of that flush)."""
-        out: list[str | None] = []
         with self.lock:
-            known = self.flows
-            for flow_id, tx_node in flows:
-                by_node = known.get(flow_id)
-                if not by_node:
-                    out.append(None)
-                elif tx_node is not None and tx_node in by_node:
-                    out.append(by_node[tx_node][1])
-                else:
-                    out.append(max(by_node.values())[1])
-        return out
+            return [self._flow_path_locked(flow_id, tx_node) for flow_id, tx_node in flows]
+
+    def _flow_path_locked(self, flow_id: int, tx_node: str | None) -> str | None:
+        by_node = self.flows.get(flow_id)
+        if not by_node:
+            return None
+        if tx_node is not None and tx_node in by_node:
+            return by_node[tx_node][1]
+        return max(by_node.values())[1]
 
     def inline_tx(self, flow_id: int, tx_node: str | None = None) -> pr.PathRecord | None:
         """The in-line monitor's tx-side record of the flow (its ingress): tx_node's if there is one,

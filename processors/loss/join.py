@@ -907,7 +907,9 @@ class LossJoiner:
             if len(tags_cache) > 1_000_000:  # flows come and go: do not grow without end
                 tags_cache.clear()
             s_st, tx_st, rx_st, path_st = series[stale], sides[0, stale], sides[1, stale], paths[stale]
-            rep, rep_of = self._tag_groups(s_st, tx_st, rx_st, path_st)
+            # rows with the same tags (series, nodes, path) as runs of consecutive rows: a row whose
+            # path differs from the row before it in its series (it changed between blocks) starts a run
+            rep, rep_of = _runs(s_st, tx_st, rx_st, path_st)
             made = self._made_tags(s_st[rep], tx_st[rep], rx_st[rep], path_st[rep])
             made_tags = _objects(made)[rep_of]
             tags[stale] = made_tags
@@ -918,13 +920,6 @@ class LossJoiner:
             self._fn_tag_nodes[0, at], self._fn_tag_nodes[1, at] = tx_st[last], rx_st[last]
             self._fn_tag_path[at] = path_st[last]
         return tags.tolist()
-
-    @staticmethod
-    def _tag_groups(series, tx_nodes, rx_nodes, paths) -> tuple[np.ndarray, np.ndarray]:
-        """Rows whose tags are the same (series, nodes and path), as runs of consecutive rows: the
-        first row of each run, sorted, and each row's run. A row whose path differs from the row
-        before it in its series (the path changed between its blocks) starts a run."""
-        return _runs(series, tx_nodes, rx_nodes, paths)
 
     def _made_tags(self, series, tx_nodes, rx_nodes, paths) -> list[str]:
         """The tags of each (series, tx node, rx node, path): from the tags cache, or formatted."""
