@@ -45,6 +45,7 @@ class DelayConfig(EnvConfig):
     paths_topic: str
     app_id: str
     health: str
+    stop_timeout_s: float
     grace_s: float
     idle_s: float
     retention_s: float

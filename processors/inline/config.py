@@ -43,6 +43,7 @@ class InlineConfig(EnvConfig):
     paths_topic: str
     app_id: str
     health: str
+    stop_timeout_s: float
     grace_s: float
     idle_s: float
     retention_s: float

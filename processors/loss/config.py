@@ -42,6 +42,7 @@ class LossConfig(EnvConfig):
     paths_topic: str
     app_id: str
     health: str
+    stop_timeout_s: float
     timeout_s: float
     retention_s: float
     flush_interval_s: float

@@ -12,4 +12,6 @@ per module.
 - lease.py       publish only while surely still a member of the group (HeartbeatLease)
 - clock.py       the time the worker could read its input, for timeouts (ActiveClock)
 - moves.py       what a rebalance does to held input and open results (PartitionMoves)
+- stopping.py    the worker class: a stop on a signal ends within SEGSCOPE_STOP_TIMEOUT_S
+- kafka_pacing.py  aiokafka's failed metadata updates paced (no busy loop without a broker)
 """

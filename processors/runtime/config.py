@@ -17,6 +17,8 @@ import socket
 import sys
 from typing import Callable
 
+from processors.runtime import kafka_pacing
+from processors.runtime.stopping import STOP_TIMEOUT_DEFAULT_S, STOP_TIMEOUT_VAR
 from segscope_kafka import KafkaConfigError, faust_credentials
 from segscope_kafka import from_env as kafka_security_from_env
 from segscope_schemas import names
@@ -69,6 +71,8 @@ def processor_env(name: str, input_setting: str, input_var: str, input_topic: st
         "instance": ("SEGSCOPE_INSTANCE", ""),
         # SID lists of the sessions and flows (schemas/paths.md), read whole by every worker
         "paths_topic": ("SEGSCOPE_TOPIC_PATHS", names.TOPIC_PATHS),
+        # seconds a stop (SIGTERM, SIGINT) may take before the worker exits anyway (stopping.py)
+        "stop_timeout_s": (STOP_TIMEOUT_VAR, STOP_TIMEOUT_DEFAULT_S),
     }
 
 
@@ -164,8 +168,11 @@ def faust_app_settings(bootstrap: str, datadir: str) -> dict:
     our own, schemas/), in-memory tables (state is rebuilt from the topics), one local broker
     replica, no web server (it would bind 0.0.0.0:6066), new consumer groups read from the start
     (a new processor sees what was published before it), small producer linger."""
+    kafka_pacing.install()  # before the app makes its first Kafka client
     return dict(
         broker=";".join(f"kafka://{h.strip()}" for h in bootstrap.split(",")),
+        # a stop on SIGTERM that waits for an unreachable Kafka ends at SEGSCOPE_STOP_TIMEOUT_S
+        Worker="processors.runtime.stopping:Worker",
         store="memory://",
         key_serializer="raw",
         value_serializer="raw",

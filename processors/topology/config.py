@@ -65,6 +65,7 @@ class TopologyConfig(EnvConfig):
     deadletter_topic: str
     app_id: str
     health: str
+    stop_timeout_s: float
     flush_interval_s: float
     datadir: str
     arango_url: str

@@ -28,6 +28,7 @@ import json
 import os
 import socket
 import subprocess
+import threading
 import time
 from pathlib import Path
 
@@ -763,17 +764,34 @@ def test_helm_uninstall_leaves_nothing(installed):
     instance_pins = Path("/sys/fs/bpf/segscope") / NODE
     assert instance_pins.exists(), "the agent pod pinned nothing (checked before uninstall)"
     installed["reflector"].stop()
+    t0, gone, done = time.monotonic(), {}, threading.Event()  # gone: pod -> seconds after the uninstall began
+
+    def watch_pods() -> None:  # where an uninstall's time goes: which pod took how long to go
+        names = {p["metadata"]["name"] for p in pods()}
+        while names and not done.wait(1):
+            now = {p["metadata"]["name"] for p in pods()}
+            gone.update({n: round(time.monotonic() - t0, 1) for n in names - now})
+            names = now
+
+    watcher = threading.Thread(target=watch_pods, daemon=True)
+    watcher.start()
     helm("uninstall", RELEASE, "-n", NS, "--wait", "--timeout", "180s")
+    t_helm = time.monotonic() - t0
     deadline = time.monotonic() + 120
     while pods() and time.monotonic() < deadline:
         time.sleep(2)
+    done.set()
+    watcher.join()
+    say("uninstall_s", round(t_helm, 1), f"helm uninstall --wait returned in {t_helm:.1f} s; pods gone after: {gone}")
     assert not pods(), [p["metadata"]["name"] for p in pods()]
     left = kubectl("get", "all,configmaps,secrets,networkpolicies,pdb", "-n", NS, "-o", "name").stdout.split()
     left = [x for x in left if x != "configmap/kube-root-ca.crt"]
     # what the chart keeps on purpose (helm.sh/resource-policy: keep; the credentials, which the
     # InfluxDB volume's users were made with) stays, and nothing else
     assert sorted(left) == sorted(kept_by_policy()), left
+    t1 = time.monotonic()
     kubectl("delete", "namespace", NS, "--wait=true", "--timeout=120s")
+    say("namespace_deleted_s", round(time.monotonic() - t1, 1), f"namespace deleted in {time.monotonic() - t1:.1f} s")
     assert not instance_pins.exists() or not any(instance_pins.rglob("*")), list(instance_pins.rglob("*"))
     link = subprocess.run(["ip", "-d", "link", "show", LINK[0]], capture_output=True, text=True).stdout
     assert "prog/xdp" not in link, link
