@@ -2,8 +2,10 @@
 /*
  * Test helper (not used in production): what a TC ingress filter sees of an skb's layout. For
  * every skb, one event into the `skb_linear_events` ring buffer: the bytes the program can read
- * directly (data_end - data: the skb's linear part from the Ethernet header on) and skb->len
- * (the whole frame, page fragments included). Two entries, the same event with the stage they
+ * directly (data_end - data: the skb's linear part from the Ethernet header on), skb->len (the
+ * whole frame, page fragments included), and from the kernel's struct sk_buff (bpf_cast_to_kern_ctx)
+ * its number of page fragments and whether its data is shared with a clone. Two entries, the same
+ * event with the stage they
  * stand at, for clsact ingress filters placed before and after the filter under test
  * (tests/datapath/test_ioam_rx_nonlinear.py: ioam_rx_tc between them):
  *
@@ -16,6 +18,7 @@
  */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
+#include <bpf/bpf_core_read.h>
 
 #define TC_ACT_UNSPEC (-1)
 
@@ -24,7 +27,12 @@ struct skb_linear_event {
 	__u32 linear;      /* data_end - data */
 	__u32 len;         /* skb->len */
 	__u32 ifindex;     /* the device it arrived by */
+	__u8 nr_frags;     /* page fragments (skb_shinfo(skb)->nr_frags) */
+	__u8 cloned;       /* skb->cloned: its data is shared with a clone (a tap's copy) */
+	__u8 pad[2];
 };
+
+extern void *bpf_cast_to_kern_ctx(void *) __ksym;
 
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
@@ -33,7 +41,9 @@ struct {
 
 static __always_inline int emit(struct __sk_buff *skb, __u32 stage)
 {
+	struct sk_buff *kskb = bpf_cast_to_kern_ctx(skb);
 	struct skb_linear_event *e = bpf_ringbuf_reserve(&skb_linear_events, sizeof(*e), 0);
+	struct skb_shared_info *shinfo;
 
 	if (!e)
 		return TC_ACT_UNSPEC;   /* the test sees the missing event */
@@ -41,6 +51,11 @@ static __always_inline int emit(struct __sk_buff *skb, __u32 stage)
 	e->linear = (__u32)((long)skb->data_end - (long)skb->data);
 	e->len = skb->len;
 	e->ifindex = skb->ingress_ifindex;
+	e->cloned = BPF_CORE_READ_BITFIELD(kskb, cloned);
+	/* skb_shinfo(): at head + end (end is an offset on 64-bit kernels) */
+	shinfo = (void *)(BPF_CORE_READ(kskb, head) + BPF_CORE_READ(kskb, end));
+	e->nr_frags = BPF_CORE_READ(shinfo, nr_frags);
+	e->pad[0] = e->pad[1] = 0;
 	bpf_ringbuf_submit(e, 0);
 	return TC_ACT_UNSPEC;
 }

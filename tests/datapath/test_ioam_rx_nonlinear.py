@@ -13,9 +13,12 @@ linear skb, the reference). The frames are 5000 and 8900 bytes (a 9000-byte MTU 
 
 Per frame and per split, observed independently of ioam_rx: a test-only TC program
 (datapath/skb_linear_probe.bpf.c) at a priority before ioam_rx's filter reports the skb's linear
-length and skb->len (the skb really was non-linear as sent), the same program after it reports
-what ioam_rx's pull made linear; a packet socket of the frame's ethertype on the receiving device
-(delivered after TC ingress: __netif_receive_skb_core, ptype_specific) gets the frame byte for byte.
+length, skb->len and page fragments (the skb really was non-linear as sent), the same program after
+it reports what ioam_rx's pull made linear; a packet socket of the frame's ethertype on the
+receiving device (delivered after TC ingress: __netif_receive_skb_core, ptype_specific) gets the
+frame byte for byte. Run twice: alone, and with a tap on the receiving device (an ETH_P_ALL packet
+socket, as tcpdump opens: delivered before TC ingress, it keeps a clone, so ioam_rx pulls a cloned
+skb; the probe sees it cloned before and unshared after, and the tap's copy is the frame as sent).
 Asserted: ioam_rx's counters moved by exactly the oracle's one counter (tests/fuzz/ioam_oracle.py,
 written from the RFCs and schemas/IOAM.md), the ring buffer got the oracle's record or none, and
 the counters and the record (receive time aside) are the same for every split as for the linear
@@ -33,6 +36,7 @@ import socket
 import struct
 import subprocess
 import time
+from typing import NamedTuple
 
 import numpy as np
 import pytest
@@ -76,7 +80,7 @@ PROBE_BEFORE_PRIO, PROBE_AFTER_PRIO = 1, 0xB00
 STAGE_BEFORE, STAGE_AFTER = 1, 2
 
 SOL_PACKET, PACKET_VNET_HDR = 263, 15
-ETH_P_IP, ETH_P_IPV6 = 0x0800, 0x86DD
+ETH_P_ALL, ETH_P_IP, ETH_P_IPV6 = 0x0003, 0x0800, 0x86DD
 SO_RCVBUFFORCE = 33
 L4_OFF = 14 + 40
 # where the skb's linear part ends as sent: behind the Ethernet header; behind the IPv6 header; inside the
@@ -113,6 +117,28 @@ def pulled(frame: bytes, linear: int) -> int:
     return max(linear, want)
 
 
+class SkbView(NamedTuple):
+    """One event of the probe (struct skb_linear_event)."""
+
+    stage: int
+    linear: int  # data_end - data
+    len: int  # skb->len
+    ifindex: int
+    nr_frags: int
+    cloned: int
+
+
+def expected_views(frame: bytes, linear: int, tap: bool, ifindex: int) -> list[SkbView]:
+    """What the probe must see before and after ioam_rx (nr_frags as 0 or 1: some or none): as
+    sent, and after the pull; a tap's clone shares the skb's data until the pull copies its head
+    (pskb_expand_head: no longer cloned), an skb not pulled stays as it came."""
+    n, after = len(frame), pulled(frame, linear)
+    return [
+        SkbView(STAGE_BEFORE, linear, n, ifindex, int(linear < n), int(tap)),
+        SkbView(STAGE_AFTER, after, n, ifindex, int(after < n), int(tap and after == linear)),
+    ]
+
+
 class Link:
     """The sending socket, the receiving packet sockets, the probe's and ioam_rx's outputs."""
 
@@ -130,15 +156,30 @@ class Link:
                 s.bind((RECV_DEV, ethertype))
                 s.setblocking(False)
                 self.rx[ethertype] = s
+        self.tap = None
         self.probe = RingReader(PROBE_DIR / "maps" / "skb_linear_events")
         pin = PIN_ROOT / INST / "ioam_rx"
         self.counters = PinnedProgram(pin / "prog", pin / "ioam_rx_stats", len(RX_COUNTERS)).counters
         self.records = RingReader(pin / "ioam_records")
 
+    def open_tap(self) -> None:
+        """An ETH_P_ALL packet socket on the receiving device (what tcpdump opens): a tap, delivered
+        before TC ingress, that keeps a clone, so ioam_rx's pull meets a cloned skb and unshares it."""
+        with in_netns(RECV_NS):
+            self.tap = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_P_ALL))
+            self.tap.setsockopt(socket.SOL_SOCKET, SO_RCVBUFFORCE, 1 << 22)
+            self.tap.bind((RECV_DEV, ETH_P_ALL))
+            self.tap.setblocking(False)
+
+    def close_tap(self) -> None:
+        if self.tap is not None:
+            self.tap.close()
+            self.tap = None
+
     def drain(self) -> None:
         self.probe.drain()
         self.records.drain()
-        for s in self.rx.values():
+        for s in [*self.rx.values(), *([self.tap] if self.tap else [])]:
             while True:
                 try:
                     s.recv(65536)
@@ -153,17 +194,24 @@ class Link:
         sock = self.rx[struct.unpack_from("!H", frame, 12)[0]]
         ready, _, _ = select.select([sock], [], [], 2.0)
         got = sock.recv(65536) if ready else None
+        tapped = None  # the tap's copy, if a tap is open
+        if self.tap is not None and select.select([self.tap], [], [], 2.0)[0]:
+            tapped = self.tap.recv(65536)
         t1 = time.clock_gettime_ns(time.CLOCK_TAI)  # TC ingress ran before the socket got the frame
         after = self.counters()
-        return {
+        seen = {
             "received": got,
-            "probe": [struct.unpack("<IIII", e) for e in self.probe.drain()],
+            "probe": [SkbView(*struct.unpack("<IIIIBBxx", e)) for e in self.probe.drain()],
             "moved": {RX_COUNTERS[i]: after[i] - before[i] for i in range(len(after)) if after[i] != before[i]},
             "records": self.records.drain(),
             "window": (t0, t1),
         }
+        if self.tap is not None:
+            seen["tapped"] = tapped
+        return seen
 
     def close(self) -> None:
+        self.close_tap()
         self.probe.close()
         self.records.close()
         self.tx.close()
@@ -278,10 +326,12 @@ def problems_of(frame: bytes, linear: int, seen: dict, recv_ifindex: int) -> lis
     if seen["received"] != frame:
         got = seen["received"]
         out.append("the receiver did not get the frame" if got is None else f"the receiver got {len(got)} other bytes")
-    probe = [(stage, lin, n) for stage, lin, n, ifindex in seen["probe"] if ifindex == recv_ifindex]
-    want_probe = [(STAGE_BEFORE, linear, len(frame)), (STAGE_AFTER, pulled(frame, linear), len(frame))]
-    if probe != want_probe or len(seen["probe"]) != 2:
-        out.append(f"probe (stage, linear, len) {seen['probe']}, expected {want_probe}")
+    if "tapped" in seen and seen["tapped"] != frame:
+        out.append("the tap did not get the frame as sent")
+    views = [v._replace(nr_frags=int(v.nr_frags > 0)) for v in seen["probe"]]
+    want_views = expected_views(frame, linear, "tapped" in seen, recv_ifindex)
+    if views != want_views:
+        out.append(f"probe {views}, expected {want_views}")
     if seen["moved"] != {v.counter: 1}:
         out.append(f"counters moved {seen['moved']}, oracle {v.counter}")
     recs = seen["records"]
@@ -301,9 +351,22 @@ def problems_of(frame: bytes, linear: int, seen: dict, recv_ifindex: int) -> lis
     return out
 
 
-def test_nonlinear_skbs_give_what_linear_ones_give(link):
-    """Every frame at every split: non-linear at TC ingress as sent, delivered unchanged, the
-    oracle's counter and record, and the same counter and record as the frame sent linear."""
+@pytest.fixture(params=["alone", "with_tap"])
+def tapped_link(link, request):
+    """The link alone, or with a tap on the receiving device (ioam_rx then pulls a cloned skb)."""
+    if request.param == "with_tap":
+        link.open_tap()
+    try:
+        yield link
+    finally:
+        link.close_tap()
+
+
+def test_nonlinear_skbs_give_what_linear_ones_give(tapped_link):
+    """Every frame at every split: non-linear at TC ingress as sent, delivered unchanged (to the
+    tap too), the oracle's counter and record, and the same counter and record as the frame sent
+    linear."""
+    link = tapped_link
     cases = large_cases() + padded_vectors()
     failures, outcomes, nonlinear, sends = [], {}, 0, 0
     link.drain()
@@ -319,8 +382,9 @@ def test_nonlinear_skbs_give_what_linear_ones_give(link):
                 reference = outcome
             elif outcome != reference:
                 problems.append(f"counters or record differ from the linear frame's: {outcome[0]}, {reference[0]}")
-            if linear < len(frame) and seen["probe"][:1] == [(STAGE_BEFORE, linear, len(frame), link.recv_ifindex)]:
-                nonlinear += 1  # the probe before ioam_rx saw it non-linear
+            first = seen["probe"][0] if seen["probe"] else None
+            if first and first.stage == STAGE_BEFORE and first.linear < first.len and first.nr_frags > 0:
+                nonlinear += 1  # the probe before ioam_rx saw it non-linear, in page fragments
             if problems:
                 failures.append(f"{name} ({len(frame)} B) linear {linear}: {'; '.join(problems)}")
         counter = next(iter(reference[0]), "none")
