@@ -148,7 +148,28 @@ def balance(units: list[Unit], count: int) -> list[Group]:
     groups = [Group(f"g{i + 1}") for i in range(count)]
     for unit in sorted(units, key=lambda u: (not u.known, -u.seconds, u.name)):
         min(groups, key=lambda g: (g.seconds, g.name)).units.append(unit)
+    for g in groups:  # what waits for a background build runs last in its group (tests/conftest.py LAST)
+        g.units.sort(key=lambda u: next((i + 1 for i, p in enumerate(RUN_LAST) if covered(u.name, [p])), 0))
     return [g for g in groups if g.units]
+
+
+RUN_LAST = ("tests/packaging", "tests/deploy")  # tests/conftest.py LAST, in that order
+
+
+def write_shared_plan(groups: list[Group], out_dir: Path) -> Path:
+    """The plan the groups share their units by (tests/work_sharing.py), and a fresh claims dir."""
+    claims = out_dir / "claims"
+    shutil.rmtree(claims, ignore_errors=True)
+    claims.mkdir(parents=True)
+    plan = {
+        "units": {u.name: u.modules for g in groups for u in g.units},
+        "order": {g.name: [u.name for u in g.units] for g in groups},
+        "seconds": {u.name: u.seconds for g in groups for u in g.units},
+        "claims": str(claims),
+    }
+    path = out_dir / "units.json"
+    path.write_text(json.dumps(plan, indent=1) + "\n")
+    return path
 
 
 def plan(count: int, quick: bool) -> tuple[list[Group], list[Group]]:
@@ -222,6 +243,9 @@ class Run:
     cpu_s: float = 0.0  # CPU seconds of the group's pytest and the children it waited for
     alone_file: Path | None = None  # an [alone] group: exists once the parallel groups have ended
     cgroup: Path | None = None  # the group's processes, for their CPU seconds (cpu_cgroup)
+    # the parallel groups' shared plan (tests/work_sharing.py): every group collects every module
+    # of it and runs its own units, then those another group has not started
+    shared: tuple[Path, list[str]] | None = None
 
     @property
     def log(self) -> Path:
@@ -243,13 +267,22 @@ class Run:
             **({"SEGSCOPE_TEST_QUICK": "1"} if self.quick else {}),
             **({"SEGSCOPE_TEST_ALONE_FILE": str(self.alone_file)} if self.alone_file else {}),
             **({"SEGSCOPE_TEST_CPU_CGROUP": str(self.cgroup)} if self.cgroup else {}),
+            **({"SEGSCOPE_TEST_UNITS": str(self.shared[0])} if self.shared else {}),
         )
+
+    def units_ran(self) -> dict[str, list[str]] | None:
+        """{"own": [...], "taken": [...]}: the units this group ran (tests/work_sharing.py)."""
+        try:
+            return json.loads((self.dir / "units.json").read_text())
+        except (OSError, ValueError):
+            return None
 
     def start(self, extra_args: list[str]) -> None:
         self.dir.mkdir(parents=True, exist_ok=True)
         cmd = [
             PY, "-m", "pytest", "-p", "no:cacheprovider", f"--junitxml={self.junit}",
-            "-o", "junit_family=xunit1", *extra_args, *self.group.modules,
+            "-o", "junit_family=xunit1", *extra_args,
+            *(["-p", "tests.work_sharing", *self.shared[1]] if self.shared else self.group.modules),
         ]  # fmt: skip
         with open(self.log, "w") as log:
             log.write(f"# {self.group.name}: {' '.join(cmd)}\n# port block {self.port_base}, dir {self.dir}\n")
@@ -676,6 +709,11 @@ def main(argv: list[str] | None = None) -> int:
         os.environ["SEGSCOPE_SPINNER_CPUACCT"] = str(SPINNERS["cgroup"])  # every group inherits it
     t0 = time.monotonic()
     runs = [Run(g, blocks.take(), OUT_DIR / g.name, quick=args.quick) for g in groups]
+    if len(runs) > 1:
+        shared = (write_shared_plan(groups, OUT_DIR), [m for g in groups for m in g.modules])
+        for run in runs:
+            (run.dir / "units.json").unlink(missing_ok=True)
+            run.shared = shared
     done: list[Run] = []
     interrupted = False
     try:
@@ -709,10 +747,17 @@ def main(argv: list[str] | None = None) -> int:
         for k, v in run.counts().items():
             totals[k] = totals.get(k, 0) + v
         status = "ok" if run.rc == 0 else f"FAILED (exit {run.rc})"
-        mods = len(run.group.modules)
+        ran = run.units_ran() if run.shared else None
+        units = {u.name: u for g in groups for u in g.units}
+        mods = (
+            sum(len(units[u].modules) for u in ran["own"] + ran["taken"] if u in units)
+            if ran
+            else len(run.group.modules)
+        )
+        taken = f", {len(ran['taken'])} units taken from other groups" if ran and ran["taken"] else ""
         print(
             f"{run.group.name:8} {run.wall:6.0f} s  {run.cpu_s:6.0f} CPU-s  {mods:3} modules  {status:18} "
-            f"{summary_of(run)}"
+            f"{summary_of(run)}{taken}"
         )
     print(f"{'all':8} {wall:6.0f} s  " + ", ".join(f"{v} {k}" for k, v in totals.items() if v))
     if SPINNERS["cgroup"] is not None:

@@ -118,3 +118,68 @@ def test_the_cluster_test_runs_in_the_last_phase_and_nowhere_else():
     assert "tests/deploy/cluster_install.py" not in elsewhere
     assert not any(Path(m).name == "cluster_install.py" for m in tg.all_modules())
     assert tg.last_phase(quick=True) == []  # make test-quick: no services, no cluster
+
+
+# A module whose module-scoped fixture logs its setup and teardown, per group, and whose test
+# sleeps `sleep_s`: what each group ran, in what order, and that pytest tore a module down before
+# the next one came up.
+SHARED_PROBE = """
+import os, time
+from pathlib import Path
+import pytest
+
+@pytest.fixture(scope="module")
+def logged():
+    log = Path({log!r}) / (os.environ["SEGSCOPE_TEST_GROUP"] + ".log")
+    with log.open("a") as f:
+        f.write("setup {name}\\n")
+    yield
+    with log.open("a") as f:
+        f.write("teardown {name}\\n")
+
+def test_one(logged):
+    deadline = time.time() + 60
+    while {wait_for!r} and not Path({wait_for!r}).exists() and time.time() < deadline:
+        time.sleep(0.05)  # the other group has started its first unit (a loaded machine starts it late)
+    time.sleep({sleep_s})
+
+def test_two(logged):
+    pass
+"""
+
+
+def test_a_group_done_with_its_share_takes_the_units_another_group_has_not_started(tmp_path):
+    """g1's share is short, g2's first unit long (its recorded seconds were not): g1 takes g2's
+    other units, smallest first; every module runs once, torn down before the next one."""
+    tg = load_runner()
+    log_dir = tmp_path / "logs"
+    log_dir.mkdir()
+
+    def probe(name: str, sleep_s: float, wait_for: str) -> str:
+        mod = tmp_path / f"test_{name}.py"
+        mod.write_text(SHARED_PROBE.format(log=str(log_dir), name=name, sleep_s=sleep_s, wait_for=wait_for))
+        return str(mod)
+
+    def unit(name: str, sleep_s: float, recorded_s: float, wait_for: str = ""):
+        return tg.Unit(name, [probe(name, sleep_s, wait_for)], recorded_s, True)
+
+    groups = [
+        tg.Group("g1", [unit("a", 0.1, 3.0, wait_for=str(log_dir / "g2.log"))]),
+        tg.Group("g2", [unit("b", 4.0, 1.0), unit("c", 0.1, 0.6), unit("d", 0.1, 0.5)]),
+    ]
+    out_dir = tmp_path / "groups"
+    out_dir.mkdir()
+    shared = (tg.write_shared_plan(groups, out_dir), [m for g in groups for m in g.modules])
+    runs = [tg.Run(g, port, out_dir / g.name, shared=shared) for g, port in zip(groups, (28700, 28800))]
+    try:
+        tg.run_phase(runs, [], {"signal": 0})
+    finally:
+        tg.remove_cgroups()
+    assert [r.rc for r in runs] == [0, 0], [r.log.read_text()[-2000:] for r in runs]
+    assert runs[0].units_ran() == {"own": ["a"], "taken": ["d", "c"]}, runs[0].units_ran()
+    assert runs[1].units_ran() == {"own": ["b"], "taken": []}, runs[1].units_ran()
+    g1 = (log_dir / "g1.log").read_text().split("\n")[:-1]
+    assert g1 == ["setup a", "teardown a", "setup d", "teardown d", "setup c", "teardown c"], g1
+    assert (log_dir / "g2.log").read_text().split("\n")[:-1] == ["setup b", "teardown b"]
+    # every test ran once, in the group that ran its module
+    assert [r.counts()["passed"] for r in runs] == [6, 2]
