@@ -93,12 +93,14 @@ class PathPublisher:
         else:
             self.sent += 1
 
-    def stop(self) -> None:
+    def stop(self, flush_timeout_s: float = 5.0) -> None:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=5)
         if self._producer is not None:
-            self._producer.flush(5)
+            left = self._producer.flush(flush_timeout_s)
+            if left:  # the next agent publishes every path record of the node again at its start
+                log.warning("path records: %d messages not delivered at stop (Kafka unreachable?)", left)
 
 
 def stamp_records(node: str, sessions, role_name, ts_ns: int | None = None) -> list[pr.PathRecord]:

@@ -46,6 +46,10 @@ from segscope_schemas.version import __version__
 AGENT_VERSION = os.environ.get("SEGSCOPE_AGENT_VERSION") or __version__
 
 log = logging.getLogger("segscope.agent")
+
+# seconds the Kafka flushes of a stop may take together (counters, topology view, path records);
+# what is not delivered by then is logged, and the next agent publishes all of it again
+STOP_FLUSH_BUDGET_S = 5.0
 REPO = Path(__file__).resolve().parents[1]
 SERVICES = {
     "Srv6Service": (srv6_pb2, srv6_pb2_grpc.add_Srv6ServiceServicer_to_server),
@@ -520,8 +524,15 @@ class Agent:
         if self.server is not None:
             self.server.stop(grace).wait()
         t0 = time.monotonic()
+        # one budget for every Kafka flush of the stop: with the broker gone (Kafka's pod deleted
+        # first by an uninstall, a broker down) each flush waited its whole timeout, 18 s in all
+        flush_until = t0 + STOP_FLUSH_BUDGET_S
+
+        def flush_left() -> float:
+            return max(0.1, flush_until - time.monotonic())
+
         if self.stats is not None:
-            self.stats.stop()  # last counters while the programs are still attached
+            self.stats.stop(flush_left())  # last counters while the programs are still attached
         if self.cfg.on_stop == "handover" and self.keeper.enabled:
             # the next agent of the node adopts them; until then (or --adopt-timeout) they measure on
             self.stamp.handover()
@@ -537,8 +548,8 @@ class Agent:
             self.inline.shutdown()  # monitors stopped, programs detached, IOAM sysctls and namespaces restored
             self.keeper.clear()
         if self.publisher is not None:
-            self.publisher.stop()
+            self.publisher.stop(flush_timeout_s=flush_left())
         if self.paths is not None:
-            self.paths.stop()
+            self.paths.stop(flush_left())
         self.rtnl.close()
         log.info("agent stopped (cleanup %.1f s)", time.monotonic() - t0)

@@ -441,3 +441,24 @@ def test_datapath_and_agent_counters_reach_influx(lab, stack, tmp_path):
             fb.StopFlowMonitor(fm.StopFlowMonitorRequest(side=fm.FLOW_MONITOR_SIDE_RX, flow_id=fid))
     finally:
         assert a_agent.stop() == 0 and b_agent.stop() == 0
+
+
+def test_a_stop_with_kafka_unreachable_ends_within_the_flush_budget(lab, tmp_path):
+    """An agent whose broker never answers (a closed port) has its counters, its node view and its
+    records queued; SIGTERM: every flush shares one budget, so the agent stops within it (each waited
+    its whole timeout before: counters 5 s, node view 10 s, path records 5 s) and says what it could
+    not deliver."""
+    from agent.server import STOP_FLUSH_BUDGET_S
+    from tests.isolation import closed_port
+
+    agent = start_agent(
+        lab.ns("A"), "A", tmp_path, kafka=f"127.0.0.1:{closed_port(29099)}", instance=f"{lab.prefix}-A-nokafka"
+    )
+    time.sleep(3)  # the node view and the first counters queued for the broker
+    t0 = time.monotonic()
+    code = agent.stop(timeout_s=60)
+    took = time.monotonic() - t0
+    print(f"\n[agent] SIGTERM with Kafka unreachable: exit {code} after {took:.1f} s")
+    assert code == 0, agent.log()[-3000:]
+    assert took < STOP_FLUSH_BUDGET_S + 4, f"{took:.1f} s: {agent.log()[-3000:]}"
+    assert "not delivered at stop" in agent.log(), agent.log()[-3000:]
