@@ -54,6 +54,7 @@ import tomllib
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
@@ -173,8 +174,8 @@ def write_shared_plan(groups: list[Group], out_dir: Path) -> Path:
 
 
 def plan(count: int, quick: bool) -> tuple[list[Group], list[Group]]:
-    """(parallel groups, the alone phase: one group, its modules one after the other in one pytest
-    process and one stack; it prepares beside the last parallel groups and measures after them)."""
+    """(parallel groups, the alone phase: a group per unit, each with its stack; they prepare
+    beside the last parallel groups and measure after them, one at a time)."""
     schedule = load_schedule()
     durations = load_durations(quick)
     modules = all_modules()
@@ -183,7 +184,10 @@ def plan(count: int, quick: bool) -> tuple[list[Group], list[Group]]:
         return balance(make_units(quick_mods, schedule, durations), count), []
     alone = [m for m in modules if covered(m, schedule.get("alone", {}).get("modules", []))]
     rest = [m for m in modules if m not in alone]
-    alone_groups = [Group("alone", make_units(alone, schedule, durations))] if alone else []
+    # one group per [alone] unit: all prepare at once beside the last parallel groups, then measure
+    # one at a time (tests/isolation.py wait_until_alone takes a lock)
+    alone_units = make_units(alone, schedule, durations)
+    alone_groups = [Group(f"alone{i + 1}", [u]) for i, u in enumerate(alone_units)]
     return balance(make_units(rest, schedule, durations), count), alone_groups
 
 
@@ -266,6 +270,7 @@ class Run:
             SEGSCOPE_TEST_TAG=f"_{(self.port_base - PORT_RANGE[0]) // BLOCK_SIZE}",
             **({"SEGSCOPE_TEST_QUICK": "1"} if self.quick else {}),
             **({"SEGSCOPE_TEST_ALONE_FILE": str(self.alone_file)} if self.alone_file else {}),
+            **({"SEGSCOPE_TEST_ALONE_LOCK": str(self.alone_file.with_suffix(".lock"))} if self.alone_file else {}),
             **({"SEGSCOPE_TEST_CPU_CGROUP": str(self.cgroup)} if self.cgroup else {}),
             **({"SEGSCOPE_TEST_UNITS": str(self.shared[0])} if self.shared else {}),
         )
@@ -455,13 +460,21 @@ def cpu_by_module(runs: list[Run]) -> dict[str, float]:
     return out
 
 
-def run_phase(runs: list[Run], extra_args: list[str], stop: dict, alone: list[Run] | None = None) -> None:
+def run_phase(
+    runs: list[Run],
+    extra_args: list[str],
+    stop: dict,
+    alone: list[Run] | None = None,
+    alone_may_prepare: Callable[[], bool] | None = None,
+) -> None:
     """Start every run, wait for all; on a stop request interrupt them and wait for teardown.
 
-    `alone`: the [alone] groups. They start when the first of `runs` has ended, so that their
-    stack, labs and agents come up beside the last parallel groups, and they measure only once
-    every group of `runs` has ended: their modules wait for the file `alone_file` (tests/isolation.py
-    wait_until_alone) before their traffic starts. Their wall time then costs only what follows."""
+    `alone`: the [alone] groups. They start when the first of `runs` has ended, or earlier when
+    `alone_may_prepare()` says so (every unit of the shared plan started: what is left is the
+    groups' last units), so that their stacks, labs and agents come up beside the last parallel
+    groups; they measure only once every group of `runs` has ended: their modules wait for the
+    file `alone_file` (tests/isolation.py wait_until_alone) before their traffic starts, and then
+    take turns. Their wall time then costs only what follows."""
     alone = alone or []
     cpu0 = cpu_times()
     load0 = os.getloadavg()[0]
@@ -472,7 +485,8 @@ def run_phase(runs: list[Run], extra_args: list[str], stop: dict, alone: list[Ru
     alone_started = alone_signalled = False
     while True:
         polled = [run.poll() for run in runs]  # a list: every run polled (its end time taken) each turn
-        if alone and not alone_started and any(polled) and not stop["signal"]:
+        may_prepare = any(polled) or (alone_may_prepare is not None and alone_may_prepare())
+        if alone and not alone_started and may_prepare and not stop["signal"]:
             alone_started = True
             for run in alone:
                 run.start(extra_args)
@@ -502,6 +516,10 @@ def run_phase(runs: list[Run], extra_args: list[str], stop: dict, alone: list[Ru
         if interrupted_at is not None and time.monotonic() - interrupted_at > INTERRUPT_GRACE_S:
             for run in runs + alone:
                 run.signal(signal.SIGKILL)
+        # an orphan that ended (a daemon a script started, as cluster.sh's) is a zombie until we
+        # reap it, and `kill -0` still finds a zombie: a stop that waits for the PID to go waited
+        # its whole timeout (10 s for each Kubernetes component at the cluster's teardown)
+        reap_orphans(KEEP_PIDS | {run.proc.pid for run in runs + alone if run.proc is not None})
         for run in runs + alone:
             if run.rc is not None and not getattr(run, "_said", False):
                 run._said = True  # type: ignore[attr-defined]
@@ -614,6 +632,10 @@ def sweep(runs: list[Run]) -> list[str]:
     return left
 
 
+# our own children, whose status their Popen collects: never reaped as orphans
+KEEP_PIDS: set[int] = set()
+
+
 def reap_orphans(keep: set[int]) -> None:
     """Reap zombies that were reparented to us (never our own pytest children: Popen does)."""
     for pid in descendants(os.getpid()):
@@ -690,7 +712,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
 
     if not args.quick and not paths and any(m.startswith("tests/packaging/") for g in groups for m in g.modules):
-        start_packaging_prep()
+        KEEP_PIDS.add(start_packaging_prep().pid)
 
     stop = {"signal": 0}
 
@@ -709,19 +731,25 @@ def main(argv: list[str] | None = None) -> int:
         os.environ["SEGSCOPE_SPINNER_CPUACCT"] = str(SPINNERS["cgroup"])  # every group inherits it
     t0 = time.monotonic()
     runs = [Run(g, blocks.take(), OUT_DIR / g.name, quick=args.quick) for g in groups]
+    every_unit_started = None
     if len(runs) > 1:
         shared = (write_shared_plan(groups, OUT_DIR), [m for g in groups for m in g.modules])
         for run in runs:
             (run.dir / "units.json").unlink(missing_ok=True)
             run.shared = shared
+        units = sum(len(g.units) for g in groups)
+
+        def every_unit_started() -> bool:  # every unit claimed: each group is on its last one
+            return sum(1 for _ in (OUT_DIR / "claims").iterdir()) >= units
+
     done: list[Run] = []
     interrupted = False
     try:
-        alone_runs = [Run(g, blocks.take(), OUT_DIR / g.name, alone_file=OUT_DIR / f"{g.name}.go") for g in alone]
+        alone_runs = [Run(g, blocks.take(), OUT_DIR / g.name, alone_file=OUT_DIR / "alone.go") for g in alone]
         for run in alone_runs:
             run.alone_file.unlink(missing_ok=True)
         done += runs + alone_runs
-        run_phase(runs, pytest_args, stop, alone=alone_runs)
+        run_phase(runs, pytest_args, stop, alone=alone_runs, alone_may_prepare=every_unit_started)
         # the [last] group: alone on the machine from its start (its stack, cluster and labs too)
         last_runs = [Run(g, blocks.take(), OUT_DIR / g.name) for g in last]
         if last_runs:

@@ -23,6 +23,7 @@ Slots in use (add a new one here, never reuse one: two modules of one group may 
 
 from __future__ import annotations
 
+import fcntl
 import os
 import time
 from pathlib import Path
@@ -67,14 +68,19 @@ def own_name(base: str) -> str:
     return base + tag()
 
 
+_ALONE_LOCK: list[int] = []  # the fd holding SEGSCOPE_TEST_ALONE_LOCK: kept until the process ends
+
+
 def wait_until_alone(timeout_s: float = 3600.0) -> float:
     """Block until this group has the machine to itself; returns the seconds waited.
 
-    The runner starts the [alone] group (tests/schedule.toml) beside the last parallel groups, so
-    that its stack, labs and agents come up while they finish; a module of that group calls this
-    after its preparation and before its timed traffic. The runner creates SEGSCOPE_TEST_ALONE_FILE
-    once every parallel group has ended. Outside the runner (or in a parallel group) it returns at
-    once."""
+    The runner starts the [alone] groups (tests/schedule.toml, one per module) beside the last
+    parallel groups, so that their stacks, labs and agents come up while those finish; a module of
+    them calls this after its preparation and before its timed traffic. The runner creates
+    SEGSCOPE_TEST_ALONE_FILE once every parallel group has ended; then the [alone] modules measure
+    one at a time: each takes the lock SEGSCOPE_TEST_ALONE_LOCK (flock) and keeps it until its
+    process ends, its teardown included (the others wait prepared, idle). Outside the runner (or in
+    a parallel group) it returns at once."""
     path = os.environ.get("SEGSCOPE_TEST_ALONE_FILE")
     if not path:
         return 0.0
@@ -83,6 +89,19 @@ def wait_until_alone(timeout_s: float = 3600.0) -> float:
         if time.monotonic() - t0 > timeout_s:
             raise TimeoutError(f"the parallel test groups did not end within {timeout_s:.0f} s ({path} not created)")
         time.sleep(0.2)
+    lock = os.environ.get("SEGSCOPE_TEST_ALONE_LOCK")
+    if lock and not _ALONE_LOCK:
+        fd = os.open(lock, os.O_CREAT | os.O_RDWR, 0o644)
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() - t0 > timeout_s:
+                    os.close(fd)
+                    raise TimeoutError(f"another [alone] module held {lock} for {timeout_s:.0f} s") from None
+                time.sleep(0.2)
+        _ALONE_LOCK.append(fd)
     return time.monotonic() - t0
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import re
+import subprocess
 import sys
 import time
 import tomllib
@@ -183,3 +184,87 @@ def test_a_group_done_with_its_share_takes_the_units_another_group_has_not_start
     assert (log_dir / "g2.log").read_text().split("\n")[:-1] == ["setup b", "teardown b"]
     # every test ran once, in the group that ran its module
     assert [r.counts()["passed"] for r in runs] == [6, 2]
+
+
+ALONE_PROBE = """
+import json, time
+from pathlib import Path
+from tests.isolation import wait_until_alone
+
+def test_probe():
+    waited = wait_until_alone()
+    t_alone = time.time()
+    time.sleep(0.8)  # the timed traffic
+    Path({out!r}).write_text(json.dumps({{"alone": t_alone, "end": time.time(), "waited": waited}}))
+"""
+
+
+def test_alone_groups_prepare_together_and_measure_one_at_a_time(tmp_path):
+    """Two [alone] groups start beside a parallel group and wait; once it has ended, each measures
+    with the lock held, so their timed parts never overlap."""
+    tg = load_runner()
+    busy, busy_out = write_probe(tmp_path, "busy", 1.0)
+    out_dir = tmp_path / "groups"
+    outs = [tmp_path / "a1.json", tmp_path / "a2.json"]
+    alone_runs = []
+    for i, out in enumerate(outs):
+        mod = tmp_path / f"test_alone{i}.py"
+        mod.write_text(ALONE_PROBE.format(out=str(out)))
+        group = tg.Group(f"alone{i + 1}", [tg.Unit(mod.name, [str(mod)], 1.0, True)])
+        alone_runs.append(tg.Run(group, 28900 + 10 * i, out_dir / group.name, alone_file=out_dir / "alone.go"))
+    run = tg.Run(tg.Group("g1", [tg.Unit("busy", [str(busy)], 1.0, True)]), 28700, out_dir / "g1")
+    try:
+        tg.run_phase([run], [], {"signal": 0}, alone=alone_runs, alone_may_prepare=lambda: True)
+    finally:
+        tg.remove_cgroups()
+    assert [r.rc for r in [run, *alone_runs]] == [0, 0, 0], [r.log.read_text()[-2000:] for r in [run, *alone_runs]]
+    a, b = sorted((json.loads(o.read_text()) for o in outs), key=lambda x: x["alone"])
+    assert a["end"] <= b["alone"], (a, b)  # one at a time
+    assert a["alone"] >= json.loads(busy_out.read_text())["alone"]  # after the parallel group's test
+    assert all(r.started < run.ended for r in alone_runs)  # prepared beside it
+
+
+ORPHAN_PROBE = """
+import os, subprocess, time
+from pathlib import Path
+
+def test_orphan_is_reaped():
+    pidfile = Path({pidfile!r})
+    # a daemon whose parent exits at once: it becomes the runner's child (a subreaper)
+    subprocess.run(["sh", "-c", "sleep 0.3 & echo $! > " + str(pidfile)], check=True)
+    pid = int(pidfile.read_text())
+    deadline = time.time() + 10
+    while time.time() < deadline:
+        try:
+            os.kill(pid, 0)  # a zombie still answers: what cluster.sh's stop waited on
+        except ProcessLookupError:
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"pid {{pid}} still there 10 s after it ended: not reaped")
+"""
+
+RUN_ONE_GROUP = """
+import sys
+sys.path.insert(0, {repo!r})
+from tests.repo.test_runner import load_runner
+tg = load_runner()
+tg.become_subreaper()
+run = tg.Run(tg.Group("g1", [tg.Unit("orphan", [{module!r}], 1.0, True)]), 28700, tg.Path({out!r}))
+try:
+    tg.run_phase([run], [], {{"signal": 0}})
+finally:
+    tg.remove_cgroups()
+sys.exit(run.rc)
+"""
+
+
+def test_an_orphan_that_ended_is_reaped_while_the_groups_run(tmp_path):
+    """A daemon started by a script (its parent gone) is the runner's child; once it has ended the
+    runner reaps it during the phase, so `kill -0` of its PID fails as a test's stop expects."""
+    module = tmp_path / "test_orphan.py"
+    module.write_text(ORPHAN_PROBE.format(pidfile=str(tmp_path / "daemon.pid")))
+    script = tmp_path / "run_one.py"
+    script.write_text(RUN_ONE_GROUP.format(repo=str(REPO), module=str(module), out=str(tmp_path / "g1")))
+    done = subprocess.run([sys.executable, str(script)], cwd=REPO, capture_output=True, text=True, timeout=120)
+    log = (tmp_path / "g1.log").read_text() if (tmp_path / "g1.log").exists() else ""
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:] + log[-3000:]
