@@ -262,10 +262,15 @@ def test_relay_lists_256_flows_and_tracks_the_rest(tmp_path):
     assert stats["flows_tracked"] >= 300 and len(stats["flows"]) == 256 and stats["reorder"]["untracked_frames"] == 0
     ours = [f for f in stats["flows"] if f["dst"] == R_ADDR]
     assert all((f["released"], f["held"]) == (4, 2) for f in ours), ours  # the 2nd and 4th frame of each flow
-    # the rest of the direction's frames are the link's own (MLD at link-up), seen first: all listed
+    # the rest of the direction's frames are the link's own (MLD, router solicitations at link-up),
+    # mostly seen first and listed; on a loaded runner one came late, after the 256th: tracked, not
+    # listed, and its frames are then in the totals but in no listed flow (1-2 frames each)
     unlisted = 300 - len(ours)
-    assert unlisted == stats["flows_tracked"] - len(stats["flows"]) > 0
-    assert stats["reorder"]["held"] == sum(f["held"] for f in stats["flows"]) + 2 * unlisted
+    foreign_unlisted = stats["flows_tracked"] - 300 - sum(1 for f in stats["flows"] if f["dst"] != R_ADDR)
+    assert 0 <= foreign_unlisted <= 3, stats["flows_tracked"]
+    assert unlisted + foreign_unlisted == stats["flows_tracked"] - len(stats["flows"]) and unlisted > 0
+    held = sum(f["held"] for f in stats["flows"]) + 2 * unlisted
+    assert held <= stats["reorder"]["held"] <= held + foreign_unlisted, (stats["reorder"], foreign_unlisted)
     # reordering: per listed flow as its receiver counted it; the unlisted ones add up to the rest
     listed = {f["flow_label"]: f for f in ours}
     received = {f["flow_labels"][0]: f for f in run["flows"].values()}
@@ -274,4 +279,5 @@ def test_relay_lists_256_flows_and_tracks_the_rest(tmp_path):
     assert all(listed[label]["reordered"] == received[label]["reordered"] for label in listed)
     unlisted_reordered = sum(f["reordered"] for label, f in received.items() if label not in listed)
     others = sum(f["reordered"] for f in stats["flows"] if f["dst"] != R_ADDR)
-    assert stats["reorder"]["reordered"] == sum(f["reordered"] for f in ours) + others + unlisted_reordered
+    reordered = sum(f["reordered"] for f in ours) + others + unlisted_reordered
+    assert reordered <= stats["reorder"]["reordered"] <= reordered + foreign_unlisted, (stats["reorder"], reordered)
