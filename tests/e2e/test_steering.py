@@ -13,6 +13,7 @@ and the probes' forward delay take). Which SID list the policy has is read from 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -215,31 +216,37 @@ class RouteWatch:
         return self.lines
 
 
-@pytest.fixture(scope="module")
-def setup(stack, bpffs, tmp_path_factory):
-    prefix = own_name("tstr")
+@contextlib.contextmanager
+def steering_lab(stack, run_dir: Path, prefix: str, policy_set: str):
+    """The tri3 lab with its agents, the controlled pipeline and the loss processor (the altmark
+    flows of the three candidate SID lists); every steer a test started is stopped at the end."""
     teardown(prefix)
     lab = Lab.up(TOPOLOGY, prefix=prefix)
-    run_dir = tmp_path_factory.mktemp("steer")
     pipe = ControlledPipeline(lab, stack, run_dir, nodes=NODES)
     try:
         pipe.start()
-        pipe.start_processor("loss")  # the altmark flows of the three candidate SID lists
-        pipe.apply(load_intent(INTENT))
-        assert active_path(lab) == "p1"
+        pipe.start_processor("loss")
         yield {
             "lab": lab,
             "pipe": pipe,
             "kafka": stack.kafka_bootstrap,
             "influx": stack.influx_url,
             "run_dir": run_dir,
-            "set": own_name("tri3"),
+            "set": policy_set,
         }
     finally:
         for steer in STARTED:
             steer.stop()
         pipe.stop()
         lab.down()
+
+
+@pytest.fixture(scope="module")
+def setup(stack, bpffs, tmp_path_factory):
+    with steering_lab(stack, tmp_path_factory.mktemp("steer"), own_name("tstr"), own_name("tri3")) as lab_setup:
+        lab_setup["pipe"].apply(load_intent(INTENT))
+        assert active_path(lab_setup["lab"]) == "p1"
+        yield lab_setup
 
 
 def set_forward_delay(lab, link: str, us: int) -> None:

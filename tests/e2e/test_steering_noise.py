@@ -16,18 +16,15 @@ from pathlib import Path
 import pytest
 
 from controller.intent import load_intent
-from controller.pipeline import ControlledPipeline
-from netlab import Lab, teardown
 from tests.e2e.test_steering import (
     BASE_US,
     INTENT,
-    NODES,
-    TOPOLOGY,
     RouteWatch,
     Steer,
     active_path,
     set_forward_delay,
     steer_points,
+    steering_lab,
 )
 from tests.isolation import cgroup_cpu_s, own_name
 
@@ -49,18 +46,8 @@ def noise_intent() -> str:
 
 @pytest.fixture(scope="module")
 def setup(stack, bpffs, tmp_path_factory):
-    prefix = own_name("tsno")
-    teardown(prefix)
-    lab = Lab.up(TOPOLOGY, prefix=prefix)
-    run_dir = tmp_path_factory.mktemp("steer-noise")
-    pipe = ControlledPipeline(lab, stack, run_dir, nodes=NODES)
-    try:
-        pipe.start()
-        pipe.start_processor("loss")  # the altmark flows of the three candidate SID lists
-        yield {"lab": lab, "pipe": pipe, "kafka": stack.kafka_bootstrap, "run_dir": run_dir, "set": own_name("tri3n")}
-    finally:
-        pipe.stop()
-        lab.down()
+    with steering_lab(stack, tmp_path_factory.mktemp("steer-noise"), own_name("tsno"), own_name("tri3n")) as lab_setup:
+        yield lab_setup
 
 
 NOISE_S = 300  # real seconds of noise
