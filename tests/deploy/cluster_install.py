@@ -87,10 +87,10 @@ EXPECTED_WARNING_MESSAGES = {
     # of it (allocation and Service are not one transaction): it records that same IP for the Service
     # ("repairing"); the Service's address never changes (seen once, for the Kafka Service)
     ("ClusterIPNotAllocated", "is not allocated; repairing"): "the IP repair loop racing a new Service",
-    # the PV controller binds a claim in two writes, the claim's spec.volumeName and then its
-    # status; the scheduler takes a claim with a volume name as bound, the kubelet wants the Bound
-    # phase: a pod placed between the two writes fails its first mount, and the next try mounts it
-    # (seen once, for InfluxDB's claim)
+    # most likely the PV controller's two binding writes, the claim's spec.volumeName and then its
+    # status: the scheduler takes a claim with a volume name as bound, the kubelet wants the Bound
+    # phase, so a pod placed between the two fails its first mount and the next try mounts it
+    # (seen once, for InfluxDB's claim; the pod was Ready and every other check passed)
     ("FailedMount", "PVC is not bound"): "a claim between its two binding writes, retried",
 }
 
