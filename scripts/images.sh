@@ -17,8 +17,9 @@
 # The test command builds them in the background (`images.sh --if-stale`: only when an image is
 # missing or the sources changed; about 3-4 min, more from cold) for the cluster test, which runs last.
 # tests/packaging checks the wheel the images install.
-# `images.sh sources-hash` prints the hash of the sources the images are built from; a build writes
-# it to .run/images/sources.sha256, so that a caller (tests/deploy) rebuilds only when they changed.
+# `images.sh sources-hash` prints the hash of the sources the images are built from; each image
+# carries it as its label segscope.sources (and a build writes it to .run/images/sources.sha256), so
+# that `--if-stale` rebuilds only when they changed, also from a fresh clone of the same sources.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 REPO=$PWD
@@ -47,13 +48,15 @@ STATUS=$WORK/build.status
 echo building > "$STATUS"
 trap 'rc=$?; [ "$rc" = 0 ] || echo "failed: exit $rc (the output of scripts/images.sh says why)" >> "$STATUS"' EXIT
 
-current() {  # every image there, built from the tree's sources as they are now
-    [ "$(cat "$WORK/sources.sha256" 2>/dev/null)" = "$(sources_hash)" ] || return 1
-    local have name
-    have=$("${BUILDAH[@]}" images --format '{{.Name}}:{{.Tag}}' 2>/dev/null) || return 1
+current() {  # every image there, built from the tree's sources as they are now (its label says so)
+    local want name built
+    want=$(sources_hash)
     for name in "${IMAGES[@]}"; do
-        grep -qx "localhost/segscope-$name:$VERSION" <<< "$have" || return 1
+        built=$("${BUILDAH[@]}" inspect --type image --format '{{index .OCIv1.Config.Labels "segscope.sources"}}' \
+            "localhost/segscope-$name:$VERSION" 2>/dev/null) || return 1
+        [ "$built" = "$want" ] || return 1
     done
+    echo "$want" > "$WORK/sources.sha256"
 }
 apt_install() {  # beside other builds of the test command: wait for dpkg's lock, do not fail on it
     DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=900 install -y -q "$@"
@@ -115,14 +118,14 @@ rm -rf "$WORK/src"
 mkdir -p "$WORK/context/build" && cp -r build/datapath build/collectors "$WORK/context/build/"
 cp .local/bin/telegraf services/telegraf/telegraf.conf "$WORK/context/"
 say "python layer: buildah bud scripts/python.Containerfile (venv, wheels installed offline)"
-"${BUILDAH[@]}" bud -q --isolation chroot --build-arg "VERSION=$VERSION" \
+"${BUILDAH[@]}" bud -q --isolation chroot --build-arg "VERSION=$VERSION" --label "segscope.sources=$SOURCES_HASH" \
     -f "$REPO/scripts/python.Containerfile" -t "localhost/segscope-python:$VERSION" "$WORK/context"
 say "telegraf: buildah bud services/telegraf/Containerfile"
-"${BUILDAH[@]}" bud -q --isolation chroot --build-arg "VERSION=$VERSION" \
+"${BUILDAH[@]}" bud -q --isolation chroot --build-arg "VERSION=$VERSION" --label "segscope.sources=$SOURCES_HASH" \
     -f "$REPO/services/telegraf/Containerfile" -t "localhost/segscope-telegraf:$VERSION" "$WORK/context"
 for name in agent processors controller; do
     say "$name: buildah bud $name/Containerfile"
-    "${BUILDAH[@]}" bud -q --isolation chroot --build-arg "VERSION=$VERSION" \
+    "${BUILDAH[@]}" bud -q --isolation chroot --build-arg "VERSION=$VERSION" --label "segscope.sources=$SOURCES_HASH" \
         -f "$REPO/$name/Containerfile" -t "localhost/segscope-$name:$VERSION" "$WORK/context"
 done
 
@@ -148,7 +151,7 @@ for spec in kafka:services/kafka influxdb:services/influxdb pause:cluster/pause;
     name=${spec%%:*} file=${spec#*:}
     [ "$name" = pause ] && file=$REPO/cluster/pause.Containerfile || file=$REPO/$file/Containerfile
     say "$name: buildah bud ${file#"$REPO"/}"
-    "${BUILDAH[@]}" bud -q --isolation chroot --build-arg "VERSION=$VERSION" \
+    "${BUILDAH[@]}" bud -q --isolation chroot --build-arg "VERSION=$VERSION" --label "segscope.sources=$SOURCES_HASH" \
         -f "$file" -t "localhost/segscope-$name:$VERSION" "$WORK/context"
 done
 "${BUILDAH[@]}" images --filter reference='localhost/segscope-*'
