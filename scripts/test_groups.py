@@ -636,9 +636,24 @@ def sweep(runs: list[Run]) -> list[str]:
 KEEP_PIDS: set[int] = set()
 
 
+def own_children() -> list[int]:
+    """Our direct children, from the kernel's per-thread lists (cheap enough for every poll of the
+    groups); without CONFIG_PROC_CHILDREN, from a walk of /proc."""
+    tasks = list(Path(f"/proc/{os.getpid()}/task").glob("*/children"))
+    if not tasks:
+        return descendants(os.getpid())  # waitpid below refuses the grandchildren among them
+    out: list[int] = []
+    for task in tasks:
+        try:
+            out += [int(pid) for pid in task.read_text().split()]
+        except OSError:
+            continue
+    return out
+
+
 def reap_orphans(keep: set[int]) -> None:
     """Reap zombies that were reparented to us (never our own pytest children: Popen does)."""
-    for pid in descendants(os.getpid()):
+    for pid in own_children():
         if pid in keep:
             continue
         try:
