@@ -50,8 +50,10 @@ DURATION_S = 16
 KILL_AT_S, DOWN_S = 7, 3
 
 
-def start_worker(bootstrap: str, topic: str, deadletter: str, app_id: str, datadir: Path, log: Path):
-    env = dict(os.environ, PYTHONPATH=f"{REPO}:{REPO / 'schemas' / 'python'}")
+def start_worker(
+    bootstrap: str, topic: str, deadletter: str, app_id: str, datadir: Path, log: Path, env: dict | None = None
+):
+    env = dict(os.environ, PYTHONPATH=f"{REPO}:{REPO / 'schemas' / 'python'}", **(env or {}))
     args = [sys.executable, "-m", "processors.delay", "--bootstrap", bootstrap, "--records-topic", topic]
     args += ["--metrics-topic", names.TOPIC_METRICS, "--deadletter-topic", deadletter, "--app-id", app_id]
     args += ["--grace-s", "1", "--retention-s", "5", "--datadir", str(datadir), "-l", "info"]

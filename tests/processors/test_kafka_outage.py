@@ -34,7 +34,7 @@ from segscope_schemas.line_protocol import parse_line
 from segscope_schemas.stamp_record import encode_batch
 from services.kafka.kafka import Kafka
 from tests.isolation import extra_stack
-from tests.processors.test_delay_crash import NS, REPO, stamp_batch, wait_consuming
+from tests.processors.test_delay_crash import NS, REPO, stamp_batch, start_worker, wait_consuming
 
 RATE, BATCH = 100, 10  # records per second, in batches of BATCH
 OUTAGE_S = 6
@@ -60,16 +60,6 @@ def cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def start_worker(bootstrap: str, topic: str, app_id: str, datadir, log):
-    env = dict(os.environ, PYTHONPATH=f"{REPO}:{REPO / 'schemas' / 'python'}")
-    env["SEGSCOPE_STOP_TIMEOUT_S"] = str(STOP_TIMEOUT_S)
-    args = [sys.executable, "-m", "processors.delay", "--bootstrap", bootstrap, "--records-topic", topic]
-    args += ["--metrics-topic", names.TOPIC_METRICS, "--deadletter-topic", f"{topic}.dl", "--app-id", app_id]
-    args += ["--grace-s", "1", "--retention-s", "5", "--datadir", str(datadir), "--health", "off", "-l", "info"]
-    with open(log, "a") as f:
-        return subprocess.Popen(args, cwd=REPO, env=env, stdout=f, stderr=subprocess.STDOUT, start_new_session=True)
-
-
 def published_counts(bootstrap: str, node: str) -> dict[int, int]:
     """second -> the forward count of the newest stamp_delay point the worker published for `node`."""
     got: dict[int, int] = {}
@@ -86,7 +76,8 @@ def test_broker_outage_paced_resumed_exact_and_a_stop_without_broker_ends_at_its
     node, topic, app_id = f"outage{run}", f"test.outage.{run}", f"outage-{run}"
     ensure_topics(broker.bootstrap, [topic, f"{topic}.dl", names.TOPIC_METRICS])
     log = tmp_path / "worker.log"
-    worker = start_worker(broker.bootstrap, topic, app_id, tmp_path / "faust", log)
+    env = {"SEGSCOPE_STOP_TIMEOUT_S": str(STOP_TIMEOUT_S)}
+    worker = start_worker(broker.bootstrap, topic, f"{topic}.dl", app_id, tmp_path / "faust", log, env=env)
     sent: dict[int, int] = {}  # second (TAI) -> records sent in it
     errors: list = []
     stop = threading.Event()
