@@ -9,9 +9,9 @@ instance (/sys/fs/bpf/segscope/<instance>/ioam_{tx,rx}); agent/ioam.py does the 
 A side's program is attached to a device with the side's first monitor there (`attach`, then
 `attach-dev` for more devices: one program, its flows and counters shared) and detached with the
 last. ioam_rx joins the node's XDP chain through its loader (datapath/xdp_chain.h), or with the
-agent's --inline-egress-hook tc runs as a TC ingress filter (veth and pod interfaces, where native
-XDP costs NAPI and a copy per packet); the node's XDP attaches and detaches are serialised with the
-STAMP and alternate-marking ones (one lock). The
+agent's --inline-egress-hook, per device, as a TC ingress filter (auto, the default: on a veth or a
+pod's interface, where native XDP costs NAPI and a copy per packet); the node's XDP attaches and
+detaches are serialised with the STAMP and alternate-marking ones (one lock). The
 INGRESS side writes the packet's ingress and egress interface ids into its own trace entry: the
 agent gives ioam_tx every interface id of the node's IOAM configuration (`set-if-id`) when it
 attaches and whenever EnableIoam changes them. With --kafka the agent runs stamp_streamer
@@ -249,11 +249,11 @@ class InlineAgent:
         linger_ms: int = 200,
         rtnl=None,
         keeper: Keeper | None = None,
-        egress_hook: str = "xdp",
+        egress_hook: str = "auto",
     ):
         self.node, self.netns, self.instance, self.kafka, self.ioam = node, netns, instance, kafka, ioam
-        # ioam_rx on the XDP chain ("xdp") or on TC ingress ("tc"): one hook for all of the side's
-        # devices (the loader's later commands follow the pinned program's type)
+        # ioam_rx's hook on each device: "xdp" (the XDP chain), "tc" (TC ingress) or "auto" (the
+        # loader asks the device's driver: tc on a veth, xdp elsewhere)
         self.egress_hook = egress_hook
         self.build = Path(os.environ.get("SEGSCOPE_BUILD_DIR") or repo / "build")
         self.linger_ms = linger_ms
@@ -328,16 +328,10 @@ class InlineAgent:
         if side == EGRESS:
             args += ["--node-id", node_id, "--hook", self.egress_hook]
         with self.xdp_lock:
-            self.run(side, args, "monitor.device")
+            out = self.run(side, args, "monitor.device")
         self.sides[side] = Side([device], node_id=node_id)
-        log.info(
-            "%s attached to %s%s (instance %s, node id %d)",
-            PROG[side],
-            device,
-            f" on {self.egress_hook}" if side == EGRESS else "",
-            self.instance,
-            node_id,
-        )
+        log.info("%s (instance %s, node id %d)", out.strip().splitlines()[0] if out.strip() else PROG[side],
+                 self.instance, node_id)  # fmt: skip
         try:
             if side == INGRESS:
                 self.set_if_ids(self.ioam.interfaces_now(), {})
@@ -348,10 +342,11 @@ class InlineAgent:
             raise
 
     def attach_dev(self, side: int, device: str) -> None:
+        args = ["attach-dev", "--dev", device, "--instance", self.instance, *self.ns_args()]
+        if side == EGRESS:
+            args += ["--hook", self.egress_hook]
         with self.xdp_lock:
-            self.run(
-                side, ["attach-dev", "--dev", device, "--instance", self.instance, *self.ns_args()], "monitor.device"
-            )
+            self.run(side, args, "monitor.device")
         self.sides[side].devices.append(device)
         log.info("%s also attached to %s (devices %s)", PROG[side], device, self.sides[side].devices)
 

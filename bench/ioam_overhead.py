@@ -38,7 +38,9 @@ Configurations:
   - empty XDP on b0, empty TC ingress on b0   the empty native XDP program, or a clsact qdisc with the
                    empty TC classifier on ingress, on B's b0 alone: the two hooks ioam_rx can use
   - ioam_rx on TC only, on, fixed next hop, rx on TC   ioam_rx attached with --hook tc (a TC ingress
-                   filter on b0, its own instance and ring reader) alone, or with the route program
+                   filter on b0, its own instance and ring reader) alone, or with the route program:
+                   the agent's path on a veth (its default --inline-egress-hook auto puts ioam_rx on TC
+                   ingress there; "on, fixed next hop" is its path with xdp, as on a NIC)
 ioam_rx also stays on B's bh for the whole run (no packet of the benchmark arrives there): the XDP chain
 is removed when its last device leaves, and a member program cannot join a new one, so this anchor is
 what lets b0 leave and rejoin between trials; it is there in every configuration.
@@ -134,7 +136,7 @@ class Ioam:
 
     @property
     def rx_tc_inst(self) -> str:
-        """ioam_rx attached with --hook tc: its own instance (an instance is XDP or TC), the same flow."""
+        """ioam_rx attached with --hook tc: an instance of its own (its own counters and ring reader), the same flow."""
         return f"{self.rx_inst}-tc"
 
     def _rx_instance(self, hook: str) -> str:

@@ -9,6 +9,7 @@
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <limits.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
@@ -103,11 +104,12 @@ static int parse_args(const struct ioam_prog *p, int argc, char **argv, struct i
 		case OPT_ALTERNATE: a->alternate = true; break;
 		case OPT_PAUSED: a->paused = true; break;
 		case OPT_HOOK: {
-			static const char *const hooks[] = { "xdp", "tc" };
-			int h = parse_choice_arg("--hook", optarg, hooks, 2);
+			static const char *const hooks[] = { "xdp", "tc", "auto" };
+			static const enum ioam_hook values[] = { IOAM_HOOK_XDP, IOAM_HOOK_TC, IOAM_HOOK_AUTO };
+			int h = parse_choice_arg("--hook", optarg, hooks, 3);
 
 			ok = h >= 0;
-			a->hook = h == 1 ? IOAM_HOOK_TC : IOAM_HOOK_XDP;
+			a->hook = ok ? values[h] : IOAM_HOOK_UNSET;
 			break;
 		}
 		case OPT_FIRST_SEQ: ok = num("--first-seq", 0, UINT64_MAX, &a->first_seq, NULL); break;
@@ -332,7 +334,20 @@ int ioam_run_test_run(void *args, const void *prog)
 		}
 		in[i] = (unsigned char)(hi << 4 | lo);
 	}
-	prog_fd = open_pinned(a->pin_dir, PROG_PIN_NAME);
+	/* ioam_rx's instance may have two entries: --hook tc picks the TC one; without --hook, the XDP
+	 * one when there is one */
+	{
+		char path[PATH_MAX];
+		const char *pin = PROG_PIN_NAME;
+
+		snprintf(path, sizeof(path), "%s/%s", a->pin_dir, IOAM_RX_TC_PIN);
+		if (a->hook != IOAM_HOOK_XDP && access(path, F_OK) == 0) {
+			snprintf(path, sizeof(path), "%s/%s", a->pin_dir, PROG_PIN_NAME);
+			if (a->hook == IOAM_HOOK_TC || access(path, F_OK) != 0)
+				pin = IOAM_RX_TC_PIN;
+		}
+		prog_fd = open_pinned(a->pin_dir, pin);
+	}
 	if (prog_fd < 0)
 		goto out;
 	{

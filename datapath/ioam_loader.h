@@ -17,8 +17,11 @@
 
 #define IOAM_PIN_ROOT SEGSCOPE_BPFFS_PIN_ROOT
 
-/* ioam_rx's hook (--hook): none given, native XDP in the XDP chain, or a TC ingress classifier */
-enum ioam_hook { IOAM_HOOK_UNSET = 0, IOAM_HOOK_XDP, IOAM_HOOK_TC };
+/* ioam_rx's hook (--hook): none given, native XDP in the XDP chain, a TC ingress classifier, or by the
+ * device's driver (auto: TC on a veth, XDP elsewhere). One instance runs on each device with its own
+ * hook: the XDP entry is pinned as PROG_PIN_NAME, the TC entry as IOAM_RX_TC_PIN, the maps shared. */
+enum ioam_hook { IOAM_HOOK_UNSET = 0, IOAM_HOOK_XDP, IOAM_HOOK_TC, IOAM_HOOK_AUTO };
+#define IOAM_RX_TC_PIN "prog_tc"
 
 struct ioam_args {
 	const char *netns, *dev, *instance, *pin_dir, *sids, *match_src, *match_dst, *hex;
@@ -35,7 +38,7 @@ struct ioam_args {
 	bool alternate;                       /* ioam_rx add-flow: another SID list of an existing flow */
 	bool paused;                          /* ioam_lwt attach-route: encapsulate only */
 	uint64_t first_seq;                   /* ioam_tx add-flow: the first E2E sequence number (default 0) */
-	enum ioam_hook hook;                  /* ioam_rx attach: where (default XDP); other commands: a check */
+	enum ioam_hook hook;                  /* ioam_rx attach, attach-dev: where; test-run: which entry */
 };
 
 struct ioam_prog {

@@ -1,22 +1,30 @@
 // SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
 /*
  * Loader of the in-line IOAM extractor ioam_rx.bpf.c: native XDP, a member
- * of the node's XDP chain with role XDP_CHAIN_IOAM_RX (the default), or with
- * `attach --hook tc` a TC ingress classifier (clsact). Pins in
+ * of the node's XDP chain with role XDP_CHAIN_IOAM_RX (the default), or a
+ * TC ingress classifier (clsact), per device. Pins in
  * /sys/fs/bpf/segscope/<instance>/ioam_rx/, the ring buffer as
  * `ioam_records` (the agent's streamer reads it). Commands: see usage below
  * and datapath/README.md.
  *
- * XDP: devices are joined and left through the XDP chain (xdp_chain.h,
- * datapath/README.md "Chaining"): on any device of the node, with any of the
- * other members (altmark_rx before it, the STAMP programs after it), in any
- * order of attach. TC: the pinned program is the filter at IORX_TC_HANDLE /
- * IORX_TC_PRIORITY of each device's ingress, as ioam_tx's on egress. An
- * instance is one or the other (its pinned program's type says which); the
- * commands after attach find out by themselves.
+ * Each device of an instance has its own hook (--hook, or auto: TC on a veth,
+ * XDP elsewhere), with one set of maps, flows and counters and one ring:
+ * - XDP: the entry pinned as `prog` is a member of the device's XDP chain
+ *   (xdp_chain.h, datapath/README.md "Chaining"), with any of the other
+ *   members (altmark_rx before it, the STAMP programs after it), in any
+ *   order of attach;
+ * - TC: the entry pinned as `prog_tc` is the filter at IORX_TC_HANDLE /
+ *   IORX_TC_PRIORITY of the device's ingress, as ioam_tx's on egress.
+ * An entry is loaded when its hook's first device comes; the XDP entry again
+ * when the chain it tail-calls through was removed meanwhile.
  */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
+#include <net/if.h>
+#include <linux/ethtool.h>
+#include <linux/sockios.h>
+#include <sys/ioctl.h>
+#include <sys/socket.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -39,27 +47,29 @@ const char *loader_name = "ioam_rx";
 static const char usage[] =
 	"usage:\n"
 	"  ioam_rx attach --dev IF --instance NAME --node-id ID [--netns NS] [--pin-dir DIR]\n"
-	"      [--ringbuf-size BYTES] [--tai-offset S] [--hook xdp|tc]\n"
+	"      [--ringbuf-size BYTES] [--tai-offset S] [--hook xdp|tc|auto]\n"
 	"      (xdp, the default: joins the XDP chain of IF, <dirname DIR>/xdp_chain; tc: a clsact ingress filter)\n"
 	"  ioam_rx detach --dev IF --instance NAME [--netns NS]\n"
-	"  ioam_rx attach-dev|detach-dev --dev IF --instance NAME [--netns NS]   (one more device / off one)\n"
-	"  ioam_rx chain --instance NAME [--netns NS]   (the XDP chain of the instance, JSON; XDP only)\n"
+	"  ioam_rx attach-dev --dev IF --instance NAME [--netns NS] [--hook xdp|tc|auto]   (one more device)\n"
+	"  ioam_rx detach-dev --dev IF --instance NAME [--netns NS]   (off one device)\n"
+	"  ioam_rx chain --instance NAME [--netns NS]   (the XDP chain of the instance, JSON)\n"
 	"  ioam_rx add-flow --instance NAME --sids A,B,.. --flow-id N --namespace-id NS [--alternate]\n"
 	"  ioam_rx del-flow --instance NAME (--sids A,B,.. | --flow-id N)   (--flow-id: all its SID lists)\n"
 	"  ioam_rx list-flows --instance NAME [--json]\n"
 	"  ioam_rx stats --instance NAME [--json]\n"
 	"  ioam_rx dump --instance NAME [--count N] [--timeout-ms 2000]   (JSON line per record; consumes them)\n"
 	"  ioam_rx set-tai-offset --instance NAME [--tai-offset S]   (TAI-UTC; default from adjtimex)\n"
-	"  ioam_rx test-run --instance NAME --hex FRAME [--repeat N]\n"
+	"  ioam_rx test-run --instance NAME --hex FRAME [--repeat N] [--hook xdp|tc]   (default: the XDP entry if any)\n"
 	"--sids: the policy's SIDs in travel order, <= 6; --ringbuf-size: a power of two multiple of the page\n"
 	"size (default 4 MiB). add-flow --alternate: one more SID list of flow N (a path its policy can be\n"
 	"steered to): its packets are recorded in flow N; list-flows shows one line per SID list.\n"
-	"--hook: native XDP on a physical NIC (it runs on the DMA buffer, before any skb); tc on a veth or a\n"
-	"pod's interface, where native XDP switches the device's receive to NAPI and copies every skb into an\n"
+	"--hook: each device of the instance has its own: xdp, native XDP (a physical NIC runs it on the DMA\n"
+	"buffer, before any skb); tc, a TC ingress filter; auto, tc on a veth and xdp on any other device. On a\n"
+	"veth or a pod's interface native XDP switches the device's receive to NAPI and copies every skb into an\n"
 	"xdp_buff (measured on a veth lab: an empty native XDP program cost 340-590 ns a packet more than an empty\n"
-	"TC ingress filter; docs/benchmarks.md). The same records and counters either way; the commands after\n"
-	"attach follow the instance's hook (its pinned program), and --hook there must match it.\n"
-	"Pins in " IOAM_PIN_ROOT "/NAME/ioam_rx unless --pin-dir.\n";
+	"TC ingress filter; docs/benchmarks.md). The same records, flows and counters on either hook.\n"
+	"attach-dev without --hook: the hook of the instance's first device.\n"
+"Pins in " IOAM_PIN_ROOT "/NAME/ioam_rx unless --pin-dir.\n";
 
 static int write_config(int fd, const struct ioam_args *a, uint32_t node_id)
 {
@@ -72,152 +82,350 @@ static int write_config(int fd, const struct ioam_args *a, uint32_t node_id)
 	return write_config_map(fd, &cfg, "ioam_rx_config");
 }
 
-/* The hook of the instance's pinned program (IOAM_HOOK_TC for a TC classifier); -1: no pins (said). */
-static int pinned_hook(const char *dir)
+/* Pinned object `name` of the instance, or -1 (no message: absence is an answer here). */
+static int pinned_fd(const char *dir, const char *name)
 {
-	struct bpf_prog_info info = {};
-	__u32 len = sizeof(info);
-	int fd = open_pinned(dir, PROG_PIN_NAME), err;
+	char path[PATH_MAX];
 
-	if (fd < 0)
-		return -1;
-	err = bpf_obj_get_info_by_fd(fd, &info, &len);
-	close(fd);
-	if (err) {
-		die_msg("cannot read the program pinned in %s: %s", dir, strerror(errno));
-		return -1;
-	}
-	return info.type == BPF_PROG_TYPE_SCHED_CLS ? IOAM_HOOK_TC : IOAM_HOOK_XDP;
+	snprintf(path, sizeof(path), "%s/%s", dir, name);
+	return bpf_obj_get(path);
 }
 
-static const char *hook_name(int hook) { return hook == IOAM_HOOK_TC ? "tc" : "xdp"; }
-
-/* attach --hook tc: load the TC entry alone, pin it with the maps, the filter on IF's ingress. */
-static int attach_tc(struct ioam_args *a, struct ioam_rx_bpf *skel)
+static bool is_pinned(const char *dir, const char *name)
 {
+	char path[PATH_MAX];
+
+	snprintf(path, sizeof(path), "%s/%s", dir, name);
+	return access(path, F_OK) == 0;
+}
+
+/*
+ * --hook auto: TC ingress on a veth, native XDP on any other device. On a veth, native XDP switches the
+ * device's receive to NAPI and copies every skb into an xdp_buff (measured: an empty native XDP
+ * program cost 340-590 ns a packet more than an empty TC ingress filter; docs/benchmarks.md); a NIC's
+ * driver runs XDP on its DMA buffer, before any skb exists. The driver's name comes from ethtool.
+ */
+static enum ioam_hook device_hook(const struct ioam_args *a)
+{
+	struct ethtool_drvinfo info = { .cmd = ETHTOOL_GDRVINFO };
+	struct ifreq ifr = {};
+	int fd, r;
+
+	if (a->hook != IOAM_HOOK_AUTO)
+		return a->hook;
+	if (enter_netns(a->netns) || resolve_ifindex(a->dev) < 0)
+		return IOAM_HOOK_UNSET;
+	fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+	if (fd < 0) {
+		die_msg("--hook auto: cannot open a socket to ask %s's driver: %s", a->dev, strerror(errno));
+		return IOAM_HOOK_UNSET;
+	}
+	snprintf(ifr.ifr_name, sizeof(ifr.ifr_name), "%s", a->dev);
+	ifr.ifr_data = (char *)&info;
+	r = ioctl(fd, SIOCETHTOOL, &ifr);
+	close(fd);
+	/* a device without ethtool driver info (few have none) is taken for a NIC */
+	return !r && !strcmp(info.driver, "veth") ? IOAM_HOOK_TC : IOAM_HOOK_XDP;
+}
+
+/*
+ * Maps of the instance already pinned (the other entry was loaded first) are used as they are, so
+ * both entries share the flows, the counters and the ring; *first: none was pinned.
+ */
+static int reuse_pinned_maps(struct bpf_object *obj, const char *dir, bool *first)
+{
+	struct bpf_map *map;
+
+	*first = true;
+	bpf_object__for_each_map(map, obj) {
+		const char *name = bpf_map__name(map);
+		int fd, err;
+
+		if (strchr(name, '.') || !strncmp(name, "xdp_chain_", 10))
+			continue;   /* .rodata and the like; the chain's maps (xdp_chain_reuse_maps) */
+		fd = pinned_fd(dir, name);
+		if (fd < 0)
+			continue;
+		*first = false;
+		err = bpf_map__reuse_fd(map, fd);
+		close(fd);
+		if (err) {
+			die_msg("cannot use %s/%s: %s", dir, name, strerror(-err));
+			return err;
+		}
+	}
+	return 0;
+}
+
+/* The maps not pinned yet, then the entry as `pin_name`. */
+static int pin_entry(struct bpf_object *obj, struct bpf_program *prog, const char *dir, const char *pin_name)
+{
+	char path[PATH_MAX];
+	struct bpf_map *map;
 	int err;
 
-	err = bpf_program__set_autoload(skel->progs.ioam_rx, false) ?:
-	      bpf_map__set_max_entries(skel->maps.ioam_records, (__u32)a->ringbuf_size);
-	if (!err) {
-		err = ioam_rx_bpf__load(skel);
-		if (err)
-			die_msg("cannot load BPF program (verifier log above): %s", strerror(-err));
+	bpf_object__for_each_map(map, obj) {
+		const char *name = bpf_map__name(map);
+
+		if (strchr(name, '.') || !strncmp(name, "xdp_chain_", 10) || is_pinned(dir, name))
+			continue;
+		snprintf(path, sizeof(path), "%s/%s", dir, name);
+		err = bpf_map__pin(map, path);
+		if (err) {
+			die_msg("cannot pin map %s: %s", path, strerror(-err));
+			return err;
+		}
 	}
-	/* the config is in place before the program sees a packet */
-	if (!err)
-		err = write_config(bpf_map__fd(skel->maps.ioam_rx_config), a, (uint32_t)a->node_id) ?:
-		      pin_object(skel->obj, skel->progs.ioam_rx_tc, a->pin_dir) ?:
-		      tc_filter_attach(a->netns, a->dev, true, bpf_program__fd(skel->progs.ioam_rx_tc), IORX_TC_HANDLE,
-				       IORX_TC_PRIORITY);
+	snprintf(path, sizeof(path), "%s/%s", dir, pin_name);
+	err = bpf_program__pin(prog, path);
 	if (err)
-		unpin_dir(a->pin_dir);
+		die_msg("cannot pin program %s: %s", path, strerror(-err));
 	return err;
 }
 
-/* attach (--hook xdp, the default): the XDP entry alone, a member of IF's XDP chain. */
-static int attach_xdp(struct ioam_args *a, struct ioam_rx_bpf *skel)
+/*
+ * Load one entry of the instance (XDP: against the chain `c`, open and locked) with the instance's
+ * maps, pin it and return its fd in *prog_fd. The instance's first entry creates the maps and
+ * writes the config before the program sees a packet.
+ */
+static int load_entry(struct ioam_args *a, enum ioam_hook hook, const struct xdp_chain *c, int *prog_fd)
 {
-	struct xdp_chain chain;
-	char inst[PATH_MAX];
+	bool xdp = hook == IOAM_HOOK_XDP, first = true;
+	struct ioam_rx_bpf *skel = ioam_rx_bpf__open();
+	struct bpf_program *prog;
 	int err;
 
-	/* the chain is locked from here to its close: no other loader of the instance changes it meanwhile */
-	err = xdp_member_instance_dir(a->pin_dir, inst, sizeof(inst)) ? xdp_chain_open(&chain, inst, true) : -EINVAL;
-	if (err) {
-		unpin_dir(a->pin_dir);
-		return err;
+	*prog_fd = -1;
+	if (!skel) {
+		die_msg("cannot open BPF object: %s", strerror(errno));
+		return -errno;
 	}
-	err = bpf_program__set_autoload(skel->progs.ioam_rx_tc, false) ?:
+	prog = xdp ? skel->progs.ioam_rx : skel->progs.ioam_rx_tc;
+	err = bpf_program__set_autoload(xdp ? skel->progs.ioam_rx_tc : skel->progs.ioam_rx, false) ?:
 	      bpf_map__set_max_entries(skel->maps.ioam_records, (__u32)a->ringbuf_size) ?:
-	      xdp_chain_reuse_maps(&chain, skel->obj);
+	      reuse_pinned_maps(skel->obj, a->pin_dir, &first) ?:
+	      (xdp ? xdp_chain_reuse_maps(c, skel->obj) : 0);
 	if (!err) {
 		err = ioam_rx_bpf__load(skel);
 		if (err)
 			die_msg("cannot load BPF program (verifier log above): %s", strerror(-err));
 	}
-	/* the config is in place before the program sees a packet */
-	if (!err)
+	if (!err && first)
 		err = write_config(bpf_map__fd(skel->maps.ioam_rx_config), a, (uint32_t)a->node_id);
 	if (!err)
-		err = xdp_member_attach(&chain, skel->obj, skel->progs.ioam_rx, a->netns, a->dev, a->pin_dir,
-					XDP_CHAIN_IOAM_RX);   /* removes the pins itself on failure */
-	else
-		unpin_dir(a->pin_dir);
+		err = pin_entry(skel->obj, prog, a->pin_dir, xdp ? PROG_PIN_NAME : IOAM_RX_TC_PIN);
+	if (!err) {
+		*prog_fd = dup(bpf_program__fd(prog));
+		if (*prog_fd < 0)
+			err = -errno;
+	}
+	ioam_rx_bpf__destroy(skel);
+	return err;
+}
+
+/* Whether the pinned XDP entry tail-calls through chain c's prog array (not one of a chain since removed). */
+static bool xdp_entry_current(int prog_fd, const struct xdp_chain *c)
+{
+	struct bpf_map_info map = {};
+	struct bpf_prog_info info = {};
+	__u32 ids[32], map_len = sizeof(map), len = sizeof(info);
+
+	info.nr_map_ids = sizeof(ids) / sizeof(ids[0]);
+	info.map_ids = (__u64)(unsigned long)ids;
+	if (bpf_obj_get_info_by_fd(c->progs_fd, &map, &map_len) || bpf_obj_get_info_by_fd(prog_fd, &info, &len))
+		return false;
+	for (__u32 i = 0; i < info.nr_map_ids && i < sizeof(ids) / sizeof(ids[0]); i++)
+		if (ids[i] == map.id)
+			return true;
+	return false;
+}
+
+/*
+ * --dev joins the node's XDP chain with the instance's XDP entry. The entry is loaded here when the
+ * instance has none yet, or when the chain it was loaded against was removed (its last device left
+ * while the instance went on on TC): its tail calls would go to that chain's prog array.
+ */
+static int attach_dev_xdp(struct ioam_args *a)
+{
+	char inst[PATH_MAX], path[PATH_MAX];
+	struct xdp_chain chain;
+	int fd, err;
+
+	/* the chain is locked from here to its close: no other loader of the instance changes it meanwhile */
+	if (!xdp_member_instance_dir(a->pin_dir, inst, sizeof(inst)))
+		return -EINVAL;
+	err = xdp_chain_open(&chain, inst, true);
+	if (err)
+		return err;
+	fd = pinned_fd(a->pin_dir, PROG_PIN_NAME);
+	if (fd >= 0 && !xdp_entry_current(fd, &chain)) {
+		close(fd);
+		fd = -1;
+		snprintf(path, sizeof(path), "%s/%s", a->pin_dir, PROG_PIN_NAME);
+		unlink(path);
+	}
+	err = fd < 0 ? load_entry(a, IOAM_HOOK_XDP, &chain, &fd) : 0;
+	if (!err)
+		err = xdp_chain_join(&chain, a->netns, a->dev, XDP_CHAIN_IOAM_RX, fd);
+	if (fd >= 0)
+		close(fd);
 	xdp_chain_close(&chain);
 	return err;
+}
+
+/* --dev's TC ingress gets the instance's TC entry (loaded here when the instance has none yet). */
+static int attach_dev_tc(struct ioam_args *a)
+{
+	int fd = pinned_fd(a->pin_dir, IOAM_RX_TC_PIN), err = 0;
+
+	if (fd < 0)
+		err = load_entry(a, IOAM_HOOK_TC, NULL, &fd);
+	if (!err)
+		err = tc_filter_attach(a->netns, a->dev, true, fd, IORX_TC_HANDLE, IORX_TC_PRIORITY);
+	if (fd >= 0)
+		close(fd);
+	return err;
+}
+
+static int attach_dev_on(struct ioam_args *a, enum ioam_hook hook)
+{
+	return hook == IOAM_HOOK_TC ? attach_dev_tc(a) : attach_dev_xdp(a);
 }
 
 static int run_attach(void *args, const void *prog)
 {
 	struct ioam_args *a = args;
-	struct ioam_rx_bpf *skel;
-	bool tc = a->hook == IOAM_HOOK_TC;
+	enum ioam_hook hook;
 	int err;
 
+	if (!a->hook)
+		a->hook = IOAM_HOOK_XDP;
 	if (!require_arg(a->dev, "--dev") || !ioam_resolve_pin_dir(prog, a))
 		return EXIT_USAGE;
 	if (!a->have_node_id) {
 		die_msg("missing required --node-id (this egress node's IOAM node id, into every record)");
 		return EXIT_USAGE;
 	}
+	if (is_pinned(a->pin_dir, IOAM_RX_TC_PIN)) {
+		die_msg("--pin-dir: %s already holds an attached ioam_rx; run detach first", a->pin_dir);
+		return EXIT_FAIL;
+	}
 	if (prepare_pin_dir(a->netns, a->pin_dir, "ioam_rx"))
 		return EXIT_FAIL;
-	skel = ioam_rx_bpf__open();
-	if (!skel) {
-		die_msg("cannot open BPF object: %s", strerror(errno));
+	hook = device_hook(a);
+	err = hook ? attach_dev_on(a, hook) : -ENODEV;
+	if (err) {
 		unpin_dir(a->pin_dir);
 		return EXIT_FAIL;
 	}
-	err = tc ? attach_tc(a, skel) : attach_xdp(a, skel);
-	if (!err)
-		printf("ioam_rx attached to %s %s%s%s (node id %llu, ring %llu bytes), pins in %s\n", a->dev,
-		       tc ? "TC ingress" : "XDP", a->netns ? " in netns " : "", a->netns ? a->netns : "",
-		       (unsigned long long)a->node_id, (unsigned long long)a->ringbuf_size, a->pin_dir);
-	ioam_rx_bpf__destroy(skel);
-	return err ? EXIT_FAIL : EXIT_OK;
+	printf("ioam_rx attached to %s %s%s%s (node id %llu, ring %llu bytes), pins in %s\n", a->dev,
+	       hook == IOAM_HOOK_TC ? "TC ingress" : "XDP", a->netns ? " in netns " : "", a->netns ? a->netns : "",
+	       (unsigned long long)a->node_id, (unsigned long long)a->ringbuf_size, a->pin_dir);
+	return EXIT_OK;
 }
 
-/* detach, attach-dev, detach-dev of a TC instance: its filter on --dev's ingress (loader_util.c), as ioam_tx's on egress. */
-static int tc_member(const char *cmd, struct ioam_args *a)
+/* attach-dev: one more device, on its own hook (--hook; without it the hook of the instance's first entry). */
+static int run_attach_dev(void *args, const void *prog)
 {
-	if (!require_arg(a->dev, "--dev"))
+	struct ioam_args *a = args;
+	enum ioam_hook hook;
+
+	if (!require_arg(a->dev, "--dev") || !ioam_resolve_pin_dir(prog, a))
+		return EXIT_USAGE;
+	if (!is_pinned(a->pin_dir, "ioam_rx_config")) {
+		die_msg("--instance: no ioam_rx is attached in %s; run attach first", a->pin_dir);
+		return EXIT_FAIL;
+	}
+	if (check_netns_exists(a->netns))
+		return EXIT_FAIL;
+	if (!a->hook)
+		a->hook = is_pinned(a->pin_dir, PROG_PIN_NAME) ? IOAM_HOOK_XDP : IOAM_HOOK_TC;
+	hook = device_hook(a);
+	if (!hook || attach_dev_on(a, hook))
+		return EXIT_FAIL;
+	printf("ioam_rx (pinned in %s) also runs on %s %s\n", a->pin_dir, a->dev,
+	       hook == IOAM_HOOK_TC ? "TC ingress" : "XDP");
+	return EXIT_OK;
+}
+
+/* The instance's TC filter off --dev's ingress: 1 done, 0 --dev has none of ours, < 0 error (said). */
+static int detach_dev_tc(const struct ioam_args *a)
+{
+	int fd = pinned_fd(a->pin_dir, IOAM_RX_TC_PIN);
+	uint32_t id;
+
+	if (fd < 0)
+		return 0;
+	id = prog_id_of(fd);
+	close(fd);
+	return tc_filter_detach_id(a->netns, a->dev, true, id, IORX_TC_HANDLE, IORX_TC_PRIORITY);
+}
+
+static int run_detach_dev(void *args, const void *prog)
+{
+	struct ioam_args *a = args;
+	int r;
+
+	if (!require_arg(a->dev, "--dev") || !ioam_resolve_pin_dir(prog, a))
 		return EXIT_USAGE;
 	if (check_netns_exists(a->netns))
 		return EXIT_FAIL;
-	return tc_member_subcommand("ioam_rx", cmd, a->netns, a->dev, a->pin_dir, true, IORX_TC_HANDLE,
-				    IORX_TC_PRIORITY);
+	r = detach_dev_tc(a);
+	if (r < 0)
+		return EXIT_FAIL;
+	if (r == 1) {
+		printf("ioam_rx left %s's TC ingress; still pinned in %s\n", a->dev, a->pin_dir);
+		return EXIT_OK;
+	}
+	if (!is_pinned(a->pin_dir, PROG_PIN_NAME)) {
+		die_msg("--dev: ioam_rx pinned in %s does not run on %s", a->pin_dir, a->dev);
+		return EXIT_FAIL;
+	}
+	return member_subcommand("detach-dev", a->netns, a->dev, a->pin_dir, XDP_CHAIN_IOAM_RX);
 }
 
-/* detach, attach-dev, detach-dev, chain: the XDP chain's member commands (loader_util.c), or the TC filter's */
-static int run_member(const char *cmd, void *args, const void *prog)
+/*
+ * detach: off --dev, off every XDP device the instance still runs on, and the pins removed. A TC
+ * filter holds its program: the agent detaches the other TC devices (detach-dev) first.
+ */
+static int run_detach(void *args, const void *prog)
 {
 	struct ioam_args *a = args;
-	int hook;
+	int r, err = 0;
+
+	if (!require_arg(a->dev, "--dev") || !ioam_resolve_pin_dir(prog, a))
+		return EXIT_USAGE;
+	if (check_netns_exists(a->netns))
+		return EXIT_FAIL;
+	if (!is_pinned(a->pin_dir, PROG_PIN_NAME) && !is_pinned(a->pin_dir, IOAM_RX_TC_PIN)) {
+		die_msg("--pin-dir: %s holds no ioam_rx; is it attached with this --instance?", a->pin_dir);
+		return EXIT_FAIL;
+	}
+	r = detach_dev_tc(a);
+	if (r < 0)
+		return EXIT_FAIL;
+	if (is_pinned(a->pin_dir, PROG_PIN_NAME)) {
+		if (r == 0)   /* --dev on XDP: the chain's detach leaves every device and removes the pins */
+			return member_subcommand("detach", a->netns, a->dev, a->pin_dir, XDP_CHAIN_IOAM_RX);
+		err = xdp_member_leave_all(a->netns, a->pin_dir, XDP_CHAIN_IOAM_RX);
+	} else if (r == 0) {
+		die_msg("warning: ioam_rx pinned in %s is not attached to %s; removing pins only", a->pin_dir, a->dev);
+	}
+	if (!err)
+		err = unpin_dir(a->pin_dir);
+	if (!err)
+		printf("ioam_rx left %s, pins removed\n", a->dev);
+	return err ? EXIT_FAIL : EXIT_OK;
+}
+
+static int run_chain(void *args, const void *prog)
+{
+	struct ioam_args *a = args;
 
 	if (!ioam_resolve_pin_dir(prog, a))
 		return EXIT_USAGE;
-	hook = pinned_hook(a->pin_dir);
-	if (hook < 0)
-		return EXIT_FAIL;
-	if (a->hook && (int)a->hook != hook) {
-		die_msg("--hook %s: the instance in %s is attached with --hook %s", hook_name(a->hook), a->pin_dir,
-			hook_name(hook));
-		return EXIT_USAGE;
-	}
-	if (hook == IOAM_HOOK_XDP)
-		return member_subcommand(cmd, a->netns, a->dev, a->pin_dir, XDP_CHAIN_IOAM_RX);
-	if (!strcmp(cmd, "chain")) {
-		die_msg("chain: the instance in %s runs on TC ingress, in no XDP chain", a->pin_dir);
-		return EXIT_USAGE;
-	}
-	return tc_member(cmd, a);
+	return member_subcommand("chain", a->netns, a->dev, a->pin_dir, XDP_CHAIN_IOAM_RX);
 }
-
-static int run_detach(void *a, const void *prog) { return run_member("detach", a, prog); }
-static int run_attach_dev(void *a, const void *prog) { return run_member("attach-dev", a, prog); }
-static int run_detach_dev(void *a, const void *prog) { return run_member("detach-dev", a, prog); }
-static int run_chain(void *a, const void *prog) { return run_member("chain", a, prog); }
 
 /*
  * Whether flow.flow_id may key `key`: a flow id names one flow, on one SID list, unless --alternate:

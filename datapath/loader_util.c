@@ -319,18 +319,25 @@ int tc_filter_attach(const char *netns, const char *dev, bool ingress, int prog_
 int tc_filter_detach_if_ours(const char *netns, const char *dev, bool ingress, const char *dir, uint32_t handle,
 			     uint32_t priority, uint32_t *our_id)
 {
-	LIBBPF_OPTS(bpf_tc_opts, opts, .handle = handle, .priority = priority);
-	struct bpf_tc_hook hook;
-	int prog_fd, err;
+	int prog_fd = open_pinned(dir, PROG_PIN_NAME);
 
-	prog_fd = open_pinned(dir, PROG_PIN_NAME);
 	if (prog_fd < 0)
 		return prog_fd;
 	*our_id = prog_id_of(prog_fd);
 	close(prog_fd);
+	return tc_filter_detach_id(netns, dev, ingress, *our_id, handle, priority);
+}
+
+int tc_filter_detach_id(const char *netns, const char *dev, bool ingress, uint32_t our_id, uint32_t handle,
+			uint32_t priority)
+{
+	LIBBPF_OPTS(bpf_tc_opts, opts, .handle = handle, .priority = priority);
+	struct bpf_tc_hook hook;
+	int err;
+
 	if (tc_hook_for(netns, dev, ingress, &hook))
 		return -ENODEV;
-	if (bpf_tc_query(&hook, &opts) || opts.prog_id != *our_id)
+	if (bpf_tc_query(&hook, &opts) || opts.prog_id != our_id)
 		return 0;
 	LIBBPF_OPTS(bpf_tc_opts, del, .handle = handle, .priority = priority);
 	err = bpf_tc_detach(&hook, &del);

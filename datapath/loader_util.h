@@ -76,6 +76,9 @@ int tc_filter_attach(const char *netns, const char *dev, bool ingress, int prog_
 		     uint32_t priority);
 int tc_filter_detach_if_ours(const char *netns, const char *dev, bool ingress, const char *dir, uint32_t handle,
 			     uint32_t priority, uint32_t *our_id);
+/* the same for program our_id (an instance with a program pinned under another name) */
+int tc_filter_detach_id(const char *netns, const char *dev, bool ingress, uint32_t our_id, uint32_t handle,
+			uint32_t priority);
 /* the same on egress */
 int tc_egress_attach(const char *netns, const char *dev, int prog_fd, uint32_t handle, uint32_t priority);
 int tc_egress_detach_if_ours(const char *netns, const char *dev, const char *dir, uint32_t handle,

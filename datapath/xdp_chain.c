@@ -699,6 +699,21 @@ static int leave_everywhere(struct xdp_chain *c, const char *netns, enum xdp_cha
 	return 0;
 }
 
+int xdp_member_leave_all(const char *netns, const char *pin_dir, enum xdp_chain_role role)
+{
+	struct xdp_chain c;
+	int prog_fd, err;
+
+	err = open_member(&c, pin_dir, &prog_fd);
+	if (err)
+		return err;
+	if (c.progs_fd >= 0)
+		err = leave_everywhere(&c, netns, role, prog_id_of(prog_fd), prog_fd);
+	close(prog_fd);
+	xdp_chain_close(&c);
+	return err;
+}
+
 int xdp_member_detach(const char *netns, const char *dev, const char *pin_dir, enum xdp_chain_role role)
 {
 	struct xdp_chain c;

@@ -223,6 +223,8 @@ int xdp_member_attach(struct xdp_chain *c, struct bpf_object *obj, struct bpf_pr
 int xdp_member_attach_dev(const char *netns, const char *dev, const char *pin_dir, enum xdp_chain_role role);
 int xdp_member_detach_dev(const char *netns, const char *dev, const char *pin_dir, enum xdp_chain_role role);
 int xdp_member_detach(const char *netns, const char *dev, const char *pin_dir, enum xdp_chain_role role);
+/* off every device the member's pinned program runs on; its pins stay (a member with another hook too) */
+int xdp_member_leave_all(const char *netns, const char *pin_dir, enum xdp_chain_role role);
 
 #endif /* __VMLINUX_H__ */
 #endif /* SEGSCOPE_XDP_CHAIN_H */

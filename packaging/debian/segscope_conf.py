@@ -50,7 +50,10 @@ AGENT_KEYS: dict[str, tuple[str, str]] = {
     "workers": ("--workers", "gRPC worker threads, e.g. workers = 16"),
     "log_level": ("--log-level", "one of DEBUG, INFO, WARNING, ERROR"),
     "on_stop": ("--on-stop", "handover (default: a restart or upgrade leaves the measurement running) or teardown"),
-    "inline_egress_hook": ("--inline-egress-hook", "xdp (default: the XDP chain) or tc (TC ingress, for veth devices)"),
+    "inline_egress_hook": (
+        "--inline-egress-hook",
+        "auto (default: tc on a veth, xdp elsewhere), xdp (the XDP chain) or tc (TC ingress)",
+    ),
     "adopt_timeout": ("--adopt-timeout", "seconds 0.1..86400 the data path waits for the next agent, e.g. 30"),
     "extra_args": ("", "further `segscope-agent` flags, e.g. extra_args = --log-level DEBUG"),
 }
@@ -223,8 +226,10 @@ def _check_agent_value(key: str, value: str, n: int, good: str, problems: Proble
         problems.add(n, f"instance: {value!r} is not a name. Fix: write {good}")
     elif key == "state_dir" and not (value == "/run/segscope" or value.startswith("/run/segscope/")):
         problems.add(n, f"state_dir: {value!r} is read-only for the service. Fix: write {good}")
-    elif key == "inline_egress_hook" and value not in ("xdp", "tc"):
-        problems.add(n, f"inline_egress_hook: {value!r} is neither xdp nor tc. Fix: write inline_egress_hook = {good}")
+    elif key == "inline_egress_hook" and value not in ("auto", "xdp", "tc"):
+        problems.add(
+            n, f"inline_egress_hook: {value!r} is none of auto, xdp, tc. Fix: write inline_egress_hook = {good}"
+        )
     elif key == "on_stop" and value not in ("handover", "teardown"):
         problems.add(n, f"on_stop: {value!r} is neither handover nor teardown. Fix: write on_stop = {good}")
 

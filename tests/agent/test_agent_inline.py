@@ -476,14 +476,14 @@ def test_enable_without_a_writable_state_dir_changes_nothing(ilab, ipki, tmp_pat
 
 
 @needs_datapath
-@needs_datapath
-def test_egress_on_tc_ingress_with_the_agent_option(ilab, ipki, stubs, tmp_path):
-    """An agent started with --inline-egress-hook tc runs ioam_rx as a TC ingress filter on b0 (no XDP
-    program there): every sampled packet is recorded once, as on XDP, and Reset removes the filter."""
+@pytest.mark.parametrize("hook", ["default", "xdp"])
+def test_egress_hook_by_the_agent_option(ilab, ipki, stubs, tmp_path, hook):
+    """The agent's default (--inline-egress-hook auto) runs ioam_rx on B's veth b0 as a TC ingress
+    filter (no XDP program there); --inline-egress-hook xdp puts it in b0's XDP chain (no filter).
+    Either way every sampled packet is recorded once, and Reset removes what was attached."""
     a = stubs["A"]
-    b = start_agent(
-        ilab.ns("B"), "B", tmp_path, pki=ipki, instance=f"{PREFIX}-Bt", extra_args=["--inline-egress-hook", "tc"]
-    )
+    extra = [] if hook == "default" else ["--inline-egress-hook", hook]
+    b = start_agent(ilab.ns("B"), "B", tmp_path, pki=ipki, instance=f"{PREFIX}-Bt", extra_args=extra)
     try:
         with b.channel() as ch:
             bs = inline_pb2_grpc.InlineMonitorServiceStub(ch)
@@ -492,18 +492,19 @@ def test_egress_on_tc_ingress_with_the_agent_option(ilab, ipki, stubs, tmp_path)
             bs.StartInlineMonitor(pb.StartInlineMonitorRequest(monitor=mon(EGRESS, flow_id=41)), timeout=30)
             a.StartInlineMonitor(pb.StartInlineMonitorRequest(monitor=mon(flow_id=41)), timeout=30)
             filters = ilab.run("B", ["tc", "filter", "show", "dev", "b0", "ingress"], check=True).stdout
-            assert "ioam_rx_tc" in filters, filters
-            assert "xdp" not in ilab.run("B", ["ip", "link", "show", "b0"], check=True).stdout
+            xdp = "xdp" in ilab.run("B", ["ip", "link", "show", "b0"], check=True).stdout
+            assert ("ioam_rx_tc" in filters, xdp) == ((True, False) if hook == "default" else (False, True)), filters
             sent = 300
             assert int(ilab.run("H1", [sys.executable, "-c", SENDER, str(sent), "40041"], check=True).stdout) == sent
             time.sleep(0.5)
             tx = a.GetInlineMonitorResults(pb.GetInlineMonitorResultsRequest(side=INGRESS, flow_id=41), timeout=10)
             rx = bs.GetInlineMonitorResults(pb.GetInlineMonitorResultsRequest(side=EGRESS, flow_id=41), timeout=10)
-            print(f"\ninline on TC ingress: sent {sent}, ingress {tx.ingress}, egress records {rx.egress.records}")
+            print(f"\ninline, egress hook {hook}: sent {sent}, ingress {tx.ingress}, records {rx.egress.records}")
             assert tx.ingress.instrumented == sent and rx.egress.records == sent
             bs.Reset(pb.ResetInlineRequest(), timeout=30)
         filters = ilab.run("B", ["tc", "filter", "show", "dev", "b0", "ingress"], check=True).stdout
         assert "ioam_rx_tc" not in filters, filters
+        assert "xdp" not in ilab.run("B", ["ip", "link", "show", "b0"], check=True).stdout
     finally:
         a.Reset(pb.ResetInlineRequest(), timeout=30)
         assert b.stop() == 0

@@ -339,21 +339,6 @@ def test_loader_cli(io_testrun):
         (["attach", "--instance", inst, "--dev", "x", "--node-id", "1", "--ringbuf-size", "5000"], "--ringbuf-size"),
         (["attach", "--instance", inst, "--dev", "x", "--node-id", "1", "--behind", "stamp"], "--behind"),
         (["attach", "--instance", inst, "--dev", "x", "--node-id", "1", "--hook", "ebpf"], "--hook"),
-        # the instance's hook is its pinned program's: a --hook that says otherwise is refused
-        (
-            [
-                "detach-dev",
-                "--instance",
-                inst,
-                "--netns",
-                io_testrun.ns,
-                "--dev",
-                io_testrun.devs["t1"],
-                "--hook",
-                "tc",
-            ],
-            "is attached with --hook xdp",
-        ),
         (["dump", "--instance", inst, "--count", "-1"], "--count"),
         (["del-flow", "--instance", inst], "--sids or --flow-id"),
     ]
@@ -363,6 +348,8 @@ def test_loader_cli(io_testrun):
     for args, text in [
         (["dump", "--instance", "ioamdp_nosuch"], "cannot open"),
         (["del-flow", "--instance", inst, "--flow-id", "999"], "no flow 999"),
+        # one more device for an instance that was never attached
+        (["attach-dev", "--instance", "ioamdp_nosuch", "--dev", "x"], "run attach first"),
         (["dump", "--instance", inst, "--count", "1", "--timeout-ms", "100"], "only 0 of --count 1"),
         # the device already runs ioam_rx of this instance
         (
@@ -392,6 +379,23 @@ def test_loader_cli(io_testrun):
                 "1",
                 "--hook",
                 "tc",
+            ],
+            "no interface 'nosuch'",
+        ),
+        # --hook auto asks the device's driver: a device that is not there is named
+        (
+            [
+                "attach",
+                "--instance",
+                f"{inst}x",
+                "--netns",
+                io_testrun.ns,
+                "--dev",
+                "nosuch",
+                "--node-id",
+                "1",
+                "--hook",
+                "auto",
             ],
             "no interface 'nosuch'",
         ),

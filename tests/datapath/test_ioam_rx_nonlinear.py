@@ -159,7 +159,7 @@ class Link:
         self.tap = None
         self.probe = RingReader(PROBE_DIR / "maps" / "skb_linear_events")
         pin = PIN_ROOT / INST / "ioam_rx"
-        self.counters = PinnedProgram(pin / "prog", pin / "ioam_rx_stats", len(RX_COUNTERS)).counters
+        self.counters = PinnedProgram(pin / "prog_tc", pin / "ioam_rx_stats", len(RX_COUNTERS)).counters
         self.records = RingReader(pin / "ioam_records")
 
     def open_tap(self) -> None:

@@ -223,7 +223,10 @@ def test_tc_entry_matches_xdp(ioam_rx_target, ioam_rx_tc_target):
     from tests.datapath.test_ioam_rx import _cases
 
     (xdp_inst, xdp_pin), (tc_inst, tc_pin) = ioam_rx_target, ioam_rx_tc_target
-    progs = [PinnedProgram(pin / "prog", pin / "ioam_rx_stats", len(COUNTERS)) for pin in (xdp_pin, tc_pin)]
+    progs = [
+        PinnedProgram(pin / entry, pin / "ioam_rx_stats", len(COUNTERS))
+        for pin, entry in ((xdp_pin, "prog"), (tc_pin, "prog_tc"))  # the XDP entry, the TC entry
+    ]
     rings = [RingReader(pin / "ioam_records") for pin in (xdp_pin, tc_pin)]
     vectors = [(f"case:{name}", frame) for name, frame, *_ in _cases()]
     failures, outcomes, n, skipped = [], collections.Counter(), 0, 0

@@ -154,7 +154,7 @@ BAD = {
     "inline_egress_hook": (
         "inline_egress_hook = ebpf\n",
         7,
-        "inline_egress_hook: 'ebpf' is neither xdp nor tc. Fix: write inline_egress_hook = xdp",
+        "inline_egress_hook: 'ebpf' is none of auto, xdp, tc. Fix: write inline_egress_hook = auto",
     ),
     "handover_without_adoption": ("adopt_timeout = 0\n", 7, "adopt_timeout: 0 makes the data path die with the agent"),
     "adopt_timeout_range": ("adopt_timeout = 0.01\n", 7, "adopt_timeout: 0.01 is out of range. Fix:"),
