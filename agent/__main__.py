@@ -118,10 +118,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         choices=("auto", "xdp", "tc"),
         default="auto",
         help="where ioam_rx reads an EGRESS in-line monitor's packets, per device: auto (default) tc on a veth "
-        "and xdp on any other device; xdp, native XDP in the XDP chain with the node's other programs (the "
-        "cheapest on a real NIC); tc, a TC ingress filter (on veth and pod interfaces native XDP switches the "
-        "device to NAPI and copies every packet, and TC ingress measured 340-590 ns per packet cheaper; "
-        "docs/benchmarks.md)",
+        "that runs no XDP program and xdp on any other device; xdp, native XDP in the XDP chain with the node's "
+        "other programs (the cheapest on a real NIC); tc, a TC ingress filter (on veth and pod interfaces "
+        "native XDP switches the device to NAPI and copies every packet, and TC ingress measured 340-590 ns "
+        "per packet cheaper; docs/benchmarks.md)",
     )
     p.add_argument("--workers", type=int, default=16, help="gRPC worker threads (default 16)")
     p.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])

@@ -253,7 +253,7 @@ class InlineAgent:
     ):
         self.node, self.netns, self.instance, self.kafka, self.ioam = node, netns, instance, kafka, ioam
         # ioam_rx's hook on each device: "xdp" (the XDP chain), "tc" (TC ingress) or "auto" (the
-        # loader asks the device's driver: tc on a veth, xdp elsewhere)
+        # loader asks the device: tc on a veth that runs no XDP program, xdp elsewhere)
         self.egress_hook = egress_hook
         self.build = Path(os.environ.get("SEGSCOPE_BUILD_DIR") or repo / "build")
         self.linger_ms = linger_ms

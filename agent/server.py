@@ -83,7 +83,8 @@ class AgentConfig:
     paths_interval_s: float = 60.0  # full republication of segscope.paths records (with kafka)
     health: str | None = None  # HOST:PORT of /healthz /readyz /metrics /status (None: off)
     stamp_linger_ms: int = 200  # stamp_streamer --linger-ms: records held to batch them per node
-    inline_egress_hook: str = "auto"  # ioam_rx --hook per device: "auto" (tc on a veth, else xdp), "xdp", "tc"
+    # ioam_rx --hook per device: "auto" (tc on a veth without XDP, else xdp), "xdp", "tc"
+    inline_egress_hook: str = "auto"
     # what must outlive a killed agent (the IOAM values to restore): default /run/segscope/<instance>
     state_dir: str | None = None
     # the host's /proc/sys/net as the agent sees it (a container's own /proc/sys is read-only)

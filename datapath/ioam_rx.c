@@ -22,6 +22,7 @@
 #include <arpa/inet.h>
 #include <net/if.h>
 #include <linux/ethtool.h>
+#include <linux/if_link.h>
 #include <linux/sockios.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
@@ -64,7 +65,8 @@ static const char usage[] =
 	"size (default 4 MiB). add-flow --alternate: one more SID list of flow N (a path its policy can be\n"
 	"steered to): its packets are recorded in flow N; list-flows shows one line per SID list.\n"
 	"--hook: each device of the instance has its own: xdp, native XDP (a physical NIC runs it on the DMA\n"
-	"buffer, before any skb); tc, a TC ingress filter; auto, tc on a veth and xdp on any other device. On a\n"
+	"buffer, before any skb); tc, a TC ingress filter; auto, tc on a veth that runs no XDP program yet and\n"
+	"xdp on any other device (a veth running the XDP chain has paid its NAPI cost already). On a\n"
 	"veth or a pod's interface native XDP switches the device's receive to NAPI and copies every skb into an\n"
 	"xdp_buff (measured on a veth lab: an empty native XDP program cost 340-590 ns a packet more than an empty\n"
 	"TC ingress filter; docs/benchmarks.md). The same records, flows and counters on either hook.\n"
@@ -100,21 +102,26 @@ static bool is_pinned(const char *dir, const char *name)
 }
 
 /*
- * --hook auto: TC ingress on a veth, native XDP on any other device. On a veth, native XDP switches the
- * device's receive to NAPI and copies every skb into an xdp_buff (measured: an empty native XDP
- * program cost 340-590 ns a packet more than an empty TC ingress filter; docs/benchmarks.md); a NIC's
- * driver runs XDP on its DMA buffer, before any skb exists. The driver's name comes from ethtool.
+ * --hook auto: TC ingress on a veth that runs no XDP program, native XDP on any other device. On a
+ * veth, native XDP switches the device's receive to NAPI and copies every skb into an xdp_buff
+ * (measured: an empty native XDP program cost 340-590 ns a packet more than an empty TC ingress
+ * filter; docs/benchmarks.md); where an XDP program (the node's chain) runs already, that cost is
+ * paid, and TC would add a second hook. A NIC's driver runs XDP on its DMA buffer, before any skb
+ * exists. The driver's name comes from ethtool.
  */
 static enum ioam_hook device_hook(const struct ioam_args *a)
 {
 	struct ethtool_drvinfo info = { .cmd = ETHTOOL_GDRVINFO };
 	struct ifreq ifr = {};
-	int fd, r;
+	__u32 xdp_id = 0;
+	int fd, r, ifindex;
 
 	if (a->hook != IOAM_HOOK_AUTO)
 		return a->hook;
-	if (enter_netns(a->netns) || resolve_ifindex(a->dev) < 0)
+	if (enter_netns(a->netns) || (ifindex = resolve_ifindex(a->dev)) < 0)
 		return IOAM_HOOK_UNSET;
+	if (!bpf_xdp_query_id(ifindex, XDP_FLAGS_DRV_MODE, &xdp_id) && xdp_id)
+		return IOAM_HOOK_XDP;
 	fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
 	if (fd < 0) {
 		die_msg("--hook auto: cannot open a socket to ask %s's driver: %s", a->dev, strerror(errno));

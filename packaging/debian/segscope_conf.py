@@ -52,7 +52,7 @@ AGENT_KEYS: dict[str, tuple[str, str]] = {
     "on_stop": ("--on-stop", "handover (default: a restart or upgrade leaves the measurement running) or teardown"),
     "inline_egress_hook": (
         "--inline-egress-hook",
-        "auto (default: tc on a veth, xdp elsewhere), xdp (the XDP chain) or tc (TC ingress)",
+        "auto (default: tc on a veth without XDP, else xdp), xdp (the XDP chain) or tc (TC ingress)",
     ),
     "adopt_timeout": ("--adopt-timeout", "seconds 0.1..86400 the data path waits for the next agent, e.g. 30"),
     "extra_args": ("", "further `segscope-agent` flags, e.g. extra_args = --log-level DEBUG"),
