@@ -99,6 +99,44 @@ def test_alone_group_prepares_beside_the_last_groups_and_measures_after_them(tmp
         assert burnt >= 0.5 and burnt >= runs[0].cpu_s, (burnt, runs[0].cpu_s)
 
 
+def test_background_builds_pause_while_the_alone_group_measures(tmp_path):
+    """The background builds' process group (scripts/test_builds.sh) is stopped from the moment the
+    parallel groups have ended until the [alone] groups have, and runs on after: here a stand-in
+    group that ticks every 20 ms, and an [alone] probe that measures for 1.5 s."""
+    tg = load_runner()
+    ticks = tmp_path / "ticks"
+    ticker = subprocess.Popen(
+        [sys.executable, "-c", f"import time\nwhile True:\n    open({str(ticks)!r}, 'a').write(f'{{time.time()}}\\n')\n"
+         "    time.sleep(0.02)\n"],
+        start_new_session=True,
+    )  # fmt: skip
+    pid_file = tmp_path / "builds.pid"
+    pid_file.write_text(str(ticker.pid))
+    fast, _ = write_probe(tmp_path, "fast", 0.2)
+    alone, alone_out = write_probe(tmp_path, "alone", 0.0)
+    end_file = Path(str(alone_out) + ".end")
+    alone.write_text(alone.read_text() + f"\n    time.sleep(1.5)\n    Path({str(end_file)!r}).touch()\n")
+    out_dir = tmp_path / "groups"
+    group = tg.Group("g1", [tg.Unit("g1", [str(fast)], 1.0, True)])
+    alone_group = tg.Group("alone", [tg.Unit("alone", [str(alone)], 1.0, True)])
+    runs = [tg.Run(group, 28700, out_dir / "g1")]
+    alone_run = tg.Run(alone_group, 28900, out_dir / "alone", alone_file=out_dir / "alone.go")
+    try:
+        tg.run_phase(runs, [], {"signal": 0}, alone=[alone_run], builds=tg.BackgroundBuilds(pid_file))
+        time.sleep(0.5)  # the ticker runs on
+    finally:
+        ticker.kill()
+        ticker.wait()
+        tg.remove_cgroups()
+    assert [r.rc for r in runs + [alone_run]] == [0, 0], [r.log.read_text()[-2000:] for r in runs + [alone_run]]
+    got = json.loads(alone_out.read_text())
+    end = end_file.stat().st_mtime
+    t = [float(x) for x in ticks.read_text().split()]
+    during = [x for x in t if got["alone"] <= x <= end]
+    assert not during, f"{len(during)} ticks while the [alone] group measured"
+    assert any(x < got["alone"] for x in t) and any(x > end for x in t), "the builds ran before and after"
+
+
 def test_every_alone_module_waits_until_alone_before_its_traffic():
     schedule = tomllib.loads((REPO / "tests" / "schedule.toml").read_text())
     modules = schedule["alone"]["modules"]
