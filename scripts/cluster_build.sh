@@ -12,8 +12,8 @@
 # published v0.<minor>.<patch> of the same release instead (the list is read from kubernetes' go.mod).
 #
 # Idempotent: a stamp records what was built; nothing is rebuilt when it matches. Heavy (about
-# 10 min of both cores from a cold Go cache): one go build at a time, at low priority. The test
-# command starts it in the background (scripts/test.sh); the last line of
+# 10 min of both cores from a cold Go cache): one go build at a time, at its caller's priority. The test
+# command starts it in the background at nice 10 (scripts/test.sh); the last line of
 # .local/k8s/.build.status is "ok" or "failed: <what>".
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -110,7 +110,7 @@ t0=$(date +%s)
 say "go build ${KUBE_CMDS[*]} ($KUBE_VERSION)"
 pkgs=()
 for c in "${KUBE_CMDS[@]}"; do pkgs+=("k8s.io/kubernetes/cmd/$c"); done
-(cd "$kube_src" && nice -n 10 go build -tags tools -ldflags "$ldflags" -o "$BIN/" "${pkgs[@]}") \
+(cd "$kube_src" && go build -tags tools -ldflags "$ldflags" -o "$BIN/" "${pkgs[@]}") \
     > "$K8S/kube-build.log" 2>&1 || fail "go build kubernetes (log: $K8S/kube-build.log)"
 say "kubernetes built in $(($(date +%s) - t0)) s"
 }
@@ -139,7 +139,7 @@ EOF
 fi
 t0=$(date +%s)
 say "go build etcd ($ETCD_VERSION)"
-(cd "$etcd_src" && nice -n 10 go build -ldflags "-s -w" -o "$BIN/etcd" .) > "$K8S/etcd-build.log" 2>&1 \
+(cd "$etcd_src" && go build -ldflags "-s -w" -o "$BIN/etcd" .) > "$K8S/etcd-build.log" 2>&1 \
     || fail "go build etcd (log: $K8S/etcd-build.log)"
 say "etcd built in $(($(date +%s) - t0)) s"
 }
@@ -150,7 +150,7 @@ build_containerd() {
 t0=$(date +%s)
 say "go install containerd, containerd-shim-runc-v2, ctr ($CONTAINERD_VERSION)"
 for c in containerd containerd-shim-runc-v2 ctr; do
-    GOBIN=$BIN nice -n 10 go install -ldflags "-s -w -X github.com/containerd/containerd/v2/version.Version=$CONTAINERD_VERSION" \
+    GOBIN=$BIN go install -ldflags "-s -w -X github.com/containerd/containerd/v2/version.Version=$CONTAINERD_VERSION" \
         "github.com/containerd/containerd/v2/cmd/$c@$CONTAINERD_VERSION" > "$K8S/$c-build.log" 2>&1 \
         || fail "go install $c (log: $K8S/$c-build.log)"
 done
@@ -162,7 +162,7 @@ part_done containerd "$CONTAINERD_VERSION" containerd containerd-shim-runc-v2 ct
 build_runc() {
     t0=$(date +%s)
     say "go install runc ($RUNC_VERSION, seccomp)"
-    CGO_ENABLED=1 GOBIN=$BIN nice -n 10 go install -tags seccomp -ldflags "-s -w -X main.version=${RUNC_VERSION#v}" \
+    CGO_ENABLED=1 GOBIN=$BIN go install -tags seccomp -ldflags "-s -w -X main.version=${RUNC_VERSION#v}" \
         "github.com/opencontainers/runc@$RUNC_VERSION" > "$K8S/runc-build.log" 2>&1 \
         || fail "go install runc (log: $K8S/runc-build.log)"
     say "runc built in $(($(date +%s) - t0)) s"
