@@ -13,7 +13,7 @@
 #
 # Idempotent: a stamp records what was built; nothing is rebuilt when it matches. Heavy (about
 # 10 min of both cores from a cold Go cache): one go build at a time, at its caller's priority. The test
-# command starts it in the background at nice 10 (scripts/test.sh); the last line of
+# command starts it in the background at nice 19 (scripts/test.sh); the last line of
 # .local/k8s/.build.status is "ok" or "failed: <what>".
 set -uo pipefail
 cd "$(dirname "$0")/.."

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # What the slowest tests need, built in the background while the rest of the suite runs.
-# scripts/test.sh starts this at nice 10 in a process group of its own (.local/bin/.k8s-tools.pid)
+# scripts/test.sh starts this at nice 19 in a process group of its own (.local/bin/.k8s-tools.pid)
 # and stops it when the test command ends. The tools first (the deploy tests want them early), then
 # the cluster's binaries and the images side by side (the images wait on Debian's mirror and the disk
 # much of their time, the binaries on the CPU), each with its status file, whose last line is
