@@ -7,8 +7,9 @@
  * `ioam_records` (the agent's streamer reads it). Commands: see usage below
  * and datapath/README.md.
  *
- * Each device of an instance has its own hook (--hook, or auto: TC on a veth,
- * XDP elsewhere), with one set of maps, flows and counters and one ring:
+ * Each device of an instance has its own hook (--hook, or auto: TC on a veth
+ * that runs no XDP program, XDP elsewhere), with one set of maps, flows and
+ * counters and one ring:
  * - XDP: the entry pinned as `prog` is a member of the device's XDP chain
  *   (xdp_chain.h, datapath/README.md "Chaining"), with any of the other
  *   members (altmark_rx before it, the STAMP programs after it), in any
@@ -71,7 +72,7 @@ static const char usage[] =
 	"xdp_buff (measured on a veth lab: an empty native XDP program cost 340-590 ns a packet more than an empty\n"
 	"TC ingress filter; docs/benchmarks.md). The same records, flows and counters on either hook.\n"
 	"attach-dev without --hook: the hook of the instance's first device.\n"
-"Pins in " IOAM_PIN_ROOT "/NAME/ioam_rx unless --pin-dir.\n";
+	"Pins in " IOAM_PIN_ROOT "/NAME/ioam_rx unless --pin-dir.\n";
 
 static int write_config(int fd, const struct ioam_args *a, uint32_t node_id)
 {
