@@ -165,32 +165,6 @@ static int reuse_pinned_maps(struct bpf_object *obj, const char *dir, bool *firs
 	return 0;
 }
 
-/* The maps not pinned yet, then the entry as `pin_name`. */
-static int pin_entry(struct bpf_object *obj, struct bpf_program *prog, const char *dir, const char *pin_name)
-{
-	char path[PATH_MAX];
-	struct bpf_map *map;
-	int err;
-
-	bpf_object__for_each_map(map, obj) {
-		const char *name = bpf_map__name(map);
-
-		if (strchr(name, '.') || !strncmp(name, "xdp_chain_", 10) || is_pinned(dir, name))
-			continue;
-		snprintf(path, sizeof(path), "%s/%s", dir, name);
-		err = bpf_map__pin(map, path);
-		if (err) {
-			die_msg("cannot pin map %s: %s", path, strerror(-err));
-			return err;
-		}
-	}
-	snprintf(path, sizeof(path), "%s/%s", dir, pin_name);
-	err = bpf_program__pin(prog, path);
-	if (err)
-		die_msg("cannot pin program %s: %s", path, strerror(-err));
-	return err;
-}
-
 /*
  * Load one entry of the instance (XDP: against the chain `c`, open and locked) with the instance's
  * maps, pin it and return its fd in *prog_fd. The instance's first entry creates the maps and
@@ -221,7 +195,7 @@ static int load_entry(struct ioam_args *a, enum ioam_hook hook, const struct xdp
 	if (!err && first)
 		err = write_config(bpf_map__fd(skel->maps.ioam_rx_config), a, (uint32_t)a->node_id);
 	if (!err)
-		err = pin_entry(skel->obj, prog, a->pin_dir, xdp ? PROG_PIN_NAME : IOAM_RX_TC_PIN);
+		err = pin_object_as(skel->obj, prog, a->pin_dir, xdp ? PROG_PIN_NAME : IOAM_RX_TC_PIN, true);
 	if (!err) {
 		*prog_fd = dup(bpf_program__fd(prog));
 		if (*prog_fd < 0)

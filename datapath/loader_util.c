@@ -185,6 +185,12 @@ static bool is_internal_map(const struct bpf_map *map)
 
 int pin_object(struct bpf_object *obj, struct bpf_program *prog, const char *dir)
 {
+	return pin_object_as(obj, prog, dir, PROG_PIN_NAME, false);
+}
+
+int pin_object_as(struct bpf_object *obj, struct bpf_program *prog, const char *dir, const char *prog_pin,
+		  bool reused)
+{
 	char path[PATH_MAX];
 	struct bpf_map *map;
 	int err;
@@ -194,13 +200,15 @@ int pin_object(struct bpf_object *obj, struct bpf_program *prog, const char *dir
 		if (is_internal_map(map) || !strncmp(bpf_map__name(map), "xdp_chain_", 10))
 			continue;
 		snprintf(path, sizeof(path), "%s/%s", dir, bpf_map__name(map));
+		if (reused && access(path, F_OK) == 0)
+			continue;
 		err = bpf_map__pin(map, path);
 		if (err) {
 			die_msg("cannot pin map %s: %s", path, strerror(-err));
 			return err;
 		}
 	}
-	snprintf(path, sizeof(path), "%s/%s", dir, PROG_PIN_NAME);
+	snprintf(path, sizeof(path), "%s/%s", dir, prog_pin);
 	err = bpf_program__pin(prog, path);
 	if (err)
 		die_msg("cannot pin program %s: %s", path, strerror(-err));

@@ -47,6 +47,10 @@ int write_config_map(int fd, const void *cfg, const char *map_name);
 
 /* Pin all user maps of obj as <dir>/<map name> (the XDP chain's excepted) and prog as <dir>/prog. */
 int pin_object(struct bpf_object *obj, struct bpf_program *prog, const char *dir);
+/* The same with prog as <dir>/<prog_pin>; reused: a map already pinned there is the one obj uses
+ * (bpf_map__reuse_fd before load) and stays as it is. */
+int pin_object_as(struct bpf_object *obj, struct bpf_program *prog, const char *dir, const char *prog_pin,
+		  bool reused);
 /* Remove every pin in dir and dir itself. */
 int unpin_dir(const char *dir);
 int open_pinned(const char *dir, const char *name);

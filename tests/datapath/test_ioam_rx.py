@@ -331,6 +331,10 @@ def test_dump_json_matches_the_record(io_testrun):
 
 def test_loader_cli(io_testrun):
     inst = io_testrun.inst
+
+    def attach_x(dev: str, *extra: str) -> list[str]:  # attach of a second instance on io_testrun's netns
+        return ["attach", "--instance", f"{inst}x", "--netns", io_testrun.ns, "--dev", dev, "--node-id", "1", *extra]
+
     usage = [
         (["add-flow", "--instance", inst, "--sids", ",".join(POLICY), "--flow-id", "3"], "--namespace-id"),
         (["add-flow", "--instance", inst, "--sids", ",".join(POLICY), "--namespace-id", "3"], "--flow-id"),
@@ -352,53 +356,10 @@ def test_loader_cli(io_testrun):
         (["attach-dev", "--instance", "ioamdp_nosuch", "--dev", "x"], "run attach first"),
         (["dump", "--instance", inst, "--count", "1", "--timeout-ms", "100"], "only 0 of --count 1"),
         # the device already runs ioam_rx of this instance
-        (
-            [
-                "attach",
-                "--instance",
-                f"{inst}x",
-                "--netns",
-                io_testrun.ns,
-                "--dev",
-                io_testrun.devs["t1"],
-                "--node-id",
-                "1",
-            ],
-            "(xdp_chain), not the XDP chain of",
-        ),
-        (
-            [
-                "attach",
-                "--instance",
-                f"{inst}x",
-                "--netns",
-                io_testrun.ns,
-                "--dev",
-                "nosuch",
-                "--node-id",
-                "1",
-                "--hook",
-                "tc",
-            ],
-            "no interface 'nosuch'",
-        ),
-        # --hook auto asks the device's driver: a device that is not there is named
-        (
-            [
-                "attach",
-                "--instance",
-                f"{inst}x",
-                "--netns",
-                io_testrun.ns,
-                "--dev",
-                "nosuch",
-                "--node-id",
-                "1",
-                "--hook",
-                "auto",
-            ],
-            "no interface 'nosuch'",
-        ),
+        (attach_x(io_testrun.devs["t1"]), "(xdp_chain), not the XDP chain of"),
+        # a device that is not there is named, also where --hook auto asks its driver
+        (attach_x("nosuch", "--hook", "tc"), "no interface 'nosuch'"),
+        (attach_x("nosuch", "--hook", "auto"), "no interface 'nosuch'"),
     ]:
         p = run(IOAM_RX, *args, check=False)
         assert p.returncode == 1 and text in p.stderr, (args, p.returncode, p.stderr)
