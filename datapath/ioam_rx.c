@@ -137,35 +137,6 @@ static enum ioam_hook device_hook(const struct ioam_args *a)
 }
 
 /*
- * Maps of the instance already pinned (the other entry was loaded first) are used as they are, so
- * both entries share the flows, the counters and the ring; *first: none was pinned.
- */
-static int reuse_pinned_maps(struct bpf_object *obj, const char *dir, bool *first)
-{
-	struct bpf_map *map;
-
-	*first = true;
-	bpf_object__for_each_map(map, obj) {
-		const char *name = bpf_map__name(map);
-		int fd, err;
-
-		if (strchr(name, '.') || !strncmp(name, "xdp_chain_", 10))
-			continue;   /* .rodata and the like; the chain's maps (xdp_chain_reuse_maps) */
-		fd = pinned_fd(dir, name);
-		if (fd < 0)
-			continue;
-		*first = false;
-		err = bpf_map__reuse_fd(map, fd);
-		close(fd);
-		if (err) {
-			die_msg("cannot use %s/%s: %s", dir, name, strerror(-err));
-			return err;
-		}
-	}
-	return 0;
-}
-
-/*
  * Load one entry of the instance (XDP: against the chain `c`, open and locked) with the instance's
  * maps, pin it and return its fd in *prog_fd. The instance's first entry creates the maps and
  * writes the config before the program sees a packet.
@@ -205,23 +176,6 @@ static int load_entry(struct ioam_args *a, enum ioam_hook hook, const struct xdp
 	return err;
 }
 
-/* Whether the pinned XDP entry tail-calls through chain c's prog array (not one of a chain since removed). */
-static bool xdp_entry_current(int prog_fd, const struct xdp_chain *c)
-{
-	struct bpf_map_info map = {};
-	struct bpf_prog_info info = {};
-	__u32 ids[32], map_len = sizeof(map), len = sizeof(info);
-
-	info.nr_map_ids = sizeof(ids) / sizeof(ids[0]);
-	info.map_ids = (__u64)(unsigned long)ids;
-	if (bpf_obj_get_info_by_fd(c->progs_fd, &map, &map_len) || bpf_obj_get_info_by_fd(prog_fd, &info, &len))
-		return false;
-	for (__u32 i = 0; i < info.nr_map_ids && i < sizeof(ids) / sizeof(ids[0]); i++)
-		if (ids[i] == map.id)
-			return true;
-	return false;
-}
-
 /*
  * --dev joins the node's XDP chain with the instance's XDP entry. The entry is loaded here when the
  * instance has none yet, or when the chain it was loaded against was removed (its last device left
@@ -240,7 +194,7 @@ static int attach_dev_xdp(struct ioam_args *a)
 	if (err)
 		return err;
 	fd = pinned_fd(a->pin_dir, PROG_PIN_NAME);
-	if (fd >= 0 && !xdp_entry_current(fd, &chain)) {
+	if (fd >= 0 && xdp_chain_uses_maps(&chain, fd, NULL)) {
 		close(fd);
 		fd = -1;
 		snprintf(path, sizeof(path), "%s/%s", a->pin_dir, PROG_PIN_NAME);

@@ -188,6 +188,33 @@ int pin_object(struct bpf_object *obj, struct bpf_program *prog, const char *dir
 	return pin_object_as(obj, prog, dir, PROG_PIN_NAME, false);
 }
 
+int reuse_pinned_maps(struct bpf_object *obj, const char *dir, bool *none)
+{
+	char path[PATH_MAX];
+	struct bpf_map *map;
+
+	*none = true;
+	bpf_object__for_each_map(map, obj) {
+		int fd, err;
+
+		/* the chain's maps: xdp_chain_reuse_maps */
+		if (is_internal_map(map) || !strncmp(bpf_map__name(map), "xdp_chain_", 10))
+			continue;
+		snprintf(path, sizeof(path), "%s/%s", dir, bpf_map__name(map));
+		fd = bpf_obj_get(path);
+		if (fd < 0)
+			continue;
+		*none = false;
+		err = bpf_map__reuse_fd(map, fd);
+		close(fd);
+		if (err) {
+			die_msg("cannot use %s: %s", path, strerror(-err));
+			return err;
+		}
+	}
+	return 0;
+}
+
 int pin_object_as(struct bpf_object *obj, struct bpf_program *prog, const char *dir, const char *prog_pin,
 		  bool reused)
 {

@@ -51,6 +51,9 @@ int pin_object(struct bpf_object *obj, struct bpf_program *prog, const char *dir
  * (bpf_map__reuse_fd before load) and stays as it is. */
 int pin_object_as(struct bpf_object *obj, struct bpf_program *prog, const char *dir, const char *prog_pin,
 		  bool reused);
+/* Before load: the maps already pinned in dir (by a program of the same object loaded earlier, such
+ * as another entry) are used as they are (bpf_map__reuse_fd); *none: there were none. */
+int reuse_pinned_maps(struct bpf_object *obj, const char *dir, bool *none);
 /* Remove every pin in dir and dir itself. */
 int unpin_dir(const char *dir);
 int open_pinned(const char *dir, const char *name);

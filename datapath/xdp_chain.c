@@ -283,12 +283,7 @@ static int alloc_dev_slot(const struct xdp_chain *c, const struct xdp_chain_dev_
 	return -ENOSPC;
 }
 
-/*
- * The member must use this chain's maps: a member loaded for a chain that was
- * removed since (its last device left) would otherwise look up a device table
- * nobody fills, and pass everything past the members behind it.
- */
-static int check_member_maps(const struct xdp_chain *c, int prog_fd)
+int xdp_chain_uses_maps(const struct xdp_chain *c, int prog_fd, uint32_t *prog_id)
 {
 	struct bpf_map_info chain_maps[2] = {}, info;
 	struct bpf_prog_info pinfo = {};
@@ -321,9 +316,24 @@ static int check_member_maps(const struct xdp_chain *c, int prog_fd)
 			if (!strcmp(info.name, chain_maps[j].name) && info.id != chain_maps[j].id)
 				rc = -ESTALE;
 	}
-	if (rc)
+	if (prog_id)
+		*prog_id = pinfo.id;
+	return rc;
+}
+
+/*
+ * The member must use this chain's maps: a member loaded for a chain that was
+ * removed since (its last device left) would otherwise look up a device table
+ * nobody fills, and pass everything past the members behind it.
+ */
+static int check_member_maps(const struct xdp_chain *c, int prog_fd)
+{
+	uint32_t id = 0;
+	int rc = xdp_chain_uses_maps(c, prog_fd, &id);
+
+	if (rc == -ESTALE)
 		die_msg("program %u uses another %s than the chain in %s (it was loaded for a chain that was "
-			"removed when its last device left): detach it and attach it again", pinfo.id,
+			"removed when its last device left): detach it and attach it again", id,
 			XDP_CHAIN_DEVS_MAP, c->dir);
 	return rc;
 }

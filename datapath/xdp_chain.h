@@ -200,6 +200,9 @@ int xdp_chain_join(struct xdp_chain *c, const char *netns, const char *dev, enum
 int xdp_chain_leave(struct xdp_chain *c, const char *netns, const char *dev, enum xdp_chain_role role,
 		    int prog_fd);
 void xdp_chain_close(struct xdp_chain *c);
+/* 0: prog_fd uses this chain's maps; -ESTALE: those of a chain removed since (it must be loaded
+ * again against this one); other < 0: could not tell. *prog_id (if given): the program's id. */
+int xdp_chain_uses_maps(const struct xdp_chain *c, int prog_fd, uint32_t *prog_id);
 
 /* The `chain` subcommand: {"<device>": [{"role": ..., "id": N, "name": ...}, ...], ...} in role
  * order, device names resolved in netns. {} without a chain. 0 or -errno. */
