@@ -51,7 +51,7 @@ from agent.fields import ApiError
 from agent.ioam import MAX_IF_ID, MAX_NODE_ID, IoamError, IoamNode
 from agent.keeper import Adopted, Keeper, ProcRef, stop_proc
 from agent.rtnl import SEG6_IPTUN_MODE_ENCAP, LocalSidRoute
-from agent.srv6 import LWT_LOCAL_TABLE
+from agent.srv6 import LWT_COPY_TABLE
 from segscope_proto.segscope.agent.v1 import inline_pb2 as pb
 from segscope_proto.segscope.agent.v1 import inline_pb2_grpc as pb_grpc
 from segscope_schemas import names
@@ -595,7 +595,7 @@ class InlineAgent:
             and list(p.segments) == list(m.segments)
             and st.devname(p.oif) == m.device
             and st.route_program_of(p.key) is None
-            and p.table != LWT_LOCAL_TABLE
+            and p.table != LWT_COPY_TABLE
         ]
 
     def _route_args(self, pol: dict) -> list:
@@ -775,8 +775,8 @@ class InlineAgent:
         return None
 
     def release_policy(self, policy) -> None:
-        """RemovePolicy of a policy ioam_lwt runs: its route is given back (the route entry, the copy in
-        table 3355 and its rule go), then Srv6Service removes it. A monitor left without a policy
+        """RemovePolicy of a policy ioam_lwt runs: its route is given back (the route entry, the copies in
+        tables 3355 and 3356 and their rules go), then Srv6Service removes it. A monitor left without a policy
         route goes on with ioam_tx on TC, the inserter for a SID list without a policy route, its
         numbering going on (the route paused first, as for a fallback)."""
         with self.lock:
@@ -805,8 +805,8 @@ class InlineAgent:
         """UpdatePolicy of a policy ioam_lwt runs (what segscope-steer calls). The monitor follows its
         policy: on the route, its entry rewritten with the new SID list (one map update: the packets
         after it carry the new SRH) while they keep counting in the monitor's flow, so the sampling
-        position and the sequence numbers go on; the trace sized for the new path; the copy in table
-        3355 and the route's next hop follow. True: done, nothing left for Srv6Service to send.
+        position and the sequence numbers go on; the trace sized for the new path; the copies in tables
+        3355 and 3356 and the route's next hop follow. True: done, nothing left for Srv6Service to send.
         Where the new policy cannot stay on the route (another mode, device or metric, a header over
         the kernel's 256 bytes, a monitor with other routes), its route is given back and False
         returned: Srv6Service updates the plain seg6 route, and a monitor left without a route goes

@@ -119,7 +119,8 @@ class PolicyRoute:
 @dataclass(frozen=True)
 class BpfRoute:
     """An `encap bpf` route: a route program (datapath/ioam_lwt) in place of a policy's seg6 route.
-    Its SID list is not in the route: the program's copy of the seg6 route (table 3355) has it."""
+    Its SID list is not in the route: the program's copy of the seg6 route (table 3355) has it. The
+    program's route for locally sent packets (table 3356, `encap bpf xmit`) is one too."""
 
     destination: str
     table: int

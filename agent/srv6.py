@@ -75,9 +75,12 @@ ACTION_PARAMS = {
 }
 
 OK = grpc.StatusCode.OK
-# datapath/ioam_lwt.c LOCAL_TABLE: the route program's copy of a taken-over seg6 route, for the
-# packets the node sends itself (rule `iif lo lookup 3355`)
-LWT_LOCAL_TABLE = 3355
+# datapath/ioam_lwt.c COPY_TABLE: the route program's copy of a taken-over seg6 route (the packets
+# it re-routes to the kernel's seg6 encapsulation)
+LWT_COPY_TABLE = 3355
+# datapath/ioam_lwt.c LOCAL_TABLE: the route program's lwt_xmit copy of the route for the packets the
+# node sends itself (rule `iif lo lookup 3356`): a bpf route that stands for no policy of its own
+LWT_LOCAL_TABLE = 3356
 
 
 def describe_policy(p: R.PolicyRoute) -> str:
@@ -128,13 +131,13 @@ class Srv6State:
 
     def resync(self, table: int | None) -> None:
         """Re-read SRv6 routes (one table or all) from the kernel into the index. A policy whose route
-        the route program (ioam_lwt) has taken over is read from its copy in LWT_LOCAL_TABLE: the
+        the route program (ioam_lwt) has taken over is read from its copy in LWT_COPY_TABLE: the
         policy keeps its SID list while monitored, and the copy is no policy of that table."""
-        if table == LWT_LOCAL_TABLE:
+        if table in (LWT_COPY_TABLE, LWT_LOCAL_TABLE):
             table = None  # which copies are copies depends on the bpf routes of every table
         routes = self.rtnl.srv6_routes(table)
         if table is not None:
-            routes += [r for r in self.rtnl.srv6_routes(LWT_LOCAL_TABLE) if isinstance(r, R.PolicyRoute)]
+            routes += [r for r in self.rtnl.srv6_routes(LWT_COPY_TABLE) if isinstance(r, R.PolicyRoute)]
         policies, taken_over = policies_of(routes, table)
         with self.lock:
             if table is None:
@@ -182,21 +185,24 @@ class Srv6State:
 
 
 def policies_of(routes: list, table: int | None) -> tuple[list[R.PolicyRoute], dict]:
-    """The policies in a route dump: the seg6 routes, except ioam_lwt's copies in LWT_LOCAL_TABLE,
+    """The policies in a route dump: the seg6 routes, except ioam_lwt's copies in LWT_COPY_TABLE,
     and for every bpf route with such a copy the policy it stands for (its table and metric, the
     copy's mode, SID list and device). Also the bpf routes by policy key."""
-    copies = {r.destination: r for r in routes if isinstance(r, R.PolicyRoute) and r.table == LWT_LOCAL_TABLE}
+    copies = {r.destination: r for r in routes if isinstance(r, R.PolicyRoute) and r.table == LWT_COPY_TABLE}
     taken_over = {
         r.key: r
         for r in routes
-        if isinstance(r, R.BpfRoute) and r.destination in copies and (table is None or r.table == table)
+        if isinstance(r, R.BpfRoute)
+        and r.table != LWT_LOCAL_TABLE  # the copy for locally sent packets
+        and r.destination in copies
+        and (table is None or r.table == table)
     }
     copied = {k[0] for k in taken_over}
     out = [
         r
         for r in routes
         if isinstance(r, R.PolicyRoute)
-        and not (r.table == LWT_LOCAL_TABLE and r.destination in copied)
+        and not (r.table == LWT_COPY_TABLE and r.destination in copied)
         and (table is None or r.table == table)
     ]
     for key, bpf in taken_over.items():
@@ -508,7 +514,7 @@ def plan_remove_policy(st: Srv6State, req: pb.RemovePolicyRequest, path: str = "
                 grpc.StatusCode.NOT_FOUND, f"{path}destination: policy {key[0]} table {key[1]}: no such policy"
             )
         if st.route_program_of(key) is not None and st.route_program is not None:
-            # the route program's state (its route entry, the copy in LWT_LOCAL_TABLE, the rule) goes
+            # the route program's state (its route entry, the copy in LWT_COPY_TABLE, the rule) goes
             # first: the seg6 route is given back, then removed like any policy
             st.route_program.release_policy(old)
             st.resync(key[1])

@@ -14,6 +14,14 @@
  *     with the fields seg6 encap would write (traffic class, flow label and hop limit of the inner
  *     packet, the route's tunnel source) and the option bytes ioam_tx writes (schemas/IOAM.md).
  *
+ * Packets the node sends itself never pass lwt_in. The same program's second entry, ioam_lwt_local,
+ * runs on an `encap bpf xmit` copy of the route that only locally sent packets find (table 3356, rule
+ * `iif lo`; ioam_lwt.h). lwt_xmit cannot call the kernel's seg6 encap, so there every packet not
+ * instrumented is marked IOAM_LWT_SEG6_MARK and re-routed to the seg6 route's copy (table 3355):
+ * the kernel's own encapsulation, GSO included. A sampled one gets the header built here, as above.
+ * Both entries share the flows: forwarded and locally sent packets of a flow take one series of
+ * sequence numbers.
+ *
  * Sampling, the 5-tuple filter and the per-flow counters are ioam_tx's (struct ioam_tx_flow,
  * atomic adds: the sampling position and the sequence numbers are global across CPUs). A sampled
  * packet that cannot be instrumented (GSO, header > 256 bytes, over the route MTU, push failed)
@@ -220,7 +228,8 @@ static __always_inline void copy_srh(__u8 *to, const struct ioam_lwt_route *rt, 
  * SID as destination (the SRH's last entry).
  */
 static __always_inline enum ioam_lwt_counter instrument(struct __sk_buff *skb, const struct inner_head *ip6,
-							 const struct ioam_lwt_route *rt, struct ioam_tx_flow *f)
+							 const struct ioam_lwt_route *rt, struct ioam_tx_flow *f,
+							 bool local)
 {
 	__u32 slots = (rt->trace_nodes ? rt->trace_nodes : f->trace_nodes) & 0xf, zero = 0, nsids = rt->sids.nsids;
 	__u32 hbh_len = IOAM_TRACE_HBH_LEN(slots), srh_len = rt->srh_len;
@@ -248,9 +257,12 @@ static __always_inline enum ioam_lwt_counter instrument(struct __sk_buff *skb, c
 
 	tai_ns = bpf_ktime_get_tai_ns();
 	utc_ns = tai_ns - (cfg ? (__s64)cfg->tai_utc_offset_s * IOAM_E2E_NS_PER_SEC : 0);
-	/* our entry: the hop limit as the packet leaves (forwarding decrements it after this hook) */
-	write_trace(s->buf + sizeof(struct ipv6hdr), f, slots, ip6->hop_limit - 1, if_id(skb->ingress_ifindex),
-		    if_id(rt->oif), utc_ns);
+	/*
+	 * our entry: the hop limit as the packet leaves (forwarding decrements it after lwt_in; a packet
+	 * sent here is not forwarded) and the interface it came in on (none for a packet sent here)
+	 */
+	write_trace(s->buf + sizeof(struct ipv6hdr), f, slots, local ? ip6->hop_limit : ip6->hop_limit - 1,
+		    local ? IOAM_IF_ID_UNAVAILABLE : if_id(skb->ingress_ifindex), if_id(rt->oif), utc_ns);
 	seq = __sync_fetch_and_add(&f->next_seq, 1);
 	write_e2e(srh + (srh_len & 0x7f), f->namespace_id, seq, tai_ns);
 	if (bpf_lwt_push_encap(skb, BPF_LWT_ENCAP_IP, s->buf, total & 0x1ff)) {
@@ -264,20 +276,20 @@ static __always_inline enum ioam_lwt_counter instrument(struct __sk_buff *skb, c
  * A packet not instrumented: with a fixed next hop the outer IPv6 + SRH built here, pushed as IP
  * encap (forwarded by this route); otherwise the kernel's seg6 encapsulation with the route's SRH
  * (BPF_OK, or BPF_DROP counted). A GSO packet can take neither (the IP-encap helper segments only TCP
- * under GRE/UDP, the seg6 one leaves its GSO type untunnelled): marked and re-routed to the seg6 route's
- * copy in table 3355 (IOAM_LWT_GSO_MARK).
+ * under GRE/UDP, the seg6 one leaves its GSO type untunnelled), and a packet sent here (lwt_xmit) cannot
+ * reach the seg6 one: marked and re-routed to the seg6 route's copy in table 3355 (IOAM_LWT_SEG6_MARK).
  */
 static __always_inline int kernel_encap(struct __sk_buff *skb, const struct inner_head *ip6,
-					const struct ioam_lwt_route *rt, enum ioam_lwt_counter c)
+					const struct ioam_lwt_route *rt, enum ioam_lwt_counter c, bool local)
 {
 	__u32 len = rt->srh_len, zero = 0;
 	struct scratch *s;
 
 	if (len < 24 || len > IOAM_LWT_SRH_MAX)
 		goto failed;
-	if (skb->gso_size) {
+	if (skb->gso_size || local) {
 		/* the seg6 route's copy in table 3355, by the mark's rule (ioam_lwt.h) */
-		skb->mark = IOAM_LWT_GSO_MARK;
+		skb->mark = IOAM_LWT_SEG6_MARK;
 		count(c);
 		return BPF_LWT_REROUTE;
 	}
@@ -317,8 +329,11 @@ static __always_inline void flow_counted(struct ioam_tx_flow *f, enum ioam_lwt_c
 	}
 }
 
-SEC("lwt_in")
-int ioam_lwt(struct __sk_buff *skb)
+/*
+ * One packet on the route: local is false for lwt_in (forwarded packets), true for lwt_xmit (packets
+ * this node sends, on the copy in table 3356).
+ */
+static __always_inline int route_packet(struct __sk_buff *skb, bool local)
 {
 	void *data = (void *)(long)skb->data, *data_end = (void *)(long)skb->data_end;
 	struct ipv6hdr *ip6 = data;
@@ -340,24 +355,39 @@ int ioam_lwt(struct __sk_buff *skb)
 		return BPF_DROP;
 	}
 	if (rt->flags & IOAM_LWT_PAUSED)
-		return kernel_encap(skb, &head, rt, IOLWT_PASS_UNMONITORED);
+		return kernel_encap(skb, &head, rt, IOLWT_PASS_UNMONITORED, local);
 	f = bpf_map_lookup_elem(&ioam_tx_flows, &rt->flow);
 	if (!f)
-		return kernel_encap(skb, &head, rt, IOLWT_PASS_UNMONITORED);
+		return kernel_encap(skb, &head, rt, IOLWT_PASS_UNMONITORED, local);
 	if (f->trace_nodes < 1 || f->trace_nodes > IOAM_TRACE_MAX_SLOTS || rt->trace_nodes > IOAM_TRACE_MAX_SLOTS ||
 	    (f->sample_mode == IOAM_SAMPLE_EVERY ? !f->sample_every : f->sample_mode != IOAM_SAMPLE_INTERVAL))
-		return kernel_encap(skb, &head, rt, IOLWT_PASS_BAD_FLOW);
+		return kernel_encap(skb, &head, rt, IOLWT_PASS_BAD_FLOW, local);
 	if (!filter_match(skb, ip6, &f->match))
-		return kernel_encap(skb, &head, rt, IOLWT_PASS_FILTERED);
+		return kernel_encap(skb, &head, rt, IOLWT_PASS_FILTERED, local);
 	if (!ioam_sampled(f))
-		return kernel_encap(skb, &head, rt, IOLWT_PASS_NOT_SAMPLED);
-	c = instrument(skb, &head, rt, f);
+		return kernel_encap(skb, &head, rt, IOLWT_PASS_NOT_SAMPLED, local);
+	c = instrument(skb, &head, rt, f, local);
 	flow_counted(f, c);
 	if (c != IOLWT_INSTRUMENTED)
-		return kernel_encap(skb, &head, rt, c);
+		return kernel_encap(skb, &head, rt, c, local);
 	count(c);
-	/* the built header's first SID: this route's fixed next hop, else a lookup of it */
-	return rt->flags & IOAM_LWT_FIXED_NEXT_HOP ? BPF_OK : BPF_LWT_REROUTE;
+	/*
+	 * the built header's first SID: this route's fixed next hop, else a lookup of it (always for a
+	 * packet sent here: the copy in table 3356 has no next hop of its own)
+	 */
+	return rt->flags & IOAM_LWT_FIXED_NEXT_HOP && !local ? BPF_OK : BPF_LWT_REROUTE;
+}
+
+SEC("lwt_in")
+int ioam_lwt(struct __sk_buff *skb)
+{
+	return route_packet(skb, false);
+}
+
+SEC("lwt_xmit")
+int ioam_lwt_local(struct __sk_buff *skb)
+{
+	return route_packet(skb, true);
 }
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";

@@ -6,6 +6,8 @@
  * replaces the route `P encap seg6 mode encap segs S dev D` by `P encap bpf in pinned PROG dev D`
  * with one RTM_NEWROUTE(REPLACE) (`ip -6 route replace`: the route is never absent);
  * detach-route puts the seg6 route back the same way and removes the pins with the last route.
+ * Beside it attach-route puts the route's copies: the seg6 route (table 3355, for the packets the
+ * program marks) and the program's lwt_xmit entry for the packets this node sends (table 3356).
  * Flows, interface ids, TAI-UTC, stats: as ioam_tx (ioam_tx_flows.c), in
  * /sys/fs/bpf/segscope/<instance>/ioam_lwt/.
  */
@@ -31,17 +33,22 @@
 const char *loader_name = "ioam_lwt";
 
 /*
- * Packets this node sends itself never pass an `encap bpf in` program (lwt_in runs on input), and
- * an lwt_xmit program cannot call the kernel's seg6 encapsulation (-EINVAL, datapath/README.md):
- * they keep the seg6 route, a copy of it in LOCAL_TABLE that the rule `iif lo lookup LOCAL_TABLE`
- * (preference LOCAL_PREF, before main's 32766) gives every locally sent packet. A destination not
- * in that table falls through to the next rule.
+ * The copies of a route taken over, each with its rule (a destination not in a table falls through
+ * to the next rule; both rules come before main's 32766):
+ *   - COPY_TABLE: the seg6 route as it was. Packets that must take the kernel's own seg6 encap but
+ *     cannot from the program (GSO packets, and every packet sent here that is not instrumented) get
+ *     IOAM_LWT_SEG6_MARK and are re-routed; MARK_RULE sends them here.
+ *   - LOCAL_TABLE: the route program's lwt_xmit entry (pinned LOCAL_PIN). Packets this node sends
+ *     itself never pass an `encap bpf in` program (lwt_in runs on input): LOCAL_RULE (`iif lo`, locally
+ *     sent packets only) gives them this copy, where they are sampled and instrumented like the
+ *     forwarded ones. Its headroom is the seg6 encap's, so a local sender sees the MTU it saw before.
+ * The mark's rule comes first: a marked packet re-routed from LOCAL_TABLE finds COPY_TABLE.
  */
-#define LOCAL_TABLE "3355"
-#define LOCAL_PREF  "30055"
-/* GSO packets the program re-routes (IOAM_LWT_GSO_MARK) find the same copy: the kernel's seg6 encap */
-#define GSO_PREF    "30054"
-#define GSO_RULE    "pref " GSO_PREF " fwmark " STR(IOAM_LWT_GSO_MARK) " lookup " LOCAL_TABLE
+#define COPY_TABLE  "3355"
+#define MARK_RULE   "pref 30054 fwmark " STR(IOAM_LWT_SEG6_MARK) " lookup " COPY_TABLE
+#define LOCAL_TABLE "3356"
+#define LOCAL_RULE  "pref 30055 iif lo lookup " LOCAL_TABLE
+#define LOCAL_PIN   "prog_local"
 #define STR_(x) #x
 #define STR(x) STR_(x)
 
@@ -88,24 +95,39 @@ static int run_ip(char *const argv[])
 /* Run `ip` quietly: 0 if it succeeded (for what may already be there or be gone). */
 static int run_ip_quiet(const char *cmd)
 {
-	char full[1100];
+	char full[1500];
 
 	snprintf(full, sizeof(full), "ip %s >/dev/null 2>&1", cmd);
 	return system(full) == 0 ? 0 : -1;
 }
 
-/* The local copy of the seg6 route (LOCAL_TABLE) and its rule in place (add) or gone (!add). */
-static int local_route(const struct ioam_args *a, bool add)
+/* Is `ip -6 rule show` showing this rule ("pref P <selector> lookup T")? */
+static bool rule_present(const char *rule)
 {
-	char cmd[1024], left[64];
+	char cmd[256];
+
+	/* `ip -6 rule show pref P` prints "P:\tfrom all <selector> lookup T" */
+	snprintf(cmd, sizeof(cmd), "ip -6 rule show %s 2>/dev/null | grep -q .", rule);
+	return system(cmd) == 0;
+}
+
+/* The route's copies (COPY_TABLE, LOCAL_TABLE) and their rules in place (add) or gone (!add). */
+static int route_copies(const struct ioam_args *a, const struct ioam_lwt_route *rt, bool add)
+{
+	char cmd[1400], left[64];
 	FILE *f;
 
 	if (!add) {
-		snprintf(cmd, sizeof(cmd), "-6 route del '%s' table " LOCAL_TABLE " metric %llu dev '%s'", a->prefix,
+		/* the local copy first: until the seg6 copy goes, what it marks still finds that */
+		snprintf(cmd, sizeof(cmd), "-6 route del '%s' table " LOCAL_TABLE " metric %llu", a->prefix,
+			 (unsigned long long)a->metric);
+		run_ip_quiet(cmd);
+		snprintf(cmd, sizeof(cmd), "-6 route del '%s' table " COPY_TABLE " metric %llu dev '%s'", a->prefix,
 			 (unsigned long long)a->metric, a->dev);
 		run_ip_quiet(cmd);
-		/* the rule goes with the table's last route */
-		f = popen("ip -6 route show table " LOCAL_TABLE " 2>/dev/null", "r");
+		/* the rules go with the tables' last route */
+		f = popen("ip -6 route show table " COPY_TABLE " 2>/dev/null; ip -6 route show table " LOCAL_TABLE
+			  " 2>/dev/null", "r");
 		left[0] = '\0';
 		if (f) {
 			if (!fgets(left, sizeof(left), f))
@@ -113,28 +135,34 @@ static int local_route(const struct ioam_args *a, bool add)
 			pclose(f);
 		}
 		if (!left[0]) {
-			while (!run_ip_quiet("-6 rule del pref " LOCAL_PREF " iif lo lookup " LOCAL_TABLE))
+			while (!run_ip_quiet("-6 rule del " LOCAL_RULE))
 				;
-			while (!run_ip_quiet("-6 rule del " GSO_RULE))
+			while (!run_ip_quiet("-6 rule del " MARK_RULE))
 				;
 		}
 		return 0;
 	}
-	snprintf(cmd, sizeof(cmd), "ip -6 route replace '%s' table " LOCAL_TABLE " metric %llu dev '%s' encap seg6 "
+	snprintf(cmd, sizeof(cmd), "ip -6 route replace '%s' table " COPY_TABLE " metric %llu dev '%s' encap seg6 "
 		 "mode encap segs '%s'", a->prefix, (unsigned long long)a->metric, a->dev, a->sids);
 	if (system(cmd)) {
-		die_msg("cannot install the seg6 route for locally sent packets (table " LOCAL_TABLE "): '%s' failed", cmd);
+		die_msg("cannot install the copy of the seg6 route (table " COPY_TABLE "): '%s' failed", cmd);
 		return -1;
 	}
-	/* one rule for every route this node's instances take over */
-	if (system("ip -6 rule show pref " LOCAL_PREF " 2>/dev/null | grep -q 'lookup " LOCAL_TABLE "'") &&
-	    run_ip_quiet("-6 rule add pref " LOCAL_PREF " iif lo lookup " LOCAL_TABLE)) {
-		die_msg("cannot add the rule `iif lo lookup " LOCAL_TABLE "` (pref " LOCAL_PREF ")");
+	/* headroom: the outer IPv6 header and the SRH, what the seg6 route reserves */
+	snprintf(cmd, sizeof(cmd), "ip -6 route replace '%s' table " LOCAL_TABLE " metric %llu dev '%s' encap bpf "
+		 "xmit pinned '%s/" LOCAL_PIN "' headroom %u", a->prefix, (unsigned long long)a->metric, a->dev,
+		 a->pin_dir, (unsigned)(40 + rt->srh_len));
+	if (system(cmd)) {
+		die_msg("cannot install the route for locally sent packets (table " LOCAL_TABLE "): '%s' failed", cmd);
 		return -1;
 	}
-	if (system("ip -6 rule show pref " GSO_PREF " 2>/dev/null | grep -q 'lookup " LOCAL_TABLE "'") &&
-	    run_ip_quiet("-6 rule add " GSO_RULE)) {
-		die_msg("cannot add the rule `" GSO_RULE "`");
+	/* one pair of rules for every route this node's instances take over */
+	if (!rule_present(MARK_RULE) && run_ip_quiet("-6 rule add " MARK_RULE)) {
+		die_msg("cannot add the rule `" MARK_RULE "`");
+		return -1;
+	}
+	if (!rule_present(LOCAL_RULE) && run_ip_quiet("-6 rule add " LOCAL_RULE)) {
+		die_msg("cannot add the rule `" LOCAL_RULE "`");
 		return -1;
 	}
 	return 0;
@@ -254,28 +282,44 @@ static bool parse_flow(struct ioam_args *a, struct ioam_lwt_route *rt)
 	return true;
 }
 
-/* The pinned program and maps, loaded and pinned by the first route. */
+/*
+ * The pinned programs (prog: lwt_in, LOCAL_PIN: lwt_xmit) and maps, loaded and pinned by the first
+ * route. Pins of an instance that has prog but not LOCAL_PIN get it, on the maps pinned there.
+ */
 static int load_once(struct ioam_args *a)
 {
+	char prog_path[600], local_path[600];
 	struct ioam_lwt_bpf *skel;
-	char path[600];
+	bool fresh;
 	int err;
 
-	snprintf(path, sizeof(path), "%s/" PROG_PIN_NAME, a->pin_dir);
-	if (!access(path, F_OK))
+	snprintf(prog_path, sizeof(prog_path), "%s/" PROG_PIN_NAME, a->pin_dir);
+	snprintf(local_path, sizeof(local_path), "%s/" LOCAL_PIN, a->pin_dir);
+	fresh = access(prog_path, F_OK) != 0;
+	if (!fresh && !access(local_path, F_OK))
 		return 0;
-	if (prepare_pin_dir(NULL, a->pin_dir, "ioam_lwt"))
+	if (fresh && prepare_pin_dir(NULL, a->pin_dir, "ioam_lwt"))
 		return -1;
-	skel = ioam_lwt_bpf__open_and_load();
-	if (!skel) {
-		die_msg("cannot load BPF program (verifier log above): %s", strerror(errno));
-		unpin_dir(a->pin_dir);
+	skel = ioam_lwt_bpf__open();
+	err = skel ? 0 : -errno;
+	if (!err && !fresh)
+		err = reuse_pinned_maps(skel->obj, a->pin_dir, &(bool){false});
+	if (!err)
+		err = ioam_lwt_bpf__load(skel);
+	if (err) {
+		die_msg("cannot load BPF program (verifier log above): %s", strerror(-err));
+		ioam_lwt_bpf__destroy(skel);
+		if (fresh)
+			unpin_dir(a->pin_dir);
 		return -1;
 	}
-	err = ioam_tx_write_config(bpf_map__fd(skel->maps.ioam_tx_config), a);
-	if (!err)
+	if (fresh)
+		err = ioam_tx_write_config(bpf_map__fd(skel->maps.ioam_tx_config), a);
+	if (!err && fresh)
 		err = pin_object(skel->obj, skel->progs.ioam_lwt, a->pin_dir);
-	if (err)
+	if (!err && (err = bpf_program__pin(skel->progs.ioam_lwt_local, local_path)))
+		die_msg("cannot pin program %s: %s", local_path, strerror(-err));
+	if (err && fresh)
 		unpin_dir(a->pin_dir);
 	ioam_lwt_bpf__destroy(skel);
 	return err;
@@ -387,8 +431,8 @@ static int run_attach_route(void *args, const void *prog)
 	snprintf(table, sizeof(table), "%llu", (unsigned long long)a->table);
 	snprintf(metric, sizeof(metric), "%llu", (unsigned long long)a->metric);
 	snprintf(pinned, sizeof(pinned), "%s/" PROG_PIN_NAME, a->pin_dir);
-	/* first the locally sent packets' copy of the seg6 route, then the route itself */
-	err = local_route(a, true);
+	/* first the route's copies (locally sent and marked packets), then the route itself */
+	err = route_copies(a, &rt, true);
 	if (!err)
 		err = a->fixed_next_hop
 			      ? run_ip((char *const[]){"ip", "-6", "route", "replace", (char *)a->prefix, "table", table,
@@ -403,7 +447,7 @@ static int run_attach_route(void *args, const void *prog)
 		return EXIT_FAIL;
 	}
 	if (err) {
-		local_route(a, false);
+		route_copies(a, &rt, false);
 		bpf_map_delete_elem(fd, &key);
 		goto fail;
 	}
@@ -446,11 +490,11 @@ static int run_detach_route(void *args, const void *prog)
 	err = run_ip((char *const[]){"ip", "-6", "route", "replace", (char *)a->prefix, "table", table, "metric",
 				     metric, "dev", (char *)a->dev, "encap", "seg6", "mode", "encap", "segs", segs,
 				     NULL});
-	/* the entry goes after the route: no packet reaches the program without one */
+	/* the entry goes after the route and its local copy: no packet reaches the program without one */
 	if (!err) {
+		err = route_copies(a, NULL, false);
 		if (fd >= 0)
 			bpf_map_delete_elem(fd, &key);
-		err = local_route(a, false);
 	}
 	if (fd >= 0)
 		close(fd);

@@ -6,7 +6,10 @@
  * (bpf_lwt_push_encap(BPF_LWT_ENCAP_SEG6) with the route's SRH), except the sampled ones, which
  * get an outer header the program built: IPv6 | HBH (IOAM Pre-allocated Trace, this node's entry
  * filled) | SRH | DOH (IOAM E2E) — the same bytes ioam_tx writes on TC egress (schemas/IOAM.md).
- * Maps, pinned in /sys/fs/bpf/segscope/<instance>/ioam_lwt/:
+ * Packets the node sends itself take the same program's lwt_xmit entry (ioam_lwt_local) on a copy
+ * of the route in table 3356 that only they find (rule `iif lo lookup 3356`).
+ * Programs and maps, pinned in /sys/fs/bpf/segscope/<instance>/ioam_lwt/ (prog: lwt_in,
+ * prog_local: lwt_xmit):
  *
  *   ioam_lwt_routes LPM_TRIE  struct ioam_lwt_route_key -> struct ioam_lwt_route (per route)
  *   ioam_tx_flows   HASH      struct altmark_sidlist_key -> struct ioam_tx_flow (as ioam_tx)
@@ -42,15 +45,18 @@
 #define IOAM_LWT_PAUSED 0x2
 
 /*
- * GSO packets cannot take the kernel's seg6 encap through bpf_lwt_push_encap: the helper does not
- * mark the packet's GSO type as tunnelled (iptunnel_handle_offloads, which the seg6 route calls), so
- * the packet cannot be segmented later and is dropped at transmit (measured: a TCP flow with TSO on
- * the sender stalls). The program marks them and re-routes them instead: the rule
- * `fwmark IOAM_LWT_GSO_MARK lookup 3355` (attach-route) gives them the copy of the seg6 route there,
- * the kernel's own seg6 encapsulation with its GSO handling. The mark stays on the packet inside this
- * node only (it is not sent, and crossing a network namespace clears it).
+ * Packets that must take the kernel's own seg6 encapsulation but cannot from the program get this
+ * mark and are re-routed: the rule `fwmark IOAM_LWT_SEG6_MARK lookup 3355` (attach-route) gives them
+ * the copy of the seg6 route there. Two kinds:
+ *   - GSO packets: bpf_lwt_push_encap(SEG6) does not mark the packet's GSO type as tunnelled
+ *     (iptunnel_handle_offloads, which the seg6 route calls), so the packet cannot be segmented later
+ *     and is dropped at transmit (measured: a TCP flow with TSO on the sender stalls);
+ *   - packets the node sends itself (ioam_lwt_local, lwt_xmit): an xmit program can push only an IP
+ *     header, and the IP-encap helper cannot segment a GSO packet under an SRH.
+ * The mark stays on the packet inside this node only (it is not sent, and crossing a network
+ * namespace clears it).
  */
-#define IOAM_LWT_GSO_MARK 0x5e610a3
+#define IOAM_LWT_SEG6_MARK 0x5e610a3
 
 /* Key of ioam_lwt_routes: the route's destination prefix (LPM: the packet's inner destination finds it). */
 struct ioam_lwt_route_key {

@@ -56,9 +56,12 @@ SEG6LOCAL_PARAMS = {
     "SEG6_LOCAL_OIF": "oif",
 }
 ENCAP_SEG6, ENCAP_BPF, ENCAP_SEG6LOCAL = 5, 6, 7  # linux/lwtunnel.h LWTUNNEL_ENCAP_*
-# datapath/ioam_lwt.c LOCAL_TABLE: where the in-line route program keeps a copy of the seg6 route it
-# took over (for the packets the node sends itself)
-LWT_LOCAL_TABLE = 3355
+# datapath/ioam_lwt.c COPY_TABLE: where the in-line route program keeps a copy of the seg6 route it
+# took over (for the packets it re-routes to the kernel's seg6 encapsulation)
+LWT_COPY_TABLE = 3355
+# datapath/ioam_lwt.c LOCAL_TABLE: the program's copy of the route for the packets the node sends
+# itself (a bpf route standing for no policy of its own)
+LWT_LOCAL_TABLE = 3356
 # linux/seg6_local.h SEG6_LOCAL_FLAVORS (pyroute2 0.8 does not decode it: read from its bytes)
 SEG6_LOCAL_FLAVORS = 11
 FLV_OPERATION, FLV_LCBLOCK_BITS, FLV_LCNODE_FN_BITS = 1, 2, 3
@@ -224,11 +227,11 @@ def _policy(route, names: dict[int, str]) -> dict:
 
 def _with_route_programs(policies: list[dict], bpf: list[tuple[str, int]]) -> list[dict]:
     """A policy the in-line route program (ioam_lwt) runs is an `encap bpf` route; its SID list is in
-    the program's copy in LWT_LOCAL_TABLE: the policy as the copy has it, in the bpf route's table,
+    the program's copy in LWT_COPY_TABLE: the policy as the copy has it, in the bpf route's table,
     and the copy is no policy of its own."""
-    copies = {p["prefix"]: p for p in policies if p["table"] == LWT_LOCAL_TABLE}
+    copies = {p["prefix"]: p for p in policies if p["table"] == LWT_COPY_TABLE}
     taken = [(prefix, table) for prefix, table in bpf if prefix in copies]
-    out = [p for p in policies if not (p["table"] == LWT_LOCAL_TABLE and p["prefix"] in {t[0] for t in taken})]
+    out = [p for p in policies if not (p["table"] == LWT_COPY_TABLE and p["prefix"] in {t[0] for t in taken})]
     return out + [{**copies[prefix], "table": table} for prefix, table in taken]
 
 
@@ -240,7 +243,7 @@ def _srv6_routes(ipr, names: dict[int, str]) -> tuple[list[dict], list[dict]]:
             sids.append(_local_sid(r, names))
         elif kind == ENCAP_SEG6:
             policies.append(_policy(r, names))
-        elif kind == ENCAP_BPF:
+        elif kind == ENCAP_BPF and r.get_attr("RTA_TABLE") != LWT_LOCAL_TABLE:
             dst = r.get_attr("RTA_DST")
             bpf.append((f"{dst}/{r['dst_len']}" if dst else "default", r.get_attr("RTA_TABLE")))
     policies = _with_route_programs(policies, bpf)

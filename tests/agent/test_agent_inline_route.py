@@ -117,11 +117,12 @@ def route(lab, table: str = "main") -> str:
 
 
 def assert_plain_seg6(lab) -> None:
-    """The policy's own seg6 route, no copy in table 3355, no rule, no pins of the route program."""
+    """The policy's own seg6 route, no copies in tables 3355 and 3356, no rules, no pins of the route program."""
     r = route(lab)
     assert "encap seg6 mode encap segs 2 [ fc00:2::e fc00:3::d6 ]" in r and "bpf" not in r, r
-    assert lab.run("A", ["ip", "-6", "route", "show", "table", "3355"]).stdout.strip() == ""
-    assert "lookup 3355" not in lab.run("A", ["ip", "-6", "rule", "show"], check=True).stdout
+    for table in ("3355", "3356"):
+        assert lab.run("A", ["ip", "-6", "route", "show", "table", table]).stdout.strip() == ""
+        assert f"lookup {table}" not in lab.run("A", ["ip", "-6", "rule", "show"], check=True).stdout
     assert not (Path(names.BPFFS_PIN_ROOT) / f"{PREFIX}-A" / "ioam_lwt").exists()
 
 
@@ -164,10 +165,11 @@ def test_monitor_runs_on_the_policy_route_and_gives_it_back(rlab, rpki, transit,
             st = a.StartInlineMonitor(pb.StartInlineMonitorRequest(monitor=mon()), timeout=30).status
             assert st.program == "ioam_lwt" and st.routes == [f"{POLICY} table 254"] and st.fixed_next_hop
             assert "encap bpf" in route(rlab) and POLICY in route(rlab, "3355")
-            # ListPolicies: the same policy, SID list included, and no policy of table 3355
+            assert "encap bpf xmit" in route(rlab, "3356"), "the program's copy for A's own packets"
+            # ListPolicies: the same policy, SID list included, and no policy of the copies' tables
             now = policies(ch)
             assert [p for p in now if p.destination == POLICY] == before and list(before[0].segments) == SIDS
-            assert not [p for p in now if p.table == 3355]
+            assert not [p for p in now if p.table in (3355, 3356)]
             # the topology view reads it the same way (its own pyroute2 dump)
             view = [p for p in build_node_view("A", rlab.ns("A"))["policies"] if p["prefix"] == POLICY]
             assert [(p["table"], p["segments"], p["interface"]) for p in view] == [(254, SIDS, "a0")]

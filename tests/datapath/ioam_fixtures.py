@@ -144,7 +144,10 @@ def route_program(io_lab, extra: tuple[str, ...] = ()):
         io_lab.tx_tool = IOAM_TX
         run(IOAM_LWT, "detach-route", *route)
     assert a_route(io_lab) == before, "the seg6 route is back as it was"
-    assert "3355" not in io_lab.lab.run("A", ["ip", "-6", "rule", "show"], check=True).stdout, "the local rule is gone"
+    rules = io_lab.lab.run("A", ["ip", "-6", "rule", "show"], check=True).stdout
+    assert "lookup 3355" not in rules and "lookup 3356" not in rules, "the copies' rules are gone"
+    for table in ("3355", "3356"):
+        assert not io_lab.lab.run("A", ["ip", "-6", "route", "show", "table", table], check=True).stdout.strip()
     assert not (PIN_ROOT / inst / "ioam_lwt").exists(), "the last route took the pins with it"
 
 

@@ -26,7 +26,7 @@ import pytest
 from tests.collectors.collectors_pcap import capture
 from tests.datapath.altmark_env import Capture, Receiver, expect_all, retry_on_path_loss, send_udp, udp_sender
 from tests.datapath.ioam_env import IOAM_LWT, IOAM_RX, LWT_COUNTERS, PIN_ROOT, POLICY, delta, dump, flow, run, stats
-from tests.datapath.ioam_fixtures import A_ROUTE, A_SEG6, a_route, route_program
+from tests.datapath.ioam_fixtures import A_ROUTE, A_SEG6, LAB_IF_IDS, a_route, route_program
 from tests.datapath.test_ioam_lab import H2_ADDR, as_sent_by_a, by_seq, ioam_flow
 
 CPUS = sorted(os.sched_getaffinity(0))
@@ -58,22 +58,24 @@ def test_route_taken_over_and_given_back(io_lab):
         assert a_route(io_lab) == f"{A_ROUTE}  encap bpf in prog:[*fsobj] via fc00:12::2 dev a0 metric 1024 pref medium"
 
 
+@pytest.mark.parametrize("sender", ["H1", "A"], ids=["forwarded", "sent-by-a"])
 @pytest.mark.parametrize("extra", [(), ("--fixed-next-hop",)], ids=["kernel-encap", "fixed-next-hop"])
-def test_packets_not_instrumented_leave_a_as_with_the_seg6_route(io_lab, extra):
+def test_packets_not_instrumented_leave_a_as_with_the_seg6_route(io_lab, extra, sender):
     """Without a flow every packet gets the kernel's seg6 encapsulation from the program (or, with
-    --fixed-next-hop, the header the program builds): the frames on r0 are byte for byte those of
-    the plain seg6 route (same socket: same flow label)."""
+    --fixed-next-hop, the header the program builds; for a packet A sends itself, the seg6 route's
+    copy the program re-routes it to): the frames on r0 are byte for byte those of the plain seg6
+    route (same socket: same flow label)."""
     lab, n = io_lab.lab, 30
-    sock = udp_sender(lab.ns("H1"))
+    sock = udp_sender(lab.ns(sender))
 
     def attempt():
         r0, rx = Capture(lab.ns("R"), "r0"), Receiver(lab.ns("H2"), H2_ADDR)
         try:
-            send_udp(lab.ns("H1"), H2_ADDR, n, CPUS[:1], sock=sock)
+            send_udp(lab.ns(sender), H2_ADDR, n, CPUS[:1], sock=sock)
             base = by_seq(r0.frames(n))
             with route_program(io_lab, extra):
                 before = stats(IOAM_LWT, io_lab.tx_inst)
-                send_udp(lab.ns("H1"), H2_ADDR, n, CPUS[:1], sock=sock)
+                send_udp(lab.ns(sender), H2_ADDR, n, CPUS[:1], sock=sock)
                 got = by_seq(r0.frames(n))
                 d = delta(before, stats(IOAM_LWT, io_lab.tx_inst))
             datagrams = rx.drain(2 * n)
@@ -216,30 +218,83 @@ def test_attach_route_refuses_a_route_that_is_not_the_policy(io_lab, bad, field)
     assert IOAM_RX.exists()
 
 
-def test_packets_a_sends_itself_keep_the_seg6_route(io_lab):
-    """lwt_in never sees what A sends itself: those packets take the copy of the seg6 route in
-    table 3355 (rule `iif lo lookup 3355`) and arrive; the program counts none of them."""
-    lab, n = io_lab.lab, 10
+def test_packets_a_sends_itself_are_instrumented_in_the_flows_sequence(io_lab):
+    """lwt_in never sees what A sends itself: those packets find the program's lwt_xmit entry on the
+    route's copy in table 3356 (rule `iif lo`), with the seg6 route's headroom. Every packet sampled,
+    H1 and A sending in turn: one series of sequence numbers 0..3n-1 at B; in A's entry of its own
+    packets no ingress interface and the hop limit one above a forwarded packet's (not forwarded)."""
+    lab, n = io_lab.lab, 20
+
+    def attempt():
+        dump(io_lab.rx_inst)
+        rx = Receiver(lab.ns("H2"), H2_ADDR)
+        try:
+            with route_program(io_lab), ioam_flow(io_lab, every=1):
+                rules = lab.run("A", ["ip", "-6", "rule", "show"], check=True).stdout
+                local = lab.run("A", ["ip", "-6", "route", "show", "table", "3356"], check=True).stdout
+                copy = lab.run("A", ["ip", "-6", "route", "show", "table", "3355"], check=True).stdout
+                before = stats(IOAM_LWT, io_lab.tx_inst)
+                for k, sender in enumerate(("H1", "A", "H1")):
+                    send_udp(lab.ns(sender), H2_ADDR, n, CPUS[:1], seq0=k * n)
+                got = rx.drain(3 * n)
+                records = dump(io_lab.rx_inst, count=3 * n, timeout_ms=3000)
+                d = delta(before, stats(IOAM_LWT, io_lab.tx_inst))
+                f = flow(IOAM_LWT, io_lab.tx_inst, 7)
+        finally:
+            rx.close()
+        expect_all("datagrams from H1 and A at H2", len(got), 3 * n)
+        return rules, local, copy, records, d, f
+
+    rules, local, copy, records, d, f = retry_on_path_loss(attempt)
+    assert "30054:\tfrom all fwmark 0x5e610a3 lookup 3355" in rules, rules
+    assert "30055:\tfrom all iif lo lookup 3356" in rules, rules
+    assert local.startswith(f"{A_ROUTE}  encap bpf xmit prog_local") and " dev a0 " in local, local
+    assert copy.strip() == A_SEG6 + " metric 1024 pref medium", "the copy of the seg6 route"
+    assert d == {"instrumented": 3 * n}
+    assert (f["seen"], f["instrumented"], f["next_seq"]) == (3 * n, 3 * n, 3 * n)
+    by_number = {r["seq"]: r for r in records}
+    assert sorted(by_number) == list(range(3 * n))
+    a_entry = {seq: dict(zip(("hop_limit", "in_if", "out_if"), (e["hop_limit"], e["ingress_if_id"],
+                                                            e["egress_if_id"])))
+               for seq, r in by_number.items() for e in r["entries"][-1:]}  # fmt: skip
+    forwarded = {seq: a_entry[seq] for seq in [*range(n), *range(2 * n, 3 * n)]}
+    sent_by_a = {seq: a_entry[seq] for seq in range(n, 2 * n)}
+    hop = forwarded[0]["hop_limit"]
+    assert all(e == {"hop_limit": hop, "in_if": LAB_IF_IDS[("A", "ah")], "out_if": LAB_IF_IDS[("A", "a0")]}
+               for e in forwarded.values()), forwarded  # fmt: skip
+    assert all(e == {"hop_limit": hop + 1, "in_if": 0xFFFF, "out_if": LAB_IF_IDS[("A", "a0")]}
+               for e in sent_by_a.values()), sent_by_a  # fmt: skip
+
+
+def test_packets_a_sends_get_the_seg6_routes_mtu_and_over_it_are_counted(io_lab):
+    """The copy for A's own packets has the seg6 route's headroom, so A's socket sees a0's MTU less
+    the outer IPv6 header and the SRH. A datagram that fills it exactly cannot also carry the trace:
+    counted skip_mtu, sent with the kernel's encapsulation. One byte more is fragmented by A's stack
+    (without the headroom it would go as one packet, too big once encapsulated): the first fragment
+    skip_mtu, the second instrumented. Both datagrams delivered whole."""
+    lab = io_lab.lab
+    inner = 1500 - (40 + 8 + 16 * len(POLICY))  # a0's MTU less the outer IPv6 header and the SRH
+    sizes = [inner - 48, inner - 48 + 1]  # UDP payloads (IPv6 40 + UDP 8)
 
     def attempt():
         rx = Receiver(lab.ns("H2"), H2_ADDR)
         try:
-            with route_program(io_lab):
-                rules = lab.run("A", ["ip", "-6", "rule", "show"], check=True).stdout
-                local = lab.run("A", ["ip", "-6", "route", "show", "table", "3355"], check=True).stdout
+            with route_program(io_lab), ioam_flow(io_lab, every=1):
                 before = stats(IOAM_LWT, io_lab.tx_inst)
-                send_udp(lab.ns("A"), H2_ADDR, n, CPUS[:1])
-                got = rx.drain(n)
+                for size in sizes:
+                    send_udp(lab.ns("A"), H2_ADDR, 1, CPUS[:1], payload_len=size)
+                got = rx.drain(2)
                 d = delta(before, stats(IOAM_LWT, io_lab.tx_inst))
+                f = flow(IOAM_LWT, io_lab.tx_inst, 7)
         finally:
             rx.close()
-        expect_all("datagrams from A at H2", len(got), n)
-        return rules, local, d
+        expect_all("the datagrams from A at H2", len(got), 2)
+        return got, d, f
 
-    rules, local, d = retry_on_path_loss(attempt)
-    assert "30055:\tfrom all iif lo lookup 3355" in rules, rules
-    assert local.strip() == A_SEG6 + " metric 1024 pref medium", "a copy of the seg6 route"
-    assert d == {}
+    got, d, f = retry_on_path_loss(attempt)
+    assert sorted(len(g[0]) for g in got) == sizes
+    assert d == {"skip_mtu": 2, "instrumented": 1}, d
+    assert (f["sampled"], f["skipped_mtu"], f["instrumented"]) == (3, 2, 1)
 
 
 def test_pins_lost_the_route_goes_on_and_is_given_back(io_lab):
@@ -294,26 +349,34 @@ def frames_in(pcap: Path) -> list[bytes]:
     return out
 
 
-def test_gso_packets_get_the_kernel_encap_counted_none_lost(io_lab, tmp_path):
-    """A TCP sender on H1 with TSO/GSO on h1 (veth hands A the GSO packets whole): every packet of the
-    flow sampled (1 in 1); the GSO ones get the kernel's seg6 encap, counted skip_gso in the stats and
-    the flow, none instrumented (on R's r0 no frame over the MTU carries a Hop-by-Hop header), none
-    dropped; the others instrumented, B's records 0..k-1; every byte arrives at H2."""
+@pytest.mark.parametrize("sender,dev", [("H1", "h1"), ("A", "a0")], ids=["forwarded", "sent-by-a"])
+def test_gso_packets_get_the_kernel_encap_counted_none_lost(io_lab, tmp_path, sender, dev):
+    """A TCP sender on H1 with TSO/GSO on h1 (veth hands A the GSO packets whole), or on A itself with
+    TSO/GSO on a0 (the stack hands the route its GSO packets): every packet of the flow sampled
+    (1 in 1); the GSO ones get the kernel's seg6 encap, counted skip_gso in the stats and the flow,
+    none instrumented (on R's r0 no frame over the MTU carries a Hop-by-Hop header), none dropped;
+    the others instrumented, B's records 0..k-1; every byte arrives at H2."""
     lab, size = io_lab.lab, 4_000_000
     # netlab turns checksum offload off on every device (TSO needs it): on for this test only
-    lab.run("H1", ["ethtool", "-K", "h1", "tx", "on", "sg", "on", "tso", "on", "gso", "on"], check=True)
-    assert "tcp-segmentation-offload: on" in lab.run("H1", ["ethtool", "-k", "h1"], check=True).stdout
+    lab.run(sender, ["ethtool", "-K", dev, "tx", "on", "sg", "on", "tso", "on", "gso", "on"], check=True)
+    assert "tcp-segmentation-offload: on" in lab.run(sender, ["ethtool", "-k", dev], check=True).stdout
     dump(io_lab.rx_inst)
     pcap = tmp_path / "r0.pcap"
     with contextlib.ExitStack() as undo, route_program(io_lab), ioam_flow(io_lab, every=1):
-        undo.callback(lab.run, "H1", ["ethtool", "-K", "h1", "tx", "off"], check=True)
+        undo.callback(lab.run, sender, ["ethtool", "-K", dev, "tx", "off"], check=True)
+        if sender == "A":
+            # H2's replies to A's address on a0 (line5 has no way back to it: B's policy ends in A's
+            # End.DT6, which finds no local address in the main table), plain IPv6 via R
+            back = ["fc00:12::/64", "via", "fc00:23::1"]
+            lab.run("B", ["ip", "-6", "route", "add", *back], check=True)
+            undo.callback(lab.run, "B", ["ip", "-6", "route", "del", *back], check=True)
         before = stats(IOAM_LWT, io_lab.tx_inst)
         server = lab.popen("H2", [sys.executable, "-c", TCP_SERVER], stdout=subprocess.PIPE, text=True)
         try:
             assert server.stdout.readline().strip() == "ready"
             with capture(lab.ns("R"), "r0", pcap, "ip6[6] == 0 and ip6[40] == 43"):
                 # GSO packets given the seg6 encap through the helper were lost: the transfer stalled
-                sent = lab.run("H1", [sys.executable, "-c", TCP_CLIENT, str(size)], check=True, timeout=30).stdout
+                sent = lab.run(sender, [sys.executable, "-c", TCP_CLIENT, str(size)], check=True, timeout=30).stdout
                 got = int(server.communicate(timeout=30)[0])
         finally:
             server.kill()
@@ -321,7 +384,7 @@ def test_gso_packets_get_the_kernel_encap_counted_none_lost(io_lab, tmp_path):
         f = flow(IOAM_LWT, io_lab.tx_inst, 7)
         records = dump(io_lab.rx_inst, count=f["instrumented"], timeout_ms=3000)
     assert int(sent) == got == size
-    sys.stderr.write(f"\n[gso] stats {d}\n")
+    sys.stderr.write(f"\n[gso, {sender}] stats {d}\n")
     assert d.get("skip_gso", 0) > 0 and not [k for k in d if k.startswith("drop_")], d
     assert f["seen"] == f["sampled"] == sum(d.values())  # every packet of the flow, each counted once
     assert (f["skipped_gso"], f["instrumented"], f["skipped_mtu"], f["skipped_other"]) == (
