@@ -54,8 +54,8 @@ the script fails.
 
     sudo .local/venv/bin/python bench/ioam_overhead.py [--quick] [--reps 16] [--seconds 1] [--steps 9]
          [--lo 20000] [--hi 220000] [--cost-rate 40000] [--cost-seconds 2] [--cost-trials 2]
-         [--every 100] [--no-decompose] [--no-doc] [--json-out FILE] [--cost-only] [--ingress tc|route]
-         [--only 'NAME;NAME']
+         [--every 100] [--no-decompose] [--no-doc] [--json-out FILE] [--cost-only]
+         [--ingress tc|route|route_fixed] [--egress-hook xdp|tc] [--only 'NAME;NAME']
 
 Full run ~20 min, --quick ~2 min (this 2-vCPU VM). Own resources: netns iobench-*, pins
 /sys/fs/bpf/segscope/iobench-*.
@@ -371,25 +371,28 @@ class Config:
     mark: dict[str, int] = field(default_factory=dict)
 
 
-def build_configs(decompose: bool, ingress: str) -> list[Config]:
-    """off and on (the ingress inserter `ingress` + ioam_rx); --decompose adds the parts; with the route
-    program as the ingress, also "on, TC" (ioam_tx + ioam_rx) for the comparison in the same run."""
-    configs = [Config("off", "", ""), Config("on", ingress, "xdp")]
-    if ingress == "route":
+INSERTER_ALONE = {"tc": "ioam_tx only", "route": "ioam_lwt only", "route_fixed": "ioam_lwt fixed next hop only"}
+
+
+def build_configs(decompose: bool, ingress: str, egress_hook: str = "xdp") -> list[Config]:
+    """off and on (the ingress inserter `ingress` + ioam_rx on `egress_hook`); --decompose adds the parts;
+    with the route program as the ingress, also "on, TC" (ioam_tx + ioam_rx) for the comparison in the
+    same run. --ingress route_fixed --egress-hook tc makes "on" the agent's default path on a veth."""
+    configs = [Config("off", "", ""), Config("on", ingress, egress_hook)]
+    if ingress == "route" and egress_hook == "xdp":
         configs.append(Config("on, fixed next hop", "route_fixed", "xdp", search=False))
         configs.append(Config("on, TC", "tc", "xdp", search=False))
         configs.append(Config("on, fixed next hop, rx on TC", "route_fixed", "tc", search=False, named_only=True))
     if decompose:
-        configs += [
-            Config("ioam_lwt only" if ingress == "route" else "ioam_tx only", ingress, "", search=False),
-            Config("ioam_rx only", "", "xdp", search=False),
-            Config("ioam_rx on TC only", "", "tc", search=False, named_only=True),
-        ]
+        rx_alone = [Config("ioam_rx only", "", "xdp", search=False, named_only=egress_hook != "xdp")]
+        rx_alone.append(Config("ioam_rx on TC only", "", "tc", search=False, named_only=egress_hook != "tc"))
+        configs += [Config(INSERTER_ALONE[ingress], ingress, "", search=False), *rx_alone]
         if ingress == "tc":
             configs.append(Config("empty hooks", "", "", empty="hooks", search=False))
         else:  # the two inserters alone, side by side, and the route program's floor
             configs.append(Config("ioam_tx only", "tc", "", search=False))
-            configs.append(Config("ioam_lwt fixed next hop only", "route_fixed", "", search=False))
+            if ingress == "route":
+                configs.append(Config("ioam_lwt fixed next hop only", "route_fixed", "", search=False))
         # B's receive hooks alone, empty: native XDP on b0 (the veth's NAPI receive and the skb copy)
         # against a TC ingress classifier on b0 (the skb as it comes)
         configs.append(Config("empty XDP on b0", "", "", empty="xdp_b0", search=False, named_only=True))
@@ -559,6 +562,16 @@ def run(args, configs: list[Config], h: Harness, monitor: LoadMonitor, log) -> N
     h.finish()
 
 
+def section_of(args, default: str) -> str:
+    """The docs/benchmarks.md section of a run: the default one for ioam_tx on TC + ioam_rx on XDP
+    (--cost-only --ingress route: its own), one of its own for every other pair of hooks."""
+    if (args.ingress, args.egress_hook) == ("tc", "xdp"):
+        return default
+    if args.cost_only and (args.ingress, args.egress_hook) == ("route", "xdp"):
+        return SECTION_ROUTE
+    return f"{default}_{args.ingress}_{args.egress_hook}"
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--prefix", default="iobench")
@@ -591,11 +604,20 @@ def main() -> int:
     ap.add_argument("--only", help="configuration names to run besides off, separated by ; (cost trials)")
     ap.add_argument(
         "--ingress",
-        choices=("tc", "route"),
+        choices=("tc", "route", "route_fixed"),
         default="tc",
         help="the ingress inserter of 'on': ioam_tx on TC egress (default; what the agent installs for a SID "
         "list without a policy route) or the route program ioam_lwt (its runs also measure 'on, TC' side by "
-        "side; 'on, fixed next hop' is what the agent installs on a policy route whose first SID has a gateway)",
+        "side; 'on, fixed next hop' is what the agent installs on a policy route whose first SID has a "
+        "gateway), or that fixed-next-hop route program as 'on' itself (route_fixed)",
+    )
+    ap.add_argument(
+        "--egress-hook",
+        choices=("xdp", "tc"),
+        default="xdp",
+        help="ioam_rx's hook on b0 in 'on': native XDP (default) or TC ingress (what the agent's default "
+        "--inline-egress-hook auto takes on a veth without XDP); with --ingress route_fixed: the agent's "
+        "default path on a veth, PDR searches included",
     )
     args = ap.parse_args()
     if args.quick:
@@ -608,7 +630,7 @@ def main() -> int:
     log = lambda s: print(s, flush=True)  # noqa: E731
     started, ticks0, monitor = time.monotonic(), cpu_ticks(), LoadMonitor()
     monitor.OWN = monitor.OWN | {"ioam_tx", "ioam_rx", "ioam_lwt", "taskset"}
-    configs = build_configs(not args.no_decompose, args.ingress)
+    configs = build_configs(not args.no_decompose, args.ingress, args.egress_hook)
     if args.only:  # off and the named ones, for more repetitions of fewer configurations
         keep = {"off", *(n.strip() for n in args.only.split(";"))}
         unknown = keep - {c.name for c in configs}
@@ -642,7 +664,7 @@ def main() -> int:
         text = cost_report(args, configs, h.samples, problems)
         print("\n" + text)
         if not args.no_doc:
-            write_section(SECTION_ROUTE if args.ingress == "route" else SECTION_COST, text)
+            write_section(section_of(args, SECTION_COST), text)
             print("updated docs/benchmarks.md")
         return 1 if problems else 0
     text = report(args, configs, h.samples, problems)
@@ -659,7 +681,7 @@ def main() -> int:
             )
         )  # fmt: skip
     if not args.no_doc:
-        write_section(SECTION, text)
+        write_section(section_of(args, SECTION), text)
         print("updated docs/benchmarks.md")
     if problems:
         print("FAILED: the programs did not do their work:\n  " + "\n  ".join(problems), file=sys.stderr)
@@ -825,13 +847,31 @@ route, no route lookup per packet) and ioam_rx; **… only**: one program alone.
 `ip route replace` (the pins, flow and counters stay)."""
 
 
+def on_inserter(ingress: str) -> str:
+    """The ingress inserter of "on", as the report names it."""
+    return {
+        "tc": "`ioam_tx` (TC egress on A's a0)",
+        "route": "`ioam_lwt` on A's policy route (`encap bpf in` in place of the seg6 encap route)",
+        "route_fixed": "`ioam_lwt` on A's policy route with the fixed next hop (`via` the first SID's gateway, "
+        "`encap bpf in`: what the agent installs on a policy route whose first SID has a gateway)",
+    }[ingress]
+
+
+def on_receiver(hook: str) -> str:
+    """ioam_rx's hook in "on", as the report names it."""
+    return {
+        "xdp": "native XDP on B's b0 behind the XDP chain's dispatcher",
+        "tc": "a TC ingress filter on B's b0, what the agent's --inline-egress-hook auto takes on a veth",
+    }[hook]
+
+
 def cost_report(args, configs: list[Config], samples: list[Sample], problems: list[str]) -> str:
     m, load = machine(), Path("/proc/loadavg").read_text().split()[:3]
     cmd = (
         f"sudo .local/venv/bin/python bench/ioam_overhead.py --cost-only --reps {args.reps} "
         f"--cost-rate {args.cost_rate:g} --cost-seconds {args.cost_seconds:g} --cost-trials {args.cost_trials} "
-        f"--every {args.every} --ingress {args.ingress}{' --no-decompose' if args.no_decompose else ''}"
-        + (f" --only '{args.only}'" if args.only else "")
+        f"--every {args.every} --ingress {args.ingress} --egress-hook {args.egress_hook}"
+        f"{' --no-decompose' if args.no_decompose else ''}" + (f" --only '{args.only}'" if args.only else "")
     )
     title = (
         "In-line IOAM on the route (ioam_lwt) against TC (ioam_tx) and off, CPU per packet "
@@ -841,7 +881,7 @@ def cost_report(args, configs: list[Config], samples: list[Sample], problems: li
     )
     when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     worked = "; ".join(problems) if problems else "every configuration's programs did their work (checks as above)"
-    configs_text = ROUTE_CONFIGS if args.ingress == "route" else TC_CONFIGS
+    configs_text = ROUTE_CONFIGS if args.ingress.startswith("route") else TC_CONFIGS
     return f"""## {title}
 
 {when}; {m}; load average at the end {" ".join(load)}; {args.elapsed:.0f} s.
@@ -868,7 +908,8 @@ def report(args, configs: list[Config], samples: list[Sample], problems: list[st
         f"sudo .local/venv/bin/python bench/ioam_overhead.py{' --quick' if args.quick else ''} --reps {args.reps} "
         f"--seconds {args.seconds:g} --steps {args.steps} --lo {args.lo:g} --hi {args.hi:g} "
         f"--cost-rate {args.cost_rate:g} --cost-seconds {args.cost_seconds:g} --cost-trials {args.cost_trials} "
-        f"--every {args.every} --ingress {args.ingress}{' --no-decompose' if args.no_decompose else ''}"
+        f"--every {args.every} --ingress {args.ingress} --egress-hook {args.egress_hook}"
+        f"{' --no-decompose' if args.no_decompose else ''}"
     )
     worked = (
         "in every configuration with ioam_tx on, it saw the delivered packets as packets of the flow, "
@@ -1013,11 +1054,11 @@ Datapath: last commit touching datapath/ `{datapath}`. Command: `{cmd}`. The mac
 Lab (bench/altmark_overhead.py's): netlab line5, generator `pktgen_udp` in H1 on CPU {GEN_CPU} (AF_PACKET,
 44-byte UDP payloads, one destination behind A's policy `segs fc00:2::e,fc00:3::d600`); RPS queues A's
 receive path to CPU {DUT_CPU}, where A, R, B and H2 all run. **off**: no IOAM program on the path (no clsact
-qdisc on a0, no XDP program on b0: checked at every switch). **on**: `ioam_tx` (TC egress on A's a0, 1 in
-{args.every} packets instrumented with a {SLOTS}-slot trace and the E2E option, +112 bytes) and `ioam_rx` (native XDP
-on B's b0 behind the XDP chain's dispatcher; R's kernel does not fill: IOAM is off in this lab, the insertion
+qdisc on a0, no XDP program on b0: checked at every switch). **on**: {on_inserter(args.ingress)} (1 in
+{args.every} packets instrumented with a {SLOTS}-slot trace and the E2E option, +112 bytes) and `ioam_rx`
+({on_receiver(args.egress_hook)}; R's kernel does not fill: IOAM is off in this lab, the insertion
 and the extraction are what is measured), one monitored flow carrying all the traffic, a process draining
-the ring buffer pinned to CPU {GEN_CPU}. **ioam_tx only**, **ioam_rx only**: one of the two (cost trials only).
+the ring buffer pinned to CPU {GEN_CPU}. **… only**: one of the two (cost trials only).
 ioam_rx also stays on B's bh in every configuration (no benchmark packet arrives there; it keeps the XDP
 chain, so b0 can leave and rejoin it). Every switch of configuration ({args.switches} in all) is followed by a
 discarded {WARMUP_S:g} s warm-up trial.

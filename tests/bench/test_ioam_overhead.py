@@ -22,10 +22,12 @@ from bench.ioam_overhead import (
     TX_LOADER,
     Config,
     Sample,
+    build_configs,
     check_worked,
     cost_order,
     cost_pairs,
     cost_valid,
+    section_of,
 )
 from bench.pdr import PKTGEN, REPO, Trial
 from bench.softirq_time import OBJ as SOFTIRQ_OBJ
@@ -130,6 +132,34 @@ def test_work_check_accepts_each_configuration_doing_exactly_its_work():
 )
 def test_work_check_rejects_missing_or_stray_work(c):
     assert check_worked(c, 100), c
+
+
+def test_the_agents_default_path_is_on_searched_and_recorded_apart():
+    """--ingress route_fixed --egress-hook tc: "on" is the fixed-next-hop route program with ioam_rx on
+    TC ingress, in the PDR searches, each part alone beside it; its figures go to a section of their
+    own, so the TC path's and the route program's sections are never overwritten by it."""
+    configs = {c.name: c for c in build_configs(True, "route_fixed", "tc")}
+    on = configs["on"]
+    assert (on.tx, on.rx, on.search, on.named_only) == ("route_fixed", "tc", True, False)
+    run_by_default = {n for n, c in configs.items() if not c.named_only}
+    assert run_by_default == {"off", "on", "ioam_lwt fixed next hop only", "ioam_rx on TC only", "ioam_tx only"}
+    assert [n for n, c in configs.items() if c.search] == ["off", "on"]
+    # the TC path's "on" is unchanged
+    assert (lambda c: (c.tx, c.rx))(build_configs(True, "tc")[1]) == ("tc", "xdp")
+
+    def args(ingress, hook, cost_only):
+        return type("A", (), {"ingress": ingress, "egress_hook": hook, "cost_only": cost_only})
+
+    sections = {
+        (i, h, c): section_of(args(i, h, c), "ioam_overhead_cost" if c else "ioam_overhead")
+        for i in ("tc", "route", "route_fixed")
+        for h in ("xdp", "tc")
+        for c in (False, True)
+    }
+    assert sections[("tc", "xdp", False)] == "ioam_overhead" and sections[("tc", "xdp", True)] == "ioam_overhead_cost"
+    assert sections[("route", "xdp", True)] == "ioam_overhead_route"
+    assert sections[("route_fixed", "tc", False)] == "ioam_overhead_route_fixed_tc"
+    assert len(set(sections.values())) == len(sections), "every run writes its own section"
 
 
 def test_smallest_run_produces_sane_numbers(tmp_path):
