@@ -1036,7 +1036,9 @@ def report(args, configs: list[Config], samples: list[Sample], problems: list[st
             "on a0; XDP on b0, which switches the veth to its NAPI receive path)."
         )
 
-    return f"""## In-line IOAM on the SRv6 path, forwarding capacity on vs off (bench/ioam_overhead.py)
+    hooks = (args.ingress, args.egress_hook)
+    title = "" if hooks == ("tc", "xdp") else f", {args.ingress} + ioam_rx on {args.egress_hook}"
+    return f"""## In-line IOAM on the SRv6 path, forwarding capacity on vs off{title} (bench/ioam_overhead.py)
 
 {m['date']}; {m['nproc']} vCPUs, {m['cpu']}, kernel {m['kernel']}; load average at the end {' '.join(load)};
 CPU steal during the run {args.steal * 100:.1f} % (CPU {DUT_CPU} during the trials {steal1 * 100:.1f} %); {args.elapsed:.0f} s;
@@ -1129,7 +1131,7 @@ A plausible reason (not isolated here) why PDR(on) can come out above PDR(off) i
 
 The programs' work over all trials (warm-up trials excluded):
 
-| configuration | periods | data sent / delivered | ioam_tx: packets of the flow | instrumented | ioam_rx: packets | recorded |
+| configuration | periods | data sent / delivered | the inserter: packets of the flow | instrumented | ioam_rx: packets | recorded |
 |---|---|---|---|---|---|---|
 {chr(10).join(work_rows)}
 

@@ -118,7 +118,7 @@ static int route_copies(const struct ioam_args *a, const struct ioam_lwt_route *
 	FILE *f;
 
 	if (!add) {
-		/* the local copy first: until the seg6 copy goes, what it marks still finds that */
+		/* the local copy first: while it is there, the packets it marks still find the seg6 copy */
 		snprintf(cmd, sizeof(cmd), "-6 route del '%s' table " LOCAL_TABLE " metric %llu", a->prefix,
 			 (unsigned long long)a->metric);
 		run_ip_quiet(cmd);

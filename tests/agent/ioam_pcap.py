@@ -34,6 +34,22 @@ def e2e_packets(pcap: Path) -> list[IoamPacket]:
     return out
 
 
+def srv6_frames(pcap: Path) -> list[tuple[float, IoamPacket | None]]:
+    """Every SRv6 frame of a nanosecond pcap (Ethernet) in capture order: (capture time, the packet)
+    for an instrumented one, (capture time, None) for IPv6 | SRH without IOAM."""
+    data, out, off = pcap.read_bytes(), [], 24
+    while off + 16 <= len(data):
+        sec, nsec = int.from_bytes(data[off : off + 4], "little"), int.from_bytes(data[off + 4 : off + 8], "little")
+        caplen = int.from_bytes(data[off + 8 : off + 12], "little")
+        frame, off = data[off + 16 : off + 16 + caplen], off + 16 + caplen
+        ts, p = sec + nsec / 1e9, _parse(frame)
+        if p is not None:
+            out.append((ts, IoamPacket(ts, *p)))
+        elif frame[12:14] == IPV6_ETHERTYPE and len(frame) > 14 + 40 and frame[14 + 6] == NH_ROUTING:
+            out.append((ts, None))
+    return out
+
+
 def _parse(frame: bytes) -> tuple[list[str], int, int] | None:
     ip = frame[14:]
     if frame[12:14] != IPV6_ETHERTYPE or len(ip) < 48 or ip[6] != NH_HOPOPTS:

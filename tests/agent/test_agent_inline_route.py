@@ -36,7 +36,7 @@ from segscope_proto.segscope.agent.v1 import srv6_pb2 as spb
 from segscope_schemas import ioam_record as ir
 from segscope_schemas import names
 from tests.agent.agent_env import make_test_pki, start_agent
-from tests.agent.ioam_pcap import e2e_packets
+from tests.agent.ioam_pcap import e2e_packets, srv6_frames
 from tests.built import required
 from tests.collectors.collectors_pcap import capture
 from tests.isolation import own_name
@@ -519,7 +519,7 @@ def test_steer_to_a_list_too_long_falls_back_remove_gives_state_back(rlab, rpki,
             send(rlab, 100)
             assert ingress(a).next_sequence == 100  # on the route
             assert steer(s, pol, five).changed
-            assert "encap seg6 mode encap segs 5" in route(rlab) and route(rlab, "3355") == ""
+            assert "encap seg6 mode encap segs 5" in route(rlab) and route(rlab, "3355") == route(rlab, "3356") == ""
             st = a.ListInlineMonitors(pb.ListInlineMonitorsRequest(), timeout=10).monitors
             assert [(m.monitor.flow_id, m.program, list(m.monitor.segments)) for m in st] == [(7, "ioam_tx", five)]
             note = st[0].note
@@ -570,8 +570,9 @@ def test_steer_to_a_list_too_long_falls_back_remove_gives_state_back(rlab, rpki,
             assert "encap bpf" in route(rlab)
             send(rlab, 50)
             assert s.RemovePolicy(spb.RemovePolicyRequest(destination=POLICY, table=254), timeout=30).changed
-            assert route(rlab) == "" and route(rlab, "3355") == ""
-            assert "lookup 3355" not in rlab.run("A", ["ip", "-6", "rule", "show"], check=True).stdout
+            assert route(rlab) == "" and route(rlab, "3355") == route(rlab, "3356") == ""
+            rules = rlab.run("A", ["ip", "-6", "rule", "show"], check=True).stdout
+            assert "lookup 3355" not in rules and "lookup 3356" not in rules
             st = a.ListInlineMonitors(pb.ListInlineMonitorsRequest(), timeout=10).monitors
             assert [(m.monitor.flow_id, m.program) for m in st] == [(7, "ioam_tx")]
             assert ingress(a).next_sequence == 50  # TC numbers on from the route's (before: from 0)
@@ -581,6 +582,62 @@ def test_steer_to_a_list_too_long_falls_back_remove_gives_state_back(rlab, rpki,
         restart_egress(b)
         assert agent.stop() == 0
     assert_plain_seg6(rlab)
+
+
+def test_the_move_to_tc_mid_traffic_leaves_one_window_uninstrumented_and_no_number_lost(rlab, rpki, transit, tmp_path):
+    """The fallback of the test above while H1 sends 3 000 packets (every one sampled): captured at
+    A's next hop (R's r0), every packet leaves A once; the instrumented ones carry 0..k-1 in order,
+    the route's (3-slot trace) before ioam_tx's (6 slots, five SIDs); the packets without IOAM are
+    one window between the two, the move's: the route paused, its next number read 50 ms later, the
+    route given back, ioam_tx attached. B records each instrumented packet once: nothing lost,
+    duplicated or reordered for the processor. The window's packets and duration are printed."""
+    five = ["fc00:2::e", "fc00:2::e2", "fc00:2::e", "fc00:2::e2", "fc00:3::d6"]
+    agent, b = a_agent(rlab, rpki, tmp_path), transit["B"]
+    restart_egress(b, alternate_paths=[pb.InlinePath(segments=five)])
+    egress_ring()  # the records of the tests before
+    try:
+        with agent.channel() as ch:
+            a, s = inline_pb2_grpc.InlineMonitorServiceStub(ch), srv6_pb2_grpc.Srv6ServiceStub(ch)
+            enable(a, 1)
+            a.StartInlineMonitor(pb.StartInlineMonitorRequest(monitor=mon()), timeout=30)
+            pol = next(p for p in policies(ch) if p.destination == POLICY)
+            sent, pcap = 3000, tmp_path / "r0.pcap"
+            with capture(rlab.ns("R"), "r0", pcap, "ip6 and not icmp6"):
+                sender = rlab.popen("H1", [sys.executable, "-c", PACED_SENDER, str(sent)], stdout=subprocess.PIPE)
+                time.sleep(0.5)
+                t0 = time.monotonic()
+                assert steer(s, pol, five).changed
+                move_s = time.monotonic() - t0
+                assert int(sender.communicate(timeout=60)[0]) == sent
+                time.sleep(0.5)
+            st = a.ListInlineMonitors(pb.ListInlineMonitorsRequest(), timeout=10).monitors
+            assert [(m.monitor.flow_id, m.program) for m in st] == [(7, "ioam_tx")]
+            frames = srv6_frames(pcap)
+            tx = ingress(a)
+            ring = egress_ring()
+            a.Reset(pb.ResetInlineRequest(), timeout=30)
+            assert steer(s, pol, SIDS).changed
+    finally:
+        restart_egress(b)
+        assert agent.stop() == 0
+    assert_plain_seg6(rlab)
+    assert len(frames) == sent, "every packet left A once"
+    marks = "".join("-" if p is None else ("r" if p.sids == SIDS else "t") for _, p in frames)
+    assert re.fullmatch(r"r+-*t+", marks), "route, one window without IOAM, then TC: " + marks[:80]
+    seen = [p for _, p in frames if p is not None]
+    assert [p.seq for p in seen] == list(range(len(seen))), "one series of numbers, in order, no gap"
+    assert all(p.hbh_len == 16 + 16 * 3 for p in seen if p.sids == SIDS)
+    assert all(p.hbh_len == 16 + 16 * 6 for p in seen if p.sids == five)
+    assert tx.next_sequence == len(seen)
+    assert [(r["flow_id"], r["seq"]) for r in ring] == [(7, p.seq) for p in seen]
+    assert processor_loss(ring) == {"flow=7": {"received": len(seen), "lost": 0, "duplicated": 0, "reordered": 0}}
+    gap = marks.count("-")
+    last_route = max(ts for ts, p in frames if p is not None and p.sids == SIDS)
+    first_tc = min(ts for ts, p in frames if p is not None and p.sids == five)
+    sys.stderr.write(
+        f"\n[route -> TC] {gap} of {sent} packets without IOAM, {(first_tc - last_route) * 1e3:.0f} ms between the "
+        f"route's last instrumented packet and ioam_tx's first; UpdatePolicy took {move_s * 1e3:.0f} ms\n"
+    )
 
 
 def kill9(agent) -> None:
