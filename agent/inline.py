@@ -360,6 +360,10 @@ class InlineAgent:
         s = self.sides.pop(side)
         if side == EGRESS:
             self._stop_streamer()  # it drains the ring first (SIGTERM)
+        else:  # its monitors go with it (Reset): no policy update may find one to move any more
+            for flow_id in s.monitors:
+                self.notes.pop(flow_id, None)
+                self.fell_back.pop(flow_id, None)
         with self.xdp_lock:
             for extra in s.devices[1:]:
                 self.run(side, ["detach-dev", "--dev", extra, "--instance", self.instance, *self.ns_args()], "side")
@@ -869,14 +873,21 @@ class InlineAgent:
             rm.policies.remove(pol)
             log.warning("ioam_lwt flow %d: policy %s leaves the monitor (%s)", fid, pol["prefix"], why)
             return
-        next_seq = self._pause_route(rm, pol)
-        self.stop_route(fid)
         m = pb.InlineMonitor()
         m.CopyFrom(rm.monitor)
         m.segments[:] = list(new.segments)
         m.trace_nodes = trace_nodes
         m.device = self.srv6.devname(new.oif)
-        self.start_tc(m, rm.node_id, next_seq)
+        # ioam_tx on the device before the route pauses: its loading (tens of ms) stays out of the
+        # window in which the flow's packets go uninstrumented; with no flow yet it only passes them
+        attached = self._tc_on_device(m.device, rm.node_id)
+        try:
+            next_seq = self._pause_route(rm, pol)
+            self.stop_route(fid)
+            self.start_tc(m, rm.node_id, next_seq)
+        except ApiError:
+            self._tc_off_device(m.device, attached)
+            raise
         self.fell_back[fid] = old_key
         self.notes[fid] = (
             f"fell back to ioam_tx on TC when its policy was updated to {','.join(new.segments)}: {why}; "
@@ -931,6 +942,28 @@ class InlineAgent:
         self.start_tc(m, node_id, next_seq)
         self.fell_back[m.flow_id] = key
         return "on ioam_tx on TC"
+
+    def _tc_on_device(self, device: str, node_id: int) -> str:
+        """ioam_tx attached to device ahead of a monitor: "attached", "added" (another device of a running
+        ioam_tx) or "" (already there)."""
+        s = self.sides.get(INGRESS)
+        if s is None:
+            self.attach(INGRESS, device, node_id)
+            return "attached"
+        if device not in s.devices:
+            self.attach_dev(INGRESS, device)
+            return "added"
+        return ""
+
+    def _tc_off_device(self, device: str, attached: str) -> None:
+        """Undo _tc_on_device when no monitor came to use it."""
+        s = self.sides.get(INGRESS)
+        if s is None or any(m.device == device for m in s.monitors.values()):
+            return
+        if attached == "attached" and not s.monitors:
+            self.detach(INGRESS)
+        elif attached:
+            self.detach_dev(INGRESS, device)
 
     def _pause_route(self, rm: RouteMonitor, pol: dict) -> int:
         """The route only encapsulates from now on (its entry rewritten with --paused: one map

@@ -602,7 +602,7 @@ def test_the_move_to_tc_mid_traffic_leaves_one_window_uninstrumented_and_no_numb
             a.StartInlineMonitor(pb.StartInlineMonitorRequest(monitor=mon()), timeout=30)
             pol = next(p for p in policies(ch) if p.destination == POLICY)
             sent, pcap = 3000, tmp_path / "r0.pcap"
-            with capture(rlab.ns("R"), "r0", pcap, "ip6 and not icmp6"):
+            with capture(rlab.ns("R"), "r0", pcap, "ip6 src fc00:12::1"):  # what A sends (not H2's replies)
                 sender = rlab.popen("H1", [sys.executable, "-c", PACED_SENDER, str(sent)], stdout=subprocess.PIPE)
                 time.sleep(0.5)
                 t0 = time.monotonic()
