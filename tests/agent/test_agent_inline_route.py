@@ -9,6 +9,8 @@ Own lab (prefix `inlr`) and bpffs instances (`inlr-*`)."""
 
 from __future__ import annotations
 
+import contextlib
+import itertools
 import json
 import os
 import re
@@ -313,6 +315,29 @@ def restart_egress(b, **kw) -> None:
     b.StartInlineMonitor(pb.StartInlineMonitorRequest(monitor=mon(EGRESS, **kw)), timeout=30)
 
 
+FIVE = ["fc00:2::e", "fc00:2::e2", "fc00:2::e", "fc00:2::e2", "fc00:3::d6"]  # over 256 bytes with a trace of 6
+
+
+@contextlib.contextmanager
+def monitored_policy(rlab, rpki, transit, tmp_path, alternate: list[str]):
+    """A's agent running flow 7 (every packet) on its policy route, B's egress with `alternate` as an
+    alternate path of the flow; yields the agent, its in-line and Srv6 stubs, its channel and the
+    policy. After: B's egress as before, the agent stopped (exit 0), the plain seg6 route back."""
+    agent, b = a_agent(rlab, rpki, tmp_path), transit["B"]
+    restart_egress(b, alternate_paths=[pb.InlinePath(segments=alternate)])
+    egress_ring()  # the records of the tests before
+    try:
+        with agent.channel() as ch:
+            a, s = inline_pb2_grpc.InlineMonitorServiceStub(ch), srv6_pb2_grpc.Srv6ServiceStub(ch)
+            enable(a, 1)
+            a.StartInlineMonitor(pb.StartInlineMonitorRequest(monitor=mon()), timeout=30)
+            yield agent, a, s, ch, next(p for p in policies(ch) if p.destination == POLICY)
+    finally:
+        restart_egress(b)
+        assert agent.stop() == 0
+    assert_plain_seg6(rlab)
+
+
 def test_egress_alternate_paths_are_validated(transit):
     """alternate_paths: EGRESS only, each SID list once, none another monitor's: errors name the field."""
     b, steered = transit["B"], [pb.InlinePath(segments=STEERED)]
@@ -346,61 +371,49 @@ def test_steer_keeps_one_flow_end_to_end_mid_traffic(rlab, rpki, transit, tmp_pa
     (lost 0, duplicated 0, reordered as on the wire: 0). ListPolicies and the copy in table 3355 show
     the new SID list; Stop gives the new route back. Without alternate paths the egress recorded the
     new path's packets only under a second flow started by hand."""
-    agent, b = a_agent(rlab, rpki, tmp_path), transit["B"]
-    restart_egress(b, alternate_paths=[pb.InlinePath(segments=STEERED)])
-    egress_ring()  # the records of the tests before
     e2_before = end_counter(rlab, "fc00:2::e2")
-    try:
-        with agent.channel() as ch:
-            a, s = inline_pb2_grpc.InlineMonitorServiceStub(ch), srv6_pb2_grpc.Srv6ServiceStub(ch)
-            enable(a, 1)
-            a.StartInlineMonitor(pb.StartInlineMonitorRequest(monitor=mon()), timeout=30)
-            pol = next(p for p in policies(ch) if p.destination == POLICY)
-            sent, pcap = 3000, tmp_path / "r1.pcap"
-            with capture(rlab.ns("R"), "r1", pcap):
-                sender = rlab.popen("H1", [sys.executable, "-c", PACED_SENDER, str(sent)], stdout=subprocess.PIPE)
-                time.sleep(0.6)
-                r = steer(s, pol, STEERED)
-                assert int(sender.communicate(timeout=60)[0]) == sent
-                time.sleep(0.5)
-            assert r.changed and list(r.policy.segments) == STEERED and list(r.previous.segments) == SIDS
-            # the route program still runs the policy; the kernel's copy and ListPolicies have the new list
-            assert "encap bpf" in route(rlab)
-            assert "segs 3 [ fc00:2::e fc00:2::e2 fc00:3::d6 ]" in route(rlab, "3355")
-            assert [list(p.segments) for p in policies(ch) if p.destination == POLICY] == [STEERED]
-            st = a.ListInlineMonitors(pb.ListInlineMonitorsRequest(), timeout=10).monitors
-            assert [(m.monitor.flow_id, m.program, list(m.monitor.segments), m.monitor.trace_nodes) for m in st] == [
-                (7, "ioam_lwt", STEERED, 4)
-            ]
-            assert "steered from fc00:2::e,fc00:3::d6 to" in st[0].note
-            tx = ingress(a)
-            assert tx.packets == tx.sampled == tx.instrumented == tx.next_sequence == sent
-            seen = e2e_packets(pcap)
-            assert sorted(p.seq for p in seen) == list(range(sent))  # every number once: no reset, no gap
-            old = [p.seq for p in seen if p.sids == SIDS and p.hbh_len == 16 + 16 * 3]
-            new = [p.seq for p in seen if p.sids == STEERED and p.hbh_len == 16 + 16 * 4]
-            assert len(old) + len(new) == sent and old and new, (len(old), len(new))
-            assert max(old) < min(new) and old == sorted(old) and new == sorted(new)  # one switch, in order
-            assert end_counter(rlab, "fc00:2::e2") - e2_before == len(new)
-            # the egress: one flow across the switch, every packet once, in the order R sent them
-            ring = egress_ring()
-            assert [r["flow_id"] for r in ring] == [7] * sent
-            assert [r["seq"] for r in ring] == [p.seq for p in seen]
-            assert [r["slots"] for r in ring] == [3] * len(old) + [4] * len(new)
-            truth = sequence_accounting([p.seq for p in seen])
-            assert sequence_accounting([r["seq"] for r in ring]) == truth == (0, 0, 0)
-            # the in-line processor: one flow, every packet received once across the switch
-            assert processor_loss(ring) == {"flow=7": {"received": sent, "lost": 0, "duplicated": 0, "reordered": 0}}
-            assert records(transit) == sent  # flow 7's counters: its two SID lists' together
-            text = metrics(agent, r"segscope_agent_inline_route_steers\{[^}]*\} 1\b")
-            assert re.search(r"segscope_agent_inline_route_steers\{[^}]*\} 1\b", text), text[-2000:]
-            a.StopInlineMonitor(pb.StopInlineMonitorRequest(side=INGRESS, flow_id=7), timeout=30)
-            assert "encap seg6 mode encap segs 3 [ fc00:2::e fc00:2::e2 fc00:3::d6 ]" in route(rlab)
-            assert steer(s, pol, SIDS).changed
-    finally:
-        restart_egress(b)
-        assert agent.stop() == 0
-    assert_plain_seg6(rlab)
+    with monitored_policy(rlab, rpki, transit, tmp_path, STEERED) as (agent, a, s, ch, pol):
+        sent, pcap = 3000, tmp_path / "r1.pcap"
+        with capture(rlab.ns("R"), "r1", pcap):
+            sender = rlab.popen("H1", [sys.executable, "-c", PACED_SENDER, str(sent)], stdout=subprocess.PIPE)
+            time.sleep(0.6)
+            r = steer(s, pol, STEERED)
+            assert int(sender.communicate(timeout=60)[0]) == sent
+            time.sleep(0.5)
+        assert r.changed and list(r.policy.segments) == STEERED and list(r.previous.segments) == SIDS
+        # the route program still runs the policy; the kernel's copy and ListPolicies have the new list
+        assert "encap bpf" in route(rlab)
+        assert "segs 3 [ fc00:2::e fc00:2::e2 fc00:3::d6 ]" in route(rlab, "3355")
+        assert [list(p.segments) for p in policies(ch) if p.destination == POLICY] == [STEERED]
+        st = a.ListInlineMonitors(pb.ListInlineMonitorsRequest(), timeout=10).monitors
+        assert [(m.monitor.flow_id, m.program, list(m.monitor.segments), m.monitor.trace_nodes) for m in st] == [
+            (7, "ioam_lwt", STEERED, 4)
+        ]
+        assert "steered from fc00:2::e,fc00:3::d6 to" in st[0].note
+        tx = ingress(a)
+        assert tx.packets == tx.sampled == tx.instrumented == tx.next_sequence == sent
+        seen = e2e_packets(pcap)
+        assert sorted(p.seq for p in seen) == list(range(sent))  # every number once: no reset, no gap
+        old = [p.seq for p in seen if p.sids == SIDS and p.hbh_len == 16 + 16 * 3]
+        new = [p.seq for p in seen if p.sids == STEERED and p.hbh_len == 16 + 16 * 4]
+        assert len(old) + len(new) == sent and old and new, (len(old), len(new))
+        assert max(old) < min(new) and old == sorted(old) and new == sorted(new)  # one switch, in order
+        assert end_counter(rlab, "fc00:2::e2") - e2_before == len(new)
+        # the egress: one flow across the switch, every packet once, in the order R sent them
+        ring = egress_ring()
+        assert [r["flow_id"] for r in ring] == [7] * sent
+        assert [r["seq"] for r in ring] == [p.seq for p in seen]
+        assert [r["slots"] for r in ring] == [3] * len(old) + [4] * len(new)
+        truth = sequence_accounting([p.seq for p in seen])
+        assert sequence_accounting([r["seq"] for r in ring]) == truth == (0, 0, 0)
+        # the in-line processor: one flow, every packet received once across the switch
+        assert processor_loss(ring) == {"flow=7": {"received": sent, "lost": 0, "duplicated": 0, "reordered": 0}}
+        assert records(transit) == sent  # flow 7's counters: its two SID lists' together
+        text = metrics(agent, r"segscope_agent_inline_route_steers\{[^}]*\} 1\b")
+        assert re.search(r"segscope_agent_inline_route_steers\{[^}]*\} 1\b", text), text[-2000:]
+        a.StopInlineMonitor(pb.StopInlineMonitorRequest(side=INGRESS, flow_id=7), timeout=30)
+        assert "encap seg6 mode encap segs 3 [ fc00:2::e fc00:2::e2 fc00:3::d6 ]" in route(rlab)
+        assert steer(s, pol, SIDS).changed
 
 
 STEER_INTENT = """
@@ -505,135 +518,111 @@ def test_steer_to_a_list_too_long_falls_back_remove_gives_state_back(rlab, rpki,
     five SIDs an alternate path) has 300 records of flow 7, numbers 0..299, one flow for the
     processor. Before, the TC flow started again at 0 and stayed on the five SIDs. RemovePolicy on
     a monitored policy gives the route program's state back."""
-    five = ["fc00:2::e", "fc00:2::e2", "fc00:2::e", "fc00:2::e2", "fc00:3::d6"]
-    agent, b = a_agent(rlab, rpki, tmp_path), transit["B"]
-    restart_egress(b, alternate_paths=[pb.InlinePath(segments=five)])
-    egress_ring()  # the records of the tests before
-    try:
-        with agent.channel() as ch:
-            a, s = inline_pb2_grpc.InlineMonitorServiceStub(ch), srv6_pb2_grpc.Srv6ServiceStub(ch)
-            enable(a, 1)
-            a.StartInlineMonitor(pb.StartInlineMonitorRequest(monitor=mon()), timeout=30)
-            pol = next(p for p in policies(ch) if p.destination == POLICY)
-            assert not s.UpdatePolicy(spb.UpdatePolicyRequest(policy=pol), timeout=10).changed  # same: fine
+    with monitored_policy(rlab, rpki, transit, tmp_path, FIVE) as (agent, a, s, ch, pol):
+        assert not s.UpdatePolicy(spb.UpdatePolicyRequest(policy=pol), timeout=10).changed  # same: fine
+        send(rlab, 100)
+        assert ingress(a).next_sequence == 100  # on the route
+        assert steer(s, pol, FIVE).changed
+        assert "encap seg6 mode encap segs 5" in route(rlab) and route(rlab, "3355") == route(rlab, "3356") == ""
+        st = a.ListInlineMonitors(pb.ListInlineMonitorsRequest(), timeout=10).monitors
+        assert [(m.monitor.flow_id, m.program, list(m.monitor.segments)) for m in st] == [(7, "ioam_tx", FIVE)]
+        note = st[0].note
+        assert "fell back to ioam_tx on TC" in note and "272-byte header" in note and "go on from 100" in note, note
+        with capture(rlab.ns("R"), "r0", tmp_path / "r0.pcap"):  # the next hop: what A sends
             send(rlab, 100)
-            assert ingress(a).next_sequence == 100  # on the route
-            assert steer(s, pol, five).changed
-            assert "encap seg6 mode encap segs 5" in route(rlab) and route(rlab, "3355") == route(rlab, "3356") == ""
-            st = a.ListInlineMonitors(pb.ListInlineMonitorsRequest(), timeout=10).monitors
-            assert [(m.monitor.flow_id, m.program, list(m.monitor.segments)) for m in st] == [(7, "ioam_tx", five)]
-            note = st[0].note
-            assert "fell back to ioam_tx on TC" in note and "272-byte header" in note and "go on from 100" in note, note
-            with capture(rlab.ns("R"), "r0", tmp_path / "r0.pcap"):  # the next hop: what A sends
-                send(rlab, 100)
-            tx = ingress(a)  # the new list's packets, instrumented by ioam_tx on TC
-            assert tx.packets == tx.sampled == tx.instrumented == 100 and tx.next_sequence == 200
-            seen = e2e_packets(tmp_path / "r0.pcap")
-            # every packet with the trace (6 slots: 5 SIDs + 1) and the E2E option, numbered on
-            assert [(p.seq, p.sids, p.hbh_len) for p in seen] == [(i, five, 16 + 16 * 6) for i in range(100, 200)]
-            text = metrics(agent, r"segscope_agent_inline_route_fallbacks\{[^}]*\} 1\b")
-            assert re.search(r"segscope_agent_inline_route_fallbacks\{[^}]*\} 1\b", text), text[-2000:]
-            # steered back (ApplyBatch, pipelined, after another operation): the monitor follows its
-            # policy onto the route again once the kernel has it, numbering on from 200
-            other = spb.Policy()
-            other.CopyFrom(pol)
-            other.destination, other.segments[:] = "fd00:b:9::/64", five
-            batch = spb.ApplyBatchRequest(
-                operations=[
-                    spb.Srv6Operation(create_policy=spb.CreatePolicyRequest(policy=other)),
-                    spb.Srv6Operation(update_policy=spb.UpdatePolicyRequest(policy=pol)),
-                ]
-            )
-            done = s.ApplyBatch(batch, timeout=30)
-            assert [(r.code, r.changed) for r in done.results] == [(0, True), (0, True)], done
-            assert s.RemovePolicy(spb.RemovePolicyRequest(destination=other.destination, table=254), timeout=30).changed
-            st = a.ListInlineMonitors(pb.ListInlineMonitorsRequest(), timeout=10).monitors
-            assert [(m.monitor.flow_id, m.program, list(m.monitor.segments), m.monitor.trace_nodes) for m in st] == [
-                (7, "ioam_lwt", SIDS, 3)
+        tx = ingress(a)  # the new list's packets, instrumented by ioam_tx on TC
+        assert tx.packets == tx.sampled == tx.instrumented == 100 and tx.next_sequence == 200
+        seen = e2e_packets(tmp_path / "r0.pcap")
+        # every packet with the trace (6 slots: 5 SIDs + 1) and the E2E option, numbered on
+        assert [(p.seq, p.sids, p.hbh_len) for p in seen] == [(i, FIVE, 16 + 16 * 6) for i in range(100, 200)]
+        text = metrics(agent, r"segscope_agent_inline_route_fallbacks\{[^}]*\} 1\b")
+        assert re.search(r"segscope_agent_inline_route_fallbacks\{[^}]*\} 1\b", text), text[-2000:]
+        # steered back (ApplyBatch, pipelined, after another operation): the monitor follows its
+        # policy onto the route again once the kernel has it, numbering on from 200
+        other = spb.Policy()
+        other.CopyFrom(pol)
+        other.destination, other.segments[:] = "fd00:b:9::/64", FIVE
+        batch = spb.ApplyBatchRequest(
+            operations=[
+                spb.Srv6Operation(create_policy=spb.CreatePolicyRequest(policy=other)),
+                spb.Srv6Operation(update_policy=spb.UpdatePolicyRequest(policy=pol)),
             ]
-            assert "followed its policy" in st[0].note and "go on from 200" in st[0].note, st[0].note
-            text = metrics(agent, r"segscope_agent_inline_tc_follows\{[^}]*\} 1\b")
-            assert re.search(r"segscope_agent_inline_tc_follows\{[^}]*\} 1\b", text), text[-2000:]
-            assert "encap bpf" in route(rlab)
-            with capture(rlab.ns("R"), "r0", tmp_path / "r0-back.pcap"):
-                send(rlab, 100)
-            seen = e2e_packets(tmp_path / "r0-back.pcap")
-            assert [(p.seq, p.sids, p.hbh_len) for p in seen] == [(i, SIDS, 16 + 16 * 3) for i in range(200, 300)]
-            ring = egress_ring()
-            assert [(r["flow_id"], r["seq"]) for r in ring] == [(7, i) for i in range(300)]
-            assert processor_loss(ring) == {"flow=7": {"received": 300, "lost": 0, "duplicated": 0, "reordered": 0}}
-            a.Reset(pb.ResetInlineRequest(), timeout=30)
-            assert_plain_seg6(rlab)
-            # RemovePolicy of a monitored policy: route entry, copy and rule go first
-            enable(a, 1)  # Reset cleared the IOAM identity
-            a.StartInlineMonitor(pb.StartInlineMonitorRequest(monitor=mon()), timeout=30)
-            assert "encap bpf" in route(rlab)
-            send(rlab, 50)
-            assert s.RemovePolicy(spb.RemovePolicyRequest(destination=POLICY, table=254), timeout=30).changed
-            assert route(rlab) == "" and route(rlab, "3355") == route(rlab, "3356") == ""
-            rules = rlab.run("A", ["ip", "-6", "rule", "show"], check=True).stdout
-            assert "lookup 3355" not in rules and "lookup 3356" not in rules
-            st = a.ListInlineMonitors(pb.ListInlineMonitorsRequest(), timeout=10).monitors
-            assert [(m.monitor.flow_id, m.program) for m in st] == [(7, "ioam_tx")]
-            assert ingress(a).next_sequence == 50  # TC numbers on from the route's (before: from 0)
-            a.Reset(pb.ResetInlineRequest(), timeout=30)
-            assert s.CreatePolicy(spb.CreatePolicyRequest(policy=pol), timeout=10).changed
-    finally:
-        restart_egress(b)
-        assert agent.stop() == 0
-    assert_plain_seg6(rlab)
+        )
+        done = s.ApplyBatch(batch, timeout=30)
+        assert [(r.code, r.changed) for r in done.results] == [(0, True), (0, True)], done
+        assert s.RemovePolicy(spb.RemovePolicyRequest(destination=other.destination, table=254), timeout=30).changed
+        st = a.ListInlineMonitors(pb.ListInlineMonitorsRequest(), timeout=10).monitors
+        assert [(m.monitor.flow_id, m.program, list(m.monitor.segments), m.monitor.trace_nodes) for m in st] == [
+            (7, "ioam_lwt", SIDS, 3)
+        ]
+        assert "followed its policy" in st[0].note and "go on from 200" in st[0].note, st[0].note
+        text = metrics(agent, r"segscope_agent_inline_tc_follows\{[^}]*\} 1\b")
+        assert re.search(r"segscope_agent_inline_tc_follows\{[^}]*\} 1\b", text), text[-2000:]
+        assert "encap bpf" in route(rlab)
+        with capture(rlab.ns("R"), "r0", tmp_path / "r0-back.pcap"):
+            send(rlab, 100)
+        seen = e2e_packets(tmp_path / "r0-back.pcap")
+        assert [(p.seq, p.sids, p.hbh_len) for p in seen] == [(i, SIDS, 16 + 16 * 3) for i in range(200, 300)]
+        ring = egress_ring()
+        assert [(r["flow_id"], r["seq"]) for r in ring] == [(7, i) for i in range(300)]
+        assert processor_loss(ring) == {"flow=7": {"received": 300, "lost": 0, "duplicated": 0, "reordered": 0}}
+        a.Reset(pb.ResetInlineRequest(), timeout=30)
+        assert_plain_seg6(rlab)
+        # RemovePolicy of a monitored policy: route entry, copy and rule go first
+        enable(a, 1)  # Reset cleared the IOAM identity
+        a.StartInlineMonitor(pb.StartInlineMonitorRequest(monitor=mon()), timeout=30)
+        assert "encap bpf" in route(rlab)
+        send(rlab, 50)
+        assert s.RemovePolicy(spb.RemovePolicyRequest(destination=POLICY, table=254), timeout=30).changed
+        assert route(rlab) == "" and route(rlab, "3355") == route(rlab, "3356") == ""
+        rules = rlab.run("A", ["ip", "-6", "rule", "show"], check=True).stdout
+        assert "lookup 3355" not in rules and "lookup 3356" not in rules
+        st = a.ListInlineMonitors(pb.ListInlineMonitorsRequest(), timeout=10).monitors
+        assert [(m.monitor.flow_id, m.program) for m in st] == [(7, "ioam_tx")]
+        assert ingress(a).next_sequence == 50  # TC numbers on from the route's (before: from 0)
+        a.Reset(pb.ResetInlineRequest(), timeout=30)
+        assert s.CreatePolicy(spb.CreatePolicyRequest(policy=pol), timeout=10).changed
 
 
 def test_the_move_to_tc_mid_traffic_leaves_one_window_uninstrumented_and_no_number_lost(rlab, rpki, transit, tmp_path):
     """The fallback of the test above while H1 sends 3 000 packets (every one sampled): captured at
     A's next hop (R's r0), every packet leaves A once; the instrumented ones carry 0..k-1 in order,
     the route's (3-slot trace) before ioam_tx's (6 slots, five SIDs); the packets without IOAM are
-    one window between the two, the move's: the route paused, its next number read 50 ms later, the
-    route given back, ioam_tx attached. B records each instrumented packet once: nothing lost,
-    duplicated or reordered for the processor. The window's packets and duration are printed."""
-    five = ["fc00:2::e", "fc00:2::e2", "fc00:2::e", "fc00:2::e2", "fc00:3::d6"]
-    agent, b = a_agent(rlab, rpki, tmp_path), transit["B"]
-    restart_egress(b, alternate_paths=[pb.InlinePath(segments=five)])
-    egress_ring()  # the records of the tests before
-    try:
-        with agent.channel() as ch:
-            a, s = inline_pb2_grpc.InlineMonitorServiceStub(ch), srv6_pb2_grpc.Srv6ServiceStub(ch)
-            enable(a, 1)
-            a.StartInlineMonitor(pb.StartInlineMonitorRequest(monitor=mon()), timeout=30)
-            pol = next(p for p in policies(ch) if p.destination == POLICY)
-            sent, pcap = 3000, tmp_path / "r0.pcap"
-            with capture(rlab.ns("R"), "r0", pcap, "ip6 src fc00:12::1"):  # what A sends (not H2's replies)
-                sender = rlab.popen("H1", [sys.executable, "-c", PACED_SENDER, str(sent)], stdout=subprocess.PIPE)
-                time.sleep(0.5)
-                t0 = time.monotonic()
-                assert steer(s, pol, five).changed
-                move_s = time.monotonic() - t0
-                assert int(sender.communicate(timeout=60)[0]) == sent
-                time.sleep(0.5)
-            st = a.ListInlineMonitors(pb.ListInlineMonitorsRequest(), timeout=10).monitors
-            assert [(m.monitor.flow_id, m.program) for m in st] == [(7, "ioam_tx")]
-            frames = srv6_frames(pcap)
-            tx = ingress(a)
-            ring = egress_ring()
-            a.Reset(pb.ResetInlineRequest(), timeout=30)
-            assert steer(s, pol, SIDS).changed
-    finally:
-        restart_egress(b)
-        assert agent.stop() == 0
-    assert_plain_seg6(rlab)
+    one window between the two, the move's: ioam_tx attached first, then the route paused, its next
+    number read 50 ms later, the route given back, the TC flow added. B records each instrumented
+    packet once: nothing lost, duplicated or reordered for the processor. The window's packets and
+    duration are printed."""
+    with monitored_policy(rlab, rpki, transit, tmp_path, FIVE) as (agent, a, s, ch, pol):
+        sent, pcap = 3000, tmp_path / "r0.pcap"
+        with capture(rlab.ns("R"), "r0", pcap, "ip6 src fc00:12::1"):  # what A sends (not H2's replies)
+            sender = rlab.popen("H1", [sys.executable, "-c", PACED_SENDER, str(sent)], stdout=subprocess.PIPE)
+            time.sleep(0.5)
+            t0 = time.monotonic()
+            assert steer(s, pol, FIVE).changed
+            move_s = time.monotonic() - t0
+            assert int(sender.communicate(timeout=60)[0]) == sent
+            time.sleep(0.5)
+        st = a.ListInlineMonitors(pb.ListInlineMonitorsRequest(), timeout=10).monitors
+        assert [(m.monitor.flow_id, m.program) for m in st] == [(7, "ioam_tx")]
+        frames = srv6_frames(pcap)
+        tx = ingress(a)
+        ring = egress_ring()
+        a.Reset(pb.ResetInlineRequest(), timeout=30)
+        assert steer(s, pol, SIDS).changed
     assert len(frames) == sent, "every packet left A once"
     marks = "".join("-" if p is None else ("r" if p.sids == SIDS else "t") for _, p in frames)
-    assert re.fullmatch(r"r+-*t+", marks), "route, one window without IOAM, then TC: " + marks[:80]
+    runs = " ".join(f"{k}x{len(list(g))}" for k, g in itertools.groupby(marks))  # r: route, -: none, t: TC
+    assert re.fullmatch(r"r+-*t+", marks), "route, one window without IOAM, then TC: " + runs
     seen = [p for _, p in frames if p is not None]
     assert [p.seq for p in seen] == list(range(len(seen))), "one series of numbers, in order, no gap"
     assert all(p.hbh_len == 16 + 16 * 3 for p in seen if p.sids == SIDS)
-    assert all(p.hbh_len == 16 + 16 * 6 for p in seen if p.sids == five)
+    assert all(p.hbh_len == 16 + 16 * 6 for p in seen if p.sids == FIVE)
     assert tx.next_sequence == len(seen)
     assert [(r["flow_id"], r["seq"]) for r in ring] == [(7, p.seq) for p in seen]
     assert processor_loss(ring) == {"flow=7": {"received": len(seen), "lost": 0, "duplicated": 0, "reordered": 0}}
     gap = marks.count("-")
     last_route = max(ts for ts, p in frames if p is not None and p.sids == SIDS)
-    first_tc = min(ts for ts, p in frames if p is not None and p.sids == five)
+    first_tc = min(ts for ts, p in frames if p is not None and p.sids == FIVE)
     sys.stderr.write(
         f"\n[route -> TC] {gap} of {sent} packets without IOAM, {(first_tc - last_route) * 1e3:.0f} ms between the "
         f"route's last instrumented packet and ioam_tx's first; UpdatePolicy took {move_s * 1e3:.0f} ms\n"
