@@ -451,61 +451,49 @@ def test_segscope_steer_and_apply_batch_keep_one_flow(rlab, rpki, transit, tmp_p
     numbers are exactly 0..N-1 in three runs (old, new, old list, the trace sized for each); B's ring
     has every one of them in flow 7 in that order and the in-line processor's core counts one flow:
     received N, lost 0, duplicated 0, reordered 0."""
-    agent, b = a_agent(rlab, rpki, tmp_path), transit["B"]
-    restart_egress(b, alternate_paths=[pb.InlinePath(segments=STEERED)])
-    egress_ring()  # the records of the tests before
-    try:
-        with agent.channel() as ch:
-            a, s = inline_pb2_grpc.InlineMonitorServiceStub(ch), srv6_pb2_grpc.Srv6ServiceStub(ch)
-            enable(a, 1)
-            a.StartInlineMonitor(pb.StartInlineMonitorRequest(monitor=mon()), timeout=30)
-            svc = steer_service(agent, rpki)
-            spec = svc.policies[("A", POLICY, 254)]
-            back = next(p for p in policies(ch) if p.destination == POLICY)
-            other = spb.Policy()  # another policy on the same path, created in the same batch
-            other.CopyFrom(back)
-            other.destination = "fd00:b:9::/64"
-            batch = spb.ApplyBatchRequest(
-                operations=[
-                    spb.Srv6Operation(create_policy=spb.CreatePolicyRequest(policy=other)),
-                    spb.Srv6Operation(update_policy=spb.UpdatePolicyRequest(policy=back)),
-                ]
-            )
-            sent, pcap = 4500, tmp_path / "r1.pcap"
-            with capture(rlab.ns("R"), "r1", pcap):
-                sender = rlab.popen("H1", [sys.executable, "-c", PACED_SENDER, str(sent)], stdout=subprocess.PIPE)
-                time.sleep(0.6)
-                assert svc._update_policy(spec, tuple(STEERED)) is None
-                time.sleep(0.8)
-                done = s.ApplyBatch(batch, timeout=30)
-                assert int(sender.communicate(timeout=60)[0]) == sent
-                time.sleep(0.5)
-            assert [(r.code, r.changed) for r in done.results] == [(0, True), (0, True)], done
-            assert [list(p.segments) for p in policies(ch) if p.destination == POLICY] == [SIDS]
-            st = a.ListInlineMonitors(pb.ListInlineMonitorsRequest(), timeout=10).monitors
-            assert [(m.monitor.flow_id, m.program, list(m.monitor.segments), m.monitor.trace_nodes) for m in st] == [
-                (7, "ioam_lwt", SIDS, 3)
+    with monitored_policy(rlab, rpki, transit, tmp_path, STEERED) as (agent, a, s, ch, back):
+        svc = steer_service(agent, rpki)
+        spec = svc.policies[("A", POLICY, 254)]
+        other = spb.Policy()  # another policy on the same path, created in the same batch
+        other.CopyFrom(back)
+        other.destination = "fd00:b:9::/64"
+        batch = spb.ApplyBatchRequest(
+            operations=[
+                spb.Srv6Operation(create_policy=spb.CreatePolicyRequest(policy=other)),
+                spb.Srv6Operation(update_policy=spb.UpdatePolicyRequest(policy=back)),
             ]
-            tx = ingress(a)
-            assert tx.packets == tx.instrumented == tx.next_sequence == sent
-            seen = e2e_packets(pcap)
-            assert [p.seq for p in seen] == list(range(sent))  # in order, no reset, no gap
-            runs = [(p.sids, p.hbh_len) for p in seen]
-            switches = [k for k in range(1, sent) if runs[k] != runs[k - 1]]
-            assert len(switches) == 2, switches
-            first, second = switches
-            assert runs[0] == runs[-1] == (SIDS, 16 + 16 * 3) and runs[first] == (STEERED, 16 + 16 * 4)
-            ring = egress_ring()
-            assert [(r["flow_id"], r["seq"]) for r in ring] == [(7, p.seq) for p in seen]
-            assert processor_loss(ring) == {"flow=7": {"received": sent, "lost": 0, "duplicated": 0, "reordered": 0}}
-            text = metrics(agent, r"segscope_agent_inline_route_steers\{[^}]*\} 2\b")
-            assert re.search(r"segscope_agent_inline_route_steers\{[^}]*\} 2\b", text), text[-2000:]
-            assert s.RemovePolicy(spb.RemovePolicyRequest(destination=other.destination, table=254), timeout=30).changed
-            a.StopInlineMonitor(pb.StopInlineMonitorRequest(side=INGRESS, flow_id=7), timeout=30)
-    finally:
-        restart_egress(b)
-        assert agent.stop() == 0
-    assert_plain_seg6(rlab)
+        )
+        sent, pcap = 4500, tmp_path / "r1.pcap"
+        with capture(rlab.ns("R"), "r1", pcap):
+            sender = rlab.popen("H1", [sys.executable, "-c", PACED_SENDER, str(sent)], stdout=subprocess.PIPE)
+            time.sleep(0.6)
+            assert svc._update_policy(spec, tuple(STEERED)) is None
+            time.sleep(0.8)
+            done = s.ApplyBatch(batch, timeout=30)
+            assert int(sender.communicate(timeout=60)[0]) == sent
+            time.sleep(0.5)
+        assert [(r.code, r.changed) for r in done.results] == [(0, True), (0, True)], done
+        assert [list(p.segments) for p in policies(ch) if p.destination == POLICY] == [SIDS]
+        st = a.ListInlineMonitors(pb.ListInlineMonitorsRequest(), timeout=10).monitors
+        assert [(m.monitor.flow_id, m.program, list(m.monitor.segments), m.monitor.trace_nodes) for m in st] == [
+            (7, "ioam_lwt", SIDS, 3)
+        ]
+        tx = ingress(a)
+        assert tx.packets == tx.instrumented == tx.next_sequence == sent
+        seen = e2e_packets(pcap)
+        assert [p.seq for p in seen] == list(range(sent))  # in order, no reset, no gap
+        runs = [(p.sids, p.hbh_len) for p in seen]
+        switches = [k for k in range(1, sent) if runs[k] != runs[k - 1]]
+        assert len(switches) == 2, switches
+        first, second = switches
+        assert runs[0] == runs[-1] == (SIDS, 16 + 16 * 3) and runs[first] == (STEERED, 16 + 16 * 4)
+        ring = egress_ring()
+        assert [(r["flow_id"], r["seq"]) for r in ring] == [(7, p.seq) for p in seen]
+        assert processor_loss(ring) == {"flow=7": {"received": sent, "lost": 0, "duplicated": 0, "reordered": 0}}
+        text = metrics(agent, r"segscope_agent_inline_route_steers\{[^}]*\} 2\b")
+        assert re.search(r"segscope_agent_inline_route_steers\{[^}]*\} 2\b", text), text[-2000:]
+        assert s.RemovePolicy(spb.RemovePolicyRequest(destination=other.destination, table=254), timeout=30).changed
+        a.StopInlineMonitor(pb.StopInlineMonitorRequest(side=INGRESS, flow_id=7), timeout=30)
 
 
 def test_steer_to_a_list_too_long_falls_back_remove_gives_state_back(rlab, rpki, transit, tmp_path):
