@@ -266,6 +266,39 @@ def test_packets_a_sends_itself_are_instrumented_in_the_flows_sequence(io_lab):
                for e in sent_by_a.values()), sent_by_a  # fmt: skip
 
 
+def test_pins_without_the_local_entry_get_it_on_the_same_maps(io_lab):
+    """An instance pinned before the lwt_xmit entry existed (prog, maps, no prog_local): attach-route
+    loads the entry on the maps pinned there and pins it, so A's own packets count in the same flow.
+    Forwarded packets 0..n-1 before, A's n..2n-1 after, one series at B."""
+    lab, n = io_lab.lab, 10
+    route = ["--netns", lab.ns("A"), "--instance", io_lab.tx_inst, "--prefix", A_ROUTE, "--dev", "a0"]
+    route += ["--sids", ",".join(POLICY)]
+    pins = PIN_ROOT / io_lab.tx_inst / "ioam_lwt"
+
+    def attempt():
+        dump(io_lab.rx_inst)
+        rx = Receiver(lab.ns("H2"), H2_ADDR)
+        try:
+            with route_program(io_lab), ioam_flow(io_lab, every=1):
+                send_udp(lab.ns("H1"), H2_ADDR, n, CPUS[:1])
+                (pins / "prog_local").unlink()
+                run(IOAM_LWT, "attach-route", *route)  # in place: the route and its copies again
+                repinned = (pins / "prog_local").exists()
+                send_udp(lab.ns("A"), H2_ADDR, n, CPUS[:1], seq0=n)
+                got = rx.drain(2 * n)
+                records = dump(io_lab.rx_inst, count=2 * n, timeout_ms=3000)
+                f = flow(IOAM_LWT, io_lab.tx_inst, 7)
+        finally:
+            rx.close()
+        expect_all("datagrams at H2", len(got), 2 * n)
+        return repinned, records, f
+
+    repinned, records, f = retry_on_path_loss(attempt)
+    assert repinned
+    assert [r["seq"] for r in records] == list(range(2 * n))
+    assert (f["instrumented"], f["next_seq"]) == (2 * n, 2 * n), "the flow of the maps pinned before"
+
+
 def test_packets_a_sends_get_the_seg6_routes_mtu_and_over_it_are_counted(io_lab):
     """The copy for A's own packets has the seg6 route's headroom, so A's socket sees a0's MTU less
     the outer IPv6 header and the SRH. A datagram that fills it exactly cannot also carry the trace:
