@@ -126,12 +126,19 @@ def a_route(io_lab) -> str:
     return io_lab.lab.run("A", ["ip", "-6", "route", "show", A_ROUTE], check=True).stdout.strip()
 
 
+def route_args(io_lab) -> list[str]:
+    """ioam_lwt attach-route's / detach-route's arguments for A's policy route."""
+    lab = io_lab.lab
+    return ["--netns", lab.ns("A"), "--instance", io_lab.tx_inst, "--prefix", A_ROUTE, "--dev", "a0",
+            "--sids", ",".join(POLICY)]  # fmt: skip
+
+
 @contextlib.contextmanager
 def route_program(io_lab, extra: tuple[str, ...] = ()):
     """ioam_lwt on A's policy route in place of its seg6 encap (interface ids as ioam_tx's); the
     flows of the block go to it. After: the seg6 route back, byte for byte, and no pins left."""
     lab, inst = io_lab.lab, io_lab.tx_inst
-    route = ["--netns", lab.ns("A"), "--instance", inst, "--prefix", A_ROUTE, "--dev", "a0", "--sids", ",".join(POLICY)]
+    route = route_args(io_lab)
     before = a_route(io_lab)
     run(IOAM_LWT, "attach-route", *route, *extra)
     try:

@@ -26,10 +26,23 @@ import pytest
 from tests.collectors.collectors_pcap import capture
 from tests.datapath.altmark_env import Capture, Receiver, expect_all, retry_on_path_loss, send_udp, udp_sender
 from tests.datapath.ioam_env import IOAM_LWT, IOAM_RX, LWT_COUNTERS, PIN_ROOT, POLICY, delta, dump, flow, run, stats
-from tests.datapath.ioam_fixtures import A_ROUTE, A_SEG6, LAB_IF_IDS, a_route, route_program
+from tests.datapath.ioam_fixtures import A_ROUTE, A_SEG6, LAB_IF_IDS, a_route, route_args, route_program
 from tests.datapath.test_ioam_lab import H2_ADDR, as_sent_by_a, by_seq, ioam_flow
 
 CPUS = sorted(os.sched_getaffinity(0))
+
+
+@contextlib.contextmanager
+def every_packet_on_the_route(io_lab):
+    """The route program on A's policy route, flow 7 sampling every packet, B's ring emptied first;
+    yields H2's receiver, closed after the route is given back."""
+    dump(io_lab.rx_inst)
+    rx = Receiver(io_lab.lab.ns("H2"), H2_ADDR)
+    try:
+        with route_program(io_lab), ioam_flow(io_lab, every=1):
+            yield rx
+    finally:
+        rx.close()
 
 
 def test_route_taken_over_and_given_back(io_lab):
@@ -103,23 +116,18 @@ def test_sequence_numbers_exact_when_two_cpus_forward_the_flow(io_lab):
     lab, n = io_lab.lab, 400
 
     def attempt():
-        dump(io_lab.rx_inst)
-        rx = Receiver(lab.ns("H2"), H2_ADDR)
-        try:
-            with route_program(io_lab), ioam_flow(io_lab, every=1):
-                senders = [
-                    threading.Thread(target=send_udp, args=(lab.ns("H1"), H2_ADDR, n, [cpu]), kwargs={"seq0": k * n})
-                    for k, cpu in enumerate(CPUS[:2])
-                ]
-                for t in senders:
-                    t.start()
-                for t in senders:
-                    t.join()
-                got = rx.drain(2 * n)
-                records = dump(io_lab.rx_inst, count=len(got), timeout_ms=3000)
-                f = flow(IOAM_LWT, io_lab.tx_inst, 7)
-        finally:
-            rx.close()
+        with every_packet_on_the_route(io_lab) as rx:
+            senders = [
+                threading.Thread(target=send_udp, args=(lab.ns("H1"), H2_ADDR, n, [cpu]), kwargs={"seq0": k * n})
+                for k, cpu in enumerate(CPUS[:2])
+            ]
+            for t in senders:
+                t.start()
+            for t in senders:
+                t.join()
+            got = rx.drain(2 * n)
+            records = dump(io_lab.rx_inst, count=len(got), timeout_ms=3000)
+            f = flow(IOAM_LWT, io_lab.tx_inst, 7)
         expect_all("datagrams at H2", len(got), 2 * n)
         return records, f
 
@@ -134,27 +142,21 @@ def test_a_paused_route_only_encapsulates_and_its_flow_stands_still(io_lab):
     was; attached again without it, the numbering goes on. What the agent relies on to hand a
     monitor to ioam_tx on TC with its next sequence number."""
     lab, n = io_lab.lab, 50
-    route = ["--netns", lab.ns("A"), "--instance", io_lab.tx_inst, "--prefix", A_ROUTE, "--dev", "a0"]
-    route += ["--sids", ",".join(POLICY)]
+    route = route_args(io_lab)
 
     def attempt():
-        dump(io_lab.rx_inst)
-        rx = Receiver(lab.ns("H2"), H2_ADDR)
-        try:
-            with route_program(io_lab), ioam_flow(io_lab, every=1):
-                send_udp(lab.ns("H1"), H2_ADDR, n, CPUS[:1])
-                run(IOAM_LWT, "attach-route", *route, "--paused")
-                listed = json.loads(run(IOAM_LWT, "list-routes", "--instance", io_lab.tx_inst, "--json").stdout)
-                before = stats(IOAM_LWT, io_lab.tx_inst)
-                send_udp(lab.ns("H1"), H2_ADDR, n, CPUS[:1], seq0=n)
-                paused = delta(before, stats(IOAM_LWT, io_lab.tx_inst)), flow(IOAM_LWT, io_lab.tx_inst, 7)
-                run(IOAM_LWT, "attach-route", *route)
-                send_udp(lab.ns("H1"), H2_ADDR, n, CPUS[:1], seq0=2 * n)
-                got = rx.drain(3 * n)
-                records = dump(io_lab.rx_inst, count=2 * n, timeout_ms=3000)
-                f = flow(IOAM_LWT, io_lab.tx_inst, 7)
-        finally:
-            rx.close()
+        with every_packet_on_the_route(io_lab) as rx:
+            send_udp(lab.ns("H1"), H2_ADDR, n, CPUS[:1])
+            run(IOAM_LWT, "attach-route", *route, "--paused")
+            listed = json.loads(run(IOAM_LWT, "list-routes", "--instance", io_lab.tx_inst, "--json").stdout)
+            before = stats(IOAM_LWT, io_lab.tx_inst)
+            send_udp(lab.ns("H1"), H2_ADDR, n, CPUS[:1], seq0=n)
+            paused = delta(before, stats(IOAM_LWT, io_lab.tx_inst)), flow(IOAM_LWT, io_lab.tx_inst, 7)
+            run(IOAM_LWT, "attach-route", *route)
+            send_udp(lab.ns("H1"), H2_ADDR, n, CPUS[:1], seq0=2 * n)
+            got = rx.drain(3 * n)
+            records = dump(io_lab.rx_inst, count=2 * n, timeout_ms=3000)
+            f = flow(IOAM_LWT, io_lab.tx_inst, 7)
         expect_all("datagrams at H2", len(got), 3 * n)
         return [r["paused"] for r in listed["routes"]], paused, records, f
 
@@ -226,22 +228,17 @@ def test_packets_a_sends_itself_are_instrumented_in_the_flows_sequence(io_lab):
     lab, n = io_lab.lab, 20
 
     def attempt():
-        dump(io_lab.rx_inst)
-        rx = Receiver(lab.ns("H2"), H2_ADDR)
-        try:
-            with route_program(io_lab), ioam_flow(io_lab, every=1):
-                rules = lab.run("A", ["ip", "-6", "rule", "show"], check=True).stdout
-                local = lab.run("A", ["ip", "-6", "route", "show", "table", "3356"], check=True).stdout
-                copy = lab.run("A", ["ip", "-6", "route", "show", "table", "3355"], check=True).stdout
-                before = stats(IOAM_LWT, io_lab.tx_inst)
-                for k, sender in enumerate(("H1", "A", "H1")):
-                    send_udp(lab.ns(sender), H2_ADDR, n, CPUS[:1], seq0=k * n)
-                got = rx.drain(3 * n)
-                records = dump(io_lab.rx_inst, count=3 * n, timeout_ms=3000)
-                d = delta(before, stats(IOAM_LWT, io_lab.tx_inst))
-                f = flow(IOAM_LWT, io_lab.tx_inst, 7)
-        finally:
-            rx.close()
+        with every_packet_on_the_route(io_lab) as rx:
+            rules = lab.run("A", ["ip", "-6", "rule", "show"], check=True).stdout
+            local = lab.run("A", ["ip", "-6", "route", "show", "table", "3356"], check=True).stdout
+            copy = lab.run("A", ["ip", "-6", "route", "show", "table", "3355"], check=True).stdout
+            before = stats(IOAM_LWT, io_lab.tx_inst)
+            for k, sender in enumerate(("H1", "A", "H1")):
+                send_udp(lab.ns(sender), H2_ADDR, n, CPUS[:1], seq0=k * n)
+            got = rx.drain(3 * n)
+            records = dump(io_lab.rx_inst, count=3 * n, timeout_ms=3000)
+            d = delta(before, stats(IOAM_LWT, io_lab.tx_inst))
+            f = flow(IOAM_LWT, io_lab.tx_inst, 7)
         expect_all("datagrams from H1 and A at H2", len(got), 3 * n)
         return rules, local, copy, records, d, f
 
@@ -271,25 +268,19 @@ def test_pins_without_the_local_entry_get_it_on_the_same_maps(io_lab):
     loads the entry on the maps pinned there and pins it, so A's own packets count in the same flow.
     Forwarded packets 0..n-1 before, A's n..2n-1 after, one series at B."""
     lab, n = io_lab.lab, 10
-    route = ["--netns", lab.ns("A"), "--instance", io_lab.tx_inst, "--prefix", A_ROUTE, "--dev", "a0"]
-    route += ["--sids", ",".join(POLICY)]
+    route = route_args(io_lab)
     pins = PIN_ROOT / io_lab.tx_inst / "ioam_lwt"
 
     def attempt():
-        dump(io_lab.rx_inst)
-        rx = Receiver(lab.ns("H2"), H2_ADDR)
-        try:
-            with route_program(io_lab), ioam_flow(io_lab, every=1):
-                send_udp(lab.ns("H1"), H2_ADDR, n, CPUS[:1])
-                (pins / "prog_local").unlink()
-                run(IOAM_LWT, "attach-route", *route)  # in place: the route and its copies again
-                repinned = (pins / "prog_local").exists()
-                send_udp(lab.ns("A"), H2_ADDR, n, CPUS[:1], seq0=n)
-                got = rx.drain(2 * n)
-                records = dump(io_lab.rx_inst, count=2 * n, timeout_ms=3000)
-                f = flow(IOAM_LWT, io_lab.tx_inst, 7)
-        finally:
-            rx.close()
+        with every_packet_on_the_route(io_lab) as rx:
+            send_udp(lab.ns("H1"), H2_ADDR, n, CPUS[:1])
+            (pins / "prog_local").unlink()
+            run(IOAM_LWT, "attach-route", *route)  # in place: the route and its copies again
+            repinned = (pins / "prog_local").exists()
+            send_udp(lab.ns("A"), H2_ADDR, n, CPUS[:1], seq0=n)
+            got = rx.drain(2 * n)
+            records = dump(io_lab.rx_inst, count=2 * n, timeout_ms=3000)
+            f = flow(IOAM_LWT, io_lab.tx_inst, 7)
         expect_all("datagrams at H2", len(got), 2 * n)
         return repinned, records, f
 
@@ -337,16 +328,11 @@ def test_pins_lost_the_route_goes_on_and_is_given_back(io_lab):
     lab, n = io_lab.lab, 20
 
     def attempt():
-        dump(io_lab.rx_inst)
-        rx = Receiver(lab.ns("H2"), H2_ADDR)
-        try:
-            with route_program(io_lab), ioam_flow(io_lab, every=1):
-                shutil.rmtree(PIN_ROOT / io_lab.tx_inst / "ioam_lwt")
-                send_udp(lab.ns("H1"), H2_ADDR, n, CPUS[:1])
-                got = rx.drain(n)
-                records = dump(io_lab.rx_inst, count=len(got), timeout_ms=3000)
-        finally:
-            rx.close()
+        with every_packet_on_the_route(io_lab) as rx:
+            shutil.rmtree(PIN_ROOT / io_lab.tx_inst / "ioam_lwt")
+            send_udp(lab.ns("H1"), H2_ADDR, n, CPUS[:1])
+            got = rx.drain(n)
+            records = dump(io_lab.rx_inst, count=len(got), timeout_ms=3000)
         expect_all("datagrams at H2", len(got), n)
         return records
 
