@@ -497,24 +497,37 @@ class InlineAgent:
     def start_tc(self, m: pb.InlineMonitor, node_id: int, first_seq: int = 0) -> None:
         """The monitor on its side's program: ioam_tx on TC (INGRESS without a policy route) or ioam_rx.
         first_seq: where an INGRESS monitor moving from the route program goes on numbering."""
-        s = self.sides.get(m.side)
-        fresh = s is None
-        added_device = not fresh and m.device not in s.devices
-        if fresh:
-            self.attach(m.side, m.device, node_id)
-            s = self.sides[m.side]
-        elif added_device:
-            self.attach_dev(m.side, m.device)
+        attached = self._on_device(m.side, m.device, node_id)
+        s = self.sides[m.side]
         try:
             self.run(m.side, [*self.add_flow_args(m, s.node_id), *_first_seq_args(first_seq)], "monitor")
             self._add_alternate_paths(m)
         except ApiError:
-            if fresh:
-                self.detach(m.side)
-            elif added_device:
-                self.detach_dev(m.side, m.device)
+            self._off_device(m.side, m.device, attached)
             raise
         s.monitors[m.flow_id] = m
+
+    def _on_device(self, side: int, device: str, node_id: int) -> str:
+        """The side's program on device (a monitor's, or ahead of one): "attached" (the side's first
+        device), "added" (another device of it) or "" (already there)."""
+        s = self.sides.get(side)
+        if s is None:
+            self.attach(side, device, node_id)
+            return "attached"
+        if device not in s.devices:
+            self.attach_dev(side, device)
+            return "added"
+        return ""
+
+    def _off_device(self, side: int, device: str, attached: str) -> None:
+        """Undo _on_device when no monitor came to use the device."""
+        s = self.sides.get(side)
+        if s is None or any(m.device == device for m in s.monitors.values()):
+            return
+        if attached == "attached" and not s.monitors:
+            self.detach(side)
+        elif attached:
+            self.detach_dev(side, device)
 
     def _add_alternate_paths(self, m: pb.InlineMonitor) -> None:
         """ioam_rx keys its flows by SID list: each alternate path one more entry of the flow (the
@@ -880,13 +893,13 @@ class InlineAgent:
         m.device = self.srv6.devname(new.oif)
         # ioam_tx on the device before the route pauses: its loading (tens of ms) stays out of the
         # window in which the flow's packets go uninstrumented; with no flow yet it only passes them
-        attached = self._tc_on_device(m.device, rm.node_id)
+        attached = self._on_device(INGRESS, m.device, rm.node_id)
         try:
             next_seq = self._pause_route(rm, pol)
             self.stop_route(fid)
             self.start_tc(m, rm.node_id, next_seq)
         except ApiError:
-            self._tc_off_device(m.device, attached)
+            self._off_device(INGRESS, m.device, attached)
             raise
         self.fell_back[fid] = old_key
         self.notes[fid] = (
@@ -942,28 +955,6 @@ class InlineAgent:
         self.start_tc(m, node_id, next_seq)
         self.fell_back[m.flow_id] = key
         return "on ioam_tx on TC"
-
-    def _tc_on_device(self, device: str, node_id: int) -> str:
-        """ioam_tx attached to device ahead of a monitor: "attached", "added" (another device of a running
-        ioam_tx) or "" (already there)."""
-        s = self.sides.get(INGRESS)
-        if s is None:
-            self.attach(INGRESS, device, node_id)
-            return "attached"
-        if device not in s.devices:
-            self.attach_dev(INGRESS, device)
-            return "added"
-        return ""
-
-    def _tc_off_device(self, device: str, attached: str) -> None:
-        """Undo _tc_on_device when no monitor came to use it."""
-        s = self.sides.get(INGRESS)
-        if s is None or any(m.device == device for m in s.monitors.values()):
-            return
-        if attached == "attached" and not s.monitors:
-            self.detach(INGRESS)
-        elif attached:
-            self.detach_dev(INGRESS, device)
 
     def _pause_route(self, rm: RouteMonitor, pol: dict) -> int:
         """The route only encapsulates from now on (its entry rewritten with --paused: one map

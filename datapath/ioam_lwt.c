@@ -317,8 +317,8 @@ static int load_once(struct ioam_args *a)
 		err = ioam_tx_write_config(bpf_map__fd(skel->maps.ioam_tx_config), a);
 	if (!err && fresh)
 		err = pin_object(skel->obj, skel->progs.ioam_lwt, a->pin_dir);
-	if (!err && (err = bpf_program__pin(skel->progs.ioam_lwt_local, local_path)))
-		die_msg("cannot pin program %s: %s", local_path, strerror(-err));
+	if (!err)   /* every map is pinned by now: only the entry */
+		err = pin_object_as(skel->obj, skel->progs.ioam_lwt_local, a->pin_dir, LOCAL_PIN, true);
 	if (err && fresh)
 		unpin_dir(a->pin_dir);
 	ioam_lwt_bpf__destroy(skel);

@@ -321,7 +321,7 @@ FIVE = ["fc00:2::e", "fc00:2::e2", "fc00:2::e", "fc00:2::e2", "fc00:3::d6"]  # o
 @contextlib.contextmanager
 def monitored_policy(rlab, rpki, transit, tmp_path, alternate: list[str]):
     """A's agent running flow 7 (every packet) on its policy route, B's egress with `alternate` as an
-    alternate path of the flow; yields the agent, its in-line and Srv6 stubs, its channel and the
+    alternate path of the flow; yields the agent, its in-line and Srv6 clients, its channel and the
     policy. After: B's egress as before, the agent stopped (exit 0), the plain seg6 route back."""
     agent, b = a_agent(rlab, rpki, tmp_path), transit["B"]
     restart_egress(b, alternate_paths=[pb.InlinePath(segments=alternate)])

@@ -128,9 +128,8 @@ def a_route(io_lab) -> str:
 
 def route_args(io_lab) -> list[str]:
     """ioam_lwt attach-route's / detach-route's arguments for A's policy route."""
-    lab = io_lab.lab
-    return ["--netns", lab.ns("A"), "--instance", io_lab.tx_inst, "--prefix", A_ROUTE, "--dev", "a0",
-            "--sids", ",".join(POLICY)]  # fmt: skip
+    where = ["--netns", io_lab.lab.ns("A"), "--instance", io_lab.tx_inst]
+    return [*where, "--prefix", A_ROUTE, "--dev", "a0", "--sids", ",".join(POLICY)]
 
 
 @contextlib.contextmanager
