@@ -15,7 +15,7 @@ build:                      ## build eBPF objects, loaders, sender, streamer, de
 demo: setup build            ## the whole pipeline on an emulated SRv6 network, ~1 min
 	$(PY) scripts/demo.py
 
-test: setup build            ## every test, as root (CI runs exactly this), in parallel groups
+test:                        ## setup, build and every test, as root (CI runs exactly this), in parallel groups
 	bash scripts/test.sh
 
 test-quick: setup build      ## units, codecs, BPF_PROG_TEST_RUN: no services, < 3 min (tests/schedule.toml)
@@ -24,7 +24,7 @@ test-quick: setup build      ## units, codecs, BPF_PROG_TEST_RUN: no services, <
 test-cluster: setup build    ## the chart on a local single-node Kubernetes (docs/kubernetes-local.md), alone
 	$(PY) -m pytest -p no:cacheprovider -q tests/deploy/cluster_install.py
 
-test-durations: setup build  ## every test, then tests/durations.json (balances the groups) rewritten
+test-durations:              ## every test, then tests/durations.json (balances the groups) rewritten
 	bash scripts/test.sh --save-durations
 
 bench: setup build           ## benchmarks; figures go to docs/benchmarks.md

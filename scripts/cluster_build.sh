@@ -1,15 +1,12 @@
 #!/usr/bin/env bash
 # The binaries of the local single-node Kubernetes cluster (scripts/cluster.sh), built from source
 # through the Go module proxy into .local/k8s/bin/, pinned:
-#   kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy kubectl  (k8s.io/kubernetes)
+#   kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy kubectl  (k8s.io/kubernetes,
+#                                         in the module it shares with Helm: scripts/kube_module.sh)
 #   etcd                                  (go.etcd.io/etcd/server/v3's etcdmain, a three-line main)
 #   containerd containerd-shim-runc-v2 ctr (github.com/containerd/containerd/v2)
 #   runc                                  (github.com/opencontainers/runc, with seccomp)
 # The CNI plugins come from Debian (containernetworking-plugins).
-#
-# k8s.io/kubernetes cannot be `go install`ed: its go.mod replaces the k8s.io/* staging modules by
-# folders of its own tree. A wrapper module requires it and replaces each staging module by the
-# published v0.<minor>.<patch> of the same release instead (the list is read from kubernetes' go.mod).
 #
 # Idempotent: a stamp records what was built; nothing is rebuilt when it matches. Heavy (about
 # 10 min of both cores from a cold Go cache): one go build at a time, at its caller's priority. The test
@@ -23,20 +20,19 @@ BIN=$K8S/bin
 STATUS=$K8S/.build.status
 export PATH=$PATH:/usr/local/go/bin GOTOOLCHAIN=local GOFLAGS=-buildvcs=false
 
-KUBE_VERSION=v1.34.4
+source scripts/kube_module.sh  # KUBE_VERSION, KUBE_CMDS, kube_module, kube_go_build
 ETCD_VERSION=v3.6.13
 CONTAINERD_VERSION=v2.4.2
 # Debian's runc 1.1.5 fails every sandbox here ("can't get final child's PID from pipe: EOF",
 # kernel 6.18, containerd 2.4): runc is built too, with seccomp (cgo, libseccomp-dev)
 RUNC_VERSION=v1.5.3
-KUBE_CMDS=(kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy kubectl)
 DEBS=(containernetworking-plugins nftables conntrack libseccomp-dev pkg-config)
 
 say() { echo "[cluster-build] $*"; }
 fail() { say "ERROR: $*" >&2; echo "failed: $*" >> "$STATUS"; exit 1; }
 mkdir -p "$BIN" "$K8S/src"
 echo "building" > "$STATUS"
-want="kubernetes=$KUBE_VERSION etcd=$ETCD_VERSION containerd=$CONTAINERD_VERSION runc=$RUNC_VERSION"
+want="kubernetes=$KUBE_VERSION+helm-$HELM_VERSION etcd=$ETCD_VERSION containerd=$CONTAINERD_VERSION runc=$RUNC_VERSION"
 stamp=$K8S/.build.stamp
 # one stamp per part (kubernetes, etcd, containerd): a part is rebuilt only when its version
 # changed or one of its binaries is missing (linking the six Kubernetes binaries alone is minutes)
@@ -71,50 +67,23 @@ fi
 command -v go >/dev/null || fail "go not found"
 t_all=$(date +%s)
 
-# --- Kubernetes: the wrapper module ---
+# --- Kubernetes: from the module it shares with Helm (scripts/kube_module.sh) ---
 build_kubernetes() {
-kube_src=$K8S/src/kubernetes
-minor=${KUBE_VERSION#v1.}   # 34.4
-if [ ! -f "$kube_src/go.sum" ] || ! grep -q "k8s.io/kubernetes $KUBE_VERSION" "$kube_src/go.mod"; then
-    say "wrapper module for k8s.io/kubernetes $KUBE_VERSION"
-    rm -rf "$kube_src" && mkdir -p "$kube_src"
-    kube_mod=$(cd "$kube_src" && go mod download -json "k8s.io/kubernetes@$KUBE_VERSION" \
-        | sed -n 's/.*"GoMod": "\(.*\)",*/\1/p')
-    [ -f "$kube_mod" ] || fail "go mod download k8s.io/kubernetes@$KUBE_VERSION"
-    {
-        echo "module segscope.local/kubebuild"
-        echo
-        echo "go 1.24"
-        echo
-        echo "require k8s.io/kubernetes $KUBE_VERSION"
-        echo
-        # every `k8s.io/x => ./staging/src/k8s.io/x` of kubernetes' go.mod, pinned to v0.<minor>
-        sed -n 's#^[[:space:]]*\(k8s.io/[a-z0-9-]*\) => ./staging/src/.*#replace \1 => \1 v0.'"$minor"'#p' "$kube_mod"
-    } > "$kube_src/go.mod"
-    {
-        echo "//go:build tools"
-        echo
-        echo "package kubebuild"
-        echo
-        echo "import ("
-        for c in "${KUBE_CMDS[@]}"; do echo "	_ \"k8s.io/kubernetes/cmd/$c\""; done
-        echo ")"
-    } > "$kube_src/tools.go"
-    (cd "$kube_src" && go mod tidy -e) > "$K8S/kube-tidy.log" 2>&1 || fail "go mod tidy (log: $K8S/kube-tidy.log)"
-fi
+kube_module "$K8S/kube-tidy.log" || fail "the Kubernetes module (log: $K8S/kube-tidy.log)"
 # the version the binaries report (kubelet's node status, kubectl version): the release ldflags
-ver_pkg=k8s.io/component-base/version
+local minor=${KUBE_VERSION#v1.} ver_pkg=k8s.io/component-base/version ldflags
 ldflags="-s -w -X $ver_pkg.gitVersion=$KUBE_VERSION -X $ver_pkg.gitMajor=1 -X $ver_pkg.gitMinor=${minor%%.*}"
 ldflags+=" -X $ver_pkg.gitTreeState=clean -X $ver_pkg.buildDate=1970-01-01T00:00:00Z"
 t0=$(date +%s)
 say "go build ${KUBE_CMDS[*]} ($KUBE_VERSION)"
 pkgs=()
 for c in "${KUBE_CMDS[@]}"; do pkgs+=("k8s.io/kubernetes/cmd/$c"); done
-(cd "$kube_src" && go build -tags tools -ldflags "$ldflags" -o "$BIN/" "${pkgs[@]}") \
-    > "$K8S/kube-build.log" 2>&1 || fail "go build kubernetes (log: $K8S/kube-build.log)"
+kube_go_build "$K8S/kube-build.log" "$BIN/" "$ldflags" "${pkgs[@]}" || fail "go build kubernetes (log: $K8S/kube-build.log)"
 say "kubernetes built in $(($(date +%s) - t0)) s"
 }
-part_done kubernetes "$KUBE_VERSION" "${KUBE_CMDS[@]}" || { build_kubernetes && echo "$KUBE_VERSION" > "$K8S/.build.kubernetes"; }
+# the module's Helm version is part of the stamp: it moves the versions the binaries are built against
+kube_part=$KUBE_VERSION+helm-$HELM_VERSION
+part_done kubernetes "$kube_part" "${KUBE_CMDS[@]}" || { build_kubernetes && echo "$kube_part" > "$K8S/.build.kubernetes"; }
 
 # --- etcd: etcdmain behind a main of our own (the etcd root module is not served) ---
 build_etcd() {

@@ -7,9 +7,11 @@
 # tests start are stopped by the tests; the runner sweeps up after a crash or an
 # interrupt, and the trap below after the runner.
 #
-#   bash scripts/test.sh                    everything (make test)
-#   bash scripts/test.sh --quick            units, codecs, BPF_PROG_TEST_RUN; no services (make test-quick)
-#   bash scripts/test.sh tests/agent -x     these pytest arguments, as one group with its own stack
+#   bash scripts/test.sh                    setup, build, then everything (make test)
+#   bash scripts/test.sh --quick            units, codecs, BPF_PROG_TEST_RUN; no services (make test-quick,
+#                                           after its setup and build)
+#   bash scripts/test.sh tests/agent -x     setup, build, then these pytest arguments, as one group with
+#                                           its own stack
 #   bash scripts/test.sh --plan             how the suite is split, without running it
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -43,17 +45,23 @@ trap sweep EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
-# What the slowest tests need builds in the background at nice 19 while the other
-# tests run (scripts/test_builds.sh): the Kubernetes tools of tests/deploy/ (3-5 min of `go install`
-# from cold), then the local cluster's binaries (about 10 min of both cores from cold) and the
-# images (several minutes) of the cluster test, which runs last. The tests wait for their part.
+# What the slowest tests need builds in the background at nice 19 while the other tests run
+# (scripts/test_builds.sh): the Kubernetes tools of tests/deploy/, then the local cluster's binaries
+# (about 10 min of both cores from cold) and the images (several minutes) of the cluster test, which
+# runs last. The Go builds start first, before `make setup build`, whose pip and download waits and
+# one-core make leave a fresh machine's CPU half idle; the parts that need the venv and the build
+# wait for it (the file $ready). The tests wait for their part.
 if [ "$quick" = 0 ]; then
   mkdir -p .local/bin
+  ready=.local/bin/.test-builds.ready
+  rm -f "$ready"
   # nice 19 (CFS weight 15 against a test group's 1024): at nice 10 (weight 110) a fresh machine's
   # builds slowed the groups' timing tests enough to fail four of them
-  nice -n 19 setsid bash scripts/test_builds.sh > .local/bin/.test-builds.log 2>&1 &
+  nice -n 19 setsid bash scripts/test_builds.sh --after "$ready" > .local/bin/.test-builds.log 2>&1 &
   K8S_PID=$!
   echo "$K8S_PID" > .local/bin/.k8s-tools.pid
+  make --no-print-directory setup build || exit 1
+  touch "$ready"
 fi
 
 # Lint and format first (ruff.toml): a minute of pytest is not spent on code that fails them.

@@ -521,6 +521,38 @@ def pod_workload(pod: dict) -> tuple[str, str] | None:
     return None
 
 
+def module_versions(binary: Path) -> dict[str, str]:
+    """The Go modules a binary was built from (`go version -m`), each at the version it was
+    compiled at: a replacement's when the module was replaced."""
+    out = run(["/usr/local/go/bin/go", "version", "-m", str(binary)]).stdout
+    versions: dict[str, str] = {}
+    last = ""
+    for line in out.splitlines():
+        fields = line.split()
+        if len(fields) >= 3 and fields[0] == "dep":
+            last = fields[1]
+            versions[last] = fields[2]
+        elif len(fields) >= 3 and fields[0] == "=>" and last:
+            versions[last] = fields[2]
+    return versions
+
+
+def test_helm_and_the_cluster_are_compiled_against_the_same_libraries():
+    """Helm and the Kubernetes binaries come from one Go module (scripts/kube_module.sh), so that a
+    cold machine compiles what they share once: Go reuses a compiled package only when every module
+    below it is the same version. Two go.mod files would give two versions of client-go and twice
+    the build."""
+    wait_for_build()
+    helm = module_versions(Path(tool("helm")))
+    for name in ("kube-apiserver", "kubectl", "kubelet"):
+        kube = module_versions(K8S / "bin" / name)
+        shared = sorted(set(helm) & set(kube))
+        assert {"k8s.io/api", "k8s.io/apimachinery", "k8s.io/client-go", "google.golang.org/protobuf"} <= set(shared)
+        differ = {m: (helm[m], kube[m]) for m in shared if helm[m] != kube[m]}
+        assert not differ, f"helm and {name} built against other versions: {differ}"
+        assert kube["k8s.io/client-go"] == "v0.34.4", kube["k8s.io/client-go"]
+
+
 def test_every_pod_ready_and_init_containers_done(installed):
     items = pods()
     assert not not_ready(items)
