@@ -52,7 +52,7 @@ else
         read -r name pkg <<< "$tool"
         rm -rf "$LOCAL/bin/.$name.tmp"; mkdir -p "$LOCAL/bin/.$name.tmp"
         GOTOOLCHAIN=local GOFLAGS=-buildvcs=false GOBIN=$LOCAL/bin/.$name.tmp \
-            go install -gcflags "$KUBE_GCFLAGS" -ldflags "-s -w" "$pkg" > "$LOCAL/bin/.$name.log" 2>&1 &
+            go install -gcflags "$NO_DWARF_GCFLAGS" -ldflags "-s -w" "$pkg" > "$LOCAL/bin/.$name.log" 2>&1 &
         pids+=($!); names+=("$name")
     done
     failed=()

@@ -19,7 +19,7 @@ KUBE_CMDS=(kube-apiserver kube-controller-manager kube-scheduler kubelet kube-pr
 KUBE_MODULE=$PWD/.local/k8s/src/kubebuild
 # No DWARF from the compiler: the binaries are linked with -s -w, which drops it anyway (4 % of a
 # cold build's CPU)
-KUBE_GCFLAGS=all=-dwarf=false
+NO_DWARF_GCFLAGS=all=-dwarf=false
 
 kube_module() {
     local log=$1 minor=${KUBE_VERSION#v1.} want kube_mod
@@ -65,5 +65,5 @@ kube_go_build() {
     local log=$1 out=$2 ldflags=$3
     shift 3
     (cd "$KUBE_MODULE" && GOFLAGS=-buildvcs=false GOTOOLCHAIN=local \
-        go build -tags tools -gcflags "$KUBE_GCFLAGS" -ldflags "$ldflags" -o "$out" "$@") > "$log" 2>&1
+        go build -tags tools -gcflags "$NO_DWARF_GCFLAGS" -ldflags "$ldflags" -o "$out" "$@") > "$log" 2>&1
 }

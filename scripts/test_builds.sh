@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # What the slowest tests need, built in the background while the rest of the suite runs.
-# scripts/test.sh starts this at nice 19 in a process group of its own (.local/bin/.k8s-tools.pid)
+# scripts/test.sh starts this in a session and process group of its own (.local/bin/.k8s-tools.pid;
+# the session weighs like one test group: scripts/test.sh says why)
 # before it runs `make setup build`, so that the Go builds use the CPU the setup leaves idle (pip and
 # the module proxy's downloads, a one-core make), and stops it when the test command ends. Each part
 # has its status file, whose last line is "queued", "building", "ok" or "failed: <what>":
