@@ -383,7 +383,8 @@ def test_edges_carry_the_injected_delay(e2e):
     late = e2e["late"]
     assert all(s["send_errors"] == 0 for s in e2e["sent"].values())
     # the STAMP pipeline's own accounting is tests/e2e's subject; here: (nearly) every packet
-    # made it, so the newest second is a full one
+    # made it, so the newest second is a full one, but for the sender's last packet when a loaded
+    # machine ran the sender late (then alone in a second of its own: below)
     sent = sum(s["sent"] for s in e2e["sent"].values())
     print(
         "\naccounting: sent",
@@ -415,7 +416,12 @@ def test_edges_carry_the_injected_delay(e2e):
         }
         assert edge["delay_measured_at_ns"] == point.timestamp_ns
         assert edge["latency"] == edge["unidir_link_delay"] == round(point.fields["mean_us"], 3)
-        assert edge["unidir_delay_variation"] == round(point.fields["ipdv_mean_us"], 3)
+        if point.fields.get("ipdv_mean_us") is None:
+            # a second of one packet has no variation, and the edge none either: the sender's last
+            # packet alone in a second of its own, when a loaded machine ran the sender late
+            assert point.fields["count"] == 1 and "unidir_delay_variation" not in edge, edge
+        else:
+            assert edge["unidir_delay_variation"] == round(point.fields["ipdv_mean_us"], 3)
         # ... and that is the injected delay plus the path's own latency
         report[direction] = {
             "edge_us": edge["unidir_link_delay"],
