@@ -7,7 +7,7 @@
 #   .local/k8s-schemas/   offline JSON schemas for kubeconform (from PyPI's kubernetes-validate,
 #                         converted by scripts/k8s_schemas.py; needs .local/venv, `make setup`)
 # Idempotent (a stamp file records what was built). About 2-4 min from a cold Go cache: the test
-# command (scripts/test.sh) starts this in the background at low priority and the deploy tests,
+# command (scripts/test.sh) starts this in the background (scripts/test_builds.sh) and the deploy tests,
 # which run last, wait for it; run it yourself to use the tools (`bash scripts/k8s_tools.sh`).
 # `--binaries`: the Go builds only (no venv needed); the status stays "building".
 # The last line of .local/bin/.k8s-tools.status is "ok" or "failed: <what>".

@@ -1,4 +1,4 @@
-"""Helpers of the deploy tests: the Kubernetes tools `make setup` builds into .local/bin, rendering
+"""Helpers of the deploy tests: the Kubernetes tools scripts/k8s_tools.sh builds into .local/bin, rendering
 the chart and the overlays, and walking the rendered objects' containers."""
 
 from __future__ import annotations
