@@ -53,8 +53,10 @@ from processors.runtime.acks import InOrderAcks
 from processors.runtime.config import faust_app_settings
 from processors.runtime.deadletters import dead_letter, decode_or_dead_letter
 from processors.runtime.health import ProcessorHealth
+from processors.runtime.input_watch import InputWatch, hold_idle_clocks
 from processors.runtime.intake import BatchIntake
 from processors.runtime.moves import PartitionMoves
+from processors.runtime.timers import every
 from processors.runtime.topics import read_progress
 from segscope_schemas.ioam_record import decode_batch
 from segscope_schemas.names import TOPIC_CONFIG, TOPIC_PATHS
@@ -155,15 +157,25 @@ def load_progress(values: list[dict]) -> None:
 
 CATCHUP_S = 10
 
+# the input's reachability, read every second while the worker runs (runtime/input_watch.py)
+input_watch = InputWatch(app, {cfg.records_topic})
+
+
+@every(app, 1.0)
+async def hold_idle_clocks_while_input_stale() -> None:
+    """While no fetch is answered (a Kafka outage), the flows' silence is the consumer's: their
+    idle clocks are held, and once the input answers again the held records get CATCHUP_S to arrive
+    (the clients that held them reconnect with a backoff of their own)."""
+    if input_watch.stale():
+        hold_idle_clocks(aggregator.flows.values(), clock_tai_ns() + CATCHUP_S * NS_PER_S)
+
 
 async def after_assignment() -> None:
     """As the delay processor's: the flows this worker keeps were silent during the rebalance because
     the consumer was; their idle clocks restart now, with CATCHUP_S for the replay to arrive. The
     progress topic is read in the event loop on purpose: no message may be processed before the
     seeds are in place."""
-    until = clock_tai_ns() + CATCHUP_S * NS_PER_S
-    for st in aggregator.flows.values():
-        st.last_ingest_tai_ns = max(st.last_ingest_tai_ns, until)
+    hold_idle_clocks(aggregator.flows.values(), clock_tai_ns() + CATCHUP_S * NS_PER_S)
     load_progress(read_progress(cfg.bootstrap, PROGRESS_TOPIC, f"{cfg.app_id}-progress-reader"))
 
 
@@ -297,6 +309,7 @@ async def publish_counters() -> None:
         "path_records": paths.records,
         "path_records_malformed": paths.malformed,
         **moves.counts,
+        **input_watch.counts,
         **newest.counts(),
     }
     ts = time.time_ns()

@@ -71,6 +71,7 @@ from processors.runtime.clock import ActiveClock
 from processors.runtime.config import faust_app_settings
 from processors.runtime.deadletters import dead_letter, decode_or_dead_letter
 from processors.runtime.health import ProcessorHealth
+from processors.runtime.input_watch import InputWatch
 from processors.runtime.intake import BatchIntake
 from processors.runtime.moves import PartitionMoves
 from processors.runtime.timers import every
@@ -430,6 +431,7 @@ async def publish_counters() -> None:
         "path_records": paths.records,
         "path_records_malformed": paths.malformed,
         **moves.counts,
+        **input_watch.counts,
         **newest.counts(),
     }
     line = counters_line(joiner.counters, "loss", ts, extra=extra, instance=health.instance)
@@ -486,6 +488,17 @@ moves = PartitionMoves(
 intake = BatchIntake(app, moves.counts)
 intake.take(blocks_topic, moves.batches(split_messages))
 intake.take(by_flow_topic, moves.batches(join_messages))
+input_watch = InputWatch(app, {cfg.blocks_topic, cfg.by_flow_topic})
+
+
+@every(app, 1.0)
+async def stop_the_clock_while_input_stale() -> None:
+    """No fetch answered (a Kafka outage): the blocks' other sides cannot come in, so their
+    timeouts and retention stand still until the input answers again (runtime/input_watch.py)."""
+    if input_watch.stale():
+        active_clock.pause("input")
+    else:
+        active_clock.resume("input")
 
 
 _last_log = 0.0

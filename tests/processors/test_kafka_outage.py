@@ -2,10 +2,16 @@
 Kafka is gone ends at its deadline.
 
 The test's own broker (a stack slot of its own: it is stopped and started here) takes STAMP
-records from a producer that keeps sending through the outage (its client holds them and delivers
-them when the broker is back). The real delay worker (`python -m processors.delay`):
+records from a producer that keeps measuring through the outage and holds what it measured, as an
+agent's Kafka client does, until the worker has been reading again for a while: a client
+reconnects with a backoff of its own (librdkafka's goes up to 10 s), so the held records can come
+after the worker's first flushes. The real delay worker (`python -m processors.delay`):
 - while the broker is down, paces its retries: aiokafka's producer sender alone turned about
   2 000 metadata attempts and 6 000 ERROR lines a second on a full core (kafka_pacing.py);
+- holds its sessions' idle clocks while its input is stale (runtime/input_watch.py): before, the
+  first flush after the outage evicted the silent session's seconds by the wall clock and the held
+  records that came after it were dropped as late (975 of them in a run where the broker took 14 s
+  to come back);
 - after the broker's restart, publishes every second with the exact count of records sent in it;
 - stopped (SIGTERM) while the broker is down again, exits at SEGSCOPE_STOP_TIMEOUT_S with the
   deadline's exit code and says why, instead of waiting for a broker that is gone (stopping.py);
@@ -71,6 +77,18 @@ def published_counts(bootstrap: str, node: str) -> dict[int, int]:
     return got
 
 
+def processor_lines(bootstrap: str, since_ns: int) -> list[dict]:
+    """The fields of the delay worker's segscope_processor lines stamped at or after since_ns."""
+    out = []
+    for _key, value in read_topic(bootstrap, names.TOPIC_METRICS, f"outage-read-{uuid.uuid4().hex[:8]}"):
+        for line in value.decode(errors="replace").splitlines():
+            if line.startswith("segscope_processor,processor=delay"):
+                p = parse_line(line)
+                if p.timestamp_ns >= since_ns:
+                    out.append(p.fields)
+    return out
+
+
 def test_broker_outage_paced_resumed_exact_and_a_stop_without_broker_ends_at_its_deadline(broker, tmp_path):
     run = uuid.uuid4().hex[:8]
     node, topic, app_id = f"outage{run}", f"test.outage.{run}", f"outage-{run}"
@@ -81,21 +99,32 @@ def test_broker_outage_paced_resumed_exact_and_a_stop_without_broker_ends_at_its
     sent: dict[int, int] = {}  # second (TAI) -> records sent in it
     errors: list = []
     stop = threading.Event()
+    hold = threading.Event()  # set: measure on, keep the batches (the outage and the reconnect)
+    holding = threading.Event()  # the producer keeps its batches now, and everything before is delivered
 
-    def produce() -> None:  # through the outage: librdkafka holds the batches and delivers them after
+    def produce() -> None:
         p = Producer({"bootstrap.servers": broker.bootstrap, "enable.idempotence": True, "acks": "all",
                       "message.timeout.ms": 120_000})  # fmt: skip
-        seq = 0
+        seq, held = 0, []
         while not stop.is_set():
             r = stamp_batch(seq, time.clock_gettime_ns(time.CLOCK_TAI), BATCH, RATE)
             seconds, counts = np.unique(r["t1_ns"] // NS, return_counts=True)
             for s, c in zip(seconds.tolist(), counts.tolist()):
                 sent[s] = sent.get(s, 0) + c
-            p.produce(topic, encode_batch(r, node, seq // BATCH), key=f"{node}/1".encode(),
-                      on_delivery=lambda err, msg: err and errors.append(err))  # fmt: skip
+            held.append(encode_batch(r, node, seq // BATCH))
+            if hold.is_set() and not holding.is_set():
+                assert p.flush(30) == 0  # nothing of before the outage is still in flight
+                holding.set()
+            if not hold.is_set():
+                for value in held:  # the held ones first, in order
+                    p.produce(topic, value, key=f"{node}/1".encode(),
+                              on_delivery=lambda err, msg: err and errors.append(err))  # fmt: skip
+                held.clear()
+                holding.clear()
             p.poll(0)
             seq += BATCH
             time.sleep(BATCH / RATE)
+        assert not held
         assert p.flush(60) == 0
 
     producer = threading.Thread(target=produce)
@@ -103,6 +132,8 @@ def test_broker_outage_paced_resumed_exact_and_a_stop_without_broker_ends_at_its
         wait_consuming(log, 0, topic)
         producer.start()
         time.sleep(4)
+        hold.set()
+        assert holding.wait(30), "the producer did not deliver what it had before the outage"
         broker.stop()  # the outage
         time.sleep(1)  # the clients notice
         cpu0, lines0, t0 = cpu_s(worker.pid), len(log.read_text(errors="replace").splitlines()), time.monotonic()
@@ -116,6 +147,14 @@ def test_broker_outage_paced_resumed_exact_and_a_stop_without_broker_ends_at_its
 
         broker.fresh = False  # the same data: topics, offsets and the group's commits survive
         broker.start()
+        restarted_ns = time.time_ns()
+        # the records come back only after two of the worker's flushes ran on the restarted broker:
+        # the first flush's rules then apply to a session silent for the whole outage
+        deadline = time.monotonic() + 60
+        while len(processor_lines(broker.bootstrap, restarted_ns)) < 2 and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert len(processor_lines(broker.bootstrap, restarted_ns)) >= 2, "the worker did not publish after the outage"
+        hold.clear()
         time.sleep(5)
         stop.set()
         producer.join()
@@ -132,6 +171,10 @@ def test_broker_outage_paced_resumed_exact_and_a_stop_without_broker_ends_at_its
             f"wrong {[(s, want[s], got[s]) for s in want if s in got and got[s] != want[s]]}"
         )
         assert "Traceback" not in log.read_text(errors="replace")
+        counters = processor_lines(broker.bootstrap, restarted_ns)[-1]
+        print(f"[outage] input stalls {counters['input_stalls']}, stale for {counters['input_stale_ms']} ms")
+        assert counters["late_records_dropped"] == 0, counters
+        assert counters["input_stalls"] >= 1 and counters["input_stale_ms"] > 0, counters
 
         broker.stop()  # gone again, and the worker is told to stop
         time.sleep(1)
@@ -167,3 +210,22 @@ def test_every_processor_runs_the_worker_with_the_stop_deadline(name):
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.split() == ["processors.runtime.stopping", "Worker", "paced_metadata_update"], out.stdout
+
+
+@pytest.mark.parametrize(
+    ("name", "inputs"),
+    [("delay", ["records_topic"]), ("loss", ["blocks_topic", "by_flow_topic"]), ("inline", ["records_topic"])],
+)
+def test_every_processor_watches_its_input_topics(name, inputs):
+    """The delay, loss and in-line processors hold their idle clocks (the loss one: its timeout
+    clock) while their input is stale; the watch must cover every input topic and nothing else."""
+    code = (
+        "import importlib; "
+        f"m = importlib.import_module('processors.{name}.app'); "
+        f"print(sorted(m.input_watch.topics) == sorted(getattr(m.cfg, t) for t in {inputs!r}), "
+        "sorted(m.input_watch.topics))"
+    )
+    env = dict(os.environ, PYTHONPATH=f"{REPO}:{REPO / 'schemas' / 'python'}", SEGSCOPE_DELAY_HEALTH="off")
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split()[0] == "True", out.stdout

@@ -106,3 +106,23 @@ def test_lease_reads_the_real_clock():
     lease = HeartbeatLease()
     lease.renew(time.monotonic())
     assert lease.allows_publishing()
+
+
+def test_active_clock_pauses_overlap_and_run_again_when_the_last_ends(fake_ns):
+    """A rebalance while the input is stale (a Kafka outage): the clock stands still from the first
+    pause to the end of the last, whichever order they end in."""
+    clock = ActiveClock(stall_s=1.0)
+    t0 = clock.now_ns()
+    clock.pause("input")
+    fake_ns[0] += S // 10
+    clock.pause()  # the rebalance
+    fake_ns[0] += S // 10
+    clock.resume("input")  # the input answers again, the rebalance goes on
+    fake_ns[0] += S // 10
+    assert clock.now_ns() == t0
+    clock.resume("input")  # again: nothing
+    clock.resume()
+    fake_ns[0] += S // 10
+    assert clock.now_ns() - t0 == S // 10
+    clock.resume("input")  # a resume without its pause changes nothing
+    assert clock.now_ns() - t0 == S // 10
