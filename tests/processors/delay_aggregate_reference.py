@@ -32,7 +32,10 @@ Design (why it looks like this):
   record for such a second re-opens it, and the next flush re-emits the full,
   updated aggregate with the same measurement, tags and timestamp, so InfluxDB
   overwrites the earlier point (idempotent sink). Records older than the retention
-  horizon are dropped and counted (late_records_dropped).
+  horizon are dropped and counted (late_records_dropped). A session idle for `retention`
+  (wall clock) has all its seconds evicted, and its horizon stops after the newest second it
+  had records for: records that come later for a second after it (an agent cut off from Kafka
+  for longer than the retention delivers what it held) make a new, whole second.
 - Duplicates (same session and sender_seq already seen in that second, e.g. after
   a streamer replay) are removed when a second is merged, keeping the first copy,
   and counted (duplicate_records).
@@ -291,6 +294,7 @@ class SessionState:
     last_ingest_tai_ns: int = 0  # wall clock (CLOCK_TAI) of the last batch with records
     horizon_s: int = -(2**62)  # seconds below this were evicted: their records are dropped
     final_below_s: int = -(2**62)  # seconds below this were final before a restart (seed_final)
+    newest_s: int = -(2**62)  # the newest second records came for (also skipped or late ones)
     seconds: dict[int, SecondAccumulator] = field(default_factory=dict)
     tags: str = ""  # "node=..,ssid=.." (escaped)
 
@@ -409,6 +413,8 @@ class DelayAggregator:
     ) -> None:
         st = self._session(node, ssid)
         st.last_ingest_tai_ns = now_tai_ns
+        if second > st.newest_s:
+            st.newest_s = second
         if second < st.final_below_s:  # published complete by the worker before a restart
             self.counters.replayed_records_skipped += len(seq)
             return
@@ -455,10 +461,13 @@ class DelayAggregator:
                     self._emit(st, acc, lines)
             # Eviction runs on data time (the watermark), so replayed old data is kept as
             # long as live data would be; only an idle session falls back to the wall clock.
-            evict_wm = st.watermark_ns
+            horizon = (st.watermark_ns - self.retention_ns) // NS_PER_S
             if idle_ns >= self.retention_ns:
-                evict_wm = max(evict_wm, now_tai_ns)
-            horizon = (evict_wm - self.retention_ns) // NS_PER_S
+                # all its seconds go, but the horizon stops after the newest one records came for:
+                # a later second was never published, so records for it that come now (held by an
+                # agent cut off from Kafka for longer than the retention) make it whole, not partial
+                wall = (now_tai_ns - self.retention_ns) // NS_PER_S
+                horizon = max(horizon, min(wall, st.newest_s + 1))
             if horizon > st.horizon_s:
                 for s in [s for s in st.seconds if s < horizon]:
                     acc = st.seconds.pop(s)

@@ -471,3 +471,29 @@ def test_clock_error_matches_the_scalar_decoder_over_the_field():
         scale, mult = (e >> 8) & 0x3F, e & 0xFF
         want = min(ee_to_error_ns(scale, mult), 86_400 * 10**9) + 1
         assert g == want, (hex(e), g, want)
+
+
+def test_records_held_past_the_retention_of_an_idle_session_make_whole_seconds():
+    """An agent cut off from Kafka for longer than the retention delivers what it held: the seconds
+    after the session's newest one were never published and are kept whole; only a record for a
+    second that was published and evicted is dropped (counted)."""
+    t0 = BASE_S * NS_PER_S
+    agg = DelayAggregator(grace_s=0.5, retention_s=5.0, idle_s=2.0)
+    now = t0 + NS_PER_S // 2
+    agg.ingest("A", make_records([1, 2], [t0 + 1, t0 + 2], [1000, 1000], [100, 100]), now_tai_ns=now)
+    now += 20 * NS_PER_S  # the agent is cut off: nothing for 20 s, the session is idle past the retention
+    first = by_direction(agg.flush(now))
+    assert first[("1", "forward", t0)]["count"] == 2 and agg.open_seconds() == 0
+    # what it held: the rest of second 0 (published and evicted: late) and seconds 1 to 3
+    held = make_records(
+        [3, 4, 5, 6, 7],
+        [t0 + 3, t0 + NS_PER_S, t0 + NS_PER_S + 5, t0 + 2 * NS_PER_S, t0 + 3 * NS_PER_S],
+        [1000] * 5,
+        [100] * 5,
+    )
+    agg.ingest("A", held, now_tai_ns=now)
+    assert agg.counters.late_records_dropped == 1
+    now += 3 * NS_PER_S  # idle again: they close by the clock
+    got = by_direction(agg.flush(now))
+    assert {s: got[("1", "forward", t0 + s * NS_PER_S)]["count"] for s in (1, 2, 3)} == {1: 2, 2: 1, 3: 1}
+    assert ("1", "forward", t0) not in got  # second 0 is not published again from its tail
