@@ -491,13 +491,18 @@ intake.take(by_flow_topic, moves.batches(join_messages))
 input_watch = InputWatch(app, {cfg.blocks_topic, cfg.by_flow_topic})
 
 
+CATCHUP_S = 10
+
+
 @every(app, 1.0)
 async def stop_the_clock_while_input_stale() -> None:
     """No fetch answered (a Kafka outage): the blocks' other sides cannot come in, so their
-    timeouts and retention stand still until the input answers again (runtime/input_watch.py)."""
+    timeouts and retention stand still (runtime/input_watch.py), and CATCHUP_S longer once the
+    input answers again: the collectors' clients that held the other sides reconnect with a backoff
+    of their own, as the delay processor's idle clocks allow for."""
     if input_watch.stale():
         active_clock.pause("input")
-    else:
+    elif time.time() - input_watch.answered_again_at >= CATCHUP_S:
         active_clock.resume("input")
 
 

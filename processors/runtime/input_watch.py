@@ -39,6 +39,7 @@ class InputWatch:
         self.counts = {"input_stalls": 0, "input_stale_ms": 0}
         self._stale_since: float | None = None
         self._assigned_at: dict = {}  # partition -> ms this watch first saw it assigned
+        self.answered_again_at = 0.0  # wall-clock s the last stale episode ended
 
     def oldest_answer_ms(self) -> int | None:
         """Wall-clock ms of the oldest last fetch answer among the input partitions assigned (for
@@ -66,6 +67,7 @@ class InputWatch:
             self._stale_since = now
             log.warning("input not answered for %.1f s: idle clocks held until it is", now - oldest / 1000)
         elif not stale and self.stale_now:
+            self.answered_again_at = now
             log.info("input answered again after %.1f s", now - (self._stale_since or now))
         if self._stale_since is not None:
             self.counts["input_stale_ms"] += int((now - self._stale_since) * 1000)

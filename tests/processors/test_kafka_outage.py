@@ -35,16 +35,23 @@ from confluent_kafka import Producer
 from processors.delay.topics import ensure_topics
 from processors.runtime.stopping import EXIT_STOP_DEADLINE
 from processors.runtime.topics import read_topic
+from segscope_schemas import altmark_block as ab
 from segscope_schemas import names
 from segscope_schemas.line_protocol import parse_line
 from segscope_schemas.stamp_record import encode_batch
 from services.kafka.kafka import Kafka
 from tests.isolation import extra_stack
+from tests.processors.conftest import stop_worker
 from tests.processors.test_delay_crash import NS, REPO, stamp_batch, start_worker, wait_consuming
+from tests.processors.test_loss_app import rec
+from tests.processors.test_loss_app import start_worker as start_loss_worker
 
 RATE, BATCH = 100, 10  # records per second, in batches of BATCH
 OUTAGE_S = 6
 STOP_TIMEOUT_S = 4
+# the loss worker's block timeout: more than the time its clock counts before it finds the input
+# stale (the broker stops ~0.5 s after block B's tx side; stale 4 s after the last fetch answer)
+LOSS_TIMEOUT_S = 9
 # the worker's CPU and log while no broker answers, per second: measured 0.03 CPU-s and 46 lines
 # paced, 1 CPU-s and 6 000 lines before
 MAX_CPU_PER_S, MAX_LINES_PER_S = 0.25, 300
@@ -77,15 +84,25 @@ def published_counts(bootstrap: str, node: str) -> dict[int, int]:
     return got
 
 
-def processor_lines(bootstrap: str, since_ns: int) -> list[dict]:
-    """The fields of the delay worker's segscope_processor lines stamped at or after since_ns."""
+def processor_lines(bootstrap: str, since_ns: int, processor: str = "delay") -> list[dict]:
+    """The fields of a processor's segscope_processor lines stamped at or after since_ns."""
     out = []
     for _key, value in read_topic(bootstrap, names.TOPIC_METRICS, f"outage-read-{uuid.uuid4().hex[:8]}"):
         for line in value.decode(errors="replace").splitlines():
-            if line.startswith("segscope_processor,processor=delay"):
+            if line.startswith(f"segscope_processor,processor={processor},"):
                 p = parse_line(line)
                 if p.timestamp_ns >= since_ns:
                     out.append(p.fields)
+    return out
+
+
+def loss_lines(bootstrap: str, flow: int) -> list:
+    """The altmark_loss points of `flow`, in the order the loss worker published them."""
+    out = []
+    for _key, value in read_topic(bootstrap, names.TOPIC_METRICS, f"outage-read-{uuid.uuid4().hex[:8]}"):
+        for line in value.decode(errors="replace").splitlines():
+            if line.startswith("altmark_loss,") and f"flow={flow}," in line:
+                out.append(parse_line(line))
     return out
 
 
@@ -96,6 +113,23 @@ def test_broker_outage_paced_resumed_exact_and_a_stop_without_broker_ends_at_its
     log = tmp_path / "worker.log"
     env = {"SEGSCOPE_STOP_TIMEOUT_S": str(STOP_TIMEOUT_S)}
     worker = start_worker(broker.bootstrap, topic, f"{topic}.dl", app_id, tmp_path / "faust", log, env=env)
+    # a loss worker beside it: block A joined before the outage, block B's tx side before it and its
+    # rx side held through it (an egress collector's client holding it), like the STAMP records
+    blocks = f"test.outage.{run}.blocks"
+    ensure_topics(broker.bootstrap, [blocks, f"{blocks}.dl"])
+    loss_worker, loss_log = start_loss_worker(
+        broker.bootstrap, tmp_path, blocks, names.TOPIC_METRICS, f"{blocks}.dl", f"outage-loss-{run}",
+        timeout_s=LOSS_TIMEOUT_S,
+    )  # fmt: skip
+    flow, block_a = uuid.UUID(int=int(run, 16)).int % 0xFFFFF + 1, time.clock_gettime_ns(time.CLOCK_TAI) // NS - 300
+    loss_producer = Producer({"bootstrap.servers": broker.bootstrap, "enable.idempotence": True, "acks": "all"})
+
+    def send_side(node: str, direction: int, block: int, packets: int) -> None:
+        r = rec(direction, block, packets, packets * 100, flow)
+        value = ab.encode_batch(r, node, block * 2 + direction)
+        loss_producer.produce(blocks, key=ab.kafka_key(node, flow), value=value)
+        assert loss_producer.flush(30) == 0
+
     sent: dict[int, int] = {}  # second (TAI) -> records sent in it
     errors: list = []
     stop = threading.Event()
@@ -131,7 +165,11 @@ def test_broker_outage_paced_resumed_exact_and_a_stop_without_broker_ends_at_its
     try:
         wait_consuming(log, 0, topic)
         producer.start()
+        wait_consuming(loss_log, 0, blocks)
         time.sleep(4)
+        send_side("ltx", ab.DIR_TX, block_a, 1000)
+        send_side("lrx", ab.DIR_RX, block_a, 997)
+        send_side("ltx", ab.DIR_TX, block_a + 1, 800)  # block B: its rx side comes after the outage
         hold.set()
         assert holding.wait(30), "the producer did not deliver what it had before the outage"
         broker.stop()  # the outage
@@ -151,10 +189,13 @@ def test_broker_outage_paced_resumed_exact_and_a_stop_without_broker_ends_at_its
         # the records come back only after two of the worker's flushes ran on the restarted broker:
         # the first flush's rules then apply to a session silent for the whole outage
         deadline = time.monotonic() + 60
-        while len(processor_lines(broker.bootstrap, restarted_ns)) < 2 and time.monotonic() < deadline:
+        flushed = {"delay": 0, "loss": 0}
+        while min(flushed.values()) < 2 and time.monotonic() < deadline:
+            flushed = {name: len(processor_lines(broker.bootstrap, restarted_ns, name)) for name in flushed}
             time.sleep(0.5)
-        assert len(processor_lines(broker.bootstrap, restarted_ns)) >= 2, "the worker did not publish after the outage"
+        assert min(flushed.values()) >= 2, f"the workers did not publish after the outage: {flushed}"
         hold.clear()
+        send_side("lrx", ab.DIR_RX, block_a + 1, 790)
         time.sleep(5)
         stop.set()
         producer.join()
@@ -175,6 +216,26 @@ def test_broker_outage_paced_resumed_exact_and_a_stop_without_broker_ends_at_its
         print(f"[outage] input stalls {counters['input_stalls']}, stale for {counters['input_stale_ms']} ms")
         assert counters["late_records_dropped"] == 0, counters
         assert counters["input_stalls"] >= 1 and counters["input_stale_ms"] > 0, counters
+        # the loss worker's timeout clock stood still through the outage: block B was never published
+        # incomplete (a false missing_rx), and both blocks are exact
+        deadline, points = time.monotonic() + 30, []
+        while time.monotonic() < deadline:
+            points = loss_lines(broker.bootstrap, flow)
+            if len({p.timestamp_ns for p in points if p.fields.get("complete")}) == 2:
+                break
+            time.sleep(0.5)
+        by_block: dict[int, list] = {}
+        for p in points:
+            by_block.setdefault(p.timestamp_ns, []).append(p.fields)
+        assert len(by_block) == 2, points
+        (a_ts, a), (b_ts, b) = sorted(by_block.items())
+        assert b_ts - a_ts == NS
+        print(f"[outage] loss lines of block A {[x['reason'] for x in a]}, of block B {[x['reason'] for x in b]}")
+        assert [x["reason"] for x in b] == ["ok"], b
+        assert (a[-1]["lost"], b[-1]["lost"]) == (3, 10)
+        loss_counters = processor_lines(broker.bootstrap, restarted_ns, "loss")[-1]
+        assert loss_counters["input_stalls"] >= 1 and loss_counters["late_records_dropped"] == 0, loss_counters
+        stop_worker(loss_worker)
 
         broker.stop()  # gone again, and the worker is told to stop
         time.sleep(1)
@@ -190,6 +251,7 @@ def test_broker_outage_paced_resumed_exact_and_a_stop_without_broker_ends_at_its
         assert STOP_TIMEOUT_S - 0.5 <= took <= STOP_TIMEOUT_S + 5, took
         assert f"stop not finished {STOP_TIMEOUT_S} s after SIGTERM" in log.read_text(errors="replace")
     finally:
+        stop_worker(loss_worker)
         stop.set()
         if producer.is_alive():
             producer.join(timeout=90)
