@@ -251,6 +251,7 @@ def test_every_rebalance_counter_is_documented():
     from pathlib import Path
     from types import SimpleNamespace
 
+    from processors.runtime.input_watch import InputWatch
     from processors.worker import PartitionMoves
 
     signal = SimpleNamespace(connect=lambda handler: None)
@@ -260,6 +261,9 @@ def test_every_rebalance_counter_is_documented():
     assert {"partitions_refetched", "messages_expired_unread"} <= set(moves.counts)
     undocumented = [name for name in moves.counts if f"`{name}`" not in doc]
     assert undocumented == []
+    watch = InputWatch(app, {"in"})  # the input watch's counters go out on the same lines
+    assert set(watch.counts) == {"input_stalls", "input_stale_ms"}
+    assert [name for name in watch.counts if f"`{name}`" not in doc] == []
 
 
 class RevokedDuringLookup(FaustBookkeeping):
