@@ -11,9 +11,10 @@ as late. While the input is stale the processors hold their idle clocks, as afte
 
 The evidence: aiokafka stamps each partition with the time of its last fetch answer (also an
 empty one: a caught-up partition is answered at least every fetch_max_wait, 1.5 s in Faust). The
-input is stale when the oldest of the worker's input partitions was last answered more than
-stale_after_s ago, or never. One stale partition holds every session of the worker: sessions are
-not mapped to partitions here, and a hold only delays the close of a session that really stopped.
+input is stale when one of the worker's input partitions has not been answered for more than
+stale_after_s (since its assignment, for one never answered). One stale partition holds every
+session of the worker: sessions are not mapped to partitions here, and a hold only delays the
+close of a session that really stopped.
 """
 
 from __future__ import annotations
@@ -37,7 +38,8 @@ class InputWatch:
         self.stale_now = False
         # on the processor's segscope_processor line: how often and how long its input was stale
         self.counts = {"input_stalls": 0, "input_stale_ms": 0}
-        self._stale_since: float | None = None
+        self._stale_since: float | None = None  # counted up to here
+        self._episode_since = 0.0  # when the current (or last) stale episode began
         self._assigned_at: dict = {}  # partition -> ms this watch first saw it assigned
         self.answered_again_at = 0.0  # wall-clock s the last stale episode ended
 
@@ -64,11 +66,11 @@ class InputWatch:
         stale = oldest is not None and now * 1000 - oldest > self.stale_after_ms
         if stale and not self.stale_now:
             self.counts["input_stalls"] += 1
-            self._stale_since = now
+            self._stale_since = self._episode_since = now
             log.warning("input not answered for %.1f s: idle clocks held until it is", now - oldest / 1000)
         elif not stale and self.stale_now:
             self.answered_again_at = now
-            log.info("input answered again after %.1f s", now - (self._stale_since or now))
+            log.info("input answered again after %.1f s stale", now - self._episode_since)
         if self._stale_since is not None:
             self.counts["input_stale_ms"] += int((now - self._stale_since) * 1000)
             self._stale_since = now if stale else None
