@@ -527,8 +527,8 @@ def per_message_section(per_message_md: str, env_line: str, date: str, load, arg
     body = per_message_md.strip().split("\n", 1)[1]  # without its ### title
     return f"""## Delay processor: CPU per input message (`bench/processor_records.py`)
 
-Run {date} on {env_line}; broker, worker and driver on the same machine, other engineers' test
-suites running (load average {load[0]:.1f} / {load[1]:.1f} / {load[2]:.1f} over 1 / 5 / 15 min at the end).
+Run {date} on {env_line}; broker, worker and driver on the same machine (load average
+{load[0]:.1f} / {load[1]:.1f} / {load[2]:.1f} over 1 / 5 / 15 min at the end).
 {body}
 Command: `.local/venv/bin/python bench/processor_records.py --batch "" --scaling-rounds 0 --message-sizes
 {args.message_sizes} --message-records {args.message_records} --message-rounds {args.message_rounds} --before {args.before}`.
