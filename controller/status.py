@@ -80,18 +80,27 @@ def window_loss(url: str, db: str, flow_id: int, window_s: float) -> dict:
 
 def worst_hop(url: str, db: str, flow_id: int, window_s: float) -> dict | None:
     """The hop with the highest mean delay in the newest second of the flow's inline_hop_delay
-    points (measured hops only; every hop series' newest point within window_s, those of the
-    newest second compared), or None when there is none."""
+    points within window_s (measured hops only), or None when there is none.
+
+    The points of one second reach InfluxDB in more than one write (Telegraf's batches), so the
+    newest second can lack a hop for a moment, and compared alone a lesser hop was reported as
+    the worst (seen on a loaded machine). A newest second with fewer hops than the one before it
+    is taken as still being written, and the one before it is compared (after a change to a path
+    with fewer measured hops, that is one second late)."""
     q = (
         f"SELECT \"mean_us\", \"count\", \"measured\" FROM \"inline_hop_delay\" WHERE \"flow\" = '{flow_id}' "
-        f"AND time > now() - {int(window_s * 1000)}ms GROUP BY * ORDER BY time DESC LIMIT 1"
+        f"AND time > now() - {int(window_s * 1000)}ms GROUP BY *"
     )
     rows = [r for r in influx_query(url, db, q) if r.get("measured") is True and r.get("mean_us") is not None]
     if not rows:
         return None
-    newest = max(r["time"] for r in rows)
-    second = [r for r in rows if newest - r["time"] < 1_000_000_000]
-    top = max(second, key=lambda r: r["mean_us"])
+    by_second: dict[int, list[dict]] = {}
+    for r in rows:
+        by_second.setdefault(r["time"] // 1_000_000_000, []).append(r)
+    newest, *older = sorted(by_second, reverse=True)
+    if older and len(by_second[newest]) < len(by_second[older[0]]):
+        newest = older[0]
+    top = max(by_second[newest], key=lambda r: r["mean_us"])
     return {
         k: top.get(k) for k in ("hop", "link", "from_node", "to_node", "from_if", "to_if", "mean_us", "count", "time")
     }

@@ -133,6 +133,11 @@ def test_worst_hop_is_the_highest_mean_of_the_newest_second(stack):
     stack.influx_write(lines)
     hop = worst_hop(stack.influx_url, stack.influx_db, flow, 60)
     assert (hop["from_node"], hop["to_node"], hop["mean_us"], hop["link"]) == ("R1", "R2", 1250.5, "R1-R2")
+    # the next second half written (Telegraf's batches: hop 1's point not in yet): the second
+    # before it is still the one compared, not a lesser hop of the newest
+    stack.influx_write([line.replace(f" {now - 1_000_000_000}", f" {now}") for line in (lines[3], lines[5])])
+    hop = worst_hop(stack.influx_url, stack.influx_db, flow, 60)
+    assert (hop["link"], hop["mean_us"], hop["time"]) == ("R1-R2", 1250.5, now - 1_000_000_000), hop
     assert worst_hop(stack.influx_url, stack.influx_db, flow + 1, 60) is None
     row = {
         "flow_id": flow, "ingress": "A", "egress": "B", "ingress_state": "installed", "egress_state": "installed",
