@@ -147,6 +147,7 @@ class KafkaLeadership:
             self._consumer.close()  # LeaveGroup: the other replica is assigned at once
         except Exception as e:  # noqa: BLE001 - stopping anyway
             log.warning("leader election: close: %s", e)
+        self._consumer = None  # destroyed in this thread, not by the garbage collection at exit
 
     def _on_assign(self, consumer, partitions) -> None:
         if self.joined_at is None:

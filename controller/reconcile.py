@@ -513,5 +513,13 @@ class Reconciler:
             if self._producer is not None:
                 self._producer.produce(names.TOPIC_METRICS, self.stats_line().encode(), key=b"controller")
                 self._producer.flush(5)
+                # What Kafka did not take (a refused login) is purged and its delivery callbacks run
+                # now, and the client is destroyed here: left with pending callbacks to the garbage
+                # collection at the interpreter's exit, a client can crash the process (a `run` that
+                # Kafka refused once exited on SIGSEGV instead of 4; confluent-kafka-python's tracker
+                # has the same crash: github.com/confluentinc/confluent-kafka-python/issues/1761).
+                self._producer.purge()
+                self._producer.poll(0)
+                self._producer = None
             if self._health is not None:
                 self._health.close()
