@@ -23,7 +23,7 @@ APT_PACKAGES=(clang llvm libbpf-dev bpftool libelf-dev zlib1g-dev iproute2 tcpdu
 # systemd-nspawn to run the agent unit under systemd itself
 APT_PACKAGES+=(python3-venv dpkg-dev mmdebstrap systemd systemd-container)
 TELEGRAF_VERSION=1.37.2
-# Plugins used by services/telegraf/telegraf.conf (custom build: 40 MB and ~1 min instead of
+# Plugins used by services/telegraf/telegraf.conf (custom build: 27 MB and ~1 min instead of
 # 400 MB and ~18 min for the full one). Change this list together with the config.
 TELEGRAF_TAGS=custom,inputs.kafka_consumer,inputs.internal,outputs.influxdb,outputs.health,parsers.influx,serializers.influx
 
@@ -151,8 +151,10 @@ setup_telegraf() {
     tmp=$LOCAL/bin/.telegraf.tmp
     rm -rf "$tmp"; mkdir -p "$tmp"
     say "telegraf: building v$TELEGRAF_VERSION with $TELEGRAF_TAGS (about 1-2 min)"
-    GOTOOLCHAIN=local GOFLAGS=-buildvcs=false GOBIN=$tmp go install \
-        -ldflags "-X github.com/influxdata/telegraf/internal.Version=$TELEGRAF_VERSION" \
+    # No DWARF and no symbol table, as the other Go builds (scripts/kube_module.sh): measured alone
+    # from a cold build cache, 70 against 86 CPU-s and 37 against 46 s; the binary 27 against 39 MB
+    GOTOOLCHAIN=local GOFLAGS=-buildvcs=false GOBIN=$tmp go install -gcflags all=-dwarf=false \
+        -ldflags "-s -w -X github.com/influxdata/telegraf/internal.Version=$TELEGRAF_VERSION" \
         -tags "$TELEGRAF_TAGS" "github.com/influxdata/telegraf/cmd/telegraf@v$TELEGRAF_VERSION"
     mv "$tmp/telegraf" "$bin"; rmdir "$tmp"
     echo "$want" > "$stamp"

@@ -196,7 +196,7 @@ def test_broker_outage_paced_resumed_exact_and_a_stop_without_broker_ends_at_its
         assert min(flushed.values()) >= 2, f"the workers did not publish after the outage: {flushed}"
         hold.clear()
         send_side("lrx", ab.DIR_RX, block_a + 1, 790)
-        time.sleep(5)
+        time.sleep(2)  # and records after them
         stop.set()
         producer.join()
         assert not errors, errors
