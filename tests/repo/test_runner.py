@@ -146,6 +146,28 @@ def test_every_alone_module_waits_until_alone_before_its_traffic():
         assert re.search(r"\bwait_until_alone\(", text), f"{module}: [alone] modules call wait_until_alone()"
 
 
+def test_deploy_runs_mid_group_and_packaging_last():
+    """The deploy tests wait for the Kubernetes tools, the packaging tests for their own build: the
+    packaging unit ends its group; the deploy unit runs once the units before it hold half of the
+    group's other recorded seconds, not last, where no other group could share its length."""
+    tg = load_runner()
+    u = lambda name, s: tg.Unit(name, [name], s, True)  # noqa: E731
+    units = [u("tests/a.py", 300), u("tests/b.py", 200), u("tests/packaging", 100), u("tests/deploy", 150),
+             u("tests/c.py", 100), u("tests/d.py", 50)]  # fmt: skip
+    (group,) = tg.balance(units, 1)
+    names = [x.name for x in group.units]
+    # the others: 300 + 200 + 100 + 50 + 100 (packaging) = 750; half is 375, reached after a and b
+    assert names == ["tests/a.py", "tests/b.py", "tests/deploy", "tests/c.py", "tests/d.py", "tests/packaging"]
+    # a group whose other units are only packaging: deploy still before it
+    (group,) = tg.balance([u("tests/packaging", 100), u("tests/deploy", 150)], 1)
+    assert [x.name for x in group.units] == ["tests/deploy", "tests/packaging"]
+    # the plan of the suite: deploy is in a group, before that group's packaging unit if it has one
+    groups, _ = tg.plan(4, quick=False)
+    (holder,) = [g for g in groups if any(x.name == "tests/deploy" for x in g.units)]
+    order = [x.name for x in holder.units]
+    assert order.index("tests/deploy") < len(order) - 1, order
+
+
 def test_the_cluster_test_runs_in_the_last_phase_and_nowhere_else():
     """The local cluster's test is in the test command (never skipped), once: in the [last] group,
     after every other group; no parallel or [alone] group collects it."""
