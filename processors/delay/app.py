@@ -47,10 +47,9 @@ from processors.runtime.acks import InOrderAcks
 from processors.runtime.config import faust_app_settings
 from processors.runtime.deadletters import dead_letter, decode_or_dead_letter
 from processors.runtime.health import ProcessorHealth
-from processors.runtime.input_watch import InputWatch, hold_idle_clocks
+from processors.runtime.input_watch import hold_idle_clocks, hold_idle_clocks_while_stale
 from processors.runtime.intake import BatchIntake
 from processors.runtime.moves import PartitionMoves
-from processors.runtime.timers import every
 from processors.runtime.topics import read_progress
 from segscope_schemas.names import TOPIC_CONFIG, TOPIC_PATHS
 from segscope_schemas.stamp_record import decode_batch
@@ -147,17 +146,11 @@ def load_progress(values: list[dict]) -> None:
 
 CATCHUP_S = 10
 
-# the input's reachability, read every second while the worker runs (runtime/input_watch.py)
-input_watch = InputWatch(app, {cfg.records_topic})
-
-
-@every(app, 1.0)
-async def hold_idle_clocks_while_input_stale() -> None:
-    """While no fetch is answered (a Kafka outage), the sessions' silence is the consumer's: their
-    idle clocks are held, and once the input answers again the held records get CATCHUP_S to arrive
-    (the clients that held them reconnect with a backoff of their own)."""
-    if input_watch.stale():
-        hold_idle_clocks(aggregator.sessions.values(), clock_tai_ns() + CATCHUP_S * NS_PER_S)
+# While no fetch is answered (a Kafka outage), the sessions' silence is the consumer's: their idle
+# clocks are held, CATCHUP_S ahead (runtime/input_watch.py)
+input_watch = hold_idle_clocks_while_stale(
+    app, {cfg.records_topic}, lambda: aggregator.sessions.values(), lambda: clock_tai_ns() + CATCHUP_S * NS_PER_S
+)
 
 
 async def after_assignment() -> None:

@@ -84,3 +84,20 @@ def hold_idle_clocks(states: Iterable, until_tai_ns: int) -> None:
     for st in states:
         if st.last_ingest_tai_ns < until_tai_ns:
             st.last_ingest_tai_ns = until_tai_ns
+
+
+def hold_idle_clocks_while_stale(app, topics: Iterable[str], states, until_tai_ns) -> InputWatch:
+    """An InputWatch of `topics`, read every second while the app runs; while the input is stale,
+    the idle clocks of states() (sessions, flows) are held at until_tai_ns(): once the input answers
+    again, the records held through the outage get that long to arrive (the clients that held them
+    reconnect with a backoff of their own)."""
+    from processors.runtime.timers import every
+
+    watch = InputWatch(app, topics)
+
+    @every(app, 1.0)
+    async def hold_idle_clocks_while_input_stale() -> None:
+        if watch.stale():
+            hold_idle_clocks(states(), until_tai_ns())
+
+    return watch
