@@ -11,6 +11,7 @@ per module.
 - commits.py     what is committed: never past a message that was not acked (ExactCommits)
 - lease.py       publish only while surely still a member of the group (HeartbeatLease)
 - clock.py       the time the worker could read its input, for timeouts (ActiveClock)
+- input_watch.py whether the worker can read its input now (InputWatch); idle clocks held while not
 - moves.py       what a rebalance does to held input and open results (PartitionMoves)
 - stopping.py    the worker class: a stop on a signal ends within SEGSCOPE_STOP_TIMEOUT_S
 - kafka_pacing.py  aiokafka's failed metadata updates paced (no busy loop without a broker)
