@@ -23,6 +23,8 @@ import logging
 import time
 from typing import Iterable
 
+from processors.runtime.timers import every
+
 log = logging.getLogger("segscope.worker")
 
 STALE_AFTER_S = 4.0  # more than twice Faust's fetch_max_wait (1.5 s): a caught-up partition is answered by then
@@ -67,7 +69,7 @@ class InputWatch:
         if stale and not self.stale_now:
             self.counts["input_stalls"] += 1
             self._stale_since = self._episode_since = now
-            log.warning("input not answered for %.1f s: idle clocks held until it is", now - oldest / 1000)
+            log.warning("input not answered for %.1f s: silence is no evidence until it is", now - oldest / 1000)
         elif not stale and self.stale_now:
             self.answered_again_at = now
             log.info("input answered again after %.1f s stale", now - self._episode_since)
@@ -91,8 +93,6 @@ def hold_idle_clocks_while_stale(app, topics: Iterable[str], states, until_tai_n
     the idle clocks of states() (sessions, flows) are held at until_tai_ns(): once the input answers
     again, the records held through the outage get that long to arrive (the clients that held them
     reconnect with a backoff of their own)."""
-    from processors.runtime.timers import every
-
     watch = InputWatch(app, topics)
 
     @every(app, 1.0)
