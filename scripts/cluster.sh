@@ -331,18 +331,19 @@ image_version() {
 
 import_images() {  # image... (buildah's names, e.g. localhost/segscope-agent:0.1.0)
     local img id tar
+    source "$REPO/scripts/buildah_storage.sh"  # BUILDAH: the storage scripts/images.sh built on
     for img in "$@"; do
         if "$BIN/ctr" --address "$CTR_SOCK" -n k8s.io images check "name==$img" 2>/dev/null | grep -q "$img"; then
             continue
         fi
         # the archive scripts/images.sh wrote of this very image (its ID in the name), else one now
-        id=$(buildah --storage-driver vfs images --noheading --no-trunc --format '{{.ID}}' "$img" 2>/dev/null | head -1)
+        id=$("${BUILDAH[@]}" images --noheading --no-trunc --format '{{.ID}}' "$img" 2>/dev/null | head -1)
         tar=$REPO/.run/images/archives/$(archive_name "$img" "$id")
         if [ -z "$id" ] || [ ! -s "$tar" ]; then
             say "import $img (buildah push)"
             tar=$DIR/import.tar
             rm -f "$tar"
-            buildah --storage-driver vfs push -q "$img" "docker-archive:$tar:$img" >/dev/null || die "buildah push $img (make images first)"
+            "${BUILDAH[@]}" push -q "$img" "docker-archive:$tar:$img" >/dev/null || die "buildah push $img (make images first)"
         else
             say "import $img (from its archive)"
         fi

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Container images of segscope, built without a daemon and without a registry (`make images`, root):
 #   1. a Debian bookworm base from Debian's packages (mmdebstrap, minbase + the runtime libraries)
-#   2. buildah (vfs storage, chroot isolation) builds scripts/python.Containerfile (the base + a venv
-#      with segscope) and each service's Containerfile FROM that layer:
+#   2. buildah (chroot isolation; overlay storage where it works, else vfs: scripts/buildah_storage.sh)
+#      builds scripts/python.Containerfile (the base + a venv with segscope) and each service's
+#      Containerfile FROM that layer:
 #        agent/Containerfile       localhost/segscope-agent:VERSION       (eBPF objects + C tools + agent)
 #        processors/Containerfile  localhost/segscope-processors:VERSION  (delay, loss, topology; non-root)
 #        controller/Containerfile  localhost/segscope-controller:VERSION  (non-root)
@@ -38,7 +39,6 @@ if [ "${1:-}" = sources-hash ]; then
 fi
 VERSION=$(.local/venv/bin/python -c 'import sys; sys.path.insert(0, "schemas/python"); from segscope_schemas.version import __version__; print(__version__)')
 WORK=$REPO/.run/images
-BUILDAH=(buildah --storage-driver vfs)
 IMAGES=(agent processors controller telegraf kafka influxdb pause)
 say() { echo "[images] $*"; }
 mkdir -p "$WORK"
@@ -63,6 +63,17 @@ apt_install() {  # beside other builds of the test command: wait for dpkg's lock
 }
 command -v mmdebstrap >/dev/null || apt_install mmdebstrap
 command -v buildah >/dev/null || apt_install buildah
+source scripts/buildah_storage.sh  # BUILDAH
+# segscope's images that an older build left on the other storage: gigabytes nothing reads
+for driver in overlay vfs; do
+    [ "$driver" != "${BUILDAH[2]}" ] && [ -d "/var/lib/containers/storage/$driver-images" ] || continue
+    mapfile -t old < <(buildah --storage-driver "$driver" images -q --filter 'reference=localhost/segscope-*' 2>/dev/null)
+    if [ "${#old[@]}" -gt 0 ]; then
+        say "removing segscope's images from the $driver storage"
+        buildah --storage-driver "$driver" rmi -f "${old[@]}" >/dev/null 2>&1 || true
+        buildah --storage-driver "$driver" rmi --prune >/dev/null 2>&1 || true
+    fi
+done
 # Each image as a docker-archive named after its ID (.run/images/archives/), which scripts/cluster.sh
 # imports into containerd: pushed here, in the background of the test command, not in the cluster
 # test's time. Archives of images that are no longer current are removed.
@@ -155,6 +166,8 @@ for spec in kafka:services/kafka influxdb:services/influxdb pause:cluster/pause;
         -f "$file" -t "localhost/segscope-$name:$VERSION" "$WORK/context"
 done
 "${BUILDAH[@]}" images --filter reference='localhost/segscope-*'
+# the images these replaced, now untagged (dangling): each rebuild would otherwise keep a set
+"${BUILDAH[@]}" rmi --prune >/dev/null 2>&1 || true
 write_archives
 echo "$SOURCES_HASH" > "$WORK/sources.sha256"
 echo ok >> "$STATUS"
