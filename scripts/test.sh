@@ -58,8 +58,10 @@ trap 'exit 143' TERM
 # builds together get the share of one more test group. Measured here, CPU-bound loops on one CPU:
 # a nice-19 loop in a session of its own took 50 % beside a nice-0 loop of another session, 1.4 % in
 # the same session. That share lets a fresh machine's builds end about a minute after the [alone]
-# phase, and the groups' tests pass beside it; the [alone] groups' did not, so the runner pauses the
-# builds while those measure. nice 19 keeps them at the bottom where autogroups are off.
+# phase, and the groups' tests pass beside it; the [alone] groups' did not, so while those measure
+# the runner moves the builds into an idle cpu cgroup, where they use only CPU time nothing else
+# wants (scripts/test_groups.py BackgroundBuilds). nice 19 keeps them at the bottom where autogroups
+# are off.
 if [ "$quick" = 0 ]; then
   mkdir -p .local/bin
   ready=.local/bin/.test-builds.ready

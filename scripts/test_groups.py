@@ -484,32 +484,145 @@ def cpu_by_module(runs: list[Run]) -> dict[str, float]:
     return out
 
 
-class BackgroundBuilds:
-    """scripts/test_builds.sh's process group (scripts/test.sh writes its PID to `pid_file`): paused
-    while the [alone] groups measure, resumed after. On a machine that still builds the cluster's
-    binaries or the images then (a fresh one), "alone" would otherwise be alone with `go build` and
-    buildah: a fresh run's PDR search found 4 625 pps for a limiter of 8 000, the machine 94 % busy."""
+# Where the background builds go while the [alone] groups measure: a cpu cgroup with cpu.idle = 1
+# (cgroup v1's cpu controller, else v2's), the kind the delay relays' keep-awake spinners use
+# (netlab/keep_awake.py), a sibling of theirs
+BUILDS_IDLE_CGROUP = "segscope-background-builds"
+CPU_CGROUP_ROOTS = (Path("/sys/fs/cgroup/cpu"), Path("/sys/fs/cgroup"))
 
-    def __init__(self, pid_file: Path):
+
+def idle_cpu_cgroup(name: str, roots: tuple[Path, ...] = CPU_CGROUP_ROOTS) -> Path | None:
+    """A cpu cgroup whose tasks run only on CPU time no other task wants (cpu.idle = 1), made
+    here; None where the kernel or the mounts have none."""
+    for root in roots:
+        if not (root / "cgroup.procs").exists():
+            continue
+        path = root / name
+        try:
+            path.mkdir(exist_ok=True)
+            (path / "cpu.idle").write_text("1\n")
+            return path
+        except OSError:
+            with contextlib.suppress(OSError):
+                path.rmdir()
+    return None
+
+
+def session_pids(sid: int) -> list[int]:
+    """Every process of a session and every descendant of its leader (scripts/test_builds.sh's: the
+    builds and whatever they started, also in sessions of their own)."""
+    parent, session = {}, {}
+    for p in Path("/proc").glob("[0-9]*"):
+        try:
+            # the fields after the command's ")" (which may hold spaces): state ppid pgrp session
+            fields = (p / "stat").read_text().rsplit(")", 1)[1].split()
+            parent[int(p.name)], session[int(p.name)] = int(fields[1]), int(fields[3])
+        except (OSError, IndexError, ValueError):
+            continue
+    found = {pid for pid, s in session.items() if s == sid} | ({sid} if sid in parent else set())
+    while True:
+        more = {pid for pid, ppid in parent.items() if ppid in found} - found
+        if not more:
+            return sorted(found)
+        found |= more
+
+
+def cgroup_of(pid: int, root: Path) -> Path | None:
+    """The cgroup of `pid` under `root` (a v1 hierarchy's mount, or v2's), from /proc/PID/cgroup."""
+    v1 = root.name if root != Path("/sys/fs/cgroup") else None
+    try:
+        lines = Path(f"/proc/{pid}/cgroup").read_text().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        _, controllers, rel = line.split(":", 2)
+        if (v1 is not None and v1 in controllers.split(",")) or (v1 is None and controllers == ""):
+            return root / rel.lstrip("/")
+    return None
+
+
+class BackgroundBuilds:
+    """scripts/test_builds.sh's session (scripts/test.sh writes its PID to `pid_file`): held back
+    while the [alone] groups measure, let go after. At its usual share (one session's), "alone"
+    would be alone with `go build` and buildah: a fresh run's PDR search found 4 625 pps for a
+    limiter of 8 000, the machine 94 % busy.
+
+    Held back: moved into an idle cpu cgroup (idle_cpu_cgroup), where the builds run only on CPU
+    time nothing else wants and yield the CPU at once to any other task that wakes. The [alone]
+    groups' tests passed here beside a cold `go build -a std` in such a cgroup, and a fresh
+    machine's builds go on through the [alone] phase (they stood still ~95 s when stopped).
+    Processes the builds start meanwhile are born in it. Where no such cgroup can be made, the
+    builds are stopped (SIGSTOP) instead."""
+
+    def __init__(
+        self, pid_file: Path, cgroup_name: str = BUILDS_IDLE_CGROUP, roots: tuple[Path, ...] = CPU_CGROUP_ROOTS
+    ):
         self.pid_file = pid_file
-        self.paused: int | None = None  # the process group stopped
+        self.cgroup_name, self.roots = cgroup_name, roots
+        self.paused: int | None = None  # the session held back (its leader's PID)
+        self.idle: Path | None = None  # the idle cgroup the builds are in, or None: stopped
+        self.home: Path | None = None  # the cgroup they came from
         self.t0 = 0.0
 
     def pause(self) -> None:
         try:
-            pgid = int(self.pid_file.read_text())
-            os.killpg(pgid, signal.SIGSTOP)
-        except (OSError, ValueError):  # no builds started, or all ended: nothing to pause
+            sid = int(self.pid_file.read_text())
+            os.kill(sid, 0)
+        except (OSError, ValueError):  # no builds started, or all ended: nothing to hold back
             return
-        self.paused, self.t0 = pgid, time.monotonic()
-        say(f"background builds (scripts/test_builds.sh, process group {pgid}) paused while the [alone] groups measure")
+        self.paused, self.t0 = sid, time.monotonic()
+        self.idle = idle_cpu_cgroup(self.cgroup_name, self.roots)
+        if self.idle is not None:
+            self.home = cgroup_of(sid, self.idle.parent)
+            if self.home is not None and self.move(session_pids(sid), self.idle):
+                # twice: a process forked by one not yet moved, between the scan and its parent's move
+                self.move(session_pids(sid), self.idle)
+                say(
+                    f"background builds (scripts/test_builds.sh, session {sid}) moved to the idle cpu cgroup "
+                    f"{self.idle} while the [alone] groups measure: they use only CPU time nothing else wants"
+                )
+                return
+            self.remove_idle()
+        with contextlib.suppress(OSError):
+            os.killpg(sid, signal.SIGSTOP)
+        say(f"background builds (scripts/test_builds.sh, process group {sid}) paused while the [alone] groups measure")
+
+    @staticmethod
+    def move(pids: list[int], cgroup: Path) -> bool:
+        """Each process to `cgroup`; False if none could be moved (a process that ended is skipped)."""
+        moved = False
+        for pid in pids:
+            try:
+                (cgroup / "cgroup.procs").write_text(f"{pid}\n")
+                moved = True
+            except OSError:
+                pass
+        return moved
+
+    def remove_idle(self) -> None:
+        if self.idle is not None:
+            with contextlib.suppress(OSError):
+                self.idle.rmdir()
+        self.idle = None
 
     def resume(self) -> None:
         if self.paused is None:
             return
-        with contextlib.suppress(OSError):
-            os.killpg(self.paused, signal.SIGCONT)
-        say(f"background builds resumed after {time.monotonic() - self.t0:.0f} s")
+        if self.idle is not None and self.home is not None:
+            for _ in range(5):  # until no process is left in it (one may be forked while we move)
+                try:
+                    left = [int(x) for x in (self.idle / "cgroup.procs").read_text().split()]
+                except OSError:
+                    break
+                if not left:
+                    break
+                self.move(left, self.home)
+            self.remove_idle()
+            say(f"background builds back at their share after {time.monotonic() - self.t0:.0f} s")
+        else:
+            with contextlib.suppress(OSError):
+                os.killpg(self.paused, signal.SIGCONT)
+            say(f"background builds resumed after {time.monotonic() - self.t0:.0f} s")
         self.paused = None
 
 
@@ -528,7 +641,7 @@ def run_phase(
     groups' last units), so that their stacks, labs and agents come up beside the last parallel
     groups; they measure only once every group of `runs` has ended: their modules wait for the
     file `alone_file` (tests/isolation.py wait_until_alone) before their traffic starts, and then
-    take turns. Their wall time then costs only what follows. `builds`: paused while they measure."""
+    take turns. Their wall time then costs only what follows. `builds`: held back while they measure."""
     try:
         _run_phase(runs, extra_args, stop, alone or [], alone_may_prepare, builds)
     finally:

@@ -3,14 +3,19 @@ parallel groups and measures only once they have all ended."""
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
+import os
 import re
+import signal
 import subprocess
 import sys
 import time
 import tomllib
 from pathlib import Path
+
+import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -99,38 +104,116 @@ def test_alone_group_prepares_beside_the_last_groups_and_measures_after_them(tmp
         assert burnt >= 0.5 and burnt >= runs[0].cpu_s, (burnt, runs[0].cpu_s)
 
 
-def test_background_builds_pause_while_the_alone_group_measures(tmp_path):
-    """The background builds' process group (scripts/test_builds.sh) is stopped from the moment the
-    parallel groups have ended until the [alone] groups have, and runs on after: here a stand-in
-    group that ticks every 20 ms, and an [alone] probe that measures for 1.5 s."""
-    tg = load_runner()
-    ticks = tmp_path / "ticks"
-    ticker = subprocess.Popen(
-        [sys.executable, "-c", f"import time\nwhile True:\n    open({str(ticks)!r}, 'a').write(f'{{time.time()}}\\n')\n"
-         "    time.sleep(0.02)\n"],
-        start_new_session=True,
-    )  # fmt: skip
-    pid_file = tmp_path / "builds.pid"
-    pid_file.write_text(str(ticker.pid))
+# A stand-in for scripts/test_builds.sh: a session leader that ticks every 20 ms, with a child and a
+# grandchild in a session of its own (as a build's tools may start); their PIDs in `pids`.
+BUILDS = """
+import os, subprocess, sys, time
+child = subprocess.Popen(["sleep", "60"])
+grandchild = subprocess.Popen(["sleep", "60"], start_new_session=True)
+open({pids!r}, "w").write(f"{{os.getpid()}} {{child.pid}} {{grandchild.pid}}")
+while True:
+    open({ticks!r}, "a").write(f"{{time.time()}}\\n")
+    time.sleep(0.02)
+"""
+
+
+def start_builds(tmp_path: Path) -> tuple[subprocess.Popen, Path, list[int]]:
+    ticks, pids = tmp_path / "ticks", tmp_path / "builds.pids"
+    builds = subprocess.Popen(
+        [sys.executable, "-c", BUILDS.format(pids=str(pids), ticks=str(ticks))], start_new_session=True
+    )
+    deadline = time.time() + 30
+    while not (pids.exists() and len(pids.read_text().split()) == 3) and time.time() < deadline:
+        time.sleep(0.05)
+    (tmp_path / "builds.pid").write_text(str(builds.pid))
+    return builds, ticks, [int(x) for x in pids.read_text().split()]
+
+
+def stop_builds(builds: subprocess.Popen, pids: list[int]) -> None:
+    for pid in pids:
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
+    builds.wait()
+
+
+def alone_phase(tg, tmp_path: Path, builds, extra: str = "") -> tuple[list, dict, float]:
+    """One parallel group and an [alone] probe that measures for 1.5 s (running `extra` first)."""
     fast, _ = write_probe(tmp_path, "fast", 0.2)
     alone, alone_out = write_probe(tmp_path, "alone", 0.0)
     end_file = Path(str(alone_out) + ".end")
-    alone.write_text(alone.read_text() + f"\n    time.sleep(1.5)\n    Path({str(end_file)!r}).touch()\n")
+    alone.write_text(alone.read_text() + extra + f"\n    time.sleep(1.5)\n    Path({str(end_file)!r}).touch()\n")
     out_dir = tmp_path / "groups"
     group = tg.Group("g1", [tg.Unit("g1", [str(fast)], 1.0, True)])
     alone_group = tg.Group("alone", [tg.Unit("alone", [str(alone)], 1.0, True)])
     runs = [tg.Run(group, 28700, out_dir / "g1")]
     alone_run = tg.Run(alone_group, 28900, out_dir / "alone", alone_file=out_dir / "alone.go")
     try:
-        tg.run_phase(runs, [], {"signal": 0}, alone=[alone_run], builds=tg.BackgroundBuilds(pid_file))
+        tg.run_phase(runs, [], {"signal": 0}, alone=[alone_run], builds=builds)
+    finally:
+        tg.remove_cgroups()
+    runs.append(alone_run)
+    assert [r.rc for r in runs] == [0, 0], [r.log.read_text()[-2000:] for r in runs]
+    return runs, json.loads(alone_out.read_text()), end_file.stat().st_mtime
+
+
+def cpu_cgroup_line(pid: int) -> str:
+    """The line of /proc/PID/cgroup for the cpu controller (v1), else v2's."""
+    lines = Path(f"/proc/{pid}/cgroup").read_text().splitlines()
+    v1 = [ln for ln in lines if "cpu" in ln.split(":")[1].split(",")]
+    return (v1 or [ln for ln in lines if ln.startswith("0::")])[0]
+
+
+def test_background_builds_run_in_an_idle_cgroup_while_the_alone_group_measures(tmp_path):
+    """While the [alone] group measures, the builds (the session, its descendants, also those in a
+    session of their own) are in an idle cpu cgroup (cpu.idle = 1): they use only CPU time nothing
+    else wants. Before and after, they are in their own cgroup, and the idle one is gone after."""
+    tg = load_runner()
+    name = f"segscope-test-builds-{os.getpid()}"
+    made = tg.idle_cpu_cgroup(name)
+    if made is None:
+        pytest.fail("no idle cpu cgroup can be made here (cgroup v1 cpu or v2 with cpu.idle)")
+    made.rmdir()  # the builds' hold makes it again
+    builds, ticks, pids = start_builds(tmp_path)
+    home = {pid: cpu_cgroup_line(pid) for pid in pids}
+    seen = tmp_path / "seen.json"
+    # the probe, itself at its usual share, looks at the builds' cgroups while it measures
+    probe = f"""
+    here = {{}}
+    for pid in {pids!r}:
+        line = [ln for ln in open(f"/proc/{{pid}}/cgroup").read().splitlines()
+                if "cpu" in ln.split(":")[1].split(",")] or [ln for ln in open(f"/proc/{{pid}}/cgroup")
+                if ln.startswith("0::")]
+        here[pid] = line[0].strip()
+    idle = [p for p in ({str(tg.CPU_CGROUP_ROOTS[0] / name)!r}, {str(tg.CPU_CGROUP_ROOTS[1] / name)!r})
+            if os.path.exists(p + "/cpu.idle")]
+    here["cpu.idle"] = open(idle[0] + "/cpu.idle").read().strip() if idle else None
+    Path({str(seen)!r}).write_text(json.dumps(here))"""
+    try:
+        _, got, end = alone_phase(tg, tmp_path, tg.BackgroundBuilds(tmp_path / "builds.pid", cgroup_name=name), probe)
+        time.sleep(0.5)  # the ticker runs on
+        after = {pid: cpu_cgroup_line(pid) for pid in pids}
+    finally:
+        stop_builds(builds, pids)
+    during = json.loads(seen.read_text())
+    assert during.pop("cpu.idle") == "1"
+    assert all(line.endswith("/" + name) for line in during.values()), (during, name)
+    assert after == home, (after, home)
+    assert not any((root / name).exists() for root in tg.CPU_CGROUP_ROOTS), "the idle cgroup is left"
+    t = [float(x) for x in ticks.read_text().split()]
+    assert any(x < got["alone"] for x in t) and any(x > end for x in t), "the builds ran before and after"
+
+
+def test_background_builds_stop_while_the_alone_group_measures_where_no_idle_cgroup_can_be_made(tmp_path):
+    """Without a cgroup to move them to, the builds are stopped from the moment the parallel groups
+    have ended until the [alone] groups have, and run on after: here a stand-in that ticks every
+    20 ms, and an [alone] probe that measures for 1.5 s."""
+    tg = load_runner()
+    builds, ticks, pids = start_builds(tmp_path)
+    try:
+        _, got, end = alone_phase(tg, tmp_path, tg.BackgroundBuilds(tmp_path / "builds.pid", roots=()))
         time.sleep(0.5)  # the ticker runs on
     finally:
-        ticker.kill()
-        ticker.wait()
-        tg.remove_cgroups()
-    assert [r.rc for r in runs + [alone_run]] == [0, 0], [r.log.read_text()[-2000:] for r in runs + [alone_run]]
-    got = json.loads(alone_out.read_text())
-    end = end_file.stat().st_mtime
+        stop_builds(builds, pids)
     t = [float(x) for x in ticks.read_text().split()]
     during = [x for x in t if got["alone"] <= x <= end]
     assert not during, f"{len(during)} ticks while the [alone] group measured"
