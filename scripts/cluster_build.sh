@@ -136,10 +136,11 @@ build_runc() {
         || fail "go install runc (log: $K8S/runc-build.log)"
     say "runc built in $(($(date +%s) - t0)) s"
 }
-# etcd, containerd and runc side by side, after Kubernetes: what they share with it (gRPC, protobuf,
-# etcd's client) is compiled once by then, and their links, one core each, and module downloads
-# overlap (one after another, they left the CPU half idle at the end of a fresh machine's build).
-# A part that fails writes its reason to the status file and ends its subshell only.
+# etcd, containerd and runc side by side, after Kubernetes: their module downloads and links (one
+# core each) overlap; one after another, they left the CPU half idle at the end of a fresh machine's
+# build. (Each is a module of its own: Go's cache shares a compiled package between them only where
+# they require the same version of it.) A part that fails writes its reason to the status file and
+# ends its subshell only.
 tail_pids=()
 part_done etcd "$ETCD_VERSION" etcd || { (build_etcd && echo "$ETCD_VERSION" > "$K8S/.build.etcd") & tail_pids+=($!); }
 part_done containerd "$CONTAINERD_VERSION" containerd containerd-shim-runc-v2 ctr \
