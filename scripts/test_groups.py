@@ -295,6 +295,7 @@ class Run:
             **({"SEGSCOPE_TEST_QUICK": "1"} if self.quick else {}),
             **({"SEGSCOPE_TEST_ALONE_FILE": str(self.alone_file)} if self.alone_file else {}),
             **({"SEGSCOPE_TEST_ALONE_LOCK": str(self.alone_file.with_suffix(".lock"))} if self.alone_file else {}),
+            **({"SEGSCOPE_TEST_BUILDS_STOP": str(builds_stop_file(self.alone_file))} if self.alone_file else {}),
             **({"SEGSCOPE_TEST_CPU_CGROUP": str(self.cgroup)} if self.cgroup else {}),
             **({"SEGSCOPE_TEST_UNITS": str(self.shared[0])} if self.shared else {}),
         )
@@ -541,6 +542,20 @@ def cgroup_of(pid: int, root: Path) -> Path | None:
     return None
 
 
+def builds_stop_file(alone_file: Path) -> Path:
+    """Where an [alone] module that needs the background builds stopped, not only idle, writes its
+    PID (tests/isolation.py wait_until_alone): they stand still while that process lives."""
+    return alone_file.with_suffix(".builds-stop")
+
+
+def builds_stop_wanted(path: Path) -> bool:
+    try:
+        os.kill(int(path.read_text()), 0)
+    except (OSError, ValueError):
+        return False
+    return True
+
+
 class BackgroundBuilds:
     """scripts/test_builds.sh's session (scripts/test.sh writes its PID to `pid_file`): held back
     while the [alone] groups measure, let go after. At its usual share (one session's), "alone"
@@ -552,7 +567,10 @@ class BackgroundBuilds:
     groups' tests passed here beside a cold `go build -a std` in such a cgroup, and a fresh
     machine's builds go on through the [alone] phase (they stood still ~95 s when stopped).
     Processes the builds start meanwhile are born in it. Where no such cgroup can be made, the
-    builds are stopped (SIGSTOP) instead."""
+    builds are stopped (SIGSTOP) instead, and so they are, also in the cgroup, while an [alone]
+    module that measures packet rates asks for it (tests/isolation.py wait_until_alone): a compile
+    at idle priority still slows a packet generator on the other vCPU (on many hosts its SMT
+    sibling), and a fresh run's PDR search found 6 375 pps for a limiter of 8 000 beside them."""
 
     def __init__(
         self, pid_file: Path, cgroup_name: str = BUILDS_IDLE_CGROUP, roots: tuple[Path, ...] = CPU_CGROUP_ROOTS
@@ -562,6 +580,7 @@ class BackgroundBuilds:
         self.paused: int | None = None  # the session held back (its leader's PID)
         self.idle: Path | None = None  # the idle cgroup the builds are in, or None: stopped
         self.home: Path | None = None  # the cgroup they came from
+        self.stopped = False  # SIGSTOP sent (in the cgroup: for an [alone] module that asked)
         self.t0 = 0.0
 
     def pause(self) -> None:
@@ -583,9 +602,27 @@ class BackgroundBuilds:
                 )
                 return
             self.remove_idle()
-        with contextlib.suppress(OSError):
-            os.killpg(sid, signal.SIGSTOP)
+        self.signal(signal.SIGSTOP)
+        self.stopped = True
         say(f"background builds (scripts/test_builds.sh, process group {sid}) paused while the [alone] groups measure")
+
+    def signal(self, sig: int) -> None:
+        """The session's process group and every other process of it (session_pids)."""
+        if self.paused is None:
+            return
+        with contextlib.suppress(OSError):
+            os.killpg(self.paused, sig)
+        for pid in session_pids(self.paused):
+            with contextlib.suppress(OSError):
+                os.kill(pid, sig)
+
+    def stand_still(self, wanted: bool) -> None:
+        """In the idle cgroup: stopped while `wanted` (an [alone] module asked), going on after."""
+        if self.paused is None or self.idle is None or wanted == self.stopped:
+            return
+        self.signal(signal.SIGSTOP if wanted else signal.SIGCONT)
+        self.stopped = wanted
+        say(f"background builds {'stopped while an [alone] module measures packet rates' if wanted else 'going on'}")
 
     @staticmethod
     def move(pids: list[int], cgroup: Path) -> bool:
@@ -608,6 +645,9 @@ class BackgroundBuilds:
     def resume(self) -> None:
         if self.paused is None:
             return
+        if self.stopped:
+            self.signal(signal.SIGCONT)
+            self.stopped = False
         if self.idle is not None and self.home is not None:
             for _ in range(5):  # until no process is left in it (one may be forked while we move)
                 try:
@@ -620,8 +660,6 @@ class BackgroundBuilds:
             self.remove_idle()
             say(f"background builds back at their share after {time.monotonic() - self.t0:.0f} s")
         else:
-            with contextlib.suppress(OSError):
-                os.killpg(self.paused, signal.SIGCONT)
             say(f"background builds resumed after {time.monotonic() - self.t0:.0f} s")
         self.paused = None
 
@@ -690,6 +728,8 @@ def _run_phase(
                     if not run.started and not stop["signal"]:  # every group ended at once: nothing to overlap
                         run.start(extra_args)
                         say(f"{run.group.name} started: {len(run.group.modules)} modules")
+        if builds is not None and alone_signalled and alone:
+            builds.stand_still(builds_stop_wanted(builds_stop_file(alone[0].alone_file)))
         if all(polled) and all([run.poll() or not run.started for run in alone]):
             break
         if stop["signal"] and interrupted_at is None:
@@ -946,6 +986,7 @@ def main(argv: list[str] | None = None) -> int:
         alone_runs = [Run(g, blocks.take(), OUT_DIR / g.name, alone_file=OUT_DIR / "alone.go") for g in alone]
         for run in alone_runs:
             run.alone_file.unlink(missing_ok=True)
+            builds_stop_file(run.alone_file).unlink(missing_ok=True)
         done += runs + alone_runs
         builds = BackgroundBuilds(REPO / ".local" / "bin" / ".k8s-tools.pid")
         run_phase(runs, pytest_args, stop, alone=alone_runs, alone_may_prepare=every_unit_started, builds=builds)

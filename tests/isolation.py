@@ -71,7 +71,7 @@ def own_name(base: str) -> str:
 _ALONE_LOCK: list[int] = []  # the fd holding SEGSCOPE_TEST_ALONE_LOCK: kept until the process ends
 
 
-def wait_until_alone(timeout_s: float = 3600.0) -> float:
+def wait_until_alone(timeout_s: float = 3600.0, builds_stopped: bool = False) -> float:
     """Block until this group has the machine to itself; returns the seconds waited.
 
     The runner starts the [alone] groups (tests/schedule.toml, one per module) beside the last
@@ -80,7 +80,11 @@ def wait_until_alone(timeout_s: float = 3600.0) -> float:
     SEGSCOPE_TEST_ALONE_FILE once every parallel group has ended; then the [alone] modules measure
     one at a time: each takes the lock SEGSCOPE_TEST_ALONE_LOCK (flock) and keeps it until its
     process ends, its teardown included (the others wait prepared, idle). Outside the runner (or in
-    a parallel group) it returns at once."""
+    a parallel group) it returns at once.
+
+    The test command's background builds run meanwhile on idle CPU time only; `builds_stopped`
+    stops them while this process lives (SEGSCOPE_TEST_BUILDS_STOP gets its PID): for a module
+    that measures packet rates, which a compile at idle priority on the other vCPU still slows."""
     path = os.environ.get("SEGSCOPE_TEST_ALONE_FILE")
     if not path:
         return 0.0
@@ -102,6 +106,10 @@ def wait_until_alone(timeout_s: float = 3600.0) -> float:
                     raise TimeoutError(f"another [alone] module held {lock} for {timeout_s:.0f} s") from None
                 time.sleep(0.2)
         _ALONE_LOCK.append(fd)
+    stop = os.environ.get("SEGSCOPE_TEST_BUILDS_STOP")
+    if builds_stopped and stop:
+        Path(stop).write_text(str(os.getpid()))
+        time.sleep(1.0)  # the runner looks every 0.5 s
     return time.monotonic() - t0
 
 

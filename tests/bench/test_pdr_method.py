@@ -155,7 +155,8 @@ def bench():
         # A deterministic rate limiter on R (after A's encap and R's End, daddr is B's End.DT6 SID):
         # above LIMIT_PPS every packet is dropped and counted.
         _nft(b)
-        wait_until_alone()  # prepared beside the last parallel groups; the searches run alone
+        # prepared beside the last parallel groups; the searches run alone, the builds stopped
+        wait_until_alone(builds_stopped=True)
         yield b
     finally:
         b.down()

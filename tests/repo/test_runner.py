@@ -203,6 +203,33 @@ def test_background_builds_run_in_an_idle_cgroup_while_the_alone_group_measures(
     assert any(x < got["alone"] for x in t) and any(x > end for x in t), "the builds ran before and after"
 
 
+def test_background_builds_stand_still_while_an_alone_module_asks(tmp_path):
+    """An [alone] module that measures packet rates asks for the builds stopped, not only idle
+    (wait_until_alone(builds_stopped=True)): from its call until its process ends they do not run,
+    and they go on after, back in their own cgroup."""
+    tg = load_runner()
+    name = f"segscope-test-builds-{os.getpid()}"
+    builds, ticks, pids = start_builds(tmp_path)
+    home = {pid: cpu_cgroup_line(pid) for pid in pids}
+    stopped_at = tmp_path / "stopped_at"
+    ask = f"""
+    wait_until_alone(builds_stopped=True)
+    Path({str(stopped_at)!r}).write_text(str(time.time()))"""
+    try:
+        _, got, end = alone_phase(tg, tmp_path, tg.BackgroundBuilds(tmp_path / "builds.pid", cgroup_name=name), ask)
+        time.sleep(0.5)  # the ticker runs on
+        after = {pid: cpu_cgroup_line(pid) for pid in pids}
+    finally:
+        stop_builds(builds, pids)
+    since = float(stopped_at.read_text())
+    t = [float(x) for x in ticks.read_text().split()]
+    during = [x for x in t if since <= x <= end]
+    assert not during, f"{len(during)} ticks while the [alone] module that asked measured"
+    assert any(x > end for x in t), "the builds went on after"
+    assert after == home, (after, home)
+    assert not any((root / name).exists() for root in tg.CPU_CGROUP_ROOTS), "the idle cgroup is left"
+
+
 def test_background_builds_stop_while_the_alone_group_measures_where_no_idle_cgroup_can_be_made(tmp_path):
     """Without a cgroup to move them to, the builds are stopped from the moment the parallel groups
     have ended until the [alone] groups have, and run on after: here a stand-in that ticks every
