@@ -26,8 +26,9 @@ quick=0
 for arg in "$@"; do [ "$arg" = --quick ] && quick=1; done
 
 sweep() {
-  # the background builds (scripts/test_builds.sh), if they still run (their own process group)
-  [ -n "${K8S_PID:-}" ] && kill -- "-$K8S_PID" 2>/dev/null
+  # the background builds (scripts/test_builds.sh), if they still run (their own process group);
+  # CONT after TERM: a runner that died while an [alone] module had them stopped left them so
+  [ -n "${K8S_PID:-}" ] && kill -- "-$K8S_PID" 2>/dev/null && kill -CONT -- "-$K8S_PID" 2>/dev/null
   # the runner, if a signal ended this script first: it interrupts its groups and sweeps them
   if [ -n "${RUNNER_PID:-}" ] && kill -0 "$RUNNER_PID" 2>/dev/null; then
     kill -TERM "$RUNNER_PID" 2>/dev/null
