@@ -13,6 +13,7 @@ import subprocess
 import sys
 import time
 import tomllib
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -163,23 +164,52 @@ def cpu_cgroup_line(pid: int) -> str:
     return (v1 or [ln for ln in lines if ln.startswith("0::")])[0]
 
 
-def test_background_builds_run_in_an_idle_cgroup_while_the_alone_group_measures(tmp_path):
-    """While the [alone] group measures, the builds (the session, its descendants, also those in a
-    session of their own) are in an idle cpu cgroup (cpu.idle = 1): they use only CPU time nothing
-    else wants. Before and after, they are in their own cgroup, and the idle one is gone after."""
-    tg = load_runner()
+@dataclass
+class Held:
+    """What the stand-in builds did through an [alone] phase: the probe's times (`got`: when it was
+    alone; `end`), the builds' ticks, and each of their processes' cpu cgroup before and after."""
+
+    got: dict
+    end: float
+    ticks: list[float]
+    home: dict[int, str]
+    after: dict[int, str]
+
+
+def hold_builds(tg, tmp_path: Path, extra: str = "", **builds_kw) -> Held:
+    """The stand-in builds (start_builds) through an [alone] phase whose probe runs `extra`."""
+    builds, ticks, pids = start_builds(tmp_path)
+    home = {pid: cpu_cgroup_line(pid) for pid in pids}
+    try:
+        _, got, end = alone_phase(tg, tmp_path, tg.BackgroundBuilds(tmp_path / "builds.pid", **builds_kw), extra)
+        time.sleep(0.5)  # the ticker runs on
+        after = {pid: cpu_cgroup_line(pid) for pid in pids}
+    finally:
+        stop_builds(builds, pids)
+    return Held(got, end, [float(x) for x in ticks.read_text().split()], home, after)
+
+
+def idle_cgroup_name(tg) -> str:
+    """A name of this test's own for the builds' idle cgroup, checked to be makeable here."""
     name = f"segscope-test-builds-{os.getpid()}"
     made = tg.idle_cpu_cgroup(name)
     if made is None:
         pytest.fail("no idle cpu cgroup can be made here (cgroup v1 cpu or v2 with cpu.idle)")
     made.rmdir()  # the builds' hold makes it again
-    builds, ticks, pids = start_builds(tmp_path)
-    home = {pid: cpu_cgroup_line(pid) for pid in pids}
+    return name
+
+
+def test_background_builds_run_in_an_idle_cgroup_while_the_alone_group_measures(tmp_path):
+    """While the [alone] group measures, the builds (the session, its descendants, also those in a
+    session of their own) are in an idle cpu cgroup (cpu.idle = 1): they use only CPU time nothing
+    else wants. Before and after, they are in their own cgroup, and the idle one is gone after."""
+    tg = load_runner()
+    name = idle_cgroup_name(tg)
     seen = tmp_path / "seen.json"
     # the probe, itself at its usual share, looks at the builds' cgroups while it measures
     probe = f"""
     here = {{}}
-    for pid in {pids!r}:
+    for pid in open({str(tmp_path / "builds.pids")!r}).read().split():
         line = [ln for ln in open(f"/proc/{{pid}}/cgroup").read().splitlines()
                 if "cpu" in ln.split(":")[1].split(",")] or [ln for ln in open(f"/proc/{{pid}}/cgroup")
                 if ln.startswith("0::")]
@@ -188,19 +218,14 @@ def test_background_builds_run_in_an_idle_cgroup_while_the_alone_group_measures(
             if os.path.exists(p + "/cpu.idle")]
     here["cpu.idle"] = open(idle[0] + "/cpu.idle").read().strip() if idle else None
     Path({str(seen)!r}).write_text(json.dumps(here))"""
-    try:
-        _, got, end = alone_phase(tg, tmp_path, tg.BackgroundBuilds(tmp_path / "builds.pid", cgroup_name=name), probe)
-        time.sleep(0.5)  # the ticker runs on
-        after = {pid: cpu_cgroup_line(pid) for pid in pids}
-    finally:
-        stop_builds(builds, pids)
+    held = hold_builds(tg, tmp_path, probe, cgroup_name=name)
     during = json.loads(seen.read_text())
     assert during.pop("cpu.idle") == "1"
-    assert all(line.endswith("/" + name) for line in during.values()), (during, name)
-    assert after == home, (after, home)
+    assert len(during) == 3 and all(line.endswith("/" + name) for line in during.values()), (during, name)
+    assert held.after == held.home, (held.after, held.home)
     assert not any((root / name).exists() for root in tg.CPU_CGROUP_ROOTS), "the idle cgroup is left"
-    t = [float(x) for x in ticks.read_text().split()]
-    assert any(x < got["alone"] for x in t) and any(x > end for x in t), "the builds ran before and after"
+    t = held.ticks
+    assert any(x < held.got["alone"] for x in t) and any(x > held.end for x in t), "the builds ran before and after"
 
 
 def test_background_builds_stand_still_while_an_alone_module_asks(tmp_path):
@@ -208,25 +233,17 @@ def test_background_builds_stand_still_while_an_alone_module_asks(tmp_path):
     (wait_until_alone(builds_stopped=True)): from its call until its process ends they do not run,
     and they go on after, back in their own cgroup."""
     tg = load_runner()
-    name = f"segscope-test-builds-{os.getpid()}"
-    builds, ticks, pids = start_builds(tmp_path)
-    home = {pid: cpu_cgroup_line(pid) for pid in pids}
+    name = idle_cgroup_name(tg)
     stopped_at = tmp_path / "stopped_at"
     ask = f"""
     wait_until_alone(builds_stopped=True)
     Path({str(stopped_at)!r}).write_text(str(time.time()))"""
-    try:
-        _, got, end = alone_phase(tg, tmp_path, tg.BackgroundBuilds(tmp_path / "builds.pid", cgroup_name=name), ask)
-        time.sleep(0.5)  # the ticker runs on
-        after = {pid: cpu_cgroup_line(pid) for pid in pids}
-    finally:
-        stop_builds(builds, pids)
+    held = hold_builds(tg, tmp_path, ask, cgroup_name=name)
     since = float(stopped_at.read_text())
-    t = [float(x) for x in ticks.read_text().split()]
-    during = [x for x in t if since <= x <= end]
+    during = [x for x in held.ticks if since <= x <= held.end]
     assert not during, f"{len(during)} ticks while the [alone] module that asked measured"
-    assert any(x > end for x in t), "the builds went on after"
-    assert after == home, (after, home)
+    assert any(x > held.end for x in held.ticks), "the builds went on after"
+    assert held.after == held.home, (held.after, held.home)
     assert not any((root / name).exists() for root in tg.CPU_CGROUP_ROOTS), "the idle cgroup is left"
 
 
@@ -235,16 +252,11 @@ def test_background_builds_stop_while_the_alone_group_measures_where_no_idle_cgr
     have ended until the [alone] groups have, and run on after: here a stand-in that ticks every
     20 ms, and an [alone] probe that measures for 1.5 s."""
     tg = load_runner()
-    builds, ticks, pids = start_builds(tmp_path)
-    try:
-        _, got, end = alone_phase(tg, tmp_path, tg.BackgroundBuilds(tmp_path / "builds.pid", roots=()))
-        time.sleep(0.5)  # the ticker runs on
-    finally:
-        stop_builds(builds, pids)
-    t = [float(x) for x in ticks.read_text().split()]
-    during = [x for x in t if got["alone"] <= x <= end]
+    held = hold_builds(tg, tmp_path, roots=())
+    during = [x for x in held.ticks if held.got["alone"] <= x <= held.end]
     assert not during, f"{len(during)} ticks while the [alone] group measured"
-    assert any(x < got["alone"] for x in t) and any(x > end for x in t), "the builds ran before and after"
+    t = held.ticks
+    assert any(x < held.got["alone"] for x in t) and any(x > held.end for x in t), "the builds ran before and after"
 
 
 def test_every_alone_module_waits_until_alone_before_its_traffic():
