@@ -14,6 +14,7 @@ user-space one.
 from __future__ import annotations
 
 import re
+import signal
 import statistics
 import subprocess
 import sys
@@ -147,13 +148,16 @@ def test_one_way_delays_over_containers(usid_lab, agents, mode, ssid):
 
 
 PLAIN_REFLECTOR = Path(__file__).with_name("plain_stamp_reflector.py")
+STALL_S = 0.8  # the plain peer stands still this long mid-session
 
 
 def test_plain_stamp_peer_over_a_container(usid_lab, agents):
     """A STAMP reflector that is not segscope (RFC 8762 + the RFC 8972 SSID, NTP timestamps, a
     plain socket on B, answering straight back) is reached over the A -> B container; segscope's
-    sender measures it. Its timestamps are taken in Python: the delays are checked for being the
-    injected ones plus at most 1 ms of that."""
+    sender measures it: the delays are the injected ones plus at most 1 ms. The peer stands still
+    for 0.8 s mid-session (SIGSTOP), as a reflector on a loaded host does: its receive timestamp is
+    the kernel's, so the forward delays stay the injected ones, and segscope takes the time it
+    stood as the reflector's residence (T3 - T2), in no one-way delay."""
     lab, ssid = usid_lab, 43
     for link, (a_to_b, b_to_a) in DELAY_US.items():
         lab.set_delay(link, a_to_b, b_to_a)
@@ -167,6 +171,10 @@ def test_plain_stamp_peer_over_a_container(usid_lab, agents):
                 sender = pb.StampSession(role=S, ssid=ssid, reflector_address=REFLECTOR, segments=[TO_B], rate_pps=RATE)
                 a.CreateStampSession(pb.CreateStampSessionRequest(session=sender))
                 a.StartStampSession(pb.StartStampSessionRequest(role=S, ssid=ssid, duration_s=RUN_S))
+                time.sleep(0.2)
+                peer.send_signal(signal.SIGSTOP)  # ~80 of the 150 packets wait in its socket
+                time.sleep(STALL_S)
+                peer.send_signal(signal.SIGCONT)
                 deadline = time.monotonic() + RUN_S + 30
                 while time.monotonic() < deadline and sender_running(a, ssid):
                     time.sleep(0.1)
@@ -188,6 +196,8 @@ def test_plain_stamp_peer_over_a_container(usid_lab, agents):
     )
     assert injected_fwd <= fwd <= injected_fwd + 1000, fwd
     assert injected_rev <= rev <= injected_rev + 1000, rev
+    stood = [r.t3_ns - r.t2_ns for r in results if r.t3_ns - r.t2_ns > 0.2 * STALL_S * 1e9]
+    assert len(stood) >= 0.3 * len(results), f"{len(stood)} replies held by the stall: it did not happen"
 
 
 def test_node_views_read_the_flavours_from_the_kernel(usid_lab):
