@@ -89,8 +89,8 @@ def worst_hop(url: str, db: str, flow_id: int, window_s: float) -> dict | None:
     with fewer measured hops, that is one second late)."""
     q = (
         f"SELECT \"mean_us\", \"count\", \"measured\" FROM \"inline_hop_delay\" WHERE \"flow\" = '{flow_id}' "
-        f"AND time > now() - {int(window_s * 1000)}ms GROUP BY *"
-    )
+        f"AND time > now() - {int(window_s * 1000)}ms GROUP BY * ORDER BY time DESC LIMIT 2"
+    )  # each hop's two newest points: the newest second and the one before it are all it compares
     rows = [r for r in influx_query(url, db, q) if r.get("measured") is True and r.get("mean_us") is not None]
     if not rows:
         return None
