@@ -59,6 +59,7 @@ from typing import Callable
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
+from netlab import keep_awake  # noqa: E402 - the idle cpu cgroup, as the relays' spinners have it
 from tests.isolation import cgroup_cpu_s  # noqa: E402 - the runner and the groups' conftest read it alike
 
 SCHEDULE = REPO / "tests" / "schedule.toml"
@@ -485,28 +486,10 @@ def cpu_by_module(runs: list[Run]) -> dict[str, float]:
     return out
 
 
-# Where the background builds go while the [alone] groups measure: a cpu cgroup with cpu.idle = 1
-# (cgroup v1's cpu controller, else v2's), the kind the delay relays' keep-awake spinners use
-# (netlab/keep_awake.py), a sibling of theirs
+# Where the background builds go while the [alone] groups measure: an idle cpu cgroup (cpu.idle = 1,
+# cgroup v1's cpu controller) of their own, made as the delay relays' keep-awake spinners' is
 BUILDS_IDLE_CGROUP = "segscope-background-builds"
-CPU_CGROUP_ROOTS = (Path("/sys/fs/cgroup/cpu"), Path("/sys/fs/cgroup"))
-
-
-def idle_cpu_cgroup(name: str, roots: tuple[Path, ...] = CPU_CGROUP_ROOTS) -> Path | None:
-    """A cpu cgroup whose tasks run only on CPU time no other task wants (cpu.idle = 1), made
-    here; None where the kernel or the mounts have none."""
-    for root in roots:
-        if not (root / "cgroup.procs").exists():
-            continue
-        path = root / name
-        try:
-            path.mkdir(exist_ok=True)
-            (path / "cpu.idle").write_text("1\n")
-            return path
-        except OSError:
-            with contextlib.suppress(OSError):
-                path.rmdir()
-    return None
+CPU_CGROUP_ROOTS = (keep_awake.CPU_CGROUP_V1,)
 
 
 def session_pids(sid: int) -> list[int]:
@@ -529,15 +512,15 @@ def session_pids(sid: int) -> list[int]:
 
 
 def cgroup_of(pid: int, root: Path) -> Path | None:
-    """The cgroup of `pid` under `root` (a v1 hierarchy's mount, or v2's), from /proc/PID/cgroup."""
-    v1 = root.name if root != Path("/sys/fs/cgroup") else None
+    """The cgroup of `pid` in the v1 hierarchy mounted at `root` (named after its controller, as
+    /sys/fs/cgroup/cpu), from /proc/PID/cgroup."""
     try:
         lines = Path(f"/proc/{pid}/cgroup").read_text().splitlines()
     except OSError:
         return None
     for line in lines:
         _, controllers, rel = line.split(":", 2)
-        if (v1 is not None and v1 in controllers.split(",")) or (v1 is None and controllers == ""):
+        if root.name in controllers.split(","):
             return root / rel.lstrip("/")
     return None
 
@@ -562,7 +545,7 @@ class BackgroundBuilds:
     would be alone with `go build` and buildah: a fresh run's PDR search found 4 625 pps for a
     limiter of 8 000, the machine 94 % busy.
 
-    Held back: moved into an idle cpu cgroup (idle_cpu_cgroup), where the builds run only on CPU
+    Held back: moved into an idle cpu cgroup (keep_awake.idle_cgroup), where the builds run only on CPU
     time nothing else wants and yield the CPU at once to any other task that wakes. The [alone]
     groups' tests passed here beside a cold `go build -a std` in such a cgroup, and a fresh
     machine's builds go on through the [alone] phase (they stood still ~95 s when stopped).
@@ -590,7 +573,7 @@ class BackgroundBuilds:
         except (OSError, ValueError):  # no builds started, or all ended: nothing to hold back
             return
         self.paused, self.t0 = sid, time.monotonic()
-        self.idle = idle_cpu_cgroup(self.cgroup_name, self.roots)
+        self.idle = next((g for g in (keep_awake.idle_cgroup(r, self.cgroup_name) for r in self.roots) if g), None)
         if self.idle is not None:
             self.home = cgroup_of(sid, self.idle.parent)
             if self.home is not None and self.move(session_pids(sid), self.idle):
